@@ -1,0 +1,81 @@
+# SPDX-License-Identifier: MIT
+# SemaTests.cmake - registers every test case as its own CTest test.
+#
+# tests/unit/test_*.c      one program each; every `TEST(name)` line becomes the test
+#                          unit.<file>.<name>, run as `<program> <name>`.
+# tests/integration/test_*.py   every `def test_<name>(` becomes integration.<file>.<name>,
+#                          run as `python3 <file> <name>`.
+# tests/integration/test_*.sh   one test per file.
+# Integration tests find the programs through the environment: SEMAD, SEMA_BIN,
+# SEMA_BUILD_DIR, SEMA_SOURCE_DIR.
+
+set(SEMA_TEST_TIMEOUT 120 CACHE STRING "Default timeout of one test case, in seconds")
+find_package(Python3 COMPONENTS Interpreter)
+
+set(SEMA_TEST_ENV
+  "SEMA_BUILD_DIR=${CMAKE_BINARY_DIR}"
+  "SEMA_SOURCE_DIR=${PROJECT_SOURCE_DIR}"
+  "SEMA_SANITIZE=${SEMA_SANITIZE}")
+if(TARGET semad)
+  list(APPEND SEMA_TEST_ENV "SEMAD=$<TARGET_FILE:semad>")
+endif()
+if(TARGET sema_cli)
+  list(APPEND SEMA_TEST_ENV "SEMA_BIN=$<TARGET_FILE:sema_cli>")
+endif()
+if(SEMA_SANITIZE)
+  # Sanitized code runs 3-20x slower: stress loops shrink, timeouts stay.
+  list(APPEND SEMA_TEST_ENV "SEMA_TEST_SCALE=0.2")
+  if(SEMA_SANITIZE MATCHES "thread")
+    list(APPEND SEMA_TEST_ENV "TSAN_OPTIONS=halt_on_error=1 second_deadlock_stack=1")
+  else()
+    list(APPEND SEMA_TEST_ENV "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1"
+         "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
+  endif()
+endif()
+
+# Unit tests.
+file(GLOB SEMA_UNIT_TESTS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/unit/test_*.c)
+foreach(src ${SEMA_UNIT_TESTS})
+  get_filename_component(prog ${src} NAME_WE)
+  add_executable(${prog} ${src} ${PROJECT_SOURCE_DIR}/tests/test_main.c)
+  set_target_properties(${prog} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  target_include_directories(${prog} PRIVATE ${PROJECT_SOURCE_DIR}/tests ${PROJECT_SOURCE_DIR}/src/lib)
+  target_compile_options(${prog} PRIVATE ${SEMA_WARNINGS} -Wno-missing-prototypes)
+  target_link_libraries(${prog} PRIVATE ${SEMA_TEST_LIBS} m)
+  string(REGEX REPLACE "^test_" "" short ${prog})
+  file(STRINGS ${src} lines REGEX "^TEST\\([A-Za-z0-9_]+\\)")
+  foreach(line ${lines})
+    string(REGEX REPLACE "^TEST\\(([A-Za-z0-9_]+)\\).*" "\\1" case ${line})
+    add_test(NAME unit.${short}.${case} COMMAND ${prog} ${case})
+    set_tests_properties(unit.${short}.${case} PROPERTIES TIMEOUT ${SEMA_TEST_TIMEOUT}
+      LABELS unit SKIP_RETURN_CODE 77 ENVIRONMENT "${SEMA_TEST_ENV}")
+  endforeach()
+endforeach()
+
+# Integration tests (real processes: semad, sema, redis-server).
+file(GLOB SEMA_PY_TESTS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/integration/test_*.py)
+foreach(src ${SEMA_PY_TESTS})
+  get_filename_component(file ${src} NAME_WE)
+  string(REGEX REPLACE "^test_" "" short ${file})
+  file(STRINGS ${src} lines REGEX "^def test_[A-Za-z0-9_]+\\(")
+  foreach(line ${lines})
+    string(REGEX REPLACE "^def test_([A-Za-z0-9_]+)\\(.*" "\\1" case ${line})
+    add_test(NAME integration.${short}.${case} COMMAND ${Python3_EXECUTABLE} ${src} ${case})
+    set_tests_properties(integration.${short}.${case} PROPERTIES TIMEOUT ${SEMA_TEST_TIMEOUT}
+      LABELS integration SKIP_RETURN_CODE 77 ENVIRONMENT "${SEMA_TEST_ENV}")
+  endforeach()
+endforeach()
+file(GLOB SEMA_SH_TESTS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/integration/test_*.sh)
+foreach(src ${SEMA_SH_TESTS})
+  get_filename_component(file ${src} NAME_WE)
+  string(REGEX REPLACE "^test_" "" short ${file})
+  add_test(NAME integration.${short} COMMAND bash ${src})
+  set_tests_properties(integration.${short} PROPERTIES TIMEOUT ${SEMA_TEST_TIMEOUT}
+    LABELS integration SKIP_RETURN_CODE 77 ENVIRONMENT "${SEMA_TEST_ENV}")
+endforeach()
+
+# Source checks: banned functions, exported symbols, formatting.
+add_test(NAME check.source COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/check-source.sh ${PROJECT_SOURCE_DIR})
+add_test(NAME check.exports COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/check-exports.sh
+  $<TARGET_FILE:sema_shared>)
+set_tests_properties(check.source check.exports PROPERTIES LABELS check SKIP_RETURN_CODE 77)

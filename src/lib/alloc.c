@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: MIT */
+/* alloc.c - the allocator hook behind every libsema allocation. */
+#include "internal.h"
+
+static sema_malloc_fn hook_malloc = malloc;
+static sema_realloc_fn hook_realloc = realloc;
+static sema_calloc_fn hook_calloc = calloc;
+static sema_free_fn hook_free = free;
+
+int sema_set_allocator(sema_malloc_fn malloc_fn, sema_realloc_fn realloc_fn,
+                       sema_calloc_fn calloc_fn, sema_free_fn free_fn)
+{
+    if (malloc_fn == NULL || realloc_fn == NULL || calloc_fn == NULL || free_fn == NULL)
+        return SEMA_EINVAL;
+    hook_malloc = malloc_fn;
+    hook_realloc = realloc_fn;
+    hook_calloc = calloc_fn;
+    hook_free = free_fn;
+    return 0;
+}
+
+void *sema__malloc(size_t size)
+{
+    return hook_malloc(size);
+}
+
+void *sema__calloc(size_t count, size_t size)
+{
+    return hook_calloc(count, size);
+}
+
+void *sema__realloc(void *ptr, size_t size)
+{
+    return hook_realloc(ptr, size);
+}
+
+void sema__free(void *ptr)
+{
+    if (ptr != NULL)
+        hook_free(ptr);
+}
