@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: MIT */
+/* store.h - semad's durable store interface: the engine writes ahead through it and
+ * loads from it at start. The embedded store is SQLite in WAL mode (store_sqlite.c).
+ *
+ * Threading: called only from semad's loop thread.
+ *
+ * Group commit: the engine calls the store_put_* and store_del_* functions as it mutates
+ * state during one loop tick; they only add to the open transaction. At the end of the
+ * tick it calls store_commit() once (one transaction, one sync), and only then sends the
+ * replies of the requests whose mutations it carried. If store_commit() fails, nothing
+ * of the transaction is in the store; the engine restores its state from the store. */
+#ifndef SEMAD_STORE_H
+#define SEMAD_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct store store_t;
+
+typedef enum {
+    STORE_STRICT,  /* every commit syncs (fdatasync) before replies go out */
+    STORE_RELAXED, /* commits are written but synced less often (see docs/durability.md) */
+    STORE_NONE     /* no store: state only in memory (the engine gets store == NULL) */
+} store_durability_t;
+
+/* A semaphore as stored. `available` matters for legacy counters (up can raise it above
+ * capacity); for v1 semaphores it is derived from the leases on load. */
+typedef struct {
+    const char *name;
+    uint64_t capacity;
+    int64_t available; /* legacy value; for v1 semaphores capacity - held */
+    uint64_t fence;    /* last fencing token handed out; never goes backwards */
+    int legacy;        /* created through POST /semaphore */
+    int64_t created_at_ms;
+} store_sem_t;
+
+/* A lease as stored. Times are Unix epoch milliseconds (wall clock). */
+typedef struct {
+    const char *id;
+    const char *sem; /* semaphore name, or lock key for keyed locks */
+    uint64_t weight;
+    const char *owner; /* may be NULL */
+    const char *idem_key; /* may be NULL */
+    uint64_t fence;
+    int64_t ttl_ms;
+    int64_t acquired_at_ms;
+    int64_t expires_at_ms;
+    int is_lock; /* 1 for a keyed-lock lease (mode in `weight`: 1 shared, R exclusive) */
+} store_lease_t;
+
+/* Open (creating if needed) the store in directory `dir`, taking its lock file. On failure
+ * returns a SEMA_E* code and writes a message naming the file and the problem into errbuf:
+ * SEMA_EBUSY (another semad holds the lock; the message names its pid), SEMA_ECORRUPT,
+ * SEMA_EVERSION (another format version), SEMA_EACCES, SEMA_EIO. */
+int store_open(store_t **out, const char *dir, store_durability_t durability, char *errbuf,
+               size_t errlen);
+
+/* Close and release the lock file. NULL is fine. */
+void store_close(store_t *st);
+
+/* Call on_sem for every semaphore, then on_lease for every lease (borrowed records, valid
+ * during the call). Returns 0 or a SEMA_E* code with a message in errbuf. */
+int store_load(store_t *st, void (*on_sem)(void *arg, const store_sem_t *sem),
+               void (*on_lease)(void *arg, const store_lease_t *lease), void *arg,
+               char *errbuf, size_t errlen);
+
+/* Add a mutation to the open transaction (begun on first use). Return 0 or a SEMA_E* code;
+ * an error here makes the next store_commit() fail too. */
+int store_put_sem(store_t *st, const store_sem_t *sem);
+int store_del_sem(store_t *st, const char *name); /* also deletes its leases */
+int store_put_lease(store_t *st, const store_lease_t *lease);
+int store_del_lease(store_t *st, const char *id);
+
+/* True when mutations wait for store_commit(). */
+int store_pending(const store_t *st);
+
+/* Commit the open transaction (one sync in STRICT). Returns 0, or SEMA_EIO / SEMA_ELIMIT
+ * (disk full) with the transaction rolled back and a message in errbuf. */
+int store_commit(store_t *st, char *errbuf, size_t errlen);
+
+/* Verify a store offline (integrity, version, invariants) without taking it over.
+ * Writes a report to `out` (a FILE*), returns 0 if sound. Used by `semad --check DIR`. */
+#include <stdio.h>
+int store_check(const char *dir, FILE *out);
+
+#endif /* SEMAD_STORE_H */
