@@ -34,14 +34,24 @@ if(SEMA_SANITIZE)
 endif()
 
 # Unit tests.
+# Shared test support (tests/support/*.c: the scenario runner and friends).
+file(GLOB SEMA_TEST_SUPPORT CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/support/*.c)
+add_library(sema_test_support STATIC ${PROJECT_SOURCE_DIR}/tests/test_main.c ${SEMA_TEST_SUPPORT})
+target_include_directories(sema_test_support PUBLIC ${PROJECT_SOURCE_DIR}/tests
+  ${PROJECT_SOURCE_DIR}/tests/support ${PROJECT_SOURCE_DIR}/src/lib)
+target_link_libraries(sema_test_support PUBLIC sema_static)
+target_compile_definitions(sema_test_support PRIVATE
+  SEMA_SCENARIO_FILE="${PROJECT_SOURCE_DIR}/tests/cases/scenarios.txt")
+
 file(GLOB SEMA_UNIT_TESTS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/unit/test_*.c)
 foreach(src ${SEMA_UNIT_TESTS})
   get_filename_component(prog ${src} NAME_WE)
-  add_executable(${prog} ${src} ${PROJECT_SOURCE_DIR}/tests/test_main.c)
+  # test_main.c comes from the support library, linked whole so its main() is found.
+  add_executable(${prog} ${src})
   set_target_properties(${prog} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   target_include_directories(${prog} PRIVATE ${PROJECT_SOURCE_DIR}/tests ${PROJECT_SOURCE_DIR}/src/lib)
   target_compile_options(${prog} PRIVATE ${SEMA_WARNINGS} -Wno-missing-prototypes)
-  target_link_libraries(${prog} PRIVATE ${SEMA_TEST_LIBS} m)
+  target_link_libraries(${prog} PRIVATE sema_test_support ${SEMA_TEST_LIBS} m)
   string(REGEX REPLACE "^test_" "" short ${prog})
   file(STRINGS ${src} lines REGEX "^TEST\\([A-Za-z0-9_]+\\)")
   foreach(line ${lines})
