@@ -14,27 +14,27 @@ extern "C" {
  * (SEMA_EBUSY == -EBUSY); the numbers are part of the ABI and never change.
  *
  * XX(name, number, message) */
-#define SEMA_ERRNO_MAP(XX)                                                     \
-    XX(EINVAL, -22, "invalid argument")                                        \
-    XX(ENOMEM, -12, "out of memory")                                           \
-    XX(EBUSY, -16, "not available without waiting")                            \
-    XX(ETIMEDOUT, -110, "timed out")                                           \
-    XX(ECANCELED, -125, "cancelled or closed")                                 \
-    XX(EOVERFLOW, -75, "released more than is held")                           \
-    XX(ENOENT, -2, "no such semaphore, lease or key")                          \
-    XX(EEXIST, -17, "already exists with other settings")                      \
-    XX(ESTALE, -116, "permit or lock already released")                        \
-    XX(EEXPIRED, -127, "lease expired")                                        \
-    XX(EREVOKED, -128, "lease revoked")                                        \
-    XX(ELIMIT, -122, "a configured limit was reached")                         \
-    XX(EACCES, -13, "permission denied")                                       \
-    XX(EIO, -5, "input/output error")                                          \
-    XX(ESHUTDOWN, -108, "shutting down")                                       \
-    XX(ECONNREFUSED, -111, "cannot reach the server")                          \
-    XX(EPROTO, -71, "protocol error")                                          \
-    XX(ECORRUPT, -117, "state is corrupt")                                     \
-    XX(EVERSION, -95, "unsupported format version")                            \
-    XX(ENAMETOOLONG, -36, "name too long")                                     \
+#define SEMA_ERRNO_MAP(XX)                                                                         \
+    XX(EINVAL, -22, "invalid argument")                                                            \
+    XX(ENOMEM, -12, "out of memory")                                                               \
+    XX(EBUSY, -16, "not available without waiting")                                                \
+    XX(ETIMEDOUT, -110, "timed out")                                                               \
+    XX(ECANCELED, -125, "cancelled or closed")                                                     \
+    XX(EOVERFLOW, -75, "released more than is held")                                               \
+    XX(ENOENT, -2, "no such semaphore, lease or key")                                              \
+    XX(EEXIST, -17, "already exists with other settings")                                          \
+    XX(ESTALE, -116, "permit or lock already released")                                            \
+    XX(EEXPIRED, -127, "lease expired")                                                            \
+    XX(EREVOKED, -128, "lease revoked")                                                            \
+    XX(ELIMIT, -122, "a configured limit was reached")                                             \
+    XX(EACCES, -13, "permission denied")                                                           \
+    XX(EIO, -5, "input/output error")                                                              \
+    XX(ESHUTDOWN, -108, "shutting down")                                                           \
+    XX(ECONNREFUSED, -111, "cannot reach the server")                                              \
+    XX(EPROTO, -71, "protocol error")                                                              \
+    XX(ECORRUPT, -117, "state is corrupt")                                                         \
+    XX(EVERSION, -95, "unsupported format version")                                                \
+    XX(ENAMETOOLONG, -36, "name too long")                                                         \
     XX(EUNAVAIL, -11, "temporarily unavailable, try again")
 
 typedef enum {

@@ -11,8 +11,8 @@ const char *sema_strerror(int err)
     switch (err) {
     case 0:
         return "success";
-#define SEMA__ERR_MSG(name, num, msg)                                          \
-    case SEMA_##name:                                                          \
+#define SEMA__ERR_MSG(name, num, msg)                                                              \
+    case SEMA_##name:                                                                              \
         return msg;
         SEMA_ERRNO_MAP(SEMA__ERR_MSG)
 #undef SEMA__ERR_MSG
@@ -26,8 +26,8 @@ const char *sema_err_name(int err)
     switch (err) {
     case 0:
         return "OK";
-#define SEMA__ERR_NAME(name, num, msg)                                         \
-    case SEMA_##name:                                                          \
+#define SEMA__ERR_NAME(name, num, msg)                                                             \
+    case SEMA_##name:                                                                              \
         return #name;
         SEMA_ERRNO_MAP(SEMA__ERR_NAME)
 #undef SEMA__ERR_NAME

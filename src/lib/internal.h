@@ -30,10 +30,10 @@ SEMA__HIDDEN void sema__free(void *ptr);
 /* An impossible failure (a pthread call on a valid object, a broken
  * invariant): print where and abort. Never returns. */
 #define SEMA__ABORT(msg) sema__abort(__FILE__, __LINE__, (msg))
-#define SEMA__CHECK(cond)                                                      \
-    do {                                                                       \
-        if (SEMA__UNLIKELY(!(cond)))                                           \
-            sema__abort(__FILE__, __LINE__, #cond);                            \
+#define SEMA__CHECK(cond)                                                                          \
+    do {                                                                                           \
+        if (SEMA__UNLIKELY(!(cond)))                                                               \
+            sema__abort(__FILE__, __LINE__, #cond);                                                \
     } while (0)
 SEMA__HIDDEN _Noreturn void sema__abort(const char *file, int line, const char *msg);
 

@@ -76,10 +76,10 @@ struct engine_req {
     uint64_t limit;       /* SEM_LIST: 0 = default */
 
     /* out: valid inside the callback */
-    int status;     /* 0 or a SEMA_E* code (see the table in docs/http-api.md) */
-    int created;    /* SEM_PUT: 1 when the semaphore was created */
-    json_t *result; /* success result (or error detail, may be NULL); the callback may
-                       take it with json_incref, the engine decrefs it after the callback */
+    int status;          /* 0 or a SEMA_E* code (see the table in docs/http-api.md) */
+    int created;         /* SEM_PUT: 1 when the semaphore was created */
+    json_t *result;      /* success result (or error detail, may be NULL); the callback may
+                            take it with json_incref, the engine decrefs it after the callback */
     const char *message; /* static text explaining a failure, or NULL */
 
     void (*cb)(engine_req_t *req);

@@ -7,10 +7,10 @@
 #include <stddef.h>
 
 struct strbuf {
-    char *data;    /* NUL-terminated when len > 0 or after strbuf_init */
-    size_t len;    /* bytes used, without the NUL */
-    size_t cap;    /* bytes allocated */
-    size_t limit;  /* never grow past this many bytes (0 = 64 MiB) */
+    char *data;   /* NUL-terminated when len > 0 or after strbuf_init */
+    size_t len;   /* bytes used, without the NUL */
+    size_t cap;   /* bytes allocated */
+    size_t limit; /* never grow past this many bytes (0 = 64 MiB) */
 };
 
 /* Start empty; allocates nothing until the first append. */

@@ -8,9 +8,9 @@
 
 TEST(every_code_has_a_message_and_a_name)
 {
-#define CHECK_CODE(name, num, msg)                                             \
-    ASSERT_LT(SEMA_##name, 0);                                                 \
-    ASSERT_STREQ(sema_strerror(SEMA_##name), msg);                             \
+#define CHECK_CODE(name, num, msg)                                                                 \
+    ASSERT_LT(SEMA_##name, 0);                                                                     \
+    ASSERT_STREQ(sema_strerror(SEMA_##name), msg);                                                 \
     ASSERT_STREQ(sema_err_name(SEMA_##name), #name);
     SEMA_ERRNO_MAP(CHECK_CODE)
 #undef CHECK_CODE

@@ -39,7 +39,7 @@ typedef struct {
     const char *id;
     const char *sem; /* semaphore name, or lock key for keyed locks */
     uint64_t weight;
-    const char *owner; /* may be NULL */
+    const char *owner;    /* may be NULL */
     const char *idem_key; /* may be NULL */
     uint64_t fence;
     int64_t ttl_ms;
@@ -61,8 +61,8 @@ void store_close(store_t *st);
 /* Call on_sem for every semaphore, then on_lease for every lease (borrowed records, valid
  * during the call). Returns 0 or a SEMA_E* code with a message in errbuf. */
 int store_load(store_t *st, void (*on_sem)(void *arg, const store_sem_t *sem),
-               void (*on_lease)(void *arg, const store_lease_t *lease), void *arg,
-               char *errbuf, size_t errlen);
+               void (*on_lease)(void *arg, const store_lease_t *lease), void *arg, char *errbuf,
+               size_t errlen);
 
 /* Add a mutation to the open transaction (begun on first use). Return 0 or a SEMA_E* code;
  * an error here makes the next store_commit() fail too. */

@@ -1,0 +1,372 @@
+/* SPDX-License-Identifier: MIT */
+/* scenario.c - parser and driver of the shared semantics suite (see scenario.h). */
+#include "scenario.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef SEMA_SCENARIO_FILE
+#define SEMA_SCENARIO_FILE "tests/cases/scenarios.txt"
+#endif
+
+#define MAX_TOKENS 16
+#define MAX_LINES 256
+#define SETTLE_MS 30 /* `still`: how long nothing may settle */
+#define NOW_WAIT_MS 5000
+
+typedef struct {
+    int lineno;
+    int ntok;
+    char *tok[MAX_TOKENS]; /* command tokens before "=>" */
+    char *expect;          /* token after "=>", or NULL */
+} line_t;
+
+typedef struct {
+    char name[128];
+    uint64_t capacity;
+    int nlines;
+    line_t lines[MAX_LINES];
+    char labels[SCEN_MAX_LABELS][32];
+    int nlabels;
+} scenario_t;
+
+static const struct {
+    const char *word;
+    int code;
+} results[] = {
+    {"granted", 0},
+    {"ok", 0},
+    {"done", 0},
+    {"queued", SCEN_QUEUED},
+    {"invalid", SEMA_EINVAL},
+    {"busy", SEMA_EBUSY},
+    {"stale", SEMA_ESTALE},
+    {"overflow", SEMA_EOVERFLOW},
+    {"canceled", SEMA_ECANCELED},
+    {"timedout", SEMA_ETIMEDOUT},
+};
+
+static int result_code(const char *word, int *code)
+{
+    for (size_t i = 0; i < sizeof(results) / sizeof(results[0]); i++) {
+        if (strcmp(results[i].word, word) == 0) {
+            *code = results[i].code;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static const char *code_word(int code)
+{
+    if (code == SCEN_QUEUED)
+        return "queued";
+    if (code == 0)
+        return "granted/ok/done";
+    return sema_err_name(code);
+}
+
+static int label_of(scenario_t *sc, const char *name)
+{
+    for (int i = 0; i < sc->nlabels; i++)
+        if (strcmp(sc->labels[i], name) == 0)
+            return i;
+    if (sc->nlabels == SCEN_MAX_LABELS || strlen(name) >= sizeof(sc->labels[0]))
+        return -1;
+    snprintf(sc->labels[sc->nlabels], sizeof(sc->labels[0]), "%s", name);
+    return sc->nlabels++;
+}
+
+static int parse_u64(const char *s, uint64_t *out)
+{
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+
+    if (*s == '\0' || *end != '\0' || *s == '-')
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* "timeout=MS" as the last command token, or -1 (forever). */
+static int64_t timeout_of(const line_t *ln, int from)
+{
+    for (int i = from; i < ln->ntok; i++)
+        if (strncmp(ln->tok[i], "timeout=", 8) == 0)
+            return strtoll(ln->tok[i] + 8, NULL, 10);
+    return -1;
+}
+
+/* Does the host have what this scenario needs? Returns the missing verb or NULL. */
+static const char *missing_verb(const scen_host_t *h, const scenario_t *sc)
+{
+    for (int i = 0; i < sc->nlines; i++) {
+        const char *v = sc->lines[i].tok[0];
+        if (strcmp(v, "resize") == 0 && h->resize == NULL)
+            return "resize";
+        if (strcmp(v, "close") == 0 && h->close == NULL)
+            return "close";
+        if (strcmp(v, "cancel") == 0 && h->cancel == NULL)
+            return "cancel";
+        if (strcmp(v, "state") == 0 && h->state == NULL)
+            return "state";
+        if (strcmp(v, "waitidle") == 0 && h->request == NULL)
+            return "waitidle";
+    }
+    return NULL;
+}
+
+static int fail(const scenario_t *sc, const line_t *ln, const char *fmt, const char *a,
+                const char *b)
+{
+    fprintf(stderr, "  scenario %s FAILED at scenarios.txt:%d (%s", sc->name, ln->lineno,
+            ln->tok[0]);
+    for (int i = 1; i < ln->ntok; i++)
+        fprintf(stderr, " %s", ln->tok[i]);
+    fprintf(stderr, "): ");
+    fprintf(stderr, fmt, a, b);
+    fputc('\n', stderr);
+    return -1;
+}
+
+static int check_result(const scenario_t *sc, const line_t *ln, int got)
+{
+    int want;
+
+    if (ln->expect == NULL)
+        return 0;
+    if (result_code(ln->expect, &want) != 0)
+        return fail(sc, ln, "unknown result word %s%s", ln->expect, "");
+    if (got != want)
+        return fail(sc, ln, "expected %s, got %s", ln->expect, code_word(got));
+    return 0;
+}
+
+static int check_state(const scen_host_t *h, const scenario_t *sc, const line_t *ln)
+{
+    scen_state_t st;
+    int rc = h->state(h->ctx, &st);
+
+    if (rc != 0)
+        return fail(sc, ln, "state() failed: %s%s", sema_strerror(rc), "");
+    for (int i = 1; i < ln->ntok; i++) {
+        char key[32];
+        const char *eq = strchr(ln->tok[i], '=');
+        int64_t want, got;
+
+        if (eq == NULL || (size_t)(eq - ln->tok[i]) >= sizeof(key))
+            return fail(sc, ln, "bad state field %s%s", ln->tok[i], "");
+        memcpy(key, ln->tok[i], (size_t)(eq - ln->tok[i]));
+        key[eq - ln->tok[i]] = '\0';
+        want = strtoll(eq + 1, NULL, 10);
+        if (strcmp(key, "capacity") == 0)
+            got = st.capacity;
+        else if (strcmp(key, "available") == 0)
+            got = st.available;
+        else if (strcmp(key, "held") == 0)
+            got = st.held;
+        else if (strcmp(key, "waiters") == 0)
+            got = st.waiters;
+        else if (strcmp(key, "waiting") == 0)
+            got = st.waiting;
+        else
+            return fail(sc, ln, "unknown state field %s%s", key, "");
+        if (got == SCEN_UNKNOWN)
+            continue;
+        if (got != want) {
+            char w[32], g[32];
+            snprintf(w, sizeof(w), "%lld", (long long)want);
+            snprintf(g, sizeof(g), "%lld", (long long)got);
+            fprintf(stderr, "  (field %s)\n", key);
+            return fail(sc, ln, "expected %s, got %s", w, g);
+        }
+    }
+    return 0;
+}
+
+/* `now L... => R` and `still L...`. */
+static int check_settled(const scen_host_t *h, scenario_t *sc, const line_t *ln, int still)
+{
+    int want = SCEN_QUEUED;
+
+    if (!still && (ln->expect == NULL || result_code(ln->expect, &want) != 0))
+        return fail(sc, ln, "`now` needs => RESULT%s%s", "", "");
+    for (int i = 1; i < ln->ntok; i++) {
+        int label = label_of(sc, ln->tok[i]);
+        int got = h->poll(h->ctx, label, still ? SETTLE_MS : NOW_WAIT_MS);
+        if (got != want)
+            return fail(sc, ln, "label %s: %s", ln->tok[i], code_word(got));
+    }
+    return 0;
+}
+
+static int run_line(const scen_host_t *h, scenario_t *sc, const line_t *ln)
+{
+    const char *v = ln->tok[0];
+    uint64_t w = 0;
+    int label = ln->ntok > 1 ? label_of(sc, ln->tok[1]) : -1;
+
+    if (strcmp(v, "acquire") == 0 || strcmp(v, "try") == 0) {
+        if (ln->ntok < 3 || label < 0 || parse_u64(ln->tok[2], &w) != 0)
+            return fail(sc, ln, "usage: %s L W%s", v, "");
+        int is_try = v[0] == 't';
+        int64_t t = is_try ? 0 : timeout_of(ln, 3);
+        return check_result(sc, ln,
+                            h->request(h->ctx, label, is_try ? SCEN_TRY : SCEN_ACQUIRE, w, t));
+    }
+    if (strcmp(v, "waitidle") == 0) {
+        if (label < 0)
+            return fail(sc, ln, "usage: waitidle L%s%s", "", "");
+        return check_result(sc, ln,
+                            h->request(h->ctx, label, SCEN_WAIT_IDLE, 0, timeout_of(ln, 2)));
+    }
+    if (strcmp(v, "release") == 0) {
+        if (label < 0 || (ln->ntok > 2 && parse_u64(ln->tok[2], &w) != 0))
+            return fail(sc, ln, "usage: release L [W]%s%s", "", "");
+        return check_result(sc, ln, h->release(h->ctx, label, w));
+    }
+    if (strcmp(v, "cancel") == 0)
+        return label < 0 ? fail(sc, ln, "usage: cancel L%s%s", "", "")
+                         : check_result(sc, ln, h->cancel(h->ctx, label));
+    if (strcmp(v, "resize") == 0) {
+        if (ln->ntok < 2 || parse_u64(ln->tok[1], &w) != 0)
+            return fail(sc, ln, "usage: resize N%s%s", "", "");
+        return check_result(sc, ln, h->resize(h->ctx, w));
+    }
+    if (strcmp(v, "close") == 0)
+        return check_result(sc, ln, h->close(h->ctx));
+    if (strcmp(v, "state") == 0)
+        return check_state(h, sc, ln);
+    if (strcmp(v, "now") == 0 || strcmp(v, "still") == 0)
+        return check_settled(h, sc, ln, v[0] == 's');
+    return fail(sc, ln, "unknown verb %s%s", v, "");
+}
+
+/* Split `buf` in place into tokens; "=>" separates the expectation. */
+static int tokenize(char *buf, line_t *ln)
+{
+    char *save = NULL;
+    int after = 0;
+
+    ln->ntok = 0;
+    ln->expect = NULL;
+    for (char *t = strtok_r(buf, " \t\r\n", &save); t != NULL;
+         t = strtok_r(NULL, " \t\r\n", &save)) {
+        if (strcmp(t, "=>") == 0) {
+            after = 1;
+        } else if (after) {
+            ln->expect = t;
+        } else if (ln->ntok < MAX_TOKENS) {
+            ln->tok[ln->ntok++] = t;
+        }
+    }
+    return ln->ntok;
+}
+
+static int run_scenario(const scen_host_t *h, scenario_t *sc, int *skipped)
+{
+    const char *miss = missing_verb(h, sc);
+    int rc;
+
+    if (miss != NULL) {
+        fprintf(stderr, "  scenario %s: skipped (the %s host has no `%s`)\n", sc->name, h->name,
+                miss);
+        (*skipped)++;
+        return 0;
+    }
+    rc = h->create(h->ctx, sc->capacity);
+    if (rc != 0) {
+        fprintf(stderr, "  scenario %s FAILED: create(%llu): %s\n", sc->name,
+                (unsigned long long)sc->capacity, sema_strerror(rc));
+        return -1;
+    }
+    sc->nlabels = 0;
+    for (int i = 0; i < sc->nlines; i++) {
+        if (run_line(h, sc, &sc->lines[i]) != 0) {
+            h->destroy(h->ctx);
+            return -1;
+        }
+    }
+    h->destroy(h->ctx);
+    fprintf(stderr, "  scenario %s: ok\n", sc->name);
+    return 0;
+}
+
+static char *read_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf;
+    long n;
+
+    if (f == NULL)
+        return NULL;
+    if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        return NULL;
+    }
+    buf = malloc((size_t)n + 1);
+    if (buf != NULL && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    if (buf != NULL)
+        buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+int scen_run_file(const char *path, const scen_host_t *host, const char *only, int *skipped)
+{
+    char *text = read_file(path != NULL ? path : SEMA_SCENARIO_FILE);
+    scenario_t *sc = calloc(1, sizeof(*sc));
+    int failures = 0, skips = 0, ran = 0, lineno = 0, in = 0;
+    if (text == NULL || sc == NULL) {
+        fprintf(stderr, "scenario: cannot read %s\n", path != NULL ? path : SEMA_SCENARIO_FILE);
+        free(text);
+        free(sc);
+        return 1;
+    }
+    /* strtok_r on "\n" would merge blank lines and lose line numbers: split by hand. */
+    for (char *line = text; line != NULL;) {
+        char *nl = strchr(line, '\n');
+        line_t ln;
+        if (nl != NULL)
+            *nl = '\0';
+        lineno++;
+        char *hash = strchr(line, '#');
+        if (hash != NULL)
+            *hash = '\0';
+        if (tokenize(line, &ln) > 0) {
+            ln.lineno = lineno;
+            if (strcmp(ln.tok[0], "scenario") == 0 && ln.ntok == 3) {
+                snprintf(sc->name, sizeof(sc->name), "%s", ln.tok[1]);
+                if (parse_u64(ln.tok[2], &sc->capacity) != 0)
+                    sc->capacity = 0;
+                sc->nlines = 0;
+                in = 1;
+            } else if (strcmp(ln.tok[0], "end") == 0 && in) {
+                in = 0;
+                if (only == NULL || strcmp(only, sc->name) == 0) {
+                    ran++;
+                    if (run_scenario(host, sc, &skips) != 0)
+                        failures++;
+                }
+            } else if (in && sc->nlines < MAX_LINES) {
+                sc->lines[sc->nlines++] = ln;
+            }
+        }
+        line = nl != NULL ? nl + 1 : NULL;
+    }
+    fprintf(stderr, "%s host: %d scenarios run, %d failed, %d skipped\n", host->name, ran, failures,
+            skips);
+    if (ran == 0) {
+        fprintf(stderr, "scenario: nothing matched%s%s\n", only ? " " : "", only ? only : "");
+        failures++;
+    }
+    if (skipped != NULL)
+        *skipped = skips;
+    free(text);
+    free(sc);
+    return failures;
+}
