@@ -1,0 +1,462 @@
+/* SPDX-License-Identifier: MIT */
+/* map_limit.c - bounded parallel map over a producer, with ordered results and a lazy pool. */
+#include "internal.h"
+#include "sema/map_limit.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#define NO_ERROR UINT64_MAX
+
+enum { SLOT_EMPTY, SLOT_DONE, SLOT_FAILED };
+
+/* One reorder-ring slot: item i lives in ring[i % window] until emitted. */
+struct slot {
+    void *result;
+    int state; /* SLOT_* */
+};
+
+struct sema_map_limit {
+    sema_map_limit_opts_t o;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;      /* producer free, window space, stop */
+    pthread_cond_t done_cv; /* last worker thread left */
+    struct slot *ring;      /* emit mode only: `window` slots */
+    pthread_t *tids;        /* limit - 1 worker threads */
+    unsigned char *tid_ok;  /* tids[k] was created and must be joined */
+
+    /* Under mu. */
+    uint64_t next_index; /* index of the next item to produce == items started */
+    uint64_t emit_next;  /* next index to emit */
+    uint64_t err_index;  /* lowest failed index, NO_ERROR if none */
+    int err;             /* its code */
+    size_t nthreads;     /* threads working or reserved, the caller included */
+    size_t live;         /* worker threads (not the caller) not yet finished */
+    size_t waiters;      /* threads blocked on cv */
+    int producing;       /* a thread is inside next() */
+    int producer_done;   /* next() returned 0 */
+    int emitting;        /* a thread is running the emit loop */
+    int ran;             /* run() was called */
+
+    /* Lock-free views for stats and cancel. */
+    atomic_int cancelled;
+    atomic_int stopped;
+    _Atomic uint64_t active, started, completed, emitted, threads;
+};
+
+static void lock(sema_map_limit_t *m)
+{
+    SEMA__CHECK(pthread_mutex_lock(&m->mu) == 0);
+}
+
+static void unlock(sema_map_limit_t *m)
+{
+    SEMA__CHECK(pthread_mutex_unlock(&m->mu) == 0);
+}
+
+static void wait_cv(sema_map_limit_t *m)
+{
+    m->waiters++;
+    SEMA__CHECK(pthread_cond_wait(&m->cv, &m->mu) == 0);
+    m->waiters--;
+}
+
+static void wake_all(sema_map_limit_t *m)
+{
+    if (m->waiters > 0)
+        SEMA__CHECK(pthread_cond_broadcast(&m->cv) == 0);
+}
+
+static void bump(_Atomic uint64_t *counter, int64_t delta)
+{
+    atomic_fetch_add_explicit(counter, (uint64_t)delta, memory_order_relaxed);
+}
+
+static int is_stopped(const sema_map_limit_t *m)
+{
+    return m->err_index != NO_ERROR || atomic_load(&m->cancelled);
+}
+
+/* Record that item `index` failed with `code`; the lowest index wins. */
+static void record_error(sema_map_limit_t *m, uint64_t index, int code)
+{
+    if (index < m->err_index) {
+        m->err_index = index;
+        m->err = code;
+    }
+    atomic_store(&m->stopped, 1);
+    wake_all(m);
+}
+
+static int opts_valid(const sema_map_limit_opts_t *o)
+{
+    if (o == NULL || o->next == NULL || o->fn == NULL)
+        return 0;
+    if (o->limit == 0 || o->limit > SEMA_MAP_LIMIT_MAX)
+        return 0;
+    return o->window <= SEMA_MAP_LIMIT_MAX_WINDOW;
+}
+
+static int alloc_parts(sema_map_limit_t *m)
+{
+    size_t nworkers = m->o.limit - 1;
+
+    if (m->o.emit != NULL) {
+        if (m->o.window == 0)
+            m->o.window = 4 * m->o.limit;
+        m->ring = sema__calloc(m->o.window, sizeof(*m->ring));
+        if (m->ring == NULL)
+            return SEMA_ENOMEM;
+    }
+    if (nworkers > 0) {
+        m->tids = sema__calloc(nworkers, sizeof(*m->tids));
+        m->tid_ok = sema__calloc(nworkers, 1);
+        if (m->tids == NULL || m->tid_ok == NULL)
+            return SEMA_ENOMEM;
+    }
+    return 0;
+}
+
+int sema_map_limit_new(sema_map_limit_t **out, const sema_map_limit_opts_t *opts)
+{
+    sema_map_limit_t *m;
+
+    if (out == NULL)
+        return SEMA_EINVAL;
+    *out = NULL;
+    if (!opts_valid(opts))
+        return SEMA_EINVAL;
+    m = sema__calloc(1, sizeof(*m));
+    if (m == NULL)
+        return SEMA_ENOMEM;
+    m->o = *opts;
+    m->err_index = NO_ERROR;
+    if (alloc_parts(m) != 0) {
+        sema__free(m->ring);
+        sema__free(m->tids);
+        sema__free(m->tid_ok);
+        sema__free(m);
+        return SEMA_ENOMEM;
+    }
+    SEMA__CHECK(pthread_mutex_init(&m->mu, NULL) == 0);
+    SEMA__CHECK(pthread_cond_init(&m->cv, NULL) == 0);
+    SEMA__CHECK(pthread_cond_init(&m->done_cv, NULL) == 0);
+    *out = m;
+    return 0;
+}
+
+void sema_map_limit_free(sema_map_limit_t *m)
+{
+    if (m == NULL)
+        return;
+    SEMA__CHECK(pthread_cond_destroy(&m->done_cv) == 0);
+    SEMA__CHECK(pthread_cond_destroy(&m->cv) == 0);
+    SEMA__CHECK(pthread_mutex_destroy(&m->mu) == 0);
+    sema__free(m->ring);
+    sema__free(m->tids);
+    sema__free(m->tid_ok);
+    sema__free(m);
+}
+
+/* Call the producer without the lock; others wait while it runs. Under mu.
+ * Returns 1 with an item, 0 at the end or on error. */
+static int produce(sema_map_limit_t *m, void **item)
+{
+    int rc;
+
+    m->producing = 1;
+    unlock(m);
+    rc = m->o.next(m->o.ctx, item);
+    lock(m);
+    m->producing = 0;
+    wake_all(m);
+    if (rc == 1)
+        return 1;
+    if (rc == 0)
+        m->producer_done = 1;
+    else
+        record_error(m, m->next_index, rc < 0 ? rc : SEMA_EINVAL);
+    return 0;
+}
+
+/* Wait for a startable item and claim it. Under mu. Returns 1 with *item and
+ * *index set, 0 when this thread should stop. */
+static int take(sema_map_limit_t *m, void **item, uint64_t *index)
+{
+    for (;;) {
+        if (is_stopped(m) || m->producer_done)
+            return 0;
+        if (m->producing || (m->ring != NULL && m->next_index - m->emit_next >= m->o.window)) {
+            wait_cv(m);
+            continue;
+        }
+        if (!produce(m, item))
+            return 0;
+        if (is_stopped(m)) {
+            /* Stopped while producing: the item never starts. */
+            return 0;
+        }
+        *index = m->next_index++;
+        bump(&m->started, 1);
+        bump(&m->active, 1);
+        return 1;
+    }
+}
+
+/* Hand ready results to emit, in order, one at a time, from a loop (never by
+ * recursion). Under mu; drops it around each emit call. */
+static void emit_ready(sema_map_limit_t *m)
+{
+    if (m->ring == NULL || m->emitting)
+        return;
+    m->emitting = 1;
+    while (!atomic_load(&m->cancelled) && m->emit_next < m->err_index &&
+           m->emit_next < m->next_index) {
+        struct slot *s = &m->ring[m->emit_next % m->o.window];
+        uint64_t index = m->emit_next;
+        void *result = s->result;
+        int rc;
+
+        if (s->state != SLOT_DONE)
+            break;
+        s->state = SLOT_EMPTY;
+        s->result = NULL;
+        unlock(m);
+        rc = m->o.emit(m->o.ctx, index, result);
+        lock(m);
+        m->emit_next++;
+        bump(&m->emitted, 1);
+        if (rc != 0)
+            record_error(m, index, rc);
+        wake_all(m);
+    }
+    m->emitting = 0;
+}
+
+/* Item `index` returned `rc`. Under mu. */
+static void finish(sema_map_limit_t *m, uint64_t index, int rc, void *result)
+{
+    bump(&m->active, -1);
+    bump(&m->completed, 1);
+    if (m->ring != NULL) {
+        struct slot *s = &m->ring[index % m->o.window];
+
+        s->state = rc == 0 ? SLOT_DONE : SLOT_FAILED;
+        s->result = result;
+    }
+    if (rc != 0)
+        record_error(m, index, rc);
+    emit_ready(m);
+}
+
+/* Reserve a new worker if every thread is busy and more work may come. Under
+ * mu. Returns the tids slot to create, or -1. */
+static long want_thread(sema_map_limit_t *m)
+{
+    if (m->nthreads >= m->o.limit || m->producer_done || is_stopped(m))
+        return -1;
+    if (atomic_load_explicit(&m->active, memory_order_relaxed) < m->nthreads)
+        return -1;
+    m->live += 2; /* one for the creating step, one for the thread */
+    return (long)(m->nthreads++ - 1);
+}
+
+static void *worker_main(void *arg);
+
+static void leave(sema_map_limit_t *m, size_t n)
+{
+    m->live -= n;
+    if (m->live == 0)
+        SEMA__CHECK(pthread_cond_signal(&m->done_cv) == 0);
+}
+
+static void spawn(sema_map_limit_t *m, long k)
+{
+    pthread_t tid;
+    int ok = pthread_create(&tid, NULL, worker_main, m) == 0;
+
+    lock(m);
+    if (ok) {
+        m->tids[k] = tid;
+        m->tid_ok[k] = 1;
+        bump(&m->threads, 1);
+        leave(m, 1);
+    } else {
+        /* No thread (its slot stays used): the map goes on with the ones it has. */
+        leave(m, 2);
+    }
+    unlock(m);
+}
+
+static void work(sema_map_limit_t *m)
+{
+    void *item;
+    uint64_t index;
+
+    lock(m);
+    while (take(m, &item, &index)) {
+        long k = want_thread(m);
+        void *result = NULL;
+        int rc;
+
+        unlock(m);
+        if (k >= 0)
+            spawn(m, k);
+        rc = m->o.fn(m->o.ctx, index, item, &result);
+        lock(m);
+        finish(m, index, rc, result);
+    }
+    unlock(m);
+}
+
+static void *worker_main(void *arg)
+{
+    sema_map_limit_t *m = arg;
+
+    work(m);
+    lock(m);
+    leave(m, 1);
+    unlock(m);
+    return NULL;
+}
+
+/* After every thread is gone: results that will never be emitted. */
+static void drain(sema_map_limit_t *m)
+{
+    if (m->ring == NULL)
+        return;
+    for (uint64_t i = m->emit_next; i < m->next_index; i++) {
+        struct slot *s = &m->ring[i % m->o.window];
+
+        if (s->state == SLOT_DONE && m->o.discard != NULL)
+            m->o.discard(m->o.ctx, i, s->result);
+        s->state = SLOT_EMPTY;
+        s->result = NULL;
+    }
+}
+
+static void join_all(sema_map_limit_t *m)
+{
+    lock(m);
+    while (m->live > 0)
+        SEMA__CHECK(pthread_cond_wait(&m->done_cv, &m->mu) == 0);
+    unlock(m);
+    for (size_t k = 0; k + 1 < m->o.limit; k++)
+        if (m->tid_ok[k])
+            SEMA__CHECK(pthread_join(m->tids[k], NULL) == 0);
+}
+
+int sema_map_limit_run(sema_map_limit_t *m)
+{
+    int rc;
+
+    if (m == NULL)
+        return SEMA_EINVAL;
+    lock(m);
+    if (m->ran) {
+        unlock(m);
+        return SEMA_EINVAL;
+    }
+    m->ran = 1;
+    m->nthreads = 1;
+    bump(&m->threads, 1);
+    unlock(m);
+    if (!atomic_load(&m->cancelled))
+        work(m);
+    join_all(m);
+    drain(m);
+    if (m->err_index != NO_ERROR)
+        rc = m->err;
+    else
+        rc = atomic_load(&m->cancelled) ? SEMA_ECANCELED : 0;
+    return rc;
+}
+
+void sema_map_limit_cancel(sema_map_limit_t *m)
+{
+    if (m == NULL)
+        return;
+    atomic_store(&m->cancelled, 1);
+    atomic_store(&m->stopped, 1);
+    lock(m);
+    wake_all(m);
+    unlock(m);
+}
+
+void sema_map_limit_stats(const sema_map_limit_t *m, sema_map_limit_stats_t *out)
+{
+    uint64_t started;
+
+    if (m == NULL || out == NULL)
+        return;
+    memset(out, 0, sizeof(*out));
+    started = atomic_load_explicit(&m->started, memory_order_relaxed);
+    out->active = atomic_load_explicit(&m->active, memory_order_relaxed);
+    out->started = started;
+    out->completed = atomic_load_explicit(&m->completed, memory_order_relaxed);
+    out->emitted = atomic_load_explicit(&m->emitted, memory_order_relaxed);
+    out->threads = atomic_load_explicit(&m->threads, memory_order_relaxed);
+    out->stopped = atomic_load(&m->stopped);
+    if (m->o.total == 0)
+        out->pending = SEMA_MAP_LIMIT_UNKNOWN;
+    else
+        out->pending = started >= m->o.total ? 0 : m->o.total - started;
+}
+
+int sema_map_limit(const sema_map_limit_opts_t *opts)
+{
+    sema_map_limit_t *m;
+    int rc = sema_map_limit_new(&m, opts);
+
+    if (rc != 0)
+        return rc;
+    rc = sema_map_limit_run(m);
+    sema_map_limit_free(m);
+    return rc;
+}
+
+/* The array form: a producer over items[] and a fn that writes results[]. */
+struct array_ctx {
+    void *const *items;
+    size_t n, pos;
+    sema_map_limit_fn fn;
+    void *ctx;
+    void **results;
+};
+
+static int array_next(void *arg, void **item)
+{
+    struct array_ctx *a = arg;
+
+    if (a->pos == a->n)
+        return 0;
+    *item = a->items[a->pos++];
+    return 1;
+}
+
+static int array_fn(void *arg, uint64_t index, void *item, void **result)
+{
+    struct array_ctx *a = arg;
+
+    (void)result;
+    return a->fn(a->ctx, index, item, &a->results[index]);
+}
+
+int sema_map_limit_array(void *const *items, size_t n, sema_map_limit_fn fn, void *ctx,
+                         void **results, size_t limit)
+{
+    struct array_ctx a = {items, n, 0, fn, ctx, results};
+    sema_map_limit_opts_t o = {0};
+
+    if (fn == NULL || (n > 0 && (items == NULL || results == NULL)))
+        return SEMA_EINVAL;
+    for (size_t i = 0; i < n; i++)
+        results[i] = NULL;
+    o.limit = limit;
+    o.next = array_next;
+    o.fn = array_fn;
+    o.ctx = &a;
+    o.total = n;
+    return sema_map_limit(&o);
+}
