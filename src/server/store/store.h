@@ -58,8 +58,9 @@ int store_open(store_t **out, const char *dir, store_durability_t durability, ch
 /* Close and release the lock file. NULL is fine. */
 void store_close(store_t *st);
 
-/* Call on_sem for every semaphore, then on_lease for every lease (borrowed records, valid
- * during the call). Returns 0 or a SEMA_E* code with a message in errbuf. */
+/* Call on_sem for every semaphore (by name), then on_lease for every lease (by semaphore,
+ * then fence: grant order) with borrowed records, valid during the call. Records are as
+ * stored: the engine applies expires_at = max(stored, now + ttl_ms) itself. Returns 0 or a SEMA_E* code with a message in errbuf. */
 int store_load(store_t *st, void (*on_sem)(void *arg, const store_sem_t *sem),
                void (*on_lease)(void *arg, const store_lease_t *lease), void *arg, char *errbuf,
                size_t errlen);
@@ -77,6 +78,18 @@ int store_pending(const store_t *st);
 /* Commit the open transaction (one sync in STRICT). Returns 0, or SEMA_EIO / SEMA_ELIMIT
  * (disk full) with the transaction rolled back and a message in errbuf. */
 int store_commit(store_t *st, char *errbuf, size_t errlen);
+
+/* The highest fence the store knows for `name`: its live fence, or the last fence it had
+ * before it was deleted; 0 if never seen. Lets a recreated name go on counting so no fence
+ * is ever reused. Reads inside the open transaction. Returns 0 or SEMA_EIO/SEMA_ENOMEM. */
+int store_last_fence(store_t *st, const char *name, uint64_t *fence);
+
+/* Successful and failed commits since store_open(), for metrics. */
+void store_stats(const store_t *st, uint64_t *commits, uint64_t *commit_failures);
+
+/* Testing: make the next `n` store_commit() calls fail with `code` (SEMA_EIO when 0),
+ * rolled back exactly like a real write failure. */
+void store_inject_commit_failures(store_t *st, int n, int code);
 
 /* Verify a store offline (integrity, version, invariants) without taking it over.
  * Writes a report to `out` (a FILE*), returns 0 if sound. Used by `semad --check DIR`. */

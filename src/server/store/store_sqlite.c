@@ -1,0 +1,738 @@
+/* SPDX-License-Identifier: MIT */
+/* store_sqlite.c - semad's embedded durable store: one SQLite database in WAL mode per
+ * data directory, written ahead of every reply with one transaction per loop tick. */
+#include "store/store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#include "sema/error.h"
+#include "store/store_sqlite.h"
+
+#define STORE_BUSY_MS 200 /* wait this long for a backup reader's checkpoint lock */
+
+static const char schema_sql[] =
+    "CREATE TABLE semaphores("
+    " name TEXT PRIMARY KEY NOT NULL,"
+    " capacity INTEGER NOT NULL,"
+    " available INTEGER NOT NULL,"
+    " fence INTEGER NOT NULL,"
+    " legacy INTEGER NOT NULL,"
+    " created_at INTEGER NOT NULL) WITHOUT ROWID;"
+    "CREATE TABLE leases("
+    " id TEXT PRIMARY KEY NOT NULL,"
+    " sem TEXT NOT NULL,"
+    " weight INTEGER NOT NULL,"
+    " owner TEXT,"
+    " idem_key TEXT,"
+    " fence INTEGER NOT NULL,"
+    " ttl_ms INTEGER NOT NULL,"
+    " acquired_at INTEGER NOT NULL,"
+    " expires_at INTEGER NOT NULL,"
+    " is_lock INTEGER NOT NULL) WITHOUT ROWID;"
+    "CREATE INDEX leases_by_sem ON leases(is_lock, sem, fence);"
+    /* The last fence of every deleted semaphore, so a recreated name can go on counting. */
+    "CREATE TABLE retired(name TEXT PRIMARY KEY NOT NULL, fence INTEGER NOT NULL) WITHOUT ROWID;";
+
+enum {
+    Q_BEGIN,
+    Q_COMMIT,
+    Q_ROLLBACK,
+    Q_PUT_SEM,
+    Q_RETIRE_SEM,
+    Q_DEL_SEM_LEASES,
+    Q_DEL_SEM,
+    Q_PUT_LEASE,
+    Q_DEL_LEASE,
+    Q_LAST_FENCE,
+    Q_COUNT
+};
+
+static const char *const query_sql[Q_COUNT] = {
+    [Q_BEGIN] = "BEGIN IMMEDIATE",
+    [Q_COMMIT] = "COMMIT",
+    [Q_ROLLBACK] = "ROLLBACK",
+    [Q_PUT_SEM] = "INSERT INTO semaphores(name, capacity, available, fence, legacy, created_at)"
+                  " VALUES(?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT(name) DO UPDATE SET"
+                  " capacity = excluded.capacity, available = excluded.available,"
+                  " fence = max(fence, excluded.fence), legacy = excluded.legacy",
+    [Q_RETIRE_SEM] = "INSERT INTO retired(name, fence) SELECT name, fence FROM semaphores"
+                     " WHERE name = ?1 ON CONFLICT(name) DO UPDATE SET"
+                     " fence = max(fence, excluded.fence)",
+    [Q_DEL_SEM_LEASES] = "DELETE FROM leases WHERE is_lock = 0 AND sem = ?1",
+    [Q_DEL_SEM] = "DELETE FROM semaphores WHERE name = ?1",
+    [Q_PUT_LEASE] = "INSERT INTO leases(id, sem, weight, owner, idem_key, fence, ttl_ms,"
+                    " acquired_at, expires_at, is_lock) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8,"
+                    " ?9, ?10) ON CONFLICT(id) DO UPDATE SET sem = excluded.sem,"
+                    " weight = excluded.weight, owner = excluded.owner,"
+                    " idem_key = excluded.idem_key, fence = excluded.fence,"
+                    " ttl_ms = excluded.ttl_ms, acquired_at = excluded.acquired_at,"
+                    " expires_at = excluded.expires_at, is_lock = excluded.is_lock",
+    [Q_DEL_LEASE] = "DELETE FROM leases WHERE id = ?1",
+    [Q_LAST_FENCE] = "SELECT max(coalesce((SELECT fence FROM semaphores WHERE name = ?1), 0),"
+                     " coalesce((SELECT fence FROM retired WHERE name = ?1), 0))",
+};
+
+struct store {
+    sqlite3 *db;
+    sqlite3_stmt *q[Q_COUNT]; /* prepared once, reset after every use */
+    char *path;               /* DIR/sema.db, for messages */
+    int lock_fd;              /* DIR/LOCK, flock()ed for the store's lifetime */
+    store_durability_t durability;
+    int in_tx;            /* BEGIN done, COMMIT not yet */
+    uint64_t pending;     /* mutations in the open transaction */
+    int failed;           /* a put/del failed: the next commit rolls back and fails */
+    char failmsg[256];    /* why, for that commit's errbuf */
+    int inject_left;      /* test hook: this many more commits fail */
+    int inject_code;      /* ... with this code */
+    uint64_t commits;     /* successful commits, for metrics */
+    uint64_t commit_fail; /* failed commits */
+};
+
+/* ---- messages and error codes ------------------------------------------------------- */
+
+static void msg(char *errbuf, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void msg(char *errbuf, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (errbuf == NULL || errlen == 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(errbuf, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* SQLite primary result codes and what they mean for semad. */
+static const struct {
+    int rc;
+    int code;
+    const char *what;
+} rc_table[] = {
+    {SQLITE_NOTADB, SEMA_ECORRUPT, "not a database (corrupt or not a sema store)"},
+    {SQLITE_CORRUPT, SEMA_ECORRUPT, "database is corrupt"},
+    {SQLITE_FULL, SEMA_EIO, "disk full"},
+    {SQLITE_IOERR, SEMA_EIO, "I/O error"},
+    {SQLITE_READONLY, SEMA_EACCES, "read-only"},
+    {SQLITE_PERM, SEMA_EACCES, "permission denied"},
+    {SQLITE_AUTH, SEMA_EACCES, "permission denied"},
+    {SQLITE_CANTOPEN, SEMA_EACCES, "cannot open"},
+    {SQLITE_NOMEM, SEMA_ENOMEM, "out of memory"},
+    {SQLITE_BUSY, SEMA_EIO, "locked by another process"},
+    {SQLITE_LOCKED, SEMA_EIO, "locked"},
+    {SQLITE_TOOBIG, SEMA_EINVAL, "value too big"},
+    {SQLITE_CONSTRAINT, SEMA_EINVAL, "constraint failed"},
+    {SQLITE_MISMATCH, SEMA_EINVAL, "type mismatch"},
+};
+
+static int map_rc(int rc, const char **what)
+{
+    for (size_t i = 0; i < sizeof rc_table / sizeof rc_table[0]; i++) {
+        if (rc_table[i].rc == (rc & 0xff)) {
+            *what = rc_table[i].what;
+            return rc_table[i].code;
+        }
+    }
+    *what = "database error";
+    return SEMA_EIO;
+}
+
+/* Turn an SQLite failure into a SEMA_E* code and a message naming the file. */
+static int db_error(sqlite3 *db, int rc, const char *path, const char *doing, char *errbuf,
+                    size_t errlen)
+{
+    const char *what;
+    int code = map_rc(rc, &what);
+    int sys = db != NULL ? sqlite3_system_errno(db) : 0;
+
+    msg(errbuf, errlen, "%s: %s: %s (%s%s%s)", path, doing, what,
+        db != NULL ? sqlite3_errmsg(db) : sqlite3_errstr(rc), sys != 0 ? "; " : "",
+        sys != 0 ? strerror(sys) : "");
+    if (code == SEMA_EACCES && sys != 0 && sys != EACCES && sys != EPERM && sys != EROFS)
+        code = SEMA_EIO;
+    return code;
+}
+
+static int errno_code(int err)
+{
+    return err == EACCES || err == EPERM || err == EROFS ? SEMA_EACCES : SEMA_EIO;
+}
+
+static char *join_path(const char *dir, const char *name)
+{
+    size_t n = strlen(dir) + 1 + strlen(name) + 1;
+    char *p = malloc(n);
+
+    if (p != NULL)
+        snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+/* ---- the data directory and its lock file ------------------------------------------- */
+
+/* mkdir -p with mode 0700 for the directories it creates. */
+static int make_dir(const char *dir, char *errbuf, size_t errlen)
+{
+    char *p = strdup(dir);
+    struct stat sb;
+    int rc = 0;
+
+    if (p == NULL)
+        return SEMA_ENOMEM;
+    for (char *s = p + 1; rc == 0; s++) {
+        if (*s != '/' && *s != '\0')
+            continue;
+        char c = *s;
+        *s = '\0';
+        if (mkdir(p, 0700) != 0 && errno != EEXIST) {
+            msg(errbuf, errlen, "%s: cannot create the data directory: %s", p, strerror(errno));
+            rc = errno_code(errno);
+        }
+        *s = c;
+        if (c == '\0')
+            break;
+    }
+    free(p);
+    if (rc == 0 && (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))) {
+        msg(errbuf, errlen, "%s: not a directory", dir);
+        rc = SEMA_EIO;
+    }
+    return rc;
+}
+
+/* The pid written in a lock file, or 0. */
+static long lock_holder(int fd)
+{
+    char buf[32];
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    return strtol(buf, NULL, 10);
+}
+
+/* Take DIR/LOCK (flock, exclusive, never waiting) and write our pid into it. */
+static int take_lock(const char *dir, int *out_fd, char *errbuf, size_t errlen)
+{
+    char *path = join_path(dir, STORE_LOCK_NAME);
+    char pid[32];
+    int fd, n, rc = 0;
+
+    if (path == NULL)
+        return SEMA_ENOMEM;
+    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        msg(errbuf, errlen, "%s: cannot open the lock file: %s", path, strerror(errno));
+        rc = errno_code(errno);
+    } else if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        if (errno == EWOULDBLOCK) {
+            msg(errbuf, errlen,
+                "%s: the data directory is in use by another semad (pid %ld); stop it or use "
+                "another --data directory",
+                path, lock_holder(fd));
+            rc = SEMA_EBUSY;
+        } else {
+            msg(errbuf, errlen, "%s: cannot lock: %s", path, strerror(errno));
+            rc = SEMA_EIO;
+        }
+    } else {
+        n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+        if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
+            msg(errbuf, errlen, "%s: cannot write the lock file: %s", path, strerror(errno));
+            rc = errno_code(errno);
+        }
+    }
+    if (rc != 0 && fd >= 0)
+        close(fd);
+    free(path);
+    *out_fd = rc == 0 ? fd : -1;
+    return rc;
+}
+
+/* ---- opening ------------------------------------------------------------------------- */
+
+/* Run `sql` that returns one integer (a pragma, a count). */
+static int query_int(sqlite3 *db, const char *sql, int64_t *out)
+{
+    sqlite3_stmt *s;
+    int rc = sqlite3_prepare_v2(db, sql, -1, &s, NULL);
+
+    if (rc != SQLITE_OK)
+        return rc;
+    rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+        *out = sqlite3_column_int64(s, 0);
+        rc = SQLITE_OK;
+    }
+    sqlite3_finalize(s);
+    return rc;
+}
+
+/* Run `sql` that returns one text row; copy it into buf. */
+static int query_text(sqlite3 *db, const char *sql, char *buf, size_t len)
+{
+    sqlite3_stmt *s;
+    int rc = sqlite3_prepare_v2(db, sql, -1, &s, NULL);
+
+    if (rc != SQLITE_OK)
+        return rc;
+    buf[0] = '\0';
+    rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+        const unsigned char *t = sqlite3_column_text(s, 0);
+        snprintf(buf, len, "%s", t != NULL ? (const char *)t : "");
+        rc = SQLITE_OK;
+    }
+    sqlite3_finalize(s);
+    return rc;
+}
+
+/* Create the schema in a new, empty database. */
+static int create_schema(store_t *st, char *errbuf, size_t errlen)
+{
+    char sql[sizeof schema_sql + 128];
+    int rc;
+
+    snprintf(sql, sizeof sql,
+             "BEGIN; %s PRAGMA application_id = %d; PRAGMA user_version = %d; COMMIT;", schema_sql,
+             STORE_APP_ID, STORE_FORMAT);
+    rc = sqlite3_exec(st->db, sql, NULL, NULL, NULL);
+    if (rc != SQLITE_OK) {
+        int code = db_error(st->db, rc, st->path, "cannot create the schema", errbuf, errlen);
+        sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+        return code;
+    }
+    return 0;
+}
+
+/* Is this file ours and of our format? Creates the schema in an empty database. */
+static int check_format(store_t *st, char *errbuf, size_t errlen)
+{
+    int64_t app = 0, ver = 0, objects = 0;
+    int rc = query_int(st->db, "PRAGMA application_id", &app);
+
+    if (rc == SQLITE_OK)
+        rc = query_int(st->db, "PRAGMA user_version", &ver);
+    if (rc == SQLITE_OK)
+        rc = query_int(st->db, "SELECT count(*) FROM sqlite_master", &objects);
+    if (rc != SQLITE_OK)
+        return db_error(st->db, rc, st->path, "cannot read the header", errbuf, errlen);
+    if (app == 0 && ver == 0 && objects == 0)
+        return create_schema(st, errbuf, errlen);
+    if (app != STORE_APP_ID) {
+        msg(errbuf, errlen,
+            "%s: an SQLite database but not a sema store (application_id %" PRId64 ")", st->path,
+            app);
+        return SEMA_ECORRUPT;
+    }
+    if (ver != STORE_FORMAT) {
+        msg(errbuf, errlen,
+            "%s: store format version %" PRId64 ", this semad reads version %d only%s", st->path,
+            ver, STORE_FORMAT, ver > STORE_FORMAT ? " (written by a newer semad)" : "");
+        return SEMA_EVERSION;
+    }
+    return 0;
+}
+
+/* PRAGMA quick_check: a cheap structural check before we trust the file. */
+static int quick_check(store_t *st, char *errbuf, size_t errlen)
+{
+    char result[200];
+    int rc = query_text(st->db, "PRAGMA quick_check(1)", result, sizeof result);
+
+    if (rc != SQLITE_OK)
+        return db_error(st->db, rc, st->path, "integrity check failed", errbuf, errlen);
+    if (strcmp(result, "ok") != 0) {
+        msg(errbuf, errlen, "%s: database is corrupt (quick_check: %s); see docs/durability.md",
+            st->path, result);
+        return SEMA_ECORRUPT;
+    }
+    return 0;
+}
+
+static int set_pragmas(store_t *st, char *errbuf, size_t errlen)
+{
+    char mode[16], sql[160];
+    int rc = query_text(st->db, "PRAGMA journal_mode = WAL", mode, sizeof mode);
+
+    if (rc != SQLITE_OK)
+        return db_error(st->db, rc, st->path, "cannot switch to WAL mode", errbuf, errlen);
+    if (strcmp(mode, "wal") != 0) {
+        msg(errbuf, errlen, "%s: cannot switch to WAL mode (journal_mode is %s)", st->path, mode);
+        return SEMA_EIO;
+    }
+    /* FULL: every commit fdatasyncs the WAL. NORMAL: the WAL is synced only at checkpoints,
+     * so an OS crash or power loss may drop the last commits; a process crash loses none. */
+    snprintf(sql, sizeof sql,
+             "PRAGMA synchronous = %s; PRAGMA journal_size_limit = 67108864;"
+             " PRAGMA cache_size = -32768; PRAGMA temp_store = MEMORY;",
+             st->durability == STORE_STRICT ? "FULL" : "NORMAL");
+    rc = sqlite3_exec(st->db, sql, NULL, NULL, NULL);
+    if (rc != SQLITE_OK)
+        return db_error(st->db, rc, st->path, "cannot configure", errbuf, errlen);
+    sqlite3_busy_timeout(st->db, STORE_BUSY_MS);
+    return 0;
+}
+
+static int prepare_all(store_t *st, char *errbuf, size_t errlen)
+{
+    for (int i = 0; i < Q_COUNT; i++) {
+        int rc = sqlite3_prepare_v3(st->db, query_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &st->q[i],
+                                    NULL);
+        if (rc != SQLITE_OK)
+            return db_error(st->db, rc, st->path, "cannot prepare statements", errbuf, errlen);
+    }
+    return 0;
+}
+
+/* Create DIR/sema.db with mode 0600 if it does not exist (SQLite would use 0644). */
+static int touch_db(const char *path, char *errbuf, size_t errlen)
+{
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+
+    if (fd < 0) {
+        msg(errbuf, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return errno_code(errno);
+    }
+    close(fd);
+    return 0;
+}
+
+static int open_db(store_t *st, char *errbuf, size_t errlen)
+{
+    int rc = touch_db(st->path, errbuf, errlen);
+
+    if (rc != 0)
+        return rc;
+    rc = sqlite3_open_v2(st->path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc != SQLITE_OK)
+        return db_error(st->db, rc, st->path, "cannot open", errbuf, errlen);
+    sqlite3_extended_result_codes(st->db, 1);
+    rc = check_format(st, errbuf, errlen);
+    if (rc == 0)
+        rc = quick_check(st, errbuf, errlen);
+    if (rc == 0)
+        rc = set_pragmas(st, errbuf, errlen);
+    if (rc == 0)
+        rc = prepare_all(st, errbuf, errlen);
+    return rc;
+}
+
+int store_open(store_t **out, const char *dir, store_durability_t durability, char *errbuf,
+               size_t errlen)
+{
+    store_t *st;
+    int rc;
+
+    *out = NULL;
+    if (dir == NULL || dir[0] == '\0' || durability == STORE_NONE) {
+        msg(errbuf, errlen, "store_open: a data directory and strict or relaxed durability");
+        return SEMA_EINVAL;
+    }
+    st = calloc(1, sizeof *st);
+    if (st == NULL)
+        return SEMA_ENOMEM;
+    st->lock_fd = -1;
+    st->durability = durability;
+    st->path = join_path(dir, STORE_DB_NAME);
+    rc = st->path != NULL ? make_dir(dir, errbuf, errlen) : SEMA_ENOMEM;
+    if (rc == 0)
+        rc = take_lock(dir, &st->lock_fd, errbuf, errlen);
+    if (rc == 0)
+        rc = open_db(st, errbuf, errlen);
+    if (rc != 0) {
+        store_close(st);
+        return rc;
+    }
+    *out = st;
+    return 0;
+}
+
+static void rollback(store_t *st)
+{
+    /* After SQLITE_FULL or an I/O error SQLite may have rolled back already. */
+    if (!sqlite3_get_autocommit(st->db)) {
+        sqlite3_step(st->q[Q_ROLLBACK]);
+        sqlite3_reset(st->q[Q_ROLLBACK]);
+    }
+    st->in_tx = 0;
+    st->pending = 0;
+    st->failed = 0;
+}
+
+void store_close(store_t *st)
+{
+    if (st == NULL)
+        return;
+    if (st->db != NULL && st->q[Q_ROLLBACK] != NULL)
+        rollback(st); /* uncommitted mutations were never acknowledged */
+    for (int i = 0; i < Q_COUNT; i++)
+        sqlite3_finalize(st->q[i]);
+    sqlite3_close(st->db);
+    if (st->lock_fd >= 0)
+        close(st->lock_fd); /* releases the flock */
+    free(st->path);
+    free(st);
+}
+
+/* ---- loading ------------------------------------------------------------------------- */
+
+static const char *col_text(sqlite3_stmt *s, int i)
+{
+    return (const char *)sqlite3_column_text(s, i);
+}
+
+static int load_sems(store_t *st, void (*on_sem)(void *, const store_sem_t *), void *arg)
+{
+    sqlite3_stmt *s;
+    int rc = sqlite3_prepare_v2(st->db,
+                                "SELECT name, capacity, available, fence, legacy, created_at"
+                                " FROM semaphores ORDER BY name",
+                                -1, &s, NULL);
+
+    if (rc != SQLITE_OK)
+        return rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        store_sem_t sem = {
+            .name = col_text(s, 0),
+            .capacity = (uint64_t)sqlite3_column_int64(s, 1),
+            .available = sqlite3_column_int64(s, 2),
+            .fence = (uint64_t)sqlite3_column_int64(s, 3),
+            .legacy = sqlite3_column_int(s, 4),
+            .created_at_ms = sqlite3_column_int64(s, 5),
+        };
+        if (sem.name != NULL && on_sem != NULL)
+            on_sem(arg, &sem);
+    }
+    sqlite3_finalize(s);
+    return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+static int load_leases(store_t *st, void (*on_lease)(void *, const store_lease_t *), void *arg)
+{
+    sqlite3_stmt *s;
+    int rc = sqlite3_prepare_v2(st->db,
+                                "SELECT id, sem, weight, owner, idem_key, fence, ttl_ms,"
+                                " acquired_at, expires_at, is_lock FROM leases"
+                                " ORDER BY is_lock, sem, fence",
+                                -1, &s, NULL);
+
+    if (rc != SQLITE_OK)
+        return rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        store_lease_t l = {
+            .id = col_text(s, 0),
+            .sem = col_text(s, 1),
+            .weight = (uint64_t)sqlite3_column_int64(s, 2),
+            .owner = col_text(s, 3),
+            .idem_key = col_text(s, 4),
+            .fence = (uint64_t)sqlite3_column_int64(s, 5),
+            .ttl_ms = sqlite3_column_int64(s, 6),
+            .acquired_at_ms = sqlite3_column_int64(s, 7),
+            .expires_at_ms = sqlite3_column_int64(s, 8),
+            .is_lock = sqlite3_column_int(s, 9),
+        };
+        if (l.id != NULL && l.sem != NULL && on_lease != NULL)
+            on_lease(arg, &l);
+    }
+    sqlite3_finalize(s);
+    return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+int store_load(store_t *st, void (*on_sem)(void *arg, const store_sem_t *sem),
+               void (*on_lease)(void *arg, const store_lease_t *lease), void *arg, char *errbuf,
+               size_t errlen)
+{
+    int rc = load_sems(st, on_sem, arg);
+
+    if (rc == SQLITE_OK)
+        rc = load_leases(st, on_lease, arg);
+    if (rc != SQLITE_OK)
+        return db_error(st->db, rc, st->path, "cannot load", errbuf, errlen);
+    return 0;
+}
+
+/* ---- writing ------------------------------------------------------------------------- */
+
+/* Remember the first failure of this transaction; the commit reports it. */
+static int fail_tx(store_t *st, int rc, const char *doing)
+{
+    int code = db_error(st->db, rc, st->path, doing, st->failmsg, sizeof st->failmsg);
+
+    if (!st->failed)
+        st->failed = code;
+    return code;
+}
+
+static int begin(store_t *st)
+{
+    int rc;
+
+    if (st->failed)
+        return st->failed;
+    if (st->in_tx)
+        return 0;
+    rc = sqlite3_step(st->q[Q_BEGIN]);
+    sqlite3_reset(st->q[Q_BEGIN]);
+    st->in_tx = 1; /* even on failure: the commit must report it */
+    if (rc != SQLITE_DONE)
+        return fail_tx(st, rc, "cannot begin a transaction");
+    return 0;
+}
+
+/* Step a bound write statement to completion inside the transaction. */
+static int run_write(store_t *st, sqlite3_stmt *s, const char *doing)
+{
+    int rc = sqlite3_step(s);
+
+    sqlite3_reset(s);
+    sqlite3_clear_bindings(s);
+    if (rc != SQLITE_DONE)
+        return fail_tx(st, rc, doing);
+    st->pending++;
+    return 0;
+}
+
+static void bind_text(sqlite3_stmt *s, int i, const char *t)
+{
+    if (t != NULL)
+        sqlite3_bind_text(s, i, t, -1, SQLITE_STATIC);
+    else
+        sqlite3_bind_null(s, i);
+}
+
+int store_put_sem(store_t *st, const store_sem_t *sem)
+{
+    sqlite3_stmt *s = st->q[Q_PUT_SEM];
+    int rc = begin(st);
+
+    if (rc != 0)
+        return rc;
+    bind_text(s, 1, sem->name);
+    sqlite3_bind_int64(s, 2, (sqlite3_int64)sem->capacity);
+    sqlite3_bind_int64(s, 3, sem->available);
+    sqlite3_bind_int64(s, 4, (sqlite3_int64)sem->fence);
+    sqlite3_bind_int(s, 5, sem->legacy != 0);
+    sqlite3_bind_int64(s, 6, sem->created_at_ms);
+    return run_write(st, s, "cannot write a semaphore");
+}
+
+int store_del_sem(store_t *st, const char *name)
+{
+    static const int steps[] = {Q_RETIRE_SEM, Q_DEL_SEM_LEASES, Q_DEL_SEM};
+    int rc = begin(st);
+
+    for (size_t i = 0; rc == 0 && i < sizeof steps / sizeof steps[0]; i++) {
+        bind_text(st->q[steps[i]], 1, name);
+        rc = run_write(st, st->q[steps[i]], "cannot delete a semaphore");
+    }
+    return rc;
+}
+
+int store_put_lease(store_t *st, const store_lease_t *l)
+{
+    sqlite3_stmt *s = st->q[Q_PUT_LEASE];
+    int rc = begin(st);
+
+    if (rc != 0)
+        return rc;
+    bind_text(s, 1, l->id);
+    bind_text(s, 2, l->sem);
+    sqlite3_bind_int64(s, 3, (sqlite3_int64)l->weight);
+    bind_text(s, 4, l->owner);
+    bind_text(s, 5, l->idem_key);
+    sqlite3_bind_int64(s, 6, (sqlite3_int64)l->fence);
+    sqlite3_bind_int64(s, 7, l->ttl_ms);
+    sqlite3_bind_int64(s, 8, l->acquired_at_ms);
+    sqlite3_bind_int64(s, 9, l->expires_at_ms);
+    sqlite3_bind_int(s, 10, l->is_lock != 0);
+    return run_write(st, s, "cannot write a lease");
+}
+
+int store_del_lease(store_t *st, const char *id)
+{
+    int rc = begin(st);
+
+    if (rc != 0)
+        return rc;
+    bind_text(st->q[Q_DEL_LEASE], 1, id);
+    return run_write(st, st->q[Q_DEL_LEASE], "cannot delete a lease");
+}
+
+int store_pending(const store_t *st)
+{
+    return st != NULL && st->in_tx;
+}
+
+int store_commit(store_t *st, char *errbuf, size_t errlen)
+{
+    int rc, code;
+
+    if (!st->in_tx)
+        return 0;
+    if (st->failed == 0 && st->inject_left > 0) {
+        st->inject_left--;
+        st->failed = st->inject_code;
+        snprintf(st->failmsg, sizeof st->failmsg, "%s: commit failed (injected for a test)",
+                 st->path);
+    }
+    if (st->failed != 0) {
+        code = st->failed;
+        msg(errbuf, errlen, "%s", st->failmsg);
+        rollback(st);
+        st->commit_fail++;
+        return code;
+    }
+    rc = sqlite3_step(st->q[Q_COMMIT]);
+    sqlite3_reset(st->q[Q_COMMIT]);
+    if (rc != SQLITE_DONE) {
+        code = db_error(st->db, rc, st->path, "commit failed, rolled back", errbuf, errlen);
+        rollback(st);
+        st->commit_fail++;
+        return code;
+    }
+    st->in_tx = 0;
+    st->pending = 0;
+    st->commits++;
+    return 0;
+}
+
+int store_last_fence(store_t *st, const char *name, uint64_t *fence)
+{
+    sqlite3_stmt *s = st->q[Q_LAST_FENCE];
+    int rc;
+
+    *fence = 0;
+    bind_text(s, 1, name);
+    rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW)
+        *fence = (uint64_t)sqlite3_column_int64(s, 0);
+    sqlite3_reset(s);
+    sqlite3_clear_bindings(s);
+    return rc == SQLITE_ROW ? 0 : map_rc(rc, &(const char *){NULL});
+}
+
+void store_inject_commit_failures(store_t *st, int n, int code)
+{
+    st->inject_left = n;
+    st->inject_code = code != 0 ? code : SEMA_EIO;
+}
+
+void store_stats(const store_t *st, uint64_t *commits, uint64_t *commit_failures)
+{
+    *commits = st != NULL ? st->commits : 0;
+    *commit_failures = st != NULL ? st->commit_fail : 0;
+}

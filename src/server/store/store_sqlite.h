@@ -1,0 +1,14 @@
+/* SPDX-License-Identifier: MIT */
+/* store_sqlite.h - constants of the embedded store's file format, shared by the store and
+ * its offline checker; never included outside src/server/store. */
+#ifndef SEMAD_STORE_SQLITE_H
+#define SEMAD_STORE_SQLITE_H
+
+/* Bump STORE_FORMAT when the schema changes; an older semad then refuses the file
+ * (SEMA_EVERSION) instead of misreading it. */
+#define STORE_APP_ID 0x53454D41 /* "SEMA", the database header's application_id */
+#define STORE_FORMAT 1
+#define STORE_DB_NAME "sema.db"
+#define STORE_LOCK_NAME "LOCK"
+
+#endif /* SEMAD_STORE_SQLITE_H */
