@@ -45,10 +45,6 @@ static const struct {
     {1, "semaphore with an impossible capacity or fence",
      "SELECT 'semaphore ' || quote(name) || ': capacity ' || capacity || ', fence ' || fence"
      " FROM semaphores WHERE name = '' OR capacity < 0 OR fence < 0"},
-    {1, "v1 lease heavier than its semaphore's capacity when granted",
-     "SELECT 'lease ' || l.id || ' of ' || l.sem || ': weight ' || l.weight ||"
-     " ' > capacity ' || s.capacity FROM leases l JOIN semaphores s ON s.name = l.sem"
-     " WHERE l.is_lock = 0 AND s.legacy = 0 AND l.weight > s.capacity AND l.fence = s.fence"},
     {1, "exclusive keyed lock held together with another lease",
      "SELECT 'lock ' || sem || ': ' || count(*) || ' leases, one of weight ' || max(weight)"
      " FROM leases WHERE is_lock = 1 GROUP BY sem HAVING count(*) > 1 AND max(weight) > 1"},

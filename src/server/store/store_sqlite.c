@@ -356,6 +356,8 @@ static int quick_check(store_t *st, char *errbuf, size_t errlen)
     if (rc != SQLITE_OK)
         return db_error(st->db, rc, st->path, "integrity check failed", errbuf, errlen);
     if (strcmp(result, "ok") != 0) {
+        for (char *c = result; *c != '\0'; c++)
+            *c = *c == '\n' ? ' ' : *c;
         msg(errbuf, errlen, "%s: database is corrupt (quick_check: %s); see docs/durability.md",
             st->path, result);
         return SEMA_ECORRUPT;

@@ -1,0 +1,715 @@
+/* SPDX-License-Identifier: MIT */
+/* test_store.c - semad's embedded store: round trips, group commit, write failures that
+ * roll back, refusing to start on a bad, foreign, newer or locked store, the offline check. */
+#include "test.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#include "sema/error.h"
+#include "store/store.h"
+
+/* ---- helpers ------------------------------------------------------------------------- */
+
+static char tmp_root[64];
+
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void cleanup_tmp(void)
+{
+    char mnt[128];
+
+    if (tmp_root[0] == '\0')
+        return;
+    snprintf(mnt, sizeof mnt, "%s/data", tmp_root);
+    umount2(mnt, MNT_DETACH); /* the small tmpfs of the disk-full case, if mounted */
+    nftw(tmp_root, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* A fresh directory for this test case; removed at exit. Returns `DIR/data` (not created:
+ * store_open creates it). */
+static const char *data_dir(void)
+{
+    static char dir[128];
+
+    snprintf(tmp_root, sizeof tmp_root, "/tmp/sema-store-XXXXXX");
+    ASSERT_NOT_NULL(mkdtemp(tmp_root));
+    atexit(cleanup_tmp);
+    snprintf(dir, sizeof dir, "%s/data", tmp_root);
+    return dir;
+}
+
+static store_t *open_ok(const char *dir, store_durability_t d)
+{
+    char err[512] = "";
+    store_t *st = NULL;
+    int rc = store_open(&st, dir, d, err, sizeof err);
+
+    if (rc != 0)
+        fprintf(stderr, "store_open: %s\n", err);
+    ASSERT_OK(rc);
+    ASSERT_NOT_NULL(st);
+    return st;
+}
+
+static void commit_ok(store_t *st)
+{
+    char err[512] = "";
+    int rc = store_commit(st, err, sizeof err);
+
+    if (rc != 0)
+        fprintf(stderr, "store_commit: %s\n", err);
+    ASSERT_OK(rc);
+}
+
+static store_sem_t sem_rec(const char *name, uint64_t cap, uint64_t fence)
+{
+    store_sem_t s = {.name = name,
+                     .capacity = cap,
+                     .available = (int64_t)cap,
+                     .fence = fence,
+                     .legacy = 0,
+                     .created_at_ms = 1700000000000};
+    return s;
+}
+
+static store_lease_t lease_rec(const char *id, const char *sem, uint64_t w, uint64_t fence)
+{
+    store_lease_t l = {.id = id,
+                       .sem = sem,
+                       .weight = w,
+                       .owner = "worker-1",
+                       .idem_key = NULL,
+                       .fence = fence,
+                       .ttl_ms = 30000,
+                       .acquired_at_ms = 1700000001000,
+                       .expires_at_ms = 1700000031000,
+                       .is_lock = 0};
+    return l;
+}
+
+/* What store_load delivered, copied. */
+#define MAX_LOADED 64
+struct loaded {
+    int nsem, nlease;
+    store_sem_t sem[MAX_LOADED];
+    store_lease_t lease[MAX_LOADED];
+    char text[MAX_LOADED * 6][96];
+    int ntext;
+};
+
+static const char *keep(struct loaded *ld, const char *s)
+{
+    if (s == NULL)
+        return NULL;
+    ASSERT_LT(ld->ntext, MAX_LOADED * 6);
+    snprintf(ld->text[ld->ntext], sizeof ld->text[0], "%s", s);
+    return ld->text[ld->ntext++];
+}
+
+static void on_sem(void *arg, const store_sem_t *s)
+{
+    struct loaded *ld = arg;
+
+    ASSERT_LT(ld->nsem, MAX_LOADED);
+    ld->sem[ld->nsem] = *s;
+    ld->sem[ld->nsem].name = keep(ld, s->name);
+    ld->nsem++;
+}
+
+static void on_lease(void *arg, const store_lease_t *l)
+{
+    struct loaded *ld = arg;
+
+    ASSERT_LT(ld->nlease, MAX_LOADED);
+    ld->lease[ld->nlease] = *l;
+    ld->lease[ld->nlease].id = keep(ld, l->id);
+    ld->lease[ld->nlease].sem = keep(ld, l->sem);
+    ld->lease[ld->nlease].owner = keep(ld, l->owner);
+    ld->lease[ld->nlease].idem_key = keep(ld, l->idem_key);
+    ld->nlease++;
+}
+
+static void load_ok(store_t *st, struct loaded *ld)
+{
+    char err[512] = "";
+
+    memset(ld, 0, sizeof *ld);
+    ASSERT_OK(store_load(st, on_sem, on_lease, ld, err, sizeof err));
+}
+
+/* Reopen `dir` and load what is durable there. */
+static void reload(const char *dir, struct loaded *ld)
+{
+    store_t *st = open_ok(dir, STORE_STRICT);
+
+    load_ok(st, ld);
+    store_close(st);
+}
+
+static void path_in(char *buf, size_t len, const char *dir, const char *name)
+{
+    snprintf(buf, len, "%s/%s", dir, name);
+}
+
+/* Run SQL on the store's file directly (to forge bad stores). */
+static void raw_sql(const char *dir, const char *sql)
+{
+    char path[256];
+    sqlite3 *db;
+
+    path_in(path, sizeof path, dir, "sema.db");
+    ASSERT_EQ(sqlite3_open(path, &db), SQLITE_OK);
+    if (sqlite3_exec(db, sql, NULL, NULL, NULL) != SQLITE_OK)
+        TEST_FAIL_("%s: %s", sql, sqlite3_errmsg(db));
+    sqlite3_close(db);
+}
+
+static int open_fails(const char *dir, char *err, size_t len)
+{
+    store_t *st = NULL;
+    int rc = store_open(&st, dir, STORE_STRICT, err, len);
+
+    ASSERT_NULL(st);
+    fprintf(stderr, "refused (%s): %s\n", sema_err_name(rc), err);
+    return rc;
+}
+
+/* A store with two semaphores and one lease, committed and closed. */
+static void make_store(const char *dir)
+{
+    store_t *st = open_ok(dir, STORE_STRICT);
+    store_sem_t a = sem_rec("alpha", 5, 3), b = sem_rec("beta", 1, 0);
+    store_lease_t l = lease_rec("L1", "alpha", 2, 3);
+
+    ASSERT_OK(store_put_sem(st, &a));
+    ASSERT_OK(store_put_sem(st, &b));
+    ASSERT_OK(store_put_lease(st, &l));
+    commit_ok(st);
+    store_close(st);
+}
+
+/* ---- round trips ---------------------------------------------------------------------- */
+
+TEST(round_trip)
+{
+    const char *dir = data_dir();
+    store_t *st = open_ok(dir, STORE_STRICT);
+    store_sem_t a = sem_rec("alpha", 5, 7), g = sem_rec("legacy-g", 0, 0);
+    store_lease_t l1 = lease_rec("L1", "alpha", 2, 6), l2 = lease_rec("L2", "alpha", 3, 7);
+    store_lease_t k = lease_rec("K1", "lock/key", 1, 1);
+    struct loaded ld;
+
+    g.legacy = 1;
+    g.available = 4; /* `up` raised it above capacity */
+    l2.owner = NULL;
+    l2.idem_key = "retry-17";
+    k.is_lock = 1;
+    ASSERT_OK(store_put_sem(st, &a));
+    ASSERT_OK(store_put_sem(st, &g));
+    ASSERT_OK(store_put_lease(st, &l2));
+    ASSERT_OK(store_put_lease(st, &l1));
+    ASSERT_OK(store_put_lease(st, &k));
+    commit_ok(st);
+    store_close(st);
+
+    reload(dir, &ld);
+    ASSERT_EQ(ld.nsem, 2);
+    ASSERT_STREQ(ld.sem[0].name, "alpha");
+    ASSERT_EQ(ld.sem[0].capacity, 5);
+    ASSERT_EQ(ld.sem[0].fence, 7);
+    ASSERT_EQ(ld.sem[0].legacy, 0);
+    ASSERT_EQ(ld.sem[0].created_at_ms, 1700000000000);
+    ASSERT_STREQ(ld.sem[1].name, "legacy-g");
+    ASSERT_EQ(ld.sem[1].legacy, 1);
+    ASSERT_EQ(ld.sem[1].available, 4);
+    ASSERT_EQ(ld.nlease, 3);
+    /* semaphore leases first, in fence (grant) order; then keyed-lock leases */
+    ASSERT_STREQ(ld.lease[0].id, "L1");
+    ASSERT_STREQ(ld.lease[1].id, "L2");
+    ASSERT_NULL(ld.lease[1].owner);
+    ASSERT_STREQ(ld.lease[1].idem_key, "retry-17");
+    ASSERT_EQ(ld.lease[1].weight, 3);
+    ASSERT_EQ(ld.lease[1].fence, 7);
+    ASSERT_EQ(ld.lease[1].ttl_ms, 30000);
+    ASSERT_EQ(ld.lease[1].acquired_at_ms, 1700000001000);
+    ASSERT_EQ(ld.lease[1].expires_at_ms, 1700000031000);
+    ASSERT_STREQ(ld.lease[2].id, "K1");
+    ASSERT_EQ(ld.lease[2].is_lock, 1);
+    ASSERT_STREQ(ld.lease[0].owner, "worker-1");
+}
+
+TEST(files_are_private_and_wal)
+{
+    const char *dir = data_dir();
+    char path[256], mode[16] = "";
+    struct stat sb;
+    sqlite3 *db;
+    sqlite3_stmt *s;
+
+    make_store(dir);
+    ASSERT_OK(stat(dir, &sb));
+    ASSERT_EQ(sb.st_mode & 0777, 0700);
+    path_in(path, sizeof path, dir, "sema.db");
+    ASSERT_OK(stat(path, &sb));
+    ASSERT_EQ(sb.st_mode & 0777, 0600);
+    path_in(path, sizeof path, dir, "LOCK");
+    ASSERT_OK(stat(path, &sb));
+    ASSERT_EQ(sb.st_mode & 0777, 0600);
+    path_in(path, sizeof path, dir, "sema.db");
+    ASSERT_EQ(sqlite3_open(path, &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &s, NULL), SQLITE_OK);
+    ASSERT_EQ(sqlite3_step(s), SQLITE_ROW);
+    snprintf(mode, sizeof mode, "%s", (const char *)sqlite3_column_text(s, 0));
+    sqlite3_finalize(s);
+    sqlite3_close(db);
+    ASSERT_STREQ(mode, "wal");
+}
+
+TEST(group_commit_is_atomic)
+{
+    const char *dir = data_dir();
+    store_t *st = open_ok(dir, STORE_RELAXED);
+    char name[32];
+    struct loaded ld;
+
+    ASSERT_EQ(store_pending(st), 0);
+    ASSERT_OK(store_commit(st, NULL, 0)); /* nothing to commit */
+    for (int i = 0; i < 20; i++) {
+        snprintf(name, sizeof name, "s%02d", i);
+        store_sem_t s = sem_rec(name, (uint64_t)i + 1, 0);
+        ASSERT_OK(store_put_sem(st, &s));
+    }
+    ASSERT_EQ(store_pending(st), 1);
+    commit_ok(st);
+    ASSERT_EQ(store_pending(st), 0);
+    /* A tick whose commit never happened (the process died) leaves nothing behind. */
+    store_sem_t lost = sem_rec("zz-never-committed", 1, 0);
+    ASSERT_OK(store_put_sem(st, &lost));
+    ASSERT_OK(store_del_sem(st, "s00"));
+    store_close(st);
+
+    reload(dir, &ld);
+    ASSERT_EQ(ld.nsem, 20);
+    ASSERT_STREQ(ld.sem[0].name, "s00");
+    ASSERT_STREQ(ld.sem[19].name, "s19");
+    ASSERT_EQ(ld.sem[19].capacity, 20);
+}
+
+TEST(delete_removes_its_leases_and_keeps_its_fence)
+{
+    const char *dir = data_dir();
+    store_t *st;
+    store_sem_t a = sem_rec("alpha", 5, 9);
+    store_lease_t l = lease_rec("L1", "alpha", 1, 9), k = lease_rec("K1", "alpha", 1, 4);
+    struct loaded ld;
+    uint64_t fence = 99;
+
+    make_store(dir);
+    st = open_ok(dir, STORE_STRICT);
+    k.is_lock = 1; /* a keyed lock whose key happens to equal the semaphore's name */
+    ASSERT_OK(store_put_sem(st, &a));
+    ASSERT_OK(store_put_lease(st, &l));
+    ASSERT_OK(store_put_lease(st, &k));
+    commit_ok(st);
+    ASSERT_OK(store_del_sem(st, "alpha"));
+    commit_ok(st);
+    ASSERT_OK(store_last_fence(st, "alpha", &fence));
+    ASSERT_EQ(fence, 9);
+    ASSERT_OK(store_last_fence(st, "never-seen", &fence));
+    ASSERT_EQ(fence, 0);
+    ASSERT_OK(store_del_lease(st, "no-such-lease")); /* deleting nothing is fine */
+    commit_ok(st);
+    store_close(st);
+
+    reload(dir, &ld);
+    ASSERT_EQ(ld.nsem, 1);
+    ASSERT_STREQ(ld.sem[0].name, "beta");
+    ASSERT_EQ(ld.nlease, 1);
+    ASSERT_STREQ(ld.lease[0].id, "K1");
+}
+
+TEST(fence_never_goes_backwards)
+{
+    const char *dir = data_dir();
+    store_t *st = open_ok(dir, STORE_STRICT);
+    store_sem_t a = sem_rec("alpha", 5, 40);
+    struct loaded ld;
+
+    ASSERT_OK(store_put_sem(st, &a));
+    commit_ok(st);
+    a.fence = 12;
+    a.capacity = 8; /* a resize carrying a stale fence must not lower it */
+    ASSERT_OK(store_put_sem(st, &a));
+    commit_ok(st);
+    load_ok(st, &ld);
+    ASSERT_EQ(ld.sem[0].fence, 40);
+    ASSERT_EQ(ld.sem[0].capacity, 8);
+    store_close(st);
+}
+
+TEST(lease_update_and_release)
+{
+    const char *dir = data_dir();
+    store_t *st = open_ok(dir, STORE_STRICT);
+    store_sem_t a = sem_rec("alpha", 5, 2);
+    store_lease_t l1 = lease_rec("L1", "alpha", 1, 1), l2 = lease_rec("L2", "alpha", 1, 2);
+    struct loaded ld;
+
+    ASSERT_OK(store_put_sem(st, &a));
+    ASSERT_OK(store_put_lease(st, &l1));
+    ASSERT_OK(store_put_lease(st, &l2));
+    commit_ok(st);
+    l1.expires_at_ms += 60000; /* renew */
+    ASSERT_OK(store_put_lease(st, &l1));
+    ASSERT_OK(store_del_lease(st, "L2")); /* release */
+    commit_ok(st);
+    store_close(st);
+
+    reload(dir, &ld);
+    ASSERT_EQ(ld.nlease, 1);
+    ASSERT_STREQ(ld.lease[0].id, "L1");
+    ASSERT_EQ(ld.lease[0].expires_at_ms, 1700000031000 + 60000);
+}
+
+/* ---- write failures ------------------------------------------------------------------ */
+
+TEST(injected_commit_failure_rolls_back_and_recovers)
+{
+    const char *dir = data_dir();
+    store_t *st = open_ok(dir, STORE_STRICT);
+    store_sem_t a = sem_rec("alpha", 5, 1), b = sem_rec("beta", 2, 0);
+    store_lease_t l = lease_rec("L1", "alpha", 1, 1);
+    char err[512] = "";
+    struct loaded ld;
+    uint64_t ok, failed;
+
+    ASSERT_OK(store_put_sem(st, &a));
+    commit_ok(st);
+    store_inject_commit_failures(st, 2, 0);
+    ASSERT_OK(store_put_sem(st, &b));
+    ASSERT_OK(store_put_lease(st, &l));
+    ASSERT_EQ(store_commit(st, err, sizeof err), SEMA_EIO);
+    ASSERT(strstr(err, "sema.db") != NULL);
+    ASSERT_EQ(store_pending(st), 0);
+    load_ok(st, &ld); /* the store holds exactly what was committed before */
+    ASSERT_EQ(ld.nsem, 1);
+    ASSERT_EQ(ld.nlease, 0);
+    ASSERT_OK(store_del_sem(st, "alpha"));
+    ASSERT_EQ(store_commit(st, err, sizeof err), SEMA_EIO);
+    ASSERT_OK(store_put_sem(st, &b)); /* the failures are over: writes work again */
+    commit_ok(st);
+    store_stats(st, &ok, &failed);
+    ASSERT_EQ(ok, 2);
+    ASSERT_EQ(failed, 2);
+    store_close(st);
+
+    reload(dir, &ld);
+    ASSERT_EQ(ld.nsem, 2);
+    ASSERT_STREQ(ld.sem[0].name, "alpha");
+    ASSERT_STREQ(ld.sem[1].name, "beta");
+}
+
+/* Mount a small tmpfs at `dir` in a private mount namespace (gone when the test exits).
+ * Skips when the system does not allow it (not root, no user namespaces). */
+static void mount_small_fs(const char *dir, const char *size)
+{
+    if (unshare(CLONE_NEWNS) != 0)
+        TEST_SKIP("cannot create a mount namespace (needs CAP_SYS_ADMIN)");
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
+        TEST_SKIP("cannot make mounts private");
+    ASSERT_OK(mkdir(dir, 0700));
+    if (mount("tmpfs", dir, "tmpfs", 0, size) != 0)
+        TEST_SKIP("cannot mount a tmpfs");
+}
+
+/* Fill the filesystem with a file but for `spare` bytes; returns its path (remove it to
+ * free the space). */
+static void fill_fs(const char *dir, char *path, size_t len, off_t spare)
+{
+    char block[4096];
+    off_t size;
+    int fd;
+
+    path_in(path, len, dir, "filler");
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ASSERT(fd >= 0);
+    memset(block, 'x', sizeof block);
+    while (write(fd, block, sizeof block) > 0)
+        ;
+    ASSERT_EQ(errno, ENOSPC);
+    size = lseek(fd, 0, SEEK_END);
+    ASSERT_OK(ftruncate(fd, size > spare ? size - spare : 0));
+    close(fd);
+}
+
+TEST(full_disk_rolls_back_and_recovers)
+{
+    const char *dir = data_dir();
+    char filler[256], err[512] = "", owner[2048];
+    store_t *st;
+    struct loaded ld;
+    int rc = 0, i;
+
+    mount_small_fs(dir, "size=512k");
+    st = open_ok(dir, STORE_STRICT);
+    store_sem_t a = sem_rec("alpha", 100, 0);
+    ASSERT_OK(store_put_sem(st, &a));
+    commit_ok(st);
+    fill_fs(dir, filler, sizeof filler, 98304);
+
+    memset(owner, 'o', sizeof owner - 1);
+    owner[sizeof owner - 1] = '\0';
+    /* Grow the WAL until the disk refuses; each commit is all or nothing. */
+    for (i = 0; i < 200 && rc == 0; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "L%03d", i);
+        store_lease_t l = lease_rec(id, "alpha", 1, (uint64_t)i + 1);
+        l.owner = owner;
+        a.fence = (uint64_t)i + 1;
+        rc = store_put_sem(st, &a);
+        if (rc == 0)
+            rc = store_put_lease(st, &l);
+        int crc = store_commit(st, err, sizeof err);
+        rc = rc != 0 ? rc : crc;
+    }
+    fprintf(stderr, "commit %d failed: %s: %s\n", i, sema_err_name(rc), err);
+    ASSERT_EQ(rc, SEMA_EIO);
+    ASSERT(strstr(err, "disk full") != NULL);
+    ASSERT_GT(i, 2); /* some commits fitted in the spare room */
+    ASSERT_EQ(store_pending(st), 0);
+    int committed = i - 1;
+
+    ASSERT_OK(unlink(filler)); /* room again: the same store goes on working */
+    store_lease_t last = lease_rec("after", "alpha", 1, 1000);
+    a.fence = 1000;
+    ASSERT_OK(store_put_sem(st, &a));
+    ASSERT_OK(store_put_lease(st, &last));
+    commit_ok(st);
+    load_ok(st, &ld);
+    store_close(st);
+    ASSERT_EQ(ld.nsem, 1);
+    ASSERT_EQ(ld.sem[0].fence, 1000);
+    ASSERT_EQ(ld.nlease, committed + 1 > MAX_LOADED ? MAX_LOADED : committed + 1);
+    ASSERT_STREQ(ld.lease[ld.nlease - 1].id, "after");
+    ASSERT_EQ(store_check(dir, stderr), 0);
+}
+
+/* ---- refusing to start ----------------------------------------------------------------- */
+
+TEST(refuses_garbage_file)
+{
+    const char *dir = data_dir();
+    char path[256], err[512] = "";
+    int fd;
+
+    ASSERT_OK(mkdir(dir, 0700));
+    path_in(path, sizeof path, dir, "sema.db");
+    fd = open(path, O_WRONLY | O_CREAT, 0600);
+    ASSERT(fd >= 0);
+    for (int i = 0; i < 64; i++)
+        ASSERT_EQ(write(fd, "this is not a database, it is a text file.\n", 43), 43);
+    close(fd);
+    ASSERT_EQ(open_fails(dir, err, sizeof err), SEMA_ECORRUPT);
+    ASSERT(strstr(err, path) != NULL);
+    ASSERT(strstr(err, "not a database") != NULL);
+}
+
+TEST(refuses_damaged_database)
+{
+    const char *dir = data_dir();
+    char path[256], err[512] = "", junk[4096];
+    store_t *st = open_ok(dir, STORE_STRICT);
+    int fd;
+
+    /* Enough rows for several b-tree pages, then a checkpoint into the main file. */
+    for (int i = 0; i < 2000; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "sem-%05d", i);
+        store_sem_t s = sem_rec(name, 3, 0);
+        ASSERT_OK(store_put_sem(st, &s));
+    }
+    commit_ok(st);
+    store_close(st);
+    path_in(path, sizeof path, dir, "sema.db");
+    raw_sql(dir, "PRAGMA wal_checkpoint(TRUNCATE)");
+    memset(junk, 0x5a, sizeof junk);
+    fd = open(path, O_WRONLY);
+    ASSERT(fd >= 0);
+    ASSERT_EQ(pwrite(fd, junk, sizeof junk, 4096 * 3), (ssize_t)sizeof junk);
+    close(fd);
+    ASSERT_EQ(open_fails(dir, err, sizeof err), SEMA_ECORRUPT);
+    ASSERT(strstr(err, path) != NULL);
+    ASSERT_NE(store_check(dir, stderr), 0);
+}
+
+TEST(refuses_other_format_version)
+{
+    const char *dir = data_dir();
+    char err[512] = "";
+
+    make_store(dir);
+    raw_sql(dir, "PRAGMA user_version = 99");
+    ASSERT_EQ(open_fails(dir, err, sizeof err), SEMA_EVERSION);
+    ASSERT(strstr(err, "sema.db") != NULL);
+    ASSERT(strstr(err, "version 99") != NULL);
+    ASSERT_EQ(store_check(dir, stderr), SEMA_EVERSION);
+}
+
+TEST(refuses_foreign_database)
+{
+    const char *dir = data_dir();
+    char err[512] = "";
+
+    ASSERT_OK(mkdir(dir, 0700));
+    raw_sql(dir, "CREATE TABLE t(x); INSERT INTO t VALUES(1)");
+    ASSERT_EQ(open_fails(dir, err, sizeof err), SEMA_ECORRUPT);
+    ASSERT(strstr(err, "not a sema store") != NULL);
+}
+
+TEST(refuses_locked_dir)
+{
+    const char *dir = data_dir();
+    char err[512] = "", pid[32];
+    store_t *st = open_ok(dir, STORE_STRICT);
+    pid_t child;
+    int status;
+
+    /* A second handle in this process: flock is per open file description. */
+    ASSERT_EQ(open_fails(dir, err, sizeof err), SEMA_EBUSY);
+    snprintf(pid, sizeof pid, "pid %ld", (long)getpid());
+    ASSERT(strstr(err, pid) != NULL);
+    ASSERT(strstr(err, "LOCK") != NULL);
+    /* Another process. */
+    child = fork();
+    ASSERT(child >= 0);
+    if (child == 0) {
+        store_t *st2 = NULL;
+        int rc = store_open(&st2, dir, STORE_STRICT, err, sizeof err);
+        _exit(rc == SEMA_EBUSY && strstr(err, pid) != NULL ? 0 : 1);
+    }
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT(WIFEXITED(status));
+    ASSERT_EQ(WEXITSTATUS(status), 0);
+    /* Released on close: the next semad starts. */
+    store_close(st);
+    st = open_ok(dir, STORE_STRICT);
+    store_close(st);
+}
+
+TEST(refuses_unusable_dir)
+{
+    const char *dir = data_dir();
+    char err[512] = "", file[256], below[300];
+    int fd;
+
+    /* A data directory path that runs through a regular file. */
+    ASSERT_OK(mkdir(dir, 0700));
+    path_in(file, sizeof file, dir, "plain-file");
+    fd = open(file, O_WRONLY | O_CREAT, 0600);
+    ASSERT(fd >= 0);
+    close(fd);
+    snprintf(below, sizeof below, "%s/sub", file);
+    ASSERT_NE(open_fails(below, err, sizeof err), 0);
+    ASSERT(strstr(err, "plain-file") != NULL);
+    ASSERT_EQ(open_fails(file, err, sizeof err), SEMA_EIO);
+    ASSERT(strstr(err, "not a directory") != NULL);
+    if (geteuid() == 0)
+        TEST_SKIP("root ignores directory permissions; the EACCES case needs a normal user");
+    ASSERT_OK(chmod(dir, 0500));
+    char sub[300];
+    snprintf(sub, sizeof sub, "%s/nope", dir);
+    ASSERT_EQ(open_fails(sub, err, sizeof err), SEMA_EACCES);
+    ASSERT_OK(chmod(dir, 0700));
+}
+
+TEST(none_durability_is_not_a_store)
+{
+    const char *dir = data_dir();
+    char err[512] = "";
+    store_t *st = NULL;
+
+    ASSERT_EQ(store_open(&st, dir, STORE_NONE, err, sizeof err), SEMA_EINVAL);
+    ASSERT_NULL(st);
+    store_close(NULL);
+}
+
+/* ---- the offline check ----------------------------------------------------------------- */
+
+static int check_output(const char *dir, char *buf, size_t len)
+{
+    FILE *f = fmemopen(buf, len, "w");
+    int rc;
+
+    ASSERT_NOT_NULL(f);
+    rc = store_check(dir, f);
+    fclose(f);
+    fprintf(stderr, "%s", buf);
+    return rc;
+}
+
+TEST(check_sound_store)
+{
+    const char *dir = data_dir();
+    static char out[8192];
+    char path[256];
+    struct stat sb;
+
+    ASSERT_EQ(check_output(dir, out, sizeof out), SEMA_ENOENT);
+    ASSERT_NE(stat(dir, &sb), 0); /* checking never creates a store */
+    make_store(dir);
+    ASSERT_EQ(check_output(dir, out, sizeof out), 0);
+    ASSERT(strstr(out, "2 semaphores, 1 leases") != NULL);
+    ASSERT(strstr(out, "result: ok") != NULL);
+    ASSERT(strstr(out, "lock: free") != NULL);
+    /* While a semad holds it, the check reads a snapshot and says so. */
+    store_t *st = open_ok(dir, STORE_STRICT);
+    ASSERT_EQ(check_output(dir, out, sizeof out), 0);
+    ASSERT(strstr(out, "held by a running semad") != NULL);
+    store_close(st);
+    path_in(path, sizeof path, dir, "sema.db");
+    ASSERT_OK(stat(path, &sb));
+}
+
+TEST(check_finds_broken_invariants)
+{
+    const char *dir = data_dir();
+    static char out[8192];
+
+    make_store(dir);
+    /* alpha's fence is 3: a lease with fence 8, a reused fence, a lease of no semaphore. */
+    raw_sql(dir, "INSERT INTO leases VALUES('bad1','alpha',1,NULL,NULL,8,1000,1,1001,0);"
+                 "INSERT INTO leases VALUES('bad2','alpha',1,NULL,NULL,3,1000,1,1001,0);"
+                 "INSERT INTO leases VALUES('bad3','ghost',1,NULL,NULL,1,1000,1,1001,0);");
+    ASSERT_EQ(check_output(dir, out, sizeof out), SEMA_ECORRUPT);
+    ASSERT(strstr(out, "lease bad1 of alpha: fence 8 > semaphore fence 3") != NULL);
+    ASSERT(strstr(out, "semaphore alpha: fence 3 in 2 leases") != NULL);
+    ASSERT(strstr(out, "lease bad3 of ghost") != NULL);
+    ASSERT(strstr(out, "result: FAILED") != NULL);
+}
+
+TEST(check_notes_shrunk_semaphore)
+{
+    const char *dir = data_dir();
+    static char out[8192];
+
+    make_store(dir);
+    raw_sql(dir, "UPDATE semaphores SET capacity = 1 WHERE name = 'alpha'");
+    ASSERT_EQ(check_output(dir, out, sizeof out), 0);
+    ASSERT(strstr(out, "held 2 > capacity 1") != NULL);
+    ASSERT(strstr(out, "1 notes") != NULL);
+}
