@@ -1,0 +1,306 @@
+/* SPDX-License-Identifier: MIT */
+/* shm_state.c - the shared-memory semaphore's internal lock, crash recovery (dead
+ * participants, a dead lock owner) and FIFO admission. */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "shm_internal.h"
+
+/* --- the calling process ------------------------------------------------------------ */
+
+static _Atomic int32_t self_pid;
+static _Atomic uint64_t self_start;
+
+int sema__shm_proc_start(int32_t pid, uint64_t *start)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    *start = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT || errno == ESRCH ? -1 : 0; /* no /proc: start unknown */
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return n == 0 ? -1 : 0;
+    buf[n] = '\0';
+    /* "pid (comm) S ppid ...": comm may hold spaces and ')', so parse after the last ')'. */
+    char *p = strrchr(buf, ')');
+    if (p == NULL || p[1] != ' ')
+        return 0;
+    p += 2;
+    if (*p == 'Z' || *p == 'X') /* a zombie holds nothing */
+        return -1;
+    for (int field = 3; field < 22 && p != NULL; field++) {
+        p = strchr(p, ' ');
+        if (p != NULL)
+            p++;
+    }
+    if (p != NULL)
+        *start = strtoull(p, NULL, 10);
+    return 0;
+}
+
+static void self_refresh(void)
+{
+    uint64_t start = 0;
+    int32_t pid = (int32_t)getpid();
+    (void)sema__shm_proc_start(pid, &start);
+    atomic_store(&self_start, start);
+    atomic_store(&self_pid, pid);
+}
+
+static void self_init(void)
+{
+    self_refresh();
+    (void)pthread_atfork(NULL, NULL, self_refresh);
+}
+
+int32_t sema__shm_self(uint64_t *start)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    int32_t pid = atomic_load_explicit(&self_pid, memory_order_relaxed);
+    if (SEMA__UNLIKELY(pid == 0)) {
+        (void)pthread_once(&once, self_init);
+        pid = atomic_load(&self_pid);
+    }
+    if (start != NULL)
+        *start = atomic_load_explicit(&self_start, memory_order_relaxed);
+    return pid;
+}
+
+int64_t sema__shm_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* --- the available count ------------------------------------------------------------- */
+
+uint64_t sema__shm_avail(const shm__state_t *st)
+{
+    return atomic_load_explicit(&st->word, memory_order_relaxed) >> 1;
+}
+
+/* Under the lock only: SLOW stays set until sema__shm_unlock(). */
+void sema__shm_set_avail(shm__state_t *st, uint64_t avail)
+{
+    atomic_store_explicit(&st->word, avail << 1 | SHM__SLOW, memory_order_relaxed);
+}
+
+static void futex_wake_all(_Atomic uint32_t *addr)
+{
+    (void)syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+}
+
+/* --- liveness and reclaiming ------------------------------------------------------------ */
+
+/* Is the owner of `s` still the process that claimed it? `full` compares start times
+ * (reads /proc); otherwise only asks whether the pid exists. */
+static int slot_alive(const shm__slot_t *s, int full)
+{
+    uint64_t my_start, start = atomic_load(&s->start), now;
+    int32_t pid = atomic_load(&s->pid), me = sema__shm_self(&my_start);
+    if (pid == me)
+        return start == my_start;
+    if (pid <= 0)
+        return 0;
+    if (kill(pid, 0) != 0 && errno == ESRCH)
+        return 0;
+    if (!full)
+        return 1;
+    if (sema__shm_proc_start(pid, &now) != 0)
+        return 0;
+    return now == 0 || start == 0 || now == start;
+}
+
+void sema__shm_drop_slot(shm__state_t *st, int i)
+{
+    shm__slot_t *s = &st->slots[i];
+    uint64_t held = atomic_load(&s->held);
+    if (atomic_load(&s->wstate) == SHM__WAITING && st->nwaiting > 0)
+        st->nwaiting--;
+    uint64_t avail = sema__shm_avail(st) + held;
+    sema__shm_set_avail(st, avail > st->capacity ? st->capacity : avail);
+    atomic_store(&s->held, 0);
+    atomic_store(&s->since_ms, 0);
+    atomic_store(&s->busy, 0);
+    s->want = 0;
+    s->ticket = 0;
+    atomic_store(&s->wstate, SHM__IDLE);
+    atomic_store(&s->start, 0);
+    atomic_store_explicit(&s->pid, 0, memory_order_release);
+}
+
+/* Wait until the live owner of slot i leaves its fast-path window (a few instructions,
+ * unless it is descheduled or stopped). Drops the slot if its owner dies meanwhile. */
+static void wait_not_busy(shm__state_t *st, int i, uint64_t *reclaimed)
+{
+    shm__slot_t *s = &st->slots[i];
+    for (unsigned spins = 0; atomic_load_explicit(&s->busy, memory_order_acquire); spins++) {
+        if (spins % 1024 == 1023 && !slot_alive(s, 1)) {
+            *reclaimed += atomic_load(&s->held);
+            atomic_store(&s->held, 0);
+            sema__shm_drop_slot(st, i);
+            return;
+        }
+        if (spins < 4096) {
+            sched_yield();
+        } else {
+            struct timespec ms = {0, 1000000};
+            nanosleep(&ms, NULL);
+        }
+    }
+}
+
+/* available = capacity - what the live slots hold. Needed when a process died inside the
+ * fast path (its slot was busy: its CAS on the word may or may not have happened) or inside
+ * the lock. The word is frozen (SLOW), so only in-flight fast paths can still move it. */
+static void recompute_avail(shm__state_t *st)
+{
+    uint64_t held = 0, reclaimed = 0;
+    for (int i = 0; i < SEMA_SHM_MAX_SLOTS; i++) {
+        if (atomic_load(&st->slots[i].pid) == 0)
+            continue;
+        wait_not_busy(st, i, &reclaimed);
+        held += atomic_load(&st->slots[i].held);
+    }
+    st->reclaimed += reclaimed;
+    sema__shm_set_avail(st, held >= st->capacity ? 0 : st->capacity - held);
+}
+
+void sema__shm_reap(shm__state_t *st, int full)
+{
+    int recompute = 0;
+    for (int i = 0; i < SEMA_SHM_MAX_SLOTS; i++) {
+        shm__slot_t *s = &st->slots[i];
+        if (atomic_load(&s->pid) == 0)
+            continue;
+        if (!full && atomic_load(&s->held) == 0 && atomic_load(&s->wstate) != SHM__WAITING)
+            continue;
+        if (slot_alive(s, full))
+            continue;
+        if (atomic_load(&s->busy) != 0) {
+            recompute = 1; /* died in the fast path: its count is unknowable, recount */
+            atomic_store(&s->held, 0);
+        }
+        st->reclaimed += atomic_load(&s->held);
+        sema__shm_drop_slot(st, i);
+    }
+    if (recompute)
+        recompute_avail(st);
+    if (full)
+        st->last_reap_ns = sema__now_ns();
+}
+
+/* --- FIFO admission -------------------------------------------------------------------- */
+
+static int head_waiter(const shm__state_t *st)
+{
+    int best = -1;
+    for (int i = 0; i < SEMA_SHM_MAX_SLOTS; i++) {
+        const shm__slot_t *s = &st->slots[i];
+        if (atomic_load_explicit(&s->wstate, memory_order_relaxed) != SHM__WAITING)
+            continue;
+        if (best < 0 || s->ticket < st->slots[best].ticket)
+            best = i;
+    }
+    return best;
+}
+
+void sema__shm_admit(shm__state_t *st)
+{
+    uint64_t avail = sema__shm_avail(st);
+    for (int h; (h = head_waiter(st)) >= 0;) {
+        shm__slot_t *s = &st->slots[h];
+        if (s->want > avail)
+            break;
+        avail -= s->want;
+        uint64_t held = atomic_load(&s->held);
+        if (held == 0)
+            atomic_store(&s->since_ms, sema__shm_wall_ms());
+        atomic_store(&s->held, held + s->want);
+        s->want = 0;
+        st->nwaiting--;
+        atomic_store_explicit(&s->wstate, SHM__GRANTED, memory_order_release);
+        futex_wake_all(&s->wstate);
+    }
+    sema__shm_set_avail(st, avail);
+}
+
+/* --- the lock and its repair ------------------------------------------------------------- */
+
+/* Make one slot's fields plausible; returns 1 if it had to be cleared. */
+static int validate_slot(shm__state_t *st, int i)
+{
+    shm__slot_t *s = &st->slots[i];
+    uint32_t ws = atomic_load(&s->wstate);
+    if (atomic_load(&s->pid) < 0 || ws > SHM__CANCELED || atomic_load(&s->held) > st->capacity) {
+        atomic_store(&s->held, 0);
+        atomic_store(&s->wstate, SHM__IDLE);
+        sema__shm_drop_slot(st, i);
+        return 1;
+    }
+    if (ws == SHM__WAITING && (s->want == 0 || s->want > st->capacity)) {
+        s->want = 0;
+        atomic_store(&s->wstate, SHM__CANCELED);
+        futex_wake_all(&s->wstate);
+    }
+    return 0;
+}
+
+/* The previous owner of the lock died inside it: any field it was writing may be half
+ * done. Rebuild every derived field from the slot table before the state is marked
+ * consistent again. */
+static void repair(shm__state_t *st)
+{
+    uint32_t nwaiting = 0;
+    uint64_t max_ticket = 0;
+    for (int i = 0; i < SEMA_SHM_MAX_SLOTS; i++) {
+        if (atomic_load(&st->slots[i].pid) == 0 || validate_slot(st, i))
+            continue;
+        if (atomic_load(&st->slots[i].wstate) == SHM__WAITING) {
+            nwaiting++;
+            if (st->slots[i].ticket > max_ticket)
+                max_ticket = st->slots[i].ticket;
+        }
+    }
+    st->nwaiting = nwaiting;
+    if (st->next_ticket <= max_ticket)
+        st->next_ticket = max_ticket + 1;
+    sema__shm_reap(st, 1);
+    recompute_avail(st);
+    st->repairs++;
+}
+
+int sema__shm_lock(shm__state_t *st)
+{
+    int rc = pthread_mutex_lock(&st->lock);
+    if (rc == ENOTRECOVERABLE)
+        return SEMA_ECORRUPT;
+    if (rc != 0 && rc != EOWNERDEAD)
+        SEMA__ABORT("pthread_mutex_lock on the shared state failed");
+    /* Freeze the word: from here no fast path can move it. */
+    atomic_fetch_or(&st->word, SHM__SLOW);
+    if (rc == EOWNERDEAD) {
+        repair(st);
+        SEMA__CHECK(pthread_mutex_consistent(&st->lock) == 0);
+        sema__shm_admit(st);
+    }
+    return 0;
+}
+
+void sema__shm_unlock(shm__state_t *st)
+{
+    if (st->nwaiting == 0)
+        atomic_store_explicit(&st->word, sema__shm_avail(st) << 1, memory_order_release);
+    SEMA__CHECK(pthread_mutex_unlock(&st->lock) == 0);
+}
