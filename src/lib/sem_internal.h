@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: MIT */
+/* sem_internal.h - the semaphore's layout, so other libsema modules can embed one; never installed.
+ *
+ * An embedded semaphore (e.g. one per key of a keyed lock) is set up with sema__sem_init
+ * and torn down with sema__sem_destroy instead of sema_sem_new/sema_sem_free; every public
+ * sema_sem_* call works on it (pass its address). No allocation either way. */
+#ifndef SEMA_SEM_INTERNAL_H
+#define SEMA_SEM_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "sema/sem.h"
+#include "internal.h"
+
+/* The fast-path word: bit 63 SLOW, bits 56..62 the resize generation, bits 0..55 the
+ * available units. While SLOW is clear the word is the truth and acquire/release are one
+ * CAS on it; SLOW is set (under `lock`) whenever someone waits, the semaphore is closed or
+ * available is negative, and then `avail` under `lock` is the truth. The generation changes
+ * on every resize so that a fast release that read the old capacity cannot succeed. */
+#define SEMA__SEM_SLOW (UINT64_C(1) << 63)
+#define SEMA__SEM_GEN_SHIFT 56
+#define SEMA__SEM_GEN_MASK UINT64_C(0x7f)
+#define SEMA__SEM_AVAIL_MASK ((UINT64_C(1) << 56) - 1)
+
+struct sema_sem {
+    uint64_t word;                  /* atomic; see above */
+    uint64_t cap;                   /* atomic loads on the fast path; written under lock */
+    pthread_mutex_t lock;           /* guards everything below */
+    int64_t avail;                  /* available units while SLOW (negative after a shrink) */
+    uint32_t gen;                   /* resize generation, 7 bits */
+    int closed;                     /* 1 after sema_sem_close */
+    int heap;                       /* 1 if sema_sem_new allocated it */
+    sema_sem_waiter_t *head, *tail; /* the FIFO queue */
+    uint64_t nwaiters;              /* queued requests, wait-idle included */
+    uint64_t nidle;                 /* queued wait-idle requests */
+    uint64_t waiting;               /* total weight of queued acquires (wait-idle excluded) */
+};
+
+/* Set up an embedded semaphore of `capacity` units. Returns 0 or SEMA_EINVAL. */
+SEMA__HIDDEN int sema__sem_init(struct sema_sem *s, uint64_t capacity);
+
+/* Tear down an embedded semaphore; nothing may be queued on it (aborts otherwise). */
+SEMA__HIDDEN void sema__sem_destroy(struct sema_sem *s);
+
+#endif /* SEMA_SEM_INTERNAL_H */
