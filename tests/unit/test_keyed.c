@@ -1,0 +1,598 @@
+/* SPDX-License-Identifier: MIT */
+/* test_keyed.c - the keyed reader/writer lock: seed 003's rules, timeouts, cancel, cleanup. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#include "sema/sema.h"
+#include "test.h"
+
+#define KEY "user:42"
+#define KLEN (sizeof(KEY) - 1)
+
+static void pause_us(long us)
+{
+    struct timespec ts = {0, us * 1000};
+
+    nanosleep(&ts, NULL);
+}
+
+/* Bounded wait (10 s) until `key` has `n` queued requests. */
+static void wait_waiters(sema_keyed_t *k, const char *key, uint64_t n)
+{
+    sema_keyed_key_stats_t st = {0};
+
+    for (int i = 0; i < 100000; i++) {
+        if (sema_keyed_key_stats(k, key, strlen(key), &st) == 0 && st.waiters == n)
+            return;
+        pause_us(100);
+    }
+    TEST_FAIL_("key %s: %" PRIu64 " waiters, wanted %" PRIu64, key, st.waiters, n);
+}
+
+/* A thread that locks KEY in `mode`, logs its id when granted, holds until
+ * told to go, then unlocks. */
+struct req {
+    sema_keyed_t *k;
+    int mode;
+    int id;
+    int64_t timeout_ms;
+    sema_cancel_t *cancel;
+    int rc;
+    atomic_int granted, go;
+    pthread_t t;
+};
+
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static int order_log[64];
+static int order_n;
+
+static void log_grant(int id)
+{
+    pthread_mutex_lock(&log_mu);
+    order_log[order_n++] = id;
+    pthread_mutex_unlock(&log_mu);
+}
+
+static int log_at(int i)
+{
+    int v;
+
+    pthread_mutex_lock(&log_mu);
+    v = i < order_n ? order_log[i] : -1;
+    pthread_mutex_unlock(&log_mu);
+    return v;
+}
+
+static void *req_main(void *arg)
+{
+    struct req *r = arg;
+    sema_keyed_lock_t l = SEMA_KEYED_LOCK_INIT;
+
+    r->rc = sema_keyed_lock_cancel(r->k, KEY, KLEN, r->mode, r->timeout_ms, r->cancel, &l);
+    if (r->rc != 0)
+        return NULL;
+    log_grant(r->id);
+    atomic_store(&r->granted, 1);
+    while (!atomic_load(&r->go))
+        pause_us(50);
+    sema_keyed_unlock(&l);
+    return NULL;
+}
+
+static void req_start_ex(struct req *r, sema_keyed_t *k, int mode, int id, int64_t timeout_ms,
+                         sema_cancel_t *cancel)
+{
+    memset(r, 0, sizeof(*r));
+    r->k = k;
+    r->mode = mode;
+    r->id = id;
+    r->timeout_ms = timeout_ms;
+    r->cancel = cancel;
+    ASSERT_OK(pthread_create(&r->t, NULL, req_main, r));
+}
+
+static void req_start(struct req *r, sema_keyed_t *k, int mode, int id)
+{
+    req_start_ex(r, k, mode, id, -1, NULL);
+}
+
+static void wait_granted(struct req *r)
+{
+    for (int i = 0; i < 100000 && !atomic_load(&r->granted); i++)
+        pause_us(100);
+    ASSERT(atomic_load(&r->granted));
+}
+
+static void req_finish(struct req *r)
+{
+    atomic_store(&r->go, 1);
+    ASSERT_OK(pthread_join(r->t, NULL));
+}
+
+TEST(shared_locks_overlap)
+{
+    sema_keyed_t *k;
+    sema_keyed_lock_t a = SEMA_KEYED_LOCK_INIT, b = SEMA_KEYED_LOCK_INIT;
+    sema_keyed_key_stats_t st;
+
+    ASSERT_OK(sema_keyed_new(&k));
+    ASSERT_OK(sema_keyed_lock(k, KEY, KLEN, SEMA_SHARED, 0, &a));
+    ASSERT_OK(sema_keyed_lock(k, KEY, KLEN, SEMA_SHARED, 0, &b));
+    ASSERT_OK(sema_keyed_key_stats(k, KEY, KLEN, &st));
+    ASSERT_EQ(st.holders, 2);
+    ASSERT_EQ(st.held, 2);
+    ASSERT_EQ(sema_keyed_count(k), 1);
+    sema_keyed_unlock(&a);
+    sema_keyed_unlock(&b);
+    ASSERT_EQ(sema_keyed_count(k), 0);
+    sema_keyed_free(k);
+}
+
+TEST(exclusive_runs_alone)
+{
+    sema_keyed_t *k;
+    sema_keyed_lock_t x = SEMA_KEYED_LOCK_INIT, y = SEMA_KEYED_LOCK_INIT;
+
+    ASSERT_OK(sema_keyed_new(&k));
+    ASSERT_OK(sema_keyed_lock(k, KEY, KLEN, SEMA_EXCLUSIVE, 0, &x));
+    ASSERT_EQ(sema_keyed_trylock(k, KEY, KLEN, SEMA_SHARED, &y), SEMA_EBUSY);
+    ASSERT_EQ(sema_keyed_trylock(k, KEY, KLEN, SEMA_EXCLUSIVE, &y), SEMA_EBUSY);
+    ASSERT(!sema_keyed_held(&y));
+    /* Other keys are independent. */
+    ASSERT_OK(sema_keyed_trylock(k, "other", 5, SEMA_EXCLUSIVE, &y));
+    sema_keyed_unlock(&y);
+    sema_keyed_unlock(&x);
+    ASSERT_OK(sema_keyed_trylock(k, KEY, KLEN, SEMA_EXCLUSIVE, &y));
+    sema_keyed_unlock(&y);
+    sema_keyed_free(k);
+}
+
+TEST(exclusive_waits_for_shared_holders)
+{
+    sema_keyed_t *k;
+    sema_keyed_lock_t a = SEMA_KEYED_LOCK_INIT;
+    struct req w;
+
+    ASSERT_OK(sema_keyed_new(&k));
+    ASSERT_OK(sema_keyed_lock(k, KEY, KLEN, SEMA_SHARED, 0, &a));
+    req_start(&w, k, SEMA_EXCLUSIVE, 1);
+    wait_waiters(k, KEY, 1);
+    ASSERT(!atomic_load(&w.granted));
+    sema_keyed_unlock(&a);
+    wait_granted(&w);
+    req_finish(&w);
+    ASSERT_EQ(sema_keyed_count(k), 0);
+    sema_keyed_free(k);
+}
+
+/* Exclusives run in request order. */
+TEST(exclusives_in_request_order)
+{
+    sema_keyed_t *k;
+    sema_keyed_lock_t hold = SEMA_KEYED_LOCK_INIT;
+    struct req r[5];
+
+    order_n = 0;
+    ASSERT_OK(sema_keyed_new(&k));
+    ASSERT_OK(sema_keyed_lock(k, KEY, KLEN, SEMA_EXCLUSIVE, 0, &hold));
+    for (int i = 0; i < 5; i++) {
+        req_start(&r[i], k, SEMA_EXCLUSIVE, i);
+        wait_waiters(k, KEY, (uint64_t)i + 1);
+    }
+    sema_keyed_unlock(&hold);
+    for (int i = 0; i < 5; i++) {
+        wait_granted(&r[i]);
+        for (int j = i + 1; j < 5; j++)
+            ASSERT(!atomic_load(&r[j].granted));
+        req_finish(&r[i]);
+    }
+    for (int i = 0; i < 5; i++)
+        ASSERT_EQ(log_at(i), i);
+    ASSERT_EQ(sema_keyed_count(k), 0);
+    sema_keyed_free(k);
+}
+
+/* Seed 003: shared requests made after an exclusive queued wait for it;
+ * shared requests made before it run together before it. */
+TEST(pitfall20_writer_is_not_starved_by_later_readers)
+{
+    sema_keyed_t *k;
+    sema_keyed_lock_t r0 = SEMA_KEYED_LOCK_INIT, r1 = SEMA_KEYED_LOCK_INIT;
+    struct req w, late[3];
+
+    order_n = 0;
+    ASSERT_OK(sema_keyed_new(&k));
+    ASSERT_OK(sema_keyed_lock(k, KEY, KLEN, SEMA_SHARED, 0, &r0));
+    req_start(&w, k, SEMA_EXCLUSIVE, 100);
+    wait_waiters(k, KEY, 1);
+    /* A try never jumps the queue. */
+    ASSERT_EQ(sema_keyed_trylock(k, KEY, KLEN, SEMA_SHARED, &r1), SEMA_EBUSY);
+    for (int i = 0; i < 3; i++) {
+        req_start(&late[i], k, SEMA_SHARED, i);
+        wait_waiters(k, KEY, (uint64_t)i + 2);
+    }
+    /* A stream of new readers while the first one holds: all queue. */
+    sema_keyed_unlock(&r0);
+    wait_granted(&w);
+    for (int i = 0; i < 3; i++)
+        ASSERT(!atomic_load(&late[i].granted));
+    req_finish(&w);
+    /* The three late readers are admitted together. */
+    for (int i = 0; i < 3; i++)
+        wait_granted(&late[i]);
+    for (int i = 0; i < 3; i++)
+        req_finish(&late[i]);
+    ASSERT_EQ(log_at(0), 100);
+    ASSERT_EQ(sema_keyed_count(k), 0);
+    sema_keyed_free(k);
+}
+
+/* R (max_readers) bounds the number of shared holders. */
+TEST(max_readers_caps_shared_holders)
+{
+    sema_keyed_opts_t o = {0, 2};
+    sema_keyed_t *k;
+    sema_keyed_lock_t a = SEMA_KEYED_LOCK_INIT, b = SEMA_KEYED_LOCK_INIT, c = SEMA_KEYED_LOCK_INIT;
+
+    ASSERT_OK(sema_keyed_new_opts(&k, &o));
+    ASSERT_OK(sema_keyed_trylock(k, KEY, KLEN, SEMA_SHARED, &a));
+    ASSERT_OK(sema_keyed_trylock(k, KEY, KLEN, SEMA_SHARED, &b));
+    ASSERT_EQ(sema_keyed_trylock(k, KEY, KLEN, SEMA_SHARED, &c), SEMA_EBUSY);
+    sema_keyed_unlock(&a);
+    ASSERT_OK(sema_keyed_trylock(k, KEY, KLEN, SEMA_SHARED, &c));
+    sema_keyed_unlock(&b);
+    sema_keyed_unlock(&c);
+    ASSERT_OK(sema_keyed_trylock(k, KEY, KLEN, SEMA_EXCLUSIVE, &a));
+    sema_keyed_unlock(&a);
+    sema_keyed_free(k);
+}
+
+TEST(try_has_no_side_effects)
+{
+    sema_keyed_t *k;
+    sema_keyed_lock_t x = SEMA_KEYED_LOCK_INIT, y = SEMA_KEYED_LOCK_INIT;
+    sema_keyed_key_stats_t st;
+
+    ASSERT_OK(sema_keyed_new(&k));
+    ASSERT_OK(sema_keyed_trylock(k, KEY, KLEN, SEMA_EXCLUSIVE, &x));
+    for (int i = 0; i < 100; i++)
+        ASSERT_EQ(sema_keyed_lock(k, KEY, KLEN, SEMA_SHARED, 0, &y), SEMA_EBUSY);
+    ASSERT_OK(sema_keyed_key_stats(k, KEY, KLEN, &st));
+    ASSERT_EQ(st.waiters, 0);
+    ASSERT_EQ(st.holders, 1);
+    sema_keyed_unlock(&x);
+    ASSERT_EQ(sema_keyed_key_stats(k, KEY, KLEN, &st), SEMA_ENOENT);
+    ASSERT_EQ(sema_keyed_count(k), 0);
+    sema_keyed_free(k);
+}
+
+/* pitfall 5 and 1: a queued exclusive that times out leaves the queue at
+ * once, and the shared request behind it is admitted. */
+TEST(pitfall5_timeout_dequeues_and_readmits)
+{
+    sema_keyed_t *k;
+    sema_keyed_lock_t r0 = SEMA_KEYED_LOCK_INIT;
+    struct req w, r;
+    sema_keyed_key_stats_t st;
+
+    ASSERT_OK(sema_keyed_new(&k));
+    ASSERT_OK(sema_keyed_lock(k, KEY, KLEN, SEMA_SHARED, 0, &r0));
+    req_start_ex(&w, k, SEMA_EXCLUSIVE, 1, 200, NULL);
+    wait_waiters(k, KEY, 1);
+    req_start(&r, k, SEMA_SHARED, 2);
+    wait_waiters(k, KEY, 2);
+    ASSERT_OK(pthread_join(w.t, NULL)); /* times out while r0 is held */
+    ASSERT_EQ(w.rc, SEMA_ETIMEDOUT);
+    wait_granted(&r); /* r0 still held: the reader behind got in */
+    ASSERT_OK(sema_keyed_key_stats(k, KEY, KLEN, &st));
+    ASSERT_EQ(st.waiters, 0);
+    ASSERT_EQ(st.holders, 2);
+    req_finish(&r);
+    sema_keyed_unlock(&r0);
+    ASSERT_EQ(sema_keyed_count(k), 0);
+    sema_keyed_free(k);
+}
+
+TEST(timeout_on_a_key_with_no_other_waiter_frees_nothing_held)
+{
+    sema_keyed_t *k;
+    sema_keyed_lock_t x = SEMA_KEYED_LOCK_INIT, y = SEMA_KEYED_LOCK_INIT;
+    int64_t t0;
+
+    ASSERT_OK(sema_keyed_new(&k));
+    ASSERT_OK(sema_keyed_lock(k, KEY, KLEN, SEMA_EXCLUSIVE, -1, &x));
+    {
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        t0 = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    }
+    ASSERT_EQ(sema_keyed_lock(k, KEY, KLEN, SEMA_SHARED, 50, &y), SEMA_ETIMEDOUT);
+    {
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ASSERT_GE((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 - t0, 49);
+    }
+    ASSERT(!sema_keyed_held(&y));
+    ASSERT(sema_keyed_held(&x));
+    ASSERT_EQ(sema_keyed_count(k), 1);
+    sema_keyed_unlock(&x);
+    ASSERT_EQ(sema_keyed_count(k), 0);
+    sema_keyed_free(k);
+}
+
+/* A cancel token withdraws a queued request at once (pitfall 1 too: the
+ * reader behind the cancelled exclusive is admitted). */
+TEST(cancel_token_withdraws_waiter)
+{
+    sema_keyed_t *k;
+    sema_cancel_t *c;
+    sema_keyed_lock_t r0 = SEMA_KEYED_LOCK_INIT, y = SEMA_KEYED_LOCK_INIT;
+    struct req w, r;
+
+    ASSERT_OK(sema_keyed_new(&k));
+    ASSERT_OK(sema_cancel_new(&c));
+    ASSERT_OK(sema_keyed_lock(k, KEY, KLEN, SEMA_SHARED, 0, &r0));
+    req_start_ex(&w, k, SEMA_EXCLUSIVE, 1, -1, c);
+    wait_waiters(k, KEY, 1);
+    req_start(&r, k, SEMA_SHARED, 2);
+    wait_waiters(k, KEY, 2);
+    ASSERT_OK(sema_cancel_fire(c));
+    ASSERT_OK(pthread_join(w.t, NULL));
+    ASSERT_EQ(w.rc, SEMA_ECANCELED);
+    wait_granted(&r);
+    req_finish(&r);
+    /* A fired token fails later calls before they look at the key. */
+    ASSERT_EQ(sema_keyed_lock_cancel(k, "free", 4, SEMA_SHARED, -1, c, &y), SEMA_ECANCELED);
+    sema_keyed_unlock(&r0);
+    ASSERT_EQ(sema_keyed_count(k), 0);
+    sema_cancel_free(c);
+    sema_keyed_free(k);
+}
+
+/* pitfall 2: cancel racing grant. Either the caller holds the lock or the key
+ * is untouched; never both, never neither. */
+struct race {
+    sema_keyed_t *k;
+    sema_cancel_t *c;
+    pthread_barrier_t b;
+    sema_keyed_lock_t *hold;
+};
+
+static void *race_unlocker(void *arg)
+{
+    struct race *r = arg;
+
+    pthread_barrier_wait(&r->b);
+    sema_keyed_unlock(r->hold);
+    return NULL;
+}
+
+static void *race_canceller(void *arg)
+{
+    struct race *r = arg;
+
+    pthread_barrier_wait(&r->b);
+    sema_cancel_fire(r->c);
+    return NULL;
+}
+
+TEST(pitfall2_cancel_racing_grant_is_exact)
+{
+    sema_keyed_t *k;
+
+    ASSERT_OK(sema_keyed_new(&k));
+    for (long i = 0; i < test_scale(300); i++) {
+        struct race r = {k, NULL, {{0}}, NULL};
+        sema_keyed_lock_t x = SEMA_KEYED_LOCK_INIT, y = SEMA_KEYED_LOCK_INIT;
+        pthread_t t1, t2;
+        int rc;
+
+        ASSERT_OK(sema_cancel_new(&r.c));
+        pthread_barrier_init(&r.b, NULL, 2);
+        r.hold = &x;
+        ASSERT_OK(sema_keyed_lock(k, KEY, KLEN, SEMA_EXCLUSIVE, 0, &x));
+        pthread_create(&t1, NULL, race_unlocker, &r);
+        pthread_create(&t2, NULL, race_canceller, &r);
+        rc = sema_keyed_lock_cancel(k, KEY, KLEN, SEMA_EXCLUSIVE, -1, r.c, &y);
+        pthread_join(t1, NULL);
+        pthread_join(t2, NULL);
+        if (rc == 0) {
+            ASSERT(sema_keyed_held(&y));
+            ASSERT_EQ(sema_keyed_count(k), 1);
+            sema_keyed_unlock(&y);
+        } else {
+            ASSERT_EQ(rc, SEMA_ECANCELED);
+            ASSERT(!sema_keyed_held(&y));
+        }
+        ASSERT_EQ(sema_keyed_count(k), 0);
+        pthread_barrier_destroy(&r.b);
+        sema_cancel_free(r.c);
+    }
+    sema_keyed_free(k);
+}
+
+/* pitfall 13: the key of a released holder stays while someone waits on it. */
+TEST(pitfall13_cleanup_never_deletes_awaited_key)
+{
+    sema_keyed_t *k;
+    sema_keyed_lock_t x = SEMA_KEYED_LOCK_INIT, y = SEMA_KEYED_LOCK_INIT;
+    struct req w;
+    sema_keyed_key_stats_t st;
+
+    ASSERT_OK(sema_keyed_new(&k));
+    ASSERT_OK(sema_keyed_lock(k, KEY, KLEN, SEMA_EXCLUSIVE, 0, &x));
+    req_start(&w, k, SEMA_EXCLUSIVE, 1);
+    wait_waiters(k, KEY, 1);
+    sema_keyed_unlock(&x); /* holders drop to 0, a waiter remains */
+    wait_granted(&w);
+    /* The same state: the waiter now holds it, so others are refused. */
+    ASSERT_OK(sema_keyed_key_stats(k, KEY, KLEN, &st));
+    ASSERT_EQ(st.holders, 1);
+    ASSERT_EQ(sema_keyed_trylock(k, KEY, KLEN, SEMA_SHARED, &y), SEMA_EBUSY);
+    ASSERT_EQ(sema_keyed_count(k), 1);
+    req_finish(&w);
+    ASSERT_EQ(sema_keyed_count(k), 0);
+    sema_keyed_free(k);
+}
+
+/* pitfall 16: close settles every waiter; holders keep their locks. */
+TEST(pitfall16_close_settles_every_waiter)
+{
+    sema_keyed_t *k;
+    sema_keyed_lock_t x = SEMA_KEYED_LOCK_INIT, y = SEMA_KEYED_LOCK_INIT;
+    struct req w[4];
+
+    ASSERT_OK(sema_keyed_new(&k));
+    ASSERT_OK(sema_keyed_lock(k, KEY, KLEN, SEMA_EXCLUSIVE, 0, &x));
+    for (int i = 0; i < 4; i++) {
+        req_start(&w[i], k, i % 2 ? SEMA_SHARED : SEMA_EXCLUSIVE, i);
+        wait_waiters(k, KEY, (uint64_t)i + 1);
+    }
+    sema_keyed_close(k);
+    for (int i = 0; i < 4; i++) {
+        ASSERT_OK(pthread_join(w[i].t, NULL));
+        ASSERT_EQ(w[i].rc, SEMA_ECANCELED);
+    }
+    ASSERT(sema_keyed_held(&x));
+    ASSERT_EQ(sema_keyed_lock(k, "new", 3, SEMA_SHARED, -1, &y), SEMA_ECANCELED);
+    ASSERT_EQ(sema_keyed_count(k), 1);
+    sema_keyed_unlock(&x);
+    ASSERT_EQ(sema_keyed_count(k), 0);
+    sema_keyed_close(k);
+    sema_keyed_free(k);
+}
+
+TEST(unlock_is_idempotent)
+{
+    sema_keyed_t *k;
+    sema_keyed_lock_t a = SEMA_KEYED_LOCK_INIT, b = SEMA_KEYED_LOCK_INIT;
+    sema_keyed_key_stats_t st;
+
+    ASSERT_OK(sema_keyed_new(&k));
+    ASSERT_OK(sema_keyed_lock(k, KEY, KLEN, SEMA_SHARED, 0, &a));
+    ASSERT_OK(sema_keyed_lock(k, KEY, KLEN, SEMA_SHARED, 0, &b));
+    sema_keyed_unlock(&a);
+    sema_keyed_unlock(&a); /* must not release b's share */
+    sema_keyed_unlock(&a);
+    ASSERT_OK(sema_keyed_key_stats(k, KEY, KLEN, &st));
+    ASSERT_EQ(st.holders, 1);
+    ASSERT_EQ(st.held, 1);
+    sema_keyed_unlock(&b);
+    sema_keyed_unlock(&b);
+    sema_keyed_unlock(NULL);
+    ASSERT_EQ(sema_keyed_count(k), 0);
+    sema_keyed_free(k);
+}
+
+static int task_fail(void *arg)
+{
+    sema_keyed_t *k = arg;
+    sema_keyed_lock_t y = SEMA_KEYED_LOCK_INIT;
+
+    /* Inside the task the key is held exclusively. */
+    if (sema_keyed_trylock(k, KEY, KLEN, SEMA_SHARED, &y) != SEMA_EBUSY)
+        return -1;
+    return -4242;
+}
+
+static int task_ok(void *arg)
+{
+    int *n = arg;
+
+    (*n)++;
+    return 0;
+}
+
+TEST(task_style_propagates_errors_and_releases)
+{
+    sema_keyed_t *k;
+    sema_keyed_lock_t x = SEMA_KEYED_LOCK_INIT;
+    int n = 0;
+
+    ASSERT_OK(sema_keyed_new(&k));
+    ASSERT_EQ(sema_keyed_with(k, KEY, KLEN, SEMA_EXCLUSIVE, -1, task_fail, k), -4242);
+    ASSERT_EQ(sema_keyed_count(k), 0);
+    ASSERT_OK(sema_keyed_with(k, KEY, KLEN, SEMA_SHARED, -1, task_ok, &n));
+    ASSERT_EQ(n, 1);
+    /* The lock's own error comes back and fn is not called. */
+    ASSERT_OK(sema_keyed_lock(k, KEY, KLEN, SEMA_EXCLUSIVE, 0, &x));
+    ASSERT_EQ(sema_keyed_with(k, KEY, KLEN, SEMA_SHARED, 0, task_ok, &n), SEMA_EBUSY);
+    ASSERT_EQ(sema_keyed_with(k, KEY, KLEN, SEMA_SHARED, 20, task_ok, &n), SEMA_ETIMEDOUT);
+    ASSERT_EQ(n, 1);
+    sema_keyed_unlock(&x);
+    ASSERT_EQ(sema_keyed_with(k, KEY, KLEN, SEMA_SHARED, 0, NULL, NULL), SEMA_EINVAL);
+    ASSERT_EQ(sema_keyed_count(k), 0);
+    sema_keyed_free(k);
+}
+
+TEST(key_cap_returns_elimit)
+{
+    sema_keyed_opts_t o = {3, 0};
+    sema_keyed_t *k;
+    sema_keyed_lock_t l[4] = {SEMA_KEYED_LOCK_INIT, SEMA_KEYED_LOCK_INIT, SEMA_KEYED_LOCK_INIT,
+                              SEMA_KEYED_LOCK_INIT};
+    char key[8];
+
+    ASSERT_OK(sema_keyed_new_opts(&k, &o));
+    for (int i = 0; i < 3; i++) {
+        snprintf(key, sizeof(key), "k%d", i);
+        ASSERT_OK(sema_keyed_lock(k, key, strlen(key), SEMA_SHARED, 0, &l[i]));
+    }
+    ASSERT_EQ(sema_keyed_lock(k, "k3", 2, SEMA_SHARED, -1, &l[3]), SEMA_ELIMIT);
+    /* An existing key still works at the cap. */
+    ASSERT_OK(sema_keyed_lock(k, "k0", 2, SEMA_SHARED, 0, &l[3]));
+    sema_keyed_unlock(&l[3]);
+    sema_keyed_unlock(&l[1]);
+    ASSERT_OK(sema_keyed_lock(k, "k3", 2, SEMA_SHARED, 0, &l[3]));
+    for (int i = 0; i < 4; i++)
+        sema_keyed_unlock(&l[i]);
+    ASSERT_EQ(sema_keyed_count(k), 0);
+    sema_keyed_free(k);
+}
+
+TEST(empty_key_is_a_key)
+{
+    sema_keyed_t *k;
+    sema_keyed_lock_t a = SEMA_KEYED_LOCK_INIT, b = SEMA_KEYED_LOCK_INIT;
+
+    ASSERT_OK(sema_keyed_new(&k));
+    ASSERT_OK(sema_keyed_lock(k, NULL, 0, SEMA_EXCLUSIVE, 0, &a));
+    ASSERT_EQ(sema_keyed_lock(k, "", 0, SEMA_SHARED, 0, &b), SEMA_EBUSY);
+    ASSERT_OK(sema_keyed_lock(k, "x", 1, SEMA_SHARED, 0, &b));
+    sema_keyed_unlock(&a);
+    sema_keyed_unlock(&b);
+    sema_keyed_free(k);
+}
+
+TEST(bad_input)
+{
+    sema_keyed_t *k;
+    sema_keyed_lock_t l = SEMA_KEYED_LOCK_INIT;
+    sema_keyed_opts_t o = {0, (uint64_t)SEMA_KEYED_READERS_MAX + 1};
+    sema_keyed_key_stats_t st;
+    static char big[SEMA_KEYED_KEY_MAX + 1];
+
+    ASSERT_EQ(sema_keyed_new(NULL), SEMA_EINVAL);
+    ASSERT_EQ(sema_keyed_new_opts(&k, &o), SEMA_EINVAL);
+    ASSERT_OK(sema_keyed_new(&k));
+    ASSERT_EQ(sema_keyed_lock(NULL, KEY, KLEN, SEMA_SHARED, 0, &l), SEMA_EINVAL);
+    ASSERT_EQ(sema_keyed_lock(k, KEY, KLEN, SEMA_SHARED, 0, NULL), SEMA_EINVAL);
+    ASSERT_EQ(sema_keyed_lock(k, NULL, 3, SEMA_SHARED, 0, &l), SEMA_EINVAL);
+    ASSERT_EQ(sema_keyed_lock(k, KEY, KLEN, 0, 0, &l), SEMA_EINVAL);
+    ASSERT_EQ(sema_keyed_lock(k, KEY, KLEN, 3, -1, &l), SEMA_EINVAL);
+    ASSERT_EQ(sema_keyed_lock(k, big, sizeof(big), SEMA_SHARED, 0, &l), SEMA_ENAMETOOLONG);
+    ASSERT_OK(sema_keyed_lock(k, big, sizeof(big) - 1, SEMA_SHARED, 0, &l));
+    sema_keyed_unlock(&l);
+    ASSERT(!sema_keyed_held(&l));
+    ASSERT(!sema_keyed_held(NULL));
+    ASSERT_EQ(sema_keyed_key_stats(NULL, KEY, KLEN, &st), SEMA_EINVAL);
+    ASSERT_EQ(sema_keyed_key_stats(k, KEY, KLEN, NULL), SEMA_EINVAL);
+    ASSERT_EQ(sema_keyed_count(NULL), 0);
+    ASSERT_EQ(sema_keyed_count(k), 0);
+    sema_keyed_close(NULL);
+    sema_keyed_free(NULL);
+    sema_keyed_free(k);
+}
