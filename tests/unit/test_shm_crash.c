@@ -1,0 +1,455 @@
+/* SPDX-License-Identifier: MIT */
+/* test_shm_crash.c - the shared-memory semaphore across real processes: dead holders and
+ * waiters, PID reuse, a lock owner that dies, the fast-path window, concurrent creators,
+ * and forked stress with a witness counter. Children only call libsema and _exit. */
+#include <stdlib.h>
+
+#include "test_shm_util.h"
+
+static char nbuf[64];
+
+/* A child that opens `name`, takes `weight` (waiting up to timeout_ms), writes one byte to
+ * `ready` (when it holds) and then sleeps until killed. */
+static pid_t holder_child(const char *name, uint64_t weight, int64_t timeout_ms, int ready)
+{
+    pid_t pid = fork();
+    ASSERT(pid >= 0);
+    if (pid == 0) {
+        sema_shm_t *h = NULL;
+        if (sema_shm_open(name, 0, SEMA_SHM_EXISTING, 0, &h) != 0 ||
+            sema_shm_acquire(h, weight, timeout_ms) != 0)
+            _exit(3);
+        if (write(ready, "x", 1) != 1)
+            _exit(4);
+        for (;;)
+            pause();
+    }
+    return pid;
+}
+
+static void read_byte(int fd)
+{
+    char c;
+    ASSERT_EQ(read(fd, &c, 1), 1);
+}
+
+static void kill_and_reap(pid_t pid)
+{
+    kill(pid, SIGKILL);
+    ASSERT_EQ(tshm_wait(pid, 5000), 128 + SIGKILL);
+}
+
+TEST(killed_holder_units_return_on_next_operation)
+{
+    const char *n = tshm_name(nbuf, sizeof(nbuf));
+    sema_shm_t *h = tshm_open(n, 3);
+    int p[2];
+    ASSERT_OK(pipe(p));
+    pid_t c = holder_child(n, 3, 0, p[1]);
+    read_byte(p[0]);
+    ASSERT_EQ(sema_shm_try_acquire(h, 1), SEMA_EBUSY);
+    kill_and_reap(c);
+    ASSERT_OK(sema_shm_try_acquire(h, 3)); /* no release was ever called */
+    ASSERT_EQ(tshm_stats(h).reclaimed, 3);
+    sema_shm_close(h);
+    close(p[0]);
+    close(p[1]);
+    ASSERT_OK(sema_shm_unlink(n));
+}
+
+TEST(sleeping_waiter_gets_dead_holders_units_within_a_second)
+{
+    const char *n = tshm_name(nbuf, sizeof(nbuf));
+    sema_shm_t *h = tshm_open(n, 2);
+    int p[2];
+    ASSERT_OK(pipe(p));
+    pid_t c = holder_child(n, 2, 0, p[1]);
+    read_byte(p[0]);
+    pid_t w = fork(); /* waits forever for both units */
+    ASSERT(w >= 0);
+    if (w == 0) {
+        sema_shm_t *x = NULL;
+        if (sema_shm_open(n, 0, SEMA_SHM_EXISTING, 0, &x) != 0)
+            _exit(3);
+        _exit(sema_shm_acquire(x, 2, 10000) == 0 ? 0 : 1);
+    }
+    ASSERT(TSHM_EVENTUALLY(tshm_stats(h).nwaiters == 1, 5000));
+    kill(c, SIGKILL);
+    int64_t t0 = tshm_now_ms();
+    ASSERT_EQ(tshm_wait(w, 5000), 0);
+    ASSERT_LT(tshm_now_ms() - t0, 1000);
+    ASSERT_EQ(tshm_wait(c, 1000), 128 + SIGKILL);
+    sema_shm_close(h);
+    close(p[0]);
+    close(p[1]);
+    ASSERT_OK(sema_shm_unlink(n));
+}
+
+TEST(killed_waiter_leaves_the_queue)
+{
+    const char *n = tshm_name(nbuf, sizeof(nbuf));
+    sema_shm_t *h = tshm_open(n, 2), *f = tshm_open(n, 2);
+    int p[2];
+    ASSERT_OK(pipe(p));
+    ASSERT_OK(sema_shm_acquire(h, 1, 0));
+    pid_t w = holder_child(n, 2, -1, p[1]); /* queued: wants 2, 1 is held */
+    ASSERT(TSHM_EVENTUALLY(tshm_stats(h).nwaiters == 1, 5000));
+    kill_and_reap(w);
+    ASSERT_EQ(tshm_stats(h).nwaiters, 0);
+    ASSERT_OK(sema_shm_try_acquire(f, 1)); /* nobody ahead any more */
+    sema_shm_close(h);
+    sema_shm_close(f);
+    close(p[0]);
+    close(p[1]);
+    ASSERT_OK(sema_shm_unlink(n));
+}
+
+/* A live process (a sleeping child) whose start time differs from the record's: the
+ * record belongs to a dead process whose pid was recycled. */
+TEST(pid_reuse_does_not_keep_a_dead_holder_alive)
+{
+    const char *n = tshm_name(nbuf, sizeof(nbuf));
+    sema_shm_t *h = tshm_open(n, 4);
+    pid_t live = fork();
+    ASSERT(live >= 0);
+    if (live == 0) {
+        for (;;)
+            pause();
+    }
+    uint64_t start = 0;
+    ASSERT(TSHM_EVENTUALLY(sema__shm_proc_start(live, &start) == 0 && start != 0, 2000));
+    ASSERT_OK(sema__shm_test_forge(h, live, start + 1, 3));  /* recycled pid */
+    ASSERT_OK(sema__shm_test_forge(h, live, start, 1));      /* the real owner */
+    sema_shm_stats_t st = tshm_stats(h);
+    ASSERT_EQ(st.nholders, 1);
+    ASSERT_EQ(st.held, 1);
+    ASSERT_EQ(st.available, 3);
+    kill_and_reap(live);
+    st = tshm_stats(h);
+    ASSERT_EQ(st.nholders, 0);
+    ASSERT_EQ(st.available, 4);
+    sema_shm_close(h);
+    ASSERT_OK(sema_shm_unlink(n));
+}
+
+TEST(own_pid_with_other_start_time_is_reclaimed)
+{
+    const char *n = tshm_name(nbuf, sizeof(nbuf));
+    sema_shm_t *h = tshm_open(n, 2);
+    uint64_t start;
+    int32_t me = sema__shm_self(&start);
+    ASSERT_OK(sema__shm_test_forge(h, me, start + 7, 2));
+    ASSERT_OK(sema_shm_try_acquire(h, 2));
+    sema_shm_close(h);
+    ASSERT_OK(sema_shm_unlink(n));
+}
+
+/* Children that die holding the internal lock, in two flavours. */
+static void die_holding_lock(const char *name, uint64_t scribble, int use_sigkill)
+{
+    pid_t c = fork();
+    ASSERT(c >= 0);
+    if (c == 0) {
+        sema_shm_t *h = NULL;
+        if (sema_shm_open(name, 0, SEMA_SHM_EXISTING, 0, &h) != 0)
+            _exit(3);
+        int rc = scribble ? sema__shm_test_lock_scribble(h, scribble) : sema__shm_test_lock(h);
+        if (rc != 0)
+            _exit(4);
+        if (use_sigkill)
+            raise(SIGKILL);
+        _exit(0);
+    }
+    int st = tshm_wait(c, 5000);
+    ASSERT(st == 0 || st == 128 + SIGKILL);
+}
+
+TEST(lock_owner_killed_next_process_repairs)
+{
+    const char *n = tshm_name(nbuf, sizeof(nbuf));
+    sema_shm_t *h = tshm_open(n, 3);
+    ASSERT_OK(sema_shm_acquire(h, 1, 0));
+    die_holding_lock(n, 0, 1);
+    ASSERT_OK(sema_shm_acquire(h, 2, 0)); /* the word is frozen: this goes through the lock */
+    ASSERT_OK(sema_shm_release(h, 0));
+    sema_shm_stats_t st = tshm_stats(h);
+    ASSERT_EQ(st.available, 3);
+    ASSERT_EQ(sema__shm_test_state(h)->repairs, 1);
+    sema_shm_close(h);
+    ASSERT_OK(sema_shm_unlink(n));
+}
+
+TEST(lock_owner_died_mid_update_state_is_recomputed)
+{
+    const char *n = tshm_name(nbuf, sizeof(nbuf));
+    sema_shm_t *h = tshm_open(n, 5);
+    ASSERT_OK(sema_shm_acquire(h, 2, 0));
+    die_holding_lock(n, 1000, 0); /* left `available` nonsensical */
+    sema_shm_stats_t st = tshm_stats(h);
+    ASSERT_EQ(st.available, 3);
+    ASSERT_EQ(st.held, 2);
+    ASSERT_EQ(sema_shm_try_acquire(h, 4), SEMA_EBUSY);
+    ASSERT_OK(sema_shm_try_acquire(h, 3));
+    sema_shm_close(h);
+    ASSERT_OK(sema_shm_unlink(n));
+}
+
+TEST(killed_inside_fast_path_window_is_recounted)
+{
+    const char *n = tshm_name(nbuf, sizeof(nbuf));
+    sema_shm_t *h = tshm_open(n, 6);
+    ASSERT_OK(sema_shm_acquire(h, 1, 0));
+    pid_t c = fork();
+    ASSERT(c >= 0);
+    if (c == 0) {
+        sema_shm_t *x = NULL;
+        if (sema_shm_open(n, 0, SEMA_SHM_EXISTING, 0, &x) != 0 ||
+            sema__shm_test_fast_window(x, 2) != 0)
+            _exit(3);
+        raise(SIGKILL);
+    }
+    ASSERT_EQ(tshm_wait(c, 5000), 128 + SIGKILL);
+    /* The child held 2 (recorded) and took 2 more from the word without a record. */
+    sema_shm_stats_t st = tshm_stats(h);
+    ASSERT_EQ(st.available, 5);
+    ASSERT_EQ(st.held, 1);
+    ASSERT_OK(sema_shm_try_acquire(h, 5));
+    sema_shm_close(h);
+    ASSERT_OK(sema_shm_unlink(n));
+}
+
+TEST(concurrent_creators_agree)
+{
+    const char *n = tshm_name(nbuf, sizeof(nbuf));
+    enum { N = 8 };
+    int go[2], res[2];
+    ASSERT_OK(pipe(go));
+    ASSERT_OK(pipe(res));
+    pid_t kids[N];
+    for (int i = 0; i < N; i++) {
+        kids[i] = fork();
+        ASSERT(kids[i] >= 0);
+        if (kids[i] == 0) {
+            char c;
+            sema_shm_t *h = NULL;
+            if (read(go[0], &c, 1) != 1 || sema_shm_open(n, N / 2, 0, 0, &h) != 0)
+                _exit(3);
+            c = sema_shm_try_acquire(h, 1) == 0 ? 'y' : 'n';
+            if (write(res[1], &c, 1) != 1)
+                _exit(4);
+            for (;;)
+                pause(); /* keep holding */
+        }
+    }
+    char buf[N];
+    memset(buf, 'y', sizeof(buf));
+    ASSERT_EQ(write(go[1], buf, N), N); /* release all creators at once */
+    int granted = 0;
+    for (int i = 0; i < N; i++) {
+        char c;
+        ASSERT_EQ(read(res[0], &c, 1), 1);
+        granted += c == 'y';
+    }
+    ASSERT_EQ(granted, N / 2); /* one object: exactly its capacity was handed out */
+    for (int i = 0; i < N; i++)
+        kill_and_reap(kids[i]);
+    sema_shm_t *h = tshm_open(n, N / 2);
+    ASSERT_EQ(tshm_stats(h).available, N / 2);
+    sema_shm_close(h);
+    ASSERT_OK(sema_shm_unlink(n));
+    for (int i = 0; i < 2; i++) {
+        close(go[i]);
+        close(res[i]);
+    }
+}
+
+/* --- stress ------------------------------------------------------------------------ */
+
+typedef struct {
+    _Atomic int64_t held;     /* witness: units held right now, by the children's account */
+    _Atomic int64_t max_held; /* the most ever seen */
+    _Atomic int64_t grants, timeouts, errors;
+} witness_t;
+
+static void witness_enter(witness_t *w, int64_t weight, int64_t cap)
+{
+    int64_t now = atomic_fetch_add(&w->held, weight) + weight;
+    int64_t m = atomic_load(&w->max_held);
+    while (now > m && !atomic_compare_exchange_weak(&w->max_held, &m, now)) {
+    }
+    (void)cap;
+}
+
+static void stress_child(const char *name, witness_t *w, int64_t cap, unsigned seed, int iters)
+{
+    sema_shm_t *h = NULL;
+    if (sema_shm_open(name, 0, SEMA_SHM_EXISTING, 0, &h) != 0)
+        _exit(3);
+    for (int i = 0; i < iters; i++) {
+        uint64_t weight = 1 + (uint64_t)rand_r(&seed) % (uint64_t)cap;
+        int64_t timeout = rand_r(&seed) % 4 == 0 ? 0 : rand_r(&seed) % 20;
+        int rc = sema_shm_acquire(h, weight, timeout);
+        if (rc == SEMA_EBUSY || rc == SEMA_ETIMEDOUT) {
+            atomic_fetch_add(&w->timeouts, 1);
+            continue;
+        }
+        if (rc != 0) {
+            atomic_fetch_add(&w->errors, 1);
+            continue;
+        }
+        atomic_fetch_add(&w->grants, 1);
+        witness_enter(w, (int64_t)weight, cap);
+        for (volatile int spin = rand_r(&seed) % 2000; spin > 0; spin--) {
+        }
+        atomic_fetch_sub(&w->held, (int64_t)weight);
+        if (sema_shm_release(h, 0) != 0)
+            atomic_fetch_add(&w->errors, 1);
+    }
+    sema_shm_close(h);
+    _exit(0);
+}
+
+TEST(forked_stress_never_exceeds_capacity)
+{
+    const char *n = tshm_name(nbuf, sizeof(nbuf));
+    enum { KIDS = 8 };
+    const int64_t cap = 5;
+    int iters = (int)test_scale(400);
+    witness_t *w = tshm_shared(sizeof(*w));
+    sema_shm_t *h = tshm_open(n, (uint64_t)cap);
+    pid_t kids[KIDS];
+    for (int i = 0; i < KIDS; i++) {
+        kids[i] = fork();
+        ASSERT(kids[i] >= 0);
+        if (kids[i] == 0)
+            stress_child(n, w, cap, 1234u + (unsigned)i, iters);
+    }
+    for (int i = 0; i < KIDS; i++)
+        ASSERT_EQ(tshm_wait(kids[i], 60000), 0);
+    ASSERT_EQ(atomic_load(&w->errors), 0);
+    ASSERT_LE(atomic_load(&w->max_held), cap);
+    ASSERT_GT(atomic_load(&w->grants), 0);
+    ASSERT_EQ(atomic_load(&w->held), 0);
+    sema_shm_stats_t st = tshm_stats(h);
+    ASSERT_EQ(st.available, (uint64_t)cap);
+    ASSERT_EQ(st.nholders, 0);
+    ASSERT_EQ(st.nwaiters, 0);
+    fprintf(stderr, "grants %lld, timeouts %lld, max held %lld of %lld\n",
+            (long long)atomic_load(&w->grants), (long long)atomic_load(&w->timeouts),
+            (long long)atomic_load(&w->max_held), (long long)cap);
+    sema_shm_close(h);
+    ASSERT_OK(sema_shm_unlink(n));
+    munmap(w, sizeof(*w));
+}
+
+/* FIFO across processes: children queue one after another (each enqueued before the next
+ * is forked) with random weights. Every snapshot must show the waiters as a suffix of the
+ * queue order: nobody behind a waiter is holding or done. */
+typedef struct {
+    _Atomic int done[64];
+} fifo_log_t;
+
+static int index_of(const pid_t *kids, int n, pid_t pid)
+{
+    for (int i = 0; i < n; i++)
+        if (kids[i] == pid)
+            return i;
+    return -1;
+}
+
+static void check_fifo_snapshot(const sema_shm_stats_t *st, const pid_t *kids, int n,
+                                fifo_log_t *log)
+{
+    int prev = -1;
+    for (uint32_t k = 0; k < st->nwaiters; k++) {
+        int i = index_of(kids, n, st->waiters[k].pid);
+        ASSERT_GT(i, prev); /* waiters listed in queue order */
+        prev = i;
+    }
+    if (st->nwaiters == 0)
+        return;
+    int first = index_of(kids, n, st->waiters[0].pid);
+    for (int i = first + 1; i < n; i++)
+        ASSERT_EQ(atomic_load(&log->done[i]), 0);
+    for (uint32_t k = 0; k < st->nholders; k++)
+        if (st->holders[k].pid != getpid())
+            ASSERT_LT(index_of(kids, n, st->holders[k].pid), first);
+}
+
+TEST(fifo_order_holds_across_processes)
+{
+    const char *n = tshm_name(nbuf, sizeof(nbuf));
+    enum { KIDS = 12 };
+    const uint64_t cap = 4;
+    fifo_log_t *log = tshm_shared(sizeof(*log));
+    sema_shm_t *h = tshm_open(n, cap);
+    pid_t kids[KIDS];
+    unsigned seed = 42;
+    ASSERT_OK(sema_shm_acquire(h, cap, 0));
+    for (int i = 0; i < KIDS; i++) {
+        uint64_t weight = 1 + (uint64_t)rand_r(&seed) % cap;
+        kids[i] = fork();
+        ASSERT(kids[i] >= 0);
+        if (kids[i] == 0) {
+            sema_shm_t *x = NULL;
+            if (sema_shm_open(n, 0, SEMA_SHM_EXISTING, 0, &x) != 0 ||
+                sema_shm_acquire(x, weight, 20000) != 0)
+                _exit(3);
+            tshm_sleep_ms(5);
+            atomic_store(&log->done[i], 1);
+            _exit(sema_shm_release(x, 0) == 0 ? 0 : 4);
+        }
+        ASSERT(TSHM_EVENTUALLY(tshm_stats(h).nwaiters == (uint32_t)i + 1, 5000));
+    }
+    ASSERT_OK(sema_shm_release(h, 0));
+    sema_shm_stats_t st;
+    do {
+        ASSERT_OK(sema_shm_stats(h, &st));
+        check_fifo_snapshot(&st, kids, KIDS, log);
+    } while (st.nwaiters > 0);
+    for (int i = 0; i < KIDS; i++)
+        ASSERT_EQ(tshm_wait(kids[i], 20000), 0);
+    sema_shm_close(h);
+    ASSERT_OK(sema_shm_unlink(n));
+    munmap(log, sizeof(*log));
+}
+
+/* Children acquire and hold at random; the parent SIGKILLs random ones (holders and
+ * waiters alike). Afterwards every unit is back and every survivor finished. */
+TEST(sigkill_random_holders_and_waiters)
+{
+    const char *n = tshm_name(nbuf, sizeof(nbuf));
+    enum { KIDS = 10 };
+    const int64_t cap = 3;
+    witness_t *w = tshm_shared(sizeof(*w));
+    sema_shm_t *h = tshm_open(n, (uint64_t)cap);
+    pid_t kids[KIDS];
+    int iters = (int)test_scale(300);
+    for (int i = 0; i < KIDS; i++) {
+        kids[i] = fork();
+        ASSERT(kids[i] >= 0);
+        if (kids[i] == 0)
+            stress_child(n, w, cap, 99u + (unsigned)i, iters);
+    }
+    unsigned seed = 7;
+    for (int k = 0; k < KIDS / 2; k++) {
+        tshm_sleep_ms(5 + rand_r(&seed) % 20);
+        kill(kids[rand_r(&seed) % KIDS], SIGKILL);
+    }
+    int killed = 0;
+    for (int i = 0; i < KIDS; i++) {
+        int st = tshm_wait(kids[i], 60000);
+        ASSERT(st == 0 || st == 128 + SIGKILL);
+        killed += st != 0;
+    }
+    ASSERT_GT(killed, 0);
+    ASSERT_EQ(atomic_load(&w->errors), 0);
+    sema_shm_stats_t st = tshm_stats(h);
+    ASSERT_EQ(st.available, (uint64_t)cap);
+    ASSERT_EQ(st.nholders, 0);
+    ASSERT_EQ(st.nwaiters, 0);
+    ASSERT_OK(sema_shm_acquire(h, (uint64_t)cap, 1000));
+    sema_shm_close(h);
+    ASSERT_OK(sema_shm_unlink(n));
+    munmap(w, sizeof(*w));
+}
