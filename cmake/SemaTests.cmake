@@ -89,3 +89,8 @@ add_test(NAME check.source COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/check-sour
 add_test(NAME check.exports COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/check-exports.sh
   $<TARGET_FILE:sema_shared>)
 set_tests_properties(check.source check.exports PROPERTIES LABELS check SKIP_RETURN_CODE 77)
+if(TARGET sema_client_shared)
+  add_test(NAME check.exports_client COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/check-exports.sh
+    $<TARGET_FILE:sema_client_shared>)
+  set_tests_properties(check.exports_client PROPERTIES LABELS check SKIP_RETURN_CODE 77)
+endif()

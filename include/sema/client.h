@@ -1,0 +1,276 @@
+/* SPDX-License-Identifier: MIT */
+/* client.h - the C client for semad (libsema-client): semaphores, leases, keyed locks,
+ * wait-idle, the legacy API and a background lease keep-alive, over HTTP with libcurl.
+ *
+ * Conventions (the same for every function below):
+ * - Returns 0 or a negative SEMA_E* code (sema/error.h). Server problems map by their
+ *   `code` (see docs/client.md); a server that cannot be reached is SEMA_ECONNREFUSED, a
+ *   reply that is not what the API documents is SEMA_EPROTO.
+ * - `err` (may be NULL) is the caller's buffer for the detail: the code, the HTTP status
+ *   and the server's message, like curl's CURLOPT_ERRORBUFFER. It is written on failure
+ *   and cleared on success.
+ * - Thread-safety: one sema_client_t may be used by any number of threads at once. Each
+ *   call borrows a libcurl easy handle from the client's pool (a mutex-protected free
+ *   list; a new handle when all are busy, at most `max_idle` are kept) and returns it
+ *   afterwards, so a handle's keep-alive connection is reused by the next call. A blocking
+ *   acquire holds its handle (and connection) while it waits.
+ * - Blocking: every call blocks for one HTTP round trip; acquire, lock and wait-idle block
+ *   until granted or their timeout (a long poll on the server, never polling).
+ * - Strings handed in are borrowed for the call; strings handed out are owned by the
+ *   caller and freed with sema_client_string_free().
+ * - libcurl: sema_client_new() calls curl_global_init() once per process (pthread_once);
+ *   programs that use libcurl themselves should call curl_global_init() before starting
+ *   threads, as libcurl asks. */
+#ifndef SEMA_CLIENT_H
+#define SEMA_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sema/error.h"
+#include "sema/version.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sema_client sema_client_t;
+typedef struct sema_keepalive sema_keepalive_t;
+
+/* Limits of the fixed-size fields below (bytes, with the terminating NUL). A semaphore name
+ * or lock key longer than SEMA_CLIENT_NAME_MAX - 1 bytes is refused with
+ * SEMA_ENAMETOOLONG before anything is sent. */
+#define SEMA_CLIENT_NAME_MAX 512
+#define SEMA_LEASE_ID_MAX 128
+
+typedef struct {
+    int code;          /* 0 or the SEMA_E* code the call returned */
+    int http_status;   /* the reply's HTTP status, 0 when there was no reply */
+    char problem[48];  /* the server's problem `code` ("timeout", ...), "" if none */
+    char message[256]; /* the server's detail, or the client's own explanation */
+} sema_client_error_t;
+
+typedef struct {
+    int64_t connect_timeout_ms; /* TCP connect; 0: 3000 */
+    int64_t request_timeout_ms; /* calls that do not wait for a permit; 0: 30000 */
+    int max_retries;            /* retries after a network error (idempotent calls and acquires with
+                                   their idempotency key); 0: 2, < 0: none */
+    int max_idle;               /* idle easy handles kept in the pool; 0: 8 */
+    const char *owner;          /* default owner recorded with leases (borrowed for sema_client_new
+                                   only: copied); NULL: "<hostname>:<pid>" */
+} sema_client_opts_t;
+
+/* A granted permit (or keyed lock). Plain data: copy it freely. */
+typedef struct {
+    char id[SEMA_LEASE_ID_MAX];      /* opaque lease id */
+    char name[SEMA_CLIENT_NAME_MAX]; /* semaphore name, or the lock key */
+    uint64_t weight;                 /* units held */
+    uint64_t fence;                  /* fencing token: strictly increasing per semaphore */
+    int64_t ttl_ms;                  /* the lease's time to live */
+    int64_t expires_at_ms;           /* server wall clock, Unix epoch ms */
+    int64_t acquired_at_ms;          /* server wall clock, Unix epoch ms (0 if not sent) */
+    int64_t local_deadline_ns;       /* this host's monotonic clock (CLOCK_MONOTONIC): the
+                                        request's send time + ttl, so never later than the
+                                        server's expiry. Act before it. */
+    int mode;                        /* 0 for a semaphore lease, else SEMA_LOCK_* */
+} sema_lease_t;
+
+enum { SEMA_LOCK_SHARED = 1, SEMA_LOCK_EXCLUSIVE = 2 };
+
+typedef struct {
+    uint64_t weight;             /* units to take; 0: 1 (ignored by locks) */
+    int64_t timeout_ms;          /* < 0: wait forever; 0: try once; else wait this long */
+    int64_t ttl_ms;              /* lease time to live; 0: the server's default (60 s) */
+    const char *owner;           /* NULL: the client's owner */
+    const char *idempotency_key; /* NULL: a random one is generated; it is reused when the
+                                    request is retried after a network error, so a retried
+                                    acquire never grants twice */
+    const volatile int *cancel;  /* optional: set *cancel non-zero (from any thread or a
+                                    signal handler) to give up waiting: the call returns
+                                    SEMA_ECANCELED and releases a grant that raced it */
+} sema_acquire_opts_t;
+
+/* A semaphore's counters (GET /v1/semaphores/{name}, list entries). */
+typedef struct {
+    const char *name;  /* borrowed: valid during the call or callback that handed it out */
+    uint64_t capacity; /* declared size */
+    int64_t available; /* may be negative after a shrink, above capacity after legacy up */
+    uint64_t held;     /* units held by leases */
+    uint64_t fence;    /* last fence handed out (0 in list entries) */
+    uint64_t waiting;  /* parked requests */
+} sema_sem_info_t;
+
+/* ---- the handle -------------------------------------------------------------------- */
+
+/* Create a client for the semad at `url` ("http://127.0.0.1:7070"; a trailing '/' is
+ * ignored). `opts` may be NULL (defaults). Sends nothing. Returns 0 and *out, SEMA_EINVAL
+ * (not an http:// or https:// URL), SEMA_ENOMEM or SEMA_EIO (libcurl failed to start).
+ * Thread-safe. */
+SEMA_EXTERN int sema_client_new(sema_client_t **out, const char *url,
+                                const sema_client_opts_t *opts);
+
+/* Free the client and its pooled connections. NULL is fine. Every other call on it must
+ * have returned and every keep-alive on it stopped. */
+SEMA_EXTERN void sema_client_free(sema_client_t *c);
+
+/* The server URL without a trailing '/'. Borrowed from `c`. */
+SEMA_EXTERN const char *sema_client_url(const sema_client_t *c);
+
+/* Free a string returned by this library. NULL is fine. */
+SEMA_EXTERN void sema_client_string_free(char *s);
+
+/* ---- semaphores -------------------------------------------------------------------- */
+
+/* PUT /v1/semaphores/{name}: create with `capacity` (>= 1). *created (may be NULL) is 1 when
+ * it was created, 0 when an identical one existed. SEMA_EEXIST: it exists with another
+ * capacity. */
+SEMA_EXTERN int sema_client_create(sema_client_t *c, const char *name, uint64_t capacity,
+                                   int *created, sema_client_error_t *err);
+
+/* GET /v1/semaphores/{name}. `info` (may be NULL) receives the counters (info->name is set
+ * to `name`). `json` (may be NULL) receives the full state document (holders, waiters),
+ * owned by the caller. */
+SEMA_EXTERN int sema_client_get(sema_client_t *c, const char *name, sema_sem_info_t *info,
+                                char **json, sema_client_error_t *err);
+
+/* PATCH /v1/semaphores/{name}: change the capacity (never revokes; see docs/http-api.md).
+ * `info` may be NULL. */
+SEMA_EXTERN int sema_client_resize(sema_client_t *c, const char *name, uint64_t capacity,
+                                   sema_sem_info_t *info, sema_client_error_t *err);
+
+/* DELETE /v1/semaphores/{name}: waiters fail, leases become void. */
+SEMA_EXTERN int sema_client_delete(sema_client_t *c, const char *name, sema_client_error_t *err);
+
+/* Called once per semaphore by sema_client_list(), in name order; `info` is borrowed for the
+ * call. Return 0 to go on, anything else to stop (sema_client_list then returns 0). */
+typedef int (*sema_client_list_cb)(void *arg, const sema_sem_info_t *info);
+
+/* GET /v1/semaphores?prefix=: every semaphore whose name starts with `prefix` (NULL or "":
+ * all), following the cursor page by page. */
+SEMA_EXTERN int sema_client_list(sema_client_t *c, const char *prefix, sema_client_list_cb cb,
+                                 void *arg, sema_client_error_t *err);
+
+/* ---- leases -------------------------------------------------------------------------- */
+
+/* POST /v1/semaphores/{name}/acquire: take `opts->weight` units, waiting up to
+ * `opts->timeout_ms` (opts may be NULL: weight 1, forever, the default ttl). On 0, *lease is
+ * the grant; on failure *lease is zeroed and no lease is left behind: a reply that arrives
+ * but cannot be used, a cancel that races a grant, or a retry after a network error are all
+ * resolved by the idempotency key (the grant is found again and released). Returns 0,
+ * SEMA_ETIMEDOUT, SEMA_EBUSY (a failed try), SEMA_EINVAL (weight 0 or above capacity),
+ * SEMA_ENOENT, SEMA_ECANCELED (deleted while waiting, or cancelled by the caller),
+ * SEMA_ELIMIT, SEMA_ECONNREFUSED, ... */
+SEMA_EXTERN int sema_client_acquire(sema_client_t *c, const char *name,
+                                    const sema_acquire_opts_t *opts, sema_lease_t *lease,
+                                    sema_client_error_t *err);
+
+/* POST /v1/locks/{key}/acquire: a keyed reader/writer lock, `mode` SEMA_LOCK_SHARED or
+ * SEMA_LOCK_EXCLUSIVE (opts->weight is ignored). Released, renewed and kept alive like any
+ * lease. Same returns and guarantees as sema_client_acquire(). */
+SEMA_EXTERN int sema_client_lock(sema_client_t *c, const char *key, int mode,
+                                 const sema_acquire_opts_t *opts, sema_lease_t *lease,
+                                 sema_client_error_t *err);
+
+/* POST /v1/leases/{id}/renew: extend by `ttl_ms` (0: the lease's own ttl) from now on the
+ * server's clock; updates lease->expires_at_ms, ttl_ms and local_deadline_ns. A lease that
+ * is gone fails loudly: SEMA_EEXPIRED, SEMA_EREVOKED, SEMA_ESTALE (released), SEMA_ECANCELED
+ * (its semaphore was deleted) or SEMA_ENOENT (never seen). */
+SEMA_EXTERN int sema_client_renew(sema_client_t *c, sema_lease_t *lease, int64_t ttl_ms,
+                                  sema_client_error_t *err);
+
+/* DELETE /v1/leases/{id}: give the units back. The same 410 codes as renew when the lease
+ * had already ended. Retried after a network error (a repeated release answers
+ * SEMA_ESTALE, which a retry treats as done). */
+SEMA_EXTERN int sema_client_release(sema_client_t *c, const char *lease_id,
+                                    sema_client_error_t *err);
+
+/* GET /v1/leases/{id}: the lease as the server sees it now (lease->local_deadline_ns is
+ * computed from the remaining time). */
+SEMA_EXTERN int sema_client_lease_get(sema_client_t *c, const char *lease_id, sema_lease_t *lease,
+                                      sema_client_error_t *err);
+
+/* POST /v1/leases/{id}/revoke (administrators): end someone's lease now; its units return and
+ * the fence moves on. */
+SEMA_EXTERN int sema_client_revoke(sema_client_t *c, const char *lease_id,
+                                   sema_client_error_t *err);
+
+/* ---- wait-idle, locks' state, events ------------------------------------------------- */
+
+/* POST /v1/semaphores/{name}/wait-idle: block until every request queued before this one
+ * was granted and all units are back (takes nothing). `timeout_ms` as for acquire;
+ * `cancel` may be NULL. */
+SEMA_EXTERN int sema_client_wait_idle(sema_client_t *c, const char *name, int64_t timeout_ms,
+                                      const volatile int *cancel, sema_client_error_t *err);
+
+/* GET /v1/locks/{key}: the key's state document into *json (caller frees). SEMA_ENOENT when
+ * nobody holds or awaits the key. */
+SEMA_EXTERN int sema_client_lock_get(sema_client_t *c, const char *key, char **json,
+                                     sema_client_error_t *err);
+
+/* Called for every server-sent event: `type` ("granted", "released", "expired", "revoked",
+ * "resized", "deleted", ...) and its JSON `data`, both borrowed. Return non-zero to stop. */
+typedef int (*sema_client_event_cb)(void *arg, const char *type, const char *data);
+
+/* GET /v1/semaphores/{name}/events: stream events into `cb` until it returns non-zero, the
+ * server ends the stream (e.g. after "deleted"), or *cancel (may be NULL) becomes non-zero.
+ * Returns 0 in those three cases. Blocks; holds one connection. */
+SEMA_EXTERN int sema_client_events(sema_client_t *c, const char *name, sema_client_event_cb cb,
+                                   void *arg, const volatile int *cancel, sema_client_error_t *err);
+
+/* ---- the legacy API (seed 001) ------------------------------------------------------- */
+
+/* POST /semaphore {"name","value"}: create a legacy semaphore (capacity = value >= 0).
+ * SEMA_EEXIST when the name exists. */
+SEMA_EXTERN int sema_client_legacy_create(sema_client_t *c, const char *name, int64_t value,
+                                          sema_client_error_t *err);
+
+/* POST /semaphore/up, POST /semaphore/down, GET /semaphore/value/{name}: *value (may be
+ * NULL) receives the value after the call. down fails with SEMA_EBUSY when the value is 0
+ * (or v1 waiters are queued); all three SEMA_ENOENT for an unknown name. */
+SEMA_EXTERN int sema_client_up(sema_client_t *c, const char *name, int64_t *value,
+                               sema_client_error_t *err);
+SEMA_EXTERN int sema_client_down(sema_client_t *c, const char *name, int64_t *value,
+                                 sema_client_error_t *err);
+SEMA_EXTERN int sema_client_value(sema_client_t *c, const char *name, int64_t *value,
+                                  sema_client_error_t *err);
+
+/* DELETE /semaphore/{name}. */
+SEMA_EXTERN int sema_client_legacy_delete(sema_client_t *c, const char *name,
+                                          sema_client_error_t *err);
+
+/* ---- keep-alive ---------------------------------------------------------------------- */
+
+/* Called once, from the keep-alive thread, when the lease is lost: `reason` is
+ * SEMA_EEXPIRED, SEMA_EREVOKED, SEMA_ESTALE, SEMA_ECANCELED, SEMA_ENOENT (what the server
+ * said), or SEMA_ECONNREFUSED when the server could not be reached before the lease's
+ * local deadline. `lease` is the last known state, borrowed. The callback must not call
+ * sema_lease_keepalive_stop() on its own keep-alive; it may signal another thread. */
+typedef void (*sema_lease_lost_cb)(void *arg, const sema_lease_t *lease, int reason);
+
+/* Renew `lease` (copied) in a background thread every ttl/3; after a failed renew it
+ * retries every ttl/10 (at least 50 ms) until the local deadline, then reports the loss.
+ * `c` is borrowed and must outlive the keep-alive. `lost` may be NULL. Returns 0, SEMA_EINVAL
+ * (no id or ttl_ms <= 0), SEMA_ENOMEM or SEMA_EUNAVAIL (thread creation failed). */
+SEMA_EXTERN int sema_lease_keepalive_start(sema_keepalive_t **out, sema_client_t *c,
+                                           const sema_lease_t *lease, sema_lease_lost_cb lost,
+                                           void *arg);
+
+/* 0 while the lease is alive, else the loss reason. Thread-safe, never blocks. */
+SEMA_EXTERN int sema_lease_keepalive_status(sema_keepalive_t *ka);
+
+/* The number of successful renewals so far. Thread-safe, never blocks. */
+SEMA_EXTERN uint64_t sema_lease_keepalive_renewals(sema_keepalive_t *ka);
+
+/* Copy the latest lease state (after renewals) into *out. Thread-safe. */
+SEMA_EXTERN void sema_lease_keepalive_lease(sema_keepalive_t *ka, sema_lease_t *out);
+
+/* Stop renewing, join the thread, and, when `release` is non-zero and the lease was not
+ * lost, release the lease. Frees `ka` (NULL is fine: returns 0). Returns 0, the loss reason
+ * when the lease had been lost, or the release's error. Blocks for at most one request. */
+SEMA_EXTERN int sema_lease_keepalive_stop(sema_keepalive_t *ka, int release,
+                                          sema_client_error_t *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SEMA_CLIENT_H */
