@@ -424,6 +424,125 @@ TEST(injected_commit_failure_rolls_back_and_recovers)
     ASSERT_STREQ(ld.sem[1].name, "beta");
 }
 
+TEST(failed_put_fails_the_commit)
+{
+    const char *dir = data_dir();
+    store_t *st = open_ok(dir, STORE_STRICT);
+    store_sem_t a = sem_rec("alpha", 5, 1), bad = sem_rec(NULL, 1, 0);
+    char err[512] = "";
+    struct loaded ld;
+
+    ASSERT_OK(store_put_sem(st, &a));
+    ASSERT_EQ(store_put_sem(st, &bad), SEMA_EINVAL); /* NOT NULL name */
+    ASSERT_EQ(store_put_sem(st, &a), SEMA_EINVAL);   /* the transaction is already lost */
+    ASSERT_EQ(store_pending(st), 1);
+    ASSERT_EQ(store_commit(st, err, sizeof err), SEMA_EINVAL);
+    ASSERT(strstr(err, "cannot write a semaphore") != NULL);
+    load_ok(st, &ld);
+    ASSERT_EQ(ld.nsem, 0); /* alpha went with the rest of its transaction */
+    ASSERT_OK(store_put_sem(st, &a));
+    commit_ok(st);
+    store_close(st);
+    reload(dir, &ld);
+    ASSERT_EQ(ld.nsem, 1);
+}
+
+/* Real write failures without root: SQLite's unix VFS lets a program replace the system
+ * calls it makes; these fail every write with `write_errno` while it is set. */
+static int write_errno;
+static sqlite3_syscall_ptr real_write, real_pwrite, real_pwrite64;
+
+static ssize_t fake_write(int fd, const void *buf, size_t n)
+{
+    if (write_errno != 0) {
+        errno = write_errno;
+        return -1;
+    }
+    return ((ssize_t(*)(int, const void *, size_t))real_write)(fd, buf, n);
+}
+
+static ssize_t fake_pwrite(int fd, const void *buf, size_t n, off_t off)
+{
+    if (write_errno != 0) {
+        errno = write_errno;
+        return -1;
+    }
+    return ((ssize_t(*)(int, const void *, size_t, off_t))real_pwrite)(fd, buf, n, off);
+}
+
+static ssize_t fake_pwrite64(int fd, const void *buf, size_t n, off_t off)
+{
+    if (write_errno != 0) {
+        errno = write_errno;
+        return -1;
+    }
+    return ((ssize_t(*)(int, const void *, size_t, off_t))real_pwrite64)(fd, buf, n, off);
+}
+
+static void hook_writes(void)
+{
+    sqlite3_vfs *vfs = sqlite3_vfs_find(NULL);
+
+    ASSERT_NOT_NULL(vfs);
+    ASSERT(vfs->iVersion >= 3 && vfs->xSetSystemCall != NULL);
+    real_write = vfs->xGetSystemCall(vfs, "write");
+    real_pwrite = vfs->xGetSystemCall(vfs, "pwrite");
+    real_pwrite64 = vfs->xGetSystemCall(vfs, "pwrite64");
+    ASSERT_EQ(vfs->xSetSystemCall(vfs, "write", (sqlite3_syscall_ptr)fake_write), SQLITE_OK);
+    if (real_pwrite != NULL)
+        vfs->xSetSystemCall(vfs, "pwrite", (sqlite3_syscall_ptr)fake_pwrite);
+    if (real_pwrite64 != NULL)
+        vfs->xSetSystemCall(vfs, "pwrite64", (sqlite3_syscall_ptr)fake_pwrite64);
+}
+
+/* Commits fail while writes fail with `err_no`; the store then works again. */
+static void write_failure_case(int err_no, const char *what)
+{
+    const char *dir = data_dir();
+    store_t *st;
+    char err[512] = "";
+    struct loaded ld;
+
+    hook_writes();
+    st = open_ok(dir, STORE_STRICT);
+    store_sem_t a = sem_rec("alpha", 5, 1), b = sem_rec("beta", 2, 0);
+    store_lease_t l = lease_rec("L1", "alpha", 1, 1);
+    ASSERT_OK(store_put_sem(st, &a));
+    commit_ok(st);
+    write_errno = err_no;
+    for (int i = 0; i < 3; i++) {
+        ASSERT_OK(store_put_sem(st, &b));
+        ASSERT_OK(store_put_lease(st, &l));
+        ASSERT_EQ(store_commit(st, err, sizeof err), SEMA_EIO);
+        fprintf(stderr, "commit failed as it should: %s\n", err);
+        ASSERT(strstr(err, what) != NULL);
+        ASSERT(strstr(err, "rolled back") != NULL);
+        ASSERT_EQ(store_pending(st), 0);
+    }
+    write_errno = 0;
+    load_ok(st, &ld);
+    ASSERT_EQ(ld.nsem, 1);
+    ASSERT_EQ(ld.nlease, 0);
+    ASSERT_OK(store_put_sem(st, &b));
+    ASSERT_OK(store_put_lease(st, &l));
+    commit_ok(st);
+    store_close(st);
+    reload(dir, &ld);
+    ASSERT_EQ(ld.nsem, 2);
+    ASSERT_EQ(ld.nlease, 1);
+    ASSERT_EQ(store_check(dir, stderr), 0);
+}
+
+TEST(write_error_rolls_back_and_recovers)
+{
+    write_failure_case(EIO, "I/O error");
+}
+
+TEST(no_space_rolls_back_and_recovers)
+{
+    write_failure_case(ENOSPC, "disk full");
+}
+
 /* Mount a small tmpfs at `dir` in a private mount namespace (gone when the test exits).
  * Skips when the system does not allow it (not root, no user namespaces). */
 static void mount_small_fs(const char *dir, const char *size)
