@@ -1,0 +1,237 @@
+/* SPDX-License-Identifier: MIT */
+/* cmd_local.c - the sema command's local verbs (`run`, `ls`, `rm` with --local), on the
+ * crash-safe shared-memory semaphores of libsema. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "sema/sema.h"
+
+/* --- run ---------------------------------------------------------------------------- */
+
+typedef struct {
+    const char *name;
+    uint64_t capacity; /* 0: not given (use an existing one as it is, or create with 1) */
+    uint64_t weight;
+    int64_t timeout_ms;
+    unsigned mode;
+    char **cmd;
+} run_args_t;
+
+static int parse_run(int argc, char **argv, run_args_t *a)
+{
+    const char *cap = NULL, *weight = NULL, *timeout = NULL, *mode = NULL;
+    const cli_opt_t opts[] = {{'c', "capacity", &cap, NULL},
+                              {'w', "weight", &weight, NULL},
+                              {'t', "timeout", &timeout, NULL},
+                              {'m', "mode", &mode, NULL},
+                              {0, NULL, NULL, NULL}};
+    char *pos[1];
+    int npos, rest, rc = cli_parse_opts("run", argc, argv, opts, pos, 1, &npos, &rest);
+    if (rc != 0)
+        return rc;
+    if (npos != 1)
+        return cli_usage_error("run", "needs a semaphore NAME");
+    if (rest >= argc)
+        return cli_usage_error("run", "needs a command after `--`");
+    uint64_t m = 0600;
+    char *end = NULL;
+    *a = (run_args_t){pos[0], 0, 1, -1, 0600, argv + rest};
+    if (cap != NULL && cli_parse_u64(cap, 1, UINT64_C(1) << 62, &a->capacity) != 0)
+        return cli_usage_error("run", "bad capacity '%s' (a whole number from 1)", cap);
+    if (weight != NULL && cli_parse_u64(weight, 1, UINT64_C(1) << 62, &a->weight) != 0)
+        return cli_usage_error("run", "bad weight '%s' (a whole number from 1)", weight);
+    if (timeout != NULL && cli_parse_duration_ms(timeout, &a->timeout_ms) != 0)
+        return cli_usage_error("run", "bad timeout '%s' (e.g. 500ms, 10s, 2m)", timeout);
+    if (mode != NULL) {
+        m = strtoul(mode, &end, 8);
+        if (*mode == '\0' || *end != '\0' || m > 0777)
+            return cli_usage_error("run", "bad mode '%s' (octal, e.g. 660)", mode);
+    }
+    a->mode = (unsigned)m;
+    return 0;
+}
+
+static int open_for_run(const run_args_t *a, sema_shm_t **h)
+{
+    int flags = a->capacity ? 0 : SEMA_SHM_ADOPT;
+    int rc = sema_shm_open(a->name, a->capacity ? a->capacity : 1, flags, a->mode, h);
+    if (rc == SEMA_EEXIST) {
+        sema_shm_t *other = NULL;
+        uint64_t cap = 0;
+        if (sema_shm_open(a->name, 0, SEMA_SHM_EXISTING, 0, &other) == 0)
+            cap = sema_shm_capacity(other);
+        sema_shm_close(other);
+        fprintf(stderr, "sema run: %s exists with capacity %llu, not %llu\n", a->name,
+                (unsigned long long)cap, (unsigned long long)a->capacity);
+    } else if (rc != 0) {
+        fprintf(stderr, "sema run: %s: %s\n", a->name, sema_strerror(rc));
+    }
+    return rc;
+}
+
+static volatile sig_atomic_t child_pid;
+static const int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH};
+#define NFORWARDED (sizeof(forwarded) / sizeof(forwarded[0]))
+
+static void forward(int sig)
+{
+    if (child_pid > 0)
+        kill((pid_t)child_pid, sig);
+}
+
+static void exec_child(char **cmd, const sigset_t *mask)
+{
+    sigprocmask(SIG_SETMASK, mask, NULL);
+    execvp(cmd[0], cmd);
+    int e = errno;
+    fprintf(stderr, "sema run: %s: %s\n", cmd[0], strerror(e));
+    _exit(e == ENOENT ? CLI_EXIT_NOTFOUND : CLI_EXIT_NOEXEC);
+}
+
+/* Run cmd while the caller holds the units; forward signals; return cmd's status. */
+static int spawn_and_wait(char **cmd)
+{
+    sigset_t block, old;
+    sigemptyset(&block);
+    for (size_t i = 0; i < NFORWARDED; i++)
+        sigaddset(&block, forwarded[i]);
+    sigprocmask(SIG_BLOCK, &block, &old); /* no signal is lost between fork and handlers */
+    pid_t pid = fork();
+    if (pid < 0) {
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        fprintf(stderr, "sema run: fork: %s\n", strerror(errno));
+        return CLI_EXIT_FAIL;
+    }
+    if (pid == 0)
+        exec_child(cmd, &old);
+    child_pid = pid;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = forward;
+    sa.sa_flags = SA_RESTART;
+    for (size_t i = 0; i < NFORWARDED; i++)
+        sigaction(forwarded[i], &sa, NULL);
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    int status;
+    while (waitpid(pid, &status, 0) < 0) {
+        if (errno != EINTR) {
+            fprintf(stderr, "sema run: waitpid: %s\n", strerror(errno));
+            return CLI_EXIT_FAIL;
+        }
+    }
+    if (WIFSIGNALED(status))
+        return CLI_EXIT_SIGNAL_BASE + WTERMSIG(status);
+    return WEXITSTATUS(status);
+}
+
+int cli_local_run(int argc, char **argv)
+{
+    run_args_t a;
+    sema_shm_t *h = NULL;
+    int rc = parse_run(argc, argv, &a);
+    if (rc != 0)
+        return rc;
+    if (open_for_run(&a, &h) != 0)
+        return CLI_EXIT_FAIL;
+    rc = sema_shm_acquire(h, a.weight, a.timeout_ms);
+    if (rc != 0) {
+        if (rc == SEMA_EINVAL)
+            fprintf(stderr, "sema run: weight %llu exceeds %s's capacity %llu\n",
+                    (unsigned long long)a.weight, a.name,
+                    (unsigned long long)sema_shm_capacity(h));
+        else
+            fprintf(stderr, "sema run: %s: %s\n", a.name,
+                    rc == SEMA_EBUSY ? "busy" : sema_strerror(rc));
+        sema_shm_close(h);
+        return rc == SEMA_EBUSY || rc == SEMA_ETIMEDOUT ? CLI_EXIT_TIMEOUT : CLI_EXIT_FAIL;
+    }
+    int status = spawn_and_wait(a.cmd);
+    sema_shm_close(h); /* gives the units back */
+    return status;
+}
+
+/* --- ls ------------------------------------------------------------------------------ */
+
+static void print_entries(const char *what, const sema_shm_entry_t *e, uint32_t n,
+                          int64_t now_ms)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        double age = e[i].since_ms > 0 ? (double)(now_ms - e[i].since_ms) / 1000.0 : 0.0;
+        printf("  %s pid %d weight %llu for %.1fs\n", what, (int)e[i].pid,
+               (unsigned long long)e[i].weight, age < 0 ? 0.0 : age);
+    }
+}
+
+static int show_one(const char *name, void *ud)
+{
+    int *failures = ud;
+    sema_shm_t *h = NULL;
+    sema_shm_stats_t *st = malloc(sizeof(*st));
+    int rc = st == NULL ? SEMA_ENOMEM : sema_shm_open(name, 0, SEMA_SHM_EXISTING, 0, &h);
+    if (rc == 0)
+        rc = sema_shm_stats(h, st);
+    if (rc != 0) {
+        printf("%-24s error: %s\n", name, sema_strerror(rc));
+        ++*failures;
+    } else {
+        printf("%-24s %10llu %10llu %8u %8u\n", name, (unsigned long long)st->capacity,
+               (unsigned long long)st->available, st->nholders, st->nwaiters);
+        int64_t now_ms = (int64_t)time(NULL) * 1000;
+        print_entries("holder", st->holders, st->nholders, now_ms);
+        print_entries("waiter", st->waiters, st->nwaiters, now_ms);
+    }
+    sema_shm_close(h);
+    free(st);
+    return 0;
+}
+
+int cli_local_ls(int argc, char **argv)
+{
+    const cli_opt_t opts[] = {{0, NULL, NULL, NULL}};
+    char *pos[64];
+    int npos, rest, failures = 0;
+    int rc = cli_parse_opts("ls", argc, argv, opts, pos, 64, &npos, &rest);
+    if (rc != 0)
+        return rc;
+    printf("%-24s %10s %10s %8s %8s\n", "NAME", "CAPACITY", "AVAILABLE", "HOLDERS", "WAITERS");
+    if (npos == 0) {
+        rc = sema_shm_foreach(show_one, &failures);
+        if (rc != 0) {
+            fprintf(stderr, "sema ls: /dev/shm: %s\n", sema_strerror(rc));
+            return CLI_EXIT_FAIL;
+        }
+    }
+    for (int i = 0; i < npos; i++)
+        show_one(pos[i], &failures);
+    return failures ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+}
+
+/* --- rm ------------------------------------------------------------------------------ */
+
+int cli_local_rm(int argc, char **argv)
+{
+    int force = 0, failures = 0;
+    const cli_opt_t opts[] = {{'f', "force", NULL, &force}, {0, NULL, NULL, NULL}};
+    char *pos[64];
+    int npos, rest;
+    int rc = cli_parse_opts("rm", argc, argv, opts, pos, 64, &npos, &rest);
+    if (rc != 0)
+        return rc;
+    if (npos == 0)
+        return cli_usage_error("rm", "needs at least one NAME");
+    for (int i = 0; i < npos; i++) {
+        rc = sema_shm_unlink(pos[i]);
+        if (rc != 0 && !(force && rc == SEMA_ENOENT)) {
+            fprintf(stderr, "sema rm: %s: %s\n", pos[i], sema_strerror(rc));
+            failures++;
+        }
+    }
+    return failures ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+}
