@@ -1,0 +1,68 @@
+/* SPDX-License-Identifier: MIT */
+/* problem.c - engine status -> HTTP status and problem+json code (docs/http-api.md). */
+#include "problem.h"
+
+#include <stdio.h>
+
+#include "sema/error.h"
+
+static const problem_row_t rows[] = {
+    {0, 200, "", "OK"},
+    {SEMA_EINVAL, 400, "invalid_request", "Invalid request"},
+    {SEMA_ENAMETOOLONG, 400, "name_too_long", "Name too long"},
+    {SEMA_ENOENT, 404, "not_found", "Not found"},
+    {SEMA_EEXIST, 409, "conflict", "Exists with other settings"},
+    {SEMA_EBUSY, 409, "unavailable", "Not available without waiting"},
+    {SEMA_ETIMEDOUT, 409, "timeout", "Timed out"},
+    {SEMA_EOVERFLOW, 409, "overflow", "Released more than is held"},
+    {SEMA_ECANCELED, 410, "deleted", "Semaphore deleted"},
+    {SEMA_EEXPIRED, 410, "lease_expired", "Lease expired"},
+    {SEMA_EREVOKED, 410, "lease_revoked", "Lease revoked"},
+    {SEMA_ESTALE, 410, "lease_released", "Lease already released"},
+    {SEMA_ELIMIT, 429, "limit_reached", "A configured limit was reached"},
+    {SEMA_ESHUTDOWN, 503, "shutting_down", "Shutting down"},
+    {SEMA_EIO, 503, "store_unavailable", "Store unavailable"},
+    {SEMA_ENOMEM, 503, "out_of_memory", "Out of memory"},
+    {SEMA_EUNAVAIL, 503, "unavailable_retry", "Temporarily unavailable"},
+    {SEMA_EACCES, 403, "forbidden", "Permission denied"},
+    {SEMA_EPROTO, 400, "protocol_error", "Protocol error"},
+    {SEMA_ECONNREFUSED, 502, "upstream_unreachable", "Upstream unreachable"},
+    {SEMA_ECORRUPT, 500, "store_corrupt", "Stored state is corrupt"},
+    {SEMA_EVERSION, 500, "store_version", "Unsupported store version"},
+};
+
+static const problem_row_t internal_row = {1, 500, "internal", "Internal error"};
+
+const problem_row_t *problem_lookup(int err)
+{
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        if (rows[i].err == err)
+            return &rows[i];
+    return &internal_row;
+}
+
+size_t problem_count(void)
+{
+    return sizeof rows / sizeof rows[0];
+}
+
+const problem_row_t *problem_row(size_t i)
+{
+    return i < problem_count() ? &rows[i] : NULL;
+}
+
+json_t *problem_json(int status, const char *code, const char *title, const char *detail)
+{
+    json_t *o = json_object();
+    if (o == NULL)
+        return NULL;
+    char type[128];
+    snprintf(type, sizeof type, "https://sema.dev/problems/%s", code);
+    json_object_set_new(o, "type", json_string(type));
+    json_object_set_new(o, "title", json_string(title));
+    json_object_set_new(o, "status", json_integer(status));
+    json_object_set_new(o, "code", json_string(code));
+    if (detail != NULL)
+        json_object_set_new(o, "detail", json_string(detail));
+    return o;
+}

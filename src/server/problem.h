@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: MIT */
+/* problem.h - the one table from engine status codes to HTTP statuses and problem codes. */
+#ifndef SEMAD_PROBLEM_H
+#define SEMAD_PROBLEM_H
+
+#include <stddef.h>
+
+#include <jansson.h>
+
+typedef struct {
+    int err;           /* 0 or a SEMA_E* code */
+    int status;        /* HTTP status */
+    const char *code;  /* stable machine-readable problem code ("" for success) */
+    const char *title; /* short human title */
+} problem_row_t;
+
+/* The row for `err` (a SEMA_E* code). Codes without a row of their own map to
+ * 500 "internal". Never NULL. Pure, thread-safe. */
+const problem_row_t *problem_lookup(int err);
+
+/* The number of rows and the i-th row (for tests and docs). */
+size_t problem_count(void);
+const problem_row_t *problem_row(size_t i);
+
+/* Build an RFC 9457 problem object for `status`/`code` with `detail` (may be NULL).
+ * Returns a new reference or NULL on allocation failure. */
+json_t *problem_json(int status, const char *code, const char *title, const char *detail);
+
+#endif /* SEMAD_PROBLEM_H */

@@ -1,0 +1,238 @@
+/* SPDX-License-Identifier: MIT */
+/* test_http.c - semad's HTTP layer: parsing, caps, pipelining, decoding and replies. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "http.h"
+#include "sema/error.h"
+#include "test.h"
+
+static const http_limits_t limits = {.max_header_bytes = 512, .max_body_bytes = 64};
+
+static int feed_all(http_parser_t *p, const char *s, size_t *used)
+{
+    return http_parser_feed(p, s, strlen(s), used);
+}
+
+TEST(parses_a_simple_request)
+{
+    http_parser_t p;
+    http_parser_init(&p, &limits);
+    size_t used;
+    const char *req = "POST /semaphore HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello";
+    ASSERT_EQ(feed_all(&p, req, &used), HTTP_MESSAGE);
+    ASSERT_EQ(used, strlen(req));
+    ASSERT_STREQ(http_method_name(p.req.method), "POST");
+    ASSERT_STREQ(p.req.url.data, "/semaphore");
+    ASSERT_EQ(p.req.body.len, 5);
+    ASSERT(memcmp(p.req.body.data, "hello", 5) == 0);
+    ASSERT_EQ(p.req.keep_alive, 1);
+    ASSERT_NULL(p.req.idem_key);
+    http_parser_free(&p);
+}
+
+TEST(pipelined_requests_one_at_a_time)
+{
+    http_parser_t p;
+    http_parser_init(&p, &limits);
+    const char *two = "GET /a HTTP/1.1\r\n\r\nGET /b HTTP/1.1\r\nConnection: close\r\n\r\n";
+    size_t len = strlen(two), used;
+    ASSERT_EQ(http_parser_feed(&p, two, len, &used), HTTP_MESSAGE);
+    ASSERT_STREQ(p.req.url.data, "/a");
+    ASSERT_LT(used, len);
+    http_parser_next(&p);
+    size_t used2;
+    ASSERT_EQ(http_parser_feed(&p, two + used, len - used, &used2), HTTP_MESSAGE);
+    ASSERT_EQ(used + used2, len);
+    ASSERT_STREQ(p.req.url.data, "/b");
+    ASSERT_EQ(p.req.keep_alive, 0);
+    http_parser_free(&p);
+}
+
+TEST(byte_by_byte)
+{
+    http_parser_t p;
+    http_parser_init(&p, &limits);
+    const char *req = "PUT /v1/semaphores/x HTTP/1.1\r\nIdempotency-Key: k-1\r\n"
+                      "Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n";
+    size_t n = strlen(req), used;
+    int rc = HTTP_NEED_MORE;
+    for (size_t i = 0; i < n; i++) {
+        ASSERT_EQ(rc, HTTP_NEED_MORE);
+        ASSERT_EQ(i == 0 || http_parser_started(&p), 1);
+        rc = http_parser_feed(&p, req + i, 1, &used);
+        ASSERT_EQ(used, 1);
+    }
+    ASSERT_EQ(rc, HTTP_MESSAGE);
+    ASSERT_STREQ(p.req.idem_key, "k-1");
+    ASSERT_EQ(p.req.body.len, 3);
+    http_parser_free(&p);
+}
+
+TEST(header_cap_431_and_url_cap_414)
+{
+    http_parser_t p;
+    http_parser_init(&p, &limits);
+    char big[1024];
+    int n = snprintf(big, sizeof big, "GET / HTTP/1.1\r\nX-Pad: %0600d\r\n\r\n", 0);
+    size_t used;
+    ASSERT_EQ(http_parser_feed(&p, big, (size_t)n, &used), HTTP_ERROR);
+    ASSERT_EQ(p.error_status, 431);
+    http_parser_free(&p);
+
+    http_parser_init(&p, &limits);
+    char url[1024];
+    memset(url, 'a', sizeof url);
+    memcpy(url, "GET /", 5);
+    ASSERT_EQ(http_parser_feed(&p, url, sizeof url, &used), HTTP_ERROR);
+    ASSERT_EQ(p.error_status, 414);
+    http_parser_free(&p);
+}
+
+TEST(body_cap_413_by_length_and_by_chunks)
+{
+    http_parser_t p;
+    http_parser_init(&p, &limits);
+    size_t used;
+    ASSERT_EQ(feed_all(&p, "POST / HTTP/1.1\r\nContent-Length: 65\r\n\r\n", &used), HTTP_ERROR);
+    ASSERT_EQ(p.error_status, 413);
+    http_parser_free(&p);
+
+    http_parser_init(&p, &limits);
+    const char *head = "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+    ASSERT_EQ(feed_all(&p, head, &used), HTTP_NEED_MORE);
+    int rc = HTTP_NEED_MORE;
+    for (int i = 0; i < 10 && rc == HTTP_NEED_MORE; i++)
+        rc = feed_all(&p, "10\r\n0123456789abcdef\r\n", &used);
+    ASSERT_EQ(rc, HTTP_ERROR);
+    ASSERT_EQ(p.error_status, 413);
+    http_parser_free(&p);
+}
+
+TEST(malformed_is_400_and_http10_closes)
+{
+    http_parser_t p;
+    http_parser_init(&p, &limits);
+    size_t used;
+    ASSERT_EQ(feed_all(&p, "GARBAGE\r\n\r\n", &used), HTTP_ERROR);
+    ASSERT_EQ(p.error_status, 400);
+    http_parser_free(&p);
+
+    http_parser_init(&p, &limits);
+    ASSERT_EQ(feed_all(&p, "GET /x HTTP/1.0\r\n\r\n", &used), HTTP_MESSAGE);
+    ASSERT_EQ(p.req.keep_alive, 0);
+    http_parser_free(&p);
+
+    http_parser_init(&p, &limits);
+    ASSERT_EQ(
+        feed_all(&p, "GET /x HTTP/1.1\r\nIdempotency-Key: a\r\nIdempotency-Key: b\r\n\r\n", &used),
+        HTTP_ERROR);
+    ASSERT_EQ(p.error_status, 400);
+    http_parser_free(&p);
+}
+
+TEST(eof_mid_request_is_an_error)
+{
+    http_parser_t p;
+    http_parser_init(&p, &limits);
+    size_t used;
+    ASSERT_EQ(http_parser_eof(&p), HTTP_NEED_MORE);
+    ASSERT_EQ(feed_all(&p, "GET /x HT", &used), HTTP_NEED_MORE);
+    ASSERT_EQ(http_parser_eof(&p), HTTP_ERROR);
+    http_parser_free(&p);
+}
+
+TEST(expect_continue_is_flagged)
+{
+    http_parser_t p;
+    http_parser_init(&p, &limits);
+    size_t used;
+    ASSERT_EQ(
+        feed_all(&p, "POST / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n", &used),
+        HTTP_NEED_MORE);
+    ASSERT_EQ(p.want_continue, 2);
+    ASSERT_EQ(feed_all(&p, "{}", &used), HTTP_MESSAGE);
+    http_parser_free(&p);
+}
+
+TEST(percent_decoding_once)
+{
+    char *s;
+    size_t n;
+    ASSERT_OK(http_pct_decode("a%2Fb", 5, 0, &s, &n));
+    ASSERT_STREQ(s, "a/b");
+    ASSERT_EQ(n, 3);
+    free(s);
+    ASSERT_OK(http_pct_decode("%252F", 5, 0, &s, &n)); /* decoded exactly once */
+    ASSERT_STREQ(s, "%2F");
+    free(s);
+    ASSERT_OK(http_pct_decode("a+b", 3, 0, &s, &n));
+    ASSERT_STREQ(s, "a+b");
+    free(s);
+    ASSERT_OK(http_pct_decode("a+b", 3, 1, &s, &n));
+    ASSERT_STREQ(s, "a b");
+    free(s);
+    ASSERT_OK(http_pct_decode("%C3%A9", 6, 0, &s, &n));
+    ASSERT_STREQ(s, "\xC3\xA9");
+    free(s);
+    ASSERT_EQ(http_pct_decode("%zz", 3, 0, &s, &n), SEMA_EINVAL);
+    ASSERT_EQ(http_pct_decode("%2", 2, 0, &s, &n), SEMA_EINVAL);
+    ASSERT_EQ(http_pct_decode("%00", 3, 0, &s, &n), SEMA_EINVAL);
+    ASSERT_EQ(http_pct_decode("%FF", 3, 0, &s, &n), SEMA_EINVAL);
+    ASSERT_EQ(http_pct_decode("%C0%AF", 6, 0, &s, &n), SEMA_EINVAL);    /* overlong */
+    ASSERT_EQ(http_pct_decode("%ED%A0%80", 9, 0, &s, &n), SEMA_EINVAL); /* surrogate */
+}
+
+TEST(utf8_validation)
+{
+    ASSERT(http_utf8_valid("plain", 5));
+    ASSERT(http_utf8_valid("\xF0\x9F\x98\x80", 4));
+    ASSERT(!http_utf8_valid("\xF0\x9F\x98", 3));
+    ASSERT(!http_utf8_valid("\x80", 1));
+    ASSERT(!http_utf8_valid("\xF4\x90\x80\x80", 4)); /* above U+10FFFF */
+}
+
+TEST(query_parameters)
+{
+    char *v = NULL;
+    ASSERT_EQ(http_query_get("prefix=a%2Fb&limit=5", "prefix", &v), 1);
+    ASSERT_STREQ(v, "a/b");
+    free(v);
+    ASSERT_EQ(http_query_get("prefix=a&limit=5", "limit", &v), 1);
+    ASSERT_STREQ(v, "5");
+    free(v);
+    ASSERT_EQ(http_query_get("prefixx=1", "prefix", &v), 0);
+    ASSERT_EQ(http_query_get(NULL, "prefix", &v), 0);
+    ASSERT_EQ(http_query_get("cursor=%zz", "cursor", &v), SEMA_EINVAL);
+}
+
+TEST(reply_format)
+{
+    struct strbuf out;
+    strbuf_init(&out, 0);
+    ASSERT_OK(http_reply(&out, 404, "text/html; charset=utf-8", "nope", 4, 1, NULL));
+    ASSERT_STREQ(out.data, "HTTP/1.1 404 Not Found\r\nContent-Type: text/html; charset=utf-8\r\n"
+                           "Content-Length: 4\r\nConnection: keep-alive\r\n\r\nnope");
+    strbuf_reset(&out);
+    ASSERT_OK(http_reply(&out, 204, NULL, NULL, 0, 0, NULL));
+    ASSERT_STREQ(out.data, "HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n");
+    strbuf_free(&out);
+    ASSERT_STREQ(http_status_text(431), "Request Header Fields Too Large");
+}
+
+TEST(buffers_shrink_between_requests)
+{
+    http_limits_t big = {.max_header_bytes = 1 << 16, .max_body_bytes = 1 << 16};
+    http_parser_t p;
+    http_parser_init(&p, &big);
+    char *req = malloc(40000);
+    int n = snprintf(req, 40000, "POST / HTTP/1.1\r\nContent-Length: 30000\r\n\r\n");
+    memset(req + n, 'x', 30000);
+    size_t used;
+    ASSERT_EQ(http_parser_feed(&p, req, (size_t)n + 30000, &used), HTTP_MESSAGE);
+    ASSERT_GE(p.req.body.cap, 30000);
+    http_parser_next(&p);
+    ASSERT_EQ(p.req.body.cap, 0);
+    free(req);
+    http_parser_free(&p);
+}
