@@ -1,0 +1,303 @@
+/* SPDX-License-Identifier: MIT */
+/* engine_internal.h - the in-memory engine's private structures, shared by engine_*.c. */
+#ifndef SEMAD_ENGINE_INTERNAL_H
+#define SEMAD_ENGINE_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine.h"
+#include "internal.h"
+#include "store/store.h"
+
+#define ENGINE__CONTAINER(ptr, type, field) ((type *)(void *)((char *)(ptr)-offsetof(type, field)))
+
+/* ---- intrusive circular doubly linked list (O(1) insert/remove) ---- */
+typedef struct elist {
+    struct elist *prev, *next;
+} elist_t;
+
+static inline void elist_init(elist_t *l)
+{
+    l->prev = l->next = l;
+}
+static inline int elist_empty(const elist_t *l)
+{
+    return l->next == l;
+}
+static inline void elist_push_back(elist_t *head, elist_t *n)
+{
+    n->prev = head->prev;
+    n->next = head;
+    head->prev->next = n;
+    head->prev = n;
+}
+static inline void elist_remove(elist_t *n)
+{
+    n->prev->next = n->next;
+    n->next->prev = n->prev;
+    n->prev = n->next = n;
+}
+/* Move every element of `from` to the end of `to`; `from` becomes empty. */
+static inline void elist_splice(elist_t *to, elist_t *from)
+{
+    if (elist_empty(from))
+        return;
+    from->next->prev = to->prev;
+    to->prev->next = from->next;
+    from->prev->next = to;
+    to->prev = from->prev;
+    elist_init(from);
+}
+
+/* ---- intrusive chained hash table ---- */
+typedef struct enode {
+    struct enode *next;
+    uint64_t hash;
+} enode_t;
+
+typedef struct {
+    enode_t **slots;
+    size_t mask; /* slots - 1 (power of two) */
+    size_t count;
+} etab_t;
+
+typedef int (*etab_eq_fn)(const enode_t *n, const void *key, size_t len);
+
+uint64_t engine__hash(const void *data, size_t len, uint64_t seed);
+int engine__tab_init(etab_t *t, size_t nslots);
+void engine__tab_destroy(etab_t *t);
+enode_t *engine__tab_find(const etab_t *t, uint64_t hash, etab_eq_fn eq, const void *key,
+                          size_t len);
+void engine__tab_insert(etab_t *t, enode_t *n); /* grows when it can; never fails */
+void engine__tab_remove(etab_t *t, enode_t *n);
+/* Iterate: call fn for every node; fn may remove the node it is given. */
+void engine__tab_each(etab_t *t, void (*fn)(void *arg, enode_t *n), void *arg);
+
+/* ---- min-heap of deadlines (lease expiry and waiter timeouts) under one uv_timer ---- */
+enum { EHEAP_NONE = UINT32_MAX };
+typedef struct {
+    uint64_t deadline; /* uv_now() milliseconds (monotonic) */
+    uint32_t idx;      /* position in the heap or EHEAP_NONE */
+    uint8_t kind;      /* EITEM_LEASE or EITEM_WAITER */
+} eitem_t;
+enum { EITEM_LEASE = 1, EITEM_WAITER = 2 };
+
+typedef struct {
+    eitem_t **a;
+    uint32_t n, cap;
+} eheap_t;
+
+int engine__heap_push(eheap_t *h, eitem_t *it); /* 0 or SEMA_ENOMEM */
+void engine__heap_remove(eheap_t *h, eitem_t *it);
+void engine__heap_update(eheap_t *h, eitem_t *it, uint64_t deadline);
+static inline eitem_t *engine__heap_top(const eheap_t *h)
+{
+    return h->n ? h->a[0] : NULL;
+}
+
+/* ---- the objects ---- */
+enum { ESEM_LEGACY = 1, ESEM_LOCK = 2, ESEM_DELETED = 4 };
+
+struct esub_group;
+
+/* A semaphore (or a keyed lock's ephemeral semaphore). About 128 bytes plus its name. */
+typedef struct esem {
+    enode_t node;            /* in e->sems (or e->locks), keyed by name */
+    struct esem *tl, *tr;    /* name-ordered treap (priority = node.hash); not for locks */
+    elist_t waiters;         /* ereq_t.link, FIFO */
+    elist_t holders;         /* elease_t.link, grant order */
+    struct esub_group *subs; /* event subscribers, or NULL */
+    uint64_t capacity;
+    int64_t available; /* may be < 0 after a shrink, > capacity after legacy up */
+    uint64_t held;     /* sum of lease weights */
+    uint64_t fence;    /* last fence handed out (or bumped by revoke) */
+    uint64_t waiting;  /* total weight queued */
+    int64_t created_at_ms;
+    uint32_t nwaiters;
+    uint16_t name_len;
+    uint8_t flags; /* ESEM_* */
+    char name[];
+} esem_t;
+
+typedef struct eidem eidem_t;
+
+/* A lease: one grant. */
+typedef struct elease {
+    enode_t node; /* in e->leases, keyed by id */
+    eitem_t hi;   /* expiry */
+    elist_t link; /* in sem->holders */
+    esem_t *sem;
+    uint64_t weight, fence;
+    int64_t ttl_ms, acquired_at_ms, expires_at_ms; /* wall clock ms */
+    uint64_t acquired_mono;                        /* for the hold-time histogram */
+    char *owner;                                   /* owned, may be NULL */
+    eidem_t *idem;                                 /* may be NULL */
+    char id[28];
+} elease_t;
+
+enum { EREQ_NEW, EREQ_PARKED, EREQ_READY, EREQ_COMMIT };
+enum { EKIND_ACQUIRE = 1, EKIND_WAIT_IDLE = 2 };
+
+/* The engine's side of one accepted request; also the parked waiter. */
+typedef struct ereq {
+    elist_t link; /* sem->waiters while parked; e->ready / e->commit_wait when done */
+    eitem_t hi;   /* timeout while parked */
+    engine_req_t *req;
+    esem_t *sem;     /* while parked */
+    elease_t *lease; /* a grant not yet delivered (for cancel) */
+    eidem_t *idem;   /* idempotency entry naming this waiter */
+    uint64_t weight; /* 0 for wait-idle */
+    int64_t since_ms;
+    uint64_t since_mono;
+    uint8_t state, kind, durable;
+} ereq_t;
+
+/* An Idempotency-Key of one semaphore: names the live lease or the parked waiter. */
+struct eidem {
+    enode_t node; /* in e->idems, hash of (sem, key) */
+    esem_t *sem;
+    elease_t *lease;
+    ereq_t *waiter;
+    size_t key_len;
+    char key[];
+};
+
+/* A tombstone: why a lease id ended. */
+enum { ETOMB_RELEASED = 1, ETOMB_EXPIRED, ETOMB_REVOKED, ETOMB_DELETED };
+typedef struct {
+    enode_t node;
+    uint64_t ended_mono;
+    int reason;
+    char id[28];
+} etomb_t;
+
+/* Subscribers of one semaphore name. */
+typedef struct esub_group {
+    enode_t node; /* in e->subgroups, keyed by name */
+    elist_t subs;
+    uint32_t refs; /* subs + queued events */
+    int attached;  /* in e->subgroups (the semaphore exists) */
+    size_t name_len;
+    char name[];
+} esub_group_t;
+
+struct engine_sub {
+    elist_t link;
+    esub_group_t *grp;
+    engine_event_cb cb;
+    void *arg;
+    int finished;
+};
+
+typedef struct {
+    elist_t link;
+    esub_group_t *grp;
+    const char *type;
+    json_t *data;
+} eevent_t;
+
+#define ENGINE_HIST_BUCKETS 12
+typedef struct {
+    uint64_t counts[ENGINE_HIST_BUCKETS + 1]; /* last = +Inf */
+    double sum;
+    uint64_t n;
+} ehist_t;
+
+typedef struct {
+    uint64_t grants, releases, expirations, timeouts, cancellations, revocations;
+    uint64_t ops[ENGINE_OP_COUNT];
+    uint64_t commits, commit_failures;
+    ehist_t wait_s, hold_s;
+} emetrics_t;
+
+struct engine {
+    uv_loop_t *loop;
+    engine_config_t cfg;
+    store_t *store;
+    etab_t sems, locks, leases, tombs, idems, subgroups;
+    esem_t *root; /* treap of e->sems by name */
+    eheap_t heap;
+    uv_timer_t timer;
+    uint64_t timer_due; /* deadline the timer is armed for, or UINT64_MAX */
+    uv_check_t check;
+    uv_idle_t idle;
+    int commit_armed;
+    elist_t ready;       /* completions to deliver now */
+    elist_t commit_wait; /* completions waiting for the group commit */
+    elist_t events;      /* eevent_t to deliver */
+    int draining;
+    int shutting_down;
+    int handles_open;
+    uint64_t fence_seq;
+    uint64_t nparked, nsubs;
+    etomb_t **tring; /* tombstones, oldest first (ring) */
+    size_t tring_cap, tring_head, tring_len;
+    uint8_t rnd[512];
+    size_t rnd_pos;
+    emetrics_t m;
+    char errbuf[256];
+};
+
+/* engine_mem.c */
+uint64_t engine__now(engine_t *e); /* monotonic ms */
+int64_t engine__wall_ms(void);     /* Unix epoch ms */
+esem_t *engine__sem_find(engine_t *e, const char *name, size_t len);
+esem_t *engine__lock_find(engine_t *e, const char *key, size_t len);
+esem_t *engine__sem_new(engine_t *e, const char *name, size_t len, uint64_t capacity, int flags);
+void engine__sem_free(engine_t *e, esem_t *s);
+void engine__admit(engine_t *e, esem_t *s);
+void engine__finish(engine_t *e, ereq_t *er, int status, json_t *result, const char *msg);
+void engine__drain(engine_t *e);
+void engine__mark_dirty(engine_t *e);
+int engine__park(engine_t *e, ereq_t *er, esem_t *s, int64_t timeout_ms);
+void engine__unpark(engine_t *e, ereq_t *er);
+void engine__maybe_free_lock(engine_t *e, esem_t *s);
+void engine__timer_rearm(engine_t *e);
+void engine__store_sem(engine_t *e, const esem_t *s);
+uint64_t engine__idem_hash(const esem_t *s, const char *key, size_t len);
+eidem_t *engine__idem_find(engine_t *e, const esem_t *s, const char *key, size_t len);
+eidem_t *engine__idem_new(engine_t *e, esem_t *s, const char *key, size_t len);
+void engine__idem_free(engine_t *e, eidem_t *d);
+void engine__treap_insert(engine_t *e, esem_t *s);
+void engine__treap_remove(engine_t *e, esem_t *s);
+esem_t *engine__treap_after(engine_t *e, const char *key, size_t len, int inclusive);
+
+/* engine_lease.c */
+elease_t *engine__lease_find(engine_t *e, const char *id, size_t len);
+etomb_t *engine__tomb_find(engine_t *e, const char *id, size_t len);
+int engine__tomb_status(int reason);
+elease_t *engine__grant(engine_t *e, esem_t *s, uint64_t weight, int64_t ttl_ms, const char *owner,
+                        const char *idem_key, uint64_t since_mono);
+void engine__lease_end(engine_t *e, elease_t *l, int reason);
+void engine__lease_free(engine_t *e, elease_t *l);
+void engine__lease_expire_due(engine_t *e, elease_t *l);
+void engine__store_lease(engine_t *e, const elease_t *l);
+void engine__tombs_clear(engine_t *e);
+int engine__lease_load(engine_t *e, esem_t *s, const store_lease_t *rec);
+
+/* engine_json.c */
+json_t *engine__json_lease(const engine_t *e, const elease_t *l);
+json_t *engine__json_state(const engine_t *e, const esem_t *s);
+json_t *engine__json_lock(const engine_t *e, const esem_t *s);
+json_t *engine__json_legacy(const esem_t *s);
+json_t *engine__json_list_item(const esem_t *s);
+
+/* engine_metrics.c */
+void engine__hist_observe(ehist_t *h, double seconds);
+void engine__event(engine_t *e, esem_t *s, const char *type, json_t *data);
+void engine__event_lease(engine_t *e, esem_t *s, const char *type, const elease_t *l);
+void engine__events_deliver(engine_t *e);
+void engine__subs_free_all(engine_t *e);
+void engine__subs_reattach(engine_t *e);
+
+/* engine_store.c */
+int engine__store_load(engine_t *e, char *errbuf, size_t errlen);
+void engine__commit_cb(uv_check_t *h);
+void engine__state_clear(engine_t *e, elist_t *keep_waiters);
+
+/* engine_ops.c */
+typedef void (*engine_op_fn)(engine_t *e, ereq_t *er);
+extern const engine_op_fn engine__ops[ENGINE_OP_COUNT];
+
+#endif /* SEMAD_ENGINE_INTERNAL_H */

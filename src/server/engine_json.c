@@ -1,0 +1,143 @@
+/* SPDX-License-Identifier: MIT */
+/* engine_json.c - the engine's results in the wire format of the semad contract. */
+#include "engine_internal.h"
+
+#include <string.h>
+
+/* Longest holders/waiters array in one state reply; the counts stay exact. */
+#define STATE_LIST_MAX 1000
+
+static json_t *str_or_null(const char *s)
+{
+    return s != NULL ? json_string(s) : json_null();
+}
+
+static const char *lock_mode(const esem_t *s, uint64_t weight)
+{
+    return weight == s->capacity && s->capacity > 1 ? "exclusive" : "shared";
+}
+
+json_t *engine__json_lease(const engine_t *e, const elease_t *l)
+{
+    const esem_t *s = l->sem;
+    json_t *o = json_pack("{s:s,s:s%,s:I,s:I,s:I,s:I,s:I,s:o}", "lease", l->id, "name", s->name,
+                          (size_t)s->name_len, "weight", (json_int_t)l->weight, "fence",
+                          (json_int_t)l->fence, "ttl_ms", (json_int_t)l->ttl_ms, "expires_at",
+                          (json_int_t)l->expires_at_ms, "acquired_at",
+                          (json_int_t)l->acquired_at_ms, "owner", str_or_null(l->owner));
+
+    (void)e;
+    if (o != NULL && (s->flags & ESEM_LOCK)) {
+        json_object_set_new(o, "key", json_stringn(s->name, s->name_len));
+        json_object_set_new(o, "mode", json_string(lock_mode(s, l->weight)));
+    }
+    return o;
+}
+
+static json_t *holder_json(const esem_t *s, const elease_t *l)
+{
+    json_t *o =
+        json_pack("{s:s,s:I,s:o,s:I,s:I,s:I}", "lease", l->id, "weight", (json_int_t)l->weight,
+                  "owner", str_or_null(l->owner), "acquired_at", (json_int_t)l->acquired_at_ms,
+                  "expires_at", (json_int_t)l->expires_at_ms, "fence", (json_int_t)l->fence);
+
+    if (o != NULL && (s->flags & ESEM_LOCK))
+        json_object_set_new(o, "mode", json_string(lock_mode(s, l->weight)));
+    return o;
+}
+
+static json_t *waiter_json(const esem_t *s, const ereq_t *er, uint64_t pos)
+{
+    const char *owner = er->req->owner;
+    json_t *o = json_pack(
+        "{s:I,s:I,s:o,s:I}", "position", (json_int_t)pos, "weight", (json_int_t)er->weight, "owner",
+        owner && owner[0] ? json_string(owner) : json_null(), "since", (json_int_t)er->since_ms);
+
+    if (o == NULL)
+        return NULL;
+    if (er->kind == EKIND_WAIT_IDLE)
+        json_object_set_new(o, "kind", json_string("wait_idle"));
+    if (s->flags & ESEM_LOCK)
+        json_object_set_new(o, "mode", json_string(lock_mode(s, er->weight)));
+    return o;
+}
+
+/* Fill "holders" and "waiters" of `o`; returns 0 or -1 when out of memory. */
+static int add_lists(json_t *o, const esem_t *s)
+{
+    json_t *h = json_array(), *w = json_array();
+    uint64_t n = 0;
+    int truncated = 0;
+
+    if (h == NULL || w == NULL || json_object_set_new(o, "holders", h) ||
+        json_object_set_new(o, "waiters", w)) {
+        return -1;
+    }
+    for (const elist_t *x = s->holders.next; x != &s->holders; x = x->next) {
+        if (json_array_size(h) == STATE_LIST_MAX) {
+            truncated = 1;
+            break;
+        }
+        if (json_array_append_new(h, holder_json(s, ENGINE__CONTAINER(x, elease_t, link))))
+            return -1;
+    }
+    for (const elist_t *x = s->waiters.next; x != &s->waiters; x = x->next) {
+        if (n == STATE_LIST_MAX) {
+            truncated = 1;
+            break;
+        }
+        if (json_array_append_new(w, waiter_json(s, ENGINE__CONTAINER(x, ereq_t, link), n++)))
+            return -1;
+    }
+    if (truncated)
+        json_object_set_new(o, "truncated", json_true());
+    return 0;
+}
+
+json_t *engine__json_state(const engine_t *e, const esem_t *s)
+{
+    json_t *o =
+        json_pack("{s:s%,s:I,s:I,s:I,s:I,s:I,s:I}", "name", s->name, (size_t)s->name_len,
+                  "capacity", (json_int_t)s->capacity, "available", (json_int_t)s->available,
+                  "held", (json_int_t)s->held, "fence", (json_int_t)s->fence, "waiting",
+                  (json_int_t)s->nwaiters, "waiting_weight", (json_int_t)s->waiting);
+
+    (void)e;
+    if (o == NULL)
+        return NULL;
+    if (s->flags & ESEM_LEGACY)
+        json_object_set_new(o, "legacy", json_true());
+    if (add_lists(o, s) != 0) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+json_t *engine__json_lock(const engine_t *e, const esem_t *s)
+{
+    json_t *o = json_pack("{s:s%,s:I}", "key", s->name, (size_t)s->name_len, "readers",
+                          (json_int_t)s->capacity);
+
+    (void)e;
+    if (o == NULL)
+        return NULL;
+    if (add_lists(o, s) != 0) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+json_t *engine__json_legacy(const esem_t *s)
+{
+    return json_pack("{s:s%,s:I}", "name", s->name, (size_t)s->name_len, "value",
+                     (json_int_t)s->available);
+}
+
+json_t *engine__json_list_item(const esem_t *s)
+{
+    return json_pack("{s:s%,s:I,s:I,s:I,s:I}", "name", s->name, (size_t)s->name_len, "capacity",
+                     (json_int_t)s->capacity, "available", (json_int_t)s->available, "held",
+                     (json_int_t)s->held, "waiting", (json_int_t)s->nwaiters);
+}

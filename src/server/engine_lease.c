@@ -1,0 +1,352 @@
+/* SPDX-License-Identifier: MIT */
+/* engine_lease.c - leases: ids, grants, ends (release, expiry, revoke, delete) and the
+ * bounded tombstones that let an ended lease answer with its reason. */
+#include "engine_internal.h"
+
+#include <string.h>
+#include <sys/random.h>
+
+#define TOMB_MAX 100000
+#define TOMB_AGE_MS (10 * 60 * 1000)
+#define LEASE_ID_BYTES 18 /* 24 base64url characters */
+
+/* ---- ids ---- */
+
+static void fill_random(engine_t *e, uint8_t *out, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (e->rnd_pos == sizeof(e->rnd)) {
+            size_t got = 0;
+            while (got < sizeof(e->rnd)) {
+                ssize_t r = getrandom(e->rnd + got, sizeof(e->rnd) - got, 0);
+                SEMA__CHECK(r > 0); /* the kernel's CSPRNG does not fail once seeded */
+                got += (size_t)r;
+            }
+            e->rnd_pos = 0;
+        }
+        out[i] = e->rnd[e->rnd_pos++];
+    }
+}
+
+static void make_id(engine_t *e, char id[28])
+{
+    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    uint8_t raw[LEASE_ID_BYTES];
+    size_t o = 0;
+
+    fill_random(e, raw, sizeof(raw));
+    for (size_t i = 0; i < sizeof(raw); i += 3) {
+        uint32_t v = ((uint32_t)raw[i] << 16) | ((uint32_t)raw[i + 1] << 8) | raw[i + 2];
+        id[o++] = b64[(v >> 18) & 63];
+        id[o++] = b64[(v >> 12) & 63];
+        id[o++] = b64[(v >> 6) & 63];
+        id[o++] = b64[v & 63];
+    }
+    id[o] = '\0';
+}
+
+/* ---- lookup ---- */
+
+static int lease_eq(const enode_t *n, const void *key, size_t len)
+{
+    const elease_t *l = ENGINE__CONTAINER(n, elease_t, node);
+    return strlen(l->id) == len && memcmp(l->id, key, len) == 0;
+}
+
+elease_t *engine__lease_find(engine_t *e, const char *id, size_t len)
+{
+    enode_t *n;
+
+    if (len >= sizeof(((elease_t *)0)->id))
+        return NULL;
+    n = engine__tab_find(&e->leases, engine__hash(id, len, 1), lease_eq, id, len);
+    return n ? ENGINE__CONTAINER(n, elease_t, node) : NULL;
+}
+
+static int tomb_eq(const enode_t *n, const void *key, size_t len)
+{
+    const etomb_t *t = ENGINE__CONTAINER(n, etomb_t, node);
+    return strlen(t->id) == len && memcmp(t->id, key, len) == 0;
+}
+
+etomb_t *engine__tomb_find(engine_t *e, const char *id, size_t len)
+{
+    enode_t *n;
+
+    if (len >= sizeof(((etomb_t *)0)->id))
+        return NULL;
+    n = engine__tab_find(&e->tombs, engine__hash(id, len, 1), tomb_eq, id, len);
+    return n ? ENGINE__CONTAINER(n, etomb_t, node) : NULL;
+}
+
+int engine__tomb_status(int reason)
+{
+    switch (reason) {
+    case ETOMB_EXPIRED:
+        return SEMA_EEXPIRED;
+    case ETOMB_REVOKED:
+        return SEMA_EREVOKED;
+    case ETOMB_DELETED:
+        return SEMA_ECANCELED;
+    default:
+        return SEMA_ESTALE;
+    }
+}
+
+/* ---- tombstones: a ring, oldest first, bounded by count and age ---- */
+
+static void tomb_pop_oldest(engine_t *e)
+{
+    etomb_t *t = e->tring[e->tring_head];
+
+    engine__tab_remove(&e->tombs, &t->node);
+    sema__free(t);
+    e->tring_head = (e->tring_head + 1) % e->tring_cap;
+    e->tring_len--;
+}
+
+static int tomb_ring_grow(engine_t *e)
+{
+    size_t cap = e->tring_cap ? e->tring_cap * 2 : 1024;
+    etomb_t **ring;
+
+    if (cap > TOMB_MAX)
+        cap = TOMB_MAX;
+    ring = sema__malloc(cap * sizeof(*ring));
+    if (ring == NULL)
+        return SEMA_ENOMEM;
+    for (size_t i = 0; i < e->tring_len; i++)
+        ring[i] = e->tring[(e->tring_head + i) % e->tring_cap];
+    sema__free(e->tring);
+    e->tring = ring;
+    e->tring_cap = cap;
+    e->tring_head = 0;
+    return 0;
+}
+
+static void tomb_add(engine_t *e, const char *id, int reason)
+{
+    uint64_t now = engine__now(e);
+    etomb_t *t;
+
+    while (e->tring_len > 0 && e->tring[e->tring_head]->ended_mono + TOMB_AGE_MS < now)
+        tomb_pop_oldest(e);
+    if (e->tring_len == e->tring_cap && (e->tring_cap == TOMB_MAX || tomb_ring_grow(e) != 0)) {
+        if (e->tring_len == 0)
+            return;
+        tomb_pop_oldest(e);
+    }
+    t = sema__malloc(sizeof(*t));
+    if (t == NULL)
+        return; /* the id then answers 404 instead of 410: no state is lost */
+    t->ended_mono = now;
+    t->reason = reason;
+    memcpy(t->id, id, sizeof(t->id));
+    t->node.hash = engine__hash(id, strlen(id), 1);
+    engine__tab_insert(&e->tombs, &t->node);
+    e->tring[(e->tring_head + e->tring_len) % e->tring_cap] = t;
+    e->tring_len++;
+}
+
+void engine__tombs_clear(engine_t *e)
+{
+    while (e->tring_len > 0)
+        tomb_pop_oldest(e);
+}
+
+/* ---- grants and ends ---- */
+
+void engine__store_lease(engine_t *e, const elease_t *l)
+{
+    store_lease_t rec;
+
+    if (e->store == NULL)
+        return;
+    rec.id = l->id;
+    rec.sem = l->sem->name;
+    rec.weight = l->weight;
+    rec.owner = l->owner;
+    rec.idem_key = l->idem ? l->idem->key : NULL;
+    rec.fence = l->fence;
+    rec.ttl_ms = l->ttl_ms;
+    rec.acquired_at_ms = l->acquired_at_ms;
+    rec.expires_at_ms = l->expires_at_ms;
+    rec.is_lock = (l->sem->flags & ESEM_LOCK) != 0;
+    (void)store_put_lease(e->store, &rec);
+    engine__mark_dirty(e);
+}
+
+static char *dup_str(const char *s)
+{
+    size_t n;
+    char *d;
+
+    if (s == NULL || s[0] == '\0')
+        return NULL;
+    n = strlen(s);
+    d = sema__malloc(n + 1);
+    if (d != NULL)
+        memcpy(d, s, n + 1);
+    return d;
+}
+
+/* Take `weight` units from `s` for a new lease (the caller checked they fit). Writes the
+ * lease and the new fence ahead. Returns the lease, or NULL (nothing taken) on ENOMEM. */
+elease_t *engine__grant(engine_t *e, esem_t *s, uint64_t weight, int64_t ttl_ms, const char *owner,
+                        const char *idem_key, uint64_t since_mono)
+{
+    elease_t *l = sema__calloc(1, sizeof(*l));
+    uint64_t now = engine__now(e);
+
+    if (l == NULL)
+        return NULL;
+    l->owner = dup_str(owner);
+    if (owner != NULL && owner[0] != '\0' && l->owner == NULL) {
+        sema__free(l);
+        return NULL;
+    }
+    if (ttl_ms <= 0)
+        ttl_ms = e->cfg.default_ttl_ms;
+    l->hi.kind = EITEM_LEASE;
+    l->hi.idx = EHEAP_NONE;
+    l->hi.deadline = now + (uint64_t)ttl_ms;
+    if (engine__heap_push(&e->heap, &l->hi) != 0) {
+        sema__free(l->owner);
+        sema__free(l);
+        return NULL;
+    }
+    make_id(e, l->id);
+    l->node.hash = engine__hash(l->id, strlen(l->id), 1);
+    engine__tab_insert(&e->leases, &l->node);
+    l->sem = s;
+    l->weight = weight;
+    l->fence = ++e->fence_seq;
+    s->fence = l->fence;
+    l->ttl_ms = ttl_ms;
+    l->acquired_at_ms = engine__wall_ms();
+    l->expires_at_ms = l->acquired_at_ms + ttl_ms;
+    l->acquired_mono = now;
+    elist_push_back(&s->holders, &l->link);
+    if (idem_key != NULL && idem_key[0] != '\0') {
+        eidem_t *d = engine__idem_new(e, s, idem_key, strlen(idem_key));
+        if (d != NULL) {
+            d->lease = l;
+            l->idem = d;
+        }
+    }
+    s->available -= (int64_t)weight;
+    s->held += weight;
+    e->m.grants++;
+    engine__hist_observe(&e->m.wait_s, (double)(now - since_mono) / 1000.0);
+    engine__timer_rearm(e);
+    engine__store_lease(e, l);
+    engine__store_sem(e, s); /* the fence must never go backwards after a restart */
+    engine__event_lease(e, s, "granted", l);
+    return l;
+}
+
+/* Unlink a lease from every index and free it, with no tombstone and no store write. */
+void engine__lease_free(engine_t *e, elease_t *l)
+{
+    esem_t *s = l->sem;
+
+    elist_remove(&l->link);
+    s->available += (int64_t)l->weight;
+    s->held -= l->weight;
+    engine__heap_remove(&e->heap, &l->hi);
+    engine__tab_remove(&e->leases, &l->node);
+    if (l->idem != NULL)
+        engine__idem_free(e, l->idem);
+    sema__free(l->owner);
+    sema__free(l);
+}
+
+static const char *const end_event[] = {
+    [ETOMB_RELEASED] = "released",
+    [ETOMB_EXPIRED] = "expired",
+    [ETOMB_REVOKED] = "revoked",
+    [ETOMB_DELETED] = NULL,
+};
+
+/* End a lease: its units go back (the caller re-runs admission), a tombstone keeps why. */
+void engine__lease_end(engine_t *e, elease_t *l, int reason)
+{
+    esem_t *s = l->sem;
+
+    engine__hist_observe(&e->m.hold_s, (double)(engine__now(e) - l->acquired_mono) / 1000.0);
+    if (reason == ETOMB_RELEASED)
+        e->m.releases++;
+    else if (reason == ETOMB_EXPIRED)
+        e->m.expirations++;
+    else if (reason == ETOMB_REVOKED)
+        e->m.revocations++;
+    if (end_event[reason] != NULL)
+        engine__event_lease(e, s, end_event[reason], l);
+    tomb_add(e, l->id, reason);
+    if (e->store != NULL && reason != ETOMB_DELETED) {
+        (void)store_del_lease(e->store, l->id);
+        engine__mark_dirty(e);
+    }
+    engine__lease_free(e, l);
+    if (reason != ETOMB_DELETED && (s->flags & ESEM_LEGACY))
+        engine__store_sem(e, s);
+}
+
+/* The timer found the lease past its expiry: the units come back at once. */
+void engine__lease_expire_due(engine_t *e, elease_t *l)
+{
+    esem_t *s = l->sem;
+
+    engine__lease_end(e, l, ETOMB_EXPIRED);
+    engine__admit(e, s);
+    engine__maybe_free_lock(e, s);
+}
+
+/* Rebuild one stored lease (engine start or reload). Its expiry is never earlier than
+ * now + its ttl, so no holder loses its lease to the restart. 0 or SEMA_ENOMEM. */
+int engine__lease_load(engine_t *e, esem_t *s, const store_lease_t *rec)
+{
+    int64_t wall = engine__wall_ms();
+    size_t idlen = strlen(rec->id);
+    elease_t *l;
+
+    if (idlen == 0 || idlen >= sizeof(l->id) || engine__lease_find(e, rec->id, idlen))
+        return 0; /* not an id this engine hands out, or a duplicate: skip it */
+    l = sema__calloc(1, sizeof(*l));
+    if (l == NULL)
+        return SEMA_ENOMEM;
+    memcpy(l->id, rec->id, idlen + 1);
+    l->owner = dup_str(rec->owner);
+    l->sem = s;
+    l->weight = rec->is_lock ? (rec->weight == 1 ? 1 : s->capacity) : rec->weight;
+    l->fence = rec->fence;
+    l->ttl_ms = rec->ttl_ms > 0 ? rec->ttl_ms : e->cfg.default_ttl_ms;
+    l->acquired_at_ms = rec->acquired_at_ms;
+    l->expires_at_ms =
+        rec->expires_at_ms > wall + l->ttl_ms ? rec->expires_at_ms : wall + l->ttl_ms;
+    l->acquired_mono = engine__now(e);
+    l->hi.kind = EITEM_LEASE;
+    l->hi.idx = EHEAP_NONE;
+    l->hi.deadline = engine__now(e) + (uint64_t)(l->expires_at_ms - wall);
+    if (engine__heap_push(&e->heap, &l->hi) != 0) {
+        sema__free(l->owner);
+        sema__free(l);
+        return SEMA_ENOMEM;
+    }
+    l->node.hash = engine__hash(l->id, idlen, 1);
+    engine__tab_insert(&e->leases, &l->node);
+    elist_push_back(&s->holders, &l->link);
+    s->held += l->weight;
+    if (!(s->flags & ESEM_LEGACY))
+        s->available -= (int64_t)l->weight; /* a legacy value is stored as it was */
+    if (rec->fence > s->fence)
+        s->fence = rec->fence;
+    if (rec->fence > e->fence_seq)
+        e->fence_seq = rec->fence;
+    if (rec->idem_key != NULL && rec->idem_key[0] != '\0') {
+        l->idem = engine__idem_new(e, s, rec->idem_key, strlen(rec->idem_key));
+        if (l->idem != NULL)
+            l->idem->lease = l;
+    }
+    return 0;
+}

@@ -1,0 +1,215 @@
+/* SPDX-License-Identifier: MIT */
+/* engine_store.c - the engine's write-ahead through the durable store: loading at start,
+ * one group commit per loop tick, and the rollback when a commit fails. */
+#include "engine_internal.h"
+
+#include <string.h>
+
+typedef struct {
+    engine_t *e;
+    int err;
+} load_ctx_t;
+
+static void on_sem(void *arg, const store_sem_t *rec)
+{
+    load_ctx_t *c = arg;
+    engine_t *e = c->e;
+    size_t len = rec->name ? strlen(rec->name) : 0;
+    esem_t *s;
+
+    if (c->err || len == 0 || len > 65535 || engine__sem_find(e, rec->name, len) != NULL)
+        return;
+    s = engine__sem_new(e, rec->name, len, rec->capacity, rec->legacy ? ESEM_LEGACY : 0);
+    if (s == NULL) {
+        c->err = SEMA_ENOMEM;
+        return;
+    }
+    s->fence = rec->fence;
+    s->created_at_ms = rec->created_at_ms;
+    if (rec->legacy)
+        s->available = rec->available;
+    if (rec->fence > e->fence_seq)
+        e->fence_seq = rec->fence;
+}
+
+static void on_lease(void *arg, const store_lease_t *rec)
+{
+    load_ctx_t *c = arg;
+    engine_t *e = c->e;
+    size_t len = rec->sem ? strlen(rec->sem) : 0;
+    esem_t *s;
+
+    if (c->err || len == 0 || len > 65535 || rec->id == NULL)
+        return;
+    if (rec->is_lock) {
+        s = engine__lock_find(e, rec->sem, len);
+        if (s == NULL)
+            s = engine__sem_new(e, rec->sem, len, e->cfg.lock_readers, ESEM_LOCK);
+    } else {
+        s = engine__sem_find(e, rec->sem, len);
+        if (s == NULL)
+            return; /* a lease of a deleted semaphore: void */
+    }
+    if (s == NULL || engine__lease_load(e, s, rec) != 0)
+        c->err = SEMA_ENOMEM;
+}
+
+int engine__store_load(engine_t *e, char *errbuf, size_t errlen)
+{
+    load_ctx_t c = {e, 0};
+    int rc = store_load(e->store, on_sem, on_lease, &c, errbuf, errlen);
+
+    if (rc == 0 && c.err != 0) {
+        rc = c.err;
+        if (errbuf != NULL && errlen > 0)
+            snprintf(errbuf, errlen, "out of memory loading the store");
+    }
+    return rc;
+}
+
+/* ---- clearing the state ---- */
+
+static void clear_sem(void *arg, enode_t *n)
+{
+    engine_t *e = ((void **)arg)[0];
+    elist_t *keep = ((void **)arg)[1];
+    esem_t *s = ENGINE__CONTAINER(n, esem_t, node);
+
+    while (!elist_empty(&s->waiters)) {
+        ereq_t *er = ENGINE__CONTAINER(s->waiters.next, ereq_t, link);
+        engine__unpark(e, er);
+        if (keep != NULL) {
+            elist_push_back(keep, &er->link);
+        } else {
+            er->req->priv = NULL;
+            sema__free(er);
+        }
+    }
+    while (!elist_empty(&s->holders))
+        engine__lease_free(e, ENGINE__CONTAINER(s->holders.next, elease_t, link));
+    engine__sem_free(e, s);
+}
+
+/* Free every semaphore, lock and lease. Parked requests move to `keep` in FIFO order per
+ * semaphore (their deadlines kept in hi.deadline), or are dropped when `keep` is NULL. */
+void engine__state_clear(engine_t *e, elist_t *keep)
+{
+    void *arg[2] = {e, keep};
+
+    engine__tab_each(&e->sems, clear_sem, arg);
+    engine__tab_each(&e->locks, clear_sem, arg);
+    e->root = NULL;
+}
+
+/* ---- group commit ---- */
+
+static esem_t *sem_for_waiter(engine_t *e, ereq_t *er)
+{
+    engine_req_t *req = er->req;
+    esem_t *s;
+
+    if (req->op != ENGINE_LOCK_ACQUIRE)
+        return engine__sem_find(e, req->name, req->name_len);
+    s = engine__lock_find(e, req->name, req->name_len);
+    if (s == NULL)
+        s = engine__sem_new(e, req->name, req->name_len, e->cfg.lock_readers, ESEM_LOCK);
+    return s;
+}
+
+/* Put a kept waiter back at the end of its semaphore's queue, with its old deadline. */
+static int repark(engine_t *e, ereq_t *er, esem_t *s)
+{
+    engine_req_t *req = er->req;
+
+    if (er->hi.deadline != UINT64_MAX && engine__heap_push(&e->heap, &er->hi) != 0)
+        return SEMA_ENOMEM;
+    if (er->kind == EKIND_ACQUIRE && (req->op == ENGINE_LOCK_ACQUIRE))
+        er->weight = req->mode == ENGINE_MODE_SHARED ? 1 : s->capacity;
+    if (er->kind == EKIND_ACQUIRE && er->weight > s->capacity) {
+        engine__heap_remove(&e->heap, &er->hi);
+        return SEMA_EINVAL;
+    }
+    er->sem = s;
+    er->state = EREQ_PARKED;
+    elist_push_back(&s->waiters, &er->link);
+    s->nwaiters++;
+    s->waiting += er->weight;
+    e->nparked++;
+    if (req->idem_key != NULL && req->idem_key[0] != '\0' &&
+        engine__idem_find(e, s, req->idem_key, strlen(req->idem_key)) == NULL) {
+        er->idem = engine__idem_new(e, s, req->idem_key, strlen(req->idem_key));
+        if (er->idem != NULL)
+            er->idem->waiter = er;
+    }
+    return 0;
+}
+
+/* A commit failed: nothing of it is in the store. Rebuild the state from the store and
+ * queue the parked requests again where their semaphore still exists. */
+static void restore_from_store(engine_t *e)
+{
+    elist_t parked;
+    int rc;
+
+    elist_init(&parked);
+    engine__state_clear(e, &parked);
+    rc = engine__store_load(e, e->errbuf, sizeof(e->errbuf));
+    engine__subs_reattach(e);
+    while (!elist_empty(&parked)) {
+        ereq_t *er = ENGINE__CONTAINER(parked.next, ereq_t, link);
+        esem_t *s = rc == 0 ? sem_for_waiter(e, er) : NULL;
+        int st;
+        elist_remove(&er->link);
+        st = s != NULL ? repark(e, er, s) : SEMA_ECANCELED;
+        if (st != 0) {
+            engine__finish(e, er, st == SEMA_ECANCELED ? SEMA_EIO : st, NULL,
+                           "the store failed and the semaphore is gone after the rollback");
+            if (s != NULL)
+                engine__maybe_free_lock(e, s);
+            continue;
+        }
+        engine__admit(e, s);
+    }
+    e->timer_due = UINT64_MAX - 1; /* force a re-arm: the heap was rebuilt */
+    engine__timer_rearm(e);
+}
+
+static void fail_batch(engine_t *e, elist_t *batch)
+{
+    for (elist_t *x = batch->next; x != batch; x = x->next) {
+        ereq_t *er = ENGINE__CONTAINER(x, ereq_t, link);
+        er->lease = NULL; /* the grant is not in the store; the reload drops it */
+        json_decref(er->req->result);
+        er->req->result = NULL;
+        er->req->status = SEMA_EIO;
+        er->req->created = 0;
+        er->req->message = "the durable store failed; the change was rolled back";
+    }
+}
+
+/* Runs once per loop tick while mutations wait: one store_commit, then the replies. */
+void engine__commit_cb(uv_check_t *h)
+{
+    engine_t *e = h->data;
+    elist_t batch;
+    int rc = 0;
+
+    e->commit_armed = 0;
+    uv_check_stop(&e->check);
+    uv_idle_stop(&e->idle);
+    elist_init(&batch);
+    elist_splice(&batch, &e->commit_wait);
+    if (store_pending(e->store)) {
+        rc = store_commit(e->store, e->errbuf, sizeof(e->errbuf));
+        e->m.commits++;
+    }
+    if (rc != 0) {
+        e->m.commit_failures++;
+        fail_batch(e, &batch);
+        restore_from_store(e);
+    }
+    for (elist_t *x = batch.next; x != &batch; x = x->next)
+        ENGINE__CONTAINER(x, ereq_t, link)->state = EREQ_READY;
+    elist_splice(&e->ready, &batch);
+    engine__drain(e);
+}

@@ -1,0 +1,738 @@
+/* SPDX-License-Identifier: MIT */
+/* test_engine.c - semad's in-memory engine driven directly on a libuv loop: one case per
+ * operation and rule, and the regression tests for the pitfalls that apply to the engine. */
+#include "test_engine_util.h"
+
+#include "strbuf.h"
+
+/* ---- semaphores: create, get, delete, resize, list ---- */
+
+TEST(sem_put_creates_then_identical_then_conflict)
+{
+    fx_t f;
+    treq_t *t;
+
+    fx_init(&f);
+    t = treq_new(ENGINE_SEM_PUT, "a");
+    t->r.capacity = 3;
+    ASSERT_OK(fx_do(&f, t));
+    ASSERT_EQ(t->created, 1);
+    ASSERT_EQ(jint(t->res, "capacity"), 3);
+    ASSERT_EQ(jint(t->res, "available"), 3);
+    ASSERT_EQ(jint(t->res, "held"), 0);
+    ASSERT_EQ(jint(t->res, "fence"), 0);
+    ASSERT(json_is_array(json_object_get(t->res, "holders")));
+    ASSERT(json_is_array(json_object_get(t->res, "waiters")));
+    treq_free(t);
+    t = treq_new(ENGINE_SEM_PUT, "a");
+    t->r.capacity = 3;
+    ASSERT_OK(fx_do(&f, t));
+    ASSERT_EQ(t->created, 0);
+    treq_free(t);
+    ASSERT_EQ(fx_op(&f, ENGINE_SEM_PUT, "a", 4), SEMA_EEXIST);
+    ASSERT_EQ(fx_op(&f, ENGINE_SEM_PUT, "b", 0), SEMA_EINVAL);
+    ASSERT_EQ(fx_op(&f, ENGINE_SEM_PUT, "c", ((uint64_t)1 << 53) + 1), SEMA_EINVAL);
+    fx_free(&f);
+}
+
+TEST(sem_names_are_plain_strings)
+{
+    static const char *const names[] = {"constructor", "__proto__", "toString",
+                                        "a.b c",       "x%2Fy",     "\xc3\xa9t\xc3\xa9"};
+    fx_t f;
+
+    fx_init(&f);
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        fx_put(&f, names[i], i + 1);
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        ASSERT_EQ(fx_state(&f, names[i], "capacity"), (int64_t)i + 1);
+    ASSERT_EQ(fx_op(&f, ENGINE_SEM_PUT, "\xff\xfe", 1), SEMA_EINVAL);
+    fx_free(&f);
+}
+
+TEST(sem_name_limits)
+{
+    fx_t f;
+    char big[300];
+
+    fx_init(&f);
+    memset(big, 'n', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    treq_t *t = treq_new(ENGINE_SEM_PUT, "x");
+    t->r.name = big;
+    t->r.name_len = strlen(big);
+    t->r.capacity = 1;
+    ASSERT_EQ(fx_do(&f, t), SEMA_ENAMETOOLONG);
+    treq_free(t);
+    t = treq_new(ENGINE_SEM_GET, "x");
+    t->r.name = "";
+    t->r.name_len = 0;
+    ASSERT_EQ(fx_do(&f, t), SEMA_EINVAL);
+    treq_free(t);
+    fx_free(&f);
+}
+
+TEST(sem_get_unknown_is_enoent)
+{
+    fx_t f;
+
+    fx_init(&f);
+    ASSERT_EQ(fx_op(&f, ENGINE_SEM_GET, "nope", 0), SEMA_ENOENT);
+    ASSERT_EQ(fx_op(&f, ENGINE_SEM_DELETE, "nope", 0), SEMA_ENOENT);
+    ASSERT_EQ(fx_op(&f, ENGINE_SEM_RESIZE, "nope", 3), SEMA_ENOENT);
+    ASSERT_EQ(fx_op(&f, ENGINE_WAIT_IDLE, "nope", 0), SEMA_ENOENT);
+    treq_t *a = fx_acquire(&f, "nope", 1, -1);
+    ASSERT_EQ(a->status, SEMA_ENOENT);
+    treq_free(a);
+    fx_free(&f);
+}
+
+TEST(sem_delete_fails_waiters_and_voids_leases)
+{
+    fx_t f;
+    treq_t *a, *b;
+
+    fx_init(&f);
+    fx_put(&f, "d", 2);
+    a = fx_acquire(&f, "d", 2, -1);
+    b = fx_acquire(&f, "d", 1, -1);
+    ASSERT_EQ(b->done, 0);
+    ASSERT_OK(fx_op(&f, ENGINE_SEM_DELETE, "d", 0));
+    ASSERT_EQ(b->done, 1);
+    ASSERT_EQ(b->status, SEMA_ECANCELED);
+    ASSERT_EQ(fx_lease_op(&f, ENGINE_LEASE_GET, lease_id(a)), SEMA_ECANCELED);
+    ASSERT_EQ(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(a)), SEMA_ECANCELED);
+    ASSERT_EQ(fx_op(&f, ENGINE_SEM_GET, "d", 0), SEMA_ENOENT);
+    /* the name can be created again, fresh */
+    fx_put(&f, "d", 5);
+    ASSERT_EQ(fx_state(&f, "d", "available"), 5);
+    treq_free(a);
+    treq_free(b);
+    fx_free(&f);
+}
+
+TEST(sem_resize_grow_admits_and_shrink_never_revokes)
+{
+    fx_t f;
+    treq_t *a, *b, *c;
+
+    fx_init(&f);
+    fx_put(&f, "r", 4);
+    a = fx_acquire(&f, "r", 3, -1);
+    ASSERT_OK(fx_op(&f, ENGINE_SEM_RESIZE, "r", 2));
+    ASSERT_EQ(fx_state(&f, "r", "available"), -1);
+    ASSERT_EQ(fx_state(&f, "r", "held"), 3);
+    b = fx_acquire(&f, "r", 1, -1);
+    ASSERT_EQ(b->done, 0);
+    c = fx_acquire(&f, "r", 2, -1);
+    ASSERT_OK(fx_op(&f, ENGINE_SEM_RESIZE, "r", 1));
+    ASSERT_EQ(c->done, 1);
+    ASSERT_EQ(c->status, SEMA_EINVAL); /* heavier than the new capacity */
+    ASSERT_EQ(b->done, 0);
+    ASSERT_OK(fx_op(&f, ENGINE_SEM_RESIZE, "r", 5)); /* grow: 5 - 3 = 2 available */
+    ASSERT_EQ(b->done, 1);
+    ASSERT_EQ(b->status, 0);
+    ASSERT_EQ(fx_op(&f, ENGINE_SEM_RESIZE, "r", 0), SEMA_EINVAL);
+    treq_free(a);
+    treq_free(b);
+    treq_free(c);
+    fx_free(&f);
+}
+
+static json_t *list(fx_t *f, const char *prefix, const char *cursor, uint64_t limit)
+{
+    treq_t *t = treq_new(ENGINE_SEM_LIST, NULL);
+    json_t *res;
+
+    t->r.prefix = prefix;
+    t->r.cursor = cursor;
+    t->r.limit = limit;
+    ASSERT_OK(fx_do(f, t));
+    res = json_incref(t->res);
+    treq_free(t);
+    return res;
+}
+
+TEST(sem_list_orders_pages_and_filters)
+{
+    fx_t f;
+    char name[32];
+    json_t *res;
+    char cursor[64];
+    int seen = 0;
+
+    fx_init(&f);
+    for (int i = 29; i >= 0; i--) {
+        snprintf(name, sizeof(name), "job-%02d", i);
+        fx_put(&f, name, 1);
+    }
+    fx_put(&f, "other", 1);
+    fx_put(&f, "a", 1);
+    cursor[0] = '\0';
+    for (int page = 0; page < 10; page++) {
+        json_t *arr, *nc;
+        res = list(&f, "job-", cursor[0] ? cursor : NULL, 7);
+        arr = json_object_get(res, "semaphores");
+        for (size_t i = 0; i < json_array_size(arr); i++) {
+            snprintf(name, sizeof(name), "job-%02d", seen++);
+            ASSERT_STREQ(jstr(json_array_get(arr, i), "name"), name);
+        }
+        nc = json_object_get(res, "next_cursor");
+        if (json_is_null(nc)) {
+            json_decref(res);
+            break;
+        }
+        snprintf(cursor, sizeof(cursor), "%s", json_string_value(nc));
+        json_decref(res);
+    }
+    ASSERT_EQ(seen, 30);
+    res = list(&f, NULL, NULL, 0);
+    ASSERT_EQ(json_array_size(json_object_get(res, "semaphores")), 32);
+    ASSERT_STREQ(jstr(json_array_get(json_object_get(res, "semaphores"), 0), "name"), "a");
+    ASSERT(json_is_null(json_object_get(res, "next_cursor")));
+    json_decref(res);
+    res = list(&f, "zzz", NULL, 5);
+    ASSERT_EQ(json_array_size(json_object_get(res, "semaphores")), 0);
+    json_decref(res);
+    fx_free(&f);
+}
+
+/* ---- acquire ---- */
+
+TEST(acquire_grants_lease_with_fields)
+{
+    fx_t f;
+    treq_t *a;
+
+    fx_init(&f);
+    fx_put(&f, "s", 3);
+    a = treq_new(ENGINE_ACQUIRE, "s");
+    a->r.weight = 2;
+    a->r.ttl_ms = 5000;
+    a->r.owner = "worker-1";
+    ASSERT_OK(fx_do(&f, a));
+    ASSERT(strlen(lease_id(a)) >= 24);
+    ASSERT_STREQ(jstr(a->res, "name"), "s");
+    ASSERT_EQ(jint(a->res, "weight"), 2);
+    ASSERT_EQ(jint(a->res, "ttl_ms"), 5000);
+    ASSERT_GE(jint(a->res, "fence"), 1);
+    ASSERT_STREQ(jstr(a->res, "owner"), "worker-1");
+    ASSERT_EQ(jint(a->res, "expires_at") - jint(a->res, "acquired_at"), 5000);
+    ASSERT_EQ(fx_state(&f, "s", "available"), 1);
+    ASSERT_EQ(fx_state(&f, "s", "held"), 2);
+    ASSERT_EQ(fx_state(&f, "s", "fence"), jint(a->res, "fence"));
+    treq_free(a);
+    fx_free(&f);
+}
+
+TEST(acquire_default_and_max_ttl)
+{
+    fx_t f;
+    treq_t *a;
+
+    fx_init(&f);
+    fx_put(&f, "s", 3);
+    a = fx_acquire(&f, "s", 1, -1);
+    ASSERT_EQ(jint(a->res, "ttl_ms"), 60000);
+    treq_free(a);
+    a = treq_new(ENGINE_ACQUIRE, "s");
+    a->r.weight = 1;
+    a->r.ttl_ms = 86400001;
+    ASSERT_EQ(fx_do(&f, a), SEMA_EINVAL);
+    treq_free(a);
+    a = treq_new(ENGINE_ACQUIRE, "s");
+    a->r.weight = 1;
+    a->r.ttl_ms = -5;
+    ASSERT_EQ(fx_do(&f, a), SEMA_EINVAL);
+    treq_free(a);
+    fx_free(&f);
+}
+
+TEST(acquire_lease_ids_unique)
+{
+    fx_t f;
+    treq_t *a[64];
+
+    fx_init(&f);
+    fx_put(&f, "s", 64);
+    for (int i = 0; i < 64; i++)
+        a[i] = fx_acquire(&f, "s", 1, -1);
+    for (int i = 0; i < 64; i++)
+        for (int j = i + 1; j < 64; j++)
+            ASSERT(strcmp(lease_id(a[i]), lease_id(a[j])) != 0);
+    for (int i = 0; i < 64; i++)
+        treq_free(a[i]);
+    fx_free(&f);
+}
+
+TEST(acquire_fifo_release_grants_several)
+{
+    fx_t f;
+    treq_t *a, *b, *w[3];
+
+    fx_init(&f);
+    fx_put(&f, "s", 10);
+    a = fx_acquire(&f, "s", 4, -1);
+    b = fx_acquire(&f, "s", 6, -1);
+    for (int i = 0; i < 3; i++)
+        w[i] = fx_acquire(&f, "s", 1, -1);
+    ASSERT_EQ(fx_state(&f, "s", "waiting"), 3);
+    ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(a)));
+    for (int i = 0; i < 3; i++) {
+        ASSERT_EQ(w[i]->status, 0);
+        ASSERT_EQ(w[i]->done, 1);
+    }
+    /* fences strictly increase in grant order */
+    ASSERT_LT(jint(b->res, "fence"), jint(w[0]->res, "fence"));
+    ASSERT_LT(jint(w[0]->res, "fence"), jint(w[1]->res, "fence"));
+    ASSERT_LT(jint(w[1]->res, "fence"), jint(w[2]->res, "fence"));
+    ASSERT_EQ(fx_state(&f, "s", "available"), 1);
+    treq_free(a);
+    treq_free(b);
+    for (int i = 0; i < 3; i++)
+        treq_free(w[i]);
+    fx_free(&f);
+}
+
+TEST(try_never_jumps_the_queue)
+{
+    fx_t f;
+    treq_t *a, *b, *t;
+
+    fx_init(&f);
+    fx_put(&f, "s", 3);
+    a = fx_acquire(&f, "s", 2, -1);
+    b = fx_acquire(&f, "s", 2, -1);
+    t = fx_acquire(&f, "s", 1, 0);
+    ASSERT_EQ(t->status, SEMA_EBUSY);
+    treq_free(a);
+    treq_free(b);
+    treq_free(t);
+    fx_free(&f);
+}
+
+TEST(wait_idle_queues_fifo_and_completes_when_all_back)
+{
+    fx_t f;
+    treq_t *a, *b, *w, *c;
+
+    fx_init(&f);
+    fx_put(&f, "s", 3);
+    w = treq_new(ENGINE_WAIT_IDLE, "s");
+    ASSERT_OK(fx_do(&f, w)); /* idle now */
+    ASSERT(json_is_true(json_object_get(w->res, "idle")));
+    treq_free(w);
+    a = fx_acquire(&f, "s", 2, -1);
+    b = fx_acquire(&f, "s", 2, -1);
+    w = treq_new(ENGINE_WAIT_IDLE, "s");
+    ASSERT_OK(engine_submit(f.e, &w->r));
+    c = fx_acquire(&f, "s", 1, -1);
+    ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(a)));
+    ASSERT_EQ(b->done, 1);
+    ASSERT_EQ(w->done, 0);
+    ASSERT_EQ(c->done, 0); /* behind the wait-idle */
+    ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(b)));
+    ASSERT_EQ(w->done, 1);
+    ASSERT_EQ(c->done, 1);
+    treq_free(a);
+    treq_free(b);
+    treq_free(c);
+    treq_free(w);
+    fx_free(&f);
+}
+
+/* ---- leases ---- */
+
+TEST(lease_get_renew_release_and_tombstones)
+{
+    fx_t f;
+    treq_t *a, *t;
+    char id[64];
+
+    fx_init(&f);
+    fx_put(&f, "s", 2);
+    a = fx_acquire(&f, "s", 1, -1);
+    snprintf(id, sizeof(id), "%s", lease_id(a));
+    t = treq_new(ENGINE_LEASE_GET, id);
+    ASSERT_OK(fx_do(&f, t));
+    ASSERT_STREQ(jstr(t->res, "lease"), id);
+    treq_free(t);
+    t = treq_new(ENGINE_LEASE_RENEW, id);
+    t->r.ttl_ms = 120000;
+    ASSERT_OK(fx_do(&f, t));
+    ASSERT_EQ(jint(t->res, "ttl_ms"), 120000);
+    ASSERT_GE(jint(t->res, "expires_at"), jint(a->res, "expires_at"));
+    treq_free(t);
+    ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, id));
+    ASSERT_EQ(fx_lease_op(&f, ENGINE_LEASE_RELEASE, id), SEMA_ESTALE);
+    ASSERT_EQ(fx_lease_op(&f, ENGINE_LEASE_RENEW, id), SEMA_ESTALE);
+    ASSERT_EQ(fx_lease_op(&f, ENGINE_LEASE_GET, id), SEMA_ESTALE);
+    ASSERT_EQ(fx_lease_op(&f, ENGINE_LEASE_GET, "never-seen-id-000000000000"), SEMA_ENOENT);
+    ASSERT_EQ(fx_state(&f, "s", "available"), 2);
+    treq_free(a);
+    fx_free(&f);
+}
+
+TEST(lease_expiry_returns_units_at_once_active_timer)
+{
+    fx_t f;
+    treq_t *a, *w;
+    char id[64];
+
+    fx_init(&f);
+    fx_put(&f, "s", 1);
+    a = treq_new(ENGINE_ACQUIRE, "s");
+    a->r.weight = 1;
+    a->r.ttl_ms = 30;
+    ASSERT_OK(fx_do(&f, a));
+    snprintf(id, sizeof(id), "%s", lease_id(a));
+    w = fx_acquire(&f, "s", 1, -1);
+    ASSERT_EQ(w->done, 0);
+    /* nobody calls the engine: only its timer can hand the unit over */
+    ASSERT(fx_run_until(&f, &w->done, 2000));
+    ASSERT_EQ(w->status, 0);
+    ASSERT_EQ(fx_lease_op(&f, ENGINE_LEASE_RELEASE, id), SEMA_EEXPIRED);
+    ASSERT_EQ(fx_lease_op(&f, ENGINE_LEASE_RENEW, id), SEMA_EEXPIRED);
+    treq_free(a);
+    treq_free(w);
+    fx_free(&f);
+}
+
+TEST(lease_revoke_returns_units_and_bumps_fence)
+{
+    fx_t f;
+    treq_t *a, *w;
+    char id[64];
+    int64_t fence;
+
+    fx_init(&f);
+    fx_put(&f, "s", 1);
+    a = fx_acquire(&f, "s", 1, -1);
+    snprintf(id, sizeof(id), "%s", lease_id(a));
+    fence = jint(a->res, "fence");
+    w = fx_acquire(&f, "s", 1, -1);
+    ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_REVOKE, id));
+    ASSERT_EQ(w->done, 1);
+    ASSERT_GT(jint(w->res, "fence"), fence + 1); /* the revoke took a fence value too */
+    ASSERT_EQ(fx_lease_op(&f, ENGINE_LEASE_RELEASE, id), SEMA_EREVOKED);
+    ASSERT_EQ(fx_lease_op(&f, ENGINE_LEASE_RENEW, id), SEMA_EREVOKED);
+    ASSERT_EQ(fx_lease_op(&f, ENGINE_LEASE_REVOKE, id), SEMA_EREVOKED);
+    treq_free(a);
+    treq_free(w);
+    fx_free(&f);
+}
+
+TEST(lease_renew_keeps_it_past_its_first_ttl)
+{
+    fx_t f;
+    treq_t *a, *t;
+    char id[64];
+    int tick = 0;
+
+    fx_init(&f);
+    fx_put(&f, "s", 1);
+    a = treq_new(ENGINE_ACQUIRE, "s");
+    a->r.weight = 1;
+    a->r.ttl_ms = 80;
+    ASSERT_OK(fx_do(&f, a));
+    snprintf(id, sizeof(id), "%s", lease_id(a));
+    t = treq_new(ENGINE_LEASE_RENEW, id);
+    t->r.ttl_ms = 5000;
+    ASSERT_OK(fx_do(&f, t));
+    treq_free(t);
+    fx_run_until(&f, &tick, 200); /* past the first ttl */
+    ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_GET, id));
+    treq_free(a);
+    fx_free(&f);
+}
+
+/* ---- keyed locks ---- */
+
+static treq_t *lock_acquire(fx_t *f, const char *key, int mode, int64_t timeout_ms)
+{
+    treq_t *t = treq_new(ENGINE_LOCK_ACQUIRE, key);
+
+    t->r.mode = mode;
+    t->r.timeout_ms = timeout_ms;
+    ASSERT_OK(engine_submit(f->e, &t->r));
+    fx_settle(f);
+    return t;
+}
+
+TEST(lock_shared_exclusive_fifo_and_ephemeral_key)
+{
+    fx_t f;
+    engine_config_t cfg;
+    treq_t *r1, *r2, *w, *r3, *g;
+    engine_stats_t st;
+
+    engine_config_default(&cfg);
+    cfg.lock_readers = 4;
+    fx_init_cfg(&f, &cfg);
+    ASSERT_EQ(fx_op(&f, ENGINE_LOCK_GET, "k", 0), SEMA_ENOENT);
+    r1 = lock_acquire(&f, "k", ENGINE_MODE_SHARED, -1);
+    r2 = lock_acquire(&f, "k", ENGINE_MODE_SHARED, -1);
+    w = lock_acquire(&f, "k", ENGINE_MODE_EXCLUSIVE, -1);
+    r3 = lock_acquire(&f, "k", ENGINE_MODE_SHARED, -1); /* behind the writer: no starvation */
+    ASSERT_EQ(r1->status, 0);
+    ASSERT_STREQ(jstr(r1->res, "mode"), "shared");
+    ASSERT_STREQ(jstr(r1->res, "key"), "k");
+    ASSERT_EQ(w->done, 0);
+    ASSERT_EQ(r3->done, 0);
+    g = treq_new(ENGINE_LOCK_GET, "k");
+    ASSERT_OK(fx_do(&f, g));
+    ASSERT_EQ(jint(g->res, "readers"), 4);
+    ASSERT_EQ(json_array_size(json_object_get(g->res, "holders")), 2);
+    ASSERT_EQ(json_array_size(json_object_get(g->res, "waiters")), 2);
+    treq_free(g);
+    ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(r1)));
+    ASSERT_EQ(w->done, 0);
+    ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(r2)));
+    ASSERT_EQ(w->done, 1);
+    ASSERT_STREQ(jstr(w->res, "mode"), "exclusive");
+    ASSERT_EQ(r3->done, 0);
+    ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(w)));
+    ASSERT_EQ(r3->done, 1);
+    ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(r3)));
+    engine_stats(f.e, &st);
+    ASSERT_EQ(st.locks, 0);
+    ASSERT_EQ(fx_op(&f, ENGINE_LOCK_GET, "k", 0), SEMA_ENOENT);
+    treq_free(r1);
+    treq_free(r2);
+    treq_free(w);
+    treq_free(r3);
+    fx_free(&f);
+}
+
+TEST(lock_failed_try_and_bad_mode_leave_no_key)
+{
+    fx_t f;
+    treq_t *x, *t, *b;
+    engine_stats_t st;
+
+    fx_init(&f);
+    x = lock_acquire(&f, "k", ENGINE_MODE_EXCLUSIVE, -1);
+    t = lock_acquire(&f, "k", ENGINE_MODE_SHARED, 0);
+    ASSERT_EQ(t->status, SEMA_EBUSY);
+    b = lock_acquire(&f, "k2", 7, -1);
+    ASSERT_EQ(b->status, SEMA_EINVAL);
+    ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(x)));
+    engine_stats(f.e, &st);
+    ASSERT_EQ(st.locks, 0);
+    treq_free(x);
+    treq_free(t);
+    treq_free(b);
+    fx_free(&f);
+}
+
+/* ---- legacy ---- */
+
+static int64_t legacy(fx_t *f, engine_op_t op, const char *name, int *status)
+{
+    treq_t *t = treq_new(op, name);
+    int64_t v = INT64_MIN;
+
+    *status = fx_do(f, t);
+    if (*status == 0 && t->res != NULL)
+        v = jint(t->res, "value");
+    treq_free(t);
+    return v;
+}
+
+TEST(legacy_ops_and_consistency_with_v1)
+{
+    fx_t f;
+    int st;
+    treq_t *w;
+
+    fx_init(&f);
+    ASSERT_OK(fx_op(&f, ENGINE_LEGACY_CREATE, "L", 1));
+    ASSERT_EQ(fx_op(&f, ENGINE_LEGACY_CREATE, "L", 1), SEMA_EEXIST);
+    ASSERT_EQ(legacy(&f, ENGINE_LEGACY_VALUE, "L", &st), 1);
+    ASSERT_EQ(legacy(&f, ENGINE_LEGACY_DOWN, "L", &st), 0);
+    legacy(&f, ENGINE_LEGACY_DOWN, "L", &st);
+    ASSERT_EQ(st, SEMA_EBUSY);
+    ASSERT_EQ(legacy(&f, ENGINE_LEGACY_UP, "L", &st), 1);
+    ASSERT_EQ(legacy(&f, ENGINE_LEGACY_UP, "L", &st), 2); /* no upper bound */
+    ASSERT_EQ(fx_state(&f, "L", "available"), 2);
+    ASSERT_EQ(fx_state(&f, "L", "capacity"), 1);
+    /* a v1 waiter blocks a legacy down (a try never jumps the queue) */
+    w = fx_acquire(&f, "L", 1, -1);
+    ASSERT_EQ(w->status, 0);
+    ASSERT_EQ(legacy(&f, ENGINE_LEGACY_DOWN, "L", &st), 0);
+    treq_t *q = fx_acquire(&f, "L", 1, -1);
+    ASSERT_EQ(q->done, 0);
+    legacy(&f, ENGINE_LEGACY_DOWN, "L", &st);
+    ASSERT_EQ(st, SEMA_EBUSY);
+    legacy(&f, ENGINE_LEGACY_UP, "L", &st); /* up re-runs admission */
+    ASSERT_EQ(q->done, 1);
+    ASSERT_OK(fx_op(&f, ENGINE_LEGACY_DELETE, "L", 0));
+    legacy(&f, ENGINE_LEGACY_VALUE, "L", &st);
+    ASSERT_EQ(st, SEMA_ENOENT);
+    legacy(&f, ENGINE_LEGACY_UP, "L", &st);
+    ASSERT_EQ(st, SEMA_ENOENT);
+    /* value 0 is allowed */
+    ASSERT_OK(fx_op(&f, ENGINE_LEGACY_CREATE, "Z", 0));
+    legacy(&f, ENGINE_LEGACY_DOWN, "Z", &st);
+    ASSERT_EQ(st, SEMA_EBUSY);
+    treq_free(w);
+    treq_free(q);
+    fx_free(&f);
+}
+
+/* ---- cancel, shutdown, submit errors ---- */
+
+TEST(submit_rejects_malformed)
+{
+    fx_t f;
+    engine_req_t r;
+
+    fx_init(&f);
+    memset(&r, 0, sizeof(r));
+    r.op = ENGINE_SEM_GET;
+    r.name = "x";
+    ASSERT_EQ(engine_submit(f.e, &r), SEMA_EINVAL); /* no callback */
+    r.cb = t_cb;
+    r.op = ENGINE_OP_COUNT;
+    ASSERT_EQ(engine_submit(f.e, &r), SEMA_EINVAL);
+    r.op = ENGINE_SEM_GET;
+    r.name = NULL;
+    ASSERT_EQ(engine_submit(f.e, &r), SEMA_EINVAL);
+    fx_free(&f);
+}
+
+TEST(shutdown_fails_parked_with_eshutdown)
+{
+    fx_t f;
+    treq_t *a, *w, *l;
+
+    fx_init(&f);
+    fx_put(&f, "s", 1);
+    a = fx_acquire(&f, "s", 1, -1);
+    w = fx_acquire(&f, "s", 1, 10000);
+    l = lock_acquire(&f, "k", ENGINE_MODE_EXCLUSIVE, -1);
+    treq_t *l2 = lock_acquire(&f, "k", ENGINE_MODE_SHARED, -1);
+    engine_shutdown(f.e);
+    ASSERT_EQ(w->done, 1);
+    ASSERT_EQ(w->status, SEMA_ESHUTDOWN);
+    ASSERT_EQ(l2->status, SEMA_ESHUTDOWN);
+    treq_t *late = treq_new(ENGINE_SEM_GET, "s");
+    ASSERT_EQ(engine_submit(f.e, &late->r), SEMA_ESHUTDOWN);
+    uv_run(&f.loop, UV_RUN_DEFAULT);
+    ASSERT_OK(uv_loop_close(&f.loop));
+    treq_free(a);
+    treq_free(w);
+    treq_free(l);
+    treq_free(l2);
+    treq_free(late);
+}
+
+TEST(stats_and_metrics)
+{
+    fx_t f;
+    treq_t *a, *w;
+    struct strbuf b;
+    engine_stats_t st;
+    engine_config_t cfg;
+
+    engine_config_default(&cfg);
+    cfg.metrics_max_semaphores = 2;
+    fx_init_cfg(&f, &cfg);
+    fx_put(&f, "m1", 1);
+    fx_put(&f, "m2", 1);
+    fx_put(&f, "z\"3", 1);
+    a = fx_acquire(&f, "m1", 1, -1);
+    w = fx_acquire(&f, "m1", 1, 20);
+    fx_run_until(&f, &w->done, 2000);
+    ASSERT_EQ(w->status, SEMA_ETIMEDOUT);
+    engine_stats(f.e, &st);
+    ASSERT_EQ(st.semaphores, 3);
+    ASSERT_EQ(st.leases, 1);
+    ASSERT_EQ(st.parked, 0);
+    strbuf_init(&b, 0);
+    ASSERT_OK(engine_metrics(f.e, &b));
+    ASSERT_NOT_NULL(strstr(b.data, "semad_grants_total 1\n"));
+    ASSERT_NOT_NULL(strstr(b.data, "semad_timeouts_total 1\n"));
+    ASSERT_NOT_NULL(strstr(b.data, "semad_parked_waiters 0\n"));
+    ASSERT_NOT_NULL(strstr(b.data, "semad_wait_seconds_bucket{le=\"+Inf\"} 1\n"));
+    ASSERT_NOT_NULL(strstr(b.data, "semad_semaphore_held{name=\"m1\"} 1\n"));
+    ASSERT_NOT_NULL(strstr(b.data, "semad_semaphore_held{name=\"m2\"} 0\n"));
+    ASSERT_NULL(strstr(b.data, "z\\\"3")); /* past the series cap */
+    strbuf_free(&b);
+    treq_free(a);
+    treq_free(w);
+    fx_free(&f);
+}
+
+/* ---- events ---- */
+
+typedef struct {
+    char types[16][16];
+    int n;
+} evlog_t;
+
+static void on_event(void *arg, const char *type, json_t *data)
+{
+    evlog_t *l = arg;
+
+    ASSERT_NOT_NULL(json_object_get(data, "name"));
+    if (l->n < 16)
+        snprintf(l->types[l->n++], 16, "%s", type);
+}
+
+TEST(events_granted_released_expired_revoked_resized_deleted)
+{
+    fx_t f;
+    evlog_t log = {0};
+    engine_sub_t *sub;
+    treq_t *a, *b, *c;
+    static const char *const want[] = {"granted", "released", "granted", "revoked",
+                                       "granted", "expired",  "resized", "deleted"};
+
+    fx_init(&f);
+    ASSERT_EQ(engine_subscribe(f.e, "ev", on_event, &log, &sub), SEMA_ENOENT);
+    fx_put(&f, "ev", 1);
+    ASSERT_OK(engine_subscribe(f.e, "ev", on_event, &log, &sub));
+    a = fx_acquire(&f, "ev", 1, -1);
+    ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(a)));
+    b = fx_acquire(&f, "ev", 1, -1);
+    ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_REVOKE, lease_id(b)));
+    c = treq_new(ENGINE_ACQUIRE, "ev");
+    c->r.weight = 1;
+    c->r.ttl_ms = 10;
+    ASSERT_OK(fx_do(&f, c));
+    while (log.n < 6) {
+        int never = 0;
+        fx_run_until(&f, &never, 20);
+    }
+    ASSERT_OK(fx_op(&f, ENGINE_SEM_RESIZE, "ev", 2));
+    ASSERT_OK(fx_op(&f, ENGINE_SEM_DELETE, "ev", 0));
+    fx_put(&f, "ev", 1); /* a new semaphore: the finished subscription hears nothing */
+    treq_t *d = fx_acquire(&f, "ev", 1, -1);
+    ASSERT_EQ(log.n, 8);
+    for (int i = 0; i < 8; i++)
+        ASSERT_STREQ(log.types[i], want[i]);
+    engine_unsubscribe(f.e, sub);
+    treq_free(a);
+    treq_free(b);
+    treq_free(c);
+    treq_free(d);
+    fx_free(&f);
+}
+
+TEST(events_unsubscribe_stops_delivery)
+{
+    fx_t f;
+    evlog_t log = {0};
+    engine_sub_t *sub;
+    treq_t *a;
+
+    fx_init(&f);
+    fx_put(&f, "ev", 1);
+    ASSERT_OK(engine_subscribe(f.e, "ev", on_event, &log, &sub));
+    engine_unsubscribe(f.e, sub);
+    a = fx_acquire(&f, "ev", 1, -1);
+    ASSERT_EQ(log.n, 0);
+    treq_free(a);
+    fx_free(&f);
+}
