@@ -436,7 +436,7 @@ TEST(failed_put_fails_the_commit)
     ASSERT_EQ(store_put_sem(st, &bad), SEMA_EINVAL); /* NOT NULL name */
     ASSERT_EQ(store_put_sem(st, &a), SEMA_EINVAL);   /* the transaction is already lost */
     ASSERT_EQ(store_pending(st), 1);
-    ASSERT_EQ(store_commit(st, err, sizeof err), SEMA_EINVAL);
+    ASSERT_EQ(store_commit(st, err, sizeof err), SEMA_EIO);
     ASSERT(strstr(err, "cannot write a semaphore") != NULL);
     load_ok(st, &ld);
     ASSERT_EQ(ld.nsem, 0); /* alpha went with the rest of its transaction */

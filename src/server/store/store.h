@@ -75,8 +75,10 @@ int store_del_lease(store_t *st, const char *id);
 /* True when mutations wait for store_commit(). */
 int store_pending(const store_t *st);
 
-/* Commit the open transaction (one sync in STRICT). Returns 0, or SEMA_EIO / SEMA_ELIMIT
- * (disk full) with the transaction rolled back and a message in errbuf. */
+/* Commit the open transaction (one sync in STRICT). Returns 0, or SEMA_EIO (disk full,
+ * read-only, I/O error, or a put/del of this transaction failed) with the whole transaction
+ * rolled back and a message naming the file and the cause in errbuf. The store stays
+ * usable: later commits succeed once the cause is gone. (SEMA_ELIMIT is not used.) */
 int store_commit(store_t *st, char *errbuf, size_t errlen);
 
 /* The highest fence the store knows for `name`: its live fence, or the last fence it had

@@ -679,32 +679,36 @@ int store_pending(const store_t *st)
     return st != NULL && st->in_tx;
 }
 
+/* End the transaction as failed: roll back, report `code` with `why` in errbuf. */
+static int commit_failed(store_t *st, int code, const char *why, char *errbuf, size_t errlen)
+{
+    msg(errbuf, errlen, "%s", why);
+    rollback(st);
+    st->commit_fail++;
+    return code;
+}
+
 int store_commit(store_t *st, char *errbuf, size_t errlen)
 {
-    int rc, code;
+    char why[sizeof st->failmsg];
+    int rc;
 
     if (!st->in_tx)
         return 0;
     if (st->failed == 0 && st->inject_left > 0) {
         st->inject_left--;
-        st->failed = st->inject_code;
-        snprintf(st->failmsg, sizeof st->failmsg, "%s: commit failed (injected for a test)",
-                 st->path);
+        snprintf(why, sizeof why, "%s: commit failed (injected for a test)", st->path);
+        return commit_failed(st, st->inject_code, why, errbuf, errlen);
     }
-    if (st->failed != 0) {
-        code = st->failed;
-        msg(errbuf, errlen, "%s", st->failmsg);
-        rollback(st);
-        st->commit_fail++;
-        return code;
-    }
+    /* Whatever failed (read-only, I/O error, disk full, even a record the store refused),
+     * the engine sees one code: 503 store_unavailable; the message has the detail. */
+    if (st->failed != 0)
+        return commit_failed(st, SEMA_EIO, st->failmsg, errbuf, errlen);
     rc = sqlite3_step(st->q[Q_COMMIT]);
     sqlite3_reset(st->q[Q_COMMIT]);
     if (rc != SQLITE_DONE) {
-        code = db_error(st->db, rc, st->path, "commit failed, rolled back", errbuf, errlen);
-        rollback(st);
-        st->commit_fail++;
-        return code;
+        (void)db_error(st->db, rc, st->path, "commit failed, rolled back", why, sizeof why);
+        return commit_failed(st, SEMA_EIO, why, errbuf, errlen);
     }
     st->in_tx = 0;
     st->pending = 0;

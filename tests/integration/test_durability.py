@@ -1,0 +1,481 @@
+# SPDX-License-Identifier: MIT
+"""test_durability.py - semad keeps its word across crashes: SIGKILL at random moments and
+restart on the same data directory, a disk that fills up, stores it must refuse to start on.
+
+Run one case: python3 test_durability.py <name>. Needs $SEMAD (CTest sets it)."""
+import errno
+import http.client
+import json
+import os
+import random
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+SEED = 20240504
+SCALE = float(os.environ.get("SEMA_TEST_SCALE", "1") or "1")
+SEMAD = os.environ.get("SEMAD", "")
+
+
+def skip(why):
+    print("skipped: " + why, file=sys.stderr)
+    sys.exit(77)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Semad:
+    """One semad process on a data directory, and a small HTTP/JSON client for it."""
+
+    last_port = 0
+
+    def __init__(self, data, durability="strict", prefix=(), extra=()):
+        self.data = data
+        self.port = free_port()
+        while self.port == Semad.last_port:  # a restarted semad never reuses the old port
+            self.port = free_port()
+        Semad.last_port = self.port
+        self.log = tempfile.NamedTemporaryFile(prefix="semad-", suffix=".log", delete=False)
+        argv = list(prefix) + [SEMAD, "--listen", "127.0.0.1:%d" % self.port, "--data", data,
+                               "--durability", durability] + list(extra)
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
+        self.started = time.time()
+
+    def wait_ready(self, timeout=20.0):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError("semad exited %d:\n%s" % (self.proc.returncode, self.output()))
+            try:
+                status, _ = self.call("GET", "/v1/semaphores?limit=1", timeout=2)
+                if status == 200:
+                    return self
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError("semad did not answer within %.0f s:\n%s" % (timeout, self.output()))
+
+    def output(self):
+        with open(self.log.name, "r", errors="replace") as f:
+            return f.read()
+
+    def call(self, method, path, body=None, timeout=10):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            return request(conn, method, path, body)
+        finally:
+            conn.close()
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=20)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                raise AssertionError("semad did not stop on SIGTERM")
+        os.unlink(self.log.name)
+
+
+def request(conn, method, path, body=None):
+    data = json.dumps(body).encode() if body is not None else None
+    headers = {"Content-Type": "application/json"} if data is not None else {}
+    conn.request(method, path, body=data, headers=headers)
+    resp = conn.getresponse()
+    raw = resp.read()
+    try:
+        doc = json.loads(raw) if raw else None
+    except ValueError:
+        doc = raw
+    return resp.status, doc
+
+
+def sem_state(srv, name):
+    status, doc = srv.call("GET", "/v1/semaphores/" + name)
+    assert status == 200, (name, status, doc)
+    return doc
+
+
+# ---- the crash test -------------------------------------------------------------------------
+
+class Ledger:
+    """What the clients know: grants received, releases sent and confirmed, and a checker
+    that the weight surely held (granted, release not yet sent) never exceeds capacity."""
+
+    def __init__(self, caps):
+        self.lock = threading.Lock()
+        self.caps = caps
+        self.held = {name: 0 for name in caps}
+        self.leases = {}          # id -> {"sem","weight","fence","state"}
+        self.fences = {}          # (sem, fence) -> lease id
+        self.errors = []
+
+    def granted(self, lease):
+        with self.lock:
+            key = (lease["name"], lease["fence"])
+            if key in self.fences and self.fences[key] != lease["lease"]:
+                self.errors.append("fence %s reused: %s and %s" % (key, self.fences[key],
+                                                                  lease["lease"]))
+            self.fences[key] = lease["lease"]
+            if lease["lease"] in self.leases:
+                self.errors.append("lease id %s granted twice" % lease["lease"])
+            self.leases[lease["lease"]] = {"sem": lease["name"], "weight": lease["weight"],
+                                           "fence": lease["fence"], "state": "held"}
+            self.held[lease["name"]] += lease["weight"]
+            if self.held[lease["name"]] > self.caps[lease["name"]]:
+                self.errors.append("%s: %d held > capacity %d" % (
+                    lease["name"], self.held[lease["name"]], self.caps[lease["name"]]))
+
+    def releasing(self, lid):
+        with self.lock:
+            rec = self.leases[lid]
+            rec["state"] = "releasing"
+            self.held[rec["sem"]] -= rec["weight"]
+
+    def released(self, lid):
+        with self.lock:
+            self.leases[lid]["state"] = "released"
+
+    def forget(self, lid):
+        """A lease the test itself released after a restart (unknown outcome before)."""
+        with self.lock:
+            rec = self.leases.get(lid)
+            if rec is not None and rec["state"] == "held":
+                self.held[rec["sem"]] -= rec["weight"]
+            if rec is not None:
+                rec["state"] = "released"
+
+
+class Client(threading.Thread):
+    def __init__(self, idx, port_box, ledger, stop, up, names):
+        super().__init__(daemon=True)
+        self.idx, self.port_box, self.ledger = idx, port_box, ledger
+        self.stop, self.up, self.names = stop, up, names
+        self.rng = random.Random(SEED * 100 + idx)
+        self.conn = None
+        self.ops = 0
+
+    def connect(self):
+        self.conn = http.client.HTTPConnection("127.0.0.1", self.port_box[0], timeout=10)
+
+    def call(self, method, path, body=None):
+        if self.conn is None:
+            self.connect()
+        try:
+            return request(self.conn, method, path, body)
+        except (OSError, http.client.HTTPException):
+            self.conn.close()
+            self.conn = None
+            raise
+
+    def one_round(self):
+        name = self.rng.choice(self.names)
+        weight = self.rng.choice([1, 1, 2])
+        status, doc = self.call("POST", "/v1/semaphores/%s/acquire" % name,
+                                {"weight": weight, "timeout_ms": 100, "ttl_ms": 120000,
+                                 "owner": "client-%d" % self.idx})
+        if status != 200:
+            assert status == 409, (status, doc)
+            return
+        assert doc["weight"] == weight and doc["name"] == name, doc
+        self.ledger.granted(doc)
+        lid = doc["lease"]
+        if self.rng.random() < 0.5:
+            status, doc = self.call("POST", "/v1/leases/%s/renew" % lid, {"ttl_ms": 120000})
+            assert status == 200, (status, doc)
+        time.sleep(self.rng.random() * 0.01)
+        self.ledger.releasing(lid)
+        status, doc = self.call("DELETE", "/v1/leases/" + lid)
+        assert status in (200, 204), (status, doc)
+        self.ledger.released(lid)
+
+    def run(self):
+        while not self.stop.is_set():
+            if not self.up.wait(timeout=0.2):
+                continue
+            try:
+                self.one_round()
+                self.ops += 1
+            except (OSError, http.client.HTTPException):
+                time.sleep(0.02)  # the server went away; wait until it is back
+            except AssertionError as exc:
+                with self.ledger.lock:
+                    self.ledger.errors.append("client %d: %r" % (self.idx, exc))
+
+
+def check_after_restart(srv, ledger, restart_ms):
+    """Every semaphore with its capacity; every lease surely held is back with its fence,
+    at most the semaphore's; held <= capacity; no holder loses time for the downtime.
+    Then releases every holder: the clients abandoned them when the server died."""
+    problems = []
+    for name, cap in ledger.caps.items():
+        st = sem_state(srv, name)
+        if st["capacity"] != cap:
+            problems.append("%s: capacity %s after restart, was %d" % (name, st["capacity"], cap))
+        held = sum(h["weight"] for h in st["holders"])
+        if held > cap:
+            problems.append("%s: %d held > capacity %d after restart" % (name, held, cap))
+        present = {h["lease"]: h for h in st["holders"]}
+        with ledger.lock:
+            mine = {lid: rec for lid, rec in ledger.leases.items() if rec["sem"] == name}
+            top = max([r["fence"] for r in mine.values()], default=0)
+        if st["fence"] < top:
+            problems.append("%s: fence %d after restart < %d handed out" % (name, st["fence"], top))
+        for lid, rec in mine.items():
+            if rec["state"] == "held" and lid not in present:
+                problems.append("%s: lease %s (fence %d) granted before the kill is gone" % (
+                    name, lid, rec["fence"]))
+        for lid, h in present.items():
+            rec = mine.get(lid)
+            if rec is not None and h["fence"] != rec["fence"]:
+                problems.append("lease %s: fence %s, was %d" % (lid, h["fence"], rec["fence"]))
+            if h["expires_at"] < restart_ms + 120000 - 1000:
+                problems.append("lease %s expires at %d, before restart + ttl (%d)" % (
+                    lid, h["expires_at"], restart_ms + 120000))
+            # The clients are paused and hold nothing in hand: whatever is still held was
+            # abandoned by the kill (or its grant never reached a client). Give it back.
+            status, doc = srv.call("DELETE", "/v1/leases/" + lid)
+            if status not in (200, 204):
+                problems.append("release of abandoned %s: %d %r" % (lid, status, doc))
+            ledger.forget(lid)
+    return problems
+
+
+def test_crash_restart():
+    if not SEMAD:
+        skip("SEMAD is not set (semad not built)")
+    rng = random.Random(SEED)
+    rounds = max(2, int(5 * SCALE))
+    nclients = 50
+    names = ["crash-%d" % i for i in range(6)]
+    caps = {name: rng.randint(1, 8) for name in names}
+    with tempfile.TemporaryDirectory(prefix="sema-dur-") as tmp:
+        data = os.path.join(tmp, "data")
+        srv = Semad(data).wait_ready()
+        for name, cap in caps.items():
+            status, doc = srv.call("PUT", "/v1/semaphores/" + name, {"capacity": cap})
+            assert status in (200, 201), (status, doc)
+        ledger = Ledger(caps)
+        stop, up = threading.Event(), threading.Event()
+        port_box = [srv.port]
+        clients = [Client(i, port_box, ledger, stop, up, names) for i in range(nclients)]
+        for c in clients:
+            c.start()
+        try:
+            for rnd in range(rounds):
+                up.set()
+                time.sleep(0.3 + rng.random() * 1.2)  # a random moment to die
+                srv.kill()
+                up.clear()
+                assert not ledger.errors, ledger.errors[:10]
+                restart_ms = int(time.time() * 1000)
+                srv = Semad(data)
+                srv.wait_ready()
+                problems = check_after_restart(srv, ledger, restart_ms)
+                assert not problems, "round %d:\n%s" % (rnd, "\n".join(problems[:20]))
+                port_box[0] = srv.port
+                with ledger.lock:
+                    n = len(ledger.leases)
+                print("round %d: killed and restarted; %d grants so far" % (rnd, n))
+        finally:
+            stop.set()
+            up.set()
+            for c in clients:
+                c.join(timeout=15)
+        assert not ledger.errors, ledger.errors[:10]
+        assert len(ledger.leases) >= rounds * 10, "too few grants: %d" % len(ledger.leases)
+        srv.stop()
+        check = subprocess.run([SEMAD, "--check", data], capture_output=True, text=True,
+                               timeout=60)
+        assert check.returncode == 0, check.stdout + check.stderr
+
+
+# ---- a disk that fills up -------------------------------------------------------------------
+
+def store_rows(path):
+    db = sqlite3.connect("file:%s?mode=ro" % path, uri=True, timeout=5)
+    try:
+        sems = {r[0]: r[1] for r in db.execute("SELECT name, capacity FROM semaphores")}
+        leases = {r[0]: r[1] for r in db.execute("SELECT id, sem FROM leases")}
+    finally:
+        db.close()
+    return sems, leases
+
+
+def fill(path):
+    block = b"x" * 65536
+    with open(path, "wb") as f:
+        try:
+            while True:
+                f.write(block)
+                f.flush()
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+
+
+def test_disk_full():
+    if not SEMAD:
+        skip("SEMAD is not set (semad not built)")
+    probe = subprocess.run(["unshare", "-m", "sh", "-c",
+                            "mount -t tmpfs -o size=64k tmpfs /mnt && umount /mnt"],
+                           capture_output=True)
+    if probe.returncode != 0:
+        skip("cannot mount a small tmpfs in a private mount namespace (needs root)")
+    with tempfile.TemporaryDirectory(prefix="sema-dur-") as tmp:
+        data = os.path.join(tmp, "data")
+        os.mkdir(data, 0o700)
+        # semad runs in its own mount namespace on a 2 MiB tmpfs; we reach the files
+        # through /proc/PID/root, which resolves paths in semad's namespace.
+        wrapper = ["unshare", "-m", "sh", "-c",
+                   'mount -t tmpfs -o size=2m,mode=0700 tmpfs "$0" && exec "$@"', data]
+        srv = Semad(data, prefix=wrapper).wait_ready()
+        inside = "/proc/%d/root%s" % (srv.proc.pid, data)
+        try:
+            disk_full_body(srv, inside)
+        finally:
+            srv.stop()
+
+
+def disk_full_body(srv, inside):
+    status, doc = srv.call("PUT", "/v1/semaphores/before", {"capacity": 3})
+    assert status == 201, (status, doc)
+    status, lease = srv.call("POST", "/v1/semaphores/before/acquire", {"weight": 1})
+    assert status == 200, (status, lease)
+    fill(inside + "/filler")
+    created, refused = [], []
+    for i in range(400):
+        name = "full-%03d-%s" % (i, "x" * 100)
+        status, doc = srv.call("PUT", "/v1/semaphores/" + name, {"capacity": 2})
+        if status == 503:
+            assert doc["code"] == "store_unavailable", doc
+            refused.append(name)
+            if len(refused) >= 5:
+                break
+        else:
+            assert status == 201, (status, doc)
+            created.append(name)
+    assert refused, "the store never reported the full disk"
+    assert srv.proc.poll() is None, "semad died on a full disk"
+    # Reads keep working, and what semad serves equals what the store holds.
+    status, doc = srv.call("GET", "/v1/semaphores/before")
+    assert status == 200 and len(doc["holders"]) == 1, (status, doc)
+    for name in refused:
+        status, _ = srv.call("GET", "/v1/semaphores/" + name)
+        assert status == 404, (name, status)
+    sems, leases = store_rows(inside + "/sema.db")
+    assert set(sems) == set(["before"] + created), (sorted(sems), created)
+    assert lease["lease"] in leases
+    # Room again: semad recovers by itself.
+    os.unlink(inside + "/filler")
+    status, doc = srv.call("PUT", "/v1/semaphores/after", {"capacity": 1})
+    assert status == 201, (status, doc)
+    status, doc = srv.call("DELETE", "/v1/leases/" + lease["lease"])
+    assert status in (200, 204), (status, doc)
+    sems, _ = store_rows(inside + "/sema.db")
+    assert "after" in sems
+
+
+# ---- stores semad must refuse ---------------------------------------------------------------
+
+def expect_refusal(data, *needles):
+    port = free_port()
+    run = subprocess.run([SEMAD, "--listen", "127.0.0.1:%d" % port, "--data", data],
+                         capture_output=True, text=True, timeout=30)
+    out = run.stdout + run.stderr
+    assert run.returncode != 0, "semad started on a bad store:\n" + out
+    for needle in needles:
+        assert needle in out, "%r not in semad's message:\n%s" % (needle, out)
+    return out
+
+
+def make_store(data):
+    srv = Semad(data).wait_ready()
+    status, doc = srv.call("PUT", "/v1/semaphores/kept", {"capacity": 2})
+    assert status == 201, (status, doc)
+    srv.stop()
+
+
+def test_refuse_corrupt():
+    if not SEMAD:
+        skip("SEMAD is not set (semad not built)")
+    with tempfile.TemporaryDirectory(prefix="sema-dur-") as tmp:
+        data = os.path.join(tmp, "data")
+        os.mkdir(data, 0o700)
+        db = os.path.join(data, "sema.db")
+        with open(db, "w") as f:
+            f.write("this is not a database\n" * 200)
+        expect_refusal(data, db, "not a database")
+        with open(db, "rb") as f:
+            assert f.read(4) == b"this", "semad overwrote the file it refused"
+        check = subprocess.run([SEMAD, "--check", data], capture_output=True, text=True,
+                               timeout=30)
+        assert check.returncode != 0, check.stdout
+
+
+def test_refuse_other_version():
+    if not SEMAD:
+        skip("SEMAD is not set (semad not built)")
+    with tempfile.TemporaryDirectory(prefix="sema-dur-") as tmp:
+        data = os.path.join(tmp, "data")
+        make_store(data)
+        db = sqlite3.connect(os.path.join(data, "sema.db"))
+        db.execute("PRAGMA user_version = 7")
+        db.close()
+        expect_refusal(data, os.path.join(data, "sema.db"), "version 7")
+
+
+def test_refuse_locked_dir():
+    if not SEMAD:
+        skip("SEMAD is not set (semad not built)")
+    with tempfile.TemporaryDirectory(prefix="sema-dur-") as tmp:
+        data = os.path.join(tmp, "data")
+        first = Semad(data).wait_ready()
+        try:
+            expect_refusal(data, "pid %d" % first.proc.pid, "LOCK")
+            status, doc = first.call("GET", "/v1/semaphores")
+            assert status == 200, "the first semad suffered from the second: %r" % doc
+        finally:
+            first.stop()
+        make_store(data)  # the lock went with the first semad
+
+
+def test_check_command():
+    if not SEMAD:
+        skip("SEMAD is not set (semad not built)")
+    with tempfile.TemporaryDirectory(prefix="sema-dur-") as tmp:
+        data = os.path.join(tmp, "data")
+        make_store(data)
+        check = subprocess.run([SEMAD, "--check", data], capture_output=True, text=True,
+                               timeout=30)
+        assert check.returncode == 0, check.stdout + check.stderr
+        assert "1 semaphores" in check.stdout + check.stderr
+        db = sqlite3.connect(os.path.join(data, "sema.db"))
+        db.execute("INSERT INTO leases VALUES('forged','kept',1,NULL,NULL,99,1000,1,1001,0)")
+        db.commit()
+        db.close()
+        check = subprocess.run([SEMAD, "--check", data], capture_output=True, text=True,
+                               timeout=30)
+        assert check.returncode != 0, check.stdout
+        assert "forged" in check.stdout + check.stderr
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2 or not callable(globals().get("test_" + sys.argv[1])):
+        print("usage: test_durability.py <case>", file=sys.stderr)
+        sys.exit(2)
+    globals()["test_" + sys.argv[1]]()
+    print("ok")
