@@ -15,15 +15,15 @@
 
 /* The same shapes semad answers with; the lease is a constant of the same length. */
 static const char lease_body[] =
-    "{\"lease\":\"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\",\"name\":\"bench\",\"weight\":1,\"fence\":1,"
+    "{\"lease\":\"AAAAAAAAAAAAAAAAAAAAAAAA\",\"name\":\"bench\",\"weight\":1,\"fence\":1,"
     "\"ttl_ms\":60000,\"expires_at\":1790000000000,\"acquired_at\":1790000000000,"
-    "\"owner\":\"\"}";
+    "\"owner\":null}";
 static char reply_lease[512]; /* headers + lease_body, built in main() */
 static size_t reply_lease_len;
-static const char reply_released[] = "HTTP/1.1 204 No Content\r\n\r\n";
+static const char reply_released[] = "HTTP/1.1 204 No Content\r\nConnection: keep-alive\r\n\r\n";
 static const char reply_ok[] =
-    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 15\r\n\r\n"
-    "{\"status\":\"ok\"}";
+    "HTTP/1.1 200 OK\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: 15\r\n"
+    "Connection: keep-alive\r\n\r\n{\"status\":\"ok\"}";
 
 typedef struct {
     uv_tcp_t tcp;
@@ -224,8 +224,9 @@ int main(int argc, char **argv)
     }
     raise_nofile();
     reply_lease_len = (size_t)snprintf(reply_lease, sizeof(reply_lease),
-                                       "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                                       "Content-Length: %zu\r\n\r\n%s",
+                                       "HTTP/1.1 200 OK\r\nContent-Type: application/json; "
+                                       "charset=utf-8\r\nContent-Length: %zu\r\n"
+                                       "Connection: keep-alive\r\n\r\n%s",
                                        sizeof(lease_body) - 1, lease_body);
     loop = uv_default_loop();
     llhttp_settings_init(&settings);
