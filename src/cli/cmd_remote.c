@@ -1,0 +1,711 @@
+/* SPDX-License-Identifier: MIT */
+/* cmd_remote.c - the `sema` verbs that talk to semad: argument parsing, the verb table and
+ * the simple request/print verbs (run, lock and watch live in remote_*.c). */
+#include "remote.h"
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#define DEFAULT_SERVER "http://127.0.0.1:7070"
+
+/* Options a verb accepts (bit set). --server, --json and --help are always accepted. */
+enum { O_W = 1, O_T = 2, O_TTL = 4, O_C = 8, O_OWNER = 16, O_MODE = 32, O_GRACE = 64, O_CMD = 128 };
+
+typedef int (*verb_fn)(remote_opts_t *o);
+
+typedef struct {
+    const char *name;
+    const char *args;    /* synopsis after the verb */
+    const char *summary; /* one line */
+    int min_pos, max_pos;
+    int opts;
+    verb_fn fn;
+    const char *examples;
+} verb_t;
+
+static int v_create(remote_opts_t *o);
+static int v_get(remote_opts_t *o);
+static int v_ls(remote_opts_t *o);
+static int v_resize(remote_opts_t *o);
+static int v_rm(remote_opts_t *o);
+static int v_acquire(remote_opts_t *o);
+static int v_renew(remote_opts_t *o);
+static int v_release(remote_opts_t *o);
+static int v_lease(remote_opts_t *o);
+static int v_revoke(remote_opts_t *o);
+static int v_wait_idle(remote_opts_t *o);
+static int v_up(remote_opts_t *o);
+static int v_down(remote_opts_t *o);
+static int v_value(remote_opts_t *o);
+
+static const verb_t verbs[] = {
+    {"create", "NAME CAPACITY", "create a semaphore (no error if identical)", 2, 2, 0, v_create,
+     "sema create builds 4\nsema --server http://ci:7070 create deploy 1"},
+    {"get", "NAME", "show a semaphore: counters, holders, waiters", 1, 1, 0, v_get,
+     "sema get builds\nsema get builds --json | jq .holders"},
+    {"ls", "[PREFIX]", "list semaphores (by name)", 0, 1, 0, v_ls, "sema ls\nsema ls ci/"},
+    {"resize", "NAME CAPACITY", "change a semaphore's capacity (never revokes)", 2, 2, 0, v_resize,
+     "sema resize builds 8"},
+    {"rm", "NAME", "delete a semaphore (waiters fail, leases end)", 1, 1, 0, v_rm,
+     "sema rm builds"},
+    {"acquire", "NAME [-w W] [-t TIMEOUT] [--ttl TTL] [--owner O]",
+     "take units and print the lease id", 1, 1, O_W | O_T | O_TTL | O_OWNER, v_acquire,
+     "lease=$(sema acquire builds -t 30s --ttl 5m) || exit\n... ; sema release \"$lease\""},
+    {"renew", "LEASE [--ttl TTL]", "extend a lease", 1, 1, O_TTL, v_renew,
+     "sema renew \"$lease\" --ttl 10m"},
+    {"release", "LEASE", "give a lease's units back", 1, 1, 0, v_release,
+     "sema release \"$lease\""},
+    {"lease", "LEASE", "show a lease", 1, 1, 0, v_lease, "sema lease \"$lease\" --json"},
+    {"revoke", "LEASE", "end someone's lease now (administrators)", 1, 1, 0, v_revoke,
+     "sema revoke \"$lease\""},
+    {"wait-idle", "NAME [-t TIMEOUT]", "wait until nothing is held or queued", 1, 1, O_T,
+     v_wait_idle, "sema wait-idle builds -t 10m"},
+    {"run", "NAME [-w W] [-t TIMEOUT] [--ttl TTL] [-c CAPACITY] -- CMD [ARGS...]",
+     "hold units while CMD runs", 1, 1, O_W | O_T | O_TTL | O_C | O_OWNER | O_GRACE | O_CMD,
+     remote_run,
+     "sema run builds -c 4 -- make -j8\nsema run deploy -t 10m --ttl 30s -- ./deploy.sh prod"},
+    {"lock", "KEY --shared|--exclusive [-t TIMEOUT] [--ttl TTL] -- CMD [ARGS...]",
+     "hold a keyed reader/writer lock while CMD runs", 1, 1,
+     O_T | O_TTL | O_OWNER | O_MODE | O_GRACE | O_CMD, remote_run,
+     "sema lock db/schema --exclusive -- ./migrate.sh\nsema lock db/schema --shared -- "
+     "./report.sh"},
+    {"up", "NAME", "legacy API: add one unit", 1, 1, 0, v_up, "sema up printer"},
+    {"down", "NAME", "legacy API: take one unit if available (no lease)", 1, 1, 0, v_down,
+     "sema down printer || echo busy"},
+    {"value", "NAME", "legacy API: print the value", 1, 1, 0, v_value, "sema value printer"},
+    {"watch", "NAME", "live view of holders and waiters", 1, 1, 0, remote_watch,
+     "sema watch builds\nsema watch builds | tee events.log"},
+};
+
+static const verb_t *find_verb(const char *name)
+{
+    for (size_t i = 0; name != NULL && i < sizeof verbs / sizeof verbs[0]; i++)
+        if (strcmp(verbs[i].name, name) == 0)
+            return &verbs[i];
+    return NULL;
+}
+
+int cmd_remote_has(const char *verb)
+{
+    return find_verb(verb) != NULL;
+}
+
+void cmd_remote_usage(FILE *out)
+{
+    for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
+        fprintf(out, "  %-10s %s\n", verbs[i].name, verbs[i].summary);
+}
+
+static void verb_help(const verb_t *v, FILE *out)
+{
+    fprintf(out, "usage: sema %s %s [--server URL] [--json]\n\n%s.\n\n", v->name, v->args,
+            v->summary);
+    fprintf(out, "options:\n"
+                 "  --server URL   semad to talk to (default $SEMA_SERVER or " DEFAULT_SERVER ")\n"
+                 "  --json         machine-readable output\n");
+    if (v->opts & O_W)
+        fprintf(out, "  -w, --weight W units to take (default 1)\n");
+    if (v->opts & O_T)
+        fprintf(out, "  -t, --timeout D  wait at most D (500ms, 10s, 2m; 0 = try once; "
+                     "default forever)\n");
+    if (v->opts & O_TTL)
+        fprintf(out, "  --ttl D        lease time to live (default: the server's, 60s)\n");
+    if (v->opts & O_C)
+        fprintf(out, "  -c, --capacity N  create the semaphore with capacity N if missing\n");
+    if (v->opts & O_OWNER)
+        fprintf(out, "  --owner O      owner recorded with the lease (default host:pid)\n");
+    if (v->opts & O_MODE)
+        fprintf(out, "  --shared | --exclusive  lock mode (one is required)\n");
+    if (v->opts & O_GRACE)
+        fprintf(out, "  --grace D      after a lost lease, SIGKILL CMD D after SIGTERM "
+                     "(default 5s)\n");
+    fprintf(out, "\nexit status: 0 ok, 1 refused by the server, 2 usage, 69 server "
+                 "unreachable, 75 timeout or busy, 76 lease lost");
+    if (v->opts & O_CMD)
+        fprintf(out, ";\notherwise CMD's own status (128+N if killed by signal N)");
+    fprintf(out, ".\n");
+    if (strcmp(v->name, "run") == 0 || strcmp(v->name, "ls") == 0 || strcmp(v->name, "rm") == 0)
+        fprintf(out, "\nThe shared-memory form of this verb: sema %s --local --help\n", v->name);
+    fprintf(out, "\nexamples:\n");
+    for (const char *p = v->examples; *p;) {
+        const char *nl = strchr(p, '\n');
+        int n = nl ? (int)(nl - p) : (int)strlen(p);
+        fprintf(out, "  %.*s\n", n, p);
+        p += n + (nl ? 1 : 0);
+    }
+}
+
+/* ---- argument parsing -------------------------------------------------------------- */
+
+__attribute__((format(printf, 2, 3))) static int usage_error(const verb_t *v, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "sema %s: ", v->name);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nusage: sema %s %s (sema %s --help for more)\n", v->name, v->args, v->name);
+    return CLI_EXIT_USAGE;
+}
+
+static int parse_u64(const char *s, uint64_t *out)
+{
+    char *end;
+    if (s == NULL || *s < '0' || *s > '9')
+        return -1;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end != '\0' || v > (1ull << 53))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static const struct option long_opts[] = {
+    {"weight", required_argument, NULL, 'w'},
+    {"timeout", required_argument, NULL, 't'},
+    {"ttl", required_argument, NULL, 'L'},
+    {"capacity", required_argument, NULL, 'c'},
+    {"owner", required_argument, NULL, 'o'},
+    {"shared", no_argument, NULL, 'S'},
+    {"exclusive", no_argument, NULL, 'X'},
+    {"server", required_argument, NULL, 's'},
+    {"json", no_argument, NULL, 'j'},
+    {"grace", required_argument, NULL, 'g'},
+    {"local", no_argument, NULL, 'l'},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+/* The option letter's bit (0: always allowed). */
+static int opt_bit(int ch)
+{
+    static const struct {
+        int ch, bit;
+    } map[] = {{'w', O_W},    {'t', O_T},    {'L', O_TTL},   {'c', O_C},  {'o', O_OWNER},
+               {'S', O_MODE}, {'X', O_MODE}, {'g', O_GRACE}, {'l', O_CMD}};
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (map[i].ch == ch)
+            return map[i].bit;
+    return 0;
+}
+
+static int apply_opt(const verb_t *v, remote_opts_t *o, int ch, const char *arg)
+{
+    switch (ch) {
+    case 'w':
+        if (parse_u64(arg, &o->weight) != 0 || o->weight == 0)
+            return usage_error(v, "bad weight '%s' (a whole number >= 1)", arg);
+        return 0;
+    case 't':
+        if (cli_parse_duration_ms(arg, &o->timeout_ms) != 0)
+            return usage_error(v, "bad timeout '%s' (e.g. 0, 500ms, 10s, 2m)", arg);
+        return 0;
+    case 'L':
+        if (cli_parse_duration_ms(arg, &o->ttl_ms) != 0 || o->ttl_ms <= 0)
+            return usage_error(v, "bad ttl '%s' (e.g. 30s, 5m)", arg);
+        return 0;
+    case 'g':
+        if (cli_parse_duration_ms(arg, &o->grace_ms) != 0 || o->grace_ms < 0)
+            return usage_error(v, "bad grace period '%s'", arg);
+        return 0;
+    case 'c':
+        if (parse_u64(arg, &o->capacity) != 0 || o->capacity == 0)
+            return usage_error(v, "bad capacity '%s' (a whole number >= 1)", arg);
+        return 0;
+    case 'o':
+        o->owner = arg;
+        return 0;
+    case 'S':
+    case 'X':
+        if (o->mode != 0)
+            return usage_error(v, "%s", "give one of --shared and --exclusive");
+        o->mode = ch == 'S' ? SEMA_LOCK_SHARED : SEMA_LOCK_EXCLUSIVE;
+        return 0;
+    case 's':
+        o->server = arg;
+        return 0;
+    case 'j':
+        o->json = 1;
+        return 0;
+    case 'l':
+        o->local = 1;
+        return 0;
+    default:
+        return usage_error(v, "%s", "unknown option");
+    }
+}
+
+/* Lease ids are base64url and may begin with '-'. A long argument that is not one of our
+ * long options is a lease id, not an option cluster. */
+static int looks_like_lease(const verb_t *v, const char *arg)
+{
+    if (strstr(v->args, "LEASE") == NULL || arg[0] != '-' || strlen(arg) < 20)
+        return 0;
+    for (const struct option *lo = long_opts; lo->name != NULL; lo++) {
+        size_t n = strlen(lo->name);
+        if (strncmp(arg, "--", 2) == 0 && strncmp(arg + 2, lo->name, n) == 0 &&
+            (arg[2 + n] == '\0' || arg[2 + n] == '='))
+            return 0;
+    }
+    return 1;
+}
+
+/* Move lease-id-looking arguments behind the options (before "--" at index *dash). */
+static void shelter_leases(const verb_t *v, int argc, char **argv, int dash, char **lease,
+                           int *nlease, int *newdash)
+{
+    int out = 1;
+
+    *nlease = 0;
+    for (int i = 1; i < dash; i++) {
+        if (*nlease < 1 && looks_like_lease(v, argv[i]))
+            lease[(*nlease)++] = argv[i];
+        else
+            argv[out++] = argv[i];
+    }
+    *newdash = out;
+    for (int i = dash; i < argc; i++)
+        argv[out++] = argv[i];
+}
+
+/* Split the arguments: options, positionals, and (run/lock) the command after "--". */
+static int parse_args(const verb_t *v, int argc, char **argv, remote_opts_t *o)
+{
+    int dash = argc;
+    char *lease[1];
+    int nlease;
+
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--") == 0) {
+            dash = i;
+            break;
+        }
+    shelter_leases(v, argc, argv, dash, lease, &nlease, &dash);
+    argc -= nlease;
+    optind = 0;
+    opterr = 0;
+    int ch;
+    while ((ch = getopt_long(dash, argv, ":w:t:c:h", long_opts, NULL)) != -1) {
+        if (ch == 'h') {
+            verb_help(v, stdout);
+            return -1;
+        }
+        if (ch == '?' || ch == ':')
+            return usage_error(v, ch == ':' ? "option '%s' needs a value" : "unknown option '%s'",
+                               argv[optind - 1]);
+        int bit = opt_bit(ch);
+        if (bit != 0 && !(v->opts & bit))
+            return usage_error(v, "option '%s' does not apply here", argv[optind - 1]);
+        int rc = apply_opt(v, o, ch, optarg);
+        if (rc != 0)
+            return rc;
+    }
+    if (nlease > 0) { /* put it back among the positionals, first */
+        memmove(argv + optind + 1, argv + optind, (size_t)(argc - optind) * sizeof *argv);
+        argv[optind] = lease[0];
+        dash++;
+        argc++;
+    }
+    o->pos = argv + optind;
+    o->npos = dash - optind;
+    if (dash < argc) {
+        o->cmd = argv + dash + 1;
+        o->ncmd = argc - dash - 1;
+    }
+    return 0;
+}
+
+static int check_args(const verb_t *v, remote_opts_t *o)
+{
+    if (o->npos < v->min_pos)
+        return usage_error(v, "%s", "missing arguments");
+    if (o->npos > v->max_pos)
+        return usage_error(v, "unexpected argument '%s'", o->pos[v->max_pos]);
+    if ((v->opts & O_CMD) && o->ncmd == 0)
+        return usage_error(v, "%s", "no command given after --");
+    if (!(v->opts & O_CMD) && o->ncmd > 0)
+        return usage_error(v, "%s", "this verb takes no command");
+    if ((v->opts & O_MODE) && o->mode == 0)
+        return usage_error(v, "%s", "give --shared or --exclusive");
+    if (o->local)
+        return usage_error(v, "%s", "--local is not available for this verb");
+    return 0;
+}
+
+int cmd_remote(int argc, char **argv)
+{
+    const verb_t *v = find_verb(argc > 0 ? argv[0] : NULL);
+    remote_opts_t o = {.timeout_ms = -1, .grace_ms = 5000};
+
+    if (v == NULL) {
+        fprintf(stderr, "sema: unknown command '%s'\n", argc > 0 ? argv[0] : "");
+        return CLI_EXIT_USAGE;
+    }
+    o.verb = v->name;
+    o.server = getenv("SEMA_SERVER");
+    if (o.server == NULL || o.server[0] == '\0')
+        o.server = DEFAULT_SERVER;
+    int rc = parse_args(v, argc, argv, &o);
+    if (rc != 0)
+        return rc < 0 ? CLI_EXIT_OK : rc;
+    if ((rc = check_args(v, &o)) != 0)
+        return rc;
+    return v->fn(&o);
+}
+
+/* ---- shared helpers ---------------------------------------------------------------- */
+
+static const struct {
+    int err, status;
+} exit_codes[] = {
+    {SEMA_ECONNREFUSED, CLI_EXIT_UNAVAILABLE},
+    {SEMA_ETIMEDOUT, CLI_EXIT_TIMEOUT},
+    {SEMA_EBUSY, CLI_EXIT_TIMEOUT},
+    {SEMA_EEXPIRED, CLI_EXIT_LOST},
+    {SEMA_EREVOKED, CLI_EXIT_LOST},
+};
+
+int remote_exit_code(int rc)
+{
+    if (rc == 0)
+        return CLI_EXIT_OK;
+    for (size_t i = 0; i < sizeof exit_codes / sizeof exit_codes[0]; i++)
+        if (exit_codes[i].err == rc)
+            return exit_codes[i].status;
+    return CLI_EXIT_FAIL;
+}
+
+int remote_fail(const remote_opts_t *o, const char *what, int rc, const sema_client_error_t *e)
+{
+    const char *msg = e != NULL && e->message[0] ? e->message : sema_strerror(rc);
+    fprintf(stderr, "sema %s: %s: %s (%s)\n", o->verb, what, msg, sema_err_name(rc));
+    return remote_exit_code(rc);
+}
+
+sema_client_t *remote_client(const remote_opts_t *o)
+{
+    sema_client_t *c = NULL;
+    int rc = sema_client_new(&c, o->server, NULL);
+
+    if (rc != 0) {
+        fprintf(stderr, "sema %s: bad server '%s': %s (an http:// URL is needed)\n", o->verb,
+                o->server, sema_strerror(rc));
+        return NULL;
+    }
+    return c;
+}
+
+static int64_t epoch_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void remote_print_lease(const remote_opts_t *o, const sema_lease_t *l)
+{
+    if (!o->json) {
+        printf("%s\n", l->id);
+        return;
+    }
+    json_t *j = json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:I}", "lease", l->id, "name", l->name,
+                          "weight", (json_int_t)l->weight, "fence", (json_int_t)l->fence, "ttl_ms",
+                          (json_int_t)l->ttl_ms, "expires_at", (json_int_t)l->expires_at_ms,
+                          "acquired_at", (json_int_t)l->acquired_at_ms);
+    if (j != NULL && l->mode != 0)
+        json_object_set_new(j, "mode",
+                            json_string(l->mode == SEMA_LOCK_SHARED ? "shared" : "exclusive"));
+    if (j != NULL)
+        json_dumpf(j, stdout, JSON_COMPACT);
+    printf("\n");
+    json_decref(j);
+}
+
+/* Run `fn` with a fresh client; frees it after. */
+#define WITH_CLIENT(o, c)                                                                          \
+    sema_client_t *c = remote_client(o);                                                           \
+    if (c == NULL)                                                                                 \
+        return CLI_EXIT_USAGE;
+
+/* ---- verbs ------------------------------------------------------------------------- */
+
+static int v_create(remote_opts_t *o)
+{
+    uint64_t cap;
+    sema_client_error_t e;
+    int created = 0;
+
+    if (parse_u64(o->pos[1], &cap) != 0 || cap == 0)
+        return usage_error(find_verb("create"), "bad capacity '%s'", o->pos[1]);
+    WITH_CLIENT(o, c);
+    int rc = sema_client_create(c, o->pos[0], cap, &created, &e);
+    sema_client_free(c);
+    if (rc != 0)
+        return remote_fail(o, o->pos[0], rc, &e);
+    if (o->json) {
+        json_t *j = json_pack("{s:s,s:I,s:b}", "name", o->pos[0], "capacity", (json_int_t)cap,
+                              "created", created);
+        if (j != NULL)
+            json_dumpf(j, stdout, JSON_COMPACT);
+        printf("\n");
+        json_decref(j);
+    } else
+        printf("%s %s (capacity %" PRIu64 ")\n", created ? "created" : "exists", o->pos[0], cap);
+    return CLI_EXIT_OK;
+}
+
+static const char *or_dash(const char *s)
+{
+    return s != NULL ? s : "-";
+}
+
+static void print_holders(json_t *doc, int64_t now)
+{
+    json_t *arr = json_object_get(doc, "holders"), *h;
+    size_t i;
+
+    printf("holders    %zu\n", json_array_size(arr));
+    json_array_foreach(arr, i, h)
+    {
+        json_int_t exp = json_integer_value(json_object_get(h, "expires_at"));
+        printf("  %s  weight %" JSON_INTEGER_FORMAT "  fence %" JSON_INTEGER_FORMAT
+               "  expires in %.1fs  owner %s\n",
+               json_string_value(json_object_get(h, "lease")),
+               json_integer_value(json_object_get(h, "weight")),
+               json_integer_value(json_object_get(h, "fence")), (double)(exp - now) / 1000.0,
+               or_dash(json_string_value(json_object_get(h, "owner"))));
+    }
+    arr = json_object_get(doc, "waiters");
+    printf("waiters    %zu\n", json_array_size(arr));
+    json_array_foreach(arr, i, h)
+    {
+        json_int_t since = json_integer_value(json_object_get(h, "since"));
+        printf("  #%" JSON_INTEGER_FORMAT "  weight %" JSON_INTEGER_FORMAT
+               "  waiting %.1fs  owner %s\n",
+               json_integer_value(json_object_get(h, "position")),
+               json_integer_value(json_object_get(h, "weight")),
+               since > 0 ? (double)(now - since) / 1000.0 : 0.0,
+               or_dash(json_string_value(json_object_get(h, "owner"))));
+    }
+}
+
+void remote_print_state(const char *json)
+{
+    json_t *doc = json_loads(json, 0, NULL);
+    if (doc == NULL)
+        return;
+    printf("name       %s\n", or_dash(json_string_value(json_object_get(doc, "name"))));
+    static const char *const fields[] = {"capacity", "available", "held", "fence"};
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        printf("%-10s %" JSON_INTEGER_FORMAT "\n", fields[i],
+               json_integer_value(json_object_get(doc, fields[i])));
+    print_holders(doc, epoch_ms());
+    json_decref(doc);
+}
+
+static int v_get(remote_opts_t *o)
+{
+    sema_client_error_t e;
+    char *json = NULL;
+
+    WITH_CLIENT(o, c);
+    int rc = sema_client_get(c, o->pos[0], NULL, &json, &e);
+    sema_client_free(c);
+    if (rc != 0)
+        return remote_fail(o, o->pos[0], rc, &e);
+    if (o->json)
+        printf("%s\n", json);
+    else
+        remote_print_state(json);
+    sema_client_string_free(json);
+    return CLI_EXIT_OK;
+}
+
+static int ls_one(void *arg, const sema_sem_info_t *s)
+{
+    const remote_opts_t *o = arg;
+    if (o->json) {
+        json_t *j = json_pack("{s:s,s:I,s:I,s:I,s:I}", "name", s->name, "capacity",
+                              (json_int_t)s->capacity, "available", (json_int_t)s->available,
+                              "held", (json_int_t)s->held, "waiting", (json_int_t)s->waiting);
+        if (j != NULL)
+            json_dumpf(j, stdout, JSON_COMPACT);
+        printf("\n");
+        json_decref(j);
+    } else {
+        printf("%-32s %10" PRIu64 " %10" PRId64 " %10" PRIu64 " %8" PRIu64 "\n", s->name,
+               s->capacity, s->available, s->held, s->waiting);
+    }
+    return 0;
+}
+
+static int v_ls(remote_opts_t *o)
+{
+    sema_client_error_t e;
+
+    WITH_CLIENT(o, c);
+    if (!o->json)
+        printf("%-32s %10s %10s %10s %8s\n", "NAME", "CAPACITY", "AVAILABLE", "HELD", "WAITING");
+    int rc = sema_client_list(c, o->npos > 0 ? o->pos[0] : NULL, ls_one, o, &e);
+    sema_client_free(c);
+    return rc != 0 ? remote_fail(o, "list", rc, &e) : CLI_EXIT_OK;
+}
+
+static int v_resize(remote_opts_t *o)
+{
+    uint64_t cap;
+    sema_client_error_t e;
+    sema_sem_info_t info;
+
+    if (parse_u64(o->pos[1], &cap) != 0 || cap == 0)
+        return usage_error(find_verb("resize"), "bad capacity '%s'", o->pos[1]);
+    WITH_CLIENT(o, c);
+    int rc = sema_client_resize(c, o->pos[0], cap, &info, &e);
+    sema_client_free(c);
+    if (rc != 0)
+        return remote_fail(o, o->pos[0], rc, &e);
+    return ls_one(o, &info);
+}
+
+static int v_rm(remote_opts_t *o)
+{
+    sema_client_error_t e;
+
+    WITH_CLIENT(o, c);
+    int rc = sema_client_delete(c, o->pos[0], &e);
+    sema_client_free(c);
+    return rc != 0 ? remote_fail(o, o->pos[0], rc, &e) : CLI_EXIT_OK;
+}
+
+static int v_acquire(remote_opts_t *o)
+{
+    sema_acquire_opts_t ao = {
+        .weight = o->weight, .timeout_ms = o->timeout_ms, .ttl_ms = o->ttl_ms, .owner = o->owner};
+    sema_client_error_t e;
+    sema_lease_t lease;
+
+    WITH_CLIENT(o, c);
+    int rc = sema_client_acquire(c, o->pos[0], &ao, &lease, &e);
+    sema_client_free(c);
+    if (rc != 0)
+        return remote_fail(o, o->pos[0], rc, &e);
+    remote_print_lease(o, &lease);
+    return CLI_EXIT_OK;
+}
+
+static int v_renew(remote_opts_t *o)
+{
+    sema_client_error_t e;
+    sema_lease_t lease = {0};
+
+    snprintf(lease.id, sizeof lease.id, "%s", o->pos[0]);
+    WITH_CLIENT(o, c);
+    int rc = o->ttl_ms > 0 ? 0 : sema_client_lease_get(c, o->pos[0], &lease, &e);
+    if (rc == 0)
+        rc = sema_client_renew(c, &lease, o->ttl_ms, &e);
+    sema_client_free(c);
+    if (rc != 0)
+        return remote_fail(o, o->pos[0], rc, &e);
+    if (o->json)
+        remote_print_lease(o, &lease);
+    else
+        printf("%s renewed for %.1fs\n", lease.id, (double)lease.ttl_ms / 1000.0);
+    return CLI_EXIT_OK;
+}
+
+static int v_release(remote_opts_t *o)
+{
+    sema_client_error_t e;
+
+    WITH_CLIENT(o, c);
+    int rc = sema_client_release(c, o->pos[0], &e);
+    sema_client_free(c);
+    return rc != 0 ? remote_fail(o, o->pos[0], rc, &e) : CLI_EXIT_OK;
+}
+
+static int v_lease(remote_opts_t *o)
+{
+    sema_client_error_t e;
+    sema_lease_t lease;
+
+    WITH_CLIENT(o, c);
+    int rc = sema_client_lease_get(c, o->pos[0], &lease, &e);
+    sema_client_free(c);
+    if (rc != 0)
+        return remote_fail(o, o->pos[0], rc, &e);
+    if (o->json) {
+        remote_print_lease(o, &lease);
+    } else {
+        printf("lease      %s\nname       %s\nweight     %" PRIu64 "\nfence      %" PRIu64
+               "\nexpires in %.1fs\n",
+               lease.id, lease.name, lease.weight, lease.fence,
+               (double)(lease.expires_at_ms - epoch_ms()) / 1000.0);
+    }
+    return CLI_EXIT_OK;
+}
+
+static int v_revoke(remote_opts_t *o)
+{
+    sema_client_error_t e;
+
+    WITH_CLIENT(o, c);
+    int rc = sema_client_revoke(c, o->pos[0], &e);
+    sema_client_free(c);
+    return rc != 0 ? remote_fail(o, o->pos[0], rc, &e) : CLI_EXIT_OK;
+}
+
+static int v_wait_idle(remote_opts_t *o)
+{
+    sema_client_error_t e;
+
+    WITH_CLIENT(o, c);
+    int rc = sema_client_wait_idle(c, o->pos[0], o->timeout_ms, NULL, &e);
+    sema_client_free(c);
+    return rc != 0 ? remote_fail(o, o->pos[0], rc, &e) : CLI_EXIT_OK;
+}
+
+typedef int (*legacy_fn)(sema_client_t *, const char *, int64_t *, sema_client_error_t *);
+
+static int legacy(remote_opts_t *o, legacy_fn fn)
+{
+    sema_client_error_t e;
+    int64_t value = 0;
+
+    WITH_CLIENT(o, c);
+    int rc = fn(c, o->pos[0], &value, &e);
+    sema_client_free(c);
+    if (rc != 0)
+        return remote_fail(o, o->pos[0], rc, &e);
+    if (o->json) {
+        json_t *j = json_pack("{s:s,s:I}", "name", o->pos[0], "value", (json_int_t)value);
+        if (j != NULL)
+            json_dumpf(j, stdout, JSON_COMPACT);
+        json_decref(j);
+        printf("\n");
+    } else {
+        printf("%" PRId64 "\n", value);
+    }
+    return CLI_EXIT_OK;
+}
+
+static int v_up(remote_opts_t *o)
+{
+    return legacy(o, sema_client_up);
+}
+
+static int v_down(remote_opts_t *o)
+{
+    return legacy(o, sema_client_down);
+}
+
+static int v_value(remote_opts_t *o)
+{
+    return legacy(o, sema_client_value);
+}

@@ -1,0 +1,51 @@
+/* SPDX-License-Identifier: MIT */
+/* remote.h - what the remote verbs' files share: parsed options, the client, output. */
+#ifndef SEMA_CLI_REMOTE_H
+#define SEMA_CLI_REMOTE_H
+
+#include <stdint.h>
+
+#include "cli.h"
+#include "cmd_remote.h"
+#include "sema/client.h"
+
+typedef struct {
+    const char *verb;
+    const char *server;
+    int json;
+    uint64_t weight;    /* -w */
+    int64_t timeout_ms; /* -t; -1 forever */
+    int64_t ttl_ms;     /* --ttl; 0 server default */
+    uint64_t capacity;  /* -c */
+    const char *owner;  /* --owner */
+    int mode;           /* --shared / --exclusive */
+    int64_t grace_ms;   /* run/lock: SIGTERM -> SIGKILL */
+    int local;          /* --local given (the shared-memory verbs live elsewhere) */
+    char **pos;         /* positional arguments (before a CMD) */
+    int npos;
+    char **cmd; /* run/lock: the command after "--" (NULL-terminated) */
+    int ncmd;
+} remote_opts_t;
+
+/* Exit status for a client error code (see cmd_remote.h). */
+int remote_exit_code(int rc);
+
+/* Print "sema VERB: <what>: <message>" to stderr and return the exit status for rc. */
+int remote_fail(const remote_opts_t *o, const char *what, int rc, const sema_client_error_t *e);
+
+/* A client for o->server; prints the error and returns NULL on failure. */
+sema_client_t *remote_client(const remote_opts_t *o);
+
+/* Print a lease (human or JSON) on stdout. */
+void remote_print_lease(const remote_opts_t *o, const sema_lease_t *l);
+
+/* Print a semaphore's state document (JSON text) human-readable on stdout. */
+void remote_print_state(const char *json);
+
+/* sema run / sema lock. */
+int remote_run(remote_opts_t *o);
+
+/* sema watch. */
+int remote_watch(remote_opts_t *o);
+
+#endif /* SEMA_CLI_REMOTE_H */
