@@ -48,7 +48,8 @@ typedef struct sema_map_limit_opts {
     sema_map_limit_emit_fn emit;       /* optional: ordered results */
     sema_map_limit_discard_fn discard; /* optional: results that are not emitted */
     void *ctx;                         /* passed to every callback */
-    size_t window;  /* with emit: max items started but not yet emitted (0: 4 * limit) */
+    size_t
+        window; /* with emit: max items started but not yet emitted (0: 16 * limit, at least 64) */
     uint64_t total; /* number of items if known (for stats only; 0: unknown) */
 } sema_map_limit_opts_t;
 

@@ -20,7 +20,8 @@ struct slot {
 struct sema_map_limit {
     sema_map_limit_opts_t o;
     pthread_mutex_t mu;
-    pthread_cond_t cv;      /* producer free, window space, stop */
+    pthread_cond_t cv;      /* producer free, stop */
+    pthread_cond_t wcv;     /* window has room again (half free), stop */
     pthread_cond_t done_cv; /* last worker thread left */
     struct slot *ring;      /* emit mode only: `window` slots */
     pthread_t *tids;        /* limit - 1 worker threads */
@@ -34,6 +35,7 @@ struct sema_map_limit {
     size_t nthreads;     /* threads working or reserved, the caller included */
     size_t live;         /* worker threads (not the caller) not yet finished */
     size_t waiters;      /* threads blocked on cv */
+    size_t wwaiters;     /* threads blocked on wcv */
     int producing;       /* a thread is inside next() */
     int producer_done;   /* next() returned 0 */
     int emitting;        /* a thread is running the emit loop */
@@ -68,6 +70,21 @@ static void wake_all(sema_map_limit_t *m)
         SEMA__CHECK(pthread_cond_broadcast(&m->cv) == 0);
 }
 
+/* Window waiters sleep until half the window is free, not one slot: one
+ * wake-up then lets them start a batch of items. */
+static void wait_window(sema_map_limit_t *m)
+{
+    m->wwaiters++;
+    SEMA__CHECK(pthread_cond_wait(&m->wcv, &m->mu) == 0);
+    m->wwaiters--;
+}
+
+static void wake_window(sema_map_limit_t *m, int force)
+{
+    if (m->wwaiters > 0 && (force || m->next_index - m->emit_next <= m->o.window / 2))
+        SEMA__CHECK(pthread_cond_broadcast(&m->wcv) == 0);
+}
+
 static void bump(_Atomic uint64_t *counter, int64_t delta)
 {
     atomic_fetch_add_explicit(counter, (uint64_t)delta, memory_order_relaxed);
@@ -87,6 +104,7 @@ static void record_error(sema_map_limit_t *m, uint64_t index, int code)
     }
     atomic_store(&m->stopped, 1);
     wake_all(m);
+    wake_window(m, 1);
 }
 
 static int opts_valid(const sema_map_limit_opts_t *o)
@@ -104,7 +122,7 @@ static int alloc_parts(sema_map_limit_t *m)
 
     if (m->o.emit != NULL) {
         if (m->o.window == 0)
-            m->o.window = 4 * m->o.limit;
+            m->o.window = m->o.limit < 4 ? 64 : 16 * m->o.limit;
         m->ring = sema__calloc(m->o.window, sizeof(*m->ring));
         if (m->ring == NULL)
             return SEMA_ENOMEM;
@@ -141,6 +159,7 @@ int sema_map_limit_new(sema_map_limit_t **out, const sema_map_limit_opts_t *opts
     }
     SEMA__CHECK(pthread_mutex_init(&m->mu, NULL) == 0);
     SEMA__CHECK(pthread_cond_init(&m->cv, NULL) == 0);
+    SEMA__CHECK(pthread_cond_init(&m->wcv, NULL) == 0);
     SEMA__CHECK(pthread_cond_init(&m->done_cv, NULL) == 0);
     *out = m;
     return 0;
@@ -152,6 +171,7 @@ void sema_map_limit_free(sema_map_limit_t *m)
         return;
     SEMA__CHECK(pthread_cond_destroy(&m->done_cv) == 0);
     SEMA__CHECK(pthread_cond_destroy(&m->cv) == 0);
+    SEMA__CHECK(pthread_cond_destroy(&m->wcv) == 0);
     SEMA__CHECK(pthread_mutex_destroy(&m->mu) == 0);
     sema__free(m->ring);
     sema__free(m->tids);
@@ -187,7 +207,11 @@ static int take(sema_map_limit_t *m, void **item, uint64_t *index)
     for (;;) {
         if (is_stopped(m) || m->producer_done)
             return 0;
-        if (m->producing || (m->ring != NULL && m->next_index - m->emit_next >= m->o.window)) {
+        if (m->ring != NULL && m->next_index - m->emit_next >= m->o.window) {
+            wait_window(m);
+            continue;
+        }
+        if (m->producing) {
             wait_cv(m);
             continue;
         }
@@ -204,32 +228,66 @@ static int take(sema_map_limit_t *m, void **item, uint64_t *index)
     }
 }
 
-/* Hand ready results to emit, in order, one at a time, from a loop (never by
- * recursion). Under mu; drops it around each emit call. */
-static void emit_ready(sema_map_limit_t *m)
+#define EMIT_BATCH 32
+
+/* Take up to EMIT_BATCH consecutive ready results off the ring. Under mu. */
+static size_t take_ready(sema_map_limit_t *m, void **batch)
 {
-    if (m->ring == NULL || m->emitting)
-        return;
-    m->emitting = 1;
-    while (!atomic_load(&m->cancelled) && m->emit_next < m->err_index &&
-           m->emit_next < m->next_index) {
-        struct slot *s = &m->ring[m->emit_next % m->o.window];
-        uint64_t index = m->emit_next;
-        void *result = s->result;
-        int rc;
+    size_t n = 0;
+
+    while (n < EMIT_BATCH && m->emit_next + n < m->err_index && m->emit_next + n < m->next_index) {
+        struct slot *s = &m->ring[(m->emit_next + n) % m->o.window];
 
         if (s->state != SLOT_DONE)
             break;
+        batch[n++] = s->result;
         s->state = SLOT_EMPTY;
         s->result = NULL;
+    }
+    return n;
+}
+
+/* Emit a batch in order, without the lock; after a failed emit or a cancel,
+ * the rest of the batch is discarded. Returns the number emitted; *rc is the
+ * failed emit's code (0 if none). */
+static size_t emit_batch(sema_map_limit_t *m, uint64_t first, void **batch, size_t n, int *rc)
+{
+    size_t i = 0;
+
+    *rc = 0;
+    for (; i < n && *rc == 0 && !atomic_load(&m->cancelled); i++)
+        *rc = m->o.emit(m->o.ctx, first + i, batch[i]);
+    for (size_t j = i; j < n; j++)
+        if (m->o.discard != NULL)
+            m->o.discard(m->o.ctx, first + j, batch[j]);
+    return i;
+}
+
+/* Hand ready results to emit, in order, one call at a time, from a loop
+ * (never by recursion), a batch per lock round trip. Under mu; drops it
+ * around the emit calls. */
+static void emit_ready(sema_map_limit_t *m)
+{
+    void *batch[EMIT_BATCH];
+
+    if (m->ring == NULL || m->emitting)
+        return;
+    m->emitting = 1;
+    while (!atomic_load(&m->cancelled)) {
+        uint64_t first = m->emit_next;
+        size_t n = take_ready(m, batch), done;
+        int rc;
+
+        if (n == 0)
+            break;
+        m->emit_next += n; /* the slots are free: the window moves on */
         unlock(m);
-        rc = m->o.emit(m->o.ctx, index, result);
+        done = emit_batch(m, first, batch, n, &rc);
         lock(m);
-        m->emit_next++;
-        bump(&m->emitted, 1);
+        bump(&m->emitted, (int64_t)done);
         if (rc != 0)
-            record_error(m, index, rc);
-        wake_all(m);
+            record_error(m, first + done - 1, rc);
+        wake_window(m, 0);
     }
     m->emitting = 0;
 }
@@ -381,6 +439,7 @@ void sema_map_limit_cancel(sema_map_limit_t *m)
     atomic_store(&m->stopped, 1);
     lock(m);
     wake_all(m);
+    wake_window(m, 1);
     unlock(m);
 }
 

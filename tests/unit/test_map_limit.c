@@ -605,3 +605,72 @@ TEST(stress_many_maps_in_parallel)
     for (int i = 0; i < 4; i++)
         pthread_join(t[i], NULL);
 }
+
+/* Cancel from inside emit: the rest of the results are discarded, each
+ * exactly once, and nothing is emitted after the cancel. */
+struct emit_cancel {
+    struct run r;
+    sema_map_limit_t *map;
+    long after_cancel;
+    int cancelled;
+};
+
+static int cancelling_emit(void *ctx, uint64_t index, void *result)
+{
+    struct emit_cancel *e = ctx;
+
+    if (e->cancelled)
+        e->after_cancel++;
+    ordered_emit(&e->r, index, result);
+    if (index == 10) {
+        sema_map_limit_cancel(e->map);
+        e->cancelled = 1;
+    }
+    return 0;
+}
+
+static int emit_cancel_fn(void *ctx, uint64_t index, void *item, void **result)
+{
+    struct emit_cancel *e = ctx;
+
+    return square_fn(&e->r, index, item, result);
+}
+
+static void emit_cancel_discard(void *ctx, uint64_t index, void *result)
+{
+    struct emit_cancel *e = ctx;
+
+    count_discard(&e->r, index, result);
+}
+
+static int emit_cancel_next(void *ctx, void **item)
+{
+    struct emit_cancel *e = ctx;
+
+    return count_next(&e->r, item);
+}
+
+TEST(cancel_inside_emit_discards_the_rest_once)
+{
+    struct emit_cancel e;
+    sema_map_limit_opts_t o = {0};
+
+    memset(&e, 0, sizeof(e));
+    run_init(&e.r, 5000);
+    e.r.seen = calloc(e.r.n, 1);
+    o.limit = 3;
+    o.next = emit_cancel_next;
+    o.fn = emit_cancel_fn;
+    o.emit = cancelling_emit;
+    o.discard = emit_cancel_discard;
+    o.ctx = &e;
+    ASSERT_OK(sema_map_limit_new(&e.map, &o));
+    ASSERT_EQ(sema_map_limit_run(e.map), SEMA_ECANCELED);
+    ASSERT_EQ(e.after_cancel, 0);
+    ASSERT_EQ(e.r.emit_calls, 11);
+    ASSERT_EQ(e.r.emit_calls + e.r.discards, atomic_load(&e.r.calls));
+    for (uint64_t i = 0; i < e.r.n; i++)
+        ASSERT_LE(e.r.seen[i], 1);
+    sema_map_limit_free(e.map);
+    free(e.r.seen);
+}
