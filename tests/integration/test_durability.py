@@ -184,7 +184,7 @@ class Client(threading.Thread):
 
     def one_round(self):
         name = self.rng.choice(self.names)
-        weight = self.rng.choice([1, 1, 2])
+        weight = min(self.rng.choice([1, 1, 2]), self.ledger.caps[name])
         status, doc = self.call("POST", "/v1/semaphores/%s/acquire" % name,
                                 {"weight": weight, "timeout_ms": 100, "ttl_ms": 120000,
                                  "owner": "client-%d" % self.idx})
@@ -197,7 +197,8 @@ class Client(threading.Thread):
         if self.rng.random() < 0.5:
             status, doc = self.call("POST", "/v1/leases/%s/renew" % lid, {"ttl_ms": 120000})
             assert status == 200, (status, doc)
-        time.sleep(self.rng.random() * 0.01)
+        # Most holds are short; some long enough that the kill finds many leases held.
+        time.sleep(self.rng.random() * (0.3 if self.rng.random() < 0.3 else 0.01))
         self.ledger.releasing(lid)
         status, doc = self.call("DELETE", "/v1/leases/" + lid)
         assert status in (200, 204), (status, doc)
@@ -221,7 +222,7 @@ def check_after_restart(srv, ledger, restart_ms):
     """Every semaphore with its capacity; every lease surely held is back with its fence,
     at most the semaphore's; held <= capacity; no holder loses time for the downtime.
     Then releases every holder: the clients abandoned them when the server died."""
-    problems = []
+    problems, verified = [], 0
     for name, cap in ledger.caps.items():
         st = sem_state(srv, name)
         if st["capacity"] != cap:
@@ -236,6 +237,7 @@ def check_after_restart(srv, ledger, restart_ms):
         if st["fence"] < top:
             problems.append("%s: fence %d after restart < %d handed out" % (name, st["fence"], top))
         for lid, rec in mine.items():
+            verified += rec["state"] == "held" and lid in present
             if rec["state"] == "held" and lid not in present:
                 problems.append("%s: lease %s (fence %d) granted before the kill is gone" % (
                     name, lid, rec["fence"]))
@@ -252,7 +254,7 @@ def check_after_restart(srv, ledger, restart_ms):
             if status not in (200, 204):
                 problems.append("release of abandoned %s: %d %r" % (lid, status, doc))
             ledger.forget(lid)
-    return problems
+    return problems, verified
 
 
 def test_crash_restart():
@@ -285,12 +287,13 @@ def test_crash_restart():
                 restart_ms = int(time.time() * 1000)
                 srv = Semad(data)
                 srv.wait_ready()
-                problems = check_after_restart(srv, ledger, restart_ms)
+                problems, verified = check_after_restart(srv, ledger, restart_ms)
                 assert not problems, "round %d:\n%s" % (rnd, "\n".join(problems[:20]))
                 port_box[0] = srv.port
                 with ledger.lock:
                     n = len(ledger.leases)
-                print("round %d: killed and restarted; %d grants so far" % (rnd, n))
+                print("round %d: killed and restarted; %d grants so far, %d leases held at "
+                      "the kill found again" % (rnd, n, verified))
         finally:
             stop.set()
             up.set()
@@ -306,13 +309,21 @@ def test_crash_restart():
 
 # ---- a disk that fills up -------------------------------------------------------------------
 
-def store_rows(path):
-    db = sqlite3.connect("file:%s?mode=ro" % path, uri=True, timeout=5)
-    try:
-        sems = {r[0]: r[1] for r in db.execute("SELECT name, capacity FROM semaphores")}
-        leases = {r[0]: r[1] for r in db.execute("SELECT id, sem FROM leases")}
-    finally:
-        db.close()
+ROWS_SCRIPT = """
+import json, sqlite3, sys
+db = sqlite3.connect("file:%s?mode=ro" % sys.argv[1], uri=True, timeout=5)
+print(json.dumps([dict(db.execute("SELECT name, capacity FROM semaphores").fetchall()),
+                  dict(db.execute("SELECT id, sem FROM leases").fetchall())]))
+"""
+
+
+def store_rows(pid, path):
+    """The semaphores and leases in the store file, read in semad's mount namespace (SQLite
+    resolves /proc/PID/root, so it has to run there)."""
+    run = subprocess.run(["nsenter", "-t", str(pid), "-m", sys.executable, "-c", ROWS_SCRIPT,
+                          path], capture_output=True, text=True, timeout=30)
+    assert run.returncode == 0, run.stderr
+    sems, leases = json.loads(run.stdout)
     return sems, leases
 
 
@@ -333,7 +344,8 @@ def test_disk_full():
     probe = subprocess.run(["unshare", "-m", "sh", "-c",
                             "mount -t tmpfs -o size=64k tmpfs /mnt && umount /mnt"],
                            capture_output=True)
-    if probe.returncode != 0:
+    if probe.returncode != 0 or subprocess.run(["nsenter", "--version"],
+                                               capture_output=True).returncode != 0:
         skip("cannot mount a small tmpfs in a private mount namespace (needs root)")
     with tempfile.TemporaryDirectory(prefix="sema-dur-") as tmp:
         data = os.path.join(tmp, "data")
@@ -376,17 +388,25 @@ def disk_full_body(srv, inside):
     for name in refused:
         status, _ = srv.call("GET", "/v1/semaphores/" + name)
         assert status == 404, (name, status)
-    sems, leases = store_rows(inside + "/sema.db")
+    sems, leases = store_rows(srv.proc.pid, srv.data + "/sema.db")
     assert set(sems) == set(["before"] + created), (sorted(sems), created)
     assert lease["lease"] in leases
+    status, doc = srv.call("GET", "/v1/semaphores?limit=1000")
+    assert status == 200, (status, doc)
+    assert set(x["name"] for x in doc["semaphores"]) == set(sems), "served state != store"
+    print("disk full: %d creates committed, then %d refused with 503" % (len(created),
+                                                                        len(refused)))
     # Room again: semad recovers by itself.
     os.unlink(inside + "/filler")
     status, doc = srv.call("PUT", "/v1/semaphores/after", {"capacity": 1})
     assert status == 201, (status, doc)
     status, doc = srv.call("DELETE", "/v1/leases/" + lease["lease"])
     assert status in (200, 204), (status, doc)
-    sems, _ = store_rows(inside + "/sema.db")
+    sems, _ = store_rows(srv.proc.pid, srv.data + "/sema.db")
     assert "after" in sems
+    check = subprocess.run(["nsenter", "-t", str(srv.proc.pid), "-m", SEMAD, "--check",
+                            srv.data], capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr
 
 
 # ---- stores semad must refuse ---------------------------------------------------------------
