@@ -1,0 +1,264 @@
+/* SPDX-License-Identifier: MIT */
+/* config.c - flags and SEMA_* environment variables, described by one table. */
+#include "config.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sema/error.h"
+
+typedef enum { OPT_STR, OPT_U64, OPT_SIZE, OPT_MS, OPT_DURABILITY, OPT_FLAG } opt_type_t;
+
+typedef struct {
+    const char *flag; /* without the leading "--" */
+    const char *env;
+    opt_type_t type;
+    size_t offset;
+    const char *help;
+} option_t;
+
+#define F(field) offsetof(semad_config_t, field)
+static const option_t options[] = {
+    {"listen", "SEMA_LISTEN", OPT_STR, F(listen), "address to listen on, HOST:PORT (port 0: any)"},
+    {"data", "SEMA_DATA", OPT_STR, F(data_dir), "directory of the durable store"},
+    {"durability", "SEMA_DURABILITY", OPT_DURABILITY, F(durability), "strict, relaxed or none"},
+    {"max-connections", "SEMA_MAX_CONNECTIONS", OPT_U64, F(max_connections),
+     "open connections; more get 503 and are closed"},
+    {"max-header-bytes", "SEMA_MAX_HEADER_BYTES", OPT_U64, F(max_header_bytes),
+     "request line + headers; more: 431"},
+    {"max-body-bytes", "SEMA_MAX_BODY_BYTES", OPT_U64, F(max_body_bytes),
+     "request body; more: 413"},
+    {"max-pipeline-bytes", "SEMA_MAX_PIPELINE_BYTES", OPT_U64, F(max_pipeline_bytes),
+     "bytes buffered behind a parked request; more: the connection closes"},
+    {"max-name-bytes", "SEMA_MAX_NAME_BYTES", OPT_SIZE, F(engine.max_name_len),
+     "semaphore name / lock key length"},
+    {"max-semaphores", "SEMA_MAX_SEMAPHORES", OPT_U64, F(engine.max_semaphores),
+     "semaphores in all (0: unlimited)"},
+    {"max-waiters-per-semaphore", "SEMA_MAX_WAITERS_PER_SEMAPHORE", OPT_U64,
+     F(engine.max_waiters_per_sem), "parked requests on one semaphore"},
+    {"max-waiters", "SEMA_MAX_WAITERS", OPT_U64, F(engine.max_waiters_total),
+     "parked requests in all"},
+    {"max-locks", "SEMA_MAX_LOCKS", OPT_U64, F(engine.max_locks), "lock keys held or awaited"},
+    {"lock-readers", "SEMA_LOCK_READERS", OPT_U64, F(engine.lock_readers),
+     "keyed locks: most concurrent shared holders"},
+    {"default-ttl", "SEMA_DEFAULT_TTL", OPT_MS, F(engine.default_ttl_ms),
+     "lease ttl when a request gives none"},
+    {"max-ttl", "SEMA_MAX_TTL", OPT_MS, F(engine.max_ttl_ms), "longest lease ttl"},
+    {"metrics-max-semaphores", "SEMA_METRICS_MAX_SEMAPHORES", OPT_U64,
+     F(engine.metrics_max_semaphores), "per-semaphore metric series"},
+    {"header-timeout", "SEMA_HEADER_TIMEOUT", OPT_MS, F(header_timeout_ms),
+     "a started request must arrive whole within this (408)"},
+    {"idle-timeout", "SEMA_IDLE_TIMEOUT", OPT_MS, F(idle_timeout_ms),
+     "idle keep-alive connections close after this"},
+    {"shutdown-grace", "SEMA_SHUTDOWN_GRACE", OPT_MS, F(shutdown_grace_ms),
+     "on SIGTERM, longest wait for in-flight replies"},
+    {"sse-heartbeat", "SEMA_SSE_HEARTBEAT", OPT_MS, F(sse_heartbeat_ms),
+     "comment line on idle event streams"},
+    {"log-requests", "SEMA_LOG_REQUESTS", OPT_FLAG, F(log_requests), "log one line per request"},
+    {"check", "SEMA_CHECK", OPT_STR, F(check_dir), "verify the store in DIR and exit"},
+    {"routes", NULL, OPT_FLAG, F(print_routes), "print the route table and exit"},
+    {"help", NULL, OPT_FLAG, F(help), "show this help and exit"},
+    {"version", NULL, OPT_FLAG, F(version), "show the version and exit"},
+};
+#undef F
+enum { NOPTIONS = sizeof options / sizeof options[0] };
+
+void config_default(semad_config_t *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->listen = "127.0.0.1:7070";
+    cfg->data_dir = "./sema-data";
+    cfg->durability = STORE_STRICT;
+    cfg->max_connections = 16384;
+    cfg->max_header_bytes = 8192;
+    cfg->max_body_bytes = 65536;
+    cfg->max_pipeline_bytes = 65536;
+    cfg->header_timeout_ms = 10000;
+    cfg->idle_timeout_ms = 60000;
+    cfg->shutdown_grace_ms = 5000;
+    cfg->sse_heartbeat_ms = 15000;
+    engine_config_default(&cfg->engine);
+}
+
+int config_parse_u64(const char *s, uint64_t *out)
+{
+    if (s == NULL || *s < '0' || *s > '9')
+        return SEMA_EINVAL;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v > (unsigned long long)INT64_MAX)
+        return SEMA_EINVAL;
+    *out = v;
+    return 0;
+}
+
+static const struct {
+    const char *suffix;
+    int64_t ms;
+} units[] = {{"", 1}, {"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}};
+
+int config_parse_ms(const char *s, int64_t *out)
+{
+    if (s == NULL || *s < '0' || *s > '9')
+        return SEMA_EINVAL;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno != 0)
+        return SEMA_EINVAL;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (strcmp(end, units[i].suffix) == 0) {
+            if (v > INT64_MAX / units[i].ms)
+                return SEMA_EINVAL;
+            *out = v * units[i].ms;
+            return 0;
+        }
+    }
+    return SEMA_EINVAL;
+}
+
+static int set_durability(const char *v, store_durability_t *d)
+{
+    static const char *const names[] = {"strict", "relaxed", "none"};
+    static const store_durability_t vals[] = {STORE_STRICT, STORE_RELAXED, STORE_NONE};
+    for (size_t i = 0; i < 3; i++) {
+        if (strcmp(v, names[i]) == 0) {
+            *d = vals[i];
+            return 0;
+        }
+    }
+    return SEMA_EINVAL;
+}
+
+static int apply(semad_config_t *cfg, const option_t *o, const char *v)
+{
+    char *field = (char *)cfg + o->offset;
+    uint64_t u;
+    switch (o->type) {
+    case OPT_STR:
+        if (v == NULL || *v == '\0')
+            return SEMA_EINVAL;
+        *(const char **)field = v;
+        return 0;
+    case OPT_U64:
+        return config_parse_u64(v, (uint64_t *)field);
+    case OPT_SIZE:
+        if (config_parse_u64(v, &u) != 0)
+            return SEMA_EINVAL;
+        *(size_t *)field = (size_t)u;
+        return 0;
+    case OPT_MS:
+        return config_parse_ms(v, (int64_t *)field);
+    case OPT_DURABILITY:
+        return set_durability(v, (store_durability_t *)field);
+    case OPT_FLAG:
+        if (v == NULL || strcmp(v, "1") == 0 || strcmp(v, "true") == 0)
+            *(int *)field = 1;
+        else if (strcmp(v, "0") == 0 || strcmp(v, "false") == 0)
+            *(int *)field = 0;
+        else
+            return SEMA_EINVAL;
+        return 0;
+    }
+    return SEMA_EINVAL;
+}
+
+static const option_t *find_flag(const char *name, size_t len)
+{
+    for (size_t i = 0; i < NOPTIONS; i++)
+        if (strlen(options[i].flag) == len && strncmp(options[i].flag, name, len) == 0)
+            return &options[i];
+    return NULL;
+}
+
+static int parse_env(semad_config_t *cfg, char *errbuf, size_t errlen)
+{
+    for (size_t i = 0; i < NOPTIONS; i++) {
+        const char *v = options[i].env ? getenv(options[i].env) : NULL;
+        if (v != NULL && apply(cfg, &options[i], v) != 0) {
+            snprintf(errbuf, errlen, "bad value for %s: '%s'", options[i].env, v);
+            return SEMA_EINVAL;
+        }
+    }
+    return 0;
+}
+
+int config_parse(semad_config_t *cfg, int argc, char **argv, char *errbuf, size_t errlen)
+{
+    if (parse_env(cfg, errbuf, errlen) != 0)
+        return SEMA_EINVAL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "--", 2) != 0) {
+            snprintf(errbuf, errlen, "unexpected argument '%s' (see --help)", a);
+            return SEMA_EINVAL;
+        }
+        const char *name = a + 2, *eq = strchr(name, '=');
+        const option_t *o = find_flag(name, eq ? (size_t)(eq - name) : strlen(name));
+        if (o == NULL) {
+            snprintf(errbuf, errlen, "unknown flag '%s' (see --help)", a);
+            return SEMA_EINVAL;
+        }
+        const char *v = eq ? eq + 1 : NULL;
+        if (v == NULL && o->type != OPT_FLAG) {
+            if (i + 1 >= argc) {
+                snprintf(errbuf, errlen, "flag --%s needs a value", o->flag);
+                return SEMA_EINVAL;
+            }
+            v = argv[++i];
+        }
+        if (apply(cfg, o, v) != 0) {
+            snprintf(errbuf, errlen, "bad value for --%s: '%s'", o->flag, v ? v : "");
+            return SEMA_EINVAL;
+        }
+    }
+    return 0;
+}
+
+static void print_default(FILE *out, const semad_config_t *d, const option_t *o)
+{
+    const char *field = (const char *)d + o->offset;
+    static const char *const dur[] = {"strict", "relaxed", "none"};
+    switch (o->type) {
+    case OPT_STR:
+        if (*(const char *const *)field != NULL)
+            fprintf(out, "; default %s", *(const char *const *)field);
+        break;
+    case OPT_U64:
+        fprintf(out, "; default %llu", (unsigned long long)*(const uint64_t *)field);
+        break;
+    case OPT_SIZE:
+        fprintf(out, "; default %zu", *(const size_t *)field);
+        break;
+    case OPT_MS:
+        fprintf(out, "; default %lldms", (long long)*(const int64_t *)field);
+        break;
+    case OPT_DURABILITY:
+        fprintf(out, "; default %s", dur[*(const store_durability_t *)field]);
+        break;
+    case OPT_FLAG:
+        break;
+    }
+}
+
+void config_usage(FILE *out)
+{
+    semad_config_t d;
+    config_default(&d);
+    fputs("usage: semad [--flag VALUE]...\n"
+          "semad serves semaphores, leases and keyed locks over HTTP/1.1 (JSON).\n"
+          "Durations take ms (default), s, m or h. Every flag is also an environment\n"
+          "variable (flags win).\n\n",
+          out);
+    for (size_t i = 0; i < NOPTIONS; i++) {
+        const option_t *o = &options[i];
+        fprintf(out, "  --%-28s %s", o->flag, o->help);
+        print_default(out, &d, o);
+        if (o->env != NULL)
+            fprintf(out, " [%s]", o->env);
+        fputc('\n', out);
+    }
+}

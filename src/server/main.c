@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: MIT */
+/* main.c - semad: parse the configuration, open the store, run the engine and the HTTP
+ * server on one libuv loop until SIGTERM/SIGINT. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <uv.h>
+
+#include "config.h"
+#include "engine.h"
+#include "log.h"
+#include "router.h"
+#include "server.h"
+#include "store/store.h"
+
+#include "sema/error.h"
+#include "sema/version.h"
+
+static int run(semad_config_t *cfg)
+{
+    char err[512] = "";
+    store_t *store = NULL;
+    if (cfg->durability != STORE_NONE) {
+        int rc = store_open(&store, cfg->data_dir, cfg->durability, err, sizeof err);
+        if (rc != 0) {
+            fprintf(stderr, "semad: cannot open the store in %s: %s (%s)\n", cfg->data_dir,
+                    err[0] ? err : sema_strerror(rc), sema_err_name(rc));
+            return 1;
+        }
+    }
+    cfg->engine.store = store;
+    uv_loop_t *loop = uv_default_loop();
+    engine_t *engine = NULL;
+    int rc = engine_new(&engine, loop, &cfg->engine, err, sizeof err);
+    if (rc != 0) {
+        fprintf(stderr, "semad: cannot start the engine: %s (%s)\n",
+                err[0] ? err : sema_strerror(rc), sema_err_name(rc));
+        store_close(store);
+        return 1;
+    }
+    server_t *srv = NULL;
+    rc = server_new(&srv, loop, engine, cfg, err, sizeof err);
+    if (rc != 0) {
+        fprintf(stderr, "semad: %s\n", err);
+        engine_shutdown(engine);
+        uv_run(loop, UV_RUN_DEFAULT);
+        store_close(store);
+        return 1;
+    }
+    log_info("semad %s ready (durability %s, data %s)", SEMA_VERSION_STRING,
+             cfg->durability == STORE_STRICT    ? "strict"
+             : cfg->durability == STORE_RELAXED ? "relaxed"
+                                                : "none",
+             cfg->durability == STORE_NONE ? "-" : cfg->data_dir);
+    uv_run(loop, UV_RUN_DEFAULT);
+    server_free(srv);
+    uv_loop_close(loop);
+    store_close(store);
+    log_info("stopped");
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    semad_config_t cfg;
+    char err[256];
+    config_default(&cfg);
+    if (config_parse(&cfg, argc, argv, err, sizeof err) != 0) {
+        fprintf(stderr, "semad: %s\n", err);
+        return 2;
+    }
+    if (cfg.help) {
+        config_usage(stdout);
+        return 0;
+    }
+    if (cfg.version) {
+        printf("semad %s\n", SEMA_VERSION_STRING);
+        return 0;
+    }
+    if (cfg.print_routes) {
+        router_print(stdout);
+        return 0;
+    }
+    if (cfg.check_dir != NULL)
+        return store_check(cfg.check_dir, stdout) == 0 ? 0 : 1;
+    signal(SIGPIPE, SIG_IGN);
+    return run(&cfg);
+}

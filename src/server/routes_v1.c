@@ -1,0 +1,336 @@
+/* SPDX-License-Identifier: MIT */
+/* routes_v1.c - the v1 API: request validation (types and ranges; the engine checks
+ * meaning), engine requests, and replies in the wire format of docs/http-api.md. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "server.h"
+
+#include "sema/error.h"
+
+#define MAX_EXACT ((json_int_t)1 << 53) /* larger numbers are rejected, never rounded */
+enum { OWNER_MAX = 256, LIST_MAX = 1000 };
+
+/* Reply 400 "<field> <what>". */
+static void bad(route_ctx_t *c, const char *field, const char *what)
+{
+    char msg[160];
+    snprintf(msg, sizeof msg, "%s %s", field, what);
+    ctx_reply_problem(c, 400, "invalid_request", msg);
+}
+
+/* The body as a JSON object ({} when empty and `required` is 0); NULL after a 400. */
+static json_t *v1_body(route_ctx_t *c, int required)
+{
+    const struct strbuf *b = &c->req->body;
+    if (b->len == 0) {
+        if (!required)
+            return json_object();
+        ctx_reply_problem(c, 400, "invalid_request", "a JSON object body is required");
+        return NULL;
+    }
+    json_error_t e;
+    json_t *j = json_loadb(b->data, b->len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &e);
+    if (j == NULL) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "malformed JSON body: %s", e.text);
+        ctx_reply_problem(c, 400, "invalid_request", msg);
+        return NULL;
+    }
+    if (!json_is_object(j)) {
+        json_decref(j);
+        ctx_reply_problem(c, 400, "invalid_request", "the body must be a JSON object");
+        return NULL;
+    }
+    return j;
+}
+
+/* An integer field in [min, 2^53]. Returns 1 given, 0 absent or null, -1 after a 400. */
+static int field_int(route_ctx_t *c, json_t *o, const char *key, json_int_t min, json_int_t *out)
+{
+    json_t *v = json_object_get(o, key);
+    if (v == NULL || json_is_null(v))
+        return 0;
+    if (!json_is_integer(v)) {
+        bad(c, key, "must be an integer");
+        return -1;
+    }
+    json_int_t n = json_integer_value(v);
+    if (n > MAX_EXACT) {
+        bad(c, key, "must be at most 2^53");
+        return -1;
+    }
+    if (n < min) {
+        bad(c, key, min == 0 ? "must not be negative" : "must be at least 1");
+        return -1;
+    }
+    *out = n;
+    return 1;
+}
+
+/* An optional string field of at most `max` bytes, copied into *out. */
+static int field_str(route_ctx_t *c, json_t *o, const char *key, size_t max, char **out)
+{
+    json_t *v = json_object_get(o, key);
+    if (v == NULL || json_is_null(v))
+        return 0;
+    if (!json_is_string(v)) {
+        bad(c, key, "must be a string");
+        return -1;
+    }
+    if (json_string_length(v) > max) {
+        bad(c, key, "is too long");
+        return -1;
+    }
+    *out = strndup(json_string_value(v), json_string_length(v));
+    if (*out == NULL) {
+        ctx_reply_err(c, SEMA_ENOMEM, NULL);
+        return -1;
+    }
+    return 1;
+}
+
+static void use_param(route_ctx_t *c, engine_op_t op)
+{
+    c->ereq.op = op;
+    c->ereq.name = c->param;
+    c->ereq.name_len = c->param_len;
+}
+
+/* {"capacity":N} for PUT and PATCH. */
+static void put_or_patch(route_ctx_t *c, engine_op_t op)
+{
+    json_t *body = v1_body(c, 1);
+    json_int_t cap;
+    if (body == NULL)
+        return;
+    int rc = field_int(c, body, "capacity", 0, &cap);
+    json_decref(body);
+    if (rc < 0)
+        return;
+    if (rc == 0) {
+        ctx_reply_problem(c, 400, "invalid_request", "capacity is required");
+        return;
+    }
+    use_param(c, op);
+    c->ereq.capacity = (uint64_t)cap;
+    ctx_submit(c, ctx_done_default);
+}
+
+/* PUT /v1/semaphores/{name}  {"capacity":N} */
+void v1_sem_put(route_ctx_t *c)
+{
+    put_or_patch(c, ENGINE_SEM_PUT);
+}
+
+/* PATCH /v1/semaphores/{name}  {"capacity":N} */
+void v1_sem_patch(route_ctx_t *c)
+{
+    put_or_patch(c, ENGINE_SEM_RESIZE);
+}
+
+/* GET /v1/semaphores/{name} */
+void v1_sem_get(route_ctx_t *c)
+{
+    use_param(c, ENGINE_SEM_GET);
+    ctx_submit(c, ctx_done_default);
+}
+
+/* DELETE /v1/semaphores/{name} */
+void v1_sem_delete(route_ctx_t *c)
+{
+    use_param(c, ENGINE_SEM_DELETE);
+    ctx_submit(c, ctx_done_default);
+}
+
+/* GET /v1/semaphores?prefix=&limit=&cursor= */
+void v1_sem_list(route_ctx_t *c)
+{
+    char *limit = NULL;
+    if (http_query_get(c->query, "prefix", &c->extra1) < 0 ||
+        http_query_get(c->query, "cursor", &c->extra2) < 0 ||
+        http_query_get(c->query, "limit", &limit) < 0) {
+        free(limit);
+        ctx_reply_problem(c, 400, "invalid_request", "bad percent-encoding in the query");
+        return;
+    }
+    uint64_t n = 0;
+    if (limit != NULL && (config_parse_u64(limit, &n) != 0 || n == 0 || n > LIST_MAX)) {
+        free(limit);
+        ctx_reply_problem(c, 400, "invalid_request", "limit must be an integer in 1..1000");
+        return;
+    }
+    free(limit);
+    c->ereq.op = ENGINE_SEM_LIST;
+    c->ereq.prefix = c->extra1;
+    c->ereq.cursor = c->extra2 != NULL && c->extra2[0] != '\0' ? c->extra2 : NULL;
+    c->ereq.limit = n;
+    ctx_submit(c, ctx_done_default);
+}
+
+/* timeout_ms: absent or null = wait forever, 0 = try once, > 0 = wait that long. */
+static int take_timeout(route_ctx_t *c, json_t *body)
+{
+    json_int_t t;
+    int rc = field_int(c, body, "timeout_ms", 0, &t);
+    c->ereq.timeout_ms = rc == 1 ? (int64_t)t : -1;
+    return rc < 0 ? -1 : 0;
+}
+
+/* ttl_ms (>= 1, absent = server default) and owner, shared by the acquire routes. */
+static int take_lease_fields(route_ctx_t *c, json_t *body)
+{
+    json_int_t ttl = 0;
+    if (take_timeout(c, body) != 0 || field_int(c, body, "ttl_ms", 1, &ttl) < 0 ||
+        field_str(c, body, "owner", OWNER_MAX, &c->owner) < 0)
+        return -1;
+    c->ereq.ttl_ms = (int64_t)ttl;
+    c->ereq.owner = c->owner;
+    c->ereq.idem_key = c->req->idem_key;
+    return 0;
+}
+
+static void grant_done(route_ctx_t *c, engine_req_t *req)
+{
+    if (req->status != 0 || req->result == NULL)
+        ctx_done_default(c, req);
+    else
+        ctx_reply_grant(c, req->result);
+}
+
+/* POST /v1/semaphores/{name}/acquire  {"weight":1,"timeout_ms":T,"ttl_ms":L,"owner":"..."}
+ * with an optional Idempotency-Key header. Parks until granted, timed out or cancelled. */
+void v1_acquire(route_ctx_t *c)
+{
+    json_t *body = v1_body(c, 0);
+    json_int_t w = 1;
+    if (body == NULL)
+        return;
+    int rc = field_int(c, body, "weight", 0, &w) < 0 ? -1 : take_lease_fields(c, body);
+    json_decref(body);
+    if (rc != 0)
+        return;
+    use_param(c, ENGINE_ACQUIRE);
+    c->ereq.weight = (uint64_t)w;
+    ctx_submit(c, grant_done);
+}
+
+/* POST /v1/semaphores/{name}/wait-idle  {"timeout_ms":T} */
+void v1_wait_idle(route_ctx_t *c)
+{
+    json_t *body = v1_body(c, 0);
+    if (body == NULL)
+        return;
+    int rc = take_timeout(c, body);
+    json_decref(body);
+    if (rc != 0)
+        return;
+    use_param(c, ENGINE_WAIT_IDLE);
+    ctx_submit(c, ctx_done_default);
+}
+
+/* GET /v1/leases/{id} */
+void v1_lease_get(route_ctx_t *c)
+{
+    use_param(c, ENGINE_LEASE_GET);
+    ctx_submit(c, ctx_done_default);
+}
+
+/* POST /v1/leases/{id}/renew  {"ttl_ms":L} */
+void v1_lease_renew(route_ctx_t *c)
+{
+    json_t *body = v1_body(c, 0);
+    json_int_t ttl = 0;
+    if (body == NULL)
+        return;
+    int rc = field_int(c, body, "ttl_ms", 1, &ttl);
+    json_decref(body);
+    if (rc < 0)
+        return;
+    use_param(c, ENGINE_LEASE_RENEW);
+    c->ereq.ttl_ms = (int64_t)ttl;
+    ctx_submit(c, ctx_done_default);
+}
+
+/* DELETE /v1/leases/{id} */
+void v1_lease_release(route_ctx_t *c)
+{
+    use_param(c, ENGINE_LEASE_RELEASE);
+    ctx_submit(c, ctx_done_default);
+}
+
+/* POST /v1/leases/{id}/revoke */
+void v1_lease_revoke(route_ctx_t *c)
+{
+    use_param(c, ENGINE_LEASE_REVOKE);
+    ctx_submit(c, ctx_done_default);
+}
+
+static int take_mode(route_ctx_t *c, json_t *body)
+{
+    const char *m = json_string_value(json_object_get(body, "mode"));
+    if (m != NULL && strcmp(m, "shared") == 0)
+        c->ereq.mode = ENGINE_MODE_SHARED;
+    else if (m != NULL && strcmp(m, "exclusive") == 0)
+        c->ereq.mode = ENGINE_MODE_EXCLUSIVE;
+    else if (json_object_get(body, "mode") == NULL)
+        c->ereq.mode = ENGINE_MODE_EXCLUSIVE;
+    else {
+        ctx_reply_problem(c, 400, "invalid_request", "mode must be \"shared\" or \"exclusive\"");
+        return -1;
+    }
+    return 0;
+}
+
+/* POST /v1/locks/{key}/acquire  {"mode":"shared"|"exclusive","timeout_ms","ttl_ms","owner"} */
+void v1_lock_acquire(route_ctx_t *c)
+{
+    json_t *body = v1_body(c, 0);
+    if (body == NULL)
+        return;
+    int rc = take_mode(c, body) != 0 ? -1 : take_lease_fields(c, body);
+    json_decref(body);
+    if (rc != 0)
+        return;
+    int mode = c->ereq.mode;
+    use_param(c, ENGINE_LOCK_ACQUIRE);
+    c->ereq.mode = mode;
+    ctx_submit(c, grant_done);
+}
+
+/* GET /v1/locks/{key} */
+void v1_lock_get(route_ctx_t *c)
+{
+    use_param(c, ENGINE_LOCK_GET);
+    ctx_submit(c, ctx_done_default);
+}
+
+/* GET /healthz */
+void v1_healthz(route_ctx_t *c)
+{
+    engine_stats_t st;
+    int draining = server_draining(c->srv);
+    engine_stats(server_engine(c->srv), &st);
+    json_t *j = json_pack("{s:s,s:I,s:I,s:I,s:I,s:I}", "status", draining ? "stopping" : "ok",
+                          "semaphores", (json_int_t)st.semaphores, "leases", (json_int_t)st.leases,
+                          "parked", (json_int_t)st.parked, "locks", (json_int_t)st.locks,
+                          "connections", (json_int_t)server_connections(c->srv));
+    ctx_reply_json(c, draining ? 503 : 200, j);
+}
+
+/* GET /metrics  (Prometheus text format) */
+void v1_metrics(route_ctx_t *c)
+{
+    struct strbuf out;
+    strbuf_init(&out, 0);
+    int rc = server_metrics(c->srv, &out);
+    if (rc == 0)
+        rc = engine_metrics(server_engine(c->srv), &out);
+    if (rc != 0) {
+        strbuf_free(&out);
+        ctx_reply_err(c, rc, NULL);
+        return;
+    }
+    ctx_reply(c, 200, "text/plain; version=0.0.4; charset=utf-8", out.data, out.len);
+    strbuf_free(&out);
+}

@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: MIT */
+/* server.h - semad's HTTP server on one libuv loop: listener, connections, limits,
+ * timeouts, signals, and the per-request context the route handlers use. */
+#ifndef SEMAD_SERVER_H
+#define SEMAD_SERVER_H
+
+#include <jansson.h>
+#include <uv.h>
+
+#include "config.h"
+#include "engine.h"
+#include "http.h"
+#include "router.h"
+
+typedef struct server server_t;
+typedef struct conn conn_t;
+typedef struct route_ctx route_ctx_t;
+
+/* Continues a request after the engine answered (req == &ctx->ereq). */
+typedef void (*route_done_fn)(route_ctx_t *ctx, engine_req_t *req);
+
+/* The request being served on a connection (one at a time per connection). */
+struct route_ctx {
+    server_t *srv;
+    conn_t *conn;
+    const route_t *route;
+    const http_request_t *req; /* the parsed request (borrowed from the parser) */
+    const char *query;         /* text after '?' or NULL (inside req->url) */
+    char *param;               /* decoded path parameter (owned) or NULL */
+    size_t param_len;
+    char *owner;  /* owned copies of inputs the engine borrows */
+    char *extra1; /* list prefix */
+    char *extra2; /* list cursor */
+    json_t *echo; /* legacy create: the request object, echoed on 303 */
+    engine_req_t ereq;
+    route_done_fn done;
+    int submitted; /* the engine holds ereq */
+    int replied;
+};
+
+/* Create the server on `loop`: bind and listen on cfg->listen (prints the bound address to
+ * stderr as "semad: listening on http://HOST:PORT"), install SIGTERM/SIGINT handlers.
+ * `engine` and `cfg` are borrowed. Returns 0 or a SEMA_E* code with a message in errbuf. */
+int server_new(server_t **out, uv_loop_t *loop, engine_t *engine, const semad_config_t *cfg,
+               char *errbuf, size_t errlen);
+
+/* Start a graceful stop (what SIGTERM does): stop accepting, have the engine answer
+ * parked requests 503, finish in-flight replies, close every connection. The loop ends
+ * once everything has closed. */
+void server_stop(server_t *srv);
+
+/* Free the server after the loop has ended. NULL is fine. */
+void server_free(server_t *srv);
+
+/* For handlers. */
+engine_t *server_engine(server_t *srv);
+const semad_config_t *server_config(server_t *srv);
+
+/* Replies; exactly one per request. Bodies are copied. */
+void ctx_reply(route_ctx_t *c, int status, const char *ctype, const char *body, size_t len);
+void ctx_reply_text(route_ctx_t *c, int status, const char *text); /* text/html */
+void ctx_reply_json(route_ctx_t *c, int status, json_t *j);        /* steals j */
+/* A problem+json reply for engine status `err` (or text for legacy routes). */
+void ctx_reply_err(route_ctx_t *c, int err, const char *detail);
+/* A problem+json reply with an explicit status and code. */
+void ctx_reply_problem(route_ctx_t *c, int status, const char *code, const char *detail);
+/* Reply to a granted acquire: like ctx_reply_json(200) but if the reply cannot be
+ * delivered (client gone) the lease `lease_id` is released. */
+void ctx_reply_grant(route_ctx_t *c, json_t *lease);
+
+/* Submit c->ereq to the engine; `done` runs once with the outcome (also when the engine
+ * refuses the request at once). */
+void ctx_submit(route_ctx_t *c, route_done_fn done);
+
+/* Default completion: 200 with the result (201 if created, 204 if the result is null),
+ * or the error via ctx_reply_err. */
+void ctx_done_default(route_ctx_t *c, engine_req_t *req);
+
+/* Event streams (sse.c): switch the connection to a stream and write to it. */
+int ctx_stream_begin(route_ctx_t *c, engine_sub_t *sub);
+int conn_stream_write(conn_t *conn, const char *data, size_t len);
+void conn_stream_end(conn_t *conn);
+
+/* HTTP-level metrics and stats (Prometheus text), for /metrics and /healthz. */
+int server_metrics(server_t *srv, struct strbuf *out);
+uint64_t server_connections(server_t *srv);
+int server_draining(server_t *srv);
+
+#endif /* SEMAD_SERVER_H */
