@@ -97,7 +97,9 @@ struct sema_sem_waiter {
     uint64_t weight_;
     sema_sem_cb cb_;
     void *arg_;
-    void *reserved_[4];
+    uint64_t enq_seq_;    /* order of queueing (per semaphore) */
+    uint64_t settle_seq_; /* order of settling, same counter (tests check FIFO with these) */
+    void *reserved_[2];
     uint32_t state_;
     int32_t status_;
     uint32_t kind_;

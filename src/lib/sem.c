@@ -113,6 +113,7 @@ static void enqueue(struct sema_sem *s, sema_sem_waiter_t *n)
         s->head = n;
     s->tail = n;
     n->queued_ = 1;
+    n->enq_seq_ = ++s->seq;
     s->nwaiters++;
     if (n->kind_ & KIND_IDLE)
         s->nidle++;
@@ -144,6 +145,7 @@ static void settle(struct sema_sem *s, sema_sem_waiter_t *n, int status, notify_
 {
     dequeue(s, n);
     n->status_ = status;
+    n->settle_seq_ = ++s->seq;
     if (out->tail != NULL)
         out->tail->next_ = n;
     else
@@ -323,6 +325,7 @@ static void init_waiter(sema_sem_waiter_t *n, uint64_t weight, unsigned kind)
 static void withdraw(struct sema_sem *s, sema_sem_waiter_t *n, notify_list_t *out)
 {
     dequeue(s, n);
+    n->settle_seq_ = ++s->seq;
     admit(s, out);
     leave_slow(s);
 }

@@ -35,6 +35,7 @@ struct sema_sem {
     uint64_t nwaiters;              /* queued requests, wait-idle included */
     uint64_t nidle;                 /* queued wait-idle requests */
     uint64_t waiting;               /* total weight of queued acquires (wait-idle excluded) */
+    uint64_t seq;                   /* numbers queue and settle events, for waiter.*_seq_ */
 };
 
 /* Set up an embedded semaphore of `capacity` units. Returns 0 or SEMA_EINVAL. */
