@@ -325,7 +325,7 @@ TEST(timeout_on_a_key_with_no_other_waiter_frees_nothing_held)
 
 /* A cancel token withdraws a queued request at once (pitfall 1 too: the
  * reader behind the cancelled exclusive is admitted). */
-TEST(cancel_token_withdraws_waiter)
+TEST(pitfall1_cancelled_head_waiter_lets_followers_in)
 {
     sema_keyed_t *k;
     sema_cancel_t *c;
@@ -594,5 +594,63 @@ TEST(bad_input)
     ASSERT_EQ(sema_keyed_count(k), 0);
     sema_keyed_close(NULL);
     sema_keyed_free(NULL);
+    sema_keyed_free(k);
+}
+
+/* pitfall 4: a token that fires before the request registers can never leave
+ * a stale waiter behind (registration happens under the stripe lock, before
+ * the request is queued). */
+TEST(pitfall4_fired_token_leaves_no_stale_waiter)
+{
+    sema_keyed_t *k;
+    sema_cancel_t *c;
+    sema_keyed_lock_t x = SEMA_KEYED_LOCK_INIT, y = SEMA_KEYED_LOCK_INIT;
+    sema_keyed_key_stats_t st;
+
+    ASSERT_OK(sema_keyed_new(&k));
+    ASSERT_OK(sema_cancel_new(&c));
+    ASSERT_OK(sema_keyed_lock(k, KEY, KLEN, SEMA_EXCLUSIVE, 0, &x));
+    ASSERT_OK(sema_cancel_fire(c));
+    ASSERT_EQ(sema_keyed_lock_cancel(k, KEY, KLEN, SEMA_SHARED, -1, c, &y), SEMA_ECANCELED);
+    ASSERT_OK(sema_keyed_key_stats(k, KEY, KLEN, &st));
+    ASSERT_EQ(st.waiters, 0);
+    sema_keyed_unlock(&x);
+    ASSERT_EQ(sema_keyed_count(k), 0);
+    /* The key is free again: an unfired token does not get in the way. */
+    sema_cancel_free(c);
+    ASSERT_OK(sema_cancel_new(&c));
+    ASSERT_OK(sema_keyed_lock_cancel(k, KEY, KLEN, SEMA_EXCLUSIVE, -1, c, &y));
+    sema_keyed_unlock(&y);
+    sema_cancel_free(c);
+    sema_keyed_free(k);
+}
+
+/* Waiters for the same key from many threads, each with its own timeout:
+ * the ones that time out leave from the middle of the queue (O(1) unlink),
+ * the rest are granted in order when the holder leaves. */
+TEST(timeouts_from_the_middle_of_the_queue)
+{
+    enum { N = 12 };
+    sema_keyed_t *k;
+    sema_keyed_lock_t x = SEMA_KEYED_LOCK_INIT;
+    struct req r[N];
+
+    ASSERT_OK(sema_keyed_new(&k));
+    ASSERT_OK(sema_keyed_lock(k, KEY, KLEN, SEMA_EXCLUSIVE, 0, &x));
+    for (int i = 0; i < N; i++) {
+        req_start_ex(&r[i], k, SEMA_EXCLUSIVE, i, i % 2 ? 30 : -1, NULL);
+        wait_waiters(k, KEY, (uint64_t)i + 1);
+    }
+    for (int i = 1; i < N; i += 2) {
+        ASSERT_OK(pthread_join(r[i].t, NULL));
+        ASSERT_EQ(r[i].rc, SEMA_ETIMEDOUT);
+    }
+    wait_waiters(k, KEY, N / 2);
+    sema_keyed_unlock(&x);
+    for (int i = 0; i < N; i += 2) {
+        wait_granted(&r[i]);
+        req_finish(&r[i]);
+    }
+    ASSERT_EQ(sema_keyed_count(k), 0);
     sema_keyed_free(k);
 }

@@ -674,3 +674,56 @@ TEST(cancel_inside_emit_discards_the_rest_once)
     sema_map_limit_free(e.map);
     free(e.r.seen);
 }
+
+/* pitfall 16: threads parked waiting for window space are settled by a
+ * cancel; run returns instead of hanging. */
+struct park {
+    sema_map_limit_t *map;
+    atomic_int release;
+};
+
+static int park_fn(void *ctx, uint64_t index, void *item, void **result)
+{
+    struct park *p = ctx;
+
+    (void)item;
+    (void)result;
+    if (index == 0) {
+        sema_map_limit_stats_t st;
+
+        /* Wait (bounded) until the others started and now wait for room. */
+        for (int i = 0; i < 20000; i++) {
+            sema_map_limit_stats(p->map, &st);
+            if (st.started == 2 && st.completed == 1)
+                break;
+            tiny_pause();
+        }
+        ASSERT_EQ(st.started, 2);
+        sema_map_limit_cancel(p->map);
+    }
+    return 0;
+}
+
+static int park_emit(void *ctx, uint64_t index, void *result)
+{
+    (void)ctx;
+    (void)index;
+    (void)result;
+    return 0;
+}
+
+TEST(pitfall16_cancel_settles_threads_waiting_for_window)
+{
+    struct park p = {0};
+    sema_map_limit_opts_t o = {0};
+
+    o.limit = 3;
+    o.next = endless_next;
+    o.fn = park_fn;
+    o.emit = park_emit;
+    o.window = 2; /* item 0 blocks the window: items 2.. cannot start */
+    o.ctx = &p;
+    ASSERT_OK(sema_map_limit_new(&p.map, &o));
+    ASSERT_EQ(sema_map_limit_run(p.map), SEMA_ECANCELED);
+    sema_map_limit_free(p.map);
+}
