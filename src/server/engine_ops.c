@@ -79,6 +79,13 @@ static esem_t *create_sem(engine_t *e, ereq_t *er, uint64_t capacity, int flags)
         fail(e, er, SEMA_ENOMEM, "out of memory creating the semaphore");
         return NULL;
     }
+    if (e->store != NULL) {
+        /* a recreated name goes on counting: no fence is ever handed out twice */
+        uint64_t last = 0;
+        if (store_last_fence(e->store, s->name, &last) == 0 && last > e->fence_seq)
+            e->fence_seq = last;
+        s->fence = last;
+    }
     engine__store_sem(e, s);
     er->durable = 1;
     return s;

@@ -1,0 +1,290 @@
+/* SPDX-License-Identifier: MIT */
+/* test_engine_store.c - semad's engine over the real SQLite store: write-ahead with group
+ * commit, restart (leases, fences, legacy values), commit failures and their rollback, and
+ * a cancel racing a grant that awaits its commit. */
+#include <ftw.h>
+#include <unistd.h>
+
+#include "store/store.h"
+#include "test_engine_util.h"
+
+static char tmp_root[64];
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void cleanup_tmp(void)
+{
+    if (tmp_root[0] != '\0')
+        nftw(tmp_root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static const char *data_dir(void)
+{
+    static char dir[128];
+
+    snprintf(tmp_root, sizeof(tmp_root), "/tmp/sema-engine-XXXXXX");
+    ASSERT_NOT_NULL(mkdtemp(tmp_root));
+    atexit(cleanup_tmp);
+    snprintf(dir, sizeof(dir), "%s/data", tmp_root);
+    return dir;
+}
+
+typedef struct {
+    fx_t f;
+    store_t *st;
+    const char *dir;
+} sfx_t;
+
+static void sfx_open(sfx_t *s)
+{
+    char err[512] = "";
+    engine_config_t cfg;
+    int rc = store_open(&s->st, s->dir, STORE_RELAXED, err, sizeof(err));
+
+    if (rc != 0)
+        TEST_FAIL_("store_open: %d %s", rc, err);
+    engine_config_default(&cfg);
+    cfg.lock_readers = 8;
+    cfg.store = s->st;
+    fx_init_cfg(&s->f, &cfg);
+}
+
+static void sfx_close(sfx_t *s)
+{
+    fx_free(&s->f);
+    store_close(s->st);
+    s->st = NULL;
+}
+
+static void sfx_restart(sfx_t *s)
+{
+    sfx_close(s);
+    sfx_open(s);
+}
+
+static int64_t legacy_value_of(fx_t *f, const char *name, int *status)
+{
+    treq_t *t = treq_new(ENGINE_LEGACY_VALUE, name);
+    int64_t v = INT64_MIN;
+
+    *status = fx_do(f, t);
+    if (*status == 0)
+        v = jint(t->res, "value");
+    treq_free(t);
+    return v;
+}
+
+TEST(store_replies_wait_for_the_group_commit)
+{
+    sfx_t s = {.dir = data_dir()};
+    treq_t *c[3];
+    uint64_t commits0, commits1, fails;
+
+    sfx_open(&s);
+    store_stats(s.st, &commits0, &fails);
+    for (int i = 0; i < 3; i++) {
+        char name[8];
+        snprintf(name, sizeof(name), "s%d", i);
+        c[i] = treq_new(ENGINE_SEM_PUT, name);
+        c[i]->r.capacity = 2;
+        ASSERT_OK(engine_submit(s.f.e, &c[i]->r));
+        ASSERT_EQ(c[i]->done, 0); /* not durable yet */
+    }
+    fx_run_until(&s.f, &c[2]->done, 2000);
+    store_stats(s.st, &commits1, &fails);
+    ASSERT_EQ(commits1 - commits0, 1); /* one transaction for the three */
+    for (int i = 0; i < 3; i++) {
+        ASSERT_EQ(c[i]->done, 1);
+        ASSERT_EQ(c[i]->created, 1);
+        treq_free(c[i]);
+    }
+    /* a read does not wait */
+    treq_t *g = treq_new(ENGINE_SEM_GET, "s0");
+    ASSERT_OK(engine_submit(s.f.e, &g->r));
+    ASSERT_EQ(g->done, 1);
+    treq_free(g);
+    sfx_close(&s);
+}
+
+TEST(store_restart_keeps_semaphores_leases_fences_and_legacy_values)
+{
+    sfx_t s = {.dir = data_dir()};
+    treq_t *a, *b, *t;
+    char id_a[64];
+    int64_t fence_b, exp_a;
+    int st;
+
+    sfx_open(&s);
+    fx_put(&s.f, "sem", 5);
+    ASSERT_OK(fx_op(&s.f, ENGINE_LEGACY_CREATE, "leg", 2));
+    t = treq_new(ENGINE_LEGACY_DOWN, "leg");
+    ASSERT_OK(fx_do(&s.f, t));
+    treq_free(t);
+    a = treq_new(ENGINE_ACQUIRE, "sem");
+    a->r.weight = 2;
+    a->r.ttl_ms = 30000;
+    a->r.owner = "me";
+    ASSERT_OK(fx_do(&s.f, a));
+    snprintf(id_a, sizeof(id_a), "%s", lease_id(a));
+    exp_a = jint(a->res, "expires_at");
+    b = treq_new(ENGINE_ACQUIRE, "sem");
+    b->r.weight = 1;
+    ASSERT_OK(fx_do(&s.f, b));
+    fence_b = jint(b->res, "fence");
+    ASSERT_OK(fx_lease_op(&s.f, ENGINE_LEASE_RELEASE, lease_id(b)));
+    fx_settle(&s.f);
+    sfx_restart(&s);
+
+    ASSERT_EQ(fx_state(&s.f, "sem", "available"), 3);
+    ASSERT_EQ(fx_state(&s.f, "sem", "held"), 2);
+    t = treq_new(ENGINE_LEASE_GET, id_a);
+    ASSERT_OK(fx_do(&s.f, t));
+    ASSERT_STREQ(jstr(t->res, "owner"), "me");
+    ASSERT_GE(jint(t->res, "expires_at"), exp_a); /* max(stored, restart + ttl) */
+    treq_free(t);
+    treq_t *c = fx_acquire(&s.f, "sem", 1, -1);
+    ASSERT_GT(jint(c->res, "fence"), fence_b); /* fences never go backwards */
+    treq_free(c);
+    ASSERT_EQ(legacy_value_of(&s.f, "leg", &st), 1);
+    ASSERT_OK(fx_lease_op(&s.f, ENGINE_LEASE_RELEASE, id_a));
+    treq_free(a);
+    treq_free(b);
+    sfx_close(&s);
+}
+
+TEST(store_commit_failure_fails_requests_eio_and_rolls_back)
+{
+    sfx_t s = {.dir = data_dir()};
+    treq_t *a, *w, *c, *g;
+    engine_stats_t st;
+
+    sfx_open(&s);
+    fx_put(&s.f, "sem", 1);
+    a = fx_acquire(&s.f, "sem", 1, -1);
+    w = fx_acquire(&s.f, "sem", 1, -1);
+    ASSERT_EQ(w->done, 0);
+    store_inject_commit_failures(s.st, 1, 0);
+    c = treq_new(ENGINE_SEM_PUT, "new");
+    c->r.capacity = 3;
+    ASSERT_EQ(fx_do(&s.f, c), SEMA_EIO);
+    ASSERT_EQ(c->created, 0);
+    ASSERT_EQ(fx_op(&s.f, ENGINE_SEM_GET, "new", 0), SEMA_ENOENT); /* rolled back */
+    ASSERT_EQ(w->done, 0);                                         /* still parked */
+    engine_stats(s.f.e, &st);
+    ASSERT_EQ(st.parked, 1);
+    ASSERT_EQ(st.leases, 1);
+    /* the store works again: the release hands the unit to the kept waiter */
+    ASSERT_OK(fx_lease_op(&s.f, ENGINE_LEASE_RELEASE, lease_id(a)));
+    ASSERT(fx_run_until(&s.f, &w->done, 2000));
+    ASSERT_EQ(w->status, 0);
+    g = treq_new(ENGINE_LEASE_GET, lease_id(w));
+    ASSERT_OK(fx_do(&s.f, g));
+    treq_free(g);
+    treq_free(a);
+    treq_free(w);
+    treq_free(c);
+    sfx_close(&s);
+}
+
+TEST(store_commit_failure_drops_the_undurable_grant)
+{
+    sfx_t s = {.dir = data_dir()};
+    treq_t *a;
+
+    sfx_open(&s);
+    fx_put(&s.f, "sem", 2);
+    store_inject_commit_failures(s.st, 1, 0);
+    a = treq_new(ENGINE_ACQUIRE, "sem");
+    a->r.weight = 2;
+    ASSERT_EQ(fx_do(&s.f, a), SEMA_EIO);
+    ASSERT_NULL(a->res);
+    ASSERT_EQ(fx_state(&s.f, "sem", "available"), 2);
+    ASSERT_EQ(fx_state(&s.f, "sem", "held"), 0);
+    treq_free(a);
+    sfx_close(&s);
+}
+
+TEST(store_cancel_racing_grant_awaiting_commit_releases_it)
+{
+    sfx_t s = {.dir = data_dir()};
+    treq_t *a, *b;
+    engine_stats_t st;
+
+    sfx_open(&s);
+    fx_put(&s.f, "sem", 1);
+    a = treq_new(ENGINE_ACQUIRE, "sem");
+    a->r.weight = 1;
+    ASSERT_OK(engine_submit(s.f.e, &a->r));
+    ASSERT_EQ(a->done, 0); /* granted, awaiting the commit */
+    engine_stats(s.f.e, &st);
+    ASSERT_EQ(st.leases, 1);
+    engine_cancel(s.f.e, &a->r); /* the client went away before the loop turned */
+    ASSERT_EQ(fx_state(&s.f, "sem", "held"), 0);
+    fx_settle(&s.f);
+    ASSERT_EQ(a->done, 0);
+    engine_stats(s.f.e, &st);
+    ASSERT_EQ(st.leases, 0);
+    b = fx_acquire(&s.f, "sem", 1, 0);
+    ASSERT(fx_run_until(&s.f, &b->done, 2000));
+    ASSERT_EQ(b->status, 0);
+    sfx_restart(&s); /* and the store does not resurrect it */
+    ASSERT_EQ(fx_state(&s.f, "sem", "held"), 1);
+    treq_free(a);
+    treq_free(b);
+    sfx_close(&s);
+}
+
+TEST(store_recreated_name_never_reuses_a_fence)
+{
+    sfx_t s = {.dir = data_dir()};
+    treq_t *a, *b;
+    int64_t f1;
+
+    sfx_open(&s);
+    fx_put(&s.f, "sem", 1);
+    a = fx_acquire(&s.f, "sem", 1, -1);
+    fx_run_until(&s.f, &a->done, 2000);
+    f1 = jint(a->res, "fence");
+    ASSERT_OK(fx_op(&s.f, ENGINE_SEM_DELETE, "sem", 0));
+    sfx_restart(&s);
+    fx_put(&s.f, "sem", 1);
+    b = fx_acquire(&s.f, "sem", 1, -1);
+    fx_run_until(&s.f, &b->done, 2000);
+    ASSERT_GT(jint(b->res, "fence"), f1);
+    treq_free(a);
+    treq_free(b);
+    sfx_close(&s);
+}
+
+TEST(store_restart_restores_lock_leases)
+{
+    sfx_t s = {.dir = data_dir()};
+    treq_t *x, *g;
+
+    sfx_open(&s);
+    x = treq_new(ENGINE_LOCK_ACQUIRE, "k");
+    x->r.mode = ENGINE_MODE_EXCLUSIVE;
+    ASSERT_OK(fx_do(&s.f, x));
+    sfx_restart(&s);
+    g = treq_new(ENGINE_LOCK_GET, "k");
+    ASSERT_OK(fx_do(&s.f, g));
+    ASSERT_EQ(json_array_size(json_object_get(g->res, "holders")), 1);
+    treq_free(g);
+    g = treq_new(ENGINE_LOCK_ACQUIRE, "k");
+    g->r.mode = ENGINE_MODE_SHARED;
+    g->r.timeout_ms = 0;
+    ASSERT_EQ(fx_do(&s.f, g), SEMA_EBUSY);
+    treq_free(g);
+    ASSERT_OK(fx_lease_op(&s.f, ENGINE_LEASE_RELEASE, lease_id(x)));
+    fx_settle(&s.f);
+    sfx_restart(&s);
+    ASSERT_EQ(fx_op(&s.f, ENGINE_LOCK_GET, "k", 0), SEMA_ENOENT);
+    treq_free(x);
+    sfx_close(&s);
+}
