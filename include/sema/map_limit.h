@@ -22,13 +22,20 @@ extern "C" {
 /* Produce the next item: store it in *item and return 1, return 0 at the end
  * of the input, or a negative code to stop the map with that error (it is
  * reported as the error of the item that would have had the next index).
- * Called by one thread at a time, never concurrently with itself. */
+ * Called by one thread at a time, never concurrently with itself, and never
+ * once the map is stopped; an item produced while the map stops (an error or
+ * cancel lands during this very call) is not started and not handed back: a
+ * producer whose items own memory can see it with sema_map_limit_stats()
+ * (`stopped`) or keep its own list. Items are pulled one at a time, only when
+ * a worker is free, so a huge input is never materialised. */
 typedef int (*sema_map_limit_next_fn)(void *ctx, void **item);
 
 /* Process item number `index` (0-based, input order). Store the result in
  * *result (it starts as NULL) and return 0, or return a non-zero code: the map
  * then starts no new item, lets running ones finish and returns the error.
- * Called from up to `limit` threads at once. */
+ * A failed call's *result is ignored; without emit every result is ignored
+ * (store results yourself, by index). Called from up to `limit` threads at
+ * once. */
 typedef int (*sema_map_limit_fn)(void *ctx, uint64_t index, void *item, void **result);
 
 /* Receive the result of item `index`, strictly in input order, one call at a
