@@ -889,8 +889,9 @@ void server_stop(server_t *srv)
     conn_t *next;
     for (conn_t *conn = srv->conns; conn != NULL; conn = next) {
         next = conn->next;
-        if (!conn->busy || conn->stream)
-            conn_close(conn);
+        int flushed = uv_stream_get_write_queue_size((uv_stream_t *)&conn->tcp) == 0;
+        if (!conn->busy || conn->stream || (conn->lingering && flushed))
+            conn_close(conn); /* parked ones close once their 503 is out */
     }
     uv_timer_start(&srv->grace, on_grace, (uint64_t)srv->cfg->shutdown_grace_ms, 0);
     uv_unref((uv_handle_t *)&srv->grace);

@@ -1,0 +1,455 @@
+# SPDX-License-Identifier: MIT
+"""test_v1.py - semad's v1 API against the real process: semaphores, acquire, leases,
+keyed locks, events, health and metrics, request validation, and regression tests for
+the network pitfalls 21-30 of ../shared/pitfalls.md."""
+import json
+import os
+import socket
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import semad_fixture as fx  # noqa: E402
+
+PROBLEM = "application/problem+json"
+JSONCT = "application/json; charset=utf-8"
+
+
+def put(s, name, cap):
+    st, body = s.json("PUT", "/v1/semaphores/" + name, {"capacity": cap})
+    assert st in (200, 201), (st, body)
+    return body
+
+
+def acquire(s, name, **kw):
+    headers = {}
+    if "idem" in kw:
+        headers["Idempotency-Key"] = kw.pop("idem")
+    return s.json("POST", "/v1/semaphores/%s/acquire" % name, kw, headers)
+
+
+def problem(s, method, path, body=None, headers=None):
+    st, hd, data = s.request(method, path, body, headers)
+    assert hd.get("content-type") == PROBLEM, (st, hd, data)
+    p = json.loads(data)
+    assert p["status"] == st and p["type"].endswith("/" + p["code"]), p
+    return st, p["code"]
+
+
+class Parked:
+    """An acquire parked on its own connection (a thread); close() disconnects it."""
+
+    def __init__(self, s, name, body, path=None):
+        self.sock = s.raw(timeout=30)
+        self.f = self.sock.makefile("rb")
+        self.sock.sendall(fx.raw_request("POST", path or "/v1/semaphores/%s/acquire" % name,
+                                         body))
+        self.result = None
+        self.done = threading.Event()
+        self.t = threading.Thread(target=self._wait, daemon=True)
+        self.t.start()
+
+    def _wait(self):
+        try:
+            st, hd, data = fx.read_response(self.f)
+            self.result = (st, json.loads(data) if data else None)
+        except (OSError, EOFError, ValueError):
+            self.result = ("closed", None)
+        self.done.set()
+
+    def wait(self, timeout=10):
+        assert self.done.wait(timeout * fx.SLOW), "parked request never answered"
+        return self.result
+
+    def close(self):
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+
+def waiting(s, name):
+    return s.json("GET", "/v1/semaphores/" + name)[1]["waiting"]
+
+
+def test_semaphore_crud():
+    with fx.Semad() as s:
+        st, hd, data = s.request("PUT", "/v1/semaphores/a", {"capacity": 3})
+        assert st == 201 and hd["content-type"] == JSONCT, (st, hd)
+        sem = json.loads(data)
+        for k in ("name", "capacity", "available", "held", "fence", "waiting", "holders",
+                  "waiters"):
+            assert k in sem, (k, sem)
+        assert s.json("PUT", "/v1/semaphores/a", {"capacity": 3})[0] == 200
+        assert problem(s, "PUT", "/v1/semaphores/a", {"capacity": 4}) == (409, "conflict")
+        st, sem = s.json("PATCH", "/v1/semaphores/a", {"capacity": 5})
+        assert st == 200 and sem["capacity"] == 5, sem
+        assert s.json("GET", "/v1/semaphores/a")[1]["available"] == 5
+        assert s.request("DELETE", "/v1/semaphores/a")[0] == 204
+        assert problem(s, "GET", "/v1/semaphores/a") == (404, "not_found")
+        assert problem(s, "DELETE", "/v1/semaphores/a") == (404, "not_found")
+        assert problem(s, "PATCH", "/v1/semaphores/a", {"capacity": 1}) == (404, "not_found")
+
+
+def test_list_pagination():
+    with fx.Semad() as s:
+        names = ["p/%02d" % i for i in range(7)] + ["q1", "q2"]
+        for n in names:
+            put(s, n.replace("/", "%2F"), 1)
+        seen, cursor = [], None
+        while True:
+            q = "/v1/semaphores?prefix=p%2F&limit=3" + ("&cursor=" + cursor if cursor else "")
+            st, page = s.json("GET", q)
+            assert st == 200, page
+            assert len(page["semaphores"]) <= 3
+            seen += [x["name"] for x in page["semaphores"]]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+            cursor = cursor.replace("/", "%2F")
+        assert seen == sorted(n for n in names if n.startswith("p/")), seen
+        st, page = s.json("GET", "/v1/semaphores")
+        assert [x["name"] for x in page["semaphores"]] == sorted(names)
+        for bad in ("0", "1001", "x", "-1"):
+            assert problem(s, "GET", "/v1/semaphores?limit=" + bad)[0] == 400
+
+
+def test_request_validation():
+    with fx.Semad() as s:
+        put(s, "v", 2)
+        bad = [
+            ("PUT", "/v1/semaphores/n", None),
+            ("PUT", "/v1/semaphores/n", "{"),
+            ("PUT", "/v1/semaphores/n", "[]"),
+            ("PUT", "/v1/semaphores/n", {}),
+            ("PUT", "/v1/semaphores/n", {"capacity": "3"}),
+            ("PUT", "/v1/semaphores/n", {"capacity": 1.5}),
+            ("PUT", "/v1/semaphores/n", {"capacity": -1}),
+            ("PUT", "/v1/semaphores/n", {"capacity": 2 ** 53 + 1}),
+            ("PUT", "/v1/semaphores/n", '{"capacity":1e400}'),
+            ("PUT", "/v1/semaphores/n", '{"capacity":1,"capacity":2}'),
+            ("POST", "/v1/semaphores/v/acquire", {"weight": "1"}),
+            ("POST", "/v1/semaphores/v/acquire", {"weight": -1}),
+            ("POST", "/v1/semaphores/v/acquire", {"weight": 0}),
+            ("POST", "/v1/semaphores/v/acquire", {"weight": 3}),
+            ("POST", "/v1/semaphores/v/acquire", {"timeout_ms": -1}),
+            ("POST", "/v1/semaphores/v/acquire", {"timeout_ms": "soon"}),
+            ("POST", "/v1/semaphores/v/acquire", {"ttl_ms": 0}),
+            ("POST", "/v1/semaphores/v/acquire", {"ttl_ms": 2 ** 60}),
+            ("POST", "/v1/semaphores/v/acquire", {"owner": 5}),
+            ("POST", "/v1/semaphores/v/acquire", {"owner": "x" * 300}),
+            ("POST", "/v1/locks/k/acquire", {"mode": "both"}),
+            ("GET", "/v1/semaphores/%FF", None),
+            ("GET", "/v1/semaphores/a%00", None),
+        ]
+        for method, path, body in bad:
+            st, code = problem(s, method, path, body)
+            assert st == 400, (method, path, body, st, code)
+            assert code == "invalid_request", (method, path, body, code)
+        # unknown fields are ignored; nothing above changed state
+        assert s.json("PUT", "/v1/semaphores/n", {"capacity": 1, "color": "red"})[0] == 201
+        st, sem = s.json("GET", "/v1/semaphores/v")
+        assert sem["available"] == 2 and sem["held"] == 0 and sem["waiting"] == 0, sem
+        assert problem(s, "POST", "/v1/semaphores/v", {}) == (405, "method_not_allowed")
+        assert problem(s, "GET", "/v1/nothing") == (404, "not_found")
+        assert problem(s, "POST", "/v1/semaphores/none/acquire", {}) == (404, "not_found")
+
+
+def test_acquire_release_and_lease_states():
+    with fx.Semad() as s:
+        put(s, "r", 2)
+        st, lease = acquire(s, "r", weight=2, owner="me", ttl_ms=30000)
+        assert st == 200, lease
+        for k in ("lease", "name", "weight", "fence", "ttl_ms", "expires_at"):
+            assert k in lease, (k, lease)
+        assert lease["weight"] == 2 and lease["owner"] == "me" and len(lease["lease"]) >= 24
+        assert problem(s, "POST", "/v1/semaphores/r/acquire", {"timeout_ms": 0}) == \
+            (409, "unavailable")
+        assert problem(s, "POST", "/v1/semaphores/r/acquire", {"timeout_ms": 50}) == \
+            (409, "timeout")
+        lid = lease["lease"]
+        st, got = s.json("GET", "/v1/leases/" + lid)
+        assert st == 200 and got["lease"] == lid, got
+        st, ren = s.json("POST", "/v1/leases/%s/renew" % lid, {"ttl_ms": 60000})
+        assert st == 200 and ren["expires_at"] >= lease["expires_at"], ren
+        assert s.request("DELETE", "/v1/leases/" + lid)[0] == 204
+        assert problem(s, "DELETE", "/v1/leases/" + lid) == (410, "lease_released")
+        assert problem(s, "POST", "/v1/leases/%s/renew" % lid, {}) == (410, "lease_released")
+        assert problem(s, "GET", "/v1/leases/never-seen-lease-id-000000") == (404, "not_found")
+        assert s.json("GET", "/v1/semaphores/r")[1]["available"] == 2
+
+
+def test_parked_acquire_granted_on_release_fifo():
+    with fx.Semad() as s:
+        put(s, "f", 1)
+        st, first = acquire(s, "f")
+        parked = []
+        for i in range(3):
+            parked.append(Parked(s, "f", {"owner": "w%d" % i}))
+            fx.wait_until(lambda: waiting(s, "f") == i + 1, what="waiter %d to park" % i)
+        lease = first
+        for i in range(3):
+            assert s.request("DELETE", "/v1/leases/" + lease["lease"])[0] == 204
+            st, lease = parked[i].wait()
+            assert st == 200 and lease["owner"] == "w%d" % i, (i, st, lease)
+            for later in parked[i + 1:]:
+                assert not later.done.is_set(), "a later waiter was served first"
+        for p in parked:
+            p.close()
+
+
+def test_wait_idle():
+    with fx.Semad() as s:
+        put(s, "w", 2)
+        assert s.json("POST", "/v1/semaphores/w/wait-idle", {})[0] == 200
+        st, lease = acquire(s, "w")
+        w = Parked(s, "w", {"timeout_ms": 10000}, path="/v1/semaphores/w/wait-idle")
+        fx.wait_until(lambda: waiting(s, "w") >= 1, what="wait-idle to park")
+        assert not w.done.is_set()
+        assert s.request("DELETE", "/v1/leases/" + lease["lease"])[0] == 204
+        assert w.wait()[0] == 200
+        w.close()
+        acquire(s, "w")
+        assert problem(s, "POST", "/v1/semaphores/w/wait-idle", {"timeout_ms": 30}) == \
+            (409, "timeout")
+
+
+def test_keyed_locks():
+    with fx.Semad() as s:
+        a = s.json("POST", "/v1/locks/doc%2F1/acquire", {"mode": "shared"})
+        b = s.json("POST", "/v1/locks/doc%2F1/acquire", {"mode": "shared", "owner": "b"})
+        assert a[0] == 200 and b[0] == 200, (a, b)
+        assert a[1]["mode"] == "shared" and a[1]["key"] == "doc/1", a
+        assert problem(s, "POST", "/v1/locks/doc%2F1/acquire",
+                       {"mode": "exclusive", "timeout_ms": 0}) == (409, "unavailable")
+        st, state = s.json("GET", "/v1/locks/doc%2F1")
+        assert st == 200 and len(state["holders"]) == 2, state
+        x = Parked(s, None, {"mode": "exclusive"}, path="/v1/locks/doc%2F1/acquire")
+        fx.wait_until(lambda: len(s.json("GET", "/v1/locks/doc%2F1")[1]["waiters"]) == 1,
+                      what="the writer to park")
+        # writers are not starved: a new reader queues behind the writer
+        assert problem(s, "POST", "/v1/locks/doc%2F1/acquire",
+                       {"mode": "shared", "timeout_ms": 0}) == (409, "unavailable")
+        for h in (a, b):
+            assert s.request("DELETE", "/v1/leases/" + h[1]["lease"])[0] == 204
+        st, xl = x.wait()
+        assert st == 200 and xl["mode"] == "exclusive", xl
+        assert s.request("DELETE", "/v1/leases/" + xl["lease"])[0] == 204
+        x.close()
+        assert problem(s, "GET", "/v1/locks/doc%2F1") == (404, "not_found")
+
+
+def read_event(f):
+    ev = {}
+    while True:
+        line = f.readline()
+        if not line:
+            return None
+        line = line.decode().rstrip("\n")
+        if line == "":
+            if ev:
+                return ev
+            continue
+        if line.startswith(":"):
+            continue
+        k, _, v = line.partition(": ")
+        ev[k] = v
+
+
+def test_events_stream():
+    with fx.Semad() as s:
+        put(s, "e", 1)
+        sock = s.raw()
+        f = sock.makefile("rb")
+        sock.sendall(b"GET /v1/semaphores/e/events HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert f.readline().startswith(b"HTTP/1.1 200")
+        heads = {}
+        while True:
+            line = f.readline()
+            if line == b"\r\n":
+                break
+            k, v = line.decode().split(":", 1)
+            heads[k.lower()] = v.strip()
+        assert heads["content-type"] == "text/event-stream", heads
+        st, lease = acquire(s, "e")
+        ev = read_event(f)
+        assert ev["event"] == "granted", ev
+        assert json.loads(ev["data"])["lease"] == lease["lease"] or "lease" in ev["data"]
+        s.request("DELETE", "/v1/leases/" + lease["lease"])
+        assert read_event(f)["event"] == "released"
+        s.request("DELETE", "/v1/semaphores/e")
+        assert read_event(f)["event"] == "deleted"
+        assert read_event(f) is None  # the stream ends after "deleted"
+        sock.close()
+        assert problem(s, "GET", "/v1/semaphores/none/events") == (404, "not_found")
+
+
+def test_healthz_and_metrics():
+    with fx.Semad() as s:
+        put(s, "m", 1)
+        acquire(s, "m")
+        st, h = s.json("GET", "/healthz")
+        assert st == 200 and h["status"] == "ok" and h["semaphores"] == 1 and h["leases"] == 1
+        st, hd, data = s.request("GET", "/metrics")
+        text = data.decode()
+        assert st == 200 and hd["content-type"].startswith("text/plain"), hd
+        assert 'semad_http_requests_total{method="PUT",route="/v1/semaphores/{name}",' \
+               'status="201"} 1' in text, text
+        assert "semad_http_connections " in text
+        assert "semad_grants_total" in text
+
+
+# ---- pitfalls 21-30 (../shared/pitfalls.md) at the HTTP level ----
+
+def test_pitfall21_crashed_holder_permit_comes_back_by_ttl():
+    with fx.Semad() as s:
+        put(s, "c", 1)
+        st, lease = acquire(s, "c", ttl_ms=300)  # the holder "crashes": never releases
+        assert st == 200
+        st, second = acquire(s, "c", timeout_ms=10000)
+        assert st == 200, second  # granted once the first lease expired
+        assert problem(s, "POST", "/v1/leases/%s/renew" % lease["lease"], {}) == \
+            (410, "lease_expired")
+
+
+def test_pitfall22_23_parked_waiter_woken_without_polling():
+    with fx.Semad() as s:
+        put(s, "p", 1)
+        st, lease = acquire(s, "p")
+        p = Parked(s, "p", {})
+        fx.wait_until(lambda: waiting(s, "p") == 1, what="park")
+        reqs_before = metric(s, "semad_http_requests_total", 'route="/v1/semaphores/{name}/acquire"')
+        s.request("DELETE", "/v1/leases/" + lease["lease"])
+        assert p.wait()[0] == 200
+        # exactly one acquire request was made by the parked client: no polling
+        assert metric(s, "semad_http_requests_total",
+                      'route="/v1/semaphores/{name}/acquire"') == reqs_before + 1
+        p.close()
+
+
+def metric(s, name, label):
+    total = 0
+    for line in s.request("GET", "/metrics")[2].decode().splitlines():
+        if line.startswith(name) and label in line:
+            total += int(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_pitfall24_expiry_uses_the_server_clock():
+    with fx.Semad() as s:
+        put(s, "t", 2)
+        st, lease = acquire(s, "t", ttl_ms=1234)
+        assert lease["expires_at"] - lease["acquired_at"] == 1234, lease
+        # a client-supplied clock is not part of the API: unknown fields are ignored
+        st, l2 = s.json("POST", "/v1/semaphores/t/acquire",
+                        {"timeout_ms": 5000, "now": 0, "expires_at": 1})
+        assert st == 200 and l2["expires_at"] > l2["acquired_at"]
+
+
+def test_pitfall25_fences_strictly_increase():
+    with fx.Semad() as s:
+        put(s, "fe", 2)
+        fences = []
+        for i in range(5):
+            st, lease = acquire(s, "fe")
+            fences.append(lease["fence"])
+            if i == 2:
+                assert s.request("POST", "/v1/leases/%s/revoke" % lease["lease"])[0] == 204
+                assert problem(s, "GET", "/v1/leases/" + lease["lease"]) == \
+                    (410, "lease_revoked")
+            else:
+                s.request("DELETE", "/v1/leases/" + lease["lease"])
+        assert all(a < b for a, b in zip(fences, fences[1:])), fences
+        assert s.json("GET", "/v1/semaphores/fe")[1]["fence"] >= fences[-1]
+
+
+def test_pitfall26_renewing_a_lost_lease_fails_loudly():
+    with fx.Semad() as s:
+        put(s, "l", 1)
+        st, lease = acquire(s, "l", ttl_ms=200)
+        fx.wait_until(lambda: s.request("GET", "/v1/leases/" + lease["lease"])[0] == 410,
+                      what="the lease to expire")
+        assert problem(s, "POST", "/v1/leases/%s/renew" % lease["lease"], {"ttl_ms": 5000}) \
+            == (410, "lease_expired")
+        assert s.json("GET", "/v1/semaphores/l")[1]["held"] == 0
+
+
+def test_pitfall27_dead_waiters_leave_the_queue():
+    with fx.Semad() as s:
+        put(s, "d", 1)
+        st, lease = acquire(s, "d")
+        dead = Parked(s, "d", {"weight": 1})
+        fx.wait_until(lambda: waiting(s, "d") == 1, what="park")
+        follower = Parked(s, "d", {"weight": 1})
+        fx.wait_until(lambda: waiting(s, "d") == 2, what="park 2")
+        dead.close()  # the client goes away while parked
+        fx.wait_until(lambda: waiting(s, "d") == 1, what="the dead waiter to leave")
+        s.request("DELETE", "/v1/leases/" + lease["lease"])
+        assert follower.wait()[0] == 200
+        follower.close()
+
+
+def test_pitfall28_lock_keys_vanish_when_unused():
+    with fx.Semad() as s:
+        st, l1 = s.json("POST", "/v1/locks/tmp/acquire", {"mode": "exclusive", "ttl_ms": 200})
+        assert st == 200
+        assert s.request("GET", "/v1/locks/tmp")[0] == 200
+        fx.wait_until(lambda: s.request("GET", "/v1/locks/tmp")[0] == 404,
+                      what="the key to vanish after expiry")
+        st, l2 = s.json("POST", "/v1/locks/tmp2/acquire", {})
+        s.request("DELETE", "/v1/leases/" + l2["lease"])
+        assert s.request("GET", "/v1/locks/tmp2")[0] == 404
+        assert s.json("GET", "/healthz")[1]["locks"] == 0
+
+
+def test_pitfall29_timeout_zero_means_try_once():
+    with fx.Semad() as s:
+        put(s, "z", 1)
+        st, lease = acquire(s, "z", timeout_ms=0)
+        assert st == 200
+        assert problem(s, "POST", "/v1/semaphores/z/acquire", {"timeout_ms": 0}) == \
+            (409, "unavailable")
+        assert problem(s, "POST", "/v1/semaphores/z/acquire", {"timeout_ms": -1})[0] == 400
+        p = Parked(s, "z", {})  # absent timeout: wait for as long as it takes
+        fx.wait_until(lambda: waiting(s, "z") == 1, what="park")
+        time.sleep(0.3)
+        assert not p.done.is_set()
+        s.request("DELETE", "/v1/leases/" + lease["lease"])
+        assert p.wait()[0] == 200
+        p.close()
+
+
+def test_pitfall30_retried_acquire_grants_once():
+    with fx.Semad() as s:
+        put(s, "i", 2)
+        a = acquire(s, "i", idem="req-1", owner="x")
+        b = acquire(s, "i", idem="req-1", owner="x")
+        assert a[0] == 200 and b[0] == 200 and a[1]["lease"] == b[1]["lease"], (a, b)
+        assert s.json("GET", "/v1/semaphores/i")[1]["held"] == 1
+        c = acquire(s, "i", idem="req-2")
+        assert c[1]["lease"] != a[1]["lease"]
+        assert s.json("GET", "/v1/semaphores/i")[1]["held"] == 2
+        # a retry while the first attempt is still parked does not queue twice
+        first = s.raw()
+        first.sendall(fx.raw_request("POST", "/v1/semaphores/i/acquire", {},
+                                     {"Idempotency-Key": "req-3"}))
+        fx.wait_until(lambda: waiting(s, "i") == 1, what="park")
+        retry = s.raw()
+        rf = retry.makefile("rb")
+        retry.sendall(fx.raw_request("POST", "/v1/semaphores/i/acquire", {},
+                                     {"Idempotency-Key": "req-3"}))
+        time.sleep(0.2)
+        assert waiting(s, "i") == 1, "the retry queued a second time"
+        s.request("DELETE", "/v1/leases/" + a[1]["lease"])
+        st, hd, data = fx.read_response(rf)
+        assert st == 200, (st, data)
+        assert s.json("GET", "/v1/semaphores/i")[1]["held"] == 2
+        assert s.json("GET", "/v1/semaphores/i")[1]["waiting"] == 0
+        retry.close()
+        first.close()
+
+
+if __name__ == "__main__":
+    fx.main(globals())
