@@ -1,0 +1,251 @@
+# SPDX-License-Identifier: MIT
+"""test_limits.py - semad's caps and connection handling against the real process: header,
+body, name, semaphore and waiter caps, connection cap, slow and idle clients, keep-alive
+and pipelining (also behind a parked request), disconnects while parked, SIGTERM."""
+import json
+import os
+import signal
+import socket
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import semad_fixture as fx  # noqa: E402
+from test_v1 import Parked, acquire, problem, put, waiting  # noqa: E402
+
+
+def closed_by_server(sock, timeout=5):
+    """True when the server closes the connection (EOF or reset) within `timeout`."""
+    sock.settimeout(timeout * fx.SLOW)
+    try:
+        while True:
+            data = sock.recv(4096)
+            if not data:
+                return True
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+def test_header_cap_431():
+    with fx.Semad("--max-header-bytes", "1024") as s:
+        st, hd, data = s.request("GET", "/healthz", headers={"X-Pad": "x" * 2000})
+        assert st == 431, (st, data)
+        assert s.request("GET", "/healthz", headers={"X-Pad": "x" * 500})[0] == 200
+        st, hd, data = s.request("GET", "/v1/semaphores/" + "a" * 2000)
+        assert st in (414, 431), st
+
+
+def test_body_cap_413():
+    with fx.Semad("--max-body-bytes", "100") as s:
+        big = {"capacity": 1, "pad": "x" * 200}
+        st, hd, data = s.request("PUT", "/v1/semaphores/b", big)
+        assert st == 413 and hd["content-type"] == "application/problem+json", (st, hd)
+        # chunked bodies are counted as they arrive
+        sock = s.raw()
+        f = sock.makefile("rb")
+        sock.sendall(b"PUT /v1/semaphores/b HTTP/1.1\r\nHost: t\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n")
+        for _ in range(5):
+            try:
+                sock.sendall(b"40\r\n" + b"x" * 64 + b"\r\n")
+            except OSError:
+                break
+        st, hd, data = fx.read_response(f)
+        assert st == 413, st
+        sock.close()
+        assert s.request("GET", "/v1/semaphores/b")[0] == 404  # nothing was created
+
+
+def test_name_semaphore_and_waiter_caps():
+    with fx.Semad("--max-name-bytes", "8", "--max-semaphores", "2",
+                  "--max-waiters-per-semaphore", "1", "--max-waiters", "2") as s:
+        assert problem(s, "PUT", "/v1/semaphores/abcdefghi", {"capacity": 1}) == \
+            (400, "name_too_long")
+        assert s.request("POST", "/semaphore", {"name": "abcdefghi", "value": 1})[0] == 400
+        put(s, "a", 1)
+        put(s, "b", 1)
+        assert problem(s, "PUT", "/v1/semaphores/c", {"capacity": 1}) == (429, "limit_reached")
+        acquire(s, "a")
+        acquire(s, "b")
+        p1 = Parked(s, "a", {})
+        fx.wait_until(lambda: waiting(s, "a") == 1, what="park")
+        assert problem(s, "POST", "/v1/semaphores/a/acquire", {}) == (429, "limit_reached")
+        p2 = Parked(s, "b", {})
+        fx.wait_until(lambda: waiting(s, "b") == 1, what="park")
+        p1.close()
+        p2.close()
+        fx.wait_until(lambda: waiting(s, "a") == 0 and waiting(s, "b") == 0,
+                      what="disconnected waiters to leave")
+
+
+def test_connection_cap_503():
+    with fx.Semad("--max-connections", "3") as s:
+        held = [s.raw() for _ in range(3)]
+        for h in held:  # make sure all three are accepted
+            h.sendall(fx.raw_request("GET", "/healthz"))
+            assert fx.read_response(h.makefile("rb"))[0] == 200
+        extra = s.raw()
+        st, hd, body = fx.read_response(extra.makefile("rb"))
+        assert st == 503 and body == b"Too many connections", (st, body)
+        assert closed_by_server(extra)
+        held.pop().close()
+        fx.wait_until(lambda: try_health(s), what="a free connection slot")
+        for h in held:
+            h.close()
+
+
+def try_health(s):
+    try:
+        return s.request("GET", "/healthz", timeout=2)[0] == 200
+    except OSError:
+        return False
+
+
+def test_slow_header_timeout_408():
+    with fx.Semad("--header-timeout", "300ms") as s:
+        sock = s.raw()
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\nX-Slow: ")
+        t0 = time.monotonic()
+        st, hd, body = fx.read_response(sock.makefile("rb"))
+        assert st == 408, st
+        assert time.monotonic() - t0 < 5 * fx.SLOW
+        assert closed_by_server(sock)
+        # a slow body counts too
+        sock = s.raw()
+        sock.sendall(b"PUT /v1/semaphores/x HTTP/1.1\r\nHost: t\r\nContent-Length: 50\r\n\r\n{")
+        assert fx.read_response(sock.makefile("rb"))[0] == 408
+        sock.close()
+
+
+def test_idle_keepalive_timeout():
+    with fx.Semad("--idle-timeout", "300ms") as s:
+        sock = s.raw()
+        sock.sendall(fx.raw_request("GET", "/healthz"))
+        assert fx.read_response(sock.makefile("rb"))[0] == 200
+        assert closed_by_server(sock, timeout=5)
+        # a parked request is not idle
+        put(s, "p", 1)
+        st, lease = acquire(s, "p")
+        p = Parked(s, "p", {})
+        time.sleep(0.8)
+        assert not p.done.is_set()
+        s.request("DELETE", "/v1/leases/" + lease["lease"])
+        assert p.wait()[0] == 200
+        p.close()
+
+
+def test_keepalive_and_pipelining_in_order():
+    with fx.Semad() as s:
+        sock = s.raw()
+        f = sock.makefile("rb")
+        batch = b"".join([
+            fx.raw_request("PUT", "/v1/semaphores/q", {"capacity": 1}),
+            fx.raw_request("GET", "/v1/semaphores/q"),
+            fx.raw_request("POST", "/semaphore", {"name": "L", "value": 1}),
+            fx.raw_request("GET", "/nope"),
+            fx.raw_request("DELETE", "/v1/semaphores/q"),
+            fx.raw_request("GET", "/semaphore/value/L"),
+        ])
+        sock.sendall(batch)
+        got = [fx.read_response(f)[0] for _ in range(6)]
+        assert got == [201, 200, 200, 404, 204, 200], got
+        sock.close()
+
+
+def test_pipelined_requests_wait_behind_a_parked_one():
+    with fx.Semad() as s:
+        put(s, "pp", 1)
+        st, lease = acquire(s, "pp")
+        sock = s.raw()
+        f = sock.makefile("rb")
+        sock.sendall(fx.raw_request("POST", "/v1/semaphores/pp/acquire", {"owner": "p"}) +
+                     fx.raw_request("GET", "/v1/semaphores/pp") +
+                     fx.raw_request("GET", "/healthz"))
+        fx.wait_until(lambda: waiting(s, "pp") == 1, what="park")
+        s.request("DELETE", "/v1/leases/" + lease["lease"])
+        st1, _, b1 = fx.read_response(f)
+        st2, _, b2 = fx.read_response(f)
+        st3, _, b3 = fx.read_response(f)
+        assert (st1, st2, st3) == (200, 200, 200), (st1, st2, st3)
+        assert json.loads(b1)["owner"] == "p"
+        assert json.loads(b2)["held"] == 1  # answered after the grant, in order
+        sock.close()
+
+
+def test_pipeline_overflow_closes_and_cancels():
+    with fx.Semad("--max-pipeline-bytes", "1000") as s:
+        put(s, "o", 1)
+        acquire(s, "o")
+        sock = s.raw()
+        sock.sendall(fx.raw_request("POST", "/v1/semaphores/o/acquire", {}))
+        fx.wait_until(lambda: waiting(s, "o") == 1, what="park")
+        try:
+            for _ in range(10):
+                sock.sendall(fx.raw_request("GET", "/healthz") * 20)
+        except OSError:
+            pass
+        assert closed_by_server(sock)
+        fx.wait_until(lambda: waiting(s, "o") == 0, what="the waiter to be cancelled")
+
+
+def test_disconnect_while_parked_frees_the_slot_at_once():
+    with fx.Semad() as s:
+        put(s, "dc", 2)
+        st, lease = acquire(s, "dc")
+        heavy = Parked(s, "dc", {"weight": 2})  # head of the queue, blocks the follower
+        fx.wait_until(lambda: waiting(s, "dc") == 1, what="park")
+        follower = Parked(s, "dc", {"weight": 1})
+        fx.wait_until(lambda: waiting(s, "dc") == 2, what="park 2")
+        heavy.close()
+        st, got = follower.wait()  # granted as soon as the head left
+        assert st == 200 and got["weight"] == 1, got
+        follower.close()
+
+
+def test_malformed_request_400_and_close():
+    with fx.Semad() as s:
+        sock = s.raw()
+        sock.sendall(b"THIS IS NOT HTTP\r\n\r\n")
+        st, hd, body = fx.read_response(sock.makefile("rb"))
+        assert st == 400, st
+        assert closed_by_server(sock)
+        assert s.request("GET", "/healthz")[0] == 200
+
+
+def test_expect_100_continue():
+    with fx.Semad() as s:
+        sock = s.raw()
+        f = sock.makefile("rb")
+        body = json.dumps({"capacity": 2}).encode()
+        sock.sendall(b"PUT /v1/semaphores/e HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\n"
+                     b"Content-Length: %d\r\n\r\n" % len(body))
+        assert f.readline().startswith(b"HTTP/1.1 100")
+        assert f.readline() == b"\r\n"
+        sock.sendall(body)
+        assert fx.read_response(f)[0] == 201
+        sock.close()
+
+
+def test_sigterm_answers_parked_503_and_exits_0():
+    s = fx.Semad()
+    try:
+        put(s, "t", 1)
+        acquire(s, "t")
+        parked = [Parked(s, "t", {}) for _ in range(3)]
+        fx.wait_until(lambda: waiting(s, "t") == 3, what="three parked")
+        idle = s.raw()
+        s.proc.send_signal(signal.SIGTERM)
+        for p in parked:
+            st, body = p.wait()
+            assert st == 503 and body["code"] == "shutting_down", (st, body)
+        assert closed_by_server(idle)
+        assert s.proc.wait(10 * fx.SLOW) == 0
+        assert any("SIGTERM" in line for line in s.log())
+    finally:
+        s.close()
+
+
+if __name__ == "__main__":
+    fx.main(globals())
