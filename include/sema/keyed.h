@@ -122,12 +122,30 @@ SEMA_EXTERN void sema_keyed_unlock(sema_keyed_lock_t *lock);
 /* 1 if the handle holds a lock, 0 if not (or NULL). */
 SEMA_EXTERN int sema_keyed_held(const sema_keyed_lock_t *lock);
 
-/* Run fn(arg) while holding `key` in `mode` (task style). Returns the lock's
- * error if the lock was not obtained (fn is then not called), else fn's
- * return value; the lock is released after fn returns either way. SEMA_EINVAL
- * for a NULL fn. Blocks. */
+/* Run fn(arg) while holding `key` in `mode` (task style), then release the
+ * lock whatever fn returned. Returns the lock's error if it was not obtained
+ * (fn did not run), else 0 with fn's return value in *fn_result (may be
+ * NULL) - the same shape as sema_sem_with(). SEMA_EINVAL for a NULL fn.
+ * Blocks. */
 SEMA_EXTERN int sema_keyed_with(sema_keyed_t *keyed, const void *key, size_t key_len, int mode,
-                                int64_t timeout_ms, sema_keyed_fn fn, void *arg);
+                                int64_t timeout_ms, sema_keyed_fn fn, void *arg, int *fn_result);
+
+/* For SEMA_KEYED_SCOPED: sema_keyed_unlock() under the name the cleanup
+ * attribute wants. */
+SEMA_EXTERN void sema_keyed_cleanup(sema_keyed_lock_t *lock);
+
+/* A lock handle released automatically when the enclosing block ends (the C
+ * form of seed 003's `using`):
+ *
+ *     {
+ *         SEMA_KEYED_SCOPED(l);
+ *         if (sema_keyed_lock(keyed, "doc:1", 5, SEMA_EXCLUSIVE, -1, &l) != 0)
+ *             return;
+ *         ... any return or the block's end unlocks ...
+ *     }
+ */
+#define SEMA_KEYED_SCOPED(name)                                                                    \
+    __attribute__((cleanup(sema_keyed_cleanup))) sema_keyed_lock_t name = SEMA_KEYED_LOCK_INIT
 
 /* Close: every waiter fails now with SEMA_ECANCELED, and every later lock
  * call fails the same way. Holders keep their locks and unlock as usual.

@@ -490,7 +490,7 @@ int sema_keyed_held(const sema_keyed_lock_t *lock)
 }
 
 int sema_keyed_with(sema_keyed_t *k, const void *key, size_t len, int mode, int64_t timeout_ms,
-                    sema_keyed_fn fn, void *arg)
+                    sema_keyed_fn fn, void *arg, int *fn_result)
 {
     sema_keyed_lock_t lock = SEMA_KEYED_LOCK_INIT;
     int rc;
@@ -502,7 +502,14 @@ int sema_keyed_with(sema_keyed_t *k, const void *key, size_t len, int mode, int6
         return rc;
     rc = fn(arg);
     sema_keyed_unlock(&lock);
-    return rc;
+    if (fn_result != NULL)
+        *fn_result = rc;
+    return 0;
+}
+
+void sema_keyed_cleanup(sema_keyed_lock_t *lock)
+{
+    sema_keyed_unlock(lock);
 }
 
 /* --- lifetime and introspection --------------------------------------- */

@@ -510,20 +510,47 @@ TEST(task_style_propagates_errors_and_releases)
 {
     sema_keyed_t *k;
     sema_keyed_lock_t x = SEMA_KEYED_LOCK_INIT;
-    int n = 0;
+    int n = 0, res = 0;
 
     ASSERT_OK(sema_keyed_new(&k));
-    ASSERT_EQ(sema_keyed_with(k, KEY, KLEN, SEMA_EXCLUSIVE, -1, task_fail, k), -4242);
+    ASSERT_OK(sema_keyed_with(k, KEY, KLEN, SEMA_EXCLUSIVE, -1, task_fail, k, &res));
+    ASSERT_EQ(res, -4242); /* fn's error comes back; the lock is released */
     ASSERT_EQ(sema_keyed_count(k), 0);
-    ASSERT_OK(sema_keyed_with(k, KEY, KLEN, SEMA_SHARED, -1, task_ok, &n));
+    ASSERT_OK(sema_keyed_with(k, KEY, KLEN, SEMA_SHARED, -1, task_ok, &n, NULL));
     ASSERT_EQ(n, 1);
     /* The lock's own error comes back and fn is not called. */
+    res = 7;
     ASSERT_OK(sema_keyed_lock(k, KEY, KLEN, SEMA_EXCLUSIVE, 0, &x));
-    ASSERT_EQ(sema_keyed_with(k, KEY, KLEN, SEMA_SHARED, 0, task_ok, &n), SEMA_EBUSY);
-    ASSERT_EQ(sema_keyed_with(k, KEY, KLEN, SEMA_SHARED, 20, task_ok, &n), SEMA_ETIMEDOUT);
+    ASSERT_EQ(sema_keyed_with(k, KEY, KLEN, SEMA_SHARED, 0, task_ok, &n, &res), SEMA_EBUSY);
+    ASSERT_EQ(sema_keyed_with(k, KEY, KLEN, SEMA_SHARED, 20, task_ok, &n, &res), SEMA_ETIMEDOUT);
     ASSERT_EQ(n, 1);
+    ASSERT_EQ(res, 7);
     sema_keyed_unlock(&x);
-    ASSERT_EQ(sema_keyed_with(k, KEY, KLEN, SEMA_SHARED, 0, NULL, NULL), SEMA_EINVAL);
+    ASSERT_EQ(sema_keyed_with(k, KEY, KLEN, SEMA_SHARED, 0, NULL, NULL, NULL), SEMA_EINVAL);
+    ASSERT_EQ(sema_keyed_count(k), 0);
+    sema_keyed_free(k);
+}
+
+static int scoped_holder(sema_keyed_t *k, int early_return)
+{
+    SEMA_KEYED_SCOPED(l);
+
+    if (sema_keyed_lock(k, KEY, KLEN, SEMA_EXCLUSIVE, 0, &l) != 0)
+        return -1;
+    if (early_return)
+        return 1;          /* the cleanup unlocks */
+    sema_keyed_unlock(&l); /* unlocking early is fine: the cleanup is then a no-op */
+    return 0;
+}
+
+TEST(scoped_lock_is_released_at_block_end)
+{
+    sema_keyed_t *k;
+
+    ASSERT_OK(sema_keyed_new(&k));
+    ASSERT_EQ(scoped_holder(k, 1), 1);
+    ASSERT_EQ(sema_keyed_count(k), 0);
+    ASSERT_EQ(scoped_holder(k, 0), 0);
     ASSERT_EQ(sema_keyed_count(k), 0);
     sema_keyed_free(k);
 }
