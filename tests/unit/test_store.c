@@ -756,6 +756,29 @@ TEST(refuses_unusable_dir)
     ASSERT_OK(chmod(dir, 0700));
 }
 
+TEST(refuses_read_only_dir)
+{
+    const char *dir = data_dir();
+    char err[512] = "", sub[300];
+    store_t *st;
+
+    mount_small_fs(dir, "size=1m");
+    snprintf(sub, sizeof sub, "%s/store", dir);
+    st = open_ok(sub, STORE_STRICT);
+    store_sem_t a = sem_rec("alpha", 1, 0);
+    ASSERT_OK(store_put_sem(st, &a));
+    commit_ok(st);
+    store_close(st);
+    if (mount(NULL, dir, NULL, MS_REMOUNT | MS_RDONLY, NULL) != 0)
+        TEST_SKIP("cannot remount read-only");
+    /* An existing store on a read-only filesystem, and a directory that cannot be made. */
+    ASSERT_EQ(open_fails(sub, err, sizeof err), SEMA_EACCES);
+    ASSERT(strstr(err, "Read-only file system") != NULL);
+    snprintf(sub, sizeof sub, "%s/new", dir);
+    ASSERT_EQ(open_fails(sub, err, sizeof err), SEMA_EACCES);
+    ASSERT(strstr(err, sub) != NULL);
+}
+
 TEST(none_durability_is_not_a_store)
 {
     const char *dir = data_dir();
