@@ -1,0 +1,241 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# semad_vs_peers.sh - semad side by side with its peers, in one run on loopback: a bare
+# libuv+llhttp server answering with constants (the ceiling), a Redis/Lua semaphore on a real
+# redis-server, and wrk. Starts every process itself on ephemeral 127.0.0.1 ports with temp
+# dirs, prints one machine-readable line per figure and per ratio, and cleans up.
+#
+# Usage: bench/semad_vs_peers.sh [BUILD_DIR]      (default: $SEMA_BUILD_DIR or ./build)
+# Environment: SECS (seconds per throughput run, default 2), ROUNDS (interleaved rounds, the
+#   best of which is reported, default 2), CONNS (default 50),
+#   WAITERS (parked waiters, default 10000), IDLE (idle semaphores, default 1000000; 0 skips),
+#   HANDOFFS (hand-off rounds, default 5000).
+# Output lines: "figure NAME key=value ..." and "ratio NAME value=X goal=Y met=yes|no".
+set -u
+
+build=${1:-${SEMA_BUILD_DIR:-build}}
+SECS=${SECS:-2}
+ROUNDS=${ROUNDS:-2}
+CONNS=${CONNS:-50}
+WAITERS=${WAITERS:-10000}
+IDLE=${IDLE:-1000000}
+HANDOFFS=${HANDOFFS:-5000}
+
+semad=$build/bin/semad
+sema=$build/bin/sema
+ceiling=$build/bin/bench_ceiling
+redis_peer=$build/bin/bench_redis_peer
+for p in "$semad" "$sema" "$ceiling"; do
+    if [ ! -x "$p" ]; then
+        echo "semad_vs_peers: $p is missing; build first (cmake --build $build)" >&2
+        exit 1
+    fi
+done
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/sema-bench.XXXXXX")
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do
+        kill -TERM "$pid" 2>/dev/null
+    done
+    for pid in "${pids[@]}"; do
+        wait "$pid" 2>/dev/null
+    done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Parked waiters need a descriptor each, in semad and in the generator.
+ulimit -n "$(ulimit -Hn)" 2>/dev/null
+
+# Waits up to 10 s for a "listening" line in $1 and prints HOST:PORT.
+wait_listen() {
+    local log=$1 i
+    for i in $(seq 100); do
+        local a
+        a=$(grep -o -m1 '127\.0\.0\.1:[0-9]*' "$log" 2>/dev/null)
+        if [ -n "$a" ]; then
+            echo "$a"
+            return 0
+        fi
+        sleep 0.1
+    done
+    echo "semad_vs_peers: no listening address in $log:" >&2
+    cat "$log" >&2
+    return 1
+}
+
+# start_semad NAME [FLAGS...]: starts semad; sets addr_NAME and pid_NAME.
+start_semad() {
+    local name=$1
+    shift
+    mkdir -p "$tmp/$name"
+    "$semad" --listen 127.0.0.1:0 --data "$tmp/$name/data" --max-connections 30000 "$@" \
+        >"$tmp/$name/log" 2>&1 &
+    pids+=($!)
+    printf -v "pid_$name" '%s' "$!"
+    local a
+    a=$(wait_listen "$tmp/$name/log") || exit 1
+    printf -v "addr_$name" '%s' "$a"
+}
+
+# A JSON field of a one-line JSON text (stdlib python3).
+jget() {
+    python3 -c 'import json,sys; v=json.loads(sys.argv[1]).get(sys.argv[2]); print(v if v is not None else "")' "$1" "$2"
+}
+
+ratio() { # name numerator denominator goal(min ratio)
+    python3 - "$@" <<'EOF'
+import sys
+name, num, den, goal = sys.argv[1], float(sys.argv[2] or 0), float(sys.argv[3] or 0), float(sys.argv[4])
+v = num / den if den > 0 else 0.0
+print(f"ratio {name} value={v:.3f} goal=>={goal:g} met={'yes' if v >= goal else 'no'}")
+EOF
+}
+
+goal() { # name value op(<, <=) limit [count want]: an absolute goal, with a completeness check
+    python3 - "$@" <<'EOF'
+import sys
+a = sys.argv[1:] + ["0", "0"]
+name, v, op, lim, n, want = a[0], float(a[1] or 1e18), a[2], float(a[3]), a[4], a[5]
+ok = (v < lim if op == "<" else v <= lim) and n == want
+print(f"goal {name} value={v:g} goal={op}{lim:g} met={'yes' if ok else 'no'}")
+EOF
+}
+
+bench() { # timeout-guarded sema bench, JSON out
+    timeout 120 "$sema" bench --json "$@" 2>>"$tmp/bench.err"
+}
+
+pairs_line() { # figure-name json
+    echo "figure $1 conns=$CONNS pairs_per_s=$(jget "$2" ops_per_s)" \
+        "requests_per_s=$(jget "$2" requests_per_s) p50_us=$(jget "$2" p50_us)" \
+        "p99_us=$(jget "$2" p99_us) pair_p50_us=$(jget "$2" op_p50_us)" \
+        "pair_p99_us=$(jget "$2" op_p99_us) errors=$(jget "$2" errors)"
+}
+
+echo "# semad_vs_peers: $(nproc) cores, $CONNS connections, ${SECS}s per throughput figure," \
+    "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+
+start_semad none --durability none
+start_semad strict
+"$ceiling" --listen 127.0.0.1:0 --max-seconds 600 >"$tmp/ceiling.log" 2>&1 &
+pids+=($!)
+addr_ceiling=$(wait_listen "$tmp/ceiling.log") || exit 1
+
+# Redis for the Redis/Lua peer.
+have_redis=0
+if command -v redis-server >/dev/null && [ -x "$redis_peer" ]; then
+    rport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    mkdir -p "$tmp/redis"
+    redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp/redis" \
+        --daemonize no >"$tmp/redis/log" 2>&1 &
+    pids+=($!)
+    for i in $(seq 50); do
+        grep -q "Ready to accept" "$tmp/redis/log" && have_redis=1 && break
+        sleep 0.1
+    done
+fi
+have_wrk=0
+command -v wrk >/dev/null && have_wrk=1
+
+# wrk's report as the JSON fields the other figures use.
+wrk_json() {
+    timeout 120 wrk -t1 -c "$CONNS" -d "${SECS}s" --latency "http://$1/healthz" | awk '
+        function us(v) { if (v ~ /us$/) return v + 0; if (v ~ /ms$/) return v * 1000; return v * 1e6 }
+        /Requests\/sec/ { r = $2 } $1 == "50%" { p50 = us($2) } $1 == "99%" { p99 = us($2) }
+        END { printf "{\"requests_per_s\":%s,\"p50_us\":%.1f,\"p99_us\":%.1f}\n", r + 0, p50, p99 }'
+}
+
+# The better of two JSON results by requests_per_s (the first round's when equal).
+best() {
+    python3 - "$1" "$2" <<'EOF'
+import json, sys
+a, b = sys.argv[1], sys.argv[2]
+if not a: print(b)
+elif not b: print(a)
+else:
+    ra = json.loads(a).get("requests_per_s") or 0
+    rb = json.loads(b).get("requests_per_s") or 0
+    print(a if ra >= rb else b)
+EOF
+}
+
+# 1-3. Throughput, interleaved over ROUNDS rounds so every contender sees the same machine;
+# each figure is its best round.
+for r in $(seq "$ROUNDS"); do
+    j_ceil=$(best "${j_ceil:-}" "$(bench -s "http://$addr_ceiling" -c "$CONNS" -d "$SECS" --no-create)")
+    j_none=$(best "${j_none:-}" "$(bench -s "http://$addr_none" -c "$CONNS" -d "$SECS" --name pairs-none)")
+    j_strict=$(best "${j_strict:-}" "$(bench -s "http://$addr_strict" -c "$CONNS" -d "$SECS" --name pairs-strict)")
+    if [ "$have_redis" = 1 ]; then
+        j_redis=$(best "${j_redis:-}" "$(timeout 120 "$redis_peer" --redis "127.0.0.1:$rport" -c "$CONNS" -d "$SECS" --json)")
+    fi
+    j_get=$(best "${j_get:-}" "$(bench -s "http://$addr_none" -c "$CONNS" -d "$SECS" -m get --path /healthz)")
+    if [ "$have_wrk" = 1 ]; then
+        j_wrk=$(best "${j_wrk:-}" "$(wrk_json "$addr_none")")
+    fi
+    j_ceil_get=$(best "${j_ceil_get:-}" "$(bench -s "http://$addr_ceiling" -c "$CONNS" -d "$SECS" -m get --path /healthz)")
+done
+
+# 1. acquire+release pairs: semad (none, strict) against the constant-answer ceiling.
+pairs_line pairs_ceiling "$j_ceil"
+pairs_line pairs_semad_none "$j_none"
+pairs_line pairs_semad_strict "$j_strict"
+ratio semad_none_requests_vs_ceiling "$(jget "$j_none" requests_per_s)" "$(jget "$j_ceil" requests_per_s)" 0.8
+ratio semad_strict_requests_vs_ceiling "$(jget "$j_strict" requests_per_s)" "$(jget "$j_ceil" requests_per_s)" 0.8
+
+# 2. The Redis/Lua semaphore with the same concurrency.
+if [ "$have_redis" = 1 ]; then
+    echo "figure pairs_redis_lua conns=$CONNS pairs_per_s=$(jget "$j_redis" pairs_per_s)" \
+        "requests_per_s=$(jget "$j_redis" requests_per_s) p50_us=$(jget "$j_redis" p50_us)" \
+        "p99_us=$(jget "$j_redis" p99_us) pair_p50_us=$(jget "$j_redis" pair_p50_us)" \
+        "pair_p99_us=$(jget "$j_redis" pair_p99_us) errors=$(jget "$j_redis" errors)"
+    ratio semad_none_pairs_vs_redis_lua "$(jget "$j_none" ops_per_s)" "$(jget "$j_redis" pairs_per_s)" 2
+    ratio semad_strict_pairs_vs_redis_lua "$(jget "$j_strict" ops_per_s)" "$(jget "$j_redis" pairs_per_s)" 2
+else
+    echo "# redis-server or bench_redis_peer missing: Redis/Lua figure skipped"
+fi
+
+# 3. The generator against wrk: the same GET, the same connection count, one thread each.
+for f in "get_healthz_sema_bench:$j_get" "get_healthz_wrk:${j_wrk:-}" "get_healthz_ceiling:$j_ceil_get"; do
+    [ -n "${f#*:}" ] || continue
+    echo "figure ${f%%:*} conns=$CONNS requests_per_s=$(jget "${f#*:}" requests_per_s)" \
+        "p50_us=$(jget "${f#*:}" p50_us) p99_us=$(jget "${f#*:}" p99_us)"
+done
+if [ "$have_wrk" = 1 ]; then
+    ratio sema_bench_vs_wrk "$(jget "$j_get" requests_per_s)" "$(jget "$j_wrk" requests_per_s)" 1
+else
+    echo "# wrk missing (scripts/deps.sh bench): wrk figure skipped"
+fi
+ratio semad_get_vs_ceiling "$(jget "$j_get" requests_per_s)" "$(jget "$j_ceil_get" requests_per_s)" 0.8
+
+# 4. release -> parked waiter hand-off.
+j=$(bench -s "http://$addr_none" -m handoff -n "$HANDOFFS" --name handoff)
+echo "figure handoff_semad_none rounds=$(jget "$j" ops) p50_us=$(jget "$j" p50_us)" \
+    "p90_us=$(jget "$j" p90_us) p99_us=$(jget "$j" p99_us) max_us=$(jget "$j" max_us)"
+goal handoff_p50_us "$(jget "$j" p50_us)" "<" 100
+
+# 5. parked waiters' memory.
+j=$(bench -s "http://$addr_none" -m park -c "$WAITERS" --name park --server-pid "$pid_none")
+parked=$(jget "$j" ops)
+b=$(python3 -c 'import sys; a,b,n=map(float,sys.argv[1:]); print(f"{(b-a)*1024/n:.0f}" if n else 0)' \
+    "$(jget "$j" rss_before_kib)" "$(jget "$j" rss_after_kib)" "${parked:-0}")
+echo "figure parked_waiters_semad count=$parked rss_before_kib=$(jget "$j" rss_before_kib)" \
+    "rss_after_kib=$(jget "$j" rss_after_kib) bytes_per_waiter=$b drain_s=$(jget "$j" drain_s)"
+goal parked_waiter_bytes "$b" "<=" 2048 "${parked:-0}" "$WAITERS"
+
+# 6. idle semaphores' memory, in a fresh semad.
+if [ "$IDLE" -gt 0 ]; then
+    start_semad idle --durability none --max-semaphores 0
+    j=$(bench -s "http://$addr_idle" -m create -n "$IDLE" -c "$CONNS" -P 16 --name idle \
+        --server-pid "$pid_idle")
+    made=$(jget "$j" ops)
+    mib=$(python3 -c 'import sys; print(f"{float(sys.argv[1] or 0)/1024:.1f}")' "$(jget "$j" rss_after_kib)")
+    echo "figure idle_semaphores_semad count=$made rss_before_kib=$(jget "$j" rss_before_kib)" \
+        "rss_after_kib=$(jget "$j" rss_after_kib) rss_mib=$mib creates_per_s=$(jget "$j" ops_per_s)"
+    goal idle_semaphores_rss_mib "$mib" "<=" "$((256 * IDLE / 1000000))" "${made:-0}" "$IDLE"
+fi
+if [ -s "$tmp/bench.err" ]; then
+    echo "# sema bench said:" && sed 's/^/#   /' "$tmp/bench.err"
+fi
