@@ -676,6 +676,25 @@ TEST(refuses_damaged_database)
     ASSERT_NE(store_check(dir, stderr), 0);
 }
 
+TEST(refuses_log_without_database)
+{
+    const char *dir = data_dir();
+    char err[512] = "", db[256], wal[256];
+    int fd;
+
+    make_store(dir);
+    path_in(db, sizeof db, dir, "sema.db");
+    path_in(wal, sizeof wal, dir, "sema.db-wal");
+    ASSERT_OK(unlink(db));
+    fd = open(wal, O_WRONLY | O_CREAT, 0600);
+    ASSERT(fd >= 0);
+    ASSERT_EQ(write(fd, "frames", 6), 6);
+    close(fd);
+    ASSERT_EQ(open_fails(dir, err, sizeof err), SEMA_ECORRUPT);
+    ASSERT(strstr(err, "write-ahead log") != NULL);
+    ASSERT(access(db, F_OK) != 0); /* refused without creating an empty store */
+}
+
 TEST(refuses_other_format_version)
 {
     const char *dir = data_dir();

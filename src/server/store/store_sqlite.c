@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -403,8 +404,21 @@ static int prepare_all(store_t *st, char *errbuf, size_t errlen)
 /* Create DIR/sema.db with mode 0600 if it does not exist (SQLite would use 0644). */
 static int touch_db(const char *path, char *errbuf, size_t errlen)
 {
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    char wal[PATH_MAX];
+    struct stat db, log;
+    int fd;
 
+    /* A write-ahead log without its database is a store that lost its main file: SQLite
+     * would replay the log into a new, empty file and start with part of the state. */
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    if ((stat(path, &db) != 0 || db.st_size == 0) && stat(wal, &log) == 0 && log.st_size > 0) {
+        msg(errbuf, errlen,
+            "%s: missing or empty, but its write-ahead log %s exists: restore the database "
+            "file (see docs/durability.md) or move the log away to start empty",
+            path, wal);
+        return SEMA_ECORRUPT;
+    }
+    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0) {
         msg(errbuf, errlen, "%s: cannot open: %s", path, strerror(errno));
         return errno_code(errno);
