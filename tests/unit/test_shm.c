@@ -323,8 +323,7 @@ TEST(handle_is_unusable_after_fork)
     const char *n = tshm_name(nbuf, sizeof(nbuf));
     sema_shm_t *h = tshm_open(n, 2);
     ASSERT_OK(sema_shm_acquire(h, 1, 0));
-    pid_t pid = fork();
-    ASSERT(pid >= 0);
+    pid_t pid = tshm_fork();
     if (pid == 0) {
         int ok = sema_shm_acquire(h, 1, 0) == SEMA_EINVAL && sema_shm_release(h, 1) == SEMA_EINVAL;
         _exit(ok ? 0 : 1);

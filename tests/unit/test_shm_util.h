@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <sys/prctl.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -44,6 +45,19 @@ static inline int64_t tshm_now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* fork() whose child dies with the test (no orphans holding pipes after a failure). */
+static inline pid_t tshm_fork(void)
+{
+    pid_t parent = getpid(), pid = fork();
+    ASSERT(pid >= 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(9);
+    }
+    return pid;
 }
 
 /* An anonymous shared mapping that forked children see (witness counters, logs). */
