@@ -203,6 +203,8 @@ static int finish(remote_opts_t *o, sema_keepalive_t *ka, int cmd_status)
 
     if (rc == 0)
         return cmd_status;
+    if (__atomic_load_n(&lost_reason, __ATOMIC_ACQUIRE) != 0)
+        return CLI_EXIT_LOST; /* already reported */
     if (rc == SEMA_EEXPIRED || rc == SEMA_EREVOKED || rc == SEMA_ESTALE || rc == SEMA_ECANCELED ||
         rc == SEMA_ENOENT || __atomic_load_n(&lost_reason, __ATOMIC_ACQUIRE) != 0) {
         fprintf(stderr, "sema %s: the lease ended before the command did: %s\n", o->verb,

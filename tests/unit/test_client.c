@@ -1,0 +1,618 @@
+/* SPDX-License-Identifier: MIT */
+/* test_client.c - the C client against a real semad (started here from $SEMAD): every
+ * call, error mapping, idempotent retries, cancel, threads, and the lease keep-alive. */
+#include "test.h"
+
+#include <ftw.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "sema/client.h"
+
+/* ---- a semad of our own -------------------------------------------------------------- */
+
+static pid_t semad_pid;
+static char semad_url[64];
+static char semad_dir[64];
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+static void stop_semad(void)
+{
+    if (semad_pid > 0) {
+        kill(semad_pid, SIGKILL);
+        waitpid(semad_pid, NULL, 0);
+        semad_pid = 0;
+        nftw(semad_dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+    }
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Find "listening on http://127.0.0.1:PORT" in semad's log. */
+static int read_port(const char *log)
+{
+    char line[512];
+    FILE *f = fopen(log, "r");
+    int port = 0;
+
+    while (f != NULL && port == 0 && fgets(line, sizeof line, f) != NULL) {
+        char *p = strstr(line, "listening on http://127.0.0.1:");
+        if (p != NULL)
+            port = (int)strtol(p + strlen("listening on http://127.0.0.1:"), NULL, 10);
+    }
+    if (f != NULL)
+        fclose(f);
+    return port;
+}
+
+static void start_semad(void)
+{
+    const char *bin = getenv("SEMAD");
+    char log[96], data[96];
+
+    if (bin == NULL || bin[0] == '\0')
+        TEST_SKIP("SEMAD is not set");
+    snprintf(semad_dir, sizeof semad_dir, "/tmp/sema-client-XXXXXX");
+    ASSERT_NOT_NULL(mkdtemp(semad_dir));
+    snprintf(log, sizeof log, "%s/log", semad_dir);
+    snprintf(data, sizeof data, "%s/data", semad_dir);
+    semad_pid = fork();
+    ASSERT(semad_pid >= 0);
+    if (semad_pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed (aborted) test takes semad with it */
+        FILE *f = freopen(log, "w", stderr);
+        FILE *g = freopen("/dev/null", "w", stdout);
+        (void)f;
+        (void)g;
+        execl(bin, bin, "--listen", "127.0.0.1:0", "--data", data, "--durability", "none",
+              (char *)NULL);
+        _exit(127);
+    }
+    atexit(stop_semad);
+    int port = 0;
+    for (int64_t end = mono_ms() + 10000; port == 0 && mono_ms() < end;) {
+        usleep(10000);
+        port = read_port(log);
+        ASSERT_EQ(waitpid(semad_pid, NULL, WNOHANG), 0);
+    }
+    ASSERT_GT(port, 0);
+    snprintf(semad_url, sizeof semad_url, "http://127.0.0.1:%d", port);
+}
+
+static sema_client_t *client(void)
+{
+    sema_client_t *c = NULL;
+    if (semad_pid == 0)
+        start_semad();
+    ASSERT_OK(sema_client_new(&c, semad_url, NULL));
+    return c;
+}
+
+static uint64_t held(sema_client_t *c, const char *name)
+{
+    sema_sem_info_t info;
+    ASSERT_OK(sema_client_get(c, name, &info, NULL, NULL));
+    return info.held;
+}
+
+/* ---- the calls ----------------------------------------------------------------------- */
+
+TEST(semaphore_crud)
+{
+    sema_client_t *c = client();
+    sema_client_error_t e;
+    sema_sem_info_t info;
+    int created = -1;
+    char *json = NULL;
+
+    ASSERT_OK(sema_client_create(c, "crud/a b", 3, &created, &e));
+    ASSERT_EQ(created, 1);
+    ASSERT_OK(sema_client_create(c, "crud/a b", 3, &created, &e));
+    ASSERT_EQ(created, 0);
+    ASSERT_EQ(sema_client_create(c, "crud/a b", 4, NULL, &e), SEMA_EEXIST);
+    ASSERT_EQ(e.code, SEMA_EEXIST);
+    ASSERT_EQ(e.http_status, 409);
+    ASSERT_STREQ(e.problem, "conflict");
+    ASSERT(e.message[0] != '\0');
+    ASSERT_OK(sema_client_get(c, "crud/a b", &info, &json, &e));
+    ASSERT_EQ(info.capacity, 3);
+    ASSERT_EQ(info.available, 3);
+    ASSERT_NOT_NULL(strstr(json, "\"holders\""));
+    sema_client_string_free(json);
+    ASSERT_OK(sema_client_resize(c, "crud/a b", 5, &info, &e));
+    ASSERT_EQ(info.capacity, 5);
+    ASSERT_EQ(sema_client_get(c, "crud/none", NULL, NULL, &e), SEMA_ENOENT);
+    ASSERT_EQ(e.http_status, 404);
+    ASSERT_EQ(sema_client_create(c, "", 1, NULL, &e), SEMA_EINVAL);
+    ASSERT_EQ(sema_client_create(c, "x", 0, NULL, &e), SEMA_EINVAL);
+    ASSERT_OK(sema_client_delete(c, "crud/a b", &e));
+    ASSERT_EQ(sema_client_get(c, "crud/a b", NULL, NULL, &e), SEMA_ENOENT);
+    sema_client_free(c);
+}
+
+static int count_cb(void *arg, const sema_sem_info_t *info)
+{
+    int *n = arg;
+    ASSERT_EQ(strncmp(info->name, "list/", 5), 0);
+    ASSERT_EQ(info->capacity, 2);
+    (*n)++;
+    return 0;
+}
+
+TEST(list_follows_cursor)
+{
+    sema_client_t *c = client();
+    char name[32];
+    int n = 0, want = (int)test_scale(1500);
+
+    for (int i = 0; i < want; i++) {
+        snprintf(name, sizeof name, "list/%05d", i);
+        ASSERT_OK(sema_client_create(c, name, 2, NULL, NULL));
+    }
+    ASSERT_OK(sema_client_create(c, "other", 2, NULL, NULL));
+    ASSERT_OK(sema_client_list(c, "list/", count_cb, &n, NULL));
+    ASSERT_EQ(n, want);
+    sema_client_free(c);
+}
+
+TEST(acquire_renew_release)
+{
+    sema_client_t *c = client();
+    sema_client_error_t e;
+    sema_lease_t a, b, x;
+    sema_acquire_opts_t o = {.weight = 2, .timeout_ms = 0, .ttl_ms = 30000, .owner = "t"};
+
+    ASSERT_OK(sema_client_create(c, "acq", 3, NULL, NULL));
+    ASSERT_OK(sema_client_acquire(c, "acq", &o, &a, &e));
+    ASSERT(strlen(a.id) >= 16);
+    ASSERT_STREQ(a.name, "acq");
+    ASSERT_EQ(a.weight, 2);
+    ASSERT_EQ(a.ttl_ms, 30000);
+    ASSERT_GT(a.expires_at_ms, 0);
+    ASSERT_GT(a.local_deadline_ns, 0);
+    ASSERT_EQ(sema_client_acquire(c, "acq", &o, &x, &e), SEMA_EBUSY); /* a failed try */
+    ASSERT_STREQ(e.problem, "unavailable");
+    ASSERT_EQ(x.id[0], '\0');
+    o.timeout_ms = 200;
+    ASSERT_EQ(sema_client_acquire(c, "acq", &o, &x, &e), SEMA_ETIMEDOUT);
+    o.weight = 4;
+    ASSERT_EQ(sema_client_acquire(c, "acq", &o, &x, &e), SEMA_EINVAL); /* above capacity */
+    o.weight = 1;
+    ASSERT_OK(sema_client_acquire(c, "acq", &o, &b, &e));
+    ASSERT_GT(b.fence, a.fence);
+    ASSERT_EQ(held(c, "acq"), 3);
+    int64_t before = a.expires_at_ms;
+    usleep(20000);
+    ASSERT_OK(sema_client_renew(c, &a, 60000, &e));
+    ASSERT_EQ(a.ttl_ms, 60000);
+    ASSERT_GT(a.expires_at_ms, before);
+    ASSERT_OK(sema_client_lease_get(c, a.id, &x, &e));
+    ASSERT_EQ(x.weight, 2);
+    ASSERT_OK(sema_client_release(c, a.id, &e));
+    ASSERT_EQ(sema_client_release(c, a.id, &e), SEMA_ESTALE);
+    ASSERT_EQ(sema_client_renew(c, &a, 0, &e), SEMA_ESTALE);
+    ASSERT_EQ(sema_client_release(c, "no-such-lease-0000000000", &e), SEMA_ENOENT);
+    ASSERT_OK(sema_client_revoke(c, b.id, &e));
+    ASSERT_EQ(sema_client_renew(c, &b, 0, &e), SEMA_EREVOKED);
+    ASSERT_EQ(held(c, "acq"), 0);
+    ASSERT_EQ(sema_client_acquire(c, "acq-none", NULL, &x, &e), SEMA_ENOENT);
+    sema_client_free(c);
+}
+
+TEST(expired_lease_fails_loudly)
+{
+    sema_client_t *c = client();
+    sema_acquire_opts_t o = {.timeout_ms = 0, .ttl_ms = 100};
+    sema_lease_t l;
+
+    ASSERT_OK(sema_client_create(c, "exp", 1, NULL, NULL));
+    ASSERT_OK(sema_client_acquire(c, "exp", &o, &l, NULL));
+    /* the server expires it by itself (an active timer): poll the state, bounded */
+    for (int64_t end = mono_ms() + 5000; held(c, "exp") != 0 && mono_ms() < end;)
+        usleep(10000);
+    ASSERT_EQ(held(c, "exp"), 0);
+    ASSERT_EQ(sema_client_renew(c, &l, 0, NULL), SEMA_EEXPIRED);
+    ASSERT_EQ(sema_client_release(c, l.id, NULL), SEMA_EEXPIRED);
+    sema_client_free(c);
+}
+
+TEST(idempotency_key_never_grants_twice)
+{
+    sema_client_t *c = client();
+    sema_acquire_opts_t o = {.weight = 1, .timeout_ms = 0, .idempotency_key = "job-42"};
+    sema_lease_t a, b;
+
+    ASSERT_OK(sema_client_create(c, "idem", 2, NULL, NULL));
+    ASSERT_OK(sema_client_acquire(c, "idem", &o, &a, NULL));
+    ASSERT_OK(sema_client_acquire(c, "idem", &o, &b, NULL));
+    ASSERT_STREQ(a.id, b.id);
+    ASSERT_EQ(a.fence, b.fence);
+    ASSERT_EQ(held(c, "idem"), 1);
+    o.idempotency_key = "bad\nkey";
+    ASSERT_EQ(sema_client_acquire(c, "idem", &o, &b, NULL), SEMA_EINVAL);
+    ASSERT_OK(sema_client_release(c, a.id, NULL));
+    sema_client_free(c);
+}
+
+typedef struct {
+    sema_client_t *c;
+    volatile int cancel;
+    int rc;
+    sema_lease_t lease;
+} waiter_t;
+
+static void *wait_thread(void *arg)
+{
+    waiter_t *w = arg;
+    sema_acquire_opts_t o = {.timeout_ms = -1, .cancel = &w->cancel};
+    w->rc = sema_client_acquire(w->c, "cancel", &o, &w->lease, NULL);
+    return NULL;
+}
+
+static uint64_t waiting(sema_client_t *c, const char *name)
+{
+    sema_sem_info_t info;
+    ASSERT_OK(sema_client_get(c, name, &info, NULL, NULL));
+    return info.waiting;
+}
+
+TEST(cancel_leaves_nothing_behind)
+{
+    sema_client_t *c = client();
+    waiter_t w = {.c = c};
+    sema_lease_t l;
+    pthread_t t;
+
+    ASSERT_OK(sema_client_create(c, "cancel", 1, NULL, NULL));
+    ASSERT_OK(sema_client_acquire(c, "cancel", NULL, &l, NULL));
+    ASSERT_OK(pthread_create(&t, NULL, wait_thread, &w));
+    for (int64_t end = mono_ms() + 5000; waiting(c, "cancel") == 0 && mono_ms() < end;)
+        usleep(5000);
+    ASSERT_EQ(waiting(c, "cancel"), 1);
+    int64_t t0 = mono_ms();
+    __atomic_store_n((int *)&w.cancel, 1, __ATOMIC_RELEASE);
+    ASSERT_OK(pthread_join(t, NULL));
+    ASSERT_EQ(w.rc, SEMA_ECANCELED);
+    ASSERT_LT(mono_ms() - t0, 2000);
+    ASSERT_EQ(w.lease.id[0], '\0');
+    for (int64_t end = mono_ms() + 5000; waiting(c, "cancel") != 0 && mono_ms() < end;)
+        usleep(5000);
+    ASSERT_EQ(waiting(c, "cancel"), 0);
+    ASSERT_OK(sema_client_release(c, l.id, NULL));
+    ASSERT_EQ(held(c, "cancel"), 0);
+    sema_client_free(c);
+}
+
+/* ---- threads share one client -------------------------------------------------------- */
+
+static atomic_int inside, peak;
+static atomic_int failures;
+
+static void *worker(void *arg)
+{
+    sema_client_t *c = arg;
+    long n = test_scale(40);
+
+    for (long i = 0; i < n; i++) {
+        sema_lease_t l;
+        if (sema_client_acquire(c, "threads", NULL, &l, NULL) != 0) {
+            atomic_fetch_add(&failures, 1);
+            continue;
+        }
+        int now = atomic_fetch_add(&inside, 1) + 1;
+        int p = atomic_load(&peak);
+        while (now > p && !atomic_compare_exchange_weak(&peak, &p, now))
+            ;
+        atomic_fetch_sub(&inside, 1);
+        if (sema_client_release(c, l.id, NULL) != 0)
+            atomic_fetch_add(&failures, 1);
+    }
+    return NULL;
+}
+
+TEST(threads_share_one_client)
+{
+    sema_client_t *c = client();
+    pthread_t t[6];
+
+    ASSERT_OK(sema_client_create(c, "threads", 2, NULL, NULL));
+    for (int i = 0; i < 6; i++)
+        ASSERT_OK(pthread_create(&t[i], NULL, worker, c));
+    for (int i = 0; i < 6; i++)
+        ASSERT_OK(pthread_join(t[i], NULL));
+    ASSERT_EQ(atomic_load(&failures), 0);
+    ASSERT_LE(atomic_load(&peak), 2);
+    ASSERT_GE(atomic_load(&peak), 1);
+    ASSERT_EQ(held(c, "threads"), 0);
+    sema_client_free(c);
+}
+
+/* ---- keyed locks, wait-idle, legacy, events ---------------------------------------- */
+
+TEST(keyed_locks)
+{
+    sema_client_t *c = client();
+    sema_acquire_opts_t o = {.timeout_ms = 0};
+    sema_lease_t r1, r2, w;
+    char *json = NULL;
+
+    ASSERT_OK(sema_client_lock(c, "db/x", SEMA_LOCK_SHARED, &o, &r1, NULL));
+    ASSERT_OK(sema_client_lock(c, "db/x", SEMA_LOCK_SHARED, &o, &r2, NULL));
+    ASSERT_EQ(r1.mode, SEMA_LOCK_SHARED);
+    ASSERT_STREQ(r1.name, "db/x");
+    ASSERT_EQ(sema_client_lock(c, "db/x", SEMA_LOCK_EXCLUSIVE, &o, &w, NULL), SEMA_EBUSY);
+    ASSERT_OK(sema_client_lock_get(c, "db/x", &json, NULL));
+    ASSERT_NOT_NULL(strstr(json, "\"holders\""));
+    sema_client_string_free(json);
+    ASSERT_OK(sema_client_release(c, r1.id, NULL));
+    ASSERT_OK(sema_client_release(c, r2.id, NULL));
+    ASSERT_OK(sema_client_lock(c, "db/x", SEMA_LOCK_EXCLUSIVE, &o, &w, NULL));
+    ASSERT_EQ(w.mode, SEMA_LOCK_EXCLUSIVE);
+    ASSERT_EQ(sema_client_lock(c, "db/x", SEMA_LOCK_SHARED, &o, &r1, NULL), SEMA_EBUSY);
+    ASSERT_OK(sema_client_release(c, w.id, NULL));
+    ASSERT_EQ(sema_client_lock_get(c, "db/x", NULL, NULL), SEMA_ENOENT); /* freed when idle */
+    ASSERT_EQ(sema_client_lock(c, "db/x", 7, &o, &w, NULL), SEMA_EINVAL);
+    sema_client_free(c);
+}
+
+TEST(wait_idle)
+{
+    sema_client_t *c = client();
+    sema_lease_t l;
+
+    ASSERT_OK(sema_client_create(c, "idle", 2, NULL, NULL));
+    ASSERT_OK(sema_client_wait_idle(c, "idle", 0, NULL, NULL));
+    ASSERT_OK(sema_client_acquire(c, "idle", NULL, &l, NULL));
+    ASSERT_EQ(sema_client_wait_idle(c, "idle", 100, NULL, NULL), SEMA_ETIMEDOUT);
+    ASSERT_OK(sema_client_release(c, l.id, NULL));
+    ASSERT_OK(sema_client_wait_idle(c, "idle", 1000, NULL, NULL));
+    sema_client_free(c);
+}
+
+TEST(legacy_api)
+{
+    sema_client_t *c = client();
+    sema_client_error_t e;
+    int64_t v = -1;
+
+    ASSERT_OK(sema_client_legacy_create(c, "old", 1, &e));
+    ASSERT_EQ(sema_client_legacy_create(c, "old", 1, &e), SEMA_EEXIST);
+    ASSERT_OK(sema_client_down(c, "old", &v, &e));
+    ASSERT_EQ(v, 0);
+    ASSERT_EQ(sema_client_down(c, "old", &v, &e), SEMA_EBUSY);
+    ASSERT_NOT_NULL(strstr(e.message, "locked"));
+    ASSERT_OK(sema_client_up(c, "old", &v, &e));
+    ASSERT_OK(sema_client_up(c, "old", &v, &e));
+    ASSERT_EQ(v, 2); /* legacy up has no upper bound */
+    ASSERT_OK(sema_client_value(c, "old", &v, &e));
+    ASSERT_EQ(v, 2);
+    ASSERT_EQ(sema_client_up(c, "old-none", &v, &e), SEMA_ENOENT);
+    ASSERT_OK(sema_client_legacy_delete(c, "old", &e));
+    ASSERT_EQ(sema_client_value(c, "old", &v, &e), SEMA_ENOENT);
+    sema_client_free(c);
+}
+
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int granted, released;
+    sema_client_t *c;
+    volatile int stop;
+    int rc;
+} events_t;
+
+static int on_event(void *arg, const char *type, const char *data)
+{
+    events_t *ev = arg;
+    pthread_mutex_lock(&ev->lock);
+    if (strcmp(type, "granted") == 0)
+        ev->granted++;
+    if (strcmp(type, "released") == 0)
+        ev->released++;
+    pthread_cond_broadcast(&ev->cond);
+    pthread_mutex_unlock(&ev->lock);
+    ASSERT(data != NULL);
+    return 0;
+}
+
+static void *events_thread(void *arg)
+{
+    events_t *ev = arg;
+    ev->rc = sema_client_events(ev->c, "events", on_event, ev, &ev->stop, NULL);
+    return NULL;
+}
+
+static int wait_count(events_t *ev, int *field, int want)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 200000000;
+    if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+    }
+    pthread_mutex_lock(&ev->lock);
+    while (*field < want && pthread_cond_timedwait(&ev->cond, &ev->lock, &ts) == 0)
+        ;
+    int got = *field;
+    pthread_mutex_unlock(&ev->lock);
+    return got;
+}
+
+TEST(events_stream)
+{
+    sema_client_t *c = client();
+    events_t ev = {.c = c};
+    sema_lease_t l;
+    pthread_t t;
+
+    pthread_mutex_init(&ev.lock, NULL);
+    pthread_cond_init(&ev.cond, NULL);
+    ASSERT_OK(sema_client_create(c, "events", 1, NULL, NULL));
+    ASSERT_OK(pthread_create(&t, NULL, events_thread, &ev));
+    /* the subscription races our first grant: repeat until one is seen (bounded) */
+    int got = 0;
+    for (int i = 0; i < 50 && got == 0; i++) {
+        int before = wait_count(&ev, &ev.granted, 0);
+        ASSERT_OK(sema_client_acquire(c, "events", NULL, &l, NULL));
+        ASSERT_OK(sema_client_release(c, l.id, NULL));
+        /* a grant seen means the stream was up: its release must follow */
+        if (wait_count(&ev, &ev.granted, before + 1) > before)
+            got = wait_count(&ev, &ev.released, i + 1) >= 1;
+    }
+    ASSERT_EQ(got, 1);
+    __atomic_store_n((int *)&ev.stop, 1, __ATOMIC_RELEASE);
+    ASSERT_OK(pthread_join(t, NULL));
+    ASSERT_OK(ev.rc);
+    sema_client_free(c);
+}
+
+/* ---- keep-alive ---------------------------------------------------------------------- */
+
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int reason;
+    int calls;
+} lost_t;
+
+static void on_lost(void *arg, const sema_lease_t *lease, int reason)
+{
+    lost_t *l = arg;
+    ASSERT(lease->id[0] != '\0');
+    pthread_mutex_lock(&l->lock);
+    l->reason = reason;
+    l->calls++;
+    pthread_cond_broadcast(&l->cond);
+    pthread_mutex_unlock(&l->lock);
+}
+
+static void lost_init(lost_t *l)
+{
+    memset(l, 0, sizeof *l);
+    pthread_mutex_init(&l->lock, NULL);
+    pthread_cond_init(&l->cond, NULL);
+}
+
+static int lost_wait(lost_t *l, int seconds)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += seconds;
+    pthread_mutex_lock(&l->lock);
+    while (l->calls == 0 && pthread_cond_timedwait(&l->cond, &l->lock, &ts) == 0)
+        ;
+    int r = l->reason;
+    pthread_mutex_unlock(&l->lock);
+    return r;
+}
+
+TEST(keepalive_renews_across_ttls)
+{
+    sema_client_t *c = client();
+    sema_acquire_opts_t o = {.ttl_ms = 300};
+    sema_keepalive_t *ka;
+    sema_lease_t l, now;
+    lost_t lost;
+
+    lost_init(&lost);
+    ASSERT_OK(sema_client_create(c, "ka", 1, NULL, NULL));
+    ASSERT_OK(sema_client_acquire(c, "ka", &o, &l, NULL));
+    ASSERT_OK(sema_lease_keepalive_start(&ka, c, &l, on_lost, &lost));
+    /* five ttls: without renewals the server would have expired it four times over */
+    int64_t end = mono_ms() + 1500;
+    while (mono_ms() < end) {
+        usleep(50000);
+        ASSERT_EQ(sema_lease_keepalive_status(ka), 0);
+        ASSERT_EQ(held(c, "ka"), 1);
+    }
+    ASSERT_GE(sema_lease_keepalive_renewals(ka), 3);
+    sema_lease_keepalive_lease(ka, &now);
+    ASSERT_GT(now.expires_at_ms, l.expires_at_ms);
+    ASSERT_OK(sema_client_lease_get(c, l.id, &now, NULL));
+    ASSERT_OK(sema_lease_keepalive_stop(ka, 1, NULL));
+    ASSERT_EQ(held(c, "ka"), 0);
+    ASSERT_EQ(lost.calls, 0);
+    sema_client_free(c);
+}
+
+TEST(keepalive_reports_revoke)
+{
+    sema_client_t *c = client();
+    sema_acquire_opts_t o = {.ttl_ms = 600};
+    sema_keepalive_t *ka;
+    sema_lease_t l;
+    lost_t lost;
+
+    lost_init(&lost);
+    ASSERT_OK(sema_client_create(c, "ka-revoke", 1, NULL, NULL));
+    ASSERT_OK(sema_client_acquire(c, "ka-revoke", &o, &l, NULL));
+    ASSERT_OK(sema_lease_keepalive_start(&ka, c, &l, on_lost, &lost));
+    ASSERT_OK(sema_client_revoke(c, l.id, NULL));
+    ASSERT_EQ(lost_wait(&lost, 10), SEMA_EREVOKED);
+    ASSERT_EQ(sema_lease_keepalive_status(ka), SEMA_EREVOKED);
+    ASSERT_EQ(sema_lease_keepalive_stop(ka, 1, NULL), SEMA_EREVOKED);
+    ASSERT_EQ(lost.calls, 1);
+    sema_client_free(c);
+}
+
+TEST(keepalive_reports_server_gone)
+{
+    sema_client_t *c = client();
+    sema_acquire_opts_t o = {.ttl_ms = 600};
+    sema_keepalive_t *ka;
+    sema_lease_t l;
+    lost_t lost;
+
+    lost_init(&lost);
+    ASSERT_OK(sema_client_create(c, "ka-gone", 1, NULL, NULL));
+    ASSERT_OK(sema_client_acquire(c, "ka-gone", &o, &l, NULL));
+    ASSERT_OK(sema_lease_keepalive_start(&ka, c, &l, on_lost, &lost));
+    stop_semad();
+    int64_t t0 = mono_ms();
+    int reason = lost_wait(&lost, 10);
+    ASSERT(reason == SEMA_ECONNREFUSED || reason == SEMA_ETIMEDOUT);
+    /* reported by the lease's local deadline (send time + ttl), not long after */
+    ASSERT_LE(mono_ms() - t0, 600 + 500);
+    ASSERT_EQ(sema_lease_keepalive_stop(ka, 1, NULL), reason);
+    sema_client_free(c);
+}
+
+TEST(unreachable_server)
+{
+    sema_client_t *c = NULL;
+    sema_client_opts_t opts = {.max_retries = 1};
+    sema_client_error_t e;
+    sema_lease_t l;
+
+    /* a port nobody listens on: bind one, close it */
+    ASSERT_OK(sema_client_new(&c, "http://127.0.0.1:1", &opts));
+    ASSERT_EQ(sema_client_get(c, "x", NULL, NULL, &e), SEMA_ECONNREFUSED);
+    ASSERT_EQ(e.http_status, 0);
+    ASSERT_NOT_NULL(strstr(e.message, "127.0.0.1:1"));
+    ASSERT_EQ(sema_client_acquire(c, "x", NULL, &l, &e), SEMA_ECONNREFUSED);
+    sema_client_free(c);
+    ASSERT_EQ(sema_client_new(&c, "ftp://x", NULL), SEMA_EINVAL);
+    ASSERT_EQ(sema_client_new(&c, NULL, NULL), SEMA_EINVAL);
+    sema_client_free(NULL);
+}
