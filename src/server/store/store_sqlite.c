@@ -401,6 +401,25 @@ static int prepare_all(store_t *st, char *errbuf, size_t errlen)
     return 0;
 }
 
+/* fsync the directory holding `path`, so a file just created there stays after a crash. */
+static int sync_parent(const char *path, char *errbuf, size_t errlen)
+{
+    char dir[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    int fd, rc = 0;
+
+    snprintf(dir, sizeof dir, "%.*s", slash != NULL ? (int)(slash - path) : 1,
+             slash != NULL ? path : ".");
+    fd = open(dir[0] != '\0' ? dir : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || fsync(fd) != 0) {
+        msg(errbuf, errlen, "%s: cannot sync the directory: %s", dir, strerror(errno));
+        rc = SEMA_EIO;
+    }
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}
+
 /* Create DIR/sema.db with mode 0600 if it does not exist (SQLite would use 0644). */
 static int touch_db(const char *path, char *errbuf, size_t errlen)
 {
@@ -418,7 +437,12 @@ static int touch_db(const char *path, char *errbuf, size_t errlen)
             path, wal);
         return SEMA_ECORRUPT;
     }
-    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+        close(fd);
+        return sync_parent(path, errbuf, errlen); /* the new name survives a power loss */
+    }
+    fd = open(path, O_RDWR | O_CLOEXEC);
     if (fd < 0) {
         msg(errbuf, errlen, "%s: cannot open: %s", path, strerror(errno));
         return errno_code(errno);
