@@ -1,0 +1,195 @@
+# SPDX-License-Identifier: MIT
+# test_cli_local.py - `sema run/ls/rm --local` as real processes: mutual exclusion with a
+# witness log, capacity, timeouts, exit statuses, signal forwarding, crash recovery.
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+SEMA = os.environ.get("SEMA_BIN") or os.path.join(
+    os.environ.get("SEMA_BUILD_DIR", "build"), "bin", "sema")
+_counter = [0]
+
+
+def name():
+    _counter[0] += 1
+    n = "it-%d-%d" % (os.getpid(), _counter[0])
+    subprocess.run([SEMA, "rm", "--local", "-f", n], check=True)
+    return n
+
+
+def sema(*args, timeout=30, **kw):
+    return subprocess.run([SEMA] + list(args), capture_output=True, text=True,
+                          timeout=timeout, **kw)
+
+
+def eventually(cond, secs=10.0):
+    end = time.monotonic() + secs
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def ls(n):
+    r = sema("ls", "--local", n)
+    assert r.returncode == 0, r
+    return r.stdout
+
+
+def row_of(n):
+    out = ls(n)
+    return [line for line in out.splitlines() if line.startswith(n + " ")][0].split()
+
+
+def max_overlap(log):
+    cur = peak = 0
+    with open(log) as f:
+        for line in f:
+            cur += 1 if line.startswith("s") else -1
+            assert cur >= 0
+            peak = max(peak, cur)
+    assert cur == 0
+    return peak
+
+
+def run_many(n, cap, count, hold):
+    """Start `count` concurrent `sema run` that each log start/end around a sleep."""
+    with tempfile.TemporaryDirectory() as d:
+        log = os.path.join(d, "witness")
+        script = 'echo s >> "$0"; sleep %s; echo e >> "$0"' % hold
+        procs = [subprocess.Popen([SEMA, "run", "--local", n, "-c", str(cap), "--",
+                                   "sh", "-c", script, log]) for _ in range(count)]
+        for p in procs:
+            assert p.wait(timeout=60) == 0
+        return max_overlap(log)
+
+
+def test_capacity_one_never_overlaps():
+    n = name()
+    assert run_many(n, 1, 8, "0.05") == 1
+    assert row_of(n)[1:] == ["1", "1", "0", "0"]  # capacity, available, holders, waiters
+    sema("rm", "--local", n)
+
+
+def test_capacity_three_admits_exactly_three():
+    n = name()
+    assert run_many(n, 3, 7, "0.6") == 3
+    sema("rm", "--local", n)
+
+
+def test_exit_status_propagates():
+    n = name()
+    assert sema("run", "--local", n, "--", "sh", "-c", "exit 7").returncode == 7
+    assert sema("run", "--local", n, "--", "true").returncode == 0
+    assert sema("run", "--local", n, "--", "sh", "-c", "kill -KILL $$").returncode == 128 + 9
+    assert sema("run", "--local", n, "--", "/nonexistent/cmd").returncode == 127
+    assert sema("run", "--local", n, "--", "/dev/null").returncode == 126
+    sema("rm", "--local", n)
+
+
+def hold_in_background(n, cap="1", weight="1"):
+    """A `sema run` that holds until killed; returns it once it holds."""
+    with tempfile.NamedTemporaryFile(delete=False) as f:
+        ready = f.name
+    os.unlink(ready)
+    p = subprocess.Popen([SEMA, "run", "--local", n, "-c", cap, "-w", weight, "--", "sh", "-c",
+                          'echo $$ > "$0.tmp"; mv "$0.tmp" "$0"; exec sleep 60', ready])
+    assert eventually(lambda: os.path.exists(ready)), "holder never started"
+    with open(ready) as f:
+        p.cmd_pid = int(f.read())
+    os.unlink(ready)
+    return p
+
+
+def test_timeout_exit_code():
+    n = name()
+    h = hold_in_background(n)
+    t0 = time.monotonic()
+    r = sema("run", "--local", n, "-t", "200ms", "--", "true")
+    assert r.returncode == 75, r
+    assert time.monotonic() - t0 >= 0.19
+    assert sema("run", "--local", n, "-t", "0", "--", "true").returncode == 75
+    h.send_signal(signal.SIGTERM)  # forwarded to sleep, which dies of it
+    assert h.wait(timeout=10) == 128 + signal.SIGTERM
+    assert sema("run", "--local", n, "-t", "0", "--", "true").returncode == 0
+    sema("rm", "--local", n)
+
+
+def test_signals_are_forwarded():
+    n = name()
+    with tempfile.TemporaryDirectory() as d:
+        ready = os.path.join(d, "ready")
+        script = 'trap "exit 42" USR1; touch "$0"; while :; do sleep 0.02; done'
+        p = subprocess.Popen([SEMA, "run", "--local", n, "--", "sh", "-c", script, ready])
+        assert eventually(lambda: os.path.exists(ready))
+        p.send_signal(signal.SIGUSR1)
+        assert p.wait(timeout=10) == 42
+    sema("rm", "--local", n)
+
+
+def test_killed_sema_gives_units_back():
+    n = name()
+    h = hold_in_background(n)
+    r = sema("run", "--local", n, "-t", "0", "--", "true")
+    assert r.returncode == 75
+    h.kill()  # SIGKILL: no release ever happens; sleep lives on as an orphan
+    h.wait(timeout=10)
+    r = sema("run", "--local", n, "-t", "2s", "--", "true")
+    assert r.returncode == 0, r
+    os.kill(h.cmd_pid, signal.SIGKILL)  # the orphaned command, by its pid
+    sema("rm", "--local", n)
+
+
+def test_ls_shows_holders_and_waiters():
+    n = name()
+    h = hold_in_background(n, cap="3", weight="2")
+    w = subprocess.Popen([SEMA, "run", "--local", n, "-w", "3", "--", "true"])
+    assert eventually(lambda: "waiter pid %d weight 3" % w.pid in ls(n)), ls(n)
+    out = ls(n)
+    assert "holder pid %d weight 2" % h.pid in out, out
+    assert row_of(n)[1:] == ["3", "1", "1", "1"], out
+    h.send_signal(signal.SIGTERM)
+    h.wait(timeout=10)
+    assert w.wait(timeout=10) == 0
+    sema("rm", "--local", n)
+
+
+def test_rm_and_errors():
+    n = name()
+    assert sema("run", "--local", n, "-c", "2", "--", "true").returncode == 0
+    r = sema("run", "--local", n, "-c", "3", "--", "true")
+    assert r.returncode == 1 and "capacity 2" in r.stderr, r
+    assert sema("run", "--local", n, "-w", "3", "--", "true").returncode == 1
+    assert sema("rm", "--local", n).returncode == 0
+    assert sema("rm", "--local", n).returncode == 1
+    assert sema("rm", "--local", "-f", n).returncode == 0
+    for bad in (["run", "--local", n], ["run", "--local", "--", "true"],
+                ["run", "--local", n, "-t", "soon", "--", "true"],
+                ["run", "--local", n, "-w", "0", "--", "true"], ["rm", "--local"],
+                ["run", "--local", n, "--bogus", "--", "true"], ["nosuchverb"]):
+        r = sema(*bad)
+        assert r.returncode == 2, (bad, r)
+    assert sema("run", "--local", "bad/name", "--", "true").returncode == 1
+
+
+def test_help_version_and_remote_form():
+    assert sema("--version").stdout.startswith("sema ")
+    for args in (["help"], ["--help"], ["run", "--local", "--help"], ["ls", "--local", "-h"],
+                 ["help", "rm"]):
+        r = sema(*args)
+        assert r.returncode == 0 and "usage" in r.stdout, (args, r)
+    # Without --local the verbs need a server: none listens on this port.
+    env = dict(os.environ, SEMA_SERVER="http://127.0.0.1:9")
+    r = sema("run", "x", "--", "true", env=env)
+    assert r.returncode == 69, r
+
+
+if __name__ == "__main__":
+    if not os.path.exists(SEMA):
+        print("skipped: no sema binary at %s" % SEMA)
+        sys.exit(77)
+    globals()["test_" + sys.argv[1]]()
