@@ -1,0 +1,193 @@
+# SPDX-License-Identifier: MIT
+"""test_bench.py - `sema bench` and the bench peers against real servers: every mode completes
+exactly what it was asked, leaves no lease behind, and reports what the server saw."""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+import semad_fixture as fx  # noqa: E402
+
+BUILD = os.environ.get("SEMA_BUILD_DIR") or os.path.join(
+    os.environ.get("SEMA_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", "..")),
+    "build")
+SEMA = os.environ.get("SEMA_BIN") or os.path.join(BUILD, "bin", "sema")
+
+
+def sema_bench(server, *args, timeout=60, expect=0):
+    """Runs `sema bench --json` and returns its parsed report."""
+    p = subprocess.run([SEMA, "bench", "--json", "-s", server] + [str(a) for a in args],
+                       capture_output=True, text=True, timeout=timeout * fx.SLOW)
+    assert p.returncode == expect, (p.returncode, p.stdout, p.stderr)
+    return json.loads(p.stdout) if expect == 0 else p
+
+
+def state(s, name):
+    st, body = s.json("GET", "/v1/semaphores/" + name)
+    assert st == 200, (st, body)
+    return body
+
+
+def test_pairs_count():
+    """-n N runs exactly N acquire+release pairs and gives every unit back."""
+    with fx.Semad() as s:
+        r = sema_bench(s.url(""), "-c", 20, "-n", 2000, "--name", "p")
+        assert r["ops"] == 2000, r
+        assert r["errors"] == 0, r
+        assert r["status"] == {"200": 2000, "204": 2000}, r
+        st = state(s, "p")
+        assert st["capacity"] == 20 and st["held"] == 0 and st["available"] == 20, st
+        assert st["fence"] == 2000, st
+
+
+def test_pairs_contended_parks_and_completes():
+    """More connections than units: acquires park, and every pair still completes."""
+    with fx.Semad() as s:
+        r = sema_bench(s.url(""), "-c", 12, "--capacity", 3, "-n", 600, "--name", "q", "-k", 2)
+        assert r["ops"] == 600 and r["errors"] == 0, r
+        for name in ("q-0", "q-1"):
+            st = state(s, name)
+            assert st["capacity"] == 3 and st["held"] == 0 and st["waiting"] == 0, st
+
+
+def test_duration_releases_in_flight_leases():
+    """A timed run stops issuing at the deadline and still releases what it holds."""
+    with fx.Semad() as s:
+        r = sema_bench(s.url(""), "-c", 8, "-d", 0.5, "-w", 2, "--name", "d")
+        assert r["ops"] > 0 and r["errors"] == 0, r
+        assert 0.4 < r["seconds"] < 5, r
+        st = state(s, "d")
+        assert st["capacity"] == 16 and st["held"] == 0, st
+
+
+def test_get_mode_and_pipelining():
+    with fx.Semad() as s:
+        r = sema_bench(s.url(""), "-m", "get", "--path", "/healthz", "-c", 4, "-n", 500)
+        assert r["ops"] == 500 and r["status"] == {"200": 500}, r
+        r = sema_bench(s.url(""), "-m", "get", "--path", "/healthz", "-c", 2, "-P", 8, "-n", 400)
+        assert r["ops"] == 400 and r["status"] == {"200": 400}, r
+
+
+def test_create_mode():
+    """-m create makes NAME-0 .. NAME-(n-1), each once."""
+    with fx.Semad() as s:
+        r = sema_bench(s.url(""), "-m", "create", "-n", 300, "-c", 3, "-P", 4, "--name", "cr",
+                       "--server-pid", s.proc.pid)
+        assert r["ops"] == 300 and r["status"] == {"201": 300}, r
+        assert r["rss_after_kib"] > 0, r
+        names = []
+        cursor = None
+        while True:
+            path = "/v1/semaphores?prefix=cr-&limit=1000" + ("&cursor=" + cursor if cursor else "")
+            st, body = s.json("GET", path)
+            assert st == 200, (st, body)
+            names += [x["name"] for x in body["semaphores"]]
+            cursor = body["next_cursor"]
+            if not cursor:
+                break
+        assert sorted(names) == sorted("cr-%d" % i for i in range(300))
+
+
+def test_handoff_mode():
+    with fx.Semad() as s:
+        r = sema_bench(s.url(""), "-m", "handoff", "-n", 60, "--name", "h")
+        assert r["ops"] == 60 and r["errors"] == 0, r
+        assert r["status"] == {"200": 60, "204": 60}, r
+        assert 0 < r["p50_us"] <= r["max_us"], r
+        st = state(s, "h")
+        assert st["held"] == 1 and st["waiting"] == 0, st  # the last grant is still held
+
+
+def test_park_mode():
+    """Every connection parks; deleting the semaphore answers each one 410."""
+    with fx.Semad() as s:
+        n = 64
+        r = sema_bench(s.url(""), "-m", "park", "-c", n, "--name", "pk", "--server-pid",
+                       s.proc.pid)
+        assert r["ops"] == n and r["errors"] == 0, r
+        assert r["status"] == {"410": n}, r
+        assert r["rss_after_kib"] > 0 and r["rss_before_kib"] > 0, r
+        assert s.request("GET", "/v1/semaphores/pk")[0] == 404
+
+
+def test_bad_arguments_and_no_server():
+    with fx.Semad() as s:
+        for bad in (["-c", "0"], ["-m", "nope"], ["-n", "x"], ["--path", "healthz"],
+                    ["--name", "a/b"], ["extra"]):
+            p = sema_bench(s.url(""), *bad, expect=2)
+            assert "sema bench" in p.stderr, (bad, p.stderr)
+    port = free_port()
+    p = sema_bench("http://127.0.0.1:%d" % port, "-n", 1, expect=69)
+    assert "cannot connect" in p.stderr, p.stderr
+
+
+def test_conflicting_semaphore_is_refused():
+    """An existing semaphore with another capacity stops the run before it starts."""
+    with fx.Semad() as s:
+        assert s.request("PUT", "/v1/semaphores/c", {"capacity": 7})[0] == 201
+        p = sema_bench(s.url(""), "-c", 4, "-n", 10, "--name", "c", expect=1)
+        assert "409" in p.stderr and "--name" in p.stderr, p.stderr
+        assert state(s, "c")["fence"] == 0
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_ceiling_server():
+    """The ceiling answers semad's requests with constants; the generator runs against it."""
+    ceiling = os.path.join(BUILD, "bin", "bench_ceiling")
+    if not os.path.exists(ceiling):
+        sys.exit(77)
+    p = subprocess.Popen([ceiling, "--listen", "127.0.0.1:0", "--max-seconds", "60"],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        addr = p.stdout.readline().split()[1]
+        r = sema_bench("http://" + addr, "-c", 10, "-n", 1000, "--no-create")
+        assert r["ops"] == 1000 and r["status"] == {"200": 1000, "204": 1000}, r
+        r = sema_bench("http://" + addr, "-m", "get", "-c", 2, "-P", 16, "-n", 1000)
+        assert r["ops"] == 1000, r
+    finally:
+        p.terminate()
+        p.wait(10)
+
+
+def test_redis_peer():
+    """The Redis/Lua peer runs exactly -n pairs and leaves no holder in Redis."""
+    peer = os.path.join(BUILD, "bin", "bench_redis_peer")
+    server = shutil.which("redis-server")
+    cli = shutil.which("redis-cli")
+    if not (os.path.exists(peer) and server and cli):
+        sys.exit(77)
+    tmp = tempfile.mkdtemp(prefix="sema-redis-")
+    port = free_port()
+    rs = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                           "--appendonly", "no", "--dir", tmp],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        fx.wait_until(lambda: subprocess.run([cli, "-p", str(port), "ping"],
+                                             capture_output=True, text=True).stdout.strip()
+                      == "PONG", timeout=10, what="redis-server")
+        p = subprocess.run([peer, "--redis", "127.0.0.1:%d" % port, "-c", "10", "-n", "1000",
+                            "--json"], capture_output=True, text=True, timeout=60 * fx.SLOW)
+        assert p.returncode == 0, (p.stdout, p.stderr)
+        r = json.loads(p.stdout)
+        assert r["pairs"] == 1000 and r["errors"] == 0, r
+        z = subprocess.run([cli, "-p", str(port), "zcard", "{bench-0}:holders"],
+                           capture_output=True, text=True).stdout.strip()
+        assert z == "0", z
+    finally:
+        rs.terminate()
+        rs.wait(10)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    fx.main(globals())
