@@ -3,6 +3,7 @@
 restart on the same data directory, a disk that fills up, stores it must refuse to start on.
 
 Run one case: python3 test_durability.py <name>. Needs $SEMAD (CTest sets it)."""
+import atexit
 import errno
 import http.client
 import json
@@ -33,6 +34,18 @@ def free_port():
         return s.getsockname()[1]
 
 
+RUNNING = []
+
+
+@atexit.register
+def kill_leftovers():
+    """A failed case must not leave semad processes behind."""
+    for srv in RUNNING:
+        if srv.proc.poll() is None:
+            srv.proc.kill()
+            srv.proc.wait()
+
+
 class Semad:
     """One semad process on a data directory, and a small HTTP/JSON client for it."""
 
@@ -48,6 +61,7 @@ class Semad:
         argv = list(prefix) + [SEMAD, "--listen", "127.0.0.1:%d" % self.port, "--data", data,
                                "--durability", durability] + list(extra)
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
+        RUNNING.append(self)
         self.started = time.time()
 
     def wait_ready(self, timeout=20.0):
