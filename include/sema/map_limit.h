@@ -22,12 +22,14 @@ extern "C" {
 /* Produce the next item: store it in *item and return 1, return 0 at the end
  * of the input, or a negative code to stop the map with that error (it is
  * reported as the error of the item that would have had the next index).
- * Called by one thread at a time, never concurrently with itself, and never
- * once the map is stopped; an item produced while the map stops (an error or
- * cancel lands during this very call) is not started and not handed back: a
- * producer whose items own memory can see it with sema_map_limit_stats()
- * (`stopped`) or keep its own list. Items are pulled one at a time, only when
- * a worker is free, so a huge input is never materialised. */
+ * Items are pulled one at a time, only when a worker is free to start one, so
+ * a huge input is never materialised. Called one call at a time with the
+ * map's internal lock held: keep it quick (workers wait for it to start or
+ * finish items); it may call sema_map_limit_cancel() and
+ * sema_map_limit_stats() on its map, nothing else of it. Never called once the
+ * map is stopped; an item produced while a cancel lands during this very call
+ * is not started and not handed back (a producer whose items own memory can
+ * check `stopped` in the stats, or keep its own list). */
 typedef int (*sema_map_limit_next_fn)(void *ctx, void **item);
 
 /* Process item number `index` (0-based, input order). Store the result in
@@ -56,7 +58,7 @@ typedef struct sema_map_limit_opts {
     sema_map_limit_discard_fn discard; /* optional: results that are not emitted */
     void *ctx;                         /* passed to every callback */
     size_t
-        window; /* with emit: max items started but not yet emitted (0: 16 * limit, at least 64) */
+        window; /* with emit: max items started but not yet emitted (0: 16 * limit, at least 256) */
     uint64_t total; /* number of items if known (for stats only; 0: unknown) */
 } sema_map_limit_opts_t;
 

@@ -727,3 +727,51 @@ TEST(pitfall16_cancel_settles_threads_waiting_for_window)
     ASSERT_EQ(sema_map_limit_run(p.map), SEMA_ECANCELED);
     sema_map_limit_free(p.map);
 }
+
+/* next() runs under the map's lock: a cancel from inside it must not
+ * deadlock, and the item it just produced never starts. */
+struct next_cancel {
+    sema_map_limit_t *map;
+    uint64_t pos;
+    atomic_long calls;
+};
+
+static int next_that_cancels(void *ctx, void **item)
+{
+    struct next_cancel *c = ctx;
+    sema_map_limit_stats_t st;
+
+    sema_map_limit_stats(c->map, &st); /* also allowed from inside next() */
+    if (c->pos == 5)
+        sema_map_limit_cancel(c->map);
+    *item = NULL;
+    c->pos++;
+    return 1;
+}
+
+static int count_calls_fn(void *ctx, uint64_t index, void *item, void **result)
+{
+    struct next_cancel *c = ctx;
+
+    (void)index;
+    (void)item;
+    (void)result;
+    atomic_fetch_add(&c->calls, 1);
+    return 0;
+}
+
+TEST(cancel_from_inside_next)
+{
+    struct next_cancel c = {0};
+    sema_map_limit_opts_t o = {0};
+
+    o.limit = 2;
+    o.next = next_that_cancels;
+    o.fn = count_calls_fn;
+    o.ctx = &c;
+    ASSERT_OK(sema_map_limit_new(&c.map, &o));
+    ASSERT_EQ(sema_map_limit_run(c.map), SEMA_ECANCELED);
+    ASSERT_EQ(c.pos, 6);
+    ASSERT_EQ(atomic_load(&c.calls), 5);
+    sema_map_limit_free(c.map);
+}
