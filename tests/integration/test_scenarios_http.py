@@ -1,0 +1,225 @@
+# SPDX-License-Identifier: MIT
+"""test_scenarios_http.py - the shared semantics suite (tests/cases/scenarios.txt) over
+HTTP against the real semad. A queued request is a parked HTTP request on its own
+connection; `cancel` closes that connection; `close` is DELETE; `release L` is DELETE of
+L's lease. Scenarios with a line HTTP cannot express are skipped and named."""
+import json
+import os
+import socket
+import sys
+import threading
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import semad_fixture as fx  # noqa: E402
+
+SCENARIOS = os.path.join(os.environ.get("SEMA_SOURCE_DIR",
+                                        os.path.join(os.path.dirname(__file__), "..", "..")),
+                         "tests", "cases", "scenarios.txt")
+
+
+def parse(path):
+    """[(name, capacity, [(lineno, words, expected)])]"""
+    out, cur = [], None
+    with open(path) as f:
+        for no, line in enumerate(f, 1):
+            line = line.split("#", 1)[0].strip()
+            if not line:
+                continue
+            words, _, expect = line.partition("=>")
+            words, expect = words.split(), expect.strip() or None
+            if words[0] == "scenario":
+                cur = (words[1], int(words[2]), [])
+                out.append(cur)
+            elif words[0] == "end":
+                cur = None
+            else:
+                cur[2].append((no, words, expect))
+    return out
+
+
+def expressible(words):
+    if words[0] == "release" and len(words) > 2:
+        return "partial release (release L W) has no HTTP route"
+    return None
+
+
+class Request:
+    """One labelled request on its own connection; the reply is read by a thread."""
+
+    def __init__(self, s, path, body):
+        self.sock = s.raw(timeout=30)
+        self.f = self.sock.makefile("rb")
+        self.closed = False
+        self.reply = None
+        self.done = threading.Event()
+        self.sock.sendall(fx.raw_request("POST", path, body))
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        try:
+            st, _, data = fx.read_response(self.f)
+            self.reply = (st, json.loads(data) if data else None)
+        except (OSError, EOFError, ValueError):
+            self.reply = ("closed", None)
+        self.done.set()
+
+    def close(self):
+        self.closed = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)  # a real FIN now, even with a reader blocked
+        except OSError:
+            pass
+        self.sock.close()
+
+
+def outcome(req, waitidle=False):
+    """The scenario word for a settled request."""
+    if req.closed:
+        return "canceled"
+    st, body = req.reply
+    code = body.get("code") if isinstance(body, dict) else None
+    if st == 200:
+        return "done" if waitidle else "granted"
+    return {400: "invalid", 404: "canceled", 410: "canceled"}.get(
+        st, {"timeout": "timedout", "unavailable": "busy"}.get(code, "http %s" % st))
+
+
+class Runner:
+    def __init__(self, s, name, cap):
+        self.s, self.sem, self.reqs, self.leases = s, "sc-" + name, {}, {}
+        self.kinds = {}
+        self.closed_sem = False
+        assert s.json("PUT", "/v1/semaphores/" + self.sem, {"capacity": cap})[0] == 201
+
+    def state(self):
+        st, sem = self.s.json("GET", "/v1/semaphores/" + self.sem)
+        return sem if st == 200 else None
+
+    def nwaiters(self):
+        sem = self.state()
+        return sem["waiting"] if sem else 0
+
+    def send(self, label, path, body, waitidle=False):
+        before = self.nwaiters()
+        req = Request(self.s, path, body)
+        self.reqs[label] = req
+        self.kinds[label] = waitidle
+        fx.wait_until(lambda: req.done.is_set() or self.nwaiters() > before,
+                      what="%s to settle or queue" % label)
+        if not req.done.is_set():
+            return "queued"
+        res = outcome(req, waitidle)
+        if res == "granted":
+            self.leases[label] = req.reply[1]["lease"]
+        return res
+
+    def acquire(self, words, try_):
+        label, weight = words[1], int(words[2])
+        body = {"weight": weight, "owner": label}
+        if try_:
+            body["timeout_ms"] = 0
+        for w in words[3:]:
+            if w.startswith("timeout="):
+                body["timeout_ms"] = int(w.split("=")[1])
+        return self.send(label, "/v1/semaphores/%s/acquire" % self.sem, body)
+
+    def settle(self, label):
+        req = self.reqs[label]
+        if not req.closed:
+            assert req.done.wait(5 * fx.SLOW), "%s never settled" % label
+        res = outcome(req, self.kinds[label])
+        if res == "granted":
+            self.leases[label] = req.reply[1]["lease"]
+        return res
+
+    def run(self, no, words, expect):
+        verb = words[0]
+        if verb in ("acquire", "try"):
+            got = self.acquire(words, verb == "try")
+        elif verb == "waitidle":
+            body = {}
+            for w in words[2:]:
+                if w.startswith("timeout="):
+                    body["timeout_ms"] = int(w.split("=")[1])
+            got = self.send(words[1], "/v1/semaphores/%s/wait-idle" % self.sem, body, True)
+        elif verb == "release":
+            lease = self.leases.pop(words[1], None)
+            if lease is None:
+                got = "stale"
+            else:
+                st = self.s.request("DELETE", "/v1/leases/" + lease)[0]
+                got = "ok" if st == 204 or (self.closed_sem and st in (404, 410)) else \
+                    "stale" if st == 410 else "http %d" % st
+                if st == 410:
+                    self.leases[words[1] + "#released"] = lease
+        elif verb == "cancel":
+            self.reqs[words[1]].close()
+            got = "ok"
+        elif verb == "resize":
+            st = self.s.request("PATCH", "/v1/semaphores/" + self.sem,
+                                {"capacity": int(words[1])})[0]
+            got = "ok" if st == 200 else "invalid" if st == 400 else "http %d" % st
+        elif verb == "close":
+            st = self.s.request("DELETE", "/v1/semaphores/" + self.sem)[0]
+            self.closed_sem = True
+            got = "ok" if st == 204 else "http %d" % st
+        elif verb == "now":
+            got = expect
+            for label in words[1:]:
+                res = self.settle(label)
+                assert res == expect, "line %d: %s settled %s, want %s" % (no, label, res,
+                                                                             expect)
+        elif verb == "still":
+            for label in words[1:]:
+                assert not self.reqs[label].done.is_set(), "line %d: %s settled" % (no, label)
+            return
+        elif verb == "state":
+            self.check_state(no, words[1:])
+            return
+        else:
+            raise AssertionError("line %d: unknown verb %s" % (no, verb))
+        assert got == expect, "line %d: %s => %s, want %s" % (no, " ".join(words), got, expect)
+
+    def check_state(self, no, pairs):
+        sem = self.state()
+        fields = {"capacity": "capacity", "available": "available", "held": "held",
+                  "waiters": "waiting", "waiting": "waiting_weight"}
+        for kv in pairs:
+            k, v = kv.split("=")
+            assert sem[fields[k]] == int(v), "line %d: %s=%s, want %s (%s)" % (
+                no, k, sem[fields[k]], v, sem)
+
+    def finish(self):
+        for r in self.reqs.values():
+            r.close()
+        if not self.closed_sem:
+            self.s.request("DELETE", "/v1/semaphores/" + self.sem)
+
+
+def test_scenarios():
+    scenarios = parse(SCENARIOS)
+    assert scenarios, "no scenarios"
+    ran, skipped = 0, []
+    with fx.Semad() as s:
+        for name, cap, lines in scenarios:
+            why = next((expressible(w) for _, w, _ in lines if expressible(w)), None)
+            if why:
+                skipped.append("%s (%s)" % (name, why))
+                continue
+            r = Runner(s, name, cap)
+            try:
+                for no, words, expect in lines:
+                    r.run(no, words, expect)
+            except AssertionError as e:
+                raise AssertionError("scenario %s: %s" % (name, e))
+            finally:
+                r.finish()
+            ran += 1
+    for sk in skipped:
+        print("skipped scenario " + sk)
+    print("%d scenarios passed over HTTP, %d skipped" % (ran, len(skipped)))
+    assert ran >= len(scenarios) - 2
+
+
+if __name__ == "__main__":
+    fx.main(globals())
