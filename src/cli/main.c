@@ -2,6 +2,7 @@
 /* main.c - the sema command: global options, the verb table and dispatch between the local
  * (shared-memory) and remote (semad) forms of each verb. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -181,6 +182,11 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         print_overview(stdout);
         return CLI_EXIT_OK;
+    }
+    while (argc > 3 && strcmp(argv[1], "--server") == 0) { /* remote verbs read SEMA_SERVER */
+        setenv("SEMA_SERVER", argv[2], 1);
+        argc -= 2;
+        argv += 2;
     }
     const cli_command_t *c = find_command(argv[1]);
     if (c != NULL)

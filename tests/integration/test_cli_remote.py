@@ -1,0 +1,345 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""test_cli_remote.py - the `sema` command's remote verbs against a real semad.
+
+Each test starts its own semad (semad_fixture.Semad) on an ephemeral loopback port and runs
+the real `sema` ($SEMA_BIN) as separate processes, as a shell script would.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import semad_fixture  # noqa: E402
+from semad_fixture import SLOW, Semad, wait_until  # noqa: E402
+
+EXIT_FAIL, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_TIMEOUT, EXIT_LOST = 1, 2, 69, 75, 76
+
+
+def sema_bin():
+    p = os.environ.get("SEMA_BIN")
+    if p:
+        return p
+    src = os.environ.get("SEMA_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+    return os.path.join(src, "build", "bin", "sema")
+
+
+def env_for(d):
+    e = dict(os.environ)
+    e["SEMA_SERVER"] = d.url("")
+    return e
+
+
+def sema(d, *args, timeout=30, check=None):
+    """Run sema to completion: (exit status, stdout, stderr)."""
+    p = subprocess.run([sema_bin()] + list(args), env=env_for(d), capture_output=True,
+                       text=True, timeout=timeout * SLOW)
+    if check is not None and p.returncode != check:
+        raise AssertionError("sema %s: exit %d, want %d\nstdout: %s\nstderr: %s"
+                             % (" ".join(args), p.returncode, check, p.stdout, p.stderr))
+    return p.returncode, p.stdout, p.stderr
+
+
+def spawn(d, *args, **kw):
+    return subprocess.Popen([sema_bin()] + list(args), env=env_for(d), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kw)
+
+
+def state(d, name):
+    st, doc = d.json("GET", "/v1/semaphores/" + name)
+    assert st == 200, (st, doc)
+    return doc
+
+
+def max_overlap(lines):
+    """Witness lines 's ID' / 'e ID': the most IDs between their s and e at once."""
+    inside, peak = set(), 0
+    for ln in lines:
+        kind, ident = ln.split()
+        if kind == "s":
+            inside.add(ident)
+            peak = max(peak, len(inside))
+        else:
+            assert ident in inside, ("end without start", ident, lines)
+            inside.remove(ident)
+    assert not inside, ("never ended", inside)
+    return peak
+
+
+def run_many(d, name, capacity, count, script, witness):
+    procs = [spawn(d, "run", name, "-c", str(capacity), "--", "sh", "-c", script, "sh", witness)
+             for _ in range(count)]
+    for p in procs:
+        out, err = p.communicate(timeout=60 * SLOW)
+        assert p.returncode == 0, (p.returncode, err)
+    with open(witness) as f:
+        return [ln for ln in f.read().splitlines() if ln]
+
+
+# Append "s PID", stay a while, append "e PID" (O_APPEND lines do not interleave).
+HOLD = 'echo "s $$" >> "$1"; sleep 0.15; echo "e $$" >> "$1"'
+# Append "s PID", stay until 3 have started (bounded: 10 s), append "e PID".
+UNTIL_3 = ('echo "s $$" >> "$1"; n=0; while [ "$(grep -c "^s" "$1")" -lt 3 ] && [ $n -lt 200 ];'
+           ' do sleep 0.05; n=$((n+1)); done; echo "e $$" >> "$1"')
+
+
+def test_run_capacity_1_never_overlaps():
+    with Semad() as d, tempfile.TemporaryDirectory() as tmp:
+        w = os.path.join(tmp, "witness")
+        lines = run_many(d, "one", 1, 5, HOLD, w)
+        assert len(lines) == 10, lines
+        assert max_overlap(lines) == 1, lines
+        assert state(d, "one")["held"] == 0
+
+
+def test_run_capacity_3_runs_exactly_3():
+    with Semad() as d, tempfile.TemporaryDirectory() as tmp:
+        w = os.path.join(tmp, "witness")
+        lines = run_many(d, "three", 3, 6, UNTIL_3, w)
+        assert len(lines) == 12, lines
+        assert max_overlap(lines) == 3, lines
+        assert state(d, "three")["held"] == 0
+
+
+def start_holder(d, name, tmp, ttl="1s"):
+    """sema run with a command that records SIGTERM and otherwise sleeps; waits for the grant."""
+    mark = os.path.join(tmp, "term")
+    script = 'trap "echo term > %s; exit 0" TERM; touch %s.up; while :; do sleep 0.05; done' % (
+        mark, mark)
+    p = spawn(d, "run", name, "-c", "1", "--ttl", ttl, "--grace", "3s", "--", "sh", "-c", script)
+    wait_until(lambda: os.path.exists(mark + ".up"), 10, "the command to start")
+    return p, mark
+
+
+def test_lost_lease_revoked_stops_command():
+    with Semad() as d, tempfile.TemporaryDirectory() as tmp:
+        p, mark = start_holder(d, "rv", tmp)
+        time.sleep(1.5)  # more than the ttl: the keep-alive must have renewed
+        assert p.poll() is None, p.communicate()
+        holders = state(d, "rv")["holders"]
+        assert len(holders) == 1
+        st, _ = d.json("POST", "/v1/leases/%s/revoke" % holders[0]["lease"])
+        assert st in (200, 204), st
+        out, err = p.communicate(timeout=10 * SLOW)
+        assert p.returncode == EXIT_LOST, (p.returncode, err)
+        assert "lost" in err and "revoked" in err, err
+        assert os.path.exists(mark), "the command was not sent SIGTERM"
+
+
+def test_lost_lease_server_stopped_stops_command():
+    with Semad() as d, tempfile.TemporaryDirectory() as tmp:
+        p, mark = start_holder(d, "gone", tmp)
+        assert d.stop() == 0  # SIGTERM: semad exits, its port closes
+        t0 = time.monotonic()
+        out, err = p.communicate(timeout=10 * SLOW)
+        assert p.returncode == EXIT_LOST, (p.returncode, err)
+        assert time.monotonic() - t0 < 5 * SLOW  # about one ttl, not forever
+        assert "lost" in err, err
+        assert os.path.exists(mark), "the command was not sent SIGTERM"
+
+
+def test_run_kills_command_that_ignores_sigterm():
+    with Semad() as d:
+        script = 'trap "" TERM; touch "$0.up"; while :; do sleep 0.05; done'
+        with tempfile.TemporaryDirectory() as tmp:
+            up = os.path.join(tmp, "x")
+            p = spawn(d, "run", "stubborn", "-c", "1", "--ttl", "1s", "--grace", "300ms", "--",
+                      "sh", "-c", script, up)
+            wait_until(lambda: os.path.exists(up + ".up"), 10, "the command to start")
+            lease = state(d, "stubborn")["holders"][0]["lease"]
+            d.json("POST", "/v1/leases/%s/revoke" % lease)
+            out, err = p.communicate(timeout=10 * SLOW)
+            assert p.returncode == EXIT_LOST, (p.returncode, err)
+            assert "SIGKILL" in err, err
+
+
+def test_run_exit_status_and_release():
+    with Semad() as d:
+        assert sema(d, "run", "st", "-c", "2", "--", "sh", "-c", "exit 3")[0] == 3
+        assert sema(d, "run", "st", "--", "sh", "-c", "kill -9 $$")[0] == 128 + 9
+        rc, _, err = sema(d, "run", "st", "--", "/nonexistent/program")
+        assert rc == 127 and "nonexistent" in err, (rc, err)
+        assert state(d, "st")["held"] == 0
+        rc, _, err = sema(d, "run", "missing", "--", "true")
+        assert rc == EXIT_FAIL and "no such semaphore" in err, (rc, err)
+
+
+def test_run_forwards_signals():
+    with Semad() as d, tempfile.TemporaryDirectory() as tmp:
+        mark = os.path.join(tmp, "got")
+        script = ('trap "echo usr1 >> %s" USR1; trap "echo term >> %s; exit 7" TERM; '
+                  'touch %s.up; while :; do sleep 0.05; done' % (mark, mark, mark))
+        p = spawn(d, "run", "sig", "-c", "1", "--", "sh", "-c", script)
+        wait_until(lambda: os.path.exists(mark + ".up"), 10, "the command to start")
+        p.send_signal(signal.SIGUSR1)
+        wait_until(lambda: os.path.exists(mark), 5, "USR1 to reach the command")
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=10 * SLOW)
+        assert p.returncode == 7, (p.returncode, err)
+        with open(mark) as f:
+            assert f.read().split() == ["usr1", "term"]
+        assert state(d, "sig")["held"] == 0
+
+
+def test_timeouts():
+    with Semad() as d:
+        sema(d, "create", "busy", "1", check=0)
+        rc, lease, _ = sema(d, "acquire", "busy", check=0)
+        t0 = time.monotonic()
+        rc, out, err = sema(d, "acquire", "busy", "-t", "300ms")
+        assert rc == EXIT_TIMEOUT and "timeout" in err.lower(), (rc, err)
+        assert time.monotonic() - t0 >= 0.3
+        rc, out, err = sema(d, "acquire", "busy", "-t", "0")
+        assert rc == EXIT_TIMEOUT and err, (rc, err)
+        rc, out, err = sema(d, "run", "busy", "-t", "200ms", "--", "true")
+        assert rc == EXIT_TIMEOUT and err, (rc, err)
+        assert state(d, "busy")["held"] == 1 and state(d, "busy")["waiting"] == 0
+        sema(d, "release", lease.strip(), check=0)
+
+
+def test_bad_arguments():
+    with Semad() as d:
+        cases = [["acquire"], ["acquire", "x", "-w", "abc"], ["acquire", "x", "-w", "0"],
+                 ["acquire", "x", "-t", "soon"], ["acquire", "x", "--ttl", "0"],
+                 ["run", "x"], ["run", "x", "-c", "-1", "--", "true"], ["create", "x", "0"],
+                 ["create", "x"], ["get", "x", "y"], ["get", "x", "--bogus"],
+                 ["lock", "k", "--", "true"], ["lock", "k", "--shared", "--exclusive", "--",
+                                                  "true"], ["release"], ["ls", "a", "b"]]
+        for args in cases:
+            rc, out, err = sema(d, *args)
+            assert rc == EXIT_USAGE, (args, rc, err)
+            assert err.startswith("sema ") and "usage" in err, (args, err)
+            assert out == "", (args, out)
+
+
+def test_unreachable_server():
+    with Semad() as d:
+        pass  # started and stopped: its port is now closed
+    e = dict(os.environ)
+    for args in (["--server", d.url(""), "get", "x"], ["get", "x"], ["acquire", "x"],
+                 ["run", "x", "--", "true"]):
+        e["SEMA_SERVER"] = d.url("")
+        p = subprocess.run([sema_bin()] + args, env=e, capture_output=True, text=True,
+                           timeout=30 * SLOW)
+        assert p.returncode == EXIT_UNAVAILABLE, (args, p.returncode, p.stderr)
+        assert "cannot reach" in p.stderr, p.stderr
+    rc = subprocess.run([sema_bin(), "get", "x", "--server", "not-a-url"], capture_output=True,
+                        text=True).returncode
+    assert rc == EXIT_USAGE
+
+
+def test_admin_verbs_and_json():
+    with Semad() as d:
+        rc, out, _ = sema(d, "create", "adm", "2", "--json", check=0)
+        assert json.loads(out) == {"name": "adm", "capacity": 2, "created": True}
+        assert "exists" in sema(d, "create", "adm", "2", check=0)[1]
+        rc, _, err = sema(d, "create", "adm", "3")
+        assert rc == EXIT_FAIL and "EEXIST" in err, (rc, err)
+        rc, out, _ = sema(d, "acquire", "adm", "-w", "2", "--ttl", "30s", "--owner", "me",
+                          "--json", check=0)
+        lease = json.loads(out)
+        assert lease["weight"] == 2 and lease["ttl_ms"] == 30000 and lease["name"] == "adm"
+        doc = json.loads(sema(d, "get", "adm", "--json", check=0)[1])
+        assert doc["held"] == 2 and doc["holders"][0]["owner"] == "me"
+        human = sema(d, "get", "adm", check=0)[1]
+        assert "holders    1" in human and lease["lease"] in human
+        rc, out, _ = sema(d, "renew", lease["lease"], "--ttl", "1m", "--json", check=0)
+        assert json.loads(out)["ttl_ms"] == 60000
+        sema(d, "release", lease["lease"], check=0)
+        rc, _, err = sema(d, "release", lease["lease"])
+        assert rc == EXIT_FAIL and "released" in err, (rc, err)
+        sema(d, "create", "adm2", "1", check=0)
+        lines = sema(d, "ls", "adm", "--json", check=0)[1].splitlines()
+        assert [json.loads(x)["name"] for x in lines] == ["adm", "adm2"]
+        assert "adm2" in sema(d, "ls", check=0)[1]
+        sema(d, "resize", "adm", "5", check=0)
+        assert state(d, "adm")["capacity"] == 5
+        sema(d, "rm", "adm", check=0)
+        rc, _, err = sema(d, "get", "adm")
+        assert rc == EXIT_FAIL and "ENOENT" in err
+
+
+def test_expired_lease_renew_is_lost():
+    with Semad() as d:
+        sema(d, "create", "ex", "1", check=0)
+        lease = sema(d, "acquire", "ex", "--ttl", "100ms", check=0)[1].strip()
+        wait_until(lambda: state(d, "ex")["held"] == 0, 5, "the lease to expire")
+        rc, _, err = sema(d, "renew", lease)
+        assert rc == EXIT_LOST and "expired" in err, (rc, err)
+
+
+def test_lock_verbs():
+    with Semad() as d, tempfile.TemporaryDirectory() as tmp:
+        w = os.path.join(tmp, "witness")
+        procs = [spawn(d, "lock", "db", "--exclusive", "--", "sh", "-c", HOLD, "sh", w)
+                 for _ in range(3)]
+        for p in procs:
+            p.communicate(timeout=60 * SLOW)
+            assert p.returncode == 0
+        with open(w) as f:
+            assert max_overlap(f.read().split("\n")[:-1]) == 1
+        w2 = os.path.join(tmp, "witness2")
+        procs = [spawn(d, "lock", "db", "--shared", "--", "sh", "-c", UNTIL_3, "sh", w2)
+                 for _ in range(3)]
+        for p in procs:
+            p.communicate(timeout=60 * SLOW)
+            assert p.returncode == 0
+        with open(w2) as f:
+            assert max_overlap(f.read().split("\n")[:-1]) == 3
+        assert d.request("GET", "/v1/locks/db")[0] == 404  # freed when idle
+
+
+def test_legacy_up_down():
+    with Semad() as d:
+        st, _ = d.json("POST", "/semaphore", {"name": "lg", "value": 1})
+        assert st == 200
+        assert sema(d, "down", "lg", check=0)[1].strip() == "0"
+        rc, _, err = sema(d, "down", "lg")
+        assert rc == EXIT_TIMEOUT and "locked" in err, (rc, err)
+        assert sema(d, "up", "lg", check=0)[1].strip() == "1"
+        assert json.loads(sema(d, "value", "lg", "--json", check=0)[1])["value"] == 1
+        assert sema(d, "up", "nope")[0] == EXIT_FAIL
+
+
+def test_watch_plain_output():
+    with Semad() as d:
+        sema(d, "create", "wt", "1", check=0)
+        p = spawn(d, "watch", "wt")
+        first = p.stdout.readline()
+        assert first.startswith("name"), first
+        lease = None
+        seen = []
+        deadline = time.monotonic() + 10 * SLOW
+        # the stream may start after the first grant: repeat until a grant is seen (bounded)
+        while time.monotonic() < deadline and not any(x.startswith("granted") for x in seen):
+            lease = sema(d, "acquire", "wt", check=0)[1].strip()
+            sema(d, "release", lease, check=0)
+            line = p.stdout.readline()
+            while line and not line.startswith(("granted", "released")):
+                line = p.stdout.readline()
+            seen.append(line)
+        assert any(x.startswith("granted") for x in seen), seen
+        sema(d, "rm", "wt", check=0)
+        out, err = p.communicate(timeout=10 * SLOW)
+        assert p.returncode == 0, (p.returncode, err)
+        assert "deleted" in out, out
+
+
+def test_help_everywhere():
+    with Semad() as d:
+        verbs = ["create", "get", "ls", "resize", "rm", "acquire", "renew", "release", "lease",
+                 "revoke", "wait-idle", "run", "lock", "up", "down", "value", "watch"]
+        top = sema(d, "--help", check=0)[1]
+        for v in verbs:
+            assert v in top, v
+            out = sema(d, v, "--help", check=0)[1]
+            assert out.startswith("usage: sema " + v) and "examples:" in out, (v, out)
+            assert "76 lease lost" in out, (v, out)
+
+
+if __name__ == "__main__":
+    semad_fixture.main(globals())
