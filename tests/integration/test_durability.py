@@ -9,8 +9,8 @@ import http.client
 import json
 import os
 import random
+import re
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -18,20 +18,16 @@ import tempfile
 import threading
 import time
 
+from semad_fixture import SLOW, semad_path
+
 SEED = 20240504
 SCALE = float(os.environ.get("SEMA_TEST_SCALE", "1") or "1")
-SEMAD = os.environ.get("SEMAD", "")
+SEMAD = semad_path()
 
 
 def skip(why):
     print("skipped: " + why, file=sys.stderr)
     sys.exit(77)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 RUNNING = []
@@ -47,35 +43,34 @@ def kill_leftovers():
 
 
 class Semad:
-    """One semad process on a data directory, and a small HTTP/JSON client for it."""
-
-    last_port = 0
+    """One semad process on a given data directory (so it can be killed and restarted on
+    it, or run under a command prefix such as `unshare`), with a small HTTP/JSON client.
+    Like semad_fixture.Semad, it listens on port 0 and reads the port from semad's log."""
 
     def __init__(self, data, durability="strict", prefix=(), extra=()):
         self.data = data
-        self.port = free_port()
-        while self.port == Semad.last_port:  # a restarted semad never reuses the old port
-            self.port = free_port()
-        Semad.last_port = self.port
         self.log = tempfile.NamedTemporaryFile(prefix="semad-", suffix=".log", delete=False)
-        argv = list(prefix) + [SEMAD, "--listen", "127.0.0.1:%d" % self.port, "--data", data,
+        argv = list(prefix) + [SEMAD, "--listen", "127.0.0.1:0", "--data", data,
                                "--durability", durability] + list(extra)
-        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self.log,
+                                     stderr=subprocess.STDOUT)
         RUNNING.append(self)
-        self.started = time.time()
+        self.port = None
 
     def wait_ready(self, timeout=20.0):
-        deadline = time.time() + timeout
+        deadline = time.time() + timeout * SLOW
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise AssertionError("semad exited %d:\n%s" % (self.proc.returncode, self.output()))
+            if self.port is None:
+                m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.output())
+                self.port = int(m.group(1)) if m else None
             try:
-                status, _ = self.call("GET", "/v1/semaphores?limit=1", timeout=2)
-                if status == 200:
+                if self.port is not None and self.call("GET", "/healthz", timeout=2)[0] == 200:
                     return self
             except OSError:
                 pass
-            time.sleep(0.05)
+            time.sleep(0.02)
         raise AssertionError("semad did not answer within %.0f s:\n%s" % (timeout, self.output()))
 
     def output(self):
@@ -187,6 +182,8 @@ class Client(threading.Thread):
         self.conn = http.client.HTTPConnection("127.0.0.1", self.port_box[0], timeout=10)
 
     def call(self, method, path, body=None):
+        if not self.up.is_set():  # the server is down or being checked: touch nothing
+            raise ConnectionError("semad is down")
         if self.conn is None:
             self.connect()
         try:
@@ -272,8 +269,8 @@ def check_after_restart(srv, ledger, restart_ms):
 
 
 def test_crash_restart():
-    if not SEMAD:
-        skip("SEMAD is not set (semad not built)")
+    if not os.access(SEMAD, os.X_OK):
+        skip("no semad at %s (not built)" % SEMAD)
     rng = random.Random(SEED)
     rounds = max(2, int(5 * SCALE))
     nclients = 50
@@ -353,8 +350,8 @@ def fill(path):
 
 
 def test_disk_full():
-    if not SEMAD:
-        skip("SEMAD is not set (semad not built)")
+    if not os.access(SEMAD, os.X_OK):
+        skip("no semad at %s (not built)" % SEMAD)
     probe = subprocess.run(["unshare", "-m", "sh", "-c",
                             "mount -t tmpfs -o size=64k tmpfs /mnt && umount /mnt"],
                            capture_output=True)
@@ -426,8 +423,7 @@ def disk_full_body(srv, inside):
 # ---- stores semad must refuse ---------------------------------------------------------------
 
 def expect_refusal(data, *needles):
-    port = free_port()
-    run = subprocess.run([SEMAD, "--listen", "127.0.0.1:%d" % port, "--data", data],
+    run = subprocess.run([SEMAD, "--listen", "127.0.0.1:0", "--data", data],
                          capture_output=True, text=True, timeout=30)
     out = run.stdout + run.stderr
     assert run.returncode != 0, "semad started on a bad store:\n" + out
@@ -444,8 +440,8 @@ def make_store(data):
 
 
 def test_refuse_corrupt():
-    if not SEMAD:
-        skip("SEMAD is not set (semad not built)")
+    if not os.access(SEMAD, os.X_OK):
+        skip("no semad at %s (not built)" % SEMAD)
     with tempfile.TemporaryDirectory(prefix="sema-dur-") as tmp:
         data = os.path.join(tmp, "data")
         os.mkdir(data, 0o700)
@@ -461,8 +457,8 @@ def test_refuse_corrupt():
 
 
 def test_refuse_other_version():
-    if not SEMAD:
-        skip("SEMAD is not set (semad not built)")
+    if not os.access(SEMAD, os.X_OK):
+        skip("no semad at %s (not built)" % SEMAD)
     with tempfile.TemporaryDirectory(prefix="sema-dur-") as tmp:
         data = os.path.join(tmp, "data")
         make_store(data)
@@ -473,8 +469,8 @@ def test_refuse_other_version():
 
 
 def test_refuse_locked_dir():
-    if not SEMAD:
-        skip("SEMAD is not set (semad not built)")
+    if not os.access(SEMAD, os.X_OK):
+        skip("no semad at %s (not built)" % SEMAD)
     with tempfile.TemporaryDirectory(prefix="sema-dur-") as tmp:
         data = os.path.join(tmp, "data")
         first = Semad(data).wait_ready()
@@ -488,8 +484,8 @@ def test_refuse_locked_dir():
 
 
 def test_check_command():
-    if not SEMAD:
-        skip("SEMAD is not set (semad not built)")
+    if not os.access(SEMAD, os.X_OK):
+        skip("no semad at %s (not built)" % SEMAD)
     with tempfile.TemporaryDirectory(prefix="sema-dur-") as tmp:
         data = os.path.join(tmp, "data")
         make_store(data)
