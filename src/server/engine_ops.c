@@ -177,11 +177,12 @@ static void op_sem_resize(engine_t *e, ereq_t *er)
             engine__finish(e, w, SEMA_EINVAL, NULL, "weight is above the new capacity");
         }
     }
-    engine__admit(e, s);
     engine__store_sem(e, s);
+    /* subscribers hear of the resize before the grants it causes */
     engine__event(
         e, s, "resized",
         json_pack("{s:s%,s:I}", "name", s->name, (size_t)s->name_len, "capacity", (json_int_t)cap));
+    engine__admit(e, s);
     er->durable = 1;
     engine__finish(e, er, 0, engine__json_state(e, s), NULL);
 }

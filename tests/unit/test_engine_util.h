@@ -42,6 +42,11 @@ static inline void t_cb(engine_req_t *r)
         t->then(r);
 }
 
+static inline void t_cb_noop(engine_req_t *r)
+{
+    (void)r;
+}
+
 static inline void fx_init_cfg(fx_t *f, const engine_config_t *cfg)
 {
     char err[256] = "";

@@ -1,0 +1,237 @@
+/* SPDX-License-Identifier: MIT */
+/* test_engine_stress.c - randomized acquire/release/timeout/cancel/resize/delete against the
+ * engine, with a checker fed by the engine's own events (held never above capacity at a
+ * grant; after a shrink no grant until it fits) and by the completions (strict FIFO).
+ * Also the memory figure: a million semaphores. */
+#include <malloc.h>
+
+#include "test_engine_util.h"
+
+#define NSEM 3
+#define NCLIENT 48
+
+typedef struct {
+    treq_t *t;
+    int sem;
+    uint64_t seq; /* park order on its semaphore; 0 if it was not parked */
+    int pending;  /* submitted, callback not run, not cancelled */
+    char lease[40];
+    int holding;
+} client_t;
+
+typedef struct {
+    uint64_t capacity; /* from our resizes, confirmed by "resized" events */
+    uint64_t held;     /* from granted/released/expired events */
+    engine_sub_t *sub;
+    uint64_t next_seq;
+    uint64_t grants;
+} semck_t;
+
+static fx_t F;
+static client_t C[NCLIENT];
+static semck_t S[NSEM];
+static uint64_t rng = 0x9e3779b97f4a7c15ULL;
+
+static uint64_t rnd(uint64_t n)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng % n;
+}
+
+static const char *sem_name(int i)
+{
+    static const char *const names[NSEM] = {"s0", "s1", "s2"};
+    return names[i];
+}
+
+static void on_event(void *arg, const char *type, json_t *data)
+{
+    semck_t *s = arg;
+    uint64_t w = (uint64_t)json_integer_value(json_object_get(data, "weight"));
+
+    if (strcmp(type, "granted") == 0) {
+        if (s->held + w > s->capacity)
+            TEST_FAIL_("grant of %llu with %llu held over capacity %llu", (unsigned long long)w,
+                       (unsigned long long)s->held, (unsigned long long)s->capacity);
+        s->held += w;
+        s->grants++;
+    } else if (strcmp(type, "released") == 0 || strcmp(type, "expired") == 0 ||
+               strcmp(type, "revoked") == 0) {
+        ASSERT_GE(s->held, w);
+        s->held -= w;
+    } else if (strcmp(type, "resized") == 0) {
+        s->capacity = (uint64_t)json_integer_value(json_object_get(data, "capacity"));
+    } else if (strcmp(type, "deleted") == 0) {
+        s->held = 0;
+    }
+}
+
+static void create_sem(int i, uint64_t cap)
+{
+    fx_put(&F, sem_name(i), cap);
+    S[i].capacity = cap;
+    S[i].held = 0;
+    if (S[i].sub != NULL)
+        engine_unsubscribe(F.e, S[i].sub);
+    ASSERT_OK(engine_subscribe(F.e, sem_name(i), on_event, &S[i], &S[i].sub));
+}
+
+static void client_cb(engine_req_t *r)
+{
+    client_t *c = r->data;
+
+    c->pending = 0;
+    if (r->status == 0) {
+        /* FIFO: nobody parked before c on the same semaphore is still waiting */
+        for (int i = 0; c->seq != 0 && i < NCLIENT; i++)
+            if (C[i].pending && C[i].sem == c->sem && C[i].seq != 0 && C[i].seq < c->seq)
+                TEST_FAIL_("client %d (seq %llu) granted before %d (seq %llu)", (int)(c - C),
+                           (unsigned long long)c->seq, i, (unsigned long long)C[i].seq);
+        snprintf(c->lease, sizeof(c->lease), "%s",
+                 json_string_value(json_object_get(r->result, "lease")));
+        c->holding = 1;
+    }
+}
+
+static void start_acquire(client_t *c)
+{
+    treq_t *t = c->t;
+    static const int64_t timeouts[] = {0, -1, 5, 20, -1};
+    static const int64_t ttls[] = {0, 0, 0, 15, 60000};
+
+    memset(&t->r, 0, sizeof(t->r));
+    c->sem = (int)rnd(NSEM);
+    t->r.op = ENGINE_ACQUIRE;
+    t->r.name = sem_name(c->sem);
+    t->r.name_len = 2;
+    t->r.weight = 1 + rnd(S[c->sem].capacity + 1); /* sometimes above capacity */
+    t->r.timeout_ms = timeouts[rnd(5)];
+    t->r.ttl_ms = ttls[rnd(5)];
+    t->r.cb = client_cb;
+    t->r.data = c;
+    c->pending = 1;
+    c->seq = 0;
+    ASSERT_OK(engine_submit(F.e, &t->r));
+    if (c->pending)
+        c->seq = ++S[c->sem].next_seq;
+}
+
+static void step(void)
+{
+    client_t *c = &C[rnd(NCLIENT)];
+    uint64_t k = rnd(100);
+
+    if (c->pending) {
+        if (k < 10) {
+            c->pending = 0; /* first: the cancel may grant those behind it at once */
+            engine_cancel(F.e, &c->t->r);
+        }
+    } else if (c->holding) {
+        if (k < 70) {
+            int st = fx_lease_op(&F, ENGINE_LEASE_RELEASE, c->lease);
+            ASSERT(st == 0 || st == SEMA_EEXPIRED || st == SEMA_ECANCELED);
+            c->holding = 0;
+        } else if (k < 75) {
+            (void)fx_lease_op(&F, ENGINE_LEASE_REVOKE, c->lease);
+            c->holding = 0;
+        }
+    } else {
+        start_acquire(c);
+    }
+    k = rnd(1000);
+    if (k < 15) {
+        ASSERT_OK(fx_op(&F, ENGINE_SEM_RESIZE, sem_name((int)rnd(NSEM)), 1 + rnd(8)));
+    } else if (k < 17) {
+        int i = (int)rnd(NSEM);
+        ASSERT_OK(fx_op(&F, ENGINE_SEM_DELETE, sem_name(i), 0));
+        create_sem(i, 1 + rnd(8));
+    } else if (k < 60) {
+        int never = 0;
+        fx_run_until(&F, &never, 2); /* let timeouts and expiries fire */
+    }
+}
+
+TEST(stress_random_ops_keep_capacity_and_fifo)
+{
+    long steps = test_scale(30000);
+    engine_stats_t st;
+    uint64_t parked = 0, grants = 0;
+
+    fx_init(&F);
+    for (int i = 0; i < NSEM; i++)
+        create_sem(i, 1 + rnd(8));
+    for (int i = 0; i < NCLIENT; i++)
+        C[i].t = treq_new(ENGINE_ACQUIRE, "s0");
+    for (long i = 0; i < steps; i++)
+        step();
+    for (int i = 0; i < NCLIENT; i++)
+        parked += C[i].pending;
+    engine_stats(F.e, &st);
+    ASSERT_EQ(st.parked, parked);
+    for (int i = 0; i < NSEM; i++) {
+        grants += S[i].grants;
+        ASSERT_EQ(fx_state(&F, sem_name(i), "held"), (int64_t)S[i].held);
+        engine_unsubscribe(F.e, S[i].sub);
+        S[i].sub = NULL;
+    }
+    fprintf(stderr, "stress: %ld steps, %llu grants, %llu parked at the end\n", steps,
+            (unsigned long long)grants, (unsigned long long)parked);
+    ASSERT_GT(grants, 100);
+    fx_free(&F);
+    for (int i = 0; i < NCLIENT; i++) {
+        C[i].t->res = NULL;
+        treq_free(C[i].t);
+    }
+}
+
+static long rss_kib(void)
+{
+    FILE *fp = fopen("/proc/self/status", "r");
+    char line[256];
+    long kib = -1;
+
+    while (fp != NULL && fgets(line, sizeof(line), fp) != NULL)
+        if (strncmp(line, "VmRSS:", 6) == 0)
+            kib = strtol(line + 6, NULL, 10);
+    if (fp != NULL)
+        fclose(fp);
+    return kib;
+}
+
+/* The memory figure: bytes per idle semaphore, from the allocator's own count and RSS. */
+TEST(memory_per_semaphore_figure)
+{
+    long n = test_scale(1000000);
+    struct mallinfo2 before, after;
+    char name[32];
+    engine_req_t r;
+    fx_t f;
+
+    if (getenv("SEMA_SANITIZE") != NULL && getenv("SEMA_SANITIZE")[0] != '\0')
+        n = n > 100000 ? 100000 : n; /* sanitizers keep their own heap */
+    fx_init(&f);
+    long rss0 = rss_kib();
+    before = mallinfo2();
+    for (long i = 0; i < n; i++) {
+        int len = snprintf(name, sizeof(name), "sem-%07ld", i);
+        memset(&r, 0, sizeof(r));
+        r.op = ENGINE_SEM_PUT;
+        r.name = name;
+        r.name_len = (size_t)len;
+        r.capacity = 4;
+        r.cb = t_cb_noop;
+        ASSERT_OK(engine_submit(f.e, &r));
+        ASSERT_EQ(r.status, 0);
+    }
+    after = mallinfo2();
+    double per = (double)(after.uordblks - before.uordblks) / (double)n;
+    long rss1 = rss_kib();
+    printf("engine_semaphore_bytes n=%ld heap_bytes_per_semaphore=%.1f "
+           "rss_bytes_per_semaphore=%.1f rss_total_mib=%.1f name_len=11\n",
+           n, per, (double)(rss1 - rss0) * 1024.0 / (double)n, (double)rss1 / 1024.0);
+    if (getenv("SEMA_SANITIZE") == NULL || getenv("SEMA_SANITIZE")[0] == '\0')
+        ASSERT_LT(per, 256.0); /* the goal: 1,000,000 in 256 MiB for the whole server */
+    fx_free(&f);
+}
