@@ -681,3 +681,98 @@ TEST(timeouts_from_the_middle_of_the_queue)
     ASSERT_EQ(sema_keyed_count(k), 0);
     sema_keyed_free(k);
 }
+
+/* Random request sequences checked step by step against a model of the
+ * rule (a FIFO of weights 1 and R, capacity R; grant heads while they fit):
+ * after every release the holders and waiters of the key are exactly the
+ * model's. */
+struct model {
+    int n, r;
+    int weight[8];
+    int state[8]; /* 0 queued, 1 holding, 2 done */
+    int held;
+};
+
+static void model_admit(struct model *m)
+{
+    for (int i = 0; i < m->n; i++) {
+        if (m->state[i] != 0)
+            continue;
+        if (m->held + m->weight[i] > m->r)
+            return; /* head-of-line blocking */
+        m->state[i] = 1;
+        m->held += m->weight[i];
+    }
+}
+
+static void model_check(struct model *m, sema_keyed_t *k, struct req *r)
+{
+    sema_keyed_key_stats_t st = {0};
+    int holders = 0, waiters = 0;
+
+    for (int i = 0; i < m->n; i++) {
+        holders += m->state[i] == 1;
+        waiters += m->state[i] == 0;
+        if (m->state[i] == 1)
+            wait_granted(&r[i]);
+        else if (m->state[i] == 0)
+            ASSERT(!atomic_load(&r[i].granted));
+    }
+    if (holders + waiters == 0) {
+        ASSERT_EQ(sema_keyed_key_stats(k, KEY, KLEN, &st), SEMA_ENOENT);
+        return;
+    }
+    ASSERT_OK(sema_keyed_key_stats(k, KEY, KLEN, &st));
+    ASSERT_EQ(st.holders, holders);
+    ASSERT_EQ(st.waiters, waiters);
+    ASSERT_EQ(st.held, m->held);
+}
+
+static void model_round(uint64_t *seed)
+{
+    sema_keyed_opts_t o = {0, 0};
+    struct model m = {0};
+    struct req r[8];
+    sema_keyed_t *k;
+    sema_keyed_lock_t gate = SEMA_KEYED_LOCK_INIT;
+
+    *seed = *seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    m.r = 1 + (int)((*seed >> 33) % 3);
+    m.n = 2 + (int)((*seed >> 40) % 7);
+    o.max_readers = (uint64_t)m.r;
+    ASSERT_OK(sema_keyed_new_opts(&k, &o));
+    ASSERT_OK(sema_keyed_lock(k, KEY, KLEN, SEMA_EXCLUSIVE, 0, &gate));
+    for (int i = 0; i < m.n; i++) {
+        int excl = (int)((*seed >> (i * 3 + 5)) & 1);
+
+        m.weight[i] = excl ? m.r : 1;
+        req_start(&r[i], k, excl ? SEMA_EXCLUSIVE : SEMA_SHARED, i);
+        wait_waiters(k, KEY, (uint64_t)i + 1);
+    }
+    sema_keyed_unlock(&gate);
+    model_admit(&m);
+    model_check(&m, k, r);
+    for (int left = m.n; left > 0; left--) {
+        int pick = -1, c = 0;
+
+        for (int i = 0; i < m.n; i++) /* a random holder leaves */
+            if (m.state[i] == 1 && (pick < 0 || (*seed >> (c++ % 60)) % 2))
+                pick = i;
+        ASSERT_GE(pick, 0);
+        req_finish(&r[pick]); /* joined: its unlock (and the grants) are done */
+        m.state[pick] = 2;
+        m.held -= m.weight[pick];
+        model_admit(&m);
+        model_check(&m, k, r);
+    }
+    ASSERT_EQ(sema_keyed_count(k), 0);
+    sema_keyed_free(k);
+}
+
+TEST(randomized_sequences_match_the_fifo_model)
+{
+    uint64_t seed = 20261122;
+
+    for (long i = 0; i < test_scale(60); i++)
+        model_round(&seed);
+}
