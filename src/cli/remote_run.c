@@ -21,7 +21,7 @@ static int ev_pipe[2] = {-1, -1};
 static volatile int cancel_flag; /* set by any handled signal: stops a waiting acquire */
 static int lost_reason;          /* atomic: set by the keep-alive thread */
 
-static const int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+static const int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH};
 
 static void on_signal(int sig, siginfo_t *si, void *uc)
 {

@@ -541,9 +541,9 @@ static const struct {
     long status;
     int err;
 } status_codes[] = {
-    {303, SEMA_EEXIST}, {400, SEMA_EINVAL}, {401, SEMA_EACCES},   {403, SEMA_EACCES},
-    {404, SEMA_ENOENT}, {409, SEMA_EBUSY},  {410, SEMA_ESTALE},   {413, SEMA_ELIMIT},
-    {429, SEMA_ELIMIT}, {431, SEMA_ELIMIT}, {503, SEMA_EUNAVAIL},
+    {303, SEMA_EEXIST}, {400, SEMA_EINVAL}, {401, SEMA_EACCES}, {403, SEMA_EACCES},
+    {404, SEMA_ENOENT}, {409, SEMA_EBUSY},  {410, SEMA_ESTALE}, {413, SEMA_ELIMIT},
+    {414, SEMA_ELIMIT}, {429, SEMA_ELIMIT}, {431, SEMA_ELIMIT}, {503, SEMA_EUNAVAIL},
 };
 
 static int code_from_status(long status)
