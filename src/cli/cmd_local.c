@@ -144,14 +144,19 @@ int cli_local_run(int argc, char **argv)
     if (rc != 0) {
         if (rc == SEMA_EINVAL)
             fprintf(stderr, "sema run: weight %llu exceeds %s's capacity %llu\n",
-                    (unsigned long long)a.weight, a.name,
-                    (unsigned long long)sema_shm_capacity(h));
+                    (unsigned long long)a.weight, a.name, (unsigned long long)sema_shm_capacity(h));
         else
             fprintf(stderr, "sema run: %s: %s\n", a.name,
                     rc == SEMA_EBUSY ? "busy" : sema_strerror(rc));
         sema_shm_close(h);
         return rc == SEMA_EBUSY || rc == SEMA_ETIMEDOUT ? CLI_EXIT_TIMEOUT : CLI_EXIT_FAIL;
     }
+    /* A lock-free grant is time-stamped by its first observer: observe it now, so that
+     * `sema ls` shows how long this run has held. */
+    sema_shm_stats_t *st = malloc(sizeof(*st));
+    if (st != NULL)
+        (void)sema_shm_stats(h, st);
+    free(st);
     int status = spawn_and_wait(a.cmd);
     sema_shm_close(h); /* gives the units back */
     return status;
@@ -159,8 +164,7 @@ int cli_local_run(int argc, char **argv)
 
 /* --- ls ------------------------------------------------------------------------------ */
 
-static void print_entries(const char *what, const sema_shm_entry_t *e, uint32_t n,
-                          int64_t now_ms)
+static void print_entries(const char *what, const sema_shm_entry_t *e, uint32_t n, int64_t now_ms)
 {
     for (uint32_t i = 0; i < n; i++) {
         double age = e[i].since_ms > 0 ? (double)(now_ms - e[i].since_ms) / 1000.0 : 0.0;

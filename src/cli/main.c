@@ -20,9 +20,9 @@ int cmd_remote(int argc, char **argv) __attribute__((weak));
 void cmd_remote_usage(FILE *out) __attribute__((weak));
 int cmd_bench(int argc, char **argv) __attribute__((weak));
 
-#define EXIT_CODES_HELP                                                                    \
-    "Exit codes: 0 ok; 1 the operation failed; 2 usage error; 69 no server to talk to;\n" \
-    "75 timed out (or busy with -t 0); 76 lease lost (remote); run: the command's\n"     \
+#define EXIT_CODES_HELP                                                                            \
+    "Exit codes: 0 ok; 1 the operation failed; 2 usage error; 69 no server to talk to;\n"          \
+    "75 timed out (or busy with -t 0); 76 lease lost (remote); run: the command's\n"               \
     "status, 126 not executable, 127 not found, 128+N killed by signal N.\n"
 
 /* Every verb of `sema`. To add a remote form, fill in `remote`; to add a verb, add a row. */

@@ -156,8 +156,7 @@ static int open_state(const char *path, uint64_t capacity, int flags, unsigned m
     return SEMA_EIO; /* created and removed under us again and again */
 }
 
-int sema_shm_open(const char *name, uint64_t capacity, int flags, unsigned mode,
-                  sema_shm_t **out)
+int sema_shm_open(const char *name, uint64_t capacity, int flags, unsigned mode, sema_shm_t **out)
 {
     char path[PATH_CAP];
     int rc = name_ok(name);
@@ -172,8 +171,7 @@ int sema_shm_open(const char *name, uint64_t capacity, int flags, unsigned mode,
         return SEMA_ENOMEM;
     make_path(path, name);
     rc = open_state(path, capacity, flags, mode ? mode : 0600, &h->st);
-    if (rc == 0 && !(flags & (SEMA_SHM_ADOPT | SEMA_SHM_EXISTING)) &&
-        h->st->capacity != capacity) {
+    if (rc == 0 && !(flags & (SEMA_SHM_ADOPT | SEMA_SHM_EXISTING)) && h->st->capacity != capacity) {
         munmap(h->st, sizeof(*h->st));
         rc = SEMA_EEXIST;
     }

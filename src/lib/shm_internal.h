@@ -36,37 +36,39 @@ typedef struct {
     _Atomic int64_t since_ms; /* realtime ms when held went from 0 to >0 */
     _Atomic uint32_t busy;    /* nonzero while the owner is inside the lock-free fast path */
     uint32_t pad_;
-    uint64_t want;            /* units wanted while WAITING (under the lock) */
-    uint64_t ticket;          /* FIFO position while WAITING (under the lock) */
-    int64_t wsince_ms;        /* realtime ms when it started waiting (under the lock) */
+    uint64_t want;     /* units wanted while WAITING (under the lock) */
+    uint64_t ticket;   /* FIFO position while WAITING (under the lock) */
+    int64_t wsince_ms; /* realtime ms when it started waiting (under the lock) */
 } shm__slot_t;
 
 /* The mapped state: fixed-width fields, no pointers. */
 typedef struct {
-    uint64_t magic;           /* SHM__MAGIC */
-    uint32_t version;         /* SHM__VERSION */
-    uint32_t nslots;          /* SEMA_SHM_MAX_SLOTS */
-    uint64_t size;            /* sizeof(shm__state_t), i.e. the file size */
-    uint64_t capacity;        /* fixed at creation */
-    _Atomic uint64_t word;    /* available << 1 | SHM__SLOW */
-    uint64_t next_ticket;     /* FIFO order of waiters (under the lock) */
-    uint32_t nwaiting;        /* slots in SHM__WAITING (under the lock) */
+    uint64_t magic;        /* SHM__MAGIC */
+    uint32_t version;      /* SHM__VERSION */
+    uint32_t nslots;       /* SEMA_SHM_MAX_SLOTS */
+    uint64_t size;         /* sizeof(shm__state_t), i.e. the file size */
+    uint64_t capacity;     /* fixed at creation */
+    _Atomic uint64_t word; /* available << 1 | SHM__SLOW */
+    uint64_t next_ticket;  /* FIFO order of waiters (under the lock) */
+    uint32_t nwaiting;     /* slots in SHM__WAITING (under the lock) */
     uint32_t pad_;
-    int64_t last_reap_ns;     /* monotonic ns of the last full liveness check (under the lock) */
-    uint64_t reclaimed;       /* units taken back from dead processes (under the lock) */
-    uint64_t repairs;         /* EOWNERDEAD repairs (under the lock) */
-    pthread_mutex_t lock;     /* process-shared, robust */
+    int64_t last_reap_ns; /* monotonic ns of the last full liveness check (under the lock) */
+    uint64_t reclaimed;   /* units taken back from dead processes (under the lock) */
+    uint64_t repairs;     /* EOWNERDEAD repairs (under the lock) */
+    pthread_mutex_t lock; /* process-shared, robust */
     char pad2_[64];
     shm__slot_t slots[SEMA_SHM_MAX_SLOTS];
 } shm__state_t;
 
 struct sema_shm {
     shm__state_t *st;
-    int32_t pid;   /* the process that opened it (a forked child must not use it) */
-    int slot;      /* index into st->slots, -1 until the first acquire */
+    int32_t pid; /* the process that opened it (a forked child must not use it) */
+    int slot;    /* index into st->slots, -1 until the first acquire */
     uint64_t capacity;
 };
 
+/* The calling process's pid once sema__shm_self() ran (refreshed after fork), else 0. */
+SEMA__HIDDEN extern _Atomic int32_t sema__shm_pid;
 /* The calling process's pid and start time (cached; refreshed after fork). */
 SEMA__HIDDEN int32_t sema__shm_self(uint64_t *start);
 /* Start time of `pid` from /proc, 0 if unknown. Returns 0, or -1 if the process is gone. */
@@ -93,8 +95,7 @@ SEMA__HIDDEN int sema__shm_test_lock(sema_shm_t *h);
 /* Take the internal lock, scribble `avail` into the available count, return holding it. */
 SEMA__HIDDEN int sema__shm_test_lock_scribble(sema_shm_t *h, uint64_t avail);
 /* Record a holder of `weight` units for (pid, start) as if that process held them. */
-SEMA__HIDDEN int sema__shm_test_forge(sema_shm_t *h, int32_t pid, uint64_t start,
-                                      uint64_t weight);
+SEMA__HIDDEN int sema__shm_test_forge(sema_shm_t *h, int32_t pid, uint64_t start, uint64_t weight);
 /* Enter the fast path's window (busy set, units taken from the word, holder record not
  * yet written) and return there, as a process killed at that instant would leave it. */
 SEMA__HIDDEN int sema__shm_test_fast_window(sema_shm_t *h, uint64_t weight);

@@ -15,7 +15,8 @@
 
 /* --- the calling process ------------------------------------------------------------ */
 
-static _Atomic int32_t self_pid;
+_Atomic int32_t sema__shm_pid; /* 0 until the first sema__shm_self() */
+#define self_pid sema__shm_pid
 static _Atomic uint64_t self_start;
 
 int sema__shm_proc_start(int32_t pid, uint64_t *start)
@@ -180,14 +181,20 @@ static void recompute_avail(shm__state_t *st)
 void sema__shm_reap(shm__state_t *st, int full)
 {
     int recompute = 0;
+    int64_t now_ms = 0;
     for (int i = 0; i < SEMA_SHM_MAX_SLOTS; i++) {
         shm__slot_t *s = &st->slots[i];
         if (atomic_load(&s->pid) == 0)
             continue;
         if (!full && atomic_load(&s->held) == 0 && atomic_load(&s->wstate) != SHM__WAITING)
             continue;
-        if (slot_alive(s, full))
+        if (slot_alive(s, full)) {
+            if (atomic_load(&s->held) != 0 && atomic_load(&s->since_ms) == 0) {
+                now_ms = now_ms ? now_ms : sema__shm_wall_ms();
+                atomic_store(&s->since_ms, now_ms); /* a lock-free grant, first seen now */
+            }
             continue;
+        }
         if (atomic_load(&s->busy) != 0) {
             recompute = 1; /* died in the fast path: its count is unknowable, recount */
             atomic_store(&s->held, 0);

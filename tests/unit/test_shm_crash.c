@@ -115,8 +115,8 @@ TEST(pid_reuse_does_not_keep_a_dead_holder_alive)
     }
     uint64_t start = 0;
     ASSERT(TSHM_EVENTUALLY(sema__shm_proc_start(live, &start) == 0 && start != 0, 2000));
-    ASSERT_OK(sema__shm_test_forge(h, live, start + 1, 3));  /* recycled pid */
-    ASSERT_OK(sema__shm_test_forge(h, live, start, 1));      /* the real owner */
+    ASSERT_OK(sema__shm_test_forge(h, live, start + 1, 3)); /* recycled pid */
+    ASSERT_OK(sema__shm_test_forge(h, live, start, 1));     /* the real owner */
     sema_shm_stats_t st = tshm_stats(h);
     ASSERT_EQ(st.nholders, 1);
     ASSERT_EQ(st.held, 1);

@@ -90,13 +90,13 @@ static inline int tshm_wait(pid_t pid, long ms)
 }
 
 /* Poll `cond` (an expression) every 2 ms for up to `ms`; true if it became true. */
-#define TSHM_EVENTUALLY(cond, ms)                                                          \
-    ({                                                                                     \
-        int64_t end_ = tshm_now_ms() + (ms);                                               \
-        int ok_ = 0;                                                                       \
-        while (!(ok_ = !!(cond)) && tshm_now_ms() < end_)                                  \
-            tshm_sleep_ms(2);                                                              \
-        ok_;                                                                               \
+#define TSHM_EVENTUALLY(cond, ms)                                                                  \
+    ({                                                                                             \
+        int64_t end_ = tshm_now_ms() + (ms);                                                       \
+        int ok_ = 0;                                                                               \
+        while (!(ok_ = !!(cond)) && tshm_now_ms() < end_)                                          \
+            tshm_sleep_ms(2);                                                                      \
+        ok_;                                                                                       \
     })
 
 static inline sema_shm_stats_t tshm_stats(sema_shm_t *h)
