@@ -516,8 +516,12 @@ void ctx_submit(route_ctx_t *c, route_done_fn done)
         done(c, &c->ereq);
         return;
     }
-    if (c->submitted)
-        arm_timer(c->conn); /* parked: no header/idle timeout while the engine decides */
+    if (c->submitted) {
+        /* Parked: no header/idle timeout while the engine decides, and the body (already
+         * parsed into ereq) is dropped so a parked request costs little memory. */
+        strbuf_free(&c->conn->parser.req.body);
+        arm_timer(c->conn);
+    }
 }
 
 /* ---- dispatch ---- */
