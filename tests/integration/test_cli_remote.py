@@ -8,9 +8,11 @@ the real `sema` ($SEMA_BIN) as separate processes, as a shell script would.
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -339,6 +341,100 @@ def test_help_everywhere():
             out = sema(d, v, "--help", check=0)[1]
             assert out.startswith("usage: sema " + v) and "examples:" in out, (v, out)
             assert "76 lease lost" in out, (v, out)
+
+
+def read_request(f):
+    """One HTTP/1.1 request from a socket file: its bytes, or None at end of stream."""
+    head = b""
+    while not head.endswith(b"\r\n\r\n"):
+        line = f.readline()
+        if not line:
+            return None
+        head += line
+    n = 0
+    for ln in head.split(b"\r\n"):
+        if ln.lower().startswith(b"content-length:"):
+            n = int(ln.split(b":", 1)[1])
+    return head + (f.read(n) if n else b"")
+
+
+class DroppingProxy:
+    """Forwards HTTP to semad, but swallows the reply to the first request and closes that
+    connection: the request took effect on the server, the client saw a network error."""
+
+    def __init__(self, d):
+        self.d = d
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.dropped = 0
+        self.requests = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _serve(self, c):
+        f = c.makefile("rb")
+        up = socket.create_connection(("127.0.0.1", self.d.port), timeout=30)
+        uf = up.makefile("rb")
+        try:
+            while True:
+                req = read_request(f)
+                if req is None:
+                    return
+                self.requests.append(req)
+                up.sendall(req)
+                st, hd, body = semad_fixture.read_response(uf)
+                if self.dropped == 0:
+                    self.dropped = 1
+                    return  # the grant happened; its reply is lost
+                head = "HTTP/1.1 %d X\r\n" % st + "".join(
+                    "%s: %s\r\n" % kv for kv in hd.items() if kv[0] != "connection")
+                c.sendall(head.encode() + b"\r\n" + body)
+        finally:
+            up.close()
+            c.close()
+
+
+def test_retried_acquire_never_grants_twice():
+    with Semad() as d:
+        sema(d, "create", "retry", "2", check=0)
+        proxy = DroppingProxy(d)
+        e = env_for(d)
+        e["SEMA_SERVER"] = "http://127.0.0.1:%d" % proxy.port
+        p = subprocess.run([sema_bin(), "acquire", "retry", "--ttl", "1m"], env=e,
+                           capture_output=True, text=True, timeout=30 * SLOW)
+        assert p.returncode == 0, (p.returncode, p.stderr)
+        assert proxy.dropped == 1
+        acquires = [r for r in proxy.requests if b"/acquire" in r.split(b"\r\n", 1)[0]]
+        assert len(acquires) == 2, acquires  # the first, and its retry
+        keys = [ln for r in acquires for ln in r.split(b"\r\n")
+                if ln.lower().startswith(b"idempotency-key:")]
+        assert len(keys) == 2 and keys[0] == keys[1], keys
+        doc = state(d, "retry")
+        assert doc["held"] == 1, doc  # one grant, not two
+        assert [h["lease"] for h in doc["holders"]] == [p.stdout.strip()]
+
+
+def test_signal_while_waiting_leaves_queue():
+    with Semad() as d:
+        sema(d, "create", "q", "1", check=0)
+        lease = sema(d, "acquire", "q", check=0)[1].strip()
+        p = spawn(d, "run", "q", "--", "true")
+        wait_until(lambda: state(d, "q")["waiting"] == 1, 10, "sema run to queue")
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=10 * SLOW)
+        assert p.returncode == 128 + signal.SIGTERM, (p.returncode, err)
+        wait_until(lambda: state(d, "q")["waiting"] == 0, 5, "the waiter to leave")
+        doc = state(d, "q")
+        assert doc["held"] == 1 and doc["holders"][0]["lease"] == lease, doc
 
 
 if __name__ == "__main__":
