@@ -6,7 +6,7 @@
 # dirs, prints one machine-readable line per figure and per ratio, and cleans up.
 #
 # Usage: bench/semad_vs_peers.sh [BUILD_DIR]      (default: $SEMA_BUILD_DIR or ./build)
-# Environment: SECS (seconds per throughput run, default 2), ROUNDS (interleaved rounds, the
+# Environment: SECS (seconds per throughput run, default 1.5), ROUNDS (interleaved rounds, the
 #   best of which is reported, default 2), CONNS (default 50),
 #   WAITERS (parked waiters, default 10000), IDLE (idle semaphores, default 1000000; 0 skips),
 #   HANDOFFS (hand-off rounds, default 5000).
@@ -14,7 +14,7 @@
 set -u
 
 build=${1:-${SEMA_BUILD_DIR:-build}}
-SECS=${SECS:-2}
+SECS=${SECS:-1.5}
 ROUNDS=${ROUNDS:-2}
 CONNS=${CONNS:-50}
 WAITERS=${WAITERS:-10000}
@@ -104,6 +104,29 @@ print(f"goal {name} value={v:g} goal={op}{lim:g} met={'yes' if ok else 'no'}")
 EOF
 }
 
+# Server CPU time (user+system, clock ticks) of PID.
+cpu_ticks() {
+    awk '{print $14 + $15}' "/proc/$1/stat"
+}
+
+# cpu_bench PID ARGS...: sema bench, with the server's CPU microseconds per answered request
+# added to the JSON (CPU per request is what caps a one-core server, and noise barely moves it).
+cpu_bench() {
+    local pid=$1 t0 t1 j
+    shift
+    t0=$(cpu_ticks "$pid")
+    j=$(bench "$@")
+    t1=$(cpu_ticks "$pid")
+    python3 - "$j" "$t0" "$t1" "$(getconf CLK_TCK)" <<'EOF'
+import json, sys
+j = json.loads(sys.argv[1] or "{}")
+ticks = float(sys.argv[3]) - float(sys.argv[2])
+n = j.get("requests") or 0
+j["server_cpu_us_per_request"] = round(ticks * 1e6 / float(sys.argv[4]) / n, 2) if n else None
+print(json.dumps(j))
+EOF
+}
+
 bench() { # timeout-guarded sema bench, JSON out
     timeout 120 "$sema" bench --json "$@" 2>>"$tmp/bench.err"
 }
@@ -112,7 +135,8 @@ pairs_line() { # figure-name json
     echo "figure $1 conns=$CONNS pairs_per_s=$(jget "$2" ops_per_s)" \
         "requests_per_s=$(jget "$2" requests_per_s) p50_us=$(jget "$2" p50_us)" \
         "p99_us=$(jget "$2" p99_us) pair_p50_us=$(jget "$2" op_p50_us)" \
-        "pair_p99_us=$(jget "$2" op_p99_us) errors=$(jget "$2" errors)"
+        "pair_p99_us=$(jget "$2" op_p99_us) errors=$(jget "$2" errors)" \
+        "server_cpu_us_per_request=$(jget "$2" server_cpu_us_per_request)"
 }
 
 echo "# semad_vs_peers: $(nproc) cores, $CONNS connections, ${SECS}s per throughput figure," \
@@ -122,27 +146,40 @@ start_semad none --durability none
 start_semad strict
 "$ceiling" --listen 127.0.0.1:0 --max-seconds 600 >"$tmp/ceiling.log" 2>&1 &
 pids+=($!)
+pid_ceiling=$!
 addr_ceiling=$(wait_listen "$tmp/ceiling.log") || exit 1
 
-# Redis for the Redis/Lua peer.
-have_redis=0
-if command -v redis-server >/dev/null && [ -x "$redis_peer" ]; then
-    rport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-    mkdir -p "$tmp/redis"
-    redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp/redis" \
-        --daemonize no >"$tmp/redis/log" 2>&1 &
+# Redis for the Redis/Lua peer: in memory only, and with every write fsynced (the durable
+# peer for semad's strict store). start_redis NAME [FLAGS...] sets rport_NAME.
+start_redis() {
+    local name=$1 port i
+    shift
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    mkdir -p "$tmp/$name"
+    redis-server --port "$port" --bind 127.0.0.1 --save '' --dir "$tmp/$name" --daemonize no \
+        "$@" >"$tmp/$name/log" 2>&1 &
     pids+=($!)
     for i in $(seq 50); do
-        grep -q "Ready to accept" "$tmp/redis/log" && have_redis=1 && break
+        if grep -q "Ready to accept" "$tmp/$name/log"; then
+            printf -v "rport_$name" '%s' "$port"
+            return 0
+        fi
         sleep 0.1
     done
+    return 1
+}
+have_redis=0
+if command -v redis-server >/dev/null && [ -x "$redis_peer" ]; then
+    start_redis redis --appendonly no && start_redis redis_aof --appendonly yes \
+        --appendfsync always && have_redis=1
 fi
 have_wrk=0
 command -v wrk >/dev/null && have_wrk=1
 
 # wrk's report as the JSON fields the other figures use.
 wrk_json() {
-    timeout 120 wrk -t1 -c "$CONNS" -d "${SECS}s" --latency "http://$1/healthz" | awk '
+    # wrk takes whole seconds only.
+    timeout 120 wrk -t1 -c "$CONNS" -d "$(python3 -c "import math; print(math.ceil($SECS))")s" --latency "http://$1/healthz" | awk '
         function us(v) { if (v ~ /us$/) return v + 0; if (v ~ /ms$/) return v * 1000; return v * 1e6 }
         /Requests\/sec/ { r = $2 } $1 == "50%" { p50 = us($2) } $1 == "99%" { p99 = us($2) }
         END { printf "{\"requests_per_s\":%s,\"p50_us\":%.1f,\"p99_us\":%.1f}\n", r + 0, p50, p99 }'
@@ -162,20 +199,36 @@ else:
 EOF
 }
 
+# Context for the strict store: what one fdatasync costs on the disk under $tmp.
+python3 - "$tmp/fsync.probe" <<'EOF'
+import os, sys, time
+fd = os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY, 0o600)
+ts = []
+for i in range(100):
+    os.pwrite(fd, b"x" * 4096, (i % 16) * 4096)
+    t = time.perf_counter()
+    os.fdatasync(fd)
+    ts.append(time.perf_counter() - t)
+os.close(fd)
+ts.sort()
+print(f"figure fdatasync_tmp p50_us={ts[50] * 1e6:.0f} p90_us={ts[90] * 1e6:.0f}")
+EOF
+
 # 1-3. Throughput, interleaved over ROUNDS rounds so every contender sees the same machine;
 # each figure is its best round.
 for r in $(seq "$ROUNDS"); do
-    j_ceil=$(best "${j_ceil:-}" "$(bench -s "http://$addr_ceiling" -c "$CONNS" -d "$SECS" --no-create)")
-    j_none=$(best "${j_none:-}" "$(bench -s "http://$addr_none" -c "$CONNS" -d "$SECS" --name pairs-none)")
-    j_strict=$(best "${j_strict:-}" "$(bench -s "http://$addr_strict" -c "$CONNS" -d "$SECS" --name pairs-strict)")
+    j_ceil=$(best "${j_ceil:-}" "$(cpu_bench "$pid_ceiling" -s "http://$addr_ceiling" -c "$CONNS" -d "$SECS" --no-create)")
+    j_none=$(best "${j_none:-}" "$(cpu_bench "$pid_none" -s "http://$addr_none" -c "$CONNS" -d "$SECS" --name pairs-none)")
+    j_strict=$(best "${j_strict:-}" "$(cpu_bench "$pid_strict" -s "http://$addr_strict" -c "$CONNS" -d "$SECS" --name pairs-strict)")
     if [ "$have_redis" = 1 ]; then
-        j_redis=$(best "${j_redis:-}" "$(timeout 120 "$redis_peer" --redis "127.0.0.1:$rport" -c "$CONNS" -d "$SECS" --json)")
+        j_redis=$(best "${j_redis:-}" "$(timeout 120 "$redis_peer" --redis "127.0.0.1:$rport_redis" -c "$CONNS" -d "$SECS" --json)")
+        j_aof=$(best "${j_aof:-}" "$(timeout 120 "$redis_peer" --redis "127.0.0.1:$rport_redis_aof" -c "$CONNS" -d "$SECS" --json)")
     fi
-    j_get=$(best "${j_get:-}" "$(bench -s "http://$addr_none" -c "$CONNS" -d "$SECS" -m get --path /healthz)")
+    j_get=$(best "${j_get:-}" "$(cpu_bench "$pid_none" -s "http://$addr_none" -c "$CONNS" -d "$SECS" -m get --path /healthz)")
     if [ "$have_wrk" = 1 ]; then
         j_wrk=$(best "${j_wrk:-}" "$(wrk_json "$addr_none")")
     fi
-    j_ceil_get=$(best "${j_ceil_get:-}" "$(bench -s "http://$addr_ceiling" -c "$CONNS" -d "$SECS" -m get --path /healthz)")
+    j_ceil_get=$(best "${j_ceil_get:-}" "$(cpu_bench "$pid_ceiling" -s "http://$addr_ceiling" -c "$CONNS" -d "$SECS" -m get --path /healthz)")
 done
 
 # 1. acquire+release pairs: semad (none, strict) against the constant-answer ceiling.
@@ -184,15 +237,20 @@ pairs_line pairs_semad_none "$j_none"
 pairs_line pairs_semad_strict "$j_strict"
 ratio semad_none_requests_vs_ceiling "$(jget "$j_none" requests_per_s)" "$(jget "$j_ceil" requests_per_s)" 0.8
 ratio semad_strict_requests_vs_ceiling "$(jget "$j_strict" requests_per_s)" "$(jget "$j_ceil" requests_per_s)" 0.8
+ratio semad_none_cpu_per_request_vs_ceiling_pairs "$(jget "$j_ceil" server_cpu_us_per_request)" "$(jget "$j_none" server_cpu_us_per_request)" 0.8
 
 # 2. The Redis/Lua semaphore with the same concurrency.
 if [ "$have_redis" = 1 ]; then
-    echo "figure pairs_redis_lua conns=$CONNS pairs_per_s=$(jget "$j_redis" pairs_per_s)" \
-        "requests_per_s=$(jget "$j_redis" requests_per_s) p50_us=$(jget "$j_redis" p50_us)" \
-        "p99_us=$(jget "$j_redis" p99_us) pair_p50_us=$(jget "$j_redis" pair_p50_us)" \
-        "pair_p99_us=$(jget "$j_redis" pair_p99_us) errors=$(jget "$j_redis" errors)"
+    for f in "pairs_redis_lua:$j_redis" "pairs_redis_lua_aof_always:$j_aof"; do
+        j=${f#*:}
+        echo "figure ${f%%:*} conns=$CONNS pairs_per_s=$(jget "$j" pairs_per_s)" \
+            "requests_per_s=$(jget "$j" requests_per_s) p50_us=$(jget "$j" p50_us)" \
+            "p99_us=$(jget "$j" p99_us) pair_p50_us=$(jget "$j" pair_p50_us)" \
+            "pair_p99_us=$(jget "$j" pair_p99_us) errors=$(jget "$j" errors)"
+    done
     ratio semad_none_pairs_vs_redis_lua "$(jget "$j_none" ops_per_s)" "$(jget "$j_redis" pairs_per_s)" 2
     ratio semad_strict_pairs_vs_redis_lua "$(jget "$j_strict" ops_per_s)" "$(jget "$j_redis" pairs_per_s)" 2
+    ratio semad_strict_pairs_vs_redis_lua_aof_always "$(jget "$j_strict" ops_per_s)" "$(jget "$j_aof" pairs_per_s)" 2
 else
     echo "# redis-server or bench_redis_peer missing: Redis/Lua figure skipped"
 fi
@@ -201,7 +259,8 @@ fi
 for f in "get_healthz_sema_bench:$j_get" "get_healthz_wrk:${j_wrk:-}" "get_healthz_ceiling:$j_ceil_get"; do
     [ -n "${f#*:}" ] || continue
     echo "figure ${f%%:*} conns=$CONNS requests_per_s=$(jget "${f#*:}" requests_per_s)" \
-        "p50_us=$(jget "${f#*:}" p50_us) p99_us=$(jget "${f#*:}" p99_us)"
+        "p50_us=$(jget "${f#*:}" p50_us) p99_us=$(jget "${f#*:}" p99_us)" \
+        "server_cpu_us_per_request=$(jget "${f#*:}" server_cpu_us_per_request)"
 done
 if [ "$have_wrk" = 1 ]; then
     ratio sema_bench_vs_wrk "$(jget "$j_get" requests_per_s)" "$(jget "$j_wrk" requests_per_s)" 1
@@ -209,6 +268,7 @@ else
     echo "# wrk missing (scripts/deps.sh bench): wrk figure skipped"
 fi
 ratio semad_get_vs_ceiling "$(jget "$j_get" requests_per_s)" "$(jget "$j_ceil_get" requests_per_s)" 0.8
+ratio semad_cpu_per_request_vs_ceiling_get "$(jget "$j_ceil_get" server_cpu_us_per_request)" "$(jget "$j_get" server_cpu_us_per_request)" 0.8
 
 # 4. release -> parked waiter hand-off.
 j=$(bench -s "http://$addr_none" -m handoff -n "$HANDOFFS" --name handoff)
