@@ -3,7 +3,11 @@
  * run: acquire/release pairs per second and p99 pair latency at N connections, and the
  * ratios to `none` (goal: strict keeps >= 50% of none's pairs/s thanks to group commit).
  *
- * usage: bench_durability [--semad PATH] [--seconds S] [--conns N] [--dir DIR]
+ * Then semad's whole recovery time on a store of 1,000,000 semaphores and 100,000 leases.
+ *
+ * usage: bench_durability [--semad PATH] [--seconds S] [--rounds R] [--conns N] [--sems N]
+ *                         [--leases M] [--dir DIR]
+ * The three servers run at once; each gets S seconds of load in R alternating segments.
  * PATH defaults to $SEMAD, then `semad` beside this program. Prints one line per figure:
  * `bench_durability <figure> <value> <unit>`. */
 #include <arpa/inet.h>
@@ -25,6 +29,7 @@
 
 #include "sema/client.h"
 #include "sema/error.h"
+#include "store/store.h"
 
 #define HIST_US 10   /* histogram bucket width, microseconds */
 #define HIST_N 20000 /* buckets: up to 200 ms; slower pairs land in the last one */
@@ -33,8 +38,10 @@
 struct opts {
     char semad[PATH_MAX];
     char dir[PATH_MAX];
-    double seconds;
+    double seconds; /* per mode, split into `rounds` alternating segments */
+    int rounds;
     int conns;
+    long sems, leases; /* size of the store for the recovery figure (0 sems: skip it) */
 };
 
 struct worker {
@@ -47,12 +54,6 @@ struct worker {
     uint32_t hist[HIST_N];
 };
 
-struct result {
-    double pairs_per_s;
-    double p99_ms;
-    double p50_ms;
-};
-
 static double now_s(void)
 {
     struct timespec ts;
@@ -60,6 +61,9 @@ static double now_s(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
+
+static pid_t running[4]; /* killed by die() so a failed run leaves nothing behind */
+static int running_semads;
 
 static void die(const char *fmt, const char *what) __attribute__((format(printf, 1, 0)));
 
@@ -72,6 +76,8 @@ static void die(const char *fmt, const char *what)
     fprintf(stderr, fmt, what);
 #pragma GCC diagnostic pop
     fputc('\n', stderr);
+    for (int i = 0; i < running_semads; i++)
+        kill(running[i], SIGKILL);
     exit(1);
 }
 
@@ -121,6 +127,7 @@ static pid_t start_semad(const struct opts *o, const char *mode, const char *dat
         fprintf(stderr, "bench_durability: cannot run %s: %s\n", o->semad, strerror(errno));
         _exit(127);
     }
+    running[running_semads++ % 4] = pid;
     return pid;
 }
 
@@ -183,80 +190,183 @@ static double percentile(const uint64_t *hist, uint64_t total, double p)
     return (double)HIST_N * HIST_US / 1000.0;
 }
 
-/* Run the workers against one semad; check the server agrees on the count. */
-static struct result drive(const struct opts *o, const char *url, sema_client_t *admin)
+/* One semad under test and what its segments measured. */
+struct server {
+    const char *mode;
+    pid_t pid;
+    char url[64];
+    sema_client_t *admin;
+    uint64_t pairs; /* over all its segments */
+    double seconds; /* the same */
+    uint64_t hist[HIST_N];
+};
+
+/* One segment: the workers against `srv` for `seconds`; the server must agree on the count
+ * (its fence counted every grant, nothing left held). */
+static void drive(const struct opts *o, struct server *srv, double seconds)
 {
     static struct worker w[MAX_CONNS];
-    static uint64_t hist[HIST_N];
     sema_client_opts_t co = {.max_idle = 1, .owner = "bench"};
     sema_client_error_t err;
     sema_sem_info_t info;
     volatile int stop = 0;
-    uint64_t pairs = 0, errors = 0;
-    struct result r;
-    double t0, t1;
+    uint64_t errors = 0;
+    double t0;
 
     memset(w, 0, sizeof w);
-    memset(hist, 0, sizeof hist);
     for (int i = 0; i < o->conns; i++) {
-        if (sema_client_new(&w[i].client, url, &co) != 0)
-            die("sema_client_new failed for %s", url);
+        if (sema_client_new(&w[i].client, srv->url, &co) != 0)
+            die("sema_client_new failed for %s", srv->url);
         w[i].stop = &stop;
     }
     t0 = now_s();
     for (int i = 0; i < o->conns; i++)
         pthread_create(&w[i].tid, NULL, work, &w[i]);
-    usleep((useconds_t)(o->seconds * 1e6));
+    usleep((useconds_t)(seconds * 1e6));
     stop = 1;
     for (int i = 0; i < o->conns; i++) {
         pthread_join(w[i].tid, NULL);
-        pairs += w[i].pairs;
+        srv->pairs += w[i].pairs;
         errors += w[i].errors;
         for (int b = 0; b < HIST_N; b++)
-            hist[b] += w[i].hist[b];
+            srv->hist[b] += w[i].hist[b];
         if (w[i].errors != 0 && errors == w[i].errors)
             fprintf(stderr, "bench_durability: first error: %s\n", w[i].first_error);
         sema_client_free(w[i].client);
     }
-    t1 = now_s();
-    if (sema_client_get(admin, "bench", &info, NULL, &err) != 0 || info.held != 0 ||
-        info.fence < pairs || errors != 0) {
+    srv->seconds += now_s() - t0;
+    if (sema_client_get(srv->admin, "bench", &info, NULL, &err) != 0 || info.held != 0 ||
+        info.fence < srv->pairs || errors != 0) {
         fprintf(stderr,
                 "bench_durability: wrong result: %" PRIu64 " pairs, %" PRIu64
                 " errors, server fence %" PRIu64 ", held %" PRIu64 "\n",
-                pairs, errors, info.fence, info.held);
-        exit(1);
+                srv->pairs, errors, info.fence, info.held);
+        die("%s: results do not add up", srv->mode);
     }
-    r.pairs_per_s = (double)pairs / (t1 - t0);
-    r.p50_ms = percentile(hist, pairs, 0.50);
-    r.p99_ms = percentile(hist, pairs, 0.99);
-    return r;
 }
 
-static struct result run_mode(const struct opts *o, const char *mode)
+static void start_server(const struct opts *o, struct server *srv, const char *mode)
+{
+    char data[PATH_MAX + 32];
+    int port = free_port();
+
+    srv->mode = mode;
+    snprintf(data, sizeof data, "%s/%s", o->dir, mode);
+    snprintf(srv->url, sizeof srv->url, "http://127.0.0.1:%d", port);
+    srv->pid = start_semad(o, mode, data, port);
+    if (sema_client_new(&srv->admin, srv->url, NULL) != 0)
+        die("sema_client_new failed for %s", srv->url);
+    wait_ready(srv->admin, srv->pid, o->conns);
+}
+
+static double report(const struct opts *o, struct server *srv)
+{
+    double rate = (double)srv->pairs / srv->seconds;
+    int status;
+
+    sema_client_free(srv->admin);
+    kill(srv->pid, SIGTERM);
+    waitpid(srv->pid, &status, 0);
+    printf("bench_durability %s_pairs_per_s %.0f pairs/s (%d connections)\n", srv->mode, rate,
+           o->conns);
+    printf("bench_durability %s_p50_ms %.2f ms\n", srv->mode,
+           percentile(srv->hist, srv->pairs, 0.50));
+    printf("bench_durability %s_p99_ms %.2f ms\n", srv->mode,
+           percentile(srv->hist, srv->pairs, 0.99));
+    return rate;
+}
+
+/* The three modes run side by side, in alternating segments, so a change in the machine's
+ * load during the run weighs on all three alike. */
+static void run_modes(const struct opts *o)
+{
+    static struct server srv[3];
+    static const char *const modes[3] = {"none", "relaxed", "strict"};
+    double rate[3];
+
+    for (int m = 0; m < 3; m++)
+        start_server(o, &srv[m], modes[m]);
+    for (int r = 0; r < o->rounds; r++)
+        for (int m = 0; m < 3; m++)
+            drive(o, &srv[m], o->seconds / o->rounds);
+    for (int m = 0; m < 3; m++)
+        rate[m] = report(o, &srv[m]);
+    running_semads = 0;
+    printf("bench_durability ratio relaxed_vs_none %.2f\n", rate[1] / rate[0]);
+    printf("bench_durability ratio strict_vs_none %.2f (goal >= 0.50)\n", rate[2] / rate[0]);
+    fflush(stdout);
+}
+
+/* A store of `sems` semaphores and `leases` leases (one per semaphore, expiring in an hour),
+ * written through the store API as semad would have written it. */
+static void build_store(const char *data, long sems, long leases)
+{
+    char err[512] = "", name[32], id[48];
+    int64_t now_ms = (int64_t)time(NULL) * 1000;
+    store_t *st;
+
+    if (store_open(&st, data, STORE_RELAXED, err, sizeof err) != 0)
+        die("store_open: %s", err);
+    for (long i = 0; i < sems; i++) {
+        snprintf(name, sizeof name, "sem-%08ld", i);
+        store_sem_t s = {
+            .name = name, .capacity = 10, .available = 10, .fence = 1, .created_at_ms = now_ms};
+        store_put_sem(st, &s);
+        if (i < leases) {
+            snprintf(id, sizeof id, "rl-%016lx", i); /* semad ids are under 28 bytes */
+            store_lease_t l = {.id = id,
+                               .sem = name,
+                               .weight = 1,
+                               .owner = "bench",
+                               .fence = 1,
+                               .ttl_ms = 3600000,
+                               .acquired_at_ms = now_ms,
+                               .expires_at_ms = now_ms + 3600000};
+            store_put_lease(st, &l);
+        }
+        if (i % 20000 == 19999 && store_commit(st, err, sizeof err) != 0)
+            die("store_commit: %s", err);
+    }
+    if (store_commit(st, err, sizeof err) != 0)
+        die("store_commit: %s", err);
+    store_close(st);
+}
+
+/* semad's whole recovery: start on a large store until it answers, then check a lease. */
+static void run_recovery(const struct opts *o)
 {
     char data[PATH_MAX + 32], url[64];
     int port = free_port(), status;
-    sema_client_t *admin;
-    struct result r;
+    sema_client_t *c;
+    sema_client_error_t err;
+    sema_sem_info_t info;
+    double t0;
     pid_t pid;
 
-    snprintf(data, sizeof data, "%s/%s", o->dir, mode);
+    snprintf(data, sizeof data, "%s/recovery", o->dir);
     snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
-    pid = start_semad(o, mode, data, port);
-    if (sema_client_new(&admin, url, NULL) != 0)
+    build_store(data, o->sems, o->leases);
+    if (sema_client_new(&c, url, NULL) != 0)
         die("sema_client_new failed for %s", url);
-    wait_ready(admin, pid, o->conns);
-    r = drive(o, url, admin);
-    sema_client_free(admin);
+    t0 = now_s();
+    pid = start_semad(o, "strict", data, port);
+    for (;;) {
+        if (waitpid(pid, &status, WNOHANG) == pid)
+            die("semad exited while loading (%s)", "its log is DIR/strict.log");
+        if (sema_client_get(c, "sem-00000000", &info, NULL, &err) == 0)
+            break;
+        if (now_s() - t0 > 60)
+            die("semad did not answer within 60 s: %s", err.message);
+        usleep(10000);
+    }
+    printf("bench_durability semad_recovery_s %.3f s (%ld semaphores, %ld leases; goal <= 5)\n",
+           now_s() - t0, o->sems, o->leases);
+    if (info.capacity != 10 || info.held != (o->leases > 0 ? 1u : 0u))
+        die("wrong state after recovery: %s", "a stored lease is not held");
+    sema_client_free(c);
     kill(pid, SIGTERM);
     waitpid(pid, &status, 0);
-    printf("bench_durability %s_pairs_per_s %.0f pairs/s (%d connections)\n", mode, r.pairs_per_s,
-           o->conns);
-    printf("bench_durability %s_p50_ms %.2f ms\n", mode, r.p50_ms);
-    printf("bench_durability %s_p99_ms %.2f ms\n", mode, r.p99_ms);
-    fflush(stdout);
-    return r;
+    running_semads = 0;
 }
 
 static void find_semad(struct opts *o, const char *argv0)
@@ -276,22 +386,32 @@ static void parse(int argc, char **argv, struct opts *o)
 {
     const char *base = "/tmp";
 
-    o->seconds = 3;
+    o->seconds = 2;
+    o->rounds = 3;
     o->conns = 50;
+    o->sems = 1000000;
+    o->leases = 100000;
     find_semad(o, argv[0]);
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--semad") == 0)
             snprintf(o->semad, sizeof o->semad, "%s", argv[i + 1]);
         else if (strcmp(argv[i], "--seconds") == 0)
             o->seconds = strtod(argv[i + 1], NULL);
+        else if (strcmp(argv[i], "--rounds") == 0)
+            o->rounds = (int)strtol(argv[i + 1], NULL, 10);
         else if (strcmp(argv[i], "--conns") == 0)
             o->conns = (int)strtol(argv[i + 1], NULL, 10);
+        else if (strcmp(argv[i], "--sems") == 0)
+            o->sems = strtol(argv[i + 1], NULL, 10);
+        else if (strcmp(argv[i], "--leases") == 0)
+            o->leases = strtol(argv[i + 1], NULL, 10);
         else if (strcmp(argv[i], "--dir") == 0)
             base = argv[i + 1];
         else
             die("unknown flag %s (see the usage at the top of bench_durability.c)", argv[i]);
     }
-    if (o->seconds <= 0 || o->conns < 1 || o->conns > MAX_CONNS)
+    if (o->seconds <= 0 || o->rounds < 1 || o->conns < 1 || o->conns > MAX_CONNS || o->sems < 0 ||
+        o->leases < 0 || o->leases > o->sems)
         die("bad %s", "--seconds or --conns");
     if (access(o->semad, X_OK) != 0)
         die("no semad at %s (give --semad PATH or set SEMAD)", o->semad);
@@ -303,16 +423,12 @@ static void parse(int argc, char **argv, struct opts *o)
 int main(int argc, char **argv)
 {
     struct opts o;
-    struct result none, relaxed, strict;
 
     signal(SIGPIPE, SIG_IGN);
     parse(argc, argv, &o);
-    none = run_mode(&o, "none");
-    relaxed = run_mode(&o, "relaxed");
-    strict = run_mode(&o, "strict");
-    printf("bench_durability ratio relaxed_vs_none %.2f\n", relaxed.pairs_per_s / none.pairs_per_s);
-    printf("bench_durability ratio strict_vs_none %.2f (goal >= 0.50)\n",
-           strict.pairs_per_s / none.pairs_per_s);
+    run_modes(&o);
+    if (o.sems > 0)
+        run_recovery(&o);
     nftw(o.dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
     return 0;
 }
