@@ -9,4 +9,9 @@ for b in "$build"/bin/bench_*; do
     echo "== $(basename "$b")"
     "$b" || status=1
 done
+# semad side by side with its peers (starts its own servers; about a minute).
+if [ -x "$build/bin/semad" ] && [ -x "$build/bin/sema" ]; then
+    echo "== semad_vs_peers"
+    "$(dirname "$0")/../bench/semad_vs_peers.sh" "$build" || status=1
+fi
 exit $status
