@@ -93,17 +93,18 @@ typedef void (*sema_sem_cb)(sema_sem_waiter_t *waiter, int status, void *arg);
  * private. It must stay valid from the call that queues it until its callback has started,
  * or until sema_sem_cancel_async returned 0 for it. */
 struct sema_sem_waiter {
+    /* What a releaser touches comes first (one cache line when the waiter is aligned). */
     struct sema_sem_waiter *prev_, *next_;
     uint64_t weight_;
-    sema_sem_cb cb_;
-    void *arg_;
     uint64_t enq_seq_;    /* order of queueing (per semaphore) */
     uint64_t settle_seq_; /* order of settling, same counter (tests check FIFO with these) */
-    void *reserved_[2];
     uint32_t state_;
     int32_t status_;
     uint32_t kind_;
     uint32_t queued_;
+    sema_sem_cb cb_;
+    void *arg_;
+    void *reserved_[2];
 };
 
 /* Ask for `weight` units without blocking. Returns 0 (granted now: the caller holds the
