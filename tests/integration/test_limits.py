@@ -4,9 +4,12 @@ body, name, semaphore and waiter caps, connection cap, slow and idle clients, ke
 and pipelining (also behind a parked request), disconnects while parked, SIGTERM."""
 import json
 import os
+import shutil
 import signal
 import socket
+import subprocess
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -245,6 +248,67 @@ def test_sigterm_answers_parked_503_and_exits_0():
         assert any("SIGTERM" in line for line in s.log())
     finally:
         s.close()
+
+
+def test_cli_help_version_env_and_bad_flags():
+    exe = fx.semad_path()
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10)
+    assert out.returncode == 0 and out.stdout.startswith("semad "), out
+    out = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=10)
+    assert out.returncode == 0
+    for var in ("SEMA_LISTEN", "SEMA_DATA", "SEMA_DURABILITY", "SEMA_MAX_CONNECTIONS",
+                "SEMA_MAX_HEADER_BYTES", "SEMA_MAX_BODY_BYTES", "SEMA_MAX_NAME_BYTES",
+                "SEMA_MAX_SEMAPHORES", "SEMA_MAX_WAITERS_PER_SEMAPHORE", "SEMA_MAX_WAITERS",
+                "SEMA_HEADER_TIMEOUT", "SEMA_IDLE_TIMEOUT", "SEMA_DEFAULT_TTL", "SEMA_MAX_TTL",
+                "SEMA_LOCK_READERS"):
+        assert var in out.stdout, var
+    assert "default 127.0.0.1:7070" in out.stdout
+    out = subprocess.run([exe, "--max-connections", "lots"], capture_output=True, text=True,
+                         timeout=10)
+    assert out.returncode == 2 and "--max-connections" in out.stderr, out
+    out = subprocess.run([exe, "--listen", "0.0.0.0:99999"], capture_output=True, text=True,
+                         timeout=10)
+    assert out.returncode != 0 and "port" in out.stderr, out
+    # every flag is also a variable: the body cap from SEMA_MAX_BODY_BYTES
+    with fx.Semad(env={"SEMA_MAX_BODY_BYTES": "50"}) as s:
+        assert s.request("PUT", "/v1/semaphores/e", {"capacity": 1, "p": "x" * 80})[0] == 413
+
+
+def test_store_failure_exits_nonzero_naming_the_problem():
+    tmp = tempfile.mkdtemp(prefix="semad-test-")
+    try:
+        blocker = os.path.join(tmp, "not-a-dir")
+        with open(blocker, "w") as f:
+            f.write("x")
+        out = subprocess.run([fx.semad_path(), "--listen", "127.0.0.1:0", "--data", blocker,
+                              "--durability", "strict"], capture_output=True, text=True,
+                             timeout=30 * fx.SLOW)
+        assert out.returncode != 0, out
+        assert "not-a-dir" in out.stderr, out.stderr
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_strict_store_survives_restart_and_checks_clean():
+    tmp = tempfile.mkdtemp(prefix="semad-test-")
+    data = os.path.join(tmp, "data")
+    try:
+        with fx.Semad(durability="strict", data=data) as s:
+            put(s, "kept", 3)
+            assert s.request("POST", "/semaphore", {"name": "legacy", "value": 2})[0] == 200
+            st, lease = acquire(s, "kept", ttl_ms=60000)
+            assert st == 200
+        out = subprocess.run([fx.semad_path(), "--check", data], capture_output=True,
+                             text=True, timeout=30)
+        assert out.returncode == 0, out
+        with fx.Semad(durability="strict", data=data) as s:
+            st, sem = s.json("GET", "/v1/semaphores/kept")
+            assert st == 200 and sem["capacity"] == 3 and sem["held"] == 1, sem
+            assert s.json("GET", "/v1/leases/" + lease["lease"])[0] == 200
+            assert s.json("GET", "/semaphore/value/legacy") == (200, {"name": "legacy",
+                                                                     "value": 2})
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
