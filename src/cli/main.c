@@ -91,7 +91,8 @@ static void print_overview(FILE *out)
 {
     fprintf(out, "usage: sema [--version] [--help] VERB [--local] [ARGS...]\n\n"
                  "sema limits concurrency: of threads, of processes on this machine (--local),\n"
-                 "and across machines (through semad).\n\nVerbs:\n");
+                 "and across machines (through semad).\n\n"
+                 "Verbs (run, ls and rm act on this machine's semaphores with --local):\n");
     for (size_t i = 0; i < NCOMMANDS; i++)
         fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
     if (cmd_remote_usage != NULL) {
@@ -168,7 +169,10 @@ static int dispatch(const cli_command_t *c, int argc, char **argv)
         fprintf(stderr, "sema %s: there is no --local form of this verb\n", c->name);
         return CLI_EXIT_USAGE;
     }
-    return fn(argc, argv);
+    int rc = fn(argc, argv);
+    if (remote_help && c->local != NULL && wants_help(argc, argv))
+        printf("\nFor a semaphore of this machine: sema %s --local --help\n", c->name);
+    return rc;
 }
 
 int main(int argc, char **argv)
