@@ -236,3 +236,39 @@ TEST(buffers_shrink_between_requests)
     free(req);
     http_parser_free(&p);
 }
+
+TEST(random_bytes_never_crash)
+{
+    /* Mutated valid requests and plain noise, fed in random slices: every outcome is one of
+     * the three results, and an error always comes with a 4xx/5xx status. */
+    static const char base[] = "POST /v1/semaphores/a%2Fb/acquire?x=1 HTTP/1.1\r\nHost: h\r\n"
+                               "Idempotency-Key: k\r\nContent-Length: 13\r\n\r\n{\"weight\":1}\n";
+    unsigned seed = 12345;
+    long rounds = test_scale(20000);
+    for (long r = 0; r < rounds; r++) {
+        char buf[sizeof base];
+        memcpy(buf, base, sizeof base);
+        int flips = (int)(rand_r(&seed) % 4);
+        for (int i = 0; i < flips; i++)
+            buf[rand_r(&seed) % (sizeof base - 1)] = (char)(rand_r(&seed) & 0xff);
+        if (rand_r(&seed) % 8 == 0)
+            for (size_t i = 0; i < sizeof base - 1; i++)
+                buf[i] = (char)(rand_r(&seed) & 0xff);
+        http_parser_t p;
+        http_parser_init(&p, &limits);
+        size_t off = 0, len = sizeof base - 1;
+        while (off < len) {
+            size_t n = 1 + rand_r(&seed) % (len - off), used;
+            int rc = http_parser_feed(&p, buf + off, n, &used);
+            ASSERT_LE(used, n);
+            off += used;
+            if (rc == HTTP_ERROR) {
+                ASSERT_GE(p.error_status, 400);
+                break;
+            }
+            if (rc == HTTP_MESSAGE)
+                http_parser_next(&p);
+        }
+        http_parser_free(&p);
+    }
+}
