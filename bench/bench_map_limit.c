@@ -61,6 +61,15 @@ static int emit_next(void *ctx, void **item)
     return 1;
 }
 
+/* The producer engine without emit: fn stores by index itself. */
+static int engine_fn(void *ctx, uint64_t index, void *item, void **result)
+{
+    (void)ctx;
+    (void)result;
+    results[index] = (void *)compute((uintptr_t)item);
+    return 0;
+}
+
 static int emit_store(void *ctx, uint64_t index, void *result)
 {
     (void)ctx;
@@ -98,6 +107,20 @@ static void run_array(void)
 {
     if (sema_map_limit_array(items, (size_t)cfg.items, map_fn, NULL, results, (size_t)cfg.limit) !=
         0)
+        abort();
+}
+
+static void run_engine(void)
+{
+    struct emit_ctx e = {0};
+    sema_map_limit_opts_t o = {0};
+
+    o.limit = (size_t)cfg.limit;
+    o.next = emit_next;
+    o.fn = engine_fn;
+    o.ctx = &e;
+    o.total = (uint64_t)cfg.items;
+    if (sema_map_limit(&o) != 0)
         abort();
 }
 
@@ -175,11 +198,12 @@ int main(int argc, char **argv)
            "index\n",
            cfg.items, cfg.limit, cfg.rounds, cfg.limit);
     for (size_t w = 0; w < sizeof(works) / sizeof(works[0]); w++) {
-        double peer, arr, emit;
+        double peer, arr, engine, emit;
 
         cfg.work = works[w];
         peer = best_of(run_peer, "pthread_pool");
         arr = best_of(run_array, "map_limit_array");
+        engine = best_of(run_engine, "map_limit_producer");
         emit = best_of(run_emit, "map_limit_emit");
         printf("bench_map_limit impl=pthread_pool work=%ld ns_per_item=%.1f\n", cfg.work,
                peer * 1e9 / (double)cfg.items);
@@ -187,6 +211,10 @@ int main(int argc, char **argv)
                "overhead_ns_per_item=%.1f ratio_time_vs_pool=%.2f\n",
                cfg.work, arr * 1e9 / (double)cfg.items, (arr - peer) * 1e9 / (double)cfg.items,
                arr / peer);
+        printf("bench_map_limit impl=map_limit_producer work=%ld ns_per_item=%.1f "
+               "overhead_ns_per_item=%.1f ratio_time_vs_pool=%.2f\n",
+               cfg.work, engine * 1e9 / (double)cfg.items,
+               (engine - peer) * 1e9 / (double)cfg.items, engine / peer);
         printf("bench_map_limit impl=map_limit_emit work=%ld ns_per_item=%.1f "
                "overhead_ns_per_item=%.1f ratio_time_vs_pool=%.2f\n",
                cfg.work, emit * 1e9 / (double)cfg.items, (emit - peer) * 1e9 / (double)cfg.items,

@@ -109,10 +109,14 @@ SEMA_EXTERN void sema_map_limit_stats(const sema_map_limit_t *map, sema_map_limi
 SEMA_EXTERN int sema_map_limit(const sema_map_limit_opts_t *opts);
 
 /* Convenience over an array: results[i] = fn(items[i]) with at most `limit`
- * at once. Every item that finished has its result in results[i] (others are
- * NULL); the caller owns them all. Returns as sema_map_limit_run(), or
+ * at once, on min(limit, n) threads (the caller's included). Items start in
+ * input order (claimed from one atomic counter: no lock per item); after the
+ * first error no new item starts and running ones finish. Every item that
+ * finished has its result in results[i] (others are NULL); the caller owns
+ * them all. Returns 0 or the error of the lowest-index failed item, or
  * SEMA_EINVAL for a NULL fn, items or results (items/results may be NULL when
- * n is 0). Blocks until done. */
+ * n is 0) or a bad limit. No cancel or stats: use sema_map_limit_new() for
+ * those. Blocks until done. */
 SEMA_EXTERN int sema_map_limit_array(void *const *items, size_t n, sema_map_limit_fn fn, void *ctx,
                                      void **results, size_t limit);
 

@@ -459,47 +459,90 @@ int sema_map_limit(const sema_map_limit_opts_t *opts)
     return rc;
 }
 
-/* The array form: a producer over items[] and a fn that writes results[]. */
-struct array_ctx {
+/* The array form. Items are random-access, so the general engine (producer,
+ * lock per item) is not needed: workers claim the next index from one
+ * atomic counter, in input order, and the error path alone takes a lock.
+ * Every claimed index runs, and indices are claimed in order, so when one
+ * fails every lower index has started: the lowest failed index is exact. */
+struct array_run {
     void *const *items;
-    size_t n, pos;
+    size_t n;
     sema_map_limit_fn fn;
     void *ctx;
     void **results;
+    _Atomic size_t next; /* next index to claim */
+    atomic_int stop;     /* an item failed: claim nothing more */
+    pthread_mutex_t mu;  /* guards err_index, err */
+    size_t err_index;
+    int err;
 };
 
-static int array_next(void *arg, void **item)
+static void array_failed(struct array_run *a, size_t index, int rc)
 {
-    struct array_ctx *a = arg;
-
-    if (a->pos == a->n)
-        return 0;
-    *item = a->items[a->pos++];
-    return 1;
+    SEMA__CHECK(pthread_mutex_lock(&a->mu) == 0);
+    if (index < a->err_index) {
+        a->err_index = index;
+        a->err = rc;
+    }
+    SEMA__CHECK(pthread_mutex_unlock(&a->mu) == 0);
+    atomic_store(&a->stop, 1);
 }
 
-static int array_fn(void *arg, uint64_t index, void *item, void **result)
+static void *array_worker(void *arg)
 {
-    struct array_ctx *a = arg;
+    struct array_run *a = arg;
 
-    (void)result;
-    return a->fn(a->ctx, index, item, &a->results[index]);
+    while (!atomic_load(&a->stop)) {
+        size_t i = atomic_fetch_add_explicit(&a->next, 1, memory_order_relaxed);
+        int rc;
+
+        if (i >= a->n)
+            break;
+        rc = a->fn(a->ctx, i, a->items[i], &a->results[i]);
+        if (rc != 0)
+            array_failed(a, i, rc);
+    }
+    return NULL;
+}
+
+/* The caller's thread plus up to limit-1 others; fewer if some cannot be
+ * created. */
+static void array_run_threads(struct array_run *a, size_t nthreads)
+{
+    pthread_t *tids = NULL;
+    size_t made = 0;
+
+    if (nthreads > 1)
+        tids = sema__calloc(nthreads - 1, sizeof(*tids));
+    for (; tids != NULL && made + 1 < nthreads; made++)
+        if (pthread_create(&tids[made], NULL, array_worker, a) != 0)
+            break;
+    array_worker(a);
+    for (size_t i = 0; i < made; i++)
+        SEMA__CHECK(pthread_join(tids[i], NULL) == 0);
+    sema__free(tids);
 }
 
 int sema_map_limit_array(void *const *items, size_t n, sema_map_limit_fn fn, void *ctx,
                          void **results, size_t limit)
 {
-    struct array_ctx a = {items, n, 0, fn, ctx, results};
-    sema_map_limit_opts_t o = {0};
+    struct array_run a;
 
     if (fn == NULL || (n > 0 && (items == NULL || results == NULL)))
         return SEMA_EINVAL;
+    if (limit == 0 || limit > SEMA_MAP_LIMIT_MAX)
+        return SEMA_EINVAL;
     for (size_t i = 0; i < n; i++)
         results[i] = NULL;
-    o.limit = limit;
-    o.next = array_next;
-    o.fn = array_fn;
-    o.ctx = &a;
-    o.total = n;
-    return sema_map_limit(&o);
+    memset(&a, 0, sizeof(a));
+    a.items = items;
+    a.n = n;
+    a.fn = fn;
+    a.ctx = ctx;
+    a.results = results;
+    a.err_index = SIZE_MAX;
+    SEMA__CHECK(pthread_mutex_init(&a.mu, NULL) == 0);
+    array_run_threads(&a, n < limit ? n : limit);
+    SEMA__CHECK(pthread_mutex_destroy(&a.mu) == 0);
+    return a.err_index == SIZE_MAX ? 0 : a.err;
 }

@@ -182,6 +182,26 @@ TEST(array_form_writes_results_by_index)
     ASSERT_OK(sema_map_limit_array(NULL, 0, square_fn, &r, NULL, 2));
 }
 
+TEST(array_form_first_error_and_limit)
+{
+    enum { N = 3000 };
+    static void *items[N], *results[N];
+    struct run r;
+
+    run_init(&r, N);
+    r.fail_at = 700;
+    r.fail_code = -77;
+    for (size_t i = 0; i < N; i++)
+        items[i] = (void *)(uintptr_t)i;
+    ASSERT_EQ(sema_map_limit_array(items, N, square_fn, &r, results, 3), -77);
+    ASSERT_LE(atomic_load(&r.max_active), 3);
+    ASSERT_LT(atomic_load(&r.calls), N);
+    /* Every index below the failure ran and has its result. */
+    for (size_t i = 0; i < 700; i++)
+        ASSERT_EQ((uint64_t)(uintptr_t)results[i], (uint64_t)i * i + 1);
+    ASSERT_NULL(results[700]);
+}
+
 TEST(first_error_by_input_index_is_returned)
 {
     struct run r;
