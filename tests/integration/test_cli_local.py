@@ -77,7 +77,7 @@ def test_capacity_one_never_overlaps():
 
 def test_capacity_three_admits_exactly_three():
     n = name()
-    assert run_many(n, 3, 7, "0.6") == 3
+    assert run_many(n, 3, 7, "1") == 3
     sema("rm", "--local", n)
 
 
@@ -174,6 +174,17 @@ def test_rm_and_errors():
         r = sema(*bad)
         assert r.returncode == 2, (bad, r)
     assert sema("run", "--local", "bad/name", "--", "true").returncode == 1
+
+
+def test_durations():
+    n = name()
+    for good in ("100ms", "1.5s", "2m", "1h", "3", "forever", "inf", "-1", "0.25"):
+        r = sema("run", "--local", n, "-t", good, "--", "true")
+        assert r.returncode == 0, (good, r)
+    for bad in ("5q", "", "ms", "s10", "1e999", "nan", "1 s", "--"):
+        r = sema("run", "--local", n, "-t", bad, "--", "true")
+        assert r.returncode == 2, (bad, r)
+    sema("rm", "--local", n)
 
 
 def test_help_version_and_remote_form():
