@@ -43,7 +43,9 @@ extern "C" {
  * - not reentrant: locking a key you hold in a conflicting mode deadlocks
  *   (or times out); there is no owner tracking.
  * Keys are byte strings compared with memcmp; the empty key (key_len 0, key
- * may then be NULL) is a valid key like any other. */
+ * may then be NULL) is a valid key like any other. The hash is seeded per
+ * instance but is not a keyed cryptographic hash: with keys from untrusted
+ * input, set max_keys. */
 typedef struct sema_keyed sema_keyed_t;
 
 typedef struct sema_keyed_opts {
