@@ -420,11 +420,11 @@ TEST(pitfall30_retry_while_parked_takes_its_place)
     ASSERT_EQ(retry->done, 1); /* it kept the first attempt's place, ahead of `other` */
     ASSERT_EQ(retry->status, 0);
     ASSERT_EQ(other->done, 0);
+    fx_free(&f); /* first: a parked request must outlive the engine's use of it */
     treq_free(a);
     treq_free(first);
     treq_free(other);
     treq_free(retry);
-    fx_free(&f);
 }
 
 /* Pitfall 15: completions that submit more work do not recurse. */

@@ -235,3 +235,41 @@ TEST(memory_per_semaphore_figure)
         ASSERT_LT(per, 256.0); /* the goal: 1,000,000 in 256 MiB for the whole server */
     fx_free(&f);
 }
+
+/* The engine's share of a parked request (the connection's share is the HTTP layer's). */
+TEST(memory_per_parked_waiter_figure)
+{
+    long n = test_scale(10000);
+    engine_req_t *reqs = calloc((size_t)n, sizeof(*reqs));
+    treq_t *holder;
+    struct mallinfo2 before, after;
+    engine_stats_t st;
+    fx_t f;
+
+    ASSERT_NOT_NULL(reqs);
+    fx_init(&f);
+    fx_put(&f, "busy", 1);
+    holder = fx_acquire(&f, "busy", 1, -1);
+    before = mallinfo2();
+    for (long i = 0; i < n; i++) {
+        reqs[i].op = ENGINE_ACQUIRE;
+        reqs[i].name = "busy";
+        reqs[i].weight = 1;
+        reqs[i].timeout_ms = 600000; /* each with its own deadline in the heap */
+        reqs[i].owner = "worker";
+        reqs[i].cb = t_cb_noop;
+        ASSERT_OK(engine_submit(f.e, &reqs[i]));
+    }
+    after = mallinfo2();
+    engine_stats(f.e, &st);
+    ASSERT_EQ(st.parked, (uint64_t)n);
+    printf("engine_parked_waiter_bytes n=%ld bytes_per_waiter=%.1f\n", n,
+           (double)(after.uordblks - before.uordblks) / (double)n);
+    for (long i = 0; i < n; i++)
+        engine_cancel(f.e, &reqs[i]);
+    engine_stats(f.e, &st);
+    ASSERT_EQ(st.parked, 0);
+    fx_free(&f);
+    treq_free(holder);
+    free(reqs);
+}
