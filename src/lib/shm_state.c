@@ -49,19 +49,17 @@ int sema__shm_proc_start(int32_t pid, uint64_t *start)
     return 0;
 }
 
-static void self_refresh(void)
+/* In a fork child only async-signal-safe work: the start time is read on first use. */
+static void self_after_fork(void)
 {
-    uint64_t start = 0;
-    int32_t pid = (int32_t)getpid();
-    (void)sema__shm_proc_start(pid, &start);
-    atomic_store(&self_start, start);
-    atomic_store(&self_pid, pid);
+    atomic_store(&self_start, 0);
+    atomic_store(&self_pid, (int32_t)getpid());
 }
 
 static void self_init(void)
 {
-    self_refresh();
-    (void)pthread_atfork(NULL, NULL, self_refresh);
+    self_after_fork();
+    (void)pthread_atfork(NULL, NULL, self_after_fork);
 }
 
 int32_t sema__shm_self(uint64_t *start)
@@ -72,8 +70,14 @@ int32_t sema__shm_self(uint64_t *start)
         (void)pthread_once(&once, self_init);
         pid = atomic_load(&self_pid);
     }
-    if (start != NULL)
-        *start = atomic_load_explicit(&self_start, memory_order_relaxed);
+    if (start != NULL) {
+        uint64_t st = atomic_load_explicit(&self_start, memory_order_relaxed);
+        if (st == 0) { /* racing threads compute the same value */
+            (void)sema__shm_proc_start(pid, &st);
+            atomic_store(&self_start, st);
+        }
+        *start = st;
+    }
     return pid;
 }
 
