@@ -85,7 +85,8 @@ typedef struct sema_sem_waiter sema_sem_waiter_t;
  * SEMA_ECANCELED (the semaphore was closed) or SEMA_EINVAL (a shrink left the weight above
  * the capacity). It runs in the thread that settled the request (a releaser, a closer, a
  * resizer, a canceller), with no libsema lock held: it may call any sema_sem_* function,
- * including on the same semaphore. Callbacks triggered from inside a callback run after it
+ * including on the same semaphore, but should not block (callbacks queued behind it in that
+ * thread wait for it). Callbacks triggered from inside a callback run after it
  * returns, in the same thread (no recursion, pitfall 15). */
 typedef void (*sema_sem_cb)(sema_sem_waiter_t *waiter, int status, void *arg);
 
@@ -119,7 +120,8 @@ SEMA_EXTERN int sema_sem_acquire_async(sema_sem_t *sem, uint64_t weight, sema_se
  * re-run admission for the requests behind it. Returns 0 (withdrawn: its callback never
  * runs and it got no units; the waiter's memory is the caller's again) or SEMA_ENOENT (too
  * late: it was already settled — its callback has run, runs now or is about to run exactly
- * once, and if granted the callback owns the units). SEMA_EINVAL for NULL. Never blocks. */
+ * once, and if granted the callback owns the units — or it was never queued on this
+ * semaphore). SEMA_EINVAL for NULL. Never blocks. */
 SEMA_EXTERN int sema_sem_cancel_async(sema_sem_t *sem, sema_sem_waiter_t *waiter);
 
 /* ---- Permits ---------------------------------------------------------------------------- */

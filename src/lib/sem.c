@@ -518,6 +518,7 @@ static int queue_async(struct sema_sem *s, uint64_t weight, int idle, sema_sem_w
         init_waiter(n, weight, KIND_CB | (idle ? KIND_IDLE : 0));
         n->cb_ = cb;
         n->arg_ = arg;
+        n->reserved_[0] = s; /* lets cancel_async refuse a waiter of another semaphore */
         enqueue(s, n);
         rc = SEMA_SEM_QUEUED;
     }
@@ -551,7 +552,7 @@ int sema_sem_cancel_async(sema_sem_t *sem, sema_sem_waiter_t *waiter)
     if (sem == NULL || waiter == NULL)
         return SEMA_EINVAL;
     lock(sem);
-    if (waiter->queued_ && (waiter->kind_ & KIND_CB)) {
+    if (waiter->queued_ && (waiter->kind_ & KIND_CB) && waiter->reserved_[0] == sem) {
         withdraw(sem, waiter, &out);
         rc = 0;
     }

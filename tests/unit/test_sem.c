@@ -439,6 +439,27 @@ TEST(async_cancel_before_grant_never_calls_back)
     sema_sem_free(sem);
 }
 
+TEST(async_cancel_on_another_semaphore_refused)
+{
+    sema_sem_t *a, *b;
+    sema_sem_waiter_t w;
+    cb_rec_t r = {0};
+
+    ASSERT_OK(sema_sem_new(&a, 1));
+    ASSERT_OK(sema_sem_new(&b, 1));
+    ASSERT_OK(sema_sem_acquire(a, 1, -1));
+    ASSERT_EQ(sema_sem_acquire_async(a, 1, &w, record_cb, &r), SEMA_SEM_QUEUED);
+    ASSERT_EQ(sema_sem_cancel_async(b, &w), SEMA_ENOENT);
+    ASSERT_EQ(sema_sem_stats(b, &(sema_sem_stats_t){0}), 0);
+    ASSERT_EQ(stats(a).waiters, 1);
+    ASSERT_EQ(sema_sem_cancel_async(NULL, &w), SEMA_EINVAL);
+    ASSERT_OK(sema_sem_cancel_async(a, &w));
+    ASSERT_EQ(r.calls, 0);
+    ASSERT_OK(sema_sem_release(a, 1));
+    sema_sem_free(a);
+    sema_sem_free(b);
+}
+
 TEST(async_close_calls_back_with_ecanceled)
 {
     sema_sem_t *sem;
