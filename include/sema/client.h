@@ -184,8 +184,8 @@ SEMA_EXTERN int sema_client_renew(sema_client_t *c, sema_lease_t *lease, int64_t
 SEMA_EXTERN int sema_client_release(sema_client_t *c, const char *lease_id,
                                     sema_client_error_t *err);
 
-/* GET /v1/leases/{id}: the lease as the server sees it now (lease->local_deadline_ns is
- * computed from the remaining time). */
+/* GET /v1/leases/{id}: the lease as the server sees it now. lease->local_deadline_ns is an
+ * estimate here: the remaining time by this host's wall clock (at most the ttl). */
 SEMA_EXTERN int sema_client_lease_get(sema_client_t *c, const char *lease_id, sema_lease_t *lease,
                                       sema_client_error_t *err);
 
@@ -247,8 +247,9 @@ SEMA_EXTERN int sema_client_legacy_delete(sema_client_t *c, const char *name,
  * sema_lease_keepalive_stop() on its own keep-alive; it may signal another thread. */
 typedef void (*sema_lease_lost_cb)(void *arg, const sema_lease_t *lease, int reason);
 
-/* Renew `lease` (copied) in a background thread every ttl/3; after a failed renew it
- * retries every ttl/10 (at least 50 ms) until the local deadline, then reports the loss.
+/* Renew `lease` (copied) in a background thread every ttl/3 (and at the latest ttl/10 before
+ * its local deadline); after a failed renew it retries every ttl/10 (at least 50 ms) until
+ * the local deadline, then reports the loss.
  * `c` is borrowed and must outlive the keep-alive. `lost` may be NULL. Returns 0, SEMA_EINVAL
  * (no id or ttl_ms <= 0), SEMA_ENOMEM or SEMA_EUNAVAIL (thread creation failed). */
 SEMA_EXTERN int sema_lease_keepalive_start(sema_keepalive_t **out, sema_client_t *c,

@@ -16,7 +16,17 @@
 #define DEFAULT_SERVER "http://127.0.0.1:7070"
 
 /* Options a verb accepts (bit set). --server, --json and --help are always accepted. */
-enum { O_W = 1, O_T = 2, O_TTL = 4, O_C = 8, O_OWNER = 16, O_MODE = 32, O_GRACE = 64, O_CMD = 128 };
+enum {
+    O_W = 1,
+    O_T = 2,
+    O_TTL = 4,
+    O_C = 8,
+    O_OWNER = 16,
+    O_MODE = 32,
+    O_GRACE = 64,
+    O_CMD = 128,
+    O_KEY = 256
+};
 
 typedef int (*verb_fn)(remote_opts_t *o);
 
@@ -55,8 +65,8 @@ static const verb_t verbs[] = {
      "sema resize builds 8"},
     {"rm", "NAME", "delete a semaphore (waiters fail, leases end)", 1, 1, 0, v_rm,
      "sema rm builds"},
-    {"acquire", "NAME [-w W] [-t TIMEOUT] [--ttl TTL] [--owner O]",
-     "take units and print the lease id", 1, 1, O_W | O_T | O_TTL | O_OWNER, v_acquire,
+    {"acquire", "NAME [-w W] [-t TIMEOUT] [--ttl TTL] [--owner O] [--key K]",
+     "take units and print the lease id", 1, 1, O_W | O_T | O_TTL | O_OWNER | O_KEY, v_acquire,
      "lease=$(sema acquire builds -t 30s --ttl 5m) || exit\n... ; sema release \"$lease\""},
     {"renew", "LEASE [--ttl TTL]", "extend a lease", 1, 1, O_TTL, v_renew,
      "sema renew \"$lease\" --ttl 10m"},
@@ -121,6 +131,9 @@ static void verb_help(const verb_t *v, FILE *out)
         fprintf(out, "  -c, --capacity N  create the semaphore with capacity N if missing\n");
     if (v->opts & O_OWNER)
         fprintf(out, "  --owner O      owner recorded with the lease (default host:pid)\n");
+    if (v->opts & O_KEY)
+        fprintf(out, "  --key K        idempotency key: acquiring again with the same K while "
+                     "the lease\n                 lives returns the same lease (safe retries)\n");
     if (v->opts & O_MODE)
         fprintf(out, "  --shared | --exclusive  lock mode (one is required)\n");
     if (v->opts & O_GRACE)
@@ -168,19 +181,13 @@ static int parse_u64(const char *s, uint64_t *out)
 }
 
 static const struct option long_opts[] = {
-    {"weight", required_argument, NULL, 'w'},
-    {"timeout", required_argument, NULL, 't'},
-    {"ttl", required_argument, NULL, 'L'},
-    {"capacity", required_argument, NULL, 'c'},
-    {"owner", required_argument, NULL, 'o'},
-    {"shared", no_argument, NULL, 'S'},
-    {"exclusive", no_argument, NULL, 'X'},
-    {"server", required_argument, NULL, 's'},
-    {"json", no_argument, NULL, 'j'},
-    {"grace", required_argument, NULL, 'g'},
-    {"local", no_argument, NULL, 'l'},
-    {"help", no_argument, NULL, 'h'},
-    {NULL, 0, NULL, 0},
+    {"weight", required_argument, NULL, 'w'}, {"timeout", required_argument, NULL, 't'},
+    {"ttl", required_argument, NULL, 'L'},    {"capacity", required_argument, NULL, 'c'},
+    {"owner", required_argument, NULL, 'o'},  {"shared", no_argument, NULL, 'S'},
+    {"exclusive", no_argument, NULL, 'X'},    {"server", required_argument, NULL, 's'},
+    {"json", no_argument, NULL, 'j'},         {"grace", required_argument, NULL, 'g'},
+    {"local", no_argument, NULL, 'l'},        {"key", required_argument, NULL, 'k'},
+    {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
 };
 
 /* The option letter's bit (0: always allowed). */
@@ -188,8 +195,8 @@ static int opt_bit(int ch)
 {
     static const struct {
         int ch, bit;
-    } map[] = {{'w', O_W},    {'t', O_T},    {'L', O_TTL},   {'c', O_C},  {'o', O_OWNER},
-               {'S', O_MODE}, {'X', O_MODE}, {'g', O_GRACE}, {'l', O_CMD}};
+    } map[] = {{'w', O_W},    {'t', O_T},    {'L', O_TTL},   {'c', O_C},   {'o', O_OWNER},
+               {'S', O_MODE}, {'X', O_MODE}, {'g', O_GRACE}, {'l', O_CMD}, {'k', O_KEY}};
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (map[i].ch == ch)
             return map[i].bit;
@@ -221,6 +228,9 @@ static int apply_opt(const verb_t *v, remote_opts_t *o, int ch, const char *arg)
         return 0;
     case 'o':
         o->owner = arg;
+        return 0;
+    case 'k':
+        o->key = arg;
         return 0;
     case 'S':
     case 'X':
@@ -586,8 +596,11 @@ static int v_rm(remote_opts_t *o)
 
 static int v_acquire(remote_opts_t *o)
 {
-    sema_acquire_opts_t ao = {
-        .weight = o->weight, .timeout_ms = o->timeout_ms, .ttl_ms = o->ttl_ms, .owner = o->owner};
+    sema_acquire_opts_t ao = {.weight = o->weight,
+                              .timeout_ms = o->timeout_ms,
+                              .ttl_ms = o->ttl_ms,
+                              .owner = o->owner,
+                              .idempotency_key = o->key};
     sema_client_error_t e;
     sema_lease_t lease;
 

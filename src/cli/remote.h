@@ -18,6 +18,7 @@ typedef struct {
     int64_t ttl_ms;     /* --ttl; 0 server default */
     uint64_t capacity;  /* -c */
     const char *owner;  /* --owner */
+    const char *key;    /* --key: idempotency key */
     int mode;           /* --shared / --exclusive */
     int64_t grace_ms;   /* run/lock: SIGTERM -> SIGKILL */
     int local;          /* --local given (the shared-memory verbs live elsewhere) */

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Run one request whose path is "<prefix><escaped name><suffix>". */
 static int call_named(sema_client_t *c, const char *method, const char *prefix, const char *name,
@@ -493,9 +494,17 @@ int sema_client_lease_get(sema_client_t *c, const char *lease_id, sema_lease_t *
     int rc = check_id(lease_id, err);
     if (rc != 0 || lease == NULL)
         return rc != 0 ? rc : client_fail(err, SEMA_EINVAL, 0, "no lease to fill");
+    int64_t sent = client_now_ns();
     rc = call_named(c, "GET", "/v1/leases/", lease_id, "", NULL, 1, &doc, err);
-    if (rc == 0 && client_parse_lease(doc, client_now_ns(), lease) != 0)
+    if (rc == 0 && client_parse_lease(doc, sent, lease) != 0)
         rc = client_fail(err, SEMA_EPROTO, 200, "unexpected lease from server");
+    if (rc == 0) { /* what is left of the ttl, by this host's wall clock (never more) */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t left = lease->expires_at_ms - ((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+        if (left < lease->ttl_ms)
+            lease->local_deadline_ns = sent + (left > 0 ? left : 0) * 1000000;
+    }
     json_decref(doc);
     return rc;
 }

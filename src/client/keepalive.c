@@ -47,6 +47,17 @@ static int renew_once(sema_keepalive_t *ka, sema_lease_t *copy)
     return client_renew(ka->c, copy, copy->ttl_ms, left_ms, &e);
 }
 
+/* When to renew next: every ttl/3 while renewals succeed, and in any case a tenth of the ttl
+ * before the local deadline (a lease handed over late still gets renewed in time); after a
+ * failure, at the retry time only (no hot loop near the deadline). */
+static int64_t renew_at(const sema_keepalive_t *ka, int64_t next, int failing)
+{
+    int64_t ttl_ns = ka->lease.ttl_ms * 1000000;
+    int64_t early = ka->lease.local_deadline_ns - ttl_ns / 10;
+
+    return failing || next < early ? next : early;
+}
+
 static void *keepalive_main(void *arg)
 {
     sema_keepalive_t *ka = arg;
@@ -55,8 +66,8 @@ static void *keepalive_main(void *arg)
 
     pthread_mutex_lock(&ka->lock);
     while (!ka->stop && reason == 0) {
-        int64_t deadline = ka->lease.local_deadline_ns;
-        wait_until(ka, next < deadline ? next : deadline);
+        int64_t deadline = ka->lease.local_deadline_ns, at = renew_at(ka, next, last != 0);
+        wait_until(ka, at < deadline ? at : deadline);
         if (ka->stop)
             break;
         if (client_now_ns() >= deadline) {

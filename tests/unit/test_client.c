@@ -556,6 +556,32 @@ TEST(keepalive_renews_across_ttls)
     sema_client_free(c);
 }
 
+TEST(keepalive_started_late_still_renews)
+{
+    sema_client_t *c = client();
+    sema_acquire_opts_t o = {.ttl_ms = 500};
+    sema_keepalive_t *ka;
+    sema_lease_t l;
+    lost_t lost;
+
+    lost_init(&lost);
+    ASSERT_OK(sema_client_create(c, "ka-late", 1, NULL, NULL));
+    ASSERT_OK(sema_client_acquire(c, "ka-late", &o, &l, NULL));
+    /* hand it over with less than ttl/3 left: the first renewal must come before that */
+    while (mono_ms() < l.local_deadline_ns / 1000000 - 120)
+        usleep(5000);
+    ASSERT_OK(sema_lease_keepalive_start(&ka, c, &l, on_lost, &lost));
+    int64_t end = mono_ms() + 1000;
+    while (mono_ms() < end) {
+        usleep(50000);
+        ASSERT_EQ(sema_lease_keepalive_status(ka), 0);
+    }
+    ASSERT_GE(sema_lease_keepalive_renewals(ka), 2);
+    ASSERT_OK(sema_lease_keepalive_stop(ka, 1, NULL));
+    ASSERT_EQ(held(c, "ka-late"), 0);
+    sema_client_free(c);
+}
+
 TEST(keepalive_reports_revoke)
 {
     sema_client_t *c = client();
