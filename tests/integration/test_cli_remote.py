@@ -252,6 +252,10 @@ def test_admin_verbs_and_json():
         rc, out, _ = sema(d, "renew", lease["lease"], "--ttl", "1m", "--json", check=0)
         assert json.loads(out)["ttl_ms"] == 60000
         sema(d, "release", lease["lease"], check=0)
+        k1 = sema(d, "acquire", "adm", "--key", "job-7", check=0)[1]
+        k2 = sema(d, "acquire", "adm", "--key", "job-7", check=0)[1]
+        assert k1 == k2 and state(d, "adm")["held"] == 1, (k1, k2)
+        sema(d, "release", k1.strip(), check=0)
         rc, _, err = sema(d, "release", lease["lease"])
         assert rc == EXIT_FAIL and "released" in err, (rc, err)
         sema(d, "create", "adm2", "1", check=0)
@@ -329,6 +333,39 @@ def test_watch_plain_output():
         out, err = p.communicate(timeout=10 * SLOW)
         assert p.returncode == 0, (p.returncode, err)
         assert "deleted" in out, out
+
+
+def test_watch_terminal_redraws():
+    import pty
+    import select
+    with Semad() as d:
+        sema(d, "create", "wtt", "1", check=0)
+        master, slave = pty.openpty()
+        p = subprocess.Popen([sema_bin(), "watch", "wtt"], env=env_for(d), stdout=slave,
+                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        os.close(slave)
+        buf = [b""]
+
+        def screen():
+            if select.select([master], [], [], 0.05)[0]:
+                try:
+                    buf[0] += os.read(master, 65536)
+                except OSError:
+                    pass
+            return buf[0]
+
+        clear = b"\x1b[H\x1b[2J"
+        wait_until(lambda: clear in screen() and b"capacity" in screen(), 10, "first screen")
+        deadline = time.monotonic() + 10 * SLOW
+        while time.monotonic() < deadline and b"last event: granted" not in screen():
+            lease = sema(d, "acquire", "wtt", check=0)[1].strip()
+            sema(d, "release", lease, check=0)
+        assert b"last event: granted" in screen(), buf[0][-500:]
+        assert screen().count(clear) >= 2  # redrawn, not appended
+        sema(d, "rm", "wtt", check=0)
+        p.wait(timeout=10 * SLOW)
+        assert p.returncode == 0, p.stderr.read()
+        os.close(master)
 
 
 def test_help_everywhere():
