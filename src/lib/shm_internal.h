@@ -80,8 +80,8 @@ SEMA__HIDDEN int64_t sema__shm_wall_ms(void);
  * path when nobody waits). lock returns 0 or SEMA_ECORRUPT. */
 SEMA__HIDDEN int sema__shm_lock(shm__state_t *st);
 SEMA__HIDDEN void sema__shm_unlock(shm__state_t *st);
-/* Under the lock: drop dead participants (full: also compare start times) and grant the
- * head waiters that fit. */
+/* Under the lock: drop dead participants. full: every slot, pid and start time; else
+ * only the slots that hold (pid and start time) or wait (pid only). */
 SEMA__HIDDEN void sema__shm_reap(shm__state_t *st, int full);
 SEMA__HIDDEN void sema__shm_admit(shm__state_t *st);
 /* Under the lock: give back everything slot `i` holds or waits for and free it. */

@@ -190,9 +190,11 @@ void sema__shm_reap(shm__state_t *st, int full)
         shm__slot_t *s = &st->slots[i];
         if (atomic_load(&s->pid) == 0)
             continue;
-        if (!full && atomic_load(&s->held) == 0 && atomic_load(&s->wstate) != SHM__WAITING)
+        uint64_t held = atomic_load(&s->held);
+        if (!full && held == 0 && atomic_load(&s->wstate) != SHM__WAITING)
             continue;
-        if (slot_alive(s, full)) {
+        /* Holders always get the start-time check: their units are what is missing. */
+        if (slot_alive(s, full || held != 0)) {
             if (atomic_load(&s->held) != 0 && atomic_load(&s->since_ms) == 0) {
                 now_ms = now_ms ? now_ms : sema__shm_wall_ms();
                 atomic_store(&s->since_ms, now_ms); /* a lock-free grant, first seen now */

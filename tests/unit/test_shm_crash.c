@@ -56,6 +56,27 @@ TEST(killed_holder_units_return_on_next_operation)
     ASSERT_OK(sema_shm_unlink(n));
 }
 
+/* Killed but not yet waited for: the pid still exists (a zombie) and holds nothing. */
+TEST(zombie_holder_units_return_on_next_operation)
+{
+    const char *n = tshm_name(nbuf, sizeof(nbuf));
+    sema_shm_t *h = tshm_open(n, 2);
+    int p[2];
+    ASSERT_OK(pipe(p));
+    pid_t c = holder_child(n, 2, 0, p[1]);
+    read_byte(p[0]);
+    kill(c, SIGKILL);
+    siginfo_t info;
+    ASSERT_OK(waitid(P_PID, (id_t)c, &info, WEXITED | WNOWAIT)); /* dead, left unreaped */
+    ASSERT_OK(kill(c, 0));
+    ASSERT_OK(sema_shm_try_acquire(h, 2));
+    ASSERT_EQ(tshm_wait(c, 5000), 128 + SIGKILL);
+    sema_shm_close(h);
+    close(p[0]);
+    close(p[1]);
+    ASSERT_OK(sema_shm_unlink(n));
+}
+
 TEST(sleeping_waiter_gets_dead_holders_units_within_a_second)
 {
     const char *n = tshm_name(nbuf, sizeof(nbuf));
