@@ -150,6 +150,24 @@ TEST(pid_reuse_does_not_keep_a_dead_holder_alive)
     ASSERT_OK(sema_shm_unlink(n));
 }
 
+TEST(recycled_pid_holder_reclaimed_by_next_try)
+{
+    const char *n = tshm_name(nbuf, sizeof(nbuf));
+    sema_shm_t *h = tshm_open(n, 3);
+    pid_t live = tshm_fork();
+    if (live == 0) {
+        for (;;)
+            pause();
+    }
+    uint64_t start = 0;
+    ASSERT(TSHM_EVENTUALLY(sema__shm_proc_start(live, &start) == 0 && start != 0, 2000));
+    ASSERT_OK(sema__shm_test_forge(h, live, start + 1, 3));
+    ASSERT_OK(sema_shm_try_acquire(h, 3)); /* no stats call in between */
+    kill_and_reap(live);
+    sema_shm_close(h);
+    ASSERT_OK(sema_shm_unlink(n));
+}
+
 TEST(own_pid_with_other_start_time_is_reclaimed)
 {
     const char *n = tshm_name(nbuf, sizeof(nbuf));
