@@ -4,7 +4,8 @@
  * Figures (one line each, then the ratio sema/glibc; lower is better, goal <= 1.0):
  *   uncontended: acquire(1)+release(1) on a free semaphore vs sem_wait+sem_post, one thread;
  *   handoff: two threads ping-pong through two capacity-1 semaphores vs two sem_t.
- * Each figure is the median of --reps interleaved trials (default 15, at most 100). Usage:
+ * Each figure is the median of --reps interleaved trials (default 15, at most 100), as wall
+ * time and as CPU time (user + system of all threads) per operation. Usage:
  *   bench_sem [--pairs N] [--rounds N] [--reps N] [--impl sema|glibc]
  * (--impl runs one side only, e.g. under strace -c or perf stat; no ratio then.) */
 #include <pthread.h>
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "sema/sema.h"
@@ -22,6 +24,20 @@ static long pairs = 2000000;
 static long rounds = 10000;
 static int reps = 15;
 static const char *only_impl = NULL; /* "sema" or "glibc": run one side (for strace/perf) */
+
+/* CPU time (user + system, all threads) of the last trial, in ns per operation: less
+ * sensitive than wall time to a loaded machine, where a woken thread may wait for a CPU. */
+static double last_cpu_ns;
+static double cpu0;
+
+static double cpu_s(void)
+{
+    struct rusage ru;
+
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+}
 
 static double now_s(void)
 {
@@ -48,12 +64,14 @@ static double uncontended_sema(void)
 
     if (sema_sem_new(&sem, 1) != 0)
         die("sema_sem_new", -1);
+    cpu0 = cpu_s();
     t0 = now_s();
     for (long i = 0; i < pairs; i++) {
         ok += sema_sem_acquire(sem, 1, -1) == 0;
         ok += sema_sem_release(sem, 1) == 0;
     }
     t = now_s() - t0;
+    last_cpu_ns = (cpu_s() - cpu0) * 1e9 / (double)pairs;
     sema_sem_stats(sem, &st);
     if (ok != 2 * pairs || st.available != 1)
         die("sema uncontended check", (int)st.available);
@@ -69,12 +87,14 @@ static double uncontended_glibc(void)
     int v;
 
     sem_init(&sem, 0, 1);
+    cpu0 = cpu_s();
     t0 = now_s();
     for (long i = 0; i < pairs; i++) {
         ok += sem_wait(&sem) == 0;
         ok += sem_post(&sem) == 0;
     }
     t = now_s() - t0;
+    last_cpu_ns = (cpu_s() - cpu0) * 1e9 / (double)pairs;
     sem_getvalue(&sem, &v);
     if (ok != 2 * pairs || v != 1)
         die("glibc uncontended check", v);
@@ -113,12 +133,14 @@ static double handoff_sema(void)
     sema_sem_acquire(p.ping, 1, 0);
     sema_sem_acquire(p.pong, 1, 0);
     pthread_create(&t, NULL, sema_partner, &p);
+    cpu0 = cpu_s();
     t0 = now_s();
     for (long i = 0; i < rounds; i++) {
         if (sema_sem_release(p.ping, 1) != 0 || sema_sem_acquire(p.pong, 1, -1) != 0)
             die("sema main", -1);
     }
     el = now_s() - t0;
+    last_cpu_ns = (cpu_s() - cpu0) * 1e9 / (double)(2 * rounds);
     pthread_join(t, NULL);
     if (p.done != rounds)
         die("sema hand-off check", (int)p.done);
@@ -149,6 +171,7 @@ static double handoff_glibc(void)
     sem_init(&p.gping, 0, 0);
     sem_init(&p.gpong, 0, 0);
     pthread_create(&t, NULL, glibc_partner, &p);
+    cpu0 = cpu_s();
     t0 = now_s();
     for (long i = 0; i < rounds; i++) {
         sem_post(&p.gping);
@@ -156,6 +179,7 @@ static double handoff_glibc(void)
             ;
     }
     el = now_s() - t0;
+    last_cpu_ns = (cpu_s() - cpu0) * 1e9 / (double)(2 * rounds);
     pthread_join(t, NULL);
     if (p.done != rounds)
         die("glibc hand-off check", (int)p.done);
@@ -180,17 +204,27 @@ static double median(double *v, int n)
 static void figure(const char *name, double (*ours)(void), double (*peer)(void))
 {
     /* Many short trials, interleaved, so machine noise hits both alike; report medians. */
-    double a[MAX_REPS], b[MAX_REPS], ma, mb;
+    double a[MAX_REPS], b[MAX_REPS], ca[MAX_REPS], cb[MAX_REPS], ma, mb, mca, mcb;
 
     for (int i = 0; i < reps; i++) {
-        a[i] = only_impl == NULL || strcmp(only_impl, "sema") == 0 ? ours() : 1;
-        b[i] = only_impl == NULL || strcmp(only_impl, "glibc") == 0 ? peer() : 1;
+        a[i] = ca[i] = b[i] = cb[i] = 1;
+        if (only_impl == NULL || strcmp(only_impl, "sema") == 0) {
+            a[i] = ours();
+            ca[i] = last_cpu_ns;
+        }
+        if (only_impl == NULL || strcmp(only_impl, "glibc") == 0) {
+            b[i] = peer();
+            cb[i] = last_cpu_ns;
+        }
     }
     ma = median(a, reps);
     mb = median(b, reps);
-    printf("bench=sem figure=%s impl=sema ns_per_op=%.2f min=%.2f\n", name, ma, a[0]);
-    printf("bench=sem figure=%s impl=glibc_sem_t ns_per_op=%.2f min=%.2f\n", name, mb, b[0]);
-    printf("bench=sem figure=%s ratio=%.3f goal=1.0 %s\n", name, ma / mb,
+    mca = median(ca, reps);
+    mcb = median(cb, reps);
+    printf("bench=sem figure=%s impl=sema ns_per_op=%.2f cpu_ns_per_op=%.2f\n", name, ma, mca);
+    printf("bench=sem figure=%s impl=glibc_sem_t ns_per_op=%.2f cpu_ns_per_op=%.2f\n", name, mb,
+           mcb);
+    printf("bench=sem figure=%s ratio=%.3f cpu_ratio=%.3f goal=1.0 %s\n", name, ma / mb, mca / mcb,
            ma / mb <= 1.0 ? "ok" : "over");
 }
 
