@@ -311,5 +311,33 @@ def test_strict_store_survives_restart_and_checks_clean():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def test_grant_to_a_departed_client_is_released_not_leaked():
+    """Race a release against the parked client's disconnect: whichever semad sees first,
+    the units must come back at once (cancel, or release of the undelivered grant), long
+    before the lease's 60 s ttl."""
+    with fx.Semad() as s:
+        put(s, "g", 1)
+        holder = s.raw()
+        hf = holder.makefile("rb")
+        for i in range(20):
+            holder.sendall(fx.raw_request("POST", "/v1/semaphores/g/acquire", {"ttl_ms": 60000}))
+            st, _, data = fx.read_response(hf)
+            assert st == 200, data
+            lease = json.loads(data)["lease"]
+            p = Parked(s, "g", {"ttl_ms": 60000})
+            fx.wait_until(lambda: waiting(s, "g") == 1, what="park")
+            release = fx.raw_request("DELETE", "/v1/leases/" + lease)
+            p.close()
+            holder.sendall(release)
+            assert fx.read_response(hf)[0] == 204
+            fx.wait_until(lambda: s.json("GET", "/v1/semaphores/g")[1]["held"] == 0,
+                          timeout=5, what="the departed client's units to come back")
+        holder.close()
+        text = s.request("GET", "/metrics")[2].decode()
+        undelivered = [l for l in text.splitlines()
+                       if l.startswith("semad_http_undelivered_grants_total")]
+        print("undelivered grants released: " + undelivered[0].split()[1])
+
+
 if __name__ == "__main__":
     fx.main(globals())
