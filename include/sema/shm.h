@@ -19,7 +19,8 @@ extern "C" {
  * survive fork(): in the child every call but sema_shm_close() returns SEMA_EINVAL.
  *
  * Units held through a handle whose process dies (SIGKILL included) come back without a
- * release; see docs/shm.md for exactly when. */
+ * release; see docs/shm.md for exactly when. Units belong to the process until it exits
+ * (exec() included) or releases them. No call is async-signal-safe. */
 typedef struct sema_shm sema_shm_t;
 
 /* Longest NAME (characters [A-Za-z0-9._-], not starting with '.'). */
