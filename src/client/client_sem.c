@@ -247,6 +247,7 @@ struct acq {
     json_t *body; /* its timeout_ms is rewritten per attempt */
     char key[80];
     const sema_acquire_opts_t *o;
+    int dropped; /* a grant named in an unusable reply was released already */
 };
 
 /* A grant we cannot hand to the caller: find it again by the idempotency key (a try
@@ -275,10 +276,12 @@ static int acquire_loop(sema_client_t *c, acq_t *a, sema_lease_t *lease, sema_cl
     sema_client_error_t e = {0};
     int rc = acquire_attempts(c, a, lease, &e);
 
-    /* Cancelled mid-wait, or the connection broke or stayed silent (no HTTP reply): the
-     * server may have granted anyway. */
-    if (rc != 0 && e.http_status == 0 && rc != SEMA_EPROTO &&
-        (client_retryable(rc) || rc == SEMA_ETIMEDOUT || rc == SEMA_ECANCELED))
+    /* Cancelled mid-wait, the connection broke or stayed silent (no HTTP reply), or a reply
+     * we could not read: the server may have granted anyway. (A reply that parsed but was
+     * not a lease already released the id it named.) */
+    int silent = e.http_status == 0 && (client_retryable(rc) || rc == SEMA_ETIMEDOUT ||
+                                        rc == SEMA_ECANCELED || rc == SEMA_EPROTO);
+    if (rc != 0 && (silent || (rc == SEMA_EPROTO && !a->dropped)))
         drop_grant(c, a, NULL);
     if (err != NULL)
         *err = e;
@@ -310,7 +313,12 @@ static int acquire_attempts(sema_client_t *c, acq_t *a, sema_lease_t *lease,
         rc = client_call(c, &req, 0, &doc, err);
         if (rc == 0) {
             if (client_parse_lease(doc, sent, lease) != 0) {
-                drop_grant(c, a, json_string_value(json_object_get(doc, "lease")));
+                const char *id = json_string_value(json_object_get(doc, "lease"));
+                if (id != NULL && id[0] != '\0' && strlen(id) < SEMA_LEASE_ID_MAX) {
+                    drop_grant(c, a, id);
+                    a->dropped = 1;
+                }
+                memset(lease, 0, sizeof *lease);
                 rc = client_fail(err, SEMA_EPROTO, 200, "unexpected lease from server");
             }
             json_decref(doc);

@@ -397,10 +397,12 @@ def read_request(f):
 
 class DroppingProxy:
     """Forwards HTTP to semad, but swallows the reply to the first request and closes that
-    connection: the request took effect on the server, the client saw a network error."""
+    connection: the request took effect on the server, the client saw a network error.
+    With `mangle`, the first reply's body is replaced by mangle(body) instead."""
 
-    def __init__(self, d):
+    def __init__(self, d, mangle=None):
         self.d = d
+        self.mangle = mangle
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(16)
@@ -431,7 +433,10 @@ class DroppingProxy:
                 st, hd, body = semad_fixture.read_response(uf)
                 if self.dropped == 0:
                     self.dropped = 1
-                    return  # the grant happened; its reply is lost
+                    if self.mangle is None:
+                        return  # the grant happened; its reply is lost
+                    body = self.mangle(body)
+                    hd["content-length"] = str(len(body))
                 head = "HTTP/1.1 %d X\r\n" % st + "".join(
                     "%s: %s\r\n" % kv for kv in hd.items() if kv[0] != "connection")
                 c.sendall(head.encode() + b"\r\n" + body)
@@ -458,6 +463,28 @@ def test_retried_acquire_never_grants_twice():
         doc = state(d, "retry")
         assert doc["held"] == 1, doc  # one grant, not two
         assert [h["lease"] for h in doc["holders"]] == [p.stdout.strip()]
+
+
+def acquire_through(d, proxy):
+    e = env_for(d)
+    e["SEMA_SERVER"] = "http://127.0.0.1:%d" % proxy.port
+    return subprocess.run([sema_bin(), "acquire", "bad", "--ttl", "1m"], env=e,
+                          capture_output=True, text=True, timeout=30 * SLOW)
+
+
+def test_unusable_acquire_reply_releases_the_grant():
+    with Semad() as d:
+        sema(d, "create", "bad", "1", check=0)
+        # a reply that is not JSON at all: the lease id is unknown, found again by its key
+        p = acquire_through(d, DroppingProxy(d, mangle=lambda b: b[: len(b) // 2]))
+        assert p.returncode == EXIT_FAIL and "EPROTO" in p.stderr, (p.returncode, p.stderr)
+        wait_until(lambda: state(d, "bad")["held"] == 0, 5, "the grant to be released")
+        # JSON with the id but not the rest: released by its id
+        strip = lambda b: json.dumps({"lease": json.loads(b)["lease"]}).encode()  # noqa: E731
+        p = acquire_through(d, DroppingProxy(d, mangle=strip))
+        assert p.returncode == EXIT_FAIL and "EPROTO" in p.stderr, (p.returncode, p.stderr)
+        wait_until(lambda: state(d, "bad")["held"] == 0, 5, "the grant to be released")
+        assert sema(d, "acquire", "bad", "-t", "0")[0] == 0  # the unit is really back
 
 
 def test_signal_while_waiting_leaves_queue():
