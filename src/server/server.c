@@ -13,9 +13,10 @@
 #include "sema/error.h"
 
 enum {
-    READ_BUF = 65536,           /* one shared read buffer: idle connections cost no buffer */
-    LINGER_MS = 2000,           /* after the last reply, wait this long for the client's FIN */
-    STREAM_QUEUE_MAX = 1 << 20, /* unsent event-stream bytes before a slow reader is cut */
+    READ_BUF = 65536,            /* one shared read buffer: idle connections cost no buffer */
+    LINGER_MS = 2000,            /* after the last reply, wait this long for the client's FIN */
+    STREAM_QUEUE_MAX = 1 << 20,  /* unsent event-stream bytes before a slow reader is cut */
+    REPLY_QUEUE_MAX = 256 << 10, /* unsent reply bytes before pipelined requests wait */
     BACKLOG = 1024,
 };
 
@@ -106,6 +107,13 @@ static void release_lease(server_t *srv, const char *id)
 /* ---- writing ---- */
 
 static void start_linger(conn_t *conn);
+static void schedule_drain(conn_t *conn);
+
+/* The client does not read its replies: parse nothing more until it catches up. */
+static int backlogged(conn_t *conn)
+{
+    return uv_stream_get_write_queue_size((uv_stream_t *)&conn->tcp) > REPLY_QUEUE_MAX;
+}
 
 static void on_write(uv_write_t *w, int status)
 {
@@ -118,6 +126,8 @@ static void on_write(uv_write_t *w, int status)
     free(wr);
     if (status < 0)
         conn_close(conn);
+    else if (conn->pending.len > 0 && !conn->busy && !backlogged(conn))
+        schedule_drain(conn);
 }
 
 /* Queue `out`'s bytes (taken). `lease` (taken, may be NULL) is released on failure. */
@@ -331,7 +341,6 @@ static void count(server_t *srv, const route_t *r, int status)
 
 static void finish_request(conn_t *conn, int keep_alive)
 {
-    server_t *srv = conn->srv;
     conn->busy = 0;
     ctx_cleanup(&conn->ctx);
     http_parser_next(&conn->parser);
@@ -339,14 +348,23 @@ static void finish_request(conn_t *conn, int keep_alive)
         start_linger(conn);
         return;
     }
-    if (!conn->in_process && conn->pending.len > 0 && !conn->on_ready) {
-        conn->on_ready = 1;
-        conn->ready_next = srv->ready;
-        srv->ready = conn;
-        uv_idle_start(&srv->idle, on_idle);
-    }
+    if (!conn->in_process && conn->pending.len > 0)
+        schedule_drain(conn);
     if (!conn->in_process)
         arm_timer(conn);
+}
+
+/* Parse the connection's buffered bytes soon (from the idle handle, never from inside an
+ * engine callback, which may still be using the request struct). */
+static void schedule_drain(conn_t *conn)
+{
+    server_t *srv = conn->srv;
+    if (conn->on_ready || conn->closing || conn->in_process)
+        return;
+    conn->on_ready = 1;
+    conn->ready_next = srv->ready;
+    srv->ready = conn;
+    uv_idle_start(&srv->idle, on_idle);
 }
 
 static void reply_raw(route_ctx_t *c, int status, const char *ctype, const char *body, size_t len,
@@ -633,7 +651,8 @@ static void send_continue(conn_t *conn)
 static void process(conn_t *conn, const char *data, size_t len)
 {
     conn->in_process = 1;
-    while (len > 0 && !conn->closing && !conn->lingering && !conn->busy && !conn->stream) {
+    while (len > 0 && !conn->closing && !conn->lingering && !conn->busy && !conn->stream &&
+           !backlogged(conn)) {
         size_t used;
         int rc = http_parser_feed(&conn->parser, data, len, &used);
         data += used;
@@ -649,8 +668,8 @@ static void process(conn_t *conn, const char *data, size_t len)
         }
         dispatch(conn);
     }
-    if (len > 0 && conn->busy && !conn->closing && !conn->stream)
-        stash(conn, data, len);
+    if (len > 0 && !conn->closing && !conn->lingering && !conn->stream)
+        stash(conn, data, len); /* behind a parked request or an unread reply backlog */
     conn->in_process = 0;
     arm_timer(conn);
 }
@@ -695,7 +714,7 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
     }
     if (n == 0 || conn->closing || conn->lingering || conn->stream)
         return;
-    if (conn->busy || conn->pending.len > 0) {
+    if (conn->busy || conn->pending.len > 0 || backlogged(conn)) {
         stash(conn, buf->base, (size_t)n);
         return;
     }

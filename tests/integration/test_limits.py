@@ -339,5 +339,35 @@ def test_grant_to_a_departed_client_is_released_not_leaked():
         print("undelivered grants released: " + undelivered[0].split()[1])
 
 
+def rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def test_client_that_never_reads_replies_is_bounded():
+    """Pipelined requests from a client that never reads: semad stops parsing once its reply
+    backlog is full, buffers up to --max-pipeline-bytes more, then closes the connection."""
+    with fx.Semad("--max-pipeline-bytes", "65536") as s:
+        put(s, "big", 1)
+        sock = s.raw()
+        sock.settimeout(10 * fx.SLOW)
+        req = fx.raw_request("GET", "/metrics") * 100
+        sent, closed = 0, False
+        try:
+            while sent < 64 << 20:
+                sock.sendall(req)
+                sent += len(req)
+        except (BrokenPipeError, ConnectionResetError):
+            closed = True
+        except socket.timeout:
+            closed = closed_by_server(sock, timeout=5)
+        assert closed, "semad kept accepting %d bytes from a client that never reads" % sent
+        assert rss_kib(s.proc.pid) < 64 * 1024, rss_kib(s.proc.pid)
+        assert s.request("GET", "/healthz")[0] == 200
+
+
 if __name__ == "__main__":
     fx.main(globals())
