@@ -82,7 +82,7 @@ start_semad() {
 
 # A JSON field of a one-line JSON text (stdlib python3).
 jget() {
-    python3 -c 'import json,sys; v=json.loads(sys.argv[1]).get(sys.argv[2]); print(v if v is not None else "")' "$1" "$2"
+    python3 -c 'import json,sys; v=json.loads(sys.argv[1] or "{}").get(sys.argv[2]); print(v if v is not None else "")' "$1" "$2"
 }
 
 ratio() { # name numerator denominator goal(min ratio)
@@ -115,7 +115,7 @@ cpu_bench() {
     local pid=$1 t0 t1 j
     shift
     t0=$(cpu_ticks "$pid")
-    j=$(bench "$@")
+    j=$(gen_json "$@")
     t1=$(cpu_ticks "$pid")
     python3 - "$j" "$t0" "$t1" "$(getconf CLK_TCK)" <<'EOF'
 import json, sys
@@ -179,10 +179,38 @@ command -v wrk >/dev/null && have_wrk=1
 # wrk's report as the JSON fields the other figures use.
 wrk_json() {
     # wrk takes whole seconds only.
-    timeout 120 wrk -t1 -c "$CONNS" -d "$(python3 -c "import math; print(math.ceil($SECS))")s" --latency "http://$1/healthz" | awk '
+    with_cpu timeout 120 wrk -t1 -c "$CONNS" -d "$(python3 -c "import math; print(math.ceil($SECS))")s" \
+        --latency "http://$1/healthz" | awk '
         function us(v) { if (v ~ /us$/) return v + 0; if (v ~ /ms$/) return v * 1000; return v * 1e6 }
         /Requests\/sec/ { r = $2 } $1 == "50%" { p50 = us($2) } $1 == "99%" { p99 = us($2) }
-        END { printf "{\"requests_per_s\":%s,\"p50_us\":%.1f,\"p99_us\":%.1f}\n", r + 0, p50, p99 }'
+        / requests in / { n = $1 } /^cpu_s / { cpu = $2 }
+        END { printf "{\"requests_per_s\":%s,\"requests\":%d,\"p50_us\":%.1f,\"p99_us\":%.1f,", r + 0, n, p50, p99
+              printf "\"generator_cpu_us_per_request\":%.2f}\n", n ? cpu * 1e6 / n : 0 }'
+}
+
+# with_cpu CMD...: runs CMD, then prints "cpu_s SECONDS" (its user+system CPU time).
+with_cpu() {
+    python3 -c '
+import resource, subprocess, sys
+rc = subprocess.run(sys.argv[1:]).returncode
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+print("cpu_s %.4f" % (r.ru_utime + r.ru_stime), flush=True)
+sys.exit(rc)' "$@"
+}
+
+# sema bench's JSON plus the generator's own CPU per request.
+gen_json() {
+    local out
+    out=$(with_cpu timeout 120 "$sema" bench --json "$@" 2>>"$tmp/bench.err")
+    python3 - "$out" <<'EOF'
+import json, sys
+lines = sys.argv[1].splitlines()
+j = json.loads(next((l for l in lines if l.startswith("{")), "{}"))
+cpu = float(next((l.split()[1] for l in lines if l.startswith("cpu_s ")), "0"))
+n = j.get("requests") or 0
+j["generator_cpu_us_per_request"] = round(cpu * 1e6 / n, 2) if n else None
+print(json.dumps(j))
+EOF
 }
 
 # The better of two JSON results by requests_per_s (the first round's when equal).
@@ -260,10 +288,12 @@ for f in "get_healthz_sema_bench:$j_get" "get_healthz_wrk:${j_wrk:-}" "get_healt
     [ -n "${f#*:}" ] || continue
     echo "figure ${f%%:*} conns=$CONNS requests_per_s=$(jget "${f#*:}" requests_per_s)" \
         "p50_us=$(jget "${f#*:}" p50_us) p99_us=$(jget "${f#*:}" p99_us)" \
-        "server_cpu_us_per_request=$(jget "${f#*:}" server_cpu_us_per_request)"
+        "server_cpu_us_per_request=$(jget "${f#*:}" server_cpu_us_per_request)" \
+        "generator_cpu_us_per_request=$(jget "${f#*:}" generator_cpu_us_per_request)"
 done
 if [ "$have_wrk" = 1 ]; then
     ratio sema_bench_vs_wrk "$(jget "$j_get" requests_per_s)" "$(jget "$j_wrk" requests_per_s)" 1
+    ratio sema_bench_vs_wrk_cpu_per_request "$(jget "$j_wrk" generator_cpu_us_per_request)" "$(jget "$j_get" generator_cpu_us_per_request)" 1
 else
     echo "# wrk missing (scripts/deps.sh bench): wrk figure skipped"
 fi
