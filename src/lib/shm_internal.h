@@ -27,7 +27,7 @@ enum { SHM__IDLE = 0, SHM__WAITING = 1, SHM__GRANTED = 2, SHM__CANCELED = 3 };
 
 /* One participant (one open handle of one process). Owned by that handle; written by
  * others only under the internal lock, and then only while the owner is not in the fast
- * path (it waits, or it is dead). 64 bytes, one cache line. */
+ * path (it waits, or it is dead). 128 bytes, two cache lines. */
 typedef struct {
     _Atomic int32_t pid;      /* owner process; 0 = free slot */
     _Atomic uint32_t wstate;  /* SHM__IDLE/WAITING/GRANTED/CANCELED (futex word) */
@@ -39,6 +39,10 @@ typedef struct {
     uint64_t want;     /* units wanted while WAITING (under the lock) */
     uint64_t ticket;   /* FIFO position while WAITING (under the lock) */
     int64_t wsince_ms; /* realtime ms when it started waiting (under the lock) */
+    /* A grant in progress: the `held` it leads to. Written first and cleared last, so a lock
+     * owner that dies half-way leaves a record the repair re-applies (redo, idempotent). */
+    _Atomic uint64_t redo_held;
+    char pad2_[56];
 } shm__slot_t;
 
 /* The mapped state: fixed-width fields, no pointers. */
@@ -94,6 +98,9 @@ SEMA__HIDDEN void sema__shm_set_avail(shm__state_t *st, uint64_t avail);
 SEMA__HIDDEN int sema__shm_test_lock(sema_shm_t *h);
 /* Take the internal lock, scribble `avail` into the available count, return holding it. */
 SEMA__HIDDEN int sema__shm_test_lock_scribble(sema_shm_t *h, uint64_t avail);
+/* Take the internal lock and do the first half of granting the head waiter (the redo
+ * record and `held`), as a releaser killed inside admission leaves it. */
+SEMA__HIDDEN int sema__shm_test_lock_half_grant(sema_shm_t *h);
 /* Record a holder of `weight` units for (pid, start) as if that process held them. */
 SEMA__HIDDEN int sema__shm_test_forge(sema_shm_t *h, int32_t pid, uint64_t start, uint64_t weight);
 /* Enter the fast path's window (busy set, units taken from the word, holder record not

@@ -138,6 +138,7 @@ void sema__shm_drop_slot(shm__state_t *st, int i)
     atomic_store(&s->held, 0);
     atomic_store(&s->since_ms, 0);
     atomic_store(&s->busy, 0);
+    atomic_store(&s->redo_held, 0);
     s->want = 0;
     s->ticket = 0;
     atomic_store(&s->wstate, SHM__IDLE);
@@ -229,6 +230,32 @@ static int head_waiter(const shm__state_t *st)
     return best;
 }
 
+/* Granting is two steps so that a lock owner dying between them is repairable: first the
+ * redo record (one atomic store: the target `held`) and `held` itself... */
+static void begin_grant(shm__slot_t *s)
+{
+    uint64_t held = atomic_load(&s->held);
+    atomic_store(&s->redo_held, held + s->want);
+    if (held == 0)
+        atomic_store(&s->since_ms, sema__shm_wall_ms());
+    atomic_store(&s->held, held + s->want);
+}
+
+/* ...then the queue bookkeeping, the waiter's wake-up and, last, the record's removal.
+ * Re-applied by repair() when the record is still there. */
+static void finish_grant(shm__state_t *st, shm__slot_t *s)
+{
+    atomic_store(&s->held, atomic_load(&s->redo_held));
+    if (atomic_load(&s->wstate) == SHM__WAITING) {
+        s->want = 0;
+        if (st->nwaiting > 0)
+            st->nwaiting--;
+        atomic_store_explicit(&s->wstate, SHM__GRANTED, memory_order_release);
+        futex_wake_all(&s->wstate);
+    }
+    atomic_store(&s->redo_held, 0);
+}
+
 void sema__shm_admit(shm__state_t *st)
 {
     uint64_t avail = sema__shm_avail(st);
@@ -237,14 +264,8 @@ void sema__shm_admit(shm__state_t *st)
         if (s->want > avail)
             break;
         avail -= s->want;
-        uint64_t held = atomic_load(&s->held);
-        if (held == 0)
-            atomic_store(&s->since_ms, sema__shm_wall_ms());
-        atomic_store(&s->held, held + s->want);
-        s->want = 0;
-        st->nwaiting--;
-        atomic_store_explicit(&s->wstate, SHM__GRANTED, memory_order_release);
-        futex_wake_all(&s->wstate);
+        begin_grant(s);
+        finish_grant(st, s);
     }
     sema__shm_set_avail(st, avail);
 }
@@ -277,6 +298,13 @@ static void repair(shm__state_t *st)
 {
     uint32_t nwaiting = 0;
     uint64_t max_ticket = 0;
+    for (int i = 0; i < SEMA_SHM_MAX_SLOTS; i++) {
+        shm__slot_t *s = &st->slots[i];
+        if (atomic_load(&s->pid) != 0 && atomic_load(&s->redo_held) != 0 &&
+            atomic_load(&s->redo_held) <= st->capacity)
+            finish_grant(st, s); /* a grant cut short: complete it */
+        atomic_store(&s->redo_held, 0);
+    }
     for (int i = 0; i < SEMA_SHM_MAX_SLOTS; i++) {
         if (atomic_load(&st->slots[i].pid) == 0 || validate_slot(st, i))
             continue;
@@ -316,4 +344,18 @@ void sema__shm_unlock(shm__state_t *st)
     if (st->nwaiting == 0)
         atomic_store_explicit(&st->word, sema__shm_avail(st) << 1, memory_order_release);
     SEMA__CHECK(pthread_mutex_unlock(&st->lock) == 0);
+}
+
+int sema__shm_test_lock_half_grant(sema_shm_t *h)
+{
+    int rc = sema__shm_lock(h->st);
+    if (rc != 0)
+        return rc;
+    int head = head_waiter(h->st);
+    if (head < 0)
+        return SEMA_ENOENT;
+    if (h->slot >= 0) /* the releasing half: this handle gives everything back */
+        atomic_store(&h->st->slots[h->slot].held, 0);
+    begin_grant(&h->st->slots[head]);
+    return 0;
 }

@@ -2,7 +2,6 @@
 /* test_shm.c - the shared-memory semaphore's rules: open/create, format checks,
  * permissions, weights, FIFO, timeouts, release errors, stats, and the shared scenarios. */
 #include <fcntl.h>
-#include <pthread.h>
 #include <sys/stat.h>
 
 #include "scenario.h"
@@ -177,41 +176,6 @@ TEST(unlink_keeps_open_handles_working)
     sema_shm_close(fresh);
     sema_shm_close(h);
     ASSERT_OK(sema_shm_unlink(n));
-}
-
-/* A request on its own thread. */
-typedef struct {
-    sema_shm_t *h;
-    uint64_t weight;
-    int64_t timeout_ms;
-    _Atomic int done;
-    int rc;
-    pthread_t th;
-} req_t;
-
-static void *req_main(void *arg)
-{
-    req_t *r = arg;
-    r->rc = sema_shm_acquire(r->h, r->weight, r->timeout_ms);
-    atomic_store(&r->done, 1);
-    return NULL;
-}
-
-static void req_start(req_t *r, sema_shm_t *h, uint64_t w, int64_t t)
-{
-    r->h = h;
-    r->weight = w;
-    r->timeout_ms = t;
-    atomic_store(&r->done, 0);
-    ASSERT_OK(pthread_create(&r->th, NULL, req_main, r));
-    ASSERT(TSHM_EVENTUALLY(sema__shm_test_waiting(h) || atomic_load(&r->done), 5000));
-}
-
-static int req_join(req_t *r)
-{
-    ASSERT(TSHM_EVENTUALLY(atomic_load(&r->done), 5000));
-    pthread_join(r->th, NULL);
-    return r->rc;
 }
 
 TEST(try_never_jumps_the_queue)

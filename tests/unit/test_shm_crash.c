@@ -229,6 +229,46 @@ TEST(lock_owner_died_mid_update_state_is_recomputed)
     ASSERT_OK(sema_shm_unlink(n));
 }
 
+/* A releaser dies inside admission, after recording the grant to the head waiter but
+ * before waking it: the repair completes the grant (it must not be lost, nor doubled). */
+TEST(lock_owner_died_mid_grant_the_grant_completes)
+{
+    const char *n = tshm_name(nbuf, sizeof(nbuf));
+    sema_shm_t *w = tshm_open(n, 2);
+    int up[2], down[2]; /* child -> parent, parent -> child */
+    ASSERT_OK(pipe(up));
+    ASSERT_OK(pipe(down));
+    pid_t c = tshm_fork();
+    if (c == 0) {
+        sema_shm_t *x = NULL;
+        char b;
+        if (sema_shm_open(n, 0, SEMA_SHM_EXISTING, 0, &x) != 0 || sema_shm_acquire(x, 2, 0) != 0)
+            _exit(3);
+        if (write(up[1], "x", 1) != 1 || read(down[0], &b, 1) != 1) /* wait for the waiter */
+            _exit(4);
+        _exit(sema__shm_test_lock_half_grant(x) == 0 ? 0 : 5);
+    }
+    read_byte(up[0]);
+    req_t r = {0};
+    req_start(&r, w, 2, 5000);
+    ASSERT_EQ(write(down[1], "g", 1), 1);
+    ASSERT_EQ(tshm_wait(c, 5000), 0);
+    ASSERT_OK(req_join(&r));
+    ASSERT_EQ(sema_shm_held(w), 2);
+    sema_shm_stats_t st = tshm_stats(w);
+    ASSERT_EQ(st.available, 0);
+    ASSERT_EQ(st.held, 2);
+    ASSERT_EQ(st.nwaiters, 0);
+    ASSERT_OK(sema_shm_release(w, 0));
+    ASSERT_EQ(tshm_stats(w).available, 2);
+    sema_shm_close(w);
+    for (int i = 0; i < 2; i++) {
+        close(up[i]);
+        close(down[i]);
+    }
+    ASSERT_OK(sema_shm_unlink(n));
+}
+
 TEST(killed_inside_fast_path_window_is_recounted)
 {
     const char *n = tshm_name(nbuf, sizeof(nbuf));

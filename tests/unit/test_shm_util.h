@@ -5,6 +5,7 @@
 #define SEMA_TEST_SHM_UTIL_H
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/prctl.h>
@@ -104,6 +105,41 @@ static inline sema_shm_stats_t tshm_stats(sema_shm_t *h)
     sema_shm_stats_t st;
     ASSERT_OK(sema_shm_stats(h, &st));
     return st;
+}
+
+/* A request on its own thread. */
+typedef struct {
+    sema_shm_t *h;
+    uint64_t weight;
+    int64_t timeout_ms;
+    _Atomic int done;
+    int rc;
+    pthread_t th;
+} req_t;
+
+static inline void *req_main(void *arg)
+{
+    req_t *r = arg;
+    r->rc = sema_shm_acquire(r->h, r->weight, r->timeout_ms);
+    atomic_store(&r->done, 1);
+    return NULL;
+}
+
+static inline void req_start(req_t *r, sema_shm_t *h, uint64_t w, int64_t t)
+{
+    r->h = h;
+    r->weight = w;
+    r->timeout_ms = t;
+    atomic_store(&r->done, 0);
+    ASSERT_OK(pthread_create(&r->th, NULL, req_main, r));
+    ASSERT(TSHM_EVENTUALLY(sema__shm_test_waiting(h) || atomic_load(&r->done), 5000));
+}
+
+static inline int req_join(req_t *r)
+{
+    ASSERT(TSHM_EVENTUALLY(atomic_load(&r->done), 5000));
+    pthread_join(r->th, NULL);
+    return r->rc;
 }
 
 #endif /* SEMA_TEST_SHM_UTIL_H */
