@@ -369,5 +369,39 @@ def test_client_that_never_reads_replies_is_bounded():
         assert s.request("GET", "/healthz")[0] == 200
 
 
+def test_parked_waiters_cost_at_most_2_kib_each():
+    """Goal from issue 3: 10,000 parked waiters at <= 2 KiB each (semad's resident memory,
+    connection + parser + request + engine waiter). Measured with 3,000 here."""
+    if os.environ.get("SEMA_SANITIZE"):
+        sys.exit(77)  # sanitizers change every allocation's size
+    import resource
+    n = 3000
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < n + 100:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, n + 200), hard))
+        except ValueError:
+            sys.exit(77)
+    with fx.Semad() as s:
+        put(s, "m", 1)
+        acquire(s, "m")
+        time.sleep(0.1)
+        before = rss_kib(s.proc.pid)
+        socks = []
+        try:
+            for i in range(n):
+                k = s.raw()
+                k.sendall(fx.raw_request("POST", "/v1/semaphores/m/acquire", {"owner": "w%d" % i}))
+                socks.append(k)
+            fx.wait_until(lambda: s.json("GET", "/healthz")[1]["parked"] == n, timeout=30,
+                          what="%d parked waiters" % n)
+            per = (rss_kib(s.proc.pid) - before) * 1024.0 / n
+            print("%.0f bytes per parked waiter" % per)
+            assert per <= 2048, "%.0f bytes per parked waiter" % per
+        finally:
+            for k in socks:
+                k.close()
+
+
 if __name__ == "__main__":
     fx.main(globals())
