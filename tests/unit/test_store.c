@@ -846,6 +846,46 @@ TEST(check_sound_store)
     ASSERT_OK(stat(path, &sb));
 }
 
+TEST(check_after_a_crash_reads_the_log_and_changes_nothing)
+{
+    const char *dir = data_dir();
+    static char out[8192];
+    char wal[256];
+    struct stat before, after;
+    pid_t child;
+    int status;
+
+    /* A semad that commits and dies without closing: its commits are only in the WAL. */
+    child = fork();
+    ASSERT(child >= 0);
+    if (child == 0) {
+        char err[512];
+        store_t *st = NULL;
+        store_sem_t a = sem_rec("alpha", 5, 3), b = sem_rec("beta", 1, 0);
+        store_lease_t l = lease_rec("L1", "alpha", 2, 3);
+        int rc = store_open(&st, dir, STORE_STRICT, err, sizeof err);
+        rc = rc ? rc : store_put_sem(st, &a);
+        rc = rc ? rc : store_put_sem(st, &b);
+        rc = rc ? rc : store_put_lease(st, &l);
+        rc = rc ? rc : store_commit(st, err, sizeof err);
+        _exit(rc == 0 ? 0 : 1); /* no store_close: like SIGKILL */
+    }
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    path_in(wal, sizeof wal, dir, "sema.db-wal");
+    ASSERT_OK(stat(wal, &before));
+    ASSERT_GT(before.st_size, 0);
+    ASSERT_EQ(check_output(dir, out, sizeof out), 0);
+    ASSERT(strstr(out, "2 semaphores, 1 leases") != NULL);
+    ASSERT(strstr(out, "lock: free") != NULL);
+    ASSERT_OK(stat(wal, &after)); /* not checkpointed, not removed */
+    ASSERT_EQ(after.st_size, before.st_size);
+    struct loaded ld;
+    reload(dir, &ld); /* and the next semad finds everything */
+    ASSERT_EQ(ld.nsem, 2);
+    ASSERT_EQ(ld.nlease, 1);
+}
+
 TEST(check_finds_broken_invariants)
 {
     const char *dir = data_dir();
