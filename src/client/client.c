@@ -403,8 +403,6 @@ static void setup_easy(sema_client_t *c, CURL *e, const client_req_t *req, const
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, ebuf);
     if (strcmp(req->method, "GET") == 0)
         curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
-    if (strcmp(req->method, "DELETE") == 0 && body == NULL)
-        curl_easy_setopt(e, CURLOPT_NOBODY, 0L);
     if (body != NULL) {
         curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
         curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
