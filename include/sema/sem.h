@@ -28,8 +28,8 @@ extern "C" {
  * thread-safe. */
 typedef struct sema_sem sema_sem_t;
 
-/* The largest capacity (2^56 - 1): the fast path packs the count and two flags in one
- * 64-bit word. */
+/* The largest capacity (2^56 - 1): the fast path packs the count, a flag and a resize
+ * generation in one 64-bit word. */
 #define SEMA_SEM_MAX_CAPACITY ((UINT64_C(1) << 56) - 1)
 
 /* A deadline that never comes (for the *_until calls). */

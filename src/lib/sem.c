@@ -295,7 +295,8 @@ void sema_sem_free(sema_sem_t *sem)
     if (sem == NULL)
         return;
     sema__sem_destroy(sem);
-    sema__free(sem);
+    if (sem->heap) /* an embedded one is only torn down: its memory is not ours */
+        sema__free(sem);
 }
 
 int64_t sema_sem_now_ns(void)

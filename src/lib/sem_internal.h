@@ -17,7 +17,10 @@
  * available units. While SLOW is clear the word is the truth and acquire/release are one
  * CAS on it; SLOW is set (under `lock`) whenever someone waits, the semaphore is closed or
  * available is negative, and then `avail` under `lock` is the truth. The generation changes
- * on every resize so that a fast release that read the old capacity cannot succeed. */
+ * on every resize so that a fast release that read the old capacity cannot succeed (it
+ * would have to stall between its two loads across exactly 128 resizes for the generation
+ * to come round again). A fast CAS never carries into the flag bits: an acquire subtracts at
+ * most the available count, a release adds at most capacity - available. */
 #define SEMA__SEM_SLOW (UINT64_C(1) << 63)
 #define SEMA__SEM_GEN_SHIFT 56
 #define SEMA__SEM_GEN_MASK UINT64_C(0x7f)

@@ -2,6 +2,8 @@
 /* test_sem.c - unit tests of the weighted semaphore: one case per rule of docs/semantics.md. */
 #include "test_sem_helpers.h"
 
+#include "sem_internal.h"
+
 static sema_sem_stats_t stats(sema_sem_t *sem)
 {
     sema_sem_stats_t st;
@@ -600,4 +602,23 @@ TEST(counts_are_64_bit)
     ASSERT_OK(sema_sem_release(sem, 3 * big));
     ASSERT_EQ(stats(sem).available, (int64_t)big);
     sema_sem_free(sem);
+}
+
+TEST(embedded_semaphore_needs_no_allocation)
+{
+    struct host {
+        int before;
+        struct sema_sem sem; /* as a keyed lock embeds one per key */
+        int after;
+    } h = {1, {0}, 2};
+
+    ASSERT_EQ(sema__sem_init(&h.sem, 0), SEMA_EINVAL);
+    ASSERT_OK(sema__sem_init(&h.sem, 3));
+    ASSERT_OK(sema_sem_acquire(&h.sem, 2, -1));
+    ASSERT_EQ(sema_sem_try_acquire(&h.sem, 2), SEMA_EBUSY);
+    ASSERT_EQ(stats(&h.sem).held, 2);
+    ASSERT_OK(sema_sem_release(&h.sem, 2));
+    sema__sem_destroy(&h.sem);
+    ASSERT_EQ(h.before, 1);
+    ASSERT_EQ(h.after, 2);
 }
