@@ -766,12 +766,20 @@ TEST(refuses_unusable_dir)
     ASSERT(strstr(err, "plain-file") != NULL);
     ASSERT_EQ(open_fails(file, err, sizeof err), SEMA_EIO);
     ASSERT(strstr(err, "not a directory") != NULL);
+}
+
+TEST(refuses_unwritable_dir)
+{
+    const char *dir = data_dir();
+    char err[512] = "", sub[300];
+
     if (geteuid() == 0)
-        TEST_SKIP("root ignores directory permissions; the EACCES case needs a normal user");
-    ASSERT_OK(chmod(dir, 0500));
-    char sub[300];
+        TEST_SKIP("root ignores directory permissions (refuses_read_only_dir covers EACCES)");
+    ASSERT_OK(mkdir(dir, 0500));
     snprintf(sub, sizeof sub, "%s/nope", dir);
     ASSERT_EQ(open_fails(sub, err, sizeof err), SEMA_EACCES);
+    ASSERT(strstr(err, "Permission denied") != NULL);
+    ASSERT_EQ(open_fails(dir, err, sizeof err), SEMA_EACCES); /* cannot create LOCK */
     ASSERT_OK(chmod(dir, 0700));
 }
 
