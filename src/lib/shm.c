@@ -318,6 +318,8 @@ int sema__shm_test_forge(sema_shm_t *h, int32_t pid, uint64_t start, uint64_t we
         atomic_store(&s->held, weight);
         atomic_store(&s->since_ms, sema__shm_wall_ms());
         atomic_store(&s->pid, pid);
+        if (st->hiwater < (uint32_t)i + 1)
+            st->hiwater = (uint32_t)i + 1;
         rc = 0;
     }
     sema__shm_unlock(st);

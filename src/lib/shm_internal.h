@@ -55,11 +55,11 @@ typedef struct {
     _Atomic uint64_t word; /* available << 1 | SHM__SLOW */
     uint64_t next_ticket;  /* FIFO order of waiters (under the lock) */
     uint32_t nwaiting;     /* slots in SHM__WAITING (under the lock) */
-    uint32_t pad_;
-    int64_t last_reap_ns; /* monotonic ns of the last full liveness check (under the lock) */
-    uint64_t reclaimed;   /* units taken back from dead processes (under the lock) */
-    uint64_t repairs;     /* EOWNERDEAD repairs (under the lock) */
-    pthread_mutex_t lock; /* process-shared, robust */
+    uint32_t hiwater;      /* every claimed slot has an index below this (under the lock) */
+    int64_t last_reap_ns;  /* monotonic ns of the last full liveness check (under the lock) */
+    uint64_t reclaimed;    /* units taken back from dead processes (under the lock) */
+    uint64_t repairs;      /* EOWNERDEAD repairs (under the lock) */
+    pthread_mutex_t lock;  /* process-shared, robust */
     char pad2_[64];
     shm__slot_t slots[SEMA_SHM_MAX_SLOTS];
 } shm__state_t;

@@ -217,10 +217,15 @@ void sema__shm_reap(shm__state_t *st, int full)
 
 /* --- FIFO admission -------------------------------------------------------------------- */
 
+/* The waiting slot with the smallest ticket, or -1. Scans only below the high-water mark:
+ * this runs on every hand-off. */
 static int head_waiter(const shm__state_t *st)
 {
     int best = -1;
-    for (int i = 0; i < SEMA_SHM_MAX_SLOTS; i++) {
+    int end = st->hiwater < SEMA_SHM_MAX_SLOTS ? (int)st->hiwater : SEMA_SHM_MAX_SLOTS;
+    if (st->nwaiting == 0)
+        return -1;
+    for (int i = 0; i < end; i++) {
         const shm__slot_t *s = &st->slots[i];
         if (atomic_load_explicit(&s->wstate, memory_order_relaxed) != SHM__WAITING)
             continue;
@@ -315,6 +320,9 @@ static void repair(shm__state_t *st)
         }
     }
     st->nwaiting = nwaiting;
+    st->hiwater = SEMA_SHM_MAX_SLOTS; /* recomputed below from the live slots */
+    for (int i = SEMA_SHM_MAX_SLOTS; i > 0 && atomic_load(&st->slots[i - 1].pid) == 0; i--)
+        st->hiwater = (uint32_t)(i - 1);
     if (st->next_ticket <= max_ticket)
         st->next_ticket = max_ticket + 1;
     sema__shm_reap(st, 1);
@@ -353,8 +361,8 @@ int sema__shm_test_lock_half_grant(sema_shm_t *h)
         return rc;
     int head = head_waiter(h->st);
     if (head < 0)
-        return SEMA_ENOENT;
-    if (h->slot >= 0) /* the releasing half: this handle gives everything back */
+        return SEMA_ENOENT; /* (returns holding the lock: the caller dies) */
+    if (h->slot >= 0)       /* the releasing half: this handle gives everything back */
         atomic_store(&h->st->slots[h->slot].held, 0);
     begin_grant(&h->st->slots[head]);
     return 0;

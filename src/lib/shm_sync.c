@@ -93,6 +93,8 @@ static int claim_slot(sema_shm_t *h)
             atomic_store(&s->busy, 0);
             atomic_store(&s->wstate, SHM__IDLE);
             atomic_store_explicit(&s->pid, pid, memory_order_release);
+            if (st->hiwater < (uint32_t)i + 1)
+                st->hiwater = (uint32_t)i + 1;
             h->slot = i;
             return 0;
         }
