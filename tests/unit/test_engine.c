@@ -736,3 +736,69 @@ TEST(events_unsubscribe_stops_delivery)
     treq_free(a);
     fx_free(&f);
 }
+
+typedef struct {
+    fx_t *f;
+    engine_sub_t *sub;
+    int calls;
+} selfunsub_t;
+
+static void unsubscribe_in_callback(void *arg, const char *type, json_t *data)
+{
+    selfunsub_t *u = arg;
+
+    (void)type;
+    (void)data;
+    u->calls++;
+    engine_unsubscribe(u->f->e, u->sub); /* the SSE client went away mid-event */
+}
+
+TEST(events_unsubscribe_inside_the_callback)
+{
+    fx_t f;
+    selfunsub_t u1 = {&f, NULL, 0}, u2 = {&f, NULL, 0};
+    treq_t *a, *b;
+
+    fx_init(&f);
+    fx_put(&f, "ev", 2);
+    ASSERT_OK(engine_subscribe(f.e, "ev", unsubscribe_in_callback, &u1, &u1.sub));
+    ASSERT_OK(engine_subscribe(f.e, "ev", unsubscribe_in_callback, &u2, &u2.sub));
+    a = fx_acquire(&f, "ev", 1, -1);
+    b = fx_acquire(&f, "ev", 1, -1);
+    ASSERT_EQ(u1.calls, 1);
+    ASSERT_EQ(u2.calls, 1);
+    treq_free(a);
+    treq_free(b);
+    fx_free(&f);
+}
+
+static fx_t *shutdown_fx;
+static void shutdown_in_callback(engine_req_t *r)
+{
+    t_cb(r);
+    engine_shutdown(shutdown_fx->e);
+}
+
+TEST(shutdown_from_inside_a_completion)
+{
+    fx_t f;
+    treq_t *a, *w;
+
+    fx_init(&f);
+    fx_put(&f, "s", 1);
+    a = treq_new(ENGINE_ACQUIRE, "s");
+    a->r.weight = 1;
+    a->r.cb = shutdown_in_callback;
+    shutdown_fx = &f;
+    w = treq_new(ENGINE_ACQUIRE, "s");
+    w->r.weight = 1;
+    ASSERT_OK(engine_submit(f.e, &w->r)); /* granted */
+    ASSERT_OK(engine_submit(f.e, &a->r)); /* parks */
+    ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(w)));
+    ASSERT_EQ(a->done, 1); /* granted; its callback shut the engine down */
+    ASSERT_EQ(a->status, 0);
+    uv_run(&f.loop, UV_RUN_DEFAULT);
+    ASSERT_OK(uv_loop_close(&f.loop));
+    treq_free(a);
+    treq_free(w);
+}
