@@ -97,7 +97,39 @@ static void grant(store_t *st, uint64_t i)
 }
 
 /* Grants per second with `batch` grants per commit; checks every grant is in the store. */
-static double grant_rate(const struct opts *o, store_durability_t d, int batch)
+/* Commit latencies: 10 us buckets up to 100 ms (checkpoints show up in the tail). */
+#define LAT_US 10
+#define LAT_N 10000
+struct latency {
+    uint64_t n;
+    uint64_t bucket[LAT_N];
+    double max_s;
+};
+
+static void lat_add(struct latency *l, double s)
+{
+    long b = (long)(s * 1e6 / LAT_US);
+
+    l->bucket[b < 0 ? 0 : b >= LAT_N ? LAT_N - 1 : b]++;
+    l->n++;
+    if (s > l->max_s)
+        l->max_s = s;
+}
+
+static double lat_pct_ms(const struct latency *l, double p)
+{
+    uint64_t want = (uint64_t)((double)l->n * p), seen = 0;
+
+    for (int i = 0; i < LAT_N; i++) {
+        seen += l->bucket[i];
+        if (seen > want)
+            return (double)(i + 1) * LAT_US / 1000.0;
+    }
+    return (double)LAT_N * LAT_US / 1000.0;
+}
+
+/* Grants per second with `batch` grants per commit; checks every grant is in the store. */
+static double grant_rate(const struct opts *o, store_durability_t d, int batch, struct latency *lat)
 {
     store_t *st = open_fresh(o->dir, d);
     double start = now_s(), elapsed;
@@ -106,7 +138,9 @@ static double grant_rate(const struct opts *o, store_durability_t d, int batch)
     do {
         for (int b = 0; b < batch; b++)
             grant(st, n++);
+        double t = now_s();
         commit(st);
+        lat_add(lat, now_s() - t);
         elapsed = now_s() - start;
     } while (elapsed < o->seconds);
     uint64_t commits, failed, fence = 0;
@@ -254,9 +288,14 @@ int main(int argc, char **argv)
 
     parse(argc, argv, &o);
     for (int i = 0; i < 4; i++) {
-        rate[i] = grant_rate(&o, cases[i].d, cases[i].batch);
+        static struct latency lat;
+        memset(&lat, 0, sizeof lat);
+        rate[i] = grant_rate(&o, cases[i].d, cases[i].batch, &lat);
         printf("bench_store %s_grants_per_s %.0f grants/s (%.0f commits/s)\n", cases[i].name,
                rate[i], rate[i] / cases[i].batch);
+        printf("bench_store %s_commit_p50_ms %.3f ms\n", cases[i].name, lat_pct_ms(&lat, 0.5));
+        printf("bench_store %s_commit_p99_ms %.3f ms\n", cases[i].name, lat_pct_ms(&lat, 0.99));
+        printf("bench_store %s_commit_max_ms %.3f ms\n", cases[i].name, lat.max_s * 1000);
     }
     printf("bench_store ratio strict_batch50_vs_batch1 %.2f\n", rate[1] / rate[0]);
     printf("bench_store ratio relaxed_batch1_vs_strict_batch1 %.2f\n", rate[2] / rate[0]);
