@@ -112,7 +112,7 @@ struct sema_sem_waiter {
  * units and cb will not run), SEMA_SEM_QUEUED (queued: cb(waiter, status, arg) runs exactly
  * once later, unless sema_sem_cancel_async withdraws it first), or SEMA_EINVAL (NULL sem,
  * waiter or cb, weight 0 or above capacity) / SEMA_ECANCELED (closed) — and then cb never
- * runs. Never allocates. */
+ * runs (SEMA_EINVAL also when `waiter` is still queued on this semaphore). Never allocates. */
 SEMA_EXTERN int sema_sem_acquire_async(sema_sem_t *sem, uint64_t weight, sema_sem_waiter_t *waiter,
                                        sema_sem_cb cb, void *arg);
 

@@ -514,7 +514,10 @@ static int queue_async(struct sema_sem *s, uint64_t weight, int idle, sema_sem_w
 
     lock(s);
     enter_slow(s);
-    rc = admit_now(s, weight, idle);
+    if (n->queued_ == 1 && n->reserved_[0] == s)
+        rc = SEMA_EINVAL; /* still queued here: queueing it twice would corrupt the queue */
+    else
+        rc = admit_now(s, weight, idle);
     if (rc == NEED_WAIT) {
         init_waiter(n, weight, KIND_CB | (idle ? KIND_IDLE : 0));
         n->cb_ = cb;

@@ -436,6 +436,10 @@ TEST(async_cancel_before_grant_never_calls_back)
     ASSERT_EQ(rh.calls, 0);
     ASSERT_EQ(rn.calls, 1);
     ASSERT_EQ(sema_sem_cancel_async(sem, &head), SEMA_ENOENT);
+    ASSERT_EQ(sema_sem_acquire_async(sem, 2, &head, record_cb, &rh), SEMA_SEM_QUEUED); /* reuse */
+    ASSERT_EQ(sema_sem_acquire_async(sem, 2, &head, record_cb, &rh), SEMA_EINVAL);     /* twice */
+    ASSERT_EQ(stats(sem).waiters, 1);
+    ASSERT_OK(sema_sem_cancel_async(sem, &head));
     ASSERT_OK(sema_sem_release(sem, 2));
     ASSERT_EQ(stats(sem).available, 2);
     sema_sem_free(sem);
