@@ -2,6 +2,9 @@
 /* test_shm.c - the shared-memory semaphore's rules: open/create, format checks,
  * permissions, weights, FIFO, timeouts, release errors, stats, and the shared scenarios. */
 #include <fcntl.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 
 #include "scenario.h"
@@ -295,6 +298,45 @@ TEST(handle_is_unusable_after_fork)
     ASSERT_EQ(tshm_wait(pid, 5000), 0);
     ASSERT_EQ(sema_shm_held(h), 1);
     ASSERT_EQ(tshm_stats(h).available, 1);
+    sema_shm_close(h);
+    ASSERT_OK(sema_shm_unlink(n));
+}
+
+/* Strict seccomp allows only read, write, exit and sigreturn: any other system call in the
+ * uncontended path kills the child. */
+TEST(uncontended_acquire_release_makes_no_system_call)
+{
+    const char *san = getenv("SEMA_SANITIZE");
+    if (san != NULL && san[0] != '\0')
+        TEST_SKIP("sanitizer runtimes make their own system calls");
+    const char *n = tshm_name(nbuf, sizeof(nbuf));
+    sema_shm_t *h = tshm_open(n, 3);
+    ASSERT_OK(sema_shm_acquire(h, 1, 0)); /* the first call claims the slot (slow path) */
+    ASSERT_OK(sema_shm_release(h, 1));
+    int p[2];
+    ASSERT_OK(pipe(p));
+    pid_t pid = tshm_fork();
+    if (pid == 0) {
+        sema_shm_t *x = NULL;
+        if (sema_shm_open(n, 3, 0, 0, &x) != 0 || sema_shm_acquire(x, 1, 0) != 0 ||
+            sema_shm_release(x, 1) != 0)
+            _exit(3);
+        if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_STRICT) != 0)
+            _exit(4);
+        char ok = 'y';
+        for (int i = 0; i < 1000 && ok == 'y'; i++)
+            if (sema_shm_acquire(x, 1 + (uint64_t)(i % 3), -1) != 0 || sema_shm_release(x, 0) != 0)
+                ok = 'n';
+        if (write(p[1], &ok, 1) != 1)
+            syscall(SYS_exit, 5);
+        syscall(SYS_exit, 0); /* exit_group is not allowed in strict mode */
+    }
+    char c = 0;
+    close(p[1]); /* a killed child means end of file here */
+    ASSERT_EQ(read(p[0], &c, 1), 1);
+    ASSERT_EQ(c, 'y');
+    ASSERT_EQ(tshm_wait(pid, 5000), 0);
+    close(p[0]);
     sema_shm_close(h);
     ASSERT_OK(sema_shm_unlink(n));
 }
