@@ -60,7 +60,8 @@ void store_close(store_t *st);
 
 /* Call on_sem for every semaphore (by name), then on_lease for every lease (by semaphore,
  * then fence: grant order) with borrowed records, valid during the call. Records are as
- * stored: the engine applies expires_at = max(stored, now + ttl_ms) itself. Returns 0 or a SEMA_E* code with a message in errbuf. */
+ * stored: the engine applies expires_at = max(stored, now + ttl_ms) itself. Returns 0 or a
+ * SEMA_E* code with a message in errbuf. */
 int store_load(store_t *st, void (*on_sem)(void *arg, const store_sem_t *sem),
                void (*on_lease)(void *arg, const store_lease_t *lease), void *arg, char *errbuf,
                size_t errlen);
