@@ -228,6 +228,7 @@ struct engine {
     elist_t events;      /* eevent_t to deliver */
     int draining;
     int shutting_down;
+    int clearing; /* engine__state_clear runs: the treap is dropped whole */
     int handles_open;
     uint64_t fence_seq;
     uint64_t nparked, nsubs;

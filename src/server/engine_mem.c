@@ -75,7 +75,8 @@ void engine__sem_free(engine_t *e, esem_t *s)
         engine__tab_remove(&e->locks, &s->node);
     } else {
         engine__tab_remove(&e->sems, &s->node);
-        engine__treap_remove(e, s);
+        if (!e->clearing)
+            engine__treap_remove(e, s);
     }
     s->subs = NULL;
     sema__free(s);

@@ -96,9 +96,11 @@ void engine__state_clear(engine_t *e, elist_t *keep)
 {
     void *arg[2] = {e, keep};
 
+    e->clearing = 1;
     engine__tab_each(&e->sems, clear_sem, arg);
     engine__tab_each(&e->locks, clear_sem, arg);
     e->root = NULL;
+    e->clearing = 0;
 }
 
 /* ---- group commit ---- */
