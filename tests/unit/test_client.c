@@ -99,6 +99,12 @@ static void start_semad(void)
     snprintf(semad_url, sizeof semad_url, "http://127.0.0.1:%d", port);
 }
 
+/* Sanitizer builds run several times slower: stretch ttls and time bounds. */
+static int64_t slow(void)
+{
+    return test_scale(100) < 100 ? 4 : 1;
+}
+
 static sema_client_t *client(void)
 {
     sema_client_t *c = NULL;
@@ -530,7 +536,7 @@ static int lost_wait(lost_t *l, int seconds)
 TEST(keepalive_renews_across_ttls)
 {
     sema_client_t *c = client();
-    sema_acquire_opts_t o = {.ttl_ms = 300};
+    sema_acquire_opts_t o = {.ttl_ms = 300 * slow()};
     sema_keepalive_t *ka;
     sema_lease_t l, now;
     lost_t lost;
@@ -540,7 +546,7 @@ TEST(keepalive_renews_across_ttls)
     ASSERT_OK(sema_client_acquire(c, "ka", &o, &l, NULL));
     ASSERT_OK(sema_lease_keepalive_start(&ka, c, &l, on_lost, &lost));
     /* five ttls: without renewals the server would have expired it four times over */
-    int64_t end = mono_ms() + 1500;
+    int64_t end = mono_ms() + 5 * o.ttl_ms;
     while (mono_ms() < end) {
         usleep(50000);
         ASSERT_EQ(sema_lease_keepalive_status(ka), 0);
@@ -559,7 +565,7 @@ TEST(keepalive_renews_across_ttls)
 TEST(keepalive_started_late_still_renews)
 {
     sema_client_t *c = client();
-    sema_acquire_opts_t o = {.ttl_ms = 500};
+    sema_acquire_opts_t o = {.ttl_ms = 500 * slow()};
     sema_keepalive_t *ka;
     sema_lease_t l;
     lost_t lost;
@@ -568,10 +574,10 @@ TEST(keepalive_started_late_still_renews)
     ASSERT_OK(sema_client_create(c, "ka-late", 1, NULL, NULL));
     ASSERT_OK(sema_client_acquire(c, "ka-late", &o, &l, NULL));
     /* hand it over with less than ttl/3 left: the first renewal must come before that */
-    while (mono_ms() < l.local_deadline_ns / 1000000 - 120)
+    while (mono_ms() < l.local_deadline_ns / 1000000 - o.ttl_ms / 4)
         usleep(5000);
     ASSERT_OK(sema_lease_keepalive_start(&ka, c, &l, on_lost, &lost));
-    int64_t end = mono_ms() + 1000;
+    int64_t end = mono_ms() + 2 * o.ttl_ms;
     while (mono_ms() < end) {
         usleep(50000);
         ASSERT_EQ(sema_lease_keepalive_status(ka), 0);
@@ -605,7 +611,7 @@ TEST(keepalive_reports_revoke)
 TEST(keepalive_reports_server_gone)
 {
     sema_client_t *c = client();
-    sema_acquire_opts_t o = {.ttl_ms = 600};
+    sema_acquire_opts_t o = {.ttl_ms = 600 * slow()};
     sema_keepalive_t *ka;
     sema_lease_t l;
     lost_t lost;
@@ -619,7 +625,7 @@ TEST(keepalive_reports_server_gone)
     int reason = lost_wait(&lost, 10);
     ASSERT(reason == SEMA_ECONNREFUSED || reason == SEMA_ETIMEDOUT);
     /* reported by the lease's local deadline (send time + ttl), not long after */
-    ASSERT_LE(mono_ms() - t0, 600 + 500);
+    ASSERT_LE(mono_ms() - t0, o.ttl_ms + 500 * slow());
     ASSERT_EQ(sema_lease_keepalive_stop(ka, 1, NULL), reason);
     sema_client_free(c);
 }
