@@ -236,14 +236,19 @@ TEST(pitfall04_cancel_between_check_and_enqueue)
 TEST(pitfall05_timeout_dequeues)
 {
     sema_sem_t *sem;
-    sem_waiter_thread_t t, f;
+    sem_waiter_thread_t t;
+    sema_sem_waiter_t f;
+    cb_count_t cc = {0};
 
     ASSERT_OK(sema_sem_new(&sem, 2));
     ASSERT_OK(sema_sem_acquire(sem, 1, -1));
-    start_waiter(&t, sem, 2, 40, NULL, 1);
-    start_waiter(&f, sem, 1, -1, NULL, 2);
+    start_waiter(&t, sem, 2, 300, NULL, 1);
+    /* Queued behind t at once (no thread start), well inside t's 300 ms. */
+    ASSERT_EQ(sema_sem_acquire_async(sem, 1, &f, count_cb, &cc), SEMA_SEM_QUEUED);
     ASSERT_EQ(join_waiter(&t), SEMA_ETIMEDOUT);
-    ASSERT_OK(join_waiter(&f)); /* granted when the head left, with no release */
+    /* Granted when the head left, with no release, before t's acquire returned. */
+    ASSERT_EQ(__atomic_load_n(&cc.calls, __ATOMIC_ACQUIRE), 1);
+    ASSERT_EQ(cc.status, 0);
     ASSERT_EQ(stats(sem).waiters, 0);
     ASSERT_EQ(stats(sem).waiting, 0);
     ASSERT_OK(sema_sem_release(sem, 2));
