@@ -246,10 +246,11 @@ static void report(void)
     double us = 1000.0;
     if (o.json) {
         printf("{\"peer\":\"redis-lua\",\"connections\":%u,\"seconds\":%.3f,\"pairs\":%" PRIu64
-               ",\"pairs_per_s\":%.1f,\"requests_per_s\":%.1f,\"p50_us\":%.1f,\"p99_us\":%.1f,"
+               ",\"pairs_per_s\":%.1f,\"requests\":%" PRIu64 ",\"requests_per_s\":%.1f,"
+               "\"p50_us\":%.1f,\"p99_us\":%.1f,"
                "\"pair_p50_us\":%.1f,\"pair_p99_us\":%.1f,\"full_replies\":%" PRIu64
                ",\"errors\":%" PRIu64 "}\n",
-               o.conns, secs, p, (double)p / secs, (double)r / secs,
+               o.conns, secs, p, (double)p / secs, r, (double)r / secs,
                bench_hist_percentile(&req_hist, 50) / us, bench_hist_percentile(&req_hist, 99) / us,
                bench_hist_percentile(&pair_hist, 50) / us,
                bench_hist_percentile(&pair_hist, 99) / us, full_replies, errors);

@@ -109,6 +109,27 @@ cpu_ticks() {
     awk '{print $14 + $15}' "/proc/$1/stat"
 }
 
+# cpu_of PID CMD...: CMD's JSON output with PID's CPU microseconds per request added.
+cpu_of() {
+    local pid=$1 t0 t1 j
+    shift
+    t0=$(cpu_ticks "$pid")
+    j=$("$@")
+    t1=$(cpu_ticks "$pid")
+    add_cpu "$j" "$t0" "$t1"
+}
+
+add_cpu() { # json ticks0 ticks1
+    python3 - "$1" "$2" "$3" "$(getconf CLK_TCK)" <<'EOF'
+import json, sys
+j = json.loads(sys.argv[1] or "{}")
+ticks = float(sys.argv[3]) - float(sys.argv[2])
+n = j.get("requests") or 0
+j["server_cpu_us_per_request"] = round(ticks * 1e6 / float(sys.argv[4]) / n, 2) if n else None
+print(json.dumps(j))
+EOF
+}
+
 # cpu_bench PID ARGS...: sema bench, with the server's CPU microseconds per answered request
 # added to the JSON (CPU per request is what caps a one-core server, and noise barely moves it).
 cpu_bench() {
@@ -117,14 +138,7 @@ cpu_bench() {
     t0=$(cpu_ticks "$pid")
     j=$(gen_json "$@")
     t1=$(cpu_ticks "$pid")
-    python3 - "$j" "$t0" "$t1" "$(getconf CLK_TCK)" <<'EOF'
-import json, sys
-j = json.loads(sys.argv[1] or "{}")
-ticks = float(sys.argv[3]) - float(sys.argv[2])
-n = j.get("requests") or 0
-j["server_cpu_us_per_request"] = round(ticks * 1e6 / float(sys.argv[4]) / n, 2) if n else None
-print(json.dumps(j))
-EOF
+    add_cpu "$j" "$t0" "$t1"
 }
 
 bench() { # timeout-guarded sema bench, JSON out
@@ -159,6 +173,7 @@ start_redis() {
     redis-server --port "$port" --bind 127.0.0.1 --save '' --dir "$tmp/$name" --daemonize no \
         "$@" >"$tmp/$name/log" 2>&1 &
     pids+=($!)
+    printf -v "pid_$name" '%s' "$!"
     for i in $(seq 50); do
         if grep -q "Ready to accept" "$tmp/$name/log"; then
             printf -v "rport_$name" '%s' "$port"
@@ -249,8 +264,8 @@ for r in $(seq "$ROUNDS"); do
     j_none=$(best "${j_none:-}" "$(cpu_bench "$pid_none" -s "http://$addr_none" -c "$CONNS" -d "$SECS" --name pairs-none)")
     j_strict=$(best "${j_strict:-}" "$(cpu_bench "$pid_strict" -s "http://$addr_strict" -c "$CONNS" -d "$SECS" --name pairs-strict)")
     if [ "$have_redis" = 1 ]; then
-        j_redis=$(best "${j_redis:-}" "$(timeout 120 "$redis_peer" --redis "127.0.0.1:$rport_redis" -c "$CONNS" -d "$SECS" --json)")
-        j_aof=$(best "${j_aof:-}" "$(timeout 120 "$redis_peer" --redis "127.0.0.1:$rport_redis_aof" -c "$CONNS" -d "$SECS" --json)")
+        j_redis=$(best "${j_redis:-}" "$(cpu_of "$pid_redis" timeout 120 "$redis_peer" --redis "127.0.0.1:$rport_redis" -c "$CONNS" -d "$SECS" --json)")
+        j_aof=$(best "${j_aof:-}" "$(cpu_of "$pid_redis_aof" timeout 120 "$redis_peer" --redis "127.0.0.1:$rport_redis_aof" -c "$CONNS" -d "$SECS" --json)")
     fi
     j_get=$(best "${j_get:-}" "$(cpu_bench "$pid_none" -s "http://$addr_none" -c "$CONNS" -d "$SECS" -m get --path /healthz)")
     if [ "$have_wrk" = 1 ]; then
@@ -274,11 +289,14 @@ if [ "$have_redis" = 1 ]; then
         echo "figure ${f%%:*} conns=$CONNS pairs_per_s=$(jget "$j" pairs_per_s)" \
             "requests_per_s=$(jget "$j" requests_per_s) p50_us=$(jget "$j" p50_us)" \
             "p99_us=$(jget "$j" p99_us) pair_p50_us=$(jget "$j" pair_p50_us)" \
-            "pair_p99_us=$(jget "$j" pair_p99_us) errors=$(jget "$j" errors)"
+            "pair_p99_us=$(jget "$j" pair_p99_us) errors=$(jget "$j" errors)" \
+            "server_cpu_us_per_request=$(jget "$j" server_cpu_us_per_request)"
     done
     ratio semad_none_pairs_vs_redis_lua "$(jget "$j_none" ops_per_s)" "$(jget "$j_redis" pairs_per_s)" 2
     ratio semad_strict_pairs_vs_redis_lua "$(jget "$j_strict" ops_per_s)" "$(jget "$j_redis" pairs_per_s)" 2
     ratio semad_strict_pairs_vs_redis_lua_aof_always "$(jget "$j_strict" ops_per_s)" "$(jget "$j_aof" pairs_per_s)" 2
+    # Noise-robust: pairs per CPU-second of the server (both answer two requests per pair).
+    ratio semad_none_cpu_per_pair_vs_redis_lua "$(jget "$j_redis" server_cpu_us_per_request)" "$(jget "$j_none" server_cpu_us_per_request)" 2
 else
     echo "# redis-server or bench_redis_peer missing: Redis/Lua figure skipped"
 fi
