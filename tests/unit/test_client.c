@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <curl/curl.h>
 #include <jansson.h>
 
 #include "sema/client.h"
@@ -627,6 +628,54 @@ TEST(keepalive_reports_server_gone)
     /* reported by the lease's local deadline (send time + ttl), not long after */
     ASSERT_LE(mono_ms() - t0, o.ttl_ms + 500 * slow());
     ASSERT_EQ(sema_lease_keepalive_stop(ka, 1, NULL), reason);
+    sema_client_free(c);
+}
+
+static size_t collect(char *data, size_t size, size_t n, void *arg)
+{
+    char *buf = arg;
+    size_t have = strlen(buf), add = size * n;
+    if (have + add < 65536) {
+        memcpy(buf + have, data, add);
+        buf[have + add] = '\0';
+    }
+    return add;
+}
+
+/* semad's count of accepted connections, read from /metrics on a connection of its own. */
+static long accepted_connections(void)
+{
+    static char buf[65536];
+    char url[128];
+    CURL *e = curl_easy_init();
+
+    buf[0] = '\0';
+    snprintf(url, sizeof url, "%s/metrics", semad_url);
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, buf);
+    ASSERT_EQ(curl_easy_perform(e), CURLE_OK);
+    curl_easy_cleanup(e);
+    const char *p = strstr(buf, "\nsemad_http_connections_accepted_total ");
+    if (p == NULL)
+        TEST_SKIP("semad has no semad_http_connections_accepted_total metric");
+    return strtol(p + strlen("\nsemad_http_connections_accepted_total "), NULL, 10);
+}
+
+TEST(connections_are_reused)
+{
+    sema_client_t *c = client();
+    sema_lease_t l;
+
+    ASSERT_OK(sema_client_create(c, "reuse", 1, NULL, NULL));
+    long before = accepted_connections();
+    for (int i = 0; i < 50; i++) {
+        ASSERT_OK(sema_client_acquire(c, "reuse", NULL, &l, NULL));
+        ASSERT_OK(sema_client_release(c, l.id, NULL));
+    }
+    long after = accepted_connections();
+    /* one connection for the 100 calls (pooled), one for the second /metrics read */
+    ASSERT_LE(after - before, 2);
     sema_client_free(c);
 }
 
