@@ -2,6 +2,7 @@
 /* http.c - request parsing over llhttp with caps, and reply writing (see http.h). */
 #include "http.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -281,23 +282,183 @@ const char *http_method_name(uint8_t method)
     return llhttp_method_name((llhttp_method_t)method);
 }
 
+/* Decimal digits of `v` at the end of buf[24]; returns the first digit. */
+static char *u64_digits(uint64_t v, char *end)
+{
+    char *p = end;
+    do {
+        *--p = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    return p;
+}
+
+static int append_str(struct strbuf *out, const char *s)
+{
+    return strbuf_append(out, s, strlen(s));
+}
+
 int http_reply(struct strbuf *out, int status, const char *content_type, const char *body,
                size_t len, int keep_alive, const char *extra)
 {
-    int rc = strbuf_printf(out, "HTTP/1.1 %d %s\r\n", status, http_status_text(status));
-    if (rc == 0 && content_type != NULL)
-        rc = strbuf_printf(out, "Content-Type: %s\r\n", content_type);
-    if (rc == 0 && status != 204 && status >= 200)
-        rc = strbuf_printf(out, "Content-Length: %zu\r\n", len);
-    if (rc == 0)
-        rc = strbuf_puts(out, keep_alive ? "Connection: keep-alive\r\n" : "Connection: close\r\n");
+    /* No printf here: this runs once per reply and dominated the profile. */
+    char num[24];
+    char *n = u64_digits((uint64_t)(status > 0 ? status : 500), num + sizeof num);
+    int rc = strbuf_append(out, "HTTP/1.1 ", 9);
+    rc = rc ? rc : strbuf_append(out, n, (size_t)(num + sizeof num - n));
+    rc = rc ? rc : strbuf_append(out, " ", 1);
+    rc = rc ? rc : append_str(out, http_status_text(status));
+    if (rc == 0 && content_type != NULL) {
+        rc = strbuf_append(out, "\r\nContent-Type: ", 16);
+        rc = rc ? rc : append_str(out, content_type);
+    }
+    if (rc == 0 && status != 204 && status >= 200) {
+        n = u64_digits(len, num + sizeof num);
+        rc = strbuf_append(out, "\r\nContent-Length: ", 18);
+        rc = rc ? rc : strbuf_append(out, n, (size_t)(num + sizeof num - n));
+    }
+    rc = rc ? rc
+            : append_str(out, keep_alive ? "\r\nConnection: keep-alive\r\n"
+                                         : "\r\nConnection: close\r\n");
     if (rc == 0 && extra != NULL)
-        rc = strbuf_puts(out, extra);
-    if (rc == 0)
-        rc = strbuf_append(out, "\r\n", 2);
+        rc = append_str(out, extra);
+    rc = rc ? rc : strbuf_append(out, "\r\n", 2);
     if (rc == 0 && len > 0 && status != 204)
         rc = strbuf_append(out, body, len);
     return rc;
+}
+
+/* A JSON string with the escapes jansson uses (", \, control characters). */
+static int json_str(struct strbuf *out, const char *s, size_t len)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    int rc = strbuf_append(out, "\"", 1);
+    size_t run = 0;
+    for (size_t i = 0; i < len && rc == 0; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        rc = strbuf_append(out, s + run, i - run);
+        run = i + 1;
+        char esc[6] = {'\\', 0, 0, 0, 0, 0};
+        size_t elen = 2;
+        switch (c) {
+        case '"':
+            esc[1] = '"';
+            break;
+        case '\\':
+            esc[1] = '\\';
+            break;
+        case '\b':
+            esc[1] = 'b';
+            break;
+        case '\f':
+            esc[1] = 'f';
+            break;
+        case '\n':
+            esc[1] = 'n';
+            break;
+        case '\r':
+            esc[1] = 'r';
+            break;
+        case '\t':
+            esc[1] = 't';
+            break;
+        default:
+            memcpy(esc + 1, "u00", 3);
+            esc[4] = hex[c >> 4];
+            esc[5] = hex[c & 15];
+            elen = 6;
+        }
+        rc = rc ? rc : strbuf_append(out, esc, elen);
+    }
+    rc = rc ? rc : strbuf_append(out, s + run, len - run);
+    return rc ? rc : strbuf_append(out, "\"", 1);
+}
+
+static int json_num(struct strbuf *out, const json_t *j)
+{
+    char buf[40];
+    if (json_is_integer(j)) {
+        json_int_t v = json_integer_value(j);
+        uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+        char *p = u64_digits(u, buf + sizeof buf);
+        if (v < 0)
+            *--p = '-';
+        return strbuf_append(out, p, (size_t)(buf + sizeof buf - p));
+    }
+    int n = snprintf(buf, sizeof buf - 2, "%.17g", json_real_value(j));
+    if (n < 0 || (size_t)n >= sizeof buf - 2)
+        return SEMA_EINVAL;
+    if (strpbrk(buf, ".eE") == NULL && strpbrk(buf, "ni") == NULL) {
+        memcpy(buf + n, ".0", 2);
+        n += 2;
+    }
+    char *e = strchr(buf, 'e');
+    if (e != NULL) { /* like jansson: 1e300, 1e-05 -> 1e-5 */
+        char *d = e + 1, *src = e + 1;
+        if (*src == '+')
+            src++;
+        else if (*src == '-')
+            *d++ = *src++;
+        while (*src == '0' && src[1] != '\0')
+            src++;
+        memmove(d, src, strlen(src) + 1);
+        n = (int)strlen(buf);
+    }
+    return strbuf_append(out, buf, (size_t)n);
+}
+
+static int json_container(struct strbuf *out, const json_t *j, int depth)
+{
+    int rc = 0;
+    int first = 1;
+    if (json_is_array(j)) {
+        rc = strbuf_append(out, "[", 1);
+        for (size_t i = 0; i < json_array_size(j) && rc == 0; i++) {
+            rc = first ? 0 : strbuf_append(out, ",", 1);
+            first = 0;
+            rc = rc ? rc : http_json_append(out, json_array_get(j, i), depth + 1);
+        }
+        return rc ? rc : strbuf_append(out, "]", 1);
+    }
+    const char *key;
+    json_t *v;
+    rc = strbuf_append(out, "{", 1);
+    json_object_foreach((json_t *)j, key, v)
+    {
+        if (rc != 0)
+            break;
+        rc = first ? 0 : strbuf_append(out, ",", 1);
+        first = 0;
+        rc = rc ? rc : json_str(out, key, strlen(key));
+        rc = rc ? rc : strbuf_append(out, ":", 1);
+        rc = rc ? rc : http_json_append(out, v, depth + 1);
+    }
+    return rc ? rc : strbuf_append(out, "}", 1);
+}
+
+int http_json_append(struct strbuf *out, const json_t *j, int depth)
+{
+    if (j == NULL || depth > 64)
+        return SEMA_EINVAL;
+    switch (json_typeof(j)) {
+    case JSON_OBJECT:
+    case JSON_ARRAY:
+        return json_container(out, j, depth);
+    case JSON_STRING:
+        return json_str(out, json_string_value(j), json_string_length(j));
+    case JSON_INTEGER:
+    case JSON_REAL:
+        return json_num(out, j);
+    case JSON_TRUE:
+        return strbuf_append(out, "true", 4);
+    case JSON_FALSE:
+        return strbuf_append(out, "false", 5);
+    case JSON_NULL:
+        return strbuf_append(out, "null", 4);
+    }
+    return SEMA_EINVAL;
 }
 
 static int hexval(char c)

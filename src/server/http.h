@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
 #include <llhttp.h>
 
 #include "strbuf.h"
@@ -80,6 +81,11 @@ const char *http_method_name(uint8_t method);
  * then the body. Returns 0 or SEMA_ENOMEM. */
 int http_reply(struct strbuf *out, int status, const char *content_type, const char *body,
                size_t len, int keep_alive, const char *extra);
+
+/* Append `j` as compact JSON (the bytes json_dumps(JSON_COMPACT) would give) without
+ * printf or temporary allocations. `depth` is 0 for the top; nesting beyond 64 fails.
+ * Returns 0, SEMA_ENOMEM (the strbuf's cap) or SEMA_EINVAL. */
+int http_json_append(struct strbuf *out, const json_t *j, int depth);
 
 /* Percent-decode `len` bytes of `src` exactly once into a new NUL-terminated string
  * (*out, free with free(), *out_len bytes). With `plus_space`, '+' becomes ' ' (query

@@ -17,6 +17,7 @@ enum {
     LINGER_MS = 2000,            /* after the last reply, wait this long for the client's FIN */
     STREAM_QUEUE_MAX = 1 << 20,  /* unsent event-stream bytes before a slow reader is cut */
     REPLY_QUEUE_MAX = 256 << 10, /* unsent reply bytes before pipelined requests wait */
+    SCRATCH_KEEP = 64 << 10,     /* larger scratch buffers are freed after use */
     BACKLOG = 1024,
 };
 
@@ -60,6 +61,8 @@ struct server {
     uint64_t nconns, accepted, rejected, timeouts, parse_errors, undelivered;
     uint64_t *counts; /* [(routes + 1) * NSTATUS] requests by route and status */
     int draining, stopped;
+    struct strbuf scratch_body;  /* JSON of the reply being built */
+    struct strbuf scratch_reply; /* the reply being built (sent or copied at once) */
     char readbuf[READ_BUF];
 };
 
@@ -67,6 +70,7 @@ typedef struct {
     uv_write_t w;
     uv_buf_t buf;
     char *lease; /* a granted lease to release if the write fails */
+    char data[]; /* the bytes the socket did not take at once */
 } wreq_t;
 
 static void conn_close(conn_t *conn);
@@ -122,7 +126,6 @@ static void on_write(uv_write_t *w, int status)
     if (status < 0 && wr->lease != NULL)
         release_lease(conn->srv, wr->lease);
     free(wr->lease);
-    free(wr->buf.base);
     free(wr);
     if (status < 0)
         conn_close(conn);
@@ -130,34 +133,48 @@ static void on_write(uv_write_t *w, int status)
         schedule_drain(conn);
 }
 
-/* Queue `out`'s bytes (taken). `lease` (taken, may be NULL) is released on failure. */
-static int conn_write(conn_t *conn, struct strbuf *out, char *lease)
+static int send_failed(conn_t *conn, char *lease, int rc)
 {
-    wreq_t *wr = calloc(1, sizeof *wr);
-    size_t len;
-    char *data = strbuf_steal(out, &len);
-    if (wr == NULL || data == NULL || conn->closing) {
-        if (lease != NULL)
-            release_lease(conn->srv, lease);
+    if (lease != NULL)
+        release_lease(conn->srv, lease);
+    free(lease);
+    conn_close(conn);
+    return rc;
+}
+
+/* Send `len` bytes (copied if needed): what the socket takes now is written at once, the
+ * rest is queued in order. `lease` (taken, may be NULL) is released if the bytes cannot be
+ * handed to the kernel. Returns 0 or a SEMA_E* code (then the connection is closing). */
+static int conn_send(conn_t *conn, const char *data, size_t len, char *lease)
+{
+    if (conn->closing)
+        return send_failed(conn, lease, SEMA_EIO);
+    uv_buf_t b = uv_buf_init((char *)data, (unsigned)len);
+    int n = uv_try_write((uv_stream_t *)&conn->tcp, &b, 1);
+    if (n >= 0 && (size_t)n == len) {
         free(lease);
-        free(data);
-        free(wr);
-        conn_close(conn);
-        return SEMA_ENOMEM;
+        return 0;
     }
-    wr->buf = uv_buf_init(data, (unsigned)len);
+    if (n < 0 && n != UV_EAGAIN)
+        return send_failed(conn, lease, SEMA_EIO);
+    size_t done = n > 0 ? (size_t)n : 0;
+    wreq_t *wr = malloc(sizeof *wr + (len - done));
+    if (wr == NULL)
+        return send_failed(conn, lease, SEMA_ENOMEM);
+    memcpy(wr->data, data + done, len - done);
+    wr->buf = uv_buf_init(wr->data, (unsigned)(len - done));
     wr->lease = lease;
-    int rc = uv_write(&wr->w, (uv_stream_t *)&conn->tcp, &wr->buf, 1, on_write);
-    if (rc != 0) {
-        if (lease != NULL)
-            release_lease(conn->srv, lease);
-        free(lease);
-        free(data);
+    if (uv_write(&wr->w, (uv_stream_t *)&conn->tcp, &wr->buf, 1, on_write) != 0) {
         free(wr);
-        conn_close(conn);
-        return SEMA_EIO;
+        return send_failed(conn, lease, SEMA_EIO);
     }
     return 0;
+}
+
+/* Send a strbuf's bytes (the caller keeps and frees the strbuf). */
+static int conn_write(conn_t *conn, struct strbuf *out, char *lease)
+{
+    return conn_send(conn, out->data, out->len, lease);
 }
 
 /* True when the client has already closed its side (a FIN is waiting unread). */
@@ -384,19 +401,17 @@ static void reply_raw(route_ctx_t *c, int status, const char *ctype, const char 
     if (srv->cfg->log_requests)
         log_info("%s %s -> %d", http_method_name(conn->parser.req.method),
                  conn->parser.req.url.data, status);
-    struct strbuf out;
-    strbuf_init(&out, 0);
-    if (http_reply(&out, status, ctype, body, len, ka, NULL) != 0) {
-        strbuf_free(&out);
-        if (lease != NULL)
-            release_lease(srv, lease);
-        free(lease);
-        conn_close(conn);
+    struct strbuf *out = &srv->scratch_reply;
+    strbuf_reset(out);
+    if (http_reply(out, status, ctype, body, len, ka, NULL) != 0) {
+        send_failed(conn, lease, SEMA_ENOMEM);
         return;
     }
-    if (conn_write(conn, &out, lease) != 0)
-        return;
-    finish_request(conn, ka);
+    int rc = conn_write(conn, out, lease);
+    if (out->cap > SCRATCH_KEEP)
+        strbuf_free(out);
+    if (rc == 0)
+        finish_request(conn, ka);
 }
 
 void ctx_reply(route_ctx_t *c, int status, const char *ctype, const char *body, size_t len)
@@ -409,39 +424,36 @@ void ctx_reply_text(route_ctx_t *c, int status, const char *text)
     ctx_reply(c, status, "text/html; charset=utf-8", text, strlen(text));
 }
 
-static char *dump(json_t *j, size_t *len)
+/* Serialise `j` (borrowed) into the server's scratch buffer and send it. */
+static void reply_json_obj(route_ctx_t *c, int status, const char *ctype, const json_t *j,
+                           char *lease)
 {
-    char *s = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
-    *len = s != NULL ? strlen(s) : 0;
-    return s;
+    struct strbuf *body = &c->srv->scratch_body;
+    strbuf_reset(body);
+    if (j == NULL || http_json_append(body, j, 0) != 0) {
+        static const char oom[] = "{\"status\":503,\"code\":\"out_of_memory\"}";
+        if (lease != NULL)
+            release_lease(c->srv, lease);
+        free(lease);
+        reply_raw(c, 503, "application/problem+json", oom, sizeof oom - 1, NULL);
+        return;
+    }
+    reply_raw(c, status, ctype, body->data, body->len, lease);
+    if (body->cap > SCRATCH_KEEP)
+        strbuf_free(body);
 }
 
 void ctx_reply_json(route_ctx_t *c, int status, json_t *j)
 {
-    size_t len;
-    char *s = j != NULL ? dump(j, &len) : NULL;
+    reply_json_obj(c, status, "application/json; charset=utf-8", j, NULL);
     json_decref(j);
-    if (s == NULL) {
-        ctx_reply_problem(c, 503, "out_of_memory", "cannot build the reply");
-        return;
-    }
-    ctx_reply(c, status, "application/json; charset=utf-8", s, len);
-    free(s);
 }
 
 void ctx_reply_problem(route_ctx_t *c, int status, const char *code, const char *detail)
 {
     json_t *p = problem_json(status, code, http_status_text(status), detail);
-    size_t len;
-    char *s = p != NULL ? dump(p, &len) : NULL;
+    reply_json_obj(c, status, "application/problem+json", p, NULL);
     json_decref(p);
-    if (s == NULL) {
-        static const char oom[] = "{\"status\":503,\"code\":\"out_of_memory\"}";
-        ctx_reply(c, 503, "application/problem+json", oom, sizeof oom - 1);
-        return;
-    }
-    ctx_reply(c, status, "application/problem+json", s, len);
-    free(s);
 }
 
 void ctx_reply_err(route_ctx_t *c, int err, const char *detail)
@@ -454,21 +466,13 @@ void ctx_reply_err(route_ctx_t *c, int err, const char *detail)
         return;
     }
     json_t *p = problem_json(row->status, row->code, row->title, detail);
-    size_t len;
-    char *s = p != NULL ? dump(p, &len) : NULL;
+    reply_json_obj(c, row->status, "application/problem+json", p, NULL);
     json_decref(p);
-    if (s == NULL) {
-        ctx_reply_problem(c, 503, "out_of_memory", NULL);
-        return;
-    }
-    ctx_reply(c, row->status, "application/problem+json", s, len);
-    free(s);
 }
 
 void ctx_reply_grant(route_ctx_t *c, json_t *lease)
 {
-    json_t *idj = json_object_get(lease, "lease");
-    const char *id = json_string_value(idj);
+    const char *id = json_string_value(json_object_get(lease, "lease"));
     char *copy = id != NULL ? strdup(id) : NULL;
     if (c->conn->async_done && peer_gone(c->conn)) {
         /* The client left while its grant was being made: give the units back now. */
@@ -479,17 +483,7 @@ void ctx_reply_grant(route_ctx_t *c, json_t *lease)
         conn_close(c->conn);
         return;
     }
-    size_t len;
-    char *s = dump(lease, &len);
-    if (s == NULL) {
-        if (copy != NULL)
-            release_lease(c->srv, copy);
-        free(copy);
-        ctx_reply_problem(c, 503, "out_of_memory", "cannot build the reply");
-        return;
-    }
-    reply_raw(c, 200, "application/json; charset=utf-8", s, len, copy);
-    free(s);
+    reply_json_obj(c, 200, "application/json; charset=utf-8", lease, copy);
 }
 
 void ctx_done_default(route_ctx_t *c, engine_req_t *req)
@@ -622,11 +616,13 @@ static void reply_fatal(conn_t *conn, int status, const char *reason)
                                  : status == 414 ? "uri_too_long"
                                                  : "bad_request",
                                  http_status_text(status), reason);
-        size_t len;
-        char *s = p != NULL ? dump(p, &len) : NULL;
+        struct strbuf body;
+        strbuf_init(&body, 0);
+        rc = p != NULL ? http_json_append(&body, p, 0) : SEMA_ENOMEM;
         json_decref(p);
-        rc = http_reply(&out, status, "application/problem+json", s ? s : "", s ? len : 0, 0, NULL);
-        free(s);
+        if (rc == 0)
+            rc = http_reply(&out, status, "application/problem+json", body.data, body.len, 0, NULL);
+        strbuf_free(&body);
     } else {
         rc = http_reply(&out, status, "text/plain; charset=utf-8", reason, strlen(reason), 0, NULL);
     }
@@ -640,11 +636,7 @@ static void reply_fatal(conn_t *conn, int status, const char *reason)
 static void send_continue(conn_t *conn)
 {
     static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-    struct strbuf out;
-    strbuf_init(&out, 0);
-    if (strbuf_append(&out, cont, sizeof cont - 1) == 0)
-        conn_write(conn, &out, NULL);
-    strbuf_free(&out);
+    conn_send(conn, cont, sizeof cont - 1, NULL);
     conn->parser.want_continue = 3;
 }
 
@@ -878,6 +870,8 @@ int server_new(server_t **out, uv_loop_t *loop, engine_t *engine, const semad_co
     srv->cfg = cfg;
     srv->limits.max_header_bytes = cfg->max_header_bytes ? cfg->max_header_bytes : 1;
     srv->limits.max_body_bytes = cfg->max_body_bytes;
+    strbuf_init(&srv->scratch_body, 0);
+    strbuf_init(&srv->scratch_reply, 0);
     srv->counts = calloc((router_count() + 1) * NSTATUS, sizeof *srv->counts);
     if (srv->counts == NULL) {
         free(srv);
@@ -925,6 +919,8 @@ void server_free(server_t *srv)
 {
     if (srv == NULL)
         return;
+    strbuf_free(&srv->scratch_body);
+    strbuf_free(&srv->scratch_reply);
     free(srv->counts);
     free(srv);
 }
@@ -978,13 +974,7 @@ int conn_stream_write(conn_t *conn, const char *data, size_t len)
         conn_close(conn);
         return SEMA_EIO;
     }
-    struct strbuf out;
-    strbuf_init(&out, 0);
-    if (strbuf_append(&out, data, len) != 0) {
-        conn_close(conn);
-        return SEMA_ENOMEM;
-    }
-    return conn_write(conn, &out, NULL);
+    return conn_send(conn, data, len, NULL);
 }
 
 void conn_stream_end(conn_t *conn)

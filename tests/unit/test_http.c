@@ -272,3 +272,34 @@ TEST(random_bytes_never_crash)
         http_parser_free(&p);
     }
 }
+
+TEST(json_append_matches_jansson_compact)
+{
+    static const char *const docs[] = {
+        "{\"name\":\"a\",\"value\":1}",
+        "{\"s\":\"q\\\"b\\\\s\\n\\t\\r\\b\\f\\u0001\\u001f/\\u00e9\\ud83d\\ude00\",\"n\":null}",
+        "[1,-2,0,9007199254740992,-9223372036854775807,true,false,[],{}]",
+        "{\"r\":1.5,\"r2\":-0.25,\"r3\":1e300,\"r4\":3.0,\"r5\":0.1,\"r6\":1e-7}",
+        "{\"holders\":[{\"lease\":\"x\",\"weight\":3,\"owner\":null}],\"waiters\":[]}",
+        "\"plain\"",
+    };
+    for (size_t i = 0; i < sizeof docs / sizeof docs[0]; i++) {
+        json_error_t e;
+        json_t *j = json_loads(docs[i], JSON_DECODE_ANY, &e);
+        ASSERT_NOT_NULL(j);
+        char *want = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
+        struct strbuf got;
+        strbuf_init(&got, 0);
+        ASSERT_OK(http_json_append(&got, j, 0));
+        ASSERT_STREQ(got.data, want);
+        free(want);
+        strbuf_free(&got);
+        json_decref(j);
+    }
+    struct strbuf tiny;
+    strbuf_init(&tiny, 8);
+    json_t *big = json_pack("{s:s}", "k", "a long value that does not fit");
+    ASSERT_EQ(http_json_append(&tiny, big, 0), SEMA_ENOMEM);
+    json_decref(big);
+    strbuf_free(&tiny);
+}
