@@ -88,7 +88,9 @@ SEMA_EXTERN int sema_keyed_new_opts(sema_keyed_t **out, const sema_keyed_opts_t 
 
 /* Free a keyed lock. NULL is fine. It must have no holders and no waiters
  * (close it, then let every holder unlock); freeing one that has aborts with
- * a message rather than leave dangling waiters. */
+ * a message rather than leave dangling waiters. Threads whose requests were
+ * failed by close (or a timeout or cancel) may still be returning from
+ * sema_keyed_lock(): free waits (briefly) until they are out. */
 SEMA_EXTERN void sema_keyed_free(sema_keyed_t *keyed);
 
 /* Lock `key` (key_len bytes, copied) in `mode`, waiting up to `timeout_ms`

@@ -55,6 +55,9 @@ struct stripe {
     _Atomic size_t count; /* entries; written under mu */
     struct entry *free_list;
     unsigned nfree;
+    size_t sleepers;         /* threads inside wait_queued(), under mu */
+    int draining;            /* sema_keyed_free() waits for sleepers to leave */
+    pthread_cond_t drain_cv; /* signalled when sleepers drops to 0 while draining */
 };
 
 struct sema_keyed {
@@ -367,6 +370,7 @@ static int wait_queued(sema_keyed_t *k, struct stripe *s, struct entry *e, uint6
     struct waiter w;
     int rc;
 
+    s->sleepers++; /* free waits for us until we drop the stripe lock for good */
     memset(&w, 0, sizeof(w));
     w.weight = weight;
     w.state = W_WAITING;
@@ -388,6 +392,9 @@ static int wait_queued(sema_keyed_t *k, struct stripe *s, struct entry *e, uint6
         remove_if_idle(k, s, e);
     }
     SEMA__CHECK(pthread_cond_destroy(&w.cv) == 0);
+    /* The caller's unlock of the stripe is this thread's last touch of k. */
+    if (--s->sleepers == 0 && s->draining)
+        SEMA__CHECK(pthread_cond_signal(&s->drain_cv) == 0);
     return rc;
 }
 
@@ -521,6 +528,7 @@ static int stripe_init(struct stripe *s)
         return SEMA_ENOMEM;
     s->mask = MIN_BUCKETS - 1;
     SEMA__CHECK(pthread_mutex_init(&s->mu, NULL) == 0);
+    SEMA__CHECK(pthread_cond_init(&s->drain_cv, NULL) == 0);
     return 0;
 }
 
@@ -533,6 +541,7 @@ static void stripe_destroy(struct stripe *s)
         sema__free(e);
     }
     sema__free(s->buckets);
+    SEMA__CHECK(pthread_cond_destroy(&s->drain_cv) == 0);
     SEMA__CHECK(pthread_mutex_destroy(&s->mu) == 0);
 }
 
@@ -582,12 +591,27 @@ int sema_keyed_new(sema_keyed_t **out)
     return sema_keyed_new_opts(out, NULL);
 }
 
+/* Wait until the threads whose requests were withdrawn (by close, timeout
+ * or cancel) have left the stripe: they still take its lock once more. */
+static void drain_stripe(struct stripe *s)
+{
+    slock(s);
+    if (atomic_load_explicit(&s->count, memory_order_relaxed) != 0)
+        SEMA__ABORT("sema_keyed_free: keys still have holders or waiters");
+    s->draining = 1;
+    while (s->sleepers > 0)
+        SEMA__CHECK(pthread_cond_wait(&s->drain_cv, &s->mu) == 0);
+    sunlock(s);
+}
+
 void sema_keyed_free(sema_keyed_t *k)
 {
     if (k == NULL)
         return;
     if (sema_keyed_count(k) != 0)
         SEMA__ABORT("sema_keyed_free: keys still have holders or waiters");
+    for (int i = 0; i < STRIPES; i++)
+        drain_stripe(&k->stripes[i]);
     keyed_destroy(k, STRIPES);
 }
 

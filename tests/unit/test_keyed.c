@@ -2,6 +2,7 @@
 /* test_keyed.c - the keyed reader/writer lock: seed 003's rules, timeouts, cancel, cleanup. */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "sema/sema.h"
@@ -826,5 +827,101 @@ TEST(pitfall9_unlock_never_touches_the_table_after_hand_off)
         ASSERT_OK(pthread_join(t, NULL));
         ASSERT(!sema_keyed_held(&h->held));
         free(h);
+    }
+}
+
+/* An allocator that gives every block its own mapping and unmaps it on free:
+ * any touch of freed libsema memory faults at once, even inside libc (where
+ * ASan does not look) and in a plain build. */
+#define MAP_HDR 64
+
+static void *map_malloc(size_t n)
+{
+    size_t len = n + MAP_HDR;
+    unsigned char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+    if (p == MAP_FAILED)
+        return NULL;
+    memcpy(p, &len, sizeof(len));
+    return p + MAP_HDR;
+}
+
+static void map_free(void *ptr)
+{
+    unsigned char *p = ptr;
+    size_t len;
+
+    if (p == NULL)
+        return;
+    p -= MAP_HDR;
+    memcpy(&len, p, sizeof(len));
+    munmap(p, len);
+}
+
+static void *map_calloc(size_t c, size_t n)
+{
+    return map_malloc(c * n); /* fresh mappings are zeroed */
+}
+
+static void *map_realloc(void *ptr, size_t n)
+{
+    void *p = map_malloc(n);
+    size_t old;
+
+    if (p == NULL || ptr == NULL)
+        return p;
+    memcpy(&old, (unsigned char *)ptr - MAP_HDR, sizeof(old));
+    old -= MAP_HDR;
+    memcpy(p, ptr, old < n ? old : n);
+    map_free(ptr);
+    return p;
+}
+
+/* pitfall 9 (and 16): close fails the waiters, the holder unlocks, and the
+ * table is freed at once, as the header allows ("close it, then let every
+ * holder unlock"). The failed waiters are still on their way out of
+ * sema_keyed_lock() (they must take the stripe lock again): free must wait
+ * for them, never pull the table from under them. */
+struct leaver {
+    sema_keyed_t *k;
+    int rc;
+    pthread_t t;
+};
+
+static void *leaver_main(void *arg)
+{
+    struct leaver *l = arg;
+    sema_keyed_lock_t h = SEMA_KEYED_LOCK_INIT;
+
+    l->rc = sema_keyed_lock(l->k, KEY, KLEN, SEMA_EXCLUSIVE, -1, &h);
+    return NULL;
+}
+
+TEST(pitfall9_free_right_after_close_waits_for_leaving_waiters)
+{
+    enum { W = 8 };
+
+    ASSERT_OK(sema_set_allocator(map_malloc, map_realloc, map_calloc, map_free));
+    for (long i = 0; i < test_scale(40); i++) {
+        sema_keyed_t *k;
+        sema_keyed_lock_t x = SEMA_KEYED_LOCK_INIT;
+        struct leaver l[W];
+
+        ASSERT_OK(sema_keyed_new(&k));
+        ASSERT_OK(sema_keyed_lock(k, KEY, KLEN, SEMA_EXCLUSIVE, 0, &x));
+        for (int j = 0; j < W; j++) {
+            l[j].k = k;
+            l[j].rc = 1;
+            ASSERT_OK(pthread_create(&l[j].t, NULL, leaver_main, &l[j]));
+        }
+        wait_waiters(k, KEY, W);
+        sema_keyed_close(k);
+        sema_keyed_unlock(&x);
+        ASSERT_EQ(sema_keyed_count(k), 0);
+        sema_keyed_free(k); /* the waiters may still be leaving */
+        for (int j = 0; j < W; j++) {
+            ASSERT_OK(pthread_join(l[j].t, NULL));
+            ASSERT_EQ(l[j].rc, SEMA_ECANCELED);
+        }
     }
 }
