@@ -626,3 +626,79 @@ TEST(embedded_semaphore_needs_no_allocation)
     ASSERT_EQ(h.before, 1);
     ASSERT_EQ(h.after, 2);
 }
+
+typedef struct {
+    sema_permit_t *p;
+    pthread_barrier_t *go;
+    int rc;
+} permit_racer_t;
+
+static void *release_permit_after_barrier(void *arg)
+{
+    permit_racer_t *r = arg;
+
+    pthread_barrier_wait(r->go);
+    r->rc = sema_permit_release(r->p);
+    return NULL;
+}
+
+TEST(permit_racing_releases_exactly_one_wins)
+{
+    long rounds = test_scale(2000);
+    sema_sem_t *sem;
+
+    ASSERT_OK(sema_sem_new(&sem, 2));
+    for (long i = 0; i < rounds; i++) {
+        sema_permit_t p;
+        pthread_barrier_t go;
+        pthread_t t[2];
+        permit_racer_t r[2];
+
+        ASSERT_OK(sema_sem_acquire_permit(sem, 2, -1, &p));
+        ASSERT_OK(pthread_barrier_init(&go, NULL, 2));
+        for (int k = 0; k < 2; k++) {
+            r[k] = (permit_racer_t){&p, &go, 1};
+            ASSERT_OK(pthread_create(&t[k], NULL, release_permit_after_barrier, &r[k]));
+        }
+        for (int k = 0; k < 2; k++)
+            pthread_join(t[k], NULL);
+        ASSERT_EQ(r[0].rc + r[1].rc, SEMA_ESTALE); /* one 0, one ESTALE */
+        ASSERT_EQ(stats(sem).available, 2);
+        pthread_barrier_destroy(&go);
+    }
+    sema_sem_free(sem);
+}
+
+TEST(wait_idle_cancel_token_and_async)
+{
+    sema_sem_t *sem;
+    sema_cancel_t *c;
+    sem_waiter_thread_t idle;
+    sema_sem_waiter_t w;
+    cb_rec_t r = {0};
+
+    ASSERT_OK(sema_sem_new(&sem, 2));
+    ASSERT_OK(sema_cancel_new(&c));
+    ASSERT_OK(sema_sem_acquire(sem, 1, -1));
+    memset(&idle, 0, sizeof(idle));
+    idle.sem = sem;
+    idle.timeout_ms = -1;
+    idle.cancel = c;
+    idle.idle = 1;
+    ASSERT_OK(pthread_create(&idle.thread, NULL, sem_waiter_main, &idle));
+    wait_waiters(sem, 1);
+    ASSERT_EQ(stats(sem).waiting, 2); /* a wait-idle counts as the whole capacity */
+    ASSERT_OK(sema_cancel_fire(c));
+    ASSERT_EQ(join_waiter(&idle), SEMA_ECANCELED);
+    ASSERT_EQ(sema_sem_wait_idle_until(sem, SEMA_DEADLINE_NONE, c), SEMA_ECANCELED);
+    ASSERT_EQ(sema_sem_wait_idle_async(sem, &w, record_cb, &r), SEMA_SEM_QUEUED);
+    ASSERT_EQ(r.calls, 0);
+    ASSERT_OK(sema_sem_release(sem, 1)); /* idle now: the callback runs in here */
+    ASSERT_EQ(r.calls, 1);
+    ASSERT_EQ(r.status, 0);
+    ASSERT_EQ(stats(sem).held, 0); /* wait-idle takes nothing */
+    ASSERT_OK(sema_sem_wait_idle_async(sem, &w, record_cb, &r));
+    ASSERT_EQ(r.calls, 1);
+    sema_cancel_free(c);
+    sema_sem_free(sem);
+}
