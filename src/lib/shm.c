@@ -259,6 +259,7 @@ int sema_shm_stats(sema_shm_t *h, sema_shm_stats_t *out)
         return rc;
     sema__shm_reap(h->st, 1);
     sema__shm_admit(h->st);
+    sema__shm_settle(h->st);
     snapshot(h->st, out);
     sema__shm_unlock(h->st);
     return 0;

@@ -88,6 +88,9 @@ SEMA__HIDDEN void sema__shm_unlock(shm__state_t *st);
  * only the slots that hold (pid and start time) or wait (pid only). */
 SEMA__HIDDEN void sema__shm_reap(shm__state_t *st, int full);
 SEMA__HIDDEN void sema__shm_admit(shm__state_t *st);
+/* Under the lock: wait until no live slot is inside its fast-path window, so that the slots'
+ * `held` and the word agree (a snapshot's held + available == capacity). */
+SEMA__HIDDEN void sema__shm_settle(shm__state_t *st);
 /* Under the lock: give back everything slot `i` holds or waits for and free it. */
 SEMA__HIDDEN void sema__shm_drop_slot(shm__state_t *st, int i);
 SEMA__HIDDEN uint64_t sema__shm_avail(const shm__state_t *st);

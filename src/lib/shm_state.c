@@ -147,8 +147,9 @@ void sema__shm_drop_slot(shm__state_t *st, int i)
 }
 
 /* Wait until the live owner of slot i leaves its fast-path window (a few instructions,
- * unless it is descheduled or stopped). Drops the slot if its owner dies meanwhile. */
-static void wait_not_busy(shm__state_t *st, int i, uint64_t *reclaimed)
+ * unless it is descheduled or stopped). If its owner dies meanwhile, drops the slot without
+ * crediting anything and returns 1: `available` must then be recomputed. */
+static int wait_not_busy(shm__state_t *st, int i, uint64_t *reclaimed)
 {
     shm__slot_t *s = &st->slots[i];
     for (unsigned spins = 0; atomic_load_explicit(&s->busy, memory_order_acquire); spins++) {
@@ -156,7 +157,7 @@ static void wait_not_busy(shm__state_t *st, int i, uint64_t *reclaimed)
             *reclaimed += atomic_load(&s->held);
             atomic_store(&s->held, 0);
             sema__shm_drop_slot(st, i);
-            return;
+            return 1;
         }
         if (spins < 4096) {
             sched_yield();
@@ -165,6 +166,21 @@ static void wait_not_busy(shm__state_t *st, int i, uint64_t *reclaimed)
             nanosleep(&ms, NULL);
         }
     }
+    return 0;
+}
+
+static void recompute_avail(shm__state_t *st);
+
+void sema__shm_settle(shm__state_t *st)
+{
+    uint64_t reclaimed = 0;
+    int dropped = 0;
+    for (int i = 0; i < SEMA_SHM_MAX_SLOTS; i++)
+        if (atomic_load(&st->slots[i].pid) != 0)
+            dropped |= wait_not_busy(st, i, &reclaimed);
+    st->reclaimed += reclaimed;
+    if (dropped)
+        recompute_avail(st);
 }
 
 /* available = capacity - what the live slots hold. Needed when a process died inside the
@@ -176,7 +192,7 @@ static void recompute_avail(shm__state_t *st)
     for (int i = 0; i < SEMA_SHM_MAX_SLOTS; i++) {
         if (atomic_load(&st->slots[i].pid) == 0)
             continue;
-        wait_not_busy(st, i, &reclaimed);
+        (void)wait_not_busy(st, i, &reclaimed);
         held += atomic_load(&st->slots[i].held);
     }
     st->reclaimed += reclaimed;

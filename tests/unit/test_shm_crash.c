@@ -398,8 +398,29 @@ TEST(forked_stress_never_exceeds_capacity)
         if (kids[i] == 0)
             stress_child(n, w, cap, 1234u + (unsigned)i, iters);
     }
-    for (int i = 0; i < KIDS; i++)
-        ASSERT_EQ(tshm_wait(kids[i], 60000), 0);
+    /* While they run: every snapshot must show a head waiter that does not fit (else it
+     * would have been granted: nobody barges, a release admits at once), and held +
+     * available == capacity. */
+    long snapshots = 0, with_waiters = 0;
+    for (int running = KIDS; running > 0;) {
+        sema_shm_stats_t st = tshm_stats(h);
+        snapshots++;
+        ASSERT_EQ(st.held + st.available, (uint64_t)cap);
+        if (st.nwaiters > 0) {
+            with_waiters++;
+            ASSERT_GT(st.waiters[0].weight, st.available);
+        }
+        running = 0;
+        for (int i = 0; i < KIDS; i++) {
+            int status = 0;
+            if (kids[i] > 0 && waitpid(kids[i], &status, WNOHANG) == 0) {
+                running++;
+            } else if (kids[i] > 0) {
+                ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+                kids[i] = -1;
+            }
+        }
+    }
     ASSERT_EQ(atomic_load(&w->errors), 0);
     ASSERT_LE(atomic_load(&w->max_held), cap);
     ASSERT_GT(atomic_load(&w->grants), 0);
@@ -408,9 +429,10 @@ TEST(forked_stress_never_exceeds_capacity)
     ASSERT_EQ(st.available, (uint64_t)cap);
     ASSERT_EQ(st.nholders, 0);
     ASSERT_EQ(st.nwaiters, 0);
-    fprintf(stderr, "grants %lld, timeouts %lld, max held %lld of %lld\n",
+    fprintf(stderr,
+            "grants %lld, timeouts %lld, max held %lld of %lld, %ld snapshots (%ld with waiters)\n",
             (long long)atomic_load(&w->grants), (long long)atomic_load(&w->timeouts),
-            (long long)atomic_load(&w->max_held), (long long)cap);
+            (long long)atomic_load(&w->max_held), (long long)cap, snapshots, with_waiters);
     sema_shm_close(h);
     ASSERT_OK(sema_shm_unlink(n));
     munmap(w, sizeof(*w));
