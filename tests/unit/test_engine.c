@@ -802,3 +802,91 @@ TEST(shutdown_from_inside_a_completion)
     treq_free(a);
     treq_free(w);
 }
+
+/* ---- limits ---- */
+
+TEST(limits_semaphores_waiters_locks)
+{
+    fx_t f;
+    engine_config_t cfg;
+    treq_t *a, *w[3], *k1, *k2;
+
+    engine_config_default(&cfg);
+    cfg.max_semaphores = 2;
+    cfg.max_waiters_per_sem = 2;
+    cfg.max_waiters_total = 3;
+    cfg.max_locks = 1;
+    fx_init_cfg(&f, &cfg);
+    fx_put(&f, "a", 1);
+    fx_put(&f, "b", 1);
+    ASSERT_EQ(fx_op(&f, ENGINE_SEM_PUT, "c", 1), SEMA_ELIMIT);
+    ASSERT_EQ(fx_op(&f, ENGINE_LEGACY_CREATE, "c", 1), SEMA_ELIMIT);
+    a = fx_acquire(&f, "a", 1, -1);
+    w[0] = fx_acquire(&f, "a", 1, -1);
+    w[1] = fx_acquire(&f, "a", 1, -1);
+    w[2] = fx_acquire(&f, "a", 1, -1);
+    ASSERT_EQ(w[0]->done, 0);
+    ASSERT_EQ(w[1]->done, 0);
+    ASSERT_EQ(w[2]->status, SEMA_ELIMIT); /* per semaphore */
+    k1 = lock_acquire(&f, "k1", ENGINE_MODE_SHARED, -1);
+    k2 = lock_acquire(&f, "k2", ENGINE_MODE_SHARED, -1);
+    ASSERT_EQ(k1->status, 0);
+    ASSERT_EQ(k2->status, SEMA_ELIMIT); /* lock keys */
+    fx_free(&f);
+    treq_free(a);
+    for (int i = 0; i < 3; i++)
+        treq_free(w[i]);
+    treq_free(k1);
+    treq_free(k2);
+}
+
+TEST(wait_idle_try_and_list_limit_cap)
+{
+    fx_t f;
+    treq_t *a, *w;
+    json_t *res;
+    char name[16];
+
+    fx_init(&f);
+    fx_put(&f, "s", 1);
+    a = fx_acquire(&f, "s", 1, -1);
+    w = treq_new(ENGINE_WAIT_IDLE, "s");
+    w->r.timeout_ms = 0;
+    ASSERT_EQ(fx_do(&f, w), SEMA_EBUSY);
+    for (int i = 0; i < 1100; i++) {
+        snprintf(name, sizeof(name), "n%04d", i);
+        fx_put(&f, name, 1);
+    }
+    res = list(&f, NULL, NULL, 5000);
+    ASSERT_EQ(json_array_size(json_object_get(res, "semaphores")), 1000);
+    ASSERT_STREQ(json_string_value(json_object_get(res, "next_cursor")), "n0999");
+    json_decref(res);
+    treq_free(a);
+    treq_free(w);
+    fx_free(&f);
+}
+
+TEST(pitfall13_lock_key_kept_while_held_or_awaited)
+{
+    fx_t f;
+    treq_t *x, *w1, *w2;
+    engine_stats_t st;
+
+    fx_init(&f);
+    x = lock_acquire(&f, "k", ENGINE_MODE_EXCLUSIVE, -1);
+    w1 = lock_acquire(&f, "k", ENGINE_MODE_SHARED, -1);
+    w2 = lock_acquire(&f, "k", ENGINE_MODE_SHARED, -1);
+    engine_cancel(f.e, &w1->r); /* a waiter leaves: the key stays (held and awaited) */
+    ASSERT_OK(fx_op(&f, ENGINE_LOCK_GET, "k", 0));
+    ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(x)));
+    ASSERT_EQ(w2->done, 1); /* the holder leaves: the waiter gets the same key */
+    engine_stats(f.e, &st);
+    ASSERT_EQ(st.locks, 1);
+    ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(w2)));
+    engine_stats(f.e, &st);
+    ASSERT_EQ(st.locks, 0);
+    treq_free(x);
+    treq_free(w1);
+    treq_free(w2);
+    fx_free(&f);
+}
