@@ -80,8 +80,13 @@ int remote_watch(remote_opts_t *o)
     sigaction(SIGTERM, &sa, NULL);
     if ((w.c = remote_client(o)) == NULL)
         return CLI_EXIT_USAGE;
+    int rc = sema_client_get(w.c, o->pos[0], NULL, NULL, &e);
+    if (rc != 0) {
+        sema_client_free(w.c);
+        return remote_fail(o, o->pos[0], rc, &e);
+    }
     redraw(&w, "start");
-    int rc = sema_client_events(w.c, o->pos[0], on_event, &w, &watch_stop, &e);
+    rc = sema_client_events(w.c, o->pos[0], on_event, &w, &watch_stop, &e);
     sema_client_free(w.c);
     if (rc != 0)
         return remote_fail(o, o->pos[0], rc, &e);
