@@ -119,8 +119,10 @@ SEMA_EXTERN int sema_keyed_trylock(sema_keyed_t *keyed, const void *key, size_t 
 /* Release a lock and hand the key to the next requests that fit. Idempotent:
  * unlocking a handle that is not held (already unlocked, zeroed, or NULL) does
  * nothing. Never blocks for long, never allocates; may free the key's state.
- * Thread-safe for different handles; one handle must not be unlocked from two
- * threads at once. */
+ * Once the key is handed to a waiter, neither the handle nor the keyed lock is
+ * touched again (the new holder may free the handle's memory, or the keyed
+ * lock). Thread-safe for different handles; one handle must not be unlocked
+ * from two threads at once. */
 SEMA_EXTERN void sema_keyed_unlock(sema_keyed_lock_t *lock);
 
 /* 1 if the handle holds a lock, 0 if not (or NULL). */

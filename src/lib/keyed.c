@@ -475,20 +475,24 @@ void sema_keyed_unlock(sema_keyed_lock_t *lock)
     sema_keyed_t *k;
     struct entry *e;
     struct stripe *s;
+    uint64_t weight;
 
     if (lock == NULL || lock->keyed_ == NULL)
         return;
     k = lock->keyed_;
     e = lock->entry_;
+    weight = lock->weight_;
+    /* Clear the handle first: once the key is handed over, the next holder
+     * may free the memory the handle lives in (pitfall 9). */
+    fill(lock, NULL, NULL, 0);
     s = stripe_of(k, e->hash); /* immutable while we hold a ref */
     slock(s);
-    e->held -= lock->weight_;
+    e->held -= weight;
     e->holders--;
     e->refs--;
     admit(k, e);
     remove_if_idle(k, s, e);
-    sunlock(s);
-    fill(lock, NULL, NULL, 0);
+    sunlock(s); /* the last touch: k may be freed by a waiter from here on */
 }
 
 int sema_keyed_held(const sema_keyed_lock_t *lock)

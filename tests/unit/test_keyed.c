@@ -925,3 +925,52 @@ TEST(pitfall9_free_right_after_close_waits_for_leaving_waiters)
         }
     }
 }
+
+/* pitfall 9, the handle's side: a holder's handle may live in an object the
+ * next holder frees (the lock guards the object's lifetime). Once unlock has
+ * handed the key over it must not write the handle any more. TSan sees a late
+ * write without any timing luck; ASan sees it when the race is lost. */
+struct guarded {
+    sema_keyed_lock_t h;
+    char payload[64];
+};
+
+struct successor {
+    sema_keyed_t *k;
+    struct guarded *obj;
+    int rc;
+};
+
+static void *successor_main(void *arg)
+{
+    struct successor *s = arg;
+    sema_keyed_lock_t mine = SEMA_KEYED_LOCK_INIT;
+
+    s->rc = sema_keyed_lock(s->k, KEY, KLEN, SEMA_EXCLUSIVE, -1, &mine);
+    if (s->rc == 0) {
+        free(s->obj); /* ours now: the previous holder is done with it */
+        sema_keyed_unlock(&mine);
+    }
+    return NULL;
+}
+
+TEST(pitfall9_unlock_never_touches_the_handle_after_hand_off)
+{
+    sema_keyed_t *k;
+
+    ASSERT_OK(sema_keyed_new(&k));
+    for (long i = 0; i < test_scale(200); i++) {
+        struct successor s = {k, calloc(1, sizeof(struct guarded)), 1};
+        pthread_t t;
+
+        ASSERT_NOT_NULL(s.obj);
+        ASSERT_OK(sema_keyed_lock(k, KEY, KLEN, SEMA_EXCLUSIVE, 0, &s.obj->h));
+        ASSERT_OK(pthread_create(&t, NULL, successor_main, &s));
+        wait_waiters(k, KEY, 1);
+        sema_keyed_unlock(&s.obj->h); /* s.obj may be gone when this returns */
+        ASSERT_OK(pthread_join(t, NULL));
+        ASSERT_OK(s.rc);
+    }
+    ASSERT_EQ(sema_keyed_count(k), 0);
+    sema_keyed_free(k);
+}
