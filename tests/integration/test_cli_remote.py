@@ -313,6 +313,8 @@ def test_legacy_up_down():
 
 def test_watch_plain_output():
     with Semad() as d:
+        rc, out, err = sema(d, "watch", "nosuch")
+        assert rc == EXIT_FAIL and "ENOENT" in err and out == "", (rc, out, err)
         sema(d, "create", "wt", "1", check=0)
         p = spawn(d, "watch", "wt")
         first = p.stdout.readline()
