@@ -288,3 +288,47 @@ TEST(store_restart_restores_lock_leases)
     treq_free(x);
     sfx_close(&s);
 }
+
+typedef struct {
+    int granted, deleted;
+} evcount_t;
+
+static void count_event(void *arg, const char *type, json_t *data)
+{
+    evcount_t *c = arg;
+
+    (void)data;
+    c->granted += strcmp(type, "granted") == 0;
+    c->deleted += strcmp(type, "deleted") == 0;
+}
+
+TEST(store_rollback_keeps_subscriptions_of_surviving_semaphores)
+{
+    sfx_t s = {.dir = data_dir()};
+    evcount_t old_ev = {0, 0}, new_ev = {0, 0};
+    engine_sub_t *old_sub, *new_sub;
+    treq_t *c, *a;
+
+    sfx_open(&s);
+    fx_put(&s.f, "old", 1);
+    ASSERT_OK(engine_subscribe(s.f.e, "old", count_event, &old_ev, &old_sub));
+    store_inject_commit_failures(s.st, 1, 0);
+    c = treq_new(ENGINE_SEM_PUT, "new");
+    c->r.capacity = 1;
+    ASSERT_OK(engine_submit(s.f.e, &c->r));
+    ASSERT_OK(engine_subscribe(s.f.e, "new", count_event, &new_ev, &new_sub));
+    fx_run_until(&s.f, &c->done, 2000);
+    ASSERT_EQ(c->status, SEMA_EIO);
+    fx_settle(&s.f);
+    ASSERT_EQ(new_ev.deleted, 1); /* its semaphore is gone after the rollback */
+    a = fx_acquire(&s.f, "old", 1, -1);
+    fx_run_until(&s.f, &a->done, 2000);
+    ASSERT_EQ(a->status, 0);
+    ASSERT_EQ(old_ev.granted, 1); /* the survivor's subscribers still hear it */
+    ASSERT_EQ(old_ev.deleted, 0);
+    engine_unsubscribe(s.f.e, old_sub);
+    engine_unsubscribe(s.f.e, new_sub);
+    treq_free(c);
+    treq_free(a);
+    sfx_close(&s);
+}
