@@ -292,7 +292,9 @@ static int parse_args(const verb_t *v, int argc, char **argv, remote_opts_t *o)
     char *lease[1];
     int nlease;
 
-    for (int i = 1; i < argc; i++)
+    /* run and lock: "--" starts the command; elsewhere getopt's own "--" (end of options)
+     * lets names and lease ids begin with '-' */
+    for (int i = 1; (v->opts & O_CMD) && i < argc; i++)
         if (strcmp(argv[i], "--") == 0) {
             dash = i;
             break;

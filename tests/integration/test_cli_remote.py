@@ -264,6 +264,11 @@ def test_admin_verbs_and_json():
         assert "adm2" in sema(d, "ls", check=0)[1]
         sema(d, "resize", "adm", "5", check=0)
         assert state(d, "adm")["capacity"] == 5
+        sema(d, "create", "--", "-dash", "1", check=0)  # names may begin with '-'
+        lease2 = sema(d, "acquire", "--", "-dash", check=0)[1].strip()
+        sema(d, "release", "--", lease2, check=0)
+        sema(d, "release", "-" + "x" * 23)  # an id that looks like an option is an id
+        assert sema(d, "release", "-" + "x" * 23)[0] == EXIT_FAIL
         sema(d, "rm", "adm", check=0)
         rc, _, err = sema(d, "get", "adm")
         assert rc == EXIT_FAIL and "ENOENT" in err
