@@ -242,9 +242,10 @@ SEMA_EXTERN int sema_client_legacy_delete(sema_client_t *c, const char *name,
 
 /* Called once, from the keep-alive thread, when the lease is lost: `reason` is
  * SEMA_EEXPIRED, SEMA_EREVOKED, SEMA_ESTALE, SEMA_ECANCELED, SEMA_ENOENT (what the server
- * said), or SEMA_ECONNREFUSED when the server could not be reached before the lease's
- * local deadline. `lease` is the last known state, borrowed. The callback must not call
- * sema_lease_keepalive_stop() on its own keep-alive; it may signal another thread. */
+ * said), or, when renewals kept failing until the lease's local deadline, the last failure
+ * (SEMA_ECONNREFUSED: unreachable; SEMA_ETIMEDOUT: no reply; SEMA_ESHUTDOWN, SEMA_EUNAVAIL,
+ * SEMA_EIO: the server could not renew). `lease` is the last known state, borrowed. The callback
+ * must not call sema_lease_keepalive_stop() on its own keep-alive; it may signal another thread. */
 typedef void (*sema_lease_lost_cb)(void *arg, const sema_lease_t *lease, int reason);
 
 /* Renew `lease` (copied) in a background thread every ttl/3 (and at the latest ttl/10 before
