@@ -144,8 +144,6 @@ static void verb_help(const verb_t *v, FILE *out)
     if (v->opts & O_CMD)
         fprintf(out, ";\notherwise CMD's own status (128+N if killed by signal N)");
     fprintf(out, ".\n");
-    if (strcmp(v->name, "run") == 0 || strcmp(v->name, "ls") == 0 || strcmp(v->name, "rm") == 0)
-        fprintf(out, "\nThe shared-memory form of this verb: sema %s --local --help\n", v->name);
     fprintf(out, "\nexamples:\n");
     for (const char *p = v->examples; *p;) {
         const char *nl = strchr(p, '\n');
