@@ -50,8 +50,13 @@ static void unlock(struct sema_sem *s)
 /* Under the lock: make `avail` the truth (set SLOW, keeping every other bit as it was). */
 static void enter_slow(struct sema_sem *s)
 {
-    uint64_t w = __atomic_fetch_or(&s->word, SEMA__SEM_SLOW, __ATOMIC_ACQ_REL);
+    uint64_t w;
 
+    /* Only lock holders set or clear SLOW: if it is set, avail is already the truth and
+     * the read-modify-write can be skipped (the common case while anyone waits). */
+    if (__atomic_load_n(&s->word, __ATOMIC_RELAXED) & SEMA__SEM_SLOW)
+        return;
+    w = __atomic_fetch_or(&s->word, SEMA__SEM_SLOW, __ATOMIC_ACQ_REL);
     if (!(w & SEMA__SEM_SLOW))
         s->avail = (int64_t)(w & SEMA__SEM_AVAIL_MASK);
 }
@@ -326,10 +331,14 @@ static int admit_now(struct sema_sem *s, uint64_t weight, int idle)
 
 static void init_waiter(sema_sem_waiter_t *n, uint64_t weight, unsigned kind)
 {
-    memset(n, 0, sizeof(*n));
     n->weight_ = weight;
     n->kind_ = kind;
     n->state_ = ST_WAITING;
+    n->status_ = 0;
+    n->settle_seq_ = 0;
+    n->cb_ = NULL;
+    n->arg_ = NULL;
+    n->reserved_[0] = n->reserved_[1] = NULL;
 }
 
 /* Under the lock: take a still-queued waiter out without notifying it (its owner is the
