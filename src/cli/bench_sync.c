@@ -355,6 +355,52 @@ static unsigned park_open(const bench_opts_t *opts, int *fds, unsigned n, bench_
     return i;
 }
 
+/* Reads the answers that came early: the server refused those acquires (503 over
+ * --max-connections, 429 over --max-waiters). Their fds are closed and set to -1.
+ * Returns how many were refused in this call. */
+static unsigned park_refused(int *fds, unsigned n, bench_result_t *res)
+{
+    struct pollfd *p = calloc(n ? n : 1, sizeof(*p));
+    unsigned refused = 0;
+    if (!p)
+        return 0;
+    for (unsigned i = 0; i < n; i++)
+        p[i] = (struct pollfd){fds[i], POLLIN, 0}; /* fd -1 is skipped by poll */
+    if (poll(p, n, 0) > 0)
+        for (unsigned i = 0; i < n; i++) {
+            if (fds[i] < 0 || !(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            int status = 0;
+            if (bench_sync_read(fds[i], &status, NULL, 0, 1000) == 0) {
+                res->status[status % 600]++;
+                res->requests++;
+            } else {
+                res->io_errors++;
+            }
+            close(fds[i]);
+            fds[i] = -1;
+            refused++;
+        }
+    free(p);
+    return refused;
+}
+
+/* Waits until every acquire still open is parked; 0, or -1 when some were refused or the
+ * server did not get there within timeout_ms. */
+static int park_settle(int ctl, const bench_opts_t *opts, int *fds, unsigned n, bench_result_t *res,
+                       int timeout_ms)
+{
+    unsigned refused = 0;
+    uint64_t deadline = bench_now_ns() + (uint64_t)timeout_ms * 1000000u;
+    while (bench_now_ns() < deadline) {
+        refused += park_refused(fds, n, res);
+        if (wait_parked(ctl, opts, opts->name, (int64_t)(n - refused), 100) == 0)
+            break;
+    }
+    refused += park_refused(fds, n, res);
+    return refused == 0 && wait_parked(ctl, opts, opts->name, (int64_t)n, 100) == 0 ? 0 : -1;
+}
+
 /* Deletes the semaphore and reads every parked waiter's answer (410). */
 static void park_drain(int ctl, const bench_opts_t *opts, int *fds, unsigned n, bench_result_t *res)
 {
@@ -365,6 +411,8 @@ static void park_drain(int ctl, const bench_opts_t *opts, int *fds, unsigned n, 
     if (bench_sync_request(ctl, opts, "DELETE", path, NULL, &status, NULL, 0, 30000) != 0)
         res->io_errors++;
     for (unsigned i = 0; i < n; i++) {
+        if (fds[i] < 0)
+            continue;
         if (bench_sync_read(fds[i], &status, NULL, 0, 30000) != 0) {
             res->io_errors++;
             continue;
@@ -395,8 +443,10 @@ int bench_park_run(const bench_opts_t *opts, bench_result_t *res)
     res->rss_before_kib = opts->server_pid ? bench_rss_kib(opts->server_pid) : 0;
     uint64_t t0 = bench_now_ns();
     opened = park_open(opts, fds, n, res);
-    if (wait_parked(ctl, opts, opts->name, (int64_t)opened, 60000) != 0) {
-        res->fatal = "the server did not park every acquire within 60 s";
+    if (park_settle(ctl, opts, fds, opened, res, 60000) != 0) {
+        res->fatal = "the server did not park every acquire (see the answers: 503 = over "
+                     "its --max-connections, 429 = over --max-waiters)";
+        park_drain(ctl, opts, fds, opened, res);
         goto out;
     }
     res->elapsed_s = (double)(bench_now_ns() - t0) / 1e9;
@@ -409,7 +459,8 @@ int bench_park_run(const bench_opts_t *opts, bench_result_t *res)
         res->fatal = "could not open every connection (raise ulimit -n or --max-connections)";
 out:
     for (unsigned i = 0; i < opened; i++)
-        close(fds[i]);
+        if (fds[i] >= 0)
+            close(fds[i]);
     if (ctl >= 0)
         close(ctl);
     free(fds);

@@ -46,6 +46,7 @@ const char cmd_bench_usage[] =
 
 #include <getopt.h>
 #include <inttypes.h>
+#include <math.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -313,7 +314,7 @@ static void print_hist_text(const char *what, const bench_hist_t *h)
 
 static void print_text(const bench_opts_t *o, const bench_result_t *r)
 {
-    double secs = r->elapsed_s > 0 ? r->elapsed_s : 1e-9;
+    double secs = r->elapsed_s > 0 ? r->elapsed_s : INFINITY; /* no rate without a run */
     printf("sema bench: mode %s against %s, %u connections, capacity %" PRIu64 ", weight %" PRIu64
            ", %u semaphore(s) '%s'\n",
            mode_names[o->mode], o->url, o->conns, o->capacity, o->weight, o->sems, o->name);
@@ -339,7 +340,7 @@ static void print_text(const bench_opts_t *o, const bench_result_t *r)
 
 static void print_json(const bench_opts_t *o, const bench_result_t *r)
 {
-    double secs = r->elapsed_s > 0 ? r->elapsed_s : 1e-9;
+    double secs = r->elapsed_s > 0 ? r->elapsed_s : INFINITY; /* no rate without a run */
     const bench_hist_t *h = o->mode == BENCH_HANDOFF ? &r->op : &r->req;
     printf("{\"mode\":\"%s\",\"connections\":%u,\"seconds\":%.3f,\"ops\":%" PRIu64
            ",\"ops_per_s\":%.1f,\"requests\":%" PRIu64 ",\"requests_per_s\":%.1f,"
@@ -347,7 +348,7 @@ static void print_json(const bench_opts_t *o, const bench_result_t *r)
            "\"op_p50_us\":%.1f,\"op_p99_us\":%.1f,\"errors\":%" PRIu64
            ",\"rss_before_kib\":%" PRIu64 ",\"rss_after_kib\":%" PRIu64 ",\"drain_s\":%.3f,"
            "\"status\":{",
-           mode_names[o->mode], o->conns, secs, r->ops, (double)r->ops / secs, r->requests,
+           mode_names[o->mode], o->conns, r->elapsed_s, r->ops, (double)r->ops / secs, r->requests,
            (double)r->requests / secs, us(bench_hist_percentile(h, 50)),
            us(bench_hist_percentile(h, 90)), us(bench_hist_percentile(h, 99)), us(h->max_ns),
            us(bench_hist_percentile(&r->op, 50)), us(bench_hist_percentile(&r->op, 99)),

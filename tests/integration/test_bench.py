@@ -115,6 +115,17 @@ def test_park_mode():
         assert s.request("GET", "/v1/semaphores/pk")[0] == 404
 
 
+def test_park_refused_by_the_server_fails_fast():
+    """Acquires the server refuses (over --max-connections) end the park run with their
+    answers counted, instead of waiting for waiters that will never park."""
+    with fx.Semad("--max-connections", "20") as s:
+        p = sema_bench(s.url(""), "-m", "park", "-c", 40, "--name", "pr", expect=1, timeout=30)
+        r = json.loads(p.stdout)
+        assert r["ops"] == 0 and r["status"].get("503", 0) > 0, r
+        assert r["status"].get("503", 0) + r["status"].get("410", 0) == 40, r
+        assert "max-connections" in p.stderr, p.stderr
+
+
 def test_bad_arguments_and_no_server():
     with fx.Semad() as s:
         for bad in (["-c", "0"], ["-m", "nope"], ["-n", "x"], ["--path", "healthz"],
