@@ -64,21 +64,22 @@ static int match_pattern(const char *pat, const char *path, size_t len, const ch
 int router_match(const char *method, const char *path, size_t len, const route_t **route,
                  const char **param, size_t *param_len)
 {
-    int path_known = 0;
+    const char *p;
+    size_t pl;
+    /* The method first: it rejects most routes with one compare. */
     for (size_t r = 0; r < NROUTES; r++) {
-        const char *p;
-        size_t pl;
-        if (!match_pattern(routes[r].pattern, path, len, &p, &pl))
-            continue;
-        path_known = 1;
-        if (strcmp(routes[r].method, method) != 0)
+        if (strcmp(routes[r].method, method) != 0 ||
+            !match_pattern(routes[r].pattern, path, len, &p, &pl))
             continue;
         *route = &routes[r];
         *param = p;
         *param_len = pl;
         return ROUTER_FOUND;
     }
-    return path_known ? ROUTER_BAD_METHOD : ROUTER_NOT_FOUND;
+    for (size_t r = 0; r < NROUTES; r++)
+        if (match_pattern(routes[r].pattern, path, len, &p, &pl))
+            return ROUTER_BAD_METHOD;
+    return ROUTER_NOT_FOUND;
 }
 
 size_t router_count(void)

@@ -133,28 +133,25 @@ static void on_write(uv_write_t *w, int status)
         schedule_drain(conn);
 }
 
-static int send_failed(conn_t *conn, char *lease, int rc)
+static int send_failed(conn_t *conn, const char *lease, int rc)
 {
     if (lease != NULL)
         release_lease(conn->srv, lease);
-    free(lease);
     conn_close(conn);
     return rc;
 }
 
 /* Send `len` bytes (copied if needed): what the socket takes now is written at once, the
- * rest is queued in order. `lease` (taken, may be NULL) is released if the bytes cannot be
- * handed to the kernel. Returns 0 or a SEMA_E* code (then the connection is closing). */
-static int conn_send(conn_t *conn, const char *data, size_t len, char *lease)
+ * rest is queued in order. `lease` (borrowed, may be NULL) is released if the bytes cannot
+ * be handed to the kernel. Returns 0 or a SEMA_E* code (then the connection is closing). */
+static int conn_send(conn_t *conn, const char *data, size_t len, const char *lease)
 {
     if (conn->closing)
         return send_failed(conn, lease, SEMA_EIO);
     uv_buf_t b = uv_buf_init((char *)data, (unsigned)len);
     int n = uv_try_write((uv_stream_t *)&conn->tcp, &b, 1);
-    if (n >= 0 && (size_t)n == len) {
-        free(lease);
+    if (n >= 0 && (size_t)n == len)
         return 0;
-    }
     if (n < 0 && n != UV_EAGAIN)
         return send_failed(conn, lease, SEMA_EIO);
     size_t done = n > 0 ? (size_t)n : 0;
@@ -163,8 +160,9 @@ static int conn_send(conn_t *conn, const char *data, size_t len, char *lease)
         return send_failed(conn, lease, SEMA_ENOMEM);
     memcpy(wr->data, data + done, len - done);
     wr->buf = uv_buf_init(wr->data, (unsigned)(len - done));
-    wr->lease = lease;
+    wr->lease = lease != NULL ? strdup(lease) : NULL; /* NULL: the ttl is the fallback */
     if (uv_write(&wr->w, (uv_stream_t *)&conn->tcp, &wr->buf, 1, on_write) != 0) {
+        free(wr->lease);
         free(wr);
         return send_failed(conn, lease, SEMA_EIO);
     }
@@ -172,7 +170,7 @@ static int conn_send(conn_t *conn, const char *data, size_t len, char *lease)
 }
 
 /* Send a strbuf's bytes (the caller keeps and frees the strbuf). */
-static int conn_write(conn_t *conn, struct strbuf *out, char *lease)
+static int conn_write(conn_t *conn, struct strbuf *out, const char *lease)
 {
     return conn_send(conn, out->data, out->len, lease);
 }
@@ -385,14 +383,13 @@ static void schedule_drain(conn_t *conn)
 }
 
 static void reply_raw(route_ctx_t *c, int status, const char *ctype, const char *body, size_t len,
-                      char *lease)
+                      const char *lease)
 {
     conn_t *conn = c->conn;
     server_t *srv = c->srv;
     if (c->replied || conn->closing) {
         if (lease != NULL)
             release_lease(srv, lease);
-        free(lease);
         return;
     }
     c->replied = 1;
@@ -426,7 +423,7 @@ void ctx_reply_text(route_ctx_t *c, int status, const char *text)
 
 /* Serialise `j` (borrowed) into the server's scratch buffer and send it. */
 static void reply_json_obj(route_ctx_t *c, int status, const char *ctype, const json_t *j,
-                           char *lease)
+                           const char *lease)
 {
     struct strbuf *body = &c->srv->scratch_body;
     strbuf_reset(body);
@@ -434,7 +431,6 @@ static void reply_json_obj(route_ctx_t *c, int status, const char *ctype, const 
         static const char oom[] = "{\"status\":503,\"code\":\"out_of_memory\"}";
         if (lease != NULL)
             release_lease(c->srv, lease);
-        free(lease);
         reply_raw(c, 503, "application/problem+json", oom, sizeof oom - 1, NULL);
         return;
     }
@@ -473,17 +469,15 @@ void ctx_reply_err(route_ctx_t *c, int err, const char *detail)
 void ctx_reply_grant(route_ctx_t *c, json_t *lease)
 {
     const char *id = json_string_value(json_object_get(lease, "lease"));
-    char *copy = id != NULL ? strdup(id) : NULL;
     if (c->conn->async_done && peer_gone(c->conn)) {
         /* The client left while its grant was being made: give the units back now. */
-        if (copy != NULL)
-            release_lease(c->srv, copy);
-        free(copy);
+        if (id != NULL)
+            release_lease(c->srv, id);
         c->replied = 1;
         conn_close(c->conn);
         return;
     }
-    reply_json_obj(c, 200, "application/json; charset=utf-8", lease, copy);
+    reply_json_obj(c, 200, "application/json; charset=utf-8", lease, id);
 }
 
 void ctx_done_default(route_ctx_t *c, engine_req_t *req)
