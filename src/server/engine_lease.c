@@ -310,8 +310,10 @@ int engine__lease_load(engine_t *e, esem_t *s, const store_lease_t *rec)
     size_t idlen = strlen(rec->id);
     elease_t *l;
 
+    /* A stored lease always comes back: skipping one would hand its units out twice. An id
+     * this engine cannot hold means the store was not written by semad. */
     if (idlen == 0 || idlen >= sizeof(l->id) || engine__lease_find(e, rec->id, idlen))
-        return 0; /* not an id this engine hands out, or a duplicate: skip it */
+        return SEMA_ECORRUPT;
     l = sema__calloc(1, sizeof(*l));
     if (l == NULL)
         return SEMA_ENOMEM;

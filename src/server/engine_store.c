@@ -8,6 +8,7 @@
 typedef struct {
     engine_t *e;
     int err;
+    char bad_id[72]; /* the lease that could not be restored, for the message */
 } load_ctx_t;
 
 static void on_sem(void *arg, const store_sem_t *rec)
@@ -39,8 +40,13 @@ static void on_lease(void *arg, const store_lease_t *rec)
     size_t len = rec->sem ? strlen(rec->sem) : 0;
     esem_t *s;
 
-    if (c->err || len == 0 || len > 65535 || rec->id == NULL)
+    if (c->err)
         return;
+    if (len == 0 || len > 65535 || rec->id == NULL) {
+        c->err = SEMA_ECORRUPT;
+        snprintf(c->bad_id, sizeof(c->bad_id), "%.64s", rec->id != NULL ? rec->id : "(null)");
+        return;
+    }
     if (rec->is_lock) {
         s = engine__lock_find(e, rec->sem, len);
         if (s == NULL)
@@ -50,19 +56,31 @@ static void on_lease(void *arg, const store_lease_t *rec)
         if (s == NULL)
             return; /* a lease of a deleted semaphore: void */
     }
-    if (s == NULL || engine__lease_load(e, s, rec) != 0)
+    if (s == NULL) {
         c->err = SEMA_ENOMEM;
+        return;
+    }
+    int rc = engine__lease_load(e, s, rec);
+    if (rc != 0 && c->err == 0) {
+        c->err = rc;
+        snprintf(c->bad_id, sizeof(c->bad_id), "%.64s", rec->id);
+    }
 }
 
 int engine__store_load(engine_t *e, char *errbuf, size_t errlen)
 {
-    load_ctx_t c = {e, 0};
+    load_ctx_t c = {e, 0, ""};
     int rc = store_load(e->store, on_sem, on_lease, &c, errbuf, errlen);
 
     if (rc == 0 && c.err != 0) {
         rc = c.err;
-        if (errbuf != NULL && errlen > 0)
+        if (errbuf != NULL && errlen > 0 && rc == SEMA_ENOMEM)
             snprintf(errbuf, errlen, "out of memory loading the store");
+        else if (errbuf != NULL && errlen > 0)
+            snprintf(errbuf, errlen,
+                     "the store holds a lease semad cannot restore (id \"%s\"): refusing to "
+                     "start rather than hand its units out twice",
+                     c.bad_id);
     }
     return rc;
 }

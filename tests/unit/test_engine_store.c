@@ -332,3 +332,37 @@ TEST(store_rollback_keeps_subscriptions_of_surviving_semaphores)
     treq_free(a);
     sfx_close(&s);
 }
+
+/* A stored lease the engine cannot restore must stop the start: skipping it would hand
+ * its units out a second time. */
+TEST(store_unrestorable_lease_refuses_to_start)
+{
+    char err[512] = "";
+    const char *dir = data_dir();
+    store_t *st;
+    engine_t *e = NULL;
+    engine_config_t cfg;
+    uv_loop_t loop;
+    store_sem_t sem = {"gpu", 2, 2, 1, 0, 0};
+    store_lease_t lease = {.id = "an-id-far-longer-than-any-id-semad-hands-out",
+                           .sem = "gpu",
+                           .weight = 2,
+                           .fence = 1,
+                           .ttl_ms = 60000,
+                           .acquired_at_ms = 1,
+                           .expires_at_ms = 2};
+
+    ASSERT_OK(store_open(&st, dir, STORE_RELAXED, err, sizeof(err)));
+    ASSERT_OK(store_put_sem(st, &sem));
+    ASSERT_OK(store_put_lease(st, &lease));
+    ASSERT_OK(store_commit(st, err, sizeof(err)));
+    ASSERT_OK(uv_loop_init(&loop));
+    engine_config_default(&cfg);
+    cfg.store = st;
+    ASSERT_EQ(engine_new(&e, &loop, &cfg, err, sizeof(err)), SEMA_ECORRUPT);
+    ASSERT_NULL(e);
+    ASSERT(strstr(err, lease.id) != NULL);
+    store_close(st);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ASSERT_OK(uv_loop_close(&loop));
+}
