@@ -118,7 +118,9 @@ SEMA_EXTERN int sema_keyed_trylock(sema_keyed_t *keyed, const void *key, size_t 
 
 /* Release a lock and hand the key to the next requests that fit. Idempotent:
  * unlocking a handle that is not held (already unlocked, zeroed, or NULL) does
- * nothing. Never blocks for long, never allocates; may free the key's state.
+ * nothing. Never fails and never blocks for long; may free the key's state,
+ * and may then move its stripe to a smaller table (an allocation: if it fails
+ * the larger table is kept, and a later unlock tries again).
  * Once the key is handed to a waiter, neither the handle nor the keyed lock is
  * touched again (the new holder may free the handle's memory, or the keyed
  * lock). Thread-safe for different handles; one handle must not be unlocked

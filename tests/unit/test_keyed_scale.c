@@ -12,6 +12,7 @@
  * failure of the n-th allocation. */
 static atomic_long out_bytes, out_blocks, alloc_calls;
 static atomic_long fail_at = -1; /* alloc_calls value that fails, -1: none */
+static atomic_int fail_all;      /* every allocation fails */
 
 #define HDR 16
 
@@ -19,7 +20,7 @@ static void *count_malloc(size_t n)
 {
     unsigned char *p;
 
-    if (atomic_fetch_add(&alloc_calls, 1) == atomic_load(&fail_at))
+    if (atomic_fetch_add(&alloc_calls, 1) == atomic_load(&fail_at) || atomic_load(&fail_all))
         return NULL;
     p = malloc(n + HDR);
     if (p == NULL)
@@ -232,6 +233,44 @@ TEST(lock_of_a_new_key_fails_cleanly_without_memory)
     ASSERT_EQ(sema_keyed_count(k), 0);
     sema_keyed_free(k);
     ASSERT_EQ(atomic_load(&out_blocks), 0);
+}
+
+/* Unlock never fails: with every allocation failing, releasing many held
+ * keys (whose stripes then want smaller tables) frees every key's state; the
+ * tables shrink later, once memory is back. */
+TEST(unlock_never_fails_when_allocation_fails)
+{
+    sema_keyed_t *k;
+    long n = test_scale(20000), base;
+    sema_keyed_lock_t *l = calloc((size_t)n, sizeof(*l));
+    char key[64];
+
+    use_counting_allocator();
+    ASSERT_OK(sema_keyed_new(&k));
+    base = atomic_load(&out_bytes);
+    for (long i = 0; i < n; i++)
+        ASSERT_OK(
+            sema_keyed_trylock(k, key, key_of(key, sizeof(key), 2, i), SEMA_EXCLUSIVE, &l[i]));
+    atomic_store(&alloc_calls, 0);
+    atomic_store(&fail_all, 1);
+    for (long i = 0; i < n; i++)
+        sema_keyed_unlock(&l[i]);
+    atomic_store(&fail_all, 0);
+    ASSERT_GT(atomic_load(&alloc_calls), 0); /* the shrinks were tried, and failed */
+    ASSERT_EQ(sema_keyed_count(k), 0);
+    for (long i = 0; i < n; i++)
+        ASSERT(!sema_keyed_held(&l[i]));
+    /* With memory back, churn on every stripe shrinks the tables again. */
+    for (long i = 0; i < n; i++) {
+        sema_keyed_lock_t t = SEMA_KEYED_LOCK_INIT;
+
+        ASSERT_OK(sema_keyed_trylock(k, key, key_of(key, sizeof(key), 3, i), SEMA_SHARED, &t));
+        sema_keyed_unlock(&t);
+    }
+    ASSERT_LE(atomic_load(&out_bytes) - base, CACHE_BOUND);
+    sema_keyed_free(k);
+    ASSERT_EQ(atomic_load(&out_blocks), 0);
+    free(l);
 }
 
 /* Stress: threads lock a few hot keys in random modes with random timeouts
