@@ -42,8 +42,8 @@ struct entry {
     uint64_t hash;
     uint64_t held;              /* weight held */
     struct waiter *head, *tail; /* FIFO of waiters */
-    uint32_t holders;           /* lock holders */
-    uint32_t refs;              /* holders + waiters: freed at 0 */
+    uint64_t holders;           /* lock holders: up to R = UINT32_MAX shared */
+    uint64_t refs;              /* holders + waiters: freed at 0; past 2^32 with R holders */
     uint32_t key_len;
     unsigned char key[];
 };
