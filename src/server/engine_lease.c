@@ -37,7 +37,9 @@ static void make_id(engine_t *e, char id[28])
     fill_random(e, raw, sizeof(raw));
     for (size_t i = 0; i < sizeof(raw); i += 3) {
         uint32_t v = ((uint32_t)raw[i] << 16) | ((uint32_t)raw[i + 1] << 8) | raw[i + 2];
-        id[o++] = b64[(v >> 18) & 63];
+        /* The first character is a letter or digit, so an id never looks like a
+         * command-line option ("-x") to the tools people paste it into. */
+        id[o++] = i == 0 ? b64[((v >> 18) & 63) % 62] : b64[(v >> 18) & 63];
         id[o++] = b64[(v >> 12) & 63];
         id[o++] = b64[(v >> 6) & 63];
         id[o++] = b64[v & 63];

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* test_engine.c - semad's in-memory engine driven directly on a libuv loop: one case per
  * operation and rule, and the regression tests for the pitfalls that apply to the engine. */
+#include <ctype.h>
 #include "test_engine_util.h"
 
 #include "strbuf.h"
@@ -262,6 +263,24 @@ TEST(acquire_lease_ids_unique)
             ASSERT(strcmp(lease_id(a[i]), lease_id(a[j])) != 0);
     for (int i = 0; i < 64; i++)
         treq_free(a[i]);
+    fx_free(&f);
+}
+
+/* Ids go on command lines (`sema release ID`): none may start like an option. */
+TEST(lease_ids_start_with_a_letter_or_digit)
+{
+    fx_t f;
+
+    fx_init(&f);
+    fx_put(&f, "s", 1);
+    for (int i = 0; i < 2000; i++) {
+        treq_t *a = fx_acquire(&f, "s", 1, -1);
+        const char *id = lease_id(a);
+        ASSERT_EQ(strlen(id), 24);
+        ASSERT(isalnum((unsigned char)id[0]));
+        ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, id));
+        treq_free(a);
+    }
     fx_free(&f);
 }
 
