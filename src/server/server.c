@@ -801,7 +801,14 @@ static int parse_listen(const char *spec, struct sockaddr_storage *ss, char *err
 static void on_signal(uv_signal_t *h, int signum)
 {
     server_t *srv = h->data;
-    log_info("received %s: stopping", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+    const char *name = signum == SIGTERM ? "SIGTERM" : "SIGINT";
+    if (srv->draining) { /* a second signal: do not wait for the grace period */
+        log_info("received %s again: closing every connection now", name);
+        while (srv->conns != NULL)
+            conn_close(srv->conns);
+        return;
+    }
+    log_info("received %s: stopping", name);
     server_stop(srv);
 }
 
