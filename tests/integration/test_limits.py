@@ -403,5 +403,28 @@ def test_parked_waiters_cost_at_most_2_kib_each():
                 k.close()
 
 
+def test_http10_and_connection_close_end_the_connection():
+    with fx.Semad() as s:
+        for head in (b"GET /healthz HTTP/1.0\r\n\r\n",
+                     b"GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"):
+            sock = s.raw()
+            sock.sendall(head)
+            st, hd, body = fx.read_response(sock.makefile("rb"))
+            assert st == 200 and hd["connection"] == "close", (st, hd)
+            assert closed_by_server(sock)
+            sock.close()
+
+
+def test_event_stream_heartbeat():
+    with fx.Semad("--sse-heartbeat", "100ms") as s:
+        put(s, "hb", 1)
+        sock = s.raw()
+        f = sock.makefile("rb")
+        sock.sendall(b"GET /v1/semaphores/hb/events HTTP/1.1\r\nHost: t\r\n\r\n")
+        lines = [f.readline() for _ in range(12)]
+        assert b": ping\n" in lines, lines
+        sock.close()
+
+
 if __name__ == "__main__":
     fx.main(globals())
