@@ -150,7 +150,8 @@ pairs_line() { # figure-name json
         "requests_per_s=$(jget "$2" requests_per_s) p50_us=$(jget "$2" p50_us)" \
         "p99_us=$(jget "$2" p99_us) pair_p50_us=$(jget "$2" op_p50_us)" \
         "pair_p99_us=$(jget "$2" op_p99_us) errors=$(jget "$2" errors)" \
-        "server_cpu_us_per_request=$(jget "$2" server_cpu_us_per_request)"
+        "server_cpu_us_per_request=$(jget "$2" server_cpu_us_per_request)" \
+        "generator_cpu_us_per_request=$(jget "$2" generator_cpu_us_per_request)"
 }
 
 echo "# semad_vs_peers: $(nproc) cores, $CONNS connections, ${SECS}s per throughput figure," \
@@ -213,10 +214,10 @@ print("cpu_s %.4f" % (r.ru_utime + r.ru_stime), flush=True)
 sys.exit(rc)' "$@"
 }
 
-# sema bench's JSON plus the generator's own CPU per request.
-gen_json() {
+# gen_cmd CMD...: CMD's JSON line plus the generator's own CPU per request.
+gen_cmd() {
     local out
-    out=$(with_cpu timeout 120 "$sema" bench --json "$@" 2>>"$tmp/bench.err")
+    out=$(with_cpu "$@" 2>>"$tmp/bench.err")
     python3 - "$out" <<'EOF'
 import json, sys
 lines = sys.argv[1].splitlines()
@@ -226,6 +227,10 @@ n = j.get("requests") or 0
 j["generator_cpu_us_per_request"] = round(cpu * 1e6 / n, 2) if n else None
 print(json.dumps(j))
 EOF
+}
+
+gen_json() { # sema bench ARGS, as gen_cmd
+    gen_cmd timeout 120 "$sema" bench --json "$@"
 }
 
 # The better of two JSON results by requests_per_s (the first round's when equal).
@@ -264,8 +269,8 @@ for r in $(seq "$ROUNDS"); do
     j_none=$(best "${j_none:-}" "$(cpu_bench "$pid_none" -s "http://$addr_none" -c "$CONNS" -d "$SECS" --name pairs-none)")
     j_strict=$(best "${j_strict:-}" "$(cpu_bench "$pid_strict" -s "http://$addr_strict" -c "$CONNS" -d "$SECS" --name pairs-strict)")
     if [ "$have_redis" = 1 ]; then
-        j_redis=$(best "${j_redis:-}" "$(cpu_of "$pid_redis" timeout 120 "$redis_peer" --redis "127.0.0.1:$rport_redis" -c "$CONNS" -d "$SECS" --json)")
-        j_aof=$(best "${j_aof:-}" "$(cpu_of "$pid_redis_aof" timeout 120 "$redis_peer" --redis "127.0.0.1:$rport_redis_aof" -c "$CONNS" -d "$SECS" --json)")
+        j_redis=$(best "${j_redis:-}" "$(cpu_of "$pid_redis" gen_cmd timeout 120 "$redis_peer" --redis "127.0.0.1:$rport_redis" -c "$CONNS" -d "$SECS" --json)")
+        j_aof=$(best "${j_aof:-}" "$(cpu_of "$pid_redis_aof" gen_cmd timeout 120 "$redis_peer" --redis "127.0.0.1:$rport_redis_aof" -c "$CONNS" -d "$SECS" --json)")
     fi
     j_get=$(best "${j_get:-}" "$(cpu_bench "$pid_none" -s "http://$addr_none" -c "$CONNS" -d "$SECS" -m get --path /healthz)")
     if [ "$have_wrk" = 1 ]; then
@@ -290,7 +295,8 @@ if [ "$have_redis" = 1 ]; then
             "requests_per_s=$(jget "$j" requests_per_s) p50_us=$(jget "$j" p50_us)" \
             "p99_us=$(jget "$j" p99_us) pair_p50_us=$(jget "$j" pair_p50_us)" \
             "pair_p99_us=$(jget "$j" pair_p99_us) errors=$(jget "$j" errors)" \
-            "server_cpu_us_per_request=$(jget "$j" server_cpu_us_per_request)"
+            "server_cpu_us_per_request=$(jget "$j" server_cpu_us_per_request)" \
+            "generator_cpu_us_per_request=$(jget "$j" generator_cpu_us_per_request)"
     done
     ratio semad_none_pairs_vs_redis_lua "$(jget "$j_none" ops_per_s)" "$(jget "$j_redis" pairs_per_s)" 2
     ratio semad_strict_pairs_vs_redis_lua "$(jget "$j_strict" ops_per_s)" "$(jget "$j_redis" pairs_per_s)" 2
