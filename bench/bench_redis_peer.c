@@ -216,6 +216,23 @@ static int prepare(void)
     return ok ? 0 : -1;
 }
 
+/* Self-check after the run: every pair released its holder, so every set is empty. */
+static uint64_t leftover_holders(void)
+{
+    redisContext *rc = redisConnect(o.host, o.port);
+    uint64_t left = 0;
+    for (unsigned s = 0; rc && !rc->err && s < o.sems; s++) {
+        redisReply *r = redisCommand(rc, "ZCARD {bench-%u}:holders", s);
+        if (r && r->type == REDIS_REPLY_INTEGER)
+            left += (uint64_t)r->integer;
+        freeReplyObject(r);
+    }
+    redisFree(rc);
+    if (left)
+        fprintf(stderr, "bench_redis_peer: %" PRIu64 " holders left after the run\n", left);
+    return left;
+}
+
 static int open_conns(void)
 {
     conns = calloc(o.conns, sizeof(conn_t));
@@ -328,6 +345,7 @@ int main(int argc, char **argv)
         return 1;
     }
     uv_run(loop, UV_RUN_DEFAULT);
+    errors += leftover_holders();
     report();
     free(conns);
     return pairs > 0 && errors == 0 ? 0 : 1;
