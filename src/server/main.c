@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 
 #include <uv.h>
 
@@ -16,6 +17,24 @@
 
 #include "sema/error.h"
 #include "sema/version.h"
+
+/* Parked requests hold a descriptor each: raise the soft limit to the hard one and say so
+ * when the connection cap cannot be reached. */
+static void raise_fd_limit(const semad_config_t *cfg)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+        getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < cfg->max_connections + 64)
+        log_warn("open-file limit %llu is below --max-connections %llu: accepts will fail "
+                 "before the cap",
+                 (unsigned long long)rl.rlim_cur, (unsigned long long)cfg->max_connections);
+}
 
 static int run(semad_config_t *cfg)
 {
@@ -85,5 +104,6 @@ int main(int argc, char **argv)
     if (cfg.check_dir != NULL)
         return store_check(cfg.check_dir, stdout) == 0 ? 0 : 1;
     signal(SIGPIPE, SIG_IGN);
+    raise_fd_limit(&cfg);
     return run(&cfg);
 }
