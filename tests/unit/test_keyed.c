@@ -817,41 +817,6 @@ TEST(randomized_sequences_match_the_fifo_model)
         model_round(&seed);
 }
 
-/* pitfall 9: an unlock that hands the key to a waiter must not touch the
- * table afterwards: the waiter may unlock and free everything at once (ASan
- * sees any late touch). */
-struct handoff {
-    sema_keyed_t *k;
-    sema_keyed_lock_t held;
-};
-
-static void *handoff_unlocker(void *arg)
-{
-    struct handoff *h = arg;
-
-    sema_keyed_unlock(&h->held);
-    return NULL;
-}
-
-TEST(pitfall9_unlock_never_touches_the_table_after_hand_off)
-{
-    for (long i = 0; i < test_scale(300); i++) {
-        struct handoff *h = calloc(1, sizeof(*h));
-        sema_keyed_lock_t mine = SEMA_KEYED_LOCK_INIT;
-        pthread_t t;
-
-        ASSERT_OK(sema_keyed_new(&h->k));
-        ASSERT_OK(sema_keyed_lock(h->k, KEY, KLEN, SEMA_EXCLUSIVE, 0, &h->held));
-        ASSERT_OK(pthread_create(&t, NULL, handoff_unlocker, h));
-        ASSERT_OK(sema_keyed_lock(h->k, KEY, KLEN, SEMA_EXCLUSIVE, -1, &mine));
-        sema_keyed_unlock(&mine);
-        sema_keyed_free(h->k); /* the unlocker may still be returning */
-        ASSERT_OK(pthread_join(t, NULL));
-        ASSERT(!sema_keyed_held(&h->held));
-        free(h);
-    }
-}
-
 /* An allocator that gives every block its own mapping and unmaps it on free:
  * any touch of freed libsema memory faults at once, even inside libc (where
  * ASan does not look) and in a plain build. */
@@ -897,6 +862,43 @@ static void *map_realloc(void *ptr, size_t n)
     memcpy(p, ptr, old < n ? old : n);
     map_free(ptr);
     return p;
+}
+
+/* pitfall 9: an unlock that hands the key to a waiter must not touch the
+ * table afterwards: the waiter may unlock and free everything at once (ASan
+ * sees any late touch). */
+struct handoff {
+    sema_keyed_t *k;
+    sema_keyed_lock_t held;
+};
+
+static void *handoff_unlocker(void *arg)
+{
+    struct handoff *h = arg;
+
+    wait_waiters(h->k, KEY, 1); /* hand off every round: the main thread is queued */
+    sema_keyed_unlock(&h->held);
+    return NULL;
+}
+
+TEST(pitfall9_unlock_never_touches_the_table_after_hand_off)
+{
+    ASSERT_OK(sema_set_allocator(map_malloc, map_realloc, map_calloc, map_free));
+    for (long i = 0; i < test_scale(300); i++) {
+        struct handoff *h = calloc(1, sizeof(*h));
+        sema_keyed_lock_t mine = SEMA_KEYED_LOCK_INIT;
+        pthread_t t;
+
+        ASSERT_OK(sema_keyed_new(&h->k));
+        ASSERT_OK(sema_keyed_lock(h->k, KEY, KLEN, SEMA_EXCLUSIVE, 0, &h->held));
+        ASSERT_OK(pthread_create(&t, NULL, handoff_unlocker, h));
+        ASSERT_OK(sema_keyed_lock(h->k, KEY, KLEN, SEMA_EXCLUSIVE, -1, &mine));
+        sema_keyed_unlock(&mine);
+        sema_keyed_free(h->k); /* the unlocker may still be returning */
+        ASSERT_OK(pthread_join(t, NULL));
+        ASSERT(!sema_keyed_held(&h->held));
+        free(h);
+    }
 }
 
 /* pitfall 9 (and 16): close fails the waiters, the holder unlocks, and the
