@@ -17,6 +17,10 @@ ls "$libdir"/libsema.so.* >/dev/null
 soname=$(objdump -p "$libdir/libsema.so" | awk '/SONAME/ {print $2}')
 [[ $soname == libsema.so.0 ]] || { echo "unexpected SONAME: $soname" >&2; exit 1; }
 
+# A sanitized libsema needs its runtime in the program too.
+san=""
+[ -n "${SEMA_SANITIZE:-}" ] && san="-fsanitize=$SEMA_SANITIZE"
+
 cat > "$tmp/hello.c" <<'C'
 #include <stdio.h>
 #include <sema/sema.h>
@@ -28,10 +32,10 @@ int main(void)
 C
 export PKG_CONFIG_PATH="$libdir/pkgconfig"
 # shellcheck disable=SC2046
-cc -o "$tmp/hello" "$tmp/hello.c" $(pkg-config --cflags --libs sema) -Wl,-rpath,"$libdir"
+cc $san -o "$tmp/hello" "$tmp/hello.c" $(pkg-config --cflags --libs sema) -Wl,-rpath,"$libdir"
 "$tmp/hello"
 # shellcheck disable=SC2046
-cc -o "$tmp/hello_static" "$tmp/hello.c" $(pkg-config --cflags sema) "$libdir/libsema.a" \
+cc $san -o "$tmp/hello_static" "$tmp/hello.c" $(pkg-config --cflags sema) "$libdir/libsema.a" \
     $(pkg-config --libs-only-other --static sema) -lrt
 if ldd "$tmp/hello_static" | grep -q libsema; then
     echo "static build still links libsema.so" >&2
@@ -47,7 +51,8 @@ find_package(sema REQUIRED)
 add_executable(hello ../hello.c)
 target_link_libraries(hello PRIVATE sema::sema)
 CM
-cmake -S "$tmp/cm" -B "$tmp/cm/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
+cmake -S "$tmp/cm" -B "$tmp/cm/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" -DCMAKE_C_FLAGS="$san" \
+    -DCMAKE_EXE_LINKER_FLAGS="$san" >/dev/null
 cmake --build "$tmp/cm/build" >/dev/null
 LD_LIBRARY_PATH="$libdir" "$tmp/cm/build/hello"
 echo "install test: ok"
