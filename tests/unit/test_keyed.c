@@ -678,6 +678,59 @@ TEST(pitfall4_fired_token_leaves_no_stale_waiter)
     sema_keyed_free(k);
 }
 
+/* pitfall 4, the race itself: the token fires from another thread while the
+ * call is on its way in (before its check, between the check and the
+ * registration, or once it is queued). Whichever window it hits, the call
+ * fails with ECANCELED well before its timeout and leaves no waiter behind. */
+struct firer {
+    sema_cancel_t *c;
+    pthread_barrier_t b;
+    long spin; /* a varying head start for the call, so every window is hit */
+};
+
+static void *firer_main(void *arg)
+{
+    struct firer *f = arg;
+
+    pthread_barrier_wait(&f->b);
+    for (volatile long i = 0; i < f->spin; i++)
+        ;
+    sema_cancel_fire(f->c);
+    return NULL;
+}
+
+TEST(pitfall4_cancel_racing_the_call_leaves_no_stale_waiter)
+{
+    sema_keyed_t *k;
+    sema_keyed_lock_t x = SEMA_KEYED_LOCK_INIT, y = SEMA_KEYED_LOCK_INIT;
+    sema_keyed_key_stats_t st;
+
+    ASSERT_OK(sema_keyed_new(&k));
+    ASSERT_OK(sema_keyed_lock(k, KEY, KLEN, SEMA_EXCLUSIVE, 0, &x));
+    for (long i = 0; i < test_scale(300); i++) {
+        struct firer f;
+        pthread_t t;
+
+        ASSERT_OK(sema_cancel_new(&f.c));
+        ASSERT_OK(pthread_barrier_init(&f.b, NULL, 2));
+        f.spin = (i * 7919) % 4000;
+        ASSERT_OK(pthread_create(&t, NULL, firer_main, &f));
+        pthread_barrier_wait(&f.b);
+        ASSERT_EQ(sema_keyed_lock_cancel(k, KEY, KLEN, SEMA_SHARED, 10000, f.c, &y),
+                  SEMA_ECANCELED);
+        ASSERT_OK(pthread_join(t, NULL));
+        ASSERT(!sema_keyed_held(&y));
+        ASSERT_OK(sema_keyed_key_stats(k, KEY, KLEN, &st));
+        ASSERT_EQ(st.waiters, 0);
+        ASSERT_EQ(st.holders, 1);
+        pthread_barrier_destroy(&f.b);
+        sema_cancel_free(f.c);
+    }
+    sema_keyed_unlock(&x);
+    ASSERT_EQ(sema_keyed_count(k), 0);
+    sema_keyed_free(k);
+}
+
 /* Waiters for the same key from many threads; every other one is withdrawn
  * by its cancel token from the middle of the queue (O(1) unlink), in an
  * order unrelated to the queue's; the rest are granted in order when the
