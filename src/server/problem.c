@@ -57,7 +57,7 @@ json_t *problem_json(int status, const char *code, const char *title, const char
     if (o == NULL)
         return NULL;
     char type[128];
-    snprintf(type, sizeof type, "https://sema.dev/problems/%s", code);
+    snprintf(type, sizeof type, "urn:sema:problem:%s", code);
     json_object_set_new(o, "type", json_string(type));
     json_object_set_new(o, "title", json_string(title));
     json_object_set_new(o, "status", json_integer(status));

@@ -33,7 +33,7 @@ def problem(s, method, path, body=None, headers=None):
     st, hd, data = s.request(method, path, body, headers)
     assert hd.get("content-type") == PROBLEM, (st, hd, data)
     p = json.loads(data)
-    assert p["status"] == st and p["type"].endswith("/" + p["code"]), p
+    assert p["status"] == st and p["type"] == "urn:sema:problem:" + p["code"], p
     return st, p["code"]
 
 
