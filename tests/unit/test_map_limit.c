@@ -494,14 +494,16 @@ TEST(stats_from_inside_fn)
     sema_map_limit_free(s.map);
 }
 
+/* ctx: {items handed out, calls}; fails on the call after the fifth item. */
 static int failing_next(void *ctx, void **item)
 {
     uint64_t *pos = ctx;
 
-    if (*pos == 5)
+    pos[1]++;
+    if (pos[0] == 5)
         return SEMA_EIO;
     *item = NULL;
-    (*pos)++;
+    pos[0]++;
     return 1;
 }
 
@@ -514,17 +516,20 @@ static int noop_fn(void *ctx, uint64_t index, void *item, void **result)
     return 0;
 }
 
+/* The producer's error stops the map, and the producer is never called again
+ * (its position alone could not show that: it stays at 5 either way). */
 TEST(producer_error_stops_the_map)
 {
-    uint64_t pos = 0;
+    uint64_t pos[2] = {0, 0};
     sema_map_limit_opts_t o = {0};
 
     o.limit = 2;
     o.next = failing_next;
     o.fn = noop_fn;
-    o.ctx = &pos;
+    o.ctx = pos;
     ASSERT_EQ(sema_map_limit(&o), SEMA_EIO);
-    ASSERT_EQ(pos, 5);
+    ASSERT_EQ(pos[0], 5);
+    ASSERT_EQ(pos[1], 6);
 }
 
 static int fail_emit(void *ctx, uint64_t index, void *result)
