@@ -40,7 +40,7 @@ struct req {
     int64_t timeout_ms;
     sema_cancel_t *cancel;
     int rc;
-    atomic_int granted, go;
+    atomic_int granted, go, done; /* done: the lock call returned */
     pthread_t t;
 };
 
@@ -72,6 +72,7 @@ static void *req_main(void *arg)
     sema_keyed_lock_t l = SEMA_KEYED_LOCK_INIT;
 
     r->rc = sema_keyed_lock_cancel(r->k, KEY, KLEN, r->mode, r->timeout_ms, r->cancel, &l);
+    atomic_store(&r->done, 1);
     if (r->rc != 0)
         return NULL;
     log_grant(r->id);
@@ -385,10 +386,38 @@ static void *race_canceller(void *arg)
     return NULL;
 }
 
+/* After the race: either y holds the key and its follower f still waits, or
+ * y failed with `fail_rc` and f holds it. Both finish; nothing is left. */
+static void settle_race(sema_keyed_t *k, struct req *y, struct req *f, int fail_rc, long *granted,
+                        long *failed)
+{
+    sema_keyed_key_stats_t st;
+
+    for (int i = 0; i < 100000 && !atomic_load(&y->granted) && !atomic_load(&f->granted); i++)
+        pause_us(100);
+    ASSERT_OK(sema_keyed_key_stats(k, KEY, KLEN, &st));
+    ASSERT_EQ(st.holders, 1);
+    if (atomic_load(&y->granted)) {
+        ASSERT(!atomic_load(&f->granted));
+        ASSERT_EQ(st.waiters, 1);
+        req_finish(y);
+        ASSERT_OK(y->rc);
+        wait_granted(f);
+        (*granted)++;
+    } else {
+        ASSERT(atomic_load(&f->granted));
+        req_finish(y);
+        ASSERT_EQ(y->rc, fail_rc);
+        ASSERT(!atomic_load(&y->granted));
+        (*failed)++;
+    }
+    req_finish(f);
+    ASSERT_EQ(sema_keyed_count(k), 0);
+}
+
 static void race_round(sema_keyed_t *k, long *granted, long *cancelled)
 {
     sema_keyed_lock_t x = SEMA_KEYED_LOCK_INIT;
-    sema_keyed_key_stats_t st;
     struct race r = {&x, NULL, {{0}}};
     struct req y, f;
     pthread_t t1, t2;
@@ -404,26 +433,7 @@ static void race_round(sema_keyed_t *k, long *granted, long *cancelled)
     ASSERT_OK(pthread_create(&t2, NULL, race_canceller, &r));
     ASSERT_OK(pthread_join(t1, NULL));
     ASSERT_OK(pthread_join(t2, NULL));
-    for (int i = 0; i < 100000 && !atomic_load(&y.granted) && !atomic_load(&f.granted); i++)
-        pause_us(100);
-    ASSERT_OK(sema_keyed_key_stats(k, KEY, KLEN, &st));
-    ASSERT_EQ(st.holders, 1);
-    if (atomic_load(&y.granted)) {
-        ASSERT(!atomic_load(&f.granted));
-        ASSERT_EQ(st.waiters, 1);
-        req_finish(&y);
-        ASSERT_OK(y.rc);
-        wait_granted(&f);
-        (*granted)++;
-    } else {
-        ASSERT(atomic_load(&f.granted));
-        req_finish(&y);
-        ASSERT_EQ(y.rc, SEMA_ECANCELED);
-        ASSERT(!atomic_load(&y.granted));
-        (*cancelled)++;
-    }
-    req_finish(&f);
-    ASSERT_EQ(sema_keyed_count(k), 0);
+    settle_race(k, &y, &f, SEMA_ECANCELED, granted, cancelled);
     pthread_barrier_destroy(&r.b);
     sema_cancel_free(r.c);
 }
@@ -437,6 +447,54 @@ TEST(pitfall2_cancel_racing_grant_is_exact)
     for (long i = 0; i < test_scale(300); i++)
         race_round(k, &granted, &cancelled);
     fprintf(stderr, "granted %ld cancelled %ld\n", granted, cancelled);
+    sema_keyed_free(k);
+}
+
+/* Bounded wait until `f` is queued behind `y` (or alone, if y already timed
+ * out). */
+static void wait_queued_behind(sema_keyed_t *k, struct req *y)
+{
+    sema_keyed_key_stats_t st = {0};
+
+    for (int i = 0; i < 100000; i++) {
+        if (sema_keyed_key_stats(k, KEY, KLEN, &st) == 0 &&
+            (st.waiters == 2 || (atomic_load(&y->done) && st.waiters == 1)))
+            return;
+        pause_us(100);
+    }
+    TEST_FAIL_("follower never queued: %" PRIu64 " waiters", st.waiters);
+}
+
+/* pitfall 2 with a timeout: the holder unlocks around the moment the queued
+ * request's 5 ms deadline passes (the pause only varies the timing). A grant
+ * that lands as the deadline passes wins; otherwise the request times out and
+ * the key goes on to the follower. Exactly one of the two, every round. */
+TEST(pitfall2_timeout_racing_grant_is_exact)
+{
+    sema_keyed_t *k;
+    long granted = 0, timedout = 0;
+
+    ASSERT_OK(sema_keyed_new(&k));
+    for (long i = 0; i < test_scale(200); i++) {
+        sema_keyed_lock_t x = SEMA_KEYED_LOCK_INIT;
+        struct req y, f;
+
+        ASSERT_OK(sema_keyed_lock(k, KEY, KLEN, SEMA_EXCLUSIVE, 0, &x));
+        req_start_ex(&y, k, SEMA_EXCLUSIVE, 1, 5, NULL);
+        for (int j = 0; j < 100000 && !atomic_load(&y.done); j++) {
+            sema_keyed_key_stats_t st;
+
+            if (sema_keyed_key_stats(k, KEY, KLEN, &st) == 0 && st.waiters == 1)
+                break;
+            pause_us(50);
+        }
+        req_start(&f, k, SEMA_EXCLUSIVE, 2);
+        wait_queued_behind(k, &y);
+        pause_us((i * 37) % 6000);
+        sema_keyed_unlock(&x);
+        settle_race(k, &y, &f, SEMA_ETIMEDOUT, &granted, &timedout);
+    }
+    fprintf(stderr, "granted %ld timed out %ld\n", granted, timedout);
     sema_keyed_free(k);
 }
 
