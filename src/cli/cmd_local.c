@@ -76,15 +76,8 @@ static int open_for_run(const run_args_t *a, sema_shm_t **h)
     return rc;
 }
 
-static volatile sig_atomic_t child_pid;
 static const int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH};
 #define NFORWARDED (sizeof(forwarded) / sizeof(forwarded[0]))
-
-static void forward(int sig)
-{
-    if (child_pid > 0)
-        kill((pid_t)child_pid, sig);
-}
 
 static void exec_child(char **cmd, const sigset_t *mask)
 {
@@ -95,14 +88,20 @@ static void exec_child(char **cmd, const sigset_t *mask)
     _exit(e == ENOENT ? CLI_EXIT_NOTFOUND : CLI_EXIT_NOEXEC);
 }
 
-/* Run cmd while the caller holds the units; forward signals; return cmd's status. */
+/* Run cmd while the caller holds the units; forward signals; return cmd's status.
+ * The forwarded signals and SIGCHLD stay blocked and are taken synchronously with
+ * sigwaitinfo(): no handler runs, so nothing is lost between fork and wait, and no
+ * runtime that defers asynchronous handlers (a sanitizer's) can hold a signal back. */
 static int spawn_and_wait(char **cmd)
 {
-    sigset_t block, old;
-    sigemptyset(&block);
+    sigset_t set, old;
+    int status;
+
+    sigemptyset(&set);
     for (size_t i = 0; i < NFORWARDED; i++)
-        sigaddset(&block, forwarded[i]);
-    sigprocmask(SIG_BLOCK, &block, &old); /* no signal is lost between fork and handlers */
+        sigaddset(&set, forwarded[i]);
+    sigaddset(&set, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &set, &old);
     pid_t pid = fork();
     if (pid < 0) {
         sigprocmask(SIG_SETMASK, &old, NULL);
@@ -111,21 +110,28 @@ static int spawn_and_wait(char **cmd)
     }
     if (pid == 0)
         exec_child(cmd, &old);
-    child_pid = pid;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = forward;
-    sa.sa_flags = SA_RESTART;
-    for (size_t i = 0; i < NFORWARDED; i++)
-        sigaction(forwarded[i], &sa, NULL);
-    sigprocmask(SIG_SETMASK, &old, NULL);
-    int status;
-    while (waitpid(pid, &status, 0) < 0) {
-        if (errno != EINTR) {
+    for (;;) {
+        siginfo_t si;
+        int sig = sigwaitinfo(&set, &si);
+        if (sig < 0) {
+            if (errno == EINTR)
+                continue;
+            fprintf(stderr, "sema run: sigwaitinfo: %s\n", strerror(errno));
+            return CLI_EXIT_FAIL;
+        }
+        if (sig != SIGCHLD) {
+            kill(pid, sig);
+            continue;
+        }
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid)
+            break;
+        if (r < 0 && errno != EINTR) {
             fprintf(stderr, "sema run: waitpid: %s\n", strerror(errno));
             return CLI_EXIT_FAIL;
         }
     }
+    sigprocmask(SIG_SETMASK, &old, NULL);
     if (WIFSIGNALED(status))
         return CLI_EXIT_SIGNAL_BASE + WTERMSIG(status);
     return WEXITSTATUS(status);
