@@ -82,6 +82,15 @@ struct engine_req {
                             take it with json_incref, the engine decrefs it after the callback */
     const char *message; /* static text explaining a failure, or NULL */
 
+    /* Optional pre-serialised result. When the caller sets want_text before submitting, a
+     * successful lease result (ACQUIRE, LOCK_ACQUIRE, LEASE_GET, LEASE_RENEW) may come as
+     * its JSON text instead: then `text` (text_len bytes, NUL-terminated, owned by the
+     * engine, valid inside the callback) is set and `result` is NULL. Without want_text, or
+     * when the engine chose the JSON form, `text` is NULL and `result` is as above. */
+    int want_text;
+    const char *text;
+    size_t text_len;
+
     void (*cb)(engine_req_t *req);
     void *data; /* the caller's */
 

@@ -249,6 +249,9 @@ esem_t *engine__sem_new(engine_t *e, const char *name, size_t len, uint64_t capa
 void engine__sem_free(engine_t *e, esem_t *s);
 void engine__admit(engine_t *e, esem_t *s);
 void engine__finish(engine_t *e, ereq_t *er, int status, json_t *result, const char *msg);
+/* Complete `er` successfully with lease `l` as its result: as text when the caller asked
+ * for it (engine_req_t.want_text) and the lease allows, else as JSON. */
+void engine__finish_lease(engine_t *e, ereq_t *er, const elease_t *l);
 void engine__drain(engine_t *e);
 void engine__mark_dirty(engine_t *e);
 int engine__park(engine_t *e, ereq_t *er, esem_t *s, int64_t timeout_ms);
@@ -279,6 +282,10 @@ int engine__lease_load(engine_t *e, esem_t *s, const store_lease_t *rec);
 
 /* engine_json.c */
 json_t *engine__json_lease(const engine_t *e, const elease_t *l);
+/* The lease as the JSON text engine__json_lease() would serialise to, in memory from
+ * sema__malloc (*len bytes plus a NUL), or NULL when it needs the JSON form (bytes that need
+ * escaping or validation, or out of memory). */
+char *engine__text_lease(const elease_t *l, size_t *len);
 json_t *engine__json_state(const engine_t *e, const esem_t *s);
 json_t *engine__json_lock(const engine_t *e, const esem_t *s);
 json_t *engine__json_legacy(const esem_t *s);

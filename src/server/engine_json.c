@@ -141,3 +141,98 @@ json_t *engine__json_list_item(const esem_t *s)
                      (json_int_t)s->capacity, "available", (json_int_t)s->available, "held",
                      (json_int_t)s->held, "waiting", (json_int_t)s->nwaiters);
 }
+
+/* ---- the lease as text, without building a JSON tree (the acquire hot path) ---- */
+
+enum { LEASE_TEXT_MAX = 512 };
+
+typedef struct {
+    char buf[LEASE_TEXT_MAX];
+    size_t n;
+    int bad; /* did not fit, or a string needs the JSON form */
+} ltext_t;
+
+static void lt_put(ltext_t *t, const char *s, size_t len)
+{
+    if (len > sizeof t->buf - t->n) {
+        t->bad = 1;
+        return;
+    }
+    memcpy(t->buf + t->n, s, len);
+    t->n += len;
+}
+
+/* A JSON string that needs no escaping: printable ASCII without '"' and '\'. */
+static void lt_str(ltext_t *t, const char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\') {
+            t->bad = 1;
+            return;
+        }
+    }
+    lt_put(t, "\"", 1);
+    lt_put(t, s, len);
+    lt_put(t, "\"", 1);
+}
+
+/* An integer exactly as a json_int_t holding `v` prints. */
+static void lt_int(ltext_t *t, json_int_t v)
+{
+    char num[24], *p = num + sizeof num;
+    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+
+    do {
+        *--p = (char)('0' + u % 10);
+        u /= 10;
+    } while (u != 0);
+    if (v < 0)
+        *--p = '-';
+    lt_put(t, p, (size_t)(num + sizeof num - p));
+}
+
+#define LT_KEY(t, k) lt_put((t), k, sizeof(k) - 1)
+
+char *engine__text_lease(const elease_t *l, size_t *len)
+{
+    const esem_t *s = l->sem;
+    ltext_t t;
+    char *out;
+
+    t.n = 0;
+    t.bad = 0;
+    LT_KEY(&t, "{\"lease\":");
+    lt_str(&t, l->id, strlen(l->id));
+    LT_KEY(&t, ",\"name\":");
+    lt_str(&t, s->name, s->name_len);
+    LT_KEY(&t, ",\"weight\":");
+    lt_int(&t, (json_int_t)l->weight);
+    LT_KEY(&t, ",\"fence\":");
+    lt_int(&t, (json_int_t)l->fence);
+    LT_KEY(&t, ",\"ttl_ms\":");
+    lt_int(&t, (json_int_t)l->ttl_ms);
+    LT_KEY(&t, ",\"expires_at\":");
+    lt_int(&t, (json_int_t)l->expires_at_ms);
+    LT_KEY(&t, ",\"acquired_at\":");
+    lt_int(&t, (json_int_t)l->acquired_at_ms);
+    LT_KEY(&t, ",\"owner\":");
+    if (l->owner != NULL)
+        lt_str(&t, l->owner, strlen(l->owner));
+    else
+        LT_KEY(&t, "null");
+    if (s->flags & ESEM_LOCK) {
+        const char *mode = lock_mode(s, l->weight);
+        LT_KEY(&t, ",\"key\":");
+        lt_str(&t, s->name, s->name_len);
+        LT_KEY(&t, ",\"mode\":");
+        lt_str(&t, mode, strlen(mode));
+    }
+    LT_KEY(&t, "}");
+    if (t.bad || (out = sema__malloc(t.n + 1)) == NULL)
+        return NULL;
+    memcpy(out, t.buf, t.n);
+    out[t.n] = '\0';
+    *len = t.n;
+    return out;
+}

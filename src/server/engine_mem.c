@@ -267,7 +267,7 @@ static void admit_one_grant(engine_t *e, esem_t *s, ereq_t *er)
     }
     er->lease = l;
     er->durable = 1;
-    engine__finish(e, er, 0, engine__json_lease(e, l), NULL);
+    engine__finish_lease(e, er, l);
 }
 
 /* Strict FIFO with head-of-line blocking: grant heads while they fit. */
@@ -308,6 +308,19 @@ void engine__mark_dirty(engine_t *e)
     uv_idle_start(&e->idle, idle_noop);
 }
 
+/* Queue a finished request for delivery (after the group commit when it mutated state). */
+static void finish_queue(engine_t *e, ereq_t *er, int status)
+{
+    if (e->store != NULL && er->durable && status == 0) {
+        er->state = EREQ_COMMIT;
+        elist_push_back(&e->commit_wait, &er->link);
+        engine__mark_dirty(e);
+    } else {
+        er->state = EREQ_READY;
+        elist_push_back(&e->ready, &er->link);
+    }
+}
+
 void engine__finish(engine_t *e, ereq_t *er, int status, json_t *result, const char *msg)
 {
     engine_req_t *req = er->req;
@@ -321,14 +334,23 @@ void engine__finish(engine_t *e, ereq_t *er, int status, json_t *result, const c
     }
     req->result = result;
     req->message = msg;
-    if (e->store != NULL && er->durable && status == 0) {
-        er->state = EREQ_COMMIT;
-        elist_push_back(&e->commit_wait, &er->link);
-        engine__mark_dirty(e);
-    } else {
-        er->state = EREQ_READY;
-        elist_push_back(&e->ready, &er->link);
+    finish_queue(e, er, status);
+}
+
+void engine__finish_lease(engine_t *e, ereq_t *er, const elease_t *l)
+{
+    engine_req_t *req = er->req;
+    char *text = req->want_text ? engine__text_lease(l, &req->text_len) : NULL;
+
+    if (text == NULL) {
+        engine__finish(e, er, 0, engine__json_lease(e, l), NULL);
+        return;
     }
+    req->status = 0;
+    req->result = NULL;
+    req->message = NULL;
+    req->text = text;
+    finish_queue(e, er, 0);
 }
 
 /* Deliver queued completions and events; a callback that submits more work only appends to
@@ -343,11 +365,13 @@ void engine__drain(engine_t *e)
             ereq_t *er = ENGINE__CONTAINER(e->ready.next, ereq_t, link);
             engine_req_t *req = er->req;
             json_t *result = req->result;
+            char *text = (char *)req->text;
             elist_remove(&er->link);
             req->priv = NULL;
             sema__free(er); /* a delivered grant belongs to the caller now */
             req->cb(req);
             json_decref(result);
+            sema__free(text);
         } else if (!elist_empty(&e->events)) {
             engine__events_deliver(e);
         } else {
@@ -507,6 +531,8 @@ int engine_submit(engine_t *e, engine_req_t *req)
     req->created = 0;
     req->result = NULL;
     req->message = NULL;
+    req->text = NULL;
+    req->text_len = 0;
     e->m.ops[req->op]++;
     engine__ops[req->op](e, er);
     engine__drain(e);
@@ -521,6 +547,8 @@ static void cancel_done(engine_t *e, ereq_t *er)
     elist_remove(&er->link);
     json_decref(er->req->result);
     er->req->result = NULL;
+    sema__free((char *)er->req->text);
+    er->req->text = NULL;
     if (l != NULL) {
         esem_t *s = l->sem;
         engine__lease_end(e, l, ETOMB_RELEASED);

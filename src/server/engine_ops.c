@@ -304,7 +304,7 @@ static int idem_retry(engine_t *e, ereq_t *er, esem_t *s)
     if (d == NULL)
         return 0;
     if (d->lease != NULL) {
-        engine__finish(e, er, 0, engine__json_lease(e, d->lease), NULL);
+        engine__finish_lease(e, er, d->lease);
         return 1;
     }
     if (d->waiter != NULL)
@@ -331,7 +331,7 @@ static void acquire_on(engine_t *e, ereq_t *er, esem_t *s, uint64_t weight)
             return fail(e, er, SEMA_ENOMEM, "out of memory granting the lease");
         er->lease = l;
         er->durable = 1;
-        return engine__finish(e, er, 0, engine__json_lease(e, l), NULL);
+        return engine__finish_lease(e, er, l);
     }
     if (req->timeout_ms == 0)
         return fail(e, er, SEMA_EBUSY, "not available without waiting");
@@ -434,7 +434,7 @@ static void op_lease_get(engine_t *e, ereq_t *er)
     elease_t *l = find_lease(e, er);
 
     if (l != NULL)
-        engine__finish(e, er, 0, engine__json_lease(e, l), NULL);
+        engine__finish_lease(e, er, l);
 }
 
 static void op_lease_renew(engine_t *e, ereq_t *er)
@@ -453,7 +453,7 @@ static void op_lease_renew(engine_t *e, ereq_t *er)
     engine__heap_update(&e->heap, &l->hi, engine__now(e) + (uint64_t)ttl);
     engine__timer_rearm(e);
     engine__store_lease(e, l); /* rides the next commit; the reply does not wait */
-    engine__finish(e, er, 0, engine__json_lease(e, l), NULL);
+    engine__finish_lease(e, er, l);
 }
 
 static void end_lease_op(engine_t *e, ereq_t *er, int reason)

@@ -201,6 +201,8 @@ static void fail_batch(engine_t *e, elist_t *batch)
         er->lease = NULL; /* the grant is not in the store; the reload drops it */
         json_decref(er->req->result);
         er->req->result = NULL;
+        sema__free((char *)er->req->text);
+        er->req->text = NULL;
         er->req->status = SEMA_EIO;
         er->req->created = 0;
         er->req->message = "the durable store failed; the change was rolled back";

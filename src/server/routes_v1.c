@@ -192,7 +192,9 @@ static int take_lease_fields(route_ctx_t *c, json_t *body)
 
 static void grant_done(route_ctx_t *c, engine_req_t *req)
 {
-    if (req->status != 0 || req->result == NULL)
+    if (req->status == 0 && req->text != NULL)
+        ctx_reply_grant_text(c, req->text, req->text_len);
+    else if (req->status != 0 || req->result == NULL)
         ctx_done_default(c, req);
     else
         ctx_reply_grant(c, req->result);
@@ -212,6 +214,7 @@ void v1_acquire(route_ctx_t *c)
         return;
     use_param(c, ENGINE_ACQUIRE);
     c->ereq.weight = (uint64_t)w;
+    c->ereq.want_text = 1;
     ctx_submit(c, grant_done);
 }
 
@@ -233,6 +236,7 @@ void v1_wait_idle(route_ctx_t *c)
 void v1_lease_get(route_ctx_t *c)
 {
     use_param(c, ENGINE_LEASE_GET);
+    c->ereq.want_text = 1;
     ctx_submit(c, ctx_done_default);
 }
 
@@ -249,6 +253,7 @@ void v1_lease_renew(route_ctx_t *c)
         return;
     use_param(c, ENGINE_LEASE_RENEW);
     c->ereq.ttl_ms = (int64_t)ttl;
+    c->ereq.want_text = 1;
     ctx_submit(c, ctx_done_default);
 }
 
@@ -295,6 +300,7 @@ void v1_lock_acquire(route_ctx_t *c)
     int mode = c->ereq.mode;
     use_param(c, ENGINE_LOCK_ACQUIRE);
     c->ereq.mode = mode;
+    c->ereq.want_text = 1;
     ctx_submit(c, grant_done);
 }
 

@@ -466,24 +466,58 @@ void ctx_reply_err(route_ctx_t *c, int err, const char *detail)
     json_decref(p);
 }
 
+/* The client left while its grant was being made: give the units back now. Returns 1 if
+ * so (the connection is closed), 0 to reply. */
+static int grant_undeliverable(route_ctx_t *c, const char *id)
+{
+    if (!c->conn->async_done || !peer_gone(c->conn))
+        return 0;
+    if (id != NULL)
+        release_lease(c->srv, id);
+    c->replied = 1;
+    conn_close(c->conn);
+    return 1;
+}
+
 void ctx_reply_grant(route_ctx_t *c, json_t *lease)
 {
     const char *id = json_string_value(json_object_get(lease, "lease"));
-    if (c->conn->async_done && peer_gone(c->conn)) {
-        /* The client left while its grant was being made: give the units back now. */
-        if (id != NULL)
-            release_lease(c->srv, id);
-        c->replied = 1;
-        conn_close(c->conn);
-        return;
+    if (!grant_undeliverable(c, id))
+        reply_json_obj(c, 200, "application/json; charset=utf-8", lease, id);
+}
+
+/* The lease id at the start of a lease's JSON text ({"lease":"<id>",...}), into buf. */
+static const char *text_lease_id(const char *text, size_t len, char *buf, size_t cap)
+{
+    static const char head[] = "{\"lease\":\"";
+    size_t h = sizeof head - 1, n = 0;
+    if (len <= h || memcmp(text, head, h) != 0)
+        return NULL;
+    while (h + n < len && text[h + n] != '"' && n + 1 < cap) {
+        buf[n] = text[h + n];
+        n++;
     }
-    reply_json_obj(c, 200, "application/json; charset=utf-8", lease, id);
+    buf[n] = '\0';
+    return n > 0 ? buf : NULL;
+}
+
+void ctx_reply_grant_text(route_ctx_t *c, const char *text, size_t len)
+{
+    char buf[64];
+    const char *id = text_lease_id(text, len, buf, sizeof buf);
+    if (!grant_undeliverable(c, id))
+        reply_raw(c, 200, "application/json; charset=utf-8", text, len, id);
 }
 
 void ctx_done_default(route_ctx_t *c, engine_req_t *req)
 {
     if (req->status != 0) {
         ctx_reply_err(c, req->status, req->message);
+        return;
+    }
+    if (req->text != NULL) {
+        ctx_reply(c, req->created ? 201 : 200, "application/json; charset=utf-8", req->text,
+                  req->text_len);
         return;
     }
     if (req->result == NULL || json_is_null(req->result)) {
@@ -509,6 +543,7 @@ void ctx_submit(route_ctx_t *c, route_done_fn done)
     c->ereq.status = 0;
     c->ereq.result = NULL;
     c->ereq.message = NULL;
+    c->ereq.text = NULL;
     c->submitted = 1;
     c->conn->in_submit = 1;
     c->conn->async_done = 0;

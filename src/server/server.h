@@ -67,6 +67,8 @@ void ctx_reply_problem(route_ctx_t *c, int status, const char *code, const char 
 /* Reply to a granted acquire: like ctx_reply_json(200) but if the reply cannot be
  * delivered (client gone) the lease `lease_id` is released. */
 void ctx_reply_grant(route_ctx_t *c, json_t *lease);
+/* The same for a grant the engine gave as JSON text (engine_req_t.text); borrows text. */
+void ctx_reply_grant_text(route_ctx_t *c, const char *text, size_t len);
 
 /* Submit c->ereq to the engine; `done` runs once with the outcome (also when the engine
  * refuses the request at once). */
