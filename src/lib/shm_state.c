@@ -37,13 +37,17 @@ int sema__shm_proc_start(int32_t pid, uint64_t *start)
     if (p == NULL || p[1] != ' ')
         return 0;
     p += 2;
-    if (*p == 'Z' || *p == 'X') /* a zombie holds nothing */
-        return -1;
+    char state = *p;
+    long threads = 0;
     for (int field = 3; field < 22 && p != NULL; field++) {
         p = strchr(p, ' ');
-        if (p != NULL)
-            p++;
+        if (p != NULL && *++p != '\0' && field + 1 == 20)
+            threads = strtol(p, NULL, 10); /* num_threads */
     }
+    /* A zombie holds nothing, unless only its main thread exited (pthread_exit()): the
+     * leader then shows 'Z' while the other threads run on (num_threads > 1). */
+    if (state == 'X' || (state == 'Z' && threads <= 1))
+        return -1;
     if (p != NULL)
         *start = strtoull(p, NULL, 10);
     return 0;

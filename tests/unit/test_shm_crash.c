@@ -2,7 +2,12 @@
 /* test_shm_crash.c - the shared-memory semaphore across real processes: dead holders and
  * waiters, PID reuse, a lock owner that dies, the fast-path window, concurrent creators,
  * and forked stress with a witness counter. Children only call libsema and _exit. */
+#include <fcntl.h>
+#include <sched.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
 
 #include "test_shm_util.h"
 
@@ -556,4 +561,58 @@ TEST(sigkill_random_holders_and_waiters)
     sema_shm_close(h);
     ASSERT_OK(sema_shm_unlink(n));
     munmap(w, sizeof(*w));
+}
+
+/* --- review: liveness checks that must never call a live process dead ----------------- */
+
+static void *park_main(void *arg)
+{
+    (void)arg;
+    for (;;)
+        pause();
+    return NULL;
+}
+
+/* Pitfall 18: a process whose main thread called pthread_exit() shows as a zombie ('Z') in
+ * /proc/PID/stat while its other threads run on: it is alive and keeps what it holds. */
+TEST(pitfall_18_zombie_leader_with_live_threads_keeps_its_units)
+{
+    const char *n = tshm_name(nbuf, sizeof(nbuf));
+    sema_shm_t *h = tshm_open(n, 2);
+    int p[2];
+    ASSERT_OK(pipe(p));
+    pid_t c = tshm_fork();
+    if (c == 0) {
+        sema_shm_t *x = NULL;
+        pthread_t th;
+        if (sema_shm_open(n, 0, SEMA_SHM_EXISTING, 0, &x) != 0 || sema_shm_acquire(x, 2, 0) != 0)
+            _exit(3);
+        if (pthread_create(&th, NULL, park_main, NULL) != 0 || write(p[1], "x", 1) != 1)
+            _exit(4);
+        pthread_exit(NULL); /* the process lives on in `th`, holding 2 */
+    }
+    read_byte(p[0]);
+    char path[64], buf[256];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)c);
+    int zombie_leader = TSHM_EVENTUALLY(({
+                                            int fd = open(path, O_RDONLY);
+                                            ssize_t k =
+                                                fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+                                            if (fd >= 0)
+                                                close(fd);
+                                            buf[k > 0 ? k : 0] = '\0';
+                                            strstr(buf, ") Z ") != NULL;
+                                        }),
+                                        5000);
+    ASSERT(zombie_leader);
+    ASSERT_EQ(sema_shm_try_acquire(h, 1), SEMA_EBUSY);
+    sema_shm_stats_t st = tshm_stats(h);
+    ASSERT_EQ(st.nholders, 1);
+    ASSERT_EQ(st.available, 0);
+    kill_and_reap(c);
+    ASSERT_OK(sema_shm_try_acquire(h, 2));
+    sema_shm_close(h);
+    close(p[0]);
+    close(p[1]);
+    ASSERT_OK(sema_shm_unlink(n));
 }
