@@ -118,8 +118,8 @@ static int slot_alive(const shm__slot_t *s, int full)
 {
     uint64_t my_start, start = atomic_load(&s->start), now;
     int32_t pid = atomic_load(&s->pid), me = sema__shm_self(&my_start);
-    if (pid == me)
-        return start == my_start;
+    if (pid == me) /* a start time of 0 is unknown (unreadable then), as for others below */
+        return start == my_start || start == 0 || my_start == 0;
     if (pid <= 0)
         return 0;
     if (kill(pid, 0) != 0 && errno == ESRCH)

@@ -616,3 +616,39 @@ TEST(pitfall_18_zombie_leader_with_live_threads_keeps_its_units)
     close(p[1]);
     ASSERT_OK(sema_shm_unlink(n));
 }
+
+/* Pitfall 18: the start time of the calling process could not be read when its slot was
+ * claimed (no free descriptor for /proc): the slot records 0 ("unknown"). Its own process
+ * must not later call it dead once the start time becomes readable. */
+TEST(pitfall_18_own_slot_with_unknown_start_time_is_kept)
+{
+    const char *n = tshm_name(nbuf, sizeof(nbuf));
+    sema_shm_t *h = tshm_open(n, 2);
+    pid_t c = tshm_fork();
+    if (c == 0) {
+        sema_shm_t *x = NULL, *y = NULL;
+        if (sema_shm_open(n, 0, SEMA_SHM_EXISTING, 0, &x) != 0 ||
+            sema_shm_open(n, 0, SEMA_SHM_EXISTING, 0, &y) != 0)
+            _exit(3);
+        struct rlimit old, low;
+        if (getrlimit(RLIMIT_NOFILE, &old) != 0)
+            _exit(4);
+        low = old;
+        low.rlim_cur = 64;
+        int fill[64], nfill = 0;
+        if (setrlimit(RLIMIT_NOFILE, &low) != 0)
+            _exit(5);
+        for (int fd; nfill < 64 && (fd = dup(0)) >= 0;)
+            fill[nfill++] = fd;
+        int rc = sema_shm_acquire(x, 2, 0); /* claims the slot: /proc cannot be opened */
+        while (nfill > 0)
+            close(fill[--nfill]);
+        if (rc != 0 || setrlimit(RLIMIT_NOFILE, &old) != 0)
+            _exit(6);
+        /* Another handle of the same process misses units: the reaper looks at x's slot. */
+        _exit(sema_shm_try_acquire(y, 1) == SEMA_EBUSY && sema_shm_held(x) == 2 ? 0 : 7);
+    }
+    ASSERT_EQ(tshm_wait(c, 5000), 0);
+    sema_shm_close(h);
+    ASSERT_OK(sema_shm_unlink(n));
+}
