@@ -203,6 +203,20 @@ static void recompute_avail(shm__state_t *st)
     sema__shm_set_avail(st, held >= st->capacity ? 0 : st->capacity - held);
 }
 
+/* Under the lock: slot i's owner is dead; take back what it holds and free the slot. */
+static void reclaim_dead(shm__state_t *st, int i, int *recompute)
+{
+    shm__slot_t *s = &st->slots[i];
+    if (atomic_load(&s->busy) != 0) {
+        *recompute = 1; /* died in the fast path: its count is unknowable, recount */
+        atomic_store(&s->held, 0);
+    }
+    st->reclaimed += atomic_load(&s->held);
+    sema__shm_drop_slot(st, i);
+}
+
+static int head_waiter(const shm__state_t *st);
+
 void sema__shm_reap(shm__state_t *st, int full)
 {
     int recompute = 0;
@@ -222,13 +236,12 @@ void sema__shm_reap(shm__state_t *st, int full)
             }
             continue;
         }
-        if (atomic_load(&s->busy) != 0) {
-            recompute = 1; /* died in the fast path: its count is unknowable, recount */
-            atomic_store(&s->held, 0);
-        }
-        st->reclaimed += atomic_load(&s->held);
-        sema__shm_drop_slot(st, i);
+        reclaim_dead(st, i, &recompute);
     }
+    /* The head waiter is what blocks everyone behind it: it gets the full check too (a
+     * zombie or a recycled pid passes the pid-only one), and so does each next head. */
+    for (int h; !full && (h = head_waiter(st)) >= 0 && !slot_alive(&st->slots[h], 1);)
+        reclaim_dead(st, h, &recompute);
     if (recompute)
         recompute_avail(st);
     if (full)

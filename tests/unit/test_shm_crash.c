@@ -652,3 +652,26 @@ TEST(pitfall_18_own_slot_with_unknown_start_time_is_kept)
     sema_shm_close(h);
     ASSERT_OK(sema_shm_unlink(n));
 }
+
+/* Pitfall 18 (zombies): a queued waiter killed and not yet waited for must leave the queue on
+ * the next operation, as a dead holder does; here a try-acquire finds it at the head. */
+TEST(pitfall_18_zombie_waiter_at_head_does_not_block_try)
+{
+    const char *n = tshm_name(nbuf, sizeof(nbuf));
+    sema_shm_t *h = tshm_open(n, 2), *t = tshm_open(n, 2);
+    int p[2];
+    ASSERT_OK(pipe(p));
+    ASSERT_OK(sema_shm_acquire(h, 1, 0));
+    pid_t w = holder_child(n, 2, -1, p[1]); /* queued: wants 2, 1 is held */
+    ASSERT(TSHM_EVENTUALLY(tshm_stats(h).nwaiters == 1, 5000));
+    kill(w, SIGKILL);
+    siginfo_t info;
+    ASSERT_OK(waitid(P_PID, (id_t)w, &info, WEXITED | WNOWAIT)); /* dead, left unreaped */
+    ASSERT_OK(sema_shm_try_acquire(t, 1));                       /* no stats call in between */
+    ASSERT_EQ(tshm_wait(w, 5000), 128 + SIGKILL);
+    sema_shm_close(h);
+    sema_shm_close(t);
+    close(p[0]);
+    close(p[1]);
+    ASSERT_OK(sema_shm_unlink(n));
+}
