@@ -95,7 +95,7 @@ typedef struct {
     uint64_t capacity;
     uint64_t available;
     uint64_t held;      /* sum of holders[].weight */
-    uint64_t waiting;   /* sum of waiters[].weight */
+    uint64_t waiting;   /* sum of waiters[].weight (UINT64_MAX if it does not fit) */
     uint32_t nholders;  /* entries used in holders[] */
     uint32_t nwaiters;  /* entries used in waiters[], in FIFO order (head first) */
     uint64_t reclaimed; /* units returned from dead processes since creation */

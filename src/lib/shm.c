@@ -245,7 +245,8 @@ static void snapshot(const shm__state_t *st, sema_shm_stats_t *out)
     for (uint32_t k = 0; k < nw; k++) {
         const shm__slot_t *s = &st->slots[order[k][1]];
         out->waiters[k] = (sema_shm_entry_t){atomic_load(&s->pid), s->want, s->wsince_ms};
-        out->waiting += s->want;
+        /* Up to 128 wants of up to 2^62 each: saturate rather than wrap. */
+        out->waiting = s->want > UINT64_MAX - out->waiting ? UINT64_MAX : out->waiting + s->want;
     }
     out->nwaiters = nw;
 }

@@ -197,7 +197,8 @@ static void recompute_avail(shm__state_t *st)
         if (atomic_load(&st->slots[i].pid) == 0)
             continue;
         (void)wait_not_busy(st, i, &reclaimed);
-        held += atomic_load(&st->slots[i].held);
+        uint64_t h = atomic_load(&st->slots[i].held); /* capped: a sum cannot wrap */
+        held = h > st->capacity - held ? st->capacity : held + h;
     }
     st->reclaimed += reclaimed;
     sema__shm_set_avail(st, held >= st->capacity ? 0 : st->capacity - held);

@@ -675,3 +675,29 @@ TEST(pitfall_18_zombie_waiter_at_head_does_not_block_try)
     close(p[1]);
     ASSERT_OK(sema_shm_unlink(n));
 }
+
+/* Pitfall 12: the stats' `waiting` is a sum of up to 128 weights of up to 2^62 each. */
+TEST(pitfall_12_stats_waiting_sum_does_not_wrap)
+{
+    const char *n = tshm_name(nbuf, sizeof(nbuf));
+    const uint64_t cap = UINT64_C(1) << 62;
+    enum { W = 4 };
+    sema_shm_t *h = tshm_open(n, cap), *ws[W];
+    req_t r[W];
+    ASSERT_OK(sema_shm_acquire(h, 1, 0));
+    for (int i = 0; i < W; i++) {
+        ws[i] = tshm_open(n, cap);
+        req_start(&r[i], ws[i], cap, -1);
+    }
+    sema_shm_stats_t st = tshm_stats(h);
+    ASSERT_EQ(st.nwaiters, W);
+    ASSERT_EQ(st.waiting, UINT64_MAX); /* saturated, not 4 * 2^62 mod 2^64 == 0 */
+    for (int i = 0; i < W; i++)
+        ASSERT_OK(sema_shm_cancel(ws[i]));
+    for (int i = 0; i < W; i++) {
+        ASSERT_EQ(req_join(&r[i]), SEMA_ECANCELED);
+        sema_shm_close(ws[i]);
+    }
+    sema_shm_close(h);
+    ASSERT_OK(sema_shm_unlink(n));
+}
