@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "body.h"
 #include "server.h"
 
 #include "sema/error.h"
@@ -19,43 +20,39 @@ static void bad(route_ctx_t *c, const char *field, const char *what)
     ctx_reply_problem(c, 400, "invalid_request", msg);
 }
 
-/* The body as a JSON object ({} when empty and `required` is 0); NULL after a 400. */
-static json_t *v1_body(route_ctx_t *c, int required)
+/* The body as a JSON object ({} when empty and `required` is 0) into *body; returns 0, or
+ * -1 after a 400. */
+static int v1_body(route_ctx_t *c, int required, body_t *body)
 {
     const struct strbuf *b = &c->req->body;
     if (b->len == 0) {
+        body->json = NULL;
+        body->n = 0;
         if (!required)
-            return json_object();
+            return 0;
         ctx_reply_problem(c, 400, "invalid_request", "a JSON object body is required");
-        return NULL;
+        return -1;
     }
-    json_error_t e;
-    json_t *j = json_loadb(b->data, b->len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &e);
-    if (j == NULL) {
-        char msg[256];
-        snprintf(msg, sizeof msg, "malformed JSON body: %s", e.text);
+    char msg[BODY_ERR_MAX];
+    if (body_parse(body, b->data, b->len, msg, sizeof msg) != 0) {
         ctx_reply_problem(c, 400, "invalid_request", msg);
-        return NULL;
+        return -1;
     }
-    if (!json_is_object(j)) {
-        json_decref(j);
-        ctx_reply_problem(c, 400, "invalid_request", "the body must be a JSON object");
-        return NULL;
-    }
-    return j;
+    return 0;
 }
 
 /* An integer field in [min, 2^53]. Returns 1 given, 0 absent or null, -1 after a 400. */
-static int field_int(route_ctx_t *c, json_t *o, const char *key, json_int_t min, json_int_t *out)
+static int field_int(route_ctx_t *c, const body_t *o, const char *key, json_int_t min,
+                     json_int_t *out)
 {
-    json_t *v = json_object_get(o, key);
-    if (v == NULL || json_is_null(v))
+    bval_t v = body_get(o, key);
+    if (v.type == BV_ABSENT || v.type == BV_NULL)
         return 0;
-    if (!json_is_integer(v)) {
+    if (v.type != BV_INT) {
         bad(c, key, "must be an integer");
         return -1;
     }
-    json_int_t n = json_integer_value(v);
+    json_int_t n = v.i;
     if (n > MAX_EXACT) {
         bad(c, key, "must be at most 2^53");
         return -1;
@@ -69,20 +66,20 @@ static int field_int(route_ctx_t *c, json_t *o, const char *key, json_int_t min,
 }
 
 /* An optional string field of at most `max` bytes, copied into *out. */
-static int field_str(route_ctx_t *c, json_t *o, const char *key, size_t max, char **out)
+static int field_str(route_ctx_t *c, const body_t *o, const char *key, size_t max, char **out)
 {
-    json_t *v = json_object_get(o, key);
-    if (v == NULL || json_is_null(v))
+    bval_t v = body_get(o, key);
+    if (v.type == BV_ABSENT || v.type == BV_NULL)
         return 0;
-    if (!json_is_string(v)) {
+    if (v.type != BV_STR) {
         bad(c, key, "must be a string");
         return -1;
     }
-    if (json_string_length(v) > max) {
+    if (v.len > max) {
         bad(c, key, "is too long");
         return -1;
     }
-    *out = strndup(json_string_value(v), json_string_length(v));
+    *out = strndup(v.s, v.len);
     if (*out == NULL) {
         ctx_reply_err(c, SEMA_ENOMEM, NULL);
         return -1;
@@ -100,12 +97,12 @@ static void use_param(route_ctx_t *c, engine_op_t op)
 /* {"capacity":N} for PUT and PATCH. */
 static void put_or_patch(route_ctx_t *c, engine_op_t op)
 {
-    json_t *body = v1_body(c, 1);
+    body_t body;
     json_int_t cap;
-    if (body == NULL)
+    if (v1_body(c, 1, &body) != 0)
         return;
-    int rc = field_int(c, body, "capacity", 0, &cap);
-    json_decref(body);
+    int rc = field_int(c, &body, "capacity", 0, &cap);
+    body_free(&body);
     if (rc < 0)
         return;
     if (rc == 0) {
@@ -169,7 +166,7 @@ void v1_sem_list(route_ctx_t *c)
 }
 
 /* timeout_ms: absent or null = wait forever, 0 = try once, > 0 = wait that long. */
-static int take_timeout(route_ctx_t *c, json_t *body)
+static int take_timeout(route_ctx_t *c, const body_t *body)
 {
     json_int_t t;
     int rc = field_int(c, body, "timeout_ms", 0, &t);
@@ -178,7 +175,7 @@ static int take_timeout(route_ctx_t *c, json_t *body)
 }
 
 /* ttl_ms (>= 1, absent = server default) and owner, shared by the acquire routes. */
-static int take_lease_fields(route_ctx_t *c, json_t *body)
+static int take_lease_fields(route_ctx_t *c, const body_t *body)
 {
     json_int_t ttl = 0;
     if (take_timeout(c, body) != 0 || field_int(c, body, "ttl_ms", 1, &ttl) < 0 ||
@@ -204,12 +201,12 @@ static void grant_done(route_ctx_t *c, engine_req_t *req)
  * with an optional Idempotency-Key header. Parks until granted, timed out or cancelled. */
 void v1_acquire(route_ctx_t *c)
 {
-    json_t *body = v1_body(c, 0);
+    body_t body;
     json_int_t w = 1;
-    if (body == NULL)
+    if (v1_body(c, 0, &body) != 0)
         return;
-    int rc = field_int(c, body, "weight", 0, &w) < 0 ? -1 : take_lease_fields(c, body);
-    json_decref(body);
+    int rc = field_int(c, &body, "weight", 0, &w) < 0 ? -1 : take_lease_fields(c, &body);
+    body_free(&body);
     if (rc != 0)
         return;
     use_param(c, ENGINE_ACQUIRE);
@@ -221,11 +218,11 @@ void v1_acquire(route_ctx_t *c)
 /* POST /v1/semaphores/{name}/wait-idle  {"timeout_ms":T} */
 void v1_wait_idle(route_ctx_t *c)
 {
-    json_t *body = v1_body(c, 0);
-    if (body == NULL)
+    body_t body;
+    if (v1_body(c, 0, &body) != 0)
         return;
-    int rc = take_timeout(c, body);
-    json_decref(body);
+    int rc = take_timeout(c, &body);
+    body_free(&body);
     if (rc != 0)
         return;
     use_param(c, ENGINE_WAIT_IDLE);
@@ -243,12 +240,12 @@ void v1_lease_get(route_ctx_t *c)
 /* POST /v1/leases/{id}/renew  {"ttl_ms":L} */
 void v1_lease_renew(route_ctx_t *c)
 {
-    json_t *body = v1_body(c, 0);
+    body_t body;
     json_int_t ttl = 0;
-    if (body == NULL)
+    if (v1_body(c, 0, &body) != 0)
         return;
-    int rc = field_int(c, body, "ttl_ms", 1, &ttl);
-    json_decref(body);
+    int rc = field_int(c, &body, "ttl_ms", 1, &ttl);
+    body_free(&body);
     if (rc < 0)
         return;
     use_param(c, ENGINE_LEASE_RENEW);
@@ -271,14 +268,23 @@ void v1_lease_revoke(route_ctx_t *c)
     ctx_submit(c, ctx_done_default);
 }
 
-static int take_mode(route_ctx_t *c, json_t *body)
+/* Equal as C strings (a string with a NUL byte compares up to it, as strcmp did). */
+static int bv_streq(bval_t v, const char *lit)
 {
-    const char *m = json_string_value(json_object_get(body, "mode"));
-    if (m != NULL && strcmp(m, "shared") == 0)
+    if (v.type != BV_STR)
+        return 0;
+    size_t n = strnlen(v.s, v.len);
+    return n == strlen(lit) && memcmp(v.s, lit, n) == 0;
+}
+
+static int take_mode(route_ctx_t *c, const body_t *body)
+{
+    bval_t m = body_get(body, "mode");
+    if (m.type == BV_STR && bv_streq(m, "shared"))
         c->ereq.mode = ENGINE_MODE_SHARED;
-    else if (m != NULL && strcmp(m, "exclusive") == 0)
+    else if (m.type == BV_STR && bv_streq(m, "exclusive"))
         c->ereq.mode = ENGINE_MODE_EXCLUSIVE;
-    else if (json_object_get(body, "mode") == NULL)
+    else if (m.type == BV_ABSENT)
         c->ereq.mode = ENGINE_MODE_EXCLUSIVE;
     else {
         ctx_reply_problem(c, 400, "invalid_request", "mode must be \"shared\" or \"exclusive\"");
@@ -290,11 +296,11 @@ static int take_mode(route_ctx_t *c, json_t *body)
 /* POST /v1/locks/{key}/acquire  {"mode":"shared"|"exclusive","timeout_ms","ttl_ms","owner"} */
 void v1_lock_acquire(route_ctx_t *c)
 {
-    json_t *body = v1_body(c, 0);
-    if (body == NULL)
+    body_t body;
+    if (v1_body(c, 0, &body) != 0)
         return;
-    int rc = take_mode(c, body) != 0 ? -1 : take_lease_fields(c, body);
-    json_decref(body);
+    int rc = take_mode(c, &body) != 0 ? -1 : take_lease_fields(c, &body);
+    body_free(&body);
     if (rc != 0)
         return;
     int mode = c->ereq.mode;

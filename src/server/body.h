@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: MIT */
+/* body.h - request bodies (JSON objects) for the routes: a strict parser for the flat objects
+ * clients send on the hot path (acquire, renew, PUT), falling back to jansson for anything
+ * else, with the same outcome either way. */
+#ifndef SEMAD_BODY_H
+#define SEMAD_BODY_H
+
+#include <stddef.h>
+
+#include <jansson.h>
+
+enum { BODY_FIELDS_MAX = 8, BODY_ERR_MAX = 256 };
+
+/* A field's value as the routes see it. BV_OTHER is a real, a boolean, an array or an
+ * object (the routes only accept integers, strings and null). */
+typedef enum { BV_ABSENT, BV_NULL, BV_INT, BV_STR, BV_OTHER } bv_type_t;
+
+typedef struct {
+    bv_type_t type;
+    json_int_t i;  /* BV_INT */
+    const char *s; /* BV_STR: the bytes (not NUL-terminated for flat bodies), borrowed */
+    size_t len;    /* BV_STR */
+} bval_t;
+
+typedef struct {
+    json_t *json; /* the jansson form, or NULL when the flat parser took the body */
+    size_t n;     /* flat fields */
+    struct {
+        const char *key;
+        size_t key_len;
+        bval_t v;
+    } f[BODY_FIELDS_MAX];
+} body_t;
+
+/* Parse `len` bytes (borrowed; the body keeps pointers into them) as one JSON object. Returns
+ * 0, or -1 with the 400 message in err: "malformed JSON body: <jansson's text>" or "the body
+ * must be a JSON object". Free with body_free() after 0. Not thread-safe per body_t. */
+int body_parse(body_t *b, const char *data, size_t len, char *err, size_t errlen);
+
+/* The same, always through jansson (the reference the flat parser is tested against). */
+int body_parse_json(body_t *b, const char *data, size_t len, char *err, size_t errlen);
+
+/* The strict flat parser alone: 1 when it fully understood the body (then *b holds it and
+ * body_parse would give the same), 0 when the body needs jansson. */
+int body_parse_flat(body_t *b, const char *data, size_t len);
+
+/* The value of `key` (BV_ABSENT when missing). */
+bval_t body_get(const body_t *b, const char *key);
+
+/* Release what body_parse took; the body_t can be parsed into again. */
+void body_free(body_t *b);
+
+#endif /* SEMAD_BODY_H */
