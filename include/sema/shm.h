@@ -44,7 +44,8 @@ enum {
  * ignoring the umask. Two processes creating the same name at once agree on one object.
  * Returns 0 and a new handle in *out (free it with sema_shm_close()), or SEMA_EINVAL
  * (bad name, capacity 0 or > 2^62), SEMA_ENAMETOOLONG, SEMA_ENOENT, SEMA_EEXIST (other
- * capacity), SEMA_EACCES, SEMA_EVERSION (made by another sema format), SEMA_ECORRUPT
+ * capacity), SEMA_EACCES (permissions, or a semaphore created in another PID namespace:
+ * liveness checks go by pid), SEMA_EVERSION (made by another sema format), SEMA_ECORRUPT
  * (truncated or not a sema file), SEMA_ENOMEM or SEMA_EIO. Allocates; may block briefly. */
 SEMA_EXTERN int sema_shm_open(const char *name, uint64_t capacity, int flags, unsigned mode,
                               sema_shm_t **out);

@@ -63,6 +63,7 @@ static void init_state(shm__state_t *st, uint64_t capacity)
     st->size = sizeof(*st);
     st->capacity = capacity;
     st->next_ticket = 1;
+    st->pidns = sema__shm_pidns();
     atomic_init(&st->word, capacity << 1);
     SEMA__CHECK(pthread_mutexattr_init(&a) == 0);
     SEMA__CHECK(pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED) == 0);
@@ -70,6 +71,15 @@ static void init_state(shm__state_t *st, uint64_t capacity)
     SEMA__CHECK(pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST) == 0);
     SEMA__CHECK(pthread_mutex_init(&st->lock, &a) == 0);
     pthread_mutexattr_destroy(&a);
+}
+
+/* Liveness goes by pid, and a pid means something only inside one PID namespace: a
+ * process of another namespace (a container sharing /dev/shm) would take live holders for
+ * dead ones, and be taken for dead. 0 on either side: unknown, allowed. */
+static int same_pidns(uint64_t creator)
+{
+    uint64_t mine = creator != 0 ? sema__shm_pidns() : 0;
+    return creator == 0 || mine == 0 || mine == creator;
 }
 
 /* Map an existing file after checking it is a sema semaphore of our format. */
@@ -98,6 +108,8 @@ static int map_existing(int fd, shm__state_t **out)
              st->nslots != SEMA_SHM_MAX_SLOTS || st->capacity == 0 ||
              st->capacity > SHM__MAX_CAPACITY)
         rc = SEMA_ECORRUPT;
+    else if (!same_pidns(st->pidns))
+        rc = SEMA_EACCES;
     if (rc != 0) {
         munmap(st, sizeof(*st));
         return rc;

@@ -60,7 +60,8 @@ typedef struct {
     uint64_t reclaimed;    /* units taken back from dead processes (under the lock) */
     uint64_t repairs;      /* EOWNERDEAD repairs (under the lock) */
     pthread_mutex_t lock;  /* process-shared, robust */
-    char pad2_[64];
+    uint64_t pidns;        /* the creator's PID namespace (sema__shm_pidns()); 0: unknown */
+    char pad2_[56];
     shm__slot_t slots[SEMA_SHM_MAX_SLOTS];
 } shm__state_t;
 
@@ -77,6 +78,9 @@ SEMA__HIDDEN extern _Atomic int32_t sema__shm_pid;
 SEMA__HIDDEN int32_t sema__shm_self(uint64_t *start);
 /* Start time of `pid` from /proc, 0 if unknown. Returns 0, or -1 if the process is gone. */
 SEMA__HIDDEN int sema__shm_proc_start(int32_t pid, uint64_t *start);
+/* The calling process's PID namespace: the inode of /proc/self/ns/pid, 0 if unknown.
+ * Pids, and so liveness checks, mean something only inside one namespace. */
+SEMA__HIDDEN uint64_t sema__shm_pidns(void);
 /* Realtime ms, coarse (no system call). */
 SEMA__HIDDEN int64_t sema__shm_wall_ms(void);
 

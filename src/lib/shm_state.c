@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -83,6 +84,12 @@ int32_t sema__shm_self(uint64_t *start)
         *start = st;
     }
     return pid;
+}
+
+uint64_t sema__shm_pidns(void)
+{
+    struct stat sb;
+    return stat("/proc/self/ns/pid", &sb) == 0 ? (uint64_t)sb.st_ino : 0;
 }
 
 int64_t sema__shm_wall_ms(void)

@@ -701,3 +701,57 @@ TEST(pitfall_12_stats_waiting_sum_does_not_wrap)
     sema_shm_close(h);
     ASSERT_OK(sema_shm_unlink(n));
 }
+
+/* Pitfall 18 (PID namespaces): in another PID namespace (a container sharing /dev/shm) a
+ * pid means nothing here, or names another process, so liveness by pid would take a live
+ * holder for dead and hand its units out twice. A process of another PID namespace than the
+ * semaphore's creator is refused at open. */
+TEST(pitfall_18_other_pid_namespace_is_refused_at_open)
+{
+    const char *n = tshm_name(nbuf, sizeof(nbuf));
+    sema_shm_t *h = tshm_open(n, 2);
+    int p[2];
+    ASSERT_OK(pipe(p));
+    pid_t c = tshm_fork();
+    if (c == 0) {
+        if (unshare(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS) != 0)
+            _exit(77);
+        pid_t g = fork(); /* pid 1 of the new namespace */
+        if (g < 0)
+            _exit(4);
+        if (g == 0) {
+            sema_shm_t *x = NULL;
+            prctl(PR_SET_PDEATHSIG, SIGKILL); /* dies with the child killed below */
+            /* A container's own /proc: here pid 1 is this process. */
+            if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+                mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
+                _exit(77);
+            int rc[2] = {sema_shm_open(n, 0, SEMA_SHM_EXISTING, 0, &x), 1};
+            if (rc[0] == 0)
+                rc[1] = sema_shm_acquire(x, 2, 0); /* (before the fix: granted, and lost) */
+            if (write(p[1], rc, sizeof(rc)) != (ssize_t)sizeof(rc))
+                _exit(5);
+            for (;;)
+                pause();
+        }
+        int status;
+        waitpid(g, &status, 0);
+        _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 0);
+    }
+    close(p[1]);
+    int rc[2];
+    if (read(p[0], rc, sizeof(rc)) != (ssize_t)sizeof(rc)) {
+        int st = tshm_wait(c, 5000);
+        sema_shm_close(h);
+        sema_shm_unlink(n);
+        if (st == 77)
+            TEST_SKIP("no PID namespaces here");
+        TEST_FAIL_("the child in a new PID namespace failed (%d)", st);
+    }
+    ASSERT_EQ(rc[0], SEMA_EACCES);
+    ASSERT_OK(sema_shm_try_acquire(h, 2)); /* nothing was taken from here */
+    kill_and_reap(c);                      /* and with it (death signal) pid 1 of the namespace */
+    close(p[0]);
+    sema_shm_close(h);
+    ASSERT_OK(sema_shm_unlink(n));
+}
