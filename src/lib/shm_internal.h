@@ -76,7 +76,8 @@ struct sema_shm {
 SEMA__HIDDEN extern _Atomic int32_t sema__shm_pid;
 /* The calling process's pid and start time (cached; refreshed after fork). */
 SEMA__HIDDEN int32_t sema__shm_self(uint64_t *start);
-/* Start time of `pid` from /proc, 0 if unknown. Returns 0, or -1 if the process is gone. */
+/* Start time of `pid` from /proc, 0 if unknown (no /proc, or hidden by hidepid while the
+ * pid exists). Returns 0, or -1 if the process is gone or a zombie. */
 SEMA__HIDDEN int sema__shm_proc_start(int32_t pid, uint64_t *start);
 /* The calling process's PID namespace: the inode of /proc/self/ns/pid, 0 if unknown.
  * Pids, and so liveness checks, mean something only inside one namespace. */

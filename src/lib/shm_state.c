@@ -26,8 +26,10 @@ int sema__shm_proc_start(int32_t pid, uint64_t *start)
     snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
     *start = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && (errno == ENOENT || errno == ESRCH)) /* gone, or hidden (hidepid=2)? */
+        return kill(pid, 0) != 0 && errno == ESRCH ? -1 : 0;
     if (fd < 0)
-        return errno == ENOENT || errno == ESRCH ? -1 : 0; /* no /proc: start unknown */
+        return 0; /* no /proc: start unknown */
     ssize_t n = read(fd, buf, sizeof(buf) - 1);
     close(fd);
     if (n <= 0)

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <grp.h>
 #include <sys/resource.h>
 
 #include "test_shm_util.h"
@@ -754,4 +755,46 @@ TEST(pitfall_18_other_pid_namespace_is_refused_at_open)
     close(p[0]);
     sema_shm_close(h);
     ASSERT_OK(sema_shm_unlink(n));
+}
+
+/* Pitfall 18 (hidepid): with /proc mounted hidepid=2 a process cannot read the /proc entries
+ * of other users' processes; a semaphore shared by a group (mode 0660) then has holders
+ * whose start time is unreadable. Hidden is not dead: their units must not be handed out. */
+TEST(pitfall_18_holder_hidden_by_hidepid_is_not_reclaimed)
+{
+    if (geteuid() != 0)
+        TEST_SKIP("needs root to mount a private /proc and switch users");
+    const char *n = tshm_name(nbuf, sizeof(nbuf));
+    sema_shm_t *h = NULL;
+    ASSERT_OK(sema_shm_open(n, 1, 0, 0666, &h));
+    int p[2];
+    ASSERT_OK(pipe(p));
+    pid_t c = holder_child(n, 1, 0, p[1]); /* root holds the only unit */
+    read_byte(p[0]);
+    pid_t o = tshm_fork();
+    if (o == 0) {
+        sema_shm_t *x = NULL;
+        if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+            mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2") != 0)
+            _exit(77);
+        if (setgroups(0, NULL) != 0 || setresgid(65534, 65534, 65534) != 0 ||
+            setresuid(65534, 65534, 65534) != 0)
+            _exit(77);
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)c);
+        if (access(path, F_OK) == 0)
+            _exit(77); /* hidepid not in effect */
+        if (sema_shm_open(n, 0, SEMA_SHM_EXISTING, 0, &x) != 0)
+            _exit(3);
+        _exit(sema_shm_try_acquire(x, 1) == SEMA_EBUSY ? 0 : 4);
+    }
+    int rc = tshm_wait(o, 5000);
+    kill_and_reap(c);
+    close(p[0]);
+    close(p[1]);
+    sema_shm_close(h);
+    ASSERT_OK(sema_shm_unlink(n));
+    if (rc == 77)
+        TEST_SKIP("cannot mount /proc with hidepid=2 here");
+    ASSERT_EQ(rc, 0);
 }
