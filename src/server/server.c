@@ -45,6 +45,8 @@ struct conn {
     uint8_t handles;    /* handles still open */
     uint8_t in_submit;  /* inside engine_submit(): completions are synchronous */
     uint8_t async_done; /* the engine completed after engine_submit() returned */
+    uint64_t deadline;  /* loop time (ms) the timer acts at, 0 = none (not for streams) */
+    uint64_t timer_due; /* loop time the armed timer fires at */
 };
 
 struct server {
@@ -299,6 +301,16 @@ static void on_timer(uv_timer_t *t)
         conn_stream_write(conn, ": ping\n\n", 8);
         return;
     }
+    uint64_t now = uv_now(conn->srv->loop);
+    if (conn->deadline == 0)
+        return; /* disarmed since */
+    if (now < conn->deadline) {
+        /* Re-armed later since: wait for the rest (see arm_timer). */
+        conn->timer_due = conn->deadline;
+        uv_timer_start(&conn->timer, on_timer, conn->deadline - now, 0);
+        return;
+    }
+    conn->deadline = 0;
     if (conn->lingering || conn->busy || !http_parser_started(&conn->parser)) {
         conn_close(conn); /* linger over, or idle keep-alive timeout */
         return;
@@ -329,11 +341,27 @@ static void arm_timer(conn_t *conn)
         ms = cfg->header_timeout_ms;
     else
         ms = cfg->idle_timeout_ms;
-    if (ms <= 0) {
-        uv_timer_stop(&conn->timer);
+    if (conn->stream) {
+        conn->deadline = 0;
+        if (ms <= 0)
+            uv_timer_stop(&conn->timer);
+        else
+            uv_timer_start(&conn->timer, on_timer, (uint64_t)ms, (uint64_t)ms);
         return;
     }
-    uv_timer_start(&conn->timer, on_timer, (uint64_t)ms, conn->stream ? (uint64_t)ms : 0);
+    /* Lazy: requests re-arm several times each, so only record the deadline; the timer is
+     * restarted only when it would fire too late, and on_timer waits out the rest when it
+     * fires early. A disarmed timer that fires does nothing. */
+    if (ms <= 0) {
+        conn->deadline = 0;
+        return;
+    }
+    uint64_t due = uv_now(conn->srv->loop) + (uint64_t)ms;
+    conn->deadline = due;
+    if (uv_is_active((uv_handle_t *)&conn->timer) && conn->timer_due <= due)
+        return;
+    conn->timer_due = due;
+    uv_timer_start(&conn->timer, on_timer, (uint64_t)ms, 0);
 }
 
 /* ---- metrics ---- */
