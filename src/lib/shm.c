@@ -124,9 +124,15 @@ static int create_file(const char *path, uint64_t capacity, unsigned mode)
 {
     static _Atomic unsigned counter;
     char tmp[PATH_CAP];
-    snprintf(tmp, sizeof(tmp), "%s.sema-tmp.%d.%u", SHM__DIR, (int)getpid(),
-             atomic_fetch_add(&counter, 1));
-    int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    int fd = -1;
+    /* A name taken is the leftover of a dead creator whose pid we got: try the next ones. */
+    for (int tries = 0; fd < 0 && tries < 64; tries++) {
+        snprintf(tmp, sizeof(tmp), "%s.sema-tmp.%d.%u", SHM__DIR, (int)getpid(),
+                 atomic_fetch_add(&counter, 1));
+        fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0 && errno != EEXIST)
+            break;
+    }
     if (fd < 0)
         return errno_code(errno);
     int rc = 0;

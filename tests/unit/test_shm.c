@@ -488,3 +488,43 @@ TEST(shared_scenarios)
     ASSERT_EQ(scen_run_file(NULL, &h, NULL, &skipped), 0);
     fprintf(stderr, "shm host: %d scenarios skipped (no resize/close on shm)\n", skipped);
 }
+
+/* Pitfall 18 (PID reuse): a creator killed between making its private temporary file and
+ * linking it leaves /dev/shm/.sema-tmp.PID.N behind. A later process that gets the same pid
+ * must still be able to create semaphores. */
+TEST(pitfall_18_stale_temp_file_of_a_recycled_pid_does_not_fail_create)
+{
+    enum { STALE = 8 };
+    const char *name2 = tshm_name(nbuf, sizeof(nbuf));
+    int go[2];
+    ASSERT_OK(pipe(go));
+    pid_t c = tshm_fork();
+    if (c == 0) {
+        char b;
+        sema_shm_t *x = NULL;
+        if (read(go[0], &b, 1) != 1)
+            _exit(3);
+        int rc = sema_shm_open(name2, 1, 0, 0, &x);
+        sema_shm_close(x);
+        sema_shm_unlink(name2);
+        _exit(rc == 0 ? 0 : 4);
+    }
+    /* The child's temporary names are .sema-tmp.<its pid>.<counter>, the counter inherited
+     * from this process (a few creates so far): leave the first STALE of them behind. */
+    char path[128];
+    for (int k = 0; k < STALE; k++) {
+        snprintf(path, sizeof(path), "/dev/shm/.sema-tmp.%d.%d", (int)c, k);
+        int fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0600);
+        ASSERT(fd >= 0);
+        close(fd);
+    }
+    ASSERT_EQ(write(go[1], "g", 1), 1);
+    int rc = tshm_wait(c, 5000);
+    for (int k = 0; k < STALE; k++) {
+        snprintf(path, sizeof(path), "/dev/shm/.sema-tmp.%d.%d", (int)c, k);
+        unlink(path);
+    }
+    close(go[0]);
+    close(go[1]);
+    ASSERT_EQ(rc, 0);
+}
