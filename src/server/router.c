@@ -66,9 +66,9 @@ int router_match(const char *method, const char *path, size_t len, const route_t
 {
     const char *p;
     size_t pl;
-    /* The method first: it rejects most routes with one compare. */
+    /* The method first (its first byte, then the rest): it rejects most routes cheaply. */
     for (size_t r = 0; r < NROUTES; r++) {
-        if (strcmp(routes[r].method, method) != 0 ||
+        if (routes[r].method[0] != method[0] || strcmp(routes[r].method, method) != 0 ||
             !match_pattern(routes[r].pattern, path, len, &p, &pl))
             continue;
         *route = &routes[r];
