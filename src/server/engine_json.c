@@ -177,16 +177,28 @@ static void lt_str(ltext_t *t, const char *s, size_t len)
     lt_put(t, "\"", 1);
 }
 
-/* An integer exactly as a json_int_t holding `v` prints. */
+/* An integer exactly as a json_int_t holding `v` prints (two digits per division). */
 static void lt_int(ltext_t *t, json_int_t v)
 {
+    static const char pairs[] = "00010203040506070809101112131415161718192021222324252627282930"
+                                "31323334353637383940414243444546474849505152535455565758596061"
+                                "6263646566676869707172737475767778798081828384858687888990919293"
+                                "949596979899";
     char num[24], *p = num + sizeof num;
     uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
 
-    do {
-        *--p = (char)('0' + u % 10);
-        u /= 10;
-    } while (u != 0);
+    while (u >= 100) {
+        unsigned d = (unsigned)(u % 100) * 2;
+        u /= 100;
+        *--p = pairs[d + 1];
+        *--p = pairs[d];
+    }
+    if (u >= 10) {
+        *--p = pairs[u * 2 + 1];
+        *--p = pairs[u * 2];
+    } else {
+        *--p = (char)('0' + u);
+    }
     if (v < 0)
         *--p = '-';
     lt_put(t, p, (size_t)(num + sizeof num - p));
