@@ -238,7 +238,8 @@ typedef struct sema_sem_stats {
     int64_t available; /* capacity - held; negative after a shrink below what is held */
     uint64_t held;     /* units granted and not yet released */
     uint64_t waiters;  /* queued requests (wait-idle included) */
-    uint64_t waiting;  /* total weight queued (a wait-idle counts as the capacity) */
+    uint64_t waiting;  /* total weight queued (a wait-idle counts as the capacity);
+                          UINT64_MAX if that is 2^64 or more */
     int closed;        /* 1 after sema_sem_close */
 } sema_sem_stats_t;
 

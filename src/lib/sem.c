@@ -119,8 +119,10 @@ static void enqueue(struct sema_sem *s, sema_sem_waiter_t *n)
     s->nwaiters++;
     if (n->kind_ & KIND_IDLE)
         s->nidle++;
-    else
+    else {
         s->waiting += n->weight_;
+        s->waiting_hi += s->waiting < n->weight_; /* a carry */
+    }
 }
 
 static void dequeue(struct sema_sem *s, sema_sem_waiter_t *n)
@@ -138,8 +140,10 @@ static void dequeue(struct sema_sem *s, sema_sem_waiter_t *n)
     s->nwaiters--;
     if (n->kind_ & KIND_IDLE)
         s->nidle--;
-    else
+    else {
+        s->waiting_hi -= s->waiting < n->weight_; /* a borrow */
         s->waiting -= n->weight_;
+    }
 }
 
 /* Under the lock: take n out of the queue with its final status, to be notified. */
@@ -644,6 +648,18 @@ int sema_sem_set_capacity(sema_sem_t *sem, uint64_t capacity)
     return 0;
 }
 
+/* Under the lock: the total weight queued, a wait-idle counting as the capacity; saturates
+ * at UINT64_MAX (300 requests of the largest weight already pass 2^64). */
+static uint64_t waiting_total(const struct sema_sem *s)
+{
+    uint64_t idle, sum;
+
+    if (s->waiting_hi != 0 || __builtin_mul_overflow(s->nidle, s->cap, &idle) ||
+        __builtin_add_overflow(s->waiting, idle, &sum))
+        return UINT64_MAX;
+    return sum;
+}
+
 int sema_sem_stats(sema_sem_t *sem, sema_sem_stats_t *out)
 {
     uint64_t w;
@@ -656,7 +672,7 @@ int sema_sem_stats(sema_sem_t *sem, sema_sem_stats_t *out)
     out->available = (w & SEMA__SEM_SLOW) ? sem->avail : (int64_t)(w & SEMA__SEM_AVAIL_MASK);
     out->held = (uint64_t)((int64_t)sem->cap - out->available);
     out->waiters = sem->nwaiters;
-    out->waiting = sem->waiting + sem->nidle * sem->cap;
+    out->waiting = waiting_total(sem);
     out->closed = sem->closed;
     unlock(sem);
     return 0;

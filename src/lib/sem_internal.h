@@ -37,7 +37,8 @@ struct sema_sem {
     sema_sem_waiter_t *head, *tail; /* the FIFO queue */
     uint64_t nwaiters;              /* queued requests, wait-idle included */
     uint64_t nidle;                 /* queued wait-idle requests */
-    uint64_t waiting;               /* total weight of queued acquires (wait-idle excluded) */
+    uint64_t waiting;               /* total weight of queued acquires (wait-idle excluded), */
+    uint64_t waiting_hi;            /* ... its carries: the sum can pass 2^64 */
     uint64_t seq;                   /* numbers queue and settle events, for waiter.*_seq_ */
 };
 

@@ -495,6 +495,42 @@ TEST(pitfall12_counts_are_64_bit)
     sema_sem_free(sem);
 }
 
+/* 12. The total weight queued never wraps round: 300 requests of the largest weight add up
+ * to more than 2^64, and the snapshot says so (it saturates) instead of showing a small sum;
+ * once most are withdrawn it is exact again. Wait-idle requests count as the capacity. */
+TEST(pitfall12_waiting_total_never_wraps)
+{
+    enum { N = 300 };
+    const uint64_t max = SEMA_SEM_MAX_CAPACITY;
+    sema_sem_waiter_t *w = calloc(2 * N, sizeof(*w));
+    cb_count_t cc = {0};
+    sema_sem_t *sem;
+
+    ASSERT_NOT_NULL(w);
+    ASSERT_OK(sema_sem_new(&sem, max));
+    ASSERT_OK(sema_sem_acquire(sem, 1, -1));
+    for (int i = 0; i < N; i++)
+        ASSERT_EQ(sema_sem_acquire_async(sem, max, &w[i], count_cb, &cc), SEMA_SEM_QUEUED);
+    ASSERT_EQ(stats(sem).waiters, N);
+    ASSERT_EQ(stats(sem).waiting, UINT64_MAX);
+    for (int i = 1; i < N; i++)
+        ASSERT_OK(sema_sem_cancel_async(sem, &w[i]));
+    ASSERT_EQ(stats(sem).waiting, max);
+    for (int i = N; i < 2 * N; i++)
+        ASSERT_EQ(sema_sem_wait_idle_async(sem, &w[i], count_cb, &cc), SEMA_SEM_QUEUED);
+    ASSERT_EQ(stats(sem).waiting, UINT64_MAX);
+    for (int i = N + 1; i < 2 * N; i++)
+        ASSERT_OK(sema_sem_cancel_async(sem, &w[i]));
+    ASSERT_EQ(stats(sem).waiting, 2 * max);
+    ASSERT_OK(sema_sem_cancel_async(sem, &w[0]));
+    ASSERT_OK(sema_sem_cancel_async(sem, &w[N]));
+    ASSERT_EQ(stats(sem).waiting, 0);
+    ASSERT_EQ(cc.calls, 0);
+    ASSERT_OK(sema_sem_release(sem, 1));
+    sema_sem_free(sem);
+    free(w);
+}
+
 /* 14. Queue operations are O(1): withdrawing from the middle of a long queue is cheap. */
 TEST(pitfall14_queue_ops_are_constant_time)
 {
