@@ -168,6 +168,14 @@ pairs_rs() { # NAME ARGS: redis_sem.js, redis-semaphore pairs against redis-serv
         --redis "127.0.0.1:${!rp}" -c "$CONNS" -d "$SECS" "${@:2}"
 }
 
+# Warm-up, not measured: Node-RED's first second runs in V8's interpreter and costs about three
+# times the CPU per request of its steady state.
+for s in nodered none strict; do
+    a=addr_$s
+    SEMA_LEGACY_NAME=legacy timeout 30 wrk -t1 -c "$CONNS" -d 1s -s "$here/legacy.lua" \
+        "http://${!a}/" >/dev/null
+done
+
 for r in $(seq "$ROUNDS"); do
     j_lnr=$(m best "${j_lnr:-}" "$(legacy nodered)")
     j_lnone=$(m best "${j_lnone:-}" "$(legacy none)")
