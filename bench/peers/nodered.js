@@ -104,4 +104,7 @@ async function main() {
     }
 }
 
-main();
+main().catch((e) => {
+    console.error(`nodered.js: ${e.message}`);
+    process.exit(1);
+});

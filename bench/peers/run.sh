@@ -71,7 +71,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# Waits up to 20 s for a "127.0.0.1:PORT" in log $1 and prints it.
+# Waits up to 20 s for a "127.0.0.1:PORT" in log $1 of process $2 and prints it.
 wait_listen() {
     local i a
     for i in $(seq 200); do
@@ -80,6 +80,7 @@ wait_listen() {
             echo "$a"
             return 0
         fi
+        kill -0 "$2" 2>/dev/null || break
         sleep 0.1
     done
     echo "peers: no listening address in $1:" >&2
@@ -94,7 +95,7 @@ start() {
     "$@" >"$tmp/$name.log" 2>&1 &
     pids+=($!)
     printf -v "pid_$name" '%s' "$!"
-    a=$(wait_listen "$tmp/$name.log") || exit 1
+    a=$(wait_listen "$tmp/$name.log" "$!") || exit 1
     printf -v "addr_$name" '%s' "$a"
 }
 
@@ -107,7 +108,7 @@ echo "# peers: $(nproc) cores, $CONNS connections, ${SECS}s per figure, $ROUNDS 
 
 start none "$semad" --listen 127.0.0.1:0 --data "$tmp/none" --durability none
 start strict "$semad" --listen 127.0.0.1:0 --data "$tmp/strict"
-start nodered node "$here/nodered.js" --check
+start nodered env TMPDIR="$tmp" node "$here/nodered.js" --check
 grep -q '^routes ok' "$tmp/nodered.log" || {
     echo "peers: the Node-RED flow does not serve the legacy routes:" >&2
     cat "$tmp/nodered.log" >&2
