@@ -59,6 +59,11 @@ static int on_header_field(llhttp_t *ll, const char *at, size_t len)
         strbuf_reset(&p->hval);
         p->hstate = 0;
     }
+    /* Only names starting like idempotency-key or expect can matter: skip the rest. */
+    if (p->hname_len == 0 && len > 0 && (at[0] | 0x20) != 'i' && (at[0] | 0x20) != 'e')
+        p->hname_long = 1;
+    if (p->hname_long)
+        return 0;
     for (size_t i = 0; i < len; i++) {
         if ((size_t)p->hname_len + 1 >= sizeof p->hname) {
             p->hname_long = 1;

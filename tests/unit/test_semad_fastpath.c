@@ -162,3 +162,28 @@ TEST(lease_text_only_when_asked)
     treq_free(&x->t);
     fx_free(&f);
 }
+
+/* The header shortcut skips names that cannot be Idempotency-Key or Expect, in any case and
+ * however the bytes arrive. */
+TEST(interesting_headers_found_among_skipped_ones)
+{
+    static const http_limits_t lim = {.max_header_bytes = 1024, .max_body_bytes = 64};
+    const char *req = "POST /x HTTP/1.1\r\nHost: h\r\nIf-Match: *\r\nEx: 1\r\n"
+                      "IDEMPOTENCY-key: k-7\r\nExpectation: no\r\nidempotency-keys: z\r\n"
+                      "Content-Length: 0\r\n\r\n";
+    size_t n = strlen(req);
+    for (size_t step = 1; step <= n; step += step < 4 ? 1 : 7) {
+        http_parser_t p;
+        size_t used, off = 0;
+        int rc = HTTP_NEED_MORE;
+        http_parser_init(&p, &lim);
+        while (rc == HTTP_NEED_MORE && off < n) {
+            size_t k = n - off < step ? n - off : step;
+            rc = http_parser_feed(&p, req + off, k, &used);
+            off += used;
+        }
+        ASSERT_EQ(rc, HTTP_MESSAGE);
+        ASSERT_STREQ(p.req.idem_key, "k-7");
+        http_parser_free(&p);
+    }
+}
