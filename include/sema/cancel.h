@@ -19,8 +19,10 @@ typedef struct sema_cancel sema_cancel_t;
  * Returns 0, SEMA_EINVAL (out is NULL) or SEMA_ENOMEM. Thread-safe. */
 SEMA_EXTERN int sema_cancel_new(sema_cancel_t **out);
 
-/* Free a token. NULL is fine. No call may still be waiting on it (that aborts with a
- * message: it is a use-after-free in the making). */
+/* Free a token. NULL is fine. No call given the token may still be in progress: a call
+ * whose wait a fire ended is still returning (it detaches from the token on its way out)
+ * after sema_cancel_fire has returned, so see every such call return before freeing. A call
+ * still waiting on it aborts with a message (a use-after-free in the making). */
 SEMA_EXTERN void sema_cancel_free(sema_cancel_t *cancel);
 
 /* Fire the token: every call waiting on it is withdrawn here, in the calling thread, and

@@ -18,9 +18,11 @@
  * CAS on it; SLOW is set (under `lock`) whenever someone waits, the semaphore is closed or
  * available is negative, and then `avail` under `lock` is the truth. The generation changes
  * on every resize so that a fast release that read the old capacity cannot succeed (it
- * would have to stall between its two loads across exactly 128 resizes for the generation
- * to come round again). A fast CAS never carries into the flag bits: an acquire subtracts at
- * most the available count, a release adds at most capacity - available. */
+ * would have to stall between loading the word and its CAS across a multiple of 128
+ * resizes, and find the same count, for the generation to come round again; even then only
+ * an over-release could slip through: a correct release is right whatever the capacity). A fast CAS
+ * never carries into the flag bits: an acquire subtracts at most the available count, a release
+ * adds at most capacity - available. */
 #define SEMA__SEM_SLOW (UINT64_C(1) << 63)
 #define SEMA__SEM_GEN_SHIFT 56
 #define SEMA__SEM_GEN_MASK UINT64_C(0x7f)
