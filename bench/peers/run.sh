@@ -43,6 +43,7 @@ done
 
 # The pinned packages, installed once into the ignored bench/peers/node_modules.
 installed() {
+    # shellcheck disable=SC2016 # JavaScript, not shell.
     (cd "$here" && node -e '
 const want = require("./package.json").dependencies;
 for (const [n, v] of Object.entries(want))
@@ -50,15 +51,16 @@ for (const [n, v] of Object.entries(want))
 }
 if ! installed; then
     echo "# installing the pinned npm packages into $here/node_modules" >&2
-    (cd "$here" && npm install --no-audit --no-fund --no-package-lock --loglevel=error >&2) &&
-        installed || {
+    (cd "$here" && npm install --no-audit --no-fund --no-package-lock --loglevel=error >&2)
+    if ! installed; then
         echo "peers: npm install failed" >&2
         exit 1
-    }
+    fi
 fi
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/sema-peers.XXXXXX")
 pids=()
+# shellcheck disable=SC2317 # called by the trap
 cleanup() {
     for pid in "${pids[@]}"; do
         kill -TERM "$pid" 2>/dev/null
@@ -73,8 +75,8 @@ trap 'exit 130' INT TERM
 
 # Waits up to 20 s for a "127.0.0.1:PORT" in log $1 of process $2 and prints it.
 wait_listen() {
-    local i a
-    for i in $(seq 200); do
+    local a
+    for _ in $(seq 200); do
         a=$(grep -o -m1 '127\.0\.0\.1:[0-9]*' "$1" 2>/dev/null)
         if [ -n "$a" ]; then
             echo "$a"
@@ -116,7 +118,7 @@ grep -q '^routes ok' "$tmp/nodered.log" || {
 }
 # start_redis NAME [FLAGS...]: a redis-server in $tmp/NAME; sets pid_NAME and rport_NAME.
 start_redis() {
-    local name=$1 port i
+    local name=$1 port
     shift
     port=$(free_port)
     mkdir -p "$tmp/$name"
@@ -125,7 +127,7 @@ start_redis() {
     pids+=($!)
     printf -v "pid_$name" '%s' "$!"
     printf -v "rport_$name" '%s' "$port"
-    for i in $(seq 50); do
+    for _ in $(seq 50); do
         grep -q "Ready to accept" "$tmp/$name.log" && return 0
         sleep 0.1
     done
@@ -203,10 +205,10 @@ for s in nodered none strict; do
     fi
 done
 
-L="requests_per_s p50_us p99_us errors server_cpu_us_per_request generator_cpu_us_per_request"
-m figure legacy_nodered "$j_lnr" conns="$CONNS" $L
-m figure legacy_semad_none "$j_lnone" conns="$CONNS" $L
-m figure legacy_semad_strict "$j_lstrict" conns="$CONNS" $L
+L=(requests_per_s p50_us p99_us errors server_cpu_us_per_request generator_cpu_us_per_request)
+m figure legacy_nodered "$j_lnr" conns="$CONNS" "${L[@]}"
+m figure legacy_semad_none "$j_lnone" conns="$CONNS" "${L[@]}"
+m figure legacy_semad_strict "$j_lstrict" conns="$CONNS" "${L[@]}"
 get() { m get "$1" "$2"; }
 m ratio semad_none_legacy_vs_nodered "$(get "$j_lnone" requests_per_s)" "$(get "$j_lnr" requests_per_s)" 50
 m ratio semad_strict_legacy_vs_nodered "$(get "$j_lstrict" requests_per_s)" "$(get "$j_lnr" requests_per_s)" 50
@@ -214,18 +216,18 @@ m ratio semad_strict_legacy_vs_nodered "$(get "$j_lstrict" requests_per_s)" "$(g
 m ratio semad_none_legacy_cpu_per_request_vs_nodered "$(get "$j_lnr" server_cpu_us_per_request)" "$(get "$j_lnone" server_cpu_us_per_request)" 50
 m ratio semad_strict_legacy_cpu_per_request_vs_nodered "$(get "$j_lnr" server_cpu_us_per_request)" "$(get "$j_lstrict" server_cpu_us_per_request)" 50
 
-P="pairs_per_s requests_per_s pair_p50_us pair_p99_us errors server_cpu_us_per_request generator_cpu_us_per_request"
-m figure pairs_redis_semaphore "$j_rs" conns="$CONNS" redis_connections="$CONNS" $P left_in_redis
-m figure pairs_redis_semaphore_one_connection "$j_rs1" conns="$CONNS" redis_connections=1 $P left_in_redis
-m figure pairs_redis_semaphore_aof_always_one_connection "$j_rsaof" conns="$CONNS" redis_connections=1 $P left_in_redis
+P=(pairs_per_s requests_per_s pair_p50_us pair_p99_us errors server_cpu_us_per_request generator_cpu_us_per_request)
+m figure pairs_redis_semaphore "$j_rs" conns="$CONNS" redis_connections="$CONNS" "${P[@]}" left_in_redis
+m figure pairs_redis_semaphore_one_connection "$j_rs1" conns="$CONNS" redis_connections=1 "${P[@]}" left_in_redis
+m figure pairs_redis_semaphore_aof_always_one_connection "$j_rsaof" conns="$CONNS" redis_connections=1 "${P[@]}" left_in_redis
 # sema bench calls its pairs "ops".
 as_pairs() {
     python3 -c 'import json,sys; j=json.loads(sys.argv[1] or "{}"); j.update(pairs_per_s=j.get("ops_per_s"), pair_p50_us=j.get("op_p50_us"), pair_p99_us=j.get("op_p99_us")); print(json.dumps(j))' "$1"
 }
 j_pnone=$(as_pairs "$j_pnone")
 j_pstrict=$(as_pairs "$j_pstrict")
-m figure pairs_semad_none "$j_pnone" conns="$CONNS" $P
-m figure pairs_semad_strict "$j_pstrict" conns="$CONNS" $P
+m figure pairs_semad_none "$j_pnone" conns="$CONNS" "${P[@]}"
+m figure pairs_semad_strict "$j_pstrict" conns="$CONNS" "${P[@]}"
 # The same concurrency: 50 loops, 50 connections, one request in flight on each.
 m ratio semad_none_pairs_vs_redis_semaphore "$(get "$j_pnone" pairs_per_s)" "$(get "$j_rs" pairs_per_s)" 1.5
 m ratio semad_strict_pairs_vs_redis_semaphore "$(get "$j_pstrict" pairs_per_s)" "$(get "$j_rs" pairs_per_s)" 1.5
@@ -240,8 +242,8 @@ m ratio semad_none_total_cpu_per_pair_vs_redis_semaphore_one_connection "$(cpu "
 
 if [ "$CONTENDED_LIMIT" -gt 0 ]; then
     j_cnone=$(as_pairs "$j_cnone")
-    m figure pairs_contended_redis_semaphore "$j_crs" conns="$CONNS" capacity="$CONTENDED_LIMIT" retry_interval_ms $P
-    m figure pairs_contended_semad_none "$j_cnone" conns="$CONNS" capacity="$CONTENDED_LIMIT" $P
+    m figure pairs_contended_redis_semaphore "$j_crs" conns="$CONNS" capacity="$CONTENDED_LIMIT" retry_interval_ms "${P[@]}"
+    m figure pairs_contended_semad_none "$j_cnone" conns="$CONNS" capacity="$CONTENDED_LIMIT" "${P[@]}"
     m ratio semad_none_contended_pairs_vs_redis_semaphore "$(get "$j_cnone" pairs_per_s)" "$(get "$j_crs" pairs_per_s)" 1.5
 fi
 
@@ -253,4 +255,4 @@ for v in "$j_lnr" "$j_lnone" "$j_lstrict" "$j_rs" "$j_rs1" "$j_rsaof" "$j_pnone"
         status=1
     fi
 done
-exit $status
+exit "$status"
