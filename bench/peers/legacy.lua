@@ -1,8 +1,9 @@
 -- SPDX-License-Identifier: MIT
 -- legacy.lua - wrk script for seed 001's legacy routes: cycles GET /semaphore/value/NAME,
--- POST /semaphore/down {name} and POST /semaphore/up {name}, one third each, on every
--- connection of the thread (the semaphore is created beforehand with room for every connection,
--- so no down is refused). NAME is $SEMA_LEGACY_NAME (default "legacy").
+-- POST /semaphore/down {name} and POST /semaphore/up {name}: the thread hands its connections
+-- the next request of that cycle each time one is due, so each is one third of the load (the
+-- semaphore is created beforehand with more room than connections, so no down is refused).
+-- NAME is $SEMA_LEGACY_NAME (default "legacy").
 local name = os.getenv("SEMA_LEGACY_NAME") or "legacy"
 local body = '{"name":"' .. name .. '"}'
 local json = { ["Content-Type"] = "application/json" }
