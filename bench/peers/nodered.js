@@ -87,9 +87,10 @@ async function main() {
         await RED.start();
         const port = server.address().port;
         // RED.start resolves before the flows run; wait for the routes to answer.
-        for (let i = 0; i < 100; i++) {
+        for (let i = 0; ; i++) {
             const r = await request(port, 'GET', '/semaphore/value/startup-probe');
             if (r.status === 404 && r.body.includes('semaphore not found')) break;
+            if (i === 100) throw new Error(`the flow does not answer after 10 s (${r.status} ${r.body.slice(0, 100)})`);
             await new Promise((res) => setTimeout(res, 100));
         }
         if (process.argv.includes('--check')) {
