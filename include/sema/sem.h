@@ -178,7 +178,8 @@ typedef int (*sema_sem_fn)(void *arg);
 
 /* Acquire `weight` units (as sema_sem_acquire with timeout_ms), run fn(arg), release them
  * (even though fn's result is an error). Returns the acquire's code if it failed (fn did not
- * run), else 0 with fn's return value in *fn_result (may be NULL). Blocks. */
+ * run), else 0 with fn's return value in *fn_result (may be NULL); SEMA_EOVERFLOW (with
+ * *fn_result set) if fn itself gave back units it did not hold. Blocks. */
 SEMA_EXTERN int sema_sem_with(sema_sem_t *sem, uint64_t weight, int64_t timeout_ms, sema_sem_fn fn,
                               void *arg, int *fn_result);
 

@@ -77,10 +77,10 @@ int sema_sem_with(sema_sem_t *sem, uint64_t weight, int64_t timeout_ms, sema_sem
     if (rc != 0)
         return rc;
     res = fn(arg);
-    SEMA__CHECK(sema_sem_release(sem, weight) == 0);
     if (fn_result != NULL)
         *fn_result = res;
-    return 0;
+    /* Fails only if fn itself released units it did not hold: report it, never abort. */
+    return sema_sem_release(sem, weight);
 }
 
 int sema_sem_wrap(sema_sem_wrapped_t *out, sema_sem_t *sem, uint64_t weight, int64_t timeout_ms,

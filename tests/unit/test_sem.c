@@ -572,6 +572,26 @@ TEST(with_runs_under_the_units_and_releases_them)
     sema_sem_free(sem);
 }
 
+static int release_own_units(void *arg)
+{
+    return sema_sem_release(arg, 2); /* misuse: gives back the units `with` holds */
+}
+
+/* A function that releases what `with` holds leaves nothing for `with` to give back:
+ * an error code, not an abort, and the count stays right. */
+TEST(with_reports_a_function_that_released_the_units)
+{
+    sema_sem_t *sem;
+    int res = -1;
+
+    ASSERT_OK(sema_sem_new(&sem, 2));
+    ASSERT_EQ(sema_sem_with(sem, 2, -1, release_own_units, sem, &res), SEMA_EOVERFLOW);
+    ASSERT_EQ(res, 0);
+    ASSERT_EQ(stats(sem).held, 0);
+    ASSERT_EQ(stats(sem).available, 2);
+    sema_sem_free(sem);
+}
+
 TEST(wrap_binds_function_and_weight)
 {
     sema_sem_t *sem;
