@@ -35,6 +35,8 @@ static xreq_t *xreq_new(engine_op_t op, const char *name, const char *owner)
     ASSERT_NOT_NULL(x);
     x->t = *t;
     free(t);
+    if (name != NULL)
+        x->t.r.name = x->t.name; /* it pointed into the copied-from struct */
     x->t.r.data = &x->t;
     x->t.r.owner = owner;
     x->t.r.want_text = 1;
