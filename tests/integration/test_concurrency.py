@@ -11,11 +11,13 @@ Why the checks are sound (they cannot fail on a correct server):
   surely-held intervals overlapping at some instant exceed the capacity, the server really
   admitted too much. Leases we never saw (a disconnect raced a grant) are left out, which
   can only under-count.
-- FIFO: with strict FIFO and head-of-line blocking, requests that are both granted are
-  granted in arrival order, and the fence (strictly increasing per semaphore) records the
-  grant order. Arrival order is only known for requests sent far enough apart: if B was
-  sent more than MARGIN after A had been sent, A reached the server first, so
-  fence(A) < fence(B) must hold.
+- FIFO: with strict FIFO and head-of-line blocking, two queued requests that are both
+  granted are granted in queue order, and the fence (strictly increasing per semaphore)
+  records the grant order. The queue order is read from the server itself: a monitor thread
+  keeps reading each semaphore's waiters (every request carries a unique owner), and
+  whenever it saw A queued ahead of B, fence(A) < fence(B) must hold if both were granted.
+  (Client send times say nothing sound here: a thread may be descheduled between taking
+  the time and writing the request.)
 """
 import json
 import os
@@ -31,13 +33,13 @@ import semad_fixture as fx  # noqa: E402
 THREADS = 100
 SEMS = {"c1": 1, "c2": 2, "c5": 5}
 DURATION = max(2.0, 6.0 * min(1.0, fx.SCALE))
-MARGIN = 0.05 * fx.SLOW
 TTL = 20000
 
 
 class Client(threading.Thread):
     def __init__(self, s, idx, start, records, errors):
         super().__init__(daemon=True)
+        self.idx, self.count = idx, 0
         self.s, self.rng, self.start_evt = s, random.Random(1000 + idx), start
         self.records, self.errors = records, errors
         self.conn = None
@@ -71,12 +73,13 @@ class Client(threading.Thread):
         r = self.rng.random()
         if r < 0.1:
             return self.disconnect(sem, weight)
-        body = {"weight": weight, "ttl_ms": TTL}
+        self.count += 1
+        owner = "c%d-%d" % (self.idx, self.count)
+        body = {"weight": weight, "ttl_ms": TTL, "owner": owner}
         if r < 0.4:
             body["timeout_ms"] = self.rng.choice([0, 5, 20, 100])
         elif r < 0.6:
             body["timeout_ms"] = 2000
-        t_send = time.monotonic()
         st, _, data = self.http("POST", "/v1/semaphores/%s/acquire" % sem, body)
         t_recv = time.monotonic()
         if st != 200:
@@ -94,7 +97,7 @@ class Client(threading.Thread):
         t_rel = time.monotonic()
         st, _, _ = self.http("DELETE", "/v1/leases/" + lease["lease"])
         ok = ok and st == 204
-        self.records.append(dict(sem=sem, weight=weight, fence=lease["fence"], send=t_send,
+        self.records.append(dict(sem=sem, owner=owner, weight=weight, fence=lease["fence"],
                                  recv=t_recv, rel=t_rel, ok=ok))
 
     def disconnect(self, sem, weight):
@@ -129,18 +132,40 @@ def check_capacity(records):
     return worst
 
 
-def check_fifo(records):
+class QueueMonitor(threading.Thread):
+    """Reads every semaphore's queue over and over; remembers each ordered pair of owners
+    it saw queued (A ahead of B)."""
+
+    def __init__(self, s):
+        super().__init__(daemon=True)
+        self.s, self.stop, self.ahead, self.error = s, threading.Event(), set(), None
+
+    def run(self):
+        try:
+            conn = self.s.conn(timeout=30)
+            while not self.stop.is_set():
+                for sem in SEMS:
+                    st, _, data = fx.do_request(conn, "GET", "/v1/semaphores/" + sem)
+                    assert st == 200, (st, data)
+                    queue = [w["owner"] for w in json.loads(data)["waiters"]
+                             if w.get("owner")]
+                    for i, a in enumerate(queue):
+                        for b in queue[i + 1:]:
+                            self.ahead.add((a, b))
+            conn.close()
+        except Exception as e:  # reported by the main thread
+            self.error = repr(e)
+
+
+def check_fifo(records, ahead):
+    fence = {r["owner"]: (r["sem"], r["fence"]) for r in records}
     pairs = 0
-    for sem in SEMS:
-        rs = sorted((r for r in records if r["sem"] == sem), key=lambda r: r["send"])
-        for i, a in enumerate(rs):
-            for b in rs[i + 1:]:
-                if b["send"] - a["send"] <= MARGIN:
-                    continue
-                pairs += 1
-                assert a["fence"] < b["fence"], (
-                    "%s: a request sent %.3fs later was granted first (fences %d, %d)" % (
-                        sem, b["send"] - a["send"], a["fence"], b["fence"]))
+    for a, b in ahead:
+        if a in fence and b in fence:
+            pairs += 1
+            assert fence[a][1] < fence[b][1], (
+                "%s: %s was queued ahead of %s but granted after it (fences %d, %d)" % (
+                    fence[a][0], a, b, fence[a][1], fence[b][1]))
     return pairs
 
 
@@ -150,16 +175,22 @@ def test_random_clients_never_over_admit_and_stay_fifo():
             assert s.json("PUT", "/v1/semaphores/" + name, {"capacity": cap})[0] == 201
         start, records, errors = threading.Event(), [], []
         clients = [Client(s, i, start, records, errors) for i in range(THREADS)]
+        monitor = QueueMonitor(s)
         for c in clients:
             c.start()
+        monitor.start()
         start.set()
         for c in clients:
             c.join(DURATION + 60 * fx.SLOW)
             assert not c.is_alive(), "a client thread hung"
+        monitor.stop.set()
+        monitor.join(30 * fx.SLOW)
+        assert monitor.error is None, monitor.error
         assert not errors, errors[:5]
         assert len(records) > 50, "too few grants to say anything: %d" % len(records)
         peaks = check_capacity(records)
-        pairs = check_fifo(records)
+        pairs = check_fifo(records, monitor.ahead)
+        assert pairs > 0, "the monitor never saw two granted requests queued together"
         assert any(peaks[n] == SEMS[n] for n in SEMS), ("no contention observed", peaks)
         # every unit comes back: releases, cancellations, undelivered grants, ttl expiry
         def idle():
