@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+# gen_corpus.py - writes the hand-made seed inputs of fuzz/corpus/<target>/ (seed-*.bin);
+# inputs libFuzzer found are kept beside them under their own names. Run from anywhere.
+import os
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+BODIES = [
+    b'{}', b' { } ', b'{"weight":1,"ttl_ms":60000}', b'{"capacity":100}',
+    b'{"mode":"shared","timeout_ms":0,"owner":"w-1"}', b'{"name":"a","value":3}',
+    b'{"weight":-0}', b'{"weight":123456789012345}', b'{"weight":1234567890123456}',
+    b'{"weight":9007199254740993}', b'{"weight":01}', b'{"weight":1.5e3}',
+    b'{"weight":1,"weight":2}', b'{"owner":"a\\"b"}', b'{"owner":"\\u0000"}',
+    b'{"owner":"\xc3\xa9"}', b'{"owner":"\xff"}', b'{"a":[1,{"b":null}]}', b'[]', b'1',
+    b'{"weight":1,}', b'{"weight":1} x', b'{"weight":tru}', b'{"x":true,"y":false,"z":null}',
+    b'{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9}', b'{"we\\u0069ght":2}',
+    b'{"k\x00":1}', b'', b'{', b'{"', b'{"a"', b'{"a":', b'{"a":-', b'\x0c{}',
+]
+
+def req(head, body=b''):
+    return head.replace(b'\n', b'\r\n') + body
+
+REQUESTS = [
+    req(b'GET /healthz HTTP/1.1\nHost: x\n\n'),
+    req(b'PUT /v1/semaphores/db HTTP/1.1\nContent-Length: 16\n\n', b'{"capacity":100}'),
+    req(b'POST /v1/semaphores/a%2Fb/acquire HTTP/1.1\nContent-Length: 12\n'
+        b'Idempotency-Key: k-1\n\n', b'{"weight":1}'),
+    req(b'GET /v1/semaphores?prefix=a+b&limit=10&cursor=%C3%A9 HTTP/1.1\n\n'),
+    req(b'POST /semaphore HTTP/1.1\nTransfer-Encoding: chunked\n\n', b'5\r\n{"nam\r\n0\r\n\r\n'),
+    req(b'POST /v1/leases/1/renew HTTP/1.1\nExpect: 100-continue\nContent-Length: 2\n\n', b'{}'),
+    req(b'GET /healthz HTTP/1.1\n\nGET /metrics HTTP/1.1\n\nDELETE /v1/leases/9 HTTP/1.1\n\n'),
+    req(b'GET /healthz HTTP/1.0\n\n'),
+    req(b'GET /healthz HTTP/1.1\nConnection: close\n\nGET /metrics HTTP/1.1\n\n'),
+    req(b'POST /v1/x HTTP/1.1\nContent-Length: 99999999\n\n'),
+    req(b'POST /v1/x HTTP/1.1\nIdempotency-Key: a\nIdempotency-Key: b\n\n'),
+    req(b'POST /v1/x HTTP/1.1\nIdempotency-Key:\n\n'),
+    req(b'POST /v1/x HTTP/1.1\nIdempotency-Key: ' + b'k' * 300 + b'\n\n'),
+    req(b'GET /' + b'a' * 300 + b' HTTP/1.1\n\n'),
+    req(b'GET / HTTP/1.1\nX-Long: ' + b'v' * 300 + b'\n\n'),
+    req(b'GET /v1/semaphores/%00 HTTP/1.1\n\n'),
+    req(b'GET /v1/semaphores/%C0%AF HTTP/1.1\n\n'),
+    req(b'GET /v1/semaphores/%ED%A0%80 HTTP/1.1\n\n'),
+    req(b'GET /v1/semaphores/%zz HTTP/1.1\n\n'),
+    req(b'GET /x HTTP/1.1\nUpgrade: websocket\nConnection: upgrade\n\n'),
+    req(b'GET /x HTTP/1.1\nContent-Length: 1\nContent-Length: 2\n\n'),
+    req(b'GET /x HTTP/1.1\nTransfer-Encoding: chunked\nContent-Length: 3\n\n'),
+    req(b'POST /semaphore HTTP/1.1\nTransfer-Encoding: chunked\n\n', b'zz\r\n'),
+    req(b'GARBAGE\n\n'),
+    req(b'GET /healthz HTTP/1.1\nHost: x'),
+    req(b'CONNECT host:443 HTTP/1.1\n\n'),
+    b'GET /healthz HTTP/1.1\n\n',
+    b'GET /healthz HTTP/1.1\r\nHost:\x00x\r\n\r\n',
+]
+
+PATHS = [
+    b'/healthz', b'/metrics', b'/semaphore', b'/semaphore/up', b'/semaphore/value/db',
+    b'/v1/semaphores', b'/v1/semaphores/db', b'/v1/semaphores/db/acquire',
+    b'/v1/semaphores/db/wait-idle', b'/v1/semaphores/db/events', b'/v1/leases/42',
+    b'/v1/leases/42/renew', b'/v1/leases/42/revoke', b'/v1/locks/k/acquire', b'/v1/locks/k',
+    b'/v1/semaphores/', b'/v1/semaphores//acquire', b'/v1/semaphores/a%2Fb',
+    b'/v1/semaphores/%e2%82%ac', b'/v1/semaphores/%F4%90%80%80', b'/v1/semaphores/%',
+    b'/v1/semaphores/%4', b'/v1/semaphores/a+b?prefix=a+b&cursor=%41&limit',
+    b'/v1/semaphores?prefix&limit=&cursor=%zz', b'/v1/semaphores?limit=10&&prefix=%00',
+    b'*', b'', b'/v1', b'/v1/semaphores/x/y/z', b'/v1/semaphores/\xc3\xa9',
+]
+
+def write(target, inputs, prefix=b''):
+    d = os.path.join(HERE, 'corpus', target)
+    os.makedirs(d, exist_ok=True)
+    for i, data in enumerate(inputs):
+        with open(os.path.join(d, 'seed-%03d.bin' % i), 'wb') as f:
+            f.write(prefix(i) + data if callable(prefix) else prefix + data)
+
+# fuzz_http's first byte: caps in bits 0-3, read sizes in bits 4-7 (0: one read).
+HTTP_CTL = [0x00, 0x10, 0x35, 0xf0, 0x0a, 0x21, 0x03, 0x7c]
+# fuzz_path's first byte: the method (low bits) and '+' as space (bit 7).
+PATH_CTL = [0x00, 0x01, 0x02, 0x83, 0x04, 0x85, 0x0b]
+
+write('body', BODIES)
+write('http', REQUESTS, lambda i: bytes([HTTP_CTL[i % len(HTTP_CTL)]]))
+write('path', PATHS, lambda i: bytes([PATH_CTL[i % len(PATH_CTL)]]))
