@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* fuzz_http.c - the request parser as semad's read loop drives it. The first byte picks the
  * caps (bits 0-3) and how the rest is split into reads (bits 4-7: 0 means one read); every
- * request that comes out must respect the caps and go through the router's checks. */
+ * request that comes out must respect the caps and go through the router's checks and the
+ * body parser. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "body.h"
 #include "fuzz.h"
 #include "http.h"
 #include "route_check.h"
@@ -49,6 +51,14 @@ static void check_request(const run_t *r)
     const char *method = http_method_name(q->method);
     FUZZ_CHECK(method != NULL);
     fuzz_route_check(method, q->url.data);
+    if (q->body.len > 0) { /* as routes_v1.c reads it */
+        body_t b;
+        char err[BODY_ERR_MAX] = "";
+        if (body_parse(&b, q->body.data, q->body.len, err, sizeof err) == 0)
+            body_free(&b);
+        else
+            FUZZ_CHECK(err[0] != '\0');
+    }
 }
 
 static void check_error(const run_t *r)
