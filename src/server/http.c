@@ -170,7 +170,7 @@ void http_parser_init(http_parser_t *p, const http_limits_t *limits)
     p->ll.data = p;
     strbuf_init(&p->req.url, limits->max_header_bytes + 1);
     strbuf_init(&p->req.body, limits->max_body_bytes + 1);
-    strbuf_init(&p->hval, HTTP_IDEM_MAX + 1);
+    strbuf_init(&p->hval, HTTP_IDEM_MAX); /* content bytes; the NUL is extra */
     p->hstate = 1;
 }
 

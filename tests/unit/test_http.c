@@ -303,3 +303,28 @@ TEST(json_append_matches_jansson_compact)
     json_decref(big);
     strbuf_free(&tiny);
 }
+
+/* The Idempotency-Key cap is HTTP_IDEM_MAX bytes exactly, however the value arrives
+ * (found by fuzz_http: a key one byte over the cap was accepted). */
+TEST(idempotency_key_cap_is_exact)
+{
+    char req[1024], key[HTTP_IDEM_MAX + 2];
+    size_t used;
+
+    for (int extra = 0; extra <= 1; extra++) {
+        http_parser_t p;
+        size_t n = (size_t)HTTP_IDEM_MAX + (size_t)extra;
+        memset(key, 'k', n);
+        key[n] = '\0';
+        snprintf(req, sizeof req, "GET /x HTTP/1.1\r\nIdempotency-Key: %s\r\n\r\n", key);
+        http_parser_init(&p, &limits);
+        if (extra == 0) {
+            ASSERT_EQ(feed_all(&p, req, &used), HTTP_MESSAGE);
+            ASSERT_EQ(strlen(p.req.idem_key), HTTP_IDEM_MAX);
+        } else {
+            ASSERT_EQ(feed_all(&p, req, &used), HTTP_ERROR);
+            ASSERT_EQ(p.error_status, 400);
+        }
+        http_parser_free(&p);
+    }
+}
