@@ -14,8 +14,9 @@ target=${2:?semad or ceiling}
 n=${3:?number of pairs or requests}
 mode=${4:-pairs}
 command -v valgrind >/dev/null || { echo "valgrind is needed" >&2; exit 1; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh"
+bench_init callgrind
 
 # Run the server under callgrind for `count` requests; print its total instructions.
 measure() {
@@ -31,12 +32,7 @@ measure() {
         extra+=(--no-create)
     fi
     pid=$!
-    for _ in $(seq 300); do
-        addr=$(grep -o -m1 '127\.0\.0\.1:[0-9]*' "$tmp/srv.$count" || true)
-        [ -n "$addr" ] && break
-        sleep 0.1
-    done
-    [ -n "$addr" ] || { kill "$pid"; echo "the server did not start" >&2; exit 1; }
+    addr=$(wait_listen "$tmp/srv.$count" "$pid") || exit 1
     [ "$mode" = get ] && extra+=(--path /healthz)
     timeout 600 "$build/bin/sema" bench -s "http://$addr" -m "$mode" -n "$count" -c 50 \
         "${extra[@]}" --json >"$tmp/bench.$count" 2>&1

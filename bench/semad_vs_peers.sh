@@ -32,39 +32,13 @@ for p in "$semad" "$sema" "$ceiling"; do
     fi
 done
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/sema-bench.XXXXXX")
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do
-        kill -TERM "$pid" 2>/dev/null
-    done
-    for pid in "${pids[@]}"; do
-        wait "$pid" 2>/dev/null
-    done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh"
+bench_init bench
 
 # Parked waiters need a descriptor each, in semad and in the generator.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null
 
-# Waits up to 10 s for a "listening" line in $1 and prints HOST:PORT.
-wait_listen() {
-    local log=$1 i
-    for i in $(seq 100); do
-        local a
-        a=$(grep -o -m1 '127\.0\.0\.1:[0-9]*' "$log" 2>/dev/null)
-        if [ -n "$a" ]; then
-            echo "$a"
-            return 0
-        fi
-        sleep 0.1
-    done
-    echo "semad_vs_peers: no listening address in $log:" >&2
-    cat "$log" >&2
-    return 1
-}
 
 # start_semad NAME [FLAGS...]: starts semad; sets addr_NAME and pid_NAME.
 start_semad() {

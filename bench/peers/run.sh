@@ -58,37 +58,10 @@ if ! installed; then
     fi
 fi
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/sema-peers.XXXXXX")
-pids=()
-# shellcheck disable=SC2317 # called by the trap
-cleanup() {
-    for pid in "${pids[@]}"; do
-        kill -TERM "$pid" 2>/dev/null
-    done
-    for pid in "${pids[@]}"; do
-        wait "$pid" 2>/dev/null
-    done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+# shellcheck source=bench/lib.sh
+. "$here/../lib.sh"
+bench_init peers
 
-# Waits up to 20 s for a "127.0.0.1:PORT" in log $1 of process $2 and prints it.
-wait_listen() {
-    local a
-    for _ in $(seq 200); do
-        a=$(grep -o -m1 '127\.0\.0\.1:[0-9]*' "$1" 2>/dev/null)
-        if [ -n "$a" ]; then
-            echo "$a"
-            return 0
-        fi
-        kill -0 "$2" 2>/dev/null || break
-        sleep 0.1
-    done
-    echo "peers: no listening address in $1:" >&2
-    cat "$1" >&2
-    return 1
-}
 
 # start NAME CMD...: starts CMD in the background; sets pid_NAME and addr_NAME.
 start() {
