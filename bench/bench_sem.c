@@ -3,7 +3,9 @@
  *
  * Figures (one line each, then the ratio sema/glibc; lower is better, goal <= 1.0):
  *   uncontended: acquire(1)+release(1) on a free semaphore vs sem_wait+sem_post, one thread;
- *   handoff: two threads ping-pong through two capacity-1 semaphores vs two sem_t.
+ *   handoff: two threads ping-pong through two capacity-1 semaphores vs two sem_t;
+ *   handoff_sleeping: the same, but the partner works 20 µs before each release, so the main
+ *     thread outwaits its spin and sleeps: the cost of the sleeping path (and of the spin).
  * Each figure is the median of --reps interleaved trials (default 15, at most 100), as wall
  * time and as CPU time (user + system of all threads) per operation. Usage:
  *   bench_sem [--pairs N] [--rounds N] [--reps N] [--impl sema|glibc]
@@ -104,6 +106,18 @@ static double uncontended_glibc(void)
 
 /* ---- hand-off ---- */
 
+static double work_s; /* the partner's busy work before each release, in seconds */
+
+static void work(void)
+{
+    double end;
+
+    if (work_s <= 0)
+        return;
+    for (end = now_s() + work_s; now_s() < end;)
+        ;
+}
+
 typedef struct {
     sema_sem_t *ping, *pong; /* capacity 1, both start held */
     sem_t gping, gpong;      /* start at 0 */
@@ -115,7 +129,10 @@ static void *sema_partner(void *arg)
     pp_t *p = arg;
 
     for (long i = 0; i < rounds; i++) {
-        if (sema_sem_acquire(p->ping, 1, -1) != 0 || sema_sem_release(p->pong, 1) != 0)
+        if (sema_sem_acquire(p->ping, 1, -1) != 0)
+            die("sema partner", -1);
+        work();
+        if (sema_sem_release(p->pong, 1) != 0)
             die("sema partner", -1);
         p->done++;
     }
@@ -156,6 +173,7 @@ static void *glibc_partner(void *arg)
     for (long i = 0; i < rounds; i++) {
         while (sem_wait(&p->gping) != 0)
             ;
+        work();
         sem_post(&p->gpong);
         p->done++;
     }
@@ -260,5 +278,8 @@ int main(int argc, char **argv)
     printf("bench=sem pairs=%ld rounds=%ld reps=%d\n", pairs, rounds, reps);
     figure("uncontended_pair", uncontended_sema, uncontended_glibc);
     figure("handoff", handoff_sema, handoff_glibc);
+    work_s = 20e-6;
+    rounds = rounds / 2 > 0 ? rounds / 2 : 1;
+    figure("handoff_sleeping", handoff_sema, handoff_glibc);
     return 0;
 }

@@ -24,8 +24,8 @@ extern "C" {
  *
  * Capacities and weights are 64-bit, up to SEMA_SEM_MAX_CAPACITY. Acquire and release never
  * allocate. Uncontended acquire and release are one atomic compare-and-swap each (no lock,
- * no system call); waiting threads sleep on a futex of their own. Every function is
- * thread-safe. */
+ * no system call); waiting threads spin for about 3 µs, then sleep on a futex of their own.
+ * Every function is thread-safe. */
 typedef struct sema_sem sema_sem_t;
 
 /* The largest capacity (2^56 - 1): the fast path packs the count, a flag and a resize

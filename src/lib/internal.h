@@ -21,6 +21,15 @@
 #define SEMA__UNLIKELY(x) (x)
 #endif
 
+/* A spin-wait hint to the CPU. */
+#if defined(__x86_64__) || defined(__i386__)
+#define SEMA__CPU_RELAX() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define SEMA__CPU_RELAX() __asm__ __volatile__("yield" ::: "memory")
+#else
+#define SEMA__CPU_RELAX() ((void)0)
+#endif
+
 /* Allocation through the hook set by sema_set_allocator(). */
 SEMA__HIDDEN void *sema__malloc(size_t size);
 SEMA__HIDDEN void *sema__calloc(size_t count, size_t size);

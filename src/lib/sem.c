@@ -37,14 +37,78 @@ typedef struct {
 
 /* ---- locking and the fast word ---------------------------------------------------------- */
 
+static long futex(uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
+{
+    return syscall(SYS_futex, addr, op, val, ts, NULL, FUTEX_BITSET_MATCH_ANY);
+}
+
+/* Spinning. A futex sleep and its wake cost a few microseconds of CPU, so a blocked thread
+ * first watches for a while no longer than that (SPIN_LIMIT pause instructions, ~3 µs on
+ * current x86) before it sleeps: when the grant comes within it, as in a hand-off between
+ * two running threads, neither side makes a system call; when it does not, the spin has
+ * cost at most about what the sleep costs anyway. On a single CPU the thread that would
+ * grant cannot run while we spin, so nobody spins there. */
+#define SPIN_LIMIT 128
+
+static int can_spin(void)
+{
+    static int ncpu; /* 0 until first asked */
+    int n = __atomic_load_n(&ncpu, __ATOMIC_RELAXED);
+
+    if (n == 0) {
+        long v = sysconf(_SC_NPROCESSORS_ONLN);
+
+        n = v > 1 ? 2 : 1;
+        __atomic_store_n(&ncpu, n, __ATOMIC_RELAXED);
+    }
+    return n > 1;
+}
+
+/* A blocked thread's spin: 1 if its request was settled meanwhile. */
+static int spin_until_done(const uint32_t *state)
+{
+    if (!can_spin())
+        return 0;
+    for (int i = 0; i < SPIN_LIMIT; i++) {
+        if (__atomic_load_n(state, __ATOMIC_ACQUIRE) == ST_DONE)
+            return 1;
+        SEMA__CPU_RELAX();
+    }
+    return 0;
+}
+
+/* The lock is a word in the semaphore's first cache line (a pthread mutex would need a
+ * line of its own): 0 free, 1 held, 2 held and someone may sleep on it. It guards a few
+ * dozen instructions, so a contender spins briefly before it sleeps. */
+static __attribute__((noinline)) void lock_contended(struct sema_sem *s)
+{
+    uint32_t c;
+
+    for (int i = 0; can_spin() && i < SPIN_LIMIT; i++) {
+        c = 0;
+        if (__atomic_load_n(&s->lock, __ATOMIC_RELAXED) == 0 &&
+            __atomic_compare_exchange_n(&s->lock, &c, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+            return;
+        SEMA__CPU_RELAX();
+    }
+    while (__atomic_exchange_n(&s->lock, 2, __ATOMIC_ACQUIRE) != 0)
+        futex(&s->lock, FUTEX_WAIT_BITSET_PRIVATE, 2, NULL);
+}
+
 static void lock(struct sema_sem *s)
 {
-    SEMA__CHECK(pthread_mutex_lock(&s->lock) == 0);
+    uint32_t c = 0;
+
+    if (!__atomic_compare_exchange_n(&s->lock, &c, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+        lock_contended(s);
 }
 
 static void unlock(struct sema_sem *s)
 {
-    SEMA__CHECK(pthread_mutex_unlock(&s->lock) == 0);
+    /* Only the address is used after the exchange, which the kernel tolerates even if the
+     * memory was freed meanwhile (as for the waiter's futex, pitfall 9). */
+    if (__atomic_exchange_n(&s->lock, 0, __ATOMIC_RELEASE) == 2)
+        futex(&s->lock, FUTEX_WAKE_PRIVATE, 1, NULL);
 }
 
 /* Under the lock: make `avail` the truth (set SLOW, keeping every other bit as it was). */
@@ -121,7 +185,8 @@ static void enqueue(struct sema_sem *s, sema_sem_waiter_t *n)
         s->nidle++;
     else {
         s->waiting += n->weight_;
-        s->waiting_hi += s->waiting < n->weight_; /* a carry */
+        if (s->waiting < n->weight_) /* a carry (tested, not added: the line stays clean) */
+            s->waiting_hi++;
     }
 }
 
@@ -141,7 +206,8 @@ static void dequeue(struct sema_sem *s, sema_sem_waiter_t *n)
     if (n->kind_ & KIND_IDLE)
         s->nidle--;
     else {
-        s->waiting_hi -= s->waiting < n->weight_; /* a borrow */
+        if (s->waiting < n->weight_) /* a borrow */
+            s->waiting_hi--;
         s->waiting -= n->weight_;
     }
 }
@@ -178,11 +244,6 @@ static void admit(struct sema_sem *s, notify_list_t *out)
 }
 
 /* ---- notification, outside the lock ----------------------------------------------------- */
-
-static long futex(uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
-{
-    return syscall(SYS_futex, addr, op, val, ts, NULL, FUTEX_BITSET_MATCH_ANY);
-}
 
 static void wake_blocked(sema_sem_waiter_t *n)
 {
@@ -241,26 +302,11 @@ static void notify(notify_list_t *list)
 
 /* ---- life cycle ------------------------------------------------------------------------- */
 
-/* The lock guards a few dozen instructions: let a contender spin briefly (glibc's adaptive
- * mutex) rather than sleep at once, which costs two system calls on every collision. */
-static void init_lock(pthread_mutex_t *m)
-{
-    pthread_mutexattr_t a;
-
-    SEMA__CHECK(pthread_mutexattr_init(&a) == 0);
-#ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP
-    SEMA__CHECK(pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ADAPTIVE_NP) == 0);
-#endif
-    SEMA__CHECK(pthread_mutex_init(m, &a) == 0);
-    pthread_mutexattr_destroy(&a);
-}
-
 int sema__sem_init(struct sema_sem *s, uint64_t capacity)
 {
     if (s == NULL || capacity == 0 || capacity > SEMA_SEM_MAX_CAPACITY)
         return SEMA_EINVAL;
     memset(s, 0, sizeof(*s));
-    init_lock(&s->lock);
     s->cap = capacity;
     s->avail = (int64_t)capacity;
     s->word = capacity;
@@ -273,12 +319,12 @@ void sema__sem_destroy(struct sema_sem *s)
     if (s->head != NULL)
         SEMA__ABORT("semaphore destroyed while requests are queued on it");
     unlock(s);
-    pthread_mutex_destroy(&s->lock);
 }
 
 int sema_sem_new(sema_sem_t **out, uint64_t capacity)
 {
     struct sema_sem *s;
+    void *mem;
     int rc;
 
     if (out == NULL)
@@ -286,15 +332,18 @@ int sema_sem_new(sema_sem_t **out, uint64_t capacity)
     *out = NULL;
     if (capacity == 0 || capacity > SEMA_SEM_MAX_CAPACITY)
         return SEMA_EINVAL;
-    s = sema__malloc(sizeof(*s));
-    if (s == NULL)
+    /* 64-byte aligned through the allocator hook, which promises only malloc's alignment. */
+    mem = sema__malloc(sizeof(*s) + _Alignof(struct sema_sem) - 1);
+    if (mem == NULL)
         return SEMA_ENOMEM;
+    s = (struct sema_sem *)(((uintptr_t)mem + _Alignof(struct sema_sem) - 1) &
+                            ~(uintptr_t)(_Alignof(struct sema_sem) - 1));
     rc = sema__sem_init(s, capacity);
     if (rc != 0) {
-        sema__free(s);
+        sema__free(mem);
         return rc;
     }
-    s->heap = 1;
+    s->mem = mem;
     *out = s;
     return 0;
 }
@@ -304,8 +353,7 @@ void sema_sem_free(sema_sem_t *sem)
     if (sem == NULL)
         return;
     sema__sem_destroy(sem);
-    if (sem->heap) /* an embedded one is only torn down: its memory is not ours */
-        sema__free(sem);
+    sema__free(sem->mem); /* NULL for an embedded one: its memory is not ours */
 }
 
 int64_t sema_sem_now_ns(void)
@@ -393,8 +441,8 @@ static int sleep_until(uint32_t *state, int64_t deadline_ns)
     struct timespec ts = {(time_t)(deadline_ns / 1000000000), (long)(deadline_ns % 1000000000)};
     const struct timespec *tp = deadline_ns == SEMA_DEADLINE_NONE ? NULL : &ts;
 
-    /* No spinning first: on a busy machine the spinner steals the CPU its waker needs
-     * (bench_sem's hand-off measured 1.7x slower with a 64-pause spin). */
+    if (spin_until_done(state))
+        return 1;
     for (;;) {
         uint32_t st = ST_WAITING;
 

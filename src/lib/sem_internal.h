@@ -29,19 +29,23 @@
 #define SEMA__SEM_AVAIL_MASK ((UINT64_C(1) << 56) - 1)
 
 struct sema_sem {
-    uint64_t word;                  /* atomic; see above */
-    uint64_t cap;                   /* atomic loads on the fast path; written under lock */
-    pthread_mutex_t lock;           /* guards everything below */
+    /* First cache line: everything a hand-off between two threads writes, so one line moves
+     * between their cores per operation (the semaphore is allocated 64-byte aligned). */
+    _Alignas(64) uint64_t word;     /* atomic; see above */
+    uint32_t lock;                  /* atomic; 0 free, 1 held, 2 held with sleepers; guards
+                                     * every field below */
+    uint8_t gen;                    /* resize generation, 7 bits */
+    uint8_t closed;                 /* 1 after sema_sem_close */
     int64_t avail;                  /* available units while SLOW (negative after a shrink) */
-    uint32_t gen;                   /* resize generation, 7 bits */
-    int closed;                     /* 1 after sema_sem_close */
-    int heap;                       /* 1 if sema_sem_new allocated it */
     sema_sem_waiter_t *head, *tail; /* the FIFO queue */
-    uint64_t nwaiters;              /* queued requests, wait-idle included */
-    uint64_t nidle;                 /* queued wait-idle requests */
-    uint64_t waiting;               /* total weight of queued acquires (wait-idle excluded), */
-    uint64_t waiting_hi;            /* ... its carries: the sum can pass 2^64 */
     uint64_t seq;                   /* numbers queue and settle events, for waiter.*_seq_ */
+    uint64_t nwaiters;              /* queued requests, wait-idle included */
+    uint64_t waiting;               /* total weight of queued acquires (wait-idle excluded), */
+    /* Second line: read on the fast path or written only by rare operations. */
+    uint64_t waiting_hi; /* ... its carries: the sum can pass 2^64 */
+    uint64_t cap;        /* atomic loads on the fast path; written under lock */
+    uint64_t nidle;      /* queued wait-idle requests */
+    void *mem;           /* what sema_sem_new allocated; NULL if embedded */
 };
 
 /* Set up an embedded semaphore of `capacity` units. Returns 0 or SEMA_EINVAL. */
