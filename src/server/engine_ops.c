@@ -487,6 +487,10 @@ static void op_lease_revoke(engine_t *e, ereq_t *er)
 
 /* ---- legacy ---- */
 
+/* Up and down move a semaphore's value with no lease, so once either has touched a v1
+ * semaphore it becomes a legacy counter (GET shows "legacy": true): its value is stored as
+ * is at every grant and release, instead of being recomputed from its leases at a restart. */
+
 static void op_legacy_delete(engine_t *e, ereq_t *er)
 {
     op_sem_delete(e, er);
@@ -509,6 +513,7 @@ static void op_legacy_up(engine_t *e, ereq_t *er)
     if (s->available >= (int64_t)CAPACITY_MAX)
         return fail(e, er, SEMA_EOVERFLOW, "value would exceed 2^53");
     s->available++;
+    s->flags |= ESEM_LEGACY; /* its value is a counter now: stored as is (see below) */
     engine__store_sem(e, s);
     engine__admit(e, s);
     er->durable = 1;
@@ -524,6 +529,7 @@ static void op_legacy_down(engine_t *e, ereq_t *er)
     if (s->available < 1 || !elist_empty(&s->waiters)) /* a try never jumps the queue */
         return fail(e, er, SEMA_EBUSY, "Semaphore locked");
     s->available--;
+    s->flags |= ESEM_LEGACY;
     engine__store_sem(e, s);
     er->durable = 1;
     engine__finish(e, er, 0, engine__json_legacy(s), NULL);

@@ -369,6 +369,38 @@ def test_restart_keeps_legacy_locks_resizes_and_fences():
             srv.stop()
 
 
+def test_restart_keeps_legacy_up_down_on_a_v1_semaphore():
+    # A v1 semaphore moved by legacy up/down keeps that value across a restart, with a
+    # lease granted and another released around it.
+    if not os.access(SEMAD, os.X_OK):
+        skip("no semad at %s (not built)" % SEMAD)
+    with tempfile.TemporaryDirectory(prefix="sema-dur-") as tmp:
+        data = os.path.join(tmp, "data")
+        srv = Semad(data).wait_ready()
+        assert srv.call("PUT", "/v1/semaphores/v", {"capacity": 3})[0] == 201
+        status, kept = srv.call("POST", "/v1/semaphores/v/acquire", {"weight": 1})
+        assert status == 200, (status, kept)
+        for op in ("down", "up", "up", "up"):
+            assert srv.call("POST", "/semaphore/" + op, {"name": "v"})[0] == 200
+        status, gone = srv.call("POST", "/v1/semaphores/v/acquire", {"weight": 2})
+        assert status == 200, (status, gone)
+        assert srv.call("DELETE", "/v1/leases/" + gone["lease"])[0] in (200, 204)
+        before = srv.call("GET", "/semaphore/value/v")
+        assert before == (200, {"name": "v", "value": 4}), before
+        srv.kill()
+
+        srv = Semad(data).wait_ready()
+        try:
+            assert srv.call("GET", "/semaphore/value/v") == before
+            st = sem_state(srv, "v")
+            assert (st["available"], st["held"]) == (4, 1), st
+            assert [h["lease"] for h in st["holders"]] == [kept["lease"]], st
+            assert srv.call("DELETE", "/v1/leases/" + kept["lease"])[0] in (200, 204)
+            assert srv.call("GET", "/semaphore/value/v") == (200, {"name": "v", "value": 5})
+        finally:
+            srv.stop()
+
+
 # ---- a disk that fills up -------------------------------------------------------------------
 
 ROWS_SCRIPT = """
