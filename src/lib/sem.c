@@ -3,6 +3,7 @@
 #include "sem_internal.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <string.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -46,8 +47,8 @@ static long futex(uint32_t *addr, int op, uint32_t val, const struct timespec *t
  * first watches for a while no longer than that (SPIN_LIMIT pause instructions, ~3 µs on
  * current x86) before it sleeps: when the grant comes within it, as in a hand-off between
  * two running threads, neither side makes a system call; when it does not, the spin has
- * cost at most about what the sleep costs anyway. On a single CPU the thread that would
- * grant cannot run while we spin, so nobody spins there. */
+ * cost at most about what the sleep costs anyway. With a single CPU to run on, the thread
+ * that would grant cannot run while we spin, so nobody spins then. */
 #define SPIN_LIMIT 128
 
 static int can_spin(void)
@@ -56,9 +57,14 @@ static int can_spin(void)
     int n = __atomic_load_n(&ncpu, __ATOMIC_RELAXED);
 
     if (n == 0) {
-        long v = sysconf(_SC_NPROCESSORS_ONLN);
+        cpu_set_t set;
 
-        n = v > 1 ? 2 : 1;
+        /* The CPUs this process may run on (a cpuset or taskset may allow one), not the
+         * machine's. */
+        if (sched_getaffinity(0, sizeof(set), &set) == 0)
+            n = CPU_COUNT(&set) > 1 ? 2 : 1;
+        else
+            n = sysconf(_SC_NPROCESSORS_ONLN) > 1 ? 2 : 1;
         __atomic_store_n(&ncpu, n, __ATOMIC_RELAXED);
     }
     return n > 1;

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* sem_internal.h - the semaphore's layout, so other libsema modules can embed one; never installed.
  *
- * An embedded semaphore (e.g. one per key of a keyed lock) is set up with sema__sem_init
- * and torn down with sema__sem_destroy instead of sema_sem_new/sema_sem_free; every public
- * sema_sem_* call works on it (pass its address). No allocation either way. */
+ * An embedded semaphore (its container must keep the 64-byte alignment of struct sema_sem)
+ * is set up with sema__sem_init and torn down with sema__sem_destroy instead of
+ * sema_sem_new/sema_sem_free; every public sema_sem_* call works on it (pass its address).
+ * No allocation either way. */
 #ifndef SEMA_SEM_INTERNAL_H
 #define SEMA_SEM_INTERNAL_H
 
