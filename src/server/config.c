@@ -262,10 +262,10 @@ void config_usage(FILE *out)
         fputc('\n', out);
     }
     fputs("\nDurability (--durability; details and figures in docs/durability.md):\n"
-          "  strict   every create, delete, resize and grant is synced to disk (one fdatasync\n"
-          "           per event-loop tick, shared by all requests of that tick) before its\n"
-          "           reply: nothing acknowledged is lost, even by a power cut. Measured at\n"
-          "           50 connections: 0.72-0.80x the pairs/s of `none` (group commit).\n"
+          "  strict   every create, delete, resize and grant is synced to disk before its\n"
+          "           reply (one fdatasync per group commit, shared by every request that\n"
+          "           came in meanwhile; commits run beside the event loop): nothing\n"
+          "           acknowledged is lost, even by a power cut.\n"
           "  relaxed  the same writes, synced only at WAL checkpoints: a crash of semad loses\n"
           "           nothing; an OS crash or power cut can lose the last acknowledged\n"
           "           grants (at most ~4 MB of log), which may then be granted again.\n"

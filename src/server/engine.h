@@ -149,6 +149,7 @@ int engine_metrics(engine_t *e, struct strbuf *buf);
 /* Counters for /healthz and logs. */
 typedef struct {
     uint64_t semaphores, leases, parked, locks;
+    int commit_busy; /* a group commit runs, or mutations or replies wait for one */
 } engine_stats_t;
 void engine_stats(engine_t *e, engine_stats_t *out);
 

@@ -211,6 +211,9 @@ typedef struct {
     ehist_t wait_s, hold_s;
 } emetrics_t;
 
+/* The thread that writes and syncs group commits off the loop (engine_store.c). */
+typedef struct ecommitter ecommitter_t;
+
 struct engine {
     uv_loop_t *loop;
     engine_config_t cfg;
@@ -223,9 +226,12 @@ struct engine {
     uv_check_t check;
     uv_idle_t idle;
     int commit_armed;
-    elist_t ready;       /* completions to deliver now */
-    elist_t commit_wait; /* completions waiting for the group commit */
-    elist_t events;      /* eevent_t to deliver */
+    elist_t ready;           /* completions to deliver now */
+    elist_t commit_wait;     /* completions waiting for the next group commit */
+    elist_t commit_fly;      /* completions whose mutations the running commit carries */
+    int committing;          /* a commit runs (on the committer thread, or inline) */
+    ecommitter_t *committer; /* NULL: commits run on the loop thread */
+    elist_t events;          /* eevent_t to deliver */
     int draining;
     int shutting_down;
     int clearing; /* engine__state_clear runs: the treap is dropped whole */
@@ -302,6 +308,13 @@ void engine__subs_reattach(engine_t *e);
 /* engine_store.c */
 int engine__store_load(engine_t *e, char *errbuf, size_t errlen);
 void engine__commit_cb(uv_check_t *h);
+/* Start the committer thread: 0, or a SEMA_E* code (commits then run on the loop thread);
+ * either way when e->committer is set its uv handle is open. */
+int engine__committer_start(engine_t *e);
+void engine__committer_free(engine_t *e); /* after its handle closed */
+/* Wait for the running commit, commit what is recorded, deliver, and stop the thread; its
+ * uv handle is closed with `on_closed`. */
+void engine__commit_flush(engine_t *e, uv_close_cb on_closed);
 void engine__state_clear(engine_t *e, elist_t *keep_waiters);
 
 /* engine_ops.c */

@@ -409,6 +409,7 @@ static int engine_tables_init(engine_t *e)
 
 static void engine_free_mem(engine_t *e)
 {
+    engine__committer_free(e);
     engine__state_clear(e, NULL);
     engine__tombs_clear(e);
     engine__subs_free_all(e);
@@ -447,6 +448,7 @@ int engine_new(engine_t **out, uv_loop_t *loop, const engine_config_t *cfg, char
     e->rnd_pos = sizeof(e->rnd);
     elist_init(&e->ready);
     elist_init(&e->commit_wait);
+    elist_init(&e->commit_fly);
     elist_init(&e->events);
     rc = engine_tables_init(e);
     if (rc == 0 && e->store != NULL)
@@ -460,6 +462,11 @@ int engine_new(engine_t **out, uv_loop_t *loop, const engine_config_t *cfg, char
     uv_idle_init(loop, &e->idle);
     e->timer.data = e->check.data = e->idle.data = e;
     e->handles_open = 3;
+    if (e->store != NULL) {
+        (void)engine__committer_start(e); /* if it cannot start, commits run here */
+        if (e->committer != NULL)
+            e->handles_open++;
+    }
     engine__timer_rearm(e);
     *out = e;
     return 0;
@@ -491,8 +498,8 @@ void engine_shutdown(engine_t *e)
         return;
     engine__tab_each(&e->sems, shutdown_fail_parked, e);
     engine__tab_each(&e->locks, shutdown_fail_parked, e);
-    if (e->commit_armed)
-        engine__commit_cb(&e->check); /* flush the last group commit */
+    if (e->store != NULL)
+        engine__commit_flush(e, handle_closed); /* the last group commits, then the thread */
     e->shutting_down = 1;
     engine__drain(e);
     uv_timer_stop(&e->timer);
@@ -583,4 +590,6 @@ void engine_stats(engine_t *e, engine_stats_t *out)
     out->leases = e->leases.count;
     out->parked = e->nparked;
     out->locks = e->locks.count;
+    out->commit_busy = e->store != NULL &&
+                       (e->committing || store_pending(e->store) || !elist_empty(&e->commit_wait));
 }

@@ -79,13 +79,8 @@ static esem_t *create_sem(engine_t *e, ereq_t *er, uint64_t capacity, int flags)
         fail(e, er, SEMA_ENOMEM, "out of memory creating the semaphore");
         return NULL;
     }
-    if (e->store != NULL) {
-        /* a recreated name goes on counting: no fence is ever handed out twice */
-        uint64_t last = 0;
-        if (store_last_fence(e->store, s->name, &last) == 0 && last > e->fence_seq)
-            e->fence_seq = last;
-        s->fence = last;
-    }
+    /* A recreated name goes on counting: fences come from one sequence for all names,
+     * which starts above every fence in the store (engine__store_load). */
     engine__store_sem(e, s);
     er->durable = 1;
     return s;
@@ -304,6 +299,8 @@ static int idem_retry(engine_t *e, ereq_t *er, esem_t *s)
     if (d == NULL)
         return 0;
     if (d->lease != NULL) {
+        /* The grant may still be on its way to disk: this reply waits for it too. */
+        er->durable = 1;
         engine__finish_lease(e, er, d->lease);
         return 1;
     }

@@ -3,6 +3,7 @@
  * one group commit per loop tick, and the rollback when a commit fails. */
 #include "engine_internal.h"
 
+#include <pthread.h>
 #include <string.h>
 
 typedef struct {
@@ -71,6 +72,16 @@ int engine__store_load(engine_t *e, char *errbuf, size_t errlen)
 {
     load_ctx_t c = {e, 0, ""};
     int rc = store_load(e->store, on_sem, on_lease, &c, errbuf, errlen);
+    uint64_t top = 0;
+
+    /* Deleted semaphores' fences count too: no fence is ever handed out twice. */
+    if (rc == 0 && c.err == 0) {
+        rc = store_last_fence(e->store, NULL, &top);
+        if (rc != 0 && errbuf != NULL && errlen > 0)
+            snprintf(errbuf, errlen, "cannot read the store's highest fence");
+        else if (top > e->fence_seq)
+            e->fence_seq = top;
+    }
 
     if (rc == 0 && c.err != 0) {
         rc = c.err;
@@ -209,29 +220,217 @@ static void fail_batch(engine_t *e, elist_t *batch)
     }
 }
 
-/* Runs once per loop tick while mutations wait: one store_commit, then the replies. */
+/* ---- the committer thread ----
+ *
+ * A group commit is written and synced on a thread of its own, so the loop goes on serving
+ * (and recording the next transaction) during the sync. One commit runs at a time; the
+ * replies whose mutations it carries (commit_fly) go out when it has finished, and those
+ * recorded meanwhile (commit_wait) ride the next one, so a reply never goes out before
+ * every commit started before it. */
+struct ecommitter {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* work posted, stop asked, or a commit done */
+    int work, done, stop;
+    int stopped; /* joined (loop thread only): commits run inline from then on */
+    int rc;
+    char err[256];
+    uv_async_t async;
+};
+
+static void *committer_main(void *arg)
+{
+    engine_t *e = arg;
+    ecommitter_t *c = e->committer;
+
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        while (!c->work && !c->stop)
+            pthread_cond_wait(&c->cv, &c->mu);
+        if (!c->work)
+            break;
+        pthread_mutex_unlock(&c->mu);
+        int rc = store_commit_run(e->store, c->err, sizeof(c->err));
+        pthread_mutex_lock(&c->mu);
+        c->rc = rc;
+        c->work = 0;
+        c->done = 1;
+        pthread_cond_broadcast(&c->cv);
+        uv_async_send(&c->async);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+static void commit_done(engine_t *e, int rc);
+
+/* Take what the committer finished, if it has: 1 and its result in *rc. */
+static int take_done(ecommitter_t *c, engine_t *e, int wait, int *rc)
+{
+    int done;
+
+    pthread_mutex_lock(&c->mu);
+    while (wait && !c->done)
+        pthread_cond_wait(&c->cv, &c->mu);
+    done = c->done;
+    c->done = 0;
+    *rc = c->rc;
+    if (done && c->rc != 0)
+        snprintf(e->errbuf, sizeof(e->errbuf), "%s", c->err);
+    pthread_mutex_unlock(&c->mu);
+    return done;
+}
+
+static void on_commit_async(uv_async_t *h)
+{
+    engine_t *e = h->data;
+    int rc;
+
+    if (!e->committer->stopped && take_done(e->committer, e, 0, &rc))
+        commit_done(e, rc);
+}
+
+int engine__committer_start(engine_t *e)
+{
+    ecommitter_t *c = sema__calloc(1, sizeof(*c));
+
+    if (c == NULL)
+        return SEMA_ENOMEM;
+    if (pthread_mutex_init(&c->mu, NULL) != 0) {
+        sema__free(c);
+        return SEMA_ENOMEM;
+    }
+    if (pthread_cond_init(&c->cv, NULL) != 0) {
+        pthread_mutex_destroy(&c->mu);
+        sema__free(c);
+        return SEMA_ENOMEM;
+    }
+    if (uv_async_init(e->loop, &c->async, on_commit_async) != 0) {
+        pthread_cond_destroy(&c->cv);
+        pthread_mutex_destroy(&c->mu);
+        sema__free(c);
+        return SEMA_ENOMEM;
+    }
+    c->async.data = e;
+    e->committer = c;
+    if (pthread_create(&c->thread, NULL, committer_main, e) != 0) {
+        c->stopped = 1; /* commits run on the loop thread; the handle still needs closing */
+        return SEMA_ENOMEM;
+    }
+    return 0;
+}
+
+/* Deliver the completions in `list` (their mutations are durable, or carry none). */
+static void deliver(engine_t *e, elist_t *list)
+{
+    for (elist_t *x = list->next; x != list; x = x->next)
+        ENGINE__CONTAINER(x, ereq_t, link)->state = EREQ_READY;
+    elist_splice(&e->ready, list);
+}
+
+/* Start the next group commit, unless one runs (its end starts the next). */
+static void start_commit(engine_t *e)
+{
+    ecommitter_t *c = e->committer;
+
+    if (e->committing)
+        return;
+    if (!store_commit_start(e->store)) {
+        /* Nothing recorded: these replies carry no mutation of their own, and every
+         * commit started before them is done. */
+        deliver(e, &e->commit_wait);
+        engine__drain(e);
+        return;
+    }
+    elist_splice(&e->commit_fly, &e->commit_wait);
+    e->committing = 1;
+    e->m.commits++;
+    if (c == NULL || c->stopped) {
+        commit_done(e, store_commit_run(e->store, e->errbuf, sizeof(e->errbuf)));
+        return;
+    }
+    pthread_mutex_lock(&c->mu);
+    c->work = 1;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* The running commit ended with rc: send its replies, or fail them and roll back. */
+static void commit_done(engine_t *e, int rc)
+{
+    elist_t batch;
+
+    e->committing = 0;
+    store_commit_finish(e->store, rc);
+    elist_init(&batch);
+    elist_splice(&batch, &e->commit_fly);
+    if (rc != 0) {
+        e->m.commit_failures++;
+        /* What was recorded since was applied in memory on top of the failed commit: it
+         * goes too, and the state is rebuilt from the store. */
+        elist_splice(&batch, &e->commit_wait);
+        fail_batch(e, &batch);
+        store_discard_pending(e->store);
+        restore_from_store(e);
+    }
+    deliver(e, &batch);
+    engine__drain(e);
+    if (store_pending(e->store) || !elist_empty(&e->commit_wait)) {
+        if (e->committer != NULL && !e->committer->stopped)
+            start_commit(e); /* what was recorded during the sync: at once */
+        else
+            engine__mark_dirty(e); /* inline: next tick, no recursion */
+    }
+}
+
+/* Runs once per loop tick while mutations or durable replies wait. */
 void engine__commit_cb(uv_check_t *h)
 {
     engine_t *e = h->data;
-    elist_t batch;
-    int rc = 0;
 
     e->commit_armed = 0;
     uv_check_stop(&e->check);
     uv_idle_stop(&e->idle);
-    elist_init(&batch);
-    elist_splice(&batch, &e->commit_wait);
-    if (store_pending(e->store)) {
-        rc = store_commit(e->store, e->errbuf, sizeof(e->errbuf));
-        e->m.commits++;
+    start_commit(e);
+}
+
+void engine__commit_flush(engine_t *e, uv_close_cb on_closed)
+{
+    ecommitter_t *c = e->committer;
+    int rc;
+
+    e->commit_armed = 0;
+    for (;;) {
+        if (!e->committing) {
+            if (!store_pending(e->store) && elist_empty(&e->commit_wait))
+                break;
+            start_commit(e);
+            continue;
+        }
+        if (take_done(c, e, 1, &rc)) /* committing with no thread ends inline */
+            commit_done(e, rc);
     }
-    if (rc != 0) {
-        e->m.commit_failures++;
-        fail_batch(e, &batch);
-        restore_from_store(e);
+    if (c == NULL)
+        return;
+    if (!c->stopped) {
+        pthread_mutex_lock(&c->mu);
+        c->stop = 1;
+        pthread_cond_broadcast(&c->cv);
+        pthread_mutex_unlock(&c->mu);
+        pthread_join(c->thread, NULL);
+        c->stopped = 1;
     }
-    for (elist_t *x = batch.next; x != &batch; x = x->next)
-        ENGINE__CONTAINER(x, ereq_t, link)->state = EREQ_READY;
-    elist_splice(&e->ready, &batch);
-    engine__drain(e);
+    uv_close((uv_handle_t *)&c->async, on_closed); /* the engine frees c with itself */
+}
+
+void engine__committer_free(engine_t *e)
+{
+    ecommitter_t *c = e->committer;
+
+    if (c == NULL)
+        return;
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->mu);
+    sema__free(c);
+    e->committer = NULL;
 }

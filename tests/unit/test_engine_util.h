@@ -120,9 +120,25 @@ static inline int fx_run_until(fx_t *f, const int *flag, int ms)
     return *flag;
 }
 
-/* Let pending work (commits, due timers) settle: a few loop turns. */
+/* Let pending work settle: a few loop turns, then until no group commit runs or waits
+ * (commits run on a thread of their own; bounded at 2 s). */
 static inline void fx_settle(fx_t *f)
 {
+    engine_stats_t st;
+    uv_timer_t guard;
+    int expired = 0;
+
+    for (int i = 0; i < 4; i++)
+        uv_run(&f->loop, UV_RUN_NOWAIT);
+    engine_stats(f->e, &st);
+    if (!st.commit_busy)
+        return;
+    uv_timer_init(&f->loop, &guard);
+    guard.data = &expired;
+    uv_timer_start(&guard, guard_cb, 2000, 0);
+    for (; st.commit_busy && !expired; engine_stats(f->e, &st))
+        uv_run(&f->loop, UV_RUN_ONCE);
+    uv_close((uv_handle_t *)&guard, NULL);
     for (int i = 0; i < 4; i++)
         uv_run(&f->loop, UV_RUN_NOWAIT);
 }

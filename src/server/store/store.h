@@ -2,13 +2,18 @@
 /* store.h - semad's durable store interface: the engine writes ahead through it and
  * loads from it at start. The embedded store is SQLite in WAL mode (store_sqlite.c).
  *
- * Threading: called only from semad's loop thread.
+ * Threading: called from semad's loop thread, except store_commit_run, which may run on
+ * another thread while the loop goes on recording mutations (nothing else may be called
+ * with the same store between store_commit_start and store_commit_finish but the
+ * store_put_*, store_del_*, store_pending and store_stats calls).
  *
  * Group commit: the engine calls the store_put_* and store_del_* functions as it mutates
- * state during one loop tick; they only add to the open transaction. At the end of the
- * tick it calls store_commit() once (one transaction, one sync), and only then sends the
- * replies of the requests whose mutations it carried. If store_commit() fails, nothing
- * of the transaction is in the store; the engine restores its state from the store. */
+ * state; they only record the mutation (copied). Then store_commit_start takes everything
+ * recorded so far as one transaction, store_commit_run writes and syncs it (one sync), and
+ * store_commit_finish ends it; only then does the engine send the replies of the requests
+ * whose mutations it carried. While one transaction runs, the next one is recorded. If a
+ * commit fails, nothing of that transaction is in the store; the engine drops what is
+ * recorded after it (store_discard_pending) and restores its state from the store. */
 #ifndef SEMAD_STORE_H
 #define SEMAD_STORE_H
 
@@ -66,25 +71,40 @@ int store_load(store_t *st, void (*on_sem)(void *arg, const store_sem_t *sem),
                void (*on_lease)(void *arg, const store_lease_t *lease), void *arg, char *errbuf,
                size_t errlen);
 
-/* Add a mutation to the open transaction (begun on first use). Return 0 or a SEMA_E* code;
- * an error here makes the next store_commit() fail too. */
+/* Record a mutation for the next transaction. Return 0 or SEMA_ENOMEM; an error here makes
+ * the commit carrying it fail too. */
 int store_put_sem(store_t *st, const store_sem_t *sem);
 int store_del_sem(store_t *st, const char *name); /* also deletes its leases */
 int store_put_lease(store_t *st, const store_lease_t *lease);
 int store_del_lease(store_t *st, const char *id);
 
-/* True when mutations wait for store_commit(). */
+/* True when recorded mutations wait for a commit. */
 int store_pending(const store_t *st);
 
-/* Commit the open transaction (one sync in STRICT). Returns 0, or SEMA_EIO (disk full,
- * read-only, I/O error, or a put/del of this transaction failed) with the whole transaction
- * rolled back and a message naming the file and the cause in errbuf. The store stays
- * usable: later commits succeed once the cause is gone. (SEMA_ELIMIT is not used.) */
+/* Take every recorded mutation as the next transaction. Returns 1 if it did, 0 if nothing
+ * is recorded or a transaction is still running (one at a time). */
+int store_commit_start(store_t *st);
+
+/* Write and commit the started transaction (one sync in STRICT); any thread. Returns 0, or
+ * SEMA_EIO (disk full, read-only, I/O error, or a mutation could not be recorded) with the
+ * whole transaction rolled back and a message naming the file and the cause in errbuf. The
+ * store stays usable: later commits succeed once the cause is gone. */
+int store_commit_run(store_t *st, char *errbuf, size_t errlen);
+
+/* End the started transaction with store_commit_run's result (loop thread). */
+void store_commit_finish(store_t *st, int rc);
+
+/* Drop the mutations recorded and not yet started (after a failed commit). */
+void store_discard_pending(store_t *st);
+
+/* store_commit_start, store_commit_run and store_commit_finish in one call: 0 when nothing
+ * is recorded. */
 int store_commit(store_t *st, char *errbuf, size_t errlen);
 
 /* The highest fence the store knows for `name`: its live fence, or the last fence it had
- * before it was deleted; 0 if never seen. Lets a recreated name go on counting so no fence
- * is ever reused. Reads inside the open transaction. Returns 0 or SEMA_EIO/SEMA_ENOMEM. */
+ * before it was deleted; 0 if never seen; with name NULL, the highest of all names, deleted
+ * ones included (so fences handed out after a restart are above every one before). Reads
+ * what is committed: not while a transaction runs. Returns 0 or SEMA_EIO/SEMA_ENOMEM. */
 int store_last_fence(store_t *st, const char *name, uint64_t *fence);
 
 /* Successful and failed commits since store_open(), for metrics. */

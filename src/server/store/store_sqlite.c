@@ -45,6 +45,20 @@ static const char schema_sql[] =
     /* The last fence of every deleted semaphore, so a recreated name can go on counting. */
     "CREATE TABLE retired(name TEXT PRIMARY KEY NOT NULL, fence INTEGER NOT NULL) WITHOUT ROWID;";
 
+/* A recorded mutation and copies of its strings. */
+enum { OP_PUT_SEM, OP_DEL_SEM, OP_PUT_LEASE, OP_DEL_LEASE };
+
+typedef struct store_op {
+    struct store_op *next;
+    int kind;
+    union {
+        store_sem_t sem;
+        store_lease_t lease;
+        const char *name; /* OP_DEL_SEM: the semaphore; OP_DEL_LEASE: the lease id */
+    } u;
+    char strings[];
+} store_op_t;
+
 enum {
     Q_BEGIN,
     Q_COMMIT,
@@ -56,6 +70,7 @@ enum {
     Q_PUT_LEASE,
     Q_DEL_LEASE,
     Q_LAST_FENCE,
+    Q_MAX_FENCE,
     Q_COUNT
 };
 
@@ -82,6 +97,9 @@ static const char *const query_sql[Q_COUNT] = {
     [Q_DEL_LEASE] = "DELETE FROM leases WHERE id = ?1",
     [Q_LAST_FENCE] = "SELECT max(coalesce((SELECT fence FROM semaphores WHERE name = ?1), 0),"
                      " coalesce((SELECT fence FROM retired WHERE name = ?1), 0))",
+    [Q_MAX_FENCE] = "SELECT max(coalesce((SELECT max(fence) FROM semaphores), 0),"
+                    " coalesce((SELECT max(fence) FROM retired), 0),"
+                    " coalesce((SELECT max(fence) FROM leases), 0))",
 };
 
 struct store {
@@ -90,10 +108,17 @@ struct store {
     char *path;               /* DIR/sema.db, for messages */
     int lock_fd;              /* DIR/LOCK, flock()ed for the store's lifetime */
     store_durability_t durability;
-    int in_tx;            /* BEGIN done, COMMIT not yet */
-    uint64_t pending;     /* mutations in the open transaction */
-    int failed;           /* a put/del failed: the next commit rolls back and fails */
-    char failmsg[256];    /* why, for that commit's errbuf */
+    /* Owned by the loop thread: */
+    store_op_t *pend;       /* mutations recorded since the last commit started, in order */
+    store_op_t **pend_tail; /* where the next one goes */
+    int pend_failed;        /* one could not be recorded: the commit carrying them fails */
+    int fly_busy;           /* a transaction was started and not finished */
+    /* The started transaction: set by store_commit_start, read by store_commit_run (on
+     * the committing thread), freed by store_commit_finish; nobody else touches them or
+     * `db` meanwhile. */
+    store_op_t *fly;
+    int fly_failed;
+    int fly_inject;       /* the injected failure code for this commit, or 0 */
     int inject_left;      /* test hook: this many more commits fail */
     int inject_code;      /* ... with this code */
     uint64_t commits;     /* successful commits, for metrics */
@@ -487,6 +512,7 @@ int store_open(store_t **out, const char *dir, store_durability_t durability, ch
         return SEMA_ENOMEM;
     st->lock_fd = -1;
     st->durability = durability;
+    st->pend_tail = &st->pend;
     st->path = join_path(dir, STORE_DB_NAME);
     rc = st->path != NULL ? make_dir(dir, errbuf, errlen) : SEMA_ENOMEM;
     if (rc == 0)
@@ -508,17 +534,13 @@ static void rollback(store_t *st)
         sqlite3_step(st->q[Q_ROLLBACK]);
         sqlite3_reset(st->q[Q_ROLLBACK]);
     }
-    st->in_tx = 0;
-    st->pending = 0;
-    st->failed = 0;
 }
 
 void store_close(store_t *st)
 {
     if (st == NULL)
         return;
-    if (st->db != NULL && st->q[Q_ROLLBACK] != NULL)
-        rollback(st); /* uncommitted mutations were never acknowledged */
+    store_discard_pending(st); /* uncommitted mutations were never acknowledged */
     for (int i = 0; i < Q_COUNT; i++)
         sqlite3_finalize(st->q[i]);
     sqlite3_close(st->db);
@@ -607,43 +629,149 @@ int store_load(store_t *st, void (*on_sem)(void *arg, const store_sem_t *sem),
 
 /* ---- writing ------------------------------------------------------------------------- */
 
-/* Remember the first failure of this transaction; the commit reports it. */
-static int fail_tx(store_t *st, int rc, const char *doing)
+/* Mutations are recorded on the loop thread (copied, so the engine's strings may go at
+ * once) and written by store_commit_run, possibly on another thread, in one transaction. */
+static store_op_t *op_new(int kind, size_t extra)
 {
-    int code = db_error(st->db, rc, st->path, doing, st->failmsg, sizeof st->failmsg);
+    store_op_t *op = malloc(sizeof *op + extra);
 
-    if (!st->failed)
-        st->failed = code;
-    return code;
+    if (op != NULL) {
+        op->next = NULL;
+        op->kind = kind;
+    }
+    return op;
 }
 
-static int begin(store_t *st)
+/* Copy s (NULL stays NULL) to *at, advancing it. */
+static const char *op_str(char **at, const char *s)
 {
-    int rc;
+    char *d = *at;
+    size_t n;
 
-    if (st->failed)
-        return st->failed;
-    if (st->in_tx)
-        return 0;
-    rc = sqlite3_step(st->q[Q_BEGIN]);
-    sqlite3_reset(st->q[Q_BEGIN]);
-    st->in_tx = 1; /* even on failure: the commit must report it */
-    if (rc != SQLITE_DONE)
-        return fail_tx(st, rc, "cannot begin a transaction");
+    if (s == NULL)
+        return NULL;
+    n = strlen(s) + 1;
+    memcpy(d, s, n);
+    *at += n;
+    return d;
+}
+
+static size_t str_size(const char *s)
+{
+    return s != NULL ? strlen(s) + 1 : 0;
+}
+
+static int op_add(store_t *st, store_op_t *op)
+{
+    if (op == NULL) {
+        st->pend_failed = 1; /* the next commit fails: a mutation is missing from it */
+        return SEMA_ENOMEM;
+    }
+    *st->pend_tail = op;
+    st->pend_tail = &op->next;
     return 0;
 }
 
-/* Step a bound write statement to completion inside the transaction. */
-static int run_write(store_t *st, sqlite3_stmt *s, const char *doing)
+int store_put_sem(store_t *st, const store_sem_t *sem)
+{
+    store_op_t *op = op_new(OP_PUT_SEM, str_size(sem->name));
+
+    if (op != NULL) {
+        char *at = op->strings;
+        op->u.sem = *sem;
+        op->u.sem.name = op_str(&at, sem->name);
+    }
+    return op_add(st, op);
+}
+
+int store_del_sem(store_t *st, const char *name)
+{
+    store_op_t *op = op_new(OP_DEL_SEM, str_size(name));
+
+    if (op != NULL) {
+        char *at = op->strings;
+        op->u.name = op_str(&at, name);
+    }
+    return op_add(st, op);
+}
+
+int store_put_lease(store_t *st, const store_lease_t *l)
+{
+    store_op_t *op = op_new(OP_PUT_LEASE, str_size(l->id) + str_size(l->sem) + str_size(l->owner) +
+                                              str_size(l->idem_key));
+
+    if (op != NULL) {
+        char *at = op->strings;
+        op->u.lease = *l;
+        op->u.lease.id = op_str(&at, l->id);
+        op->u.lease.sem = op_str(&at, l->sem);
+        op->u.lease.owner = op_str(&at, l->owner);
+        op->u.lease.idem_key = op_str(&at, l->idem_key);
+    }
+    return op_add(st, op);
+}
+
+int store_del_lease(store_t *st, const char *id)
+{
+    store_op_t *op = op_new(OP_DEL_LEASE, str_size(id));
+
+    if (op != NULL) {
+        char *at = op->strings;
+        op->u.name = op_str(&at, id);
+    }
+    return op_add(st, op);
+}
+
+int store_pending(const store_t *st)
+{
+    return st != NULL && (st->pend != NULL || st->pend_failed);
+}
+
+static void free_ops(store_op_t *op)
+{
+    while (op != NULL) {
+        store_op_t *next = op->next;
+        free(op);
+        op = next;
+    }
+}
+
+void store_discard_pending(store_t *st)
+{
+    free_ops(st->pend);
+    st->pend = NULL;
+    st->pend_tail = &st->pend;
+    st->pend_failed = 0;
+}
+
+int store_commit_start(store_t *st)
+{
+    if (st->fly_busy)
+        return 0; /* one transaction at a time; the caller starts the next after finish */
+    if (!store_pending(st))
+        return 0;
+    st->fly = st->pend;
+    st->fly_failed = st->pend_failed;
+    st->fly_inject = 0;
+    if (!st->fly_failed && st->inject_left > 0) {
+        st->inject_left--;
+        st->fly_inject = st->inject_code;
+    }
+    st->pend = NULL;
+    st->pend_tail = &st->pend;
+    st->pend_failed = 0;
+    st->fly_busy = 1;
+    return 1;
+}
+
+/* Step a bound write statement to completion. */
+static int run_write(sqlite3_stmt *s)
 {
     int rc = sqlite3_step(s);
 
     sqlite3_reset(s);
     sqlite3_clear_bindings(s);
-    if (rc != SQLITE_DONE)
-        return fail_tx(st, rc, doing);
-    st->pending++;
-    return 0;
+    return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
 static void bind_text(sqlite3_stmt *s, int i, const char *t)
@@ -654,41 +782,35 @@ static void bind_text(sqlite3_stmt *s, int i, const char *t)
         sqlite3_bind_null(s, i);
 }
 
-int store_put_sem(store_t *st, const store_sem_t *sem)
+static int write_sem(store_t *st, const store_sem_t *sem)
 {
     sqlite3_stmt *s = st->q[Q_PUT_SEM];
-    int rc = begin(st);
 
-    if (rc != 0)
-        return rc;
     bind_text(s, 1, sem->name);
     sqlite3_bind_int64(s, 2, (sqlite3_int64)sem->capacity);
     sqlite3_bind_int64(s, 3, sem->available);
     sqlite3_bind_int64(s, 4, (sqlite3_int64)sem->fence);
     sqlite3_bind_int(s, 5, sem->legacy != 0);
     sqlite3_bind_int64(s, 6, sem->created_at_ms);
-    return run_write(st, s, "cannot write a semaphore");
+    return run_write(s);
 }
 
-int store_del_sem(store_t *st, const char *name)
+static int write_del_sem(store_t *st, const char *name)
 {
     static const int steps[] = {Q_RETIRE_SEM, Q_DEL_SEM_LEASES, Q_DEL_SEM};
-    int rc = begin(st);
+    int rc = SQLITE_OK;
 
-    for (size_t i = 0; rc == 0 && i < sizeof steps / sizeof steps[0]; i++) {
+    for (size_t i = 0; rc == SQLITE_OK && i < sizeof steps / sizeof steps[0]; i++) {
         bind_text(st->q[steps[i]], 1, name);
-        rc = run_write(st, st->q[steps[i]], "cannot delete a semaphore");
+        rc = run_write(st->q[steps[i]]);
     }
     return rc;
 }
 
-int store_put_lease(store_t *st, const store_lease_t *l)
+static int write_lease(store_t *st, const store_lease_t *l)
 {
     sqlite3_stmt *s = st->q[Q_PUT_LEASE];
-    int rc = begin(st);
 
-    if (rc != 0)
-        return rc;
     bind_text(s, 1, l->id);
     bind_text(s, 2, l->sem);
     sqlite3_bind_int64(s, 3, (sqlite3_int64)l->weight);
@@ -699,68 +821,88 @@ int store_put_lease(store_t *st, const store_lease_t *l)
     sqlite3_bind_int64(s, 8, l->acquired_at_ms);
     sqlite3_bind_int64(s, 9, l->expires_at_ms);
     sqlite3_bind_int(s, 10, l->is_lock != 0);
-    return run_write(st, s, "cannot write a lease");
+    return run_write(s);
 }
 
-int store_del_lease(store_t *st, const char *id)
+static int write_op(store_t *st, const store_op_t *op, const char **doing)
 {
-    int rc = begin(st);
-
-    if (rc != 0)
-        return rc;
-    bind_text(st->q[Q_DEL_LEASE], 1, id);
-    return run_write(st, st->q[Q_DEL_LEASE], "cannot delete a lease");
+    switch (op->kind) {
+    case OP_PUT_SEM:
+        *doing = "cannot write a semaphore";
+        return write_sem(st, &op->u.sem);
+    case OP_DEL_SEM:
+        *doing = "cannot delete a semaphore";
+        return write_del_sem(st, op->u.name);
+    case OP_PUT_LEASE:
+        *doing = "cannot write a lease";
+        return write_lease(st, &op->u.lease);
+    default:
+        *doing = "cannot delete a lease";
+        bind_text(st->q[Q_DEL_LEASE], 1, op->u.name);
+        return run_write(st->q[Q_DEL_LEASE]);
+    }
 }
 
-int store_pending(const store_t *st)
+int store_commit_run(store_t *st, char *errbuf, size_t errlen)
 {
-    return st != NULL && st->in_tx;
+    const char *doing = "cannot begin a transaction";
+    int rc;
+
+    if (st->fly_inject != 0) {
+        msg(errbuf, errlen, "%s: commit failed (injected for a test)", st->path);
+        return st->fly_inject;
+    }
+    /* Whatever failed (read-only, I/O error, disk full, even a record the store refused),
+     * the engine sees one code: 503 store_unavailable; the message has the detail. */
+    if (st->fly_failed) {
+        msg(errbuf, errlen, "%s: out of memory recording a change", st->path);
+        return SEMA_EIO;
+    }
+    rc = run_write(st->q[Q_BEGIN]);
+    for (const store_op_t *op = st->fly; rc == SQLITE_OK && op != NULL; op = op->next)
+        rc = write_op(st, op, &doing);
+    if (rc == SQLITE_OK) {
+        doing = "commit failed, rolled back";
+        rc = run_write(st->q[Q_COMMIT]);
+    }
+    if (rc != SQLITE_OK) {
+        (void)db_error(st->db, rc, st->path, doing, errbuf, errlen);
+        rollback(st);
+        return SEMA_EIO;
+    }
+    return 0;
 }
 
-/* End the transaction as failed: roll back, report `code` with `why` in errbuf. */
-static int commit_failed(store_t *st, int code, const char *why, char *errbuf, size_t errlen)
+void store_commit_finish(store_t *st, int rc)
 {
-    msg(errbuf, errlen, "%s", why);
-    rollback(st);
-    st->commit_fail++;
-    return code;
+    free_ops(st->fly);
+    st->fly = NULL;
+    st->fly_busy = 0;
+    if (rc == 0)
+        st->commits++;
+    else
+        st->commit_fail++;
 }
 
 int store_commit(store_t *st, char *errbuf, size_t errlen)
 {
-    char why[sizeof st->failmsg];
     int rc;
 
-    if (!st->in_tx)
+    if (!store_commit_start(st))
         return 0;
-    if (st->failed == 0 && st->inject_left > 0) {
-        st->inject_left--;
-        snprintf(why, sizeof why, "%s: commit failed (injected for a test)", st->path);
-        return commit_failed(st, st->inject_code, why, errbuf, errlen);
-    }
-    /* Whatever failed (read-only, I/O error, disk full, even a record the store refused),
-     * the engine sees one code: 503 store_unavailable; the message has the detail. */
-    if (st->failed != 0)
-        return commit_failed(st, SEMA_EIO, st->failmsg, errbuf, errlen);
-    rc = sqlite3_step(st->q[Q_COMMIT]);
-    sqlite3_reset(st->q[Q_COMMIT]);
-    if (rc != SQLITE_DONE) {
-        (void)db_error(st->db, rc, st->path, "commit failed, rolled back", why, sizeof why);
-        return commit_failed(st, SEMA_EIO, why, errbuf, errlen);
-    }
-    st->in_tx = 0;
-    st->pending = 0;
-    st->commits++;
-    return 0;
+    rc = store_commit_run(st, errbuf, errlen);
+    store_commit_finish(st, rc);
+    return rc;
 }
 
 int store_last_fence(store_t *st, const char *name, uint64_t *fence)
 {
-    sqlite3_stmt *s = st->q[Q_LAST_FENCE];
+    sqlite3_stmt *s = st->q[name != NULL ? Q_LAST_FENCE : Q_MAX_FENCE];
     int rc;
 
     *fence = 0;
-    bind_text(s, 1, name);
+    if (name != NULL)
+        bind_text(s, 1, name);
     rc = sqlite3_step(s);
     if (rc == SQLITE_ROW)
         *fence = (uint64_t)sqlite3_column_int64(s, 0);
