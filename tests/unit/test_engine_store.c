@@ -210,6 +210,84 @@ TEST(store_commit_failure_drops_the_undurable_grant)
     sfx_close(&s);
 }
 
+/* Submit an acquire without waiting for anything. */
+static treq_t *submit_acquire(fx_t *f, const char *name, uint64_t weight)
+{
+    treq_t *t = treq_new(ENGINE_ACQUIRE, name);
+
+    t->r.weight = weight;
+    t->r.timeout_ms = -1;
+    ASSERT_OK(engine_submit(f->e, &t->r));
+    return t;
+}
+
+/* Run the loop for about `ms` (the committer works meanwhile). */
+static void run_for(fx_t *f, int ms)
+{
+    int never = 0;
+
+    fx_run_until(f, &never, ms);
+}
+
+TEST(store_loop_serves_while_a_slow_commit_runs)
+{
+    sfx_t s = {.dir = data_dir()};
+    treq_t *a, *b, *g;
+
+    sfx_open(&s);
+    fx_put(&s.f, "sem", 2);
+    store_inject_commit_delay(s.st, 400); /* a slow disk */
+    a = submit_acquire(&s.f, "sem", 1);
+    run_for(&s.f, 50); /* the commit carrying a's grant is running now */
+    ASSERT_EQ(a->done, 0);
+    g = treq_new(ENGINE_SEM_GET, "sem"); /* a read is answered at once, */
+    ASSERT_OK(engine_submit(s.f.e, &g->r));
+    ASSERT_EQ(g->done, 1);
+    ASSERT_EQ(jint(g->res, "held"), 1);
+    b = submit_acquire(&s.f, "sem", 1); /* a grant made meanwhile waits for the next commit */
+    ASSERT_EQ(b->done, 0);
+    ASSERT(fx_run_until(&s.f, &a->done, 2000));
+    ASSERT_EQ(a->status, 0);
+    ASSERT(fx_run_until(&s.f, &b->done, 2000));
+    ASSERT_EQ(b->status, 0);
+    ASSERT_GT(jint(b->res, "fence"), jint(a->res, "fence"));
+    treq_free(g);
+    treq_free(a);
+    treq_free(b);
+    sfx_restart(&s);
+    ASSERT_EQ(fx_state(&s.f, "sem", "held"), 2); /* both grants are in the store */
+    sfx_close(&s);
+}
+
+TEST(store_failed_commit_also_fails_what_was_recorded_after_it)
+{
+    sfx_t s = {.dir = data_dir()};
+    treq_t *a, *b, *c;
+
+    sfx_open(&s);
+    fx_put(&s.f, "sem", 3);
+    store_inject_commit_delay(s.st, 300);
+    store_inject_commit_failures(s.st, 1, 0);
+    a = submit_acquire(&s.f, "sem", 1);
+    run_for(&s.f, 50);
+    ASSERT_EQ(a->done, 0);
+    b = submit_acquire(&s.f, "sem", 1); /* recorded on top of the commit that will fail */
+    ASSERT_EQ(b->done, 0);
+    ASSERT(fx_run_until(&s.f, &b->done, 2000));
+    ASSERT_EQ(a->status, SEMA_EIO);
+    ASSERT_EQ(b->status, SEMA_EIO);
+    ASSERT_EQ(fx_state(&s.f, "sem", "held"), 0); /* rebuilt from the store */
+    c = submit_acquire(&s.f, "sem", 3);          /* the store works again */
+    ASSERT(fx_run_until(&s.f, &c->done, 2000));
+    ASSERT_EQ(c->status, 0);
+    treq_free(a);
+    treq_free(b);
+    treq_free(c);
+    sfx_restart(&s);
+    ASSERT_EQ(fx_state(&s.f, "sem", "held"), 3);
+    sfx_close(&s);
+}
+
 TEST(store_cancel_racing_grant_awaiting_commit_releases_it)
 {
     sfx_t s = {.dir = data_dir()};

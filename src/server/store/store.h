@@ -114,6 +114,9 @@ void store_stats(const store_t *st, uint64_t *commits, uint64_t *commit_failures
  * rolled back exactly like a real write failure. */
 void store_inject_commit_failures(store_t *st, int n, int code);
 
+/* Testing: the next commit sleeps `ms` before it writes (a slow disk). */
+void store_inject_commit_delay(store_t *st, int ms);
+
 /* Verify a store offline (integrity, version, invariants) without taking it over.
  * Writes a report to `out` (a FILE*), returns 0 if sound. Used by `semad --check DIR`. */
 #include <stdio.h>

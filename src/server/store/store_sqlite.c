@@ -4,6 +4,7 @@
 #include "store/store.h"
 
 #include <errno.h>
+#include <time.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -119,7 +120,9 @@ struct store {
     store_op_t *fly;
     int fly_failed;
     int fly_inject;       /* the injected failure code for this commit, or 0 */
+    int fly_delay_ms;     /* the injected delay for this commit */
     int inject_left;      /* test hook: this many more commits fail */
+    int inject_delay_ms;  /* test hook: the next commit first sleeps this long */
     int inject_code;      /* ... with this code */
     uint64_t commits;     /* successful commits, for metrics */
     uint64_t commit_fail; /* failed commits */
@@ -753,6 +756,8 @@ int store_commit_start(store_t *st)
     st->fly = st->pend;
     st->fly_failed = st->pend_failed;
     st->fly_inject = 0;
+    st->fly_delay_ms = st->inject_delay_ms;
+    st->inject_delay_ms = 0;
     if (!st->fly_failed && st->inject_left > 0) {
         st->inject_left--;
         st->fly_inject = st->inject_code;
@@ -848,6 +853,11 @@ int store_commit_run(store_t *st, char *errbuf, size_t errlen)
     const char *doing = "cannot begin a transaction";
     int rc;
 
+    if (st->fly_delay_ms > 0) {
+        struct timespec ts = {st->fly_delay_ms / 1000, (long)(st->fly_delay_ms % 1000) * 1000000};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+            ;
+    }
     if (st->fly_inject != 0) {
         msg(errbuf, errlen, "%s: commit failed (injected for a test)", st->path);
         return st->fly_inject;
@@ -909,6 +919,11 @@ int store_last_fence(store_t *st, const char *name, uint64_t *fence)
     sqlite3_reset(s);
     sqlite3_clear_bindings(s);
     return rc == SQLITE_ROW ? 0 : map_rc(rc, &(const char *){NULL});
+}
+
+void store_inject_commit_delay(store_t *st, int ms)
+{
+    st->inject_delay_ms = ms;
 }
 
 void store_inject_commit_failures(store_t *st, int n, int code)
