@@ -115,6 +115,7 @@ typedef struct esem {
     uint64_t waiting;  /* total weight queued */
     int64_t created_at_ms;
     uint32_t nwaiters;
+    uint32_t dirty_at; /* 1 + its index in e->dirty while its row awaits the next commit */
     uint16_t name_len;
     uint8_t flags; /* ESEM_* */
     char name[];
@@ -231,7 +232,9 @@ struct engine {
     elist_t commit_fly;      /* completions whose mutations the running commit carries */
     int committing;          /* a commit runs (on the committer thread, or inline) */
     ecommitter_t *committer; /* NULL: commits run on the loop thread */
-    elist_t events;          /* eevent_t to deliver */
+    esem_t **dirty;          /* semaphores whose rows the next commit writes (NULL: gone) */
+    size_t ndirty, dirty_cap;
+    elist_t events; /* eevent_t to deliver */
     int draining;
     int shutting_down;
     int clearing; /* engine__state_clear runs: the treap is dropped whole */
@@ -264,7 +267,12 @@ int engine__park(engine_t *e, ereq_t *er, esem_t *s, int64_t timeout_ms);
 void engine__unpark(engine_t *e, ereq_t *er);
 void engine__maybe_free_lock(engine_t *e, esem_t *s);
 void engine__timer_rearm(engine_t *e);
-void engine__store_sem(engine_t *e, const esem_t *s);
+/* The semaphore's row changed: it is written once, as it is then, when the next commit
+ * starts (so many grants on one semaphore in a commit write its row once). */
+void engine__store_sem(engine_t *e, esem_t *s);
+/* Record the rows of every changed semaphore (when a commit starts), or of one now. */
+void engine__store_sems_flush(engine_t *e);
+void engine__store_sem_now(engine_t *e, esem_t *s);
 uint64_t engine__idem_hash(const esem_t *s, const char *key, size_t len);
 eidem_t *engine__idem_find(engine_t *e, const esem_t *s, const char *key, size_t len);
 eidem_t *engine__idem_new(engine_t *e, esem_t *s, const char *key, size_t len);

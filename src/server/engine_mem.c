@@ -68,9 +68,18 @@ esem_t *engine__sem_new(engine_t *e, const char *name, size_t len, uint64_t capa
 }
 
 /* Unlink and free a semaphore that has no holders and no waiters. */
+static void undirty(engine_t *e, esem_t *s)
+{
+    if (s->dirty_at != 0) {
+        e->dirty[s->dirty_at - 1] = NULL;
+        s->dirty_at = 0;
+    }
+}
+
 void engine__sem_free(engine_t *e, esem_t *s)
 {
     SEMA__CHECK(elist_empty(&s->waiters) && elist_empty(&s->holders));
+    undirty(e, s);
     if (s->flags & ESEM_LOCK) {
         engine__tab_remove(&e->locks, &s->node);
     } else {
@@ -88,12 +97,11 @@ void engine__maybe_free_lock(engine_t *e, esem_t *s)
         engine__sem_free(e, s);
 }
 
-void engine__store_sem(engine_t *e, const esem_t *s)
+void engine__store_sem_now(engine_t *e, esem_t *s)
 {
     store_sem_t rec;
 
-    if (e->store == NULL || (s->flags & ESEM_LOCK))
-        return;
+    undirty(e, s);
     rec.name = s->name;
     rec.capacity = s->capacity;
     rec.available = s->available;
@@ -102,6 +110,33 @@ void engine__store_sem(engine_t *e, const esem_t *s)
     rec.created_at_ms = s->created_at_ms;
     (void)store_put_sem(e->store, &rec); /* an error fails the next commit */
     engine__mark_dirty(e);
+}
+
+void engine__store_sem(engine_t *e, esem_t *s)
+{
+    if (e->store == NULL || (s->flags & ESEM_LOCK) || s->dirty_at != 0)
+        return;
+    if (e->ndirty == e->dirty_cap) {
+        size_t cap = e->dirty_cap ? e->dirty_cap * 2 : 64;
+        esem_t **a = cap <= UINT32_MAX ? sema__realloc(e->dirty, cap * sizeof(*a)) : NULL;
+        if (a == NULL)
+            return engine__store_sem_now(e, s); /* no room to defer: record it now */
+        e->dirty = a;
+        e->dirty_cap = cap;
+    }
+    e->dirty[e->ndirty++] = s;
+    s->dirty_at = (uint32_t)e->ndirty;
+    engine__mark_dirty(e);
+}
+
+void engine__store_sems_flush(engine_t *e)
+{
+    for (size_t i = 0; i < e->ndirty; i++) {
+        esem_t *s = e->dirty[i];
+        if (s != NULL)
+            engine__store_sem_now(e, s);
+    }
+    e->ndirty = 0;
 }
 
 /* ---- idempotency keys ---- */
@@ -411,6 +446,7 @@ static void engine_free_mem(engine_t *e)
 {
     engine__committer_free(e);
     engine__state_clear(e, NULL);
+    sema__free(e->dirty); /* after the semaphores: freeing one clears its entry */
     engine__tombs_clear(e);
     engine__subs_free_all(e);
     engine__tab_destroy(&e->sems);
@@ -590,6 +626,7 @@ void engine_stats(engine_t *e, engine_stats_t *out)
     out->leases = e->leases.count;
     out->parked = e->nparked;
     out->locks = e->locks.count;
-    out->commit_busy = e->store != NULL &&
-                       (e->committing || store_pending(e->store) || !elist_empty(&e->commit_wait));
+    out->commit_busy =
+        e->store != NULL && (e->committing || e->ndirty != 0 || store_pending(e->store) ||
+                             !elist_empty(&e->commit_wait));
 }

@@ -135,6 +135,8 @@ static void delete_sem(engine_t *e, esem_t *s)
         engine__lease_end(e, ENGINE__CONTAINER(s->holders.next, elease_t, link), ETOMB_DELETED);
     engine__event(e, s, "deleted", json_pack("{s:s%}", "name", s->name, (size_t)s->name_len));
     if (e->store != NULL) {
+        if (s->dirty_at != 0) /* its retired fence is read from its row: write that first */
+            engine__store_sem_now(e, s);
         (void)store_del_sem(e->store, s->name);
         engine__mark_dirty(e);
     }

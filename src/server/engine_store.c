@@ -335,6 +335,7 @@ static void start_commit(engine_t *e)
 
     if (e->committing)
         return;
+    engine__store_sems_flush(e);
     if (!store_commit_start(e->store)) {
         /* Nothing recorded: these replies carry no mutation of their own, and every
          * commit started before them is done. */
@@ -375,7 +376,7 @@ static void commit_done(engine_t *e, int rc)
     }
     deliver(e, &batch);
     engine__drain(e);
-    if (store_pending(e->store) || !elist_empty(&e->commit_wait)) {
+    if (e->ndirty != 0 || store_pending(e->store) || !elist_empty(&e->commit_wait)) {
         if (e->committer != NULL && !e->committer->stopped)
             start_commit(e); /* what was recorded during the sync: at once */
         else
@@ -402,7 +403,7 @@ void engine__commit_flush(engine_t *e, uv_close_cb on_closed)
     e->commit_armed = 0;
     for (;;) {
         if (!e->committing) {
-            if (!store_pending(e->store) && elist_empty(&e->commit_wait))
+            if (e->ndirty == 0 && !store_pending(e->store) && elist_empty(&e->commit_wait))
                 break;
             start_commit(e);
             continue;

@@ -340,6 +340,41 @@ TEST(store_recreated_name_never_reuses_a_fence)
     sfx_close(&s);
 }
 
+/* Create, grant, release and delete inside one group commit: the semaphore's row is
+ * written once per commit, so the delete must write it first or its fence is lost. */
+TEST(store_delete_in_the_commit_of_its_grants_keeps_the_fence)
+{
+    sfx_t s = {.dir = data_dir()};
+    treq_t *p, *a[3], *d, *b;
+    engine_stats_t st;
+
+    sfx_open(&s);
+    p = treq_new(ENGINE_SEM_PUT, "sem");
+    p->r.capacity = 3;
+    ASSERT_OK(engine_submit(s.f.e, &p->r));
+    for (int i = 0; i < 3; i++) {
+        a[i] = submit_acquire(&s.f, "sem", 1); /* fences 1..3, awaiting the commit */
+        ASSERT_EQ(a[i]->done, 0);
+        engine_cancel(s.f.e, &a[i]->r); /* gone before the commit: the grant is released */
+    }
+    d = treq_new(ENGINE_SEM_DELETE, "sem");
+    ASSERT_OK(engine_submit(s.f.e, &d->r));
+    engine_stats(s.f.e, &st);
+    ASSERT_EQ(st.semaphores, 0);
+    fx_settle(&s.f); /* one commit carries all of it */
+    sfx_restart(&s);
+    fx_put(&s.f, "sem", 1);
+    b = fx_acquire(&s.f, "sem", 1, -1);
+    ASSERT(fx_run_until(&s.f, &b->done, 2000));
+    ASSERT_GT(jint(b->res, "fence"), 3);
+    treq_free(p);
+    for (int i = 0; i < 3; i++)
+        treq_free(a[i]);
+    treq_free(d);
+    treq_free(b);
+    sfx_close(&s);
+}
+
 TEST(store_restart_restores_lock_leases)
 {
     sfx_t s = {.dir = data_dir()};
