@@ -41,6 +41,8 @@ static const option_t options[] = {
     {"max-waiters", "SEMA_MAX_WAITERS", OPT_U64, F(engine.max_waiters_total),
      "parked requests in all"},
     {"max-locks", "SEMA_MAX_LOCKS", OPT_U64, F(engine.max_locks), "lock keys held or awaited"},
+    {"max-uncommitted", "SEMA_MAX_UNCOMMITTED", OPT_U64, F(engine.max_uncommitted),
+     "changes recorded during a running commit before every reply waits for it"},
     {"lock-readers", "SEMA_LOCK_READERS", OPT_U64, F(engine.lock_readers),
      "keyed locks: most concurrent shared holders"},
     {"default-ttl", "SEMA_DEFAULT_TTL", OPT_MS, F(engine.default_ttl_ms),

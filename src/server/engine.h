@@ -109,6 +109,8 @@ typedef struct {
     uint64_t max_locks;              /* keyed locks: max keys held or awaited at once */
     uint64_t metrics_max_semaphores; /* per-semaphore metric series cap */
     struct store *store;             /* durable store, or NULL for memory only */
+    uint64_t max_uncommitted;        /* store: changes recorded while a commit runs before
+                                        every reply waits for the commit (backpressure) */
 } engine_config_t;
 
 /* Fill `cfg` with the defaults documented in `semad --help`. */

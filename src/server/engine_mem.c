@@ -346,7 +346,10 @@ void engine__mark_dirty(engine_t *e)
 /* Queue a finished request for delivery (after the group commit when it mutated state). */
 static void finish_queue(engine_t *e, ereq_t *er, int status)
 {
-    if (e->store != NULL && er->durable && status == 0) {
+    /* While a slow commit runs, changes pile up in memory: past the cap every reply waits
+     * for the commit, so each connection stops sending until the disk catches up. */
+    if (e->store != NULL && status == 0 &&
+        (er->durable || (e->committing && store_backlog(e->store) >= e->cfg.max_uncommitted))) {
         er->state = EREQ_COMMIT;
         elist_push_back(&e->commit_wait, &er->link);
         engine__mark_dirty(e);
@@ -431,6 +434,7 @@ void engine_config_default(engine_config_t *cfg)
     cfg->max_locks = 1000000;
     cfg->metrics_max_semaphores = 100;
     cfg->store = NULL;
+    cfg->max_uncommitted = 65536;
 }
 
 static int engine_tables_init(engine_t *e)

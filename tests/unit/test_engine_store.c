@@ -375,6 +375,47 @@ TEST(store_delete_in_the_commit_of_its_grants_keeps_the_fence)
     sfx_close(&s);
 }
 
+/* Backpressure: while a slow commit runs, renewals (whose replies do not wait) pile up
+ * only to the cap; past it they wait for the commit too. */
+TEST(store_changes_recorded_during_a_slow_commit_are_capped)
+{
+    sfx_t s = {.dir = data_dir()};
+    engine_config_t cfg;
+    treq_t *a, *r[12];
+    char id[64];
+    char err[512] = "";
+    int done_early = 0;
+
+    ASSERT_OK(store_open(&s.st, s.dir, STORE_RELAXED, err, sizeof(err)));
+    engine_config_default(&cfg);
+    cfg.store = s.st;
+    cfg.max_uncommitted = 5;
+    fx_init_cfg(&s.f, &cfg);
+    fx_put(&s.f, "sem", 1);
+    a = fx_acquire(&s.f, "sem", 1, -1);
+    ASSERT(fx_run_until(&s.f, &a->done, 2000));
+    snprintf(id, sizeof(id), "%s", lease_id(a));
+    store_inject_commit_delay(s.st, 400);
+    r[0] = treq_new(ENGINE_LEASE_RENEW, id); /* its change starts the slow commit */
+    ASSERT_OK(engine_submit(s.f.e, &r[0]->r));
+    ASSERT(fx_run_until(&s.f, &r[0]->done, 2000)); /* a renewal's reply does not wait */
+    run_for(&s.f, 50);
+    for (int i = 1; i < 12; i++) {
+        r[i] = treq_new(ENGINE_LEASE_RENEW, id);
+        ASSERT_OK(engine_submit(s.f.e, &r[i]->r));
+        done_early += r[i]->done;
+    }
+    ASSERT_EQ(done_early, 4); /* the fifth change reaches the cap: it and the rest wait */
+    fx_settle(&s.f);
+    for (int i = 0; i < 12; i++) {
+        ASSERT_EQ(r[i]->done, 1);
+        ASSERT_EQ(r[i]->status, 0);
+        treq_free(r[i]);
+    }
+    treq_free(a);
+    sfx_close(&s);
+}
+
 TEST(store_restart_restores_lock_leases)
 {
     sfx_t s = {.dir = data_dir()};

@@ -81,6 +81,9 @@ int store_del_lease(store_t *st, const char *id);
 /* True when recorded mutations wait for a commit. */
 int store_pending(const store_t *st);
 
+/* How many mutations are recorded and not yet started. */
+uint64_t store_backlog(const store_t *st);
+
 /* Take every recorded mutation as the next transaction. Returns 1 if it did, 0 if nothing
  * is recorded or a transaction is still running (one at a time). */
 int store_commit_start(store_t *st);

@@ -113,6 +113,7 @@ struct store {
     store_op_t *pend;       /* mutations recorded since the last commit started, in order */
     store_op_t **pend_tail; /* where the next one goes */
     int pend_failed;        /* one could not be recorded: the commit carrying them fails */
+    uint64_t npend;         /* how many are recorded */
     int fly_busy;           /* a transaction was started and not finished */
     /* The started transaction: set by store_commit_start, read by store_commit_run (on
      * the committing thread), freed by store_commit_finish; nobody else touches them or
@@ -672,6 +673,7 @@ static int op_add(store_t *st, store_op_t *op)
     }
     *st->pend_tail = op;
     st->pend_tail = &op->next;
+    st->npend++;
     return 0;
 }
 
@@ -730,6 +732,11 @@ int store_pending(const store_t *st)
     return st != NULL && (st->pend != NULL || st->pend_failed);
 }
 
+uint64_t store_backlog(const store_t *st)
+{
+    return st != NULL ? st->npend : 0;
+}
+
 static void free_ops(store_op_t *op)
 {
     while (op != NULL) {
@@ -745,6 +752,7 @@ void store_discard_pending(store_t *st)
     st->pend = NULL;
     st->pend_tail = &st->pend;
     st->pend_failed = 0;
+    st->npend = 0;
 }
 
 int store_commit_start(store_t *st)
@@ -765,6 +773,7 @@ int store_commit_start(store_t *st)
     st->pend = NULL;
     st->pend_tail = &st->pend;
     st->pend_failed = 0;
+    st->npend = 0;
     st->fly_busy = 1;
     return 1;
 }
