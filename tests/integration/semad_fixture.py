@@ -57,8 +57,20 @@ class Semad:
                 self.lines.append(line)
 
     def log(self):
+        """The lines read so far; after wait_exit() returned, every line semad wrote."""
         with self.lock:
             return list(self.lines)
+
+    def wait_exit(self, timeout=10):
+        """Wait (bounded, scaled) until semad exits and its stderr is read to the end, so
+        log() holds its last words; returns the exit status. The reader thread runs on its
+        own schedule: right after the process exits it may not have read the final lines."""
+        deadline = time.monotonic() + timeout * SLOW
+        rc = self.proc.wait(timeout * SLOW)
+        self.reader.join(max(0.0, deadline - time.monotonic()) + 5 * SLOW)
+        if self.reader.is_alive():
+            raise AssertionError("semad exited %s but its log never reached EOF" % rc)
+        return rc
 
     def _wait_port(self, timeout):
         deadline = time.monotonic() + timeout
@@ -68,6 +80,7 @@ class Semad:
                 if m:
                     return int(m.group(1))
             if self.proc.poll() is not None:
+                self.reader.join(5 * SLOW)  # its last words say why
                 break
             time.sleep(0.01)
         self.kill()
@@ -117,8 +130,7 @@ class Semad:
                 self.proc.kill()
                 self.proc.wait()
                 raise AssertionError("semad did not stop within %ss" % timeout)
-        self.reader.join(2)
-        return self.proc.returncode
+        return self.wait_exit(timeout)
 
     def kill(self):
         if self.proc.poll() is None:
@@ -137,8 +149,7 @@ class Semad:
 
     def __exit__(self, *exc):
         rc = self.proc.poll()
-        if rc is None:
-            rc = self.stop()
+        rc = self.stop() if rc is None else self.wait_exit()
         shutil.rmtree(self.tmp, ignore_errors=True)
         if exc[0] is None and rc not in (0, None):
             raise AssertionError("semad exited with %s:\n%s" % (rc, "\n".join(self.log()[-30:])))
