@@ -217,6 +217,22 @@ typedef int (*sema_client_event_cb)(void *arg, const char *type, const char *dat
 SEMA_EXTERN int sema_client_events(sema_client_t *c, const char *name, sema_client_event_cb cb,
                                    void *arg, const volatile int *cancel, sema_client_error_t *err);
 
+/* What sema_client_events_ex() learnt about the stream, for a caller that reconnects. */
+typedef struct {
+    int64_t retry_ms; /* the last SSE `retry:` field (ms) the server sent, -1 if none */
+    int opened;       /* 1 once the server accepted the subscription (a 2xx reply began) */
+} sema_client_events_info_t;
+
+/* sema_client_events() that also fills *info (may be NULL) before it returns, whatever the
+ * outcome. The stream does not reconnect by itself: a return of 0 that neither `cb` nor
+ * *cancel caused means the server ended the stream, and a transport error (e.g.
+ * SEMA_ECONNREFUSED, SEMA_EPROTO with http_status 0) means it was lost; resubscribe after
+ * info->retry_ms (or your own backoff). Events sent while no stream was open are not
+ * replayed (semad does not implement Last-Event-ID). Blocks; thread-safe like the rest. */
+SEMA_EXTERN int sema_client_events_ex(sema_client_t *c, const char *name, sema_client_event_cb cb,
+                                      void *arg, const volatile int *cancel,
+                                      sema_client_events_info_t *info, sema_client_error_t *err);
+
 /* ---- the legacy API (seed 001) ------------------------------------------------------- */
 
 /* POST /semaphore {"name","value"}: create a legacy semaphore (capacity = value >= 0).

@@ -25,7 +25,8 @@ enum {
     O_MODE = 32,
     O_GRACE = 64,
     O_CMD = 128,
-    O_KEY = 256
+    O_KEY = 256,
+    O_RETRIES = 512
 };
 
 typedef int (*verb_fn)(remote_opts_t *o);
@@ -90,8 +91,9 @@ static const verb_t verbs[] = {
     {"down", "NAME", "legacy API: take one unit if available (no lease)", 1, 1, 0, v_down,
      "sema down printer || echo busy"},
     {"value", "NAME", "legacy API: print the value", 1, 1, 0, v_value, "sema value printer"},
-    {"watch", "NAME", "live view of holders and waiters", 1, 1, 0, remote_watch,
-     "sema watch builds\nsema watch builds | tee events.log"},
+    {"watch", "NAME [--max-retries N]", "live view of holders and waiters (reconnects)", 1, 1,
+     O_RETRIES, remote_watch,
+     "sema watch builds\nsema watch builds | tee events.log\nsema watch builds --max-retries 5"},
 };
 
 static const verb_t *find_verb(const char *name)
@@ -139,6 +141,13 @@ static void verb_help(const verb_t *v, FILE *out)
     if (v->opts & O_GRACE)
         fprintf(out, "  --grace D      after a lost lease, SIGKILL CMD D after SIGTERM "
                      "(default 5s)\n");
+    if (v->opts & O_RETRIES)
+        fprintf(out, "  --max-retries N  give up after N failed reconnects in a row (default: "
+                     "retry until\n                 interrupted). A lost stream is retried "
+                     "after 0.5s, doubling up to 30s,\n                 with jitter (or the "
+                     "server's SSE retry: delay); events sent while\n                 "
+                     "disconnected are not replayed, the state is shown again. A 4xx reply\n"
+                     "                 (unknown semaphore, bad name) ends watch at once.\n");
     fprintf(out, "\nexit status: 0 ok, 1 refused by the server, 2 usage, 69 server "
                  "unreachable, 75 timeout or busy, 76 lease lost");
     if (v->opts & O_CMD)
@@ -179,13 +188,21 @@ static int parse_u64(const char *s, uint64_t *out)
 }
 
 static const struct option long_opts[] = {
-    {"weight", required_argument, NULL, 'w'}, {"timeout", required_argument, NULL, 't'},
-    {"ttl", required_argument, NULL, 'L'},    {"capacity", required_argument, NULL, 'c'},
-    {"owner", required_argument, NULL, 'o'},  {"shared", no_argument, NULL, 'S'},
-    {"exclusive", no_argument, NULL, 'X'},    {"server", required_argument, NULL, 's'},
-    {"json", no_argument, NULL, 'j'},         {"grace", required_argument, NULL, 'g'},
-    {"local", no_argument, NULL, 'l'},        {"key", required_argument, NULL, 'k'},
-    {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+    {"weight", required_argument, NULL, 'w'},
+    {"timeout", required_argument, NULL, 't'},
+    {"ttl", required_argument, NULL, 'L'},
+    {"capacity", required_argument, NULL, 'c'},
+    {"owner", required_argument, NULL, 'o'},
+    {"shared", no_argument, NULL, 'S'},
+    {"exclusive", no_argument, NULL, 'X'},
+    {"server", required_argument, NULL, 's'},
+    {"json", no_argument, NULL, 'j'},
+    {"grace", required_argument, NULL, 'g'},
+    {"local", no_argument, NULL, 'l'},
+    {"key", required_argument, NULL, 'k'},
+    {"help", no_argument, NULL, 'h'},
+    {"max-retries", required_argument, NULL, 'R'},
+    {NULL, 0, NULL, 0},
 };
 
 /* The option letter's bit (0: always allowed). */
@@ -193,8 +210,9 @@ static int opt_bit(int ch)
 {
     static const struct {
         int ch, bit;
-    } map[] = {{'w', O_W},    {'t', O_T},    {'L', O_TTL},   {'c', O_C},   {'o', O_OWNER},
-               {'S', O_MODE}, {'X', O_MODE}, {'g', O_GRACE}, {'l', O_CMD}, {'k', O_KEY}};
+    } map[] = {{'w', O_W},     {'t', O_T},    {'L', O_TTL},    {'c', O_C},
+               {'o', O_OWNER}, {'S', O_MODE}, {'X', O_MODE},   {'g', O_GRACE},
+               {'l', O_CMD},   {'k', O_KEY},  {'R', O_RETRIES}};
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (map[i].ch == ch)
             return map[i].bit;
@@ -226,6 +244,11 @@ static int apply_opt(const verb_t *v, remote_opts_t *o, int ch, const char *arg)
         return 0;
     case 'o':
         o->owner = arg;
+        return 0;
+    case 'R':
+        if (parse_u64(arg, &o->max_retries) != 0)
+            return usage_error(v, "bad --max-retries '%s' (a whole number >= 0)", arg);
+        o->has_max_retries = 1;
         return 0;
     case 'k':
         o->key = arg;

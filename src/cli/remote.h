@@ -13,16 +13,18 @@ typedef struct {
     const char *verb;
     const char *server;
     int json;
-    uint64_t weight;    /* -w */
-    int64_t timeout_ms; /* -t; -1 forever */
-    int64_t ttl_ms;     /* --ttl; 0 server default */
-    uint64_t capacity;  /* -c */
-    const char *owner;  /* --owner */
-    const char *key;    /* --key: idempotency key */
-    int mode;           /* --shared / --exclusive */
-    int64_t grace_ms;   /* run/lock: SIGTERM -> SIGKILL */
-    int local;          /* --local given (the shared-memory verbs live elsewhere) */
-    char **pos;         /* positional arguments (before a CMD) */
+    uint64_t weight;      /* -w */
+    int64_t timeout_ms;   /* -t; -1 forever */
+    int64_t ttl_ms;       /* --ttl; 0 server default */
+    uint64_t capacity;    /* -c */
+    const char *owner;    /* --owner */
+    const char *key;      /* --key: idempotency key */
+    int mode;             /* --shared / --exclusive */
+    int64_t grace_ms;     /* run/lock: SIGTERM -> SIGKILL */
+    int local;            /* --local given (the shared-memory verbs live elsewhere) */
+    uint64_t max_retries; /* watch --max-retries (valid when has_max_retries) */
+    int has_max_retries;
+    char **pos; /* positional arguments (before a CMD) */
     int npos;
     char **cmd; /* run/lock: the command after "--" (NULL-terminated) */
     int ncmd;

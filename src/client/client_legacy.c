@@ -96,7 +96,24 @@ typedef struct {
     char data[CLIENT_MAX_EVENT];
     size_t data_len;
     int overflow;
+    sema_client_events_info_t *info; /* may be NULL */
 } sse_t;
+
+/* "retry: <digits>": the reconnection delay the server asks for (other values are ignored,
+ * as the SSE specification says). */
+static void sse_retry(sse_t *s, const char *v)
+{
+    int64_t ms = 0;
+
+    if (s->info == NULL || *v == '\0')
+        return;
+    for (; *v != '\0'; v++) {
+        if (*v < '0' || *v > '9' || ms > INT64_MAX / 10 - 9)
+            return;
+        ms = ms * 10 + (*v - '0');
+    }
+    s->info->retry_ms = ms;
+}
 
 /* A complete line (without its end of line): a field, or the blank line that ends an event. */
 static int sse_line(sse_t *s)
@@ -125,6 +142,8 @@ static int sse_line(sse_t *s)
             s->data[s->data_len++] = '\n';
         memcpy(s->data + s->data_len, v, vn + 1);
         s->data_len += vn;
+    } else if (strncmp(l, "retry:", 6) == 0) {
+        sse_retry(s, l[6] == ' ' ? l + 7 : l + 6);
     }
     return 0; /* comments (":...") and other fields are ignored */
 }
@@ -133,6 +152,8 @@ static int sse_sink(void *arg, const char *data, size_t len)
 {
     sse_t *s = arg;
 
+    if (s->info != NULL)
+        s->info->opened = 1; /* only a 2xx reply's body reaches the sink */
     for (size_t i = 0; i < len; i++) {
         char ch = data[i];
         if (ch == '\r')
@@ -155,6 +176,15 @@ static int sse_sink(void *arg, const char *data, size_t len)
 int sema_client_events(sema_client_t *c, const char *name, sema_client_event_cb cb, void *arg,
                        const volatile int *cancel, sema_client_error_t *err)
 {
+    return sema_client_events_ex(c, name, cb, arg, cancel, NULL, err);
+}
+
+int sema_client_events_ex(sema_client_t *c, const char *name, sema_client_event_cb cb, void *arg,
+                          const volatile int *cancel, sema_client_events_info_t *info,
+                          sema_client_error_t *err)
+{
+    if (info != NULL)
+        *info = (sema_client_events_info_t){.retry_ms = -1, .opened = 0};
     int rc = client_check_name(name, err);
     if (rc != 0)
         return rc;
@@ -169,6 +199,7 @@ int sema_client_events(sema_client_t *c, const char *name, sema_client_event_cb 
     }
     s->cb = cb;
     s->arg = arg;
+    s->info = info;
     client_req_t req = {.method = "GET",
                         .path = path,
                         .wait_ms = -1,

@@ -375,6 +375,155 @@ def test_watch_terminal_redraws():
         os.close(master)
 
 
+class Lines:
+    """Collects a pipe's lines on a thread, so a test can poll them until a deadline."""
+
+    def __init__(self, pipe):
+        self.lines = []
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._read, args=(pipe,), daemon=True)
+        self.thread.start()
+
+    def _read(self, pipe):
+        for line in pipe:
+            with self.lock:
+                self.lines.append(line.rstrip("\n"))
+
+    def get(self):
+        with self.lock:
+            return list(self.lines)
+
+    def text(self):
+        return "\n".join(self.get())
+
+
+def watch_proc(d, *args):
+    p = spawn(d, "watch", *args)
+    return p, Lines(p.stdout), Lines(p.stderr)
+
+
+def test_watch_reconnects_after_semad_restart():
+    # relaxed keeps the semaphore across the restart (none would start empty: a 404)
+    d1 = Semad(durability="relaxed")
+    port, data = d1.port, d1.data
+    d2 = None
+    try:
+        sema(d1, "create", "wr", "1", check=0)
+        p, out, err = watch_proc(d1, "wr")
+        wait_until(lambda: any(x.startswith("name") for x in out.get()), 10, "the first state")
+        assert d1.stop() == 0
+        wait_until(lambda: "lost" in err.text(), 10, "watch to report the loss")
+        assert p.poll() is None, (p.returncode, err.text())
+        d2 = Semad("--listen", "127.0.0.1:%d" % port, durability="relaxed", data=data)
+        wait_until(lambda: "reconnected" in err.text(), 30, "watch to reconnect")
+        # the stream opens right after the reconnect line: repeat until a grant is seen
+        deadline = time.monotonic() + 15 * SLOW
+        while time.monotonic() < deadline and not any(
+                x.startswith("granted") for x in out.get()):
+            lease = sema(d2, "acquire", "wr", check=0)[1].strip()
+            sema(d2, "release", lease, check=0)
+            wait_until(lambda: any(x.startswith(("granted", "released")) for x in out.get()),
+                       5, "an event after the reconnect")
+        assert any(x.startswith("granted") for x in out.get()), out.text()
+        losses = [x for x in err.get() if "connection lost" in x]
+        assert len(losses) == 1 and "reconnecting in" in losses[0], err.text()
+        assert p.poll() is None, (p.returncode, err.text())
+        p.send_signal(signal.SIGINT)
+        assert p.wait(10 * SLOW) == 0, err.text()
+    finally:
+        if d2 is not None:
+            d2.close()
+        d1.close()
+
+
+def test_watch_permanent_errors_exit_promptly():
+    with Semad() as d:
+        for args, want in ((["nosuch"], "ENOENT"), (["x" * 600], "ENAMETOOLONG")):
+            t0 = time.monotonic()
+            rc, out, err = sema(d, "watch", *args, timeout=10)
+            assert rc == EXIT_FAIL and want in err and out == "", (args, rc, out, err)
+            assert "reconnecting" not in err, err
+            assert time.monotonic() - t0 < 10 * SLOW
+        # --max-retries does not keep a watch alive past the "deleted" event: it ends with 0
+        sema(d, "create", "gone", "1", check=0)
+        p, out, err = watch_proc(d, "gone", "--max-retries", "3")
+        wait_until(lambda: any(x.startswith("name") for x in out.get()), 10, "the first state")
+        sema(d, "rm", "gone", check=0)
+        assert p.wait(10 * SLOW) == 0, err.text()
+
+
+def test_watch_max_retries_gives_up():
+    with Semad() as d:
+        pass  # started and stopped: its port is now closed
+    p = subprocess.run([sema_bin(), "watch", "x", "--max-retries", "2"], env=env_for(d),
+                       capture_output=True, text=True, timeout=30 * SLOW)
+    assert p.returncode == EXIT_UNAVAILABLE, (p.returncode, p.stderr)
+    tries = [x for x in p.stderr.splitlines() if "reconnecting in" in x]
+    assert len(tries) == 2, p.stderr
+    assert "giving up after 2 failed reconnects" in p.stderr, p.stderr
+    rc, _, err = sema(d, "watch", "x", "--max-retries", "lots")
+    assert rc == EXIT_USAGE and "max-retries" in err, err
+
+
+class FakeEvents:
+    """A stand-in server whose event stream says `retry: 3000`, sends one event and ends:
+    what an SSE server that asks for a reconnection delay looks like."""
+
+    STATE = {"name": "x", "capacity": 1, "available": 1, "held": 0, "waiting": 0, "fence": 0,
+             "holders": [], "waiters": []}
+
+    def __init__(self):
+        import http.server
+
+        fake = self
+        self.streams = 0
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                if self.path.endswith("/events"):
+                    fake.streams += 1
+                    body = b": hi\nretry: 3000\n\nevent: granted\ndata: {\"n\":1}\n\n"
+                    ctype = "text/event-stream"
+                else:
+                    body, ctype = json.dumps(fake.STATE).encode(), "application/json"
+                self.send_response(200)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.url = "http://127.0.0.1:%d" % self.srv.server_address[1]
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+def test_watch_honours_sse_retry_field():
+    fake = FakeEvents()
+    try:
+        e = dict(os.environ)
+        e["SEMA_SERVER"] = fake.url
+        p = subprocess.Popen([sema_bin(), "watch", "x"], env=e, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        out, err = Lines(p.stdout), Lines(p.stderr)
+        wait_until(lambda: "reconnecting in" in err.text(), 10, "the end of the first stream")
+        assert any(x.startswith("granted") for x in out.get()), out.text()
+        line = [x for x in err.get() if "reconnecting in" in x][0]
+        delay = float(line.rsplit("reconnecting in ", 1)[1].rstrip("s"))
+        assert 1.5 <= delay <= 3.0, line  # the server's 3 s with jitter, not the 0.5 s default
+        p.send_signal(signal.SIGINT)  # interrupts the wait promptly
+        assert p.wait(10 * SLOW) == 0, err.text()
+        assert fake.streams == 1
+    finally:
+        fake.close()
+
+
 def test_help_everywhere():
     with Semad() as d:
         verbs = ["create", "get", "ls", "resize", "rm", "acquire", "renew", "release", "lease",
