@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # test_install.sh - `cmake --install` into a temporary prefix, then build a tiny program
 # against the installed copy with `pkg-config --cflags --libs sema`, and with CMake's
-# find_package(sema), and run both.
+# find_package(sema), and run both; the same for the HTTP client (sema-client.pc,
+# sema::client): a program that makes a client handle and frees it (no server needed).
 set -euo pipefail
 build=${SEMA_BUILD_DIR:?}
 tmp=$(mktemp -d)
@@ -43,16 +44,50 @@ if ldd "$tmp/hello_static" | grep -q libsema; then
 fi
 "$tmp/hello_static"
 
-mkdir -p "$tmp/cm"
-cat > "$tmp/cm/CMakeLists.txt" <<'CM'
-cmake_minimum_required(VERSION 3.25)
-project(hello C)
-find_package(sema REQUIRED)
-add_executable(hello ../hello.c)
-target_link_libraries(hello PRIVATE sema::sema)
-CM
-cmake -S "$tmp/cm" -B "$tmp/cm/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" -DCMAKE_C_FLAGS="$san" \
-    -DCMAKE_EXE_LINKER_FLAGS="$san" >/dev/null
-cmake --build "$tmp/cm/build" >/dev/null
-LD_LIBRARY_PATH="$libdir" "$tmp/cm/build/hello"
+# Build $tmp/PROG.c with CMake's find_package(sema), linked with TARGET, and run it.
+cmake_build_run() {
+    local prog=$1 target=$2
+    mkdir -p "$tmp/cm-$prog"
+    printf '%s\n' "cmake_minimum_required(VERSION 3.25)" "project($prog C)" \
+        "find_package(sema REQUIRED)" "add_executable($prog ../$prog.c)" \
+        "target_link_libraries($prog PRIVATE $target)" > "$tmp/cm-$prog/CMakeLists.txt"
+    cmake -S "$tmp/cm-$prog" -B "$tmp/cm-$prog/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" \
+        -DCMAKE_C_FLAGS="$san" -DCMAKE_EXE_LINKER_FLAGS="$san" >/dev/null
+    cmake --build "$tmp/cm-$prog/build" >/dev/null
+    LD_LIBRARY_PATH="$libdir" "$tmp/cm-$prog/build/$prog"
+}
+cmake_build_run hello sema::sema
+
+# libsema-client: installed, found by pkg-config and by find_package(sema) as sema::client.
+test -f "$tmp/prefix/include/sema/client.h"
+test -f "$libdir/pkgconfig/sema-client.pc"
+test -f "$libdir/cmake/sema/semaClientTargets.cmake"
+cat > "$tmp/client.c" <<'C'
+#include <stdio.h>
+#include <sema/client.h>
+int main(void)
+{
+    sema_client_t *c = NULL;
+    int rc = sema_client_new(&c, "http://127.0.0.1:1", NULL);
+    if (rc != 0 || c == NULL) {
+        printf("sema_client_new: %s\n", sema_strerror(rc));
+        return 1;
+    }
+    sema_client_free(c);
+    rc = sema_client_new(&c, "not a url", NULL);
+    printf("sema-client %s: bad url -> %s\n", sema_version(), sema_strerror(rc));
+    return rc == 0;
+}
+C
+pkg-config --exists --print-errors sema-client
+pkg-config --static --libs sema-client >/dev/null  # Requires.private names resolve
+# shellcheck disable=SC2046
+cc $san -o "$tmp/client" "$tmp/client.c" $(pkg-config --cflags --libs sema-client) \
+    -Wl,-rpath,"$libdir"
+ldd "$tmp/client" | grep -q "$libdir/libsema-client.so" || {
+    echo "the client program does not use the installed libsema-client.so" >&2
+    exit 1
+}
+"$tmp/client"
+cmake_build_run client sema::client
 echo "install test: ok"
