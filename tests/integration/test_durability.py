@@ -78,7 +78,7 @@ class Semad:
             return f.read()
 
     def call(self, method, path, body=None, timeout=10):
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout * SLOW)
         try:
             return request(conn, method, path, body)
         finally:
@@ -93,7 +93,7 @@ class Semad:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout=20)
+                self.proc.wait(timeout=20 * SLOW)
             except subprocess.TimeoutExpired:
                 self.kill()
                 raise AssertionError("semad did not stop on SIGTERM")
@@ -152,8 +152,9 @@ class Ledger:
     def releasing(self, lid):
         with self.lock:
             rec = self.leases[lid]
+            if rec["state"] == "held":
+                self.held[rec["sem"]] -= rec["weight"]
             rec["state"] = "releasing"
-            self.held[rec["sem"]] -= rec["weight"]
 
     def released(self, lid):
         with self.lock:
@@ -169,11 +170,52 @@ class Ledger:
                 rec["state"] = "released"
 
 
+class Gate:
+    """Lets the clients run rounds while open; close() waits until no client is inside a
+    round. A client that read a grant just before the kill may be descheduled for a long
+    while (a loaded machine, 50 threads on one GIL) before it writes it into the ledger:
+    checking the restarted server before that would see a lease the ledger does not know,
+    give it back, and the late entry would then claim a lease the server no longer has
+    (false "granted before the kill is gone" or "held > capacity")."""
+
+    def __init__(self):
+        self.up = threading.Event()   # also read by Client.call: paused clients touch nothing
+        self.cond = threading.Condition()
+        self.busy = 0
+
+    def enter(self, timeout):
+        """True when the caller may run one round (then it must call leave())."""
+        if not self.up.wait(timeout):
+            return False
+        with self.cond:
+            if not self.up.is_set():
+                return False
+            self.busy += 1
+            return True
+
+    def leave(self):
+        with self.cond:
+            self.busy -= 1
+            self.cond.notify_all()
+
+    def open(self):
+        self.up.set()
+
+    def close(self, timeout):
+        """Stop new rounds; wait (bounded) until the rounds under way have ended. With the
+        server dead each fails at its next request, so this takes a hold's sleep at most."""
+        with self.cond:
+            self.up.clear()
+            if not self.cond.wait_for(lambda: self.busy == 0, timeout * SLOW):
+                raise AssertionError("%d clients still inside a round after %.0f s" % (
+                    self.busy, timeout * SLOW))
+
+
 class Client(threading.Thread):
-    def __init__(self, idx, port_box, ledger, stop, up, names):
+    def __init__(self, idx, port_box, ledger, stop, gate, names):
         super().__init__(daemon=True)
         self.idx, self.port_box, self.ledger = idx, port_box, ledger
-        self.stop, self.up, self.names = stop, up, names
+        self.stop, self.gate, self.up, self.names = stop, gate, gate.up, names
         self.rng = random.Random(SEED * 100 + idx)
         self.conn = None
         self.ops = 0
@@ -217,7 +259,7 @@ class Client(threading.Thread):
 
     def run(self):
         while not self.stop.is_set():
-            if not self.up.wait(timeout=0.2):
+            if not self.gate.enter(timeout=0.2):
                 continue
             try:
                 self.one_round()
@@ -227,6 +269,8 @@ class Client(threading.Thread):
             except AssertionError as exc:
                 with self.ledger.lock:
                     self.ledger.errors.append("client %d: %r" % (self.idx, exc))
+            finally:
+                self.gate.leave()
 
 
 def check_after_restart(srv, ledger, restart_ms):
@@ -291,17 +335,17 @@ def crash_restart(durability, rounds):
             status, doc = srv.call("PUT", "/v1/semaphores/" + name, {"capacity": cap})
             assert status in (200, 201), (status, doc)
         ledger = Ledger(caps)
-        stop, up = threading.Event(), threading.Event()
+        stop, gate = threading.Event(), Gate()
         port_box = [srv.port]
-        clients = [Client(i, port_box, ledger, stop, up, names) for i in range(nclients)]
+        clients = [Client(i, port_box, ledger, stop, gate, names) for i in range(nclients)]
         for c in clients:
             c.start()
         try:
             for rnd in range(rounds):
-                up.set()
+                gate.open()
                 time.sleep(0.3 + rng.random() * 1.2)  # a random moment to die
                 srv.kill()
-                up.clear()
+                gate.close(timeout=30)  # every grant read before the kill is in the ledger
                 assert not ledger.errors, ledger.errors[:10]
                 restart_ms = int(time.time() * 1000)
                 srv = Semad(data, durability)
@@ -315,7 +359,7 @@ def crash_restart(durability, rounds):
                       "the kill found again" % (rnd, n, verified))
         finally:
             stop.set()
-            up.set()
+            gate.open()
             for c in clients:
                 c.join(timeout=15)
         assert not ledger.errors, ledger.errors[:10]
