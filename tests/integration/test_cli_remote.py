@@ -402,18 +402,24 @@ def watch_proc(d, *args):
     return p, Lines(p.stdout), Lines(p.stderr)
 
 
+def watch_then_stop(d, name):
+    """Start `sema watch NAME` on d, stop d once the state is shown, wait for the loss line."""
+    sema(d, "create", name, "1", check=0)
+    p, out, err = watch_proc(d, name)
+    wait_until(lambda: any(x.startswith("name") for x in out.get()), 10, "the first state")
+    assert d.stop() == 0
+    wait_until(lambda: "lost" in err.text(), 10, "watch to report the loss")
+    assert p.poll() is None, (p.returncode, err.text())
+    return p, out, err
+
+
 def test_watch_reconnects_after_semad_restart():
     # relaxed keeps the semaphore across the restart (none would start empty: a 404)
     d1 = Semad(durability="relaxed")
     port, data = d1.port, d1.data
     d2 = None
     try:
-        sema(d1, "create", "wr", "1", check=0)
-        p, out, err = watch_proc(d1, "wr")
-        wait_until(lambda: any(x.startswith("name") for x in out.get()), 10, "the first state")
-        assert d1.stop() == 0
-        wait_until(lambda: "lost" in err.text(), 10, "watch to report the loss")
-        assert p.poll() is None, (p.returncode, err.text())
+        p, out, err = watch_then_stop(d1, "wr")
         d2 = Semad("--listen", "127.0.0.1:%d" % port, durability="relaxed", data=data)
         wait_until(lambda: "reconnected" in err.text(), 30, "watch to reconnect")
         # the stream opens right after the reconnect line: repeat until a grant is seen
@@ -450,6 +456,22 @@ def test_watch_permanent_errors_exit_promptly():
         wait_until(lambda: any(x.startswith("name") for x in out.get()), 10, "the first state")
         sema(d, "rm", "gone", check=0)
         assert p.wait(10 * SLOW) == 0, err.text()
+
+
+def test_watch_ends_when_restarted_semad_lacks_the_semaphore():
+    d1 = Semad()
+    port = d1.port
+    d2 = None
+    try:
+        p, out, err = watch_then_stop(d1, "wg")
+        # the same address, but no store: semad starts empty and answers 404 for "wg"
+        d2 = Semad("--listen", "127.0.0.1:%d" % port)
+        assert p.wait(30 * SLOW) == EXIT_FAIL, err.text()
+        assert "ENOENT" in err.get()[-1] and "reconnected" not in err.text(), err.text()
+    finally:
+        if d2 is not None:
+            d2.close()
+        d1.close()
 
 
 def test_watch_max_retries_gives_up():
