@@ -122,6 +122,7 @@ typedef struct esem {
 } esem_t;
 
 typedef struct eidem eidem_t;
+struct ereq;
 
 /* A lease: one grant. */
 typedef struct elease {
@@ -134,6 +135,7 @@ typedef struct elease {
     uint64_t acquired_mono;                        /* for the hold-time histogram */
     char *owner;                                   /* owned, may be NULL */
     eidem_t *idem;                                 /* may be NULL */
+    struct ereq *pending; /* the undelivered reply that owns it (its er->lease), or NULL */
     char id[28];
 } elease_t;
 
@@ -233,6 +235,7 @@ struct engine {
     int committing;          /* a commit runs (on the committer thread, or inline) */
     ecommitter_t *committer; /* NULL: commits run on the loop thread */
     esem_t **dirty;          /* semaphores whose rows the next commit writes (NULL: gone) */
+    uint64_t fence_stored;   /* the fence floor the store has (or the next commit writes) */
     size_t ndirty, dirty_cap;
     elist_t events; /* eevent_t to deliver */
     int draining;
@@ -270,6 +273,10 @@ void engine__timer_rearm(engine_t *e);
 /* The semaphore's row changed: it is written once, as it is then, when the next commit
  * starts (so many grants on one semaphore in a commit write its row once). */
 void engine__store_sem(engine_t *e, esem_t *s);
+/* er's reply carries lease l: er owns it until delivered (a cancel releases it); a later
+ * owner (an idempotent retry) takes it over. engine__lease_disown when the link must go. */
+void engine__lease_own(ereq_t *er, elease_t *l);
+void engine__lease_disown(ereq_t *er);
 /* Record the rows of every changed semaphore (when a commit starts), or of one now. */
 void engine__store_sems_flush(engine_t *e);
 void engine__store_sem_now(engine_t *e, esem_t *s);

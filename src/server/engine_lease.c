@@ -252,6 +252,8 @@ void engine__lease_free(engine_t *e, elease_t *l)
 {
     esem_t *s = l->sem;
 
+    if (l->pending != NULL)
+        l->pending->lease = NULL; /* its reply still names it; nothing to release later */
     elist_remove(&l->link);
     s->available += (int64_t)l->weight;
     s->held -= l->weight;

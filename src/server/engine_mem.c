@@ -131,6 +131,11 @@ void engine__store_sem(engine_t *e, esem_t *s)
 
 void engine__store_sems_flush(engine_t *e)
 {
+    if (e->store != NULL && e->fence_seq > e->fence_stored) {
+        /* Lock fences live only in lease rows, which go with the release: keep the top. */
+        (void)store_put_fence_floor(e->store, e->fence_seq);
+        e->fence_stored = e->fence_seq;
+    }
     for (size_t i = 0; i < e->ndirty; i++) {
         esem_t *s = e->dirty[i];
         if (s != NULL)
@@ -300,9 +305,26 @@ static void admit_one_grant(engine_t *e, esem_t *s, ereq_t *er)
         engine__finish(e, er, SEMA_ENOMEM, NULL, "out of memory granting the lease");
         return;
     }
-    er->lease = l;
+    engine__lease_own(er, l);
     er->durable = 1;
     engine__finish_lease(e, er, l);
+}
+
+void engine__lease_own(ereq_t *er, elease_t *l)
+{
+    engine__lease_disown(er);
+    if (l->pending != NULL)
+        l->pending->lease = NULL;
+    er->lease = l;
+    l->pending = er;
+}
+
+void engine__lease_disown(ereq_t *er)
+{
+    if (er->lease != NULL) {
+        er->lease->pending = NULL;
+        er->lease = NULL;
+    }
 }
 
 /* Strict FIFO with head-of-line blocking: grant heads while they fit. */
@@ -346,10 +368,12 @@ void engine__mark_dirty(engine_t *e)
 /* Queue a finished request for delivery (after the group commit when it mutated state). */
 static void finish_queue(engine_t *e, ereq_t *er, int status)
 {
-    /* While a slow commit runs, changes pile up in memory: past the cap every reply waits
-     * for the commit, so each connection stops sending until the disk catches up. */
-    if (e->store != NULL && status == 0 &&
-        (er->durable || (e->committing && store_backlog(e->store) >= e->cfg.max_uncommitted))) {
+    /* A durable reply (a change, or an answer that rests on one: even a "not found" or an
+     * "exists") waits for the commit. While a slow commit runs, changes pile up in memory:
+     * past the cap every reply waits for it, so each connection stops sending until the
+     * disk catches up. */
+    if (e->store != NULL && (er->durable || (status == 0 && e->committing &&
+                                             store_backlog(e->store) >= e->cfg.max_uncommitted))) {
         er->state = EREQ_COMMIT;
         elist_push_back(&e->commit_wait, &er->link);
         engine__mark_dirty(e);
@@ -406,6 +430,7 @@ void engine__drain(engine_t *e)
             char *text = (char *)req->text;
             elist_remove(&er->link);
             req->priv = NULL;
+            engine__lease_disown(er);
             sema__free(er); /* a delivered grant belongs to the caller now */
             req->cb(req);
             json_decref(result);
@@ -591,6 +616,7 @@ static void cancel_done(engine_t *e, ereq_t *er)
 {
     elease_t *l = er->lease;
 
+    engine__lease_disown(er);
     elist_remove(&er->link);
     json_decref(er->req->result);
     er->req->result = NULL;

@@ -96,6 +96,8 @@ static void op_sem_put(engine_t *e, ereq_t *er)
     if (req->capacity == 0 || req->capacity > CAPACITY_MAX)
         return fail(e, er, SEMA_EINVAL, "capacity must be between 1 and 2^53");
     s = engine__sem_find(e, req->name, req->name_len);
+    /* An answer from what exists may rest on a create whose commit still runs. */
+    er->durable = s != NULL;
     if (s != NULL && s->capacity != req->capacity)
         return fail(e, er, SEMA_EEXIST, "the semaphore exists with another capacity");
     if (s == NULL) {
@@ -116,8 +118,10 @@ static void op_legacy_create(engine_t *e, ereq_t *er)
         return;
     if (req->capacity > CAPACITY_MAX)
         return fail(e, er, SEMA_EINVAL, "value must be at most 2^53");
-    if (engine__sem_find(e, req->name, req->name_len) != NULL)
+    if (engine__sem_find(e, req->name, req->name_len) != NULL) {
+        er->durable = 1; /* its create may still be on its way to disk */
         return fail(e, er, SEMA_EEXIST, "the semaphore already exists");
+    }
     s = create_sem(e, er, req->capacity, ESEM_LEGACY);
     if (s != NULL)
         engine__finish(e, er, 0, engine__json_legacy(s), NULL);
@@ -145,7 +149,10 @@ static void delete_sem(engine_t *e, esem_t *s)
 
 static void op_sem_delete(engine_t *e, ereq_t *er)
 {
-    esem_t *s = find_sem(e, er);
+    esem_t *s;
+
+    er->durable = 1; /* a "not found" may rest on a delete whose commit still runs */
+    s = find_sem(e, er);
 
     if (s == NULL)
         return;
@@ -301,8 +308,10 @@ static int idem_retry(engine_t *e, ereq_t *er, esem_t *s)
     if (d == NULL)
         return 0;
     if (d->lease != NULL) {
-        /* The grant may still be on its way to disk: this reply waits for it too. */
+        /* The grant may still be on its way to disk: this reply waits for it too, and owns
+         * the lease from now on (the first attempt's connection may be gone). */
         er->durable = 1;
+        engine__lease_own(er, d->lease);
         engine__finish_lease(e, er, d->lease);
         return 1;
     }
@@ -328,7 +337,7 @@ static void acquire_on(engine_t *e, ereq_t *er, esem_t *s, uint64_t weight)
             engine__grant(e, s, weight, req->ttl_ms, req->owner, req->idem_key, er->since_mono);
         if (l == NULL)
             return fail(e, er, SEMA_ENOMEM, "out of memory granting the lease");
-        er->lease = l;
+        engine__lease_own(er, l);
         er->durable = 1;
         return engine__finish_lease(e, er, l);
     }

@@ -81,6 +81,7 @@ int engine__store_load(engine_t *e, char *errbuf, size_t errlen)
             snprintf(errbuf, errlen, "cannot read the store's highest fence");
         else if (top > e->fence_seq)
             e->fence_seq = top;
+        e->fence_stored = top;
     }
 
     if (rc == 0 && c.err != 0) {
@@ -209,7 +210,7 @@ static void fail_batch(engine_t *e, elist_t *batch)
 {
     for (elist_t *x = batch->next; x != batch; x = x->next) {
         ereq_t *er = ENGINE__CONTAINER(x, ereq_t, link);
-        er->lease = NULL; /* the grant is not in the store; the reload drops it */
+        engine__lease_disown(er); /* the grant is not in the store; the reload drops it */
         json_decref(er->req->result);
         er->req->result = NULL;
         sema__free((char *)er->req->text);

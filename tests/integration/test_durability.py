@@ -431,6 +431,8 @@ def test_restart_keeps_legacy_up_down_on_a_v1_semaphore():
         assert srv.call("DELETE", "/v1/leases/" + gone["lease"])[0] in (200, 204)
         before = srv.call("GET", "/semaphore/value/v")
         assert before == (200, {"name": "v", "value": 4}), before
+        # A release is written lazily, with the next commit: a create's reply waits for one.
+        assert srv.call("PUT", "/v1/semaphores/sync", {"capacity": 1})[0] == 201
         srv.kill()
 
         srv = Semad(data).wait_ready()

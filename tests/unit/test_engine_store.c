@@ -520,3 +520,181 @@ TEST(store_unrestorable_lease_refuses_to_start)
     uv_run(&loop, UV_RUN_DEFAULT);
     ASSERT_OK(uv_loop_close(&loop));
 }
+
+/* Submit an acquire with a ttl and an optional Idempotency-Key, without waiting. */
+static treq_t *submit_acquire_ttl(fx_t *f, const char *name, uint64_t weight, int64_t ttl_ms,
+                                  const char *idem)
+{
+    treq_t *t = treq_new(ENGINE_ACQUIRE, name);
+
+    t->r.weight = weight;
+    t->r.timeout_ms = -1;
+    t->r.ttl_ms = ttl_ms;
+    if (idem != NULL) {
+        snprintf(t->idem, sizeof(t->idem), "%s", idem);
+        t->r.idem_key = t->idem;
+    }
+    ASSERT_OK(engine_submit(f->e, &t->r));
+    return t;
+}
+
+/* A grant whose reply waits for its commit can lose its lease meanwhile (the semaphore is
+ * deleted, the ttl runs out); a client that then goes away must not release it again. */
+TEST(store_cancel_after_semaphore_deleted_while_grant_awaits_commit)
+{
+    sfx_t s = {.dir = data_dir()};
+    treq_t *a, *d;
+
+    sfx_open(&s);
+    fx_put(&s.f, "sem", 1);
+    store_inject_commit_delay(s.st, 300); /* a slow disk */
+    a = submit_acquire_ttl(&s.f, "sem", 1, 0, NULL);
+    run_for(&s.f, 50); /* a's grant rides the running commit (commit_fly) */
+    ASSERT_EQ(a->done, 0);
+    d = treq_new(ENGINE_SEM_DELETE, "sem");
+    ASSERT_OK(engine_submit(s.f.e, &d->r)); /* frees a's lease and the semaphore */
+    engine_cancel(s.f.e, &a->r);            /* a's client goes away: cancel_done(freed lease) */
+    ASSERT(fx_run_until(&s.f, &d->done, 2000));
+    ASSERT_EQ(d->status, 0);
+    fx_settle(&s.f);
+    treq_free(a);
+    treq_free(d);
+    sfx_close(&s);
+}
+
+TEST(store_cancel_after_lease_expired_while_grant_awaits_commit)
+{
+    sfx_t s = {.dir = data_dir()};
+    treq_t *a, *b;
+
+    sfx_open(&s);
+    fx_put(&s.f, "sem", 1);
+    store_inject_commit_delay(s.st, 300);
+    a = submit_acquire_ttl(&s.f, "sem", 1, 20, NULL); /* ttl shorter than the commit */
+    run_for(&s.f, 100);                               /* the lease expired meanwhile: freed */
+    ASSERT_EQ(a->done, 0);
+    b = submit_acquire_ttl(&s.f, "sem", 1, 60000, NULL); /* the unit is free again */
+    engine_cancel(s.f.e, &a->r);                         /* cancel_done(freed lease) */
+    ASSERT(fx_run_until(&s.f, &b->done, 2000));
+    ASSERT_EQ(b->status, 0);
+    ASSERT_EQ(fx_state(&s.f, "sem", "held"), 1);
+    fx_settle(&s.f);
+    treq_free(a);
+    treq_free(b);
+    sfx_close(&s);
+}
+
+/* An Idempotency-Key retry that finds the lease awaiting its commit takes the lease over:
+ * the first attempt's connection closing (the usual reason for a retry) must not release
+ * the lease the retry's reply hands out. */
+TEST(store_idem_retry_reply_names_a_lease_its_first_attempt_gave_back)
+{
+    sfx_t s = {.dir = data_dir()};
+    treq_t *a, *r, *c, *g;
+
+    sfx_open(&s);
+    fx_put(&s.f, "sem", 1);
+    store_inject_commit_delay(s.st, 300);
+    a = submit_acquire_ttl(&s.f, "sem", 1, 60000, "k1");
+    run_for(&s.f, 50);
+    ASSERT_EQ(a->done, 0);
+    r = submit_acquire_ttl(&s.f, "sem", 1, 60000, "k1"); /* the retry: waits for the commit */
+    ASSERT_EQ(r->done, 0);
+    engine_cancel(s.f.e, &a->r); /* the first attempt's connection closes */
+    ASSERT(fx_run_until(&s.f, &r->done, 2000));
+    ASSERT_EQ(r->status, 0); /* the retry was told it holds this lease */
+    g = treq_new(ENGINE_LEASE_GET, jstr(r->res, "lease"));
+    ASSERT_EQ(fx_do(&s.f, g), 0); /* ... so it must be live */
+    c = treq_new(ENGINE_ACQUIRE, "sem");
+    c->r.weight = 1;
+    c->r.timeout_ms = 0;
+    ASSERT_EQ(fx_do(&s.f, c), SEMA_EBUSY); /* and nobody else gets the unit */
+    fx_settle(&s.f);
+    treq_free(a);
+    treq_free(r);
+    treq_free(c);
+    treq_free(g);
+    sfx_close(&s);
+}
+
+/* A PUT of a semaphore whose create is still being committed is answered after that
+ * commit: if the commit fails, the retry must not have been told it exists. */
+TEST(store_put_of_an_uncommitted_semaphore_waits_for_its_create)
+{
+    sfx_t s = {.dir = data_dir()};
+    treq_t *a, *b;
+
+    sfx_open(&s);
+    store_inject_commit_delay(s.st, 300);
+    store_inject_commit_failures(s.st, 1, 0);
+    a = treq_new(ENGINE_SEM_PUT, "sem");
+    a->r.capacity = 1;
+    ASSERT_OK(engine_submit(s.f.e, &a->r));
+    run_for(&s.f, 50); /* the create's commit runs (and will fail) */
+    ASSERT_EQ(a->done, 0);
+    b = treq_new(ENGINE_SEM_PUT, "sem");
+    b->r.capacity = 1;
+    ASSERT_OK(engine_submit(s.f.e, &b->r));
+    ASSERT(fx_run_until(&s.f, &a->done, 2000));
+    fx_run_until(&s.f, &b->done, 2000);
+    ASSERT_EQ(a->status, SEMA_EIO);
+    ASSERT_EQ(b->done, 1);
+    if (b->status == 0) /* b was told the semaphore exists: then it must */
+        ASSERT_EQ(fx_op(&s.f, ENGINE_SEM_GET, "sem", 0), 0);
+    treq_free(a);
+    treq_free(b);
+    sfx_close(&s);
+}
+
+/* The delete side: a retried DELETE whose first attempt is still being committed is
+ * answered after that commit; if it fails, the retry must not have been told 404. */
+TEST(store_delete_retry_waits_for_the_first_delete)
+{
+    sfx_t s = {.dir = data_dir()};
+    treq_t *a, *b;
+
+    sfx_open(&s);
+    fx_put(&s.f, "sem", 1);
+    store_inject_commit_delay(s.st, 300);
+    store_inject_commit_failures(s.st, 1, 0);
+    a = treq_new(ENGINE_SEM_DELETE, "sem");
+    ASSERT_OK(engine_submit(s.f.e, &a->r));
+    run_for(&s.f, 50); /* the delete's commit runs (and will fail) */
+    ASSERT_EQ(a->done, 0);
+    b = treq_new(ENGINE_SEM_DELETE, "sem"); /* the client timed out and retries */
+    ASSERT_OK(engine_submit(s.f.e, &b->r));
+    ASSERT(fx_run_until(&s.f, &a->done, 2000));
+    fx_run_until(&s.f, &b->done, 2000);
+    ASSERT_EQ(a->status, SEMA_EIO);
+    ASSERT_EQ(b->done, 1);
+    if (b->status == SEMA_ENOENT) /* b was told it is gone: then it must be */
+        ASSERT_EQ(fx_op(&s.f, ENGINE_SEM_GET, "sem", 0), SEMA_ENOENT);
+    treq_free(a);
+    treq_free(b);
+    sfx_close(&s);
+}
+
+/* A keyed lock's fence lives only in its lease row, gone with the release: the store keeps
+ * a fence floor so a restart never hands the same fence out again. */
+TEST(store_lock_fence_never_reused_after_restart)
+{
+    sfx_t s = {.dir = data_dir()};
+    treq_t *x, *y;
+    int64_t f1;
+
+    sfx_open(&s);
+    x = treq_new(ENGINE_LOCK_ACQUIRE, "k");
+    x->r.mode = ENGINE_MODE_EXCLUSIVE;
+    ASSERT_OK(fx_do(&s.f, x));
+    f1 = jint(x->res, "fence");
+    ASSERT_OK(fx_lease_op(&s.f, ENGINE_LEASE_RELEASE, lease_id(x)));
+    fx_settle(&s.f);
+    sfx_restart(&s);
+    y = treq_new(ENGINE_LOCK_ACQUIRE, "k");
+    y->r.mode = ENGINE_MODE_EXCLUSIVE;
+    ASSERT_OK(fx_do(&s.f, y));
+    ASSERT_GT(jint(y->res, "fence"), f1);
+    treq_free(x);
+    treq_free(y);
+    sfx_close(&s);
+}

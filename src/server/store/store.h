@@ -77,6 +77,10 @@ int store_put_sem(store_t *st, const store_sem_t *sem);
 int store_del_sem(store_t *st, const char *name); /* also deletes its leases */
 int store_put_lease(store_t *st, const store_lease_t *lease);
 int store_del_lease(store_t *st, const char *id);
+/* No fence at or below `fence` may be handed out again (kept as the max with what is
+ * stored; store_last_fence(st, NULL, ...) includes it). For fences whose lease rows go
+ * away with no semaphore row to carry them (keyed locks). */
+int store_put_fence_floor(store_t *st, uint64_t fence);
 
 /* True when recorded mutations wait for a commit. */
 int store_pending(const store_t *st);

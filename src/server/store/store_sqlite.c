@@ -47,7 +47,7 @@ static const char schema_sql[] =
     "CREATE TABLE retired(name TEXT PRIMARY KEY NOT NULL, fence INTEGER NOT NULL) WITHOUT ROWID;";
 
 /* A recorded mutation and copies of its strings. */
-enum { OP_PUT_SEM, OP_DEL_SEM, OP_PUT_LEASE, OP_DEL_LEASE };
+enum { OP_PUT_SEM, OP_DEL_SEM, OP_PUT_LEASE, OP_DEL_LEASE, OP_PUT_FLOOR };
 
 typedef struct store_op {
     struct store_op *next;
@@ -56,6 +56,7 @@ typedef struct store_op {
         store_sem_t sem;
         store_lease_t lease;
         const char *name; /* OP_DEL_SEM: the semaphore; OP_DEL_LEASE: the lease id */
+        uint64_t fence;   /* OP_PUT_FLOOR */
     } u;
     char strings[];
 } store_op_t;
@@ -72,6 +73,7 @@ enum {
     Q_DEL_LEASE,
     Q_LAST_FENCE,
     Q_MAX_FENCE,
+    Q_PUT_FLOOR,
     Q_COUNT
 };
 
@@ -101,6 +103,9 @@ static const char *const query_sql[Q_COUNT] = {
     [Q_MAX_FENCE] = "SELECT max(coalesce((SELECT max(fence) FROM semaphores), 0),"
                     " coalesce((SELECT max(fence) FROM retired), 0),"
                     " coalesce((SELECT max(fence) FROM leases), 0))",
+    /* The fence floor: the row of the name '' (no semaphore has it) in `retired`. */
+    [Q_PUT_FLOOR] = "INSERT INTO retired(name, fence) VALUES('', ?1) ON CONFLICT(name)"
+                    " DO UPDATE SET fence = max(fence, excluded.fence)",
 };
 
 struct store {
@@ -727,6 +732,15 @@ int store_del_lease(store_t *st, const char *id)
     return op_add(st, op);
 }
 
+int store_put_fence_floor(store_t *st, uint64_t fence)
+{
+    store_op_t *op = op_new(OP_PUT_FLOOR, 0);
+
+    if (op != NULL)
+        op->u.fence = fence;
+    return op_add(st, op);
+}
+
 int store_pending(const store_t *st)
 {
     return st != NULL && (st->pend != NULL || st->pend_failed);
@@ -850,6 +864,10 @@ static int write_op(store_t *st, const store_op_t *op, const char **doing)
     case OP_PUT_LEASE:
         *doing = "cannot write a lease";
         return write_lease(st, &op->u.lease);
+    case OP_PUT_FLOOR:
+        *doing = "cannot write the fence floor";
+        sqlite3_bind_int64(st->q[Q_PUT_FLOOR], 1, (sqlite3_int64)op->u.fence);
+        return run_write(st->q[Q_PUT_FLOOR]);
     default:
         *doing = "cannot delete a lease";
         bind_text(st->q[Q_DEL_LEASE], 1, op->u.name);
