@@ -4,7 +4,9 @@
 #include "engine_internal.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct {
     engine_t *e;
@@ -186,6 +188,15 @@ static void restore_from_store(engine_t *e)
     elist_init(&parked);
     engine__state_clear(e, &parked);
     rc = engine__store_load(e, e->errbuf, sizeof(e->errbuf));
+    if (rc != 0) {
+        /* A cleared or partial state could grant units the store says are held: stop, and
+         * let the next start load the store or refuse it with a message. */
+        fprintf(stderr,
+                "semad: after a failed commit the store cannot be read back (%s): "
+                "stopping (exit 74)\n",
+                e->errbuf);
+        _exit(74);
+    }
     engine__subs_reattach(e);
     while (!elist_empty(&parked)) {
         ereq_t *er = ENGINE__CONTAINER(parked.next, ereq_t, link);
