@@ -38,7 +38,9 @@ cc $san -o "$tmp/hello" "$tmp/hello.c" $(pkg-config --cflags --libs sema) -Wl,-r
 # shellcheck disable=SC2046
 cc $san -o "$tmp/hello_static" "$tmp/hello.c" $(pkg-config --cflags sema) "$libdir/libsema.a" \
     $(pkg-config --libs-only-other --static sema) -lrt
-if ldd "$tmp/hello_static" | grep -q libsema; then
+# (grep reads all of ldd's output: with -q it could exit first, and under pipefail the
+# pipeline would then fail with SIGPIPE whatever it found)
+if ldd "$tmp/hello_static" | grep libsema >/dev/null; then
     echo "static build still links libsema.so" >&2
     exit 1
 fi
@@ -84,7 +86,7 @@ pkg-config --static --libs sema-client >/dev/null  # Requires.private names reso
 # shellcheck disable=SC2046
 cc $san -o "$tmp/client" "$tmp/client.c" $(pkg-config --cflags --libs sema-client) \
     -Wl,-rpath,"$libdir"
-ldd "$tmp/client" | grep -q "$libdir/libsema-client.so" || {
+ldd "$tmp/client" | grep "$libdir/libsema-client.so" >/dev/null || {
     echo "the client program does not use the installed libsema-client.so" >&2
     exit 1
 }
