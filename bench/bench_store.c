@@ -145,7 +145,7 @@ static double grant_rate(const struct opts *o, store_durability_t d, int batch, 
     } while (elapsed < o->seconds);
     uint64_t commits, failed, fence = 0;
     store_stats(st, &commits, &failed);
-    if (store_last_fence(st, "bench", &fence) != 0 || fence != n || failed != 0 ||
+    if (store_max_fence(st, &fence) != 0 || fence != n || failed != 0 ||
         commits != n / (uint64_t)batch) {
         fprintf(stderr, "bench_store: wrong result: fence %" PRIu64 " of %" PRIu64 "\n", fence, n);
         exit(1);

@@ -88,9 +88,10 @@ static int spin_until_done(const uint32_t *state)
  * dozen instructions, so a contender spins briefly before it sleeps. */
 static __attribute__((noinline)) void lock_contended(struct sema_sem *s)
 {
+    int spins = can_spin() ? SPIN_LIMIT : 0;
     uint32_t c;
 
-    for (int i = 0; can_spin() && i < SPIN_LIMIT; i++) {
+    for (int i = 0; i < spins; i++) {
         c = 0;
         if (__atomic_load_n(&s->lock, __ATOMIC_RELAXED) == 0 &&
             __atomic_compare_exchange_n(&s->lock, &c, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))

@@ -67,7 +67,7 @@ esem_t *engine__sem_new(engine_t *e, const char *name, size_t len, uint64_t capa
     return s;
 }
 
-/* Unlink and free a semaphore that has no holders and no waiters. */
+/* Take the semaphore off the list of rows the next commit writes. */
 static void undirty(engine_t *e, esem_t *s)
 {
     if (s->dirty_at != 0) {
@@ -76,6 +76,7 @@ static void undirty(engine_t *e, esem_t *s)
     }
 }
 
+/* Unlink and free a semaphore that has no holders and no waiters. */
 void engine__sem_free(engine_t *e, esem_t *s)
 {
     SEMA__CHECK(elist_empty(&s->waiters) && elist_empty(&s->holders));

@@ -78,7 +78,7 @@ int engine__store_load(engine_t *e, char *errbuf, size_t errlen)
 
     /* Deleted semaphores' fences count too: no fence is ever handed out twice. */
     if (rc == 0 && c.err == 0) {
-        rc = store_last_fence(e->store, NULL, &top);
+        rc = store_max_fence(e->store, &top);
         if (rc != 0 && errbuf != NULL && errlen > 0)
             snprintf(errbuf, errlen, "cannot read the store's highest fence");
         else if (top > e->fence_seq)

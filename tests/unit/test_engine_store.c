@@ -210,13 +210,19 @@ TEST(store_commit_failure_drops_the_undurable_grant)
     sfx_close(&s);
 }
 
-/* Submit an acquire without waiting for anything. */
-static treq_t *submit_acquire(fx_t *f, const char *name, uint64_t weight)
+/* Submit an acquire (ttl 0: the default; idem may be NULL) without waiting for anything. */
+static treq_t *submit_acquire(fx_t *f, const char *name, uint64_t weight, int64_t ttl_ms,
+                              const char *idem)
 {
     treq_t *t = treq_new(ENGINE_ACQUIRE, name);
 
     t->r.weight = weight;
     t->r.timeout_ms = -1;
+    t->r.ttl_ms = ttl_ms;
+    if (idem != NULL) {
+        snprintf(t->idem, sizeof(t->idem), "%s", idem);
+        t->r.idem_key = t->idem;
+    }
     ASSERT_OK(engine_submit(f->e, &t->r));
     return t;
 }
@@ -237,14 +243,15 @@ TEST(store_loop_serves_while_a_slow_commit_runs)
     sfx_open(&s);
     fx_put(&s.f, "sem", 2);
     store_inject_commit_delay(s.st, 400); /* a slow disk */
-    a = submit_acquire(&s.f, "sem", 1);
+    a = submit_acquire(&s.f, "sem", 1, 0, NULL);
     run_for(&s.f, 50); /* the commit carrying a's grant is running now */
     ASSERT_EQ(a->done, 0);
     g = treq_new(ENGINE_SEM_GET, "sem"); /* a read is answered at once, */
     ASSERT_OK(engine_submit(s.f.e, &g->r));
     ASSERT_EQ(g->done, 1);
     ASSERT_EQ(jint(g->res, "held"), 1);
-    b = submit_acquire(&s.f, "sem", 1); /* a grant made meanwhile waits for the next commit */
+    b = submit_acquire(&s.f, "sem", 1, 0,
+                       NULL); /* a grant made meanwhile waits for the next commit */
     ASSERT_EQ(b->done, 0);
     ASSERT(fx_run_until(&s.f, &a->done, 2000));
     ASSERT_EQ(a->status, 0);
@@ -268,16 +275,16 @@ TEST(store_failed_commit_also_fails_what_was_recorded_after_it)
     fx_put(&s.f, "sem", 3);
     store_inject_commit_delay(s.st, 300);
     store_inject_commit_failures(s.st, 1, 0);
-    a = submit_acquire(&s.f, "sem", 1);
+    a = submit_acquire(&s.f, "sem", 1, 0, NULL);
     run_for(&s.f, 50);
     ASSERT_EQ(a->done, 0);
-    b = submit_acquire(&s.f, "sem", 1); /* recorded on top of the commit that will fail */
+    b = submit_acquire(&s.f, "sem", 1, 0, NULL); /* recorded on top of the commit that will fail */
     ASSERT_EQ(b->done, 0);
     ASSERT(fx_run_until(&s.f, &b->done, 2000));
     ASSERT_EQ(a->status, SEMA_EIO);
     ASSERT_EQ(b->status, SEMA_EIO);
     ASSERT_EQ(fx_state(&s.f, "sem", "held"), 0); /* rebuilt from the store */
-    c = submit_acquire(&s.f, "sem", 3);          /* the store works again */
+    c = submit_acquire(&s.f, "sem", 3, 0, NULL); /* the store works again */
     ASSERT(fx_run_until(&s.f, &c->done, 2000));
     ASSERT_EQ(c->status, 0);
     treq_free(a);
@@ -353,7 +360,7 @@ TEST(store_delete_in_the_commit_of_its_grants_keeps_the_fence)
     p->r.capacity = 3;
     ASSERT_OK(engine_submit(s.f.e, &p->r));
     for (int i = 0; i < 3; i++) {
-        a[i] = submit_acquire(&s.f, "sem", 1); /* fences 1..3, awaiting the commit */
+        a[i] = submit_acquire(&s.f, "sem", 1, 0, NULL); /* fences 1..3, awaiting the commit */
         ASSERT_EQ(a[i]->done, 0);
         engine_cancel(s.f.e, &a[i]->r); /* gone before the commit: the grant is released */
     }
@@ -521,23 +528,6 @@ TEST(store_unrestorable_lease_refuses_to_start)
     ASSERT_OK(uv_loop_close(&loop));
 }
 
-/* Submit an acquire with a ttl and an optional Idempotency-Key, without waiting. */
-static treq_t *submit_acquire_ttl(fx_t *f, const char *name, uint64_t weight, int64_t ttl_ms,
-                                  const char *idem)
-{
-    treq_t *t = treq_new(ENGINE_ACQUIRE, name);
-
-    t->r.weight = weight;
-    t->r.timeout_ms = -1;
-    t->r.ttl_ms = ttl_ms;
-    if (idem != NULL) {
-        snprintf(t->idem, sizeof(t->idem), "%s", idem);
-        t->r.idem_key = t->idem;
-    }
-    ASSERT_OK(engine_submit(f->e, &t->r));
-    return t;
-}
-
 /* A grant whose reply waits for its commit can lose its lease meanwhile (the semaphore is
  * deleted, the ttl runs out); a client that then goes away must not release it again. */
 TEST(store_cancel_after_semaphore_deleted_while_grant_awaits_commit)
@@ -548,7 +538,7 @@ TEST(store_cancel_after_semaphore_deleted_while_grant_awaits_commit)
     sfx_open(&s);
     fx_put(&s.f, "sem", 1);
     store_inject_commit_delay(s.st, 300); /* a slow disk */
-    a = submit_acquire_ttl(&s.f, "sem", 1, 0, NULL);
+    a = submit_acquire(&s.f, "sem", 1, 0, NULL);
     run_for(&s.f, 50); /* a's grant rides the running commit (commit_fly) */
     ASSERT_EQ(a->done, 0);
     d = treq_new(ENGINE_SEM_DELETE, "sem");
@@ -570,11 +560,11 @@ TEST(store_cancel_after_lease_expired_while_grant_awaits_commit)
     sfx_open(&s);
     fx_put(&s.f, "sem", 1);
     store_inject_commit_delay(s.st, 300);
-    a = submit_acquire_ttl(&s.f, "sem", 1, 20, NULL); /* ttl shorter than the commit */
-    run_for(&s.f, 100);                               /* the lease expired meanwhile: freed */
+    a = submit_acquire(&s.f, "sem", 1, 20, NULL); /* ttl shorter than the commit */
+    run_for(&s.f, 100);                           /* the lease expired meanwhile: freed */
     ASSERT_EQ(a->done, 0);
-    b = submit_acquire_ttl(&s.f, "sem", 1, 60000, NULL); /* the unit is free again */
-    engine_cancel(s.f.e, &a->r);                         /* cancel_done(freed lease) */
+    b = submit_acquire(&s.f, "sem", 1, 60000, NULL); /* the unit is free again */
+    engine_cancel(s.f.e, &a->r);                     /* cancel_done(freed lease) */
     ASSERT(fx_run_until(&s.f, &b->done, 2000));
     ASSERT_EQ(b->status, 0);
     ASSERT_EQ(fx_state(&s.f, "sem", "held"), 1);
@@ -595,10 +585,10 @@ TEST(store_idem_retry_reply_names_a_lease_its_first_attempt_gave_back)
     sfx_open(&s);
     fx_put(&s.f, "sem", 1);
     store_inject_commit_delay(s.st, 300);
-    a = submit_acquire_ttl(&s.f, "sem", 1, 60000, "k1");
+    a = submit_acquire(&s.f, "sem", 1, 60000, "k1");
     run_for(&s.f, 50);
     ASSERT_EQ(a->done, 0);
-    r = submit_acquire_ttl(&s.f, "sem", 1, 60000, "k1"); /* the retry: waits for the commit */
+    r = submit_acquire(&s.f, "sem", 1, 60000, "k1"); /* the retry: waits for the commit */
     ASSERT_EQ(r->done, 0);
     engine_cancel(s.f.e, &a->r); /* the first attempt's connection closes */
     ASSERT(fx_run_until(&s.f, &r->done, 2000));
@@ -639,8 +629,8 @@ TEST(store_put_of_an_uncommitted_semaphore_waits_for_its_create)
     fx_run_until(&s.f, &b->done, 2000);
     ASSERT_EQ(a->status, SEMA_EIO);
     ASSERT_EQ(b->done, 1);
-    if (b->status == 0) /* b was told the semaphore exists: then it must */
-        ASSERT_EQ(fx_op(&s.f, ENGINE_SEM_GET, "sem", 0), 0);
+    ASSERT_EQ(b->status, SEMA_EIO); /* it waited for the create, and failed with it */
+    ASSERT_EQ(fx_op(&s.f, ENGINE_SEM_GET, "sem", 0), SEMA_ENOENT);
     treq_free(a);
     treq_free(b);
     sfx_close(&s);
@@ -667,8 +657,8 @@ TEST(store_delete_retry_waits_for_the_first_delete)
     fx_run_until(&s.f, &b->done, 2000);
     ASSERT_EQ(a->status, SEMA_EIO);
     ASSERT_EQ(b->done, 1);
-    if (b->status == SEMA_ENOENT) /* b was told it is gone: then it must be */
-        ASSERT_EQ(fx_op(&s.f, ENGINE_SEM_GET, "sem", 0), SEMA_ENOENT);
+    ASSERT_EQ(b->status, SEMA_EIO); /* it waited for the delete, and failed with it */
+    ASSERT_EQ(fx_op(&s.f, ENGINE_SEM_GET, "sem", 0), 0); /* the semaphore is back */
     treq_free(a);
     treq_free(b);
     sfx_close(&s);

@@ -78,7 +78,7 @@ int store_del_sem(store_t *st, const char *name); /* also deletes its leases */
 int store_put_lease(store_t *st, const store_lease_t *lease);
 int store_del_lease(store_t *st, const char *id);
 /* No fence at or below `fence` may be handed out again (kept as the max with what is
- * stored; store_last_fence(st, NULL, ...) includes it). For fences whose lease rows go
+ * stored; store_max_fence includes it). For fences whose lease rows go
  * away with no semaphore row to carry them (keyed locks). */
 int store_put_fence_floor(store_t *st, uint64_t fence);
 
@@ -108,11 +108,10 @@ void store_discard_pending(store_t *st);
  * is recorded. */
 int store_commit(store_t *st, char *errbuf, size_t errlen);
 
-/* The highest fence the store knows for `name`: its live fence, or the last fence it had
- * before it was deleted; 0 if never seen; with name NULL, the highest of all names, deleted
- * ones included (so fences handed out after a restart are above every one before). Reads
+/* The highest fence the store knows: of live and deleted semaphores, of leases, and the
+ * fence floor (so fences handed out after a restart are above every one before). Reads
  * what is committed: not while a transaction runs. Returns 0 or SEMA_EIO/SEMA_ENOMEM. */
-int store_last_fence(store_t *st, const char *name, uint64_t *fence);
+int store_max_fence(store_t *st, uint64_t *fence);
 
 /* Successful and failed commits since store_open(), for metrics. */
 void store_stats(const store_t *st, uint64_t *commits, uint64_t *commit_failures);

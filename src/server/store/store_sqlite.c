@@ -71,7 +71,6 @@ enum {
     Q_DEL_SEM,
     Q_PUT_LEASE,
     Q_DEL_LEASE,
-    Q_LAST_FENCE,
     Q_MAX_FENCE,
     Q_PUT_FLOOR,
     Q_COUNT
@@ -98,8 +97,6 @@ static const char *const query_sql[Q_COUNT] = {
                     " ttl_ms = excluded.ttl_ms, acquired_at = excluded.acquired_at,"
                     " expires_at = excluded.expires_at, is_lock = excluded.is_lock",
     [Q_DEL_LEASE] = "DELETE FROM leases WHERE id = ?1",
-    [Q_LAST_FENCE] = "SELECT max(coalesce((SELECT fence FROM semaphores WHERE name = ?1), 0),"
-                     " coalesce((SELECT fence FROM retired WHERE name = ?1), 0))",
     [Q_MAX_FENCE] = "SELECT max(coalesce((SELECT max(fence) FROM semaphores), 0),"
                     " coalesce((SELECT max(fence) FROM retired), 0),"
                     " coalesce((SELECT max(fence) FROM leases), 0))",
@@ -694,15 +691,21 @@ int store_put_sem(store_t *st, const store_sem_t *sem)
     return op_add(st, op);
 }
 
-int store_del_sem(store_t *st, const char *name)
+/* Record an op whose only argument is a name (a semaphore's or a lease id). */
+static int add_named(store_t *st, int kind, const char *name)
 {
-    store_op_t *op = op_new(OP_DEL_SEM, str_size(name));
+    store_op_t *op = op_new(kind, str_size(name));
 
     if (op != NULL) {
         char *at = op->strings;
         op->u.name = op_str(&at, name);
     }
     return op_add(st, op);
+}
+
+int store_del_sem(store_t *st, const char *name)
+{
+    return add_named(st, OP_DEL_SEM, name);
 }
 
 int store_put_lease(store_t *st, const store_lease_t *l)
@@ -723,13 +726,7 @@ int store_put_lease(store_t *st, const store_lease_t *l)
 
 int store_del_lease(store_t *st, const char *id)
 {
-    store_op_t *op = op_new(OP_DEL_LEASE, str_size(id));
-
-    if (op != NULL) {
-        char *at = op->strings;
-        op->u.name = op_str(&at, id);
-    }
-    return op_add(st, op);
+    return add_named(st, OP_DEL_LEASE, id);
 }
 
 int store_put_fence_floor(store_t *st, uint64_t fence)
@@ -932,19 +929,16 @@ int store_commit(store_t *st, char *errbuf, size_t errlen)
     return rc;
 }
 
-int store_last_fence(store_t *st, const char *name, uint64_t *fence)
+int store_max_fence(store_t *st, uint64_t *fence)
 {
-    sqlite3_stmt *s = st->q[name != NULL ? Q_LAST_FENCE : Q_MAX_FENCE];
+    sqlite3_stmt *s = st->q[Q_MAX_FENCE];
     int rc;
 
     *fence = 0;
-    if (name != NULL)
-        bind_text(s, 1, name);
     rc = sqlite3_step(s);
     if (rc == SQLITE_ROW)
         *fence = (uint64_t)sqlite3_column_int64(s, 0);
     sqlite3_reset(s);
-    sqlite3_clear_bindings(s);
     return rc == SQLITE_ROW ? 0 : map_rc(rc, &(const char *){NULL});
 }
 
