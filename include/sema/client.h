@@ -208,7 +208,8 @@ SEMA_EXTERN int sema_client_lock_get(sema_client_t *c, const char *key, char **j
                                      sema_client_error_t *err);
 
 /* Called for every server-sent event: `type` ("granted", "released", "expired", "revoked",
- * "resized", "deleted", ...) and its JSON `data`, both borrowed. Return non-zero to stop. */
+ * "resized", "deleted"; "reset" after a resume that could not replay everything missed:
+ * read the state again) and its JSON `data`, both borrowed. Return non-zero to stop. */
 typedef int (*sema_client_event_cb)(void *arg, const char *type, const char *data);
 
 /* GET /v1/semaphores/{name}/events: stream events into `cb` until it returns non-zero, the
@@ -221,14 +222,18 @@ SEMA_EXTERN int sema_client_events(sema_client_t *c, const char *name, sema_clie
 typedef struct {
     int64_t retry_ms; /* the last SSE `retry:` field (ms) the server sent, -1 if none */
     int opened;       /* 1 once the server accepted the subscription (a 2xx reply began) */
+    /* In and out: if not empty on the call, sent as Last-Event-ID, so the server first
+     * replays the events since it (or sends "reset" if it no longer has them all); on
+     * return, the id of the last event received (unchanged if none came). Start with "". */
+    char last_event_id[64];
 } sema_client_events_info_t;
 
 /* sema_client_events() that also fills *info (may be NULL) before it returns, whatever the
  * outcome. The stream does not reconnect by itself: a return of 0 that neither `cb` nor
  * *cancel caused means the server ended the stream, and a transport error (e.g.
  * SEMA_ECONNREFUSED, SEMA_EPROTO with http_status 0) means it was lost; resubscribe after
- * info->retry_ms (or your own backoff). Events sent while no stream was open are not
- * replayed (semad does not implement Last-Event-ID). Blocks; thread-safe like the rest. */
+ * info->retry_ms (or your own backoff), passing the same *info back: semad replays what
+ * was missed (a "reset" event if it cannot). Blocks; thread-safe like the rest. */
 SEMA_EXTERN int sema_client_events_ex(sema_client_t *c, const char *name, sema_client_event_cb cb,
                                       void *arg, const volatile int *cancel,
                                       sema_client_events_info_t *info, sema_client_error_t *err);

@@ -113,12 +113,12 @@ static int watch_sleep(int64_t ms)
     return __atomic_load_n(&watch_stop, __ATOMIC_ACQUIRE);
 }
 
-/* One connection: fetch and show the state, then follow the events until the stream ends.
- * Returns 0 when watching is over (deleted, interrupted), or the error that ended it. */
+/* One connection: fetch and show the state, then follow the events until the stream ends
+ * (after a loss, resuming from info->last_event_id). Returns 0 when watching is over
+ * (deleted, interrupted), or the error that ended it. */
 static int watch_once(watch_t *w, int reconnect, sema_client_events_info_t *info,
                       sema_client_error_t *e)
 {
-    *info = (sema_client_events_info_t){.retry_ms = -1};
     w->reached = 0;
     int rc = sema_client_get(w->c, w->o->pos[0], NULL, NULL, e);
     if (rc != 0)
@@ -126,8 +126,8 @@ static int watch_once(watch_t *w, int reconnect, sema_client_events_info_t *info
     w->reached = 1;
     if (reconnect) {
         fprintf(stderr,
-                "sema watch: %s: reconnected to %s (events during the gap are not "
-                "replayed; state shown again)\n",
+                "sema watch: %s: reconnected to %s (state shown again; the events missed "
+                "follow, or \"reset\" if the server no longer has them)\n",
                 w->o->pos[0], w->o->server);
         fflush(stderr);
     }
@@ -146,7 +146,7 @@ static int watch_once(watch_t *w, int reconnect, sema_client_events_info_t *info
 static int watch_loop(watch_t *w)
 {
     remote_opts_t *o = w->o;
-    sema_client_events_info_t info;
+    sema_client_events_info_t info = {.retry_ms = -1, .last_event_id = ""};
     sema_client_error_t e;
     unsigned seed = (unsigned)time(NULL) ^ (unsigned)getpid();
     int64_t server_retry_ms = -1;

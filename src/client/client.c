@@ -371,6 +371,12 @@ static struct curl_slist *build_headers(const client_req_t *req, int *oom)
             goto fail;
         h = t;
     }
+    if (req->last_event_id != NULL) {
+        snprintf(line, sizeof line, "Last-Event-ID: %s", req->last_event_id);
+        if ((t = curl_slist_append(h, line)) == NULL)
+            goto fail;
+        h = t;
+    }
     if ((t = curl_slist_append(h, "Expect:")) == NULL)
         goto fail;
     *oom = 0;

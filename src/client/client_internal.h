@@ -45,6 +45,7 @@ typedef struct {
     const char *path;           /* encoded, starting with '/' (query included) */
     json_t *body;               /* borrowed, may be NULL */
     const char *idem_key;       /* Idempotency-Key header, may be NULL */
+    const char *last_event_id;  /* Last-Event-ID header, may be NULL */
     int64_t wait_ms;            /* how long the server may take beyond a round trip: the
                                    call's own timeout_ms (< 0: forever) */
     const volatile int *cancel; /* may be NULL */

@@ -93,6 +93,7 @@ typedef struct {
     char line[CLIENT_MAX_EVENT];
     size_t line_len;
     char type[64];
+    char id[64]; /* the SSE last event ID buffer */
     char data[CLIENT_MAX_EVENT];
     size_t data_len;
     int overflow;
@@ -123,8 +124,11 @@ static int sse_line(sse_t *s)
 
     if (n == 0) {
         int stop = 0;
-        if (s->data_len > 0 || s->type[0] != '\0')
+        if (s->data_len > 0 || s->type[0] != '\0') {
+            if (s->info != NULL)
+                memcpy(s->info->last_event_id, s->id, sizeof s->id);
             stop = s->cb(s->arg, s->type[0] ? s->type : "message", s->data);
+        }
         s->type[0] = '\0';
         s->data_len = 0;
         s->data[0] = '\0';
@@ -142,6 +146,10 @@ static int sse_line(sse_t *s)
             s->data[s->data_len++] = '\n';
         memcpy(s->data + s->data_len, v, vn + 1);
         s->data_len += vn;
+    } else if (strncmp(l, "id:", 3) == 0) {
+        const char *v = l[3] == ' ' ? l + 4 : l + 3;
+        if (strlen(v) < sizeof s->id && strpbrk(v, "\r\n") == NULL)
+            snprintf(s->id, sizeof s->id, "%s", v); /* too long for a header of ours: ignored */
     } else if (strncmp(l, "retry:", 6) == 0) {
         sse_retry(s, l[6] == ' ' ? l + 7 : l + 6);
     }
@@ -183,8 +191,13 @@ int sema_client_events_ex(sema_client_t *c, const char *name, sema_client_event_
                           const volatile int *cancel, sema_client_events_info_t *info,
                           sema_client_error_t *err)
 {
-    if (info != NULL)
+    char last[sizeof info->last_event_id] = "";
+    if (info != NULL) {
+        memcpy(last, info->last_event_id, sizeof last);
+        last[sizeof last - 1] = '\0';
         *info = (sema_client_events_info_t){.retry_ms = -1, .opened = 0};
+        memcpy(info->last_event_id, last, sizeof last);
+    }
     int rc = client_check_name(name, err);
     if (rc != 0)
         return rc;
@@ -200,10 +213,14 @@ int sema_client_events_ex(sema_client_t *c, const char *name, sema_client_event_
     s->cb = cb;
     s->arg = arg;
     s->info = info;
+    memcpy(s->id, last, sizeof s->id); /* the buffer carries over, as in EventSource */
     client_req_t req = {.method = "GET",
                         .path = path,
                         .wait_ms = -1,
                         .cancel = cancel,
+                        .last_event_id = last[0] != '\0' && strpbrk(last, "\r\n") == NULL
+                                             ? last
+                                             : NULL,
                         .sink = sse_sink,
                         .sink_arg = s};
     client_resp_t resp;

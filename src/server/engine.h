@@ -111,6 +111,8 @@ typedef struct {
     struct store *store;             /* durable store, or NULL for memory only */
     uint64_t max_uncommitted;        /* store: changes recorded while a commit runs before
                                         every reply waits for the commit (backpressure) */
+    int64_t events_retain_ms; /* an unwatched semaphore keeps its events this long for a
+                                 resume (default ENGINE_EVENTS_RETAIN_MS) */
 } engine_config_t;
 
 /* Fill `cfg` with the defaults documented in `semad --help`. */
@@ -134,14 +136,29 @@ int engine_submit(engine_t *e, engine_req_t *req);
  * made for req (e.g. awaiting its group commit) is released, never leaked. */
 void engine_cancel(engine_t *e, engine_req_t *req);
 
-/* Events for GET /v1/semaphores/{name}/events. `cb` gets the event type ("granted",
- * "released", "expired", "revoked", "resized", "deleted") and a borrowed JSON object.
- * After "deleted" the subscription is finished (cb is not called again; still call
- * engine_unsubscribe). Returns 0, SEMA_ENOENT, SEMA_ELIMIT or SEMA_ENOMEM. */
-typedef void (*engine_event_cb)(void *arg, const char *type, json_t *data);
+/* Events for GET /v1/semaphores/{name}/events. `cb` gets the event's id ("<uid>-<seq>",
+ * increasing within one run of a semaphore's subscriptions), its type ("granted",
+ * "released", "expired", "revoked", "resized", "deleted", or "reset": see
+ * engine_sub_resume) and a borrowed JSON object. After "deleted" the subscription is
+ * finished (cb is not called again; still call engine_unsubscribe). Returns 0,
+ * SEMA_ENOENT, SEMA_ELIMIT or SEMA_ENOMEM. */
+typedef void (*engine_event_cb)(void *arg, const char *id, const char *type, json_t *data);
 int engine_subscribe(engine_t *e, const char *name, engine_event_cb cb, void *arg,
                      engine_sub_t **out);
+/* Resume `sub` after `last_id` (a client's Last-Event-ID): calls cb(arg, ...) at once with
+ * every event since it, oldest first, if the engine still has them all; otherwise with one
+ * "reset" event ({"name","reason"}: events in between are lost, read the state again). The
+ * subscription's own callback then skips what was replayed. cb must not unsubscribe. */
+void engine_sub_resume(engine_t *e, engine_sub_t *sub, const char *last_id, engine_event_cb cb,
+                       void *arg);
 void engine_unsubscribe(engine_t *e, engine_sub_t *sub);
+
+/* A semaphore whose last subscriber left keeps recording events this long by default (a
+ * resume within it misses nothing); idle subscriptions kept at most; recent events kept
+ * for resumes (all semaphores together). */
+#define ENGINE_EVENTS_RETAIN_MS 60000
+#define ENGINE_EVENTS_IDLE_MAX 1024
+#define ENGINE_EVENTS_RECENT 4096
 
 /* Append the engine's Prometheus metrics (text format) to `buf` (a growable string the
  * caller owns; see http.h). Returns 0 or SEMA_ENOMEM. */

@@ -175,12 +175,19 @@ typedef struct {
     char id[28];
 } etomb_t;
 
-/* Subscribers of one semaphore name. */
+/* Subscribers of one semaphore name. When the last one leaves, the group stays (idle) for
+ * ENGINE_EVENTS_RETAIN_MS, still recording events, so a subscriber that reconnects with
+ * Last-Event-ID gets what it missed. */
 typedef struct esub_group {
     enode_t node; /* in e->subgroups, keyed by name */
     elist_t subs;
-    uint32_t refs; /* subs + queued events */
-    int attached;  /* in e->subgroups (the semaphore exists) */
+    elist_t idle_link;   /* in e->idle_groups while idle */
+    uint64_t idle_since; /* engine__now() when it went idle */
+    int idle;            /* in e->idle_groups: no subscriber and no queued event */
+    uint64_t uid;        /* names the group in event ids: "<uid>-<seq>" */
+    uint64_t seq;        /* the last event's number */
+    uint32_t refs;       /* subs + queued events */
+    int attached;        /* in e->subgroups (the semaphore exists) */
     size_t name_len;
     char name[];
 } esub_group_t;
@@ -190,15 +197,24 @@ struct engine_sub {
     esub_group_t *grp;
     engine_event_cb cb;
     void *arg;
+    uint64_t seen; /* the last event number this subscriber got (replayed ones included) */
     int finished;
 };
 
 typedef struct {
     elist_t link;
     esub_group_t *grp;
+    uint64_t seq;
     const char *type;
     json_t *data;
 } eevent_t;
+
+/* The engine's most recent events, for replay: a ring of ENGINE_EVENTS_RECENT. */
+typedef struct {
+    uint64_t uid, seq;
+    const char *type;
+    json_t *data;
+} erecent_t;
 
 #define ENGINE_HIST_BUCKETS 12
 typedef struct {
@@ -237,7 +253,12 @@ struct engine {
     esem_t **dirty;          /* semaphores whose rows the next commit writes (NULL: gone) */
     uint64_t fence_stored;   /* the fence floor the store has (or the next commit writes) */
     size_t ndirty, dirty_cap;
-    elist_t events; /* eevent_t to deliver */
+    elist_t events;      /* eevent_t to deliver */
+    elist_t idle_groups; /* esub_group_t with no subscriber, oldest first */
+    size_t nidle_groups;
+    uint64_t group_uid;   /* the last group's uid (random start: ids differ across runs) */
+    erecent_t *recent;    /* ring of recent events (allocated at the first one) */
+    size_t recent_head, recent_len;
     int draining;
     int shutting_down;
     int clearing; /* engine__state_clear runs: the treap is dropped whole */
@@ -254,6 +275,7 @@ struct engine {
 
 /* engine_mem.c */
 uint64_t engine__now(engine_t *e); /* monotonic ms */
+void engine__random(engine_t *e, uint8_t *out, size_t n);
 int64_t engine__wall_ms(void);     /* Unix epoch ms */
 esem_t *engine__sem_find(engine_t *e, const char *name, size_t len);
 esem_t *engine__lock_find(engine_t *e, const char *key, size_t len);

@@ -12,7 +12,7 @@
 
 /* ---- ids ---- */
 
-static void fill_random(engine_t *e, uint8_t *out, size_t n)
+void engine__random(engine_t *e, uint8_t *out, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         if (e->rnd_pos == sizeof(e->rnd)) {
@@ -34,7 +34,7 @@ static void make_id(engine_t *e, char id[28])
     uint8_t raw[LEASE_ID_BYTES];
     size_t o = 0;
 
-    fill_random(e, raw, sizeof(raw));
+    engine__random(e, raw, sizeof(raw));
     for (size_t i = 0; i < sizeof(raw); i += 3) {
         uint32_t v = ((uint32_t)raw[i] << 16) | ((uint32_t)raw[i + 1] << 8) | raw[i + 2];
         /* The first character is a letter or digit, so an id never looks like a

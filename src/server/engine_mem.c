@@ -461,6 +461,7 @@ void engine_config_default(engine_config_t *cfg)
     cfg->metrics_max_semaphores = 100;
     cfg->store = NULL;
     cfg->max_uncommitted = 65536;
+    cfg->events_retain_ms = ENGINE_EVENTS_RETAIN_MS;
 }
 
 static int engine_tables_init(engine_t *e)
@@ -507,6 +508,8 @@ int engine_new(engine_t **out, uv_loop_t *loop, const engine_config_t *cfg, char
         e->cfg.default_ttl_ms = 60000;
     if (e->cfg.max_ttl_ms < e->cfg.default_ttl_ms)
         e->cfg.max_ttl_ms = e->cfg.default_ttl_ms;
+    if (e->cfg.events_retain_ms <= 0)
+        e->cfg.events_retain_ms = ENGINE_EVENTS_RETAIN_MS;
     if (e->cfg.lock_readers == 0 || e->cfg.lock_readers > ((uint64_t)1 << 53))
         e->cfg.lock_readers = 1048576;
     e->store = cfg->store;
@@ -516,6 +519,7 @@ int engine_new(engine_t **out, uv_loop_t *loop, const engine_config_t *cfg, char
     elist_init(&e->commit_wait);
     elist_init(&e->commit_fly);
     elist_init(&e->events);
+    elist_init(&e->idle_groups);
     rc = engine_tables_init(e);
     if (rc == 0 && e->store != NULL)
         rc = engine__store_load(e, errbuf, errlen);

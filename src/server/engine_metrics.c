@@ -2,6 +2,9 @@
 /* engine_metrics.c - the engine's Prometheus metrics and its event subscriptions. */
 #include "engine_internal.h"
 
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "strbuf.h"
@@ -33,37 +36,114 @@ static void group_detach(engine_t *e, esub_group_t *g)
     g->attached = 0;
 }
 
+static void group_unidle(engine_t *e, esub_group_t *g)
+{
+    if (!g->idle)
+        return;
+    elist_remove(&g->idle_link);
+    e->nidle_groups--;
+    g->idle = 0;
+}
+
+/* Free a group nobody references (refs == 0); its semaphore stops paying for events. */
+static void group_free(engine_t *e, esub_group_t *g)
+{
+    group_unidle(e, g);
+    if (g->attached) {
+        esem_t *s = engine__sem_find(e, g->name, g->name_len);
+        if (s != NULL && s->subs == g)
+            s->subs = NULL;
+        group_detach(e, g);
+    }
+    sema__free(g);
+}
+
+static int group_expired(engine_t *e, const esub_group_t *g)
+{
+    return g->idle && g->refs == 0 &&
+           engine__now(e) - g->idle_since >= (uint64_t)e->cfg.events_retain_ms;
+}
+
+/* Free idle groups past their retention, and the oldest beyond ENGINE_EVENTS_IDLE_MAX. An
+ * idle group with queued events (refs > 0) waits for the next sweep. */
+static void idle_sweep(engine_t *e)
+{
+    while (!elist_empty(&e->idle_groups)) {
+        esub_group_t *g = ENGINE__CONTAINER(e->idle_groups.next, esub_group_t, idle_link);
+        if (g->refs > 0 || (e->nidle_groups <= ENGINE_EVENTS_IDLE_MAX && !group_expired(e, g)))
+            break;
+        group_free(e, g);
+    }
+}
+
+/* Drop a reference. With none left the group is freed if its semaphore is gone, and
+ * otherwise goes idle (or stays idle: its retention runs from when the last subscriber
+ * left, not from its last event). */
 static void group_unref(engine_t *e, esub_group_t *g)
 {
     if (--g->refs > 0)
         return;
-    if (g->attached) {
-        esem_t *s = engine__sem_find(e, g->name, g->name_len);
-        if (s != NULL && s->subs == g)
-            s->subs = NULL; /* the semaphore stops paying for events */
-        group_detach(e, g);
+    if (!g->attached) {
+        group_free(e, g);
+        return;
     }
-    sema__free(g);
+    if (g->idle)
+        return;
+    /* The semaphore exists: keep recording its events for a subscriber's return. */
+    g->idle = 1;
+    g->idle_since = engine__now(e);
+    elist_push_back(&e->idle_groups, &g->idle_link);
+    e->nidle_groups++;
+    idle_sweep(e);
+}
+
+/* Remember an event for resumes. Steals a reference to `data`. */
+static void recent_push(engine_t *e, const esub_group_t *g, uint64_t seq, const char *type,
+                        json_t *data)
+{
+    erecent_t *r;
+
+    if (e->recent == NULL &&
+        (e->recent = sema__calloc(ENGINE_EVENTS_RECENT, sizeof(*e->recent))) == NULL) {
+        json_decref(data);
+        return;
+    }
+    if (e->recent_len == ENGINE_EVENTS_RECENT) {
+        r = &e->recent[e->recent_head];
+        json_decref(r->data);
+        e->recent_head = (e->recent_head + 1) % ENGINE_EVENTS_RECENT;
+        e->recent_len--;
+    }
+    r = &e->recent[(e->recent_head + e->recent_len) % ENGINE_EVENTS_RECENT];
+    *r = (erecent_t){.uid = g->uid, .seq = seq, .type = type, .data = data};
+    e->recent_len++;
 }
 
 /* Queue an event for the semaphore's subscribers (delivered by engine__drain, so a
  * subscriber's callback never runs inside a state change). Steals `data`. */
 void engine__event(engine_t *e, esem_t *s, const char *type, json_t *data)
 {
+    esub_group_t *g = s->subs;
     eevent_t *ev;
 
-    if (s->subs == NULL || data == NULL || (ev = sema__malloc(sizeof(*ev))) == NULL) {
+    if (g != NULL && group_expired(e, g)) {
+        group_free(e, g); /* nobody came back for these events */
+        g = NULL;
+    }
+    if (g == NULL || data == NULL || (ev = sema__malloc(sizeof(*ev))) == NULL) {
         json_decref(data);
         return;
     }
-    ev->grp = s->subs;
-    ev->grp->refs++;
+    ev->grp = g;
+    g->refs++;
+    ev->seq = ++g->seq;
     ev->type = type;
     ev->data = data;
     elist_push_back(&e->events, &ev->link);
+    recent_push(e, g, ev->seq, type, json_incref(data));
     if (strcmp(type, "deleted") == 0) {
         s->subs = NULL; /* the subscription is finished: a new semaphore of the name is new */
-        group_detach(e, ev->grp);
+        group_detach(e, g);
     }
 }
 
@@ -77,23 +157,32 @@ void engine__event_lease(engine_t *e, esem_t *s, const char *type, const elease_
                             "owner", l->owner ? json_string(l->owner) : json_null()));
 }
 
-/* Deliver the oldest queued event to every live subscriber of its group. */
+static void event_id(char *buf, size_t cap, uint64_t uid, uint64_t seq)
+{
+    snprintf(buf, cap, "%llu-%llu", (unsigned long long)uid, (unsigned long long)seq);
+}
+
+/* Deliver the oldest queued event to every live subscriber of its group that has not had
+ * it yet (a resume may have replayed it already). */
 void engine__events_deliver(engine_t *e)
 {
     eevent_t *ev = ENGINE__CONTAINER(e->events.next, eevent_t, link);
     esub_group_t *g = ev->grp;
     int last = strcmp(ev->type, "deleted") == 0;
+    char id[48];
 
     elist_remove(&ev->link);
+    event_id(id, sizeof(id), g->uid, ev->seq);
     g->refs++; /* keep the group while callbacks unsubscribe */
     for (elist_t *x = g->subs.next, *next; x != &g->subs; x = next) {
         engine_sub_t *sub = ENGINE__CONTAINER(x, engine_sub_t, link);
         next = x->next;
-        if (sub->finished)
+        if (sub->finished || sub->seen >= ev->seq)
             continue;
         if (last)
             sub->finished = 1;
-        sub->cb(sub->arg, ev->type, ev->data);
+        sub->seen = ev->seq;
+        sub->cb(sub->arg, id, ev->type, ev->data);
     }
     json_decref(ev->data);
     group_unref(e, g);
@@ -105,11 +194,13 @@ int engine_subscribe(engine_t *e, const char *name, engine_event_cb cb, void *ar
                      engine_sub_t **out)
 {
     size_t len = name ? strlen(name) : 0;
-    esem_t *s = name ? engine__sem_find(e, name, len) : NULL;
+    esem_t *s;
     engine_sub_t *sub;
     esub_group_t *g;
 
     *out = NULL;
+    idle_sweep(e);
+    s = name ? engine__sem_find(e, name, len) : NULL;
     if (s == NULL || cb == NULL)
         return SEMA_ENOENT;
     if (e->nsubs >= MAX_SUBSCRIPTIONS)
@@ -117,15 +208,20 @@ int engine_subscribe(engine_t *e, const char *name, engine_event_cb cb, void *ar
     sub = sema__calloc(1, sizeof(*sub));
     if (sub == NULL)
         return SEMA_ENOMEM;
-    g = s->subs;
+    g = s->subs; /* an idle group (even past its retention) still has every event */
     if (g == NULL) {
-        g = sema__malloc(sizeof(*g) + len + 1);
+        g = sema__calloc(1, sizeof(*g) + len + 1);
         if (g == NULL) {
             sema__free(sub);
             return SEMA_ENOMEM;
         }
+        if (e->group_uid == 0) {
+            /* A random start, so ids from an earlier run of semad never match this one's. */
+            engine__random(e, (uint8_t *)&e->group_uid, sizeof(e->group_uid));
+            e->group_uid = (e->group_uid >> 12) | 1; /* room to count up, in 53 bits */
+        }
+        g->uid = ++e->group_uid;
         elist_init(&g->subs);
-        g->refs = 0;
         g->name_len = len;
         memcpy(g->name, name, len + 1);
         g->node.hash = engine__hash(name, len, 2);
@@ -133,6 +229,7 @@ int engine_subscribe(engine_t *e, const char *name, engine_event_cb cb, void *ar
         engine__tab_insert(&e->subgroups, &g->node);
         s->subs = g;
     }
+    group_unidle(e, g);
     g->refs++;
     sub->grp = g;
     sub->cb = cb;
@@ -141,6 +238,76 @@ int engine_subscribe(engine_t *e, const char *name, engine_event_cb cb, void *ar
     e->nsubs++;
     *out = sub;
     return 0;
+}
+
+/* "<uid>-<seq>" -> 0, or -1 if it is not one. */
+static int parse_event_id(const char *s, uint64_t *uid, uint64_t *seq)
+{
+    char *end;
+
+    if (s == NULL || *s < '0' || *s > '9')
+        return -1;
+    errno = 0;
+    *uid = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '-' || end[1] < '0' || end[1] > '9')
+        return -1;
+    *seq = strtoull(end + 1, &end, 10);
+    return errno != 0 || *end != '\0' ? -1 : 0;
+}
+
+static void sub_reset(engine_sub_t *sub, const char *reason, engine_event_cb cb, void *arg)
+{
+    esub_group_t *g = sub->grp;
+    char id[48];
+    json_t *data = json_pack("{s:s%,s:s}", "name", g->name, g->name_len, "reason", reason);
+
+    event_id(id, sizeof(id), g->uid, g->seq);
+    sub->seen = g->seq; /* what is queued now is older than the state the client reads */
+    if (data != NULL)
+        cb(arg, id, "reset", data);
+    json_decref(data);
+}
+
+void engine_sub_resume(engine_t *e, engine_sub_t *sub, const char *last_id, engine_event_cb cb,
+                       void *arg)
+{
+    esub_group_t *g = sub->grp;
+    uint64_t uid, seq;
+    size_t first = e->recent_len;
+
+    if (sub->finished || last_id == NULL)
+        return;
+    if (parse_event_id(last_id, &uid, &seq) != 0 || uid != g->uid || seq > g->seq) {
+        sub_reset(sub, "Last-Event-ID is not from this run of the semaphore's events", cb, arg);
+        return;
+    }
+    if (seq == g->seq) {
+        sub->seen = seq; /* nothing missed */
+        return;
+    }
+    /* The ring drops the oldest first, so if seq + 1 is there, everything after it is. */
+    for (size_t i = 0; i < e->recent_len; i++) {
+        const erecent_t *r = &e->recent[(e->recent_head + i) % ENGINE_EVENTS_RECENT];
+        if (r->uid == uid && r->seq == seq + 1) {
+            first = i;
+            break;
+        }
+    }
+    if (first == e->recent_len) {
+        sub_reset(sub, "the events since Last-Event-ID are no longer kept", cb, arg);
+        return;
+    }
+    for (size_t i = first; i < e->recent_len && !sub->finished; i++) { /* FIFO: in order */
+        const erecent_t *r = &e->recent[(e->recent_head + i) % ENGINE_EVENTS_RECENT];
+        char id[48];
+        if (r->uid != uid)
+            continue;
+        event_id(id, sizeof(id), r->uid, r->seq);
+        sub->seen = r->seq;
+        if (strcmp(r->type, "deleted") == 0)
+            sub->finished = 1;
+        cb(arg, id, r->type, r->data);
+    }
 }
 
 void engine_unsubscribe(engine_t *e, engine_sub_t *sub)
@@ -166,6 +333,7 @@ static void free_group(void *arg, enode_t *n)
         elist_remove(&sub->link);
         sema__free(sub);
     }
+    group_unidle(e, g);
     group_detach(e, g);
     sema__free(g);
 }
@@ -181,6 +349,11 @@ void engine__subs_free_all(engine_t *e)
         sema__free(ev);
     }
     engine__tab_each(&e->subgroups, free_group, e);
+    for (size_t i = 0; i < e->recent_len; i++)
+        json_decref(e->recent[(e->recent_head + i) % ENGINE_EVENTS_RECENT].data);
+    sema__free(e->recent);
+    e->recent = NULL;
+    e->recent_len = 0;
 }
 
 static void reattach_group(void *arg, enode_t *n)
@@ -196,13 +369,19 @@ static void reattach_group(void *arg, enode_t *n)
     /* The semaphore is gone after a reload: tell its subscribers. */
     eevent_t *ev = sema__malloc(sizeof(*ev));
     group_detach(e, g);
-    if (ev == NULL)
+    if (ev == NULL) {
+        if (g->refs == 0)
+            group_free(e, g); /* idle: nobody to tell */
         return;
+    }
     ev->grp = g;
     g->refs++;
+    ev->seq = ++g->seq;
     ev->type = "deleted";
     ev->data = json_pack("{s:s%}", "name", g->name, g->name_len);
     elist_push_back(&e->events, &ev->link);
+    if (ev->data != NULL)
+        recent_push(e, g, ev->seq, ev->type, json_incref(ev->data));
 }
 
 /* After the state was rebuilt from the store, point semaphores at their subscribers. */

@@ -59,8 +59,9 @@ static int on_header_field(llhttp_t *ll, const char *at, size_t len)
         strbuf_reset(&p->hval);
         p->hstate = 0;
     }
-    /* Only names starting like idempotency-key or expect can matter: skip the rest. */
-    if (p->hname_len == 0 && len > 0 && (at[0] | 0x20) != 'i' && (at[0] | 0x20) != 'e')
+    /* Only names starting like idempotency-key, expect or last-event-id can matter. */
+    if (p->hname_len == 0 && len > 0 && (at[0] | 0x20) != 'i' && (at[0] | 0x20) != 'e' &&
+        (at[0] | 0x20) != 'l')
         p->hname_long = 1;
     if (p->hname_long)
         return 0;
@@ -79,7 +80,8 @@ static int on_header_field(llhttp_t *ll, const char *at, size_t len)
 static int interesting(const http_parser_t *p)
 {
     return !p->hname_long &&
-           (strcmp(p->hname, "idempotency-key") == 0 || strcmp(p->hname, "expect") == 0);
+           (strcmp(p->hname, "idempotency-key") == 0 || strcmp(p->hname, "expect") == 0 ||
+            strcmp(p->hname, "last-event-id") == 0);
 }
 
 static int on_header_value(llhttp_t *ll, const char *at, size_t len)
@@ -89,7 +91,8 @@ static int on_header_value(llhttp_t *ll, const char *at, size_t len)
         return HPE_USER;
     p->hstate = 1;
     if (interesting(p) && strbuf_append(&p->hval, at, len) != 0)
-        return fail(p, 400, "Idempotency-Key longer than 255 bytes");
+        return fail(p, 400, p->hname[0] == 'l' ? "Last-Event-ID longer than 255 bytes"
+                                               : "Idempotency-Key longer than 255 bytes");
     return 0;
 }
 
@@ -102,6 +105,12 @@ static int on_header_value_complete(llhttp_t *ll)
     const char *v = p->hval.len ? p->hval.data : "";
     if (strcmp(p->hname, "expect") == 0) {
         p->want_continue = strncasecmp(v, "100-continue", 12) == 0;
+    } else if (p->hname[0] == 'l') {
+        if (p->req.last_event_id != NULL)
+            return fail(p, 400, "Last-Event-ID must be one value");
+        p->req.last_event_id = strndup(v, p->hval.len);
+        if (p->req.last_event_id == NULL)
+            return fail(p, 503, "Out of memory");
     } else {
         if (p->hval.len == 0 || p->req.idem_key != NULL)
             return fail(p, 400, "Idempotency-Key must be one non-empty value");
@@ -183,6 +192,8 @@ void http_parser_free(http_parser_t *p)
     strbuf_free(&p->hval);
     free(p->req.idem_key);
     p->req.idem_key = NULL;
+    free(p->req.last_event_id);
+    p->req.last_event_id = NULL;
 }
 
 static void shrink(struct strbuf *sb)
@@ -200,6 +211,8 @@ void http_parser_next(http_parser_t *p)
     strbuf_free(&p->hval);
     free(p->req.idem_key);
     p->req.idem_key = NULL;
+    free(p->req.last_event_id);
+    p->req.last_event_id = NULL;
     p->req.keep_alive = 0;
     p->header_bytes = 0;
     p->hname_len = 0;

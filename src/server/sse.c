@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* sse.c - GET /v1/semaphores/{name}/events: the engine's events as Server-Sent Events. */
+/* sse.c - GET /v1/semaphores/{name}/events: the engine's events as Server-Sent Events. A
+ * client that reconnects with Last-Event-ID gets the events it missed first. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -7,30 +8,62 @@
 
 #include "sema/error.h"
 
-/* One engine event -> "event: <type>\ndata: <json>\n\n". After "deleted" the stream ends. */
-static void on_event(void *arg, const char *type, json_t *data)
+/* "id: <id>\nevent: <type>\ndata: <json>\n\n" appended to out. */
+static int sse_format(struct strbuf *out, const char *id, const char *type, json_t *data)
+{
+    char *s = json_dumps(data, JSON_COMPACT | JSON_ENCODE_ANY);
+    int rc = strbuf_printf(out, "id: %s\nevent: %s\ndata: %s\n\n", id, type, s != NULL ? s : "{}");
+    free(s);
+    return rc;
+}
+
+/* One live engine event. After "deleted" the stream ends. */
+static void on_event(void *arg, const char *id, const char *type, json_t *data)
 {
     conn_t *conn = arg;
-    char *s = json_dumps(data, JSON_COMPACT | JSON_ENCODE_ANY);
     struct strbuf out;
     strbuf_init(&out, 0);
-    int rc = strbuf_printf(&out, "event: %s\ndata: %s\n\n", type, s != NULL ? s : "{}");
-    free(s);
-    if (rc == 0)
+    if (sse_format(&out, id, type, data) == 0)
         conn_stream_write(conn, out.data, out.len);
     strbuf_free(&out);
     if (strcmp(type, "deleted") == 0)
         conn_stream_end(conn);
 }
 
+typedef struct {
+    struct strbuf out;
+    int failed, deleted;
+} replay_t;
+
+/* A replayed event: collected, written at once after the resume. */
+static void on_replay(void *arg, const char *id, const char *type, json_t *data)
+{
+    replay_t *r = arg;
+    if (r->failed || sse_format(&r->out, id, type, data) != 0)
+        r->failed = 1;
+    if (strcmp(type, "deleted") == 0)
+        r->deleted = 1;
+}
+
 /* GET /v1/semaphores/{name}/events */
 void v1_events(route_ctx_t *c)
 {
+    engine_t *e = server_engine(c->srv);
     engine_sub_t *sub = NULL;
-    int rc = engine_subscribe(server_engine(c->srv), c->param, on_event, c->conn, &sub);
+    conn_t *conn = c->conn;
+    int rc = engine_subscribe(e, c->param, on_event, conn, &sub);
     if (rc != 0) {
         ctx_reply_err(c, rc, NULL);
         return;
     }
-    ctx_stream_begin(c, sub);
+    if (ctx_stream_begin(c, sub) != 0 || c->req->last_event_id == NULL)
+        return;
+    replay_t r = {.failed = 0, .deleted = 0};
+    strbuf_init(&r.out, 0);
+    engine_sub_resume(e, sub, c->req->last_event_id, on_replay, &r);
+    if (r.failed)
+        conn_stream_end(conn); /* out of memory: the client reconnects and asks again */
+    else if (r.out.len > 0 && conn_stream_write(conn, r.out.data, r.out.len) == 0 && r.deleted)
+        conn_stream_end(conn);
+    strbuf_free(&r.out);
 }

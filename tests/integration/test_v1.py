@@ -286,6 +286,60 @@ def test_events_stream():
         assert problem(s, "GET", "/v1/semaphores/none/events") == (404, "not_found")
 
 
+def open_events(s, name, last_id=None):
+    """GET the event stream of `name` (with Last-Event-ID if given): (socket, file)."""
+    sock = s.raw()
+    f = sock.makefile("rb")
+    extra = "Last-Event-ID: %s\r\n" % last_id if last_id is not None else ""
+    sock.sendall(("GET /v1/semaphores/%s/events HTTP/1.1\r\nHost: t\r\n%s\r\n"
+                  % (name, extra)).encode())
+    assert f.readline().startswith(b"HTTP/1.1 200")
+    while f.readline() != b"\r\n":
+        pass
+    return sock, f
+
+
+def test_events_resume_with_last_event_id():
+    with fx.Semad() as s:
+        put(s, "er", 1)
+        sock, f = open_events(s, "er")
+        st, a = acquire(s, "er")
+        first = read_event(f)
+        assert first["event"] == "granted" and first["id"], first
+        sock.close()  # the watcher drops; what follows happens while it is away
+        s.request("DELETE", "/v1/leases/" + a["lease"])
+        st, b = acquire(s, "er")
+        sock, f = open_events(s, "er", first["id"])
+        missed = [read_event(f), read_event(f)]
+        assert [m["event"] for m in missed] == ["released", "granted"], missed
+        assert json.loads(missed[0]["data"])["lease"] == a["lease"]
+        assert json.loads(missed[1]["data"])["lease"] == b["lease"]
+        ids = [first["id"]] + [m["id"] for m in missed]
+        seqs = [int(i.split("-")[1]) for i in ids]
+        assert seqs == sorted(seqs) and len(set(seqs)) == 3, ids
+        s.request("DELETE", "/v1/leases/" + b["lease"])
+        live = read_event(f)  # live events go on, none twice
+        assert live["event"] == "released" and int(live["id"].split("-")[1]) > seqs[-1], live
+        sock.close()
+        # An id the server never sent (another run of semad, say): one "reset" at the
+        # current point, then live events.
+        for bad in ("garbage", "1-1", live["id"] + "7"):
+            sock, f = open_events(s, "er", bad)
+            ev = read_event(f)
+            assert ev["event"] == "reset" and ev["id"] == live["id"], (bad, ev)
+            assert json.loads(ev["data"])["name"] == "er" and json.loads(ev["data"])["reason"]
+            sock.close()
+        # The newest id: nothing to replay, the next event is live.
+        sock, f = open_events(s, "er", live["id"])
+        st, c = acquire(s, "er")
+        ev = read_event(f)
+        assert ev["event"] == "granted" and json.loads(ev["data"])["lease"] == c["lease"], ev
+        sock.close()
+        # A watcher that missed the delete learns of it: the name answers 404.
+        s.request("DELETE", "/v1/semaphores/er")
+        assert problem(s, "GET", "/v1/semaphores/er/events") == (404, "not_found")
+
+
 def test_healthz_and_metrics():
     with fx.Semad() as s:
         put(s, "m", 1)

@@ -687,16 +687,19 @@ TEST(stats_and_metrics)
 
 typedef struct {
     char types[16][16];
+    char ids[16][48];
     int n;
 } evlog_t;
 
-static void on_event(void *arg, const char *type, json_t *data)
+static void on_event(void *arg, const char *id, const char *type, json_t *data)
 {
     evlog_t *l = arg;
 
     ASSERT_NOT_NULL(json_object_get(data, "name"));
-    if (l->n < 16)
+    if (l->n < 16) {
+        snprintf(l->ids[l->n], 48, "%s", id);
         snprintf(l->types[l->n++], 16, "%s", type);
+    }
 }
 
 TEST(events_granted_released_expired_revoked_resized_deleted)
@@ -762,8 +765,9 @@ typedef struct {
     int calls;
 } selfunsub_t;
 
-static void unsubscribe_in_callback(void *arg, const char *type, json_t *data)
+static void unsubscribe_in_callback(void *arg, const char *id, const char *type, json_t *data)
 {
+    (void)id;
     selfunsub_t *u = arg;
 
     (void)type;
@@ -788,6 +792,184 @@ TEST(events_unsubscribe_inside_the_callback)
     ASSERT_EQ(u2.calls, 1);
     treq_free(a);
     treq_free(b);
+    fx_free(&f);
+}
+
+/* Subscribe to `name`, then resume after `last` into `into` (replayed events only). */
+static engine_sub_t *resume(fx_t *f, const char *name, const char *last, evlog_t *live,
+                            evlog_t *into)
+{
+    engine_sub_t *sub;
+
+    ASSERT_OK(engine_subscribe(f->e, name, on_event, live, &sub));
+    engine_sub_resume(f->e, sub, last, on_event, into);
+    return sub;
+}
+
+TEST(events_resume_replays_what_a_subscriber_missed)
+{
+    fx_t f;
+    evlog_t first = {0}, live = {0}, replay = {0}, none = {0};
+    engine_sub_t *sub;
+    treq_t *a, *b;
+
+    fx_init(&f);
+    fx_put(&f, "rs", 1);
+    ASSERT_OK(engine_subscribe(f.e, "rs", on_event, &first, &sub));
+    a = fx_acquire(&f, "rs", 1, -1);
+    ASSERT_EQ(first.n, 1);
+    engine_unsubscribe(f.e, sub); /* the stream drops; the semaphore keeps recording */
+    ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(a)));
+    b = fx_acquire(&f, "rs", 1, -1);
+    sub = resume(&f, "rs", first.ids[0], &live, &replay);
+    ASSERT_EQ(replay.n, 2);
+    ASSERT_STREQ(replay.types[0], "released");
+    ASSERT_STREQ(replay.types[1], "granted");
+    ASSERT(strcmp(replay.ids[0], first.ids[0]) != 0);
+    ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(b)));
+    ASSERT_EQ(live.n, 1); /* live delivery goes on after the replay, nothing twice */
+    ASSERT_STREQ(live.types[0], "released");
+    engine_unsubscribe(f.e, sub);
+    /* Resuming from the newest id replays nothing. */
+    sub = resume(&f, "rs", live.ids[0], &live, &none);
+    ASSERT_EQ(none.n, 0);
+    engine_unsubscribe(f.e, sub);
+    treq_free(a);
+    treq_free(b);
+    fx_free(&f);
+}
+
+TEST(events_resume_with_a_foreign_id_says_reset)
+{
+    fx_t f;
+    evlog_t live = {0}, r1 = {0}, r2 = {0}, r3 = {0}, r4 = {0};
+    engine_sub_t *sub;
+    treq_t *a;
+    char later[64];
+
+    fx_init(&f);
+    fx_put(&f, "rz", 1);
+    ASSERT_OK(engine_subscribe(f.e, "rz", on_event, &live, &sub));
+    a = fx_acquire(&f, "rz", 1, -1);
+    ASSERT_EQ(live.n, 1);
+    engine_unsubscribe(f.e, sub);
+    snprintf(later, sizeof(later), "%s0", live.ids[0]); /* a number never sent */
+    static const char *const bad[] = {"garbage", "1-1", "", NULL};
+    evlog_t *logs[] = {&r1, &r2, &r3, &r4};
+    for (int i = 0; i < 4; i++) {
+        const char *last = bad[i] != NULL ? bad[i] : later;
+        sub = resume(&f, "rz", last, &live, logs[i]);
+        ASSERT_EQ(logs[i]->n, 1);
+        ASSERT_STREQ(logs[i]->types[0], "reset");
+        ASSERT_STREQ(logs[i]->ids[0], live.ids[0]); /* the current point: resume from here */
+        engine_unsubscribe(f.e, sub);
+    }
+    treq_free(a);
+    fx_free(&f);
+}
+
+TEST(events_resume_after_the_ring_moved_on_says_reset)
+{
+    fx_t f;
+    evlog_t live = {0}, other = {0}, replay = {0};
+    engine_sub_t *sub, *osub;
+    treq_t *a;
+
+    fx_init(&f);
+    fx_put(&f, "r1", 1);
+    fx_put(&f, "busy", 1);
+    ASSERT_OK(engine_subscribe(f.e, "r1", on_event, &live, &sub));
+    ASSERT_OK(engine_subscribe(f.e, "busy", on_event, &other, &osub));
+    a = fx_acquire(&f, "r1", 1, -1);
+    engine_unsubscribe(f.e, sub);
+    ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(a)));
+    treq_free(a);
+    for (int i = 0; i < ENGINE_EVENTS_RECENT / 2 + 1; i++) { /* 2 events each */
+        treq_t *b = fx_acquire(&f, "busy", 1, -1);
+        ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(b)));
+        treq_free(b);
+    }
+    sub = resume(&f, "r1", live.ids[0], &live, &replay);
+    ASSERT_EQ(replay.n, 1);
+    ASSERT_STREQ(replay.types[0], "reset");
+    engine_unsubscribe(f.e, sub);
+    engine_unsubscribe(f.e, osub);
+    fx_free(&f);
+}
+
+TEST(events_retention_ends_and_a_resume_then_says_reset)
+{
+    fx_t f;
+    engine_config_t cfg;
+    evlog_t live = {0}, replay = {0};
+    engine_sub_t *sub;
+    treq_t *a;
+    int never = 0;
+
+    engine_config_default(&cfg);
+    cfg.events_retain_ms = 30;
+    fx_init_cfg(&f, &cfg);
+    fx_put(&f, "rt", 1);
+    ASSERT_OK(engine_subscribe(f.e, "rt", on_event, &live, &sub));
+    a = fx_acquire(&f, "rt", 1, -1);
+    engine_unsubscribe(f.e, sub);
+    fx_run_until(&f, &never, 60); /* past the retention: the next event is not recorded */
+    ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(a)));
+    sub = resume(&f, "rt", live.ids[0], &live, &replay);
+    ASSERT_EQ(replay.n, 1);
+    ASSERT_STREQ(replay.types[0], "reset");
+    engine_unsubscribe(f.e, sub);
+    treq_free(a);
+    fx_free(&f);
+}
+
+TEST(events_idle_subscriptions_are_capped)
+{
+    fx_t f;
+    evlog_t live = {0}, replay = {0};
+    engine_sub_t *sub;
+    treq_t *a;
+    char name[32];
+
+    fx_init(&f);
+    fx_put(&f, "first", 1);
+    ASSERT_OK(engine_subscribe(f.e, "first", on_event, &live, &sub));
+    a = fx_acquire(&f, "first", 1, -1);
+    engine_unsubscribe(f.e, sub);
+    for (int i = 0; i < ENGINE_EVENTS_IDLE_MAX; i++) { /* as many newer idle ones */
+        snprintf(name, sizeof(name), "idle-%d", i);
+        fx_put(&f, name, 1);
+        ASSERT_OK(engine_subscribe(f.e, name, on_event, &replay, &sub));
+        engine_unsubscribe(f.e, sub);
+    }
+    ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(a))); /* not recorded */
+    sub = resume(&f, "first", live.ids[0], &live, &replay);
+    ASSERT_EQ(replay.n, 1);
+    ASSERT_STREQ(replay.types[0], "reset");
+    engine_unsubscribe(f.e, sub);
+    treq_free(a);
+    fx_free(&f);
+}
+
+TEST(events_after_a_delete_a_resume_is_refused)
+{
+    fx_t f;
+    evlog_t live = {0}, replay = {0};
+    engine_sub_t *sub;
+    treq_t *a;
+
+    fx_init(&f);
+    fx_put(&f, "rd", 1);
+    ASSERT_OK(engine_subscribe(f.e, "rd", on_event, &live, &sub));
+    a = fx_acquire(&f, "rd", 1, -1);
+    ASSERT_OK(fx_op(&f, ENGINE_SEM_DELETE, "rd", 0));
+    ASSERT_EQ(live.n, 2);
+    ASSERT_STREQ(live.types[1], "deleted");
+    engine_unsubscribe(f.e, sub);
+    /* The name is gone: a reconnecting subscriber is refused (404 over HTTP), so it learns
+     * of the delete even if it missed the event. */
+    ASSERT_EQ(engine_subscribe(f.e, "rd", on_event, &replay, &sub), SEMA_ENOENT);
+    treq_free(a);
     fx_free(&f);
 }
 

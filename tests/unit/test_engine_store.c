@@ -454,8 +454,9 @@ typedef struct {
     int granted, deleted;
 } evcount_t;
 
-static void count_event(void *arg, const char *type, json_t *data)
+static void count_event(void *arg, const char *id, const char *type, json_t *data)
 {
+    (void)id;
     evcount_t *c = arg;
 
     (void)data;

@@ -46,8 +46,9 @@ static const char *sem_name(int i)
     return names[i];
 }
 
-static void on_event(void *arg, const char *type, json_t *data)
+static void on_event(void *arg, const char *id, const char *type, json_t *data)
 {
+    (void)id;
     semck_t *s = arg;
     uint64_t w = (uint64_t)json_integer_value(json_object_get(data, "weight"));
 
