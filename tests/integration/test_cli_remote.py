@@ -442,6 +442,108 @@ def test_watch_reconnects_after_semad_restart():
         d1.close()
 
 
+class Proxy:
+    """A TCP relay to semad on 127.0.0.1 that a test can cut: cut() drops every connection
+    and closes new ones at once until restore(), while semad itself keeps running."""
+
+    def __init__(self, target_port):
+        self.target = target_port
+        self.lsock = socket.socket()
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(64)
+        self.port = self.lsock.getsockname()[1]
+        self.down = False
+        self.socks = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def url(self, path):
+        return "http://127.0.0.1:%d%s" % (self.port, path)
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.lsock.accept()
+            except OSError:
+                return
+            with self.lock:
+                if self.down:
+                    c.close()
+                    continue
+                u = socket.create_connection(("127.0.0.1", self.target))
+                self.socks += [c, u]
+            for a, b in ((c, u), (u, c)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(a, b):
+        try:
+            while True:
+                data = a.recv(65536)
+                if not data:
+                    break
+                b.sendall(data)
+        except OSError:
+            pass
+        for x in (a, b):
+            try:
+                x.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def cut(self):
+        with self.lock:
+            self.down = True
+            for x in self.socks:
+                try:
+                    x.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                x.close()
+            self.socks = []
+
+    def restore(self):
+        with self.lock:
+            self.down = False
+
+    def close(self):
+        self.cut()
+        self.lsock.close()
+
+
+def test_watch_resumes_and_shows_what_it_missed():
+    with Semad() as d:
+        sema(d, "create", "wm", "1", check=0)
+        proxy = Proxy(d.port)
+        try:
+            p, out, err = watch_proc(proxy, "wm")
+            wait_until(lambda: any(x.startswith("name") for x in out.get()), 10, "the state")
+            # an event seen on the stream gives the watch an id to resume from
+            deadline = time.monotonic() + 15 * SLOW
+            lease = None
+            while time.monotonic() < deadline and not any(
+                    x.startswith("granted") for x in out.get()):
+                if lease is not None:
+                    sema(d, "release", lease, check=0)
+                lease = sema(d, "acquire", "wm", check=0)[1].strip()
+                time.sleep(0.02)
+            assert any(x.startswith("granted") for x in out.get()), out.text()
+            proxy.cut()
+            wait_until(lambda: "connection lost" in err.text(), 10, "the loss")
+            # while the watch is away: a release and a grant it has not seen
+            sema(d, "release", lease, check=0)
+            missed = sema(d, "acquire", "wm", "--owner", "while-away", check=0)[1].strip()
+            proxy.restore()
+            wait_until(lambda: "reconnected" in err.text(), 30, "the reconnect")
+            wait_until(lambda: any(missed in x and x.startswith("granted") for x in out.get()),
+                       10, "the missed grant, replayed")
+            assert not any(x.startswith("reset") for x in out.get()), out.text()
+            p.send_signal(signal.SIGINT)
+            assert p.wait(10 * SLOW) == 0, err.text()
+        finally:
+            proxy.close()
+
+
 def test_watch_permanent_errors_exit_promptly():
     with Semad() as d:
         for args, want in ((["nosuch"], "ENOENT"), (["x" * 600], "ENAMETOOLONG")):

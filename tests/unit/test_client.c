@@ -494,6 +494,95 @@ TEST(events_stream)
     sema_client_free(c);
 }
 
+/* Resuming: a stream that stopped is opened again with its last event id, and what
+ * happened in between comes first. */
+typedef struct {
+    sema_client_t *c;
+    volatile int stop; /* the generator's */
+    int rc;
+} churn_t;
+
+static void *churn_thread(void *arg)
+{
+    churn_t *ch = arg;
+    while (!__atomic_load_n(&ch->stop, __ATOMIC_ACQUIRE)) {
+        sema_lease_t l;
+        if ((ch->rc = sema_client_acquire(ch->c, "resume", NULL, &l, NULL)) != 0 ||
+            (ch->rc = sema_client_release(ch->c, l.id, NULL)) != 0)
+            break;
+        usleep(2000);
+    }
+    return NULL;
+}
+
+static int stop_at_first(void *arg, const char *type, const char *data)
+{
+    (void)data;
+    if (arg != NULL)
+        snprintf(arg, 16, "%s", type);
+    return 1;
+}
+
+typedef struct {
+    const char *lease; /* stop at this lease's "released" */
+    int found, events;
+} wanted_t;
+
+static int until_released(void *arg, const char *type, const char *data)
+{
+    wanted_t *w = arg;
+    w->events++;
+    if (strcmp(type, "released") == 0 && strstr(data, w->lease) != NULL)
+        return w->found = 1;
+    return 0;
+}
+
+static void *cancel_after_10s(void *arg)
+{
+    volatile int *cancel = arg;
+    for (int i = 0; i < 1000 && !__atomic_load_n(cancel, __ATOMIC_ACQUIRE); i++)
+        usleep(10000);
+    __atomic_store_n((int *)cancel, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+TEST(events_resume_from_the_last_event_id)
+{
+    sema_client_t *c = client();
+    sema_client_events_info_t info = {.retry_ms = -1, .last_event_id = ""};
+    churn_t ch = {.c = c};
+    pthread_t t;
+    sema_lease_t l;
+
+    ASSERT_OK(sema_client_create(c, "resume", 1, NULL, NULL));
+    /* First stream: events come from the churn thread; stop at the first one. */
+    ASSERT_OK(pthread_create(&t, NULL, churn_thread, &ch));
+    ASSERT_OK(sema_client_events_ex(c, "resume", stop_at_first, NULL, NULL, &info, NULL));
+    __atomic_store_n((int *)&ch.stop, 1, __ATOMIC_RELEASE);
+    ASSERT_OK(pthread_join(t, NULL));
+    ASSERT_OK(ch.rc);
+    ASSERT(strchr(info.last_event_id, '-') != NULL);
+    /* While no stream is open. */
+    ASSERT_OK(sema_client_acquire(c, "resume", NULL, &l, NULL));
+    ASSERT_OK(sema_client_release(c, l.id, NULL));
+    /* Resumed: nothing happens any more, so that release can only come from the replay. */
+    wanted_t w = {.lease = l.id};
+    volatile int cancel = 0;
+    ASSERT_OK(pthread_create(&t, NULL, cancel_after_10s, (void *)&cancel));
+    ASSERT_OK(sema_client_events_ex(c, "resume", until_released, &w, &cancel, &info, NULL));
+    __atomic_store_n((int *)&cancel, 1, __ATOMIC_RELEASE);
+    ASSERT_OK(pthread_join(t, NULL));
+    ASSERT_EQ(w.found, 1);
+    ASSERT(w.events >= 2); /* its grant came first */
+    /* A foreign id: one "reset". */
+    char type[16] = "";
+    snprintf(info.last_event_id, sizeof info.last_event_id, "1-1");
+    ASSERT_OK(sema_client_events_ex(c, "resume", stop_at_first, type, NULL, &info, NULL));
+    ASSERT_STREQ(type, "reset");
+    ASSERT(strcmp(info.last_event_id, "1-1") != 0);
+    sema_client_free(c);
+}
+
 /* ---- keep-alive ---------------------------------------------------------------------- */
 
 typedef struct {
