@@ -218,9 +218,8 @@ int sema_client_events_ex(sema_client_t *c, const char *name, sema_client_event_
                         .path = path,
                         .wait_ms = -1,
                         .cancel = cancel,
-                        .last_event_id = last[0] != '\0' && strpbrk(last, "\r\n") == NULL
-                                             ? last
-                                             : NULL,
+                        .last_event_id =
+                            last[0] != '\0' && strpbrk(last, "\r\n") == NULL ? last : NULL,
                         .sink = sse_sink,
                         .sink_arg = s};
     client_resp_t resp;

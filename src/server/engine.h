@@ -111,8 +111,8 @@ typedef struct {
     struct store *store;             /* durable store, or NULL for memory only */
     uint64_t max_uncommitted;        /* store: changes recorded while a commit runs before
                                         every reply waits for the commit (backpressure) */
-    int64_t events_retain_ms; /* an unwatched semaphore keeps its events this long for a
-                                 resume (default ENGINE_EVENTS_RETAIN_MS) */
+    int64_t events_retain_ms;        /* an unwatched semaphore keeps its events this long for a
+                                        resume (default ENGINE_EVENTS_RETAIN_MS) */
 } engine_config_t;
 
 /* Fill `cfg` with the defaults documented in `semad --help`. */

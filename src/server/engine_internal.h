@@ -256,8 +256,8 @@ struct engine {
     elist_t events;      /* eevent_t to deliver */
     elist_t idle_groups; /* esub_group_t with no subscriber, oldest first */
     size_t nidle_groups;
-    uint64_t group_uid;   /* the last group's uid (random start: ids differ across runs) */
-    erecent_t *recent;    /* ring of recent events (allocated at the first one) */
+    uint64_t group_uid; /* the last group's uid (random start: ids differ across runs) */
+    erecent_t *recent;  /* ring of recent events (allocated at the first one) */
     size_t recent_head, recent_len;
     int draining;
     int shutting_down;
@@ -276,7 +276,7 @@ struct engine {
 /* engine_mem.c */
 uint64_t engine__now(engine_t *e); /* monotonic ms */
 void engine__random(engine_t *e, uint8_t *out, size_t n);
-int64_t engine__wall_ms(void);     /* Unix epoch ms */
+int64_t engine__wall_ms(void); /* Unix epoch ms */
 esem_t *engine__sem_find(engine_t *e, const char *name, size_t len);
 esem_t *engine__lock_find(engine_t *e, const char *key, size_t len);
 esem_t *engine__sem_new(engine_t *e, const char *name, size_t len, uint64_t capacity, int flags);

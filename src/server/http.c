@@ -91,8 +91,9 @@ static int on_header_value(llhttp_t *ll, const char *at, size_t len)
         return HPE_USER;
     p->hstate = 1;
     if (interesting(p) && strbuf_append(&p->hval, at, len) != 0)
-        return fail(p, 400, p->hname[0] == 'l' ? "Last-Event-ID longer than 255 bytes"
-                                               : "Idempotency-Key longer than 255 bytes");
+        return fail(p, 400,
+                    p->hname[0] == 'l' ? "Last-Event-ID longer than 255 bytes"
+                                       : "Idempotency-Key longer than 255 bytes");
     return 0;
 }
 

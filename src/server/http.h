@@ -21,12 +21,12 @@ typedef struct {
 
 /* One parsed request; valid between HTTP_MESSAGE and http_parser_next(). */
 typedef struct {
-    uint8_t method;     /* llhttp_method_t */
-    struct strbuf url;  /* the raw request target, NUL-terminated */
-    struct strbuf body; /* the body bytes (NUL-terminated when non-empty) */
-    char *idem_key;     /* Idempotency-Key header value (owned) or NULL */
+    uint8_t method;      /* llhttp_method_t */
+    struct strbuf url;   /* the raw request target, NUL-terminated */
+    struct strbuf body;  /* the body bytes (NUL-terminated when non-empty) */
+    char *idem_key;      /* Idempotency-Key header value (owned) or NULL */
     char *last_event_id; /* Last-Event-ID header value (owned) or NULL */
-    int keep_alive;     /* the connection may carry another request */
+    int keep_alive;      /* the connection may carry another request */
 } http_request_t;
 
 typedef struct http_parser {

@@ -56,7 +56,8 @@ void v1_events(route_ctx_t *c)
         ctx_reply_err(c, rc, NULL);
         return;
     }
-    if (ctx_stream_begin(c, sub) != 0 || c->req->last_event_id == NULL)
+    if (ctx_stream_begin(c, sub) != 0 || c->req->last_event_id == NULL ||
+        c->req->last_event_id[0] == '\0')
         return;
     replay_t r = {.failed = 0, .deleted = 0};
     strbuf_init(&r.out, 0);
