@@ -897,11 +897,25 @@ TEST(events_resume_after_the_ring_moved_on_says_reset)
     fx_free(&f);
 }
 
+/* Release a's lease (an event `live`'s subscriber missed), then resume from live's first
+ * id: the engine must answer with one "reset". */
+static void release_then_resume_resets(fx_t *f, const char *name, evlog_t *live, treq_t *a)
+{
+    evlog_t replay = {0};
+    engine_sub_t *sub;
+
+    ASSERT_OK(fx_lease_op(f, ENGINE_LEASE_RELEASE, lease_id(a)));
+    sub = resume(f, name, live->ids[0], live, &replay);
+    ASSERT_EQ(replay.n, 1);
+    ASSERT_STREQ(replay.types[0], "reset");
+    engine_unsubscribe(f->e, sub);
+}
+
 TEST(events_retention_ends_and_a_resume_then_says_reset)
 {
     fx_t f;
     engine_config_t cfg;
-    evlog_t live = {0}, replay = {0};
+    evlog_t live = {0};
     engine_sub_t *sub;
     treq_t *a;
     int never = 0;
@@ -914,11 +928,7 @@ TEST(events_retention_ends_and_a_resume_then_says_reset)
     a = fx_acquire(&f, "rt", 1, -1);
     engine_unsubscribe(f.e, sub);
     fx_run_until(&f, &never, 60); /* past the retention: the next event is not recorded */
-    ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(a)));
-    sub = resume(&f, "rt", live.ids[0], &live, &replay);
-    ASSERT_EQ(replay.n, 1);
-    ASSERT_STREQ(replay.types[0], "reset");
-    engine_unsubscribe(f.e, sub);
+    release_then_resume_resets(&f, "rt", &live, a);
     treq_free(a);
     fx_free(&f);
 }
@@ -926,7 +936,7 @@ TEST(events_retention_ends_and_a_resume_then_says_reset)
 TEST(events_idle_subscriptions_are_capped)
 {
     fx_t f;
-    evlog_t live = {0}, replay = {0};
+    evlog_t live = {0}, other = {0};
     engine_sub_t *sub;
     treq_t *a;
     char name[32];
@@ -939,14 +949,10 @@ TEST(events_idle_subscriptions_are_capped)
     for (int i = 0; i < ENGINE_EVENTS_IDLE_MAX; i++) { /* as many newer idle ones */
         snprintf(name, sizeof(name), "idle-%d", i);
         fx_put(&f, name, 1);
-        ASSERT_OK(engine_subscribe(f.e, name, on_event, &replay, &sub));
+        ASSERT_OK(engine_subscribe(f.e, name, on_event, &other, &sub));
         engine_unsubscribe(f.e, sub);
     }
-    ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(a))); /* not recorded */
-    sub = resume(&f, "first", live.ids[0], &live, &replay);
-    ASSERT_EQ(replay.n, 1);
-    ASSERT_STREQ(replay.types[0], "reset");
-    engine_unsubscribe(f.e, sub);
+    release_then_resume_resets(&f, "first", &live, a); /* the first one was dropped */
     treq_free(a);
     fx_free(&f);
 }
