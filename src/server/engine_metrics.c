@@ -64,13 +64,16 @@ static int group_expired(engine_t *e, const esub_group_t *g)
            engine__now(e) - g->idle_since >= (uint64_t)e->cfg.events_retain_ms;
 }
 
-/* Free idle groups past their retention, and the oldest beyond ENGINE_EVENTS_IDLE_MAX. An
- * idle group with queued events (refs > 0) waits for the next sweep. */
+/* Free idle groups past their retention, and the oldest beyond ENGINE_EVENTS_IDLE_MAX (the
+ * list is oldest first). One with queued events (refs > 0) is skipped: the next sweep. */
 static void idle_sweep(engine_t *e)
 {
-    while (!elist_empty(&e->idle_groups)) {
-        esub_group_t *g = ENGINE__CONTAINER(e->idle_groups.next, esub_group_t, idle_link);
-        if (g->refs > 0 || (e->nidle_groups <= ENGINE_EVENTS_IDLE_MAX && !group_expired(e, g)))
+    for (elist_t *x = e->idle_groups.next, *next; x != &e->idle_groups; x = next) {
+        esub_group_t *g = ENGINE__CONTAINER(x, esub_group_t, idle_link);
+        next = x->next;
+        if (g->refs > 0)
+            continue;
+        if (e->nidle_groups <= ENGINE_EVENTS_IDLE_MAX && !group_expired(e, g))
             break;
         group_free(e, g);
     }
@@ -119,20 +122,14 @@ static void recent_push(engine_t *e, const esub_group_t *g, uint64_t seq, const 
     e->recent_len++;
 }
 
-/* Queue an event for the semaphore's subscribers (delivered by engine__drain, so a
- * subscriber's callback never runs inside a state change). Steals `data`. */
-void engine__event(engine_t *e, esem_t *s, const char *type, json_t *data)
+/* Number an event of group g, queue it and remember it. Steals `data`; 0 or SEMA_ENOMEM. */
+static int queue_event(engine_t *e, esub_group_t *g, const char *type, json_t *data)
 {
-    esub_group_t *g = s->subs;
     eevent_t *ev;
 
-    if (g != NULL && group_expired(e, g)) {
-        group_free(e, g); /* nobody came back for these events */
-        g = NULL;
-    }
-    if (g == NULL || data == NULL || (ev = sema__malloc(sizeof(*ev))) == NULL) {
+    if (data == NULL || (ev = sema__malloc(sizeof(*ev))) == NULL) {
         json_decref(data);
-        return;
+        return SEMA_ENOMEM;
     }
     ev->grp = g;
     g->refs++;
@@ -141,6 +138,25 @@ void engine__event(engine_t *e, esem_t *s, const char *type, json_t *data)
     ev->data = data;
     elist_push_back(&e->events, &ev->link);
     recent_push(e, g, ev->seq, type, json_incref(data));
+    return 0;
+}
+
+/* Queue an event for the semaphore's subscribers (delivered by engine__drain, so a
+ * subscriber's callback never runs inside a state change). Steals `data`. */
+void engine__event(engine_t *e, esem_t *s, const char *type, json_t *data)
+{
+    esub_group_t *g = s->subs;
+
+    if (g != NULL && group_expired(e, g)) {
+        group_free(e, g); /* nobody came back for these events */
+        g = NULL;
+    }
+    if (g == NULL) {
+        json_decref(data);
+        return;
+    }
+    if (queue_event(e, g, type, data) != 0)
+        return;
     if (strcmp(type, "deleted") == 0) {
         s->subs = NULL; /* the subscription is finished: a new semaphore of the name is new */
         group_detach(e, g);
@@ -343,10 +359,12 @@ void engine__subs_free_all(engine_t *e)
 {
     while (!elist_empty(&e->events)) {
         eevent_t *ev = ENGINE__CONTAINER(e->events.next, eevent_t, link);
+        esub_group_t *g = ev->grp;
         elist_remove(&ev->link);
         json_decref(ev->data);
-        ev->grp->refs--;
         sema__free(ev);
+        if (--g->refs == 0 && !g->attached)
+            group_free(e, g); /* deleted, and only its queued events held it */
     }
     engine__tab_each(&e->subgroups, free_group, e);
     for (size_t i = 0; i < e->recent_len; i++)
@@ -363,25 +381,20 @@ static void reattach_group(void *arg, enode_t *n)
     esem_t *s = engine__sem_find(e, g->name, g->name_len);
 
     if (s != NULL) {
+        /* Events already sent may describe changes that were just rolled back: a new uid
+         * makes every earlier id resume with "reset", and live subscribers get one now. */
         s->subs = g;
+        g->uid = ++e->group_uid;
+        (void)queue_event(e, g, "reset",
+                          json_pack("{s:s%,s:s}", "name", g->name, g->name_len, "reason",
+                                    "changes that could not be stored were rolled back"));
         return;
     }
     /* The semaphore is gone after a reload: tell its subscribers. */
-    eevent_t *ev = sema__malloc(sizeof(*ev));
     group_detach(e, g);
-    if (ev == NULL) {
-        if (g->refs == 0)
-            group_free(e, g); /* idle: nobody to tell */
-        return;
-    }
-    ev->grp = g;
-    g->refs++;
-    ev->seq = ++g->seq;
-    ev->type = "deleted";
-    ev->data = json_pack("{s:s%}", "name", g->name, g->name_len);
-    elist_push_back(&e->events, &ev->link);
-    if (ev->data != NULL)
-        recent_push(e, g, ev->seq, ev->type, json_incref(ev->data));
+    if (queue_event(e, g, "deleted", json_pack("{s:s%}", "name", g->name, g->name_len)) != 0 &&
+        g->refs == 0)
+        group_free(e, g); /* idle, and nothing queued holds it */
 }
 
 /* After the state was rebuilt from the store, point semaphores at their subscribers. */

@@ -451,23 +451,27 @@ TEST(store_restart_restores_lock_leases)
 }
 
 typedef struct {
-    int granted, deleted;
+    int granted, deleted, reset;
+    char last_id[48], granted_id[48];
 } evcount_t;
 
 static void count_event(void *arg, const char *id, const char *type, json_t *data)
 {
-    (void)id;
     evcount_t *c = arg;
 
     (void)data;
     c->granted += strcmp(type, "granted") == 0;
     c->deleted += strcmp(type, "deleted") == 0;
+    c->reset += strcmp(type, "reset") == 0;
+    snprintf(c->last_id, sizeof(c->last_id), "%s", id);
+    if (strcmp(type, "granted") == 0)
+        snprintf(c->granted_id, sizeof(c->granted_id), "%s", id);
 }
 
 TEST(store_rollback_keeps_subscriptions_of_surviving_semaphores)
 {
     sfx_t s = {.dir = data_dir()};
-    evcount_t old_ev = {0, 0}, new_ev = {0, 0};
+    evcount_t old_ev = {0}, new_ev = {0};
     engine_sub_t *old_sub, *new_sub;
     treq_t *c, *a;
 
@@ -483,6 +487,7 @@ TEST(store_rollback_keeps_subscriptions_of_surviving_semaphores)
     ASSERT_EQ(c->status, SEMA_EIO);
     fx_settle(&s.f);
     ASSERT_EQ(new_ev.deleted, 1); /* its semaphore is gone after the rollback */
+    ASSERT_EQ(old_ev.reset, 1);   /* events it heard may describe rolled-back changes */
     a = fx_acquire(&s.f, "old", 1, -1);
     fx_run_until(&s.f, &a->done, 2000);
     ASSERT_EQ(a->status, 0);
@@ -491,6 +496,43 @@ TEST(store_rollback_keeps_subscriptions_of_surviving_semaphores)
     engine_unsubscribe(s.f.e, old_sub);
     engine_unsubscribe(s.f.e, new_sub);
     treq_free(c);
+    treq_free(a);
+    sfx_close(&s);
+}
+
+/* A grant that was announced and then rolled back: resuming from its event id must not
+ * claim nothing was missed. */
+TEST(store_rollback_makes_a_resume_reset)
+{
+    sfx_t s = {.dir = data_dir()};
+    evcount_t ev = {0}, live = {0}, replay = {0}, none = {0};
+    engine_sub_t *sub;
+    treq_t *a;
+
+    sfx_open(&s);
+    fx_put(&s.f, "rb", 1);
+    ASSERT_OK(engine_subscribe(s.f.e, "rb", count_event, &ev, &sub));
+    store_inject_commit_failures(s.st, 1, 0);
+    a = treq_new(ENGINE_ACQUIRE, "rb");
+    a->r.weight = 1;
+    ASSERT_OK(engine_submit(s.f.e, &a->r));
+    fx_run_until(&s.f, &a->done, 2000);
+    ASSERT_EQ(a->status, SEMA_EIO);
+    fx_settle(&s.f);
+    ASSERT_EQ(ev.granted, 1); /* announced before its commit failed */
+    ASSERT_EQ(ev.reset, 1);
+    engine_unsubscribe(s.f.e, sub);
+    /* From the rolled-back grant's id: "reset", never a claim that nothing was missed. */
+    ASSERT_OK(engine_subscribe(s.f.e, "rb", count_event, &live, &sub));
+    engine_sub_resume(s.f.e, sub, ev.granted_id, count_event, &replay);
+    ASSERT_EQ(replay.reset, 1);
+    ASSERT_EQ(replay.granted, 0);
+    engine_unsubscribe(s.f.e, sub);
+    /* From the reset's own id: nothing more to say. */
+    ASSERT_OK(engine_subscribe(s.f.e, "rb", count_event, &live, &sub));
+    engine_sub_resume(s.f.e, sub, ev.last_id, count_event, &none);
+    ASSERT_EQ(none.reset + none.granted, 0);
+    engine_unsubscribe(s.f.e, sub);
     treq_free(a);
     sfx_close(&s);
 }
