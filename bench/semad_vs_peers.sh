@@ -303,10 +303,11 @@ ratio semad_get_vs_ceiling "$(jget "$j_get" requests_per_s)" "$(jget "$j_ceil_ge
 ratio semad_cpu_per_request_vs_ceiling_get "$(jget "$j_ceil_get" server_cpu_us_per_request)" "$(jget "$j_get" server_cpu_us_per_request)" 0.8
 
 # 4. release -> parked waiter hand-off: one round trip (the release goes in on one connection,
-# the grant comes out on another). Its floor is one round trip to the constant-answer server,
-# measured by the same client, interleaved: on a VM whose idle vCPUs sleep in the hypervisor,
-# waking the other vCPU costs tens of microseconds whatever the server does, and which CPU each
-# new process lands on changes from run to run. Each figure is its lowest-median round.
+# the grant comes out on another). Its floor is one round trip of GET /healthz to the same
+# semad on one connection, measured by the same client, interleaved: on a VM whose idle vCPUs
+# sleep in the hypervisor, waking the other vCPU costs tens of microseconds whatever the
+# server does, and which CPU each new process lands on changes from run to run. Each figure
+# is its lowest-median round.
 lower_p50() { # the JSON with the lower p50_us
     python3 - "$1" "$2" <<'EOF'
 import json, sys
@@ -319,11 +320,11 @@ EOF
 j_hand='' j_floor=''
 for r in $(seq "$ROUNDS"); do
     j_hand=$(lower_p50 "$j_hand" "$(bench -s "http://$addr_none" -m handoff -n "$HANDOFFS" --name "handoff$r")")
-    j_floor=$(lower_p50 "$j_floor" "$(bench -s "http://$addr_ceiling" -m get --path /healthz -c 1 -n "$HANDOFFS" --no-create)")
+    j_floor=$(lower_p50 "$j_floor" "$(bench -s "http://$addr_none" -m get --path /healthz -c 1 -n "$HANDOFFS")")
 done
 echo "figure handoff_semad_none rounds=$(jget "$j_hand" ops) p50_us=$(jget "$j_hand" p50_us)" \
     "p90_us=$(jget "$j_hand" p90_us) p99_us=$(jget "$j_hand" p99_us) max_us=$(jget "$j_hand" max_us)"
-echo "figure round_trip_floor_ceiling requests=$(jget "$j_floor" requests) p50_us=$(jget "$j_floor" p50_us)" \
+echo "figure round_trip_floor_semad requests=$(jget "$j_floor" requests) p50_us=$(jget "$j_floor" p50_us)" \
     "p90_us=$(jget "$j_floor" p90_us) p99_us=$(jget "$j_floor" p99_us)"
 goal handoff_p50_us "$(jget "$j_hand" p50_us)" "<" 100
 echo "figure handoff_over_floor p50_ratio=$(python3 -c 'import sys; a,b=(float(x or 0) for x in sys.argv[1:]); print(f"{a/b:.2f}" if b else "")' "$(jget "$j_hand" p50_us)" "$(jget "$j_floor" p50_us)")"
