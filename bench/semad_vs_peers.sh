@@ -7,7 +7,7 @@
 #
 # Usage: bench/semad_vs_peers.sh [BUILD_DIR]      (default: $SEMA_BUILD_DIR or ./build)
 # Environment: SECS (seconds per throughput run, default 1.5), ROUNDS (interleaved rounds, the
-#   best of which is reported, default 2), CONNS (default 50),
+#   best of which is reported, default 4), CONNS (default 50),
 #   WAITERS (parked waiters, default 10000), IDLE (idle semaphores, default 1000000; 0 skips),
 #   HANDOFFS (hand-off rounds, default 5000).
 # Output lines: "figure NAME key=value ..." and "ratio NAME value=X goal=Y met=yes|no".
@@ -15,7 +15,7 @@ set -u
 
 build=${1:-${SEMA_BUILD_DIR:-build}}
 SECS=${SECS:-1.5}
-ROUNDS=${ROUNDS:-2}
+ROUNDS=${ROUNDS:-4}
 CONNS=${CONNS:-50}
 WAITERS=${WAITERS:-10000}
 IDLE=${IDLE:-1000000}
