@@ -340,6 +340,29 @@ def test_events_resume_with_last_event_id():
         assert problem(s, "GET", "/v1/semaphores/er/events") == (404, "not_found")
 
 
+def test_events_last_event_id_header_limits():
+    with fx.Semad() as s:
+        put(s, "eh", 1)
+        for headers, want in (("Last-Event-ID: 1-1\r\nLast-Event-ID: 1-2\r\n", b"one value"),
+                              ("Last-Event-ID: %s\r\n" % ("9" * 300), b"longer than 255")):
+            sock = s.raw()
+            sock.sendall(("GET /v1/semaphores/eh/events HTTP/1.1\r\nHost: t\r\n%s\r\n"
+                          % headers).encode())
+            reply = b""
+            while b"\r\n\r\n" not in reply or want not in reply:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                reply += chunk
+            sock.close()
+            assert reply.startswith(b"HTTP/1.1 400") and want in reply, reply[:300]
+        # an empty value is no resume: the stream opens and no reset comes first
+        sock, f = open_events(s, "eh", "")
+        st, a = acquire(s, "eh")
+        assert read_event(f)["event"] == "granted"
+        sock.close()
+
+
 def test_healthz_and_metrics():
     with fx.Semad() as s:
         put(s, "m", 1)
