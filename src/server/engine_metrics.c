@@ -499,6 +499,13 @@ int engine_metrics(engine_t *e, struct strbuf *b)
                           "counter", m->commit_failures);
     rc = rc ? rc
             : put_counter(b, "semad_parked_waiters", "Requests parked now.", "gauge", e->nparked);
+    rc = rc ? rc
+            : put_counter(b, "semad_event_streams", "Event subscriptions open now.", "gauge",
+                          e->nsubs);
+    rc = rc ? rc
+            : put_counter(b, "semad_event_streams_kept",
+                          "Semaphores with no subscriber still recording events for a resume.",
+                          "gauge", e->nidle_groups);
     rc = rc ? rc : put_counter(b, "semad_semaphores", "Semaphores.", "gauge", e->sems.count);
     rc = rc ? rc : put_counter(b, "semad_leases", "Live leases.", "gauge", e->leases.count);
     rc = rc ? rc

@@ -306,7 +306,13 @@ def test_events_resume_with_last_event_id():
         st, a = acquire(s, "er")
         first = read_event(f)
         assert first["event"] == "granted" and first["id"], first
-        sock.close()  # the watcher drops; what follows happens while it is away
+        f.close()  # the watcher drops (the socket closes with its last file)
+        sock.close()  # what follows happens while it is away
+
+        def gauges():
+            text = s.request("GET", "/metrics")[2].decode()
+            return ("semad_event_streams 0" in text, "semad_event_streams_kept 1" in text)
+        fx.wait_until(lambda: gauges() == (True, True), 10, "the stream to be kept, unwatched")
         s.request("DELETE", "/v1/leases/" + a["lease"])
         st, b = acquire(s, "er")
         sock, f = open_events(s, "er", first["id"])
@@ -320,6 +326,7 @@ def test_events_resume_with_last_event_id():
         s.request("DELETE", "/v1/leases/" + b["lease"])
         live = read_event(f)  # live events go on, none twice
         assert live["event"] == "released" and int(live["id"].split("-")[1]) > seqs[-1], live
+        f.close()
         sock.close()
         # An id the server never sent (another run of semad, say): one "reset" at the
         # current point, then live events.
@@ -328,12 +335,14 @@ def test_events_resume_with_last_event_id():
             ev = read_event(f)
             assert ev["event"] == "reset" and ev["id"] == live["id"], (bad, ev)
             assert json.loads(ev["data"])["name"] == "er" and json.loads(ev["data"])["reason"]
+            f.close()
             sock.close()
         # The newest id: nothing to replay, the next event is live.
         sock, f = open_events(s, "er", live["id"])
         st, c = acquire(s, "er")
         ev = read_event(f)
         assert ev["event"] == "granted" and json.loads(ev["data"])["lease"] == c["lease"], ev
+        f.close()
         sock.close()
         # A watcher that missed the delete learns of it: the name answers 404.
         s.request("DELETE", "/v1/semaphores/er")
@@ -360,6 +369,7 @@ def test_events_last_event_id_header_limits():
         sock, f = open_events(s, "eh", "")
         st, a = acquire(s, "eh")
         assert read_event(f)["event"] == "granted"
+        f.close()
         sock.close()
 
 
