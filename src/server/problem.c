@@ -3,7 +3,9 @@
 #include "problem.h"
 
 #include <stdio.h>
+#include <string.h>
 
+#include "http.h"
 #include "sema/error.h"
 
 static const problem_row_t rows[] = {
@@ -39,6 +41,14 @@ const problem_row_t *problem_lookup(int err)
         if (rows[i].err == err)
             return &rows[i];
     return &internal_row;
+}
+
+const char *problem_title(const char *code, int status)
+{
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        if (strcmp(rows[i].code, code) == 0)
+            return rows[i].title;
+    return http_status_text(status);
 }
 
 size_t problem_count(void)

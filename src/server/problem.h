@@ -26,4 +26,7 @@ const problem_row_t *problem_row(size_t i);
  * Returns a new reference or NULL on allocation failure. */
 json_t *problem_json(int status, const char *code, const char *title, const char *detail);
 
+/* The title of `code` (one title per code), or the status text if the table lacks it. */
+const char *problem_title(const char *code, int status);
+
 #endif /* SEMAD_PROBLEM_H */

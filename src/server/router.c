@@ -82,6 +82,27 @@ int router_match(const char *method, const char *path, size_t len, const route_t
     return ROUTER_NOT_FOUND;
 }
 
+size_t router_allow_header(const char *path, size_t len, char *buf, size_t cap)
+{
+    const char *p;
+    size_t pl, n = 0;
+    int any = 0;
+
+    for (size_t r = 0; r < NROUTES; r++) {
+        if (!match_pattern(routes[r].pattern, path, len, &p, &pl))
+            continue;
+        int w = snprintf(buf + n, cap - n, "%s%s", any ? ", " : "Allow: ", routes[r].method);
+        if (w < 0 || (size_t)w >= cap - n)
+            return 0;
+        n += (size_t)w;
+        any = 1;
+    }
+    if (!any || n + 3 > cap)
+        return 0;
+    memcpy(buf + n, "\r\n", 3);
+    return n + 2;
+}
+
 size_t router_count(void)
 {
     return NROUTES;

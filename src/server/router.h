@@ -30,6 +30,10 @@ enum { ROUTER_FOUND = 0, ROUTER_NOT_FOUND = 404, ROUTER_BAD_METHOD = 405 };
 int router_match(const char *method, const char *path, size_t len, const route_t **route,
                  const char **param, size_t *param_len);
 
+/* The methods `path` has, as an HTTP Allow header line ("Allow: GET, PUT\r\n") in buf;
+ * returns its length (0 if no route has the path, or it does not fit). */
+size_t router_allow_header(const char *path, size_t len, char *buf, size_t cap);
+
 /* The table, for metrics, `semad --routes` and tests. */
 size_t router_count(void);
 const route_t *router_get(size_t i);

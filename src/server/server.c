@@ -410,8 +410,9 @@ static void schedule_drain(conn_t *conn)
     uv_idle_start(&srv->idle, on_idle);
 }
 
-static void reply_raw(route_ctx_t *c, int status, const char *ctype, const char *body, size_t len,
-                      const char *lease)
+/* A reply with extra header lines (`extra`, each ending in CRLF; may be NULL). */
+static void reply_raw_ex(route_ctx_t *c, int status, const char *ctype, const char *body,
+                         size_t len, const char *lease, const char *extra)
 {
     conn_t *conn = c->conn;
     server_t *srv = c->srv;
@@ -428,7 +429,7 @@ static void reply_raw(route_ctx_t *c, int status, const char *ctype, const char 
                  conn->parser.req.url.data, status);
     struct strbuf *out = &srv->scratch_reply;
     strbuf_reset(out);
-    if (http_reply(out, status, ctype, body, len, ka, NULL) != 0) {
+    if (http_reply(out, status, ctype, body, len, ka, extra) != 0) {
         send_failed(conn, lease, SEMA_ENOMEM);
         return;
     }
@@ -437,6 +438,12 @@ static void reply_raw(route_ctx_t *c, int status, const char *ctype, const char 
         strbuf_free(out);
     if (rc == 0)
         finish_request(conn, ka);
+}
+
+static void reply_raw(route_ctx_t *c, int status, const char *ctype, const char *body, size_t len,
+                      const char *lease)
+{
+    reply_raw_ex(c, status, ctype, body, len, lease, NULL);
 }
 
 void ctx_reply(route_ctx_t *c, int status, const char *ctype, const char *body, size_t len)
@@ -475,7 +482,7 @@ void ctx_reply_json(route_ctx_t *c, int status, json_t *j)
 
 void ctx_reply_problem(route_ctx_t *c, int status, const char *code, const char *detail)
 {
-    json_t *p = problem_json(status, code, http_status_text(status), detail);
+    json_t *p = problem_json(status, code, problem_title(code, status), detail);
     reply_json_obj(c, status, "application/problem+json", p, NULL);
     json_decref(p);
 }
@@ -600,9 +607,24 @@ static int is_v1(const char *path)
     return strncmp(path, "/v1/", 4) == 0 || strcmp(path, "/v1") == 0;
 }
 
-static void reply_no_route(route_ctx_t *c, int rc, const char *method, const char *path)
+static void reply_no_route(route_ctx_t *c, int rc, const char *method, const char *path,
+                           size_t plen)
 {
     if (is_v1(path)) {
+        char allow[160];
+        struct strbuf body;
+        json_t *p;
+        if (rc == ROUTER_BAD_METHOD && router_allow_header(path, plen, allow, sizeof allow) > 0 &&
+            (p = problem_json(405, "method_not_allowed", http_status_text(405),
+                              "this method is not allowed here (see the Allow header)")) != NULL) {
+            strbuf_init(&body, 0);
+            if (http_json_append(&body, p, 0) == 0)
+                reply_raw_ex(c, 405, "application/problem+json", body.data, body.len, NULL, allow);
+            strbuf_free(&body);
+            json_decref(p);
+            if (c->replied)
+                return;
+        }
         if (rc == ROUTER_BAD_METHOD)
             ctx_reply_problem(c, 405, "method_not_allowed", "this method is not allowed here");
         else
@@ -633,7 +655,7 @@ static void dispatch(conn_t *conn)
     if (rc != ROUTER_FOUND) {
         if (q != NULL)
             *q = '\0';
-        reply_no_route(c, rc, method, url);
+        reply_no_route(c, rc, method, url, plen);
         return;
     }
     if (param != NULL && http_pct_decode(param, param_len, 0, &c->param, &c->param_len) != 0) {

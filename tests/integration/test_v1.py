@@ -153,6 +153,19 @@ def test_request_validation():
         st, sem = s.json("GET", "/v1/semaphores/v")
         assert sem["available"] == 2 and sem["held"] == 0 and sem["waiting"] == 0, sem
         assert problem(s, "POST", "/v1/semaphores/v", {}) == (405, "method_not_allowed")
+        # a 405 says which methods the path has (RFC 9110: Allow)
+        st, hd, data = s.request("GET", "/v1/semaphores/v/acquire?x=1")
+        assert st == 405 and hd["allow"] == "POST", (st, hd)
+        st, hd, data = s.request("POST", "/v1/semaphores/v")
+        assert st == 405 and hd["allow"] == "PUT, PATCH, GET, DELETE", (st, hd)
+        assert json.loads(data)["title"] == "Method Not Allowed"
+        # one title per code, whichever check refused the request
+        titles = set()
+        for body in ({"weight": 99}, {"timeout_ms": "x"}, "{bad json"):
+            st, hd, data = s.request("POST", "/v1/semaphores/v/acquire", body)
+            assert st == 400, (body, st, data)
+            titles.add(json.loads(data)["title"])
+        assert titles == {"Invalid request"}, titles
         assert problem(s, "GET", "/v1/nothing") == (404, "not_found")
         assert problem(s, "POST", "/v1/semaphores/none/acquire", {}) == (404, "not_found")
 
