@@ -145,8 +145,8 @@ static void verb_help(const verb_t *v, FILE *out)
         fprintf(out, "  --max-retries N  give up after N failed reconnects in a row (default: "
                      "retry until\n                 interrupted). A lost stream is retried "
                      "after 0.5s, doubling up to 30s,\n                 with jitter (or the "
-                     "server's SSE retry: delay); events sent while\n                 "
-                     "disconnected are not replayed, the state is shown again. A 4xx reply\n"
+                     "server's SSE retry: delay); after a reconnect the\n                 "
+                     "state is shown again, then the events missed (or \"reset\"). A 4xx reply\n"
                      "                 (unknown semaphore, bad name) ends watch at once.\n");
     fprintf(out, "\nexit status: 0 ok, 1 refused by the server, 2 usage, 69 server "
                  "unreachable, 75 timeout or busy, 76 lease lost");
@@ -324,8 +324,8 @@ static int parse_args(const verb_t *v, int argc, char **argv, remote_opts_t *o)
     argc -= nlease;
     optind = 0;
     opterr = 0;
-    int ch;
-    while ((ch = getopt_long(dash, argv, ":w:t:c:h", long_opts, NULL)) != -1) {
+    int ch, li = -1;
+    while ((ch = getopt_long(dash, argv, ":w:t:c:h", long_opts, &li)) != -1) {
         if (ch == 'h') {
             verb_help(v, stdout);
             return -1;
@@ -334,8 +334,15 @@ static int parse_args(const verb_t *v, int argc, char **argv, remote_opts_t *o)
             return usage_error(v, ch == ':' ? "option '%s' needs a value" : "unknown option '%s'",
                                argv[optind - 1]);
         int bit = opt_bit(ch);
-        if (bit != 0 && !(v->opts & bit))
-            return usage_error(v, "option '%s' does not apply here", argv[optind - 1]);
+        if (bit != 0 && !(v->opts & bit)) {
+            char name[40]; /* the option as typed, not its value */
+            if (li >= 0)
+                snprintf(name, sizeof name, "--%s", long_opts[li].name);
+            else
+                snprintf(name, sizeof name, "-%c", ch);
+            return usage_error(v, "option '%s' does not apply to %s", name, v->name);
+        }
+        li = -1;
         int rc = apply_opt(v, o, ch, optarg);
         if (rc != 0)
             return rc;

@@ -25,8 +25,9 @@ typedef struct {
     int reached; /* this attempt's state request was answered */
 } watch_t;
 
-/* Fetch and show the current state (a terminal: clear and redraw). */
-static void redraw(watch_t *w, const char *type)
+/* Fetch and show the current state (a terminal: clear and redraw). `data` is the event's
+ * JSON text (NULL for start/reconnected). */
+static void redraw(watch_t *w, const char *type, const char *data)
 {
     char *json = NULL;
     sema_client_error_t e;
@@ -45,7 +46,8 @@ static void redraw(watch_t *w, const char *type)
         printf("\033[H\033[2J%s  sema watch %s  (last event: %s)\n\n", stamp, w->o->pos[0], type);
         remote_print_state(json);
     } else if (w->o->json) {
-        printf("{\"event\":\"%s\",\"state\":%s}\n", type, json);
+        printf("{\"event\":\"%s\",\"data\":%s,\"state\":%s}\n", type,
+               data != NULL && data[0] != '\0' ? data : "null", json);
     } else {
         remote_print_state(json);
         printf("\n");
@@ -62,11 +64,15 @@ static int on_event(void *arg, const char *type, const char *data)
         printf("%s %s\n", type, data);
     if (strcmp(type, "deleted") == 0) {
         w->deleted = 1;
-        printf("%s was deleted\n", w->o->pos[0]);
+        if (w->o->json)
+            printf("{\"event\":\"deleted\",\"data\":%s,\"state\":null}\n",
+                   data[0] != '\0' ? data : "null");
+        else
+            printf("%s was deleted\n", w->o->pos[0]);
         fflush(stdout);
         return 1;
     }
-    redraw(w, type);
+    redraw(w, type, data);
     return 0;
 }
 
@@ -131,7 +137,7 @@ static int watch_once(watch_t *w, int reconnect, sema_client_events_info_t *info
                 w->o->pos[0], w->o->server);
         fflush(stderr);
     }
-    redraw(w, reconnect ? "reconnected" : "start");
+    redraw(w, reconnect ? "reconnected" : "start", NULL);
     rc = sema_client_events_ex(w->c, w->o->pos[0], on_event, w, &watch_stop, info, e);
     if (rc == 0 && !w->deleted && !__atomic_load_n(&watch_stop, __ATOMIC_ACQUIRE)) {
         rc = e->code = SEMA_ECONNREFUSED; /* a loss like any other: retried */

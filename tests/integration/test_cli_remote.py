@@ -342,6 +342,33 @@ def test_watch_plain_output():
         assert "deleted" in out, out
 
 
+def test_watch_json_lines():
+    with Semad() as d:
+        sema(d, "create", "wj", "1", check=0)
+        p, out, err = watch_proc(d, "wj", "--json")
+        wait_until(lambda: len(out.get()) >= 1, 10, "the first line")
+        first = json.loads(out.get()[0])
+        assert first["event"] == "start" and first["data"] is None, first
+        assert first["state"]["name"] == "wj", first
+        deadline = time.monotonic() + 15 * SLOW
+        lease = None
+        while time.monotonic() < deadline and lease is None:
+            got = sema(d, "acquire", "wj", check=0)[1].strip()
+            sema(d, "release", got, check=0)
+            time.sleep(0.05)
+            for line in out.get()[1:]:
+                ev = json.loads(line)  # every line is one JSON object
+                if ev["event"] == "granted" and ev["data"]["lease"] == got:
+                    lease = got
+        assert lease is not None, out.text()
+        sema(d, "rm", "wj", check=0)
+        assert p.wait(10 * SLOW) == 0, err.text()
+        wait_until(lambda: '"deleted"' in out.text(), 10, "the deleted line")
+        last = json.loads(out.get()[-1])
+        assert last["event"] == "deleted" and last["state"] is None, last
+        assert last["data"]["name"] == "wj", last
+
+
 def test_watch_terminal_redraws():
     import pty
     import select
