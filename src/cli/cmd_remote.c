@@ -586,13 +586,18 @@ static int ls_one(void *arg, const sema_sem_info_t *s)
     return 0;
 }
 
+static void ls_header(const remote_opts_t *o)
+{
+    if (!o->json)
+        printf("%-32s %10s %10s %10s %8s\n", "NAME", "CAPACITY", "AVAILABLE", "HELD", "WAITING");
+}
+
 static int v_ls(remote_opts_t *o)
 {
     sema_client_error_t e;
 
     WITH_CLIENT(o, c);
-    if (!o->json)
-        printf("%-32s %10s %10s %10s %8s\n", "NAME", "CAPACITY", "AVAILABLE", "HELD", "WAITING");
+    ls_header(o);
     int rc = sema_client_list(c, o->npos > 0 ? o->pos[0] : NULL, ls_one, o, &e);
     sema_client_free(c);
     return rc != 0 ? remote_fail(o, "list", rc, &e) : CLI_EXIT_OK;
@@ -611,6 +616,7 @@ static int v_resize(remote_opts_t *o)
     sema_client_free(c);
     if (rc != 0)
         return remote_fail(o, o->pos[0], rc, &e);
+    ls_header(o); /* the same table as ls, one row */
     return ls_one(o, &info);
 }
 

@@ -262,7 +262,8 @@ def test_admin_verbs_and_json():
         lines = sema(d, "ls", "adm", "--json", check=0)[1].splitlines()
         assert [json.loads(x)["name"] for x in lines] == ["adm", "adm2"]
         assert "adm2" in sema(d, "ls", check=0)[1]
-        sema(d, "resize", "adm", "5", check=0)
+        out = sema(d, "resize", "adm", "5", check=0)[1].splitlines()
+        assert out[0].split()[:2] == ["NAME", "CAPACITY"] and out[1].split()[:2] == ["adm", "5"]
         assert state(d, "adm")["capacity"] == 5
         sema(d, "create", "--", "-dash", "1", check=0)  # names may begin with '-'
         lease2 = sema(d, "acquire", "--", "-dash", check=0)[1].strip()
