@@ -53,7 +53,7 @@ void v1_events(route_ctx_t *c)
     conn_t *conn = c->conn;
     int rc = engine_subscribe(e, c->param, on_event, conn, &sub);
     if (rc != 0) {
-        ctx_reply_err(c, rc, NULL);
+        ctx_reply_err(c, rc, rc == SEMA_ENOENT ? "no such semaphore" : NULL);
         return;
     }
     if (ctx_stream_begin(c, sub) != 0 || c->req->last_event_id == NULL ||
