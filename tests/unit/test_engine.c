@@ -795,6 +795,21 @@ TEST(events_unsubscribe_inside_the_callback)
     fx_free(&f);
 }
 
+/* A capacity-1 semaphore `name` whose subscriber (logging into `live`) saw one grant and
+ * left: returns the granted request. */
+static treq_t *granted_then_left(fx_t *f, const char *name, evlog_t *live)
+{
+    engine_sub_t *sub;
+    treq_t *a;
+
+    fx_put(f, name, 1);
+    ASSERT_OK(engine_subscribe(f->e, name, on_event, live, &sub));
+    a = fx_acquire(f, name, 1, -1);
+    ASSERT_EQ(live->n, 1);
+    engine_unsubscribe(f->e, sub);
+    return a;
+}
+
 /* Subscribe to `name`, then resume after `last` into `into` (replayed events only). */
 static engine_sub_t *resume(fx_t *f, const char *name, const char *last, evlog_t *live,
                             evlog_t *into)
@@ -848,11 +863,7 @@ TEST(events_resume_with_a_foreign_id_says_reset)
     char later[64];
 
     fx_init(&f);
-    fx_put(&f, "rz", 1);
-    ASSERT_OK(engine_subscribe(f.e, "rz", on_event, &live, &sub));
-    a = fx_acquire(&f, "rz", 1, -1);
-    ASSERT_EQ(live.n, 1);
-    engine_unsubscribe(f.e, sub);
+    a = granted_then_left(&f, "rz", &live);
     snprintf(later, sizeof(later), "%s0", live.ids[0]); /* a number never sent */
     static const char *const bad[] = {"garbage", "1-1", "", NULL};
     evlog_t *logs[] = {&r1, &r2, &r3, &r4};
@@ -916,17 +927,13 @@ TEST(events_retention_ends_and_a_resume_then_says_reset)
     fx_t f;
     engine_config_t cfg;
     evlog_t live = {0};
-    engine_sub_t *sub;
     treq_t *a;
     int never = 0;
 
     engine_config_default(&cfg);
     cfg.events_retain_ms = 30;
     fx_init_cfg(&f, &cfg);
-    fx_put(&f, "rt", 1);
-    ASSERT_OK(engine_subscribe(f.e, "rt", on_event, &live, &sub));
-    a = fx_acquire(&f, "rt", 1, -1);
-    engine_unsubscribe(f.e, sub);
+    a = granted_then_left(&f, "rt", &live);
     fx_run_until(&f, &never, 60); /* past the retention: the next event is not recorded */
     release_then_resume_resets(&f, "rt", &live, a);
     treq_free(a);
@@ -942,10 +949,7 @@ TEST(events_idle_subscriptions_are_capped)
     char name[32];
 
     fx_init(&f);
-    fx_put(&f, "first", 1);
-    ASSERT_OK(engine_subscribe(f.e, "first", on_event, &live, &sub));
-    a = fx_acquire(&f, "first", 1, -1);
-    engine_unsubscribe(f.e, sub);
+    a = granted_then_left(&f, "first", &live);
     for (int i = 0; i < ENGINE_EVENTS_IDLE_MAX; i++) { /* as many newer idle ones */
         snprintf(name, sizeof(name), "idle-%d", i);
         fx_put(&f, name, 1);
