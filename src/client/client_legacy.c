@@ -148,8 +148,8 @@ static int sse_line(sse_t *s)
         s->data_len += vn;
     } else if (strncmp(l, "id:", 3) == 0) {
         const char *v = l[3] == ' ' ? l + 4 : l + 3;
-        if (strlen(v) < sizeof s->id && strpbrk(v, "\r\n") == NULL)
-            snprintf(s->id, sizeof s->id, "%s", v); /* too long for a header of ours: ignored */
+        if (strlen(v) < sizeof s->id) /* longer than any id of semad's: ignored */
+            snprintf(s->id, sizeof s->id, "%s", v);
     } else if (strncmp(l, "retry:", 6) == 0) {
         sse_retry(s, l[6] == ' ' ? l + 7 : l + 6);
     }

@@ -122,6 +122,12 @@ static void recent_push(engine_t *e, const esub_group_t *g, uint64_t seq, const 
     e->recent_len++;
 }
 
+/* The data of a "reset" event: {"name","reason"}. */
+static json_t *reset_data(const esub_group_t *g, const char *reason)
+{
+    return json_pack("{s:s%,s:s}", "name", g->name, g->name_len, "reason", reason);
+}
+
 /* Number an event of group g, queue it and remember it. Steals `data`; 0 or SEMA_ENOMEM. */
 static int queue_event(engine_t *e, esub_group_t *g, const char *type, json_t *data)
 {
@@ -275,7 +281,7 @@ static void sub_reset(engine_sub_t *sub, const char *reason, engine_event_cb cb,
 {
     esub_group_t *g = sub->grp;
     char id[48];
-    json_t *data = json_pack("{s:s%,s:s}", "name", g->name, g->name_len, "reason", reason);
+    json_t *data = reset_data(g, reason);
 
     event_id(id, sizeof(id), g->uid, g->seq);
     sub->seen = g->seq; /* what is queued now is older than the state the client reads */
@@ -386,8 +392,7 @@ static void reattach_group(void *arg, enode_t *n)
         s->subs = g;
         g->uid = ++e->group_uid;
         (void)queue_event(e, g, "reset",
-                          json_pack("{s:s%,s:s}", "name", g->name, g->name_len, "reason",
-                                    "changes that could not be stored were rolled back"));
+                          reset_data(g, "changes that could not be stored were rolled back"));
         return;
     }
     /* The semaphore is gone after a reload: tell its subscribers. */

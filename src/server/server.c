@@ -458,7 +458,7 @@ void ctx_reply_text(route_ctx_t *c, int status, const char *text)
 
 /* Serialise `j` (borrowed) into the server's scratch buffer and send it. */
 static void reply_json_obj(route_ctx_t *c, int status, const char *ctype, const json_t *j,
-                           const char *lease)
+                           const char *lease, const char *extra)
 {
     struct strbuf *body = &c->srv->scratch_body;
     strbuf_reset(body);
@@ -469,22 +469,29 @@ static void reply_json_obj(route_ctx_t *c, int status, const char *ctype, const 
         reply_raw(c, 503, "application/problem+json", oom, sizeof oom - 1, NULL);
         return;
     }
-    reply_raw(c, status, ctype, body->data, body->len, lease);
+    reply_raw_ex(c, status, ctype, body->data, body->len, lease, extra);
     if (body->cap > SCRATCH_KEEP)
         strbuf_free(body);
 }
 
 void ctx_reply_json(route_ctx_t *c, int status, json_t *j)
 {
-    reply_json_obj(c, status, "application/json; charset=utf-8", j, NULL);
+    reply_json_obj(c, status, "application/json; charset=utf-8", j, NULL, NULL);
     json_decref(j);
+}
+
+/* A problem reply with extra header lines (may be NULL). */
+static void reply_problem_ex(route_ctx_t *c, int status, const char *code, const char *detail,
+                             const char *extra)
+{
+    json_t *p = problem_json(status, code, problem_title(code, status), detail);
+    reply_json_obj(c, status, "application/problem+json", p, NULL, extra);
+    json_decref(p);
 }
 
 void ctx_reply_problem(route_ctx_t *c, int status, const char *code, const char *detail)
 {
-    json_t *p = problem_json(status, code, problem_title(code, status), detail);
-    reply_json_obj(c, status, "application/problem+json", p, NULL);
-    json_decref(p);
+    reply_problem_ex(c, status, code, detail, NULL);
 }
 
 void ctx_reply_err(route_ctx_t *c, int err, const char *detail)
@@ -497,7 +504,7 @@ void ctx_reply_err(route_ctx_t *c, int err, const char *detail)
         return;
     }
     json_t *p = problem_json(row->status, row->code, row->title, detail);
-    reply_json_obj(c, row->status, "application/problem+json", p, NULL);
+    reply_json_obj(c, row->status, "application/problem+json", p, NULL, NULL);
     json_decref(p);
 }
 
@@ -518,7 +525,7 @@ void ctx_reply_grant(route_ctx_t *c, json_t *lease)
 {
     const char *id = json_string_value(json_object_get(lease, "lease"));
     if (!grant_undeliverable(c, id))
-        reply_json_obj(c, 200, "application/json; charset=utf-8", lease, id);
+        reply_json_obj(c, 200, "application/json; charset=utf-8", lease, id, NULL);
 }
 
 /* The lease id at the start of a lease's JSON text ({"lease":"<id>",...}), into buf. */
@@ -612,21 +619,11 @@ static void reply_no_route(route_ctx_t *c, int rc, const char *method, const cha
 {
     if (is_v1(path)) {
         char allow[160];
-        struct strbuf body;
-        json_t *p;
-        if (rc == ROUTER_BAD_METHOD && router_allow_header(path, plen, allow, sizeof allow) > 0 &&
-            (p = problem_json(405, "method_not_allowed", http_status_text(405),
-                              "this method is not allowed here (see the Allow header)")) != NULL) {
-            strbuf_init(&body, 0);
-            if (http_json_append(&body, p, 0) == 0)
-                reply_raw_ex(c, 405, "application/problem+json", body.data, body.len, NULL, allow);
-            strbuf_free(&body);
-            json_decref(p);
-            if (c->replied)
-                return;
-        }
         if (rc == ROUTER_BAD_METHOD)
-            ctx_reply_problem(c, 405, "method_not_allowed", "this method is not allowed here");
+            reply_problem_ex(c, 405, "method_not_allowed",
+                             "this method is not allowed here (see the Allow header)",
+                             router_allow_header(path, plen, allow, sizeof allow) > 0 ? allow
+                                                                                      : NULL);
         else
             ctx_reply_problem(c, 404, "not_found", "no such route");
         return;
