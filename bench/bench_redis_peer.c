@@ -7,9 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/cli/bench_hist.h"
+#include "load/bench_hist.h"
 
-#ifdef SEMA_WITH_REDIS
 
 #include <hiredis/adapters/libuv.h>
 #include <hiredis/async.h>
@@ -350,13 +349,3 @@ int main(int argc, char **argv)
     free(conns);
     return pairs > 0 && errors == 0 ? 0 : 1;
 }
-
-#else /* !SEMA_WITH_REDIS */
-
-int main(void)
-{
-    printf("bench_redis_peer: built without Redis support (SEMA_WITH_REDIS=OFF); skipped\n");
-    return 0;
-}
-
-#endif

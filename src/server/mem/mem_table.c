@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* engine_table.c - the engine's containers: a chained hash table, a deadline min-heap and a
  * name-ordered treap, all intrusive so an object costs no extra allocation. */
-#include "engine_internal.h"
+#include "mem_internal.h"
 
 #include <string.h>
 

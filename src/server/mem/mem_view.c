@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* engine_json.c - the engine's results in the wire format of the semad contract. */
-#include "engine_internal.h"
+#include "mem_internal.h"
 
 #include <string.h>
 

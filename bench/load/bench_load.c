@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* bench_load.c - `sema bench`'s load engine: one libuv loop, N keep-alive connections, raw
  * requests out, llhttp-parsed answers in; acquire+release pairs, plain GETs or creates. */
-#ifdef SEMA_WITH_CLIENT
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -524,4 +523,3 @@ int bench_load_run(const bench_opts_t *o, bench_result_t *res)
     return res->fatal ? -1 : 0;
 }
 
-#endif /* SEMA_WITH_CLIENT */

@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* bench_sync.c - blocking HTTP helpers for `sema bench`: set-up requests, and the hand-off
  * latency and parked-waiter memory modes, which measure one event at a time. */
-#ifdef SEMA_WITH_CLIENT
 
 #include <errno.h>
 #include <fcntl.h>
@@ -467,4 +466,3 @@ out:
     return rc;
 }
 
-#endif /* SEMA_WITH_CLIENT */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* engine_ops.c - one handler per engine operation: validate, mutate, complete or park. */
-#include "engine_internal.h"
+#include "mem_internal.h"
 
 #include <string.h>
 

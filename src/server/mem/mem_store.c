@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* engine_store.c - the engine's write-ahead through the durable store: loading at start,
  * one group commit per loop tick, and the rollback when a commit fails. */
-#include "engine_internal.h"
+#include "mem_internal.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -42,7 +42,6 @@ const char cmd_bench_usage[] =
     "exit status: 0 done, 1 the run failed (set-up refused, nothing completed), 2 bad\n"
     "arguments, 69 the server cannot be reached\n";
 
-#ifdef SEMA_WITH_CLIENT
 
 #include <getopt.h>
 #include <inttypes.h>
@@ -403,12 +402,3 @@ int cmd_bench(int argc, char **argv)
     return rc;
 }
 
-#else /* !SEMA_WITH_CLIENT */
-
-int cmd_bench(int argc, char **argv)
-{
-    fprintf(stderr, "sema bench: not available in this build (needs libuv and the client)\n");
-    return CLI_EXIT_UNAVAILABLE;
-}
-
-#endif /* SEMA_WITH_CLIENT */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* engine_mem.c - semad's in-memory state engine: lifecycle, request completion, FIFO
  * admission, parking and the one timer behind every deadline. */
-#include "engine_internal.h"
+#include "mem_internal.h"
 
 #include <string.h>
 #include <time.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* engine_metrics.c - the engine's Prometheus metrics and its event subscriptions. */
-#include "engine_internal.h"
+#include "mem_internal.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* engine_lease.c - leases: ids, grants, ends (release, expiry, revoke, delete) and the
  * bounded tombstones that let an ended lease answer with its reason. */
-#include "engine_internal.h"
+#include "mem_internal.h"
 
 #include <string.h>
 #include <sys/random.h>
