@@ -31,13 +31,12 @@ typedef struct {
 static void on_done(engine_req_t *r)
 {
     breq_t *b = (breq_t *)r;
-    json_t *id = r->result ? json_object_get(r->result, "lease") : NULL;
 
     b->done++;
     b->status = r->status;
     b->at_ns = now_ns();
-    if (json_is_string(id))
-        snprintf(b->lease, sizeof(b->lease), "%s", json_string_value(id));
+    if (r->status == 0 && r->res.kind == ENGINE_RES_LEASE)
+        snprintf(b->lease, sizeof(b->lease), "%s", r->res.lease.id);
 }
 
 static void die(const char *what, int rc)

@@ -47,7 +47,7 @@ static void check_request(const run_t *r)
     FUZZ_CHECK(q->body.len == 0 || q->body.data[q->body.len] == '\0');
     FUZZ_CHECK(r->p.header_bytes <= r->lim.max_header_bytes);
     if (q->idem_key != NULL)
-        FUZZ_CHECK(strlen(q->idem_key) >= 1 && strlen(q->idem_key) <= HTTP_IDEM_MAX);
+        FUZZ_CHECK(strlen(q->idem_key) >= 1 && strlen(q->idem_key) <= ENGINE_IDEM_KEY_MAX);
     const char *method = http_method_name(q->method);
     FUZZ_CHECK(method != NULL);
     fuzz_route_check(method, q->url.data);

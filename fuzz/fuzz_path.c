@@ -7,6 +7,7 @@
 
 #include "fuzz.h"
 #include "http.h"
+#include "jsonw.h"
 #include "route_check.h"
 
 static const char *const methods[] = {"GET",  "POST",    "PUT",   "PATCH", "DELETE",
@@ -26,7 +27,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     url[len] = '\0';
     fuzz_route_check(method, url);
     fuzz_pct_check(url, len, plus_space); /* the whole target, NULs and all */
-    (void)http_utf8_valid(url, len);
+    (void)jsonw_utf8_valid(url, len);
     free(url);
     return 0;
 }

@@ -6,7 +6,9 @@
 #include <string.h>
 
 #include "fuzz.h"
+#include "jsonw.h"
 #include "http.h"
+#include "jsonw.h"
 #include "router.h"
 #include "sema/error.h"
 
@@ -22,7 +24,7 @@ int fuzz_pct_check(const char *src, size_t len, int plus_space)
         return rc;
     FUZZ_CHECK(out != NULL && n <= len);
     FUZZ_CHECK(strlen(out) == n);
-    FUZZ_CHECK(http_utf8_valid(out, n));
+    FUZZ_CHECK(jsonw_utf8_valid(out, n));
     if (memchr(src, '%', len) == NULL && !(plus_space && memchr(src, '+', len) != NULL))
         FUZZ_CHECK(n == len && memcmp(out, src, len) == 0); /* nothing to decode */
     free(out);
@@ -61,7 +63,7 @@ void fuzz_route_check(const char *method, const char *url)
         int rc = http_query_get(q != NULL ? q + 1 : NULL, query_keys[i], &out);
         FUZZ_CHECK(rc == 1 || rc == 0 || rc == SEMA_EINVAL || rc == SEMA_ENOMEM);
         if (rc == 1) {
-            FUZZ_CHECK(out != NULL && http_utf8_valid(out, strlen(out)));
+            FUZZ_CHECK(out != NULL && jsonw_utf8_valid(out, strlen(out)));
             free(out);
         }
     }

@@ -22,6 +22,8 @@ typedef struct {
 #define F(field) offsetof(semad_config_t, field)
 static const option_t options[] = {
     {"listen", "SEMA_LISTEN", OPT_STR, F(listen), "address to listen on, HOST:PORT (port 0: any)"},
+    {"engine", "SEMA_ENGINE", OPT_STR, F(engine.backend),
+     "where the state lives: embedded (in memory, with the store in --data)"},
     {"data", "SEMA_DATA", OPT_STR, F(data_dir), "directory of the durable store"},
     {"durability", "SEMA_DURABILITY", OPT_DURABILITY, F(durability), "strict, relaxed or none"},
     {"max-connections", "SEMA_MAX_CONNECTIONS", OPT_U64, F(max_connections),
@@ -41,7 +43,7 @@ static const option_t options[] = {
     {"max-waiters", "SEMA_MAX_WAITERS", OPT_U64, F(engine.max_waiters_total),
      "parked requests in all"},
     {"max-locks", "SEMA_MAX_LOCKS", OPT_U64, F(engine.max_locks), "lock keys held or awaited"},
-    {"max-uncommitted", "SEMA_MAX_UNCOMMITTED", OPT_U64, F(engine.max_uncommitted),
+    {"max-uncommitted", "SEMA_MAX_UNCOMMITTED", OPT_U64, F(engine.embedded.max_uncommitted),
      "changes recorded during a running commit before every reply waits for it"},
     {"lock-readers", "SEMA_LOCK_READERS", OPT_U64, F(engine.lock_readers),
      "keyed locks: most concurrent shared holders"},
@@ -82,6 +84,7 @@ void config_default(semad_config_t *cfg)
     cfg->shutdown_grace_ms = 5000;
     cfg->sse_heartbeat_ms = 15000;
     engine_config_default(&cfg->engine);
+    cfg->engine.backend = "embedded";
 }
 
 int config_parse_u64(const char *s, uint64_t *out)

@@ -2,6 +2,8 @@
 /* http.c - request parsing over llhttp with caps, and reply writing (see http.h). */
 #include "http.h"
 
+#include "jsonw.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,7 +182,7 @@ void http_parser_init(http_parser_t *p, const http_limits_t *limits)
     p->ll.data = p;
     strbuf_init(&p->req.url, limits->max_header_bytes + 1);
     strbuf_init(&p->req.body, limits->max_body_bytes + 1);
-    strbuf_init(&p->hval, HTTP_IDEM_MAX); /* content bytes; the NUL is extra */
+    strbuf_init(&p->hval, ENGINE_IDEM_KEY_MAX); /* content bytes; the NUL is extra */
     p->hstate = 1;
 }
 
@@ -301,66 +303,12 @@ const char *http_method_name(uint8_t method)
     return llhttp_method_name((llhttp_method_t)method);
 }
 
-/* Decimal digits of `v` at the end of buf[24]; returns the first digit. */
-static char *u64_digits(uint64_t v, char *end)
-{
-    char *p = end;
-    do {
-        *--p = (char)('0' + v % 10);
-        v /= 10;
-    } while (v != 0);
-    return p;
-}
-
-/* A small write-combining buffer in front of a strbuf: replies are built from many short
- * pieces, and one strbuf_append per piece was a tenth of semad's time per request. */
-typedef struct {
-    struct strbuf *out;
-    size_t n;
-    int rc;
-    char buf[1024];
-} writer_t;
-
-static void w_flush(writer_t *w)
-{
-    if (w->n > 0 && w->rc == 0)
-        w->rc = strbuf_append(w->out, w->buf, w->n);
-    w->n = 0;
-}
-
-static void w_put(writer_t *w, const char *s, size_t len)
-{
-    if (w->n + len > sizeof w->buf) {
-        w_flush(w);
-        if (len > sizeof w->buf) {
-            if (w->rc == 0)
-                w->rc = strbuf_append(w->out, s, len);
-            return;
-        }
-    }
-    memcpy(w->buf + w->n, s, len);
-    w->n += len;
-}
-
-static void w_str(writer_t *w, const char *s)
-{
-    w_put(w, s, strlen(s));
-}
-
-static void w_u64(writer_t *w, uint64_t v, int negative)
-{
-    char num[24];
-    char *p = u64_digits(v, num + sizeof num);
-    if (negative)
-        *--p = '-';
-    w_put(w, p, (size_t)(num + sizeof num - p));
-}
-
 int http_reply(struct strbuf *out, int status, const char *content_type, const char *body,
                size_t len, int keep_alive, const char *extra)
 {
     /* No printf here: this runs once per reply and dominated the profile. */
-    writer_t w = {.out = out};
+    jsonw_t w;
+    jsonw_init(&w, out);
     static const char json_ct[] = "application/json; charset=utf-8";
     static const char ok_json[] = "HTTP/1.1 200 OK\r\nContent-Type: application/json; "
                                   "charset=utf-8\r\nContent-Length: ";
@@ -368,188 +316,37 @@ int http_reply(struct strbuf *out, int status, const char *content_type, const c
     static const char no_content[] = "HTTP/1.1 204 No Content\r\nConnection: keep-alive\r\n\r\n";
     if (keep_alive && extra == NULL) { /* the hot replies, byte for byte as below */
         if (status == 200 && content_type != NULL && strcmp(content_type, json_ct) == 0) {
-            w_put(&w, ok_json, sizeof ok_json - 1);
-            w_u64(&w, len, 0);
-            w_put(&w, ka_end, sizeof ka_end - 1);
+            jsonw_raw(&w, ok_json, sizeof ok_json - 1);
+            jsonw_raw_u64(&w, len);
+            jsonw_raw(&w, ka_end, sizeof ka_end - 1);
             if (len > 0)
-                w_put(&w, body, len);
-            w_flush(&w);
-            return w.rc;
+                jsonw_raw(&w, body, len);
+            return jsonw_end(&w);
         }
         if (status == 204 && content_type == NULL) {
-            w_put(&w, no_content, sizeof no_content - 1);
-            w_flush(&w);
-            return w.rc;
+            jsonw_raw(&w, no_content, sizeof no_content - 1);
+            return jsonw_end(&w);
         }
     }
-    w_put(&w, "HTTP/1.1 ", 9);
-    w_u64(&w, (uint64_t)(status > 0 ? status : 500), 0);
-    w_put(&w, " ", 1);
-    w_str(&w, http_status_text(status));
+    jsonw_raw(&w, "HTTP/1.1 ", 9);
+    jsonw_raw_u64(&w, (uint64_t)(status > 0 ? status : 500));
+    jsonw_raw(&w, " ", 1);
+    jsonw_raw_str(&w, http_status_text(status));
     if (content_type != NULL) {
-        w_put(&w, "\r\nContent-Type: ", 16);
-        w_str(&w, content_type);
+        jsonw_raw(&w, "\r\nContent-Type: ", 16);
+        jsonw_raw_str(&w, content_type);
     }
     if (status != 204 && status >= 200) {
-        w_put(&w, "\r\nContent-Length: ", 18);
-        w_u64(&w, len, 0);
+        jsonw_raw(&w, "\r\nContent-Length: ", 18);
+        jsonw_raw_u64(&w, len);
     }
-    w_str(&w, keep_alive ? "\r\nConnection: keep-alive\r\n" : "\r\nConnection: close\r\n");
+    jsonw_raw_str(&w, keep_alive ? "\r\nConnection: keep-alive\r\n" : "\r\nConnection: close\r\n");
     if (extra != NULL)
-        w_str(&w, extra);
-    w_put(&w, "\r\n", 2);
+        jsonw_raw_str(&w, extra);
+    jsonw_raw(&w, "\r\n", 2);
     if (len > 0 && status != 204)
-        w_put(&w, body, len);
-    w_flush(&w);
-    return w.rc;
-}
-
-/* A JSON string with the escapes jansson uses (", \, control characters). */
-static void json_str(writer_t *w, const char *s, size_t len)
-{
-    static const char hex[] = "0123456789ABCDEF";
-    w_put(w, "\"", 1);
-    size_t run = 0;
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c >= 0x20 && c != '"' && c != '\\')
-            continue;
-        w_put(w, s + run, i - run);
-        run = i + 1;
-        char esc[6] = {'\\', 0, 0, 0, 0, 0};
-        size_t elen = 2;
-        switch (c) {
-        case '"':
-            esc[1] = '"';
-            break;
-        case '\\':
-            esc[1] = '\\';
-            break;
-        case '\b':
-            esc[1] = 'b';
-            break;
-        case '\f':
-            esc[1] = 'f';
-            break;
-        case '\n':
-            esc[1] = 'n';
-            break;
-        case '\r':
-            esc[1] = 'r';
-            break;
-        case '\t':
-            esc[1] = 't';
-            break;
-        default:
-            memcpy(esc + 1, "u00", 3);
-            esc[4] = hex[c >> 4];
-            esc[5] = hex[c & 15];
-            elen = 6;
-        }
-        w_put(w, esc, elen);
-    }
-    w_put(w, s + run, len - run);
-    w_put(w, "\"", 1);
-}
-
-static void write_real(writer_t *w, double value)
-{
-    char buf[40];
-    int n = snprintf(buf, sizeof buf - 2, "%.17g", value);
-    if (n < 0 || (size_t)n >= sizeof buf - 2) {
-        w->rc = SEMA_EINVAL;
-        return;
-    }
-    if (strpbrk(buf, ".eE") == NULL && strpbrk(buf, "ni") == NULL) {
-        memcpy(buf + n, ".0", 3);
-        n += 2;
-    }
-    char *e = strchr(buf, 'e');
-    if (e != NULL) { /* like jansson: 1e300, 1e-05 -> 1e-5 */
-        char *d = e + 1, *src = e + 1;
-        if (*src == '+')
-            src++;
-        else if (*src == '-')
-            *d++ = *src++;
-        while (*src == '0' && src[1] != '\0')
-            src++;
-        memmove(d, src, strlen(src) + 1);
-        n = (int)strlen(buf);
-    }
-    w_put(w, buf, (size_t)n);
-}
-
-static void json_value(writer_t *w, const json_t *j, int depth);
-
-static void json_container(writer_t *w, const json_t *j, int depth)
-{
-    int first = 1;
-    if (json_is_array(j)) {
-        w_put(w, "[", 1);
-        for (size_t i = 0; i < json_array_size(j); i++) {
-            if (!first)
-                w_put(w, ",", 1);
-            first = 0;
-            json_value(w, json_array_get(j, i), depth + 1);
-        }
-        w_put(w, "]", 1);
-        return;
-    }
-    const char *key;
-    json_t *v;
-    w_put(w, "{", 1);
-    json_object_foreach((json_t *)j, key, v)
-    {
-        if (!first)
-            w_put(w, ",", 1);
-        first = 0;
-        json_str(w, key, strlen(key));
-        w_put(w, ":", 1);
-        json_value(w, v, depth + 1);
-    }
-    w_put(w, "}", 1);
-}
-
-static void json_value(writer_t *w, const json_t *j, int depth)
-{
-    if (j == NULL || depth > 64) {
-        w->rc = SEMA_EINVAL;
-        return;
-    }
-    switch (json_typeof(j)) {
-    case JSON_OBJECT:
-    case JSON_ARRAY:
-        json_container(w, j, depth);
-        return;
-    case JSON_STRING:
-        json_str(w, json_string_value(j), json_string_length(j));
-        return;
-    case JSON_INTEGER: {
-        json_int_t v = json_integer_value(j);
-        w_u64(w, v < 0 ? 0 - (uint64_t)v : (uint64_t)v, v < 0);
-        return;
-    }
-    case JSON_REAL:
-        write_real(w, json_real_value(j));
-        return;
-    case JSON_TRUE:
-        w_put(w, "true", 4);
-        return;
-    case JSON_FALSE:
-        w_put(w, "false", 5);
-        return;
-    case JSON_NULL:
-        w_put(w, "null", 4);
-        return;
-    }
-}
-
-int http_json_append(struct strbuf *out, const json_t *j, int depth)
-{
-    writer_t w = {.out = out};
-    json_value(&w, j, depth);
-    w_flush(&w);
-    return w.rc;
+        jsonw_raw(&w, body, len);
+    return jsonw_end(&w);
 }
 
 static int hexval(char c)
@@ -595,47 +392,13 @@ int http_pct_decode(const char *src, size_t len, int plus_space, char **out, siz
         d[n++] = (char)c;
     }
     d[n] = '\0';
-    if (!http_utf8_valid(d, n)) {
+    if (!jsonw_utf8_valid(d, n)) {
         free(d);
         return SEMA_EINVAL;
     }
     *out = d;
     *out_len = n;
     return 0;
-}
-
-int http_utf8_valid(const char *s, size_t len)
-{
-    const unsigned char *u = (const unsigned char *)s;
-    size_t i = 0;
-    while (i < len) {
-        unsigned c = u[i];
-        size_t n;
-        unsigned min, cp;
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if ((c & 0xE0) == 0xC0) {
-            n = 1, min = 0x80, cp = c & 0x1F;
-        } else if ((c & 0xF0) == 0xE0) {
-            n = 2, min = 0x800, cp = c & 0x0F;
-        } else if ((c & 0xF8) == 0xF0) {
-            n = 3, min = 0x10000, cp = c & 0x07;
-        } else {
-            return 0;
-        }
-        if (i + n >= len)
-            return 0;
-        for (size_t k = 1; k <= n; k++) {
-            if ((u[i + k] & 0xC0) != 0x80)
-                return 0;
-            cp = (cp << 6) | (u[i + k] & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-            return 0;
-        i += n + 1;
-    }
-    return 1;
 }
 
 int http_query_get(const char *query, const char *key, char **out)

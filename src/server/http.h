@@ -10,9 +10,8 @@
 #include <jansson.h>
 #include <llhttp.h>
 
+#include "engine_limits.h" /* ENGINE_IDEM_KEY_MAX caps the Idempotency-Key header */
 #include "strbuf.h"
-
-enum { HTTP_IDEM_MAX = 255 }; /* longest Idempotency-Key we accept, bytes */
 
 typedef struct {
     size_t max_header_bytes; /* request line + headers; beyond: 431 (URL alone: 414) */
@@ -83,19 +82,11 @@ const char *http_method_name(uint8_t method);
 int http_reply(struct strbuf *out, int status, const char *content_type, const char *body,
                size_t len, int keep_alive, const char *extra);
 
-/* Append `j` as compact JSON (the bytes json_dumps(JSON_COMPACT) would give) without
- * printf or temporary allocations. `depth` is 0 for the top; nesting beyond 64 fails.
- * Returns 0, SEMA_ENOMEM (the strbuf's cap) or SEMA_EINVAL. */
-int http_json_append(struct strbuf *out, const json_t *j, int depth);
-
 /* Percent-decode `len` bytes of `src` exactly once into a new NUL-terminated string
  * (*out, free with free(), *out_len bytes). With `plus_space`, '+' becomes ' ' (query
  * strings). Returns 0, SEMA_EINVAL (bad escape, a NUL byte, or invalid UTF-8) or
  * SEMA_ENOMEM. */
 int http_pct_decode(const char *src, size_t len, int plus_space, char **out, size_t *out_len);
-
-/* True when `s[0..len)` is valid UTF-8 (no overlongs, no surrogates). */
-int http_utf8_valid(const char *s, size_t len);
 
 /* Find query parameter `key` in `query` (the text after '?', may be NULL) and decode it
  * into *out (new string). Returns 1 found, 0 absent, or SEMA_EINVAL/SEMA_ENOMEM. */

@@ -48,7 +48,7 @@ static int run(semad_config_t *cfg)
             return 1;
         }
     }
-    cfg->engine.store = store;
+    cfg->engine.embedded.store = store;
     uv_loop_t *loop = uv_default_loop();
     engine_t *engine = NULL;
     int rc = engine_new(&engine, loop, &cfg->engine, err, sizeof err);

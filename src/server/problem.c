@@ -60,19 +60,3 @@ const problem_row_t *problem_row(size_t i)
 {
     return i < problem_count() ? &rows[i] : NULL;
 }
-
-json_t *problem_json(int status, const char *code, const char *title, const char *detail)
-{
-    json_t *o = json_object();
-    if (o == NULL)
-        return NULL;
-    char type[128];
-    snprintf(type, sizeof type, "urn:sema:problem:%s", code);
-    json_object_set_new(o, "type", json_string(type));
-    json_object_set_new(o, "title", json_string(title));
-    json_object_set_new(o, "status", json_integer(status));
-    json_object_set_new(o, "code", json_string(code));
-    if (detail != NULL)
-        json_object_set_new(o, "detail", json_string(detail));
-    return o;
-}

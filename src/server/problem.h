@@ -22,10 +22,6 @@ const problem_row_t *problem_lookup(int err);
 size_t problem_count(void);
 const problem_row_t *problem_row(size_t i);
 
-/* Build an RFC 9457 problem object for `status`/`code` with `detail` (may be NULL).
- * Returns a new reference or NULL on allocation failure. */
-json_t *problem_json(int status, const char *code, const char *title, const char *detail);
-
 /* The title of `code` (one title per code), or the status text if the table lacks it. */
 const char *problem_title(const char *code, int status);
 

@@ -87,7 +87,7 @@ static int legacy_value_of(route_ctx_t *c, json_t *body, double *out)
 static void reply_value(route_ctx_t *c, engine_req_t *req, int missing_status, const char *missing)
 {
     if (req->status == 0)
-        ctx_reply_json(c, 200, json_incref(req->result));
+        ctx_reply_result(c, 200, &req->res);
     else if (req->status == SEMA_ENOENT)
         ctx_reply_text(c, missing_status, missing);
     else

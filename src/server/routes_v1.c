@@ -5,12 +5,13 @@
 #include <string.h>
 
 #include "body.h"
+#include "engine_limits.h"
+#include "jsonw.h"
 #include "server.h"
 
 #include "sema/error.h"
 
 #define MAX_EXACT ((json_int_t)1 << 53) /* larger numbers are rejected, never rounded */
-enum { OWNER_MAX = 256, LIST_MAX = 1000 };
 
 /* Reply 400 "<field> <what>". */
 static void bad(route_ctx_t *c, const char *field, const char *what)
@@ -65,18 +66,14 @@ static int field_int(route_ctx_t *c, const body_t *o, const char *key, json_int_
     return 1;
 }
 
-/* An optional string field of at most `max` bytes, copied into *out. */
-static int field_str(route_ctx_t *c, const body_t *o, const char *key, size_t max, char **out)
+/* An optional string field, copied into *out (the engine checks its length). */
+static int field_str(route_ctx_t *c, const body_t *o, const char *key, char **out)
 {
     bval_t v = body_get(o, key);
     if (v.type == BV_ABSENT || v.type == BV_NULL)
         return 0;
     if (v.type != BV_STR) {
         bad(c, key, "must be a string");
-        return -1;
-    }
-    if (v.len > max) {
-        bad(c, key, "is too long");
         return -1;
     }
     *out = strndup(v.s, v.len);
@@ -152,7 +149,8 @@ void v1_sem_list(route_ctx_t *c)
         return;
     }
     uint64_t n = 0;
-    if (limit != NULL && (config_parse_u64(limit, &n) != 0 || n == 0 || n > LIST_MAX)) {
+    if (limit != NULL &&
+        (config_parse_u64(limit, &n) != 0 || n == 0 || n > ENGINE_LIST_LIMIT_MAX)) {
         free(limit);
         ctx_reply_problem(c, 400, "invalid_request", "limit must be an integer in 1..1000");
         return;
@@ -179,7 +177,7 @@ static int take_lease_fields(route_ctx_t *c, const body_t *body)
 {
     json_int_t ttl = 0;
     if (take_timeout(c, body) != 0 || field_int(c, body, "ttl_ms", 1, &ttl) < 0 ||
-        field_str(c, body, "owner", OWNER_MAX, &c->owner) < 0)
+        field_str(c, body, "owner", &c->owner) < 0)
         return -1;
     c->ereq.ttl_ms = (int64_t)ttl;
     c->ereq.owner = c->owner;
@@ -189,12 +187,10 @@ static int take_lease_fields(route_ctx_t *c, const body_t *body)
 
 static void grant_done(route_ctx_t *c, engine_req_t *req)
 {
-    if (req->status == 0 && req->text != NULL)
-        ctx_reply_grant_text(c, req->text, req->text_len);
-    else if (req->status != 0 || req->result == NULL)
-        ctx_done_default(c, req);
+    if (req->status == 0 && req->res.kind == ENGINE_RES_LEASE)
+        ctx_reply_grant(c, &req->res.lease);
     else
-        ctx_reply_grant(c, req->result);
+        ctx_done_default(c, req);
 }
 
 /* POST /v1/semaphores/{name}/acquire  {"weight":1,"timeout_ms":T,"ttl_ms":L,"owner":"..."}
@@ -211,7 +207,6 @@ void v1_acquire(route_ctx_t *c)
         return;
     use_param(c, ENGINE_ACQUIRE);
     c->ereq.weight = (uint64_t)w;
-    c->ereq.want_text = 1;
     ctx_submit(c, grant_done);
 }
 
@@ -233,7 +228,6 @@ void v1_wait_idle(route_ctx_t *c)
 void v1_lease_get(route_ctx_t *c)
 {
     use_param(c, ENGINE_LEASE_GET);
-    c->ereq.want_text = 1;
     ctx_submit(c, ctx_done_default);
 }
 
@@ -250,7 +244,6 @@ void v1_lease_renew(route_ctx_t *c)
         return;
     use_param(c, ENGINE_LEASE_RENEW);
     c->ereq.ttl_ms = (int64_t)ttl;
-    c->ereq.want_text = 1;
     ctx_submit(c, ctx_done_default);
 }
 
@@ -306,7 +299,6 @@ void v1_lock_acquire(route_ctx_t *c)
     int mode = c->ereq.mode;
     use_param(c, ENGINE_LOCK_ACQUIRE);
     c->ereq.mode = mode;
-    c->ereq.want_text = 1;
     ctx_submit(c, grant_done);
 }
 
@@ -315,19 +307,6 @@ void v1_lock_get(route_ctx_t *c)
 {
     use_param(c, ENGINE_LOCK_GET);
     ctx_submit(c, ctx_done_default);
-}
-
-/* Append the decimal digits of `v` at *p (the caller leaves room for 20). */
-static char *put_u64(char *p, uint64_t v)
-{
-    char num[20], *q = num + sizeof num;
-    do {
-        *--q = (char)('0' + v % 10);
-        v /= 10;
-    } while (v != 0);
-    size_t n = (size_t)(num + sizeof num - q);
-    memcpy(p, q, n);
-    return p + n;
 }
 
 /* GET /healthz: {"status","semaphores","leases","parked","locks","connections"}, written
@@ -349,7 +328,9 @@ void v1_healthz(route_ctx_t *c)
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
         size_t kn = strlen(keys[i]);
         memcpy(p, keys[i], kn);
-        p = put_u64(p + kn, v[i]);
+        char num[24], *d = jsonw_u64_digits(v[i], num + sizeof num);
+        memcpy(p + kn, d, (size_t)(num + sizeof num - d));
+        p += kn + (size_t)(num + sizeof num - d);
     }
     *p++ = '}';
     ctx_reply(c, draining ? 503 : 200, "application/json; charset=utf-8", body, (size_t)(p - body));

@@ -8,8 +8,10 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "jsonw.h"
 #include "log.h"
 #include "problem.h"
+#include "render.h"
 #include "sema/error.h"
 
 enum {
@@ -456,42 +458,58 @@ void ctx_reply_text(route_ctx_t *c, int status, const char *text)
     ctx_reply(c, status, "text/html; charset=utf-8", text, strlen(text));
 }
 
-/* Serialise `j` (borrowed) into the server's scratch buffer and send it. */
-static void reply_json_obj(route_ctx_t *c, int status, const char *ctype, const json_t *j,
-                           const char *lease, const char *extra)
+static const char json_ct[] = "application/json; charset=utf-8";
+
+/* The server's scratch buffer for a reply body, empty. */
+static struct strbuf *scratch_body(route_ctx_t *c)
+{
+    strbuf_reset(&c->srv->scratch_body);
+    return &c->srv->scratch_body;
+}
+
+/* Send the body rendered into scratch_body (`rc`: how the rendering went; on a failure the
+ * client gets 503 and the grant `lease`, if any, goes back). */
+static void reply_scratch(route_ctx_t *c, int status, const char *ctype, int rc, const char *lease,
+                          const char *extra)
 {
     struct strbuf *body = &c->srv->scratch_body;
-    strbuf_reset(body);
-    if (j == NULL || http_json_append(body, j, 0) != 0) {
+    if (rc != 0) {
         static const char oom[] = "{\"status\":503,\"code\":\"out_of_memory\"}";
         if (lease != NULL)
             release_lease(c->srv, lease);
         reply_raw(c, 503, "application/problem+json", oom, sizeof oom - 1, NULL);
-        return;
+    } else {
+        reply_raw_ex(c, status, ctype, body->data, body->len, lease, extra);
     }
-    reply_raw_ex(c, status, ctype, body->data, body->len, lease, extra);
     if (body->cap > SCRATCH_KEEP)
         strbuf_free(body);
 }
 
 void ctx_reply_json(route_ctx_t *c, int status, json_t *j)
 {
-    reply_json_obj(c, status, "application/json; charset=utf-8", j, NULL, NULL);
+    jsonw_t w;
+    jsonw_init(&w, scratch_body(c));
+    jsonw_value(&w, j);
+    reply_scratch(c, status, json_ct, jsonw_end(&w), NULL, NULL);
     json_decref(j);
 }
 
-/* A problem reply with extra header lines (may be NULL). */
-static void reply_problem_ex(route_ctx_t *c, int status, const char *code, const char *detail,
-                             const char *extra)
+void ctx_reply_result(route_ctx_t *c, int status, const engine_result_t *res)
 {
-    json_t *p = problem_json(status, code, problem_title(code, status), detail);
-    reply_json_obj(c, status, "application/problem+json", p, NULL, extra);
-    json_decref(p);
+    reply_scratch(c, status, json_ct, render_result(scratch_body(c), res), NULL, NULL);
+}
+
+/* A problem reply with extra header lines (may be NULL). */
+static void reply_problem_ex(route_ctx_t *c, int status, const char *code, const char *title,
+                             const char *detail, const char *extra)
+{
+    int rc = render_problem(scratch_body(c), status, code, title, detail);
+    reply_scratch(c, status, "application/problem+json", rc, NULL, extra);
 }
 
 void ctx_reply_problem(route_ctx_t *c, int status, const char *code, const char *detail)
 {
-    reply_problem_ex(c, status, code, detail, NULL);
+    reply_problem_ex(c, status, code, problem_title(code, status), detail, NULL);
 }
 
 void ctx_reply_err(route_ctx_t *c, int err, const char *detail)
@@ -503,9 +521,7 @@ void ctx_reply_err(route_ctx_t *c, int err, const char *detail)
         ctx_reply_text(c, row->status, detail);
         return;
     }
-    json_t *p = problem_json(row->status, row->code, row->title, detail);
-    reply_json_obj(c, row->status, "application/problem+json", p, NULL, NULL);
-    json_decref(p);
+    reply_problem_ex(c, row->status, row->code, row->title, detail, NULL);
 }
 
 /* The client left while its grant was being made: give the units back now. Returns 1 if
@@ -514,59 +530,26 @@ static int grant_undeliverable(route_ctx_t *c, const char *id)
 {
     if (!c->conn->async_done || !peer_gone(c->conn))
         return 0;
-    if (id != NULL)
-        release_lease(c->srv, id);
+    release_lease(c->srv, id);
     c->replied = 1;
     conn_close(c->conn);
     return 1;
 }
 
-void ctx_reply_grant(route_ctx_t *c, json_t *lease)
+void ctx_reply_grant(route_ctx_t *c, const engine_lease_t *lease)
 {
-    const char *id = json_string_value(json_object_get(lease, "lease"));
-    if (!grant_undeliverable(c, id))
-        reply_json_obj(c, 200, "application/json; charset=utf-8", lease, id, NULL);
-}
-
-/* The lease id at the start of a lease's JSON text ({"lease":"<id>",...}), into buf. */
-static const char *text_lease_id(const char *text, size_t len, char *buf, size_t cap)
-{
-    static const char head[] = "{\"lease\":\"";
-    size_t h = sizeof head - 1, n = 0;
-    if (len <= h || memcmp(text, head, h) != 0)
-        return NULL;
-    while (h + n < len && text[h + n] != '"' && n + 1 < cap) {
-        buf[n] = text[h + n];
-        n++;
-    }
-    buf[n] = '\0';
-    return n > 0 ? buf : NULL;
-}
-
-void ctx_reply_grant_text(route_ctx_t *c, const char *text, size_t len)
-{
-    char buf[64];
-    const char *id = text_lease_id(text, len, buf, sizeof buf);
-    if (!grant_undeliverable(c, id))
-        reply_raw(c, 200, "application/json; charset=utf-8", text, len, id);
+    if (!grant_undeliverable(c, lease->id))
+        reply_scratch(c, 200, json_ct, render_lease(scratch_body(c), lease), lease->id, NULL);
 }
 
 void ctx_done_default(route_ctx_t *c, engine_req_t *req)
 {
-    if (req->status != 0) {
+    if (req->status != 0)
         ctx_reply_err(c, req->status, req->message);
-        return;
-    }
-    if (req->text != NULL) {
-        ctx_reply(c, req->created ? 201 : 200, "application/json; charset=utf-8", req->text,
-                  req->text_len);
-        return;
-    }
-    if (req->result == NULL || json_is_null(req->result)) {
+    else if (req->res.kind == ENGINE_RES_NONE)
         ctx_reply(c, 204, NULL, NULL, 0);
-        return;
-    }
-    ctx_reply_json(c, req->created ? 201 : 200, json_incref(req->result));
+    else
+        ctx_reply_result(c, req->created ? 201 : 200, &req->res);
 }
 
 static void on_engine_done(engine_req_t *req)
@@ -583,9 +566,8 @@ void ctx_submit(route_ctx_t *c, route_done_fn done)
     c->ereq.cb = on_engine_done;
     c->ereq.data = c;
     c->ereq.status = 0;
-    c->ereq.result = NULL;
     c->ereq.message = NULL;
-    c->ereq.text = NULL;
+    c->ereq.res.kind = ENGINE_RES_NONE;
     c->submitted = 1;
     c->conn->in_submit = 1;
     c->conn->async_done = 0;
@@ -594,7 +576,6 @@ void ctx_submit(route_ctx_t *c, route_done_fn done)
     if (rc != 0) {
         c->submitted = 0;
         c->ereq.status = rc;
-        c->ereq.result = NULL;
         c->ereq.message = NULL;
         done(c, &c->ereq);
         return;
@@ -620,7 +601,7 @@ static void reply_no_route(route_ctx_t *c, int rc, const char *method, const cha
     if (is_v1(path)) {
         char allow[160];
         if (rc == ROUTER_BAD_METHOD)
-            reply_problem_ex(c, 405, "method_not_allowed",
+            reply_problem_ex(c, 405, "method_not_allowed", problem_title("method_not_allowed", 405),
                              "this method is not allowed here (see the Allow header)",
                              router_allow_header(path, plen, allow, sizeof allow) > 0 ? allow
                                                                                       : NULL);
@@ -686,16 +667,13 @@ static void reply_fatal(conn_t *conn, int status, const char *reason)
     strbuf_init(&out, 0);
     int rc;
     if (url != NULL && is_v1(url)) {
-        json_t *p = problem_json(status,
-                                 status == 413   ? "body_too_large"
-                                 : status == 431 ? "headers_too_large"
-                                 : status == 414 ? "uri_too_long"
-                                                 : "bad_request",
-                                 http_status_text(status), reason);
+        const char *code = status == 413   ? "body_too_large"
+                           : status == 431 ? "headers_too_large"
+                           : status == 414 ? "uri_too_long"
+                                           : "bad_request";
         struct strbuf body;
         strbuf_init(&body, 0);
-        rc = p != NULL ? http_json_append(&body, p, 0) : SEMA_ENOMEM;
-        json_decref(p);
+        rc = render_problem(&body, status, code, http_status_text(status), reason);
         if (rc == 0)
             rc = http_reply(&out, status, "application/problem+json", body.data, body.len, 0, NULL);
         strbuf_free(&body);

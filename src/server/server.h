@@ -64,18 +64,18 @@ void ctx_reply_json(route_ctx_t *c, int status, json_t *j);        /* steals j *
 void ctx_reply_err(route_ctx_t *c, int err, const char *detail);
 /* A problem+json reply with an explicit status and code. */
 void ctx_reply_problem(route_ctx_t *c, int status, const char *code, const char *detail);
-/* Reply to a granted acquire: like ctx_reply_json(200) but if the reply cannot be
- * delivered (client gone) the lease `lease_id` is released. */
-void ctx_reply_grant(route_ctx_t *c, json_t *lease);
-/* The same for a grant the engine gave as JSON text (engine_req_t.text); borrows text. */
-void ctx_reply_grant_text(route_ctx_t *c, const char *text, size_t len);
+/* An engine result (borrowed) rendered in the wire format. */
+void ctx_reply_result(route_ctx_t *c, int status, const engine_result_t *res);
+/* Reply 200 to a granted acquire; if the reply cannot be delivered (client gone) the lease
+ * is released. */
+void ctx_reply_grant(route_ctx_t *c, const engine_lease_t *lease);
 
 /* Submit c->ereq to the engine; `done` runs once with the outcome (also when the engine
  * refuses the request at once). */
 void ctx_submit(route_ctx_t *c, route_done_fn done);
 
-/* Default completion: 200 with the result (201 if created, 204 if the result is null),
- * or the error via ctx_reply_err. */
+/* Default completion: 200 with the result (201 if created, 204 if there is none), or the
+ * error via ctx_reply_err. */
 void ctx_done_default(route_ctx_t *c, engine_req_t *req);
 
 /* Event streams (sse.c): switch the connection to a stream and write to it. */

@@ -4,26 +4,34 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jsonw.h"
 #include "server.h"
 
 #include "sema/error.h"
 
 /* "id: <id>\nevent: <type>\ndata: <json>\n\n" appended to out. */
-static int sse_format(struct strbuf *out, const char *id, const char *type, json_t *data)
+static int sse_format(struct strbuf *out, const char *id, const char *type, const char *data,
+                      size_t len)
 {
-    char *s = json_dumps(data, JSON_COMPACT | JSON_ENCODE_ANY);
-    int rc = strbuf_printf(out, "id: %s\nevent: %s\ndata: %s\n\n", id, type, s != NULL ? s : "{}");
-    free(s);
-    return rc;
+    jsonw_t w;
+    jsonw_init(&w, out);
+    jsonw_raw_str(&w, "id: ");
+    jsonw_raw_str(&w, id);
+    jsonw_raw_str(&w, "\nevent: ");
+    jsonw_raw_str(&w, type);
+    jsonw_raw_str(&w, "\ndata: ");
+    jsonw_raw(&w, data, len);
+    jsonw_raw(&w, "\n\n", 2);
+    return jsonw_end(&w);
 }
 
 /* One live engine event. After "deleted" the stream ends. */
-static void on_event(void *arg, const char *id, const char *type, json_t *data)
+static void on_event(void *arg, const char *id, const char *type, const char *data, size_t len)
 {
     conn_t *conn = arg;
     struct strbuf out;
     strbuf_init(&out, 0);
-    if (sse_format(&out, id, type, data) == 0)
+    if (sse_format(&out, id, type, data, len) == 0)
         conn_stream_write(conn, out.data, out.len);
     strbuf_free(&out);
     if (strcmp(type, "deleted") == 0)
@@ -36,10 +44,10 @@ typedef struct {
 } replay_t;
 
 /* A replayed event: collected, written at once after the resume. */
-static void on_replay(void *arg, const char *id, const char *type, json_t *data)
+static void on_replay(void *arg, const char *id, const char *type, const char *data, size_t len)
 {
     replay_t *r = arg;
-    if (r->failed || sse_format(&r->out, id, type, data) != 0)
+    if (r->failed || sse_format(&r->out, id, type, data, len) != 0)
         r->failed = 1;
     if (strcmp(type, "deleted") == 0)
         r->deleted = 1;

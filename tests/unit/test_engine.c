@@ -691,11 +691,13 @@ typedef struct {
     int n;
 } evlog_t;
 
-static void on_event(void *arg, const char *id, const char *type, json_t *data)
+static void on_event(void *arg, const char *id, const char *type, const char *data, size_t len)
 {
     evlog_t *l = arg;
+    json_t *j = json_loadb(data, len, 0, NULL);
 
-    ASSERT_NOT_NULL(json_object_get(data, "name"));
+    ASSERT_NOT_NULL(json_object_get(j, "name"));
+    json_decref(j);
     if (l->n < 16) {
         snprintf(l->ids[l->n], 48, "%s", id);
         snprintf(l->types[l->n++], 16, "%s", type);
@@ -765,13 +767,15 @@ typedef struct {
     int calls;
 } selfunsub_t;
 
-static void unsubscribe_in_callback(void *arg, const char *id, const char *type, json_t *data)
+static void unsubscribe_in_callback(void *arg, const char *id, const char *type, const char *data,
+                                    size_t len)
 {
     (void)id;
     selfunsub_t *u = arg;
 
     (void)type;
     (void)data;
+    (void)len;
     u->calls++;
     engine_unsubscribe(u->f->e, u->sub); /* the SSE client went away mid-event */
 }

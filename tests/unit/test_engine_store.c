@@ -51,7 +51,7 @@ static void sfx_open(sfx_t *s)
         TEST_FAIL_("store_open: %d %s", rc, err);
     engine_config_default(&cfg);
     cfg.lock_readers = 8;
-    cfg.store = s->st;
+    cfg.embedded.store = s->st;
     fx_init_cfg(&s->f, &cfg);
 }
 
@@ -395,8 +395,8 @@ TEST(store_changes_recorded_during_a_slow_commit_are_capped)
 
     ASSERT_OK(store_open(&s.st, s.dir, STORE_RELAXED, err, sizeof(err)));
     engine_config_default(&cfg);
-    cfg.store = s.st;
-    cfg.max_uncommitted = 5;
+    cfg.embedded.store = s.st;
+    cfg.embedded.max_uncommitted = 5;
     fx_init_cfg(&s.f, &cfg);
     fx_put(&s.f, "sem", 1);
     a = fx_acquire(&s.f, "sem", 1, -1);
@@ -455,11 +455,12 @@ typedef struct {
     char last_id[48], granted_id[48];
 } evcount_t;
 
-static void count_event(void *arg, const char *id, const char *type, json_t *data)
+static void count_event(void *arg, const char *id, const char *type, const char *data, size_t len)
 {
     evcount_t *c = arg;
 
     (void)data;
+    (void)len;
     c->granted += strcmp(type, "granted") == 0;
     c->deleted += strcmp(type, "deleted") == 0;
     c->reset += strcmp(type, "reset") == 0;
@@ -562,7 +563,7 @@ TEST(store_unrestorable_lease_refuses_to_start)
     ASSERT_OK(store_commit(st, err, sizeof(err)));
     ASSERT_OK(uv_loop_init(&loop));
     engine_config_default(&cfg);
-    cfg.store = st;
+    cfg.embedded.store = st;
     ASSERT_EQ(engine_new(&e, &loop, &cfg, err, sizeof(err)), SEMA_ECORRUPT);
     ASSERT_NULL(e);
     ASSERT(strstr(err, lease.id) != NULL);

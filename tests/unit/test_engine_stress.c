@@ -46,11 +46,15 @@ static const char *sem_name(int i)
     return names[i];
 }
 
-static void on_event(void *arg, const char *id, const char *type, json_t *data)
+static void on_event(void *arg, const char *id, const char *type, const char *data, size_t len)
 {
     (void)id;
     semck_t *s = arg;
-    uint64_t w = (uint64_t)json_integer_value(json_object_get(data, "weight"));
+    json_t *j = json_loadb(data, len, 0, NULL);
+    uint64_t w = (uint64_t)json_integer_value(json_object_get(j, "weight"));
+    uint64_t cap = (uint64_t)json_integer_value(json_object_get(j, "capacity"));
+
+    json_decref(j);
 
     if (strcmp(type, "granted") == 0) {
         if (s->held + w > s->capacity)
@@ -63,7 +67,7 @@ static void on_event(void *arg, const char *id, const char *type, json_t *data)
         ASSERT_GE(s->held, w);
         s->held -= w;
     } else if (strcmp(type, "resized") == 0) {
-        s->capacity = (uint64_t)json_integer_value(json_object_get(data, "capacity"));
+        s->capacity = cap;
     } else if (strcmp(type, "deleted") == 0) {
         s->held = 0;
     }
@@ -90,8 +94,7 @@ static void client_cb(engine_req_t *r)
             if (C[i].pending && C[i].sem == c->sem && C[i].seq != 0 && C[i].seq < c->seq)
                 TEST_FAIL_("client %d (seq %llu) granted before %d (seq %llu)", (int)(c - C),
                            (unsigned long long)c->seq, i, (unsigned long long)C[i].seq);
-        snprintf(c->lease, sizeof(c->lease), "%s",
-                 json_string_value(json_object_get(r->result, "lease")));
+        snprintf(c->lease, sizeof(c->lease), "%s", r->res.lease.id);
         c->holding = 1;
     }
 }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "http.h"
+#include "jsonw.h"
 #include "sema/error.h"
 #include "test.h"
 
@@ -185,11 +186,11 @@ TEST(percent_decoding_once)
 
 TEST(utf8_validation)
 {
-    ASSERT(http_utf8_valid("plain", 5));
-    ASSERT(http_utf8_valid("\xF0\x9F\x98\x80", 4));
-    ASSERT(!http_utf8_valid("\xF0\x9F\x98", 3));
-    ASSERT(!http_utf8_valid("\x80", 1));
-    ASSERT(!http_utf8_valid("\xF4\x90\x80\x80", 4)); /* above U+10FFFF */
+    ASSERT(jsonw_utf8_valid("plain", 5));
+    ASSERT(jsonw_utf8_valid("\xF0\x9F\x98\x80", 4));
+    ASSERT(!jsonw_utf8_valid("\xF0\x9F\x98", 3));
+    ASSERT(!jsonw_utf8_valid("\x80", 1));
+    ASSERT(!jsonw_utf8_valid("\xF4\x90\x80\x80", 4)); /* above U+10FFFF */
 }
 
 TEST(query_parameters)
@@ -290,7 +291,10 @@ TEST(json_append_matches_jansson_compact)
         char *want = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
         struct strbuf got;
         strbuf_init(&got, 0);
-        ASSERT_OK(http_json_append(&got, j, 0));
+        jsonw_t w;
+        jsonw_init(&w, &got);
+        jsonw_value(&w, j);
+        ASSERT_OK(jsonw_end(&w));
         ASSERT_STREQ(got.data, want);
         free(want);
         strbuf_free(&got);
@@ -299,28 +303,31 @@ TEST(json_append_matches_jansson_compact)
     struct strbuf tiny;
     strbuf_init(&tiny, 8);
     json_t *big = json_pack("{s:s}", "k", "a long value that does not fit");
-    ASSERT_EQ(http_json_append(&tiny, big, 0), SEMA_ENOMEM);
+    jsonw_t w;
+    jsonw_init(&w, &tiny);
+    jsonw_value(&w, big);
+    ASSERT_EQ(jsonw_end(&w), SEMA_ENOMEM);
     json_decref(big);
     strbuf_free(&tiny);
 }
 
-/* The Idempotency-Key cap is HTTP_IDEM_MAX bytes exactly, however the value arrives
+/* The Idempotency-Key cap is ENGINE_IDEM_KEY_MAX bytes exactly, however the value arrives
  * (found by fuzz_http: a key one byte over the cap was accepted). */
 TEST(idempotency_key_cap_is_exact)
 {
-    char req[1024], key[HTTP_IDEM_MAX + 2];
+    char req[1024], key[ENGINE_IDEM_KEY_MAX + 2];
     size_t used;
 
     for (int extra = 0; extra <= 1; extra++) {
         http_parser_t p;
-        size_t n = (size_t)HTTP_IDEM_MAX + (size_t)extra;
+        size_t n = (size_t)ENGINE_IDEM_KEY_MAX + (size_t)extra;
         memset(key, 'k', n);
         key[n] = '\0';
         snprintf(req, sizeof req, "GET /x HTTP/1.1\r\nIdempotency-Key: %s\r\n\r\n", key);
         http_parser_init(&p, &limits);
         if (extra == 0) {
             ASSERT_EQ(feed_all(&p, req, &used), HTTP_MESSAGE);
-            ASSERT_EQ(strlen(p.req.idem_key), HTTP_IDEM_MAX);
+            ASSERT_EQ(strlen(p.req.idem_key), ENGINE_IDEM_KEY_MAX);
         } else {
             ASSERT_EQ(feed_all(&p, req, &used), HTTP_ERROR);
             ASSERT_EQ(p.error_status, 400);

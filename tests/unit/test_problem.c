@@ -53,15 +53,3 @@ TEST(contract_table)
     ASSERT_EQ(problem_lookup(0)->status, 200);
     ASSERT_EQ(problem_lookup(-424242)->status, 500);
 }
-
-TEST(problem_json_has_rfc9457_fields)
-{
-    json_t *p = problem_json(409, "timeout", "Timed out", "waited 50 ms");
-    ASSERT_NOT_NULL(p);
-    ASSERT_STREQ(json_string_value(json_object_get(p, "type")), "urn:sema:problem:timeout");
-    ASSERT_STREQ(json_string_value(json_object_get(p, "title")), "Timed out");
-    ASSERT_EQ(json_integer_value(json_object_get(p, "status")), 409);
-    ASSERT_STREQ(json_string_value(json_object_get(p, "code")), "timeout");
-    ASSERT_STREQ(json_string_value(json_object_get(p, "detail")), "waited 50 ms");
-    json_decref(p);
-}

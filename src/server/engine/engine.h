@@ -1,21 +1,26 @@
 /* SPDX-License-Identifier: MIT */
-/* engine.h - semad's state engine: every semaphore, lease, waiter and timer, behind an
- * asynchronous interface. The HTTP layer (routes_*.c) only talks to this; the in-memory
- * engine (engine_mem.c) implements it now, a Redis engine will later.
+/* engine.h - semad's engine: every semaphore, lease, waiter and timer, behind an
+ * asynchronous interface. The HTTP layer (routes_*.c) only talks to this.
+ *
+ * The engine is a front over a back end. The front (engine/front.c, events.c, metrics.c)
+ * owns what every back end shares: the limits and the one check of a request's inputs, lease
+ * ids, op counters and latency histograms, and the event fan-out with its resume ring. The
+ * back end (engine/backend.h: the table of functions it implements) owns the state: today
+ * the in-memory one (mem/) with its SQLite store. See docs/architecture.md.
  *
  * Threading: everything runs on the one libuv loop given to engine_new(); no locks.
  *
  * Completion rule: engine_submit() either returns a negative code (the callback is never
  * called) or returns 0 and calls req->cb exactly once, later or before engine_submit()
- * returns (the in-memory engine without a durable store completes many requests at once).
- * A durable store defers every completion that mutated state until its group commit. */
+ * returns (a request that fails its input checks, or that the in-memory back end answers
+ * without a durable store, completes at once). A durable store defers every completion that
+ * mutated state until its group commit. */
 #ifndef SEMAD_ENGINE_H
 #define SEMAD_ENGINE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include <jansson.h>
 #include <uv.h>
 
 #include "sema/error.h"
@@ -25,37 +30,110 @@ typedef struct engine_req engine_req_t;
 typedef struct engine_sub engine_sub_t;
 struct store; /* store.h */
 
-/* The operations; the comment gives the inputs used and the success result. Results are
- * JSON objects in the wire format of docs/http-api.md, so the HTTP layer only serialises.
- * Timestamps in results are Unix epoch milliseconds (server wall clock); deadlines and
- * timers inside the engine use the monotonic clock (uv_now/uv_hrtime). */
+/* The operations; the comment gives the inputs used and the success result (req->res, a
+ * typed value: see engine_result_t; render.c writes it in the wire format of
+ * docs/http-api.md). Timestamps in results are Unix epoch milliseconds (server wall clock);
+ * deadlines and timers inside the engine use the monotonic clock (uv_now/uv_hrtime). */
 typedef enum {
-    ENGINE_SEM_PUT,       /* name, capacity -> state; created=1 if new, 0 if identical;
+    ENGINE_SEM_PUT,       /* name, capacity -> SEM; created=1 if new, 0 if identical;
                              SEMA_EEXIST if it exists with another capacity */
-    ENGINE_SEM_RESIZE,    /* name, capacity -> state */
-    ENGINE_SEM_GET,       /* name -> {"name","capacity","available","held","fence",
-                             "holders":[...],"waiters":[...]} */
-    ENGINE_SEM_DELETE,    /* name -> null; parked waiters fail SEMA_ECANCELED, leases void */
-    ENGINE_SEM_LIST,      /* prefix, limit, cursor -> {"semaphores":[...],"next_cursor"} */
-    ENGINE_ACQUIRE,       /* name, weight, timeout_ms, ttl_ms, owner, idem_key ->
-                             {"lease","name","weight","fence","ttl_ms","expires_at"} */
-    ENGINE_WAIT_IDLE,     /* name, timeout_ms -> {"name","idle":true} */
-    ENGINE_LEASE_GET,     /* name = lease id -> lease */
-    ENGINE_LEASE_RENEW,   /* name = lease id, ttl_ms -> lease */
-    ENGINE_LEASE_RELEASE, /* name = lease id -> null */
-    ENGINE_LEASE_REVOKE,  /* name = lease id -> null (units back, fence bumped) */
-    ENGINE_LOCK_ACQUIRE,  /* name = key, mode, timeout_ms, ttl_ms, owner, idem_key -> lease
-                             with "key" and "mode" */
-    ENGINE_LOCK_GET,      /* name = key -> {"key","readers","holders","waiters"} or ENOENT */
-    ENGINE_LEGACY_CREATE, /* name, capacity = value -> {"name","value"}; SEMA_EEXIST */
-    ENGINE_LEGACY_DELETE, /* name -> null */
-    ENGINE_LEGACY_VALUE,  /* name -> {"name","value"} */
-    ENGINE_LEGACY_UP,     /* name -> {"name","value"} */
-    ENGINE_LEGACY_DOWN,   /* name -> {"name","value"}; SEMA_EBUSY when the value is 0 */
+    ENGINE_SEM_RESIZE,    /* name, capacity -> SEM */
+    ENGINE_SEM_GET,       /* name -> SEM (with holders and waiters) */
+    ENGINE_SEM_DELETE,    /* name -> NONE; parked waiters fail SEMA_ECANCELED, leases void */
+    ENGINE_SEM_LIST,      /* prefix, limit, cursor -> LIST */
+    ENGINE_ACQUIRE,       /* name, weight, timeout_ms, ttl_ms, owner, idem_key -> LEASE */
+    ENGINE_WAIT_IDLE,     /* name, timeout_ms -> IDLE */
+    ENGINE_LEASE_GET,     /* name = lease id -> LEASE */
+    ENGINE_LEASE_RENEW,   /* name = lease id, ttl_ms -> LEASE */
+    ENGINE_LEASE_RELEASE, /* name = lease id -> NONE */
+    ENGINE_LEASE_REVOKE,  /* name = lease id -> NONE (units back, fence bumped) */
+    ENGINE_LOCK_ACQUIRE,  /* name = key, mode, timeout_ms, ttl_ms, owner, idem_key -> LEASE
+                             (with its mode) */
+    ENGINE_LOCK_GET,      /* name = key -> LOCK, or SEMA_ENOENT when nobody holds or awaits it */
+    ENGINE_LEGACY_CREATE, /* name, capacity = value -> LEGACY; SEMA_EEXIST */
+    ENGINE_LEGACY_DELETE, /* name -> NONE */
+    ENGINE_LEGACY_VALUE,  /* name -> LEGACY */
+    ENGINE_LEGACY_UP,     /* name -> LEGACY */
+    ENGINE_LEGACY_DOWN,   /* name -> LEGACY; SEMA_EBUSY when the value is 0 */
     ENGINE_OP_COUNT
 } engine_op_t;
 
 enum { ENGINE_MODE_SHARED = 1, ENGINE_MODE_EXCLUSIVE = 2 };
+
+/* ---- typed results ---- */
+
+enum { ENGINE_LEASE_ID_MAX = 28 }; /* bytes of a lease id with its NUL */
+
+/* A lease: the result of a grant, and a holder in a semaphore's view. */
+typedef struct {
+    char id[ENGINE_LEASE_ID_MAX];
+    const char *name; /* the semaphore's name or the lock's key (name_len bytes) */
+    size_t name_len;
+    const char *owner; /* NUL-terminated, or NULL */
+    uint64_t weight, fence;
+    int64_t ttl_ms, acquired_at_ms, expires_at_ms;
+    int mode; /* 0 for a semaphore's lease, ENGINE_MODE_* for a lock's */
+} engine_lease_t;
+
+/* A parked request in a semaphore's view; its position is its index (0 = head). */
+typedef struct {
+    const char *owner; /* NUL-terminated, or NULL */
+    uint64_t weight;
+    int64_t since_ms;
+    int mode;      /* as in engine_lease_t */
+    int wait_idle; /* a wait-idle, not an acquire */
+} engine_waiter_t;
+
+/* A semaphore (or a lock key) as it stood when the request completed. */
+typedef struct {
+    const char *name;
+    size_t name_len;
+    uint64_t capacity; /* a lock's readers */
+    int64_t available; /* may be < 0 after a shrink, > capacity after legacy up */
+    uint64_t held, fence;
+    uint64_t waiting, waiting_weight; /* parked requests and their total weight */
+    int legacy;                       /* legacy up/down made its value a counter */
+    int lists;                        /* holders and waiters are filled (SEM, LOCK) */
+    int truncated;                    /* the lists stop at ENGINE_VIEW_LIST_MAX */
+    size_t nholders, nwaiters;
+    engine_lease_t *holders;
+    engine_waiter_t *waiters;
+} engine_sem_view_t;
+
+enum { ENGINE_VIEW_LIST_MAX = 1000 }; /* longest holders/waiters list in a view */
+
+typedef enum {
+    ENGINE_RES_NONE,   /* no body (a delete, a release) */
+    ENGINE_RES_LEASE,  /* res.lease */
+    ENGINE_RES_SEM,    /* res.sem, with its lists */
+    ENGINE_RES_LOCK,   /* res.sem, with its lists (name = key, capacity = readers) */
+    ENGINE_RES_LIST,   /* res.items[0..nitems), res.next_cursor */
+    ENGINE_RES_LEGACY, /* res.sem.name and res.sem.available (the value) */
+    ENGINE_RES_IDLE,   /* res.sem.name: the semaphore is idle */
+} engine_res_kind_t;
+
+/* A request's result. Its strings and arrays live in storage the result owns (the small
+ * buffer, then blocks from engine_result_alloc), freed after the callback. */
+typedef struct engine_result {
+    engine_res_kind_t kind;
+    engine_lease_t lease;
+    engine_sem_view_t sem;
+    engine_sem_view_t *items; /* LIST: without their lists */
+    size_t nitems;
+    const char *next_cursor; /* LIST: the last name of the page when more follow, or NULL */
+    size_t next_cursor_len;
+    struct engine_block *blocks; /* storage beyond `small` */
+    size_t small_used;
+    _Alignas(8) char small[160];
+} engine_result_t;
+
+/* `n` bytes (8-aligned) that live as long as the result, or NULL when out of memory. */
+void *engine_result_alloc(engine_result_t *r, size_t n);
+/* A NUL-terminated copy of `len` bytes of `s` kept by the result, or NULL (out of memory,
+ * or s is NULL). */
+char *engine_result_strdup(engine_result_t *r, const char *s, size_t len);
+/* Forget the result and free its storage. */
+void engine_result_clear(engine_result_t *r);
 
 /* One request. The caller owns the struct and every input string; both must stay valid
  * until the callback has run or engine_cancel() has returned. */
@@ -78,18 +156,8 @@ struct engine_req {
     /* out: valid inside the callback */
     int status;          /* 0 or a SEMA_E* code (see the table in docs/http-api.md) */
     int created;         /* SEM_PUT: 1 when the semaphore was created */
-    json_t *result;      /* success result (or error detail, may be NULL); the callback may
-                            take it with json_incref, the engine decrefs it after the callback */
     const char *message; /* static text explaining a failure, or NULL */
-
-    /* Optional pre-serialised result. When the caller sets want_text before submitting, a
-     * successful lease result (ACQUIRE, LOCK_ACQUIRE, LEASE_GET, LEASE_RENEW) may come as
-     * its JSON text instead: then `text` (text_len bytes, NUL-terminated, owned by the
-     * engine, valid inside the callback) is set and `result` is NULL. Without want_text, or
-     * when the engine chose the JSON form, `text` is NULL and `result` is as above. */
-    int want_text;
-    const char *text;
-    size_t text_len;
+    engine_result_t res; /* on success; freed after the callback */
 
     void (*cb)(engine_req_t *req);
     void *data; /* the caller's */
@@ -108,18 +176,22 @@ typedef struct {
     uint64_t lock_readers;           /* keyed locks: max concurrent shared holders (R) */
     uint64_t max_locks;              /* keyed locks: max keys held or awaited at once */
     uint64_t metrics_max_semaphores; /* per-semaphore metric series cap */
-    struct store *store;             /* durable store, or NULL for memory only */
-    uint64_t max_uncommitted;        /* store: changes recorded while a commit runs before
-                                        every reply waits for the commit (backpressure) */
     int64_t events_retain_ms;        /* an unwatched semaphore keeps its events this long for a
                                         resume (default ENGINE_EVENTS_RETAIN_MS) */
+    const char *backend;             /* "embedded" (the default when NULL) */
+    struct {                         /* the embedded back end's settings */
+        struct store *store;         /* durable store, or NULL for memory only */
+        uint64_t max_uncommitted;    /* changes recorded while a commit runs before every
+                                        reply waits for the commit (backpressure) */
+    } embedded;
 } engine_config_t;
 
 /* Fill `cfg` with the defaults documented in `semad --help`. */
 void engine_config_default(engine_config_t *cfg);
 
-/* Create an engine on `loop` (borrowed). Loads the store's state if cfg->store is set.
- * Returns 0, SEMA_ENOMEM, or the store's error (with a message in errbuf). */
+/* Create an engine on `loop` (borrowed) with the back end cfg->backend names. The embedded
+ * back end loads the store's state if cfg->embedded.store is set. Returns 0, SEMA_EINVAL
+ * (no such back end), SEMA_ENOMEM, or the back end's error (with a message in errbuf). */
 int engine_new(engine_t **out, uv_loop_t *loop, const engine_config_t *cfg, char *errbuf,
                size_t errlen);
 
@@ -139,10 +211,12 @@ void engine_cancel(engine_t *e, engine_req_t *req);
 /* Events for GET /v1/semaphores/{name}/events. `cb` gets the event's id ("<uid>-<seq>",
  * increasing within one run of a semaphore's subscriptions), its type ("granted",
  * "released", "expired", "revoked", "resized", "deleted", or "reset": see
- * engine_sub_resume) and a borrowed JSON object. After "deleted" the subscription is
+ * engine_sub_resume) and its data: a JSON object's text (len bytes, NUL-terminated,
+ * borrowed: rendered once for every subscriber). After "deleted" the subscription is
  * finished (cb is not called again; still call engine_unsubscribe). Returns 0,
  * SEMA_ENOENT, SEMA_ELIMIT or SEMA_ENOMEM. */
-typedef void (*engine_event_cb)(void *arg, const char *id, const char *type, json_t *data);
+typedef void (*engine_event_cb)(void *arg, const char *id, const char *type, const char *data,
+                                size_t len);
 int engine_subscribe(engine_t *e, const char *name, engine_event_cb cb, void *arg,
                      engine_sub_t **out);
 /* Resume `sub` after `last_id` (a client's Last-Event-ID): calls cb(arg, ...) at once with
@@ -168,7 +242,8 @@ int engine_metrics(engine_t *e, struct strbuf *buf);
 /* Counters for /healthz and logs. */
 typedef struct {
     uint64_t semaphores, leases, parked, locks;
-    int commit_busy; /* a group commit runs, or mutations or replies wait for one */
+    int writes_pending; /* the back end is writing changes (a group commit runs, or
+                           mutations or replies wait for one) */
 } engine_stats_t;
 void engine_stats(engine_t *e, engine_stats_t *out);
 

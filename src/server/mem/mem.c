@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* engine_mem.c - semad's in-memory state engine: lifecycle, request completion, FIFO
- * admission, parking and the one timer behind every deadline. */
+/* mem.c - the engine's in-memory back end ("embedded"): lifecycle, request completion,
+ * FIFO admission, parking and the one timer behind every deadline. Its state is written to
+ * the store (mem_store.c) by group commit. */
 #include "mem_internal.h"
 
 #include <string.h>
@@ -8,12 +9,12 @@
 
 /* ---- clocks ---- */
 
-uint64_t engine__now(engine_t *e)
+uint64_t mem__now(mem_t *e)
 {
     return uv_now(e->loop);
 }
 
-int64_t engine__wall_ms(void)
+int64_t mem__wall_ms(void)
 {
     struct timespec ts;
 
@@ -25,50 +26,50 @@ int64_t engine__wall_ms(void)
 
 static int sem_eq(const enode_t *n, const void *key, size_t len)
 {
-    const esem_t *s = ENGINE__CONTAINER(n, esem_t, node);
+    const esem_t *s = ECONTAINER(n, esem_t, node);
     return s->name_len == len && memcmp(s->name, key, len) == 0;
 }
 
-esem_t *engine__sem_find(engine_t *e, const char *name, size_t len)
+esem_t *mem__sem_find(mem_t *e, const char *name, size_t len)
 {
-    enode_t *n = engine__tab_find(&e->sems, engine__hash(name, len, 0), sem_eq, name, len);
-    return n ? ENGINE__CONTAINER(n, esem_t, node) : NULL;
+    enode_t *n = etab_find(&e->sems, etab_hash(name, len, 0), sem_eq, name, len);
+    return n ? ECONTAINER(n, esem_t, node) : NULL;
 }
 
-esem_t *engine__lock_find(engine_t *e, const char *key, size_t len)
+esem_t *mem__lock_find(mem_t *e, const char *key, size_t len)
 {
-    enode_t *n = engine__tab_find(&e->locks, engine__hash(key, len, 0), sem_eq, key, len);
-    return n ? ENGINE__CONTAINER(n, esem_t, node) : NULL;
+    enode_t *n = etab_find(&e->locks, etab_hash(key, len, 0), sem_eq, key, len);
+    return n ? ECONTAINER(n, esem_t, node) : NULL;
 }
 
-esem_t *engine__sem_new(engine_t *e, const char *name, size_t len, uint64_t capacity, int flags)
+esem_t *mem__sem_new(mem_t *e, const char *name, size_t len, uint64_t capacity, int flags)
 {
     esem_t *s = sema__malloc(sizeof(*s) + len + 1);
 
     if (s == NULL)
         return NULL;
     memset(s, 0, sizeof(*s));
-    s->node.hash = engine__hash(name, len, 0);
+    s->node.hash = etab_hash(name, len, 0);
     elist_init(&s->waiters);
     elist_init(&s->holders);
     s->capacity = capacity;
     s->available = (int64_t)capacity;
-    s->created_at_ms = engine__wall_ms();
+    s->created_at_ms = mem__wall_ms();
     s->name_len = (uint16_t)len;
     s->flags = (uint8_t)flags;
     memcpy(s->name, name, len);
     s->name[len] = '\0';
     if (flags & ESEM_LOCK) {
-        engine__tab_insert(&e->locks, &s->node);
+        etab_insert(&e->locks, &s->node);
     } else {
-        engine__tab_insert(&e->sems, &s->node);
-        engine__treap_insert(e, s);
+        etab_insert(&e->sems, &s->node);
+        mem__treap_insert(e, s);
     }
     return s;
 }
 
 /* Take the semaphore off the list of rows the next commit writes. */
-static void undirty(engine_t *e, esem_t *s)
+static void undirty(mem_t *e, esem_t *s)
 {
     if (s->dirty_at != 0) {
         e->dirty[s->dirty_at - 1] = NULL;
@@ -77,28 +78,27 @@ static void undirty(engine_t *e, esem_t *s)
 }
 
 /* Unlink and free a semaphore that has no holders and no waiters. */
-void engine__sem_free(engine_t *e, esem_t *s)
+void mem__sem_free(mem_t *e, esem_t *s)
 {
     SEMA__CHECK(elist_empty(&s->waiters) && elist_empty(&s->holders));
     undirty(e, s);
     if (s->flags & ESEM_LOCK) {
-        engine__tab_remove(&e->locks, &s->node);
+        etab_remove(&e->locks, &s->node);
     } else {
-        engine__tab_remove(&e->sems, &s->node);
+        etab_remove(&e->sems, &s->node);
         if (!e->clearing)
-            engine__treap_remove(e, s);
+            mem__treap_remove(e, s);
     }
-    s->subs = NULL;
     sema__free(s);
 }
 
-void engine__maybe_free_lock(engine_t *e, esem_t *s)
+void mem__maybe_free_lock(mem_t *e, esem_t *s)
 {
     if ((s->flags & ESEM_LOCK) && elist_empty(&s->holders) && elist_empty(&s->waiters))
-        engine__sem_free(e, s);
+        mem__sem_free(e, s);
 }
 
-void engine__store_sem_now(engine_t *e, esem_t *s)
+void mem__store_sem_now(mem_t *e, esem_t *s)
 {
     store_sem_t rec;
 
@@ -110,10 +110,10 @@ void engine__store_sem_now(engine_t *e, esem_t *s)
     rec.legacy = (s->flags & ESEM_LEGACY) != 0;
     rec.created_at_ms = s->created_at_ms;
     (void)store_put_sem(e->store, &rec); /* an error fails the next commit */
-    engine__mark_dirty(e);
+    mem__mark_dirty(e);
 }
 
-void engine__store_sem(engine_t *e, esem_t *s)
+void mem__store_sem(mem_t *e, esem_t *s)
 {
     if (e->store == NULL || (s->flags & ESEM_LOCK) || s->dirty_at != 0)
         return;
@@ -121,16 +121,16 @@ void engine__store_sem(engine_t *e, esem_t *s)
         size_t cap = e->dirty_cap ? e->dirty_cap * 2 : 64;
         esem_t **a = cap <= UINT32_MAX ? sema__realloc(e->dirty, cap * sizeof(*a)) : NULL;
         if (a == NULL)
-            return engine__store_sem_now(e, s); /* no room to defer: record it now */
+            return mem__store_sem_now(e, s); /* no room to defer: record it now */
         e->dirty = a;
         e->dirty_cap = cap;
     }
     e->dirty[e->ndirty++] = s;
     s->dirty_at = (uint32_t)e->ndirty;
-    engine__mark_dirty(e);
+    mem__mark_dirty(e);
 }
 
-void engine__store_sems_flush(engine_t *e)
+void mem__store_sems_flush(mem_t *e)
 {
     if (e->store != NULL && e->fence_seq > e->fence_stored) {
         /* Lock fences live only in lease rows, which go with the release: keep the top. */
@@ -140,21 +140,21 @@ void engine__store_sems_flush(engine_t *e)
     for (size_t i = 0; i < e->ndirty; i++) {
         esem_t *s = e->dirty[i];
         if (s != NULL)
-            engine__store_sem_now(e, s);
+            mem__store_sem_now(e, s);
     }
     e->ndirty = 0;
 }
 
 /* ---- idempotency keys ---- */
 
-uint64_t engine__idem_hash(const esem_t *s, const char *key, size_t len)
+uint64_t mem__idem_hash(const esem_t *s, const char *key, size_t len)
 {
-    return engine__hash(key, len, s->node.hash);
+    return etab_hash(key, len, s->node.hash);
 }
 
 static int idem_eq_sem(const enode_t *n, const void *key, size_t len)
 {
-    const eidem_t *d = ENGINE__CONTAINER(n, eidem_t, node);
+    const eidem_t *d = ECONTAINER(n, eidem_t, node);
     const struct {
         const esem_t *s;
         const char *k;
@@ -162,33 +162,33 @@ static int idem_eq_sem(const enode_t *n, const void *key, size_t len)
     return d->sem == q->s && d->key_len == len && memcmp(d->key, q->k, len) == 0;
 }
 
-eidem_t *engine__idem_find(engine_t *e, const esem_t *s, const char *key, size_t len)
+eidem_t *mem__idem_find(mem_t *e, const esem_t *s, const char *key, size_t len)
 {
     struct {
         const esem_t *s;
         const char *k;
     } q = {s, key};
-    enode_t *n = engine__tab_find(&e->idems, engine__idem_hash(s, key, len), idem_eq_sem, &q, len);
-    return n ? ENGINE__CONTAINER(n, eidem_t, node) : NULL;
+    enode_t *n = etab_find(&e->idems, mem__idem_hash(s, key, len), idem_eq_sem, &q, len);
+    return n ? ECONTAINER(n, eidem_t, node) : NULL;
 }
 
-eidem_t *engine__idem_new(engine_t *e, esem_t *s, const char *key, size_t len)
+eidem_t *mem__idem_new(mem_t *e, esem_t *s, const char *key, size_t len)
 {
     eidem_t *d = sema__malloc(sizeof(*d) + len + 1);
 
     if (d == NULL)
         return NULL;
     memset(d, 0, sizeof(*d));
-    d->node.hash = engine__idem_hash(s, key, len);
+    d->node.hash = mem__idem_hash(s, key, len);
     d->sem = s;
     d->key_len = len;
     memcpy(d->key, key, len);
     d->key[len] = '\0';
-    engine__tab_insert(&e->idems, &d->node);
+    etab_insert(&e->idems, &d->node);
     return d;
 }
 
-void engine__idem_free(engine_t *e, eidem_t *d)
+void mem__idem_free(mem_t *e, eidem_t *d)
 {
     if (d == NULL)
         return;
@@ -196,7 +196,7 @@ void engine__idem_free(engine_t *e, eidem_t *d)
         d->lease->idem = NULL;
     if (d->waiter != NULL)
         d->waiter->idem = NULL;
-    engine__tab_remove(&e->idems, &d->node);
+    etab_remove(&e->idems, &d->node);
     sema__free(d);
 }
 
@@ -204,9 +204,9 @@ void engine__idem_free(engine_t *e, eidem_t *d)
 
 static void timer_cb(uv_timer_t *t);
 
-void engine__timer_rearm(engine_t *e)
+void mem__timer_rearm(mem_t *e)
 {
-    eitem_t *top = engine__heap_top(&e->heap);
+    eitem_t *top = eheap_top(&e->heap);
     uint64_t now;
 
     if (top == NULL || e->shutting_down) {
@@ -217,45 +217,45 @@ void engine__timer_rearm(engine_t *e)
     }
     if (top->deadline == e->timer_due)
         return;
-    now = engine__now(e);
+    now = mem__now(e);
     e->timer_due = top->deadline;
     uv_timer_start(&e->timer, timer_cb, top->deadline > now ? top->deadline - now : 0, 0);
 }
 
-static void waiter_timeout(engine_t *e, ereq_t *er)
+static void waiter_timeout(mem_t *e, ereq_t *er)
 {
     esem_t *s = er->sem;
 
-    engine__unpark(e, er);
-    e->m.timeouts++;
-    engine__finish(e, er, SEMA_ETIMEDOUT, NULL, "not granted before timeout_ms");
-    engine__admit(e, s); /* the head may have left: those behind may fit now */
-    engine__maybe_free_lock(e, s);
+    mem__unpark(e, er);
+    e->m->timeouts++;
+    mem__finish(e, er, SEMA_ETIMEDOUT, "not granted before timeout_ms");
+    mem__admit(e, s); /* the head may have left: those behind may fit now */
+    mem__maybe_free_lock(e, s);
 }
 
 static void timer_cb(uv_timer_t *t)
 {
-    engine_t *e = t->data;
-    uint64_t now = engine__now(e);
+    mem_t *e = t->data;
+    uint64_t now = mem__now(e);
     eitem_t *top;
 
     e->timer_due = UINT64_MAX;
-    while ((top = engine__heap_top(&e->heap)) != NULL && top->deadline <= now) {
-        engine__heap_remove(&e->heap, top);
+    while ((top = eheap_top(&e->heap)) != NULL && top->deadline <= now) {
+        eheap_remove(&e->heap, top);
         if (top->kind == EITEM_LEASE)
-            engine__lease_expire_due(e, ENGINE__CONTAINER(top, elease_t, hi));
+            mem__lease_expire_due(e, ECONTAINER(top, elease_t, hi));
         else
-            waiter_timeout(e, ENGINE__CONTAINER(top, ereq_t, hi));
+            waiter_timeout(e, ECONTAINER(top, ereq_t, hi));
     }
-    engine__timer_rearm(e);
-    engine__drain(e);
+    mem__timer_rearm(e);
+    mem__drain(e);
 }
 
 /* ---- parking and admission ---- */
 
-int engine__park(engine_t *e, ereq_t *er, esem_t *s, int64_t timeout_ms)
+int mem__park(mem_t *e, ereq_t *er, esem_t *s, int64_t timeout_ms)
 {
-    uint64_t now = engine__now(e);
+    uint64_t now = mem__now(e);
 
     if ((e->cfg.max_waiters_per_sem && s->nwaiters >= e->cfg.max_waiters_per_sem) ||
         (e->cfg.max_waiters_total && e->nparked >= e->cfg.max_waiters_total))
@@ -265,13 +265,13 @@ int engine__park(engine_t *e, ereq_t *er, esem_t *s, int64_t timeout_ms)
     er->hi.deadline = UINT64_MAX; /* forever */
     if (timeout_ms > 0 && (uint64_t)timeout_ms < UINT64_MAX / 2) {
         er->hi.deadline = now + (uint64_t)timeout_ms;
-        if (engine__heap_push(&e->heap, &er->hi) != 0)
+        if (eheap_push(&e->heap, &er->hi) != 0)
             return SEMA_ENOMEM;
-        engine__timer_rearm(e);
+        mem__timer_rearm(e);
     }
     er->sem = s;
     er->state = EREQ_PARKED;
-    er->since_ms = engine__wall_ms();
+    er->since_ms = mem__wall_ms();
     er->since_mono = now;
     elist_push_back(&s->waiters, &er->link);
     s->nwaiters++;
@@ -281,46 +281,46 @@ int engine__park(engine_t *e, ereq_t *er, esem_t *s, int64_t timeout_ms)
 }
 
 /* Take a parked request off its queue and timer; the caller completes it. */
-void engine__unpark(engine_t *e, ereq_t *er)
+void mem__unpark(mem_t *e, ereq_t *er)
 {
     esem_t *s = er->sem;
 
     elist_remove(&er->link);
-    engine__heap_remove(&e->heap, &er->hi);
+    eheap_remove(&e->heap, &er->hi);
     s->nwaiters--;
     s->waiting -= er->weight;
     e->nparked--;
     er->sem = NULL;
     er->state = EREQ_NEW;
     if (er->idem != NULL)
-        engine__idem_free(e, er->idem);
+        mem__idem_free(e, er->idem);
 }
 
-static void admit_one_grant(engine_t *e, esem_t *s, ereq_t *er)
+static void admit_one_grant(mem_t *e, esem_t *s, ereq_t *er)
 {
     engine_req_t *req = er->req;
     elease_t *l =
-        engine__grant(e, s, er->weight, req->ttl_ms, req->owner, req->idem_key, er->since_mono);
+        mem__grant(e, s, er->weight, req->ttl_ms, req->owner, req->idem_key, er->since_mono);
 
     if (l == NULL) {
-        engine__finish(e, er, SEMA_ENOMEM, NULL, "out of memory granting the lease");
+        mem__finish(e, er, SEMA_ENOMEM, "out of memory granting the lease");
         return;
     }
-    engine__lease_own(er, l);
+    mem__lease_own(er, l);
     er->durable = 1;
-    engine__finish_lease(e, er, l);
+    mem__finish_lease(e, er, l);
 }
 
-void engine__lease_own(ereq_t *er, elease_t *l)
+void mem__lease_own(ereq_t *er, elease_t *l)
 {
-    engine__lease_disown(er);
+    mem__lease_disown(er);
     if (l->pending != NULL)
         l->pending->lease = NULL;
     er->lease = l;
     l->pending = er;
 }
 
-void engine__lease_disown(ereq_t *er)
+void mem__lease_disown(ereq_t *er)
 {
     if (er->lease != NULL) {
         er->lease->pending = NULL;
@@ -329,22 +329,20 @@ void engine__lease_disown(ereq_t *er)
 }
 
 /* Strict FIFO with head-of-line blocking: grant heads while they fit. */
-void engine__admit(engine_t *e, esem_t *s)
+void mem__admit(mem_t *e, esem_t *s)
 {
     while (!elist_empty(&s->waiters)) {
-        ereq_t *er = ENGINE__CONTAINER(s->waiters.next, ereq_t, link);
+        ereq_t *er = ECONTAINER(s->waiters.next, ereq_t, link);
         if (er->kind == EKIND_WAIT_IDLE) {
             if (s->available < (int64_t)s->capacity)
                 return;
-            engine__unpark(e, er);
-            engine__finish(e, er, 0,
-                           json_pack("{s:s%,s:b}", "name", s->name, (size_t)s->name_len, "idle", 1),
-                           NULL);
+            mem__unpark(e, er);
+            mem__finish_view(e, er, s, ENGINE_RES_IDLE);
             continue;
         }
         if ((int64_t)er->weight > s->available)
             return;
-        engine__unpark(e, er);
+        mem__unpark(e, er);
         admit_one_grant(e, s, er);
     }
 }
@@ -357,174 +355,151 @@ static void idle_noop(uv_idle_t *h)
     (void)h;
 }
 
-void engine__mark_dirty(engine_t *e)
+void mem__mark_dirty(mem_t *e)
 {
     if (e->store == NULL || e->commit_armed)
         return;
     e->commit_armed = 1;
-    uv_check_start(&e->check, engine__commit_cb);
+    uv_check_start(&e->check, mem__commit_cb);
     uv_idle_start(&e->idle, idle_noop);
 }
 
 /* Queue a finished request for delivery (after the group commit when it mutated state). */
-static void finish_queue(engine_t *e, ereq_t *er, int status)
+static void finish_queue(mem_t *e, ereq_t *er, int status)
 {
     /* A durable reply (a change, or an answer that rests on one: even a "not found" or an
      * "exists") waits for the commit. While a slow commit runs, changes pile up in memory:
      * past the cap every reply waits for it, so each connection stops sending until the
      * disk catches up. */
-    if (e->store != NULL && (er->durable || (status == 0 && e->committing &&
-                                             store_backlog(e->store) >= e->cfg.max_uncommitted))) {
+    if (e->store != NULL &&
+        (er->durable || (status == 0 && e->committing &&
+                         store_backlog(e->store) >= e->cfg.embedded.max_uncommitted))) {
         er->state = EREQ_COMMIT;
         elist_push_back(&e->commit_wait, &er->link);
-        engine__mark_dirty(e);
+        mem__mark_dirty(e);
     } else {
         er->state = EREQ_READY;
         elist_push_back(&e->ready, &er->link);
     }
 }
 
-void engine__finish(engine_t *e, ereq_t *er, int status, json_t *result, const char *msg)
+void mem__finish(mem_t *e, ereq_t *er, int status, const char *msg)
 {
     engine_req_t *req = er->req;
 
     req->status = status;
-    if (status == 0 && result == NULL && req->op != ENGINE_SEM_DELETE &&
-        req->op != ENGINE_LEGACY_DELETE && req->op != ENGINE_LEASE_RELEASE &&
-        req->op != ENGINE_LEASE_REVOKE) {
-        req->status = SEMA_ENOMEM; /* building the JSON failed */
-        msg = "out of memory building the result";
-    }
-    req->result = result;
     req->message = msg;
     finish_queue(e, er, status);
 }
 
-void engine__finish_lease(engine_t *e, ereq_t *er, const elease_t *l)
+void mem__finish_lease(mem_t *e, ereq_t *er, const elease_t *l)
 {
-    engine_req_t *req = er->req;
-    char *text = req->want_text ? engine__text_lease(l, &req->text_len) : NULL;
+    engine_result_t *r = &er->req->res;
 
-    if (text == NULL) {
-        engine__finish(e, er, 0, engine__json_lease(e, l), NULL);
+    mem__view_lease(&r->lease, l);
+    r->lease.name = er->req->op == ENGINE_ACQUIRE || er->req->op == ENGINE_LOCK_ACQUIRE
+                        ? er->req->name /* the caller's: alive until its callback */
+                        : engine_result_strdup(r, l->sem->name, l->sem->name_len);
+    if (r->lease.owner != NULL)
+        r->lease.owner = engine_result_strdup(r, l->owner, strlen(l->owner));
+    if (r->lease.name == NULL || (l->owner != NULL && r->lease.owner == NULL)) {
+        engine_result_clear(r);
+        mem__finish(e, er, SEMA_ENOMEM, "out of memory building the result");
         return;
     }
-    req->status = 0;
-    req->result = NULL;
-    req->message = NULL;
-    req->text = text;
-    finish_queue(e, er, 0);
+    r->kind = ENGINE_RES_LEASE;
+    mem__finish(e, er, 0, NULL);
+}
+
+void mem__finish_view(mem_t *e, ereq_t *er, const esem_t *s, engine_res_kind_t kind)
+{
+    engine_result_t *r = &er->req->res;
+
+    if (mem__view_sem(r, &r->sem, s, kind == ENGINE_RES_SEM || kind == ENGINE_RES_LOCK) != 0) {
+        engine_result_clear(r);
+        mem__finish(e, er, SEMA_ENOMEM, "out of memory building the result");
+        return;
+    }
+    r->kind = kind;
+    mem__finish(e, er, 0, NULL);
 }
 
 /* Deliver queued completions and events; a callback that submits more work only appends to
  * the queue, so nothing recurses. */
-void engine__drain(engine_t *e)
+void mem__drain(mem_t *e)
 {
     if (e->draining)
         return;
     e->draining = 1;
     for (;;) {
         if (!elist_empty(&e->ready)) {
-            ereq_t *er = ENGINE__CONTAINER(e->ready.next, ereq_t, link);
+            ereq_t *er = ECONTAINER(e->ready.next, ereq_t, link);
             engine_req_t *req = er->req;
-            json_t *result = req->result;
-            char *text = (char *)req->text;
             elist_remove(&er->link);
-            req->priv = NULL;
-            engine__lease_disown(er);
+            mem__lease_disown(er);
             sema__free(er); /* a delivered grant belongs to the caller now */
-            req->cb(req);
-            json_decref(result);
-            sema__free(text);
-        } else if (!elist_empty(&e->events)) {
-            engine__events_deliver(e);
-        } else {
+            engine__complete(e->front, req);
+        } else if (!engine__deliver_event(e->front)) {
             break;
         }
     }
     e->draining = 0;
 }
 
-/* ---- public API ---- */
+/* ---- the back end's table ---- */
 
-void engine_config_default(engine_config_t *cfg)
+static int mem_tables_init(mem_t *e)
 {
-    memset(cfg, 0, sizeof(*cfg));
-    cfg->max_semaphores = 10000000;
-    cfg->max_waiters_per_sem = 100000;
-    cfg->max_waiters_total = 1000000;
-    cfg->max_name_len = 256;
-    cfg->default_ttl_ms = 60000;
-    cfg->max_ttl_ms = 86400000;
-    cfg->lock_readers = 1048576;
-    cfg->max_locks = 1000000;
-    cfg->metrics_max_semaphores = 100;
-    cfg->store = NULL;
-    cfg->max_uncommitted = 65536;
-    cfg->events_retain_ms = ENGINE_EVENTS_RETAIN_MS;
-}
-
-static int engine_tables_init(engine_t *e)
-{
-    if (engine__tab_init(&e->sems, 64) || engine__tab_init(&e->locks, 16) ||
-        engine__tab_init(&e->leases, 64) || engine__tab_init(&e->tombs, 64) ||
-        engine__tab_init(&e->idems, 16) || engine__tab_init(&e->subgroups, 16))
+    if (etab_init(&e->sems, 64) || etab_init(&e->locks, 16) || etab_init(&e->leases, 64) ||
+        etab_init(&e->tombs, 64) || etab_init(&e->idems, 16))
         return SEMA_ENOMEM;
     return 0;
 }
 
-static void engine_free_mem(engine_t *e)
+static void mem_free(mem_t *e)
 {
-    engine__committer_free(e);
-    engine__state_clear(e, NULL);
+    engine_t *front = e->front;
+
+    mem__committer_free(e);
+    mem__state_clear(e, NULL);
     sema__free(e->dirty); /* after the semaphores: freeing one clears its entry */
-    engine__tombs_clear(e);
-    engine__subs_free_all(e);
-    engine__tab_destroy(&e->sems);
-    engine__tab_destroy(&e->locks);
-    engine__tab_destroy(&e->leases);
-    engine__tab_destroy(&e->tombs);
-    engine__tab_destroy(&e->idems);
-    engine__tab_destroy(&e->subgroups);
+    mem__tombs_clear(e);
+    etab_destroy(&e->sems);
+    etab_destroy(&e->locks);
+    etab_destroy(&e->leases);
+    etab_destroy(&e->tombs);
+    etab_destroy(&e->idems);
     sema__free(e->heap.a);
     sema__free(e->tring);
     sema__free(e);
+    if (front != NULL)
+        engine__backend_closed(front);
 }
 
-int engine_new(engine_t **out, uv_loop_t *loop, const engine_config_t *cfg, char *errbuf,
-               size_t errlen)
+static int mem_open(void **out, engine_t *front, uv_loop_t *loop, const engine_config_t *cfg,
+                    char *errbuf, size_t errlen)
 {
-    engine_t *e = sema__calloc(1, sizeof(*e));
+    mem_t *e = sema__calloc(1, sizeof(*e));
     int rc;
 
     *out = NULL;
     if (e == NULL)
         return SEMA_ENOMEM;
     e->loop = loop;
+    e->m = engine__counters(front);
     e->cfg = *cfg;
-    if (e->cfg.max_name_len == 0 || e->cfg.max_name_len > 65535)
-        e->cfg.max_name_len = 65535;
-    if (e->cfg.default_ttl_ms <= 0)
-        e->cfg.default_ttl_ms = 60000;
-    if (e->cfg.max_ttl_ms < e->cfg.default_ttl_ms)
-        e->cfg.max_ttl_ms = e->cfg.default_ttl_ms;
-    if (e->cfg.events_retain_ms <= 0)
-        e->cfg.events_retain_ms = ENGINE_EVENTS_RETAIN_MS;
-    if (e->cfg.lock_readers == 0 || e->cfg.lock_readers > ((uint64_t)1 << 53))
-        e->cfg.lock_readers = 1048576;
-    e->store = cfg->store;
+    e->store = cfg->embedded.store;
     e->timer_due = UINT64_MAX;
-    e->rnd_pos = sizeof(e->rnd);
     elist_init(&e->ready);
     elist_init(&e->commit_wait);
     elist_init(&e->commit_fly);
-    elist_init(&e->events);
-    elist_init(&e->idle_groups);
-    rc = engine_tables_init(e);
+    rc = mem_tables_init(e);
+    e->front = front; /* the front is freed by its caller if the open fails */
     if (rc == 0 && e->store != NULL)
-        rc = engine__store_load(e, errbuf, errlen);
+        rc = mem__store_load(e, errbuf, errlen);
     if (rc != 0) {
-        engine_free_mem(e);
+        e->front = NULL;
+        mem_free(e);
         return rc;
     }
     uv_timer_init(loop, &e->timer);
@@ -533,45 +508,45 @@ int engine_new(engine_t **out, uv_loop_t *loop, const engine_config_t *cfg, char
     e->timer.data = e->check.data = e->idle.data = e;
     e->handles_open = 3;
     if (e->store != NULL) {
-        (void)engine__committer_start(e); /* if it cannot start, commits run here */
+        (void)mem__committer_start(e); /* if it cannot start, commits run here */
         if (e->committer != NULL)
             e->handles_open++;
     }
-    engine__timer_rearm(e);
+    mem__timer_rearm(e);
     *out = e;
     return 0;
 }
 
 static void handle_closed(uv_handle_t *h)
 {
-    engine_t *e = h->data;
+    mem_t *e = h->data;
 
     if (--e->handles_open == 0)
-        engine_free_mem(e);
+        mem_free(e);
 }
 
 static void shutdown_fail_parked(void *arg, enode_t *n)
 {
-    engine_t *e = arg;
-    esem_t *s = ENGINE__CONTAINER(n, esem_t, node);
+    mem_t *e = arg;
+    esem_t *s = ECONTAINER(n, esem_t, node);
 
     while (!elist_empty(&s->waiters)) {
-        ereq_t *er = ENGINE__CONTAINER(s->waiters.next, ereq_t, link);
-        engine__unpark(e, er);
-        engine__finish(e, er, SEMA_ESHUTDOWN, NULL, "the server is shutting down");
+        ereq_t *er = ECONTAINER(s->waiters.next, ereq_t, link);
+        mem__unpark(e, er);
+        mem__finish(e, er, SEMA_ESHUTDOWN, "the server is shutting down");
     }
 }
 
-void engine_shutdown(engine_t *e)
+static void mem_shutdown(void *be)
 {
-    if (e == NULL || e->shutting_down)
-        return;
-    engine__tab_each(&e->sems, shutdown_fail_parked, e);
-    engine__tab_each(&e->locks, shutdown_fail_parked, e);
+    mem_t *e = be;
+
+    etab_each(&e->sems, shutdown_fail_parked, e);
+    etab_each(&e->locks, shutdown_fail_parked, e);
     if (e->store != NULL)
-        engine__commit_flush(e, handle_closed); /* the last group commits, then the thread */
+        mem__commit_flush(e, handle_closed); /* the last group commits, then the thread */
     e->shutting_down = 1;
-    engine__drain(e);
+    mem__drain(e);
     uv_timer_stop(&e->timer);
     uv_check_stop(&e->check);
     uv_idle_stop(&e->idle);
@@ -580,88 +555,85 @@ void engine_shutdown(engine_t *e)
     uv_close((uv_handle_t *)&e->idle, handle_closed);
 }
 
-static int needs_name(engine_op_t op)
+static int mem_submit(void *be, engine_req_t *req)
 {
-    return op != ENGINE_SEM_LIST;
-}
+    mem_t *e = be;
+    ereq_t *er = sema__calloc(1, sizeof(*er));
 
-int engine_submit(engine_t *e, engine_req_t *req)
-{
-    ereq_t *er;
-
-    if (e == NULL || req == NULL || req->cb == NULL || (unsigned)req->op >= ENGINE_OP_COUNT)
-        return SEMA_EINVAL;
-    if (e->shutting_down)
-        return SEMA_ESHUTDOWN;
-    if (needs_name(req->op) && req->name == NULL)
-        return SEMA_EINVAL;
-    if (req->name != NULL && req->name_len == 0)
-        req->name_len = strlen(req->name);
-    er = sema__calloc(1, sizeof(*er));
     if (er == NULL)
         return SEMA_ENOMEM;
     elist_init(&er->link);
     er->hi.idx = EHEAP_NONE;
     er->req = req;
     req->priv = er;
-    req->status = 0;
-    req->created = 0;
-    req->result = NULL;
-    req->message = NULL;
-    req->text = NULL;
-    req->text_len = 0;
-    e->m.ops[req->op]++;
-    engine__ops[req->op](e, er);
-    engine__drain(e);
+    if (req->status != 0)
+        mem__finish(e, er, req->status, req->message); /* failed the front's checks */
+    else
+        mem__ops[req->op](e, er);
+    mem__drain(e);
     return 0;
 }
 
 /* A grant made for a request that will never be delivered goes back to the pool. */
-static void cancel_done(engine_t *e, ereq_t *er)
+static void cancel_done(mem_t *e, ereq_t *er)
 {
     elease_t *l = er->lease;
 
-    engine__lease_disown(er);
+    mem__lease_disown(er);
     elist_remove(&er->link);
-    json_decref(er->req->result);
-    er->req->result = NULL;
-    sema__free((char *)er->req->text);
-    er->req->text = NULL;
+    engine_result_clear(&er->req->res);
     if (l != NULL) {
         esem_t *s = l->sem;
-        engine__lease_end(e, l, ETOMB_RELEASED);
-        engine__admit(e, s);
-        engine__maybe_free_lock(e, s);
+        mem__lease_end(e, l, ETOMB_RELEASED);
+        mem__admit(e, s);
+        mem__maybe_free_lock(e, s);
     }
 }
 
-void engine_cancel(engine_t *e, engine_req_t *req)
+static void mem_cancel(void *be, engine_req_t *req)
 {
-    ereq_t *er = req != NULL ? req->priv : NULL;
+    mem_t *e = be;
+    ereq_t *er = req->priv;
 
-    if (e == NULL || er == NULL)
-        return;
     if (er->state == EREQ_PARKED) {
         esem_t *s = er->sem;
-        engine__unpark(e, er);
-        e->m.cancellations++;
-        engine__admit(e, s);
-        engine__maybe_free_lock(e, s);
+        mem__unpark(e, er);
+        e->m->cancellations++;
+        mem__admit(e, s);
+        mem__maybe_free_lock(e, s);
     } else if (er->state == EREQ_READY || er->state == EREQ_COMMIT) {
         cancel_done(e, er);
     }
     req->priv = NULL;
     sema__free(er);
-    engine__drain(e);
+    mem__drain(e);
 }
 
-void engine_stats(engine_t *e, engine_stats_t *out)
+static int mem_exists(void *be, const char *name, size_t len)
 {
+    return mem__sem_find(be, name, len) != NULL;
+}
+
+static void mem_stats(void *be, engine_stats_t *out)
+{
+    mem_t *e = be;
+
     out->semaphores = e->sems.count;
     out->leases = e->leases.count;
     out->parked = e->nparked;
     out->locks = e->locks.count;
-    out->commit_busy =
+    out->writes_pending =
         e->store != NULL && (e->committing || e->ndirty != 0 || store_pending(e->store) ||
                              !elist_empty(&e->commit_wait));
 }
+
+const engine_backend_t engine_backend_embedded = {
+    .name = "embedded",
+    .open = mem_open,
+    .submit = mem_submit,
+    .cancel = mem_cancel,
+    .shutdown = mem_shutdown,
+    .exists = mem_exists,
+    .stats = mem_stats,
+    .metrics = mem__metrics,
+};

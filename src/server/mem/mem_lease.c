@@ -1,87 +1,48 @@
 /* SPDX-License-Identifier: MIT */
-/* engine_lease.c - leases: ids, grants, ends (release, expiry, revoke, delete) and the
+/* mem_lease.c - leases: grants, ends (release, expiry, revoke, delete) and the
  * bounded tombstones that let an ended lease answer with its reason. */
 #include "mem_internal.h"
 
 #include <string.h>
-#include <sys/random.h>
 
 #define TOMB_MAX 100000
 #define TOMB_AGE_MS (10 * 60 * 1000)
-#define LEASE_ID_BYTES 18 /* 24 base64url characters */
-
-/* ---- ids ---- */
-
-void engine__random(engine_t *e, uint8_t *out, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        if (e->rnd_pos == sizeof(e->rnd)) {
-            size_t got = 0;
-            while (got < sizeof(e->rnd)) {
-                ssize_t r = getrandom(e->rnd + got, sizeof(e->rnd) - got, 0);
-                SEMA__CHECK(r > 0); /* the kernel's CSPRNG does not fail once seeded */
-                got += (size_t)r;
-            }
-            e->rnd_pos = 0;
-        }
-        out[i] = e->rnd[e->rnd_pos++];
-    }
-}
-
-static void make_id(engine_t *e, char id[28])
-{
-    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    uint8_t raw[LEASE_ID_BYTES];
-    size_t o = 0;
-
-    engine__random(e, raw, sizeof(raw));
-    for (size_t i = 0; i < sizeof(raw); i += 3) {
-        uint32_t v = ((uint32_t)raw[i] << 16) | ((uint32_t)raw[i + 1] << 8) | raw[i + 2];
-        /* The first character is a letter or digit, so an id never looks like a
-         * command-line option ("-x") to the tools people paste it into. */
-        id[o++] = i == 0 ? b64[((v >> 18) & 63) % 62] : b64[(v >> 18) & 63];
-        id[o++] = b64[(v >> 12) & 63];
-        id[o++] = b64[(v >> 6) & 63];
-        id[o++] = b64[v & 63];
-    }
-    id[o] = '\0';
-}
 
 /* ---- lookup ---- */
 
 static int lease_eq(const enode_t *n, const void *key, size_t len)
 {
-    const elease_t *l = ENGINE__CONTAINER(n, elease_t, node);
+    const elease_t *l = ECONTAINER(n, elease_t, node);
     return strlen(l->id) == len && memcmp(l->id, key, len) == 0;
 }
 
-elease_t *engine__lease_find(engine_t *e, const char *id, size_t len)
+elease_t *mem__lease_find(mem_t *e, const char *id, size_t len)
 {
     enode_t *n;
 
     if (len >= sizeof(((elease_t *)0)->id))
         return NULL;
-    n = engine__tab_find(&e->leases, engine__hash(id, len, 1), lease_eq, id, len);
-    return n ? ENGINE__CONTAINER(n, elease_t, node) : NULL;
+    n = etab_find(&e->leases, etab_hash(id, len, 1), lease_eq, id, len);
+    return n ? ECONTAINER(n, elease_t, node) : NULL;
 }
 
 static int tomb_eq(const enode_t *n, const void *key, size_t len)
 {
-    const etomb_t *t = ENGINE__CONTAINER(n, etomb_t, node);
+    const etomb_t *t = ECONTAINER(n, etomb_t, node);
     return strlen(t->id) == len && memcmp(t->id, key, len) == 0;
 }
 
-etomb_t *engine__tomb_find(engine_t *e, const char *id, size_t len)
+etomb_t *mem__tomb_find(mem_t *e, const char *id, size_t len)
 {
     enode_t *n;
 
     if (len >= sizeof(((etomb_t *)0)->id))
         return NULL;
-    n = engine__tab_find(&e->tombs, engine__hash(id, len, 1), tomb_eq, id, len);
-    return n ? ENGINE__CONTAINER(n, etomb_t, node) : NULL;
+    n = etab_find(&e->tombs, etab_hash(id, len, 1), tomb_eq, id, len);
+    return n ? ECONTAINER(n, etomb_t, node) : NULL;
 }
 
-int engine__tomb_status(int reason)
+int mem__tomb_status(int reason)
 {
     switch (reason) {
     case ETOMB_EXPIRED:
@@ -97,17 +58,17 @@ int engine__tomb_status(int reason)
 
 /* ---- tombstones: a ring, oldest first, bounded by count and age ---- */
 
-static void tomb_pop_oldest(engine_t *e)
+static void tomb_pop_oldest(mem_t *e)
 {
     etomb_t *t = e->tring[e->tring_head];
 
-    engine__tab_remove(&e->tombs, &t->node);
+    etab_remove(&e->tombs, &t->node);
     sema__free(t);
     e->tring_head = (e->tring_head + 1) % e->tring_cap;
     e->tring_len--;
 }
 
-static int tomb_ring_grow(engine_t *e)
+static int tomb_ring_grow(mem_t *e)
 {
     size_t cap = e->tring_cap ? e->tring_cap * 2 : 1024;
     etomb_t **ring;
@@ -126,9 +87,9 @@ static int tomb_ring_grow(engine_t *e)
     return 0;
 }
 
-static void tomb_add(engine_t *e, const char *id, int reason)
+static void tomb_add(mem_t *e, const char *id, int reason)
 {
-    uint64_t now = engine__now(e);
+    uint64_t now = mem__now(e);
     etomb_t *t;
 
     while (e->tring_len > 0 && e->tring[e->tring_head]->ended_mono + TOMB_AGE_MS < now)
@@ -144,13 +105,13 @@ static void tomb_add(engine_t *e, const char *id, int reason)
     t->ended_mono = now;
     t->reason = reason;
     memcpy(t->id, id, sizeof(t->id));
-    t->node.hash = engine__hash(id, strlen(id), 1);
-    engine__tab_insert(&e->tombs, &t->node);
+    t->node.hash = etab_hash(id, strlen(id), 1);
+    etab_insert(&e->tombs, &t->node);
     e->tring[(e->tring_head + e->tring_len) % e->tring_cap] = t;
     e->tring_len++;
 }
 
-void engine__tombs_clear(engine_t *e)
+void mem__tombs_clear(mem_t *e)
 {
     while (e->tring_len > 0)
         tomb_pop_oldest(e);
@@ -158,7 +119,7 @@ void engine__tombs_clear(engine_t *e)
 
 /* ---- grants and ends ---- */
 
-void engine__store_lease(engine_t *e, const elease_t *l)
+void mem__store_lease(mem_t *e, const elease_t *l)
 {
     store_lease_t rec;
 
@@ -175,7 +136,7 @@ void engine__store_lease(engine_t *e, const elease_t *l)
     rec.expires_at_ms = l->expires_at_ms;
     rec.is_lock = (l->sem->flags & ESEM_LOCK) != 0;
     (void)store_put_lease(e->store, &rec);
-    engine__mark_dirty(e);
+    mem__mark_dirty(e);
 }
 
 static char *dup_str(const char *s)
@@ -194,11 +155,11 @@ static char *dup_str(const char *s)
 
 /* Take `weight` units from `s` for a new lease (the caller checked they fit). Writes the
  * lease and the new fence ahead. Returns the lease, or NULL (nothing taken) on ENOMEM. */
-elease_t *engine__grant(engine_t *e, esem_t *s, uint64_t weight, int64_t ttl_ms, const char *owner,
-                        const char *idem_key, uint64_t since_mono)
+elease_t *mem__grant(mem_t *e, esem_t *s, uint64_t weight, int64_t ttl_ms, const char *owner,
+                     const char *idem_key, uint64_t since_mono)
 {
     elease_t *l = sema__calloc(1, sizeof(*l));
-    uint64_t now = engine__now(e);
+    uint64_t now = mem__now(e);
 
     if (l == NULL)
         return NULL;
@@ -212,25 +173,25 @@ elease_t *engine__grant(engine_t *e, esem_t *s, uint64_t weight, int64_t ttl_ms,
     l->hi.kind = EITEM_LEASE;
     l->hi.idx = EHEAP_NONE;
     l->hi.deadline = now + (uint64_t)ttl_ms;
-    if (engine__heap_push(&e->heap, &l->hi) != 0) {
+    if (eheap_push(&e->heap, &l->hi) != 0) {
         sema__free(l->owner);
         sema__free(l);
         return NULL;
     }
-    make_id(e, l->id);
-    l->node.hash = engine__hash(l->id, strlen(l->id), 1);
-    engine__tab_insert(&e->leases, &l->node);
+    engine__lease_id(e->front, l->id);
+    l->node.hash = etab_hash(l->id, strlen(l->id), 1);
+    etab_insert(&e->leases, &l->node);
     l->sem = s;
     l->weight = weight;
     l->fence = ++e->fence_seq;
     s->fence = l->fence;
     l->ttl_ms = ttl_ms;
-    l->acquired_at_ms = engine__wall_ms();
+    l->acquired_at_ms = mem__wall_ms();
     l->expires_at_ms = l->acquired_at_ms + ttl_ms;
     l->acquired_mono = now;
     elist_push_back(&s->holders, &l->link);
     if (idem_key != NULL && idem_key[0] != '\0') {
-        eidem_t *d = engine__idem_new(e, s, idem_key, strlen(idem_key));
+        eidem_t *d = mem__idem_new(e, s, idem_key, strlen(idem_key));
         if (d != NULL) {
             d->lease = l;
             l->idem = d;
@@ -238,17 +199,17 @@ elease_t *engine__grant(engine_t *e, esem_t *s, uint64_t weight, int64_t ttl_ms,
     }
     s->available -= (int64_t)weight;
     s->held += weight;
-    e->m.grants++;
-    engine__hist_observe(&e->m.wait_s, (double)(now - since_mono) / 1000.0);
-    engine__timer_rearm(e);
-    engine__store_lease(e, l);
-    engine__store_sem(e, s); /* the fence must never go backwards after a restart */
-    engine__event_lease(e, s, "granted", l);
+    e->m->grants++;
+    engine__hist_observe(&e->m->wait_s, (double)(now - since_mono) / 1000.0);
+    mem__timer_rearm(e);
+    mem__store_lease(e, l);
+    mem__store_sem(e, s); /* the fence must never go backwards after a restart */
+    mem__event_lease(e, s, "granted", l);
     return l;
 }
 
 /* Unlink a lease from every index and free it, with no tombstone and no store write. */
-void engine__lease_free(engine_t *e, elease_t *l)
+void mem__lease_free(mem_t *e, elease_t *l)
 {
     esem_t *s = l->sem;
 
@@ -257,10 +218,10 @@ void engine__lease_free(engine_t *e, elease_t *l)
     elist_remove(&l->link);
     s->available += (int64_t)l->weight;
     s->held -= l->weight;
-    engine__heap_remove(&e->heap, &l->hi);
-    engine__tab_remove(&e->leases, &l->node);
+    eheap_remove(&e->heap, &l->hi);
+    etab_remove(&e->leases, &l->node);
     if (l->idem != NULL)
-        engine__idem_free(e, l->idem);
+        mem__idem_free(e, l->idem);
     sema__free(l->owner);
     sema__free(l);
 }
@@ -273,50 +234,50 @@ static const char *const end_event[] = {
 };
 
 /* End a lease: its units go back (the caller re-runs admission), a tombstone keeps why. */
-void engine__lease_end(engine_t *e, elease_t *l, int reason)
+void mem__lease_end(mem_t *e, elease_t *l, int reason)
 {
     esem_t *s = l->sem;
 
-    engine__hist_observe(&e->m.hold_s, (double)(engine__now(e) - l->acquired_mono) / 1000.0);
+    engine__hist_observe(&e->m->hold_s, (double)(mem__now(e) - l->acquired_mono) / 1000.0);
     if (reason == ETOMB_RELEASED)
-        e->m.releases++;
+        e->m->releases++;
     else if (reason == ETOMB_EXPIRED)
-        e->m.expirations++;
+        e->m->expirations++;
     else if (reason == ETOMB_REVOKED)
-        e->m.revocations++;
+        e->m->revocations++;
     if (end_event[reason] != NULL)
-        engine__event_lease(e, s, end_event[reason], l);
+        mem__event_lease(e, s, end_event[reason], l);
     tomb_add(e, l->id, reason);
     if (e->store != NULL && reason != ETOMB_DELETED) {
         (void)store_del_lease(e->store, l->id);
-        engine__mark_dirty(e);
+        mem__mark_dirty(e);
     }
-    engine__lease_free(e, l);
+    mem__lease_free(e, l);
     if (reason != ETOMB_DELETED && (s->flags & ESEM_LEGACY))
-        engine__store_sem(e, s);
+        mem__store_sem(e, s);
 }
 
 /* The timer found the lease past its expiry: the units come back at once. */
-void engine__lease_expire_due(engine_t *e, elease_t *l)
+void mem__lease_expire_due(mem_t *e, elease_t *l)
 {
     esem_t *s = l->sem;
 
-    engine__lease_end(e, l, ETOMB_EXPIRED);
-    engine__admit(e, s);
-    engine__maybe_free_lock(e, s);
+    mem__lease_end(e, l, ETOMB_EXPIRED);
+    mem__admit(e, s);
+    mem__maybe_free_lock(e, s);
 }
 
 /* Rebuild one stored lease (engine start or reload). Its expiry is never earlier than
  * now + its ttl, so no holder loses its lease to the restart. 0 or SEMA_ENOMEM. */
-int engine__lease_load(engine_t *e, esem_t *s, const store_lease_t *rec)
+int mem__lease_load(mem_t *e, esem_t *s, const store_lease_t *rec)
 {
-    int64_t wall = engine__wall_ms();
+    int64_t wall = mem__wall_ms();
     size_t idlen = strlen(rec->id);
     elease_t *l;
 
     /* A stored lease always comes back: skipping one would hand its units out twice. An id
      * this engine cannot hold means the store was not written by semad. */
-    if (idlen == 0 || idlen >= sizeof(l->id) || engine__lease_find(e, rec->id, idlen))
+    if (idlen == 0 || idlen >= sizeof(l->id) || mem__lease_find(e, rec->id, idlen))
         return SEMA_ECORRUPT;
     l = sema__calloc(1, sizeof(*l));
     if (l == NULL)
@@ -330,17 +291,17 @@ int engine__lease_load(engine_t *e, esem_t *s, const store_lease_t *rec)
     l->acquired_at_ms = rec->acquired_at_ms;
     l->expires_at_ms =
         rec->expires_at_ms > wall + l->ttl_ms ? rec->expires_at_ms : wall + l->ttl_ms;
-    l->acquired_mono = engine__now(e);
+    l->acquired_mono = mem__now(e);
     l->hi.kind = EITEM_LEASE;
     l->hi.idx = EHEAP_NONE;
-    l->hi.deadline = engine__now(e) + (uint64_t)(l->expires_at_ms - wall);
-    if (engine__heap_push(&e->heap, &l->hi) != 0) {
+    l->hi.deadline = mem__now(e) + (uint64_t)(l->expires_at_ms - wall);
+    if (eheap_push(&e->heap, &l->hi) != 0) {
         sema__free(l->owner);
         sema__free(l);
         return SEMA_ENOMEM;
     }
-    l->node.hash = engine__hash(l->id, idlen, 1);
-    engine__tab_insert(&e->leases, &l->node);
+    l->node.hash = etab_hash(l->id, idlen, 1);
+    etab_insert(&e->leases, &l->node);
     elist_push_back(&s->holders, &l->link);
     s->held += l->weight;
     if (!(s->flags & ESEM_LEGACY))
@@ -350,7 +311,7 @@ int engine__lease_load(engine_t *e, esem_t *s, const store_lease_t *rec)
     if (rec->fence > e->fence_seq)
         e->fence_seq = rec->fence;
     if (rec->idem_key != NULL && rec->idem_key[0] != '\0') {
-        l->idem = engine__idem_new(e, s, rec->idem_key, strlen(rec->idem_key));
+        l->idem = mem__idem_new(e, s, rec->idem_key, strlen(rec->idem_key));
         if (l->idem != NULL)
             l->idem->lease = l;
     }

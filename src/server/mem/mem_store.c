@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* engine_store.c - the engine's write-ahead through the durable store: loading at start,
+/* mem_store.c - the in-memory back end's write-ahead through the durable store: loading at start,
  * one group commit per loop tick, and the rollback when a commit fails. */
 #include "mem_internal.h"
 
@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 typedef struct {
-    engine_t *e;
+    mem_t *e;
     int err;
     char bad_id[72]; /* the lease that could not be restored, for the message */
 } load_ctx_t;
@@ -17,13 +17,13 @@ typedef struct {
 static void on_sem(void *arg, const store_sem_t *rec)
 {
     load_ctx_t *c = arg;
-    engine_t *e = c->e;
+    mem_t *e = c->e;
     size_t len = rec->name ? strlen(rec->name) : 0;
     esem_t *s;
 
-    if (c->err || len == 0 || len > 65535 || engine__sem_find(e, rec->name, len) != NULL)
+    if (c->err || len == 0 || len > 65535 || mem__sem_find(e, rec->name, len) != NULL)
         return;
-    s = engine__sem_new(e, rec->name, len, rec->capacity, rec->legacy ? ESEM_LEGACY : 0);
+    s = mem__sem_new(e, rec->name, len, rec->capacity, rec->legacy ? ESEM_LEGACY : 0);
     if (s == NULL) {
         c->err = SEMA_ENOMEM;
         return;
@@ -39,7 +39,7 @@ static void on_sem(void *arg, const store_sem_t *rec)
 static void on_lease(void *arg, const store_lease_t *rec)
 {
     load_ctx_t *c = arg;
-    engine_t *e = c->e;
+    mem_t *e = c->e;
     size_t len = rec->sem ? strlen(rec->sem) : 0;
     esem_t *s;
 
@@ -51,11 +51,11 @@ static void on_lease(void *arg, const store_lease_t *rec)
         return;
     }
     if (rec->is_lock) {
-        s = engine__lock_find(e, rec->sem, len);
+        s = mem__lock_find(e, rec->sem, len);
         if (s == NULL)
-            s = engine__sem_new(e, rec->sem, len, e->cfg.lock_readers, ESEM_LOCK);
+            s = mem__sem_new(e, rec->sem, len, e->cfg.lock_readers, ESEM_LOCK);
     } else {
-        s = engine__sem_find(e, rec->sem, len);
+        s = mem__sem_find(e, rec->sem, len);
         if (s == NULL)
             return; /* a lease of a deleted semaphore: void */
     }
@@ -63,14 +63,14 @@ static void on_lease(void *arg, const store_lease_t *rec)
         c->err = SEMA_ENOMEM;
         return;
     }
-    int rc = engine__lease_load(e, s, rec);
+    int rc = mem__lease_load(e, s, rec);
     if (rc != 0 && c->err == 0) {
         c->err = rc;
         snprintf(c->bad_id, sizeof(c->bad_id), "%.64s", rec->id);
     }
 }
 
-int engine__store_load(engine_t *e, char *errbuf, size_t errlen)
+int mem__store_load(mem_t *e, char *errbuf, size_t errlen)
 {
     load_ctx_t c = {e, 0, ""};
     int rc = store_load(e->store, on_sem, on_lease, &c, errbuf, errlen);
@@ -103,13 +103,13 @@ int engine__store_load(engine_t *e, char *errbuf, size_t errlen)
 
 static void clear_sem(void *arg, enode_t *n)
 {
-    engine_t *e = ((void **)arg)[0];
+    mem_t *e = ((void **)arg)[0];
     elist_t *keep = ((void **)arg)[1];
-    esem_t *s = ENGINE__CONTAINER(n, esem_t, node);
+    esem_t *s = ECONTAINER(n, esem_t, node);
 
     while (!elist_empty(&s->waiters)) {
-        ereq_t *er = ENGINE__CONTAINER(s->waiters.next, ereq_t, link);
-        engine__unpark(e, er);
+        ereq_t *er = ECONTAINER(s->waiters.next, ereq_t, link);
+        mem__unpark(e, er);
         if (keep != NULL) {
             elist_push_back(keep, &er->link);
         } else {
@@ -118,49 +118,49 @@ static void clear_sem(void *arg, enode_t *n)
         }
     }
     while (!elist_empty(&s->holders))
-        engine__lease_free(e, ENGINE__CONTAINER(s->holders.next, elease_t, link));
-    engine__sem_free(e, s);
+        mem__lease_free(e, ECONTAINER(s->holders.next, elease_t, link));
+    mem__sem_free(e, s);
 }
 
 /* Free every semaphore, lock and lease. Parked requests move to `keep` in FIFO order per
  * semaphore (their deadlines kept in hi.deadline), or are dropped when `keep` is NULL. */
-void engine__state_clear(engine_t *e, elist_t *keep)
+void mem__state_clear(mem_t *e, elist_t *keep)
 {
     void *arg[2] = {e, keep};
 
     e->clearing = 1;
-    engine__tab_each(&e->sems, clear_sem, arg);
-    engine__tab_each(&e->locks, clear_sem, arg);
+    etab_each(&e->sems, clear_sem, arg);
+    etab_each(&e->locks, clear_sem, arg);
     e->root = NULL;
     e->clearing = 0;
 }
 
 /* ---- group commit ---- */
 
-static esem_t *sem_for_waiter(engine_t *e, ereq_t *er)
+static esem_t *sem_for_waiter(mem_t *e, ereq_t *er)
 {
     engine_req_t *req = er->req;
     esem_t *s;
 
     if (req->op != ENGINE_LOCK_ACQUIRE)
-        return engine__sem_find(e, req->name, req->name_len);
-    s = engine__lock_find(e, req->name, req->name_len);
+        return mem__sem_find(e, req->name, req->name_len);
+    s = mem__lock_find(e, req->name, req->name_len);
     if (s == NULL)
-        s = engine__sem_new(e, req->name, req->name_len, e->cfg.lock_readers, ESEM_LOCK);
+        s = mem__sem_new(e, req->name, req->name_len, e->cfg.lock_readers, ESEM_LOCK);
     return s;
 }
 
 /* Put a kept waiter back at the end of its semaphore's queue, with its old deadline. */
-static int repark(engine_t *e, ereq_t *er, esem_t *s)
+static int repark(mem_t *e, ereq_t *er, esem_t *s)
 {
     engine_req_t *req = er->req;
 
-    if (er->hi.deadline != UINT64_MAX && engine__heap_push(&e->heap, &er->hi) != 0)
+    if (er->hi.deadline != UINT64_MAX && eheap_push(&e->heap, &er->hi) != 0)
         return SEMA_ENOMEM;
     if (er->kind == EKIND_ACQUIRE && (req->op == ENGINE_LOCK_ACQUIRE))
         er->weight = req->mode == ENGINE_MODE_SHARED ? 1 : s->capacity;
     if (er->kind == EKIND_ACQUIRE && er->weight > s->capacity) {
-        engine__heap_remove(&e->heap, &er->hi);
+        eheap_remove(&e->heap, &er->hi);
         return SEMA_EINVAL;
     }
     er->sem = s;
@@ -170,8 +170,8 @@ static int repark(engine_t *e, ereq_t *er, esem_t *s)
     s->waiting += er->weight;
     e->nparked++;
     if (req->idem_key != NULL && req->idem_key[0] != '\0' &&
-        engine__idem_find(e, s, req->idem_key, strlen(req->idem_key)) == NULL) {
-        er->idem = engine__idem_new(e, s, req->idem_key, strlen(req->idem_key));
+        mem__idem_find(e, s, req->idem_key, strlen(req->idem_key)) == NULL) {
+        er->idem = mem__idem_new(e, s, req->idem_key, strlen(req->idem_key));
         if (er->idem != NULL)
             er->idem->waiter = er;
     }
@@ -180,14 +180,14 @@ static int repark(engine_t *e, ereq_t *er, esem_t *s)
 
 /* A commit failed: nothing of it is in the store. Rebuild the state from the store and
  * queue the parked requests again where their semaphore still exists. */
-static void restore_from_store(engine_t *e)
+static void restore_from_store(mem_t *e)
 {
     elist_t parked;
     int rc;
 
     elist_init(&parked);
-    engine__state_clear(e, &parked);
-    rc = engine__store_load(e, e->errbuf, sizeof(e->errbuf));
+    mem__state_clear(e, &parked);
+    rc = mem__store_load(e, e->errbuf, sizeof(e->errbuf));
     if (rc != 0) {
         /* A cleared or partial state could grant units the store says are held: stop, and
          * let the next start load the store or refuse it with a message. */
@@ -197,35 +197,32 @@ static void restore_from_store(engine_t *e)
                 e->errbuf);
         _exit(74);
     }
-    engine__subs_reattach(e);
+    engine__events_rollback(e->front);
     while (!elist_empty(&parked)) {
-        ereq_t *er = ENGINE__CONTAINER(parked.next, ereq_t, link);
+        ereq_t *er = ECONTAINER(parked.next, ereq_t, link);
         esem_t *s = rc == 0 ? sem_for_waiter(e, er) : NULL;
         int st;
         elist_remove(&er->link);
         st = s != NULL ? repark(e, er, s) : SEMA_ECANCELED;
         if (st != 0) {
-            engine__finish(e, er, st == SEMA_ECANCELED ? SEMA_EIO : st, NULL,
-                           "the store failed and the semaphore is gone after the rollback");
+            mem__finish(e, er, st == SEMA_ECANCELED ? SEMA_EIO : st,
+                        "the store failed and the semaphore is gone after the rollback");
             if (s != NULL)
-                engine__maybe_free_lock(e, s);
+                mem__maybe_free_lock(e, s);
             continue;
         }
-        engine__admit(e, s);
+        mem__admit(e, s);
     }
     e->timer_due = UINT64_MAX - 1; /* force a re-arm: the heap was rebuilt */
-    engine__timer_rearm(e);
+    mem__timer_rearm(e);
 }
 
-static void fail_batch(engine_t *e, elist_t *batch)
+static void fail_batch(mem_t *e, elist_t *batch)
 {
     for (elist_t *x = batch->next; x != batch; x = x->next) {
-        ereq_t *er = ENGINE__CONTAINER(x, ereq_t, link);
-        engine__lease_disown(er); /* the grant is not in the store; the reload drops it */
-        json_decref(er->req->result);
-        er->req->result = NULL;
-        sema__free((char *)er->req->text);
-        er->req->text = NULL;
+        ereq_t *er = ECONTAINER(x, ereq_t, link);
+        mem__lease_disown(er); /* the grant is not in the store; the reload drops it */
+        engine_result_clear(&er->req->res);
         er->req->status = SEMA_EIO;
         er->req->created = 0;
         er->req->message = "the durable store failed; the change was rolled back";
@@ -252,7 +249,7 @@ struct ecommitter {
 
 static void *committer_main(void *arg)
 {
-    engine_t *e = arg;
+    mem_t *e = arg;
     ecommitter_t *c = e->committer;
 
     pthread_mutex_lock(&c->mu);
@@ -274,10 +271,10 @@ static void *committer_main(void *arg)
     return NULL;
 }
 
-static void commit_done(engine_t *e, int rc);
+static void commit_done(mem_t *e, int rc);
 
 /* Take what the committer finished, if it has: 1 and its result in *rc. */
-static int take_done(ecommitter_t *c, engine_t *e, int wait, int *rc)
+static int take_done(ecommitter_t *c, mem_t *e, int wait, int *rc)
 {
     int done;
 
@@ -295,14 +292,14 @@ static int take_done(ecommitter_t *c, engine_t *e, int wait, int *rc)
 
 static void on_commit_async(uv_async_t *h)
 {
-    engine_t *e = h->data;
+    mem_t *e = h->data;
     int rc;
 
     if (!e->committer->stopped && take_done(e->committer, e, 0, &rc))
         commit_done(e, rc);
 }
 
-int engine__committer_start(engine_t *e)
+int mem__committer_start(mem_t *e)
 {
     ecommitter_t *c = sema__calloc(1, sizeof(*c));
 
@@ -333,31 +330,31 @@ int engine__committer_start(engine_t *e)
 }
 
 /* Deliver the completions in `list` (their mutations are durable, or carry none). */
-static void deliver(engine_t *e, elist_t *list)
+static void deliver(mem_t *e, elist_t *list)
 {
     for (elist_t *x = list->next; x != list; x = x->next)
-        ENGINE__CONTAINER(x, ereq_t, link)->state = EREQ_READY;
+        ECONTAINER(x, ereq_t, link)->state = EREQ_READY;
     elist_splice(&e->ready, list);
 }
 
 /* Start the next group commit, unless one runs (its end starts the next). */
-static void start_commit(engine_t *e)
+static void start_commit(mem_t *e)
 {
     ecommitter_t *c = e->committer;
 
     if (e->committing)
         return;
-    engine__store_sems_flush(e);
+    mem__store_sems_flush(e);
     if (!store_commit_start(e->store)) {
         /* Nothing recorded: these replies carry no mutation of their own, and every
          * commit started before them is done. */
         deliver(e, &e->commit_wait);
-        engine__drain(e);
+        mem__drain(e);
         return;
     }
     elist_splice(&e->commit_fly, &e->commit_wait);
     e->committing = 1;
-    e->m.commits++;
+    e->commits++;
     if (c == NULL || c->stopped) {
         commit_done(e, store_commit_run(e->store, e->errbuf, sizeof(e->errbuf)));
         return;
@@ -369,7 +366,7 @@ static void start_commit(engine_t *e)
 }
 
 /* The running commit ended with rc: send its replies, or fail them and roll back. */
-static void commit_done(engine_t *e, int rc)
+static void commit_done(mem_t *e, int rc)
 {
     elist_t batch;
 
@@ -378,7 +375,7 @@ static void commit_done(engine_t *e, int rc)
     elist_init(&batch);
     elist_splice(&batch, &e->commit_fly);
     if (rc != 0) {
-        e->m.commit_failures++;
+        e->commit_failures++;
         /* What was recorded since was applied in memory on top of the failed commit: it
          * goes too, and the state is rebuilt from the store. */
         elist_splice(&batch, &e->commit_wait);
@@ -387,19 +384,19 @@ static void commit_done(engine_t *e, int rc)
         restore_from_store(e);
     }
     deliver(e, &batch);
-    engine__drain(e);
+    mem__drain(e);
     if (e->ndirty != 0 || store_pending(e->store) || !elist_empty(&e->commit_wait)) {
         if (e->committer != NULL && !e->committer->stopped)
             start_commit(e); /* what was recorded during the sync: at once */
         else
-            engine__mark_dirty(e); /* inline: next tick, no recursion */
+            mem__mark_dirty(e); /* inline: next tick, no recursion */
     }
 }
 
 /* Runs once per loop tick while mutations or durable replies wait. */
-void engine__commit_cb(uv_check_t *h)
+void mem__commit_cb(uv_check_t *h)
 {
-    engine_t *e = h->data;
+    mem_t *e = h->data;
 
     e->commit_armed = 0;
     uv_check_stop(&e->check);
@@ -407,7 +404,7 @@ void engine__commit_cb(uv_check_t *h)
     start_commit(e);
 }
 
-void engine__commit_flush(engine_t *e, uv_close_cb on_closed)
+void mem__commit_flush(mem_t *e, uv_close_cb on_closed)
 {
     ecommitter_t *c = e->committer;
     int rc;
@@ -436,7 +433,7 @@ void engine__commit_flush(engine_t *e, uv_close_cb on_closed)
     uv_close((uv_handle_t *)&c->async, on_closed); /* the engine frees c with itself */
 }
 
-void engine__committer_free(engine_t *e)
+void mem__committer_free(mem_t *e)
 {
     ecommitter_t *c = e->committer;
 

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* engine_table.c - the engine's containers: a chained hash table, a deadline min-heap and a
- * name-ordered treap, all intrusive so an object costs no extra allocation. */
-#include "mem_internal.h"
+/* table.c - the engine's intrusive containers: a chained hash table and a deadline
+ * min-heap (table.h). */
+#include "table.h"
+
+#include "internal.h"
 
 #include <string.h>
 
@@ -17,7 +19,7 @@ static uint64_t mix64(uint64_t x)
     return x;
 }
 
-uint64_t engine__hash(const void *data, size_t len, uint64_t seed)
+uint64_t etab_hash(const void *data, size_t len, uint64_t seed)
 {
     const unsigned char *p = data;
     uint64_t h = 0xcbf29ce484222325ULL ^ seed;
@@ -35,7 +37,7 @@ uint64_t engine__hash(const void *data, size_t len, uint64_t seed)
 
 /* ---- hash table ---- */
 
-int engine__tab_init(etab_t *t, size_t nslots)
+int etab_init(etab_t *t, size_t nslots)
 {
     size_t n = 16;
 
@@ -49,7 +51,7 @@ int engine__tab_init(etab_t *t, size_t nslots)
     return 0;
 }
 
-void engine__tab_destroy(etab_t *t)
+void etab_destroy(etab_t *t)
 {
     sema__free(t->slots);
     t->slots = NULL;
@@ -57,8 +59,7 @@ void engine__tab_destroy(etab_t *t)
     t->count = 0;
 }
 
-enode_t *engine__tab_find(const etab_t *t, uint64_t hash, etab_eq_fn eq, const void *key,
-                          size_t len)
+enode_t *etab_find(const etab_t *t, uint64_t hash, etab_eq_fn eq, const void *key, size_t len)
 {
     for (enode_t *n = t->slots[hash & t->mask]; n != NULL; n = n->next)
         if (n->hash == hash && eq(n, key, len))
@@ -86,7 +87,7 @@ static void tab_grow(etab_t *t)
     t->mask = n - 1;
 }
 
-void engine__tab_insert(etab_t *t, enode_t *n)
+void etab_insert(etab_t *t, enode_t *n)
 {
     if (t->count >= t->mask + 1)
         tab_grow(t);
@@ -95,7 +96,7 @@ void engine__tab_insert(etab_t *t, enode_t *n)
     t->count++;
 }
 
-void engine__tab_remove(etab_t *t, enode_t *n)
+void etab_remove(etab_t *t, enode_t *n)
 {
     enode_t **pp = &t->slots[n->hash & t->mask];
 
@@ -107,7 +108,7 @@ void engine__tab_remove(etab_t *t, enode_t *n)
     t->count--;
 }
 
-void engine__tab_each(etab_t *t, void (*fn)(void *arg, enode_t *n), void *arg)
+void etab_each(etab_t *t, void (*fn)(void *arg, enode_t *n), void *arg)
 {
     if (t->slots == NULL)
         return;
@@ -160,7 +161,7 @@ static void heap_down(eheap_t *h, uint32_t i)
     heap_set(h, i, it);
 }
 
-int engine__heap_push(eheap_t *h, eitem_t *it)
+int eheap_push(eheap_t *h, eitem_t *it)
 {
     if (h->n == h->cap) {
         uint32_t cap = h->cap ? h->cap * 2 : 64;
@@ -176,7 +177,7 @@ int engine__heap_push(eheap_t *h, eitem_t *it)
     return 0;
 }
 
-void engine__heap_remove(eheap_t *h, eitem_t *it)
+void eheap_remove(eheap_t *h, eitem_t *it)
 {
     uint32_t i = it->idx;
 
@@ -191,101 +192,11 @@ void engine__heap_remove(eheap_t *h, eitem_t *it)
     heap_down(h, h->a[i]->idx);
 }
 
-void engine__heap_update(eheap_t *h, eitem_t *it, uint64_t deadline)
+void eheap_update(eheap_t *h, eitem_t *it, uint64_t deadline)
 {
     it->deadline = deadline;
     if (it->idx == EHEAP_NONE)
         return;
     heap_up(h, it->idx);
     heap_down(h, it->idx);
-}
-
-/* ---- treap of semaphores by name (priority = the name's hash) ---- */
-
-static int name_cmp(const char *a, size_t alen, const char *b, size_t blen)
-{
-    int c = memcmp(a, b, alen < blen ? alen : blen);
-
-    if (c != 0)
-        return c;
-    return alen < blen ? -1 : alen > blen;
-}
-
-static esem_t *treap_ins(esem_t *root, esem_t *n)
-{
-    if (root == NULL)
-        return n;
-    if (name_cmp(n->name, n->name_len, root->name, root->name_len) < 0) {
-        root->tl = treap_ins(root->tl, n);
-        if (root->tl->node.hash > root->node.hash) {
-            esem_t *l = root->tl;
-            root->tl = l->tr;
-            l->tr = root;
-            return l;
-        }
-    } else {
-        root->tr = treap_ins(root->tr, n);
-        if (root->tr->node.hash > root->node.hash) {
-            esem_t *r = root->tr;
-            root->tr = r->tl;
-            r->tl = root;
-            return r;
-        }
-    }
-    return root;
-}
-
-static esem_t *treap_merge(esem_t *a, esem_t *b)
-{
-    if (a == NULL)
-        return b;
-    if (b == NULL)
-        return a;
-    if (a->node.hash > b->node.hash) {
-        a->tr = treap_merge(a->tr, b);
-        return a;
-    }
-    b->tl = treap_merge(a, b->tl);
-    return b;
-}
-
-static esem_t *treap_del(esem_t *root, esem_t *n)
-{
-    if (root == NULL)
-        return NULL;
-    if (root == n)
-        return treap_merge(n->tl, n->tr);
-    if (name_cmp(n->name, n->name_len, root->name, root->name_len) < 0)
-        root->tl = treap_del(root->tl, n);
-    else
-        root->tr = treap_del(root->tr, n);
-    return root;
-}
-
-void engine__treap_insert(engine_t *e, esem_t *s)
-{
-    s->tl = s->tr = NULL;
-    e->root = treap_ins(e->root, s);
-}
-
-void engine__treap_remove(engine_t *e, esem_t *s)
-{
-    e->root = treap_del(e->root, s);
-    s->tl = s->tr = NULL;
-}
-
-esem_t *engine__treap_after(engine_t *e, const char *key, size_t len, int inclusive)
-{
-    esem_t *best = NULL;
-
-    for (esem_t *x = e->root; x != NULL;) {
-        int c = name_cmp(x->name, x->name_len, key, len);
-        if (c > 0 || (c == 0 && inclusive)) {
-            best = x;
-            x = x->tl;
-        } else {
-            x = x->tr;
-        }
-    }
-    return best;
 }

@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: MIT */
+/* backend.h - what a back end of the engine implements (a table of functions), and the
+ * front's services it calls. The front (front.c) has checked every request's inputs against
+ * the limits before a back end sees it; the back end keeps the state and the semantics of
+ * docs/semantics.md: FIFO admission, leases, fences, timeouts, durability.
+ *
+ * Everything runs on the engine's loop thread. Not installed; not for the HTTP layer. */
+#ifndef SEMAD_BACKEND_H
+#define SEMAD_BACKEND_H
+
+#include "engine.h"
+#include "table.h"
+
+struct strbuf;
+struct jsonw;
+
+typedef struct engine_backend {
+    const char *name; /* what `semad --engine` names it */
+
+    /* Start on `loop` with `cfg` (the front keeps both alive); *out is the back end's
+     * handle. Returns 0 or a SEMA_E* code with a message in errbuf. */
+    int (*open)(void **out, engine_t *front, uv_loop_t *loop, const engine_config_t *cfg,
+                char *errbuf, size_t errlen);
+    /* Serve a request whose inputs the front checked: fill req->status, req->message and
+     * req->res, then hand it to engine__complete() exactly once (now or later). A request
+     * may arrive failed already (req->status != 0: its inputs failed the checks): it is
+     * completed as it is, in order with the others. Returns 0, or SEMA_ENOMEM when it
+     * cannot take the request at all (then it never completes it). */
+    int (*submit)(void *be, engine_req_t *req);
+    /* Forget a request not yet completed (engine_cancel's contract); a grant made for it
+     * goes back to the pool. */
+    void (*cancel)(void *be, engine_req_t *req);
+    /* Fail parked requests with SEMA_ESHUTDOWN, finish what is in flight, close; call
+     * engine__backend_closed() once nothing of it runs any more (it is then freed). */
+    void (*shutdown)(void *be);
+    /* Does the semaphore exist now? (for subscriptions) */
+    int (*exists)(void *be, const char *name, size_t len);
+    void (*stats)(void *be, engine_stats_t *out);
+    /* Append its own Prometheus metrics. 0 or SEMA_ENOMEM. */
+    int (*metrics)(void *be, struct strbuf *out);
+} engine_backend_t;
+
+/* The back ends. */
+extern const engine_backend_t engine_backend_embedded; /* mem/: in memory + SQLite store */
+
+/* ---- the front's counters, which back ends update ---- */
+
+#define ENGINE_HIST_BUCKETS 12
+typedef struct {
+    uint64_t counts[ENGINE_HIST_BUCKETS + 1]; /* last = +Inf */
+    double sum;
+    uint64_t n;
+} ehist_t;
+
+typedef struct {
+    uint64_t grants, releases, expirations, timeouts, cancellations, revocations;
+    uint64_t ops[ENGINE_OP_COUNT];
+    ehist_t wait_s, hold_s; /* request to grant; grant to end */
+} engine_counters_t;
+
+engine_counters_t *engine__counters(engine_t *e);
+void engine__hist_observe(ehist_t *h, double seconds);
+/* One Prometheus series with its HELP and TYPE lines (metrics.c). */
+void engine__prom_series(struct jsonw *w, const char *name, const char *help, const char *type,
+                         uint64_t v);
+
+/* ---- services of the front ---- */
+
+/* Deliver a completed request: its callback runs, then its result is freed. */
+void engine__complete(engine_t *e, engine_req_t *req);
+/* Deliver the oldest queued event; returns 0 when none is queued. A back end delivers
+ * events after the completions it has ready, so a subscriber hears of a grant after its
+ * requester; a callback that submits more work only queues it, so nothing recurses. */
+int engine__deliver_event(engine_t *e);
+void engine__backend_closed(engine_t *e);
+
+/* A new, unguessable lease id (24 base64url characters from the kernel's CSPRNG). */
+void engine__lease_id(engine_t *e, char id[ENGINE_LEASE_ID_MAX]);
+void engine__random(engine_t *e, void *out, size_t n);
+
+/* An event for the semaphore's subscribers; cheap when nobody watches. `lease` for
+ * granted, released, expired and revoked; `capacity` for resized. */
+typedef struct {
+    const char *type;
+    const char *name;
+    size_t name_len;
+    const engine_lease_t *lease;
+    uint64_t capacity;
+} engine_event_t;
+void engine__event(engine_t *e, const engine_event_t *ev);
+/* The back end's state was rebuilt (a store rollback): every subscription whose semaphore
+ * still exists gets "reset" (events already sent may describe undone changes), the others
+ * "deleted". */
+void engine__events_rollback(engine_t *e);
+
+#endif /* SEMAD_BACKEND_H */

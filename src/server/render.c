@@ -1,0 +1,248 @@
+/* SPDX-License-Identifier: MIT */
+/* render.c - the engine's typed results, its events and problem details in the wire format
+ * of docs/http-api.md. Member order is part of the format: tests compare bodies. */
+#include "render.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "jsonw.h"
+
+static const char *mode_name(int mode)
+{
+    return mode == ENGINE_MODE_EXCLUSIVE ? "exclusive" : "shared";
+}
+
+static void name_member(jsonw_t *w, const char *key, const char *name, size_t len)
+{
+    jsonw_key(w, key);
+    jsonw_str(w, name, len);
+}
+
+static void int_member(jsonw_t *w, const char *key, int64_t v)
+{
+    jsonw_key(w, key);
+    jsonw_int(w, v);
+}
+
+static void lease_body(jsonw_t *w, const engine_lease_t *l)
+{
+    jsonw_obj(w);
+    jsonw_key(w, "lease");
+    jsonw_cstr(w, l->id);
+    name_member(w, "name", l->name, l->name_len);
+    int_member(w, "weight", (int64_t)l->weight);
+    int_member(w, "fence", (int64_t)l->fence);
+    int_member(w, "ttl_ms", l->ttl_ms);
+    int_member(w, "expires_at", l->expires_at_ms);
+    int_member(w, "acquired_at", l->acquired_at_ms);
+    jsonw_key(w, "owner");
+    jsonw_cstr(w, l->owner);
+    if (l->mode != 0) {
+        name_member(w, "key", l->name, l->name_len);
+        jsonw_key(w, "mode");
+        jsonw_cstr(w, mode_name(l->mode));
+    }
+    jsonw_obj_end(w);
+}
+
+static void holder_body(jsonw_t *w, const engine_lease_t *l)
+{
+    jsonw_obj(w);
+    jsonw_key(w, "lease");
+    jsonw_cstr(w, l->id);
+    int_member(w, "weight", (int64_t)l->weight);
+    jsonw_key(w, "owner");
+    jsonw_cstr(w, l->owner);
+    int_member(w, "acquired_at", l->acquired_at_ms);
+    int_member(w, "expires_at", l->expires_at_ms);
+    int_member(w, "fence", (int64_t)l->fence);
+    if (l->mode != 0) {
+        jsonw_key(w, "mode");
+        jsonw_cstr(w, mode_name(l->mode));
+    }
+    jsonw_obj_end(w);
+}
+
+static void waiter_body(jsonw_t *w, const engine_waiter_t *q, size_t position)
+{
+    jsonw_obj(w);
+    int_member(w, "position", (int64_t)position);
+    int_member(w, "weight", (int64_t)q->weight);
+    jsonw_key(w, "owner");
+    jsonw_cstr(w, q->owner != NULL && q->owner[0] != '\0' ? q->owner : NULL);
+    int_member(w, "since", q->since_ms);
+    if (q->wait_idle) {
+        jsonw_key(w, "kind");
+        jsonw_cstr(w, "wait_idle");
+    }
+    if (q->mode != 0) {
+        jsonw_key(w, "mode");
+        jsonw_cstr(w, mode_name(q->mode));
+    }
+    jsonw_obj_end(w);
+}
+
+/* "holders":[...],"waiters":[...] and "truncated" when they stop short. */
+static void lists_members(jsonw_t *w, const engine_sem_view_t *v)
+{
+    jsonw_key(w, "holders");
+    jsonw_arr(w);
+    for (size_t i = 0; i < v->nholders; i++)
+        holder_body(w, &v->holders[i]);
+    jsonw_arr_end(w);
+    jsonw_key(w, "waiters");
+    jsonw_arr(w);
+    for (size_t i = 0; i < v->nwaiters; i++)
+        waiter_body(w, &v->waiters[i], i);
+    jsonw_arr_end(w);
+    if (v->truncated) {
+        jsonw_key(w, "truncated");
+        jsonw_bool(w, 1);
+    }
+}
+
+static void sem_body(jsonw_t *w, const engine_sem_view_t *v)
+{
+    jsonw_obj(w);
+    name_member(w, "name", v->name, v->name_len);
+    int_member(w, "capacity", (int64_t)v->capacity);
+    int_member(w, "available", v->available);
+    int_member(w, "held", (int64_t)v->held);
+    int_member(w, "fence", (int64_t)v->fence);
+    int_member(w, "waiting", (int64_t)v->waiting);
+    int_member(w, "waiting_weight", (int64_t)v->waiting_weight);
+    if (v->legacy) {
+        jsonw_key(w, "legacy");
+        jsonw_bool(w, 1);
+    }
+    lists_members(w, v);
+    jsonw_obj_end(w);
+}
+
+static void lock_body(jsonw_t *w, const engine_sem_view_t *v)
+{
+    jsonw_obj(w);
+    name_member(w, "key", v->name, v->name_len);
+    int_member(w, "readers", (int64_t)v->capacity);
+    lists_members(w, v);
+    jsonw_obj_end(w);
+}
+
+static void list_body(jsonw_t *w, const engine_result_t *r)
+{
+    jsonw_obj(w);
+    jsonw_key(w, "semaphores");
+    jsonw_arr(w);
+    for (size_t i = 0; i < r->nitems; i++) {
+        const engine_sem_view_t *v = &r->items[i];
+        jsonw_obj(w);
+        name_member(w, "name", v->name, v->name_len);
+        int_member(w, "capacity", (int64_t)v->capacity);
+        int_member(w, "available", v->available);
+        int_member(w, "held", (int64_t)v->held);
+        int_member(w, "waiting", (int64_t)v->waiting);
+        jsonw_obj_end(w);
+    }
+    jsonw_arr_end(w);
+    jsonw_key(w, "next_cursor");
+    if (r->next_cursor != NULL)
+        jsonw_str(w, r->next_cursor, r->next_cursor_len);
+    else
+        jsonw_null(w);
+    jsonw_obj_end(w);
+}
+
+int render_result(struct strbuf *out, const engine_result_t *res)
+{
+    jsonw_t w;
+
+    jsonw_init(&w, out);
+    switch (res->kind) {
+    case ENGINE_RES_NONE:
+        break;
+    case ENGINE_RES_LEASE:
+        lease_body(&w, &res->lease);
+        break;
+    case ENGINE_RES_SEM:
+        sem_body(&w, &res->sem);
+        break;
+    case ENGINE_RES_LOCK:
+        lock_body(&w, &res->sem);
+        break;
+    case ENGINE_RES_LIST:
+        list_body(&w, res);
+        break;
+    case ENGINE_RES_LEGACY:
+        jsonw_obj(&w);
+        name_member(&w, "name", res->sem.name, res->sem.name_len);
+        int_member(&w, "value", res->sem.available);
+        jsonw_obj_end(&w);
+        break;
+    case ENGINE_RES_IDLE:
+        jsonw_obj(&w);
+        name_member(&w, "name", res->sem.name, res->sem.name_len);
+        jsonw_key(&w, "idle");
+        jsonw_bool(&w, 1);
+        jsonw_obj_end(&w);
+        break;
+    }
+    return jsonw_end(&w);
+}
+
+int render_lease(struct strbuf *out, const engine_lease_t *l)
+{
+    jsonw_t w;
+
+    jsonw_init(&w, out);
+    lease_body(&w, l);
+    return jsonw_end(&w);
+}
+
+int render_event_data(struct strbuf *out, const engine_event_t *ev, const char *reason)
+{
+    jsonw_t w;
+
+    jsonw_init(&w, out);
+    jsonw_obj(&w);
+    name_member(&w, "name", ev->name, ev->name_len);
+    if (ev->lease != NULL) {
+        jsonw_key(&w, "lease");
+        jsonw_cstr(&w, ev->lease->id);
+        int_member(&w, "weight", (int64_t)ev->lease->weight);
+        int_member(&w, "fence", (int64_t)ev->lease->fence);
+        jsonw_key(&w, "owner");
+        jsonw_cstr(&w, ev->lease->owner);
+    } else if (reason != NULL) {
+        jsonw_key(&w, "reason");
+        jsonw_cstr(&w, reason);
+    } else if (ev->capacity != 0) {
+        int_member(&w, "capacity", (int64_t)ev->capacity);
+    }
+    jsonw_obj_end(&w);
+    return jsonw_end(&w);
+}
+
+int render_problem(struct strbuf *out, int status, const char *code, const char *title,
+                   const char *detail)
+{
+    char type[128];
+    jsonw_t w;
+
+    snprintf(type, sizeof type, "urn:sema:problem:%s", code);
+    jsonw_init(&w, out);
+    jsonw_obj(&w);
+    jsonw_key(&w, "type");
+    jsonw_cstr(&w, type);
+    jsonw_key(&w, "title");
+    jsonw_cstr(&w, title);
+    int_member(&w, "status", status);
+    jsonw_key(&w, "code");
+    jsonw_cstr(&w, code);
+    if (detail != NULL && jsonw_utf8_valid(detail, strlen(detail))) {
+        jsonw_key(&w, "detail");
+        jsonw_cstr(&w, detail);
+    }
+    jsonw_obj_end(&w);
+    return jsonw_end(&w);
+}
