@@ -229,11 +229,11 @@ static void ctx_cleanup(route_ctx_t *c)
 {
     free(c->param);
     free(c->owner);
-    free(c->extra1);
-    free(c->extra2);
-    json_decref(c->echo);
-    c->param = c->owner = c->extra1 = c->extra2 = NULL;
-    c->echo = NULL;
+    free(c->list.prefix);
+    free(c->list.cursor);
+    json_decref(c->legacy_create.echo);
+    c->param = c->owner = c->list.prefix = c->list.cursor = NULL;
+    c->legacy_create.echo = NULL;
 }
 
 static void conn_close(conn_t *conn)

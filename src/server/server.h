@@ -28,10 +28,15 @@ struct route_ctx {
     const char *query;         /* text after '?' or NULL (inside req->url) */
     char *param;               /* decoded path parameter (owned) or NULL */
     size_t param_len;
-    char *owner;  /* owned copies of inputs the engine borrows */
-    char *extra1; /* list prefix */
-    char *extra2; /* list cursor */
-    json_t *echo; /* legacy create: the request object, echoed on 303 */
+    char *owner; /* owned copies of inputs the engine borrows */
+    /* Per-route state, owned, freed when the request ends. */
+    struct {
+        char *prefix; /* decoded ?prefix= */
+        char *cursor; /* decoded ?cursor= */
+    } list;           /* GET /v1/semaphores */
+    struct {
+        json_t *echo; /* the request object, echoed on 303 */
+    } legacy_create;  /* POST /semaphore */
     engine_req_t ereq;
     route_done_fn done;
     int submitted; /* the engine holds ereq */
