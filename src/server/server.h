@@ -83,7 +83,7 @@ void ctx_submit(route_ctx_t *c, route_done_fn done);
  * or the error via ctx_reply_err. */
 void ctx_done_default(route_ctx_t *c, engine_req_t *req);
 
-/* Event streams (sse.c): switch the connection to a stream and write to it. */
+/* Event streams (stream.c, for sse.c): switch the connection to a stream and write to it. */
 int ctx_stream_begin(route_ctx_t *c, engine_sub_t *sub);
 int conn_stream_write(conn_t *conn, const char *data, size_t len);
 void conn_stream_end(conn_t *conn);
