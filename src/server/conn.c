@@ -90,6 +90,22 @@ int conn_write(conn_t *conn, struct strbuf *out, const char *lease)
     return conn_send(conn, out->data, out->len, lease);
 }
 
+/* Send a reply that ends the connection (no keep-alive; `extra` header lines may be NULL),
+ * then linger. Returns 0 or a SEMA_E* code. */
+int conn_send_last(conn_t *conn, int status, const char *ctype, const char *body, size_t len,
+                   const char *extra)
+{
+    struct strbuf out;
+    strbuf_init(&out, 0);
+    int rc = http_reply(&out, status, ctype, body, len, 0, extra);
+    if (rc == 0)
+        rc = conn_write(conn, &out, NULL);
+    if (rc == 0)
+        conn_start_linger(conn);
+    strbuf_free(&out);
+    return rc;
+}
+
 /* True when the client has already closed its side (a FIN is waiting unread). */
 int conn_peer_gone(conn_t *conn)
 {
@@ -216,14 +232,9 @@ static void on_timer(uv_timer_t *t)
         conn_close(conn); /* linger over, or idle keep-alive timeout */
         return;
     }
-    conn->srv->timeouts++;
-    struct strbuf out;
-    strbuf_init(&out, 0);
     static const char msg[] = "Request timeout";
-    if (http_reply(&out, 408, "text/plain; charset=utf-8", msg, sizeof msg - 1, 0, NULL) == 0 &&
-        conn_write(conn, &out, NULL) == 0)
-        conn_start_linger(conn);
-    strbuf_free(&out);
+    conn->srv->timeouts++;
+    conn_send_last(conn, 408, "text/plain; charset=utf-8", msg, sizeof msg - 1, NULL);
 }
 
 void conn_arm_timer(conn_t *conn)
@@ -426,13 +437,8 @@ static void reject(conn_t *conn)
 {
     static const char body[] = "Too many connections";
     conn->srv->rejected++;
-    struct strbuf out;
-    strbuf_init(&out, 0);
-    if (http_reply(&out, 503, "text/plain; charset=utf-8", body, sizeof body - 1, 0,
-                   "Retry-After: 1\r\n") == 0 &&
-        conn_write(conn, &out, NULL) == 0)
-        conn_start_linger(conn);
-    strbuf_free(&out);
+    conn_send_last(conn, 503, "text/plain; charset=utf-8", body, sizeof body - 1,
+                   "Retry-After: 1\r\n");
 }
 
 static conn_t *conn_new(server_t *srv)

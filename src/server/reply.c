@@ -170,38 +170,40 @@ void ctx__reply_no_route(route_ctx_t *c, int rc, const char *method, const char 
     ctx_reply_text(c, 404, msg);
 }
 
+/* The problem+json body of a reply to a request that could not be parsed, into `body`. */
+static int fatal_problem(struct strbuf *body, int status, const char *reason)
+{
+    const char *code = status == 413   ? "body_too_large"
+                       : status == 431 ? "headers_too_large"
+                       : status == 414 ? "uri_too_long"
+                                       : "bad_request";
+    json_t *p = problem_json(status, code, http_status_text(status), reason);
+    int rc = p != NULL ? http_json_append(body, p, 0) : SEMA_ENOMEM;
+    json_decref(p);
+    return rc;
+}
+
 /* A request that could not be parsed: the connection closes after this reply. */
 void conn_reply_fatal(conn_t *conn, int status, const char *reason)
 {
+    static const char text[] = "text/plain; charset=utf-8", problem[] = "application/problem+json";
     server_t *srv = conn->srv;
     srv->parse_errors++;
     server__count(srv, NULL, status);
     const char *url = conn->parser.req.url.data;
-    struct strbuf out;
-    strbuf_init(&out, 0);
+    struct strbuf body;
+    strbuf_init(&body, 0);
     int rc;
     if (url != NULL && is_v1(url)) {
-        json_t *p = problem_json(status,
-                                 status == 413   ? "body_too_large"
-                                 : status == 431 ? "headers_too_large"
-                                 : status == 414 ? "uri_too_long"
-                                                 : "bad_request",
-                                 http_status_text(status), reason);
-        struct strbuf body;
-        strbuf_init(&body, 0);
-        rc = p != NULL ? http_json_append(&body, p, 0) : SEMA_ENOMEM;
-        json_decref(p);
+        rc = fatal_problem(&body, status, reason);
         if (rc == 0)
-            rc = http_reply(&out, status, "application/problem+json", body.data, body.len, 0, NULL);
-        strbuf_free(&body);
+            rc = conn_send_last(conn, status, problem, body.data, body.len, NULL);
     } else {
-        rc = http_reply(&out, status, "text/plain; charset=utf-8", reason, strlen(reason), 0, NULL);
+        rc = conn_send_last(conn, status, text, reason, strlen(reason), NULL);
     }
-    if (rc == 0 && conn_write(conn, &out, NULL) == 0)
-        conn_start_linger(conn);
-    else
+    strbuf_free(&body);
+    if (rc != 0)
         conn_close(conn);
-    strbuf_free(&out);
 }
 
 /* ---- grants ---- */

@@ -65,6 +65,10 @@ void conn_accept(uv_stream_t *listener, int status);
 int conn_send(conn_t *conn, const char *data, size_t len, const char *lease);
 /* Send a strbuf's bytes (the caller keeps and frees the strbuf). */
 int conn_write(conn_t *conn, struct strbuf *out, const char *lease);
+/* Send a reply that ends the connection (no keep-alive; `extra` header lines may be NULL),
+ * then linger. Returns 0 or a SEMA_E* code. */
+int conn_send_last(conn_t *conn, int status, const char *ctype, const char *body, size_t len,
+                   const char *extra);
 /* Sending failed: release `lease` (may be NULL), close the connection, return rc. */
 int conn_send_failed(conn_t *conn, const char *lease, int rc);
 /* True when the client has already closed its side (a FIN is waiting unread). */
