@@ -237,22 +237,26 @@ static void on_timer(uv_timer_t *t)
     conn_send_last(conn, 408, "text/plain; charset=utf-8", msg, sizeof msg - 1, NULL);
 }
 
-void conn_arm_timer(conn_t *conn)
+/* The timer's period for the connection's state, <= 0 for none. */
+static int64_t timer_ms(conn_t *conn)
 {
     const semad_config_t *cfg = conn->srv->cfg;
-    int64_t ms;
+    if (conn->lingering)
+        return LINGER_MS;
+    if (conn->stream)
+        return cfg->sse_heartbeat_ms;
+    if (conn->busy)
+        return 0;
+    if (http_parser_started(&conn->parser))
+        return cfg->header_timeout_ms;
+    return cfg->idle_timeout_ms;
+}
+
+void conn_arm_timer(conn_t *conn)
+{
     if (conn->closing)
         return;
-    if (conn->lingering)
-        ms = LINGER_MS;
-    else if (conn->stream)
-        ms = cfg->sse_heartbeat_ms;
-    else if (conn->busy)
-        ms = 0;
-    else if (http_parser_started(&conn->parser))
-        ms = cfg->header_timeout_ms;
-    else
-        ms = cfg->idle_timeout_ms;
+    int64_t ms = timer_ms(conn);
     if (conn->stream) {
         conn->deadline = 0;
         if (ms <= 0)
