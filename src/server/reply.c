@@ -144,7 +144,7 @@ void ctx_reply_err(route_ctx_t *c, int err, const char *detail)
     json_decref(p);
 }
 
-/* ---- replies to requests no route takes ---- */
+/* ---- requests no handler serves: no route matched, or the request did not parse ---- */
 
 static int is_v1(const char *path)
 {
