@@ -141,8 +141,8 @@ void v1_sem_delete(route_ctx_t *c)
 void v1_sem_list(route_ctx_t *c)
 {
     char *limit = NULL;
-    if (http_query_get(c->query, "prefix", &c->extra1) < 0 ||
-        http_query_get(c->query, "cursor", &c->extra2) < 0 ||
+    if (http_query_get(c->query, "prefix", &c->list.prefix) < 0 ||
+        http_query_get(c->query, "cursor", &c->list.cursor) < 0 ||
         http_query_get(c->query, "limit", &limit) < 0) {
         free(limit);
         ctx_reply_problem(c, 400, "invalid_request", "bad percent-encoding in the query");
@@ -157,8 +157,8 @@ void v1_sem_list(route_ctx_t *c)
     }
     free(limit);
     c->ereq.op = ENGINE_SEM_LIST;
-    c->ereq.prefix = c->extra1;
-    c->ereq.cursor = c->extra2 != NULL && c->extra2[0] != '\0' ? c->extra2 : NULL;
+    c->ereq.prefix = c->list.prefix;
+    c->ereq.cursor = c->list.cursor != NULL && c->list.cursor[0] != '\0' ? c->list.cursor : NULL;
     c->ereq.limit = n;
     ctx_submit(c, ctx_done_default);
 }

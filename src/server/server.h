@@ -28,10 +28,15 @@ struct route_ctx {
     const char *query;         /* text after '?' or NULL (inside req->url) */
     char *param;               /* decoded path parameter (owned) or NULL */
     size_t param_len;
-    char *owner;  /* owned copies of inputs the engine borrows */
-    char *extra1; /* list prefix */
-    char *extra2; /* list cursor */
-    json_t *echo; /* legacy create: the request object, echoed on 303 */
+    char *owner; /* owned copies of inputs the engine borrows */
+    /* Per-route state, owned, freed when the request ends. */
+    struct {
+        char *prefix; /* decoded ?prefix= */
+        char *cursor; /* decoded ?cursor= */
+    } list;           /* GET /v1/semaphores */
+    struct {
+        json_t *echo; /* the request object, echoed on 303 */
+    } legacy_create;  /* POST /semaphore */
     engine_req_t ereq;
     route_done_fn done;
     int submitted; /* the engine holds ereq */
@@ -78,7 +83,7 @@ void ctx_submit(route_ctx_t *c, route_done_fn done);
  * error via ctx_reply_err. */
 void ctx_done_default(route_ctx_t *c, engine_req_t *req);
 
-/* Event streams (sse.c): switch the connection to a stream and write to it. */
+/* Event streams (stream.c, for sse.c): switch the connection to a stream and write to it. */
 int ctx_stream_begin(route_ctx_t *c, engine_sub_t *sub);
 int conn_stream_write(conn_t *conn, const char *data, size_t len);
 void conn_stream_end(conn_t *conn);

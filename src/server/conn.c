@@ -1,0 +1,493 @@
+/* SPDX-License-Identifier: MIT */
+/* conn.c - semad's client connections: accept, read and parse, dispatch to a route, the
+ * write queue, timeouts, linger and close. */
+#include "server_internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "log.h"
+#include "sema/error.h"
+
+enum {
+    LINGER_MS = 2000,            /* after the last reply, wait this long for the client's FIN */
+    REPLY_QUEUE_MAX = 256 << 10, /* unsent reply bytes before pipelined requests wait */
+};
+
+typedef struct {
+    uv_write_t w;
+    uv_buf_t buf;
+    char *lease; /* a granted lease to release if the write fails */
+    char data[]; /* the bytes the socket did not take at once */
+} wreq_t;
+
+static void schedule_drain(conn_t *conn);
+static void on_idle(uv_idle_t *h);
+
+/* ---- writing ---- */
+
+/* The client does not read its replies: parse nothing more until it catches up. */
+static int backlogged(conn_t *conn)
+{
+    return uv_stream_get_write_queue_size((uv_stream_t *)&conn->tcp) > REPLY_QUEUE_MAX;
+}
+
+static void on_write(uv_write_t *w, int status)
+{
+    wreq_t *wr = (wreq_t *)w;
+    conn_t *conn = w->handle->data;
+    if (status < 0 && wr->lease != NULL)
+        server__release_lease(conn->srv, wr->lease);
+    free(wr->lease);
+    free(wr);
+    if (status < 0)
+        conn_close(conn);
+    else if (conn->pending.len > 0 && !conn->busy && !backlogged(conn))
+        schedule_drain(conn);
+}
+
+int conn_send_failed(conn_t *conn, const char *lease, int rc)
+{
+    if (lease != NULL)
+        server__release_lease(conn->srv, lease);
+    conn_close(conn);
+    return rc;
+}
+
+/* Send `len` bytes (copied if needed): what the socket takes now is written at once, the
+ * rest is queued in order. `lease` (borrowed, may be NULL) is released if the bytes cannot
+ * be handed to the kernel. Returns 0 or a SEMA_E* code (then the connection is closing). */
+int conn_send(conn_t *conn, const char *data, size_t len, const char *lease)
+{
+    if (conn->closing)
+        return conn_send_failed(conn, lease, SEMA_EIO);
+    uv_buf_t b = uv_buf_init((char *)data, (unsigned)len);
+    int n = uv_try_write((uv_stream_t *)&conn->tcp, &b, 1);
+    if (n >= 0 && (size_t)n == len)
+        return 0;
+    if (n < 0 && n != UV_EAGAIN)
+        return conn_send_failed(conn, lease, SEMA_EIO);
+    size_t done = n > 0 ? (size_t)n : 0;
+    wreq_t *wr = malloc(sizeof *wr + (len - done));
+    if (wr == NULL)
+        return conn_send_failed(conn, lease, SEMA_ENOMEM);
+    memcpy(wr->data, data + done, len - done);
+    wr->buf = uv_buf_init(wr->data, (unsigned)(len - done));
+    wr->lease = lease != NULL ? strdup(lease) : NULL; /* NULL: the ttl is the fallback */
+    if (uv_write(&wr->w, (uv_stream_t *)&conn->tcp, &wr->buf, 1, on_write) != 0) {
+        free(wr->lease);
+        free(wr);
+        return conn_send_failed(conn, lease, SEMA_EIO);
+    }
+    return 0;
+}
+
+/* Send a strbuf's bytes (the caller keeps and frees the strbuf). */
+int conn_write(conn_t *conn, struct strbuf *out, const char *lease)
+{
+    return conn_send(conn, out->data, out->len, lease);
+}
+
+/* Send a reply that ends the connection (no keep-alive; `extra` header lines may be NULL),
+ * then linger. Returns 0 or a SEMA_E* code. */
+int conn_send_last(conn_t *conn, int status, const char *ctype, const char *body, size_t len,
+                   const char *extra)
+{
+    struct strbuf out;
+    strbuf_init(&out, 0);
+    int rc = http_reply(&out, status, ctype, body, len, 0, extra);
+    if (rc == 0)
+        rc = conn_write(conn, &out, NULL);
+    if (rc == 0)
+        conn_start_linger(conn);
+    strbuf_free(&out);
+    return rc;
+}
+
+/* True when the client has already closed its side (a FIN is waiting unread). */
+int conn_peer_gone(conn_t *conn)
+{
+    uv_os_fd_t fd;
+    if (uv_fileno((uv_handle_t *)&conn->tcp, &fd) != 0)
+        return 1;
+    char b;
+    ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/* ---- connection lifecycle ---- */
+
+static void ready_remove(server_t *srv, conn_t *conn)
+{
+    for (conn_t **pp = &srv->ready; *pp != NULL; pp = &(*pp)->ready_next) {
+        if (*pp == conn) {
+            *pp = conn->ready_next;
+            break;
+        }
+    }
+    conn->on_ready = 0;
+}
+
+static void on_handle_close(uv_handle_t *h)
+{
+    conn_t *conn = h->data;
+    if (--conn->handles > 0)
+        return;
+    server_t *srv = conn->srv;
+    http_parser_free(&conn->parser);
+    strbuf_free(&conn->pending);
+    free(conn);
+    server__finish_stop(srv);
+}
+
+static void ctx_cleanup(route_ctx_t *c)
+{
+    free(c->param);
+    free(c->owner);
+    free(c->list.prefix);
+    free(c->list.cursor);
+    json_decref(c->legacy_create.echo);
+    c->param = c->owner = c->list.prefix = c->list.cursor = NULL;
+    c->legacy_create.echo = NULL;
+}
+
+void conn_close(conn_t *conn)
+{
+    if (conn->closing)
+        return;
+    server_t *srv = conn->srv;
+    conn->closing = 1;
+    if (conn->ctx.submitted) {
+        engine_cancel(srv->engine, &conn->ctx.ereq);
+        conn->ctx.submitted = 0;
+    }
+    if (conn->sub != NULL) {
+        engine_unsubscribe(srv->engine, conn->sub);
+        conn->sub = NULL;
+    }
+    ctx_cleanup(&conn->ctx);
+    if (conn->on_ready)
+        ready_remove(srv, conn);
+    if (conn->prev != NULL)
+        conn->prev->next = conn->next;
+    else if (srv->conns == conn)
+        srv->conns = conn->next;
+    if (conn->next != NULL)
+        conn->next->prev = conn->prev;
+    conn->prev = conn->next = NULL;
+    if (!conn->rejected)
+        srv->nconns--;
+    uv_close((uv_handle_t *)&conn->timer, on_handle_close);
+    uv_close((uv_handle_t *)&conn->tcp, on_handle_close);
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status)
+{
+    conn_t *conn = req->handle->data;
+    free(req);
+    if (status < 0)
+        conn_close(conn);
+}
+
+/* The last reply is queued: send FIN after it, then wait briefly for the client's FIN so
+ * that unread request bytes do not turn our close into a reset that eats the reply. */
+void conn_start_linger(conn_t *conn)
+{
+    if (conn->closing || conn->lingering)
+        return;
+    conn->lingering = 1;
+    uv_shutdown_t *req = malloc(sizeof *req);
+    if (req == NULL || uv_shutdown(req, (uv_stream_t *)&conn->tcp, on_shutdown) != 0) {
+        free(req);
+        conn_close(conn);
+        return;
+    }
+    conn_arm_timer(conn);
+}
+
+/* ---- timers ---- */
+
+static void on_timer(uv_timer_t *t)
+{
+    conn_t *conn = t->data;
+    if (conn->closing)
+        return;
+    if (conn->stream) {
+        conn_stream_write(conn, ": ping\n\n", 8);
+        return;
+    }
+    uint64_t now = uv_now(conn->srv->loop);
+    if (conn->deadline == 0)
+        return; /* disarmed since */
+    if (now < conn->deadline) {
+        /* Re-armed later since: wait for the rest (see conn_arm_timer). */
+        conn->timer_due = conn->deadline;
+        uv_timer_start(&conn->timer, on_timer, conn->deadline - now, 0);
+        return;
+    }
+    conn->deadline = 0;
+    if (conn->lingering || conn->busy || !http_parser_started(&conn->parser)) {
+        conn_close(conn); /* linger over, or idle keep-alive timeout */
+        return;
+    }
+    static const char msg[] = "Request timeout";
+    conn->srv->timeouts++;
+    conn_send_last(conn, 408, "text/plain; charset=utf-8", msg, sizeof msg - 1, NULL);
+}
+
+/* The timer's period for the connection's state, <= 0 for none. */
+static int64_t timer_ms(conn_t *conn)
+{
+    const semad_config_t *cfg = conn->srv->cfg;
+    if (conn->lingering)
+        return LINGER_MS;
+    if (conn->stream)
+        return cfg->sse_heartbeat_ms;
+    if (conn->busy)
+        return 0;
+    if (http_parser_started(&conn->parser))
+        return cfg->header_timeout_ms;
+    return cfg->idle_timeout_ms;
+}
+
+void conn_arm_timer(conn_t *conn)
+{
+    if (conn->closing)
+        return;
+    int64_t ms = timer_ms(conn);
+    if (conn->stream) {
+        conn->deadline = 0;
+        if (ms <= 0)
+            uv_timer_stop(&conn->timer);
+        else
+            uv_timer_start(&conn->timer, on_timer, (uint64_t)ms, (uint64_t)ms);
+        return;
+    }
+    /* Lazy: requests re-arm several times each, so only record the deadline; the timer is
+     * restarted only when it would fire too late, and on_timer waits out the rest when it
+     * fires early. A disarmed timer that fires does nothing. */
+    if (ms <= 0) {
+        conn->deadline = 0;
+        return;
+    }
+    uint64_t due = uv_now(conn->srv->loop) + (uint64_t)ms;
+    conn->deadline = due;
+    if (uv_is_active((uv_handle_t *)&conn->timer) && conn->timer_due <= due)
+        return;
+    conn->timer_due = due;
+    uv_timer_start(&conn->timer, on_timer, (uint64_t)ms, 0);
+}
+
+/* ---- after a reply ---- */
+
+void conn_finish_request(conn_t *conn, int keep_alive)
+{
+    conn->busy = 0;
+    ctx_cleanup(&conn->ctx);
+    http_parser_next(&conn->parser);
+    if (!keep_alive) {
+        conn_start_linger(conn);
+        return;
+    }
+    if (!conn->in_process && conn->pending.len > 0)
+        schedule_drain(conn);
+    if (!conn->in_process)
+        conn_arm_timer(conn);
+}
+
+/* Parse the connection's buffered bytes soon (from the idle handle, never from inside an
+ * engine callback, which may still be using the request struct). */
+static void schedule_drain(conn_t *conn)
+{
+    server_t *srv = conn->srv;
+    if (conn->on_ready || conn->closing || conn->in_process)
+        return;
+    conn->on_ready = 1;
+    conn->ready_next = srv->ready;
+    srv->ready = conn;
+    uv_idle_start(&srv->idle, on_idle);
+}
+
+/* ---- dispatch ---- */
+
+static void dispatch(conn_t *conn)
+{
+    route_ctx_t *c = &conn->ctx;
+    memset(c, 0, sizeof *c);
+    c->srv = conn->srv;
+    c->conn = conn;
+    c->req = &conn->parser.req;
+    conn->busy = 1;
+    char *url = conn->parser.req.url.data;
+    char *q = strchr(url, '?');
+    size_t plen = q != NULL ? (size_t)(q - url) : strlen(url);
+    c->query = q != NULL ? q + 1 : NULL;
+    const char *method = http_method_name(conn->parser.req.method);
+    const char *param = NULL;
+    size_t param_len = 0;
+    int rc = router_match(method, url, plen, &c->route, &param, &param_len);
+    if (rc != ROUTER_FOUND) {
+        if (q != NULL)
+            *q = '\0';
+        ctx__reply_no_route(c, rc, method, url, plen);
+        return;
+    }
+    if (param != NULL && http_pct_decode(param, param_len, 0, &c->param, &c->param_len) != 0) {
+        ctx_reply_err(c, SEMA_EINVAL,
+                      "the name in the URL is not valid percent-encoded UTF-8 (or holds %00)");
+        return;
+    }
+    c->route->handler(c);
+}
+
+/* ---- reading ---- */
+
+static int stash(conn_t *conn, const char *data, size_t len)
+{
+    if (strbuf_append(&conn->pending, data, len) != 0) {
+        log_warn("closing a connection: more than %llu pipelined bytes behind a parked request",
+                 (unsigned long long)conn->srv->cfg->max_pipeline_bytes);
+        conn_close(conn);
+        return -1;
+    }
+    return 0;
+}
+
+static void send_continue(conn_t *conn)
+{
+    static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    conn_send(conn, cont, sizeof cont - 1, NULL);
+    conn->parser.want_continue = 3;
+}
+
+static void process(conn_t *conn, const char *data, size_t len)
+{
+    conn->in_process = 1;
+    while (len > 0 && !conn->closing && !conn->lingering && !conn->busy && !conn->stream &&
+           !backlogged(conn)) {
+        size_t used;
+        int rc = http_parser_feed(&conn->parser, data, len, &used);
+        data += used;
+        len -= used;
+        if (rc == HTTP_NEED_MORE) {
+            if (conn->parser.want_continue == 2)
+                send_continue(conn);
+            break;
+        }
+        if (rc == HTTP_ERROR) {
+            conn_reply_fatal(conn, conn->parser.error_status, conn->parser.error_reason);
+            break;
+        }
+        dispatch(conn);
+    }
+    if (len > 0 && !conn->closing && !conn->lingering && !conn->stream)
+        stash(conn, data, len); /* behind a parked request or an unread reply backlog */
+    conn->in_process = 0;
+    conn_arm_timer(conn);
+}
+
+static void drain(conn_t *conn)
+{
+    if (conn->closing || conn->busy || conn->lingering || conn->stream || conn->pending.len == 0)
+        return;
+    struct strbuf tmp = conn->pending;
+    strbuf_init(&conn->pending, conn->srv->cfg->max_pipeline_bytes);
+    process(conn, tmp.data, tmp.len);
+    strbuf_free(&tmp);
+}
+
+static void on_idle(uv_idle_t *h)
+{
+    server_t *srv = h->data;
+    while (srv->ready != NULL) {
+        conn_t *conn = srv->ready;
+        srv->ready = conn->ready_next;
+        conn->on_ready = 0;
+        drain(conn);
+    }
+    uv_idle_stop(&srv->idle);
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    conn_t *conn = h->data;
+    buf->base = conn->srv->readbuf;
+    buf->len = READ_BUF;
+}
+
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
+{
+    conn_t *conn = s->data;
+    if (n < 0) {
+        if (!conn->busy && !conn->lingering && http_parser_eof(&conn->parser) == HTTP_ERROR)
+            log_debug("client closed in the middle of a request");
+        conn_close(conn); /* a parked request is cancelled there */
+        return;
+    }
+    if (n == 0 || conn->closing || conn->lingering || conn->stream)
+        return;
+    if (conn->busy || conn->pending.len > 0 || backlogged(conn)) {
+        stash(conn, buf->base, (size_t)n);
+        return;
+    }
+    process(conn, buf->base, (size_t)n);
+}
+
+/* ---- accepting ---- */
+
+static void reject(conn_t *conn)
+{
+    static const char body[] = "Too many connections";
+    conn->srv->rejected++;
+    conn_send_last(conn, 503, "text/plain; charset=utf-8", body, sizeof body - 1,
+                   "Retry-After: 1\r\n");
+}
+
+static conn_t *conn_new(server_t *srv)
+{
+    conn_t *conn = calloc(1, sizeof *conn);
+    if (conn == NULL)
+        return NULL;
+    conn->srv = srv;
+    uv_tcp_init(srv->loop, &conn->tcp);
+    uv_timer_init(srv->loop, &conn->timer);
+    conn->tcp.data = conn;
+    conn->timer.data = conn;
+    conn->handles = 2;
+    http_parser_init(&conn->parser, &srv->limits);
+    strbuf_init(&conn->pending, srv->cfg->max_pipeline_bytes);
+    return conn;
+}
+
+void conn_accept(uv_stream_t *listener, int status)
+{
+    server_t *srv = listener->data;
+    if (status < 0) {
+        log_warn("accept failed: %s", uv_strerror(status));
+        return;
+    }
+    conn_t *conn = conn_new(srv);
+    if (conn == NULL)
+        return;
+    if (uv_accept(listener, (uv_stream_t *)&conn->tcp) != 0) {
+        conn->rejected = 1;
+        conn_close(conn);
+        return;
+    }
+    uv_tcp_nodelay(&conn->tcp, 1);
+    conn->next = srv->conns;
+    if (srv->conns != NULL)
+        srv->conns->prev = conn;
+    srv->conns = conn;
+    uv_read_start((uv_stream_t *)&conn->tcp, on_alloc, on_read);
+    if (srv->nconns >= srv->cfg->max_connections || srv->draining) {
+        conn->rejected = 1;
+        reject(conn);
+        return;
+    }
+    srv->nconns++;
+    srv->accepted++;
+    conn_arm_timer(conn);
+}

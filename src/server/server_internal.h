@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: MIT */
+/* server_internal.h - the server and connection structs and the functions server.c, conn.c,
+ * reply.c and stream.c share. Route handlers use server.h only. Names: conn_ for a
+ * connection, ctx__ for a request, server__ for the server. */
+#ifndef SEMAD_SERVER_INTERNAL_H
+#define SEMAD_SERVER_INTERNAL_H
+
+#include "server.h"
+
+enum {
+    READ_BUF = 65536, /* one shared read buffer: idle connections cost no buffer */
+};
+
+struct conn {
+    uv_tcp_t tcp;
+    uv_timer_t timer;
+    server_t *srv;
+    conn_t *prev, *next; /* all open connections */
+    conn_t *ready_next;  /* connections with pipelined bytes to parse */
+    http_parser_t parser;
+    route_ctx_t ctx;
+    struct strbuf pending; /* bytes that arrived behind a request still being served */
+    engine_sub_t *sub;     /* event stream subscription */
+    uint8_t busy;          /* a request is being served */
+    uint8_t in_process;    /* inside process(): replies do not re-enter it */
+    uint8_t closing;
+    uint8_t lingering; /* last reply queued; waiting for the client's FIN */
+    uint8_t stream;    /* the connection carries an event stream */
+    uint8_t on_ready;
+    uint8_t rejected;   /* over max_connections: answered 503 */
+    uint8_t handles;    /* handles still open */
+    uint8_t in_submit;  /* inside engine_submit(): completions are synchronous */
+    uint8_t async_done; /* the engine completed after engine_submit() returned */
+    uint64_t deadline;  /* loop time (ms) the timer acts at, 0 = none (not for streams) */
+    uint64_t timer_due; /* loop time the armed timer fires at */
+};
+
+struct server {
+    uv_loop_t *loop;
+    uv_tcp_t listener;
+    uv_signal_t sigterm, sigint;
+    uv_idle_t idle;
+    uv_timer_t grace;
+    engine_t *engine;
+    const semad_config_t *cfg;
+    http_limits_t limits;
+    conn_t *conns;
+    conn_t *ready;
+    uint64_t nconns, accepted, rejected, timeouts, parse_errors, undelivered;
+    uint64_t *counts; /* requests by route and status (see server__count) */
+    int draining, stopped;
+    struct strbuf scratch_body;  /* JSON of the reply being built */
+    struct strbuf scratch_reply; /* the reply being built (sent or copied at once) */
+    char readbuf[READ_BUF];
+};
+
+/* ---- conn.c ---- */
+
+/* The listener's connection callback. */
+void conn_accept(uv_stream_t *listener, int status);
+
+/* Send `len` bytes (copied if needed): what the socket takes now is written at once, the
+ * rest is queued in order. `lease` (borrowed, may be NULL) is released if the bytes cannot
+ * be handed to the kernel. Returns 0 or a SEMA_E* code (then the connection is closing). */
+int conn_send(conn_t *conn, const char *data, size_t len, const char *lease);
+/* Send a strbuf's bytes (the caller keeps and frees the strbuf). */
+int conn_write(conn_t *conn, struct strbuf *out, const char *lease);
+/* Send a reply that ends the connection (no keep-alive; `extra` header lines may be NULL),
+ * then linger. Returns 0 or a SEMA_E* code. */
+int conn_send_last(conn_t *conn, int status, const char *ctype, const char *body, size_t len,
+                   const char *extra);
+/* Sending failed: release `lease` (may be NULL), close the connection, return rc. */
+int conn_send_failed(conn_t *conn, const char *lease, int rc);
+/* True when the client has already closed its side (a FIN is waiting unread). */
+int conn_peer_gone(conn_t *conn);
+
+/* Arm the connection's timer for its state (linger, heartbeat, header or idle timeout). */
+void conn_arm_timer(conn_t *conn);
+/* The last reply is queued: send FIN after it, then wait briefly for the client's FIN. */
+void conn_start_linger(conn_t *conn);
+/* The request's reply is queued: free its state and go on to the next request. */
+void conn_finish_request(conn_t *conn, int keep_alive);
+/* Close the connection (cancelling a parked request, ending a subscription). Idempotent. */
+void conn_close(conn_t *conn);
+
+/* ---- reply.c ---- */
+
+/* No route matched (`rc` from router_match): 405 or 404, problem+json under /v1. */
+void ctx__reply_no_route(route_ctx_t *c, int rc, const char *method, const char *path, size_t plen);
+/* A request that could not be parsed: the connection closes after this reply. */
+void conn_reply_fatal(conn_t *conn, int status, const char *reason);
+/* Release a granted lease whose grant could not be delivered (counted as undelivered). */
+void server__release_lease(server_t *srv, const char *id);
+
+/* ---- server.c ---- */
+
+/* Count a reply by route (NULL: none matched) and status for /metrics. */
+void server__count(server_t *srv, const route_t *r, int status);
+/* The stop is complete once every connection has closed: close the server's handles. */
+void server__finish_stop(server_t *srv);
+
+#endif /* SEMAD_SERVER_INTERNAL_H */
