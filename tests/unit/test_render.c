@@ -103,13 +103,11 @@ TEST(state_with_lists_is_canonical)
     ASSERT_EQ(json_array_size(json_object_get(g->res, "holders")), 1);
     ASSERT_EQ(json_array_size(json_object_get(g->res, "waiters")), 2);
     ASSERT_STREQ(jstr(json_array_get(json_object_get(g->res, "waiters"), 1), "kind"), "wait_idle");
-    ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(a)));
-    fx_settle(&f);
+    fx_free(&f); /* fails the parked ones first: they must outlive it */
     treq_free(a);
     treq_free(b);
     treq_free(w);
     treq_free(g);
-    fx_free(&f);
 }
 
 TEST(problem_is_rfc9457)
