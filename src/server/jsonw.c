@@ -35,18 +35,16 @@ int jsonw_end(jsonw_t *w)
     return w->rc;
 }
 
-void jsonw_raw(jsonw_t *w, const char *s, size_t len)
+void jsonw__raw_slow(jsonw_t *w, const char *s, size_t len)
 {
-    if (w->n + len > sizeof w->buf) {
-        flush(w);
-        if (len > sizeof w->buf) {
-            if (w->rc == 0)
-                w->rc = strbuf_append(w->out, s, len);
-            return;
-        }
+    flush(w);
+    if (len > sizeof w->buf) {
+        if (w->rc == 0)
+            w->rc = strbuf_append(w->out, s, len);
+        return;
     }
-    memcpy(w->buf + w->n, s, len);
-    w->n += len;
+    memcpy(w->buf, s, len);
+    w->n = len;
 }
 
 void jsonw_raw_str(jsonw_t *w, const char *s)
@@ -56,12 +54,25 @@ void jsonw_raw_str(jsonw_t *w, const char *s)
 
 char *jsonw_u64_digits(uint64_t v, char *end)
 {
+    /* Two digits per division: timestamps have thirteen. */
+    static const char pairs[] = "00010203040506070809101112131415161718192021222324252627282930"
+                                "31323334353637383940414243444546474849505152535455565758596061"
+                                "6263646566676869707172737475767778798081828384858687888990919293"
+                                "949596979899";
     char *p = end;
 
-    do {
-        *--p = (char)('0' + v % 10);
-        v /= 10;
-    } while (v != 0);
+    while (v >= 100) {
+        unsigned d = (unsigned)(v % 100) * 2;
+        v /= 100;
+        *--p = pairs[d + 1];
+        *--p = pairs[d];
+    }
+    if (v >= 10) {
+        *--p = pairs[v * 2 + 1];
+        *--p = pairs[v * 2];
+    } else {
+        *--p = (char)('0' + v);
+    }
     return p;
 }
 
@@ -86,7 +97,7 @@ void jsonw_raw_i64(jsonw_t *w, int64_t v)
 /* ---- JSON structure ---- */
 
 /* Before a value or a key: the comma that separates it from the one before. */
-static void sep(jsonw_t *w)
+static inline void sep(jsonw_t *w)
 {
     uint64_t bit;
 
@@ -142,12 +153,10 @@ void jsonw_arr_end(jsonw_t *w)
     close_container(w, ']');
 }
 
-void jsonw_key(jsonw_t *w, const char *key)
+void jsonw__key(jsonw_t *w, const char *quoted, size_t len)
 {
     sep(w);
-    jsonw_raw(w, "\"", 1);
-    jsonw_raw_str(w, key);
-    jsonw_raw(w, "\":", 2);
+    jsonw_raw(w, quoted, len);
     w->after_key = 1;
 }
 
@@ -172,32 +181,67 @@ static size_t escape(unsigned char c, char esc[6])
     return 6;
 }
 
-static void put_string(jsonw_t *w, const char *s, size_t len)
+/* The length of the valid UTF-8 sequence at s (a lead byte >= 0x80), or 0. */
+static size_t utf8_seq(const unsigned char *u, size_t avail)
 {
-    size_t run = 0;
+    unsigned c = u[0], min, cp;
+    size_t n;
+
+    if ((c & 0xE0) == 0xC0)
+        n = 1, min = 0x80, cp = c & 0x1F;
+    else if ((c & 0xF0) == 0xE0)
+        n = 2, min = 0x800, cp = c & 0x0F;
+    else if ((c & 0xF8) == 0xF0)
+        n = 3, min = 0x10000, cp = c & 0x07;
+    else
+        return 0;
+    if (n >= avail)
+        return 0;
+    for (size_t k = 1; k <= n; k++) {
+        if ((u[k] & 0xC0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (u[k] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+        return 0;
+    return n + 1;
+}
+
+/* A quoted, escaped string in one pass that also checks the UTF-8; -1 if it is not. */
+static int put_string(jsonw_t *w, const char *s, size_t len)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t run = 0, i = 0;
 
     jsonw_raw(w, "\"", 1);
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
+    while (i < len) {
+        unsigned char c = u[i];
         char esc[6];
-        if (c >= 0x20 && c != '"' && c != '\\')
+        size_t n;
+        if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') {
+            i++;
             continue;
+        }
+        if (c >= 0x80) {
+            if ((n = utf8_seq(u + i, len - i)) == 0)
+                return -1;
+            i += n;
+            continue;
+        }
         jsonw_raw(w, s + run, i - run);
-        run = i + 1;
         jsonw_raw(w, esc, escape(c, esc));
+        run = ++i;
     }
     jsonw_raw(w, s + run, len - run);
     jsonw_raw(w, "\"", 1);
+    return 0;
 }
 
 void jsonw_str(jsonw_t *w, const char *s, size_t len)
 {
     sep(w);
-    if (!jsonw_utf8_valid(s, len)) {
-        w->rc = w->rc ? w->rc : SEMA_EINVAL;
-        return;
-    }
-    put_string(w, s, len);
+    if (put_string(w, s, len) != 0 && w->rc == 0)
+        w->rc = SEMA_EINVAL;
 }
 
 void jsonw_cstr(jsonw_t *w, const char *s)
@@ -275,7 +319,7 @@ static void put_container(jsonw_t *w, const json_t *j)
     json_object_foreach((json_t *)j, key, v)
     {
         sep(w);
-        put_string(w, key, strlen(key));
+        (void)put_string(w, key, strlen(key)); /* jansson holds only valid UTF-8 */
         jsonw_raw(w, ":", 1);
         w->after_key = 1;
         jsonw_value(w, v);
@@ -294,9 +338,8 @@ void jsonw_value(jsonw_t *w, const json_t *j)
     case JSON_ARRAY:
         put_container(w, j);
         return;
-    case JSON_STRING: /* jansson holds only valid UTF-8 */
-        sep(w);
-        put_string(w, json_string_value(j), json_string_length(j));
+    case JSON_STRING:
+        jsonw_str(w, json_string_value(j), json_string_length(j));
         return;
     case JSON_INTEGER:
         jsonw_int(w, (int64_t)json_integer_value(j));
@@ -320,33 +363,16 @@ void jsonw_value(jsonw_t *w, const json_t *j)
 int jsonw_utf8_valid(const char *s, size_t len)
 {
     const unsigned char *u = (const unsigned char *)s;
-    size_t i = 0;
+    size_t i = 0, n;
 
     while (i < len) {
-        unsigned c = u[i], min, cp;
-        size_t n;
-        if (c < 0x80) {
+        if (u[i] < 0x80) {
             i++;
             continue;
-        } else if ((c & 0xE0) == 0xC0) {
-            n = 1, min = 0x80, cp = c & 0x1F;
-        } else if ((c & 0xF0) == 0xE0) {
-            n = 2, min = 0x800, cp = c & 0x0F;
-        } else if ((c & 0xF8) == 0xF0) {
-            n = 3, min = 0x10000, cp = c & 0x07;
-        } else {
-            return 0;
         }
-        if (i + n >= len)
+        if ((n = utf8_seq(u + i, len - i)) == 0)
             return 0;
-        for (size_t k = 1; k <= n; k++) {
-            if ((u[i + k] & 0xC0) != 0x80)
-                return 0;
-            cp = (cp << 6) | (u[i + k] & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-            return 0;
-        i += n + 1;
+        i += n;
     }
     return 1;
 }

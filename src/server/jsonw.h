@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <jansson.h>
 
@@ -33,8 +34,18 @@ void jsonw_init(jsonw_t *w, struct strbuf *out);
 /* Flush and return the first error, or 0. */
 int jsonw_end(jsonw_t *w);
 
-/* Bytes as they are (HTTP heads, SSE framing, Prometheus text). */
-void jsonw_raw(jsonw_t *w, const char *s, size_t len);
+/* Bytes as they are (HTTP heads, SSE framing, Prometheus text). Inline: a reply is many
+ * short pieces, and a call per piece showed in the profile. */
+void jsonw__raw_slow(jsonw_t *w, const char *s, size_t len);
+static inline void jsonw_raw(jsonw_t *w, const char *s, size_t len)
+{
+    if (len <= sizeof w->buf - w->n) {
+        memcpy(w->buf + w->n, s, len);
+        w->n += len;
+    } else {
+        jsonw__raw_slow(w, s, len);
+    }
+}
 void jsonw_raw_str(jsonw_t *w, const char *s); /* NUL-terminated */
 void jsonw_raw_u64(jsonw_t *w, uint64_t v);
 void jsonw_raw_i64(jsonw_t *w, int64_t v);
@@ -44,8 +55,10 @@ void jsonw_obj(jsonw_t *w);
 void jsonw_obj_end(jsonw_t *w);
 void jsonw_arr(jsonw_t *w);
 void jsonw_arr_end(jsonw_t *w);
-/* A member's key: a literal of printable ASCII that needs no escaping. */
-void jsonw_key(jsonw_t *w, const char *key);
+/* A member's key: a string literal of printable ASCII that needs no escaping (the quotes
+ * and the colon are joined to it at compile time). */
+#define jsonw_key(w, lit) jsonw__key((w), "\"" lit "\":", sizeof("\"" lit "\":") - 1)
+void jsonw__key(jsonw_t *w, const char *quoted, size_t len);
 void jsonw_str(jsonw_t *w, const char *s, size_t len); /* escaped; must be UTF-8 */
 void jsonw_cstr(jsonw_t *w, const char *s);            /* NUL-terminated, NULL: null */
 void jsonw_int(jsonw_t *w, int64_t v);

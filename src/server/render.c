@@ -13,17 +13,9 @@ static const char *mode_name(int mode)
     return mode == ENGINE_MODE_EXCLUSIVE ? "exclusive" : "shared";
 }
 
-static void name_member(jsonw_t *w, const char *key, const char *name, size_t len)
-{
-    jsonw_key(w, key);
-    jsonw_str(w, name, len);
-}
-
-static void int_member(jsonw_t *w, const char *key, int64_t v)
-{
-    jsonw_key(w, key);
-    jsonw_int(w, v);
-}
+/* A member whose value is a string of `len` bytes, or an integer (key: a literal). */
+#define name_member(w, key, name, len) (jsonw_key((w), key), jsonw_str((w), (name), (len)))
+#define int_member(w, key, v) (jsonw_key((w), key), jsonw_int((w), (v)))
 
 static void lease_body(jsonw_t *w, const engine_lease_t *l)
 {
