@@ -75,6 +75,26 @@ foreach(src ${SEMA_PY_TESTS})
       LABELS integration SKIP_RETURN_CODE 77 ENVIRONMENT "${SEMA_TEST_ENV}")
   endforeach()
 endforeach()
+# The HTTP suites once more, each case behind a validating proxy that checks every reply
+# against docs/openapi.yaml (prism from tests/openapi/, which `scripts/deps.sh test`
+# installs; see semad_fixture.py): openapi.<file>.<name>, label openapi. Cases that check
+# what a proxy hides (the connection itself, disconnects, event streams) skip themselves.
+# Normal builds only: the sanitizer builds run the same server code without it.
+set(SEMA_OPENAPI_PROXY_SUITES v1 legacy scenarios_http limits)
+if(NOT SEMA_SANITIZE)
+  foreach(short ${SEMA_OPENAPI_PROXY_SUITES})
+    set(src ${PROJECT_SOURCE_DIR}/tests/integration/test_${short}.py)
+    file(STRINGS ${src} lines REGEX "^def test_[A-Za-z0-9_]+\\(")
+    foreach(line ${lines})
+      string(REGEX REPLACE "^def test_([A-Za-z0-9_]+)\\(.*" "\\1" case ${line})
+      add_test(NAME openapi.${short}.${case} COMMAND ${Python3_EXECUTABLE} ${src} ${case})
+      set_tests_properties(openapi.${short}.${case} PROPERTIES TIMEOUT ${SEMA_TEST_TIMEOUT}
+        LABELS "integration;openapi" SKIP_RETURN_CODE 77
+        ENVIRONMENT "${SEMA_TEST_ENV};SEMA_TEST_OPENAPI_PROXY=1")
+    endforeach()
+  endforeach()
+endif()
+
 file(GLOB SEMA_SH_TESTS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/integration/test_*.sh)
 foreach(src ${SEMA_SH_TESTS})
   get_filename_component(file ${src} NAME_WE)

@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# deps.sh - install the Debian packages sema needs to build, test and benchmark.
+# deps.sh - install the Debian packages sema needs to build, test and benchmark, and (test,
+# bench) the pinned npm packages of tests/openapi (the validating proxy of the HTTP tests).
 #
 # Usage: scripts/deps.sh [build|test|bench]   (default: test)
 # As root it runs apt-get; otherwise it prints the exact command and exits 1.
 set -eu
 
 want=${1:-test}
+root=$(cd "$(dirname "$0")/.." && pwd)
 
 build_pkgs="build-essential cmake pkg-config libuv1-dev node-llhttp libjansson-dev
             libsqlite3-dev libhiredis-dev libcurl4-openssl-dev"
-test_pkgs="python3 sqlite3 redis-server procps util-linux"
+test_pkgs="python3 sqlite3 redis-server procps util-linux nodejs npm"
 bench_pkgs="wrk"
 
 case $want in
@@ -20,21 +22,42 @@ bench) pkgs="$build_pkgs $test_pkgs $bench_pkgs" ;;
 *) echo "usage: $0 [build|test|bench]" >&2; exit 2 ;;
 esac
 
+# Node.js may come from elsewhere than Debian (NodeSource's nodejs has npm inside and
+# conflicts with Debian's npm package): for these two a working command is enough.
+installed() {
+    case $1 in
+    nodejs) command -v node >/dev/null 2>&1 ;;
+    npm) command -v npm >/dev/null 2>&1 ;;
+    *) dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'ok installed' ;;
+    esac
+}
+
 missing=""
 for p in $pkgs; do
-    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed'; then
-        missing="$missing $p"
-    fi
+    installed "$p" || missing="$missing $p"
 done
-[ -z "$missing" ] && exit 0
 
-if [ "$(id -u)" -ne 0 ]; then
-    echo "sema needs these Debian packages:$missing" >&2
-    echo "install them with:  sudo apt-get install -y$missing" >&2
-    exit 1
+if [ -n "$missing" ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "sema needs these Debian packages:$missing" >&2
+        echo "install them with:  sudo apt-get install -y$missing" >&2
+        exit 1
+    fi
+    echo "installing Debian packages:$missing" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq || true
+    # shellcheck disable=SC2086
+    apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
-echo "installing Debian packages:$missing" >&2
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq || true
-# shellcheck disable=SC2086
-apt-get install -y -qq --no-install-recommends $missing >/dev/null
+
+[ "$want" = build ] && exit 0
+
+# tests/openapi: `npm ci` from the committed package-lock.json, again whenever it changed
+# (a copy of the lock beside node_modules says what is installed).
+dir=$root/tests/openapi
+stamp=$dir/node_modules/.sema-installed-lock
+if ! cmp -s "$dir/package-lock.json" "$stamp" 2>/dev/null || [ ! -x "$dir/node_modules/.bin/prism" ]; then
+    echo "installing the npm packages of tests/openapi (npm ci)" >&2
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >&2)
+    cp "$dir/package-lock.json" "$stamp"
+fi

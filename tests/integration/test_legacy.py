@@ -13,6 +13,17 @@ CASES = os.path.join(os.environ.get("SEMA_SOURCE_DIR",
                                     os.path.join(os.path.dirname(__file__), "..", "..")),
                      "tests", "cases", "legacy")
 
+# Cases the validating proxy cannot carry (SEMA_TEST_OPENAPI_PROXY): a request for no route
+# of the API, which the proxy answers itself, or one the proxy changes on its way. These
+# go to semad directly there.
+NOT_THROUGH_PROXY = {
+    "unknown_route": "no route",
+    "wrong_method": "no route",
+    "name_2E_2E_delete": "the proxy's URL parser takes %2E%2E for a '..' segment",
+    "name_2E_2E_value": "the proxy's URL parser takes %2E%2E for a '..' segment",
+    "bad_invalid_utf8_in_body": "the proxy decodes a text body (bad UTF-8 becomes U+FFFD)",
+}
+
 
 def read(path, binary=False):
     with open(path, "rb") as f:
@@ -42,8 +53,12 @@ def run_case(s, name):
     if os.path.exists(os.path.join(d, "setup")):
         run_setup(s, read(os.path.join(d, "setup")))
     method, path, headers, body = parse_request(read(os.path.join(d, "request"), True))
-    st, hd, data = s.request(method, path, body, headers)
     errs = []
+    try:
+        st, hd, data = s.request(method, path, body, headers,
+                                 direct=name in NOT_THROUGH_PROXY)
+    except AssertionError as e:  # a reply that breaks docs/openapi.yaml, behind the proxy
+        return [str(e)]
     want = int(read(os.path.join(d, "status")).strip())
     if st != want:
         errs.append("status %d, want %d" % (st, want))

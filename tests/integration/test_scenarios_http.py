@@ -2,7 +2,9 @@
 """test_scenarios_http.py - the shared semantics suite (tests/cases/scenarios.txt) over
 HTTP against the real semad. A queued request is a parked HTTP request on its own
 connection; `cancel` closes that connection; `close` is DELETE; `release L` is DELETE of
-L's lease. Scenarios with a line HTTP cannot express are skipped and named."""
+L's lease. Scenarios with a line HTTP cannot express are skipped and named (behind the
+validating proxy of SEMA_TEST_OPENAPI_PROXY also `cancel`: prism does not pass a client's
+disconnect on to semad)."""
 import json
 import os
 import socket
@@ -40,6 +42,8 @@ def parse(path):
 def expressible(words):
     if words[0] == "release" and len(words) > 2:
         return "partial release (release L W) has no HTTP route"
+    if words[0] == "cancel" and fx.PROXY:
+        return "a disconnect does not pass through the validating proxy"
     return None
 
 
@@ -218,7 +222,7 @@ def test_scenarios():
     for sk in skipped:
         print("skipped scenario " + sk)
     print("%d scenarios passed over HTTP, %d skipped" % (ran, len(skipped)))
-    assert ran >= len(scenarios) - 2
+    assert ran >= len(scenarios) - (4 if fx.PROXY else 2)
 
 
 if __name__ == "__main__":

@@ -29,8 +29,8 @@ def acquire(s, name, **kw):
     return s.json("POST", "/v1/semaphores/%s/acquire" % name, kw, headers)
 
 
-def problem(s, method, path, body=None, headers=None):
-    st, hd, data = s.request(method, path, body, headers)
+def problem(s, method, path, body=None, headers=None, direct=False):
+    st, hd, data = s.request(method, path, body, headers, direct=direct)
     assert hd.get("content-type") == PROBLEM, (st, hd, data)
     p = json.loads(data)
     assert p["status"] == st and p["type"] == "urn:sema:problem:" + p["code"], p
@@ -152,11 +152,14 @@ def test_request_validation():
         assert s.json("PUT", "/v1/semaphores/n", {"capacity": 1, "color": "red"})[0] == 201
         st, sem = s.json("GET", "/v1/semaphores/v")
         assert sem["available"] == 2 and sem["held"] == 0 and sem["waiting"] == 0, sem
-        assert problem(s, "POST", "/v1/semaphores/v", {}) == (405, "method_not_allowed")
+        # No route of the API: behind the validating proxy these go to semad directly (the
+        # proxy answers a method or path its document lacks itself).
+        assert problem(s, "POST", "/v1/semaphores/v", {}, direct=True) == \
+            (405, "method_not_allowed")
         # a 405 says which methods the path has (RFC 9110: Allow)
-        st, hd, data = s.request("GET", "/v1/semaphores/v/acquire?x=1")
+        st, hd, data = s.request("GET", "/v1/semaphores/v/acquire?x=1", direct=True)
         assert st == 405 and hd["allow"] == "POST", (st, hd)
-        st, hd, data = s.request("POST", "/v1/semaphores/v")
+        st, hd, data = s.request("POST", "/v1/semaphores/v", direct=True)
         assert st == 405 and hd["allow"] == "PUT, PATCH, GET, DELETE", (st, hd)
         assert json.loads(data)["title"] == "Method Not Allowed"
         # one title per code, whichever check refused the request
@@ -166,7 +169,7 @@ def test_request_validation():
             assert st == 400, (body, st, data)
             titles.add(json.loads(data)["title"])
         assert titles == {"Invalid request"}, titles
-        assert problem(s, "GET", "/v1/nothing") == (404, "not_found")
+        assert problem(s, "GET", "/v1/nothing", direct=True) == (404, "not_found")
         assert problem(s, "POST", "/v1/semaphores/none/acquire", {}) == (404, "not_found")
 
 
@@ -271,6 +274,7 @@ def read_event(f):
         ev[k] = v
 
 
+@fx.not_through_proxy("an event stream (prism reads a reply whole before it checks it)")
 def test_events_stream():
     with fx.Semad() as s:
         put(s, "e", 1)
@@ -312,6 +316,7 @@ def open_events(s, name, last_id=None):
     return sock, f
 
 
+@fx.not_through_proxy("event streams")
 def test_events_resume_with_last_event_id():
     with fx.Semad() as s:
         put(s, "er", 1)
@@ -362,6 +367,7 @@ def test_events_resume_with_last_event_id():
         assert problem(s, "GET", "/v1/semaphores/er/events") == (404, "not_found")
 
 
+@fx.not_through_proxy("event streams, and repeated headers a proxy joins into one")
 def test_events_last_event_id_header_limits():
     with fx.Semad() as s:
         put(s, "eh", 1)
@@ -476,6 +482,7 @@ def test_pitfall26_renewing_a_lost_lease_fails_loudly():
         assert s.json("GET", "/v1/semaphores/l")[1]["held"] == 0
 
 
+@fx.not_through_proxy("a client's disconnect (prism does not pass it on to semad)")
 def test_pitfall27_dead_waiters_leave_the_queue():
     with fx.Semad() as s:
         put(s, "d", 1)
