@@ -669,14 +669,21 @@ static int v_renew(remote_opts_t *o)
     return CLI_EXIT_OK;
 }
 
-static int v_release(remote_opts_t *o)
+/* A call that ends the lease named by the first argument (release, revoke). */
+static int end_lease(remote_opts_t *o,
+                     int (*call)(sema_client_t *, const char *, sema_client_error_t *))
 {
     sema_client_error_t e;
 
     WITH_CLIENT(o, c);
-    int rc = sema_client_release(c, o->pos[0], &e);
+    int rc = call(c, o->pos[0], &e);
     sema_client_free(c);
     return rc != 0 ? remote_fail(o, o->pos[0], rc, &e) : CLI_EXIT_OK;
+}
+
+static int v_release(remote_opts_t *o)
+{
+    return end_lease(o, sema_client_release);
 }
 
 static int v_lease(remote_opts_t *o)
@@ -702,12 +709,7 @@ static int v_lease(remote_opts_t *o)
 
 static int v_revoke(remote_opts_t *o)
 {
-    sema_client_error_t e;
-
-    WITH_CLIENT(o, c);
-    int rc = sema_client_revoke(c, o->pos[0], &e);
-    sema_client_free(c);
-    return rc != 0 ? remote_fail(o, o->pos[0], rc, &e) : CLI_EXIT_OK;
+    return end_lease(o, sema_client_revoke);
 }
 
 static int v_wait_idle(remote_opts_t *o)

@@ -10,35 +10,37 @@
 
 /* ---- lookup ---- */
 
-static int lease_eq(const enode_t *n, const void *key, size_t len)
+/* Leases and tombstones are both found by id: `off` is where the id lies after the node. */
+typedef struct {
+    const char *id;
+    size_t off;
+} idkey_t;
+
+static int id_eq(const enode_t *n, const void *key, size_t len)
 {
-    const elease_t *l = ECONTAINER(n, elease_t, node);
-    return strlen(l->id) == len && memcmp(l->id, key, len) == 0;
+    const idkey_t *k = key;
+    const char *id = (const char *)n + k->off;
+    return strlen(id) == len && memcmp(id, k->id, len) == 0;
+}
+
+static enode_t *find_id(const etab_t *t, size_t off, const char *id, size_t len)
+{
+    idkey_t k = {id, off};
+
+    if (len >= ENGINE_LEASE_ID_MAX)
+        return NULL;
+    return etab_find(t, etab_hash(id, len, 1), id_eq, &k, len);
 }
 
 elease_t *mem__lease_find(mem_t *e, const char *id, size_t len)
 {
-    enode_t *n;
-
-    if (len >= sizeof(((elease_t *)0)->id))
-        return NULL;
-    n = etab_find(&e->leases, etab_hash(id, len, 1), lease_eq, id, len);
+    enode_t *n = find_id(&e->leases, offsetof(elease_t, id) - offsetof(elease_t, node), id, len);
     return n ? ECONTAINER(n, elease_t, node) : NULL;
-}
-
-static int tomb_eq(const enode_t *n, const void *key, size_t len)
-{
-    const etomb_t *t = ECONTAINER(n, etomb_t, node);
-    return strlen(t->id) == len && memcmp(t->id, key, len) == 0;
 }
 
 etomb_t *mem__tomb_find(mem_t *e, const char *id, size_t len)
 {
-    enode_t *n;
-
-    if (len >= sizeof(((etomb_t *)0)->id))
-        return NULL;
-    n = etab_find(&e->tombs, etab_hash(id, len, 1), tomb_eq, id, len);
+    enode_t *n = find_id(&e->tombs, offsetof(etomb_t, id) - offsetof(etomb_t, node), id, len);
     return n ? ECONTAINER(n, etomb_t, node) : NULL;
 }
 
