@@ -237,11 +237,21 @@ static int put_string(jsonw_t *w, const char *s, size_t len)
     return 0;
 }
 
+void jsonw_raw_string(jsonw_t *w, const char *s, size_t len)
+{
+    if (put_string(w, s, len) != 0 && w->rc == 0)
+        w->rc = SEMA_EINVAL;
+}
+
 void jsonw_str(jsonw_t *w, const char *s, size_t len)
 {
     sep(w);
-    if (put_string(w, s, len) != 0 && w->rc == 0)
-        w->rc = SEMA_EINVAL;
+    jsonw_raw_string(w, s, len);
+}
+
+void jsonw_value_begin(jsonw_t *w)
+{
+    sep(w);
 }
 
 void jsonw_cstr(jsonw_t *w, const char *s)

@@ -49,6 +49,13 @@ static inline void jsonw_raw(jsonw_t *w, const char *s, size_t len)
 void jsonw_raw_str(jsonw_t *w, const char *s); /* NUL-terminated */
 void jsonw_raw_u64(jsonw_t *w, uint64_t v);
 void jsonw_raw_i64(jsonw_t *w, int64_t v);
+#define jsonw_lit(w, lit) jsonw_raw((w), lit, sizeof(lit) - 1) /* a string literal */
+
+/* A value written as a template (literal keys and punctuation with jsonw_lit, strings with
+ * jsonw_raw_string, numbers with jsonw_raw_i64), for the hot path: jsonw_value_begin()
+ * writes the comma a value needs where it stands, and the template closes what it opens. */
+void jsonw_value_begin(jsonw_t *w);
+void jsonw_raw_string(jsonw_t *w, const char *s, size_t len); /* quoted, escaped, UTF-8 */
 
 /* JSON, compact, byte for byte what jansson's json_dumps(JSON_COMPACT) writes. */
 void jsonw_obj(jsonw_t *w);

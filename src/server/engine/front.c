@@ -118,6 +118,11 @@ static int is_lease_op(engine_op_t op)
            op == ENGINE_LEASE_REVOKE;
 }
 
+static int creates_name(engine_op_t op)
+{
+    return op == ENGINE_SEM_PUT || op == ENGINE_LEGACY_CREATE || op == ENGINE_LOCK_ACQUIRE;
+}
+
 /* A semaphore name or a lock key (a lease id is looked up as it is). */
 static int check_name(const engine_t *e, const engine_req_t *req, const char **msg)
 {
@@ -131,10 +136,11 @@ static int check_name(const engine_t *e, const engine_req_t *req, const char **m
         *msg = "name is longer than the configured maximum";
         return SEMA_ENAMETOOLONG;
     }
-    if (!jsonw_utf8_valid(req->name, req->name_len)) {
-        *msg = req->op == ENGINE_LOCK_ACQUIRE || req->op == ENGINE_LOCK_GET
-                   ? "key must be valid UTF-8"
-                   : "name must be valid UTF-8";
+    /* A name that is created must be UTF-8 (it goes out in every reply and event); one
+     * that is only looked up and is not UTF-8 simply finds nothing. */
+    if (creates_name(req->op) && !jsonw_utf8_valid(req->name, req->name_len)) {
+        *msg =
+            req->op == ENGINE_LOCK_ACQUIRE ? "key must be valid UTF-8" : "name must be valid UTF-8";
         return SEMA_EINVAL;
     }
     return 0;
