@@ -51,4 +51,29 @@ SEMA__HIDDEN _Noreturn void sema__abort(const char *file, int line, const char *
 SEMA__HIDDEN int64_t sema__now_ns(void);
 SEMA__HIDDEN int64_t sema__deadline_ns(int64_t timeout_ms);
 
+/* A FIFO queue as a doubly linked list: `q` has `head` and `tail`, a node has links named
+ * `prev` and `next` (the names differ between sem.c and keyed.c, hence macros). */
+#define SEMA__QUEUE_PUSH(q, n, prev, next)                                                         \
+    do {                                                                                           \
+        (n)->next = NULL;                                                                          \
+        (n)->prev = (q)->tail;                                                                     \
+        if ((q)->tail != NULL)                                                                     \
+            (q)->tail->next = (n);                                                                 \
+        else                                                                                       \
+            (q)->head = (n);                                                                       \
+        (q)->tail = (n);                                                                           \
+    } while (0)
+#define SEMA__QUEUE_REMOVE(q, n, prev, next)                                                       \
+    do {                                                                                           \
+        if ((n)->prev != NULL)                                                                     \
+            (n)->prev->next = (n)->next;                                                           \
+        else                                                                                       \
+            (q)->head = (n)->next;                                                                 \
+        if ((n)->next != NULL)                                                                     \
+            (n)->next->prev = (n)->prev;                                                           \
+        else                                                                                       \
+            (q)->tail = (n)->prev;                                                                 \
+        (n)->prev = (n)->next = NULL;                                                              \
+    } while (0)
+
 #endif /* SEMA_INTERNAL_H */

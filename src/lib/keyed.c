@@ -240,27 +240,13 @@ static void remove_if_idle(sema_keyed_t *k, struct stripe *s, struct entry *e)
 
 static void enqueue(struct entry *e, struct waiter *w)
 {
-    w->next = NULL;
-    w->prev = e->tail;
-    if (e->tail != NULL)
-        e->tail->next = w;
-    else
-        e->head = w;
-    e->tail = w;
+    SEMA__QUEUE_PUSH(e, w, prev, next);
     e->refs++;
 }
 
 static void dequeue(struct entry *e, struct waiter *w)
 {
-    if (w->prev != NULL)
-        w->prev->next = w->next;
-    else
-        e->head = w->next;
-    if (w->next != NULL)
-        w->next->prev = w->prev;
-    else
-        e->tail = w->prev;
-    w->prev = w->next = NULL;
+    SEMA__QUEUE_REMOVE(e, w, prev, next);
 }
 
 /* Grant head requests while they fit (strict FIFO, head-of-line blocking).

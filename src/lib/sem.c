@@ -178,13 +178,7 @@ static int fast_release(struct sema_sem *s, uint64_t weight)
 
 static void enqueue(struct sema_sem *s, sema_sem_waiter_t *n)
 {
-    n->next_ = NULL;
-    n->prev_ = s->tail;
-    if (s->tail != NULL)
-        s->tail->next_ = n;
-    else
-        s->head = n;
-    s->tail = n;
+    SEMA__QUEUE_PUSH(s, n, prev_, next_);
     n->queued_ = 1;
     n->enq_seq_ = ++s->seq;
     s->nwaiters++;
@@ -199,15 +193,7 @@ static void enqueue(struct sema_sem *s, sema_sem_waiter_t *n)
 
 static void dequeue(struct sema_sem *s, sema_sem_waiter_t *n)
 {
-    if (n->prev_ != NULL)
-        n->prev_->next_ = n->next_;
-    else
-        s->head = n->next_;
-    if (n->next_ != NULL)
-        n->next_->prev_ = n->prev_;
-    else
-        s->tail = n->prev_;
-    n->prev_ = n->next_ = NULL;
+    SEMA__QUEUE_REMOVE(s, n, prev_, next_);
     n->queued_ = 0;
     s->nwaiters--;
     if (n->kind_ & KIND_IDLE)
