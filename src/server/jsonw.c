@@ -368,6 +368,25 @@ void jsonw_value(jsonw_t *w, const json_t *j)
     }
 }
 
+/* ---- Prometheus ---- */
+
+void jsonw_prom_series(jsonw_t *w, const char *name, const char *help, const char *type, uint64_t v)
+{
+    jsonw_raw_str(w, "# HELP ");
+    jsonw_raw_str(w, name);
+    jsonw_raw(w, " ", 1);
+    jsonw_raw_str(w, help);
+    jsonw_raw_str(w, "\n# TYPE ");
+    jsonw_raw_str(w, name);
+    jsonw_raw(w, " ", 1);
+    jsonw_raw_str(w, type);
+    jsonw_raw(w, "\n", 1);
+    jsonw_raw_str(w, name);
+    jsonw_raw(w, " ", 1);
+    jsonw_raw_u64(w, v);
+    jsonw_raw(w, "\n", 1);
+}
+
 /* ---- UTF-8 ---- */
 
 int jsonw_utf8_valid(const char *s, size_t len)

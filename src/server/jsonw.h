@@ -73,6 +73,10 @@ void jsonw_bool(jsonw_t *w, int v);
 void jsonw_null(jsonw_t *w);
 void jsonw_value(jsonw_t *w, const json_t *j); /* any jansson value, nested 64 deep at most */
 
+/* One Prometheus series: its HELP and TYPE lines and its value. */
+void jsonw_prom_series(jsonw_t *w, const char *name, const char *help, const char *type,
+                       uint64_t v);
+
 /* True when `s[0..len)` is valid UTF-8 (no overlongs, no surrogates, nothing past
  * U+10FFFF). */
 int jsonw_utf8_valid(const char *s, size_t len);

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "jsonw.h"
 #include "log.h"
 #include "sema/error.h"
 
@@ -223,47 +224,52 @@ void server__count(server_t *srv, const route_t *r, int status)
 
 static int metrics_requests(server_t *srv, struct strbuf *out)
 {
-    int rc = strbuf_puts(out, "# HELP semad_http_requests_total HTTP requests by route and "
-                              "status.\n# TYPE semad_http_requests_total counter\n");
-    for (size_t r = 0; r <= router_count() && rc == 0; r++) {
+    jsonw_t w;
+    jsonw_init(&w, out);
+    jsonw_lit(&w, "# HELP semad_http_requests_total HTTP requests by route and status.\n"
+                  "# TYPE semad_http_requests_total counter\n");
+    for (size_t r = 0; r <= router_count(); r++) {
         const route_t *route = router_get(r);
-        for (size_t s = 0; s < NSTATUS && rc == 0; s++) {
+        for (size_t s = 0; s < NSTATUS; s++) {
             uint64_t n = srv->counts[r * NSTATUS + s];
             if (n == 0)
                 continue;
-            char st[8];
+            jsonw_lit(&w, "semad_http_requests_total{method=\"");
+            jsonw_raw_str(&w, route ? route->method : "");
+            jsonw_lit(&w, "\",route=\"");
+            jsonw_raw_str(&w, route ? route->pattern : "(none)");
+            jsonw_lit(&w, "\",status=\"");
             if (s < NSTATUS - 1)
-                snprintf(st, sizeof st, "%d", known_status[s]);
+                jsonw_raw_u64(&w, (uint64_t)known_status[s]);
             else
-                snprintf(st, sizeof st, "other");
-            rc = strbuf_printf(out,
-                               "semad_http_requests_total{method=\"%s\",route=\"%s\","
-                               "status=\"%s\"} %llu\n",
-                               route ? route->method : "", route ? route->pattern : "(none)", st,
-                               (unsigned long long)n);
+                jsonw_lit(&w, "other");
+            jsonw_lit(&w, "\"} ");
+            jsonw_raw_u64(&w, n);
+            jsonw_lit(&w, "\n");
         }
     }
-    return rc;
+    return jsonw_end(&w);
 }
 
 int server_metrics(server_t *srv, struct strbuf *out)
 {
+    jsonw_t w;
     int rc = metrics_requests(srv, out);
-    if (rc == 0)
-        rc = strbuf_printf(
-            out,
-            "# TYPE semad_http_connections gauge\nsemad_http_connections %llu\n"
-            "# TYPE semad_http_connections_accepted_total counter\n"
-            "semad_http_connections_accepted_total %llu\n"
-            "# TYPE semad_http_connections_rejected_total counter\n"
-            "semad_http_connections_rejected_total %llu\n"
-            "# TYPE semad_http_request_timeouts_total counter\n"
-            "semad_http_request_timeouts_total %llu\n"
-            "# TYPE semad_http_bad_requests_total counter\nsemad_http_bad_requests_total %llu\n"
-            "# TYPE semad_http_undelivered_grants_total counter\n"
-            "semad_http_undelivered_grants_total %llu\n",
-            (unsigned long long)srv->nconns, (unsigned long long)srv->accepted,
-            (unsigned long long)srv->rejected, (unsigned long long)srv->timeouts,
-            (unsigned long long)srv->parse_errors, (unsigned long long)srv->undelivered);
-    return rc;
+    if (rc != 0)
+        return rc;
+    jsonw_init(&w, out);
+    jsonw_prom_series(&w, "semad_http_connections", "Open client connections.", "gauge",
+                      srv->nconns);
+    jsonw_prom_series(&w, "semad_http_connections_accepted_total", "Connections accepted.",
+                      "counter", srv->accepted);
+    jsonw_prom_series(&w, "semad_http_connections_rejected_total",
+                      "Connections refused over --max-connections.", "counter", srv->rejected);
+    jsonw_prom_series(&w, "semad_http_request_timeouts_total",
+                      "Requests that did not arrive whole in time (408).", "counter",
+                      srv->timeouts);
+    jsonw_prom_series(&w, "semad_http_bad_requests_total", "Requests that could not be parsed.",
+                      "counter", srv->parse_errors);
+    jsonw_prom_series(&w, "semad_http_undelivered_grants_total",
+                      "Grants whose client had left, released.", "counter", srv->undelivered);
+    return jsonw_end(&w);
 }

@@ -2,7 +2,6 @@
 /* strbuf.c - a growable byte string with a hard cap. */
 #include "strbuf.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,36 +72,6 @@ int strbuf_append(struct strbuf *sb, const void *data, size_t len)
 int strbuf_puts(struct strbuf *sb, const char *s)
 {
     return strbuf_append(sb, s, strlen(s));
-}
-
-int strbuf_vprintf(struct strbuf *sb, const char *fmt, va_list ap)
-{
-    va_list ap2;
-    int n;
-    int rc;
-
-    va_copy(ap2, ap);
-    n = vsnprintf(NULL, 0, fmt, ap2);
-    va_end(ap2);
-    if (n < 0)
-        return SEMA_EINVAL;
-    rc = reserve(sb, (size_t)n);
-    if (rc != 0)
-        return rc;
-    vsnprintf(sb->data + sb->len, (size_t)n + 1, fmt, ap);
-    sb->len += (size_t)n;
-    return 0;
-}
-
-int strbuf_printf(struct strbuf *sb, const char *fmt, ...)
-{
-    va_list ap;
-    int rc;
-
-    va_start(ap, fmt);
-    rc = strbuf_vprintf(sb, fmt, ap);
-    va_end(ap);
-    return rc;
 }
 
 char *strbuf_steal(struct strbuf *sb, size_t *len)

@@ -3,7 +3,6 @@
 #ifndef SEMAD_STRBUF_H
 #define SEMAD_STRBUF_H
 
-#include <stdarg.h>
 #include <stddef.h>
 
 struct strbuf {
@@ -22,8 +21,6 @@ void strbuf_reset(struct strbuf *sb);
 /* Append; return 0 or SEMA_ENOMEM (allocation failed or `limit` would be passed). */
 int strbuf_append(struct strbuf *sb, const void *data, size_t len);
 int strbuf_puts(struct strbuf *sb, const char *s);
-int strbuf_printf(struct strbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-int strbuf_vprintf(struct strbuf *sb, const char *fmt, va_list ap);
 /* Hand the bytes to the caller (free with free()); the strbuf is left empty. */
 char *strbuf_steal(struct strbuf *sb, size_t *len);
 

@@ -12,7 +12,6 @@
 #include "table.h"
 
 struct strbuf;
-struct jsonw;
 
 typedef struct engine_backend {
     const char *name; /* what `semad --engine` names it */
@@ -60,9 +59,6 @@ typedef struct {
 
 engine_counters_t *engine__counters(engine_t *e);
 void engine__hist_observe(ehist_t *h, double seconds);
-/* One Prometheus series with its HELP and TYPE lines (metrics.c). */
-void engine__prom_series(struct jsonw *w, const char *name, const char *help, const char *type,
-                         uint64_t v);
 
 /* ---- services of the front ---- */
 

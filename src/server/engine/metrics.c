@@ -23,24 +23,6 @@ void engine__hist_observe(ehist_t *h, double seconds)
     h->n++;
 }
 
-void engine__prom_series(jsonw_t *w, const char *name, const char *help, const char *type,
-                         uint64_t v)
-{
-    jsonw_raw_str(w, "# HELP ");
-    jsonw_raw_str(w, name);
-    jsonw_raw(w, " ", 1);
-    jsonw_raw_str(w, help);
-    jsonw_raw_str(w, "\n# TYPE ");
-    jsonw_raw_str(w, name);
-    jsonw_raw(w, " ", 1);
-    jsonw_raw_str(w, type);
-    jsonw_raw(w, "\n", 1);
-    jsonw_raw_str(w, name);
-    jsonw_raw(w, " ", 1);
-    jsonw_raw_u64(w, v);
-    jsonw_raw(w, "\n", 1);
-}
-
 /* A real as printf's %g (a bucket bound) or %.6f (a sum) writes it. */
 static void put_real(jsonw_t *w, int bound, double v)
 {
@@ -103,14 +85,13 @@ int engine_metrics(engine_t *e, struct strbuf *b)
 
     jsonw_init(&w, b);
     for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++)
-        engine__prom_series(
-            &w, counters[i].name, counters[i].help, "counter",
-            *(const uint64_t *)(const void *)((const char *)&e->m + counters[i].off));
-    engine__prom_series(&w, "semad_event_streams", "Event subscriptions open now.", "gauge",
-                        e->nsubs);
-    engine__prom_series(&w, "semad_event_streams_kept",
-                        "Semaphores with no subscriber still recording events for a resume.",
-                        "gauge", e->nidle_groups);
+        jsonw_prom_series(&w, counters[i].name, counters[i].help, "counter",
+                          *(const uint64_t *)(const void *)((const char *)&e->m + counters[i].off));
+    jsonw_prom_series(&w, "semad_event_streams", "Event subscriptions open now.", "gauge",
+                      e->nsubs);
+    jsonw_prom_series(&w, "semad_event_streams_kept",
+                      "Semaphores with no subscriber still recording events for a resume.", "gauge",
+                      e->nidle_groups);
     put_hist(&w, "semad_wait_seconds", "Time from request to grant.", &e->m.wait_s);
     put_hist(&w, "semad_hold_seconds", "Time from grant to end.", &e->m.hold_s);
     rc = jsonw_end(&w);

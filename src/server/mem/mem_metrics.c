@@ -67,14 +67,14 @@ int mem__metrics(void *be, struct strbuf *out)
     jsonw_t w;
 
     jsonw_init(&w, out);
-    engine__prom_series(&w, "semad_store_commits_total", "Group commits.", "counter", e->commits);
-    engine__prom_series(&w, "semad_store_commit_failures_total", "Failed group commits.", "counter",
-                        e->commit_failures);
-    engine__prom_series(&w, "semad_parked_waiters", "Requests parked now.", "gauge", e->nparked);
-    engine__prom_series(&w, "semad_semaphores", "Semaphores.", "gauge", e->sems.count);
-    engine__prom_series(&w, "semad_leases", "Live leases.", "gauge", e->leases.count);
-    engine__prom_series(&w, "semad_lock_keys", "Keyed locks held or awaited.", "gauge",
-                        e->locks.count);
+    jsonw_prom_series(&w, "semad_store_commits_total", "Group commits.", "counter", e->commits);
+    jsonw_prom_series(&w, "semad_store_commit_failures_total", "Failed group commits.", "counter",
+                      e->commit_failures);
+    jsonw_prom_series(&w, "semad_parked_waiters", "Requests parked now.", "gauge", e->nparked);
+    jsonw_prom_series(&w, "semad_semaphores", "Semaphores.", "gauge", e->sems.count);
+    jsonw_prom_series(&w, "semad_leases", "Live leases.", "gauge", e->leases.count);
+    jsonw_prom_series(&w, "semad_lock_keys", "Keyed locks held or awaited.", "gauge",
+                      e->locks.count);
     put_sem_gauges(e, &w);
     return jsonw_end(&w);
 }
