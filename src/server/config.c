@@ -34,6 +34,10 @@ static const option_t options[] = {
      "request body; more: 413"},
     {"max-pipeline-bytes", "SEMA_MAX_PIPELINE_BYTES", OPT_U64, F(max_pipeline_bytes),
      "bytes buffered behind a parked request; more: the connection closes"},
+    {"max-stream-bytes", "SEMA_MAX_STREAM_BYTES", OPT_U64, F(max_stream_bytes),
+     "unsent bytes one event stream may hold before it is cut"},
+    {"max-stream-buffer-bytes", "SEMA_MAX_STREAM_BUFFER_BYTES", OPT_U64, F(max_stream_buffer_bytes),
+     "unsent event-stream bytes of all streams together; past it the slowest are cut"},
     {"max-name-bytes", "SEMA_MAX_NAME_BYTES", OPT_SIZE, F(engine.max_name_len),
      "semaphore name / lock key length"},
     {"max-semaphores", "SEMA_MAX_SEMAPHORES", OPT_U64, F(engine.max_semaphores),
@@ -79,6 +83,8 @@ void config_default(semad_config_t *cfg)
     cfg->max_header_bytes = 8192;
     cfg->max_body_bytes = 65536;
     cfg->max_pipeline_bytes = 65536;
+    cfg->max_stream_bytes = 1 << 20;
+    cfg->max_stream_buffer_bytes = 64 << 20;
     cfg->header_timeout_ms = 10000;
     cfg->idle_timeout_ms = 60000;
     cfg->shutdown_grace_ms = 5000;

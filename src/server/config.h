@@ -10,20 +10,22 @@
 #include "store/store.h"
 
 typedef struct {
-    const char *listen;            /* HOST:PORT (port 0 = any free port) */
-    const char *data_dir;          /* store directory */
-    store_durability_t durability; /* strict, relaxed or none */
-    uint64_t max_connections;      /* open client connections; beyond: 503 and close */
-    uint64_t max_header_bytes;     /* request line + headers; beyond: 431 */
-    uint64_t max_body_bytes;       /* request body; beyond: 413 */
-    uint64_t max_pipeline_bytes;   /* bytes buffered behind a parked request */
-    int64_t header_timeout_ms;     /* a started request must arrive whole within this */
-    int64_t idle_timeout_ms;       /* an idle keep-alive connection closes after this */
-    int64_t shutdown_grace_ms;     /* on SIGTERM: longest wait for in-flight replies */
-    int64_t sse_heartbeat_ms;      /* comment line on idle event streams */
-    int log_requests;              /* one log line per request */
-    const char *check_dir;         /* --check DIR: verify a store and exit */
-    int print_routes;              /* --routes: print the route table and exit */
+    const char *listen;               /* HOST:PORT (port 0 = any free port) */
+    const char *data_dir;             /* store directory */
+    store_durability_t durability;    /* strict, relaxed or none */
+    uint64_t max_connections;         /* open client connections; beyond: 503 and close */
+    uint64_t max_header_bytes;        /* request line + headers; beyond: 431 */
+    uint64_t max_body_bytes;          /* request body; beyond: 413 */
+    uint64_t max_pipeline_bytes;      /* bytes buffered behind a parked request */
+    uint64_t max_stream_bytes;        /* unsent bytes one event stream holds before it is cut */
+    uint64_t max_stream_buffer_bytes; /* the same for all streams together (slowest cut) */
+    int64_t header_timeout_ms;        /* a started request must arrive whole within this */
+    int64_t idle_timeout_ms;          /* an idle keep-alive connection closes after this */
+    int64_t shutdown_grace_ms;        /* on SIGTERM: longest wait for in-flight replies */
+    int64_t sse_heartbeat_ms;         /* comment line on idle event streams */
+    int log_requests;                 /* one log line per request */
+    const char *check_dir;            /* --check DIR: verify a store and exit */
+    int print_routes;                 /* --routes: print the route table and exit */
     int help, version;
     engine_config_t engine; /* caps and defaults handed to the engine */
 } semad_config_t;

@@ -138,6 +138,7 @@ static void on_handle_close(uv_handle_t *h)
     server_t *srv = conn->srv;
     http_parser_free(&conn->parser);
     strbuf_free(&conn->pending);
+    conn_stream_free(conn);
     free(conn);
     server__finish_stop(srv);
 }
@@ -167,6 +168,7 @@ void conn_close(conn_t *conn)
         engine_unsubscribe(srv->engine, conn->sub);
         conn->sub = NULL;
     }
+    conn_stream_release(conn);
     ctx_cleanup(&conn->ctx);
     if (conn->on_ready)
         ready_remove(srv, conn);

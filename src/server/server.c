@@ -180,6 +180,7 @@ void server_free(server_t *srv)
 {
     if (srv == NULL)
         return;
+    server__streams_free(srv);
     strbuf_free(&srv->scratch_body);
     strbuf_free(&srv->scratch_reply);
     free(srv->counts);
@@ -271,5 +272,11 @@ int server_metrics(server_t *srv, struct strbuf *out)
                       "counter", srv->parse_errors);
     jsonw_prom_series(&w, "semad_http_undelivered_grants_total",
                       "Grants whose client had left, released.", "counter", srv->undelivered);
+    jsonw_prom_series(&w, "semad_event_stream_buffer_bytes",
+                      "Unsent event-stream bytes held, all streams together (shared once).",
+                      "gauge", srv->stream_mem);
+    jsonw_prom_series(&w, "semad_event_streams_cut_total",
+                      "Event streams cut because their client did not read.", "counter",
+                      srv->streams_cut);
     return jsonw_end(&w);
 }

@@ -86,6 +86,12 @@ void ctx_done_default(route_ctx_t *c, engine_req_t *req);
 /* Event streams (stream.c, for sse.c): switch the connection to a stream and write to it. */
 int ctx_stream_begin(route_ctx_t *c, engine_sub_t *sub);
 int conn_stream_write(conn_t *conn, const char *data, size_t len);
+/* An engine event on the stream: its frame is rendered once and shared with every other
+ * stream that sends it. 0 or a SEMA_E* code (the stream is cut). */
+int conn_stream_event(conn_t *conn, const char *id, const char *type, const char *data, size_t len);
+/* "id: ID\nevent: TYPE\ndata: DATA\n\n" appended to out. 0 or SEMA_ENOMEM. */
+int stream_format(struct strbuf *out, const char *id, const char *type, const char *data,
+                  size_t len);
 void conn_stream_end(conn_t *conn);
 
 /* HTTP-level metrics and stats (Prometheus text), for /metrics and /healthz. */

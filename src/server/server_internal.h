@@ -11,6 +11,28 @@ enum {
     READ_BUF = 65536, /* one shared read buffer: idle connections cost no buffer */
 };
 
+/* An event-stream frame ("id: ...\ndata: ...\n\n"), rendered once and shared by every
+ * stream that sends it (stream.c). */
+typedef struct sframe {
+    uint32_t refs;
+    uint32_t len;
+    char data[];
+} sframe_t;
+
+/* A connection's event stream: frames waiting to be written, oldest first. */
+typedef struct {
+    sframe_t **q; /* ring of cap slots */
+    size_t head, len, cap;
+    size_t held;     /* bytes of the queued frames, each counted whole */
+    size_t inflight; /* frames at the head handed to the running write */
+    uv_write_t wr;
+    conn_t *prev, *next; /* the server's streams */
+    uint8_t ending;      /* end (linger) once the queue is written */
+    uint8_t listed;      /* in the server's list */
+    uint8_t cut;         /* cut: closes from its timer (never inside an event delivery) */
+    uint8_t released;    /* what it held is given back */
+} sstream_t;
+
 struct conn {
     uv_tcp_t tcp;
     uv_timer_t timer;
@@ -33,6 +55,7 @@ struct conn {
     uint8_t async_done; /* the engine completed after engine_submit() returned */
     uint64_t deadline;  /* loop time (ms) the timer acts at, 0 = none (not for streams) */
     uint64_t timer_due; /* loop time the armed timer fires at */
+    sstream_t *st;      /* the event stream (allocated when the connection becomes one) */
 };
 
 struct server {
@@ -51,6 +74,16 @@ struct server {
     int draining, stopped;
     struct strbuf scratch_body;  /* JSON of the reply being built */
     struct strbuf scratch_reply; /* the reply being built (sent or copied at once) */
+    /* event streams (stream.c) */
+    conn_t *streams; /* connections with an event stream */
+    uint64_t nstreams;
+    size_t stream_mem;      /* frames alive (each once) and queue slots, in bytes */
+    size_t stream_mem_mark; /* the highest stream_mem since memory was last given back */
+    uint64_t streams_cut;   /* cut for not reading (total) */
+    uint64_t cut_unlogged;  /* cut since the last log line */
+    uint64_t cut_logged_at; /* loop time of that line */
+    sframe_t *last_frame;   /* the last event's frame, for its other subscribers */
+    char last_id[48];
     char readbuf[READ_BUF];
 };
 
@@ -91,6 +124,19 @@ void ctx__reply_no_route(route_ctx_t *c, int rc, const char *method, const char 
 void conn_reply_fatal(conn_t *conn, int status, const char *reason);
 /* Release a granted lease whose grant could not be delivered (counted as undelivered). */
 void server__release_lease(server_t *srv, const char *id);
+
+/* ---- stream.c ---- */
+
+/* Queue a frame (a new reference is taken) on the connection's stream. 0 or SEMA_EIO (the
+ * stream was cut: it holds too much, or all streams together do). */
+int conn_stream_push(conn_t *conn, sframe_t *f);
+/* At conn_close: drop what the stream holds (what a running write holds goes when the write
+ * is cancelled). */
+void conn_stream_release(conn_t *conn);
+/* At the connection's free. */
+void conn_stream_free(conn_t *conn);
+/* Release the cached frame (server free). */
+void server__streams_free(server_t *srv);
 
 /* ---- server.c ---- */
 

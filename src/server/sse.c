@@ -4,36 +4,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "jsonw.h"
 #include "server.h"
 
 #include "sema/error.h"
-
-/* "id: <id>\nevent: <type>\ndata: <json>\n\n" appended to out. */
-static int sse_format(struct strbuf *out, const char *id, const char *type, const char *data,
-                      size_t len)
-{
-    jsonw_t w;
-    jsonw_init(&w, out);
-    jsonw_raw_str(&w, "id: ");
-    jsonw_raw_str(&w, id);
-    jsonw_raw_str(&w, "\nevent: ");
-    jsonw_raw_str(&w, type);
-    jsonw_raw_str(&w, "\ndata: ");
-    jsonw_raw(&w, data, len);
-    jsonw_raw(&w, "\n\n", 2);
-    return jsonw_end(&w);
-}
 
 /* One live engine event. After "deleted" the stream ends. */
 static void on_event(void *arg, const char *id, const char *type, const char *data, size_t len)
 {
     conn_t *conn = arg;
-    struct strbuf out;
-    strbuf_init(&out, 0);
-    if (sse_format(&out, id, type, data, len) == 0)
-        conn_stream_write(conn, out.data, out.len);
-    strbuf_free(&out);
+    conn_stream_event(conn, id, type, data, len);
     if (strcmp(type, "deleted") == 0)
         conn_stream_end(conn);
 }
@@ -47,7 +26,7 @@ typedef struct {
 static void on_replay(void *arg, const char *id, const char *type, const char *data, size_t len)
 {
     replay_t *r = arg;
-    if (r->failed || sse_format(&r->out, id, type, data, len) != 0)
+    if (r->failed || stream_format(&r->out, id, type, data, len) != 0)
         r->failed = 1;
     if (strcmp(type, "deleted") == 0)
         r->deleted = 1;
