@@ -19,18 +19,27 @@ typedef struct sframe {
     char data[];
 } sframe_t;
 
+/* A block of a stream's queue: fixed-size, so blocks one stream frees serve another's
+ * growth and no queue is ever copied to grow. */
+enum { STREAM_BLOCK_SLOTS = 62 };
+typedef struct sblock {
+    struct sblock *next;
+    sframe_t *f[STREAM_BLOCK_SLOTS];
+} sblock_t;
+
 /* A connection's event stream: frames waiting to be written, oldest first. */
 typedef struct {
-    sframe_t **q; /* ring of cap slots */
-    size_t head, len, cap;
-    size_t held;     /* bytes of the queued frames, each counted whole */
-    size_t inflight; /* frames at the head handed to the running write */
+    sblock_t *first, *last; /* the queue's blocks */
+    uint32_t first_i;       /* the oldest entry's slot in `first` */
+    uint32_t last_n;        /* slots used in `last` */
+    size_t len;             /* entries queued */
+    size_t held;            /* bytes of the queued frames, each counted whole */
+    size_t inflight;        /* entries at the head handed to the running write */
     uv_write_t wr;
     conn_t *prev, *next; /* the server's streams */
     uint8_t ending;      /* end (linger) once the queue is written */
     uint8_t listed;      /* in the server's list */
     uint8_t cut;         /* cut: closes from its timer (never inside an event delivery) */
-    uint8_t released;    /* what it held is given back */
 } sstream_t;
 
 struct conn {
@@ -77,6 +86,7 @@ struct server {
     /* event streams (stream.c) */
     conn_t *streams; /* connections with an event stream */
     uint64_t nstreams;
+    uint64_t stream_conns;  /* connections that had a stream and are not freed yet */
     size_t stream_mem;      /* frames alive (each once) and queue slots, in bytes */
     size_t stream_mem_mark; /* the highest stream_mem since memory was last given back */
     uint64_t streams_cut;   /* cut for not reading (total) */
@@ -133,7 +143,8 @@ int conn_stream_push(conn_t *conn, sframe_t *f);
 /* At conn_close: drop what the stream holds (what a running write holds goes when the write
  * is cancelled). */
 void conn_stream_release(conn_t *conn);
-/* At the connection's free. */
+/* At the connection's free; when the last stream connection is freed, memory goes back to
+ * the system. */
 void conn_stream_free(conn_t *conn);
 /* Release the cached frame (server free). */
 void server__streams_free(server_t *srv);

@@ -21,7 +21,6 @@ enum {
     STREAM_SNDBUF = 64 << 10,     /* the kernel's send buffer of a stream (no autotuning) */
     CUT_LOG_MS = 10000,           /* at most one log line about cut streams this often */
     TRIM_MIN = 4 << 20,           /* give memory back when this much was freed */
-    SLOT = sizeof(sframe_t *),    /* bytes of a queue slot */
     FRAME_HEAD = sizeof(sframe_t) /* bytes of a frame besides its text */
 };
 
@@ -121,25 +120,64 @@ static void maybe_trim(server_t *srv)
 
 /* ---- the queue ---- */
 
-static sframe_t **slot(sstream_t *st, size_t i)
+/* The i-th queued frame. */
+static sframe_t *entry(const sstream_t *st, size_t i)
 {
-    return &st->q[(st->head + i) % st->cap];
+    const sblock_t *b = st->first;
+    size_t k = st->first_i + i;
+
+    while (k >= STREAM_BLOCK_SLOTS) {
+        b = b->next;
+        k -= STREAM_BLOCK_SLOTS;
+    }
+    return b->f[k];
 }
 
-static int grow(server_t *srv, sstream_t *st)
+static int append(server_t *srv, sstream_t *st, sframe_t *f)
 {
-    size_t cap = st->cap ? st->cap * 2 : 16;
-    sframe_t **q = malloc(cap * SLOT);
-    if (q == NULL)
-        return SEMA_ENOMEM;
-    for (size_t i = 0; i < st->len; i++)
-        q[i] = *slot(st, i);
-    free(st->q);
-    srv->stream_mem += (cap - st->cap) * SLOT;
-    st->q = q;
-    st->cap = cap;
-    st->head = 0;
+    if (st->last == NULL || st->last_n == STREAM_BLOCK_SLOTS) {
+        sblock_t *b = malloc(sizeof *b);
+        if (b == NULL)
+            return SEMA_ENOMEM;
+        b->next = NULL;
+        srv->stream_mem += sizeof *b;
+        if (st->last != NULL) {
+            st->last->next = b;
+        } else {
+            st->first = b;
+            st->first_i = 0;
+        }
+        st->last = b;
+        st->last_n = 0;
+    }
+    st->last->f[st->last_n++] = f;
+    st->len++;
+    st->held += f->len;
     return 0;
+}
+
+static void block_free(server_t *srv, sblock_t *b)
+{
+    srv->stream_mem -= sizeof *b;
+    free(b);
+}
+
+/* Take the oldest entry off the queue (the caller drops its reference). */
+static sframe_t *take_first(server_t *srv, sstream_t *st)
+{
+    sframe_t *f = st->first->f[st->first_i++];
+
+    st->len--;
+    st->held -= f->len;
+    if (st->first_i == STREAM_BLOCK_SLOTS || st->len == 0) { /* an idle stream holds none */
+        sblock_t *b = st->first;
+        st->first = b->next;
+        st->first_i = 0;
+        if (st->first == NULL)
+            st->last = NULL;
+        block_free(srv, b);
+    }
+    return f;
 }
 
 static void on_stream_write(uv_write_t *w, int status);
@@ -153,8 +191,10 @@ static void flush(conn_t *conn)
 
     if (st->inflight > 0 || n == 0 || conn->closing)
         return;
-    for (size_t i = 0; i < n; i++)
-        bufs[i] = uv_buf_init((*slot(st, i))->data, (*slot(st, i))->len);
+    for (size_t i = 0; i < n; i++) {
+        sframe_t *f = entry(st, i);
+        bufs[i] = uv_buf_init(f->data, f->len);
+    }
     st->inflight = n;
     if (uv_write(&st->wr, (uv_stream_t *)&conn->tcp, bufs, (unsigned)n, on_stream_write) != 0) {
         st->inflight = 0;
@@ -165,15 +205,8 @@ static void flush(conn_t *conn)
 /* Drop the `n` oldest frames. */
 static void pop(conn_t *conn, size_t n)
 {
-    sstream_t *st = conn->st;
-
-    for (size_t i = 0; i < n; i++) {
-        sframe_t *f = *slot(st, 0);
-        st->held -= f->len;
-        st->head = (st->head + 1) % st->cap;
-        st->len--;
-        frame_unref(conn->srv, f);
-    }
+    for (size_t i = 0; i < n; i++)
+        frame_unref(conn->srv, take_first(conn->srv, conn->st));
 }
 
 static void on_stream_write(uv_write_t *w, int status)
@@ -217,23 +250,44 @@ static void log_cut(server_t *srv)
 
 static void list_remove(server_t *srv, conn_t *conn);
 
-/* Give back what the stream holds (what a running write holds goes when it completes or is
- * cancelled). Idempotent. */
+/* Give back what the stream holds but the entries a running write has (they go when it
+ * completes or is cancelled). Idempotent. */
 static void stream_drop(conn_t *conn)
 {
     sstream_t *st = conn->st;
     server_t *srv = conn->srv;
+    sblock_t *keep = NULL, *b = st->first;
+    size_t k = st->first_i, keep_n = 0;
 
     list_remove(srv, conn);
-    while (st->len > st->inflight) {
-        sframe_t *f = *slot(st, st->len - 1);
-        st->held -= f->len;
-        st->len--;
-        frame_unref(srv, f);
+    for (size_t i = 0; i < st->len; i++, k++) {
+        if (k == STREAM_BLOCK_SLOTS) {
+            b = b->next;
+            k = 0;
+        }
+        if (i < st->inflight) {
+            keep = b;
+            keep_n = k + 1;
+        } else {
+            st->held -= b->f[k]->len;
+            frame_unref(srv, b->f[k]);
+        }
     }
-    if (!st->released)
-        srv->stream_mem -= st->cap * SLOT; /* the slots themselves go at the free */
-    st->released = 1;
+    st->len = st->inflight;
+    b = keep != NULL ? keep->next : st->first;
+    while (b != NULL) {
+        sblock_t *next = b->next;
+        block_free(srv, b);
+        b = next;
+    }
+    if (keep != NULL) {
+        keep->next = NULL;
+        st->last = keep;
+        st->last_n = (uint32_t)keep_n;
+    } else {
+        st->first = st->last = NULL;
+        st->first_i = st->last_n = 0;
+    }
 }
 
 static void on_cut(uv_timer_t *t)
@@ -278,13 +332,11 @@ int conn_stream_push(conn_t *conn, sframe_t *f)
         cut(conn);
         return SEMA_EIO;
     }
-    if (st->len == st->cap && grow(srv, st) != 0) {
+    if (append(srv, st, f) != 0) {
         cut(conn);
         return SEMA_EIO;
     }
     f->refs++;
-    *slot(st, st->len++) = f;
-    st->held += f->len;
     flush(conn);
     if (srv->stream_mem > srv->cfg->max_stream_buffer_bytes)
         enforce_total(srv);
@@ -333,6 +385,7 @@ int ctx_stream_begin(route_ctx_t *c, engine_sub_t *sub)
         conn_close(conn);
         return SEMA_ENOMEM;
     }
+    c->srv->stream_conns++;
     server__count(c->srv, c->route, 200);
     conn->stream = 1;
     list_add(c->srv, conn);
@@ -383,9 +436,18 @@ void conn_stream_release(conn_t *conn)
 
 void conn_stream_free(conn_t *conn)
 {
+    server_t *srv = conn->srv;
+
     if (conn->st == NULL)
         return;
-    free(conn->st->q);
+    stream_drop(conn); /* what a cancelled write left; inflight is 0 by now */
     free(conn->st);
     conn->st = NULL;
+    if (--srv->stream_conns == 0) {
+        /* Every stream is gone, connections included: give their memory back. */
+#ifdef __GLIBC__
+        malloc_trim(0);
+#endif
+        srv->stream_mem_mark = srv->stream_mem;
+    }
 }
