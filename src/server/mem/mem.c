@@ -365,15 +365,24 @@ void mem__mark_dirty(mem_t *e)
 }
 
 /* Queue a finished request for delivery (after the group commit when it mutated state). */
+/* Changes recorded or being committed that are not durable yet. */
+static int uncommitted(const mem_t *e)
+{
+    return e->committing || e->ndirty != 0 || store_pending(e->store);
+}
+
 static void finish_queue(mem_t *e, ereq_t *er, int status)
 {
     /* A durable reply (a change, or an answer that rests on one: even a "not found" or an
-     * "exists") waits for the commit. While a slow commit runs, changes pile up in memory:
-     * past the cap every reply waits for it, so each connection stops sending until the
-     * disk catches up. */
+     * "exists") waits for the commit. With a strict store, so does any reply while changes
+     * are not yet durable: what it shows may rest on them (a read that sees a lease gone by
+     * expiry, say), and strict acknowledges nothing a crash could undo. While a slow commit
+     * runs, changes pile up in memory: past the cap every reply waits for it, so each
+     * connection stops sending until the disk catches up. */
     if (e->store != NULL &&
-        (er->durable || (status == 0 && e->committing &&
-                         store_backlog(e->store) >= e->cfg.embedded.max_uncommitted))) {
+        (er->durable || (e->strict && uncommitted(e)) ||
+         (status == 0 && e->committing &&
+          store_backlog(e->store) >= e->cfg.embedded.max_uncommitted))) {
         er->state = EREQ_COMMIT;
         elist_push_back(&e->commit_wait, &er->link);
         mem__mark_dirty(e);
@@ -489,6 +498,7 @@ static int mem_open(void **out, engine_t *front, uv_loop_t *loop, const engine_c
     e->m = engine__counters(front);
     e->cfg = *cfg;
     e->store = cfg->embedded.store;
+    e->strict = e->store != NULL && store_durability(e->store) == STORE_STRICT;
     e->timer_due = UINT64_MAX;
     elist_init(&e->ready);
     elist_init(&e->commit_wait);

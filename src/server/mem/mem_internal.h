@@ -98,6 +98,7 @@ struct mem {
     engine_counters_t *m; /* the front's counters */
     engine_config_t cfg;
     store_t *store;
+    int strict; /* the store is strict: every reply that rests on a change waits for it */
     etab_t sems, locks, leases, tombs, idems;
     esem_t *root; /* treap of e->sems by name */
     eheap_t heap;

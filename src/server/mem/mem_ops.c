@@ -388,7 +388,8 @@ static void op_lease_renew(mem_t *e, ereq_t *er)
     l->expires_at_ms = mem__wall_ms() + ttl;
     eheap_update(&e->heap, &l->hi, mem__now(e) + (uint64_t)ttl);
     mem__timer_rearm(e);
-    mem__store_lease(e, l); /* rides the next commit; the reply does not wait */
+    mem__store_lease(e, l);
+    er->durable = e->strict; /* relaxed: rides the next commit, the reply does not wait */
     mem__finish_lease(e, er, l);
 }
 
@@ -401,6 +402,7 @@ static void end_lease_op(mem_t *e, ereq_t *er, int reason)
         return;
     s = l->sem;
     mem__lease_end(e, l, reason);
+    er->durable = e->strict; /* relaxed answers a release before its commit */
     if (reason == ETOMB_REVOKED) {
         s->fence = ++e->fence_seq; /* a fenced write with the old token now loses */
         mem__store_sem(e, s);

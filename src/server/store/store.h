@@ -63,6 +63,9 @@ int store_open(store_t **out, const char *dir, store_durability_t durability, ch
 /* Close and release the lock file. NULL is fine. */
 void store_close(store_t *st);
 
+/* The mode the store was opened with. */
+store_durability_t store_durability(const store_t *st);
+
 /* Call on_sem for every semaphore (by name), then on_lease for every lease (by semaphore,
  * then fence: grant order) with borrowed records, valid during the call. Records are as
  * stored: the engine applies expires_at = max(stored, now + ttl_ms) itself. Returns 0 or a

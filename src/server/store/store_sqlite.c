@@ -533,6 +533,11 @@ int store_open(store_t **out, const char *dir, store_durability_t durability, ch
     return 0;
 }
 
+store_durability_t store_durability(const store_t *st)
+{
+    return st->durability;
+}
+
 static void rollback(store_t *st)
 {
     /* After SQLITE_FULL or an I/O error SQLite may have rolled back already. */
