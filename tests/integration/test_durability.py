@@ -499,12 +499,13 @@ def store_rows(pid, path):
 
 
 def fill(path):
+    """Fill the filesystem of `path` (unbuffered: a buffered file would raise ENOSPC again
+    when it is closed with bytes it could not write)."""
     block = b"x" * 65536
-    with open(path, "wb") as f:
+    with open(path, "wb", buffering=0) as f:
         try:
             while True:
                 f.write(block)
-                f.flush()
         except OSError as exc:
             assert exc.errno == errno.ENOSPC, exc
 

@@ -379,10 +379,9 @@ static void finish_queue(mem_t *e, ereq_t *er, int status)
      * expiry, say), and strict acknowledges nothing a crash could undo. While a slow commit
      * runs, changes pile up in memory: past the cap every reply waits for it, so each
      * connection stops sending until the disk catches up. */
-    if (e->store != NULL &&
-        (er->durable || (e->strict && uncommitted(e)) ||
-         (status == 0 && e->committing &&
-          store_backlog(e->store) >= e->cfg.embedded.max_uncommitted))) {
+    if (e->store != NULL && (er->durable || (e->strict && uncommitted(e)) ||
+                             (status == 0 && e->committing &&
+                              store_backlog(e->store) >= e->cfg.embedded.max_uncommitted))) {
         er->state = EREQ_COMMIT;
         elist_push_back(&e->commit_wait, &er->link);
         mem__mark_dirty(e);

@@ -205,7 +205,10 @@ elease_t *mem__grant(mem_t *e, esem_t *s, uint64_t weight, int64_t ttl_ms, const
     engine__hist_observe(&e->m->wait_s, (double)(now - since_mono) / 1000.0);
     mem__timer_rearm(e);
     mem__store_lease(e, l);
-    mem__store_sem(e, s); /* the fence must never go backwards after a restart */
+    /* The fence reaches the store through the fence floor the commit writes; the row
+     * changes only for a legacy value, which is stored as it is. */
+    if (s->flags & ESEM_LEGACY)
+        mem__store_sem(e, s);
     mem__event_lease(e, s, "granted", l);
     return l;
 }
@@ -250,7 +253,7 @@ void mem__lease_end(mem_t *e, elease_t *l, int reason)
     if (end_event[reason] != NULL)
         mem__event_lease(e, s, end_event[reason], l);
     tomb_add(e, l->id, reason);
-    if (e->store != NULL && reason != ETOMB_DELETED) {
+    if (e->store != NULL) {
         (void)store_del_lease(e->store, l->id);
         mem__mark_dirty(e);
     }

@@ -70,6 +70,15 @@ static void on_lease(void *arg, const store_lease_t *rec)
     }
 }
 
+static void raise_fence(void *arg, enode_t *n)
+{
+    mem_t *e = arg;
+    esem_t *s = ECONTAINER(n, esem_t, node);
+
+    if (s->fence < e->fence_seq)
+        s->fence = e->fence_seq;
+}
+
 int mem__store_load(mem_t *e, char *errbuf, size_t errlen)
 {
     load_ctx_t c = {e, 0, ""};
@@ -84,6 +93,9 @@ int mem__store_load(mem_t *e, char *errbuf, size_t errlen)
         else if (top > e->fence_seq)
             e->fence_seq = top;
         e->fence_stored = top;
+        /* A grant's fence is stored in the fence floor, not its semaphore's row: no
+         * semaphore's fence may read lower than one it handed out (a gap is allowed). */
+        etab_each(&e->sems, raise_fence, e);
     }
 
     if (rc == 0 && c.err != 0) {

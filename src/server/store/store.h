@@ -77,7 +77,7 @@ int store_load(store_t *st, void (*on_sem)(void *arg, const store_sem_t *sem),
 /* Record a mutation for the next transaction. Return 0 or SEMA_ENOMEM; an error here makes
  * the commit carrying it fail too. */
 int store_put_sem(store_t *st, const store_sem_t *sem);
-int store_del_sem(store_t *st, const char *name); /* also deletes its leases */
+int store_del_sem(store_t *st, const char *name); /* delete its leases first */
 int store_put_lease(store_t *st, const store_lease_t *lease);
 int store_del_lease(store_t *st, const char *id);
 /* No fence at or below `fence` may be handed out again (kept as the max with what is

@@ -27,10 +27,14 @@ static const struct {
     const char *title;
     const char *sql;
 } invariants[] = {
-    {1, "lease fence above its semaphore's fence",
+    /* A grant writes its fence into the fence floor, not its semaphore's row. */
+    {1, "lease fence above the fences stored",
      "SELECT 'lease ' || l.id || ' of ' || l.sem || ': fence ' || l.fence ||"
-     " ' > semaphore fence ' || s.fence FROM leases l JOIN semaphores s ON s.name = l.sem"
-     " WHERE l.is_lock = 0 AND l.fence > s.fence"},
+     " ' > semaphore fence ' || s.fence || ' and fence floor ' ||"
+     " coalesce((SELECT fence FROM retired WHERE name = ''), 0)"
+     " FROM leases l JOIN semaphores s ON s.name = l.sem"
+     " WHERE l.is_lock = 0 AND l.fence > max(s.fence,"
+     " coalesce((SELECT fence FROM retired WHERE name = ''), 0))"},
     {1, "lease of a semaphore that does not exist",
      "SELECT 'lease ' || id || ' of ' || sem FROM leases"
      " WHERE is_lock = 0 AND sem NOT IN (SELECT name FROM semaphores)"},

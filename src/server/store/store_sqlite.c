@@ -42,7 +42,6 @@ static const char schema_sql[] =
     " acquired_at INTEGER NOT NULL,"
     " expires_at INTEGER NOT NULL,"
     " is_lock INTEGER NOT NULL) WITHOUT ROWID;"
-    "CREATE INDEX leases_by_sem ON leases(is_lock, sem, fence);"
     /* The last fence of every deleted semaphore, so a recreated name can go on counting. */
     "CREATE TABLE retired(name TEXT PRIMARY KEY NOT NULL, fence INTEGER NOT NULL) WITHOUT ROWID;";
 
@@ -67,7 +66,6 @@ enum {
     Q_ROLLBACK,
     Q_PUT_SEM,
     Q_RETIRE_SEM,
-    Q_DEL_SEM_LEASES,
     Q_DEL_SEM,
     Q_PUT_LEASE,
     Q_DEL_LEASE,
@@ -87,7 +85,6 @@ static const char *const query_sql[Q_COUNT] = {
     [Q_RETIRE_SEM] = "INSERT INTO retired(name, fence) SELECT name, fence FROM semaphores"
                      " WHERE name = ?1 ON CONFLICT(name) DO UPDATE SET"
                      " fence = max(fence, excluded.fence)",
-    [Q_DEL_SEM_LEASES] = "DELETE FROM leases WHERE is_lock = 0 AND sem = ?1",
     [Q_DEL_SEM] = "DELETE FROM semaphores WHERE name = ?1",
     [Q_PUT_LEASE] = "INSERT INTO leases(id, sem, weight, owner, idem_key, fence, ttl_ms,"
                     " acquired_at, expires_at, is_lock) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8,"
@@ -482,6 +479,16 @@ static int touch_db(const char *path, char *errbuf, size_t errlen)
     return 0;
 }
 
+/* Stores written before the lease index was dropped have it: every grant and release paid
+ * for its upkeep, and nothing reads it (a semaphore's leases are deleted by id). */
+static int drop_old_index(store_t *st, char *errbuf, size_t errlen)
+{
+    int rc = sqlite3_exec(st->db, "DROP INDEX IF EXISTS leases_by_sem", NULL, NULL, NULL);
+
+    return rc == SQLITE_OK ? 0
+                           : db_error(st->db, rc, st->path, "cannot drop an index", errbuf, errlen);
+}
+
 static int open_db(store_t *st, char *errbuf, size_t errlen)
 {
     int rc = touch_db(st->path, errbuf, errlen);
@@ -497,6 +504,8 @@ static int open_db(store_t *st, char *errbuf, size_t errlen)
         rc = quick_check(st, errbuf, errlen);
     if (rc == 0)
         rc = set_pragmas(st, errbuf, errlen);
+    if (rc == 0)
+        rc = drop_old_index(st, errbuf, errlen);
     if (rc == 0)
         rc = prepare_all(st, errbuf, errlen);
     return rc;
@@ -827,7 +836,8 @@ static int write_sem(store_t *st, const store_sem_t *sem)
 
 static int write_del_sem(store_t *st, const char *name)
 {
-    static const int steps[] = {Q_RETIRE_SEM, Q_DEL_SEM_LEASES, Q_DEL_SEM};
+    /* Its leases were deleted one by one before (the engine records each). */
+    static const int steps[] = {Q_RETIRE_SEM, Q_DEL_SEM};
     int rc = SQLITE_OK;
 
     for (size_t i = 0; rc == SQLITE_OK && i < sizeof steps / sizeof steps[0]; i++) {
