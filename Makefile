@@ -6,6 +6,10 @@ PREFIX ?= /usr/local
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
+# One target at a time: `make -j4 test` must install the packages before CMake looks for
+# them. The build itself runs $(JOBS) jobs (cmake --build -j), whatever -j make was given.
+.NOTPARALLEL:
+
 .PHONY: all build deps deps-test deps-bench run test bench install clean \
         asan tsan test-asan test-tsan format check
 

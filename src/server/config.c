@@ -21,7 +21,8 @@ typedef struct {
 
 #define F(field) offsetof(semad_config_t, field)
 static const option_t options[] = {
-    {"listen", "SEMA_LISTEN", OPT_STR, F(listen), "address to listen on, HOST:PORT (port 0: any)"},
+    {"listen", "SEMA_LISTEN", OPT_STR, F(listen),
+     "address to listen on, HOST:PORT (a name resolves; no HOST: every interface; port 0: any)"},
     {"engine", "SEMA_ENGINE", OPT_STR, F(engine.backend),
      "where the state lives: embedded (in memory, with the store in --data)"},
     {"data", "SEMA_DATA", OPT_STR, F(data_dir), "directory of the durable store"},

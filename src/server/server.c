@@ -3,6 +3,7 @@
  * handlers' accessors and the HTTP-level metrics. */
 #include "server_internal.h"
 
+#include <netdb.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -19,9 +20,11 @@ enum { NSTATUS = sizeof known_status / sizeof known_status[0] + 1 };
 
 /* ---- start and stop ---- */
 
+/* HOST:PORT: a numeric IPv4 address, [IPv6], a host name (resolved once, its first
+ * address), or nothing for every interface (":7070", as most servers take it). */
 static int parse_listen(const char *spec, struct sockaddr_storage *ss, char *errbuf, size_t errlen)
 {
-    char host[128];
+    char host[256];
     const char *colon = strrchr(spec, ':');
     if (colon == NULL || (size_t)(colon - spec) >= sizeof host) {
         snprintf(errbuf, errlen, "--listen '%s': expected HOST:PORT", spec);
@@ -39,11 +42,25 @@ static int parse_listen(const char *spec, struct sockaddr_storage *ss, char *err
         host[hl - 1] = '\0';
         if (uv_ip6_addr(host + 1, (int)port, (struct sockaddr_in6 *)ss) == 0)
             return 0;
-    } else if (uv_ip4_addr(host, (int)port, (struct sockaddr_in *)ss) == 0) {
-        return 0;
+        snprintf(errbuf, errlen, "--listen '%s': not an IPv6 address", spec);
+        return SEMA_EINVAL;
     }
-    snprintf(errbuf, errlen, "--listen '%s': not a numeric IPv4 or [IPv6] address", spec);
-    return SEMA_EINVAL;
+    if (uv_ip4_addr(hl == 0 ? "0.0.0.0" : host, (int)port, (struct sockaddr_in *)ss) == 0)
+        return 0;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    int rc = getaddrinfo(host, NULL, &hints, &res);
+    if (rc != 0 || res == NULL) {
+        snprintf(errbuf, errlen, "--listen '%s': cannot resolve '%s' (%s)", spec, host,
+                 rc != 0 ? gai_strerror(rc) : "no address");
+        return SEMA_EINVAL;
+    }
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    if (ss->ss_family == AF_INET)
+        ((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
+    else
+        ((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
+    freeaddrinfo(res);
+    return 0;
 }
 
 static void on_signal(uv_signal_t *h, int signum)
