@@ -20,6 +20,9 @@ typedef struct {
     route_handler_fn handler;
     int flags;
     const char *summary; /* one line for --routes and the docs */
+    /* For the matcher: the method as a number (router.c), and the lengths of the pattern's
+     * parts: literal prefix, "{param}" (0 if none) and literal suffix. */
+    unsigned char method_id, pre_len, param_len, suf_len;
 } route_t;
 
 enum { ROUTER_FOUND = 0, ROUTER_NOT_FOUND = 404, ROUTER_BAD_METHOD = 405 };
