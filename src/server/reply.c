@@ -192,6 +192,8 @@ static int fatal_problem(struct strbuf *body, int status, const char *reason)
     const char *code = status == 413   ? "body_too_large"
                        : status == 431 ? "headers_too_large"
                        : status == 414 ? "uri_too_long"
+                       : status == 501 ? "not_implemented"
+                       : status == 505 ? "http_version_not_supported"
                                        : "bad_request";
     return render_problem(body, status, code, http_status_text(status), reason);
 }
