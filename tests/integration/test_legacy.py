@@ -22,6 +22,7 @@ NOT_THROUGH_PROXY = {
     "name_2E_2E_delete": "the proxy's URL parser takes %2E%2E for a '..' segment",
     "name_2E_2E_value": "the proxy's URL parser takes %2E%2E for a '..' segment",
     "bad_invalid_utf8_in_body": "the proxy decodes a text body (bad UTF-8 becomes U+FFFD)",
+    "bad_nul_in_body": "the proxy decodes a text body",
 }
 
 
