@@ -71,6 +71,10 @@ static void reply_raw_ex(route_ctx_t *c, int status, const char *ctype, const ch
         conn_send_failed(conn, lease, SEMA_ENOMEM);
         return;
     }
+    /* HEAD: the GET reply's head, Content-Length included, without the body (which
+     * http_reply wrote last; RFC 9110 §9.3.2). */
+    if (conn->parser.req.method == HTTP_HEAD && status != 204 && status >= 200)
+        out->len -= len;
     int rc = conn_write(conn, out, lease);
     if (out->cap > SCRATCH_KEEP)
         strbuf_free(out);

@@ -108,7 +108,10 @@ size_t router_allow_header(const char *path, size_t len, char *buf, size_t cap)
     for (size_t r = 0; r < NROUTES; r++) {
         if (!match_route(&routes[r], path, len, &p, &pl))
             continue;
-        int w = snprintf(buf + n, cap - n, "%s%s", any ? ", " : "Allow: ", routes[r].method);
+        /* Every GET route but the event stream's answers HEAD too (conn.c's dispatch). */
+        int head = strcmp(routes[r].method, "GET") == 0 && !(routes[r].flags & ROUTE_STREAM);
+        int w = snprintf(buf + n, cap - n, "%s%s%s", any ? ", " : "Allow: ", routes[r].method,
+                         head ? ", HEAD" : "");
         if (w < 0 || (size_t)w >= cap - n)
             return 0;
         n += (size_t)w;

@@ -33,7 +33,8 @@ enum { ROUTER_FOUND = 0, ROUTER_NOT_FOUND = 404, ROUTER_BAD_METHOD = 405 };
 int router_match(const char *method, const char *path, size_t len, const route_t **route,
                  const char **param, size_t *param_len);
 
-/* The methods `path` has, as an HTTP Allow header line ("Allow: GET, PUT\r\n") in buf;
+/* The methods `path` has, as an HTTP Allow header line ("Allow: GET, HEAD, PUT\r\n": HEAD
+ * after every GET but an event stream's) in buf;
  * returns its length (0 if no route has the path, or it does not fit). */
 size_t router_allow_header(const char *path, size_t len, char *buf, size_t cap);
 

@@ -160,7 +160,7 @@ def test_request_validation():
         st, hd, data = s.request("GET", "/v1/semaphores/v/acquire?x=1", direct=True)
         assert st == 405 and hd["allow"] == "POST", (st, hd)
         st, hd, data = s.request("POST", "/v1/semaphores/v", direct=True)
-        assert st == 405 and hd["allow"] == "PUT, PATCH, GET, DELETE", (st, hd)
+        assert st == 405 and hd["allow"] == "PUT, PATCH, GET, HEAD, DELETE", (st, hd)
         assert json.loads(data)["title"] == "Method Not Allowed"
         # one title per code, whichever check refused the request
         titles = set()
@@ -405,6 +405,51 @@ def test_healthz_and_metrics():
                'status="201"} 1' in text, text
         assert "semad_http_connections " in text
         assert "semad_grants_total" in text
+
+
+def read_head(f):
+    """Status and headers (lower-case) of one response, and nothing of its body."""
+    status = int(f.readline().split()[1])
+    headers = {}
+    for line in iter(f.readline, b"\r\n"):
+        k, v = line.decode().split(":", 1)
+        headers[k.strip().lower()] = v.strip()
+    return status, headers
+
+
+@fx.not_through_proxy("HEAD requests (docs/openapi.yaml lists GET; HEAD is implied)")
+def test_head_answers_like_get_without_a_body():
+    """RFC 9110 9.3.2: the GET reply's status and headers, Content-Length included, and no
+    body; the next request on the connection is read right after it."""
+    with fx.Semad() as s:
+        put(s, "h", 2)
+        assert s.request("POST", "/semaphore", {"name": "L", "value": 1})[0] == 200
+        for path in ("/healthz", "/v1/semaphores/h", "/v1/semaphores?limit=5", "/metrics",
+                     "/semaphore/value/L", "/v1/semaphores/nope", "/nope"):
+            gst, ghd, gbody = s.request("GET", path)
+            sock = s.raw()
+            f = sock.makefile("rb")
+            sock.sendall(b"HEAD %s HTTP/1.1\r\nHost: t\r\n\r\n"
+                         b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n" % path.encode())
+            st, hd = read_head(f)
+            assert st == gst and hd["content-type"] == ghd["content-type"], (path, st, hd)
+            if path != "/metrics":  # the counters move between the two requests
+                assert int(hd["content-length"]) == len(gbody), (path, hd, gbody)
+            # the next bytes are the GET's reply: the HEAD reply had no body
+            assert fx.read_response(f)[0] == 200, path
+            sock.close()
+        # The event stream answers GET only: HEAD gets 405 with Allow: GET, no body.
+        sock = s.raw()
+        f = sock.makefile("rb")
+        sock.sendall(b"HEAD /v1/semaphores/h/events HTTP/1.1\r\nHost: t\r\n\r\n"
+                     b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+        st, hd = read_head(f)
+        assert st == 405 and hd["allow"] == "GET", (st, hd)
+        assert fx.read_response(f)[0] == 200
+        sock.close()
+        # Allow names HEAD wherever GET is (but for the event stream)
+        st, hd, _ = s.request("POST", "/v1/semaphores/h", direct=True)
+        assert hd["allow"] == "PUT, PATCH, GET, HEAD, DELETE", hd
 
 
 # ---- pitfalls 21-30 (../shared/pitfalls.md) at the HTTP level ----
