@@ -171,6 +171,40 @@ static int is_v1(const char *path)
     return strncmp(path, "/v1/", 4) == 0 || strcmp(path, "/v1") == 0;
 }
 
+/* `len` bytes of `s` into `out` (NUL-terminated; room for 6 bytes each) with &, <, >, " and '
+ * escaped for HTML: the text/html 404 names the path it could not find. */
+static void html_escape(char *out, size_t cap, const char *s, size_t len)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < len && n + 7 <= cap; i++) {
+        const char *e;
+        switch (s[i]) {
+        case '&':
+            e = "&amp;";
+            break;
+        case '<':
+            e = "&lt;";
+            break;
+        case '>':
+            e = "&gt;";
+            break;
+        case '"':
+            e = "&quot;";
+            break;
+        case '\'':
+            e = "&#39;";
+            break;
+        default:
+            out[n++] = s[i];
+            continue;
+        }
+        size_t el = strlen(e);
+        memcpy(out + n, e, el);
+        n += el;
+    }
+    out[n] = '\0';
+}
+
 /* No route matched (`rc` from router_match): 405 or 404, problem+json under /v1. */
 void ctx__reply_no_route(route_ctx_t *c, int rc, const char *method, const char *path, size_t plen)
 {
@@ -185,8 +219,9 @@ void ctx__reply_no_route(route_ctx_t *c, int rc, const char *method, const char 
             ctx_reply_problem(c, 404, "not_found", "no such route");
         return;
     }
-    char msg[160];
-    snprintf(msg, sizeof msg, "Cannot %s %.100s", method, path);
+    char msg[32 + 100 * 6];
+    int n = snprintf(msg, sizeof msg, "Cannot %.15s ", method);
+    html_escape(msg + n, sizeof msg - (size_t)n, path, plen < 100 ? plen : 100);
     ctx_reply_text(c, 404, msg);
 }
 
