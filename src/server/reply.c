@@ -107,17 +107,37 @@ static struct strbuf *scratch_body(route_ctx_t *c)
     return &c->srv->scratch_body;
 }
 
+static int is_legacy(const route_ctx_t *c)
+{
+    return c->route != NULL && (c->route->flags & ROUTE_LEGACY);
+}
+
+/* The v1 API's JSON bodies end with a newline (curl's output then ends its line); the legacy
+ * API's bytes stay those of the original. */
+static int end_line(struct strbuf *body)
+{
+    if (body->len + 1 < body->cap) {
+        body->data[body->len++] = '\n';
+        body->data[body->len] = '\0';
+        return 0;
+    }
+    return strbuf_append(body, "\n", 1);
+}
+
 /* Send the body rendered into scratch_body (`rc`: how the rendering went; on a failure the
  * client gets 503 and the grant `lease`, if any, goes back). */
 static void reply_scratch(route_ctx_t *c, int status, const char *ctype, int rc, const char *lease,
                           const char *extra)
 {
     struct strbuf *body = &c->srv->scratch_body;
+    int legacy = is_legacy(c);
+    if (rc == 0 && !legacy)
+        rc = end_line(body);
     if (rc != 0) {
-        static const char oom[] = "{\"status\":503,\"code\":\"out_of_memory\"}";
+        static const char oom[] = "{\"status\":503,\"code\":\"out_of_memory\"}\n";
         if (lease != NULL)
             server__release_lease(c->srv, lease);
-        reply_raw(c, 503, "application/problem+json", oom, sizeof oom - 1, NULL);
+        reply_raw(c, 503, "application/problem+json", oom, sizeof oom - 1 - (size_t)legacy, NULL);
     } else {
         reply_raw_ex(c, status, ctype, body->data, body->len, lease, extra);
     }
@@ -157,7 +177,7 @@ void ctx_reply_err(route_ctx_t *c, int err, const char *detail)
     const problem_row_t *row = problem_lookup(err);
     if (detail == NULL)
         detail = sema_strerror(err);
-    if (c->route != NULL && (c->route->flags & ROUTE_LEGACY)) {
+    if (is_legacy(c)) {
         ctx_reply_text(c, row->status, detail);
         return;
     }
@@ -234,7 +254,8 @@ static int fatal_problem(struct strbuf *body, int status, const char *reason)
                        : status == 501 ? "not_implemented"
                        : status == 505 ? "http_version_not_supported"
                                        : "bad_request";
-    return render_problem(body, status, code, http_status_text(status), reason);
+    int rc = render_problem(body, status, code, http_status_text(status), reason);
+    return rc == 0 ? end_line(body) : rc;
 }
 
 /* A request that could not be parsed: the connection closes after this reply. */

@@ -407,6 +407,27 @@ def test_healthz_and_metrics():
         assert "semad_grants_total" in text
 
 
+def test_json_replies_end_with_a_newline():
+    """v1 JSON and problem documents end with one newline (curl's output ends its line);
+    the legacy API's JSON keeps the original's bytes, without it."""
+    with fx.Semad() as s:
+        for method, path, body in (("PUT", "/v1/semaphores/nl", {"capacity": 2}),
+                                   ("GET", "/v1/semaphores/nl", None),
+                                   ("POST", "/v1/semaphores/nl/acquire", {}),
+                                   ("GET", "/v1/semaphores", None),
+                                   ("GET", "/healthz", None),
+                                   ("GET", "/v1/semaphores/none", None),
+                                   ("POST", "/v1/semaphores/nl/acquire", {"weight": 9}),
+                                   ("GET", "/v1/nope", None)):
+            st, hd, data = s.request(method, path, body, direct=True)
+            assert data.endswith(b"}\n") and not data.endswith(b"\n\n"), (path, st, data)
+            json.loads(data)
+        st, hd, data = s.request("POST", "/semaphore", {"name": "L", "value": 1}, direct=True)
+        assert data == b'{"name":"L","value":1}', data
+        st, hd, data = s.request("GET", "/semaphore/value/L", direct=True)
+        assert data == b'{"name":"L","value":1}', data
+
+
 def read_head(f):
     """Status and headers (lower-case) of one response, and nothing of its body."""
     status = int(f.readline().split()[1])
