@@ -624,5 +624,46 @@ def test_pitfall30_retried_acquire_grants_once():
         first.close()
 
 
+
+def test_idempotency_key_replaced_and_mismatch():
+    """A key names one request. Reused with another weight it fails 409
+    idempotency_key_mismatch (granted or parked: no second grant, no borrowed lease); a
+    parked attempt that a retry with the same key took over ends 409
+    idempotency_key_replaced (not 410 deleted: the semaphore is there)."""
+    with fx.Semad() as s:
+        put(s, "ik", 3)
+        a = acquire(s, "ik", weight=1, idem="k-1")
+        assert a[0] == 200, a
+        st, code = problem(s, "POST", "/v1/semaphores/ik/acquire", {"weight": 2},
+                           {"Idempotency-Key": "k-1"})
+        assert (st, code) == (409, "idempotency_key_mismatch"), (st, code)
+        assert s.json("GET", "/v1/semaphores/ik")[1]["held"] == 1
+        assert acquire(s, "ik", weight=1, idem="k-1")[1]["lease"] == a[1]["lease"]
+        b = acquire(s, "ik", weight=2)  # full now
+        first = s.raw()
+        ff = first.makefile("rb")
+        first.sendall(fx.raw_request("POST", "/v1/semaphores/ik/acquire", {"weight": 3},
+                                     {"Idempotency-Key": "k-2"}))
+        fx.wait_until(lambda: waiting(s, "ik") == 1, what="park")
+        st, code = problem(s, "POST", "/v1/semaphores/ik/acquire", {"weight": 1},
+                           {"Idempotency-Key": "k-2"})
+        assert (st, code) == (409, "idempotency_key_mismatch"), (st, code)
+        assert waiting(s, "ik") == 1  # the first attempt waits on
+        retry = s.raw()
+        rf = retry.makefile("rb")
+        retry.sendall(fx.raw_request("POST", "/v1/semaphores/ik/acquire", {"weight": 3},
+                                     {"Idempotency-Key": "k-2"}))
+        st, hd, data = fx.read_response(ff)
+        assert st == 409 and json.loads(data)["code"] == "idempotency_key_replaced", (st, data)
+        assert waiting(s, "ik") == 1
+        s.request("DELETE", "/v1/leases/" + a[1]["lease"])
+        s.request("DELETE", "/v1/leases/" + b[1]["lease"])
+        st, hd, data = fx.read_response(rf)
+        assert st == 200 and json.loads(data)["weight"] == 3, (st, data)
+        assert s.json("GET", "/v1/semaphores/ik")[1]["held"] == 3
+        first.close()
+        retry.close()
+
+
 if __name__ == "__main__":
     fx.main(globals())
