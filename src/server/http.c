@@ -108,6 +108,8 @@ static int on_header_field(llhttp_t *ll, const char *at, size_t len)
             p->hname_long = 1;
             return 0;
         }
+    } else if (p->hkind == HK_HOST && len > 0) {
+        p->hkind = HK_OTHER; /* the name went on after "Host" in the next read */
     }
     /* Only names starting like idempotency-key, expect, last-event-id, host or
      * transfer-encoding can matter. */

@@ -416,6 +416,28 @@ TEST(strict_http11)
     }
 }
 
+/* A read that ends right after "Host" of a longer header name: that header is not Host. */
+TEST(host_is_the_whole_name_across_reads)
+{
+    static const char *const cases[][2] = {
+        {"GET /x HTTP/1.1\r\nHost", "-X: y\r\n\r\n"},
+        {"GET /x HTTP/1.1\r\nHost: a\r\nHost", "-X: y\r\n\r\n"},
+        {"GET /x HTTP/1.1\r\nHost", ": a\r\n\r\n"},
+    };
+    static const int want[] = {400, 200, 200};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        http_parser_t p;
+        http_parser_init(&p, &limits);
+        size_t used;
+        int status = 0;
+        ASSERT_EQ(feed_all(&p, cases[i][0], &used), HTTP_NEED_MORE);
+        int rc = feed_all(&p, cases[i][1], &used);
+        status = rc == HTTP_MESSAGE ? 200 : rc == HTTP_ERROR ? p.error_status : 0;
+        ASSERT_EQ(status, want[i]);
+        http_parser_free(&p);
+    }
+}
+
 TEST(absolute_form_target_becomes_origin_form)
 {
     static const char *const cases[][2] = {
