@@ -41,7 +41,7 @@ typedef struct http_parser {
      * HTTP-version after " HTTP/", and the rest of a header value (else it was folded). */
     uint64_t base, mark;
     char hname[18];           /* name of the header being read (lower case, truncated) */
-    char host[24];            /* the last Host value found valid (host_len bytes) */
+    char host[16];            /* the last Host value found valid (host_len bytes) */
     uint8_t host_len;         /* 0: none */
     uint8_t hname_len;        /* bytes in hname */
     uint8_t hname_long;       /* the name did not fit in hname: uninteresting */

@@ -438,6 +438,34 @@ TEST(host_is_the_whole_name_across_reads)
     }
 }
 
+/* A connection's Host values, remembered or not (longer than http_parser_t.host), are each
+ * checked: a valid one is remembered, an invalid one after it still fails. */
+TEST(host_values_on_one_connection)
+{
+    static const char *const hosts[] = {"a.example:7070",
+                                        "a.example:7070",
+                                        "a-much-longer-name.example:7070",
+                                        "a-much-longer-name.example:7070",
+                                        "a.example:7070",
+                                        "a.example:70 70"};
+    http_parser_t p;
+    http_parser_init(&p, &limits);
+    for (size_t i = 0; i < sizeof hosts / sizeof hosts[0]; i++) {
+        char req[128];
+        size_t used;
+        int n = snprintf(req, sizeof req, "GET /x HTTP/1.1\r\nHost: %s\r\n\r\n", hosts[i]);
+        int rc = http_parser_feed(&p, req, (size_t)n, &used);
+        if (i + 1 < sizeof hosts / sizeof hosts[0]) {
+            ASSERT_EQ(rc, HTTP_MESSAGE);
+            http_parser_next(&p);
+        } else {
+            ASSERT_EQ(rc, HTTP_ERROR);
+            ASSERT_EQ(p.error_status, 400);
+        }
+    }
+    http_parser_free(&p);
+}
+
 TEST(absolute_form_target_becomes_origin_form)
 {
     static const char *const cases[][2] = {
