@@ -15,7 +15,7 @@ static const size_t header_caps[] = {8192, 256, 40, 1};
 static const size_t body_caps[] = {65536, 64, 5, 0};
 
 /* The statuses http.c answers a bad request with. */
-static const int error_statuses[] = {400, 413, 414, 431, 503};
+static const int error_statuses[] = {400, 413, 414, 431, 501, 503, 505};
 
 typedef struct {
     http_parser_t p;

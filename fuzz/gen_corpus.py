@@ -18,7 +18,13 @@ BODIES = [
     b'{"k\x00":1}', b'', b'{', b'{"', b'{"a"', b'{"a":', b'{"a":-', b'\x0c{}',
 ]
 
-def req(head, body=b''):
+def req(head, body=b'', host=True):
+    """CRLF line ends; an HTTP/1.1 request gets a Host header unless it has one or
+    host=False (a request without one is refused)."""
+    line, sep, rest = head.partition(b'\n')
+    fields = (sep + rest).split(b'\n\n')[0].lower()  # the first request's header lines
+    if host and line.endswith(b'HTTP/1.1') and b'\nhost:' not in fields:
+        head = line + sep + b'Host: x\n' + rest
     return head.replace(b'\n', b'\r\n') + body
 
 REQUESTS = [
@@ -29,9 +35,10 @@ REQUESTS = [
     req(b'GET /v1/semaphores?prefix=a+b&limit=10&cursor=%C3%A9 HTTP/1.1\n\n'),
     req(b'POST /semaphore HTTP/1.1\nTransfer-Encoding: chunked\n\n', b'5\r\n{"nam\r\n0\r\n\r\n'),
     req(b'POST /v1/leases/1/renew HTTP/1.1\nExpect: 100-continue\nContent-Length: 2\n\n', b'{}'),
-    req(b'GET /healthz HTTP/1.1\n\nGET /metrics HTTP/1.1\n\nDELETE /v1/leases/9 HTTP/1.1\n\n'),
+    req(b'GET /healthz HTTP/1.1\n\nGET /metrics HTTP/1.1\nHost: x\n\n'
+        b'DELETE /v1/leases/9 HTTP/1.1\nHost: x\n\n'),
     req(b'GET /healthz HTTP/1.0\n\n'),
-    req(b'GET /healthz HTTP/1.1\nConnection: close\n\nGET /metrics HTTP/1.1\n\n'),
+    req(b'GET /healthz HTTP/1.1\nConnection: close\n\nGET /metrics HTTP/1.1\nHost: x\n\n'),
     req(b'POST /v1/x HTTP/1.1\nContent-Length: 99999999\n\n'),
     req(b'POST /v1/x HTTP/1.1\nIdempotency-Key: a\nIdempotency-Key: b\n\n'),
     req(b'POST /v1/x HTTP/1.1\nIdempotency-Key:\n\n'),
@@ -51,6 +58,28 @@ REQUESTS = [
     req(b'CONNECT host:443 HTTP/1.1\n\n'),
     b'GET /healthz HTTP/1.1\n\n',
     b'GET /healthz HTTP/1.1\r\nHost:\x00x\r\n\r\n',
+    # strict HTTP/1.1 (each refused): see tests/integration/test_hostile.py
+    req(b'GET /healthz HTTP/1.1\nHost : x\n\n'),
+    req(b'GET  /healthz HTTP/1.1\n\n'),
+    req(b'GET /healthz  HTTP/1.1\n\n'),
+    req(b'GET /heal\thz HTTP/1.1\n\n'),
+    req(b'GET /healthz HTTP/1.1\n\n', host=False),
+    req(b'GET /healthz HTTP/1.1\nHost: a\nHost: b\n\n'),
+    req(b'GET /healthz HTTP/1.1\nHost: a b\n\n'),
+    req(b'PUT /v1/semaphores/t HTTP/1.1\nTransfer-Encoding: gzip, chunked\n\n',
+        b'e\r\n{"capacity":1}\r\n0\r\n\r\n'),
+    req(b'PUT /v1/semaphores/t HTTP/1.1\nTransfer-Encoding: chunked\n\n',
+        b'e\r\n{"capacity":1}XX0\r\n\r\n'),
+    req(b'PUT /v1/semaphores/t HTTP/1.0\nTransfer-Encoding: chunked\n\n', b'0\r\n\r\n'),
+    req(b'POST /v1/semaphores/t/acquire HTTP/1.1\nContent-Length: 13\n\n', b'{"weight":1\x00}'),
+    req(b'POST /semaphore HTTP/1.1\nContent-Length: 23\n\n', b'{"name":"l","value":1\x00}'),
+    req(b'GET /healthz HTTP/1.1\nX-A: b\n c\n\n'),
+    req(b'GET /healthz\n\n'),
+    req(b'GET /healthz HTTP/2.0\n\n'),
+    req(b'GET http://h:1/v1/semaphores/a?limit=1 HTTP/1.1\nHost: h:1\n\n'),
+    req(b'GET http:/// HTTP/1.1\n\n'),
+    req(b'HEAD /v1/semaphores/a HTTP/1.1\n\nGET /<script>alert(1)</script> HTTP/1.1\n'
+        b'Host: x\n\n'),
 ]
 
 PATHS = [

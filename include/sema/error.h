@@ -11,7 +11,8 @@ extern "C" {
 
 /* Every sema function that can fail returns 0 or one of these negative codes.
  * Where Linux has an errno of the same meaning the code is its negation
- * (SEMA_EBUSY == -EBUSY); the numbers are part of the ABI and never change.
+ * (SEMA_EBUSY == -EBUSY); codes without one are below -1000. The numbers are part of the
+ * ABI and never change.
  *
  * XX(name, number, message) */
 #define SEMA_ERRNO_MAP(XX)                                                                         \
@@ -35,7 +36,9 @@ extern "C" {
     XX(ECORRUPT, -117, "state is corrupt")                                                         \
     XX(EVERSION, -95, "unsupported format version")                                                \
     XX(ENAMETOOLONG, -36, "name too long")                                                         \
-    XX(EUNAVAIL, -11, "temporarily unavailable, try again")
+    XX(EUNAVAIL, -11, "temporarily unavailable, try again")                                        \
+    XX(EREPLACED, -1001, "replaced by a newer attempt with the same idempotency key")              \
+    XX(EKEYMISMATCH, -1002, "idempotency key reused for a request of another weight or mode")
 
 typedef enum {
 #define SEMA__ERR_ENUM(name, num, msg) SEMA_##name = (num),

@@ -158,6 +158,11 @@ int body_parse_json(body_t *b, const char *data, size_t len, char *err, size_t e
 {
     json_error_t e;
     b->n = 0;
+    if (memchr(data, '\0', len) != NULL) { /* jansson would end a number there */
+        b->json = NULL;
+        snprintf(err, errlen, "malformed JSON body: %s", BODY_NUL_ERROR);
+        return -1;
+    }
     b->json = json_loadb(data, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &e);
     if (b->json == NULL) {
         snprintf(err, errlen, "malformed JSON body: %s", e.text);

@@ -11,6 +11,10 @@
 
 enum { BODY_FIELDS_MAX = 8, BODY_ERR_MAX = 256 };
 
+/* What a body with a NUL byte is told (no JSON text holds one; jansson would take
+ * {"weight":1<NUL>} as {"weight":1}). */
+#define BODY_NUL_ERROR "a NUL byte is not allowed in JSON"
+
 /* A field's value as the routes see it. BV_OTHER is a real, a boolean, an array or an
  * object (the routes only accept integers, strings and null). */
 typedef enum { BV_ABSENT, BV_NULL, BV_INT, BV_STR, BV_OTHER } bv_type_t;
@@ -33,8 +37,9 @@ typedef struct {
 } body_t;
 
 /* Parse `len` bytes (borrowed; the body keeps pointers into them) as one JSON object. Returns
- * 0, or -1 with the 400 message in err: "malformed JSON body: <jansson's text>" or "the body
- * must be a JSON object". Free with body_free() after 0. Not thread-safe per body_t. */
+ * 0, or -1 with the 400 message in err: "malformed JSON body: <jansson's text>" (or
+ * BODY_NUL_ERROR) or "the body must be a JSON object". Free with body_free() after 0. Not
+ * thread-safe per body_t. */
 int body_parse(body_t *b, const char *data, size_t len, char *err, size_t errlen);
 
 /* The same, always through jansson (the reference the flat parser is tested against). */

@@ -326,10 +326,16 @@ static void dispatch(conn_t *conn)
     char *q = strchr(url, '?');
     size_t plen = q != NULL ? (size_t)(q - url) : strlen(url);
     c->query = q != NULL ? q + 1 : NULL;
-    const char *method = http_method_name(conn->parser.req.method);
+    /* HEAD is served by the GET route (reply.c drops the body), except the event stream's. */
+    int head = conn->parser.req.method == HTTP_HEAD;
+    const char *method = head ? "GET" : http_method_name(conn->parser.req.method);
     const char *param = NULL;
     size_t param_len = 0;
     int rc = router_match(method, url, plen, &c->route, &param, &param_len);
+    if (head && rc == ROUTER_FOUND && (c->route->flags & ROUTE_STREAM)) {
+        c->route = NULL;
+        rc = ROUTER_BAD_METHOD;
+    }
     if (rc != ROUTER_FOUND) {
         if (q != NULL)
             *q = '\0';

@@ -12,6 +12,14 @@
 
 enum { KEEP_BYTES = 4096 }; /* buffers above this are freed between requests */
 
+enum { HS_FIELD, HS_VALUE, HS_DONE }; /* http_parser_t.hstate */
+
+/* The headers semad reads (http_parser_t.hkind); HK_UNSET until the name is known. */
+enum { HK_UNSET, HK_OTHER, HK_IDEM, HK_EXPECT, HK_LEID, HK_HOST, HK_TE };
+
+static const char bad_line[] = "Malformed request line (one space between method, request "
+                               "target and HTTP version)";
+
 static http_parser_t *P(llhttp_t *ll)
 {
     return (http_parser_t *)ll->data;
@@ -22,6 +30,12 @@ static int fail(http_parser_t *p, int status, const char *reason)
     p->error_status = status;
     p->error_reason = reason;
     return HPE_USER;
+}
+
+/* Where `at` (inside the bytes being fed) is in the connection's byte stream. */
+static uint64_t pos(const http_parser_t *p, const char *at)
+{
+    return p->base + (uint64_t)(uintptr_t)at;
 }
 
 static int count_header_bytes(http_parser_t *p, size_t n)
@@ -38,9 +52,21 @@ static int on_message_begin(llhttp_t *ll)
     return 0;
 }
 
+/* The request line is method SP request-target SP HTTP-version (RFC 9112 §3) with single
+ * spaces: llhttp skips extra ones, so the parts' offsets are checked here. */
+static int on_method(llhttp_t *ll, const char *at, size_t len)
+{
+    http_parser_t *p = P(ll);
+    p->mark = pos(p, at) + len + 1;
+    return 0;
+}
+
 static int on_url(llhttp_t *ll, const char *at, size_t len)
 {
     http_parser_t *p = P(ll);
+    if (p->req.url.len == 0 && pos(p, at) != p->mark)
+        return fail(p, 400, bad_line);
+    p->mark = pos(p, at) + len + 6; /* " HTTP/" */
     if (p->header_bytes + len > p->limits->max_header_bytes)
         return fail(p, 414, "URI too long");
     p->header_bytes += len;
@@ -49,22 +75,49 @@ static int on_url(llhttp_t *ll, const char *at, size_t len)
     return 0;
 }
 
+static int on_version(llhttp_t *ll, const char *at, size_t len)
+{
+    http_parser_t *p = P(ll);
+    if (pos(p, at) != p->mark) /* the first piece; later ones go on where it ended */
+        return fail(p, 400, bad_line);
+    p->mark += len;
+    return 0;
+}
+
+/* "Host" in any case, in one piece: the one header every request has, so it skips the copy. */
+static int is_host(const char *at, size_t len)
+{
+    return len == 4 && (at[0] | 0x20) == 'h' && (at[1] | 0x20) == 'o' && (at[2] | 0x20) == 's' &&
+           (at[3] | 0x20) == 't';
+}
+
 /* Header names are matched case-insensitively; only a few matter to semad. */
 static int on_header_field(llhttp_t *ll, const char *at, size_t len)
 {
     http_parser_t *p = P(ll);
     if (count_header_bytes(p, len + 4) != 0)
         return HPE_USER;
-    if (p->hstate == 1) { /* a new header begins */
+    if (p->hstate != HS_FIELD) { /* a new header begins */
         p->hname_len = 0;
         p->hname_long = 0;
+        p->hkind = HK_UNSET;
         strbuf_reset(&p->hval);
-        p->hstate = 0;
+        p->hstate = HS_FIELD;
+        if (is_host(at, len)) {
+            p->hkind = HK_HOST;
+            p->hname_long = 1;
+            return 0;
+        }
+    } else if (p->hkind == HK_HOST && len > 0) {
+        p->hkind = HK_OTHER; /* the name went on after "Host" in the next read */
     }
-    /* Only names starting like idempotency-key, expect or last-event-id can matter. */
-    if (p->hname_len == 0 && len > 0 && (at[0] | 0x20) != 'i' && (at[0] | 0x20) != 'e' &&
-        (at[0] | 0x20) != 'l')
-        p->hname_long = 1;
+    /* Only names starting like idempotency-key, expect, last-event-id, host or
+     * transfer-encoding can matter. */
+    if (p->hname_len == 0 && len > 0) {
+        char c = (char)(at[0] | 0x20);
+        if (c != 'i' && c != 'e' && c != 'l' && c != 'h' && c != 't')
+            p->hname_long = 1;
+    }
     if (p->hname_long)
         return 0;
     for (size_t i = 0; i < len; i++) {
@@ -79,11 +132,59 @@ static int on_header_field(llhttp_t *ll, const char *at, size_t len)
     return 0;
 }
 
-static int interesting(const http_parser_t *p)
+static int classify(const http_parser_t *p)
 {
-    return !p->hname_long &&
-           (strcmp(p->hname, "idempotency-key") == 0 || strcmp(p->hname, "expect") == 0 ||
-            strcmp(p->hname, "last-event-id") == 0);
+    static const struct {
+        const char *name;
+        int kind;
+    } known[] = {
+        {"idempotency-key", HK_IDEM}, {"expect", HK_EXPECT},
+        {"last-event-id", HK_LEID},   {"host", HK_HOST},
+        {"transfer-encoding", HK_TE},
+    };
+    if (p->hname_long)
+        return p->hkind != HK_UNSET ? p->hkind : HK_OTHER;
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (p->hname[0] == known[i].name[0] && strcmp(p->hname, known[i].name) == 0)
+            return known[i].kind;
+    return HK_OTHER;
+}
+
+/* A Host value is RFC 3986 host [":" port] (RFC 9112 §3.2): unreserved, pct-encoded,
+ * sub-delims, ':' and the brackets of an IP literal. A connection sends the same value each
+ * time: the last valid one is kept, and a value equal to it needs no check. */
+static int host_valid(http_parser_t *p, const char *s, size_t len)
+{
+    static const char ok[128] = {
+        ['!'] = 1, ['$'] = 1, ['%'] = 1, ['&'] = 1, ['\''] = 1, ['('] = 1, [')'] = 1, ['*'] = 1,
+        ['+'] = 1, [','] = 1, ['-'] = 1, ['.'] = 1, [':'] = 1,  [';'] = 1, ['='] = 1, ['['] = 1,
+        [']'] = 1, ['_'] = 1, ['~'] = 1, ['0'] = 1, ['1'] = 1,  ['2'] = 1, ['3'] = 1, ['4'] = 1,
+        ['5'] = 1, ['6'] = 1, ['7'] = 1, ['8'] = 1, ['9'] = 1,  ['A'] = 1, ['B'] = 1, ['C'] = 1,
+        ['D'] = 1, ['E'] = 1, ['F'] = 1, ['G'] = 1, ['H'] = 1,  ['I'] = 1, ['J'] = 1, ['K'] = 1,
+        ['L'] = 1, ['M'] = 1, ['N'] = 1, ['O'] = 1, ['P'] = 1,  ['Q'] = 1, ['R'] = 1, ['S'] = 1,
+        ['T'] = 1, ['U'] = 1, ['V'] = 1, ['W'] = 1, ['X'] = 1,  ['Y'] = 1, ['Z'] = 1, ['a'] = 1,
+        ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1,  ['g'] = 1, ['h'] = 1, ['i'] = 1,
+        ['j'] = 1, ['k'] = 1, ['l'] = 1, ['m'] = 1, ['n'] = 1,  ['o'] = 1, ['p'] = 1, ['q'] = 1,
+        ['r'] = 1, ['s'] = 1, ['t'] = 1, ['u'] = 1, ['v'] = 1,  ['w'] = 1, ['x'] = 1, ['y'] = 1,
+        ['z'] = 1,
+    };
+    if (len == p->host_len && memcmp(s, p->host, len) == 0)
+        return 1;
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)s[i] >= 128 || !ok[(unsigned char)s[i]])
+            return 0;
+    if (len <= sizeof p->host) {
+        memcpy(p->host, s, len);
+        p->host_len = (uint8_t)len;
+    }
+    return 1;
+}
+
+static const char *too_long(int kind)
+{
+    return kind == HK_LEID     ? "Last-Event-ID longer than 255 bytes"
+           : kind == HK_EXPECT ? "Expect longer than 255 bytes"
+                               : "Idempotency-Key longer than 255 bytes";
 }
 
 static int on_header_value(llhttp_t *ll, const char *at, size_t len)
@@ -91,30 +192,67 @@ static int on_header_value(llhttp_t *ll, const char *at, size_t len)
     http_parser_t *p = P(ll);
     if (count_header_bytes(p, len) != 0)
         return HPE_USER;
-    p->hstate = 1;
-    if (interesting(p) && strbuf_append(&p->hval, at, len) != 0)
-        return fail(p, 400,
-                    p->hname[0] == 'l' ? "Last-Event-ID longer than 255 bytes"
-                                       : "Idempotency-Key longer than 255 bytes");
-    return 0;
+    uint64_t here = pos(p, at);
+    if (p->hstate == HS_FIELD) {
+        p->hstate = HS_VALUE;
+        p->hkind = (uint8_t)classify(p);
+    } else if (here != p->mark) { /* the value goes on after a line break */
+        return fail(p, 400, "Obsolete line folding in a header value");
+    }
+    p->mark = here + len;
+    switch (p->hkind) {
+    case HK_OTHER:
+        return 0;
+    case HK_HOST:
+        return host_valid(p, at, len) ? 0 : fail(p, 400, "Invalid Host header");
+    case HK_TE:
+        if (strbuf_append(&p->hval, at, len) != 0)
+            p->te |= 2; /* too long to be "chunked" */
+        return 0;
+    default:
+        if (strbuf_append(&p->hval, at, len) != 0)
+            return fail(p, 400, too_long(p->hkind));
+        return 0;
+    }
+}
+
+/* Transfer-Encoding: semad implements chunked alone (RFC 9112 §6.1, §7). */
+static void transfer_coding(http_parser_t *p, const char *v, size_t n)
+{
+    while (n > 0 && (v[n - 1] == ' ' || v[n - 1] == '\t'))
+        n--;
+    p->te |= 1;
+    if (n != 7 || strncasecmp(v, "chunked", 7) != 0)
+        p->te |= 2;
 }
 
 static int on_header_value_complete(llhttp_t *ll)
 {
     http_parser_t *p = P(ll);
-    p->hstate = 1;
-    if (!interesting(p))
+    if (p->hstate == HS_FIELD) /* an empty value */
+        p->hkind = (uint8_t)classify(p);
+    p->hstate = HS_DONE;
+    if (p->hkind == HK_OTHER)
         return 0;
+    if (p->hkind == HK_HOST)
+        return ++p->hosts > 1 ? fail(p, 400, "More than one Host header") : 0;
     const char *v = p->hval.len ? p->hval.data : "";
-    if (strcmp(p->hname, "expect") == 0) {
+    switch (p->hkind) {
+    case HK_TE:
+        if (!(p->te & 2))
+            transfer_coding(p, v, p->hval.len);
+        break;
+    case HK_EXPECT:
         p->want_continue = strncasecmp(v, "100-continue", 12) == 0;
-    } else if (p->hname[0] == 'l') {
+        break;
+    case HK_LEID:
         if (p->req.last_event_id != NULL)
             return fail(p, 400, "Last-Event-ID must be one value");
         p->req.last_event_id = strndup(v, p->hval.len);
         if (p->req.last_event_id == NULL)
             return fail(p, 503, "Out of memory");
-    } else {
+        break;
+    default:
         if (p->hval.len == 0 || p->req.idem_key != NULL)
             return fail(p, 400, "Idempotency-Key must be one non-empty value");
         p->req.idem_key = strndup(v, p->hval.len);
@@ -125,9 +263,51 @@ static int on_header_value_complete(llhttp_t *ll)
     return 0;
 }
 
+/* An absolute-form target ("http://host:port/path?query", RFC 9112 §3.2.2) becomes the
+ * origin form the routes read ("/path?query"). Returns 0, or -1 when it has no host. */
+static int origin_form(struct strbuf *url)
+{
+    char *u = url->data;
+    size_t skip;
+    if (url->len > 7 && strncasecmp(u, "http://", 7) == 0)
+        skip = 7;
+    else if (url->len > 8 && strncasecmp(u, "https://", 8) == 0)
+        skip = 8;
+    else
+        return 0; /* "*", or a form llhttp takes that no route has */
+    size_t i = skip + strcspn(u + skip, "/?");
+    if (i == skip)
+        return -1;
+    size_t rest = url->len - i;
+    if (rest > 0 && u[i] == '/') {
+        memmove(u, u + i, rest + 1);
+        url->len = rest;
+    } else { /* "http://host" or "http://host?query": the path is "/" */
+        memmove(u + 1, u + i, rest + 1);
+        u[0] = '/';
+        url->len = rest + 1;
+    }
+    return 0;
+}
+
 static int on_headers_complete(llhttp_t *ll)
 {
     http_parser_t *p = P(ll);
+    if (p->req.url.len > 0 && p->req.url.data[0] != '/' && origin_form(&p->req.url) != 0)
+        return fail(p, 400, "Malformed request target");
+    if (ll->http_major != 1)
+        return ll->http_major == 0 ? fail(p, 400, bad_line)
+                                   : fail(p, 505, "HTTP version not supported");
+    if (p->te != 0) {
+        if (ll->http_minor == 0)
+            return fail(p, 400, "Transfer-Encoding in an HTTP/1.0 request");
+        if (!(ll->flags & F_CHUNKED))
+            return fail(p, 400, "Transfer-Encoding must end with chunked");
+        if (p->te & 2)
+            return fail(p, 501, "Only the chunked transfer coding is implemented");
+    }
+    if (p->hosts == 0 && ll->http_minor != 0)
+        return fail(p, 400, "Host header required");
     if ((ll->flags & F_CONTENT_LENGTH) && ll->content_length > p->limits->max_body_bytes)
         return fail(p, 413, "Request body too large");
     if (p->want_continue == 1)
@@ -162,7 +342,9 @@ static const llhttp_settings_t *settings(void)
     if (!ready) {
         llhttp_settings_init(&s);
         s.on_message_begin = on_message_begin;
+        s.on_method = on_method;
         s.on_url = on_url;
+        s.on_version = on_version;
         s.on_header_field = on_header_field;
         s.on_header_value = on_header_value;
         s.on_header_value_complete = on_header_value_complete;
@@ -183,7 +365,7 @@ void http_parser_init(http_parser_t *p, const http_limits_t *limits)
     strbuf_init(&p->req.url, limits->max_header_bytes + 1);
     strbuf_init(&p->req.body, limits->max_body_bytes + 1);
     strbuf_init(&p->hval, ENGINE_IDEM_KEY_MAX); /* content bytes; the NUL is extra */
-    p->hstate = 1;
+    p->hstate = HS_DONE;
 }
 
 void http_parser_free(http_parser_t *p)
@@ -220,7 +402,9 @@ void http_parser_next(http_parser_t *p)
     p->header_bytes = 0;
     p->hname_len = 0;
     p->hname_long = 0;
-    p->hstate = 1;
+    p->hstate = HS_DONE;
+    p->hosts = 0;
+    p->te = 0;
     p->started = 0;
     p->complete = 0;
     p->want_continue = 0;
@@ -233,16 +417,21 @@ int http_parser_feed(http_parser_t *p, const char *data, size_t len, size_t *use
     *used = len;
     if (len == 0)
         return HTTP_NEED_MORE;
+    p->base -= (uint64_t)(uintptr_t)data; /* see http.h */
     llhttp_errno_t err = llhttp_execute(&p->ll, data, len);
-    if (err == HPE_OK)
+    if (err == HPE_OK) {
+        p->base += (uint64_t)(uintptr_t)(data + len);
         return HTTP_NEED_MORE;
+    }
     if ((err == HPE_PAUSED || err == HPE_PAUSED_UPGRADE) && p->complete) {
-        const char *pos = llhttp_get_error_pos(&p->ll);
-        *used = pos != NULL && pos >= data && pos <= data + len ? (size_t)(pos - data) : len;
+        const char *end = llhttp_get_error_pos(&p->ll);
+        *used = end != NULL && end >= data && end <= data + len ? (size_t)(end - data) : len;
+        p->base += (uint64_t)(uintptr_t)(data + *used);
         if (err == HPE_PAUSED_UPGRADE)
             p->req.keep_alive = 0; /* no protocol switch here: the exchange ends */
         return HTTP_MESSAGE;
     }
+    p->base += (uint64_t)(uintptr_t)(data + len);
     if (p->error_status == 0) { /* not one of ours (callbacks set it before failing) */
         p->error_status = 400;
         p->error_reason = "Malformed HTTP request";
@@ -286,8 +475,10 @@ static const struct {
     {429, "Too Many Requests"},
     {431, "Request Header Fields Too Large"},
     {500, "Internal Server Error"},
+    {501, "Not Implemented"},
     {502, "Bad Gateway"},
     {503, "Service Unavailable"},
+    {505, "HTTP Version Not Supported"},
 };
 
 const char *http_status_text(int status)

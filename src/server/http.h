@@ -34,10 +34,21 @@ typedef struct http_parser {
     const http_limits_t *limits; /* borrowed */
     size_t header_bytes;         /* bytes of the request line and headers so far */
     struct strbuf hval;          /* value of the header being collected */
-    char hname[24];              /* name of the header being read (lower case, truncated) */
-    uint8_t hname_len;
+    /* Offsets in the connection's byte stream, for the checks llhttp leaves to us. Between
+     * feeds `base` is the offset of the next byte; during one it is that minus the address
+     * of the bytes fed, so a byte's offset is base + its address (http.c pos()). `mark` is
+     * where the next piece must start: the request target one SP after the method, the
+     * HTTP-version after " HTTP/", and the rest of a header value (else it was folded). */
+    uint64_t base, mark;
+    char hname[18];           /* name of the header being read (lower case, truncated) */
+    char host[16];            /* the last Host value found valid (host_len bytes) */
+    uint8_t host_len;         /* 0: none */
+    uint8_t hname_len;        /* bytes in hname */
     uint8_t hname_long;       /* the name did not fit in hname: uninteresting */
-    uint8_t hstate;           /* 0 field, 1 value */
+    uint8_t hstate;           /* 0 field, 1 value, 2 value complete */
+    uint8_t hkind;            /* what the header is (HK_* in http.c) */
+    uint8_t hosts;            /* Host header lines seen */
+    uint8_t te;               /* Transfer-Encoding: 1 seen, 2 not exactly "chunked" */
     uint8_t started;          /* bytes of a message have been seen */
     uint8_t complete;         /* a full message is waiting in req */
     uint8_t want_continue;    /* Expect: 100-continue: 1 seen, 2 answer due, 3 answered */

@@ -71,6 +71,10 @@ static void reply_raw_ex(route_ctx_t *c, int status, const char *ctype, const ch
         conn_send_failed(conn, lease, SEMA_ENOMEM);
         return;
     }
+    /* HEAD: the GET reply's head, Content-Length included, without the body (which
+     * http_reply wrote last; RFC 9110 §9.3.2). */
+    if (conn->parser.req.method == HTTP_HEAD && status != 204 && status >= 200)
+        out->len -= len;
     int rc = conn_write(conn, out, lease);
     if (out->cap > SCRATCH_KEEP)
         strbuf_free(out);
@@ -103,17 +107,37 @@ static struct strbuf *scratch_body(route_ctx_t *c)
     return &c->srv->scratch_body;
 }
 
+static int is_legacy(const route_ctx_t *c)
+{
+    return c->route != NULL && (c->route->flags & ROUTE_LEGACY);
+}
+
+/* The v1 API's JSON bodies end with a newline (curl's output then ends its line); the legacy
+ * API's bytes stay those of the original. */
+static int end_line(struct strbuf *body)
+{
+    if (body->len + 1 < body->cap) {
+        body->data[body->len++] = '\n';
+        body->data[body->len] = '\0';
+        return 0;
+    }
+    return strbuf_append(body, "\n", 1);
+}
+
 /* Send the body rendered into scratch_body (`rc`: how the rendering went; on a failure the
  * client gets 503 and the grant `lease`, if any, goes back). */
 static void reply_scratch(route_ctx_t *c, int status, const char *ctype, int rc, const char *lease,
                           const char *extra)
 {
     struct strbuf *body = &c->srv->scratch_body;
+    int legacy = is_legacy(c);
+    if (rc == 0 && !legacy)
+        rc = end_line(body);
     if (rc != 0) {
-        static const char oom[] = "{\"status\":503,\"code\":\"out_of_memory\"}";
+        static const char oom[] = "{\"status\":503,\"code\":\"out_of_memory\"}\n";
         if (lease != NULL)
             server__release_lease(c->srv, lease);
-        reply_raw(c, 503, "application/problem+json", oom, sizeof oom - 1, NULL);
+        reply_raw(c, 503, "application/problem+json", oom, sizeof oom - 1 - (size_t)legacy, NULL);
     } else {
         reply_raw_ex(c, status, ctype, body->data, body->len, lease, extra);
     }
@@ -153,7 +177,7 @@ void ctx_reply_err(route_ctx_t *c, int err, const char *detail)
     const problem_row_t *row = problem_lookup(err);
     if (detail == NULL)
         detail = sema_strerror(err);
-    if (c->route != NULL && (c->route->flags & ROUTE_LEGACY)) {
+    if (is_legacy(c)) {
         ctx_reply_text(c, row->status, detail);
         return;
     }
@@ -165,6 +189,40 @@ void ctx_reply_err(route_ctx_t *c, int err, const char *detail)
 static int is_v1(const char *path)
 {
     return strncmp(path, "/v1/", 4) == 0 || strcmp(path, "/v1") == 0;
+}
+
+/* `len` bytes of `s` into `out` (NUL-terminated; room for 6 bytes each) with &, <, >, " and '
+ * escaped for HTML: the text/html 404 names the path it could not find. */
+static void html_escape(char *out, size_t cap, const char *s, size_t len)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < len && n + 7 <= cap; i++) {
+        const char *e;
+        switch (s[i]) {
+        case '&':
+            e = "&amp;";
+            break;
+        case '<':
+            e = "&lt;";
+            break;
+        case '>':
+            e = "&gt;";
+            break;
+        case '"':
+            e = "&quot;";
+            break;
+        case '\'':
+            e = "&#39;";
+            break;
+        default:
+            out[n++] = s[i];
+            continue;
+        }
+        size_t el = strlen(e);
+        memcpy(out + n, e, el);
+        n += el;
+    }
+    out[n] = '\0';
 }
 
 /* No route matched (`rc` from router_match): 405 or 404, problem+json under /v1. */
@@ -181,8 +239,9 @@ void ctx__reply_no_route(route_ctx_t *c, int rc, const char *method, const char 
             ctx_reply_problem(c, 404, "not_found", "no such route");
         return;
     }
-    char msg[160];
-    snprintf(msg, sizeof msg, "Cannot %s %.100s", method, path);
+    char msg[32 + 100 * 6];
+    int n = snprintf(msg, sizeof msg, "Cannot %.15s ", method);
+    html_escape(msg + n, sizeof msg - (size_t)n, path, plen < 100 ? plen : 100);
     ctx_reply_text(c, 404, msg);
 }
 
@@ -192,8 +251,11 @@ static int fatal_problem(struct strbuf *body, int status, const char *reason)
     const char *code = status == 413   ? "body_too_large"
                        : status == 431 ? "headers_too_large"
                        : status == 414 ? "uri_too_long"
+                       : status == 501 ? "not_implemented"
+                       : status == 505 ? "http_version_not_supported"
                                        : "bad_request";
-    return render_problem(body, status, code, http_status_text(status), reason);
+    int rc = render_problem(body, status, code, http_status_text(status), reason);
+    return rc == 0 ? end_line(body) : rc;
 }
 
 /* A request that could not be parsed: the connection closes after this reply. */

@@ -4,61 +4,78 @@
 
 #include <string.h>
 
+/* A route: method, the pattern as its literal prefix, "{param}" (or "") and literal suffix,
+ * handler, flags, summary. The parts' lengths are counted here, once. */
+#define R(method, pre, param, suf, handler, flags, summary)                                        \
+    {                                                                                              \
+#method, pre param suf, handler, flags, summary, M_##method, sizeof pre - 1,               \
+            sizeof param - 1, sizeof suf - 1                                                       \
+    }
+
+/* The routes' methods as numbers, so the table is scanned without string compares. */
+enum { M_OTHER, M_GET, M_PUT, M_POST, M_PATCH, M_DELETE };
+
 static const route_t routes[] = {
     /* seed 001's legacy API */
-    {"POST", "/semaphore", legacy_create, ROUTE_LEGACY, "legacy: create {name,value}"},
-    {"POST", "/semaphore/up", legacy_up, ROUTE_LEGACY, "legacy: add one unit {name}"},
-    {"POST", "/semaphore/down", legacy_down, ROUTE_LEGACY, "legacy: take one unit {name}"},
-    {"GET", "/semaphore/value/{name}", legacy_value, ROUTE_LEGACY, "legacy: current value"},
-    {"DELETE", "/semaphore/{name}", legacy_delete, ROUTE_LEGACY, "legacy: delete"},
+    R(POST, "/semaphore", "", "", legacy_create, ROUTE_LEGACY, "legacy: create {name,value}"),
+    R(POST, "/semaphore/up", "", "", legacy_up, ROUTE_LEGACY, "legacy: add one unit {name}"),
+    R(POST, "/semaphore/down", "", "", legacy_down, ROUTE_LEGACY, "legacy: take one unit {name}"),
+    R(GET, "/semaphore/value/", "{name}", "", legacy_value, ROUTE_LEGACY, "legacy: current value"),
+    R(DELETE, "/semaphore/", "{name}", "", legacy_delete, ROUTE_LEGACY, "legacy: delete"),
     /* v1 */
-    {"GET", "/v1/semaphores", v1_sem_list, 0, "list semaphores (prefix, limit, cursor)"},
-    {"PUT", "/v1/semaphores/{name}", v1_sem_put, 0, "create {capacity}"},
-    {"PATCH", "/v1/semaphores/{name}", v1_sem_patch, 0, "resize {capacity}"},
-    {"GET", "/v1/semaphores/{name}", v1_sem_get, 0, "full state"},
-    {"DELETE", "/v1/semaphores/{name}", v1_sem_delete, 0, "delete"},
-    {"POST", "/v1/semaphores/{name}/acquire", v1_acquire, 0,
-     "acquire {weight,timeout_ms,ttl_ms,owner}; parks until granted"},
-    {"POST", "/v1/semaphores/{name}/wait-idle", v1_wait_idle, 0, "wait until idle {timeout_ms}"},
-    {"GET", "/v1/semaphores/{name}/events", v1_events, ROUTE_STREAM, "server-sent events"},
-    {"GET", "/v1/leases/{id}", v1_lease_get, 0, "lease state"},
-    {"DELETE", "/v1/leases/{id}", v1_lease_release, 0, "release"},
-    {"POST", "/v1/leases/{id}/renew", v1_lease_renew, 0, "renew {ttl_ms}"},
-    {"POST", "/v1/leases/{id}/revoke", v1_lease_revoke, 0, "admin revoke"},
-    {"POST", "/v1/locks/{key}/acquire", v1_lock_acquire, 0,
-     "keyed lock {mode,timeout_ms,ttl_ms,owner}"},
-    {"GET", "/v1/locks/{key}", v1_lock_get, 0, "keyed lock state"},
-    {"GET", "/healthz", v1_healthz, 0, "health"},
-    {"GET", "/metrics", v1_metrics, 0, "Prometheus metrics"},
+    R(GET, "/v1/semaphores", "", "", v1_sem_list, 0, "list semaphores (prefix, limit, cursor)"),
+    R(PUT, "/v1/semaphores/", "{name}", "", v1_sem_put, 0, "create {capacity}"),
+    R(PATCH, "/v1/semaphores/", "{name}", "", v1_sem_patch, 0, "resize {capacity}"),
+    R(GET, "/v1/semaphores/", "{name}", "", v1_sem_get, 0, "full state"),
+    R(DELETE, "/v1/semaphores/", "{name}", "", v1_sem_delete, 0, "delete"),
+    R(POST, "/v1/semaphores/", "{name}", "/acquire", v1_acquire, 0,
+      "acquire {weight,timeout_ms,ttl_ms,owner}; parks until granted"),
+    R(POST, "/v1/semaphores/", "{name}", "/wait-idle", v1_wait_idle, 0,
+      "wait until idle {timeout_ms}"),
+    R(GET, "/v1/semaphores/", "{name}", "/events", v1_events, ROUTE_STREAM, "server-sent events"),
+    R(GET, "/v1/leases/", "{id}", "", v1_lease_get, 0, "lease state"),
+    R(DELETE, "/v1/leases/", "{id}", "", v1_lease_release, 0, "release"),
+    R(POST, "/v1/leases/", "{id}", "/renew", v1_lease_renew, 0, "renew {ttl_ms}"),
+    R(POST, "/v1/leases/", "{id}", "/revoke", v1_lease_revoke, 0, "admin revoke"),
+    R(POST, "/v1/locks/", "{key}", "/acquire", v1_lock_acquire, 0,
+      "keyed lock {mode,timeout_ms,ttl_ms,owner}"),
+    R(GET, "/v1/locks/", "{key}", "", v1_lock_get, 0, "keyed lock state"),
+    R(GET, "/healthz", "", "", v1_healthz, 0, "health"),
+    R(GET, "/metrics", "", "", v1_metrics, 0, "Prometheus metrics"),
 };
 enum { NROUTES = sizeof routes / sizeof routes[0] };
 
-/* Match one pattern; on success the parameter segment (if any) is returned. */
-static int match_pattern(const char *pat, const char *path, size_t len, const char **param,
-                         size_t *plen)
+/* Match one route; on success the parameter segment (if any) is returned: the path is the
+ * prefix, a non-empty segment without '/', then the suffix. */
+static int match_route(const route_t *r, const char *path, size_t len, const char **param,
+                       size_t *plen)
 {
-    size_t i = 0;
+    size_t pre = r->pre_len, suf = r->suf_len;
     *param = NULL;
     *plen = 0;
-    while (*pat != '\0') {
-        if (*pat == '{') {
-            const char *close = strchr(pat, '}');
-            size_t start = i;
-            while (i < len && path[i] != '/')
-                i++;
-            if (i == start)
-                return 0; /* an empty segment never names anything */
-            *param = path + start;
-            *plen = i - start;
-            pat = close + 1;
-            continue;
-        }
-        if (i >= len || path[i] != *pat)
-            return 0;
-        i++;
-        pat++;
-    }
-    return i == len;
+    if (r->param_len == 0)
+        return len == pre && memcmp(path, r->pattern, len) == 0;
+    /* Every pattern starts with '/' and a letter: that letter sorts out most routes. */
+    if (len <= pre + suf || path[1] != r->pattern[1] || memcmp(path, r->pattern, pre) != 0 ||
+        memcmp(path + len - suf, r->pattern + pre + r->param_len, suf) != 0 ||
+        memchr(path + pre, '/', len - pre - suf) != NULL)
+        return 0;
+    *param = path + pre;
+    *plen = len - pre - suf;
+    return 1;
+}
+
+static int method_id(const char *m)
+{
+    static const char *const names[] = {"", "GET", "PUT", "POST", "PATCH", "DELETE"};
+    int id = m[0] == 'G'   ? M_GET
+             : m[0] == 'D' ? M_DELETE
+             : m[0] != 'P' ? M_OTHER
+             : m[1] == 'O' ? M_POST
+             : m[1] == 'U' ? M_PUT
+             : m[1] == 'A' ? M_PATCH
+                           : M_OTHER;
+    return id != M_OTHER && strcmp(m, names[id]) == 0 ? id : M_OTHER;
 }
 
 int router_match(const char *method, const char *path, size_t len, const route_t **route,
@@ -66,10 +83,10 @@ int router_match(const char *method, const char *path, size_t len, const route_t
 {
     const char *p;
     size_t pl;
-    /* The method first (its first byte, then the rest): it rejects most routes cheaply. */
-    for (size_t r = 0; r < NROUTES; r++) {
-        if (routes[r].method[0] != method[0] || strcmp(routes[r].method, method) != 0 ||
-            !match_pattern(routes[r].pattern, path, len, &p, &pl))
+    int id = method_id(method);
+    /* The method first: it rejects most routes cheaply. */
+    for (size_t r = 0; id != M_OTHER && r < NROUTES; r++) {
+        if (routes[r].method_id != id || !match_route(&routes[r], path, len, &p, &pl))
             continue;
         *route = &routes[r];
         *param = p;
@@ -77,7 +94,7 @@ int router_match(const char *method, const char *path, size_t len, const route_t
         return ROUTER_FOUND;
     }
     for (size_t r = 0; r < NROUTES; r++)
-        if (match_pattern(routes[r].pattern, path, len, &p, &pl))
+        if (match_route(&routes[r], path, len, &p, &pl))
             return ROUTER_BAD_METHOD;
     return ROUTER_NOT_FOUND;
 }
@@ -89,9 +106,12 @@ size_t router_allow_header(const char *path, size_t len, char *buf, size_t cap)
     int any = 0;
 
     for (size_t r = 0; r < NROUTES; r++) {
-        if (!match_pattern(routes[r].pattern, path, len, &p, &pl))
+        if (!match_route(&routes[r], path, len, &p, &pl))
             continue;
-        int w = snprintf(buf + n, cap - n, "%s%s", any ? ", " : "Allow: ", routes[r].method);
+        /* Every GET route but the event stream's answers HEAD too (conn.c's dispatch). */
+        int head = strcmp(routes[r].method, "GET") == 0 && !(routes[r].flags & ROUTE_STREAM);
+        int w = snprintf(buf + n, cap - n, "%s%s%s", any ? ", " : "Allow: ", routes[r].method,
+                         head ? ", HEAD" : "");
         if (w < 0 || (size_t)w >= cap - n)
             return 0;
         n += (size_t)w;

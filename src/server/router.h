@@ -20,6 +20,9 @@ typedef struct {
     route_handler_fn handler;
     int flags;
     const char *summary; /* one line for --routes and the docs */
+    /* For the matcher: the method as a number (router.c), and the lengths of the pattern's
+     * parts: literal prefix, "{param}" (0 if none) and literal suffix. */
+    unsigned char method_id, pre_len, param_len, suf_len;
 } route_t;
 
 enum { ROUTER_FOUND = 0, ROUTER_NOT_FOUND = 404, ROUTER_BAD_METHOD = 405 };
@@ -30,7 +33,8 @@ enum { ROUTER_FOUND = 0, ROUTER_NOT_FOUND = 404, ROUTER_BAD_METHOD = 405 };
 int router_match(const char *method, const char *path, size_t len, const route_t **route,
                  const char **param, size_t *param_len);
 
-/* The methods `path` has, as an HTTP Allow header line ("Allow: GET, PUT\r\n") in buf;
+/* The methods `path` has, as an HTTP Allow header line ("Allow: GET, HEAD, PUT\r\n": HEAD
+ * after every GET but an event stream's) in buf;
  * returns its length (0 if no route has the path, or it does not fit). */
 size_t router_allow_header(const char *path, size_t len, char *buf, size_t cap);
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "body.h"
 #include "server.h"
 
 #include "sema/error.h"
@@ -17,6 +18,10 @@ static json_t *legacy_body(route_ctx_t *c)
     const struct strbuf *b = &c->req->body;
     if (b->len == 0) {
         ctx_reply_text(c, 400, "Request body must be a JSON object");
+        return NULL;
+    }
+    if (memchr(b->data, '\0', b->len) != NULL) {
+        ctx_reply_text(c, 400, "Malformed JSON body: " BODY_NUL_ERROR);
         return NULL;
     }
     json_error_t e;

@@ -333,6 +333,7 @@ void v1_healthz(route_ctx_t *c)
         p += kn + (size_t)(num + sizeof num - d);
     }
     *p++ = '}';
+    *p++ = '\n';
     ctx_reply(c, draining ? 503 : 200, "application/json; charset=utf-8", body, (size_t)(p - body));
 }
 

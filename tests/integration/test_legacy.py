@@ -18,10 +18,12 @@ CASES = os.path.join(os.environ.get("SEMA_SOURCE_DIR",
 # go to semad directly there.
 NOT_THROUGH_PROXY = {
     "unknown_route": "no route",
+    "unknown_route_html_escaped": "no route",
     "wrong_method": "no route",
     "name_2E_2E_delete": "the proxy's URL parser takes %2E%2E for a '..' segment",
     "name_2E_2E_value": "the proxy's URL parser takes %2E%2E for a '..' segment",
     "bad_invalid_utf8_in_body": "the proxy decodes a text body (bad UTF-8 becomes U+FFFD)",
+    "bad_nul_in_body": "the proxy decodes a text body",
 }
 
 

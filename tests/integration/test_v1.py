@@ -160,7 +160,7 @@ def test_request_validation():
         st, hd, data = s.request("GET", "/v1/semaphores/v/acquire?x=1", direct=True)
         assert st == 405 and hd["allow"] == "POST", (st, hd)
         st, hd, data = s.request("POST", "/v1/semaphores/v", direct=True)
-        assert st == 405 and hd["allow"] == "PUT, PATCH, GET, DELETE", (st, hd)
+        assert st == 405 and hd["allow"] == "PUT, PATCH, GET, HEAD, DELETE", (st, hd)
         assert json.loads(data)["title"] == "Method Not Allowed"
         # one title per code, whichever check refused the request
         titles = set()
@@ -407,6 +407,72 @@ def test_healthz_and_metrics():
         assert "semad_grants_total" in text
 
 
+def test_json_replies_end_with_a_newline():
+    """v1 JSON and problem documents end with one newline (curl's output ends its line);
+    the legacy API's JSON keeps the original's bytes, without it."""
+    with fx.Semad() as s:
+        for method, path, body in (("PUT", "/v1/semaphores/nl", {"capacity": 2}),
+                                   ("GET", "/v1/semaphores/nl", None),
+                                   ("POST", "/v1/semaphores/nl/acquire", {}),
+                                   ("GET", "/v1/semaphores", None),
+                                   ("GET", "/healthz", None),
+                                   ("GET", "/v1/semaphores/none", None),
+                                   ("POST", "/v1/semaphores/nl/acquire", {"weight": 9}),
+                                   ("GET", "/v1/nope", None)):
+            st, hd, data = s.request(method, path, body, direct=True)
+            assert data.endswith(b"}\n") and not data.endswith(b"\n\n"), (path, st, data)
+            json.loads(data)
+        st, hd, data = s.request("POST", "/semaphore", {"name": "L", "value": 1}, direct=True)
+        assert data == b'{"name":"L","value":1}', data
+        st, hd, data = s.request("GET", "/semaphore/value/L", direct=True)
+        assert data == b'{"name":"L","value":1}', data
+
+
+def read_head(f):
+    """Status and headers (lower-case) of one response, and nothing of its body."""
+    status = int(f.readline().split()[1])
+    headers = {}
+    for line in iter(f.readline, b"\r\n"):
+        k, v = line.decode().split(":", 1)
+        headers[k.strip().lower()] = v.strip()
+    return status, headers
+
+
+@fx.not_through_proxy("HEAD requests (docs/openapi.yaml lists GET; HEAD is implied)")
+def test_head_answers_like_get_without_a_body():
+    """RFC 9110 9.3.2: the GET reply's status and headers, Content-Length included, and no
+    body; the next request on the connection is read right after it."""
+    with fx.Semad() as s:
+        put(s, "h", 2)
+        assert s.request("POST", "/semaphore", {"name": "L", "value": 1})[0] == 200
+        for path in ("/healthz", "/v1/semaphores/h", "/v1/semaphores?limit=5", "/metrics",
+                     "/semaphore/value/L", "/v1/semaphores/nope", "/nope"):
+            gst, ghd, gbody = s.request("GET", path)
+            sock = s.raw()
+            f = sock.makefile("rb")
+            sock.sendall(b"HEAD %s HTTP/1.1\r\nHost: t\r\n\r\n"
+                         b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n" % path.encode())
+            st, hd = read_head(f)
+            assert st == gst and hd["content-type"] == ghd["content-type"], (path, st, hd)
+            if path != "/metrics":  # the counters move between the two requests
+                assert int(hd["content-length"]) == len(gbody), (path, hd, gbody)
+            # the next bytes are the GET's reply: the HEAD reply had no body
+            assert fx.read_response(f)[0] == 200, path
+            sock.close()
+        # The event stream answers GET only: HEAD gets 405 with Allow: GET, no body.
+        sock = s.raw()
+        f = sock.makefile("rb")
+        sock.sendall(b"HEAD /v1/semaphores/h/events HTTP/1.1\r\nHost: t\r\n\r\n"
+                     b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+        st, hd = read_head(f)
+        assert st == 405 and hd["allow"] == "GET", (st, hd)
+        assert fx.read_response(f)[0] == 200
+        sock.close()
+        # Allow names HEAD wherever GET is (but for the event stream)
+        st, hd, _ = s.request("POST", "/v1/semaphores/h", direct=True)
+        assert hd["allow"] == "PUT, PATCH, GET, HEAD, DELETE", hd
+
+
 # ---- pitfalls 21-30 (../shared/pitfalls.md) at the HTTP level ----
 
 def test_pitfall21_crashed_holder_permit_comes_back_by_ttl():
@@ -556,6 +622,47 @@ def test_pitfall30_retried_acquire_grants_once():
         assert s.json("GET", "/v1/semaphores/i")[1]["waiting"] == 0
         retry.close()
         first.close()
+
+
+
+def test_idempotency_key_replaced_and_mismatch():
+    """A key names one request. Reused with another weight it fails 409
+    idempotency_key_mismatch (granted or parked: no second grant, no borrowed lease); a
+    parked attempt that a retry with the same key took over ends 409
+    idempotency_key_replaced (not 410 deleted: the semaphore is there)."""
+    with fx.Semad() as s:
+        put(s, "ik", 3)
+        a = acquire(s, "ik", weight=1, idem="k-1")
+        assert a[0] == 200, a
+        st, code = problem(s, "POST", "/v1/semaphores/ik/acquire", {"weight": 2},
+                           {"Idempotency-Key": "k-1"})
+        assert (st, code) == (409, "idempotency_key_mismatch"), (st, code)
+        assert s.json("GET", "/v1/semaphores/ik")[1]["held"] == 1
+        assert acquire(s, "ik", weight=1, idem="k-1")[1]["lease"] == a[1]["lease"]
+        b = acquire(s, "ik", weight=2)  # full now
+        first = s.raw()
+        ff = first.makefile("rb")
+        first.sendall(fx.raw_request("POST", "/v1/semaphores/ik/acquire", {"weight": 3},
+                                     {"Idempotency-Key": "k-2"}))
+        fx.wait_until(lambda: waiting(s, "ik") == 1, what="park")
+        st, code = problem(s, "POST", "/v1/semaphores/ik/acquire", {"weight": 1},
+                           {"Idempotency-Key": "k-2"})
+        assert (st, code) == (409, "idempotency_key_mismatch"), (st, code)
+        assert waiting(s, "ik") == 1  # the first attempt waits on
+        retry = s.raw()
+        rf = retry.makefile("rb")
+        retry.sendall(fx.raw_request("POST", "/v1/semaphores/ik/acquire", {"weight": 3},
+                                     {"Idempotency-Key": "k-2"}))
+        st, hd, data = fx.read_response(ff)
+        assert st == 409 and json.loads(data)["code"] == "idempotency_key_replaced", (st, data)
+        assert waiting(s, "ik") == 1
+        s.request("DELETE", "/v1/leases/" + a[1]["lease"])
+        s.request("DELETE", "/v1/leases/" + b[1]["lease"])
+        st, hd, data = fx.read_response(rf)
+        assert st == 200 and json.loads(data)["weight"] == 3, (st, data)
+        assert s.json("GET", "/v1/semaphores/ik")[1]["held"] == 3
+        first.close()
+        retry.close()
 
 
 if __name__ == "__main__":

@@ -414,7 +414,7 @@ TEST(pitfall30_retry_while_parked_takes_its_place)
     other = fx_acquire(&f, "s", 1, -1);
     retry = idem_acquire(&f, "k", 1, -1);
     ASSERT_EQ(first->done, 1);
-    ASSERT_EQ(first->status, SEMA_ECANCELED);
+    ASSERT_EQ(first->status, SEMA_EREPLACED);   /* not "deleted": the semaphore is there */
     ASSERT_EQ(fx_state(&f, "s", "waiting"), 2); /* not queued twice */
     ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(a)));
     ASSERT_EQ(retry->done, 1); /* it kept the first attempt's place, ahead of `other` */
@@ -425,6 +425,43 @@ TEST(pitfall30_retry_while_parked_takes_its_place)
     treq_free(first);
     treq_free(other);
     treq_free(retry);
+}
+
+/* A key names one request: reused with another weight it fails, parked or granted, and
+ * neither grants again nor hands out the first request's lease. */
+TEST(pitfall30_key_reused_with_another_weight_fails)
+{
+    fx_t f;
+    treq_t *a, *b, *first, *other, *retry;
+
+    fx_init(&f);
+    fx_put(&f, "s", 5);
+    a = idem_acquire(&f, "k1", 2, -1);
+    b = idem_acquire(&f, "k1", 3, -1);
+    ASSERT_EQ(a->status, 0);
+    ASSERT_EQ(b->done, 1);
+    ASSERT_EQ(b->status, SEMA_EKEYMISMATCH);
+    ASSERT_EQ(fx_state(&f, "s", "held"), 2); /* one grant, still a's */
+    first = idem_acquire(&f, "k2", 4, -1);   /* parks: 3 available */
+    ASSERT_EQ(first->done, 0);
+    retry = idem_acquire(&f, "k2", 1, -1);
+    ASSERT_EQ(retry->done, 1);
+    ASSERT_EQ(retry->status, SEMA_EKEYMISMATCH);
+    ASSERT_EQ(first->done, 0); /* the first attempt waits on */
+    ASSERT_EQ(fx_state(&f, "s", "waiting"), 1);
+    other = idem_acquire(&f, "k2", 4, -1); /* the same request again takes its place */
+    ASSERT_EQ(first->done, 1);
+    ASSERT_EQ(first->status, SEMA_EREPLACED);
+    ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(a)));
+    ASSERT_EQ(other->done, 1);
+    ASSERT_EQ(other->status, 0);
+    ASSERT_EQ(fx_state(&f, "s", "held"), 4);
+    fx_free(&f);
+    treq_free(a);
+    treq_free(b);
+    treq_free(first);
+    treq_free(retry);
+    treq_free(other);
 }
 
 /* Pitfall 15: completions that submit more work do not recurse. */

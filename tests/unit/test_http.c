@@ -36,7 +36,8 @@ TEST(pipelined_requests_one_at_a_time)
 {
     http_parser_t p;
     http_parser_init(&p, &limits);
-    const char *two = "GET /a HTTP/1.1\r\n\r\nGET /b HTTP/1.1\r\nConnection: close\r\n\r\n";
+    const char *two = "GET /a HTTP/1.1\r\nHost: x\r\n\r\n"
+                      "GET /b HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
     size_t len = strlen(two), used;
     ASSERT_EQ(http_parser_feed(&p, two, len, &used), HTTP_MESSAGE);
     ASSERT_STREQ(p.req.url.data, "/a");
@@ -54,7 +55,7 @@ TEST(byte_by_byte)
 {
     http_parser_t p;
     http_parser_init(&p, &limits);
-    const char *req = "PUT /v1/semaphores/x HTTP/1.1\r\nIdempotency-Key: k-1\r\n"
+    const char *req = "PUT /v1/semaphores/x HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k-1\r\n"
                       "Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n";
     size_t n = strlen(req), used;
     int rc = HTTP_NEED_MORE;
@@ -75,7 +76,7 @@ TEST(header_cap_431_and_url_cap_414)
     http_parser_t p;
     http_parser_init(&p, &limits);
     char big[1024];
-    int n = snprintf(big, sizeof big, "GET / HTTP/1.1\r\nX-Pad: %0600d\r\n\r\n", 0);
+    int n = snprintf(big, sizeof big, "GET / HTTP/1.1\r\nHost: x\r\nX-Pad: %0600d\r\n\r\n", 0);
     size_t used;
     ASSERT_EQ(http_parser_feed(&p, big, (size_t)n, &used), HTTP_ERROR);
     ASSERT_EQ(p.error_status, 431);
@@ -95,12 +96,13 @@ TEST(body_cap_413_by_length_and_by_chunks)
     http_parser_t p;
     http_parser_init(&p, &limits);
     size_t used;
-    ASSERT_EQ(feed_all(&p, "POST / HTTP/1.1\r\nContent-Length: 65\r\n\r\n", &used), HTTP_ERROR);
+    ASSERT_EQ(feed_all(&p, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 65\r\n\r\n", &used),
+              HTTP_ERROR);
     ASSERT_EQ(p.error_status, 413);
     http_parser_free(&p);
 
     http_parser_init(&p, &limits);
-    const char *head = "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+    const char *head = "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
     ASSERT_EQ(feed_all(&p, head, &used), HTTP_NEED_MORE);
     int rc = HTTP_NEED_MORE;
     for (int i = 0; i < 10 && rc == HTTP_NEED_MORE; i++)
@@ -126,7 +128,9 @@ TEST(malformed_is_400_and_http10_closes)
 
     http_parser_init(&p, &limits);
     ASSERT_EQ(
-        feed_all(&p, "GET /x HTTP/1.1\r\nIdempotency-Key: a\r\nIdempotency-Key: b\r\n\r\n", &used),
+        feed_all(&p,
+                 "GET /x HTTP/1.1\r\nHost: x\r\nIdempotency-Key: a\r\nIdempotency-Key: b\r\n\r\n",
+                 &used),
         HTTP_ERROR);
     ASSERT_EQ(p.error_status, 400);
     http_parser_free(&p);
@@ -149,7 +153,9 @@ TEST(expect_continue_is_flagged)
     http_parser_init(&p, &limits);
     size_t used;
     ASSERT_EQ(
-        feed_all(&p, "POST / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n", &used),
+        feed_all(&p,
+                 "POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n",
+                 &used),
         HTTP_NEED_MORE);
     ASSERT_EQ(p.want_continue, 2);
     ASSERT_EQ(feed_all(&p, "{}", &used), HTTP_MESSAGE);
@@ -227,7 +233,7 @@ TEST(buffers_shrink_between_requests)
     http_parser_t p;
     http_parser_init(&p, &big);
     char *req = malloc(40000);
-    int n = snprintf(req, 40000, "POST / HTTP/1.1\r\nContent-Length: 30000\r\n\r\n");
+    int n = snprintf(req, 40000, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 30000\r\n\r\n");
     memset(req + n, 'x', 30000);
     size_t used;
     ASSERT_EQ(http_parser_feed(&p, req, (size_t)n + 30000, &used), HTTP_MESSAGE);
@@ -323,7 +329,7 @@ TEST(idempotency_key_cap_is_exact)
         size_t n = (size_t)ENGINE_IDEM_KEY_MAX + (size_t)extra;
         memset(key, 'k', n);
         key[n] = '\0';
-        snprintf(req, sizeof req, "GET /x HTTP/1.1\r\nIdempotency-Key: %s\r\n\r\n", key);
+        snprintf(req, sizeof req, "GET /x HTTP/1.1\r\nHost: x\r\nIdempotency-Key: %s\r\n\r\n", key);
         http_parser_init(&p, &limits);
         if (extra == 0) {
             ASSERT_EQ(feed_all(&p, req, &used), HTTP_MESSAGE);
@@ -334,4 +340,156 @@ TEST(idempotency_key_cap_is_exact)
         }
         http_parser_free(&p);
     }
+}
+
+/* Feed `req` in reads of `step` bytes (0: at once) to a new parser; the outcome's status
+ * (200 for a whole request) and, for a request, its URL into url (may be NULL). */
+static int outcome(const char *req, size_t len, size_t step, char *url, size_t url_cap)
+{
+    http_parser_t p;
+    http_parser_init(&p, &limits);
+    int status = 0;
+    size_t off = 0;
+    while (off < len && status == 0) {
+        size_t n = step == 0 || len - off < step ? len - off : step, used;
+        int rc = http_parser_feed(&p, req + off, n, &used);
+        off += used;
+        if (rc == HTTP_ERROR)
+            status = p.error_status;
+        else if (rc == HTTP_MESSAGE)
+            status = 200;
+    }
+    if (status == 200 && url != NULL)
+        snprintf(url, url_cap, "%s", p.req.url.data);
+    http_parser_free(&p);
+    return status;
+}
+
+/* Requests a strict HTTP/1.1 server must refuse (RFC 9112), whole and a byte at a time: the
+ * checks on offsets must hold across reads. */
+TEST(strict_http11)
+{
+    static const struct {
+        const char *req;
+        size_t len; /* 0: strlen */
+        int status;
+    } cases[] = {
+        {"GET /x HTTP/1.1\r\nHost: x\r\n\r\n", 0, 200},
+        {"\r\nGET /x HTTP/1.1\r\nHost: x\r\n\r\n", 0, 200}, /* an empty line first is fine */
+        {"GET /x HTTP/1.0\r\n\r\n", 0, 200},                /* HTTP/1.0 needs no Host */
+        {"GET /x HTTP/1.1\r\nHost: 127.0.0.1:7070\r\n\r\n", 0, 200},
+        {"GET /x HTTP/1.1\r\nHost: [::1]:80\r\n\r\n", 0, 200},
+        {"GET /x HTTP/1.1\r\nHost:\r\n\r\n", 0, 200}, /* empty: allowed (RFC 9112 §3.2) */
+        {"GET /x HTTP/1.1\r\nHost : x\r\n\r\n", 0, 400},
+        {"GET  /x HTTP/1.1\r\nHost: x\r\n\r\n", 0, 400},
+        {"GET /x  HTTP/1.1\r\nHost: x\r\n\r\n", 0, 400},
+        {"GET /a\tb HTTP/1.1\r\nHost: x\r\n\r\n", 0, 400},
+        {"GET /x HTTP/1.1\r\n\r\n", 0, 400},
+        {"GET /x HTTP/1.1\r\nHost: x\r\nHost: x\r\n\r\n", 0, 400},
+        {"GET /x HTTP/1.1\r\nHost: a b\r\n\r\n", 0, 400},
+        {"GET /x HTTP/1.1\r\nHost: u@h\r\n\r\n", 0, 400},
+        {"GET /x\r\nHost: x\r\n\r\n", 0, 400}, /* no HTTP-version */
+        {"GET /x HTTP/2.0\r\nHost: x\r\n\r\n", 0, 505},
+        {"GET /x HTTP/1.1\r\nHost: x\r\nX-A: b\r\n c\r\n\r\n", 0, 400}, /* obs-fold */
+        {"PUT /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", 0, 501},
+        {"PUT /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n"
+         "\r\n0\r\n\r\n",
+         0, 501},
+        {"PUT /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, gzip\r\n\r\n", 0, 400},
+        {"PUT /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 0, 400},
+        {"PUT /x HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 0, 400},
+        {"PUT /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: Chunked \r\n\r\n0\r\n\r\n", 0, 200},
+        {"PUT /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcXX0\r\n\r\n", 0,
+         400}, /* chunk data not followed by CRLF */
+        {"PUT /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\rXabc\r\n0\r\n\r\n", 0,
+         400}, /* a bare CR after the chunk size */
+        {"GET /x HTTP/1.1\r\nHost: x\r\n\rX", 0, 400},
+        {"GET /x HTTP/1.1\r\nHost: x\r\nIdem\0potency-Key: k\r\n\r\n", 45, 400},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t len = cases[i].len ? cases[i].len : strlen(cases[i].req);
+        for (size_t step = 0; step <= 3; step++) {
+            int got = outcome(cases[i].req, len, step, NULL, 0);
+            if (got != cases[i].status)
+                TEST_FAIL_("case %zu (reads of %zu): %d, want %d", i, step, got, cases[i].status);
+        }
+    }
+}
+
+/* A read that ends right after "Host" of a longer header name: that header is not Host. */
+TEST(host_is_the_whole_name_across_reads)
+{
+    static const char *const cases[][2] = {
+        {"GET /x HTTP/1.1\r\nHost", "-X: y\r\n\r\n"},
+        {"GET /x HTTP/1.1\r\nHost: a\r\nHost", "-X: y\r\n\r\n"},
+        {"GET /x HTTP/1.1\r\nHost", ": a\r\n\r\n"},
+    };
+    static const int want[] = {400, 200, 200};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        http_parser_t p;
+        http_parser_init(&p, &limits);
+        size_t used;
+        int status = 0;
+        ASSERT_EQ(feed_all(&p, cases[i][0], &used), HTTP_NEED_MORE);
+        int rc = feed_all(&p, cases[i][1], &used);
+        status = rc == HTTP_MESSAGE ? 200 : rc == HTTP_ERROR ? p.error_status : 0;
+        ASSERT_EQ(status, want[i]);
+        http_parser_free(&p);
+    }
+}
+
+/* A connection's Host values, remembered or not (longer than http_parser_t.host), are each
+ * checked: a valid one is remembered, an invalid one after it still fails. */
+TEST(host_values_on_one_connection)
+{
+    static const char *const hosts[] = {"a.example:7070",
+                                        "a.example:7070",
+                                        "a-much-longer-name.example:7070",
+                                        "a-much-longer-name.example:7070",
+                                        "a.example:7070",
+                                        "a.example:70 70"};
+    http_parser_t p;
+    http_parser_init(&p, &limits);
+    for (size_t i = 0; i < sizeof hosts / sizeof hosts[0]; i++) {
+        char req[128];
+        size_t used;
+        int n = snprintf(req, sizeof req, "GET /x HTTP/1.1\r\nHost: %s\r\n\r\n", hosts[i]);
+        int rc = http_parser_feed(&p, req, (size_t)n, &used);
+        if (i + 1 < sizeof hosts / sizeof hosts[0]) {
+            ASSERT_EQ(rc, HTTP_MESSAGE);
+            http_parser_next(&p);
+        } else {
+            ASSERT_EQ(rc, HTTP_ERROR);
+            ASSERT_EQ(p.error_status, 400);
+        }
+    }
+    http_parser_free(&p);
+}
+
+TEST(absolute_form_target_becomes_origin_form)
+{
+    static const char *const cases[][2] = {
+        {"GET http://h:1/healthz HTTP/1.1\r\nHost: h:1\r\n\r\n", "/healthz"},
+        {"GET HTTPS://h/v1/semaphores?limit=2 HTTP/1.1\r\nHost: h\r\n\r\n",
+         "/v1/semaphores?limit=2"},
+        {"GET http://h HTTP/1.1\r\nHost: h\r\n\r\n", "/"},
+        {"GET http://h?x=1 HTTP/1.1\r\nHost: h\r\n\r\n", "/?x=1"},
+        {"GET /plain HTTP/1.1\r\nHost: h\r\n\r\n", "/plain"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char url[128] = "";
+        ASSERT_EQ(outcome(cases[i][0], strlen(cases[i][0]), 0, url, sizeof url), 200);
+        ASSERT_STREQ(url, cases[i][1]);
+        ASSERT_EQ(outcome(cases[i][0], strlen(cases[i][0]), 1, url, sizeof url), 200);
+        ASSERT_STREQ(url, cases[i][1]);
+    }
+    /* The Host rule still applies to an absolute-form request. */
+    static const char no_host[] = "GET http://h/healthz HTTP/1.1\r\n\r\n";
+    ASSERT_EQ(outcome(no_host, sizeof no_host - 1, 0, NULL, 0), 400);
+}
+
+TEST(status_texts_of_the_new_answers)
+{
+    ASSERT_STREQ(http_status_text(501), "Not Implemented");
+    ASSERT_STREQ(http_status_text(505), "HTTP Version Not Supported");
 }

@@ -36,14 +36,23 @@ TEST(contract_table)
         int err, status;
         const char *code;
     } want[] = {
-        {SEMA_EINVAL, 400, "invalid_request"},  {SEMA_ENAMETOOLONG, 400, "name_too_long"},
-        {SEMA_ENOENT, 404, "not_found"},        {SEMA_EEXIST, 409, "conflict"},
-        {SEMA_EBUSY, 409, "unavailable"},       {SEMA_ETIMEDOUT, 409, "timeout"},
-        {SEMA_EOVERFLOW, 409, "overflow"},      {SEMA_ECANCELED, 410, "deleted"},
-        {SEMA_EEXPIRED, 410, "lease_expired"},  {SEMA_EREVOKED, 410, "lease_revoked"},
-        {SEMA_ESTALE, 410, "lease_released"},   {SEMA_ELIMIT, 429, "limit_reached"},
-        {SEMA_ESHUTDOWN, 503, "shutting_down"}, {SEMA_EIO, 503, "store_unavailable"},
+        {SEMA_EINVAL, 400, "invalid_request"},
+        {SEMA_ENAMETOOLONG, 400, "name_too_long"},
+        {SEMA_ENOENT, 404, "not_found"},
+        {SEMA_EEXIST, 409, "conflict"},
+        {SEMA_EBUSY, 409, "unavailable"},
+        {SEMA_ETIMEDOUT, 409, "timeout"},
+        {SEMA_EOVERFLOW, 409, "overflow"},
+        {SEMA_ECANCELED, 410, "deleted"},
+        {SEMA_EEXPIRED, 410, "lease_expired"},
+        {SEMA_EREVOKED, 410, "lease_revoked"},
+        {SEMA_ESTALE, 410, "lease_released"},
+        {SEMA_ELIMIT, 429, "limit_reached"},
+        {SEMA_ESHUTDOWN, 503, "shutting_down"},
+        {SEMA_EIO, 503, "store_unavailable"},
         {SEMA_ENOMEM, 503, "out_of_memory"},
+        {SEMA_EREPLACED, 409, "idempotency_key_replaced"},
+        {SEMA_EKEYMISMATCH, 409, "idempotency_key_mismatch"},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const problem_row_t *r = problem_lookup(want[i].err);

@@ -69,6 +69,11 @@ TEST(table_is_well_formed)
         const char *open = strchr(r->pattern, '{');
         if (open != NULL)
             ASSERT_NULL(strchr(open + 1, '{')); /* at most one parameter */
+        /* the parts the matcher compares add up to the pattern */
+        ASSERT_EQ(strlen(r->pattern), (size_t)r->pre_len + r->param_len + r->suf_len);
+        ASSERT_EQ(open != NULL ? (size_t)(open - r->pattern) : strlen(r->pattern), r->pre_len);
+        if (open != NULL)
+            ASSERT_EQ(r->pattern[r->pre_len + r->param_len - 1], '}');
         for (size_t j = i + 1; j < n; j++)
             ASSERT(strcmp(r->method, router_get(j)->method) != 0 ||
                    strcmp(r->pattern, router_get(j)->pattern) != 0);

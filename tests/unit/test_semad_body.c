@@ -219,3 +219,20 @@ TEST(flat_parser_leaves_the_rest_to_jansson)
         ASSERT_EQ(body_parse_flat(&b, cold[i], strlen(cold[i])), 0);
     }
 }
+
+/* No JSON text holds a NUL byte: jansson alone would read {"weight":1<NUL>} as
+ * {"weight":1}. Both parsers refuse it, with the same message. */
+TEST(nul_byte_is_malformed)
+{
+    static const char *const bodies[] = {"{\"weight\":1\0}", "{\"weight\":1}\0", "\0{}",
+                                         "{\"owner\":\"a\0b\"}"};
+    static const size_t lens[] = {13, 13, 3, 15};
+    for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
+        body_t b;
+        char err[BODY_ERR_MAX] = "", err2[BODY_ERR_MAX] = "";
+        ASSERT_EQ(body_parse(&b, bodies[i], lens[i], err, sizeof err), -1);
+        ASSERT_EQ(body_parse_json(&b, bodies[i], lens[i], err2, sizeof err2), -1);
+        ASSERT_STREQ(err, "malformed JSON body: " BODY_NUL_ERROR);
+        ASSERT_STREQ(err2, err);
+    }
+}

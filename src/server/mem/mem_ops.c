@@ -200,15 +200,19 @@ static void op_sem_list(mem_t *e, ereq_t *er)
 
 /* ---- acquire and wait-idle ---- */
 
+static const char M_KEY_MISMATCH[] = "this Idempotency-Key names a request of another weight "
+                                     "(or lock mode); nothing was granted";
+
 /* The first attempt with this key is still parked: the retry takes its place in the queue
- * (same position, its own timeout) and the first attempt ends ECANCELED. Returns 1. */
+ * (same position, its own timeout) and the first attempt ends EREPLACED. A retry of another
+ * weight fails EKEYMISMATCH and the first attempt waits on. Returns 1. */
 static int idem_take_over(mem_t *e, ereq_t *er, eidem_t *d)
 {
     ereq_t *old = d->waiter;
     int64_t timeout_ms = er->req->timeout_ms;
 
     if (old->weight != er->weight) {
-        fail(e, er, SEMA_EINVAL, "Idempotency-Key reused for a request of another weight");
+        fail(e, er, SEMA_EKEYMISMATCH, M_KEY_MISMATCH);
         return 1;
     }
     if (timeout_ms == 0) {
@@ -235,11 +239,15 @@ static int idem_take_over(mem_t *e, ereq_t *er, eidem_t *d)
     mem__timer_rearm(e);
     old->idem = NULL;
     old->sem = NULL;
-    mem__finish(e, old, SEMA_ECANCELED, "replaced by a retry with the same Idempotency-Key");
+    mem__finish(e, old, SEMA_EREPLACED,
+                "replaced by a newer attempt with the same Idempotency-Key, which now waits "
+                "in its place");
     return 1;
 }
 
-/* A retry with a known Idempotency-Key: returns 1 if it was answered or took over. */
+/* A retry with a known Idempotency-Key: returns 1 if it was answered or took over. The key
+ * names one request: a retry of another weight gets EKEYMISMATCH, never a second grant nor
+ * the first one's lease. */
 static int idem_retry(mem_t *e, ereq_t *er, esem_t *s)
 {
     const char *key = er->req->idem_key;
@@ -250,6 +258,10 @@ static int idem_retry(mem_t *e, ereq_t *er, esem_t *s)
     d = mem__idem_find(e, s, key, strlen(key));
     if (d == NULL)
         return 0;
+    if (d->lease != NULL && d->lease->weight != er->weight) {
+        fail(e, er, SEMA_EKEYMISMATCH, M_KEY_MISMATCH);
+        return 1;
+    }
     if (d->lease != NULL) {
         /* The grant may still be on its way to disk: this reply waits for it too, and owns
          * the lease from now on (the first attempt's connection may be gone). */
