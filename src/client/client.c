@@ -530,14 +530,24 @@ static const struct {
     const char *code;
     int err;
 } problem_codes[] = {
-    {"invalid_request", SEMA_EINVAL},  {"name_too_long", SEMA_ENAMETOOLONG},
-    {"not_found", SEMA_ENOENT},        {"conflict", SEMA_EEXIST},
-    {"unavailable", SEMA_EBUSY},       {"timeout", SEMA_ETIMEDOUT},
-    {"overflow", SEMA_EOVERFLOW},      {"deleted", SEMA_ECANCELED},
-    {"lease_expired", SEMA_EEXPIRED},  {"lease_revoked", SEMA_EREVOKED},
-    {"lease_released", SEMA_ESTALE},   {"limit_reached", SEMA_ELIMIT},
-    {"shutting_down", SEMA_ESHUTDOWN}, {"store_unavailable", SEMA_EIO},
-    {"out_of_memory", SEMA_ENOMEM},    {"forbidden", SEMA_EACCES},
+    {"invalid_request", SEMA_EINVAL},
+    {"name_too_long", SEMA_ENAMETOOLONG},
+    {"not_found", SEMA_ENOENT},
+    {"conflict", SEMA_EEXIST},
+    {"unavailable", SEMA_EBUSY},
+    {"timeout", SEMA_ETIMEDOUT},
+    {"overflow", SEMA_EOVERFLOW},
+    {"deleted", SEMA_ECANCELED},
+    {"lease_expired", SEMA_EEXPIRED},
+    {"lease_revoked", SEMA_EREVOKED},
+    {"lease_released", SEMA_ESTALE},
+    {"limit_reached", SEMA_ELIMIT},
+    {"shutting_down", SEMA_ESHUTDOWN},
+    {"store_unavailable", SEMA_EIO},
+    {"out_of_memory", SEMA_ENOMEM},
+    {"forbidden", SEMA_EACCES},
+    {"idempotency_key_replaced", SEMA_EREPLACED},
+    {"idempotency_key_mismatch", SEMA_EKEYMISMATCH},
 };
 
 /* Statuses without a known problem code (and the legacy API's plain replies). */
