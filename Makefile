@@ -10,7 +10,7 @@ CMAKE_FLAGS ?=
 # them. The build itself runs $(JOBS) jobs (cmake --build -j), whatever -j make was given.
 .NOTPARALLEL:
 
-.PHONY: all build deps deps-test deps-bench run test bench install clean \
+.PHONY: all build deps deps-test deps-bench deps-fuzz fuzz run test bench install clean \
         asan tsan test-asan test-tsan format check
 
 all: build
@@ -23,6 +23,9 @@ deps-test:
 
 deps-bench:
 	@scripts/deps.sh bench
+
+deps-fuzz:
+	@scripts/deps.sh fuzz
 
 $(BUILD)/CMakeCache.txt:
 	cmake -S . -B $(BUILD) $(CMAKE_FLAGS)
@@ -57,6 +60,11 @@ test-asan: asan
 test-tsan: tsan
 	ctest --test-dir build-tsan --output-on-failure -j $(JOBS)
 
+# libFuzzer on every fuzz target for FUZZ_SECONDS each (CI runs it bounded).
+FUZZ_SECONDS ?= 60
+fuzz: deps-fuzz
+	@scripts/fuzz.sh $(FUZZ_SECONDS)
+
 format:
 	git ls-files '*.c' '*.h' | xargs clang-format -i
 
@@ -64,4 +72,4 @@ check:
 	@scripts/check-source.sh .
 
 clean:
-	rm -rf $(BUILD) build-asan build-tsan
+	rm -rf $(BUILD) build-asan build-tsan build-fuzz

@@ -3,7 +3,7 @@
 # deps.sh - install the Debian packages sema needs to build, test and benchmark, and (test,
 # bench) the pinned npm packages of tests/openapi (the validating proxy of the HTTP tests).
 #
-# Usage: scripts/deps.sh [build|test|bench]   (default: test)
+# Usage: scripts/deps.sh [build|test|bench|fuzz]   (default: test)
 # As root it runs apt-get; otherwise it prints the exact command and exits 1.
 set -eu
 
@@ -14,12 +14,14 @@ build_pkgs="build-essential cmake pkg-config libuv1-dev node-llhttp libjansson-d
             libsqlite3-dev libhiredis-dev libcurl4-openssl-dev"
 test_pkgs="python3 sqlite3 redis-server procps util-linux nodejs npm"
 bench_pkgs="wrk"
+fuzz_pkgs="clang libclang-rt-14-dev"
 
 case $want in
 build) pkgs=$build_pkgs ;;
 test) pkgs="$build_pkgs $test_pkgs" ;;
 bench) pkgs="$build_pkgs $test_pkgs $bench_pkgs" ;;
-*) echo "usage: $0 [build|test|bench]" >&2; exit 2 ;;
+fuzz) pkgs="$build_pkgs $fuzz_pkgs" ;;
+*) echo "usage: $0 [build|test|bench|fuzz]" >&2; exit 2 ;;
 esac
 
 # Node.js may come from elsewhere than Debian (NodeSource's nodejs has npm inside and
@@ -50,7 +52,7 @@ if [ -n "$missing" ]; then
     apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
 
-[ "$want" = build ] && exit 0
+[ "$want" = build ] || [ "$want" = fuzz ] && exit 0
 
 # tests/openapi: `npm ci` from the committed package-lock.json, again whenever it changed
 # (a copy of the lock beside node_modules says what is installed).
