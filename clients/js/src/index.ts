@@ -179,10 +179,25 @@ class Transport {
   async send(
     method: string,
     path: string,
-    opts: { body?: unknown; headers?: Record<string, string>; signal?: AbortSignal; accept?: number[]; lease?: boolean } = {},
+    opts: {
+      body?: unknown;
+      headers?: Record<string, string>;
+      signal?: AbortSignal;
+      accept?: number[];
+      lease?: boolean;
+      /** Once the reply's headers are in, read its body even if `signal` aborts (an acquire's grant must not be lost). */
+      keepReply?: boolean;
+    } = {},
   ): Promise<Reply> {
     const headers: Record<string, string> = { ...opts.headers };
     if (opts.body !== undefined) headers["content-type"] = "application/json";
+    const outer = opts.signal;
+    outer?.throwIfAborted();
+    // The fetch gets its own controller: the caller's signal aborts it until the reply's
+    // headers are in (or to the end, without keepReply).
+    const ac = outer ? new AbortController() : undefined;
+    const onAbort = () => ac!.abort(outer!.reason);
+    outer?.addEventListener("abort", onAbort, { once: true });
     let res: Response;
     let text: string;
     try {
@@ -190,16 +205,19 @@ class Transport {
         method,
         headers,
         body: opts.body === undefined ? undefined : JSON.stringify(opts.body),
-        signal: opts.signal,
+        signal: ac?.signal,
         redirect: "manual",
       });
+      if (opts.keepReply) outer?.removeEventListener("abort", onAbort);
       text = await res.text();
     } catch (e) {
-      if (opts.signal?.aborted) throw opts.signal.reason;
+      if (outer?.aborted) throw outer.reason;
       throw new SemaNetworkError(`semad unreachable at ${this.url}: ${(e as Error)?.message ?? e}`, {
         code: "network",
         cause: e,
       });
+    } finally {
+      outer?.removeEventListener("abort", onAbort);
     }
     if ((res.status >= 200 && res.status < 300) || opts.accept?.includes(res.status)) {
       return { status: res.status, text, headers: res.headers };
@@ -247,11 +265,11 @@ class Transport {
     for (let delay = 50; ; delay = Math.min(delay * 2, 1000)) {
       if (waitUntil !== undefined) req.timeout_ms = timeout === 0 ? 0 : Math.max(0, waitUntil - Date.now());
       const sentAt = Date.now();
+      let reply: LeaseReply;
       try {
-        const reply = await this.json<LeaseReply>("POST", path, { body: req, headers: { "idempotency-key": key }, signal });
-        return make(reply, sentAt);
+        const r = await this.send("POST", path, { body: req, headers: { "idempotency-key": key }, signal, keepReply: true });
+        reply = JSON.parse(r.text) as LeaseReply;
       } catch (e) {
-        const lost = e instanceof SemaNetworkError || signal?.aborted;
         if (e instanceof SemaNetworkError && !signal?.aborted && Date.now() + delay < retryUntil) {
           try {
             await sleep(delay, signal);
@@ -260,10 +278,17 @@ class Transport {
             /* aborted while waiting to retry */
           }
         }
-        if (lost) void this.releaseLostGrant(path, req, key);
+        // No reply: semad may have granted it all the same (the reply was in flight).
+        if (e instanceof SemaNetworkError || signal?.aborted) await this.releaseLostGrant(path, req, key);
         if (signal?.aborted) throw signal.reason;
         throw e;
       }
+      if (signal?.aborted) {
+        // Granted, but the caller gave up meanwhile: give it back.
+        await this.send("DELETE", `/v1/leases/${seg(reply.lease)}`, { signal: AbortSignal.timeout(2000) }).catch(() => {});
+        throw signal.reason;
+      }
+      return make(reply, sentAt);
     }
   }
 
@@ -779,7 +804,8 @@ export class SemaClient {
   /**
    * The semaphore's Server-Sent Events as an async iterator. After a dropped connection it
    * reconnects with `Last-Event-ID` (nothing missed, nothing twice; a `reset` event when
-   * semad no longer has what was missed). Ends after `deleted`, on `break`, or when
+   * semad no longer has what was missed; a `deleted` event with `data.missed: true` when the
+   * semaphore was deleted while the stream was down). Ends after `deleted`, on `break`, or when
    * `signal` aborts (quietly). Throws SemaNotFoundError if the semaphore does not exist.
    */
   watch(name: string, opts: WatchOptions = {}): AsyncIterableIterator<SemaEvent> {
@@ -794,6 +820,7 @@ export class SemaClient {
 
 async function* watchEvents(t: Transport, name: string, opts: WatchOptions): AsyncGenerator<SemaEvent> {
   let last = opts.lastEventId;
+  let connected = false;
   const outer = opts.signal;
   for (let delay = 100; ; delay = Math.min(delay * 2, 2000)) {
     if (outer?.aborted) return;
@@ -812,7 +839,13 @@ async function* watchEvents(t: Transport, name: string, opts: WatchOptions): Asy
         await sleep(delay, outer).catch(() => {});
         continue;
       }
+      if (res.status === 404 && connected) {
+        // It was deleted while the stream was down (the `deleted` event was missed).
+        yield { id: undefined, type: "deleted", data: { name, missed: true } };
+        return;
+      }
       if (!res.ok || !res.body) throw errorFromReply(res.status, await res.text());
+      connected = true;
       delay = 100;
       try {
         for await (const raw of parseEventStream(res.body)) {
