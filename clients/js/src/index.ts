@@ -258,7 +258,9 @@ class Transport {
     const owner = opts.owner ?? this.owner;
     const timeout = opts.timeoutMs;
     const waitUntil = timeout === undefined || timeout === null ? undefined : Date.now() + timeout;
-    const retryUntil = Date.now() + this.retryMs;
+    // Retries go on for retryMs from the first of a run of network errors (a long wait that
+    // ends in one gets the full window too).
+    let retryUntil = 0;
     const req: Record<string, unknown> = { ...body };
     if (ttl !== undefined) req.ttl_ms = ttl;
     if (owner !== undefined) req.owner = owner;
@@ -270,6 +272,7 @@ class Transport {
         const r = await this.send("POST", path, { body: req, headers: { "idempotency-key": key }, signal, keepReply: true });
         reply = JSON.parse(r.text) as LeaseReply;
       } catch (e) {
+        if (e instanceof SemaNetworkError && retryUntil === 0) retryUntil = Date.now() + this.retryMs;
         if (e instanceof SemaNetworkError && !signal?.aborted && Date.now() + delay < retryUntil) {
           try {
             await sleep(delay, signal);
@@ -334,7 +337,7 @@ export class Permit {
   #released: Promise<void> | undefined;
   #renewTimer: unknown;
   #deadlineTimer: unknown;
-  /** Local deadline: the send time of the last successful acquire/renew plus the ttl. */
+  /** Local deadline: when the last successful acquire/renew was made, plus the ttl. */
   #deadline = 0;
   #onRelease: ((p: Permit) => void) | undefined;
 
@@ -411,7 +414,10 @@ export class Permit {
   }
 
   #extend(sentAt: number, ttl: number = this.ttlMs): void {
-    this.#deadline = sentAt + ttl;
+    // The ttl runs from the grant (or renewal), which happened between the send and now. A
+    // long-poll may have waited long before it: take the grant to be at most a quarter of
+    // the ttl (and 1 s) before its reply arrived.
+    this.#deadline = Math.max(sentAt, Date.now() - Math.min(1000, ttl / 4)) + ttl;
     clearTimeout(this.#deadlineTimer as number);
     this.#deadlineTimer = setTimeout(() => {
       this.#lose(

@@ -28,6 +28,25 @@ test("the client renews a held lease past its ttl", async () => {
   }
 });
 
+test("a permit granted after a wait longer than its ttl is not lost", async () => {
+  const semad = await startSemad();
+  try {
+    const client = createClient({ url: semad.url });
+    const sem = await client.semaphore("long-wait", { capacity: 1 });
+    const holder = await sem.acquire({ ttlMs: TTL });
+    const waiting = sem.acquire({ ttlMs: TTL / 2 });
+    await sleep(TTL);
+    await holder.release();
+    const p = await waiting;
+    await sleep(TTL);
+    assert.equal(p.lost, false, String(p.signal.reason));
+    assert.equal((await sem.state()).holders[0].lease, p.lease);
+    await p.release();
+  } finally {
+    await semad.stop();
+  }
+});
+
 test("revoked from outside: permit.signal fires within a third of the ttl", async () => {
   const semad = await startSemad();
   try {
