@@ -4,7 +4,8 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { existsSync, readdirSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
@@ -36,3 +37,33 @@ for (const file of examples) {
     assert.ok(stdout.length > 0);
   });
 }
+
+test("npm pack makes a tarball that installs and runs", async () => {
+  const pkg = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
+  const tmp = mkdtempSync(join(tmpdir(), "sema-js-pack-"));
+  try {
+    // dist/ is built already (test/run.sh): skip prepack's rebuild.
+    await run("npm", ["pack", "--ignore-scripts", "--silent", "--pack-destination", tmp], { cwd: pkg });
+    const tarball = readdirSync(tmp).find((f) => f.endsWith(".tgz"));
+    assert.ok(tarball, "a .tgz");
+    const app = join(tmp, "app");
+    await run("mkdir", [app]);
+    writeFileSync(join(app, "package.json"), JSON.stringify({ name: "app", version: "1.0.0", type: "module" }));
+    await run("npm", ["install", "--offline", "--no-audit", "--no-fund", "--silent", join(tmp, tarball)], { cwd: app });
+    writeFileSync(
+      join(app, "main.js"),
+      `import { createClient } from "@sema/client";
+const sem = await createClient().semaphore("packed", { capacity: 1 });
+const p = await sem.acquire();
+console.log(p.weight);
+await p.release();
+`,
+    );
+    const { stdout } = await run(process.execPath, ["main.js"], { cwd: app, env: { ...process.env, SEMA_SERVER: semad.url } });
+    assert.equal(stdout.trim(), "1");
+    assert.ok(existsSync(join(app, "node_modules/@sema/client/dist/index.d.ts")));
+    assert.ok(existsSync(join(app, "node_modules/@sema/client/README.md")));
+  } finally {
+    rmSync(tmp, { recursive: true, force: true });
+  }
+});
