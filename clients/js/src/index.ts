@@ -154,6 +154,8 @@ function defaultUrl(): string {
   return env?.SEMA_SERVER || DEFAULT_URL;
 }
 
+const SAFE = new Set(["GET", "PUT", "PATCH"]);
+
 /** The HTTP side of the client, shared by its semaphores, permits and locks. */
 class Transport {
   readonly url: string;
@@ -225,8 +227,9 @@ class Transport {
     throw errorFromReply(res.status, text, opts.lease);
   }
 
+  /** The reply's JSON. Requests safe to repeat (GET, PUT, PATCH) are retried after network errors. */
   async json<T>(method: string, path: string, opts: Parameters<Transport["send"]>[2] = {}): Promise<T> {
-    const r = await this.send(method, path, opts);
+    const r = SAFE.has(method) ? await this.retrying(method, path, opts) : await this.send(method, path, opts);
     return (r.text ? JSON.parse(r.text) : undefined) as T;
   }
 
@@ -568,7 +571,8 @@ export class Semaphore {
   async wait(opts: WaitOptions = {}): Promise<void> {
     const body: Record<string, unknown> = {};
     if (opts.timeoutMs !== undefined) body.timeout_ms = opts.timeoutMs;
-    await this.#t.send("POST", `${this.#path}/wait-idle`, { body, signal: opts.signal });
+    // wait-idle takes nothing: safe to send again after a network error.
+    await this.#t.retrying("POST", `${this.#path}/wait-idle`, { body, signal: opts.signal });
   }
 
   /** A method, not a getter: a fresh read of the free units (may be negative after a shrink). */

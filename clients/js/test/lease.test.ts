@@ -57,7 +57,7 @@ test("revoked from outside: permit.signal fires within a third of the ttl", asyn
     const revokedAt = Date.now();
     assert.equal((await http(semad.url, "POST", `/v1/leases/${p.lease}/revoke`)).status, 204);
     const at = await fired;
-    assert.ok(at - revokedAt <= TTL / 3 + 150, `noticed after ${at - revokedAt} ms`);
+    assert.ok(at - revokedAt <= TTL / 3 + 300, `noticed after ${at - revokedAt} ms`);
     assert.ok(p.signal.reason instanceof SemaLeaseLostError);
     assert.equal(p.signal.reason.code, "lease_revoked");
     assert.equal(p.lost, true);
@@ -82,7 +82,7 @@ test("semad unreachable past the ttl: the signal fires with code unreachable", a
   await semad.kill();
   await until(() => p.lost, TTL * 2, "the permit lost");
   const elapsed = Date.now() - start;
-  assert.ok(elapsed <= TTL + TTL / 3 + 100, `noticed after ${elapsed} ms`);
+  assert.ok(elapsed <= TTL + TTL / 3 + 300, `noticed after ${elapsed} ms`);
   assert.equal((p.signal.reason as SemaLeaseLostError).code, "unreachable");
   await p.release(); // never rejects
 });
