@@ -4,7 +4,7 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -26,6 +26,17 @@ const examples = existsSync(dir) ? readdirSync(dir).filter((f) => f.endsWith(".j
 
 test("the examples were built (npm run typecheck:examples)", () => {
   assert.ok(examples.length >= 7, `examples in ${dir}: ${examples.join(", ")}`);
+});
+
+test("the README shows each example file as it is", () => {
+  const pkg = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
+  const readme = readFileSync(join(pkg, "README.md"), "utf8");
+  const shown = [...readme.matchAll(/\(\[examples\/(\w+\.ts)\]\(examples\/\w+\.ts\)\)\n\n```ts\n([\s\S]*?)```/g)];
+  assert.ok(shown.length >= 7, `${shown.length} examples shown`);
+  for (const [, file, code] of shown) {
+    const source = readFileSync(join(pkg, "examples", file!), "utf8").replace(/^\/\/[^\n]*\n/, "");
+    assert.equal(code, source, `README block for examples/${file}`);
+  }
 });
 
 for (const file of examples) {

@@ -30,5 +30,6 @@ fi
 
 npm run --silent build
 npm run --silent build:test
+npm run --silent typecheck:examples   # tsc --noEmit
 npm run --silent build:examples
 exec node --test dist-test/test/
