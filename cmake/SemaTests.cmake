@@ -114,3 +114,12 @@ if(TARGET sema_client_shared)
     $<TARGET_FILE:sema_client_shared>)
   set_tests_properties(check.exports_client PROPERTIES LABELS check SKIP_RETURN_CODE 77)
 endif()
+
+# The JS client (clients/js, @sema/client): its node --test suite against this build's
+# semad (npm ci when needed, tsc build, the README's examples type-checked and run).
+# Normal builds only; clients/js/test/run.sh exits 77 (skip) without Node.js >= 18.
+if(NOT SEMA_SANITIZE AND TARGET semad)
+  add_test(NAME js.client COMMAND bash ${PROJECT_SOURCE_DIR}/clients/js/test/run.sh)
+  set_tests_properties(js.client PROPERTIES TIMEOUT ${SEMA_TEST_TIMEOUT}
+    LABELS "js" SKIP_RETURN_CODE 77 ENVIRONMENT "${SEMA_TEST_ENV}")
+endif()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # deps.sh - install the Debian packages sema needs to build, test and benchmark, and (test,
-# bench) the pinned npm packages of tests/openapi (the validating proxy of the HTTP tests).
+# bench) the pinned npm packages of tests/openapi (the validating proxy of the HTTP tests)
+# and of clients/js (the JS client's dev dependencies: typescript, @types/node).
 #
 # Usage: scripts/deps.sh [build|test|bench|fuzz]   (default: test)
 # As root it runs apt-get; otherwise it prints the exact command and exits 1.
@@ -60,6 +61,15 @@ dir=$root/tests/openapi
 stamp=$dir/node_modules/.sema-installed-lock
 if ! cmp -s "$dir/package-lock.json" "$stamp" 2>/dev/null || [ ! -x "$dir/node_modules/.bin/prism" ]; then
     echo "installing the npm packages of tests/openapi (npm ci)" >&2
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >&2)
+    cp "$dir/package-lock.json" "$stamp"
+fi
+
+# clients/js: the same, for the JS client's build and tests (ctest js.client).
+dir=$root/clients/js
+stamp=$dir/node_modules/.sema-installed-lock
+if ! cmp -s "$dir/package-lock.json" "$stamp" 2>/dev/null || [ ! -x "$dir/node_modules/.bin/tsc" ]; then
+    echo "installing the npm packages of clients/js (npm ci)" >&2
     (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >&2)
     cp "$dir/package-lock.json" "$stamp"
 fi

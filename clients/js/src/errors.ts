@@ -1,0 +1,136 @@
+// SPDX-License-Identifier: MIT
+// Typed errors. Every error semad answers is an RFC 9457 problem document whose `code`
+// names the case (docs/http-api.md, "Errors"); each code maps to one class below.
+
+/** The problem+json document semad answers errors with. */
+export interface Problem {
+  type?: string;
+  title?: string;
+  status?: number;
+  code?: string;
+  detail?: string;
+  [field: string]: unknown;
+}
+
+export interface SemaErrorInit {
+  code: string;
+  status?: number;
+  detail?: string;
+  problem?: Problem;
+  cause?: unknown;
+}
+
+/** Base class of every error this package throws (except aborts, which reject with the signal's reason). */
+export class SemaError extends Error {
+  /** semad's problem code (`timeout`, `unavailable`, `not_found`, ...) or a client-side one (`network`, `unreachable`). */
+  readonly code: string;
+  /** HTTP status of the reply, 0 when there was no reply. */
+  readonly status: number;
+  readonly detail: string | undefined;
+  readonly problem: Problem | undefined;
+  constructor(message: string, init: SemaErrorInit) {
+    super(message, init.cause === undefined ? undefined : { cause: init.cause });
+    this.name = new.target.name;
+    this.code = init.code;
+    this.status = init.status ?? 0;
+    this.detail = init.detail;
+    this.problem = init.problem;
+  }
+}
+
+/** 409 `timeout`: not granted within `timeoutMs`. */
+export class SemaTimeoutError extends SemaError {}
+/** 409 `unavailable`: a try that could not be granted at once (also a legacy `down` on 0). */
+export class SemaUnavailableError extends SemaError {}
+/** A lease ended while held: `lease_expired`, `lease_revoked`, `lease_released`, `deleted`, or `unreachable` (no renewal got through before the ttl ran out). */
+export class SemaLeaseLostError extends SemaError {}
+/** 404 `not_found`. */
+export class SemaNotFoundError extends SemaError {}
+/** 409 `conflict`: the semaphore exists with another capacity. */
+export class SemaConflictError extends SemaError {}
+/** 410 `deleted`: the semaphore was deleted while the request waited. */
+export class SemaDeletedError extends SemaError {}
+/** 409 `overflow`: released more than is held. */
+export class SemaOverflowError extends SemaError {}
+/** 400 `invalid_request`, `name_too_long`, `bad_request` and other malformed requests (413, 414, 431, 405). */
+export class SemaInvalidRequestError extends SemaError {}
+/** 429 `limit_reached`. */
+export class SemaLimitError extends SemaError {}
+/** 503 `shutting_down`, `store_unavailable`, `out_of_memory`, and other server-side failures. */
+export class SemaServerError extends SemaError {}
+/** `network`: no reply (connection refused or dropped). Retried where that is safe before it surfaces. */
+export class SemaNetworkError extends SemaError {}
+
+const LEASE_ENDED = new Set(["lease_expired", "lease_revoked", "lease_released", "deleted"]);
+
+/**
+ * The error for a reply with a non-success status. `body` is the reply text (a problem
+ * document, or plain text from the legacy routes). `lease` is true for requests on a
+ * held lease (renew, release), where a 410 means the lease was lost.
+ */
+export function errorFromReply(status: number, body: string, lease = false): SemaError {
+  let problem: Problem | undefined;
+  try {
+    const parsed: unknown = JSON.parse(body);
+    if (parsed && typeof parsed === "object" && typeof (parsed as Problem).code === "string") {
+      problem = parsed as Problem;
+    }
+  } catch {
+    /* plain text */
+  }
+  const code = problem?.code ?? codeForStatus(status);
+  const detail = problem?.detail ?? (body.trim() || undefined);
+  const message = `semad: ${status} ${code}${detail ? `: ${detail}` : ""}`;
+  const init: SemaErrorInit = { code, status, detail, problem };
+  if (lease && LEASE_ENDED.has(code)) return new SemaLeaseLostError(message, init);
+  switch (code) {
+    case "timeout":
+      return new SemaTimeoutError(message, init);
+    case "unavailable":
+      return new SemaUnavailableError(message, init);
+    case "not_found":
+      return new SemaNotFoundError(message, init);
+    case "conflict":
+      return new SemaConflictError(message, init);
+    case "deleted":
+      return new SemaDeletedError(message, init);
+    case "lease_expired":
+    case "lease_revoked":
+    case "lease_released":
+      return new SemaLeaseLostError(message, init);
+    case "overflow":
+      return new SemaOverflowError(message, init);
+    case "limit_reached":
+      return new SemaLimitError(message, init);
+  }
+  if (status >= 500) return new SemaServerError(message, init);
+  if (status >= 400 && status < 500 && status !== 408) return new SemaInvalidRequestError(message, init);
+  return new SemaError(message, init);
+}
+
+function codeForStatus(status: number): string {
+  switch (status) {
+    case 400:
+      return "invalid_request";
+    case 404:
+      return "not_found";
+    case 405:
+      return "method_not_allowed";
+    case 408:
+      return "request_timeout";
+    case 409:
+      return "conflict";
+    case 413:
+      return "body_too_large";
+    case 414:
+      return "uri_too_long";
+    case 429:
+      return "limit_reached";
+    case 431:
+      return "headers_too_large";
+    case 503:
+      return "server_unavailable";
+    default:
+      return `http_${status}`;
+  }
+}

@@ -1,0 +1,887 @@
+// SPDX-License-Identifier: MIT
+// @sema/client: semad's semaphores, leases and keyed locks, shaped like the in-process
+// semaphore APIs (TC39 Semaphore proposal, newWeighted/acquire(n)/release(n)/wait/mapLimit,
+// keyed-mutex locks). No runtime dependencies: the platform's fetch, AbortSignal and timers.
+
+import {
+  SemaError,
+  SemaLeaseLostError,
+  SemaNetworkError,
+  SemaNotFoundError,
+  SemaUnavailableError,
+  SemaInvalidRequestError,
+  SemaOverflowError,
+  errorFromReply,
+} from "./errors.js";
+import { parseEventStream } from "./sse.js";
+
+export * from "./errors.js";
+
+// `await using` and `using` look the symbols up at run time: define them where the runtime
+// lacks them (Node < 18.18 / < 20.4), before any permit is made.
+const symbols = Symbol as unknown as { asyncDispose?: symbol; dispose?: symbol };
+if (typeof symbols.asyncDispose !== "symbol") {
+  Object.defineProperty(Symbol, "asyncDispose", { value: Symbol.for("Symbol.asyncDispose") });
+}
+if (typeof symbols.dispose !== "symbol") {
+  Object.defineProperty(Symbol, "dispose", { value: Symbol.for("Symbol.dispose") });
+}
+
+const DEFAULT_URL = "http://127.0.0.1:7070";
+
+export interface ClientOptions {
+  /** semad's base URL. Default: the `SEMA_SERVER` environment variable, else `http://127.0.0.1:7070`. */
+  url?: string;
+  /** Recorded as the holder's `owner` on every acquire (shown by `GET /v1/semaphores/{name}`). */
+  owner?: string;
+  /** Lease ttl in ms when an acquire gives none. Default: the server's (`--default-ttl`, 60 s). */
+  ttlMs?: number;
+  /** How long requests that are safe to repeat keep being retried after network errors. Default 5000 ms. */
+  retryMs?: number;
+  /** The fetch to use (default: the global one). */
+  fetch?: typeof fetch;
+}
+
+export interface AcquireOptions {
+  /** Units to take (default 1). */
+  weight?: number;
+  /** Cancels the wait (the request is aborted and semad drops the waiter). */
+  signal?: AbortSignal;
+  /** Give up after this many ms with SemaTimeoutError. 0 = try once. Default: wait as long as it takes. */
+  timeoutMs?: number;
+  /** Lease ttl; the client renews it every ttl/3 while held. */
+  ttlMs?: number;
+  owner?: string;
+}
+
+export interface LockOptions extends Omit<AcquireOptions, "weight"> {
+  /** Default `exclusive`. */
+  mode?: "shared" | "exclusive";
+}
+
+export interface WaitOptions {
+  signal?: AbortSignal;
+  timeoutMs?: number;
+}
+
+export interface SemaphoreState {
+  name: string;
+  capacity: number;
+  available: number;
+  held: number;
+  fence: number;
+  waiting: number;
+  waiting_weight: number;
+  legacy?: boolean;
+  holders: Array<{ lease: string; weight: number; owner: string | null; acquired_at: number; expires_at: number; fence: number }>;
+  waiters: Array<{ position: number; weight: number; owner: string | null; since: number }>;
+}
+
+export interface LockState {
+  key: string;
+  readers: number;
+  holders: Array<Record<string, unknown>>;
+  waiters: Array<Record<string, unknown>>;
+}
+
+/** One event of `client.watch(name)`: `granted`, `released`, `expired`, `revoked`, `resized`, `deleted` or `reset`. */
+export interface SemaEvent {
+  /** `<uid>-<seq>`; resume point (sent back as `Last-Event-ID`). */
+  id: string | undefined;
+  type: string;
+  data: Record<string, unknown>;
+}
+
+export interface WatchOptions {
+  signal?: AbortSignal;
+  /** Resume after this event id. */
+  lastEventId?: string;
+}
+
+/** The lease reply of an acquire. */
+interface LeaseReply {
+  lease: string;
+  name: string;
+  weight: number;
+  fence: number;
+  ttl_ms: number;
+  expires_at: number;
+  acquired_at: number;
+  owner: string | null;
+  key?: string;
+  mode?: "shared" | "exclusive";
+}
+
+interface Reply {
+  status: number;
+  text: string;
+  headers: Headers;
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const t = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(t);
+      reject(signal!.reason);
+    };
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+function unref(t: unknown): void {
+  (t as { unref?: () => void } | undefined)?.unref?.();
+}
+
+function randomKey(): string {
+  const c = (globalThis as { crypto?: { randomUUID?: () => string } }).crypto;
+  if (c?.randomUUID) return c.randomUUID();
+  let s = "";
+  for (let i = 0; i < 4; i++) s += Math.floor(Math.random() * 2 ** 32).toString(16).padStart(8, "0");
+  return s;
+}
+
+function seg(name: string): string {
+  return encodeURIComponent(name);
+}
+
+function defaultUrl(): string {
+  const env = (globalThis as { process?: { env?: Record<string, string | undefined> } }).process?.env;
+  return env?.SEMA_SERVER || DEFAULT_URL;
+}
+
+const SAFE = new Set(["GET", "PUT", "PATCH"]);
+
+/** The HTTP side of the client, shared by its semaphores, permits and locks. */
+class Transport {
+  readonly url: string;
+  readonly owner: string | undefined;
+  readonly ttlMs: number | undefined;
+  readonly retryMs: number;
+  readonly fetch: typeof fetch;
+  readonly permits = new Set<Permit>();
+
+  constructor(opts: ClientOptions) {
+    this.url = (opts.url ?? defaultUrl()).replace(/\/+$/, "");
+    this.owner = opts.owner;
+    this.ttlMs = opts.ttlMs;
+    this.retryMs = opts.retryMs ?? 5000;
+    this.fetch = opts.fetch ?? globalThis.fetch.bind(globalThis);
+  }
+
+  /**
+   * One request. Resolves with any reply whose status is 2xx or listed in `accept`; throws
+   * the typed error of other replies, SemaNetworkError when there was none, and the
+   * signal's reason when aborted.
+   */
+  async send(
+    method: string,
+    path: string,
+    opts: {
+      body?: unknown;
+      headers?: Record<string, string>;
+      signal?: AbortSignal;
+      accept?: number[];
+      lease?: boolean;
+      /** Once the reply's headers are in, read its body even if `signal` aborts (an acquire's grant must not be lost). */
+      keepReply?: boolean;
+    } = {},
+  ): Promise<Reply> {
+    const headers: Record<string, string> = { ...opts.headers };
+    if (opts.body !== undefined) headers["content-type"] = "application/json";
+    const outer = opts.signal;
+    outer?.throwIfAborted();
+    // The fetch gets its own controller: the caller's signal aborts it until the reply's
+    // headers are in (or to the end, without keepReply).
+    const ac = outer ? new AbortController() : undefined;
+    const onAbort = () => ac!.abort(outer!.reason);
+    outer?.addEventListener("abort", onAbort, { once: true });
+    let res: Response;
+    let text: string;
+    try {
+      res = await this.fetch(this.url + path, {
+        method,
+        headers,
+        body: opts.body === undefined ? undefined : JSON.stringify(opts.body),
+        signal: ac?.signal,
+        redirect: "manual",
+      });
+      if (opts.keepReply) outer?.removeEventListener("abort", onAbort);
+      text = await res.text();
+    } catch (e) {
+      if (outer?.aborted) throw outer.reason;
+      throw new SemaNetworkError(`semad unreachable at ${this.url}: ${(e as Error)?.message ?? e}`, {
+        code: "network",
+        cause: e,
+      });
+    } finally {
+      outer?.removeEventListener("abort", onAbort);
+    }
+    if ((res.status >= 200 && res.status < 300) || opts.accept?.includes(res.status)) {
+      return { status: res.status, text, headers: res.headers };
+    }
+    throw errorFromReply(res.status, text, opts.lease);
+  }
+
+  /** The reply's JSON. Requests safe to repeat (GET, PUT, PATCH) are retried after network errors. */
+  async json<T>(method: string, path: string, opts: Parameters<Transport["send"]>[2] = {}): Promise<T> {
+    const r = SAFE.has(method) ? await this.retrying(method, path, opts) : await this.send(method, path, opts);
+    return (r.text ? JSON.parse(r.text) : undefined) as T;
+  }
+
+  /** `send`, repeated after network errors for up to `retryMs` (for requests safe to repeat). */
+  async retrying(method: string, path: string, opts: Parameters<Transport["send"]>[2] = {}): Promise<Reply> {
+    const deadline = Date.now() + this.retryMs;
+    for (let delay = 50; ; delay = Math.min(delay * 2, 1000)) {
+      try {
+        return await this.send(method, path, opts);
+      } catch (e) {
+        if (!(e instanceof SemaNetworkError) || Date.now() + delay > deadline) throw e;
+        await sleep(delay, opts.signal);
+      }
+    }
+  }
+
+  /**
+   * A blocking acquire: one long-poll request carrying an Idempotency-Key. After a network
+   * error it is sent again with the same key (semad returns the lease it granted, or joins
+   * the parked request), so a retry never holds twice. When the caller aborts or the
+   * retries run out, a grant whose reply was lost is looked up with the same key and
+   * released.
+   */
+  async acquire(path: string, body: Record<string, unknown>, opts: AcquireOptions, make: (r: LeaseReply, sentAt: number) => Permit): Promise<Permit> {
+    const signal = opts.signal;
+    signal?.throwIfAborted();
+    const key = randomKey();
+    const ttl = opts.ttlMs ?? this.ttlMs;
+    const owner = opts.owner ?? this.owner;
+    const timeout = opts.timeoutMs;
+    const waitUntil = timeout === undefined || timeout === null ? undefined : Date.now() + timeout;
+    // Retries go on for retryMs from the first of a run of network errors (a long wait that
+    // ends in one gets the full window too).
+    let retryUntil = 0;
+    const req: Record<string, unknown> = { ...body };
+    if (ttl !== undefined) req.ttl_ms = ttl;
+    if (owner !== undefined) req.owner = owner;
+    for (let delay = 50; ; delay = Math.min(delay * 2, 1000)) {
+      if (waitUntil !== undefined) req.timeout_ms = timeout === 0 ? 0 : Math.max(0, waitUntil - Date.now());
+      const sentAt = Date.now();
+      let reply: LeaseReply;
+      try {
+        const r = await this.send("POST", path, { body: req, headers: { "idempotency-key": key }, signal, keepReply: true });
+        reply = JSON.parse(r.text) as LeaseReply;
+      } catch (e) {
+        if (e instanceof SemaNetworkError && retryUntil === 0) retryUntil = Date.now() + this.retryMs;
+        if (e instanceof SemaNetworkError && !signal?.aborted && Date.now() + delay < retryUntil) {
+          try {
+            await sleep(delay, signal);
+            continue;
+          } catch {
+            /* aborted while waiting to retry */
+          }
+        }
+        // No reply: semad may have granted it all the same (the reply was in flight).
+        if (e instanceof SemaNetworkError || signal?.aborted) await this.releaseLostGrant(path, req, key);
+        if (signal?.aborted) throw signal.reason;
+        throw e;
+      }
+      if (signal?.aborted) {
+        // Granted, but the caller gave up meanwhile: give it back.
+        await this.send("DELETE", `/v1/leases/${seg(reply.lease)}`, { signal: AbortSignal.timeout(2000) }).catch(() => {});
+        throw signal.reason;
+      }
+      return make(reply, sentAt);
+    }
+  }
+
+  /** After an acquire ended without its reply: if semad granted it, release that lease. */
+  private async releaseLostGrant(path: string, req: Record<string, unknown>, key: string): Promise<void> {
+    try {
+      const r = await this.send("POST", path, {
+        body: { ...req, timeout_ms: 0 },
+        headers: { "idempotency-key": key },
+        signal: AbortSignal.timeout(2000),
+      });
+      const lease = (JSON.parse(r.text) as LeaseReply).lease;
+      await this.send("DELETE", `/v1/leases/${seg(lease)}`, { signal: AbortSignal.timeout(2000) });
+    } catch {
+      /* nothing granted (409 unavailable), or semad is gone: the ttl reclaims it */
+    }
+  }
+}
+
+/**
+ * A held lease: `weight` units of a semaphore (or a lock on a key) until `release()`. The
+ * client renews it in the background every ttl/3; `signal` fires (with a
+ * SemaLeaseLostError) when it is lost: expired, revoked, its semaphore deleted, or semad
+ * unreachable until the ttl ran out.
+ */
+export class Permit {
+  /** The lease id. */
+  readonly lease: string;
+  readonly name: string;
+  readonly weight: number;
+  /** Strictly increasing per semaphore: hand it to fenced resources. */
+  readonly fence: number;
+  readonly ttlMs: number;
+  readonly acquiredAt: number;
+  readonly owner: string | null;
+  /** The lease's expiry on the server's clock (epoch ms), moved on by every renewal. */
+  expiresAt: number;
+  /** Fires when the lease is lost; its reason is a SemaLeaseLostError. Not fired by release(). */
+  readonly signal: AbortSignal;
+
+  readonly #t: Transport;
+  readonly #lost = new AbortController();
+  #released: Promise<void> | undefined;
+  #renewTimer: unknown;
+  #deadlineTimer: unknown;
+  /** Local deadline: when the last successful acquire/renew was made, plus the ttl. */
+  #deadline = 0;
+  #onRelease: ((p: Permit) => void) | undefined;
+
+  /** @internal */
+  constructor(t: Transport, r: LeaseReply, sentAt: number, onRelease?: (p: Permit) => void) {
+    this.#t = t;
+    this.lease = r.lease;
+    this.name = r.name;
+    this.weight = r.weight;
+    this.fence = r.fence;
+    this.ttlMs = r.ttl_ms;
+    this.acquiredAt = r.acquired_at;
+    this.owner = r.owner;
+    this.expiresAt = r.expires_at;
+    this.signal = this.#lost.signal;
+    this.#onRelease = onRelease;
+    t.permits.add(this);
+    this.#extend(sentAt);
+    this.#scheduleRenew(this.ttlMs / 3);
+  }
+
+  /** True once release() was called. */
+  get released(): boolean {
+    return this.#released !== undefined;
+  }
+
+  /** True once the lease was lost (see `signal`). */
+  get lost(): boolean {
+    return this.#lost.signal.aborted;
+  }
+
+  /**
+   * Gives the units back. Idempotent; never rejects (a release that cannot reach semad
+   * leaves the lease to its ttl). Await it to know the units are back.
+   */
+  release(): Promise<void> {
+    if (this.#released) return this.#released;
+    this.#stop();
+    this.#onRelease?.(this);
+    const lostCode = this.lost ? (this.signal.reason as SemaError).code : undefined;
+    this.#released =
+      lostCode !== undefined && lostCode !== "unreachable"
+        ? Promise.resolve()
+        : this.#t
+            .retrying("DELETE", `/v1/leases/${seg(this.lease)}`, { lease: true })
+            .then(() => undefined)
+            .catch(() => undefined);
+    return this.#released;
+  }
+
+  /** Renews now (the background renewal does this by itself). Throws SemaLeaseLostError if the lease is gone. */
+  async renew(ttlMs: number = this.ttlMs): Promise<void> {
+    const sentAt = Date.now();
+    try {
+      const r = await this.#t.json<LeaseReply>("POST", `/v1/leases/${seg(this.lease)}/renew`, {
+        body: { ttl_ms: ttlMs },
+        lease: true,
+        signal: AbortSignal.timeout(Math.max(1000, this.ttlMs / 3)),
+      });
+      this.expiresAt = r.expires_at;
+      if (!this.#released && !this.lost) this.#extend(sentAt, r.ttl_ms);
+    } catch (e) {
+      if (e instanceof SemaLeaseLostError || e instanceof SemaNotFoundError) this.#lose(e);
+      throw e;
+    }
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.release();
+  }
+
+  [Symbol.dispose](): void {
+    void this.release();
+  }
+
+  #extend(sentAt: number, ttl: number = this.ttlMs): void {
+    // The ttl runs from the grant (or renewal), which happened between the send and now. A
+    // long-poll may have waited long before it: take the grant to be at most a quarter of
+    // the ttl (and 1 s) before its reply arrived.
+    this.#deadline = Math.max(sentAt, Date.now() - Math.min(1000, ttl / 4)) + ttl;
+    clearTimeout(this.#deadlineTimer as number);
+    this.#deadlineTimer = setTimeout(() => {
+      this.#lose(
+        new SemaLeaseLostError(`lease ${this.lease}: no renewal reached semad before the ttl ran out`, { code: "unreachable" }),
+      );
+    }, Math.max(0, this.#deadline - Date.now()));
+    unref(this.#deadlineTimer);
+  }
+
+  #scheduleRenew(ms: number): void {
+    clearTimeout(this.#renewTimer as number);
+    this.#renewTimer = setTimeout(() => {
+      this.renew().then(
+        () => this.#scheduleRenew(this.ttlMs / 3),
+        (e) => {
+          if (this.#released || this.lost) return;
+          // No reply (or a transient 5xx): try again soon, until the deadline timer gives up.
+          this.#scheduleRenew(Math.min(this.ttlMs / 6, 1000));
+          void e;
+        },
+      );
+    }, ms);
+    unref(this.#renewTimer);
+  }
+
+  #lose(reason: SemaError): void {
+    if (this.#released || this.lost) return;
+    this.#stop();
+    this.#lost.abort(
+      reason instanceof SemaLeaseLostError
+        ? reason
+        : new SemaLeaseLostError(reason.message, { code: reason.code, status: reason.status, problem: reason.problem }),
+    );
+  }
+
+  #stop(): void {
+    clearTimeout(this.#renewTimer as number);
+    clearTimeout(this.#deadlineTimer as number);
+    this.#t.permits.delete(this);
+  }
+}
+
+/** A held keyed lock: a Permit with its `key` and `mode`; `unlock()` is `release()`. */
+export class Lock extends Permit {
+  readonly key: string;
+  readonly mode: "shared" | "exclusive";
+  /** @internal */
+  constructor(t: Transport, r: LeaseReply, sentAt: number) {
+    super(t, r, sentAt);
+    this.key = r.key ?? r.name;
+    this.mode = r.mode ?? "exclusive";
+  }
+  /** Idempotent, never rejects. */
+  unlock(): Promise<void> {
+    return this.release();
+  }
+}
+
+function acquireOpts(o: number | AcquireOptions | undefined): AcquireOptions {
+  return typeof o === "number" ? { weight: o } : { ...o };
+}
+
+/** A semaphore on semad. Get one with `client.semaphore(name, { capacity })`. */
+export class Semaphore {
+  readonly name: string;
+  /** The capacity when this handle was made (see `state()` for the current one). */
+  readonly capacity: number;
+  readonly #t: Transport;
+  readonly #client: SemaClient;
+  /** Permits taken through this handle, oldest first (for release(n)). */
+  readonly #held: Permit[] = [];
+
+  /** @internal */
+  constructor(t: Transport, client: SemaClient, name: string, capacity: number) {
+    this.#t = t;
+    this.#client = client;
+    this.name = name;
+    this.capacity = capacity;
+  }
+
+  get #path(): string {
+    return `/v1/semaphores/${seg(this.name)}`;
+  }
+
+  /**
+   * Waits for `weight` units (one long-poll request) and returns the permit.
+   * `acquire(n)` is `acquire({ weight: n })`.
+   * Throws SemaTimeoutError after `timeoutMs`, SemaDeletedError if the semaphore is deleted
+   * meanwhile, and the signal's reason when aborted.
+   */
+  acquire(opts?: number | AcquireOptions): Promise<Permit> {
+    const o = acquireOpts(opts);
+    return this.#t.acquire(`${this.#path}/acquire`, { weight: o.weight ?? 1 }, o, (r, sentAt) => {
+      const p = new Permit(this.#t, r, sentAt, (q) => {
+        const i = this.#held.indexOf(q);
+        if (i >= 0) this.#held.splice(i, 1);
+      });
+      this.#held.push(p);
+      return p;
+    });
+  }
+
+  /** Takes `weight` units if they are free now (never queues): the permit, or null. */
+  async tryAcquire(opts?: number | Omit<AcquireOptions, "timeoutMs">): Promise<Permit | null> {
+    try {
+      return await this.acquire({ ...acquireOpts(opts), timeoutMs: 0 });
+    } catch (e) {
+      if (e instanceof SemaUnavailableError) return null;
+      throw e;
+    }
+  }
+
+  /**
+   * Seed-000 style: gives back the oldest permit of weight `n` taken with `acquire(n)`
+   * through this handle. Throws SemaOverflowError (synchronously) if there is none.
+   * Never rejects.
+   */
+  release(n = 1): Promise<void> {
+    const p = this.#held.find((q) => q.weight === n);
+    if (!p) {
+      throw new SemaOverflowError(`no permit of weight ${n} held through this handle of ${this.name}`, { code: "overflow" });
+    }
+    return p.release();
+  }
+
+  /** Runs `fn(permit)` holding `weight` units; releases when it settles (also on throw). */
+  with<T>(fn: (permit: Permit) => T | PromiseLike<T>): Promise<T>;
+  with<T>(opts: number | AcquireOptions, fn: (permit: Permit) => T | PromiseLike<T>): Promise<T>;
+  async with<T>(a: unknown, b?: unknown): Promise<T> {
+    const [opts, fn] = (typeof a === "function" ? [undefined, a] : [a, b]) as [
+      number | AcquireOptions | undefined,
+      (permit: Permit) => T | PromiseLike<T>,
+    ];
+    const permit = await this.acquire(opts);
+    try {
+      return await fn(permit);
+    } finally {
+      await permit.release();
+    }
+  }
+
+  /** Wraps `fn` so that each call runs holding `weight` units (TC39 `wrap`). */
+  wrap<A extends unknown[], T>(fn: (...args: A) => T | PromiseLike<T>, opts?: number | AcquireOptions): (...args: A) => Promise<T> {
+    return (...args: A) => this.with(opts ?? {}, () => fn(...args));
+  }
+
+  /** Waits until everything queued before it was granted and all units are back (POST wait-idle). Takes nothing. */
+  async wait(opts: WaitOptions = {}): Promise<void> {
+    const body: Record<string, unknown> = {};
+    if (opts.timeoutMs !== undefined) body.timeout_ms = opts.timeoutMs;
+    // wait-idle takes nothing: safe to send again after a network error.
+    await this.#t.retrying("POST", `${this.#path}/wait-idle`, { body, signal: opts.signal });
+  }
+
+  /** A method, not a getter: a fresh read of the free units (may be negative after a shrink). */
+  async available(): Promise<number> {
+    return (await this.state()).available;
+  }
+
+  /** The semaphore's state now: holders, waiters, capacity (GET /v1/semaphores/{name}). */
+  state(): Promise<SemaphoreState> {
+    return this.#t.json<SemaphoreState>("GET", this.#path);
+  }
+
+  /** Changes the capacity (PATCH): growing admits waiters, shrinking never revokes. */
+  resize(capacity: number): Promise<SemaphoreState> {
+    return this.#t.json<SemaphoreState>("PATCH", this.#path, { body: { capacity } });
+  }
+
+  /** Deletes the semaphore: waiters get SemaDeletedError, held permits are lost. */
+  async delete(): Promise<void> {
+    await this.#t.send("DELETE", this.#path);
+  }
+
+  /** `mapLimit` with at most `capacity` calls running fleet-wide (each holds one unit). */
+  mapLimit<T, R>(items: Iterable<T> | AsyncIterable<T>, fn: MapFn<T, R>, opts?: { limit?: number; signal?: AbortSignal }): Promise<R[]> {
+    return mapLimitWith(this, items, Math.min(opts?.limit ?? this.capacity, this.capacity), fn, opts?.signal);
+  }
+
+  /** The semaphore's event stream (see `client.watch`). */
+  watch(opts?: WatchOptions): AsyncIterableIterator<SemaEvent> {
+    return this.#client.watch(this.name, opts);
+  }
+}
+
+export type MapFn<T, R> = (item: T, index: number, signal: AbortSignal) => R | PromiseLike<R>;
+
+async function mapLimitWith<T, R>(
+  sem: Semaphore,
+  items: Iterable<T> | AsyncIterable<T>,
+  limit: number,
+  fn: MapFn<T, R>,
+  signal?: AbortSignal,
+): Promise<R[]> {
+  if (!(limit >= 1)) throw new RangeError("mapLimit: limit must be at least 1");
+  const results: R[] = [];
+  const stop = new AbortController();
+  const onAbort = () => stop.abort(signal!.reason);
+  signal?.addEventListener("abort", onAbort, { once: true });
+  let failed = false;
+  let error: unknown;
+  const fail = (e: unknown) => {
+    if (failed) return;
+    failed = true;
+    error = e;
+    stop.abort(e);
+  };
+  const running = new Set<Promise<void>>();
+  let n = 0;
+  try {
+    for await (const item of items) {
+      if (failed) break;
+      while (running.size >= limit) await Promise.race(running);
+      if (failed) break;
+      let permit: Permit;
+      try {
+        // One acquire at a time: items start in input order.
+        permit = await sem.acquire({ weight: 1, signal: stop.signal });
+      } catch (e) {
+        fail(e);
+        break;
+      }
+      if (failed) {
+        await permit.release();
+        break;
+      }
+      const i = n++;
+      const task = (async () => {
+        try {
+          results[i] = await fn(item, i, permit.signal);
+        } catch (e) {
+          fail(e);
+        } finally {
+          await permit.release();
+        }
+      })();
+      running.add(task);
+      void task.then(() => running.delete(task));
+    }
+  } catch (e) {
+    fail(e); // the iterable itself threw
+  } finally {
+    signal?.removeEventListener("abort", onAbort);
+  }
+  await Promise.all(running);
+  if (failed) throw error;
+  results.length = n;
+  return results;
+}
+
+interface LegacyReply {
+  name: string;
+  value: number;
+}
+
+/** The five routes of the original Node-RED flow (seed 001). */
+export interface LegacyApi {
+  /** POST /semaphore: `created` is false when the name existed (303; nothing changed). */
+  create(name: string, value: number): Promise<{ name: string; value: number; created: boolean }>;
+  /** DELETE /semaphore/{name}: false when there was no such name. */
+  delete(name: string): Promise<boolean>;
+  /** GET /semaphore/value/{name}: the available units. Throws SemaNotFoundError. */
+  value(name: string): Promise<number>;
+  /** POST /semaphore/up: adds one unit; the new value. */
+  up(name: string): Promise<number>;
+  /** POST /semaphore/down: takes one unit without a lease: the new value, or null when locked. */
+  down(name: string): Promise<number | null>;
+}
+
+function legacyApi(t: Transport): LegacyApi {
+  return {
+    async create(name, value) {
+      const r = await t.send("POST", "/semaphore", { body: { name, value }, accept: [303] });
+      const v = JSON.parse(r.text) as LegacyReply;
+      return { name: v.name, value: v.value, created: r.status !== 303 };
+    },
+    async delete(name) {
+      const r = await t.send("DELETE", `/semaphore/${seg(name)}`, { accept: [404] });
+      return r.status !== 404;
+    },
+    async value(name) {
+      return (await t.json<LegacyReply>("GET", `/semaphore/value/${seg(name)}`)).value;
+    },
+    async up(name) {
+      return (await t.json<LegacyReply>("POST", "/semaphore/up", { body: { name } })).value;
+    },
+    async down(name) {
+      const r = await t.send("POST", "/semaphore/down", { body: { name }, accept: [409] });
+      return r.status === 409 ? null : (JSON.parse(r.text) as LegacyReply).value;
+    },
+  };
+}
+
+/** A connection to one semad. Make one with `createClient()`. */
+export class SemaClient {
+  readonly url: string;
+  /** The legacy five-endpoint API. */
+  readonly legacy: LegacyApi;
+  readonly #t: Transport;
+
+  constructor(opts: ClientOptions = {}) {
+    this.#t = new Transport(opts);
+    this.url = this.#t.url;
+    this.legacy = legacyApi(this.#t);
+  }
+
+  /**
+   * A handle on semaphore `name`. With `capacity`, creates it if missing (PUT) and throws
+   * SemaConflictError if it exists with another capacity; without, it must exist
+   * (SemaNotFoundError).
+   */
+  async semaphore(name: string, opts: { capacity?: number } = {}): Promise<Semaphore> {
+    const path = `/v1/semaphores/${seg(name)}`;
+    const st =
+      opts.capacity === undefined
+        ? await this.#t.json<SemaphoreState>("GET", path)
+        : await this.#t.json<SemaphoreState>("PUT", path, { body: { capacity: opts.capacity } });
+    return new Semaphore(this.#t, this, name, st.capacity);
+  }
+
+  /** Takes the lock on `key` (keyed-mutex `lock`/`lockShared`); one long-poll request. */
+  async lock(key: string, opts: LockOptions = {}): Promise<Lock> {
+    return (await this.#t.acquire(
+      `/v1/locks/${seg(key)}/acquire`,
+      { mode: opts.mode ?? "exclusive" },
+      opts,
+      (r, sentAt) => new Lock(this.#t, r, sentAt),
+    )) as Lock;
+  }
+
+  /** `lock(key, { ...opts, mode: "shared" })`. */
+  lockShared(key: string, opts: Omit<LockOptions, "mode"> = {}): Promise<Lock> {
+    return this.lock(key, { ...opts, mode: "shared" });
+  }
+
+  /** Takes the lock if it is free now (never queues): the lock, or null. */
+  async tryLock(key: string, opts: Omit<LockOptions, "timeoutMs"> = {}): Promise<Lock | null> {
+    try {
+      return await this.lock(key, { ...opts, timeoutMs: 0 });
+    } catch (e) {
+      if (e instanceof SemaUnavailableError) return null;
+      throw e;
+    }
+  }
+
+  /** Runs `fn(lock)` holding the lock on `key`; unlocks when it settles (also on throw). */
+  withLock<T>(key: string, fn: (lock: Lock) => T | PromiseLike<T>): Promise<T>;
+  withLock<T>(key: string, opts: LockOptions, fn: (lock: Lock) => T | PromiseLike<T>): Promise<T>;
+  async withLock<T>(key: string, a: unknown, b?: unknown): Promise<T> {
+    const [opts, fn] = (typeof a === "function" ? [{}, a] : [a, b]) as [LockOptions, (lock: Lock) => T | PromiseLike<T>];
+    const lock = await this.lock(key, opts);
+    try {
+      return await fn(lock);
+    } finally {
+      await lock.unlock();
+    }
+  }
+
+  /** The state of the lock on `key`; throws SemaNotFoundError when nobody holds or awaits it. */
+  lockState(key: string): Promise<LockState> {
+    return this.#t.json<LockState>("GET", `/v1/locks/${seg(key)}`);
+  }
+
+  /**
+   * Seed-000 `mapLimit(items, limit, fn)`, fleet-wide: every call holds one unit of
+   * semaphore `name` (created with capacity `limit` if missing), so at most `limit` run at
+   * once across all processes. Results come back in input order; the first error stops new
+   * work (calls already running finish, their `signal` argument is not fired) and is thrown.
+   */
+  async mapLimit<T, R>(
+    items: Iterable<T> | AsyncIterable<T>,
+    limit: number,
+    fn: MapFn<T, R>,
+    opts: { name: string; signal?: AbortSignal },
+  ): Promise<R[]> {
+    if (!opts?.name) throw new SemaInvalidRequestError("mapLimit needs { name }: the semaphore shared by the fleet", { code: "invalid_request" });
+    const sem = await this.semaphore(opts.name, { capacity: limit });
+    return mapLimitWith(sem, items, limit, fn, opts.signal);
+  }
+
+  /** A lease by id (GET /v1/leases/{id}). Throws SemaLeaseLostError once it ended. */
+  lease(id: string): Promise<Record<string, unknown>> {
+    return this.#t.json("GET", `/v1/leases/${seg(id)}`, { lease: true });
+  }
+
+  /** Admin revoke of any lease: its holder's `permit.signal` fires at its next renewal. */
+  async revoke(id: string): Promise<void> {
+    await this.#t.send("POST", `/v1/leases/${seg(id)}/revoke`, { lease: true });
+  }
+
+  /**
+   * The semaphore's Server-Sent Events as an async iterator. After a dropped connection it
+   * reconnects with `Last-Event-ID` (nothing missed, nothing twice; a `reset` event when
+   * semad no longer has what was missed; a `deleted` event with `data.missed: true` when the
+   * semaphore was deleted while the stream was down). Ends after `deleted`, on `break`, or when
+   * `signal` aborts (quietly). Throws SemaNotFoundError if the semaphore does not exist.
+   */
+  watch(name: string, opts: WatchOptions = {}): AsyncIterableIterator<SemaEvent> {
+    return watchEvents(this.#t, name, opts);
+  }
+
+  /** Releases every permit and lock this client still holds. */
+  async close(): Promise<void> {
+    await Promise.all([...this.#t.permits].map((p) => p.release()));
+  }
+}
+
+async function* watchEvents(t: Transport, name: string, opts: WatchOptions): AsyncGenerator<SemaEvent> {
+  let last = opts.lastEventId;
+  let connected = false;
+  const outer = opts.signal;
+  for (let delay = 100; ; delay = Math.min(delay * 2, 2000)) {
+    if (outer?.aborted) return;
+    const ac = new AbortController();
+    const onAbort = () => ac.abort(outer!.reason);
+    outer?.addEventListener("abort", onAbort, { once: true });
+    try {
+      let res: Response;
+      try {
+        res = await t.fetch(`${t.url}/v1/semaphores/${seg(name)}/events`, {
+          headers: { accept: "text/event-stream", ...(last ? { "last-event-id": last } : {}) },
+          signal: ac.signal,
+        });
+      } catch {
+        if (outer?.aborted) return;
+        await sleep(delay, outer).catch(() => {});
+        continue;
+      }
+      if (res.status === 404 && connected) {
+        // It was deleted while the stream was down (the `deleted` event was missed).
+        yield { id: undefined, type: "deleted", data: { name, missed: true } };
+        return;
+      }
+      if (!res.ok || !res.body) throw errorFromReply(res.status, await res.text());
+      connected = true;
+      delay = 100;
+      try {
+        for await (const raw of parseEventStream(res.body)) {
+          if (raw.id) last = raw.id;
+          let data: Record<string, unknown>;
+          try {
+            data = JSON.parse(raw.data) as Record<string, unknown>;
+          } catch {
+            data = { raw: raw.data };
+          }
+          yield { id: raw.id, type: raw.event, data };
+          if (raw.event === "deleted") return;
+        }
+      } catch {
+        /* the connection dropped: resume below */
+      }
+      if (outer?.aborted) return;
+    } finally {
+      outer?.removeEventListener("abort", onAbort);
+      ac.abort();
+    }
+    await sleep(delay, outer).catch(() => {});
+  }
+}
+
+/** A client for the semad at `url` (default `SEMA_SERVER` or `http://127.0.0.1:7070`). */
+export function createClient(opts: ClientOptions = {}): SemaClient {
+  return new SemaClient(opts);
+}

@@ -1,0 +1,312 @@
+// SPDX-License-Identifier: MIT
+// Semaphores and permits against a real semad: the TC39-style API, the seed-000 style
+// (acquire(n)/release(n)/wait), FIFO across clients, cancellation, idempotent retries and
+// typed errors.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import {
+  createClient,
+  Permit,
+  SemaClient,
+  SemaConflictError,
+  SemaDeletedError,
+  SemaError,
+  SemaInvalidRequestError,
+  SemaNotFoundError,
+  SemaOverflowError,
+  SemaTimeoutError,
+  SemaUnavailableError,
+} from "../src/index.js";
+import { startSemad, http, until, sleep, type Semad } from "./semad.js";
+
+let semad: Semad;
+let client: SemaClient;
+
+before(async () => {
+  semad = await startSemad();
+  client = createClient({ url: semad.url });
+});
+after(async () => {
+  await client.close();
+  await semad.stop();
+});
+
+const state = async (name: string) => (await http(semad.url, "GET", `/v1/semaphores/${encodeURIComponent(name)}`)).body;
+
+test("createClient defaults to SEMA_SERVER, then 127.0.0.1:7070", () => {
+  const saved = process.env.SEMA_SERVER;
+  try {
+    delete process.env.SEMA_SERVER;
+    assert.equal(createClient().url, "http://127.0.0.1:7070");
+    process.env.SEMA_SERVER = semad.url + "/";
+    assert.equal(createClient().url, semad.url);
+  } finally {
+    if (saved === undefined) delete process.env.SEMA_SERVER;
+    else process.env.SEMA_SERVER = saved;
+  }
+});
+
+test("semaphore() creates, checks the capacity, and finds existing ones", async () => {
+  const sem = await client.semaphore("create/1", { capacity: 3 });
+  assert.equal(sem.capacity, 3);
+  assert.equal(sem.name, "create/1");
+  assert.equal((await state("create/1")).capacity, 3);
+  const again = await client.semaphore("create/1", { capacity: 3 });
+  assert.equal(again.capacity, 3);
+  const found = await client.semaphore("create/1");
+  assert.equal(found.capacity, 3);
+  await assert.rejects(client.semaphore("create/1", { capacity: 4 }), (e: unknown) => {
+    assert.ok(e instanceof SemaConflictError);
+    assert.equal(e.code, "conflict");
+    assert.equal(e.status, 409);
+    return true;
+  });
+  await assert.rejects(client.semaphore("create/missing"), SemaNotFoundError);
+});
+
+test("acquire gives a permit with lease, weight, fence, expiresAt; release is idempotent", async () => {
+  const sem = await client.semaphore("permit", { capacity: 3 });
+  const before = Date.now();
+  const a = await sem.acquire({ weight: 2, ttlMs: 10_000 });
+  assert.ok(a instanceof Permit);
+  assert.equal(typeof a.lease, "string");
+  assert.equal(a.weight, 2);
+  assert.equal(a.name, "permit");
+  assert.ok(a.fence > 0);
+  assert.ok(a.expiresAt >= before + 9_000);
+  assert.equal(a.signal.aborted, false);
+  const b = await sem.acquire();
+  assert.ok(b.fence > a.fence, "fences increase");
+  assert.equal(await sem.available(), 0);
+  const st = await state("permit");
+  assert.deepEqual(st.holders.map((h: { lease: string }) => h.lease).sort(), [a.lease, b.lease].sort());
+  await a.release();
+  await a.release();
+  void a.release();
+  assert.equal(a.released, true);
+  assert.equal(await sem.available(), 2);
+  await b.release();
+  assert.equal(await sem.available(), 3);
+  assert.equal((await state("permit")).held, 0);
+});
+
+test("tryAcquire: a permit when free, null when not; never queues", async () => {
+  const sem = await client.semaphore("try", { capacity: 2 });
+  const p = await sem.tryAcquire(2);
+  assert.ok(p);
+  assert.equal(await sem.tryAcquire(), null);
+  assert.equal((await state("try")).waiting, 0);
+  await p.release();
+  const q = await sem.tryAcquire({ weight: 1 });
+  assert.ok(q);
+  await q.release();
+});
+
+test("with() runs holding a unit and releases on return and on throw; wrap() limits a function", async () => {
+  const sem = await client.semaphore("with", { capacity: 1 });
+  const v = await sem.with(async (permit) => {
+    assert.equal(await sem.available(), 0);
+    assert.equal(permit.weight, 1);
+    return 42;
+  });
+  assert.equal(v, 42);
+  assert.equal(await sem.available(), 1);
+  await assert.rejects(
+    sem.with({ weight: 1 }, async () => {
+      throw new Error("boom");
+    }),
+    /boom/,
+  );
+  assert.equal(await sem.available(), 1);
+
+  let running = 0;
+  let most = 0;
+  const work = sem.wrap(async (x: number) => {
+    running++;
+    most = Math.max(most, running);
+    await sleep(20);
+    running--;
+    return x * 2;
+  });
+  assert.deepEqual(await Promise.all([1, 2, 3, 4].map((x) => work(x))), [2, 4, 6, 8]);
+  assert.equal(most, 1);
+  assert.equal(await sem.available(), 1);
+});
+
+test("await using releases the permit when the block throws", async () => {
+  const sem = await client.semaphore("using", { capacity: 2 });
+  let lease = "";
+  await assert.rejects(async () => {
+    await using permit = await sem.acquire({ weight: 2 });
+    lease = permit.lease;
+    assert.equal(await sem.available(), 0);
+    throw new Error("inside");
+  }, /inside/);
+  assert.equal(await sem.available(), 2);
+  assert.equal((await http(semad.url, "GET", `/v1/leases/${lease}`)).body.code, "lease_released");
+  {
+    await using p = await sem.acquire();
+    assert.equal(await sem.available(), 1);
+    void p;
+  }
+  assert.equal(await sem.available(), 2);
+});
+
+test("seed 000 style: acquire(n), release(n), wait()", async () => {
+  const sem = await client.semaphore("seed0", { capacity: 10 });
+  const done: number[] = [];
+  const tasks: Promise<void>[] = [];
+  for (const id of [1, 2, 3, 4]) {
+    await sem.acquire(4);
+    tasks.push(
+      sleep(30 * id)
+        .then(() => void done.push(id))
+        .finally(() => sem.release(4)),
+    );
+  }
+  await sem.wait();
+  assert.deepEqual(done.sort(), [1, 2, 3, 4]);
+  assert.equal(await sem.available(), 10);
+  assert.throws(() => sem.release(1), SemaOverflowError);
+  await Promise.all(tasks);
+
+  // wait() queues behind earlier waiters and times out like an acquire.
+  const p = await sem.acquire(1);
+  await assert.rejects(sem.wait({ timeoutMs: 50 }), SemaTimeoutError);
+  await sem.release(1);
+  void p;
+  await sem.wait({ timeoutMs: 1000 });
+});
+
+test("FIFO order across two client instances", async () => {
+  const c1 = createClient({ url: semad.url });
+  const c2 = createClient({ url: semad.url });
+  const s1 = await c1.semaphore("fifo", { capacity: 1 });
+  const s2 = await c2.semaphore("fifo", { capacity: 1 });
+  const holder = await s1.acquire();
+  const order: string[] = [];
+  const queue = async (who: string, sem: typeof s1) => {
+    const p = await sem.acquire();
+    order.push(who);
+    await sleep(5);
+    await p.release();
+  };
+  const all: Promise<void>[] = [];
+  const seq: Array<[string, typeof s1]> = [
+    ["c1-a", s1],
+    ["c2-a", s2],
+    ["c1-b", s1],
+    ["c2-b", s2],
+    ["c2-c", s2],
+  ];
+  for (const [i, [who, sem]] of seq.entries()) {
+    all.push(queue(who, sem));
+    await until(async () => (await state("fifo")).waiting === i + 1, 3000, `${who} queued`);
+  }
+  await holder.release();
+  await Promise.all(all);
+  assert.deepEqual(order, ["c1-a", "c2-a", "c1-b", "c2-b", "c2-c"]);
+});
+
+test("AbortSignal cancels a blocking acquire and semad drops the waiter", async () => {
+  const sem = await client.semaphore("abort", { capacity: 1 });
+  const holder = await sem.acquire();
+  const ac = new AbortController();
+  const waiting = sem.acquire({ signal: ac.signal });
+  await until(async () => (await state("abort")).waiting === 1, 3000, "the waiter parked");
+  ac.abort();
+  await assert.rejects(waiting, (e: unknown) => (e as Error).name === "AbortError");
+  await until(async () => (await state("abort")).waiting === 0, 3000, "the waiter gone");
+  assert.deepEqual((await state("abort")).waiters, []);
+  // An already aborted signal never sends.
+  await assert.rejects(sem.acquire({ signal: AbortSignal.abort() }), (e: unknown) => (e as Error).name === "AbortError");
+  await holder.release();
+  await until(async () => (await state("abort")).held === 0, 3000, "nothing held");
+});
+
+test("every acquire carries an Idempotency-Key: a retry after a lost reply holds once", async () => {
+  const keys: string[] = [];
+  let failNext = true;
+  const flaky: typeof fetch = async (input, init) => {
+    const headers = new Headers(init?.headers);
+    const isAcquire = String(input).endsWith("/acquire");
+    if (isAcquire) keys.push(headers.get("idempotency-key") ?? "");
+    const res = await fetch(input, init);
+    if (isAcquire && failNext) {
+      failNext = false;
+      await res.text();
+      throw new TypeError("fetch failed (reply lost)");
+    }
+    return res;
+  };
+  const c = createClient({ url: semad.url, fetch: flaky });
+  const sem = await c.semaphore("idem", { capacity: 2 });
+  const p = await sem.acquire();
+  assert.equal(keys.length, 2);
+  assert.ok(keys[0]!.length > 0);
+  assert.equal(keys[0], keys[1], "the retry reuses the key");
+  const st = await state("idem");
+  assert.equal(st.held, 1, "held once");
+  assert.equal(st.holders[0].lease, p.lease);
+  await p.release();
+  // A second acquire gets a new key.
+  const q = await sem.acquire();
+  assert.notEqual(keys[2], keys[0]);
+  await q.release();
+});
+
+test("a grant whose reply was lost to an abort is released, not leaked", async () => {
+  const ac = new AbortController();
+  const losing: typeof fetch = async (input, init) => {
+    const res = await fetch(input, { ...init, signal: undefined });
+    if (String(input).endsWith("/acquire") && ac.signal.aborted === false && init?.signal) {
+      // The grant is made on the server, then the caller gives up before reading it.
+      ac.abort();
+      throw ac.signal.reason;
+    }
+    return res;
+  };
+  const c = createClient({ url: semad.url, fetch: losing });
+  const sem = await c.semaphore("lost-grant", { capacity: 1 });
+  await assert.rejects(sem.acquire({ signal: ac.signal, ttlMs: 60_000 }), (e: unknown) => (e as Error).name === "AbortError");
+  await until(async () => (await state("lost-grant")).held === 0, 3000, "the lost grant released");
+});
+
+test("typed errors carry the server's code", async () => {
+  const sem = await client.semaphore("errors", { capacity: 2 });
+  const held = await sem.acquire({ weight: 2, ttlMs: 900 });
+  await assert.rejects(sem.acquire({ timeoutMs: 50 }), (e: unknown) => {
+    assert.ok(e instanceof SemaTimeoutError);
+    assert.ok(e instanceof SemaError);
+    assert.equal(e.code, "timeout");
+    assert.equal(e.status, 409);
+    assert.equal(e.problem?.type, "urn:sema:problem:timeout");
+    return true;
+  });
+  await assert.rejects(sem.acquire({ timeoutMs: 0 }), (e: unknown) => e instanceof SemaUnavailableError && e.code === "unavailable");
+  await assert.rejects(sem.acquire({ weight: 3 }), (e: unknown) => e instanceof SemaInvalidRequestError && e.code === "invalid_request");
+  await assert.rejects(client.semaphore("x".repeat(300), { capacity: 1 }), (e: unknown) => e instanceof SemaInvalidRequestError && e.code === "name_too_long");
+  const waiting = sem.acquire().then(
+    () => null,
+    (e: unknown) => e,
+  );
+  await until(async () => (await state("errors")).waiting === 1, 3000, "parked");
+  await sem.delete();
+  const e = await waiting;
+  assert.ok(e instanceof SemaDeletedError && e.code === "deleted" && e.status === 410);
+  await until(() => held.lost, 900 / 3 + 500, "the held permit lost");
+  assert.equal((held.signal.reason as SemaError).code, "deleted");
+  await assert.rejects(sem.state(), SemaNotFoundError);
+});
+
+test("resize and state", async () => {
+  const sem = await client.semaphore("resize", { capacity: 1 });
+  const p = await sem.acquire();
+  const waiting = sem.acquire();
+  await until(async () => (await sem.state()).waiting === 1, 3000, "parked");
+  const st = await sem.resize(2);
+  assert.equal(st.capacity, 2);
+  const q = await waiting;
+  assert.equal((await sem.state()).held, 2);
+  await Promise.all([p.release(), q.release()]);
+});
