@@ -277,7 +277,7 @@ static int take_mode(route_ctx_t *c, const body_t *body)
         c->ereq.mode = ENGINE_MODE_SHARED;
     else if (m.type == BV_STR && bv_streq(m, "exclusive"))
         c->ereq.mode = ENGINE_MODE_EXCLUSIVE;
-    else if (m.type == BV_ABSENT)
+    else if (m.type == BV_ABSENT || m.type == BV_NULL) /* null is absent, as for every field */
         c->ereq.mode = ENGINE_MODE_EXCLUSIVE;
     else {
         ctx_reply_problem(c, 400, "invalid_request", "mode must be \"shared\" or \"exclusive\"");

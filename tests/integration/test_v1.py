@@ -240,6 +240,9 @@ def test_keyed_locks():
         assert a[1]["mode"] == "shared" and a[1]["key"] == "doc/1", a
         assert problem(s, "POST", "/v1/locks/doc%2F1/acquire",
                        {"mode": "exclusive", "timeout_ms": 0}) == (409, "unavailable")
+        # "mode": null is an absent mode (exclusive), as null is for every field
+        assert problem(s, "POST", "/v1/locks/doc%2F1/acquire",
+                       {"mode": None, "timeout_ms": 0}) == (409, "unavailable")
         st, state = s.json("GET", "/v1/locks/doc%2F1")
         assert st == 200 and len(state["holders"]) == 2, state
         x = Parked(s, None, {"mode": "exclusive"}, path="/v1/locks/doc%2F1/acquire")
