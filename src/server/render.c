@@ -129,7 +129,8 @@ static void lock_body(jsonw_t *w, const engine_sem_view_t *v)
 {
     jsonw_obj(w);
     name_member(w, "key", v->name, v->name_len);
-    int_member(w, "readers", (int64_t)v->capacity);
+    int_member(w, "readers", (int64_t)v->readers);
+    int_member(w, "max_readers", (int64_t)v->capacity);
     lists_members(w, v);
     jsonw_obj_end(w);
 }

@@ -245,6 +245,7 @@ def test_keyed_locks():
                        {"mode": None, "timeout_ms": 0}) == (409, "unavailable")
         st, state = s.json("GET", "/v1/locks/doc%2F1")
         assert st == 200 and len(state["holders"]) == 2, state
+        assert state["readers"] == 2 and state["max_readers"] == 1048576, state
         x = Parked(s, None, {"mode": "exclusive"}, path="/v1/locks/doc%2F1/acquire")
         fx.wait_until(lambda: len(s.json("GET", "/v1/locks/doc%2F1")[1]["waiters"]) == 1,
                       what="the writer to park")

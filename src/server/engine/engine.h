@@ -88,7 +88,8 @@ typedef struct {
 typedef struct {
     const char *name;
     size_t name_len;
-    uint64_t capacity; /* a lock's readers */
+    uint64_t capacity; /* a lock's most shared holders (--lock-readers) */
+    uint64_t readers;  /* a lock's shared holders now */
     int64_t available; /* may be < 0 after a shrink, > capacity after legacy up */
     uint64_t held, fence;
     uint64_t waiting, waiting_weight; /* parked requests and their total weight */

@@ -90,6 +90,9 @@ int mem__view_sem(engine_result_t *r, engine_sem_view_t *v, const esem_t *s, int
     v->waiting_weight = s->waiting;
     v->legacy = (s->flags & ESEM_LEGACY) != 0;
     v->lists = lists;
+    if (s->flags & ESEM_LOCK)
+        for (const elist_t *x = s->holders.next; x != &s->holders; x = x->next)
+            v->readers += lock_mode(s, ECONTAINER(x, elease_t, link)->weight) == ENGINE_MODE_SHARED;
     return lists ? view_lists(r, v, s) : 0;
 }
 
