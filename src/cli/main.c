@@ -102,22 +102,23 @@ static void print_overview(FILE *out)
     fprintf(out, "\nRun `sema VERB --help` for a verb's options.\n" EXIT_CODES_HELP);
 }
 
+static int dispatch(const cli_command_t *c, int argc, char **argv);
+static int wants_help(int argc, char **argv);
+
 static int cmd_help(int argc, char **argv)
 {
     if (argc < 2) {
         print_overview(stdout);
         return CLI_EXIT_OK;
     }
-    char *help_argv[] = {argv[1], "--help", NULL};
+    /* `sema help VERB [--local]` prints exactly what `sema VERB [--local] --help` does. */
+    int local = argc > 2 && strcmp(argv[2], "--local") == 0;
+    char *av[] = {argv[1], local ? "--local" : "--help", local ? "--help" : NULL, NULL};
     const cli_command_t *c = find_command(argv[1]);
-    if (c != NULL && c->usage != NULL) {
-        fputs(c->usage, stdout);
-        return CLI_EXIT_OK;
-    }
     if (c != NULL)
-        return c->remote(2, help_argv);
-    if (cmd_remote != NULL && cmd_remote_has != NULL && cmd_remote_has(argv[1]))
-        return cmd_remote(2, help_argv);
+        return dispatch(c, local ? 3 : 2, av);
+    if (!local && cmd_remote != NULL && cmd_remote_has != NULL && cmd_remote_has(argv[1]))
+        return cmd_remote(2, av);
     return cli_usage_error("help", "unknown verb '%s'", argv[1]);
 }
 
@@ -192,6 +193,8 @@ int main(int argc, char **argv)
         argc -= 2;
         argv += 2;
     }
+    if (strcmp(argv[1], "help") == 0 && !wants_help(argc - 1, argv + 1))
+        return cmd_help(argc - 1, argv + 1); /* it reads --local itself */
     const cli_command_t *c = find_command(argv[1]);
     if (c != NULL)
         return dispatch(c, argc - 1, argv + 1);

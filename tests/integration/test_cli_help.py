@@ -1,0 +1,65 @@
+# SPDX-License-Identifier: MIT
+"""test_cli_help.py - one help text per command: `sema help VERB` prints what `sema VERB
+--help` prints (and the same with --local), and every option a --help names is in the man
+page (docs/man/sema.1, docs/man/semad.1)."""
+import os
+import re
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import semad_fixture as fx  # noqa: E402
+
+SEMA = os.environ.get("SEMA_BIN") or os.path.join(fx.source_dir(), "build", "bin", "sema")
+LOCAL_TOO = ("run", "ls", "rm")
+
+
+def run(*args):
+    p = subprocess.run(list(args), capture_output=True, text=True, timeout=30)
+    return p.returncode, p.stdout, p.stderr
+
+
+def verbs():
+    rc, out, _ = run(SEMA, "help")
+    assert rc == 0, out
+    found = re.findall(r"^  ([a-z][a-z-]+)\s", out, re.M)
+    assert "run" in found and "acquire" in found, out
+    return sorted(set(found))
+
+
+def options(text):
+    return set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]+)", text))
+
+
+def man_options(page):
+    with open(os.path.join(fx.source_dir(), "docs", "man", page)) as f:
+        text = re.sub(r"\\f[BIRP]", "", f.read())  # font changes: \fB--ttl\fR
+        return options(text.replace("\\-", "-"))
+
+
+@fx.not_through_proxy("no HTTP request")
+def test_help_verb_equals_verb_help():
+    for v in verbs():
+        assert run(SEMA, "help", v) == run(SEMA, v, "--help"), v
+        if v in LOCAL_TOO:
+            assert run(SEMA, "help", v, "--local") == run(SEMA, v, "--local", "--help"), v
+
+
+@fx.not_through_proxy("no HTTP request")
+def test_every_option_of_help_is_in_the_man_pages():
+    man = man_options("sema.1")
+    missing = {}
+    for v in verbs():
+        texts = [run(SEMA, v, "--help")[1]]
+        if v in LOCAL_TOO:
+            texts.append(run(SEMA, v, "--local", "--help")[1])
+        for opt in set().union(*(options(t) for t in texts)) - man:
+            missing.setdefault(opt, []).append(v)
+    assert not missing, "sema options not in docs/man/sema.1: %r" % missing
+    out = run(fx.semad_path(), "--help")[1]
+    gone = options(out) - man_options("semad.1") - {"--flag"}  # "usage: semad [--flag VALUE]"
+    assert not gone, "semad options not in docs/man/semad.1: %r" % sorted(gone)
+
+
+if __name__ == "__main__":
+    fx.main(globals())
