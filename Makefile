@@ -42,8 +42,10 @@ test: deps-test build
 bench: deps-bench build
 	@scripts/bench.sh $(BUILD)
 
+# As root, ldconfig makes the new shared libraries known to the loader at once.
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
+	@if [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi
 
 # Sanitizer builds, each in its own directory (CI runs both).
 asan: deps-test

@@ -62,6 +62,7 @@ cmake_build_run hello sema::sema
 
 # libsema-client: installed, found by pkg-config and by find_package(sema) as sema::client.
 test -f "$tmp/prefix/include/sema/client.h"
+test -f "$tmp/prefix/share/bash-completion/completions/sema"
 test -f "$libdir/pkgconfig/sema-client.pc"
 test -f "$libdir/cmake/sema/semaClientTargets.cmake"
 cat > "$tmp/client.c" <<'C'
@@ -91,5 +92,15 @@ ldd "$tmp/client" | grep "$libdir/libsema-client.so" >/dev/null || {
     exit 1
 }
 "$tmp/client"
+# The static client as docs/client.md says to link it (libcurl and jansson stay shared).
+# shellcheck disable=SC2046
+cc $san -o "$tmp/client_static" "$tmp/client.c" $(pkg-config --cflags sema-client) \
+    -L"$(pkg-config --variable=libdir sema-client)" -Wl,-Bstatic -lsema-client -lsema \
+    -Wl,-Bdynamic $(pkg-config --libs libcurl jansson) -pthread -lrt
+if ldd "$tmp/client_static" | grep libsema >/dev/null; then
+    echo "the static client build still links a libsema shared library" >&2
+    exit 1
+fi
+"$tmp/client_static"
 cmake_build_run client sema::client
 echo "install test: ok"
