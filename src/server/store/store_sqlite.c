@@ -98,8 +98,8 @@ static const char *const query_sql[Q_COUNT] = {
                     " coalesce((SELECT max(fence) FROM retired), 0),"
                     " coalesce((SELECT max(fence) FROM leases), 0))",
     /* The fence floor: the row of the name '' (no semaphore has it) in `retired`. */
-    [Q_PUT_FLOOR] = "INSERT INTO retired(name, fence) VALUES('', ?1) ON CONFLICT(name)"
-                    " DO UPDATE SET fence = max(fence, excluded.fence)",
+    [Q_PUT_FLOOR] = ("INSERT INTO retired(name, fence) VALUES('', ?1) ON CONFLICT(name)"
+                     " DO UPDATE SET fence = max(fence, excluded.fence)"),
 };
 
 struct store {
