@@ -370,7 +370,7 @@ void jsonw_value(jsonw_t *w, const json_t *j)
 
 /* ---- Prometheus ---- */
 
-void jsonw_prom_series(jsonw_t *w, const char *name, const char *help, const char *type, uint64_t v)
+void jsonw_prom_head(jsonw_t *w, const char *name, const char *help, const char *type)
 {
     jsonw_raw_str(w, "# HELP ");
     jsonw_raw_str(w, name);
@@ -381,6 +381,11 @@ void jsonw_prom_series(jsonw_t *w, const char *name, const char *help, const cha
     jsonw_raw(w, " ", 1);
     jsonw_raw_str(w, type);
     jsonw_raw(w, "\n", 1);
+}
+
+void jsonw_prom_series(jsonw_t *w, const char *name, const char *help, const char *type, uint64_t v)
+{
+    jsonw_prom_head(w, name, help, type);
     jsonw_raw_str(w, name);
     jsonw_raw(w, " ", 1);
     jsonw_raw_u64(w, v);

@@ -73,6 +73,8 @@ void jsonw_bool(jsonw_t *w, int v);
 void jsonw_null(jsonw_t *w);
 void jsonw_value(jsonw_t *w, const json_t *j); /* any jansson value, nested 64 deep at most */
 
+/* A Prometheus metric's HELP and TYPE lines. */
+void jsonw_prom_head(jsonw_t *w, const char *name, const char *help, const char *type);
 /* One Prometheus series: its HELP and TYPE lines and its value. */
 void jsonw_prom_series(jsonw_t *w, const char *name, const char *help, const char *type,
                        uint64_t v);

@@ -36,13 +36,7 @@ static void put_hist(jsonw_t *w, const char *name, const char *help, const ehist
 {
     uint64_t cum = 0;
 
-    jsonw_raw_str(w, "# HELP ");
-    jsonw_raw_str(w, name);
-    jsonw_raw(w, " ", 1);
-    jsonw_raw_str(w, help);
-    jsonw_raw_str(w, "\n# TYPE ");
-    jsonw_raw_str(w, name);
-    jsonw_raw_str(w, " histogram\n");
+    jsonw_prom_head(w, name, help, "histogram");
     for (int i = 0; i <= ENGINE_HIST_BUCKETS; i++) {
         cum += h->counts[i];
         jsonw_raw_str(w, name);
