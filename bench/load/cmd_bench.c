@@ -17,7 +17,7 @@ const char cmd_bench_usage[] =
     "                        handoff  release -> parked waiter latency, one round at a time\n"
     "                        park     every connection parks an acquire on a full semaphore\n"
     "  -c, --connections N   concurrent connections (default 50)\n"
-    "  -d, --duration SECS   run for SECS seconds (default 10)\n"
+    "  -d, --duration D      run for D (500ms, 10s, 2m; a bare number is seconds; default 10s)\n"
     "  -n, --count N         run N pairs/requests/creates/rounds instead of a duration\n"
     "  -w, --weight W        acquire weight (default 1)\n"
     "      --capacity C      capacity of the semaphores created (default: enough for every\n"
@@ -25,7 +25,7 @@ const char cmd_bench_usage[] =
     "  -k, --semaphores K    spread the connections over K semaphores NAME-0..NAME-K-1\n"
     "      --name NAME       semaphore name or prefix (default bench)\n"
     "      --path PATH       path for the get mode (default /healthz)\n"
-    "      --ttl MS          lease ttl sent with each acquire (default 60000)\n"
+    "      --ttl D           lease ttl sent with each acquire (default 60s)\n"
     "  -P, --pipeline N      requests in flight per connection, get/create only (default 1)\n"
     "      --no-create       use existing semaphores as they are\n"
     "      --server-pid PID  report the server's RSS growth (park, create)\n"
@@ -41,7 +41,6 @@ const char cmd_bench_usage[] =
     "\n"
     "exit status: 0 done, 1 the run failed (set-up refused, nothing completed), 2 bad\n"
     "arguments, 69 the server cannot be reached\n";
-
 
 #include <getopt.h>
 #include <inttypes.h>
@@ -147,6 +146,7 @@ static const struct option long_opts[] = {{"server", required_argument, NULL, 's
 static int apply_opt(int ch, const char *arg, bench_opts_t *o, const char **server)
 {
     uint64_t v = 0;
+    int64_t ms = 0;
     int bad = 0;
     switch (ch) {
     case 's':
@@ -159,9 +159,9 @@ static int apply_opt(int ch, const char *arg, bench_opts_t *o, const char **serv
         bad = parse_u64(arg, 1, BENCH_CONN_MAX, &v);
         o->conns = (unsigned)v;
         break;
-    case 'd':
-        o->duration_s = strtod(arg, NULL);
-        bad = !(o->duration_s > 0 && o->duration_s < 86400);
+    case 'd': /* the duration syntax of every sema verb */
+        bad = cli_parse_duration_ms(arg, &ms) != 0 || !(ms > 0 && ms < 86400000);
+        o->duration_s = (double)ms / 1000.0;
         break;
     case 'n':
         bad = parse_u64(arg, 1, UINT64_MAX / 2, &o->count);
@@ -185,8 +185,8 @@ static int apply_opt(int ch, const char *arg, bench_opts_t *o, const char **serv
         snprintf(o->path, sizeof(o->path), "%s", arg);
         break;
     case OPT_TTL:
-        bad = parse_u64(arg, 1, 86400000, &v);
-        o->ttl_ms = (int64_t)v;
+        bad = cli_parse_duration_ms(arg, &ms) != 0 || !(ms > 0 && ms <= 86400000);
+        o->ttl_ms = ms;
         break;
     case 'P':
         bad = parse_u64(arg, 1, BENCH_PIPE_MAX, &v);
@@ -401,4 +401,3 @@ int cmd_bench(int argc, char **argv)
     free(res);
     return rc;
 }
-

@@ -28,7 +28,7 @@ int cmd_bench(int argc, char **argv) __attribute__((weak));
 /* Every verb of `sema`. To add a remote form, fill in `remote`; to add a verb, add a row. */
 static const cli_command_t commands[] = {
     {"run", cli_local_run, remote_verb, "hold units of a semaphore while a command runs",
-     "usage: sema run --local NAME [-c CAPACITY] [-w WEIGHT] [-t TIMEOUT] [-m MODE] -- CMD "
+     "usage: sema run --local NAME [-c CAPACITY] [-w WEIGHT] [-t D] [-m MODE] -- CMD "
      "[ARGS...]\n"
      "Wait in FIFO order for WEIGHT units (default 1) of the semaphore NAME, run CMD while\n"
      "holding them, give them back when CMD ends, and exit with CMD's status. sema itself\n"
@@ -38,7 +38,7 @@ static const cli_command_t commands[] = {
      "  -c, --capacity N create it with N units (default 1); an existing one must match\n"
      "                   (without -c, an existing one is used whatever its capacity)\n"
      "  -w, --weight N   units to hold (default 1)\n"
-     "  -t, --timeout T  give up after T (500ms, 10s, 2m, 1h; 0 = do not wait; default\n"
+     "  -t, --timeout D  give up after D (500ms, 10s, 2m, 1h; 0 = do not wait; default\n"
      "                   forever) and exit 75\n"
      "  -m, --mode MODE  permissions when created, octal (default 600)\n" EXIT_CODES_HELP},
     {"ls", cli_local_ls, remote_verb, "list semaphores with their holders and waiters",
