@@ -110,7 +110,7 @@ int config_parse_u64(const char *s, uint64_t *out)
 static const struct {
     const char *suffix;
     int64_t ms;
-} units[] = {{"", 1}, {"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}};
+} units[] = {{"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}};
 
 int config_parse_ms(const char *s, int64_t *out)
 {
@@ -121,6 +121,8 @@ int config_parse_ms(const char *s, int64_t *out)
     long long v = strtoll(s, &end, 10);
     if (errno != 0)
         return SEMA_EINVAL;
+    if (*end == '\0') /* a bare number: only 0 needs no unit (sema reads seconds there) */
+        return v == 0 ? (*out = 0, 0) : SEMA_EINVAL;
     for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
         if (strcmp(end, units[i].suffix) == 0) {
             if (v > INT64_MAX / units[i].ms)
@@ -191,7 +193,9 @@ static int parse_env(semad_config_t *cfg, char *errbuf, size_t errlen)
     for (size_t i = 0; i < NOPTIONS; i++) {
         const char *v = options[i].env ? getenv(options[i].env) : NULL;
         if (v != NULL && apply(cfg, &options[i], v) != 0) {
-            snprintf(errbuf, errlen, "bad value for %s: '%s'", options[i].env, v);
+            snprintf(errbuf, errlen, "bad value for %s: '%s'%s", options[i].env, v,
+                     options[i].type == OPT_MS ? " (a duration with its unit: 500ms, 10s, 5m, 1h)"
+                                               : "");
             return SEMA_EINVAL;
         }
     }
@@ -223,7 +227,8 @@ int config_parse(semad_config_t *cfg, int argc, char **argv, char *errbuf, size_
             v = argv[++i];
         }
         if (apply(cfg, o, v) != 0) {
-            snprintf(errbuf, errlen, "bad value for --%s: '%s'", o->flag, v ? v : "");
+            snprintf(errbuf, errlen, "bad value for --%s: '%s'%s", o->flag, v ? v : "",
+                     o->type == OPT_MS ? " (a duration with its unit: 500ms, 10s, 5m, 1h)" : "");
             return SEMA_EINVAL;
         }
     }
@@ -262,7 +267,8 @@ void config_usage(FILE *out)
     config_default(&d);
     fputs("usage: semad [--flag VALUE]...\n"
           "semad serves semaphores, leases and keyed locks over HTTP/1.1 (JSON).\n"
-          "Durations take ms (default), s, m or h. Every flag is also an environment\n"
+          "Durations take a unit: ms, s, m or h (500ms, 10s, 5m, 1h). Every flag is also an "
+          "environment\n"
           "variable (flags win).\n\n",
           out);
     for (size_t i = 0; i < NOPTIONS; i++) {

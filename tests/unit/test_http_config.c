@@ -65,8 +65,11 @@ TEST(durations_and_numbers)
 {
     int64_t ms;
     uint64_t u;
-    ASSERT_OK(config_parse_ms("1500", &ms));
+    ASSERT_OK(config_parse_ms("1500ms", &ms));
     ASSERT_EQ(ms, 1500);
+    ASSERT_EQ(config_parse_ms("1500", &ms), SEMA_EINVAL); /* a bare number: which unit? */
+    ASSERT_OK(config_parse_ms("0", &ms));
+    ASSERT_EQ(ms, 0);
     ASSERT_OK(config_parse_ms("10s", &ms));
     ASSERT_EQ(ms, 10000);
     ASSERT_OK(config_parse_ms("5m", &ms));
