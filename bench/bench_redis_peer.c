@@ -9,7 +9,6 @@
 
 #include "load/bench_hist.h"
 
-
 #include <hiredis/adapters/libuv.h>
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>

@@ -522,4 +522,3 @@ int bench_load_run(const bench_opts_t *o, bench_result_t *res)
     free(ld);
     return res->fatal ? -1 : 0;
 }
-

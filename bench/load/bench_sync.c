@@ -465,4 +465,3 @@ out:
     free(fds);
     return rc;
 }
-
