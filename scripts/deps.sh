@@ -55,21 +55,16 @@ fi
 
 [ "$want" = build ] || [ "$want" = fuzz ] && exit 0
 
-# tests/openapi: `npm ci` from the committed package-lock.json, again whenever it changed
-# (a copy of the lock beside node_modules says what is installed).
-dir=$root/tests/openapi
-stamp=$dir/node_modules/.sema-installed-lock
-if ! cmp -s "$dir/package-lock.json" "$stamp" 2>/dev/null || [ ! -x "$dir/node_modules/.bin/prism" ]; then
-    echo "installing the npm packages of tests/openapi (npm ci)" >&2
-    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >&2)
-    cp "$dir/package-lock.json" "$stamp"
-fi
+# `npm ci` in DIR from its committed package-lock.json, again whenever the lock changed (a
+# copy of it beside node_modules says what is installed) or the command BIN is missing.
+npm_ci() {
+    local dir=$root/$1 bin=$2 stamp=$root/$1/node_modules/.sema-installed-lock
+    if ! cmp -s "$dir/package-lock.json" "$stamp" 2>/dev/null || [ ! -x "$dir/node_modules/.bin/$bin" ]; then
+        echo "installing the npm packages of $1 (npm ci)" >&2
+        (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >&2)
+        cp "$dir/package-lock.json" "$stamp"
+    fi
+}
 
-# clients/js: the same, for the JS client's build and tests (ctest js.client).
-dir=$root/clients/js
-stamp=$dir/node_modules/.sema-installed-lock
-if ! cmp -s "$dir/package-lock.json" "$stamp" 2>/dev/null || [ ! -x "$dir/node_modules/.bin/tsc" ]; then
-    echo "installing the npm packages of clients/js (npm ci)" >&2
-    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >&2)
-    cp "$dir/package-lock.json" "$stamp"
-fi
+npm_ci tests/openapi prism # the validating proxy of the HTTP tests
+npm_ci clients/js tsc      # the JS client's build and tests (ctest js.client)
