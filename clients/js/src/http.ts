@@ -20,6 +20,8 @@ export interface HttpRequest {
   signal?: AbortSignal | undefined;
   /** Once the reply's headers are in, read its body even if `signal` aborts. */
   keepReply?: boolean | undefined;
+  /** The request may wait on semad (a blocking acquire, wait-idle): it holds its connection while it does. */
+  wait?: boolean | undefined;
 }
 
 export interface HttpReply {
@@ -107,7 +109,10 @@ const IDLE_MS = 4000;
 
 interface NodeSide {
   request: typeof NodeHttpModule.request;
+  /** Requests that answer at once (releases, renewals, reads, tries). */
   agent: NodeHttpModule.Agent;
+  /** Requests that may wait on semad (blocking acquires, wait-idle, event streams): a pool of their own, so that a release never waits for a connection behind parked acquires. */
+  waitAgent: NodeHttpModule.Agent;
 }
 
 function asError(e: unknown): Error {
@@ -152,7 +157,8 @@ export class NodeHttp implements Http {
           super.reuseSocket(socket, req);
         }
       }
-      this.#side = { request: mod.request, agent: new Agent({ keepAlive: true, maxSockets: this.#maxSockets }) };
+      const opts = { keepAlive: true, maxSockets: this.#maxSockets };
+      this.#side = { request: mod.request, agent: new Agent(opts), waitAgent: new Agent(opts) };
       return this.#side;
     })();
     return this.#loading;
@@ -170,7 +176,7 @@ export class NodeHttp implements Http {
         path: this.#prefix + r.path,
         method: r.method,
         headers,
-        agent: side.agent,
+        agent: r.wait ? side.waitAgent : side.agent,
       });
       const signal = r.signal;
       const onAbort = () => req.destroy(asError(signal!.reason));
@@ -205,7 +211,7 @@ export class NodeHttp implements Http {
     const side = this.#side ?? (await this.#load());
     signal.throwIfAborted();
     return new Promise<HttpStream>((resolve, reject) => {
-      const req = side.request({ host: this.#host, port: this.#port, path: this.#prefix + path, method: "GET", headers, agent: side.agent });
+      const req = side.request({ host: this.#host, port: this.#port, path: this.#prefix + path, method: "GET", headers, agent: side.waitAgent });
       // The signal cancels the stream to its end (the caller aborts it when done).
       signal.addEventListener("abort", () => req.destroy(asError(signal.reason)), { once: true });
       req.on("error", reject);
@@ -228,8 +234,9 @@ export class NodeHttp implements Http {
   }
 
   close(): void {
-    const free = this.#side?.agent.freeSockets ?? {};
-    for (const list of Object.values(free)) for (const s of list ?? []) s.destroy();
+    for (const agent of this.#side ? [this.#side.agent, this.#side.waitAgent] : []) {
+      for (const list of Object.values(agent.freeSockets)) for (const s of list ?? []) s.destroy();
+    }
   }
 }
 

@@ -50,8 +50,10 @@ export interface ClientOptions {
   /** The fetch to use with the fetch transport (default: the global one). Giving one selects that transport. */
   fetch?: typeof fetch;
   /**
-   * Transport `"node"`: at most this many connections to semad at once (default: no limit).
-   * Every request in flight holds one, and a blocking acquire holds it while it waits: with
+   * Transport `"node"`: at most this many connections to semad at once for requests that
+   * may wait (blocking acquires, `wait()`, `watch()`), and as many for the others (releases,
+   * renewals, reads), which have a pool of their own so that they never wait behind parked
+   * acquires. Default: no limit. A waiting request holds its connection while it waits: with
    * a limit, acquires beyond it wait for a connection before they queue on semad.
    */
   maxSockets?: number;
@@ -224,6 +226,8 @@ class Transport {
       lease?: boolean;
       /** Once the reply's headers are in, read its body even if `signal` aborts (an acquire's grant must not be lost). */
       keepReply?: boolean;
+      /** The request may wait on semad (a blocking acquire, wait-idle). */
+      wait?: boolean;
     } = {},
   ): Promise<Reply> {
     const headers: Record<string, string> = { ...opts.headers };
@@ -239,6 +243,7 @@ class Transport {
         body: opts.body === undefined ? undefined : JSON.stringify(opts.body),
         signal: outer,
         keepReply: opts.keepReply,
+        wait: opts.wait,
       });
     } catch (e) {
       if (outer?.aborted) throw outer.reason;
@@ -296,7 +301,13 @@ class Transport {
       const sentAt = Date.now();
       let reply: LeaseReply;
       try {
-        const r = await this.send("POST", path, { body: req, headers: { "idempotency-key": key }, signal, keepReply: true });
+        const r = await this.send("POST", path, {
+          body: req,
+          headers: { "idempotency-key": key },
+          signal,
+          keepReply: true,
+          wait: req.timeout_ms !== 0,
+        });
         reply = JSON.parse(r.text) as LeaseReply;
       } catch (e) {
         if (e instanceof SemaNetworkError && retryUntil === 0) retryUntil = Date.now() + this.retryMs;
@@ -596,7 +607,7 @@ export class Semaphore {
     const body: Record<string, unknown> = {};
     if (opts.timeoutMs !== undefined) body.timeout_ms = opts.timeoutMs;
     // wait-idle takes nothing: safe to send again after a network error.
-    await this.#t.retrying("POST", `${this.#path}/wait-idle`, { body, signal: opts.signal });
+    await this.#t.retrying("POST", `${this.#path}/wait-idle`, { body, signal: opts.signal, wait: opts.timeoutMs !== 0 });
   }
 
   /** A method, not a getter: a fresh read of the free units (may be negative after a shrink). */
