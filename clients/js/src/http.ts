@@ -164,10 +164,11 @@ export class NodeHttp implements Http {
     return this.#loading;
   }
 
-  async request(r: HttpRequest): Promise<HttpReply> {
-    const side = this.#side ?? (await this.#load());
-    r.signal?.throwIfAborted();
+  request(r: HttpRequest): Promise<HttpReply> {
+    const side = this.#side;
+    if (!side) return this.#load().then(() => this.request(r));
     return new Promise<HttpReply>((resolve, reject) => {
+      if (r.signal?.aborted) return reject(r.signal.reason);
       const headers = r.headers;
       if (r.body !== undefined) headers["content-length"] = String(Buffer.byteLength(r.body));
       const req = side.request({
