@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # vs_redis.sh - the Node.js client against semad beside redis-semaphore (npm) against a real
 # redis-server, in one run on one machine: acquire+release pairs/s and p99 with 50 concurrent
-# holders from one Node process each (bench/js/pairs.mjs, bench/peers/redis_sem.js).
+# holders from one Node process each (bench/js/pairs.mjs on the client's node:http transport
+# and on fetch, bench/peers/redis_sem.js).
 #
 # Usage: bench/js/vs_redis.sh [BUILD] [SECONDS]   (defaults: build, 3)
 set -euo pipefail
@@ -17,7 +18,10 @@ if [ ! -f clients/js/dist/index.js ]; then
     (cd clients/js && npm ci --no-audit --no-fund --loglevel=error >&2 && npm run build >&2)
 fi
 
-node bench/js/pairs.mjs --semad "$build/bin/semad" --holders 50 --seconds "$secs" --rounds 3
+# The client on its default transport (node:http), then on fetch; each beside raw requests
+# on the same transport.
+node bench/js/pairs.mjs --semad "$build/bin/semad" --holders 50 --seconds "$secs" --rounds 3 --transport node
+node bench/js/pairs.mjs --semad "$build/bin/semad" --holders 50 --seconds "$secs" --rounds 3 --transport fetch
 
 tmp=$(mktemp -d)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')

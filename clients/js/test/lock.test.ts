@@ -3,7 +3,7 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { createClient, Lock, SemaClient, SemaNotFoundError, SemaTimeoutError, type SemaEvent } from "../src/index.js";
-import { startSemad, http, until, sleep, type Semad } from "./semad.js";
+import { startSemad, startProxy, http, until, sleep, type Semad } from "./semad.js";
 
 let semad: Semad;
 let client: SemaClient;
@@ -127,30 +127,13 @@ test("mapLimit: the first error stops new work and is thrown", async () => {
 
 test("watch: events in order, resuming with Last-Event-ID after a drop", async () => {
   const sem = await client.semaphore("watched", { capacity: 2 });
-  // A fetch that cuts every event stream after its first event.
-  const lastIds: Array<string | null> = [];
-  const cutting: typeof fetch = async (input, init) => {
-    const res = await fetch(input, init);
-    if (!String(input).endsWith("/events") || !res.body) return res;
-    lastIds.push(new Headers(init?.headers).get("last-event-id"));
-    const reader = res.body.getReader();
-    let cut = false;
-    const body = new ReadableStream<Uint8Array>({
-      async pull(ctl) {
-        if (cut) {
-          await reader.cancel();
-          return ctl.error(new TypeError("connection dropped"));
-        }
-        const { value, done } = await reader.read();
-        if (done) return ctl.close();
-        ctl.enqueue(value);
-        // Cut the connection after the first chunk that carries an event.
-        if (new TextDecoder().decode(value).includes("data:")) cut = true;
-      },
-    });
-    return new Response(body, { status: res.status, headers: res.headers });
+  // Every event stream is cut after its first chunk that carries an event.
+  const proxy = await startProxy(semad.url);
+  proxy.onReply = (req, chunk, ctl) => {
+    ctl.forward(chunk);
+    if (req.path.endsWith("/events") && chunk.includes("data:")) ctl.cut();
   };
-  const watcher = createClient({ url: semad.url, fetch: cutting });
+  const watcher = createClient({ url: proxy.url });
   const events: SemaEvent[] = [];
   const iter = watcher.watch("watched");
   const reading = (async () => {
@@ -178,6 +161,8 @@ test("watch: events in order, resuming with Last-Event-ID after a drop", async (
   assert.equal(events[1]!.data.lease, q.lease);
   const ids = events.map((e) => e.id!);
   assert.equal(new Set(ids).size, ids.length, "nothing twice");
+  await proxy.close();
+  const lastIds = proxy.requests.filter((r) => r.path.endsWith("/events")).map((r) => r.headers["last-event-id"] ?? null);
   assert.ok(lastIds.length >= 2, "reconnected");
   assert.equal(lastIds[0], null);
   assert.ok(lastIds.slice(1).every((id) => id !== null && ids.includes(id)), "resumed from a seen id");

@@ -3,7 +3,8 @@
 # run.sh - the CTest entry of the JS client (js.client): installs the dev dependencies from
 # the committed package-lock.json when needed, builds the package, its tests and the
 # README's examples (tsc type-checks all three), and runs `node --test` against the semad
-# in $SEMAD (default build/bin/semad). Exit 77 (skip) without Node.js >= 18 or npm.
+# in $SEMAD (default build/bin/semad) twice: on the node:http transport and on fetch.
+# Exit 77 (skip) without Node.js >= 18 or npm.
 set -eu
 cd "$(dirname "$0")/.."
 
@@ -32,4 +33,8 @@ npm run --silent build
 npm run --silent build:test
 npm run --silent typecheck:examples   # tsc --noEmit
 npm run --silent build:examples
-exec node --test dist-test/test/
+# The suite once per transport (SEMA_JS_TRANSPORTS="node" runs one).
+for transport in ${SEMA_JS_TRANSPORTS:-node fetch}; do
+    echo "# transport: $transport"
+    SEMA_TRANSPORT=$transport node --test dist-test/test/
+done

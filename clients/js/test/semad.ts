@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
-// Test support: a real semad on an ephemeral port, and a few raw HTTP helpers.
+// Test support: a real semad on an ephemeral port, a TCP proxy in front of it that can lose
+// replies and cut connections, and a few raw HTTP helpers.
 import { spawn, type ChildProcess } from "node:child_process";
+import { createServer, connect, type Socket } from "node:net";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, dirname, resolve } from "node:path";
@@ -9,6 +11,9 @@ import { fileURLToPath } from "node:url";
 const here = dirname(fileURLToPath(import.meta.url));
 // Compiled to dist-test/test/: clients/js is two levels up.
 export const SEMAD = process.env.SEMAD || resolve(here, "../../../../build/bin/semad");
+
+/** The transport the suite runs on (test/run.sh runs it once per transport). */
+export const TRANSPORT = process.env.SEMA_TRANSPORT || "node";
 
 export interface Semad {
   url: string;
@@ -104,4 +109,100 @@ export async function until<T>(fn: () => T | Promise<T>, ms = 3000, what = "cond
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
     await sleep(20);
   }
+}
+
+/** A request as the proxy saw it go by. */
+export interface ProxiedRequest {
+  method: string;
+  path: string;
+  /** Lower-case names. */
+  headers: Record<string, string>;
+  /** The proxy connection it came on (1, 2, ...). */
+  conn: number;
+}
+
+/** What a reply hook can do with a chunk of semad's reply. */
+export interface ReplyControl {
+  /** Pass bytes on to the client. */
+  forward(bytes: Buffer): void;
+  /** Close the client's connection (after what was forwarded) and semad's. */
+  cut(): void;
+}
+
+export interface Proxy {
+  url: string;
+  /** Connections accepted from clients so far. */
+  connections: number;
+  /** Every request seen, in order. */
+  requests: ProxiedRequest[];
+  /**
+   * Called with each chunk semad sends, and the request it answers (the last one on that
+   * connection). Default: forward it. Set it to lose replies or cut streams.
+   */
+  onReply: ((req: ProxiedRequest, chunk: Buffer, ctl: ReplyControl) => void) | undefined;
+  close(): Promise<void>;
+}
+
+/** A TCP proxy in front of `target` (semad's URL): the transport under test goes through it unchanged. */
+export function startProxy(target: string): Promise<Proxy> {
+  const t = new URL(target);
+  const sockets = new Set<Socket>();
+  const proxy: Proxy = {
+    url: "",
+    connections: 0,
+    requests: [],
+    onReply: undefined,
+    close: () =>
+      new Promise<void>((r) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => r());
+      }),
+  };
+  const server = createServer((client) => {
+    const conn = ++proxy.connections;
+    const upstream = connect(Number(t.port), t.hostname);
+    sockets.add(client).add(upstream);
+    let last: ProxiedRequest | undefined;
+    const ctl: ReplyControl = {
+      forward: (b) => void (client.writable && client.write(b)),
+      cut: () => {
+        client.end();
+        upstream.destroy();
+      },
+    };
+    client.on("data", (b: Buffer) => {
+      const m = /^([A-Z]+) (\S+) HTTP\/1\.1\r\n([\s\S]*?)\r\n\r\n/.exec(b.toString("latin1"));
+      if (m) {
+        const headers: Record<string, string> = {};
+        for (const line of m[3]!.split("\r\n")) {
+          const i = line.indexOf(":");
+          if (i > 0) headers[line.slice(0, i).trim().toLowerCase()] = line.slice(i + 1).trim();
+        }
+        last = { method: m[1]!, path: m[2]!, headers, conn };
+        proxy.requests.push(last);
+      }
+      upstream.write(b);
+    });
+    upstream.on("data", (b: Buffer) => {
+      if (proxy.onReply && last) proxy.onReply(last, b, ctl);
+      else ctl.forward(b);
+    });
+    // A client that goes away takes its semad connection with it (semad sees the disconnect);
+    // semad's end of a connection reaches the client after what it sent.
+    const gone = () => {
+      client.destroy();
+      upstream.destroy();
+      sockets.delete(client);
+      sockets.delete(upstream);
+    };
+    client.on("close", gone).on("error", gone);
+    upstream.on("close", () => client.end()).on("error", () => client.end());
+  });
+  return new Promise((r) =>
+    server.listen(0, "127.0.0.1", () => {
+      const a = server.address() as { port: number };
+      proxy.url = `http://127.0.0.1:${a.port}`;
+      r(proxy);
+    }),
+  );
 }

@@ -17,7 +17,7 @@ import {
   SemaTimeoutError,
   SemaUnavailableError,
 } from "../src/index.js";
-import { startSemad, http, until, sleep, type Semad } from "./semad.js";
+import { startSemad, startProxy, http, until, sleep, type Semad } from "./semad.js";
 
 let semad: Semad;
 let client: SemaClient;
@@ -225,51 +225,79 @@ test("AbortSignal cancels a blocking acquire and semad drops the waiter", async 
 });
 
 test("every acquire carries an Idempotency-Key: a retry after a lost reply holds once", async () => {
-  const keys: string[] = [];
-  let failNext = true;
-  const flaky: typeof fetch = async (input, init) => {
-    const headers = new Headers(init?.headers);
-    const isAcquire = String(input).endsWith("/acquire");
-    if (isAcquire) keys.push(headers.get("idempotency-key") ?? "");
-    const res = await fetch(input, init);
-    if (isAcquire && failNext) {
-      failNext = false;
-      await res.text();
-      throw new TypeError("fetch failed (reply lost)");
-    }
-    return res;
+  const proxy = await startProxy(semad.url);
+  let cut = 0;
+  proxy.onReply = (req, chunk, ctl) => {
+    // The first acquire is granted by semad, then its connection drops before the reply.
+    if (req.path.endsWith("/acquire") && cut++ === 0) return ctl.cut();
+    ctl.forward(chunk);
   };
-  const c = createClient({ url: semad.url, fetch: flaky });
-  const sem = await c.semaphore("idem", { capacity: 2 });
-  const p = await sem.acquire();
-  assert.equal(keys.length, 2);
-  assert.ok(keys[0]!.length > 0);
-  assert.equal(keys[0], keys[1], "the retry reuses the key");
-  const st = await state("idem");
-  assert.equal(st.held, 1, "held once");
-  assert.equal(st.holders[0].lease, p.lease);
-  await p.release();
-  // A second acquire gets a new key.
-  const q = await sem.acquire();
-  assert.notEqual(keys[2], keys[0]);
-  await q.release();
+  try {
+    const c = createClient({ url: proxy.url });
+    const sem = await c.semaphore("idem", { capacity: 2 });
+    const p = await sem.acquire();
+    const keys = proxy.requests.filter((r) => r.path.endsWith("/acquire")).map((r) => r.headers["idempotency-key"]);
+    assert.equal(keys.length, 2);
+    assert.ok(keys[0]!.length > 0);
+    assert.equal(keys[0], keys[1], "the retry reuses the key");
+    const st = await state("idem");
+    assert.equal(st.held, 1, "held once");
+    assert.equal(st.holders[0].lease, p.lease);
+    await p.release();
+    // A second acquire gets a new key.
+    const q = await sem.acquire();
+    assert.notEqual(proxy.requests.filter((r) => r.path.endsWith("/acquire")).at(-1)!.headers["idempotency-key"], keys[0]);
+    await q.release();
+    await c.close();
+  } finally {
+    await proxy.close();
+  }
 });
 
 test("a grant whose reply was lost to an abort is released, not leaked", async () => {
+  const proxy = await startProxy(semad.url);
   const ac = new AbortController();
-  const losing: typeof fetch = async (input, init) => {
-    const res = await fetch(input, { ...init, signal: undefined });
-    if (String(input).endsWith("/acquire") && ac.signal.aborted === false && init?.signal) {
-      // The grant is made on the server, then the caller gives up before reading it.
-      ac.abort();
-      throw ac.signal.reason;
-    }
-    return res;
+  proxy.onReply = (req, chunk, ctl) => {
+    // The grant is made on semad; the caller gives up before any of the reply arrives.
+    if (req.path.endsWith("/acquire") && !ac.signal.aborted) return ac.abort();
+    ctl.forward(chunk);
   };
-  const c = createClient({ url: semad.url, fetch: losing });
-  const sem = await c.semaphore("lost-grant", { capacity: 1 });
-  await assert.rejects(sem.acquire({ signal: ac.signal, ttlMs: 60_000 }), (e: unknown) => (e as Error).name === "AbortError");
-  await until(async () => (await state("lost-grant")).held === 0, 3000, "the lost grant released");
+  try {
+    const c = createClient({ url: proxy.url });
+    const sem = await c.semaphore("lost-grant", { capacity: 1 });
+    await assert.rejects(sem.acquire({ signal: ac.signal, ttlMs: 60_000 }), (e: unknown) => (e as Error).name === "AbortError");
+    await until(async () => (await state("lost-grant")).held === 0, 3000, "the lost grant released");
+    await c.close();
+  } finally {
+    await proxy.close();
+  }
+});
+
+test("a grant whose headers arrived before an abort is read and released", async () => {
+  const proxy = await startProxy(semad.url);
+  const ac = new AbortController();
+  let held: Buffer[] | undefined;
+  proxy.onReply = (req, chunk, ctl) => {
+    if (!req.path.endsWith("/acquire") || ac.signal.aborted) return ctl.forward(chunk);
+    if (held) return void held.push(chunk);
+    // The head now, the abort once it is in, the body after that.
+    const end = chunk.indexOf("\r\n\r\n") + 4;
+    ctl.forward(chunk.subarray(0, end));
+    held = [chunk.subarray(end)];
+    setTimeout(() => ac.abort(), 100);
+    setTimeout(() => ctl.forward(Buffer.concat(held!)), 200);
+  };
+  try {
+    const c = createClient({ url: proxy.url });
+    const sem = await c.semaphore("late-abort", { capacity: 1 });
+    await assert.rejects(sem.acquire({ signal: ac.signal, ttlMs: 60_000 }), (e: unknown) => (e as Error).name === "AbortError");
+    await until(async () => (await state("late-abort")).held === 0, 3000, "the grant released");
+    // It was read, not asked for again: one acquire went by.
+    assert.equal(proxy.requests.filter((r) => r.path.endsWith("/acquire")).length, 1);
+    await c.close();
+  } finally {
+    await proxy.close();
+  }
 });
 
 test("typed errors carry the server's code", async () => {
