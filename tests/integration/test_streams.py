@@ -164,7 +164,8 @@ def test_all_streams_together_are_capped_slowest_first():
         assert cut >= 1, cut
         assert metric(s, "semad_event_stream_buffer_bytes") <= 2 * MIB + 64 * 1024
         lines = [ln for ln in s.log() if "event stream(s) whose clients do not read" in ln]
-        assert 1 <= len(lines) < cut or cut == 1, (len(lines), cut)
+        # cuts are summarised: at least one line, and fewer lines than cuts when there were many
+        assert len(lines) >= 1 and (len(lines) < cut or cut == 1), (len(lines), cut)
         for sock in silent:
             sock.close()
         reader.sock.close()
