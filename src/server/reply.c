@@ -134,7 +134,10 @@ static void reply_scratch(route_ctx_t *c, int status, const char *ctype, int rc,
     if (rc == 0 && !legacy)
         rc = end_line(body);
     if (rc != 0) {
-        static const char oom[] = "{\"status\":503,\"code\":\"out_of_memory\"}\n";
+        /* A whole problem document, written out: rendering one is what just failed. */
+        static const char oom[] = "{\"type\":\"urn:sema:problem:out_of_memory\",\"title\":"
+                                  "\"Out of memory\",\"status\":503,\"code\":\"out_of_memory\","
+                                  "\"detail\":\"out of memory writing the reply\"}\n";
         if (lease != NULL)
             server__release_lease(c->srv, lease);
         reply_raw(c, 503, "application/problem+json", oom, sizeof oom - 1 - (size_t)legacy, NULL);
