@@ -261,6 +261,42 @@ def test_keyed_locks():
         assert problem(s, "GET", "/v1/locks/doc%2F1") == (404, "not_found")
 
 
+def test_lock_modes_stay_as_requested_with_one_reader():
+    """With --lock-readers 1 both modes weigh 1: the lease, the lock's view, the idempotency
+    check and a restart still tell an exclusive holder from a shared one."""
+    data = os.path.join(fx.tempfile.mkdtemp(prefix="semad-locks-"), "data")
+    try:
+        with fx.Semad("--lock-readers", "1", durability="strict", data=data) as s:
+            st, x = s.json("POST", "/v1/locks/k/acquire", {"mode": "exclusive"},
+                           {"Idempotency-Key": "i1"})
+            assert st == 200 and x["mode"] == "exclusive" and x["weight"] == 1, x
+            r = Parked(s, None, {"mode": "shared"}, path="/v1/locks/k/acquire")
+            fx.wait_until(lambda: len(s.json("GET", "/v1/locks/k")[1]["waiters"]) == 1,
+                          what="the reader to park")
+            st, view = s.json("GET", "/v1/locks/k")
+            assert st == 200 and view["readers"] == 0 and view["max_readers"] == 1, view
+            assert [h["mode"] for h in view["holders"]] == ["exclusive"], view
+            assert [w["mode"] for w in view["waiters"]] == ["shared"], view
+            # the same key for the other mode is another request, even at the same weight
+            assert problem(s, "POST", "/v1/locks/k/acquire", {"mode": "shared"},
+                           {"Idempotency-Key": "i1"}) == (409, "idempotency_key_mismatch")
+            assert s.request("DELETE", "/v1/leases/" + x["lease"])[0] == 204
+            st, rl = r.wait()
+            assert st == 200 and rl["mode"] == "shared", rl
+            st, view = s.json("GET", "/v1/locks/k")
+            assert view["readers"] == 1 and view["holders"][0]["mode"] == "shared", view
+            r.close()
+            st, x2 = s.json("POST", "/v1/locks/k2/acquire", {"mode": "exclusive"})
+            assert st == 200, x2
+        with fx.Semad("--lock-readers", "1", durability="strict", data=data) as s:
+            for key, mode, readers in (("k", "shared", 1), ("k2", "exclusive", 0)):
+                st, view = s.json("GET", "/v1/locks/" + key)
+                assert st == 200 and view["readers"] == readers, view
+                assert [h["mode"] for h in view["holders"]] == [mode], view
+    finally:
+        fx.shutil.rmtree(os.path.dirname(data), ignore_errors=True)
+
+
 def read_event(f):
     ev = {}
     while True:

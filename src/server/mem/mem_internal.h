@@ -43,6 +43,7 @@ typedef struct elease {
     elist_t link; /* in sem->holders */
     esem_t *sem;
     uint64_t weight, fence;
+    int mode; /* a keyed lock's ENGINE_MODE_*, as requested; 0 on a semaphore */
     int64_t ttl_ms, acquired_at_ms, expires_at_ms; /* wall clock ms */
     uint64_t acquired_mono;                        /* for the hold-time histogram */
     char *owner;                                   /* owned, may be NULL */
@@ -166,12 +167,19 @@ void mem__treap_insert(mem_t *e, esem_t *s);
 void mem__treap_remove(mem_t *e, esem_t *s);
 esem_t *mem__treap_after(mem_t *e, const char *key, size_t len, int inclusive);
 
+/* The lock mode a request asks for: ENGINE_MODE_* for a keyed lock, 0 for a semaphore. The
+ * mode is kept apart from the weight: with --lock-readers 1 both modes weigh 1. */
+static inline int mem__req_mode(const engine_req_t *req)
+{
+    return req->op == ENGINE_LOCK_ACQUIRE ? req->mode : 0;
+}
+
 /* mem_lease.c */
 elease_t *mem__lease_find(mem_t *e, const char *id, size_t len);
 etomb_t *mem__tomb_find(mem_t *e, const char *id, size_t len);
 int mem__tomb_status(int reason);
-elease_t *mem__grant(mem_t *e, esem_t *s, uint64_t weight, int64_t ttl_ms, const char *owner,
-                     const char *idem_key, uint64_t since_mono);
+elease_t *mem__grant(mem_t *e, esem_t *s, uint64_t weight, const engine_req_t *req,
+                     uint64_t since_mono);
 void mem__lease_end(mem_t *e, elease_t *l, int reason);
 void mem__lease_free(mem_t *e, elease_t *l);
 void mem__lease_expire_due(mem_t *e, elease_t *l);

@@ -136,7 +136,7 @@ void mem__store_lease(mem_t *e, const elease_t *l)
     rec.ttl_ms = l->ttl_ms;
     rec.acquired_at_ms = l->acquired_at_ms;
     rec.expires_at_ms = l->expires_at_ms;
-    rec.is_lock = (l->sem->flags & ESEM_LOCK) != 0;
+    rec.is_lock = l->mode;
     (void)store_put_lease(e->store, &rec);
     mem__mark_dirty(e);
 }
@@ -155,13 +155,16 @@ static char *dup_str(const char *s)
     return d;
 }
 
-/* Take `weight` units from `s` for a new lease (the caller checked they fit). Writes the
- * lease and the new fence ahead. Returns the lease, or NULL (nothing taken) on ENOMEM. */
-elease_t *mem__grant(mem_t *e, esem_t *s, uint64_t weight, int64_t ttl_ms, const char *owner,
-                     const char *idem_key, uint64_t since_mono)
+/* Take `weight` units from `s` for a new lease for `req` (the caller checked they fit): its
+ * ttl, owner, Idempotency-Key and lock mode. Writes the lease and the new fence ahead.
+ * Returns the lease, or NULL (nothing taken) on ENOMEM. */
+elease_t *mem__grant(mem_t *e, esem_t *s, uint64_t weight, const engine_req_t *req,
+                     uint64_t since_mono)
 {
     elease_t *l = sema__calloc(1, sizeof(*l));
     uint64_t now = mem__now(e);
+    int64_t ttl_ms = req->ttl_ms;
+    const char *owner = req->owner, *idem_key = req->idem_key;
 
     if (l == NULL)
         return NULL;
@@ -185,6 +188,7 @@ elease_t *mem__grant(mem_t *e, esem_t *s, uint64_t weight, int64_t ttl_ms, const
     etab_insert(&e->leases, &l->node);
     l->sem = s;
     l->weight = weight;
+    l->mode = mem__req_mode(req);
     l->fence = ++e->fence_seq;
     s->fence = l->fence;
     l->ttl_ms = ttl_ms;
@@ -290,7 +294,13 @@ int mem__lease_load(mem_t *e, esem_t *s, const store_lease_t *rec)
     memcpy(l->id, rec->id, idlen + 1);
     l->owner = dup_str(rec->owner);
     l->sem = s;
-    l->weight = rec->is_lock ? (rec->weight == 1 ? 1 : s->capacity) : rec->weight;
+    /* A lock's weight follows this run's --lock-readers. Stores before the mode was kept
+     * wrote 1 for every lock lease and said exclusive by a weight above 1. */
+    l->mode = rec->is_lock == ENGINE_MODE_EXCLUSIVE || (rec->is_lock && rec->weight > 1)
+                  ? ENGINE_MODE_EXCLUSIVE
+              : rec->is_lock ? ENGINE_MODE_SHARED
+                             : 0;
+    l->weight = l->mode == ENGINE_MODE_SHARED ? 1 : l->mode ? s->capacity : rec->weight;
     l->fence = rec->fence;
     l->ttl_ms = rec->ttl_ms > 0 ? rec->ttl_ms : e->cfg.default_ttl_ms;
     l->acquired_at_ms = rec->acquired_at_ms;

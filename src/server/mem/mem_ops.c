@@ -211,7 +211,7 @@ static int idem_take_over(mem_t *e, ereq_t *er, eidem_t *d)
     ereq_t *old = d->waiter;
     int64_t timeout_ms = er->req->timeout_ms;
 
-    if (old->weight != er->weight) {
+    if (old->weight != er->weight || mem__req_mode(old->req) != mem__req_mode(er->req)) {
         fail(e, er, SEMA_EKEYMISMATCH, M_KEY_MISMATCH);
         return 1;
     }
@@ -258,7 +258,8 @@ static int idem_retry(mem_t *e, ereq_t *er, esem_t *s)
     d = mem__idem_find(e, s, key, strlen(key));
     if (d == NULL)
         return 0;
-    if (d->lease != NULL && d->lease->weight != er->weight) {
+    if (d->lease != NULL &&
+        (d->lease->weight != er->weight || d->lease->mode != mem__req_mode(er->req))) {
         fail(e, er, SEMA_EKEYMISMATCH, M_KEY_MISMATCH);
         return 1;
     }
@@ -288,8 +289,7 @@ static void acquire_on(mem_t *e, ereq_t *er, esem_t *s, uint64_t weight)
         return;
     if (elist_empty(&s->waiters) && (int64_t)weight <= s->available) {
         er->since_mono = mem__now(e);
-        elease_t *l =
-            mem__grant(e, s, weight, req->ttl_ms, req->owner, req->idem_key, er->since_mono);
+        elease_t *l = mem__grant(e, s, weight, req, er->since_mono);
         if (l == NULL)
             return fail(e, er, SEMA_ENOMEM, "out of memory granting the lease");
         mem__lease_own(er, l);

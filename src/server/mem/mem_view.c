@@ -5,13 +5,6 @@
 
 #include <string.h>
 
-static int lock_mode(const esem_t *s, uint64_t weight)
-{
-    if (!(s->flags & ESEM_LOCK))
-        return 0;
-    return weight == s->capacity && s->capacity > 1 ? ENGINE_MODE_EXCLUSIVE : ENGINE_MODE_SHARED;
-}
-
 /* A view whose strings still point into the state (copy before the state changes). */
 void mem__view_lease(engine_lease_t *v, const elease_t *l)
 {
@@ -26,7 +19,7 @@ void mem__view_lease(engine_lease_t *v, const elease_t *l)
     v->ttl_ms = l->ttl_ms;
     v->acquired_at_ms = l->acquired_at_ms;
     v->expires_at_ms = l->expires_at_ms;
-    v->mode = lock_mode(s, l->weight);
+    v->mode = l->mode;
 }
 
 /* Copy the view's owner into the result; 0 or -1 when out of memory. */
@@ -67,7 +60,7 @@ static int view_lists(engine_result_t *r, engine_sem_view_t *v, const esem_t *s)
         q->owner = er->req->owner;
         q->weight = er->weight;
         q->since_ms = er->since_ms;
-        q->mode = lock_mode(s, er->weight);
+        q->mode = er->kind == EKIND_ACQUIRE ? mem__req_mode(er->req) : 0;
         q->wait_idle = er->kind == EKIND_WAIT_IDLE;
         if (keep_owner(r, &q->owner) != 0)
             return -1;
@@ -90,9 +83,8 @@ int mem__view_sem(engine_result_t *r, engine_sem_view_t *v, const esem_t *s, int
     v->waiting_weight = s->waiting;
     v->legacy = (s->flags & ESEM_LEGACY) != 0;
     v->lists = lists;
-    if (s->flags & ESEM_LOCK)
-        for (const elist_t *x = s->holders.next; x != &s->holders; x = x->next)
-            v->readers += lock_mode(s, ECONTAINER(x, elease_t, link)->weight) == ENGINE_MODE_SHARED;
+    for (const elist_t *x = s->holders.next; x != &s->holders; x = x->next)
+        v->readers += ECONTAINER(x, elease_t, link)->mode == ENGINE_MODE_SHARED;
     return lists ? view_lists(r, v, s) : 0;
 }
 

@@ -50,7 +50,8 @@ typedef struct {
     int64_t ttl_ms;
     int64_t acquired_at_ms;
     int64_t expires_at_ms;
-    int is_lock; /* 1 for a keyed-lock lease (mode in `weight`: 1 shared, R exclusive) */
+    int is_lock; /* 0 a semaphore's lease; a keyed lock's: 1 shared, 2 exclusive (stores
+                    written before the mode was kept have 1 and an exclusive weight R > 1) */
 } store_lease_t;
 
 /* Open (creating if needed) the store in directory `dir`, taking its lock file. On failure

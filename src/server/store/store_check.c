@@ -39,8 +39,8 @@ static const struct {
      "SELECT 'lease ' || id || ' of ' || sem FROM leases"
      " WHERE is_lock = 0 AND sem NOT IN (SELECT name FROM semaphores)"},
     {1, "fence handed out twice",
-     "SELECT (CASE is_lock WHEN 1 THEN 'lock ' ELSE 'semaphore ' END) || sem || ': fence ' ||"
-     " fence || ' in ' || count(*) || ' leases' FROM leases GROUP BY is_lock, sem, fence"
+     "SELECT (CASE is_lock WHEN 0 THEN 'semaphore ' ELSE 'lock ' END) || sem || ': fence ' ||"
+     " fence || ' in ' || count(*) || ' leases' FROM leases GROUP BY is_lock != 0, sem, fence"
      " HAVING count(*) > 1"},
     {1, "lease with an impossible weight, ttl or expiry",
      "SELECT 'lease ' || id || ': weight ' || weight || ', ttl_ms ' || ttl_ms ||"
@@ -50,8 +50,9 @@ static const struct {
      "SELECT 'semaphore ' || quote(name) || ': capacity ' || capacity || ', fence ' || fence"
      " FROM semaphores WHERE name = '' OR capacity < 0 OR fence < 0"},
     {1, "exclusive keyed lock held together with another lease",
-     "SELECT 'lock ' || sem || ': ' || count(*) || ' leases, one of weight ' || max(weight)"
-     " FROM leases WHERE is_lock = 1 GROUP BY sem HAVING count(*) > 1 AND max(weight) > 1"},
+     "SELECT 'lock ' || sem || ': ' || count(*) || ' leases, one of them exclusive'"
+     " FROM leases WHERE is_lock != 0 GROUP BY sem"
+     " HAVING count(*) > 1 AND (max(is_lock) = 2 OR max(weight) > 1)"},
     {0, "v1 semaphore holding more than its capacity (legal only after a shrink)",
      "SELECT 'semaphore ' || s.name || ': held ' || sum(l.weight) || ' > capacity ' ||"
      " s.capacity FROM semaphores s JOIN leases l ON l.sem = s.name AND l.is_lock = 0"

@@ -860,7 +860,7 @@ static int write_lease(store_t *st, const store_lease_t *l)
     sqlite3_bind_int64(s, 7, l->ttl_ms);
     sqlite3_bind_int64(s, 8, l->acquired_at_ms);
     sqlite3_bind_int64(s, 9, l->expires_at_ms);
-    sqlite3_bind_int(s, 10, l->is_lock != 0);
+    sqlite3_bind_int(s, 10, l->is_lock);
     return run_write(s);
 }
 
