@@ -1,0 +1,324 @@
+# SPDX-License-Identifier: MIT
+"""test_docs.py - every fenced shell and C example of README.md and docs/*.md runs as written,
+against a real semad at the address the documents use (127.0.0.1:7070).
+
+How a page's blocks are read (the info string after the opening fence):
+- `sh`, `bash`, `shell`: commands. `console`: lines starting with `$ ` are commands (a line
+  ending in a backslash continues onto the next), the other lines are their output.
+- `c`: a whole program, compiled against this build's libsema and libsema-client and run.
+- anything else (`text`, `json`, `cmake`, `ts`, `yaml`, ...) is not run. A fence with no
+  info string fails the test: say `text` for output and `sh`/`console` for commands.
+An HTML comment on the line before a block changes it:
+- `<!-- norun: why -->` the block is not run (the test prints each, with its reason);
+- `<!-- file: NAME -->` the block is written to NAME in the page's directory when the
+  session reaches it (for a later block to compile or read), and not run by itself.
+
+Each page runs in one bash session (`set -e -o pipefail`): its blocks in order, so a
+variable set in one block is there in the next. The session's directory holds links to the
+source tree's top-level entries (`build` is this build) and `./sema-data`, the data of a
+semad started for the page alone on 127.0.0.1:7070 with its defaults, as `make run` starts
+it. PATH, PKG_CONFIG_PATH and LD_LIBRARY_PATH point at a `cmake --install` of this build,
+as after `make install`. Each page gets its own network and /dev/shm (`unshare --net
+--mount`), so the fixed port and the machine-wide semaphore names of the examples meet no
+one else's; where unshare is not allowed, the pages run one at a time against a semad on
+an ephemeral port that the examples' address is rewritten to.
+"""
+import concurrent.futures
+import glob
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import semad_fixture as fx  # noqa: E402
+
+SHELL = {"sh", "bash", "shell", "console"}
+PAGE_TIMEOUT = 45  # seconds for one page's session, semad's start included
+ADDRESSES = ("127.0.0.1:7070", "localhost:7070")
+FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([^\s`]*)[^`]*$")
+MARK = re.compile(r"^\s*<!--\s*(norun|file):\s*(.*?)\s*-->\s*$")
+
+
+def pages():
+    src = fx.source_dir()
+    found = [os.path.join(src, "README.md")] + sorted(glob.glob(os.path.join(src, "docs", "*.md")))
+    return [p for p in found if os.path.isfile(p)]
+
+
+class Block:
+    def __init__(self, page, line, lang, body, mark):
+        self.page, self.line, self.lang, self.body = page, line, lang, body
+        self.norun = mark[1] if mark and mark[0] == "norun" else None
+        self.file = mark[1] if mark and mark[0] == "file" else None
+
+    def where(self):
+        return "%s:%d" % (os.path.relpath(self.page, fx.source_dir()), self.line)
+
+
+def blocks(page):
+    """The fenced blocks of a page, each with its language, first line and mark."""
+    with open(page, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    out, i, mark = [], 0, None
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if not m:
+            if lines[i].strip():
+                mm = MARK.match(lines[i])
+                mark = (mm.group(1), mm.group(2)) if mm else None
+            i += 1
+            continue
+        indent, fence, lang = m.group(1), m.group(2), m.group(3).lower()
+        j = i + 1
+        while j < len(lines) and not lines[j].strip().startswith(fence):
+            j += 1
+        body = [ln[len(indent):] if ln.startswith(indent) else ln for ln in lines[i + 1:j]]
+        out.append(Block(page, i + 1, lang, body, mark))
+        mark, i = None, j + 1
+    return out
+
+
+def console_commands(b):
+    """(offset, command line) of a console block's `$ ` lines and their continuations."""
+    cmds, cont = [], False
+    for k, ln in enumerate(b.body):
+        if cont:
+            cmds.append((k, ln))
+        elif ln.startswith("$ "):
+            cmds.append((k, ln[2:]))
+        else:
+            continue
+        cont = ln.rstrip().endswith("\\")
+    return cmds
+
+
+def script_for(page, blist, cdir):
+    """The bash session of one page: (script text, doc location of each script line)."""
+    lines, where = [], []
+
+    def emit(text, loc):
+        lines.append(text)
+        where.append(loc)
+
+    emit('__block() { printf "%s\\n" "$1" >> "$DOC_PROGRESS"; }', "prelude")
+    emit("__c() { cc -std=c11 -Wall -Wextra -Werror -I\"$DOC_SRC/include\" -o \"$1\" \"$1.c\" "
+         "\"$DOC_BUILD/lib/libsema-client.a\" \"$DOC_BUILD/lib/libsema.a\" "
+         "$(pkg-config --libs libcurl jansson) -pthread -lrt && \"$1\"; }", "prelude")
+    emit("trap 'echo \"@@failed at script line $LINENO (status $?)\" >&2' ERR", "prelude")
+    emit("set -e -o pipefail", "prelude")
+    for n, b in enumerate(blist):
+        if b.norun:
+            continue
+        if b.file:
+            emit("__block %s" % shlex.quote(b.where()), b.where())
+            emit("cat > %s <<'__DOC_EOF__'" % shlex.quote(b.file), b.where())
+            for k, ln in enumerate(b.body):
+                emit(ln, "%s:%d" % (os.path.relpath(page, fx.source_dir()), b.line + 1 + k))
+            emit("__DOC_EOF__", b.where())
+        elif b.lang == "c":
+            path = os.path.join(cdir, "block%d" % n)
+            with open(path + ".c", "w") as f:
+                f.write("\n".join(b.body) + "\n")
+            emit("__block %s" % shlex.quote(b.where()), b.where())
+            emit("__c %s" % shlex.quote(path), b.where())
+        elif b.lang in SHELL:
+            emit("__block %s" % shlex.quote(b.where()), b.where())
+            cmds = console_commands(b) if b.lang == "console" else list(enumerate(b.body))
+            for k, ln in cmds:
+                emit(ln, "%s:%d" % (os.path.relpath(page, fx.source_dir()), b.line + 1 + k))
+    return "\n".join(lines) + "\n", where
+
+
+def runnable(b):
+    return not b.norun and (b.file or b.lang == "c" or b.lang in SHELL)
+
+
+def install_prefix(tmp):
+    prefix = os.path.join(tmp, "prefix")
+    subprocess.run(["cmake", "--install", build_dir(), "--prefix", prefix], check=True,
+                   stdout=subprocess.DEVNULL, timeout=60)
+    return prefix
+
+
+def build_dir():
+    return os.environ.get("SEMA_BUILD_DIR") or os.path.join(fx.source_dir(), "build")
+
+
+def workdir(tmp, page):
+    """A directory that looks like the source tree (build = this build), of its own."""
+    d = tempfile.mkdtemp(prefix="page-", dir=tmp)
+    src = fx.source_dir()
+    for name in os.listdir(src):
+        if name.startswith(".") or name.startswith("build") or name == "sema-data":
+            continue
+        os.symlink(os.path.join(src, name), os.path.join(d, name))
+    # build/bin and build/lib are this build's; a page that configures a build of its own
+    # gets a fresh one beside them, never this one.
+    os.mkdir(os.path.join(d, "build"))
+    for name in ("bin", "lib"):
+        os.symlink(os.path.join(build_dir(), name), os.path.join(d, "build", name))
+    return d
+
+
+def session_env(prefix, port, d):
+    libdir = next(p for p in glob.glob(os.path.join(prefix, "lib*")) if os.path.isdir(p))
+    env = dict(os.environ)
+    env.update({
+        "PATH": os.path.join(prefix, "bin") + os.pathsep + env.get("PATH", "/usr/bin:/bin"),
+        "PKG_CONFIG_PATH": os.path.join(libdir, "pkgconfig"),
+        "LD_LIBRARY_PATH": libdir,
+        "DOC_SRC": fx.source_dir(),
+        "DOC_BUILD": build_dir(),
+        "DOC_PROGRESS": os.path.join(d, ".progress"),
+        "HOME": d,
+    })
+    for k in ("SEMA_SERVER", "SEMA_LISTEN", "SEMA_DATA"):
+        env.pop(k, None)
+    if port != 7070:
+        env["SEMA_SERVER"] = "http://127.0.0.1:%d" % port
+    return env
+
+
+def readdress(text, port):
+    for a in ADDRESSES:
+        text = text.replace(a, "127.0.0.1:%d" % port)
+    return text
+
+
+def run_session(page, d, prefix, port):
+    """Inside the page's namespaces (or not): start semad, run the page's script. Returns
+    (ok, report)."""
+    blist = blocks(page)
+    cdir = os.path.join(d, ".c")
+    os.mkdir(cdir)
+    script, where = script_for(page, blist, cdir)
+    with fx.Semad("--listen", "127.0.0.1:%d" % port, durability="strict",
+                  data=os.path.join(d, "sema-data")) as s:
+        if port == 0:  # no namespace of its own: the examples' address becomes semad's
+            script = readdress(script, s.semad_port)
+            for c in glob.glob(os.path.join(cdir, "*.c")):
+                with open(c) as f:
+                    text = readdress(f.read(), s.semad_port)
+                with open(c, "w") as f:
+                    f.write(text)
+        with open(os.path.join(d, ".script.sh"), "w") as f:
+            f.write(script)
+        log = open(os.path.join(d, ".log"), "w+")
+        p = subprocess.Popen(["bash", os.path.join(d, ".script.sh")], cwd=d, stdin=subprocess.DEVNULL,
+                             stdout=log, stderr=subprocess.STDOUT,
+                             env=session_env(prefix, s.semad_port, d), start_new_session=True)
+        try:
+            rc = p.wait(PAGE_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            rc = "timeout after %ds" % PAGE_TIMEOUT
+        finally:
+            try:  # what the page left running in the background goes too
+                os.killpg(p.pid, 9)
+            except ProcessLookupError:
+                pass
+            p.wait()
+        log.seek(0)
+        out = log.read()
+        semad_log = s.log()
+    if rc == 0:
+        return True, out
+    progress = open(os.path.join(d, ".progress")).read().split() if os.path.exists(
+        os.path.join(d, ".progress")) else []
+    m = re.search(r"@@failed at script line (\d+)", out)
+    at = where[int(m.group(1)) - 1] if m and int(m.group(1)) <= len(where) else None
+    report = ["%s: the example at %s did not run (%s)" % (
+        os.path.relpath(page, fx.source_dir()), at or (progress[-1] if progress else "?"), rc)]
+    report += ["--- session output (last 60 lines)"] + out.splitlines()[-60:]
+    report += ["--- semad log (last 20 lines)"] + semad_log[-20:]
+    return False, "\n".join(report)
+
+
+def isolation():
+    """The command that gives a page its own network and /dev/shm, or None."""
+    cmd = ["unshare", "--net", "--mount"] + (["--map-root-user"] if os.geteuid() != 0 else [])
+    try:
+        ok = subprocess.run(cmd + ["true"], capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        ok = False
+    return cmd if ok else None
+
+
+def lo_up():
+    """Bring up the loopback of a fresh network namespace (SIOCGIFFLAGS/SIOCSIFFLAGS)."""
+    import fcntl
+    import socket
+    import struct
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        req = struct.pack("16sh", b"lo", 0)
+        flags = struct.unpack("16sh", fcntl.ioctl(s, 0x8913, req))[1]
+        fcntl.ioctl(s, 0x8914, struct.pack("16sh", b"lo", flags | 1))
+
+
+def inner(page, d, prefix):
+    """Entry point inside unshare: a private loopback and /dev/shm, then the session."""
+    lo_up()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=1777", "tmpfs", "/dev/shm"], check=True)
+    ok, report = run_session(page, d, prefix, 7070)
+    print(report)
+    sys.exit(0 if ok else 1)
+
+
+def run_page(page, tmp, prefix, iso):
+    d = workdir(tmp, page)
+    t0 = time.monotonic()
+    if iso is None:
+        ok, report = run_session(page, d, prefix, 0)
+    else:
+        p = subprocess.run(iso + [sys.executable, os.path.abspath(__file__), "--page", page, d,
+                                  prefix], capture_output=True, text=True,
+                           timeout=PAGE_TIMEOUT + 30)
+        ok, report = p.returncode == 0, p.stdout + p.stderr
+    return ok, report, time.monotonic() - t0
+
+
+def test_every_block_is_tagged():
+    """A fence without an info string cannot be told apart: command, output or code."""
+    untagged = ["%s" % b.where() for p in pages() for b in blocks(p) if not b.lang]
+    assert not untagged, "fenced blocks without a language (text for output, sh or " \
+        "console for commands): %s" % ", ".join(untagged)
+
+
+def test_examples_run_as_written():
+    if os.environ.get("SEMA_SANITIZE"):
+        raise fx.Skip("the examples link this build's libraries without the sanitizer runtime")
+    tmp = tempfile.mkdtemp(prefix="sema-docs-")
+    try:
+        prefix = install_prefix(tmp)
+        iso = isolation()
+        if iso is None:
+            print("unshare is not allowed here: pages run one at a time on an ephemeral port")
+        all_blocks = [(p, blocks(p)) for p in pages()]
+        todo = [p for p, bl in all_blocks if any(runnable(b) for b in bl)]
+        norun = [b for _, bl in all_blocks for b in bl if b.norun and
+                 (b.lang == "c" or b.lang in SHELL)]
+        ran = sum(1 for _, bl in all_blocks for b in bl if runnable(b))
+        failed = []
+        with concurrent.futures.ThreadPoolExecutor(3 if iso else 1) as pool:
+            for page, (ok, report, secs) in zip(todo, pool.map(
+                    lambda p: run_page(p, tmp, prefix, iso), todo)):
+                print("%s %s (%.1fs)" % ("ok" if ok else "FAILED",
+                                         os.path.relpath(page, fx.source_dir()), secs))
+                if not ok:
+                    failed.append(report)
+        print("%d blocks run from %d pages; %d not run, as marked:" % (ran, len(todo), len(norun)))
+        for b in norun:
+            print("  %s  %s" % (b.where(), b.norun))
+        assert not failed, "\n\n".join(failed)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 5 and sys.argv[1] == "--page":
+        inner(*sys.argv[2:])
+    fx.main(globals())
