@@ -82,7 +82,7 @@ int main(void)
             sema_sem_release(db, 10); /* grants the 2: on_grant runs in here */
     }
 
-    /* 7. Wait until every holder is done (seed 000's wait()). */
+    /* 7. Wait until every holder is done (`wait()` of the TypeScript weighted semaphore). */
     sema_sem_wait_idle(db, -1);
 
     sema_sem_stats(db, &st);

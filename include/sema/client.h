@@ -238,7 +238,7 @@ SEMA_EXTERN int sema_client_events_ex(sema_client_t *c, const char *name, sema_c
                                       void *arg, const volatile int *cancel,
                                       sema_client_events_info_t *info, sema_client_error_t *err);
 
-/* ---- the legacy API (seed 001) ------------------------------------------------------- */
+/* ---- the legacy API (the original semaphore service's five routes) --------------------- */
 
 /* POST /semaphore {"name","value"}: create a legacy semaphore (capacity = value >= 0).
  * SEMA_EEXIST when the name exists. */

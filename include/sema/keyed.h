@@ -143,7 +143,7 @@ SEMA_EXTERN int sema_keyed_with(sema_keyed_t *keyed, const void *key, size_t key
 SEMA_EXTERN void sema_keyed_cleanup(sema_keyed_lock_t *lock);
 
 /* A lock handle released automatically when the enclosing block ends (the C
- * form of seed 003's `using`):
+ * form of a `using` declaration in JavaScript or C#):
  *
  *     {
  *         SEMA_KEYED_SCOPED(l);

@@ -87,7 +87,7 @@ typedef struct sema_sem_waiter sema_sem_waiter_t;
  * resizer, a canceller), with no libsema lock held: it may call any sema_sem_* function,
  * including on the same semaphore, but should not block (callbacks queued behind it in that
  * thread wait for it). Callbacks triggered from inside a callback run after it
- * returns, in the same thread (no recursion, pitfall 15). */
+ * returns, in the same thread (no recursion, so no stack overflow however long the chain). */
 typedef void (*sema_sem_cb)(sema_sem_waiter_t *waiter, int status, void *arg);
 
 /* A queued request's storage, owned by the caller (embed it anywhere). Its fields are
@@ -184,7 +184,8 @@ SEMA_EXTERN int sema_sem_with(sema_sem_t *sem, uint64_t weight, int64_t timeout_
                               void *arg, int *fn_result);
 
 /* A function bound to a semaphore, a weight and a timeout, to be called later under it
- * (seed 004's wrap). Plain data: copy it freely; it borrows the semaphore. */
+ * (the `wrap` of the TypeScript semaphore libraries). Plain data: copy it freely; it
+ * borrows the semaphore. */
 typedef struct sema_sem_wrapped {
     sema_sem_t *sem;
     uint64_t weight;
@@ -202,8 +203,8 @@ SEMA_EXTERN int sema_sem_call(const sema_sem_wrapped_t *wrapped, void *arg, int 
 
 /* ---- Whole-semaphore operations --------------------------------------------------------- */
 
-/* Wait until the semaphore is idle (seed 000's wait()): queues in FIFO like an acquire of
- * the whole capacity and returns once every request queued before it was granted and all
+/* Wait until the semaphore is idle (`wait()` of the TypeScript weighted semaphore): queues
+ * in FIFO like an acquire of the whole capacity and returns once every request queued before it was granted and all
  * units are back; it then holds nothing (the units stay in the pool). Timeout as
  * sema_sem_acquire (0: SEMA_EBUSY unless idle now with nobody queued). Returns 0,
  * SEMA_EBUSY, SEMA_ETIMEDOUT, SEMA_ECANCELED (closed) or SEMA_EINVAL. Blocks. */
