@@ -204,9 +204,9 @@ SEMA_EXTERN int sema_sem_call(const sema_sem_wrapped_t *wrapped, void *arg, int 
 /* ---- Whole-semaphore operations --------------------------------------------------------- */
 
 /* Wait until the semaphore is idle (`wait()` of the TypeScript weighted semaphore): queues
- * in FIFO like an acquire of the whole capacity and returns once every request queued before it was granted and all
- * units are back; it then holds nothing (the units stay in the pool). Timeout as
- * sema_sem_acquire (0: SEMA_EBUSY unless idle now with nobody queued). Returns 0,
+ * in FIFO like an acquire of the whole capacity and returns once every request queued before
+ * it was granted and all units are back; it then holds nothing (the units stay in the pool).
+ * Timeout as sema_sem_acquire (0: SEMA_EBUSY unless idle now with nobody queued). Returns 0,
  * SEMA_EBUSY, SEMA_ETIMEDOUT, SEMA_ECANCELED (closed) or SEMA_EINVAL. Blocks. */
 SEMA_EXTERN int sema_sem_wait_idle(sema_sem_t *sem, int64_t timeout_ms);
 
