@@ -117,8 +117,11 @@ void cmd_remote_usage(FILE *out)
 
 static void verb_help(const verb_t *v, FILE *out)
 {
-    fprintf(out, "usage: sema %s %s [--server URL] [--json]\n\n%s.\n\n", v->name, v->args,
-            v->summary);
+    /* The common options go before a `-- CMD`: everything after it is the command's. */
+    const char *cmd = strstr(v->args, " -- ");
+    int head = cmd != NULL ? (int)(cmd - v->args) : (int)strlen(v->args);
+    fprintf(out, "usage: sema %s %.*s [--server URL] [--json]%s\n\n%s.\n\n", v->name, head, v->args,
+            cmd != NULL ? cmd : "", v->summary);
     fprintf(out, "options:\n"
                  "  --server URL   semad to talk to (default $SEMA_SERVER or " DEFAULT_SERVER ")\n"
                  "  --json         machine-readable output\n");
