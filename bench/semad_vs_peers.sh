@@ -242,18 +242,18 @@ EOF
 # 1-3. Throughput, interleaved over ROUNDS rounds so every contender sees the same machine;
 # each figure is its best round.
 for r in $(seq "$ROUNDS"); do
-    j_ceil=$(best "${j_ceil:-}" "$(cpu_bench "$pid_ceiling" -s "http://$addr_ceiling" -c "$CONNS" -d "$SECS" --no-create)")
-    j_none=$(best "${j_none:-}" "$(cpu_bench "$pid_none" -s "http://$addr_none" -c "$CONNS" -d "$SECS" --name pairs-none)")
-    j_strict=$(best "${j_strict:-}" "$(cpu_bench "$pid_strict" -s "http://$addr_strict" -c "$CONNS" -d "$SECS" --name pairs-strict)")
+    j_ceil=$(best "${j_ceil:-}" "$(cpu_bench "$pid_ceiling" -s "http://$addr_ceiling" -c "$CONNS" -d "${SECS}s" --no-create)")
+    j_none=$(best "${j_none:-}" "$(cpu_bench "$pid_none" -s "http://$addr_none" -c "$CONNS" -d "${SECS}s" --name pairs-none)")
+    j_strict=$(best "${j_strict:-}" "$(cpu_bench "$pid_strict" -s "http://$addr_strict" -c "$CONNS" -d "${SECS}s" --name pairs-strict)")
     if [ "$have_redis" = 1 ]; then
         j_redis=$(best "${j_redis:-}" "$(cpu_of "$pid_redis" gen_cmd timeout 120 "$redis_peer" --redis "127.0.0.1:$rport_redis" -c "$CONNS" -d "$SECS" --json)")
         j_aof=$(best "${j_aof:-}" "$(cpu_of "$pid_redis_aof" gen_cmd timeout 120 "$redis_peer" --redis "127.0.0.1:$rport_redis_aof" -c "$CONNS" -d "$SECS" --json)")
     fi
-    j_get=$(best "${j_get:-}" "$(cpu_bench "$pid_none" -s "http://$addr_none" -c "$CONNS" -d "$SECS" -m get --path /healthz)")
+    j_get=$(best "${j_get:-}" "$(cpu_bench "$pid_none" -s "http://$addr_none" -c "$CONNS" -d "${SECS}s" -m get --path /healthz)")
     if [ "$have_wrk" = 1 ]; then
         j_wrk=$(best "${j_wrk:-}" "$(wrk_json "$addr_none")")
     fi
-    j_ceil_get=$(best "${j_ceil_get:-}" "$(cpu_bench "$pid_ceiling" -s "http://$addr_ceiling" -c "$CONNS" -d "$SECS" -m get --path /healthz)")
+    j_ceil_get=$(best "${j_ceil_get:-}" "$(cpu_bench "$pid_ceiling" -s "http://$addr_ceiling" -c "$CONNS" -d "${SECS}s" -m get --path /healthz)")
 done
 
 # 1. acquire+release pairs: semad (none, strict) against the constant-answer ceiling.

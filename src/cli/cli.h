@@ -47,8 +47,9 @@ typedef struct {
 int cli_parse_opts(const char *verb, int argc, char **argv, const cli_opt_t *opts, char **pos,
                    int maxpos, int *npos, int *rest);
 
-/* Durations: "500ms", "10s", "2m", "1h", "1.5s"; a bare number is seconds; "forever",
- * "inf" or any negative value mean -1 (wait forever). Returns 0 and *ms, or -1 if `s` is
+/* Durations, as semad reads them: "500ms", "10s", "2m", "1h", "1.5s"; a bare number other
+ * than 0 is refused rather than guessed; "forever", "inf" or any negative value mean -1
+ * (wait forever). Returns 0 and *ms, or -1 if `s` is
  * not a duration (or overflows). */
 int cli_parse_duration_ms(const char *s, int64_t *ms);
 

@@ -48,7 +48,9 @@ static int parse_run(int argc, char **argv, run_args_t *a)
     if (weight != NULL && cli_parse_u64(weight, 1, UINT64_C(1) << 62, &a->weight) != 0)
         return cli_usage_error("run", "bad weight '%s' (a whole number from 1)", weight);
     if (timeout != NULL && cli_parse_duration_ms(timeout, &a->timeout_ms) != 0)
-        return cli_usage_error("run", "bad timeout '%s' (e.g. 500ms, 10s, 2m)", timeout);
+        return cli_usage_error(
+            "run", "bad timeout '%s' (a duration with its unit, e.g. 500ms, 10s, 2m; 0 = try once)",
+            timeout);
     if (mode != NULL) {
         m = strtoul(mode, &end, 8);
         if (*mode == '\0' || *end != '\0' || m > 0777)

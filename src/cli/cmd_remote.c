@@ -231,15 +231,17 @@ static int apply_opt(const verb_t *v, remote_opts_t *o, int ch, const char *arg)
         return 0;
     case 't':
         if (cli_parse_duration_ms(arg, &o->timeout_ms) != 0)
-            return usage_error(v, "bad timeout '%s' (e.g. 0, 500ms, 10s, 2m)", arg);
+            return usage_error(
+                v, "bad timeout '%s' (a duration with its unit, e.g. 500ms, 10s, 2m; 0 = try once)",
+                arg);
         return 0;
     case 'L':
         if (cli_parse_duration_ms(arg, &o->ttl_ms) != 0 || o->ttl_ms <= 0)
-            return usage_error(v, "bad ttl '%s' (e.g. 30s, 5m)", arg);
+            return usage_error(v, "bad ttl '%s' (a duration with its unit, e.g. 30s, 5m)", arg);
         return 0;
     case 'g':
         if (cli_parse_duration_ms(arg, &o->grace_ms) != 0 || o->grace_ms < 0)
-            return usage_error(v, "bad grace period '%s'", arg);
+            return usage_error(v, "bad grace period '%s' (a duration with its unit, e.g. 5s)", arg);
         return 0;
     case 'c':
         if (parse_u64(arg, &o->capacity) != 0 || o->capacity == 0)

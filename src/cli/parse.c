@@ -35,7 +35,7 @@ int cli_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
 static const struct {
     const char *suffix;
     double ms;
-} units[] = {{"ms", 1}, {"s", 1e3}, {"m", 60e3}, {"h", 3600e3}, {"", 1e3}};
+} units[] = {{"ms", 1}, {"s", 1e3}, {"m", 60e3}, {"h", 3600e3}};
 
 int cli_parse_duration_ms(const char *s, int64_t *ms)
 {
@@ -50,6 +50,10 @@ int cli_parse_duration_ms(const char *s, int64_t *ms)
     double v = strtod(s, &end);
     if (errno != 0 || end == s || !(v == v) || strchr("+-.0123456789", *s) == NULL)
         return -1;
+    if (*end == '\0' && v <= 0) { /* a bare number is 0 or negative: no unit needed */
+        *ms = v < 0 ? -1 : 0;
+        return 0;
+    }
     for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
         if (strcmp(end, units[i].suffix) != 0)
             continue;

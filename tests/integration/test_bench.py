@@ -58,7 +58,7 @@ def test_pairs_contended_parks_and_completes():
 def test_duration_releases_in_flight_leases():
     """A timed run stops issuing at the deadline and still releases what it holds."""
     with fx.Semad() as s:
-        r = sema_bench(s.url(""), "-c", 8, "-d", 0.5, "-w", 2, "--name", "d")
+        r = sema_bench(s.url(""), "-c", 8, "-d", "500ms", "-w", 2, "--name", "d")
         assert r["ops"] > 0 and r["errors"] == 0, r
         assert 0.4 < r["seconds"] < 5, r
         st = state(s, "d")

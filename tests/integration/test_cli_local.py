@@ -169,6 +169,7 @@ def test_rm_and_errors():
     assert sema("rm", "--local", "-f", n).returncode == 0
     for bad in (["run", "--local", n], ["run", "--local", "--", "true"],
                 ["run", "--local", n, "-t", "soon", "--", "true"],
+                ["run", "--local", n, "-t", "5", "--", "true"],
                 ["run", "--local", n, "-w", "0", "--", "true"], ["rm", "--local"],
                 ["run", "--local", n, "--bogus", "--", "true"], ["nosuchverb"]):
         r = sema(*bad)
@@ -178,10 +179,11 @@ def test_rm_and_errors():
 
 def test_durations():
     n = name()
-    for good in ("100ms", "1.5s", "2m", "1h", "3", "forever", "inf", "-1", "0.25"):
+    for good in ("100ms", "1.5s", "2m", "1h", "0", "0.0", "forever", "inf", "-1"):
         r = sema("run", "--local", n, "-t", good, "--", "true")
         assert r.returncode == 0, (good, r)
-    for bad in ("5q", "", "ms", "s10", "1e999", "nan", "1 s", "--"):
+    # a bare number other than 0 is refused, as semad refuses it: seconds or milliseconds?
+    for bad in ("5q", "", "ms", "s10", "1e999", "nan", "1 s", "--", "3", "0.25"):
         r = sema("run", "--local", n, "-t", bad, "--", "true")
         assert r.returncode == 2, (bad, r)
     sema("rm", "--local", n)

@@ -207,6 +207,7 @@ def test_bad_arguments():
     with Semad() as d:
         cases = [["acquire"], ["acquire", "x", "-w", "abc"], ["acquire", "x", "-w", "0"],
                  ["acquire", "x", "-t", "soon"], ["acquire", "x", "--ttl", "0"],
+                 ["acquire", "x", "-t", "30"], ["acquire", "x", "--ttl", "30"],
                  ["run", "x"], ["run", "x", "-c", "-1", "--", "true"], ["create", "x", "0"],
                  ["create", "x"], ["get", "x", "y"], ["get", "x", "--bogus"],
                  ["lock", "k", "--", "true"], ["lock", "k", "--shared", "--exclusive", "--",
