@@ -136,7 +136,7 @@ legacy() { # NAME: wrk's GET value / POST down / POST up mix against server NAME
 pairs_semad() { # NAME: sema bench acquire+release pairs against semad NAME
     local p=pid_$1 a=addr_$1
     m run --servers "${!p}" -- timeout 60 "$sema" bench --json -s "http://${!a}" \
-        -c "$CONNS" -d "$SECS" --name "pairs-$1-$r" "${@:2}"
+        -c "$CONNS" -d "${SECS}s" --name "pairs-$1-$r" "${@:2}"
 }
 pairs_rs() { # NAME ARGS: redis_sem.js, redis-semaphore pairs against redis-server NAME
     local p=pid_$1 rp=rport_$1
