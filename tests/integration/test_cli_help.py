@@ -61,5 +61,29 @@ def test_every_option_of_help_is_in_the_man_pages():
     assert not gone, "semad options not in docs/man/semad.1: %r" % sorted(gone)
 
 
+
+def complete(*words):
+    """What the bash completion of scripts/completion/sema.bash offers for `words` (the
+    last one being completed), with this build's sema first on PATH."""
+    script = os.path.join(fx.source_dir(), "scripts", "completion", "sema.bash")
+    cmd = ('source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _sema; '
+           'printf "%s\\n" "${COMPREPLY[@]}"')
+    env = dict(os.environ, PATH=os.path.dirname(os.path.abspath(SEMA)) + os.pathsep +
+               os.environ.get("PATH", ""))
+    p = subprocess.run(["bash", "-c", cmd, "complete", script] + list(words),
+                       capture_output=True, text=True, timeout=30, env=env)
+    assert p.returncode == 0, p
+    return set(p.stdout.split())
+
+
+@fx.not_through_proxy("no HTTP request")
+def test_bash_completion_offers_verbs_and_their_options():
+    assert {"acquire", "release", "renew"} <= complete("sema", ""), complete("sema", "")
+    assert complete("sema", "ac") == {"acquire"}
+    assert complete("sema", "acquire", "--t") == {"--timeout", "--ttl"}
+    assert "--capacity" in complete("sema", "run", "--local", "--c")
+    assert complete("sema", "bench", "--dur") == {"--duration"}
+
+
 if __name__ == "__main__":
     fx.main(globals())
