@@ -1,5 +1,5 @@
 -- SPDX-License-Identifier: MIT
--- legacy.lua - wrk script for seed 001's legacy routes: cycles GET /semaphore/value/NAME,
+-- legacy.lua - wrk script for the legacy routes (the original semaphore service's): cycles GET /semaphore/value/NAME,
 -- POST /semaphore/down {name} and POST /semaphore/up {name}: the thread hands its connections
 -- the next request of that cycle each time one is due, so each is one third of the load (the
 -- semaphore is created beforehand with more room than connections, so no down is refused).

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// legacy_check.js - checks that a server answers seed 001's five legacy routes (create, up,
+// legacy_check.js - checks that a server answers the original semaphore service's five legacy routes (create, up,
 // down, value, delete) as the seed documents them; the same check runs against the Node-RED
 // flow and against semad before either is measured.
 //

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// nodered.js - runs seed 001's Node-RED semaphore flow headless on an ephemeral loopback port:
+// nodered.js - runs the original semaphore service's Node-RED flow headless on an ephemeral loopback port:
 // extracts the flow JSON from the seed document at run time, deploys it in an embedded
 // Node-RED (no editor, no admin API, user dir in a temp dir) and prints "listening ADDR".
 //

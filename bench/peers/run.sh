@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# run.sh - semad against two Node.js peers in one run on loopback: seed 001's Node-RED
+# run.sh - semad against two Node.js peers in one run on loopback: the original semaphore service's Node-RED
 # semaphore flow (the legacy routes, driven by wrk) and redis-semaphore on a real redis-server
 # (acquire+release pairs), with the same concurrency. Installs the pinned npm packages into
 # bench/peers/node_modules on first use, starts every process itself on ephemeral 127.0.0.1

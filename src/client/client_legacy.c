@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* client_legacy.c - the legacy semaphore API (seed 001) and the server-sent event stream. */
+/* client_legacy.c - the legacy semaphore API (the original semaphore service's five routes) and the
+ * server-sent event stream. */
 #include "client_internal.h"
 
 #include <stdlib.h>

@@ -469,7 +469,7 @@ void sema_keyed_unlock(sema_keyed_lock_t *lock)
     e = lock->entry_;
     weight = lock->weight_;
     /* Clear the handle first: once the key is handed over, the next holder
-     * may free the memory the handle lives in (pitfall 9). */
+     * may free the memory the handle lives in (a use after free glibc and musl once shipped). */
     fill(lock, NULL, NULL, 0);
     s = stripe_of(k, e->hash); /* immutable while we hold a ref */
     slock(s);

@@ -113,7 +113,7 @@ static void lock(struct sema_sem *s)
 static void unlock(struct sema_sem *s)
 {
     /* Only the address is used after the exchange, which the kernel tolerates even if the
-     * memory was freed meanwhile (as for the waiter's futex, pitfall 9). */
+     * memory was freed meanwhile (as for the waiter's futex). */
     if (__atomic_exchange_n(&s->lock, 0, __ATOMIC_RELEASE) == 2)
         futex(&s->lock, FUTEX_WAKE_PRIVATE, 1, NULL);
 }
@@ -241,7 +241,7 @@ static void admit(struct sema_sem *s, notify_list_t *out)
 static void wake_blocked(sema_sem_waiter_t *n)
 {
     /* After this exchange the waiter may return and its memory go away: only the futex
-     * address is used afterwards, which the kernel tolerates (pitfall 9). */
+     * address is used afterwards, which the kernel tolerates. */
     uint32_t old = __atomic_exchange_n(&n->state_, ST_DONE, __ATOMIC_ACQ_REL);
 
     if (old == ST_SLEEPING)
@@ -249,7 +249,7 @@ static void wake_blocked(sema_sem_waiter_t *n)
 }
 
 /* Callbacks queued by this thread, run one after another by the outermost runner so a
- * callback that releases (and so grants another callback) never recurses (pitfall 15). */
+ * callback that releases (and so grants another callback) never recurses (no stack overflow). */
 static _Thread_local struct {
     sema_sem_waiter_t *head, *tail;
     int running;
@@ -387,7 +387,7 @@ static void init_waiter(sema_sem_waiter_t *n, uint64_t weight, unsigned kind)
 }
 
 /* Under the lock: take a still-queued waiter out without notifying it (its owner is the
- * caller); those behind it may now fit (pitfalls 1 and 5). */
+ * caller); those behind it may now fit: nobody is left waiting behind a gap. */
 static void withdraw(struct sema_sem *s, sema_sem_waiter_t *n, notify_list_t *out)
 {
     dequeue(s, n);
@@ -499,7 +499,8 @@ static int acquire_slow(struct sema_sem *s, uint64_t weight, int idle, int64_t d
         init_waiter(&bw.w, weight, idle ? KIND_IDLE : 0);
         bw.sem = s;
         /* Registered under our lock, queued before it is dropped: a fire in between
-         * runs on_cancel after we unlock and finds the waiter queued (pitfall 4). */
+         * runs on_cancel after we unlock and finds the waiter queued (no stale waiter is left to
+         * swallow a unit). */
         rc = sema__cancel_register(cancel, &bw.reg, on_cancel, &bw);
         if (rc == 0) {
             enqueue(s, &bw.w);

@@ -16,7 +16,7 @@
 enum { M_OTHER, M_GET, M_PUT, M_POST, M_PATCH, M_DELETE };
 
 static const route_t routes[] = {
-    /* seed 001's legacy API */
+    /* the legacy API (the original semaphore service's five routes) */
     R(POST, "/semaphore", "", "", legacy_create, ROUTE_LEGACY, "legacy: create {name,value}"),
     R(POST, "/semaphore/up", "", "", legacy_up, ROUTE_LEGACY, "legacy: add one unit {name}"),
     R(POST, "/semaphore/down", "", "", legacy_down, ROUTE_LEGACY, "legacy: take one unit {name}"),

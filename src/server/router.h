@@ -10,7 +10,7 @@ struct route_ctx;
 typedef void (*route_handler_fn)(struct route_ctx *ctx);
 
 enum {
-    ROUTE_LEGACY = 1, /* seed 001's API: errors as text/html, not problem+json */
+    ROUTE_LEGACY = 1, /* the legacy API: errors as text/html, not problem+json */
     ROUTE_STREAM = 2, /* the reply is an event stream (SSE) */
 };
 

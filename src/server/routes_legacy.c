@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* routes_legacy.c - seed 001's five endpoints, same statuses, bodies and content types,
- * with 400 and a clear message where the original hung or answered 500. */
+/* routes_legacy.c - the original semaphore service's five endpoints, same statuses, bodies and
+ * content types, with 400 and a clear message where the original hung or answered 500. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -581,7 +581,7 @@ export class Semaphore {
   }
 
   /**
-   * Seed-000 style: gives back the oldest permit of weight `n` taken with `acquire(n)`
+   * Weighted-semaphore style: gives back the oldest permit of weight `n` taken with `acquire(n)`
    * through this handle. Throws SemaOverflowError (synchronously) if there is none.
    * Never rejects.
    */
@@ -723,7 +723,7 @@ interface LegacyReply {
   value: number;
 }
 
-/** The five routes of the original Node-RED flow (seed 001). */
+/** The five routes of the original Node-RED flow (the legacy API). */
 export interface LegacyApi {
   /** POST /semaphore: `created` is false when the name existed (303; nothing changed). */
   create(name: string, value: number): Promise<{ name: string; value: number; created: boolean }>;
@@ -835,7 +835,7 @@ export class SemaClient {
   }
 
   /**
-   * Seed-000 `mapLimit(items, limit, fn)`, fleet-wide: every call holds one unit of
+   * `mapLimit(items, limit, fn)` of the async libraries, fleet-wide: every call holds one unit of
    * semaphore `name` (created with capacity `limit` if missing), so at most `limit` run at
    * once across all processes. Results come back in input order; the first error stops new
    * work (calls already running finish, their `signal` argument is not fired) and is thrown.
