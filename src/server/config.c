@@ -250,9 +250,16 @@ static void print_default(FILE *out, const semad_config_t *d, const option_t *o)
     case OPT_SIZE:
         fprintf(out, "; default %zu", *(const size_t *)field);
         break;
-    case OPT_MS:
-        fprintf(out, "; default %lldms", (long long)*(const int64_t *)field);
+    case OPT_MS: { /* as the docs write it: 24h, 60s, 500ms */
+        long long ms = (long long)*(const int64_t *)field;
+        if (ms > 0 && ms % 3600000 == 0)
+            fprintf(out, "; default %lldh", ms / 3600000);
+        else if (ms > 0 && ms % 1000 == 0)
+            fprintf(out, "; default %llds", ms / 1000);
+        else
+            fprintf(out, "; default %lldms", ms);
         break;
+    }
     case OPT_DURABILITY:
         fprintf(out, "; default %s", dur[*(const store_durability_t *)field]);
         break;
