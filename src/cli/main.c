@@ -25,32 +25,59 @@ int cmd_bench(int argc, char **argv) __attribute__((weak));
     "75 timed out (or busy with -t 0); 76 lease lost (remote); run: the command's\n"               \
     "status, 126 not executable, 127 not found, 128+N killed by signal N.\n"
 
+/* The local verbs' help has the shape of the remote verbs' (cmd_remote.c verb_help): usage,
+ * what it does, options, exit status, examples. */
+#define LOCAL_OPTION                                                                               \
+    "  --local          a semaphore shared by the processes of this machine (/dev/shm)\n"
+
 /* Every verb of `sema`. To add a remote form, fill in `remote`; to add a verb, add a row. */
 static const cli_command_t commands[] = {
     {"run", cli_local_run, remote_verb, "hold units of a semaphore while a command runs",
-     "usage: sema run --local NAME [-c CAPACITY] [-w WEIGHT] [-t D] [-m MODE] -- CMD "
-     "[ARGS...]\n"
-     "Wait in FIFO order for WEIGHT units (default 1) of the semaphore NAME, run CMD while\n"
-     "holding them, give them back when CMD ends, and exit with CMD's status. sema itself\n"
-     "holds the units: if sema dies they come back, even if CMD lives on. Signals sent to\n"
-     "sema (INT, TERM, HUP, QUIT, USR1, USR2, WINCH) are forwarded to CMD.\n"
-     "  --local          a semaphore shared by the processes of this machine (/dev/shm)\n"
-     "  -c, --capacity N create it with N units (default 1); an existing one must match\n"
-     "                   (without -c, an existing one is used whatever its capacity)\n"
-     "  -w, --weight N   units to hold (default 1)\n"
-     "  -t, --timeout D  give up after D (500ms, 10s, 2m, 1h; 0 = do not wait; default\n"
-     "                   forever) and exit 75\n"
-     "  -m, --mode MODE  permissions when created, octal (default 600)\n" EXIT_CODES_HELP},
+     "usage: sema run --local NAME [-c CAPACITY] [-w W] [-t D] [-m MODE] -- CMD [ARGS...]\n"
+     "\n"
+     "hold units of a semaphore of this machine while CMD runs: wait in FIFO order for W\n"
+     "units of NAME, run CMD, give them back when CMD ends. sema itself holds the units: if\n"
+     "sema dies they come back, even if CMD lives on. Signals sent to sema (INT, TERM, HUP,\n"
+     "QUIT, USR1, USR2, WINCH) are forwarded to CMD.\n"
+     "\n"
+     "options:\n" LOCAL_OPTION
+     "  -c, --capacity N  create it with N units (default 1); an existing one must match\n"
+     "                 (without -c, an existing one is used whatever its capacity)\n"
+     "  -w, --weight W units to hold (default 1)\n"
+     "  -t, --timeout D  wait at most D (500ms, 10s, 2m; 0 = try once; default forever)\n"
+     "  -m, --mode MODE  permissions when created, octal (default 600)\n"
+     "\n"
+     "exit status: 0 ok, 1 failed, 2 usage, 75 timeout or busy; otherwise CMD's own status\n"
+     "(126 not executable, 127 not found, 128+N if killed by signal N).\n"
+     "\n"
+     "examples:\n"
+     "  sema run --local gpu -c 2 -- ./train.sh\n"
+     "  sema run --local gpu -w 2 -t 10m -- ./big-job.sh\n"},
     {"ls", cli_local_ls, remote_verb, "list semaphores with their holders and waiters",
      "usage: sema ls --local [NAME...]\n"
-     "List the semaphores of this machine (or only NAME...): capacity, available units,\n"
+     "\n"
+     "list the semaphores of this machine (or only NAME...): capacity, available units,\n"
      "holders (pid, weight, since) and waiters in queue order. Units of dead processes are\n"
-     "reclaimed before listing.\n" EXIT_CODES_HELP},
+     "reclaimed before listing.\n"
+     "\n"
+     "options:\n" LOCAL_OPTION "\n"
+     "exit status: 0 ok, 1 failed, 2 usage.\n"
+     "\n"
+     "examples:\n"
+     "  sema ls --local\n"
+     "  sema ls --local gpu\n"},
     {"rm", cli_local_rm, remote_verb, "remove semaphores",
      "usage: sema rm --local [-f] NAME...\n"
-     "Remove the semaphores NAME. Processes that have one open keep using it; later opens\n"
-     "create a new one.\n"
-     "  -f, --force  no error if NAME does not exist\n" EXIT_CODES_HELP},
+     "\n"
+     "remove the semaphores NAME of this machine. Processes that have one open keep using\n"
+     "it; later opens create a new one.\n"
+     "\n"
+     "options:\n" LOCAL_OPTION "  -f, --force    no error if NAME does not exist\n"
+     "\n"
+     "exit status: 0 ok, 1 failed (no such semaphore without -f), 2 usage.\n"
+     "\n"
+     "examples:\n"
+     "  sema rm --local gpu\n"},
     {"help", cmd_help, cmd_help, "show help for sema or one of its verbs",
      "usage: sema help [VERB]\n"},
     {"version", cmd_version, cmd_version, "print the version", "usage: sema version\n"},
