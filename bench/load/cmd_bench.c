@@ -7,10 +7,12 @@
 #include "cmd_bench.h"
 
 const char cmd_bench_usage[] =
-    "usage: sema bench [options]\n"
-    "Load generator for semad: one event loop, N keep-alive connections, no pipelining.\n"
+    "usage: sema bench [-m MODE] [-c N] [-d D | -n N] [OPTIONS...]\n"
     "\n"
-    "  -s, --server URL      server (default $SEMA_SERVER or http://127.0.0.1:7070)\n"
+    "measure a semad server: one event loop, N keep-alive connections, no pipelining.\n"
+    "\n"
+    "options:\n"
+    "  -s, --server URL      semad to talk to (default $SEMA_SERVER or http://127.0.0.1:7070)\n"
     "  -m, --mode MODE       pairs    acquire then release on the same connection (default)\n"
     "                        get      GET --path, for ceiling and wrk comparisons\n"
     "                        create   PUT NAME-0, NAME-1, ...: many idle semaphores\n"
