@@ -281,6 +281,23 @@ static void report(void)
     printf("  full replies (retried) %" PRIu64 ", errors %" PRIu64 "\n", full_replies, errors);
 }
 
+/* A duration as sema and semad write it (500ms, 2s, 1.5s, 1m), in seconds; -1 if it has no
+ * unit or is not one. */
+static double duration_s(const char *v)
+{
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v)
+        return -1;
+    if (strcmp(end, "ms") == 0)
+        return x / 1000;
+    if (strcmp(end, "s") == 0)
+        return x;
+    if (strcmp(end, "m") == 0)
+        return x * 60;
+    return -1;
+}
+
 static int parse(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
@@ -304,7 +321,7 @@ static int parse(int argc, char **argv)
         } else if (strcmp(a, "-c") == 0)
             o.conns = (unsigned)strtoul(v, NULL, 10);
         else if (strcmp(a, "-d") == 0)
-            o.duration_s = strtod(v, NULL);
+            o.duration_s = duration_s(v);
         else if (strcmp(a, "-n") == 0)
             o.count = strtoull(v, NULL, 10);
         else if (strcmp(a, "-k") == 0)
@@ -325,7 +342,7 @@ static int parse(int argc, char **argv)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        printf("bench_redis_peer: usage: bench_redis_peer --redis HOST:PORT [-c 50] [-d SECS | -n "
+        printf("bench_redis_peer: usage: bench_redis_peer --redis HOST:PORT [-c 50] [-d D | -n "
                "PAIRS] [-k SEMS] [--capacity C] [--json]\n"
                "  (bench/semad_vs_peers.sh runs it against a redis-server of its own)\n");
         return 0;

@@ -246,8 +246,8 @@ for r in $(seq "$ROUNDS"); do
     j_none=$(best "${j_none:-}" "$(cpu_bench "$pid_none" -s "http://$addr_none" -c "$CONNS" -d "${SECS}s" --name pairs-none)")
     j_strict=$(best "${j_strict:-}" "$(cpu_bench "$pid_strict" -s "http://$addr_strict" -c "$CONNS" -d "${SECS}s" --name pairs-strict)")
     if [ "$have_redis" = 1 ]; then
-        j_redis=$(best "${j_redis:-}" "$(cpu_of "$pid_redis" gen_cmd timeout 120 "$redis_peer" --redis "127.0.0.1:$rport_redis" -c "$CONNS" -d "$SECS" --json)")
-        j_aof=$(best "${j_aof:-}" "$(cpu_of "$pid_redis_aof" gen_cmd timeout 120 "$redis_peer" --redis "127.0.0.1:$rport_redis_aof" -c "$CONNS" -d "$SECS" --json)")
+        j_redis=$(best "${j_redis:-}" "$(cpu_of "$pid_redis" gen_cmd timeout 120 "$redis_peer" --redis "127.0.0.1:$rport_redis" -c "$CONNS" -d "${SECS}s" --json)")
+        j_aof=$(best "${j_aof:-}" "$(cpu_of "$pid_redis_aof" gen_cmd timeout 120 "$redis_peer" --redis "127.0.0.1:$rport_redis_aof" -c "$CONNS" -d "${SECS}s" --json)")
     fi
     j_get=$(best "${j_get:-}" "$(cpu_bench "$pid_none" -s "http://$addr_none" -c "$CONNS" -d "${SECS}s" -m get --path /healthz)")
     if [ "$have_wrk" = 1 ]; then
