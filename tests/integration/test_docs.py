@@ -241,8 +241,9 @@ def run_session(page, d, prefix, port):
 def isolation():
     """The command that gives a page its own network and /dev/shm, or None."""
     cmd = ["unshare", "--net", "--mount"] + (["--map-root-user"] if os.geteuid() != 0 else [])
-    try:
-        ok = subprocess.run(cmd + ["true"], capture_output=True, timeout=20).returncode == 0
+    try:  # all of it: a sandbox may allow the namespaces but not the mount or the loopback
+        ok = subprocess.run(cmd + [sys.executable, os.path.abspath(__file__), "--probe"],
+                            capture_output=True, timeout=20).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         ok = False
     return cmd if ok else None
@@ -259,10 +260,14 @@ def lo_up():
         fcntl.ioctl(s, 0x8914, struct.pack("16sh", b"lo", flags | 1))
 
 
-def inner(page, d, prefix):
-    """Entry point inside unshare: a private loopback and /dev/shm, then the session."""
+def private_net_and_shm():
     lo_up()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=1777", "tmpfs", "/dev/shm"], check=True)
+
+
+def inner(page, d, prefix):
+    """Entry point inside unshare: a private loopback and /dev/shm, then the session."""
+    private_net_and_shm()
     ok, report = run_session(page, d, prefix, 7070)
     print(report)
     sys.exit(0 if ok else 1)
@@ -321,4 +326,7 @@ def test_examples_run_as_written():
 if __name__ == "__main__":
     if len(sys.argv) == 5 and sys.argv[1] == "--page":
         inner(*sys.argv[2:])
+    if sys.argv[1:] == ["--probe"]:
+        private_net_and_shm()
+        sys.exit(0)
     fx.main(globals())
