@@ -10,6 +10,7 @@ import os
 import socket
 import sys
 import threading
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import semad_fixture as fx  # noqa: E402
@@ -105,6 +106,7 @@ class Runner:
 
     def send(self, label, path, body, waitidle=False):
         before = self.nwaiters()
+        t0 = time.monotonic()
         req = Request(self.s, path, body)
         self.reqs[label] = req
         self.kinds[label] = waitidle
@@ -113,9 +115,9 @@ class Runner:
         if not req.done.is_set():
             return "queued"
         res = outcome(req, waitidle)
-        if res == "timedout":
-            # Only a queued request times out (a try answers "unavailable"): on a slow
-            # machine a short timeout can run out before the queue was seen. `now` settles it.
+        if res == "timedout" and time.monotonic() - t0 >= body.get("timeout_ms", 0) / 1000:
+            # It waited its whole timeout, so it was queued: on a slow machine a short
+            # timeout can run out before the queue was seen. `now` settles it.
             return "queued"
         if res == "granted":
             self.leases[label] = req.reply[1]["lease"]
