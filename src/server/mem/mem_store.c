@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef struct {
@@ -251,13 +252,38 @@ static void fail_batch(mem_t *e, elist_t *batch)
 struct ecommitter {
     pthread_t thread;
     pthread_mutex_t mu;
-    pthread_cond_t cv; /* work posted, stop asked, or a commit done */
+    pthread_cond_t cv; /* work posted, stop asked, a wake-up asked, or a commit done */
     int work, done, stop;
     int stopped; /* joined (loop thread only): commits run inline from then on */
     int rc;
+    int tick;         /* the gathering deadline passed: the loop starts the next commit */
+    uint64_t wake_at; /* uv_hrtime() at which to tick, or 0 */
+    uint64_t run_ns;  /* how long the last commit took to write and sync */
     char err[256];
     uv_async_t async;
 };
+
+/* Wait for work; meanwhile tick at wake_at if the loop asked for it. Called with c->mu. */
+static void wait_work(ecommitter_t *c)
+{
+    while (!c->work && !c->stop) {
+        uint64_t now = uv_hrtime();
+        if (c->wake_at == 0) {
+            pthread_cond_wait(&c->cv, &c->mu);
+        } else if (now >= c->wake_at) {
+            c->wake_at = 0;
+            c->tick = 1;
+            uv_async_send(&c->async);
+        } else {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            uint64_t ns = (uint64_t)ts.tv_nsec + (c->wake_at - now);
+            ts.tv_sec += (time_t)(ns / 1000000000u);
+            ts.tv_nsec = (long)(ns % 1000000000u);
+            pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+        }
+    }
+}
 
 static void *committer_main(void *arg)
 {
@@ -266,13 +292,16 @@ static void *committer_main(void *arg)
 
     pthread_mutex_lock(&c->mu);
     for (;;) {
-        while (!c->work && !c->stop)
-            pthread_cond_wait(&c->cv, &c->mu);
+        wait_work(c);
         if (!c->work)
             break;
+        c->wake_at = 0;
         pthread_mutex_unlock(&c->mu);
+        uint64_t t0 = uv_hrtime();
         int rc = store_commit_run(e->store, c->err, sizeof(c->err));
+        uint64_t t1 = uv_hrtime();
         pthread_mutex_lock(&c->mu);
+        c->run_ns = t1 - t0;
         c->rc = rc;
         c->work = 0;
         c->done = 1;
@@ -284,6 +313,7 @@ static void *committer_main(void *arg)
 }
 
 static void commit_done(mem_t *e, int rc);
+static void start_commit(mem_t *e, int force);
 
 /* Take what the committer finished, if it has: 1 and its result in *rc. */
 static int take_done(ecommitter_t *c, mem_t *e, int wait, int *rc)
@@ -302,13 +332,29 @@ static int take_done(ecommitter_t *c, mem_t *e, int wait, int *rc)
     return done;
 }
 
+/* Take the committer's tick (the gathering deadline passed), if it sent one. */
+static int take_tick(ecommitter_t *c)
+{
+    int tick;
+
+    pthread_mutex_lock(&c->mu);
+    tick = c->tick;
+    c->tick = 0;
+    pthread_mutex_unlock(&c->mu);
+    return tick;
+}
+
 static void on_commit_async(uv_async_t *h)
 {
     mem_t *e = h->data;
     int rc;
 
-    if (!e->committer->stopped && take_done(e->committer, e, 0, &rc))
+    if (e->committer->stopped)
+        return;
+    if (take_done(e->committer, e, 0, &rc))
         commit_done(e, rc);
+    else if (take_tick(e->committer) && e->gather_until != 0)
+        start_commit(e, 1);
 }
 
 int mem__committer_start(mem_t *e)
@@ -321,7 +367,14 @@ int mem__committer_start(mem_t *e)
         sema__free(c);
         return SEMA_ENOMEM;
     }
-    if (pthread_cond_init(&c->cv, NULL) != 0) {
+    pthread_condattr_t ca;
+    int bad = pthread_condattr_init(&ca) != 0;
+    if (!bad) {
+        bad = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) != 0 ||
+              pthread_cond_init(&c->cv, &ca) != 0;
+        pthread_condattr_destroy(&ca);
+    }
+    if (bad) {
         pthread_mutex_destroy(&c->mu);
         sema__free(c);
         return SEMA_ENOMEM;
@@ -349,22 +402,30 @@ static void deliver(mem_t *e, elist_t *list)
     elist_splice(&e->ready, list);
 }
 
-/* Start the next group commit, unless one runs (its end starts the next). */
-static void start_commit(mem_t *e)
+/* Start the next group commit, unless one runs (its end starts the next) or, unless
+ * `force`, the loop is gathering the requests of the clients the last commit answered. */
+static void start_commit(mem_t *e, int force)
 {
     ecommitter_t *c = e->committer;
 
     if (e->committing)
         return;
+    if (!force && e->gather_until != 0 && e->nwait < e->gather_want &&
+        uv_hrtime() < e->gather_until)
+        return; /* a later request, or the committer's tick, starts it */
+    e->gather_until = 0;
     mem__store_sems_flush(e);
     if (!store_commit_start(e->store)) {
         /* Nothing recorded: these replies carry no mutation of their own, and every
          * commit started before them is done. */
         deliver(e, &e->commit_wait);
+        e->nwait = 0;
         mem__drain(e);
         return;
     }
     elist_splice(&e->commit_fly, &e->commit_wait);
+    e->nfly = e->nwait;
+    e->nwait = 0;
     e->committing = 1;
     e->commits++;
     if (c == NULL || c->stopped) {
@@ -373,6 +434,34 @@ static void start_commit(mem_t *e)
     }
     pthread_mutex_lock(&c->mu);
     c->work = 1;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* A commit just answered its requests. Under a closed-loop load most of those clients send
+ * their next request within a round trip, while the requests recorded during the sync are
+ * already waiting; starting the next commit at once would carry only the latter and make
+ * the others wait for a whole sync more, splitting the clients into two groups that take
+ * turns. So the next commit waits until as many requests wait as the last one answered plus
+ * those recorded during its sync, or for as long as that sync took (at most GATHER_MAX_NS),
+ * whichever comes first: the clients come back to one commit, and a commit carries twice as
+ * many. A lone client (one request per commit) never waits. */
+#define GATHER_MAX_NS 1000000u
+
+static void gather(mem_t *e)
+{
+    ecommitter_t *c = e->committer;
+    uint64_t want = e->nfly + e->nwait;
+    uint64_t wait_ns;
+
+    e->gather_until = 0;
+    if (e->nfly == 0 || e->nwait >= want)
+        return;
+    pthread_mutex_lock(&c->mu);
+    wait_ns = c->run_ns < GATHER_MAX_NS ? c->run_ns : GATHER_MAX_NS;
+    e->gather_want = want;
+    e->gather_until = uv_hrtime() + wait_ns;
+    c->wake_at = e->gather_until;
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
 }
@@ -397,11 +486,12 @@ static void commit_done(mem_t *e, int rc)
     }
     deliver(e, &batch);
     mem__drain(e);
-    if (e->ndirty != 0 || store_pending(e->store) || !elist_empty(&e->commit_wait)) {
-        if (e->committer != NULL && !e->committer->stopped)
-            start_commit(e); /* what was recorded during the sync: at once */
-        else
-            mem__mark_dirty(e); /* inline: next tick, no recursion */
+    if (e->committer != NULL && !e->committer->stopped) {
+        gather(e);
+        if (e->ndirty != 0 || store_pending(e->store) || !elist_empty(&e->commit_wait))
+            start_commit(e, 0);
+    } else if (e->ndirty != 0 || store_pending(e->store) || !elist_empty(&e->commit_wait)) {
+        mem__mark_dirty(e); /* inline: next tick, no recursion */
     }
 }
 
@@ -413,7 +503,7 @@ void mem__commit_cb(uv_check_t *h)
     e->commit_armed = 0;
     uv_check_stop(&e->check);
     uv_idle_stop(&e->idle);
-    start_commit(e);
+    start_commit(e, 0);
 }
 
 void mem__commit_flush(mem_t *e, uv_close_cb on_closed)
@@ -426,7 +516,7 @@ void mem__commit_flush(mem_t *e, uv_close_cb on_closed)
         if (!e->committing) {
             if (e->ndirty == 0 && !store_pending(e->store) && elist_empty(&e->commit_wait))
                 break;
-            start_commit(e);
+            start_commit(e, 1);
             continue;
         }
         if (take_done(c, e, 1, &rc)) /* committing with no thread ends inline */
