@@ -448,10 +448,9 @@ static void start_commit(mem_t *e, int force)
  * many. A lone client (one request per commit) never waits. */
 #define GATHER_MAX_NS 1000000u
 
-static void gather(mem_t *e)
+static void gather(mem_t *e, uint64_t want)
 {
     ecommitter_t *c = e->committer;
-    uint64_t want = e->nfly + e->nwait;
     uint64_t wait_ns;
 
     e->gather_until = 0;
@@ -470,6 +469,8 @@ static void gather(mem_t *e)
 static void commit_done(mem_t *e, int rc)
 {
     elist_t batch;
+    /* Counted before the replies go out: a client may send its next request at once. */
+    uint64_t want = e->nfly + e->nwait;
 
     e->committing = 0;
     store_commit_finish(e->store, rc);
@@ -480,6 +481,7 @@ static void commit_done(mem_t *e, int rc)
         /* What was recorded since was applied in memory on top of the failed commit: it
          * goes too, and the state is rebuilt from the store. */
         elist_splice(&batch, &e->commit_wait);
+        e->nwait = 0;
         fail_batch(e, &batch);
         store_discard_pending(e->store);
         restore_from_store(e);
@@ -487,7 +489,7 @@ static void commit_done(mem_t *e, int rc)
     deliver(e, &batch);
     mem__drain(e);
     if (e->committer != NULL && !e->committer->stopped) {
-        gather(e);
+        gather(e, want);
         if (e->ndirty != 0 || store_pending(e->store) || !elist_empty(&e->commit_wait))
             start_commit(e, 0);
     } else if (e->ndirty != 0 || store_pending(e->store) || !elist_empty(&e->commit_wait)) {
