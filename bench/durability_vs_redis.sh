@@ -144,8 +144,10 @@ for line in open(sys.argv[1]):
                  r"server_sys_us_per_pair=(\S+)", line)
     if m:
         rows.setdefault(m[2], {})[int(m[1])] = tuple(float(x) for x in m.group(3, 4, 5))
+def num(x):
+    return f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}"
 def spread(v):
-    return f"median={statistics.median(v):.3g} min={min(v):.3g} max={max(v):.3g}"
+    return f"median={num(statistics.median(v))} min={num(min(v))} max={num(max(v))}"
 for name, rr in rows.items():
     r = list(rr.values())
     print(f"figure {name} pairs_per_s_{spread([x[0] for x in r])}"

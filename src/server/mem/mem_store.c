@@ -3,7 +3,9 @@
  * one group commit per loop tick, and the rollback when a commit fails. */
 #include "mem_internal.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <sys/eventfd.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -249,6 +251,8 @@ static void fail_batch(mem_t *e, elist_t *batch)
  * replies whose mutations it carries (commit_fly) go out when it has finished, and those
  * recorded meanwhile (commit_wait) ride the next one, so a reply never goes out before
  * every commit started before it. */
+#define GATHER_MAX_NS 1000000u /* the longest the next commit waits for more requests */
+
 struct ecommitter {
     pthread_t thread;
     pthread_mutex_t mu;
@@ -256,14 +260,29 @@ struct ecommitter {
     int work, done, stop;
     int stopped; /* joined (loop thread only): commits run inline from then on */
     int rc;
+    int gather;       /* the posted commit carries replies: tick after it (see gather()) */
     int tick;         /* the gathering deadline passed: the loop starts the next commit */
     uint64_t wake_at; /* uv_hrtime() at which to tick, or 0 */
     uint64_t run_ns;  /* how long the last commit took to write and sync */
     char err[256];
-    uv_async_t async;
+    int efd;        /* eventfd: the committer's signal to the loop (done, or a tick) */
+    uv_poll_t poll; /* the loop's watch on efd */
 };
 
-/* Wait for work; meanwhile tick at wake_at if the loop asked for it. Called with c->mu. */
+/* Wake the loop. An eventfd rather than a uv_async_t: libuv's loop spins (sched_yield)
+ * while an async sender is between its two steps, which a preempted committer made
+ * frequent on a busy machine; what the signal means is read under c->mu anyway. */
+static void notify(ecommitter_t *c)
+{
+    uint64_t one = 1;
+    ssize_t n;
+
+    do
+        n = write(c->efd, &one, sizeof one);
+    while (n < 0 && errno == EINTR);
+}
+
+/* Wait for work; meanwhile tick at wake_at, if set. Called with c->mu. */
 static void wait_work(ecommitter_t *c)
 {
     while (!c->work && !c->stop) {
@@ -273,7 +292,7 @@ static void wait_work(ecommitter_t *c)
         } else if (now >= c->wake_at) {
             c->wake_at = 0;
             c->tick = 1;
-            uv_async_send(&c->async);
+            notify(c);
         } else {
             struct timespec ts;
             clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -302,11 +321,17 @@ static void *committer_main(void *arg)
         uint64_t t1 = uv_hrtime();
         pthread_mutex_lock(&c->mu);
         c->run_ns = t1 - t0;
+        /* The loop may wait this long for the clients just answered (gather()); tick then,
+         * unless the next commit is posted first. Armed here, so the loop never has to
+         * wake this thread just to time its wait. */
+        c->wake_at = c->gather ? t1 + (c->run_ns < GATHER_MAX_NS ? c->run_ns : GATHER_MAX_NS) : 0;
         c->rc = rc;
         c->work = 0;
         c->done = 1;
         pthread_cond_broadcast(&c->cv);
-        uv_async_send(&c->async);
+        pthread_mutex_unlock(&c->mu);
+        notify(c);
+        pthread_mutex_lock(&c->mu);
     }
     pthread_mutex_unlock(&c->mu);
     return NULL;
@@ -326,6 +351,7 @@ static int take_done(ecommitter_t *c, mem_t *e, int wait, int *rc)
     done = c->done;
     c->done = 0;
     *rc = c->rc;
+    e->last_run_ns = c->run_ns;
     if (done && c->rc != 0)
         snprintf(e->errbuf, sizeof(e->errbuf), "%s", c->err);
     pthread_mutex_unlock(&c->mu);
@@ -344,16 +370,22 @@ static int take_tick(ecommitter_t *c)
     return tick;
 }
 
-static void on_commit_async(uv_async_t *h)
+static void on_commit_signal(uv_poll_t *h, int status, int events)
 {
     mem_t *e = h->data;
+    uint64_t n;
     int rc;
 
+    (void)status;
+    (void)events;
+    while (read(e->committer->efd, &n, sizeof n) < 0 && errno == EINTR)
+        ;
     if (e->committer->stopped)
         return;
     if (take_done(e->committer, e, 0, &rc))
         commit_done(e, rc);
-    else if (take_tick(e->committer) && e->gather_until != 0)
+    /* One signal may stand for both (the eventfd adds them up): take the tick too. */
+    if (take_tick(e->committer) && e->gather_until != 0)
         start_commit(e, 1);
 }
 
@@ -379,13 +411,17 @@ int mem__committer_start(mem_t *e)
         sema__free(c);
         return SEMA_ENOMEM;
     }
-    if (uv_async_init(e->loop, &c->async, on_commit_async) != 0) {
+    c->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (c->efd < 0 || uv_poll_init(e->loop, &c->poll, c->efd) != 0) {
+        if (c->efd >= 0)
+            close(c->efd);
         pthread_cond_destroy(&c->cv);
         pthread_mutex_destroy(&c->mu);
         sema__free(c);
         return SEMA_ENOMEM;
     }
-    c->async.data = e;
+    c->poll.data = e;
+    (void)uv_poll_start(&c->poll, UV_READABLE, on_commit_signal);
     e->committer = c;
     if (pthread_create(&c->thread, NULL, committer_main, e) != 0) {
         c->stopped = 1; /* commits run on the loop thread; the handle still needs closing */
@@ -434,6 +470,7 @@ static void start_commit(mem_t *e, int force)
     }
     pthread_mutex_lock(&c->mu);
     c->work = 1;
+    c->gather = e->nfly != 0;
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
 }
@@ -446,23 +483,15 @@ static void start_commit(mem_t *e, int force)
  * those recorded during its sync, or for as long as that sync took (at most GATHER_MAX_NS),
  * whichever comes first: the clients come back to one commit, and a commit carries twice as
  * many. A lone client (one request per commit) never waits. */
-#define GATHER_MAX_NS 1000000u
-
 static void gather(mem_t *e, uint64_t want)
 {
-    ecommitter_t *c = e->committer;
-    uint64_t wait_ns;
+    uint64_t ns = e->last_run_ns < GATHER_MAX_NS ? e->last_run_ns : GATHER_MAX_NS;
 
     e->gather_until = 0;
     if (e->nfly == 0 || e->nwait >= want)
         return;
-    pthread_mutex_lock(&c->mu);
-    wait_ns = c->run_ns < GATHER_MAX_NS ? c->run_ns : GATHER_MAX_NS;
     e->gather_want = want;
-    e->gather_until = uv_hrtime() + wait_ns;
-    c->wake_at = e->gather_until;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
+    e->gather_until = uv_hrtime() + ns; /* the committer ticks at about the same time */
 }
 
 /* The running commit ended with rc: send its replies, or fail them and roll back. */
@@ -534,7 +563,7 @@ void mem__commit_flush(mem_t *e, uv_close_cb on_closed)
         pthread_join(c->thread, NULL);
         c->stopped = 1;
     }
-    uv_close((uv_handle_t *)&c->async, on_closed); /* the engine frees c with itself */
+    uv_close((uv_handle_t *)&c->poll, on_closed); /* the engine frees c with itself */
 }
 
 void mem__committer_free(mem_t *e)
@@ -543,6 +572,7 @@ void mem__committer_free(mem_t *e)
 
     if (c == NULL)
         return;
+    close(c->efd); /* its poll handle is closed */
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
     sema__free(c);
