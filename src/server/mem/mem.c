@@ -130,12 +130,20 @@ void mem__store_sem(mem_t *e, esem_t *s)
     mem__mark_dirty(e);
 }
 
+#define FENCE_RESERVE 1024u
+
 void mem__store_sems_flush(mem_t *e)
 {
     if (e->store != NULL && e->fence_seq > e->fence_stored) {
-        /* Lock fences live only in lease rows, which go with the release: keep the top. */
-        (void)store_put_fence_floor(e->store, e->fence_seq);
-        e->fence_stored = e->fence_seq;
+        /* Lock fences live only in lease rows, which go with the release: keep the top.
+         * The floor is written ahead by a block of fences, so a commit rewrites it once per
+         * FENCE_RESERVE grants rather than every time; a restart goes on above the block
+         * (fences may have gaps, never repeats). */
+        if (e->fence_seq > UINT64_MAX - FENCE_RESERVE)
+            e->fence_stored = e->fence_seq;
+        else
+            e->fence_stored = e->fence_seq + FENCE_RESERVE;
+        (void)store_put_fence_floor(e->store, e->fence_stored);
     }
     for (size_t i = 0; i < e->ndirty; i++) {
         esem_t *s = e->dirty[i];
@@ -383,6 +391,7 @@ static void finish_queue(mem_t *e, ereq_t *er, int status)
                               store_backlog(e->store) >= e->cfg.embedded.max_uncommitted))) {
         er->state = EREQ_COMMIT;
         elist_push_back(&e->commit_wait, &er->link);
+        e->nwait++;
         mem__mark_dirty(e);
     } else {
         er->state = EREQ_READY;

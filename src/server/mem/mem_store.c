@@ -3,9 +3,12 @@
  * one group commit per loop tick, and the rollback when a commit fails. */
 #include "mem_internal.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <sys/eventfd.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef struct {
@@ -248,16 +251,58 @@ static void fail_batch(mem_t *e, elist_t *batch)
  * replies whose mutations it carries (commit_fly) go out when it has finished, and those
  * recorded meanwhile (commit_wait) ride the next one, so a reply never goes out before
  * every commit started before it. */
+#define GATHER_MAX_NS 1000000u /* the longest the next commit waits for more requests */
+
 struct ecommitter {
     pthread_t thread;
     pthread_mutex_t mu;
-    pthread_cond_t cv; /* work posted, stop asked, or a commit done */
+    pthread_cond_t cv; /* work posted, stop asked, a wake-up asked, or a commit done */
     int work, done, stop;
     int stopped; /* joined (loop thread only): commits run inline from then on */
     int rc;
+    int gather;       /* the posted commit carries replies: tick after it (see gather()) */
+    int tick;         /* the gathering deadline passed: the loop starts the next commit */
+    uint64_t wake_at; /* uv_hrtime() at which to tick, or 0 */
+    uint64_t run_ns;  /* how long the last commit took to write and sync */
     char err[256];
-    uv_async_t async;
+    int efd;        /* eventfd: the committer's signal to the loop (done, or a tick) */
+    uv_poll_t poll; /* the loop's watch on efd */
 };
+
+/* Wake the loop. An eventfd rather than a uv_async_t: libuv's loop spins (sched_yield)
+ * while an async sender is between its two steps, which a preempted committer made
+ * frequent on a busy machine; what the signal means is read under c->mu anyway. */
+static void notify(ecommitter_t *c)
+{
+    uint64_t one = 1;
+    ssize_t n;
+
+    do
+        n = write(c->efd, &one, sizeof one);
+    while (n < 0 && errno == EINTR);
+}
+
+/* Wait for work; meanwhile tick at wake_at, if set. Called with c->mu. */
+static void wait_work(ecommitter_t *c)
+{
+    while (!c->work && !c->stop) {
+        uint64_t now = uv_hrtime();
+        if (c->wake_at == 0) {
+            pthread_cond_wait(&c->cv, &c->mu);
+        } else if (now >= c->wake_at) {
+            c->wake_at = 0;
+            c->tick = 1;
+            notify(c);
+        } else {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            uint64_t ns = (uint64_t)ts.tv_nsec + (c->wake_at - now);
+            ts.tv_sec += (time_t)(ns / 1000000000u);
+            ts.tv_nsec = (long)(ns % 1000000000u);
+            pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+        }
+    }
+}
 
 static void *committer_main(void *arg)
 {
@@ -266,24 +311,34 @@ static void *committer_main(void *arg)
 
     pthread_mutex_lock(&c->mu);
     for (;;) {
-        while (!c->work && !c->stop)
-            pthread_cond_wait(&c->cv, &c->mu);
+        wait_work(c);
         if (!c->work)
             break;
+        c->wake_at = 0;
         pthread_mutex_unlock(&c->mu);
+        uint64_t t0 = uv_hrtime();
         int rc = store_commit_run(e->store, c->err, sizeof(c->err));
+        uint64_t t1 = uv_hrtime();
         pthread_mutex_lock(&c->mu);
+        c->run_ns = t1 - t0;
+        /* The loop may wait this long for the clients just answered (gather()); tick then,
+         * unless the next commit is posted first. Armed here, so the loop never has to
+         * wake this thread just to time its wait. */
+        c->wake_at = c->gather ? t1 + (c->run_ns < GATHER_MAX_NS ? c->run_ns : GATHER_MAX_NS) : 0;
         c->rc = rc;
         c->work = 0;
         c->done = 1;
         pthread_cond_broadcast(&c->cv);
-        uv_async_send(&c->async);
+        pthread_mutex_unlock(&c->mu);
+        notify(c);
+        pthread_mutex_lock(&c->mu);
     }
     pthread_mutex_unlock(&c->mu);
     return NULL;
 }
 
 static void commit_done(mem_t *e, int rc);
+static void start_commit(mem_t *e, int force);
 
 /* Take what the committer finished, if it has: 1 and its result in *rc. */
 static int take_done(ecommitter_t *c, mem_t *e, int wait, int *rc)
@@ -296,19 +351,42 @@ static int take_done(ecommitter_t *c, mem_t *e, int wait, int *rc)
     done = c->done;
     c->done = 0;
     *rc = c->rc;
+    e->last_run_ns = c->run_ns;
     if (done && c->rc != 0)
         snprintf(e->errbuf, sizeof(e->errbuf), "%s", c->err);
     pthread_mutex_unlock(&c->mu);
     return done;
 }
 
-static void on_commit_async(uv_async_t *h)
+/* Take the committer's tick (the gathering deadline passed), if it sent one. */
+static int take_tick(ecommitter_t *c)
+{
+    int tick;
+
+    pthread_mutex_lock(&c->mu);
+    tick = c->tick;
+    c->tick = 0;
+    pthread_mutex_unlock(&c->mu);
+    return tick;
+}
+
+static void on_commit_signal(uv_poll_t *h, int status, int events)
 {
     mem_t *e = h->data;
+    uint64_t n;
     int rc;
 
-    if (!e->committer->stopped && take_done(e->committer, e, 0, &rc))
+    (void)status;
+    (void)events;
+    while (read(e->committer->efd, &n, sizeof n) < 0 && errno == EINTR)
+        ;
+    if (e->committer->stopped)
+        return;
+    if (take_done(e->committer, e, 0, &rc))
         commit_done(e, rc);
+    /* One signal may stand for both (the eventfd adds them up): take the tick too. */
+    if (take_tick(e->committer) && e->gather_until != 0)
+        start_commit(e, 1);
 }
 
 int mem__committer_start(mem_t *e)
@@ -321,18 +399,29 @@ int mem__committer_start(mem_t *e)
         sema__free(c);
         return SEMA_ENOMEM;
     }
-    if (pthread_cond_init(&c->cv, NULL) != 0) {
+    pthread_condattr_t ca;
+    int bad = pthread_condattr_init(&ca) != 0;
+    if (!bad) {
+        bad = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) != 0 ||
+              pthread_cond_init(&c->cv, &ca) != 0;
+        pthread_condattr_destroy(&ca);
+    }
+    if (bad) {
         pthread_mutex_destroy(&c->mu);
         sema__free(c);
         return SEMA_ENOMEM;
     }
-    if (uv_async_init(e->loop, &c->async, on_commit_async) != 0) {
+    c->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (c->efd < 0 || uv_poll_init(e->loop, &c->poll, c->efd) != 0) {
+        if (c->efd >= 0)
+            close(c->efd);
         pthread_cond_destroy(&c->cv);
         pthread_mutex_destroy(&c->mu);
         sema__free(c);
         return SEMA_ENOMEM;
     }
-    c->async.data = e;
+    c->poll.data = e;
+    (void)uv_poll_start(&c->poll, UV_READABLE, on_commit_signal);
     e->committer = c;
     if (pthread_create(&c->thread, NULL, committer_main, e) != 0) {
         c->stopped = 1; /* commits run on the loop thread; the handle still needs closing */
@@ -349,22 +438,30 @@ static void deliver(mem_t *e, elist_t *list)
     elist_splice(&e->ready, list);
 }
 
-/* Start the next group commit, unless one runs (its end starts the next). */
-static void start_commit(mem_t *e)
+/* Start the next group commit, unless one runs (its end starts the next) or, unless
+ * `force`, the loop is gathering the requests of the clients the last commit answered. */
+static void start_commit(mem_t *e, int force)
 {
     ecommitter_t *c = e->committer;
 
     if (e->committing)
         return;
+    if (!force && e->gather_until != 0 && e->nwait < e->gather_want &&
+        uv_hrtime() < e->gather_until)
+        return; /* a later request, or the committer's tick, starts it */
+    e->gather_until = 0;
     mem__store_sems_flush(e);
     if (!store_commit_start(e->store)) {
         /* Nothing recorded: these replies carry no mutation of their own, and every
          * commit started before them is done. */
         deliver(e, &e->commit_wait);
+        e->nwait = 0;
         mem__drain(e);
         return;
     }
     elist_splice(&e->commit_fly, &e->commit_wait);
+    e->nfly = e->nwait;
+    e->nwait = 0;
     e->committing = 1;
     e->commits++;
     if (c == NULL || c->stopped) {
@@ -373,14 +470,36 @@ static void start_commit(mem_t *e)
     }
     pthread_mutex_lock(&c->mu);
     c->work = 1;
+    c->gather = e->nfly != 0;
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
+}
+
+/* A commit just answered its requests. Under a closed-loop load most of those clients send
+ * their next request within a round trip, while the requests recorded during the sync are
+ * already waiting; starting the next commit at once would carry only the latter and make
+ * the others wait for a whole sync more, splitting the clients into two groups that take
+ * turns. So the next commit waits until as many requests wait as the last one answered plus
+ * those recorded during its sync, or for as long as that sync took (at most GATHER_MAX_NS),
+ * whichever comes first: the clients come back to one commit, and a commit carries twice as
+ * many. A lone client (one request per commit) never waits. */
+static void gather(mem_t *e, uint64_t want)
+{
+    uint64_t ns = e->last_run_ns < GATHER_MAX_NS ? e->last_run_ns : GATHER_MAX_NS;
+
+    e->gather_until = 0;
+    if (e->nfly == 0 || e->nwait >= want)
+        return;
+    e->gather_want = want;
+    e->gather_until = uv_hrtime() + ns; /* the committer ticks at about the same time */
 }
 
 /* The running commit ended with rc: send its replies, or fail them and roll back. */
 static void commit_done(mem_t *e, int rc)
 {
     elist_t batch;
+    /* Counted before the replies go out: a client may send its next request at once. */
+    uint64_t want = e->nfly + e->nwait;
 
     e->committing = 0;
     store_commit_finish(e->store, rc);
@@ -391,17 +510,19 @@ static void commit_done(mem_t *e, int rc)
         /* What was recorded since was applied in memory on top of the failed commit: it
          * goes too, and the state is rebuilt from the store. */
         elist_splice(&batch, &e->commit_wait);
+        e->nwait = 0;
         fail_batch(e, &batch);
         store_discard_pending(e->store);
         restore_from_store(e);
     }
     deliver(e, &batch);
     mem__drain(e);
-    if (e->ndirty != 0 || store_pending(e->store) || !elist_empty(&e->commit_wait)) {
-        if (e->committer != NULL && !e->committer->stopped)
-            start_commit(e); /* what was recorded during the sync: at once */
-        else
-            mem__mark_dirty(e); /* inline: next tick, no recursion */
+    if (e->committer != NULL && !e->committer->stopped) {
+        gather(e, want);
+        if (e->ndirty != 0 || store_pending(e->store) || !elist_empty(&e->commit_wait))
+            start_commit(e, 0);
+    } else if (e->ndirty != 0 || store_pending(e->store) || !elist_empty(&e->commit_wait)) {
+        mem__mark_dirty(e); /* inline: next tick, no recursion */
     }
 }
 
@@ -413,7 +534,7 @@ void mem__commit_cb(uv_check_t *h)
     e->commit_armed = 0;
     uv_check_stop(&e->check);
     uv_idle_stop(&e->idle);
-    start_commit(e);
+    start_commit(e, 0);
 }
 
 void mem__commit_flush(mem_t *e, uv_close_cb on_closed)
@@ -426,7 +547,7 @@ void mem__commit_flush(mem_t *e, uv_close_cb on_closed)
         if (!e->committing) {
             if (e->ndirty == 0 && !store_pending(e->store) && elist_empty(&e->commit_wait))
                 break;
-            start_commit(e);
+            start_commit(e, 1);
             continue;
         }
         if (take_done(c, e, 1, &rc)) /* committing with no thread ends inline */
@@ -442,7 +563,7 @@ void mem__commit_flush(mem_t *e, uv_close_cb on_closed)
         pthread_join(c->thread, NULL);
         c->stopped = 1;
     }
-    uv_close((uv_handle_t *)&c->async, on_closed); /* the engine frees c with itself */
+    uv_close((uv_handle_t *)&c->poll, on_closed); /* the engine frees c with itself */
 }
 
 void mem__committer_free(mem_t *e)
@@ -451,6 +572,7 @@ void mem__committer_free(mem_t *e)
 
     if (c == NULL)
         return;
+    close(c->efd); /* its poll handle is closed */
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
     sema__free(c);
