@@ -50,7 +50,8 @@ typedef struct {
     int64_t ttl_ms;
     int64_t acquired_at_ms;
     int64_t expires_at_ms;
-    int is_lock; /* 1 for a keyed-lock lease (mode in `weight`: 1 shared, R exclusive) */
+    int is_lock;           /* 1 for a keyed-lock lease (mode in `weight`: 1 shared, R exclusive) */
+    const char *principal; /* the token that took it (semad --auth), may be NULL */
 } store_lease_t;
 
 /* Open (creating if needed) the store in directory `dir`, taking its lock file. On failure

@@ -1,0 +1,173 @@
+/* SPDX-License-Identifier: MIT */
+/* access.c - who may do what (semad --auth): the bearer token of each request, the right
+ * its route needs (router.c), the token's name prefixes, 401 and 403 replies, and the token
+ * file's reload on SIGHUP (connections stay open; a bad file keeps the tokens in use). */
+#include "server_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "log.h"
+#include "sema/error.h"
+
+/* ---- the token file ---- */
+
+static void on_sighup(uv_signal_t *h, int signum)
+{
+    server_t *srv = h->data;
+    char err[512];
+    auth_table_t *t = NULL;
+    (void)signum;
+    int rc = auth_load(srv->cfg->auth_file, &t, err, sizeof err);
+    if (rc != 0) {
+        log_warn("SIGHUP: keeping the %zu tokens loaded before: %s", srv->auth->n, err);
+        return;
+    }
+    auth_unref(srv->auth); /* requests in flight keep the old table until they end */
+    srv->auth = t;
+    log_info("SIGHUP: %zu tokens loaded from %s", t->n, srv->cfg->auth_file);
+}
+
+int server__auth_open(server_t *srv, char *errbuf, size_t errlen)
+{
+    char err[512];
+    if (srv->cfg->auth_file == NULL)
+        return 0;
+    int rc = auth_load(srv->cfg->auth_file, &srv->auth, err, sizeof err);
+    if (rc != 0) {
+        snprintf(errbuf, errlen, "--auth: %s", err);
+        return rc;
+    }
+    if (srv->auth->n == 0)
+        log_warn("--auth %s holds no token: every route but /healthz answers 401",
+                 srv->cfg->auth_file);
+    else
+        log_info("%zu tokens loaded from %s", srv->auth->n, srv->cfg->auth_file);
+    return 0;
+}
+
+void server__auth_start(server_t *srv)
+{
+    if (srv->auth == NULL)
+        return;
+    uv_signal_init(srv->loop, &srv->sighup);
+    srv->sighup.data = srv;
+    uv_signal_start(&srv->sighup, on_sighup, SIGHUP);
+    srv->sighup_open = 1;
+}
+
+void server__auth_close(server_t *srv)
+{
+    if (srv->sighup_open)
+        uv_close((uv_handle_t *)&srv->sighup, NULL);
+    srv->sighup_open = 0;
+}
+
+void server__auth_free(server_t *srv)
+{
+    auth_unref(srv->auth);
+    srv->auth = NULL;
+}
+
+/* ---- requests ---- */
+
+static const char www_auth[] = "WWW-Authenticate: Bearer realm=\"sema\"\r\n";
+static const char www_auth_bad[] =
+    "WWW-Authenticate: Bearer realm=\"sema\", error=\"invalid_token\"\r\n";
+
+static void unauthorized(route_ctx_t *c, const char *extra, const char *why)
+{
+    char detail[300];
+    snprintf(detail, sizeof detail, "%s; %s %s needs a token with the '%s' right", why,
+             c->route->method, c->route->pattern, auth_right_name(c->route->right));
+    ctx__reply_problem_hdr(c, 401, "unauthorized", detail, extra);
+}
+
+/* "token 'NAME' may only use names that start with PREFIX, PREFIX, ...". */
+static void outside_prefixes(route_ctx_t *c)
+{
+    char detail[512];
+    const auth_token_t *tk = c->token;
+    int n =
+        snprintf(detail, sizeof detail,
+                 "token '%s' may only use semaphore names and lock keys that start with", tk->name);
+    for (size_t i = 0; i < tk->nprefixes && n > 0 && (size_t)n < sizeof detail; i++)
+        n += snprintf(detail + n, sizeof detail - (size_t)n, "%s '%s'", i ? "," : "",
+                      tk->prefixes[i]);
+    ctx__reply_problem_hdr(c, 403, "forbidden", detail, NULL);
+}
+
+int ctx__authorize(route_ctx_t *c)
+{
+    server_t *srv = c->srv;
+    const char *tok, *why;
+    size_t tok_len;
+    if (srv->auth == NULL || c->route->right == 0)
+        return 0;
+    const char *hv = c->req->authorization;
+    if (hv == NULL) {
+        unauthorized(c, www_auth, "no Authorization header");
+        return -1;
+    }
+    if (auth_bearer(hv, strlen(hv), &tok, &tok_len, &why) != 0) {
+        unauthorized(c, www_auth_bad, why);
+        return -1;
+    }
+    const auth_token_t *tk = auth_find(srv->auth, tok, tok_len);
+    if (tk == NULL) {
+        unauthorized(c, www_auth_bad, "unknown token");
+        return -1;
+    }
+    c->auth = auth_ref(srv->auth);
+    c->token = tk;
+    if (!auth_has(tk, c->route->right)) {
+        char detail[300];
+        snprintf(detail, sizeof detail, "token '%s' lacks the '%s' right that %s %s needs",
+                 tk->name, auth_right_name(c->route->right), c->route->method, c->route->pattern);
+        ctx__reply_problem_hdr(c, 403, "forbidden", detail, NULL);
+        return -1;
+    }
+    if ((c->route->flags & ROUTE_NAMED) && c->param != NULL &&
+        !auth_name_allowed(tk, c->param, c->param_len)) {
+        outside_prefixes(c);
+        return -1;
+    }
+    return 0;
+}
+
+int ctx__authorize_submit(route_ctx_t *c)
+{
+    engine_req_t *r = &c->ereq;
+    const auth_token_t *tk = c->token;
+    if (tk == NULL)
+        return 0;
+    r->principal = tk->name;
+    r->principal_admin = (tk->rights & AUTH_ADMIN) != 0;
+    const char *name = r->name;
+    size_t len = r->name_len;
+    switch (r->op) {
+    case ENGINE_LEASE_GET:
+    case ENGINE_LEASE_RENEW:
+    case ENGINE_LEASE_RELEASE:
+    case ENGINE_LEASE_REVOKE:
+        return 0; /* a lease id: the engine checks whose lease it is */
+    case ENGINE_SEM_LIST:
+        name = r->prefix != NULL ? r->prefix : "";
+        len = strlen(name);
+        break;
+    default:
+        break;
+    }
+    if (name != NULL && auth_name_allowed(tk, name, len))
+        return 0;
+    outside_prefixes(c);
+    return -1;
+}
+
+int ctx__lease_visible(route_ctx_t *c, const engine_lease_t *l)
+{
+    if (c->token == NULL || auth_name_allowed(c->token, l->name, l->name_len))
+        return 1;
+    outside_prefixes(c);
+    return 0;
+}
