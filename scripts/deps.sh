@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # deps.sh - install the Debian packages sema needs to build, test and benchmark, and (test,
-# bench) the pinned npm packages of tests/openapi (the validating proxy of the HTTP tests)
+# bench) the pinned npm packages of tests/openapi (the validating proxy of the HTTP tests
+# and Redocly's OpenAPI linter)
 # and of clients/js (the JS client's dev dependencies: typescript, @types/node).
 #
 # Usage: scripts/deps.sh [build|test|bench|fuzz]   (default: test)
@@ -66,5 +67,5 @@ npm_ci() {
     fi
 }
 
-npm_ci tests/openapi prism # the validating proxy of the HTTP tests
+npm_ci tests/openapi prism # the validating proxy of the HTTP tests, and the OpenAPI linter
 npm_ci clients/js tsc      # the JS client's build and tests (ctest js.client)
