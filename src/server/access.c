@@ -132,6 +132,14 @@ int ctx__authorize(route_ctx_t *c)
         outside_prefixes(c);
         return -1;
     }
+    if ((c->route->flags & ROUTE_GLOBAL) && tk->nprefixes > 0) {
+        char detail[200];
+        snprintf(detail, sizeof detail,
+                 "%s names every semaphore: token '%s' is limited to name prefixes",
+                 c->route->pattern, tk->name);
+        ctx__reply_problem_hdr(c, 403, "forbidden", detail, NULL);
+        return -1;
+    }
     return 0;
 }
 

@@ -55,7 +55,7 @@ static const route_t routes[] = {
       "keyed lock {mode,timeout_ms,ttl_ms,owner}"),
     R(GET, "/v1/locks/", "{key}", "", v1_lock_get, NAMED, READ, "keyed lock state"),
     R(GET, "/healthz", "", "", v1_healthz, 0, 0, "health"),
-    R(GET, "/metrics", "", "", v1_metrics, 0, READ, "Prometheus metrics"),
+    R(GET, "/metrics", "", "", v1_metrics, ROUTE_GLOBAL, READ, "Prometheus metrics"),
 };
 enum { NROUTES = sizeof routes / sizeof routes[0] };
 

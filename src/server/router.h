@@ -13,6 +13,7 @@ enum {
     ROUTE_LEGACY = 1, /* the legacy API: errors as text/html, not problem+json */
     ROUTE_STREAM = 2, /* the reply is an event stream (SSE) */
     ROUTE_NAMED = 4,  /* the path parameter is a semaphore name or lock key (token prefixes) */
+    ROUTE_GLOBAL = 8, /* shows every semaphore: not for tokens limited to prefixes */
 };
 
 typedef struct {

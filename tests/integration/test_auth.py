@@ -224,6 +224,8 @@ def test_prefix_limits():
             ("GET", "/semaphore/value/legacy", None),
             ("GET", "/v1/semaphores/jobs", None),  # "jobs" is not under "jobs/"
         ]
+        st, hd, data = req(s, "GET", "/metrics", jobs)  # metrics name every semaphore
+        assert st == 403 and b"limited to name prefixes" in data, (st, data)
         for method, path, body in outside:
             st, hd, data = status_of(s, method, path, jobs, body)
             assert st == 403, (method, path, st, data)
