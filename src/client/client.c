@@ -572,6 +572,7 @@ static const struct {
     {"store_unavailable", SEMA_EIO},
     {"out_of_memory", SEMA_ENOMEM},
     {"forbidden", SEMA_EACCES},
+    {"unauthorized", SEMA_EACCES},
     {"idempotency_key_replaced", SEMA_EREPLACED},
     {"idempotency_key_mismatch", SEMA_EKEYMISMATCH},
 };
