@@ -5,7 +5,10 @@
 #include "server_internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include <openssl/crypto.h>
 
 #include "log.h"
 #include "sema/error.h"
@@ -97,11 +100,50 @@ static void outside_prefixes(route_ctx_t *c)
     ctx__reply_problem_hdr(c, 403, "forbidden", detail, NULL);
 }
 
+void conn_auth_forget(conn_t *conn)
+{
+    if (conn->auth_value != NULL)
+        OPENSSL_cleanse(conn->auth_value, strlen(conn->auth_value));
+    free(conn->auth_value);
+    auth_unref(conn->auth_table);
+    conn->auth_value = NULL;
+    conn->auth_table = NULL;
+    conn->auth_token = NULL;
+}
+
+/* The token the header value `hv` names: the connection's last one when the bytes are the
+ * same (compared in constant time) and the tokens were not reloaded since, else looked up
+ * and remembered. NULL after a 401 reply. */
+static const auth_token_t *find_token(route_ctx_t *c, const char *hv)
+{
+    conn_t *conn = c->conn;
+    server_t *srv = c->srv;
+    const char *tok, *why;
+    size_t tok_len, len = strlen(hv);
+    if (conn->auth_table == srv->auth && conn->auth_value != NULL &&
+        strlen(conn->auth_value) == len && CRYPTO_memcmp(conn->auth_value, hv, len) == 0)
+        return conn->auth_token;
+    if (auth_bearer(hv, len, &tok, &tok_len, &why) != 0) {
+        unauthorized(c, www_auth_bad, why);
+        return NULL;
+    }
+    const auth_token_t *tk = auth_find(srv->auth, tok, tok_len);
+    if (tk == NULL) {
+        unauthorized(c, www_auth_bad, "unknown token");
+        return NULL;
+    }
+    conn_auth_forget(conn);
+    conn->auth_value = strdup(hv); /* out of memory: the next request hashes again */
+    if (conn->auth_value != NULL) {
+        conn->auth_table = auth_ref(srv->auth);
+        conn->auth_token = tk;
+    }
+    return tk;
+}
+
 int ctx__authorize(route_ctx_t *c)
 {
     server_t *srv = c->srv;
-    const char *tok, *why;
-    size_t tok_len;
     if (srv->auth == NULL || c->route->right == 0)
         return 0;
     const char *hv = c->req->authorization;
@@ -109,15 +151,9 @@ int ctx__authorize(route_ctx_t *c)
         unauthorized(c, www_auth, "no Authorization header");
         return -1;
     }
-    if (auth_bearer(hv, strlen(hv), &tok, &tok_len, &why) != 0) {
-        unauthorized(c, www_auth_bad, why);
+    const auth_token_t *tk = find_token(c, hv);
+    if (tk == NULL)
         return -1;
-    }
-    const auth_token_t *tk = auth_find(srv->auth, tok, tok_len);
-    if (tk == NULL) {
-        unauthorized(c, www_auth_bad, "unknown token");
-        return -1;
-    }
     c->auth = auth_ref(srv->auth);
     c->token = tk;
     if (!auth_has(tk, c->route->right)) {

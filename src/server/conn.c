@@ -138,6 +138,7 @@ static void on_handle_close(uv_handle_t *h)
     server_t *srv = conn->srv;
     http_parser_free(&conn->parser);
     strbuf_free(&conn->pending);
+    conn_auth_forget(conn);
     conn_stream_free(conn);
     free(conn);
     server__finish_stop(srv);

@@ -65,6 +65,11 @@ struct conn {
     uint64_t deadline;  /* loop time (ms) the timer acts at, 0 = none (not for streams) */
     uint64_t timer_due; /* loop time the armed timer fires at */
     sstream_t *st;      /* the event stream (allocated when the connection becomes one) */
+    /* --auth: the last Authorization value this connection sent that named a token, so the
+     * next request with the same bytes skips the hash (access.c) */
+    char *auth_value;               /* owned, or NULL */
+    auth_table_t *auth_table;       /* a reference: the table auth_token is in */
+    const auth_token_t *auth_token; /* the token it named */
 };
 
 struct server {
@@ -151,6 +156,8 @@ void server__auth_start(server_t *srv);
 /* Close the SIGHUP handle (at the stop); free the tokens (server_free). */
 void server__auth_close(server_t *srv);
 void server__auth_free(server_t *srv);
+/* Forget the connection's remembered Authorization value (at its free). */
+void conn_auth_forget(conn_t *conn);
 /* Before the handler: the token and the right the route needs, and the prefix of a name in
  * the path. 0 to go on, -1 after a 401 or 403 reply. */
 int ctx__authorize(route_ctx_t *c);

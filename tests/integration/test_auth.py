@@ -301,6 +301,9 @@ def test_sighup_reloads_without_dropping_connections():
         assert req(s, "PUT", "/v1/semaphores/h", t.admin, {"capacity": 1})[0] == 201
         keep = s.conn()  # a keep-alive connection that lives through every reload
         assert fx.do_request(keep, "GET", "/v1/semaphores/h", None, bearer(t.read))[0] == 200
+        gone = s.conn()  # one whose token the reload removes: its next request is refused
+        for _ in range(2):  # the second time from the connection's remembered token
+            assert fx.do_request(gone, "GET", "/v1/semaphores/h", None, bearer(t.both))[0] == 200
         # a request parked by a token the reload removes keeps its token's name
         st, first = s.json("POST", "/v1/semaphores/h/acquire", {"timeout_ms": 0},
                            bearer(t.acquire))
@@ -320,6 +323,8 @@ def test_sighup_reloads_without_dropping_connections():
         wait_log(s, "SIGHUP: 4 tokens loaded")
         assert req(s, "GET", "/v1/semaphores/h", late)[0] == 200
         assert req(s, "GET", "/v1/semaphores/h", t.both)[0] == 401
+        assert fx.do_request(gone, "GET", "/v1/semaphores/h", None, bearer(t.both))[0] == 401
+        gone.close()
         assert fx.do_request(keep, "GET", "/v1/semaphores/h", None, bearer(t.read))[0] == 200
         # the parked request of the removed token is granted, and its lease is its own
         assert req(s, "DELETE", "/v1/leases/" + first["lease"], t.acquire)[0] == 204
