@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <openssl/crypto.h>
 
@@ -41,6 +42,11 @@ int server__auth_open(server_t *srv, char *errbuf, size_t errlen)
         snprintf(errbuf, errlen, "--auth: %s", err);
         return rc;
     }
+    struct stat st;
+    if (stat(srv->cfg->auth_file, &st) == 0 && (st.st_mode & (S_IWGRP | S_IWOTH)))
+        log_warn("--auth %s can be written by other users, who could add tokens of their own "
+                 "(chmod 600 it)",
+                 srv->cfg->auth_file);
     if (srv->auth->n == 0)
         log_warn("--auth %s holds no token: every route but /healthz answers 401",
                  srv->cfg->auth_file);

@@ -143,6 +143,7 @@ def test_every_route_with_every_right():
     assert route_table_rights() == RIGHTS, "semad --routes and the rights tested differ"
     assert {(m, p) for m, p, _, _ in REQUESTS} == set(RIGHTS), "a route is not tested"
     t = Tokens()
+    assert os.stat(t.path).st_mode & 0o777 == 0o600, "sema token new makes the file private"
     holders = {"admin": t.admin, "read": t.read, "acquire": t.acquire, "read,acquire": t.both}
     has = {"admin": {"admin", "read", "acquire"}, "read": {"read"}, "acquire": {"acquire"},
            "read,acquire": {"read", "acquire"}}
@@ -363,6 +364,14 @@ BAD_FILES = [
      "more than 16 prefixes"),
     ("x %s read a\x01b\n" % H, "line 1:", "control byte"),
 ]
+
+
+def test_a_token_file_others_can_write_is_named_in_the_log():
+    t = Tokens()
+    os.chmod(t.path, 0o666)
+    with fx.Semad("--auth", t.path) as s:
+        wait_log(s, "can be written by other users")
+        assert req(s, "GET", "/v1/semaphores", t.read)[0] == 200
 
 
 def test_bad_token_files_are_refused_with_their_line():
