@@ -16,6 +16,39 @@
 
 /* ---- the token file ---- */
 
+/* Does the reloaded table still give the request's token (same name, same hash) the
+ * route's right over the request's name? */
+static int still_allowed(const auth_table_t *t, const route_ctx_t *c)
+{
+    const auth_token_t *old = c->token, *tk = NULL;
+    for (size_t i = 0; i < t->n && tk == NULL; i++)
+        if (strcmp(t->tokens[i].name, old->name) == 0 &&
+            memcmp(t->tokens[i].hash, old->hash, AUTH_HASH_LEN) == 0)
+            tk = &t->tokens[i];
+    return tk != NULL && auth_has(tk, c->route->right) &&
+           (!(c->route->flags & ROUTE_NAMED) || c->param == NULL ||
+            auth_name_allowed(tk, c->param, c->param_len));
+}
+
+/* After a reload: close the connections whose event stream or parked request a token that
+ * lost its right (or is gone) opened, so that revoking a token ends what it still holds
+ * open. Requests that are answered at once finish as they are. */
+static size_t cut_revoked(server_t *srv)
+{
+    size_t cut = 0;
+    conn_t *next;
+    for (conn_t *conn = srv->conns; conn != NULL; conn = next) {
+        next = conn->next;
+        const route_ctx_t *c = &conn->ctx;
+        if (c->token != NULL && !conn->closing && (conn->stream || c->submitted) &&
+            !still_allowed(srv->auth, c)) {
+            conn_close(conn); /* a parked request is withdrawn there */
+            cut++;
+        }
+    }
+    return cut;
+}
+
 static void on_sighup(uv_signal_t *h, int signum)
 {
     server_t *srv = h->data;
@@ -29,7 +62,12 @@ static void on_sighup(uv_signal_t *h, int signum)
     }
     auth_unref(srv->auth); /* requests in flight keep the old table until they end */
     srv->auth = t;
+    size_t cut = cut_revoked(srv);
     log_info("SIGHUP: %zu tokens loaded from %s", t->n, srv->cfg->auth_file);
+    if (cut > 0)
+        log_info("SIGHUP: closed %zu event streams and parked requests of tokens that lost "
+                 "their right",
+                 cut);
 }
 
 int server__auth_open(server_t *srv, char *errbuf, size_t errlen)

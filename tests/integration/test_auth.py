@@ -296,6 +296,36 @@ def wait_log(s, text):
     return fx.wait_until(lambda: any(text in line for line in s.log()), 10, repr(text))
 
 
+def park(s, tok, body=None):
+    """A blocking acquire of h on its own connection: (socket, its reader)."""
+    sock = socket.create_connection((s.host, s.port), timeout=30 * fx.SLOW)
+    sock.sendall(fx.raw_request("POST", "/v1/semaphores/h/acquire",
+                                json.dumps(body or {"ttl_ms": 60000}), bearer(tok)))
+    return sock, sock.makefile("rb")
+
+
+def events(s, tok):
+    """An event stream of h, its head read: (socket, its reader)."""
+    sock = socket.create_connection((s.host, s.port), timeout=30 * fx.SLOW)
+    sock.sendall(("GET /v1/semaphores/h/events HTTP/1.1\r\nHost: t\r\n"
+                  "Authorization: Bearer %s\r\n\r\n" % tok).encode())
+    f = sock.makefile("rb")
+    assert b" 200 " in f.readline()
+    while f.readline() not in (b"\r\n", b""):
+        pass
+    return sock, f
+
+
+def closed(f):
+    """Read until the server closes the connection (bounded by the socket's timeout)."""
+    try:
+        while f.readline():
+            pass
+        return True
+    except OSError:
+        return False
+
+
 def test_sighup_reloads_without_dropping_connections():
     t = Tokens()
     with fx.Semad("--auth", t.path) as s:
@@ -305,16 +335,17 @@ def test_sighup_reloads_without_dropping_connections():
         gone = s.conn()  # one whose token the reload removes: its next request is refused
         for _ in range(2):  # the second time from the connection's remembered token
             assert fx.do_request(gone, "GET", "/v1/semaphores/h", None, bearer(t.both))[0] == 200
-        # a request parked by a token the reload removes keeps its token's name
         st, first = s.json("POST", "/v1/semaphores/h/acquire", {"timeout_ms": 0},
-                           bearer(t.acquire))
+                           bearer(t.admin))
         assert st == 200
-        parked = socket.create_connection((s.host, s.port), timeout=30 * fx.SLOW)
-        body = json.dumps({"ttl_ms": 60000})  # no timeout_ms: wait as long as it takes
-        parked.sendall(fx.raw_request("POST", "/v1/semaphores/h/acquire", body,
-                                      bearer(t.both)))
+        # parked requests and event streams of a token that stays and of one that goes
+        parked_keep, parked_keep_f = park(s, t.acquire)
+        parked_gone, parked_gone_f = park(s, t.both)
         fx.wait_until(lambda: s.json("GET", "/v1/semaphores/h", None,
-                                     bearer(t.read))[1]["waiting"] == 1, 10, "parked")
+                                     bearer(t.read))[1]["waiting"] == 2, 10, "parked")
+        stream_keep, stream_keep_f = events(s, t.read)
+        stream_gone, stream_gone_f = events(s, t.both)
+
         late = new_token(t.path, "late", "read")
         with open(t.path) as f:
             lines = [ln for ln in f if not ln.startswith("ci ")]
@@ -322,20 +353,25 @@ def test_sighup_reloads_without_dropping_connections():
             f.writelines(lines)
         s.proc.send_signal(signal.SIGHUP)
         wait_log(s, "SIGHUP: 4 tokens loaded")
+        wait_log(s, "SIGHUP: closed 2 event streams and parked requests")
+        assert closed(parked_gone_f) and closed(stream_gone_f)
         assert req(s, "GET", "/v1/semaphores/h", late)[0] == 200
         assert req(s, "GET", "/v1/semaphores/h", t.both)[0] == 401
+        assert fx.do_request(keep, "GET", "/v1/semaphores/h", None, bearer(t.read))[0] == 200
         assert fx.do_request(gone, "GET", "/v1/semaphores/h", None, bearer(t.both))[0] == 401
         gone.close()
-        assert fx.do_request(keep, "GET", "/v1/semaphores/h", None, bearer(t.read))[0] == 200
-        # the parked request of the removed token is granted, and its lease is its own
-        assert req(s, "DELETE", "/v1/leases/" + first["lease"], t.acquire)[0] == 204
-        pf = parked.makefile("rb")
-        st, _, data = fx.read_response(pf)
+        # the parked request of the token that stayed is granted, as its token's lease
+        assert req(s, "DELETE", "/v1/leases/" + first["lease"], t.admin)[0] == 204
+        st, _, data = fx.read_response(parked_keep_f)
         assert st == 200, data
-        assert req(s, "DELETE", "/v1/leases/" + json.loads(data)["lease"], t.acquire)[0] == 403
-        assert req(s, "DELETE", "/v1/leases/" + json.loads(data)["lease"], t.admin)[0] == 204
-        pf.close()
-        parked.close()
+        lid = json.loads(data)["lease"]
+        assert req(s, "DELETE", "/v1/leases/" + lid, late)[0] == 403  # read only
+        assert req(s, "DELETE", "/v1/leases/" + lid, t.acquire)[0] == 204
+        seen = b""
+        while b"event: released" not in seen:  # the stream that stayed saw it all
+            seen += stream_keep_f.readline()
+        for sock in (parked_keep, parked_gone, stream_keep, stream_gone):
+            sock.close()
         # a bad file: the tokens in use stay, and the log says why with the line
         with open(t.path, "a") as f:
             f.write("broken sha256:1234 read\n")
