@@ -6,7 +6,8 @@
 # requests, so start-up and shutdown cancel out.
 #
 # Usage: bench/callgrind_ir.sh BUILD semad|ceiling N [pairs|get]
-#   DUR=strict|relaxed|none (semad's durability, default none)
+#   DUR=strict|relaxed|none (semad's durability, default none); SEMAD_ARGS: more semad flags
+#   (split on spaces), e.g. "--auth FILE" with SEMA_TOKEN set for sema bench
 # Prints: TARGET.MODE instructions_per_request=X (and per_pair for pairs)
 set -euo pipefail
 build=${1:?usage: callgrind_ir.sh BUILD semad|ceiling N [pairs|get]}
@@ -24,7 +25,7 @@ measure() {
     if [ "$target" = semad ]; then
         valgrind --tool=callgrind --log-file="$tmp/vg.log" --callgrind-out-file="$tmp/cg.$count" \
             "$build/bin/semad" --listen 127.0.0.1:0 --data "$tmp/data.$count" \
-            --durability "${DUR:-none}" >"$tmp/srv.$count" 2>&1 &
+            --durability "${DUR:-none}" ${SEMAD_ARGS:-} >"$tmp/srv.$count" 2>&1 &
     else
         valgrind --tool=callgrind --log-file="$tmp/vg.log" --callgrind-out-file="$tmp/cg.$count" \
             "$build/bin/bench_ceiling" --listen 127.0.0.1:0 --max-seconds 600 \

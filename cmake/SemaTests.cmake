@@ -95,6 +95,13 @@ if(NOT SEMA_SANITIZE)
   endforeach()
 endif()
 
+# docs/openapi.yaml under Redocly's OpenAPI linter (@redocly/cli, pinned in tests/openapi/):
+# no errors. Normal builds only, like the proxy suites.
+if(NOT SEMA_SANITIZE)
+  add_test(NAME openapi.lint COMMAND bash ${PROJECT_SOURCE_DIR}/tests/openapi/lint.sh)
+  set_tests_properties(openapi.lint PROPERTIES TIMEOUT ${SEMA_TEST_TIMEOUT} LABELS openapi)
+endif()
+
 file(GLOB SEMA_SH_TESTS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/integration/test_*.sh)
 foreach(src ${SEMA_SH_TESTS})
   get_filename_component(file ${src} NAME_WE)

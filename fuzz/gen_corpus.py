@@ -94,6 +94,21 @@ PATHS = [
     b'*', b'', b'/v1', b'/v1/semaphores/x/y/z', b'/v1/semaphores/\xc3\xa9',
 ]
 
+H = b'sha256:' + b'ab' * 32
+AUTH = [
+    b'Bearer a', b'bearer sema_x', b'Bearer    sema_x   ', b'Bearer', b'Bearer ', b'Basic abc',
+    b'Bearer a==', b'Bearer a=b', b'Bearer \x00', b'Bearer ' + b'A' * 201, b'Bearer\ta',
+    b'# tokens\nops ' + H + b' admin\n',
+    b'ci ' + H + b' read,acquire jobs/ batch-\n\n  # indented comment\n',
+    b'x ' + H + b' read\ny ' + H + b' admin\n', b'x ' + H + b' read\nx ' + H[:-1] + b'c admin\n',
+    b'x ' + H + b' write\n', b'x ' + H + b' read,read\n', b'x/y ' + H + b' read\n',
+    b'x ' + H + b' read\r\n', b'x sha256:12 read\n', b'x\n', b'x ' + H + b'\n',
+    b'x ' + H + b' admin ' + b' '.join(b'p%d' % i for i in range(17)) + b'\n',
+    b'x ' + H + b' admin a\x01b\n', b'x ' + H + b' admin #p\n', b'\t\t\n\n',
+    b'x ' + H + b' admin', b'x ' + H + b' read\x00\n',
+]
+
+
 def write(target, inputs, prefix=b''):
     d = os.path.join(HERE, 'corpus', target)
     os.makedirs(d, exist_ok=True)
@@ -107,5 +122,6 @@ HTTP_CTL = [0x00, 0x10, 0x35, 0xf0, 0x0a, 0x21, 0x03, 0x7c]
 PATH_CTL = [0x00, 0x01, 0x02, 0x83, 0x04, 0x85, 0x0b]
 
 write('body', BODIES)
+write('auth', AUTH)
 write('http', REQUESTS, lambda i: bytes([HTTP_CTL[i % len(HTTP_CTL)]]))
 write('path', PATHS, lambda i: bytes([PATH_CTL[i % len(PATH_CTL)]]))

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # deps.sh - install the Debian packages sema needs to build, test and benchmark, and (test,
-# bench) the pinned npm packages of tests/openapi (the validating proxy of the HTTP tests)
+# bench) the pinned npm packages of tests/openapi (the validating proxy of the HTTP tests
+# and Redocly's OpenAPI linter)
 # and of clients/js (the JS client's dev dependencies: typescript, @types/node).
 #
 # Usage: scripts/deps.sh [build|test|bench|fuzz]   (default: test)
@@ -12,7 +13,7 @@ want=${1:-test}
 root=$(cd "$(dirname "$0")/.." && pwd)
 
 build_pkgs="build-essential cmake pkg-config libuv1-dev node-llhttp libjansson-dev
-            libsqlite3-dev libhiredis-dev libcurl4-openssl-dev"
+            libsqlite3-dev libhiredis-dev libcurl4-openssl-dev libssl-dev"
 test_pkgs="python3 sqlite3 redis-server procps util-linux nodejs npm curl jq"
 bench_pkgs="wrk"
 fuzz_pkgs="clang libclang-rt-14-dev"
@@ -66,5 +67,5 @@ npm_ci() {
     fi
 }
 
-npm_ci tests/openapi prism # the validating proxy of the HTTP tests
+npm_ci tests/openapi prism # the validating proxy of the HTTP tests, and the OpenAPI linter
 npm_ci clients/js tsc      # the JS client's build and tests (ctest js.client)

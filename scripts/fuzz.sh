@@ -12,10 +12,10 @@ jobs=$(nproc 2>/dev/null || echo 2)
 
 CC=clang cmake -S . -B build-fuzz -DSEMA_BUILD_FUZZ=ON -DSEMA_BUILD_TESTS=OFF \
     -DSEMA_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build-fuzz -j "$jobs" --target fuzz_body fuzz_http fuzz_path >/dev/null
+cmake --build build-fuzz -j "$jobs" --target fuzz_body fuzz_http fuzz_path fuzz_auth >/dev/null
 
 mkdir -p build-fuzz/crashers
-for target in body http path; do
+for target in body http path auth; do
     work=build-fuzz/work-$target
     rm -rf "$work"
     mkdir -p "$work"

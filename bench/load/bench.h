@@ -30,6 +30,7 @@ typedef struct {
     struct sockaddr_storage addr; /* the server, resolved once */
     socklen_t addr_len;
     char host[272];            /* Host header: host[:port] */
+    char auth[256];            /* "Authorization: Bearer $SEMA_TOKEN\r\n", or "" */
     char url[300];             /* for the report */
     unsigned conns;            /* concurrent connections */
     double duration_s;         /* used when count == 0 */

@@ -47,11 +47,12 @@ size_t bench_format_request(char *buf, size_t cap, const bench_opts_t *opts, con
     int n;
     if (body)
         n = snprintf(buf, cap,
-                     "%s %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+                     "%s %s HTTP/1.1\r\nHost: %s\r\n%sContent-Type: application/json\r\n"
                      "Content-Length: %zu\r\n\r\n%s",
-                     method, path, opts->host, strlen(body), body);
+                     method, path, opts->host, opts->auth, strlen(body), body);
     else
-        n = snprintf(buf, cap, "%s %s HTTP/1.1\r\nHost: %s\r\n\r\n", method, path, opts->host);
+        n = snprintf(buf, cap, "%s %s HTTP/1.1\r\nHost: %s\r\n%s\r\n", method, path, opts->host,
+                     opts->auth);
     return (n < 0 || (size_t)n >= cap) ? 0 : (size_t)n;
 }
 

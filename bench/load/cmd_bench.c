@@ -34,6 +34,8 @@ const char cmd_bench_usage[] =
     "      --progress        progress line on stderr (default: when stderr is a terminal)\n"
     "      --json            one JSON line instead of the text report\n"
     "\n"
+    "SEMA_TOKEN, if set, is sent as the bearer token of every request (semad --auth).\n"
+    "\n"
     "examples:\n"
     "  sema bench -c 50 -d 10s                      acquire+release pairs for 10 s\n"
     "  sema bench -m get --path /healthz -c 50      the server's plain request rate\n"
@@ -230,6 +232,10 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
                         .pipeline = 1};
     snprintf(o->name, sizeof(o->name), "bench");
     snprintf(o->path, sizeof(o->path), "/healthz");
+    const char *token = getenv("SEMA_TOKEN"); /* semad --auth: sent with every request */
+    if (token != NULL && token[0] != '\0' && strlen(token) < sizeof(o->auth) - 32 &&
+        strpbrk(token, " \t\r\n") == NULL)
+        snprintf(o->auth, sizeof(o->auth), "Authorization: Bearer %s\r\n", token);
     o->progress = isatty(STDERR_FILENO);
     optind = 1;
     int ch;

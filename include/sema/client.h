@@ -58,6 +58,8 @@ typedef struct {
     int max_idle;               /* idle easy handles kept in the pool; 0: 8 */
     const char *owner;          /* default owner recorded with leases (borrowed for sema_client_new
                                    only: copied); NULL: "<hostname>:<pid>" */
+    const char *token;          /* bearer token for a semad run with --auth, sent with every
+                                   request (copied); NULL: $SEMA_TOKEN if set; "": none */
 } sema_client_opts_t;
 
 /* A granted permit (or keyed lock). Plain data: copy it freely. */
@@ -104,8 +106,8 @@ typedef struct {
 
 /* Create a client for the semad at `url` ("http://127.0.0.1:7070"; a trailing '/' is
  * ignored). `opts` may be NULL (defaults). Sends nothing. Returns 0 and *out, SEMA_EINVAL
- * (not an http:// or https:// URL), SEMA_ENOMEM or SEMA_EIO (libcurl failed to start).
- * Thread-safe. */
+ * (not an http:// or https:// URL, or a token with a space or control byte), SEMA_ENOMEM or
+ * SEMA_EIO (libcurl failed to start). Thread-safe. */
 SEMA_EXTERN int sema_client_new(sema_client_t **out, const char *url,
                                 const sema_client_opts_t *opts);
 

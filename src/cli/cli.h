@@ -59,6 +59,9 @@ int cli_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 /* Print "sema VERB: message" for a usage error and return CLI_EXIT_USAGE. */
 int cli_usage_error(const char *verb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* `sema token` (cmd_token.c, in builds with semad): bearer tokens for semad --auth. */
+int cmd_token(int argc, char **argv);
+
 /* The local (shared-memory) verbs, in cmd_local.c. */
 int cli_local_run(int argc, char **argv);
 int cli_local_ls(int argc, char **argv);

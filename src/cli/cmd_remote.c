@@ -124,7 +124,8 @@ static void verb_help(const verb_t *v, FILE *out)
             cmd != NULL ? cmd : "", v->summary);
     fprintf(out, "options:\n"
                  "  --server URL   semad to talk to (default $SEMA_SERVER or " DEFAULT_SERVER ")\n"
-                 "  --json         machine-readable output\n");
+                 "  --json         machine-readable output\n"
+                 "  (a semad run with --auth wants a token: set $SEMA_TOKEN)\n");
     if (v->opts & O_W)
         fprintf(out, "  -w, --weight W units to take (default 1)\n");
     if (v->opts & O_T)

@@ -19,6 +19,8 @@ int cmd_remote_has(const char *verb) __attribute__((weak));
 int cmd_remote(int argc, char **argv) __attribute__((weak));
 void cmd_remote_usage(FILE *out) __attribute__((weak));
 int cmd_bench(int argc, char **argv) __attribute__((weak));
+int cmd_token(int argc, char **argv) __attribute__((weak)); /* declared in cli.h */
+static int token_verb(int argc, char **argv);
 
 #define EXIT_CODES_HELP                                                                            \
     "Exit codes: 0 ok; 1 the operation failed; 2 usage error; 69 no server to talk to;\n"          \
@@ -82,6 +84,7 @@ static const cli_command_t commands[] = {
      "usage: sema help [VERB]\n"},
     {"version", cmd_version, cmd_version, "print the version", "usage: sema version\n"},
     {"bench", NULL, bench_verb, "measure a semad server (see `sema bench --help`)", NULL},
+    {"token", token_verb, token_verb, "make a bearer token for semad --auth", NULL},
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
@@ -111,6 +114,14 @@ static int bench_verb(int argc, char **argv)
     if (cmd_bench != NULL)
         return cmd_bench(argc, argv);
     fprintf(stderr, "sema bench: not available in this build\n");
+    return CLI_EXIT_UNAVAILABLE;
+}
+
+static int token_verb(int argc, char **argv)
+{
+    if (cmd_token != NULL)
+        return cmd_token(argc, argv);
+    fprintf(stderr, "sema token: not available in this build\n");
     return CLI_EXIT_UNAVAILABLE;
 }
 

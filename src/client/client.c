@@ -172,6 +172,24 @@ static int opt_or(int64_t v, int64_t dflt)
     return v == 0 ? (int)dflt : (int)v;
 }
 
+/* The Authorization header line for `token` (NULL or "": none). A token is one line of
+ * visible ASCII: anything else would let it inject headers. */
+static int auth_header(sema_client_t *c, const char *token)
+{
+    static const char pre[] = "Authorization: Bearer ";
+    if (token == NULL || token[0] == '\0')
+        return 0;
+    size_t n = strlen(token);
+    for (size_t i = 0; i < n; i++)
+        if (token[i] <= ' ' || token[i] >= 0x7f)
+            return SEMA_EINVAL;
+    if ((c->auth_header = malloc(sizeof pre + n)) == NULL)
+        return SEMA_ENOMEM;
+    memcpy(c->auth_header, pre, sizeof pre - 1);
+    memcpy(c->auth_header + sizeof pre - 1, token, n + 1);
+    return 0;
+}
+
 int sema_client_new(sema_client_t **out, const char *url, const sema_client_opts_t *opts)
 {
     sema_client_opts_t none = {0};
@@ -189,11 +207,13 @@ int sema_client_new(sema_client_t **out, const char *url, const sema_client_opts
         return SEMA_ENOMEM;
     c->url = strdup(url);
     c->owner = opts->owner != NULL ? strdup(opts->owner) : default_owner();
-    if (c->url == NULL || c->owner == NULL) {
+    int rc = auth_header(c, opts->token != NULL ? opts->token : getenv("SEMA_TOKEN"));
+    if (c->url == NULL || c->owner == NULL || rc != 0) {
         free(c->url);
         free(c->owner);
+        free(c->auth_header);
         free(c);
-        return SEMA_ENOMEM;
+        return rc != 0 ? rc : SEMA_ENOMEM;
     }
     for (size_t n = strlen(c->url); n > 0 && c->url[n - 1] == '/'; n--)
         c->url[n - 1] = '\0';
@@ -227,6 +247,7 @@ void sema_client_free(sema_client_t *c)
     pthread_mutex_destroy(&c->lock);
     free(c->url);
     free(c->owner);
+    free(c->auth_header);
     free(c);
 }
 
@@ -351,7 +372,7 @@ static int64_t transfer_timeout_ms(const sema_client_t *c, const client_req_t *r
     return t;
 }
 
-static struct curl_slist *build_headers(const client_req_t *req, int *oom)
+static struct curl_slist *build_headers(const sema_client_t *c, const client_req_t *req, int *oom)
 {
     struct curl_slist *h = NULL, *t;
     char line[200];
@@ -374,6 +395,11 @@ static struct curl_slist *build_headers(const client_req_t *req, int *oom)
     if (req->last_event_id != NULL) {
         snprintf(line, sizeof line, "Last-Event-ID: %s", req->last_event_id);
         if ((t = curl_slist_append(h, line)) == NULL)
+            goto fail;
+        h = t;
+    }
+    if (c->auth_header != NULL) {
+        if ((t = curl_slist_append(h, c->auth_header)) == NULL)
             goto fail;
         h = t;
     }
@@ -484,7 +510,7 @@ int client_exchange(sema_client_t *c, const client_req_t *req, client_resp_t *re
         free(url);
         return client_fail(err, SEMA_ENOMEM, 0, "out of memory");
     }
-    struct curl_slist *hdrs = build_headers(req, &oom);
+    struct curl_slist *hdrs = build_headers(c, req, &oom);
     client_conn_t *k = oom ? NULL : conn_get(c);
     if (k == NULL) {
         rc = client_fail(err, SEMA_ENOMEM, 0, "out of memory");
@@ -546,6 +572,7 @@ static const struct {
     {"store_unavailable", SEMA_EIO},
     {"out_of_memory", SEMA_ENOMEM},
     {"forbidden", SEMA_EACCES},
+    {"unauthorized", SEMA_EACCES},
     {"idempotency_key_replaced", SEMA_EREPLACED},
     {"idempotency_key_mismatch", SEMA_EKEYMISMATCH},
 };

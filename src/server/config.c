@@ -66,6 +66,12 @@ static const option_t options[] = {
     {"sse-heartbeat", "SEMA_SSE_HEARTBEAT", OPT_MS, F(sse_heartbeat_ms),
      "comment line on idle event streams"},
     {"log-requests", "SEMA_LOG_REQUESTS", OPT_FLAG, F(log_requests), "log one line per request"},
+    {"auth", "SEMA_AUTH", OPT_STR, F(auth_file),
+     "token file: every route but /healthz needs a bearer token with the right for it "
+     "(re-read on SIGHUP; docs/security.md)"},
+    {"insecure", "SEMA_INSECURE", OPT_FLAG, F(insecure),
+     "allow listening beyond loopback without --auth (anyone who reaches the port may do "
+     "anything)"},
     {"check", "SEMA_CHECK", OPT_STR, F(check_dir), "verify the store in DIR and exit"},
     {"routes", NULL, OPT_FLAG, F(print_routes), "print the route table and exit"},
     {"help", NULL, OPT_FLAG, F(help), "show this help and exit"},

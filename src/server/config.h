@@ -24,6 +24,8 @@ typedef struct {
     int64_t shutdown_grace_ms;        /* on SIGTERM: longest wait for in-flight replies */
     int64_t sse_heartbeat_ms;         /* comment line on idle event streams */
     int log_requests;                 /* one log line per request */
+    const char *auth_file;            /* --auth: the token file, or NULL (no tokens) */
+    int insecure;                     /* listen beyond loopback without --auth */
     const char *check_dir;            /* --check DIR: verify a store and exit */
     int print_routes;                 /* --routes: print the route table and exit */
     int help, version;

@@ -138,6 +138,7 @@ static void on_handle_close(uv_handle_t *h)
     server_t *srv = conn->srv;
     http_parser_free(&conn->parser);
     strbuf_free(&conn->pending);
+    conn_auth_forget(conn);
     conn_stream_free(conn);
     free(conn);
     server__finish_stop(srv);
@@ -150,6 +151,9 @@ static void ctx_cleanup(route_ctx_t *c)
     free(c->list.prefix);
     free(c->list.cursor);
     json_decref(c->legacy_create.echo);
+    auth_unref(c->auth);
+    c->auth = NULL;
+    c->token = NULL;
     c->param = c->owner = c->list.prefix = c->list.cursor = NULL;
     c->legacy_create.echo = NULL;
 }
@@ -347,6 +351,8 @@ static void dispatch(conn_t *conn)
                       "the name in the URL is not valid percent-encoded UTF-8 (or holds %00)");
         return;
     }
+    if (ctx__authorize(c) != 0)
+        return;
     c->route->handler(c);
 }
 

@@ -15,7 +15,7 @@ enum { KEEP_BYTES = 4096 }; /* buffers above this are freed between requests */
 enum { HS_FIELD, HS_VALUE, HS_DONE }; /* http_parser_t.hstate */
 
 /* The headers semad reads (http_parser_t.hkind); HK_UNSET until the name is known. */
-enum { HK_UNSET, HK_OTHER, HK_IDEM, HK_EXPECT, HK_LEID, HK_HOST, HK_TE };
+enum { HK_UNSET, HK_OTHER, HK_IDEM, HK_EXPECT, HK_LEID, HK_HOST, HK_TE, HK_AUTH };
 
 static const char bad_line[] = "Malformed request line (one space between method, request "
                                "target and HTTP version)";
@@ -111,11 +111,11 @@ static int on_header_field(llhttp_t *ll, const char *at, size_t len)
     } else if (p->hkind == HK_HOST && len > 0) {
         p->hkind = HK_OTHER; /* the name went on after "Host" in the next read */
     }
-    /* Only names starting like idempotency-key, expect, last-event-id, host or
-     * transfer-encoding can matter. */
+    /* Only names starting like idempotency-key, expect, last-event-id, host,
+     * transfer-encoding or authorization can matter. */
     if (p->hname_len == 0 && len > 0) {
         char c = (char)(at[0] | 0x20);
-        if (c != 'i' && c != 'e' && c != 'l' && c != 'h' && c != 't')
+        if (c != 'i' && c != 'e' && c != 'l' && c != 'h' && c != 't' && c != 'a')
             p->hname_long = 1;
     }
     if (p->hname_long)
@@ -140,7 +140,7 @@ static int classify(const http_parser_t *p)
     } known[] = {
         {"idempotency-key", HK_IDEM}, {"expect", HK_EXPECT},
         {"last-event-id", HK_LEID},   {"host", HK_HOST},
-        {"transfer-encoding", HK_TE},
+        {"transfer-encoding", HK_TE}, {"authorization", HK_AUTH},
     };
     if (p->hname_long)
         return p->hkind != HK_UNSET ? p->hkind : HK_OTHER;
@@ -184,6 +184,7 @@ static const char *too_long(int kind)
 {
     return kind == HK_LEID     ? "Last-Event-ID longer than 255 bytes"
            : kind == HK_EXPECT ? "Expect longer than 255 bytes"
+           : kind == HK_AUTH   ? "Authorization longer than 255 bytes"
                                : "Idempotency-Key longer than 255 bytes";
 }
 
@@ -244,6 +245,13 @@ static int on_header_value_complete(llhttp_t *ll)
         break;
     case HK_EXPECT:
         p->want_continue = strncasecmp(v, "100-continue", 12) == 0;
+        break;
+    case HK_AUTH:
+        if (p->req.authorization != NULL)
+            return fail(p, 400, "Authorization must be one value");
+        p->req.authorization = strndup(v, p->hval.len);
+        if (p->req.authorization == NULL)
+            return fail(p, 503, "Out of memory");
         break;
     case HK_LEID:
         if (p->req.last_event_id != NULL)
@@ -379,6 +387,8 @@ void http_parser_free(http_parser_t *p)
     p->req.idem_key = NULL;
     free(p->req.last_event_id);
     p->req.last_event_id = NULL;
+    free(p->req.authorization);
+    p->req.authorization = NULL;
 }
 
 static void shrink(struct strbuf *sb)
@@ -398,6 +408,8 @@ void http_parser_next(http_parser_t *p)
     p->req.idem_key = NULL;
     free(p->req.last_event_id);
     p->req.last_event_id = NULL;
+    free(p->req.authorization);
+    p->req.authorization = NULL;
     p->req.keep_alive = 0;
     p->header_bytes = 0;
     p->hname_len = 0;
@@ -463,6 +475,7 @@ static const struct {
     {204, "No Content"},
     {303, "See Other"},
     {400, "Bad Request"},
+    {401, "Unauthorized"},
     {403, "Forbidden"},
     {404, "Not Found"},
     {405, "Method Not Allowed"},

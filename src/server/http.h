@@ -25,6 +25,7 @@ typedef struct {
     struct strbuf body;  /* the body bytes (NUL-terminated when non-empty) */
     char *idem_key;      /* Idempotency-Key header value (owned) or NULL */
     char *last_event_id; /* Last-Event-ID header value (owned) or NULL */
+    char *authorization; /* Authorization header value (owned) or NULL */
     int keep_alive;      /* the connection may carry another request */
 } http_request_t;
 

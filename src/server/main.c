@@ -65,7 +65,7 @@ static int run(semad_config_t *cfg)
         engine_shutdown(engine);
         uv_run(loop, UV_RUN_DEFAULT);
         store_close(store);
-        return 1;
+        return rc == SEMA_EACCES || rc == SEMA_EINVAL ? 2 : 1; /* 2: fix the configuration */
     }
     log_info("semad %s ready (durability %s, data %s)", SEMA_VERSION_STRING,
              cfg->durability == STORE_STRICT    ? "strict"

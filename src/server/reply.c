@@ -170,6 +170,12 @@ static void reply_problem_ex(route_ctx_t *c, int status, const char *code, const
     reply_scratch(c, status, "application/problem+json", rc, NULL, extra);
 }
 
+void ctx__reply_problem_hdr(route_ctx_t *c, int status, const char *code, const char *detail,
+                            const char *extra)
+{
+    reply_problem_ex(c, status, code, problem_title(code, status), detail, extra);
+}
+
 void ctx_reply_problem(route_ctx_t *c, int status, const char *code, const char *detail)
 {
     reply_problem_ex(c, status, code, problem_title(code, status), detail, NULL);
@@ -312,6 +318,8 @@ void ctx_done_default(route_ctx_t *c, engine_req_t *req)
         ctx_reply_err(c, req->status, req->message);
     else if (req->res.kind == ENGINE_RES_NONE)
         ctx_reply(c, 204, NULL, NULL, 0);
+    else if (req->res.kind == ENGINE_RES_LEASE && !ctx__lease_visible(c, &req->res.lease))
+        return;
     else
         ctx_reply_result(c, req->created ? 201 : 200, &req->res);
 }
@@ -326,6 +334,8 @@ static void on_engine_done(engine_req_t *req)
 
 void ctx_submit(route_ctx_t *c, route_done_fn done)
 {
+    if (ctx__authorize_submit(c) != 0)
+        return;
     c->done = done;
     c->ereq.cb = on_engine_done;
     c->ereq.data = c;

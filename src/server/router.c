@@ -4,44 +4,59 @@
 
 #include <string.h>
 
+#include "auth.h"
+
 /* A route: method, the pattern as its literal prefix, "{param}" (or "") and literal suffix,
- * handler, flags, summary. The parts' lengths are counted here, once. */
-#define R(method, pre, param, suf, handler, flags, summary)                                        \
+ * handler, flags, the right a token needs (semad --auth), summary. The parts' lengths are
+ * counted here, once. */
+#define R(method, pre, param, suf, handler, flags, right, summary)                                 \
     {                                                                                              \
-#method, pre param suf, handler, flags, summary, M_##method, sizeof pre - 1,               \
+#method, pre param suf, handler, flags, summary, right, M_##method, sizeof pre - 1,        \
             sizeof param - 1, sizeof suf - 1                                                       \
     }
 
 /* The routes' methods as numbers, so the table is scanned without string compares. */
 enum { M_OTHER, M_GET, M_PUT, M_POST, M_PATCH, M_DELETE };
 
+enum {
+    NAMED = ROUTE_NAMED,
+    LEGACY = ROUTE_LEGACY,
+    READ = AUTH_READ,
+    ACQ = AUTH_ACQUIRE,
+    ADMIN = AUTH_ADMIN
+};
+
 static const route_t routes[] = {
-    /* the legacy API (the original semaphore service's five routes) */
-    R(POST, "/semaphore", "", "", legacy_create, ROUTE_LEGACY, "legacy: create {name,value}"),
-    R(POST, "/semaphore/up", "", "", legacy_up, ROUTE_LEGACY, "legacy: add one unit {name}"),
-    R(POST, "/semaphore/down", "", "", legacy_down, ROUTE_LEGACY, "legacy: take one unit {name}"),
-    R(GET, "/semaphore/value/", "{name}", "", legacy_value, ROUTE_LEGACY, "legacy: current value"),
-    R(DELETE, "/semaphore/", "{name}", "", legacy_delete, ROUTE_LEGACY, "legacy: delete"),
+    /* the legacy API (the original semaphore service's five routes): up and down move a counter
+       without leases, so they need acquire */
+    R(POST, "/semaphore", "", "", legacy_create, LEGACY, ADMIN, "legacy: create {name,value}"),
+    R(POST, "/semaphore/up", "", "", legacy_up, LEGACY, ACQ, "legacy: add one unit {name}"),
+    R(POST, "/semaphore/down", "", "", legacy_down, LEGACY, ACQ, "legacy: take one unit {name}"),
+    R(GET, "/semaphore/value/", "{name}", "", legacy_value, LEGACY | NAMED, READ,
+      "legacy: current value"),
+    R(DELETE, "/semaphore/", "{name}", "", legacy_delete, LEGACY | NAMED, ADMIN, "legacy: delete"),
     /* v1 */
-    R(GET, "/v1/semaphores", "", "", v1_sem_list, 0, "list semaphores (prefix, limit, cursor)"),
-    R(PUT, "/v1/semaphores/", "{name}", "", v1_sem_put, 0, "create {capacity}"),
-    R(PATCH, "/v1/semaphores/", "{name}", "", v1_sem_patch, 0, "resize {capacity}"),
-    R(GET, "/v1/semaphores/", "{name}", "", v1_sem_get, 0, "full state"),
-    R(DELETE, "/v1/semaphores/", "{name}", "", v1_sem_delete, 0, "delete"),
-    R(POST, "/v1/semaphores/", "{name}", "/acquire", v1_acquire, 0,
+    R(GET, "/v1/semaphores", "", "", v1_sem_list, 0, READ,
+      "list semaphores (prefix, limit, cursor)"),
+    R(PUT, "/v1/semaphores/", "{name}", "", v1_sem_put, NAMED, ADMIN, "create {capacity}"),
+    R(PATCH, "/v1/semaphores/", "{name}", "", v1_sem_patch, NAMED, ADMIN, "resize {capacity}"),
+    R(GET, "/v1/semaphores/", "{name}", "", v1_sem_get, NAMED, READ, "full state"),
+    R(DELETE, "/v1/semaphores/", "{name}", "", v1_sem_delete, NAMED, ADMIN, "delete"),
+    R(POST, "/v1/semaphores/", "{name}", "/acquire", v1_acquire, NAMED, ACQ,
       "acquire {weight,timeout_ms,ttl_ms,owner}; parks until granted"),
-    R(POST, "/v1/semaphores/", "{name}", "/wait-idle", v1_wait_idle, 0,
+    R(POST, "/v1/semaphores/", "{name}", "/wait-idle", v1_wait_idle, NAMED, ACQ,
       "wait until idle {timeout_ms}"),
-    R(GET, "/v1/semaphores/", "{name}", "/events", v1_events, ROUTE_STREAM, "server-sent events"),
-    R(GET, "/v1/leases/", "{id}", "", v1_lease_get, 0, "lease state"),
-    R(DELETE, "/v1/leases/", "{id}", "", v1_lease_release, 0, "release"),
-    R(POST, "/v1/leases/", "{id}", "/renew", v1_lease_renew, 0, "renew {ttl_ms}"),
-    R(POST, "/v1/leases/", "{id}", "/revoke", v1_lease_revoke, 0, "admin revoke"),
-    R(POST, "/v1/locks/", "{key}", "/acquire", v1_lock_acquire, 0,
+    R(GET, "/v1/semaphores/", "{name}", "/events", v1_events, ROUTE_STREAM | NAMED, READ,
+      "server-sent events"),
+    R(GET, "/v1/leases/", "{id}", "", v1_lease_get, 0, READ, "lease state"),
+    R(DELETE, "/v1/leases/", "{id}", "", v1_lease_release, 0, ACQ, "release"),
+    R(POST, "/v1/leases/", "{id}", "/renew", v1_lease_renew, 0, ACQ, "renew {ttl_ms}"),
+    R(POST, "/v1/leases/", "{id}", "/revoke", v1_lease_revoke, 0, ADMIN, "admin revoke"),
+    R(POST, "/v1/locks/", "{key}", "/acquire", v1_lock_acquire, NAMED, ACQ,
       "keyed lock {mode,timeout_ms,ttl_ms,owner}"),
-    R(GET, "/v1/locks/", "{key}", "", v1_lock_get, 0, "keyed lock state"),
-    R(GET, "/healthz", "", "", v1_healthz, 0, "health"),
-    R(GET, "/metrics", "", "", v1_metrics, 0, "Prometheus metrics"),
+    R(GET, "/v1/locks/", "{key}", "", v1_lock_get, NAMED, READ, "keyed lock state"),
+    R(GET, "/healthz", "", "", v1_healthz, 0, 0, "health"),
+    R(GET, "/metrics", "", "", v1_metrics, ROUTE_GLOBAL, READ, "Prometheus metrics"),
 };
 enum { NROUTES = sizeof routes / sizeof routes[0] };
 
@@ -141,5 +156,6 @@ size_t router_index(const route_t *r)
 void router_print(FILE *out)
 {
     for (size_t r = 0; r < NROUTES; r++)
-        fprintf(out, "%-6s %-36s %s\n", routes[r].method, routes[r].pattern, routes[r].summary);
+        fprintf(out, "%-6s %-36s %-7s %s\n", routes[r].method, routes[r].pattern,
+                routes[r].right ? auth_right_name(routes[r].right) : "open", routes[r].summary);
 }

@@ -12,6 +12,8 @@ typedef void (*route_handler_fn)(struct route_ctx *ctx);
 enum {
     ROUTE_LEGACY = 1, /* the legacy API: errors as text/html, not problem+json */
     ROUTE_STREAM = 2, /* the reply is an event stream (SSE) */
+    ROUTE_NAMED = 4,  /* the path parameter is a semaphore name or lock key (token prefixes) */
+    ROUTE_GLOBAL = 8, /* shows every semaphore: not for tokens limited to prefixes */
 };
 
 typedef struct {
@@ -20,6 +22,7 @@ typedef struct {
     route_handler_fn handler;
     int flags;
     const char *summary; /* one line for --routes and the docs */
+    unsigned char right; /* the AUTH_* right a token needs (auth.h); 0: open to all */
     /* For the matcher: the method as a number (router.c), and the lengths of the pattern's
      * parts: literal prefix, "{param}" (0 if none) and literal suffix. */
     unsigned char method_id, pre_len, param_len, suf_len;

@@ -4,6 +4,7 @@
 #include "server_internal.h"
 
 #include <netdb.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -14,8 +15,8 @@
 
 enum { BACKLOG = 1024 };
 
-static const int known_status[] = {200, 201, 204, 303, 400, 404, 405, 408,
-                                   409, 410, 413, 414, 429, 431, 500, 503};
+static const int known_status[] = {200, 201, 204, 303, 400, 401, 403, 404, 405,
+                                   408, 409, 410, 413, 414, 429, 431, 500, 503};
 enum { NSTATUS = sizeof known_status / sizeof known_status[0] + 1 };
 
 /* ---- start and stop ---- */
@@ -104,11 +105,40 @@ static void log_bound(server_t *srv)
              ss.ss_family == AF_INET6 ? "]" : "", port);
 }
 
+/* 127.0.0.0/8, ::1, or ::ffff:127.x.y.z. */
+static int is_loopback(const struct sockaddr_storage *ss)
+{
+    if (ss->ss_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)ss)->sin_addr.s_addr) >> 24) == 127;
+    const struct in6_addr *a = &((const struct sockaddr_in6 *)ss)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+}
+
+/* Protected mode: without tokens, anyone who reaches the port may do anything, so semad
+ * listens on loopback only unless told --insecure. */
+static int check_protected(server_t *srv, const struct sockaddr_storage *ss, char *errbuf,
+                           size_t errlen)
+{
+    const semad_config_t *cfg = srv->cfg;
+    if (cfg->auth_file != NULL || cfg->insecure || is_loopback(ss))
+        return 0;
+    snprintf(errbuf, errlen,
+             "refusing to listen on %s: it is not a loopback address and semad runs without "
+             "--auth, so anyone who can reach the port could create, delete, take and release "
+             "every semaphore. Give --auth FILE (tokens: `sema token new`), listen on "
+             "127.0.0.1, or add --insecure if every client on that network is trusted "
+             "(docs/security.md)",
+             cfg->listen);
+    return SEMA_EACCES;
+}
+
 static int server_listen(server_t *srv, char *errbuf, size_t errlen)
 {
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof ss);
     int rc = parse_listen(srv->cfg->listen, &ss, errbuf, errlen);
+    if (rc == 0)
+        rc = check_protected(srv, &ss, errbuf, errlen);
     if (rc != 0)
         return rc;
     uv_tcp_init(srv->loop, &srv->listener);
@@ -143,8 +173,11 @@ int server_new(server_t **out, uv_loop_t *loop, engine_t *engine, const semad_co
         free(srv);
         return SEMA_ENOMEM;
     }
-    int rc = server_listen(srv, errbuf, errlen);
+    int rc = server__auth_open(srv, errbuf, errlen);
+    if (rc == 0)
+        rc = server_listen(srv, errbuf, errlen);
     if (rc != 0) {
+        server__auth_free(srv);
         free(srv->counts);
         free(srv);
         return rc;
@@ -158,6 +191,7 @@ int server_new(server_t **out, uv_loop_t *loop, engine_t *engine, const semad_co
     srv->sigterm.data = srv->sigint.data = srv;
     uv_signal_start(&srv->sigterm, on_signal, SIGTERM);
     uv_signal_start(&srv->sigint, on_signal, SIGINT);
+    server__auth_start(srv);
     *out = srv;
     return 0;
 }
@@ -171,6 +205,7 @@ void server__finish_stop(server_t *srv)
     uv_close((uv_handle_t *)&srv->sigint, NULL);
     uv_close((uv_handle_t *)&srv->idle, NULL);
     uv_close((uv_handle_t *)&srv->grace, NULL);
+    server__auth_close(srv);
     log_info("all connections closed");
 }
 
@@ -198,6 +233,7 @@ void server_free(server_t *srv)
     if (srv == NULL)
         return;
     server__streams_free(srv);
+    server__auth_free(srv);
     strbuf_free(&srv->scratch_body);
     strbuf_free(&srv->scratch_reply);
     free(srv->counts);

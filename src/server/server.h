@@ -7,6 +7,7 @@
 #include <jansson.h>
 #include <uv.h>
 
+#include "auth.h"
 #include "config.h"
 #include "engine.h"
 #include "http.h"
@@ -35,8 +36,11 @@ struct route_ctx {
         char *cursor; /* decoded ?cursor= */
     } list;           /* GET /v1/semaphores */
     struct {
-        json_t *echo; /* the request object, echoed on 303 */
-    } legacy_create;  /* POST /semaphore */
+        json_t *echo;          /* the request object, echoed on 303 */
+    } legacy_create;           /* POST /semaphore */
+    auth_table_t *auth;        /* with --auth: the tokens the request was checked against (a
+                                  reference, so a reload cannot free them under it) */
+    const auth_token_t *token; /* the request's token (in `auth`), or NULL without --auth */
     engine_req_t ereq;
     route_done_fn done;
     int submitted; /* the engine holds ereq */

@@ -65,12 +65,20 @@ struct conn {
     uint64_t deadline;  /* loop time (ms) the timer acts at, 0 = none (not for streams) */
     uint64_t timer_due; /* loop time the armed timer fires at */
     sstream_t *st;      /* the event stream (allocated when the connection becomes one) */
+    /* --auth: the last Authorization value this connection sent that named a token, so the
+     * next request with the same bytes skips the hash (access.c) */
+    char *auth_value;               /* owned, or NULL */
+    auth_table_t *auth_table;       /* a reference: the table auth_token is in */
+    const auth_token_t *auth_token; /* the token it named */
 };
 
 struct server {
     uv_loop_t *loop;
     uv_tcp_t listener;
     uv_signal_t sigterm, sigint;
+    uv_signal_t sighup; /* reloads the token file (access.c) */
+    int sighup_open;    /* sighup is initialized */
+    auth_table_t *auth; /* the tokens of --auth, or NULL: every request is allowed */
     uv_idle_t idle;
     uv_timer_t grace;
     engine_t *engine;
@@ -134,6 +142,31 @@ void ctx__reply_no_route(route_ctx_t *c, int rc, const char *method, const char 
 void conn_reply_fatal(conn_t *conn, int status, const char *reason);
 /* Release a granted lease whose grant could not be delivered (counted as undelivered). */
 void server__release_lease(server_t *srv, const char *id);
+
+/* A problem+json reply with extra header lines (may be NULL), on every route. */
+void ctx__reply_problem_hdr(route_ctx_t *c, int status, const char *code, const char *detail,
+                            const char *extra);
+
+/* ---- access.c ---- */
+
+/* Load --auth's file. 0, or a SEMA_E* code with a message in errbuf. */
+int server__auth_open(server_t *srv, char *errbuf, size_t errlen);
+/* Reload it on SIGHUP from now on (when --auth is given). */
+void server__auth_start(server_t *srv);
+/* Close the SIGHUP handle (at the stop); free the tokens (server_free). */
+void server__auth_close(server_t *srv);
+void server__auth_free(server_t *srv);
+/* Forget the connection's remembered Authorization value (at its free). */
+void conn_auth_forget(conn_t *conn);
+/* Before the handler: the token and the right the route needs, and the prefix of a name in
+ * the path. 0 to go on, -1 after a 401 or 403 reply. */
+int ctx__authorize(route_ctx_t *c);
+/* Before the engine: stamp the token's name on c->ereq, check the prefix of the name it
+ * carries (also one from a body). 0 to go on, -1 after a 403 reply. */
+int ctx__authorize_submit(route_ctx_t *c);
+/* A lease result is shown only to tokens whose prefixes cover its semaphore: 1, or 0 after
+ * a 403 reply. */
+int ctx__lease_visible(route_ctx_t *c, const engine_lease_t *l);
 
 /* ---- stream.c ---- */
 

@@ -55,6 +55,35 @@ def test_openapi_matches_route_table():
         assert re.search(r"^openapi: 3\.1\.\d+$", f.read(), re.M), "not OpenAPI 3.1"
 
 
+def openapi_rights(path):
+    """{(METHOD, path): x-sema-right} from the `paths:` section."""
+    rights, in_paths, cur, op = {}, False, None, None
+    with open(path) as f:
+        for line in f:
+            if re.match(r"^\S", line):
+                in_paths = line.startswith("paths:")
+                continue
+            m = re.match(r"^  (/\S*):\s*$", line)
+            if in_paths and m:
+                cur = m.group(1)
+            m = re.match(r"^    ([a-z]+):", line)
+            if in_paths and m and m.group(1) in METHODS:
+                op = (m.group(1).upper(), cur)
+            m = re.match(r"^      x-sema-right: (\S+)$", line)
+            if in_paths and m:
+                rights[op] = m.group(1)
+    return rights
+
+
+def test_openapi_rights_match_route_table():
+    """Each operation's x-sema-right is the right `semad --routes` says the route needs."""
+    out = subprocess.run([fx.semad_path(), "--routes"], capture_output=True, text=True,
+                         check=True, timeout=30).stdout
+    server = {(ln.split()[0], ln.split()[1]): ln.split()[2] for ln in out.splitlines()}
+    doc = openapi_rights(os.path.join(SRC, "docs", "openapi.yaml"))
+    assert doc == server, "x-sema-right differs: %s" % sorted(set(doc.items()) ^ set(server.items()))
+
+
 def test_http_api_md_documents_every_route():
     with open(os.path.join(SRC, "docs", "http-api.md")) as f:
         text = f.read()

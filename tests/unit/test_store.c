@@ -141,6 +141,7 @@ static void on_lease(void *arg, const store_lease_t *l)
     ld->lease[ld->nlease].sem = keep(ld, l->sem);
     ld->lease[ld->nlease].owner = keep(ld, l->owner);
     ld->lease[ld->nlease].idem_key = keep(ld, l->idem_key);
+    ld->lease[ld->nlease].principal = keep(ld, l->principal);
     ld->nlease++;
 }
 
@@ -218,6 +219,7 @@ TEST(round_trip)
     g.available = 4; /* `up` raised it above capacity */
     l2.owner = NULL;
     l2.idem_key = "retry-17";
+    l1.principal = "ci-runner"; /* the token that took it (semad --auth) */
     k.is_lock = 1;
     ASSERT_OK(store_put_sem(st, &a));
     ASSERT_OK(store_put_sem(st, &g));
@@ -251,6 +253,8 @@ TEST(round_trip)
     ASSERT_STREQ(ld.lease[2].id, "K1");
     ASSERT_EQ(ld.lease[2].is_lock, 1);
     ASSERT_STREQ(ld.lease[0].owner, "worker-1");
+    ASSERT_STREQ(ld.lease[0].principal, "ci-runner");
+    ASSERT_NULL(ld.lease[1].principal);
 }
 
 TEST(files_are_private_and_wal)
@@ -707,6 +711,31 @@ TEST(refuses_other_format_version)
     ASSERT_EQ(store_check(dir, stderr), SEMA_EVERSION);
 }
 
+static int check_output(const char *dir, char *buf, size_t len);
+
+/* A store of format 1 (before leases remembered their token) is upgraded in place when it
+ * is opened: its leases load, with no token, and the file is of the current format. */
+TEST(upgrades_format_1)
+{
+    const char *dir = data_dir();
+    struct loaded ld;
+    char out[4096];
+
+    make_store(dir);
+    raw_sql(dir, "ALTER TABLE leases DROP COLUMN principal;"
+                 "INSERT INTO leases VALUES('old','alpha',1,NULL,NULL,2,1000,1,1001,0);"
+                 "PRAGMA user_version = 1;");
+    ASSERT_EQ(check_output(dir, out, sizeof out), 0);
+    ASSERT(strstr(out, "upgrades format 1 to 2") != NULL);
+    reload(dir, &ld);
+    ASSERT_EQ(ld.nlease, 2);
+    ASSERT_NULL(ld.lease[0].principal);
+    raw_sql(dir, "INSERT INTO leases VALUES('new','alpha',1,NULL,NULL,3,1000,1,1001,0,'ops')");
+    reload(dir, &ld);
+    ASSERT_EQ(ld.nlease, 3);
+    ASSERT_STREQ(ld.lease[2].principal, "ops");
+}
+
 TEST(refuses_foreign_database)
 {
     const char *dir = data_dir();
@@ -900,9 +929,9 @@ TEST(check_finds_broken_invariants)
 
     make_store(dir);
     /* alpha's fence is 3: a lease with fence 8, a reused fence, a lease of no semaphore. */
-    raw_sql(dir, "INSERT INTO leases VALUES('bad1','alpha',1,NULL,NULL,8,1000,1,1001,0);"
-                 "INSERT INTO leases VALUES('bad2','alpha',1,NULL,NULL,3,1000,1,1001,0);"
-                 "INSERT INTO leases VALUES('bad3','ghost',1,NULL,NULL,1,1000,1,1001,0);");
+    raw_sql(dir, "INSERT INTO leases VALUES('bad1','alpha',1,NULL,NULL,8,1000,1,1001,0,NULL);"
+                 "INSERT INTO leases VALUES('bad2','alpha',1,NULL,NULL,3,1000,1,1001,0,NULL);"
+                 "INSERT INTO leases VALUES('bad3','ghost',1,NULL,NULL,1,1000,1,1001,0,NULL);");
     ASSERT_EQ(check_output(dir, out, sizeof out), SEMA_ECORRUPT);
     ASSERT(strstr(out, "lease bad1 of alpha: fence 8 > semaphore fence 3") != NULL);
     ASSERT(strstr(out, "semaphore alpha: fence 3 in 2 leases") != NULL);

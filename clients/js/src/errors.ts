@@ -58,6 +58,12 @@ export class SemaInvalidRequestError extends SemaError {}
 export class SemaLimitError extends SemaError {}
 /** 503 `shutting_down`, `store_unavailable`, `out_of_memory`, and other server-side failures. */
 export class SemaServerError extends SemaError {}
+/**
+ * `unauthorized` (401: semad runs with `--auth` and the request has no token, or an unknown
+ * one) and `forbidden` (403: the token lacks the right, the name is outside its prefixes, or
+ * the lease is another token's). The detail says which.
+ */
+export class SemaAuthError extends SemaError {}
 /** `network`: no reply (connection refused or dropped). Retried where that is safe before it surfaces. */
 export class SemaNetworkError extends SemaError {}
 
@@ -102,6 +108,9 @@ export function errorFromReply(status: number, body: string, lease = false): Sem
       return new SemaOverflowError(message, init);
     case "limit_reached":
       return new SemaLimitError(message, init);
+    case "unauthorized":
+    case "forbidden":
+      return new SemaAuthError(message, init);
   }
   if (status >= 500) return new SemaServerError(message, init);
   if (status >= 400 && status < 500 && status !== 408) return new SemaInvalidRequestError(message, init);
@@ -112,6 +121,10 @@ function codeForStatus(status: number): string {
   switch (status) {
     case 400:
       return "invalid_request";
+    case 401:
+      return "unauthorized";
+    case 403:
+      return "forbidden";
     case 404:
       return "not_found";
     case 405:

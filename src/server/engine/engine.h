@@ -153,6 +153,11 @@ struct engine_req {
     const char *prefix;   /* SEM_LIST, may be NULL */
     const char *cursor;   /* SEM_LIST, may be NULL */
     uint64_t limit;       /* SEM_LIST: 0 = default */
+    /* With semad --auth: the name of the token that sent the request (NULL without --auth,
+     * and for semad's own requests). A grant remembers it; renewing or releasing a lease
+     * another token took fails with SEMA_EACCES unless `principal_admin` is set. */
+    const char *principal;
+    int principal_admin;
 
     /* out: valid inside the callback */
     int status;          /* 0 or a SEMA_E* code (see the table in docs/http-api.md) */

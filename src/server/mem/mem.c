@@ -307,7 +307,7 @@ void mem__unpark(mem_t *e, ereq_t *er)
 static void admit_one_grant(mem_t *e, esem_t *s, ereq_t *er)
 {
     engine_req_t *req = er->req;
-    elease_t *l = mem__grant(e, s, er->weight, req, er->since_mono);
+    elease_t *l = mem__grant(e, s, req, er->weight, er->since_mono);
 
     if (l == NULL) {
         mem__finish(e, er, SEMA_ENOMEM, "out of memory granting the lease");

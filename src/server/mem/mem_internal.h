@@ -47,7 +47,8 @@ typedef struct elease {
     int64_t ttl_ms, acquired_at_ms, expires_at_ms; /* wall clock ms */
     uint64_t acquired_mono;                        /* for the hold-time histogram */
     char *owner;                                   /* owned, may be NULL */
-    eidem_t *idem;                                 /* may be NULL */
+    char *principal;      /* the token that took it (semad --auth), owned, may be NULL */
+    eidem_t *idem;        /* may be NULL */
     struct ereq *pending; /* the undelivered reply that owns it (its er->lease), or NULL */
     char id[ENGINE_LEASE_ID_MAX];
 } elease_t;
@@ -183,8 +184,11 @@ static inline int mem__req_mode(const engine_req_t *req)
 elease_t *mem__lease_find(mem_t *e, const char *id, size_t len);
 etomb_t *mem__tomb_find(mem_t *e, const char *id, size_t len);
 int mem__tomb_status(int reason);
-elease_t *mem__grant(mem_t *e, esem_t *s, uint64_t weight, const engine_req_t *req,
+elease_t *mem__grant(mem_t *e, esem_t *s, const engine_req_t *req, uint64_t weight,
                      uint64_t since_mono);
+/* 1 if `req` may renew or release lease `l`: without --auth, by the token that took it, or
+ * by a token with the admin right. */
+int mem__lease_allowed(const engine_req_t *req, const elease_t *l);
 void mem__lease_end(mem_t *e, elease_t *l, int reason);
 void mem__lease_free(mem_t *e, elease_t *l);
 void mem__lease_expire_due(mem_t *e, elease_t *l);

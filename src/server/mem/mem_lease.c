@@ -131,6 +131,7 @@ void mem__store_lease(mem_t *e, const elease_t *l)
     rec.sem = l->sem->name;
     rec.weight = l->weight;
     rec.owner = l->owner;
+    rec.principal = l->principal;
     rec.idem_key = l->idem ? l->idem->key : NULL;
     rec.fence = l->fence;
     rec.ttl_ms = l->ttl_ms;
@@ -155,21 +156,24 @@ static char *dup_str(const char *s)
     return d;
 }
 
-/* Take `weight` units from `s` for a new lease for `req` (the caller checked they fit): its
- * ttl, owner, Idempotency-Key and lock mode. Writes the lease and the new fence ahead.
- * Returns the lease, or NULL (nothing taken) on ENOMEM. */
-elease_t *mem__grant(mem_t *e, esem_t *s, uint64_t weight, const engine_req_t *req,
+/* Take `weight` units from `s` for a new lease (the caller checked they fit). Writes the
+ * lease and the new fence ahead. Returns the lease, or NULL (nothing taken) on ENOMEM. */
+elease_t *mem__grant(mem_t *e, esem_t *s, const engine_req_t *req, uint64_t weight,
                      uint64_t since_mono)
 {
     elease_t *l = sema__calloc(1, sizeof(*l));
     uint64_t now = mem__now(e);
     int64_t ttl_ms = req->ttl_ms;
-    const char *owner = req->owner, *idem_key = req->idem_key;
+    const char *idem_key = req->idem_key;
 
     if (l == NULL)
         return NULL;
-    l->owner = dup_str(owner);
-    if (owner != NULL && owner[0] != '\0' && l->owner == NULL) {
+    l->owner = dup_str(req->owner);
+    l->principal = dup_str(req->principal);
+    if ((req->owner != NULL && req->owner[0] != '\0' && l->owner == NULL) ||
+        (req->principal != NULL && req->principal[0] != '\0' && l->principal == NULL)) {
+        sema__free(l->owner);
+        sema__free(l->principal);
         sema__free(l);
         return NULL;
     }
@@ -180,6 +184,7 @@ elease_t *mem__grant(mem_t *e, esem_t *s, uint64_t weight, const engine_req_t *r
     l->hi.deadline = now + (uint64_t)ttl_ms;
     if (eheap_push(&e->heap, &l->hi) != 0) {
         sema__free(l->owner);
+        sema__free(l->principal);
         sema__free(l);
         return NULL;
     }
@@ -188,6 +193,7 @@ elease_t *mem__grant(mem_t *e, esem_t *s, uint64_t weight, const engine_req_t *r
     etab_insert(&e->leases, &l->node);
     l->sem = s;
     l->weight = weight;
+    l->mode = mem__req_mode(req);
     l->mode = mem__req_mode(req);
     l->fence = ++e->fence_seq;
     s->fence = l->fence;
@@ -232,7 +238,15 @@ void mem__lease_free(mem_t *e, elease_t *l)
     if (l->idem != NULL)
         mem__idem_free(e, l->idem);
     sema__free(l->owner);
+    sema__free(l->principal);
     sema__free(l);
+}
+
+int mem__lease_allowed(const engine_req_t *req, const elease_t *l)
+{
+    if (req->principal == NULL || req->principal_admin)
+        return 1;
+    return l->principal != NULL && strcmp(l->principal, req->principal) == 0;
 }
 
 static const char *const end_event[] = {
@@ -293,6 +307,7 @@ int mem__lease_load(mem_t *e, esem_t *s, const store_lease_t *rec)
         return SEMA_ENOMEM;
     memcpy(l->id, rec->id, idlen + 1);
     l->owner = dup_str(rec->owner);
+    l->principal = dup_str(rec->principal);
     l->sem = s;
     /* A lock's weight follows this run's --lock-readers. Stores before the mode was kept
      * wrote 1 for every lock lease and said exclusive by a weight above 1. */
@@ -312,6 +327,7 @@ int mem__lease_load(mem_t *e, esem_t *s, const store_lease_t *rec)
     l->hi.deadline = mem__now(e) + (uint64_t)(l->expires_at_ms - wall);
     if (eheap_push(&e->heap, &l->hi) != 0) {
         sema__free(l->owner);
+        sema__free(l->principal);
         sema__free(l);
         return SEMA_ENOMEM;
     }

@@ -245,6 +245,14 @@ static int idem_take_over(mem_t *e, ereq_t *er, eidem_t *d)
     return 1;
 }
 
+/* With --auth, a parked request is its token's too: only it (or an admin) may take over. */
+static int waiter_allowed(const engine_req_t *req, const engine_req_t *parked)
+{
+    if (req->principal == NULL || req->principal_admin)
+        return 1;
+    return parked->principal != NULL && strcmp(parked->principal, req->principal) == 0;
+}
+
 /* A retry with a known Idempotency-Key: returns 1 if it was answered or took over. The key
  * names one request: a retry of another weight gets EKEYMISMATCH, never a second grant nor
  * the first one's lease. */
@@ -258,6 +266,11 @@ static int idem_retry(mem_t *e, ereq_t *er, esem_t *s)
     d = mem__idem_find(e, s, key, strlen(key));
     if (d == NULL)
         return 0;
+    if ((d->lease != NULL && !mem__lease_allowed(er->req, d->lease)) ||
+        (d->waiter != NULL && !waiter_allowed(er->req, d->waiter->req))) {
+        fail(e, er, SEMA_EACCES, "the Idempotency-Key names a request of another token");
+        return 1;
+    }
     if (d->lease != NULL &&
         (d->lease->weight != er->weight || d->lease->mode != mem__req_mode(er->req))) {
         fail(e, er, SEMA_EKEYMISMATCH, M_KEY_MISMATCH);
@@ -289,7 +302,7 @@ static void acquire_on(mem_t *e, ereq_t *er, esem_t *s, uint64_t weight)
         return;
     if (elist_empty(&s->waiters) && (int64_t)weight <= s->available) {
         er->since_mono = mem__now(e);
-        elease_t *l = mem__grant(e, s, weight, req, er->since_mono);
+        elease_t *l = mem__grant(e, s, req, weight, er->since_mono);
         if (l == NULL)
             return fail(e, er, SEMA_ENOMEM, "out of memory granting the lease");
         mem__lease_own(er, l);
@@ -389,10 +402,23 @@ static void op_lease_get(mem_t *e, ereq_t *er)
         mem__finish_lease(e, er, l);
 }
 
+/* Find a live lease the request may renew or release (with --auth: its token's own). */
+static elease_t *find_own_lease(mem_t *e, ereq_t *er)
+{
+    elease_t *l = find_lease(e, er);
+
+    if (l != NULL && !mem__lease_allowed(er->req, l)) {
+        fail(e, er, SEMA_EACCES,
+             "the lease was taken by another token (only its token or an admin may end it)");
+        return NULL;
+    }
+    return l;
+}
+
 static void op_lease_renew(mem_t *e, ereq_t *er)
 {
     int64_t ttl = er->req->ttl_ms;
-    elease_t *l = find_lease(e, er);
+    elease_t *l = find_own_lease(e, er);
 
     if (l == NULL)
         return;
@@ -407,7 +433,7 @@ static void op_lease_renew(mem_t *e, ereq_t *er)
 
 static void end_lease_op(mem_t *e, ereq_t *er, int reason)
 {
-    elease_t *l = find_lease(e, er);
+    elease_t *l = find_own_lease(e, er);
     esem_t *s;
 
     if (l == NULL)

@@ -52,6 +52,7 @@ typedef struct {
     int64_t expires_at_ms;
     int is_lock; /* 0 a semaphore's lease; a keyed lock's: 1 shared, 2 exclusive (stores
                     written before the mode was kept have 1 and an exclusive weight R > 1) */
+    const char *principal; /* the token that took it (semad --auth), may be NULL */
 } store_lease_t;
 
 /* Open (creating if needed) the store in directory `dir`, taking its lock file. On failure

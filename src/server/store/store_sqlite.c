@@ -41,7 +41,8 @@ static const char schema_sql[] =
     " ttl_ms INTEGER NOT NULL,"
     " acquired_at INTEGER NOT NULL,"
     " expires_at INTEGER NOT NULL,"
-    " is_lock INTEGER NOT NULL) WITHOUT ROWID;"
+    " is_lock INTEGER NOT NULL,"
+    " principal TEXT) WITHOUT ROWID;"
     /* The last fence of every deleted semaphore, so a recreated name can go on counting. */
     "CREATE TABLE retired(name TEXT PRIMARY KEY NOT NULL, fence INTEGER NOT NULL) WITHOUT ROWID;";
 
@@ -87,12 +88,13 @@ static const char *const query_sql[Q_COUNT] = {
                      " fence = max(fence, excluded.fence)",
     [Q_DEL_SEM] = "DELETE FROM semaphores WHERE name = ?1",
     [Q_PUT_LEASE] = "INSERT INTO leases(id, sem, weight, owner, idem_key, fence, ttl_ms,"
-                    " acquired_at, expires_at, is_lock) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8,"
-                    " ?9, ?10) ON CONFLICT(id) DO UPDATE SET sem = excluded.sem,"
+                    " acquired_at, expires_at, is_lock, principal) VALUES(?1, ?2, ?3, ?4, ?5,"
+                    " ?6, ?7, ?8, ?9, ?10, ?11) ON CONFLICT(id) DO UPDATE SET sem = excluded.sem,"
                     " weight = excluded.weight, owner = excluded.owner,"
                     " idem_key = excluded.idem_key, fence = excluded.fence,"
                     " ttl_ms = excluded.ttl_ms, acquired_at = excluded.acquired_at,"
-                    " expires_at = excluded.expires_at, is_lock = excluded.is_lock",
+                    " expires_at = excluded.expires_at, is_lock = excluded.is_lock,"
+                    " principal = excluded.principal",
     [Q_DEL_LEASE] = "DELETE FROM leases WHERE id = ?1",
     [Q_MAX_FENCE] = "SELECT max(coalesce((SELECT max(fence) FROM semaphores), 0),"
                     " coalesce((SELECT max(fence) FROM retired), 0),"
@@ -347,7 +349,33 @@ static int create_schema(store_t *st, char *errbuf, size_t errlen)
     return 0;
 }
 
-/* Is this file ours and of our format? Creates the schema in an empty database. */
+/* The steps from each older format to the next, run in one transaction. */
+static const char *const upgrades[] = {
+    [1] = "ALTER TABLE leases ADD COLUMN principal TEXT;", /* 1 -> 2: leases' tokens */
+};
+
+/* Bring a store of an older format up to STORE_FORMAT in one transaction. */
+static int upgrade(store_t *st, int64_t ver, char *errbuf, size_t errlen)
+{
+    char sql[256];
+    int rc = sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+
+    for (int64_t v = ver; rc == SQLITE_OK && v < STORE_FORMAT; v++)
+        rc = sqlite3_exec(st->db, upgrades[v], NULL, NULL, NULL);
+    snprintf(sql, sizeof sql, "PRAGMA user_version = %d; COMMIT;", STORE_FORMAT);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_exec(st->db, sql, NULL, NULL, NULL);
+    if (rc != SQLITE_OK) {
+        int code =
+            db_error(st->db, rc, st->path, "cannot upgrade the store's format", errbuf, errlen);
+        sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+        return code;
+    }
+    return 0;
+}
+
+/* Is this file ours and of our format? Creates the schema in an empty database, upgrades
+ * one of an older format. */
 static int check_format(store_t *st, char *errbuf, size_t errlen)
 {
     int64_t app = 0, ver = 0, objects = 0;
@@ -367,6 +395,8 @@ static int check_format(store_t *st, char *errbuf, size_t errlen)
             app);
         return SEMA_ECORRUPT;
     }
+    if (ver >= STORE_FORMAT_OLDEST && ver < STORE_FORMAT)
+        return upgrade(st, ver, errbuf, errlen);
     if (ver != STORE_FORMAT) {
         msg(errbuf, errlen,
             "%s: store format version %" PRId64 ", this semad reads version %d only%s", st->path,
@@ -608,7 +638,7 @@ static int load_leases(store_t *st, void (*on_lease)(void *, const store_lease_t
     sqlite3_stmt *s;
     int rc = sqlite3_prepare_v2(st->db,
                                 "SELECT id, sem, weight, owner, idem_key, fence, ttl_ms,"
-                                " acquired_at, expires_at, is_lock FROM leases"
+                                " acquired_at, expires_at, is_lock, principal FROM leases"
                                 " ORDER BY is_lock, sem, fence",
                                 -1, &s, NULL);
 
@@ -626,6 +656,7 @@ static int load_leases(store_t *st, void (*on_lease)(void *, const store_lease_t
             .acquired_at_ms = sqlite3_column_int64(s, 7),
             .expires_at_ms = sqlite3_column_int64(s, 8),
             .is_lock = sqlite3_column_int(s, 9),
+            .principal = col_text(s, 10),
         };
         if (l.id != NULL && l.sem != NULL && on_lease != NULL)
             on_lease(arg, &l);
@@ -725,7 +756,7 @@ int store_del_sem(store_t *st, const char *name)
 int store_put_lease(store_t *st, const store_lease_t *l)
 {
     store_op_t *op = op_new(OP_PUT_LEASE, str_size(l->id) + str_size(l->sem) + str_size(l->owner) +
-                                              str_size(l->idem_key));
+                                              str_size(l->idem_key) + str_size(l->principal));
 
     if (op != NULL) {
         char *at = op->strings;
@@ -734,6 +765,7 @@ int store_put_lease(store_t *st, const store_lease_t *l)
         op->u.lease.sem = op_str(&at, l->sem);
         op->u.lease.owner = op_str(&at, l->owner);
         op->u.lease.idem_key = op_str(&at, l->idem_key);
+        op->u.lease.principal = op_str(&at, l->principal);
     }
     return op_add(st, op);
 }
@@ -861,6 +893,7 @@ static int write_lease(store_t *st, const store_lease_t *l)
     sqlite3_bind_int64(s, 8, l->acquired_at_ms);
     sqlite3_bind_int64(s, 9, l->expires_at_ms);
     sqlite3_bind_int(s, 10, l->is_lock);
+    bind_text(s, 11, l->principal);
     return run_write(s);
 }
 
