@@ -12,8 +12,8 @@ want=${1:-test}
 root=$(cd "$(dirname "$0")/.." && pwd)
 
 build_pkgs="build-essential cmake pkg-config libuv1-dev node-llhttp libjansson-dev
-            libsqlite3-dev libhiredis-dev libcurl4-openssl-dev"
-test_pkgs="python3 sqlite3 redis-server procps util-linux nodejs npm"
+            libsqlite3-dev libhiredis-dev libcurl4-openssl-dev libssl-dev"
+test_pkgs="python3 sqlite3 redis-server procps util-linux nodejs npm openssl curl"
 bench_pkgs="wrk"
 fuzz_pkgs="clang libclang-rt-14-dev"
 
