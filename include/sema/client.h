@@ -58,6 +58,12 @@ typedef struct {
     int max_idle;               /* idle easy handles kept in the pool; 0: 8 */
     const char *owner;          /* default owner recorded with leases (borrowed for sema_client_new
                                    only: copied); NULL: "<hostname>:<pid>" */
+    /* https:// servers (each path copied by sema_client_new; NULL: the environment variable
+     * named, if set): */
+    const char *cacert; /* PEM file of the CAs to trust ($SEMA_CACERT; else the system's) */
+    const char *cert;   /* PEM client certificate, for a semad with --tls-client-ca
+                           ($SEMA_CERT) */
+    const char *key;    /* PEM private key of `cert` ($SEMA_KEY; NULL: in `cert`'s file) */
 } sema_client_opts_t;
 
 /* A granted permit (or keyed lock). Plain data: copy it freely. */

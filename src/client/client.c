@@ -172,8 +172,31 @@ static int opt_or(int64_t v, int64_t dflt)
     return v == 0 ? (int)dflt : (int)v;
 }
 
+/* A copy of `v`, else of $env; *fail set when a copy could not be made. */
+static char *opt_path(const char *v, const char *env, int *fail)
+{
+    char *copy;
+    if (v == NULL)
+        v = getenv(env);
+    if (v == NULL || *v == '\0')
+        return NULL;
+    if ((copy = strdup(v)) == NULL)
+        *fail = 1;
+    return copy;
+}
+
+static void client_strings_free(sema_client_t *c)
+{
+    free(c->url);
+    free(c->owner);
+    free(c->cacert);
+    free(c->cert);
+    free(c->key);
+}
+
 int sema_client_new(sema_client_t **out, const char *url, const sema_client_opts_t *opts)
 {
+    int fail = 0;
     sema_client_opts_t none = {0};
     sema_client_t *c;
 
@@ -189,9 +212,11 @@ int sema_client_new(sema_client_t **out, const char *url, const sema_client_opts
         return SEMA_ENOMEM;
     c->url = strdup(url);
     c->owner = opts->owner != NULL ? strdup(opts->owner) : default_owner();
-    if (c->url == NULL || c->owner == NULL) {
-        free(c->url);
-        free(c->owner);
+    c->cacert = opt_path(opts->cacert, "SEMA_CACERT", &fail);
+    c->cert = opt_path(opts->cert, "SEMA_CERT", &fail);
+    c->key = opt_path(opts->key, "SEMA_KEY", &fail);
+    if (c->url == NULL || c->owner == NULL || fail) {
+        client_strings_free(c);
         free(c);
         return SEMA_ENOMEM;
     }
@@ -225,8 +250,7 @@ void sema_client_free(sema_client_t *c)
         conn_free(k);
     }
     pthread_mutex_destroy(&c->lock);
-    free(c->url);
-    free(c->owner);
+    client_strings_free(c);
     free(c);
 }
 
@@ -407,6 +431,12 @@ static void setup_easy(sema_client_t *c, CURL *e, const client_req_t *req, const
     curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(e, CURLOPT_HEADERDATA, x);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, ebuf);
+    if (c->cacert != NULL)
+        curl_easy_setopt(e, CURLOPT_CAINFO, c->cacert);
+    if (c->cert != NULL)
+        curl_easy_setopt(e, CURLOPT_SSLCERT, c->cert);
+    if (c->key != NULL)
+        curl_easy_setopt(e, CURLOPT_SSLKEY, c->key);
     if (strcmp(req->method, "GET") == 0)
         curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
     if (body != NULL) {

@@ -27,6 +27,7 @@ typedef struct client_conn {
 struct sema_client {
     char *url; /* without a trailing '/' */
     char *owner;
+    char *cacert, *cert, *key; /* TLS files (NULL: libcurl's defaults) */
     int64_t connect_timeout_ms;
     int64_t request_timeout_ms;
     int max_retries;

@@ -396,7 +396,7 @@ def test_parked_waiters_cost_at_most_2_kib_each():
             resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, n + 200), hard))
         except ValueError:
             sys.exit(77)
-    with fx.Semad() as s:
+    with fx.Semad("--max-connections-per-ip", "0") as s:  # every waiter comes from 127.0.0.1
         put(s, "m", 1)
         acquire(s, "m")
         time.sleep(0.1)
