@@ -593,13 +593,13 @@ static void read_tls(conn_t *conn, const char *data, size_t len)
         conn->tls_seen = 1;
     }
     int ready = tls_sess_ready(conn->tls);
-    struct strbuf ct = take_out(srv);
-    tls_input(srv->tls, conn->tls, data, len, &ct);
+    struct strbuf *ct = &srv->tls_read_out; /* reads do not nest: no need to take it */
+    tls_input(srv->tls, conn->tls, data, len, ct);
     for (;;) {
         int n = tls_read(srv->tls, conn->tls, srv->tls_plain, TLS_RECORD);
-        if (ct.len > 0) {
-            int rc = sock_send(conn, ct.data, ct.len, NULL);
-            strbuf_reset(&ct);
+        if (ct->len > 0) {
+            int rc = sock_send(conn, ct->data, ct->len, NULL);
+            strbuf_reset(ct);
             if (rc != 0)
                 break;
         }
@@ -618,7 +618,8 @@ static void read_tls(conn_t *conn, const char *data, size_t len)
             break;
     }
     tls_input(srv->tls, conn->tls, NULL, 0, NULL);
-    give_back(srv, &ct);
+    if (ct->cap > TLS_OUT_KEEP)
+        strbuf_free(ct);
 }
 
 static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)

@@ -166,6 +166,7 @@ static void server_release(server_t *srv)
     tls_free(srv->tls);
     free(srv->tls_plain);
     strbuf_free(&srv->tls_out);
+    strbuf_free(&srv->tls_read_out);
     ipcap_destroy(&srv->ipcap);
     free(srv->counts);
     free(srv);
@@ -185,6 +186,7 @@ int server_new(server_t **out, uv_loop_t *loop, engine_t *engine, const semad_co
     strbuf_init(&srv->scratch_body, 0);
     strbuf_init(&srv->scratch_reply, 0);
     strbuf_init(&srv->tls_out, 0);
+    strbuf_init(&srv->tls_read_out, 0);
     srv->counts = calloc((router_count() + 1) * NSTATUS, sizeof *srv->counts);
     if (srv->counts == NULL || ipcap_init(&srv->ipcap) != 0) {
         server_release(srv);

@@ -92,7 +92,8 @@ struct server {
     ipcap_t ipcap;            /* open connections by client address */
     /* TLS (tls.c), when --tls-cert is given */
     tls_t *tls;
-    struct strbuf tls_out;      /* ciphertext being made, written out at once */
+    struct strbuf tls_out;      /* ciphertext of replies being made, written out at once */
+    struct strbuf tls_read_out; /* what a session writes while it reads (handshake, alerts) */
     char *tls_plain;            /* TLS_RECORD bytes: plaintext of one record */
     uint64_t tls_handshakes;    /* handshakes completed */
     uint64_t tls_failed;        /* handshakes that failed or did not end in time */
