@@ -325,6 +325,37 @@ def test_handshake_has_a_deadline():
         c.close()
 
 
+def test_tls_versions_and_ciphers():
+    """TLS 1.3 by default; TLS 1.2 only with forward-secret AEAD suites; older refused."""
+    c = server_setup()
+    try:
+        with fx.Semad(*tls_args(c), tls=client_ctx(c)) as s:
+            with socket.create_connection((s.host, s.port), timeout=10 * fx.SLOW) as raw:
+                with s.tls.wrap_socket(raw, server_hostname="127.0.0.1") as t:
+                    assert t.version() == "TLSv1.3", t.version()
+            ctx12 = client_ctx(c)
+            ctx12.maximum_version = ssl.TLSVersion.TLSv1_2
+            with socket.create_connection((s.host, s.port), timeout=10 * fx.SLOW) as raw:
+                with ctx12.wrap_socket(raw, server_hostname="127.0.0.1") as t:
+                    name, version, _ = t.cipher()
+                    assert version == "TLSv1.2" and name.startswith("ECDHE-"), t.cipher()
+                    assert "GCM" in name or "CHACHA20" in name, name
+            # a TLS 1.2 client offering only CBC suites finds nothing in common
+            cbc = client_ctx(c)
+            cbc.maximum_version = ssl.TLSVersion.TLSv1_2
+            cbc.set_ciphers("ECDHE-ECDSA-AES128-SHA256:ECDHE-ECDSA-AES128-SHA")
+            assert handshake_refused(s, cbc)
+            # TLS 1.1 (openssl s_client, which can still offer it): the server says no
+            need("openssl")
+            r = subprocess.run(["openssl", "s_client", "-tls1_1", "-cipher", "ALL:@SECLEVEL=0",
+                                "-connect", "127.0.0.1:%d" % s.port],
+                               input="", capture_output=True, text=True, timeout=30 * fx.SLOW)
+            assert "Cipher is (NONE)" in r.stdout and "protocol version" in r.stderr, r
+            assert s.request("GET", "/healthz")[0] == 200
+    finally:
+        c.close()
+
+
 def test_bad_tls_flags_are_refused_at_start():
     c = server_setup()
     try:
