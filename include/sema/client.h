@@ -63,7 +63,7 @@ typedef struct {
     const char *cacert; /* PEM file of the CAs to trust ($SEMA_CACERT; else the system's) */
     const char *cert;   /* PEM client certificate, for a semad with --tls-client-ca
                            ($SEMA_CERT) */
-    const char *key;    /* PEM private key of `cert` ($SEMA_KEY; NULL: in `cert`'s file) */
+    const char *key;    /* PEM private key of `cert` ($SEMA_CERT_KEY; NULL: in `cert`'s file) */
 } sema_client_opts_t;
 
 /* A granted permit (or keyed lock). Plain data: copy it freely. */

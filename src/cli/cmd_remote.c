@@ -124,7 +124,7 @@ static void verb_help(const verb_t *v, FILE *out)
                  "  --cacert FILE  https://: PEM file of the CAs to trust (default $SEMA_CACERT,\n"
                  "                 else the system's)\n"
                  "  --cert FILE    https://: PEM client certificate, its key in the same file or\n"
-                 "                 in $SEMA_KEY (default $SEMA_CERT)\n"
+                 "                 in $SEMA_CERT_KEY (default $SEMA_CERT)\n"
                  "  --json         machine-readable output\n");
     if (v->opts & O_W)
         fprintf(out, "  -w, --weight W units to take (default 1)\n");

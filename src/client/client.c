@@ -214,7 +214,7 @@ int sema_client_new(sema_client_t **out, const char *url, const sema_client_opts
     c->owner = opts->owner != NULL ? strdup(opts->owner) : default_owner();
     c->cacert = opt_path(opts->cacert, "SEMA_CACERT", &fail);
     c->cert = opt_path(opts->cert, "SEMA_CERT", &fail);
-    c->key = opt_path(opts->key, "SEMA_KEY", &fail);
+    c->key = opt_path(opts->key, "SEMA_CERT_KEY", &fail);
     if (c->url == NULL || c->owner == NULL || fail) {
         client_strings_free(c);
         free(c);

@@ -259,7 +259,7 @@ def test_client_certificates_required_and_checked():
             assert r.returncode == 0 and json.loads(r.stdout)["status"] == "ok", r
             assert s.json("PUT", "/v1/semaphores/cc", {"capacity": 1})[0] == 201
             r = sema("create", "cc2", "1", "--server", url, "--cacert", c.path("ca.pem"),
-                     "--cert", c.path("worker.pem"), env={"SEMA_KEY": c.path("worker.key")})
+                     "--cert", c.path("worker.pem"), env={"SEMA_CERT_KEY": c.path("worker.key")})
             assert r.returncode == 0, r
             r = sema("create", "cc3", "1", "--server", url, "--cacert", c.path("ca.pem"))
             assert r.returncode != 0, r
