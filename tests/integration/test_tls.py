@@ -3,6 +3,7 @@
 this test makes with the `openssl` command: curl, the `sema` command (libsema-client) and
 Python's ssl module as clients; plain HTTP to the TLS port; client certificates (none, from
 another CA, good); certificate reload on SIGHUP; the handshake deadline."""
+import http.client
 import json
 import os
 import shutil
@@ -354,6 +355,44 @@ def test_tls_versions_and_ciphers():
             assert s.request("GET", "/healthz")[0] == 200
     finally:
         c.close()
+
+
+def test_connection_over_the_per_address_cap_is_closed_before_any_handshake():
+    c = server_setup()
+    try:
+        with fx.Semad(*tls_args(c), "--max-connections-per-ip", "1", tls=client_ctx(c)) as s:
+            fx.wait_until(lambda: alone(s), what="the health check's connection to close")
+            held = s.conn()
+            assert fx.do_request(held, "GET", "/healthz")[0] == 200
+            assert handshake_refused(s, client_ctx(c))
+            assert metric_via(s, held, "semad_http_connections_rejected_per_ip_total") == 1
+            assert metric_via(s, held, "semad_tls_handshake_failures_total") == 0
+            held.close()
+    finally:
+        c.close()
+
+
+def alone(s):
+    """True when a new connection gets in and is the only one open."""
+    try:
+        return metric_via(s, None, "semad_http_connections") == 1
+    except (OSError, ssl.SSLError, http.client.HTTPException):
+        return False
+
+
+def metric_via(s, conn, name):
+    """A metric read on `conn` (a keep-alive connection), or on a new one when None."""
+    k = conn or s.conn()
+    try:
+        st, _, body = fx.do_request(k, "GET", "/metrics")
+    finally:
+        if conn is None:
+            k.close()
+    assert st == 200
+    for line in body.decode().splitlines():
+        if line.startswith(name + " "):
+            return int(line.split()[1])
+    raise AssertionError("no metric " + name)
 
 
 def test_bad_tls_flags_are_refused_at_start():
