@@ -45,7 +45,8 @@ start_semad() {
     local name=$1
     shift
     mkdir -p "$tmp/$name"
-    "$semad" --listen 127.0.0.1:0 --data "$tmp/$name/data" --max-connections 30000 "$@" \
+    "$semad" --listen 127.0.0.1:0 --data "$tmp/$name/data" --max-connections 30000 \
+        --max-connections-per-ip 0 "$@" \
         >"$tmp/$name/log" 2>&1 &
     pids+=($!)
     printf -v "pid_$name" '%s' "$!"

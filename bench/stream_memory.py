@@ -27,7 +27,7 @@ def rss_kib(pid):
 
 
 srv = subprocess.Popen([os.path.join(build, "bin", "semad"), "--listen", "127.0.0.1:0",
-                        "--durability", "none"], stderr=subprocess.PIPE, text=True)
+                        "--durability", "none", "--max-connections-per-ip", "0"], stderr=subprocess.PIPE, text=True)
 line = srv.stderr.readline()
 while "listening on" not in line:
     line = srv.stderr.readline()

@@ -46,6 +46,9 @@ typedef struct {
     bool json;                 /* one JSON line instead of the text report */
     bool no_setup;             /* do not PUT the semaphores first */
     pid_t server_pid;          /* for RSS figures (park/create); 0 = none */
+    bool tls;                  /* https:// */
+    char tls_name[256];        /* the server's name, checked in its certificate */
+    const char *cacert;        /* --cacert / $SEMA_CACERT (NULL: the system's CAs) */
 } bench_opts_t;
 
 typedef struct {

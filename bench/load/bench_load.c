@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* bench_load.c - `sema bench`'s load engine: one libuv loop, N keep-alive connections, raw
- * requests out, llhttp-parsed answers in; acquire+release pairs, plain GETs or creates. */
+ * requests out, llhttp-parsed answers in; acquire+release pairs, plain GETs or creates.
+ * With an https:// server each connection is a TLS client (OpenSSL through memory BIOs):
+ * the same requests, encrypted, so plain and TLS runs differ by TLS alone. */
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -9,6 +11,8 @@
 #include <unistd.h>
 
 #include <llhttp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <uv.h>
 
 #include "bench.h"
@@ -44,6 +48,10 @@ typedef struct {
     int writing;
     int open;      /* connected and not closing */
     int reconnect; /* connect again once closed */
+    SSL *ssl;      /* https://: the session (NULL: plain HTTP) */
+    BIO *rbio;     /* ciphertext read, for OpenSSL (owned by ssl) */
+    BIO *wbio;     /* ciphertext OpenSSL wrote, to send (owned by ssl) */
+    int tls_ready; /* the handshake is over */
 } conn_t;
 
 struct load {
@@ -62,6 +70,7 @@ struct load {
     int started, stopping, finished;
     char acq_req[1024], get_req[1024]; /* pre-formatted constant requests */
     size_t acq_len, get_len;
+    SSL_CTX *tls; /* https:// */
 };
 
 static llhttp_settings_t settings;
@@ -69,6 +78,7 @@ static llhttp_settings_t settings;
 static void conn_connect(conn_t *c);
 static void conn_close(conn_t *c, int reconnect);
 static void issue(conn_t *c);
+static void stop_issuing(load_t *ld);
 
 /* ---- writing ---- */
 
@@ -91,8 +101,8 @@ static void on_written(uv_write_t *w, int status)
     }
 }
 
-/* Sends one request: straight to the socket when nothing is queued, else behind the queue. */
-static int conn_send(conn_t *c, const char *req, size_t len)
+/* Sends bytes: straight to the socket when nothing is queued, else behind the queue. */
+static int sock_send(conn_t *c, const char *req, size_t len)
 {
     if (!c->writing) {
         uv_buf_t b = uv_buf_init((char *)req, (unsigned)len);
@@ -115,6 +125,27 @@ static int conn_send(conn_t *c, const char *req, size_t len)
     memcpy(c->out[q] + c->out_len[q], req, len);
     c->out_len[q] += len;
     return 0;
+}
+
+/* TLS: what OpenSSL wrote goes to the socket. */
+static int tls_flush(conn_t *c)
+{
+    char buf[4096];
+    int n;
+    while ((n = BIO_read(c->wbio, buf, sizeof(buf))) > 0)
+        if (sock_send(c, buf, (size_t)n) != 0)
+            return -1;
+    return 0;
+}
+
+/* Sends one request, encrypted first with TLS. */
+static int conn_send(conn_t *c, const char *req, size_t len)
+{
+    if (c->ssl == NULL)
+        return sock_send(c, req, len);
+    if (SSL_write(c->ssl, req, (int)len) != (int)len)
+        return -1;
+    return tls_flush(c);
 }
 
 static void send_request(conn_t *c, const char *req, size_t len)
@@ -265,17 +296,9 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
     *buf = uv_buf_init(rbuf, sizeof(rbuf));
 }
 
-static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+/* Answers' bytes (decrypted, with TLS). */
+static void parse(conn_t *c, const char *at, size_t left)
 {
-    conn_t *c = s->data;
-    if (nread < 0) {
-        if (!c->ld->stopping || c->inflight)
-            c->ld->res->io_errors++;
-        conn_close(c, 1);
-        return;
-    }
-    const char *at = buf->base;
-    size_t left = (size_t)nread;
     while (left > 0 && c->open) {
         llhttp_errno_t err = llhttp_execute(&c->parser, at, left);
         if (err == HPE_OK)
@@ -294,6 +317,55 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         if (!keep && c->open)
             conn_close(c, 1);
     }
+}
+
+static void conn_ready(conn_t *c);
+
+/* TLS: hand the ciphertext to OpenSSL; finish the handshake, then parse what it decrypts. */
+static void read_tls(conn_t *c, const char *data, size_t len)
+{
+    static char plain[16384];
+    BIO_write(c->rbio, data, (int)len);
+    if (!c->tls_ready) {
+        int r = SSL_do_handshake(c->ssl);
+        if (tls_flush(c) != 0 || (r != 1 && SSL_get_error(c->ssl, r) != SSL_ERROR_WANT_READ)) {
+            char why[200];
+            ERR_error_string_n(ERR_get_error(), why, sizeof(why));
+            if (!c->ld->started)
+                fprintf(stderr, "sema bench: TLS handshake failed: %s\n", why);
+            c->ld->res->connect_errors++;
+            conn_close(c, !c->ld->started ? 0 : 1);
+            if (!c->ld->started) {
+                c->ld->res->fatal = "TLS handshake failed";
+                stop_issuing(c->ld);
+            }
+            return;
+        }
+        if (r != 1)
+            return;
+        c->tls_ready = 1;
+        conn_ready(c);
+    }
+    int n;
+    while (c->open && (n = SSL_read(c->ssl, plain, sizeof(plain))) > 0)
+        parse(c, plain, (size_t)n);
+    if (c->open && tls_flush(c) != 0)
+        conn_close(c, 1);
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    conn_t *c = s->data;
+    if (nread < 0) {
+        if (!c->ld->stopping || c->inflight)
+            c->ld->res->io_errors++;
+        conn_close(c, 1);
+        return;
+    }
+    if (c->ssl != NULL)
+        read_tls(c, buf->base, (size_t)nread);
+    else
+        parse(c, buf->base, (size_t)nread);
 }
 
 /* ---- connections ---- */
@@ -324,6 +396,9 @@ static void conn_close(conn_t *c, int reconnect)
     c->inflight = 0;
     c->writing = 0;
     c->out_len[0] = c->out_len[1] = 0;
+    SSL_free(c->ssl);
+    c->ssl = NULL;
+    c->tls_ready = 0;
     uv_close((uv_handle_t *)&c->tcp, on_closed);
 }
 
@@ -354,6 +429,31 @@ static void on_connected(uv_connect_t *req, int status)
     llhttp_init(&c->parser, HTTP_RESPONSE, &settings);
     c->parser.data = c;
     uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    if (ld->tls == NULL) {
+        conn_ready(c);
+        return;
+    }
+    /* TLS: the client hello now; conn_ready once the handshake is over. */
+    if ((c->ssl = SSL_new(ld->tls)) == NULL || (c->rbio = BIO_new(BIO_s_mem())) == NULL ||
+        (c->wbio = BIO_new(BIO_s_mem())) == NULL) {
+        ld->res->fatal = "out of memory";
+        stop_issuing(ld);
+        conn_close(c, 0);
+        return;
+    }
+    SSL_set_bio(c->ssl, c->rbio, c->wbio);
+    SSL_set_connect_state(c->ssl);
+    SSL_set_tlsext_host_name(c->ssl, ld->o->tls_name);
+    SSL_set1_host(c->ssl, ld->o->tls_name);
+    SSL_do_handshake(c->ssl);
+    if (tls_flush(c) != 0)
+        conn_close(c, 1);
+}
+
+/* Connected (and with TLS, the handshake over): start, or go on issuing. */
+static void conn_ready(conn_t *c)
+{
+    load_t *ld = c->ld;
     if (ld->started)
         issue(c);
     else if (++ld->connected == ld->o->conns)
@@ -457,6 +557,26 @@ static void all_closed(load_t *ld)
         uv_close(timers[i], NULL);
 }
 
+/* The client context: TLS 1.2+, the server's certificate verified against --cacert (else
+ * the system's CAs) and its name. */
+static int tls_init(load_t *ld)
+{
+    const bench_opts_t *o = ld->o;
+    if ((ld->tls = SSL_CTX_new(TLS_client_method())) == NULL)
+        return -1;
+    SSL_CTX_set_min_proto_version(ld->tls, TLS1_2_VERSION);
+    SSL_CTX_set_verify(ld->tls, SSL_VERIFY_PEER, NULL);
+    int ok = o->cacert != NULL ? SSL_CTX_load_verify_locations(ld->tls, o->cacert, NULL)
+                               : SSL_CTX_set_default_verify_paths(ld->tls);
+    if (ok != 1) {
+        fprintf(stderr, "sema bench: cannot read the CA file %s\n", o->cacert);
+        SSL_CTX_free(ld->tls);
+        ld->tls = NULL;
+        return -1;
+    }
+    return 0;
+}
+
 static int load_init(load_t *ld, const bench_opts_t *o, bench_result_t *res)
 {
     memset(ld, 0, sizeof(*ld));
@@ -464,6 +584,11 @@ static int load_init(load_t *ld, const bench_opts_t *o, bench_result_t *res)
     ld->res = res;
     ld->conns = calloc(o->conns, sizeof(conn_t));
     if (!ld->conns || uv_loop_init(&ld->loop) != 0) {
+        free(ld->conns);
+        return -1;
+    }
+    if (o->tls && tls_init(ld) != 0) {
+        uv_loop_close(&ld->loop);
         free(ld->conns);
         return -1;
     }
@@ -518,6 +643,7 @@ int bench_load_run(const bench_opts_t *o, bench_result_t *res)
         res->rss_after_kib = bench_rss_kib(o->server_pid);
     }
     uv_loop_close(&ld->loop);
+    SSL_CTX_free(ld->tls);
     free(ld->conns);
     free(ld);
     return res->fatal ? -1 : 0;

@@ -12,7 +12,9 @@ const char cmd_bench_usage[] =
     "measure a semad server: one event loop, N keep-alive connections, no pipelining.\n"
     "\n"
     "options:\n"
-    "  -s, --server URL      semad to talk to (default $SEMA_SERVER or http://127.0.0.1:7070)\n"
+    "  -s, --server URL      semad to talk to (default $SEMA_SERVER or http://127.0.0.1:7070);\n"
+    "                        an https:// one (TLS) for pairs, get and create with --no-create\n"
+    "      --cacert FILE     https://: PEM file of the CAs to trust (default $SEMA_CACERT)\n"
     "  -m, --mode MODE       pairs    acquire then release on the same connection (default)\n"
     "                        get      GET --path, for ceiling and wrk comparisons\n"
     "                        create   PUT NAME-0, NAME-1, ...: many idle semaphores\n"
@@ -75,10 +77,11 @@ static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
     return 0;
 }
 
-/* http://host[:port][/] -> the resolved address and the Host header. */
+/* http[s]://host[:port][/] -> the resolved address and the Host header. */
 static int parse_server(const char *url, bench_opts_t *o)
 {
-    const char *p = strncmp(url, "http://", 7) == 0 ? url + 7 : url;
+    o->tls = strncmp(url, "https://", 8) == 0;
+    const char *p = o->tls ? url + 8 : strncmp(url, "http://", 7) == 0 ? url + 7 : url;
     char host[256], port[8] = "7070";
     size_t hl = strcspn(p, "/");
     if (hl == 0 || hl >= sizeof(host))
@@ -86,7 +89,7 @@ static int parse_server(const char *url, bench_opts_t *o)
     memcpy(host, p, hl);
     host[hl] = '\0';
     snprintf(o->host, sizeof(o->host), "%s", host);
-    snprintf(o->url, sizeof(o->url), "http://%s", host);
+    snprintf(o->url, sizeof(o->url), "%s://%s", o->tls ? "https" : "http", host);
     char *colon = strrchr(host, ':');
     if (colon && !strchr(colon, ']')) {
         snprintf(port, sizeof(port), "%s", colon + 1);
@@ -97,6 +100,7 @@ static int parse_server(const char *url, bench_opts_t *o)
         h++;
         h[strcspn(h, "]")] = '\0';
     }
+    snprintf(o->tls_name, sizeof(o->tls_name), "%s", h);
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
     if (getaddrinfo(h, port, &hints, &ai) != 0 || !ai)
         return -1;
@@ -124,7 +128,8 @@ enum {
     OPT_NO_CREATE,
     OPT_PID,
     OPT_PROGRESS,
-    OPT_JSON
+    OPT_JSON,
+    OPT_CACERT
 };
 
 static const struct option long_opts[] = {{"server", required_argument, NULL, 's'},
@@ -143,6 +148,7 @@ static const struct option long_opts[] = {{"server", required_argument, NULL, 's
                                           {"server-pid", required_argument, NULL, OPT_PID},
                                           {"progress", no_argument, NULL, OPT_PROGRESS},
                                           {"json", no_argument, NULL, OPT_JSON},
+                                          {"cacert", required_argument, NULL, OPT_CACERT},
                                           {"help", no_argument, NULL, 'h'},
                                           {NULL, 0, NULL, 0}};
 
@@ -209,6 +215,9 @@ static int apply_opt(int ch, const char *arg, bench_opts_t *o, const char **serv
     case OPT_JSON:
         o->json = true;
         break;
+    case OPT_CACERT:
+        o->cacert = arg;
+        break;
     case 'h':
         return 1;
     default:
@@ -236,6 +245,9 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
     if (token != NULL && token[0] != '\0' && strlen(token) < sizeof(o->auth) - 32 &&
         strpbrk(token, " \t\r\n") == NULL)
         snprintf(o->auth, sizeof(o->auth), "Authorization: Bearer %s\r\n", token);
+    o->cacert = getenv("SEMA_CACERT");
+    if (o->cacert != NULL && *o->cacert == '\0')
+        o->cacert = NULL;
     o->progress = isatty(STDERR_FILENO);
     optind = 1;
     int ch;
@@ -250,6 +262,11 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
     }
     if (parse_server(server && *server ? server : "http://127.0.0.1:7070", o) != 0) {
         fprintf(stderr, "sema bench: cannot resolve the server '%s'\n", server);
+        return -1;
+    }
+    if (o->tls && (o->mode == BENCH_HANDOFF || o->mode == BENCH_PARK || !o->no_setup)) {
+        fprintf(stderr, "sema bench: https:// servers: modes pairs, get and create, with "
+                        "--no-create (create the semaphores first, with sema create)\n");
         return -1;
     }
     return 0;

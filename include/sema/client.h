@@ -60,6 +60,12 @@ typedef struct {
                                    only: copied); NULL: "<hostname>:<pid>" */
     const char *token;          /* bearer token for a semad run with --auth, sent with every
                                    request (copied); NULL: $SEMA_TOKEN if set; "": none */
+    /* https:// servers (each path copied by sema_client_new; NULL: the environment variable
+     * named, if set): */
+    const char *cacert; /* PEM file of the CAs to trust ($SEMA_CACERT; else the system's) */
+    const char *cert;   /* PEM client certificate, for a semad with --tls-client-ca
+                           ($SEMA_CERT) */
+    const char *key;    /* PEM private key of `cert` ($SEMA_CERT_KEY; NULL: in `cert`'s file) */
 } sema_client_opts_t;
 
 /* A granted permit (or keyed lock). Plain data: copy it freely. */

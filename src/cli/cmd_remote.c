@@ -124,6 +124,10 @@ static void verb_help(const verb_t *v, FILE *out)
             cmd != NULL ? cmd : "", v->summary);
     fprintf(out, "options:\n"
                  "  --server URL   semad to talk to (default $SEMA_SERVER or " DEFAULT_SERVER ")\n"
+                 "  --cacert FILE  https://: PEM file of the CAs to trust (default $SEMA_CACERT,\n"
+                 "                 else the system's)\n"
+                 "  --cert FILE    https://: PEM client certificate, its key in the same file or\n"
+                 "                 in $SEMA_CERT_KEY (default $SEMA_CERT)\n"
                  "  --json         machine-readable output\n"
                  "  (a semad run with --auth wants a token: set $SEMA_TOKEN)\n");
     if (v->opts & O_W)
@@ -206,6 +210,8 @@ static const struct option long_opts[] = {
     {"key", required_argument, NULL, 'k'},
     {"help", no_argument, NULL, 'h'},
     {"max-retries", required_argument, NULL, 'R'},
+    {"cacert", required_argument, NULL, 'A'},
+    {"cert", required_argument, NULL, 'E'},
     {NULL, 0, NULL, 0},
 };
 
@@ -267,6 +273,12 @@ static int apply_opt(const verb_t *v, remote_opts_t *o, int ch, const char *arg)
         return 0;
     case 's':
         o->server = arg;
+        return 0;
+    case 'A':
+        o->cacert = arg;
+        return 0;
+    case 'E':
+        o->cert = arg;
         return 0;
     case 'j':
         o->json = 1;
@@ -438,11 +450,12 @@ int remote_fail(const remote_opts_t *o, const char *what, int rc, const sema_cli
 sema_client_t *remote_client(const remote_opts_t *o)
 {
     sema_client_t *c = NULL;
-    int rc = sema_client_new(&c, o->server, NULL);
+    sema_client_opts_t opts = {.cacert = o->cacert, .cert = o->cert};
+    int rc = sema_client_new(&c, o->server, &opts);
 
     if (rc != 0) {
-        fprintf(stderr, "sema %s: bad server '%s': %s (an http:// URL is needed)\n", o->verb,
-                o->server, sema_strerror(rc));
+        fprintf(stderr, "sema %s: bad server '%s': %s (an http:// or https:// URL is needed)\n",
+                o->verb, o->server, sema_strerror(rc));
         return NULL;
     }
     return c;

@@ -214,6 +214,18 @@ static int dispatch(const cli_command_t *c, int argc, char **argv)
     return rc;
 }
 
+/* `sema --server URL VERB ...`: the options a remote verb also reads from the environment,
+ * given before the verb; the variable each sets, or NULL. */
+static const char *global_option(const char *arg)
+{
+    static const char *const opts[][2] = {
+        {"--server", "SEMA_SERVER"}, {"--cacert", "SEMA_CACERT"}, {"--cert", "SEMA_CERT"}};
+    for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
+        if (strcmp(arg, opts[i][0]) == 0)
+            return opts[i][1];
+    return NULL;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -226,8 +238,9 @@ int main(int argc, char **argv)
         print_overview(stdout);
         return CLI_EXIT_OK;
     }
-    while (argc > 3 && strcmp(argv[1], "--server") == 0) { /* remote verbs read SEMA_SERVER */
-        setenv("SEMA_SERVER", argv[2], 1);
+    /* Connection options before the verb: remote verbs read them from the environment. */
+    for (const char *var; argc > 3 && (var = global_option(argv[1])) != NULL;) {
+        setenv(var, argv[2], 1);
         argc -= 2;
         argv += 2;
     }

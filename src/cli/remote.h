@@ -12,6 +12,8 @@
 typedef struct {
     const char *verb;
     const char *server;
+    const char *cacert; /* --cacert: CAs to trust for https:// (NULL: $SEMA_CACERT) */
+    const char *cert;   /* --cert: client certificate (NULL: $SEMA_CERT) */
     int json;
     uint64_t weight;      /* -w */
     int64_t timeout_ms;   /* -t; -1 forever */

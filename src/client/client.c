@@ -190,8 +190,32 @@ static int auth_header(sema_client_t *c, const char *token)
     return 0;
 }
 
+/* A copy of `v`, else of $env; *fail set when a copy could not be made. */
+static char *opt_path(const char *v, const char *env, int *fail)
+{
+    char *copy;
+    if (v == NULL)
+        v = getenv(env);
+    if (v == NULL || *v == '\0')
+        return NULL;
+    if ((copy = strdup(v)) == NULL)
+        *fail = 1;
+    return copy;
+}
+
+static void client_strings_free(sema_client_t *c)
+{
+    free(c->url);
+    free(c->owner);
+    free(c->cacert);
+    free(c->cert);
+    free(c->key);
+    free(c->auth_header);
+}
+
 int sema_client_new(sema_client_t **out, const char *url, const sema_client_opts_t *opts)
 {
+    int fail = 0;
     sema_client_opts_t none = {0};
     sema_client_t *c;
 
@@ -207,11 +231,12 @@ int sema_client_new(sema_client_t **out, const char *url, const sema_client_opts
         return SEMA_ENOMEM;
     c->url = strdup(url);
     c->owner = opts->owner != NULL ? strdup(opts->owner) : default_owner();
+    c->cacert = opt_path(opts->cacert, "SEMA_CACERT", &fail);
+    c->cert = opt_path(opts->cert, "SEMA_CERT", &fail);
+    c->key = opt_path(opts->key, "SEMA_CERT_KEY", &fail);
     int rc = auth_header(c, opts->token != NULL ? opts->token : getenv("SEMA_TOKEN"));
-    if (c->url == NULL || c->owner == NULL || rc != 0) {
-        free(c->url);
-        free(c->owner);
-        free(c->auth_header);
+    if (c->url == NULL || c->owner == NULL || fail || rc != 0) {
+        client_strings_free(c);
         free(c);
         return rc != 0 ? rc : SEMA_ENOMEM;
     }
@@ -245,9 +270,7 @@ void sema_client_free(sema_client_t *c)
         conn_free(k);
     }
     pthread_mutex_destroy(&c->lock);
-    free(c->url);
-    free(c->owner);
-    free(c->auth_header);
+    client_strings_free(c);
     free(c);
 }
 
@@ -433,6 +456,12 @@ static void setup_easy(sema_client_t *c, CURL *e, const client_req_t *req, const
     curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(e, CURLOPT_HEADERDATA, x);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, ebuf);
+    if (c->cacert != NULL)
+        curl_easy_setopt(e, CURLOPT_CAINFO, c->cacert);
+    if (c->cert != NULL)
+        curl_easy_setopt(e, CURLOPT_SSLCERT, c->cert);
+    if (c->key != NULL)
+        curl_easy_setopt(e, CURLOPT_SSLKEY, c->key);
     if (strcmp(req->method, "GET") == 0)
         curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
     if (body != NULL) {

@@ -28,6 +28,7 @@ struct sema_client {
     char *url; /* without a trailing '/' */
     char *owner;
     char *auth_header; /* "Authorization: Bearer TOKEN", or NULL */
+    char *cacert, *cert, *key; /* TLS files (NULL: libcurl's defaults) */
     int64_t connect_timeout_ms;
     int64_t request_timeout_ms;
     int max_retries;

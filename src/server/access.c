@@ -49,12 +49,12 @@ static size_t cut_revoked(server_t *srv)
     return cut;
 }
 
-static void on_sighup(uv_signal_t *h, int signum)
+void server__auth_reload(server_t *srv)
 {
-    server_t *srv = h->data;
     char err[512];
     auth_table_t *t = NULL;
-    (void)signum;
+    if (srv->auth == NULL)
+        return;
     int rc = auth_load(srv->cfg->auth_file, &t, err, sizeof err);
     if (rc != 0) {
         log_warn("SIGHUP: keeping the %zu tokens loaded before: %s", srv->auth->n, err);
@@ -91,23 +91,6 @@ int server__auth_open(server_t *srv, char *errbuf, size_t errlen)
     else
         log_info("%zu tokens loaded from %s", srv->auth->n, srv->cfg->auth_file);
     return 0;
-}
-
-void server__auth_start(server_t *srv)
-{
-    if (srv->auth == NULL)
-        return;
-    uv_signal_init(srv->loop, &srv->sighup);
-    srv->sighup.data = srv;
-    uv_signal_start(&srv->sighup, on_sighup, SIGHUP);
-    srv->sighup_open = 1;
-}
-
-void server__auth_close(server_t *srv)
-{
-    if (srv->sighup_open)
-        uv_close((uv_handle_t *)&srv->sighup, NULL);
-    srv->sighup_open = 0;
 }
 
 void server__auth_free(server_t *srv)

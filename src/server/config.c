@@ -29,6 +29,8 @@ static const option_t options[] = {
     {"durability", "SEMA_DURABILITY", OPT_DURABILITY, F(durability), "strict, relaxed or none"},
     {"max-connections", "SEMA_MAX_CONNECTIONS", OPT_U64, F(max_connections),
      "open connections; more get 503 and are closed"},
+    {"max-connections-per-ip", "SEMA_MAX_CONNECTIONS_PER_IP", OPT_U64, F(max_connections_per_ip),
+     "open connections from one address (IPv6: one /64); more get 503 and are closed (0: no cap)"},
     {"max-header-bytes", "SEMA_MAX_HEADER_BYTES", OPT_U64, F(max_header_bytes),
      "request line + headers; more: 431"},
     {"max-body-bytes", "SEMA_MAX_BODY_BYTES", OPT_U64, F(max_body_bytes),
@@ -58,7 +60,8 @@ static const option_t options[] = {
     {"metrics-max-semaphores", "SEMA_METRICS_MAX_SEMAPHORES", OPT_U64,
      F(engine.metrics_max_semaphores), "per-semaphore metric series"},
     {"header-timeout", "SEMA_HEADER_TIMEOUT", OPT_MS, F(header_timeout_ms),
-     "a started request must arrive whole within this (408)"},
+     "a request must arrive whole within this of its first byte (408), a TLS handshake end "
+     "within it"},
     {"idle-timeout", "SEMA_IDLE_TIMEOUT", OPT_MS, F(idle_timeout_ms),
      "idle keep-alive connections close after this"},
     {"shutdown-grace", "SEMA_SHUTDOWN_GRACE", OPT_MS, F(shutdown_grace_ms),
@@ -72,6 +75,11 @@ static const option_t options[] = {
     {"insecure", "SEMA_INSECURE", OPT_FLAG, F(insecure),
      "allow listening beyond loopback without --auth (anyone who reaches the port may do "
      "anything)"},
+    {"tls-cert", "SEMA_TLS_CERT", OPT_STR, F(tls_cert),
+     "PEM certificate (chain) file: serve HTTPS only, TLS 1.2+ (SIGHUP reloads it)"},
+    {"tls-key", "SEMA_TLS_KEY", OPT_STR, F(tls_key), "PEM private key file of --tls-cert"},
+    {"tls-client-ca", "SEMA_TLS_CLIENT_CA", OPT_STR, F(tls_client_ca),
+     "PEM CA file: require client certificates signed by these CAs"},
     {"check", "SEMA_CHECK", OPT_STR, F(check_dir), "verify the store in DIR and exit"},
     {"routes", NULL, OPT_FLAG, F(print_routes), "print the route table and exit"},
     {"help", NULL, OPT_FLAG, F(help), "show this help and exit"},
@@ -87,6 +95,7 @@ void config_default(semad_config_t *cfg)
     cfg->data_dir = "./sema-data";
     cfg->durability = STORE_STRICT;
     cfg->max_connections = 16384;
+    cfg->max_connections_per_ip = 1024;
     cfg->max_header_bytes = 8192;
     cfg->max_body_bytes = 65536;
     cfg->max_pipeline_bytes = 65536;
@@ -208,6 +217,19 @@ static int parse_env(semad_config_t *cfg, char *errbuf, size_t errlen)
     return 0;
 }
 
+static int check_together(const semad_config_t *cfg, char *errbuf, size_t errlen)
+{
+    if ((cfg->tls_cert == NULL) != (cfg->tls_key == NULL)) {
+        snprintf(errbuf, errlen, "--tls-cert and --tls-key go together");
+        return SEMA_EINVAL;
+    }
+    if (cfg->tls_client_ca != NULL && cfg->tls_cert == NULL) {
+        snprintf(errbuf, errlen, "--tls-client-ca needs --tls-cert and --tls-key");
+        return SEMA_EINVAL;
+    }
+    return 0;
+}
+
 int config_parse(semad_config_t *cfg, int argc, char **argv, char *errbuf, size_t errlen)
 {
     if (parse_env(cfg, errbuf, errlen) != 0)
@@ -238,7 +260,7 @@ int config_parse(semad_config_t *cfg, int argc, char **argv, char *errbuf, size_
             return SEMA_EINVAL;
         }
     }
-    return 0;
+    return check_together(cfg, errbuf, errlen);
 }
 
 static void print_default(FILE *out, const semad_config_t *d, const option_t *o)

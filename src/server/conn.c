@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* conn.c - semad's client connections: accept, read and parse, dispatch to a route, the
- * write queue, timeouts, linger and close. */
+/* conn.c - semad's client connections: accept (and the per-address cap), read and parse,
+ * dispatch to a route, the write queue, timeouts, linger and close; with TLS, the bytes go
+ * through the connection's session (tls.c) on their way in and out. */
 #include "server_internal.h"
 
 #include <errno.h>
@@ -14,6 +15,8 @@
 enum {
     LINGER_MS = 2000,            /* after the last reply, wait this long for the client's FIN */
     REPLY_QUEUE_MAX = 256 << 10, /* unsent reply bytes before pipelined requests wait */
+    TLS_OUT_KEEP = 64 << 10,     /* keep the ciphertext scratch buffer up to this size */
+    TLS_HANDSHAKE_RECORD = 0x16, /* the first byte of a TLS client's first record */
 };
 
 typedef struct {
@@ -56,10 +59,9 @@ int conn_send_failed(conn_t *conn, const char *lease, int rc)
     return rc;
 }
 
-/* Send `len` bytes (copied if needed): what the socket takes now is written at once, the
- * rest is queued in order. `lease` (borrowed, may be NULL) is released if the bytes cannot
- * be handed to the kernel. Returns 0 or a SEMA_E* code (then the connection is closing). */
-int conn_send(conn_t *conn, const char *data, size_t len, const char *lease)
+/* The bytes as they go on the wire: what the socket takes now is written at once, the rest
+ * is copied and queued in order. */
+static int sock_send(conn_t *conn, const char *data, size_t len, const char *lease)
 {
     if (conn->closing)
         return conn_send_failed(conn, lease, SEMA_EIO);
@@ -82,6 +84,78 @@ int conn_send(conn_t *conn, const char *data, size_t len, const char *lease)
         return conn_send_failed(conn, lease, SEMA_EIO);
     }
     return 0;
+}
+
+/* The ciphertext scratch buffer, taken for one call: a failed send closes the connection,
+ * which can complete other connections' requests, whose replies are encrypted meanwhile. */
+static struct strbuf take_out(server_t *srv)
+{
+    struct strbuf ct = srv->tls_out;
+    strbuf_init(&srv->tls_out, 0);
+    return ct;
+}
+
+static void give_back(server_t *srv, struct strbuf *ct)
+{
+    if (srv->tls_out.data == NULL && ct->cap <= TLS_OUT_KEEP) {
+        strbuf_reset(ct);
+        srv->tls_out = *ct;
+    } else {
+        strbuf_free(ct);
+    }
+}
+
+static int tls_send(conn_t *conn, const char *data, size_t len, const char *lease)
+{
+    server_t *srv = conn->srv;
+    struct strbuf ct = take_out(srv);
+    int rc;
+    if (conn->closing) {
+        rc = conn_send_failed(conn, lease, SEMA_EIO);
+    } else if (tls_write(srv->tls, conn->tls, data, len, &ct) != 0) {
+        log_debug("TLS: cannot encrypt a reply: %s", tls_sess_error(conn->tls));
+        rc = conn_send_failed(conn, lease, SEMA_EIO);
+    } else {
+        rc = sock_send(conn, ct.data, ct.len, lease);
+    }
+    give_back(srv, &ct);
+    return rc;
+}
+
+/* Send `len` bytes (copied if needed): what the socket takes now is written at once, the
+ * rest is queued in order. `lease` (borrowed, may be NULL) is released if the bytes cannot
+ * be handed to the kernel. Returns 0 or a SEMA_E* code (then the connection is closing). */
+int conn_send(conn_t *conn, const char *data, size_t len, const char *lease)
+{
+    if (conn->tls != NULL)
+        return tls_send(conn, data, len, lease);
+    return sock_send(conn, data, len, lease);
+}
+
+int conn_seal(conn_t *conn, const uv_buf_t *bufs, size_t n, uv_buf_t *out)
+{
+    struct strbuf ct;
+    size_t len;
+    strbuf_init(&ct, 0);
+    for (size_t i = 0; i < n; i++) {
+        if (tls_write(conn->srv->tls, conn->tls, bufs[i].base, bufs[i].len, &ct) != 0) {
+            strbuf_free(&ct);
+            return SEMA_EIO;
+        }
+    }
+    out->base = strbuf_steal(&ct, &len);
+    out->len = len;
+    return out->base != NULL ? 0 : SEMA_ENOMEM;
+}
+
+const char *conn_peer_name(const conn_t *conn)
+{
+    return conn->tls != NULL ? tls_sess_peer_name(conn->tls) : NULL;
+}
+
+const char *ctx_peer_name(const route_ctx_t *c)
+{
+    return conn_peer_name(c->conn);
 }
 
 /* Send a strbuf's bytes (the caller keeps and frees the strbuf). */
@@ -140,6 +214,7 @@ static void on_handle_close(uv_handle_t *h)
     strbuf_free(&conn->pending);
     conn_auth_forget(conn);
     conn_stream_free(conn);
+    tls_sess_free(conn->tls);
     free(conn);
     server__finish_stop(srv);
 }
@@ -185,6 +260,8 @@ void conn_close(conn_t *conn)
     conn->prev = conn->next = NULL;
     if (!conn->rejected)
         srv->nconns--;
+    ipcap_leave(&srv->ipcap, conn->ip);
+    conn->ip = NULL;
     uv_close((uv_handle_t *)&conn->timer, on_handle_close);
     uv_close((uv_handle_t *)&conn->tcp, on_handle_close);
 }
@@ -203,6 +280,15 @@ void conn_start_linger(conn_t *conn)
 {
     if (conn->closing || conn->lingering)
         return;
+    if (conn->tls != NULL) {
+        struct strbuf ct = take_out(conn->srv);
+        tls_close_notify(conn->srv->tls, conn->tls, &ct);
+        if (ct.len > 0)
+            sock_send(conn, ct.data, ct.len, NULL);
+        give_back(conn->srv, &ct);
+        if (conn->closing)
+            return;
+    }
     conn->lingering = 1;
     uv_shutdown_t *req = malloc(sizeof *req);
     if (req == NULL || uv_shutdown(req, (uv_stream_t *)&conn->tcp, on_shutdown) != 0) {
@@ -234,6 +320,11 @@ static void on_timer(uv_timer_t *t)
         return;
     }
     conn->deadline = 0;
+    if (conn->tls != NULL && !tls_sess_ready(conn->tls) && !conn->lingering) {
+        conn->srv->tls_failed++; /* the handshake did not end in time */
+        conn_close(conn);
+        return;
+    }
     if (conn->lingering || conn->busy || !http_parser_started(&conn->parser)) {
         conn_close(conn); /* linger over, or idle keep-alive timeout */
         return;
@@ -243,27 +334,29 @@ static void on_timer(uv_timer_t *t)
     conn_send_last(conn, 408, "text/plain; charset=utf-8", msg, sizeof msg - 1, NULL);
 }
 
-/* The timer's period for the connection's state, <= 0 for none. */
-static int64_t timer_ms(conn_t *conn)
+/* The loop time a connection that is not a stream acts at, 0 for never. A started request
+ * (and a TLS handshake) has --header-timeout from its first byte (the accept) to arrive
+ * whole: later bytes do not push the deadline back, so a client sending one byte a second
+ * is cut like a silent one. */
+static uint64_t due_time(conn_t *conn, uint64_t now)
 {
     const semad_config_t *cfg = conn->srv->cfg;
     if (conn->lingering)
-        return LINGER_MS;
-    if (conn->stream)
-        return cfg->sse_heartbeat_ms;
+        return now + LINGER_MS;
     if (conn->busy)
         return 0;
-    if (http_parser_started(&conn->parser))
-        return cfg->header_timeout_ms;
-    return cfg->idle_timeout_ms;
+    if (http_parser_started(&conn->parser) || (conn->tls != NULL && !tls_sess_ready(conn->tls)))
+        return cfg->header_timeout_ms > 0 ? conn->started + (uint64_t)cfg->header_timeout_ms : 0;
+    return cfg->idle_timeout_ms > 0 ? now + (uint64_t)cfg->idle_timeout_ms : 0;
 }
 
 void conn_arm_timer(conn_t *conn)
 {
     if (conn->closing)
         return;
-    int64_t ms = timer_ms(conn);
+    uint64_t now = uv_now(conn->srv->loop);
     if (conn->stream) {
+        int64_t ms = conn->srv->cfg->sse_heartbeat_ms;
         conn->deadline = 0;
         if (ms <= 0)
             uv_timer_stop(&conn->timer);
@@ -274,16 +367,14 @@ void conn_arm_timer(conn_t *conn)
     /* Lazy: requests re-arm several times each, so only record the deadline; the timer is
      * restarted only when it would fire too late, and on_timer waits out the rest when it
      * fires early. A disarmed timer that fires does nothing. */
-    if (ms <= 0) {
-        conn->deadline = 0;
-        return;
-    }
-    uint64_t due = uv_now(conn->srv->loop) + (uint64_t)ms;
+    uint64_t due = due_time(conn, now);
     conn->deadline = due;
+    if (due == 0)
+        return;
     if (uv_is_active((uv_handle_t *)&conn->timer) && conn->timer_due <= due)
         return;
     conn->timer_due = due;
-    uv_timer_start(&conn->timer, on_timer, (uint64_t)ms, 0);
+    uv_timer_start(&conn->timer, on_timer, due > now ? due - now : 0, 0);
 }
 
 /* ---- after a reply ---- */
@@ -378,10 +469,13 @@ static void send_continue(conn_t *conn)
 
 static void process(conn_t *conn, const char *data, size_t len)
 {
+    uint64_t now = uv_now(conn->srv->loop);
     conn->in_process = 1;
     while (len > 0 && !conn->closing && !conn->lingering && !conn->busy && !conn->stream &&
            !backlogged(conn)) {
         size_t used;
+        if (!http_parser_started(&conn->parser))
+            conn->started = now; /* the request's deadline counts from here */
         int rc = http_parser_feed(&conn->parser, data, len, &used);
         data += used;
         len -= used;
@@ -424,6 +518,14 @@ static void on_idle(uv_idle_t *h)
     uv_idle_stop(&srv->idle);
 }
 
+/* The client closed its side (or the socket failed). */
+static void deliver_eof(conn_t *conn)
+{
+    if (!conn->busy && !conn->lingering && http_parser_eof(&conn->parser) == HTTP_ERROR)
+        log_debug("client closed in the middle of a request");
+    conn_close(conn); /* a parked request is cancelled there */
+}
+
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     conn_t *conn = h->data;
@@ -431,32 +533,141 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     buf->len = READ_BUF;
 }
 
+/* Request bytes as the client sent them (decrypted, with TLS). */
+static void deliver(conn_t *conn, const char *data, size_t len)
+{
+    if (conn->closing || conn->lingering || conn->stream)
+        return;
+    if (conn->busy || conn->pending.len > 0 || backlogged(conn)) {
+        stash(conn, data, len);
+        return;
+    }
+    process(conn, data, len);
+}
+
+/* Plain HTTP on the TLS port: say so in plain text, which is what the person trying it with
+ * curl can read, then close. */
+static void refuse_plain(conn_t *conn)
+{
+    static const char msg[] = "This port speaks HTTPS (TLS): use an https:// URL.\n";
+    conn->srv->tls_plain_refused++;
+    tls_sess_free(conn->tls);
+    conn->tls = NULL;
+    conn_send_last(conn, 400, "text/plain; charset=utf-8", msg, sizeof msg - 1, NULL);
+}
+
+static void tls_done_handshake(conn_t *conn)
+{
+    const char *peer = tls_sess_peer_name(conn->tls);
+    conn->srv->tls_handshakes++;
+    if (peer != NULL)
+        log_debug("TLS client certificate: %s", peer);
+    conn_arm_timer(conn); /* from the handshake's deadline to the idle one */
+}
+
+static void tls_end(conn_t *conn, int rc)
+{
+    if (rc == TLS_CLOSED) {
+        deliver_eof(conn);
+        return;
+    }
+    if (tls_sess_ready(conn->tls)) {
+        log_debug("TLS: closing a connection: %s", tls_sess_error(conn->tls));
+        conn_close(conn);
+        return;
+    }
+    conn->srv->tls_failed++;
+    log_debug("TLS handshake failed: %s", tls_sess_error(conn->tls));
+    conn_start_linger(conn); /* the alert OpenSSL wrote goes out first */
+}
+
+/* Ciphertext from a TLS client: decrypt record by record; what the session has to send
+ * (handshake, tickets) goes out before the replies to what it decrypted. */
+static void read_tls(conn_t *conn, const char *data, size_t len)
+{
+    server_t *srv = conn->srv;
+    if (!conn->tls_seen) {
+        if ((unsigned char)data[0] != TLS_HANDSHAKE_RECORD) {
+            if (data[0] >= 'A' && data[0] <= 'Z') {
+                refuse_plain(conn);
+            } else {
+                srv->tls_failed++;
+                conn_close(conn);
+            }
+            return;
+        }
+        conn->tls_seen = 1;
+    }
+    int ready = tls_sess_ready(conn->tls);
+    struct strbuf *ct = &srv->tls_read_out; /* reads do not nest: no need to take it */
+    tls_input(srv->tls, conn->tls, data, len, ct);
+    for (;;) {
+        int n = tls_read(srv->tls, conn->tls, srv->tls_plain, TLS_RECORD);
+        if (ct->len > 0) {
+            int rc = sock_send(conn, ct->data, ct->len, NULL);
+            strbuf_reset(ct);
+            if (rc != 0)
+                break;
+        }
+        if (!ready && tls_sess_ready(conn->tls)) {
+            ready = 1;
+            tls_done_handshake(conn);
+        }
+        if (n == TLS_WANT)
+            break;
+        if (n < 0) {
+            tls_end(conn, n);
+            break;
+        }
+        deliver(conn, srv->tls_plain, (size_t)n);
+        if (conn->closing)
+            break;
+    }
+    tls_input(srv->tls, conn->tls, NULL, 0, NULL);
+    if (ct->cap > TLS_OUT_KEEP)
+        strbuf_free(ct);
+}
+
 static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
     conn_t *conn = s->data;
     if (n < 0) {
-        if (!conn->busy && !conn->lingering && http_parser_eof(&conn->parser) == HTTP_ERROR)
-            log_debug("client closed in the middle of a request");
-        conn_close(conn); /* a parked request is cancelled there */
+        deliver_eof(conn);
         return;
     }
     if (n == 0 || conn->closing || conn->lingering || conn->stream)
         return;
-    if (conn->busy || conn->pending.len > 0 || backlogged(conn)) {
-        stash(conn, buf->base, (size_t)n);
+    if (conn->tls != NULL) {
+        read_tls(conn, buf->base, (size_t)n);
         return;
     }
-    process(conn, buf->base, (size_t)n);
+    deliver(conn, buf->base, (size_t)n);
 }
 
 /* ---- accepting ---- */
 
-static void reject(conn_t *conn)
+static void refuse(conn_t *conn, const char *why, size_t len)
 {
-    static const char body[] = "Too many connections";
-    conn->srv->rejected++;
-    conn_send_last(conn, 503, "text/plain; charset=utf-8", body, sizeof body - 1,
-                   "Retry-After: 1\r\n");
+    conn->rejected = 1;
+    if (conn->srv->tls != NULL) {
+        conn_close(conn); /* no handshake for a connection that cannot be served */
+        return;
+    }
+    conn_send_last(conn, 503, "text/plain; charset=utf-8", why, len, "Retry-After: 1\r\n");
+}
+
+/* Count the connection for its client's address; 0, or non-zero when it is at its cap. */
+static int admit_address(conn_t *conn)
+{
+    server_t *srv = conn->srv;
+    struct sockaddr_storage ss;
+    int len = sizeof ss;
+    if (srv->cfg->max_connections_per_ip == 0)
+        return 0;
+    if (uv_tcp_getpeername(&conn->tcp, (struct sockaddr *)&ss, &len) != 0)
+        return -1;
+    return ipcap_enter(&srv->ipcap, (struct sockaddr *)&ss, srv->cfg->max_connections_per_ip,
+                       &conn->ip);
 }
 
 static conn_t *conn_new(server_t *srv)
@@ -477,6 +688,8 @@ static conn_t *conn_new(server_t *srv)
 
 void conn_accept(uv_stream_t *listener, int status)
 {
+    static const char too_many[] = "Too many connections";
+    static const char too_many_ip[] = "Too many connections from this address";
     server_t *srv = listener->data;
     if (status < 0) {
         log_warn("accept failed: %s", uv_strerror(status));
@@ -497,11 +710,22 @@ void conn_accept(uv_stream_t *listener, int status)
     srv->conns = conn;
     uv_read_start((uv_stream_t *)&conn->tcp, on_alloc, on_read);
     if (srv->nconns >= srv->cfg->max_connections || srv->draining) {
-        conn->rejected = 1;
-        reject(conn);
+        srv->rejected++;
+        refuse(conn, too_many, sizeof too_many - 1);
+        return;
+    }
+    if (admit_address(conn) != 0) {
+        srv->rejected_per_ip++;
+        refuse(conn, too_many_ip, sizeof too_many_ip - 1);
         return;
     }
     srv->nconns++;
     srv->accepted++;
+    conn->started = uv_now(srv->loop); /* the TLS handshake's deadline counts from here */
+    if (srv->tls != NULL && (conn->tls = tls_sess_new(srv->tls)) == NULL) {
+        log_warn("out of memory for a TLS session: closing the connection");
+        conn_close(conn);
+        return;
+    }
     conn_arm_timer(conn);
 }

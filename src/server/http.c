@@ -460,11 +460,6 @@ int http_parser_eof(http_parser_t *p)
     return HTTP_ERROR;
 }
 
-int http_parser_started(const http_parser_t *p)
-{
-    return p->started;
-}
-
 static const struct {
     int status;
     const char *text;

@@ -80,7 +80,10 @@ int http_parser_eof(http_parser_t *p);
 void http_parser_next(http_parser_t *p);
 
 /* True once any byte of the current request has arrived (for the header timeout). */
-int http_parser_started(const http_parser_t *p);
+static inline int http_parser_started(const http_parser_t *p)
+{
+    return p->started;
+}
 
 /* The reason phrase for `status` ("Unknown" if not known). */
 const char *http_status_text(int status);

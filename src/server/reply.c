@@ -62,9 +62,12 @@ static void reply_raw_ex(route_ctx_t *c, int status, const char *ctype, const ch
     c->replied = 1;
     server__count(srv, c->route, status);
     int ka = conn->parser.req.keep_alive && !srv->draining;
-    if (srv->cfg->log_requests)
-        log_info("%s %s -> %d", http_method_name(conn->parser.req.method),
-                 conn->parser.req.url.data, status);
+    if (srv->cfg->log_requests) {
+        const char *peer = conn_peer_name(conn); /* a verified client certificate's CN */
+        log_info("%s %s -> %d%s%s", http_method_name(conn->parser.req.method),
+                 conn->parser.req.url.data, status, peer != NULL ? " client=" : "",
+                 peer != NULL ? peer : "");
+    }
     struct strbuf *out = &srv->scratch_reply;
     strbuf_reset(out);
     if (http_reply(out, status, ctype, body, len, ka, extra) != 0) {

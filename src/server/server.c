@@ -78,6 +78,26 @@ static void on_signal(uv_signal_t *h, int signum)
     server_stop(srv);
 }
 
+/* SIGHUP: read the TLS certificate, key and client CA again. New connections get them;
+ * open ones keep theirs. A file that does not load leaves the running ones in place. */
+static void on_sighup(uv_signal_t *h, int signum)
+{
+    server_t *srv = h->data;
+    char err[512];
+    (void)signum;
+    if (srv->tls == NULL && srv->auth == NULL) {
+        log_info("received SIGHUP: nothing to reload");
+        return;
+    }
+    server__auth_reload(srv);
+    if (srv->tls == NULL)
+        return;
+    if (tls_reload(srv->tls, err, sizeof err) != 0)
+        log_warn("received SIGHUP: keeping the current TLS certificate: %s", err);
+    else
+        log_info("received SIGHUP: TLS certificate reloaded from %s", srv->cfg->tls_cert);
+}
+
 static void on_grace(uv_timer_t *t)
 {
     server_t *srv = t->data;
@@ -101,8 +121,8 @@ static void log_bound(server_t *srv)
             port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
         }
     }
-    log_info("listening on http://%s%s%s:%d", ss.ss_family == AF_INET6 ? "[" : "", ip,
-             ss.ss_family == AF_INET6 ? "]" : "", port);
+    log_info("listening on %s://%s%s%s:%d", srv->tls != NULL ? "https" : "http",
+             ss.ss_family == AF_INET6 ? "[" : "", ip, ss.ss_family == AF_INET6 ? "]" : "", port);
 }
 
 /* 127.0.0.0/8, ::1, or ::ffff:127.x.y.z. */
@@ -155,6 +175,37 @@ static int server_listen(server_t *srv, char *errbuf, size_t errlen)
     return 0;
 }
 
+/* --tls-cert: the context, and one record's plaintext buffer all connections share. */
+static int server_tls(server_t *srv, char *errbuf, size_t errlen)
+{
+    const semad_config_t *cfg = srv->cfg;
+    if (cfg->tls_cert == NULL)
+        return 0;
+    int rc = tls_new(&srv->tls, cfg->tls_cert, cfg->tls_key, cfg->tls_client_ca, errbuf, errlen);
+    if (rc != 0)
+        return rc;
+    if ((srv->tls_plain = malloc(TLS_RECORD)) == NULL) {
+        snprintf(errbuf, errlen, "out of memory");
+        return SEMA_ENOMEM;
+    }
+    log_info("TLS: certificate %s%s%s", cfg->tls_cert,
+             cfg->tls_client_ca != NULL ? ", client certificates required, CAs in " : "",
+             cfg->tls_client_ca != NULL ? cfg->tls_client_ca : "");
+    return 0;
+}
+
+static void server_release(server_t *srv)
+{
+    server__auth_free(srv);
+    tls_free(srv->tls);
+    free(srv->tls_plain);
+    strbuf_free(&srv->tls_out);
+    strbuf_free(&srv->tls_read_out);
+    ipcap_destroy(&srv->ipcap);
+    free(srv->counts);
+    free(srv);
+}
+
 int server_new(server_t **out, uv_loop_t *loop, engine_t *engine, const semad_config_t *cfg,
                char *errbuf, size_t errlen)
 {
@@ -168,18 +219,21 @@ int server_new(server_t **out, uv_loop_t *loop, engine_t *engine, const semad_co
     srv->limits.max_body_bytes = cfg->max_body_bytes;
     strbuf_init(&srv->scratch_body, 0);
     strbuf_init(&srv->scratch_reply, 0);
+    strbuf_init(&srv->tls_out, 0);
+    strbuf_init(&srv->tls_read_out, 0);
     srv->counts = calloc((router_count() + 1) * NSTATUS, sizeof *srv->counts);
-    if (srv->counts == NULL) {
-        free(srv);
+    if (srv->counts == NULL || ipcap_init(&srv->ipcap) != 0) {
+        server_release(srv);
+        snprintf(errbuf, errlen, "out of memory");
         return SEMA_ENOMEM;
     }
     int rc = server__auth_open(srv, errbuf, errlen);
     if (rc == 0)
+        rc = server_tls(srv, errbuf, errlen);
+    if (rc == 0)
         rc = server_listen(srv, errbuf, errlen);
     if (rc != 0) {
-        server__auth_free(srv);
-        free(srv->counts);
-        free(srv);
+        server_release(srv);
         return rc;
     }
     uv_idle_init(loop, &srv->idle);
@@ -188,10 +242,11 @@ int server_new(server_t **out, uv_loop_t *loop, engine_t *engine, const semad_co
     srv->grace.data = srv;
     uv_signal_init(loop, &srv->sigterm);
     uv_signal_init(loop, &srv->sigint);
-    srv->sigterm.data = srv->sigint.data = srv;
+    uv_signal_init(loop, &srv->sighup);
+    srv->sigterm.data = srv->sigint.data = srv->sighup.data = srv;
     uv_signal_start(&srv->sigterm, on_signal, SIGTERM);
     uv_signal_start(&srv->sigint, on_signal, SIGINT);
-    server__auth_start(srv);
+    uv_signal_start(&srv->sighup, on_sighup, SIGHUP);
     *out = srv;
     return 0;
 }
@@ -203,9 +258,9 @@ void server__finish_stop(server_t *srv)
     srv->stopped = 1;
     uv_close((uv_handle_t *)&srv->sigterm, NULL);
     uv_close((uv_handle_t *)&srv->sigint, NULL);
+    uv_close((uv_handle_t *)&srv->sighup, NULL);
     uv_close((uv_handle_t *)&srv->idle, NULL);
     uv_close((uv_handle_t *)&srv->grace, NULL);
-    server__auth_close(srv);
     log_info("all connections closed");
 }
 
@@ -233,11 +288,9 @@ void server_free(server_t *srv)
     if (srv == NULL)
         return;
     server__streams_free(srv);
-    server__auth_free(srv);
     strbuf_free(&srv->scratch_body);
     strbuf_free(&srv->scratch_reply);
-    free(srv->counts);
-    free(srv);
+    server_release(srv);
 }
 
 engine_t *server_engine(server_t *srv)
@@ -318,6 +371,9 @@ int server_metrics(server_t *srv, struct strbuf *out)
                       "counter", srv->accepted);
     jsonw_prom_series(&w, "semad_http_connections_rejected_total",
                       "Connections refused over --max-connections.", "counter", srv->rejected);
+    jsonw_prom_series(&w, "semad_http_connections_rejected_per_ip_total",
+                      "Connections refused over --max-connections-per-ip.", "counter",
+                      srv->rejected_per_ip);
     jsonw_prom_series(&w, "semad_http_request_timeouts_total",
                       "Requests that did not arrive whole in time (408).", "counter",
                       srv->timeouts);
@@ -331,5 +387,16 @@ int server_metrics(server_t *srv, struct strbuf *out)
     jsonw_prom_series(&w, "semad_event_streams_cut_total",
                       "Event streams cut because their client did not read.", "counter",
                       srv->streams_cut);
+    if (srv->tls != NULL) {
+        jsonw_prom_series(&w, "semad_tls_handshakes_total", "TLS handshakes completed.", "counter",
+                          srv->tls_handshakes);
+        jsonw_prom_series(&w, "semad_tls_handshake_failures_total",
+                          "TLS handshakes that failed (a refused client certificate, a protocol "
+                          "error) or did not end within --header-timeout.",
+                          "counter", srv->tls_failed);
+        jsonw_prom_series(&w, "semad_tls_plain_http_refused_total",
+                          "Plain HTTP requests sent to the TLS port (answered 400).", "counter",
+                          srv->tls_plain_refused);
+    }
     return jsonw_end(&w);
 }

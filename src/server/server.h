@@ -79,6 +79,12 @@ void ctx_reply_result(route_ctx_t *c, int status, const engine_result_t *res);
  * is released. */
 void ctx_reply_grant(route_ctx_t *c, const engine_lease_t *lease);
 
+/* The subject common name (CN) of the client's certificate when semad requires client
+ * certificates (--tls-client-ca) and verified this one; NULL otherwise. Borrowed from the
+ * connection: valid while the request is served. Authentication can take it as the
+ * client's name. */
+const char *ctx_peer_name(const route_ctx_t *c);
+
 /* Submit c->ereq to the engine; `done` runs once with the outcome (also when the engine
  * refuses the request at once). */
 void ctx_submit(route_ctx_t *c, route_done_fn done);

@@ -5,7 +5,9 @@
 #ifndef SEMAD_SERVER_INTERNAL_H
 #define SEMAD_SERVER_INTERNAL_H
 
+#include "ipcap.h"
 #include "server.h"
+#include "tls.h"
 
 enum {
     READ_BUF = 65536, /* one shared read buffer: idle connections cost no buffer */
@@ -36,6 +38,8 @@ typedef struct {
     size_t held;            /* bytes of the queued frames, each counted whole */
     size_t inflight;        /* entries at the head handed to the running write */
     uv_write_t wr;
+    char *sealed; /* TLS: the running write's records (the frames encrypted) */
+    size_t sealed_len;
     conn_t *prev, *next; /* the server's streams */
     uint8_t ending;      /* end (linger) once the queue is written */
     uint8_t listed;      /* in the server's list */
@@ -62,6 +66,9 @@ struct conn {
     uint8_t handles;    /* handles still open */
     uint8_t in_submit;  /* inside engine_submit(): completions are synchronous */
     uint8_t async_done; /* the engine completed after engine_submit() returned */
+    uint8_t tls_seen;   /* TLS: the first bytes were a TLS record */
+    uint64_t started;   /* loop time (ms) the current request's first byte came (with TLS,
+                           until the handshake is over: the accept) */
     uint64_t deadline;  /* loop time (ms) the timer acts at, 0 = none (not for streams) */
     uint64_t timer_due; /* loop time the armed timer fires at */
     sstream_t *st;      /* the event stream (allocated when the connection becomes one) */
@@ -70,14 +77,15 @@ struct conn {
     char *auth_value;               /* owned, or NULL */
     auth_table_t *auth_table;       /* a reference: the table auth_token is in */
     const auth_token_t *auth_token; /* the token it named */
+    tls_sess_t *tls;    /* the TLS session (NULL: plain HTTP) */
+    ipcap_entry_t *ip;  /* the count of the client's address (NULL: not counted) */
 };
 
 struct server {
     uv_loop_t *loop;
     uv_tcp_t listener;
     uv_signal_t sigterm, sigint;
-    uv_signal_t sighup; /* reloads the token file (access.c) */
-    int sighup_open;    /* sighup is initialized */
+    uv_signal_t sighup; /* reloads the token file (access.c) and the TLS certificate */
     auth_table_t *auth; /* the tokens of --auth, or NULL: every request is allowed */
     uv_idle_t idle;
     uv_timer_t grace;
@@ -87,7 +95,17 @@ struct server {
     conn_t *conns;
     conn_t *ready;
     uint64_t nconns, accepted, rejected, timeouts, parse_errors, undelivered;
-    uint64_t *counts; /* requests by route and status (see server__count) */
+    uint64_t rejected_per_ip; /* refused over --max-connections-per-ip */
+    ipcap_t ipcap;            /* open connections by client address */
+    /* TLS (tls.c), when --tls-cert is given */
+    tls_t *tls;
+    struct strbuf tls_out;      /* ciphertext of replies being made, written out at once */
+    struct strbuf tls_read_out; /* what a session writes while it reads (handshake, alerts) */
+    char *tls_plain;            /* TLS_RECORD bytes: plaintext of one record */
+    uint64_t tls_handshakes;    /* handshakes completed */
+    uint64_t tls_failed;        /* handshakes that failed or did not end in time */
+    uint64_t tls_plain_refused; /* plain HTTP sent to the TLS port (400) */
+    uint64_t *counts;           /* requests by route and status (see server__count) */
     int draining, stopped;
     struct strbuf scratch_body;  /* JSON of the reply being built */
     struct strbuf scratch_reply; /* the reply being built (sent or copied at once) */
@@ -120,6 +138,9 @@ int conn_write(conn_t *conn, struct strbuf *out, const char *lease);
  * then linger. Returns 0 or a SEMA_E* code. */
 int conn_send_last(conn_t *conn, int status, const char *ctype, const char *body, size_t len,
                    const char *extra);
+/* TLS: encrypt `n` buffers into one new buffer (*out, free with free()) for a write the
+ * caller makes. 0, or a SEMA_E* code. */
+int conn_seal(conn_t *conn, const uv_buf_t *bufs, size_t n, uv_buf_t *out);
 /* Sending failed: release `lease` (may be NULL), close the connection, return rc. */
 int conn_send_failed(conn_t *conn, const char *lease, int rc);
 /* True when the client has already closed its side (a FIN is waiting unread). */
@@ -133,6 +154,9 @@ void conn_start_linger(conn_t *conn);
 void conn_finish_request(conn_t *conn, int keep_alive);
 /* Close the connection (cancelling a parked request, ending a subscription). Idempotent. */
 void conn_close(conn_t *conn);
+
+/* The subject CN of the client's verified certificate, or NULL. */
+const char *conn_peer_name(const conn_t *conn);
 
 /* ---- reply.c ---- */
 
@@ -151,10 +175,9 @@ void ctx__reply_problem_hdr(route_ctx_t *c, int status, const char *code, const 
 
 /* Load --auth's file. 0, or a SEMA_E* code with a message in errbuf. */
 int server__auth_open(server_t *srv, char *errbuf, size_t errlen);
-/* Reload it on SIGHUP from now on (when --auth is given). */
-void server__auth_start(server_t *srv);
-/* Close the SIGHUP handle (at the stop); free the tokens (server_free). */
-void server__auth_close(server_t *srv);
+/* Re-read it (SIGHUP); a bad file keeps the tokens loaded before. No-op without --auth. */
+void server__auth_reload(server_t *srv);
+/* Free the tokens (server_free). */
 void server__auth_free(server_t *srv);
 /* Forget the connection's remembered Authorization value (at its free). */
 void conn_auth_forget(conn_t *conn);

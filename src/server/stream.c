@@ -182,6 +182,34 @@ static sframe_t *take_first(server_t *srv, sstream_t *st)
 
 static void on_stream_write(uv_write_t *w, int status);
 
+static void unseal(conn_t *conn)
+{
+    sstream_t *st = conn->st;
+    conn->srv->stream_mem -= st->sealed_len;
+    free(st->sealed);
+    st->sealed = NULL;
+    st->sealed_len = 0;
+}
+
+/* Write the frames: as they are, or with TLS their records in one buffer the write owns
+ * (the frames stay queued until it completes, so the stream's caps count them as before). */
+static int write_frames(conn_t *conn, uv_buf_t *bufs, size_t n)
+{
+    sstream_t *st = conn->st;
+    uv_buf_t sealed;
+    if (conn->tls == NULL)
+        return uv_write(&st->wr, (uv_stream_t *)&conn->tcp, bufs, (unsigned)n, on_stream_write);
+    if (conn_seal(conn, bufs, n, &sealed) != 0)
+        return -1;
+    st->sealed = sealed.base;
+    st->sealed_len = sealed.len;
+    conn->srv->stream_mem += sealed.len; /* counted like the frames while it is written */
+    int rc = uv_write(&st->wr, (uv_stream_t *)&conn->tcp, &sealed, 1, on_stream_write);
+    if (rc != 0)
+        unseal(conn);
+    return rc;
+}
+
 /* Hand the oldest frames to libuv, unless a write runs. */
 static void flush(conn_t *conn)
 {
@@ -196,7 +224,7 @@ static void flush(conn_t *conn)
         bufs[i] = uv_buf_init(f->data, f->len);
     }
     st->inflight = n;
-    if (uv_write(&st->wr, (uv_stream_t *)&conn->tcp, bufs, (unsigned)n, on_stream_write) != 0) {
+    if (write_frames(conn, bufs, n) != 0) {
         st->inflight = 0;
         cut(conn);
     }
@@ -216,6 +244,7 @@ static void on_stream_write(uv_write_t *w, int status)
     size_t n = st->inflight;
 
     st->inflight = 0;
+    unseal(conn);
     pop(conn, n);
     if (conn->closing)
         return;

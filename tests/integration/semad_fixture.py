@@ -63,9 +63,12 @@ def not_through_proxy(why):
 
 
 class Semad:
-    """One semad process. `args` are extra flags; `env` extra environment."""
+    """One semad process. `args` are extra flags; `env` extra environment. With `tls` (an
+    ssl.SSLContext for the client side), semad serves HTTPS (the caller passes --tls-cert and
+    --tls-key) and conn()/request() speak it."""
 
-    def __init__(self, *args, durability="none", env=None, data=None):
+    def __init__(self, *args, durability="none", env=None, data=None, tls=None):
+        self.tls = tls
         self.tmp = tempfile.mkdtemp(prefix="semad-test-")
         self.data = data or os.path.join(self.tmp, "data")
         cmd = [semad_path(), "--listen", "127.0.0.1:0", "--data", self.data,
@@ -118,7 +121,7 @@ class Semad:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for line in self.log():
-                m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+                m = re.search(r"listening on https?://127\.0\.0\.1:(\d+)", line)
                 if m:
                     return int(m.group(1))
             if self.proc.poll() is not None:
@@ -146,6 +149,9 @@ class Semad:
         return self.semad_port if direct else self.port
 
     def conn(self, timeout=30, direct=False):
+        if self.tls is not None:
+            return http.client.HTTPSConnection(self.host, self._port(direct),
+                                               timeout=timeout * SLOW, context=self.tls)
         return http.client.HTTPConnection(self.host, self._port(direct), timeout=timeout * SLOW)
 
     def request(self, method, path, body=None, headers=None, timeout=30, direct=False):
@@ -161,7 +167,7 @@ class Semad:
         return st, (json.loads(data) if data else None)
 
     def url(self, path):
-        return "http://%s:%d%s" % (self.host, self.port, path)
+        return "%s://%s:%d%s" % ("https" if self.tls else "http", self.host, self.port, path)
 
     def raw(self, timeout=10, direct=False):
         s = socket.create_connection((self.host, self._port(direct)), timeout=timeout * SLOW)

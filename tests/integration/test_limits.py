@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -123,6 +124,68 @@ def test_slow_header_timeout_408():
         sock.sendall(b"PUT /v1/semaphores/x HTTP/1.1\r\nHost: t\r\nContent-Length: 50\r\n\r\n{")
         assert fx.read_response(sock.makefile("rb"))[0] == 408
         sock.close()
+
+
+@fx.not_through_proxy("a slow client: the proxy reads a request whole before it forwards it")
+def test_drip_fed_request_cut_at_its_deadline_while_others_are_served():
+    """A client sending one header byte a second does not push the deadline back: it gets
+    408 --header-timeout after its first byte, and other clients are served meanwhile."""
+    with fx.Semad("--header-timeout", "2500ms") as s:
+        drip = s.raw()
+        stop = threading.Event()
+        sent = []
+
+        def feed():
+            for b in b"GET /healthz HTTP/1.1\r\nHost: t\r\nX-Slow: " + b"a" * 60:
+                try:
+                    drip.sendall(bytes([b]))
+                except OSError:
+                    return
+                sent.append(time.monotonic())
+                if stop.wait(1.0):
+                    return
+
+        t = threading.Thread(target=feed, daemon=True)
+        t0 = time.monotonic()
+        t.start()
+        served = 0
+        while time.monotonic() - t0 < 2.0:  # others are served while it drips
+            assert s.request("GET", "/healthz", timeout=5)[0] == 200
+            served += 1
+            time.sleep(0.2)
+        st = fx.read_response(drip.makefile("rb"))[0]
+        took = time.monotonic() - t0
+        stop.set()
+        assert st == 408, st
+        assert served >= 3, served
+        assert len(sent) >= 3, sent  # it kept sending until the cut
+        assert 2.3 <= took < 2.5 + 4 * fx.SLOW, took
+        assert closed_by_server(drip)
+        t.join(5)
+        st, _, body = s.request("GET", "/metrics")
+        assert b"\nsemad_http_request_timeouts_total 1\n" in body
+
+
+@fx.not_through_proxy("the cap counts semad's connections by address; the proxy has its own")
+def test_connections_per_address_capped_503():
+    with fx.Semad("--max-connections-per-ip", "2") as s:
+        held = [s.raw() for _ in range(2)]
+        for h in held:
+            h.sendall(fx.raw_request("GET", "/healthz"))
+            assert fx.read_response(h.makefile("rb"))[0] == 200
+        extra = s.raw()
+        st, hd, body = fx.read_response(extra.makefile("rb"))
+        assert st == 503 and body == b"Too many connections from this address", (st, body)
+        assert hd.get("retry-after") == "1"
+        assert closed_by_server(extra)
+        held.pop().close()
+        fx.wait_until(lambda: try_health(s), what="a free slot for the address")
+        held[0].close()
+        st, _, body = s.request("GET", "/metrics")
+        m = [l for l in body.decode().splitlines()
+             if l.startswith("semad_http_connections_rejected_per_ip_total ")]
+        assert m and int(m[0].split()[1]) >= 1, m
+        assert b"\nsemad_http_connections_rejected_total 0\n" in body
 
 
 @fx.not_through_proxy("keep-alive connections to semad are the proxy's")
@@ -396,7 +459,7 @@ def test_parked_waiters_cost_at_most_2_kib_each():
             resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, n + 200), hard))
         except ValueError:
             sys.exit(77)
-    with fx.Semad() as s:
+    with fx.Semad("--max-connections-per-ip", "0") as s:  # every waiter comes from 127.0.0.1
         put(s, "m", 1)
         acquire(s, "m")
         time.sleep(0.1)

@@ -81,3 +81,27 @@ TEST(durations_and_numbers)
     ASSERT_EQ(config_parse_u64("12x", &u), SEMA_EINVAL);
     ASSERT_EQ(config_parse_u64("", &u), SEMA_EINVAL);
 }
+
+TEST(tls_flags_go_together_and_the_per_address_cap)
+{
+    semad_config_t c;
+    char err[128];
+    config_default(&c);
+    ASSERT_EQ(c.max_connections_per_ip, 1024);
+    ASSERT_NULL(c.tls_cert);
+    char *a1[] = {"semad", "--tls-cert", "c.pem", NULL};
+    ASSERT_EQ(config_parse(&c, 3, a1, err, sizeof err), SEMA_EINVAL);
+    ASSERT_NOT_NULL(strstr(err, "--tls-key"));
+    config_default(&c);
+    char *a2[] = {"semad", "--tls-client-ca", "ca.pem", NULL};
+    ASSERT_EQ(config_parse(&c, 3, a2, err, sizeof err), SEMA_EINVAL);
+    ASSERT_NOT_NULL(strstr(err, "--tls-cert"));
+    config_default(&c);
+    setenv("SEMA_TLS_KEY", "k.pem", 1);
+    char *a3[] = {"semad", "--tls-cert=c.pem", "--max-connections-per-ip", "0", NULL};
+    ASSERT_OK(config_parse(&c, 4, a3, err, sizeof err));
+    unsetenv("SEMA_TLS_KEY");
+    ASSERT_STREQ(c.tls_cert, "c.pem");
+    ASSERT_STREQ(c.tls_key, "k.pem");
+    ASSERT_EQ(c.max_connections_per_ip, 0);
+}

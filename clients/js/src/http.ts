@@ -104,6 +104,13 @@ export class FetchHttp implements Http {
 
 // ---- node:http ----
 
+/** node:https's options for the server's CA and a client certificate (PEM). */
+export interface TlsOptions {
+  ca?: string | Uint8Array | Array<string | Uint8Array> | undefined;
+  cert?: string | Uint8Array | undefined;
+  key?: string | Uint8Array | undefined;
+}
+
 /** How long an idle keep-alive connection is kept (semad closes them after its --idle-timeout, 60 s by default). */
 const IDLE_MS = 4000;
 
@@ -126,10 +133,13 @@ export class NodeHttp implements Http {
   readonly #port: number | undefined;
   readonly #prefix: string;
   readonly #maxSockets: number;
+  readonly #tls: TlsOptions;
+  readonly #caFile: string | undefined;
   #side: NodeSide | undefined;
   #loading: Promise<NodeSide> | undefined;
 
-  constructor(url: string, maxSockets: number | undefined) {
+  /** `tls` goes to node:https's Agent; `caFile` (a PEM file, read on first use) is the `ca` when `tls.ca` is not given. */
+  constructor(url: string, maxSockets: number | undefined, tls: TlsOptions = {}, caFile?: string) {
     const u = new URL(url);
     if (u.protocol !== "http:" && u.protocol !== "https:") throw new TypeError(`unsupported URL scheme in ${url}`);
     this.#https = u.protocol === "https:";
@@ -137,6 +147,8 @@ export class NodeHttp implements Http {
     this.#port = u.port ? Number(u.port) : undefined;
     this.#prefix = u.pathname.replace(/\/+$/, "");
     this.#maxSockets = maxSockets ?? Infinity;
+    this.#tls = tls;
+    this.#caFile = caFile || undefined;
   }
 
   /** node:http (or node:https) and the Agent, loaded on first use (the module imports nothing Node-only). */
@@ -157,7 +169,11 @@ export class NodeHttp implements Http {
           super.reuseSocket(socket, req);
         }
       }
-      const opts = { keepAlive: true, maxSockets: this.#maxSockets };
+      const opts: Record<string, unknown> = { keepAlive: true, maxSockets: this.#maxSockets };
+      if (this.#https) {
+        for (const [k, v] of Object.entries(this.#tls)) if (v !== undefined) opts[k] = v;
+        if (opts["ca"] === undefined && this.#caFile) opts["ca"] = await (await import("node:fs/promises")).readFile(this.#caFile);
+      }
       this.#side = { request: mod.request, agent: new Agent(opts), waitAgent: new Agent(opts) };
       return this.#side;
     })();

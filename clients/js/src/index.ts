@@ -62,6 +62,16 @@ export interface ClientOptions {
    * a limit, acquires beyond it wait for a connection before they queue on semad.
    */
   maxSockets?: number;
+  /**
+   * https:// URLs, transport `"node"` (node:https): the CA certificates to trust instead of
+   * Node's bundled ones (PEM text or Buffer, or an array of them), as node:https's `ca`.
+   * Default: the PEM file named by the `SEMA_CACERT` environment variable, if set.
+   */
+  ca?: string | Uint8Array | Array<string | Uint8Array>;
+  /** https://, transport `"node"`: a client certificate (PEM), for a semad started with `--tls-client-ca`. */
+  cert?: string | Uint8Array;
+  /** The private key of `cert` (PEM). */
+  key?: string | Uint8Array;
 }
 
 export interface AcquireOptions {
@@ -186,10 +196,13 @@ function makeHttp(url: string, opts: ClientOptions): Http {
     else if (fromEnv) throw new TypeError(`SEMA_TRANSPORT must be "node" or "fetch", not ${JSON.stringify(fromEnv)}`);
     else kind = opts.fetch || !hasNodeHttp() ? "fetch" : "node";
   }
+  const tls = { ca: opts.ca, cert: opts.cert, key: opts.key };
   if (kind === "node") {
     if (opts.fetch) throw new TypeError('createClient: `fetch` is for transport "fetch"');
-    return new NodeHttp(url, opts.maxSockets);
+    return new NodeHttp(url, opts.maxSockets, tls, opts.ca === undefined ? env("SEMA_CACERT") : undefined);
   }
+  if (opts.ca !== undefined || opts.cert !== undefined || opts.key !== undefined)
+    throw new TypeError('createClient: `ca`, `cert` and `key` need transport "node" (fetch takes no TLS options)');
   if (kind !== "fetch") throw new TypeError(`createClient: transport must be "node" or "fetch", not ${JSON.stringify(kind)}`);
   const f = opts.fetch ?? globalThis.fetch;
   if (typeof f !== "function") throw new TypeError("createClient: no fetch in this runtime; pass one");

@@ -54,7 +54,7 @@ export function startSemad(opts: StartOptions = {}): Promise<Semad> {
     proc.stderr!.setEncoding("utf8");
     proc.stderr!.on("data", (chunk: string) => {
       log += chunk;
-      const m = /listening on (http:\/\/[^\s]+)/.exec(log);
+      const m = /listening on (https?:\/\/[^\s]+)/.exec(log);
       if (m) {
         clearTimeout(timer);
         const url = m[1];
