@@ -14,4 +14,9 @@ if [ -x "$build/bin/semad" ] && [ -x "$build/bin/sema" ]; then
     echo "== semad_vs_peers"
     "$(dirname "$0")/../bench/semad_vs_peers.sh" "$build" || status=1
 fi
+# The durability modes beside Redis with and without fsync (about a minute).
+if [ -x "$build/bin/bench_redis_peer" ] && command -v redis-server >/dev/null; then
+    echo "== durability_vs_redis"
+    "$(dirname "$0")/../bench/durability_vs_redis.sh" "$build" || status=1
+fi
 exit $status
