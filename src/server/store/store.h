@@ -53,6 +53,20 @@ typedef struct {
     int is_lock; /* 1 for a keyed-lock lease (mode in `weight`: 1 shared, R exclusive) */
 } store_lease_t;
 
+/* A ticket as stored: its place in its semaphore's queue, or (lease_id set) the lease it was
+ * granted. Times are Unix epoch milliseconds. */
+typedef struct {
+    const char *id;
+    const char *sem;
+    uint64_t seq; /* its place: tickets of a semaphore load in this order */
+    uint64_t weight;
+    const char *owner;    /* may be NULL */
+    const char *idem_key; /* may be NULL */
+    const char *lease_id; /* NULL while waiting */
+    int64_t ttl_ms, keepalive_ms, created_at_ms;
+    int collected; /* a reply showed its grant */
+} store_ticket_t;
+
 /* Open (creating if needed) the store in directory `dir`, taking its lock file. On failure
  * returns a SEMA_E* code and writes a message naming the file and the problem into errbuf:
  * SEMA_EBUSY (another semad holds the lock; the message names its pid), SEMA_ECORRUPT,
@@ -74,12 +88,19 @@ int store_load(store_t *st, void (*on_sem)(void *arg, const store_sem_t *sem),
                void (*on_lease)(void *arg, const store_lease_t *lease), void *arg, char *errbuf,
                size_t errlen);
 
+/* Call on_ticket for every ticket, by semaphore then place (borrowed record). After
+ * store_load. Returns 0 or a SEMA_E* code with a message in errbuf. */
+int store_load_tickets(store_t *st, void (*on_ticket)(void *arg, const store_ticket_t *t),
+                       void *arg, char *errbuf, size_t errlen);
+
 /* Record a mutation for the next transaction. Return 0 or SEMA_ENOMEM; an error here makes
  * the commit carrying it fail too. */
 int store_put_sem(store_t *st, const store_sem_t *sem);
 int store_del_sem(store_t *st, const char *name); /* delete its leases first */
 int store_put_lease(store_t *st, const store_lease_t *lease);
 int store_del_lease(store_t *st, const char *id);
+int store_put_ticket(store_t *st, const store_ticket_t *t);
+int store_del_ticket(store_t *st, const char *id);
 /* No fence at or below `fence` may be handed out again (kept as the max with what is
  * stored; store_max_fence includes it). For fences whose lease rows go
  * away with no semaphore row to carry them (keyed locks). */

@@ -135,6 +135,11 @@ static int check_header(sqlite3 *db, const char *path, FILE *out)
         return SEMA_ECORRUPT;
     }
     fprintf(out, "format: version %" PRId64 "\n", ver);
+    if (ver >= STORE_FORMAT_OLDEST && ver < STORE_FORMAT) {
+        fprintf(out, "note: format version %" PRId64 " is upgraded to %d when semad opens it\n",
+                ver, STORE_FORMAT);
+        return 0;
+    }
     if (ver != STORE_FORMAT) {
         fprintf(out, "FAIL %s: format version %" PRId64 ", this semad reads version %d\n", path,
                 ver, STORE_FORMAT);

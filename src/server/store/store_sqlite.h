@@ -7,7 +7,8 @@
 /* Bump STORE_FORMAT when the schema changes; an older semad then refuses the file
  * (SEMA_EVERSION) instead of misreading it. */
 #define STORE_APP_ID 0x53454D41 /* "SEMA", the database header's application_id */
-#define STORE_FORMAT 1
+#define STORE_FORMAT 2
+#define STORE_FORMAT_OLDEST 1 /* still opened: upgraded in place (format 2 adds tickets) */
 #define STORE_DB_NAME "sema.db"
 #define STORE_LOCK_NAME "LOCK"
 
