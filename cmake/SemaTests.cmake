@@ -80,7 +80,7 @@ endforeach()
 # installs; see semad_fixture.py): openapi.<file>.<name>, label openapi. Cases that check
 # what a proxy hides (the connection itself, disconnects, event streams) skip themselves.
 # Normal builds only: the sanitizer builds run the same server code without it.
-set(SEMA_OPENAPI_PROXY_SUITES v1 legacy scenarios_http limits)
+set(SEMA_OPENAPI_PROXY_SUITES v1 legacy scenarios_http limits tickets)
 if(NOT SEMA_SANITIZE)
   foreach(short ${SEMA_OPENAPI_PROXY_SUITES})
     set(src ${PROJECT_SOURCE_DIR}/tests/integration/test_${short}.py)

@@ -558,6 +558,8 @@ static int mem_open(void **out, engine_t *front, uv_loop_t *loop, const engine_c
             e->handles_open++;
     }
     mem__timer_rearm(e);
+    if (e->store != NULL && store_pending(e->store))
+        mem__mark_dirty(e); /* rows of tickets that ended while semad was down */
     *out = e;
     return 0;
 }

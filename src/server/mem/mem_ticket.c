@@ -195,7 +195,8 @@ static void keepalive_touch(mem_t *e, eticket_t *t)
         if (eheap_push(&e->heap, &t->hi) != 0)
             return; /* no room in the heap: it stays without a keepalive */
     }
-    mem__timer_rearm(e);
+    if (e->handles_open > 0) /* not while loading: the timer starts after */
+        mem__timer_rearm(e);
 }
 
 static int ticket_view(mem_t *e, engine_result_t *r, eticket_t *t)
@@ -541,7 +542,10 @@ void mem__op_ticket_get(mem_t *e, ereq_t *er)
     if (t == NULL)
         return;
     state = current_state(t);
-    if (req->timeout_ms <= 0 || (req->seen != 0 && req->seen != state)) {
+    /* A long-poll waits while the ticket waits; a granted one answers at once (a stream,
+     * which names the state it has, waits on for the end). */
+    if (req->timeout_ms <= 0 || (req->seen != 0 && req->seen != state) ||
+        (req->seen == 0 && t->status == ETICKET_GRANTED)) {
         finish_ticket(e, er, t);
         return keepalive_touch(e, t);
     }
@@ -593,10 +597,10 @@ int mem__ticket_load(mem_t *e, const store_ticket_t *rec)
         return SEMA_ECORRUPT;
     if (rec->lease_id != NULL)
         l = mem__lease_find(e, rec->lease_id, strlen(rec->lease_id));
-    if (s == NULL || rec->weight == 0 || rec->weight > s->capacity || rec->seq == 0 ||
+    if (s == NULL || rec->weight == 0 || rec->weight > s->capacity ||
+        (rec->lease_id == NULL && rec->seq == 0) ||
         (rec->lease_id != NULL && (l == NULL || l->ticket != NULL))) {
-        (void)store_del_ticket(e->store, rec->id);
-        mem__mark_dirty(e);
+        (void)store_del_ticket(e->store, rec->id); /* committed with the next change */
         return 0;
     }
     t = ticket_new(e, s, rec->weight, rec->owner);
