@@ -58,6 +58,10 @@ export class SemaInvalidRequestError extends SemaError {}
 export class SemaLimitError extends SemaError {}
 /** 503 `shutting_down`, `store_unavailable`, `out_of_memory`, and other server-side failures. */
 export class SemaServerError extends SemaError {}
+/** 410 `ticket_ended`: the ticket left the line (deleted, dropped unread after its keepalive, its semaphore deleted) or its lease ended. */
+export class SemaTicketEndedError extends SemaError {}
+/** 501 `not_supported`: semad's engine back end does not serve this (tickets on a back end without them). */
+export class SemaNotSupportedError extends SemaError {}
 /** `network`: no reply (connection refused or dropped). Retried where that is safe before it surfaces. */
 export class SemaNetworkError extends SemaError {}
 
@@ -102,6 +106,10 @@ export function errorFromReply(status: number, body: string, lease = false): Sem
       return new SemaOverflowError(message, init);
     case "limit_reached":
       return new SemaLimitError(message, init);
+    case "ticket_ended":
+      return new SemaTicketEndedError(message, init);
+    case "not_supported":
+      return new SemaNotSupportedError(message, init);
   }
   if (status >= 500) return new SemaServerError(message, init);
   if (status >= 400 && status < 500 && status !== 408) return new SemaInvalidRequestError(message, init);
