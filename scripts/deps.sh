@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # deps.sh - install the Debian packages sema needs to build, test and benchmark, and (test,
 # bench) the pinned npm packages of tests/openapi (the validating proxy of the HTTP tests)
-# and of clients/js (the JS client's dev dependencies: typescript, @types/node).
+# and of clients/js (the JS client's dev dependencies: typescript, @types/node), and of
+# examples/waiting-room (puppeteer-core, which drives Debian's chromium in its test).
 #
 # Usage: scripts/deps.sh [build|test|bench|fuzz]   (default: test)
 # As root it runs apt-get; otherwise it prints the exact command and exits 1.
@@ -68,3 +69,4 @@ npm_ci() {
 
 npm_ci tests/openapi prism # the validating proxy of the HTTP tests
 npm_ci clients/js tsc      # the JS client's build and tests (ctest js.client)
+npm_ci examples/waiting-room browsers # puppeteer-core: the waiting room's browser test
