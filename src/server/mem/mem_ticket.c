@@ -131,11 +131,14 @@ void mem__est_hold(esem_t *s, uint64_t held_ms)
 }
 
 /* The wait until `units` more units have been granted from the queue: the sum of that many
- * per-unit gaps (its mean, and by the central limit theorem its 90th percentile). Without
- * enough gaps measured yet, holds in parallel give the gap: mean hold / capacity. */
-static int estimate(const esem_t *s, uint64_t units, int64_t *p50, int64_t *p90)
+ * per-unit gaps, whose mean and variance are units times the gap's. Gaps are skewed (most
+ * short, a few long): the sum is taken as log-normal with that mean and variance, so for a
+ * few units the median sits below the mean and the p90 well above it, and for many units
+ * it tends to the normal of the central limit theorem. Without enough gaps measured yet,
+ * holds in parallel give the gap: mean hold / capacity. */
+static int estimate(mem_t *e, const esem_t *s, uint64_t units, int64_t *p50, int64_t *p90)
 {
-    double m, var, mean, sd;
+    double m, var, mean, cv2, sigma, median, first;
 
     if (s->est.ngaps >= EST_MIN_SAMPLES) {
         m = s->est.gap_ms;
@@ -147,9 +150,25 @@ static int estimate(const esem_t *s, uint64_t units, int64_t *p50, int64_t *p90)
         return 0;
     }
     mean = (double)units * m;
-    sd = sqrt((double)units * var);
-    *p50 = (int64_t)llround(mean);
-    *p90 = (int64_t)llround(mean + EST_Z90 * sd);
+    /* Holders that started together (a crowd arriving at a free semaphore) free no unit for
+     * a while: the first unit comes back no sooner than the oldest holder's expected rest
+     * (mean hold - its age; holders are in grant order, so that is O(1)). */
+    if (s->est.nholds >= EST_MIN_SAMPLES && !elist_empty(&s->holders)) {
+        const elease_t *oldest = ECONTAINER(s->holders.next, elease_t, link);
+        double age = (double)(mem__now(e) - oldest->acquired_mono);
+        first = s->est.hold_ms > age ? s->est.hold_ms - age : 0;
+        if (first + (double)(units - 1) * m > mean)
+            mean = first + (double)(units - 1) * m;
+    }
+    if (mean <= 0) {
+        *p50 = *p90 = 0;
+        return 1;
+    }
+    cv2 = (double)units * var / (mean * mean); /* squared coefficient of variation */
+    sigma = sqrt(log1p(cv2));
+    median = mean / sqrt(1 + cv2);
+    *p50 = (int64_t)llround(median);
+    *p90 = (int64_t)llround(median * exp(EST_Z90 * sigma));
     return 1;
 }
 
@@ -219,7 +238,7 @@ static int ticket_view(mem_t *e, engine_result_t *r, eticket_t *t)
         int64_t avail = s->available > 0 ? s->available : 0;
         uint64_t need = v->ahead_weight + t->q.weight;
         need = need > (uint64_t)avail ? need - (uint64_t)avail : 1;
-        v->estimated = estimate(s, need, &v->p50_ms, &v->p90_ms);
+        v->estimated = estimate(e, s, need, &v->p50_ms, &v->p90_ms);
     } else {
         mem__view_lease(&r->lease, t->lease);
         r->lease.name = v->name;
