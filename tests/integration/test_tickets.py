@@ -430,5 +430,43 @@ def test_strict_restart_keeps_every_acknowledged_ticket_and_its_place():
     shutil.rmtree(s.tmp, ignore_errors=True)
 
 
+V1_SCHEMA = (
+    "CREATE TABLE semaphores(name TEXT PRIMARY KEY NOT NULL, capacity INTEGER NOT NULL,"
+    " available INTEGER NOT NULL, fence INTEGER NOT NULL, legacy INTEGER NOT NULL,"
+    " created_at INTEGER NOT NULL) WITHOUT ROWID;"
+    "CREATE TABLE leases(id TEXT PRIMARY KEY NOT NULL, sem TEXT NOT NULL,"
+    " weight INTEGER NOT NULL, owner TEXT, idem_key TEXT, fence INTEGER NOT NULL,"
+    " ttl_ms INTEGER NOT NULL, acquired_at INTEGER NOT NULL, expires_at INTEGER NOT NULL,"
+    " is_lock INTEGER NOT NULL) WITHOUT ROWID;"
+    "CREATE TABLE retired(name TEXT PRIMARY KEY NOT NULL, fence INTEGER NOT NULL) WITHOUT ROWID;"
+    "INSERT INTO semaphores VALUES('old', 1, 1, 5, 0, 1795000000000);"
+    "PRAGMA application_id = 1397050689; PRAGMA user_version = 1;")
+
+
+@fx.not_through_proxy("prepares a store of the previous format on disk")
+def test_a_format_1_store_is_upgraded_and_keeps_tickets():
+    import sqlite3
+    import tempfile
+    tmp = tempfile.mkdtemp(prefix="semad-v1-")
+    data = os.path.join(tmp, "data")
+    os.makedirs(data)
+    db = sqlite3.connect(os.path.join(data, "sema.db"))
+    db.executescript(V1_SCHEMA)
+    db.commit()
+    db.close()
+    try:
+        with fx.Semad(durability="strict", data=data) as s:
+            assert sem(s, "old")["capacity"] == 1
+            hold(s, "old")
+            t = ticket(s, "old", keepalive_ms=60000)["ticket"]
+        db = sqlite3.connect(os.path.join(data, "sema.db"))
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+        db.close()
+        with fx.Semad(durability="strict", data=data) as s:
+            assert position(s, t) == (1, 0)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 if __name__ == "__main__":
     fx.main(globals())
