@@ -20,10 +20,12 @@ const CHROMIUM = process.env.CHROMIUM || "/usr/bin/chromium";
 const SCREENSHOT = process.env.SCREENSHOT || join(here, "../screenshot.png");
 const PAGES = 20;
 const CAPACITY = 2;
-const KEEPALIVE_MS = 2000;
+// Long enough that a page on a loaded machine (21 pages on 2 cores) still polls within it;
+// the closed page's departure is checked against it.
+const KEEPALIVE_MS = 4000;
 const JOB_MS = 500;
 const POLL_MS = 1000;
-const DEADLINE = Date.now() + 50_000; // the whole test, bounded
+const DEADLINE = Date.now() + 55_000; // the whole test, bounded
 
 const children = [];
 const tmp = mkdtempSync(join(tmpdir(), "waiting-room-"));
@@ -143,6 +145,9 @@ try {
 
   let leaverGoneAt = 0;
   await until("every page to reach its turn and finish", async () => {
+    if (Date.now() > DEADLINE - 1000)
+      console.log("# not done:", JSON.stringify(visitors.filter((v) => !v.closed && v.last.state !== "done")
+        .map((v) => ({ state: v.last.state, positions: v.last.positions.slice(-3) }))));
     await sample();
     // (reading the ticket would keep it alive: watch the metric instead)
     if (!leaverGoneAt && /^semad_tickets_abandoned_total 1$/m.test(await (await fetch(`${semad}/metrics`)).text()))
