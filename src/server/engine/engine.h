@@ -100,17 +100,17 @@ enum { ENGINE_TICKET_WAITING = 1, ENGINE_TICKET_GRANTED = 2 };
  * result's `lease`). */
 typedef struct {
     char id[ENGINE_LEASE_ID_MAX];
+    int status;       /* ENGINE_TICKET_* */
     const char *name; /* its semaphore (name_len bytes) */
     size_t name_len;
-    int status;             /* ENGINE_TICKET_* */
     uint64_t weight;        /* units it asks for */
     uint64_t position;      /* waiting: 1 = next in line */
     uint64_t ahead_weight;  /* waiting: units asked for by those ahead */
-    int estimated;          /* waiting: p50_ms and p90_ms are set */
-    int64_t p50_ms, p90_ms; /* estimated wait from now */
+    int64_t p50_ms, p90_ms; /* estimated wait from now (when `estimated`) */
     int64_t poll_after_ms;  /* read again after this long */
     int64_t keepalive_ms;   /* unread this long, it is dropped (or its grant) */
     uint64_t state;         /* differs whenever status or position does */
+    int estimated;          /* waiting: p50_ms and p90_ms are set */
 } engine_ticket_t;
 
 /* A semaphore (or a lock key) as it stood when the request completed. */
@@ -148,8 +148,10 @@ typedef enum {
 typedef struct engine_result {
     engine_res_kind_t kind;
     engine_lease_t lease;
-    engine_ticket_t ticket;
-    engine_sem_view_t sem;
+    union {                     /* a result is one or the other (by kind) */
+        engine_sem_view_t sem;  /* SEM, LOCK, LEGACY, IDLE */
+        engine_ticket_t ticket; /* TICKET */
+    };
     engine_sem_view_t *items; /* LIST: without their lists */
     size_t nitems;
     const char *next_cursor; /* LIST: the last name of the page when more follow, or NULL */
@@ -185,7 +187,8 @@ struct engine_req {
     const char *cursor;   /* SEM_LIST, may be NULL */
     uint64_t limit;       /* SEM_LIST: 0 = default */
     int64_t keepalive_ms; /* TICKET_CREATE: 0 = server default */
-    uint64_t seen;        /* TICKET_GET: the state the caller last saw (0: none) */
+    uint64_t seen;        /* TICKET_GET: the state the caller last saw (0: none; a wait
+                             then sets it to the state at arrival) */
 
     /* out: valid inside the callback */
     int status;          /* 0 or a SEMA_E* code (see the table in docs/http-api.md) */

@@ -72,21 +72,19 @@ enum { EKIND_ACQUIRE = 1, EKIND_WAIT_IDLE = 2, EKIND_TICKET = 3 };
 
 /* The engine's side of one accepted request; also the parked waiter. */
 typedef struct ereq {
-    elist_t link;           /* sem->waiters while parked; e->ready / e->commit_wait when done */
-    eitem_t hi;             /* timeout while parked */
-    engine_req_t *req;      /* NULL for a ticket's place (EKIND_TICKET) */
-    esem_t *sem;            /* while parked */
-    struct eticket *ticket; /* EREQ_WATCH: the ticket it waits on */
-    struct ereq *ol, * or ; /* the queue's treap (esem_t.qroot) */
-    uint64_t oseq;          /* its place: earlier waiters have lower ones */
-    uint64_t owsum;         /* weight of its treap subtree */
-    uint32_t osize, oprio;  /* size of its treap subtree; treap priority */
-    elease_t *lease;        /* a grant not yet delivered (for cancel) */
-    eidem_t *idem;          /* idempotency entry naming this waiter */
-    uint64_t weight;        /* 0 for wait-idle */
-    uint64_t seen;          /* EREQ_WATCH: the ticket state the watcher knows */
+    elist_t link;      /* sem->waiters while parked; e->ready / e->commit_wait when done */
+    eitem_t hi;        /* timeout while parked */
+    engine_req_t *req; /* NULL for a ticket's place (EKIND_TICKET) */
+    esem_t *sem;       /* while parked */
+    struct ereq *oleft, *oright; /* the queue's treap (esem_t.qroot), by place */
+    uint64_t oseq;               /* its place: earlier waiters have lower ones */
+    uint64_t owsum;              /* weight of its treap subtree */
+    elease_t *lease;             /* a grant not yet delivered (for cancel) */
+    eidem_t *idem;               /* idempotency entry naming this waiter */
+    uint64_t weight;             /* 0 for wait-idle */
     int64_t since_ms;
     uint64_t since_mono;
+    uint32_t osize; /* waiters in its treap subtree */
     uint8_t state, kind, durable;
 } ereq_t;
 

@@ -279,14 +279,14 @@ static void arm_tick(mem_t *e)
         mem__timer_rearm(e);
 }
 
-/* Take a watcher off its ticket (the caller completes it). */
+/* Take a watcher off its ticket (the caller completes it). A watcher names its ticket by id,
+ * which lives while it has watchers (its end fails them first). */
 static eticket_t *watcher_off(mem_t *e, ereq_t *er)
 {
-    eticket_t *t = er->ticket;
+    eticket_t *t = ticket_find(e, er->req->name, er->req->name_len);
 
     elist_remove(&er->link);
     eheap_remove(&e->heap, &er->hi);
-    er->ticket = NULL;
     er->state = EREQ_NEW;
     if (elist_empty(&t->watchers))
         elist_remove(&t->watched);
@@ -327,7 +327,7 @@ void mem__ticket_tick(mem_t *e)
         for (elist_t *y = t->watchers.next, *ynext; y != &t->watchers; y = ynext) {
             ereq_t *er = ECONTAINER(y, ereq_t, link);
             ynext = y->next;
-            if (er->seen == state)
+            if (er->req->seen == state)
                 continue;
             watcher_off(e, er);
             e->ticket_updates++;
@@ -568,7 +568,7 @@ void mem__op_ticket_get(mem_t *e, ereq_t *er)
         finish_ticket(e, er, t);
         return keepalive_touch(e, t);
     }
-    er->seen = state;
+    req->seen = state; /* the state it waits to change from */
     er->hi.kind = EITEM_WAITER;
     er->hi.deadline = mem__now(e) + (uint64_t)req->timeout_ms;
     if ((uint64_t)req->timeout_ms >= UINT64_MAX / 2 || eheap_push(&e->heap, &er->hi) != 0) {
@@ -577,7 +577,6 @@ void mem__op_ticket_get(mem_t *e, ereq_t *er)
     }
     mem__timer_rearm(e);
     er->state = EREQ_WATCH;
-    er->ticket = t;
     if (elist_empty(&t->watchers))
         elist_push_back(&e->watched, &t->watched);
     elist_push_back(&t->watchers, &er->link);

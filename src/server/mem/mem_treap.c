@@ -101,7 +101,7 @@ esem_t *mem__treap_after(mem_t *e, const char *key, size_t len, int inclusive)
  * Every parked waiter of a semaphore (acquire, wait-idle, ticket) is also in a treap keyed by
  * its place in line (oseq, increasing), each node holding its subtree's size and weight, so
  * a ticket's position and the weight ahead of it are read in O(log n) however many waiters
- * before it have left; nothing walks the queue. Priorities are hashes of the place. */
+ * before it have left; nothing walks the queue. */
 
 static uint32_t osize(const ereq_t *x)
 {
@@ -113,10 +113,20 @@ static uint64_t owsum(const ereq_t *x)
     return x != NULL ? x->owsum : 0;
 }
 
+/* The treap priority of a place: a hash of it (splitmix64's finaliser), so none is stored. */
+static uint64_t oprio(const ereq_t *x)
+{
+    uint64_t z = x->oseq + 0x9e3779b97f4a7c15ULL;
+
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
 static void opull(ereq_t *x)
 {
-    x->osize = 1 + osize(x->ol) + osize(x->or);
-    x->owsum = x->weight + owsum(x->ol) + owsum(x->or);
+    x->osize = 1 + osize(x->oleft) + osize(x->oright);
+    x->owsum = x->weight + owsum(x->oleft) + owsum(x->oright);
 }
 
 /* Split `t` into the places below `key` (*l) and the others (*r). */
@@ -125,11 +135,11 @@ static void osplit(ereq_t *t, uint64_t key, ereq_t **l, ereq_t **r)
     if (t == NULL) {
         *l = *r = NULL;
     } else if (t->oseq < key) {
-        osplit(t->or, key, &t->or, r);
+        osplit(t->oright, key, &t->oright, r);
         opull(t);
         *l = t;
     } else {
-        osplit(t->ol, key, l, &t->ol);
+        osplit(t->oleft, key, l, &t->oleft);
         opull(t);
         *r = t;
     }
@@ -141,12 +151,12 @@ static ereq_t *omerge(ereq_t *a, ereq_t *b)
         return b;
     if (b == NULL)
         return a;
-    if (a->oprio > b->oprio) {
-        a->or = omerge(a->or, b);
+    if (oprio(a) > oprio(b)) {
+        a->oright = omerge(a->oright, b);
         opull(a);
         return a;
     }
-    b->ol = omerge(a, b->ol);
+    b->oleft = omerge(a, b->oleft);
     opull(b);
     return b;
 }
@@ -155,15 +165,15 @@ static ereq_t *oins(ereq_t *t, ereq_t *n)
 {
     if (t == NULL)
         return n;
-    if (n->oprio > t->oprio) {
-        osplit(t, n->oseq, &n->ol, &n->or);
+    if (oprio(n) > oprio(t)) {
+        osplit(t, n->oseq, &n->oleft, &n->oright);
         opull(n);
         return n;
     }
     if (n->oseq < t->oseq)
-        t->ol = oins(t->ol, n);
+        t->oleft = oins(t->oleft, n);
     else
-        t->or = oins(t->or, n);
+        t->oright = oins(t->oright, n);
     opull(t);
     return t;
 }
@@ -173,19 +183,18 @@ static ereq_t *odel(ereq_t *t, const ereq_t *n)
     if (t == NULL)
         return NULL;
     if (t == n)
-        return omerge(t->ol, t->or);
+        return omerge(t->oleft, t->oright);
     if (n->oseq < t->oseq)
-        t->ol = odel(t->ol, n);
+        t->oleft = odel(t->oleft, n);
     else
-        t->or = odel(t->or, n);
+        t->oright = odel(t->oright, n);
     opull(t);
     return t;
 }
 
 void mem__oq_insert(esem_t *s, ereq_t *er)
 {
-    er->ol = er->or = NULL;
-    er->oprio = (uint32_t)etab_hash(&er->oseq, sizeof er->oseq, 0x51);
+    er->oleft = er->oright = NULL;
     opull(er);
     s->qroot = oins(s->qroot, er);
 }
@@ -193,7 +202,7 @@ void mem__oq_insert(esem_t *s, ereq_t *er)
 void mem__oq_remove(esem_t *s, ereq_t *er)
 {
     s->qroot = odel(s->qroot, er);
-    er->ol = er->or = NULL;
+    er->oleft = er->oright = NULL;
 }
 
 void mem__oq_rank(const esem_t *s, const ereq_t *er, uint64_t *ahead, uint64_t *ahead_weight)
@@ -202,14 +211,14 @@ void mem__oq_rank(const esem_t *s, const ereq_t *er, uint64_t *ahead, uint64_t *
 
     for (const ereq_t *x = s->qroot; x != NULL;) {
         if (er->oseq < x->oseq) {
-            x = x->ol;
+            x = x->oleft;
         } else if (er->oseq > x->oseq) {
-            n += osize(x->ol) + 1;
-            w += owsum(x->ol) + x->weight;
-            x = x->or ;
+            n += osize(x->oleft) + 1;
+            w += owsum(x->oleft) + x->weight;
+            x = x->oright;
         } else {
-            n += osize(x->ol);
-            w += owsum(x->ol);
+            n += osize(x->oleft);
+            w += owsum(x->oleft);
             break;
         }
     }
