@@ -196,6 +196,8 @@ static int repark(mem_t *e, ereq_t *er, esem_t *s)
     er->sem = s;
     er->state = EREQ_PARKED;
     elist_push_back(&s->waiters, &er->link);
+    er->oseq = ++s->qseq; /* behind the tickets the reload put back in their places */
+    mem__oq_insert(s, er);
     s->nwaiters++;
     s->waiting += er->weight;
     e->nparked++;
