@@ -80,7 +80,7 @@ endforeach()
 # installs; see semad_fixture.py): openapi.<file>.<name>, label openapi. Cases that check
 # what a proxy hides (the connection itself, disconnects, event streams) skip themselves.
 # Normal builds only: the sanitizer builds run the same server code without it.
-set(SEMA_OPENAPI_PROXY_SUITES v1 legacy scenarios_http limits)
+set(SEMA_OPENAPI_PROXY_SUITES v1 legacy scenarios_http limits tickets)
 if(NOT SEMA_SANITIZE)
   foreach(short ${SEMA_OPENAPI_PROXY_SUITES})
     set(src ${PROJECT_SOURCE_DIR}/tests/integration/test_${short}.py)
@@ -129,4 +129,10 @@ if(NOT SEMA_SANITIZE AND TARGET semad)
   add_test(NAME js.client COMMAND bash ${PROJECT_SOURCE_DIR}/clients/js/test/run.sh)
   set_tests_properties(js.client PROPERTIES TIMEOUT ${SEMA_TEST_TIMEOUT}
     LABELS "js" SKIP_RETURN_CODE 77 ENVIRONMENT "${SEMA_TEST_ENV}")
+  # The waiting-room example in a real browser (chromium headless, puppeteer-core): 20 pages
+  # against a capacity of 2. Builds clients/js first, so it runs after js.client.
+  add_test(NAME example.waiting_room COMMAND bash
+    ${PROJECT_SOURCE_DIR}/examples/waiting-room/test/run.sh)
+  set_tests_properties(example.waiting_room PROPERTIES TIMEOUT 120 DEPENDS js.client
+    LABELS "js;browser" SKIP_RETURN_CODE 77 ENVIRONMENT "${SEMA_TEST_ENV}")
 endif()

@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: MIT
 # deps.sh - install the Debian packages sema needs to build, test and benchmark, and (test,
 # bench) the pinned npm packages of tests/openapi (the validating proxy of the HTTP tests
-# and Redocly's OpenAPI linter)
-# and of clients/js (the JS client's dev dependencies: typescript, @types/node).
+# and Redocly's OpenAPI linter), of clients/js (the JS client's dev dependencies:
+# typescript, @types/node), and of examples/waiting-room (puppeteer-core, which drives
+# Debian's chromium in its test).
 #
 # Usage: scripts/deps.sh [build|test|bench|fuzz]   (default: test)
 # As root it runs apt-get; otherwise it prints the exact command and exits 1.
@@ -14,7 +15,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 
 build_pkgs="build-essential cmake pkg-config libuv1-dev node-llhttp libjansson-dev
             libsqlite3-dev libhiredis-dev libcurl4-openssl-dev libssl-dev"
-test_pkgs="python3 sqlite3 redis-server procps util-linux nodejs npm openssl curl jq"
+test_pkgs="python3 sqlite3 redis-server procps util-linux nodejs npm openssl curl jq chromium"
 bench_pkgs="wrk"
 fuzz_pkgs="clang libclang-rt-14-dev"
 
@@ -69,3 +70,4 @@ npm_ci() {
 
 npm_ci tests/openapi prism # the validating proxy of the HTTP tests, and the OpenAPI linter
 npm_ci clients/js tsc      # the JS client's build and tests (ctest js.client)
+npm_ci examples/waiting-room browsers # puppeteer-core: the waiting room's browser test

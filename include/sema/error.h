@@ -38,7 +38,9 @@ extern "C" {
     XX(ENAMETOOLONG, -36, "name too long")                                                         \
     XX(EUNAVAIL, -11, "temporarily unavailable, try again")                                        \
     XX(EREPLACED, -1001, "replaced by a newer attempt with the same idempotency key")              \
-    XX(EKEYMISMATCH, -1002, "idempotency key reused for a request of another weight or mode")
+    XX(EKEYMISMATCH, -1002, "idempotency key reused for a request of another weight or mode")      \
+    XX(ENOTSUP, -1003, "not supported by this engine")                                             \
+    XX(EGONE, -1004, "the ticket has left the line or its turn has ended")
 
 typedef enum {
 #define SEMA__ERR_ENUM(name, num, msg) SEMA_##name = (num),

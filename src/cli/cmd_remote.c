@@ -546,12 +546,15 @@ static void print_holders(json_t *doc, int64_t now)
     json_array_foreach(arr, i, h)
     {
         json_int_t since = json_integer_value(json_object_get(h, "since"));
+        const char *kind = json_string_value(json_object_get(h, "kind"));
+        /* a ticket waits without a connection; a wait-idle takes nothing */
         printf("  #%" JSON_INTEGER_FORMAT "  weight %" JSON_INTEGER_FORMAT
-               "  waiting %.1fs  owner %s\n",
+               "  waiting %.1fs  owner %s%s%s\n",
                json_integer_value(json_object_get(h, "position")),
                json_integer_value(json_object_get(h, "weight")),
                since > 0 ? (double)(now - since) / 1000.0 : 0.0,
-               or_dash(json_string_value(json_object_get(h, "owner"))));
+               or_dash(json_string_value(json_object_get(h, "owner"))), kind != NULL ? "  " : "",
+               kind != NULL ? kind : "");
     }
 }
 

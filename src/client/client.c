@@ -604,6 +604,8 @@ static const struct {
     {"unauthorized", SEMA_EACCES},
     {"idempotency_key_replaced", SEMA_EREPLACED},
     {"idempotency_key_mismatch", SEMA_EKEYMISMATCH},
+    {"not_supported", SEMA_ENOTSUP},
+    {"ticket_ended", SEMA_EGONE},
 };
 
 /* Statuses without a known problem code (and the legacy API's plain replies). */

@@ -34,6 +34,8 @@ static const problem_row_t rows[] = {
     {SEMA_ECONNREFUSED, 502, "upstream_unreachable", "Upstream unreachable"},
     {SEMA_ECORRUPT, 500, "store_corrupt", "Stored state is corrupt"},
     {SEMA_EVERSION, 500, "store_version", "Unsupported store version"},
+    {SEMA_ENOTSUP, 501, "not_supported", "Not supported by this engine"},
+    {SEMA_EGONE, 410, "ticket_ended", "Ticket ended"},
 };
 
 static const problem_row_t internal_row = {1, 500, "internal", "Internal error"};

@@ -77,9 +77,9 @@ static void waiter_body(jsonw_t *w, const engine_waiter_t *q, size_t position)
     jsonw_key(w, "owner");
     jsonw_cstr(w, q->owner != NULL && q->owner[0] != '\0' ? q->owner : NULL);
     int_member(w, "since", q->since_ms);
-    if (q->wait_idle) {
+    if (q->wait_idle || q->ticket) {
         jsonw_key(w, "kind");
-        jsonw_cstr(w, "wait_idle");
+        jsonw_cstr(w, q->ticket ? "ticket" : "wait_idle");
     }
     if (q->mode != 0) {
         jsonw_key(w, "mode");
@@ -159,6 +159,48 @@ static void list_body(jsonw_t *w, const engine_result_t *r)
     jsonw_obj_end(w);
 }
 
+/* A ticket: its place and estimate while waiting, its lease once granted. */
+static void ticket_body(jsonw_t *w, const engine_result_t *r)
+{
+    const engine_ticket_t *t = &r->ticket;
+
+    jsonw_obj(w);
+    jsonw_key(w, "ticket");
+    jsonw_cstr(w, t->id);
+    name_member(w, "name", t->name, t->name_len);
+    jsonw_key(w, "status");
+    jsonw_cstr(w, t->status == ENGINE_TICKET_GRANTED ? "granted" : "waiting");
+    int_member(w, "weight", (int64_t)t->weight);
+    if (t->status == ENGINE_TICKET_GRANTED) {
+        jsonw_key(w, "lease");
+        lease_body(w, &r->lease);
+    } else {
+        int_member(w, "position", (int64_t)t->position);
+        int_member(w, "ahead_weight", (int64_t)t->ahead_weight);
+        jsonw_key(w, "estimate_ms");
+        if (t->estimated) {
+            jsonw_obj(w);
+            int_member(w, "p50", t->p50_ms);
+            int_member(w, "p90", t->p90_ms);
+            jsonw_obj_end(w);
+        } else {
+            jsonw_null(w);
+        }
+    }
+    int_member(w, "poll_after_ms", t->poll_after_ms);
+    int_member(w, "keepalive_ms", t->keepalive_ms);
+    jsonw_obj_end(w);
+}
+
+int render_ticket(struct strbuf *out, const engine_result_t *res)
+{
+    jsonw_t w;
+
+    jsonw_init(&w, out);
+    ticket_body(&w, res);
+    return jsonw_end(&w);
+}
+
 int render_result(struct strbuf *out, const engine_result_t *res)
 {
     jsonw_t w;
@@ -184,6 +226,9 @@ int render_result(struct strbuf *out, const engine_result_t *res)
         name_member(&w, "name", res->sem.name, res->sem.name_len);
         int_member(&w, "value", res->sem.available);
         jsonw_obj_end(&w);
+        break;
+    case ENGINE_RES_TICKET:
+        ticket_body(&w, res);
         break;
     case ENGINE_RES_IDLE:
         jsonw_obj(&w);

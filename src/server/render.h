@@ -16,6 +16,10 @@ int render_result(struct strbuf *out, const engine_result_t *res);
 /* A lease alone (the acquire's hot path). */
 int render_lease(struct strbuf *out, const engine_lease_t *l);
 
+/* A ticket result (ENGINE_RES_TICKET) alone: the body of its replies and its stream's
+ * events. 0 or SEMA_ENOMEM. */
+int render_ticket(struct strbuf *out, const engine_result_t *res);
+
 /* The data of an event: {"name", ...} as its type has it; `reason` for "reset". */
 int render_event_data(struct strbuf *out, const engine_event_t *ev, const char *reason);
 

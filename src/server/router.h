@@ -69,6 +69,10 @@ void v1_lease_revoke(struct route_ctx *c);
 void v1_lock_acquire(struct route_ctx *c);
 void v1_lock_get(struct route_ctx *c);
 void v1_events(struct route_ctx *c);
+void v1_ticket_create(struct route_ctx *c);
+void v1_ticket_get(struct route_ctx *c);
+void v1_ticket_delete(struct route_ctx *c);
+void v1_ticket_events(struct route_ctx *c);
 void v1_healthz(struct route_ctx *c);
 void v1_metrics(struct route_ctx *c);
 

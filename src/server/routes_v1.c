@@ -224,6 +224,60 @@ void v1_wait_idle(route_ctx_t *c)
     ctx_submit(c, ctx_done_default);
 }
 
+/* POST /v1/semaphores/{name}/tickets  {"weight":1,"ttl_ms":L,"owner":"...","keepalive_ms":K}
+ * with an optional Idempotency-Key header. Answers at once: waiting, or granted. */
+void v1_ticket_create(route_ctx_t *c)
+{
+    body_t body;
+    json_int_t w = 1, ttl = 0, keepalive = 0;
+    if (v1_body(c, 0, &body) != 0)
+        return;
+    int rc = field_int(c, &body, "weight", 0, &w) < 0 ||
+                     field_int(c, &body, "ttl_ms", 1, &ttl) < 0 ||
+                     field_int(c, &body, "keepalive_ms", 1, &keepalive) < 0 ||
+                     field_str(c, &body, "owner", &c->owner) < 0
+                 ? -1
+                 : 0;
+    body_free(&body);
+    if (rc != 0)
+        return;
+    use_param(c, ENGINE_TICKET_CREATE);
+    c->ereq.weight = (uint64_t)w;
+    c->ereq.ttl_ms = (int64_t)ttl;
+    c->ereq.keepalive_ms = (int64_t)keepalive;
+    c->ereq.owner = c->owner;
+    c->ereq.idem_key = c->req->idem_key;
+    ctx_submit(c, ctx_done_default);
+}
+
+/* GET /v1/tickets/{id}?wait=DURATION: with wait, a long-poll that answers when the status or
+ * the position changes (position changes at most once per poll_after_ms). */
+void v1_ticket_get(route_ctx_t *c)
+{
+    char *wait = NULL;
+    int64_t ms = 0;
+    if (http_query_get(c->query, "wait", &wait) < 0 ||
+        (wait != NULL &&
+         (config_parse_ms(wait, &ms) != 0 || ms < 0 || ms > ENGINE_TICKET_WAIT_MAX_MS))) {
+        free(wait);
+        ctx_reply_problem(c, 400, "invalid_request",
+                          "wait must be a duration between 0 and 5m (e.g. 500ms, 30s)");
+        return;
+    }
+    free(wait);
+    use_param(c, ENGINE_TICKET_GET);
+    c->ereq.timeout_ms = ms;
+    c->ereq.seen = 0;
+    ctx_submit(c, ctx_done_default);
+}
+
+/* DELETE /v1/tickets/{id} */
+void v1_ticket_delete(route_ctx_t *c)
+{
+    use_param(c, ENGINE_TICKET_DELETE);
+    ctx_submit(c, ctx_done_default);
+}
+
 /* GET /v1/leases/{id} */
 void v1_lease_get(route_ctx_t *c)
 {

@@ -732,3 +732,69 @@ TEST(store_lock_fence_never_reused_after_restart)
     treq_free(y);
     sfx_close(&s);
 }
+
+static treq_t *store_ticket(fx_t *f, const char *name)
+{
+    treq_t *t = treq_new(ENGINE_TICKET_CREATE, name);
+
+    t->r.weight = 1;
+    t->r.keepalive_ms = 3600000;
+    if (fx_do(f, t) == SEMA_ENOTSUP)
+        TEST_SKIP("this back end does not serve tickets");
+    return t;
+}
+
+static int64_t ticket_position(fx_t *f, const char *id)
+{
+    treq_t *g = treq_new(ENGINE_TICKET_GET, id);
+    int64_t pos;
+
+    g->r.timeout_ms = 0;
+    ASSERT_OK(fx_do(f, g));
+    pos = jint(g->res, "position");
+    treq_free(g);
+    return pos;
+}
+
+/* A failed commit rebuilds the state from the store: committed tickets come back in their
+ * places, the uncommitted one is gone (its creator got EIO), and a parked acquire queued
+ * among them goes back behind them with an exact position for everybody. */
+TEST(store_rollback_keeps_committed_tickets_in_place)
+{
+    sfx_t s = {.dir = data_dir()};
+    treq_t *a, *t1, *w, *t2, *t3;
+
+    sfx_open(&s);
+    fx_put(&s.f, "sem", 1);
+    a = fx_acquire(&s.f, "sem", 1, -1);
+    t1 = store_ticket(&s.f, "sem");
+    ASSERT_OK(t1->status);
+    w = fx_acquire(&s.f, "sem", 1, -1);
+    ASSERT_EQ(w->done, 0);
+    t2 = store_ticket(&s.f, "sem");
+    ASSERT_OK(t2->status);
+    store_inject_commit_failures(s.st, 1, 0);
+    t3 = store_ticket(&s.f, "sem");
+    ASSERT_EQ(t3->status, SEMA_EIO);
+    ASSERT_EQ(w->done, 0); /* still parked, now behind the tickets put back */
+    ASSERT_EQ(ticket_position(&s.f, jstr(t1->res, "ticket")), 1);
+    ASSERT_EQ(ticket_position(&s.f, jstr(t2->res, "ticket")), 2);
+    ASSERT_EQ(fx_state(&s.f, "sem", "waiting"), 3);
+    treq_t *t4 = store_ticket(&s.f, "sem"); /* behind the acquire put back */
+    ASSERT_OK(t4->status);
+    ASSERT_EQ(jint(t4->res, "position"), 4);
+    ASSERT_EQ(jint(t4->res, "ahead_weight"), 3);
+    treq_free(t4);
+    /* the line moves in that order */
+    ASSERT_OK(fx_lease_op(&s.f, ENGINE_LEASE_RELEASE, lease_id(a)));
+    fx_settle(&s.f);
+    ASSERT_EQ(ticket_position(&s.f, jstr(t2->res, "ticket")), 1);
+    ASSERT_EQ(w->done, 0);
+    engine_cancel(s.f.e, &w->r);
+    treq_free(a);
+    treq_free(t1);
+    treq_free(w);
+    treq_free(t2);
+    treq_free(t3);
+    sfx_close(&s);
+}

@@ -722,11 +722,11 @@ TEST(upgrades_format_1)
     char out[4096];
 
     make_store(dir);
-    raw_sql(dir, "ALTER TABLE leases DROP COLUMN principal;"
+    raw_sql(dir, "ALTER TABLE leases DROP COLUMN principal; DROP TABLE tickets;"
                  "INSERT INTO leases VALUES('old','alpha',1,NULL,NULL,2,1000,1,1001,0);"
                  "PRAGMA user_version = 1;");
     ASSERT_EQ(check_output(dir, out, sizeof out), 0);
-    ASSERT(strstr(out, "upgrades format 1 to 2") != NULL);
+    ASSERT(strstr(out, "format version 1 is upgraded to 3") != NULL);
     reload(dir, &ld);
     ASSERT_EQ(ld.nlease, 2);
     ASSERT_NULL(ld.lease[0].principal);

@@ -64,6 +64,10 @@ export class SemaServerError extends SemaError {}
  * the lease is another token's). The detail says which.
  */
 export class SemaAuthError extends SemaError {}
+/** 410 `ticket_ended`: the ticket left the line (deleted, dropped unread after its keepalive, its semaphore deleted) or its lease ended. */
+export class SemaTicketEndedError extends SemaError {}
+/** 501 `not_supported`: semad's engine back end does not serve this (tickets on a back end without them). */
+export class SemaNotSupportedError extends SemaError {}
 /** `network`: no reply (connection refused or dropped). Retried where that is safe before it surfaces. */
 export class SemaNetworkError extends SemaError {}
 
@@ -111,6 +115,10 @@ export function errorFromReply(status: number, body: string, lease = false): Sem
     case "unauthorized":
     case "forbidden":
       return new SemaAuthError(message, init);
+    case "ticket_ended":
+      return new SemaTicketEndedError(message, init);
+    case "not_supported":
+      return new SemaNotSupportedError(message, init);
   }
   if (status >= 500) return new SemaServerError(message, init);
   if (status >= 400 && status < 500 && status !== 408) return new SemaInvalidRequestError(message, init);

@@ -130,8 +130,79 @@ export interface WatchOptions {
   lastEventId?: string;
 }
 
+export interface TicketOptions {
+  /** Units the ticket asks for (default 1). */
+  weight?: number;
+  /** The lease's ttl once granted (default: the client's, else semad's). */
+  ttlMs?: number;
+  owner?: string;
+  /** Unread this long, semad drops the waiting ticket (or releases its uncollected grant). Default 30 s. */
+  keepaliveMs?: number;
+  /** Idempotency-Key of the request (default: a fresh random key, reused by the client's own retries). */
+  idempotencyKey?: string;
+  signal?: AbortSignal;
+}
+
+/** A ticket: a place in a semaphore's FIFO queue that no request holds open (docs/http-api.md). */
+export interface Ticket {
+  /** The ticket id: unguessable, safe to keep in a cookie. */
+  id: string;
+  /** The semaphore. */
+  name: string;
+  status: "waiting" | "granted";
+  weight: number;
+  /** Waiting: 1 = next in line; null once granted. */
+  position: number | null;
+  /** Waiting: units asked for by the waiters ahead; null once granted. */
+  aheadWeight: number | null;
+  /** Waiting: the estimated wait from now, null until semad has enough history (or once granted). */
+  estimateMs: { p50: number; p90: number } | null;
+  /** Read again after this long. */
+  pollAfterMs: number;
+  keepaliveMs: number;
+  /** Granted: the lease, as an acquire returns it (turn it into a Permit with `client.ticketPermit`). */
+  lease: LeaseReply | null;
+  /** The stream event id of this state (watchTicket), for resuming. */
+  eventId?: string;
+}
+
+export interface TicketReadOptions {
+  /** Long-poll: answer when the status or position changes, or after this many ms (at most 300000). */
+  waitMs?: number;
+  signal?: AbortSignal;
+}
+
+interface TicketReply {
+  ticket: string;
+  name: string;
+  status: "waiting" | "granted";
+  weight: number;
+  position?: number;
+  ahead_weight?: number;
+  estimate_ms?: { p50: number; p90: number } | null;
+  poll_after_ms: number;
+  keepalive_ms: number;
+  lease?: LeaseReply;
+}
+
+function toTicket(r: TicketReply, eventId?: string): Ticket {
+  return {
+    id: r.ticket,
+    name: r.name,
+    status: r.status,
+    weight: r.weight,
+    position: r.position ?? null,
+    aheadWeight: r.ahead_weight ?? null,
+    estimateMs: r.estimate_ms ?? null,
+    pollAfterMs: r.poll_after_ms,
+    keepaliveMs: r.keepalive_ms,
+    lease: r.lease ?? null,
+    ...(eventId !== undefined ? { eventId } : {}),
+  };
+}
+
 /** The lease reply of an acquire. */
-interface LeaseReply {
+export interface LeaseReply {
   lease: string;
   name: string;
   weight: number;
@@ -676,6 +747,28 @@ export class Semaphore {
   watch(opts?: WatchOptions): AsyncIterableIterator<SemaEvent> {
     return this.#client.watch(this.name, opts);
   }
+
+  /**
+   * Takes a ticket: a place in this semaphore's FIFO queue (the same queue as `acquire`)
+   * that answers at once, waiting or granted. Read it back with `client.ticket(id)`,
+   * `client.watchTicket(id)`, within its keepalive. Retried after network errors with one
+   * Idempotency-Key, so a retry never takes a second place.
+   */
+  async takeTicket(opts: TicketOptions = {}): Promise<Ticket> {
+    const body: Record<string, unknown> = { weight: opts.weight ?? 1 };
+    const ttl = opts.ttlMs ?? this.#t.ttlMs;
+    const owner = opts.owner ?? this.#t.owner;
+    if (ttl !== undefined) body.ttl_ms = ttl;
+    if (owner !== undefined) body.owner = owner;
+    if (opts.keepaliveMs !== undefined) body.keepalive_ms = opts.keepaliveMs;
+    const key = opts.idempotencyKey ?? randomKey();
+    const r = await this.#t.retrying("POST", `${this.#path}/tickets`, {
+      body,
+      headers: { "idempotency-key": key },
+      signal: opts.signal,
+    });
+    return toTicket(JSON.parse(r.text) as TicketReply);
+  }
 }
 
 export type MapFn<T, R> = (item: T, index: number, signal: AbortSignal) => R | PromiseLike<R>;
@@ -881,6 +974,41 @@ export class SemaClient {
     return this.#t.json("GET", `/v1/leases/${seg(id)}`, { lease: true });
   }
 
+  /**
+   * A ticket by id (GET /v1/tickets/{id}); with `waitMs`, a long-poll that answers when its
+   * status or position changes. Throws SemaTicketEndedError once it left the line or its
+   * lease ended, SemaNotFoundError for an unknown id.
+   */
+  async ticket(id: string, opts: TicketReadOptions = {}): Promise<Ticket> {
+    const q = opts.waitMs !== undefined ? `?wait=${Math.max(0, Math.floor(opts.waitMs))}ms` : "";
+    const r = await this.#t.retrying("GET", `/v1/tickets/${seg(id)}${q}`, {
+      signal: opts.signal,
+      wait: opts.waitMs !== undefined,
+    });
+    return toTicket(JSON.parse(r.text) as TicketReply);
+  }
+
+  /** Leaves the line (DELETE /v1/tickets/{id}); a granted ticket's lease is released. Resolves if it had already ended. */
+  async leaveTicket(id: string): Promise<void> {
+    await this.#t.retrying("DELETE", `/v1/tickets/${seg(id)}`, { accept: [404, 410] });
+  }
+
+  /**
+   * The ticket's updates as an async iterator (GET /v1/tickets/{id}/events): its state now,
+   * then each change (positions at most once per poll_after_ms), reconnecting with
+   * `Last-Event-ID` after a dropped connection. Ends after the ticket is granted (with that
+   * state) or on `break`/`signal`; throws SemaTicketEndedError if it ends while waiting.
+   */
+  watchTicket(id: string, opts: WatchOptions = {}): AsyncIterableIterator<Ticket> {
+    return watchTicketEvents(this.#t, id, opts);
+  }
+
+  /** A Permit for a granted ticket's lease: renewed in the background, released like any other. */
+  ticketPermit(ticket: Ticket): Permit {
+    if (ticket.status !== "granted" || !ticket.lease) throw new TypeError("ticketPermit: the ticket is not granted");
+    return new Permit(this.#t, ticket.lease, Date.now());
+  }
+
   /** Admin revoke of any lease: its holder's `permit.signal` fires at its next renewal. */
   async revoke(id: string): Promise<void> {
     await this.#t.send("POST", `/v1/leases/${seg(id)}/revoke`, { lease: true });
@@ -951,6 +1079,50 @@ async function* watchEvents(t: Transport, name: string, opts: WatchOptions): Asy
           if (raw.event === "deleted") return;
         }
       } catch {
+        /* the connection dropped: resume below */
+      }
+      if (outer?.aborted) return;
+    } finally {
+      outer?.removeEventListener("abort", onAbort);
+      ac.abort();
+    }
+    await sleep(delay, outer).catch(() => {});
+  }
+}
+
+async function* watchTicketEvents(t: Transport, id: string, opts: WatchOptions): AsyncGenerator<Ticket> {
+  let last = opts.lastEventId;
+  const outer = opts.signal;
+  for (let delay = 100; ; delay = Math.min(delay * 2, 2000)) {
+    if (outer?.aborted) return;
+    const ac = new AbortController();
+    const onAbort = () => ac.abort(outer!.reason);
+    outer?.addEventListener("abort", onAbort, { once: true });
+    try {
+      let res: HttpStream;
+      try {
+        res = await t.http.stream(
+          `/v1/tickets/${seg(id)}/events`,
+          { accept: "text/event-stream", ...(last ? { "last-event-id": last } : {}) },
+          ac.signal,
+        );
+      } catch {
+        if (outer?.aborted) return;
+        await sleep(delay, outer).catch(() => {});
+        continue;
+      }
+      if (res.status < 200 || res.status >= 300 || !res.body) throw errorFromReply(res.status, await res.text());
+      delay = 100;
+      try {
+        for await (const raw of parseEventStream(res.body)) {
+          if (raw.event === "ended") throw errorFromReply(410, raw.data);
+          if (raw.id) last = raw.id;
+          const tk = toTicket(JSON.parse(raw.data) as TicketReply, raw.id);
+          yield tk;
+          if (tk.status === "granted") return;
+        }
+      } catch (e) {
+        if (e instanceof SemaError) throw e;
         /* the connection dropped: resume below */
       }
       if (outer?.aborted) return;

@@ -37,6 +37,9 @@ typedef struct engine_backend {
     void (*stats)(void *be, engine_stats_t *out);
     /* Append its own Prometheus metrics. 0 or SEMA_ENOMEM. */
     int (*metrics)(void *be, struct strbuf *out);
+    /* Optional operations. A back end that leaves `tickets` 0 never sees ENGINE_TICKET_*:
+     * the front fails them with SEMA_ENOTSUP (HTTP 501, code not_supported). */
+    int tickets;
 } engine_backend_t;
 
 /* The back ends. */

@@ -55,6 +55,15 @@ typedef enum {
     ENGINE_LEGACY_VALUE,  /* name -> LEGACY */
     ENGINE_LEGACY_UP,     /* name -> LEGACY */
     ENGINE_LEGACY_DOWN,   /* name -> LEGACY; SEMA_EBUSY when the value is 0 */
+    /* Tickets: a place in a semaphore's FIFO queue that does not hold a connection open.
+     * A back end may not serve them (engine_backend_t.tickets): then SEMA_ENOTSUP. */
+    ENGINE_TICKET_CREATE, /* name, weight, ttl_ms, owner, idem_key, keepalive_ms -> TICKET
+                             (created=1 if new, 0 for a retry with its Idempotency-Key) */
+    ENGINE_TICKET_GET,    /* name = ticket id, timeout_ms (0: now; > 0: wait up to that long
+                             until its state differs from `seen`, or from the state at
+                             arrival when seen is 0) -> TICKET; SEMA_EGONE once ended */
+    ENGINE_TICKET_DELETE, /* name = ticket id -> NONE (leaves the line; a granted ticket's
+                             lease is released) */
     ENGINE_OP_COUNT
 } engine_op_t;
 
@@ -82,7 +91,27 @@ typedef struct {
     int64_t since_ms;
     int mode;      /* as in engine_lease_t */
     int wait_idle; /* a wait-idle, not an acquire */
+    int ticket;    /* a ticket, not a request holding a connection */
 } engine_waiter_t;
+
+enum { ENGINE_TICKET_WAITING = 1, ENGINE_TICKET_GRANTED = 2 };
+
+/* A ticket. While waiting: its place and estimate; once granted: the lease (in the
+ * result's `lease`). */
+typedef struct {
+    char id[ENGINE_LEASE_ID_MAX];
+    int status;       /* ENGINE_TICKET_* */
+    const char *name; /* its semaphore (name_len bytes) */
+    size_t name_len;
+    uint64_t weight;        /* units it asks for */
+    uint64_t position;      /* waiting: 1 = next in line */
+    uint64_t ahead_weight;  /* waiting: units asked for by those ahead */
+    int64_t p50_ms, p90_ms; /* estimated wait from now (when `estimated`) */
+    int64_t poll_after_ms;  /* read again after this long */
+    int64_t keepalive_ms;   /* unread this long, it is dropped (or its grant) */
+    uint64_t state;         /* differs whenever status or position does */
+    int estimated;          /* waiting: p50_ms and p90_ms are set */
+} engine_ticket_t;
 
 /* A semaphore (or a lock key) as it stood when the request completed. */
 typedef struct {
@@ -111,6 +140,7 @@ typedef enum {
     ENGINE_RES_LIST,   /* res.items[0..nitems), res.next_cursor */
     ENGINE_RES_LEGACY, /* res.sem.name and res.sem.available (the value) */
     ENGINE_RES_IDLE,   /* res.sem.name: the semaphore is idle */
+    ENGINE_RES_TICKET, /* res.ticket, and res.lease when it is granted */
 } engine_res_kind_t;
 
 /* A request's result. Its strings and arrays live in storage the result owns (the small
@@ -118,7 +148,10 @@ typedef enum {
 typedef struct engine_result {
     engine_res_kind_t kind;
     engine_lease_t lease;
-    engine_sem_view_t sem;
+    union {                     /* a result is one or the other (by kind) */
+        engine_sem_view_t sem;  /* SEM, LOCK, LEGACY, IDLE */
+        engine_ticket_t ticket; /* TICKET */
+    };
     engine_sem_view_t *items; /* LIST: without their lists */
     size_t nitems;
     const char *next_cursor; /* LIST: the last name of the page when more follow, or NULL */
@@ -158,6 +191,9 @@ struct engine_req {
      * another token took fails with SEMA_EACCES unless `principal_admin` is set. */
     const char *principal;
     int principal_admin;
+    int64_t keepalive_ms; /* TICKET_CREATE: 0 = server default */
+    uint64_t seen;        /* TICKET_GET: the state the caller last saw (0: none; a wait
+                             then sets it to the state at arrival) */
 
     /* out: valid inside the callback */
     int status;          /* 0 or a SEMA_E* code (see the table in docs/http-api.md) */
@@ -184,6 +220,10 @@ typedef struct {
     uint64_t metrics_max_semaphores; /* per-semaphore metric series cap */
     int64_t events_retain_ms;        /* an unwatched semaphore keeps its events this long for a
                                         resume (default ENGINE_EVENTS_RETAIN_MS) */
+    int64_t ticket_keepalive_ms;     /* a ticket's keepalive when it asks for none */
+    int64_t max_ticket_keepalive_ms; /* longest keepalive a ticket may ask for */
+    int64_t ticket_poll_ms;          /* poll_after_ms, and the least time between two position
+                                        updates to one watcher (long-poll or stream) */
     const char *backend;             /* "embedded" (the default when NULL) */
     struct {                         /* the embedded back end's settings */
         struct store *store;         /* durable store, or NULL for memory only */

@@ -14,4 +14,7 @@
 #define ENGINE_LIST_LIMIT_DEFAULT 100           /* semaphores in a list page by default */
 #define ENGINE_LIST_LIMIT_MAX 1000              /* and at most */
 
+/* The longest ?wait= of GET /v1/tickets/{id}. */
+#define ENGINE_TICKET_WAIT_MAX_MS 300000
+
 #endif /* SEMAD_ENGINE_LIMITS_H */

@@ -31,6 +31,9 @@ void engine_config_default(engine_config_t *cfg)
     cfg->max_locks = 1000000;
     cfg->metrics_max_semaphores = 100;
     cfg->events_retain_ms = ENGINE_EVENTS_RETAIN_MS;
+    cfg->ticket_keepalive_ms = 30000;
+    cfg->max_ticket_keepalive_ms = 3600000;
+    cfg->ticket_poll_ms = 1000;
     cfg->backend = NULL;
     cfg->embedded.store = NULL;
     cfg->embedded.max_uncommitted = 65536;
@@ -49,6 +52,12 @@ static void config_normalize(engine_config_t *c)
         c->events_retain_ms = ENGINE_EVENTS_RETAIN_MS;
     if (c->lock_readers == 0 || c->lock_readers > ENGINE_CAPACITY_MAX)
         c->lock_readers = 1048576;
+    if (c->ticket_keepalive_ms <= 0)
+        c->ticket_keepalive_ms = 30000;
+    if (c->max_ticket_keepalive_ms < c->ticket_keepalive_ms)
+        c->max_ticket_keepalive_ms = c->ticket_keepalive_ms;
+    if (c->ticket_poll_ms <= 0)
+        c->ticket_poll_ms = 1000;
 }
 
 static const engine_backend_t *backend_find(const char *name)
@@ -115,7 +124,12 @@ void engine__backend_closed(engine_t *e)
 static int is_lease_op(engine_op_t op)
 {
     return op == ENGINE_LEASE_GET || op == ENGINE_LEASE_RENEW || op == ENGINE_LEASE_RELEASE ||
-           op == ENGINE_LEASE_REVOKE;
+           op == ENGINE_LEASE_REVOKE || op == ENGINE_TICKET_GET || op == ENGINE_TICKET_DELETE;
+}
+
+static int is_ticket_op(engine_op_t op)
+{
+    return op == ENGINE_TICKET_CREATE || op == ENGINE_TICKET_GET || op == ENGINE_TICKET_DELETE;
 }
 
 static int creates_name(engine_op_t op)
@@ -163,7 +177,8 @@ static int check_capacity(const engine_req_t *req, const char **msg)
 /* ttl_ms (0: the server's default, set here), owner, Idempotency-Key and lock mode. */
 static int check_lease_inputs(const engine_t *e, engine_req_t *req, const char **msg)
 {
-    int acquires = req->op == ENGINE_ACQUIRE || req->op == ENGINE_LOCK_ACQUIRE;
+    int acquires = req->op == ENGINE_ACQUIRE || req->op == ENGINE_LOCK_ACQUIRE ||
+                   req->op == ENGINE_TICKET_CREATE;
 
     if (!acquires && req->op != ENGINE_LEASE_RENEW)
         return 0;
@@ -192,10 +207,30 @@ static int check_lease_inputs(const engine_t *e, engine_req_t *req, const char *
     return 0;
 }
 
+/* keepalive_ms of a new ticket (0: the server's default, set here). */
+static int check_ticket_inputs(const engine_t *e, engine_req_t *req, const char **msg)
+{
+    if (!e->ops->tickets && is_ticket_op(req->op)) {
+        *msg = "this engine does not serve tickets";
+        return SEMA_ENOTSUP;
+    }
+    if (req->op != ENGINE_TICKET_CREATE)
+        return 0;
+    if (req->keepalive_ms < 0 || req->keepalive_ms > e->cfg.max_ticket_keepalive_ms) {
+        *msg = "keepalive_ms must be between 1 and the configured maximum";
+        return SEMA_EINVAL;
+    }
+    if (req->keepalive_ms == 0)
+        req->keepalive_ms = e->cfg.ticket_keepalive_ms;
+    return 0;
+}
+
 static int check_inputs(const engine_t *e, engine_req_t *req, const char **msg)
 {
-    int rc = check_name(e, req, msg);
+    int rc = check_ticket_inputs(e, req, msg);
 
+    if (rc == 0)
+        rc = check_name(e, req, msg);
     if (rc == 0)
         rc = check_capacity(req, msg);
     if (rc == 0)

@@ -76,9 +76,9 @@ enum { EHEAP_NONE = UINT32_MAX };
 typedef struct {
     uint64_t deadline; /* uv_now() milliseconds (monotonic) */
     uint32_t idx;      /* position in the heap or EHEAP_NONE */
-    uint8_t kind;      /* EITEM_LEASE or EITEM_WAITER */
+    uint8_t kind;      /* EITEM_* */
 } eitem_t;
-enum { EITEM_LEASE = 1, EITEM_WAITER = 2 };
+enum { EITEM_LEASE = 1, EITEM_WAITER = 2, EITEM_TICKET = 3, EITEM_TICK = 4 };
 
 typedef struct {
     eitem_t **a;

@@ -204,6 +204,8 @@ void mem__idem_free(mem_t *e, eidem_t *d)
         d->lease->idem = NULL;
     if (d->waiter != NULL)
         d->waiter->idem = NULL;
+    if (d->ticket != NULL)
+        d->ticket->idem = NULL;
     etab_remove(&e->idems, &d->node);
     sema__free(d);
 }
@@ -234,6 +236,8 @@ static void waiter_timeout(mem_t *e, ereq_t *er)
 {
     esem_t *s = er->sem;
 
+    if (er->state == EREQ_WATCH)
+        return mem__ticket_watch_timeout(e, er);
     mem__unpark(e, er);
     e->m->timeouts++;
     mem__finish(e, er, SEMA_ETIMEDOUT, "not granted before timeout_ms");
@@ -252,6 +256,10 @@ static void timer_cb(uv_timer_t *t)
         eheap_remove(&e->heap, top);
         if (top->kind == EITEM_LEASE)
             mem__lease_expire_due(e, ECONTAINER(top, elease_t, hi));
+        else if (top->kind == EITEM_TICKET)
+            mem__ticket_due(e, ECONTAINER(top, eticket_t, hi));
+        else if (top->kind == EITEM_TICK)
+            mem__ticket_tick(e);
         else
             waiter_timeout(e, ECONTAINER(top, ereq_t, hi));
     }
@@ -281,7 +289,14 @@ int mem__park(mem_t *e, ereq_t *er, esem_t *s, int64_t timeout_ms)
     er->state = EREQ_PARKED;
     er->since_ms = mem__wall_ms();
     er->since_mono = now;
+    if (elist_empty(&s->waiters))
+        s->est.last_mono = 0; /* the time it stood empty is no grant gap */
     elist_push_back(&s->waiters, &er->link);
+    if (er->oseq == 0)
+        er->oseq = ++s->qseq;
+    else if (er->oseq > s->qseq)
+        s->qseq = er->oseq; /* a ticket loaded with its place */
+    mem__oq_insert(s, er);
     s->nwaiters++;
     s->waiting += er->weight;
     e->nparked++;
@@ -295,6 +310,9 @@ void mem__unpark(mem_t *e, ereq_t *er)
 
     elist_remove(&er->link);
     eheap_remove(&e->heap, &er->hi);
+    mem__oq_remove(s, er);
+    er->oseq = 0;
+    s->qremoved++;
     s->nwaiters--;
     s->waiting -= er->weight;
     e->nparked--;
@@ -316,6 +334,19 @@ static void admit_one_grant(mem_t *e, esem_t *s, ereq_t *er)
     mem__lease_own(er, l);
     er->durable = 1;
     mem__finish_lease(e, er, l);
+}
+
+/* Grant the head `er` of s's queue (it fits). */
+static void admit_head(mem_t *e, esem_t *s, ereq_t *er)
+{
+    uint64_t w = er->weight;
+
+    mem__unpark(e, er);
+    mem__est_queue_grant(e, s, w, !elist_empty(&s->waiters));
+    if (er->kind == EKIND_TICKET)
+        mem__ticket_grant(e, ECONTAINER(er, eticket_t, q));
+    else
+        admit_one_grant(e, s, er);
 }
 
 void mem__lease_own(ereq_t *er, elease_t *l)
@@ -349,8 +380,7 @@ void mem__admit(mem_t *e, esem_t *s)
         }
         if ((int64_t)er->weight > s->available)
             return;
-        mem__unpark(e, er);
-        admit_one_grant(e, s, er);
+        admit_head(e, s, er);
     }
 }
 
@@ -466,8 +496,11 @@ void mem__drain(mem_t *e)
 
 static int mem_tables_init(mem_t *e)
 {
+    elist_init(&e->watched);
+    e->tick.idx = EHEAP_NONE;
+    e->tick.kind = EITEM_TICK;
     if (etab_init(&e->sems, 64) || etab_init(&e->locks, 16) || etab_init(&e->leases, 64) ||
-        etab_init(&e->tombs, 64) || etab_init(&e->idems, 16))
+        etab_init(&e->tombs, 64) || etab_init(&e->idems, 16) || etab_init(&e->tickets, 16))
         return SEMA_ENOMEM;
     return 0;
 }
@@ -477,6 +510,8 @@ static void mem_free(mem_t *e)
     engine_t *front = e->front;
 
     mem__committer_free(e);
+    if (e->tickets.slots != NULL)
+        mem__tickets_clear(e, SEMA_ESHUTDOWN, "the server is shutting down");
     mem__state_clear(e, NULL);
     sema__free(e->dirty); /* after the semaphores: freeing one clears its entry */
     mem__tombs_clear(e);
@@ -485,6 +520,7 @@ static void mem_free(mem_t *e)
     etab_destroy(&e->leases);
     etab_destroy(&e->tombs);
     etab_destroy(&e->idems);
+    etab_destroy(&e->tickets);
     sema__free(e->heap.a);
     sema__free(e->tring);
     sema__free(e);
@@ -530,6 +566,8 @@ static int mem_open(void **out, engine_t *front, uv_loop_t *loop, const engine_c
             e->handles_open++;
     }
     mem__timer_rearm(e);
+    if (e->store != NULL && store_pending(e->store))
+        mem__mark_dirty(e); /* rows of tickets that ended while semad was down */
     *out = e;
     return 0;
 }
@@ -547,8 +585,12 @@ static void shutdown_fail_parked(void *arg, enode_t *n)
     mem_t *e = arg;
     esem_t *s = ECONTAINER(n, esem_t, node);
 
-    while (!elist_empty(&s->waiters)) {
-        ereq_t *er = ECONTAINER(s->waiters.next, ereq_t, link);
+    /* Tickets stay in line (a durable store keeps them for the next start). */
+    for (elist_t *x = s->waiters.next, *next; x != &s->waiters; x = next) {
+        ereq_t *er = ECONTAINER(x, ereq_t, link);
+        next = x->next;
+        if (er->kind == EKIND_TICKET)
+            continue;
         mem__unpark(e, er);
         mem__finish(e, er, SEMA_ESHUTDOWN, "the server is shutting down");
     }
@@ -560,6 +602,7 @@ static void mem_shutdown(void *be)
 
     etab_each(&e->sems, shutdown_fail_parked, e);
     etab_each(&e->locks, shutdown_fail_parked, e);
+    mem__tickets_fail_watchers(e, SEMA_ESHUTDOWN, "the server is shutting down");
     if (e->store != NULL)
         mem__commit_flush(e, handle_closed); /* the last group commits, then the thread */
     e->shutting_down = 1;
@@ -612,7 +655,9 @@ static void mem_cancel(void *be, engine_req_t *req)
     mem_t *e = be;
     ereq_t *er = req->priv;
 
-    if (er->state == EREQ_PARKED) {
+    if (er->state == EREQ_WATCH) {
+        mem__ticket_watch_cancel(e, er);
+    } else if (er->state == EREQ_PARKED) {
         esem_t *s = er->sem;
         mem__unpark(e, er);
         e->m->cancellations++;
@@ -653,4 +698,5 @@ const engine_backend_t engine_backend_embedded = {
     .exists = mem_exists,
     .stats = mem_stats,
     .metrics = mem__metrics,
+    .tickets = 1,
 };

@@ -14,7 +14,18 @@
 /* ---- the objects ---- */
 enum { ESEM_LEGACY = 1, ESEM_LOCK = 2, ESEM_DELETED = 4 };
 
-/* A semaphore (or a keyed lock's ephemeral semaphore). About 128 bytes plus its name. */
+struct ereq;
+
+/* What a semaphore has measured for tickets' estimates (mem_ticket.c). */
+typedef struct {
+    double gap_ms, gap_var; /* per unit granted from the queue while it was not empty:
+                               moving mean and variance */
+    double hold_ms;         /* moving mean of hold times */
+    uint64_t last_mono;     /* the last grant from a queue still not empty, or 0 */
+    uint32_t ngaps, nholds; /* samples taken (saturating) */
+} eest_t;
+
+/* A semaphore (or a keyed lock's ephemeral semaphore). About 200 bytes plus its name. */
 typedef struct esem {
     enode_t node;         /* in e->sems (or e->locks), keyed by name */
     struct esem *tl, *tr; /* name-ordered treap (priority = node.hash); not for locks */
@@ -27,14 +38,18 @@ typedef struct esem {
     uint64_t waiting;  /* total weight queued */
     int64_t created_at_ms;
     uint32_t nwaiters;
-    uint32_t dirty_at; /* 1 + its index in e->dirty while its row awaits the next commit */
+    uint32_t dirty_at;  /* 1 + its index in e->dirty while its row awaits the next commit */
+    struct ereq *qroot; /* the waiters again, as a treap by place for positions */
+    uint64_t qseq;      /* the last place handed out in the queue */
+    uint64_t qremoved;  /* waiters that left the queue (positions behind them moved) */
+    eest_t est;
     uint16_t name_len;
     uint8_t flags; /* ESEM_* */
     char name[];
 } esem_t;
 
 typedef struct eidem eidem_t;
-struct ereq;
+struct eticket;
 
 /* A lease: one grant. */
 typedef struct elease {
@@ -50,23 +65,28 @@ typedef struct elease {
     char *principal;      /* the token that took it (semad --auth), owned, may be NULL */
     eidem_t *idem;        /* may be NULL */
     struct ereq *pending; /* the undelivered reply that owns it (its er->lease), or NULL */
+    struct eticket *ticket; /* the ticket it was granted to, or NULL */
     char id[ENGINE_LEASE_ID_MAX];
 } elease_t;
 
-enum { EREQ_NEW, EREQ_PARKED, EREQ_READY, EREQ_COMMIT };
-enum { EKIND_ACQUIRE = 1, EKIND_WAIT_IDLE = 2 };
+enum { EREQ_NEW, EREQ_PARKED, EREQ_READY, EREQ_COMMIT, EREQ_WATCH };
+enum { EKIND_ACQUIRE = 1, EKIND_WAIT_IDLE = 2, EKIND_TICKET = 3 };
 
 /* The engine's side of one accepted request; also the parked waiter. */
 typedef struct ereq {
-    elist_t link; /* sem->waiters while parked; e->ready / e->commit_wait when done */
-    eitem_t hi;   /* timeout while parked */
-    engine_req_t *req;
-    esem_t *sem;     /* while parked */
-    elease_t *lease; /* a grant not yet delivered (for cancel) */
-    eidem_t *idem;   /* idempotency entry naming this waiter */
-    uint64_t weight; /* 0 for wait-idle */
+    elist_t link;      /* sem->waiters while parked; e->ready / e->commit_wait when done */
+    eitem_t hi;        /* timeout while parked */
+    engine_req_t *req; /* NULL for a ticket's place (EKIND_TICKET) */
+    esem_t *sem;       /* while parked */
+    struct ereq *oleft, *oright; /* the queue's treap (esem_t.qroot), by place */
+    uint64_t oseq;               /* its place: earlier waiters have lower ones */
+    uint64_t owsum;              /* weight of its treap subtree */
+    elease_t *lease;             /* a grant not yet delivered (for cancel) */
+    eidem_t *idem;               /* idempotency entry naming this waiter */
+    uint64_t weight;             /* 0 for wait-idle */
     int64_t since_ms;
     uint64_t since_mono;
+    uint32_t osize; /* waiters in its treap subtree */
     uint8_t state, kind, durable;
 } ereq_t;
 
@@ -76,12 +96,43 @@ struct eidem {
     esem_t *sem;
     elease_t *lease;
     ereq_t *waiter;
+    struct eticket *ticket;
     size_t key_len;
     char key[];
 };
 
-/* A tombstone: why a lease id ended. */
-enum { ETOMB_RELEASED = 1, ETOMB_EXPIRED, ETOMB_REVOKED, ETOMB_DELETED };
+/* A ticket: a place in a semaphore's queue that no connection holds, then its lease. */
+enum { ETICKET_WAITING = ENGINE_TICKET_WAITING, ETICKET_GRANTED = ENGINE_TICKET_GRANTED };
+typedef struct eticket {
+    enode_t node;     /* in e->tickets, keyed by id */
+    ereq_t q;         /* its place in line while waiting (kind EKIND_TICKET, req NULL) */
+    eitem_t hi;       /* keepalive: dropped (or its grant released) when unread past it */
+    elist_t watchers; /* long-polls and streams reading it (ereq_t.link, EREQ_WATCH) */
+    elist_t watched;  /* in e->watched while it has watchers */
+    esem_t *sem;
+    elease_t *lease; /* once granted */
+    eidem_t *idem;   /* may be NULL */
+    char *owner;     /* owned, may be NULL */
+    int64_t ttl_ms, keepalive_ms, created_at_ms;
+    uint64_t seen_removed; /* sem->qremoved when its watchers' positions were last checked */
+    uint8_t status;        /* ETICKET_* */
+    uint8_t collected;     /* a reply showed the grant: keepalive no longer applies */
+    char id[ENGINE_LEASE_ID_MAX];
+} eticket_t;
+
+/* A tombstone: why a lease id (or a ticket id) ended. */
+enum {
+    ETOMB_RELEASED = 1,
+    ETOMB_EXPIRED,
+    ETOMB_REVOKED,
+    ETOMB_DELETED,
+    ETOMB_TICKET_LEFT,        /* DELETE /v1/tickets/{id} */
+    ETOMB_TICKET_ABANDONED,   /* waiting, unread for keepalive_ms */
+    ETOMB_TICKET_UNCOLLECTED, /* granted, nobody came for the lease within keepalive_ms */
+    ETOMB_TICKET_DONE,        /* its lease ended */
+    ETOMB_TICKET_DELETED,     /* its semaphore was deleted */
+    ETOMB_TICKET_REFUSED,     /* it can no longer fit (resize), or no memory to grant it */
+};
 typedef struct {
     enode_t node;
     uint64_t ended_mono;
@@ -93,6 +144,7 @@ typedef struct {
 typedef struct ecommitter ecommitter_t;
 
 typedef struct mem mem_t;
+typedef void (*mem_op_fn)(mem_t *e, ereq_t *er);
 
 struct mem {
     uv_loop_t *loop;
@@ -101,7 +153,11 @@ struct mem {
     engine_config_t cfg;
     store_t *store;
     int strict; /* the store is strict: every reply that rests on a change waits for it */
-    etab_t sems, locks, leases, tombs, idems;
+    etab_t sems, locks, leases, tombs, idems, tickets;
+    elist_t watched; /* tickets with watchers (eticket_t.watched) */
+    eitem_t tick;    /* the next check of watched tickets' positions (EITEM_TICK) */
+    uint64_t tickets_created, tickets_granted, tickets_left, tickets_abandoned, tickets_uncollected,
+        ticket_updates;
     esem_t *root; /* treap of e->sems by name */
     eheap_t heap;
     uv_timer_t timer;
@@ -218,8 +274,31 @@ void mem__committer_free(mem_t *e); /* after its handle closed */
 void mem__commit_flush(mem_t *e, uv_close_cb on_closed);
 void mem__state_clear(mem_t *e, elist_t *keep_waiters);
 
+/* mem_treap.c: the queue's order statistics */
+void mem__oq_insert(esem_t *s, ereq_t *er); /* er->oseq set: its place */
+void mem__oq_remove(esem_t *s, ereq_t *er);
+/* Waiters ahead of er and their total weight: O(log n). */
+void mem__oq_rank(const esem_t *s, const ereq_t *er, uint64_t *ahead, uint64_t *ahead_weight);
+
+/* mem_ticket.c */
+void mem__op_ticket_create(mem_t *e, ereq_t *er);
+void mem__op_ticket_get(mem_t *e, ereq_t *er);
+void mem__op_ticket_delete(mem_t *e, ereq_t *er);
+void mem__ticket_grant(mem_t *e, eticket_t *t);                  /* its turn: the head fits */
+void mem__ticket_refuse(mem_t *e, eticket_t *t, int reason);     /* a waiting ticket must go */
+void mem__ticket_lease_gone(mem_t *e, eticket_t *t, int reason); /* its lease ended */
+void mem__ticket_due(mem_t *e, eticket_t *t);                    /* keepalive passed */
+void mem__ticket_tick(mem_t *e);                                 /* position updates to watchers */
+void mem__ticket_watch_timeout(mem_t *e, ereq_t *er);
+void mem__ticket_watch_cancel(mem_t *e, ereq_t *er);
+void mem__tickets_clear(mem_t *e, int status, const char *msg); /* free all, fail watchers */
+void mem__tickets_fail_watchers(mem_t *e, int status, const char *msg);
+void mem__est_queue_grant(mem_t *e, esem_t *s, uint64_t weight, int queue_left);
+void mem__est_hold(esem_t *s, uint64_t held_ms);
+int mem__ticket_load(mem_t *e, const store_ticket_t *rec);
+void mem__tomb_add(mem_t *e, const char *id, int reason);
+
 /* mem_ops.c */
-typedef void (*mem_op_fn)(mem_t *e, ereq_t *er);
 extern const mem_op_fn mem__ops[ENGINE_OP_COUNT];
 
 #endif /* SEMAD_MEM_INTERNAL_H */

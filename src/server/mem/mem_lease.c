@@ -89,7 +89,7 @@ static int tomb_ring_grow(mem_t *e)
     return 0;
 }
 
-static void tomb_add(mem_t *e, const char *id, int reason)
+void mem__tomb_add(mem_t *e, const char *id, int reason)
 {
     uint64_t now = mem__now(e);
     etomb_t *t;
@@ -230,6 +230,8 @@ void mem__lease_free(mem_t *e, elease_t *l)
 
     if (l->pending != NULL)
         l->pending->lease = NULL; /* its reply still names it; nothing to release later */
+    if (l->ticket != NULL)
+        l->ticket->lease = NULL; /* the state is being cleared: the ticket goes too */
     elist_remove(&l->link);
     s->available += (int64_t)l->weight;
     s->held -= l->weight;
@@ -260,8 +262,16 @@ static const char *const end_event[] = {
 void mem__lease_end(mem_t *e, elease_t *l, int reason)
 {
     esem_t *s = l->sem;
+    uint64_t held_ms = mem__now(e) - l->acquired_mono;
 
-    engine__hist_observe(&e->m->hold_s, (double)(mem__now(e) - l->acquired_mono) / 1000.0);
+    engine__hist_observe(&e->m->hold_s, (double)held_ms / 1000.0);
+    mem__est_hold(s, held_ms);
+    if (l->ticket != NULL) {
+        eticket_t *t = l->ticket;
+        l->ticket = NULL;
+        t->lease = NULL;
+        mem__ticket_lease_gone(e, t, reason);
+    }
     if (reason == ETOMB_RELEASED)
         e->m->releases++;
     else if (reason == ETOMB_EXPIRED)
@@ -270,7 +280,7 @@ void mem__lease_end(mem_t *e, elease_t *l, int reason)
         e->m->revocations++;
     if (end_event[reason] != NULL)
         mem__event_lease(e, s, end_event[reason], l);
-    tomb_add(e, l->id, reason);
+    mem__tomb_add(e, l->id, reason);
     if (e->store != NULL) {
         (void)store_del_lease(e->store, l->id);
         mem__mark_dirty(e);

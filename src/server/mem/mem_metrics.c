@@ -75,6 +75,24 @@ int mem__metrics(void *be, struct strbuf *out)
     jsonw_prom_series(&w, "semad_leases", "Live leases.", "gauge", e->leases.count);
     jsonw_prom_series(&w, "semad_lock_keys", "Keyed locks held or awaited.", "gauge",
                       e->locks.count);
+    jsonw_prom_series(&w, "semad_tickets", "Tickets waiting or granted.", "gauge",
+                      e->tickets.count);
+    jsonw_prom_series(&w, "semad_tickets_created_total", "Tickets taken.", "counter",
+                      e->tickets_created);
+    jsonw_prom_series(&w, "semad_tickets_granted_total", "Tickets granted their lease.", "counter",
+                      e->tickets_granted);
+    jsonw_prom_series(&w, "semad_tickets_left_total", "Tickets deleted by their holder.", "counter",
+                      e->tickets_left);
+    jsonw_prom_series(&w, "semad_tickets_abandoned_total",
+                      "Waiting tickets dropped: unread for keepalive_ms.", "counter",
+                      e->tickets_abandoned);
+    jsonw_prom_series(&w, "semad_tickets_uncollected_total",
+                      "Granted tickets whose lease was released: not collected within "
+                      "keepalive_ms.",
+                      "counter", e->tickets_uncollected);
+    jsonw_prom_series(&w, "semad_ticket_position_updates_total",
+                      "Position updates sent to ticket watchers (long-polls and streams).",
+                      "counter", e->ticket_updates);
     put_sem_gauges(e, &w);
     return jsonw_end(&w);
 }

@@ -91,6 +91,10 @@ static void delete_sem(mem_t *e, esem_t *s)
 {
     while (!elist_empty(&s->waiters)) {
         ereq_t *w = ECONTAINER(s->waiters.next, ereq_t, link);
+        if (w->kind == EKIND_TICKET) {
+            mem__ticket_refuse(e, ECONTAINER(w, eticket_t, q), ETOMB_TICKET_DELETED);
+            continue;
+        }
         mem__unpark(e, w);
         mem__finish(e, w, SEMA_ECANCELED, "the semaphore was deleted");
     }
@@ -133,7 +137,9 @@ static void op_sem_resize(mem_t *e, ereq_t *er)
     for (elist_t *x = s->waiters.next, *next; x != &s->waiters; x = next) {
         ereq_t *w = ECONTAINER(x, ereq_t, link);
         next = x->next;
-        if (w->kind == EKIND_ACQUIRE && w->weight > cap) {
+        if (w->kind == EKIND_TICKET && w->weight > cap) {
+            mem__ticket_refuse(e, ECONTAINER(w, eticket_t, q), ETOMB_TICKET_REFUSED);
+        } else if (w->kind == EKIND_ACQUIRE && w->weight > cap) {
             mem__unpark(e, w);
             mem__finish(e, w, SEMA_EINVAL, "weight is above the new capacity");
         }
@@ -228,6 +234,10 @@ static int idem_take_over(mem_t *e, ereq_t *er, eidem_t *d)
     d->waiter = er;
     elist_push_back(&old->link, &er->link); /* just before old, which then leaves */
     elist_remove(&old->link);
+    mem__oq_remove(er->sem, old);
+    er->weight = old->weight;
+    er->oseq = old->oseq;
+    mem__oq_insert(er->sem, er);
     eheap_remove(&e->heap, &old->hi);
     er->hi.kind = EITEM_WAITER;
     er->hi.idx = EHEAP_NONE;
@@ -269,6 +279,10 @@ static int idem_retry(mem_t *e, ereq_t *er, esem_t *s)
     if ((d->lease != NULL && !mem__lease_allowed(er->req, d->lease)) ||
         (d->waiter != NULL && !waiter_allowed(er->req, d->waiter->req))) {
         fail(e, er, SEMA_EACCES, "the Idempotency-Key names a request of another token");
+        return 1;
+    }
+    if (d->ticket != NULL) {
+        fail(e, er, SEMA_EKEYMISMATCH, "this Idempotency-Key names a ticket; nothing was granted");
         return 1;
     }
     if (d->lease != NULL &&
@@ -387,7 +401,7 @@ static elease_t *find_lease(mem_t *e, ereq_t *er)
     if (l != NULL)
         return l;
     t = mem__tomb_find(e, req->name, req->name_len);
-    if (t != NULL)
+    if (t != NULL && t->reason <= ETOMB_DELETED)
         fail(e, er, mem__tomb_status(t->reason), M_LEASE_ENDED[t->reason]);
     else
         fail(e, er, SEMA_ENOENT, "no such lease");
@@ -530,4 +544,7 @@ const mem_op_fn mem__ops[ENGINE_OP_COUNT] = {
     [ENGINE_LEGACY_VALUE] = op_legacy_value,
     [ENGINE_LEGACY_UP] = op_legacy_up,
     [ENGINE_LEGACY_DOWN] = op_legacy_down,
+    [ENGINE_TICKET_CREATE] = mem__op_ticket_create,
+    [ENGINE_TICKET_GET] = mem__op_ticket_get,
+    [ENGINE_TICKET_DELETE] = mem__op_ticket_delete,
 };

@@ -82,10 +82,28 @@ static void raise_fence(void *arg, enode_t *n)
         s->fence = e->fence_seq;
 }
 
+static void on_ticket(void *arg, const store_ticket_t *rec)
+{
+    load_ctx_t *c = arg;
+    int rc;
+
+    if (c->err)
+        return;
+    rc = mem__ticket_load(c->e, rec);
+    if (rc != 0) {
+        c->err = rc;
+        snprintf(c->bad_id, sizeof(c->bad_id), "%.64s", rec->id);
+    }
+}
+
 int mem__store_load(mem_t *e, char *errbuf, size_t errlen)
 {
     load_ctx_t c = {e, 0, ""};
     int rc = store_load(e->store, on_sem, on_lease, &c, errbuf, errlen);
+
+    /* After the leases: a granted ticket finds its lease. */
+    if (rc == 0 && c.err == 0)
+        rc = store_load_tickets(e->store, on_ticket, &c, errbuf, errlen);
     uint64_t top = 0;
 
     /* Deleted semaphores' fences count too: no fence is ever handed out twice. */
@@ -107,8 +125,8 @@ int mem__store_load(mem_t *e, char *errbuf, size_t errlen)
             snprintf(errbuf, errlen, "out of memory loading the store");
         else if (errbuf != NULL && errlen > 0)
             snprintf(errbuf, errlen,
-                     "the store holds a lease semad cannot restore (id \"%s\"): refusing to "
-                     "start rather than hand its units out twice",
+                     "the store holds a lease or ticket semad cannot restore (id \"%s\"): "
+                     "refusing to start rather than hand its units out twice",
                      c.bad_id);
     }
     return rc;
@@ -181,6 +199,8 @@ static int repark(mem_t *e, ereq_t *er, esem_t *s)
     er->sem = s;
     er->state = EREQ_PARKED;
     elist_push_back(&s->waiters, &er->link);
+    er->oseq = ++s->qseq; /* behind the tickets the reload put back in their places */
+    mem__oq_insert(s, er);
     s->nwaiters++;
     s->waiting += er->weight;
     e->nparked++;
@@ -201,6 +221,7 @@ static void restore_from_store(mem_t *e)
     int rc;
 
     elist_init(&parked);
+    mem__tickets_clear(e, SEMA_EIO, "the durable store failed; read the ticket again");
     mem__state_clear(e, &parked);
     rc = mem__store_load(e, e->errbuf, sizeof(e->errbuf));
     if (rc != 0) {

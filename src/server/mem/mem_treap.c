@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* mem_treap.c - the semaphores ordered by name, for listing by prefix and cursor: a treap
- * whose priority is the name's hash, so it needs no balancing state. */
+/* mem_treap.c - the back end's treaps (priorities are hashes, so they need no balancing
+ * state): the semaphores ordered by name, for listing by prefix and cursor; and each
+ * semaphore's queue ordered by place with subtree counts, for tickets' positions. */
 #include "mem_internal.h"
 
 #include <string.h>
@@ -93,4 +94,134 @@ esem_t *mem__treap_after(mem_t *e, const char *key, size_t len, int inclusive)
         }
     }
     return best;
+}
+
+/* ---- the queue by place, with subtree counts and weights ----
+ *
+ * Every parked waiter of a semaphore (acquire, wait-idle, ticket) is also in a treap keyed by
+ * its place in line (oseq, increasing), each node holding its subtree's size and weight, so
+ * a ticket's position and the weight ahead of it are read in O(log n) however many waiters
+ * before it have left; nothing walks the queue. */
+
+static uint32_t osize(const ereq_t *x)
+{
+    return x != NULL ? x->osize : 0;
+}
+
+static uint64_t owsum(const ereq_t *x)
+{
+    return x != NULL ? x->owsum : 0;
+}
+
+/* The treap priority of a place: a hash of it (splitmix64's finaliser), so none is stored. */
+static uint64_t oprio(const ereq_t *x)
+{
+    uint64_t z = x->oseq + 0x9e3779b97f4a7c15ULL;
+
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static void opull(ereq_t *x)
+{
+    x->osize = 1 + osize(x->oleft) + osize(x->oright);
+    x->owsum = x->weight + owsum(x->oleft) + owsum(x->oright);
+}
+
+/* Split `t` into the places below `key` (*l) and the others (*r). */
+static void osplit(ereq_t *t, uint64_t key, ereq_t **l, ereq_t **r)
+{
+    if (t == NULL) {
+        *l = *r = NULL;
+    } else if (t->oseq < key) {
+        osplit(t->oright, key, &t->oright, r);
+        opull(t);
+        *l = t;
+    } else {
+        osplit(t->oleft, key, l, &t->oleft);
+        opull(t);
+        *r = t;
+    }
+}
+
+static ereq_t *omerge(ereq_t *a, ereq_t *b)
+{
+    if (a == NULL)
+        return b;
+    if (b == NULL)
+        return a;
+    if (oprio(a) > oprio(b)) {
+        a->oright = omerge(a->oright, b);
+        opull(a);
+        return a;
+    }
+    b->oleft = omerge(a, b->oleft);
+    opull(b);
+    return b;
+}
+
+static ereq_t *oins(ereq_t *t, ereq_t *n)
+{
+    if (t == NULL)
+        return n;
+    if (oprio(n) > oprio(t)) {
+        osplit(t, n->oseq, &n->oleft, &n->oright);
+        opull(n);
+        return n;
+    }
+    if (n->oseq < t->oseq)
+        t->oleft = oins(t->oleft, n);
+    else
+        t->oright = oins(t->oright, n);
+    opull(t);
+    return t;
+}
+
+static ereq_t *odel(ereq_t *t, const ereq_t *n)
+{
+    if (t == NULL)
+        return NULL;
+    if (t == n)
+        return omerge(t->oleft, t->oright);
+    if (n->oseq < t->oseq)
+        t->oleft = odel(t->oleft, n);
+    else
+        t->oright = odel(t->oright, n);
+    opull(t);
+    return t;
+}
+
+void mem__oq_insert(esem_t *s, ereq_t *er)
+{
+    er->oleft = er->oright = NULL;
+    opull(er);
+    s->qroot = oins(s->qroot, er);
+}
+
+void mem__oq_remove(esem_t *s, ereq_t *er)
+{
+    s->qroot = odel(s->qroot, er);
+    er->oleft = er->oright = NULL;
+}
+
+void mem__oq_rank(const esem_t *s, const ereq_t *er, uint64_t *ahead, uint64_t *ahead_weight)
+{
+    uint64_t n = 0, w = 0;
+
+    for (const ereq_t *x = s->qroot; x != NULL;) {
+        if (er->oseq < x->oseq) {
+            x = x->oleft;
+        } else if (er->oseq > x->oseq) {
+            n += osize(x->oleft) + 1;
+            w += owsum(x->oleft) + x->weight;
+            x = x->oright;
+        } else {
+            n += osize(x->oleft);
+            w += owsum(x->oleft);
+            break;
+        }
+    }
+    *ahead = n;
+    *ahead_weight = w;
 }

@@ -57,7 +57,8 @@ static int view_lists(engine_result_t *r, engine_sem_view_t *v, const esem_t *s)
     for (const elist_t *x = s->waiters.next; v->nwaiters < nw; x = x->next) {
         const ereq_t *er = ECONTAINER(x, ereq_t, link);
         engine_waiter_t *q = &v->waiters[v->nwaiters++];
-        q->owner = er->req->owner;
+        q->ticket = er->kind == EKIND_TICKET;
+        q->owner = q->ticket ? ECONTAINER(er, eticket_t, q)->owner : er->req->owner;
         q->weight = er->weight;
         q->since_ms = er->since_ms;
         q->mode = er->kind == EKIND_ACQUIRE ? mem__req_mode(er->req) : 0;

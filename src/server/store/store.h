@@ -50,10 +50,24 @@ typedef struct {
     int64_t ttl_ms;
     int64_t acquired_at_ms;
     int64_t expires_at_ms;
-    int is_lock; /* 0 a semaphore's lease; a keyed lock's: 1 shared, 2 exclusive (stores
-                    written before the mode was kept have 1 and an exclusive weight R > 1) */
+    int is_lock;           /* 0 a semaphore's lease; a keyed lock's: 1 shared, 2 exclusive (stores
+                              written before the mode was kept have 1 and an exclusive weight R > 1) */
     const char *principal; /* the token that took it (semad --auth), may be NULL */
 } store_lease_t;
+
+/* A ticket as stored: its place in its semaphore's queue, or (lease_id set) the lease it was
+ * granted. Times are Unix epoch milliseconds. */
+typedef struct {
+    const char *id;
+    const char *sem;
+    uint64_t seq; /* its place: tickets of a semaphore load in this order */
+    uint64_t weight;
+    const char *owner;    /* may be NULL */
+    const char *idem_key; /* may be NULL */
+    const char *lease_id; /* NULL while waiting */
+    int64_t ttl_ms, keepalive_ms, created_at_ms;
+    int collected; /* a reply showed its grant */
+} store_ticket_t;
 
 /* Open (creating if needed) the store in directory `dir`, taking its lock file. On failure
  * returns a SEMA_E* code and writes a message naming the file and the problem into errbuf:
@@ -76,12 +90,19 @@ int store_load(store_t *st, void (*on_sem)(void *arg, const store_sem_t *sem),
                void (*on_lease)(void *arg, const store_lease_t *lease), void *arg, char *errbuf,
                size_t errlen);
 
+/* Call on_ticket for every ticket, by semaphore then place (borrowed record). After
+ * store_load. Returns 0 or a SEMA_E* code with a message in errbuf. */
+int store_load_tickets(store_t *st, void (*on_ticket)(void *arg, const store_ticket_t *t),
+                       void *arg, char *errbuf, size_t errlen);
+
 /* Record a mutation for the next transaction. Return 0 or SEMA_ENOMEM; an error here makes
  * the commit carrying it fail too. */
 int store_put_sem(store_t *st, const store_sem_t *sem);
 int store_del_sem(store_t *st, const char *name); /* delete its leases first */
 int store_put_lease(store_t *st, const store_lease_t *lease);
 int store_del_lease(store_t *st, const char *id);
+int store_put_ticket(store_t *st, const store_ticket_t *t);
+int store_del_ticket(store_t *st, const char *id);
 /* No fence at or below `fence` may be handed out again (kept as the max with what is
  * stored; store_max_fence includes it). For fences whose lease rows go
  * away with no semaphore row to carry them (keyed locks). */

@@ -137,8 +137,8 @@ static int check_header(sqlite3 *db, const char *path, FILE *out)
     }
     fprintf(out, "format: version %" PRId64 "\n", ver);
     if (ver >= STORE_FORMAT_OLDEST && ver < STORE_FORMAT) {
-        fprintf(out, "note: semad upgrades format %" PRId64 " to %d when it opens the store\n", ver,
-                STORE_FORMAT);
+        fprintf(out, "note: format version %" PRId64 " is upgraded to %d when semad opens it\n",
+                ver, STORE_FORMAT);
         return 0;
     }
     if (ver != STORE_FORMAT) {

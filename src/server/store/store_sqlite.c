@@ -23,6 +23,7 @@
 
 #define STORE_BUSY_MS 200 /* wait this long for a backup reader's checkpoint lock */
 
+/* The schema of the oldest format; `migrations` brings it to STORE_FORMAT. */
 static const char schema_sql[] =
     "CREATE TABLE semaphores("
     " name TEXT PRIMARY KEY NOT NULL,"
@@ -41,13 +42,37 @@ static const char schema_sql[] =
     " ttl_ms INTEGER NOT NULL,"
     " acquired_at INTEGER NOT NULL,"
     " expires_at INTEGER NOT NULL,"
-    " is_lock INTEGER NOT NULL,"
-    " principal TEXT) WITHOUT ROWID;"
+    " is_lock INTEGER NOT NULL) WITHOUT ROWID;"
     /* The last fence of every deleted semaphore, so a recreated name can go on counting. */
     "CREATE TABLE retired(name TEXT PRIMARY KEY NOT NULL, fence INTEGER NOT NULL) WITHOUT ROWID;";
 
+/* What each format adds to the one before: run in one transaction with the version. */
+static const char *const migrations[STORE_FORMAT + 1] = {
+    [2] = "ALTER TABLE leases ADD COLUMN principal TEXT;", /* the token that took it (--auth) */
+    [3] = "CREATE TABLE tickets("
+          " id TEXT PRIMARY KEY NOT NULL,"
+          " sem TEXT NOT NULL,"
+          " seq INTEGER NOT NULL,"
+          " weight INTEGER NOT NULL,"
+          " owner TEXT,"
+          " idem_key TEXT,"
+          " lease_id TEXT,"
+          " ttl_ms INTEGER NOT NULL,"
+          " keepalive_ms INTEGER NOT NULL,"
+          " created_at INTEGER NOT NULL,"
+          " collected INTEGER NOT NULL) WITHOUT ROWID;",
+};
+
 /* A recorded mutation and copies of its strings. */
-enum { OP_PUT_SEM, OP_DEL_SEM, OP_PUT_LEASE, OP_DEL_LEASE, OP_PUT_FLOOR };
+enum {
+    OP_PUT_SEM,
+    OP_DEL_SEM,
+    OP_PUT_LEASE,
+    OP_DEL_LEASE,
+    OP_PUT_FLOOR,
+    OP_PUT_TICKET,
+    OP_DEL_TICKET
+};
 
 typedef struct store_op {
     struct store_op *next;
@@ -55,7 +80,8 @@ typedef struct store_op {
     union {
         store_sem_t sem;
         store_lease_t lease;
-        const char *name; /* OP_DEL_SEM: the semaphore; OP_DEL_LEASE: the lease id */
+        store_ticket_t ticket;
+        const char *name; /* OP_DEL_SEM: the semaphore; OP_DEL_LEASE, OP_DEL_TICKET: the id */
         uint64_t fence;   /* OP_PUT_FLOOR */
     } u;
     char strings[];
@@ -72,6 +98,8 @@ enum {
     Q_DEL_LEASE,
     Q_MAX_FENCE,
     Q_PUT_FLOOR,
+    Q_PUT_TICKET,
+    Q_DEL_TICKET,
     Q_COUNT
 };
 
@@ -102,6 +130,10 @@ static const char *const query_sql[Q_COUNT] = {
     /* The fence floor: the row of the name '' (no semaphore has it) in `retired`. */
     [Q_PUT_FLOOR] = ("INSERT INTO retired(name, fence) VALUES('', ?1) ON CONFLICT(name)"
                      " DO UPDATE SET fence = max(fence, excluded.fence)"),
+    [Q_PUT_TICKET] = "INSERT OR REPLACE INTO tickets(id, sem, seq, weight, owner, idem_key,"
+                     " lease_id, ttl_ms, keepalive_ms, created_at, collected)"
+                     " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+    [Q_DEL_TICKET] = "DELETE FROM tickets WHERE id = ?1",
 };
 
 struct store {
@@ -334,12 +366,15 @@ static int query_text(sqlite3 *db, const char *sql, char *buf, size_t len)
 /* Create the schema in a new, empty database. */
 static int create_schema(store_t *st, char *errbuf, size_t errlen)
 {
-    char sql[sizeof schema_sql + 128];
+    char sql[sizeof schema_sql + 2048];
+    size_t n = (size_t)snprintf(sql, sizeof sql, "BEGIN; %s ", schema_sql);
     int rc;
 
-    snprintf(sql, sizeof sql,
-             "BEGIN; %s PRAGMA application_id = %d; PRAGMA user_version = %d; COMMIT;", schema_sql,
-             STORE_APP_ID, STORE_FORMAT);
+    for (int v = STORE_FORMAT_OLDEST + 1; v <= STORE_FORMAT; v++)
+        n += (size_t)snprintf(sql + n, sizeof sql - n, "%s ", migrations[v]);
+    snprintf(sql + n, sizeof sql - n,
+             "PRAGMA application_id = %d; PRAGMA user_version = %d; COMMIT;", STORE_APP_ID,
+             STORE_FORMAT);
     rc = sqlite3_exec(st->db, sql, NULL, NULL, NULL);
     if (rc != SQLITE_OK) {
         int code = db_error(st->db, rc, st->path, "cannot create the schema", errbuf, errlen);
@@ -349,33 +384,28 @@ static int create_schema(store_t *st, char *errbuf, size_t errlen)
     return 0;
 }
 
-/* The steps from each older format to the next, run in one transaction. */
-static const char *const upgrades[] = {
-    [1] = "ALTER TABLE leases ADD COLUMN principal TEXT;", /* 1 -> 2: leases' tokens */
-};
-
-/* Bring a store of an older format up to STORE_FORMAT in one transaction. */
-static int upgrade(store_t *st, int64_t ver, char *errbuf, size_t errlen)
+/* Bring a store of an older format up to STORE_FORMAT, in one transaction. */
+static int migrate(store_t *st, int64_t ver, char *errbuf, size_t errlen)
 {
-    char sql[256];
-    int rc = sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+    char sql[2048];
+    size_t n = (size_t)snprintf(sql, sizeof sql, "BEGIN; ");
+    int rc;
 
-    for (int64_t v = ver; rc == SQLITE_OK && v < STORE_FORMAT; v++)
-        rc = sqlite3_exec(st->db, upgrades[v], NULL, NULL, NULL);
-    snprintf(sql, sizeof sql, "PRAGMA user_version = %d; COMMIT;", STORE_FORMAT);
-    if (rc == SQLITE_OK)
-        rc = sqlite3_exec(st->db, sql, NULL, NULL, NULL);
+    for (int64_t v = ver + 1; v <= STORE_FORMAT; v++)
+        n += (size_t)snprintf(sql + n, sizeof sql - n, "%s ", migrations[v]);
+    snprintf(sql + n, sizeof sql - n, "PRAGMA user_version = %d; COMMIT;", STORE_FORMAT);
+    rc = sqlite3_exec(st->db, sql, NULL, NULL, NULL);
     if (rc != SQLITE_OK) {
         int code =
-            db_error(st->db, rc, st->path, "cannot upgrade the store's format", errbuf, errlen);
+            db_error(st->db, rc, st->path, "cannot upgrade the store format", errbuf, errlen);
         sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
         return code;
     }
     return 0;
 }
 
-/* Is this file ours and of our format? Creates the schema in an empty database, upgrades
- * one of an older format. */
+/* Is this file ours and of our format? Creates the schema in an empty database, and
+ * upgrades an older format. */
 static int check_format(store_t *st, char *errbuf, size_t errlen)
 {
     int64_t app = 0, ver = 0, objects = 0;
@@ -396,7 +426,7 @@ static int check_format(store_t *st, char *errbuf, size_t errlen)
         return SEMA_ECORRUPT;
     }
     if (ver >= STORE_FORMAT_OLDEST && ver < STORE_FORMAT)
-        return upgrade(st, ver, errbuf, errlen);
+        return migrate(st, ver, errbuf, errlen);
     if (ver != STORE_FORMAT) {
         msg(errbuf, errlen,
             "%s: store format version %" PRId64 ", this semad reads version %d only%s", st->path,
@@ -678,6 +708,48 @@ int store_load(store_t *st, void (*on_sem)(void *arg, const store_sem_t *sem),
     return 0;
 }
 
+static int load_tickets(store_t *st, void (*on_ticket)(void *, const store_ticket_t *), void *arg)
+{
+    sqlite3_stmt *s;
+    int rc = sqlite3_prepare_v2(st->db,
+                                "SELECT id, sem, seq, weight, owner, idem_key, lease_id, ttl_ms,"
+                                " keepalive_ms, created_at, collected FROM tickets"
+                                " ORDER BY sem, seq",
+                                -1, &s, NULL);
+
+    if (rc != SQLITE_OK)
+        return rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        store_ticket_t t = {
+            .id = col_text(s, 0),
+            .sem = col_text(s, 1),
+            .seq = (uint64_t)sqlite3_column_int64(s, 2),
+            .weight = (uint64_t)sqlite3_column_int64(s, 3),
+            .owner = col_text(s, 4),
+            .idem_key = col_text(s, 5),
+            .lease_id = col_text(s, 6),
+            .ttl_ms = sqlite3_column_int64(s, 7),
+            .keepalive_ms = sqlite3_column_int64(s, 8),
+            .created_at_ms = sqlite3_column_int64(s, 9),
+            .collected = sqlite3_column_int(s, 10),
+        };
+        if (t.id != NULL && t.sem != NULL && on_ticket != NULL)
+            on_ticket(arg, &t);
+    }
+    sqlite3_finalize(s);
+    return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+int store_load_tickets(store_t *st, void (*on_ticket)(void *arg, const store_ticket_t *t),
+                       void *arg, char *errbuf, size_t errlen)
+{
+    int rc = load_tickets(st, on_ticket, arg);
+
+    if (rc != SQLITE_OK)
+        return db_error(st->db, rc, st->path, "cannot load the tickets", errbuf, errlen);
+    return 0;
+}
+
 /* ---- writing ------------------------------------------------------------------------- */
 
 /* Mutations are recorded on the loop thread (copied, so the engine's strings may go at
@@ -773,6 +845,28 @@ int store_put_lease(store_t *st, const store_lease_t *l)
 int store_del_lease(store_t *st, const char *id)
 {
     return add_named(st, OP_DEL_LEASE, id);
+}
+
+int store_put_ticket(store_t *st, const store_ticket_t *t)
+{
+    store_op_t *op = op_new(OP_PUT_TICKET, str_size(t->id) + str_size(t->sem) + str_size(t->owner) +
+                                               str_size(t->idem_key) + str_size(t->lease_id));
+
+    if (op != NULL) {
+        char *at = op->strings;
+        op->u.ticket = *t;
+        op->u.ticket.id = op_str(&at, t->id);
+        op->u.ticket.sem = op_str(&at, t->sem);
+        op->u.ticket.owner = op_str(&at, t->owner);
+        op->u.ticket.idem_key = op_str(&at, t->idem_key);
+        op->u.ticket.lease_id = op_str(&at, t->lease_id);
+    }
+    return op_add(st, op);
+}
+
+int store_del_ticket(store_t *st, const char *id)
+{
+    return add_named(st, OP_DEL_TICKET, id);
 }
 
 int store_put_fence_floor(store_t *st, uint64_t fence)
@@ -897,9 +991,34 @@ static int write_lease(store_t *st, const store_lease_t *l)
     return run_write(s);
 }
 
+static int write_ticket(store_t *st, const store_ticket_t *t)
+{
+    sqlite3_stmt *s = st->q[Q_PUT_TICKET];
+
+    bind_text(s, 1, t->id);
+    bind_text(s, 2, t->sem);
+    sqlite3_bind_int64(s, 3, (sqlite3_int64)t->seq);
+    sqlite3_bind_int64(s, 4, (sqlite3_int64)t->weight);
+    bind_text(s, 5, t->owner);
+    bind_text(s, 6, t->idem_key);
+    bind_text(s, 7, t->lease_id);
+    sqlite3_bind_int64(s, 8, t->ttl_ms);
+    sqlite3_bind_int64(s, 9, t->keepalive_ms);
+    sqlite3_bind_int64(s, 10, t->created_at_ms);
+    sqlite3_bind_int(s, 11, t->collected != 0);
+    return run_write(s);
+}
+
 static int write_op(store_t *st, const store_op_t *op, const char **doing)
 {
     switch (op->kind) {
+    case OP_PUT_TICKET:
+        *doing = "cannot write a ticket";
+        return write_ticket(st, &op->u.ticket);
+    case OP_DEL_TICKET:
+        *doing = "cannot delete a ticket";
+        bind_text(st->q[Q_DEL_TICKET], 1, op->u.name);
+        return run_write(st->q[Q_DEL_TICKET]);
     case OP_PUT_SEM:
         *doing = "cannot write a semaphore";
         return write_sem(st, &op->u.sem);

@@ -6,10 +6,12 @@
 
 /* Bump STORE_FORMAT when the schema changes; an older semad then refuses the file
  * (SEMA_EVERSION) instead of misreading it, and this one upgrades an older file in place
- * when it opens it (store_sqlite.c, upgrade()). Format 2 added leases.principal. */
+ * when it opens it (store_sqlite.c, migrate()). Format 2 added leases.principal, 3 the tickets
+ * table. */
 #define STORE_APP_ID 0x53454D41 /* "SEMA", the database header's application_id */
-#define STORE_FORMAT 2
-#define STORE_FORMAT_OLDEST 1 /* the oldest format this semad upgrades */
+#define STORE_FORMAT 3
+#define STORE_FORMAT_OLDEST                                                                        \
+    1 /* still opened: upgraded in place (2 adds leases' tokens, 3 tickets) */
 #define STORE_DB_NAME "sema.db"
 #define STORE_LOCK_NAME "LOCK"
 

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# run.sh - the CTest entry of the waiting-room example (example.waiting_room): builds the JS
+# client it uses when needed, then drives 20 pages in Debian's chromium (headless) against a
+# real semad ($SEMAD, default build/bin/semad). The npm packages come from the committed
+# package-lock.json (scripts/deps.sh test installs them). Exit 77 (skip) without Node.js >= 18,
+# chromium or the installed packages.
+set -eu
+cd "$(dirname "$0")/.."
+
+if ! command -v node >/dev/null 2>&1; then
+    echo "SKIP: node is missing" >&2
+    exit 77
+fi
+if [ "$(node -p 'process.versions.node.split(".")[0]')" -lt 18 ]; then
+    echo "SKIP: node $(node --version) is older than 18" >&2
+    exit 77
+fi
+chromium=${CHROMIUM:-/usr/bin/chromium}
+if [ ! -x "$chromium" ]; then
+    echo "SKIP: no chromium at $chromium (scripts/deps.sh test installs it)" >&2
+    exit 77
+fi
+if [ ! -d node_modules/puppeteer-core ] || [ ! -x ../../clients/js/node_modules/.bin/tsc ]; then
+    echo "SKIP: npm packages missing: run scripts/deps.sh test" >&2
+    exit 77
+fi
+# The example imports @sema/client from ../../clients/js (a file: dependency): build it.
+if [ ! -f ../../clients/js/dist/index.js ] ||
+    [ -n "$(find ../../clients/js/src -newer ../../clients/js/dist/index.js -name '*.ts')" ]; then
+    (cd ../../clients/js && npm run --silent build)
+fi
+exec timeout 90 node test/browser.test.mjs

@@ -1,0 +1,676 @@
+/* SPDX-License-Identifier: MIT */
+/* mem_ticket.c - tickets: places in a semaphore's FIFO queue that no connection holds open.
+ * A ticket waits among the other waiters, is read by polling, long-polling or a stream,
+ * is granted a lease in its turn, and is dropped when nobody reads it for its keepalive.
+ * Its position comes from the queue's treap (mem_treap.c) in O(log n); position updates to
+ * watchers are checked once per poll interval; its estimate comes from what the semaphore
+ * measured (grant gaps and hold times). */
+#include "mem_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+#define EST_MIN_SAMPLES 8 /* samples before an estimate is given */
+#define EST_ALPHA 0.1     /* weight of a new sample in the moving mean and variance */
+#define EST_Z90 1.2816    /* the standard normal's 90th percentile */
+#define STATE_STATUS_SHIFT 56
+#define ID_SEED 2 /* ticket ids hash apart from lease ids */
+
+static const char *const M_ENDED[] = {
+    [ETOMB_TICKET_LEFT] = "the ticket left the line",
+    [ETOMB_TICKET_ABANDONED] = "the ticket was dropped: nobody read it for keepalive_ms",
+    [ETOMB_TICKET_UNCOLLECTED] =
+        "the ticket's lease was released: nobody collected it within keepalive_ms",
+    [ETOMB_TICKET_DONE] = "the ticket's lease has ended",
+    [ETOMB_TICKET_DELETED] = "the ticket's semaphore was deleted",
+    [ETOMB_TICKET_REFUSED] = "the ticket can no longer be granted (its weight is above the "
+                             "capacity now, or memory ran out)",
+};
+
+static void fail(mem_t *e, ereq_t *er, int status, const char *msg)
+{
+    mem__finish(e, er, status, msg);
+}
+
+/* ---- lookup ---- */
+
+static int id_eq(const enode_t *n, const void *key, size_t len)
+{
+    const eticket_t *t = ECONTAINER(n, eticket_t, node);
+    return strlen(t->id) == len && memcmp(t->id, key, len) == 0;
+}
+
+static eticket_t *ticket_find(mem_t *e, const char *id, size_t len)
+{
+    enode_t *n;
+
+    if (len >= ENGINE_LEASE_ID_MAX)
+        return NULL;
+    n = etab_find(&e->tickets, etab_hash(id, len, ID_SEED), id_eq, id, len);
+    return n ? ECONTAINER(n, eticket_t, node) : NULL;
+}
+
+/* The ticket the request names, or NULL after completing it: 410 with why it ended, 404. */
+static eticket_t *find_ticket(mem_t *e, ereq_t *er)
+{
+    engine_req_t *req = er->req;
+    eticket_t *t = ticket_find(e, req->name, req->name_len);
+    etomb_t *tomb;
+
+    if (t != NULL)
+        return t;
+    tomb = mem__tomb_find(e, req->name, req->name_len);
+    if (tomb != NULL && tomb->reason >= ETOMB_TICKET_LEFT && tomb->reason <= ETOMB_TICKET_REFUSED)
+        fail(e, er, SEMA_EGONE, M_ENDED[tomb->reason]);
+    else
+        fail(e, er, SEMA_ENOENT, "no such ticket");
+    return NULL;
+}
+
+/* ---- the store ---- */
+
+static void store_ticket(mem_t *e, const eticket_t *t)
+{
+    store_ticket_t rec;
+
+    if (e->store == NULL)
+        return;
+    rec.id = t->id;
+    rec.sem = t->sem->name;
+    rec.seq = t->q.oseq;
+    rec.weight = t->q.weight;
+    rec.owner = t->owner;
+    rec.idem_key = t->idem != NULL ? t->idem->key : NULL;
+    rec.lease_id = t->lease != NULL ? t->lease->id : NULL;
+    rec.ttl_ms = t->ttl_ms;
+    rec.keepalive_ms = t->keepalive_ms;
+    rec.created_at_ms = t->created_at_ms;
+    rec.collected = t->collected;
+    (void)store_put_ticket(e->store, &rec); /* an error fails the next commit */
+    mem__mark_dirty(e);
+}
+
+/* ---- estimates ---- */
+
+static void ewma(double *mean, double *var, double x, uint32_t n)
+{
+    double d;
+
+    if (n == 0) {
+        *mean = x;
+        if (var != NULL)
+            *var = 0;
+        return;
+    }
+    d = x - *mean;
+    *mean += EST_ALPHA * d;
+    if (var != NULL)
+        *var = (1 - EST_ALPHA) * (*var + EST_ALPHA * d * d);
+}
+
+void mem__est_queue_grant(mem_t *e, esem_t *s, uint64_t weight, int queue_left)
+{
+    uint64_t now = uv_hrtime();
+
+    (void)e;
+    if (s->est.last_mono != 0 && weight > 0) {
+        double gap = (double)(now - s->est.last_mono) / 1e6 / (double)weight;
+        ewma(&s->est.gap_ms, &s->est.gap_var, gap, s->est.ngaps);
+        if (s->est.ngaps < UINT32_MAX)
+            s->est.ngaps++;
+    }
+    /* Only gaps while the queue stays non-empty measure the rate at which it moves. */
+    s->est.last_mono = queue_left ? now : 0;
+}
+
+void mem__est_hold(esem_t *s, uint64_t held_ms)
+{
+    ewma(&s->est.hold_ms, NULL, (double)held_ms, s->est.nholds);
+    if (s->est.nholds < UINT32_MAX)
+        s->est.nholds++;
+}
+
+/* The wait until `units` more units have been granted from the queue: the sum of that many
+ * per-unit gaps, whose mean and variance are units times the gap's. Gaps are skewed (most
+ * short, a few long): the sum is taken as log-normal with that mean and variance, so for a
+ * few units the median sits below the mean and the p90 well above it, and for many units
+ * it tends to the normal of the central limit theorem. Without enough gaps measured yet,
+ * holds in parallel give the gap: mean hold / capacity. */
+static int estimate(mem_t *e, const esem_t *s, uint64_t units, int64_t *p50, int64_t *p90)
+{
+    double m, var, mean, cv2, sigma, median, first;
+
+    if (s->est.ngaps >= EST_MIN_SAMPLES) {
+        m = s->est.gap_ms;
+        var = s->est.gap_var;
+    } else if (s->est.nholds >= EST_MIN_SAMPLES) {
+        m = s->est.hold_ms / (double)s->capacity;
+        var = m * m;
+    } else {
+        return 0;
+    }
+    mean = (double)units * m;
+    /* Holders that started together (a crowd arriving at a free semaphore) free no unit for
+     * a while: the first unit comes back no sooner than the oldest holder's expected rest
+     * (mean hold - its age; holders are in grant order, so that is O(1)). */
+    if (s->est.nholds >= EST_MIN_SAMPLES && !elist_empty(&s->holders)) {
+        const elease_t *oldest = ECONTAINER(s->holders.next, elease_t, link);
+        double age = (double)(mem__now(e) - oldest->acquired_mono);
+        first = s->est.hold_ms > age ? s->est.hold_ms - age : 0;
+        if (first + (double)(units - 1) * m > mean)
+            mean = first + (double)(units - 1) * m;
+    }
+    if (mean <= 0) {
+        *p50 = *p90 = 0;
+        return 1;
+    }
+    cv2 = (double)units * var / (mean * mean); /* squared coefficient of variation */
+    sigma = sqrt(log1p(cv2));
+    median = mean / sqrt(1 + cv2);
+    *p50 = (int64_t)llround(median);
+    *p90 = (int64_t)llround(median * exp(EST_Z90 * sigma));
+    return 1;
+}
+
+/* ---- views ---- */
+
+static uint64_t ticket_state(const eticket_t *t, uint64_t position)
+{
+    return ((uint64_t)t->status << STATE_STATUS_SHIFT) | position;
+}
+
+/* Position (1 = next) and the weight ahead; 0 once granted. */
+static uint64_t ticket_position(const eticket_t *t, uint64_t *ahead_weight)
+{
+    uint64_t n;
+
+    *ahead_weight = 0;
+    if (t->status != ETICKET_WAITING)
+        return 0;
+    mem__oq_rank(t->sem, &t->q, &n, ahead_weight);
+    return n + 1;
+}
+
+static uint64_t current_state(const eticket_t *t)
+{
+    uint64_t w;
+    return ticket_state(t, ticket_position(t, &w));
+}
+
+/* Every reply that shows a ticket is a read: it keeps a waiting ticket in line, and one that
+ * shows the grant collects it (keepalive no longer applies). */
+static void keepalive_touch(mem_t *e, eticket_t *t)
+{
+    uint64_t due = mem__now(e) + (uint64_t)t->keepalive_ms;
+
+    if (t->status == ETICKET_GRANTED && t->collected) {
+        eheap_remove(&e->heap, &t->hi);
+        return;
+    }
+    if (t->hi.idx != EHEAP_NONE) {
+        eheap_update(&e->heap, &t->hi, due);
+    } else {
+        t->hi.deadline = due;
+        if (eheap_push(&e->heap, &t->hi) != 0)
+            return; /* no room in the heap: it stays without a keepalive */
+    }
+    if (e->handles_open > 0) /* not while loading: the timer starts after */
+        mem__timer_rearm(e);
+}
+
+static int ticket_view(mem_t *e, engine_result_t *r, eticket_t *t)
+{
+    engine_ticket_t *v = &r->ticket;
+    esem_t *s = t->sem;
+
+    memset(v, 0, sizeof(*v));
+    memcpy(v->id, t->id, sizeof v->id);
+    v->name = engine_result_strdup(r, s->name, s->name_len);
+    if (v->name == NULL)
+        return -1;
+    v->name_len = s->name_len;
+    v->status = t->status;
+    v->weight = t->q.weight;
+    v->poll_after_ms = e->cfg.ticket_poll_ms;
+    v->keepalive_ms = t->keepalive_ms;
+    v->position = ticket_position(t, &v->ahead_weight);
+    if (t->status == ETICKET_WAITING) {
+        int64_t avail = s->available > 0 ? s->available : 0;
+        uint64_t need = v->ahead_weight + t->q.weight;
+        need = need > (uint64_t)avail ? need - (uint64_t)avail : 1;
+        v->estimated = estimate(e, s, need, &v->p50_ms, &v->p90_ms);
+    } else {
+        mem__view_lease(&r->lease, t->lease);
+        r->lease.name = v->name;
+        if (t->lease->owner != NULL) {
+            r->lease.owner = engine_result_strdup(r, t->lease->owner, strlen(t->lease->owner));
+            if (r->lease.owner == NULL)
+                return -1;
+        }
+        if (!t->collected) {
+            t->collected = 1;
+            store_ticket(e, t);
+        }
+    }
+    v->state = ticket_state(t, v->position);
+    r->kind = ENGINE_RES_TICKET;
+    return 0;
+}
+
+static void finish_ticket(mem_t *e, ereq_t *er, eticket_t *t)
+{
+    engine_result_t *r = &er->req->res;
+
+    if (ticket_view(e, r, t) != 0) {
+        engine_result_clear(r);
+        return fail(e, er, SEMA_ENOMEM, "out of memory building the result");
+    }
+    mem__finish(e, er, 0, NULL);
+}
+
+/* ---- watchers: long-polls and streams ---- */
+
+static void arm_tick(mem_t *e)
+{
+    if (e->tick.idx != EHEAP_NONE || elist_empty(&e->watched))
+        return;
+    e->tick.deadline = mem__now(e) + (uint64_t)e->cfg.ticket_poll_ms;
+    if (eheap_push(&e->heap, &e->tick) == 0)
+        mem__timer_rearm(e);
+}
+
+/* Take a watcher off its ticket (the caller completes it). A watcher names its ticket by id,
+ * which lives while it has watchers (its end fails them first). */
+static eticket_t *watcher_off(mem_t *e, ereq_t *er)
+{
+    eticket_t *t = ticket_find(e, er->req->name, er->req->name_len);
+
+    elist_remove(&er->link);
+    eheap_remove(&e->heap, &er->hi);
+    er->state = EREQ_NEW;
+    if (elist_empty(&t->watchers))
+        elist_remove(&t->watched);
+    return t;
+}
+
+/* The status changed: every watcher hears it now. */
+static void wake_watchers(mem_t *e, eticket_t *t)
+{
+    while (!elist_empty(&t->watchers)) {
+        ereq_t *er = ECONTAINER(t->watchers.next, ereq_t, link);
+        watcher_off(e, er);
+        finish_ticket(e, er, t);
+    }
+}
+
+static void fail_watchers(mem_t *e, eticket_t *t, int status, const char *msg)
+{
+    while (!elist_empty(&t->watchers)) {
+        ereq_t *er = ECONTAINER(t->watchers.next, ereq_t, link);
+        watcher_off(e, er);
+        fail(e, er, status, msg);
+    }
+}
+
+/* Once per poll interval: watchers of tickets whose position moved get it. A ticket whose
+ * queue lost nobody since the last check is skipped without computing its position. */
+void mem__ticket_tick(mem_t *e)
+{
+    for (elist_t *x = e->watched.next, *next; x != &e->watched; x = next) {
+        eticket_t *t = ECONTAINER(x, eticket_t, watched);
+        uint64_t state;
+        next = x->next;
+        if (t->status != ETICKET_WAITING || t->sem->qremoved == t->seen_removed)
+            continue;
+        t->seen_removed = t->sem->qremoved;
+        state = current_state(t);
+        for (elist_t *y = t->watchers.next, *ynext; y != &t->watchers; y = ynext) {
+            ereq_t *er = ECONTAINER(y, ereq_t, link);
+            ynext = y->next;
+            if (er->req->seen == state)
+                continue;
+            watcher_off(e, er);
+            e->ticket_updates++;
+            finish_ticket(e, er, t);
+        }
+        keepalive_touch(e, t);
+    }
+    arm_tick(e);
+}
+
+void mem__ticket_watch_timeout(mem_t *e, ereq_t *er)
+{
+    eticket_t *t = watcher_off(e, er);
+
+    finish_ticket(e, er, t);
+    keepalive_touch(e, t);
+}
+
+void mem__ticket_watch_cancel(mem_t *e, ereq_t *er)
+{
+    eticket_t *t = watcher_off(e, er);
+
+    keepalive_touch(e, t); /* the time unread starts now */
+}
+
+/* ---- life and end ---- */
+
+static eticket_t *ticket_new(mem_t *e, esem_t *s, uint64_t weight, const char *owner)
+{
+    eticket_t *t = sema__calloc(1, sizeof(*t));
+    size_t n = owner != NULL ? strlen(owner) : 0;
+
+    if (t == NULL)
+        return NULL;
+    if (n > 0 && (t->owner = sema__malloc(n + 1)) == NULL) {
+        sema__free(t);
+        return NULL;
+    }
+    if (n > 0)
+        memcpy(t->owner, owner, n + 1);
+    t->sem = s;
+    t->hi.kind = EITEM_TICKET;
+    t->hi.idx = EHEAP_NONE;
+    elist_init(&t->watchers);
+    elist_init(&t->watched);
+    elist_init(&t->q.link);
+    t->q.hi.idx = EHEAP_NONE;
+    t->q.kind = EKIND_TICKET;
+    t->q.weight = weight;
+    t->status = ETICKET_WAITING;
+    t->seen_removed = s->qremoved;
+    return t;
+}
+
+static void ticket_insert(mem_t *e, eticket_t *t)
+{
+    t->node.hash = etab_hash(t->id, strlen(t->id), ID_SEED);
+    etab_insert(&e->tickets, &t->node);
+}
+
+static void ticket_free(mem_t *e, eticket_t *t)
+{
+    eheap_remove(&e->heap, &t->hi);
+    etab_remove(&e->tickets, &t->node);
+    elist_remove(&t->watched);
+    if (t->idem != NULL)
+        mem__idem_free(e, t->idem);
+    sema__free(t->owner);
+    sema__free(t);
+}
+
+/* End a ticket: out of line, its lease (if any) released, its watchers told why, a
+ * tombstone says why. The caller re-runs admission. */
+static void ticket_end(mem_t *e, eticket_t *t, int reason)
+{
+    if (t->q.state == EREQ_PARKED)
+        mem__unpark(e, &t->q);
+    if (t->lease != NULL) {
+        elease_t *l = t->lease;
+        l->ticket = NULL;
+        t->lease = NULL;
+        mem__lease_end(e, l, ETOMB_RELEASED);
+    }
+    fail_watchers(e, t, SEMA_EGONE, M_ENDED[reason]);
+    mem__tomb_add(e, t->id, reason);
+    if (e->store != NULL) {
+        (void)store_del_ticket(e->store, t->id);
+        mem__mark_dirty(e);
+    }
+    ticket_free(e, t);
+}
+
+void mem__ticket_refuse(mem_t *e, eticket_t *t, int reason)
+{
+    ticket_end(e, t, reason);
+}
+
+void mem__ticket_lease_gone(mem_t *e, eticket_t *t, int reason)
+{
+    ticket_end(e, t, reason == ETOMB_DELETED ? ETOMB_TICKET_DELETED : ETOMB_TICKET_DONE);
+}
+
+/* Its turn (the caller took it out of line): the lease is made, watchers hear it now, and
+ * whoever holds the ticket has keepalive_ms to collect it. */
+void mem__ticket_grant(mem_t *e, eticket_t *t)
+{
+    esem_t *s = t->sem;
+    elease_t *l = mem__grant(e, s, t->q.weight, t->ttl_ms, t->owner, NULL, t->q.since_mono);
+
+    if (l == NULL) {
+        ticket_end(e, t, ETOMB_TICKET_REFUSED);
+        return;
+    }
+    l->ticket = t;
+    t->lease = l;
+    t->status = ETICKET_GRANTED;
+    t->collected = 0;
+    e->tickets_granted++;
+    store_ticket(e, t);
+    wake_watchers(e, t);
+    keepalive_touch(e, t);
+}
+
+void mem__ticket_due(mem_t *e, eticket_t *t)
+{
+    esem_t *s = t->sem;
+
+    if (!elist_empty(&t->watchers)) { /* an open stream or long-poll reads it */
+        keepalive_touch(e, t);
+        return;
+    }
+    if (t->status == ETICKET_WAITING) {
+        e->tickets_abandoned++;
+        ticket_end(e, t, ETOMB_TICKET_ABANDONED);
+    } else if (!t->collected) {
+        e->tickets_uncollected++;
+        ticket_end(e, t, ETOMB_TICKET_UNCOLLECTED);
+    } else {
+        return;
+    }
+    mem__admit(e, s);
+}
+
+/* ---- operations ---- */
+
+/* A retry with the Idempotency-Key of a ticket gets that ticket; 1 if answered. */
+static int idem_retry(mem_t *e, ereq_t *er, esem_t *s)
+{
+    const char *key = er->req->idem_key;
+    eidem_t *d;
+
+    if (key == NULL || key[0] == '\0')
+        return 0;
+    d = mem__idem_find(e, s, key, strlen(key));
+    if (d == NULL)
+        return 0;
+    if (d->ticket == NULL || d->ticket->q.weight != er->req->weight) {
+        fail(e, er, SEMA_EKEYMISMATCH,
+             "this Idempotency-Key names another request (or a ticket of another weight)");
+        return 1;
+    }
+    er->durable = 1; /* its creation may still be on its way to disk */
+    keepalive_touch(e, d->ticket);
+    finish_ticket(e, er, d->ticket);
+    return 1;
+}
+
+static void ticket_key(mem_t *e, eticket_t *t, const char *key)
+{
+    if (key == NULL || key[0] == '\0')
+        return;
+    t->idem = mem__idem_new(e, t->sem, key, strlen(key));
+    if (t->idem != NULL)
+        t->idem->ticket = t;
+}
+
+/* POST /v1/semaphores/{name}/tickets: in line at once, or granted when it fits now. */
+void mem__op_ticket_create(mem_t *e, ereq_t *er)
+{
+    engine_req_t *req = er->req;
+    esem_t *s = mem__sem_find(e, req->name, req->name_len);
+    eticket_t *t;
+    int rc;
+
+    if (s == NULL)
+        return fail(e, er, SEMA_ENOENT, "no such semaphore");
+    if (req->weight == 0 || req->weight > s->capacity)
+        return fail(e, er, SEMA_EINVAL, "weight must be between 1 and the capacity");
+    if (idem_retry(e, er, s))
+        return;
+    t = ticket_new(e, s, req->weight, req->owner);
+    if (t == NULL)
+        return fail(e, er, SEMA_ENOMEM, "out of memory creating the ticket");
+    engine__lease_id(e->front, t->id);
+    t->ttl_ms = req->ttl_ms;
+    t->keepalive_ms = req->keepalive_ms;
+    t->created_at_ms = mem__wall_ms();
+    if (elist_empty(&s->waiters) && (int64_t)req->weight <= s->available) {
+        ticket_insert(e, t);
+        ticket_key(e, t, req->idem_key);
+        t->q.since_mono = mem__now(e);
+        mem__ticket_grant(e, t);
+        if (t->lease == NULL) /* ended: out of memory */
+            return fail(e, er, SEMA_ENOMEM, "out of memory granting the lease");
+    } else {
+        rc = mem__park(e, &t->q, s, -1);
+        if (rc != 0) {
+            sema__free(t->owner);
+            sema__free(t);
+            return fail(e, er, rc,
+                        rc == SEMA_ELIMIT ? "too many parked requests" : "out of memory");
+        }
+        ticket_insert(e, t);
+        ticket_key(e, t, req->idem_key);
+        store_ticket(e, t);
+        keepalive_touch(e, t);
+    }
+    e->tickets_created++;
+    req->created = 1;
+    er->durable = 1;
+    finish_ticket(e, er, t);
+}
+
+/* GET /v1/tickets/{id}[?wait=]: now, or once its state differs from what the caller saw. */
+void mem__op_ticket_get(mem_t *e, ereq_t *er)
+{
+    engine_req_t *req = er->req;
+    eticket_t *t = find_ticket(e, er);
+    uint64_t state;
+
+    if (t == NULL)
+        return;
+    state = current_state(t);
+    /* A long-poll waits while the ticket waits; a granted one answers at once (a stream,
+     * which names the state it has, waits on for the end). */
+    if (req->timeout_ms <= 0 || (req->seen != 0 && req->seen != state) ||
+        (req->seen == 0 && t->status == ETICKET_GRANTED)) {
+        finish_ticket(e, er, t);
+        return keepalive_touch(e, t);
+    }
+    req->seen = state; /* the state it waits to change from */
+    er->hi.kind = EITEM_WAITER;
+    er->hi.deadline = mem__now(e) + (uint64_t)req->timeout_ms;
+    if ((uint64_t)req->timeout_ms >= UINT64_MAX / 2 || eheap_push(&e->heap, &er->hi) != 0) {
+        finish_ticket(e, er, t);
+        return keepalive_touch(e, t);
+    }
+    mem__timer_rearm(e);
+    er->state = EREQ_WATCH;
+    if (elist_empty(&t->watchers))
+        elist_push_back(&e->watched, &t->watched);
+    elist_push_back(&t->watchers, &er->link);
+    arm_tick(e);
+    keepalive_touch(e, t);
+}
+
+/* DELETE /v1/tickets/{id}: out of line (and a granted ticket's lease released). */
+void mem__op_ticket_delete(mem_t *e, ereq_t *er)
+{
+    eticket_t *t = find_ticket(e, er);
+    esem_t *s;
+
+    if (t == NULL)
+        return;
+    s = t->sem;
+    e->tickets_left++;
+    ticket_end(e, t, ETOMB_TICKET_LEFT);
+    mem__admit(e, s);
+    er->durable = e->strict;
+    mem__finish(e, er, 0, NULL);
+}
+
+/* ---- loading and clearing ---- */
+
+/* Rebuild a stored ticket: a waiting one in its place, a granted one with its lease. A
+ * ticket whose semaphore or lease is gone ended while semad was down: its row goes. */
+int mem__ticket_load(mem_t *e, const store_ticket_t *rec)
+{
+    size_t idlen = strlen(rec->id);
+    esem_t *s = mem__sem_find(e, rec->sem, strlen(rec->sem));
+    elease_t *l = NULL;
+    eticket_t *t;
+
+    if (idlen == 0 || idlen >= ENGINE_LEASE_ID_MAX || ticket_find(e, rec->id, idlen) != NULL)
+        return SEMA_ECORRUPT;
+    if (rec->lease_id != NULL)
+        l = mem__lease_find(e, rec->lease_id, strlen(rec->lease_id));
+    if (s == NULL || rec->weight == 0 || rec->weight > s->capacity ||
+        (rec->lease_id == NULL && rec->seq == 0) ||
+        (rec->lease_id != NULL && (l == NULL || l->ticket != NULL))) {
+        (void)store_del_ticket(e->store, rec->id); /* committed with the next change */
+        return 0;
+    }
+    t = ticket_new(e, s, rec->weight, rec->owner);
+    if (t == NULL)
+        return SEMA_ENOMEM;
+    memcpy(t->id, rec->id, idlen + 1);
+    t->ttl_ms = rec->ttl_ms > 0 ? rec->ttl_ms : e->cfg.default_ttl_ms;
+    t->keepalive_ms = rec->keepalive_ms > 0 ? rec->keepalive_ms : e->cfg.ticket_keepalive_ms;
+    t->created_at_ms = rec->created_at_ms;
+    if (l != NULL) {
+        t->status = ETICKET_GRANTED;
+        t->lease = l;
+        t->collected = rec->collected != 0;
+        l->ticket = t;
+    } else {
+        t->q.oseq = rec->seq;
+        if (mem__park(e, &t->q, s, -1) != 0) {
+            sema__free(t->owner);
+            sema__free(t);
+            return SEMA_ENOMEM;
+        }
+    }
+    ticket_insert(e, t);
+    ticket_key(e, t, rec->idem_key);
+    keepalive_touch(e, t);
+    return 0;
+}
+
+static void clear_one(void *arg, enode_t *n)
+{
+    void **a = arg;
+    mem_t *e = a[0];
+    eticket_t *t = ECONTAINER(n, eticket_t, node);
+
+    fail_watchers(e, t, *(int *)a[1], a[2]);
+    if (t->q.state == EREQ_PARKED)
+        mem__unpark(e, &t->q);
+    if (t->lease != NULL)
+        t->lease->ticket = NULL;
+    ticket_free(e, t);
+}
+
+void mem__tickets_clear(mem_t *e, int status, const char *msg)
+{
+    void *a[3] = {e, &status, (void *)msg};
+
+    etab_each(&e->tickets, clear_one, a);
+    eheap_remove(&e->heap, &e->tick);
+}
+
+void mem__tickets_fail_watchers(mem_t *e, int status, const char *msg)
+{
+    while (!elist_empty(&e->watched))
+        fail_watchers(e, ECONTAINER(e->watched.next, eticket_t, watched), status, msg);
+}

@@ -1,0 +1,472 @@
+# SPDX-License-Identifier: MIT
+"""test_tickets.py - tickets against the real semad: one FIFO queue shared with long-poll
+acquires, exact positions after cancellations and abandonments, keepalive of a waiting and of
+a granted ticket, a reload (another connection) keeping the place, long-poll and stream
+updates (coalesced), idempotency keys, bad input, and a strict restart keeping every
+acknowledged ticket in its place."""
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import semad_fixture as fx  # noqa: E402
+
+PROBLEM = "application/problem+json"
+
+
+def put(s, name, cap):
+    st, body = s.json("PUT", "/v1/semaphores/" + name, {"capacity": cap})
+    assert st in (200, 201), (st, body)
+
+
+def hold(s, name, weight=1):
+    st, body = s.json("POST", "/v1/semaphores/%s/acquire" % name,
+                      {"weight": weight, "timeout_ms": 0})
+    assert st == 200, (st, body)
+    return body["lease"]
+
+
+def release(s, lease):
+    st, _, data = s.request("DELETE", "/v1/leases/" + lease)
+    assert st == 204, (st, data)
+
+
+def ticket(s, name, headers=None, **kw):
+    st, body = s.json("POST", "/v1/semaphores/%s/tickets" % name, kw, headers)
+    assert st in (200, 201), (st, body)
+    return body
+
+
+def read(s, tid, wait=None):
+    path = "/v1/tickets/" + tid + ("?wait=" + wait if wait else "")
+    return s.json("GET", path)
+
+
+def position(s, tid):
+    st, body = read(s, tid)
+    assert st == 200 and body["status"] == "waiting", (st, body)
+    return body["position"], body["ahead_weight"]
+
+
+def problem(s, method, path, body=None):
+    st, hd, data = s.request(method, path, body)
+    assert hd.get("content-type") == PROBLEM, (st, hd, data)
+    return st, json.loads(data)["code"]
+
+
+def sem(s, name):
+    st, body = s.json("GET", "/v1/semaphores/" + name)
+    assert st == 200, (st, body)
+    return body
+
+
+def metric(s, name):
+    st, _, body = s.request("GET", "/metrics")
+    assert st == 200
+    m = re.search(r"^%s (\d+)$" % re.escape(name), body.decode(), re.M)
+    return int(m.group(1)) if m else None
+
+
+class Acquirer(threading.Thread):
+    """A long-poll acquire on its own connection: its lease once granted."""
+
+    def __init__(self, s, name, weight=1):
+        super().__init__(daemon=True)
+        self.s, self.name, self.weight = s, name, weight
+        self.lease = None
+        self.status = None
+        self.conn = s.conn(timeout=60)
+
+    def run(self):
+        try:
+            st, _, data = fx.do_request(self.conn, "POST",
+                                        "/v1/semaphores/%s/acquire" % self.name,
+                                        {"weight": self.weight})
+        except OSError:  # its client left (the test closed the connection)
+            return
+        self.status = st
+        if st == 200:
+            self.lease = json.loads(data)["lease"]
+
+    def granted(self, timeout=10):
+        self.join(timeout * fx.SLOW)
+        assert not self.is_alive(), "the acquire was never answered"
+        assert self.status == 200, self.status
+        return self.lease
+
+
+def waiting(s, name):
+    return sem(s, name)["waiting"]
+
+
+def test_fifo_mixed_with_long_poll_waiters():
+    """Long-poll acquires and tickets take turns in the one FIFO queue, in arrival order."""
+    with fx.Semad() as s:
+        put(s, "mix", 1)
+        first = hold(s, "mix")
+        order = []  # ("acq", Acquirer) or ("tkt", id), in arrival order
+        for i in range(6):
+            if i % 2 == 0:
+                a = Acquirer(s, "mix")
+                a.start()
+                fx.wait_until(lambda n=len(order) + 1: waiting(s, "mix") == n, 10,
+                              "the acquire to park")
+                order.append(("acq", a))
+            else:
+                t = ticket(s, "mix", keepalive_ms=60000)
+                assert t["status"] == "waiting" and t["position"] == len(order) + 1, t
+                order.append(("tkt", t["ticket"]))
+        kinds = [w.get("kind", "acquire") for w in sem(s, "mix")["waiters"]]
+        assert kinds == ["acquire", "ticket"] * 3, kinds
+        lease = first
+        for i, (kind, who) in enumerate(order):
+            for j, (k2, other) in enumerate(order[i:]):
+                if k2 == "tkt":  # every ticket still behind knows its exact place
+                    assert position(s, other) == (j + 1, j), (i, j)
+            release(s, lease)
+            if kind == "acq":
+                lease = who.granted()
+            else:
+                st, body = read(s, who, wait="10s")
+                assert st == 200 and body["status"] == "granted", body
+                lease = body["lease"]["lease"]
+            assert sem(s, "mix")["held"] == 1
+        release(s, lease)
+        assert sem(s, "mix")["available"] == 1
+
+
+@fx.not_through_proxy("a long-poll client leaves by closing its connection")
+def test_positions_exact_after_cancellations_and_abandonments():
+    with fx.Semad() as s:
+        put(s, "q", 2)
+        held = [hold(s, "q"), hold(s, "q")]
+        ids, weights = [], []
+        for i in range(12):
+            w = 1 + i % 2
+            short = i in (3, 8)  # nobody reads these: abandoned
+            t = ticket(s, "q", weight=w, keepalive_ms=400 if short else 60000)
+            ids.append(t["ticket"])
+            weights.append(w)
+        # A long-poll acquire in the middle that gives up (its client leaves).
+        a = Acquirer(s, "q")
+        a.start()
+        fx.wait_until(lambda: waiting(s, "q") == 13, 10, "the acquire to park")
+        ids.append(None)
+        weights.append(1)
+        for i in range(3):
+            ids.append(ticket(s, "q", keepalive_ms=60000)["ticket"])
+            weights.append(1)
+        # Leave: two by DELETE, the acquire by closing its connection.
+        for i in (0, 6):
+            st, _, _ = s.request("DELETE", "/v1/tickets/" + ids[i])
+            assert st == 204
+        gone = {0, 6, 12}
+        a.conn.sock.shutdown(socket.SHUT_RDWR)
+        a.conn.close()
+        fx.wait_until(lambda: waiting(s, "q") == 16 - 3, 10, "the acquire to leave")
+
+        def abandoned():
+            # reading the others keeps them alive meanwhile
+            for i, tid in enumerate(ids):
+                if tid is not None and i not in gone and i not in (3, 8):
+                    read(s, tid)
+            return metric(s, "semad_tickets_abandoned_total") == 2
+        fx.wait_until(abandoned, 15, "the unread tickets to be dropped")
+        gone |= {3, 8}
+        ahead, ahead_w = 0, 0
+        for i, tid in enumerate(ids):
+            if i in gone:
+                continue
+            assert position(s, tid) == (ahead + 1, ahead_w), (i, position(s, tid))
+            ahead += 1
+            ahead_w += weights[i]
+        assert problem(s, "GET", "/v1/tickets/" + ids[3]) == (410, "ticket_ended")
+        assert metric(s, "semad_tickets_abandoned_total") == 2
+        assert metric(s, "semad_tickets_left_total") == 2
+        assert sem(s, "q")["waiting"] == ahead
+        for lease in held:
+            release(s, lease)
+
+
+def test_keepalive_drops_a_waiting_ticket_and_releases_an_uncollected_grant():
+    with fx.Semad() as s:
+        put(s, "k", 1)
+        lease = hold(s, "k")
+        idle = ticket(s, "k", keepalive_ms=300)["ticket"]
+        behind = ticket(s, "k", keepalive_ms=60000)["ticket"]
+        assert position(s, behind) == (2, 1)
+        # Unread, the first is dropped and the one behind moves up (reading it keeps it).
+        fx.wait_until(lambda: position(s, behind) == (1, 0), 10, "the unread ticket to go")
+        assert problem(s, "GET", "/v1/tickets/" + idle) == (410, "ticket_ended")
+        assert metric(s, "semad_tickets_abandoned_total") == 1
+        # A ticket granted while nobody reads it: its lease goes back after keepalive.
+        late = ticket(s, "k", keepalive_ms=1500)["ticket"]
+        st, _, _ = s.request("DELETE", "/v1/tickets/" + behind)
+        assert st == 204
+        assert position(s, late) == (1, 0)
+        release(s, lease)  # its turn: granted, and nobody comes to see
+        assert sem(s, "k")["held"] == 1
+        fx.wait_until(lambda: sem(s, "k")["held"] == 0, 10, "the uncollected lease to go")
+        assert metric(s, "semad_tickets_uncollected_total") == 1
+        assert problem(s, "GET", "/v1/tickets/" + late) == (410, "ticket_ended")
+        assert sem(s, "k")["available"] == 1
+
+
+def test_collected_grant_outlives_keepalive_and_ends_with_its_lease():
+    with fx.Semad() as s:
+        put(s, "c", 1)
+        t = ticket(s, "c", keepalive_ms=200)
+        assert t["status"] == "granted", t
+        lease = t["lease"]["lease"]
+        # the grant was shown: keepalive no longer applies (wait well past it, bounded)
+        st, body = read(s, t["ticket"], wait="1s")
+        assert st == 200 and body["status"] == "granted" and body["lease"]["lease"] == lease
+        assert sem(s, "c")["held"] == 1
+        release(s, lease)
+        assert problem(s, "GET", "/v1/tickets/" + t["ticket"]) == (410, "ticket_ended")
+
+
+def test_reload_keeps_the_place_and_long_poll_answers_on_change():
+    with fx.Semad("--ticket-poll", "100ms") as s:
+        put(s, "r", 1)
+        lease = hold(s, "r")
+        a = ticket(s, "r", keepalive_ms=60000)["ticket"]
+        b = ticket(s, "r", keepalive_ms=60000)["ticket"]
+        # "reload": a fresh connection reads the same id and finds the same place
+        for _ in range(3):
+            c = s.conn()
+            st, _, data = fx.do_request(c, "GET", "/v1/tickets/" + b)
+            c.close()
+            assert st == 200 and json.loads(data)["position"] == 2
+        got = {}
+
+        def poll():
+            got["r"] = read(s, b, wait="30s")
+        th = threading.Thread(target=poll, daemon=True)
+        th.start()
+        fx.wait_until(lambda: metric(s, "semad_parked_waiters") is not None, 5, "metrics")
+        st, _, _ = s.request("DELETE", "/v1/tickets/" + a)
+        assert st == 204
+        th.join(10 * fx.SLOW)
+        assert not th.is_alive(), "the long-poll did not answer the change"
+        st, body = got["r"]
+        assert st == 200 and body["position"] == 1, body
+        # and it answers at once on the grant
+        th = threading.Thread(target=poll, daemon=True)
+        th.start()
+        release(s, lease)
+        th.join(10 * fx.SLOW)
+        assert not th.is_alive()
+        assert got["r"][1]["status"] == "granted", got["r"]
+        release(s, got["r"][1]["lease"]["lease"])
+
+
+def test_idempotency_key_names_one_ticket():
+    with fx.Semad() as s:
+        put(s, "i", 1)
+        hold(s, "i")
+        h = {"Idempotency-Key": "k-1"}
+        st, first = s.json("POST", "/v1/semaphores/i/tickets", {"weight": 1}, h)
+        assert st == 201
+        st, again = s.json("POST", "/v1/semaphores/i/tickets", {"weight": 1}, h)
+        assert st == 200 and again["ticket"] == first["ticket"], again
+        assert sem(s, "i")["waiting"] == 1
+        st, _, data = s.request("POST", "/v1/semaphores/i/tickets", {"weight": 2}, h)
+        assert st in (400, 409), (st, data)
+        st, _, data = s.request("POST", "/v1/semaphores/i/acquire", {"timeout_ms": 0}, h)
+        assert st == 409 and b"idempotency_key_mismatch" in data, (st, data)
+
+
+def test_bad_input_gets_a_clear_problem():
+    with fx.Semad() as s:
+        put(s, "b", 2)
+        assert problem(s, "POST", "/v1/semaphores/none/tickets", {}) == (404, "not_found")
+        assert problem(s, "POST", "/v1/semaphores/b/tickets", {"weight": 3})[0] == 400
+        assert problem(s, "POST", "/v1/semaphores/b/tickets", {"weight": 0})[0] == 400
+        assert problem(s, "POST", "/v1/semaphores/b/tickets", {"weight": "1"})[0] == 400
+        assert problem(s, "POST", "/v1/semaphores/b/tickets",
+                       {"keepalive_ms": 10 ** 12})[0] == 400
+        assert problem(s, "POST", "/v1/semaphores/b/tickets", {"keepalive_ms": 0})[0] == 400
+        t = ticket(s, "b")["ticket"]
+        assert problem(s, "GET", "/v1/tickets/%s?wait=soon" % t)[0] == 400
+        assert problem(s, "GET", "/v1/tickets/%s?wait=10m" % t)[0] == 400
+        assert problem(s, "GET", "/v1/tickets/nope") == (404, "not_found")
+        assert problem(s, "DELETE", "/v1/tickets/nope") == (404, "not_found")
+        assert problem(s, "GET", "/v1/leases/" + t) == (404, "not_found")
+
+
+def test_deleting_the_semaphore_ends_its_tickets():
+    with fx.Semad() as s:
+        put(s, "d", 1)
+        hold(s, "d")
+        t = ticket(s, "d")["ticket"]
+        st, _, _ = s.request("DELETE", "/v1/semaphores/d")
+        assert st == 204
+        assert problem(s, "GET", "/v1/tickets/" + t) == (410, "ticket_ended")
+
+
+def test_sema_get_shows_tickets_among_the_waiters():
+    import subprocess
+    sema = os.environ.get("SEMA_BIN") or os.path.join(fx.source_dir(), "build", "bin", "sema")
+    with fx.Semad() as s:
+        put(s, "cli", 1)
+        hold(s, "cli")
+        ticket(s, "cli", owner="tab-1")
+        a = Acquirer(s, "cli")
+        a.start()
+        fx.wait_until(lambda: waiting(s, "cli") == 2, 10, "the acquire to park")
+        ticket(s, "cli", owner="tab-2", weight=1)
+        env = dict(os.environ, SEMA_SERVER=s.url(""))
+        p = subprocess.run([sema, "get", "cli"], env=env, capture_output=True, text=True,
+                           timeout=30 * fx.SLOW)
+        assert p.returncode == 0, (p.returncode, p.stderr)
+        lines = [ln for ln in p.stdout.splitlines() if ln.startswith("  #")]
+        assert len(lines) == 3, p.stdout
+        assert "owner tab-1  ticket" in lines[0] and "ticket" not in lines[1], lines
+        assert "owner tab-2  ticket" in lines[2], lines
+
+
+def stream(s, tid, last_id=None):
+    sock = socket.create_connection((s.host, s.port), timeout=30 * fx.SLOW)
+    extra = "Last-Event-ID: %s\r\n" % last_id if last_id else ""
+    sock.sendall(("GET /v1/tickets/%s/events HTTP/1.1\r\nHost: t\r\n%s\r\n" %
+                  (tid, extra)).encode())
+    return sock, sock.makefile("rb")
+
+
+def next_event(f):
+    ev = {}
+    for raw in f:
+        line = raw.decode().rstrip("\n")
+        if line == "" and "event" in ev:
+            return ev
+        if line.startswith(":") or line == "":
+            continue
+        k, _, v = line.partition(": ")
+        ev[k] = v
+    raise AssertionError("the stream ended")
+
+
+@fx.not_through_proxy("event streams")
+def test_stream_coalesces_positions_and_resumes():
+    poll_ms = 400
+    with fx.Semad("--ticket-poll", "%dms" % poll_ms) as s:
+        put(s, "st", 1)
+        leases = [hold(s, "st")]
+        ahead = [ticket(s, "st", keepalive_ms=60000)["ticket"] for _ in range(20)]
+        mine = ticket(s, "st", keepalive_ms=60000)["ticket"]
+        sock, f = stream(s, mine)
+        head = f.readline()
+        assert head.startswith(b"HTTP/1.1 200"), head
+        ev = next_event(f)
+        assert ev["event"] == "waiting" and json.loads(ev["data"])["position"] == 21
+        # 20 departures in a burst: the stream hears a few updates, not 20
+        t0 = time.monotonic()
+        for tid in ahead:
+            s.request("DELETE", "/v1/tickets/" + tid)
+        positions, times = [], []
+        while not positions or positions[-1] != 1:
+            ev = next_event(f)
+            positions.append(json.loads(ev["data"])["position"])
+            times.append(time.monotonic())
+        elapsed = times[-1] - t0
+        assert positions == sorted(positions, reverse=True), positions
+        assert len(positions) <= elapsed * 1000 / poll_ms + 2, (positions, elapsed)
+        for a, b in zip(times, times[1:]):
+            assert b - a >= poll_ms / 1000 * 0.8, (times, positions)
+        last = ev["id"]
+        sock.close()
+        # resume: the same state is not sent again; the grant is
+        sock, f = stream(s, mine, last_id=last)
+        f.readline()
+        release(s, leases[0])
+        ev = next_event(f)
+        assert ev["event"] == "granted", ev
+        lease = json.loads(ev["data"])["lease"]["lease"]
+        release(s, lease)
+        ev = next_event(f)
+        assert ev["event"] == "ended" and json.loads(ev["data"])["code"] == "ticket_ended", ev
+        sock.close()
+
+
+@fx.not_through_proxy("kills semad and starts another on the same data")
+def test_strict_restart_keeps_every_acknowledged_ticket_and_its_place():
+    s = fx.Semad(durability="strict")
+    data = s.data
+    try:
+        put(s, "dur", 2)
+        h1 = hold(s, "dur")
+        granted = ticket(s, "dur", keepalive_ms=60000, owner="g")
+        assert granted["status"] == "granted"
+        waits = [ticket(s, "dur", weight=1 + i % 2, keepalive_ms=60000, owner="w%d" % i)
+                 for i in range(6)]
+        st, _, _ = s.request("DELETE", "/v1/tickets/" + waits[2]["ticket"])
+        assert st == 204
+        before = {t["ticket"]: position(s, t["ticket"]) for t in waits if t is not waits[2]}
+        s.proc.send_signal(signal.SIGKILL)  # no clean shutdown: only what was acknowledged
+        s.proc.wait()
+    finally:
+        s.kill()
+    with fx.Semad(durability="strict", data=data) as s2:
+        for tid, pos in before.items():
+            assert position(s2, tid) == pos, (tid, position(s2, tid), pos)
+        st, body = read(s2, granted["ticket"])
+        assert st == 200 and body["status"] == "granted"
+        assert body["lease"]["lease"] == granted["lease"]["lease"]
+        assert problem(s2, "GET", "/v1/tickets/" + waits[2]["ticket"])[0] in (404, 410)
+        # and the line moves on as before: the first waiting ticket is next
+        first = min(before, key=lambda t: before[t][0])
+        release(s2, h1)
+        st, body = read(s2, first, wait="10s")
+        assert body["status"] == "granted" or body["position"] == 1, body
+        kinds = [w.get("kind") for w in sem(s2, "dur")["waiters"]]
+        assert kinds and all(k == "ticket" for k in kinds), kinds
+    shutil.rmtree(s.tmp, ignore_errors=True)
+
+
+V1_SCHEMA = (
+    "CREATE TABLE semaphores(name TEXT PRIMARY KEY NOT NULL, capacity INTEGER NOT NULL,"
+    " available INTEGER NOT NULL, fence INTEGER NOT NULL, legacy INTEGER NOT NULL,"
+    " created_at INTEGER NOT NULL) WITHOUT ROWID;"
+    "CREATE TABLE leases(id TEXT PRIMARY KEY NOT NULL, sem TEXT NOT NULL,"
+    " weight INTEGER NOT NULL, owner TEXT, idem_key TEXT, fence INTEGER NOT NULL,"
+    " ttl_ms INTEGER NOT NULL, acquired_at INTEGER NOT NULL, expires_at INTEGER NOT NULL,"
+    " is_lock INTEGER NOT NULL) WITHOUT ROWID;"
+    "CREATE TABLE retired(name TEXT PRIMARY KEY NOT NULL, fence INTEGER NOT NULL) WITHOUT ROWID;"
+    "INSERT INTO semaphores VALUES('old', 1, 1, 5, 0, 1795000000000);"
+    "PRAGMA application_id = 1397050689; PRAGMA user_version = 1;")
+
+
+@fx.not_through_proxy("prepares a store of the previous format on disk")
+def test_a_format_1_store_is_upgraded_and_keeps_tickets():
+    import sqlite3
+    import tempfile
+    tmp = tempfile.mkdtemp(prefix="semad-v1-")
+    data = os.path.join(tmp, "data")
+    os.makedirs(data)
+    db = sqlite3.connect(os.path.join(data, "sema.db"))
+    db.executescript(V1_SCHEMA)
+    db.commit()
+    db.close()
+    try:
+        with fx.Semad(durability="strict", data=data) as s:
+            assert sem(s, "old")["capacity"] == 1
+            hold(s, "old")
+            t = ticket(s, "old", keepalive_ms=60000)["ticket"]
+        db = sqlite3.connect(os.path.join(data, "sema.db"))
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 3
+        db.close()
+        with fx.Semad(durability="strict", data=data) as s:
+            assert position(s, t) == (1, 0)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    fx.main(globals())
