@@ -435,7 +435,8 @@ void mem__ticket_lease_gone(mem_t *e, eticket_t *t, int reason)
 void mem__ticket_grant(mem_t *e, eticket_t *t)
 {
     esem_t *s = t->sem;
-    elease_t *l = mem__grant(e, s, t->q.weight, t->ttl_ms, t->owner, NULL, t->q.since_mono);
+    const engine_req_t as = {.op = ENGINE_ACQUIRE, .ttl_ms = t->ttl_ms, .owner = t->owner};
+    elease_t *l = mem__grant(e, s, &as, t->q.weight, t->q.since_mono);
 
     if (l == NULL) {
         ticket_end(e, t, ETOMB_TICKET_REFUSED);
