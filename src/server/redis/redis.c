@@ -373,8 +373,6 @@ static rsem_t *rsem_get(rs_t *r, const char *stem, size_t len)
     if (s == NULL)
         return NULL;
     s->node.hash = etab_hash(stem, len, 7);
-    s->due.idx = EHEAP_NONE;
-    s->due.kind = EITEM_LEASE;
     elist_init(&s->parked);
     s->stem_len = len;
     memcpy(s->stem, stem, len);
@@ -386,7 +384,6 @@ static void rsem_maybe_free(rs_t *r, rsem_t *s)
 {
     if (s->nparked > 0 || s->watched || s->collecting)
         return;
-    eheap_remove(&r->heap, &s->due);
     etab_remove(&r->sems, &s->node);
     sema__free(s);
 }
@@ -397,11 +394,9 @@ static void due_cb(uv_timer_t *t);
 
 static void due_rearm(rs_t *r)
 {
-    eitem_t *a = eheap_top(&r->heap), *b = eheap_top(&r->theap);
-    uint64_t d = UINT64_MAX, now = rs__now(r);
+    eitem_t *b = eheap_top(&r->theap);
+    uint64_t d = r->sweeping ? UINT64_MAX : r->sweep_at, now = rs__now(r);
 
-    if (a != NULL)
-        d = a->deadline;
     if (b != NULL && b->deadline < d)
         d = b->deadline;
     if (d == r->due_at)
@@ -414,21 +409,18 @@ static void due_rearm(rs_t *r)
     uv_timer_start(&r->due_timer, due_cb, d > now ? d - now : 0, 0);
 }
 
-static void rsem_set_due(rs_t *r, rsem_t *s, int64_t due_ms, int64_t redis_now)
+/* The earliest due time in Redis (ms on its clock): the sweep timer fires then. */
+static void sweep_set(rs_t *r, int64_t due_ms, int64_t redis_now)
 {
     uint64_t at;
 
-    if (due_ms <= 0 || (s->nparked == 0 && !s->watched)) {
-        eheap_remove(&r->heap, &s->due);
+    if (due_ms <= 0)
         return;
-    }
     at = rs__now(r) + (uint64_t)(due_ms > redis_now ? due_ms - redis_now : 0) + 1;
-    if (s->due.idx != EHEAP_NONE)
-        eheap_update(&r->heap, &s->due, at);
-    else {
-        s->due.deadline = at;
-        (void)eheap_push(&r->heap, &s->due); /* without memory: the heartbeat covers it */
-    }
+    if (at >= r->sweep_at && r->sweep_at > rs__now(r))
+        return;
+    r->sweep_at = at;
+    due_rearm(r);
 }
 
 /* ---- parked requests ---- */
@@ -459,7 +451,7 @@ static void unpark(rs_t *r, rreq_t *rq)
     rsem_maybe_free(r, s);
 }
 
-static void send_cancel(rs_t *r, const char *stem, size_t stem_len, const char *wid);
+static void send_cancel(rs_t *r, const char *stem, size_t stem_len, const rreq_t *rq);
 
 static void park(rs_t *r, rreq_t *rq, const char *stem, size_t stem_len)
 {
@@ -467,7 +459,7 @@ static void park(rs_t *r, rreq_t *rq, const char *stem, size_t stem_len)
     rsem_t *s = rsem_get(r, stem, stem_len);
 
     if (s == NULL || (r->cfg.max_waiters_total && r->nparked >= r->cfg.max_waiters_total)) {
-        send_cancel(r, stem, stem_len, rq->wid);
+        send_cancel(r, stem, stem_len, rq);
         finish(r, rq, s == NULL ? SEMA_ENOMEM : SEMA_ELIMIT,
                s == NULL ? "out of memory" : "too many parked requests", 0);
         return;
@@ -548,16 +540,15 @@ static void send_plain(rs_t *r, rargs_t *a)
         rs__send(r, c);
 }
 
-static void send_cancel(rs_t *r, const char *stem, size_t stem_len, const char *wid)
+static void send_cancel(rs_t *r, const char *stem, size_t stem_len, const rreq_t *rq)
 {
     rargs_t a = {0};
-    char rid[64];
     rcmd_t *c;
 
-    next_id(r, rid, sizeof rid);
     a_head(r, &a, stem, stem_len, "cancel", "");
-    a_str(&a, wid);
+    a_str(&a, rq->wid);
     a_str(&a, "d");
+    a_str(&a, rq->lid);
     c = cmd_build(r, RC_CANCEL, &a);
     if (c != NULL)
         rs__send(r, c);
@@ -624,12 +615,27 @@ void rs__collect_all(rs_t *r)
 
 enum { ACT_LEN = 11 };
 
-static void act_event(rs_t *r, const char *type, const char *name, size_t nlen,
-                      const redisReply *acts, size_t i, engine_result_t *scratch)
+/* The public event types, as the static strings the front keeps. */
+static const char *event_type(const char *t)
+{
+    static const char *const types[] = {"granted", "released", "expired",
+                                        "revoked", "resized",  "deleted"};
+
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (strcmp(types[i], t) == 0)
+            return types[i];
+    return NULL;
+}
+
+static void act_event(rs_t *r, const char *t, const char *name, size_t nlen, const redisReply *acts,
+                      size_t i, engine_result_t *scratch)
 {
     engine_lease_t l;
+    const char *type = event_type(t);
     engine_event_t ev = {.type = type, .name = name, .name_len = nlen};
 
+    if (type == NULL)
+        return;
     if (strcmp(type, "resized") == 0) {
         ev.capacity = (uint64_t)el_i64(acts, i + 10);
     } else if (strcmp(type, "deleted") != 0) {
@@ -719,8 +725,7 @@ static void process_acts(rs_t *r, const redisReply *rep, int mine)
         const char *inst = el_str(acts, i + 2, NULL);
         if (mine)
             count_act(r, type, acts, i, now_ms);
-        if (kind == 's' && type[0] != 'c' && strcmp(type, "idle") != 0 &&
-            strcmp(type, "fail") != 0 && strcmp(type, "gone") != 0)
+        if (kind == 's')
             act_event(r, type, name, nlen, acts, i, &scratch);
         if (wlen > 0 && strcmp(inst, r->inst) == 0) {
             rreq_t *rq = parked_find(r, wid, wlen);
@@ -969,7 +974,7 @@ static void orphan_reply(rs_t *r, rreq_t *rq, const redisReply *rep, const char 
     int64_t st = el_i64(rep, 0);
 
     if (st == 1) {
-        send_cancel(r, stem, slen, rq->wid);
+        send_cancel(r, stem, slen, rq);
     } else if (st == 0 && el_arr(rep, 4) != NULL && rq->lid[0] != '\0') {
         size_t nlen;
         char kind;
@@ -985,7 +990,6 @@ static void op_reply(rs_t *r, rcmd_t *c, const redisReply *rep)
     size_t slen;
     const char *stem = el_str(rep, 5, &slen);
     int64_t st = el_i64(rep, 0);
-    rsem_t *s;
 
     process_acts(r, rep, 1);
     if (rq->req == NULL)
@@ -1004,8 +1008,6 @@ static void op_reply(rs_t *r, rcmd_t *c, const redisReply *rep)
     } else {
         finish(r, rq, 0, NULL, 1);
     }
-    if (slen > 0 && (s = rsem_find(r, stem, slen)) != NULL)
-        rsem_set_due(r, s, el_i64(rep, 3), el_i64(rep, 2));
     due_rearm(r);
 }
 
@@ -1025,6 +1027,10 @@ static void fail_cmd(rs_t *r, rcmd_t *c, int status, const char *msg)
 {
     rreq_t *rq = c->rq;
 
+    if (c->kind == RC_SWEEP) {
+        r->sweeping = 0;
+        r->sweep_at = rs__now(r) + 100; /* try again soon */
+    }
     if (c->kind == RC_COLLECT && c->sem != NULL) {
         c->sem->collecting = 0;
         rsem_maybe_free(r, c->sem);
@@ -1064,6 +1070,9 @@ void rs__on_reply(rs_t *r, rcmd_t *c, redisReply *rep)
         r->nsems = (uint64_t)el_i64(n, 0);
         r->nleases = (uint64_t)el_i64(n, 1);
         r->nlocks = (uint64_t)el_i64(n, 2);
+        if (c->kind == RC_SWEEP)
+            r->sweeping = 0;
+        sweep_set(r, el_i64(n, 3), el_i64(rep, 2));
     }
     switch (c->kind) {
     case RC_PLAIN:
@@ -1075,7 +1084,6 @@ void rs__on_reply(rs_t *r, rcmd_t *c, redisReply *rep)
         rsem_t *s = c->sem;
         process_acts(r, rep, 1);
         s->collecting = 0;
-        rsem_set_due(r, s, el_i64(rep, 3), el_i64(rep, 2));
         if (s->collect_again)
             collect(r, s, 0);
         rsem_maybe_free(r, s);
@@ -1128,7 +1136,7 @@ static void fail_old(rs_t *r, elist_t *list, uint64_t now)
                                   req->name, req->name_len);
             send_drop(r, req->name, req->name_len, req->op == ENGINE_LOCK_ACQUIRE, c->rq->lid);
             if (sl)
-                send_cancel(r, stem, sl, c->rq->wid);
+                send_cancel(r, stem, sl, c->rq);
         }
         fail_cmd(r, c, SEMA_EIO,
                  c->sent_mono != 0 ? "Redis did not answer in time: the outcome is unknown"
@@ -1169,7 +1177,7 @@ static void waiter_timeout(rs_t *r, rreq_t *rq)
 {
     rsem_t *s = rq->sem;
 
-    send_cancel(r, s->stem, s->stem_len, rq->wid);
+    send_cancel(r, s->stem, s->stem_len, rq);
     unpark(r, rq);
     r->m->timeouts++;
     finish(r, rq, SEMA_ETIMEDOUT, "not granted before timeout_ms", 0);
@@ -1186,10 +1194,16 @@ static void due_cb(uv_timer_t *t)
         eheap_remove(&r->theap, top);
         waiter_timeout(r, ECONTAINER(top, rreq_t, hi));
     }
-    while ((top = eheap_top(&r->heap)) != NULL && top->deadline <= now) {
-        rsem_t *s = ECONTAINER(top, rsem_t, due);
-        eheap_remove(&r->heap, top);
-        collect(r, s, 0);
+    if (!r->sweeping && r->sweep_at <= now) {
+        rargs_t a = {0};
+        rcmd_t *c;
+        r->sweep_at = UINT64_MAX;
+        a_head(r, &a, "sema:due", 8, "sweep", "");
+        c = cmd_build(r, RC_SWEEP, &a);
+        if (c != NULL) {
+            r->sweeping = 1;
+            rs__send(r, c);
+        }
     }
     due_rearm(r);
     rs__drain(r);
@@ -1420,7 +1434,7 @@ static void rs_cancel(void *be, engine_req_t *req)
     }
     if (rq->state == RQ_PARKED) {
         rsem_t *s = rq->sem;
-        send_cancel(r, s->stem, s->stem_len, rq->wid);
+        send_cancel(r, s->stem, s->stem_len, rq);
         unpark(r, rq);
         r->m->cancellations++;
     } else if (rq->state == RQ_READY) {
@@ -1448,7 +1462,6 @@ static void rs_free(rs_t *r)
     rs__drain(r);
     etab_destroy(&r->sems);
     etab_destroy(&r->waiters);
-    sema__free(r->heap.a);
     sema__free(r->theap.a);
     sema__free(r);
     if (front != NULL)
@@ -1477,6 +1490,8 @@ static void close_all(rs_t *r)
     uv_timer_t *ts[] = {&r->reconnect_timer, &r->tick_timer, &r->hb_timer, &r->due_timer};
 
     rs__conns_close(r); /* in-flight commands come back lost: their requests fail */
+    redisFree(r->sync);
+    r->sync = NULL;
     etab_each(&r->sems, rsem_free_each, r);
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
         uv_timer_stop(ts[i]);
@@ -1507,7 +1522,7 @@ static void fail_parked_each(void *arg, enode_t *n)
     s->watched = 0;
     while (!elist_empty(&s->parked)) {
         rreq_t *rq = ECONTAINER(s->parked.next, rreq_t, plink);
-        send_cancel(r, s->stem, s->stem_len, rq->wid);
+        send_cancel(r, s->stem, s->stem_len, rq);
         unpark(r, rq);
         finish(r, rq, SEMA_ESHUTDOWN, "the server is shutting down", 0);
     }
@@ -1531,36 +1546,55 @@ static void rs_shutdown(void *be)
     uv_timer_start(&r->tick_timer, shutdown_tick, 10, 10);
 }
 
-/* Whether the semaphore exists, asked on a connection of its own (subscriptions are rare; a
- * Redis that does not answer within 250 ms counts as "it may exist"). Also starts the
- * semaphore's event channel. */
+/* A blocking connection for the engine's synchronous questions (does a semaphore exist, the
+ * per-semaphore gauges of /metrics): rare, and bounded by a 250 ms timeout. NULL when Redis
+ * does not answer. */
+static redisContext *sync_ctx(rs_t *r)
+{
+    struct timeval tv = {0, 250000};
+    redisContext *c = r->sync;
+
+    if (c != NULL && !c->err)
+        return c;
+    redisFree(c);
+    r->sync = NULL;
+    if (r->host[0] == '\0')
+        return NULL;
+    c = redisConnectWithTimeout(r->host, r->port, tv);
+    if (c == NULL || c->err || redisSetTimeout(c, tv) != REDIS_OK) {
+        redisFree(c);
+        return NULL;
+    }
+    if (r->pass[0] != '\0')
+        freeReplyObject(r->user[0] ? redisCommand(c, "AUTH %s %s", r->user, r->pass)
+                                   : redisCommand(c, "AUTH %s", r->pass));
+    if (r->db != 0)
+        freeReplyObject(redisCommand(c, "SELECT %d", r->db));
+    r->sync = c;
+    return c;
+}
+
+/* Whether the semaphore exists (a Redis that does not answer counts as "it may exist").
+ * Also starts the semaphore's event channel. */
 static int rs_exists(void *be, const char *name, size_t len)
 {
     rs_t *r = be;
-    struct timeval tv = {0, 250000};
     char stem[STEM_HEAD + 65536], key[STEM_HEAD + 65540];
     size_t sl = stem_make(stem, sizeof stem, 's', name, len);
-    redisContext *c;
+    redisContext *c = sync_ctx(r);
     redisReply *rep;
     int exists = 1;
 
-    if (sl == 0 || r->host[0] == '\0')
+    if (sl == 0)
         return 0;
     memcpy(key, stem, sl);
     memcpy(key + sl, ":m", 3);
-    c = redisConnectWithTimeout(r->host, r->port, tv);
-    if (c != NULL && !c->err && redisSetTimeout(c, tv) == REDIS_OK) {
-        if (r->pass[0] != '\0')
-            freeReplyObject(r->user[0] ? redisCommand(c, "AUTH %s %s", r->user, r->pass)
-                                       : redisCommand(c, "AUTH %s", r->pass));
-        if (r->db != 0)
-            freeReplyObject(redisCommand(c, "SELECT %d", r->db));
+    if (c != NULL) {
         rep = redisCommand(c, "EXISTS %b", key, sl + 2);
         if (rep != NULL && rep->type == REDIS_REPLY_INTEGER)
             exists = rep->integer != 0;
         freeReplyObject(rep);
     }
-    redisFree(c);
     if (exists && !r->shutting_down) {
         rsem_t *s = rsem_get(r, stem, sl);
         if (s != NULL && !s->watched) {
@@ -1595,6 +1629,62 @@ static void rs_stats(void *be, engine_stats_t *out)
     out->writes_pending = !elist_empty(&r->inflight) || !elist_empty(&r->held) ||
                           (!elist_empty(&r->pending) && r->cmd.state != RS_DOWN) ||
                           r->cmd.state == RS_CONNECTING;
+}
+
+/* A Prometheus label value: backslash, quote and newline escaped. */
+static void put_label(jsonw_t *w, const char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        const char *esc = s[i] == '\\'   ? "\\\\"
+                          : s[i] == '"'  ? "\\\""
+                          : s[i] == '\n' ? "\\n"
+                                         : NULL;
+        if (esc != NULL)
+            jsonw_raw(w, esc, 2);
+        else
+            jsonw_raw(w, s + i, 1);
+    }
+}
+
+/* Gauges of the first semaphores by name (asked on the blocking connection). */
+static void put_sem_gauges(rs_t *r, jsonw_t *w)
+{
+    static const char *const names[] = {"semad_semaphore_capacity", "semad_semaphore_available",
+                                        "semad_semaphore_held", "semad_semaphore_waiters"};
+    static const int field[] = {0, 1, 2, 4};
+    redisContext *c = sync_ctx(r);
+    redisReply *rep = NULL;
+    const redisReply *items;
+    char limit[24];
+
+    snprintf(limit, sizeof limit, "%llu", (unsigned long long)r->cfg.metrics_max_semaphores);
+    if (c != NULL && r->cfg.metrics_max_semaphores > 0) {
+        rargs_t a = {0};
+        a_head(r, &a, "sema:names", 10, "list", "");
+        a_str(&a, "");
+        a_str(&a, "");
+        a_str(&a, limit);
+        if (!a.oom)
+            rep = redisCommandArgv(c, a.n, a.v, a.l);
+        a_free(&a);
+    }
+    items = el_arr(rep, RES + 1);
+    for (int k = 0; k < 4; k++) {
+        jsonw_raw_str(w, "# TYPE ");
+        jsonw_raw_str(w, names[k]);
+        jsonw_raw_str(w, " gauge\n");
+        for (size_t i = 0; items != NULL && i + 9 <= items->elements; i += 9) {
+            size_t nl;
+            const char *name = el_str(items, i, &nl);
+            jsonw_raw_str(w, names[k]);
+            jsonw_raw_str(w, "{name=\"");
+            put_label(w, name, nl);
+            jsonw_raw_str(w, "\"} ");
+            jsonw_raw_i64(w, el_i64(items, i + 1 + (size_t)field[k]));
+            jsonw_raw(w, "\n", 1);
+        }
+    }
+    freeReplyObject(rep);
 }
 
 static int rs_metrics(void *be, struct strbuf *out)
@@ -1633,6 +1723,10 @@ static int rs_metrics(void *be, struct strbuf *out)
                       "WAIT commands that returned fewer replicas than asked.", "counter",
                       r->waits_short);
     jsonw_prom_series(&w, "semad_parked_waiters", "Requests parked now.", "gauge", r->nparked);
+    jsonw_prom_series(&w, "semad_semaphores", "Semaphores.", "gauge", r->nsems);
+    jsonw_prom_series(&w, "semad_leases", "Live leases.", "gauge", r->nleases);
+    jsonw_prom_series(&w, "semad_lock_keys", "Keyed locks held or awaited.", "gauge", r->nlocks);
+    put_sem_gauges(r, &w);
     return jsonw_end(&w);
 }
 
@@ -1654,6 +1748,7 @@ static int rs_open(void **out, engine_t *front, uv_loop_t *loop, const engine_co
     r->replicas = 1;
     r->cmd_timeout_ms = RS_CMD_TIMEOUT_MS;
     r->due_at = UINT64_MAX;
+    r->sweep_at = UINT64_MAX;
     r->cmd.r = r->sub.r = r->sent.r = r;
     r->sub.is_sub = 1;
     elist_init(&r->inflight);

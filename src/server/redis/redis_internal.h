@@ -28,7 +28,6 @@ enum { RS_DOWN, RS_CONNECTING, RS_READY };
 /* A semaphore (or lock key) this instance has parked requests on or streams events of. */
 typedef struct rsem {
     enode_t node;   /* in r->sems, keyed by stem */
-    eitem_t due;    /* its next housekeeping (monotonic ms) in r->heap */
     elist_t parked; /* rreq_t.plink */
     uint32_t nparked;
     uint8_t collecting, collect_again, watched, subscribed;
@@ -53,7 +52,7 @@ typedef struct rreq {
     char lid[ENGINE_LEASE_ID_MAX];
 } rreq_t;
 
-enum { RC_OP = 1, RC_CANCEL, RC_COLLECT, RC_DROP, RC_HELLO, RC_LOAD, RC_WAIT, RC_PLAIN };
+enum { RC_OP = 1, RC_CANCEL, RC_COLLECT, RC_DROP, RC_SWEEP, RC_WAIT, RC_PLAIN };
 
 /* One command: its arguments are kept, so a retry after a lost connection sends the same
  * request id (which Redis answers from its cache if the first attempt ran). A script call is
@@ -99,6 +98,7 @@ typedef struct rs {
     uint64_t seq;
     /* connections */
     rconn_t cmd, sub, sent; /* commands; pub/sub; Sentinel */
+    redisContext *sync;     /* blocking, for exists() and /metrics (sync_ctx) */
     uv_timer_t reconnect_timer, tick_timer, hb_timer, due_timer;
     uv_check_t check;
     uint64_t backoff_ms, down_since;
@@ -110,9 +110,10 @@ typedef struct rs {
     /* requests */
     elist_t ready, held;
     etab_t sems, waiters;
-    eheap_t heap;  /* rsem_t.due */
-    eheap_t theap; /* rreq_t.hi */
-    uint64_t due_at;
+    eheap_t theap;     /* rreq_t.hi */
+    uint64_t due_at;   /* the due timer's deadline: the first of theap and sweep_at */
+    uint64_t sweep_at; /* when the earliest due time in Redis comes (monotonic ms) */
+    int sweeping;      /* a sweep is in flight */
     uint64_t nparked;
     uint64_t nsems, nleases, nlocks; /* counts in Redis, as the last reply told */
     int wait_inflight, wait_needed;

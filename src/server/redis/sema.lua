@@ -417,10 +417,25 @@ local function cat(a, b)
   return a
 end
 
+-- Every semaphore with something due (a lease's expiry, a dead instance's waiters, the end
+-- of a pause after lost data) is in sema:due by that time; instances arm a timer for the
+-- earliest and run `sweep`, so an expiry grants waiters even when no request comes.
 local function reply(status, msg, res)
+  if M then
+    save() -- the row as the housekeeping and the op left it
+  end
+  local d = next_due()
+  if S then
+    if d > 0 then
+      redis.call('ZADD', 'sema:due', N(d), S)
+    else
+      redis.call('ZREM', 'sema:due', S)
+    end
+  end
+  local g = redis.call('ZRANGE', 'sema:due', 0, 0, 'WITHSCORES')
   local c = redis.call('HMGET', 'sema:stats', 'sems', 'leases', 'locks')
-  local r = {N(status), msg or '', N(NOW), N(next_due()), ACTS, S or '',
-             {c[1] or '0', c[2] or '0', c[3] or '0'}}
+  local r = {N(status), msg or '', N(NOW), N(d), ACTS, S or '',
+             {c[1] or '0', c[2] or '0', c[3] or '0', g[2] or '0'}}
   for _, v in ipairs(res or {}) do
     r[#r + 1] = v
   end
@@ -524,7 +539,6 @@ function ops.resize()
   end
   act('resized', '', '', '', nil, N(cap))
   admit()
-  save()
   return reply(0, '', cat({'0'}, view(true)))
 end
 
@@ -535,7 +549,6 @@ function ops.legacy_up()
   M.avail = M.avail + 1
   M.legacy = 1
   admit()
-  save()
   return reply(0, '', cat({'0'}, view(false)))
 end
 
@@ -545,7 +558,6 @@ function ops.legacy_down()
   end
   M.avail = M.avail - 1
   M.legacy = 1
-  save()
   return reply(0, '', cat({'0'}, view(false)))
 end
 
@@ -564,7 +576,6 @@ local function park(wid, w)
   if w.idem ~= '' then
     redis.call('HSET', KI, w.idem, 'W' .. wid)
   end
-  save()
   return reply(1, '')
 end
 
@@ -613,7 +624,6 @@ local function idem_retry(wid, w, wait)
   redis.call('HSET', KA, INST, N(NOW + ALIVE_MS))
   redis.call('HSET', KI, w.idem, 'W' .. wid)
   outcome('fail', ref, wunpack(rec), '', nil, N(EREPLACED))
-  save()
   return reply(1, '')
 end
 
@@ -643,11 +653,9 @@ local function acquire()
   end
   if M.nq == 0 and w.w <= M.avail then
     local l = grant(w, w.lid, wid)
-    save()
     return reply(0, '', lease_result(w.lid, l))
   end
   if not wait then
-    save()
     return reply(EBUSY, 'not available without waiting')
   end
   return park(wid, w)
@@ -697,7 +705,6 @@ local function end_op(why)
     next_fence() -- a fenced write with the old token now loses
   end
   admit()
-  save()
   return reply(0, '')
 end
 
@@ -740,14 +747,20 @@ function ops.collect()
       act('gone', wid, INST, '', nil, '')
     end
   end
-  save()
   return reply(0, '')
 end
 
 -- cancel: waiter id, why (t: its timeout, the grant is taken if it was made; d: its client
--- left, a grant made for it goes back)
+-- left, a grant made for it goes back), the lease id it was to get (a grant this instance
+-- made for it but never delivered: a reply that came after the client left)
 function ops.cancel()
-  local wid, why = ARGV[A], ARGV[A + 1]
+  local wid, why, mylid = ARGV[A], ARGV[A + 1], ARGV[A + 2] or ''
+  if why == 'd' and M and mylid ~= '' and redis.call('HEXISTS', KW, wid) == 0 and
+     redis.call('HEXISTS', KG, wid) == 0 and redis.call('HEXISTS', KL, mylid) == 1 then
+    lease_end(mylid, 'released')
+    admit()
+    return reply(0, '')
+  end
   local rec = M and redis.call('HGET', KW, wid)
   if rec then
     unqueue(wid, wunpack(rec))
@@ -779,7 +792,6 @@ function ops.cancel()
       admit()
     end
   end
-  save()
   return reply(0, '')
 end
 
@@ -788,7 +800,6 @@ function ops.drop_lease()
   if M and redis.call('HEXISTS', KL, ARGV[A]) == 1 then
     lease_end(ARGV[A], 'released')
     admit()
-    save()
   end
   return reply(0, '')
 end
@@ -821,7 +832,7 @@ function ops.list()
       n = n + 1
     end
   end
-  S = nil
+  S, M = nil, nil
   return reply(0, '', {more, items})
 end
 
@@ -853,6 +864,18 @@ local function run()
   if OP == 'list' then
     return ops.list()
   end
+  if OP == 'sweep' then
+    local x = redis.call('ZRANGE', 'sema:due', 0, 0, 'WITHSCORES')
+    if #x == 0 or tonumber(x[2]) > NOW then
+      return reply(0, '')
+    end
+    keys_of(x[1])
+    M = mload()
+    if M then
+      housekeep()
+    end
+    return reply(0, '')
+  end
   local k = KEYS[1]
   if string.sub(k, 1, 8) == 'sema:id:' then
     LID = string.sub(k, 9)
@@ -873,7 +896,6 @@ local function run()
     if redis.call('HEXISTS', KL, LID) == 0 then
       -- it ended in this very housekeeping
       local tb = TOMB[string.sub(redis.call('GET', k) or 'TE', 2)]
-      save()
       return reply(tb[1], tb[2])
     end
     return ops[OP]()
