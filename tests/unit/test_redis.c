@@ -51,9 +51,19 @@ static void instance_free(fx_t *f, engine_t *e)
         uv_run(&f->loop, UV_RUN_NOWAIT);
 }
 
+/* Submit on instance e and run the loop until e has nothing in flight (bounded). */
 static void submit_on(fx_t *f, engine_t *e, treq_t *t)
 {
+    engine_stats_t st;
+
     ASSERT_OK(engine_submit(e, &t->r));
+    for (int i = 0; i < 200; i++) {
+        int never = 0;
+        engine_stats(e, &st);
+        if (!st.writes_pending)
+            break;
+        fx_run_until(f, &never, 10);
+    }
     fx_settle(f);
 }
 

@@ -239,7 +239,7 @@ static void finish(rs_t *r, rreq_t *rq, int status, const char *msg, int hold)
     req->status = status;
     req->message = msg;
     rq->state = RQ_READY;
-    if (hold && r->strict) {
+    if (hold && r->strict && r->replicas > 0) {
         elist_push_back(&r->held, &rq->link);
         r->wait_needed = 1;
     } else {
@@ -1621,6 +1621,8 @@ static void rs_stats(void *be, engine_stats_t *out)
 {
     rs_t *r = be;
 
+    out->unavailable = r->cmd.state != RS_READY && r->down_since != 0 &&
+                       r->down_since + r->cmd_timeout_ms <= rs__now(r);
     out->semaphores = r->nsems;
     out->leases = r->nleases;
     out->locks = r->nlocks;
@@ -1745,7 +1747,7 @@ static int rs_open(void **out, engine_t *front, uv_loop_t *loop, const engine_co
     r->m = engine__counters(front);
     r->cfg = *cfg;
     r->strict = cfg->redis.strict;
-    r->replicas = 1;
+    r->replicas = 0;
     r->cmd_timeout_ms = RS_CMD_TIMEOUT_MS;
     r->due_at = UINT64_MAX;
     r->sweep_at = UINT64_MAX;

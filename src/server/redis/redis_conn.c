@@ -267,11 +267,12 @@ static void conn_gone(rconn_t *c, const char *why)
     if (r->closing)
         return;
     if (c == &r->cmd) {
+        if (r->down_since == 0 || (!r->conn_once && r->reconnects == 1))
+            log_warn("redis: %s %s:%d (%s); trying again", r->conn_once ? "lost" : "cannot reach",
+                     r->host, r->port, why ? why : "closed");
         if (r->down_since == 0)
             r->down_since = rs__now(r);
         r->resyncing = 0;
-        log_warn("redis: connection to %s:%d lost (%s); reconnecting", r->host, r->port,
-                 why ? why : "closed");
     }
     schedule_reconnect(r);
 }
@@ -366,6 +367,26 @@ static void send_setup(rs_t *r, redisAsyncContext *ac)
         redisAsyncCommand(ac, setup_cb, (void *)"SELECT", "SELECT %d", r->db);
 }
 
+/* strict durability on Redis rests on Redis's own fsync: say so when it is not "always". */
+static void fsync_cb(redisAsyncContext *ac, void *reply, void *priv)
+{
+    redisReply *rep = reply;
+
+    (void)ac;
+    (void)priv;
+    if (rep == NULL || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+        rep->element[1]->type != REDIS_REPLY_STRING)
+        return; /* CONFIG may be renamed away: nothing to say */
+    if (strcmp(rep->element[0]->str, "appendonly") == 0 && strcmp(rep->element[1]->str, "yes"))
+        log_warn("redis: --durability strict, but Redis does not write an append-only file "
+                 "(appendonly no): a Redis restart loses what was acknowledged");
+    if (strcmp(rep->element[0]->str, "appendfsync") == 0 &&
+        strcmp(rep->element[1]->str, "always") != 0)
+        log_warn("redis: --durability strict, but Redis syncs its append-only file \"%s\", "
+                 "not \"always\" (see docs/durability.md)",
+                 rep->element[1]->str);
+}
+
 static void hello_cb(redisAsyncContext *ac, void *reply, void *priv);
 
 static void send_hello(rs_t *r)
@@ -455,6 +476,10 @@ static void connect_primary(rs_t *r)
         return;
     }
     send_setup(r, ac);
+    if (r->strict && !r->conn_once) {
+        redisAsyncCommand(ac, fsync_cb, NULL, "CONFIG GET appendonly");
+        redisAsyncCommand(ac, fsync_cb, NULL, "CONFIG GET appendfsync");
+    }
     if (r->master[0] != '\0')
         redisAsyncCommand(ac, setup_cb, (void *)"ROLE", "ROLE");
     redisAsyncCommandArgv(ac, load_cb, NULL, 3, argv, lens);
