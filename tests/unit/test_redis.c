@@ -328,3 +328,48 @@ TEST(an_acquire_release_pair_is_two_redis_commands)
     fx_free(&f);
     redisFree(rc);
 }
+
+/* --durability strict with ?replicas=1 and no replica: WAIT comes back short, so the grant
+ * is not acknowledged (503, its outcome unknown) and goes back. */
+TEST(strict_without_the_replicas_it_waits_for_acknowledges_nothing)
+{
+    redisContext *rc = redis_sync();
+    engine_config_t cfg;
+    char url[96];
+    fx_t f;
+    treq_t *a;
+
+    engine_config_default(&cfg);
+    snprintf(url, sizeof url, "%s?replicas=1", getenv("SEMA_TEST_ENGINE"));
+    cfg.backend = url;
+    cfg.redis.strict = 1;
+    fx_init_cfg(&f, &cfg);
+    freeReplyObject(redisCommand(rc, "DEL sema:stats"));
+    a = treq_new(ENGINE_SEM_PUT, "w");
+    a->r.capacity = 1;
+    ASSERT_OK(engine_submit(f.e, &a->r));
+    ASSERT(fx_run_until(&f, &a->done, 5000));
+    ASSERT_EQ(a->status, SEMA_EIO); /* WAIT's own timeout is 1 s */
+    treq_free(a);
+    a = treq_new(ENGINE_ACQUIRE, "w");
+    a->r.weight = 1;
+    ASSERT_OK(engine_submit(f.e, &a->r));
+    ASSERT(fx_run_until(&f, &a->done, 5000));
+    ASSERT_EQ(a->status, SEMA_EIO);
+    treq_free(a);
+    for (int i = 0; i < 50 && redis_int(rc, "HLEN sema:stats") != 0; i++) {
+        int never = 0;
+        redisReply *r = redisCommand(rc, "HGET sema:stats leases");
+        int zero = r != NULL && r->type == REDIS_REPLY_STRING && strcmp(r->str, "0") == 0;
+        freeReplyObject(r);
+        if (zero)
+            break;
+        fx_run_until(&f, &never, 100);
+    }
+    redisReply *r = redisCommand(rc, "HGET sema:stats leases");
+    ASSERT(r != NULL && r->type == REDIS_REPLY_STRING);
+    ASSERT_STREQ(r->str, "0"); /* the unacknowledged grant went back */
+    freeReplyObject(r);
+    fx_free(&f);
+    redisFree(rc);
+}
