@@ -1073,6 +1073,8 @@ void rs__on_reply(rs_t *r, rcmd_t *c, redisReply *rep)
         if (c->kind == RC_SWEEP)
             r->sweeping = 0;
         sweep_set(r, el_i64(n, 3), el_i64(rep, 2));
+        if (el_i64(n, 4) > r->horizon_ms)
+            r->horizon_ms = el_i64(n, 4);
     }
     switch (c->kind) {
     case RC_PLAIN:

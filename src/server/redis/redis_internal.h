@@ -95,6 +95,7 @@ typedef struct rs {
     char epoch[40]; /* the epoch of Redis's data this instance works on ("" before hello) */
     char sha[48];   /* the script's SHA-1 */
     int64_t safe_at_ms;
+    int64_t horizon_ms; /* the latest lease expiry Redis told of (Redis ms) */
     uint64_t seq;
     /* connections */
     rconn_t cmd, sub, sent; /* commands; pub/sub; Sentinel */

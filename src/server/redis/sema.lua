@@ -128,6 +128,15 @@ local function count(field, d)
   redis.call('HINCRBY', 'sema:stats', field, d)
 end
 
+-- The latest expiry of any lease ever granted: after Redis lost its data, instances know
+-- from it how long a holder they can no longer see may still be running.
+local function bump_horizon(exp)
+  local h = tonumber(redis.call('HGET', 'sema:stats', 'horizon') or '0')
+  if exp > h then
+    redis.call('HSET', 'sema:stats', 'horizon', N(exp))
+  end
+end
+
 -- ---- the row ----
 local MF = {'cap', 'avail', 'held', 'fence', 'legacy', 'created', 'seq', 'nq', 'wq'}
 local function mload()
@@ -202,6 +211,7 @@ local function grant(w, lid, wid)
   redis.call('ZADD', KX, N(l.exp), lid)
   redis.call('ZADD', KO, N(l.f), lid)
   redis.call('SET', 'sema:id:' .. lid, 'L' .. S)
+  bump_horizon(l.exp)
   if w.idem ~= '' then
     redis.call('HSET', KI, w.idem, 'L' .. lid)
   end
@@ -433,9 +443,9 @@ local function reply(status, msg, res)
     end
   end
   local g = redis.call('ZRANGE', 'sema:due', 0, 0, 'WITHSCORES')
-  local c = redis.call('HMGET', 'sema:stats', 'sems', 'leases', 'locks')
+  local c = redis.call('HMGET', 'sema:stats', 'sems', 'leases', 'locks', 'horizon')
   local r = {N(status), msg or '', N(NOW), N(d), ACTS, S or '',
-             {c[1] or '0', c[2] or '0', c[3] or '0', g[2] or '0'}}
+             {c[1] or '0', c[2] or '0', c[3] or '0', g[2] or '0', c[4] or '0'}}
   for _, v in ipairs(res or {}) do
     r[#r + 1] = v
   end
@@ -696,6 +706,7 @@ function ops.lease_renew()
   l.exp = NOW + l.ttl
   redis.call('HSET', KL, LID, lpack(l))
   redis.call('ZADD', KX, N(l.exp), LID)
+  bump_horizon(l.exp)
   return reply(0, '', lease_result(LID, l))
 end
 
@@ -840,19 +851,24 @@ end
 local function run()
   local ep = redis.call('HMGET', 'sema:epoch', 'id', 'safe_at')
   if OP == 'hello' then
-    -- ARGV: a new epoch id, the id this instance knew ('' at its start), max ttl
-    local known, maxttl = ARGV[A + 1], tonumber(ARGV[A + 2])
+    -- ARGV: a new epoch id, the id this instance knew ('' at its start), max ttl, the
+    -- latest lease expiry it heard of (0: none)
+    local known, maxttl, horizon = ARGV[A + 1], tonumber(ARGV[A + 2]), tonumber(ARGV[A + 3])
+    local until_ms = NOW + maxttl
+    if horizon > 0 and horizon < until_ms then
+      until_ms = horizon
+    end
     if not ep[1] then
       local safe = 0
       if known ~= '' then
-        safe = NOW + maxttl -- the data went away under a running instance
+        safe = until_ms -- the data went away under a running instance
       end
       redis.call('HSET', 'sema:epoch', 'id', ARGV[A], 'safe_at', N(safe))
       return {ARGV[A], N(safe), N(NOW)}
     end
     local safe = tonumber(ep[2] or '0')
-    if known ~= '' and known ~= ep[1] and safe < NOW + maxttl then
-      safe = NOW + maxttl
+    if known ~= '' and known ~= ep[1] and safe < until_ms then
+      safe = until_ms
       redis.call('HSET', 'sema:epoch', 'safe_at', N(safe))
     end
     return {ep[1], N(safe), N(NOW)}
