@@ -373,3 +373,34 @@ TEST(strict_without_the_replicas_it_waits_for_acknowledges_nothing)
     fx_free(&f);
     redisFree(rc);
 }
+
+/* A keyed lock awaited on B and freed on A: B's waiter gets it with its mode. */
+TEST(a_lock_freed_on_a_is_granted_to_b_with_its_mode)
+{
+    redisContext *rc = redis_sync();
+    fx_t f;
+    engine_t *b;
+    treq_t *x, *s, *rel;
+
+    fx_init(&f);
+    b = instance_new(&f);
+    x = treq_new(ENGINE_LOCK_ACQUIRE, "k");
+    x->r.mode = ENGINE_MODE_EXCLUSIVE;
+    ASSERT_OK(fx_do(&f, x));
+    ASSERT_STREQ(jstr(x->res, "mode"), "exclusive");
+    s = treq_new(ENGINE_LOCK_ACQUIRE, "k");
+    s->r.mode = ENGINE_MODE_SHARED;
+    submit_on(&f, b, s);
+    ASSERT_EQ(s->done, 0);
+    rel = treq_new(ENGINE_LEASE_RELEASE, lease_id(x));
+    ASSERT_OK(fx_do(&f, rel));
+    ASSERT(fx_run_until(&f, &s->done, 2000));
+    ASSERT_EQ(s->status, 0);
+    ASSERT_STREQ(jstr(s->res, "mode"), "shared");
+    treq_free(x);
+    treq_free(s);
+    treq_free(rel);
+    instance_free(&f, b);
+    fx_free(&f);
+    redisFree(rc);
+}

@@ -115,6 +115,7 @@ end
 -- The outcome of a parked request: its own instance completes it. Another instance finds it
 -- under :g (woken by a message; its heartbeat collects it too if the message is lost).
 local function outcome(typ, wid, w, lid, l, extra)
+  extra = extra or (l and mode_of(l.w)) or ''
   act(typ, wid, w.inst, lid, l, extra)
   if w.inst ~= INST then
     local rec = typ .. '\0' .. lid .. '\0' .. (extra or '') .. '\0' .. (l and lpack(l) or '')
