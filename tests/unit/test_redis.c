@@ -8,8 +8,6 @@
 
 #include "test_engine_util.h"
 
-extern const char rs__lua[];
-
 static redisContext *redis_sync(void)
 {
     const char *port = getenv("SEMA_TEST_REDIS_PORT");
@@ -171,8 +169,6 @@ TEST(a_dead_instance_waiter_leaves_the_queue_by_its_alive_bound)
     fx_init(&f);
     fx_put(&f, "d", 1);
     a1 = fx_acquire(&f, "d", 1, -1);
-    r = redisCommand(rc, "SCRIPT LOAD %s", rs__lua);
-    ASSERT(r != NULL && r->type == REDIS_REPLY_STRING);
     /* the stem as the back end makes it: sema:{fnv1a32("s" "d")}s:d */
     uint32_t h = 2166136261u;
     h = (h ^ (uint8_t)'s') * 16777619u;
@@ -181,13 +177,12 @@ TEST(a_dead_instance_waiter_leaves_the_queue_by_its_alive_bound)
     redisReply *ep = redisCommand(rc, "HGET sema:epoch id");
     ASSERT(ep != NULL && ep->type == REDIS_REPLY_STRING);
     /* a waiter of instance "dead" alive for 300 ms, at the head of the queue */
-    redisReply *p = redisCommand(rc,
-                                 "EVALSHA %s 1 %s acquire %s dead dead.1 300 1 1 60000 ghost x "
-                                 "lidlidlidlidlidlidlidlid dead.1 0 0 0",
-                                 r->str, stem, ep->str);
-    ASSERT(p != NULL && p->type == REDIS_REPLY_ARRAY);
-    ASSERT_STREQ(p->element[0]->str, "1"); /* parked */
-    freeReplyObject(p);
+    r = redisCommand(rc,
+                     "FCALL sema 1 %s acquire %s dead dead.1 300 1 1 60000 ghost x "
+                     "lidlidlidlidlidlidlidlid dead.1 0 0 0",
+                     stem, ep->str);
+    ASSERT(r != NULL && r->type == REDIS_REPLY_ARRAY);
+    ASSERT_STREQ(r->element[0]->str, "1"); /* parked */
     freeReplyObject(ep);
     freeReplyObject(r);
     w = fx_acquire(&f, "d", 1, -1); /* behind the dead one */
@@ -317,10 +312,10 @@ TEST(an_acquire_release_pair_is_two_redis_commands)
     }
     redisReply *r = redisCommand(rc, "INFO commandstats");
     ASSERT(r != NULL && r->type == REDIS_REPLY_STRING);
-    const char *p = strstr(r->str, "cmdstat_evalsha:calls=");
+    const char *p = strstr(r->str, "cmdstat_fcall:calls=");
     ASSERT_NOT_NULL(p);
-    after = atoll(p + strlen("cmdstat_evalsha:calls="));
-    fprintf(stderr, "redis_commands_per_pair evalsha=%lld pairs=%d ratio=%.2f\n", after, n,
+    after = atoll(p + strlen("cmdstat_fcall:calls="));
+    fprintf(stderr, "redis_commands_per_pair fcall=%lld pairs=%d ratio=%.2f\n", after, n,
             (double)after / n);
     /* the other commands of the same period: the INFO itself, the DBSIZE */
     ASSERT_EQ(after, 2 * n);

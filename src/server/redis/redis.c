@@ -93,12 +93,12 @@ static void a_free(rargs_t *a)
     sema__free(a->l);
 }
 
-/* EVALSHA sha 1 KEY op epoch inst rid alive */
+/* FCALL sema 1 KEY op epoch inst rid alive */
 static void a_head(rs_t *r, rargs_t *a, const char *key, size_t keylen, const char *op,
                    const char *rid)
 {
-    a_str(a, "EVALSHA");
-    a_str(a, r->sha);
+    a_str(a, "FCALL");
+    a_str(a, "sema");
     a_str(a, "1");
     a_add(a, key, keylen);
     a_str(a, op);
@@ -128,7 +128,7 @@ rcmd_t *rs__cmd_new(rs_t *r, int kind, int argc, const char **argv, const size_t
         p += argvlen[i];
     }
     c->argc = argc;
-    c->script = argc > 5 && argvlen[0] == 7 && memcmp(argv[0], "EVALSHA", 7) == 0;
+    c->script = argc > 5 && argvlen[0] == 5 && memcmp(argv[0], "FCALL", 5) == 0;
     c->kind = (uint8_t)kind;
     c->queued_mono = rs__now(r);
     elist_init(&c->link);
@@ -159,8 +159,6 @@ static int cmd_format(rs_t *r, const rcmd_t *c, char **out)
             p += c->lens[i];
         }
         if (c->script) {
-            v[1] = r->sha;
-            l[1] = strlen(r->sha);
             v[5] = r->epoch;
             l[5] = strlen(r->epoch);
         }
@@ -1048,7 +1046,7 @@ static void fail_cmd(rs_t *r, rcmd_t *c, int status, const char *msg)
 
 void rs__on_reply(rs_t *r, rcmd_t *c, redisReply *rep)
 {
-    if (reply_is(rep, "NOSCRIPT") ||
+    if (reply_is(rep, "NOSCRIPT") || reply_is(rep, "ERR Function not found") ||
         (rep->type == REDIS_REPLY_ARRAY && strcmp(el_str(rep, 0, NULL), "E") == 0)) {
         if (rep->type == REDIS_REPLY_ARRAY)
             r->epoch[0] = r->epoch[0]; /* hello tells what changed */

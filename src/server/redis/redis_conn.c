@@ -145,7 +145,7 @@ int rs__parse_url(rs_t *r, const char *url, char *errbuf, size_t errlen)
         if (parse_sentinels(r, p, hostlen) != 0 || path[0] == '\0' ||
             strlen(path) >= sizeof r->master)
             goto bad;
-        snprintf(r->master, sizeof r->master, "%s", path);
+        memcpy(r->master, path, strlen(path) + 1); /* fits: checked above */
         return 0;
     }
     if (parse_hostport(p, hostlen, r->host, sizeof r->host, &r->port) != 0)
@@ -392,8 +392,8 @@ static void hello_cb(redisAsyncContext *ac, void *reply, void *priv);
 static void send_hello(rs_t *r)
 {
     char maxttl[24], alive[24], horizon[24];
-    const char *argv[] = {"EVALSHA", r->sha, "1",     "sema:epoch", "hello", "",     r->inst,
-                          "",        alive,  r->inst, r->epoch,     maxttl,  horizon};
+    const char *argv[] = {"FCALL", "sema", "1",     "sema:epoch", "hello", "",     r->inst,
+                          "",      alive,  r->inst, r->epoch,     maxttl,  horizon};
     size_t lens[13];
 
     snprintf(maxttl, sizeof maxttl, "%lld", (long long)r->cfg.max_ttl_ms);
@@ -414,14 +414,13 @@ static void load_cb(redisAsyncContext *ac, void *reply, void *priv)
     (void)priv;
     if (rep == NULL)
         return;
-    if (rep->type != REDIS_REPLY_STRING || rep->len >= sizeof r->sha) {
-        log_warn("redis: SCRIPT LOAD failed: %s", is_error(rep) ? rep->str : "bad reply");
+    if (rep->type != REDIS_REPLY_STRING) {
+        log_warn("redis: FUNCTION LOAD failed (semad needs Redis 7 or later): %s",
+                 is_error(rep) ? rep->str : "bad reply");
         redisAsyncFree(ac);
-        conn_gone(c, "SCRIPT LOAD failed");
+        conn_gone(c, "FUNCTION LOAD failed");
         return;
     }
-    memcpy(r->sha, rep->str, rep->len);
-    r->sha[rep->len] = '\0';
     send_hello(r);
 }
 
@@ -453,23 +452,24 @@ static void hello_cb(redisAsyncContext *ac, void *reply, void *priv)
     rs__on_ready(r);
 }
 
-/* Load the script and check the epoch again (after NOSCRIPT, or an epoch that changed). */
+/* Load the library and check the epoch again (after "Function not found", or an epoch
+ * that changed). */
 void rs__resync(rs_t *r)
 {
-    const char *argv[] = {"SCRIPT", "LOAD", rs__lua};
-    size_t lens[] = {6, 4, strlen(rs__lua)};
+    const char *argv[] = {"FUNCTION", "LOAD", "REPLACE", rs__lua};
+    size_t lens[] = {8, 4, 7, strlen(rs__lua)};
 
     if (r->resyncing || r->cmd.state != RS_READY)
         return;
     r->resyncing = 1;
-    redisAsyncCommandArgv(r->cmd.ac, load_cb, NULL, 3, argv, lens);
+    redisAsyncCommandArgv(r->cmd.ac, load_cb, NULL, 4, argv, lens);
 }
 
 static void connect_primary(rs_t *r)
 {
     redisAsyncContext *ac = open_ctx(r, &r->cmd, r->host, r->port);
-    const char *argv[] = {"SCRIPT", "LOAD", rs__lua};
-    size_t lens[] = {6, 4, strlen(rs__lua)};
+    const char *argv[] = {"FUNCTION", "LOAD", "REPLACE", rs__lua};
+    size_t lens[] = {8, 4, 7, strlen(rs__lua)};
 
     if (ac == NULL) {
         r->cmd.state = RS_DOWN;
@@ -483,7 +483,7 @@ static void connect_primary(rs_t *r)
     }
     if (r->master[0] != '\0')
         redisAsyncCommand(ac, setup_cb, (void *)"ROLE", "ROLE");
-    redisAsyncCommandArgv(ac, load_cb, NULL, 3, argv, lens);
+    redisAsyncCommandArgv(ac, load_cb, NULL, 4, argv, lens);
 }
 
 /* ---- Sentinel: ask for the primary's address, then listen for +switch-master ---- */

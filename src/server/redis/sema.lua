@@ -1,7 +1,9 @@
+#!lua name=sema
 -- SPDX-License-Identifier: MIT
--- sema.lua - the Redis back end's operations, one function each, run inside Redis by
--- EVALSHA (loaded once per connection; src/server/redis/redis.c). See docs/redis.md for the
--- keys and docs/architecture.md for why the work is split this way.
+-- sema.lua - the Redis back end's operations, a Redis Functions library (FUNCTION LOAD once
+-- per connection, FCALL sema for every operation; src/server/redis/redis.c). The library's
+-- helpers are defined once, when it is loaded; a call only runs them. See docs/redis.md for
+-- the keys and docs/architecture.md for why the work is split this way.
 --
 -- Every call: KEYS[1] names what it works on (a semaphore's stem, a lease id's key, the name
 -- index); ARGV = op, epoch, instance, request id, alive_ms, then the op's own arguments.
@@ -14,13 +16,11 @@
 -- and the outcomes of parked requests: the calling instance completes its own at once; those
 -- of other instances are kept under :g and the instance is woken by PUBLISH).
 
-local OP, EPOCH, INST, RID = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local ALIVE_MS = tonumber(ARGV[5])
+-- The state of one call, set by main() (a library keeps its upvalues between calls).
+local KEYS, ARGV
+local OP, EPOCH, INST, RID, ALIVE_MS
 local A = 6 -- first argument of the op
-
-local t = redis.call('TIME')
-local NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local NOWUS = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local NOW, NOWUS
 local RESULT_TTL_MS = 60000
 local TOMB_TTL_MS = 600000
 local HK_MAX = 1000 -- leases expired or waiters admitted per call (the rest: next call, at once)
@@ -43,8 +43,7 @@ local function keys_of(stem)
   KA, KG, KS = S .. ':a', S .. ':g', S .. ':s'
 end
 
-local ACTS = {}
-local WAKE = {}
+local ACTS, WAKE
 local PUBLIC = {granted = true, released = true, expired = true, revoked = true,
                 resized = true, deleted = true}
 local M -- the semaphore's row while loaded
@@ -203,7 +202,7 @@ local function lease_end(lid, why)
 end
 
 local SAFE_AT = 0
-local GRANTED = {} -- waiter id -> lease id, granted in this call
+local GRANTED -- waiter id -> lease id, granted in this call
 
 local function grant(w, lid, wid)
   local l = {w = w.w, f = next_fence(), ttl = w.ttl, acq = NOW, exp = NOW + w.ttl,
@@ -342,7 +341,7 @@ local function next_due()
 end
 
 -- A lock key lives while someone holds or awaits it.
-local LOCK_NEW = false
+local LOCK_NEW
 local function lock_gc()
   if KIND == 'k' and M and M.held == 0 and M.nq == 0 then
     if not LOCK_NEW then
@@ -960,14 +959,26 @@ local function publish(r)
   return r
 end
 
-if RID ~= '' then
-  local c = redis.call('GET', 'sema:r:' .. RID)
-  if c then
-    return cjson.decode(c)
+local function main(keys, args)
+  KEYS, ARGV = keys, args
+  OP, EPOCH, INST, RID = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+  ALIVE_MS = tonumber(ARGV[5])
+  local t = redis.call('TIME')
+  NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  NOWUS = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  ACTS, WAKE, GRANTED = {}, {}, {}
+  S, M, LID, SAFE_AT, MORE, LOCK_NEW = nil, nil, nil, 0, false, false
+  if RID ~= '' then
+    local c = redis.call('GET', 'sema:r:' .. RID)
+    if c then
+      return cjson.decode(c)
+    end
   end
+  local r = run()
+  if RID ~= '' and r[1] ~= 'E' then
+    redis.call('SET', 'sema:r:' .. RID, cjson.encode(r), 'PX', RESULT_TTL_MS)
+  end
+  return publish(r)
 end
-local r = run()
-if RID ~= '' and r[1] ~= 'E' then
-  redis.call('SET', 'sema:r:' .. RID, cjson.encode(r), 'PX', RESULT_TTL_MS)
-end
-return publish(r)
+
+redis.register_function('sema', main)
