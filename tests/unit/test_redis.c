@@ -399,3 +399,45 @@ TEST(a_lock_freed_on_a_is_granted_to_b_with_its_mode)
     fx_free(&f);
     redisFree(rc);
 }
+
+static long long fcalls(redisContext *rc)
+{
+    redisReply *r = redisCommand(rc, "INFO commandstats");
+    const char *p;
+    long long n = 0;
+
+    ASSERT(r != NULL && r->type == REDIS_REPLY_STRING);
+    p = strstr(r->str, "cmdstat_fcall:calls=");
+    if (p != NULL)
+        n = atoll(p + strlen("cmdstat_fcall:calls="));
+    freeReplyObject(r);
+    return n;
+}
+
+/* No polling: parked requests that wait cost only the heartbeat, one command per semaphore
+ * with local waiters every 2 s, however many wait. */
+TEST(idle_waiters_cost_only_heartbeats)
+{
+    redisContext *rc = redis_sync();
+    fx_t f;
+    treq_t *a, *w[200];
+    long long before, after;
+    int never = 0;
+
+    fx_init(&f);
+    fx_put(&f, "i", 1);
+    a = fx_acquire(&f, "i", 1, -1);
+    for (int i = 0; i < 200; i++)
+        w[i] = fx_acquire(&f, "i", 1, -1);
+    before = fcalls(rc);
+    fx_run_until(&f, &never, 4500); /* two heartbeats, give or take the jitter */
+    after = fcalls(rc);
+    fprintf(stderr, "redis_commands_idle waiters=200 seconds=4.5 fcall=%lld\n", after - before);
+    ASSERT_LE(after - before, 4);
+    ASSERT_GE(after - before, 1);
+    fx_free(&f);
+    treq_free(a);
+    for (int i = 0; i < 200; i++)
+        treq_free(w[i]);
+    redisFree(rc);
+}

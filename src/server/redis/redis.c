@@ -1558,8 +1558,8 @@ static redisContext *sync_ctx(rs_t *r)
         return c;
     redisFree(c);
     r->sync = NULL;
-    if (r->host[0] == '\0')
-        return NULL;
+    if (r->host[0] == '\0' || (r->conn_once && r->cmd.state != RS_READY))
+        return NULL; /* known to be down: do not block the loop on it */
     c = redisConnectWithTimeout(r->host, r->port, tv);
     if (c == NULL || c->err || redisSetTimeout(c, tv) != REDIS_OK) {
         redisFree(c);
