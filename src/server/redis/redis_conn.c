@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* redis_conn.c - the Redis back end's connections: the address (redis:// or
  * redis+sentinel://), hiredis on the libuv loop, the start of a connection (AUTH, SELECT, the
- * script, the epoch), reconnects with backoff, the subscriber connection, Sentinel. */
+ * library, the epoch), reconnects with backoff, the subscriber connection, Sentinel. */
 #include "redis_internal.h"
 
 #include <stdio.h>
