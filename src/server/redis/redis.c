@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* redis.c - the engine's Redis back end ("redis://..."): every operation is one call of the
- * function of a Lua library (sema.lua) on Redis, which holds the state; this instance keeps its
- * requests in flight, its parked waiters (woken by PUBLISH, collected on a heartbeat as a
- * fallback), a timer for each semaphore's next due time, and strict durability's WAIT. */
+/* redis.c - the engine's Redis back end ("redis://..."): every operation is one FCALL of the
+ * Lua library sema.lua on Redis, which holds the state. This instance keeps its requests in
+ * flight, its parked waiters (woken by PUBLISH, collected on a heartbeat as a fallback), a
+ * timer for the earliest due time in Redis, and strict durability's WAIT. */
 #include "redis_internal.h"
 
 #include <stdio.h>
