@@ -15,7 +15,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 
 build_pkgs="build-essential cmake pkg-config libuv1-dev node-llhttp libjansson-dev
             libsqlite3-dev libhiredis-dev libcurl4-openssl-dev libssl-dev"
-test_pkgs="python3 sqlite3 redis-server procps util-linux nodejs npm openssl curl jq chromium"
+test_pkgs="python3 sqlite3 redis-server redis-sentinel procps util-linux nodejs npm openssl curl jq chromium"
 bench_pkgs="wrk"
 fuzz_pkgs="clang libclang-rt-14-dev"
 

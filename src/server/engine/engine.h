@@ -5,8 +5,8 @@
  * The engine is a front over a back end. The front (engine/front.c, events.c, metrics.c)
  * owns what every back end shares: the limits and the one check of a request's inputs, lease
  * ids, op counters and latency histograms, and the event fan-out with its resume ring. The
- * back end (engine/backend.h: the table of functions it implements) owns the state: today
- * the in-memory one (mem/) with its SQLite store. See docs/architecture.md.
+ * back end (engine/backend.h: the table of functions it implements) owns the state: the
+ * in-memory one (mem/) with its SQLite store, or Redis (redis/). See docs/architecture.md.
  *
  * Threading: everything runs on the one libuv loop given to engine_new(); no locks.
  *
@@ -224,12 +224,16 @@ typedef struct {
     int64_t max_ticket_keepalive_ms; /* longest keepalive a ticket may ask for */
     int64_t ticket_poll_ms;          /* poll_after_ms, and the least time between two position
                                         updates to one watcher (long-poll or stream) */
-    const char *backend;             /* "embedded" (the default when NULL) */
+    const char *backend;             /* "embedded" (the default when NULL), or a Redis address:
+                                        redis://... or redis+sentinel://... (docs/redis.md) */
     struct {                         /* the embedded back end's settings */
         struct store *store;         /* durable store, or NULL for memory only */
         uint64_t max_uncommitted;    /* changes recorded while a commit runs before every
                                         reply waits for the commit (backpressure) */
     } embedded;
+    struct {        /* the Redis back end's settings */
+        int strict; /* hold replies until WAIT says the replicas have the writes */
+    } redis;
 } engine_config_t;
 
 /* Fill `cfg` with the defaults documented in `semad --help`. */
@@ -289,7 +293,9 @@ int engine_metrics(engine_t *e, struct strbuf *buf);
 typedef struct {
     uint64_t semaphores, leases, parked, locks;
     int writes_pending; /* the back end is writing changes (a group commit runs, or
-                           mutations or replies wait for one) */
+                           mutations or replies wait for one; on Redis: commands are in
+                           flight) */
+    int unavailable;    /* the back end cannot serve now (Redis unreachable) */
 } engine_stats_t;
 void engine_stats(engine_t *e, engine_stats_t *out);
 
