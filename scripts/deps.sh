@@ -13,7 +13,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 
 build_pkgs="build-essential cmake pkg-config libuv1-dev node-llhttp libjansson-dev
             libsqlite3-dev libhiredis-dev libcurl4-openssl-dev"
-test_pkgs="python3 sqlite3 redis-server procps util-linux nodejs npm"
+test_pkgs="python3 sqlite3 redis-server redis-sentinel procps util-linux nodejs npm"
 bench_pkgs="wrk"
 fuzz_pkgs="clang libclang-rt-14-dev"
 

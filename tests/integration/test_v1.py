@@ -332,8 +332,8 @@ def test_events_resume_with_last_event_id():
         sock.close()  # what follows happens while it is away
 
         def gauges():
-            text = s.request("GET", "/metrics")[2].decode()
-            return ("semad_event_streams 0" in text, "semad_event_streams_kept 1" in text)
+            return (metric(s, "semad_event_streams ", "") == 0,
+                    metric(s, "semad_event_streams_kept ", "") == 1)
         fx.wait_until(lambda: gauges() == (True, True), 10, "the stream to be kept, unwatched")
         s.request("DELETE", "/v1/leases/" + a["lease"])
         st, b = acquire(s, "er")
@@ -403,8 +403,8 @@ def test_healthz_and_metrics():
         st, h = s.json("GET", "/healthz")
         assert st == 200 and h["status"] == "ok" and h["semaphores"] == 1 and h["leases"] == 1
         st, hd, data = s.request("GET", "/metrics")
-        text = data.decode()
         assert st == 200 and hd["content-type"].startswith("text/plain"), hd
+        text = fx.metrics_text(s)  # every instance's (counters are per instance)
         assert 'semad_http_requests_total{method="PUT",route="/v1/semaphores/{name}",' \
                'status="201"} 1' in text, text
         assert "semad_http_connections " in text
@@ -506,8 +506,9 @@ def test_pitfall22_23_parked_waiter_woken_without_polling():
 
 
 def metric(s, name, label):
+    """The sum of the series `name` with `label` over every instance behind s."""
     total = 0
-    for line in s.request("GET", "/metrics")[2].decode().splitlines():
+    for line in fx.metrics_text(s).splitlines():
         if line.startswith(name) and label in line:
             total += int(line.rsplit(" ", 1)[1])
     return total
