@@ -233,6 +233,10 @@ class RedisServer:
         _kill_group(self.proc, sig)
         self.proc = None
 
+    def start(self):
+        """Start it again after kill(), on the same port and dir."""
+        self._start(fresh_port=False)
+
     def restart(self, down_s=0.0):
         """kill -9, stay down for down_s seconds, start again on the same port and dir (the
         AOF, if any, is loaded back)."""
