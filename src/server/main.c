@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 
 #include <uv.h>
@@ -40,7 +41,10 @@ static int run(semad_config_t *cfg)
 {
     char err[512] = "";
     store_t *store = NULL;
-    if (cfg->durability != STORE_NONE) {
+    int on_redis = strncmp(cfg->engine.backend, "redis", 5) == 0;
+    /* On Redis the state and its durability are Redis's: strict waits for its replicas. */
+    cfg->engine.redis.strict = cfg->durability == STORE_STRICT;
+    if (cfg->durability != STORE_NONE && !on_redis) {
         int rc = store_open(&store, cfg->data_dir, cfg->durability, err, sizeof err);
         if (rc != 0) {
             fprintf(stderr, "semad: cannot open the store in %s: %s (%s)\n", cfg->data_dir,
@@ -67,11 +71,14 @@ static int run(semad_config_t *cfg)
         store_close(store);
         return 1;
     }
-    log_info("semad %s ready (durability %s, data %s)", SEMA_VERSION_STRING,
+    log_info("semad %s ready (durability %s, %s %s)", SEMA_VERSION_STRING,
              cfg->durability == STORE_STRICT    ? "strict"
              : cfg->durability == STORE_RELAXED ? "relaxed"
                                                 : "none",
-             cfg->durability == STORE_NONE ? "-" : cfg->data_dir);
+             on_redis ? "engine" : "data",
+             on_redis                        ? "redis"
+             : cfg->durability == STORE_NONE ? "-"
+                                             : cfg->data_dir);
     uv_run(loop, UV_RUN_DEFAULT);
     server_free(srv);
     uv_loop_close(loop);

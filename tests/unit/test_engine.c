@@ -1010,6 +1010,7 @@ TEST(shutdown_from_inside_a_completion)
     w->r.weight = 1;
     ASSERT_OK(engine_submit(f.e, &w->r)); /* granted */
     ASSERT_OK(engine_submit(f.e, &a->r)); /* parks */
+    fx_settle(&f);
     ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(w)));
     ASSERT_EQ(a->done, 1); /* granted; its callback shut the engine down */
     ASSERT_EQ(a->status, 0);

@@ -16,6 +16,8 @@ TEST(pitfall1_head_waiter_cancel_wakes_followers)
     ASSERT_EQ(f1->done, 0);
     engine_cancel(f.e, &head->r);
     ASSERT_EQ(head->done, 0); /* a cancelled request never gets its callback */
+    fx_settle(&f);
+    ASSERT_EQ(head->done, 0);
     ASSERT_EQ(f1->done, 1);
     ASSERT_EQ(f1->status, 0);
     ASSERT_EQ(fx_state(&f, "s", "waiting"), 0);
@@ -88,6 +90,8 @@ TEST(pitfall2_cancel_of_undelivered_grant_releases_it)
     ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(a)));
     ASSERT_EQ(w1->done, 1);
     ASSERT_EQ(w2->done, 0);
+    fx_settle(&f);
+    ASSERT_EQ(w2->done, 0);
     ASSERT_EQ(w3->done, 1); /* w2's unit went on to w3, exactly once */
     ASSERT_EQ(w3->status, 0);
     ASSERT_EQ(fx_state(&f, "s", "held"), 2);
@@ -135,7 +139,8 @@ TEST(pitfall5_timeout_dequeues_and_wakes_followers)
     ASSERT_EQ(fl->done, 0);
     ASSERT(fx_run_until(&f, &t->done, 2000));
     ASSERT_EQ(t->status, SEMA_ETIMEDOUT);
-    ASSERT_EQ(fl->done, 1); /* same tick as the timeout */
+    fx_settle(&f); /* embedded: same tick as the timeout; Redis: the cancel's answer */
+    ASSERT_EQ(fl->done, 1);
     ASSERT_EQ(fl->status, 0);
     ASSERT_EQ(fx_state(&f, "s", "waiting"), 0);
     treq_free(a);
@@ -223,6 +228,9 @@ TEST(pitfall23_parked_waiter_handed_off_without_polling)
     fx_t f;
     treq_t *a, *w;
 
+    if (fx_on_redis())
+        TEST_SKIP("a release on Redis is a round trip; test_redis covers the hand-off by "
+                  "message");
     fx_init(&f);
     fx_put(&f, "s", 1);
     a = fx_acquire(&f, "s", 1, -1);
@@ -481,6 +489,9 @@ TEST(completion_callbacks_do_not_recurse)
     fx_t f;
     treq_t *t;
 
+    if (fx_on_redis())
+        TEST_SKIP("every completion on Redis is a reply, never inside engine_submit: the front's "
+                  "no-recursion rule is checked with the in-memory back end");
     fx_init(&f);
     fx_put(&f, "s", 1);
     t = treq_new(ENGINE_SEM_GET, "s");

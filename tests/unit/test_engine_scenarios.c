@@ -41,6 +41,7 @@ static int h_create(void *ctx, uint64_t capacity)
     h->live = 1;
     h->closed = 0;
     clear_labels(h);
+    (void)fx_op(&h->f, ENGINE_SEM_DELETE, "scenario", 0); /* a shared back end remembers it */
     return fx_op(&h->f, ENGINE_SEM_PUT, "scenario", capacity);
 }
 
@@ -81,6 +82,7 @@ static int h_request(void *ctx, int label, scen_kind_t kind, uint64_t weight, in
     t->r.weight = weight;
     t->r.timeout_ms = kind == SCEN_TRY ? 0 : timeout_ms;
     ASSERT_OK(engine_submit(h->f.e, &t->r));
+    fx_settle(&h->f); /* a back end on Redis answers after a round trip */
     return t->done ? settled(h, label) : SCEN_QUEUED;
 }
 

@@ -78,6 +78,15 @@ static inline void fx_init_cfg(fx_t *f, const engine_config_t *cfg)
         TEST_FAIL_("engine_new: %d %s", rc, err);
 }
 
+/* The back end the tests run against keeps its state in Redis (SEMA_TEST_ENGINE=redis://...):
+ * its answers take a round trip, so a case that checks an effect "before any loop turn" is
+ * the in-memory back end's alone. */
+static inline int fx_on_redis(void)
+{
+    const char *e = getenv("SEMA_TEST_ENGINE");
+    return e != NULL && strncmp(e, "redis", 5) == 0;
+}
+
 static inline void fx_init(fx_t *f)
 {
     fx_init_cfg(f, NULL);

@@ -41,6 +41,7 @@ typedef struct engine_backend {
 
 /* The back ends. */
 extern const engine_backend_t engine_backend_embedded; /* mem/: in memory + SQLite store */
+extern const engine_backend_t engine_backend_redis;    /* redis/: the state in Redis */
 
 /* ---- the front's counters, which back ends update ---- */
 
@@ -88,5 +89,7 @@ void engine__event(engine_t *e, const engine_event_t *ev);
  * still exists gets "reset" (events already sent may describe undone changes), the others
  * "deleted". */
 void engine__events_rollback(engine_t *e);
+/* Does anyone on this instance watch the semaphore's events (or may resume them)? */
+int engine__watched(engine_t *e, const char *name, size_t len);
 
 #endif /* SEMAD_BACKEND_H */

@@ -179,12 +179,16 @@ typedef struct {
     uint64_t metrics_max_semaphores; /* per-semaphore metric series cap */
     int64_t events_retain_ms;        /* an unwatched semaphore keeps its events this long for a
                                         resume (default ENGINE_EVENTS_RETAIN_MS) */
-    const char *backend;             /* "embedded" (the default when NULL) */
+    const char *backend;             /* "embedded" (the default when NULL), or a Redis address:
+                                        redis://... or redis+sentinel://... (docs/redis.md) */
     struct {                         /* the embedded back end's settings */
         struct store *store;         /* durable store, or NULL for memory only */
         uint64_t max_uncommitted;    /* changes recorded while a commit runs before every
                                         reply waits for the commit (backpressure) */
     } embedded;
+    struct {        /* the Redis back end's settings */
+        int strict; /* hold replies until WAIT says the replicas have the writes */
+    } redis;
 } engine_config_t;
 
 /* Fill `cfg` with the defaults documented in `semad --help`. */

@@ -216,6 +216,11 @@ void engine__event(engine_t *e, const engine_event_t *ev)
         group_detach(e, g); /* finished: a new semaphore of the name is new */
 }
 
+int engine__watched(engine_t *e, const char *name, size_t len)
+{
+    return e->subgroups.count != 0 && group_find(e, name, len) != NULL;
+}
+
 static void event_id(char *buf, size_t cap, uint64_t uid, uint64_t seq)
 {
     snprintf(buf, cap, "%llu-%llu", (unsigned long long)uid, (unsigned long long)seq);

@@ -55,6 +55,11 @@ static const engine_backend_t *backend_find(const char *name)
 {
     if (name == NULL)
         return backends[0];
+#ifdef SEMA_WITH_REDIS
+    /* A Redis address names the Redis back end (it parses the rest). */
+    if (strncmp(name, "redis://", 8) == 0 || strncmp(name, "redis+sentinel://", 17) == 0)
+        return &engine_backend_redis;
+#endif
     for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++)
         if (strcmp(backends[i]->name, name) == 0)
             return backends[i];
@@ -76,7 +81,10 @@ int engine_new(engine_t **out, uv_loop_t *loop, const engine_config_t *cfg, char
 
     *out = NULL;
     if (ops == NULL) {
-        snprintf(errbuf, errlen, "unknown engine \"%s\" (this build has: embedded)", cfg->backend);
+        snprintf(errbuf, errlen,
+                 "unknown engine \"%s\" (embedded, redis://HOST:PORT[/DB] or "
+                 "redis+sentinel://HOST:PORT[,HOST:PORT...]/MASTER_NAME)",
+                 cfg->backend);
         return SEMA_EINVAL;
     }
     if ((e = sema__calloc(1, sizeof(*e))) == NULL)

@@ -1,0 +1,151 @@
+/* SPDX-License-Identifier: MIT */
+/* redis_internal.h - the Redis back end's private structures, shared by redis*.c. The state
+ * lives in Redis (sema.lua); this instance keeps only its own requests: those in flight, its
+ * parked waiters, and the semaphores it has waiters on or watches. */
+#ifndef SEMAD_REDIS_INTERNAL_H
+#define SEMAD_REDIS_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+
+#include "backend.h"
+#include "internal.h"
+#include "table.h"
+
+#define RS_HEARTBEAT_MS 2000    /* a parked waiter's instance renews it this often */
+#define RS_ALIVE_MS 8000        /* waiters of an instance silent this long leave the queue */
+#define RS_CMD_TIMEOUT_MS 2000  /* a command unanswered this long: the connection is dropped */
+#define RS_BACKOFF_MAX_MS 2000  /* reconnect backoff ceiling */
+#define RS_PENDING_MAX 100000   /* commands queued while Redis is unreachable */
+#define RS_COLLECT_WIDS 4096    /* waiter ids in one heartbeat command */
+#define RS_WAIT_TIMEOUT_MS 1000 /* strict: WAIT's own timeout */
+
+enum { RS_DOWN, RS_CONNECTING, RS_READY };
+
+/* A semaphore (or lock key) this instance has parked requests on or streams events of. */
+typedef struct rsem {
+    enode_t node;   /* in r->sems, keyed by stem */
+    elist_t parked; /* rreq_t.plink */
+    uint32_t nparked;
+    uint8_t collecting, collect_again, watched, subscribed;
+    size_t stem_len;
+    size_t name_off; /* where the name starts in stem */
+    char stem[];
+} rsem_t;
+
+enum { RQ_SENT = 1, RQ_PARKED, RQ_READY };
+
+/* The back end's side of one request. */
+typedef struct rreq {
+    elist_t link;      /* r->ready or r->held once complete */
+    elist_t plink;     /* rsem->parked while parked */
+    enode_t node;      /* r->waiters by wid while parked */
+    eitem_t hi;        /* its timeout while parked (in r->theap) */
+    engine_req_t *req; /* NULL once cancelled */
+    rsem_t *sem;
+    uint64_t since_mono;
+    uint8_t state, writes;
+    char wid[40];
+    char lid[ENGINE_LEASE_ID_MAX];
+} rreq_t;
+
+enum { RC_OP = 1, RC_CANCEL, RC_COLLECT, RC_DROP, RC_SWEEP, RC_WAIT, RC_PLAIN };
+
+/* One command: its arguments are kept, so a retry after a lost connection sends the same
+ * request id (which Redis answers from its cache if the first attempt ran). A script call is
+ * formatted when sent, with the script's SHA and the epoch known then. */
+typedef struct rcmd {
+    elist_t link; /* r->inflight, r->retry or r->pending */
+    int argc;
+    int script;   /* EVALSHA: argv[1] is the SHA, argv[5] the epoch */
+    size_t *lens; /* argc lengths, then the bytes of every argument (one allocation) */
+    uint64_t queued_mono, sent_mono;
+    uint8_t kind, writes;
+    rreq_t *rq;  /* RC_OP */
+    rsem_t *sem; /* RC_COLLECT */
+} rcmd_t;
+
+typedef struct rconn {
+    redisAsyncContext *ac;
+    int state;
+    int is_sub;
+    struct rs *r;
+} rconn_t;
+
+typedef struct rs {
+    uv_loop_t *loop;
+    engine_t *front;
+    engine_counters_t *m;
+    engine_config_t cfg;
+    /* where Redis is */
+    char host[256];
+    int port, db;
+    char user[128], pass[256];
+    char master[128];       /* Sentinel: the primary's name ("" without Sentinel) */
+    char sentinels[8][272]; /* host:port */
+    int nsentinels, sentinel_at;
+    int replicas;            /* strict: WAIT for this many replicas */
+    uint64_t cmd_timeout_ms; /* a command unanswered this long: the connection is dropped */
+    int strict;
+    /* identity */
+    char inst[24];  /* this instance's id */
+    char epoch[40]; /* the epoch of Redis's data this instance works on ("" before hello) */
+    char sha[48];   /* the script's SHA-1 */
+    int64_t safe_at_ms;
+    uint64_t seq;
+    /* connections */
+    rconn_t cmd, sub, sent; /* commands; pub/sub; Sentinel */
+    redisContext *sync;     /* blocking, for exists() and /metrics (sync_ctx) */
+    uv_timer_t reconnect_timer, tick_timer, hb_timer, due_timer;
+    uv_check_t check;
+    uint64_t backoff_ms, down_since;
+    int conn_once; /* the command connection was up before */
+    int sub_once;  /* the subscriber connection was up before */
+    int resyncing; /* a SCRIPT LOAD or hello runs: commands wait in retry/pending */
+    elist_t inflight, retry, pending;
+    size_t npending;
+    /* requests */
+    elist_t ready, held;
+    etab_t sems, waiters;
+    eheap_t theap;     /* rreq_t.hi */
+    uint64_t due_at;   /* the due timer's deadline: the first of theap and sweep_at */
+    uint64_t sweep_at; /* when the earliest due time in Redis comes (monotonic ms) */
+    int sweeping;      /* a sweep is in flight */
+    uint64_t nparked;
+    uint64_t nsems, nleases, nlocks; /* counts in Redis, as the last reply told */
+    int wait_inflight, wait_needed;
+    int draining, shutting_down, closing, handles_open;
+    /* counters */
+    uint64_t commands, replies, reconnects, cmd_timeouts, unknown_outcomes, wakes, collects, gone,
+        epoch_changes, waits, waits_short;
+    char errbuf[256];
+} rs_t;
+
+/* redis_conn.c */
+int rs__parse_url(rs_t *r, const char *url, char *errbuf, size_t errlen);
+void rs__connect(rs_t *r);
+void rs__sub_connect(rs_t *r);
+void rs__send(rs_t *r, rcmd_t *c);
+void rs__conn_drop(rs_t *r, const char *why);
+void rs__sub_watch(rs_t *r, rsem_t *s, int on);
+void rs__conns_close(rs_t *r);
+void rs__resync(rs_t *r);
+void rs__on_ready(rs_t *r);
+extern const char rs__lua[];
+
+/* redis.c */
+uint64_t rs__now(rs_t *r);
+rcmd_t *rs__cmd_new(rs_t *r, int kind, int argc, const char **argv, const size_t *argvlen);
+void rs__cmd_free(rcmd_t *c);
+void rs__cmd_cb(redisAsyncContext *ac, void *reply, void *priv);
+void rs__on_reply(rs_t *r, rcmd_t *c, redisReply *reply);
+void rs__cmd_lost(rs_t *r, rcmd_t *c);
+void rs__on_message(rs_t *r, redisReply *msg);
+void rs__collect_all(rs_t *r);
+void rs__drain(rs_t *r);
+void rs__fail_queued(rs_t *r, int status, const char *msg);
+
+#endif /* SEMAD_REDIS_INTERNAL_H */

@@ -1,0 +1,956 @@
+-- SPDX-License-Identifier: MIT
+-- sema.lua - the Redis back end's operations, one function each, run inside Redis by
+-- EVALSHA (loaded once per connection; src/server/redis/redis.c). See docs/redis.md for the
+-- keys and docs/architecture.md for why the work is split this way.
+--
+-- Every call: KEYS[1] names what it works on (a semaphore's stem, a lease id's key, the name
+-- index); ARGV = op, epoch, instance, request id, alive_ms, then the op's own arguments.
+-- A call reads Redis's clock (TIME), checks the epoch, answers a retried request id from its
+-- cache, does its housekeeping (due leases expire, the waiters of dead instances leave, the
+-- queue's head is admitted), does its work, and returns:
+--   { status, message, now_ms, next_due_ms, acts, stem, result... }
+-- every value a string (Lua's numbers would lose digits in cjson and in tostring).
+-- `acts` is a flat list, ACT_LEN fields per act: what happened, in order (public events,
+-- and the outcomes of parked requests: the calling instance completes its own at once; those
+-- of other instances are kept under :g and the instance is woken by PUBLISH).
+
+local OP, EPOCH, INST, RID = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local ALIVE_MS = tonumber(ARGV[5])
+local A = 6 -- first argument of the op
+
+local t = redis.call('TIME')
+local NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local NOWUS = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local RESULT_TTL_MS = 60000
+local TOMB_TTL_MS = 600000
+local HK_MAX = 1000 -- leases expired or waiters admitted per call (the rest: next call, at once)
+local VIEW_MAX = 1000
+local CAP_MAX = 9007199254740992
+
+local function N(x)
+  return string.format('%d', x)
+end
+
+-- ---- the keys of one semaphore (or lock key): its stem plus a suffix of fixed length ----
+local S, KIND, NAME, TAG
+local KM, KF, KQ, KW, KL, KX, KO, KI, KA, KG, KS
+
+local function keys_of(stem)
+  S = stem
+  TAG, KIND, NAME = string.match(stem, '^(sema:{[^}]*})(.):(.*)$')
+  KM, KF, KQ, KW = S .. ':m', S .. ':f', S .. ':q', S .. ':w'
+  KL, KX, KO, KI = S .. ':l', S .. ':x', S .. ':o', S .. ':i'
+  KA, KG, KS = S .. ':a', S .. ':g', S .. ':s'
+end
+
+local ACTS = {}
+local WAKE = {}
+local PUBLIC = {granted = true, released = true, expired = true, revoked = true,
+                resized = true, deleted = true}
+local M -- the semaphore's row while loaded
+
+local function fields(s)
+  local a = {}
+  for x in (s .. '\0'):gmatch('([^%z]*)%z') do
+    a[#a + 1] = x
+  end
+  return a
+end
+
+-- A lease: weight, fence, ttl, acquired, expires, owner, idempotency key.
+local function lpack(l)
+  return table.concat({N(l.w), N(l.f), N(l.ttl), N(l.acq), N(l.exp), l.owner, l.idem}, '\0')
+end
+local function lunpack(s)
+  local a = fields(s)
+  return {w = tonumber(a[1]), f = tonumber(a[2]), ttl = tonumber(a[3]), acq = tonumber(a[4]),
+          exp = tonumber(a[5]), owner = a[6] or '', idem = a[7] or ''}
+end
+
+-- A waiter: instance, weight (0: wait-idle), kind (a acquire, i idle), since, ttl, owner,
+-- idempotency key, the lease id it will get.
+local function wpack(w)
+  return table.concat({w.inst, N(w.w), w.kind, N(w.since), N(w.ttl), w.owner, w.idem, w.lid}, '\0')
+end
+local function wunpack(s)
+  local a = fields(s)
+  return {inst = a[1], w = tonumber(a[2]), kind = a[3], since = tonumber(a[4]),
+          ttl = tonumber(a[5]), owner = a[6] or '', idem = a[7] or '', lid = a[8] or ''}
+end
+
+local function mode_of(w)
+  if KIND ~= 'k' then
+    return '0'
+  end
+  if w == M.cap and M.cap > 1 then
+    return '2'
+  end
+  return '1'
+end
+
+-- act: type, waiter id, instance, lease id, weight, fence, ttl, acquired, expires, owner,
+-- extra (mode for leases; capacity for resized; the status for a failed waiter)
+local function act(typ, wid, inst, lid, l, extra)
+  local n = #ACTS
+  ACTS[n + 1] = typ
+  ACTS[n + 2] = wid or ''
+  ACTS[n + 3] = inst or ''
+  ACTS[n + 4] = lid or ''
+  if l then
+    ACTS[n + 5] = N(l.w)
+    ACTS[n + 6] = N(l.f)
+    ACTS[n + 7] = N(l.ttl)
+    ACTS[n + 8] = N(l.acq)
+    ACTS[n + 9] = N(l.exp)
+    ACTS[n + 10] = l.owner
+  else
+    for i = 5, 9 do
+      ACTS[n + i] = '0'
+    end
+    ACTS[n + 10] = ''
+  end
+  ACTS[n + 11] = extra or (l and mode_of(l.w)) or ''
+end
+
+-- The outcome of a parked request: its own instance completes it. Another instance finds it
+-- under :g (woken by a message; its heartbeat collects it too if the message is lost).
+local function outcome(typ, wid, w, lid, l, extra)
+  act(typ, wid, w.inst, lid, l, extra)
+  if w.inst ~= INST then
+    local rec = typ .. '\0' .. lid .. '\0' .. (extra or '') .. '\0' .. (l and lpack(l) or '')
+    redis.call('HSET', KG, wid, w.inst .. '\0' .. rec)
+    WAKE[w.inst] = true
+  end
+end
+
+-- Counts of everything (for /healthz and the limits): semaphores, leases, lock keys.
+local function count(field, d)
+  redis.call('HINCRBY', 'sema:stats', field, d)
+end
+
+-- ---- the row ----
+local MF = {'cap', 'avail', 'held', 'fence', 'legacy', 'created', 'seq', 'nq', 'wq'}
+local function mload()
+  local v = redis.call('HMGET', KM, unpack(MF))
+  if not v[1] then
+    return nil
+  end
+  local m = {}
+  for i, f in ipairs(MF) do
+    m[f] = tonumber(v[i] or '0')
+  end
+  return m
+end
+local function msave()
+  local a = {}
+  for _, f in ipairs(MF) do
+    a[#a + 1] = f
+    a[#a + 1] = N(M[f])
+  end
+  redis.call('HSET', KM, unpack(a))
+end
+local function mnew(cap, legacy)
+  return {cap = cap, avail = cap, held = 0, fence = 0, legacy = legacy, created = NOW, seq = 0,
+          nq = 0, wq = 0}
+end
+
+-- A fence: strictly above every fence this name handed out, and never below Redis's clock in
+-- microseconds, so a counter that lost its last increments (a failover, a restart from an
+-- older file) still moves forward.
+local function next_fence()
+  local f = tonumber(redis.call('INCR', KF))
+  if f < NOWUS then
+    f = NOWUS
+    redis.call('SET', KF, N(f))
+  end
+  M.fence = f
+  return f
+end
+
+-- ---- leases ----
+local ENDED = {released = 'R', expired = 'E', revoked = 'V', deleted = 'D'}
+
+local function lease_end(lid, why)
+  local rec = redis.call('HGET', KL, lid)
+  if not rec then
+    return nil
+  end
+  local l = lunpack(rec)
+  redis.call('HDEL', KL, lid)
+  redis.call('ZREM', KX, lid)
+  redis.call('ZREM', KO, lid)
+  redis.call('SET', 'sema:id:' .. lid, 'T' .. ENDED[why], 'PX', TOMB_TTL_MS)
+  if l.idem ~= '' and redis.call('HGET', KI, l.idem) == 'L' .. lid then
+    redis.call('HDEL', KI, l.idem)
+  end
+  M.avail = M.avail + l.w
+  M.held = M.held - l.w
+  count('leases', -1)
+  if why ~= 'deleted' then
+    act(why, '', '', lid, l)
+  end
+  return l
+end
+
+local SAFE_AT = 0
+local GRANTED = {} -- waiter id -> lease id, granted in this call
+
+local function grant(w, lid, wid)
+  local l = {w = w.w, f = next_fence(), ttl = w.ttl, acq = NOW, exp = NOW + w.ttl,
+             owner = w.owner, idem = w.idem}
+  redis.call('HSET', KL, lid, lpack(l))
+  redis.call('ZADD', KX, N(l.exp), lid)
+  redis.call('ZADD', KO, N(l.f), lid)
+  redis.call('SET', 'sema:id:' .. lid, 'L' .. S)
+  if w.idem ~= '' then
+    redis.call('HSET', KI, w.idem, 'L' .. lid)
+  end
+  M.avail = M.avail - l.w
+  M.held = M.held + l.w
+  count('leases', 1)
+  GRANTED[wid] = lid
+  outcome('granted', wid, w, lid, l)
+  return l
+end
+
+-- ---- the queue ----
+local function unqueue(wid, w)
+  redis.call('ZREM', KQ, wid)
+  redis.call('HDEL', KW, wid)
+  M.nq = M.nq - 1
+  M.wq = M.wq - w.w
+  if w.idem ~= '' and redis.call('HGET', KI, w.idem) == 'W' .. wid then
+    redis.call('HDEL', KI, w.idem)
+  end
+end
+
+local MORE = false -- housekeeping stopped at its bound: come back at once
+
+-- Strict FIFO with head-of-line blocking: grant heads while they fit.
+local function admit()
+  local n = 0
+  while n < HK_MAX do
+    local h = redis.call('ZRANGE', KQ, 0, 0)
+    if #h == 0 then
+      return
+    end
+    local wid = h[1]
+    local rec = redis.call('HGET', KW, wid)
+    if not rec then
+      redis.call('ZREM', KQ, wid)
+    else
+      local w = wunpack(rec)
+      if w.kind == 'i' then
+        if M.avail < M.cap then
+          return
+        end
+        unqueue(wid, w)
+        outcome('idle', wid, w, '', nil, '')
+      else
+        if w.w > M.avail or NOW < SAFE_AT then
+          return
+        end
+        unqueue(wid, w)
+        grant(w, w.lid, wid)
+      end
+    end
+    n = n + 1
+  end
+  MORE = true
+end
+
+-- An instance stopped renewing its waiters: they leave the queue, and grants made to them
+-- that they never collected go back.
+local function prune_instance(inst)
+  redis.call('HDEL', KA, inst)
+  local pfx = inst .. '.'
+  for _, wid in ipairs(redis.call('ZRANGE', KQ, 0, -1)) do
+    if string.sub(wid, 1, #pfx) == pfx then
+      local rec = redis.call('HGET', KW, wid)
+      if rec then
+        unqueue(wid, wunpack(rec))
+      else
+        redis.call('ZREM', KQ, wid)
+      end
+    end
+  end
+  local g = redis.call('HGETALL', KG)
+  for i = 1, #g, 2 do
+    local a = fields(g[i + 1])
+    if a[1] == inst then
+      redis.call('HDEL', KG, g[i])
+      if a[2] == 'granted' and M then
+        lease_end(a[3], 'released')
+      end
+    end
+  end
+end
+
+local function housekeep()
+  local due = redis.call('ZRANGEBYSCORE', KX, '-inf', N(NOW), 'LIMIT', 0, HK_MAX)
+  for _, lid in ipairs(due) do
+    lease_end(lid, 'expired')
+  end
+  if #due == HK_MAX then
+    MORE = true
+  end
+  local a = redis.call('HGETALL', KA)
+  for i = 1, #a, 2 do
+    if tonumber(a[i + 1]) < NOW and a[i] ~= INST then
+      prune_instance(a[i])
+    end
+  end
+  admit()
+end
+
+local function next_due()
+  if not S then
+    return 0
+  end
+  if MORE then
+    return NOW
+  end
+  local d = 0
+  local x = redis.call('ZRANGE', KX, 0, 0, 'WITHSCORES')
+  if #x > 0 then
+    d = tonumber(x[2])
+  end
+  if M and M.nq > 0 then
+    local a = redis.call('HGETALL', KA)
+    for i = 2, #a, 2 do
+      local v = tonumber(a[i])
+      if d == 0 or v < d then
+        d = v
+      end
+    end
+    if SAFE_AT > NOW and (d == 0 or SAFE_AT < d) then
+      d = SAFE_AT
+    end
+  end
+  return d
+end
+
+-- A lock key lives while someone holds or awaits it.
+local LOCK_NEW = false
+local function lock_gc()
+  if KIND == 'k' and M and M.held == 0 and M.nq == 0 then
+    if not LOCK_NEW then
+      count('locks', -1)
+    end
+    LOCK_NEW = false
+    redis.call('DEL', KM, KQ, KW, KL, KX, KO, KI, KA)
+    redis.call('PEXPIRE', KF, TOMB_TTL_MS) -- the clock floor keeps later fences above
+    M = nil
+    return true
+  end
+  return false
+end
+
+local function save()
+  if M and not lock_gc() then
+    if LOCK_NEW then
+      count('locks', 1)
+      LOCK_NEW = false
+    end
+    msave()
+  end
+end
+
+-- ---- results ----
+local function lease_result(lid, l)
+  return {lid, N(l.w), N(l.f), N(l.ttl), N(l.acq), N(l.exp), l.owner, mode_of(l.w)}
+end
+
+local function readers()
+  if KIND ~= 'k' or M.cap <= 1 then
+    return 0
+  end
+  local n = 0
+  for _, rec in ipairs(redis.call('HVALS', KL)) do
+    if lunpack(rec).w == 1 then
+      n = n + 1
+    end
+  end
+  return n
+end
+
+-- cap, avail, held, fence, waiting, waiting weight, legacy, readers, [holders, waiters, truncated]
+local function view(lists)
+  local r = {N(M.cap), N(M.avail), N(M.held), N(M.fence), N(M.nq), N(M.wq), N(M.legacy),
+             N(readers())}
+  if not lists then
+    return r
+  end
+  local hs, ws = {}, {}
+  local lids = redis.call('ZRANGE', KO, 0, VIEW_MAX - 1)
+  for _, lid in ipairs(lids) do
+    local rec = redis.call('HGET', KL, lid)
+    if rec then
+      for _, v in ipairs(lease_result(lid, lunpack(rec))) do
+        hs[#hs + 1] = v
+      end
+    end
+  end
+  local wids = redis.call('ZRANGE', KQ, 0, VIEW_MAX - 1)
+  for _, wid in ipairs(wids) do
+    local rec = redis.call('HGET', KW, wid)
+    if rec then
+      local w = wunpack(rec)
+      ws[#ws + 1] = w.owner
+      ws[#ws + 1] = N(w.w)
+      ws[#ws + 1] = N(w.since)
+      ws[#ws + 1] = w.kind == 'i' and '0' or mode_of(w.w)
+      ws[#ws + 1] = w.kind == 'i' and '1' or '0'
+    end
+  end
+  local trunc = (redis.call('ZCARD', KO) > VIEW_MAX or M.nq > VIEW_MAX) and '1' or '0'
+  r[#r + 1] = hs
+  r[#r + 1] = ws
+  r[#r + 1] = trunc
+  return r
+end
+
+local function cat(a, b)
+  for _, v in ipairs(b) do
+    a[#a + 1] = v
+  end
+  return a
+end
+
+-- Every semaphore with something due (a lease's expiry, a dead instance's waiters, the end
+-- of a pause after lost data) is in sema:due by that time; instances arm a timer for the
+-- earliest and run `sweep`, so an expiry grants waiters even when no request comes.
+local function reply(status, msg, res)
+  if M then
+    save() -- the row as the housekeeping and the op left it
+  end
+  local d = next_due()
+  if S then
+    if d > 0 then
+      redis.call('ZADD', 'sema:due', N(d), S)
+    else
+      redis.call('ZREM', 'sema:due', S)
+    end
+  end
+  local g = redis.call('ZRANGE', 'sema:due', 0, 0, 'WITHSCORES')
+  local c = redis.call('HMGET', 'sema:stats', 'sems', 'leases', 'locks')
+  local r = {N(status), msg or '', N(NOW), N(d), ACTS, S or '',
+             {c[1] or '0', c[2] or '0', c[3] or '0', g[2] or '0'}}
+  for _, v in ipairs(res or {}) do
+    r[#r + 1] = v
+  end
+  return r
+end
+
+-- The error codes of include/sema/error.h that the operations answer.
+local EINVAL, ENOENT, EEXIST, EBUSY, ETIMEDOUT, ECANCELED = -22, -2, -17, -16, -110, -125
+local ESTALE, EEXPIRED, EREVOKED, ELIMIT, EUNAVAIL, EOVERFLOW = -116, -127, -128, -122, -11, -75
+local EREPLACED, EKEYMISMATCH = -1001, -1002
+local M_NOT_FOUND = 'no such semaphore'
+local M_LOST = 'Redis lost its state; grants resume once every lease it held has run out'
+local TOMB = {R = {ESTALE, 'the lease was already released'},
+              E = {EEXPIRED, 'the lease expired'},
+              V = {EREVOKED, 'the lease was revoked'},
+              D = {ECANCELED, "the lease's semaphore was deleted"}}
+
+-- ---- operations ----
+local ops = {}
+
+local function create(legacy)
+  local max = tonumber(ARGV[A + 1])
+  if max > 0 and redis.call('ZCARD', 'sema:names') >= max then
+    return reply(ELIMIT, 'too many semaphores')
+  end
+  M = mnew(tonumber(ARGV[A]), legacy)
+  msave()
+  count('sems', 1)
+  redis.call('ZADD', 'sema:names', 0, NAME .. '\0' .. S)
+  return nil
+end
+
+-- put: capacity, max semaphores -> created, view
+function ops.put()
+  if M then
+    if M.cap ~= tonumber(ARGV[A]) then
+      return reply(EEXIST, 'the semaphore exists with another capacity')
+    end
+    return reply(0, '', cat({'0'}, view(true)))
+  end
+  local r = create(0)
+  return r or reply(0, '', cat({'1'}, view(true)))
+end
+
+function ops.legacy_create()
+  if M then
+    return reply(EEXIST, 'the semaphore already exists')
+  end
+  local r = create(1)
+  return r or reply(0, '', cat({'1'}, view(false)))
+end
+
+function ops.get()
+  return reply(0, '', cat({'0'}, view(true)))
+end
+
+function ops.legacy_value()
+  return reply(0, '', cat({'0'}, view(false)))
+end
+
+function ops.lock_get()
+  return reply(0, '', cat({'0'}, view(true)))
+end
+
+local function delete_all()
+  for _, wid in ipairs(redis.call('ZRANGE', KQ, 0, -1)) do
+    local rec = redis.call('HGET', KW, wid)
+    if rec then
+      outcome('fail', wid, wunpack(rec), '', nil, N(ECANCELED))
+    end
+  end
+  for _, lid in ipairs(redis.call('ZRANGE', KO, 0, -1)) do
+    lease_end(lid, 'deleted')
+  end
+  act('deleted', '', '', '', nil, '')
+  redis.call('DEL', KM, KQ, KW, KL, KX, KO, KI, KA)
+  redis.call('ZREM', 'sema:names', NAME .. '\0' .. S)
+  count('sems', -1)
+  M = nil
+end
+
+function ops.delete()
+  delete_all()
+  return reply(0, '')
+end
+
+-- resize: capacity
+function ops.resize()
+  local cap = tonumber(ARGV[A])
+  M.avail = M.avail + cap - M.cap
+  M.cap = cap
+  for _, wid in ipairs(redis.call('ZRANGE', KQ, 0, -1)) do
+    local rec = redis.call('HGET', KW, wid)
+    if rec then
+      local w = wunpack(rec)
+      if w.kind == 'a' and w.w > cap then
+        unqueue(wid, w)
+        outcome('fail', wid, w, '', nil, N(EINVAL))
+      end
+    end
+  end
+  act('resized', '', '', '', nil, N(cap))
+  admit()
+  return reply(0, '', cat({'0'}, view(true)))
+end
+
+function ops.legacy_up()
+  if M.avail >= CAP_MAX then
+    return reply(EOVERFLOW, 'value would exceed 2^53')
+  end
+  M.avail = M.avail + 1
+  M.legacy = 1
+  admit()
+  return reply(0, '', cat({'0'}, view(false)))
+end
+
+function ops.legacy_down()
+  if M.avail < 1 or M.nq > 0 then
+    return reply(EBUSY, 'Semaphore locked')
+  end
+  M.avail = M.avail - 1
+  M.legacy = 1
+  return reply(0, '', cat({'0'}, view(false)))
+end
+
+-- Park a request at the tail of the queue.
+local function park(wid, w)
+  local maxw = tonumber(ARGV[A + 8])
+  if maxw > 0 and M.nq >= maxw then
+    return reply(ELIMIT, 'too many parked requests')
+  end
+  M.seq = M.seq + 1
+  redis.call('ZADD', KQ, N(M.seq), wid)
+  redis.call('HSET', KW, wid, wpack(w))
+  redis.call('HSET', KA, INST, N(NOW + ALIVE_MS))
+  M.nq = M.nq + 1
+  M.wq = M.wq + w.w
+  if w.idem ~= '' then
+    redis.call('HSET', KI, w.idem, 'W' .. wid)
+  end
+  return reply(1, '')
+end
+
+local M_KEY_MISMATCH = 'this Idempotency-Key names a request of another weight ' ..
+                       '(or lock mode); nothing was granted'
+
+-- A retry with a known Idempotency-Key: the lease it names, or its place in the queue.
+local function idem_retry(wid, w, wait)
+  local v = redis.call('HGET', KI, w.idem)
+  if not v then
+    return nil
+  end
+  local ref = string.sub(v, 2)
+  if string.sub(v, 1, 1) == 'L' then
+    local rec = redis.call('HGET', KL, ref)
+    if not rec then
+      return nil
+    end
+    local l = lunpack(rec)
+    if l.w ~= w.w then
+      return reply(EKEYMISMATCH, M_KEY_MISMATCH)
+    end
+    return reply(0, '', lease_result(ref, l))
+  end
+  local rec = redis.call('HGET', KW, ref)
+  if not rec then
+    return nil
+  end
+  local old = wunpack(rec)
+  if old.w ~= w.w or old.kind ~= w.kind then
+    return reply(EKEYMISMATCH, M_KEY_MISMATCH)
+  end
+  if not wait then
+    return reply(EBUSY, 'not available without waiting')
+  end
+  -- the retry takes the first attempt's place: same position, its own instance
+  local score = redis.call('ZSCORE', KQ, ref)
+  redis.call('ZREM', KQ, ref)
+  redis.call('HDEL', KW, ref)
+  old.inst = INST
+  old.lid = w.lid
+  old.ttl = w.ttl
+  old.owner = w.owner
+  redis.call('ZADD', KQ, score, wid)
+  redis.call('HSET', KW, wid, wpack(old))
+  redis.call('HSET', KA, INST, N(NOW + ALIVE_MS))
+  redis.call('HSET', KI, w.idem, 'W' .. wid)
+  outcome('fail', ref, wunpack(rec), '', nil, N(EREPLACED))
+  return reply(1, '')
+end
+
+-- acquire: weight (or mode for a lock), wait (0 try, 1 wait), ttl, owner, idem, lease id,
+-- waiter id, max lock keys, max waiters here, lock readers
+local function acquire()
+  local wait = ARGV[A + 1] == '1'
+  local w = {inst = INST, w = tonumber(ARGV[A]), kind = 'a', since = NOW,
+             ttl = tonumber(ARGV[A + 2]), owner = ARGV[A + 3], idem = ARGV[A + 4],
+             lid = ARGV[A + 5]}
+  local wid = ARGV[A + 6]
+  if KIND == 'k' and w.w == 0 then
+    w.w = M.cap -- exclusive
+  end
+  if w.w < 1 or w.w > M.cap then
+    return reply(EINVAL, 'weight must be between 1 and the capacity')
+  end
+  if w.idem ~= '' then
+    local r = idem_retry(wid, w, wait)
+    if r then
+      return r
+    end
+  end
+  if NOW < SAFE_AT then
+    lock_gc()
+    return reply(EUNAVAIL, M_LOST)
+  end
+  if M.nq == 0 and w.w <= M.avail then
+    local l = grant(w, w.lid, wid)
+    return reply(0, '', lease_result(w.lid, l))
+  end
+  if not wait then
+    return reply(EBUSY, 'not available without waiting')
+  end
+  return park(wid, w)
+end
+
+function ops.acquire()
+  return acquire()
+end
+
+function ops.lock_acquire()
+  return acquire()
+end
+
+-- wait_idle: wait, waiter id (same places as acquire's)
+function ops.wait_idle()
+  local wait = ARGV[A + 1] == '1'
+  if M.nq == 0 and M.avail >= M.cap then
+    return reply(0, '', {'idle'})
+  end
+  if not wait then
+    return reply(EBUSY, 'not idle')
+  end
+  return park(ARGV[A + 6], {inst = INST, w = 0, kind = 'i', since = NOW, ttl = 0, owner = '',
+                            idem = '', lid = ''})
+end
+
+-- ---- leases (KEYS[1] is the lease id's key) ----
+local LID
+
+function ops.lease_get()
+  return reply(0, '', lease_result(LID, lunpack(redis.call('HGET', KL, LID))))
+end
+
+-- renew: ttl
+function ops.lease_renew()
+  local l = lunpack(redis.call('HGET', KL, LID))
+  l.ttl = tonumber(ARGV[A])
+  l.exp = NOW + l.ttl
+  redis.call('HSET', KL, LID, lpack(l))
+  redis.call('ZADD', KX, N(l.exp), LID)
+  return reply(0, '', lease_result(LID, l))
+end
+
+local function end_op(why)
+  lease_end(LID, why)
+  if why == 'revoked' then
+    next_fence() -- a fenced write with the old token now loses
+  end
+  admit()
+  return reply(0, '')
+end
+
+function ops.lease_release()
+  return end_op('released')
+end
+
+function ops.lease_revoke()
+  return end_op('revoked')
+end
+
+-- ---- an instance's own waiters ----
+
+-- collect: waiter ids this instance has parked here (to find those Redis no longer knows).
+-- Renews the instance's alive-until, hands over what was granted to it.
+function ops.collect()
+  local mine = {}
+  local n = 0
+  for i = A, #ARGV do
+    mine[ARGV[i]] = true
+    n = n + 1
+  end
+  if n > 0 and M then
+    redis.call('HSET', KA, INST, N(NOW + ALIVE_MS))
+  end
+  local g = redis.call('HGETALL', KG)
+  for i = 1, #g, 2 do
+    local a = fields(g[i + 1])
+    if a[1] == INST then
+      redis.call('HDEL', KG, g[i])
+      mine[g[i]] = nil
+      local l = a[5] and a[5] ~= '' and {w = tonumber(a[5]), f = tonumber(a[6]),
+                 ttl = tonumber(a[7]), acq = tonumber(a[8]), exp = tonumber(a[9]),
+                 owner = a[10] or '', idem = a[11] or ''} or nil
+      act('c' .. a[2], g[i], INST, a[3], l, a[4])
+    end
+  end
+  for wid, _ in pairs(mine) do
+    if not GRANTED[wid] and not (M and redis.call('HEXISTS', KW, wid) == 1) then
+      act('gone', wid, INST, '', nil, '')
+    end
+  end
+  return reply(0, '')
+end
+
+-- cancel: waiter id, why (t: its timeout, the grant is taken if it was made; d: its client
+-- left, a grant made for it goes back), the lease id it was to get (a grant this instance
+-- made for it but never delivered: a reply that came after the client left)
+function ops.cancel()
+  local wid, why, mylid = ARGV[A], ARGV[A + 1], ARGV[A + 2] or ''
+  if why == 'd' and M and mylid ~= '' and redis.call('HEXISTS', KW, wid) == 0 and
+     redis.call('HEXISTS', KG, wid) == 0 and redis.call('HEXISTS', KL, mylid) == 1 then
+    lease_end(mylid, 'released')
+    admit()
+    return reply(0, '')
+  end
+  local rec = M and redis.call('HGET', KW, wid)
+  if rec then
+    unqueue(wid, wunpack(rec))
+    if why == 't' then
+      act('fail', wid, INST, '', nil, N(ETIMEDOUT))
+    end
+    admit()
+  else
+    local g = redis.call('HGET', KG, wid)
+    local lid = GRANTED[wid]
+    if g then
+      redis.call('HDEL', KG, wid)
+      local a = fields(g)
+      if a[2] == 'granted' then
+        lid = a[3]
+        if why == 't' then
+          local l = {w = tonumber(a[5]), f = tonumber(a[6]), ttl = tonumber(a[7]),
+                     acq = tonumber(a[8]), exp = tonumber(a[9]), owner = a[10] or '',
+                     idem = a[11] or ''}
+          act('cgranted', wid, INST, lid, l, a[4])
+          lid = nil
+        end
+      elseif why == 't' then
+        act('c' .. a[2], wid, INST, a[3], nil, a[4])
+      end
+    end
+    if lid and why == 'd' and M then
+      lease_end(lid, 'released')
+      admit()
+    end
+  end
+  return reply(0, '')
+end
+
+-- release_lid: a grant this instance could not deliver (its client left): lease id
+function ops.drop_lease()
+  if M and redis.call('HEXISTS', KL, ARGV[A]) == 1 then
+    lease_end(ARGV[A], 'released')
+    admit()
+  end
+  return reply(0, '')
+end
+
+-- ---- the name index ----
+
+-- list: prefix, cursor, limit. The index's members are name NUL stem, in name order.
+function ops.list()
+  local pfx, cur, limit = ARGV[A], ARGV[A + 1], tonumber(ARGV[A + 2])
+  local start = '[' .. pfx
+  if cur ~= '' and cur >= pfx then
+    start = '[' .. cur .. '\1'
+  end
+  local names = redis.call('ZRANGEBYLEX', 'sema:names', start, '+', 'LIMIT', 0, limit + 1)
+  local items, more, n = {}, '0', 0
+  for _, m in ipairs(names) do
+    local name, stem = string.match(m, '^(.*)%z(sema:.*)$')
+    if not name or string.sub(name, 1, #pfx) ~= pfx then
+      break
+    end
+    if n == limit then
+      more = '1'
+      break
+    end
+    keys_of(stem)
+    M = mload()
+    if M then
+      items[#items + 1] = name
+      cat(items, view(false))
+      n = n + 1
+    end
+  end
+  S, M = nil, nil
+  return reply(0, '', {more, items})
+end
+
+-- ---- dispatch ----
+local function run()
+  local ep = redis.call('HMGET', 'sema:epoch', 'id', 'safe_at')
+  if OP == 'hello' then
+    -- ARGV: a new epoch id, the id this instance knew ('' at its start), max ttl
+    local known, maxttl = ARGV[A + 1], tonumber(ARGV[A + 2])
+    if not ep[1] then
+      local safe = 0
+      if known ~= '' then
+        safe = NOW + maxttl -- the data went away under a running instance
+      end
+      redis.call('HSET', 'sema:epoch', 'id', ARGV[A], 'safe_at', N(safe))
+      return {ARGV[A], N(safe), N(NOW)}
+    end
+    local safe = tonumber(ep[2] or '0')
+    if known ~= '' and known ~= ep[1] and safe < NOW + maxttl then
+      safe = NOW + maxttl
+      redis.call('HSET', 'sema:epoch', 'safe_at', N(safe))
+    end
+    return {ep[1], N(safe), N(NOW)}
+  end
+  if ep[1] ~= EPOCH then
+    return {'E', ep[1] or ''}
+  end
+  SAFE_AT = tonumber(ep[2] or '0')
+  if OP == 'list' then
+    return ops.list()
+  end
+  if OP == 'sweep' then
+    local x = redis.call('ZRANGE', 'sema:due', 0, 0, 'WITHSCORES')
+    if #x == 0 or tonumber(x[2]) > NOW then
+      return reply(0, '')
+    end
+    keys_of(x[1])
+    M = mload()
+    if M then
+      housekeep()
+    end
+    return reply(0, '')
+  end
+  local k = KEYS[1]
+  if string.sub(k, 1, 8) == 'sema:id:' then
+    LID = string.sub(k, 9)
+    local v = redis.call('GET', k)
+    if not v then
+      return reply(ENOENT, 'no such lease')
+    end
+    if string.sub(v, 1, 1) == 'T' then
+      local tb = TOMB[string.sub(v, 2)]
+      return reply(tb[1], tb[2])
+    end
+    keys_of(string.sub(v, 2))
+    M = mload()
+    if not M then
+      return reply(ENOENT, 'no such lease')
+    end
+    housekeep()
+    if redis.call('HEXISTS', KL, LID) == 0 then
+      -- it ended in this very housekeeping
+      local tb = TOMB[string.sub(redis.call('GET', k) or 'TE', 2)]
+      return reply(tb[1], tb[2])
+    end
+    return ops[OP]()
+  end
+  keys_of(k)
+  M = mload()
+  if not M then
+    if OP == 'lock_acquire' then
+      local max = tonumber(ARGV[A + 7])
+      if max > 0 and tonumber(redis.call('HGET', 'sema:stats', 'locks') or '0') >= max then
+        return reply(ELIMIT, 'too many lock keys')
+      end
+      M = mnew(tonumber(ARGV[A + 9]), 0)
+      LOCK_NEW = true
+    elseif OP == 'put' or OP == 'legacy_create' or OP == 'collect' or OP == 'cancel' or
+           OP == 'drop_lease' then
+      return ops[OP]()
+    elseif OP == 'lock_get' then
+      return reply(ENOENT, 'no such lock key (not held or awaited)')
+    else
+      return reply(ENOENT, M_NOT_FOUND)
+    end
+  end
+  housekeep()
+  return ops[OP]()
+end
+
+local function publish(r)
+  for inst, _ in pairs(WAKE) do
+    redis.call('PUBLISH', 'sema:wake:' .. inst, S)
+  end
+  if S and #ACTS > 0 and redis.call('EXISTS', KS) == 1 then
+    local ev = {}
+    for i = 1, #ACTS, 11 do
+      if PUBLIC[ACTS[i]] then
+        for j = 0, 10 do
+          ev[#ev + 1] = ACTS[i + j]
+        end
+      end
+    end
+    if #ev > 0 then
+      redis.call('PUBLISH', 'sema:ev:' .. S, INST .. '\0' .. table.concat(ev, '\0'))
+    end
+  end
+  return r
+end
+
+if RID ~= '' then
+  local c = redis.call('GET', 'sema:r:' .. RID)
+  if c then
+    return cjson.decode(c)
+  end
+end
+local r = run()
+if RID ~= '' and r[1] ~= 'E' then
+  redis.call('SET', 'sema:r:' .. RID, cjson.encode(r), 'PX', RESULT_TTL_MS)
+end
+return publish(r)
