@@ -467,7 +467,7 @@ class Fleet:
 
     def add(self):
         """Start one more instance on the same Redis; returns its index."""
-        inst = fx.Semad("--engine", self.url_engine, *self.args, durability=self.durability,
+        inst = fx.SemadProcess("--engine", self.url_engine, *self.args, durability=self.durability,
                         env=self.env, wrap=wrap())
         self.instances.append(inst)
         _semads.append(inst)

@@ -224,6 +224,9 @@ class Semad:
         return False
 
 
+SemadProcess = Semad  # one semad process, also when SEMA_TEST_REDIS makes Semad a fleet
+
+
 def do_request(c, method, path, body=None, headers=None):
     h = dict(headers or {})
     if isinstance(body, (dict, list)):
