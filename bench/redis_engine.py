@@ -79,48 +79,6 @@ def run_json(cmd, timeout=300):
     return json.loads(line)
 
 
-class Monitor:
-    """redis-cli MONITOR in the background: every command Redis runs, with its time and
-    whether a script ran it ("lua") or a client sent it."""
-
-    def __init__(self, port):
-        self.lines = []
-        self.p = subprocess.Popen(rf.wrap() + ["redis-cli", "-p", str(port), "monitor"],
-                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                  stdin=subprocess.DEVNULL)
-        first = self.p.stdout.readline()
-        if not first.startswith(b"OK"):
-            raise RuntimeError("MONITOR: %r" % first)
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        for raw in self.p.stdout:
-            self.lines.append(raw)
-
-    def count(self, t0, t1):
-        """{command: n} sent by clients between t0 and t1 (wall clock), and by scripts."""
-        clients, scripts = {}, {}
-        for raw in list(self.lines):
-            parts = raw.decode("utf-8", "replace").split(" ", 3)
-            if len(parts) < 4:
-                continue
-            try:
-                ts = float(parts[0])
-            except ValueError:
-                continue
-            if not t0 <= ts <= t1:
-                continue
-            src = parts[2].rstrip("]")
-            cmd = parts[3].split('"')[1].lower() if '"' in parts[3] else "?"
-            d = scripts if src == "lua" else clients
-            d[cmd] = d.get(cmd, 0) + 1
-        return clients, scripts
-
-    def close(self):
-        self.p.kill()
-        self.p.wait()
-
-
 def counted(mon, fn):
     """Runs fn() between two marks; returns (fn's result, client commands, script commands)
     in its window (MONITOR lines arrive a moment late: wait for them)."""
@@ -151,7 +109,7 @@ def main():
     with rf.RedisServer() as r, rf.Fleet(r.url(), 2, "--max-connections", "30000") as fl:
         a, b = fl[0], fl[1]
         ua, ub = "http://127.0.0.1:%d" % a.port, "http://127.0.0.1:%d" % b.port
-        mon = Monitor(r.port)
+        mon = rf.Monitor(r.port)
         try:
             commands_per_pair(r, mon, ua, ub)
             idle_waiters(r, mon, fl)

@@ -257,6 +257,48 @@ class RedisServer:
         return False
 
 
+class Monitor:
+    """redis-cli MONITOR in the background: every command Redis runs, with its time and
+    whether a script ran it ("lua") or a client sent it."""
+
+    def __init__(self, port):
+        self.lines = []
+        self.p = subprocess.Popen(wrap() + ["redis-cli", "-p", str(port), "monitor"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                  stdin=subprocess.DEVNULL)
+        first = self.p.stdout.readline()
+        if not first.startswith(b"OK"):
+            raise RuntimeError("MONITOR: %r" % first)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for raw in self.p.stdout:
+            self.lines.append(raw)
+
+    def count(self, t0, t1):
+        """{command: n} sent by clients between t0 and t1 (wall clock), and by scripts."""
+        clients, scripts = {}, {}
+        for raw in list(self.lines):
+            parts = raw.decode("utf-8", "replace").split(" ", 3)
+            if len(parts) < 4:
+                continue
+            try:
+                ts = float(parts[0])
+            except ValueError:
+                continue
+            if not t0 <= ts <= t1:
+                continue
+            src = parts[2].rstrip("]")
+            cmd = parts[3].split('"')[1].lower() if '"' in parts[3] else "?"
+            d = scripts if src == "lua" else clients
+            d[cmd] = d.get(cmd, 0) + 1
+        return clients, scripts
+
+    def close(self):
+        self.p.kill()
+        self.p.wait()
+
+
 class Sentinels:
     """A primary, one replica and three redis-sentinel processes (quorum 2) on loopback.
     `flags` go to both data nodes (say, "--min-replicas-to-write", "1")."""
@@ -364,12 +406,20 @@ class Sentinels:
         cli(self.ports()[0], "SENTINEL", "FAILOVER", MASTER)
         return self._wait_switch(new.port, timeout)
 
-    def crash_primary(self, timeout=30):
-        """kill -9 the primary; returns the new one once the sentinels promoted it."""
+    def crash_primary(self, timeout=30, rejoin=True):
+        """kill -9 the primary; returns the new one once the sentinels promoted it. With
+        rejoin, the crashed node is then started again (empty: the data nodes keep nothing
+        on disk) and the sentinels make it the new primary's replica, as an operator would."""
         old = self.current()
         new = self.replica if old is self.primary else self.primary
         old.kill()
-        return self._wait_switch(new.port, timeout)
+        self._wait_switch(new.port, timeout)
+        if rejoin:
+            old.start()
+            wait_until(lambda: new.info("replication").get("connected_slaves") == "1"
+                       and old.info("replication").get("master_link_status") == "up",
+                       timeout, "the crashed node to rejoin as a replica")
+        return new
 
     def close(self):
         for _, p, _ in self.sentinels:
@@ -456,6 +506,7 @@ class Fleet:
         self.env = env
         self.instances = []
         self.gone = set()  # indices killed or stopped by the test
+        self.before_close = []  # called first by close() (say, stopping a load's clients)
         self._rr = itertools.count()
         try:
             for _ in range(n):
@@ -534,6 +585,9 @@ class Fleet:
 
     def close(self, check=True):
         errors = []
+        for fn in self.before_close:
+            fn()
+        self.before_close = []
         for i, s in enumerate(self.instances):
             try:
                 os.kill(s.proc.pid, signal.SIGCONT)  # one the test stopped can exit

@@ -101,6 +101,17 @@ class Load:
             if t.is_alive():
                 raise AssertionError("a client thread never finished (a request unanswered)")
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        """Stops the clients (a test that failed midway must not leave them running into
+        the teardown)."""
+        self.stop_evt.set()
+        for t in self._threads:
+            t.join(30 * fx.SLOW)
+        return False
+
     def count(self, what):
         with self.lock:
             self.counts[what] = self.counts.get(what, 0) + 1

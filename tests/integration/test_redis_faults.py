@@ -105,8 +105,10 @@ def waiting(s, name):
 def redis_fleet(n=3, *args, aof=False, durability="relaxed"):
     rf.need_redis_engine()
     r = rf.RedisServer(aof=aof)
+    # strict waits for the replicas the URL names (one by default); this Redis has none
+    url = r.url() + ("?replicas=0" if durability == "strict" else "")
     try:
-        fl = rf.Fleet(r.url(), n, *args, durability=durability)
+        fl = rf.Fleet(url, n, *args, durability=durability)
     except BaseException:
         r.close()
         raise
@@ -117,7 +119,9 @@ def load_over(fl, sems, **kw):
     """Random load (safety_checker.Load) through the live instances of fl."""
     for name, cap in sems.items():
         put(fl[0], name, cap)
-    return sc.Load(lambda: random.choice(fl.live()), sems, instances=fl.live, **kw).start()
+    load = sc.Load(lambda: random.choice(fl.live()), sems, instances=fl.live, **kw)
+    fl.before_close.append(load.__exit__)  # a failed test stops its clients first
+    return load.start()
 
 
 def is_problem(res, status, code=None):
@@ -372,7 +376,7 @@ def test_redis_restart_without_persistence():
     its unit, so no one else may get it before its ttl — no over-admission. Then they serve
     again."""
     max_ttl = 3000
-    r, fl = redis_fleet(2, "--max-ttl", "%dms" % max_ttl)
+    r, fl = redis_fleet(2, "--max-ttl", "%dms" % max_ttl, "--default-ttl", "1s")
     with r, fl:
         a, b = fl[0], fl[1]
         put(a, "np", 1)
@@ -422,6 +426,7 @@ def sentinel_failover(crash):
         a, b = fl[0], fl[1]
         sems = {"f1": 1, "f3": 3}
         put(a, "fo", 1)
+        put(a, "probe", 1)
         held = grant(a, "fo", ttl_ms=60000)
         w = Parked(b, "fo", {"owner": "across"})
         fx.wait_until(lambda: waiting(a, "fo") == 1, 10, "park")
@@ -432,15 +437,25 @@ def sentinel_failover(crash):
         t0 = time.monotonic()
         new = sn.crash_primary() if crash else sn.failover()
         switched = time.monotonic() - t0
-        # the instances follow: grants again through each of them
-        fx.wait_until(lambda: all(s.request("GET", "/v1/semaphores/f1")[0] == 200
-                                  for s in fl.live()), 30, "the instances to follow")
+        # the instances follow: grants again through each of them, once the new primary
+        # has the replica that strict durability waits for (after a graceful failover the
+        # sentinels demote the old primary about 10 s later; after a crash, the crashed
+        # node rejoins as a replica)
+
+        def grants_everywhere():
+            for s in fl.live():
+                st, lease = acquire(s, "probe", timeout_ms=0, ttl_ms=5000)
+                if st != 200:
+                    return False
+                s.request("DELETE", "/v1/leases/" + lease["lease"])
+            return True
+        fx.wait_until(grants_everywhere, 40, "grants through every instance again")
         followed = time.monotonic() - t0
         time.sleep(2.0)
         load.stop()
-        summary = load.check(min_grants=10, expect_contention=False)
+        summary = load.check(min_grants=5, expect_contention=False)
         after = len([g for g in load.grants if g["send"] > t0 + followed])
-        assert after > 0, "no grant after the failover"
+        assert after > 0, ("no grant after the failover", summary)
         st = a.request("DELETE", "/v1/leases/" + held["lease"])[0]
         assert st in (204, 404, 410), st
         res = w.wait(WAKE_FALLBACK_S + 15)
