@@ -62,6 +62,26 @@ foreach(src ${SEMA_UNIT_TESTS})
   endforeach()
 endforeach()
 
+# The engine's conformance tests once more against the Redis back end: each case beside a
+# redis-server of its own (tests/support/with_redis.py: a free loopback port, no persistence,
+# a temporary directory), as redis.<file>.<name>, label redis. Cases that only make sense for
+# the in-memory back end skip themselves with the reason (exit 77).
+set(SEMA_REDIS_ENGINE_TESTS engine engine_pitfalls engine_scenarios engine_stress redis)
+if(SEMA_WITH_REDIS AND TARGET semad_core)
+  foreach(short ${SEMA_REDIS_ENGINE_TESTS})
+    set(src ${PROJECT_SOURCE_DIR}/tests/unit/test_${short}.c)
+    file(STRINGS ${src} lines REGEX "^TEST\\([A-Za-z0-9_]+\\)")
+    foreach(line ${lines})
+      string(REGEX REPLACE "^TEST\\(([A-Za-z0-9_]+)\\).*" "\\1" case ${line})
+      add_test(NAME redis.${short}.${case}
+        COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/support/with_redis.py
+                $<TARGET_FILE:test_${short}> ${case})
+      set_tests_properties(redis.${short}.${case} PROPERTIES TIMEOUT ${SEMA_TEST_TIMEOUT}
+        LABELS redis SKIP_RETURN_CODE 77 ENVIRONMENT "${SEMA_TEST_ENV}")
+    endforeach()
+  endforeach()
+endif()
+
 # Integration tests (real processes: semad, sema, redis-server).
 file(GLOB SEMA_PY_TESTS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/integration/test_*.py)
 foreach(src ${SEMA_PY_TESTS})

@@ -24,7 +24,9 @@ static const option_t options[] = {
     {"listen", "SEMA_LISTEN", OPT_STR, F(listen),
      "address to listen on, HOST:PORT (a name resolves; no HOST: every interface; port 0: any)"},
     {"engine", "SEMA_ENGINE", OPT_STR, F(engine.backend),
-     "where the state lives: embedded (in memory, with the store in --data)"},
+     "where the state lives: embedded (in memory, with the store in --data), or Redis: "
+     "redis://[USER:PASSWORD@]HOST:PORT[/DB] or "
+     "redis+sentinel://HOST:PORT[,HOST:PORT...]/MASTER (docs/redis.md)"},
     {"data", "SEMA_DATA", OPT_STR, F(data_dir), "directory of the durable store"},
     {"durability", "SEMA_DURABILITY", OPT_DURABILITY, F(durability), "strict, relaxed or none"},
     {"max-connections", "SEMA_MAX_CONNECTIONS", OPT_U64, F(max_connections),

@@ -318,10 +318,13 @@ void v1_healthz(route_ctx_t *c)
     engine_stats_t st;
     int draining = server_draining(c->srv);
     engine_stats(server_engine(c->srv), &st);
+    int down = !draining && st.unavailable;
     const uint64_t v[] = {st.semaphores, st.leases, st.parked, st.locks,
                           server_connections(c->srv)};
     char body[256], *p = body;
-    const char *head = draining ? "{\"status\":\"stopping\"" : "{\"status\":\"ok\"";
+    const char *head = draining ? "{\"status\":\"stopping\""
+                       : down   ? "{\"status\":\"unavailable\""
+                                : "{\"status\":\"ok\"";
     size_t hn = strlen(head);
     memcpy(p, head, hn);
     p += hn;
@@ -334,7 +337,8 @@ void v1_healthz(route_ctx_t *c)
     }
     *p++ = '}';
     *p++ = '\n';
-    ctx_reply(c, draining ? 503 : 200, "application/json; charset=utf-8", body, (size_t)(p - body));
+    ctx_reply(c, draining || down ? 503 : 200, "application/json; charset=utf-8", body,
+              (size_t)(p - body));
 }
 
 /* GET /metrics  (Prometheus text format) */

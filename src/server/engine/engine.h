@@ -249,6 +249,7 @@ typedef struct {
     uint64_t semaphores, leases, parked, locks;
     int writes_pending; /* the back end is writing changes (a group commit runs, or
                            mutations or replies wait for one) */
+    int unavailable;    /* the back end cannot serve now (Redis unreachable) */
 } engine_stats_t;
 void engine_stats(engine_t *e, engine_stats_t *out);
 

@@ -93,12 +93,12 @@ static void a_free(rargs_t *a)
     sema__free(a->l);
 }
 
-/* EVALSHA sha 1 KEY op epoch inst rid alive */
+/* FCALL sema 1 KEY op epoch inst rid alive */
 static void a_head(rs_t *r, rargs_t *a, const char *key, size_t keylen, const char *op,
                    const char *rid)
 {
-    a_str(a, "EVALSHA");
-    a_str(a, r->sha);
+    a_str(a, "FCALL");
+    a_str(a, "sema");
     a_str(a, "1");
     a_add(a, key, keylen);
     a_str(a, op);
@@ -128,7 +128,7 @@ rcmd_t *rs__cmd_new(rs_t *r, int kind, int argc, const char **argv, const size_t
         p += argvlen[i];
     }
     c->argc = argc;
-    c->script = argc > 5 && argvlen[0] == 7 && memcmp(argv[0], "EVALSHA", 7) == 0;
+    c->script = argc > 5 && argvlen[0] == 5 && memcmp(argv[0], "FCALL", 5) == 0;
     c->kind = (uint8_t)kind;
     c->queued_mono = rs__now(r);
     elist_init(&c->link);
@@ -159,8 +159,6 @@ static int cmd_format(rs_t *r, const rcmd_t *c, char **out)
             p += c->lens[i];
         }
         if (c->script) {
-            v[1] = r->sha;
-            l[1] = strlen(r->sha);
             v[5] = r->epoch;
             l[5] = strlen(r->epoch);
         }
@@ -239,7 +237,7 @@ static void finish(rs_t *r, rreq_t *rq, int status, const char *msg, int hold)
     req->status = status;
     req->message = msg;
     rq->state = RQ_READY;
-    if (hold && r->strict) {
+    if (hold && r->strict && r->replicas > 0) {
         elist_push_back(&r->held, &rq->link);
         r->wait_needed = 1;
     } else {
@@ -1048,7 +1046,7 @@ static void fail_cmd(rs_t *r, rcmd_t *c, int status, const char *msg)
 
 void rs__on_reply(rs_t *r, rcmd_t *c, redisReply *rep)
 {
-    if (reply_is(rep, "NOSCRIPT") ||
+    if (reply_is(rep, "NOSCRIPT") || reply_is(rep, "ERR Function not found") ||
         (rep->type == REDIS_REPLY_ARRAY && strcmp(el_str(rep, 0, NULL), "E") == 0)) {
         if (rep->type == REDIS_REPLY_ARRAY)
             r->epoch[0] = r->epoch[0]; /* hello tells what changed */
@@ -1073,6 +1071,8 @@ void rs__on_reply(rs_t *r, rcmd_t *c, redisReply *rep)
         if (c->kind == RC_SWEEP)
             r->sweeping = 0;
         sweep_set(r, el_i64(n, 3), el_i64(rep, 2));
+        if (el_i64(n, 4) > r->horizon_ms)
+            r->horizon_ms = el_i64(n, 4);
     }
     switch (c->kind) {
     case RC_PLAIN:
@@ -1558,8 +1558,8 @@ static redisContext *sync_ctx(rs_t *r)
         return c;
     redisFree(c);
     r->sync = NULL;
-    if (r->host[0] == '\0')
-        return NULL;
+    if (r->host[0] == '\0' || (r->conn_once && r->cmd.state != RS_READY))
+        return NULL; /* known to be down: do not block the loop on it */
     c = redisConnectWithTimeout(r->host, r->port, tv);
     if (c == NULL || c->err || redisSetTimeout(c, tv) != REDIS_OK) {
         redisFree(c);
@@ -1621,6 +1621,8 @@ static void rs_stats(void *be, engine_stats_t *out)
 {
     rs_t *r = be;
 
+    out->unavailable = r->cmd.state != RS_READY && r->down_since != 0 &&
+                       r->down_since + r->cmd_timeout_ms <= rs__now(r);
     out->semaphores = r->nsems;
     out->leases = r->nleases;
     out->locks = r->nlocks;
@@ -1745,7 +1747,7 @@ static int rs_open(void **out, engine_t *front, uv_loop_t *loop, const engine_co
     r->m = engine__counters(front);
     r->cfg = *cfg;
     r->strict = cfg->redis.strict;
-    r->replicas = 1;
+    r->replicas = 0;
     r->cmd_timeout_ms = RS_CMD_TIMEOUT_MS;
     r->due_at = UINT64_MAX;
     r->sweep_at = UINT64_MAX;

@@ -145,7 +145,7 @@ int rs__parse_url(rs_t *r, const char *url, char *errbuf, size_t errlen)
         if (parse_sentinels(r, p, hostlen) != 0 || path[0] == '\0' ||
             strlen(path) >= sizeof r->master)
             goto bad;
-        snprintf(r->master, sizeof r->master, "%s", path);
+        memcpy(r->master, path, strlen(path) + 1); /* fits: checked above */
         return 0;
     }
     if (parse_hostport(p, hostlen, r->host, sizeof r->host, &r->port) != 0)
@@ -267,11 +267,12 @@ static void conn_gone(rconn_t *c, const char *why)
     if (r->closing)
         return;
     if (c == &r->cmd) {
+        if (r->down_since == 0 || (!r->conn_once && r->reconnects == 1))
+            log_warn("redis: %s %s:%d (%s); trying again", r->conn_once ? "lost" : "cannot reach",
+                     r->host, r->port, why ? why : "closed");
         if (r->down_since == 0)
             r->down_since = rs__now(r);
         r->resyncing = 0;
-        log_warn("redis: connection to %s:%d lost (%s); reconnecting", r->host, r->port,
-                 why ? why : "closed");
     }
     schedule_reconnect(r);
 }
@@ -366,21 +367,42 @@ static void send_setup(rs_t *r, redisAsyncContext *ac)
         redisAsyncCommand(ac, setup_cb, (void *)"SELECT", "SELECT %d", r->db);
 }
 
+/* strict durability on Redis rests on Redis's own fsync: say so when it is not "always". */
+static void fsync_cb(redisAsyncContext *ac, void *reply, void *priv)
+{
+    redisReply *rep = reply;
+
+    (void)ac;
+    (void)priv;
+    if (rep == NULL || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+        rep->element[1]->type != REDIS_REPLY_STRING)
+        return; /* CONFIG may be renamed away: nothing to say */
+    if (strcmp(rep->element[0]->str, "appendonly") == 0 && strcmp(rep->element[1]->str, "yes"))
+        log_warn("redis: --durability strict, but Redis does not write an append-only file "
+                 "(appendonly no): a Redis restart loses what was acknowledged");
+    if (strcmp(rep->element[0]->str, "appendfsync") == 0 &&
+        strcmp(rep->element[1]->str, "always") != 0)
+        log_warn("redis: --durability strict, but Redis syncs its append-only file \"%s\", "
+                 "not \"always\" (see docs/durability.md)",
+                 rep->element[1]->str);
+}
+
 static void hello_cb(redisAsyncContext *ac, void *reply, void *priv);
 
 static void send_hello(rs_t *r)
 {
-    char maxttl[24], alive[24];
-    const char *argv[] = {"EVALSHA", r->sha, "1",   "sema:epoch", "hello",  "",
-                          r->inst,   "",     alive, r->inst,      r->epoch, maxttl};
-    size_t lens[12];
+    char maxttl[24], alive[24], horizon[24];
+    const char *argv[] = {"FCALL", "sema", "1",     "sema:epoch", "hello", "",     r->inst,
+                          "",      alive,  r->inst, r->epoch,     maxttl,  horizon};
+    size_t lens[13];
 
     snprintf(maxttl, sizeof maxttl, "%lld", (long long)r->cfg.max_ttl_ms);
     snprintf(alive, sizeof alive, "%d", RS_ALIVE_MS);
-    /* a new epoch is named by the instance that writes it: its id and a counter */
-    for (int i = 0; i < 12; i++)
+    snprintf(horizon, sizeof horizon, "%lld", (long long)r->horizon_ms);
+    /* a new epoch is named by the instance that writes it (its id) */
+    for (int i = 0; i < 13; i++)
         lens[i] = strlen(argv[i]);
-    redisAsyncCommandArgv(r->cmd.ac, hello_cb, NULL, 12, argv, lens);
+    redisAsyncCommandArgv(r->cmd.ac, hello_cb, NULL, 13, argv, lens);
 }
 
 static void load_cb(redisAsyncContext *ac, void *reply, void *priv)
@@ -392,14 +414,13 @@ static void load_cb(redisAsyncContext *ac, void *reply, void *priv)
     (void)priv;
     if (rep == NULL)
         return;
-    if (rep->type != REDIS_REPLY_STRING || rep->len >= sizeof r->sha) {
-        log_warn("redis: SCRIPT LOAD failed: %s", is_error(rep) ? rep->str : "bad reply");
+    if (rep->type != REDIS_REPLY_STRING) {
+        log_warn("redis: FUNCTION LOAD failed (semad needs Redis 7 or later): %s",
+                 is_error(rep) ? rep->str : "bad reply");
         redisAsyncFree(ac);
-        conn_gone(c, "SCRIPT LOAD failed");
+        conn_gone(c, "FUNCTION LOAD failed");
         return;
     }
-    memcpy(r->sha, rep->str, rep->len);
-    r->sha[rep->len] = '\0';
     send_hello(r);
 }
 
@@ -431,23 +452,24 @@ static void hello_cb(redisAsyncContext *ac, void *reply, void *priv)
     rs__on_ready(r);
 }
 
-/* Load the script and check the epoch again (after NOSCRIPT, or an epoch that changed). */
+/* Load the library and check the epoch again (after "Function not found", or an epoch
+ * that changed). */
 void rs__resync(rs_t *r)
 {
-    const char *argv[] = {"SCRIPT", "LOAD", rs__lua};
-    size_t lens[] = {6, 4, strlen(rs__lua)};
+    const char *argv[] = {"FUNCTION", "LOAD", "REPLACE", rs__lua};
+    size_t lens[] = {8, 4, 7, strlen(rs__lua)};
 
     if (r->resyncing || r->cmd.state != RS_READY)
         return;
     r->resyncing = 1;
-    redisAsyncCommandArgv(r->cmd.ac, load_cb, NULL, 3, argv, lens);
+    redisAsyncCommandArgv(r->cmd.ac, load_cb, NULL, 4, argv, lens);
 }
 
 static void connect_primary(rs_t *r)
 {
     redisAsyncContext *ac = open_ctx(r, &r->cmd, r->host, r->port);
-    const char *argv[] = {"SCRIPT", "LOAD", rs__lua};
-    size_t lens[] = {6, 4, strlen(rs__lua)};
+    const char *argv[] = {"FUNCTION", "LOAD", "REPLACE", rs__lua};
+    size_t lens[] = {8, 4, 7, strlen(rs__lua)};
 
     if (ac == NULL) {
         r->cmd.state = RS_DOWN;
@@ -455,9 +477,13 @@ static void connect_primary(rs_t *r)
         return;
     }
     send_setup(r, ac);
+    if (r->strict && !r->conn_once) {
+        redisAsyncCommand(ac, fsync_cb, NULL, "CONFIG GET appendonly");
+        redisAsyncCommand(ac, fsync_cb, NULL, "CONFIG GET appendfsync");
+    }
     if (r->master[0] != '\0')
         redisAsyncCommand(ac, setup_cb, (void *)"ROLE", "ROLE");
-    redisAsyncCommandArgv(ac, load_cb, NULL, 3, argv, lens);
+    redisAsyncCommandArgv(ac, load_cb, NULL, 4, argv, lens);
 }
 
 /* ---- Sentinel: ask for the primary's address, then listen for +switch-master ---- */

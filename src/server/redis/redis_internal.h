@@ -60,7 +60,7 @@ enum { RC_OP = 1, RC_CANCEL, RC_COLLECT, RC_DROP, RC_SWEEP, RC_WAIT, RC_PLAIN };
 typedef struct rcmd {
     elist_t link; /* r->inflight, r->retry or r->pending */
     int argc;
-    int script;   /* EVALSHA: argv[1] is the SHA, argv[5] the epoch */
+    int script;   /* FCALL: argv[5] is the epoch */
     size_t *lens; /* argc lengths, then the bytes of every argument (one allocation) */
     uint64_t queued_mono, sent_mono;
     uint8_t kind, writes;
@@ -93,8 +93,8 @@ typedef struct rs {
     /* identity */
     char inst[24];  /* this instance's id */
     char epoch[40]; /* the epoch of Redis's data this instance works on ("" before hello) */
-    char sha[48];   /* the script's SHA-1 */
     int64_t safe_at_ms;
+    int64_t horizon_ms; /* the latest lease expiry Redis told of (Redis ms) */
     uint64_t seq;
     /* connections */
     rconn_t cmd, sub, sent; /* commands; pub/sub; Sentinel */

@@ -1,7 +1,9 @@
+#!lua name=sema
 -- SPDX-License-Identifier: MIT
--- sema.lua - the Redis back end's operations, one function each, run inside Redis by
--- EVALSHA (loaded once per connection; src/server/redis/redis.c). See docs/redis.md for the
--- keys and docs/architecture.md for why the work is split this way.
+-- sema.lua - the Redis back end's operations, a Redis Functions library (FUNCTION LOAD once
+-- per connection, FCALL sema for every operation; src/server/redis/redis.c). The library's
+-- helpers are defined once, when it is loaded; a call only runs them. See docs/redis.md for
+-- the keys and docs/architecture.md for why the work is split this way.
 --
 -- Every call: KEYS[1] names what it works on (a semaphore's stem, a lease id's key, the name
 -- index); ARGV = op, epoch, instance, request id, alive_ms, then the op's own arguments.
@@ -14,13 +16,11 @@
 -- and the outcomes of parked requests: the calling instance completes its own at once; those
 -- of other instances are kept under :g and the instance is woken by PUBLISH).
 
-local OP, EPOCH, INST, RID = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local ALIVE_MS = tonumber(ARGV[5])
+-- The state of one call, set by main() (a library keeps its upvalues between calls).
+local KEYS, ARGV
+local OP, EPOCH, INST, RID, ALIVE_MS
 local A = 6 -- first argument of the op
-
-local t = redis.call('TIME')
-local NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local NOWUS = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local NOW, NOWUS
 local RESULT_TTL_MS = 60000
 local TOMB_TTL_MS = 600000
 local HK_MAX = 1000 -- leases expired or waiters admitted per call (the rest: next call, at once)
@@ -43,8 +43,7 @@ local function keys_of(stem)
   KA, KG, KS = S .. ':a', S .. ':g', S .. ':s'
 end
 
-local ACTS = {}
-local WAKE = {}
+local ACTS, WAKE
 local PUBLIC = {granted = true, released = true, expired = true, revoked = true,
                 resized = true, deleted = true}
 local M -- the semaphore's row while loaded
@@ -115,6 +114,7 @@ end
 -- The outcome of a parked request: its own instance completes it. Another instance finds it
 -- under :g (woken by a message; its heartbeat collects it too if the message is lost).
 local function outcome(typ, wid, w, lid, l, extra)
+  extra = extra or (l and mode_of(l.w)) or ''
   act(typ, wid, w.inst, lid, l, extra)
   if w.inst ~= INST then
     local rec = typ .. '\0' .. lid .. '\0' .. (extra or '') .. '\0' .. (l and lpack(l) or '')
@@ -126,6 +126,15 @@ end
 -- Counts of everything (for /healthz and the limits): semaphores, leases, lock keys.
 local function count(field, d)
   redis.call('HINCRBY', 'sema:stats', field, d)
+end
+
+-- The latest expiry of any lease ever granted: after Redis lost its data, instances know
+-- from it how long a holder they can no longer see may still be running.
+local function bump_horizon(exp)
+  local h = tonumber(redis.call('HGET', 'sema:stats', 'horizon') or '0')
+  if exp > h then
+    redis.call('HSET', 'sema:stats', 'horizon', N(exp))
+  end
 end
 
 -- ---- the row ----
@@ -193,7 +202,7 @@ local function lease_end(lid, why)
 end
 
 local SAFE_AT = 0
-local GRANTED = {} -- waiter id -> lease id, granted in this call
+local GRANTED -- waiter id -> lease id, granted in this call
 
 local function grant(w, lid, wid)
   local l = {w = w.w, f = next_fence(), ttl = w.ttl, acq = NOW, exp = NOW + w.ttl,
@@ -202,6 +211,7 @@ local function grant(w, lid, wid)
   redis.call('ZADD', KX, N(l.exp), lid)
   redis.call('ZADD', KO, N(l.f), lid)
   redis.call('SET', 'sema:id:' .. lid, 'L' .. S)
+  bump_horizon(l.exp)
   if w.idem ~= '' then
     redis.call('HSET', KI, w.idem, 'L' .. lid)
   end
@@ -331,7 +341,7 @@ local function next_due()
 end
 
 -- A lock key lives while someone holds or awaits it.
-local LOCK_NEW = false
+local LOCK_NEW
 local function lock_gc()
   if KIND == 'k' and M and M.held == 0 and M.nq == 0 then
     if not LOCK_NEW then
@@ -433,9 +443,9 @@ local function reply(status, msg, res)
     end
   end
   local g = redis.call('ZRANGE', 'sema:due', 0, 0, 'WITHSCORES')
-  local c = redis.call('HMGET', 'sema:stats', 'sems', 'leases', 'locks')
+  local c = redis.call('HMGET', 'sema:stats', 'sems', 'leases', 'locks', 'horizon')
   local r = {N(status), msg or '', N(NOW), N(d), ACTS, S or '',
-             {c[1] or '0', c[2] or '0', c[3] or '0', g[2] or '0'}}
+             {c[1] or '0', c[2] or '0', c[3] or '0', g[2] or '0', c[4] or '0'}}
   for _, v in ipairs(res or {}) do
     r[#r + 1] = v
   end
@@ -696,6 +706,7 @@ function ops.lease_renew()
   l.exp = NOW + l.ttl
   redis.call('HSET', KL, LID, lpack(l))
   redis.call('ZADD', KX, N(l.exp), LID)
+  bump_horizon(l.exp)
   return reply(0, '', lease_result(LID, l))
 end
 
@@ -840,19 +851,24 @@ end
 local function run()
   local ep = redis.call('HMGET', 'sema:epoch', 'id', 'safe_at')
   if OP == 'hello' then
-    -- ARGV: a new epoch id, the id this instance knew ('' at its start), max ttl
-    local known, maxttl = ARGV[A + 1], tonumber(ARGV[A + 2])
+    -- ARGV: a new epoch id, the id this instance knew ('' at its start), max ttl, the
+    -- latest lease expiry it heard of (0: none)
+    local known, maxttl, horizon = ARGV[A + 1], tonumber(ARGV[A + 2]), tonumber(ARGV[A + 3])
+    local until_ms = NOW + maxttl
+    if horizon > 0 and horizon < until_ms then
+      until_ms = horizon
+    end
     if not ep[1] then
       local safe = 0
       if known ~= '' then
-        safe = NOW + maxttl -- the data went away under a running instance
+        safe = until_ms -- the data went away under a running instance
       end
       redis.call('HSET', 'sema:epoch', 'id', ARGV[A], 'safe_at', N(safe))
       return {ARGV[A], N(safe), N(NOW)}
     end
     local safe = tonumber(ep[2] or '0')
-    if known ~= '' and known ~= ep[1] and safe < NOW + maxttl then
-      safe = NOW + maxttl
+    if known ~= '' and known ~= ep[1] and safe < until_ms then
+      safe = until_ms
       redis.call('HSET', 'sema:epoch', 'safe_at', N(safe))
     end
     return {ep[1], N(safe), N(NOW)}
@@ -943,14 +959,26 @@ local function publish(r)
   return r
 end
 
-if RID ~= '' then
-  local c = redis.call('GET', 'sema:r:' .. RID)
-  if c then
-    return cjson.decode(c)
+local function main(keys, args)
+  KEYS, ARGV = keys, args
+  OP, EPOCH, INST, RID = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+  ALIVE_MS = tonumber(ARGV[5])
+  local t = redis.call('TIME')
+  NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  NOWUS = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  ACTS, WAKE, GRANTED = {}, {}, {}
+  S, M, LID, SAFE_AT, MORE, LOCK_NEW = nil, nil, nil, 0, false, false
+  if RID ~= '' then
+    local c = redis.call('GET', 'sema:r:' .. RID)
+    if c then
+      return cjson.decode(c)
+    end
   end
+  local r = run()
+  if RID ~= '' and r[1] ~= 'E' then
+    redis.call('SET', 'sema:r:' .. RID, cjson.encode(r), 'PX', RESULT_TTL_MS)
+  end
+  return publish(r)
 end
-local r = run()
-if RID ~= '' and r[1] ~= 'E' then
-  redis.call('SET', 'sema:r:' .. RID, cjson.encode(r), 'PX', RESULT_TTL_MS)
-end
-return publish(r)
+
+redis.register_function('sema', main)

@@ -1,0 +1,443 @@
+/* SPDX-License-Identifier: MIT */
+/* test_redis.c - the Redis back end as more than one instance: two engines on one loop over
+ * the same redis-server (started by tests/support/with_redis.py) act as two semad instances.
+ * Hand-off by message, events across instances, waiters of a dead instance, Redis losing its
+ * data, Redis unreachable, and the commands an acquire+release pair costs. Skipped (77)
+ * without SEMA_TEST_ENGINE=redis://... */
+#include <hiredis/hiredis.h>
+
+#include "test_engine_util.h"
+
+static redisContext *redis_sync(void)
+{
+    const char *port = getenv("SEMA_TEST_REDIS_PORT");
+    redisContext *c;
+
+    if (!fx_on_redis() || port == NULL)
+        TEST_SKIP("needs a redis-server (run through tests/support/with_redis.py)");
+    c = redisConnect("127.0.0.1", atoi(port));
+    ASSERT(c != NULL && !c->err);
+    return c;
+}
+
+static long long redis_int(redisContext *c, const char *cmd)
+{
+    redisReply *r = redisCommand(c, cmd);
+    long long v;
+
+    ASSERT(r != NULL && r->type == REDIS_REPLY_INTEGER);
+    v = r->integer;
+    freeReplyObject(r);
+    return v;
+}
+
+/* A second engine (instance) on the same loop and Redis. */
+static engine_t *instance_new(fx_t *f)
+{
+    char err[256] = "";
+    engine_t *e = NULL;
+
+    if (engine_new(&e, &f->loop, &f->cfg, err, sizeof err) != 0)
+        TEST_FAIL_("engine_new: %s", err);
+    return e;
+}
+
+static void instance_free(fx_t *f, engine_t *e)
+{
+    engine_shutdown(e);
+    for (int i = 0; i < 50; i++)
+        uv_run(&f->loop, UV_RUN_NOWAIT);
+}
+
+/* Submit on instance e and run the loop until e has nothing in flight (bounded). */
+static void submit_on(fx_t *f, engine_t *e, treq_t *t)
+{
+    engine_stats_t st;
+
+    ASSERT_OK(engine_submit(e, &t->r));
+    for (int i = 0; i < 200; i++) {
+        int never = 0;
+        engine_stats(e, &st);
+        if (!st.writes_pending)
+            break;
+        fx_run_until(f, &never, 10);
+    }
+    fx_settle(f);
+}
+
+TEST(release_on_b_wakes_a_waiter_on_a_by_message)
+{
+    redisContext *rc = redis_sync();
+    fx_t f;
+    engine_t *b;
+    treq_t *a1, *w, *x, *rel;
+    uint64_t t0;
+
+    fx_init(&f);
+    b = instance_new(&f);
+    fx_put(&f, "s", 1);
+    a1 = fx_acquire(&f, "s", 1, -1);
+    w = fx_acquire(&f, "s", 1, -1); /* parked on A */
+    ASSERT_EQ(w->done, 0);
+    x = treq_new(ENGINE_ACQUIRE, "s"); /* parked on B, behind w: FIFO across instances */
+    x->r.weight = 1;
+    submit_on(&f, b, x);
+    ASSERT_EQ(x->done, 0);
+    rel = treq_new(ENGINE_LEASE_RELEASE, lease_id(a1));
+    t0 = uv_hrtime();
+    submit_on(&f, b, rel);
+    ASSERT_EQ(rel->status, 0);
+    ASSERT(fx_run_until(&f, &w->done, 2000)); /* a message, not the 2 s heartbeat */
+    ASSERT_LT(uv_hrtime() - t0, (uint64_t)1500 * 1000000);
+    ASSERT_EQ(w->status, 0);
+    ASSERT_EQ(x->done, 0);
+    ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(w))); /* on A; x waits on B */
+    ASSERT(fx_run_until(&f, &x->done, 2000));
+    ASSERT_EQ(x->status, 0);
+    ASSERT_GT(jint(x->res, "fence"), jint(w->res, "fence"));
+    treq_free(a1);
+    treq_free(w);
+    treq_free(x);
+    treq_free(rel);
+    instance_free(&f, b);
+    fx_free(&f);
+    redisFree(rc);
+}
+
+typedef struct {
+    int n;
+    char types[8][16];
+} evs_t;
+
+static void on_ev(void *arg, const char *id, const char *type, const char *data, size_t len)
+{
+    evs_t *e = arg;
+
+    (void)id;
+    (void)data;
+    (void)len;
+    if (e->n < 8)
+        snprintf(e->types[e->n++], sizeof e->types[0], "%s", type);
+}
+
+TEST(events_made_on_b_reach_a_subscriber_on_a)
+{
+    redisContext *rc = redis_sync();
+    fx_t f;
+    engine_t *b;
+    engine_sub_t *sub;
+    evs_t ev = {0};
+    treq_t *x, *rel;
+
+    fx_init(&f);
+    b = instance_new(&f);
+    fx_put(&f, "ev", 2);
+    ASSERT_OK(engine_subscribe(f.e, "ev", on_ev, &ev, &sub));
+    fx_settle(&f);
+    x = treq_new(ENGINE_ACQUIRE, "ev");
+    x->r.weight = 2;
+    submit_on(&f, b, x);
+    ASSERT_EQ(x->status, 0);
+    rel = treq_new(ENGINE_LEASE_RELEASE, lease_id(x));
+    submit_on(&f, b, rel);
+    for (int i = 0; i < 200 && ev.n < 2; i++) {
+        int never = 0;
+        fx_run_until(&f, &never, 10);
+    }
+    ASSERT_EQ(ev.n, 2);
+    ASSERT_STREQ(ev.types[0], "granted");
+    ASSERT_STREQ(ev.types[1], "released");
+    engine_unsubscribe(f.e, sub);
+    treq_free(x);
+    treq_free(rel);
+    instance_free(&f, b);
+    fx_free(&f);
+    redisFree(rc);
+}
+
+/* A waiter of an instance that stopped renewing leaves the queue once its alive-until has
+ * passed, with nobody calling: the sweep of the due set does it. The dead instance is made
+ * by calling the script as an instance that never comes back. */
+TEST(a_dead_instance_waiter_leaves_the_queue_by_its_alive_bound)
+{
+    redisContext *rc = redis_sync();
+    fx_t f;
+    treq_t *a1, *w, *rel;
+    redisReply *r;
+    char stem[64];
+
+    fx_init(&f);
+    fx_put(&f, "d", 1);
+    a1 = fx_acquire(&f, "d", 1, -1);
+    /* the stem as the back end makes it: sema:{fnv1a32("s" "d")}s:d */
+    uint32_t h = 2166136261u;
+    h = (h ^ (uint8_t)'s') * 16777619u;
+    h = (h ^ (uint8_t)'d') * 16777619u;
+    snprintf(stem, sizeof stem, "sema:{%08x}s:d", h);
+    redisReply *ep = redisCommand(rc, "HGET sema:epoch id");
+    ASSERT(ep != NULL && ep->type == REDIS_REPLY_STRING);
+    /* a waiter of instance "dead" alive for 300 ms, at the head of the queue */
+    r = redisCommand(rc,
+                     "FCALL sema 1 %s acquire %s dead dead.1 300 1 1 60000 ghost x "
+                     "lidlidlidlidlidlidlidlid dead.1 0 0 0",
+                     stem, ep->str);
+    ASSERT(r != NULL && r->type == REDIS_REPLY_ARRAY);
+    ASSERT_STREQ(r->element[0]->str, "1"); /* parked */
+    freeReplyObject(ep);
+    freeReplyObject(r);
+    w = fx_acquire(&f, "d", 1, -1); /* behind the dead one */
+    rel = treq_new(ENGINE_LEASE_RELEASE, lease_id(a1));
+    ASSERT_OK(fx_do(&f, rel));
+    ASSERT_EQ(w->done, 0); /* the dead waiter is still within its bound, at the head */
+    ASSERT(fx_run_until(&f, &w->done, 3000));
+    ASSERT_EQ(w->status, 0);
+    ASSERT_EQ(fx_state(&f, "d", "waiting"), 0);
+    treq_free(a1);
+    treq_free(w);
+    treq_free(rel);
+    fx_free(&f);
+    redisFree(rc);
+}
+
+/* Redis restarted without its data (here: FLUSHALL): no grant until the longest lease it
+ * could have held has run out, and a parked waiter whose record went is told (503). */
+TEST(redis_losing_its_data_refuses_grants_and_tells_waiters)
+{
+    redisContext *rc = redis_sync();
+    engine_config_t cfg;
+    fx_t f;
+    treq_t *a1, *w, *t;
+
+    engine_config_default(&cfg);
+    cfg.default_ttl_ms = 500;
+    cfg.max_ttl_ms = 1000;
+    fx_init_cfg(&f, &cfg);
+    fx_put(&f, "l", 1);
+    a1 = fx_acquire(&f, "l", 1, -1);
+    w = fx_acquire(&f, "l", 1, 10000);
+    ASSERT_EQ(w->done, 0);
+    freeReplyObject(redisCommand(rc, "FLUSHALL"));
+    fx_put(&f, "l", 1); /* the epoch changed: found, and the semaphore is new */
+    t = fx_acquire(&f, "l", 1, 0);
+    ASSERT_EQ(t->status, SEMA_EUNAVAIL);
+    treq_free(t);
+    ASSERT(fx_run_until(&f, &w->done, 4000)); /* the heartbeat finds the record gone */
+    ASSERT_EQ(w->status, SEMA_EUNAVAIL);
+    for (int i = 0; i < 40; i++) { /* grants resume after max_ttl */
+        int never = 0;
+        t = fx_acquire(&f, "l", 1, 0);
+        if (t->status == 0)
+            break;
+        ASSERT_EQ(t->status, SEMA_EUNAVAIL);
+        treq_free(t);
+        t = NULL;
+        fx_run_until(&f, &never, 100);
+    }
+    ASSERT_NOT_NULL(t);
+    ASSERT_EQ(t->status, 0);
+    treq_free(t);
+    treq_free(a1);
+    treq_free(w);
+    fx_free(&f);
+    redisFree(rc);
+}
+
+TEST(unreachable_redis_answers_503_within_its_timeout)
+{
+    engine_config_t cfg;
+    fx_t f;
+    treq_t *t;
+    uint64_t t0 = uv_hrtime();
+    int port;
+
+    redisFree(redis_sync());
+    /* a port nobody listens on: this test's own Redis port + 1 is as good as any, checked */
+    port = atoi(getenv("SEMA_TEST_REDIS_PORT")) + 1;
+    redisContext *probe = redisConnect("127.0.0.1", port);
+    if (probe != NULL && !probe->err) {
+        redisFree(probe);
+        TEST_SKIP("the probe port is in use");
+    }
+    redisFree(probe);
+    engine_config_default(&cfg);
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d?timeout=500", port);
+    cfg.backend = url;
+    fx_init_cfg(&f, &cfg);
+    t = treq_new(ENGINE_SEM_GET, "s");
+    ASSERT_OK(engine_submit(f.e, &t->r));
+    ASSERT(fx_run_until(&f, &t->done, 3000));
+    ASSERT_EQ(t->status, SEMA_EIO);
+    ASSERT_LT(uv_hrtime() - t0, (uint64_t)2500 * 1000000);
+    treq_free(t);
+    fx_free(&f);
+}
+
+TEST(fences_go_on_after_delete_and_create)
+{
+    redisContext *rc = redis_sync();
+    fx_t f;
+    treq_t *a, *b;
+
+    fx_init(&f);
+    fx_put(&f, "f", 1);
+    a = fx_acquire(&f, "f", 1, -1);
+    ASSERT_OK(fx_op(&f, ENGINE_SEM_DELETE, "f", 0));
+    fx_put(&f, "f", 1);
+    b = fx_acquire(&f, "f", 1, -1);
+    ASSERT_GT(jint(b->res, "fence"), jint(a->res, "fence"));
+    treq_free(a);
+    treq_free(b);
+    fx_free(&f);
+    redisFree(rc);
+}
+
+/* The uncontended path: one script call for an acquire, one for its release. */
+TEST(an_acquire_release_pair_is_two_redis_commands)
+{
+    redisContext *rc = redis_sync();
+    fx_t f;
+    long long before, after;
+    int n = 200;
+
+    fx_init(&f);
+    fx_put(&f, "c", 1);
+    freeReplyObject(redisCommand(rc, "CONFIG RESETSTAT"));
+    before = redis_int(rc, "DBSIZE"); /* (a round trip, so the reset is done) */
+    (void)before;
+    for (int i = 0; i < n; i++) {
+        treq_t *a = fx_acquire(&f, "c", 1, -1);
+        ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(a)));
+        treq_free(a);
+    }
+    redisReply *r = redisCommand(rc, "INFO commandstats");
+    ASSERT(r != NULL && r->type == REDIS_REPLY_STRING);
+    const char *p = strstr(r->str, "cmdstat_fcall:calls=");
+    ASSERT_NOT_NULL(p);
+    after = atoll(p + strlen("cmdstat_fcall:calls="));
+    fprintf(stderr, "redis_commands_per_pair fcall=%lld pairs=%d ratio=%.2f\n", after, n,
+            (double)after / n);
+    /* the other commands of the same period: the INFO itself, the DBSIZE */
+    ASSERT_EQ(after, 2 * n);
+    freeReplyObject(r);
+    fx_free(&f);
+    redisFree(rc);
+}
+
+/* --durability strict with ?replicas=1 and no replica: WAIT comes back short, so the grant
+ * is not acknowledged (503, its outcome unknown) and goes back. */
+TEST(strict_without_the_replicas_it_waits_for_acknowledges_nothing)
+{
+    redisContext *rc = redis_sync();
+    engine_config_t cfg;
+    char url[96];
+    fx_t f;
+    treq_t *a;
+
+    engine_config_default(&cfg);
+    snprintf(url, sizeof url, "%s?replicas=1", getenv("SEMA_TEST_ENGINE"));
+    cfg.backend = url;
+    cfg.redis.strict = 1;
+    fx_init_cfg(&f, &cfg);
+    freeReplyObject(redisCommand(rc, "DEL sema:stats"));
+    a = treq_new(ENGINE_SEM_PUT, "w");
+    a->r.capacity = 1;
+    ASSERT_OK(engine_submit(f.e, &a->r));
+    ASSERT(fx_run_until(&f, &a->done, 5000));
+    ASSERT_EQ(a->status, SEMA_EIO); /* WAIT's own timeout is 1 s */
+    treq_free(a);
+    a = treq_new(ENGINE_ACQUIRE, "w");
+    a->r.weight = 1;
+    ASSERT_OK(engine_submit(f.e, &a->r));
+    ASSERT(fx_run_until(&f, &a->done, 5000));
+    ASSERT_EQ(a->status, SEMA_EIO);
+    treq_free(a);
+    for (int i = 0; i < 50 && redis_int(rc, "HLEN sema:stats") != 0; i++) {
+        int never = 0;
+        redisReply *r = redisCommand(rc, "HGET sema:stats leases");
+        int zero = r != NULL && r->type == REDIS_REPLY_STRING && strcmp(r->str, "0") == 0;
+        freeReplyObject(r);
+        if (zero)
+            break;
+        fx_run_until(&f, &never, 100);
+    }
+    redisReply *r = redisCommand(rc, "HGET sema:stats leases");
+    ASSERT(r != NULL && r->type == REDIS_REPLY_STRING);
+    ASSERT_STREQ(r->str, "0"); /* the unacknowledged grant went back */
+    freeReplyObject(r);
+    fx_free(&f);
+    redisFree(rc);
+}
+
+/* A keyed lock awaited on B and freed on A: B's waiter gets it with its mode. */
+TEST(a_lock_freed_on_a_is_granted_to_b_with_its_mode)
+{
+    redisContext *rc = redis_sync();
+    fx_t f;
+    engine_t *b;
+    treq_t *x, *s, *rel;
+
+    fx_init(&f);
+    b = instance_new(&f);
+    x = treq_new(ENGINE_LOCK_ACQUIRE, "k");
+    x->r.mode = ENGINE_MODE_EXCLUSIVE;
+    ASSERT_OK(fx_do(&f, x));
+    ASSERT_STREQ(jstr(x->res, "mode"), "exclusive");
+    s = treq_new(ENGINE_LOCK_ACQUIRE, "k");
+    s->r.mode = ENGINE_MODE_SHARED;
+    submit_on(&f, b, s);
+    ASSERT_EQ(s->done, 0);
+    rel = treq_new(ENGINE_LEASE_RELEASE, lease_id(x));
+    ASSERT_OK(fx_do(&f, rel));
+    ASSERT(fx_run_until(&f, &s->done, 2000));
+    ASSERT_EQ(s->status, 0);
+    ASSERT_STREQ(jstr(s->res, "mode"), "shared");
+    treq_free(x);
+    treq_free(s);
+    treq_free(rel);
+    instance_free(&f, b);
+    fx_free(&f);
+    redisFree(rc);
+}
+
+static long long fcalls(redisContext *rc)
+{
+    redisReply *r = redisCommand(rc, "INFO commandstats");
+    const char *p;
+    long long n = 0;
+
+    ASSERT(r != NULL && r->type == REDIS_REPLY_STRING);
+    p = strstr(r->str, "cmdstat_fcall:calls=");
+    if (p != NULL)
+        n = atoll(p + strlen("cmdstat_fcall:calls="));
+    freeReplyObject(r);
+    return n;
+}
+
+/* No polling: parked requests that wait cost only the heartbeat, one command per semaphore
+ * with local waiters every 2 s, however many wait. */
+TEST(idle_waiters_cost_only_heartbeats)
+{
+    redisContext *rc = redis_sync();
+    fx_t f;
+    treq_t *a, *w[200];
+    long long before, after;
+    int never = 0;
+
+    fx_init(&f);
+    fx_put(&f, "i", 1);
+    a = fx_acquire(&f, "i", 1, -1);
+    for (int i = 0; i < 200; i++)
+        w[i] = fx_acquire(&f, "i", 1, -1);
+    before = fcalls(rc);
+    fx_run_until(&f, &never, 4500); /* two heartbeats, give or take the jitter */
+    after = fcalls(rc);
+    fprintf(stderr, "redis_commands_idle waiters=200 seconds=4.5 fcall=%lld\n", after - before);
+    ASSERT_LE(after - before, 4);
+    ASSERT_GE(after - before, 1);
+    fx_free(&f);
+    treq_free(a);
+    for (int i = 0; i < 200; i++)
+        treq_free(w[i]);
+    redisFree(rc);
+}
