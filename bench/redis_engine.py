@@ -121,14 +121,17 @@ def main():
 
 def commands_per_pair(r, mon, ua, ub):
     # 1. commands per pair, one connection, nothing else running
+    # the semaphores first (capacity 1 and 2: nobody waits), and the instances warmed up
     subprocess.run([SEMA, "bench", "-s", ua, "-c", "1", "-n", "10", "--name", "cmd",
+                    "--json"], capture_output=True, timeout=60)
+    subprocess.run([SEMA, "bench", "-s", ua, "-s", ub, "-c", "2", "-n", "10", "--name", "cmd2",
                     "--json"], capture_output=True, timeout=60)
     time.sleep(0.5)
     rows = []
     for label, cmd in (("semad_1_instance", [SEMA, "bench", "-s", ua, "-c", "1", "-n", str(PAIRS),
                                              "--name", "cmd", "--no-create", "--json"]),
                        ("semad_2_instances", [SEMA, "bench", "-s", ua, "-s", ub, "-c", "2", "-n",
-                                              str(PAIRS), "--name", "cmd", "--no-create",
+                                              str(PAIRS), "--name", "cmd2", "--no-create",
                                               "--json"]),
                        ("redis_lua", [PEER, "--redis", "127.0.0.1:%d" % r.port, "-c", "1", "-n",
                                       str(PAIRS), "--json"])):
