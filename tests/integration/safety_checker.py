@@ -72,6 +72,8 @@ class Load:
         self.counts = {}
         self.ahead = set()   # (owner A, owner B): A seen queued ahead of B
         self.views = 0
+        self.acquire_503 = set()  # owners whose acquire was answered 503 (outcome unknown)
+        self.release_503 = set()  # owners whose release was answered 503
         self._threads = []
 
     # ---- running ----
@@ -195,6 +197,9 @@ class Load:
             if (st, (lease or {}).get("code")) in OK_BUSY:
                 self.count("busy")
             else:
+                if st == 503:
+                    with self.lock:
+                        self.acquire_503.add(owner)
                 self._bad("acquire " + owner, res)
             return
         self.count("granted")
@@ -227,6 +232,9 @@ class Load:
             if res[0] == 204:
                 self.count("released")
             else:
+                if res[0] == 503:
+                    with self.lock:
+                        self.release_503.add(owner)
                 self._bad("release " + owner, res)
 
     def _wait_idle(self, rng, conns, sem):
@@ -393,8 +401,10 @@ class Load:
                     % (sem, owner, w))
 
 
-def wait_rest(instances, sems, timeout=20):
-    """Every instance reports every semaphore at rest (nothing held, nobody waiting)."""
+def wait_rest(instances, sems, timeout=20, load=None):
+    """Every instance reports every semaphore at rest (nothing held, nobody waiting) within
+    `timeout` s. With `load`, a failure says which of what is left had its acquire or its
+    release answered 503 (an outcome the client could not know, which semad must settle)."""
     def rest():
         for s in instances:
             for name, cap in sems.items():
@@ -406,5 +416,20 @@ def wait_rest(instances, sems, timeout=20):
     try:
         fx.wait_until(rest, timeout, "every unit back at rest on every instance")
     except AssertionError:
-        views = {n: instances[0].json("GET", "/v1/semaphores/" + n) for n in sems}
-        raise AssertionError("not at rest after %ss: %s" % (timeout, views))
+        views = {n: instances[0].json("GET", "/v1/semaphores/" + n)[1] for n in sems}
+        why = []
+        if load is not None:
+            for n, v in views.items():
+                for h in (v or {}).get("holders", []):
+                    o = h.get("owner")
+                    why.append("%s holder %s: %s" % (n, o, "its acquire was answered 503"
+                                                     if o in load.acquire_503 else
+                                                     "its release was answered 503"
+                                                     if o in load.release_503 else
+                                                     "no 503 seen"))
+                for w in (v or {}).get("waiters", []):
+                    o = w.get("owner")
+                    why.append("%s waiter %s: %s" % (n, o, "its acquire was answered 503"
+                                                     if o in load.acquire_503 else
+                                                     "no 503 seen"))
+        raise AssertionError("not at rest after %ss: %s %s" % (timeout, why, views))

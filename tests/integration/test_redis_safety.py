@@ -41,7 +41,7 @@ def test_random_load_through_three_instances():
         summary = load.check(min_grants=60)
         assert summary["fifo_pairs"] > 0, ("the monitor never saw two granted requests "
                                            "queued together", summary)
-        sc.wait_rest(fl.live(), SEMS)
+        sc.wait_rest(fl.live(), SEMS, timeout=10, load=load)
         # Redis holds nothing of a semaphore at rest but what it must (no leftover waiters,
         # leases or wake-up records): every instance agrees, and a new grant works.
         for s in fl.live():
