@@ -15,7 +15,7 @@ static redisContext *redis_sync(void)
 
     if (!fx_on_redis() || port == NULL)
         TEST_SKIP("needs a redis-server (run through tests/support/with_redis.py)");
-    c = redisConnect("127.0.0.1", atoi(port));
+    c = redisConnect("127.0.0.1", (int)strtol(port, NULL, 10));
     ASSERT(c != NULL && !c->err);
     return c;
 }
@@ -252,7 +252,7 @@ TEST(unreachable_redis_answers_503_within_its_timeout)
 
     redisFree(redis_sync());
     /* a port nobody listens on: this test's own Redis port + 1 is as good as any, checked */
-    port = atoi(getenv("SEMA_TEST_REDIS_PORT")) + 1;
+    port = (int)strtol(getenv("SEMA_TEST_REDIS_PORT"), NULL, 10) + 1;
     redisContext *probe = redisConnect("127.0.0.1", port);
     if (probe != NULL && !probe->err) {
         redisFree(probe);
@@ -314,7 +314,7 @@ TEST(an_acquire_release_pair_is_two_redis_commands)
     ASSERT(r != NULL && r->type == REDIS_REPLY_STRING);
     const char *p = strstr(r->str, "cmdstat_fcall:calls=");
     ASSERT_NOT_NULL(p);
-    after = atoll(p + strlen("cmdstat_fcall:calls="));
+    after = strtoll(p + strlen("cmdstat_fcall:calls="), NULL, 10);
     fprintf(stderr, "redis_commands_per_pair fcall=%lld pairs=%d ratio=%.2f\n", after, n,
             (double)after / n);
     /* the other commands of the same period: the INFO itself, the DBSIZE */
@@ -409,7 +409,7 @@ static long long fcalls(redisContext *rc)
     ASSERT(r != NULL && r->type == REDIS_REPLY_STRING);
     p = strstr(r->str, "cmdstat_fcall:calls=");
     if (p != NULL)
-        n = atoll(p + strlen("cmdstat_fcall:calls="));
+        n = strtoll(p + strlen("cmdstat_fcall:calls="), NULL, 10);
     freeReplyObject(r);
     return n;
 }

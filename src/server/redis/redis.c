@@ -1519,13 +1519,15 @@ static void fail_parked_each(void *arg, enode_t *n)
     rs_t *r = arg;
     rsem_t *s = ECONTAINER(n, rsem_t, node);
 
-    s->watched = 0;
+    s->watched = 1; /* keeps s while its last waiter leaves */
     while (!elist_empty(&s->parked)) {
         rreq_t *rq = ECONTAINER(s->parked.next, rreq_t, plink);
         send_cancel(r, s->stem, s->stem_len, rq);
         unpark(r, rq);
         finish(r, rq, SEMA_ESHUTDOWN, "the server is shutting down", 0);
     }
+    s->watched = 0;
+    rsem_maybe_free(r, s);
 }
 
 static void rs_shutdown(void *be)
