@@ -74,6 +74,7 @@ class Load:
         self.views = 0
         self.acquire_503 = set()  # owners whose acquire was answered 503 (outcome unknown)
         self.release_503 = set()  # owners whose release was answered 503
+        self.said = {}            # owner -> what its acquire (and release) were answered
         self._threads = []
 
     # ---- running ----
@@ -186,6 +187,9 @@ class Load:
         res = self._http(conns, "POST", "/v1/semaphores/%s/acquire" % sem, body,
                          tmo / 1000 + 30 * fx.SLOW)
         t_recv = time.monotonic()
+        self.said[owner] = "acquire (timeout %d ms): %s" % (
+            tmo, "no answer (connection lost)" if res is None else
+            "%s %s" % (res[0], (res[1] or {}).get("code", "")))
         if res is None:
             return
         if t_recv - t_send > tmo / 1000 + self.answer_slack:
@@ -228,6 +232,7 @@ class Load:
             time.sleep(rng.random() * 0.01)
         g["end"] = time.monotonic()  # the release leaves now
         res = self._http(conns, "DELETE", "/v1/leases/" + lease["lease"], None, 30 * fx.SLOW)
+        self.said[owner] += "; release: %s" % ("no answer" if res is None else res[0])
         if res is not None:
             if res[0] == 204:
                 self.count("released")
@@ -420,16 +425,9 @@ def wait_rest(instances, sems, timeout=20, load=None):
         why = []
         if load is not None:
             for n, v in views.items():
-                for h in (v or {}).get("holders", []):
-                    o = h.get("owner")
-                    why.append("%s holder %s: %s" % (n, o, "its acquire was answered 503"
-                                                     if o in load.acquire_503 else
-                                                     "its release was answered 503"
-                                                     if o in load.release_503 else
-                                                     "no 503 seen"))
-                for w in (v or {}).get("waiters", []):
-                    o = w.get("owner")
-                    why.append("%s waiter %s: %s" % (n, o, "its acquire was answered 503"
-                                                     if o in load.acquire_503 else
-                                                     "no 503 seen"))
+                for kind in ("holders", "waiters"):
+                    for h in (v or {}).get(kind, []):
+                        o = h.get("owner")
+                        why.append("%s %s %s: %s" % (n, kind[:-1], o, load.said.get(
+                            o, "not a request of the load")))
         raise AssertionError("not at rest after %ss: %s %s" % (timeout, why, views))
