@@ -276,6 +276,11 @@ def raw_request(method, path, body=b"", headers=None):
             % (method, path, h, len(body))).encode() + body
 
 
+def one_instance(s):
+    """One semad behind `s`: s itself, or the next instance of a fleet (SEMA_TEST_REDIS)."""
+    return s.next() if hasattr(s, "next") else s
+
+
 def metrics_text(s):
     """The /metrics text of every instance behind `s` (one for a plain Semad)."""
     if hasattr(s, "metrics_text"):

@@ -396,11 +396,19 @@ def test_events_last_event_id_header_limits():
         sock.close()
 
 
+def healthz(s):
+    """/healthz of one instance. On Redis its counts are those of the last answer Redis gave
+    that instance (docs/redis.md), so it lists the semaphores first."""
+    one = fx.one_instance(s)
+    one.request("GET", "/v1/semaphores?limit=1")
+    return one.json("GET", "/healthz")
+
+
 def test_healthz_and_metrics():
     with fx.Semad() as s:
         put(s, "m", 1)
         acquire(s, "m")
-        st, h = s.json("GET", "/healthz")
+        st, h = healthz(s)
         assert st == 200 and h["status"] == "ok" and h["semaphores"] == 1 and h["leases"] == 1
         st, hd, data = s.request("GET", "/metrics")
         assert st == 200 and hd["content-type"].startswith("text/plain"), hd
@@ -579,7 +587,7 @@ def test_pitfall28_lock_keys_vanish_when_unused():
         st, l2 = s.json("POST", "/v1/locks/tmp2/acquire", {})
         s.request("DELETE", "/v1/leases/" + l2["lease"])
         assert s.request("GET", "/v1/locks/tmp2")[0] == 404
-        assert s.json("GET", "/healthz")[1]["locks"] == 0
+        assert healthz(s)[1]["locks"] == 0
 
 
 def test_pitfall29_timeout_zero_means_try_once():
