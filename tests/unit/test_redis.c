@@ -441,3 +441,68 @@ TEST(idle_waiters_cost_only_heartbeats)
         treq_free(w[i]);
     redisFree(rc);
 }
+
+/* The subscriber connection is killed (messages lost): the waiter on A is still granted
+ * when B releases, by the collection after A resubscribes or by its heartbeat. */
+TEST(a_killed_subscriber_connection_loses_no_grant)
+{
+    redisContext *rc = redis_sync();
+    fx_t f;
+    engine_t *b;
+    treq_t *a1, *w, *rel;
+
+    fx_init(&f);
+    b = instance_new(&f);
+    fx_put(&f, "p", 1);
+    a1 = fx_acquire(&f, "p", 1, -1);
+    w = fx_acquire(&f, "p", 1, -1);
+    ASSERT_EQ(w->done, 0);
+    ASSERT_GE(redis_int(rc, "CLIENT KILL TYPE pubsub"), 2); /* A's and B's */
+    rel = treq_new(ENGINE_LEASE_RELEASE, lease_id(a1));
+    submit_on(&f, b, rel);
+    ASSERT_EQ(rel->status, 0);
+    ASSERT(fx_run_until(&f, &w->done, 5000));
+    ASSERT_EQ(w->status, 0);
+    treq_free(a1);
+    treq_free(w);
+    treq_free(rel);
+    instance_free(&f, b);
+    fx_free(&f);
+    redisFree(rc);
+}
+
+/* The command connection is killed with requests in flight: they go again with their
+ * request ids once the connection is back, and nothing is granted twice. */
+TEST(a_killed_command_connection_retries_with_the_same_request_ids)
+{
+    redisContext *rc = redis_sync();
+    fx_t f;
+    treq_t *a[8];
+
+    fx_init(&f);
+    fx_put(&f, "k", 8);
+    for (int i = 0; i < 8; i++) {
+        a[i] = treq_new(ENGINE_ACQUIRE, "k");
+        a[i]->r.weight = 1;
+        ASSERT_OK(engine_submit(f.e, &a[i]->r));
+    }
+    ASSERT_GE(redis_int(rc, "CLIENT KILL SKIPME yes TYPE normal"), 1);
+    for (int i = 0; i < 8; i++) {
+        ASSERT(fx_run_until(&f, &a[i]->done, 5000));
+        ASSERT(a[i]->status == 0 || a[i]->status == SEMA_EIO);
+    }
+    fx_settle(&f);
+    int64_t granted = 0;
+    for (int i = 0; i < 8; i++)
+        granted += a[i]->status == 0;
+    /* every unit is with a caller who got its lease, or back: none held twice or lost */
+    for (int i = 0; i < 50 && fx_state(&f, "k", "held") != granted; i++) {
+        int never = 0;
+        fx_run_until(&f, &never, 100);
+    }
+    ASSERT_EQ(fx_state(&f, "k", "held"), granted);
+    for (int i = 0; i < 8; i++)
+        treq_free(a[i]);
+    fx_free(&f);
+    redisFree(rc);
+}
