@@ -107,14 +107,17 @@ endforeach()
 # (an acquire on one, its release on another, a wait on a third). Label redis; they skip
 # (77) when semad has no Redis back end. Normal builds only (the sanitizer builds run the
 # Redis back end through test_redis_*.py).
-set(SEMA_REDIS_SUITES v1 legacy scenarios_http concurrency)
+# The random-clients checker (test_concurrency) runs on three instances only.
+set(SEMA_REDIS_SUITES v1 legacy scenarios_http)
 if(NOT SEMA_SANITIZE)
   foreach(n 1 3)
     set(prefix redis)
+    set(suites ${SEMA_REDIS_SUITES})
     if(n GREATER 1)
       set(prefix redis${n})
+      list(APPEND suites concurrency)
     endif()
-    foreach(short ${SEMA_REDIS_SUITES})
+    foreach(short ${suites})
       set(src ${PROJECT_SOURCE_DIR}/tests/integration/test_${short}.py)
       file(STRINGS ${src} lines REGEX "^def test_[A-Za-z0-9_]+\\(")
       foreach(line ${lines})

@@ -19,7 +19,7 @@ import safety_checker as sc  # noqa: E402
 import semad_fixture as fx  # noqa: E402
 
 SEMS = {"r1": 1, "r2": 2, "r5": 5}
-DURATION = max(3.0, 8.0 * min(1.0, fx.SCALE))
+DURATION = max(3.0, 6.0 * min(1.0, fx.SCALE))
 
 
 def sema_path():
