@@ -5,8 +5,8 @@
  * The engine is a front over a back end. The front (engine/front.c, events.c, metrics.c)
  * owns what every back end shares: the limits and the one check of a request's inputs, lease
  * ids, op counters and latency histograms, and the event fan-out with its resume ring. The
- * back end (engine/backend.h: the table of functions it implements) owns the state: today
- * the in-memory one (mem/) with its SQLite store. See docs/architecture.md.
+ * back end (engine/backend.h: the table of functions it implements) owns the state: the
+ * in-memory one (mem/) with its SQLite store, or Redis (redis/). See docs/architecture.md.
  *
  * Threading: everything runs on the one libuv loop given to engine_new(); no locks.
  *
@@ -248,7 +248,8 @@ int engine_metrics(engine_t *e, struct strbuf *buf);
 typedef struct {
     uint64_t semaphores, leases, parked, locks;
     int writes_pending; /* the back end is writing changes (a group commit runs, or
-                           mutations or replies wait for one) */
+                           mutations or replies wait for one; on Redis: commands are in
+                           flight) */
     int unavailable;    /* the back end cannot serve now (Redis unreachable) */
 } engine_stats_t;
 void engine_stats(engine_t *e, engine_stats_t *out);

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* redis.c - the engine's Redis back end ("redis://..."): every operation is one call of the
- * script (sema.lua) on Redis, which holds the state; this instance keeps its requests in
+/* redis.c - the engine's Redis back end ("redis://..."): every operation is one FCALL of the
+ * Lua library sema.lua on Redis, which holds the state. This instance keeps its requests in
  * flight, its parked waiters (woken by PUBLISH, collected on a heartbeat as a fallback), a
- * timer for each semaphore's next due time, and strict durability's WAIT. */
+ * timer for the earliest due time in Redis, and strict durability's WAIT. */
 #include "redis_internal.h"
 
 #include <stdio.h>
@@ -171,8 +171,7 @@ static int cmd_format(rs_t *r, const rcmd_t *c, char **out)
     return n;
 }
 
-/* A command's script name was not known by the time the command was made (before the first
- * SCRIPT LOAD): formatted commands carry the SHA, so they are made when sent. */
+/* A request id (and waiter id): this instance's id and a counter. */
 static void next_id(rs_t *r, char *buf, size_t cap)
 {
     snprintf(buf, cap, "%s.%llu", r->inst, (unsigned long long)++r->seq);
@@ -519,9 +518,7 @@ void rs__cmd_cb(redisAsyncContext *ac, void *reply, void *priv)
     rs__drain(r);
 }
 
-/* Commands are formatted when sent (they carry the script's SHA and the epoch, which a
- * resync may change): an op keeps its arguments in a closure-like builder. For the ops the
- * arguments come from the request, which lives until its completion. */
+/* A command from its arguments (copied; NULL when out of memory). */
 static rcmd_t *cmd_build(rs_t *r, int kind, rargs_t *a)
 {
     rcmd_t *c = a->oom ? NULL : rs__cmd_new(r, kind, a->n, a->v, a->l);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* redis_conn.c - the Redis back end's connections: the address (redis:// or
  * redis+sentinel://), hiredis on the libuv loop, the start of a connection (AUTH, SELECT, the
- * script, the epoch), reconnects with backoff, the subscriber connection, Sentinel. */
+ * library, the epoch), reconnects with backoff, the subscriber connection, Sentinel. */
 #include "redis_internal.h"
 
 #include <stdio.h>
@@ -58,7 +58,7 @@ static int parse_query(rs_t *r, const char *q)
             r->replicas = (int)v;
         } else if (n > 8 && strncmp(q, "timeout=", 8) == 0) {
             long v = strtol(q + 8, &end, 10);
-            if (end != q + n || v < 100 || v > 600000)
+            if (end != q + n || v < 100 || v > 10000)
                 return -1;
             r->cmd_timeout_ms = (uint64_t)v;
         } else {
@@ -162,7 +162,7 @@ bad:
     snprintf(errbuf, errlen,
              "bad Redis address \"%s\" (redis://[user:password@]HOST:PORT[/DB] or "
              "redis+sentinel://HOST:PORT[,HOST:PORT...]/MASTER_NAME, with optional "
-             "?replicas=N&timeout=MS)",
+             "?replicas=N&timeout=MS, MS from 100 to 10000)",
              url);
     return SEMA_EINVAL;
 }

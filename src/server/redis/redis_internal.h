@@ -55,8 +55,8 @@ typedef struct rreq {
 enum { RC_OP = 1, RC_CANCEL, RC_COLLECT, RC_DROP, RC_SWEEP, RC_WAIT, RC_PLAIN };
 
 /* One command: its arguments are kept, so a retry after a lost connection sends the same
- * request id (which Redis answers from its cache if the first attempt ran). A script call is
- * formatted when sent, with the script's SHA and the epoch known then. */
+ * request id (which Redis answers from its cache if the first attempt ran). An FCALL is
+ * formatted when sent, with the epoch known then. */
 typedef struct rcmd {
     elist_t link; /* r->inflight, r->retry or r->pending */
     int argc;

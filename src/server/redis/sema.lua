@@ -21,7 +21,7 @@ local KEYS, ARGV
 local OP, EPOCH, INST, RID, ALIVE_MS
 local A = 6 -- first argument of the op
 local NOW, NOWUS
-local RESULT_TTL_MS = 60000
+local RESULT_TTL_MS = 15000 -- longer than the longest command timeout (10 s): a retry finds it
 local TOMB_TTL_MS = 600000
 local HK_MAX = 1000 -- leases expired or waiters admitted per call (the rest: next call, at once)
 local VIEW_MAX = 1000
