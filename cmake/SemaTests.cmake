@@ -90,11 +90,46 @@ foreach(src ${SEMA_PY_TESTS})
   file(STRINGS ${src} lines REGEX "^def test_[A-Za-z0-9_]+\\(")
   foreach(line ${lines})
     string(REGEX REPLACE "^def test_([A-Za-z0-9_]+)\\(.*" "\\1" case ${line})
+    # test_redis_*.py: semad on Redis (real redis-server and redis-sentinel processes),
+    # label redis too; they skip (77) when semad has no Redis back end.
+    set(labels integration)
+    if(short MATCHES "^redis")
+      set(labels "integration;redis")
+    endif()
     add_test(NAME integration.${short}.${case} COMMAND ${Python3_EXECUTABLE} ${src} ${case})
     set_tests_properties(integration.${short}.${case} PROPERTIES TIMEOUT ${SEMA_TEST_TIMEOUT}
-      LABELS integration SKIP_RETURN_CODE 77 ENVIRONMENT "${SEMA_TEST_ENV}")
+      LABELS "${labels}" SKIP_RETURN_CODE 77 ENVIRONMENT "${SEMA_TEST_ENV}")
   endforeach()
 endforeach()
+# The HTTP suites once more on semad's Redis back end (tests/integration/redis_fixture.py):
+# redis.<file>.<name> against one instance on a fresh redis-server, redis3.<file>.<name>
+# against three instances on one redis-server with each request sent to the next instance
+# (an acquire on one, its release on another, a wait on a third). Label redis; they skip
+# (77) when semad has no Redis back end. Normal builds only (the sanitizer builds run the
+# Redis back end through test_redis_*.py).
+# The random-clients checker (test_concurrency) runs on three instances only.
+set(SEMA_REDIS_SUITES v1 legacy scenarios_http)
+if(NOT SEMA_SANITIZE)
+  foreach(n 1 3)
+    set(prefix redis)
+    set(suites ${SEMA_REDIS_SUITES})
+    if(n GREATER 1)
+      set(prefix redis${n})
+      list(APPEND suites concurrency)
+    endif()
+    foreach(short ${suites})
+      set(src ${PROJECT_SOURCE_DIR}/tests/integration/test_${short}.py)
+      file(STRINGS ${src} lines REGEX "^def test_[A-Za-z0-9_]+\\(")
+      foreach(line ${lines})
+        string(REGEX REPLACE "^def test_([A-Za-z0-9_]+)\\(.*" "\\1" case ${line})
+        add_test(NAME ${prefix}.${short}.${case} COMMAND ${Python3_EXECUTABLE} ${src} ${case})
+        set_tests_properties(${prefix}.${short}.${case} PROPERTIES TIMEOUT ${SEMA_TEST_TIMEOUT}
+          LABELS "integration;redis" SKIP_RETURN_CODE 77
+          ENVIRONMENT "${SEMA_TEST_ENV};SEMA_TEST_REDIS=${n}")
+      endforeach()
+    endforeach()
+  endforeach()
+endif()
 # The HTTP suites once more, each case behind a validating proxy that checks every reply
 # against docs/openapi.yaml (prism from tests/openapi/, which `scripts/deps.sh test`
 # installs; see semad_fixture.py): openapi.<file>.<name>, label openapi. Cases that check

@@ -24,11 +24,13 @@ typedef enum {
 #define BENCH_PIPE_MAX 64    /* --pipeline cap */
 #define BENCH_CONN_MAX 60000 /* --connections cap */
 #define BENCH_NAME_MAX 200   /* semaphore name prefix cap */
+#define BENCH_SERVERS_MAX 8  /* -s given more than once: instances sharing one state */
 
 typedef struct {
     bench_mode_t mode;
-    struct sockaddr_storage addr; /* the server, resolved once */
-    socklen_t addr_len;
+    struct sockaddr_storage addr[BENCH_SERVERS_MAX]; /* the servers, resolved once */
+    socklen_t addr_len[BENCH_SERVERS_MAX];
+    unsigned servers;          /* how many: connection i goes to server i % servers */
     char host[272];            /* Host header: host[:port] */
     char auth[256];            /* "Authorization: Bearer $SEMA_TOKEN\r\n", or "" */
     char url[300];             /* for the report */
@@ -77,8 +79,10 @@ int bench_handoff_run(const bench_opts_t *opts, bench_result_t *res);
 /* Runs the parked-waiters memory mode with blocking sockets. Same contract. */
 int bench_park_run(const bench_opts_t *opts, bench_result_t *res);
 
-/* Blocking HTTP helpers (bench_sync.c). A connected socket or a negative errno. */
+/* Blocking HTTP helpers (bench_sync.c). A connected socket or a negative errno: to the
+ * first server, or to server i % servers. */
 int bench_sync_connect(const bench_opts_t *opts);
+int bench_sync_connect_to(const bench_opts_t *opts, unsigned i);
 
 /* Sends one request (`body` may be NULL) and reads its answer within timeout_ms. Writes the
  * status to *status and up to cap-1 bytes of the body (NUL-terminated) into `out`.

@@ -34,6 +34,7 @@ typedef struct {
     llhttp_t parser;
     load_t *ld;
     unsigned sem;                     /* semaphore index (pairs) */
+    unsigned server;                  /* which of the servers (-s) it connects to */
     step_t step;                      /* what the oldest request in flight is */
     unsigned inflight;                /* requests sent, not answered */
     uint64_t sent_ns[BENCH_PIPE_MAX]; /* send times, a ring of `inflight` entries */
@@ -468,8 +469,8 @@ static void conn_connect(conn_t *c)
     c->inflight = 0;
     c->ring_head = 0;
     c->wcur = 0;
-    int rc =
-        uv_tcp_connect(&c->creq, &c->tcp, (const struct sockaddr *)&c->ld->o->addr, on_connected);
+    int rc = uv_tcp_connect(&c->creq, &c->tcp, (const struct sockaddr *)&c->ld->o->addr[c->server],
+                            on_connected);
     if (rc < 0) {
         c->ld->res->connect_errors++;
         if (!c->ld->started)
@@ -627,6 +628,7 @@ int bench_load_run(const bench_opts_t *o, bench_result_t *res)
     for (unsigned i = 0; i < o->conns; i++) {
         ld->conns[i].ld = ld;
         ld->conns[i].sem = i % (o->sems ? o->sems : 1);
+        ld->conns[i].server = i % (o->servers ? o->servers : 1);
         conn_connect(&ld->conns[i]);
     }
     uv_run(&ld->loop, UV_RUN_DEFAULT);

@@ -28,12 +28,18 @@ uint64_t bench_now_ns(void)
 
 int bench_sync_connect(const bench_opts_t *opts)
 {
-    int fd = socket(opts->addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    return bench_sync_connect_to(opts, 0);
+}
+
+int bench_sync_connect_to(const bench_opts_t *opts, unsigned i)
+{
+    i %= opts->servers ? opts->servers : 1;
+    int fd = socket(opts->addr[i].ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -errno;
     int one = 1;
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    if (connect(fd, (const struct sockaddr *)&opts->addr, opts->addr_len) != 0) {
+    if (connect(fd, (const struct sockaddr *)&opts->addr[i], opts->addr_len[i]) != 0) {
         int err = -errno;
         close(fd);
         return err;
@@ -293,9 +299,11 @@ static uint64_t handoff_round(int holder, int waiter, const bench_opts_t *opts, 
     return dt ? dt : 1;
 }
 
+/* With two servers (instances on one shared state), the two connections go one to each: every
+ * round releases on one instance and wakes the waiter parked on the other. */
 int bench_handoff_run(const bench_opts_t *opts, bench_result_t *res)
 {
-    int fd[2] = {bench_sync_connect(opts), bench_sync_connect(opts)};
+    int fd[2] = {bench_sync_connect_to(opts, 0), bench_sync_connect_to(opts, 1)};
     char lease[128], acq[BENCH_NAME_MAX + 32];
     int rc = -1;
     if (fd[0] < 0 || fd[1] < 0) {
@@ -341,7 +349,7 @@ static unsigned park_open(const bench_opts_t *opts, int *fds, unsigned n, bench_
     size_t len = bench_format_request(req, sizeof(req), opts, "POST", acq, body);
     unsigned i;
     for (i = 0; i < n; i++) {
-        fds[i] = bench_sync_connect(opts);
+        fds[i] = bench_sync_connect_to(opts, i);
         if (fds[i] < 0) {
             res->connect_errors++;
             break;

@@ -13,7 +13,10 @@ const char cmd_bench_usage[] =
     "\n"
     "options:\n"
     "  -s, --server URL      semad to talk to (default $SEMA_SERVER or http://127.0.0.1:7070);\n"
-    "                        an https:// one (TLS) for pairs, get and create with --no-create\n"
+    "                        an https:// one (TLS) for pairs, get and create with --no-create;\n"
+    "                        given again (up to 8), instances sharing one state: connection\n"
+    "                        i goes to server i % N, and handoff releases on the first and\n"
+    "                        wakes its waiter on the second (then the other way round)\n"
     "      --cacert FILE     https://: PEM file of the CAs to trust (default $SEMA_CACERT)\n"
     "  -m, --mode MODE       pairs    acquire then release on the same connection (default)\n"
     "                        get      GET --path, for ceiling and wrk comparisons\n"
@@ -84,12 +87,14 @@ static int parse_server(const char *url, bench_opts_t *o)
     const char *p = o->tls ? url + 8 : strncmp(url, "http://", 7) == 0 ? url + 7 : url;
     char host[256], port[8] = "7070";
     size_t hl = strcspn(p, "/");
-    if (hl == 0 || hl >= sizeof(host))
+    if (hl == 0 || hl >= sizeof(host) || o->servers >= BENCH_SERVERS_MAX)
         return -1;
     memcpy(host, p, hl);
     host[hl] = '\0';
-    snprintf(o->host, sizeof(o->host), "%s", host);
-    snprintf(o->url, sizeof(o->url), "%s://%s", o->tls ? "https" : "http", host);
+    if (o->servers == 0) { /* the Host header and the report name the first */
+        snprintf(o->host, sizeof(o->host), "%s", host);
+        snprintf(o->url, sizeof(o->url), "%s://%s", o->tls ? "https" : "http", host);
+    }
     char *colon = strrchr(host, ':');
     if (colon && !strchr(colon, ']')) {
         snprintf(port, sizeof(port), "%s", colon + 1);
@@ -104,8 +109,9 @@ static int parse_server(const char *url, bench_opts_t *o)
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
     if (getaddrinfo(h, port, &hints, &ai) != 0 || !ai)
         return -1;
-    memcpy(&o->addr, ai->ai_addr, ai->ai_addrlen);
-    o->addr_len = ai->ai_addrlen;
+    memcpy(&o->addr[o->servers], ai->ai_addr, ai->ai_addrlen);
+    o->addr_len[o->servers] = ai->ai_addrlen;
+    o->servers++;
     freeaddrinfo(ai);
     return 0;
 }
@@ -153,14 +159,16 @@ static const struct option long_opts[] = {{"server", required_argument, NULL, 's
                                           {NULL, 0, NULL, 0}};
 
 /* Applies one option; 0, 1 for --help, or -1 with a message. */
-static int apply_opt(int ch, const char *arg, bench_opts_t *o, const char **server)
+static int apply_opt(int ch, const char *arg, bench_opts_t *o, const char **server,
+                     unsigned *nserver)
 {
     uint64_t v = 0;
     int64_t ms = 0;
     int bad = 0;
     switch (ch) {
     case 's':
-        *server = arg;
+        bad = *nserver >= BENCH_SERVERS_MAX;
+        server[bad ? 0 : (*nserver)++] = arg;
         break;
     case 'm':
         bad = parse_mode(arg, &o->mode);
@@ -231,7 +239,8 @@ static int apply_opt(int ch, const char *arg, bench_opts_t *o, const char **serv
 
 static int parse_args(int argc, char **argv, bench_opts_t *o)
 {
-    const char *server = getenv("SEMA_SERVER");
+    const char *server[BENCH_SERVERS_MAX] = {getenv("SEMA_SERVER")};
+    unsigned nserver = 0;
     *o = (bench_opts_t){.mode = BENCH_PAIRS,
                         .conns = 50,
                         .duration_s = 10.0,
@@ -252,7 +261,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
     optind = 1;
     int ch;
     while ((ch = getopt_long(argc, argv, "s:m:c:d:n:w:k:P:h", long_opts, NULL)) != -1) {
-        int rc = apply_opt(ch, optarg, o, &server);
+        int rc = apply_opt(ch, optarg, o, server, &nserver);
         if (rc != 0)
             return rc;
     }
@@ -260,9 +269,12 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
         fprintf(stderr, "sema bench: unexpected argument '%s' (see --help)\n", argv[optind]);
         return -1;
     }
-    if (parse_server(server && *server ? server : "http://127.0.0.1:7070", o) != 0) {
-        fprintf(stderr, "sema bench: cannot resolve the server '%s'\n", server);
-        return -1;
+    for (unsigned i = 0; i < (nserver ? nserver : 1); i++) {
+        const char *url = server[i] && *server[i] ? server[i] : "http://127.0.0.1:7070";
+        if (parse_server(url, o) != 0) {
+            fprintf(stderr, "sema bench: cannot resolve the server '%s'\n", url);
+            return -1;
+        }
     }
     if (o->tls && (o->mode == BENCH_HANDOFF || o->mode == BENCH_PARK || !o->no_setup)) {
         fprintf(stderr, "sema bench: https:// servers: modes pairs, get and create, with "

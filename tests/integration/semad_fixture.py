@@ -11,6 +11,11 @@ docs/openapi.yaml: the tests get the proxy's address (port, url(), conn(), raw()
 reply that breaks the document fails the test (see check_reply and Semad.__exit__).
 `direct=True` talks to semad itself, for what a proxy cannot carry; a test that checks the
 connection itself is marked @not_through_proxy(why) and skipped there.
+
+With SEMA_TEST_REDIS=N every Semad() is instead a fresh redis-server with N semad instances
+on it (`--engine redis://...`), each request going to the next instance in turn (see
+redis_fixture.py); the tests run unchanged, and skip when semad has no Redis back end.
+Counters are per instance: metrics_text(s) is every instance's /metrics.
 """
 import atexit
 import http.client
@@ -63,16 +68,17 @@ def not_through_proxy(why):
 
 
 class Semad:
-    """One semad process. `args` are extra flags; `env` extra environment. With `tls` (an
+    """One semad process. `args` are extra flags; `env` extra environment; `wrap` a
+    command prefix (such as `setpriv --pdeathsig KILL`) that execs semad. With `tls` (an
     ssl.SSLContext for the client side), semad serves HTTPS (the caller passes --tls-cert and
     --tls-key) and conn()/request() speak it."""
 
-    def __init__(self, *args, durability="none", env=None, data=None, tls=None):
+    def __init__(self, *args, durability="none", env=None, data=None, tls=None, wrap=None):
         self.tls = tls
         self.tmp = tempfile.mkdtemp(prefix="semad-test-")
         self.data = data or os.path.join(self.tmp, "data")
-        cmd = [semad_path(), "--listen", "127.0.0.1:0", "--data", self.data,
-               "--durability", durability] + list(args)
+        cmd = list(wrap or []) + [semad_path(), "--listen", "127.0.0.1:0", "--data", self.data,
+                                  "--durability", durability] + list(args)
         e = dict(os.environ)
         e.update(env or {})
         self.lines = []
@@ -224,6 +230,9 @@ class Semad:
         return False
 
 
+SemadProcess = Semad  # one semad process, also when SEMA_TEST_REDIS makes Semad a fleet
+
+
 def do_request(c, method, path, body=None, headers=None):
     h = dict(headers or {})
     if isinstance(body, (dict, list)):
@@ -271,6 +280,18 @@ def raw_request(method, path, body=b"", headers=None):
     h = "".join("%s: %s\r\n" % kv for kv in (headers or {}).items())
     return ("%s %s HTTP/1.1\r\nHost: t\r\n%sContent-Length: %d\r\n\r\n"
             % (method, path, h, len(body))).encode() + body
+
+
+def one_instance(s):
+    """One semad behind `s`: s itself, or the next instance of a fleet (SEMA_TEST_REDIS)."""
+    return s.next() if hasattr(s, "next") else s
+
+
+def metrics_text(s):
+    """The /metrics text of every instance behind `s` (one for a plain Semad)."""
+    if hasattr(s, "metrics_text"):
+        return s.metrics_text()
+    return s.request("GET", "/metrics")[2].decode()
 
 
 def wait_until(pred, timeout=5, what="condition"):
@@ -501,3 +522,10 @@ class Proxy:
 
 
 atexit.register(Proxy.close_all)
+
+REDIS = os.environ.get("SEMA_TEST_REDIS", "")
+if REDIS not in ("", "0"):  # the suites on semad's Redis back end: see redis_fixture.py
+    if PROXY:
+        raise SystemExit("SEMA_TEST_REDIS and SEMA_TEST_OPENAPI_PROXY do not go together")
+    import redis_fixture  # noqa: E402  (it imports this module, complete by now)
+    Semad = redis_fixture.suite_fleet(int(REDIS))

@@ -1,0 +1,261 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""redis_engine.py - semad's Redis back end beside the Redis semaphores people use, on one
+redis-server, in one run. Starts everything itself on ephemeral loopback ports (a
+redis-server without persistence, two semad instances with --engine redis://..., the
+Redis/Lua peer build/bin/bench_redis_peer, redis-semaphore from bench/peers/node_modules)
+and stops it at the end. Prints one line per figure ("figure NAME key=value ...") and per
+ratio or goal ("ratio NAME value=X ...", "goal NAME value=X goal=<Y met=yes|no").
+
+1. Redis commands per acquire+release pair, counted with MONITOR (the commands clients
+   send; the commands a script runs inside Redis are listed apart): semad on one and on two
+   instances (one connection, `sema bench -c 1`), the Redis/Lua peer and redis-semaphore.
+   Goal: 2 (one script per operation).
+2. Redis commands per second while WAITERS waiters sit parked on the two instances for
+   IDLE_SECS: only the instances' heartbeats.
+3. pairs/s and pair p99 through two semad instances on the Redis (`sema bench -s A -s B`,
+   CONNS connections spread over both), beside the Redis/Lua semaphore (bench_redis_peer,
+   CONNS hiredis connections) and redis-semaphore (CONNS ioredis connections) on the same
+   Redis; Redis's CPU time per pair for each. ROUNDS interleaved rounds, best of each.
+4. Wake-up latency of a waiter parked on instance B after a release on instance A
+   (`sema bench -s A -s B -m handoff`: the direction alternates), p50 and p99. Goal p50 under
+   10 ms (a message, not a poll).
+
+Usage: bench/redis_engine.py [BUILD_DIR]     (default: $SEMA_BUILD_DIR or ./build)
+Environment: SECS (seconds per throughput run, default 3), ROUNDS (default 3), CONNS
+(default 50), WAITERS (default 1000), IDLE_SECS (default 10), HANDOFFS (default 1000),
+PAIRS (pairs counted for figure 1, default 1000).
+"""
+import json
+import os
+import resource
+import subprocess
+import sys
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else
+                        os.environ.get("SEMA_BUILD_DIR", os.path.join(ROOT, "build")))
+os.environ.setdefault("SEMAD", os.path.join(BUILD, "bin", "semad"))
+os.environ.setdefault("SEMA_SOURCE_DIR", ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+import redis_fixture as rf  # noqa: E402
+import semad_fixture as fx  # noqa: E402
+
+SECS = float(os.environ.get("SECS", "3"))
+ROUNDS = int(os.environ.get("ROUNDS", "3"))
+CONNS = int(os.environ.get("CONNS", "50"))
+WAITERS = int(os.environ.get("WAITERS", "1000"))
+IDLE_SECS = float(os.environ.get("IDLE_SECS", "10"))
+HANDOFFS = int(os.environ.get("HANDOFFS", "1000"))
+PAIRS = int(os.environ.get("PAIRS", "1000"))
+
+SEMA = os.path.join(BUILD, "bin", "sema")
+PEER = os.path.join(BUILD, "bin", "bench_redis_peer")
+NODE_SEM = os.path.join(ROOT, "bench", "peers", "redis_sem.js")
+HAVE_NODE_SEM = os.path.isdir(os.path.join(ROOT, "bench", "peers", "node_modules",
+                                           "redis-semaphore"))
+HZ = os.sysconf("SC_CLK_TCK")
+
+
+def say(*words):
+    print(" ".join(str(w) for w in words), flush=True)
+
+
+def cpu_s(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        v = f.read().rsplit(")", 1)[1].split()
+    return (int(v[11]) + int(v[12])) / HZ
+
+
+def run_json(cmd, timeout=300):
+    p = subprocess.run(cmd, capture_output=True, timeout=timeout)
+    line = next((l for l in p.stdout.decode().splitlines() if l.startswith("{")), None)
+    if p.returncode != 0 or line is None:
+        raise RuntimeError("%s failed (%d): %s %s" % (" ".join(cmd), p.returncode,
+                                                        p.stdout.decode()[-500:],
+                                                        p.stderr.decode()[-1500:]))
+    return json.loads(line)
+
+
+def counted(mon, fn):
+    """Runs fn() between two marks; returns (fn's result, client commands, script commands)
+    in its window (MONITOR lines arrive a moment late: wait for them)."""
+    t0 = time.time()
+    res = fn()
+    t1 = time.time()
+    time.sleep(0.5)
+    c, s = mon.count(t0, t1)
+    return res, c, s
+
+
+def fmt(d):
+    return ",".join("%s:%d" % kv for kv in sorted(d.items(), key=lambda kv: -kv[1])) or "-"
+
+
+def main():
+    for p in (SEMA, PEER, os.environ["SEMAD"]):
+        if not os.access(p, os.X_OK):
+            sys.exit("redis_engine: %s is missing; build first (cmake --build %s)" % (p, BUILD))
+    if not rf.redis_engine_built():
+        sys.exit("redis_engine: this semad has no Redis back end (--engine redis://...)")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # parked waiters: a socket each
+    say("# redis_engine: %d cores, %d connections, %.1fs per throughput run, %s; redis-server %s"
+        % (os.cpu_count(), CONNS, SECS, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           subprocess.run(["redis-server", "--version"], capture_output=True).stdout.decode()
+           .split()[2]))
+    with rf.RedisServer() as r, rf.Fleet(r.url(), 2, "--max-connections", "30000") as fl:
+        a, b = fl[0], fl[1]
+        ua, ub = "http://127.0.0.1:%d" % a.port, "http://127.0.0.1:%d" % b.port
+        mon = rf.Monitor(r.port)
+        try:
+            commands_per_pair(r, mon, ua, ub)
+            idle_waiters(r, mon, fl)
+        finally:
+            mon.close()
+        throughput(r, fl, ua, ub)
+        wakeups(ua, ub)
+
+
+def commands_per_pair(r, mon, ua, ub):
+    # 1. commands per pair, one connection, nothing else running
+    # the semaphores first (capacity 1 and 2: nobody waits), and the instances warmed up
+    subprocess.run([SEMA, "bench", "-s", ua, "-c", "1", "-n", "10", "--name", "cmd",
+                    "--json"], capture_output=True, timeout=60)
+    subprocess.run([SEMA, "bench", "-s", ua, "-s", ub, "-c", "2", "-n", "10", "--name", "cmd2",
+                    "--json"], capture_output=True, timeout=60)
+    time.sleep(0.5)
+    rows = []
+    for label, cmd in (("semad_1_instance", [SEMA, "bench", "-s", ua, "-c", "1", "-n", str(PAIRS),
+                                             "--name", "cmd", "--no-create", "--json"]),
+                       ("semad_2_instances", [SEMA, "bench", "-s", ua, "-s", ub, "-c", "2", "-n",
+                                              str(PAIRS), "--name", "cmd2", "--no-create",
+                                              "--json"]),
+                       ("redis_lua", [PEER, "--redis", "127.0.0.1:%d" % r.port, "-c", "1", "-n",
+                                      str(PAIRS), "--json"])):
+        j, c, s = counted(mon, lambda: run_json(cmd))
+        pairs = j.get("ops") or j.get("pairs") or 0
+        rows.append((label, pairs, c, s))
+    if HAVE_NODE_SEM:
+        j, c, s = counted(mon, lambda: run_json(["node", NODE_SEM, "--redis",
+                                                 "127.0.0.1:%d" % r.port, "-c", "1", "-d",
+                                                 "1"]))
+        # its 0.3 s warm-up is in the window too: count the pairs it made in all
+        rows.append(("redis_semaphore", None, c, s))
+    for label, pairs, c, s in rows:
+        if pairs is None:  # redis-semaphore: its release is one ZREM, sent by the client
+            pairs = max(1, c.get("zrem", 0))
+        n = sum(c.values())
+        say("figure redis_commands_per_pair_%s pairs=%d commands=%d per_pair=%.2f"
+            " script_commands_per_pair=%.1f by_command=%s" % (
+                label, pairs, n, n / pairs, sum(s.values()) / pairs, fmt(c)))
+        if label.startswith("semad"):
+            v = n / pairs
+            say("goal redis_commands_per_pair_%s value=%.2f goal=<=2 met=%s"
+                % (label, v, "yes" if v <= 2.005 else "no"))
+
+
+def idle_waiters(r, mon, fl):
+    # 2. WAITERS parked on the two instances; Redis's command rate over IDLE_SECS
+    fl.json("PUT", "/v1/semaphores/idle", {"capacity": 1})
+    st, holder = fl.json("POST", "/v1/semaphores/idle/acquire", {"ttl_ms": 3600000})
+    socks = []
+    for i in range(WAITERS):
+        s = fl[i % 2].raw(timeout=120)
+        s.sendall(fx.raw_request("POST", "/v1/semaphores/idle/acquire", {"ttl_ms": 60000}))
+        socks.append(s)
+    fx.wait_until(lambda: fl.json("GET", "/v1/semaphores/idle")[1]["waiting"] == WAITERS, 60,
+                  "%d waiters to park" % WAITERS)
+    time.sleep(1.0)
+    before = cpu_s(r.proc.pid)
+    _, c, s = counted(mon, lambda: time.sleep(IDLE_SECS))
+    used = cpu_s(r.proc.pid) - before
+    n = sum(c.values())
+    say("figure redis_idle_waiters waiters=%d seconds=%.0f commands_per_s=%.2f"
+        " script_commands_per_s=%.1f redis_cpu_ms_per_s=%.2f by_command=%s" % (
+            WAITERS, IDLE_SECS, n / IDLE_SECS, sum(s.values()) / IDLE_SECS,
+            used * 1000 / IDLE_SECS, fmt(c)))
+    say("goal redis_idle_commands_per_s_per_1000_waiters value=%.2f goal=<10 met=%s" % (
+        n / IDLE_SECS * 1000 / WAITERS, "yes" if n / IDLE_SECS * 1000 / WAITERS < 10 else "no"))
+    for s in socks:
+        s.close()
+    fl.request("DELETE", "/v1/leases/" + holder["lease"])
+    fx.wait_until(lambda: fl.json("GET", "/v1/semaphores/idle")[1]["waiting"] == 0, 60,
+                  "the waiters to leave")
+
+
+def best(a, b, key):
+    if a is None:
+        return b
+    return a if (a.get(key) or 0) >= (b.get(key) or 0) else b
+
+
+def throughput(r, fl, ua, ub):
+    # 3. pairs/s and p99, interleaved rounds; Redis CPU per pair
+    res = {}
+
+    def timed(label, cmd, pairs_key):
+        c0, s0 = cpu_s(r.proc.pid), sum(cpu_s(s.proc.pid) for s in fl.live())
+        j = run_json(cmd)
+        j["redis_cpu_us_per_pair"] = round((cpu_s(r.proc.pid) - c0) * 1e6 /
+                                           max(1, j.get(pairs_key) or 0), 2)
+        j["semad_cpu_us_per_pair"] = round((sum(cpu_s(s.proc.pid) for s in fl.live()) - s0) * 1e6
+                                           / max(1, j.get(pairs_key) or 0), 2)
+        j["pairs_per_s"] = j.get("pairs_per_s", j.get("ops_per_s"))
+        j["pair_p99_us"] = j.get("pair_p99_us", j.get("op_p99_us"))
+        j["pair_p50_us"] = j.get("pair_p50_us", j.get("op_p50_us"))
+        res[label] = best(res.get(label), j, "pairs_per_s")
+
+    d = str(SECS)
+    for _ in range(ROUNDS):
+        timed("semad_2_instances", [SEMA, "bench", "-s", ua, "-s", ub, "-c", str(CONNS), "-d",
+                                    d + "s", "--name", "tp2", "--json"], "ops")
+        timed("semad_1_instance", [SEMA, "bench", "-s", ua, "-c", str(CONNS), "-d", d + "s",
+                                   "--name", "tp1", "--json"], "ops")
+        timed("redis_lua", [PEER, "--redis", "127.0.0.1:%d" % r.port, "-c", str(CONNS), "-d", d,
+                            "--json"], "pairs")
+        if HAVE_NODE_SEM:
+            timed("redis_semaphore", ["node", NODE_SEM, "--redis", "127.0.0.1:%d" % r.port, "-c",
+                                      str(CONNS), "-d", d], "pairs")
+    for label, j in res.items():
+        say("figure redis_pairs_%s conns=%d pairs_per_s=%s pair_p50_us=%s pair_p99_us=%s"
+            " errors=%s redis_cpu_us_per_pair=%s semad_cpu_us_per_pair=%s" % (
+                label, CONNS, j["pairs_per_s"], j["pair_p50_us"], j["pair_p99_us"],
+                j.get("errors"), j["redis_cpu_us_per_pair"],
+                j["semad_cpu_us_per_pair"] if label.startswith("semad") else "-"))
+    two = res["semad_2_instances"]
+    for peer in ("redis_lua", "redis_semaphore"):
+        if peer not in res:
+            continue
+        p = res[peer]
+        say("ratio semad_2_instances_pairs_vs_%s value=%.3f" % (
+            peer, (two["pairs_per_s"] or 0) / max(1e-9, p["pairs_per_s"] or 0)))
+        say("ratio semad_2_instances_p99_vs_%s value=%.3f (lower is better)" % (
+            peer, (two["pair_p99_us"] or 0) / max(1e-9, p["pair_p99_us"] or 0)))
+        say("ratio semad_2_instances_redis_cpu_per_pair_vs_%s value=%.3f (lower is better)" % (
+            peer, two["redis_cpu_us_per_pair"] / max(1e-9, p["redis_cpu_us_per_pair"])))
+    if not HAVE_NODE_SEM:
+        say("# redis-semaphore is not installed (cd bench/peers && npm install): skipped")
+
+
+def wakeups(ua, ub):
+    # 4. release on A -> waiter parked on B (and back), one round at a time
+    j = run_json([SEMA, "bench", "-s", ua, "-s", ub, "-m", "handoff", "-n", str(HANDOFFS),
+                  "--name", "wake2", "--json"])
+    one = run_json([SEMA, "bench", "-s", ua, "-m", "handoff", "-n", str(HANDOFFS), "--name",
+                    "wake1", "--json"])
+    say("figure redis_wakeup_across_instances rounds=%d p50_us=%.0f p90_us=%.0f p99_us=%.0f"
+        " max_us=%.0f" % (j["ops"], j["p50_us"], j["p90_us"], j["p99_us"], j["max_us"]))
+    say("figure redis_wakeup_same_instance rounds=%d p50_us=%.0f p90_us=%.0f p99_us=%.0f"
+        " max_us=%.0f" % (one["ops"], one["p50_us"], one["p90_us"], one["p99_us"],
+                          one["max_us"]))
+    say("goal redis_wakeup_across_instances_p50_us value=%.0f goal=<10000 met=%s"
+        % (j["p50_us"], "yes" if j["p50_us"] < 10000 else "no"))
+    say("ratio redis_wakeup_across_vs_same_instance_p50 value=%.3f" % (
+        j["p50_us"] / max(1e-9, one["p50_us"])))
+
+
+if __name__ == "__main__":
+    main()
