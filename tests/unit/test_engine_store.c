@@ -39,13 +39,14 @@ typedef struct {
     fx_t f;
     store_t *st;
     const char *dir;
+    int strict; /* STORE_STRICT instead of STORE_RELAXED */
 } sfx_t;
 
 static void sfx_open(sfx_t *s)
 {
     char err[512] = "";
     engine_config_t cfg;
-    int rc = store_open(&s->st, s->dir, STORE_RELAXED, err, sizeof(err));
+    int rc = store_open(&s->st, s->dir, s->strict ? STORE_STRICT : STORE_RELAXED, err, sizeof(err));
 
     if (rc != 0)
         TEST_FAIL_("store_open: %d %s", rc, err);
@@ -796,5 +797,39 @@ TEST(store_rollback_keeps_committed_tickets_in_place)
     treq_free(w);
     treq_free(t2);
     treq_free(t3);
+    sfx_close(&s);
+}
+
+/* After a commit answers two clients, the next one waits for both to come back (at most
+ * as long as that commit took, 1 ms at most): when only one does, its release must still
+ * be committed and answered, by the committer's tick, not left waiting for the other. */
+TEST(store_gathering_ends_when_an_answered_client_does_not_come_back)
+{
+    sfx_t s = {.dir = data_dir(), .strict = 1};
+    treq_t *a, *b, *r;
+    uint64_t c0, c1, fails;
+
+    sfx_open(&s);
+    fx_put(&s.f, "sem", 4);
+    store_inject_commit_delay(s.st, 30); /* the next commit takes >= 30 ms: gather 1 ms */
+    a = submit_acquire(&s.f, "sem", 1, 0, NULL);
+    b = submit_acquire(&s.f, "sem", 1, 0, NULL);
+    ASSERT(fx_run_until(&s.f, &b->done, 2000));
+    ASSERT_EQ(a->done, 1); /* both in one commit */
+    store_stats(s.st, &c0, &fails);
+    r = treq_new(ENGINE_LEASE_RELEASE, lease_id(a));
+    ASSERT_OK(engine_submit(s.f.e, &r->r));
+    ASSERT_EQ(r->done, 0); /* strict: waits for its commit */
+    uint64_t t0 = uv_hrtime();
+    ASSERT(fx_run_until(&s.f, &r->done, 2000));
+    ASSERT_EQ(r->status, 0);
+    ASSERT_LT((uv_hrtime() - t0) / 1000000u, 1000); /* a tick away, not a timeout */
+    store_stats(s.st, &c1, &fails);
+    ASSERT_EQ(c1 - c0, 1);
+    ASSERT_OK(fx_lease_op(&s.f, ENGINE_LEASE_RELEASE, lease_id(b)));
+    ASSERT_EQ(fx_state(&s.f, "sem", "held"), 0);
+    treq_free(a);
+    treq_free(b);
+    treq_free(r);
     sfx_close(&s);
 }
