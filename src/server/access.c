@@ -127,15 +127,23 @@ static void outside_prefixes(route_ctx_t *c)
     ctx__reply_problem_hdr(c, 403, "forbidden", detail, NULL);
 }
 
+/* The Authorization value a connection last sent that named a token. */
+struct conn_auth {
+    auth_table_t *table;       /* a reference: the table `token` is in */
+    const auth_token_t *token; /* the token it named */
+    size_t len;
+    char value[]; /* len bytes and a NUL */
+};
+
 void conn_auth_forget(conn_t *conn)
 {
-    if (conn->auth_value != NULL)
-        OPENSSL_cleanse(conn->auth_value, strlen(conn->auth_value));
-    free(conn->auth_value);
-    auth_unref(conn->auth_table);
-    conn->auth_value = NULL;
-    conn->auth_table = NULL;
-    conn->auth_token = NULL;
+    struct conn_auth *a = conn->auth;
+    if (a == NULL)
+        return;
+    OPENSSL_cleanse(a->value, a->len);
+    auth_unref(a->table);
+    free(a);
+    conn->auth = NULL;
 }
 
 /* The token the header value `hv` names: the connection's last one when the bytes are the
@@ -147,9 +155,10 @@ static const auth_token_t *find_token(route_ctx_t *c, const char *hv)
     server_t *srv = c->srv;
     const char *tok, *why;
     size_t tok_len, len = strlen(hv);
-    if (conn->auth_table == srv->auth && conn->auth_value != NULL &&
-        strlen(conn->auth_value) == len && CRYPTO_memcmp(conn->auth_value, hv, len) == 0)
-        return conn->auth_token;
+    const struct conn_auth *last = conn->auth;
+    if (last != NULL && last->table == srv->auth && last->len == len &&
+        CRYPTO_memcmp(last->value, hv, len) == 0)
+        return last->token;
     if (auth_bearer(hv, len, &tok, &tok_len, &why) != 0) {
         unauthorized(c, www_auth_bad, why);
         return NULL;
@@ -160,10 +169,13 @@ static const auth_token_t *find_token(route_ctx_t *c, const char *hv)
         return NULL;
     }
     conn_auth_forget(conn);
-    conn->auth_value = strdup(hv); /* out of memory: the next request hashes again */
-    if (conn->auth_value != NULL) {
-        conn->auth_table = auth_ref(srv->auth);
-        conn->auth_token = tk;
+    struct conn_auth *a = malloc(sizeof *a + len + 1);
+    if (a != NULL) { /* out of memory: the next request hashes again */
+        a->table = auth_ref(srv->auth);
+        a->token = tk;
+        a->len = len;
+        memcpy(a->value, hv, len + 1);
+        conn->auth = a;
     }
     return tk;
 }

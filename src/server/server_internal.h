@@ -74,11 +74,9 @@ struct conn {
     sstream_t *st;      /* the event stream (allocated when the connection becomes one) */
     /* --auth: the last Authorization value this connection sent that named a token, so the
      * next request with the same bytes skips the hash (access.c) */
-    char *auth_value;               /* owned, or NULL */
-    auth_table_t *auth_table;       /* a reference: the table auth_token is in */
-    const auth_token_t *auth_token; /* the token it named */
-    tls_sess_t *tls;    /* the TLS session (NULL: plain HTTP) */
-    ipcap_entry_t *ip;  /* the count of the client's address (NULL: not counted) */
+    struct conn_auth *auth; /* owned, or NULL (allocated only under --auth) */
+    tls_sess_t *tls;        /* the TLS session (NULL: plain HTTP) */
+    ipcap_entry_t *ip;      /* the count of the client's address (NULL: not counted) */
 };
 
 struct server {

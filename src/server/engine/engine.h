@@ -158,7 +158,7 @@ typedef struct engine_result {
     size_t next_cursor_len;
     struct engine_block *blocks; /* storage beyond `small` */
     size_t small_used;
-    _Alignas(8) char small[160];
+    _Alignas(8) char small[96]; /* a lease reply's name and owner, typically */
 } engine_result_t;
 
 /* `n` bytes (8-aligned) that live as long as the result, or NULL when out of memory. */
@@ -174,13 +174,13 @@ void engine_result_clear(engine_result_t *r);
 struct engine_req {
     /* in */
     engine_op_t op;
+    int mode;         /* LOCK_ACQUIRE: ENGINE_MODE_* */
     const char *name; /* semaphore name, lock key or lease id (NUL-terminated UTF-8) */
     size_t name_len;
     uint64_t capacity;    /* SEM_PUT, SEM_RESIZE, LEGACY_CREATE */
     uint64_t weight;      /* ACQUIRE */
     int64_t timeout_ms;   /* ACQUIRE, WAIT_IDLE, LOCK_ACQUIRE: 0 try, < 0 forever */
     int64_t ttl_ms;       /* ACQUIRE, LOCK_ACQUIRE, LEASE_RENEW: 0 = server default */
-    int mode;             /* LOCK_ACQUIRE: ENGINE_MODE_* */
     const char *owner;    /* optional, may be NULL */
     const char *idem_key; /* optional Idempotency-Key, may be NULL */
     const char *prefix;   /* SEM_LIST, may be NULL */
@@ -191,13 +191,14 @@ struct engine_req {
      * another token took fails with SEMA_EACCES unless `principal_admin` is set. */
     const char *principal;
     int principal_admin;
+    /* out (beside principal_admin, so the struct has no holes) */
+    int status;           /* 0 or a SEMA_E* code (see the table in docs/http-api.md) */
+    int created;          /* SEM_PUT: 1 when the semaphore was created */
     int64_t keepalive_ms; /* TICKET_CREATE: 0 = server default */
     uint64_t seen;        /* TICKET_GET: the state the caller last saw (0: none; a wait
                              then sets it to the state at arrival) */
 
-    /* out: valid inside the callback */
-    int status;          /* 0 or a SEMA_E* code (see the table in docs/http-api.md) */
-    int created;         /* SEM_PUT: 1 when the semaphore was created */
+    /* out: valid inside the callback (and status, created above) */
     const char *message; /* static text explaining a failure, or NULL */
     engine_result_t res; /* on success; freed after the callback */
 
