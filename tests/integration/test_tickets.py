@@ -250,7 +250,8 @@ def test_reload_keeps_the_place_and_long_poll_answers_on_change():
             got["r"] = read(s, b, wait="30s")
         th = threading.Thread(target=poll, daemon=True)
         th.start()
-        fx.wait_until(lambda: metric(s, "semad_parked_waiters") is not None, 5, "metrics")
+        # the long-poll answers a change from what it found: let it arrive first
+        fx.wait_until(lambda: metric(s, "semad_ticket_watchers") == 1, 10, "the long-poll")
         st, _, _ = s.request("DELETE", "/v1/tickets/" + a)
         assert st == 204
         th.join(10 * fx.SLOW)
