@@ -224,8 +224,15 @@ def test_collected_grant_outlives_keepalive_and_ends_with_its_lease():
         t = ticket(s, "c", keepalive_ms=200)
         assert t["status"] == "granted", t
         lease = t["lease"]["lease"]
-        # the grant was shown: keepalive no longer applies (wait well past it, bounded)
-        st, body = read(s, t["ticket"], wait="1s")
+        # the grant was shown: keepalive no longer applies. Let 3 keepalives pass (a
+        # long-poll on a ticket that does not move is the bounded timer).
+        put(s, "clock", 1)
+        hold(s, "clock")
+        still = ticket(s, "clock", keepalive_ms=60000)["ticket"]
+        t0 = time.monotonic()
+        st, body = read(s, still, wait="600ms")
+        assert st == 200 and time.monotonic() - t0 >= 0.55, (st, body)
+        st, body = read(s, t["ticket"])
         assert st == 200 and body["status"] == "granted" and body["lease"]["lease"] == lease
         assert sem(s, "c")["held"] == 1
         release(s, lease)
@@ -250,7 +257,8 @@ def test_reload_keeps_the_place_and_long_poll_answers_on_change():
             got["r"] = read(s, b, wait="30s")
         th = threading.Thread(target=poll, daemon=True)
         th.start()
-        fx.wait_until(lambda: metric(s, "semad_parked_waiters") is not None, 5, "metrics")
+        # the long-poll answers a change from what it found: let it arrive first
+        fx.wait_until(lambda: metric(s, "semad_ticket_watchers") == 1, 10, "the long-poll")
         st, _, _ = s.request("DELETE", "/v1/tickets/" + a)
         assert st == 204
         th.join(10 * fx.SLOW)

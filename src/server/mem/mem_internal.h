@@ -158,7 +158,8 @@ struct mem {
     eitem_t tick;    /* the next check of watched tickets' positions (EITEM_TICK) */
     uint64_t tickets_created, tickets_granted, tickets_left, tickets_abandoned, tickets_uncollected,
         ticket_updates;
-    esem_t *root; /* treap of e->sems by name */
+    uint64_t nwatchers; /* long-polls and streams parked on tickets now */
+    esem_t *root;       /* treap of e->sems by name */
     eheap_t heap;
     uv_timer_t timer;
     uint64_t timer_due; /* deadline the timer is armed for, or UINT64_MAX */

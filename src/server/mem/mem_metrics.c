@@ -90,6 +90,9 @@ int mem__metrics(void *be, struct strbuf *out)
                       "Granted tickets whose lease was released: not collected within "
                       "keepalive_ms.",
                       "counter", e->tickets_uncollected);
+    jsonw_prom_series(&w, "semad_ticket_watchers",
+                      "Long-polls and streams waiting on a ticket's change now.", "gauge",
+                      e->nwatchers);
     jsonw_prom_series(&w, "semad_ticket_position_updates_total",
                       "Position updates sent to ticket watchers (long-polls and streams).",
                       "counter", e->ticket_updates);

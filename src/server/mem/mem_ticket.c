@@ -288,6 +288,7 @@ static eticket_t *watcher_off(mem_t *e, ereq_t *er)
     elist_remove(&er->link);
     eheap_remove(&e->heap, &er->hi);
     er->state = EREQ_NEW;
+    e->nwatchers--;
     if (elist_empty(&t->watchers))
         elist_remove(&t->watched);
     return t;
@@ -578,6 +579,7 @@ void mem__op_ticket_get(mem_t *e, ereq_t *er)
     }
     mem__timer_rearm(e);
     er->state = EREQ_WATCH;
+    e->nwatchers++;
     if (elist_empty(&t->watchers))
         elist_push_back(&e->watched, &t->watched);
     elist_push_back(&t->watchers, &er->link);
