@@ -464,7 +464,8 @@ def sentinel_failover(crash):
         load.stop()
         summary = load.check(min_grants=5, expect_contention=False)
         after = len([g for g in load.grants if g["send"] > t0 + followed])
-        assert after > 0, ("no grant after the failover", summary)
+        assert after > 0, ("no grant after the failover", summary,
+                           sc.describe(fl[0], sems, load))
         st = a.request("DELETE", "/v1/leases/" + held["lease"])[0]
         assert st in (204, 404, 410), st
         res = w.wait(WAKE_FALLBACK_S + 15)
