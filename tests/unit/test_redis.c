@@ -176,9 +176,9 @@ TEST(a_dead_instance_waiter_leaves_the_queue_by_its_alive_bound)
     snprintf(stem, sizeof stem, "sema:{%08x}s:d", h);
     redisReply *ep = redisCommand(rc, "HGET sema:epoch id");
     ASSERT(ep != NULL && ep->type == REDIS_REPLY_STRING);
-    /* a waiter of instance "dead" alive for 300 ms, at the head of the queue */
+    /* a waiter of instance "dead" alive for 1.5 s, at the head of the queue */
     r = redisCommand(rc,
-                     "FCALL sema 1 %s acquire %s dead dead.1 300 1 1 60000 ghost x "
+                     "FCALL sema 1 %s acquire %s dead dead.1 1500 1 1 60000 ghost x "
                      "lidlidlidlidlidlidlidlid dead.1 0 0 0",
                      stem, ep->str);
     ASSERT(r != NULL && r->type == REDIS_REPLY_ARRAY);
@@ -189,7 +189,7 @@ TEST(a_dead_instance_waiter_leaves_the_queue_by_its_alive_bound)
     rel = treq_new(ENGINE_LEASE_RELEASE, lease_id(a1));
     ASSERT_OK(fx_do(&f, rel));
     ASSERT_EQ(w->done, 0); /* the dead waiter is still within its bound, at the head */
-    ASSERT(fx_run_until(&f, &w->done, 3000));
+    ASSERT(fx_run_until(&f, &w->done, 6000));
     ASSERT_EQ(w->status, 0);
     ASSERT_EQ(fx_state(&f, "d", "waiting"), 0);
     treq_free(a1);
