@@ -462,7 +462,7 @@ def sentinel_failover(crash):
         followed = time.monotonic() - t0
         time.sleep(2.0)
         load.stop()
-        summary = load.check(min_grants=5, expect_contention=False)
+        summary = load.check(min_grants=1, expect_contention=False)
         after = len([g for g in load.grants if g["send"] > t0 + followed])
         assert after > 0, ("no grant after the failover", summary,
                            sc.describe(fl[0], sems, load))
