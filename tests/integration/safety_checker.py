@@ -421,13 +421,20 @@ def wait_rest(instances, sems, timeout=20, load=None):
     try:
         fx.wait_until(rest, timeout, "every unit back at rest on every instance")
     except AssertionError:
-        views = {n: instances[0].json("GET", "/v1/semaphores/" + n)[1] for n in sems}
-        why = []
-        if load is not None:
-            for n, v in views.items():
-                for kind in ("holders", "waiters"):
-                    for h in (v or {}).get(kind, []):
-                        o = h.get("owner")
-                        why.append("%s %s %s: %s" % (n, kind[:-1], o, load.said.get(
-                            o, "not a request of the load")))
-        raise AssertionError("not at rest after %ss: %s %s" % (timeout, why, views))
+        raise AssertionError("not at rest after %ss: %s" % (timeout,
+                                                           describe(instances[0], sems, load)))
+
+
+def describe(s, sems, load=None):
+    """The semaphores as `s` sees them, and for each holder and waiter what the load's client
+    was answered (its acquire, its release)."""
+    views = {n: s.json("GET", "/v1/semaphores/" + n)[1] for n in sems}
+    why = []
+    if load is not None:
+        for n, v in views.items():
+            for kind in ("holders", "waiters"):
+                for h in (v or {}).get(kind, []):
+                    o = h.get("owner")
+                    why.append("%s %s %s: %s" % (n, kind[:-1], o, load.said.get(
+                        o, "not a request of the load")))
+    return "%s %s" % (why, views)
