@@ -133,9 +133,40 @@ void conn_auth_forget(conn_t *conn)
         OPENSSL_cleanse(conn->auth_value, strlen(conn->auth_value));
     free(conn->auth_value);
     auth_unref(conn->auth_table);
+    auth_unref(conn->cert_table);
     conn->auth_value = NULL;
     conn->auth_table = NULL;
     conn->auth_token = NULL;
+    conn->cert_table = NULL;
+    conn->cert_token = NULL;
+}
+
+/* Without an Authorization header, on a connection whose client certificate was verified
+ * (--tls-client-ca): the token named like the certificate's subject CN, looked up once per
+ * connection and token table. NULL after a 401 reply. */
+static const auth_token_t *cert_token(route_ctx_t *c)
+{
+    conn_t *conn = c->conn;
+    server_t *srv = c->srv;
+    const char *peer = srv->cfg->tls_client_ca != NULL ? conn_peer_name(conn) : NULL;
+    if (peer == NULL) {
+        unauthorized(c, www_auth, "no Authorization header");
+        return NULL;
+    }
+    if (conn->cert_table != srv->auth) {
+        auth_unref(conn->cert_table);
+        conn->cert_table = auth_ref(srv->auth);
+        conn->cert_token = auth_find_name(srv->auth, peer);
+    }
+    if (conn->cert_token == NULL) {
+        char why[200];
+        snprintf(why, sizeof why,
+                 "no Authorization header, and no token is named like the client "
+                 "certificate's subject '%.64s'",
+                 peer);
+        unauthorized(c, www_auth, why);
+    }
+    return conn->cert_token;
 }
 
 /* The token the header value `hv` names: the connection's last one when the bytes are the
@@ -174,11 +205,7 @@ int ctx__authorize(route_ctx_t *c)
     if (srv->auth == NULL || c->route->right == 0)
         return 0;
     const char *hv = c->req->authorization;
-    if (hv == NULL) {
-        unauthorized(c, www_auth, "no Authorization header");
-        return -1;
-    }
-    const auth_token_t *tk = find_token(c, hv);
+    const auth_token_t *tk = hv != NULL ? find_token(c, hv) : cert_token(c);
     if (tk == NULL)
         return -1;
     c->auth = auth_ref(srv->auth);
@@ -221,7 +248,9 @@ int ctx__authorize_submit(route_ctx_t *c)
     case ENGINE_LEASE_RENEW:
     case ENGINE_LEASE_RELEASE:
     case ENGINE_LEASE_REVOKE:
-        return 0; /* a lease id: the engine checks whose lease it is */
+    case ENGINE_TICKET_GET:
+    case ENGINE_TICKET_DELETE:
+        return 0; /* a lease or ticket id: the engine checks whose it is */
     case ENGINE_SEM_LIST:
         name = r->prefix != NULL ? r->prefix : "";
         len = strlen(name);
@@ -235,10 +264,15 @@ int ctx__authorize_submit(route_ctx_t *c)
     return -1;
 }
 
-int ctx__lease_visible(route_ctx_t *c, const engine_lease_t *l)
+int ctx__name_visible(route_ctx_t *c, const char *name, size_t len)
 {
-    if (c->token == NULL || auth_name_allowed(c->token, l->name, l->name_len))
+    if (c->token == NULL || auth_name_allowed(c->token, name, len))
         return 1;
     outside_prefixes(c);
     return 0;
+}
+
+int ctx__lease_visible(route_ctx_t *c, const engine_lease_t *l)
+{
+    return ctx__name_visible(c, l->name, l->name_len);
 }

@@ -77,8 +77,10 @@ struct conn {
     char *auth_value;               /* owned, or NULL */
     auth_table_t *auth_table;       /* a reference: the table auth_token is in */
     const auth_token_t *auth_token; /* the token it named */
-    tls_sess_t *tls;    /* the TLS session (NULL: plain HTTP) */
-    ipcap_entry_t *ip;  /* the count of the client's address (NULL: not counted) */
+    auth_table_t *cert_table;       /* a reference: the table cert_token was looked up in */
+    const auth_token_t *cert_token; /* the token the client certificate's CN names, or NULL */
+    tls_sess_t *tls;                /* the TLS session (NULL: plain HTTP) */
+    ipcap_entry_t *ip;              /* the count of the client's address (NULL: not counted) */
 };
 
 struct server {
@@ -190,6 +192,8 @@ int ctx__authorize_submit(route_ctx_t *c);
 /* A lease result is shown only to tokens whose prefixes cover its semaphore: 1, or 0 after
  * a 403 reply. */
 int ctx__lease_visible(route_ctx_t *c, const engine_lease_t *l);
+/* The same for any result naming semaphore `name` (a ticket's). */
+int ctx__name_visible(route_ctx_t *c, const char *name, size_t len);
 
 /* ---- stream.c ---- */
 
