@@ -133,17 +133,15 @@ void conn_auth_forget(conn_t *conn)
         OPENSSL_cleanse(conn->auth_value, strlen(conn->auth_value));
     free(conn->auth_value);
     auth_unref(conn->auth_table);
-    auth_unref(conn->cert_table);
     conn->auth_value = NULL;
     conn->auth_table = NULL;
     conn->auth_token = NULL;
-    conn->cert_table = NULL;
-    conn->cert_token = NULL;
 }
 
 /* Without an Authorization header, on a connection whose client certificate was verified
  * (--tls-client-ca): the token named like the certificate's subject CN, looked up once per
- * connection and token table. NULL after a 401 reply. */
+ * connection and token table (remembered in auth_table and auth_token with auth_value NULL,
+ * which find_token never takes for its own). NULL after a 401 reply. */
 static const auth_token_t *cert_token(route_ctx_t *c)
 {
     conn_t *conn = c->conn;
@@ -153,12 +151,13 @@ static const auth_token_t *cert_token(route_ctx_t *c)
         unauthorized(c, www_auth, "no Authorization header");
         return NULL;
     }
-    if (conn->cert_table != srv->auth) {
-        auth_unref(conn->cert_table);
-        conn->cert_table = auth_ref(srv->auth);
-        conn->cert_token = auth_find_name(srv->auth, peer);
+    if (conn->auth_value != NULL || conn->auth_table != srv->auth) {
+        const auth_token_t *tk = auth_find_name(srv->auth, peer);
+        conn_auth_forget(conn);
+        conn->auth_table = auth_ref(srv->auth);
+        conn->auth_token = tk;
     }
-    if (conn->cert_token == NULL) {
+    if (conn->auth_token == NULL) {
         char why[200];
         snprintf(why, sizeof why,
                  "no Authorization header, and no token is named like the client "
@@ -166,7 +165,7 @@ static const auth_token_t *cert_token(route_ctx_t *c)
                  peer);
         unauthorized(c, www_auth, why);
     }
-    return conn->cert_token;
+    return conn->auth_token;
 }
 
 /* The token the header value `hv` names: the connection's last one when the bytes are the

@@ -76,9 +76,8 @@ struct conn {
      * next request with the same bytes skips the hash (access.c) */
     char *auth_value;               /* owned, or NULL */
     auth_table_t *auth_table;       /* a reference: the table auth_token is in */
-    const auth_token_t *auth_token; /* the token it named */
-    auth_table_t *cert_table;       /* a reference: the table cert_token was looked up in */
-    const auth_token_t *cert_token; /* the token the client certificate's CN names, or NULL */
+    const auth_token_t *auth_token; /* the token it named; with auth_value NULL, the one the
+                                       client certificate's CN names (or NULL: none) */
     tls_sess_t *tls;                /* the TLS session (NULL: plain HTTP) */
     ipcap_entry_t *ip;              /* the count of the client's address (NULL: not counted) */
 };
