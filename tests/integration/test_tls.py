@@ -339,6 +339,17 @@ def test_client_certificate_names_a_token():
                      c.path("runner.key"), "-XPOST", "-d", '{"timeout_ms":0}',
                      "https://127.0.0.1:%d/v1/semaphores/jobs%%2Fa/acquire" % s.semad_port)
             assert r.returncode == 0 and json.loads(r.stdout)["name"] == "jobs/a", r
+            assert call(runner, "DELETE", "/v1/leases/" + json.loads(r.stdout)["lease"])[0] == 204
+            # the sema command (libsema-client) with the certificate and no SEMA_TOKEN
+            url = "https://127.0.0.1:%d" % s.semad_port
+            r = sema("run", "jobs/a", "--server", url, "--cacert", c.path("ca.pem"), "--cert",
+                     c.path("runner.pem"), "--", "true",
+                     env={"SEMA_CERT_KEY": c.path("runner.key"), "SEMA_TOKEN": ""})
+            assert r.returncode == 0, r
+            r = sema("create", "jobs/c", "1", "--server", url, "--cacert", c.path("ca.pem"),
+                     "--cert", c.path("runner.pem"),
+                     env={"SEMA_CERT_KEY": c.path("runner.key"), "SEMA_TOKEN": ""})
+            assert r.returncode != 0 and "admin" in r.stdout + r.stderr, r
             # the token's line removed and SIGHUP: the same connection's next request is 401
             with open(tokens) as f:
                 lines = [ln for ln in f if not ln.startswith("ci-runner ")]
