@@ -130,7 +130,8 @@ static void outside_prefixes(route_ctx_t *c)
 /* The Authorization value a connection last sent that named a token. */
 struct conn_auth {
     auth_table_t *table;       /* a reference: the table `token` is in */
-    const auth_token_t *token; /* the token it named */
+    const auth_token_t *token; /* the token it named (NULL: none, for from_cert) */
+    int from_cert;             /* named by the client certificate's CN, not by a header */
     size_t len;
     char value[]; /* len bytes and a NUL */
 };
@@ -146,6 +147,46 @@ void conn_auth_forget(conn_t *conn)
     conn->auth = NULL;
 }
 
+/* Without an Authorization header, on a connection whose client certificate was verified
+ * (--tls-client-ca): the token named like the certificate's subject CN, looked up once per
+ * connection and token table (remembered in conn->auth with from_cert set, which
+ * find_token never takes for its own). NULL after a 401 reply. */
+static const auth_token_t *cert_token(route_ctx_t *c)
+{
+    conn_t *conn = c->conn;
+    server_t *srv = c->srv;
+    const char *peer = srv->cfg->tls_client_ca != NULL ? conn_peer_name(conn) : NULL;
+    if (peer == NULL) {
+        unauthorized(c, www_auth, "no Authorization header");
+        return NULL;
+    }
+    const auth_token_t *tk;
+    struct conn_auth *a = conn->auth;
+    if (a != NULL && a->from_cert && a->table == srv->auth) {
+        tk = a->token;
+    } else {
+        tk = auth_find_name(srv->auth, peer);
+        conn_auth_forget(conn);
+        if ((a = malloc(sizeof *a + 1)) != NULL) { /* out of memory: looked up next time */
+            a->table = auth_ref(srv->auth);
+            a->token = tk;
+            a->from_cert = 1;
+            a->len = 0;
+            a->value[0] = '\0';
+            conn->auth = a;
+        }
+    }
+    if (tk == NULL) {
+        char why[200];
+        snprintf(why, sizeof why,
+                 "no Authorization header, and no token is named like the client "
+                 "certificate's subject '%.64s'",
+                 peer);
+        unauthorized(c, www_auth, why);
+    }
+    return tk;
+}
+
 /* The token the header value `hv` names: the connection's last one when the bytes are the
  * same (compared in constant time) and the tokens were not reloaded since, else looked up
  * and remembered. NULL after a 401 reply. */
@@ -156,7 +197,7 @@ static const auth_token_t *find_token(route_ctx_t *c, const char *hv)
     const char *tok, *why;
     size_t tok_len, len = strlen(hv);
     const struct conn_auth *last = conn->auth;
-    if (last != NULL && last->table == srv->auth && last->len == len &&
+    if (last != NULL && !last->from_cert && last->table == srv->auth && last->len == len &&
         CRYPTO_memcmp(last->value, hv, len) == 0)
         return last->token;
     if (auth_bearer(hv, len, &tok, &tok_len, &why) != 0) {
@@ -173,6 +214,7 @@ static const auth_token_t *find_token(route_ctx_t *c, const char *hv)
     if (a != NULL) { /* out of memory: the next request hashes again */
         a->table = auth_ref(srv->auth);
         a->token = tk;
+        a->from_cert = 0;
         a->len = len;
         memcpy(a->value, hv, len + 1);
         conn->auth = a;
@@ -186,11 +228,7 @@ int ctx__authorize(route_ctx_t *c)
     if (srv->auth == NULL || c->route->right == 0)
         return 0;
     const char *hv = c->req->authorization;
-    if (hv == NULL) {
-        unauthorized(c, www_auth, "no Authorization header");
-        return -1;
-    }
-    const auth_token_t *tk = find_token(c, hv);
+    const auth_token_t *tk = hv != NULL ? find_token(c, hv) : cert_token(c);
     if (tk == NULL)
         return -1;
     c->auth = auth_ref(srv->auth);
@@ -233,7 +271,9 @@ int ctx__authorize_submit(route_ctx_t *c)
     case ENGINE_LEASE_RENEW:
     case ENGINE_LEASE_RELEASE:
     case ENGINE_LEASE_REVOKE:
-        return 0; /* a lease id: the engine checks whose lease it is */
+    case ENGINE_TICKET_GET:
+    case ENGINE_TICKET_DELETE:
+        return 0; /* a lease or ticket id: the engine checks whose it is */
     case ENGINE_SEM_LIST:
         name = r->prefix != NULL ? r->prefix : "";
         len = strlen(name);
@@ -247,10 +287,15 @@ int ctx__authorize_submit(route_ctx_t *c)
     return -1;
 }
 
-int ctx__lease_visible(route_ctx_t *c, const engine_lease_t *l)
+int ctx__name_visible(route_ctx_t *c, const char *name, size_t len)
 {
-    if (c->token == NULL || auth_name_allowed(c->token, l->name, l->name_len))
+    if (c->token == NULL || auth_name_allowed(c->token, name, len))
         return 1;
     outside_prefixes(c);
     return 0;
+}
+
+int ctx__lease_visible(route_ctx_t *c, const engine_lease_t *l)
+{
+    return ctx__name_visible(c, l->name, l->name_len);
 }

@@ -253,6 +253,16 @@ const auth_token_t *auth_find(const auth_table_t *t, const char *tok, size_t tok
     return found;
 }
 
+const auth_token_t *auth_find_name(const auth_table_t *t, const char *name)
+{
+    if (t == NULL || name == NULL)
+        return NULL;
+    for (size_t i = 0; i < t->n; i++)
+        if (strcmp(t->tokens[i].name, name) == 0)
+            return &t->tokens[i];
+    return NULL;
+}
+
 /* ---- the parser ---- */
 
 typedef struct {

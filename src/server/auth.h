@@ -76,6 +76,11 @@ int auth_bearer(const char *value, size_t len, const char **tok, size_t *tok_len
  * up, and the candidate's stored hash compared with CRYPTO_memcmp (constant time). */
 const auth_token_t *auth_find(const auth_table_t *t, const char *tok, size_t tok_len);
 
+/* The entry named `name` (a NUL-terminated string), or NULL: a verified client certificate's
+ * subject CN stands for the token of that name (semad --tls-client-ca). Linear in the
+ * number of tokens; semad remembers the answer per connection. */
+const auth_token_t *auth_find_name(const auth_table_t *t, const char *name);
+
 /* 1 if `tk` may touch the name (`len` bytes): it has no prefixes, or one is a prefix of it. */
 int auth_name_allowed(const auth_token_t *tk, const char *name, size_t len);
 

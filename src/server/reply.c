@@ -323,6 +323,9 @@ void ctx_done_default(route_ctx_t *c, engine_req_t *req)
         ctx_reply(c, 204, NULL, NULL, 0);
     else if (req->res.kind == ENGINE_RES_LEASE && !ctx__lease_visible(c, &req->res.lease))
         return;
+    else if (req->res.kind == ENGINE_RES_TICKET &&
+             !ctx__name_visible(c, req->res.ticket.name, req->res.ticket.name_len))
+        return;
     else
         ctx_reply_result(c, req->created ? 201 : 200, &req->res);
 }

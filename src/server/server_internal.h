@@ -188,6 +188,8 @@ int ctx__authorize_submit(route_ctx_t *c);
 /* A lease result is shown only to tokens whose prefixes cover its semaphore: 1, or 0 after
  * a 403 reply. */
 int ctx__lease_visible(route_ctx_t *c, const engine_lease_t *l);
+/* The same for any result naming semaphore `name` (a ticket's). */
+int ctx__name_visible(route_ctx_t *c, const char *name, size_t len);
 
 /* ---- stream.c ---- */
 

@@ -8,7 +8,7 @@
 #include "engine_limits.h"
 #include "problem.h"
 #include "render.h"
-#include "server.h"
+#include "server_internal.h"
 
 #include "sema/error.h"
 
@@ -138,8 +138,9 @@ static void ticket_first_done(route_ctx_t *c, engine_req_t *req)
 {
     const char *last = c->req->last_event_id;
     uint64_t seen = 0;
-    if (req->status != 0) {
-        ctx_done_default(c, req);
+    if (req->status != 0 || !ctx__name_visible(c, req->res.ticket.name, req->res.ticket.name_len)) {
+        if (req->status != 0)
+            ctx_done_default(c, req);
         return;
     }
     if (ctx_stream_begin(c, NULL) != 0)

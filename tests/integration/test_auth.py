@@ -84,11 +84,31 @@ RIGHTS = {
     ("POST", "/v1/leases/{id}/revoke"): "admin",
     ("POST", "/v1/locks/{key}/acquire"): "acquire",
     ("GET", "/v1/locks/{key}"): "read",
+    ("POST", "/v1/semaphores/{name}/tickets"): "acquire",
+    ("GET", "/v1/tickets/{id}"): "acquire",
+    ("DELETE", "/v1/tickets/{id}"): "acquire",
+    ("GET", "/v1/tickets/{id}/events"): "acquire",
     ("GET", "/healthz"): "open",
     ("GET", "/metrics"): "read",
 }
 
-# One request per route: (method, pattern, concrete path, body).
+def own_ticket(s, tok, admin):
+    """A ticket on r taken by `tok` when it may take one, else by `admin`: the path of a
+    ticket route reaches the ticket of the token that asks (another token's is refused)."""
+    for t in (tok, admin):
+        st, hd, data = req(s, "POST", "/v1/semaphores/r/tickets", t,
+                           {"weight": 1, "keepalive_ms": 60000})
+        if st == 201:
+            return json.loads(data)["ticket"]
+    raise AssertionError("no ticket: %d %r" % (st, data))
+
+
+def ticket_path(suffix=""):
+    return lambda s, tok, admin: "/v1/tickets/" + own_ticket(s, tok, admin) + suffix
+
+
+# One request per route: (method, pattern, concrete path, body). A path that is a function
+# is made per token (a ticket route needs a ticket of the token that asks).
 REQUESTS = [
     ("POST", "/semaphore", "/semaphore", {"name": "Lnew", "value": 1}),
     ("POST", "/semaphore/up", "/semaphore/up", {"name": "L"}),
@@ -112,6 +132,11 @@ REQUESTS = [
     ("POST", "/v1/locks/{key}/acquire", "/v1/locks/k/acquire",
      {"mode": "shared", "timeout_ms": 0}),
     ("GET", "/v1/locks/{key}", "/v1/locks/k", None),
+    ("POST", "/v1/semaphores/{name}/tickets", "/v1/semaphores/r/tickets",
+     {"weight": 1, "keepalive_ms": 60000}),
+    ("GET", "/v1/tickets/{id}", ticket_path(), None),
+    ("DELETE", "/v1/tickets/{id}", ticket_path(), None),
+    ("GET", "/v1/tickets/{id}/events", ticket_path("/events"), None),
     ("GET", "/healthz", "/healthz", None),
     ("GET", "/metrics", "/metrics", None),
 ]
@@ -158,7 +183,10 @@ def test_every_route_with_every_right():
                                                           need == "open")]
             cases += [(r, tok, need == "open" or need in has[r]) for r, tok in holders.items()]
             for who, tok, allowed in cases:
-                st, hd, data = status_of(s, method, path, tok, body)
+                at = path(s, tok, t.admin) if callable(path) else path
+                st, hd, data = status_of(s, method, at, tok, body)
+                if callable(path) and allowed and not 200 <= st < 300:
+                    failures.append("%s %s with %s: %d, want 2xx" % (method, at, who, st))
                 want = "allowed" if allowed else ("401" if who in ("no token", "a bad token")
                                                   else "403")
                 if allowed and st in (401, 403):
@@ -276,6 +304,85 @@ def test_another_tokens_lease():
                            bearer(other))
         assert st == 200
         assert req(s, "DELETE", "/v1/leases/" + lease["lease"], other)[0] == 204
+
+
+def test_tickets_belong_to_the_token_that_took_them():
+    t = Tokens()
+    other = new_token(t.path, "worker2", "acquire,read")
+    with fx.Semad("--auth", t.path) as s:
+        assert req(s, "PUT", "/v1/semaphores/q", t.admin, {"capacity": 1})[0] == 201
+        st, held = s.json("POST", "/v1/semaphores/q/acquire", {"timeout_ms": 0, "ttl_ms": 60000},
+                          bearer(t.acquire))
+        assert st == 200
+        key = {"Idempotency-Key": "tk1"}
+        st, hd, data = req(s, "POST", "/v1/semaphores/q/tickets", t.acquire,
+                           {"keepalive_ms": 60000}, key)
+        assert st == 201, (st, data)
+        tk = json.loads(data)
+        assert tk["status"] == "waiting", tk
+        tid = tk["ticket"]
+        # another token without admin: 403 reading, streaming, deleting, or reusing its key
+        for method, path in [("GET", "/v1/tickets/" + tid), ("GET", "/v1/tickets/%s?wait=1s" % tid),
+                             ("DELETE", "/v1/tickets/" + tid)]:
+            st, hd, data = req(s, method, path, other)
+            assert st == 403, (method, path, st, data)
+            p = is_problem(hd, data, 403, "forbidden")
+            assert "another token" in p["detail"], p
+        assert status_of(s, "GET", "/v1/tickets/%s/events" % tid, other, None)[0] == 403
+        for path, body in [("/v1/semaphores/q/tickets", {"keepalive_ms": 60000}),
+                           ("/v1/semaphores/q/acquire", {"timeout_ms": 0})]:
+            st, hd, data = req(s, "POST", path, other, body, key)
+            assert st == 403, (path, st, data)
+            assert "another token" in is_problem(hd, data, 403, "forbidden")["detail"]
+        # its own token's acquire with the ticket's key is a mismatch, not a refusal
+        st, hd, data = req(s, "POST", "/v1/semaphores/q/acquire", t.acquire,
+                           {"timeout_ms": 0}, key)
+        assert st == 409, (st, data)
+        # its own token reads it (and retries with the key); an admin reads it too
+        st, got = s.json("GET", "/v1/tickets/" + tid, None, bearer(t.acquire))
+        assert st == 200 and got["ticket"] == tid, got
+        st, got = s.json("POST", "/v1/semaphores/q/tickets", {"keepalive_ms": 60000},
+                         dict(bearer(t.acquire), **key))
+        assert st == 200 and got["ticket"] == tid, got
+        assert req(s, "GET", "/v1/tickets/" + tid, t.admin)[0] == 200
+        # granted in its turn: the lease is the ticket's token's
+        assert req(s, "DELETE", "/v1/leases/" + held["lease"], t.acquire)[0] == 204
+        st, got = s.json("GET", "/v1/tickets/%s?wait=30s" % tid, None, bearer(t.acquire))
+        assert st == 200 and got["status"] == "granted", got
+        lid = got["lease"]["lease"]
+        assert req(s, "DELETE", "/v1/leases/" + lid, other)[0] == 403
+        assert req(s, "POST", "/v1/leases/%s/renew" % lid, other, {"ttl_ms": 5000})[0] == 403
+        assert req(s, "POST", "/v1/leases/%s/renew" % lid, t.acquire, {"ttl_ms": 5000})[0] == 200
+        # a ticket granted at once too; its own token leaves the line (and its lease ends)
+        assert req(s, "DELETE", "/v1/tickets/" + tid, t.acquire)[0] == 204
+        st, got = s.json("POST", "/v1/semaphores/q/tickets", {}, bearer(other))
+        assert st == 201 and got["status"] == "granted", got
+        assert req(s, "DELETE", "/v1/leases/" + got["lease"]["lease"], t.acquire)[0] == 403
+        assert req(s, "DELETE", "/v1/tickets/" + got["ticket"], t.acquire)[0] == 403
+        assert req(s, "DELETE", "/v1/tickets/" + got["ticket"], t.admin)[0] == 204
+
+
+def test_ticket_token_survives_restart():
+    t = Tokens()
+    data = os.path.join(t.dir, "data")
+    with fx.Semad("--auth", t.path, durability="strict", data=data) as s:
+        assert req(s, "PUT", "/v1/semaphores/d", t.admin, {"capacity": 1})[0] == 201
+        st, held = s.json("POST", "/v1/semaphores/d/acquire", {"timeout_ms": 0, "ttl_ms": 60000},
+                          bearer(t.admin))
+        assert st == 200
+        st, got = s.json("POST", "/v1/semaphores/d/tickets", {"keepalive_ms": 60000},
+                         bearer(t.acquire))
+        assert st == 201 and got["status"] == "waiting", got
+        tid = got["ticket"]
+    other = new_token(t.path, "late", "acquire")
+    with fx.Semad("--auth", t.path, durability="strict", data=data) as s:
+        assert req(s, "GET", "/v1/tickets/" + tid, other)[0] == 403
+        assert req(s, "DELETE", "/v1/leases/" + held["lease"], t.admin)[0] == 204
+        st, got = s.json("GET", "/v1/tickets/%s?wait=30s" % tid, None, bearer(t.acquire))
+        assert st == 200 and got["status"] == "granted", got
+        assert req(s, "DELETE", "/v1/leases/" + got["lease"]["lease"], other)[0] == 403
+        assert req(s, "DELETE", "/v1/tickets/" + tid, other)[0] == 403
+        assert req(s, "DELETE", "/v1/tickets/" + tid, t.acquire)[0] == 204
 
 
 def test_lease_token_survives_restart():

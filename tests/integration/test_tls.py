@@ -2,7 +2,8 @@
 """test_tls.py - semad over TLS (--tls-cert, --tls-key, --tls-client-ca) with certificates
 this test makes with the `openssl` command: curl, the `sema` command (libsema-client) and
 Python's ssl module as clients; plain HTTP to the TLS port; client certificates (none, from
-another CA, good); certificate reload on SIGHUP; the handshake deadline."""
+another CA, good); with --auth, a certificate's CN standing for the token of that name;
+certificate reload on SIGHUP; the handshake deadline."""
 import http.client
 import json
 import os
@@ -268,6 +269,99 @@ def test_client_certificates_required_and_checked():
             fx.wait_until(lambda: any("PUT /v1/semaphores/cc -> 201 client=worker-1" in l
                                       for l in s.log()), what="the request's log line")
             assert metric(s, "semad_tls_handshake_failures_total") >= 4
+    finally:
+        c.close()
+
+
+def token_new(path, name, rights, *prefixes):
+    """`sema token new` into the token file at `path`; the printed token."""
+    args = ["token", "new", name, "--rights", rights, "--file", path]
+    for p in prefixes:
+        args += ["--prefix", p]
+    r = sema(*args)
+    assert r.returncode == 0, r
+    return r.stdout.strip()
+
+
+def test_client_certificate_names_a_token():
+    c = server_setup()
+    try:
+        c.ca("clients")
+        c.issue("runner", "clients", "ci-runner", server=False)
+        c.issue("boss", "clients", "ops", server=False)
+        c.issue("stranger", "clients", "nobody", server=False)
+        tokens = c.path("tokens")
+        token_new(tokens, "ops", "admin")
+        token_new(tokens, "ci-runner", "acquire", "jobs/")
+        w2 = token_new(tokens, "w2", "acquire")
+        args = tls_args(c) + ["--tls-client-ca", c.path("clients.pem"), "--auth", tokens]
+        with fx.Semad(*args, tls=client_ctx(c, "boss")) as s:
+            def conn(cert):
+                return http.client.HTTPSConnection(s.host, s.semad_port, timeout=30 * fx.SLOW,
+                                                   context=client_ctx(c, cert))
+
+            def call(cn, method, path, body=None, headers=None):
+                st, hd, data = fx.do_request(cn, method, path, body, headers)
+                return st, (json.loads(data) if data else None)
+
+            # the CN "ops" is the admin token: no Authorization header needed
+            assert s.json("PUT", "/v1/semaphores/jobs%2Fa", {"capacity": 1})[0] == 201
+            assert s.json("PUT", "/v1/semaphores/other", {"capacity": 1})[0] == 201
+            # the CN "ci-runner": its rights and prefixes, on one keep-alive connection
+            runner = conn("runner")
+            st, lease = call(runner, "POST", "/v1/semaphores/jobs%2Fa/acquire",
+                             {"timeout_ms": 0, "ttl_ms": 60000})
+            assert st == 200 and lease["name"] == "jobs/a", lease
+            st, p = call(runner, "PUT", "/v1/semaphores/jobs%2Fb", {"capacity": 1})
+            assert st == 403 and "token 'ci-runner' lacks the 'admin' right" in p["detail"], p
+            st, p = call(runner, "POST", "/v1/semaphores/other/acquire", {"timeout_ms": 0})
+            assert st == 403 and "'jobs/'" in p["detail"], p
+            st, p = call(runner, "GET", "/v1/semaphores/jobs%2Fa")
+            assert st == 403 and "'read' right" in p["detail"], p
+            # the lease is ci-runner's: another token cannot end it, its certificate can
+            stranger = conn("stranger")
+            st, p = call(stranger, "DELETE", "/v1/leases/" + lease["lease"], None,
+                         {"Authorization": "Bearer " + w2})
+            assert st == 403 and "another token" in p["detail"], p
+            # a CN that names no token: 401 that says so
+            st, p = call(stranger, "GET", "/v1/semaphores")
+            assert st == 401 and "'nobody'" in p["detail"], p
+            # a header wins over the certificate: a bad one is a 401, a good one is its token
+            st, p = call(runner, "GET", "/v1/semaphores", None,
+                         {"Authorization": "Bearer sema_nosuchtoken"})
+            assert st == 401, p
+            st, p = call(runner, "POST", "/v1/semaphores/other/acquire", {"timeout_ms": 0},
+                         {"Authorization": "Bearer " + w2})
+            assert st == 200, p
+            assert call(runner, "DELETE", "/v1/leases/" + lease["lease"])[0] == 204
+            # curl with the certificate alone
+            r = curl("--cacert", c.path("ca.pem"), "--cert", c.path("runner.pem"), "--key",
+                     c.path("runner.key"), "-XPOST", "-d", '{"timeout_ms":0}',
+                     "https://127.0.0.1:%d/v1/semaphores/jobs%%2Fa/acquire" % s.semad_port)
+            assert r.returncode == 0 and json.loads(r.stdout)["name"] == "jobs/a", r
+            assert call(runner, "DELETE", "/v1/leases/" + json.loads(r.stdout)["lease"])[0] == 204
+            # the sema command (libsema-client) with the certificate and no SEMA_TOKEN
+            url = "https://127.0.0.1:%d" % s.semad_port
+            r = sema("run", "jobs/a", "--server", url, "--cacert", c.path("ca.pem"), "--cert",
+                     c.path("runner.pem"), "--", "true",
+                     env={"SEMA_CERT_KEY": c.path("runner.key"), "SEMA_TOKEN": ""})
+            assert r.returncode == 0, r
+            r = sema("create", "jobs/c", "1", "--server", url, "--cacert", c.path("ca.pem"),
+                     "--cert", c.path("runner.pem"),
+                     env={"SEMA_CERT_KEY": c.path("runner.key"), "SEMA_TOKEN": ""})
+            assert r.returncode != 0 and "admin" in r.stdout + r.stderr, r
+            # the token's line removed and SIGHUP: the same connection's next request is 401
+            with open(tokens) as f:
+                lines = [ln for ln in f if not ln.startswith("ci-runner ")]
+            with open(tokens, "w") as f:
+                f.writelines(lines)
+            s.proc.send_signal(signal.SIGHUP)
+            fx.wait_until(lambda: any("SIGHUP: 2 tokens loaded" in ln for ln in s.log()), 10,
+                          "the reload")
+            st, p = call(runner, "POST", "/v1/semaphores/jobs%2Fa/acquire", {"timeout_ms": 0})
+            assert st == 401 and "'ci-runner'" in p["detail"], p
+            runner.close()
+            stranger.close()
     finally:
         c.close()
 

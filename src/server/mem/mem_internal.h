@@ -62,9 +62,9 @@ typedef struct elease {
     int64_t ttl_ms, acquired_at_ms, expires_at_ms; /* wall clock ms */
     uint64_t acquired_mono;                        /* for the hold-time histogram */
     char *owner;                                   /* owned, may be NULL */
-    char *principal;      /* the token that took it (semad --auth), owned, may be NULL */
-    eidem_t *idem;        /* may be NULL */
-    struct ereq *pending; /* the undelivered reply that owns it (its er->lease), or NULL */
+    char *principal;        /* the token that took it (semad --auth), owned, may be NULL */
+    eidem_t *idem;          /* may be NULL */
+    struct ereq *pending;   /* the undelivered reply that owns it (its er->lease), or NULL */
     struct eticket *ticket; /* the ticket it was granted to, or NULL */
     char id[ENGINE_LEASE_ID_MAX];
 } elease_t;
@@ -113,6 +113,7 @@ typedef struct eticket {
     elease_t *lease; /* once granted */
     eidem_t *idem;   /* may be NULL */
     char *owner;     /* owned, may be NULL */
+    char *principal; /* the token that took it (semad --auth), owned, may be NULL */
     int64_t ttl_ms, keepalive_ms, created_at_ms;
     uint64_t seen_removed; /* sem->qremoved when its watchers' positions were last checked */
     uint8_t status;        /* ETICKET_* */
@@ -246,6 +247,10 @@ elease_t *mem__grant(mem_t *e, esem_t *s, const engine_req_t *req, uint64_t weig
 /* 1 if `req` may renew or release lease `l`: without --auth, by the token that took it, or
  * by a token with the admin right. */
 int mem__lease_allowed(const engine_req_t *req, const elease_t *l);
+/* With --auth, a parked request and a ticket are their token's too: only it (or an admin)
+ * may take them over, read, watch or delete them. 1 when `req` may. */
+int mem__waiter_allowed(const engine_req_t *req, const engine_req_t *parked);
+int mem__ticket_allowed(const engine_req_t *req, const eticket_t *t);
 void mem__lease_end(mem_t *e, elease_t *l, int reason);
 void mem__lease_free(mem_t *e, elease_t *l);
 void mem__lease_expire_due(mem_t *e, elease_t *l);

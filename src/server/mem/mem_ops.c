@@ -255,8 +255,7 @@ static int idem_take_over(mem_t *e, ereq_t *er, eidem_t *d)
     return 1;
 }
 
-/* With --auth, a parked request is its token's too: only it (or an admin) may take over. */
-static int waiter_allowed(const engine_req_t *req, const engine_req_t *parked)
+int mem__waiter_allowed(const engine_req_t *req, const engine_req_t *parked)
 {
     if (req->principal == NULL || req->principal_admin)
         return 1;
@@ -277,7 +276,8 @@ static int idem_retry(mem_t *e, ereq_t *er, esem_t *s)
     if (d == NULL)
         return 0;
     if ((d->lease != NULL && !mem__lease_allowed(er->req, d->lease)) ||
-        (d->waiter != NULL && !waiter_allowed(er->req, d->waiter->req))) {
+        (d->waiter != NULL && !mem__waiter_allowed(er->req, d->waiter->req)) ||
+        (d->ticket != NULL && !mem__ticket_allowed(er->req, d->ticket))) {
         fail(e, er, SEMA_EACCES, "the Idempotency-Key names a request of another token");
         return 1;
     }

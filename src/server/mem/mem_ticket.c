@@ -67,6 +67,25 @@ static eticket_t *find_ticket(mem_t *e, ereq_t *er)
     return NULL;
 }
 
+int mem__ticket_allowed(const engine_req_t *req, const eticket_t *t)
+{
+    if (req->principal == NULL || req->principal_admin)
+        return 1;
+    return t->principal != NULL && strcmp(t->principal, req->principal) == 0;
+}
+
+/* The ticket the request names when its token may use it, or NULL after completing it. */
+static eticket_t *find_own_ticket(mem_t *e, ereq_t *er)
+{
+    eticket_t *t = find_ticket(e, er);
+
+    if (t != NULL && !mem__ticket_allowed(er->req, t)) {
+        fail(e, er, SEMA_EACCES, "the ticket belongs to another token");
+        return NULL;
+    }
+    return t;
+}
+
 /* ---- the store ---- */
 
 static void store_ticket(mem_t *e, const eticket_t *t)
@@ -86,6 +105,7 @@ static void store_ticket(mem_t *e, const eticket_t *t)
     rec.keepalive_ms = t->keepalive_ms;
     rec.created_at_ms = t->created_at_ms;
     rec.collected = t->collected;
+    rec.principal = t->principal;
     (void)store_put_ticket(e->store, &rec); /* an error fails the next commit */
     mem__mark_dirty(e);
 }
@@ -356,19 +376,43 @@ void mem__ticket_watch_cancel(mem_t *e, ereq_t *er)
 
 /* ---- life and end ---- */
 
-static eticket_t *ticket_new(mem_t *e, esem_t *s, uint64_t weight, const char *owner)
+/* A copy of `s`, NULL for NULL or "" (*failed set when out of memory). */
+static char *dup_opt(const char *s, int *failed)
+{
+    size_t n = s != NULL ? strlen(s) : 0;
+    char *d;
+
+    if (n == 0)
+        return NULL;
+    d = sema__malloc(n + 1);
+    if (d == NULL)
+        *failed = 1;
+    else
+        memcpy(d, s, n + 1);
+    return d;
+}
+
+static void ticket_free_raw(eticket_t *t)
+{
+    sema__free(t->owner);
+    sema__free(t->principal);
+    sema__free(t);
+}
+
+static eticket_t *ticket_new(mem_t *e, esem_t *s, uint64_t weight, const char *owner,
+                             const char *principal)
 {
     eticket_t *t = sema__calloc(1, sizeof(*t));
-    size_t n = owner != NULL ? strlen(owner) : 0;
+    int failed = 0;
 
     if (t == NULL)
         return NULL;
-    if (n > 0 && (t->owner = sema__malloc(n + 1)) == NULL) {
-        sema__free(t);
+    t->owner = dup_opt(owner, &failed);
+    t->principal = dup_opt(principal, &failed);
+    if (failed) {
+        ticket_free_raw(t);
         return NULL;
     }
-    if (n > 0)
-        memcpy(t->owner, owner, n + 1);
     t->sem = s;
     t->hi.kind = EITEM_TICKET;
     t->hi.idx = EHEAP_NONE;
@@ -396,8 +440,7 @@ static void ticket_free(mem_t *e, eticket_t *t)
     elist_remove(&t->watched);
     if (t->idem != NULL)
         mem__idem_free(e, t->idem);
-    sema__free(t->owner);
-    sema__free(t);
+    ticket_free_raw(t);
 }
 
 /* End a ticket: out of line, its lease (if any) released, its watchers told why, a
@@ -436,7 +479,8 @@ void mem__ticket_lease_gone(mem_t *e, eticket_t *t, int reason)
 void mem__ticket_grant(mem_t *e, eticket_t *t)
 {
     esem_t *s = t->sem;
-    const engine_req_t as = {.op = ENGINE_ACQUIRE, .ttl_ms = t->ttl_ms, .owner = t->owner};
+    const engine_req_t as = {
+        .op = ENGINE_ACQUIRE, .ttl_ms = t->ttl_ms, .owner = t->owner, .principal = t->principal};
     elease_t *l = mem__grant(e, s, &as, t->q.weight, t->q.since_mono);
 
     if (l == NULL) {
@@ -486,6 +530,12 @@ static int idem_retry(mem_t *e, ereq_t *er, esem_t *s)
     d = mem__idem_find(e, s, key, strlen(key));
     if (d == NULL)
         return 0;
+    if ((d->ticket != NULL && !mem__ticket_allowed(er->req, d->ticket)) ||
+        (d->lease != NULL && !mem__lease_allowed(er->req, d->lease)) ||
+        (d->waiter != NULL && !mem__waiter_allowed(er->req, d->waiter->req))) {
+        fail(e, er, SEMA_EACCES, "the Idempotency-Key names a request of another token");
+        return 1;
+    }
     if (d->ticket == NULL || d->ticket->q.weight != er->req->weight) {
         fail(e, er, SEMA_EKEYMISMATCH,
              "this Idempotency-Key names another request (or a ticket of another weight)");
@@ -520,7 +570,7 @@ void mem__op_ticket_create(mem_t *e, ereq_t *er)
         return fail(e, er, SEMA_EINVAL, "weight must be between 1 and the capacity");
     if (idem_retry(e, er, s))
         return;
-    t = ticket_new(e, s, req->weight, req->owner);
+    t = ticket_new(e, s, req->weight, req->owner, req->principal);
     if (t == NULL)
         return fail(e, er, SEMA_ENOMEM, "out of memory creating the ticket");
     engine__lease_id(e->front, t->id);
@@ -537,8 +587,7 @@ void mem__op_ticket_create(mem_t *e, ereq_t *er)
     } else {
         rc = mem__park(e, &t->q, s, -1);
         if (rc != 0) {
-            sema__free(t->owner);
-            sema__free(t);
+            ticket_free_raw(t);
             return fail(e, er, rc,
                         rc == SEMA_ELIMIT ? "too many parked requests" : "out of memory");
         }
@@ -557,7 +606,7 @@ void mem__op_ticket_create(mem_t *e, ereq_t *er)
 void mem__op_ticket_get(mem_t *e, ereq_t *er)
 {
     engine_req_t *req = er->req;
-    eticket_t *t = find_ticket(e, er);
+    eticket_t *t = find_own_ticket(e, er);
     uint64_t state;
 
     if (t == NULL)
@@ -590,7 +639,7 @@ void mem__op_ticket_get(mem_t *e, ereq_t *er)
 /* DELETE /v1/tickets/{id}: out of line (and a granted ticket's lease released). */
 void mem__op_ticket_delete(mem_t *e, ereq_t *er)
 {
-    eticket_t *t = find_ticket(e, er);
+    eticket_t *t = find_own_ticket(e, er);
     esem_t *s;
 
     if (t == NULL)
@@ -624,7 +673,7 @@ int mem__ticket_load(mem_t *e, const store_ticket_t *rec)
         (void)store_del_ticket(e->store, rec->id); /* committed with the next change */
         return 0;
     }
-    t = ticket_new(e, s, rec->weight, rec->owner);
+    t = ticket_new(e, s, rec->weight, rec->owner, rec->principal);
     if (t == NULL)
         return SEMA_ENOMEM;
     memcpy(t->id, rec->id, idlen + 1);
@@ -639,8 +688,7 @@ int mem__ticket_load(mem_t *e, const store_ticket_t *rec)
     } else {
         t->q.oseq = rec->seq;
         if (mem__park(e, &t->q, s, -1) != 0) {
-            sema__free(t->owner);
-            sema__free(t);
+            ticket_free_raw(t);
             return SEMA_ENOMEM;
         }
     }

@@ -66,7 +66,8 @@ typedef struct {
     const char *idem_key; /* may be NULL */
     const char *lease_id; /* NULL while waiting */
     int64_t ttl_ms, keepalive_ms, created_at_ms;
-    int collected; /* a reply showed its grant */
+    int collected;         /* a reply showed its grant */
+    const char *principal; /* the token that took it (semad --auth), may be NULL */
 } store_ticket_t;
 
 /* Open (creating if needed) the store in directory `dir`, taking its lock file. On failure

@@ -60,7 +60,8 @@ static const char *const migrations[STORE_FORMAT + 1] = {
           " ttl_ms INTEGER NOT NULL,"
           " keepalive_ms INTEGER NOT NULL,"
           " created_at INTEGER NOT NULL,"
-          " collected INTEGER NOT NULL) WITHOUT ROWID;",
+          " collected INTEGER NOT NULL,"
+          " principal TEXT) WITHOUT ROWID;", /* principal: the token that took it (--auth) */
 };
 
 /* A recorded mutation and copies of its strings. */
@@ -131,8 +132,8 @@ static const char *const query_sql[Q_COUNT] = {
     [Q_PUT_FLOOR] = ("INSERT INTO retired(name, fence) VALUES('', ?1) ON CONFLICT(name)"
                      " DO UPDATE SET fence = max(fence, excluded.fence)"),
     [Q_PUT_TICKET] = "INSERT OR REPLACE INTO tickets(id, sem, seq, weight, owner, idem_key,"
-                     " lease_id, ttl_ms, keepalive_ms, created_at, collected)"
-                     " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                     " lease_id, ttl_ms, keepalive_ms, created_at, collected, principal)"
+                     " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
     [Q_DEL_TICKET] = "DELETE FROM tickets WHERE id = ?1",
 };
 
@@ -713,7 +714,7 @@ static int load_tickets(store_t *st, void (*on_ticket)(void *, const store_ticke
     sqlite3_stmt *s;
     int rc = sqlite3_prepare_v2(st->db,
                                 "SELECT id, sem, seq, weight, owner, idem_key, lease_id, ttl_ms,"
-                                " keepalive_ms, created_at, collected FROM tickets"
+                                " keepalive_ms, created_at, collected, principal FROM tickets"
                                 " ORDER BY sem, seq",
                                 -1, &s, NULL);
 
@@ -732,6 +733,7 @@ static int load_tickets(store_t *st, void (*on_ticket)(void *, const store_ticke
             .keepalive_ms = sqlite3_column_int64(s, 8),
             .created_at_ms = sqlite3_column_int64(s, 9),
             .collected = sqlite3_column_int(s, 10),
+            .principal = col_text(s, 11),
         };
         if (t.id != NULL && t.sem != NULL && on_ticket != NULL)
             on_ticket(arg, &t);
@@ -850,7 +852,8 @@ int store_del_lease(store_t *st, const char *id)
 int store_put_ticket(store_t *st, const store_ticket_t *t)
 {
     store_op_t *op = op_new(OP_PUT_TICKET, str_size(t->id) + str_size(t->sem) + str_size(t->owner) +
-                                               str_size(t->idem_key) + str_size(t->lease_id));
+                                               str_size(t->idem_key) + str_size(t->lease_id) +
+                                               str_size(t->principal));
 
     if (op != NULL) {
         char *at = op->strings;
@@ -860,6 +863,7 @@ int store_put_ticket(store_t *st, const store_ticket_t *t)
         op->u.ticket.owner = op_str(&at, t->owner);
         op->u.ticket.idem_key = op_str(&at, t->idem_key);
         op->u.ticket.lease_id = op_str(&at, t->lease_id);
+        op->u.ticket.principal = op_str(&at, t->principal);
     }
     return op_add(st, op);
 }
@@ -1006,6 +1010,7 @@ static int write_ticket(store_t *st, const store_ticket_t *t)
     sqlite3_bind_int64(s, 9, t->keepalive_ms);
     sqlite3_bind_int64(s, 10, t->created_at_ms);
     sqlite3_bind_int(s, 11, t->collected != 0);
+    bind_text(s, 12, t->principal);
     return run_write(s);
 }
 
