@@ -189,5 +189,7 @@ if(NOT SEMA_SANITIZE AND TARGET semad)
   add_test(NAME example.waiting_room COMMAND bash
     ${PROJECT_SOURCE_DIR}/examples/waiting-room/test/run.sh)
   set_tests_properties(example.waiting_room PROPERTIES TIMEOUT 120 DEPENDS js.client
-    LABELS "js;browser" SKIP_RETURN_CODE 77 ENVIRONMENT "${SEMA_TEST_ENV}")
+    LABELS "js;browser" SKIP_RETURN_CODE 77
+    # the screenshot goes to the build tree; SCREENSHOT= unset writes the README's copy
+    ENVIRONMENT "${SEMA_TEST_ENV};SCREENSHOT=${PROJECT_BINARY_DIR}/waiting-room-screenshot.png")
 endif()
