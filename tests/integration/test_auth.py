@@ -84,6 +84,10 @@ RIGHTS = {
     ("POST", "/v1/leases/{id}/revoke"): "admin",
     ("POST", "/v1/locks/{key}/acquire"): "acquire",
     ("GET", "/v1/locks/{key}"): "read",
+    ("POST", "/v1/semaphores/{name}/tickets"): "acquire",
+    ("GET", "/v1/tickets/{id}"): "acquire",
+    ("DELETE", "/v1/tickets/{id}"): "acquire",
+    ("GET", "/v1/tickets/{id}/events"): "acquire",
     ("GET", "/healthz"): "open",
     ("GET", "/metrics"): "read",
 }
@@ -112,6 +116,10 @@ REQUESTS = [
     ("POST", "/v1/locks/{key}/acquire", "/v1/locks/k/acquire",
      {"mode": "shared", "timeout_ms": 0}),
     ("GET", "/v1/locks/{key}", "/v1/locks/k", None),
+    ("POST", "/v1/semaphores/{name}/tickets", "/v1/semaphores/r/tickets", {"keepalive_ms": 1000}),
+    ("GET", "/v1/tickets/{id}", "/v1/tickets/" + NO_LEASE, None),
+    ("DELETE", "/v1/tickets/{id}", "/v1/tickets/" + NO_LEASE, None),
+    ("GET", "/v1/tickets/{id}/events", "/v1/tickets/%s/events" % NO_LEASE, None),
     ("GET", "/healthz", "/healthz", None),
     ("GET", "/metrics", "/metrics", None),
 ]
