@@ -63,7 +63,7 @@ jget() {
 run() {
     local t0 t1 j
     t0=$(awk '{print $14 + $15}' "/proc/$1/stat")
-    j=$(SEMA_TOKEN=$3 timeout 120 "$sema" bench --json -s "http://$2" -c "$CONNS" -d "$SECS" \
+    j=$(SEMA_TOKEN=$3 timeout 120 "$sema" bench --json -s "http://$2" -c "$CONNS" -d "${SECS}s" \
         --name bench-x 2>>"$tmp/bench.err")
     t1=$(awk '{print $14 + $15}' "/proc/$1/stat")
     python3 - "$j" "$t0" "$t1" "$(getconf CLK_TCK)" <<'PY'

@@ -128,12 +128,12 @@ for r in $(seq "$ROUNDS"); do
     for m in strict relaxed none; do
         pid_var=pid_$m addr_var=addr_$m
         measure "semad_$m" "${!pid_var}" "$sema" bench --json -s "http://${!addr_var}" \
-            -c "$CONNS" -d "$SECS" --name "pairs-$m"
+            -c "$CONNS" -d "${SECS}s" --name "pairs-$m"
     done
     measure redis_lua "$pid_redis" "$redis_peer" --redis "127.0.0.1:$port_redis" \
-        -c "$CONNS" -d "$SECS" --json
+        -c "$CONNS" -d "${SECS}s" --json
     measure redis_lua_aof_always "$pid_redis_aof" "$redis_peer" \
-        --redis "127.0.0.1:$port_redis_aof" -c "$CONNS" -d "$SECS" --json
+        --redis "127.0.0.1:$port_redis_aof" -c "$CONNS" -d "${SECS}s" --json
 done | tee "$out"
 
 python3 - "$out" <<'EOF'

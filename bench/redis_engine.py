@@ -214,8 +214,8 @@ def throughput(r, fl, ua, ub):
                                     d + "s", "--name", "tp2", "--json"], "ops")
         timed("semad_1_instance", [SEMA, "bench", "-s", ua, "-c", str(CONNS), "-d", d + "s",
                                    "--name", "tp1", "--json"], "ops")
-        timed("redis_lua", [PEER, "--redis", "127.0.0.1:%d" % r.port, "-c", str(CONNS), "-d", d,
-                            "--json"], "pairs")
+        timed("redis_lua", [PEER, "--redis", "127.0.0.1:%d" % r.port, "-c", str(CONNS), "-d",
+                            d + "s", "--json"], "pairs")
         if HAVE_NODE_SEM:
             timed("redis_semaphore", ["node", NODE_SEM, "--redis", "127.0.0.1:%d" % r.port, "-c",
                                       str(CONNS), "-d", d], "pairs")

@@ -123,8 +123,9 @@ def scale():
     seconds = float(sys.argv[4]) if len(sys.argv) > 4 else 10
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, n // 10 + 1000), hard))
-    srv, host, port = start("--max-waiters-per-semaphore", str(2 * n),
-                            "--max-waiters", str(4 * n))
+    # room for the 1,000 warm-up tickets and the probe too, whatever N
+    srv, host, port = start("--max-waiters-per-semaphore", str(2 * n + 2000),
+                            "--max-waiters", str(4 * n + 4000))
     try:
         c = Conn(host, port)
         # memory: N waiting tickets behind a full semaphore
@@ -138,6 +139,7 @@ def scale():
         after = rss_kib(srv.pid)
         per_ticket = (after - before) * 1024 / n
         st, tail = c.call("POST", "/v1/semaphores/line/tickets", {"keepalive_ms": 3600000})
+        assert st == 201, (st, tail)
         assert tail["position"] == n + 1001, tail["position"]
         # the peer: parked long-poll acquires (one connection each)
         m = n // 10
