@@ -237,7 +237,7 @@ def throughput(r, fl, ua, ub):
         say("ratio semad_2_instances_redis_cpu_per_pair_vs_%s value=%.3f (lower is better)" % (
             peer, two["redis_cpu_us_per_pair"] / max(1e-9, p["redis_cpu_us_per_pair"])))
     if not HAVE_NODE_SEM:
-        say("# redis-semaphore is not installed (cd bench/peers && npm install): skipped")
+        say("# redis-semaphore is not installed (scripts/deps.sh bench, or: cd bench/peers && npm ci): skipped")
 
 
 def wakeups(ua, ub):

@@ -71,3 +71,5 @@ npm_ci() {
 npm_ci tests/openapi prism # the validating proxy of the HTTP tests, and the OpenAPI linter
 npm_ci clients/js tsc      # the JS client's build and tests (ctest js.client)
 npm_ci examples/waiting-room browsers # puppeteer-core: the waiting room's browser test
+# the peers of bench/peers/run.sh and bench/js (Node-RED, redis-semaphore, ioredis)
+if [ "$want" = bench ]; then npm_ci bench/peers node-red; fi

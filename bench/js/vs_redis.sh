@@ -12,7 +12,7 @@ build=${1:-build}
 secs=${2:-3}
 command -v redis-server >/dev/null || { echo "vs_redis: redis-server is needed" >&2; exit 1; }
 if [ ! -d bench/peers/node_modules/redis-semaphore ]; then
-    (cd bench/peers && npm install --no-audit --no-fund --no-package-lock --loglevel=error >&2)
+    (cd bench/peers && npm ci --no-audit --no-fund --loglevel=error >&2)
 fi
 if [ ! -f clients/js/dist/index.js ]; then
     (cd clients/js && npm ci --no-audit --no-fund --loglevel=error >&2 && npm run build >&2)

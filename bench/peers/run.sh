@@ -50,10 +50,10 @@ for (const [n, v] of Object.entries(want))
     if (require(`${n}/package.json`).version !== v) process.exit(1);' 2>/dev/null)
 }
 if ! installed; then
-    echo "# installing the pinned npm packages into $here/node_modules" >&2
-    (cd "$here" && npm install --no-audit --no-fund --no-package-lock --loglevel=error >&2)
+    echo "# installing the locked npm packages (npm ci) into $here/node_modules" >&2
+    (cd "$here" && npm ci --no-audit --no-fund --loglevel=error >&2)
     if ! installed; then
-        echo "peers: npm install failed" >&2
+        echo "peers: npm ci failed" >&2
         exit 1
     fi
 fi
