@@ -27,7 +27,7 @@ typedef struct client_conn {
 struct sema_client {
     char *url; /* without a trailing '/' */
     char *owner;
-    char *auth_header; /* "Authorization: Bearer TOKEN", or NULL */
+    char *auth_header;         /* "Authorization: Bearer TOKEN", or NULL */
     char *cacert, *cert, *key; /* TLS files (NULL: libcurl's defaults) */
     int64_t connect_timeout_ms;
     int64_t request_timeout_ms;
