@@ -6,7 +6,9 @@
 -- the keys and docs/architecture.md for why the work is split this way.
 --
 -- Every call: KEYS[1] names what it works on (a semaphore's stem, a lease id's key, the name
--- index); ARGV = op, epoch, instance, request id, alive_ms, then the op's own arguments.
+-- index); ARGV = op, epoch, instance, request id, alive_ms, principal (the token that sent
+-- the request with semad --auth, '' without), admin ('1': that token may end any lease),
+-- then the op's own arguments.
 -- A call reads Redis's clock (TIME), checks the epoch, answers a retried request id from its
 -- cache, does its housekeeping (due leases expire, the waiters of dead instances leave, the
 -- queue's head is admitted), does its work, and returns:
@@ -18,8 +20,8 @@
 
 -- The state of one call, set by main() (a library keeps its upvalues between calls).
 local KEYS, ARGV
-local OP, EPOCH, INST, RID, ALIVE_MS
-local A = 6 -- first argument of the op
+local OP, EPOCH, INST, RID, ALIVE_MS, PRINC, ADMIN
+local A = 8 -- first argument of the op
 local NOW, NOWUS
 local RESULT_TTL_MS = 15000 -- longer than the longest command timeout (10 s): a retry finds it
 local TOMB_TTL_MS = 600000
@@ -56,36 +58,38 @@ local function fields(s)
   return a
 end
 
--- A lease: weight, fence, ttl, acquired, expires, owner, idempotency key.
+-- A lease: weight, fence, ttl, acquired, expires, owner, idempotency key, mode (a lock's
+-- mode as requested: '1' shared, '2' exclusive; '0' on a semaphore), principal.
 local function lpack(l)
-  return table.concat({N(l.w), N(l.f), N(l.ttl), N(l.acq), N(l.exp), l.owner, l.idem}, '\0')
+  return table.concat({N(l.w), N(l.f), N(l.ttl), N(l.acq), N(l.exp), l.owner, l.idem, l.mode,
+                       l.princ}, '\0')
 end
 local function lunpack(s)
   local a = fields(s)
   return {w = tonumber(a[1]), f = tonumber(a[2]), ttl = tonumber(a[3]), acq = tonumber(a[4]),
-          exp = tonumber(a[5]), owner = a[6] or '', idem = a[7] or ''}
+          exp = tonumber(a[5]), owner = a[6] or '', idem = a[7] or '', mode = a[8] or '0',
+          princ = a[9] or ''}
 end
 
 -- A waiter: instance, weight (0: wait-idle), kind (a acquire, i idle), since, ttl, owner,
--- idempotency key, the lease id it will get.
+-- idempotency key, the lease id it will get, mode, principal.
 local function wpack(w)
-  return table.concat({w.inst, N(w.w), w.kind, N(w.since), N(w.ttl), w.owner, w.idem, w.lid}, '\0')
+  return table.concat({w.inst, N(w.w), w.kind, N(w.since), N(w.ttl), w.owner, w.idem, w.lid,
+                       w.mode, w.princ}, '\0')
 end
 local function wunpack(s)
   local a = fields(s)
   return {inst = a[1], w = tonumber(a[2]), kind = a[3], since = tonumber(a[4]),
-          ttl = tonumber(a[5]), owner = a[6] or '', idem = a[7] or '', lid = a[8] or ''}
+          ttl = tonumber(a[5]), owner = a[6] or '', idem = a[7] or '', lid = a[8] or '',
+          mode = a[9] or '0', princ = a[10] or ''}
 end
 
-local function mode_of(w)
-  if KIND ~= 'k' then
-    return '0'
-  end
-  if w == M.cap and M.cap > 1 then
-    return '2'
-  end
-  return '1'
+-- With semad --auth, a lease (or a parked request) is its token's: only that token, or an
+-- admin, may end it or take it over.
+local function allowed(princ)
+  return PRINC == '' or ADMIN == '1' or princ == PRINC
 end
+local M_OTHER_TOKEN = 'the lease was taken by another token (only its token or an admin may end it)'
 
 -- act: type, waiter id, instance, lease id, weight, fence, ttl, acquired, expires, owner,
 -- extra (mode for leases; capacity for resized; the status for a failed waiter)
@@ -108,13 +112,13 @@ local function act(typ, wid, inst, lid, l, extra)
     end
     ACTS[n + 10] = ''
   end
-  ACTS[n + 11] = extra or (l and mode_of(l.w)) or ''
+  ACTS[n + 11] = extra or (l and l.mode) or ''
 end
 
 -- The outcome of a parked request: its own instance completes it. Another instance finds it
 -- under :g (woken by a message; its heartbeat collects it too if the message is lost).
 local function outcome(typ, wid, w, lid, l, extra)
-  extra = extra or (l and mode_of(l.w)) or ''
+  extra = extra or (l and l.mode) or ''
   act(typ, wid, w.inst, lid, l, extra)
   if w.inst ~= INST then
     local rec = typ .. '\0' .. lid .. '\0' .. (extra or '') .. '\0' .. (l and lpack(l) or '')
@@ -206,7 +210,7 @@ local GRANTED -- waiter id -> lease id, granted in this call
 
 local function grant(w, lid, wid)
   local l = {w = w.w, f = next_fence(), ttl = w.ttl, acq = NOW, exp = NOW + w.ttl,
-             owner = w.owner, idem = w.idem}
+             owner = w.owner, idem = w.idem, mode = w.mode, princ = w.princ}
   redis.call('HSET', KL, lid, lpack(l))
   redis.call('ZADD', KX, N(l.exp), lid)
   redis.call('ZADD', KO, N(l.f), lid)
@@ -368,16 +372,16 @@ end
 
 -- ---- results ----
 local function lease_result(lid, l)
-  return {lid, N(l.w), N(l.f), N(l.ttl), N(l.acq), N(l.exp), l.owner, mode_of(l.w)}
+  return {lid, N(l.w), N(l.f), N(l.ttl), N(l.acq), N(l.exp), l.owner, l.mode}
 end
 
 local function readers()
-  if KIND ~= 'k' or M.cap <= 1 then
+  if KIND ~= 'k' then
     return 0
   end
   local n = 0
   for _, rec in ipairs(redis.call('HVALS', KL)) do
-    if lunpack(rec).w == 1 then
+    if lunpack(rec).mode == '1' then
       n = n + 1
     end
   end
@@ -409,7 +413,7 @@ local function view(lists)
       ws[#ws + 1] = w.owner
       ws[#ws + 1] = N(w.w)
       ws[#ws + 1] = N(w.since)
-      ws[#ws + 1] = w.kind == 'i' and '0' or mode_of(w.w)
+      ws[#ws + 1] = w.kind == 'i' and '0' or w.mode
       ws[#ws + 1] = w.kind == 'i' and '1' or '0'
     end
   end
@@ -455,7 +459,7 @@ end
 -- The error codes of include/sema/error.h that the operations answer.
 local EINVAL, ENOENT, EEXIST, EBUSY, ETIMEDOUT, ECANCELED = -22, -2, -17, -16, -110, -125
 local ESTALE, EEXPIRED, EREVOKED, ELIMIT, EUNAVAIL, EOVERFLOW = -116, -127, -128, -122, -11, -75
-local EREPLACED, EKEYMISMATCH = -1001, -1002
+local EREPLACED, EKEYMISMATCH, EACCES = -1001, -1002, -13
 local M_NOT_FOUND = 'no such semaphore'
 local M_LOST = 'Redis lost its state; grants resume once every lease it held has run out'
 local TOMB = {R = {ESTALE, 'the lease was already released'},
@@ -591,6 +595,7 @@ end
 
 local M_KEY_MISMATCH = 'this Idempotency-Key names a request of another weight ' ..
                        '(or lock mode); nothing was granted'
+local M_KEY_OTHER_TOKEN = 'the Idempotency-Key names a request of another token'
 
 -- A retry with a known Idempotency-Key: the lease it names, or its place in the queue.
 local function idem_retry(wid, w, wait)
@@ -605,7 +610,10 @@ local function idem_retry(wid, w, wait)
       return nil
     end
     local l = lunpack(rec)
-    if l.w ~= w.w then
+    if not allowed(l.princ) then
+      return reply(EACCES, M_KEY_OTHER_TOKEN)
+    end
+    if l.w ~= w.w or l.mode ~= w.mode then
       return reply(EKEYMISMATCH, M_KEY_MISMATCH)
     end
     return reply(0, '', lease_result(ref, l))
@@ -615,7 +623,10 @@ local function idem_retry(wid, w, wait)
     return nil
   end
   local old = wunpack(rec)
-  if old.w ~= w.w or old.kind ~= w.kind then
+  if not allowed(old.princ) then
+    return reply(EACCES, M_KEY_OTHER_TOKEN)
+  end
+  if old.w ~= w.w or old.kind ~= w.kind or old.mode ~= w.mode then
     return reply(EKEYMISMATCH, M_KEY_MISMATCH)
   end
   if not wait then
@@ -643,10 +654,15 @@ local function acquire()
   local wait = ARGV[A + 1] == '1'
   local w = {inst = INST, w = tonumber(ARGV[A]), kind = 'a', since = NOW,
              ttl = tonumber(ARGV[A + 2]), owner = ARGV[A + 3], idem = ARGV[A + 4],
-             lid = ARGV[A + 5]}
+             lid = ARGV[A + 5], mode = '0', princ = PRINC}
   local wid = ARGV[A + 6]
-  if KIND == 'k' and w.w == 0 then
-    w.w = M.cap -- exclusive
+  if KIND == 'k' then
+    -- the mode is kept apart from the weight: with one reader allowed both modes weigh 1
+    if w.w == 0 then
+      w.w, w.mode = M.cap, '2'
+    else
+      w.mode = '1'
+    end
   end
   if w.w < 1 or w.w > M.cap then
     return reply(EINVAL, 'weight must be between 1 and the capacity')
@@ -689,7 +705,7 @@ function ops.wait_idle()
     return reply(EBUSY, 'not idle')
   end
   return park(ARGV[A + 6], {inst = INST, w = 0, kind = 'i', since = NOW, ttl = 0, owner = '',
-                            idem = '', lid = ''})
+                            idem = '', lid = '', mode = '0', princ = PRINC})
 end
 
 -- ---- leases (KEYS[1] is the lease id's key) ----
@@ -702,6 +718,9 @@ end
 -- renew: ttl
 function ops.lease_renew()
   local l = lunpack(redis.call('HGET', KL, LID))
+  if not allowed(l.princ) then
+    return reply(EACCES, M_OTHER_TOKEN)
+  end
   l.ttl = tonumber(ARGV[A])
   l.exp = NOW + l.ttl
   redis.call('HSET', KL, LID, lpack(l))
@@ -711,6 +730,9 @@ function ops.lease_renew()
 end
 
 local function end_op(why)
+  if PRINC ~= '' and ADMIN ~= '1' and not allowed(lunpack(redis.call('HGET', KL, LID)).princ) then
+    return reply(EACCES, M_OTHER_TOKEN)
+  end
   lease_end(LID, why)
   if why == 'revoked' then
     next_fence() -- a fenced write with the old token now loses
@@ -963,6 +985,7 @@ local function main(keys, args)
   KEYS, ARGV = keys, args
   OP, EPOCH, INST, RID = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
   ALIVE_MS = tonumber(ARGV[5])
+  PRINC, ADMIN = ARGV[6], ARGV[7]
   local t = redis.call('TIME')
   NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   NOWUS = tonumber(t[1]) * 1000000 + tonumber(t[2])
