@@ -93,8 +93,9 @@ static void a_free(rargs_t *a)
     sema__free(a->l);
 }
 
-/* FCALL sema 1 KEY op epoch inst rid alive principal admin; `req` is NULL for semad's own
- * commands (no principal). */
+/* FCALL sema 1 KEY op epoch inst rid alive principal flags; `req` is NULL for semad's own
+ * commands (no principal). flags: '1' when the principal is an admin, else '0'; then 'r' when
+ * the command is sent again (cmd_format). */
 static void a_head(rs_t *r, rargs_t *a, const char *key, size_t keylen, const char *op,
                    const char *rid, const engine_req_t *req)
 {
@@ -164,6 +165,12 @@ static int cmd_format(rs_t *r, const rcmd_t *c, char **out)
         if (c->script) {
             v[5] = r->epoch;
             l[5] = strlen(r->epoch);
+            /* Sent before: the script looks for the answer it may have given (a first
+             * attempt cannot have one, and skips that look-up). */
+            if (c->sent_mono != 0 && c->argc > 10 && l[10] == 1) {
+                v[10] = v[10][0] == '1' ? "1r" : "0r";
+                l[10] = 2;
+            }
         }
         n = redisFormatCommandArgv(out, c->argc, v, l);
     }
