@@ -388,10 +388,11 @@ local function next_due()
   if #x > 0 then
     d = tonumber(x[2])
   end
-  -- instances that may stop renewing (those past it are pruned already, or are this one)
+  -- instances that may stop renewing: pruned once their alive-until is past, so due the
+  -- millisecond after it (those past it are pruned already, or are this one)
   local a = redis.call('HGETALL', KA)
   for i = 2, #a, 2 do
-    local v = tonumber(a[i])
+    local v = tonumber(a[i]) + 1
     if v > NOW and (d == 0 or v < d) then
       d = v
     end
@@ -494,8 +495,8 @@ end
 -- Every semaphore with something due (a lease's expiry, a dead instance's waiters, the end
 -- of a pause after lost data) is in sema:due by that time; instances arm a timer for the
 -- earliest and run `sweep`, so an expiry grants waiters even when no request comes.
--- A row's due time is written to sema:due only when it changed.
-local HOT = {acquire = true, lock_acquire = true, lease_release = true, lease_renew = true}
+-- A row's due time is written to sema:due only when it changed (a row that was not there
+-- and is not now, a lock key's short life, has no entry; a sweep rewrites its entry).
 local DUE0 -- the row's due time as loaded (-2: no row)
 local function reply(status, msg, res)
   local d = 0
@@ -509,19 +510,16 @@ local function reply(status, msg, res)
       d = 0
     end
   end
-  -- the earliest due time of all: when it may have moved, and for the ops that are not
-  -- the hot path ('0': no news, the instances keep the timer they have)
-  local g = {}
-  if S and (d ~= DUE0 or OP == 'sweep') then
+  if S and ((d ~= DUE0 and not (DUE0 == -2 and d == 0)) or OP == 'sweep') then
     if d > 0 then
       redis.call('ZADD', 'sema:due', N(d), S)
     else
       redis.call('ZREM', 'sema:due', S)
     end
-    g = redis.call('ZRANGE', 'sema:due', 0, 0, 'WITHSCORES')
-  elseif not HOT[OP] then
-    g = redis.call('ZRANGE', 'sema:due', 0, 0, 'WITHSCORES')
   end
+  -- the earliest due time of all, in every reply: every instance arms its sweep timer for
+  -- it, so a due time filed by an instance that then stops is still swept by the others
+  local g = redis.call('ZRANGE', 'sema:due', 0, 0, 'WITHSCORES')
   local c = stats()
   local r = {N(status), msg or '', N(NOW), N(d), ACTS, S or '',
              {N(c.sems), N(c.leases), N(c.locks), g[2] or '0', N(c.horizon)}}
@@ -661,7 +659,7 @@ local function park(wid, w)
   redis.call('ZADD', KQ, N(M.seq), wid)
   redis.call('HSET', KW, wid, wpack(w))
   redis.call('HSET', KA, INST, N(NOW + ALIVE_MS))
-  due_at(NOW + ALIVE_MS)
+  due_at(NOW + ALIVE_MS + 1)
   M.nq = M.nq + 1
   M.wq = M.wq + w.w
   if w.idem ~= '' then
@@ -720,7 +718,7 @@ local function idem_retry(wid, w, wait)
   redis.call('ZADD', KQ, score, wid)
   redis.call('HSET', KW, wid, wpack(old))
   redis.call('HSET', KA, INST, N(NOW + ALIVE_MS))
-  due_at(NOW + ALIVE_MS)
+  due_at(NOW + ALIVE_MS + 1)
   redis.call('HSET', KI, w.idem, 'W' .. wid)
   outcome('fail', ref, wunpack(rec), '', nil, N(EREPLACED))
   return reply(1, '')
@@ -854,7 +852,7 @@ function ops.collect()
   end
   if n > 0 and M then
     redis.call('HSET', KA, INST, N(NOW + ALIVE_MS))
-    due_at(NOW + ALIVE_MS)
+    due_at(NOW + ALIVE_MS + 1)
   end
   local g = redis.call('HGETALL', KG)
   for i = 1, #g, 2 do
