@@ -441,6 +441,92 @@ TEST(lease_revoke_returns_units_and_bumps_fence)
     fx_free(&f);
 }
 
+/* A lease op sent by a token (semad --auth): `who` NULL is semad itself. */
+static int lease_op_as(fx_t *f, engine_op_t op, const char *id, const char *who, int admin,
+                       const char **msg)
+{
+    treq_t *t = treq_new(op, id);
+    int st;
+
+    t->r.principal = who;
+    t->r.principal_admin = admin;
+    t->r.ttl_ms = 60000;
+    st = fx_do(f, t);
+    if (msg != NULL)
+        *msg = t->msg;
+    treq_free(t);
+    return st;
+}
+
+static treq_t *acquire_as(fx_t *f, const char *name, uint64_t weight, const char *who,
+                          const char *key)
+{
+    treq_t *t = treq_new(ENGINE_ACQUIRE, name);
+
+    t->r.weight = weight;
+    t->r.principal = who;
+    if (key != NULL) {
+        snprintf(t->idem, sizeof t->idem, "%s", key);
+        t->r.idem_key = t->idem;
+    }
+    ASSERT_OK(engine_submit(f->e, &t->r));
+    fx_settle(f);
+    return t;
+}
+
+TEST(leases_remember_the_token_that_took_them)
+{
+    fx_t f;
+    treq_t *a, *k, *w, *x;
+    const char *msg = NULL;
+    char id[64];
+
+    fx_init(&f);
+    fx_put(&f, "p", 2);
+    a = acquire_as(&f, "p", 1, "alice", NULL);
+    snprintf(id, sizeof(id), "%s", lease_id(a));
+    /* another token may read it, not end or renew it */
+    ASSERT_OK(lease_op_as(&f, ENGINE_LEASE_GET, id, "bob", 0, NULL));
+    ASSERT_EQ(lease_op_as(&f, ENGINE_LEASE_RENEW, id, "bob", 0, &msg), SEMA_EACCES);
+    ASSERT_STREQ(msg,
+                 "the lease was taken by another token (only its token or an admin may end it)");
+    ASSERT_EQ(lease_op_as(&f, ENGINE_LEASE_RELEASE, id, "bob", 0, NULL), SEMA_EACCES);
+    ASSERT_EQ(lease_op_as(&f, ENGINE_LEASE_REVOKE, id, "bob", 0, NULL), SEMA_EACCES);
+    ASSERT_EQ(fx_state(&f, "p", "held"), 1);
+    ASSERT_OK(lease_op_as(&f, ENGINE_LEASE_RENEW, id, "alice", 0, NULL));
+    ASSERT_OK(lease_op_as(&f, ENGINE_LEASE_RELEASE, id, "alice", 0, NULL));
+    /* an Idempotency-Key names its token's request: another token gets no lease from it */
+    k = acquire_as(&f, "p", 1, "alice", "k1");
+    ASSERT_EQ(k->status, 0);
+    x = acquire_as(&f, "p", 1, "bob", "k1");
+    ASSERT_EQ(x->done, 1);
+    ASSERT_EQ(x->status, SEMA_EACCES);
+    ASSERT_STREQ(x->msg, "the Idempotency-Key names a request of another token");
+    treq_free(x);
+    x = acquire_as(&f, "p", 1, "alice", "k1");
+    ASSERT_STREQ(lease_id(x), lease_id(k));
+    treq_free(x);
+    /* nor takes the place of its parked request */
+    w = acquire_as(&f, "p", 2, "alice", "k2");
+    ASSERT_EQ(w->done, 0);
+    x = acquire_as(&f, "p", 2, "bob", "k2");
+    ASSERT_EQ(x->done, 1);
+    ASSERT_EQ(x->status, SEMA_EACCES);
+    treq_free(x);
+    ASSERT_EQ(w->done, 0);
+    /* an admin token, and semad itself, may end any lease */
+    ASSERT_OK(lease_op_as(&f, ENGINE_LEASE_RELEASE, lease_id(k), "root", 1, NULL));
+    ASSERT_EQ(w->done, 1);
+    ASSERT_EQ(w->status, 0);
+    ASSERT_EQ(lease_op_as(&f, ENGINE_LEASE_RELEASE, lease_id(w), "bob", 0, NULL), SEMA_EACCES);
+    ASSERT_OK(lease_op_as(&f, ENGINE_LEASE_RELEASE, lease_id(w), NULL, 0, NULL));
+    ASSERT_EQ(fx_state(&f, "p", "available"), 2);
+    treq_free(a);
+    treq_free(k);
+    treq_free(w);
+    fx_free(&f);
+}
+
 TEST(lease_renew_keeps_it_past_its_first_ttl)
 {
     fx_t f;

@@ -178,9 +178,9 @@ TEST(a_dead_instance_waiter_leaves_the_queue_by_its_alive_bound)
     ASSERT(ep != NULL && ep->type == REDIS_REPLY_STRING);
     /* a waiter of instance "dead" alive for 1.5 s, at the head of the queue */
     r = redisCommand(rc,
-                     "FCALL sema 1 %s acquire %s dead dead.1 1500 1 1 60000 ghost x "
+                     "FCALL sema 1 %s acquire %s dead dead.1 1500 %s 0 1 1 60000 ghost x "
                      "lidlidlidlidlidlidlidlid dead.1 0 0 0",
-                     stem, ep->str);
+                     stem, ep->str, "");
     ASSERT(r != NULL && r->type == REDIS_REPLY_ARRAY);
     ASSERT_STREQ(r->element[0]->str, "1"); /* parked */
     freeReplyObject(ep);

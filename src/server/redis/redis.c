@@ -93,9 +93,11 @@ static void a_free(rargs_t *a)
     sema__free(a->l);
 }
 
-/* FCALL sema 1 KEY op epoch inst rid alive */
+/* FCALL sema 1 KEY op epoch inst rid alive principal flags; `req` is NULL for semad's own
+ * commands (no principal). flags: '1' when the principal is an admin, else '0'; then 'r' when
+ * the command is sent again (cmd_format). */
 static void a_head(rs_t *r, rargs_t *a, const char *key, size_t keylen, const char *op,
-                   const char *rid)
+                   const char *rid, const engine_req_t *req)
 {
     a_str(a, "FCALL");
     a_str(a, "sema");
@@ -106,6 +108,8 @@ static void a_head(rs_t *r, rargs_t *a, const char *key, size_t keylen, const ch
     a_str(a, r->inst);
     a_str(a, rid);
     a_i64(a, RS_ALIVE_MS);
+    a_str(a, req != NULL ? req->principal : NULL);
+    a_str(a, req != NULL && req->principal_admin ? "1" : "0");
 }
 
 rcmd_t *rs__cmd_new(rs_t *r, int kind, int argc, const char **argv, const size_t *argvlen)
@@ -161,6 +165,12 @@ static int cmd_format(rs_t *r, const rcmd_t *c, char **out)
         if (c->script) {
             v[5] = r->epoch;
             l[5] = strlen(r->epoch);
+            /* Sent before: the script looks for the answer it may have given (a first
+             * attempt cannot have one, and skips that look-up). */
+            if (c->sent_mono != 0 && c->argc > 10 && l[10] == 1) {
+                v[10] = v[10][0] == '1' ? "1r" : "0r";
+                l[10] = 2;
+            }
         }
         n = redisFormatCommandArgv(out, c->argc, v, l);
     }
@@ -199,6 +209,8 @@ static const char *const known_msgs[] = {
     "this Idempotency-Key names a request of another weight (or lock mode); nothing was granted",
     "Redis lost its state; grants resume once every lease it held has run out",
     "too many lock keys",
+    "the lease was taken by another token (only its token or an admin may end it)",
+    "the Idempotency-Key names a request of another token",
 };
 
 /* The script's message as static text (a request's message must outlive the reply). */
@@ -540,7 +552,7 @@ static void send_cancel(rs_t *r, const char *stem, size_t stem_len, const rreq_t
     rargs_t a = {0};
     rcmd_t *c;
 
-    a_head(r, &a, stem, stem_len, "cancel", "");
+    a_head(r, &a, stem, stem_len, "cancel", "", NULL);
     a_str(&a, rq->wid);
     a_str(&a, "d");
     a_str(&a, rq->lid);
@@ -559,7 +571,7 @@ static void send_drop(rs_t *r, const char *name, size_t len, int lock, const cha
 
     if (sl == 0)
         return;
-    a_head(r, &a, stem, sl, "drop_lease", "");
+    a_head(r, &a, stem, sl, "drop_lease", "", NULL);
     a_str(&a, lid);
     c = cmd_build(r, RC_DROP, &a);
     if (c != NULL)
@@ -578,7 +590,7 @@ static void collect(rs_t *r, rsem_t *s, int with_wids)
         return;
     }
     next_id(r, rid, sizeof rid);
-    a_head(r, &a, s->stem, s->stem_len, "collect", rid);
+    a_head(r, &a, s->stem, s->stem_len, "collect", rid, NULL);
     if (with_wids)
         for (elist_t *x = s->parked.next; x != &s->parked && n < RS_COLLECT_WIDS; x = x->next, n++)
             a_str(&a, ECONTAINER(x, rreq_t, plink)->wid);
@@ -828,7 +840,7 @@ static rcmd_t *op_cmd(rs_t *r, rreq_t *rq)
         int lock = req->op == ENGINE_LOCK_ACQUIRE || req->op == ENGINE_LOCK_GET;
         klen = stem_make(key, sizeof key, lock ? 'k' : 's', req->name, req->name_len);
     }
-    a_head(r, &a, key, klen, op_names[req->op], rq->writes ? rq->wid : "");
+    a_head(r, &a, key, klen, op_names[req->op], rq->writes ? rq->wid : "", req);
     op_args(r, rq, &a);
     c = cmd_build(r, RC_OP, &a);
     if (c != NULL)
@@ -1195,7 +1207,7 @@ static void due_cb(uv_timer_t *t)
         rargs_t a = {0};
         rcmd_t *c;
         r->sweep_at = UINT64_MAX;
-        a_head(r, &a, "sema:due", 8, "sweep", "");
+        a_head(r, &a, "sema:due", 8, "sweep", "", NULL);
         c = cmd_build(r, RC_SWEEP, &a);
         if (c != NULL) {
             r->sweeping = 1;
@@ -1661,7 +1673,7 @@ static void put_sem_gauges(rs_t *r, jsonw_t *w)
     snprintf(limit, sizeof limit, "%llu", (unsigned long long)r->cfg.metrics_max_semaphores);
     if (c != NULL && r->cfg.metrics_max_semaphores > 0) {
         rargs_t a = {0};
-        a_head(r, &a, "sema:names", 10, "list", "");
+        a_head(r, &a, "sema:names", 10, "list", "", NULL);
         a_str(&a, "");
         a_str(&a, "");
         a_str(&a, limit);

@@ -392,17 +392,17 @@ static void hello_cb(redisAsyncContext *ac, void *reply, void *priv);
 static void send_hello(rs_t *r)
 {
     char maxttl[24], alive[24], horizon[24];
-    const char *argv[] = {"FCALL", "sema", "1",     "sema:epoch", "hello", "",     r->inst,
-                          "",      alive,  r->inst, r->epoch,     maxttl,  horizon};
-    size_t lens[13];
+    const char *argv[] = {"FCALL", "sema", "1", "sema:epoch", "hello",  "",     r->inst, "",
+                          alive,   "",     "0", r->inst,      r->epoch, maxttl, horizon};
+    size_t lens[15];
 
     snprintf(maxttl, sizeof maxttl, "%lld", (long long)r->cfg.max_ttl_ms);
     snprintf(alive, sizeof alive, "%d", RS_ALIVE_MS);
     snprintf(horizon, sizeof horizon, "%lld", (long long)r->horizon_ms);
     /* a new epoch is named by the instance that writes it (its id) */
-    for (int i = 0; i < 13; i++)
+    for (int i = 0; i < 15; i++)
         lens[i] = strlen(argv[i]);
-    redisAsyncCommandArgv(r->cmd.ac, hello_cb, NULL, 13, argv, lens);
+    redisAsyncCommandArgv(r->cmd.ac, hello_cb, NULL, 15, argv, lens);
 }
 
 static void load_cb(redisAsyncContext *ac, void *reply, void *priv)

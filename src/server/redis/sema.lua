@@ -6,7 +6,10 @@
 -- the keys and docs/architecture.md for why the work is split this way.
 --
 -- Every call: KEYS[1] names what it works on (a semaphore's stem, a lease id's key, the name
--- index); ARGV = op, epoch, instance, request id, alive_ms, then the op's own arguments.
+-- index); ARGV = op, epoch, instance, request id, alive_ms, principal (the token that sent
+-- the request with semad --auth, '' without), flags ('1' or '0': that token is an admin and
+-- may end any lease; then 'r' when the command is sent again, so it may have run already),
+-- then the op's own arguments.
 -- A call reads Redis's clock (TIME), checks the epoch, answers a retried request id from its
 -- cache, does its housekeeping (due leases expire, the waiters of dead instances leave, the
 -- queue's head is admitted), does its work, and returns:
@@ -18,9 +21,10 @@
 
 -- The state of one call, set by main() (a library keeps its upvalues between calls).
 local KEYS, ARGV
-local OP, EPOCH, INST, RID, ALIVE_MS
-local A = 6 -- first argument of the op
+local OP, EPOCH, INST, RID, ALIVE_MS, PRINC, ADMIN, RETRY
+local A = 8 -- first argument of the op
 local NOW, NOWUS
+local LID -- the lease id a lease op names
 local RESULT_TTL_MS = 15000 -- longer than the longest command timeout (10 s): a retry finds it
 local TOMB_TTL_MS = 600000
 local HK_MAX = 1000 -- leases expired or waiters admitted per call (the rest: next call, at once)
@@ -33,17 +37,18 @@ end
 
 -- ---- the keys of one semaphore (or lock key): its stem plus a suffix of fixed length ----
 local S, KIND, NAME, TAG
-local KM, KF, KQ, KW, KL, KX, KO, KI, KA, KG, KS
+local KM, KF, KQ, KW, KL, KX, KI, KA, KG, KS
 
 local function keys_of(stem)
   S = stem
   TAG, KIND, NAME = string.match(stem, '^(sema:{[^}]*})(.):(.*)$')
   KM, KF, KQ, KW = S .. ':m', S .. ':f', S .. ':q', S .. ':w'
-  KL, KX, KO, KI = S .. ':l', S .. ':x', S .. ':o', S .. ':i'
+  KL, KX, KI = S .. ':l', S .. ':x', S .. ':i'
   KA, KG, KS = S .. ':a', S .. ':g', S .. ':s'
 end
 
 local ACTS, WAKE
+local REBUILT -- a retry of this call can rebuild its answer (main)
 local PUBLIC = {granted = true, released = true, expired = true, revoked = true,
                 resized = true, deleted = true}
 local M -- the semaphore's row while loaded
@@ -56,40 +61,47 @@ local function fields(s)
   return a
 end
 
--- A lease: weight, fence, ttl, acquired, expires, owner, idempotency key.
+-- A lease: weight, fence, ttl, acquired, expires, owner, idempotency key, mode (a lock's
+-- mode as requested: '1' shared, '2' exclusive; '0' on a semaphore), principal.
 local function lpack(l)
-  return table.concat({N(l.w), N(l.f), N(l.ttl), N(l.acq), N(l.exp), l.owner, l.idem}, '\0')
+  return table.concat({N(l.w), N(l.f), N(l.ttl), N(l.acq), N(l.exp), l.owner, l.idem, l.mode,
+                       l.princ}, '\0')
 end
+local LPAT = '^([^%z]*)%z([^%z]*)%z([^%z]*)%z([^%z]*)%z([^%z]*)%z([^%z]*)%z([^%z]*)%z' ..
+             '([^%z]*)%z([^%z]*)$'
 local function lunpack(s)
-  local a = fields(s)
-  return {w = tonumber(a[1]), f = tonumber(a[2]), ttl = tonumber(a[3]), acq = tonumber(a[4]),
-          exp = tonumber(a[5]), owner = a[6] or '', idem = a[7] or ''}
+  local w, f, ttl, acq, exp, owner, idem, mode, princ = string.match(s, LPAT)
+  return {w = tonumber(w), f = tonumber(f), ttl = tonumber(ttl), acq = tonumber(acq),
+          exp = tonumber(exp), owner = owner, idem = idem, mode = mode, princ = princ}
 end
 
 -- A waiter: instance, weight (0: wait-idle), kind (a acquire, i idle), since, ttl, owner,
--- idempotency key, the lease id it will get.
+-- idempotency key, the lease id it will get, mode, principal.
 local function wpack(w)
-  return table.concat({w.inst, N(w.w), w.kind, N(w.since), N(w.ttl), w.owner, w.idem, w.lid}, '\0')
+  return table.concat({w.inst, N(w.w), w.kind, N(w.since), N(w.ttl), w.owner, w.idem, w.lid,
+                       w.mode, w.princ}, '\0')
 end
 local function wunpack(s)
   local a = fields(s)
   return {inst = a[1], w = tonumber(a[2]), kind = a[3], since = tonumber(a[4]),
-          ttl = tonumber(a[5]), owner = a[6] or '', idem = a[7] or '', lid = a[8] or ''}
+          ttl = tonumber(a[5]), owner = a[6] or '', idem = a[7] or '', lid = a[8] or '',
+          mode = a[9] or '0', princ = a[10] or ''}
 end
 
-local function mode_of(w)
-  if KIND ~= 'k' then
-    return '0'
-  end
-  if w == M.cap and M.cap > 1 then
-    return '2'
-  end
-  return '1'
+-- With semad --auth, a lease (or a parked request) is its token's: only that token, or an
+-- admin, may end it or take it over.
+local function allowed(princ)
+  return PRINC == '' or ADMIN == '1' or princ == PRINC
 end
+local M_OTHER_TOKEN = 'the lease was taken by another token (only its token or an admin may end it)'
 
 -- act: type, waiter id, instance, lease id, weight, fence, ttl, acquired, expires, owner,
 -- extra (mode for leases; capacity for resized; the status for a failed waiter)
+local OWN -- an act completes a parked request of the calling instance
 local function act(typ, wid, inst, lid, l, extra)
+  if wid and wid ~= '' and inst == INST then
+    OWN = true
+  end
   local n = #ACTS
   ACTS[n + 1] = typ
   ACTS[n + 2] = wid or ''
@@ -108,13 +120,13 @@ local function act(typ, wid, inst, lid, l, extra)
     end
     ACTS[n + 10] = ''
   end
-  ACTS[n + 11] = extra or (l and mode_of(l.w)) or ''
+  ACTS[n + 11] = extra or (l and l.mode) or ''
 end
 
 -- The outcome of a parked request: its own instance completes it. Another instance finds it
 -- under :g (woken by a message; its heartbeat collects it too if the message is lost).
 local function outcome(typ, wid, w, lid, l, extra)
-  extra = extra or (l and mode_of(l.w)) or ''
+  extra = extra or (l and l.mode) or ''
   act(typ, wid, w.inst, lid, l, extra)
   if w.inst ~= INST then
     local rec = typ .. '\0' .. lid .. '\0' .. (extra or '') .. '\0' .. (l and lpack(l) or '')
@@ -123,54 +135,87 @@ local function outcome(typ, wid, w, lid, l, extra)
   end
 end
 
--- Counts of everything (for /healthz and the limits): semaphores, leases, lock keys.
+-- Counts of everything (for /healthz and the limits): semaphores, leases, lock keys; and
+-- the horizon (below). Read once per call, when first needed; the reply tells them.
+local STATS
+local function stats()
+  if not STATS then
+    local c = redis.call('HMGET', 'sema:stats', 'sems', 'leases', 'locks', 'horizon')
+    STATS = {sems = tonumber(c[1] or '0'), leases = tonumber(c[2] or '0'),
+             locks = tonumber(c[3] or '0'), horizon = tonumber(c[4] or '0')}
+  end
+  return STATS
+end
 local function count(field, d)
-  redis.call('HINCRBY', 'sema:stats', field, d)
+  local st = stats()
+  st[field] = tonumber(redis.call('HINCRBY', 'sema:stats', field, d))
 end
 
 -- The latest expiry of any lease ever granted: after Redis lost its data, instances know
 -- from it how long a holder they can no longer see may still be running.
+-- It is kept a second ahead, so it is written at most once a second, not at every grant.
 local function bump_horizon(exp)
-  local h = tonumber(redis.call('HGET', 'sema:stats', 'horizon') or '0')
-  if exp > h then
-    redis.call('HSET', 'sema:stats', 'horizon', N(exp))
+  local st = stats()
+  if exp > st.horizon then
+    st.horizon = exp + 1000
+    redis.call('HSET', 'sema:stats', 'horizon', N(st.horizon))
   end
 end
 
 -- ---- the row ----
-local MF = {'cap', 'avail', 'held', 'fence', 'legacy', 'created', 'seq', 'nq', 'wq'}
+-- `due`: no later than the first time something is due here (a lease's expiry, a dead
+-- instance's waiters, the end of a pause), 0 when nothing is; a call before it skips the
+-- housekeeping. It may be early (a release leaves it): the housekeeping then finds nothing
+-- and sets it right.
+local MF = {'cap', 'avail', 'held', 'fence', 'legacy', 'created', 'seq', 'nq', 'wq', 'due'}
+local MOLD -- the row as loaded: only the fields that changed are written
 local function mload()
-  local v = redis.call('HMGET', KM, unpack(MF))
+  local v = redis.call('HMGET', KM, 'cap', 'avail', 'held', 'fence', 'legacy', 'created', 'seq',
+                       'nq', 'wq', 'due')
   if not v[1] then
     return nil
   end
-  local m = {}
-  for i, f in ipairs(MF) do
-    m[f] = tonumber(v[i] or '0')
-  end
-  return m
+  MOLD = v
+  return {cap = tonumber(v[1]), avail = tonumber(v[2]), held = tonumber(v[3]),
+          fence = tonumber(v[4]), legacy = tonumber(v[5]), created = tonumber(v[6]),
+          seq = tonumber(v[7]), nq = tonumber(v[8]), wq = tonumber(v[9]),
+          due = tonumber(v[10] or '0')}
 end
 local function msave()
-  local a = {}
-  for _, f in ipairs(MF) do
-    a[#a + 1] = f
-    a[#a + 1] = N(M[f])
+  local a, n = {}, 0
+  for i, f in ipairs(MF) do
+    local v = N(M[f])
+    if not MOLD or MOLD[i] ~= v then
+      a[n + 1] = f
+      a[n + 2] = v
+      n = n + 2
+    end
   end
-  redis.call('HSET', KM, unpack(a))
+  if n > 0 then
+    redis.call('HSET', KM, unpack(a))
+  end
+  MOLD = nil
 end
+-- A new row goes on from the fence its name handed out last (kept after a delete).
 local function mnew(cap, legacy)
-  return {cap = cap, avail = cap, held = 0, fence = 0, legacy = legacy, created = NOW, seq = 0,
-          nq = 0, wq = 0}
+  MOLD = nil
+  return {cap = cap, avail = cap, held = 0, fence = tonumber(redis.call('GET', KF) or '0'),
+          legacy = legacy, created = NOW, seq = 0, nq = 0, wq = 0, due = 0}
+end
+local function due_at(t)
+  if M.due == 0 or t < M.due then
+    M.due = t
+  end
 end
 
 -- A fence: strictly above every fence this name handed out, and never below Redis's clock in
 -- microseconds, so a counter that lost its last increments (a failover, a restart from an
 -- older file) still moves forward.
+-- The row holds the counter; :f keeps it once the row is gone (delete, a lock key's end).
 local function next_fence()
-  local f = tonumber(redis.call('INCR', KF))
+  local f = M.fence + 1
   if f < NOWUS then
     f = NOWUS
-    redis.call('SET', KF, N(f))
   end
   M.fence = f
   return f
@@ -187,8 +232,11 @@ local function lease_end(lid, why)
   local l = lunpack(rec)
   redis.call('HDEL', KL, lid)
   redis.call('ZREM', KX, lid)
-  redis.call('ZREM', KO, lid)
-  redis.call('SET', 'sema:id:' .. lid, 'T' .. ENDED[why], 'PX', TOMB_TTL_MS)
+  local tomb = 'T' .. ENDED[why]
+  if OP == 'lease_release' and lid == LID then
+    tomb = tomb .. RID -- a retry of this very release finds it done (see main)
+  end
+  redis.call('SET', 'sema:id:' .. lid, tomb, 'PX', TOMB_TTL_MS)
   if l.idem ~= '' and redis.call('HGET', KI, l.idem) == 'L' .. lid then
     redis.call('HDEL', KI, l.idem)
   end
@@ -206,12 +254,12 @@ local GRANTED -- waiter id -> lease id, granted in this call
 
 local function grant(w, lid, wid)
   local l = {w = w.w, f = next_fence(), ttl = w.ttl, acq = NOW, exp = NOW + w.ttl,
-             owner = w.owner, idem = w.idem}
+             owner = w.owner, idem = w.idem, mode = w.mode, princ = w.princ}
   redis.call('HSET', KL, lid, lpack(l))
   redis.call('ZADD', KX, N(l.exp), lid)
-  redis.call('ZADD', KO, N(l.f), lid)
   redis.call('SET', 'sema:id:' .. lid, 'L' .. S)
   bump_horizon(l.exp)
+  due_at(l.exp)
   if w.idem ~= '' then
     redis.call('HSET', KI, w.idem, 'L' .. lid)
   end
@@ -238,6 +286,9 @@ local MORE = false -- housekeeping stopped at its bound: come back at once
 
 -- Strict FIFO with head-of-line blocking: grant heads while they fit.
 local function admit()
+  if M.nq == 0 then
+    return -- nobody waits: no look at the queue
+  end
   local n = 0
   while n < HK_MAX do
     local h = redis.call('ZRANGE', KQ, 0, 0)
@@ -296,7 +347,7 @@ local function prune_instance(inst)
   end
 end
 
-local function housekeep()
+local function housekeep_all()
   local due = redis.call('ZRANGEBYSCORE', KX, '-inf', N(NOW), 'LIMIT', 0, HK_MAX)
   for _, lid in ipairs(due) do
     lease_end(lid, 'expired')
@@ -311,6 +362,18 @@ local function housekeep()
     end
   end
   admit()
+  M.due = -1 -- worked out again when the call ends
+end
+
+-- Nothing due yet: no scan (a call that frees units admits the queue's head itself; this
+-- one more look costs a command only when someone waits).
+local function housekeep()
+  if M.due ~= 0 and M.due <= NOW then
+    return housekeep_all()
+  end
+  if M.nq > 0 then
+    admit()
+  end
 end
 
 local function next_due()
@@ -325,17 +388,17 @@ local function next_due()
   if #x > 0 then
     d = tonumber(x[2])
   end
-  if M and M.nq > 0 then
-    local a = redis.call('HGETALL', KA)
-    for i = 2, #a, 2 do
-      local v = tonumber(a[i])
-      if d == 0 or v < d then
-        d = v
-      end
+  -- instances that may stop renewing: pruned once their alive-until is past, so due the
+  -- millisecond after it (those past it are pruned already, or are this one)
+  local a = redis.call('HGETALL', KA)
+  for i = 2, #a, 2 do
+    local v = tonumber(a[i]) + 1
+    if v > NOW and (d == 0 or v < d) then
+      d = v
     end
-    if SAFE_AT > NOW and (d == 0 or SAFE_AT < d) then
-      d = SAFE_AT
-    end
+  end
+  if M and M.nq > 0 and SAFE_AT > NOW and (d == 0 or SAFE_AT < d) then
+    d = SAFE_AT
   end
   return d
 end
@@ -348,8 +411,8 @@ local function lock_gc()
       count('locks', -1)
     end
     LOCK_NEW = false
-    redis.call('DEL', KM, KQ, KW, KL, KX, KO, KI, KA)
-    redis.call('PEXPIRE', KF, TOMB_TTL_MS) -- the clock floor keeps later fences above
+    redis.call('DEL', KM, KQ, KW, KL, KX, KI, KA)
+    redis.call('SET', KF, N(M.fence), 'PX', TOMB_TTL_MS) -- the clock floor keeps later fences above
     M = nil
     return true
   end
@@ -368,16 +431,16 @@ end
 
 -- ---- results ----
 local function lease_result(lid, l)
-  return {lid, N(l.w), N(l.f), N(l.ttl), N(l.acq), N(l.exp), l.owner, mode_of(l.w)}
+  return {lid, N(l.w), N(l.f), N(l.ttl), N(l.acq), N(l.exp), l.owner, l.mode}
 end
 
 local function readers()
-  if KIND ~= 'k' or M.cap <= 1 then
+  if KIND ~= 'k' then
     return 0
   end
   local n = 0
   for _, rec in ipairs(redis.call('HVALS', KL)) do
-    if lunpack(rec).w == 1 then
+    if lunpack(rec).mode == '1' then
       n = n + 1
     end
   end
@@ -392,13 +455,15 @@ local function view(lists)
     return r
   end
   local hs, ws = {}, {}
-  local lids = redis.call('ZRANGE', KO, 0, VIEW_MAX - 1)
-  for _, lid in ipairs(lids) do
-    local rec = redis.call('HGET', KL, lid)
-    if rec then
-      for _, v in ipairs(lease_result(lid, lunpack(rec))) do
-        hs[#hs + 1] = v
-      end
+  -- the holders by fence (grant order)
+  local all, ls = redis.call('HGETALL', KL), {}
+  for i = 1, #all, 2 do
+    ls[#ls + 1] = {all[i], lunpack(all[i + 1])}
+  end
+  table.sort(ls, function(x, y) return x[2].f < y[2].f end)
+  for i = 1, math.min(#ls, VIEW_MAX) do
+    for _, v in ipairs(lease_result(ls[i][1], ls[i][2])) do
+      hs[#hs + 1] = v
     end
   end
   local wids = redis.call('ZRANGE', KQ, 0, VIEW_MAX - 1)
@@ -409,11 +474,11 @@ local function view(lists)
       ws[#ws + 1] = w.owner
       ws[#ws + 1] = N(w.w)
       ws[#ws + 1] = N(w.since)
-      ws[#ws + 1] = w.kind == 'i' and '0' or mode_of(w.w)
+      ws[#ws + 1] = w.kind == 'i' and '0' or w.mode
       ws[#ws + 1] = w.kind == 'i' and '1' or '0'
     end
   end
-  local trunc = (redis.call('ZCARD', KO) > VIEW_MAX or M.nq > VIEW_MAX) and '1' or '0'
+  local trunc = (#ls > VIEW_MAX or M.nq > VIEW_MAX) and '1' or '0'
   r[#r + 1] = hs
   r[#r + 1] = ws
   r[#r + 1] = trunc
@@ -430,22 +495,34 @@ end
 -- Every semaphore with something due (a lease's expiry, a dead instance's waiters, the end
 -- of a pause after lost data) is in sema:due by that time; instances arm a timer for the
 -- earliest and run `sweep`, so an expiry grants waiters even when no request comes.
+-- A row's due time is written to sema:due only when it changed (a row that was not there
+-- and is not now, a lock key's short life, has no entry; a sweep rewrites its entry).
+local DUE0 -- the row's due time as loaded (-2: no row)
 local function reply(status, msg, res)
+  local d = 0
   if M then
-    save() -- the row as the housekeeping and the op left it
+    if M.due < 0 or MORE then
+      M.due = next_due() -- the housekeeping ran: work it out again
+    end
+    d = M.due
+    save() -- the row as the housekeeping and the op left it (or gone: a lock key's end)
+    if not M then
+      d = 0
+    end
   end
-  local d = next_due()
-  if S then
+  if S and ((d ~= DUE0 and not (DUE0 == -2 and d == 0)) or OP == 'sweep') then
     if d > 0 then
       redis.call('ZADD', 'sema:due', N(d), S)
     else
       redis.call('ZREM', 'sema:due', S)
     end
   end
+  -- the earliest due time of all, in every reply: every instance arms its sweep timer for
+  -- it, so a due time filed by an instance that then stops is still swept by the others
   local g = redis.call('ZRANGE', 'sema:due', 0, 0, 'WITHSCORES')
-  local c = redis.call('HMGET', 'sema:stats', 'sems', 'leases', 'locks', 'horizon')
+  local c = stats()
   local r = {N(status), msg or '', N(NOW), N(d), ACTS, S or '',
-             {c[1] or '0', c[2] or '0', c[3] or '0', g[2] or '0', c[4] or '0'}}
+             {N(c.sems), N(c.leases), N(c.locks), g[2] or '0', N(c.horizon)}}
   for _, v in ipairs(res or {}) do
     r[#r + 1] = v
   end
@@ -455,7 +532,7 @@ end
 -- The error codes of include/sema/error.h that the operations answer.
 local EINVAL, ENOENT, EEXIST, EBUSY, ETIMEDOUT, ECANCELED = -22, -2, -17, -16, -110, -125
 local ESTALE, EEXPIRED, EREVOKED, ELIMIT, EUNAVAIL, EOVERFLOW = -116, -127, -128, -122, -11, -75
-local EREPLACED, EKEYMISMATCH = -1001, -1002
+local EREPLACED, EKEYMISMATCH, EACCES = -1001, -1002, -13
 local M_NOT_FOUND = 'no such semaphore'
 local M_LOST = 'Redis lost its state; grants resume once every lease it held has run out'
 local TOMB = {R = {ESTALE, 'the lease was already released'},
@@ -517,11 +594,12 @@ local function delete_all()
       outcome('fail', wid, wunpack(rec), '', nil, N(ECANCELED))
     end
   end
-  for _, lid in ipairs(redis.call('ZRANGE', KO, 0, -1)) do
+  for _, lid in ipairs(redis.call('HKEYS', KL)) do
     lease_end(lid, 'deleted')
   end
   act('deleted', '', '', '', nil, '')
-  redis.call('DEL', KM, KQ, KW, KL, KX, KO, KI, KA)
+  redis.call('SET', KF, N(M.fence))
+  redis.call('DEL', KM, KQ, KW, KL, KX, KI, KA)
   redis.call('ZREM', 'sema:names', NAME .. '\0' .. S)
   count('sems', -1)
   M = nil
@@ -581,6 +659,7 @@ local function park(wid, w)
   redis.call('ZADD', KQ, N(M.seq), wid)
   redis.call('HSET', KW, wid, wpack(w))
   redis.call('HSET', KA, INST, N(NOW + ALIVE_MS))
+  due_at(NOW + ALIVE_MS + 1)
   M.nq = M.nq + 1
   M.wq = M.wq + w.w
   if w.idem ~= '' then
@@ -591,6 +670,7 @@ end
 
 local M_KEY_MISMATCH = 'this Idempotency-Key names a request of another weight ' ..
                        '(or lock mode); nothing was granted'
+local M_KEY_OTHER_TOKEN = 'the Idempotency-Key names a request of another token'
 
 -- A retry with a known Idempotency-Key: the lease it names, or its place in the queue.
 local function idem_retry(wid, w, wait)
@@ -605,7 +685,10 @@ local function idem_retry(wid, w, wait)
       return nil
     end
     local l = lunpack(rec)
-    if l.w ~= w.w then
+    if not allowed(l.princ) then
+      return reply(EACCES, M_KEY_OTHER_TOKEN)
+    end
+    if l.w ~= w.w or l.mode ~= w.mode then
       return reply(EKEYMISMATCH, M_KEY_MISMATCH)
     end
     return reply(0, '', lease_result(ref, l))
@@ -615,7 +698,10 @@ local function idem_retry(wid, w, wait)
     return nil
   end
   local old = wunpack(rec)
-  if old.w ~= w.w or old.kind ~= w.kind then
+  if not allowed(old.princ) then
+    return reply(EACCES, M_KEY_OTHER_TOKEN)
+  end
+  if old.w ~= w.w or old.kind ~= w.kind or old.mode ~= w.mode then
     return reply(EKEYMISMATCH, M_KEY_MISMATCH)
   end
   if not wait then
@@ -632,6 +718,7 @@ local function idem_retry(wid, w, wait)
   redis.call('ZADD', KQ, score, wid)
   redis.call('HSET', KW, wid, wpack(old))
   redis.call('HSET', KA, INST, N(NOW + ALIVE_MS))
+  due_at(NOW + ALIVE_MS + 1)
   redis.call('HSET', KI, w.idem, 'W' .. wid)
   outcome('fail', ref, wunpack(rec), '', nil, N(EREPLACED))
   return reply(1, '')
@@ -643,13 +730,30 @@ local function acquire()
   local wait = ARGV[A + 1] == '1'
   local w = {inst = INST, w = tonumber(ARGV[A]), kind = 'a', since = NOW,
              ttl = tonumber(ARGV[A + 2]), owner = ARGV[A + 3], idem = ARGV[A + 4],
-             lid = ARGV[A + 5]}
+             lid = ARGV[A + 5], mode = '0', princ = PRINC}
   local wid = ARGV[A + 6]
-  if KIND == 'k' and w.w == 0 then
-    w.w = M.cap -- exclusive
+  if KIND == 'k' then
+    -- the mode is kept apart from the weight: with one reader allowed both modes weigh 1
+    if w.w == 0 then
+      w.w, w.mode = M.cap, '2'
+    else
+      w.mode = '1'
+    end
   end
   if w.w < 1 or w.w > M.cap then
     return reply(EINVAL, 'weight must be between 1 and the capacity')
+  end
+  if RETRY then
+    -- sent again: a grant made at once was not cached (main); its lease tells it
+    local rec = redis.call('HGET', KL, w.lid)
+    if rec then
+      return reply(0, '', lease_result(w.lid, lunpack(rec)))
+    end
+    local t = redis.call('GET', 'sema:id:' .. w.lid)
+    if t and string.sub(t, 1, 1) == 'T' then
+      local tb = TOMB[string.sub(t, 2, 2)]
+      return reply(tb[1], tb[2])
+    end
   end
   if w.idem ~= '' then
     local r = idem_retry(wid, w, wait)
@@ -663,6 +767,7 @@ local function acquire()
   end
   if M.nq == 0 and w.w <= M.avail then
     local l = grant(w, w.lid, wid)
+    REBUILT = true
     return reply(0, '', lease_result(w.lid, l))
   end
   if not wait then
@@ -689,11 +794,10 @@ function ops.wait_idle()
     return reply(EBUSY, 'not idle')
   end
   return park(ARGV[A + 6], {inst = INST, w = 0, kind = 'i', since = NOW, ttl = 0, owner = '',
-                            idem = '', lid = ''})
+                            idem = '', lid = '', mode = '0', princ = PRINC})
 end
 
--- ---- leases (KEYS[1] is the lease id's key) ----
-local LID
+-- ---- leases (KEYS[1] is the lease id's key: LID) ----
 
 function ops.lease_get()
   return reply(0, '', lease_result(LID, lunpack(redis.call('HGET', KL, LID))))
@@ -702,15 +806,23 @@ end
 -- renew: ttl
 function ops.lease_renew()
   local l = lunpack(redis.call('HGET', KL, LID))
+  if not allowed(l.princ) then
+    return reply(EACCES, M_OTHER_TOKEN)
+  end
   l.ttl = tonumber(ARGV[A])
   l.exp = NOW + l.ttl
   redis.call('HSET', KL, LID, lpack(l))
   redis.call('ZADD', KX, N(l.exp), LID)
   bump_horizon(l.exp)
+  due_at(l.exp)
   return reply(0, '', lease_result(LID, l))
 end
 
 local function end_op(why)
+  REBUILT = why == 'released'
+  if PRINC ~= '' and ADMIN ~= '1' and not allowed(lunpack(redis.call('HGET', KL, LID)).princ) then
+    return reply(EACCES, M_OTHER_TOKEN)
+  end
   lease_end(LID, why)
   if why == 'revoked' then
     next_fence() -- a fenced write with the old token now loses
@@ -740,6 +852,7 @@ function ops.collect()
   end
   if n > 0 and M then
     redis.call('HSET', KA, INST, N(NOW + ALIVE_MS))
+    due_at(NOW + ALIVE_MS + 1)
   end
   local g = redis.call('HGETALL', KG)
   for i = 1, #g, 2 do
@@ -888,7 +1001,8 @@ local function run()
     keys_of(x[1])
     M = mload()
     if M then
-      housekeep()
+      DUE0 = M.due
+      housekeep_all() -- something is due: the sweep is there for it
     end
     return reply(0, '')
   end
@@ -900,7 +1014,10 @@ local function run()
       return reply(ENOENT, 'no such lease')
     end
     if string.sub(v, 1, 1) == 'T' then
-      local tb = TOMB[string.sub(v, 2)]
+      if RETRY and RID ~= '' and v == 'TR' .. RID then
+        return reply(0, '') -- this release, sent again: it was done
+      end
+      local tb = TOMB[string.sub(v, 2, 2)]
       return reply(tb[1], tb[2])
     end
     keys_of(string.sub(v, 2))
@@ -908,20 +1025,22 @@ local function run()
     if not M then
       return reply(ENOENT, 'no such lease')
     end
+    DUE0 = M.due
     housekeep()
-    if redis.call('HEXISTS', KL, LID) == 0 then
+    if M.due < 0 and redis.call('HEXISTS', KL, LID) == 0 then
       -- it ended in this very housekeeping
-      local tb = TOMB[string.sub(redis.call('GET', k) or 'TE', 2)]
+      local tb = TOMB[string.sub(redis.call('GET', k) or 'TE', 2, 2)]
       return reply(tb[1], tb[2])
     end
     return ops[OP]()
   end
   keys_of(k)
   M = mload()
+  DUE0 = M and M.due or -2
   if not M then
     if OP == 'lock_acquire' then
       local max = tonumber(ARGV[A + 7])
-      if max > 0 and tonumber(redis.call('HGET', 'sema:stats', 'locks') or '0') >= max then
+      if max > 0 and stats().locks >= max then
         return reply(ELIMIT, 'too many lock keys')
       end
       M = mnew(tonumber(ARGV[A + 9]), 0)
@@ -963,20 +1082,27 @@ local function main(keys, args)
   KEYS, ARGV = keys, args
   OP, EPOCH, INST, RID = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
   ALIVE_MS = tonumber(ARGV[5])
+  PRINC = ARGV[6]
+  ADMIN = string.sub(ARGV[7], 1, 1)
+  RETRY = string.sub(ARGV[7], 2, 2) == 'r'
   local t = redis.call('TIME')
   NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   NOWUS = tonumber(t[1]) * 1000000 + tonumber(t[2])
   ACTS, WAKE, GRANTED = {}, {}, {}
   S, M, LID, SAFE_AT, MORE, LOCK_NEW = nil, nil, nil, 0, false, false
-  if RID ~= '' then
+  DUE0, STATS, MOLD, OWN, REBUILT = -2, nil, nil, false, false
+  if RID ~= '' and RETRY then
     local c = redis.call('GET', 'sema:r:' .. RID)
     if c then
-      return cjson.decode(c)
+      return cmsgpack.unpack(c)
     end
   end
   local r = run()
-  if RID ~= '' and r[1] ~= 'E' then
-    redis.call('SET', 'sema:r:' .. RID, cjson.encode(r), 'PX', RESULT_TTL_MS)
+  -- The answer to a write is kept for a retry, unless a retry can work it out again from
+  -- what the write left (a grant made at once: its lease; a release: its tombstone) and
+  -- nothing in it completes a parked request of this instance.
+  if RID ~= '' and r[1] ~= 'E' and not (REBUILT and r[1] == '0' and not OWN) then
+    redis.call('SET', 'sema:r:' .. RID, cmsgpack.pack(r), 'PX', RESULT_TTL_MS)
   end
   return publish(r)
 end
