@@ -438,6 +438,10 @@ static void unpark(rs_t *r, rreq_t *rq)
 {
     rsem_t *s = rq->sem;
 
+    if (rq->cancel != NULL) {
+        rq->cancel->rq = NULL; /* its timeout's cancel finds it answered */
+        rq->cancel = NULL;
+    }
     etab_remove(&r->waiters, &rq->node);
     elist_remove(&rq->plink);
     eheap_remove(&r->theap, &rq->hi);
@@ -535,16 +539,25 @@ static void send_plain(rs_t *r, rargs_t *a)
         rs__send(r, c);
 }
 
-static void send_cancel(rs_t *r, const char *stem, size_t stem_len, const rreq_t *rq)
+/* cancel: "d" (the client left: a grant made for it goes back) needs no request id, it can
+ * run twice; "t" (its timeout came: Redis decides between timed out and granted) has one, so
+ * that a retry after a lost answer reads the first decision. */
+static rcmd_t *cancel_cmd(rs_t *r, const char *stem, size_t stem_len, const rreq_t *rq,
+                          const char *why, const char *rid)
 {
     rargs_t a = {0};
-    rcmd_t *c;
 
-    a_head(r, &a, stem, stem_len, "cancel", "");
+    a_head(r, &a, stem, stem_len, "cancel", rid);
     a_str(&a, rq->wid);
-    a_str(&a, "d");
+    a_str(&a, why);
     a_str(&a, rq->lid);
-    c = cmd_build(r, RC_CANCEL, &a);
+    return cmd_build(r, RC_CANCEL, &a);
+}
+
+static void send_cancel(rs_t *r, const char *stem, size_t stem_len, const rreq_t *rq)
+{
+    rcmd_t *c = cancel_cmd(r, stem, stem_len, rq, "d", "");
+
     if (c != NULL)
         rs__send(r, c);
 }
@@ -691,6 +704,8 @@ static void waiter_done(rs_t *r, rreq_t *rq, const char *type, const redisReply 
     }
     if (strcmp(t, "fail") == 0) {
         int code = (int)el_i64(acts, i + 10);
+        if (code == SEMA_ETIMEDOUT)
+            r->m->timeouts++;
         return finish(r, rq, code, fail_msg(code), 1);
     }
     r->gone++;
@@ -1018,6 +1033,8 @@ static void retry_after_resync(rs_t *r, rcmd_t *c)
     rs__resync(r);
 }
 
+static void timeout_cancel_done(rs_t *r, rcmd_t *c);
+
 static void fail_cmd(rs_t *r, rcmd_t *c, int status, const char *msg)
 {
     rreq_t *rq = c->rq;
@@ -1029,6 +1046,10 @@ static void fail_cmd(rs_t *r, rcmd_t *c, int status, const char *msg)
     if (c->kind == RC_COLLECT && c->sem != NULL) {
         c->sem->collecting = 0;
         rsem_maybe_free(r, c->sem);
+    }
+    if (c->kind == RC_CANCEL && rq != NULL) {
+        unpark(r, rq);
+        finish(r, rq, status, msg, 0);
     }
     if (c->kind == RC_OP && rq != NULL) {
         if (rq->req == NULL) {
@@ -1087,6 +1108,11 @@ void rs__on_reply(rs_t *r, rcmd_t *c, redisReply *rep)
         due_rearm(r);
         break;
     }
+    case RC_CANCEL:
+        process_acts(r, rep, 1);
+        timeout_cancel_done(r, c);
+        due_rearm(r);
+        break;
     default:
         process_acts(r, rep, 1);
         break;
@@ -1112,7 +1138,50 @@ void rs__cmd_lost(rs_t *r, rcmd_t *c)
     elist_push_back(&r->retry, &c->link);
 }
 
-/* Give up on commands queued for too long while Redis is unreachable. */
+/* A request that may wait (an acquire with a timeout, a wait-idle): while Redis does not
+ * answer, it waits as a parked request does. */
+static int may_wait(const engine_req_t *req)
+{
+    return (req->op == ENGINE_ACQUIRE || req->op == ENGINE_LOCK_ACQUIRE ||
+            req->op == ENGINE_WAIT_IDLE) &&
+           req->timeout_ms != 0;
+}
+
+/* What must go until its outcome is known, however long Redis takes: the cancels and drops
+ * that undo, and every write that was sent (its reply is undone or dropped when it comes, see
+ * orphan_reply). */
+static int keep_cmd(const rcmd_t *c)
+{
+    if (c->kind == RC_CANCEL || c->kind == RC_DROP)
+        return 1;
+    return c->kind == RC_OP && c->sent_mono != 0 && c->rq != NULL && c->rq->writes;
+}
+
+/* Answer the client of a sent write whose outcome is unknown (503), and keep its command going
+ * without it: a copy of its ids stands in for the request. 0, or -1 when out of memory. */
+static int detach(rs_t *r, rcmd_t *c)
+{
+    rreq_t *rq = c->rq, *o = sema__calloc(1, sizeof(*o));
+
+    if (o == NULL)
+        return -1;
+    elist_init(&o->link);
+    elist_init(&o->plink);
+    o->hi.idx = EHEAP_NONE;
+    o->writes = rq->writes;
+    memcpy(o->wid, rq->wid, sizeof o->wid);
+    memcpy(o->lid, rq->lid, sizeof o->lid);
+    c->rq = o;
+    engine_result_clear(&rq->req->res);
+    finish(r, rq, SEMA_EIO,
+           "Redis did not answer in time: the outcome is unknown (semad retries it until "
+           "Redis answers)",
+           0);
+    return 0;
+}
+
+/* While Redis is unreachable: answer what was queued too long (503), except what may wait,
+ * and keep going what must (keep_cmd). */
 static void fail_old(rs_t *r, elist_t *list, uint64_t now)
 {
     for (elist_t *x = list->next, *next; x != list; x = next) {
@@ -1120,21 +1189,16 @@ static void fail_old(rs_t *r, elist_t *list, uint64_t now)
         next = x->next;
         if (c->queued_mono + r->cmd_timeout_ms > now && !r->closing)
             continue;
+        if (!r->closing && keep_cmd(c)) {
+            if (c->kind == RC_OP && c->rq->req != NULL && !may_wait(c->rq->req) &&
+                detach(r, c) != 0)
+                goto fail;
+            continue;
+        }
+    fail:
         elist_remove(&c->link);
         if (list == &r->pending && r->npending > 0)
             r->npending--;
-        if (c->kind == RC_OP && c->rq != NULL && c->rq->req != NULL &&
-            (c->rq->req->op == ENGINE_ACQUIRE || c->rq->req->op == ENGINE_LOCK_ACQUIRE) &&
-            c->sent_mono != 0 && !r->closing) {
-            /* it may have been granted or queued: undo both once Redis is back */
-            engine_req_t *req = c->rq->req;
-            char stem[STEM_HEAD + 65536];
-            size_t sl = stem_make(stem, sizeof stem, req->op == ENGINE_LOCK_ACQUIRE ? 'k' : 's',
-                                  req->name, req->name_len);
-            send_drop(r, req->name, req->name_len, req->op == ENGINE_LOCK_ACQUIRE, c->rq->lid);
-            if (sl)
-                send_cancel(r, stem, sl, c->rq);
-        }
         fail_cmd(r, c, SEMA_EIO,
                  c->sent_mono != 0 ? "Redis did not answer in time: the outcome is unknown"
                                    : "Redis is unreachable");
@@ -1170,11 +1234,36 @@ static void tick_cb(uv_timer_t *t)
 
 /* ---- the timers of parked requests and semaphores ---- */
 
+/* Its timeout came: it stays parked (a grant collected meanwhile is delivered) until Redis
+ * answers its cancel, which either takes it out of the queue (timed out) or hands over the
+ * grant made first. The cancel is retried with its request id until its answer comes. */
 static void waiter_timeout(rs_t *r, rreq_t *rq)
 {
     rsem_t *s = rq->sem;
+    char rid[64];
+    rcmd_t *c;
 
-    send_cancel(r, s->stem, s->stem_len, rq);
+    next_id(r, rid, sizeof rid);
+    c = cancel_cmd(r, s->stem, s->stem_len, rq, "t", rid);
+    if (c == NULL) { /* out of memory: the client leaves, the grant if any goes back */
+        send_cancel(r, s->stem, s->stem_len, rq);
+        unpark(r, rq);
+        return finish(r, rq, SEMA_ENOMEM, "out of memory", 0);
+    }
+    c->rq = rq;
+    rq->cancel = c;
+    rq->state = RQ_CANCELLING;
+    rs__send(r, c);
+}
+
+/* The answer to a timeout's cancel: its acts delivered the outcome, or (nothing of it left in
+ * Redis) it timed out. */
+static void timeout_cancel_done(rs_t *r, rcmd_t *c)
+{
+    rreq_t *rq = c->rq;
+
+    if (rq == NULL)
+        return;
     unpark(r, rq);
     r->m->timeouts++;
     finish(r, rq, SEMA_ETIMEDOUT, "not granted before timeout_ms", 0);
@@ -1414,6 +1503,12 @@ static int rs_submit(void *be, engine_req_t *req)
         rs__drain(r);
         return 0;
     }
+    if (r->npending >= RS_PENDING_MAX) {
+        rs__cmd_free(c);
+        finish(r, rq, SEMA_EIO, "Redis is unreachable (too many commands wait for it)", 0);
+        rs__drain(r);
+        return 0;
+    }
     rq->state = RQ_SENT;
     rs__send(r, c);
     return 0;
@@ -1429,7 +1524,7 @@ static void rs_cancel(void *be, engine_req_t *req)
         rq->req = NULL; /* its reply is undone when it comes */
         return;
     }
-    if (rq->state == RQ_PARKED) {
+    if (rq->state == RQ_PARKED || rq->state == RQ_CANCELLING) {
         rsem_t *s = rq->sem;
         send_cancel(r, s->stem, s->stem_len, rq);
         unpark(r, rq);

@@ -36,7 +36,9 @@ typedef struct rsem {
     char stem[];
 } rsem_t;
 
-enum { RQ_SENT = 1, RQ_PARKED, RQ_READY };
+/* RQ_CANCELLING: parked, its timeout came and its cancel is in flight; Redis decides whether it
+ * timed out or was granted first, and the request is answered only then. */
+enum { RQ_SENT = 1, RQ_PARKED, RQ_READY, RQ_CANCELLING };
 
 /* The back end's side of one request. */
 typedef struct rreq {
@@ -46,6 +48,7 @@ typedef struct rreq {
     eitem_t hi;        /* its timeout while parked (in r->theap) */
     engine_req_t *req; /* NULL once cancelled */
     rsem_t *sem;
+    struct rcmd *cancel; /* RQ_CANCELLING: its cancel command (whose rq points back) */
     uint64_t since_mono;
     uint8_t state, writes;
     char wid[40];
