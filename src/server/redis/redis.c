@@ -484,6 +484,8 @@ static void park(rs_t *r, rreq_t *rq, const char *stem, size_t stem_len)
 
 /* ---- sending ---- */
 
+static void fail_cmd(rs_t *r, rcmd_t *c, int status, const char *msg);
+
 void rs__send(rs_t *r, rcmd_t *c)
 {
     if (r->cmd.state != RS_READY || r->resyncing || r->cmd.ac == NULL) {
@@ -491,9 +493,18 @@ void rs__send(rs_t *r, rcmd_t *c)
         r->npending++;
         return;
     }
+    if (c->script && c->sent_mono != 0 && c->gen != r->epoch_changes) {
+        /* sent before Redis lost its data: whatever it did went with it, and running it
+         * again on the new data would be another request */
+        return fail_cmd(r, c, SEMA_EUNAVAIL,
+                        "Redis lost its state before answering (restarted without persistence, "
+                        "or flushed): the request is void, nothing of it remains");
+    }
     char *bytes = NULL;
     int n = cmd_format(r, c, &bytes);
 
+    if (c->sent_mono == 0)
+        c->gen = r->epoch_changes;
     c->sent_mono = rs__now(r);
     elist_push_back(&r->inflight, &c->link);
     r->commands++;

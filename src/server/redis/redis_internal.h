@@ -66,6 +66,7 @@ typedef struct rcmd {
     int script;   /* FCALL: argv[5] is the epoch */
     size_t *lens; /* argc lengths, then the bytes of every argument (one allocation) */
     uint64_t queued_mono, sent_mono;
+    uint64_t gen; /* r->epoch_changes when first sent */
     uint8_t kind, writes;
     rreq_t *rq;  /* RC_OP */
     rsem_t *sem; /* RC_COLLECT */
