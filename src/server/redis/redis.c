@@ -1120,9 +1120,18 @@ void rs__on_reply(rs_t *r, rcmd_t *c, redisReply *rep)
         break;
     }
     case RC_CANCEL:
+    case RC_DROP:
         process_acts(r, rep, 1);
-        timeout_cancel_done(r, c);
+        if (c->kind == RC_CANCEL)
+            timeout_cancel_done(r, c);
         due_rearm(r);
+        if (r->strict && r->replicas > 0 && !c->timed) {
+            /* an undo holds until a WAIT confirms it, and goes again if one comes back short
+             * (a primary that lost its replicas may be demoted, and its writes with it) */
+            elist_push_back(&r->unconfirmed, &c->link);
+            r->wait_needed = 1;
+            return;
+        }
         break;
     default:
         process_acts(r, rep, 1);
@@ -1262,6 +1271,7 @@ static void waiter_timeout(rs_t *r, rreq_t *rq)
         return finish(r, rq, SEMA_ENOMEM, "out of memory", 0);
     }
     c->rq = rq;
+    c->timed = 1;
     rq->cancel = c;
     rq->state = RQ_CANCELLING;
     rs__send(r, c);
@@ -1277,7 +1287,7 @@ static void timeout_cancel_done(rs_t *r, rcmd_t *c)
         return;
     unpark(r, rq);
     r->m->timeouts++;
-    finish(r, rq, SEMA_ETIMEDOUT, "not granted before timeout_ms", 0);
+    finish(r, rq, SEMA_ETIMEDOUT, "not granted before timeout_ms", 1);
 }
 
 static void due_cb(uv_timer_t *t)
@@ -1369,10 +1379,32 @@ static void wait_cb(redisAsyncContext *ac, void *reply, void *priv)
     r->waits++;
     if (!ok)
         r->waits_short++;
+    while (!elist_empty(&r->unconfirmed)) {
+        rcmd_t *c = ECONTAINER(r->unconfirmed.next, rcmd_t, link);
+        elist_remove(&c->link);
+        if (ok)
+            rs__cmd_free(c);
+        else
+            rs__send(r, c);
+    }
     while (!elist_empty(&r->held)) {
         rreq_t *rq = ECONTAINER(r->held.next, rreq_t, link);
         engine_req_t *req = rq->req;
         elist_remove(&rq->link);
+        if (!ok && req->status != 0 && rq->wid[0] != '\0' &&
+            (req->op == ENGINE_ACQUIRE || req->op == ENGINE_LOCK_ACQUIRE ||
+             req->op == ENGINE_WAIT_IDLE)) {
+            /* a waiter's end (a timeout, say) that may be undone: it leaves the queue for
+             * good, and a grant made for it goes back */
+            char stem[STEM_HEAD + 65536];
+            size_t sl = stem_make(stem, sizeof stem, req->op == ENGINE_LOCK_ACQUIRE ? 'k' : 's',
+                                  req->name, req->name_len);
+            if (sl)
+                send_cancel(r, stem, sl, rq);
+            req->status = SEMA_EIO;
+            req->message = "not confirmed by the Redis replicas that strict durability waits "
+                           "for: the outcome is unknown";
+        }
         if (!ok && req->status == 0) {
             if (req->res.kind == ENGINE_RES_LEASE &&
                 (req->op == ENGINE_ACQUIRE || req->op == ENGINE_LOCK_ACQUIRE))
@@ -1393,7 +1425,8 @@ static void check_cb(uv_check_t *h)
     rs_t *r = h->data;
     char n[24], to[24];
 
-    if (!r->strict || r->wait_inflight || elist_empty(&r->held) || r->cmd.state != RS_READY)
+    if (!r->strict || r->wait_inflight || (elist_empty(&r->held) && elist_empty(&r->unconfirmed)) ||
+        r->cmd.state != RS_READY)
         return;
     snprintf(n, sizeof n, "%d", r->replicas);
     snprintf(to, sizeof to, "%d", RS_WAIT_TIMEOUT_MS);
@@ -1556,8 +1589,10 @@ static void rs_free(rs_t *r)
 {
     engine_t *front = r->front;
 
-    while (!elist_empty(&r->retry) || !elist_empty(&r->pending)) {
-        elist_t *l = !elist_empty(&r->retry) ? &r->retry : &r->pending;
+    while (!elist_empty(&r->retry) || !elist_empty(&r->pending) || !elist_empty(&r->unconfirmed)) {
+        elist_t *l = !elist_empty(&r->retry)     ? &r->retry
+                     : !elist_empty(&r->pending) ? &r->pending
+                                                 : &r->unconfirmed;
         rcmd_t *c = ECONTAINER(l->next, rcmd_t, link);
         elist_remove(&c->link);
         fail_cmd(r, c, SEMA_ESHUTDOWN, "the server is shutting down");
@@ -1863,6 +1898,7 @@ static int rs_open(void **out, engine_t *front, uv_loop_t *loop, const engine_co
     elist_init(&r->pending);
     elist_init(&r->ready);
     elist_init(&r->held);
+    elist_init(&r->unconfirmed);
     rc = rs__parse_url(r, cfg->backend, errbuf, errlen);
     if (rc == 0 && (etab_init(&r->sems, 16) || etab_init(&r->waiters, 64)))
         rc = SEMA_ENOMEM;

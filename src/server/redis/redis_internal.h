@@ -68,8 +68,9 @@ typedef struct rcmd {
     uint64_t queued_mono, sent_mono;
     uint64_t gen; /* r->epoch_changes when first sent */
     uint8_t kind, writes;
-    rreq_t *rq;  /* RC_OP */
-    rsem_t *sem; /* RC_COLLECT */
+    uint8_t timed; /* RC_CANCEL of a timeout (its outcome is the request's answer) */
+    rreq_t *rq;    /* RC_OP */
+    rsem_t *sem;   /* RC_COLLECT */
 } rcmd_t;
 
 typedef struct rconn {
@@ -110,6 +111,7 @@ typedef struct rs {
     int sub_once;  /* the subscriber connection was up before */
     int resyncing; /* a SCRIPT LOAD or hello runs: commands wait in retry/pending */
     elist_t inflight, retry, pending;
+    elist_t unconfirmed; /* strict: undo commands answered, until a WAIT confirms them */
     size_t npending;
     /* requests */
     elist_t ready, held;
