@@ -1752,6 +1752,12 @@ static int rs_exists(void *be, const char *name, size_t len)
             a_add(&a, key, sl + 2);
             a_i64(&a, 3 * RS_HEARTBEAT_MS);
             send_plain(r, &a);
+            /* on the wire before the stream's answer: a change another instance makes once
+             * the client has it is published, and reaches this instance */
+            if (r->cmd.ac != NULL && r->cmd.state == RS_READY)
+                redisAsyncHandleWrite(r->cmd.ac);
+            if (r->sub.ac != NULL && s->subscribed)
+                redisAsyncHandleWrite(r->sub.ac);
         }
     }
     return exists;
