@@ -301,6 +301,11 @@ def test_lock_modes_stay_as_requested_with_one_reader():
             fx.shutil.rmtree(os.path.dirname(data), ignore_errors=True)
 
 
+def fleet_others(fl, inst):
+    """The instances of fleet `fl` other than `inst`."""
+    return [x for x in fl.live() if x is not inst]
+
+
 def read_event(f):
     ev = {}
     while True:
@@ -363,8 +368,12 @@ def open_events(s, name, last_id=None):
 @fx.not_through_proxy("event streams")
 def test_events_resume_with_last_event_id():
     with fx.Semad() as s:
+        # Event ids are those of the instance that sent them: on a fleet (SEMA_TEST_REDIS) the
+        # streams below are read from one instance while the changes go round robin through
+        # all of them, and another instance answers one of its ids with "reset" (the end).
+        w = fx.one_instance(s)
         put(s, "er", 1)
-        sock, f = open_events(s, "er")
+        sock, f = open_events(w, "er")
         st, a = acquire(s, "er")
         first = read_event(f)
         assert first["event"] == "granted" and first["id"], first
@@ -372,12 +381,12 @@ def test_events_resume_with_last_event_id():
         sock.close()  # what follows happens while it is away
 
         def gauges():
-            return (metric(s, "semad_event_streams ", "") == 0,
-                    metric(s, "semad_event_streams_kept ", "") == 1)
+            return (metric(w, "semad_event_streams ", "") == 0,
+                    metric(w, "semad_event_streams_kept ", "") == 1)
         fx.wait_until(lambda: gauges() == (True, True), 10, "the stream to be kept, unwatched")
         s.request("DELETE", "/v1/leases/" + a["lease"])
         st, b = acquire(s, "er")
-        sock, f = open_events(s, "er", first["id"])
+        sock, f = open_events(w, "er", first["id"])
         missed = [read_event(f), read_event(f)]
         assert [m["event"] for m in missed] == ["released", "granted"], missed
         assert json.loads(missed[0]["data"])["lease"] == a["lease"]
@@ -393,19 +402,28 @@ def test_events_resume_with_last_event_id():
         # An id the server never sent (another run of semad, say): one "reset" at the
         # current point, then live events.
         for bad in ("garbage", "1-1", live["id"] + "7"):
-            sock, f = open_events(s, "er", bad)
+            sock, f = open_events(w, "er", bad)
             ev = read_event(f)
             assert ev["event"] == "reset" and ev["id"] == live["id"], (bad, ev)
             assert json.loads(ev["data"])["name"] == "er" and json.loads(ev["data"])["reason"]
             f.close()
             sock.close()
         # The newest id: nothing to replay, the next event is live.
-        sock, f = open_events(s, "er", live["id"])
+        sock, f = open_events(w, "er", live["id"])
         st, c = acquire(s, "er")
         ev = read_event(f)
         assert ev["event"] == "granted" and json.loads(ev["data"])["lease"] == c["lease"], ev
         f.close()
         sock.close()
+        # Another instance did not send that id: "reset" at its own current point (the client
+        # reads the state again), then its live events.
+        for other in (fleet_others(s, w) if hasattr(s, "live") else []):
+            sock, f = open_events(other, "er", ev["id"])
+            rs = read_event(f)
+            assert rs["event"] == "reset" and json.loads(rs["data"])["reason"], rs
+            assert rs["id"] != ev["id"], (rs, ev)
+            f.close()
+            sock.close()
         # A watcher that missed the delete learns of it: the name answers 404.
         s.request("DELETE", "/v1/semaphores/er")
         assert problem(s, "GET", "/v1/semaphores/er/events") == (404, "not_found")

@@ -450,6 +450,10 @@ static void unpark(rs_t *r, rreq_t *rq)
 {
     rsem_t *s = rq->sem;
 
+    if (rq->cancel != NULL) {
+        rq->cancel->rq = NULL; /* its timeout's cancel finds it answered */
+        rq->cancel = NULL;
+    }
     etab_remove(&r->waiters, &rq->node);
     elist_remove(&rq->plink);
     eheap_remove(&r->theap, &rq->hi);
@@ -492,6 +496,8 @@ static void park(rs_t *r, rreq_t *rq, const char *stem, size_t stem_len)
 
 /* ---- sending ---- */
 
+static void fail_cmd(rs_t *r, rcmd_t *c, int status, const char *msg);
+
 void rs__send(rs_t *r, rcmd_t *c)
 {
     if (r->cmd.state != RS_READY || r->resyncing || r->cmd.ac == NULL) {
@@ -499,9 +505,18 @@ void rs__send(rs_t *r, rcmd_t *c)
         r->npending++;
         return;
     }
+    if (c->script && c->sent_mono != 0 && c->gen != r->epoch_changes) {
+        /* sent before Redis lost its data: whatever it did went with it, and running it
+         * again on the new data would be another request */
+        return fail_cmd(r, c, SEMA_EUNAVAIL,
+                        "Redis lost its state before answering (restarted without persistence, "
+                        "or flushed): the request is void, nothing of it remains");
+    }
     char *bytes = NULL;
     int n = cmd_format(r, c, &bytes);
 
+    if (c->sent_mono == 0)
+        c->gen = r->epoch_changes;
     c->sent_mono = rs__now(r);
     elist_push_back(&r->inflight, &c->link);
     r->commands++;
@@ -547,16 +562,25 @@ static void send_plain(rs_t *r, rargs_t *a)
         rs__send(r, c);
 }
 
-static void send_cancel(rs_t *r, const char *stem, size_t stem_len, const rreq_t *rq)
+/* cancel: "d" (the client left: a grant made for it goes back) needs no request id, it can
+ * run twice; "t" (its timeout came: Redis decides between timed out and granted) has one, so
+ * that a retry after a lost answer reads the first decision. */
+static rcmd_t *cancel_cmd(rs_t *r, const char *stem, size_t stem_len, const rreq_t *rq,
+                          const char *why, const char *rid)
 {
     rargs_t a = {0};
-    rcmd_t *c;
 
-    a_head(r, &a, stem, stem_len, "cancel", "", NULL);
+    a_head(r, &a, stem, stem_len, "cancel", rid, NULL);
     a_str(&a, rq->wid);
-    a_str(&a, "d");
+    a_str(&a, why);
     a_str(&a, rq->lid);
-    c = cmd_build(r, RC_CANCEL, &a);
+    return cmd_build(r, RC_CANCEL, &a);
+}
+
+static void send_cancel(rs_t *r, const char *stem, size_t stem_len, const rreq_t *rq)
+{
+    rcmd_t *c = cancel_cmd(r, stem, stem_len, rq, "d", "");
+
     if (c != NULL)
         rs__send(r, c);
 }
@@ -703,6 +727,8 @@ static void waiter_done(rs_t *r, rreq_t *rq, const char *type, const redisReply 
     }
     if (strcmp(t, "fail") == 0) {
         int code = (int)el_i64(acts, i + 10);
+        if (code == SEMA_ETIMEDOUT)
+            r->m->timeouts++;
         return finish(r, rq, code, fail_msg(code), 1);
     }
     r->gone++;
@@ -1030,6 +1056,8 @@ static void retry_after_resync(rs_t *r, rcmd_t *c)
     rs__resync(r);
 }
 
+static void timeout_cancel_done(rs_t *r, rcmd_t *c);
+
 static void fail_cmd(rs_t *r, rcmd_t *c, int status, const char *msg)
 {
     rreq_t *rq = c->rq;
@@ -1041,6 +1069,10 @@ static void fail_cmd(rs_t *r, rcmd_t *c, int status, const char *msg)
     if (c->kind == RC_COLLECT && c->sem != NULL) {
         c->sem->collecting = 0;
         rsem_maybe_free(r, c->sem);
+    }
+    if (c->kind == RC_CANCEL && rq != NULL) {
+        unpark(r, rq);
+        finish(r, rq, status, msg, 0);
     }
     if (c->kind == RC_OP && rq != NULL) {
         if (rq->req == NULL) {
@@ -1099,6 +1131,20 @@ void rs__on_reply(rs_t *r, rcmd_t *c, redisReply *rep)
         due_rearm(r);
         break;
     }
+    case RC_CANCEL:
+    case RC_DROP:
+        process_acts(r, rep, 1);
+        if (c->kind == RC_CANCEL)
+            timeout_cancel_done(r, c);
+        due_rearm(r);
+        if (r->strict && r->replicas > 0 && !c->timed) {
+            /* an undo holds until a WAIT confirms it, and goes again if one comes back short
+             * (a primary that lost its replicas may be demoted, and its writes with it) */
+            elist_push_back(&r->unconfirmed, &c->link);
+            r->wait_needed = 1;
+            return;
+        }
+        break;
     default:
         process_acts(r, rep, 1);
         break;
@@ -1124,7 +1170,50 @@ void rs__cmd_lost(rs_t *r, rcmd_t *c)
     elist_push_back(&r->retry, &c->link);
 }
 
-/* Give up on commands queued for too long while Redis is unreachable. */
+/* A request that may wait (an acquire with a timeout, a wait-idle): while Redis does not
+ * answer, it waits as a parked request does. */
+static int may_wait(const engine_req_t *req)
+{
+    return (req->op == ENGINE_ACQUIRE || req->op == ENGINE_LOCK_ACQUIRE ||
+            req->op == ENGINE_WAIT_IDLE) &&
+           req->timeout_ms != 0;
+}
+
+/* What must go until its outcome is known, however long Redis takes: the cancels and drops
+ * that undo, and every write that was sent (its reply is undone or dropped when it comes, see
+ * orphan_reply). */
+static int keep_cmd(const rcmd_t *c)
+{
+    if (c->kind == RC_CANCEL || c->kind == RC_DROP)
+        return 1;
+    return c->kind == RC_OP && c->sent_mono != 0 && c->rq != NULL && c->rq->writes;
+}
+
+/* Answer the client of a sent write whose outcome is unknown (503), and keep its command going
+ * without it: a copy of its ids stands in for the request. 0, or -1 when out of memory. */
+static int detach(rs_t *r, rcmd_t *c)
+{
+    rreq_t *rq = c->rq, *o = sema__calloc(1, sizeof(*o));
+
+    if (o == NULL)
+        return -1;
+    elist_init(&o->link);
+    elist_init(&o->plink);
+    o->hi.idx = EHEAP_NONE;
+    o->writes = rq->writes;
+    memcpy(o->wid, rq->wid, sizeof o->wid);
+    memcpy(o->lid, rq->lid, sizeof o->lid);
+    c->rq = o;
+    engine_result_clear(&rq->req->res);
+    finish(r, rq, SEMA_EIO,
+           "Redis did not answer in time: the outcome is unknown (semad retries it until "
+           "Redis answers)",
+           0);
+    return 0;
+}
+
+/* While Redis is unreachable: answer what was queued too long (503), except what may wait,
+ * and keep going what must (keep_cmd). */
 static void fail_old(rs_t *r, elist_t *list, uint64_t now)
 {
     for (elist_t *x = list->next, *next; x != list; x = next) {
@@ -1132,21 +1221,16 @@ static void fail_old(rs_t *r, elist_t *list, uint64_t now)
         next = x->next;
         if (c->queued_mono + r->cmd_timeout_ms > now && !r->closing)
             continue;
+        if (!r->closing && keep_cmd(c)) {
+            if (c->kind == RC_OP && c->rq->req != NULL && !may_wait(c->rq->req) &&
+                detach(r, c) != 0)
+                goto fail;
+            continue;
+        }
+    fail:
         elist_remove(&c->link);
         if (list == &r->pending && r->npending > 0)
             r->npending--;
-        if (c->kind == RC_OP && c->rq != NULL && c->rq->req != NULL &&
-            (c->rq->req->op == ENGINE_ACQUIRE || c->rq->req->op == ENGINE_LOCK_ACQUIRE) &&
-            c->sent_mono != 0 && !r->closing) {
-            /* it may have been granted or queued: undo both once Redis is back */
-            engine_req_t *req = c->rq->req;
-            char stem[STEM_HEAD + 65536];
-            size_t sl = stem_make(stem, sizeof stem, req->op == ENGINE_LOCK_ACQUIRE ? 'k' : 's',
-                                  req->name, req->name_len);
-            send_drop(r, req->name, req->name_len, req->op == ENGINE_LOCK_ACQUIRE, c->rq->lid);
-            if (sl)
-                send_cancel(r, stem, sl, c->rq);
-        }
         fail_cmd(r, c, SEMA_EIO,
                  c->sent_mono != 0 ? "Redis did not answer in time: the outcome is unknown"
                                    : "Redis is unreachable");
@@ -1182,14 +1266,40 @@ static void tick_cb(uv_timer_t *t)
 
 /* ---- the timers of parked requests and semaphores ---- */
 
+/* Its timeout came: it stays parked (a grant collected meanwhile is delivered) until Redis
+ * answers its cancel, which either takes it out of the queue (timed out) or hands over the
+ * grant made first. The cancel is retried with its request id until its answer comes. */
 static void waiter_timeout(rs_t *r, rreq_t *rq)
 {
     rsem_t *s = rq->sem;
+    char rid[64];
+    rcmd_t *c;
 
-    send_cancel(r, s->stem, s->stem_len, rq);
+    next_id(r, rid, sizeof rid);
+    c = cancel_cmd(r, s->stem, s->stem_len, rq, "t", rid);
+    if (c == NULL) { /* out of memory: the client leaves, the grant if any goes back */
+        send_cancel(r, s->stem, s->stem_len, rq);
+        unpark(r, rq);
+        return finish(r, rq, SEMA_ENOMEM, "out of memory", 0);
+    }
+    c->rq = rq;
+    c->timed = 1;
+    rq->cancel = c;
+    rq->state = RQ_CANCELLING;
+    rs__send(r, c);
+}
+
+/* The answer to a timeout's cancel: its acts delivered the outcome, or (nothing of it left in
+ * Redis) it timed out. */
+static void timeout_cancel_done(rs_t *r, rcmd_t *c)
+{
+    rreq_t *rq = c->rq;
+
+    if (rq == NULL)
+        return;
     unpark(r, rq);
     r->m->timeouts++;
-    finish(r, rq, SEMA_ETIMEDOUT, "not granted before timeout_ms", 0);
+    finish(r, rq, SEMA_ETIMEDOUT, "not granted before timeout_ms", 1);
 }
 
 static void due_cb(uv_timer_t *t)
@@ -1281,10 +1391,32 @@ static void wait_cb(redisAsyncContext *ac, void *reply, void *priv)
     r->waits++;
     if (!ok)
         r->waits_short++;
+    while (!elist_empty(&r->unconfirmed)) {
+        rcmd_t *c = ECONTAINER(r->unconfirmed.next, rcmd_t, link);
+        elist_remove(&c->link);
+        if (ok)
+            rs__cmd_free(c);
+        else
+            rs__send(r, c);
+    }
     while (!elist_empty(&r->held)) {
         rreq_t *rq = ECONTAINER(r->held.next, rreq_t, link);
         engine_req_t *req = rq->req;
         elist_remove(&rq->link);
+        if (!ok && req->status != 0 && rq->wid[0] != '\0' &&
+            (req->op == ENGINE_ACQUIRE || req->op == ENGINE_LOCK_ACQUIRE ||
+             req->op == ENGINE_WAIT_IDLE)) {
+            /* a waiter's end (a timeout, say) that may be undone: it leaves the queue for
+             * good, and a grant made for it goes back */
+            char stem[STEM_HEAD + 65536];
+            size_t sl = stem_make(stem, sizeof stem, req->op == ENGINE_LOCK_ACQUIRE ? 'k' : 's',
+                                  req->name, req->name_len);
+            if (sl)
+                send_cancel(r, stem, sl, rq);
+            req->status = SEMA_EIO;
+            req->message = "not confirmed by the Redis replicas that strict durability waits "
+                           "for: the outcome is unknown";
+        }
         if (!ok && req->status == 0) {
             if (req->res.kind == ENGINE_RES_LEASE &&
                 (req->op == ENGINE_ACQUIRE || req->op == ENGINE_LOCK_ACQUIRE))
@@ -1305,7 +1437,8 @@ static void check_cb(uv_check_t *h)
     rs_t *r = h->data;
     char n[24], to[24];
 
-    if (!r->strict || r->wait_inflight || elist_empty(&r->held) || r->cmd.state != RS_READY)
+    if (!r->strict || r->wait_inflight || (elist_empty(&r->held) && elist_empty(&r->unconfirmed)) ||
+        r->cmd.state != RS_READY)
         return;
     snprintf(n, sizeof n, "%d", r->replicas);
     snprintf(to, sizeof to, "%d", RS_WAIT_TIMEOUT_MS);
@@ -1426,6 +1559,12 @@ static int rs_submit(void *be, engine_req_t *req)
         rs__drain(r);
         return 0;
     }
+    if (r->npending >= RS_PENDING_MAX) {
+        rs__cmd_free(c);
+        finish(r, rq, SEMA_EIO, "Redis is unreachable (too many commands wait for it)", 0);
+        rs__drain(r);
+        return 0;
+    }
     rq->state = RQ_SENT;
     rs__send(r, c);
     return 0;
@@ -1441,7 +1580,7 @@ static void rs_cancel(void *be, engine_req_t *req)
         rq->req = NULL; /* its reply is undone when it comes */
         return;
     }
-    if (rq->state == RQ_PARKED) {
+    if (rq->state == RQ_PARKED || rq->state == RQ_CANCELLING) {
         rsem_t *s = rq->sem;
         send_cancel(r, s->stem, s->stem_len, rq);
         unpark(r, rq);
@@ -1462,8 +1601,10 @@ static void rs_free(rs_t *r)
 {
     engine_t *front = r->front;
 
-    while (!elist_empty(&r->retry) || !elist_empty(&r->pending)) {
-        elist_t *l = !elist_empty(&r->retry) ? &r->retry : &r->pending;
+    while (!elist_empty(&r->retry) || !elist_empty(&r->pending) || !elist_empty(&r->unconfirmed)) {
+        elist_t *l = !elist_empty(&r->retry)     ? &r->retry
+                     : !elist_empty(&r->pending) ? &r->pending
+                                                 : &r->unconfirmed;
         rcmd_t *c = ECONTAINER(l->next, rcmd_t, link);
         elist_remove(&c->link);
         fail_cmd(r, c, SEMA_ESHUTDOWN, "the server is shutting down");
@@ -1623,6 +1764,12 @@ static int rs_exists(void *be, const char *name, size_t len)
             a_add(&a, key, sl + 2);
             a_i64(&a, 3 * RS_HEARTBEAT_MS);
             send_plain(r, &a);
+            /* on the wire before the stream's answer: a change another instance makes once
+             * the client has it is published, and reaches this instance */
+            if (r->cmd.ac != NULL && r->cmd.state == RS_READY)
+                redisAsyncHandleWrite(r->cmd.ac);
+            if (r->sub.ac != NULL && s->subscribed)
+                redisAsyncHandleWrite(r->sub.ac);
         }
     }
     return exists;
@@ -1769,6 +1916,7 @@ static int rs_open(void **out, engine_t *front, uv_loop_t *loop, const engine_co
     elist_init(&r->pending);
     elist_init(&r->ready);
     elist_init(&r->held);
+    elist_init(&r->unconfirmed);
     rc = rs__parse_url(r, cfg->backend, errbuf, errlen);
     if (rc == 0 && (etab_init(&r->sems, 16) || etab_init(&r->waiters, 64)))
         rc = SEMA_ENOMEM;

@@ -623,6 +623,7 @@ void rs__on_ready(rs_t *r)
     }
     if (first && r->sub.state == RS_DOWN)
         rs__sub_connect(r);
+    rs__drain(r); /* requests answered on the way (rs__send) */
 }
 
 /* ---- the subscriber connection ---- */

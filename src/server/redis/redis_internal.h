@@ -36,7 +36,9 @@ typedef struct rsem {
     char stem[];
 } rsem_t;
 
-enum { RQ_SENT = 1, RQ_PARKED, RQ_READY };
+/* RQ_CANCELLING: parked, its timeout came and its cancel is in flight; Redis decides whether it
+ * timed out or was granted first, and the request is answered only then. */
+enum { RQ_SENT = 1, RQ_PARKED, RQ_READY, RQ_CANCELLING };
 
 /* The back end's side of one request. */
 typedef struct rreq {
@@ -46,6 +48,7 @@ typedef struct rreq {
     eitem_t hi;        /* its timeout while parked (in r->theap) */
     engine_req_t *req; /* NULL once cancelled */
     rsem_t *sem;
+    struct rcmd *cancel; /* RQ_CANCELLING: its cancel command (whose rq points back) */
     uint64_t since_mono;
     uint8_t state, writes;
     char wid[40];
@@ -63,9 +66,11 @@ typedef struct rcmd {
     int script;   /* FCALL: argv[5] is the epoch */
     size_t *lens; /* argc lengths, then the bytes of every argument (one allocation) */
     uint64_t queued_mono, sent_mono;
+    uint64_t gen; /* r->epoch_changes when first sent */
     uint8_t kind, writes;
-    rreq_t *rq;  /* RC_OP */
-    rsem_t *sem; /* RC_COLLECT */
+    uint8_t timed; /* RC_CANCEL of a timeout (its outcome is the request's answer) */
+    rreq_t *rq;    /* RC_OP */
+    rsem_t *sem;   /* RC_COLLECT */
 } rcmd_t;
 
 typedef struct rconn {
@@ -106,6 +111,7 @@ typedef struct rs {
     int sub_once;  /* the subscriber connection was up before */
     int resyncing; /* a SCRIPT LOAD or hello runs: commands wait in retry/pending */
     elist_t inflight, retry, pending;
+    elist_t unconfirmed; /* strict: undo commands answered, until a WAIT confirms them */
     size_t npending;
     /* requests */
     elist_t ready, held;

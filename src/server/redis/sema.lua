@@ -874,7 +874,7 @@ function ops.collect()
   return reply(0, '')
 end
 
--- cancel: waiter id, why (t: its timeout, the grant is taken if it was made; d: its client
+-- cancel: waiter id, why (t: its timeout, the grant is delivered if it was made; d: its client
 -- left, a grant made for it goes back), the lease id it was to get (a grant this instance
 -- made for it but never delivered: a reply that came after the client left)
 function ops.cancel()
@@ -914,6 +914,12 @@ function ops.cancel()
     if lid and why == 'd' and M then
       lease_end(lid, 'released')
       admit()
+    elseif not g and not lid and why == 't' and M and mylid ~= '' then
+      -- granted by a script whose answer told it to this instance, which has not seen it yet
+      local l = redis.call('HGET', KL, mylid)
+      if l then
+        act('cgranted', wid, INST, mylid, lunpack(l), nil)
+      end
     end
   end
   return reply(0, '')
