@@ -189,7 +189,9 @@ def test_kill9_instance_under_load():
         release(a, ren)
         release(a, ln)
         load.stop()
-        summary = load.check(min_grants=20)
+        # a sanitizer build serves a fraction of the load in the same window, and c's last
+        # leases hold l1 and l3 for 5 s after the kill: fewer grants there to check
+        summary = load.check(min_grants=20 if SLOW == 1.0 else 5)
         sc.wait_rest(fl.live(), {"l1": 1, "l3": 3, "k": 2, "kc": 2}, timeout=10, load=load)
         alive.close()
         nxt.close()
