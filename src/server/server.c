@@ -168,8 +168,7 @@ static int server_listen(server_t *srv, char *errbuf, size_t errlen)
         rc = uv_listen((uv_stream_t *)&srv->listener, BACKLOG, conn_accept);
     if (rc != 0) {
         snprintf(errbuf, errlen, "cannot listen on %s: %s", srv->cfg->listen, uv_strerror(rc));
-        uv_close((uv_handle_t *)&srv->listener, NULL);
-        return SEMA_EIO;
+        return SEMA_EIO; /* server_new closes the listener, then frees srv */
     }
     log_bound(srv);
     return 0;
@@ -206,6 +205,13 @@ static void server_release(server_t *srv)
     free(srv);
 }
 
+/* A listener that could not listen is closed on the loop (the caller runs it to stop the
+ * engine), and only then is the server freed. */
+static void on_listener_failed(uv_handle_t *h)
+{
+    server_release(h->data);
+}
+
 int server_new(server_t **out, uv_loop_t *loop, engine_t *engine, const semad_config_t *cfg,
                char *errbuf, size_t errlen)
 {
@@ -232,10 +238,12 @@ int server_new(server_t **out, uv_loop_t *loop, engine_t *engine, const semad_co
         rc = server_tls(srv, errbuf, errlen);
     if (rc == 0)
         rc = server_listen(srv, errbuf, errlen);
-    if (rc != 0) {
+    if (rc != 0 && srv->listener.loop != NULL)                       /* uv_tcp_init ran */
+        uv_close((uv_handle_t *)&srv->listener, on_listener_failed); /* frees srv, on the loop */
+    else if (rc != 0)
         server_release(srv);
+    if (rc != 0)
         return rc;
-    }
     uv_idle_init(loop, &srv->idle);
     srv->idle.data = srv;
     uv_timer_init(loop, &srv->grace);

@@ -15,6 +15,7 @@ import os
 import random
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -127,6 +128,21 @@ def load_over(fl, sems, **kw):
 def is_problem(res, status, code=None):
     st, body = res
     return st == status and isinstance(body, dict) and (code is None or body.get("code") == code)
+
+
+# ---- a port already taken ----
+
+def test_port_in_use_exits_with_its_reason():
+    """semad on Redis that cannot listen says why and exits; its engine is stopped cleanly
+    (the listener is closed on the loop before the server is freed)."""
+    r, fl = redis_fleet(1)
+    with r, fl:
+        taken = "127.0.0.1:%d" % fl[0].port
+        out = subprocess.run([fx.semad_path(), "--listen", taken, "--engine", r.url()],
+                             capture_output=True, text=True, timeout=30 * SLOW)
+        assert out.returncode == 1, out
+        assert "address already in use" in out.stderr, out.stderr
+        assert "Assertion" not in out.stderr and "ERROR" not in out.stderr, out.stderr
 
 
 # ---- kill -9 one instance under load ----
