@@ -225,6 +225,9 @@ void mem__store_sems_flush(mem_t *e);
 void mem__store_sem_now(mem_t *e, esem_t *s);
 uint64_t mem__idem_hash(const esem_t *s, const char *key, size_t len);
 eidem_t *mem__idem_find(mem_t *e, const esem_t *s, const char *key, size_t len);
+/* The record of req's Idempotency-Key on `s` in *out (NULL: no key, or a new one). Returns
+ * SEMA_EACCES when it names a request of another token (mem_ops.c). */
+int mem__idem_of(mem_t *e, const engine_req_t *req, const esem_t *s, eidem_t **out);
 eidem_t *mem__idem_new(mem_t *e, esem_t *s, const char *key, size_t len);
 void mem__idem_free(mem_t *e, eidem_t *d);
 void mem__treap_insert(mem_t *e, esem_t *s);

@@ -262,25 +262,34 @@ int mem__waiter_allowed(const engine_req_t *req, const engine_req_t *parked)
     return parked->principal != NULL && strcmp(parked->principal, req->principal) == 0;
 }
 
+int mem__idem_of(mem_t *e, const engine_req_t *req, const esem_t *s, eidem_t **out)
+{
+    const char *key = req->idem_key;
+    eidem_t *d = NULL;
+
+    if (key != NULL && key[0] != '\0')
+        d = mem__idem_find(e, s, key, strlen(key));
+    *out = d;
+    if (d != NULL && ((d->lease != NULL && !mem__lease_allowed(req, d->lease)) ||
+                      (d->waiter != NULL && !mem__waiter_allowed(req, d->waiter->req)) ||
+                      (d->ticket != NULL && !mem__ticket_allowed(req, d->ticket))))
+        return SEMA_EACCES;
+    return 0;
+}
+
 /* A retry with a known Idempotency-Key: returns 1 if it was answered or took over. The key
  * names one request: a retry of another weight gets EKEYMISMATCH, never a second grant nor
  * the first one's lease. */
 static int idem_retry(mem_t *e, ereq_t *er, esem_t *s)
 {
-    const char *key = er->req->idem_key;
     eidem_t *d;
 
-    if (key == NULL || key[0] == '\0')
-        return 0;
-    d = mem__idem_find(e, s, key, strlen(key));
-    if (d == NULL)
-        return 0;
-    if ((d->lease != NULL && !mem__lease_allowed(er->req, d->lease)) ||
-        (d->waiter != NULL && !mem__waiter_allowed(er->req, d->waiter->req)) ||
-        (d->ticket != NULL && !mem__ticket_allowed(er->req, d->ticket))) {
+    if (mem__idem_of(e, er->req, s, &d) != 0) {
         fail(e, er, SEMA_EACCES, "the Idempotency-Key names a request of another token");
         return 1;
     }
+    if (d == NULL)
+        return 0;
     if (d->ticket != NULL) {
         fail(e, er, SEMA_EKEYMISMATCH, "this Idempotency-Key names a ticket; nothing was granted");
         return 1;

@@ -522,20 +522,14 @@ void mem__ticket_due(mem_t *e, eticket_t *t)
 /* A retry with the Idempotency-Key of a ticket gets that ticket; 1 if answered. */
 static int idem_retry(mem_t *e, ereq_t *er, esem_t *s)
 {
-    const char *key = er->req->idem_key;
     eidem_t *d;
 
-    if (key == NULL || key[0] == '\0')
-        return 0;
-    d = mem__idem_find(e, s, key, strlen(key));
-    if (d == NULL)
-        return 0;
-    if ((d->ticket != NULL && !mem__ticket_allowed(er->req, d->ticket)) ||
-        (d->lease != NULL && !mem__lease_allowed(er->req, d->lease)) ||
-        (d->waiter != NULL && !mem__waiter_allowed(er->req, d->waiter->req))) {
+    if (mem__idem_of(e, er->req, s, &d) != 0) {
         fail(e, er, SEMA_EACCES, "the Idempotency-Key names a request of another token");
         return 1;
     }
+    if (d == NULL)
+        return 0;
     if (d->ticket == NULL || d->ticket->q.weight != er->req->weight) {
         fail(e, er, SEMA_EKEYMISMATCH,
              "this Idempotency-Key names another request (or a ticket of another weight)");
