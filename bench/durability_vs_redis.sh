@@ -50,27 +50,6 @@ start_semad() { # NAME MODE: sets addr_NAME and pid_NAME
     printf -v "addr_$1" '%s' "$a"
 }
 
-start_redis() { # NAME FLAGS...: sets port_NAME and pid_NAME
-    local name=$1 port
-    shift
-    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-    mkdir -p "$tmp/$name"
-    redis-server --port "$port" --bind 127.0.0.1 --save '' --dir "$tmp/$name" --daemonize no \
-        "$@" >"$tmp/$name/log" 2>&1 &
-    pids+=($!)
-    printf -v "pid_$name" '%s' "$!"
-    for _ in $(seq 100); do
-        if grep -q "Ready to accept" "$tmp/$name/log"; then
-            printf -v "port_$name" '%s' "$port"
-            return 0
-        fi
-        sleep 0.1
-    done
-    echo "durability_vs_redis: redis-server did not start:" >&2
-    cat "$tmp/$name/log" >&2
-    exit 1
-}
-
 # The server's CPU time (all its threads) in clock ticks: "user+system system".
 cpu_ticks() {
     awk '{print $14 + $15, $15}' "/proc/$1/stat"
@@ -105,8 +84,8 @@ echo "# durability_vs_redis: $(nproc) cores, load average $(cut -d' ' -f1-3 /pro
 start_semad strict strict
 start_semad relaxed relaxed
 start_semad none none
-start_redis redis --appendonly no
-start_redis redis_aof --appendonly yes --appendfsync always
+start_redis redis --appendonly no || exit 1
+start_redis redis_aof --appendonly yes --appendfsync always || exit 1
 
 # What one fdatasync costs on the disk under $tmp right now (both durable servers pay it).
 python3 - "$tmp/fsync.probe" <<'EOF'
@@ -130,10 +109,10 @@ for r in $(seq "$ROUNDS"); do
         measure "semad_$m" "${!pid_var}" "$sema" bench --json -s "http://${!addr_var}" \
             -c "$CONNS" -d "${SECS}s" --name "pairs-$m"
     done
-    measure redis_lua "$pid_redis" "$redis_peer" --redis "127.0.0.1:$port_redis" \
+    measure redis_lua "$pid_redis" "$redis_peer" --redis "127.0.0.1:$rport_redis" \
         -c "$CONNS" -d "${SECS}s" --json
     measure redis_lua_aof_always "$pid_redis_aof" "$redis_peer" \
-        --redis "127.0.0.1:$port_redis_aof" -c "$CONNS" -d "${SECS}s" --json
+        --redis "127.0.0.1:$rport_redis_aof" -c "$CONNS" -d "${SECS}s" --json
 done | tee "$out"
 
 python3 - "$out" <<'EOF'

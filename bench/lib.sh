@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 # lib.sh - what the benchmark scripts share: a temp dir and the processes they start, both
-# cleaned up on exit (Ctrl-C included), and the wait for a server's listening address.
+# cleaned up on exit (Ctrl-C included), the wait for a server's listening address, and a
+# redis-server of their own.
 # Source it, then call bench_init NAME.
 
 # Make $tmp, track started processes in $pids, stop them and remove $tmp on exit.
@@ -39,5 +40,29 @@ wait_listen() {
     done
     echo "no listening address in $1:" >&2
     cat "$1" >&2
+    return 1
+}
+
+# start_redis NAME [FLAGS...]: a redis-server on a free loopback port, in memory unless FLAGS
+# say otherwise, its files and log in $tmp/NAME; sets rport_NAME and pid_NAME. Returns 1 (with
+# its log on stderr) when it does not start within 5 s.
+start_redis() {
+    local name=$1 port
+    shift
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    mkdir -p "$tmp/$name"
+    redis-server --port "$port" --bind 127.0.0.1 --save '' --dir "$tmp/$name" --daemonize no \
+        "$@" >"$tmp/$name/log" 2>&1 &
+    pids+=($!)
+    printf -v "pid_$name" '%s' "$!"
+    for _ in $(seq 50); do
+        if grep -q "Ready to accept" "$tmp/$name/log"; then
+            printf -v "rport_$name" '%s' "$port"
+            return 0
+        fi
+        sleep 0.1
+    done
+    echo "redis-server did not start:" >&2
+    cat "$tmp/$name/log" >&2
     return 1
 }

@@ -143,25 +143,7 @@ pid_ceiling=$!
 addr_ceiling=$(wait_listen "$tmp/ceiling.log") || exit 1
 
 # Redis for the Redis/Lua peer: in memory only, and with every write fsynced (the durable
-# peer for semad's strict store). start_redis NAME [FLAGS...] sets rport_NAME.
-start_redis() {
-    local name=$1 port i
-    shift
-    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-    mkdir -p "$tmp/$name"
-    redis-server --port "$port" --bind 127.0.0.1 --save '' --dir "$tmp/$name" --daemonize no \
-        "$@" >"$tmp/$name/log" 2>&1 &
-    pids+=($!)
-    printf -v "pid_$name" '%s' "$!"
-    for i in $(seq 50); do
-        if grep -q "Ready to accept" "$tmp/$name/log"; then
-            printf -v "rport_$name" '%s' "$port"
-            return 0
-        fi
-        sleep 0.1
-    done
-    return 1
-}
+# peer for semad's strict store); start_redis (lib.sh) sets rport_NAME.
 have_redis=0
 if command -v redis-server >/dev/null && [ -x "$redis_peer" ]; then
     start_redis redis --appendonly no && start_redis redis_aof --appendonly yes \
