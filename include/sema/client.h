@@ -246,6 +246,63 @@ SEMA_EXTERN int sema_client_events_ex(sema_client_t *c, const char *name, sema_c
                                       void *arg, const volatile int *cancel,
                                       sema_client_events_info_t *info, sema_client_error_t *err);
 
+/* ---- tickets ------------------------------------------------------------------------- */
+
+/* A ticket: a place in a semaphore's FIFO queue that holds no connection open (for a
+ * person, or a program, that should see where it stands; see docs/http-api.md). It queues
+ * with every other waiter in arrival order; once granted it carries a lease, renewed and
+ * released as any other. Plain data. */
+enum { SEMA_TICKET_WAITING = 1, SEMA_TICKET_GRANTED = 2 };
+
+typedef struct {
+    char id[SEMA_LEASE_ID_MAX];      /* opaque ticket id (safe to keep, e.g. in a cookie) */
+    char name[SEMA_CLIENT_NAME_MAX]; /* the semaphore */
+    int status;                      /* SEMA_TICKET_WAITING or SEMA_TICKET_GRANTED */
+    uint64_t weight;                 /* units it asks for */
+    uint64_t position;               /* waiting: 1 is next in line; 0 once granted */
+    uint64_t ahead_weight;           /* waiting: the units the waiters ahead ask for */
+    int64_t estimate_p50_ms;         /* waiting: estimated wait from now (median), -1 while the
+                                        semaphore has too little history to tell */
+    int64_t estimate_p90_ms;         /* ... and the 90th percentile, -1 likewise */
+    int64_t poll_after_ms;           /* how long to wait before reading it again */
+    int64_t keepalive_ms;            /* a waiting ticket nobody reads for this long leaves the
+                                        line; a grant nobody collects within it is released */
+    sema_lease_t lease;              /* granted: the lease (zeroed while waiting) */
+} sema_ticket_t;
+
+typedef struct {
+    uint64_t weight;             /* units to ask for; 0: 1 */
+    int64_t ttl_ms;              /* the lease's ttl once granted; 0: the server's default */
+    int64_t keepalive_ms;        /* 0: the server's default (semad --ticket-keepalive) */
+    const char *owner;           /* NULL: the client's owner */
+    const char *idempotency_key; /* NULL: a random one, reused if the request is retried
+                                    after a network error, so a retry never takes two places */
+} sema_ticket_opts_t;
+
+/* POST /v1/semaphores/{name}/tickets: take a place in line (opts may be NULL). On 0, *t is
+ * the ticket: waiting with its position, or already granted with its lease when the units
+ * were free and nobody waited. SEMA_EINVAL (weight 0 or above the capacity, keepalive above
+ * the server's maximum), SEMA_ENOENT, SEMA_ELIMIT (too many parked), SEMA_EKEYMISMATCH,
+ * SEMA_ENOTSUP (a server whose back end has no tickets), ... */
+SEMA_EXTERN int sema_client_ticket_take(sema_client_t *c, const char *name,
+                                        const sema_ticket_opts_t *opts, sema_ticket_t *t,
+                                        sema_client_error_t *err);
+
+/* GET /v1/tickets/{id}: the ticket now (wait_ms 0), or a long poll (wait_ms > 0, at most 5
+ * minutes) that answers when its status changes, when its position changes (checked once
+ * per poll interval), or after wait_ms. Every read keeps a waiting ticket in line, and the
+ * first read that shows a grant collects it. SEMA_EGONE once the ticket has ended (it left
+ * the line, its keepalive passed, its semaphore went away, or its lease ended: the message
+ * says which), SEMA_ENOENT for an id never seen. */
+SEMA_EXTERN int sema_client_ticket_get(sema_client_t *c, const char *id, int64_t wait_ms,
+                                       sema_ticket_t *t, sema_client_error_t *err);
+
+/* DELETE /v1/tickets/{id}: leave the line (those behind move up); a granted ticket's lease
+ * is released. Retried after a network error (a repeat that finds it ended counts as
+ * done). SEMA_EGONE when it had ended already, SEMA_ENOENT. */
+SEMA_EXTERN int sema_client_ticket_leave(sema_client_t *c, const char *id,
+                                         sema_client_error_t *err);
+
 /* ---- the legacy API (the original semaphore service's five routes) --------------------- */
 
 /* POST /semaphore {"name","value"}: create a legacy semaphore (capacity = value >= 0).

@@ -466,6 +466,90 @@ static int wait_count(events_t *ev, int *field, int want)
     return got;
 }
 
+TEST(tickets)
+{
+    sema_client_t *c = client();
+    sema_client_error_t e;
+    sema_ticket_t t1, t2, x;
+    sema_lease_t held_lease;
+    sema_acquire_opts_t ao = {.timeout_ms = 0};
+
+    ASSERT_OK(sema_client_create(c, "tk", 2, NULL, NULL));
+    ao.weight = 2;
+    ASSERT_OK(sema_client_acquire(c, "tk", &ao, &held_lease, NULL));
+    sema_ticket_opts_t o = {.weight = 1, .ttl_ms = 20000, .keepalive_ms = 60000, .owner = "t1"};
+    ASSERT_OK(sema_client_ticket_take(c, "tk", &o, &t1, &e));
+    ASSERT_EQ(t1.status, SEMA_TICKET_WAITING);
+    ASSERT_EQ(t1.position, 1);
+    ASSERT_EQ(t1.ahead_weight, 0);
+    ASSERT_EQ(t1.keepalive_ms, 60000);
+    ASSERT_GT(t1.poll_after_ms, 0);
+    ASSERT_EQ(t1.estimate_p50_ms, -1); /* no history yet */
+    ASSERT_STREQ(t1.name, "tk");
+    o.weight = 2;
+    o.owner = "t2";
+    o.idempotency_key = "tk-2";
+    ASSERT_OK(sema_client_ticket_take(c, "tk", &o, &t2, &e));
+    ASSERT_EQ(t2.position, 2);
+    ASSERT_EQ(t2.ahead_weight, 1);
+    ASSERT_OK(sema_client_ticket_take(c, "tk", &o, &x, &e)); /* the same key: the same place */
+    ASSERT_STREQ(x.id, t2.id);
+    ASSERT_EQ(x.position, 2);
+    o.weight = 1;
+    ASSERT_EQ(sema_client_ticket_take(c, "tk", &o, &x, &e), SEMA_EKEYMISMATCH);
+    o.idempotency_key = NULL;
+    o.weight = 3;
+    ASSERT_EQ(sema_client_ticket_take(c, "tk", &o, &x, &e), SEMA_EINVAL); /* above capacity */
+    ASSERT_EQ(sema_client_ticket_take(c, "tk-none", NULL, &x, &e), SEMA_ENOENT);
+
+    /* a long poll with no change answers after its time, still in line */
+    int64_t t0 = mono_ms();
+    ASSERT_OK(sema_client_ticket_get(c, t2.id, 200, &x, &e));
+    ASSERT(mono_ms() - t0 >= 150);
+    ASSERT_EQ(x.status, SEMA_TICKET_WAITING);
+    ASSERT_EQ(x.position, 2);
+
+    /* the holder releases: the first ticket is granted (weight 1), the second waits for 2 */
+    ASSERT_OK(sema_client_release(c, held_lease.id, NULL));
+    ASSERT_OK(sema_client_ticket_get(c, t1.id, 5000 * slow(), &x, &e));
+    ASSERT_EQ(x.status, SEMA_TICKET_GRANTED);
+    ASSERT_EQ(x.position, 0);
+    ASSERT_EQ(x.lease.weight, 1);
+    ASSERT_EQ(x.lease.ttl_ms, 20000);
+    ASSERT_GT(x.lease.fence, held_lease.fence);
+    ASSERT_GT(x.lease.local_deadline_ns, 0);
+    sema_lease_t granted = x.lease;
+    ASSERT_OK(sema_client_renew(c, &granted, 30000, &e)); /* a lease like any other */
+    ASSERT_EQ(granted.ttl_ms, 30000);
+    ASSERT_OK(sema_client_ticket_get(c, t2.id, 0, &x, &e));
+    ASSERT_EQ(x.position, 1);
+
+    /* leaving a granted ticket releases its lease; the second one's turn comes */
+    ASSERT_OK(sema_client_ticket_leave(c, t1.id, &e));
+    ASSERT_EQ(sema_client_ticket_leave(c, t1.id, &e), SEMA_EGONE);
+    ASSERT_EQ(e.http_status, 410);
+    ASSERT_STREQ(e.problem, "ticket_ended");
+    ASSERT_EQ(sema_client_renew(c, &granted, 0, &e), SEMA_ESTALE);
+    ASSERT_OK(sema_client_ticket_get(c, t2.id, 5000 * slow(), &x, &e));
+    ASSERT_EQ(x.status, SEMA_TICKET_GRANTED);
+    ASSERT_EQ(held(c, "tk"), 2);
+    ASSERT_OK(sema_client_release(c, x.lease.id, &e)); /* the ticket ends with its lease */
+    ASSERT_EQ(sema_client_ticket_get(c, t2.id, 0, &x, &e), SEMA_EGONE);
+    ASSERT_EQ(held(c, "tk"), 0);
+
+    /* free units and nobody waiting: granted at once */
+    ASSERT_OK(sema_client_ticket_take(c, "tk", NULL, &x, &e));
+    ASSERT_EQ(x.status, SEMA_TICKET_GRANTED);
+    ASSERT_OK(sema_client_ticket_leave(c, x.id, &e));
+    ASSERT_EQ(held(c, "tk"), 0);
+
+    ASSERT_EQ(sema_client_ticket_get(c, "no-such-ticket-00000000", 0, &x, &e), SEMA_ENOENT);
+    ASSERT_EQ(sema_client_ticket_get(c, "", 0, &x, &e), SEMA_EINVAL);
+    ASSERT_EQ(sema_client_ticket_get(c, t2.id, -1, &x, &e), SEMA_EINVAL);
+    ASSERT_EQ(sema_client_ticket_take(c, "tk", NULL, NULL, &e), SEMA_EINVAL);
+    sema_client_free(c);
+}
+
 TEST(events_stream)
 {
     sema_client_t *c = client();

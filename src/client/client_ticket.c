@@ -1,0 +1,171 @@
+/* SPDX-License-Identifier: MIT */
+/* client_ticket.c - tickets over semad's v1 API: a place in a semaphore's queue that
+ * holds no connection, read now or by long poll, and left. */
+#include "client_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TICKET_MAX_WAIT_MS (5 * 60 * 1000) /* the server's longest ?wait= */
+
+/* An estimate's bound: a number, or -1 when the server has none yet. */
+static int64_t estimate_of(json_t *est, const char *key)
+{
+    json_t *v = json_object_get(est, key);
+    return json_is_integer(v) && json_integer_value(v) >= 0 ? (int64_t)json_integer_value(v) : -1;
+}
+
+/* Parse a ticket object into *t; `sent_ns` is when the request left (the lease's local
+ * deadline). Returns 0 or SEMA_EPROTO. */
+static int parse_ticket(json_t *doc, int64_t sent_ns, sema_ticket_t *t)
+{
+    const char *id = json_string_value(json_object_get(doc, "ticket"));
+    const char *name = json_string_value(json_object_get(doc, "name"));
+    const char *status = json_string_value(json_object_get(doc, "status"));
+
+    memset(t, 0, sizeof *t);
+    t->estimate_p50_ms = t->estimate_p90_ms = -1;
+    if (id == NULL || id[0] == '\0' || strlen(id) >= sizeof t->id || name == NULL ||
+        strlen(name) >= sizeof t->name || status == NULL ||
+        client_json_u64(doc, "weight", &t->weight) ||
+        client_json_i64(doc, "poll_after_ms", &t->poll_after_ms) ||
+        client_json_i64(doc, "keepalive_ms", &t->keepalive_ms))
+        return SEMA_EPROTO;
+    snprintf(t->id, sizeof t->id, "%s", id);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    if (strcmp(status, "granted") == 0) {
+        t->status = SEMA_TICKET_GRANTED;
+        return client_parse_lease(json_object_get(doc, "lease"), sent_ns, &t->lease);
+    }
+    if (strcmp(status, "waiting") != 0 || client_json_u64(doc, "position", &t->position) ||
+        client_json_u64(doc, "ahead_weight", &t->ahead_weight) || t->position == 0)
+        return SEMA_EPROTO;
+    t->status = SEMA_TICKET_WAITING;
+    json_t *est = json_object_get(doc, "estimate_ms");
+    if (json_is_object(est)) {
+        t->estimate_p50_ms = estimate_of(est, "p50");
+        t->estimate_p90_ms = estimate_of(est, "p90");
+    }
+    return 0;
+}
+
+/* One request that answers a ticket, into *t (zeroed on failure). */
+static int ticket_call(sema_client_t *c, const client_req_t *req, sema_ticket_t *t,
+                       sema_client_error_t *err)
+{
+    json_t *doc = NULL;
+    int64_t sent = client_now_ns();
+    int rc = client_call(c, req, 1, &doc, err);
+
+    if (rc == 0 && parse_ticket(doc, sent, t) != 0)
+        rc = client_fail(err, SEMA_EPROTO, 200, "unexpected ticket from server");
+    if (rc != 0)
+        memset(t, 0, sizeof *t);
+    json_decref(doc);
+    return rc;
+}
+
+static int check_ticket_id(const char *id, sema_client_error_t *err)
+{
+    if (id == NULL || id[0] == '\0' || strlen(id) >= SEMA_LEASE_ID_MAX)
+        return client_fail(err, SEMA_EINVAL, 0, "not a ticket id");
+    return 0;
+}
+
+int sema_client_ticket_take(sema_client_t *c, const char *name, const sema_ticket_opts_t *opts,
+                            sema_ticket_t *t, sema_client_error_t *err)
+{
+    sema_ticket_opts_t dflt = {0};
+    const sema_ticket_opts_t *o = opts != NULL ? opts : &dflt;
+    uint64_t weight = o->weight > 0 ? o->weight : 1;
+    char key[80];
+    int rc;
+
+    if (t == NULL)
+        return client_fail(err, SEMA_EINVAL, 0, "no ticket to fill");
+    memset(t, 0, sizeof *t);
+    if ((rc = client_check_name(name, err)) != 0)
+        return rc;
+    if (weight > (1ull << 53))
+        return client_fail(err, SEMA_EINVAL, 0, "weight above 2^53");
+    if (o->ttl_ms < 0 || o->keepalive_ms < 0)
+        return client_fail(err, SEMA_EINVAL, 0, "ttl_ms and keepalive_ms must be >= 0");
+    if (o->idempotency_key != NULL &&
+        (o->idempotency_key[0] == '\0' || strlen(o->idempotency_key) >= sizeof key ||
+         strpbrk(o->idempotency_key, "\r\n") != NULL))
+        return client_fail(err, SEMA_EINVAL, 0, "idempotency key must be 1..79 bytes, one line");
+    if (o->idempotency_key != NULL)
+        snprintf(key, sizeof key, "%s", o->idempotency_key);
+    else if (client_random_key(key, sizeof key) != 0)
+        return client_fail(err, SEMA_EIO, 0, "getrandom failed");
+
+    json_t *body = json_pack("{s:s, s:I}", "owner", o->owner != NULL ? o->owner : c->owner,
+                             "weight", (json_int_t)weight);
+    char *path = client_path("/v1/semaphores/", name, "/tickets");
+    if (body != NULL && o->ttl_ms > 0)
+        json_object_set_new(body, "ttl_ms", json_integer(o->ttl_ms));
+    if (body != NULL && o->keepalive_ms > 0)
+        json_object_set_new(body, "keepalive_ms", json_integer(o->keepalive_ms));
+    if (body == NULL || path == NULL) {
+        rc = client_fail(err, SEMA_ENOMEM, 0, "out of memory");
+    } else {
+        /* the key makes a retry find the same place (or the same grant) */
+        client_req_t req = {.method = "POST", .path = path, .body = body, .idem_key = key};
+        rc = ticket_call(c, &req, t, err);
+    }
+    free(path);
+    json_decref(body);
+    if (rc == 0)
+        client_clear(err);
+    return rc;
+}
+
+int sema_client_ticket_get(sema_client_t *c, const char *id, int64_t wait_ms, sema_ticket_t *t,
+                           sema_client_error_t *err)
+{
+    char suffix[32] = "";
+    int rc;
+
+    if (t == NULL)
+        return client_fail(err, SEMA_EINVAL, 0, "no ticket to fill");
+    memset(t, 0, sizeof *t);
+    if ((rc = check_ticket_id(id, err)) != 0)
+        return rc;
+    if (wait_ms < 0 || wait_ms > TICKET_MAX_WAIT_MS)
+        return client_fail(err, SEMA_EINVAL, 0, "wait_ms must be 0..300000");
+    if (wait_ms > 0)
+        snprintf(suffix, sizeof suffix, "?wait=%lldms", (long long)wait_ms);
+    char *path = client_path("/v1/tickets/", id, suffix);
+    if (path == NULL)
+        return client_fail(err, SEMA_ENOMEM, 0, "out of memory");
+    client_req_t req = {.method = "GET", .path = path, .wait_ms = wait_ms};
+    rc = ticket_call(c, &req, t, err);
+    free(path);
+    if (rc == 0)
+        client_clear(err);
+    return rc;
+}
+
+int sema_client_ticket_leave(sema_client_t *c, const char *id, sema_client_error_t *err)
+{
+    int rc = check_ticket_id(id, err);
+    if (rc != 0)
+        return rc;
+    char *path = client_path("/v1/tickets/", id, "");
+    if (path == NULL)
+        return client_fail(err, SEMA_ENOMEM, 0, "out of memory");
+    client_req_t req = {.method = "DELETE", .path = path};
+    for (int attempt = 0;; attempt++) {
+        rc = client_call(c, &req, 0, NULL, err);
+        if (attempt > 0 && rc == SEMA_EGONE) { /* the first try got through */
+            rc = 0;
+            client_clear(err);
+        }
+        if (!client_retryable(rc) || attempt >= c->max_retries)
+            break;
+        client_sleep_ms((int64_t)100 << attempt, NULL);
+    }
+    free(path);
+    return rc;
+}
