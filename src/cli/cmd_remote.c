@@ -26,7 +26,8 @@ enum {
     O_GRACE = 64,
     O_CMD = 128,
     O_KEY = 256,
-    O_RETRIES = 512
+    O_RETRIES = 512,
+    O_KEEPALIVE = 1024
 };
 
 typedef int (*verb_fn)(remote_opts_t *o);
@@ -94,6 +95,18 @@ static const verb_t verbs[] = {
     {"watch", "NAME [--max-retries N]", "live view of holders and waiters (reconnects)", 1, 1,
      O_RETRIES, remote_watch,
      "sema watch builds\nsema watch builds | tee events.log\nsema watch builds --max-retries 5"},
+    {"ticket", "NAME [-w W] [--ttl D] [--keepalive D] [--owner O] [--key K]",
+     "take a place in line and print the ticket id", 1, 1,
+     O_W | O_TTL | O_OWNER | O_KEY | O_KEEPALIVE, remote_ticket,
+     "ticket=$(sema ticket export --keepalive 5m)\nsema ticket-wait \"$ticket\" -t 1h"},
+    {"ticket-show", "TICKET [-t D]", "show a ticket: its place in line, or its lease", 1, 1, O_T,
+     remote_ticket_show,
+     "sema ticket-show \"$ticket\"\nsema ticket-show \"$ticket\" -t 30s --json"},
+    {"ticket-wait", "TICKET [-t D]", "wait for a ticket's turn and print its lease id", 1, 1, O_T,
+     remote_ticket_wait,
+     "lease=$(sema ticket-wait \"$ticket\" -t 1h) || exit\n... ; sema release \"$lease\""},
+    {"ticket-leave", "TICKET", "leave the line (a granted ticket's lease is released)", 1, 1, 0,
+     remote_ticket_leave, "sema ticket-leave \"$ticket\""},
 };
 
 static const verb_t *find_verb(const char *name)
@@ -141,9 +154,16 @@ static void verb_help(const verb_t *v, FILE *out)
         fprintf(out, "  -c, --capacity N  create the semaphore with capacity N if missing\n");
     if (v->opts & O_OWNER)
         fprintf(out, "  --owner O      owner recorded with the lease (default host:pid)\n");
-    if (v->opts & O_KEY)
+    if ((v->opts & O_KEY) && (v->opts & O_KEEPALIVE))
+        fprintf(out, "  --key K        idempotency key: taking a ticket again with the same K "
+                     "while it\n                 lives returns the same ticket (safe retries)\n");
+    else if (v->opts & O_KEY)
         fprintf(out, "  --key K        idempotency key: acquiring again with the same K while "
                      "the lease\n                 lives returns the same lease (safe retries)\n");
+    if (v->opts & O_KEEPALIVE)
+        fprintf(out, "  --keepalive D  the ticket leaves the line if nobody reads it for D, and "
+                     "a grant\n                 nobody collects within D is released (default: "
+                     "the server's, 30s)\n");
     if (v->opts & O_MODE)
         fprintf(out, "  --shared | --exclusive  lock mode (one is required)\n");
     if (v->opts & O_GRACE)
@@ -212,6 +232,7 @@ static const struct option long_opts[] = {
     {"max-retries", required_argument, NULL, 'R'},
     {"cacert", required_argument, NULL, 'A'},
     {"cert", required_argument, NULL, 'E'},
+    {"keepalive", required_argument, NULL, 'K'},
     {NULL, 0, NULL, 0},
 };
 
@@ -220,9 +241,9 @@ static int opt_bit(int ch)
 {
     static const struct {
         int ch, bit;
-    } map[] = {{'w', O_W},     {'t', O_T},    {'L', O_TTL},    {'c', O_C},
-               {'o', O_OWNER}, {'S', O_MODE}, {'X', O_MODE},   {'g', O_GRACE},
-               {'l', O_CMD},   {'k', O_KEY},  {'R', O_RETRIES}};
+    } map[] = {{'w', O_W},     {'t', O_T},    {'L', O_TTL},     {'c', O_C},
+               {'o', O_OWNER}, {'S', O_MODE}, {'X', O_MODE},    {'g', O_GRACE},
+               {'l', O_CMD},   {'k', O_KEY},  {'R', O_RETRIES}, {'K', O_KEEPALIVE}};
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (map[i].ch == ch)
             return map[i].bit;
@@ -265,6 +286,11 @@ static int apply_opt(const verb_t *v, remote_opts_t *o, int ch, const char *arg)
     case 'k':
         o->key = arg;
         return 0;
+    case 'K':
+        if (cli_parse_duration_ms(arg, &o->keepalive_ms) != 0 || o->keepalive_ms <= 0)
+            return usage_error(v, "bad keepalive '%s' (a duration with its unit, e.g. 30s, 5m)",
+                               arg);
+        return 0;
     case 'S':
     case 'X':
         if (o->mode != 0)
@@ -291,11 +317,12 @@ static int apply_opt(const verb_t *v, remote_opts_t *o, int ch, const char *arg)
     }
 }
 
-/* Lease ids are base64url and may begin with '-'. A long argument that is not one of our
+/* Lease and ticket ids are base64url and may begin with '-'. A long argument that is not one of our
  * long options is a lease id, not an option cluster. */
 static int looks_like_lease(const verb_t *v, const char *arg)
 {
-    if (strstr(v->args, "LEASE") == NULL || arg[0] != '-' || strlen(arg) < 20)
+    if ((strstr(v->args, "LEASE") == NULL && strstr(v->args, "TICKET") == NULL) || arg[0] != '-' ||
+        strlen(arg) < 20)
         return 0;
     for (const struct option *lo = long_opts; lo->name != NULL; lo++) {
         size_t n = strlen(lo->name);

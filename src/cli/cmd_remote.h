@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* cmd_remote.h - the `sema` verbs that talk to semad (create, get, ls, resize, rm, acquire,
- * renew, release, lease, revoke, wait-idle, run, lock, up, down, value, watch). */
+ * renew, release, lease, revoke, wait-idle, run, lock, up, down, value, watch, ticket,
+ * ticket-show, ticket-wait, ticket-leave). */
 #ifndef SEMA_CLI_CMD_REMOTE_H
 #define SEMA_CLI_CMD_REMOTE_H
 

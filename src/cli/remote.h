@@ -26,7 +26,8 @@ typedef struct {
     int local;            /* --local given (the shared-memory verbs live elsewhere) */
     uint64_t max_retries; /* watch --max-retries (valid when has_max_retries) */
     int has_max_retries;
-    char **pos; /* positional arguments (before a CMD) */
+    int64_t keepalive_ms; /* ticket --keepalive; 0 server default */
+    char **pos;           /* positional arguments (before a CMD) */
     int npos;
     char **cmd; /* run/lock: the command after "--" (NULL-terminated) */
     int ncmd;
@@ -52,5 +53,11 @@ int remote_run(remote_opts_t *o);
 
 /* sema watch. */
 int remote_watch(remote_opts_t *o);
+
+/* sema ticket, ticket-show, ticket-wait, ticket-leave. */
+int remote_ticket(remote_opts_t *o);
+int remote_ticket_show(remote_opts_t *o);
+int remote_ticket_wait(remote_opts_t *o);
+int remote_ticket_leave(remote_opts_t *o);
 
 #endif /* SEMA_CLI_REMOTE_H */

@@ -306,6 +306,81 @@ def test_lock_verbs():
         assert d.request("GET", "/v1/locks/db")[0] == 404  # freed when idle
 
 
+def test_ticket_verbs():
+    with Semad() as d:
+        sema(d, "create", "line", "1", check=0)
+        held = sema(d, "acquire", "line", check=0)[1].strip()
+        rc, first, err = sema(d, "ticket", "line", "--owner", "tab-1", check=0)
+        first = first.strip()
+        assert "position 1 (0 units ahead)" in err, err
+        rc, out, _ = sema(d, "ticket", "line", "--owner", "tab-2", "--keepalive", "1m",
+                          "--ttl", "30s", "--key", "tab-2", "--json", check=0)
+        t = json.loads(out)
+        assert (t["status"], t["position"], t["ahead_weight"], t["keepalive_ms"]) == \
+            ("waiting", 2, 1, 60000), t
+        again = json.loads(sema(d, "ticket", "line", "--key", "tab-2", "--json", check=0)[1])
+        assert again["ticket"] == t["ticket"] and again["position"] == 2, again  # same place
+        human = sema(d, "ticket-show", t["ticket"], check=0)[1]
+        assert "status     waiting" in human and "position 2 (1 unit ahead)" in human, human
+        assert json.loads(sema(d, "ticket-show", t["ticket"], "--json", check=0)[1]) == t
+        # a long-poll that sees no change answers after its duration, still waiting
+        t0 = time.monotonic()
+        assert json.loads(sema(d, "ticket-show", t["ticket"], "-t", "300ms", "--json",
+                               check=0)[1])["position"] == 2
+        assert time.monotonic() - t0 >= 0.3
+        # ticket-wait times out in line (75) and the ticket keeps its place
+        rc, _, err = sema(d, "ticket-wait", t["ticket"], "-t", "300ms")
+        assert rc == EXIT_TIMEOUT and "position 2" in err, (rc, err)
+        # the first ticket leaves, the holder releases: the second one's turn
+        waiter = spawn(d, "ticket-wait", t["ticket"], "-t", "30s")
+        sema(d, "ticket-leave", first, check=0)
+        sema(d, "release", held, check=0)
+        out, err = waiter.communicate(timeout=30 * SLOW)
+        assert waiter.returncode == 0, (waiter.returncode, err)
+        lease = out.strip()
+        doc = state(d, "line")
+        assert [h["lease"] for h in doc["holders"]] == [lease], doc
+        assert doc["holders"][0]["owner"] == "tab-2"
+        granted = json.loads(sema(d, "ticket-show", t["ticket"], "--json", check=0)[1])
+        assert granted["status"] == "granted" and granted["lease"]["lease"] == lease
+        assert granted["lease"]["ttl_ms"] == 30000, granted
+        # leaving a granted ticket releases its lease; then the ticket is gone (exit 1)
+        sema(d, "ticket-leave", t["ticket"], check=0)
+        assert state(d, "line")["held"] == 0
+        rc, _, err = sema(d, "ticket-leave", t["ticket"])
+        assert rc == EXIT_FAIL and "EGONE" in err, (rc, err)
+        rc, _, err = sema(d, "ticket-show", first)
+        assert rc == EXIT_FAIL and "left the line" in err, (rc, err)
+        assert sema(d, "ticket-show", "no-such-ticket")[0] == EXIT_FAIL
+        # a full line: weight above the capacity is refused, a bad keepalive is a usage error
+        rc, _, err = sema(d, "ticket", "line", "-w", "2")
+        assert rc == EXIT_FAIL and "EINVAL" in err, (rc, err)
+        assert sema(d, "ticket", "line", "--keepalive", "5")[0] == EXIT_USAGE
+        assert sema(d, "ticket-show", t["ticket"], "--keepalive", "5s")[0] == EXIT_USAGE
+        # granted at once when the units are free and nobody waits
+        rc, out, err = sema(d, "ticket", "line", "--json", check=0)
+        assert json.loads(out)["status"] == "granted" and "granted at once" not in out
+
+
+def test_retried_ticket_takes_one_place():
+    with Semad() as d:
+        sema(d, "create", "rt", "1", check=0)
+        sema(d, "acquire", "rt", check=0)
+        proxy = DroppingProxy(d)
+        e = env_for(d)
+        e["SEMA_SERVER"] = "http://127.0.0.1:%d" % proxy.port
+        p = subprocess.run([sema_bin(), "ticket", "rt"], env=e, capture_output=True,
+                           text=True, timeout=30 * SLOW)
+        assert p.returncode == 0 and proxy.dropped == 1, (p.returncode, p.stderr)
+        takes = [r for r in proxy.requests if b"/tickets" in r.split(b"\r\n", 1)[0]]
+        keys = [ln for r in takes for ln in r.split(b"\r\n")
+                if ln.lower().startswith(b"idempotency-key:")]
+        assert len(takes) == 2 and len(keys) == 2 and keys[0] == keys[1], takes
+        doc = state(d, "rt")
+        assert doc["waiting"] == 1, doc  # one place in line, not two
+        assert "position 1" in p.stderr, p.stderr
+
+
 def test_legacy_up_down():
     with Semad() as d:
         st, _ = d.json("POST", "/semaphore", {"name": "lg", "value": 1})
@@ -680,7 +755,8 @@ def test_watch_honours_sse_retry_field():
 def test_help_everywhere():
     with Semad() as d:
         verbs = ["create", "get", "ls", "resize", "rm", "acquire", "renew", "release", "lease",
-                 "revoke", "wait-idle", "run", "lock", "up", "down", "value", "watch"]
+                 "revoke", "wait-idle", "run", "lock", "up", "down", "value", "watch", "ticket",
+                 "ticket-show", "ticket-wait", "ticket-leave"]
         top = sema(d, "--help", check=0)[1]
         for v in verbs:
             assert v in top, v
