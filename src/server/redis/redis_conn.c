@@ -640,14 +640,18 @@ static void sub_cb(redisAsyncContext *ac, void *reply, void *priv)
         return;
     if (strcmp(rep->element[0]->str, "message") == 0) {
         rs__on_message(r, rep);
-    } else if (strcmp(rep->element[0]->str, "subscribe") == 0 && c->state != RS_READY) {
-        /* (re)subscribed: what a lost message would have said is collected now */
-        int again = r->sub_once;
-        c->state = RS_READY;
-        r->sub_once = 1;
-        rs__collect_all(r);
-        if (again)
-            engine__events_rollback(r->front);
+    } else if (strcmp(rep->element[0]->str, "subscribe") == 0) {
+        const redisReply *ch = rep->element[1];
+        if (c->state != RS_READY) {
+            /* (re)subscribed: what a lost message would have said is collected now */
+            c->state = RS_READY;
+            r->sub_once = 1;
+            rs__collect_all(r);
+        }
+        /* a semaphore's events: those published before this took effect are in its log */
+        if (ch->type == REDIS_REPLY_STRING && ch->len > 8 && strncmp(ch->str, "sema:ev:", 8) == 0)
+            rs__ev_catch_up(r, ch->str + 8, ch->len - 8);
+        rs__drain(r);
     }
 }
 
