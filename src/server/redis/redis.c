@@ -1120,12 +1120,13 @@ void rs__on_reply(rs_t *r, rcmd_t *c, redisReply *rep)
         rs__conn_drop(r, rep->str);
         return;
     }
-    if (rep->type == REDIS_REPLY_ERROR || (rep->type != REDIS_REPLY_ARRAY && c->kind != RC_PLAIN)) {
+    if (rep->type == REDIS_REPLY_ERROR ||
+        (rep->type != REDIS_REPLY_ARRAY && c->kind != RC_PLAIN && c->kind != RC_MARK)) {
         log_warn("redis: a command failed: %s",
                  rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
         return fail_cmd(r, c, SEMA_EIO, "Redis refused the command (see semad's log)");
     }
-    if (c->kind != RC_PLAIN) {
+    if (c->kind != RC_PLAIN && c->kind != RC_MARK) {
         const redisReply *n = el_arr(rep, 6);
         r->nsems = (uint64_t)el_i64(n, 0);
         r->nleases = (uint64_t)el_i64(n, 1);
@@ -1138,6 +1139,9 @@ void rs__on_reply(rs_t *r, rcmd_t *c, redisReply *rep)
     }
     switch (c->kind) {
     case RC_PLAIN:
+        break;
+    case RC_MARK:
+        rs__ev_marked(r, c, rep);
         break;
     case RC_OP:
         op_reply(r, c, rep);
@@ -1366,6 +1370,7 @@ static void hb_each(void *arg, enode_t *n)
         memcpy(key + s->stem_len, ":s", 2);
         if (engine__watched(r->front, name, nlen)) {
             uint64_t uid;
+            rcmd_t *c;
             char fresh[48];
             engine__random(r->front, &uid, sizeof uid);
             snprintf(fresh, sizeof fresh, "%llu-0", (unsigned long long)((uid >> 12) | 1));
@@ -1373,7 +1378,8 @@ static void hb_each(void *arg, enode_t *n)
             a_add(&a, key, s->stem_len + 2);
             a_str(&a, "log");
             a_str(&a, fresh);
-            send_plain(r, &a);
+            if ((c = cmd_build(r, RC_MARK, &a)) != NULL)
+                rs__send(r, c);
             a = (rargs_t){0};
             a_str(&a, "HSET");
             a_add(&a, key, s->stem_len + 2);

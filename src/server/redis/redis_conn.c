@@ -440,7 +440,9 @@ static void hello_cb(redisAsyncContext *ac, void *reply, void *priv)
         conn_gone(c, "epoch check failed");
         return;
     }
-    if (r->epoch[0] != '\0' && strcmp(r->epoch, rep->element[0]->str) != 0) {
+    int lost = r->epoch[0] != '\0' && strcmp(r->epoch, rep->element[0]->str) != 0;
+
+    if (lost) {
         r->epoch_changes++;
         log_warn("redis: Redis lost its data (epoch %s, now %s): no grants until every lease "
                  "it held has run out",
@@ -450,6 +452,10 @@ static void hello_cb(redisAsyncContext *ac, void *reply, void *priv)
     r->epoch[rep->element[0]->len] = '\0';
     r->safe_at_ms = strtoll(rep->element[1]->str, NULL, 10);
     rs__on_ready(r);
+    if (lost) { /* the event logs went with the data: streams get "reset" */
+        rs__ev_catch_up_all(r);
+        rs__drain(r);
+    }
 }
 
 /* Load the library and check the epoch again (after "Function not found", or an epoch

@@ -328,6 +328,36 @@ void rs__ev_catch_up(rs_t *r, const char *stem, size_t len)
     }
 }
 
+static void catch_up_each(void *arg, enode_t *n)
+{
+    rsem_t *s = ECONTAINER(n, rsem_t, node);
+
+    if (s->watched)
+        rs__ev_catch_up(arg, s->stem, s->stem_len);
+}
+
+/* The heartbeat's HSETNX of the log's run answered: 1 means the marker had gone (it expired
+ * while this instance could not renew it, or Redis lost its data), so events may have gone
+ * unlogged: the semaphore's streams get "reset" (or "deleted", if it went too). */
+void rs__ev_marked(rs_t *r, const rcmd_t *c, const redisReply *rep)
+{
+    const char *key = (const char *)(c->lens + c->argc) + c->lens[0];
+    rsem_t *s;
+
+    if (rep == NULL || rep->type != REDIS_REPLY_INTEGER || rep->integer != 1 || c->argc < 2 ||
+        c->lens[1] < 3)
+        return;
+    s = rs__sem_find(r, key, c->lens[1] - 2);
+    if (s != NULL && s->watched && s->ev_uid != 0)
+        rs__ev_catch_up(r, s->stem, s->stem_len);
+}
+
+/* Redis lost its data: every log this instance follows starts a new run. */
+void rs__ev_catch_up_all(rs_t *r)
+{
+    etab_each(&r->sems, catch_up_each, r);
+}
+
 /* On the heartbeat: events of this instance whose reply never came (a retried command
  * answered from what the first attempt left) are read from the log. */
 void rs__ev_heartbeat(rs_t *r, rsem_t *s)

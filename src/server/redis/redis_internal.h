@@ -59,7 +59,9 @@ typedef struct rreq {
     char lid[ENGINE_LEASE_ID_MAX];
 } rreq_t;
 
-enum { RC_OP = 1, RC_CANCEL, RC_COLLECT, RC_DROP, RC_SWEEP, RC_WAIT, RC_PLAIN };
+/* RC_MARK: the heartbeat's HSETNX of an event log's run (redis_events.c): 1 means the
+ * marker had gone. */
+enum { RC_OP = 1, RC_CANCEL, RC_COLLECT, RC_DROP, RC_SWEEP, RC_WAIT, RC_PLAIN, RC_MARK };
 
 /* One command: its arguments are kept, so a retry after a lost connection sends the same
  * request id (which Redis answers from its cache if the first attempt ran). An FCALL is
@@ -182,6 +184,8 @@ void rs__ev_start(rs_t *r, rsem_t *s, int was_watched);
 void rs__ev_batch(rs_t *r, rsem_t *s, uint64_t uid, uint64_t first, const redisReply *acts);
 void rs__ev_message(rs_t *r, const char *stem, size_t slen, const char *pay, size_t plen);
 void rs__ev_catch_up(rs_t *r, const char *stem, size_t len);
+void rs__ev_catch_up_all(rs_t *r);
+void rs__ev_marked(rs_t *r, const rcmd_t *c, const redisReply *rep);
 void rs__ev_heartbeat(rs_t *r, rsem_t *s);
 int rs__events_point(void *be, const char *name, size_t len, uint64_t *uid, uint64_t *seq);
 int rs__events_replay(void *be, const char *name, size_t len, uint64_t uid, uint64_t seq,
