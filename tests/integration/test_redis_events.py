@@ -264,6 +264,29 @@ def test_trimmed_lost_or_deleted_log_says_reset():
         sa.close()
 
 
+def test_lost_messages_are_read_from_the_log():
+    """The subscriber connections are cut (CLIENT KILL TYPE pubsub) while changes are made
+    on B: the stream on A still gets every event, in order and numbered one by one, read
+    from the log when A resubscribes (or at the next event), with no "reset"."""
+    r, fl = fleet(2)
+    with r, fl:
+        a, b = fl[0], fl[1]
+        put(a, "pk", 1)
+        sa = Stream(a, "pk")
+        l0 = grant(b, "pk")
+        first = sa.next()
+        assert first["event"] == "granted", first
+        for rnd in range(3):
+            fx.wait_until(lambda: len(r.clients("pubsub")) >= 2, 10, "the subscribers")
+            assert r.kill_pubsub() >= 1
+            release(b, l0)
+            l0 = grant(b, "pk")
+        got = sa.take(6)
+        assert [e["event"] for e in got] == ["released", "granted"] * 3, got
+        consecutive(got, first["id"])
+        sa.close()
+
+
 def test_nothing_written_without_subscribers():
     """With nobody following a semaphore, its events cost nothing in Redis: no stream, no
     XADD, no PUBLISH (the script's one HGET finds no marker)."""
