@@ -651,7 +651,6 @@ static void sub_cb(redisAsyncContext *ac, void *reply, void *priv)
         if (c->state != RS_READY) {
             /* (re)subscribed: what a lost message would have said is collected now */
             c->state = RS_READY;
-            r->sub_once = 1;
             rs__collect_all(r);
         }
         /* a semaphore's events: those published before this took effect are in its log */

@@ -114,7 +114,6 @@ typedef struct rs {
     uv_check_t check;
     uint64_t backoff_ms, down_since;
     int conn_once; /* the command connection was up before */
-    int sub_once;  /* the subscriber connection was up before */
     int resyncing; /* a SCRIPT LOAD or hello runs: commands wait in retry/pending */
     elist_t inflight, retry, pending;
     elist_t unconfirmed; /* strict: undo commands answered, until a WAIT confirms them */
