@@ -1862,6 +1862,10 @@ static int rs_metrics(void *be, struct strbuf *out)
                       r->unknown_outcomes);
     jsonw_prom_series(&w, "semad_redis_wakeups_total", "Wake-up messages received.", "counter",
                       r->wakes);
+    jsonw_prom_series(&w, "semad_redis_event_log_reads_total",
+                      "Reads of a semaphore's event log in Redis (resumes, and events that "
+                      "reached this instance out of order or not at all).",
+                      "counter", r->log_reads);
     jsonw_prom_series(&w, "semad_redis_collects_total",
                       "Collections of grants for parked requests (wake-ups, heartbeats).",
                       "counter", r->collects);

@@ -187,6 +187,7 @@ static void ev_fill(rs_t *r, rsem_t *s, uint64_t upto)
                  (unsigned long long)s->ev_seq + 1);
         snprintf(to, sizeof to, "%llu-%llu", (unsigned long long)uid, (unsigned long long)upto);
         rep = redisCommand(c, "XRANGE %b %s %s", ke, el, from, to);
+        r->log_reads++;
     }
     for (size_t i = 0; rep != NULL && rep->type == REDIS_REPLY_ARRAY && i < rep->elements; i++) {
         const redisReply *e = rep->element[i], *f;
@@ -398,6 +399,7 @@ int rs__events_replay(void *be, const char *name, size_t len, uint64_t uid, uint
         return ENGINE_LOG_UNKNOWN;
     kl = key_of(ks, stem, sl, ":s");
     el = key_of(ke, stem, sl, ":e");
+    r->log_reads++;
     rep = redisCommand(c, "HGET %b log", ks, kl);
     if (rep == NULL || rep->type != REDIS_REPLY_STRING ||
         parse_point(rep->str, rep->len, &pu, &ps) != 0) {

@@ -131,7 +131,7 @@ typedef struct rs {
     int draining, shutting_down, closing, handles_open;
     /* counters */
     uint64_t commands, replies, reconnects, cmd_timeouts, unknown_outcomes, wakes, collects, gone,
-        epoch_changes, waits, waits_short;
+        epoch_changes, waits, waits_short, log_reads;
     char errbuf[256];
 } rs_t;
 
