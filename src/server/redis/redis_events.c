@@ -283,7 +283,7 @@ void rs__ev_message(rs_t *r, const char *stem, size_t slen, const char *pay, siz
         size_t n = 0;
         for (size_t i = ilen + 1; i < plen; i++)
             n += pay[i] == '\0';
-        if (n >= 1 && (uid != s->own_uid || first + n / RS_ACT_LEN - 1 > s->own_seq)) {
+        if (n >= RS_ACT_LEN && (uid != s->own_uid || first + n / RS_ACT_LEN - 1 > s->own_seq)) {
             s->own_uid = uid;
             s->own_seq = first + n / RS_ACT_LEN - 1;
         }
