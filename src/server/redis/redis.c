@@ -761,13 +761,11 @@ static void process_acts(rs_t *r, const redisReply *rep, int mine)
     size_t slen, nlen;
     const char *stem = el_str(rep, 5, &slen);
     char kind;
-    const char *name = stem_name(stem, slen, &nlen, &kind);
     int64_t now_ms = el_i64(rep, 2);
-    engine_result_t scratch;
 
     if (acts == NULL)
         return;
-    memset(&scratch, 0, sizeof scratch);
+    (void)stem_name(stem, slen, &nlen, &kind);
     for (size_t i = 0; i + ACT_LEN <= acts->elements; i += ACT_LEN) {
         const char *type = el_str(acts, i, NULL);
         size_t wlen;
@@ -780,14 +778,12 @@ static void process_acts(rs_t *r, const redisReply *rep, int mine)
             if (rq != NULL)
                 waiter_done(r, rq, type, acts, i);
         }
-        engine_result_clear(&scratch);
     }
     if (kind == 's') { /* its events, numbered by the log (when anyone follows them) */
         const redisReply *n = el_arr(rep, 6);
         rs__ev_batch(r, rsem_find(r, stem, slen), (uint64_t)el_i64(n, 5), (uint64_t)el_i64(n, 6),
                      acts);
     }
-    (void)name;
 }
 
 /* ---- ops: requests to commands ---- */
