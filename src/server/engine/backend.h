@@ -13,6 +13,16 @@
 
 struct strbuf;
 
+struct engine_event;
+
+/* What events_replay found. */
+enum {
+    ENGINE_LOG_OK = 0,  /* replayed (maybe nothing: the id was the current point) */
+    ENGINE_LOG_FOREIGN, /* the id is not from the log as it runs now */
+    ENGINE_LOG_GONE,    /* some events after the id are no longer kept */
+    ENGINE_LOG_UNKNOWN  /* the log could not be read */
+};
+
 typedef struct engine_backend {
     const char *name; /* what `semad --engine` names it */
 
@@ -37,6 +47,17 @@ typedef struct engine_backend {
     void (*stats)(void *be, engine_stats_t *out);
     /* Append its own Prometheus metrics. 0 or SEMA_ENOMEM. */
     int (*metrics)(void *be, struct strbuf *out);
+    /* Optional: a back end that numbers events itself, in a log shared by every instance of
+     * one store (Redis), sets both; the front then keeps no resume ring for it.
+     * events_point: where the semaphore's log stands, as read by the exists() just made for
+     * a subscription: 0, or -1 when unknown. events_replay: the events after uid-seq, oldest
+     * first, through each(ctx, ev) (ev->uid and ev->seq set); *cur_uid and *cur_seq get
+     * where the log stands (the last event replayed, or the current point). Returns an
+     * ENGINE_LOG_* code. */
+    int (*events_point)(void *be, const char *name, size_t len, uint64_t *uid, uint64_t *seq);
+    int (*events_replay)(void *be, const char *name, size_t len, uint64_t uid, uint64_t seq,
+                         void (*each)(void *ctx, const struct engine_event *ev), void *ctx,
+                         uint64_t *cur_uid, uint64_t *cur_seq);
     /* Optional operations. A back end that leaves `tickets` 0 never sees ENGINE_TICKET_*:
      * the front fails them with SEMA_ENOTSUP (HTTP 501, code not_supported). */
     int tickets;
@@ -79,13 +100,17 @@ void engine__lease_id(engine_t *e, char id[ENGINE_LEASE_ID_MAX]);
 void engine__random(engine_t *e, void *out, size_t n);
 
 /* An event for the semaphore's subscribers; cheap when nobody watches. `lease` for
- * granted, released, expired and revoked; `capacity` for resized. */
-typedef struct {
+ * granted, released, expired and revoked; `capacity` for resized. A back end with an event
+ * log (events_replay) numbers its events: `uid` and `seq` are the event's id, and it may
+ * send "reset" (with `reason`) to every subscriber, numbered with the log's point. */
+typedef struct engine_event {
     const char *type;
     const char *name;
     size_t name_len;
     const engine_lease_t *lease;
     uint64_t capacity;
+    uint64_t uid, seq; /* 0: the front numbers it */
+    const char *reason;
 } engine_event_t;
 void engine__event(engine_t *e, const engine_event_t *ev);
 /* The back end's state was rebuilt (a store rollback): every subscription whose semaphore

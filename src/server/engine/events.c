@@ -178,8 +178,10 @@ static void recent_push(engine_t *e, const esub_group_t *g, uint64_t seq, const 
     e->recent_len++;
 }
 
-/* Number an event of group g, queue it and remember it. Steals `t`; 0 or SEMA_ENOMEM. */
-static int queue_event(engine_t *e, esub_group_t *g, const char *type, etext_t *t)
+/* Queue an event of group g: numbered by the back end (uid != 0: its log keeps it for
+ * resumes), or numbered here and remembered in the ring. Steals `t`; 0 or SEMA_ENOMEM. */
+static int queue_event(engine_t *e, esub_group_t *g, const char *type, etext_t *t, uint64_t uid,
+                       uint64_t seq)
 {
     eevent_t *ev;
 
@@ -189,10 +191,18 @@ static int queue_event(engine_t *e, esub_group_t *g, const char *type, etext_t *
     }
     ev->grp = g;
     g->refs++;
-    ev->seq = ++g->seq;
     ev->type = type;
     ev->text = t;
     elist_push_back(&e->events, &ev->link);
+    if (uid != 0) {
+        ev->uid = g->uid = uid;
+        ev->seq = g->seq = seq;
+        ev->force = strcmp(type, "reset") == 0;
+        return 0;
+    }
+    ev->uid = g->uid;
+    ev->seq = ++g->seq;
+    ev->force = 0;
     recent_push(e, g, ev->seq, type, t);
     return 0;
 }
@@ -210,7 +220,7 @@ void engine__event(engine_t *e, const engine_event_t *ev)
         group_free(e, g); /* nobody came back for these events */
         return;
     }
-    if (queue_event(e, g, ev->type, text_new(ev, NULL)) != 0)
+    if (queue_event(e, g, ev->type, text_new(ev, ev->reason), ev->uid, ev->seq) != 0)
         return;
     if (strcmp(ev->type, "deleted") == 0)
         group_detach(e, g); /* finished: a new semaphore of the name is new */
@@ -218,7 +228,9 @@ void engine__event(engine_t *e, const engine_event_t *ev)
 
 int engine__watched(engine_t *e, const char *name, size_t len)
 {
-    return e->subgroups.count != 0 && group_find(e, name, len) != NULL;
+    const esub_group_t *g = e->subgroups.count != 0 ? group_find(e, name, len) : NULL;
+
+    return g != NULL && !group_expired(e, g);
 }
 
 static void event_id(char *buf, size_t cap, uint64_t uid, uint64_t seq)
@@ -226,13 +238,20 @@ static void event_id(char *buf, size_t cap, uint64_t uid, uint64_t seq)
     snprintf(buf, cap, "%llu-%llu", (unsigned long long)uid, (unsigned long long)seq);
 }
 
+static etext_t *group_text(const esub_group_t *g, const char *type, const char *reason);
+
+#define REASON_NEW_RUN                                                                             \
+    "the semaphore's events started a new run: some may have been lost (read the state again)"
+
 /* Deliver the oldest queued event to every live subscriber of its group that has not had
- * it yet (a resume may have replayed it already). */
+ * it yet (a resume may have replayed it already). A subscriber that followed another run of
+ * the events (a back end's log that started again) gets "reset" in its place, with its id. */
 int engine__deliver_event(engine_t *e)
 {
     eevent_t *ev;
     esub_group_t *g;
-    int last;
+    etext_t *gap = NULL;
+    int last, reset;
     char id[48];
 
     if (elist_empty(&e->events))
@@ -240,19 +259,31 @@ int engine__deliver_event(engine_t *e)
     ev = ECONTAINER(e->events.next, eevent_t, link);
     g = ev->grp;
     last = strcmp(ev->type, "deleted") == 0;
+    reset = strcmp(ev->type, "reset") == 0;
     elist_remove(&ev->link);
-    event_id(id, sizeof(id), g->uid, ev->seq);
+    event_id(id, sizeof(id), ev->uid, ev->seq);
     g->refs++; /* keep the group while callbacks unsubscribe */
     for (elist_t *x = g->subs.next, *next; x != &g->subs; x = next) {
         engine_sub_t *sub = ECONTAINER(x, engine_sub_t, link);
+        const char *type = ev->type;
+        etext_t *text = ev->text;
         next = x->next;
-        if (sub->finished || sub->seen >= ev->seq)
+        if (sub->finished || (!ev->force && sub->uid == ev->uid && sub->seen >= ev->seq))
             continue;
+        if (sub->uid != 0 && sub->uid != ev->uid && !reset && !last) {
+            if (gap == NULL && (gap = group_text(g, "reset", REASON_NEW_RUN)) == NULL)
+                continue;
+            type = "reset";
+            text = gap;
+        }
         if (last)
             sub->finished = 1;
-        sub->seen = ev->seq;
-        sub->cb(sub->arg, id, ev->type, ev->text->data, ev->text->len);
+        if (sub->uid != ev->uid || sub->seen < ev->seq)
+            sub->seen = ev->seq;
+        sub->uid = ev->uid;
+        sub->cb(sub->arg, id, type, text->data, text->len);
     }
+    text_unref(gap);
     text_unref(ev->text);
     group_unref(e, g);
     group_unref(e, g);
@@ -288,6 +319,12 @@ int engine_subscribe(engine_t *e, const char *name, engine_event_cb cb, void *ar
     sub->grp = g;
     sub->cb = cb;
     sub->arg = arg;
+    sub->uid = g->uid;
+    if (e->ops->events_point != NULL &&
+        e->ops->events_point(e->be, name, len, &sub->uid, &sub->seen) != 0) {
+        sub->uid = 0; /* unknown: it follows the run of the first event it gets */
+        sub->seen = 0;
+    }
     elist_push_back(&g->subs, &sub->link);
     e->nsubs++;
     *out = sub;
@@ -324,6 +361,7 @@ static void sub_reset(engine_sub_t *sub, const char *reason, engine_event_cb cb,
     etext_t *t = group_text(g, "reset", reason);
 
     event_id(id, sizeof(id), g->uid, g->seq);
+    sub->uid = g->uid;
     sub->seen = g->seq; /* what is queued now is older than the state the client reads */
     if (t != NULL)
         cb(arg, id, "reset", t->data, t->len);
@@ -341,6 +379,82 @@ static size_t recent_find(const engine_t *e, uint64_t uid, uint64_t seq)
     return e->recent_len;
 }
 
+/* ---- resuming from a back end's log ---- */
+
+typedef struct {
+    engine_sub_t *sub;
+    engine_event_cb cb;
+    void *arg;
+} replay_ctx_t;
+
+static void replay_each(void *arg, const engine_event_t *ev)
+{
+    replay_ctx_t *c = arg;
+    engine_sub_t *sub = c->sub;
+    etext_t *t;
+    char id[48];
+
+    if (sub->finished || (t = text_new(ev, ev->reason)) == NULL)
+        return;
+    event_id(id, sizeof(id), ev->uid, ev->seq);
+    sub->uid = ev->uid;
+    sub->seen = ev->seq;
+    if (strcmp(ev->type, "deleted") == 0)
+        sub->finished = 1;
+    c->cb(c->arg, id, ev->type, t->data, t->len);
+    text_unref(t);
+}
+
+static void log_reset(engine_sub_t *sub, uint64_t uid, uint64_t seq, const char *reason,
+                      engine_event_cb cb, void *arg)
+{
+    esub_group_t *g = sub->grp;
+    char id[48];
+    etext_t *t = group_text(g, "reset", reason);
+
+    sub->uid = uid;
+    sub->seen = seq; /* live events up to the point are older than the state the client reads */
+    event_id(id, sizeof(id), uid, seq);
+    if (t != NULL)
+        cb(arg, id, "reset", t->data, t->len);
+    text_unref(t);
+}
+
+/* The back end keeps the events (a log shared by every instance on Redis): it replays them,
+ * or says why it cannot, which makes the same "reset" as the ring's. */
+static void resume_from_log(engine_t *e, engine_sub_t *sub, const char *last_id, engine_event_cb cb,
+                            void *arg)
+{
+    esub_group_t *g = sub->grp;
+    replay_ctx_t c = {sub, cb, arg};
+    uint64_t uid = 0, seq = 0, cu = sub->uid, cs = sub->seen;
+    int rc;
+
+    if (parse_event_id(last_id, &uid, &seq) != 0)
+        uid = seq = 0; /* matches no log: the back end answers with its point */
+    sub->uid = uid;    /* what the client has seen; the replay takes it to the log's point */
+    sub->seen = seq;
+    rc = e->ops->events_replay(e->be, g->name, g->name_len, uid, seq, replay_each, &c, &cu, &cs);
+    switch (rc) {
+    case ENGINE_LOG_OK:
+        if (!sub->finished && (sub->uid != cu || sub->seen < cs)) {
+            sub->uid = cu;
+            sub->seen = cs;
+        }
+        return;
+    case ENGINE_LOG_FOREIGN:
+        log_reset(sub, cu, cs, "Last-Event-ID is not from this run of the semaphore's events", cb,
+                  arg);
+        return;
+    case ENGINE_LOG_GONE:
+        log_reset(sub, cu, cs, "the events since Last-Event-ID are no longer kept", cb, arg);
+        return;
+    default:
+        log_reset(sub, cu, cs, "the semaphore's events could not be read from the store", cb, arg);
+        return;
+    }
+}
+
 void engine_sub_resume(engine_t *e, engine_sub_t *sub, const char *last_id, engine_event_cb cb,
                        void *arg)
 {
@@ -350,6 +464,10 @@ void engine_sub_resume(engine_t *e, engine_sub_t *sub, const char *last_id, engi
 
     if (sub->finished || last_id == NULL)
         return;
+    if (e->ops->events_replay != NULL) {
+        resume_from_log(e, sub, last_id, cb, arg);
+        return;
+    }
     if (parse_event_id(last_id, &uid, &seq) != 0 || uid != g->uid || seq > g->seq) {
         sub_reset(sub, "Last-Event-ID is not from this run of the semaphore's events", cb, arg);
         return;
@@ -370,6 +488,7 @@ void engine_sub_resume(engine_t *e, engine_sub_t *sub, const char *last_id, engi
         if (r->uid != uid)
             continue;
         event_id(id, sizeof(id), r->uid, r->seq);
+        sub->uid = r->uid;
         sub->seen = r->seq;
         if (strcmp(r->type, "deleted") == 0)
             sub->finished = 1;
@@ -403,12 +522,12 @@ static void rollback_group(void *arg, enode_t *n)
         g->uid = ++e->group_uid;
         (void)queue_event(
             e, g, "reset",
-            group_text(g, "reset", "changes that could not be stored were rolled back"));
+            group_text(g, "reset", "changes that could not be stored were rolled back"), 0, 0);
         return;
     }
     /* The semaphore is gone after a reload: tell its subscribers. */
     group_detach(e, g);
-    if (queue_event(e, g, "deleted", group_text(g, "deleted", NULL)) != 0 && g->refs == 0)
+    if (queue_event(e, g, "deleted", group_text(g, "deleted", NULL), 0, 0) != 0 && g->refs == 0)
         group_free(e, g); /* idle, and nothing queued holds it */
 }
 

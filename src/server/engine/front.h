@@ -34,6 +34,7 @@ struct engine_sub {
     esub_group_t *grp;
     engine_event_cb cb;
     void *arg;
+    uint64_t uid;  /* the run of events it follows (0: the first event's) */
     uint64_t seen; /* the last event number this subscriber got (replayed ones included) */
     int finished;
 };
@@ -42,7 +43,8 @@ struct engine_sub {
 typedef struct {
     elist_t link;
     esub_group_t *grp;
-    uint64_t seq;
+    uint64_t uid, seq;
+    int force; /* a back end's "reset": sent to every subscriber, whatever it has seen */
     const char *type;
     etext_t *text;
 } eevent_t;

@@ -44,7 +44,12 @@ static size_t stem_make(char *buf, size_t cap, char kind, const char *name, size
     return (size_t)n + len;
 }
 
-#define STEM_HEAD 17 /* strlen("sema:{01234567}s:") */
+#define STEM_HEAD RS_STEM_HEAD
+
+size_t rs__stem(char *buf, size_t cap, char kind, const char *name, size_t len)
+{
+    return stem_make(buf, cap, kind, name, len);
+}
 
 /* ---- command arguments ---- */
 
@@ -389,6 +394,11 @@ static rsem_t *rsem_get(rs_t *r, const char *stem, size_t len)
     return s;
 }
 
+rsem_t *rs__sem_find(rs_t *r, const char *stem, size_t len)
+{
+    return rsem_find(r, stem, len);
+}
+
 static void rsem_maybe_free(rs_t *r, rsem_t *s)
 {
     if (s->nparked > 0 || s->watched || s->collecting)
@@ -644,7 +654,7 @@ void rs__collect_all(rs_t *r)
 
 /* ---- acts: what a script did, in order ---- */
 
-enum { ACT_LEN = 11 };
+enum { ACT_LEN = RS_ACT_LEN };
 
 /* The public event types, as the static strings the front keeps. */
 static const char *event_type(const char *t)
@@ -658,25 +668,32 @@ static const char *event_type(const char *t)
     return NULL;
 }
 
-static void act_event(rs_t *r, const char *t, const char *name, size_t nlen, const redisReply *acts,
-                      size_t i, engine_result_t *scratch)
+int rs__act_is_event(const char *type)
 {
-    engine_lease_t l;
-    const char *type = event_type(t);
-    engine_event_t ev = {.type = type, .name = name, .name_len = nlen};
+    return event_type(type) != NULL;
+}
 
+int rs__act_to_event(const redisReply *acts, size_t i, const char *name, size_t nlen,
+                     engine_result_t *scratch, engine_event_t *ev, engine_lease_t *l)
+{
+    const char *type = event_type(el_str(acts, i, NULL));
+
+    memset(ev, 0, sizeof(*ev));
     if (type == NULL)
-        return;
+        return -1;
+    ev->type = type;
+    ev->name = name;
+    ev->name_len = nlen;
     if (strcmp(type, "resized") == 0) {
-        ev.capacity = (uint64_t)el_i64(acts, i + 10);
+        ev->capacity = (uint64_t)el_i64(acts, i + 10);
     } else if (strcmp(type, "deleted") != 0) {
-        if (lease_from(scratch, &l, acts, i + 3) != 0)
-            return;
-        l.name = name;
-        l.name_len = nlen;
-        ev.lease = &l;
+        if (lease_from(scratch, l, acts, i + 3) != 0)
+            return -1;
+        l->name = name;
+        l->name_len = nlen;
+        ev->lease = l;
     }
-    engine__event(r->front, &ev);
+    return 0;
 }
 
 static void count_act(rs_t *r, const char *type, const redisReply *acts, size_t i, int64_t now_ms)
@@ -744,13 +761,11 @@ static void process_acts(rs_t *r, const redisReply *rep, int mine)
     size_t slen, nlen;
     const char *stem = el_str(rep, 5, &slen);
     char kind;
-    const char *name = stem_name(stem, slen, &nlen, &kind);
     int64_t now_ms = el_i64(rep, 2);
-    engine_result_t scratch;
 
     if (acts == NULL)
         return;
-    memset(&scratch, 0, sizeof scratch);
+    (void)stem_name(stem, slen, &nlen, &kind);
     for (size_t i = 0; i + ACT_LEN <= acts->elements; i += ACT_LEN) {
         const char *type = el_str(acts, i, NULL);
         size_t wlen;
@@ -758,14 +773,16 @@ static void process_acts(rs_t *r, const redisReply *rep, int mine)
         const char *inst = el_str(acts, i + 2, NULL);
         if (mine)
             count_act(r, type, acts, i, now_ms);
-        if (kind == 's')
-            act_event(r, type, name, nlen, acts, i, &scratch);
         if (wlen > 0 && strcmp(inst, r->inst) == 0) {
             rreq_t *rq = parked_find(r, wid, wlen);
             if (rq != NULL)
                 waiter_done(r, rq, type, acts, i);
         }
-        engine_result_clear(&scratch);
+    }
+    if (kind == 's') { /* its events, numbered by the log (when anyone follows them) */
+        const redisReply *n = el_arr(rep, 6);
+        rs__ev_batch(r, rsem_find(r, stem, slen), (uint64_t)el_i64(n, 5), (uint64_t)el_i64(n, 6),
+                     acts);
     }
 }
 
@@ -1099,12 +1116,13 @@ void rs__on_reply(rs_t *r, rcmd_t *c, redisReply *rep)
         rs__conn_drop(r, rep->str);
         return;
     }
-    if (rep->type == REDIS_REPLY_ERROR || (rep->type != REDIS_REPLY_ARRAY && c->kind != RC_PLAIN)) {
+    if (rep->type == REDIS_REPLY_ERROR ||
+        (rep->type != REDIS_REPLY_ARRAY && c->kind != RC_PLAIN && c->kind != RC_MARK)) {
         log_warn("redis: a command failed: %s",
                  rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
         return fail_cmd(r, c, SEMA_EIO, "Redis refused the command (see semad's log)");
     }
-    if (c->kind != RC_PLAIN) {
+    if (c->kind != RC_PLAIN && c->kind != RC_MARK) {
         const redisReply *n = el_arr(rep, 6);
         r->nsems = (uint64_t)el_i64(n, 0);
         r->nleases = (uint64_t)el_i64(n, 1);
@@ -1117,6 +1135,9 @@ void rs__on_reply(rs_t *r, rcmd_t *c, redisReply *rep)
     }
     switch (c->kind) {
     case RC_PLAIN:
+        break;
+    case RC_MARK:
+        rs__ev_marked(r, c, rep);
         break;
     case RC_OP:
         op_reply(r, c, rep);
@@ -1344,6 +1365,18 @@ static void hb_each(void *arg, enode_t *n)
         memcpy(key, s->stem, s->stem_len);
         memcpy(key + s->stem_len, ":s", 2);
         if (engine__watched(r->front, name, nlen)) {
+            uint64_t uid;
+            rcmd_t *c;
+            char fresh[48];
+            engine__random(r->front, &uid, sizeof uid);
+            snprintf(fresh, sizeof fresh, "%llu-0", (unsigned long long)((uid >> 12) | 1));
+            a_str(&a, "HSETNX"); /* a marker that expired comes back with a new run */
+            a_add(&a, key, s->stem_len + 2);
+            a_str(&a, "log");
+            a_str(&a, fresh);
+            if ((c = cmd_build(r, RC_MARK, &a)) != NULL)
+                rs__send(r, c);
+            a = (rargs_t){0};
             a_str(&a, "HSET");
             a_add(&a, key, s->stem_len + 2);
             a_str(&a, r->inst);
@@ -1354,9 +1387,17 @@ static void hb_each(void *arg, enode_t *n)
             a_add(&a, key, s->stem_len + 2);
             a_i64(&a, 3 * RS_HEARTBEAT_MS);
             send_plain(r, &a);
+            a = (rargs_t){0};
+            memcpy(key + s->stem_len, ":e", 2); /* the log lives as long as the marker */
+            a_str(&a, "PEXPIRE");
+            a_add(&a, key, s->stem_len + 2);
+            a_i64(&a, 3 * RS_HEARTBEAT_MS);
+            send_plain(r, &a);
+            rs__ev_heartbeat(r, s);
         } else {
             rs__sub_watch(r, s, 0);
             s->watched = 0;
+            s->ev_uid = s->ev_seq = 0;
             a_str(&a, "HDEL");
             a_add(&a, key, s->stem_len + 2);
             a_str(&a, r->inst);
@@ -1450,52 +1491,6 @@ static void check_cb(uv_check_t *h)
 
 /* ---- messages ---- */
 
-/* Events another instance made: "<inst>\0" then ACT_LEN fields per act, NUL-separated. */
-static void event_message(rs_t *r, const char *stem, size_t slen, const char *pay, size_t plen)
-{
-    size_t ilen = strnlen(pay, plen), nlen, n = 0, cap;
-    char kind;
-    const char *name = stem_name(stem, slen, &nlen, &kind);
-    redisReply fake, **els, *cells;
-    engine_result_t scratch;
-    char *buf;
-
-    if (kind != 's' || ilen >= plen || (ilen == strlen(r->inst) && memcmp(pay, r->inst, ilen) == 0))
-        return; /* its own are delivered from the script's reply */
-    cap = 1;
-    for (size_t i = ilen + 1; i < plen; i++)
-        cap += pay[i] == '\0';
-    buf = sema__malloc(plen + 1);
-    els = sema__malloc(cap * sizeof(*els));
-    cells = sema__calloc(cap, sizeof(*cells));
-    if (buf == NULL || els == NULL || cells == NULL)
-        goto out;
-    memcpy(buf, pay, plen);
-    buf[plen] = '\0';
-    for (char *p = buf + ilen + 1, *end = buf + plen; n < cap && p <= end; n++) {
-        size_t len = strlen(p);
-        cells[n].type = REDIS_REPLY_STRING;
-        cells[n].str = p;
-        cells[n].len = len;
-        els[n] = &cells[n];
-        p += len + 1;
-    }
-    memset(&fake, 0, sizeof fake);
-    fake.type = REDIS_REPLY_ARRAY;
-    fake.element = els;
-    fake.elements = n - n % ACT_LEN;
-    memset(&scratch, 0, sizeof scratch);
-    for (size_t i = 0; i + ACT_LEN <= fake.elements; i += ACT_LEN) {
-        act_event(r, el_str(&fake, i, NULL), name, nlen, &fake, i, &scratch);
-        engine_result_clear(&scratch);
-    }
-out:
-    sema__free(buf);
-    sema__free(els);
-    sema__free(cells);
-    rs__drain(r);
-}
-
 /* "sema:wake:<inst>" with a stem: something was granted to a waiter here. "sema:ev:<stem>"
  * with "<inst>\0" and acts: events another instance made. */
 void rs__on_message(rs_t *r, redisReply *msg)
@@ -1511,8 +1506,10 @@ void rs__on_message(rs_t *r, redisReply *msg)
             collect(r, s, 0);
         return;
     }
-    if (clen > 8 && strncmp(chan, "sema:ev:", 8) == 0)
-        event_message(r, chan + 8, clen - 8, pay, plen);
+    if (clen > 8 && strncmp(chan, "sema:ev:", 8) == 0) {
+        rs__ev_message(r, chan + 8, clen - 8, pay, plen);
+        rs__drain(r);
+    }
 }
 
 /* ---- the back end's table ---- */
@@ -1701,7 +1698,7 @@ static void rs_shutdown(void *be)
 /* A blocking connection for the engine's synchronous questions (does a semaphore exist, the
  * per-semaphore gauges of /metrics): rare, and bounded by a 250 ms timeout. NULL when Redis
  * does not answer. */
-static redisContext *sync_ctx(rs_t *r)
+redisContext *rs__sync(rs_t *r)
 {
     struct timeval tv = {0, 250000};
     redisContext *c = r->sync;
@@ -1733,7 +1730,7 @@ static int rs_exists(void *be, const char *name, size_t len)
     rs_t *r = be;
     char stem[STEM_HEAD + 65536], key[STEM_HEAD + 65540];
     size_t sl = stem_make(stem, sizeof stem, 's', name, len);
-    redisContext *c = sync_ctx(r);
+    redisContext *c = rs__sync(r);
     redisReply *rep;
     int exists = 1;
 
@@ -1749,27 +1746,18 @@ static int rs_exists(void *be, const char *name, size_t len)
     }
     if (exists && !r->shutting_down) {
         rsem_t *s = rsem_get(r, stem, sl);
-        if (s != NULL && !s->watched) {
-            rargs_t a = {0};
+        if (s != NULL) {
+            int was = s->watched;
+            /* the marker, done before the stream's answer: every change made once the
+             * client has it is logged and published (rs__ev_watch) */
+            s->pt_ok = rs__ev_watch(r, s) == 0;
             s->watched = 1;
-            rs__sub_watch(r, s, 1);
-            a_str(&a, "HSET");
-            memcpy(key + sl, ":s", 3);
-            a_add(&a, key, sl + 2);
-            a_str(&a, r->inst);
-            a_i64(&a, 1);
-            send_plain(r, &a);
-            a = (rargs_t){0};
-            a_str(&a, "PEXPIRE");
-            a_add(&a, key, sl + 2);
-            a_i64(&a, 3 * RS_HEARTBEAT_MS);
-            send_plain(r, &a);
-            /* on the wire before the stream's answer: a change another instance makes once
-             * the client has it is published, and reaches this instance */
-            if (r->cmd.ac != NULL && r->cmd.state == RS_READY)
-                redisAsyncHandleWrite(r->cmd.ac);
-            if (r->sub.ac != NULL && s->subscribed)
-                redisAsyncHandleWrite(r->sub.ac);
+            rs__ev_start(r, s, was);
+            if (!was) {
+                rs__sub_watch(r, s, 1);
+                if (r->sub.ac != NULL && s->subscribed)
+                    redisAsyncHandleWrite(r->sub.ac);
+            }
         }
     }
     return exists;
@@ -1812,7 +1800,7 @@ static void put_sem_gauges(rs_t *r, jsonw_t *w)
     static const char *const names[] = {"semad_semaphore_capacity", "semad_semaphore_available",
                                         "semad_semaphore_held", "semad_semaphore_waiters"};
     static const int field[] = {0, 1, 2, 4};
-    redisContext *c = sync_ctx(r);
+    redisContext *c = rs__sync(r);
     redisReply *rep = NULL;
     const redisReply *items;
     char limit[24];
@@ -1870,6 +1858,10 @@ static int rs_metrics(void *be, struct strbuf *out)
                       r->unknown_outcomes);
     jsonw_prom_series(&w, "semad_redis_wakeups_total", "Wake-up messages received.", "counter",
                       r->wakes);
+    jsonw_prom_series(&w, "semad_redis_event_log_reads_total",
+                      "Reads of a semaphore's event log in Redis (resumes, and events that "
+                      "reached this instance out of order or not at all).",
+                      "counter", r->log_reads);
     jsonw_prom_series(&w, "semad_redis_collects_total",
                       "Collections of grants for parked requests (wake-ups, heartbeats).",
                       "counter", r->collects);
@@ -1957,4 +1949,6 @@ const engine_backend_t engine_backend_redis = {
     .exists = rs_exists,
     .stats = rs_stats,
     .metrics = rs_metrics,
+    .events_point = rs__events_point,
+    .events_replay = rs__events_replay,
 };

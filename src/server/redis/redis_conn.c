@@ -440,7 +440,9 @@ static void hello_cb(redisAsyncContext *ac, void *reply, void *priv)
         conn_gone(c, "epoch check failed");
         return;
     }
-    if (r->epoch[0] != '\0' && strcmp(r->epoch, rep->element[0]->str) != 0) {
+    int lost = r->epoch[0] != '\0' && strcmp(r->epoch, rep->element[0]->str) != 0;
+
+    if (lost) {
         r->epoch_changes++;
         log_warn("redis: Redis lost its data (epoch %s, now %s): no grants until every lease "
                  "it held has run out",
@@ -450,6 +452,10 @@ static void hello_cb(redisAsyncContext *ac, void *reply, void *priv)
     r->epoch[rep->element[0]->len] = '\0';
     r->safe_at_ms = strtoll(rep->element[1]->str, NULL, 10);
     rs__on_ready(r);
+    if (lost) { /* the event logs went with the data: streams get "reset" */
+        rs__ev_catch_up_all(r);
+        rs__drain(r);
+    }
 }
 
 /* Load the library and check the epoch again (after "Function not found", or an epoch
@@ -640,14 +646,17 @@ static void sub_cb(redisAsyncContext *ac, void *reply, void *priv)
         return;
     if (strcmp(rep->element[0]->str, "message") == 0) {
         rs__on_message(r, rep);
-    } else if (strcmp(rep->element[0]->str, "subscribe") == 0 && c->state != RS_READY) {
-        /* (re)subscribed: what a lost message would have said is collected now */
-        int again = r->sub_once;
-        c->state = RS_READY;
-        r->sub_once = 1;
-        rs__collect_all(r);
-        if (again)
-            engine__events_rollback(r->front);
+    } else if (strcmp(rep->element[0]->str, "subscribe") == 0) {
+        const redisReply *ch = rep->element[1];
+        if (c->state != RS_READY) {
+            /* (re)subscribed: what a lost message would have said is collected now */
+            c->state = RS_READY;
+            rs__collect_all(r);
+        }
+        /* a semaphore's events: those published before this took effect are in its log */
+        if (ch->type == REDIS_REPLY_STRING && ch->len > 8 && strncmp(ch->str, "sema:ev:", 8) == 0)
+            rs__ev_catch_up(r, ch->str + 8, ch->len - 8);
+        rs__drain(r);
     }
 }
 

@@ -31,6 +31,10 @@ typedef struct rsem {
     elist_t parked; /* rreq_t.plink */
     uint32_t nparked;
     uint8_t collecting, collect_again, watched, subscribed;
+    uint8_t pt_ok, pt_gone;    /* pt_*: the log's point as the last rs__ev_watch read it */
+    uint64_t pt_uid, pt_seq;   /* (redis_events.c) */
+    uint64_t ev_uid, ev_seq;   /* the last event handed to the front (0: none yet) */
+    uint64_t own_uid, own_seq; /* the last event this instance's own messages announced */
     size_t stem_len;
     size_t name_off; /* where the name starts in stem */
     char stem[];
@@ -55,7 +59,9 @@ typedef struct rreq {
     char lid[ENGINE_LEASE_ID_MAX];
 } rreq_t;
 
-enum { RC_OP = 1, RC_CANCEL, RC_COLLECT, RC_DROP, RC_SWEEP, RC_WAIT, RC_PLAIN };
+/* RC_MARK: the heartbeat's HSETNX of an event log's run (redis_events.c): 1 means the
+ * marker had gone. */
+enum { RC_OP = 1, RC_CANCEL, RC_COLLECT, RC_DROP, RC_SWEEP, RC_WAIT, RC_PLAIN, RC_MARK };
 
 /* One command: its arguments are kept, so a retry after a lost connection sends the same
  * request id (which Redis answers from its cache if the first attempt ran). An FCALL is
@@ -108,7 +114,6 @@ typedef struct rs {
     uv_check_t check;
     uint64_t backoff_ms, down_since;
     int conn_once; /* the command connection was up before */
-    int sub_once;  /* the subscriber connection was up before */
     int resyncing; /* a SCRIPT LOAD or hello runs: commands wait in retry/pending */
     elist_t inflight, retry, pending;
     elist_t unconfirmed; /* strict: undo commands answered, until a WAIT confirms them */
@@ -126,7 +131,7 @@ typedef struct rs {
     int draining, shutting_down, closing, handles_open;
     /* counters */
     uint64_t commands, replies, reconnects, cmd_timeouts, unknown_outcomes, wakes, collects, gone,
-        epoch_changes, waits, waits_short;
+        epoch_changes, waits, waits_short, log_reads;
     char errbuf[256];
 } rs_t;
 
@@ -143,7 +148,17 @@ void rs__on_ready(rs_t *r);
 extern const char rs__lua[];
 
 /* redis.c */
+#define RS_STEM_HEAD 17 /* strlen("sema:{01234567}s:") */
+#define RS_ACT_LEN 11   /* fields per act in a script's reply */
 uint64_t rs__now(rs_t *r);
+size_t rs__stem(char *buf, size_t cap, char kind, const char *name, size_t len);
+rsem_t *rs__sem_find(rs_t *r, const char *stem, size_t len);
+redisContext *rs__sync(rs_t *r);
+int rs__act_is_event(const char *type);
+/* The public event of the act at acts[i] (type, then its fields); 0, or -1 when it is none or
+ * out of memory (scratch holds its strings: engine_result_clear it after). */
+int rs__act_to_event(const redisReply *acts, size_t i, const char *name, size_t nlen,
+                     engine_result_t *scratch, engine_event_t *ev, engine_lease_t *l);
 rcmd_t *rs__cmd_new(rs_t *r, int kind, int argc, const char **argv, const size_t *argvlen);
 void rs__cmd_free(rcmd_t *c);
 void rs__cmd_cb(redisAsyncContext *ac, void *reply, void *priv);
@@ -153,5 +168,27 @@ void rs__on_message(rs_t *r, redisReply *msg);
 void rs__collect_all(rs_t *r);
 void rs__drain(rs_t *r);
 void rs__fail_queued(rs_t *r, int status, const char *msg);
+
+/* redis_events.c: event ids shared by every instance, from the log in Redis */
+typedef struct {
+    redisReply arr; /* an array of the fields, as a reply would be */
+    redisReply **els;
+    redisReply *cells;
+    char *buf;
+} rsplit_t;
+int rs__split(rsplit_t *sp, const char *p, size_t n);
+void rs__split_free(rsplit_t *sp);
+int rs__ev_watch(rs_t *r, rsem_t *s);
+void rs__ev_start(rs_t *r, rsem_t *s, int was_watched);
+void rs__ev_batch(rs_t *r, rsem_t *s, uint64_t uid, uint64_t first, const redisReply *acts);
+void rs__ev_message(rs_t *r, const char *stem, size_t slen, const char *pay, size_t plen);
+void rs__ev_catch_up(rs_t *r, const char *stem, size_t len);
+void rs__ev_catch_up_all(rs_t *r);
+void rs__ev_marked(rs_t *r, const rcmd_t *c, const redisReply *rep);
+void rs__ev_heartbeat(rs_t *r, rsem_t *s);
+int rs__events_point(void *be, const char *name, size_t len, uint64_t *uid, uint64_t *seq);
+int rs__events_replay(void *be, const char *name, size_t len, uint64_t uid, uint64_t seq,
+                      void (*each)(void *ctx, const engine_event_t *ev), void *ctx,
+                      uint64_t *cur_uid, uint64_t *cur_seq);
 
 #endif /* SEMAD_REDIS_INTERNAL_H */

@@ -1064,22 +1064,75 @@ local function run()
   return ops[OP]()
 end
 
+-- The event log. While an instance follows a semaphore's events (its marker :s exists, with
+-- the field `log` = "<uid>-<seq>": the log's run and its last event), every public event gets
+-- the id <uid>-<seq+1>, ... and is kept in the stream :e under that id (at least the last
+-- LOG_MAX; the stream lives as long as the marker, which instances renew), and published
+-- with its id on sema:ev:<stem>. Ids therefore mean the same on every instance. Without a
+-- marker nothing is written (one HGET). A marker that comes back (it expired: no instance
+-- renewed it; Redis lost it) starts a new run with a new uid, so an id from before never
+-- resumes across the gap. A delete ends the run: a new semaphore of the name starts a new one.
+local LOG_MAX = 1000
+local LOG_TTL_MS = 6000 -- as the marker's: three of the instances' heartbeats
+
 local function publish(r)
   for inst, _ in pairs(WAKE) do
     redis.call('PUBLISH', 'sema:wake:' .. inst, S)
   end
-  if S and #ACTS > 0 and redis.call('EXISTS', KS) == 1 then
-    local ev = {}
-    for i = 1, #ACTS, 11 do
-      if PUBLIC[ACTS[i]] then
-        for j = 0, 10 do
-          ev[#ev + 1] = ACTS[i + j]
+  if not S or #ACTS == 0 then
+    return r
+  end
+  local pt = redis.call('HGET', KS, 'log')
+  if not pt then
+    return r
+  end
+  local uid, seq = string.match(pt, '^(%d+)-(%d+)$')
+  if not uid then
+    uid, seq = N(NOWUS), '0'
+  end
+  seq = tonumber(seq)
+  local KE, ev, first, ended = S .. ':e', {}, seq + 1, false
+  if seq == 0 then
+    redis.call('DEL', KE) -- a new run: what the stream holds is an older one's
+  end
+  for i = 1, #ACTS, 11 do
+    local t = ACTS[i]
+    if PUBLIC[t] then
+      local a = {}
+      for j = 0, 10 do
+        a[j + 1] = ACTS[i + j]
+        ev[#ev + 1] = ACTS[i + j]
+      end
+      seq = seq + 1
+      if t == 'deleted' then
+        ended = true
+      else
+        local id = uid .. '-' .. N(seq)
+        local p = table.concat(a, '\0')
+        local x = redis.pcall('XADD', KE, 'MAXLEN', '~', LOG_MAX, id, 'a', p)
+        if type(x) == 'table' and x.err then
+          redis.call('DEL', KE) -- cannot happen (ids only grow): keep the run going anyway
+          redis.call('XADD', KE, 'MAXLEN', '~', LOG_MAX, id, 'a', p)
         end
       end
     end
-    if #ev > 0 then
-      redis.call('PUBLISH', 'sema:ev:' .. S, INST .. '\0' .. table.concat(ev, '\0'))
-    end
+  end
+  if #ev == 0 then
+    return r
+  end
+  if ended then
+    redis.call('DEL', KE)
+    redis.call('HDEL', KS, 'log')
+  else
+    redis.call('PEXPIRE', KE, LOG_TTL_MS)
+    redis.call('HSET', KS, 'log', uid .. '-' .. N(seq))
+  end
+  local id = uid .. '-' .. N(first)
+  redis.call('PUBLISH', 'sema:ev:' .. S, INST .. '\0' .. id .. '\0' .. table.concat(ev, '\0'))
+  if type(r[7]) == 'table' then -- the caller numbers its own events from its reply
+    local c = r[7]
+    c[#c + 1] = uid
+    c[#c + 1] = N(first)
   end
   return r
 end
@@ -1103,14 +1156,14 @@ local function main(keys, args)
       return cmsgpack.unpack(c)
     end
   end
-  local r = run()
+  local r = publish(run())
   -- The answer to a write is kept for a retry, unless a retry can work it out again from
   -- what the write left (a grant made at once: its lease; a release: its tombstone) and
   -- nothing in it completes a parked request of this instance.
   if RID ~= '' and r[1] ~= 'E' and not (REBUILT and r[1] == '0' and not OWN) then
     redis.call('SET', 'sema:r:' .. RID, cmsgpack.pack(r), 'PX', RESULT_TTL_MS)
   end
-  return publish(r)
+  return r
 end
 
 redis.register_function('sema', main)
