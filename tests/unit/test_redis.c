@@ -339,7 +339,7 @@ TEST(strict_without_the_replicas_it_waits_for_acknowledges_nothing)
     cfg.backend = url;
     cfg.redis.strict = 1;
     fx_init_cfg(&f, &cfg);
-    freeReplyObject(redisCommand(rc, "DEL sema:stats"));
+    freeReplyObject(redisCommand(rc, "HDEL sema:epoch sems leases locks"));
     a = treq_new(ENGINE_SEM_PUT, "w");
     a->r.capacity = 1;
     ASSERT_OK(engine_submit(f.e, &a->r));
@@ -352,16 +352,16 @@ TEST(strict_without_the_replicas_it_waits_for_acknowledges_nothing)
     ASSERT(fx_run_until(&f, &a->done, 5000));
     ASSERT_EQ(a->status, SEMA_EIO);
     treq_free(a);
-    for (int i = 0; i < 50 && redis_int(rc, "HLEN sema:stats") != 0; i++) {
+    for (int i = 0; i < 50; i++) {
         int never = 0;
-        redisReply *r = redisCommand(rc, "HGET sema:stats leases");
+        redisReply *r = redisCommand(rc, "HGET sema:epoch leases");
         int zero = r != NULL && r->type == REDIS_REPLY_STRING && strcmp(r->str, "0") == 0;
         freeReplyObject(r);
         if (zero)
             break;
         fx_run_until(&f, &never, 100);
     }
-    redisReply *r = redisCommand(rc, "HGET sema:stats leases");
+    redisReply *r = redisCommand(rc, "HGET sema:epoch leases");
     ASSERT(r != NULL && r->type == REDIS_REPLY_STRING);
     ASSERT_STREQ(r->str, "0"); /* the unacknowledged grant went back */
     freeReplyObject(r);
