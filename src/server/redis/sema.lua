@@ -13,8 +13,10 @@
 -- A call reads Redis's clock (TIME), checks the epoch, answers a retried request id from its
 -- cache, does its housekeeping (due leases expire, the waiters of dead instances leave, the
 -- queue's head is admitted), does its work, and returns:
---   { status, message, now_ms, next_due_ms, acts, stem, result... }
--- every value a string (Lua's numbers would lose digits in cjson and in tostring).
+--   { status, message, now_ms, next_due_ms, acts, stem, counts, result... }
+-- every value a string (Lua's numbers would lose digits in cjson and in tostring). `acts` and
+-- `counts` are each one string of NUL-separated fields: Redis makes a reply element of every
+-- value, at a cost well above one concatenation's; redis.c reads them as arrays.
 -- `acts` is a flat list, ACT_LEN fields per act: what happened, in order (public events,
 -- and the outcomes of parked requests: the calling instance completes its own at once; those
 -- of other instances are kept under :g and the instance is woken by PUBLISH).
@@ -25,8 +27,9 @@ local OP, EPOCH, INST, RID, ALIVE_MS, PRINC, ADMIN, RETRY
 local A = 8 -- first argument of the op
 local NOW, NOWUS, TIME
 local LID -- the lease id a lease op names
-local RESULT_TTL_MS = 15000 -- longer than the longest command timeout (10 s): a retry finds it
-local TOMB_TTL_MS = 600000
+-- (strings: a number passed to redis.call is formatted with %.17g on every call)
+local RESULT_TTL_MS = '15000' -- longer than the longest command timeout (10 s): a retry finds it
+local TOMB_TTL_MS = '600000'
 local HK_MAX = 1000 -- leases expired or waiters admitted per call (the rest: next call, at once)
 local VIEW_MAX = 1000
 local CAP_MAX = 9007199254740992
@@ -35,8 +38,20 @@ local CAP_MAX = 9007199254740992
 -- by main: the globals are not reachable while the library loads).
 local fmt, match, concat, floor
 
+-- Integers as strings. Recent ones are kept (bounded): a row's counts and times come back
+-- call after call, and string.format costs more than a look-up.
+local NMEMO, NMEMO_N = {}, 0
 local function N(x)
-  return fmt('%d', x)
+  local s = NMEMO[x]
+  if not s then
+    s = fmt('%d', x)
+    if NMEMO_N >= 4096 then
+      NMEMO, NMEMO_N = {}, 0
+    end
+    NMEMO[x] = s
+    NMEMO_N = NMEMO_N + 1
+  end
+  return s
 end
 
 -- Redis's clock as a string (NOW's), made once per call when first needed
@@ -115,7 +130,8 @@ local function lstr(l)
 end
 local function lpack(l)
   lstr(l)
-  return concat({l.sw, l.sf, l.sttl, l.sacq, l.sexp, l.owner, l.idem, l.mode, l.princ}, '\0')
+  return l.sw .. '\0' .. l.sf .. '\0' .. l.sttl .. '\0' .. l.sacq .. '\0' .. l.sexp .. '\0' ..
+         l.owner .. '\0' .. l.idem .. '\0' .. l.mode .. '\0' .. l.princ
 end
 local LPAT = '^([^%z]*)%z([^%z]*)%z([^%z]*)%z([^%z]*)%z([^%z]*)%z([^%z]*)%z([^%z]*)%z' ..
              '([^%z]*)%z([^%z]*)$'
@@ -125,7 +141,7 @@ local LNUM = {w = 'sw', f = 'sf', ttl = 'sttl', acq = 'sacq', exp = 'sexp'}
 local LREC = {__index = function(l, k)
   local sk = LNUM[k]
   if sk then
-    local v = tonumber(rawget(l, sk))
+    local v = rawget(l, sk) + 0 -- (a string of ours: `+ 0` parses it once, tonumber twice)
     rawset(l, k, v)
     return v
   end
@@ -226,6 +242,9 @@ end
 -- written at most once a second, not at every grant.
 local HORIZON, HORIZON_S
 local function bump_horizon(exp)
+  if not HORIZON then
+    HORIZON = HORIZON_S + 0
+  end
   if exp > HORIZON then
     HORIZON = exp + 1000
     HORIZON_S = N(HORIZON)
@@ -238,12 +257,10 @@ end
 -- instance's waiters, the end of a pause), 0 when nothing is; a call before it skips the
 -- housekeeping. It may be early (a release leaves it): the housekeeping then finds nothing
 -- and sets it right.
--- A call loads the fields its operation uses (HOT; every field for the others), and the rest
--- of the row at once if it turns out to need more (a queue to admit, a view): each field
--- read costs Redis's time.
+-- A call loads the fields its operation uses (acquire and release: a few; every field for the
+-- others), and the rest of the row at once if it turns out to need more (a queue to admit, a
+-- view): each field read costs Redis's time.
 local MF = {'cap', 'avail', 'held', 'fence', 'legacy', 'created', 'seq', 'nq', 'wq', 'due'}
-local HOT = {acquire = {'cap', 'avail', 'held', 'fence', 'nq', 'due'},
-             lease_release = {'avail', 'held', 'nq', 'due'}} -- the first field is always there
 local MOLD -- the fields' numbers as loaded: only the fields that changed are written
 local MKEY -- the row's key, for the rest of it
 local function mfields(m, fs)
@@ -267,15 +284,33 @@ local MREST = {__index = function(m, f)
   end
 end}
 local function mload()
-  local fs = HOT[OP] or MF
+  MKEY = KM
+  if OP == 'acquire' then
+    local v = redis.call('HMGET', KM, 'cap', 'avail', 'held', 'fence', 'nq', 'due')
+    if not v[1] then
+      return nil
+    end
+    local cap, avail, held, fence, nq = v[1] + 0, v[2] + 0, v[3] + 0, v[4] + 0, v[5] + 0
+    local due = v[6] and v[6] + 0 or 0
+    MOLD = {cap = cap, avail = avail, held = held, fence = fence, nq = nq,
+            due = v[6] and due or -1}
+    return setmetatable({cap = cap, avail = avail, held = held, fence = fence, nq = nq,
+                         due = due}, MREST)
+  elseif OP == 'lease_release' then
+    local v = redis.call('HMGET', KM, 'avail', 'held', 'nq', 'due')
+    if not v[1] then
+      return nil
+    end
+    local avail, held, nq = v[1] + 0, v[2] + 0, v[3] + 0
+    local due = v[4] and v[4] + 0 or 0
+    MOLD = {avail = avail, held = held, nq = nq, due = v[4] and due or -1}
+    return setmetatable({avail = avail, held = held, nq = nq, due = due}, MREST)
+  end
   local m = {}
-  MOLD, MKEY = {}, KM
-  local v = mfields(m, fs)
+  MOLD = {}
+  local v = mfields(m, MF)
   if not v[1] then
     return nil
-  end
-  if fs ~= MF then
-    setmetatable(m, MREST)
   end
   return m
 end
@@ -314,7 +349,7 @@ end
 local function next_fence()
   local f = M.fence + 1
   if not NOWUS then
-    NOWUS = tonumber(TIME[1]) * 1000000 + tonumber(TIME[2])
+    NOWUS = TIME[1] * 1000000 + TIME[2]
   end
   if f < NOWUS then
     f = NOWUS
@@ -646,8 +681,10 @@ local function reply(status, msg, res)
   local r = {status == 0 and '0' or N(status), msg or '', nows(), d == 0 and '0' or N(d),
              concat(ACTS, '\0'), S or '',
              c.sems .. '\0' .. c.leases .. '\0' .. c.locks .. '\0' .. DUE_HEAD .. '\0' .. HORIZON_S}
-  for _, v in ipairs(res or {}) do
-    r[#r + 1] = v
+  if res then
+    for i = 1, #res do
+      r[7 + i] = res[i]
+    end
   end
   return r
 end
@@ -853,8 +890,8 @@ end
 -- waiter id, max lock keys, max waiters here, lock readers
 local function acquire()
   local wait = ARGV[A + 1] == '1'
-  local w = {inst = INST, w = tonumber(ARGV[A]), kind = 'a', since = NOW,
-             ttl = tonumber(ARGV[A + 2]), owner = ARGV[A + 3], idem = ARGV[A + 4],
+  local w = {inst = INST, w = ARGV[A] + 0, kind = 'a', since = NOW,
+             ttl = ARGV[A + 2] + 0, owner = ARGV[A + 3], idem = ARGV[A + 4],
              lid = ARGV[A + 5], mode = '0', princ = PRINC, sw = ARGV[A], sttl = ARGV[A + 2]}
   local wid = ARGV[A + 6]
   if KIND == 'k' then
@@ -1096,6 +1133,8 @@ function ops.list()
 end
 
 -- ---- dispatch ----
+local LEASE_OPS = {lease_get = true, lease_renew = true, lease_release = true,
+                   lease_revoke = true} -- KEYS[1] is sema:id:LID
 local function run()
   local ep = redis.call('HMGET', 'sema:epoch', 'id', 'safe_at', 'horizon', 'due', 'sems',
                        'leases', 'locks')
@@ -1125,12 +1164,15 @@ local function run()
   if ep[1] ~= EPOCH then
     return {'E', ep[1] or ''}
   end
-  SAFE_AT = tonumber(ep[2] or '0')
+  local sa = ep[2]
+  SAFE_AT = (not sa or sa == '0') and 0 or sa + 0
   HORIZON_S = ep[3] or '0'
-  HORIZON = tonumber(HORIZON_S)
+  HORIZON = nil -- a number when a grant needs it
   DUE_HEAD = ep[4]
   STATS = {sems = ep[5] or '0', leases = ep[6] or '0', locks = ep[7] or '0'}
-  due_head(false) -- an epoch written before it kept the due time: read it once
+  if not DUE_HEAD then
+    due_head(false) -- an epoch written before it kept the due time: read it once
+  end
   if OP == 'list' then
     return ops.list()
   end
@@ -1148,7 +1190,7 @@ local function run()
     return reply(0, '')
   end
   local k = KEYS[1]
-  if string.sub(k, 1, 8) == 'sema:id:' then
+  if LEASE_OPS[OP] then
     LID = string.sub(k, 9)
     local v = redis.call('GET', k)
     if not v then
@@ -1221,13 +1263,16 @@ end
 
 local function main(keys, args)
   KEYS, ARGV = keys, args
-  fmt, match, concat, floor = string.format, string.match, table.concat, math.floor
+  if not fmt then
+    fmt, match, concat, floor = string.format, string.match, table.concat, math.floor
+  end
   OP, EPOCH, INST, RID = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
   PRINC = ARGV[6]
-  ADMIN = string.sub(ARGV[7], 1, 1)
-  RETRY = string.sub(ARGV[7], 2, 2) == 'r'
+  local fl = ARGV[7] -- '0', '1', '0r' or '1r'
+  ADMIN = (fl == '1' or fl == '1r') and '1' or '0'
+  RETRY = fl == '0r' or fl == '1r'
   local t = redis.call('TIME')
-  NOW = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
+  NOW = t[1] * 1000 + floor(t[2] / 1000) -- (Lua parses the strings once; tonumber twice)
   NOWUS, TIME = nil, t
   ACTS, WAKE, GRANTED = NONE, NONE, NONE
   S, M, LID, SAFE_AT, MORE, LOCK_NEW = nil, nil, nil, 0, false, false
