@@ -387,7 +387,7 @@ local function lease_end(lid, why)
 end
 
 local SAFE_AT = 0
-local GRANTED -- waiter id -> lease id, granted in this call
+local GRANTED -- waiter id -> lease id, granted in this call (kept for collect and cancel)
 
 local function grant(w, lid, wid)
   local l = {w = w.w, f = next_fence(), ttl = w.ttl, acq = NOW, exp = NOW + w.ttl,
@@ -404,10 +404,12 @@ local function grant(w, lid, wid)
   M.avail = M.avail - l.w
   M.held = M.held + l.w
   count('leases', '1')
-  if GRANTED == NONE then
-    GRANTED = {}
+  if OP == 'collect' or OP == 'cancel' then -- (the ops that look at it)
+    if GRANTED == NONE then
+      GRANTED = {}
+    end
+    GRANTED[wid] = lid
   end
-  GRANTED[wid] = lid
   outcome('granted', wid, w, lid, l)
   return l
 end
