@@ -31,6 +31,19 @@ static long long redis_int(redisContext *c, const char *cmd)
     return v;
 }
 
+/* How many subscriber connections Redis has. */
+static int pubsub_clients(redisContext *c)
+{
+    redisReply *r = redisCommand(c, "CLIENT LIST TYPE pubsub");
+    int n = 0;
+
+    ASSERT(r != NULL && r->type == REDIS_REPLY_STRING);
+    for (size_t i = 0; i < r->len; i++)
+        n += r->str[i] == '\n';
+    freeReplyObject(r);
+    return n;
+}
+
 /* A second engine (instance) on the same loop and Redis. */
 static engine_t *instance_new(fx_t *f)
 {
@@ -457,6 +470,10 @@ TEST(a_killed_subscriber_connection_loses_no_grant)
     a1 = fx_acquire(&f, "p", 1, -1);
     w = fx_acquire(&f, "p", 1, -1);
     ASSERT_EQ(w->done, 0);
+    for (int i = 0; i < 50 && pubsub_clients(rc) < 2; i++) {
+        int never = 0;
+        fx_run_until(&f, &never, 100); /* B's subscriber connects on its own time */
+    }
     ASSERT_GE(redis_int(rc, "CLIENT KILL TYPE pubsub"), 2); /* A's and B's */
     rel = treq_new(ENGINE_LEASE_RELEASE, lease_id(a1));
     submit_on(&f, b, rel);

@@ -270,7 +270,9 @@ local function mfields(m, fs)
     if rawget(m, f) == nil then
       local x = tonumber(v[i] or '0')
       rawset(m, f, x)
-      MOLD[f] = v[i] and x or -1 -- a field not there yet is written
+      if MOLD then
+        MOLD[f] = v[i] and x or -1 -- a field not there yet is written
+      end
     end
   end
   return v
@@ -1155,6 +1157,13 @@ local function run()
       end
       redis.call('HSET', 'sema:epoch', 'id', ARGV[A], 'safe_at', N(safe))
       return {ARGV[A], N(safe), N(NOW)}
+    end
+    if not ep[5] and redis.call('EXISTS', 'sema:stats') == 1 then
+      -- the counts and the horizon of an earlier version, kept apart then: moved in
+      local st = redis.call('HMGET', 'sema:stats', 'sems', 'leases', 'locks', 'horizon')
+      redis.call('HSET', 'sema:epoch', 'sems', st[1] or '0', 'leases', st[2] or '0', 'locks',
+                 st[3] or '0', 'horizon', st[4] or '0')
+      redis.call('DEL', 'sema:stats')
     end
     local safe = tonumber(ep[2] or '0')
     if known ~= '' and known ~= ep[1] and safe < until_ms then
