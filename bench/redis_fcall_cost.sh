@@ -10,7 +10,9 @@
 # command (SLOWLOG with a 0 µs threshold: the time inside the command, not the network);
 # the figures are the mean µs per call of each operation, per acquire+release pair, and
 # semad's ratio to the peer. INFO commandstats' usec_per_call for fcall and evalsha is
-# printed too, and semad's own CPU time per pair (user+sys from /proc).
+# printed too, and semad's own CPU time per pair (user+sys from /proc). Then both run again
+# with the slowlog off (it logs the commands a script runs too, inside the script's time) and
+# INFO commandstats gives their µs per pair without it.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../build}
@@ -91,12 +93,30 @@ t0=$(cpu_ticks "$spid")
 t1=$(cpu_ticks "$spid")
 j_semad=$(cost semad)
 
+# Both again with the slowlog off: Redis 7 logs every command a script runs as well, inside
+# the script's time, which weighs on a script by its number of commands. INFO commandstats
+# times the calls the same way without it (µs per pair: two calls).
+plain() {
+    rcli INFO commandstats | python3 -c '
+import re, sys
+m = re.search(r"cmdstat_%s:calls=(\d+),usec=(\d+)" % sys.argv[1], sys.stdin.read())
+print(round(2 * int(m.group(2)) / int(m.group(1)), 2))' "$1"
+}
+rcli CONFIG SET slowlog-log-slower-than -1 >/dev/null
+rcli CONFIG RESETSTAT >/dev/null
+"$sema" bench -s "http://$addr" -c "$conns" -n "$pairs" --capacity 1000 --no-create >/dev/null
+p_semad=$(plain fcall)
+rcli CONFIG RESETSTAT >/dev/null
+"$peer" --redis "127.0.0.1:$rport" -c "$conns" -n "$pairs" --capacity 1000 >/dev/null
+p_peer=$(plain evalsha)
+
 echo "$j_peer"
 echo "$j_semad"
-python3 - "$j_peer" "$j_semad" "$((t1 - t0))" "$(getconf CLK_TCK)" "$pairs" <<'EOF'
+python3 - "$j_peer" "$j_semad" "$((t1 - t0))" "$(getconf CLK_TCK)" "$pairs" "$p_semad" "$p_peer" <<'EOF'
 import json, sys
 peer, semad = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 ticks, hz, pairs = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+p_semad, p_peer = float(sys.argv[6]), float(sys.argv[7])
 print("redis time per pair: semad %.1f us (acquire %.1f, release %.1f), redis-lua peer %.1f us "
       "(acquire %.1f, release %.1f)" % (
           semad["us_per_pair"], semad["acquire"]["us_per_call"],
@@ -104,4 +124,6 @@ print("redis time per pair: semad %.1f us (acquire %.1f, release %.1f), redis-lu
           peer["acquire"]["us_per_call"], peer["release"]["us_per_call"]))
 print("semad_redis_us_per_pair_vs_redis_lua %.2f" % (semad["us_per_pair"] / peer["us_per_pair"]))
 print("semad_cpu_us_per_pair %.1f" % (ticks * 1e6 / hz / pairs))
+print("slowlog off (commandstats): semad %.1f us per pair, redis-lua peer %.1f us" % (p_semad, p_peer))
+print("semad_redis_us_per_pair_vs_redis_lua_slowlog_off %.2f" % (p_semad / p_peer))
 EOF

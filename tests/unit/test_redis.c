@@ -31,6 +31,19 @@ static long long redis_int(redisContext *c, const char *cmd)
     return v;
 }
 
+/* How many subscriber connections Redis has. */
+static int pubsub_clients(redisContext *c)
+{
+    redisReply *r = redisCommand(c, "CLIENT LIST TYPE pubsub");
+    int n = 0;
+
+    ASSERT(r != NULL && r->type == REDIS_REPLY_STRING);
+    for (size_t i = 0; i < r->len; i++)
+        n += r->str[i] == '\n';
+    freeReplyObject(r);
+    return n;
+}
+
 /* A second engine (instance) on the same loop and Redis. */
 static engine_t *instance_new(fx_t *f)
 {
@@ -339,7 +352,7 @@ TEST(strict_without_the_replicas_it_waits_for_acknowledges_nothing)
     cfg.backend = url;
     cfg.redis.strict = 1;
     fx_init_cfg(&f, &cfg);
-    freeReplyObject(redisCommand(rc, "DEL sema:stats"));
+    freeReplyObject(redisCommand(rc, "HDEL sema:epoch sems leases locks"));
     a = treq_new(ENGINE_SEM_PUT, "w");
     a->r.capacity = 1;
     ASSERT_OK(engine_submit(f.e, &a->r));
@@ -352,16 +365,16 @@ TEST(strict_without_the_replicas_it_waits_for_acknowledges_nothing)
     ASSERT(fx_run_until(&f, &a->done, 5000));
     ASSERT_EQ(a->status, SEMA_EIO);
     treq_free(a);
-    for (int i = 0; i < 50 && redis_int(rc, "HLEN sema:stats") != 0; i++) {
+    for (int i = 0; i < 50; i++) {
         int never = 0;
-        redisReply *r = redisCommand(rc, "HGET sema:stats leases");
+        redisReply *r = redisCommand(rc, "HGET sema:epoch leases");
         int zero = r != NULL && r->type == REDIS_REPLY_STRING && strcmp(r->str, "0") == 0;
         freeReplyObject(r);
         if (zero)
             break;
         fx_run_until(&f, &never, 100);
     }
-    redisReply *r = redisCommand(rc, "HGET sema:stats leases");
+    redisReply *r = redisCommand(rc, "HGET sema:epoch leases");
     ASSERT(r != NULL && r->type == REDIS_REPLY_STRING);
     ASSERT_STREQ(r->str, "0"); /* the unacknowledged grant went back */
     freeReplyObject(r);
@@ -457,6 +470,10 @@ TEST(a_killed_subscriber_connection_loses_no_grant)
     a1 = fx_acquire(&f, "p", 1, -1);
     w = fx_acquire(&f, "p", 1, -1);
     ASSERT_EQ(w->done, 0);
+    for (int i = 0; i < 50 && pubsub_clients(rc) < 2; i++) {
+        int never = 0;
+        fx_run_until(&f, &never, 100); /* B's subscriber connects on its own time */
+    }
     ASSERT_GE(redis_int(rc, "CLIENT KILL TYPE pubsub"), 2); /* A's and B's */
     rel = treq_new(ENGINE_LEASE_RELEASE, lease_id(a1));
     submit_on(&f, b, rel);

@@ -282,7 +282,9 @@ void rs__drain(rs_t *r)
 
 /* ---- reading replies ----
  * A script's reply: status, message, Redis's clock (ms), the next due time (ms, 0: none),
- * acts, the stem, the counts (semaphores, leases, lock keys), then the op's result from RES. */
+ * acts, the stem, the counts (semaphores, leases, lock keys; then the earliest due time of
+ * all and the lease horizon), then the op's result from RES. The acts and the counts come
+ * packed in one string each (reply_unpack). */
 enum { RES = 7 };
 
 static const char *el_str(const redisReply *a, size_t i, size_t *len)
@@ -539,11 +541,108 @@ void rs__send(rs_t *r, rcmd_t *c)
     redisFreeCommand(bytes);
 }
 
+/* A script sends its acts and its counts as one string each, their fields NUL-separated:
+ * Redis turns every element of a script's answer into a reply element, which costs it far
+ * more than the script's one concatenation. They are read as arrays all the same: while the
+ * reply is read, an array stands in for each string, its fields pointing into the string
+ * (where each ends at a NUL). */
+enum { UNPACK_STACK = 64 };
+static const size_t packed_at[2] = {4, 6};
+
+typedef struct {
+    redisReply *orig[2];
+    redisReply arr[2];
+    redisReply *els_stack[UNPACK_STACK];
+    redisReply cells_stack[UNPACK_STACK];
+    redisReply **els;
+    redisReply *cells;
+} unpack_t;
+
+static size_t packed_fields(const redisReply *e)
+{
+    size_t n = 1;
+
+    if (e->len == 0)
+        return 0;
+    for (const char *p = e->str, *end = e->str + e->len;
+         (p = memchr(p, '\0', (size_t)(end - p))) != NULL; p++)
+        n++;
+    return n;
+}
+
+/* 1 when the reply's packed elements now read as arrays, 0 when it has none, -1 when out of
+ * memory. */
+static int reply_unpack(redisReply *rep, unpack_t *u)
+{
+    size_t need = 0, used = 0;
+
+    u->orig[0] = u->orig[1] = NULL;
+    u->els = u->els_stack;
+    u->cells = u->cells_stack;
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements < RES)
+        return 0;
+    for (int k = 0; k < 2; k++) {
+        if (rep->element[packed_at[k]]->type != REDIS_REPLY_STRING)
+            return 0;
+        need += packed_fields(rep->element[packed_at[k]]);
+    }
+    if (need > UNPACK_STACK) {
+        u->els = sema__malloc(need * sizeof(*u->els));
+        u->cells = sema__calloc(need, sizeof(*u->cells));
+        if (u->els == NULL || u->cells == NULL) {
+            sema__free(u->els);
+            sema__free(u->cells);
+            u->els = NULL;
+            u->cells = NULL;
+            return -1;
+        }
+    }
+    for (int k = 0; k < 2; k++) {
+        redisReply *e = rep->element[packed_at[k]], *a = &u->arr[k];
+        size_t n = packed_fields(e);
+        const char *p = e->str, *end = e->str + e->len;
+
+        memset(a, 0, sizeof(*a));
+        a->type = REDIS_REPLY_ARRAY;
+        a->elements = n;
+        a->element = u->els + used;
+        for (size_t i = 0; i < n; i++) {
+            const char *z = memchr(p, '\0', (size_t)(end - p));
+            redisReply *cell = &u->cells[used];
+
+            memset(cell, 0, sizeof(*cell));
+            cell->type = REDIS_REPLY_STRING;
+            cell->str = (char *)p;
+            cell->len = (size_t)((z != NULL ? z : end) - p);
+            u->els[used++] = cell;
+            p += cell->len + 1;
+        }
+        u->orig[k] = e;
+        rep->element[packed_at[k]] = a;
+    }
+    return 1;
+}
+
+static void reply_repack(redisReply *rep, unpack_t *u)
+{
+    for (int k = 0; k < 2; k++)
+        if (u->orig[k] != NULL)
+            rep->element[packed_at[k]] = u->orig[k];
+    if (u->els != u->els_stack) {
+        sema__free(u->els);
+        sema__free(u->cells);
+    }
+}
+
+static void retry_after_resync(rs_t *r, rcmd_t *c);
+
 void rs__cmd_cb(redisAsyncContext *ac, void *reply, void *priv)
 {
     rconn_t *conn = ac->data;
     rs_t *r = conn->r;
     rcmd_t *c = priv;
+    int script = c->script;
+    unpack_t u;
 
     elist_remove(&c->link);
     if (reply == NULL) {
@@ -551,7 +650,15 @@ void rs__cmd_cb(redisAsyncContext *ac, void *reply, void *priv)
         return;
     }
     r->replies++;
-    rs__on_reply(r, c, reply);
+    if (script && reply_unpack(reply, &u) < 0) {
+        /* its answer cannot be read: asked again with its request id, it is told again */
+        log_warn("redis: out of memory reading an answer; the command goes again");
+        retry_after_resync(r, c);
+        return;
+    }
+    rs__on_reply(r, c, reply); /* may free c */
+    if (script)
+        reply_repack(reply, &u);
     rs__drain(r);
 }
 

@@ -13,8 +13,10 @@
 -- A call reads Redis's clock (TIME), checks the epoch, answers a retried request id from its
 -- cache, does its housekeeping (due leases expire, the waiters of dead instances leave, the
 -- queue's head is admitted), does its work, and returns:
---   { status, message, now_ms, next_due_ms, acts, stem, result... }
--- every value a string (Lua's numbers would lose digits in cjson and in tostring).
+--   { status, message, now_ms, next_due_ms, acts, stem, counts, result... }
+-- every value a string (Lua's numbers would lose digits in cjson and in tostring). `acts` and
+-- `counts` are each one string of NUL-separated fields: Redis makes a reply element of every
+-- value, at a cost well above one concatenation's; redis.c reads them as arrays.
 -- `acts` is a flat list, ACT_LEN fields per act: what happened, in order (public events,
 -- and the outcomes of parked requests: the calling instance completes its own at once; those
 -- of other instances are kept under :g and the instance is woken by PUBLISH).
@@ -23,31 +25,73 @@
 local KEYS, ARGV
 local OP, EPOCH, INST, RID, ALIVE_MS, PRINC, ADMIN, RETRY
 local A = 8 -- first argument of the op
-local NOW, NOWUS
+local NOW, NOWUS, TIME
 local LID -- the lease id a lease op names
-local RESULT_TTL_MS = 15000 -- longer than the longest command timeout (10 s): a retry finds it
-local TOMB_TTL_MS = 600000
+-- (strings: a number passed to redis.call is formatted with %.17g on every call)
+local RESULT_TTL_MS = '15000' -- longer than the longest command timeout (10 s): a retry finds it
+local TOMB_TTL_MS = '600000'
 local HK_MAX = 1000 -- leases expired or waiters admitted per call (the rest: next call, at once)
 local VIEW_MAX = 1000
 local CAP_MAX = 9007199254740992
 
+-- Lua's own functions as upvalues: a call reaches them without a look-up in the globals (set
+-- by main: the globals are not reachable while the library loads).
+local fmt, match, concat, floor
+
+-- Integers as strings. Recent ones are kept (bounded): a row's counts and times come back
+-- call after call, and string.format costs more than a look-up.
+local NMEMO, NMEMO_N = {}, 0
 local function N(x)
-  return string.format('%d', x)
+  local s = NMEMO[x]
+  if not s then
+    s = fmt('%d', x)
+    if NMEMO_N >= 4096 then
+      NMEMO, NMEMO_N = {}, 0
+    end
+    NMEMO[x] = s
+    NMEMO_N = NMEMO_N + 1
+  end
+  return s
+end
+
+-- Redis's clock as a string (NOW's), made once per call when first needed
+local NOWS
+local function nows()
+  if not NOWS then
+    NOWS = N(NOW)
+  end
+  return NOWS
 end
 
 -- ---- the keys of one semaphore (or lock key): its stem plus a suffix of fixed length ----
 local S, KIND, NAME, TAG
 local KM, KF, KQ, KW, KL, KX, KI, KA, KG, KS
 
+-- The keys of recent stems are kept (the library lives as long as its Lua state): a call on a
+-- semaphore seen lately builds none of its ten strings again. Bounded: short stems only, and
+-- the memo starts over past KEYSETS_MAX of them.
+local KEYSETS, NKEYSETS, KEYSETS_MAX = {}, 0, 1000
 local function keys_of(stem)
   S = stem
-  TAG, KIND, NAME = string.match(stem, '^(sema:{[^}]*})(.):(.*)$')
-  KM, KF, KQ, KW = S .. ':m', S .. ':f', S .. ':q', S .. ':w'
-  KL, KX, KI = S .. ':l', S .. ':x', S .. ':i'
-  KA, KG, KS = S .. ':a', S .. ':g', S .. ':s'
+  local k = KEYSETS[stem]
+  if not k then
+    local tag, kind, name = match(stem, '^(sema:{[^}]*})(.):(.*)$')
+    k = {tag, kind, name, stem .. ':m', stem .. ':f', stem .. ':q', stem .. ':w', stem .. ':l',
+         stem .. ':x', stem .. ':i', stem .. ':a', stem .. ':g', stem .. ':s'}
+    if #stem <= 200 then
+      if NKEYSETS >= KEYSETS_MAX then
+        KEYSETS, NKEYSETS = {}, 0
+      end
+      KEYSETS[stem] = k
+      NKEYSETS = NKEYSETS + 1
+    end
+  end
+  TAG, KIND, NAME, KM, KF, KQ, KW, KL, KX, KI, KA, KG, KS =
+    k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9], k[10], k[11], k[12], k[13]
 end
 
 local ACTS, WAKE
+local NONE = {} -- ACTS, WAKE and GRANTED until a call has one: never written to
 local REBUILT -- a retry of this call can rebuild its answer (main)
 local PUBLIC = {granted = true, released = true, expired = true, revoked = true,
                 resized = true, deleted = true}
@@ -63,16 +107,49 @@ end
 
 -- A lease: weight, fence, ttl, acquired, expires, owner, idempotency key, mode (a lock's
 -- mode as requested: '1' shared, '2' exclusive; '0' on a semaphore), principal.
+-- Its five numbers also as strings (sw, sf, sttl, sacq, sexp) once made: a lease is formatted
+-- once per call, however many places (its record, its act, the result) print it; whoever
+-- changes a number clears its string.
+local function lstr(l)
+  if not l.sw then
+    l.sw = N(l.w)
+  end
+  if not l.sf then
+    l.sf = N(l.f)
+  end
+  if not l.sttl then
+    l.sttl = N(l.ttl)
+  end
+  if not l.sacq then
+    l.sacq = N(l.acq)
+  end
+  if not l.sexp then
+    l.sexp = N(l.exp)
+  end
+  return l
+end
 local function lpack(l)
-  return table.concat({N(l.w), N(l.f), N(l.ttl), N(l.acq), N(l.exp), l.owner, l.idem, l.mode,
-                       l.princ}, '\0')
+  lstr(l)
+  return l.sw .. '\0' .. l.sf .. '\0' .. l.sttl .. '\0' .. l.sacq .. '\0' .. l.sexp .. '\0' ..
+         l.owner .. '\0' .. l.idem .. '\0' .. l.mode .. '\0' .. l.princ
 end
 local LPAT = '^([^%z]*)%z([^%z]*)%z([^%z]*)%z([^%z]*)%z([^%z]*)%z([^%z]*)%z([^%z]*)%z' ..
              '([^%z]*)%z([^%z]*)$'
+-- A lease read from its record has its strings; a number is made from its string when first
+-- used (a release uses the weight alone).
+local LNUM = {w = 'sw', f = 'sf', ttl = 'sttl', acq = 'sacq', exp = 'sexp'}
+local LREC = {__index = function(l, k)
+  local sk = LNUM[k]
+  if sk then
+    local v = rawget(l, sk) + 0 -- (a string of ours: `+ 0` parses it once, tonumber twice)
+    rawset(l, k, v)
+    return v
+  end
+end}
 local function lunpack(s)
-  local w, f, ttl, acq, exp, owner, idem, mode, princ = string.match(s, LPAT)
-  return {w = tonumber(w), f = tonumber(f), ttl = tonumber(ttl), acq = tonumber(acq),
-          exp = tonumber(exp), owner = owner, idem = idem, mode = mode, princ = princ}
+  local w, f, ttl, acq, exp, owner, idem, mode, princ = match(s, LPAT)
+  return setmetatable({owner = owner, idem = idem, mode = mode, princ = princ, sw = w, sf = f,
+                       sttl = ttl, sacq = acq, sexp = exp}, LREC)
 end
 
 -- A waiter: instance, weight (0: wait-idle), kind (a acquire, i idle), since, ttl, owner,
@@ -85,7 +162,7 @@ local function wunpack(s)
   local a = fields(s)
   return {inst = a[1], w = tonumber(a[2]), kind = a[3], since = tonumber(a[4]),
           ttl = tonumber(a[5]), owner = a[6] or '', idem = a[7] or '', lid = a[8] or '',
-          mode = a[9] or '0', princ = a[10] or ''}
+          mode = a[9] or '0', princ = a[10] or '', sw = a[2], sttl = a[5]}
 end
 
 -- With semad --auth, a lease (or a parked request) is its token's: only that token, or an
@@ -103,16 +180,26 @@ local function act(typ, wid, inst, lid, l, extra)
     OWN = true
   end
   local n = #ACTS
+  if n == 0 then
+    if l then
+      lstr(l) -- the first act (most calls have one): one table of the right size
+      ACTS = {typ, wid or '', inst or '', lid or '', l.sw, l.sf, l.sttl, l.sacq, l.sexp,
+              l.owner, extra or l.mode}
+      return
+    end
+    ACTS = {}
+  end
   ACTS[n + 1] = typ
   ACTS[n + 2] = wid or ''
   ACTS[n + 3] = inst or ''
   ACTS[n + 4] = lid or ''
   if l then
-    ACTS[n + 5] = N(l.w)
-    ACTS[n + 6] = N(l.f)
-    ACTS[n + 7] = N(l.ttl)
-    ACTS[n + 8] = N(l.acq)
-    ACTS[n + 9] = N(l.exp)
+    lstr(l)
+    ACTS[n + 5] = l.sw
+    ACTS[n + 6] = l.sf
+    ACTS[n + 7] = l.sttl
+    ACTS[n + 8] = l.sacq
+    ACTS[n + 9] = l.sexp
     ACTS[n + 10] = l.owner
   else
     for i = 5, 9 do
@@ -131,34 +218,37 @@ local function outcome(typ, wid, w, lid, l, extra)
   if w.inst ~= INST then
     local rec = typ .. '\0' .. lid .. '\0' .. (extra or '') .. '\0' .. (l and lpack(l) or '')
     redis.call('HSET', KG, wid, w.inst .. '\0' .. rec)
+    if WAKE == NONE then
+      WAKE = {}
+    end
     WAKE[w.inst] = true
   end
 end
 
--- Counts of everything (for /healthz and the limits): semaphores, leases, lock keys; and
--- the horizon (below). Read once per call, when first needed; the reply tells them.
-local STATS
-local function stats()
-  if not STATS then
-    local c = redis.call('HMGET', 'sema:stats', 'sems', 'leases', 'locks', 'horizon')
-    STATS = {sems = tonumber(c[1] or '0'), leases = tonumber(c[2] or '0'),
-             locks = tonumber(c[3] or '0'), horizon = tonumber(c[4] or '0')}
-  end
-  return STATS
+-- Counts of everything (for /healthz and the limits): semaphores, leases, lock keys. They
+-- live in the epoch's hash, read by every call with the epoch (run), and every reply tells
+-- them; a call that changes one sends the new value.
+local STATS -- field -> the count's string
+local function count(field, d) -- d: '1' or '-1'
+  STATS[field] = N(redis.call('HINCRBY', 'sema:epoch', field, d))
 end
-local function count(field, d)
-  local st = stats()
-  st[field] = tonumber(redis.call('HINCRBY', 'sema:stats', field, d))
+local function locks_now()
+  return tonumber(STATS.locks)
 end
 
 -- The latest expiry of any lease ever granted: after Redis lost its data, instances know
--- from it how long a holder they can no longer see may still be running.
--- It is kept a second ahead, so it is written at most once a second, not at every grant.
+-- from it how long a holder they can no longer see may still be running. It lives in the
+-- epoch's hash (read by every call with the epoch) and is kept a second ahead, so it is
+-- written at most once a second, not at every grant.
+local HORIZON, HORIZON_S
 local function bump_horizon(exp)
-  local st = stats()
-  if exp > st.horizon then
-    st.horizon = exp + 1000
-    redis.call('HSET', 'sema:stats', 'horizon', N(st.horizon))
+  if not HORIZON then
+    HORIZON = HORIZON_S + 0
+  end
+  if exp > HORIZON then
+    HORIZON = exp + 1000
+    HORIZON_S = N(HORIZON)
+    redis.call('HSET', 'sema:epoch', 'horizon', HORIZON_S)
   end
 end
 
@@ -167,27 +257,73 @@ end
 -- instance's waiters, the end of a pause), 0 when nothing is; a call before it skips the
 -- housekeeping. It may be early (a release leaves it): the housekeeping then finds nothing
 -- and sets it right.
+-- A call loads the fields its operation uses (acquire and release: a few; every field for the
+-- others), and the rest of the row at once if it turns out to need more (a queue to admit, a
+-- view): each field read costs Redis's time.
 local MF = {'cap', 'avail', 'held', 'fence', 'legacy', 'created', 'seq', 'nq', 'wq', 'due'}
-local MOLD -- the row as loaded: only the fields that changed are written
+local MOLD -- the fields' numbers as loaded: only the fields that changed are written
+local MKEY -- the row's key, for the rest of it
+local function mfields(m, fs)
+  local v = redis.call('HMGET', MKEY, unpack(fs))
+  for i = 1, #fs do
+    local f = fs[i]
+    if rawget(m, f) == nil then
+      local x = tonumber(v[i] or '0')
+      rawset(m, f, x)
+      if MOLD then
+        MOLD[f] = v[i] and x or -1 -- a field not there yet is written
+      end
+    end
+  end
+  return v
+end
+local MREST = {__index = function(m, f)
+  if f == 'cap' or f == 'avail' or f == 'held' or f == 'fence' or f == 'legacy' or
+     f == 'created' or f == 'seq' or f == 'nq' or f == 'wq' or f == 'due' then
+    setmetatable(m, nil)
+    mfields(m, MF)
+    return rawget(m, f)
+  end
+end}
 local function mload()
-  local v = redis.call('HMGET', KM, 'cap', 'avail', 'held', 'fence', 'legacy', 'created', 'seq',
-                       'nq', 'wq', 'due')
+  MKEY = KM
+  if OP == 'acquire' then
+    local v = redis.call('HMGET', KM, 'cap', 'avail', 'held', 'fence', 'nq', 'due')
+    if not v[1] then
+      return nil
+    end
+    local cap, avail, held, fence, nq = v[1] + 0, v[2] + 0, v[3] + 0, v[4] + 0, v[5] + 0
+    local due = v[6] and v[6] + 0 or 0
+    MOLD = {cap = cap, avail = avail, held = held, fence = fence, nq = nq,
+            due = v[6] and due or -1}
+    return setmetatable({cap = cap, avail = avail, held = held, fence = fence, nq = nq,
+                         due = due}, MREST)
+  elseif OP == 'lease_release' then
+    local v = redis.call('HMGET', KM, 'avail', 'held', 'nq', 'due')
+    if not v[1] then
+      return nil
+    end
+    local avail, held, nq = v[1] + 0, v[2] + 0, v[3] + 0
+    local due = v[4] and v[4] + 0 or 0
+    MOLD = {avail = avail, held = held, nq = nq, due = v[4] and due or -1}
+    return setmetatable({avail = avail, held = held, nq = nq, due = due}, MREST)
+  end
+  local m = {}
+  MOLD = {}
+  local v = mfields(m, MF)
   if not v[1] then
     return nil
   end
-  MOLD = v
-  return {cap = tonumber(v[1]), avail = tonumber(v[2]), held = tonumber(v[3]),
-          fence = tonumber(v[4]), legacy = tonumber(v[5]), created = tonumber(v[6]),
-          seq = tonumber(v[7]), nq = tonumber(v[8]), wq = tonumber(v[9]),
-          due = tonumber(v[10] or '0')}
+  return m
 end
 local function msave()
   local a, n = {}, 0
-  for i, f in ipairs(MF) do
-    local v = N(M[f])
-    if not MOLD or MOLD[i] ~= v then
+  for i = 1, #MF do
+    local f = MF[i]
+    local v = rawget(M, f)
+    if v ~= nil and (not MOLD or MOLD[f] ~= v) then
       a[n + 1] = f
-      a[n + 2] = v
+      a[n + 2] = N(v)
       n = n + 2
     end
   end
@@ -214,6 +350,9 @@ end
 -- The row holds the counter; :f keeps it once the row is gone (delete, a lock key's end).
 local function next_fence()
   local f = M.fence + 1
+  if not NOWUS then
+    NOWUS = TIME[1] * 1000000 + TIME[2]
+  end
   if f < NOWUS then
     f = NOWUS
   end
@@ -242,7 +381,7 @@ local function lease_end(lid, why)
   end
   M.avail = M.avail + l.w
   M.held = M.held - l.w
-  count('leases', -1)
+  count('leases', '-1')
   if why ~= 'deleted' then
     act(why, '', '', lid, l)
   end
@@ -250,13 +389,14 @@ local function lease_end(lid, why)
 end
 
 local SAFE_AT = 0
-local GRANTED -- waiter id -> lease id, granted in this call
+local GRANTED -- waiter id -> lease id, granted in this call (kept for collect and cancel)
 
 local function grant(w, lid, wid)
   local l = {w = w.w, f = next_fence(), ttl = w.ttl, acq = NOW, exp = NOW + w.ttl,
-             owner = w.owner, idem = w.idem, mode = w.mode, princ = w.princ}
+             owner = w.owner, idem = w.idem, mode = w.mode, princ = w.princ, sw = w.sw,
+             sttl = w.sttl, sacq = nows()}
   redis.call('HSET', KL, lid, lpack(l))
-  redis.call('ZADD', KX, N(l.exp), lid)
+  redis.call('ZADD', KX, l.sexp, lid)
   redis.call('SET', 'sema:id:' .. lid, 'L' .. S)
   bump_horizon(l.exp)
   due_at(l.exp)
@@ -265,8 +405,13 @@ local function grant(w, lid, wid)
   end
   M.avail = M.avail - l.w
   M.held = M.held + l.w
-  count('leases', 1)
-  GRANTED[wid] = lid
+  count('leases', '1')
+  if OP == 'collect' or OP == 'cancel' then -- (the ops that look at it)
+    if GRANTED == NONE then
+      GRANTED = {}
+    end
+    GRANTED[wid] = lid
+  end
   outcome('granted', wid, w, lid, l)
   return l
 end
@@ -291,7 +436,7 @@ local function admit()
   end
   local n = 0
   while n < HK_MAX do
-    local h = redis.call('ZRANGE', KQ, 0, 0)
+    local h = redis.call('ZRANGE', KQ, '0', '0')
     if #h == 0 then
       return
     end
@@ -325,7 +470,7 @@ end
 local function prune_instance(inst)
   redis.call('HDEL', KA, inst)
   local pfx = inst .. '.'
-  for _, wid in ipairs(redis.call('ZRANGE', KQ, 0, -1)) do
+  for _, wid in ipairs(redis.call('ZRANGE', KQ, '0', '-1')) do
     if string.sub(wid, 1, #pfx) == pfx then
       local rec = redis.call('HGET', KW, wid)
       if rec then
@@ -348,7 +493,7 @@ local function prune_instance(inst)
 end
 
 local function housekeep_all()
-  local due = redis.call('ZRANGEBYSCORE', KX, '-inf', N(NOW), 'LIMIT', 0, HK_MAX)
+  local due = redis.call('ZRANGEBYSCORE', KX, '-inf', nows(), 'LIMIT', '0', N(HK_MAX))
   for _, lid in ipairs(due) do
     lease_end(lid, 'expired')
   end
@@ -384,7 +529,7 @@ local function next_due()
     return NOW
   end
   local d = 0
-  local x = redis.call('ZRANGE', KX, 0, 0, 'WITHSCORES')
+  local x = redis.call('ZRANGE', KX, '0', '0', 'WITHSCORES')
   if #x > 0 then
     d = tonumber(x[2])
   end
@@ -408,7 +553,7 @@ local LOCK_NEW
 local function lock_gc()
   if KIND == 'k' and M and M.held == 0 and M.nq == 0 then
     if not LOCK_NEW then
-      count('locks', -1)
+      count('locks', '-1')
     end
     LOCK_NEW = false
     redis.call('DEL', KM, KQ, KW, KL, KX, KI, KA)
@@ -422,7 +567,7 @@ end
 local function save()
   if M and not lock_gc() then
     if LOCK_NEW then
-      count('locks', 1)
+      count('locks', '1')
       LOCK_NEW = false
     end
     msave()
@@ -431,7 +576,8 @@ end
 
 -- ---- results ----
 local function lease_result(lid, l)
-  return {lid, N(l.w), N(l.f), N(l.ttl), N(l.acq), N(l.exp), l.owner, l.mode}
+  lstr(l)
+  return {lid, l.sw, l.sf, l.sttl, l.sacq, l.sexp, l.owner, l.mode}
 end
 
 local function readers()
@@ -498,6 +644,23 @@ end
 -- A row's due time is written to sema:due only when it changed (a row that was not there
 -- and is not now, a lock key's short life, has no entry; a sweep rewrites its entry).
 local DUE0 -- the row's due time as loaded (-2: no row)
+
+-- The earliest due time of all goes in every reply: every instance arms its sweep timer for
+-- it, so a due time filed by an instance that then stops is still swept by the others. It is
+-- kept in the epoch's hash (`due`), read with the epoch by every call, and written by the
+-- calls that change sema:due (the only writers of sema:due, in the same script: the two
+-- cannot disagree), so a call that files nothing reads no sorted set for it.
+local DUE_HEAD
+local function due_head(changed)
+  if changed or not DUE_HEAD then
+    local g = redis.call('ZRANGE', 'sema:due', '0', '0', 'WITHSCORES')
+    local h = g[2] or '0'
+    if h ~= DUE_HEAD then
+      DUE_HEAD = h
+      redis.call('HSET', 'sema:epoch', 'due', h)
+    end
+  end
+end
 local function reply(status, msg, res)
   local d = 0
   if M then
@@ -516,15 +679,16 @@ local function reply(status, msg, res)
     else
       redis.call('ZREM', 'sema:due', S)
     end
+    due_head(true)
   end
-  -- the earliest due time of all, in every reply: every instance arms its sweep timer for
-  -- it, so a due time filed by an instance that then stops is still swept by the others
-  local g = redis.call('ZRANGE', 'sema:due', 0, 0, 'WITHSCORES')
-  local c = stats()
-  local r = {N(status), msg or '', N(NOW), N(d), ACTS, S or '',
-             {N(c.sems), N(c.leases), N(c.locks), g[2] or '0', N(c.horizon)}}
-  for _, v in ipairs(res or {}) do
-    r[#r + 1] = v
+  local c = STATS
+  local r = {status == 0 and '0' or N(status), msg or '', nows(), d == 0 and '0' or N(d),
+             concat(ACTS, '\0'), S or '',
+             c.sems .. '\0' .. c.leases .. '\0' .. c.locks .. '\0' .. DUE_HEAD .. '\0' .. HORIZON_S}
+  if res then
+    for i = 1, #res do
+      r[7 + i] = res[i]
+    end
   end
   return r
 end
@@ -550,8 +714,8 @@ local function create(legacy)
   end
   M = mnew(tonumber(ARGV[A]), legacy)
   msave()
-  count('sems', 1)
-  redis.call('ZADD', 'sema:names', 0, NAME .. '\0' .. S)
+  count('sems', '1')
+  redis.call('ZADD', 'sema:names', '0', NAME .. '\0' .. S)
   return nil
 end
 
@@ -588,7 +752,7 @@ function ops.lock_get()
 end
 
 local function delete_all()
-  for _, wid in ipairs(redis.call('ZRANGE', KQ, 0, -1)) do
+  for _, wid in ipairs(redis.call('ZRANGE', KQ, '0', '-1')) do
     local rec = redis.call('HGET', KW, wid)
     if rec then
       outcome('fail', wid, wunpack(rec), '', nil, N(ECANCELED))
@@ -601,7 +765,7 @@ local function delete_all()
   redis.call('SET', KF, N(M.fence))
   redis.call('DEL', KM, KQ, KW, KL, KX, KI, KA)
   redis.call('ZREM', 'sema:names', NAME .. '\0' .. S)
-  count('sems', -1)
+  count('sems', '-1')
   M = nil
 end
 
@@ -615,7 +779,7 @@ function ops.resize()
   local cap = tonumber(ARGV[A])
   M.avail = M.avail + cap - M.cap
   M.cap = cap
-  for _, wid in ipairs(redis.call('ZRANGE', KQ, 0, -1)) do
+  for _, wid in ipairs(redis.call('ZRANGE', KQ, '0', '-1')) do
     local rec = redis.call('HGET', KW, wid)
     if rec then
       local w = wunpack(rec)
@@ -651,6 +815,7 @@ end
 
 -- Park a request at the tail of the queue.
 local function park(wid, w)
+  ALIVE_MS = tonumber(ARGV[5])
   local maxw = tonumber(ARGV[A + 8])
   if maxw > 0 and M.nq >= maxw then
     return reply(ELIMIT, 'too many parked requests')
@@ -713,8 +878,9 @@ local function idem_retry(wid, w, wait)
   redis.call('HDEL', KW, ref)
   old.inst = INST
   old.lid = w.lid
-  old.ttl = w.ttl
+  old.ttl, old.sttl = w.ttl, w.sttl
   old.owner = w.owner
+  ALIVE_MS = tonumber(ARGV[5])
   redis.call('ZADD', KQ, score, wid)
   redis.call('HSET', KW, wid, wpack(old))
   redis.call('HSET', KA, INST, N(NOW + ALIVE_MS))
@@ -728,14 +894,14 @@ end
 -- waiter id, max lock keys, max waiters here, lock readers
 local function acquire()
   local wait = ARGV[A + 1] == '1'
-  local w = {inst = INST, w = tonumber(ARGV[A]), kind = 'a', since = NOW,
-             ttl = tonumber(ARGV[A + 2]), owner = ARGV[A + 3], idem = ARGV[A + 4],
-             lid = ARGV[A + 5], mode = '0', princ = PRINC}
+  local w = {inst = INST, w = ARGV[A] + 0, kind = 'a', since = NOW,
+             ttl = ARGV[A + 2] + 0, owner = ARGV[A + 3], idem = ARGV[A + 4],
+             lid = ARGV[A + 5], mode = '0', princ = PRINC, sw = ARGV[A], sttl = ARGV[A + 2]}
   local wid = ARGV[A + 6]
   if KIND == 'k' then
     -- the mode is kept apart from the weight: with one reader allowed both modes weigh 1
     if w.w == 0 then
-      w.w, w.mode = M.cap, '2'
+      w.w, w.mode, w.sw = M.cap, '2', nil
     else
       w.mode = '1'
     end
@@ -766,7 +932,9 @@ local function acquire()
     return reply(EUNAVAIL, M_LOST)
   end
   if M.nq == 0 and w.w <= M.avail then
+    local own = OWN
     local l = grant(w, w.lid, wid)
+    OWN = own -- the caller's own grant completes no parked request: a retry rebuilds it
     REBUILT = true
     return reply(0, '', lease_result(w.lid, l))
   end
@@ -811,8 +979,9 @@ function ops.lease_renew()
   end
   l.ttl = tonumber(ARGV[A])
   l.exp = NOW + l.ttl
+  l.sttl, l.sexp = nil, nil
   redis.call('HSET', KL, LID, lpack(l))
-  redis.call('ZADD', KX, N(l.exp), LID)
+  redis.call('ZADD', KX, l.sexp, LID)
   bump_horizon(l.exp)
   due_at(l.exp)
   return reply(0, '', lease_result(LID, l))
@@ -851,6 +1020,7 @@ function ops.collect()
     n = n + 1
   end
   if n > 0 and M then
+    ALIVE_MS = tonumber(ARGV[5])
     redis.call('HSET', KA, INST, N(NOW + ALIVE_MS))
     due_at(NOW + ALIVE_MS + 1)
   end
@@ -967,8 +1137,11 @@ function ops.list()
 end
 
 -- ---- dispatch ----
+local LEASE_OPS = {lease_get = true, lease_renew = true, lease_release = true,
+                   lease_revoke = true} -- KEYS[1] is sema:id:LID
 local function run()
-  local ep = redis.call('HMGET', 'sema:epoch', 'id', 'safe_at')
+  local ep = redis.call('HMGET', 'sema:epoch', 'id', 'safe_at', 'horizon', 'due', 'sems',
+                       'leases', 'locks')
   if OP == 'hello' then
     -- ARGV: a new epoch id, the id this instance knew ('' at its start), max ttl, the
     -- latest lease expiry it heard of (0: none)
@@ -985,6 +1158,13 @@ local function run()
       redis.call('HSET', 'sema:epoch', 'id', ARGV[A], 'safe_at', N(safe))
       return {ARGV[A], N(safe), N(NOW)}
     end
+    if not ep[5] and redis.call('EXISTS', 'sema:stats') == 1 then
+      -- the counts and the horizon of an earlier version, kept apart then: moved in
+      local st = redis.call('HMGET', 'sema:stats', 'sems', 'leases', 'locks', 'horizon')
+      redis.call('HSET', 'sema:epoch', 'sems', st[1] or '0', 'leases', st[2] or '0', 'locks',
+                 st[3] or '0', 'horizon', st[4] or '0')
+      redis.call('DEL', 'sema:stats')
+    end
     local safe = tonumber(ep[2] or '0')
     if known ~= '' and known ~= ep[1] and safe < until_ms then
       safe = until_ms
@@ -995,12 +1175,20 @@ local function run()
   if ep[1] ~= EPOCH then
     return {'E', ep[1] or ''}
   end
-  SAFE_AT = tonumber(ep[2] or '0')
+  local sa = ep[2]
+  SAFE_AT = (not sa or sa == '0') and 0 or sa + 0
+  HORIZON_S = ep[3] or '0'
+  HORIZON = nil -- a number when a grant needs it
+  DUE_HEAD = ep[4]
+  STATS = {sems = ep[5] or '0', leases = ep[6] or '0', locks = ep[7] or '0'}
+  if not DUE_HEAD then
+    due_head(false) -- an epoch written before it kept the due time: read it once
+  end
   if OP == 'list' then
     return ops.list()
   end
   if OP == 'sweep' then
-    local x = redis.call('ZRANGE', 'sema:due', 0, 0, 'WITHSCORES')
+    local x = redis.call('ZRANGE', 'sema:due', '0', '0', 'WITHSCORES')
     if #x == 0 or tonumber(x[2]) > NOW then
       return reply(0, '')
     end
@@ -1013,7 +1201,7 @@ local function run()
     return reply(0, '')
   end
   local k = KEYS[1]
-  if string.sub(k, 1, 8) == 'sema:id:' then
+  if LEASE_OPS[OP] then
     LID = string.sub(k, 9)
     local v = redis.call('GET', k)
     if not v then
@@ -1046,7 +1234,7 @@ local function run()
   if not M then
     if OP == 'lock_acquire' then
       local max = tonumber(ARGV[A + 7])
-      if max > 0 and stats().locks >= max then
+      if max > 0 and locks_now() >= max then
         return reply(ELIMIT, 'too many lock keys')
       end
       M = mnew(tonumber(ARGV[A + 9]), 0)
@@ -1139,17 +1327,20 @@ end
 
 local function main(keys, args)
   KEYS, ARGV = keys, args
+  if not fmt then
+    fmt, match, concat, floor = string.format, string.match, table.concat, math.floor
+  end
   OP, EPOCH, INST, RID = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-  ALIVE_MS = tonumber(ARGV[5])
   PRINC = ARGV[6]
-  ADMIN = string.sub(ARGV[7], 1, 1)
-  RETRY = string.sub(ARGV[7], 2, 2) == 'r'
+  local fl = ARGV[7] -- '0', '1', '0r' or '1r'
+  ADMIN = (fl == '1' or fl == '1r') and '1' or '0'
+  RETRY = fl == '0r' or fl == '1r'
   local t = redis.call('TIME')
-  NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  NOWUS = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  ACTS, WAKE, GRANTED = {}, {}, {}
+  NOW = t[1] * 1000 + floor(t[2] / 1000) -- (Lua parses the strings once; tonumber twice)
+  NOWUS, TIME = nil, t
+  ACTS, WAKE, GRANTED = NONE, NONE, NONE
   S, M, LID, SAFE_AT, MORE, LOCK_NEW = nil, nil, nil, 0, false, false
-  DUE0, STATS, MOLD, OWN, REBUILT = -2, nil, nil, false, false
+  DUE0, MOLD, OWN, REBUILT, NOWS = -2, nil, false, false, nil
   if RID ~= '' and RETRY then
     local c = redis.call('GET', 'sema:r:' .. RID)
     if c then
