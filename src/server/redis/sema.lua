@@ -1255,13 +1255,13 @@ end
 -- The event log. While an instance follows a semaphore's events (its marker :s exists, with
 -- the field `log` = "<uid>-<seq>": the log's run and its last event), every public event gets
 -- the id <uid>-<seq+1>, ... and is kept in the stream :e under that id (at least the last
--- LOG_MAX; the stream lives as long as the marker, which instances renew), and published
+-- LOG_MAX_S; the stream lives as long as the marker, which instances renew), and published
 -- with its id on sema:ev:<stem>. Ids therefore mean the same on every instance. Without a
 -- marker nothing is written (one HGET). A marker that comes back (it expired: no instance
 -- renewed it; Redis lost it) starts a new run with a new uid, so an id from before never
 -- resumes across the gap. A delete ends the run: a new semaphore of the name starts a new one.
-local LOG_MAX = 1000
-local LOG_TTL_MS = 6000 -- as the marker's: three of the instances' heartbeats
+local LOG_MAX_S = '1000' -- (a string: Redis formats a Lua number passed to a command)
+local LOG_TTL_S = '6000' -- ms, as the marker's: three of the instances' heartbeats
 
 local function publish(r)
   for inst, _ in pairs(WAKE) do
@@ -1276,7 +1276,7 @@ local function publish(r)
   end
   local uid, seq = string.match(pt, '^(%d+)-(%d+)$')
   if not uid then
-    uid, seq = N(NOWUS), '0'
+    uid, seq = N(TIME[1] * 1000000 + TIME[2]), '0'
   end
   seq = tonumber(seq)
   local KE, ev, first, ended = S .. ':e', {}, seq + 1, false
@@ -1297,10 +1297,10 @@ local function publish(r)
       else
         local id = uid .. '-' .. N(seq)
         local p = table.concat(a, '\0')
-        local x = redis.pcall('XADD', KE, 'MAXLEN', '~', LOG_MAX, id, 'a', p)
+        local x = redis.pcall('XADD', KE, 'MAXLEN', '~', LOG_MAX_S, id, 'a', p)
         if type(x) == 'table' and x.err then
           redis.call('DEL', KE) -- cannot happen (ids only grow): keep the run going anyway
-          redis.call('XADD', KE, 'MAXLEN', '~', LOG_MAX, id, 'a', p)
+          redis.call('XADD', KE, 'MAXLEN', '~', LOG_MAX_S, id, 'a', p)
         end
       end
     end
@@ -1312,15 +1312,13 @@ local function publish(r)
     redis.call('DEL', KE)
     redis.call('HDEL', KS, 'log')
   else
-    redis.call('PEXPIRE', KE, LOG_TTL_MS)
+    redis.call('PEXPIRE', KE, LOG_TTL_S)
     redis.call('HSET', KS, 'log', uid .. '-' .. N(seq))
   end
   local id = uid .. '-' .. N(first)
   redis.call('PUBLISH', 'sema:ev:' .. S, INST .. '\0' .. id .. '\0' .. table.concat(ev, '\0'))
-  if type(r[7]) == 'table' then -- the caller numbers its own events from its reply
-    local c = r[7]
-    c[#c + 1] = uid
-    c[#c + 1] = N(first)
+  if type(r[7]) == 'string' then -- the caller numbers its own events from its reply
+    r[7] = r[7] .. '\0' .. uid .. '\0' .. N(first)
   end
   return r
 end
