@@ -108,7 +108,7 @@ endforeach()
 # (77) when semad has no Redis back end. Normal builds only (the sanitizer builds run the
 # Redis back end through test_redis_*.py).
 # The random-clients checker (test_concurrency) runs on three instances only.
-set(SEMA_REDIS_SUITES v1 legacy scenarios_http)
+set(SEMA_REDIS_SUITES v1 legacy scenarios_http tickets)
 if(NOT SEMA_SANITIZE)
   foreach(n 1 3)
     set(prefix redis)
