@@ -66,7 +66,8 @@ endforeach()
 # redis-server of its own (tests/support/with_redis.py: a free loopback port, no persistence,
 # a temporary directory), as redis.<file>.<name>, label redis. Cases that only make sense for
 # the in-memory back end skip themselves with the reason (exit 77).
-set(SEMA_REDIS_ENGINE_TESTS engine engine_pitfalls engine_scenarios engine_stress redis)
+set(SEMA_REDIS_ENGINE_TESTS engine engine_pitfalls engine_scenarios engine_stress engine_tickets
+  redis)
 if(SEMA_WITH_REDIS AND TARGET semad_core)
   foreach(short ${SEMA_REDIS_ENGINE_TESTS})
     set(src ${PROJECT_SOURCE_DIR}/tests/unit/test_${short}.c)
