@@ -130,6 +130,13 @@ if(NOT SEMA_SANITIZE)
       endforeach()
     endforeach()
   endforeach()
+  # a ticket's token, across three instances
+  set(case tickets_belong_to_the_token_that_took_them)
+  add_test(NAME redis3.auth.${case} COMMAND ${Python3_EXECUTABLE}
+           ${PROJECT_SOURCE_DIR}/tests/integration/test_auth.py ${case})
+  set_tests_properties(redis3.auth.${case} PROPERTIES TIMEOUT ${SEMA_TEST_TIMEOUT}
+    LABELS "integration;redis" SKIP_RETURN_CODE 77
+    ENVIRONMENT "${SEMA_TEST_ENV};SEMA_TEST_REDIS=3")
 endif()
 # The HTTP suites once more, each case behind a validating proxy that checks every reply
 # against docs/openapi.yaml (prism from tests/openapi/, which `scripts/deps.sh test`

@@ -212,6 +212,7 @@ static const char *const known_msgs[] = {
     "the lease was taken by another token (only its token or an admin may end it)",
     "the Idempotency-Key names a request of another token",
     "no such ticket",
+    "this Idempotency-Key names a ticket; nothing was granted",
     "the ticket belongs to another token",
     "this Idempotency-Key names another request (or a ticket of another weight)",
     "the ticket left the line",

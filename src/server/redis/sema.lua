@@ -714,8 +714,12 @@ local function idem_retry(wid, w, wait)
     return nil
   end
   local ref = string.sub(v, 2)
-  if string.sub(v, 1, 1) == 'T' then
-    return reply(EKEYMISMATCH, M_KEY_MISMATCH) -- a ticket's key
+  if string.sub(v, 1, 1) == 'T' then -- a ticket's key
+    local t = redis.call('HGET', KT, ref)
+    if t and not allowed(fields(t)[8] or '') then
+      return reply(EACCES, M_KEY_OTHER_TOKEN)
+    end
+    return reply(EKEYMISMATCH, 'this Idempotency-Key names a ticket; nothing was granted')
   end
   if string.sub(v, 1, 1) == 'L' then
     local rec = redis.call('HGET', KL, ref)
@@ -1301,8 +1305,12 @@ function ops.ticket_create()
   if t.idem ~= '' then
     local v = redis.call('HGET', KI, t.idem)
     if v then
-      local old = string.sub(v, 1, 1) == 'T' and tk_get(string.sub(v, 2))
-      if old and not allowed(old.princ) then
+      local kind, ref = string.sub(v, 1, 1), string.sub(v, 2)
+      local old = kind == 'T' and tk_get(ref)
+      local other = kind == 'L' and redis.call('HGET', KL, ref) or
+                    kind == 'W' and redis.call('HGET', KW, ref)
+      if (old and not allowed(old.princ)) or
+         (other and not allowed(kind == 'L' and lunpack(other).princ or wunpack(other).princ)) then
         return reply(EACCES, M_KEY_OTHER_TOKEN)
       end
       if not old or old.w ~= t.w then
