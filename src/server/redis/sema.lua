@@ -38,7 +38,8 @@ end
 -- ---- the keys of one semaphore (or lock key): its stem plus a suffix of fixed length ----
 local S, KIND, NAME, TAG
 local KM, KF, KQ, KW, KL, KX, KI, KA, KG, KS
-local KT, KK, KTL -- tickets: records, keepalive deadlines, lease id -> ticket id
+local KT, KK, KTL, KFW -- tickets: records, keepalive deadlines, lease id -> ticket id, the
+-- weight that left the queue by place (a Fenwick tree, below)
 
 local function keys_of(stem)
   S = stem
@@ -46,12 +47,12 @@ local function keys_of(stem)
   KM, KF, KQ, KW = S .. ':m', S .. ':f', S .. ':q', S .. ':w'
   KL, KX, KI = S .. ':l', S .. ':x', S .. ':i'
   KA, KG, KS = S .. ':a', S .. ':g', S .. ':s'
-  KT, KK, KTL = S .. ':t', S .. ':k', S .. ':tl'
+  KT, KK, KTL, KFW = S .. ':t', S .. ':k', S .. ':tl', S .. ':fw'
 end
 
 -- Tickets (the section "tickets" below): hooks the shared code calls only while the row
 -- counts live tickets (M.nt > 0), and the wait estimate's samples (est_*), kept in the row.
-local tk_lease_gone, tk_admit, tk_housekeep, tk_next_due, tk_delete_all, tk_resize
+local tk_lease_gone, tk_admit, tk_housekeep, tk_next_due, tk_delete_all, tk_resize, fw_left
 local est_hold, est_queue_grant, tk_run
 
 local ACTS, WAKE
@@ -291,6 +292,9 @@ end
 
 -- ---- the queue ----
 local function unqueue(wid, w)
+  if M.nt > 0 then
+    fw_left(wid, w.w)
+  end
   redis.call('ZREM', KQ, wid)
   redis.call('HDEL', KW, wid)
   M.nq = M.nq - 1
@@ -994,20 +998,21 @@ local TK_ENDED = {
   X = "the ticket's semaphore was deleted",
   F = 'the ticket can no longer be granted (its weight is above the capacity now, or memory ' ..
       'ran out)'}
-local TK_AHEAD_MAX = 10000 -- waiters ahead whose weights are summed one by one (below)
 local EST_MIN = 8
 
 -- status ('w' waiting, 'g' granted), weight, ttl, keepalive, owner, idempotency key, lease id,
--- principal, collected ('0', '1')
+-- principal, collected ('0', '1'), its place in the queue, the weight ahead then, the weight
+-- that had left from places before it then (below)
 local function tkpack(t)
   return table.concat({t.st, N(t.w), N(t.ttl), N(t.ka), t.owner, t.idem, t.lid, t.princ,
-                       t.coll}, '\0')
+                       t.coll, N(t.seq), N(t.bw), N(t.bf)}, '\0')
 end
 local function tkunpack(s)
   local a = fields(s)
   return {st = a[1], w = tonumber(a[2]), ttl = tonumber(a[3]), ka = tonumber(a[4]),
           owner = a[5] or '', idem = a[6] or '', lid = a[7] or '', princ = a[8] or '',
-          coll = a[9] or '0'}
+          coll = a[9] or '0', seq = tonumber(a[10] or '0'), bw = tonumber(a[11] or '0'),
+          bf = tonumber(a[12] or '0')}
 end
 local function tk_get(tid)
   local rec = redis.call('HGET', KT, tid)
@@ -1022,6 +1027,9 @@ local function tk_forget(tid, t, why)
   redis.call('HDEL', KT, tid)
   redis.call('ZREM', KK, tid)
   M.nt = M.nt - 1
+  if M.nt == 0 then
+    redis.call('DEL', KFW) -- kept only while there are tickets
+  end
   count('tickets', -1)
   if t.idem ~= '' and redis.call('HGET', KI, t.idem) == 'T' .. tid then
     redis.call('HDEL', KI, t.idem)
@@ -1140,7 +1148,7 @@ tk_delete_all = function()
     redis.call('SET', 'sema:tk:' .. all[i], 'XX', 'PX', TOMB_TTL_MS)
     tk_changed(all[i])
   end
-  redis.call('DEL', KT, KK, KTL)
+  redis.call('DEL', KT, KK, KTL, KFW)
   M.nt = 0
 end
 
@@ -1223,28 +1231,66 @@ local function estimate(units)
   return math.floor(median + 0.5), math.floor(median * math.exp(1.2816 * sigma) + 0.5)
 end
 
--- The weight asked for by the `rank` waiters ahead: summed one by one for the first
--- TK_AHEAD_MAX, the rest counted at the mean weight of the queue behind those.
-local function ahead_weight(rank)
-  local n, sum = math.min(rank, TK_AHEAD_MAX), 0
-  local i = 0
-  while i < n do
-    local j = math.min(i + 1000, n)
-    local ids = redis.call('ZRANGE', KQ, i, j - 1)
-    if #ids == 0 then
-      break
-    end
-    for _, rec in ipairs(redis.call('HMGET', KW, unpack(ids))) do
-      if rec then
-        sum = sum + tonumber(string.match(rec, '^[^%z]*%z([^%z]*)'))
-      end
-    end
-    i = j
+-- ---- the weight ahead of a ticket, exact in O(log n) ----
+-- A ticket keeps, from when it joined the queue's tail, the weight then in the queue (all of
+-- it ahead: bw) and how much weight had left the queue from places before its own by then
+-- (bf). Waiters only leave from ahead, never join there, so the weight ahead now is bw less
+-- what left from places before its own since: a Fenwick tree over queue places (the :q
+-- score) of the weight that left, kept in :fw only while the semaphore has tickets. Its size
+-- (field n, a power of two) doubles as places grow; the new root then covers the old one.
+local function lowbit(j)
+  local p = 1
+  while j % (p * 2) == 0 do
+    p = p * 2
   end
-  if rank > n and M.nq > n then
-    sum = sum + math.floor((M.wq - sum) * (rank - n) / (M.nq - n))
+  return p
+end
+
+local function fw_prefix(i)
+  local n = tonumber(redis.call('HGET', KFW, 'n') or '0')
+  if i > n then
+    i = n -- nothing left from a place beyond n
+  end
+  local idx = {}
+  while i > 0 do
+    idx[#idx + 1] = N(i)
+    i = i - lowbit(i)
+  end
+  local sum = 0
+  if #idx > 0 then
+    for _, v in ipairs(redis.call('HMGET', KFW, unpack(idx))) do
+      sum = sum + tonumber(v or '0')
+    end
   end
   return sum
+end
+
+fw_left = function(wid, w)
+  if w <= 0 then
+    return
+  end
+  local i = tonumber(redis.call('ZSCORE', KQ, wid) or '0')
+  if i <= 0 then
+    return
+  end
+  local n = tonumber(redis.call('HGET', KFW, 'n') or '0')
+  if n < i then
+    if n == 0 then
+      n = 1
+    end
+    while n < i do
+      local root = redis.call('HGET', KFW, N(n))
+      n = n * 2
+      if root then
+        redis.call('HSET', KFW, N(n), root)
+      end
+    end
+    redis.call('HSET', KFW, 'n', N(n))
+  end
+  while i <= n do
+    redis.call('HINCRBY', KFW, N(i), w)
+    i = i + lowbit(i)
+  end
 end
 
 -- created, id, status (1 waiting, 2 granted), weight, position, ahead weight, estimated,
@@ -1253,9 +1299,8 @@ local function tk_view(tid, t, created)
   local pos, ahead, est, p50, p90 = 0, 0, '0', 0, 0
   local lease
   if t.st == 'w' then
-    local rank = tonumber(redis.call('ZRANK', KQ, tid) or 0)
-    pos = rank + 1
-    ahead = ahead_weight(rank)
+    pos = tonumber(redis.call('ZRANK', KQ, tid) or 0) + 1
+    ahead = t.bw - (fw_prefix(t.seq - 1) - t.bf)
     local avail = M.avail > 0 and M.avail or 0
     local need = ahead + t.w
     need = need > avail and need - avail or 1
@@ -1294,7 +1339,7 @@ local M_TK_KEY = 'this Idempotency-Key names another request (or a ticket of ano
 function ops.ticket_create()
   local t = {st = 'w', w = tonumber(ARGV[A]), ttl = tonumber(ARGV[A + 1]), owner = ARGV[A + 2],
              idem = ARGV[A + 3], lid = ARGV[A + 5], ka = tonumber(ARGV[A + 6]), princ = PRINC,
-             coll = '0'}
+             coll = '0', seq = 0, bw = 0, bf = 0}
   local tid = ARGV[A + 4]
   if KIND ~= 's' then
     return reply(ENOENT, M_NOT_FOUND)
@@ -1341,6 +1386,7 @@ function ops.ticket_create()
     tk_touch(tid, t)
   else
     M.seq = M.seq + 1
+    t.seq, t.bw, t.bf = M.seq, M.wq, fw_prefix(M.seq - 1)
     redis.call('ZADD', KQ, N(M.seq), tid)
     redis.call('HSET', KW, tid, wpack({inst = '', w = t.w, kind = 't', since = NOW, ttl = t.ttl,
                                        owner = t.owner, idem = '', lid = t.lid, mode = '0',
