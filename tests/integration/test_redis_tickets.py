@@ -168,6 +168,58 @@ def test_exact_positions_and_ahead_weight_with_mixed_weights_and_a_cancel_in_the
         assert body["status"] == "waiting" and body["position"] == 1 and body["ahead_weight"] == 0
 
 
+def test_positions_and_ahead_weight_match_a_model_through_grants_and_departures():
+    # random tickets of mixed weights through three instances; tickets leave from anywhere,
+    # the head is granted by releases; after every step each waiting ticket's place and the
+    # weight ahead of it are those of the model (the places outgrow several powers of two)
+    import random
+    rnd = random.Random(1234)
+    with rf.RedisServer() as redis, rf.Fleet(redis.url(), 3) as f:
+        cap = 4
+        put(f, "r", cap)
+        queue, leases, avail = [], [hold(f, "r", cap)], 0
+
+        def admit():
+            nonlocal avail
+            while queue and queue[0][1] <= avail:
+                tid, w = queue.pop(0)
+                avail -= w
+                st, body = read(f, tid)
+                assert st == 200 and body["status"] == "granted", (tid, body)
+                leases.append(body["lease"]["lease"])
+        for step in range(160):
+            r = rnd.random()
+            if r < 0.55 or not queue:
+                w = rnd.randint(1, 3)
+                t = ticket(f, "r", weight=w, keepalive_ms=60000)
+                if t["status"] == "granted":
+                    assert not queue and w <= avail, (t, queue, avail)
+                    avail -= w
+                    leases.append(t["lease"]["lease"])
+                else:
+                    queue.append((t["ticket"], w))
+            elif r < 0.8:
+                tid, w = queue.pop(rnd.randrange(len(queue)))
+                st, _, _ = f.request("DELETE", "/v1/tickets/" + tid)
+                assert st == 204
+                admit()
+            elif leases:
+                lease = leases.pop(rnd.randrange(len(leases)))
+                st, body = f.json("GET", "/v1/leases/" + lease)
+                assert st == 200, body
+                release(f, lease)
+                avail += body["weight"]
+                admit()
+            ahead_w = 0
+            for i, (tid, w) in enumerate(queue):
+                if i % 3 == step % 3 or i < 2:  # a third of them each step, and the heads
+                    st, body = read(f, tid)
+                    assert st == 200 and body["status"] == "waiting", (step, tid, body)
+                    assert (body["position"], body["ahead_weight"]) == (i + 1, ahead_w), \
+                        (step, i, body)
+                ahead_w += w
+
+
 def test_keepalive_runs_out_with_no_traffic_and_an_uncollected_grant_goes_back():
     with rf.RedisServer() as redis, rf.Fleet(redis.url(), 2) as f:
         put(f[0], "k", 1)
