@@ -319,15 +319,22 @@ def test_deleting_the_semaphore_on_one_instance_ends_a_stream_on_another():
 
 def test_the_estimate_is_the_same_on_every_instance():
     with rf.RedisServer() as redis, rf.Fleet(redis.url(), 3) as f:
-        put(f, "e", 1)
-        for _ in range(9):
+        put(f, "e", 2)
+        # samples are taken while the semaphore has tickets: this one holds a unit meanwhile
+        first = ticket(f, "e", keepalive_ms=60000)
+        assert first["status"] == "granted"
+        for _ in range(7):
             release(f, hold(f, "e"))
         lease = hold(f, "e")
         t = ticket(f, "e", keepalive_ms=60000)
-        assert t["estimate_ms"] is not None, t
+        assert t["estimate_ms"] is None, t  # 7 holds: not enough yet
+        release(f, lease)  # the 8th: t is granted, and another waits behind a new holder
+        st, body = read(f, t["ticket"])
+        assert body["status"] == "granted", body
+        t = ticket(f, "e", keepalive_ms=60000)
+        assert t["status"] == "waiting" and t["estimate_ms"] is not None, t
         ests = {json.dumps(read(inst, t["ticket"])[1]["estimate_ms"]) for inst in f.live()}
         assert len(ests) == 1, ests
-        release(f, lease)
 
 
 def test_a_semaphore_without_tickets_costs_no_command_more():

@@ -38,8 +38,8 @@ end
 -- ---- the keys of one semaphore (or lock key): its stem plus a suffix of fixed length ----
 local S, KIND, NAME, TAG
 local KM, KF, KQ, KW, KL, KX, KI, KA, KG, KS
-local KT, KK, KTL, KFW -- tickets: records, keepalive deadlines, lease id -> ticket id, the
--- weight that left the queue by place (a Fenwick tree, below)
+local KT, KK, KTL, KFW, KE -- tickets: records, keepalive deadlines, lease id -> ticket id, the
+-- weight that left the queue by place (a Fenwick tree, below), the estimate's samples
 
 local function keys_of(stem)
   S = stem
@@ -47,11 +47,11 @@ local function keys_of(stem)
   KM, KF, KQ, KW = S .. ':m', S .. ':f', S .. ':q', S .. ':w'
   KL, KX, KI = S .. ':l', S .. ':x', S .. ':i'
   KA, KG, KS = S .. ':a', S .. ':g', S .. ':s'
-  KT, KK, KTL, KFW = S .. ':t', S .. ':k', S .. ':tl', S .. ':fw'
+  KT, KK, KTL, KFW, KE = S .. ':t', S .. ':k', S .. ':tl', S .. ':fw', S .. ':e'
 end
 
 -- Tickets (the section "tickets" below): hooks the shared code calls only while the row
--- counts live tickets (M.nt > 0), and the wait estimate's samples (est_*), kept in the row.
+-- counts live tickets (M.nt > 0), and the wait estimate's samples (est_*, taken then too).
 local tk_lease_gone, tk_admit, tk_housekeep, tk_next_due, tk_delete_all, tk_resize, fw_left
 local est_hold, est_queue_grant, tk_run
 
@@ -175,15 +175,13 @@ end
 -- instance's waiters, the end of a pause), 0 when nothing is; a call before it skips the
 -- housekeeping. It may be early (a release leaves it): the housekeeping then finds nothing
 -- and sets it right.
--- nt: live tickets; en, eg, ev, el: queue grant gaps (count, mean and variance per unit in
--- us, us^2; the last grant's time in us, 0 when the queue emptied); ehn, eh: holds (count,
--- mean in us). See the tickets section.
+-- nt: live tickets (the tickets section)
 local MF = {'cap', 'avail', 'held', 'fence', 'legacy', 'created', 'seq', 'nq', 'wq', 'due',
-            'nt', 'en', 'eg', 'ev', 'el', 'ehn', 'eh'}
+            'nt'}
 local MOLD -- the row as loaded: only the fields that changed are written
 local function mload()
   local v = redis.call('HMGET', KM, 'cap', 'avail', 'held', 'fence', 'legacy', 'created', 'seq',
-                       'nq', 'wq', 'due', 'nt', 'en', 'eg', 'ev', 'el', 'ehn', 'eh')
+                       'nq', 'wq', 'due', 'nt')
   if not v[1] then
     return nil
   end
@@ -191,9 +189,7 @@ local function mload()
   return {cap = tonumber(v[1]), avail = tonumber(v[2]), held = tonumber(v[3]),
           fence = tonumber(v[4]), legacy = tonumber(v[5]), created = tonumber(v[6]),
           seq = tonumber(v[7]), nq = tonumber(v[8]), wq = tonumber(v[9]),
-          due = tonumber(v[10] or '0'), nt = tonumber(v[11] or '0'),
-          en = tonumber(v[12] or '0'), eg = tonumber(v[13] or '0'), ev = tonumber(v[14] or '0'),
-          el = tonumber(v[15] or '0'), ehn = tonumber(v[16] or '0'), eh = tonumber(v[17] or '0')}
+          due = tonumber(v[10] or '0'), nt = tonumber(v[11] or '0')}
 end
 local function msave()
   local a, n = {}, 0
@@ -214,8 +210,7 @@ end
 local function mnew(cap, legacy)
   MOLD = nil
   return {cap = cap, avail = cap, held = 0, fence = tonumber(redis.call('GET', KF) or '0'),
-          legacy = legacy, created = NOW, seq = 0, nq = 0, wq = 0, due = 0, nt = 0, en = 0,
-          eg = 0, ev = 0, el = 0, ehn = 0, eh = 0}
+          legacy = legacy, created = NOW, seq = 0, nq = 0, wq = 0, due = 0, nt = 0}
 end
 local function due_at(t)
   if M.due == 0 or t < M.due then
@@ -635,7 +630,7 @@ local function delete_all()
   end
   act('deleted', '', '', '', nil, '')
   redis.call('SET', KF, N(M.fence))
-  redis.call('DEL', KM, KQ, KW, KL, KX, KI, KA)
+  redis.call('DEL', KM, KQ, KW, KL, KX, KI, KA, KE)
   redis.call('ZREM', 'sema:names', NAME .. '\0' .. S)
   count('sems', -1)
   M = nil
@@ -1029,6 +1024,9 @@ local function tk_forget(tid, t, why)
   M.nt = M.nt - 1
   if M.nt == 0 then
     redis.call('DEL', KFW) -- kept only while there are tickets
+    if redis.call('EXISTS', KE) == 1 then
+      redis.call('HSET', KE, 'el', '0') -- no gap measured across a time without tickets
+    end
   end
   count('tickets', -1)
   if t.idem ~= '' and redis.call('HGET', KI, t.idem) == 'T' .. tid then
@@ -1165,8 +1163,11 @@ end
 
 -- ---- the wait estimate: what the semaphore measured, as the embedded back end does ----
 -- Moving mean (and variance) of the time between grants from the queue per unit granted
--- (only while the queue stays non-empty), and of hold times; kept in the row (us, us^2).
+-- (only while the queue stays non-empty), and of hold times, in :e (us, us^2; el: the last
+-- grant's time in us, 0 when the queue emptied). Sampled while the semaphore has tickets, so
+-- a semaphore without them pays nothing for it.
 local EST_ALPHA = 0.1
+local EST_F = {'en', 'eg', 'ev', 'el', 'ehn', 'eh'}
 local function ewma(mean, var, x, n)
   if n == 0 then
     return x, 0
@@ -1174,38 +1175,55 @@ local function ewma(mean, var, x, n)
   local d = x - mean
   return mean + EST_ALPHA * d, (1 - EST_ALPHA) * (var + EST_ALPHA * d * d)
 end
+local function est_load()
+  local v = redis.call('HMGET', KE, unpack(EST_F))
+  local e = {}
+  for i, f in ipairs(EST_F) do
+    e[f] = tonumber(v[i] or '0')
+  end
+  return e
+end
 
 est_queue_grant = function(w)
-  if M.el ~= 0 and w > 0 then
-    local g, v = ewma(M.eg, M.ev, (NOWUS - M.el) / w, M.en)
-    M.eg, M.ev = math.floor(g + 0.5), math.floor(v + 0.5)
-    M.en = M.en + 1
+  if M.nt == 0 then
+    return
   end
-  M.el = M.nq > 0 and NOWUS or 0
+  local e = est_load()
+  if e.el ~= 0 and w > 0 then
+    local g, v = ewma(e.eg, e.ev, (NOWUS - e.el) / w, e.en)
+    redis.call('HSET', KE, 'eg', N(math.floor(g + 0.5)), 'ev', N(math.floor(v + 0.5)), 'en',
+               N(e.en + 1))
+  end
+  redis.call('HSET', KE, 'el', M.nq > 0 and N(NOWUS) or '0')
 end
 
 est_hold = function(ms)
+  if M.nt == 0 then
+    return
+  end
+  local e = est_load()
   if ms < 0 then
     ms = 0
   end
-  M.eh = math.floor(ewma(M.eh, 0, ms * 1000, M.ehn) + 0.5)
-  M.ehn = M.ehn + 1
+  redis.call('HSET', KE, 'eh', N(math.floor(ewma(e.eh, 0, ms * 1000, e.ehn) + 0.5)), 'ehn',
+             N(e.ehn + 1))
 end
 
 -- The wait until `units` more units have been granted from the queue: p50 and p90 of a
 -- log-normal with the summed gaps' mean and variance; nil without enough samples.
 local function estimate(units)
+  local e = est_load()
   local m, var
-  if M.en >= EST_MIN then
-    m, var = M.eg / 1000, M.ev / 1e6
-  elseif M.ehn >= EST_MIN then
-    m = M.eh / 1000 / M.cap
+  if e.en >= EST_MIN then
+    m, var = e.eg / 1000, e.ev / 1e6
+  elseif e.ehn >= EST_MIN then
+    m = e.eh / 1000 / M.cap
     var = m * m
   else
     return nil
   end
   local mean = units * m
-  if M.ehn >= EST_MIN and M.held > 0 then
+  if e.ehn >= EST_MIN and M.held > 0 then
     -- the oldest holder (the lowest fence) frees no unit before its expected rest
     local all, acq, f = redis.call('HGETALL', KL), nil, nil
     for i = 2, #all, 2 do
@@ -1215,7 +1233,7 @@ local function estimate(units)
       end
     end
     if acq then
-      local hold, age = M.eh / 1000, NOW - acq
+      local hold, age = e.eh / 1000, NOW - acq
       local first = hold > age and hold - age or 0
       if first + (units - 1) * m > mean then
         mean = first + (units - 1) * m
