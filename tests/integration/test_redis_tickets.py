@@ -317,6 +317,29 @@ def test_deleting_the_semaphore_on_one_instance_ends_a_stream_on_another():
         conn.close()
 
 
+def test_watchers_are_answered_when_their_instance_stops_and_the_ticket_stays():
+    with rf.RedisServer() as redis, rf.Fleet(redis.url(), 2, "--ticket-poll", "50ms") as f:
+        put(f[0], "s", 1)
+        lease = hold(f[0], "s")
+        t = ticket(f[0], "s", keepalive_ms=60000)
+        polls = [LongPoll(f[1], "GET", "/v1/tickets/%s?wait=60s" % t["ticket"])
+                 for _ in range(3)]
+        for p in polls:
+            p.start()
+        fx.wait_until(lambda: "semad_ticket_watchers 3" in f[1].request("GET", "/metrics")[2]
+                      .decode(), 10, "the long-polls on B")
+        # reads in flight and between reads (every 50 ms) while it stops: all answered
+        rc = f[1].stop()
+        f.gone.add(1)
+        assert rc == 0, "\n".join(f[1].log()[-20:])
+        for p in polls:
+            st, body = p.result()
+            assert st == 503, (st, body)
+        assert read(f[0], t["ticket"])[1]["position"] == 1
+        release(f[0], lease)
+        assert read(f[0], t["ticket"], wait="10s")[1]["status"] == "granted"
+
+
 def test_the_estimate_is_the_same_on_every_instance():
     with rf.RedisServer() as redis, rf.Fleet(redis.url(), 3) as f:
         put(f, "e", 2)

@@ -1142,6 +1142,8 @@ static int ticket_wait(rs_t *r, rreq_t *rq)
     const engine_ticket_t *t = &req->res.ticket;
     uint64_t now = rs__now(r), deadline = UINT64_MAX, every = (uint64_t)r->cfg.ticket_poll_ms;
 
+    if (r->shutting_down)
+        return 0; /* answered now: a parked watcher would outlive the back end */
     if (req->seen != 0 ? req->seen != t->state : t->status == ENGINE_TICKET_GRANTED) {
         if (req->seen != 0 && t->status == ENGINE_TICKET_WAITING)
             r->ticket_updates++;
