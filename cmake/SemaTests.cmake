@@ -200,4 +200,11 @@ if(NOT SEMA_SANITIZE AND TARGET semad)
     LABELS "js;browser" SKIP_RETURN_CODE 77
     # the screenshot goes to the build tree; SCREENSHOT= unset writes the README's copy
     ENVIRONMENT "${SEMA_TEST_ENV};SCREENSHOT=${PROJECT_BINARY_DIR}/waiting-room-screenshot.png")
+  # the same on semad's Redis back end, beside a redis-server of its own
+  add_test(NAME example.waiting_room_redis COMMAND ${Python3_EXECUTABLE}
+    ${PROJECT_SOURCE_DIR}/tests/support/with_redis.py bash
+    ${PROJECT_SOURCE_DIR}/examples/waiting-room/test/run.sh)
+  set_tests_properties(example.waiting_room_redis PROPERTIES TIMEOUT 120
+    DEPENDS example.waiting_room LABELS "js;browser;redis" SKIP_RETURN_CODE 77
+    ENVIRONMENT "${SEMA_TEST_ENV};SCREENSHOT=${PROJECT_BINARY_DIR}/waiting-room-screenshot-redis.png")
 endif()
