@@ -10,6 +10,8 @@ acquire (N/10 of them, connections included), then semad's CPU per second while 
 holds about N tickets and moves at 1,000 grants/s (capacity 1,000, leases of 1 s ending by
 expiry, 1,000 new tickets/s keeping the line long) beside the same flow with no line.
 
+SEMAD_ENGINE=redis://HOST:PORT: on semad's Redis back end instead (that Redis is emptied).
+
 estimate: flash crowds of tickets (20 every 2 s) on a semaphore of capacity 4 whose hold
 times vary by phase (uniform, log-normal, a mix of short and long); each hold is the lease's
 ttl, so leases end by expiry. For every ticket that had to wait and got an estimate, the
@@ -32,8 +34,16 @@ SEED = 20261125
 
 
 def start(*args):
+    # SEMAD_ENGINE=redis://HOST:PORT runs the same on semad's Redis back end (a Redis of the
+    # caller's, emptied first)
+    engine = os.environ.get("SEMAD_ENGINE")
+    if engine:
+        hp = engine.split("//", 1)[1].split("/", 1)[0]
+        subprocess.run(["redis-cli", "-h", hp.rsplit(":", 1)[0], "-p", hp.rsplit(":", 1)[1],
+                        "FLUSHALL"], capture_output=True, timeout=30)
+        args = ("--engine", engine) + args
     srv = subprocess.Popen([os.path.join(build, "bin", "semad"), "--listen", "127.0.0.1:0",
-                            "--durability", "none"] + list(args),
+                            "--durability", "relaxed" if engine else "none"] + list(args),
                            stderr=subprocess.PIPE, text=True)
     line = srv.stderr.readline()
     while "listening on" not in line:

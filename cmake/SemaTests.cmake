@@ -66,7 +66,8 @@ endforeach()
 # redis-server of its own (tests/support/with_redis.py: a free loopback port, no persistence,
 # a temporary directory), as redis.<file>.<name>, label redis. Cases that only make sense for
 # the in-memory back end skip themselves with the reason (exit 77).
-set(SEMA_REDIS_ENGINE_TESTS engine engine_pitfalls engine_scenarios engine_stress redis)
+set(SEMA_REDIS_ENGINE_TESTS engine engine_pitfalls engine_scenarios engine_stress engine_tickets
+  redis)
 if(SEMA_WITH_REDIS AND TARGET semad_core)
   foreach(short ${SEMA_REDIS_ENGINE_TESTS})
     set(src ${PROJECT_SOURCE_DIR}/tests/unit/test_${short}.c)
@@ -108,7 +109,7 @@ endforeach()
 # (77) when semad has no Redis back end. Normal builds only (the sanitizer builds run the
 # Redis back end through test_redis_*.py).
 # The random-clients checker (test_concurrency) runs on three instances only.
-set(SEMA_REDIS_SUITES v1 legacy scenarios_http)
+set(SEMA_REDIS_SUITES v1 legacy scenarios_http tickets)
 if(NOT SEMA_SANITIZE)
   foreach(n 1 3)
     set(prefix redis)
@@ -129,6 +130,13 @@ if(NOT SEMA_SANITIZE)
       endforeach()
     endforeach()
   endforeach()
+  # a ticket's token, across three instances
+  set(case tickets_belong_to_the_token_that_took_them)
+  add_test(NAME redis3.auth.${case} COMMAND ${Python3_EXECUTABLE}
+           ${PROJECT_SOURCE_DIR}/tests/integration/test_auth.py ${case})
+  set_tests_properties(redis3.auth.${case} PROPERTIES TIMEOUT ${SEMA_TEST_TIMEOUT}
+    LABELS "integration;redis" SKIP_RETURN_CODE 77
+    ENVIRONMENT "${SEMA_TEST_ENV};SEMA_TEST_REDIS=3")
 endif()
 # The HTTP suites once more, each case behind a validating proxy that checks every reply
 # against docs/openapi.yaml (prism from tests/openapi/, which `scripts/deps.sh test`
@@ -192,4 +200,11 @@ if(NOT SEMA_SANITIZE AND TARGET semad)
     LABELS "js;browser" SKIP_RETURN_CODE 77
     # the screenshot goes to the build tree; SCREENSHOT= unset writes the README's copy
     ENVIRONMENT "${SEMA_TEST_ENV};SCREENSHOT=${PROJECT_BINARY_DIR}/waiting-room-screenshot.png")
+  # the same on semad's Redis back end, beside a redis-server of its own
+  add_test(NAME example.waiting_room_redis COMMAND ${Python3_EXECUTABLE}
+    ${PROJECT_SOURCE_DIR}/tests/support/with_redis.py bash
+    ${PROJECT_SOURCE_DIR}/examples/waiting-room/test/run.sh)
+  set_tests_properties(example.waiting_room_redis PROPERTIES TIMEOUT 120
+    DEPENDS example.waiting_room LABELS "js;browser;redis" SKIP_RETURN_CODE 77
+    ENVIRONMENT "${SEMA_TEST_ENV};SCREENSHOT=${PROJECT_BINARY_DIR}/waiting-room-screenshot-redis.png")
 endif()

@@ -70,7 +70,13 @@ const seen = (page) => page.evaluate(() => ({ ...window.seen, state: document.bo
 
 let browser;
 try {
-  const semad = await start(SEMAD, ["--listen", "127.0.0.1:0", "--durability", "none", "--ticket-poll", "200ms"], {},
+  // SEMAD_ENGINE=redis://HOST:PORT (or SEMA_TEST_ENGINE, as tests/support/with_redis.py
+  // sets it): the same on semad's Redis back end (an empty Redis)
+  const url = process.env.SEMAD_ENGINE || process.env.SEMA_TEST_ENGINE || "";
+  const engine = url.startsWith("redis") ? ["--engine", url] : [];
+  if (engine.length) console.log(`# semad --engine ${url}`);
+  const semad = await start(SEMAD, ["--listen", "127.0.0.1:0", "--durability",
+    engine.length ? "relaxed" : "none", "--ticket-poll", "200ms", ...engine], {},
     /listening on (http:\/\/\S+)/);
   const app = await start(process.execPath, [join(here, "../server.mjs")], {
     SEMA_SERVER: semad, PORT: "0", CAPACITY: String(CAPACITY), JOB_MS: String(JOB_MS),

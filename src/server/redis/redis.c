@@ -216,6 +216,17 @@ static const char *const known_msgs[] = {
     "too many lock keys",
     "the lease was taken by another token (only its token or an admin may end it)",
     "the Idempotency-Key names a request of another token",
+    "no such ticket",
+    "this Idempotency-Key names a ticket; nothing was granted",
+    "the ticket belongs to another token",
+    "this Idempotency-Key names another request (or a ticket of another weight)",
+    "the ticket left the line",
+    "the ticket was dropped: nobody read it for keepalive_ms",
+    "the ticket's lease was released: nobody collected it within keepalive_ms",
+    "the ticket's lease has ended",
+    "the ticket's semaphore was deleted",
+    "the ticket can no longer be granted (its weight is above the capacity now, or memory "
+    "ran out)",
 };
 
 /* The script's message as static text (a request's message must outlive the reply). */
@@ -246,10 +257,19 @@ static const char *fail_msg(int code)
     }
 }
 
+static void watch_off(rs_t *r, rreq_t *rq)
+{
+    if (rq->sem == NULL && !elist_empty(&rq->plink)) {
+        elist_remove(&rq->plink);
+        r->nwatch--;
+    }
+}
+
 static void finish(rs_t *r, rreq_t *rq, int status, const char *msg, int hold)
 {
     engine_req_t *req = rq->req;
 
+    watch_off(r, rq);
     req->status = status;
     req->message = msg;
     rq->state = RQ_READY;
@@ -914,18 +934,43 @@ static const char *const op_names[ENGINE_OP_COUNT] = {
     [ENGINE_LEGACY_VALUE] = "legacy_value",
     [ENGINE_LEGACY_UP] = "legacy_up",
     [ENGINE_LEGACY_DOWN] = "legacy_down",
+    [ENGINE_TICKET_CREATE] = "ticket_create",
+    [ENGINE_TICKET_GET] = "ticket_get",
+    [ENGINE_TICKET_DELETE] = "ticket_delete",
 };
 
 static int op_writes(engine_op_t op)
 {
+    /* a ticket's read renews its keepalive, which a second run does again: no request id */
     return op != ENGINE_SEM_GET && op != ENGINE_SEM_LIST && op != ENGINE_LEASE_GET &&
-           op != ENGINE_LOCK_GET && op != ENGINE_LEGACY_VALUE;
+           op != ENGINE_LOCK_GET && op != ENGINE_LEGACY_VALUE && op != ENGINE_TICKET_GET;
 }
 
 static int is_lease_op(engine_op_t op)
 {
     return op == ENGINE_LEASE_GET || op == ENGINE_LEASE_RENEW || op == ENGINE_LEASE_RELEASE ||
            op == ENGINE_LEASE_REVOKE;
+}
+
+static int is_ticket_id_op(engine_op_t op)
+{
+    return op == ENGINE_TICKET_GET || op == ENGINE_TICKET_DELETE;
+}
+
+/* ticket_create: weight, ttl, owner, Idempotency-Key, ticket id, lease id, keepalive, max
+ * waiters here. The ids are made here, kept with the command (a retry sends the same). */
+static void ticket_args(rs_t *r, const engine_req_t *req, rargs_t *a, char *tid, char *lid)
+{
+    engine__lease_id(r->front, tid);
+    engine__lease_id(r->front, lid);
+    a_i64(a, (int64_t)req->weight);
+    a_i64(a, req->ttl_ms);
+    a_str(a, req->owner ? req->owner : "");
+    a_str(a, req->idem_key ? req->idem_key : "");
+    a_str(a, tid);
+    a_str(a, lid);
+    a_i64(a, req->keepalive_ms);
+    a_i64(a, (int64_t)r->cfg.max_waiters_per_sem);
 }
 
 static void op_args(rs_t *r, rreq_t *rq, rargs_t *a)
@@ -979,9 +1024,14 @@ static rcmd_t *op_cmd(rs_t *r, rreq_t *rq)
     size_t klen;
     rargs_t a = {0};
     rcmd_t *c;
+    char tid[ENGINE_LEASE_ID_MAX], lid[ENGINE_LEASE_ID_MAX];
 
     if (req->op == ENGINE_SEM_LIST) {
         klen = (size_t)snprintf(key, sizeof key, "sema:names");
+    } else if (is_ticket_id_op(req->op)) {
+        if (req->name_len > 64)
+            return NULL;
+        klen = (size_t)snprintf(key, sizeof key, "sema:tk:%.*s", (int)req->name_len, req->name);
     } else if (is_lease_op(req->op)) {
         if (req->name_len > 64)
             return NULL;
@@ -991,7 +1041,10 @@ static rcmd_t *op_cmd(rs_t *r, rreq_t *rq)
         klen = stem_make(key, sizeof key, lock ? 'k' : 's', req->name, req->name_len);
     }
     a_head(r, &a, key, klen, op_names[req->op], rq->writes ? rq->wid : "", req);
-    op_args(r, rq, &a);
+    if (req->op == ENGINE_TICKET_CREATE)
+        ticket_args(r, req, &a, tid, lid);
+    else
+        op_args(r, rq, &a);
     c = cmd_build(r, RC_OP, &a);
     if (c != NULL)
         c->rq = rq;
@@ -1042,7 +1095,8 @@ static int view_from(engine_result_t *res, engine_sem_view_t *v, const redisRepl
         q->weight = (uint64_t)el_i64(ws, i * 5 + 1);
         q->since_ms = el_i64(ws, i * 5 + 2);
         q->mode = (int)el_i64(ws, i * 5 + 3);
-        q->wait_idle = el_i64(ws, i * 5 + 4) != 0;
+        q->wait_idle = el_i64(ws, i * 5 + 4) == 1;
+        q->ticket = el_i64(ws, i * 5 + 4) == 2;
     }
     return 0;
 }
@@ -1067,6 +1121,43 @@ static int list_from(engine_result_t *res, const redisReply *rep)
         res->next_cursor_len = res->items[n - 1].name_len;
     }
     res->kind = ENGINE_RES_LIST;
+    return 0;
+}
+
+/* A ticket from the script's answer: created, id, status, weight, position, ahead weight,
+ * estimated, p50, p90, keepalive, then its lease's 8 fields once granted. */
+static int ticket_from(rs_t *r, engine_result_t *res, const redisReply *rep, const char *name,
+                       size_t nlen)
+{
+    engine_ticket_t *t = &res->ticket;
+    size_t n;
+    const char *id = el_str(rep, RES + 1, &n);
+
+    memset(t, 0, sizeof(*t));
+    if (n >= sizeof t->id)
+        n = sizeof t->id - 1;
+    memcpy(t->id, id, n);
+    t->id[n] = '\0';
+    if ((t->name = engine_result_strdup(res, name, nlen)) == NULL)
+        return -1;
+    t->name_len = nlen;
+    t->status = (int)el_i64(rep, RES + 2);
+    t->weight = (uint64_t)el_i64(rep, RES + 3);
+    t->position = (uint64_t)el_i64(rep, RES + 4);
+    t->ahead_weight = (uint64_t)el_i64(rep, RES + 5);
+    t->estimated = el_i64(rep, RES + 6) != 0;
+    t->p50_ms = el_i64(rep, RES + 7);
+    t->p90_ms = el_i64(rep, RES + 8);
+    t->keepalive_ms = el_i64(rep, RES + 9);
+    t->poll_after_ms = r->cfg.ticket_poll_ms;
+    t->state = ((uint64_t)t->status << 56) | t->position;
+    if (t->status == ENGINE_TICKET_GRANTED) {
+        if (rep->elements < RES + 18 || lease_from(res, &res->lease, rep, RES + 10) != 0)
+            return -1;
+        res->lease.name = t->name;
+        res->lease.name_len = nlen;
+    }
+    res->kind = ENGINE_RES_TICKET;
     return 0;
 }
 
@@ -1119,6 +1210,10 @@ static int result_from(rs_t *r, rreq_t *rq, const redisReply *rep)
         }
         res->kind = ENGINE_RES_LEASE;
         return 0;
+    case ENGINE_TICKET_CREATE:
+    case ENGINE_TICKET_GET:
+        req->created = el_i64(rep, RES) != 0;
+        return ticket_from(r, res, rep, name, nlen);
     default:
         res->kind = ENGINE_RES_NONE;
         return 0;
@@ -1139,6 +1234,106 @@ static void orphan_reply(rs_t *r, rreq_t *rq, const redisReply *rep, const char 
         send_drop(r, name, nlen, kind == 'k', el_str(rep, RES, NULL));
     }
     sema__free(rq);
+}
+
+/* ---- tickets: long-polls and streams ----
+ * A watcher is read again (one FCALL, which also renews the ticket's keepalive) every poll
+ * interval (at most a third of the keepalive), and at once when a message on sema:tkt names
+ * its ticket (its status changed, on any instance). It is answered when the state (status and
+ * position) differs from what it saw, or at its deadline. */
+
+static void tk_cb(uv_timer_t *h);
+
+static void tk_rearm(rs_t *r)
+{
+    uint64_t at = UINT64_MAX, now = rs__now(r);
+
+    for (elist_t *x = r->twatch.next; x != &r->twatch; x = x->next) {
+        rreq_t *rq = ECONTAINER(x, rreq_t, plink);
+        if (rq->state == RQ_WATCH && rq->hi.deadline < at)
+            at = rq->hi.deadline;
+    }
+    if (at == UINT64_MAX || r->shutting_down)
+        uv_timer_stop(&r->tk_timer);
+    else
+        uv_timer_start(&r->tk_timer, tk_cb, at > now ? at - now : 0, 0);
+}
+
+/* The answer to a long-poll's read: 1 when it waits on (its state is the one it saw). */
+static int ticket_wait(rs_t *r, rreq_t *rq)
+{
+    engine_req_t *req = rq->req;
+    const engine_ticket_t *t = &req->res.ticket;
+    uint64_t now = rs__now(r), deadline = UINT64_MAX, every = (uint64_t)r->cfg.ticket_poll_ms;
+
+    if (r->shutting_down)
+        return 0; /* answered now: a parked watcher would outlive the back end */
+    if (req->seen != 0 ? req->seen != t->state : t->status == ENGINE_TICKET_GRANTED) {
+        if (req->seen != 0 && t->status == ENGINE_TICKET_WAITING)
+            r->ticket_updates++;
+        return 0;
+    }
+    if ((uint64_t)req->timeout_ms < UINT64_MAX / 2)
+        deadline = rq->since_mono + (uint64_t)req->timeout_ms;
+    if (now >= deadline)
+        return 0;
+    if (req->seen == 0)
+        req->seen = t->state; /* the state it waits to change from */
+    if (t->keepalive_ms > 0 && every > (uint64_t)t->keepalive_ms / 3)
+        every = (uint64_t)t->keepalive_ms / 3 > 10 ? (uint64_t)t->keepalive_ms / 3 : 10;
+    rq->hi.deadline = rq->again ? now : now + every < deadline ? now + every : deadline;
+    rq->again = 0;
+    engine_result_clear(&req->res);
+    rq->state = RQ_WATCH;
+    if (elist_empty(&rq->plink)) {
+        elist_push_back(&r->twatch, &rq->plink);
+        r->nwatch++;
+    }
+    tk_rearm(r);
+    return 1;
+}
+
+static void tk_cb(uv_timer_t *h)
+{
+    rs_t *r = h->data;
+    uint64_t now = rs__now(r);
+
+    for (elist_t *x = r->twatch.next, *next; x != &r->twatch; x = next) {
+        rreq_t *rq = ECONTAINER(x, rreq_t, plink);
+        rcmd_t *c;
+        next = x->next;
+        if (rq->state != RQ_WATCH || rq->hi.deadline > now)
+            continue;
+        c = op_cmd(r, rq);
+        if (c == NULL) {
+            finish(r, rq, SEMA_ENOMEM, "out of memory", 0);
+            continue;
+        }
+        rq->state = RQ_SENT;
+        rs__send(r, c);
+    }
+    tk_rearm(r);
+    rs__drain(r);
+}
+
+/* sema:tkt: a ticket's status changed (granted, ended): its watchers read it now. */
+static void ticket_message(rs_t *r, const char *tid, size_t len)
+{
+    int any = 0;
+
+    for (elist_t *x = r->twatch.next; x != &r->twatch; x = x->next) {
+        rreq_t *rq = ECONTAINER(x, rreq_t, plink);
+        if (rq->req == NULL || rq->req->name_len != len || memcmp(rq->req->name, tid, len) != 0)
+            continue;
+        if (rq->state == RQ_WATCH) {
+            rq->hi.deadline = rs__now(r);
+            any = 1;
+        } else {
+            rq->again = 1;
+        }
+    }
+    if (any)
+        tk_rearm(r);
 }
 
 static void op_reply(rs_t *r, rcmd_t *c, const redisReply *rep)
@@ -1162,7 +1357,8 @@ static void op_reply(rs_t *r, rcmd_t *c, const redisReply *rep)
                       rq->lid);
         engine_result_clear(&rq->req->res);
         finish(r, rq, SEMA_ENOMEM, "out of memory building the result", 0);
-    } else {
+    } else if (rq->req->op != ENGINE_TICKET_GET || rq->req->timeout_ms <= 0 ||
+               !ticket_wait(r, rq)) {
         finish(r, rq, 0, NULL, 1);
     }
     due_rearm(r);
@@ -1616,6 +1812,8 @@ void rs__on_message(rs_t *r, redisReply *msg)
     if (clen > 8 && strncmp(chan, "sema:ev:", 8) == 0) {
         rs__ev_message(r, chan + 8, clen - 8, pay, plen);
         rs__drain(r);
+    } else if (clen == 8 && memcmp(chan, "sema:tkt", 8) == 0) {
+        ticket_message(r, pay, plen);
     }
 }
 
@@ -1651,8 +1849,11 @@ static int rs_submit(void *be, engine_req_t *req)
     }
     c = op_cmd(r, rq);
     if (c == NULL) {
-        finish(r, rq, is_lease_op(req->op) ? SEMA_ENOENT : SEMA_ENOMEM,
-               is_lease_op(req->op) ? "no such lease" : "out of memory", 0);
+        finish(r, rq, is_lease_op(req->op) || is_ticket_id_op(req->op) ? SEMA_ENOENT : SEMA_ENOMEM,
+               is_lease_op(req->op)       ? "no such lease"
+               : is_ticket_id_op(req->op) ? "no such ticket"
+                                          : "out of memory",
+               0);
         rs__drain(r);
         return 0;
     }
@@ -1680,6 +1881,7 @@ static void rs_cancel(void *be, engine_req_t *req)
     rreq_t *rq = req->priv;
 
     req->priv = NULL;
+    watch_off(r, rq);
     if (rq->state == RQ_SENT) {
         rq->req = NULL; /* its reply is undone when it comes */
         return;
@@ -1741,7 +1943,8 @@ static void rsem_free_each(void *arg, enode_t *n)
 
 static void close_all(rs_t *r)
 {
-    uv_timer_t *ts[] = {&r->reconnect_timer, &r->tick_timer, &r->hb_timer, &r->due_timer};
+    uv_timer_t *ts[] = {&r->reconnect_timer, &r->tick_timer, &r->hb_timer, &r->due_timer,
+                        &r->tk_timer};
 
     rs__conns_close(r); /* in-flight commands come back lost: their requests fail */
     redisFree(r->sync);
@@ -1790,6 +1993,13 @@ static void rs_shutdown(void *be)
 
     r->shutting_down = 1;
     etab_each(&r->sems, fail_parked_each, r);
+    for (elist_t *x = r->twatch.next, *next; x != &r->twatch; x = next) {
+        rreq_t *rq = ECONTAINER(x, rreq_t, plink);
+        next = x->next;
+        if (rq->state == RQ_WATCH)
+            finish(r, rq, SEMA_ESHUTDOWN, "the server is shutting down", 0);
+    }
+    uv_timer_stop(&r->tk_timer);
     rs__drain(r);
     uv_timer_stop(&r->hb_timer);
     uv_timer_stop(&r->due_timer);
@@ -1901,6 +2111,40 @@ static void put_label(jsonw_t *w, const char *s, size_t len)
     }
 }
 
+/* The ticket series: counts kept in Redis (the same on every instance), and this instance's
+ * watchers. */
+static void put_ticket_series(rs_t *r, jsonw_t *w)
+{
+    static const char *const fields[] = {"tickets", "t_created",   "t_granted",
+                                         "t_left",  "t_abandoned", "t_uncollected"};
+    static const char *const names[][3] = {
+        {"semad_tickets", "Tickets waiting or granted.", "gauge"},
+        {"semad_tickets_created_total", "Tickets taken.", "counter"},
+        {"semad_tickets_granted_total", "Tickets granted their lease.", "counter"},
+        {"semad_tickets_left_total", "Tickets deleted by their holder.", "counter"},
+        {"semad_tickets_abandoned_total", "Waiting tickets dropped: unread for keepalive_ms.",
+         "counter"},
+        {"semad_tickets_uncollected_total",
+         "Granted tickets whose lease was released: not collected within keepalive_ms.", "counter"},
+    };
+    redisContext *c = rs__sync(r);
+    redisReply *rep = NULL;
+
+    if (c != NULL)
+        rep = redisCommand(c, "HMGET sema:epoch %s %s %s %s %s %s", fields[0], fields[1], fields[2],
+                           fields[3], fields[4], fields[5]);
+    for (size_t i = 0; i < 6; i++)
+        jsonw_prom_series(w, names[i][0], names[i][1], names[i][2],
+                          (uint64_t)(el_i64(rep, i) > 0 ? el_i64(rep, i) : 0));
+    freeReplyObject(rep);
+    jsonw_prom_series(w, "semad_ticket_watchers",
+                      "Long-polls and streams waiting on a ticket's change now.", "gauge",
+                      r->nwatch);
+    jsonw_prom_series(w, "semad_ticket_position_updates_total",
+                      "Position updates sent to ticket watchers (long-polls and streams).",
+                      "counter", r->ticket_updates);
+}
+
 /* Gauges of the first semaphores by name (asked on the blocking connection). */
 static void put_sem_gauges(rs_t *r, jsonw_t *w)
 {
@@ -1985,6 +2229,7 @@ static int rs_metrics(void *be, struct strbuf *out)
     jsonw_prom_series(&w, "semad_semaphores", "Semaphores.", "gauge", r->nsems);
     jsonw_prom_series(&w, "semad_leases", "Live leases.", "gauge", r->nleases);
     jsonw_prom_series(&w, "semad_lock_keys", "Keyed locks held or awaited.", "gauge", r->nlocks);
+    put_ticket_series(r, &w);
     put_sem_gauges(r, &w);
     return jsonw_end(&w);
 }
@@ -2016,6 +2261,7 @@ static int rs_open(void **out, engine_t *front, uv_loop_t *loop, const engine_co
     elist_init(&r->ready);
     elist_init(&r->held);
     elist_init(&r->unconfirmed);
+    elist_init(&r->twatch);
     rc = rs__parse_url(r, cfg->backend, errbuf, errlen);
     if (rc == 0 && (etab_init(&r->sems, 16) || etab_init(&r->waiters, 64)))
         rc = SEMA_ENOMEM;
@@ -2032,10 +2278,12 @@ static int rs_open(void **out, engine_t *front, uv_loop_t *loop, const engine_co
     uv_timer_init(loop, &r->tick_timer);
     uv_timer_init(loop, &r->hb_timer);
     uv_timer_init(loop, &r->due_timer);
+    uv_timer_init(loop, &r->tk_timer);
     uv_check_init(loop, &r->check);
     r->reconnect_timer.data = r->tick_timer.data = r->hb_timer.data = r->due_timer.data = r;
+    r->tk_timer.data = r;
     r->check.data = r;
-    r->handles_open = 5;
+    r->handles_open = 6;
     uv_timer_start(&r->tick_timer, tick_cb, 100, 100);
     uv_timer_start(&r->hb_timer, hb_cb, RS_HEARTBEAT_MS, 0);
     uv_check_start(&r->check, check_cb);
@@ -2058,4 +2306,5 @@ const engine_backend_t engine_backend_redis = {
     .metrics = rs_metrics,
     .events_point = rs__events_point,
     .events_replay = rs__events_replay,
+    .tickets = 1,
 };

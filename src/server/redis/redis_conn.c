@@ -691,6 +691,7 @@ void rs__sub_connect(rs_t *r)
     send_setup(r, r->sub.ac);
     n = snprintf(chan, sizeof chan, "sema:wake:%s", r->inst);
     sub_send(r, "SUBSCRIBE", chan, (size_t)n);
+    sub_send(r, "SUBSCRIBE", "sema:tkt", 8); /* tickets whose status changed */
     etab_each(&r->sems, sub_watch_each, r);
 }
 

@@ -42,19 +42,22 @@ typedef struct rsem {
 
 /* RQ_CANCELLING: parked, its timeout came and its cancel is in flight; Redis decides whether it
  * timed out or was granted first, and the request is answered only then. */
-enum { RQ_SENT = 1, RQ_PARKED, RQ_READY, RQ_CANCELLING };
+/* RQ_WATCH: a ticket's long-poll (or stream) between two reads of it, in r->twatch by plink
+ * (also while a read is in flight, then RQ_SENT) until it is answered. */
+enum { RQ_SENT = 1, RQ_PARKED, RQ_READY, RQ_CANCELLING, RQ_WATCH };
 
 /* The back end's side of one request. */
 typedef struct rreq {
     elist_t link;      /* r->ready or r->held once complete */
     elist_t plink;     /* rsem->parked while parked */
     enode_t node;      /* r->waiters by wid while parked */
-    eitem_t hi;        /* its timeout while parked (in r->theap) */
+    eitem_t hi;        /* its timeout while parked (in r->theap); a watcher's next read */
     engine_req_t *req; /* NULL once cancelled */
     rsem_t *sem;
     struct rcmd *cancel; /* RQ_CANCELLING: its cancel command (whose rq points back) */
     uint64_t since_mono;
     uint8_t state, writes;
+    uint8_t again; /* a watcher whose ticket changed while a read of it was in flight */
     char wid[40];
     char lid[ENGINE_LEASE_ID_MAX];
 } rreq_t;
@@ -109,7 +112,7 @@ typedef struct rs {
     uint64_t seq;
     /* connections */
     rconn_t cmd, sub, sent; /* commands; pub/sub; Sentinel */
-    redisContext *sync;     /* blocking, for exists() and /metrics (sync_ctx) */
+    redisContext *sync;     /* blocking, for exists() and /metrics (rs__sync) */
     uv_timer_t reconnect_timer, tick_timer, hb_timer, due_timer;
     uv_check_t check;
     uint64_t backoff_ms, down_since;
@@ -121,7 +124,10 @@ typedef struct rs {
     /* requests */
     elist_t ready, held;
     etab_t sems, waiters;
-    eheap_t theap;     /* rreq_t.hi */
+    eheap_t theap;  /* rreq_t.hi */
+    elist_t twatch; /* ticket watchers (rreq_t.plink), read again on tk_timer */
+    uint64_t nwatch, ticket_updates;
+    uv_timer_t tk_timer;
     uint64_t due_at;   /* the due timer's deadline: the first of theap and sweep_at */
     uint64_t sweep_at; /* when the earliest due time in Redis comes (monotonic ms) */
     int sweeping;      /* a sweep is in flight */

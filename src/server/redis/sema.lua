@@ -66,6 +66,8 @@ end
 -- ---- the keys of one semaphore (or lock key): its stem plus a suffix of fixed length ----
 local S, KIND, NAME, TAG
 local KM, KF, KQ, KW, KL, KX, KI, KA, KG, KS
+local KT, KK, KTL, KFW, KEST -- tickets: records, keepalive deadlines, lease id -> ticket id, the
+-- weight that left the queue by place (a Fenwick tree, below), the estimate's samples
 
 -- The keys of recent stems are kept (the library lives as long as its Lua state): a call on a
 -- semaphore seen lately builds none of its ten strings again. Bounded: short stems only, and
@@ -77,7 +79,8 @@ local function keys_of(stem)
   if not k then
     local tag, kind, name = match(stem, '^(sema:{[^}]*})(.):(.*)$')
     k = {tag, kind, name, stem .. ':m', stem .. ':f', stem .. ':q', stem .. ':w', stem .. ':l',
-         stem .. ':x', stem .. ':i', stem .. ':a', stem .. ':g', stem .. ':s'}
+         stem .. ':x', stem .. ':i', stem .. ':a', stem .. ':g', stem .. ':s', stem .. ':t',
+         stem .. ':k', stem .. ':tl', stem .. ':fw', stem .. ':est'}
     if #stem <= 200 then
       if NKEYSETS >= KEYSETS_MAX then
         KEYSETS, NKEYSETS = {}, 0
@@ -88,7 +91,13 @@ local function keys_of(stem)
   end
   TAG, KIND, NAME, KM, KF, KQ, KW, KL, KX, KI, KA, KG, KS =
     k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9], k[10], k[11], k[12], k[13]
+  KT, KK, KTL, KFW, KEST = k[14], k[15], k[16], k[17], k[18]
 end
+
+-- Tickets (the section "tickets" below): hooks the shared code calls only while the row
+-- counts live tickets (M.nt > 0), and the wait estimate's samples (est_*, taken then too).
+local tk_lease_gone, tk_admit, tk_housekeep, tk_next_due, tk_delete_all, tk_resize, fw_left
+local est_hold, est_queue_grant, tk_run
 
 local ACTS, WAKE
 local NONE = {} -- ACTS, WAKE and GRANTED until a call has one: never written to
@@ -260,7 +269,9 @@ end
 -- A call loads the fields its operation uses (acquire and release: a few; every field for the
 -- others), and the rest of the row at once if it turns out to need more (a queue to admit, a
 -- view): each field read costs Redis's time.
-local MF = {'cap', 'avail', 'held', 'fence', 'legacy', 'created', 'seq', 'nq', 'wq', 'due'}
+-- nt: live tickets (the tickets section)
+local MF = {'cap', 'avail', 'held', 'fence', 'legacy', 'created', 'seq', 'nq', 'wq', 'due',
+            'nt'}
 local MOLD -- the fields' numbers as loaded: only the fields that changed are written
 local MKEY -- the row's key, for the rest of it
 local function mfields(m, fs)
@@ -279,7 +290,7 @@ local function mfields(m, fs)
 end
 local MREST = {__index = function(m, f)
   if f == 'cap' or f == 'avail' or f == 'held' or f == 'fence' or f == 'legacy' or
-     f == 'created' or f == 'seq' or f == 'nq' or f == 'wq' or f == 'due' then
+     f == 'created' or f == 'seq' or f == 'nq' or f == 'wq' or f == 'due' or f == 'nt' then
     setmetatable(m, nil)
     mfields(m, MF)
     return rawget(m, f)
@@ -288,25 +299,27 @@ end}
 local function mload()
   MKEY = KM
   if OP == 'acquire' then
-    local v = redis.call('HMGET', KM, 'cap', 'avail', 'held', 'fence', 'nq', 'due')
+    local v = redis.call('HMGET', KM, 'cap', 'avail', 'held', 'fence', 'nq', 'due', 'nt')
     if not v[1] then
       return nil
     end
     local cap, avail, held, fence, nq = v[1] + 0, v[2] + 0, v[3] + 0, v[4] + 0, v[5] + 0
     local due = v[6] and v[6] + 0 or 0
+    local nt = v[7] and v[7] + 0 or 0
     MOLD = {cap = cap, avail = avail, held = held, fence = fence, nq = nq,
-            due = v[6] and due or -1}
+            due = v[6] and due or -1, nt = v[7] and nt or -1}
     return setmetatable({cap = cap, avail = avail, held = held, fence = fence, nq = nq,
-                         due = due}, MREST)
+                         due = due, nt = nt}, MREST)
   elseif OP == 'lease_release' then
-    local v = redis.call('HMGET', KM, 'avail', 'held', 'nq', 'due')
+    local v = redis.call('HMGET', KM, 'avail', 'held', 'nq', 'due', 'nt')
     if not v[1] then
       return nil
     end
     local avail, held, nq = v[1] + 0, v[2] + 0, v[3] + 0
     local due = v[4] and v[4] + 0 or 0
-    MOLD = {avail = avail, held = held, nq = nq, due = v[4] and due or -1}
-    return setmetatable({avail = avail, held = held, nq = nq, due = due}, MREST)
+    local nt = v[5] and v[5] + 0 or 0
+    MOLD = {avail = avail, held = held, nq = nq, due = v[4] and due or -1, nt = v[5] and nt or -1}
+    return setmetatable({avail = avail, held = held, nq = nq, due = due, nt = nt}, MREST)
   end
   local m = {}
   MOLD = {}
@@ -336,7 +349,7 @@ end
 local function mnew(cap, legacy)
   MOLD = nil
   return {cap = cap, avail = cap, held = 0, fence = tonumber(redis.call('GET', KF) or '0'),
-          legacy = legacy, created = NOW, seq = 0, nq = 0, wq = 0, due = 0}
+          legacy = legacy, created = NOW, seq = 0, nq = 0, wq = 0, due = 0, nt = 0}
 end
 local function due_at(t)
   if M.due == 0 or t < M.due then
@@ -382,6 +395,10 @@ local function lease_end(lid, why)
   M.avail = M.avail + l.w
   M.held = M.held - l.w
   count('leases', '-1')
+  if M.nt > 0 then
+    est_hold(NOW - l.acq)
+    tk_lease_gone(lid, why)
+  end
   if why ~= 'deleted' then
     act(why, '', '', lid, l)
   end
@@ -418,6 +435,9 @@ end
 
 -- ---- the queue ----
 local function unqueue(wid, w)
+  if M.nt > 0 then
+    fw_left(wid, w.w)
+  end
   redis.call('ZREM', KQ, wid)
   redis.call('HDEL', KW, wid)
   M.nq = M.nq - 1
@@ -457,7 +477,12 @@ local function admit()
           return
         end
         unqueue(wid, w)
-        grant(w, w.lid, wid)
+        est_queue_grant(w.w)
+        if w.kind == 't' then
+          tk_admit(wid)
+        else
+          grant(w, w.lid, wid)
+        end
       end
     end
     n = n + 1
@@ -506,6 +531,9 @@ local function housekeep_all()
       prune_instance(a[i])
     end
   end
+  if M.nt > 0 then
+    tk_housekeep()
+  end
   admit()
   M.due = -1 -- worked out again when the call ends
 end
@@ -544,6 +572,9 @@ local function next_due()
   end
   if M and M.nq > 0 and SAFE_AT > NOW and (d == 0 or SAFE_AT < d) then
     d = SAFE_AT
+  end
+  if M and M.nt > 0 then
+    d = tk_next_due(d)
   end
   return d
 end
@@ -621,7 +652,7 @@ local function view(lists)
       ws[#ws + 1] = N(w.w)
       ws[#ws + 1] = N(w.since)
       ws[#ws + 1] = w.kind == 'i' and '0' or w.mode
-      ws[#ws + 1] = w.kind == 'i' and '1' or '0'
+      ws[#ws + 1] = w.kind == 'i' and '1' or w.kind == 't' and '2' or '0' -- 2: a ticket
     end
   end
   local trunc = (#ls > VIEW_MAX or M.nq > VIEW_MAX) and '1' or '0'
@@ -752,6 +783,9 @@ function ops.lock_get()
 end
 
 local function delete_all()
+  if M.nt > 0 then
+    tk_delete_all()
+  end
   for _, wid in ipairs(redis.call('ZRANGE', KQ, '0', '-1')) do
     local rec = redis.call('HGET', KW, wid)
     if rec then
@@ -763,7 +797,7 @@ local function delete_all()
   end
   act('deleted', '', '', '', nil, '')
   redis.call('SET', KF, N(M.fence))
-  redis.call('DEL', KM, KQ, KW, KL, KX, KI, KA)
+  redis.call('DEL', KM, KQ, KW, KL, KX, KI, KA, KEST)
   redis.call('ZREM', 'sema:names', NAME .. '\0' .. S)
   count('sems', '-1')
   M = nil
@@ -788,6 +822,9 @@ function ops.resize()
         outcome('fail', wid, w, '', nil, N(EINVAL))
       end
     end
+  end
+  if M.nt > 0 then
+    tk_resize(cap)
   end
   act('resized', '', '', '', nil, N(cap))
   admit()
@@ -844,6 +881,13 @@ local function idem_retry(wid, w, wait)
     return nil
   end
   local ref = string.sub(v, 2)
+  if string.sub(v, 1, 1) == 'T' then -- a ticket's key
+    local t = redis.call('HGET', KT, ref)
+    if t and not allowed(fields(t)[8] or '') then
+      return reply(EACCES, M_KEY_OTHER_TOKEN)
+    end
+    return reply(EKEYMISMATCH, 'this Idempotency-Key names a ticket; nothing was granted')
+  end
   if string.sub(v, 1, 1) == 'L' then
     local rec = redis.call('HGET', KL, ref)
     if not rec then
@@ -1104,6 +1148,489 @@ function ops.drop_lease()
   return reply(0, '')
 end
 
+-- ---- tickets ----
+-- A ticket is a waiter of kind 't' in the queue (:q, :w, its waiter id is the ticket id) that
+-- no instance holds: its record is in :t, and while it waits (or its grant is not collected)
+-- its keepalive deadline is in :k, which the housekeeping sweeps like lease expiries (the
+-- row's due time includes it). A grant makes the lease at once (:tl maps it back to the
+-- ticket); reading the ticket collects it. `sema:tk:ID` names the ticket's semaphore ('W' and
+-- the stem), then, once it ended, why ('X' and a reason letter) for TOMB_TTL_MS. Every change
+-- of a ticket's status is published on sema:tkt (its id), so an instance with a long-poll or a
+-- stream on it reads it again at once; positions are read again every poll interval.
+local EGONE = -1004
+local TK_ENDED = {
+  L = 'the ticket left the line',
+  A = 'the ticket was dropped: nobody read it for keepalive_ms',
+  U = "the ticket's lease was released: nobody collected it within keepalive_ms",
+  D = "the ticket's lease has ended",
+  X = "the ticket's semaphore was deleted",
+  F = 'the ticket can no longer be granted (its weight is above the capacity now, or memory ' ..
+      'ran out)'}
+local EST_MIN = 8
+
+-- status ('w' waiting, 'g' granted), weight, ttl, keepalive, owner, idempotency key, lease id,
+-- principal, collected ('0', '1'), its place in the queue, the weight ahead then, the weight
+-- that had left from places before it then (below)
+local function tkpack(t)
+  return table.concat({t.st, N(t.w), N(t.ttl), N(t.ka), t.owner, t.idem, t.lid, t.princ,
+                       t.coll, N(t.seq), N(t.bw), N(t.bf)}, '\0')
+end
+local function tkunpack(s)
+  local a = fields(s)
+  return {st = a[1], w = tonumber(a[2]), ttl = tonumber(a[3]), ka = tonumber(a[4]),
+          owner = a[5] or '', idem = a[6] or '', lid = a[7] or '', princ = a[8] or '',
+          coll = a[9] or '0', seq = tonumber(a[10] or '0'), bw = tonumber(a[11] or '0'),
+          bf = tonumber(a[12] or '0')}
+end
+local function tk_get(tid)
+  local rec = redis.call('HGET', KT, tid)
+  return rec and tkunpack(rec) or nil
+end
+local function tk_changed(tid)
+  redis.call('PUBLISH', 'sema:tkt', tid)
+end
+
+-- The ticket's record goes, a tombstone says why (the caller ends its lease or its place).
+local function tk_forget(tid, t, why)
+  redis.call('HDEL', KT, tid)
+  redis.call('ZREM', KK, tid)
+  M.nt = M.nt - 1
+  if M.nt == 0 then
+    redis.call('DEL', KFW) -- kept only while there are tickets
+    if redis.call('EXISTS', KEST) == 1 then
+      redis.call('HSET', KEST, 'el', '0') -- no gap measured across a time without tickets
+    end
+  end
+  count('tickets', -1)
+  if t.idem ~= '' and redis.call('HGET', KI, t.idem) == 'T' .. tid then
+    redis.call('HDEL', KI, t.idem)
+  end
+  redis.call('SET', 'sema:tk:' .. tid, 'X' .. why, 'PX', TOMB_TTL_MS)
+  tk_changed(tid)
+end
+
+-- Its lease ended (released, expired, revoked; its semaphore deleted): so did the ticket.
+tk_lease_gone = function(lid, why)
+  local tid = redis.call('HGET', KTL, lid)
+  if not tid then
+    return
+  end
+  redis.call('HDEL', KTL, lid)
+  local t = tk_get(tid)
+  if t then
+    tk_forget(tid, t, why == 'deleted' and 'X' or 'D')
+  end
+end
+
+-- End a ticket: out of line, or its lease released. The caller admits the queue.
+local function tk_end(tid, t, why)
+  if t.st == 'w' then
+    local rec = redis.call('HGET', KW, tid)
+    if rec then
+      unqueue(tid, wunpack(rec))
+    end
+    tk_forget(tid, t, why)
+  else
+    redis.call('HDEL', KTL, t.lid)
+    tk_forget(tid, t, why)
+    lease_end(t.lid, 'released')
+  end
+end
+
+local function keepalive(tid, t)
+  local due = NOW + t.ka
+  redis.call('ZADD', KK, N(due), tid)
+  due_at(due)
+end
+
+-- Its turn: the lease is made now, and whoever holds the ticket has keepalive_ms to read it.
+local function tk_grant(tid, t)
+  local l = {w = t.w, f = next_fence(), ttl = t.ttl, acq = NOW, exp = NOW + t.ttl,
+             owner = t.owner, idem = '', mode = '0', princ = t.princ}
+  redis.call('HSET', KL, t.lid, lpack(l))
+  redis.call('ZADD', KX, N(l.exp), t.lid)
+  redis.call('SET', 'sema:id:' .. t.lid, 'L' .. S)
+  redis.call('HSET', KTL, t.lid, tid)
+  bump_horizon(l.exp)
+  due_at(l.exp)
+  M.avail = M.avail - l.w
+  M.held = M.held + l.w
+  count('leases', 1)
+  count('t_granted', 1)
+  t.st, t.coll = 'g', '0'
+  redis.call('HSET', KT, tid, tkpack(t))
+  keepalive(tid, t)
+  act('granted', '', '', t.lid, l)
+  tk_changed(tid)
+end
+
+tk_admit = function(tid)
+  local t = tk_get(tid)
+  if t then
+    tk_grant(tid, t)
+  end
+end
+
+-- Keepalives that ran out: a waiting ticket leaves the line, an uncollected grant goes back.
+tk_housekeep = function()
+  local due = redis.call('ZRANGEBYSCORE', KK, '-inf', N(NOW), 'LIMIT', 0, HK_MAX)
+  for _, tid in ipairs(due) do
+    local t = tk_get(tid)
+    if not t then
+      redis.call('ZREM', KK, tid)
+    elseif t.st == 'w' then
+      count('t_abandoned', 1)
+      tk_end(tid, t, 'A')
+    else
+      count('t_uncollected', 1)
+      tk_end(tid, t, 'U')
+    end
+  end
+  if #due == HK_MAX then
+    MORE = true
+  end
+end
+
+tk_next_due = function(d)
+  local x = redis.call('ZRANGE', KK, 0, 0, 'WITHSCORES')
+  if #x > 0 then
+    local v = tonumber(x[2])
+    if v <= NOW then
+      v = NOW
+    end
+    if d == 0 or v < d then
+      d = v
+    end
+  end
+  return d
+end
+
+tk_delete_all = function()
+  local all = redis.call('HGETALL', KT)
+  for i = 1, #all, 2 do
+    local t = tkunpack(all[i + 1])
+    if t.st == 'w' then
+      redis.call('ZREM', KQ, all[i])
+      redis.call('HDEL', KW, all[i])
+      M.nq = M.nq - 1
+      M.wq = M.wq - t.w
+    end
+    count('tickets', -1)
+    redis.call('SET', 'sema:tk:' .. all[i], 'XX', 'PX', TOMB_TTL_MS)
+    tk_changed(all[i])
+  end
+  redis.call('DEL', KT, KK, KTL, KFW)
+  M.nt = 0
+end
+
+-- Waiting tickets heavier than the new capacity can never be granted: they end.
+tk_resize = function(cap)
+  local all = redis.call('HGETALL', KT)
+  for i = 1, #all, 2 do
+    local t = tkunpack(all[i + 1])
+    if t.st == 'w' and t.w > cap then
+      tk_end(all[i], t, 'F')
+    end
+  end
+end
+
+-- ---- the wait estimate: what the semaphore measured, as the embedded back end does ----
+-- Moving mean (and variance) of the time between grants from the queue per unit granted
+-- (only while the queue stays non-empty), and of hold times, in :e (us, us^2; el: the last
+-- grant's time in us, 0 when the queue emptied). Sampled while the semaphore has tickets, so
+-- a semaphore without them pays nothing for it.
+local EST_ALPHA = 0.1
+local EST_F = {'en', 'eg', 'ev', 'el', 'ehn', 'eh'}
+local function ewma(mean, var, x, n)
+  if n == 0 then
+    return x, 0
+  end
+  local d = x - mean
+  return mean + EST_ALPHA * d, (1 - EST_ALPHA) * (var + EST_ALPHA * d * d)
+end
+local function est_load()
+  local v = redis.call('HMGET', KEST, unpack(EST_F))
+  local e = {}
+  for i, f in ipairs(EST_F) do
+    e[f] = tonumber(v[i] or '0')
+  end
+  return e
+end
+
+est_queue_grant = function(w)
+  if M.nt == 0 then
+    return
+  end
+  local e = est_load()
+  if e.el ~= 0 and w > 0 then
+    local g, v = ewma(e.eg, e.ev, (NOWUS - e.el) / w, e.en)
+    redis.call('HSET', KEST, 'eg', N(math.floor(g + 0.5)), 'ev', N(math.floor(v + 0.5)), 'en',
+               N(e.en + 1))
+  end
+  redis.call('HSET', KEST, 'el', M.nq > 0 and N(NOWUS) or '0')
+end
+
+est_hold = function(ms)
+  if M.nt == 0 then
+    return
+  end
+  local e = est_load()
+  if ms < 0 then
+    ms = 0
+  end
+  redis.call('HSET', KEST, 'eh', N(math.floor(ewma(e.eh, 0, ms * 1000, e.ehn) + 0.5)), 'ehn',
+             N(e.ehn + 1))
+end
+
+-- The wait until `units` more units have been granted from the queue: p50 and p90 of a
+-- log-normal with the summed gaps' mean and variance; nil without enough samples.
+local function estimate(units)
+  local e = est_load()
+  local m, var
+  if e.en >= EST_MIN then
+    m, var = e.eg / 1000, e.ev / 1e6
+  elseif e.ehn >= EST_MIN then
+    m = e.eh / 1000 / M.cap
+    var = m * m
+  else
+    return nil
+  end
+  local mean = units * m
+  if e.ehn >= EST_MIN and M.held > 0 then
+    -- the oldest holder (the lowest fence) frees no unit before its expected rest
+    local all, acq, f = redis.call('HGETALL', KL), nil, nil
+    for i = 2, #all, 2 do
+      local l = lunpack(all[i])
+      if not f or l.f < f then
+        f, acq = l.f, l.acq
+      end
+    end
+    if acq then
+      local hold, age = e.eh / 1000, NOW - acq
+      local first = hold > age and hold - age or 0
+      if first + (units - 1) * m > mean then
+        mean = first + (units - 1) * m
+      end
+    end
+  end
+  if mean <= 0 then
+    return 0, 0
+  end
+  local cv2 = units * var / (mean * mean)
+  local sigma = math.sqrt(math.log(1 + cv2))
+  local median = mean / math.sqrt(1 + cv2)
+  return math.floor(median + 0.5), math.floor(median * math.exp(1.2816 * sigma) + 0.5)
+end
+
+-- ---- the weight ahead of a ticket, exact in O(log n) ----
+-- A ticket keeps, from when it joined the queue's tail, the weight then in the queue (all of
+-- it ahead: bw) and how much weight had left the queue from places before its own by then
+-- (bf). Waiters only leave from ahead, never join there, so the weight ahead now is bw less
+-- what left from places before its own since: a Fenwick tree over queue places (the :q
+-- score) of the weight that left, kept in :fw only while the semaphore has tickets. Its size
+-- (field n, a power of two) doubles as places grow; the new root then covers the old one.
+local function lowbit(j)
+  local p = 1
+  while j % (p * 2) == 0 do
+    p = p * 2
+  end
+  return p
+end
+
+local function fw_prefix(i)
+  local n = tonumber(redis.call('HGET', KFW, 'n') or '0')
+  if i > n then
+    i = n -- nothing left from a place beyond n
+  end
+  local idx = {}
+  while i > 0 do
+    idx[#idx + 1] = N(i)
+    i = i - lowbit(i)
+  end
+  local sum = 0
+  if #idx > 0 then
+    for _, v in ipairs(redis.call('HMGET', KFW, unpack(idx))) do
+      sum = sum + tonumber(v or '0')
+    end
+  end
+  return sum
+end
+
+fw_left = function(wid, w)
+  if w <= 0 then
+    return
+  end
+  local i = tonumber(redis.call('ZSCORE', KQ, wid) or '0')
+  if i <= 0 then
+    return
+  end
+  local n = tonumber(redis.call('HGET', KFW, 'n') or '0')
+  if n < i then
+    if n == 0 then
+      n = 1
+    end
+    while n < i do
+      local root = redis.call('HGET', KFW, N(n))
+      n = n * 2
+      if root then
+        redis.call('HSET', KFW, N(n), root)
+      end
+    end
+    redis.call('HSET', KFW, 'n', N(n))
+  end
+  while i <= n do
+    redis.call('HINCRBY', KFW, N(i), w)
+    i = i + lowbit(i)
+  end
+end
+
+-- created, id, status (1 waiting, 2 granted), weight, position, ahead weight, estimated,
+-- p50, p90, keepalive, [the lease's 8 fields]
+local function tk_view(tid, t, created)
+  local pos, ahead, est, p50, p90 = 0, 0, '0', 0, 0
+  local lease
+  if t.st == 'w' then
+    pos = tonumber(redis.call('ZRANK', KQ, tid) or 0) + 1
+    ahead = t.bw - (fw_prefix(t.seq - 1) - t.bf)
+    local avail = M.avail > 0 and M.avail or 0
+    local need = ahead + t.w
+    need = need > avail and need - avail or 1
+    local a, b = estimate(need)
+    if a then
+      est, p50, p90 = '1', a, b
+    end
+  else
+    local rec = redis.call('HGET', KL, t.lid)
+    lease = rec and lease_result(t.lid, lunpack(rec)) or nil
+  end
+  local r = {created and '1' or '0', tid, t.st == 'w' and '1' or '2', N(t.w), N(pos), N(ahead),
+             est, N(p50), N(p90), N(t.ka)}
+  if lease then
+    cat(r, lease)
+  end
+  return r
+end
+
+-- A read keeps a waiting ticket in line; one that shows the grant collects it.
+local function tk_touch(tid, t)
+  if t.st == 'w' then
+    keepalive(tid, t)
+  elseif t.coll ~= '1' then
+    t.coll = '1'
+    redis.call('HSET', KT, tid, tkpack(t))
+    redis.call('ZREM', KK, tid)
+  end
+end
+
+local M_TK_OTHER_TOKEN = 'the ticket belongs to another token'
+local M_TK_KEY = 'this Idempotency-Key names another request (or a ticket of another weight)'
+
+-- ticket_create: weight, ttl, owner, idempotency key, ticket id, lease id, keepalive,
+-- max waiters here
+function ops.ticket_create()
+  local t = {st = 'w', w = tonumber(ARGV[A]), ttl = tonumber(ARGV[A + 1]), owner = ARGV[A + 2],
+             idem = ARGV[A + 3], lid = ARGV[A + 5], ka = tonumber(ARGV[A + 6]), princ = PRINC,
+             coll = '0', seq = 0, bw = 0, bf = 0}
+  local tid = ARGV[A + 4]
+  if KIND ~= 's' then
+    return reply(ENOENT, M_NOT_FOUND)
+  end
+  if t.w < 1 or t.w > M.cap then
+    return reply(EINVAL, 'weight must be between 1 and the capacity')
+  end
+  if t.idem ~= '' then
+    local v = redis.call('HGET', KI, t.idem)
+    if v then
+      local kind, ref = string.sub(v, 1, 1), string.sub(v, 2)
+      local old = kind == 'T' and tk_get(ref)
+      local other = kind == 'L' and redis.call('HGET', KL, ref) or
+                    kind == 'W' and redis.call('HGET', KW, ref)
+      if (old and not allowed(old.princ)) or
+         (other and not allowed(kind == 'L' and lunpack(other).princ or wunpack(other).princ)) then
+        return reply(EACCES, M_KEY_OTHER_TOKEN)
+      end
+      if not old or old.w ~= t.w then
+        return reply(EKEYMISMATCH, M_TK_KEY)
+      end
+      tid = string.sub(v, 2)
+      tk_touch(tid, old)
+      return reply(0, '', tk_view(tid, old, false))
+    end
+  end
+  if NOW < SAFE_AT then
+    return reply(EUNAVAIL, M_LOST)
+  end
+  local now_grant = M.nq == 0 and t.w <= M.avail
+  local maxw = tonumber(ARGV[A + 7])
+  if not now_grant and maxw > 0 and M.nq >= maxw then
+    return reply(ELIMIT, 'too many parked requests')
+  end
+  M.nt = M.nt + 1
+  count('tickets', 1)
+  count('t_created', 1)
+  redis.call('SET', 'sema:tk:' .. tid, 'W' .. S)
+  if t.idem ~= '' then
+    redis.call('HSET', KI, t.idem, 'T' .. tid)
+  end
+  if now_grant then
+    tk_grant(tid, t)
+    tk_touch(tid, t)
+  else
+    M.seq = M.seq + 1
+    t.seq, t.bw, t.bf = M.seq, M.wq, fw_prefix(M.seq - 1)
+    redis.call('ZADD', KQ, N(M.seq), tid)
+    redis.call('HSET', KW, tid, wpack({inst = '', w = t.w, kind = 't', since = NOW, ttl = t.ttl,
+                                       owner = t.owner, idem = '', lid = t.lid, mode = '0',
+                                       princ = t.princ}))
+    M.nq = M.nq + 1
+    M.wq = M.wq + t.w
+    redis.call('HSET', KT, tid, tkpack(t))
+    keepalive(tid, t)
+  end
+  return reply(0, '', tk_view(tid, t, true))
+end
+
+local TK_TID, TK
+function ops.ticket_get()
+  tk_touch(TK_TID, TK)
+  return reply(0, '', tk_view(TK_TID, TK, false))
+end
+
+function ops.ticket_delete()
+  count('t_left', 1)
+  tk_end(TK_TID, TK, 'L')
+  admit()
+  return reply(0, '')
+end
+
+-- KEYS[1] is sema:tk:ID: its semaphore is housekept first (the ticket may end in it).
+tk_run = function(k)
+  TK_TID = string.sub(k, 9)
+  local v = redis.call('GET', k)
+  if v and string.sub(v, 1, 1) == 'W' then
+    keys_of(string.sub(v, 2))
+    M = mload()
+    if M then
+      DUE0 = M.due
+      housekeep()
+      TK = tk_get(TK_TID)
+      if TK then
+        if not allowed(TK.princ) then
+          return reply(EACCES, M_TK_OTHER_TOKEN)
+        end
+        return ops[OP]()
+      end
+      v = redis.call('GET', k)
+    else
+      v = 'XX'
+    end
+  end
+  if v and string.sub(v, 1, 1) == 'X' then
+    return reply(EGONE, TK_ENDED[string.sub(v, 2, 2)] or TK_ENDED.D)
+  end
+  return reply(ENOENT, 'no such ticket')
+end
+
 -- ---- the name index ----
 
 -- list: prefix, cursor, limit. The index's members are name NUL stem, in name order.
@@ -1137,6 +1664,7 @@ function ops.list()
 end
 
 -- ---- dispatch ----
+local TICKET_KEY_OPS = {ticket_get = true, ticket_delete = true} -- KEYS[1]: sema:tk:<id>
 local LEASE_OPS = {lease_get = true, lease_renew = true, lease_release = true,
                    lease_revoke = true} -- KEYS[1] is sema:id:LID
 local function run()
@@ -1201,6 +1729,9 @@ local function run()
     return reply(0, '')
   end
   local k = KEYS[1]
+  if TICKET_KEY_OPS[OP] then
+    return tk_run(k)
+  end
   if LEASE_OPS[OP] then
     LID = string.sub(k, 9)
     local v = redis.call('GET', k)
