@@ -26,6 +26,13 @@ local KEYS, ARGV
 local OP, EPOCH, INST, RID, ALIVE_MS, PRINC, ADMIN, RETRY
 local A = 8 -- first argument of the op
 local NOW, NOWUS, TIME
+-- Redis's clock in microseconds, worked out when a call first needs it.
+local function nowus()
+  if not NOWUS then
+    NOWUS = TIME[1] * 1000000 + TIME[2]
+  end
+  return NOWUS
+end
 local LID -- the lease id a lease op names
 -- (strings: a number passed to redis.call is formatted with %.17g on every call)
 local RESULT_TTL_MS = '15000' -- longer than the longest command timeout (10 s): a retry finds it
@@ -363,11 +370,9 @@ end
 -- The row holds the counter; :f keeps it once the row is gone (delete, a lock key's end).
 local function next_fence()
   local f = M.fence + 1
-  if not NOWUS then
-    NOWUS = TIME[1] * 1000000 + TIME[2]
-  end
-  if f < NOWUS then
-    f = NOWUS
+  local us = nowus()
+  if f < us then
+    f = us
   end
   M.fence = f
   return f
@@ -1363,11 +1368,11 @@ est_queue_grant = function(w)
   end
   local e = est_load()
   if e.el ~= 0 and w > 0 then
-    local g, v = ewma(e.eg, e.ev, (NOWUS - e.el) / w, e.en)
+    local g, v = ewma(e.eg, e.ev, (nowus() - e.el) / w, e.en)
     redis.call('HSET', KEST, 'eg', N(math.floor(g + 0.5)), 'ev', N(math.floor(v + 0.5)), 'en',
                N(e.en + 1))
   end
-  redis.call('HSET', KEST, 'el', M.nq > 0 and N(NOWUS) or '0')
+  redis.call('HSET', KEST, 'el', M.nq > 0 and N(nowus()) or '0')
 end
 
 est_hold = function(ms)
@@ -1807,7 +1812,7 @@ local function publish(r)
   end
   local uid, seq = string.match(pt, '^(%d+)-(%d+)$')
   if not uid then
-    uid, seq = N(TIME[1] * 1000000 + TIME[2]), '0'
+    uid, seq = N(nowus()), '0'
   end
   seq = tonumber(seq)
   local KE, ev, first, ended = S .. ':e', {}, seq + 1, false
