@@ -287,6 +287,38 @@ def test_lost_messages_are_read_from_the_log():
         sa.close()
 
 
+def test_tickets_and_a_stream_on_one_semaphore():
+    """The event log and the tickets' wait estimate are separate keys: a semaphore that is
+    followed and has tickets logs every event and keeps its estimate, with no command
+    refused."""
+    r, fl = fleet(2)
+    with r, fl:
+        a, b = fl[0], fl[1]
+        put(a, "te", 1)
+        st = Stream(a, "te")
+        assert st.status == 200
+        lease = grant(b, "te")
+        code, t = b.json("POST", "/v1/semaphores/te/tickets", {"keepalive_ms": 60000})
+        assert code == 201 and t["status"] == "waiting", (code, t)
+        for _ in range(10):  # holds and grants with a ticket in line: estimate samples
+            release(b, lease)
+            code, body = a.json("GET", "/v1/tickets/" + t["ticket"])
+            assert code == 200 and body["status"] == "granted", (code, body)
+            lease = body["lease"]["lease"]
+            code, t = b.json("POST", "/v1/semaphores/te/tickets", {"keepalive_ms": 60000})
+            assert code == 201 and t["status"] == "waiting", (code, t)
+        release(b, lease)
+        evs = st.take(22)  # granted (1), then released + granted per round, and the last release
+        assert [e["event"] for e in evs[:3]] == ["granted", "released", "granted"], evs[:3]
+        consecutive(evs)
+        types = {k.split(":")[-1]: r.cli("TYPE", k).strip()
+                 for k in r.cli("--scan", "--pattern", "sema:{*}s:te:*").split() if k}
+        assert types.get("e") == "stream" and types.get("est") == "hash", types
+        logs = "\n".join(a.log() + b.log())
+        assert "a command failed" not in logs, logs
+        st.close()
+
+
 def test_nothing_written_without_subscribers():
     """With nobody following a semaphore, its events cost nothing in Redis: no stream, no
     XADD, no PUBLISH (the script's one HGET finds no marker)."""
