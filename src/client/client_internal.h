@@ -116,6 +116,11 @@ int client_parse_lease(json_t *obj, int64_t sent_ns, sema_lease_t *lease);
 int client_renew(sema_client_t *c, sema_lease_t *lease, int64_t ttl_ms, int64_t max_ms,
                  sema_client_error_t *err);
 
+/* DELETE <prefix><escaped id>, retried after a network error; a retry answered `gone` (the
+ * code of "already ended") counts as done: the first try got through. */
+int client_delete_retried(sema_client_t *c, const char *prefix, const char *id, int gone,
+                          sema_client_error_t *err);
+
 /* 32 hex characters of getrandom() into buf[33]. Returns 0 or SEMA_EIO. */
 int client_random_key(char *buf, size_t len);
 

@@ -472,18 +472,18 @@ int sema_client_renew(sema_client_t *c, sema_lease_t *lease, int64_t ttl_ms,
     return client_renew(c, lease, ttl_ms, 0, err);
 }
 
-int sema_client_release(sema_client_t *c, const char *lease_id, sema_client_error_t *err)
+int client_delete_retried(sema_client_t *c, const char *prefix, const char *id, int gone,
+                          sema_client_error_t *err)
 {
-    int rc = check_id(lease_id, err);
-    if (rc != 0)
-        return rc;
-    char *path = client_path("/v1/leases/", lease_id, "");
+    char *path = client_path(prefix, id, "");
+    int rc;
+
     if (path == NULL)
         return client_fail(err, SEMA_ENOMEM, 0, "out of memory");
     client_req_t req = {.method = "DELETE", .path = path};
     for (int attempt = 0;; attempt++) {
         rc = client_call(c, &req, 0, NULL, err);
-        if (attempt > 0 && rc == SEMA_ESTALE) { /* the first try got through */
+        if (attempt > 0 && rc == gone) { /* the first try got through */
             rc = 0;
             client_clear(err);
         }
@@ -493,6 +493,12 @@ int sema_client_release(sema_client_t *c, const char *lease_id, sema_client_erro
     }
     free(path);
     return rc;
+}
+
+int sema_client_release(sema_client_t *c, const char *lease_id, sema_client_error_t *err)
+{
+    int rc = check_id(lease_id, err);
+    return rc != 0 ? rc : client_delete_retried(c, "/v1/leases/", lease_id, SEMA_ESTALE, err);
 }
 
 int sema_client_lease_get(sema_client_t *c, const char *lease_id, sema_lease_t *lease,

@@ -150,22 +150,5 @@ int sema_client_ticket_get(sema_client_t *c, const char *id, int64_t wait_ms, se
 int sema_client_ticket_leave(sema_client_t *c, const char *id, sema_client_error_t *err)
 {
     int rc = check_ticket_id(id, err);
-    if (rc != 0)
-        return rc;
-    char *path = client_path("/v1/tickets/", id, "");
-    if (path == NULL)
-        return client_fail(err, SEMA_ENOMEM, 0, "out of memory");
-    client_req_t req = {.method = "DELETE", .path = path};
-    for (int attempt = 0;; attempt++) {
-        rc = client_call(c, &req, 0, NULL, err);
-        if (attempt > 0 && rc == SEMA_EGONE) { /* the first try got through */
-            rc = 0;
-            client_clear(err);
-        }
-        if (!client_retryable(rc) || attempt >= c->max_retries)
-            break;
-        client_sleep_ms((int64_t)100 << attempt, NULL);
-    }
-    free(path);
-    return rc;
+    return rc != 0 ? rc : client_delete_retried(c, "/v1/tickets/", id, SEMA_EGONE, err);
 }

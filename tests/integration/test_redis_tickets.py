@@ -20,35 +20,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import redis_fixture as rf  # noqa: E402
 import semad_fixture as fx  # noqa: E402
+from test_tickets import hold, put, read, release, ticket  # noqa: E402  (the suite's helpers)
 
 SLOW = fx.SLOW
-
-
-def put(s, name, cap):
-    st, body = s.json("PUT", "/v1/semaphores/" + name, {"capacity": cap})
-    assert st in (200, 201), (st, body)
-
-
-def hold(s, name, weight=1):
-    st, body = s.json("POST", "/v1/semaphores/%s/acquire" % name,
-                      {"weight": weight, "timeout_ms": 0})
-    assert st == 200, (st, body)
-    return body["lease"]
-
-
-def release(s, lease):
-    st, _, data = s.request("DELETE", "/v1/leases/" + lease)
-    assert st == 204, (st, data)
-
-
-def ticket(s, name, headers=None, **kw):
-    st, body = s.json("POST", "/v1/semaphores/%s/tickets" % name, kw, headers)
-    assert st in (200, 201), (st, body)
-    return body
-
-
-def read(s, tid, wait=None):
-    return s.json("GET", "/v1/tickets/" + tid + ("?wait=" + wait if wait else ""))
 
 
 def problem(s, method, path):
