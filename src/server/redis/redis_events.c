@@ -168,6 +168,46 @@ void rs__ev_start(rs_t *r, rsem_t *s, int was_watched)
     }
 }
 
+/* One entry of an XRANGE reply of the log, if its id is <uid>-<want>: its event goes to
+ * `each` (an act that is not an event is skipped). Returns 0, LOG_OTHER (another id: a gap
+ * or another run) or LOG_BAD (an entry that cannot be read). */
+enum { LOG_OTHER = 1, LOG_BAD = 2 };
+static int log_entry(const redisReply *e, uint64_t uid, uint64_t want, const char *name,
+                     size_t nlen, void (*each)(void *ctx, const engine_event_t *ev), void *ctx)
+{
+    const redisReply *f;
+    uint64_t eu, q;
+    rsplit_t sp;
+    engine_result_t scratch;
+    engine_event_t ev;
+    engine_lease_t l;
+
+    if (e->type != REDIS_REPLY_ARRAY || e->elements < 2 ||
+        e->element[0]->type != REDIS_REPLY_STRING ||
+        parse_point(e->element[0]->str, e->element[0]->len, &eu, &q) != 0 || eu != uid || q != want)
+        return LOG_OTHER;
+    f = e->element[1];
+    if (f->type != REDIS_REPLY_ARRAY || f->elements < 2 ||
+        f->element[1]->type != REDIS_REPLY_STRING ||
+        rs__split(&sp, f->element[1]->str, f->element[1]->len) != 0)
+        return LOG_BAD;
+    memset(&scratch, 0, sizeof scratch);
+    if (sp.arr.elements >= RS_ACT_LEN &&
+        rs__act_to_event(&sp.arr, 0, name, nlen, &scratch, &ev, &l) == 0) {
+        ev.uid = uid;
+        ev.seq = q;
+        each(ctx, &ev);
+    }
+    engine_result_clear(&scratch);
+    rs__split_free(&sp);
+    return 0;
+}
+
+static void to_front(void *ctx, const engine_event_t *ev)
+{
+    engine__event(ctx, ev);
+}
+
 /* ---- in order ---- */
 
 /* Hand the events after s->ev_seq up to `upto` to the front from the stream; past a hole
@@ -190,32 +230,9 @@ static void ev_fill(rs_t *r, rsem_t *s, uint64_t upto)
         r->log_reads++;
     }
     for (size_t i = 0; rep != NULL && rep->type == REDIS_REPLY_ARRAY && i < rep->elements; i++) {
-        const redisReply *e = rep->element[i], *f;
-        uint64_t eu, q;
-        rsplit_t sp;
-        engine_result_t scratch;
-        engine_event_t ev;
-        engine_lease_t l;
-        if (e->type != REDIS_REPLY_ARRAY || e->elements < 2 ||
-            e->element[0]->type != REDIS_REPLY_STRING ||
-            parse_point(e->element[0]->str, e->element[0]->len, &eu, &q) != 0 || eu != uid ||
-            q != s->ev_seq + 1)
+        if (log_entry(rep->element[i], uid, s->ev_seq + 1, name, nlen, to_front, r->front) != 0)
             break;
-        f = e->element[1];
-        if (f->type != REDIS_REPLY_ARRAY || f->elements < 2 ||
-            f->element[1]->type != REDIS_REPLY_STRING ||
-            rs__split(&sp, f->element[1]->str, f->element[1]->len) != 0)
-            break;
-        memset(&scratch, 0, sizeof scratch);
-        if (sp.arr.elements >= RS_ACT_LEN &&
-            rs__act_to_event(&sp.arr, 0, name, nlen, &scratch, &ev, &l) == 0) {
-            ev.uid = uid;
-            ev.seq = q;
-            engine__event(r->front, &ev);
-        }
-        engine_result_clear(&scratch);
-        rs__split_free(&sp);
-        s->ev_seq = q;
+        s->ev_seq++;
     }
     freeReplyObject(rep);
     if (s->ev_seq < upto) {
@@ -424,35 +441,9 @@ int rs__events_replay(void *be, const char *name, size_t len, uint64_t uid, uint
     }
     want = seq + 1;
     for (size_t i = 0; i < rep->elements && rc == ENGINE_LOG_OK; i++, want++) {
-        const redisReply *e = rep->element[i], *f;
-        uint64_t eu, q;
-        rsplit_t sp;
-        engine_result_t scratch;
-        engine_event_t ev;
-        engine_lease_t l;
-        if (e->type != REDIS_REPLY_ARRAY || e->elements < 2 ||
-            e->element[0]->type != REDIS_REPLY_STRING ||
-            parse_point(e->element[0]->str, e->element[0]->len, &eu, &q) != 0 || eu != uid ||
-            q != want) {
-            rc = ENGINE_LOG_GONE;
-            break;
-        }
-        f = e->element[1];
-        if (f->type != REDIS_REPLY_ARRAY || f->elements < 2 ||
-            f->element[1]->type != REDIS_REPLY_STRING ||
-            rs__split(&sp, f->element[1]->str, f->element[1]->len) != 0) {
-            rc = ENGINE_LOG_UNKNOWN;
-            break;
-        }
-        memset(&scratch, 0, sizeof scratch);
-        if (sp.arr.elements >= RS_ACT_LEN &&
-            rs__act_to_event(&sp.arr, 0, name, len, &scratch, &ev, &l) == 0) {
-            ev.uid = uid;
-            ev.seq = q;
-            each(ctx, &ev);
-        }
-        engine_result_clear(&scratch);
-        rs__split_free(&sp);
+        int e = log_entry(rep->element[i], uid, want, name, len, each, ctx);
+        if (e != 0)
+            rc = e == LOG_OTHER ? ENGINE_LOG_GONE : ENGINE_LOG_UNKNOWN;
     }
     freeReplyObject(rep);
     return rc;
