@@ -341,7 +341,8 @@ TEST(pitfall28_lock_keys_do_not_outlive_their_queue)
     ASSERT_EQ(w->status, SEMA_ETIMEDOUT);
     engine_stats(f.e, &st);
     ASSERT_EQ(st.locks, 1); /* still held */
-    for (int i = 0; i < 500 && st.locks != 0; i++) { /* bounded: 5 s */
+    /* bounded: 5 s */
+    for (int i = 0; i < 500 && st.locks != 0; i++) {
         int never = 0;
         fx_run_until(&f, &never, 10);
         engine_stats(f.e, &st);
