@@ -25,6 +25,9 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tickets import Conn  # noqa: E402  (one keep-alive connection, pipelined)
+
 BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
 N = int(sys.argv[2]) if len(sys.argv) > 2 else 20000
 ROUNDS = 3
@@ -41,35 +44,6 @@ def free_port():
 def cli(port, *args):
     return subprocess.run(["redis-cli", "-p", str(port)] + [str(a) for a in args],
                           capture_output=True, text=True, timeout=30).stdout
-
-
-class Conn:
-    """One keep-alive HTTP connection; requests may be pipelined."""
-
-    def __init__(self, port):
-        self.s = socket.create_connection(("127.0.0.1", port))
-        self.f = self.s.makefile("rb")
-
-    def send(self, method, path, body=None):
-        b = json.dumps(body).encode() if body is not None else b""
-        self.s.sendall(("%s %s HTTP/1.1\r\nHost: b\r\nContent-Length: %d\r\n\r\n" %
-                        (method, path, len(b))).encode() + b)
-
-    def reply(self):
-        status = int(self.f.readline().split()[1])
-        n = 0
-        while True:
-            h = self.f.readline()
-            if h in (b"\r\n", b""):
-                break
-            k, _, v = h.decode().partition(":")
-            if k.lower() == "content-length":
-                n = int(v)
-        return status, (json.loads(self.f.read(n)) if n else None)
-
-    def do(self, method, path, body=None):
-        self.send(method, path, body)
-        return self.reply()
 
 
 def fcall_us(rport, fn, n):
@@ -111,7 +85,7 @@ def main():
                                   str(2 * N)], stderr=subprocess.DEVNULL)
         for _ in range(200):
             try:
-                c = Conn(sport)
+                c = Conn("127.0.0.1", sport)
                 break
             except OSError:
                 time.sleep(0.05)
@@ -119,11 +93,11 @@ def main():
             N, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             subprocess.run(["redis-server", "--version"], capture_output=True,
                            text=True).stdout.strip()))
-        c.do("PUT", "/v1/semaphores/line", {"capacity": 1})
-        c.do("PUT", "/v1/semaphores/plain", {"capacity": 1})
-        c.do("PUT", "/v1/semaphores/parked", {"capacity": 1})
-        c.do("POST", "/v1/semaphores/line/acquire", {"timeout_ms": 0, "ttl_ms": 3600000})
-        c.do("POST", "/v1/semaphores/parked/acquire", {"timeout_ms": 0, "ttl_ms": 3600000})
+        c.call("PUT", "/v1/semaphores/line", {"capacity": 1})
+        c.call("PUT", "/v1/semaphores/plain", {"capacity": 1})
+        c.call("PUT", "/v1/semaphores/parked", {"capacity": 1})
+        c.call("POST", "/v1/semaphores/line/acquire", {"timeout_ms": 0, "ttl_ms": 3600000})
+        c.call("POST", "/v1/semaphores/parked/acquire", {"timeout_ms": 0, "ttl_ms": 3600000})
         mem0 = used_memory(rport)
         ids = []
         for i in range(0, N, 500):  # pipelined, 500 at a time
@@ -139,14 +113,14 @@ def main():
         at, us = {}, None
 
         def pair():
-            st, body = c.do("POST", "/v1/semaphores/plain/acquire", {"timeout_ms": 0})
-            c.do("DELETE", "/v1/leases/" + body["lease"])
+            st, body = c.call("POST", "/v1/semaphores/plain/acquire", {"timeout_ms": 0})
+            c.call("DELETE", "/v1/leases/" + body["lease"])
         for _ in range(ROUNDS):  # interleaved rounds, the best of each
             for place in (1, N // 2, N):
                 tid = ids[place - 1]
 
                 def read():
-                    st, body = c.do("GET", "/v1/tickets/" + tid)
+                    st, body = c.call("GET", "/v1/tickets/" + tid)
                     assert st == 200 and body["position"] == place, body
                 v = fcall_us(rport, read, 200)[0]
                 at[place] = min(at.get(place, v), v)
@@ -164,12 +138,12 @@ def main():
         nparked = max(1, N // 10)
         conns = []
         for _ in range(nparked):
-            p = Conn(sport)
+            p = Conn("127.0.0.1", sport)
             p.send("POST", "/v1/semaphores/parked/acquire", {"timeout_ms": 3600000})
             conns.append(p)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            st, body = c.do("GET", "/v1/semaphores/parked")
+            st, body = c.call("GET", "/v1/semaphores/parked")
             if body["waiting"] == nparked:
                 break
             time.sleep(0.1)

@@ -281,9 +281,10 @@ def estimate():
         srv.wait()
 
 
-if mode == "scale":
-    scale()
-elif mode == "estimate":
-    estimate()
-else:
-    sys.exit("usage: bench/tickets.py BUILD scale [N] [SECONDS] | estimate [SECONDS]")
+if __name__ == "__main__":  # bench/redis_tickets.py borrows Conn
+    if mode == "scale":
+        scale()
+    elif mode == "estimate":
+        estimate()
+    else:
+        sys.exit("usage: bench/tickets.py BUILD scale [N] [SECONDS] | estimate [SECONDS]")
