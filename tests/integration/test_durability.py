@@ -546,10 +546,10 @@ def test_disk_full():
     with tempfile.TemporaryDirectory(prefix="sema-dur-") as tmp:
         data = os.path.join(tmp, "data")
         os.mkdir(data, 0o700)
-        # semad runs in its own mount namespace on a 2 MiB tmpfs; we reach the files
+        # semad runs in its own mount namespace on a 4 MiB tmpfs; we reach the files
         # through /proc/PID/root, which resolves paths in semad's namespace.
         wrapper = ["unshare", "-m", "sh", "-c",
-                   'mount -t tmpfs -o size=2m,mode=0700 tmpfs "$0" && exec "$@"', data]
+                   'mount -t tmpfs -o size=4m,mode=0700 tmpfs "$0" && exec "$@"', data]
         srv = Semad(data, prefix=wrapper).wait_ready()
         inside = "/proc/%d/root%s" % (srv.proc.pid, data)
         try:
@@ -558,15 +558,28 @@ def test_disk_full():
             srv.stop()
 
 
+def checked_contents(srv):
+    """`semad --check` in semad's mount namespace: the semaphores and leases the store holds
+    (the database with the journal applied)."""
+    check = subprocess.run(["nsenter", "-t", str(srv.proc.pid), "-m", SEMAD, "--check",
+                            srv.data], capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr
+    m = re.search(r"contents: (\d+) semaphores, (\d+) leases", check.stdout)
+    assert m, check.stdout
+    return int(m.group(1)), int(m.group(2))
+
+
 def disk_full_body(srv, inside):
     status, doc = srv.call("PUT", "/v1/semaphores/before", {"capacity": 3})
     assert status == 201, (status, doc)
     status, lease = srv.call("POST", "/v1/semaphores/before/acquire", {"weight": 1})
     assert status == 200, (status, lease)
     fill(inside + "/filler")
+    # Commits go on into the journal's preallocated room; checkpoints into the full database
+    # fail and are tried again; once the journal has to grow, commits fail too.
     created, refused = [], []
-    for i in range(400):
-        name = "full-%03d-%s" % (i, "x" * 100)
+    for i in range(20000):
+        name = "full-%05d-%s" % (i, "x" * 200)
         status, doc = srv.call("PUT", "/v1/semaphores/" + name, {"capacity": 2})
         if status == 503:
             assert doc["code"] == "store_unavailable", doc
@@ -584,12 +597,16 @@ def disk_full_body(srv, inside):
     for name in refused:
         status, _ = srv.call("GET", "/v1/semaphores/" + name)
         assert status == 404, (name, status)
-    sems, leases = store_rows(srv.proc.pid, srv.data + "/sema.db")
-    assert set(sems) == set(["before"] + created), (sorted(sems), created)
-    assert lease["lease"] in leases
+    nsems, nleases = checked_contents(srv)
+    assert (nsems, nleases) == (1 + len(created), 1), (nsems, nleases, len(created))
     status, doc = srv.call("GET", "/v1/semaphores?limit=1000")
     assert status == 200, (status, doc)
-    assert set(x["name"] for x in doc["semaphores"]) == set(sems), "served state != store"
+    served = set(x["name"] for x in doc["semaphores"])
+    while doc.get("next_cursor"):
+        status, doc = srv.call("GET", "/v1/semaphores?limit=1000&cursor=" + doc["next_cursor"])
+        assert status == 200, (status, doc)
+        served |= set(x["name"] for x in doc["semaphores"])
+    assert served == set(["before"] + created), "served state != store"
     print("disk full: %d creates committed, then %d refused with 503" % (len(created),
                                                                         len(refused)))
     # Room again: semad recovers by itself.
@@ -598,11 +615,20 @@ def disk_full_body(srv, inside):
     assert status == 201, (status, doc)
     status, doc = srv.call("DELETE", "/v1/leases/" + lease["lease"])
     assert status in (200, 204), (status, doc)
-    sems, _ = store_rows(srv.proc.pid, srv.data + "/sema.db")
-    assert "after" in sems
-    check = subprocess.run(["nsenter", "-t", str(srv.proc.pid), "-m", SEMAD, "--check",
-                            srv.data], capture_output=True, text=True, timeout=60)
-    assert check.returncode == 0, check.stdout + check.stderr
+    assert checked_contents(srv) == (2 + len(created), 0)
+    # Once commits pause, a checkpoint (about a second on) brings the database up to date.
+    status, held = srv.call("POST", "/v1/semaphores/after/acquire", {})
+    assert status == 200, (status, held)
+    status, _ = srv.call("DELETE", "/v1/leases/" + held["lease"])
+    assert status in (200, 204), status
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        sems, leases = store_rows(srv.proc.pid, srv.data + "/sema.db")
+        if set(sems) == set(["before", "after"] + created) and not leases:
+            break
+        time.sleep(0.2)
+    assert set(sems) == set(["before", "after"] + created), (len(sems), len(created))
+    assert not leases, leases
 
 
 # ---- stores semad must refuse ---------------------------------------------------------------

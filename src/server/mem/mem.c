@@ -556,10 +556,11 @@ static int mem_open(void **out, engine_t *front, uv_loop_t *loop, const engine_c
         return rc;
     }
     uv_timer_init(loop, &e->timer);
+    uv_timer_init(loop, &e->ck_timer);
     uv_check_init(loop, &e->check);
     uv_idle_init(loop, &e->idle);
-    e->timer.data = e->check.data = e->idle.data = e;
-    e->handles_open = 3;
+    e->timer.data = e->ck_timer.data = e->check.data = e->idle.data = e;
+    e->handles_open = 4;
     if (e->store != NULL) {
         (void)mem__committer_start(e); /* if it cannot start, commits run here */
         if (e->committer != NULL)
@@ -608,9 +609,11 @@ static void mem_shutdown(void *be)
     e->shutting_down = 1;
     mem__drain(e);
     uv_timer_stop(&e->timer);
+    uv_timer_stop(&e->ck_timer);
     uv_check_stop(&e->check);
     uv_idle_stop(&e->idle);
     uv_close((uv_handle_t *)&e->timer, handle_closed);
+    uv_close((uv_handle_t *)&e->ck_timer, handle_closed);
     uv_close((uv_handle_t *)&e->check, handle_closed);
     uv_close((uv_handle_t *)&e->idle, handle_closed);
 }

@@ -175,7 +175,9 @@ struct mem {
     uint64_t nfly;           /* ... that the running (or last) commit carried */
     uint64_t gather_want;    /* gathering: start the next commit once nwait reaches this */
     uint64_t gather_until;   /* ... or at this uv_hrtime() (0: not gathering) */
-    uint64_t last_run_ns;    /* how long the last commit took on the committer */
+    uint64_t last_run_ns;    /* how long the last commit took (on the loop or the committer) */
+    int commit_inline;       /* the running (or last) commit runs on the loop */
+    uv_timer_t ck_timer;     /* a checkpoint once commits pause (mem_store.c) */
     ecommitter_t *committer; /* NULL: commits run on the loop thread */
     esem_t **dirty;          /* semaphores whose rows the next commit writes (NULL: gone) */
     uint64_t fence_stored;   /* the fence floor the store has (or the next commit writes) */
@@ -257,7 +259,7 @@ int mem__ticket_allowed(const engine_req_t *req, const eticket_t *t);
 void mem__lease_end(mem_t *e, elease_t *l, int reason);
 void mem__lease_free(mem_t *e, elease_t *l);
 void mem__lease_expire_due(mem_t *e, elease_t *l);
-void mem__store_lease(mem_t *e, const elease_t *l);
+void mem__store_lease(mem_t *e, const elease_t *l, int created);
 void mem__tombs_clear(mem_t *e);
 int mem__lease_load(mem_t *e, esem_t *s, const store_lease_t *rec);
 

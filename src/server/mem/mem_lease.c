@@ -121,7 +121,8 @@ void mem__tombs_clear(mem_t *e)
 
 /* ---- grants and ends ---- */
 
-void mem__store_lease(mem_t *e, const elease_t *l)
+/* Write a lease ahead; `created` when this is its grant. */
+void mem__store_lease(mem_t *e, const elease_t *l, int created)
 {
     store_lease_t rec;
 
@@ -138,6 +139,7 @@ void mem__store_lease(mem_t *e, const elease_t *l)
     rec.acquired_at_ms = l->acquired_at_ms;
     rec.expires_at_ms = l->expires_at_ms;
     rec.is_lock = l->mode;
+    rec.created = created;
     (void)store_put_lease(e->store, &rec);
     mem__mark_dirty(e);
 }
@@ -214,7 +216,7 @@ elease_t *mem__grant(mem_t *e, esem_t *s, const engine_req_t *req, uint64_t weig
     e->m->grants++;
     engine__hist_observe(&e->m->wait_s, (double)(now - since_mono) / 1000.0);
     mem__timer_rearm(e);
-    mem__store_lease(e, l);
+    mem__store_lease(e, l, 1);
     /* The fence reaches the store through the fence floor the commit writes; the row
      * changes only for a legacy value, which is stored as it is. */
     if (s->flags & ESEM_LEGACY)

@@ -449,7 +449,7 @@ static void op_lease_renew(mem_t *e, ereq_t *er)
     l->expires_at_ms = mem__wall_ms() + ttl;
     eheap_update(&e->heap, &l->hi, mem__now(e) + (uint64_t)ttl);
     mem__timer_rearm(e);
-    mem__store_lease(e, l);
+    mem__store_lease(e, l, 0);
     er->durable = e->strict; /* relaxed: rides the next commit, the reply does not wait */
     mem__finish_lease(e, er, l);
 }

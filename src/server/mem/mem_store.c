@@ -273,6 +273,7 @@ static void fail_batch(mem_t *e, elist_t *batch)
  * recorded meanwhile (commit_wait) ride the next one, so a reply never goes out before
  * every commit started before it. */
 #define GATHER_MAX_NS 1000000u /* the longest the next commit waits for more requests */
+#define INLINE_MAX_NS 2000000u /* a commit runs on the loop while the last took less */
 
 struct ecommitter {
     pthread_t thread;
@@ -485,8 +486,16 @@ static void start_commit(mem_t *e, int force)
     e->nwait = 0;
     e->committing = 1;
     e->commits++;
-    if (c == NULL || c->stopped) {
-        commit_done(e, store_commit_run(e->store, e->errbuf, sizeof(e->errbuf)));
+    /* A quick commit (a journal append and its sync) runs here: handing it to the thread
+     * and back costs more than the loop could do meanwhile, since the clients it answers
+     * wait for it. A slow one (a checkpoint, a slow disk) runs on the thread. */
+    e->commit_inline =
+        c == NULL || c->stopped || (!store_commit_slow(e->store) && e->last_run_ns < INLINE_MAX_NS);
+    if (e->commit_inline) {
+        uint64_t t0 = uv_hrtime();
+        int rc = store_commit_run(e->store, e->errbuf, sizeof(e->errbuf));
+        e->last_run_ns = uv_hrtime() - t0;
+        commit_done(e, rc);
         return;
     }
     pthread_mutex_lock(&c->mu);
@@ -515,6 +524,22 @@ static void gather(mem_t *e, uint64_t want)
     e->gather_until = uv_hrtime() + ns; /* the committer ticks at about the same time */
 }
 
+#define IDLE_CHECKPOINT_MS 1000u /* commits paused this long: checkpoint what the journal has */
+
+/* Commits paused: write what the journal holds to the database, so that it (and a backup
+ * taken of it) is at most this far behind. Under load the commits checkpoint themselves. */
+static void on_idle_checkpoint(uv_timer_t *h)
+{
+    mem_t *e = h->data;
+
+    if (e->committing || e->shutting_down) {
+        uv_timer_start(h, on_idle_checkpoint, IDLE_CHECKPOINT_MS, 0);
+        return;
+    }
+    if (store_checkpoint(e->store, e->errbuf, sizeof(e->errbuf)) != 0)
+        uv_timer_start(h, on_idle_checkpoint, IDLE_CHECKPOINT_MS, 0); /* the journal keeps it */
+}
+
 /* The running commit ended with rc: send its replies, or fail them and roll back. */
 static void commit_done(mem_t *e, int rc)
 {
@@ -524,6 +549,8 @@ static void commit_done(mem_t *e, int rc)
 
     e->committing = 0;
     store_commit_finish(e->store, rc);
+    if (store_checkpoint_pending(e->store) && !e->shutting_down)
+        uv_timer_start(&e->ck_timer, on_idle_checkpoint, IDLE_CHECKPOINT_MS, 0);
     elist_init(&batch);
     elist_splice(&batch, &e->commit_fly);
     if (rc != 0) {
@@ -538,7 +565,7 @@ static void commit_done(mem_t *e, int rc)
     }
     deliver(e, &batch);
     mem__drain(e);
-    if (e->committer != NULL && !e->committer->stopped) {
+    if (!e->commit_inline) {
         gather(e, want);
         if (e->ndirty != 0 || store_pending(e->store) || !elist_empty(&e->commit_wait))
             start_commit(e, 0);

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* store.h - semad's durable store interface: the engine writes ahead through it and
- * loads from it at start. The embedded store is SQLite in WAL mode (store_sqlite.c).
+ * loads from it at start. The embedded store is a journal (store_journal.c) that every
+ * commit appends to, in front of an SQLite database in WAL mode (store_sqlite.c) that
+ * checkpoints bring up to date.
  *
  * Threading: called from semad's loop thread, except store_commit_run, which may run on
  * another thread while the loop goes on recording mutations (nothing else may be called
@@ -53,6 +55,8 @@ typedef struct {
     int is_lock;           /* 0 a semaphore's lease; a keyed lock's: 1 shared, 2 exclusive (stores
                               written before the mode was kept have 1 and an exclusive weight R > 1) */
     const char *principal; /* the token that took it (semad --auth), may be NULL */
+    int created; /* this write is its grant: the store holds no row of it yet (so when it ends
+                    before the next checkpoint, neither write reaches the database) */
 } store_lease_t;
 
 /* A ticket as stored: its place in its semaphore's queue, or (lease_id set) the lease it was
@@ -119,6 +123,10 @@ uint64_t store_backlog(const store_t *st);
  * is recorded or a transaction is still running (one at a time). */
 int store_commit_start(store_t *st);
 
+/* Whether the started transaction will take long: a checkpoint is due with it, or a test
+ * injected a delay. The engine runs a quick one on its loop and a slow one on a thread. */
+int store_commit_slow(const store_t *st);
+
 /* Write and commit the started transaction (one sync in STRICT); any thread. Returns 0, or
  * SEMA_EIO (disk full, read-only, I/O error, or a mutation could not be recorded) with the
  * whole transaction rolled back and a message naming the file and the cause in errbuf. The
@@ -143,9 +151,25 @@ int store_max_fence(store_t *st, uint64_t *fence);
 /* Successful and failed commits since store_open(), for metrics. */
 void store_stats(const store_t *st, uint64_t *commits, uint64_t *commit_failures);
 
+/* Whether the journal holds changes the database does not have yet. */
+int store_checkpoint_pending(const store_t *st);
+
+/* Write what the journal holds to the database and start the journal over (no commit may
+ * run meanwhile). The engine calls it when commits pause, so the database alone (a backup
+ * of it, say) is never much behind. Returns 0 or SEMA_EIO with a message. */
+int store_checkpoint(store_t *st, char *errbuf, size_t errlen);
+
+/* Checkpoints since store_open(): those that wrote the journal's content to the database,
+ * and those that failed (the journal keeps it; the next one tries again). */
+void store_checkpoint_stats(const store_t *st, uint64_t *checkpoints, uint64_t *failures);
+
 /* Testing: make the next `n` store_commit() calls fail with `code` (SEMA_EIO when 0),
  * rolled back exactly like a real write failure. */
 void store_inject_commit_failures(store_t *st, int n, int code);
+
+/* Testing: every write to the journal fails with errno `err` (0: they work again), as a
+ * failing disk would make them. For the whole process. */
+void store_inject_journal_errno(int err);
 
 /* Testing: the next commit sleeps `ms` before it writes (a slow disk). */
 void store_inject_commit_delay(store_t *st, int ms);

@@ -18,7 +18,9 @@
 
 #include <sqlite3.h>
 
+#include "engine/table.h"
 #include "sema/error.h"
+#include "store/store_journal.h"
 #include "store/store_sqlite.h"
 
 #define STORE_BUSY_MS 200 /* wait this long for a backup reader's checkpoint lock */
@@ -78,6 +80,11 @@ enum {
 typedef struct store_op {
     struct store_op *next;
     int kind;
+    /* In the checkpoint set only (see ck_add): */
+    enode_t hn;    /* in ck_keys while it is the latest mutation of its key */
+    uint8_t keyed; /* in ck_keys */
+    uint8_t dead;  /* superseded by a later one: the checkpoint skips it */
+    uint8_t fresh; /* a lease's grant, or its later writes: no row of it is in the database */
     union {
         store_sem_t sem;
         store_lease_t lease;
@@ -161,7 +168,29 @@ struct store {
     int inject_code;      /* ... with this code */
     uint64_t commits;     /* successful commits, for metrics */
     uint64_t commit_fail; /* failed commits */
+    /* The journal and the checkpoint set: touched by the committing thread during a commit,
+     * by the loop thread otherwise (one commit at a time). */
+    jnl_t *jnl;
+    unsigned char *jbuf; /* a record being encoded */
+    size_t jcap;
+    store_op_t *ck;       /* what the journal holds and the database not yet, in order */
+    store_op_t **ck_tail; /* where the next one goes */
+    store_op_t *ck_floor; /* the fence floor in ck, kept at its highest */
+    etab_t ck_keys;       /* lease id, ticket id or semaphore name -> its latest op in ck */
+    uint64_t ck_n;        /* ops in ck, superseded ones included */
+    uint64_t ck_at;       /* uv-independent monotonic ms of the last checkpoint */
+    uint64_t checkpoints; /* successful checkpoints, for metrics */
+    uint64_t ck_failures; /* failed ones */
+    int ck_failing;       /* the last one failed: the next waits CK_MAX_MS */
+    char *dir;            /* the data directory, for messages */
 };
+
+/* The journal's side of opening, reading and closing (defined with the journal below). */
+static int recover(store_t *st, char *errbuf, size_t errlen);
+static int settle(store_t *st, int *overlay, char *errbuf, size_t errlen);
+static void unsettle(store_t *st, int overlay);
+static int checkpoint(store_t *st, char *errbuf, size_t errlen);
+static void ck_clear(store_t *st);
 
 /* ---- messages and error codes ------------------------------------------------------- */
 
@@ -466,12 +495,11 @@ static int set_pragmas(store_t *st, char *errbuf, size_t errlen)
         msg(errbuf, errlen, "%s: cannot switch to WAL mode (journal_mode is %s)", st->path, mode);
         return SEMA_EIO;
     }
-    /* FULL: every commit fdatasyncs the WAL. NORMAL: the WAL is synced only at checkpoints,
-     * so an OS crash or power loss may drop the last commits; a process crash loses none. */
+    /* The database is written only by checkpoints (and the journal's replay), which must be
+     * durable before the journal starts over: FULL, in both modes. */
     snprintf(sql, sizeof sql,
-             "PRAGMA synchronous = %s; PRAGMA journal_size_limit = 67108864;"
-             " PRAGMA cache_size = -32768; PRAGMA temp_store = MEMORY;",
-             st->durability == STORE_STRICT ? "FULL" : "NORMAL");
+             "PRAGMA synchronous = FULL; PRAGMA journal_size_limit = 67108864;"
+             " PRAGMA cache_size = -32768; PRAGMA temp_store = MEMORY;");
     rc = sqlite3_exec(st->db, sql, NULL, NULL, NULL);
     if (rc != SQLITE_OK)
         return db_error(st->db, rc, st->path, "cannot configure", errbuf, errlen);
@@ -589,12 +617,20 @@ int store_open(store_t **out, const char *dir, store_durability_t durability, ch
     st->lock_fd = -1;
     st->durability = durability;
     st->pend_tail = &st->pend;
+    st->ck_tail = &st->ck;
     st->path = join_path(dir, STORE_DB_NAME);
-    rc = st->path != NULL ? make_dir(dir, errbuf, errlen) : SEMA_ENOMEM;
+    st->dir = strdup(dir);
+    rc = st->path != NULL && st->dir != NULL && etab_init(&st->ck_keys, 64) == 0
+             ? make_dir(dir, errbuf, errlen)
+             : SEMA_ENOMEM;
     if (rc == 0)
         rc = take_lock(dir, &st->lock_fd, errbuf, errlen);
     if (rc == 0)
         rc = open_db(st, errbuf, errlen);
+    if (rc == 0)
+        rc = jnl_open(&st->jnl, dir, errbuf, errlen);
+    if (rc == 0)
+        rc = recover(st, errbuf, errlen);
     if (rc != 0) {
         store_close(st);
         return rc;
@@ -622,6 +658,16 @@ void store_close(store_t *st)
     if (st == NULL)
         return;
     store_discard_pending(st); /* uncommitted mutations were never acknowledged */
+    if (st->db != NULL && st->jnl != NULL && jnl_used(st->jnl) > 0) {
+        char ignored[256]; /* if it fails, the next start replays the journal */
+        (void)checkpoint(st, ignored, sizeof ignored);
+    }
+    ck_clear(st);
+    if (st->ck_keys.slots != NULL)
+        etab_destroy(&st->ck_keys);
+    jnl_close(st->jnl);
+    free(st->jbuf);
+    free(st->dir);
     for (int i = 0; i < Q_COUNT; i++)
         sqlite3_finalize(st->q[i]);
     sqlite3_close(st->db);
@@ -700,10 +746,14 @@ int store_load(store_t *st, void (*on_sem)(void *arg, const store_sem_t *sem),
                void (*on_lease)(void *arg, const store_lease_t *lease), void *arg, char *errbuf,
                size_t errlen)
 {
-    int rc = load_sems(st, on_sem, arg);
+    int overlay, rc = settle(st, &overlay, errbuf, errlen);
 
+    if (rc != 0)
+        return rc;
+    rc = load_sems(st, on_sem, arg);
     if (rc == SQLITE_OK)
         rc = load_leases(st, on_lease, arg);
+    unsettle(st, overlay);
     if (rc != SQLITE_OK)
         return db_error(st->db, rc, st->path, "cannot load", errbuf, errlen);
     return 0;
@@ -745,8 +795,12 @@ static int load_tickets(store_t *st, void (*on_ticket)(void *, const store_ticke
 int store_load_tickets(store_t *st, void (*on_ticket)(void *arg, const store_ticket_t *t),
                        void *arg, char *errbuf, size_t errlen)
 {
-    int rc = load_tickets(st, on_ticket, arg);
+    int overlay, rc = settle(st, &overlay, errbuf, errlen);
 
+    if (rc != 0)
+        return rc;
+    rc = load_tickets(st, on_ticket, arg);
+    unsettle(st, overlay);
     if (rc != SQLITE_OK)
         return db_error(st->db, rc, st->path, "cannot load the tickets", errbuf, errlen);
     return 0;
@@ -763,6 +817,9 @@ static store_op_t *op_new(int kind, size_t extra)
     if (op != NULL) {
         op->next = NULL;
         op->kind = kind;
+        op->keyed = 0;
+        op->dead = 0;
+        op->fresh = 0;
     }
     return op;
 }
@@ -1044,6 +1101,579 @@ static int write_op(store_t *st, const store_op_t *op, const char **doing)
     }
 }
 
+/* ---- the journal: encoding a commit's mutations ------------------------------------- */
+
+/* A record's body is its mutations one after the other: a kind byte, then the fields in a
+ * fixed order per kind; integers as 8 bytes, strings as a 4-byte length plus one (0 for
+ * NULL) and their bytes. */
+typedef struct {
+    unsigned char *p;
+} enc_t;
+
+static void enc_u64(enc_t *w, uint64_t v)
+{
+    memcpy(w->p, &v, sizeof v);
+    w->p += sizeof v;
+}
+
+static void enc_str(enc_t *w, const char *s)
+{
+    uint32_t n = s != NULL ? (uint32_t)strlen(s) + 1 : 0;
+
+    memcpy(w->p, &n, sizeof n);
+    w->p += sizeof n;
+    if (n > 1)
+        memcpy(w->p, s, n - 1);
+    w->p += n > 0 ? n - 1 : 0;
+}
+
+/* The bytes enc_op writes at most for op (strings' lengths plus a bound for the rest). */
+static size_t enc_size(const store_op_t *op)
+{
+    size_t n = 1 + 12 * 8 + 6 * 4;
+
+    switch (op->kind) {
+    case OP_PUT_SEM:
+        return n + str_size(op->u.sem.name);
+    case OP_PUT_LEASE:
+        return n + str_size(op->u.lease.id) + str_size(op->u.lease.sem) +
+               str_size(op->u.lease.owner) + str_size(op->u.lease.idem_key) +
+               str_size(op->u.lease.principal);
+    case OP_PUT_TICKET:
+        return n + str_size(op->u.ticket.id) + str_size(op->u.ticket.sem) +
+               str_size(op->u.ticket.owner) + str_size(op->u.ticket.idem_key) +
+               str_size(op->u.ticket.lease_id) + str_size(op->u.ticket.principal);
+    case OP_PUT_FLOOR:
+        return n;
+    default:
+        return n + str_size(op->u.name);
+    }
+}
+
+static void enc_op(enc_t *w, const store_op_t *op)
+{
+    *w->p++ = (unsigned char)op->kind;
+    switch (op->kind) {
+    case OP_PUT_SEM:
+        enc_str(w, op->u.sem.name);
+        enc_u64(w, op->u.sem.capacity);
+        enc_u64(w, (uint64_t)op->u.sem.available);
+        enc_u64(w, op->u.sem.fence);
+        enc_u64(w, (uint64_t)op->u.sem.legacy);
+        enc_u64(w, (uint64_t)op->u.sem.created_at_ms);
+        break;
+    case OP_PUT_LEASE:
+        enc_str(w, op->u.lease.id);
+        enc_str(w, op->u.lease.sem);
+        enc_u64(w, op->u.lease.weight);
+        enc_str(w, op->u.lease.owner);
+        enc_str(w, op->u.lease.idem_key);
+        enc_u64(w, op->u.lease.fence);
+        enc_u64(w, (uint64_t)op->u.lease.ttl_ms);
+        enc_u64(w, (uint64_t)op->u.lease.acquired_at_ms);
+        enc_u64(w, (uint64_t)op->u.lease.expires_at_ms);
+        enc_u64(w, (uint64_t)op->u.lease.is_lock);
+        enc_str(w, op->u.lease.principal);
+        break;
+    case OP_PUT_TICKET:
+        enc_str(w, op->u.ticket.id);
+        enc_str(w, op->u.ticket.sem);
+        enc_u64(w, op->u.ticket.seq);
+        enc_u64(w, op->u.ticket.weight);
+        enc_str(w, op->u.ticket.owner);
+        enc_str(w, op->u.ticket.idem_key);
+        enc_str(w, op->u.ticket.lease_id);
+        enc_u64(w, (uint64_t)op->u.ticket.ttl_ms);
+        enc_u64(w, (uint64_t)op->u.ticket.keepalive_ms);
+        enc_u64(w, (uint64_t)op->u.ticket.created_at_ms);
+        enc_u64(w, (uint64_t)op->u.ticket.collected);
+        enc_str(w, op->u.ticket.principal);
+        break;
+    case OP_PUT_FLOOR:
+        enc_u64(w, op->u.fence);
+        break;
+    default: /* OP_DEL_SEM, OP_DEL_LEASE, OP_DEL_TICKET */
+        enc_str(w, op->u.name);
+        break;
+    }
+}
+
+/* Decoding checks every length against the body: a record passed its checksum, so a
+ * failure here means a bug or a journal of another build, and the store refuses it. */
+typedef struct {
+    const unsigned char *p, *end;
+    int bad;
+} dec_t;
+
+static uint64_t dec_u64(dec_t *r)
+{
+    uint64_t v = 0;
+
+    if (r->bad || (size_t)(r->end - r->p) < sizeof v) {
+        r->bad = 1;
+        return 0;
+    }
+    memcpy(&v, r->p, sizeof v);
+    r->p += sizeof v;
+    return v;
+}
+
+/* A string decoded into `to` (NUL-terminated), allocated from *heap (the record's copy). */
+static const char *dec_str(dec_t *r, char **heap, const char *heap_end)
+{
+    uint32_t n;
+    char *d;
+
+    if (r->bad || (size_t)(r->end - r->p) < sizeof n) {
+        r->bad = 1;
+        return NULL;
+    }
+    memcpy(&n, r->p, sizeof n);
+    r->p += sizeof n;
+    if (n == 0)
+        return NULL;
+    if ((size_t)(r->end - r->p) < n - 1 || (size_t)(heap_end - *heap) < n ||
+        memchr(r->p, '\0', n - 1) != NULL) {
+        r->bad = 1;
+        return NULL;
+    }
+    d = *heap;
+    memcpy(d, r->p, n - 1);
+    d[n - 1] = '\0';
+    r->p += n - 1;
+    *heap += n;
+    return d;
+}
+
+static int write_op(store_t *st, const store_op_t *op, const char **doing);
+
+/* jnl_replay's callback: write each mutation of a record to the database (in the open
+ * transaction). */
+static int replay_record(void *arg, const unsigned char *body, size_t len, uint32_t nops)
+{
+    store_t *st = arg;
+    dec_t r = {body, body + len, 0};
+    /* Strings are copied out with their NULs: never more bytes than the body. */
+    char *heap = malloc(len + 1);
+    store_op_t op;
+    const char *doing;
+    int rc = SQLITE_OK;
+
+    if (heap == NULL)
+        return SEMA_ENOMEM;
+    for (uint32_t i = 0; i < nops && rc == SQLITE_OK && !r.bad; i++) {
+        char *h = heap, *he = heap + len + 1;
+        if (r.p >= r.end) {
+            r.bad = 1;
+            break;
+        }
+        memset(&op, 0, sizeof op);
+        op.kind = *r.p++;
+        switch (op.kind) {
+        case OP_PUT_SEM:
+            op.u.sem.name = dec_str(&r, &h, he);
+            op.u.sem.capacity = dec_u64(&r);
+            op.u.sem.available = (int64_t)dec_u64(&r);
+            op.u.sem.fence = dec_u64(&r);
+            op.u.sem.legacy = (int)dec_u64(&r);
+            op.u.sem.created_at_ms = (int64_t)dec_u64(&r);
+            r.bad |= op.u.sem.name == NULL;
+            break;
+        case OP_PUT_LEASE:
+            op.u.lease.id = dec_str(&r, &h, he);
+            op.u.lease.sem = dec_str(&r, &h, he);
+            op.u.lease.weight = dec_u64(&r);
+            op.u.lease.owner = dec_str(&r, &h, he);
+            op.u.lease.idem_key = dec_str(&r, &h, he);
+            op.u.lease.fence = dec_u64(&r);
+            op.u.lease.ttl_ms = (int64_t)dec_u64(&r);
+            op.u.lease.acquired_at_ms = (int64_t)dec_u64(&r);
+            op.u.lease.expires_at_ms = (int64_t)dec_u64(&r);
+            op.u.lease.is_lock = (int)dec_u64(&r);
+            op.u.lease.principal = dec_str(&r, &h, he);
+            r.bad |= op.u.lease.id == NULL || op.u.lease.sem == NULL;
+            break;
+        case OP_PUT_TICKET:
+            op.u.ticket.id = dec_str(&r, &h, he);
+            op.u.ticket.sem = dec_str(&r, &h, he);
+            op.u.ticket.seq = dec_u64(&r);
+            op.u.ticket.weight = dec_u64(&r);
+            op.u.ticket.owner = dec_str(&r, &h, he);
+            op.u.ticket.idem_key = dec_str(&r, &h, he);
+            op.u.ticket.lease_id = dec_str(&r, &h, he);
+            op.u.ticket.ttl_ms = (int64_t)dec_u64(&r);
+            op.u.ticket.keepalive_ms = (int64_t)dec_u64(&r);
+            op.u.ticket.created_at_ms = (int64_t)dec_u64(&r);
+            op.u.ticket.collected = (int)dec_u64(&r);
+            op.u.ticket.principal = dec_str(&r, &h, he);
+            r.bad |= op.u.ticket.id == NULL || op.u.ticket.sem == NULL;
+            break;
+        case OP_PUT_FLOOR:
+            op.u.fence = dec_u64(&r);
+            break;
+        case OP_DEL_SEM:
+        case OP_DEL_LEASE:
+        case OP_DEL_TICKET:
+            op.u.name = dec_str(&r, &h, he);
+            r.bad |= op.u.name == NULL;
+            break;
+        default:
+            r.bad = 1;
+        }
+        if (!r.bad)
+            rc = write_op(st, &op, &doing);
+    }
+    free(heap);
+    if (r.bad || r.p != r.end)
+        return SEMA_ECORRUPT;
+    return rc == SQLITE_OK ? 0 : SEMA_EIO;
+}
+
+/* What the database would refuse (a missing name or id) fails the commit that carries it,
+ * before anything is written: a checkpoint must never meet a row it cannot write. */
+static const char *refused(const store_op_t *op)
+{
+    switch (op->kind) {
+    case OP_PUT_SEM:
+        return op->u.sem.name == NULL ? "cannot write a semaphore" : NULL;
+    case OP_PUT_LEASE:
+        return op->u.lease.id == NULL || op->u.lease.sem == NULL ? "cannot write a lease" : NULL;
+    case OP_PUT_TICKET:
+        return op->u.ticket.id == NULL || op->u.ticket.sem == NULL ? "cannot write a ticket" : NULL;
+    case OP_PUT_FLOOR:
+        return NULL;
+    case OP_DEL_SEM:
+        return op->u.name == NULL ? "cannot delete a semaphore" : NULL;
+    case OP_DEL_TICKET:
+        return op->u.name == NULL ? "cannot delete a ticket" : NULL;
+    default:
+        return op->u.name == NULL ? "cannot delete a lease" : NULL;
+    }
+}
+
+/* Append the started transaction to the journal as one record (synced in strict). */
+static int journal_commit(store_t *st, char *errbuf, size_t errlen)
+{
+    size_t need = JNL_RECORD_HEAD;
+    uint32_t nops = 0;
+    enc_t w;
+    int err;
+
+    for (const store_op_t *op = st->fly; op != NULL; op = op->next, nops++) {
+        const char *why = refused(op);
+        if (why != NULL) {
+            msg(errbuf, errlen, "%s: %s: a required name or id is missing", st->path, why);
+            return SEMA_EIO;
+        }
+        need += enc_size(op);
+    }
+    if (need > st->jcap) {
+        size_t cap = need > 2 * st->jcap ? need : 2 * st->jcap;
+        unsigned char *b = realloc(st->jbuf, cap);
+        if (b == NULL) {
+            msg(errbuf, errlen, "%s: out of memory writing the journal", st->path);
+            return SEMA_EIO;
+        }
+        st->jbuf = b;
+        st->jcap = cap;
+    }
+    w.p = st->jbuf + JNL_RECORD_HEAD;
+    for (const store_op_t *op = st->fly; op != NULL; op = op->next)
+        enc_op(&w, op);
+    err = jnl_append(st->jnl, st->jbuf, (size_t)(w.p - st->jbuf), nops,
+                     st->durability == STORE_STRICT);
+    if (err != 0) {
+        msg(errbuf, errlen,
+            "%s/" STORE_JOURNAL_NAME ": cannot write the journal (%s): the commit is rolled back",
+            st->dir,
+            err == ENOSPC || err == EDQUOT || err == EFBIG ? "disk full"
+            : err == EIO                                   ? "I/O error"
+                                                           : strerror(err));
+        return SEMA_EIO;
+    }
+    return 0;
+}
+
+/* ---- the checkpoint set: what the journal holds, coalesced ----------------------------
+ *
+ * Only the last write of a lease or a ticket matters (a put writes the whole row, a delete
+ * removes it), so a later one supersedes the earlier; a lease granted and ended between
+ * two checkpoints is never written at all. Semaphores' puts supersede the put before them
+ * only: a delete retires the name's fence and stays in its place. */
+typedef struct {
+    char cls; /* 'L' lease, 'T' ticket, 'S' semaphore */
+    const char *name;
+} ck_key_t;
+
+static int op_key(const store_op_t *op, ck_key_t *k)
+{
+    switch (op->kind) {
+    case OP_PUT_SEM:
+        *k = (ck_key_t){'S', op->u.sem.name};
+        return 1;
+    case OP_DEL_SEM:
+        *k = (ck_key_t){'S', op->u.name};
+        return 1;
+    case OP_PUT_LEASE:
+        *k = (ck_key_t){'L', op->u.lease.id};
+        return 1;
+    case OP_DEL_LEASE:
+        *k = (ck_key_t){'L', op->u.name};
+        return 1;
+    case OP_PUT_TICKET:
+        *k = (ck_key_t){'T', op->u.ticket.id};
+        return 1;
+    case OP_DEL_TICKET:
+        *k = (ck_key_t){'T', op->u.name};
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static int ck_eq(const enode_t *n, const void *key, size_t len)
+{
+    const store_op_t *op = ECONTAINER(n, store_op_t, hn);
+    const ck_key_t *k = key;
+    ck_key_t o;
+
+    return op_key(op, &o) && o.cls == k->cls && strlen(o.name) == len &&
+           memcmp(o.name, k->name, len) == 0;
+}
+
+static uint64_t ck_hash(const ck_key_t *k, size_t len)
+{
+    return etab_hash(k->name, len, (uint64_t)(unsigned char)k->cls);
+}
+
+static void ck_append(store_t *st, store_op_t *op)
+{
+    op->next = NULL;
+    *st->ck_tail = op;
+    st->ck_tail = &op->next;
+    st->ck_n++;
+}
+
+/* Add a committed op to the set (it takes the op). */
+static void ck_add(store_t *st, store_op_t *op)
+{
+    ck_key_t k;
+    size_t len;
+    enode_t *n;
+
+    if (op->kind == OP_PUT_FLOOR) {
+        if (st->ck_floor != NULL) { /* fences only rise: keep the highest */
+            if (op->u.fence > st->ck_floor->u.fence)
+                st->ck_floor->u.fence = op->u.fence;
+            free(op);
+            return;
+        }
+        st->ck_floor = op;
+        ck_append(st, op);
+        return;
+    }
+    (void)op_key(op, &k);
+    len = strlen(k.name);
+    op->fresh = op->kind == OP_PUT_LEASE && op->u.lease.created;
+    n = etab_find(&st->ck_keys, ck_hash(&k, len), ck_eq, &k, len);
+    if (n != NULL) {
+        store_op_t *prev = ECONTAINER(n, store_op_t, hn);
+        etab_remove(&st->ck_keys, n);
+        prev->keyed = 0;
+        if (k.cls != 'S')
+            prev->dead = 1;
+        else if (prev->kind == OP_PUT_SEM && op->kind == OP_PUT_SEM) {
+            prev->dead = 1; /* the row's fence only rises: the later put carries the higher */
+            if (prev->u.sem.fence > op->u.sem.fence)
+                op->u.sem.fence = prev->u.sem.fence;
+        }
+        if (k.cls == 'L' && prev->kind == OP_PUT_LEASE && prev->fresh) {
+            if (op->kind == OP_DEL_LEASE) { /* granted and ended: neither is written */
+                free(op);
+                return;
+            }
+            op->fresh = 1;
+        }
+    }
+    op->hn.hash = ck_hash(&k, len);
+    etab_insert(&st->ck_keys, &op->hn);
+    op->keyed = 1;
+    ck_append(st, op);
+}
+
+static void ck_clear(store_t *st)
+{
+    store_op_t *op = st->ck;
+
+    while (op != NULL) {
+        store_op_t *next = op->next;
+        if (op->keyed)
+            etab_remove(&st->ck_keys, &op->hn);
+        free(op);
+        op = next;
+    }
+    st->ck = NULL;
+    st->ck_tail = &st->ck;
+    st->ck_floor = NULL;
+    st->ck_n = 0;
+}
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+#define CK_MAX_OPS 32768u /* a checkpoint at least this often (ops, superseded included) */
+#define CK_MAX_MS 1000u   /* ... and this often (ms) while the journal holds something */
+
+static int checkpoint_due(const store_t *st)
+{
+    if (st->jnl == NULL || jnl_used(st->jnl) == 0)
+        return 0;
+    if (mono_ms() - st->ck_at >= CK_MAX_MS)
+        return 1;
+    /* After a failure, only the clock: the journal grows past its preallocation meanwhile. */
+    return !st->ck_failing && (jnl_full(st->jnl) || st->ck_n >= CK_MAX_OPS);
+}
+
+/* Write the set to the database in one transaction (synced), then start the journal over.
+ * On failure the set and the journal stay as they were, for the next try. */
+static int checkpoint(store_t *st, char *errbuf, size_t errlen)
+{
+    const char *doing = "cannot begin a checkpoint";
+    int rc, err;
+
+    st->ck_at = mono_ms();
+    rc = run_write(st->q[Q_BEGIN]);
+    for (const store_op_t *op = st->ck; rc == SQLITE_OK && op != NULL; op = op->next) {
+        if (!op->dead)
+            rc = write_op(st, op, &doing);
+    }
+    if (rc == SQLITE_OK) {
+        doing = "checkpoint failed, rolled back";
+        rc = run_write(st->q[Q_COMMIT]);
+    }
+    if (rc != SQLITE_OK) {
+        (void)db_error(st->db, rc, st->path, doing, errbuf, errlen);
+        rollback(st);
+        st->ck_failures++;
+        st->ck_failing = 1;
+        return SEMA_EIO;
+    }
+    ck_clear(st);
+    st->checkpoints++;
+    st->ck_failing = 0;
+    /* The database holds it all now; if the reset fails, the journal refuses records until
+     * one succeeds (jnl_append), and a replay of what it holds changes nothing. */
+    err = jnl_reset(st->jnl);
+    if (err != 0) {
+        msg(errbuf, errlen, "%s/" STORE_JOURNAL_NAME ": cannot start the journal over: %s", st->dir,
+            strerror(err));
+        return SEMA_EIO;
+    }
+    return 0;
+}
+
+/* Before reading the database: bring everything the journal holds into it. If that
+ * checkpoint fails (a full disk, say), apply it in a transaction that the reader rolls back
+ * (unsettle): *overlay is then 1. */
+static int settle(store_t *st, int *overlay, char *errbuf, size_t errlen)
+{
+    const char *doing = "cannot read the journal's changes";
+    int rc;
+
+    *overlay = 0;
+    if (st->jnl == NULL || jnl_used(st->jnl) == 0 || checkpoint(st, errbuf, errlen) == 0)
+        return 0;
+    rc = run_write(st->q[Q_BEGIN]);
+    for (const store_op_t *op = st->ck; rc == SQLITE_OK && op != NULL; op = op->next) {
+        if (!op->dead)
+            rc = write_op(st, op, &doing);
+    }
+    if (rc != SQLITE_OK) {
+        rollback(st);
+        return SEMA_EIO; /* with the checkpoint's message */
+    }
+    *overlay = 1;
+    return 0;
+}
+
+static void unsettle(store_t *st, int overlay)
+{
+    if (overlay)
+        rollback(st);
+}
+
+int store_journal_apply(sqlite3 *db, const char *dir, uint64_t *records, uint64_t *ops,
+                        char *errbuf, size_t errlen)
+{
+    store_t *st = calloc(1, sizeof *st);
+    int rc;
+
+    *records = *ops = 0;
+    if (st == NULL)
+        return SEMA_ENOMEM;
+    st->db = db;
+    st->path = join_path(dir, STORE_DB_NAME);
+    rc = st->path != NULL ? prepare_all(st, errbuf, errlen) : SEMA_ENOMEM;
+    if (rc == 0 && (rc = run_write(st->q[Q_BEGIN])) != SQLITE_OK)
+        rc = db_error(db, rc, st->path, "cannot begin", errbuf, errlen);
+    if (rc == 0) {
+        rc = jnl_scan(dir, replay_record, st, records, ops, errbuf, errlen);
+        if (rc == SEMA_ECORRUPT)
+            msg(errbuf, errlen, "%s/" STORE_JOURNAL_NAME ": a record cannot be read", dir);
+        if (rc == 0 && (rc = run_write(st->q[Q_COMMIT])) != SQLITE_OK)
+            rc = db_error(db, rc, st->path, "cannot apply the journal", errbuf, errlen);
+        if (rc != 0)
+            rollback(st);
+    }
+    for (int i = 0; i < Q_COUNT; i++)
+        sqlite3_finalize(st->q[i]);
+    free(st->path);
+    free(st);
+    return rc;
+}
+
+/* At open: write what a crash left in the journal to the database, then start it over. */
+static int recover(store_t *st, char *errbuf, size_t errlen)
+{
+    int rc = run_write(st->q[Q_BEGIN]);
+
+    if (rc != SQLITE_OK)
+        return db_error(st->db, rc, st->path, "cannot begin the journal's replay", errbuf, errlen);
+    rc = jnl_replay(st->jnl, replay_record, st, errbuf, errlen);
+    if (rc == SEMA_ECORRUPT)
+        msg(errbuf, errlen,
+            "%s/" STORE_JOURNAL_NAME ": a record passed its checksum but cannot be read "
+            "(written by another build?): refusing to start rather than lose it",
+            st->dir);
+    else if (rc == SEMA_EIO && !sqlite3_get_autocommit(st->db))
+        (void)db_error(st->db, sqlite3_errcode(st->db), st->path, "cannot replay the journal",
+                       errbuf, errlen);
+    if (rc == 0) {
+        rc = run_write(st->q[Q_COMMIT]);
+        if (rc != SQLITE_OK)
+            return db_error(st->db, rc, st->path, "cannot commit the journal's replay", errbuf,
+                            errlen);
+    } else {
+        rollback(st);
+        return rc;
+    }
+    if (jnl_used(st->jnl) > 0) {
+        int err = jnl_reset(st->jnl);
+        if (err != 0) {
+            msg(errbuf, errlen, "%s/" STORE_JOURNAL_NAME ": cannot start the journal over: %s",
+                st->dir, strerror(err));
+            return SEMA_EIO;
+        }
+    }
+    st->ck_at = mono_ms();
+    return 0;
+}
+
 int store_commit_run(store_t *st, char *errbuf, size_t errlen)
 {
     const char *doing = "cannot begin a transaction";
@@ -1064,19 +1694,26 @@ int store_commit_run(store_t *st, char *errbuf, size_t errlen)
         msg(errbuf, errlen, "%s: out of memory recording a change", st->path);
         return SEMA_EIO;
     }
-    rc = run_write(st->q[Q_BEGIN]);
-    for (const store_op_t *op = st->fly; rc == SQLITE_OK && op != NULL; op = op->next)
-        rc = write_op(st, op, &doing);
-    if (rc == SQLITE_OK) {
-        doing = "commit failed, rolled back";
-        rc = run_write(st->q[Q_COMMIT]);
+    (void)doing;
+    rc = journal_commit(st, errbuf, errlen);
+    if (rc != 0)
+        return rc;
+    /* Durable (strict) or written (relaxed): the database gets it at a checkpoint. */
+    while (st->fly != NULL) {
+        store_op_t *op = st->fly;
+        st->fly = op->next;
+        ck_add(st, op);
     }
-    if (rc != SQLITE_OK) {
-        (void)db_error(st->db, rc, st->path, doing, errbuf, errlen);
-        rollback(st);
-        return SEMA_EIO;
+    if (checkpoint_due(st)) {
+        char ignored[256]; /* the journal holds it all: the next checkpoint tries again */
+        (void)checkpoint(st, ignored, sizeof ignored);
     }
     return 0;
+}
+
+int store_commit_slow(const store_t *st)
+{
+    return st->fly_delay_ms > 0 || checkpoint_due(st);
 }
 
 void store_commit_finish(store_t *st, int rc)
@@ -1104,13 +1741,17 @@ int store_commit(store_t *st, char *errbuf, size_t errlen)
 int store_max_fence(store_t *st, uint64_t *fence)
 {
     sqlite3_stmt *s = st->q[Q_MAX_FENCE];
-    int rc;
+    char ignored[256];
+    int overlay, rc;
 
     *fence = 0;
+    if (settle(st, &overlay, ignored, sizeof ignored) != 0)
+        return SEMA_EIO;
     rc = sqlite3_step(s);
     if (rc == SQLITE_ROW)
         *fence = (uint64_t)sqlite3_column_int64(s, 0);
     sqlite3_reset(s);
+    unsettle(st, overlay);
     return rc == SQLITE_ROW ? 0 : map_rc(rc, &(const char *){NULL});
 }
 
@@ -1129,4 +1770,20 @@ void store_stats(const store_t *st, uint64_t *commits, uint64_t *commit_failures
 {
     *commits = st != NULL ? st->commits : 0;
     *commit_failures = st != NULL ? st->commit_fail : 0;
+}
+
+void store_checkpoint_stats(const store_t *st, uint64_t *checkpoints, uint64_t *failures)
+{
+    *checkpoints = st != NULL ? st->checkpoints : 0;
+    *failures = st != NULL ? st->ck_failures : 0;
+}
+
+int store_checkpoint_pending(const store_t *st)
+{
+    return st != NULL && st->jnl != NULL && jnl_used(st->jnl) > 0;
+}
+
+int store_checkpoint(store_t *st, char *errbuf, size_t errlen)
+{
+    return store_checkpoint_pending(st) ? checkpoint(st, errbuf, errlen) : 0;
 }
