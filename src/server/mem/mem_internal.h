@@ -167,20 +167,21 @@ struct mem {
     uv_check_t check;
     uv_idle_t idle;
     int commit_armed;
-    elist_t ready;           /* completions to deliver now */
-    elist_t commit_wait;     /* completions waiting for the next group commit */
-    elist_t commit_fly;      /* completions whose mutations the running commit carries */
-    int committing;          /* a commit runs (on the committer thread, or inline) */
-    uint64_t nwait;          /* completions put on commit_wait since the last commit started */
-    uint64_t nfly;           /* ... that the running (or last) commit carried */
-    uint64_t gather_want;    /* gathering: start the next commit once nwait reaches this */
-    uint64_t gather_until;   /* ... or at this uv_hrtime() (0: not gathering) */
-    uint64_t last_run_ns;    /* how long the last commit took (on the loop or the committer) */
-    int commit_inline;       /* the running (or last) commit runs on the loop */
-    uv_timer_t ck_timer;     /* a checkpoint once commits pause (mem_store.c) */
-    ecommitter_t *committer; /* NULL: commits run on the loop thread */
-    esem_t **dirty;          /* semaphores whose rows the next commit writes (NULL: gone) */
-    uint64_t fence_stored;   /* the fence floor the store has (or the next commit writes) */
+    elist_t ready;         /* completions to deliver now */
+    elist_t commit_wait;   /* completions waiting for the next group commit */
+    elist_t commit_fly;    /* completions whose mutations the running commit carries */
+    int committing;        /* a commit runs (on the committer thread, or inline) */
+    uint64_t nwait;        /* completions put on commit_wait since the last commit started */
+    uint64_t nfly;         /* ... that the running (or last) commit carried */
+    uint64_t gather_want;  /* gathering: start the next commit once nwait reaches this */
+    uint64_t gather_until; /* ... or at this uv_hrtime() (0: not gathering) */
+    uint64_t last_run_ns;  /* how long the last commit took (on the loop or the committer) */
+    int commit_inline;     /* the running (or last) commit runs on the loop */
+    uv_timer_t ck_timer;   /* a checkpoint once commits pause (mem_store.c) */
+    uint64_t checkpoints, checkpoint_failures; /* the store's, read while no commit runs */
+    ecommitter_t *committer;                   /* NULL: commits run on the loop thread */
+    esem_t **dirty;        /* semaphores whose rows the next commit writes (NULL: gone) */
+    uint64_t fence_stored; /* the fence floor the store has (or the next commit writes) */
     size_t ndirty, dirty_cap;
     int draining;
     int shutting_down;

@@ -70,6 +70,12 @@ int mem__metrics(void *be, struct strbuf *out)
     jsonw_prom_series(&w, "semad_store_commits_total", "Group commits.", "counter", e->commits);
     jsonw_prom_series(&w, "semad_store_commit_failures_total", "Failed group commits.", "counter",
                       e->commit_failures);
+    jsonw_prom_series(&w, "semad_store_checkpoints_total",
+                      "Checkpoints: the journal's changes written to the database.", "counter",
+                      e->checkpoints);
+    jsonw_prom_series(&w, "semad_store_checkpoint_failures_total",
+                      "Failed checkpoints (the journal keeps the changes; tried again).", "counter",
+                      e->checkpoint_failures);
     jsonw_prom_series(&w, "semad_parked_waiters", "Requests parked now.", "gauge", e->nparked);
     jsonw_prom_series(&w, "semad_semaphores", "Semaphores.", "gauge", e->sems.count);
     jsonw_prom_series(&w, "semad_leases", "Live leases.", "gauge", e->leases.count);

@@ -538,6 +538,7 @@ static void on_idle_checkpoint(uv_timer_t *h)
     }
     if (store_checkpoint(e->store, e->errbuf, sizeof(e->errbuf)) != 0)
         uv_timer_start(h, on_idle_checkpoint, IDLE_CHECKPOINT_MS, 0); /* the journal keeps it */
+    store_checkpoint_stats(e->store, &e->checkpoints, &e->checkpoint_failures);
 }
 
 /* The running commit ended with rc: send its replies, or fail them and roll back. */
@@ -549,6 +550,7 @@ static void commit_done(mem_t *e, int rc)
 
     e->committing = 0;
     store_commit_finish(e->store, rc);
+    store_checkpoint_stats(e->store, &e->checkpoints, &e->checkpoint_failures);
     if (store_checkpoint_pending(e->store) && !e->shutting_down)
         uv_timer_start(&e->ck_timer, on_idle_checkpoint, IDLE_CHECKPOINT_MS, 0);
     elist_init(&batch);
