@@ -3,7 +3,7 @@
  *
  * Layout: a header at offset 0 (magic, version, generation, checksum), then records from
  * JNL_START on, each a 32-byte head (magic, body length, generation, sequence number,
- * mutation count, CRC-32 of head and body) and its body. A record counts only if its
+ * mutation count, CRC-32C of head and body) and its body. A record counts only if its
  * generation is the header's and its sequence number follows the one before, so what a
  * crash tore, and whatever an earlier generation left further on, ends the replay. The
  * file is preallocated and zero-filled once, and reused: writing into blocks that exist
@@ -58,9 +58,10 @@ typedef struct {
 
 _Static_assert(sizeof(jnl_head_t) == JNL_RECORD_HEAD, "a record head is 32 bytes");
 
-/* ---- CRC-32 (the IEEE polynomial, reflected), table built once ---- */
+/* ---- CRC-32C (Castagnoli): the CPU's instruction where it has one, else a table ---- */
 
 static uint32_t crc_table[256];
+static int crc_hw;
 static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
 
 static void crc_init(void)
@@ -68,16 +69,42 @@ static void crc_init(void)
     for (uint32_t i = 0; i < 256; i++) {
         uint32_t c = i;
         for (int k = 0; k < 8; k++)
-            c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+            c = (c & 1) ? 0x82F63B78u ^ (c >> 1) : c >> 1;
         crc_table[i] = c;
     }
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    crc_hw = __builtin_cpu_supports("sse4.2");
+#endif
 }
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("sse4.2"))) static uint32_t crc_sse42(uint32_t crc, const unsigned char *p,
+                                                            size_t len)
+{
+    uint64_t c = crc;
+
+    for (; len >= 8; p += 8, len -= 8) {
+        uint64_t w;
+        memcpy(&w, p, sizeof w);
+        c = __builtin_ia32_crc32di(c, w);
+    }
+    crc = (uint32_t)c;
+    while (len-- > 0)
+        crc = __builtin_ia32_crc32qi(crc, *p++);
+    return crc;
+}
+#endif
 
 static uint32_t crc32_add(uint32_t crc, const void *data, size_t len)
 {
     const unsigned char *p = data;
 
     crc = ~crc;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (crc_hw)
+        return ~crc_sse42(crc, p, len);
+#endif
     while (len-- > 0)
         crc = crc_table[(crc ^ *p++) & 0xFF] ^ (crc >> 8);
     return ~crc;
