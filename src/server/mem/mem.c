@@ -564,7 +564,7 @@ static int mem_open(void **out, engine_t *front, uv_loop_t *loop, const engine_c
     if (e->store != NULL) {
         (void)mem__committer_start(e); /* if it cannot start, commits run here */
         if (e->committer != NULL)
-            e->handles_open++;
+            e->handles_open += mem__committer_handles(e);
     }
     mem__timer_rearm(e);
     if (e->store != NULL && store_pending(e->store))

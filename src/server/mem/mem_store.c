@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -289,6 +290,8 @@ struct ecommitter {
     char err[256];
     int efd;        /* eventfd: the committer's signal to the loop (done, or a tick) */
     uv_poll_t poll; /* the loop's watch on efd */
+    int tfd;        /* timerfd: the end of a gathering after a commit on the loop */
+    uv_poll_t tpoll;
 };
 
 /* Wake the loop. An eventfd rather than a uv_async_t: libuv's loop spins (sched_yield)
@@ -411,6 +414,20 @@ static void on_commit_signal(uv_poll_t *h, int status, int events)
         start_commit(e, 1);
 }
 
+/* The gathering after a commit on the loop ran out: start the next commit. */
+static void on_gather_timer(uv_poll_t *h, int status, int events)
+{
+    mem_t *e = h->data;
+    uint64_t n;
+
+    (void)status;
+    (void)events;
+    while (read(e->committer->tfd, &n, sizeof n) < 0 && errno == EINTR)
+        ;
+    if (!e->committer->stopped && !e->committing && e->gather_until != 0)
+        start_commit(e, 1);
+}
+
 int mem__committer_start(mem_t *e)
 {
     ecommitter_t *c = sema__calloc(1, sizeof(*c));
@@ -444,6 +461,16 @@ int mem__committer_start(mem_t *e)
     }
     c->poll.data = e;
     (void)uv_poll_start(&c->poll, UV_READABLE, on_commit_signal);
+    /* Without it (no timerfd), commits on the loop just do not gather. */
+    c->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (c->tfd >= 0 && uv_poll_init(e->loop, &c->tpoll, c->tfd) != 0) {
+        close(c->tfd);
+        c->tfd = -1;
+    }
+    if (c->tfd >= 0) {
+        c->tpoll.data = e;
+        (void)uv_poll_start(&c->tpoll, UV_READABLE, on_gather_timer);
+    }
     e->committer = c;
     if (pthread_create(&c->thread, NULL, committer_main, e) != 0) {
         c->stopped = 1; /* commits run on the loop thread; the handle still needs closing */
@@ -522,6 +549,11 @@ static void gather(mem_t *e, uint64_t want)
         return;
     e->gather_want = want;
     e->gather_until = uv_hrtime() + ns; /* the committer ticks at about the same time */
+    if (e->commit_inline) {             /* no committer to tick: the timer does */
+        struct itimerspec its = {{0, 0}, {0, (long)(ns > 0 ? ns : 1)}};
+        if (e->committer->tfd < 0 || timerfd_settime(e->committer->tfd, 0, &its, NULL) != 0)
+            e->gather_until = 0; /* nothing would end the wait: do not wait */
+    }
 }
 
 #define IDLE_CHECKPOINT_MS 1000u /* commits paused this long: checkpoint what the journal has */
@@ -567,12 +599,17 @@ static void commit_done(mem_t *e, int rc)
     }
     deliver(e, &batch);
     mem__drain(e);
-    if (!e->commit_inline) {
+    if (e->committer == NULL || e->committer->stopped) {
+        if (e->ndirty != 0 || store_pending(e->store) || !elist_empty(&e->commit_wait))
+            mem__mark_dirty(e); /* next tick, no recursion */
+    } else if (!e->commit_inline) {
         gather(e, want);
         if (e->ndirty != 0 || store_pending(e->store) || !elist_empty(&e->commit_wait))
             start_commit(e, 0);
-    } else if (e->ndirty != 0 || store_pending(e->store) || !elist_empty(&e->commit_wait)) {
-        mem__mark_dirty(e); /* inline: next tick, no recursion */
+    } else {
+        gather(e, want);
+        if (e->ndirty != 0 || store_pending(e->store) || !elist_empty(&e->commit_wait))
+            mem__mark_dirty(e); /* next tick, no recursion */
     }
 }
 
@@ -614,6 +651,8 @@ void mem__commit_flush(mem_t *e, uv_close_cb on_closed)
         c->stopped = 1;
     }
     uv_close((uv_handle_t *)&c->poll, on_closed); /* the engine frees c with itself */
+    if (c->tfd >= 0)
+        uv_close((uv_handle_t *)&c->tpoll, on_closed);
 }
 
 void mem__committer_free(mem_t *e)
@@ -622,9 +661,16 @@ void mem__committer_free(mem_t *e)
 
     if (c == NULL)
         return;
-    close(c->efd); /* its poll handle is closed */
+    close(c->efd); /* its poll handles are closed */
+    if (c->tfd >= 0)
+        close(c->tfd);
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
     sema__free(c);
     e->committer = NULL;
+}
+
+int mem__committer_handles(const mem_t *e)
+{
+    return e->committer->tfd >= 0 ? 2 : 1;
 }
