@@ -102,8 +102,8 @@ static int64_t count_of(sqlite3 *db, const char *sql)
     return n;
 }
 
-/* Say whether a semad holds DIR/LOCK (a shared probe, released at once): 1 if one does. */
-static int report_lock(const char *dir, FILE *out)
+/* Say whether a semad holds DIR/LOCK (a shared probe, released at once). */
+static void report_lock(const char *dir, FILE *out)
 {
     char path[4096], buf[32] = "";
     int fd;
@@ -113,18 +113,16 @@ static int report_lock(const char *dir, FILE *out)
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         fprintf(out, "lock: %s absent (no semad has used this directory)\n", path);
-        return 0;
+        return;
     }
     n = pread(fd, buf, sizeof buf - 1, 0);
     buf[n > 0 ? n : 0] = '\0';
-    int held = flock(fd, LOCK_SH | LOCK_NB) != 0;
-    if (held)
+    if (flock(fd, LOCK_SH | LOCK_NB) != 0)
         fprintf(out, "lock: held by a running semad (pid %ld); checking a live snapshot\n",
                 strtol(buf, NULL, 10));
     else
         fprintf(out, "lock: free (no semad running on this directory)\n");
     close(fd);
-    return held;
 }
 
 /* Format and version. Returns 0, SEMA_ECORRUPT or SEMA_EVERSION. */
@@ -226,47 +224,50 @@ static sqlite3 *open_for_check(const char *path, FILE *out, int *code)
 
 /* The journal: what it holds that the database does not have yet. With records, the
  * invariants are checked on a copy of the database in memory with them applied (the state
- * the next start loads); the files are left as they are. Sets *mem to that copy, or NULL. */
-static int check_journal(sqlite3 *db, const char *dir, int live, FILE *out, sqlite3 **mem)
+ * the next start loads); the files are left as they are. Sets *mem to that copy, or NULL.
+ * `gen0` is the journal's generation read before the database's snapshot: while a semad
+ * runs, a journal of the same generation holds exactly what the snapshot may lack (a
+ * checkpoint since then is replayed over harmlessly); another one means a checkpoint started
+ * it over in between, and the database is then checked alone. */
+static int check_journal(sqlite3 *db, const char *dir, uint64_t gen0, uint64_t nrec0, FILE *out,
+                         sqlite3 **mem)
 {
-    uint64_t records = 0, ops = 0;
+    uint64_t records = 0, ops = 0, gen = 0;
     char err[512] = "";
     sqlite3_backup *b;
-    int rc = jnl_scan(dir, NULL, NULL, &records, &ops, err, sizeof err);
+    int rc;
 
     *mem = NULL;
-    if (rc != 0) {
-        fprintf(out, "FAIL journal: %s\n", err);
-        return rc;
-    }
-    if (records == 0) {
+    if (nrec0 == 0) { /* nothing to apply (and an older format's tables need not match) */
         fprintf(out, "journal: empty (everything is in %s)\n", STORE_DB_NAME);
         return 0;
     }
-    if (live) { /* the journal and the database move on: a copy of one with the other is no
-                   state semad was ever in */
-        fprintf(out,
-                "journal: %" PRIu64 " commits (%" PRIu64 " changes) not yet in %s; the "
-                "running semad checkpoints them (checked without them)\n",
-                records, ops, STORE_DB_NAME);
-        return 0;
-    }
-    fprintf(out,
-            "journal: %" PRIu64 " commits (%" PRIu64 " changes) not yet in %s; the next start "
-            "applies them (checked with them applied)\n",
-            records, ops, STORE_DB_NAME);
-    if (sqlite3_open(":memory:", mem) != SQLITE_OK)
+    if (sqlite3_open(":memory:", mem) != SQLITE_OK) {
+        sqlite3_close(*mem);
+        *mem = NULL;
         return SEMA_ENOMEM;
+    }
     b = sqlite3_backup_init(*mem, "main", db, "main");
     rc = b != NULL && sqlite3_backup_step(b, -1) == SQLITE_DONE ? 0 : SEMA_EIO;
     sqlite3_backup_finish(b);
     if (rc == 0)
-        rc = store_journal_apply(*mem, dir, &records, &ops, err, sizeof err);
+        rc = store_journal_apply(*mem, dir, &records, &ops, &gen, err, sizeof err);
     if (rc != 0) {
         fprintf(out, "FAIL journal: %s\n", err[0] ? err : sqlite3_errmsg(*mem));
-        sqlite3_close(*mem);
-        *mem = NULL;
+    } else if (records == 0) {
+        fprintf(out, "journal: empty (everything is in %s)\n", STORE_DB_NAME);
+    } else if (gen != gen0) {
+        fprintf(out, "journal: started over during the check (a checkpoint of the running semad); "
+                     "checked without it\n");
+    } else {
+        fprintf(out,
+                "journal: %" PRIu64 " commits (%" PRIu64 " changes) not yet in %s; the next "
+                "start applies them (checked with them applied)\n",
+                records, ops, STORE_DB_NAME);
+        return 0;
     }
+    sqlite3_close(*mem);
+    *mem = NULL;
     return rc;
 }
 
@@ -284,16 +285,24 @@ int store_check(const char *dir, FILE *out)
         return errno == ENOENT ? SEMA_ENOENT : SEMA_EIO;
     }
     fprintf(out, "store: %s (%lld bytes)\n", path, (long long)sb.st_size);
-    int live = report_lock(dir, out);
+    report_lock(dir, out);
     db = open_for_check(path, out, &code);
     if (db == NULL)
         return code;
+    uint64_t gen0 = 0, nrec = 0, nops = 0;
+    char err[512];
+    if (jnl_scan(dir, NULL, NULL, &nrec, &nops, &gen0, err, sizeof err) != 0) {
+        fprintf(out, "FAIL journal: %s\n", err);
+        sqlite3_close(db);
+        fprintf(out, "result: FAILED\n");
+        return SEMA_EIO;
+    }
     sqlite3_exec(db, "BEGIN", NULL, NULL, NULL); /* one snapshot for every check */
     code = check_header(db, path, out);
     if (code == 0)
         code = check_integrity(db, out);
     if (code == 0)
-        code = check_journal(db, dir, live, out, &mem);
+        code = check_journal(db, dir, gen0, nrec, out, &mem);
     if (code == 0)
         code = check_invariants(mem != NULL ? mem : db, out);
     sqlite3_close(mem);

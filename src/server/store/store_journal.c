@@ -431,7 +431,7 @@ void jnl_close(jnl_t *j)
 }
 
 int jnl_scan(const char *dir, jnl_record_fn fn, void *arg, uint64_t *records, uint64_t *ops,
-             char *errbuf, size_t errlen)
+             uint64_t *gen, char *errbuf, size_t errlen)
 {
     char *path = journal_path(dir);
     uint64_t len = 0, end, seq;
@@ -456,7 +456,11 @@ int jnl_scan(const char *dir, jnl_record_fn fn, void *arg, uint64_t *records, ui
         free(path);
         return rc;
     }
-    int rc = walk(buf, len, read_gen(fd), fn, arg, &end, &seq, records, ops);
+    uint64_t g = read_gen(fd);
+    int rc = walk(buf, len, g, fn, arg, &end, &seq, records, ops);
+
+    if (gen != NULL)
+        *gen = g;
     free(buf);
     close(fd);
     free(path);

@@ -49,8 +49,9 @@ void jnl_close(jnl_t *j);
 
 /* Read-only, for `semad --check`: call fn (if not NULL) for the valid records of
  * DIR/sema.journal and count them and the mutations in them (0 and 0 when there is no
- * journal). Returns 0, fn's error, or a SEMA_E* code. */
+ * journal); *gen (if not NULL) gets the generation read. Returns 0, fn's error, or a SEMA_E*
+ * code. */
 int jnl_scan(const char *dir, jnl_record_fn fn, void *arg, uint64_t *records, uint64_t *ops,
-             char *errbuf, size_t errlen);
+             uint64_t *gen, char *errbuf, size_t errlen);
 
 #endif /* SEMAD_STORE_JOURNAL_H */

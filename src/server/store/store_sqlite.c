@@ -1608,7 +1608,7 @@ static void unsettle(store_t *st, int overlay)
 }
 
 int store_journal_apply(sqlite3 *db, const char *dir, uint64_t *records, uint64_t *ops,
-                        char *errbuf, size_t errlen)
+                        uint64_t *gen, char *errbuf, size_t errlen)
 {
     store_t *st = calloc(1, sizeof *st);
     int rc;
@@ -1622,7 +1622,7 @@ int store_journal_apply(sqlite3 *db, const char *dir, uint64_t *records, uint64_
     if (rc == 0 && (rc = run_write(st->q[Q_BEGIN])) != SQLITE_OK)
         rc = db_error(db, rc, st->path, "cannot begin", errbuf, errlen);
     if (rc == 0) {
-        rc = jnl_scan(dir, replay_record, st, records, ops, errbuf, errlen);
+        rc = jnl_scan(dir, replay_record, st, records, ops, gen, errbuf, errlen);
         if (rc == SEMA_ECORRUPT)
             msg(errbuf, errlen, "%s/" STORE_JOURNAL_NAME ": a record cannot be read", dir);
         if (rc == 0 && (rc = run_write(st->q[Q_COMMIT])) != SQLITE_OK)

@@ -21,9 +21,9 @@
 struct sqlite3;
 
 /* For `semad --check`: apply what DIR's journal holds to `db` (a copy of the database),
- * leaving the journal as it is; counts its records and mutations. Returns 0 or a SEMA_E*
- * code with a message. */
+ * leaving the journal as it is; counts its records and mutations and gives the journal's
+ * generation. Returns 0 or a SEMA_E* code with a message. */
 int store_journal_apply(struct sqlite3 *db, const char *dir, uint64_t *records, uint64_t *ops,
-                        char *errbuf, size_t errlen);
+                        uint64_t *gen, char *errbuf, size_t errlen);
 
 #endif /* SEMAD_STORE_SQLITE_H */
