@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* store_sqlite.c - semad's embedded durable store: one SQLite database in WAL mode per
- * data directory, written ahead of every reply with one transaction per loop tick. */
+ * data directory, behind a journal (store_journal.c) that every group commit appends to
+ * ahead of its replies; checkpoints write the journal's coalesced changes to the database. */
 #include "store/store.h"
 
 #include <errno.h>
@@ -809,7 +810,8 @@ int store_load_tickets(store_t *st, void (*on_ticket)(void *arg, const store_tic
 /* ---- writing ------------------------------------------------------------------------- */
 
 /* Mutations are recorded on the loop thread (copied, so the engine's strings may go at
- * once) and written by store_commit_run, possibly on another thread, in one transaction. */
+ * once) and appended to the journal by store_commit_run, possibly on another thread, as one
+ * record. */
 static store_op_t *op_new(int kind, size_t extra)
 {
     store_op_t *op = malloc(sizeof *op + extra);
@@ -1676,7 +1678,6 @@ static int recover(store_t *st, char *errbuf, size_t errlen)
 
 int store_commit_run(store_t *st, char *errbuf, size_t errlen)
 {
-    const char *doing = "cannot begin a transaction";
     int rc;
 
     if (st->fly_delay_ms > 0) {
@@ -1694,7 +1695,6 @@ int store_commit_run(store_t *st, char *errbuf, size_t errlen)
         msg(errbuf, errlen, "%s: out of memory recording a change", st->path);
         return SEMA_EIO;
     }
-    (void)doing;
     rc = journal_commit(st, errbuf, errlen);
     if (rc != 0)
         return rc;
