@@ -524,7 +524,7 @@ static void write_failure_case(int err_no, const char *what)
     ASSERT_OK(store_put_sem(st, &a));
     commit_ok(st);
     write_errno = err_no; /* the database's writes and the journal's */
-    store_inject_journal_errno(err_no);
+    store_inject_journal_errno(err_no, 0);
     for (int i = 0; i < 3; i++) {
         ASSERT_OK(store_put_sem(st, &b));
         ASSERT_OK(store_put_lease(st, &l));
@@ -535,7 +535,7 @@ static void write_failure_case(int err_no, const char *what)
         ASSERT_EQ(store_pending(st), 0);
     }
     write_errno = 0;
-    store_inject_journal_errno(0);
+    store_inject_journal_errno(0, 0);
     load_ok(st, &ld);
     ASSERT_EQ(ld.nsem, 1);
     ASSERT_EQ(ld.nlease, 0);
@@ -998,6 +998,45 @@ TEST(check_after_a_crash_reads_the_journal_and_changes_nothing)
     reload(dir, &ld); /* and the next semad finds everything */
     ASSERT_EQ(ld.nsem, 2);
     ASSERT_EQ(ld.nlease, 1);
+}
+
+/* A checkpoint that wrote the database but could not start the journal over (the first
+ * record's place zeroed, the new header not written): the journal takes no record until a
+ * reset succeeds (the next commit's first step), so nothing is written where a replay would
+ * not find it. Checked after a crash. */
+TEST(journal_reset_failure_blocks_records_until_a_reset_succeeds)
+{
+    const char *dir = data_dir();
+    pid_t child = fork();
+    int status;
+    struct loaded ld;
+
+    ASSERT(child >= 0);
+    if (child == 0) {
+        char err[512];
+        store_t *st = NULL;
+        store_sem_t a = sem_rec("alpha", 5, 1), b = sem_rec("beta", 2, 0);
+        int rc = store_open(&st, dir, STORE_STRICT, err, sizeof err);
+        rc = rc ? rc : store_put_sem(st, &a);
+        rc = rc ? rc : store_commit(st, err, sizeof err);
+        if (rc == 0) {
+            store_inject_journal_errno(EIO, 1); /* the reset's first write only */
+            rc = store_checkpoint(st, err, sizeof err) == SEMA_EIO ? 0 : 1; /* db written */
+            rc = rc ? rc : store_put_sem(st, &b);
+            rc = rc ? rc : (store_commit(st, err, sizeof err) == SEMA_EIO ? 0 : 2);
+            store_inject_journal_errno(0, 0);
+        }
+        rc = rc ? rc : store_put_sem(st, &b);
+        rc = rc ? rc : store_commit(st, err, sizeof err); /* resets, then appends */
+        _exit(rc == 0 ? 0 : 10 + rc);
+    }
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT(WIFEXITED(status));
+    ASSERT_EQ(WEXITSTATUS(status), 0);
+    reload(dir, &ld);
+    ASSERT_EQ(ld.nsem, 2);
+    ASSERT_STREQ(ld.sem[0].name, "alpha");
+    ASSERT_STREQ(ld.sem[1].name, "beta");
 }
 
 /* Commits in a child that dies without closing (like SIGKILL): `n` semaphores "s0".. in

@@ -167,9 +167,9 @@ void store_checkpoint_stats(const store_t *st, uint64_t *checkpoints, uint64_t *
  * rolled back exactly like a real write failure. */
 void store_inject_commit_failures(store_t *st, int n, int code);
 
-/* Testing: every write to the journal fails with errno `err` (0: they work again), as a
- * failing disk would make them. For the whole process. */
-void store_inject_journal_errno(int err);
+/* Testing: after `after` more writes to the journal, every one fails with errno `err` (0:
+ * they work again), as a failing disk would make them. For the whole process. */
+void store_inject_journal_errno(int err, int after);
 
 /* Testing: the next commit sleeps `ms` before it writes (a slow disk). */
 void store_inject_commit_delay(store_t *st, int ms);

@@ -135,18 +135,19 @@ static int msg_errno(char *errbuf, size_t errlen, const char *path, const char *
     return err == EACCES || err == EPERM ? SEMA_EACCES : err == ENOMEM ? SEMA_ENOMEM : SEMA_EIO;
 }
 
-static int inject_errno; /* store_inject_journal_errno */
+static int inject_errno, inject_after; /* store_inject_journal_errno */
 
-void store_inject_journal_errno(int err)
+void store_inject_journal_errno(int err, int after)
 {
     inject_errno = err;
+    inject_after = after;
 }
 
 static int write_all(int fd, const void *buf, size_t len, uint64_t off)
 {
     const char *p = buf;
 
-    if (inject_errno != 0)
+    if (inject_errno != 0 && inject_after-- <= 0)
         return inject_errno;
     while (len > 0) {
         ssize_t n = pwrite(fd, p, len, (off_t)off);
