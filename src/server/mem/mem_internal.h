@@ -282,7 +282,7 @@ void mem__commit_cb(uv_check_t *h);
 int mem__committer_start(mem_t *e);
 void mem__committer_free(mem_t *e);
 int mem__committer_handles(const mem_t *e);
-    /* the libuv handles it closes at the end */ /* after its handle closed */
+/* the libuv handles it closes at the end */ /* after its handle closed */
 /* Wait for the running commit, commit what is recorded, deliver, and stop the thread; its
  * uv handle is closed with `on_closed`. */
 void mem__commit_flush(mem_t *e, uv_close_cb on_closed);
