@@ -591,6 +591,9 @@ def disk_full_body(srv, inside):
             created.append(name)
     assert refused, "the store never reported the full disk"
     assert srv.proc.poll() is None, "semad died on a full disk"
+    with open(srv.log.name) as f:
+        log = f.read()
+    assert "a checkpoint failed" in log and "disk full" in log, log[-2000:]
     # Reads keep working, and what semad serves equals what the store holds.
     status, doc = srv.call("GET", "/v1/semaphores/before")
     assert status == 200 and len(doc["holders"]) == 1, (status, doc)

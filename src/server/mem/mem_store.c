@@ -3,6 +3,8 @@
  * one group commit per loop tick, and the rollback when a commit fails. */
 #include "mem_internal.h"
 
+#include "log.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
@@ -558,6 +560,19 @@ static void gather(mem_t *e, uint64_t want)
 
 #define IDLE_CHECKPOINT_MS 1000u /* commits paused this long: checkpoint what the journal has */
 
+/* The store's checkpoint counts, for /metrics (read while no commit runs); a new failure is
+ * logged (the journal keeps every change meanwhile). */
+static void take_checkpoint_stats(mem_t *e)
+{
+    uint64_t failures = e->checkpoint_failures;
+
+    store_checkpoint_stats(e->store, &e->checkpoints, &e->checkpoint_failures);
+    if (e->checkpoint_failures > failures)
+        log_warn("store: a checkpoint failed: %s (the journal keeps every change; tried again "
+                 "within a second)",
+                 store_checkpoint_error(e->store));
+}
+
 /* Commits paused: write what the journal holds to the database, so that it (and a backup
  * taken of it) is at most this far behind. Under load the commits checkpoint themselves. */
 static void on_idle_checkpoint(uv_timer_t *h)
@@ -568,9 +583,9 @@ static void on_idle_checkpoint(uv_timer_t *h)
         uv_timer_start(h, on_idle_checkpoint, IDLE_CHECKPOINT_MS, 0);
         return;
     }
-    if (store_checkpoint(e->store, e->errbuf, sizeof(e->errbuf)) != 0)
+    if (store_checkpoint(e->store, NULL, 0) != 0)
         uv_timer_start(h, on_idle_checkpoint, IDLE_CHECKPOINT_MS, 0); /* the journal keeps it */
-    store_checkpoint_stats(e->store, &e->checkpoints, &e->checkpoint_failures);
+    take_checkpoint_stats(e);
 }
 
 /* The running commit ended with rc: send its replies, or fail them and roll back. */
@@ -582,7 +597,7 @@ static void commit_done(mem_t *e, int rc)
 
     e->committing = 0;
     store_commit_finish(e->store, rc);
-    store_checkpoint_stats(e->store, &e->checkpoints, &e->checkpoint_failures);
+    take_checkpoint_stats(e);
     if (store_checkpoint_pending(e->store) && !e->shutting_down)
         uv_timer_start(&e->ck_timer, on_idle_checkpoint, IDLE_CHECKPOINT_MS, 0);
     elist_init(&batch);

@@ -163,6 +163,9 @@ int store_checkpoint(store_t *st, char *errbuf, size_t errlen);
  * and those that failed (the journal keeps it; the next one tries again). */
 void store_checkpoint_stats(const store_t *st, uint64_t *checkpoints, uint64_t *failures);
 
+/* Why the last failed checkpoint failed (a message naming the file), or "". */
+const char *store_checkpoint_error(const store_t *st);
+
 /* Testing: make the next `n` store_commit() calls fail with `code` (SEMA_EIO when 0),
  * rolled back exactly like a real write failure. */
 void store_inject_commit_failures(store_t *st, int n, int code);

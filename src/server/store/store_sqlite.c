@@ -183,6 +183,7 @@ struct store {
     uint64_t checkpoints; /* successful checkpoints, for metrics */
     uint64_t ck_failures; /* failed ones */
     int ck_failing;       /* the last one failed: the next waits CK_MAX_MS */
+    char ck_err[256];     /* ... and why */
     char *dir;            /* the data directory, for messages */
 };
 
@@ -1559,7 +1560,9 @@ static int checkpoint(store_t *st, char *errbuf, size_t errlen)
         rc = run_write(st->q[Q_COMMIT]);
     }
     if (rc != SQLITE_OK) {
-        (void)db_error(st->db, rc, st->path, doing, errbuf, errlen);
+        (void)db_error(st->db, rc, st->path, doing, st->ck_err, sizeof st->ck_err);
+        if (errbuf != NULL && errlen > 0)
+            snprintf(errbuf, errlen, "%s", st->ck_err);
         rollback(st);
         st->ck_failures++;
         st->ck_failing = 1;
@@ -1572,8 +1575,10 @@ static int checkpoint(store_t *st, char *errbuf, size_t errlen)
      * one succeeds (jnl_append), and a replay of what it holds changes nothing. */
     err = jnl_reset(st->jnl);
     if (err != 0) {
-        msg(errbuf, errlen, "%s/" STORE_JOURNAL_NAME ": cannot start the journal over: %s", st->dir,
-            strerror(err));
+        msg(st->ck_err, sizeof st->ck_err,
+            "%s/" STORE_JOURNAL_NAME ": cannot start the journal over: %s", st->dir, strerror(err));
+        if (errbuf != NULL && errlen > 0)
+            snprintf(errbuf, errlen, "%s", st->ck_err);
         return SEMA_EIO;
     }
     return 0;
@@ -1704,10 +1709,8 @@ int store_commit_run(store_t *st, char *errbuf, size_t errlen)
         st->fly = op->next;
         ck_add(st, op);
     }
-    if (checkpoint_due(st)) {
-        char ignored[256]; /* the journal holds it all: the next checkpoint tries again */
-        (void)checkpoint(st, ignored, sizeof ignored);
-    }
+    if (checkpoint_due(st)) /* if it fails, the journal holds it all and the next one tries */
+        (void)checkpoint(st, NULL, 0);
     return 0;
 }
 
@@ -1786,4 +1789,9 @@ int store_checkpoint_pending(const store_t *st)
 int store_checkpoint(store_t *st, char *errbuf, size_t errlen)
 {
     return store_checkpoint_pending(st) ? checkpoint(st, errbuf, errlen) : 0;
+}
+
+const char *store_checkpoint_error(const store_t *st)
+{
+    return st != NULL ? st->ck_err : "";
 }
