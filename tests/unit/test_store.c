@@ -464,11 +464,12 @@ TEST(failed_put_fails_the_commit)
 /* Real write failures without root: SQLite's unix VFS lets a program replace the system
  * calls it makes; these fail every write with `write_errno` while it is set. */
 static int write_errno;
+static size_t write_errno_min; /* ... only writes of at least this many bytes (a page) */
 static sqlite3_syscall_ptr real_write, real_pwrite, real_pwrite64;
 
 static ssize_t fake_write(int fd, const void *buf, size_t n)
 {
-    if (write_errno != 0) {
+    if (write_errno != 0 && n >= write_errno_min) {
         errno = write_errno;
         return -1;
     }
@@ -477,7 +478,7 @@ static ssize_t fake_write(int fd, const void *buf, size_t n)
 
 static ssize_t fake_pwrite(int fd, const void *buf, size_t n, off_t off)
 {
-    if (write_errno != 0) {
+    if (write_errno != 0 && n >= write_errno_min) {
         errno = write_errno;
         return -1;
     }
@@ -486,7 +487,7 @@ static ssize_t fake_pwrite(int fd, const void *buf, size_t n, off_t off)
 
 static ssize_t fake_pwrite64(int fd, const void *buf, size_t n, off_t off)
 {
-    if (write_errno != 0) {
+    if (write_errno != 0 && n >= write_errno_min) {
         errno = write_errno;
         return -1;
     }
@@ -1071,6 +1072,29 @@ static void crash_after_commits(const char *dir, int n, int end)
     }
     ASSERT_EQ(waitpid(child, &status, 0), child);
     ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* The database cannot be written when a start replays the journal: the start fails, and
+ * the journal stays as it was for the next one, which finds everything. */
+TEST(failed_replay_at_open_keeps_the_journal)
+{
+    const char *dir = data_dir();
+    char err[512] = "";
+    store_t *st = NULL;
+    struct loaded ld;
+
+    crash_after_commits(dir, 2, 0);
+    hook_writes();
+    write_errno = EIO;
+    write_errno_min = 4096; /* the pages the replay writes, not what opening writes */
+    ASSERT_NE(store_open(&st, dir, STORE_STRICT, err, sizeof err), 0);
+    fprintf(stderr, "the start failed as it should: %s\n", err);
+    ASSERT(strstr(err, "journal") != NULL); /* in the replay, not before it */
+    write_errno = 0;
+    write_errno_min = 0;
+    reload(dir, &ld);
+    ASSERT_EQ(ld.nsem, 2);
+    ASSERT_EQ(ld.nlease, 2);
 }
 
 /* A crash in the middle of writing a commit leaves a torn record at the journal's end:

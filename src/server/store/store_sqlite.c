@@ -184,6 +184,7 @@ struct store {
     uint64_t ck_failures; /* failed ones */
     int ck_failing;       /* the last one failed: the next waits CK_MAX_MS */
     char ck_err[256];     /* ... and why */
+    int opened;           /* store_open succeeded: the checkpoint set holds what the journal does */
     char *dir;            /* the data directory, for messages */
 };
 
@@ -637,6 +638,7 @@ int store_open(store_t **out, const char *dir, store_durability_t durability, ch
         store_close(st);
         return rc;
     }
+    st->opened = 1;
     *out = st;
     return 0;
 }
@@ -660,10 +662,11 @@ void store_close(store_t *st)
     if (st == NULL)
         return;
     store_discard_pending(st); /* uncommitted mutations were never acknowledged */
-    if (st->db != NULL && st->jnl != NULL && jnl_used(st->jnl) > 0) {
-        char ignored[256]; /* if it fails, the next start replays the journal */
-        (void)checkpoint(st, ignored, sizeof ignored);
-    }
+    /* A last checkpoint, once opened: before that (a replay that failed, say) the journal
+     * holds what the checkpoint set does not, and must stay for the next start. If it
+     * fails, the next start replays the journal. */
+    if (st->opened && jnl_used(st->jnl) > 0)
+        (void)checkpoint(st, NULL, 0);
     ck_clear(st);
     if (st->ck_keys.slots != NULL)
         etab_destroy(&st->ck_keys);
