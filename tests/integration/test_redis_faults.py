@@ -497,6 +497,12 @@ def sentinel_failover(crash):
                     and "lost its state" in v[1].get("detail", "")]
             assert last and len(lost) == len(last), ("no grant after the failover", last)
             load.stop()
+            # Reads went to the empty node too: until an instance notices the loss (its next
+            # script call finds the epoch gone) a semaphore reads as not found. What is
+            # checked is that nothing was granted from the empty state.
+            with load.lock:
+                load.errors = [e for e in load.errors
+                               if not (e.startswith("monitor: GET ") and " answered 404 " in e)]
             summary = load.check(min_grants=1, expect_contention=False)
             w.close()
             print("the promoted node lacked the data: every instance holds its grants (%s)"
