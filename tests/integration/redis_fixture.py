@@ -299,6 +299,18 @@ class Monitor:
         self.p.wait()
 
 
+def _without_replicaof(flags):
+    """flags without a "--replicaof HOST PORT"."""
+    out, i = [], 0
+    while i < len(flags):
+        if flags[i] == "--replicaof":
+            i += 3
+            continue
+        out.append(flags[i])
+        i += 1
+    return out
+
+
 class Sentinels:
     """A primary, one replica and three redis-sentinel processes (quorum 2) on loopback.
     `flags` go to both data nodes (say, "--min-replicas-to-write", "1")."""
@@ -409,12 +421,19 @@ class Sentinels:
     def crash_primary(self, timeout=30, rejoin=True):
         """kill -9 the primary; returns the new one once the sentinels promoted it. With
         rejoin, the crashed node is then started again (empty: the data nodes keep nothing
-        on disk) and the sentinels make it the new primary's replica, as an operator would."""
+        on disk) as the new primary's replica, as an operator would."""
         old = self.current()
         new = self.replica if old is self.primary else self.primary
         old.kill()
         self._wait_switch(new.port, timeout)
         if rejoin:
+            # Back as the new primary's replica from its first moment, as an operator brings
+            # back a node that kept nothing (Redis's docs: never let a primary without
+            # persistence restart as a primary): started as one, it would be an empty
+            # primary at the old address until the sentinels converted it, and an instance
+            # that reached it meanwhile would (rightly) find the data lost.
+            old.extra = _without_replicaof(old.extra) + ["--replicaof", "127.0.0.1",
+                                                         str(new.port)]
             old.start()
 
             def joined():
