@@ -9,6 +9,7 @@
 # in the machine's load weighs on all five alike, and prints per round and in summary:
 #
 #   round R NAME pairs_per_s=X server_cpu_us_per_pair=Y server_sys_us_per_pair=Z
+#   store R NAME requests_per_commit=X commit_us_mean=Y checkpoints=Z   (strict, relaxed)
 #   figure NAME pairs_per_s_median=X min=.. max=.. server_cpu_us_per_pair_median=Y ...
 #   ratio NAME median=X min=.. max=.. goal=>=G met=yes|no   (per-round ratios: same moment)
 #
@@ -55,14 +56,34 @@ cpu_ticks() {
     awk '{print $14 + $15, $15}' "/proc/$1/stat"
 }
 
-# measure NAME PID CMD...: runs the client CMD (one JSON line out), prints one "round" line.
+# A durable semad's store counters from /metrics: "commits commit_seconds_sum checkpoints".
+store_counts() {
+    python3 - "$1" <<'EOF'
+import sys, urllib.request
+want = ["semad_store_commits_total", "semad_store_commit_seconds_sum",
+        "semad_store_checkpoints_total"]
+got = {}
+text = urllib.request.urlopen("http://%s/metrics" % sys.argv[1], timeout=10).read().decode()
+for line in text.splitlines():
+    k, _, v = line.partition(" ")
+    if k in want:
+        got[k] = v
+print(" ".join(got.get(k, "0") for k in want))
+EOF
+}
+
+# measure NAME PID CMD...: runs the client CMD (one JSON line out), prints one "round" line;
+# with $maddr set (a durable semad's address), a "store" line too: requests per commit and
+# the mean time of a commit (write and sync), from /metrics around the run.
 measure() {
-    local name=$1 pid=$2 t0 t1 j
+    local name=$1 pid=$2 t0 t1 j m0="" m1=""
     shift 2
+    [ -n "${maddr:-}" ] && m0=$(store_counts "$maddr")
     t0=$(cpu_ticks "$pid")
     j=$(timeout 120 "$@" 2>>"$tmp/client.err" | grep -m1 '^{')
     t1=$(cpu_ticks "$pid")
-    python3 - "$name" "$r" "$j" "$t0" "$t1" "$(getconf CLK_TCK)" <<'EOF'
+    [ -n "${maddr:-}" ] && m1=$(store_counts "$maddr")
+    python3 - "$name" "$r" "$j" "$t0" "$t1" "$(getconf CLK_TCK)" "$m0" "$m1" <<'EOF'
 import json, sys
 name, rnd, j = sys.argv[1], sys.argv[2], json.loads(sys.argv[3] or "{}")
 (t0, s0), (t1, s1) = (map(float, a.split()) for a in sys.argv[4:6])
@@ -74,6 +95,12 @@ cpu = (t1 - t0) * 1e6 / hz / pairs if pairs else 0
 sys_ = (s1 - s0) * 1e6 / hz / pairs if pairs else 0
 print(f"round {rnd} {name} pairs_per_s={rate:.0f} server_cpu_us_per_pair={cpu:.2f}"
       f" server_sys_us_per_pair={sys_:.2f} errors={j.get('errors', 'none')}")
+if sys.argv[7] and sys.argv[8]:
+    (c0, d0, k0), (c1, d1, k1) = (map(float, a.split()) for a in sys.argv[7:9])
+    if c1 > c0:
+        n = c1 - c0
+        print(f"store {rnd} {name} requests_per_commit={j.get('requests', 0) / n:.1f}"
+              f" commit_us_mean={(d1 - d0) * 1e6 / n:.0f} checkpoints={k1 - k0:.0f}")
 EOF
 }
 
@@ -106,9 +133,12 @@ out=$tmp/rounds
 for r in $(seq "$ROUNDS"); do
     for m in strict relaxed none; do
         pid_var=pid_$m addr_var=addr_$m
+        maddr=""
+        [ "$m" != none ] && maddr=${!addr_var}
         measure "semad_$m" "${!pid_var}" "$sema" bench --json -s "http://${!addr_var}" \
             -c "$CONNS" -d "${SECS}s" --name "pairs-$m"
     done
+    maddr=""
     measure redis_lua "$pid_redis" "$redis_peer" --redis "127.0.0.1:$rport_redis" \
         -c "$CONNS" -d "${SECS}s" --json
     measure redis_lua_aof_always "$pid_redis_aof" "$redis_peer" \
@@ -127,6 +157,14 @@ def num(x):
     return f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}"
 def spread(v):
     return f"median={num(statistics.median(v))} min={num(min(v))} max={num(max(v))}"
+store = {}
+for line in open(sys.argv[1]):
+    m = re.match(r"store \d+ (\S+) requests_per_commit=(\S+) commit_us_mean=(\S+)", line)
+    if m:
+        store.setdefault(m[1], []).append((float(m[2]), float(m[3])))
+for name, v in store.items():
+    print(f"figure {name} requests_per_commit_{spread([x[0] for x in v])}"
+          f" commit_us_mean_{spread([x[1] for x in v])}")
 for name, rr in rows.items():
     r = list(rr.values())
     print(f"figure {name} pairs_per_s_{spread([x[0] for x in r])}"

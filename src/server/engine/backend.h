@@ -84,6 +84,9 @@ typedef struct {
 
 engine_counters_t *engine__counters(engine_t *e);
 void engine__hist_observe(ehist_t *h, double seconds);
+/* Write h as a Prometheus histogram `name` (its buckets, _sum and _count). */
+struct jsonw;
+void engine__hist_write(struct jsonw *w, const char *name, const char *help, const ehist_t *h);
 
 /* ---- services of the front ---- */
 

@@ -32,7 +32,7 @@ static void put_real(jsonw_t *w, int bound, double v)
     jsonw_raw(w, num, n > 0 && (size_t)n < sizeof num ? (size_t)n : 0);
 }
 
-static void put_hist(jsonw_t *w, const char *name, const char *help, const ehist_t *h)
+void engine__hist_write(jsonw_t *w, const char *name, const char *help, const ehist_t *h)
 {
     uint64_t cum = 0;
 
@@ -86,8 +86,8 @@ int engine_metrics(engine_t *e, struct strbuf *b)
     jsonw_prom_series(&w, "semad_event_streams_kept",
                       "Semaphores with no subscriber still recording events for a resume.", "gauge",
                       e->nidle_groups);
-    put_hist(&w, "semad_wait_seconds", "Time from request to grant.", &e->m.wait_s);
-    put_hist(&w, "semad_hold_seconds", "Time from grant to end.", &e->m.hold_s);
+    engine__hist_write(&w, "semad_wait_seconds", "Time from request to grant.", &e->m.wait_s);
+    engine__hist_write(&w, "semad_hold_seconds", "Time from grant to end.", &e->m.hold_s);
     rc = jsonw_end(&w);
     if (rc == 0)
         rc = e->ops->metrics(e->be, b);

@@ -179,6 +179,7 @@ struct mem {
     int commit_inline;     /* the running (or last) commit runs on the loop */
     uv_timer_t ck_timer;   /* a checkpoint once commits pause (mem_store.c) */
     uint64_t checkpoints, checkpoint_failures; /* the store's, read while no commit runs */
+    ehist_t commit_s;                          /* how long each commit took to write and sync */
     ecommitter_t *committer;                   /* NULL: commits run on the loop thread */
     esem_t **dirty;        /* semaphores whose rows the next commit writes (NULL: gone) */
     uint64_t fence_stored; /* the fence floor the store has (or the next commit writes) */

@@ -70,6 +70,10 @@ int mem__metrics(void *be, struct strbuf *out)
     jsonw_prom_series(&w, "semad_store_commits_total", "Group commits.", "counter", e->commits);
     jsonw_prom_series(&w, "semad_store_commit_failures_total", "Failed group commits.", "counter",
                       e->commit_failures);
+    engine__hist_write(&w, "semad_store_commit_seconds",
+                       "Group commits: the time to write and sync each (the journal append, and a "
+                       "checkpoint when one is due with it).",
+                       &e->commit_s);
     jsonw_prom_series(&w, "semad_store_checkpoints_total",
                       "Checkpoints: the journal's changes written to the database.", "counter",
                       e->checkpoints);

@@ -596,6 +596,7 @@ static void commit_done(mem_t *e, int rc)
     uint64_t want = e->nfly + e->nwait;
 
     e->committing = 0;
+    engine__hist_observe(&e->commit_s, (double)e->last_run_ns / 1e9);
     store_commit_finish(e->store, rc);
     take_checkpoint_stats(e);
     if (store_checkpoint_pending(e->store) && !e->shutting_down)
