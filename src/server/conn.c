@@ -4,6 +4,8 @@
  * through the connection's session (tls.c) on their way in and out. */
 #include "server_internal.h"
 
+#include <sys/epoll.h>
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,10 +182,53 @@ int conn_send_last(conn_t *conn, int status, const char *ctype, const char *body
     return rc;
 }
 
-/* True when the client has already closed its side (a FIN is waiting unread). */
-int conn_peer_gone(conn_t *conn)
+#define FIN_WATCH_FRESH_NS 100000u /* a read of the FIN watch serves the checks this long */
+
+/* Read the FIN watch: mark the connections whose client sent its FIN, or whose socket
+ * failed (the watch reports nothing else). */
+static void fin_watch_read(server_t *srv, uint64_t now)
+{
+    struct epoll_event ev[64];
+    int n;
+
+    srv->fin_at = now;
+    do
+        n = epoll_wait(srv->fin_epfd, ev, 64, 0);
+    while (n < 0 && errno == EINTR);
+    srv->fin_all = n < 0 || n == 64; /* more may be ready: read each socket instead */
+    for (int i = 0; i < n; i++)
+        ((conn_t *)ev[i].data.ptr)->fin_seen = 1;
+}
+
+/* Put the connection's socket in the FIN watch (0), or leave it to be read when checked. */
+static void fin_watch_add(conn_t *conn)
 {
     uv_os_fd_t fd;
+    struct epoll_event ev = {.events = EPOLLRDHUP, .data.ptr = conn};
+
+    if (conn->srv->fin_epfd >= 0 && uv_fileno((uv_handle_t *)&conn->tcp, &fd) == 0 &&
+        epoll_ctl(conn->srv->fin_epfd, EPOLL_CTL_ADD, fd, &ev) == 0)
+        conn->fin_watched = 1;
+}
+
+/* True when the client has already closed its side (a FIN is waiting unread). The loop reads
+ * every socket each iteration and closes the connections whose client left, so only a FIN
+ * that came since then is in question: the FIN watch, read at most every
+ * FIN_WATCH_FRESH_NS, tells which sockets have one, and only those are read here. A FIN that
+ * comes within that time goes unseen, as one that comes just after the reply would. A closed
+ * connection's socket leaves the watch by itself. */
+int conn_peer_gone(conn_t *conn)
+{
+    server_t *srv = conn->srv;
+    uv_os_fd_t fd;
+
+    if (conn->fin_watched) {
+        uint64_t now = uv_hrtime();
+        if (now - srv->fin_at >= FIN_WATCH_FRESH_NS)
+            fin_watch_read(srv, now);
+        if (!conn->fin_seen && !srv->fin_all)
+            return 0;
+    }
     if (uv_fileno((uv_handle_t *)&conn->tcp, &fd) != 0)
         return 1;
     char b;
@@ -704,6 +749,7 @@ void conn_accept(uv_stream_t *listener, int status)
         return;
     }
     uv_tcp_nodelay(&conn->tcp, 1);
+    fin_watch_add(conn);
     conn->next = srv->conns;
     if (srv->conns != NULL)
         srv->conns->prev = conn;

@@ -7,7 +7,9 @@
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "jsonw.h"
 #include "log.h"
@@ -202,6 +204,8 @@ static void server_release(server_t *srv)
     strbuf_free(&srv->tls_read_out);
     ipcap_destroy(&srv->ipcap);
     free(srv->counts);
+    if (srv->fin_epfd >= 0)
+        close(srv->fin_epfd);
     free(srv);
 }
 
@@ -221,6 +225,7 @@ int server_new(server_t **out, uv_loop_t *loop, engine_t *engine, const semad_co
     srv->loop = loop;
     srv->engine = engine;
     srv->cfg = cfg;
+    srv->fin_epfd = -1;
     srv->limits.max_header_bytes = cfg->max_header_bytes ? cfg->max_header_bytes : 1;
     srv->limits.max_body_bytes = cfg->max_body_bytes;
     strbuf_init(&srv->scratch_body, 0);
@@ -246,6 +251,7 @@ int server_new(server_t **out, uv_loop_t *loop, engine_t *engine, const semad_co
         return rc;
     uv_idle_init(loop, &srv->idle);
     srv->idle.data = srv;
+    srv->fin_epfd = epoll_create1(EPOLL_CLOEXEC); /* without it, conn_peer_gone reads sockets */
     uv_timer_init(loop, &srv->grace);
     srv->grace.data = srv;
     uv_signal_init(loop, &srv->sigterm);

@@ -62,16 +62,18 @@ struct conn {
     uint8_t lingering; /* last reply queued; waiting for the client's FIN */
     uint8_t stream;    /* the connection carries an event stream */
     uint8_t on_ready;
-    uint8_t rejected;   /* over max_connections: answered 503 */
-    uint8_t handles;    /* handles still open */
-    uint8_t in_submit;  /* inside engine_submit(): completions are synchronous */
-    uint8_t async_done; /* the engine completed after engine_submit() returned */
-    uint8_t tls_seen;   /* TLS: the first bytes were a TLS record */
-    uint64_t started;   /* loop time (ms) the current request's first byte came (with TLS,
-                           until the handshake is over: the accept) */
-    uint64_t deadline;  /* loop time (ms) the timer acts at, 0 = none (not for streams) */
-    uint64_t timer_due; /* loop time the armed timer fires at */
-    sstream_t *st;      /* the event stream (allocated when the connection becomes one) */
+    uint8_t rejected;    /* over max_connections: answered 503 */
+    uint8_t handles;     /* handles still open */
+    uint8_t in_submit;   /* inside engine_submit(): completions are synchronous */
+    uint8_t async_done;  /* the engine completed after engine_submit() returned */
+    uint8_t tls_seen;    /* TLS: the first bytes were a TLS record */
+    uint8_t fin_watched; /* in the server's FIN watch (srv->fin_epfd) */
+    uint8_t fin_seen;    /* the FIN watch saw the client's FIN (or an error) */
+    uint64_t started;    /* loop time (ms) the current request's first byte came (with TLS,
+                            until the handshake is over: the accept) */
+    uint64_t deadline;   /* loop time (ms) the timer acts at, 0 = none (not for streams) */
+    uint64_t timer_due;  /* loop time the armed timer fires at */
+    sstream_t *st;       /* the event stream (allocated when the connection becomes one) */
     /* --auth: the last Authorization value this connection sent that named a token, so the
      * next request with the same bytes skips the hash (access.c) */
     struct conn_auth *auth; /* owned, or NULL (allocated only under --auth) */
@@ -87,6 +89,12 @@ struct server {
     auth_table_t *auth; /* the tokens of --auth, or NULL: every request is allowed */
     uv_idle_t idle;
     uv_timer_t grace;
+    /* The FIN watch: every connection's socket in an epoll set of its own that reports only
+     * a client's FIN or an error, so a grant made after the loop last read its sockets learns
+     * whether its client left without a system call per grant (conn_peer_gone). */
+    int fin_epfd;    /* -1: no watch (each check reads its socket) */
+    uint64_t fin_at; /* uv_hrtime() of the last read of the watch */
+    int fin_all;     /* that read was full: each check reads its socket until the next */
     engine_t *engine;
     const semad_config_t *cfg;
     http_limits_t limits;
