@@ -200,6 +200,18 @@ static void fin_watch_read(server_t *srv, uint64_t now)
         ((conn_t *)ev[i].data.ptr)->fin_seen = 1;
 }
 
+/* Take the socket out of the FIN watch before it closes. Closing it would do that too, but
+ * only once no other descriptor refers to the socket: removing it here means the watch can
+ * never name a connection that is gone. */
+static void fin_watch_remove(conn_t *conn)
+{
+    uv_os_fd_t fd;
+
+    if (conn->fin_watched && uv_fileno((uv_handle_t *)&conn->tcp, &fd) == 0)
+        (void)epoll_ctl(conn->srv->fin_epfd, EPOLL_CTL_DEL, fd, NULL);
+    conn->fin_watched = 0;
+}
+
 /* Put the connection's socket in the FIN watch (0), or leave it to be read when checked. */
 static void fin_watch_add(conn_t *conn)
 {
@@ -215,8 +227,7 @@ static void fin_watch_add(conn_t *conn)
  * every socket each iteration and closes the connections whose client left, so only a FIN
  * that came since then is in question: the FIN watch, read at most every
  * FIN_WATCH_FRESH_NS, tells which sockets have one, and only those are read here. A FIN that
- * comes within that time goes unseen, as one that comes just after the reply would. A closed
- * connection's socket leaves the watch by itself. */
+ * comes within that time goes unseen, as one that comes just after the reply would. */
 int conn_peer_gone(conn_t *conn)
 {
     server_t *srv = conn->srv;
@@ -307,6 +318,7 @@ void conn_close(conn_t *conn)
         srv->nconns--;
     ipcap_leave(&srv->ipcap, conn->ip);
     conn->ip = NULL;
+    fin_watch_remove(conn);
     uv_close((uv_handle_t *)&conn->timer, on_handle_close);
     uv_close((uv_handle_t *)&conn->tcp, on_handle_close);
 }
