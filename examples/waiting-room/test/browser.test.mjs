@@ -27,7 +27,7 @@ const JOB_MS = 500;
 const POLL_MS = 1000;
 // Each phase is bounded: opening the pages and taking places (21 pages take 15-30 s to open
 // on a loaded 2-core machine), then the line moving once the gate opens.
-const SETUP_MS = 45_000;
+const SETUP_MS = 50_000;
 const LINE_MS = 40_000;
 let DEADLINE = Date.now() + SETUP_MS;
 
@@ -145,6 +145,18 @@ try {
   const leaverTicket = leaver.last.ticket;
   leaver.closed = true;
   const closedAt = Date.now();
+  // Watch for its departure from now on, on its own (the steps below take seconds on a loaded
+  // machine): reading the ticket would keep it alive, so watch the metric instead.
+  let leaverGoneAt = 0;
+  const watchEnd = closedAt + LINE_MS;
+  const leaverWatch = (async () => {
+    while (!leaverGoneAt && Date.now() < watchEnd) {
+      if (/^semad_tickets_abandoned_total 1$/m.test(await (await fetch(`${semad}/metrics`)).text()))
+        leaverGoneAt = Date.now();
+      else
+        await new Promise((r) => setTimeout(r, 100));
+    }
+  })();
   await leaver.ctx.close();
   // Another visitor reloads mid-line: same ticket, a place no further back.
   const reloader = byPos[3];
@@ -156,18 +168,15 @@ try {
   // Open the gate: the line moves.
   assert.equal((await fetch(`${semad}/v1/leases/${gate.lease}`, { method: "DELETE" })).status, 204);
 
-  let leaverGoneAt = 0;
   DEADLINE = Date.now() + LINE_MS;
   await until("every page to reach its turn and finish", async () => {
     if (Date.now() > DEADLINE - 1000)
       console.log("# not done:", JSON.stringify(visitors.filter((v) => !v.closed && v.last.state !== "done")
         .map((v) => ({ state: v.last.state, status: v.last.status, positions: v.last.positions.slice(-3) }))));
     await sample();
-    // (reading the ticket would keep it alive: watch the metric instead)
-    if (!leaverGoneAt && /^semad_tickets_abandoned_total 1$/m.test(await (await fetch(`${semad}/metrics`)).text()))
-      leaverGoneAt = Date.now();
     return visitors.every((v) => v.closed || v.last.state === "done");
   });
+  await leaverWatch;
 
   assert.equal((await getJson(`${semad}/v1/tickets/${leaverTicket}`)).status, 410);
   // The closed page left within its keepalive (from the end of the server's last long-poll,
