@@ -445,6 +445,49 @@ def test_redis_restart_without_persistence():
               % (first_grant[0] - t_restart, answers))
 
 
+# ---- a release that WAIT did not confirm, and a failover ----
+
+def test_unconfirmed_release_is_carried_to_the_promoted_replica():
+    """--durability strict with ?replicas=1: a release whose WAIT comes back short is
+    answered 503, the outcome unknown. Here the replica had left before it (so it never got
+    the release), then the primary dies and that replica is promoted. semad sends the release
+    again until a WAIT confirms it, so the promoted replica ends the lease too: its unit comes
+    back at once, not after the lease's 60 s ttl."""
+    rf.need_redis_engine()
+    primary = rf.RedisServer(name="primary")
+    replica = rf.RedisServer(replicaof=primary.port, name="replica")
+    relay = fx.Relay()  # semad's one Redis address: the primary's, then the promoted replica's
+    relay.target = ("127.0.0.1", primary.port)
+    fl = reader = None
+    try:
+        rf.wait_until(lambda: replica.info("replication").get("master_link_status") == "up", 15,
+                      "the replica to follow the primary")
+        fl = rf.Fleet("redis://127.0.0.1:%d?replicas=1" % relay.port, 1, durability="strict")
+        # strict with ?replicas=1 answers 503 on a primary without replicas, reads too: a
+        # relaxed instance on the same Redis reads what it holds
+        reader = rf.Fleet("redis://127.0.0.1:%d" % relay.port, 1, durability="relaxed")
+        s = fl[0]
+        put(s, "carry", 1)
+        lease = grant(s, "carry", ttl_ms=60000)
+        replica.cli("REPLICAOF", "NO", "ONE")  # it keeps the lease and takes nothing more
+        st, body = s.json("DELETE", "/v1/leases/" + lease["lease"])
+        assert st == 503 and "outcome is unknown" in json.dumps(body), (st, body)
+        assert view(reader[0], "carry")["held"] == 0  # the primary ran the release
+        primary.kill()  # from here on, whatever the reader reads comes from the replica
+        relay.target = ("127.0.0.1", replica.port)
+        t0 = time.monotonic()
+        rf.wait_until(lambda: view(reader[0], "carry")["held"] == 0, 15,
+                      "the release to reach the promoted replica")
+        print("the unit came back %.2f s after the promotion" % (time.monotonic() - t0))
+    finally:
+        for f in (fl, reader):
+            if f is not None:
+                f.close(check=False)
+        relay.close()
+        replica.close()
+        primary.close()
+
+
 # ---- Sentinel failover ----
 
 def sentinel_failover(crash):
@@ -522,9 +565,9 @@ def sentinel_failover(crash):
         assert res[0] in (200, 503), res  # granted, or its record lost with the failover
         if res[0] == 200:
             b.request("DELETE", "/v1/leases/" + res[1]["lease"])
-        # what the failover left unknown is settled: a grant whose WAIT failed is undone once
-        # the instances reach the new primary; a release whose WAIT failed (answered 503, the
-        # outcome unknown) is not carried to it, so its lease may stay until its ttl (20 s)
+        # what the failover left unknown is settled: a grant whose WAIT failed is undone, and a
+        # release whose WAIT failed (answered 503, the outcome unknown) is sent again, once the
+        # instances reach the new primary (the bound keeps the load's 20 s ttl as a margin)
         sc.wait_rest(fl.live(), sems, timeout=25, load=load)
         w.close()
         print("switched in %.2fs, followed in %.2fs; %d grants before, %d after; %s"

@@ -1723,6 +1723,26 @@ static void hb_cb(uv_timer_t *t)
 
 /* ---- strict durability: one WAIT per loop turn, for every reply that turn held ---- */
 
+/* A client's release (or revoke) that a WAIT did not confirm: a failover may promote a
+ * replica without it, and the lease would hold its units until its ttl. It goes again, by
+ * lease id and without a request id (where it already ran, the lease is gone and nothing
+ * changes), and is kept like the undoing commands until a WAIT confirms it. */
+static void send_lease_end_again(rs_t *r, const engine_req_t *req)
+{
+    char key[80];
+    rargs_t a = {0};
+    rcmd_t *c;
+    int klen;
+
+    if (req->name_len == 0 || req->name_len > 64)
+        return;
+    klen = snprintf(key, sizeof key, "sema:id:%.*s", (int)req->name_len, req->name);
+    a_head(r, &a, key, (size_t)klen, op_names[req->op], "", req);
+    c = cmd_build(r, RC_DROP, &a);
+    if (c != NULL)
+        rs__send(r, c);
+}
+
 static void wait_cb(redisAsyncContext *ac, void *reply, void *priv)
 {
     rconn_t *conn = ac->data;
@@ -1766,6 +1786,8 @@ static void wait_cb(redisAsyncContext *ac, void *reply, void *priv)
                 (req->op == ENGINE_ACQUIRE || req->op == ENGINE_LOCK_ACQUIRE))
                 send_drop(r, req->name, req->name_len, req->op == ENGINE_LOCK_ACQUIRE,
                           req->res.lease.id);
+            if (req->op == ENGINE_LEASE_RELEASE || req->op == ENGINE_LEASE_REVOKE)
+                send_lease_end_again(r, req);
             engine_result_clear(&req->res);
             req->status = SEMA_EIO;
             req->message = "not confirmed by the Redis replicas that strict durability waits "
