@@ -140,6 +140,7 @@ function show(v) {
     $("eta").textContent = v.estimateMs
       ? "about " + s(v.estimateMs.p50) + " (9 in 10 within " + s(v.estimateMs.p90) + ")"
       : "estimating the wait…";
+    if (v.estimateMs) window.seen.estimatedAt = Math.max(window.seen.estimatedAt || 0, v.position);
   } else if (v.state === "running") {
     $("status").textContent = "Your turn: running the job…";
     $("n").textContent = ""; $("eta").textContent = "";
