@@ -128,8 +128,11 @@ h1{font-size:1.3em;margin:0 0 .8em}#n{font-size:2.6em;font-weight:700;margin:.2e
 <div id="result"></div></div>
 <script>
 const $ = (id) => document.getElementById(id);
-window.seen = { ticket: null, positions: [], states: [] };
+window.seen = { ticket: null, positions: [], states: [], lastReply: 0, longestGap: 0 };
 function show(v) {
+  const now = Date.now();
+  if (window.seen.lastReply) window.seen.longestGap = Math.max(window.seen.longestGap, now - window.seen.lastReply);
+  window.seen.lastReply = now;
   window.seen.ticket = v.ticket;
   window.seen.states.push(v.state);
   if (v.state === "waiting") {
@@ -155,8 +158,12 @@ async function main() {
   let v = await (await fetch("/api/ticket", { method: "POST" })).json();
   show(v);
   while (v.state !== "done") {
+    const sent = Date.now();
     const r = await fetch("/api/status");
-    if (r.status === 410) { $("status").textContent = "Your place expired: reload"; return; }
+    if (r.status === 410) {
+      window.seen.expired = { sentAfterMs: sent - window.seen.lastReply, answeredAfterMs: Date.now() - sent };
+      $("status").textContent = "Your place expired: reload"; return;
+    }
     v = await r.json();
     show(v);
     if (v.state === "running") await new Promise((ok) => setTimeout(ok, 200));
