@@ -232,7 +232,9 @@ class Load:
             time.sleep(rng.random() * 0.01)
         g["end"] = time.monotonic()  # the release leaves now
         res = self._http(conns, "DELETE", "/v1/leases/" + lease["lease"], None, 30 * fx.SLOW)
-        self.said[owner] += "; release: %s" % ("no answer" if res is None else res[0])
+        self.said[owner] += "; release: %s" % (
+            "no answer" if res is None else
+            "%d %s" % (res[0], (res[1] or {}).get("detail", "")) if res[0] == 503 else res[0])
         if res is not None:
             if res[0] == 204:
                 self.count("released")

@@ -1743,14 +1743,10 @@ static void send_lease_end_again(rs_t *r, const engine_req_t *req)
         rs__send(r, c);
 }
 
-static void wait_cb(redisAsyncContext *ac, void *reply, void *priv)
+/* A WAIT answered (ok: the replicas have every write before it) or came back short: send
+ * the held replies, or answer them "outcome unknown" and undo or send again what they did. */
+static void wait_settle(rs_t *r, int ok)
 {
-    rconn_t *conn = ac->data;
-    rs_t *r = conn->r;
-    redisReply *rep = reply;
-    int ok = rep != NULL && rep->type == REDIS_REPLY_INTEGER && rep->integer >= r->replicas;
-
-    (void)priv;
     r->wait_inflight = 0;
     r->waits++;
     if (!ok)
@@ -1796,6 +1792,27 @@ static void wait_cb(redisAsyncContext *ac, void *reply, void *priv)
         elist_push_back(&r->ready, &rq->link);
     }
     rs__drain(r);
+}
+
+static void wait_cb(redisAsyncContext *ac, void *reply, void *priv)
+{
+    rconn_t *conn = ac->data;
+    redisReply *rep = reply;
+
+    (void)priv;
+    wait_settle(conn->r, rep != NULL && rep->type == REDIS_REPLY_INTEGER &&
+                             rep->integer >= conn->r->replicas);
+}
+
+/* The command connection went while replies were held and before their WAIT was sent (a
+ * READONLY after them in the same read, say: a demoted primary). A WAIT on the next
+ * connection would count another primary's replicas, which need not have these writes: they
+ * are settled as a short WAIT would settle them. (A WAIT in flight comes back short by
+ * itself.) */
+void rs__wait_lost(rs_t *r)
+{
+    if (r->strict && !r->wait_inflight && (!elist_empty(&r->held) || !elist_empty(&r->unconfirmed)))
+        wait_settle(r, 0);
 }
 
 static void check_cb(uv_check_t *h)

@@ -273,6 +273,7 @@ static void conn_gone(rconn_t *c, const char *why)
         if (r->down_since == 0)
             r->down_since = rs__now(r);
         r->resyncing = 0;
+        rs__wait_lost(r);
     }
     schedule_reconnect(r);
 }

@@ -170,6 +170,7 @@ void rs__cmd_free(rcmd_t *c);
 void rs__cmd_cb(redisAsyncContext *ac, void *reply, void *priv);
 void rs__on_reply(rs_t *r, rcmd_t *c, redisReply *reply);
 void rs__cmd_lost(rs_t *r, rcmd_t *c);
+void rs__wait_lost(rs_t *r);
 void rs__on_message(rs_t *r, redisReply *msg);
 void rs__collect_all(rs_t *r);
 void rs__drain(rs_t *r);
