@@ -589,13 +589,14 @@ class DemotingRelay(fx.Relay):
             pass
 
 
-def test_release_held_when_the_primary_is_demoted_is_not_confirmed_by_the_next():
-    """--durability strict with ?replicas=1: a release's reply, then a READONLY for the next
-    command in the same read (the primary was demoted just after it ran the release, before
-    its replica had it). semad drops the connection before it could send the WAIT for the
-    release; a WAIT on the next primary counts that primary's replicas, not the old one's, so
-    it must not confirm the release: semad answers it 503 (outcome unknown) and sends it
-    again, and the new primary ends the lease too."""
+def demoted_after(write):
+    """--durability strict with ?replicas=1: the reply to a write (`release` or `grant`), then
+    a READONLY for the next command in the same read: the primary was demoted just after it
+    ran the write, and the replica promoted next never got it. semad drops the connection
+    before it could send the write's WAIT; a WAIT on the next primary counts that primary's
+    replicas, not the old one's, so it must not confirm the write: semad answers it 503
+    (outcome unknown) and settles it on the next primary (a release is sent again, a grant
+    is undone), so the unit is free there, and never held twice."""
     rf.need_redis_engine()
     primary = rf.RedisServer(name="primary")
     nxt = rf.RedisServer(replicaof=primary.port, name="next")
@@ -611,36 +612,52 @@ def test_release_held_when_the_primary_is_demoted_is_not_confirmed_by_the_next()
         s = fl[0]
         put(s, "carry", 1)
         put(s, "other", 1)
-        lease = grant(s, "carry", ttl_ms=60000)
-        nxt.cli("REPLICAOF", "NO", "ONE")  # it keeps the lease and takes nothing more
-        relay.arm(lease["lease"].encode(), ("127.0.0.1", nxt.port))
         out = {}
+        if write == "release":
+            lease = grant(s, "carry", ttl_ms=60000)
+            nxt.cli("REPLICAOF", "NO", "ONE")  # it keeps the lease and takes nothing more
+            relay.arm(lease["lease"].encode(), ("127.0.0.1", nxt.port))
 
-        def release_it():
-            out["release"] = s.json("DELETE", "/v1/leases/" + lease["lease"])
+            def run():
+                out["res"] = s.json("DELETE", "/v1/leases/" + lease["lease"])
+        else:
+            nxt.cli("REPLICAOF", "NO", "ONE")  # it never gets the grant
+            relay.arm(b"marked-holder", ("127.0.0.1", nxt.port))
 
-        t = threading.Thread(target=release_it)
+            def run():
+                out["res"] = acquire(s, "carry", timeout_ms=0, ttl_ms=60000,
+                                     owner="marked-holder")
+
+        t = threading.Thread(target=run)
         t.start()
-        # the next command, while the release's reply waits at the relay
-        time.sleep(0.2)
+        time.sleep(0.2)  # the next command, while the write's reply waits at the relay
         other = acquire(s, "other", timeout_ms=0, ttl_ms=60000)
         t.join(30)
-        assert relay.injected.is_set(), "the relay never saw the release and a command after it"
-        st, body = out["release"]
-        print("release answered %d; the next command answered %d" % (st, other[0]))
-        # without the fix: 204, confirmed by a WAIT on the next primary, which keeps the
-        # lease until its ttl (60 s)
+        assert relay.injected.is_set(), "the relay never saw the write and a command after it"
+        st, body = out["res"]
+        print("%s answered %d; the next command answered %d" % (write, st, other[0]))
+        # before the fix: answered as done (204, 200), confirmed by a WAIT on the next
+        # primary, which keeps the released lease for its ttl (60 s), or never had the grant
+        # (whose units it would then grant again)
         assert st == 503 and "outcome is unknown" in json.dumps(body), (st, body)
         t0 = time.monotonic()
         rf.wait_until(lambda: view(s, "carry")["held"] == 0, 15,
-                      "the release to reach the next primary")
-        print("the unit came back %.2f s after the release" % (time.monotonic() - t0))
+                      "the unit free on the next primary")
+        print("the unit is free %.2f s after the answer" % (time.monotonic() - t0))
     finally:
         if fl is not None:
             fl.close(check=False)
         relay.close()
         for r in (below, nxt, primary):
             r.close()
+
+
+def test_release_held_when_the_primary_is_demoted_is_not_confirmed_by_the_next():
+    demoted_after("release")
+
+
+def test_grant_held_when_the_primary_is_demoted_is_not_confirmed_by_the_next():
+    demoted_after("grant")
 
 
 # ---- Sentinel failover ----
