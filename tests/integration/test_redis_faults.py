@@ -589,6 +589,47 @@ class DemotingRelay(fx.Relay):
             pass
 
 
+def test_undo_left_unconfirmed_is_kept_no_longer_than_the_longest_ttl():
+    """--durability strict with ?replicas=1 and a replica that never comes back: a release
+    answered 503 (the outcome unknown) is sent again until a WAIT confirms it, but not past
+    the longest ttl (--max-ttl) and a second, when whatever it ends has expired on every
+    replica anyway: what semad keeps for Redis stays bounded while the replicas stay away."""
+    rf.need_redis_engine()
+    primary = rf.RedisServer(name="primary")
+    replica = rf.RedisServer(replicaof=primary.port, name="replica")
+    fl = None
+    try:
+        rf.wait_until(lambda: replica.info("replication").get("master_link_status") == "up", 15,
+                      "the replica to follow the primary")
+        fl = rf.Fleet("redis://127.0.0.1:%d?replicas=1" % primary.port, 1, "--max-ttl", "3s",
+                      "--default-ttl", "3s",
+                      durability="strict")
+        s = fl[0]
+        put(s, "gone", 1)
+        lease = grant(s, "gone", ttl_ms=3000)
+        replica.cli("REPLICAOF", "NO", "ONE")  # the primary has no replica from here on
+        st, body = s.json("DELETE", "/v1/leases/" + lease["lease"])
+        assert st == 503 and "outcome is unknown" in json.dumps(body), (st, body)
+
+        def undo():
+            m = [line for line in fx.metrics_text(s).splitlines()
+                 if line.startswith("semad_redis_undo_pending ")]
+            return int(float(m[0].split()[1])) if m else None
+
+        assert undo() is not None, "no semad_redis_undo_pending in /metrics"
+        assert undo() >= 1, undo()  # sent again, each time a WAIT comes back short
+        t0 = time.monotonic()
+        rf.wait_until(lambda: undo() == 0, 10, "the release sent again to be let go")
+        took = time.monotonic() - t0
+        print("let go %.2f s after its 503 (max ttl 3 s)" % took)
+        assert took >= 2.0, "let go before the longest ttl: %.2f s" % took
+    finally:
+        if fl is not None:
+            fl.close(check=False)
+        replica.close()
+        primary.close()
+
+
 def demoted_after(write):
     """--durability strict with ?replicas=1: the reply to a write (`release` or `grant`), then
     a READONLY for the next command in the same read: the primary was demoted just after it

@@ -1538,6 +1538,15 @@ static int detach(rs_t *r, rcmd_t *c)
 
 /* While Redis is unreachable: answer what was queued too long (503), except what may wait,
  * and keep going what must (keep_cmd). */
+/* An undo (a release or a cancel sent again) older than the longest ttl and a second:
+ * whatever it would end has expired on every replica by Redis's own clock, so it need not be
+ * kept while Redis stays away. Bounds what such commands hold to a max ttl's worth. */
+static int undo_moot(const rs_t *r, const rcmd_t *c, uint64_t now)
+{
+    return (c->kind == RC_DROP || c->kind == RC_CANCEL) &&
+           c->queued_mono + (uint64_t)r->cfg.max_ttl_ms + 1000u <= now;
+}
+
 static void fail_old(rs_t *r, elist_t *list, uint64_t now)
 {
     for (elist_t *x = list->next, *next; x != list; x = next) {
@@ -1545,7 +1554,7 @@ static void fail_old(rs_t *r, elist_t *list, uint64_t now)
         next = x->next;
         if (c->queued_mono + r->cmd_timeout_ms > now && !r->closing)
             continue;
-        if (!r->closing && keep_cmd(c)) {
+        if (!r->closing && keep_cmd(c) && !undo_moot(r, c, now)) {
             if (c->kind == RC_OP && c->rq->req != NULL && !may_wait(c->rq->req) &&
                 detach(r, c) != 0)
                 goto fail;
@@ -1747,6 +1756,8 @@ static void send_lease_end_again(rs_t *r, const engine_req_t *req)
  * the held replies, or answer them "outcome unknown" and undo or send again what they did. */
 static void wait_settle(rs_t *r, int ok)
 {
+    uint64_t now = rs__now(r);
+
     r->wait_inflight = 0;
     r->waits++;
     if (!ok)
@@ -1754,7 +1765,7 @@ static void wait_settle(rs_t *r, int ok)
     while (!elist_empty(&r->unconfirmed)) {
         rcmd_t *c = ECONTAINER(r->unconfirmed.next, rcmd_t, link);
         elist_remove(&c->link);
-        if (ok)
+        if (ok || undo_moot(r, c, now)) /* confirmed, or moot (see undo_moot) */
             rs__cmd_free(c);
         else
             rs__send(r, c);
@@ -2225,6 +2236,20 @@ static void put_sem_gauges(rs_t *r, jsonw_t *w)
     freeReplyObject(rep);
 }
 
+/* Undo commands (RC_DROP, RC_CANCEL) not yet answered or, in strict, not yet confirmed. */
+static uint64_t count_undo(const rs_t *r)
+{
+    const elist_t *lists[] = {&r->unconfirmed, &r->pending, &r->retry, &r->inflight};
+    uint64_t n = 0;
+
+    for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++)
+        for (const elist_t *x = lists[i]->next; x != lists[i]; x = x->next) {
+            const rcmd_t *c = ECONTAINER(x, rcmd_t, link);
+            n += c->kind == RC_DROP || c->kind == RC_CANCEL;
+        }
+    return n;
+}
+
 static int rs_metrics(void *be, struct strbuf *out)
 {
     rs_t *r = be;
@@ -2264,6 +2289,10 @@ static int rs_metrics(void *be, struct strbuf *out)
     jsonw_prom_series(&w, "semad_redis_waits_short_total",
                       "WAIT commands that returned fewer replicas than asked.", "counter",
                       r->waits_short);
+    jsonw_prom_series(&w, "semad_redis_undo_pending",
+                      "Commands that end a lease or a wait on a client's behalf (an undo, a "
+                      "release sent again) not yet answered or, in strict, confirmed by WAIT.",
+                      "gauge", count_undo(r));
     jsonw_prom_series(&w, "semad_parked_waiters", "Requests parked now.", "gauge", r->nparked);
     jsonw_prom_series(&w, "semad_semaphores", "Semaphores.", "gauge", r->nsems);
     jsonw_prom_series(&w, "semad_leases", "Live leases.", "gauge", r->nleases);
