@@ -1538,13 +1538,13 @@ static int detach(rs_t *r, rcmd_t *c)
 
 /* While Redis is unreachable: answer what was queued too long (503), except what may wait,
  * and keep going what must (keep_cmd). */
-/* An undo (a release or a cancel sent again) older than the longest ttl and a second:
- * whatever it would end has expired on every replica by Redis's own clock, so it need not be
- * kept while Redis stays away. Bounds what such commands hold to a max ttl's worth. */
+/* A lease's end sent again (an undone grant, a client's release) older than the longest ttl
+ * and a second: the lease has expired on every replica by then, so the command need not be
+ * kept while Redis or its replicas stay away. Bounds what such commands hold to a max ttl's
+ * worth. (A waiter's cancel is kept: nothing expires a waiter whose instance lives.) */
 static int undo_moot(const rs_t *r, const rcmd_t *c, uint64_t now)
 {
-    return (c->kind == RC_DROP || c->kind == RC_CANCEL) &&
-           c->queued_mono + (uint64_t)r->cfg.max_ttl_ms + 1000u <= now;
+    return c->kind == RC_DROP && c->queued_mono + (uint64_t)r->cfg.max_ttl_ms + 1000u <= now;
 }
 
 static void fail_old(rs_t *r, elist_t *list, uint64_t now)
