@@ -387,11 +387,15 @@ class Relay:
             except (OSError, TypeError):
                 c.close()
                 continue
-            ends = [2]
-            lock = threading.Lock()
-            for a, b in ((c, u), (u, c)):
-                threading.Thread(target=self._pump, args=(a, b, c, u, ends, lock),
-                                 daemon=True).start()
+            self._join(c, u)
+
+    def _join(self, c, u):
+        """Join the client `c` to the target `u`: a thread pumps each way."""
+        ends = [2]
+        lock = threading.Lock()
+        for a, b in ((c, u), (u, c)):
+            threading.Thread(target=self._pump, args=(a, b, c, u, ends, lock),
+                             daemon=True).start()
 
     @staticmethod
     def _pump(src, dst, c, u, ends, lock):

@@ -447,6 +447,18 @@ def test_redis_restart_without_persistence():
 
 # ---- a release that WAIT did not confirm, and a failover ----
 
+def release_unconfirmed(s, replica, name, ttl_ms):
+    """A lease on a new semaphore `name`, released after `replica`, the primary's one replica,
+    left it (REPLICAOF NO ONE: it keeps the lease and takes nothing more): the release is
+    answered 503, the outcome unknown."""
+    put(s, name, 1)
+    lease = grant(s, name, ttl_ms=ttl_ms)
+    replica.cli("REPLICAOF", "NO", "ONE")
+    st, body = s.json("DELETE", "/v1/leases/" + lease["lease"])
+    assert st == 503 and "outcome is unknown" in json.dumps(body), (st, body)
+    return lease
+
+
 def test_unconfirmed_release_is_carried_to_the_promoted_replica():
     """--durability strict with ?replicas=1: a release whose WAIT comes back short is
     answered 503, the outcome unknown. Here the replica had left before it (so it never got
@@ -467,11 +479,7 @@ def test_unconfirmed_release_is_carried_to_the_promoted_replica():
         # relaxed instance on the same Redis reads what it holds
         reader = rf.Fleet("redis://127.0.0.1:%d" % relay.port, 1, durability="relaxed")
         s = fl[0]
-        put(s, "carry", 1)
-        lease = grant(s, "carry", ttl_ms=60000)
-        replica.cli("REPLICAOF", "NO", "ONE")  # it keeps the lease and takes nothing more
-        st, body = s.json("DELETE", "/v1/leases/" + lease["lease"])
-        assert st == 503 and "outcome is unknown" in json.dumps(body), (st, body)
+        release_unconfirmed(s, replica, "carry", 60000)
         assert view(reader[0], "carry")["held"] == 0  # the primary ran the release
         primary.kill()  # from here on, whatever the reader reads comes from the replica
         relay.target = ("127.0.0.1", replica.port)
@@ -518,21 +526,10 @@ class DemotingRelay(fx.Relay):
     def arm(self, marker, then):
         self.marker, self.then, self.injected = marker, then, threading.Event()
 
-    def _accept(self):
-        while True:
-            try:
-                c, _ = self.lsock.accept()
-            except OSError:
-                return
-            try:
-                u = socket.create_connection(self.target, timeout=10)
-                u.settimeout(None)
-            except (OSError, TypeError):
-                c.close()
-                continue
-            st = {"sent": 0, "mark": None}
-            threading.Thread(target=self._up, args=(c, u, st), daemon=True).start()
-            threading.Thread(target=self._down, args=(u, c, st), daemon=True).start()
+    def _join(self, c, u):
+        st = {"sent": 0, "mark": None}
+        threading.Thread(target=self._up, args=(c, u, st), daemon=True).start()
+        threading.Thread(target=self._down, args=(u, c, st), daemon=True).start()
 
     def _up(self, c, u, st):
         """semad to Redis: counts the commands, and notes the one that carries the marker."""
@@ -605,11 +602,7 @@ def test_undo_left_unconfirmed_is_kept_no_longer_than_the_longest_ttl():
                       "--default-ttl", "3s",
                       durability="strict")
         s = fl[0]
-        put(s, "gone", 1)
-        lease = grant(s, "gone", ttl_ms=3000)
-        replica.cli("REPLICAOF", "NO", "ONE")  # the primary has no replica from here on
-        st, body = s.json("DELETE", "/v1/leases/" + lease["lease"])
-        assert st == 503 and "outcome is unknown" in json.dumps(body), (st, body)
+        release_unconfirmed(s, replica, "gone", 3000)
 
         def undo():
             m = [line for line in fx.metrics_text(s).splitlines()

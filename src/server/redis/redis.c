@@ -1536,8 +1536,6 @@ static int detach(rs_t *r, rcmd_t *c)
     return 0;
 }
 
-/* While Redis is unreachable: answer what was queued too long (503), except what may wait,
- * and keep going what must (keep_cmd). */
 /* A lease's end sent again (an undone grant, a client's release) older than the longest ttl
  * and a second: the lease has expired on every replica by then, so the command need not be
  * kept while Redis or its replicas stay away. Bounds what such commands hold to a max ttl's
@@ -1547,6 +1545,8 @@ static int undo_moot(const rs_t *r, const rcmd_t *c, uint64_t now)
     return c->kind == RC_DROP && c->queued_mono + (uint64_t)r->cfg.max_ttl_ms + 1000u <= now;
 }
 
+/* While Redis is unreachable: answer what was queued too long (503), except what may wait,
+ * and keep going what must (keep_cmd). */
 static void fail_old(rs_t *r, elist_t *list, uint64_t now)
 {
     for (elist_t *x = list->next, *next; x != list; x = next) {
@@ -1759,9 +1759,6 @@ static void wait_settle(rs_t *r, int ok)
     uint64_t now = rs__now(r);
 
     r->wait_inflight = 0;
-    r->waits++;
-    if (!ok)
-        r->waits_short++;
     while (!elist_empty(&r->unconfirmed)) {
         rcmd_t *c = ECONTAINER(r->unconfirmed.next, rcmd_t, link);
         elist_remove(&c->link);
@@ -1808,11 +1805,15 @@ static void wait_settle(rs_t *r, int ok)
 static void wait_cb(redisAsyncContext *ac, void *reply, void *priv)
 {
     rconn_t *conn = ac->data;
+    rs_t *r = conn->r;
     redisReply *rep = reply;
+    int ok = rep != NULL && rep->type == REDIS_REPLY_INTEGER && rep->integer >= r->replicas;
 
     (void)priv;
-    wait_settle(conn->r, rep != NULL && rep->type == REDIS_REPLY_INTEGER &&
-                             rep->integer >= conn->r->replicas);
+    r->waits++;
+    if (!ok)
+        r->waits_short++;
+    wait_settle(r, ok);
 }
 
 /* The command connection went while replies were held and before their WAIT was sent (a
