@@ -54,7 +54,9 @@ typedef struct {
     int64_t connect_timeout_ms; /* TCP connect; 0: 3000 */
     int64_t request_timeout_ms; /* calls that do not wait for a permit; 0: 30000 */
     int max_retries;            /* retries after a network error (idempotent calls and acquires with
-                                   their idempotency key); 0: 2, < 0: none */
+                                   their idempotency key), and for reads, releases and ticket
+                                   leaves after a 503 too (docs/client.md, "Retries"); 0: 2,
+                                   < 0: none */
     int max_idle;               /* idle easy handles kept in the pool; 0: 8 */
     const char *owner;          /* default owner recorded with leases (borrowed for sema_client_new
                                    only: copied); NULL: "<hostname>:<pid>" */
@@ -187,8 +189,10 @@ SEMA_EXTERN int sema_client_renew(sema_client_t *c, sema_lease_t *lease, int64_t
                                   sema_client_error_t *err);
 
 /* DELETE /v1/leases/{id}: give the units back. The same 410 codes as renew when the lease
- * had already ended. Retried after a network error (a repeated release answers
- * SEMA_ESTALE, which a retry treats as done). */
+ * had already ended. Retried after a network error or a 503 (semad could not reach its
+ * store), opts.max_retries times, never sooner than a Retry-After asks; a repeated release
+ * answers SEMA_ESTALE, which a retry treats as done. When the retries run out the error is
+ * returned (SEMA_EIO for the store, http_status 503) and the lease holds until its ttl. */
 SEMA_EXTERN int sema_client_release(sema_client_t *c, const char *lease_id,
                                     sema_client_error_t *err);
 
@@ -298,8 +302,8 @@ SEMA_EXTERN int sema_client_ticket_get(sema_client_t *c, const char *id, int64_t
                                        sema_ticket_t *t, sema_client_error_t *err);
 
 /* DELETE /v1/tickets/{id}: leave the line (those behind move up); a granted ticket's lease
- * is released. Retried after a network error (a repeat that finds it ended counts as
- * done). SEMA_EGONE when it had ended already, SEMA_ENOENT. */
+ * is released. Retried after a network error or a 503, as a release is (a repeat that finds
+ * it ended counts as done). SEMA_EGONE when it had ended already, SEMA_ENOENT. */
 SEMA_EXTERN int sema_client_ticket_leave(sema_client_t *c, const char *id,
                                          sema_client_error_t *err);
 

@@ -373,14 +373,42 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
     return n;
 }
 
+/* A Retry-After value (delay-seconds or an HTTP-date, RFC 9110; not NUL-terminated) in ms
+ * from now: 0 when it is past or unreadable. */
+static int64_t retry_after_ms(const char *v, size_t len)
+{
+    char buf[64], *end;
+
+    while (len > 0 && (*v == ' ' || *v == '\t')) {
+        v++;
+        len--;
+    }
+    while (len > 0 && (v[len - 1] == '\r' || v[len - 1] == '\n' || v[len - 1] == ' '))
+        len--;
+    if (len == 0 || len >= sizeof buf)
+        return 0;
+    memcpy(buf, v, len);
+    buf[len] = '\0';
+    if (buf[0] >= '0' && buf[0] <= '9') {
+        long long s = strtoll(buf, &end, 10);
+        if (*end != '\0')
+            return 0;
+        return s < 86400 ? s * 1000 : 86400000; /* a day ends any client's retries anyway */
+    }
+    time_t at = curl_getdate(buf, NULL), now = time(NULL);
+    return at > now ? (int64_t)(at - now) * 1000 : 0;
+}
+
 static size_t on_header(char *data, size_t size, size_t nmemb, void *arg)
 {
     xfer_t *x = arg;
     size_t n = size * nmemb;
-    static const char ct[] = "content-type:";
+    static const char ct[] = "content-type:", ra[] = "retry-after:";
 
     if (n > sizeof ct && strncasecmp(data, ct, sizeof ct - 1) == 0)
         x->resp->problem = strstr(data, "problem+json") != NULL;
+    else if (n > sizeof ra && strncasecmp(data, ra, sizeof ra - 1) == 0)
+        x->resp->retry_after_ms = retry_after_ms(data + sizeof ra - 1, n - (sizeof ra - 1));
     return n;
 }
 
@@ -667,31 +695,71 @@ int client_reply_error(const client_resp_t *resp, sema_client_error_t *err)
     return code;
 }
 
-static int backoff(sema_client_t *c, int attempt, const volatile int *cancel)
+/* The wait before retry `attempt` (0: the first): 100 ms doubling, at most 6.4 s. */
+static int64_t backoff_ms(int attempt)
 {
-    return client_sleep_ms((int64_t)100 << (attempt < 6 ? attempt : 6), cancel);
+    return (int64_t)100 << (attempt < 6 ? attempt : 6);
+}
+
+/* What `n` retries wait in all: the sum of their backoffs (300 ms for the default 2). */
+static int64_t backoff_total_ms(int n)
+{
+    return n <= 7 ? ((int64_t)100 << n) - 100 : 12700 + (int64_t)(n - 7) * 6400;
+}
+
+/* Requests that may run twice, so that a 503 (semad could not reach its store, or a proxy in
+ * front of it is busy) is sent again like a network error: reads, and the end of a lease or
+ * a ticket (ended twice, it answers 404 or 410). Never an acquire, a take or a legacy up. */
+static int again_after_503(const client_req_t *req)
+{
+    return strcmp(req->method, "GET") == 0 || strcmp(req->method, "DELETE") == 0;
+}
+
+/* client_exchange(), sent again as client_call() says; *retries receives how many times. On
+ * 0 resp holds the reply (a 503 too, once the retries are spent). */
+static int exchange_retried(sema_client_t *c, const client_req_t *req, int retry,
+                            client_resp_t *resp, int *retries, sema_client_error_t *err)
+{
+    int64_t budget = retry ? backoff_total_ms(c->max_retries) : 0;
+
+    for (int attempt = 0;; attempt++) {
+        int64_t wait = backoff_ms(attempt);
+        int rc = client_exchange(c, req, resp, err);
+        *retries = attempt;
+        if (rc == 0 && (resp->status != 503 || !again_after_503(req)))
+            return 0;
+        if (rc != 0 && !client_retryable(rc))
+            return rc;
+        if (rc == 0 && resp->retry_after_ms > wait)
+            wait = resp->retry_after_ms; /* never sooner than the server asks */
+        if (wait > budget)
+            return rc;
+        if (rc == 0)
+            client_resp_free(resp);
+        budget -= wait;
+        if (client_sleep_ms(wait, req->cancel))
+            return client_fail(err, SEMA_ECANCELED, 0, "cancelled");
+    }
 }
 
 int client_call(sema_client_t *c, const client_req_t *req, int retry, json_t **json,
                 sema_client_error_t *err)
 {
     client_resp_t resp;
-    int rc;
+    int retries = 0;
 
     if (json != NULL)
         *json = NULL;
-    for (int attempt = 0;; attempt++) {
-        rc = client_exchange(c, req, &resp, err);
-        if (rc == 0 || !retry || !client_retryable(rc) || attempt >= c->max_retries)
-            break;
-        if (backoff(c, attempt, req->cancel))
-            return client_fail(err, SEMA_ECANCELED, 0, "cancelled");
-    }
+    int rc = exchange_retried(c, req, retry, &resp, &retries, err);
     if (rc != 0)
         return rc;
     if (resp.status < 200 || resp.status > 299) {
         rc = client_reply_error(&resp, err);
         client_resp_free(&resp);
+        if (retries > 0 && req->gone != 0 && rc == req->gone) { /* an earlier try got through */
+            client_clear(err);
+            rc = 0;
+        }
         return rc;
     }
     if (json != NULL && resp.len > 0) {

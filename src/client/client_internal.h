@@ -54,13 +54,16 @@ typedef struct {
     int64_t max_ms;             /* > 0: the whole exchange must end within this */
     client_sink_fn sink;        /* may be NULL: the body is buffered in resp */
     void *sink_arg;
+    int gone; /* client_call: a retry answered this SEMA_E* code ("already ended") counts
+                 as done, since an earlier try got through; 0: none */
 } client_req_t;
 
 typedef struct {
     long status; /* HTTP status, 0 when there was no reply */
     char *body;  /* NUL-terminated (free with free()), NULL when streamed or empty */
     size_t len;
-    int problem; /* the body is application/problem+json */
+    int problem;            /* the body is application/problem+json */
+    int64_t retry_after_ms; /* the wait the reply's Retry-After asks for, 0 without one */
 } client_resp_t;
 
 /* One exchange (no retries). Returns 0 when an HTTP reply arrived (any status; see
@@ -69,10 +72,12 @@ typedef struct {
 int client_exchange(sema_client_t *c, const client_req_t *req, client_resp_t *resp,
                     sema_client_error_t *err);
 
-/* client_exchange() retried after network errors when `retry` is set (backoff 100 ms,
- * doubling, c->max_retries times), then the status turned into a code: 2xx -> 0, else the
- * problem code's SEMA_E* with err filled. On 0 *json (may be NULL) receives the parsed
- * body (NULL for an empty one). */
+/* client_exchange(), then the status turned into a code: 2xx -> 0, else the problem code's
+ * SEMA_E* with err filled. With `retry` set it is sent again after a network error, and a
+ * GET or DELETE (which may run twice) after a 503 too: c->max_retries times, waiting 100 ms
+ * doubling (at most 6.4 s), or longer when a 503's Retry-After asks, as long as the waits
+ * stay within the backoffs' total. On 0 *json (may be NULL) receives the parsed body (NULL
+ * for an empty one). */
 int client_call(sema_client_t *c, const client_req_t *req, int retry, json_t **json,
                 sema_client_error_t *err);
 
@@ -116,8 +121,9 @@ int client_parse_lease(json_t *obj, int64_t sent_ns, sema_lease_t *lease);
 int client_renew(sema_client_t *c, sema_lease_t *lease, int64_t ttl_ms, int64_t max_ms,
                  sema_client_error_t *err);
 
-/* DELETE <prefix><escaped id>, retried after a network error; a retry answered `gone` (the
- * code of "already ended") counts as done: the first try got through. */
+/* DELETE <prefix><escaped id>, retried after a network error or a 503 (client_call); a
+ * retry answered `gone` (the code of "already ended") counts as done: an earlier try got
+ * through. */
 int client_delete_retried(sema_client_t *c, const char *prefix, const char *id, int gone,
                           sema_client_error_t *err);
 

@@ -480,17 +480,8 @@ int client_delete_retried(sema_client_t *c, const char *prefix, const char *id, 
 
     if (path == NULL)
         return client_fail(err, SEMA_ENOMEM, 0, "out of memory");
-    client_req_t req = {.method = "DELETE", .path = path};
-    for (int attempt = 0;; attempt++) {
-        rc = client_call(c, &req, 0, NULL, err);
-        if (attempt > 0 && rc == gone) { /* the first try got through */
-            rc = 0;
-            client_clear(err);
-        }
-        if (!client_retryable(rc) || attempt >= c->max_retries)
-            break;
-        client_sleep_ms((int64_t)100 << attempt, NULL);
-    }
+    client_req_t req = {.method = "DELETE", .path = path, .gone = gone};
+    rc = client_call(c, &req, 1, NULL, err);
     free(path);
     return rc;
 }

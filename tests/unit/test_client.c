@@ -3,11 +3,14 @@
  * call, error mapping, idempotent retries, cancel, threads, and the lease keep-alive. */
 #include "test.h"
 
+#include <arpa/inet.h>
 #include <ftw.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -66,7 +69,9 @@ static int read_port(const char *log)
     return port;
 }
 
-static void start_semad(void)
+/* Start semad with `args` (NULL-terminated, at most 8) after --listen; NULL: a data
+ * directory of its own, nothing kept. */
+static void start_semad_with(const char *const *args)
 {
     const char *bin = getenv("SEMAD");
     char log[96], data[96];
@@ -85,8 +90,11 @@ static void start_semad(void)
         FILE *g = freopen("/dev/null", "w", stdout);
         (void)f;
         (void)g;
-        execl(bin, bin, "--listen", "127.0.0.1:0", "--data", data, "--durability", "none",
-              (char *)NULL);
+        const char *dflt[] = {"--data", data, "--durability", "none", NULL};
+        const char *argv[12] = {bin, "--listen", "127.0.0.1:0"};
+        for (int i = 0; i < 8 && (args ? args : dflt)[i] != NULL; i++)
+            argv[3 + i] = (args ? args : dflt)[i];
+        execv(bin, (char *const *)argv);
         _exit(127);
     }
     atexit(stop_semad);
@@ -98,6 +106,11 @@ static void start_semad(void)
     }
     ASSERT_GT(port, 0);
     snprintf(semad_url, sizeof semad_url, "http://127.0.0.1:%d", port);
+}
+
+static void start_semad(void)
+{
+    start_semad_with(NULL);
 }
 
 /* Sanitizer builds run several times slower: stretch ttls and time bounds. */
@@ -815,24 +828,51 @@ static size_t collect(char *data, size_t size, size_t n, void *arg)
     return add;
 }
 
-/* semad's count of accepted connections, read from /metrics on a connection of its own. */
-static long accepted_connections(void)
+/* GET `path` from semad on a connection of its own: the status, and the body (up to 64 KiB)
+ * in buf. */
+static long semad_get(const char *path, char buf[65536])
 {
-    static char buf[65536];
     char url[128];
+    long status = 0;
     CURL *e = curl_easy_init();
 
     buf[0] = '\0';
-    snprintf(url, sizeof url, "%s/metrics", semad_url);
+    snprintf(url, sizeof url, "%s%s", semad_url, path);
     curl_easy_setopt(e, CURLOPT_URL, url);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, collect);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, buf);
     ASSERT_EQ(curl_easy_perform(e), CURLE_OK);
+    curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
     curl_easy_cleanup(e);
-    const char *p = strstr(buf, "\nsemad_http_connections_accepted_total ");
-    if (p == NULL)
+    return status;
+}
+
+/* The value of one series (its name and labels as printed) in the /metrics text `buf`, -1
+ * when it is not there. */
+static long metric_in(const char *buf, const char *series)
+{
+    char line[256];
+
+    snprintf(line, sizeof line, "\n%s ", series);
+    const char *p = strstr(buf, line);
+    return p != NULL ? strtol(p + strlen(line), NULL, 10) : -1;
+}
+
+static long metric(const char *series)
+{
+    static char buf[65536];
+
+    ASSERT_EQ(semad_get("/metrics", buf), 200);
+    return metric_in(buf, series);
+}
+
+/* semad's count of accepted connections. */
+static long accepted_connections(void)
+{
+    long n = metric("semad_http_connections_accepted_total");
+    if (n < 0)
         TEST_SKIP("semad has no semad_http_connections_accepted_total metric");
-    return strtol(p + strlen("\nsemad_http_connections_accepted_total "), NULL, 10);
+    return n;
 }
 
 TEST(connections_are_reused)
@@ -869,4 +909,248 @@ TEST(unreachable_server)
     ASSERT_EQ(sema_client_new(&c, "ftp://x", NULL), SEMA_EINVAL);
     ASSERT_EQ(sema_client_new(&c, NULL, NULL), SEMA_EINVAL);
     sema_client_free(NULL);
+}
+
+/* ---- 503 replies ----------------------------------------------------------------------- */
+
+/* A connection to semad with one request answered on it, kept open: with
+ * --max-connections-per-ip 1, semad refuses any other from this address (503, Retry-After: 1). */
+static int hold_connection(void)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port =
+                                htons((uint16_t)strtol(strrchr(semad_url, ':') + 1, NULL, 10)),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    static const char req[] = "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n";
+    char buf[512] = "";
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    ASSERT(fd >= 0);
+    ASSERT_OK(connect(fd, (struct sockaddr *)&a, sizeof a));
+    ASSERT_EQ(write(fd, req, sizeof req - 1), (ssize_t)(sizeof req - 1));
+    ASSERT_GT(read(fd, buf, sizeof buf - 1), 0);
+    ASSERT_EQ(strncmp(buf, "HTTP/1.1 200", 12), 0);
+    return fd;
+}
+
+/* Connections semad refused for --max-connections-per-ip, less the reads here it refused
+ * while it had not yet seen a closed connection go. */
+static long refused_connections(void)
+{
+    static char buf[65536];
+    long mine = 0;
+
+    for (int64_t end = mono_ms() + 5000 * slow(); semad_get("/metrics", buf) != 200; mine++) {
+        ASSERT_LT(mono_ms(), end);
+        usleep(10000);
+    }
+    return metric_in(buf, "semad_http_connections_rejected_per_ip_total") - mine;
+}
+
+TEST(release_waits_out_a_503s_retry_after)
+{
+    const char *args[] = {"--durability", "none", "--max-connections-per-ip", "1", NULL};
+    sema_client_opts_t opts = {.max_retries = 4}; /* backoffs of 0.1 to 0.8 s: 1.5 s in all */
+    sema_client_t *c = NULL;
+    sema_client_error_t e;
+
+    start_semad_with(args);
+    int held = hold_connection();
+    ASSERT_OK(sema_client_new(&c, semad_url, &opts));
+    int64_t t0 = mono_ms();
+    ASSERT_EQ(sema_client_release(c, "no-such-lease-0000000000", &e), SEMA_EUNAVAIL);
+    ASSERT_GE(mono_ms() - t0, 1000);
+    ASSERT_EQ(e.http_status, 503);
+    close(held);
+    /* the first try, and one retry a second later; a third would wait past the 1.5 s */
+    ASSERT_EQ(refused_connections(), 2);
+    sema_client_free(c);
+}
+
+/* ---- semad on a redis-server of our own ---------------------------------------------- */
+
+static pid_t redis_pid;
+static int redis_port;
+static char redis_dir[64];
+
+static void stop_redis(void)
+{
+    if (redis_pid > 0) {
+        kill(redis_pid, SIGKILL);
+        waitpid(redis_pid, NULL, 0);
+        redis_pid = 0;
+    }
+}
+
+static void remove_redis(void)
+{
+    stop_redis();
+    nftw(redis_dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+}
+
+static int free_port(void)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    ASSERT(fd >= 0);
+    ASSERT_OK(bind(fd, (struct sockaddr *)&a, sizeof a));
+    ASSERT_OK(getsockname(fd, (struct sockaddr *)&a, &len));
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static int redis_pong(void)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)redis_port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    char buf[16] = "";
+    int fd = socket(AF_INET, SOCK_STREAM, 0), ok = 0;
+
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        write(fd, "PING\r\n", 6) == 6 && read(fd, buf, sizeof buf - 1) > 0)
+        ok = strncmp(buf, "+PONG", 5) == 0; /* "-LOADING" while it reads its file back */
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
+/* Start redis-server (on a free port the first time, then on the same one) with every write
+ * in its append-only file before the reply, so a restart loads every lease back. */
+static void start_redis(void)
+{
+    char port[16];
+
+    if (redis_dir[0] == '\0') {
+        if (system("command -v redis-server >/dev/null") != 0)
+            TEST_SKIP("redis-server is not installed (scripts/deps.sh test)");
+        if (system("\"$SEMAD\" --help 2>&1 | grep -q 'redis://'") != 0)
+            TEST_SKIP("this semad has no Redis back end");
+        snprintf(redis_dir, sizeof redis_dir, "/tmp/sema-client-redis-XXXXXX");
+        ASSERT_NOT_NULL(mkdtemp(redis_dir));
+        atexit(remove_redis);
+        redis_port = free_port();
+    }
+    snprintf(port, sizeof port, "%d", redis_port);
+    redis_pid = fork();
+    ASSERT(redis_pid >= 0);
+    if (redis_pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        FILE *f = freopen("/dev/null", "w", stdout);
+        (void)f;
+        execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--dir",
+               redis_dir, "--save", "", "--appendonly", "yes", "--appendfsync", "always",
+               (char *)NULL);
+        _exit(127);
+    }
+    for (int64_t end = mono_ms() + 10000; !redis_pong() && mono_ms() < end;) {
+        usleep(10000);
+        ASSERT_EQ(waitpid(redis_pid, NULL, WNOHANG), 0);
+    }
+    ASSERT(redis_pong());
+}
+
+/* Wait (bounded) until semad says it reaches its store again. */
+static void wait_healthy(void)
+{
+    static char buf[65536];
+    for (int64_t end = mono_ms() + 10000 * slow(); semad_get("/healthz", buf) != 200;) {
+        ASSERT_LT(mono_ms(), end);
+        usleep(10000);
+    }
+}
+
+/* A client of a semad on a fresh redis-server that answers a request 503 within 300 ms of
+ * Redis going away (?timeout=). */
+static sema_client_t *client_on_redis(const sema_client_opts_t *opts)
+{
+    char engine[80];
+    sema_client_t *c = NULL;
+
+    start_redis();
+    snprintf(engine, sizeof engine, "redis://127.0.0.1:%d?timeout=300", redis_port);
+    const char *args[] = {"--engine", engine, "--durability", "relaxed", NULL};
+    start_semad_with(args);
+    ASSERT_OK(sema_client_new(&c, semad_url, opts));
+    return c;
+}
+
+/* Releases semad has answered 503. */
+static long releases_answered_503(void)
+{
+    long n = metric("semad_http_requests_total{method=\"DELETE\",route=\"/v1/leases/{id}\","
+                    "status=\"503\"}");
+    return n > 0 ? n : 0;
+}
+
+typedef struct {
+    sema_client_t *c;
+    const char *id;
+    int rc;
+    sema_client_error_t err;
+    atomic_int done;
+} release_call_t;
+
+static void *release_thread(void *arg)
+{
+    release_call_t *r = arg;
+    r->rc = sema_client_release(r->c, r->id, &r->err);
+    atomic_store(&r->done, 1);
+    return NULL;
+}
+
+TEST(release_answered_503_is_sent_again_until_redis_is_back)
+{
+    /* retries after 0.1, 0.3, 0.7, 1.5, 3.1, 6.3 and 12.7 s */
+    sema_client_opts_t opts = {.max_retries = 7};
+    sema_client_t *c = client_on_redis(&opts);
+    sema_acquire_opts_t o = {.weight = 2, .timeout_ms = 0, .ttl_ms = 120000};
+    sema_lease_t l, all;
+    pthread_t t;
+
+    ASSERT_OK(sema_client_create(c, "r503", 2, NULL, NULL));
+    ASSERT_OK(sema_client_acquire(c, "r503", &o, &l, NULL));
+    stop_redis();
+    release_call_t r = {.c = c, .id = l.id};
+    ASSERT_OK(pthread_create(&t, NULL, release_thread, &r));
+    /* answered 503 ("Redis is unreachable"), and sent again */
+    for (int64_t end = mono_ms() + 10000 * slow(); releases_answered_503() < 2;) {
+        ASSERT(!atomic_load(&r.done));
+        ASSERT_LT(mono_ms(), end);
+        usleep(10000);
+    }
+    start_redis();
+    pthread_join(t, NULL);
+    ASSERT_EQ(r.rc, 0);
+    ASSERT_EQ(r.err.code, 0);
+    /* the units are back at once: a try of the whole capacity is granted */
+    ASSERT_OK(sema_client_acquire(c, "r503", &o, &all, NULL));
+    ASSERT_OK(sema_client_release(c, all.id, NULL));
+    sema_client_free(c);
+}
+
+TEST(release_answered_503_fails_once_its_retries_run_out)
+{
+    sema_client_opts_t opts = {.max_retries = 2}; /* retries after 0.1 and 0.3 s */
+    sema_client_t *c = client_on_redis(&opts);
+    sema_acquire_opts_t o = {.weight = 1, .timeout_ms = 0, .ttl_ms = 120000};
+    sema_client_error_t e;
+    sema_lease_t l;
+
+    ASSERT_OK(sema_client_create(c, "r503-out", 1, NULL, NULL));
+    ASSERT_OK(sema_client_acquire(c, "r503-out", &o, &l, NULL));
+    stop_redis();
+    ASSERT_EQ(sema_client_release(c, l.id, &e), SEMA_EIO);
+    ASSERT_EQ(e.http_status, 503);
+    ASSERT_STREQ(e.problem, "store_unavailable");
+    ASSERT_EQ(releases_answered_503(), 3); /* the first try and both retries */
+    /* it did not happen: the lease holds its unit until its ttl */
+    start_redis();
+    wait_healthy();
+    sema_lease_t still;
+    ASSERT_OK(sema_client_lease_get(c, l.id, &still, NULL));
+    ASSERT_OK(sema_client_release(c, l.id, NULL));
+    sema_client_free(c);
 }
