@@ -17,6 +17,7 @@ export interface SemaErrorInit {
   status?: number;
   detail?: string;
   problem?: Problem;
+  retryAfterMs?: number | undefined;
   cause?: unknown;
 }
 
@@ -28,6 +29,8 @@ export class SemaError extends Error {
   readonly status: number;
   readonly detail: string | undefined;
   readonly problem: Problem | undefined;
+  /** The wait in ms that the reply's `Retry-After` header asked for; undefined without one. */
+  readonly retryAfterMs: number | undefined;
   constructor(message: string, init: SemaErrorInit) {
     super(message, init.cause === undefined ? undefined : { cause: init.cause });
     this.name = new.target.name;
@@ -35,6 +38,7 @@ export class SemaError extends Error {
     this.status = init.status ?? 0;
     this.detail = init.detail;
     this.problem = init.problem;
+    this.retryAfterMs = init.retryAfterMs;
   }
 }
 
@@ -76,9 +80,10 @@ const LEASE_ENDED = new Set(["lease_expired", "lease_revoked", "lease_released",
 /**
  * The error for a reply with a non-success status. `body` is the reply text (a problem
  * document, or plain text from the legacy routes). `lease` is true for requests on a
- * held lease (renew, release), where a 410 means the lease was lost.
+ * held lease (renew, release), where a 410 means the lease was lost. `retryAfter` is the
+ * reply's Retry-After header, if it had one.
  */
-export function errorFromReply(status: number, body: string, lease = false): SemaError {
+export function errorFromReply(status: number, body: string, lease = false, retryAfter?: string): SemaError {
   let problem: Problem | undefined;
   try {
     const parsed: unknown = JSON.parse(body);
@@ -91,7 +96,7 @@ export function errorFromReply(status: number, body: string, lease = false): Sem
   const code = problem?.code ?? codeForStatus(status);
   const detail = problem?.detail ?? (body.trim() || undefined);
   const message = `semad: ${status} ${code}${detail ? `: ${detail}` : ""}`;
-  const init: SemaErrorInit = { code, status, detail, problem };
+  const init: SemaErrorInit = { code, status, detail, problem, retryAfterMs: retryAfterMs(retryAfter) };
   if (lease && LEASE_ENDED.has(code)) return new SemaLeaseLostError(message, init);
   switch (code) {
     case "timeout":
@@ -123,6 +128,14 @@ export function errorFromReply(status: number, body: string, lease = false): Sem
   if (status >= 500) return new SemaServerError(message, init);
   if (status >= 400 && status < 500 && status !== 408) return new SemaInvalidRequestError(message, init);
   return new SemaError(message, init);
+}
+
+/** A Retry-After header (delay-seconds or an HTTP-date, RFC 9110) in ms from now; undefined when absent or unreadable. */
+function retryAfterMs(v: string | undefined): number | undefined {
+  if (v === undefined) return undefined;
+  if (/^\s*\d+\s*$/.test(v)) return Number(v) * 1000;
+  const at = Date.parse(v);
+  return Number.isNaN(at) ? undefined : Math.max(0, at - Date.now());
 }
 
 function codeForStatus(status: number): string {

@@ -27,6 +27,8 @@ export interface HttpRequest {
 export interface HttpReply {
   status: number;
   text: string;
+  /** An error reply's (4xx, 5xx) Retry-After header, if it had one. */
+  retryAfter?: string | undefined;
 }
 
 export interface HttpStream {
@@ -88,7 +90,8 @@ export class FetchHttp implements Http {
         redirect: "manual",
       });
       if (r.keepReply) outer?.removeEventListener("abort", onAbort);
-      return { status: res.status, text: await res.text() };
+      const retryAfter = res.status >= 400 ? (res.headers.get("retry-after") ?? undefined) : undefined;
+      return { status: res.status, text: await res.text(), retryAfter };
     } finally {
       outer?.removeEventListener("abort", onAbort);
     }
@@ -213,7 +216,8 @@ export class NodeHttp implements Http {
         });
         res.on("end", () => {
           detach();
-          resolve({ status: res.statusCode ?? 0, text });
+          const status = res.statusCode ?? 0;
+          resolve({ status, text, retryAfter: status >= 400 ? res.headers["retry-after"] : undefined });
         });
         res.on("error", fail);
         res.on("close", () => {

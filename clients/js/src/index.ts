@@ -44,7 +44,13 @@ export interface ClientOptions {
   token?: string;
   /** Lease ttl in ms when an acquire gives none. Default: the server's (`--default-ttl`, 60 s). */
   ttlMs?: number;
-  /** How long requests that are safe to repeat keep being retried after network errors. Default 5000 ms. */
+  /**
+   * How long requests that are safe to repeat keep being retried after network errors; reads
+   * (GET) and the ends of leases and tickets (`permit.release()`, `leaveTicket`) also after a
+   * 503 (semad could not reach its store). Between tries: 50 ms doubling to 1 s, or what a
+   * 503's Retry-After asks if longer (a Retry-After past the window ends the retries).
+   * Default 5000 ms.
+   */
   retryMs?: number;
   /**
    * How requests are sent: `"node"`, node:http with a keep-alive Agent (the default on
@@ -218,6 +224,7 @@ export interface LeaseReply {
 interface Reply {
   status: number;
   text: string;
+  retryAfter?: string | undefined;
 }
 
 function sleep(ms: number, signal?: AbortSignal): Promise<void> {
@@ -281,6 +288,12 @@ function makeHttp(url: string, opts: ClientOptions): Http {
 }
 
 const SAFE = new Set(["GET", "PUT", "PATCH"]);
+/**
+ * Requests that may run twice, so `retrying` sends them again after a 503 too (semad could not
+ * reach its store): reads, and the end of a lease or a ticket (ended twice, it answers 404 or
+ * 410). Never an acquire, a take or a legacy up.
+ */
+const SAFE_AFTER_503 = new Set(["GET", "DELETE"]);
 
 /** The HTTP side of the client, shared by its semaphores, permits and locks. */
 class Transport {
@@ -351,24 +364,30 @@ class Transport {
       });
     }
     if ((res.status >= 200 && res.status < 300) || opts.accept?.includes(res.status)) return res;
-    throw errorFromReply(res.status, res.text, opts.lease);
+    throw errorFromReply(res.status, res.text, opts.lease, res.retryAfter);
   }
 
-  /** The reply's JSON. Requests safe to repeat (GET, PUT, PATCH) are retried after network errors. */
+  /** The reply's JSON. Requests safe to repeat (GET, PUT, PATCH) are retried after network errors (GET after a 503 too). */
   async json<T>(method: string, path: string, opts: Parameters<Transport["send"]>[2] = {}): Promise<T> {
     const r = SAFE.has(method) ? await this.retrying(method, path, opts) : await this.send(method, path, opts);
     return (r.text ? JSON.parse(r.text) : undefined) as T;
   }
 
-  /** `send`, repeated after network errors for up to `retryMs` (for requests safe to repeat). */
+  /**
+   * `send`, repeated for up to `retryMs` (for requests safe to repeat) after network errors,
+   * and after a 503 for the methods of SAFE_AFTER_503, never sooner than its Retry-After asks.
+   */
   async retrying(method: string, path: string, opts: Parameters<Transport["send"]>[2] = {}): Promise<Reply> {
     const deadline = Date.now() + this.retryMs;
+    const after503 = SAFE_AFTER_503.has(method);
     for (let delay = 50; ; delay = Math.min(delay * 2, 1000)) {
       try {
         return await this.send(method, path, opts);
       } catch (e) {
-        if (!(e instanceof SemaNetworkError) || Date.now() + delay > deadline) throw e;
-        await sleep(delay, opts.signal);
+        if (!(e instanceof SemaNetworkError || (after503 && e instanceof SemaError && e.status === 503))) throw e;
+        const wait = Math.max(delay, e.retryAfterMs ?? 0);
+        if (Date.now() + wait > deadline) throw e;
+        await sleep(wait, opts.signal);
       }
     }
   }
@@ -516,8 +535,9 @@ export class Permit {
   }
 
   /**
-   * Gives the units back. Idempotent; never rejects (a release that cannot reach semad
-   * leaves the lease to its ttl). Await it to know the units are back.
+   * Gives the units back. Idempotent; never rejects. Sent again after a network error or a 503
+   * for up to `retryMs`; a release that never gets through leaves the lease to its ttl. Await
+   * it to know the units are back.
    */
   release(): Promise<void> {
     if (this.#released) return this.#released;

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
-// Test support: a real semad on an ephemeral port, a TCP proxy in front of it that can lose
-// replies and cut connections, and a few raw HTTP helpers.
-import { spawn, type ChildProcess } from "node:child_process";
+// Test support: a real semad on an ephemeral port (in memory, or on a real redis-server of
+// the tests' own), a TCP proxy in front of it that can lose replies and cut connections, and
+// a few raw HTTP helpers.
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { createServer, connect, type Socket } from "node:net";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -27,16 +28,20 @@ export interface Semad {
 export interface StartOptions {
   port?: number;
   data?: string;
+  /** semad's --engine: a redis:// URL (see startRedis). */
+  engine?: string;
   args?: string[];
 }
 
 /**
  * Starts semad; resolves with { url, port, proc, stop(), kill() } once it prints its address.
- * opts.port reuses a port (a restart), opts.data a data directory (strict durability).
+ * opts.port reuses a port (a restart), opts.data a data directory (strict durability),
+ * opts.engine a Redis to keep the state in.
  */
 export function startSemad(opts: StartOptions = {}): Promise<Semad> {
   const args = ["--listen", `127.0.0.1:${opts.port ?? 0}`];
-  if (opts.data) args.push("--data", opts.data, "--durability", "strict");
+  if (opts.engine) args.push("--engine", opts.engine, "--durability", "relaxed");
+  else if (opts.data) args.push("--data", opts.data, "--durability", "strict");
   else args.push("--durability", "none");
   args.push(...(opts.args ?? []));
   const proc = spawn(SEMAD, args, { stdio: ["ignore", "ignore", "pipe"] });
@@ -99,6 +104,89 @@ export async function http(url: string, method: string, path: string, body?: unk
 }
 
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** One series of semad's /metrics (its name and labels as printed); 0 when semad prints none. */
+export async function metric(url: string, series: string): Promise<number> {
+  const text = (await http(url, "GET", "/metrics")).body as string;
+  const line = text.split("\n").find((l) => l.startsWith(`${series} `));
+  return line ? Number(line.slice(series.length + 1)) : 0;
+}
+
+/** Why the tests of semad on Redis cannot run here, or undefined when they can. */
+export function redisMissing(): string | undefined {
+  if (spawnSync("redis-server", ["--version"]).error) return "redis-server is not installed (scripts/deps.sh test)";
+  const help = spawnSync(SEMAD, ["--help"], { encoding: "utf8" });
+  if (!`${help.stdout}${help.stderr}`.includes("redis://")) return "this semad has no Redis back end";
+  return undefined;
+}
+
+/** A redis-server of the test's own; every write is in its append-only file before the reply. */
+export interface Redis {
+  port: number;
+  url: string;
+  /** kill -9: it answers nothing more. */
+  kill(): Promise<void>;
+  /** Starts it again on the same port and directory: it loads back what it had. */
+  start(): Promise<void>;
+  close(): Promise<void>;
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolvePort, reject) => {
+    const s = createServer();
+    s.on("error", reject);
+    s.listen(0, "127.0.0.1", () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => resolvePort(port));
+    });
+  });
+}
+
+/** Whether Redis on `port` answers PING (not while it loads its file back). */
+function pong(port: number): Promise<boolean> {
+  return new Promise((done) => {
+    const s = connect(port, "127.0.0.1");
+    const finish = (ok: boolean) => {
+      s.destroy();
+      done(ok);
+    };
+    s.setTimeout(1000, () => finish(false));
+    s.on("error", () => finish(false));
+    s.on("connect", () => s.write("PING\r\n"));
+    s.on("data", (b: Buffer) => finish(b.toString("latin1").startsWith("+PONG")));
+  });
+}
+
+/** Starts redis-server on a free loopback port, in a temporary directory. */
+export async function startRedis(): Promise<Redis> {
+  const dir = tempDir();
+  const port = await freePort();
+  let proc: ChildProcess | undefined;
+  const kill = async () => {
+    const p = proc;
+    proc = undefined;
+    if (!p || p.exitCode !== null || p.signalCode !== null) return;
+    const exited = new Promise<void>((r) => p.once("exit", () => r()));
+    p.kill("SIGKILL");
+    await exited;
+  };
+  const start = async () => {
+    const args = ["--port", String(port), "--bind", "127.0.0.1", "--dir", dir.path, "--save", ""];
+    proc = spawn("redis-server", [...args, "--appendonly", "yes", "--appendfsync", "always"], { stdio: "ignore" });
+    await until(() => pong(port), 10000, `redis-server on ${port}`);
+  };
+  await start();
+  return {
+    port,
+    url: `redis://127.0.0.1:${port}`,
+    kill,
+    start,
+    async close() {
+      await kill();
+      dir.remove();
+    },
+  };
+}
 
 /** Polls `fn` until it returns a truthy value (or throws after `ms`). */
 export async function until<T>(fn: () => T | Promise<T>, ms = 3000, what = "condition"): Promise<T> {
