@@ -287,6 +287,14 @@ def one_instance(s):
     return s.next() if hasattr(s, "next") else s
 
 
+def metric(s, name):
+    """The value of the unlabelled series `name` in semad's /metrics, or None without it."""
+    st, _, body = s.request("GET", "/metrics")
+    assert st == 200, st
+    m = re.search(r"^%s (\d+)$" % re.escape(name), body.decode(), re.M)
+    return int(m.group(1)) if m else None
+
+
 def metrics_text(s):
     """The /metrics text of every instance behind `s` (one for a plain Semad)."""
     if hasattr(s, "metrics_text"):

@@ -278,6 +278,65 @@ def test_disconnect_while_parked_frees_the_slot_at_once():
         follower.close()
 
 
+def waiters_leave_as_they_are_granted(durability):
+    """n waiters park on a semaphore held whole by one lease; semad is stopped (SIGSTOP);
+    the lease is released and then every waiter's client closes its connection; semad goes
+    on. It reads the release first (its socket was ready first) and grants all n, so every
+    grant is made for a client already gone, whose close semad has not read yet. Returns
+    semad's count of undelivered grants for the caller to check."""
+    n = 100
+    with fx.Semad(durability=durability) as s:
+        put(s, "fin", n)
+        st, holder = acquire(s, "fin", weight=n, ttl_ms=600000)
+        assert st == 200, holder
+        waiters = []
+        for _ in range(n):
+            sock = s.raw(direct=True)
+            sock.sendall(fx.raw_request("POST", "/v1/semaphores/fin/acquire",
+                                        {"ttl_ms": 600000}))
+            waiters.append(sock)
+        fx.wait_until(lambda: waiting(s, "fin") == n, what="%d waiters to park" % n)
+        rel = s.raw(direct=True)
+        rf = rel.makefile("rb")
+        rel.sendall(fx.raw_request("GET", "/healthz"))  # accepted and read before the stop
+        assert fx.read_response(rf)[0] == 200
+        os.kill(s.proc.pid, signal.SIGSTOP)
+        try:
+            rel.sendall(fx.raw_request("DELETE", "/v1/leases/" + holder["lease"]))
+            for sock in reversed(waiters):  # the first granted close last
+                sock.close()
+        finally:
+            os.kill(s.proc.pid, signal.SIGCONT)
+        assert fx.read_response(rf)[0] == 204
+        rel.close()
+
+        def settled():
+            sem = s.json("GET", "/v1/semaphores/fin")[1]
+            return sem["held"] == 0 and sem["waiting"] == 0 and sem
+        sem = fx.wait_until(settled, timeout=10, what="every unit back (the ttl is 600 s)")
+        assert sem["available"] == n, sem
+        st, lease = acquire(s, "fin", weight=n, timeout_ms=0)
+        assert st == 200, lease
+        return fx.metric(s, "semad_http_undelivered_grants_total")
+
+
+@fx.not_through_proxy("a client's disconnect (prism does not pass it on)")
+def test_grants_to_clients_that_left_are_given_back_at_once():
+    """Without a store, each grant's reply is written as the release is applied: each looks
+    for its client's close first (the FIN watch) and gives the units back at once, not
+    after the ttl. 100 closes are more than one read of the FIN watch reports (64), and the
+    first granted closed last, so the looks fall back to reading each socket too."""
+    undelivered = waiters_leave_as_they_are_granted("none")
+    assert undelivered == 100, undelivered
+
+
+@fx.not_through_proxy("a client's disconnect (prism does not pass it on)")
+def test_grants_waiting_for_their_commit_are_given_back_when_their_clients_leave():
+    """With the strict store the grants wait for their group commit, and semad reads the
+    closes meanwhile: each close cancels its grant, which gives the units back."""
+    waiters_leave_as_they_are_granted("strict")
+
+
 @fx.not_through_proxy("malformed HTTP (the proxy answers it itself)")
 def test_malformed_request_400_and_close():
     with fx.Semad() as s:

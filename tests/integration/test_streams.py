@@ -27,13 +27,6 @@ def rss_kib(pid):
     raise AssertionError("no VmRSS")
 
 
-def metric(s, name):
-    st, _, body = s.request("GET", "/metrics")
-    assert st == 200
-    m = re.search(r"^%s (\d+)$" % re.escape(name), body.decode(), re.M)
-    return int(m.group(1)) if m else None
-
-
 def subscribe(s, name, rcvbuf=None):
     """A raw event-stream request; the client reads nothing unless asked."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -104,7 +97,7 @@ def test_non_reading_streams_stay_bounded_and_memory_comes_back():
         for r in readers:
             r.start()
         silent = [subscribe(s, name, rcvbuf=4096) for _ in range(nstreams)]
-        fx.wait_until(lambda: metric(s, "semad_event_streams") == nstreams + 3,
+        fx.wait_until(lambda: fx.metric(s, "semad_event_streams") == nstreams + 3,
                       timeout=30 * fx.SLOW, what="every stream subscribed")
         peak = [idle]
         done = threading.Event()
@@ -125,7 +118,7 @@ def test_non_reading_streams_stay_bounded_and_memory_comes_back():
         grew = (peak[0] - idle) * 1024
         print("idle %d KiB, peak %d KiB (+%.1f MiB) with %d silent streams, %d events; %s cut"
               % (idle, peak[0], grew / MIB, nstreams, events,
-                 metric(s, "semad_event_streams_cut_total")))
+                 fx.metric(s, "semad_event_streams_cut_total")))
         for r in readers:
             seqs = [int(i.split("-")[1]) for i in r.ids]
             assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), "gap or reorder"
@@ -136,9 +129,9 @@ def test_non_reading_streams_stay_bounded_and_memory_comes_back():
         for r in readers:
             r.sock.shutdown(socket.SHUT_RDWR)
             r.sock.close()
-        fx.wait_until(lambda: metric(s, "semad_event_streams") == 0, timeout=30 * fx.SLOW,
+        fx.wait_until(lambda: fx.metric(s, "semad_event_streams") == 0, timeout=30 * fx.SLOW,
                       what="every stream closed")
-        assert metric(s, "semad_event_stream_buffer_bytes") < 64 * 1024
+        assert fx.metric(s, "semad_event_stream_buffer_bytes") < 64 * 1024
         if not SANITIZED:
             fx.wait_until(lambda: rss_kib(s.proc.pid) - idle < 20 * 1024, timeout=10,
                           what="memory back within 20 MB of idle (now %d KiB, idle %d KiB)"
@@ -156,13 +149,13 @@ def test_all_streams_together_are_capped_slowest_first():
         reader = Reader(s, name)
         reader.start()
         silent = [subscribe(s, name, rcvbuf=4096) for _ in range(50)]
-        fx.wait_until(lambda: metric(s, "semad_event_streams") == 51, timeout=30 * fx.SLOW,
+        fx.wait_until(lambda: fx.metric(s, "semad_event_streams") == 51, timeout=30 * fx.SLOW,
                       what="every stream subscribed")
         drive_pairs(s, name, 8000)
         assert reader.wait_for(16000, 60 * fx.SLOW) == 16000
-        cut = metric(s, "semad_event_streams_cut_total")
+        cut = fx.metric(s, "semad_event_streams_cut_total")
         assert cut >= 1, cut
-        assert metric(s, "semad_event_stream_buffer_bytes") <= 2 * MIB + 64 * 1024
+        assert fx.metric(s, "semad_event_stream_buffer_bytes") <= 2 * MIB + 64 * 1024
         lines = [ln for ln in s.log() if "event stream(s) whose clients do not read" in ln]
         # cuts are summarised: at least one line, and fewer lines than cuts when there were many
         assert len(lines) >= 1 and (len(lines) < cut or cut == 1), (len(lines), cut)

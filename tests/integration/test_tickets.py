@@ -66,13 +66,6 @@ def sem(s, name):
     return body
 
 
-def metric(s, name):
-    st, _, body = s.request("GET", "/metrics")
-    assert st == 200
-    m = re.search(r"^%s (\d+)$" % re.escape(name), body.decode(), re.M)
-    return int(m.group(1)) if m else None
-
-
 class Acquirer(threading.Thread):
     """A long-poll acquire on its own connection: its lease once granted."""
 
@@ -176,7 +169,7 @@ def test_positions_exact_after_cancellations_and_abandonments():
             for i, tid in enumerate(ids):
                 if tid is not None and i not in gone and i not in (3, 8):
                     read(s, tid)
-            return metric(s, "semad_tickets_abandoned_total") == 2
+            return fx.metric(s, "semad_tickets_abandoned_total") == 2
         fx.wait_until(abandoned, 15, "the unread tickets to be dropped")
         gone |= {3, 8}
         ahead, ahead_w = 0, 0
@@ -187,8 +180,8 @@ def test_positions_exact_after_cancellations_and_abandonments():
             ahead += 1
             ahead_w += weights[i]
         assert problem(s, "GET", "/v1/tickets/" + ids[3]) == (410, "ticket_ended")
-        assert metric(s, "semad_tickets_abandoned_total") == 2
-        assert metric(s, "semad_tickets_left_total") == 2
+        assert fx.metric(s, "semad_tickets_abandoned_total") == 2
+        assert fx.metric(s, "semad_tickets_left_total") == 2
         assert sem(s, "q")["waiting"] == ahead
         for lease in held:
             release(s, lease)
@@ -204,7 +197,7 @@ def test_keepalive_drops_a_waiting_ticket_and_releases_an_uncollected_grant():
         # Unread, the first is dropped and the one behind moves up (reading it keeps it).
         fx.wait_until(lambda: position(s, behind) == (1, 0), 10, "the unread ticket to go")
         assert problem(s, "GET", "/v1/tickets/" + idle) == (410, "ticket_ended")
-        assert metric(s, "semad_tickets_abandoned_total") == 1
+        assert fx.metric(s, "semad_tickets_abandoned_total") == 1
         # A ticket granted while nobody reads it: its lease goes back after keepalive.
         late = ticket(s, "k", keepalive_ms=1500)["ticket"]
         st, _, _ = s.request("DELETE", "/v1/tickets/" + behind)
@@ -213,7 +206,7 @@ def test_keepalive_drops_a_waiting_ticket_and_releases_an_uncollected_grant():
         release(s, lease)  # its turn: granted, and nobody comes to see
         assert sem(s, "k")["held"] == 1
         fx.wait_until(lambda: sem(s, "k")["held"] == 0, 10, "the uncollected lease to go")
-        assert metric(s, "semad_tickets_uncollected_total") == 1
+        assert fx.metric(s, "semad_tickets_uncollected_total") == 1
         assert problem(s, "GET", "/v1/tickets/" + late) == (410, "ticket_ended")
         assert sem(s, "k")["available"] == 1
 
@@ -258,7 +251,7 @@ def test_reload_keeps_the_place_and_long_poll_answers_on_change():
         th = threading.Thread(target=poll, daemon=True)
         th.start()
         # the long-poll answers a change from what it found: let it arrive first
-        fx.wait_until(lambda: metric(s, "semad_ticket_watchers") == 1, 10, "the long-poll")
+        fx.wait_until(lambda: fx.metric(s, "semad_ticket_watchers") == 1, 10, "the long-poll")
         st, _, _ = s.request("DELETE", "/v1/tickets/" + a)
         assert st == 204
         th.join(10 * fx.SLOW)

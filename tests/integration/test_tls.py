@@ -103,15 +103,6 @@ def curl(*args, timeout=30):
                           capture_output=True, text=True, timeout=timeout * fx.SLOW)
 
 
-def metric(s, name):
-    st, _, body = s.request("GET", "/metrics")
-    assert st == 200
-    for line in body.decode().splitlines():
-        if line.startswith(name + " "):
-            return int(line.split()[1])
-    raise AssertionError("no metric " + name)
-
-
 def closed_by_server(sock, timeout=5):
     sock.settimeout(timeout * fx.SLOW)
     try:
@@ -166,7 +157,7 @@ def test_curl_sema_and_python_over_tls():
                 assert st == 200 and len(body) > 16384, (st, len(body))
                 assert len(json.loads(body)["semaphores"]) == 41
             k.close()
-            assert metric(s, "semad_tls_handshakes_total") >= 5
+            assert fx.metric(s, "semad_tls_handshakes_total") >= 5
     finally:
         c.close()
 
@@ -218,8 +209,8 @@ def test_plain_http_to_the_tls_port_is_refused():
             sock.sendall(b"\x00\x01\x02garbage\r\n\r\n")
             assert closed_by_server(sock)
             assert s.request("GET", "/healthz")[0] == 200  # still serving
-            assert metric(s, "semad_tls_plain_http_refused_total") == 2
-            assert metric(s, "semad_tls_handshake_failures_total") >= 1
+            assert fx.metric(s, "semad_tls_plain_http_refused_total") == 2
+            assert fx.metric(s, "semad_tls_handshake_failures_total") >= 1
     finally:
         c.close()
 
@@ -268,7 +259,7 @@ def test_client_certificates_required_and_checked():
             # the verified subject CN is the connection's client name
             fx.wait_until(lambda: any("PUT /v1/semaphores/cc -> 201 client=worker-1" in l
                                       for l in s.log()), what="the request's log line")
-            assert metric(s, "semad_tls_handshake_failures_total") >= 4
+            assert fx.metric(s, "semad_tls_handshake_failures_total") >= 4
     finally:
         c.close()
 
@@ -415,7 +406,7 @@ def test_handshake_has_a_deadline():
             assert s.request("GET", "/healthz")[0] == 200  # others are served meanwhile
             assert closed_by_server(silent) and closed_by_server(slow)
             assert time.monotonic() - t0 < 5 * fx.SLOW
-            assert metric(s, "semad_tls_handshake_failures_total") == 2
+            assert fx.metric(s, "semad_tls_handshake_failures_total") == 2
     finally:
         c.close()
 
