@@ -382,6 +382,103 @@ TEST(strict_without_the_replicas_it_waits_for_acknowledges_nothing)
     redisFree(rc);
 }
 
+/* Rewrite a live lease the way an earlier version kept it: its record in the stem's :l hash,
+ * 'L' and the stem in its id's key. Returns the stem's :l key (the caller frees it). */
+static char *lease_to_earlier_layout(redisContext *rc, const char *lid)
+{
+    redisReply *r = redisCommand(rc, "GET sema:id:%s", lid);
+    const char *stem;
+    size_t nul = 0, i, reclen = 0;
+    char *kl;
+
+    ASSERT(r != NULL && r->type == REDIS_REPLY_STRING && r->len > 1);
+    ASSERT_EQ(r->str[0], 'l');
+    for (i = 1; i < r->len && nul < 9; i++)
+        if (r->str[i] == '\0' && ++nul == 9)
+            reclen = i - 1;
+    ASSERT_EQ(nul, 9);
+    stem = r->str + reclen + 2;
+    kl = malloc(strlen(stem) + 3);
+    ASSERT_NOT_NULL(kl);
+    sprintf(kl, "%s:l", stem);
+    freeReplyObject(redisCommand(rc, "HSET %s %s %b", kl, lid, r->str + 1, reclen));
+    freeReplyObject(redisCommand(rc, "SET sema:id:%s L%s", lid, stem));
+    freeReplyObject(r);
+    return kl;
+}
+
+static int id_key_starts(redisContext *rc, const char *lid, char c)
+{
+    redisReply *r = redisCommand(rc, "GET sema:id:%s", lid);
+    int yes = r != NULL && r->type == REDIS_REPLY_STRING && r->len > 0 && r->str[0] == c;
+
+    freeReplyObject(r);
+    return yes;
+}
+
+/* Leases written by an earlier version (their records in :l) are read, renewed, released,
+ * found by their Idempotency-Key and ended by a delete; each leaves :l as it is written. */
+TEST(leases_of_the_earlier_layout_keep_working)
+{
+    redisContext *rc = redis_sync();
+    char cmd[512], *kl = NULL;
+    treq_t *a, *b, *c, *t;
+    fx_t f;
+
+    fx_init(&f);
+    fx_put(&f, "up", 3);
+    a = treq_new(ENGINE_ACQUIRE, "up");
+    a->r.weight = 1;
+    a->r.idem_key = "key-a";
+    ASSERT_OK(fx_do(&f, a));
+    b = fx_acquire(&f, "up", 1, -1);
+    c = fx_acquire(&f, "up", 1, -1);
+    free(lease_to_earlier_layout(rc, lease_id(b)));
+    free(lease_to_earlier_layout(rc, lease_id(c)));
+    kl = lease_to_earlier_layout(rc, lease_id(a));
+    snprintf(cmd, sizeof cmd, "HLEN %s", kl);
+    ASSERT_EQ(redis_int(rc, cmd), 3);
+
+    t = treq_new(ENGINE_LEASE_GET, lease_id(a));
+    ASSERT_OK(fx_do(&f, t));
+    ASSERT_EQ(jint(t->res, "fence"), jint(a->res, "fence"));
+    treq_free(t);
+    ASSERT_EQ(fx_state(&f, "up", "held"), 3);
+    t = treq_new(ENGINE_SEM_GET, "up");
+    ASSERT_OK(fx_do(&f, t));
+    ASSERT_EQ(json_array_size(json_object_get(t->res, "holders")), 3);
+    treq_free(t);
+    /* the Idempotency-Key finds its lease */
+    t = treq_new(ENGINE_ACQUIRE, "up");
+    t->r.weight = 1;
+    t->r.idem_key = "key-a";
+    ASSERT_OK(fx_do(&f, t));
+    ASSERT_STREQ(lease_id(t), lease_id(a));
+    treq_free(t);
+
+    t = treq_new(ENGINE_LEASE_RENEW, lease_id(a));
+    t->r.ttl_ms = 60000;
+    ASSERT_OK(fx_do(&f, t));
+    ASSERT_EQ(jint(t->res, "fence"), jint(a->res, "fence"));
+    treq_free(t);
+    ASSERT(id_key_starts(rc, lease_id(a), 'l'));
+    ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(b)));
+    ASSERT_EQ(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(b)), SEMA_ESTALE);
+    ASSERT(id_key_starts(rc, lease_id(b), 'T'));
+    ASSERT_EQ(redis_int(rc, cmd), 1); /* c's record is left */
+    ASSERT_EQ(fx_state(&f, "up", "held"), 2);
+    ASSERT_OK(fx_op(&f, ENGINE_SEM_DELETE, "up", 0));
+    ASSERT_EQ(fx_lease_op(&f, ENGINE_LEASE_GET, lease_id(c)), SEMA_ECANCELED);
+    ASSERT_EQ(fx_lease_op(&f, ENGINE_LEASE_GET, lease_id(a)), SEMA_ECANCELED);
+    ASSERT_EQ(redis_int(rc, cmd), 0);
+    free(kl);
+    treq_free(a);
+    treq_free(b);
+    treq_free(c);
+    fx_free(&f);
+    redisFree(rc);
+}
+
 /* A keyed lock awaited on B and freed on A: B's waiter gets it with its mode. */
 TEST(a_lock_freed_on_a_is_granted_to_b_with_its_mode)
 {

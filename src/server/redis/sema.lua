@@ -168,6 +168,80 @@ local function lunpack(s)
                        sttl = ttl, sacq = acq, sexp = exp}, LREC)
 end
 
+-- A live lease's record is its id's key, sema:id:LID: 'l', the record's fields, then its
+-- semaphore's stem, all NUL-separated; so a release reads its lease, and a grant writes it,
+-- in one command. (An earlier version kept the record in the stem's :l hash and 'L' and the
+-- stem in the id's key: such a lease is read from :l, marked `old`, and leaves :l when it
+-- is written or ends. :x holds every live lease of either kind.)
+local IDPAT = '^l([^%z]*)%z([^%z]*)%z([^%z]*)%z([^%z]*)%z([^%z]*)%z([^%z]*)%z([^%z]*)%z' ..
+              '([^%z]*)%z([^%z]*)%z(.*)$'
+-- The lease in an id key's value v and its stem (nil for anything else: a tombstone, an
+-- earlier version's 'L' value, whose stem alone is the second result).
+local function lparse(v)
+  local w, f, ttl, acq, exp, owner, idem, mode, princ, stem = match(v, IDPAT)
+  if not w then
+    if string.sub(v, 1, 1) == 'L' then
+      return nil, string.sub(v, 2)
+    end
+    return nil, nil
+  end
+  return setmetatable({owner = owner, idem = idem, mode = mode, princ = princ, sw = w, sf = f,
+                       sttl = ttl, sacq = acq, sexp = exp}, LREC), stem
+end
+-- The lease `lid` of this semaphore (S) from its id key's value v (false: none), or nil.
+local function lread(lid, v)
+  if not v then
+    return nil
+  end
+  local l, stem = lparse(v)
+  if stem ~= S then
+    return nil
+  end
+  if l then
+    return l
+  end
+  local rec = redis.call('HGET', KL, lid) -- an earlier version's
+  if not rec then
+    return nil
+  end
+  l = lunpack(rec)
+  l.old = true
+  return l
+end
+local function lget(lid)
+  return lread(lid, redis.call('GET', 'sema:id:' .. lid))
+end
+-- Write the lease's record (lstr'd or not) as its id key's value.
+local function lwrite(lid, l)
+  lstr(l)
+  redis.call('SET', 'sema:id:' .. lid,
+             'l' .. l.sw .. '\0' .. l.sf .. '\0' .. l.sttl .. '\0' .. l.sacq .. '\0' .. l.sexp ..
+             '\0' .. l.owner .. '\0' .. l.idem .. '\0' .. l.mode .. '\0' .. l.princ .. '\0' .. S)
+  if l.old then
+    redis.call('HDEL', KL, lid)
+    l.old = nil
+  end
+end
+-- Every live lease of this semaphore: a list of {lease id, lease}, by expiry.
+local function lall()
+  local ids, out = redis.call('ZRANGE', KX, '0', '-1'), {}
+  for i = 1, #ids, 500 do -- (unpack has a bound)
+    local ks = {}
+    for j = i, math.min(i + 499, #ids) do
+      ks[#ks + 1] = 'sema:id:' .. ids[j]
+    end
+    local vs = redis.call('MGET', unpack(ks))
+    for j = 1, #ks do
+      local lid = ids[i + j - 1]
+      local l = lread(lid, vs[j])
+      if l then
+        out[#out + 1] = {lid, l}
+      end
+    end
+  end
+  return out
+end
+
 -- A waiter: instance, weight (0: wait-idle), kind (a acquire, i idle), since, ttl, owner,
 -- idempotency key, the lease id it will get, mode, principal.
 local function wpack(w)
@@ -381,13 +455,15 @@ end
 -- ---- leases ----
 local ENDED = {released = 'R', expired = 'E', revoked = 'V', deleted = 'D'}
 
-local function lease_end(lid, why)
-  local rec = redis.call('HGET', KL, lid)
-  if not rec then
+-- l: the lease when the caller has read it already
+local function lease_end(lid, why, l)
+  l = l or lget(lid)
+  if not l then
     return nil
   end
-  local l = lunpack(rec)
-  redis.call('HDEL', KL, lid)
+  if l.old then
+    redis.call('HDEL', KL, lid)
+  end
   redis.call('ZREM', KX, lid)
   local tomb = 'T' .. ENDED[why]
   if OP == 'lease_release' and lid == LID then
@@ -417,9 +493,8 @@ local function grant(w, lid, wid)
   local l = {w = w.w, f = next_fence(), ttl = w.ttl, acq = NOW, exp = NOW + w.ttl,
              owner = w.owner, idem = w.idem, mode = w.mode, princ = w.princ, sw = w.sw,
              sttl = w.sttl, sacq = nows()}
-  redis.call('HSET', KL, lid, lpack(l))
+  lwrite(lid, l)
   redis.call('ZADD', KX, l.sexp, lid)
-  redis.call('SET', 'sema:id:' .. lid, 'L' .. S)
   bump_horizon(l.exp)
   due_at(l.exp)
   if w.idem ~= '' then
@@ -621,8 +696,8 @@ local function readers()
     return 0
   end
   local n = 0
-  for _, rec in ipairs(redis.call('HVALS', KL)) do
-    if lunpack(rec).mode == '1' then
+  for _, x in ipairs(lall()) do
+    if x[2].mode == '1' then
       n = n + 1
     end
   end
@@ -638,10 +713,7 @@ local function view(lists)
   end
   local hs, ws = {}, {}
   -- the holders by fence (grant order)
-  local all, ls = redis.call('HGETALL', KL), {}
-  for i = 1, #all, 2 do
-    ls[#ls + 1] = {all[i], lunpack(all[i + 1])}
-  end
+  local ls = lall()
   table.sort(ls, function(x, y) return x[2].f < y[2].f end)
   for i = 1, math.min(#ls, VIEW_MAX) do
     for _, v in ipairs(lease_result(ls[i][1], ls[i][2])) do
@@ -797,7 +869,7 @@ local function delete_all()
       outcome('fail', wid, wunpack(rec), '', nil, N(ECANCELED))
     end
   end
-  for _, lid in ipairs(redis.call('HKEYS', KL)) do
+  for _, lid in ipairs(redis.call('ZRANGE', KX, '0', '-1')) do
     lease_end(lid, 'deleted')
   end
   act('deleted', '', '', '', nil, '')
@@ -894,11 +966,10 @@ local function idem_retry(wid, w, wait)
     return reply(EKEYMISMATCH, 'this Idempotency-Key names a ticket; nothing was granted')
   end
   if string.sub(v, 1, 1) == 'L' then
-    local rec = redis.call('HGET', KL, ref)
-    if not rec then
+    local l = lget(ref)
+    if not l then
       return nil
     end
-    local l = lunpack(rec)
     if not allowed(l.princ) then
       return reply(EACCES, M_KEY_OTHER_TOKEN)
     end
@@ -960,11 +1031,11 @@ local function acquire()
   end
   if RETRY then
     -- sent again: a grant made at once was not cached (main); its lease tells it
-    local rec = redis.call('HGET', KL, w.lid)
-    if rec then
-      return reply(0, '', lease_result(w.lid, lunpack(rec)))
-    end
     local t = redis.call('GET', 'sema:id:' .. w.lid)
+    local l = lread(w.lid, t)
+    if l then
+      return reply(0, '', lease_result(w.lid, l))
+    end
     if t and string.sub(t, 1, 1) == 'T' then
       local tb = TOMB[string.sub(t, 2, 2)]
       return reply(tb[1], tb[2])
@@ -1014,22 +1085,23 @@ function ops.wait_idle()
                             idem = '', lid = '', mode = '0', princ = PRINC})
 end
 
--- ---- leases (KEYS[1] is the lease id's key: LID) ----
+-- ---- leases (KEYS[1] is the lease id's key: LID; LEASE its lease, read by run) ----
+local LEASE
 
 function ops.lease_get()
-  return reply(0, '', lease_result(LID, lunpack(redis.call('HGET', KL, LID))))
+  return reply(0, '', lease_result(LID, LEASE))
 end
 
 -- renew: ttl
 function ops.lease_renew()
-  local l = lunpack(redis.call('HGET', KL, LID))
+  local l = LEASE
   if not allowed(l.princ) then
     return reply(EACCES, M_OTHER_TOKEN)
   end
   l.ttl = tonumber(ARGV[A])
   l.exp = NOW + l.ttl
   l.sttl, l.sexp = nil, nil
-  redis.call('HSET', KL, LID, lpack(l))
+  lwrite(LID, l)
   redis.call('ZADD', KX, l.sexp, LID)
   bump_horizon(l.exp)
   due_at(l.exp)
@@ -1038,10 +1110,10 @@ end
 
 local function end_op(why)
   REBUILT = why == 'released'
-  if PRINC ~= '' and ADMIN ~= '1' and not allowed(lunpack(redis.call('HGET', KL, LID)).princ) then
+  if not allowed(LEASE.princ) then
     return reply(EACCES, M_OTHER_TOKEN)
   end
-  lease_end(LID, why)
+  lease_end(LID, why, LEASE)
   if why == 'revoked' then
     next_fence() -- a fenced write with the old token now loses
   end
@@ -1098,9 +1170,10 @@ end
 -- made for it but never delivered: a reply that came after the client left)
 function ops.cancel()
   local wid, why, mylid = ARGV[A], ARGV[A + 1], ARGV[A + 2] or ''
-  if why == 'd' and M and mylid ~= '' and redis.call('HEXISTS', KW, wid) == 0 and
-     redis.call('HEXISTS', KG, wid) == 0 and redis.call('HEXISTS', KL, mylid) == 1 then
-    lease_end(mylid, 'released')
+  local ml = why == 'd' and M and mylid ~= '' and redis.call('HEXISTS', KW, wid) == 0 and
+             redis.call('HEXISTS', KG, wid) == 0 and lget(mylid)
+  if ml then
+    lease_end(mylid, 'released', ml)
     admit()
     return reply(0, '')
   end
@@ -1135,9 +1208,9 @@ function ops.cancel()
       admit()
     elseif not g and not lid and why == 't' and M and mylid ~= '' then
       -- granted by a script whose answer told it to this instance, which has not seen it yet
-      local l = redis.call('HGET', KL, mylid)
+      local l = lget(mylid)
       if l then
-        act('cgranted', wid, INST, mylid, lunpack(l), nil)
+        act('cgranted', wid, INST, mylid, l, nil)
       end
     end
   end
@@ -1146,8 +1219,9 @@ end
 
 -- release_lid: a grant this instance could not deliver (its client left): lease id
 function ops.drop_lease()
-  if M and redis.call('HEXISTS', KL, ARGV[A]) == 1 then
-    lease_end(ARGV[A], 'released')
+  local l = M and lget(ARGV[A])
+  if l then
+    lease_end(ARGV[A], 'released', l)
     admit()
   end
   return reply(0, '')
@@ -1252,9 +1326,8 @@ end
 local function tk_grant(tid, t)
   local l = {w = t.w, f = next_fence(), ttl = t.ttl, acq = NOW, exp = NOW + t.ttl,
              owner = t.owner, idem = '', mode = '0', princ = t.princ}
-  redis.call('HSET', KL, t.lid, lpack(l))
-  redis.call('ZADD', KX, N(l.exp), t.lid)
-  redis.call('SET', 'sema:id:' .. t.lid, 'L' .. S)
+  lwrite(t.lid, l)
+  redis.call('ZADD', KX, l.sexp, t.lid)
   redis.call('HSET', KTL, t.lid, tid)
   bump_horizon(l.exp)
   due_at(l.exp)
@@ -1403,9 +1476,9 @@ local function estimate(units)
   local mean = units * m
   if e.ehn >= EST_MIN and M.held > 0 then
     -- the oldest holder (the lowest fence) frees no unit before its expected rest
-    local all, acq, f = redis.call('HGETALL', KL), nil, nil
-    for i = 2, #all, 2 do
-      local l = lunpack(all[i])
+    local acq, f
+    for _, x in ipairs(lall()) do
+      local l = x[2]
       if not f or l.f < f then
         f, acq = l.f, l.acq
       end
@@ -1505,8 +1578,8 @@ local function tk_view(tid, t, created)
       est, p50, p90 = '1', a, b
     end
   else
-    local rec = redis.call('HGET', KL, t.lid)
-    lease = rec and lease_result(t.lid, lunpack(rec)) or nil
+    local l = lget(t.lid)
+    lease = l and lease_result(t.lid, l) or nil
   end
   local r = {created and '1' or '0', tid, t.st == 'w' and '1' or '2', N(t.w), N(pos), N(ahead),
              est, N(p50), N(p90), N(t.ka)}
@@ -1548,10 +1621,9 @@ function ops.ticket_create()
     if v then
       local kind, ref = string.sub(v, 1, 1), string.sub(v, 2)
       local old = kind == 'T' and tk_get(ref)
-      local other = kind == 'L' and redis.call('HGET', KL, ref) or
-                    kind == 'W' and redis.call('HGET', KW, ref)
+      local other = kind == 'L' and lget(ref) or kind == 'W' and redis.call('HGET', KW, ref)
       if (old and not allowed(old.princ)) or
-         (other and not allowed(kind == 'L' and lunpack(other).princ or wunpack(other).princ)) then
+         (other and not allowed(kind == 'L' and other.princ or wunpack(other).princ)) then
         return reply(EACCES, M_KEY_OTHER_TOKEN)
       end
       if not old or old.w ~= t.w then
@@ -1750,18 +1822,32 @@ local function run()
       local tb = TOMB[string.sub(v, 2, 2)]
       return reply(tb[1], tb[2])
     end
-    keys_of(string.sub(v, 2))
+    local l, stem = lparse(v)
+    if not stem then
+      return reply(ENOENT, 'no such lease')
+    end
+    keys_of(stem)
     M = mload()
     if not M then
       return reply(ENOENT, 'no such lease')
     end
     DUE0 = M.due
     housekeep()
-    if M.due < 0 and redis.call('HEXISTS', KL, LID) == 0 then
-      -- it ended in this very housekeeping
-      local tb = TOMB[string.sub(redis.call('GET', k) or 'TE', 2, 2)]
-      return reply(tb[1], tb[2])
+    if M.due < 0 then
+      -- the housekeeping ran: the lease may have ended in it
+      v = redis.call('GET', k)
+      l = lread(LID, v)
+      if not l then
+        local tb = TOMB[string.sub(v or 'TE', 2, 2)] or TOMB.E
+        return reply(tb[1], tb[2])
+      end
+    elseif not l then
+      l = lread(LID, v) -- an earlier version's lease: its record is in :l
+      if not l then
+        return reply(ENOENT, 'no such lease')
+      end
     end
+    LEASE = l
     return ops[OP]()
   end
   keys_of(k)
@@ -1873,7 +1959,7 @@ local function main(keys, args)
   NOW = t[1] * 1000 + floor(t[2] / 1000) -- (Lua parses the strings once; tonumber twice)
   NOWUS, TIME = nil, t
   ACTS, WAKE, GRANTED = NONE, NONE, NONE
-  S, M, LID, SAFE_AT, MORE, LOCK_NEW = nil, nil, nil, 0, false, false
+  S, M, LID, LEASE, SAFE_AT, MORE, LOCK_NEW = nil, nil, nil, nil, 0, false, false
   DUE0, MOLD, OWN, REBUILT, NOWS = -2, nil, false, false, nil
   if RID ~= '' and RETRY then
     local c = redis.call('GET', 'sema:r:' .. RID)
