@@ -467,10 +467,8 @@ def test_grant_to_a_departed_client_is_released_not_leaked():
             fx.wait_until(lambda: s.json("GET", "/v1/semaphores/g")[1]["held"] == 0,
                           timeout=5, what="the departed client's units to come back")
         holder.close()
-        text = s.request("GET", "/metrics")[2].decode()
-        undelivered = [l for l in text.splitlines()
-                       if l.startswith("semad_http_undelivered_grants_total")]
-        print("undelivered grants released: " + undelivered[0].split()[1])
+        print("undelivered grants released: %s"
+              % fx.metric(s, "semad_http_undelivered_grants_total"))
 
 
 def rss_kib(pid):
