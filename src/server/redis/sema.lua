@@ -25,12 +25,8 @@
 local KEYS, ARGV
 local OP, EPOCH, INST, RID, ALIVE_MS, PRINC, ADMIN, RETRY
 local A = 8 -- first argument of the op
-local NOW, NOWUS, TIME
--- Redis's clock in microseconds, worked out when a call first needs it.
+local NOW, NOWUS -- Redis's clock in milliseconds and in microseconds
 local function nowus()
-  if not NOWUS then
-    NOWUS = TIME[1] * 1000000 + TIME[2]
-  end
   return NOWUS
 end
 local LID -- the lease id a lease op names
@@ -353,29 +349,48 @@ end
 -- nt: live tickets (the tickets section)
 local MF = {'cap', 'avail', 'held', 'fence', 'legacy', 'created', 'seq', 'nq', 'wq', 'due',
             'nt'}
-local MOLD -- the fields' numbers as loaded: only the fields that changed are written
+-- The fields loaded (MFS) and their numbers as loaded (MOLD, in MFS's order; -1: not there
+-- yet): only the fields that changed are written. A row loaded in part has MREST as its
+-- metatable, which loads the rest on a first look at (or write to) any other field, so
+-- every field of the row that is set is in MFS.
+local MFS, MOLD
+local MF_ACQUIRE = {'cap', 'avail', 'held', 'fence', 'nq', 'due', 'nt'}
+local MF_RELEASE = {'avail', 'held', 'nq', 'due', 'nt'}
+local MFIELD = {}
+for i = 1, #MF do
+  MFIELD[MF[i]] = true
+end
 local MKEY -- the row's key, for the rest of it
-local function mfields(m, fs)
-  local v = redis.call('HMGET', MKEY, unpack(fs))
-  for i = 1, #fs do
-    local f = fs[i]
-    if rawget(m, f) == nil then
-      local x = tonumber(v[i] or '0')
+local function mrest(m)
+  setmetatable(m, nil)
+  local v = redis.call('HMGET', MKEY, unpack(MF))
+  local was, old, loaded = {}, {}, MOLD or {}
+  for i = 1, #MFS do
+    was[MFS[i]] = loaded[i]
+  end
+  for i = 1, #MF do
+    local f = MF[i]
+    local x = rawget(m, f)
+    if x == nil then
+      x = tonumber(v[i] or '0')
       rawset(m, f, x)
-      if MOLD then
-        MOLD[f] = v[i] and x or -1 -- a field not there yet is written
-      end
+      old[i] = v[i] and x or -1 -- a field not there yet is written
+    else
+      old[i] = was[f]
     end
   end
-  return v
+  MFS, MOLD = MF, old
 end
 local MREST = {__index = function(m, f)
-  if f == 'cap' or f == 'avail' or f == 'held' or f == 'fence' or f == 'legacy' or
-     f == 'created' or f == 'seq' or f == 'nq' or f == 'wq' or f == 'due' or f == 'nt' then
-    setmetatable(m, nil)
-    mfields(m, MF)
+  if MFIELD[f] then
+    mrest(m)
     return rawget(m, f)
   end
+end, __newindex = function(m, f, x)
+  if MFIELD[f] then
+    mrest(m)
+  end
+  rawset(m, f, x)
 end}
 local function mload()
   MKEY = KM
@@ -387,8 +402,8 @@ local function mload()
     local cap, avail, held, fence, nq = v[1] + 0, v[2] + 0, v[3] + 0, v[4] + 0, v[5] + 0
     local due = v[6] and v[6] + 0 or 0
     local nt = v[7] and v[7] + 0 or 0
-    MOLD = {cap = cap, avail = avail, held = held, fence = fence, nq = nq,
-            due = v[6] and due or -1, nt = v[7] and nt or -1}
+    MFS = MF_ACQUIRE
+    MOLD = {cap, avail, held, fence, nq, v[6] and due or -1, v[7] and nt or -1}
     return setmetatable({cap = cap, avail = avail, held = held, fence = fence, nq = nq,
                          due = due, nt = nt}, MREST)
   elseif OP == 'lease_release' then
@@ -399,23 +414,29 @@ local function mload()
     local avail, held, nq = v[1] + 0, v[2] + 0, v[3] + 0
     local due = v[4] and v[4] + 0 or 0
     local nt = v[5] and v[5] + 0 or 0
-    MOLD = {avail = avail, held = held, nq = nq, due = v[4] and due or -1, nt = v[5] and nt or -1}
+    MFS = MF_RELEASE
+    MOLD = {avail, held, nq, v[4] and due or -1, v[5] and nt or -1}
     return setmetatable({avail = avail, held = held, nq = nq, due = due, nt = nt}, MREST)
   end
-  local m = {}
-  MOLD = {}
-  local v = mfields(m, MF)
+  local v = redis.call('HMGET', KM, unpack(MF))
   if not v[1] then
     return nil
   end
+  local m, old = {}, {}
+  for i = 1, #MF do
+    local x = tonumber(v[i] or '0')
+    m[MF[i]] = x
+    old[i] = v[i] and x or -1
+  end
+  MFS, MOLD = MF, old
   return m
 end
 local function msave()
-  local a, n = {}, 0
-  for i = 1, #MF do
-    local f = MF[i]
-    local v = rawget(M, f)
-    if v ~= nil and (not MOLD or MOLD[f] ~= v) then
+  local a, n, fs, old = {}, 0, MFS, MOLD
+  for i = 1, #fs do
+    local f = fs[i]
+    local v = M[f] -- (every field of MFS is set: no metamethod)
+    if not old or old[i] ~= v then
       a[n + 1] = f
       a[n + 2] = N(v)
       n = n + 2
@@ -428,7 +449,7 @@ local function msave()
 end
 -- A new row goes on from the fence its name handed out last (kept after a delete).
 local function mnew(cap, legacy)
-  MOLD = nil
+  MFS, MOLD = MF, nil
   return {cap = cap, avail = cap, held = 0, fence = tonumber(redis.call('GET', KF) or '0'),
           legacy = legacy, created = NOW, seq = 0, nq = 0, wq = 0, due = 0, nt = 0}
 end
@@ -1956,8 +1977,9 @@ local function main(keys, args)
   ADMIN = (fl == '1' or fl == '1r') and '1' or '0'
   RETRY = fl == '0r' or fl == '1r'
   local t = redis.call('TIME')
-  NOW = t[1] * 1000 + floor(t[2] / 1000) -- (Lua parses the strings once; tonumber twice)
-  NOWUS, TIME = nil, t
+  local sec, us = t[1] + 0, t[2] + 0 -- (Lua parses a string once; tonumber twice)
+  NOW = sec * 1000 + floor(us / 1000)
+  NOWUS = sec * 1000000 + us
   ACTS, WAKE, GRANTED = NONE, NONE, NONE
   S, M, LID, LEASE, SAFE_AT, MORE, LOCK_NEW = nil, nil, nil, nil, 0, false, false
   DUE0, MOLD, OWN, REBUILT, NOWS = -2, nil, false, false, nil
