@@ -145,10 +145,10 @@ local function lpack(l)
   return l.sw .. '\0' .. l.sf .. '\0' .. l.sttl .. '\0' .. l.sacq .. '\0' .. l.sexp .. '\0' ..
          l.owner .. '\0' .. l.idem .. '\0' .. l.mode .. '\0' .. l.princ
 end
-local LPAT = '^([^%z]*)%z([^%z]*)%z([^%z]*)%z([^%z]*)%z([^%z]*)%z([^%z]*)%z([^%z]*)%z' ..
-             '([^%z]*)%z([^%z]*)$'
--- A lease read from its record has its strings; a number is made from its string when first
--- used (a release uses the weight alone).
+-- (%Z: any byte but NUL, as [^%z] but cheaper to match)
+local LPAT = '^(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)$'
+-- A lease read from its record has its strings and its weight (what a release uses); any
+-- other number is made from its string when first used.
 local LNUM = {w = 'sw', f = 'sf', ttl = 'sttl', acq = 'sacq', exp = 'sexp'}
 local LREC = {__index = function(l, k)
   local sk = LNUM[k]
@@ -169,8 +169,7 @@ end
 -- in one command. (An earlier version kept the record in the stem's :l hash and 'L' and the
 -- stem in the id's key: such a lease is read from :l, marked `old`, and leaves :l when it
 -- is written or ends. :x holds every live lease of either kind.)
-local IDPAT = '^l([^%z]*)%z([^%z]*)%z([^%z]*)%z([^%z]*)%z([^%z]*)%z([^%z]*)%z([^%z]*)%z' ..
-              '([^%z]*)%z([^%z]*)%z(.*)$'
+local IDPAT = '^l(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(.*)$'
 -- The lease in an id key's value v and its stem (nil for anything else: a tombstone, an
 -- earlier version's 'L' value, whose stem alone is the second result).
 local function lparse(v)
@@ -181,8 +180,8 @@ local function lparse(v)
     end
     return nil, nil
   end
-  return setmetatable({owner = owner, idem = idem, mode = mode, princ = princ, sw = w, sf = f,
-                       sttl = ttl, sacq = acq, sexp = exp}, LREC), stem
+  return setmetatable({w = w + 0, owner = owner, idem = idem, mode = mode, princ = princ,
+                       sw = w, sf = f, sttl = ttl, sacq = acq, sexp = exp}, LREC), stem
 end
 -- The lease `lid` of this semaphore (S) from its id key's value v (false: none), or nil.
 local function lread(lid, v)
@@ -314,7 +313,7 @@ end
 -- Counts of everything (for /healthz and the limits): semaphores, leases, lock keys. They
 -- live in the epoch's hash, read by every call with the epoch (run), and every reply tells
 -- them; a call that changes one sends the new value.
-local STATS -- field -> the count's string
+local STATS = {} -- field -> the count's string (a table kept from call to call)
 local function count(field, d) -- d: '1' or '-1'
   STATS[field] = N(redis.call('HINCRBY', 'sema:epoch', field, d))
 end
@@ -1806,7 +1805,7 @@ local function run()
   HORIZON_S = ep[3] or '0'
   HORIZON = nil -- a number when a grant needs it
   DUE_HEAD = ep[4]
-  STATS = {sems = ep[5] or '0', leases = ep[6] or '0', locks = ep[7] or '0'}
+  STATS.sems, STATS.leases, STATS.locks = ep[5] or '0', ep[6] or '0', ep[7] or '0'
   if not DUE_HEAD then
     due_head(false) -- an epoch written before it kept the due time: read it once
   end
@@ -1907,8 +1906,10 @@ local LOG_MAX_S = '1000' -- (a string: Redis formats a Lua number passed to a co
 local LOG_TTL_S = '6000' -- ms, as the marker's: three of the instances' heartbeats
 
 local function publish(r)
-  for inst, _ in pairs(WAKE) do
-    redis.call('PUBLISH', 'sema:wake:' .. inst, S)
+  if WAKE ~= NONE then
+    for inst, _ in pairs(WAKE) do
+      redis.call('PUBLISH', 'sema:wake:' .. inst, S)
+    end
   end
   if not S or #ACTS == 0 then
     return r
