@@ -345,9 +345,11 @@ end
 -- A call loads the fields its operation uses (acquire and release: a few; every field for the
 -- others), and the rest of the row at once if it turns out to need more (a queue to admit, a
 -- view): each field read costs Redis's time.
--- nt: live tickets (the tickets section)
-local MF = {'cap', 'avail', 'held', 'fence', 'legacy', 'created', 'seq', 'nq', 'wq', 'due',
-            'nt'}
+-- nt: live tickets (the tickets section). A new row keeps its fields in this order, the ones
+-- acquire and release read first: Redis finds a field of a small hash by reading it from the
+-- start.
+local MF = {'cap', 'avail', 'held', 'fence', 'nq', 'due', 'nt', 'legacy', 'created', 'seq',
+            'wq'}
 -- The fields loaded (MFS) and their numbers as loaded (MOLD, in MFS's order; -1: not there
 -- yet): only the fields that changed are written. A row loaded in part has MREST as its
 -- metatable, which loads the rest on a first look at (or write to) any other field, so
@@ -810,15 +812,10 @@ local function reply(status, msg, res)
     due_head(true)
   end
   local c = STATS
-  local r = {status == 0 and '0' or N(status), msg or '', nows(), d == 0 and '0' or N(d),
-             concat(ACTS, '\0'), S or '',
-             c.sems .. '\0' .. c.leases .. '\0' .. c.locks .. '\0' .. DUE_HEAD .. '\0' .. HORIZON_S}
-  if res then
-    for i = 1, #res do
-      r[7 + i] = res[i]
-    end
-  end
-  return r
+  return {status == 0 and '0' or N(status), msg or '', nows(), d == 0 and '0' or N(d),
+          concat(ACTS, '\0'), S or '',
+          c.sems .. '\0' .. c.leases .. '\0' .. c.locks .. '\0' .. DUE_HEAD .. '\0' .. HORIZON_S,
+          unpack(res or NONE)} -- (one table of the right size)
 end
 
 -- The error codes of include/sema/error.h that the operations answer.
