@@ -397,10 +397,11 @@ end, __newindex = function(m, f, x)
   end
   rawset(m, f, x)
 end}
-local function mload()
+-- pre: the fields acquire or release reads, if a short path read them (below)
+local function mload(pre)
   MKEY = KM
   if OP == 'acquire' then
-    local v = redis.call('HMGET', KM, 'cap', 'avail', 'held', 'fence', 'nq', 'due', 'nt')
+    local v = pre or redis.call('HMGET', KM, unpack(MF_ACQUIRE))
     if not v[1] then
       return nil
     end
@@ -412,7 +413,7 @@ local function mload()
     return setmetatable({cap = cap, avail = avail, held = held, fence = fence, nq = nq,
                          due = due, nt = nt}, MREST)
   elseif OP == 'lease_release' then
-    local v = redis.call('HMGET', KM, 'avail', 'held', 'nq', 'due', 'nt')
+    local v = pre or redis.call('HMGET', KM, unpack(MF_RELEASE))
     if not v[1] then
       return nil
     end
@@ -1154,18 +1155,21 @@ end
 -- ---- the uncontended acquire and release, in short ----
 -- An acquire granted at once, and a release of units nobody waits for, on a semaphore with
 -- nothing due and no tickets, whose row has every field they read: what grant() and
--- lease_end() (then admit() and reply(), with nothing to do) do for them, the lease in
--- locals rather than tables, which cost Lua more than their fields. Nil for any other call,
--- which takes the general path. (MOLD: the row's numbers as loaded, -1 for a field not
--- there; MF_ACQUIRE and MF_RELEASE give their order.)
-local function acquire_at_once()
-  local wt, due = ARGV[A] + 0, M.due
-  if RETRY or ARGV[A + 4] ~= '' or KIND ~= 's' or NOW < SAFE_AT or M.nq ~= 0 or M.nt ~= 0 or
-     MOLD[6] < 0 or MOLD[7] < 0 or (due ~= 0 and due <= NOW) or wt < 1 or wt > M.cap or
-     wt > M.avail then
+-- lease_end() (then admit() and reply(), with nothing to do) do for them, the row and the
+-- lease in locals rather than tables, which cost Lua more than their fields. Nil for any
+-- other call, which takes the general path, and with it the row's fields if they were read
+-- (mload takes them).
+-- v: the row's MF_ACQUIRE fields
+local function acquire_at_once(v)
+  if not v[1] or not v[6] or not v[7] or RETRY or ARGV[A + 4] ~= '' or KIND ~= 's' or
+     NOW < SAFE_AT or v[5] + 0 ~= 0 or v[7] + 0 ~= 0 then
     return nil
   end
-  local fence = M.fence + 1
+  local cap, avail, wt, due = v[1] + 0, v[2] + 0, ARGV[A] + 0, v[6] + 0
+  if (due ~= 0 and due <= NOW) or wt < 1 or wt > cap or wt > avail then
+    return nil
+  end
+  local fence = v[4] + 1
   if fence < NOWUS then
     fence = NOWUS
   end
@@ -1176,14 +1180,14 @@ local function acquire_at_once()
   redis.call('ZADD', KX, sexp, lid)
   bump_horizon(exp)
   count('leases', '1')
-  local avail, held = N(M.avail - wt), N(M.held + wt)
+  local savail, sheld = N(avail - wt), N(v[3] + wt)
   if due == 0 or exp < due then
     due = exp
-    redis.call('HSET', KM, 'avail', avail, 'held', held, 'fence', sf, 'due', sexp)
+    redis.call('HSET', KM, 'avail', savail, 'held', sheld, 'fence', sf, 'due', sexp)
     redis.call('ZADD', 'sema:due', sexp, S)
     due_head(true)
   else
-    redis.call('HSET', KM, 'avail', avail, 'held', held, 'fence', sf)
+    redis.call('HSET', KM, 'avail', savail, 'held', sheld, 'fence', sf)
   end
   ACTS = {'granted', wid, INST, lid, sw, sf, sttl, sacq, sexp, owner, '0'}
   REBUILT = true
@@ -1191,21 +1195,34 @@ local function acquire_at_once()
           owner, '0'}
 end
 
--- l: the lease LID names, read from its id's key
-local function release_at_once(l)
-  local due = M.due
-  if KIND ~= 's' or M.nq ~= 0 or M.nt ~= 0 or MOLD[4] < 0 or MOLD[5] < 0 or
-     (due ~= 0 and due <= NOW) or not allowed(l.princ) then
+-- v: the value of the id's key LID names (neither absent nor a tombstone). Returns the reply,
+-- or nil and the row's MF_RELEASE fields if it read them.
+local function release_at_once(v)
+  local sw, sf, sttl, sacq, sexp, owner, idem, mode, princ, stem = match(v, IDPAT)
+  if not sw or not allowed(princ) then
     return nil
   end
+  keys_of(stem)
+  if KIND ~= 's' then
+    return nil
+  end
+  local m = redis.call('HMGET', KM, 'avail', 'held', 'nq', 'due', 'nt')
+  if not m[1] or not m[4] or not m[5] or m[3] + 0 ~= 0 or m[5] + 0 ~= 0 then
+    return nil, m
+  end
+  local due = m[4] + 0
+  if due ~= 0 and due <= NOW then
+    return nil, m
+  end
+  local wt = sw + 0
   redis.call('ZREM', KX, LID)
   redis.call('SET', 'sema:id:' .. LID, 'TR' .. RID, 'PX', TOMB_TTL_MS)
-  if l.idem ~= '' and redis.call('HGET', KI, l.idem) == 'L' .. LID then
-    redis.call('HDEL', KI, l.idem)
+  if idem ~= '' and redis.call('HGET', KI, idem) == 'L' .. LID then
+    redis.call('HDEL', KI, idem)
   end
   count('leases', '-1')
-  redis.call('HSET', KM, 'avail', N(M.avail + l.w), 'held', N(M.held - l.w))
-  ACTS = {'released', '', '', LID, l.sw, l.sf, l.sttl, l.sacq, l.sexp, l.owner, l.mode}
+  redis.call('HSET', KM, 'avail', N(m[1] + wt), 'held', N(m[2] - wt))
+  ACTS = {'released', '', '', LID, sw, sf, sttl, sacq, sexp, owner, mode}
   REBUILT = true
   return {'0', '', nows(), due == 0 and '0' or N(due), concat(ACTS, '\0'), S, counts()}
 end
@@ -1903,22 +1920,24 @@ local function run()
       local tb = TOMB[string.sub(v, 2, 2)]
       return reply(tb[1], tb[2])
     end
+    local pre
+    if OP == 'lease_release' then
+      local r
+      r, pre = release_at_once(v)
+      if r then
+        return r
+      end
+    end
     local l, stem = lparse(v)
     if not stem then
       return reply(ENOENT, 'no such lease')
     end
     keys_of(stem)
-    M = mload()
+    M = mload(pre)
     if not M then
       return reply(ENOENT, 'no such lease')
     end
     DUE0 = M.due
-    if l and OP == 'lease_release' then
-      local r = release_at_once(l)
-      if r then
-        return r
-      end
-    end
     housekeep()
     if M.due < 0 then
       -- the housekeeping ran: the lease may have ended in it
@@ -1938,7 +1957,15 @@ local function run()
     return ops[OP]()
   end
   keys_of(k)
-  M = mload()
+  local pre
+  if OP == 'acquire' then
+    pre = redis.call('HMGET', KM, 'cap', 'avail', 'held', 'fence', 'nq', 'due', 'nt')
+    local r = acquire_at_once(pre)
+    if r then
+      return r
+    end
+  end
+  M = mload(pre)
   DUE0 = M and M.due or -2
   if not M then
     if OP == 'lock_acquire' then
@@ -1955,12 +1982,6 @@ local function run()
       return reply(ENOENT, 'no such lock key (not held or awaited)')
     else
       return reply(ENOENT, M_NOT_FOUND)
-    end
-  end
-  if OP == 'acquire' then
-    local r = acquire_at_once()
-    if r then
-      return r
     end
   end
   housekeep()
