@@ -106,6 +106,10 @@ rcli CONFIG SET slowlog-log-slower-than -1 >/dev/null
 rcli CONFIG RESETSTAT >/dev/null
 "$sema" bench -s "http://$addr" -c "$conns" -n "$pairs" --capacity 1000 --no-create >/dev/null
 p_semad=$(plain fcall)
+# (semad stops while its Redis is there: stopped after it, it would wait for Redis to come
+# back and outlive this script)
+kill -TERM "$spid"
+wait "$spid" || true
 rcli CONFIG RESETSTAT >/dev/null
 "$peer" --redis "127.0.0.1:$rport" -c "$conns" -n "$pairs" --capacity 1000 >/dev/null
 p_peer=$(plain evalsha)

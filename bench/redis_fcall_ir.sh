@@ -66,6 +66,10 @@ spid=$!
 pids+=("$spid")
 addr=$(wait_listen "$tmp/semad.log" "$spid")
 "$build/bin/sema" bench -s "http://$addr" -c "$conns" -n "$pairs" --capacity 1000 >/dev/null
+# semad stops while its Redis is there: stopped after it, semad would wait for Redis to come
+# back and outlive this script
+kill -TERM "$spid"
+wait "$spid" || true
 ir_semad=$(ir semad)
 
 python3 - "$ir_peer" "$ir_semad" "$pairs" <<'EOF'
