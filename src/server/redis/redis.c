@@ -1409,8 +1409,7 @@ void rs__on_reply(rs_t *r, rcmd_t *c, redisReply *rep)
 {
     if (reply_is(rep, "NOSCRIPT") || reply_is(rep, "ERR Function not found") ||
         (rep->type == REDIS_REPLY_ARRAY && strcmp(el_str(rep, 0, NULL), "E") == 0)) {
-        if (rep->type == REDIS_REPLY_ARRAY)
-            r->epoch[0] = r->epoch[0]; /* hello tells what changed */
+        /* the library or the epoch changed: the resync's hello tells what */
         return retry_after_resync(r, c);
     }
     if (reply_is(rep, "READONLY") || reply_is(rep, "LOADING") || reply_is(rep, "MASTERDOWN")) {
