@@ -413,9 +413,10 @@ static char *lease_to_earlier_layout(redisContext *rc, const char *lid)
             reclen = i - 1;
     ASSERT_EQ(nul, 9);
     stem = r->str + reclen + 2;
-    kl = malloc(strlen(stem) + 3);
+    size_t klen = strlen(stem) + 3;
+    kl = malloc(klen);
     ASSERT_NOT_NULL(kl);
-    sprintf(kl, "%s:l", stem);
+    snprintf(kl, klen, "%s:l", stem);
     freeReplyObject(redisCommand(rc, "HSET %s %s %b", kl, lid, r->str + 1, reclen));
     freeReplyObject(redisCommand(rc, "SET sema:id:%s L%s", lid, stem));
     freeReplyObject(r);
