@@ -44,6 +44,13 @@ def semad_path():
     return os.path.join(src, "build", "bin", "semad")
 
 
+def temp_dir(prefix):
+    """A new directory under the system's temp dir, removed when the test process exits."""
+    d = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, d, ignore_errors=True)
+    return d
+
+
 def source_dir():
     return os.environ.get("SEMA_SOURCE_DIR",
                           os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))

@@ -11,7 +11,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import semad_fixture as fx  # noqa: E402
@@ -41,7 +40,7 @@ class Tokens:
     """A token file in a temp dir with one token per right set."""
 
     def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="sema-auth-")
+        self.dir = fx.temp_dir(prefix="sema-auth-")
         self.path = os.path.join(self.dir, "tokens")
         self.admin = new_token(self.path, "ops", "admin")
         self.read = new_token(self.path, "viewer", "read")
@@ -518,7 +517,7 @@ def test_a_token_file_others_can_write_is_named_in_the_log():
 
 
 def test_bad_token_files_are_refused_with_their_line():
-    d = tempfile.mkdtemp(prefix="sema-auth-")
+    d = fx.temp_dir(prefix="sema-auth-")
     for i, (text, where, what) in enumerate(BAD_FILES):
         path = os.path.join(d, "t%d" % i)
         with open(path, "w", newline="") as f:

@@ -12,7 +12,6 @@ import hashlib
 import os
 import socket
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import semad_fixture as fx  # noqa: E402
@@ -361,7 +360,7 @@ def closed_by_server(sock, timeout=5):
 
 def token_file():
     """A --auth file: GOOD with every right, and a read-only token."""
-    d = tempfile.mkdtemp(prefix="sema-hostile-")
+    d = fx.temp_dir(prefix="sema-hostile-")
     path = os.path.join(d, "tokens")
     with open(path, "w") as f:
         f.write("good sha256:%s admin\n" % hashlib.sha256(GOOD).hexdigest())
