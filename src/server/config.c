@@ -323,16 +323,18 @@ void config_usage(FILE *out)
         fputc('\n', out);
     }
     fputs("\nDurability (--durability; details and figures in docs/durability.md):\n"
-          "  strict   every create, delete, resize and grant is synced to disk before its\n"
-          "           reply (one fdatasync per group commit, shared by every request that\n"
-          "           came in meanwhile; commits run beside the event loop): nothing\n"
-          "           acknowledged is lost, even by a power cut. Measured at 50 connections:\n"
-          "           0.83x the pairs/s of `none` (bench_durability), 0.55x with the\n"
-          "           faster generator of bench/semad_vs_peers.sh.\n"
-          "  relaxed  the same writes, synced only at WAL checkpoints: a crash of semad loses\n"
-          "           nothing; an OS crash or power cut can lose the last acknowledged\n"
-          "           grants (at most ~4 MB of log), which may then be granted again.\n"
+          "  strict   every change (create, delete, resize, grant, release, renewal,\n"
+          "           revoke, expiry a client can see, legacy up/down) is in the journal\n"
+          "           and synced to disk (fdatasync) before any reply that shows it; one\n"
+          "           sync per group commit, shared by the requests that came in meanwhile.\n"
+          "           Nothing acknowledged is lost, even by a power cut.\n"
+          "  relaxed  the same journal, written without a sync; the database is synced at\n"
+          "           checkpoints, about every second. A crash of semad loses no\n"
+          "           acknowledged grant, but a release or renewal answered just before it\n"
+          "           can be undone (the lease then holds until its ttl); an OS crash or\n"
+          "           power cut can lose the last second of changes, grants included.\n"
           "  none     state only in memory: a restart forgets every semaphore and lease.\n"
-          "Releases and renewals ride the next commit; losing one can only delay a grant.\n",
+          "With --engine redis://..., Redis keeps the state and its durability is Redis's\n"
+          "(docs/durability.md, \"On Redis\").\n",
           out);
 }
