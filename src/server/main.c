@@ -12,6 +12,7 @@
 #include "config.h"
 #include "engine.h"
 #include "log.h"
+#include "notify.h"
 #include "router.h"
 #include "server.h"
 #include "store/store.h"
@@ -71,7 +72,8 @@ static int run(semad_config_t *cfg)
         store_close(store);
         return rc == SEMA_EACCES || rc == SEMA_EINVAL ? 2 : 1; /* 2: fix the configuration */
     }
-    log_info("semad %s ready (durability %s, %s %s)", SEMA_VERSION_STRING,
+    char ready[600];
+    snprintf(ready, sizeof ready, "semad %s ready (durability %s, %s %s)", SEMA_VERSION_STRING,
              cfg->durability == STORE_STRICT    ? "strict"
              : cfg->durability == STORE_RELAXED ? "relaxed"
                                                 : "none",
@@ -79,6 +81,10 @@ static int run(semad_config_t *cfg)
              on_redis                        ? "redis"
              : cfg->durability == STORE_NONE ? "-"
                                              : cfg->data_dir);
+    log_info("%s", ready);
+    char state[640];
+    snprintf(state, sizeof state, "READY=1\nSTATUS=%s", ready);
+    notify_send(state); /* Type=notify units start their dependents now */
     uv_run(loop, UV_RUN_DEFAULT);
     server_free(srv);
     uv_loop_close(loop);

@@ -13,6 +13,7 @@
 
 #include "jsonw.h"
 #include "log.h"
+#include "notify.h"
 #include "sema/error.h"
 
 enum { BACKLOG = 1024 };
@@ -77,6 +78,7 @@ static void on_signal(uv_signal_t *h, int signum)
         return;
     }
     log_info("received %s: stopping", name);
+    notify_send("STOPPING=1");
     server_stop(srv);
 }
 
@@ -85,19 +87,30 @@ static void on_signal(uv_signal_t *h, int signum)
 static void on_sighup(uv_signal_t *h, int signum)
 {
     server_t *srv = h->data;
-    char err[512];
+    char err[512], state[64];
     (void)signum;
-    if (srv->tls == NULL && srv->auth == NULL) {
+    /* A service manager that sent the signal (Type=notify-reload) waits for READY=1. */
+    snprintf(state, sizeof state, "RELOADING=1\nMONOTONIC_USEC=%llu",
+             (unsigned long long)(uv_hrtime() / 1000u));
+    notify_send(state);
+    if (srv->tls == NULL && srv->auth == NULL)
         log_info("received SIGHUP: nothing to reload");
-        return;
-    }
-    server__auth_reload(srv);
-    if (srv->tls == NULL)
-        return;
-    if (tls_reload(srv->tls, err, sizeof err) != 0)
-        log_warn("received SIGHUP: keeping the current TLS certificate: %s", err);
     else
-        log_info("received SIGHUP: TLS certificate reloaded from %s", srv->cfg->tls_cert);
+        server__auth_reload(srv);
+    if (srv->tls != NULL) {
+        if (tls_reload(srv->tls, err, sizeof err) != 0)
+            log_warn("received SIGHUP: keeping the current TLS certificate: %s", err);
+        else
+            log_info("received SIGHUP: TLS certificate reloaded from %s", srv->cfg->tls_cert);
+    }
+    notify_send("READY=1");
+}
+
+/* The loop is alive: tell the service manager, which restarts semad when these stop. */
+static void on_watchdog(uv_timer_t *t)
+{
+    (void)t;
+    notify_send("WATCHDOG=1");
 }
 
 static void on_grace(uv_timer_t *t)
@@ -254,6 +267,12 @@ int server_new(server_t **out, uv_loop_t *loop, engine_t *engine, const semad_co
     srv->fin_epfd = epoll_create1(EPOLL_CLOEXEC); /* without it, conn_peer_gone reads sockets */
     uv_timer_init(loop, &srv->grace);
     srv->grace.data = srv;
+    uv_timer_init(loop, &srv->watchdog);
+    uint64_t wd_ms = notify_watchdog_usec() / 2000u; /* twice per interval, as systemd asks */
+    if (wd_ms > 0) {
+        uv_timer_start(&srv->watchdog, on_watchdog, wd_ms, wd_ms);
+        uv_unref((uv_handle_t *)&srv->watchdog);
+    }
     uv_signal_init(loop, &srv->sigterm);
     uv_signal_init(loop, &srv->sigint);
     uv_signal_init(loop, &srv->sighup);
@@ -275,6 +294,7 @@ void server__finish_stop(server_t *srv)
     uv_close((uv_handle_t *)&srv->sighup, NULL);
     uv_close((uv_handle_t *)&srv->idle, NULL);
     uv_close((uv_handle_t *)&srv->grace, NULL);
+    uv_close((uv_handle_t *)&srv->watchdog, NULL);
     log_info("all connections closed");
 }
 

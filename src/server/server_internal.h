@@ -89,6 +89,7 @@ struct server {
     auth_table_t *auth; /* the tokens of --auth, or NULL: every request is allowed */
     uv_idle_t idle;
     uv_timer_t grace;
+    uv_timer_t watchdog; /* WATCHDOG=1 to the service manager, when it asks (notify.h) */
     /* The FIN watch: every connection's socket in an epoll set of its own that reports only
      * a client's FIN or an error, so a grant made after the loop last read its sockets learns
      * whether its client left without a system call per grant (conn_peer_gone). */

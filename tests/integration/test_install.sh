@@ -103,4 +103,27 @@ if ldd "$tmp/client_static" | grep libsema >/dev/null; then
 fi
 "$tmp/client_static"
 cmake_build_run client sema::client
+
+# semad's systemd unit names the installed semad; systemd's own checker (where the machine
+# has it) finds nothing to say about it, and rates its exposure low.
+unit="$tmp/prefix/lib/systemd/system/semad.service"
+if [ -x "$tmp/prefix/bin/semad" ]; then
+    grep -qx "ExecStart=$tmp/prefix/bin/semad" "$unit" || {
+        echo "$unit does not start $tmp/prefix/bin/semad" >&2
+        exit 1
+    }
+    grep -qx "Type=notify" "$unit"
+    if command -v systemd-analyze >/dev/null; then
+        said=$(systemd-analyze verify --man=no "$unit" 2>&1) || true
+        [ -z "$said" ] || { echo "systemd-analyze verify: $said" >&2; exit 1; }
+        exposure=$(systemd-analyze security --offline=yes --no-pager "$unit" 2>&1 |
+            sed -n 's/.*Overall exposure level for semad.service: \([0-9.]*\).*/\1/p')
+        awk -v e="$exposure" 'BEGIN { exit !(e != "" && e <= 2.5) }' || {
+            echo "semad.service exposure level ${exposure:-unknown}, above 2.5" >&2
+            exit 1
+        }
+    else
+        echo "systemd-analyze not found: the unit's syntax is not checked here"
+    fi
+fi
 echo "install test: ok"
