@@ -126,6 +126,7 @@ static int watch_once(watch_t *w, int reconnect, sema_client_events_info_t *info
                       sema_client_error_t *e)
 {
     w->reached = 0;
+    info->opened = 0; /* a failed get must not count as the stream the last try opened */
     int rc = sema_client_get(w->c, w->o->pos[0], NULL, NULL, e);
     if (rc != 0)
         return rc;

@@ -6,6 +6,7 @@ Each test starts its own semad (semad_fixture.Semad) on an ephemeral loopback po
 the real `sema` ($SEMA_BIN) as separate processes, as a shell script would.
 """
 import json
+import re
 import os
 import signal
 import socket
@@ -691,6 +692,23 @@ def test_watch_max_retries_gives_up():
     assert "giving up after 2 failed reconnects" in p.stderr, p.stderr
     rc, _, err = sema(d, "watch", "x", "--max-retries", "lots")
     assert rc == EXIT_USAGE and "max-retries" in err, err
+
+
+def test_watch_max_retries_counts_after_a_lost_connection():
+    # Connected first, then semad goes: the loss resets the count, each failed reconnect
+    # after it counts, and the delays double as they do before a first connection.
+    with Semad() as d:
+        sema(d, "create", "wm", "1", check=0)
+        p, out, err = watch_proc(d, "wm", "--max-retries", "2")
+        wait_until(lambda: any(x.startswith("name") for x in out.get()), 10, "the first state")
+        assert d.stop() == 0
+        assert p.wait(30 * SLOW) == EXIT_UNAVAILABLE, err.text()
+    tries = [x for x in err.get() if "reconnecting in" in x]
+    assert len(tries) == 2 and "connection lost" in tries[0] and "reconnect failed" in tries[1], \
+        err.text()
+    delays = [float(re.search(r"reconnecting in ([0-9.]+)s", x).group(1)) for x in tries]
+    assert delays[1] > delays[0], delays
+    assert "giving up after 2 failed reconnects" in err.text(), err.text()
 
 
 class FakeEvents:
