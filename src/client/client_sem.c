@@ -250,7 +250,10 @@ struct acq {
 };
 
 /* A grant we cannot hand to the caller: find it again by the idempotency key (a try
- * that returns the same lease while it lives) and release it. Best effort. */
+ * that returns the same lease while it lives) and release it. Best effort: one try, as the
+ * JS client's, since the acquire's own retries have spent the budget (a call against a
+ * semad that is down would otherwise take twice retry_ms); a grant not found ends with its
+ * ttl. */
 static void drop_grant(sema_client_t *c, acq_t *a, const char *known_id)
 {
     json_t *doc = NULL;
@@ -262,7 +265,7 @@ static void drop_grant(sema_client_t *c, acq_t *a, const char *known_id)
         json_object_set_new(a->body, "timeout_ms", json_integer(0));
         client_req_t req = {
             .method = "POST", .path = a->path, .body = a->body, .idem_key = a->key, .wait_ms = 0};
-        if (client_call(c, &req, 1, &doc, NULL) == 0)
+        if (client_call(c, &req, 0, &doc, NULL) == 0)
             copy_str(id, sizeof id, json_string_value(json_object_get(doc, "lease")));
         json_decref(doc);
     }
