@@ -53,10 +53,11 @@ typedef struct {
 typedef struct {
     int64_t connect_timeout_ms; /* TCP connect; 0: 3000 */
     int64_t request_timeout_ms; /* calls that do not wait for a permit; 0: 30000 */
-    int max_retries;            /* retries after a network error (idempotent calls and acquires with
-                                   their idempotency key), and for reads, releases and ticket
-                                   leaves after a 503 too (docs/client.md, "Retries"); 0: 2,
-                                   < 0: none */
+    int max_retries;            /* a cap on a call's retries, besides retry_ms: retries after a
+                                   network error (idempotent calls and acquires with their
+                                   idempotency key), and for reads, releases and ticket leaves
+                                   after a 503 too (docs/client.md, "Retries"); 0: no cap but
+                                   retry_ms, < 0: no retries */
     int max_idle;               /* idle easy handles kept in the pool; 0: 8 */
     const char *owner;          /* default owner recorded with leases (borrowed for sema_client_new
                                    only: copied); NULL: "<hostname>:<pid>" */
@@ -68,7 +69,15 @@ typedef struct {
     const char *cert;   /* PEM client certificate, for a semad with --tls-client-ca
                            ($SEMA_CERT) */
     const char *key;    /* PEM private key of `cert` ($SEMA_CERT_KEY; NULL: in `cert`'s file) */
+    int64_t retry_ms;   /* the time budget of a call's retries: each starts within this of the
+                           first failed try, waiting 100 ms doubling to 1 s, or longer when a
+                           503's Retry-After asks (one asking past the budget ends the
+                           retries); 0: SEMA_CLIENT_RETRY_MS, < 0: no retries. Last, since
+                           libsema-client.so.3. */
 } sema_client_opts_t;
+
+/* The default of sema_client_opts_t.retry_ms, as the JS client's retryMs. */
+#define SEMA_CLIENT_RETRY_MS 5000
 
 /* A granted permit (or keyed lock). Plain data: copy it freely. */
 typedef struct {
@@ -190,9 +199,10 @@ SEMA_EXTERN int sema_client_renew(sema_client_t *c, sema_lease_t *lease, int64_t
 
 /* DELETE /v1/leases/{id}: give the units back. The same 410 codes as renew when the lease
  * had already ended. Retried after a network error or a 503 (semad could not reach its
- * store), opts.max_retries times, never sooner than a Retry-After asks; a repeated release
- * answers SEMA_ESTALE, which a retry treats as done. When the retries run out the error is
- * returned (SEMA_EIO for the store, http_status 503) and the lease holds until its ttl. */
+ * store) for up to opts.retry_ms (and at most opts.max_retries times), never sooner than a
+ * Retry-After asks; a repeated release answers SEMA_ESTALE, which a retry treats as done.
+ * When the retries run out the error is returned (SEMA_EIO for the store, http_status 503)
+ * and the lease holds until its ttl. */
 SEMA_EXTERN int sema_client_release(sema_client_t *c, const char *lease_id,
                                     sema_client_error_t *err);
 

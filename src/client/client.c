@@ -4,6 +4,7 @@
 #include "client_internal.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -167,11 +168,6 @@ static char *default_owner(void)
     return strdup(buf);
 }
 
-static int opt_or(int64_t v, int64_t dflt)
-{
-    return v == 0 ? (int)dflt : (int)v;
-}
-
 /* The Authorization header line for `token` (NULL or "": none). A token is one line of
  * visible ASCII: anything else would let it inject headers. */
 static int auth_header(sema_client_t *c, const char *token)
@@ -244,7 +240,14 @@ int sema_client_new(sema_client_t **out, const char *url, const sema_client_opts
         c->url[n - 1] = '\0';
     c->connect_timeout_ms = opts->connect_timeout_ms > 0 ? opts->connect_timeout_ms : 3000;
     c->request_timeout_ms = opts->request_timeout_ms > 0 ? opts->request_timeout_ms : 30000;
-    c->max_retries = opts->max_retries < 0 ? 0 : opt_or(opts->max_retries, 2);
+    c->max_retries = opts->max_retries < 0   ? 0
+                     : opts->max_retries > 0 ? opts->max_retries
+                                             : INT_MAX;
+    c->retry_ms = opts->retry_ms < 0    ? 0
+                  : opts->retry_ms == 0 ? SEMA_CLIENT_RETRY_MS
+                                        : opts->retry_ms;
+    if (c->retry_ms > INT64_MAX / 2) /* "forever": the deadline stays representable */
+        c->retry_ms = INT64_MAX / 2;
     c->max_idle = opts->max_idle > 0 ? opts->max_idle : 8;
     pthread_mutex_init(&c->lock, NULL);
     *out = c;
@@ -695,16 +698,26 @@ int client_reply_error(const client_resp_t *resp, sema_client_error_t *err)
     return code;
 }
 
-/* The wait before retry `attempt` (0: the first): 100 ms doubling, at most 6.4 s. */
-static int64_t backoff_ms(int attempt)
+/* The backoff before retry `n` (0: the first): 100 ms doubling, at most 1 s (the JS
+ * client's cap), so that a long budget keeps asking about once a second. */
+static int64_t backoff_ms(int n)
 {
-    return (int64_t)100 << (attempt < 6 ? attempt : 6);
+    return n < 4 ? (int64_t)100 << n : 1000;
 }
 
-/* What `n` retries wait in all: the sum of their backoffs (300 ms for the default 2). */
-static int64_t backoff_total_ms(int n)
+int64_t client_retry_wait(const sema_client_t *c, client_retry_t *r, int64_t retry_after_ms)
 {
-    return n <= 7 ? ((int64_t)100 << n) - 100 : 12700 + (int64_t)(n - 7) * 6400;
+    int64_t now_ms = client_now_ns() / 1000000;
+    int64_t wait = backoff_ms(r->tries);
+
+    if (r->until_ms == 0) /* the first failure starts the budget */
+        r->until_ms = now_ms + c->retry_ms;
+    if (retry_after_ms > wait)
+        wait = retry_after_ms; /* never sooner than the server asks */
+    if (r->tries >= c->max_retries || wait > r->until_ms - now_ms)
+        return -1;
+    r->tries++;
+    return wait;
 }
 
 /* Requests that may run twice, so that a 503 (semad could not reach its store, or a proxy in
@@ -720,23 +733,20 @@ static int again_after_503(const client_req_t *req)
 static int exchange_retried(sema_client_t *c, const client_req_t *req, int retry,
                             client_resp_t *resp, int *retries, sema_client_error_t *err)
 {
-    int64_t budget = retry ? backoff_total_ms(c->max_retries) : 0;
+    client_retry_t r = {0};
 
-    for (int attempt = 0;; attempt++) {
-        int64_t wait = backoff_ms(attempt);
+    for (;;) {
         int rc = client_exchange(c, req, resp, err);
-        *retries = attempt;
+        *retries = r.tries;
         if (rc == 0 && (resp->status != 503 || !again_after_503(req)))
             return 0;
         if (rc != 0 && !client_retryable(rc))
             return rc;
-        if (rc == 0 && resp->retry_after_ms > wait)
-            wait = resp->retry_after_ms; /* never sooner than the server asks */
-        if (wait > budget)
+        int64_t wait = retry ? client_retry_wait(c, &r, rc == 0 ? resp->retry_after_ms : 0) : -1;
+        if (wait < 0)
             return rc;
         if (rc == 0)
             client_resp_free(resp);
-        budget -= wait;
         if (client_sleep_ms(wait, req->cancel))
             return client_fail(err, SEMA_ECANCELED, 0, "cancelled");
     }

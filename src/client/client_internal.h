@@ -31,7 +31,8 @@ struct sema_client {
     char *cacert, *cert, *key; /* TLS files (NULL: libcurl's defaults) */
     int64_t connect_timeout_ms;
     int64_t request_timeout_ms;
-    int max_retries;
+    int max_retries;  /* a cap on a call's retries (INT_MAX: none but retry_ms) */
+    int64_t retry_ms; /* a call's retries start within this of its first failure (0: none) */
     int max_idle;
     pthread_mutex_t lock; /* guards idle and nidle */
     client_conn_t *idle;
@@ -74,15 +75,25 @@ int client_exchange(sema_client_t *c, const client_req_t *req, client_resp_t *re
 
 /* client_exchange(), then the status turned into a code: 2xx -> 0, else the problem code's
  * SEMA_E* with err filled. With `retry` set it is sent again after a network error, and a
- * GET or DELETE (which may run twice) after a 503 too: c->max_retries times, waiting 100 ms
- * doubling (at most 6.4 s), or longer when a 503's Retry-After asks, as long as the waits
- * stay within the backoffs' total. On 0 *json (may be NULL) receives the parsed body (NULL
- * for an empty one). */
+ * GET or DELETE (which may run twice) after a 503 too, as client_retry_wait() allows. On 0
+ * *json (may be NULL) receives the parsed body (NULL for an empty one). */
 int client_call(sema_client_t *c, const client_req_t *req, int retry, json_t **json,
                 sema_client_error_t *err);
 
 /* Map a reply's status and body to a SEMA_E* code and fill err. */
 int client_reply_error(const client_resp_t *resp, sema_client_error_t *err);
+
+/* A call's run of retries ({0} before the first try). */
+typedef struct {
+    int64_t until_ms; /* monotonic ms by which a retry must start; 0: no try failed yet */
+    int tries;        /* retries allowed so far */
+} client_retry_t;
+
+/* After a failed try (whose 503 asked for `retry_after_ms` by its Retry-After; 0: nothing):
+ * the ms to wait before the next try, or -1 when there is none. The wait is the backoff
+ * (100 ms doubling, at most 1 s) or the server's ask if longer; there is none past
+ * c->max_retries or when it would end more than c->retry_ms after the first failure. */
+int64_t client_retry_wait(const sema_client_t *c, client_retry_t *r, int64_t retry_after_ms);
 
 /* Whether a transport error may be retried (the request may not have been processed). */
 int client_retryable(int rc);

@@ -66,15 +66,14 @@ static int put_semaphore(sema_client_t *c, const char *path, json_t *body, int *
                          sema_client_error_t *err)
 {
     client_req_t req = {.method = "PUT", .path = path, .body = body};
+    client_retry_t retry = {0};
     client_resp_t resp;
+    int64_t wait;
     int rc;
 
-    for (int attempt = 0;; attempt++) {
-        rc = client_exchange(c, &req, &resp, err);
-        if (rc == 0 || !client_retryable(rc) || attempt >= c->max_retries)
-            break;
-        client_sleep_ms((int64_t)100 << attempt, NULL);
-    }
+    while ((rc = client_exchange(c, &req, &resp, err)) != 0 && client_retryable(rc) &&
+           (wait = client_retry_wait(c, &retry, 0)) >= 0)
+        client_sleep_ms(wait, NULL);
     if (rc != 0)
         return rc;
     if (resp.status == 200 || resp.status == 201) {
@@ -251,7 +250,10 @@ struct acq {
 };
 
 /* A grant we cannot hand to the caller: find it again by the idempotency key (a try
- * that returns the same lease while it lives) and release it. Best effort. */
+ * that returns the same lease while it lives) and release it. Best effort: one try, as the
+ * JS client's, since the acquire's own retries have spent the budget (a call against a
+ * semad that is down would otherwise take twice retry_ms); a grant not found ends with its
+ * ttl. */
 static void drop_grant(sema_client_t *c, acq_t *a, const char *known_id)
 {
     json_t *doc = NULL;
@@ -263,7 +265,7 @@ static void drop_grant(sema_client_t *c, acq_t *a, const char *known_id)
         json_object_set_new(a->body, "timeout_ms", json_integer(0));
         client_req_t req = {
             .method = "POST", .path = a->path, .body = a->body, .idem_key = a->key, .wait_ms = 0};
-        if (client_call(c, &req, 1, &doc, NULL) == 0)
+        if (client_call(c, &req, 0, &doc, NULL) == 0)
             copy_str(id, sizeof id, json_string_value(json_object_get(doc, "lease")));
         json_decref(doc);
     }
@@ -294,9 +296,10 @@ static int acquire_attempts(sema_client_t *c, acq_t *a, sema_lease_t *lease,
     const sema_acquire_opts_t *o = a->o;
     int64_t deadline = o->timeout_ms < 0 ? INT64_MAX : client_now_ns() + o->timeout_ms * 1000000;
     json_t *doc = NULL;
+    client_retry_t retry = {0};
     int rc;
 
-    for (int attempt = 0;; attempt++) {
+    for (;;) {
         int64_t left = o->timeout_ms < 0 ? -1 : (deadline - client_now_ns()) / 1000000;
         if (o->timeout_ms >= 0 && left < 0)
             left = 0;
@@ -324,9 +327,10 @@ static int acquire_attempts(sema_client_t *c, acq_t *a, sema_lease_t *lease,
             json_decref(doc);
             return rc;
         }
-        if (!client_retryable(rc) || attempt >= c->max_retries)
+        int64_t wait = client_retryable(rc) ? client_retry_wait(c, &retry, 0) : -1;
+        if (wait < 0)
             break;
-        if (client_sleep_ms((int64_t)100 << attempt, o->cancel)) {
+        if (client_sleep_ms(wait, o->cancel)) {
             rc = client_fail(err, SEMA_ECANCELED, 0, "cancelled");
             break;
         }

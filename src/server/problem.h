@@ -8,10 +8,12 @@
 #include <jansson.h>
 
 typedef struct {
-    int err;           /* 0 or a SEMA_E* code */
-    int status;        /* HTTP status */
-    const char *code;  /* stable machine-readable problem code ("" for success) */
-    const char *title; /* short human title */
+    int err;             /* 0 or a SEMA_E* code */
+    int status;          /* HTTP status */
+    const char *code;    /* stable machine-readable problem code ("" for success) */
+    const char *title;   /* short human title */
+    const char *headers; /* header lines sent with the reply (each ending in CRLF), or NULL:
+                            "Retry-After: 1" for the 503s worth asking again soon */
 } problem_row_t;
 
 /* The row for `err` (a SEMA_E* code). Codes without a row of their own map to

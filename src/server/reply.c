@@ -190,10 +190,11 @@ void ctx_reply_err(route_ctx_t *c, int err, const char *detail)
     if (detail == NULL)
         detail = sema_strerror(err);
     if (is_legacy(c)) {
-        ctx_reply_text(c, row->status, detail);
+        reply_raw_ex(c, row->status, "text/html; charset=utf-8", detail, strlen(detail), NULL,
+                     row->headers);
         return;
     }
-    reply_problem_ex(c, row->status, row->code, row->title, detail, NULL);
+    reply_problem_ex(c, row->status, row->code, row->title, detail, row->headers);
 }
 
 /* ---- requests no handler serves: no route matched, or the request did not parse ---- */

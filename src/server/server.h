@@ -69,7 +69,8 @@ const semad_config_t *server_config(server_t *srv);
 void ctx_reply(route_ctx_t *c, int status, const char *ctype, const char *body, size_t len);
 void ctx_reply_text(route_ctx_t *c, int status, const char *text); /* text/html */
 void ctx_reply_json(route_ctx_t *c, int status, json_t *j);        /* steals j */
-/* A problem+json reply for engine status `err` (or text for legacy routes). */
+/* A problem+json reply for engine status `err` (or text for legacy routes), with the header
+ * lines of its row in problem.c (Retry-After for store_unavailable and unavailable_retry). */
 void ctx_reply_err(route_ctx_t *c, int err, const char *detail);
 /* A problem+json reply with an explicit status and code. */
 void ctx_reply_problem(route_ctx_t *c, int status, const char *code, const char *detail);

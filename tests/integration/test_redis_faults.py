@@ -350,6 +350,34 @@ def test_client_pause():
                                                                   summary))
 
 
+# ---- Redis unreachable ----
+
+def test_store_unavailable_says_when_to_ask_again():
+    """With Redis away, semad's 503 store_unavailable carries Retry-After: 1 on the v1 API
+    (a read and a release) and on the legacy one, which is what the clients wait out between
+    their retries; other replies carry none."""
+    r, fl = redis_fleet(1, aof=True)
+    with r, fl:
+        s = fl[0]
+        put(s, "ra", 1)
+        lease = grant(s, "ra")
+        st, hd, _ = s.request("GET", "/v1/semaphores/no-such-one")
+        assert st == 404 and "retry-after" not in hd, (st, hd)
+        r.kill()
+        for method, path in (("GET", "/v1/semaphores/ra"),
+                             ("DELETE", "/v1/leases/" + lease["lease"])):
+            st, hd, data = s.request(method, path, timeout=60)
+            doc = json.loads(data)
+            assert st == 503 and doc.get("code") == "store_unavailable", (method, st, doc)
+            assert hd.get("retry-after") == "1", (method, path, hd)
+        st, hd, data = s.request("GET", "/semaphore/value/ra", timeout=60)
+        assert st == 503 and hd.get("retry-after") == "1", (st, hd, data)
+        r.start()
+        fx.wait_until(lambda: s.request("GET", "/v1/semaphores/ra")[0] == 200, 20,
+                      "the instance to reconnect")
+        release(s, lease)
+
+
 # ---- Redis restarted ----
 
 def test_redis_restart_with_aof_always():

@@ -950,7 +950,7 @@ static long refused_connections(void)
 TEST(release_waits_out_a_503s_retry_after)
 {
     const char *args[] = {"--durability", "none", "--max-connections-per-ip", "1", NULL};
-    sema_client_opts_t opts = {.max_retries = 4}; /* backoffs of 0.1 to 0.8 s: 1.5 s in all */
+    sema_client_opts_t opts = {.retry_ms = 1500};
     sema_client_t *c = NULL;
     sema_client_error_t e;
 
@@ -1101,10 +1101,12 @@ static void *release_thread(void *arg)
     return NULL;
 }
 
-TEST(release_answered_503_is_sent_again_until_redis_is_back)
+TEST(release_answered_503_is_sent_again_for_its_time_budget_until_redis_is_back)
 {
-    /* retries after 0.1, 0.3, 0.7, 1.5, 3.1, 6.3 and 12.7 s */
-    sema_client_opts_t opts = {.max_retries = 7};
+    /* Retries a second apart (semad's Retry-After: 1) for 10 s: twice the default, since
+     * semad itself may take up to 3 s more to reconnect to a Redis that is back (50 ms
+     * doubling to 2 s, jittered by half). */
+    sema_client_opts_t opts = {.retry_ms = 10000};
     sema_client_t *c = client_on_redis(&opts);
     sema_acquire_opts_t o = {.weight = 2, .timeout_ms = 0, .ttl_ms = 120000};
     sema_lease_t l, all;
@@ -1113,12 +1115,14 @@ TEST(release_answered_503_is_sent_again_until_redis_is_back)
     ASSERT_OK(sema_client_create(c, "r503", 2, NULL, NULL));
     ASSERT_OK(sema_client_acquire(c, "r503", &o, &l, NULL));
     stop_redis();
+    int64_t t0 = mono_ms();
     release_call_t r = {.c = c, .id = l.id};
     ASSERT_OK(pthread_create(&t, NULL, release_thread, &r));
-    /* answered 503 ("Redis is unreachable"), and sent again */
-    for (int64_t end = mono_ms() + 10000 * slow(); releases_answered_503() < 2;) {
+    /* Redis is away for 1.5 s: far longer than a budget of 2 retries, and the release
+     * keeps being answered 503 ("Redis is unreachable") and sent again meanwhile */
+    while (mono_ms() - t0 < 1500 || releases_answered_503() < 2) {
         ASSERT(!atomic_load(&r.done));
-        ASSERT_LT(mono_ms(), end);
+        ASSERT_LT(mono_ms() - t0, 5000 * slow());
         usleep(10000);
     }
     start_redis();
@@ -1131,9 +1135,37 @@ TEST(release_answered_503_is_sent_again_until_redis_is_back)
     sema_client_free(c);
 }
 
+TEST(release_answered_503_fails_once_its_time_budget_is_spent)
+{
+    sema_client_opts_t opts = {.retry_ms = 1500}; /* a retry a second later, not a second one */
+    sema_client_t *c = client_on_redis(&opts);
+    sema_acquire_opts_t o = {.weight = 1, .timeout_ms = 0, .ttl_ms = 120000};
+    sema_client_error_t e;
+    sema_lease_t l;
+
+    ASSERT_OK(sema_client_create(c, "r503-budget", 1, NULL, NULL));
+    ASSERT_OK(sema_client_acquire(c, "r503-budget", &o, &l, NULL));
+    stop_redis();
+    int64_t t0 = mono_ms();
+    ASSERT_EQ(sema_client_release(c, l.id, &e), SEMA_EIO);
+    int64_t took = mono_ms() - t0;
+    ASSERT_EQ(e.http_status, 503);
+    ASSERT_STREQ(e.problem, "store_unavailable");
+    /* the first try, and one retry after the Retry-After's second; a third would start
+     * past the 1.5 s */
+    ASSERT_GE(took, 1000);
+    ASSERT_LT(took, 1500 + 1000 * slow());
+    ASSERT_EQ(releases_answered_503(), 2);
+    start_redis();
+    wait_healthy();
+    ASSERT_OK(sema_client_release(c, l.id, NULL));
+    sema_client_free(c);
+}
+
 TEST(release_answered_503_fails_once_its_retries_run_out)
 {
-    sema_client_opts_t opts = {.max_retries = 2}; /* retries after 0.1 and 0.3 s */
+    sema_client_opts_t opts = {.max_retries = 2}; /* a cap within the time budget: retries
+                                                     after 1 and 2 s (semad's Retry-After) */
     sema_client_t *c = client_on_redis(&opts);
     sema_acquire_opts_t o = {.weight = 1, .timeout_ms = 0, .ttl_ms = 120000};
     sema_client_error_t e;

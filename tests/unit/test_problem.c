@@ -62,3 +62,15 @@ TEST(contract_table)
     ASSERT_EQ(problem_lookup(0)->status, 200);
     ASSERT_EQ(problem_lookup(-424242)->status, 500);
 }
+
+TEST(retry_after_goes_only_with_the_503s_worth_asking_again)
+{
+    for (size_t i = 0; i < problem_count(); i++) {
+        const problem_row_t *r = problem_row(i);
+        if (r->err == SEMA_EIO || r->err == SEMA_EUNAVAIL)
+            ASSERT_STREQ(r->headers, "Retry-After: 1\r\n");
+        else
+            ASSERT_NULL(r->headers);
+    }
+    ASSERT_NULL(problem_lookup(-424242)->headers);
+}

@@ -58,12 +58,15 @@ test("a release answered 503 while Redis is away is sent again until Redis is ba
 
 test("a release whose retryMs runs out while Redis stays away resolves, and the lease holds", { skip }, async () => {
   await onRedis(async (semad, redis) => {
-    const client = createClient({ url: semad.url, retryMs: 1000 });
+    // one retry, a second later as semad's Retry-After asks; a second one would start past 1.5 s
+    const client = createClient({ url: semad.url, retryMs: 1500 });
     const sem = await client.semaphore("r503-out", { capacity: 1 });
     const p = await sem.acquire({ ttlMs: 120000 });
     await redis.kill();
+    const t0 = Date.now();
     await p.release(); // never rejects
-    assert.ok((await metric(semad.url, RELEASES_503)) >= 2, "sent again after its 503");
+    assert.ok(Date.now() - t0 >= 1000, `sent again after ${Date.now() - t0} ms, before its Retry-After`);
+    assert.equal(await metric(semad.url, RELEASES_503), 2, "sent again once after its 503");
     assert.equal(p.released, true);
     // it did not happen: once Redis is back, the lease still holds its unit (until its ttl)
     await redis.start();
