@@ -474,10 +474,14 @@ int remote_fail(const remote_opts_t *o, const char *what, int rc, const sema_cli
     return remote_exit_code(rc);
 }
 
+#define CLI_RETRY_MS 1500
+
 sema_client_t *remote_client(const remote_opts_t *o)
 {
     sema_client_t *c = NULL;
-    sema_client_opts_t opts = {.cacert = o->cacert, .cert = o->cert};
+    /* A command someone waits at: ride out a restart of about a second (and one
+     * Retry-After: 1), not the library's 5 s, before saying semad cannot be reached. */
+    sema_client_opts_t opts = {.cacert = o->cacert, .cert = o->cert, .retry_ms = CLI_RETRY_MS};
     int rc = sema_client_new(&c, o->server, &opts);
 
     if (rc != 0) {
