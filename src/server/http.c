@@ -575,8 +575,22 @@ int http_pct_decode(const char *src, size_t len, int plus_space, char **out, siz
     char *d = malloc(len + 1);
     if (d == NULL)
         return SEMA_ENOMEM;
-    size_t n = 0;
-    for (size_t i = 0; i < len; i++) {
+    /* Names and ids are mostly plain ASCII: copied as they are, nothing else to check. */
+    size_t i = 0;
+    for (; i < len; i++) {
+        unsigned char c = (unsigned char)src[i];
+        if (c == '%' || c == '+' || c == '\0' || c >= 0x80)
+            break;
+        d[i] = (char)c;
+    }
+    if (i == len) {
+        d[len] = '\0';
+        *out = d;
+        *out_len = len;
+        return 0;
+    }
+    size_t n = i;
+    for (; i < len; i++) {
         int c = (unsigned char)src[i];
         if (c == '%') {
             c = escaped(src, len, i);

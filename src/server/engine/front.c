@@ -372,7 +372,7 @@ void engine__random(engine_t *e, void *out, size_t n)
 {
     uint8_t *o = out;
 
-    for (size_t i = 0; i < n; i++) {
+    while (n > 0) {
         if (e->rnd_pos == sizeof(e->rnd)) {
             size_t got = 0;
             while (got < sizeof(e->rnd)) {
@@ -382,7 +382,13 @@ void engine__random(engine_t *e, void *out, size_t n)
             }
             e->rnd_pos = 0;
         }
-        o[i] = e->rnd[e->rnd_pos++];
+        size_t k = sizeof(e->rnd) - e->rnd_pos;
+        if (k > n)
+            k = n;
+        memcpy(o, e->rnd + e->rnd_pos, k);
+        e->rnd_pos += k;
+        o += k;
+        n -= k;
     }
 }
 
