@@ -570,13 +570,31 @@ static int escaped(const char *src, size_t len, size_t i)
     return hi * 16 + lo;
 }
 
+/* Whether none of the 8 bytes in x is 0, '%', '+' or above 0x7f: (v - ones) & ~v has the
+ * high bit set in some byte exactly when v has a zero byte. */
+static int plain8(uint64_t x)
+{
+    const uint64_t ones = 0x0101010101010101u, high = 0x8080808080808080u;
+    uint64_t pct = x ^ (ones * '%'), plus = x ^ (ones * '+');
+    uint64_t z = ((x - ones) & ~x) | ((pct - ones) & ~pct) | ((plus - ones) & ~plus) | x;
+    return (z & high) == 0;
+}
+
 int http_pct_decode(const char *src, size_t len, int plus_space, char **out, size_t *out_len)
 {
     char *d = malloc(len + 1);
     if (d == NULL)
         return SEMA_ENOMEM;
-    /* Names and ids are mostly plain ASCII: copied as they are, nothing else to check. */
+    /* Names and ids are mostly plain ASCII: copied as they are, nothing else to check.
+     * Eight bytes at a time while none of them needs a look. */
     size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        uint64_t x;
+        memcpy(&x, src + i, 8);
+        if (!plain8(x))
+            break;
+        memcpy(d + i, &x, 8);
+    }
     for (; i < len; i++) {
         unsigned char c = (unsigned char)src[i];
         if (c == '%' || c == '+' || c == '\0' || c >= 0x80)

@@ -190,6 +190,50 @@ TEST(percent_decoding_once)
     ASSERT_EQ(http_pct_decode("%ED%A0%80", 9, 0, &s, &n), SEMA_EINVAL); /* surrogate */
 }
 
+TEST(percent_decoding_at_every_offset)
+{
+    /* The plain-ASCII path reads 8 bytes at a time: what needs a look is found at every
+     * offset, in the first block, in later ones and in the tail. */
+    static const struct {
+        const char *in;
+        size_t in_len;
+        const char *out;
+        int plus, rc;
+    } special[] = {
+        {"%2F", 3, "/", 0, 0},
+        {"+", 1, "+", 0, 0},
+        {"+", 1, " ", 1, 0},
+        {"\xC3\xA9", 2, "\xC3\xA9", 0, 0},
+        {"\x80", 1, NULL, 0, SEMA_EINVAL},
+        {"\0", 1, NULL, 0, SEMA_EINVAL},
+        {"%00", 3, NULL, 0, SEMA_EINVAL},
+    };
+    for (size_t k = 0; k < sizeof special / sizeof special[0]; k++) {
+        for (size_t at = 0; at <= 20; at++) {
+            char in[64], want[64], *s = NULL;
+            size_t len = 0, wlen = 0, n = 0;
+            for (size_t i = 0; i < at; i++)
+                in[len++] = want[wlen++] = (char)('a' + i % 26);
+            memcpy(in + len, special[k].in, special[k].in_len);
+            len += special[k].in_len;
+            if (special[k].out != NULL) {
+                memcpy(want + wlen, special[k].out, strlen(special[k].out));
+                wlen += strlen(special[k].out);
+            }
+            for (size_t i = 0; i < 5; i++)
+                in[len++] = want[wlen++] = 'z';
+            int rc = http_pct_decode(in, len, special[k].plus, &s, &n);
+            ASSERT_EQ(rc, special[k].rc);
+            if (rc == 0) {
+                ASSERT_EQ(n, wlen);
+                ASSERT(memcmp(s, want, n) == 0);
+                ASSERT_EQ(s[n], '\0');
+                free(s);
+            }
+        }
+    }
+}
+
 TEST(utf8_validation)
 {
     ASSERT(jsonw_utf8_valid("plain", 5));
