@@ -82,9 +82,9 @@ typedef struct store_op {
     struct store_op *next;
     int kind;
     /* In the checkpoint set only (see ck_add): */
-    enode_t hn;    /* in ck_keys while it is the latest mutation of its key */
-    uint8_t keyed; /* in ck_keys */
-    uint8_t dead;  /* superseded by a later one: the checkpoint skips it */
+    struct store_op *prev; /* the one before it in ck, or NULL */
+    enode_t hn;            /* in ck_keys while it is the latest mutation of its key */
+    uint8_t keyed;         /* in ck_keys */
     uint8_t fresh; /* a lease's grant, or its later writes: no row of it is in the database */
     union {
         store_sem_t sem;
@@ -175,10 +175,10 @@ struct store {
     unsigned char *jbuf; /* a record being encoded */
     size_t jcap;
     store_op_t *ck;       /* what the journal holds and the database not yet, in order */
-    store_op_t **ck_tail; /* where the next one goes */
+    store_op_t *ck_last;  /* the last one in ck, or NULL */
     store_op_t *ck_floor; /* the fence floor in ck, kept at its highest */
     etab_t ck_keys;       /* lease id, ticket id or semaphore name -> its latest op in ck */
-    uint64_t ck_n;        /* ops in ck, superseded ones included */
+    uint64_t ck_n;        /* ops added to ck since the last checkpoint, superseded ones included */
     uint64_t ck_at;       /* uv-independent monotonic ms of the last checkpoint */
     uint64_t checkpoints; /* successful checkpoints, for metrics */
     uint64_t ck_failures; /* failed ones */
@@ -620,7 +620,6 @@ int store_open(store_t **out, const char *dir, store_durability_t durability, ch
     st->lock_fd = -1;
     st->durability = durability;
     st->pend_tail = &st->pend;
-    st->ck_tail = &st->ck;
     st->path = join_path(dir, STORE_DB_NAME);
     st->dir = strdup(dir);
     rc = st->path != NULL && st->dir != NULL && etab_init(&st->ck_keys, 64) == 0
@@ -824,7 +823,6 @@ static store_op_t *op_new(int kind, size_t extra)
         op->next = NULL;
         op->kind = kind;
         op->keyed = 0;
-        op->dead = 0;
         op->fresh = 0;
     }
     return op;
@@ -1455,9 +1453,29 @@ static uint64_t ck_hash(const ck_key_t *k, size_t len)
 static void ck_append(store_t *st, store_op_t *op)
 {
     op->next = NULL;
-    *st->ck_tail = op;
-    st->ck_tail = &op->next;
+    op->prev = st->ck_last;
+    if (st->ck_last != NULL)
+        st->ck_last->next = op;
+    else
+        st->ck = op;
+    st->ck_last = op;
     st->ck_n++;
+}
+
+/* Take an op a later one superseded out of the set, and free it: no checkpoint would write
+ * it. Freed now rather than at the checkpoint, so a lease's grant and release, the most
+ * common pair, give their memory back within a commit or two. */
+static void ck_drop(store_t *st, store_op_t *op)
+{
+    if (op->prev != NULL)
+        op->prev->next = op->next;
+    else
+        st->ck = op->next;
+    if (op->next != NULL)
+        op->next->prev = op->prev;
+    else
+        st->ck_last = op->prev;
+    free(op);
 }
 
 /* Add a committed op to the set (it takes the op). */
@@ -1484,21 +1502,23 @@ static void ck_add(store_t *st, store_op_t *op)
     n = etab_find(&st->ck_keys, ck_hash(&k, len), ck_eq, &k, len);
     if (n != NULL) {
         store_op_t *prev = ECONTAINER(n, store_op_t, hn);
+        /* A lease's or ticket's later op writes (or deletes) its whole row. A semaphore's
+         * delete stays after the put before it, which carries the fence it retires. */
+        int superseded = k.cls != 'S' || (prev->kind == OP_PUT_SEM && op->kind == OP_PUT_SEM);
+        int ended_fresh = 0;
         etab_remove(&st->ck_keys, n);
         prev->keyed = 0;
-        if (k.cls != 'S')
-            prev->dead = 1;
-        else if (prev->kind == OP_PUT_SEM && op->kind == OP_PUT_SEM) {
-            prev->dead = 1; /* the row's fence only rises: the later put carries the higher */
-            if (prev->u.sem.fence > op->u.sem.fence)
-                op->u.sem.fence = prev->u.sem.fence;
-        }
+        if (k.cls == 'S' && superseded && prev->u.sem.fence > op->u.sem.fence)
+            op->u.sem.fence = prev->u.sem.fence; /* the row's fence only rises */
         if (k.cls == 'L' && prev->kind == OP_PUT_LEASE && prev->fresh) {
-            if (op->kind == OP_DEL_LEASE) { /* granted and ended: neither is written */
-                free(op);
-                return;
-            }
+            ended_fresh = op->kind == OP_DEL_LEASE; /* granted and ended: neither is written */
             op->fresh = 1;
+        }
+        if (superseded)
+            ck_drop(st, prev);
+        if (ended_fresh) {
+            free(op);
+            return;
         }
     }
     op->hn.hash = ck_hash(&k, len);
@@ -1519,7 +1539,7 @@ static void ck_clear(store_t *st)
         op = next;
     }
     st->ck = NULL;
-    st->ck_tail = &st->ck;
+    st->ck_last = NULL;
     st->ck_floor = NULL;
     st->ck_n = 0;
 }
@@ -1554,10 +1574,8 @@ static int checkpoint(store_t *st, char *errbuf, size_t errlen)
 
     st->ck_at = mono_ms();
     rc = run_write(st->q[Q_BEGIN]);
-    for (const store_op_t *op = st->ck; rc == SQLITE_OK && op != NULL; op = op->next) {
-        if (!op->dead)
-            rc = write_op(st, op, &doing);
-    }
+    for (const store_op_t *op = st->ck; rc == SQLITE_OK && op != NULL; op = op->next)
+        rc = write_op(st, op, &doing);
     if (rc == SQLITE_OK) {
         doing = "checkpoint failed, rolled back";
         rc = run_write(st->q[Q_COMMIT]);
@@ -1599,10 +1617,8 @@ static int settle(store_t *st, int *overlay, char *errbuf, size_t errlen)
     if (st->jnl == NULL || jnl_used(st->jnl) == 0 || checkpoint(st, errbuf, errlen) == 0)
         return 0;
     rc = run_write(st->q[Q_BEGIN]);
-    for (const store_op_t *op = st->ck; rc == SQLITE_OK && op != NULL; op = op->next) {
-        if (!op->dead)
-            rc = write_op(st, op, &doing);
-    }
+    for (const store_op_t *op = st->ck; rc == SQLITE_OK && op != NULL; op = op->next)
+        rc = write_op(st, op, &doing);
     if (rc != SQLITE_OK) {
         rollback(st);
         return SEMA_EIO; /* with the checkpoint's message */
