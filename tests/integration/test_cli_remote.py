@@ -236,6 +236,12 @@ def test_unreachable_server():
     assert rc == EXIT_USAGE
 
 
+def test_too_long_name_says_the_maximum():
+    with Semad() as d:
+        rc, _, err = sema(d, "create", "n" * 300, "1")
+        assert rc == EXIT_FAIL and "maximum of 256 bytes" in err, (rc, err)
+
+
 def test_admin_verbs_and_json():
     with Semad() as d:
         rc, out, _ = sema(d, "create", "adm", "2", "--json", check=0)
