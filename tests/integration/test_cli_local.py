@@ -177,6 +177,15 @@ def test_rm_and_errors():
     assert sema("run", "--local", "bad/name", "--", "true").returncode == 1
 
 
+def test_rm_of_a_missing_name_says_shared_memory():
+    n = name()
+    r = sema("rm", "--local", n)
+    assert r.returncode == 1, r
+    assert "no such shared-memory semaphore '%s'" % n in r.stderr, r.stderr
+    r = sema("ls", "--local", n)
+    assert r.returncode == 1 and "no such shared-memory semaphore" in r.stdout, r
+
+
 def test_durations():
     n = name()
     for good in ("100ms", "1.5s", "2m", "1h", "0", "0.0", "forever", "inf", "-1"):
