@@ -125,7 +125,7 @@ int cmd_remote_has(const char *verb)
 void cmd_remote_usage(FILE *out)
 {
     for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
-        fprintf(out, "  %-10s %s\n", verbs[i].name, verbs[i].summary);
+        fprintf(out, "  %-*s %s\n", CLI_VERB_COLUMN, verbs[i].name, verbs[i].summary);
 }
 
 static void verb_help(const verb_t *v, FILE *out)

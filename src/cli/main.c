@@ -132,7 +132,7 @@ static void print_overview(FILE *out)
                  "and across machines (through semad).\n\n"
                  "Verbs (run, ls and rm act on this machine's semaphores with --local):\n");
     for (size_t i = 0; i < NCOMMANDS; i++)
-        fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
+        fprintf(out, "  %-*s %s\n", CLI_VERB_COLUMN, commands[i].name, commands[i].summary);
     if (cmd_remote_usage != NULL) {
         fprintf(out, "\nVerbs that talk to semad (without --local):\n");
         cmd_remote_usage(out);
