@@ -128,6 +128,12 @@ void cmd_remote_usage(FILE *out)
         fprintf(out, "  %-*s %s\n", CLI_VERB_COLUMN, verbs[i].name, verbs[i].summary);
 }
 
+void cmd_remote_suggest(suggest_t *s)
+{
+    for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
+        suggest_offer(s, verbs[i].name);
+}
+
 static void verb_help(const verb_t *v, FILE *out)
 {
     /* The common options go before a `-- CMD`: everything after it is the command's. */
@@ -352,6 +358,25 @@ static void shelter_leases(const verb_t *v, int argc, char **argv, int dash, cha
         argv[out++] = argv[i];
 }
 
+/* An option getopt did not know: "unknown option '--tll' (did you mean --ttl?)". */
+static int unknown_option(const verb_t *v, const char *arg)
+{
+    suggest_t s;
+    char typed[64];
+
+    snprintf(typed, sizeof typed, "%.*s", (int)strcspn(arg, "="), arg);
+    suggest_init(&s, typed + (typed[0] == '-' && typed[1] == '-' ? 2 : 0));
+    for (const struct option *lo = long_opts; typed[1] == '-' && lo->name != NULL; lo++) {
+        int bit = opt_bit(lo->val);
+        if (bit == 0 || (v->opts & bit))
+            suggest_offer(&s, lo->name);
+    }
+    const char *best = suggest_best(&s);
+    if (best != NULL)
+        return usage_error(v, "unknown option '%s' (did you mean --%s?)", typed, best);
+    return usage_error(v, "unknown option '%s'", typed);
+}
+
 /* Split the arguments: options, positionals, and (run/lock) the command after "--". */
 static int parse_args(const verb_t *v, int argc, char **argv, remote_opts_t *o)
 {
@@ -376,9 +401,10 @@ static int parse_args(const verb_t *v, int argc, char **argv, remote_opts_t *o)
             verb_help(v, stdout);
             return -1;
         }
-        if (ch == '?' || ch == ':')
-            return usage_error(v, ch == ':' ? "option '%s' needs a value" : "unknown option '%s'",
-                               argv[optind - 1]);
+        if (ch == ':')
+            return usage_error(v, "option '%s' needs a value", argv[optind - 1]);
+        if (ch == '?')
+            return unknown_option(v, argv[optind - 1]);
         int bit = opt_bit(ch);
         if (bit != 0 && !(v->opts & bit)) {
             char name[40]; /* the option as typed, not its value */

@@ -277,6 +277,21 @@ def test_command_not_found_reads_as_in_the_local_form():
         assert state(d, "nf")["held"] == 0
 
 
+def test_mistyped_verbs_and_options_get_a_suggestion():
+    with Semad() as d:
+        rc, _, err = sema(d, "crate", "x", "1")
+        assert rc == EXIT_USAGE and "did you mean `sema create`?" in err, err
+        rc, _, err = sema(d, "help", "nosuch")
+        assert rc == EXIT_USAGE and "`sema --help`" in err, err
+        assert "sema help --help" not in err, err
+        rc, _, err = sema(d, "help", "ticket-laeve")
+        assert rc == EXIT_USAGE and "did you mean `sema ticket-leave`?" in err, err
+        rc, _, err = sema(d, "acquire", "x", "--tll", "1s")
+        assert rc == EXIT_USAGE and "did you mean --ttl?" in err, err
+        rc, _, err = sema(d, "acquire", "x", "--bogus")
+        assert rc == EXIT_USAGE and "did you mean" not in err, err
+
+
 def test_admin_verbs_and_json():
     with Semad() as d:
         rc, out, _ = sema(d, "create", "adm", "2", "--json", check=0)
