@@ -20,6 +20,9 @@ enum {
     CLI_EXIT_SIGNAL_BASE = 128, /* `run`: the command died of signal N: 128 + N */
 };
 
+/* Width of the verb column of `sema --help` (the longest verb is ticket-leave). */
+#define CLI_VERB_COLUMN 12
+
 /* A verb. argv[0] is the verb itself; `--local` has been removed from argv and chooses
  * `local` over `remote`. A NULL handler means that form does not exist (yet). */
 typedef struct {

@@ -189,7 +189,10 @@ static int show_one(const char *name, void *ud)
     int rc = st == NULL ? SEMA_ENOMEM : sema_shm_open(name, 0, SEMA_SHM_EXISTING, 0, &h);
     if (rc == 0)
         rc = sema_shm_stats(h, st);
-    if (rc != 0) {
+    if (rc == SEMA_ENOENT) {
+        printf("%-24s error: no such shared-memory semaphore\n", name);
+        ++*failures;
+    } else if (rc != 0) {
         printf("%-24s error: %s\n", name, sema_strerror(rc));
         ++*failures;
     } else {
@@ -240,7 +243,11 @@ int cli_local_rm(int argc, char **argv)
         return cli_usage_error("rm", "needs at least one NAME");
     for (int i = 0; i < npos; i++) {
         rc = sema_shm_unlink(pos[i]);
-        if (rc != 0 && !(force && rc == SEMA_ENOENT)) {
+        if (rc == SEMA_ENOENT && !force) {
+            fprintf(stderr, "sema rm: no such shared-memory semaphore '%s' (-f: no error)\n",
+                    pos[i]);
+            failures++;
+        } else if (rc != 0 && rc != SEMA_ENOENT) {
             fprintf(stderr, "sema rm: %s: %s\n", pos[i], sema_strerror(rc));
             failures++;
         }

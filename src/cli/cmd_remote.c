@@ -125,7 +125,13 @@ int cmd_remote_has(const char *verb)
 void cmd_remote_usage(FILE *out)
 {
     for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
-        fprintf(out, "  %-10s %s\n", verbs[i].name, verbs[i].summary);
+        fprintf(out, "  %-*s %s\n", CLI_VERB_COLUMN, verbs[i].name, verbs[i].summary);
+}
+
+void cmd_remote_suggest(suggest_t *s)
+{
+    for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
+        suggest_offer(s, verbs[i].name);
 }
 
 static void verb_help(const verb_t *v, FILE *out)
@@ -258,6 +264,7 @@ static int apply_opt(const verb_t *v, remote_opts_t *o, int ch, const char *arg)
             return usage_error(v, "bad weight '%s' (a whole number >= 1)", arg);
         return 0;
     case 't':
+        o->timeout_arg = arg;
         if (cli_parse_duration_ms(arg, &o->timeout_ms) != 0)
             return usage_error(
                 v, "bad timeout '%s' (a duration with its unit, e.g. 500ms, 10s, 2m; 0 = try once)",
@@ -351,6 +358,25 @@ static void shelter_leases(const verb_t *v, int argc, char **argv, int dash, cha
         argv[out++] = argv[i];
 }
 
+/* An option getopt did not know: "unknown option '--tll' (did you mean --ttl?)". */
+static int unknown_option(const verb_t *v, const char *arg)
+{
+    suggest_t s;
+    char typed[64];
+
+    snprintf(typed, sizeof typed, "%.*s", (int)strcspn(arg, "="), arg);
+    suggest_init(&s, typed + (typed[0] == '-' && typed[1] == '-' ? 2 : 0));
+    for (const struct option *lo = long_opts; typed[1] == '-' && lo->name != NULL; lo++) {
+        int bit = opt_bit(lo->val);
+        if (bit == 0 || (v->opts & bit))
+            suggest_offer(&s, lo->name);
+    }
+    const char *best = suggest_best(&s);
+    if (best != NULL)
+        return usage_error(v, "unknown option '%s' (did you mean --%s?)", typed, best);
+    return usage_error(v, "unknown option '%s'", typed);
+}
+
 /* Split the arguments: options, positionals, and (run/lock) the command after "--". */
 static int parse_args(const verb_t *v, int argc, char **argv, remote_opts_t *o)
 {
@@ -375,9 +401,10 @@ static int parse_args(const verb_t *v, int argc, char **argv, remote_opts_t *o)
             verb_help(v, stdout);
             return -1;
         }
-        if (ch == '?' || ch == ':')
-            return usage_error(v, ch == ':' ? "option '%s' needs a value" : "unknown option '%s'",
-                               argv[optind - 1]);
+        if (ch == ':')
+            return usage_error(v, "option '%s' needs a value", argv[optind - 1]);
+        if (ch == '?')
+            return unknown_option(v, argv[optind - 1]);
         int bit = opt_bit(ch);
         if (bit != 0 && !(v->opts & bit)) {
             char name[40]; /* the option as typed, not its value */
@@ -467,10 +494,31 @@ int remote_exit_code(int rc)
     return CLI_EXIT_FAIL;
 }
 
+/* The server's timeout detail names its JSON field ("timeout_ms"); say it in the words the
+ * user typed: "not granted within 1s (-t)". NULL when it is not such a timeout. */
+static const char *timeout_message(const remote_opts_t *o, int rc, const sema_client_error_t *e,
+                                   char *buf, size_t len)
+{
+    if (rc != SEMA_ETIMEDOUT || o->timeout_arg == NULL || e == NULL ||
+        strcmp(e->problem, "timeout") != 0)
+        return NULL;
+    snprintf(buf, len, "%s within %s (-t)",
+             strcmp(o->verb, "wait-idle") == 0 ? "not idle" : "not granted", o->timeout_arg);
+    return buf;
+}
+
 int remote_fail(const remote_opts_t *o, const char *what, int rc, const sema_client_error_t *e)
 {
-    const char *msg = e != NULL && e->message[0] ? e->message : sema_strerror(rc);
+    char buf[128];
+    const char *msg = timeout_message(o, rc, e, buf, sizeof buf);
+    if (msg == NULL)
+        msg = e != NULL && e->message[0] ? e->message : sema_strerror(rc);
     fprintf(stderr, "sema %s: %s: %s (%s)\n", o->verb, what, msg, sema_err_name(rc));
+    if (rc == SEMA_ECONNREFUSED && (e == NULL || e->http_status == 0))
+        fprintf(stderr,
+                "sema %s: is semad running? Start it with `semad` (or `make run` in the source "
+                "tree), or point --server or SEMA_SERVER at it\n",
+                o->verb);
     return remote_exit_code(rc);
 }
 
@@ -621,9 +669,12 @@ static int v_get(remote_opts_t *o)
     return CLI_EXIT_OK;
 }
 
+static void ls_header(remote_opts_t *o);
+
 static int ls_one(void *arg, const sema_sem_info_t *s)
 {
-    const remote_opts_t *o = arg;
+    remote_opts_t *o = arg;
+    ls_header(o);
     if (o->json) {
         json_t *j = json_pack("{s:s,s:I,s:I,s:I,s:I}", "name", s->name, "capacity",
                               (json_int_t)s->capacity, "available", (json_int_t)s->available,
@@ -639,10 +690,13 @@ static int ls_one(void *arg, const sema_sem_info_t *s)
     return 0;
 }
 
-static void ls_header(const remote_opts_t *o)
+/* The table's header, once, before the first row (nothing on stdout when ls fails). */
+static void ls_header(remote_opts_t *o)
 {
-    if (!o->json)
-        printf("%-32s %10s %10s %10s %8s\n", "NAME", "CAPACITY", "AVAILABLE", "HELD", "WAITING");
+    if (o->json || o->header_done)
+        return;
+    o->header_done = 1;
+    printf("%-32s %10s %10s %10s %8s\n", "NAME", "CAPACITY", "AVAILABLE", "HELD", "WAITING");
 }
 
 static int v_ls(remote_opts_t *o)
@@ -650,10 +704,12 @@ static int v_ls(remote_opts_t *o)
     sema_client_error_t e;
 
     WITH_CLIENT(o, c);
-    ls_header(o);
     int rc = sema_client_list(c, o->npos > 0 ? o->pos[0] : NULL, ls_one, o, &e);
     sema_client_free(c);
-    return rc != 0 ? remote_fail(o, "list", rc, &e) : CLI_EXIT_OK;
+    if (rc != 0)
+        return remote_fail(o, "list", rc, &e);
+    ls_header(o); /* an empty table still has its header */
+    return CLI_EXIT_OK;
 }
 
 static int v_resize(remote_opts_t *o)
@@ -669,8 +725,7 @@ static int v_resize(remote_opts_t *o)
     sema_client_free(c);
     if (rc != 0)
         return remote_fail(o, o->pos[0], rc, &e);
-    ls_header(o); /* the same table as ls, one row */
-    return ls_one(o, &info);
+    return ls_one(o, &info); /* the same table as ls, one row */
 }
 
 static int v_rm(remote_opts_t *o)

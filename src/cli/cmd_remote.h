@@ -7,6 +7,8 @@
 
 #include <stdio.h>
 
+#include "suggest.h"
+
 /* Exit codes: CLI_EXIT_* in cli.h (0 ok, 1 refused, 2 usage, 69 server unreachable,
  * 75 timeout or busy, 76 lease lost; run and lock: the command's own status). */
 
@@ -21,5 +23,8 @@ int cmd_remote(int argc, char **argv);
 /* One line per remote verb ("  create NAME CAPACITY   create a semaphore"), for
  * `sema --help`. */
 void cmd_remote_usage(FILE *out);
+
+/* Offer every remote verb's name to `s` (an unknown verb's "did you mean"). */
+void cmd_remote_suggest(suggest_t *s);
 
 #endif /* SEMA_CLI_CMD_REMOTE_H */

@@ -14,7 +14,7 @@
 #include "cli.h"
 
 #define TOKEN_USAGE                                                                                \
-    "usage: sema token new NAME --rights RIGHTS [--prefix PREFIX]... --file FILE\n"                \
+    "usage: sema token new NAME --rights RIGHTS [--prefix PREFIX]... --file FILE\n\n"              \
     "Make a new bearer token for semad --auth: add a line with NAME, the token's SHA-256,\n"       \
     "its rights and prefixes to FILE (created, mode 600, if missing), and print the token\n"       \
     "on stdout. It is shown only this once: FILE holds only its hash. Then send semad a\n"         \

@@ -7,6 +7,7 @@
 
 #include "cli.h"
 #include "sema/sema.h"
+#include "suggest.h"
 
 static int cmd_help(int argc, char **argv);
 static int cmd_version(int argc, char **argv);
@@ -18,6 +19,7 @@ static int bench_verb(int argc, char **argv);
 int cmd_remote_has(const char *verb) __attribute__((weak));
 int cmd_remote(int argc, char **argv) __attribute__((weak));
 void cmd_remote_usage(FILE *out) __attribute__((weak));
+void cmd_remote_suggest(suggest_t *s) __attribute__((weak));
 int cmd_bench(int argc, char **argv) __attribute__((weak));
 int cmd_token(int argc, char **argv) __attribute__((weak)); /* declared in cli.h */
 static int token_verb(int argc, char **argv);
@@ -132,7 +134,7 @@ static void print_overview(FILE *out)
                  "and across machines (through semad).\n\n"
                  "Verbs (run, ls and rm act on this machine's semaphores with --local):\n");
     for (size_t i = 0; i < NCOMMANDS; i++)
-        fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
+        fprintf(out, "  %-*s %s\n", CLI_VERB_COLUMN, commands[i].name, commands[i].summary);
     if (cmd_remote_usage != NULL) {
         fprintf(out, "\nVerbs that talk to semad (without --local):\n");
         cmd_remote_usage(out);
@@ -142,22 +144,41 @@ static void print_overview(FILE *out)
 
 static int dispatch(const cli_command_t *c, int argc, char **argv);
 static int wants_help(int argc, char **argv);
+static int take_local(int *argc, char **argv);
+
+/* "sema: unknown verb 'crate' (did you mean `sema create`? `sema --help` lists the verbs)" */
+static int unknown_verb(const char *prefix, const char *verb)
+{
+    suggest_t s;
+
+    suggest_init(&s, verb);
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        suggest_offer(&s, commands[i].name);
+    if (cmd_remote_suggest != NULL)
+        cmd_remote_suggest(&s);
+    const char *best = suggest_best(&s);
+    fprintf(stderr, "%s: unknown verb '%s' (", prefix, verb);
+    if (best != NULL)
+        fprintf(stderr, "did you mean `sema %s`? ", best);
+    fprintf(stderr, "`sema --help` lists the verbs)\n");
+    return CLI_EXIT_USAGE;
+}
 
 static int cmd_help(int argc, char **argv)
 {
+    /* `sema help VERB [--local]` prints exactly what `sema VERB [--local] --help` does. */
+    int local = take_local(&argc, argv);
     if (argc < 2) {
         print_overview(stdout);
         return CLI_EXIT_OK;
     }
-    /* `sema help VERB [--local]` prints exactly what `sema VERB [--local] --help` does. */
-    int local = argc > 2 && strcmp(argv[2], "--local") == 0;
     char *av[] = {argv[1], local ? "--local" : "--help", local ? "--help" : NULL, NULL};
     const cli_command_t *c = find_command(argv[1]);
     if (c != NULL)
         return dispatch(c, local ? 3 : 2, av);
     if (!local && cmd_remote != NULL && cmd_remote_has != NULL && cmd_remote_has(argv[1]))
         return cmd_remote(2, av);
-    return cli_usage_error("help", "unknown verb '%s'", argv[1]);
+    return unknown_verb("sema help", argv[1]);
 }
 
 static int cmd_version(int argc, char **argv)
@@ -226,31 +247,58 @@ static const char *global_option(const char *arg)
     return NULL;
 }
 
+/* The options given before the verb (argv[0..argc) is the verb and what follows): the
+ * connection options go to the environment, where remote verbs read them; --local goes
+ * back right after the verb, as if given there. */
+static void take_global_options(int *argc, char ***argv)
+{
+    char **av = *argv;
+    int ac = *argc, local = 0;
+
+    for (const char *var;;) {
+        if (ac > 1 && strcmp(av[0], "--local") == 0) {
+            local = 1;
+            ac -= 1;
+            av += 1;
+        } else if (ac > 2 && (var = global_option(av[0])) != NULL) {
+            setenv(var, av[1], 1);
+            ac -= 2;
+            av += 2;
+        } else {
+            break;
+        }
+    }
+    if (local) { /* into the slot of the last option taken */
+        av[-1] = av[0];
+        av[0] = (char *)"--local";
+        ac += 1;
+        av -= 1;
+    }
+    *argc = ac;
+    *argv = av;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
         print_overview(stderr);
         return CLI_EXIT_USAGE;
     }
-    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0)
-        return cmd_version(argc - 1, argv + 1);
-    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+    int vc = argc - 1;
+    char **vv = argv + 1;
+    take_global_options(&vc, &vv);
+    if (strcmp(vv[0], "--version") == 0 || strcmp(vv[0], "-V") == 0)
+        return cmd_version(vc, vv);
+    if (strcmp(vv[0], "--help") == 0 || strcmp(vv[0], "-h") == 0) {
         print_overview(stdout);
         return CLI_EXIT_OK;
     }
-    /* Connection options before the verb: remote verbs read them from the environment. */
-    for (const char *var; argc > 3 && (var = global_option(argv[1])) != NULL;) {
-        setenv(var, argv[2], 1);
-        argc -= 2;
-        argv += 2;
-    }
-    if (strcmp(argv[1], "help") == 0 && !wants_help(argc - 1, argv + 1))
-        return cmd_help(argc - 1, argv + 1); /* it reads --local itself */
-    const cli_command_t *c = find_command(argv[1]);
+    if (strcmp(vv[0], "help") == 0 && !wants_help(vc, vv))
+        return cmd_help(vc, vv); /* it reads --local itself */
+    const cli_command_t *c = find_command(vv[0]);
     if (c != NULL)
-        return dispatch(c, argc - 1, argv + 1);
-    if (cmd_remote != NULL && cmd_remote_has != NULL && cmd_remote_has(argv[1]))
-        return cmd_remote(argc - 1, argv + 1); /* a verb only the remote side has */
-    fprintf(stderr, "sema: unknown verb '%s' (see `sema help`)\n", argv[1]);
-    return CLI_EXIT_USAGE;
+        return dispatch(c, vc, vv);
+    if (cmd_remote != NULL && cmd_remote_has != NULL && cmd_remote_has(vv[0]))
+        return cmd_remote(vc, vv); /* a verb only the remote side has */
+    return unknown_verb("sema", vv[0]);
 }

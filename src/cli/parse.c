@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "suggest.h"
 
 int cli_usage_error(const char *verb, const char *fmt, ...)
 {
@@ -104,6 +105,22 @@ static int apply_opt(const char *verb, const cli_opt_t *o, const char *shown,
     return 1;
 }
 
+/* "unknown option '--capcity' (did you mean --capacity?)" */
+static int unknown_option(const char *verb, const cli_opt_t *opts, const char *arg)
+{
+    suggest_t s;
+    char typed[64];
+
+    snprintf(typed, sizeof typed, "%.*s", (int)strcspn(arg, "="), arg);
+    suggest_init(&s, typed + 2);
+    for (const cli_opt_t *o = opts; typed[1] == '-' && o->long_name != NULL; o++)
+        suggest_offer(&s, o->long_name);
+    const char *best = typed[1] == '-' ? suggest_best(&s) : NULL;
+    if (best != NULL)
+        return cli_usage_error(verb, "unknown option '%s' (did you mean --%s?)", typed, best);
+    return cli_usage_error(verb, "unknown option '%s'", arg);
+}
+
 int cli_parse_opts(const char *verb, int argc, char **argv, const cli_opt_t *opts, char **pos,
                    int maxpos, int *npos, int *rest)
 {
@@ -132,7 +149,7 @@ int cli_parse_opts(const char *verb, int argc, char **argv, const cli_opt_t *opt
             continue;
         }
         if (o == NULL)
-            return cli_usage_error(verb, "unknown option '%s'", a);
+            return unknown_option(verb, opts, a);
         int used = apply_opt(verb, o, a, inline_value, i, argc, argv);
         if (used < 0)
             return CLI_EXIT_USAGE;

@@ -15,18 +15,20 @@ typedef struct {
     const char *cacert; /* --cacert: CAs to trust for https:// (NULL: $SEMA_CACERT) */
     const char *cert;   /* --cert: client certificate (NULL: $SEMA_CERT) */
     int json;
-    uint64_t weight;      /* -w */
-    int64_t timeout_ms;   /* -t; -1 forever */
-    int64_t ttl_ms;       /* --ttl; 0 server default */
-    uint64_t capacity;    /* -c */
-    const char *owner;    /* --owner */
-    const char *key;      /* --key: idempotency key */
-    int mode;             /* --shared / --exclusive */
-    int64_t grace_ms;     /* run/lock: SIGTERM -> SIGKILL */
-    int local;            /* --local given (the shared-memory verbs live elsewhere) */
-    uint64_t max_retries; /* watch --max-retries (valid when has_max_retries) */
+    uint64_t weight;         /* -w */
+    int64_t timeout_ms;      /* -t; -1 forever */
+    const char *timeout_arg; /* -t as typed ("1s"), for messages; NULL if not given */
+    int64_t ttl_ms;          /* --ttl; 0 server default */
+    uint64_t capacity;       /* -c */
+    const char *owner;       /* --owner */
+    const char *key;         /* --key: idempotency key */
+    int mode;                /* --shared / --exclusive */
+    int64_t grace_ms;        /* run/lock: SIGTERM -> SIGKILL */
+    int local;               /* --local given (the shared-memory verbs live elsewhere) */
+    uint64_t max_retries;    /* watch --max-retries (valid when has_max_retries) */
     int has_max_retries;
     int64_t keepalive_ms; /* ticket --keepalive; 0 server default */
+    int header_done;      /* ls: the table's header is out */
     char **pos;           /* positional arguments (before a CMD) */
     int npos;
     char **cmd; /* run/lock: the command after "--" (NULL-terminated) */

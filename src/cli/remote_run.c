@@ -110,7 +110,9 @@ static int take_lease(remote_opts_t *o, sema_client_t *c, sema_lease_t *lease)
     return rc == 0 ? 0 : CLI_EXIT_FAIL;
 }
 
-static pid_t start_command(char **cmd)
+/* Fork and exec cmd. A failed exec says "sema VERB: CMD: why", as `sema run --local` does,
+ * with write() alone: the keep-alive thread runs, so the child may only be async-signal-safe. */
+static pid_t start_command(const char *verb, char **cmd)
 {
     pid_t pid = fork();
 
@@ -124,11 +126,11 @@ static pid_t start_command(char **cmd)
     sigaction(SIGCHLD, &dfl, NULL);
     execvp(cmd[0], cmd);
     int code = errno == ENOENT ? 127 : 126;
-    static const char msg[] = "sema: cannot run the command: ";
     const char *why = strerror(errno);
-    if (write(2, msg, sizeof msg - 1) < 0 || write(2, cmd[0], strlen(cmd[0])) < 0 ||
-        write(2, ": ", 2) < 0 || write(2, why, strlen(why)) < 0 || write(2, "\n", 1) < 0)
-        code = 127;
+    const char *parts[] = {"sema ", verb, ": ", cmd[0], ": ", why, "\n"};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+        if (write(2, parts[i], strlen(parts[i])) < 0)
+            break;
     _exit(code);
 }
 
@@ -238,7 +240,7 @@ int remote_run(remote_opts_t *o)
         sema_client_free(c);
         return rc;
     }
-    pid_t pid = start_command(o->cmd);
+    pid_t pid = start_command(o->verb, o->cmd);
     int status;
     if (pid < 0) {
         perror("sema: fork");

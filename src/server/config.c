@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "sema/error.h"
+#include "suggest.h"
 
 typedef enum { OPT_STR, OPT_U64, OPT_SIZE, OPT_MS, OPT_DURABILITY, OPT_FLAG } opt_type_t;
 
@@ -211,18 +212,54 @@ static const option_t *find_flag(const char *name, size_t len)
     return NULL;
 }
 
+/* What a flag of this type accepts, for "bad value" errors ("" for a free string). */
+static const char *accepted(opt_type_t type)
+{
+    switch (type) {
+    case OPT_U64:
+    case OPT_SIZE:
+        return " (a whole number)";
+    case OPT_MS:
+        return " (a duration with its unit: 500ms, 10s, 5m, 1h)";
+    case OPT_DURABILITY:
+        return " (one of strict, relaxed, none)";
+    case OPT_FLAG:
+        return " (one of 1, true, 0, false)";
+    case OPT_STR:
+        return " (not empty)";
+    }
+    return "";
+}
+
 static int parse_env(semad_config_t *cfg, char *errbuf, size_t errlen)
 {
     for (size_t i = 0; i < NOPTIONS; i++) {
         const char *v = options[i].env ? getenv(options[i].env) : NULL;
         if (v != NULL && apply(cfg, &options[i], v) != 0) {
             snprintf(errbuf, errlen, "bad value for %s: '%s'%s", options[i].env, v,
-                     options[i].type == OPT_MS ? " (a duration with its unit: 500ms, 10s, 5m, 1h)"
-                                               : "");
+                     accepted(options[i].type));
             return SEMA_EINVAL;
         }
     }
     return 0;
+}
+
+/* "unknown flag '--lsten' (did you mean --listen? see --help)" */
+static int unknown_flag(const char *arg, const char *name, size_t len, char *errbuf, size_t errlen)
+{
+    char typed[64];
+    suggest_t s;
+
+    snprintf(typed, sizeof typed, "%.*s", (int)(len < sizeof typed ? len : sizeof typed - 1), name);
+    suggest_init(&s, typed);
+    for (size_t i = 0; i < NOPTIONS; i++)
+        suggest_offer(&s, options[i].flag);
+    const char *best = suggest_best(&s);
+    if (best != NULL)
+        snprintf(errbuf, errlen, "unknown flag '%s' (did you mean --%s? see --help)", arg, best);
+    else
+        snprintf(errbuf, errlen, "unknown flag '%s' (see --help)", arg);
+    return SEMA_EINVAL;
 }
 
 static int check_together(const semad_config_t *cfg, char *errbuf, size_t errlen)
@@ -244,16 +281,19 @@ int config_parse(semad_config_t *cfg, int argc, char **argv, char *errbuf, size_
         return SEMA_EINVAL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        if (strcmp(a, "-h") == 0) { /* as sema -h */
+            cfg->help = 1;
+            continue;
+        }
         if (strncmp(a, "--", 2) != 0) {
             snprintf(errbuf, errlen, "unexpected argument '%s' (see --help)", a);
             return SEMA_EINVAL;
         }
         const char *name = a + 2, *eq = strchr(name, '=');
-        const option_t *o = find_flag(name, eq ? (size_t)(eq - name) : strlen(name));
-        if (o == NULL) {
-            snprintf(errbuf, errlen, "unknown flag '%s' (see --help)", a);
-            return SEMA_EINVAL;
-        }
+        size_t len = eq ? (size_t)(eq - name) : strlen(name);
+        const option_t *o = find_flag(name, len);
+        if (o == NULL)
+            return unknown_flag(a, name, len, errbuf, errlen);
         const char *v = eq ? eq + 1 : NULL;
         if (v == NULL && o->type != OPT_FLAG) {
             if (i + 1 >= argc) {
@@ -264,7 +304,7 @@ int config_parse(semad_config_t *cfg, int argc, char **argv, char *errbuf, size_
         }
         if (apply(cfg, o, v) != 0) {
             snprintf(errbuf, errlen, "bad value for --%s: '%s'%s", o->flag, v ? v : "",
-                     o->type == OPT_MS ? " (a duration with its unit: 500ms, 10s, 5m, 1h)" : "");
+                     accepted(o->type));
             return SEMA_EINVAL;
         }
     }

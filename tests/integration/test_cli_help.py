@@ -62,6 +62,22 @@ def test_every_option_of_help_is_in_the_man_pages():
 
 
 
+@fx.not_through_proxy("no HTTP request")
+def test_overview_keeps_one_summary_column():
+    out = run(SEMA, "--help")[1]
+    rows = re.findall(r"^  ([a-z][a-z-]+)( +)\S", out, re.M)
+    columns = {len(v) + len(gap) for v, gap in rows}
+    assert len(rows) > 20 and len(columns) == 1, rows
+
+
+@fx.not_through_proxy("no HTTP request")
+def test_a_blank_line_follows_every_usage_line():
+    for v in verbs():
+        for args in [[v, "--help"]] + ([[v, "--local", "--help"]] if v in LOCAL_TOO else []):
+            lines = run(SEMA, *args)[1].splitlines()
+            assert len(lines) < 3 or lines[1] == "", (args, lines[:3])
+
+
 def complete(*words):
     """What the bash completion of scripts/completion/sema.bash offers for `words` (the
     last one being completed), with this build's sema first on PATH."""

@@ -177,6 +177,30 @@ def test_rm_and_errors():
     assert sema("run", "--local", "bad/name", "--", "true").returncode == 1
 
 
+def test_rm_of_a_missing_name_says_shared_memory():
+    n = name()
+    r = sema("rm", "--local", n)
+    assert r.returncode == 1, r
+    assert "no such shared-memory semaphore '%s'" % n in r.stderr, r.stderr
+    r = sema("ls", "--local", n)
+    assert r.returncode == 1 and "no such shared-memory semaphore" in r.stdout, r
+
+
+def test_local_before_the_verb():
+    n = name()
+    assert sema("--local", "run", n, "-c", "2", "--", "true").returncode == 0
+    r = sema("--local", "ls", n)
+    assert r.returncode == 0 and r.stdout.startswith("NAME") and n in r.stdout, r
+    assert sema("--local", "help", "rm").stdout == sema("rm", "--local", "--help").stdout
+    assert sema("--local", "rm", n).returncode == 0
+    assert sema("--local", "rm", n).returncode == 1
+
+
+def test_mistyped_option_gets_a_suggestion():
+    r = sema("run", "--local", "x", "--capcity", "2", "--", "true")
+    assert r.returncode == 2 and "did you mean --capacity?" in r.stderr, r
+
+
 def test_durations():
     n = name()
     for good in ("100ms", "1.5s", "2m", "1h", "0", "0.0", "forever", "inf", "-1"):

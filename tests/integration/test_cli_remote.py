@@ -194,7 +194,7 @@ def test_timeouts():
         rc, lease, _ = sema(d, "acquire", "busy", check=0)
         t0 = time.monotonic()
         rc, out, err = sema(d, "acquire", "busy", "-t", "300ms")
-        assert rc == EXIT_TIMEOUT and "timeout" in err.lower(), (rc, err)
+        assert rc == EXIT_TIMEOUT and "not granted within 300ms (-t)" in err, (rc, err)
         assert time.monotonic() - t0 >= 0.3
         rc, out, err = sema(d, "acquire", "busy", "-t", "0")
         assert rc == EXIT_TIMEOUT and err, (rc, err)
@@ -234,6 +234,62 @@ def test_unreachable_server():
     rc = subprocess.run([sema_bin(), "get", "x", "--server", "not-a-url"], capture_output=True,
                         text=True).returncode
     assert rc == EXIT_USAGE
+
+
+def test_too_long_name_says_the_maximum():
+    with Semad() as d:
+        rc, _, err = sema(d, "create", "n" * 300, "1")
+        assert rc == EXIT_FAIL and "maximum of 256 bytes" in err, (rc, err)
+
+
+def test_unreachable_server_says_what_to_do_and_prints_no_table():
+    with Semad() as d:
+        pass  # started and stopped: its port is now closed
+    e = dict(os.environ, SEMA_SERVER=d.url(""))
+    for args in (["ls"], ["ls", "--json"], ["get", "x"]):
+        p = subprocess.run([sema_bin()] + args, env=e, capture_output=True, text=True,
+                           timeout=30 * SLOW)
+        assert p.returncode == EXIT_UNAVAILABLE, (args, p.returncode, p.stderr)
+        assert "is semad running?" in p.stderr and "SEMA_SERVER" in p.stderr, (args, p.stderr)
+        assert p.stdout == "", (args, p.stdout)
+
+
+def test_timeout_messages_speak_of_t_not_timeout_ms():
+    with Semad() as d:
+        sema(d, "create", "full", "1", check=0)
+        lease = sema(d, "acquire", "full", check=0)[1].strip()
+        for args, want in ((["run", "full", "-t", "300ms", "--", "true"],
+                            "not granted within 300ms (-t)"),
+                           (["acquire", "full", "-t", "0.2s"], "not granted within 0.2s (-t)"),
+                           (["wait-idle", "full", "-t", "100ms"], "not idle within 100ms (-t)")):
+            rc, out, err = sema(d, *args)
+            assert rc == EXIT_TIMEOUT and want in err, (args, rc, err)
+            assert "timeout_ms" not in err, (args, err)
+        sema(d, "release", lease, check=0)
+
+
+def test_command_not_found_reads_as_in_the_local_form():
+    with Semad() as d:
+        rc, _, err = sema(d, "run", "nf", "-c", "1", "--", "no-such-command-here")
+        assert rc == 127 and err.startswith("sema run: no-such-command-here: "), (rc, err)
+        rc, _, err = sema(d, "lock", "nf", "--exclusive", "--", "no-such-command-here")
+        assert rc == 127 and err.startswith("sema lock: no-such-command-here: "), (rc, err)
+        assert state(d, "nf")["held"] == 0
+
+
+def test_mistyped_verbs_and_options_get_a_suggestion():
+    with Semad() as d:
+        rc, _, err = sema(d, "crate", "x", "1")
+        assert rc == EXIT_USAGE and "did you mean `sema create`?" in err, err
+        rc, _, err = sema(d, "help", "nosuch")
+        assert rc == EXIT_USAGE and "`sema --help`" in err, err
+        assert "sema help --help" not in err, err
+        rc, _, err = sema(d, "help", "ticket-laeve")
+        assert rc == EXIT_USAGE and "did you mean `sema ticket-leave`?" in err, err
+        rc, _, err = sema(d, "acquire", "x", "--tll", "1s")
+        assert rc == EXIT_USAGE and "did you mean --ttl?" in err, err
+        rc, _, err = sema(d, "acquire", "x", "--bogus")
+        assert rc == EXIT_USAGE and "did you mean" not in err, err
 
 
 def test_admin_verbs_and_json():

@@ -407,6 +407,25 @@ def test_cli_help_version_env_and_bad_flags():
 
 
 @fx.not_through_proxy("semad answers no HTTP request here")
+def test_bad_flags_say_what_is_accepted():
+    exe = fx.semad_path()
+
+    def semad(*args, env=None):
+        return subprocess.run([exe] + list(args), capture_output=True, text=True, timeout=10,
+                              env=dict(os.environ, **(env or {})))
+    out = semad("--durability", "fast")
+    assert out.returncode == 2 and "strict, relaxed, none" in out.stderr, out
+    out = semad(env={"SEMA_LOG_REQUESTS": "yes"})
+    assert out.returncode == 2 and "1, true, 0, false" in out.stderr, out
+    out = semad("--lsten", "127.0.0.1:0")
+    assert out.returncode == 2 and "did you mean --listen?" in out.stderr, out
+    out = semad("--bogus-thing")
+    assert out.returncode == 2 and "did you mean" not in out.stderr, out
+    out = semad("-h")
+    assert out.returncode == 0 and out.stdout == semad("--help").stdout, out
+
+
+@fx.not_through_proxy("semad answers no HTTP request here")
 def test_store_failure_exits_nonzero_naming_the_problem():
     tmp = tempfile.mkdtemp(prefix="semad-test-")
     try:

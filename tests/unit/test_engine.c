@@ -64,6 +64,7 @@ TEST(sem_name_limits)
     t->r.name_len = strlen(big);
     t->r.capacity = 1;
     ASSERT_EQ(fx_do(&f, t), SEMA_ENAMETOOLONG);
+    ASSERT_STREQ(t->r.message, "name is longer than the configured maximum of 256 bytes");
     treq_free(t);
     t = treq_new(ENGINE_SEM_GET, "x");
     t->r.name = "";

@@ -101,6 +101,8 @@ int engine_new(engine_t **out, uv_loop_t *loop, const engine_config_t *cfg, char
     e->loop = loop;
     e->cfg = *cfg;
     config_normalize(&e->cfg);
+    snprintf(e->name_too_long, sizeof e->name_too_long,
+             "name is longer than the configured maximum of %zu bytes", e->cfg.max_name_len);
     e->ops = ops;
     e->rnd_pos = sizeof(e->rnd);
     rc = engine__events_init(e);
@@ -155,7 +157,7 @@ static int check_name(const engine_t *e, const engine_req_t *req, const char **m
         return SEMA_EINVAL;
     }
     if (req->name_len > e->cfg.max_name_len) {
-        *msg = "name is longer than the configured maximum";
+        *msg = e->name_too_long;
         return SEMA_ENAMETOOLONG;
     }
     /* A name that is created must be UTF-8 (it goes out in every reply and event); one

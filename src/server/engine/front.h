@@ -63,7 +63,8 @@ struct engine {
     void *be;
     engine_counters_t m;
     int shutting_down;
-    int flushing; /* engine__flush runs */
+    int flushing;           /* engine__flush runs */
+    char name_too_long[64]; /* the detail of a name over cfg.max_name_len, with the number */
     uint8_t rnd[512];
     size_t rnd_pos;
     /* events (events.c) */
