@@ -4,8 +4,9 @@
  *
  * Conventions (the same for every function below):
  * - Returns 0 or a negative SEMA_E* code (sema/error.h). Server problems map by their
- *   `code` (see docs/client.md); a server that cannot be reached is SEMA_ECONNREFUSED, a
- *   reply that is not what the API documents is SEMA_EPROTO.
+ *   `code` (see docs/client.md); a server that cannot be reached is SEMA_ECONNREFUSED (its
+ *   host name not resolving, SEMA_ENOHOST), a reply that is not what the API documents is
+ *   SEMA_EPROTO.
  * - `err` (may be NULL) is the caller's buffer for the detail: the code, the HTTP status
  *   and the server's message, like curl's CURLOPT_ERRORBUFFER. It is written on failure
  *   and cleared on success.

@@ -40,7 +40,8 @@ extern "C" {
     XX(EREPLACED, -1001, "replaced by a newer attempt with the same idempotency key")              \
     XX(EKEYMISMATCH, -1002, "idempotency key reused for a request of another weight or mode")      \
     XX(ENOTSUP, -1003, "not supported by this engine")                                             \
-    XX(EGONE, -1004, "the ticket has left the line or its turn has ended")
+    XX(EGONE, -1004, "the ticket has left the line or its turn has ended")                         \
+    XX(ENOHOST, -1005, "the server's host name does not resolve")
 
 typedef enum {
 #define SEMA__ERR_ENUM(name, num, msg) SEMA_##name = (num),

@@ -478,6 +478,7 @@ static const struct {
     int err, status;
 } exit_codes[] = {
     {SEMA_ECONNREFUSED, CLI_EXIT_UNAVAILABLE},
+    {SEMA_ENOHOST, CLI_EXIT_UNAVAILABLE},
     {SEMA_ETIMEDOUT, CLI_EXIT_TIMEOUT},
     {SEMA_EBUSY, CLI_EXIT_TIMEOUT},
     {SEMA_EEXPIRED, CLI_EXIT_LOST},
@@ -519,6 +520,8 @@ int remote_fail(const remote_opts_t *o, const char *what, int rc, const sema_cli
                 "sema %s: is semad running? Start it with `semad` (or `make run` in the source "
                 "tree), or point --server or SEMA_SERVER at it\n",
                 o->verb);
+    if (rc == SEMA_ENOHOST)
+        fprintf(stderr, "sema %s: check the host name in --server or SEMA_SERVER\n", o->verb);
     return remote_exit_code(rc);
 }
 

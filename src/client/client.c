@@ -536,8 +536,10 @@ static int transport_error(int rc, const xfer_t *x, const char *ebuf, sema_clien
     if (x->too_big)
         return client_fail(err, SEMA_EPROTO, 0, "reply larger than %u bytes", CLIENT_MAX_BODY);
     switch (rc) {
-    case CURLE_COULDNT_CONNECT:
     case CURLE_COULDNT_RESOLVE_HOST:
+        return client_fail(err, SEMA_ENOHOST, 0, "cannot resolve the host of %s: %s", c->url,
+                           ebuf[0] ? ebuf : curl_easy_strerror(rc));
+    case CURLE_COULDNT_CONNECT:
     case CURLE_SEND_ERROR:
     case CURLE_RECV_ERROR:
     case CURLE_GOT_NOTHING:
@@ -607,7 +609,8 @@ void client_resp_free(client_resp_t *resp)
 
 int client_retryable(int rc)
 {
-    return rc == SEMA_ECONNREFUSED;
+    /* A resolver can fail for a moment too; a name that does not exist costs the budget. */
+    return rc == SEMA_ECONNREFUSED || rc == SEMA_ENOHOST;
 }
 
 /* ---- replies to codes ---------------------------------------------------------------- */

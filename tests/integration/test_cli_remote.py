@@ -242,6 +242,16 @@ def test_too_long_name_says_the_maximum():
         assert rc == EXIT_FAIL and "maximum of 256 bytes" in err, (rc, err)
 
 
+def test_a_host_that_does_not_resolve_is_named_as_such():
+    # .invalid never resolves (RFC 6761)
+    p = subprocess.run([sema_bin(), "--server", "http://no-such-host.invalid:7070", "get", "x"],
+                       capture_output=True, text=True, timeout=30 * SLOW)
+    assert p.returncode == EXIT_UNAVAILABLE, (p.returncode, p.stderr)
+    assert "cannot resolve the host" in p.stderr and "(ENOHOST)" in p.stderr, p.stderr
+    assert "check the host name in --server or SEMA_SERVER" in p.stderr, p.stderr
+    assert "is semad running" not in p.stderr, p.stderr
+
+
 def test_unreachable_server_says_what_to_do_and_prints_no_table():
     with Semad() as d:
         pass  # started and stopped: its port is now closed
