@@ -38,6 +38,7 @@ static const problem_row_t rows[] = {
     {SEMA_EACCES, 403, "forbidden", "Permission denied", NULL},
     {SEMA_EPROTO, 400, "protocol_error", "Protocol error", NULL},
     {SEMA_ECONNREFUSED, 502, "upstream_unreachable", "Upstream unreachable", NULL},
+    {SEMA_ENOHOST, 502, "upstream_host_unknown", "Upstream host name does not resolve", NULL},
     {SEMA_ECORRUPT, 500, "store_corrupt", "Stored state is corrupt", NULL},
     {SEMA_EVERSION, 500, "store_version", "Unsupported store version", NULL},
     {SEMA_ENOTSUP, 501, "not_supported", "Not supported by this engine", NULL},
