@@ -629,10 +629,11 @@ static void print_holders(json_t *doc, int64_t now)
     {
         json_int_t since = json_integer_value(json_object_get(h, "since"));
         const char *kind = json_string_value(json_object_get(h, "kind"));
-        /* a ticket waits without a connection; a wait-idle takes nothing */
+        /* a ticket waits without a connection; a wait-idle takes nothing. Counted from 1
+         * (#1 is next), as a ticket's own position is; the JSON's counts from 0. */
         printf("  #%" JSON_INTEGER_FORMAT "  weight %" JSON_INTEGER_FORMAT
                "  waiting %.1fs  owner %s%s%s\n",
-               json_integer_value(json_object_get(h, "position")),
+               json_integer_value(json_object_get(h, "position")) + 1,
                json_integer_value(json_object_get(h, "weight")),
                since > 0 ? (double)(now - since) / 1000.0 : 0.0,
                or_dash(json_string_value(json_object_get(h, "owner"))), kind != NULL ? "  " : "",

@@ -242,6 +242,19 @@ def test_too_long_name_says_the_maximum():
         assert rc == EXIT_FAIL and "maximum of 256 bytes" in err, (rc, err)
 
 
+def test_get_numbers_waiters_from_1_as_tickets_do():
+    with Semad() as d:
+        sema(d, "create", "q1", "1", check=0)
+        lease = sema(d, "acquire", "q1", check=0)[1].strip()
+        rc, tid, err = sema(d, "ticket", "q1")
+        assert rc == 0 and "position 1" in err, (rc, err)
+        out = sema(d, "get", "q1", check=0)[1]
+        waiters = [x for x in out.splitlines() if x.strip().startswith("#")]
+        assert len(waiters) == 1 and waiters[0].strip().startswith("#1 "), out
+        assert waiters[0].rstrip().endswith("ticket"), out
+        sema(d, "release", lease, check=0)
+
+
 def test_a_host_that_does_not_resolve_is_named_as_such():
     # .invalid never resolves (RFC 6761)
     p = subprocess.run([sema_bin(), "--server", "http://no-such-host.invalid:7070", "get", "x"],
