@@ -196,7 +196,7 @@ if(NOT SEMA_SANITIZE AND TARGET semad)
   # against a capacity of 2. Builds clients/js first, so it runs after js.client.
   add_test(NAME example.waiting_room COMMAND bash
     ${PROJECT_SOURCE_DIR}/examples/waiting-room/test/run.sh)
-  set_tests_properties(example.waiting_room PROPERTIES TIMEOUT 170 DEPENDS js.client
+  set_tests_properties(example.waiting_room PROPERTIES TIMEOUT 220 DEPENDS js.client
     LABELS "js;browser" SKIP_RETURN_CODE 77
     # the screenshot goes to the build tree; SCREENSHOT= unset writes the README's copy
     ENVIRONMENT "${SEMA_TEST_ENV};SCREENSHOT=${PROJECT_BINARY_DIR}/waiting-room-screenshot.png")
@@ -204,7 +204,7 @@ if(NOT SEMA_SANITIZE AND TARGET semad)
   add_test(NAME example.waiting_room_redis COMMAND ${Python3_EXECUTABLE}
     ${PROJECT_SOURCE_DIR}/tests/support/with_redis.py bash
     ${PROJECT_SOURCE_DIR}/examples/waiting-room/test/run.sh)
-  set_tests_properties(example.waiting_room_redis PROPERTIES TIMEOUT 170
+  set_tests_properties(example.waiting_room_redis PROPERTIES TIMEOUT 220
     DEPENDS example.waiting_room LABELS "js;browser;redis" SKIP_RETURN_CODE 77
     ENVIRONMENT "${SEMA_TEST_ENV};SCREENSHOT=${PROJECT_BINARY_DIR}/waiting-room-screenshot-redis.png")
 endif()

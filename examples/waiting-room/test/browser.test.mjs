@@ -26,9 +26,11 @@ const CAPACITY = 2;
 const KEEPALIVE_MS = 15000;
 const JOB_MS = 500;
 const POLL_MS = 1000;
-// Each phase is bounded: opening the pages and taking places (21 pages take 15-30 s to open
-// on a loaded 2-core machine), then the line moving once the gate opens.
-const SETUP_MS = 50_000;
+// Each phase has its own bound: opening the pages and taking places (21 pages take 15-45 s
+// to open on a loaded 2-core machine), closing one page and reloading another, then the line
+// moving once the gate opens.
+const SETUP_MS = 70_000;
+const RELOAD_MS = 25_000;
 const LINE_MS = 40_000;
 let DEADLINE = Date.now() + SETUP_MS;
 
@@ -57,11 +59,12 @@ function start(cmd, args, env, re) {
 }
 
 async function until(what, fn, ms = DEADLINE - Date.now()) {
-  const end = Math.min(DEADLINE, Date.now() + ms);
+  const started = Date.now();
+  const end = Math.min(DEADLINE, started + ms);
   for (;;) {
     const v = await fn();
     if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what} (${Date.now() - started} ms)`);
     await new Promise((r) => setTimeout(r, 100));
   }
 }
@@ -159,6 +162,7 @@ try {
         await new Promise((r) => setTimeout(r, 100));
     }
   })();
+  DEADLINE = Date.now() + RELOAD_MS;
   await leaver.ctx.close();
   // Another visitor reloads mid-line: same ticket, a place no further back.
   const reloader = byPos[3];

@@ -30,4 +30,4 @@ if [ ! -f ../../clients/js/dist/index.js ] ||
     [ -n "$(find ../../clients/js/src -newer ../../clients/js/dist/index.js -name '*.ts')" ]; then
     (cd ../../clients/js && npm run --silent build)
 fi
-exec timeout 150 node test/browser.test.mjs
+exec timeout 200 node test/browser.test.mjs
