@@ -61,6 +61,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             check_flat_fields(&x, &y);
         for (size_t i = 0; i < sizeof route_keys / sizeof route_keys[0]; i++)
             FUZZ_CHECK(same_value(body_get(&x, route_keys[i]), body_get(&y, route_keys[i])));
+        /* the same first key outside a route's list (what the routes refuse) */
+        static const char *const acquire_fields[] = {"weight", "timeout_ms", "ttl_ms", "owner",
+                                                     NULL};
+        const char *kx = NULL, *ky = NULL;
+        size_t lx = 0, ly = 0;
+        int ux = body_unknown(&x, acquire_fields, &kx, &lx);
+        FUZZ_CHECK(ux == body_unknown(&y, acquire_fields, &ky, &ly));
+        FUZZ_CHECK(!ux || (lx == ly && memcmp(kx, ky, lx) == 0));
         body_free(&x);
         body_free(&y);
         /* The flat parser alone claims only what body_parse took without jansson. */

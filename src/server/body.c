@@ -213,6 +213,39 @@ bval_t body_get(const body_t *b, const char *key)
     return (bval_t){.type = BV_ABSENT};
 }
 
+static int is_known(const char *const *known, const char *key, size_t len)
+{
+    for (; *known != NULL; known++)
+        if (strlen(*known) == len && memcmp(*known, key, len) == 0)
+            return 1;
+    return 0;
+}
+
+int body_unknown(const body_t *b, const char *const *known, const char **key, size_t *len)
+{
+    if (b->json != NULL) {
+        const char *k;
+        json_t *v;
+        json_object_foreach(b->json, k, v)
+        {
+            size_t n = strlen(k); /* no NUL inside: jansson rejects \u0000 without ALLOW_NUL */
+            if (!is_known(known, k, n)) {
+                *key = k;
+                *len = n;
+                return 1;
+            }
+        }
+        return 0;
+    }
+    for (size_t i = 0; i < b->n; i++)
+        if (!is_known(known, b->f[i].key, b->f[i].key_len)) {
+            *key = b->f[i].key;
+            *len = b->f[i].key_len;
+            return 1;
+        }
+    return 0;
+}
+
 void body_free(body_t *b)
 {
     json_decref(b->json);

@@ -52,6 +52,11 @@ int body_parse_flat(body_t *b, const char *data, size_t len);
 /* The value of `key` (BV_ABSENT when missing). */
 bval_t body_get(const body_t *b, const char *key);
 
+/* The first member whose key is not one of `known` (a NULL-terminated list), its bytes in
+ * *key and *len (borrowed, not NUL-terminated), or 0 when every key is known. Flat bodies
+ * are searched in their order, jansson's in its (insertion) order. */
+int body_unknown(const body_t *b, const char *const *known, const char **key, size_t *len);
+
 /* Release what body_parse took; the body_t can be parsed into again. */
 void body_free(body_t *b);
 

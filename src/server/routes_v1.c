@@ -8,6 +8,7 @@
 #include "engine_limits.h"
 #include "jsonw.h"
 #include "server.h"
+#include "suggest.h"
 
 #include "sema/error.h"
 
@@ -21,9 +22,52 @@ static void bad(route_ctx_t *c, const char *field, const char *what)
     ctx_reply_problem(c, 400, "invalid_request", msg);
 }
 
-/* The body as a JSON object ({} when empty and `required` is 0) into *body; returns 0, or
- * -1 after a 400. */
-static int v1_body(route_ctx_t *c, int required, body_t *body)
+/* The fields each route's body may carry: any other is refused, so a typo ("ttl" for "ttl_ms")
+ * is a 400 naming it instead of a default silently taken. */
+static const char *const CAPACITY_FIELDS[] = {"capacity", NULL};
+static const char *const ACQUIRE_FIELDS[] = {"weight", "timeout_ms", "ttl_ms", "owner", NULL};
+static const char *const WAIT_IDLE_FIELDS[] = {"timeout_ms", NULL};
+static const char *const TICKET_FIELDS[] = {"weight", "ttl_ms", "owner", "keepalive_ms", NULL};
+static const char *const RENEW_FIELDS[] = {"ttl_ms", NULL};
+static const char *const LOCK_FIELDS[] = {"mode", "timeout_ms", "ttl_ms", "owner", NULL};
+
+enum { SHOWN_KEY_MAX = 64 }; /* longer keys are cut (at a UTF-8 boundary) in the message */
+
+/* Reply 400: `unknown field "ttl" (did you mean "ttl_ms"?); the fields are: ...`. */
+static void unknown_field(route_ctx_t *c, const char *key, size_t len, const char *const *known)
+{
+    char shown[SHOWN_KEY_MAX + 1], list[160], msg[BODY_ERR_MAX + 64];
+    size_t n = len;
+    if (n > SHOWN_KEY_MAX) {
+        n = SHOWN_KEY_MAX;
+        while (n > 0 && ((unsigned char)key[n] & 0xC0) == 0x80)
+            n--; /* not inside a UTF-8 sequence */
+    }
+    memcpy(shown, key, n);
+    shown[n] = '\0';
+    suggest_t sg;
+    suggest_init(&sg, shown);
+    size_t used = 0;
+    list[0] = '\0';
+    const char *unit = NULL; /* "ttl" for "ttl_ms": the unit left out */
+    for (const char *const *k = known; *k != NULL; k++) {
+        suggest_offer(&sg, *k);
+        if (strlen(*k) == n + 3 && memcmp(*k, shown, n) == 0 && strcmp(*k + n, "_ms") == 0)
+            unit = *k;
+        int w = snprintf(list + used, sizeof list - used, "%s%s", used ? ", " : "", *k);
+        if (w > 0 && (size_t)w < sizeof list - used)
+            used += (size_t)w;
+    }
+    const char *best = n < len ? NULL : unit != NULL ? unit : suggest_best(&sg);
+    snprintf(msg, sizeof msg, "unknown field \"%s%s\"%s%s%s; the fields are: %s", shown,
+             n < len ? "..." : "", best ? " (did you mean \"" : "", best ? best : "",
+             best ? "\"?)" : "", list);
+    ctx_reply_problem(c, 400, "invalid_request", msg);
+}
+
+/* The body as a JSON object ({} when empty and `required` is 0) into *body, with no field
+ * outside `known`; returns 0, or -1 after a 400. */
+static int v1_body(route_ctx_t *c, int required, const char *const *known, body_t *body)
 {
     const struct strbuf *b = &c->req->body;
     if (b->len == 0) {
@@ -37,6 +81,13 @@ static int v1_body(route_ctx_t *c, int required, body_t *body)
     char msg[BODY_ERR_MAX];
     if (body_parse(body, b->data, b->len, msg, sizeof msg) != 0) {
         ctx_reply_problem(c, 400, "invalid_request", msg);
+        return -1;
+    }
+    const char *key;
+    size_t len;
+    if (body_unknown(body, known, &key, &len)) {
+        unknown_field(c, key, len, known);
+        body_free(body);
         return -1;
     }
     return 0;
@@ -96,7 +147,7 @@ static void put_or_patch(route_ctx_t *c, engine_op_t op)
 {
     body_t body;
     json_int_t cap;
-    if (v1_body(c, 1, &body) != 0)
+    if (v1_body(c, 1, CAPACITY_FIELDS, &body) != 0)
         return;
     int rc = field_int(c, &body, "capacity", 0, &cap);
     body_free(&body);
@@ -199,7 +250,7 @@ void v1_acquire(route_ctx_t *c)
 {
     body_t body;
     json_int_t w = 1;
-    if (v1_body(c, 0, &body) != 0)
+    if (v1_body(c, 0, ACQUIRE_FIELDS, &body) != 0)
         return;
     int rc = field_int(c, &body, "weight", 0, &w) < 0 ? -1 : take_lease_fields(c, &body);
     body_free(&body);
@@ -214,7 +265,7 @@ void v1_acquire(route_ctx_t *c)
 void v1_wait_idle(route_ctx_t *c)
 {
     body_t body;
-    if (v1_body(c, 0, &body) != 0)
+    if (v1_body(c, 0, WAIT_IDLE_FIELDS, &body) != 0)
         return;
     int rc = take_timeout(c, &body);
     body_free(&body);
@@ -230,7 +281,7 @@ void v1_ticket_create(route_ctx_t *c)
 {
     body_t body;
     json_int_t w = 1, ttl = 0, keepalive = 0;
-    if (v1_body(c, 0, &body) != 0)
+    if (v1_body(c, 0, TICKET_FIELDS, &body) != 0)
         return;
     int rc = field_int(c, &body, "weight", 0, &w) < 0 ||
                      field_int(c, &body, "ttl_ms", 1, &ttl) < 0 ||
@@ -290,7 +341,7 @@ void v1_lease_renew(route_ctx_t *c)
 {
     body_t body;
     json_int_t ttl = 0;
-    if (v1_body(c, 0, &body) != 0)
+    if (v1_body(c, 0, RENEW_FIELDS, &body) != 0)
         return;
     int rc = field_int(c, &body, "ttl_ms", 1, &ttl);
     body_free(&body);
@@ -344,7 +395,7 @@ static int take_mode(route_ctx_t *c, const body_t *body)
 void v1_lock_acquire(route_ctx_t *c)
 {
     body_t body;
-    if (v1_body(c, 0, &body) != 0)
+    if (v1_body(c, 0, LOCK_FIELDS, &body) != 0)
         return;
     int rc = take_mode(c, &body) != 0 ? -1 : take_lease_fields(c, &body);
     body_free(&body);
