@@ -131,6 +131,8 @@ int body_parse_flat(body_t *b, const char *data, size_t len)
     cur_t c = {data, data + len};
     b->json = NULL;
     b->n = 0;
+    b->used = 0;
+    b->n_asked = 0;
     skip_ws(&c);
     if (c.p == c.end || *c.p++ != '{')
         return 0;
@@ -158,6 +160,8 @@ int body_parse_json(body_t *b, const char *data, size_t len, char *err, size_t e
 {
     json_error_t e;
     b->n = 0;
+    b->used = 0;
+    b->n_asked = 0;
     if (memchr(data, '\0', len) != NULL) { /* jansson would end a number there */
         b->json = NULL;
         snprintf(err, errlen, "malformed JSON body: %s", BODY_NUL_ERROR);
@@ -202,43 +206,41 @@ static bval_t from_json(const json_t *j)
     return v;
 }
 
-bval_t body_get(const body_t *b, const char *key)
+bval_t body_get(body_t *b, const char *key)
 {
+    if (b->n_asked < BODY_ASKED_MAX)
+        b->asked[b->n_asked++] = key;
     if (b->json != NULL)
         return from_json(json_object_get(b->json, key));
     size_t len = strlen(key);
     for (size_t i = 0; i < b->n; i++)
-        if (b->f[i].key_len == len && memcmp(b->f[i].key, key, len) == 0)
+        if (b->f[i].key_len == len && memcmp(b->f[i].key, key, len) == 0) {
+            b->used |= 1u << i;
             return b->f[i].v;
+        }
     return (bval_t){.type = BV_ABSENT};
 }
 
-static int is_known(const char *const *known, const char *key, size_t len)
-{
-    for (; *known != NULL; known++)
-        if (strlen(*known) == len && memcmp(*known, key, len) == 0)
-            return 1;
-    return 0;
-}
-
-int body_unknown(const body_t *b, const char *const *known, const char **key, size_t *len)
+int body_unasked(const body_t *b, const char **key, size_t *len)
 {
     if (b->json != NULL) {
         const char *k;
         json_t *v;
         json_object_foreach(b->json, k, v)
         {
-            size_t n = strlen(k); /* no NUL inside: jansson rejects \u0000 without ALLOW_NUL */
-            if (!is_known(known, k, n)) {
+            size_t i = 0;
+            while (i < b->n_asked && strcmp(b->asked[i], k) != 0)
+                i++;
+            if (i == b->n_asked) {
                 *key = k;
-                *len = n;
+                *len = strlen(k); /* no NUL inside: jansson refuses "\u0000" in a key */
                 return 1;
             }
         }
         return 0;
     }
     for (size_t i = 0; i < b->n; i++)
-        if (!is_known(known, b->f[i].key, b->f[i].key_len)) {
+        if (!(b->used & 1u << i)) {
             *key = b->f[i].key;
             *len = b->f[i].key_len;
             return 1;
@@ -251,4 +253,6 @@ void body_free(body_t *b)
     json_decref(b->json);
     b->json = NULL;
     b->n = 0;
+    b->used = 0;
+    b->n_asked = 0;
 }

@@ -9,7 +9,7 @@
 
 #include <jansson.h>
 
-enum { BODY_FIELDS_MAX = 8, BODY_ERR_MAX = 256 };
+enum { BODY_FIELDS_MAX = 8, BODY_ASKED_MAX = 8, BODY_ERR_MAX = 256 };
 
 /* What a body with a NUL byte is told (no JSON text holds one; jansson would take
  * {"weight":1<NUL>} as {"weight":1}). */
@@ -27,8 +27,11 @@ typedef struct {
 } bval_t;
 
 typedef struct {
-    json_t *json; /* the jansson form, or NULL when the flat parser took the body */
-    size_t n;     /* flat fields */
+    json_t *json;   /* the jansson form, or NULL when the flat parser took the body */
+    size_t n;       /* flat fields */
+    unsigned used;  /* flat fields body_get found: bit i for f[i] */
+    size_t n_asked; /* keys body_get was asked for ... */
+    const char *asked[BODY_ASKED_MAX]; /* ... the first BODY_ASKED_MAX of them (borrowed) */
     struct {
         const char *key;
         size_t key_len;
@@ -49,13 +52,14 @@ int body_parse_json(body_t *b, const char *data, size_t len, char *err, size_t e
  * body_parse would give the same), 0 when the body needs jansson. */
 int body_parse_flat(body_t *b, const char *data, size_t len);
 
-/* The value of `key` (BV_ABSENT when missing). */
-bval_t body_get(const body_t *b, const char *key);
+/* The value of `key` (BV_ABSENT when missing). The body remembers the keys it was asked for:
+ * the fields a route reads are the fields it takes (body_unasked). */
+bval_t body_get(body_t *b, const char *key);
 
-/* The first member whose key is not one of `known` (a NULL-terminated list), its bytes in
- * *key and *len (borrowed, not NUL-terminated), or 0 when every key is known. Flat bodies
- * are searched in their order, jansson's in its (insertion) order. */
-int body_unknown(const body_t *b, const char *const *known, const char **key, size_t *len);
+/* The first member body_get was not asked for, its key's bytes in *key and *len (borrowed,
+ * not NUL-terminated), or 0 when every member was asked for. Flat bodies are searched in
+ * their order, jansson's in its (insertion) order. */
+int body_unasked(const body_t *b, const char **key, size_t *len);
 
 /* Release what body_parse took; the body_t can be parsed into again. */
 void body_free(body_t *b);

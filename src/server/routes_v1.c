@@ -22,19 +22,11 @@ static void bad(route_ctx_t *c, const char *field, const char *what)
     ctx_reply_problem(c, 400, "invalid_request", msg);
 }
 
-/* The fields each route's body may carry: any other is refused, so a typo ("ttl" for "ttl_ms")
- * is a 400 naming it instead of a default silently taken. */
-static const char *const CAPACITY_FIELDS[] = {"capacity", NULL};
-static const char *const ACQUIRE_FIELDS[] = {"weight", "timeout_ms", "ttl_ms", "owner", NULL};
-static const char *const WAIT_IDLE_FIELDS[] = {"timeout_ms", NULL};
-static const char *const TICKET_FIELDS[] = {"weight", "ttl_ms", "owner", "keepalive_ms", NULL};
-static const char *const RENEW_FIELDS[] = {"ttl_ms", NULL};
-static const char *const LOCK_FIELDS[] = {"mode", "timeout_ms", "ttl_ms", "owner", NULL};
-
 enum { SHOWN_KEY_MAX = 64 }; /* longer keys are cut (at a UTF-8 boundary) in the message */
 
-/* Reply 400: `unknown field "ttl" (did you mean "ttl_ms"?); the fields are: ...`. */
-static void unknown_field(route_ctx_t *c, const char *key, size_t len, const char *const *known)
+/* Reply 400 `unknown field "ttl" (did you mean "ttl_ms"?); the fields are: ...`, the fields
+ * being those the route read. */
+static void unknown_field(route_ctx_t *c, const body_t *body, const char *key, size_t len)
 {
     char shown[SHOWN_KEY_MAX + 1], list[160], msg[BODY_ERR_MAX + 64];
     size_t n = len;
@@ -50,11 +42,12 @@ static void unknown_field(route_ctx_t *c, const char *key, size_t len, const cha
     size_t used = 0;
     list[0] = '\0';
     const char *unit = NULL; /* "ttl" for "ttl_ms": the unit left out */
-    for (const char *const *k = known; *k != NULL; k++) {
-        suggest_offer(&sg, *k);
-        if (strlen(*k) == n + 3 && memcmp(*k, shown, n) == 0 && strcmp(*k + n, "_ms") == 0)
-            unit = *k;
-        int w = snprintf(list + used, sizeof list - used, "%s%s", used ? ", " : "", *k);
+    for (size_t i = 0; i < body->n_asked; i++) {
+        const char *k = body->asked[i];
+        suggest_offer(&sg, k);
+        if (strlen(k) == n + 3 && memcmp(k, shown, n) == 0 && strcmp(k + n, "_ms") == 0)
+            unit = k;
+        int w = snprintf(list + used, sizeof list - used, "%s%s", used ? ", " : "", k);
         if (w > 0 && (size_t)w < sizeof list - used)
             used += (size_t)w;
     }
@@ -65,14 +58,16 @@ static void unknown_field(route_ctx_t *c, const char *key, size_t len, const cha
     ctx_reply_problem(c, 400, "invalid_request", msg);
 }
 
-/* The body as a JSON object ({} when empty and `required` is 0) into *body, with no field
- * outside `known`; returns 0, or -1 after a 400. */
-static int v1_body(route_ctx_t *c, int required, const char *const *known, body_t *body)
+/* The body as a JSON object ({} when empty and `required` is 0) into *body; returns 0, or
+ * -1 after a 400. The route reads its fields, then ends with v1_body_end(). */
+static int v1_body(route_ctx_t *c, int required, body_t *body)
 {
     const struct strbuf *b = &c->req->body;
     if (b->len == 0) {
         body->json = NULL;
         body->n = 0;
+        body->used = 0;
+        body->n_asked = 0;
         if (!required)
             return 0;
         ctx_reply_problem(c, 400, "invalid_request", "a JSON object body is required");
@@ -83,19 +78,26 @@ static int v1_body(route_ctx_t *c, int required, const char *const *known, body_
         ctx_reply_problem(c, 400, "invalid_request", msg);
         return -1;
     }
-    const char *key;
-    size_t len;
-    if (body_unknown(body, known, &key, &len)) {
-        unknown_field(c, key, len, known);
-        body_free(body);
-        return -1;
-    }
     return 0;
 }
 
+/* Frees the body. When its fields were good (`rc` >= 0), a field the route did not read is
+ * refused: a typo ("ttl" for "ttl_ms") is a 400 naming it, never a default silently taken.
+ * Returns rc, or -1 after a 400. */
+static int v1_body_end(route_ctx_t *c, body_t *body, int rc)
+{
+    const char *key;
+    size_t len;
+    if (rc >= 0 && body_unasked(body, &key, &len)) {
+        unknown_field(c, body, key, len);
+        rc = -1;
+    }
+    body_free(body);
+    return rc;
+}
+
 /* An integer field in [min, 2^53]. Returns 1 given, 0 absent or null, -1 after a 400. */
-static int field_int(route_ctx_t *c, const body_t *o, const char *key, json_int_t min,
-                     json_int_t *out)
+static int field_int(route_ctx_t *c, body_t *o, const char *key, json_int_t min, json_int_t *out)
 {
     bval_t v = body_get(o, key);
     if (v.type == BV_ABSENT || v.type == BV_NULL)
@@ -118,7 +120,7 @@ static int field_int(route_ctx_t *c, const body_t *o, const char *key, json_int_
 }
 
 /* An optional string field, copied into *out (the engine checks its length). */
-static int field_str(route_ctx_t *c, const body_t *o, const char *key, char **out)
+static int field_str(route_ctx_t *c, body_t *o, const char *key, char **out)
 {
     bval_t v = body_get(o, key);
     if (v.type == BV_ABSENT || v.type == BV_NULL)
@@ -147,10 +149,10 @@ static void put_or_patch(route_ctx_t *c, engine_op_t op)
 {
     body_t body;
     json_int_t cap;
-    if (v1_body(c, 1, CAPACITY_FIELDS, &body) != 0)
+    if (v1_body(c, 1, &body) != 0)
         return;
     int rc = field_int(c, &body, "capacity", 0, &cap);
-    body_free(&body);
+    rc = v1_body_end(c, &body, rc);
     if (rc < 0)
         return;
     if (rc == 0) {
@@ -215,7 +217,7 @@ void v1_sem_list(route_ctx_t *c)
 }
 
 /* timeout_ms: absent or null = wait forever, 0 = try once, > 0 = wait that long. */
-static int take_timeout(route_ctx_t *c, const body_t *body)
+static int take_timeout(route_ctx_t *c, body_t *body)
 {
     json_int_t t;
     int rc = field_int(c, body, "timeout_ms", 0, &t);
@@ -224,7 +226,7 @@ static int take_timeout(route_ctx_t *c, const body_t *body)
 }
 
 /* ttl_ms (>= 1, absent = server default) and owner, shared by the acquire routes. */
-static int take_lease_fields(route_ctx_t *c, const body_t *body)
+static int take_lease_fields(route_ctx_t *c, body_t *body)
 {
     json_int_t ttl = 0;
     if (take_timeout(c, body) != 0 || field_int(c, body, "ttl_ms", 1, &ttl) < 0 ||
@@ -250,10 +252,10 @@ void v1_acquire(route_ctx_t *c)
 {
     body_t body;
     json_int_t w = 1;
-    if (v1_body(c, 0, ACQUIRE_FIELDS, &body) != 0)
+    if (v1_body(c, 0, &body) != 0)
         return;
     int rc = field_int(c, &body, "weight", 0, &w) < 0 ? -1 : take_lease_fields(c, &body);
-    body_free(&body);
+    rc = v1_body_end(c, &body, rc);
     if (rc != 0)
         return;
     use_param(c, ENGINE_ACQUIRE);
@@ -265,10 +267,10 @@ void v1_acquire(route_ctx_t *c)
 void v1_wait_idle(route_ctx_t *c)
 {
     body_t body;
-    if (v1_body(c, 0, WAIT_IDLE_FIELDS, &body) != 0)
+    if (v1_body(c, 0, &body) != 0)
         return;
     int rc = take_timeout(c, &body);
-    body_free(&body);
+    rc = v1_body_end(c, &body, rc);
     if (rc != 0)
         return;
     use_param(c, ENGINE_WAIT_IDLE);
@@ -281,7 +283,7 @@ void v1_ticket_create(route_ctx_t *c)
 {
     body_t body;
     json_int_t w = 1, ttl = 0, keepalive = 0;
-    if (v1_body(c, 0, TICKET_FIELDS, &body) != 0)
+    if (v1_body(c, 0, &body) != 0)
         return;
     int rc = field_int(c, &body, "weight", 0, &w) < 0 ||
                      field_int(c, &body, "ttl_ms", 1, &ttl) < 0 ||
@@ -289,7 +291,7 @@ void v1_ticket_create(route_ctx_t *c)
                      field_str(c, &body, "owner", &c->owner) < 0
                  ? -1
                  : 0;
-    body_free(&body);
+    rc = v1_body_end(c, &body, rc);
     if (rc != 0)
         return;
     use_param(c, ENGINE_TICKET_CREATE);
@@ -341,10 +343,10 @@ void v1_lease_renew(route_ctx_t *c)
 {
     body_t body;
     json_int_t ttl = 0;
-    if (v1_body(c, 0, RENEW_FIELDS, &body) != 0)
+    if (v1_body(c, 0, &body) != 0)
         return;
     int rc = field_int(c, &body, "ttl_ms", 1, &ttl);
-    body_free(&body);
+    rc = v1_body_end(c, &body, rc);
     if (rc < 0)
         return;
     use_param(c, ENGINE_LEASE_RENEW);
@@ -375,7 +377,7 @@ static int bv_streq(bval_t v, const char *lit)
     return n == strlen(lit) && memcmp(v.s, lit, n) == 0;
 }
 
-static int take_mode(route_ctx_t *c, const body_t *body)
+static int take_mode(route_ctx_t *c, body_t *body)
 {
     bval_t m = body_get(body, "mode");
     if (m.type == BV_STR && bv_streq(m, "shared"))
@@ -395,10 +397,10 @@ static int take_mode(route_ctx_t *c, const body_t *body)
 void v1_lock_acquire(route_ctx_t *c)
 {
     body_t body;
-    if (v1_body(c, 0, LOCK_FIELDS, &body) != 0)
+    if (v1_body(c, 0, &body) != 0)
         return;
     int rc = take_mode(c, &body) != 0 ? -1 : take_lease_fields(c, &body);
-    body_free(&body);
+    rc = v1_body_end(c, &body, rc);
     if (rc != 0)
         return;
     int mode = c->ereq.mode;
