@@ -32,6 +32,9 @@ const POLL_MS = 1000;
 const SETUP_MS = 70_000;
 const RELOAD_MS = 25_000;
 const LINE_MS = 40_000;
+// The gate (both units, held by the test until the line is set up) outlives the set-up and
+// reload phases with room to spare: were it to expire, the line would move too early.
+const GATE_TTL_MS = 3 * (SETUP_MS + RELOAD_MS);
 let DEADLINE = Date.now() + SETUP_MS;
 
 const children = [];
@@ -98,7 +101,7 @@ try {
   // order) and the line is long enough to close and reload pages in it.
   const gate = await fetch(`${semad}/v1/semaphores/images/acquire`, {
     method: "POST",
-    body: JSON.stringify({ weight: CAPACITY, timeout_ms: 0, ttl_ms: 60000 }),
+    body: JSON.stringify({ weight: CAPACITY, timeout_ms: 0, ttl_ms: GATE_TTL_MS }),
   }).then((r) => r.json());
   assert.ok(gate.lease, JSON.stringify(gate));
   const t0 = Date.now();
