@@ -1687,6 +1687,14 @@ static void hb_each(void *arg, enode_t *n)
             a_str(&a, fresh);
             if ((c = cmd_build(r, RC_MARK, &a)) != NULL)
                 rs__send(r, c);
+            /* the row's `ev` goes with it, so the scripts look for the log (sema.lua) */
+            a = (rargs_t){0};
+            memcpy(key + s->stem_len, ":m", 2);
+            a_str(&a, "HDEL");
+            a_add(&a, key, s->stem_len + 2);
+            a_str(&a, "ev");
+            send_plain(r, &a);
+            memcpy(key + s->stem_len, ":s", 2);
             a = (rargs_t){0};
             a_str(&a, "HSET");
             a_add(&a, key, s->stem_len + 2);

@@ -108,6 +108,7 @@ local REBUILT -- a retry of this call can rebuild its answer (main)
 local PUBLIC = {granted = true, released = true, expired = true, revoked = true,
                 resized = true, deleted = true}
 local M -- the semaphore's row while loaded
+local ROWLIVE -- the row is there once the call is done (publish may write its `ev`)
 
 local function fields(s)
   local a = {}
@@ -361,6 +362,20 @@ local MF = {'cap', 'avail', 'held', 'fence', 'nq', 'due', 'nt', 'legacy', 'creat
 local MFS, MOLD
 local MF_ACQUIRE = {'cap', 'avail', 'held', 'fence', 'nq', 'due', 'nt'}
 local MF_RELEASE = {'avail', 'held', 'nq', 'due', 'nt'}
+-- `ev`, read with them (not a number, never in MFS): '0' when nobody follows the semaphore's
+-- events (the event log below); absent when someone may.
+local MQ, MQ_ACQUIRE, MQ_RELEASE = {}, {}, {}
+for i = 1, #MF do
+  MQ[i] = MF[i]
+end
+for i = 1, #MF_ACQUIRE do
+  MQ_ACQUIRE[i] = MF_ACQUIRE[i]
+end
+for i = 1, #MF_RELEASE do
+  MQ_RELEASE[i] = MF_RELEASE[i]
+end
+MQ[#MQ + 1], MQ_ACQUIRE[#MQ_ACQUIRE + 1], MQ_RELEASE[#MQ_RELEASE + 1] = 'ev', 'ev', 'ev'
+local EVF -- the row's `ev` as loaded: 0 ('0'), 1 (absent), nil (no row loaded)
 local MFIELD = {}
 for i = 1, #MF do
   MFIELD[MF[i]] = true
@@ -401,10 +416,11 @@ end}
 local function mload(pre)
   MKEY = KM
   if OP == 'acquire' then
-    local v = pre or redis.call('HMGET', KM, unpack(MF_ACQUIRE))
+    local v = pre or redis.call('HMGET', KM, unpack(MQ_ACQUIRE))
     if not v[1] then
       return nil
     end
+    EVF = v[8] == '0' and 0 or 1
     local cap, avail, held, fence, nq = v[1] + 0, v[2] + 0, v[3] + 0, v[4] + 0, v[5] + 0
     local due = v[6] and v[6] + 0 or 0
     local nt = v[7] and v[7] + 0 or 0
@@ -413,10 +429,11 @@ local function mload(pre)
     return setmetatable({cap = cap, avail = avail, held = held, fence = fence, nq = nq,
                          due = due, nt = nt}, MREST)
   elseif OP == 'lease_release' then
-    local v = pre or redis.call('HMGET', KM, unpack(MF_RELEASE))
+    local v = pre or redis.call('HMGET', KM, unpack(MQ_RELEASE))
     if not v[1] then
       return nil
     end
+    EVF = v[6] == '0' and 0 or 1
     local avail, held, nq = v[1] + 0, v[2] + 0, v[3] + 0
     local due = v[4] and v[4] + 0 or 0
     local nt = v[5] and v[5] + 0 or 0
@@ -424,10 +441,11 @@ local function mload(pre)
     MOLD = {avail, held, nq, v[4] and due or -1, v[5] and nt or -1}
     return setmetatable({avail = avail, held = held, nq = nq, due = due, nt = nt}, MREST)
   end
-  local v = redis.call('HMGET', KM, unpack(MF))
+  local v = redis.call('HMGET', KM, unpack(MQ))
   if not v[1] then
     return nil
   end
+  EVF = v[#MQ] == '0' and 0 or 1
   local m, old = {}, {}
   for i = 1, #MF do
     local x = tonumber(v[i] or '0')
@@ -455,7 +473,7 @@ local function msave()
 end
 -- A new row goes on from the fence its name handed out last (kept after a delete).
 local function mnew(cap, legacy)
-  MFS, MOLD = MF, nil
+  MFS, MOLD, EVF = MF, nil, 1
   return {cap = cap, avail = cap, held = 0, fence = tonumber(redis.call('GET', KF) or '0'),
           legacy = legacy, created = NOW, seq = 0, nq = 0, wq = 0, due = 0, nt = 0}
 end
@@ -811,6 +829,7 @@ local function reply(status, msg, res)
     if not M then
       d = 0
     end
+    ROWLIVE = M ~= nil
   end
   if S and ((d ~= DUE0 and not (DUE0 == -2 and d == 0)) or OP == 'sweep') then
     if d > 0 then
@@ -1159,7 +1178,7 @@ end
 -- lease in locals rather than tables, which cost Lua more than their fields. Nil for any
 -- other call, which takes the general path, and with it the row's fields if they were read
 -- (mload takes them).
--- v: the row's MF_ACQUIRE fields
+-- v: the row's MQ_ACQUIRE fields
 local function acquire_at_once(v)
   if not v[1] or not v[6] or not v[7] or RETRY or ARGV[A + 4] ~= '' or KIND ~= 's' or
      NOW < SAFE_AT or v[5] + 0 ~= 0 or v[7] + 0 ~= 0 then
@@ -1189,14 +1208,22 @@ local function acquire_at_once(v)
   else
     redis.call('HSET', KM, 'avail', savail, 'held', sheld, 'fence', sf)
   end
-  ACTS = {'granted', wid, INST, lid, sw, sf, sttl, sacq, sexp, owner, '0'}
-  REBUILT = true
-  return {'0', '', sacq, N(due), concat(ACTS, '\0'), S, counts(), lid, sw, sf, sttl, sacq, sexp,
-          owner, '0'}
+  REBUILT, ROWLIVE = true, true
+  local acts
+  if v[8] == '0' then -- nobody follows the events: publish() has nothing to do
+    EVF = 0
+    acts = 'granted\0' .. wid .. '\0' .. INST .. '\0' .. lid .. '\0' .. sw .. '\0' .. sf .. '\0' ..
+           sttl .. '\0' .. sacq .. '\0' .. sexp .. '\0' .. owner .. '\0' .. '0'
+  else
+    EVF = 1
+    ACTS = {'granted', wid, INST, lid, sw, sf, sttl, sacq, sexp, owner, '0'}
+    acts = concat(ACTS, '\0')
+  end
+  return {'0', '', sacq, N(due), acts, S, counts(), lid, sw, sf, sttl, sacq, sexp, owner, '0'}
 end
 
 -- v: the value of the id's key LID names (neither absent nor a tombstone). Returns the reply,
--- or nil and the row's MF_RELEASE fields if it read them.
+-- or nil and the row's MQ_RELEASE fields if it read them.
 local function release_at_once(v)
   local sw, sf, sttl, sacq, sexp, owner, idem, mode, princ, stem = match(v, IDPAT)
   if not sw or not allowed(princ) then
@@ -1206,7 +1233,7 @@ local function release_at_once(v)
   if KIND ~= 's' then
     return nil
   end
-  local m = redis.call('HMGET', KM, 'avail', 'held', 'nq', 'due', 'nt')
+  local m = redis.call('HMGET', KM, 'avail', 'held', 'nq', 'due', 'nt', 'ev')
   if not m[1] or not m[4] or not m[5] or m[3] + 0 ~= 0 or m[5] + 0 ~= 0 then
     return nil, m
   end
@@ -1222,9 +1249,18 @@ local function release_at_once(v)
   end
   count('leases', '-1')
   redis.call('HSET', KM, 'avail', N(m[1] + wt), 'held', N(m[2] - wt))
-  ACTS = {'released', '', '', LID, sw, sf, sttl, sacq, sexp, owner, mode}
-  REBUILT = true
-  return {'0', '', nows(), due == 0 and '0' or N(due), concat(ACTS, '\0'), S, counts()}
+  REBUILT, ROWLIVE = true, true
+  local acts
+  if m[6] == '0' then -- nobody follows the events: publish() has nothing to do
+    EVF = 0
+    acts = 'released\0\0\0' .. LID .. '\0' .. sw .. '\0' .. sf .. '\0' .. sttl .. '\0' .. sacq ..
+           '\0' .. sexp .. '\0' .. owner .. '\0' .. mode
+  else
+    EVF = 1
+    ACTS = {'released', '', '', LID, sw, sf, sttl, sacq, sexp, owner, mode}
+    acts = concat(ACTS, '\0')
+  end
+  return {'0', '', nows(), due == 0 and '0' or N(due), acts, S, counts()}
 end
 
 -- ---- an instance's own waiters ----
@@ -1959,7 +1995,7 @@ local function run()
   keys_of(k)
   local pre
   if OP == 'acquire' then
-    pre = redis.call('HMGET', KM, 'cap', 'avail', 'held', 'fence', 'nq', 'due', 'nt')
+    pre = redis.call('HMGET', KM, 'cap', 'avail', 'held', 'fence', 'nq', 'due', 'nt', 'ev')
     local r = acquire_at_once(pre)
     if r then
       return r
@@ -1993,9 +2029,14 @@ end
 -- the id <uid>-<seq+1>, ... and is kept in the stream :e under that id (at least the last
 -- LOG_MAX_S; the stream lives as long as the marker, which instances renew), and published
 -- with its id on sema:ev:<stem>. Ids therefore mean the same on every instance. Without a
--- marker nothing is written (one HGET). A marker that comes back (it expired: no instance
+-- marker nothing is written. A marker that comes back (it expired: no instance
 -- renewed it; Redis lost it) starts a new run with a new uid, so an id from before never
 -- resumes across the gap. A delete ends the run: a new semaphore of the name starts a new one.
+-- The row says whether to look: a call whose HGET finds no `log` writes the row's `ev` = '0',
+-- and the calls after it skip the HGET; whoever makes a `log` (an instance that starts to
+-- follow the semaphore, or renews its marker: redis_events.c, redis.c) deletes `ev` right
+-- after its HSETNX, before it reads where the log stands. A row without `ev` (new, or written
+-- by an earlier version) is looked at.
 local LOG_MAX_S = '1000' -- (a string: Redis formats a Lua number passed to a command)
 local LOG_TTL_S = '6000' -- ms, as the marker's: three of the instances' heartbeats
 
@@ -2005,11 +2046,14 @@ local function publish(r)
       redis.call('PUBLISH', 'sema:wake:' .. inst, S)
     end
   end
-  if not S or #ACTS == 0 then
+  if not S or #ACTS == 0 or EVF == 0 then
     return r
   end
   local pt = redis.call('HGET', KS, 'log')
   if not pt then
+    if EVF == 1 and ROWLIVE then
+      redis.call('HSET', KM, 'ev', '0') -- the next calls need not look
+    end
     return r
   end
   local uid, seq = string.match(pt, '^(%d+)-(%d+)$')
@@ -2077,7 +2121,7 @@ local function main(keys, args)
   NOWUS = sec * 1000000 + us
   ACTS, WAKE, GRANTED = NONE, NONE, NONE
   S, M, LID, LEASE, SAFE_AT, MORE, LOCK_NEW = nil, nil, nil, nil, 0, false, false
-  DUE0, MOLD, OWN, REBUILT, NOWS = -2, nil, false, false, nil
+  DUE0, MOLD, OWN, REBUILT, NOWS, EVF, ROWLIVE = -2, nil, false, false, nil, nil, false
   if RID ~= '' and RETRY then
     local c = redis.call('GET', 'sema:r:' .. RID)
     if c then
