@@ -57,11 +57,17 @@ local function N(x)
   return s
 end
 
+-- A number that is new almost every call (a fence, a time) as a string: not kept in N's memo,
+-- where it would only crowd out the numbers that come back (and cost the collector).
+local function F(x)
+  return fmt('%d', x)
+end
+
 -- Redis's clock as a string (NOW's), made once per call when first needed
 local NOWS
 local function nows()
   if not NOWS then
-    NOWS = N(NOW)
+    NOWS = F(NOW)
   end
   return NOWS
 end
@@ -128,16 +134,16 @@ local function lstr(l)
     l.sw = N(l.w)
   end
   if not l.sf then
-    l.sf = N(l.f)
+    l.sf = F(l.f)
   end
   if not l.sttl then
     l.sttl = N(l.ttl)
   end
   if not l.sacq then
-    l.sacq = N(l.acq)
+    l.sacq = F(l.acq)
   end
   if not l.sexp then
-    l.sexp = N(l.exp)
+    l.sexp = F(l.exp)
   end
   return l
 end
@@ -337,7 +343,7 @@ local function bump_horizon(exp)
   end
   if exp > HORIZON then
     HORIZON = exp + 1000
-    HORIZON_S = N(HORIZON)
+    HORIZON_S = F(HORIZON)
     redis.call('HSET', 'sema:epoch', 'horizon', HORIZON_S)
   end
 end
@@ -977,9 +983,9 @@ local function park(wid, w)
     return reply(ELIMIT, 'too many parked requests')
   end
   M.seq = M.seq + 1
-  redis.call('ZADD', KQ, N(M.seq), wid)
+  redis.call('ZADD', KQ, F(M.seq), wid)
   redis.call('HSET', KW, wid, wpack(w))
-  redis.call('HSET', KA, INST, N(NOW + ALIVE_MS))
+  redis.call('HSET', KA, INST, F(NOW + ALIVE_MS))
   due_at(NOW + ALIVE_MS + 1)
   M.nq = M.nq + 1
   M.wq = M.wq + w.w
@@ -1045,7 +1051,7 @@ local function idem_retry(wid, w, wait)
   ALIVE_MS = tonumber(ARGV[5])
   redis.call('ZADD', KQ, score, wid)
   redis.call('HSET', KW, wid, wpack(old))
-  redis.call('HSET', KA, INST, N(NOW + ALIVE_MS))
+  redis.call('HSET', KA, INST, F(NOW + ALIVE_MS))
   due_at(NOW + ALIVE_MS + 1)
   redis.call('HSET', KI, w.idem, 'W' .. wid)
   outcome('fail', ref, wunpack(rec), '', nil, N(EREPLACED))
@@ -1194,7 +1200,7 @@ local function acquire_at_once(v)
   end
   local sw, sttl, owner, lid, wid = ARGV[A], ARGV[A + 2], ARGV[A + 3], ARGV[A + 5], ARGV[A + 6]
   local exp = NOW + sttl
-  local sf, sacq, sexp = N(fence), nows(), N(exp)
+  local sf, sacq, sexp = F(fence), nows(), F(exp)
   lset(lid, sw, sf, sttl, sacq, sexp, owner, '', '0', PRINC)
   redis.call('ZADD', KX, sexp, lid)
   bump_horizon(exp)
@@ -1276,7 +1282,7 @@ function ops.collect()
   end
   if n > 0 and M then
     ALIVE_MS = tonumber(ARGV[5])
-    redis.call('HSET', KA, INST, N(NOW + ALIVE_MS))
+    redis.call('HSET', KA, INST, F(NOW + ALIVE_MS))
     due_at(NOW + ALIVE_MS + 1)
   end
   local g = redis.call('HGETALL', KG)
@@ -1485,7 +1491,7 @@ end
 
 -- Keepalives that ran out: a waiting ticket leaves the line, an uncollected grant goes back.
 tk_housekeep = function()
-  local due = redis.call('ZRANGEBYSCORE', KK, '-inf', N(NOW), 'LIMIT', 0, HK_MAX)
+  local due = redis.call('ZRANGEBYSCORE', KK, '-inf', F(NOW), 'LIMIT', 0, HK_MAX)
   for _, tid in ipairs(due) do
     local t = tk_get(tid)
     if not t then
@@ -1579,7 +1585,7 @@ est_queue_grant = function(w)
     redis.call('HSET', KEST, 'eg', N(math.floor(g + 0.5)), 'ev', N(math.floor(v + 0.5)), 'en',
                N(e.en + 1))
   end
-  redis.call('HSET', KEST, 'el', M.nq > 0 and N(nowus()) or '0')
+  redis.call('HSET', KEST, 'el', M.nq > 0 and F(nowus()) or '0')
 end
 
 est_hold = function(ms)
@@ -1789,7 +1795,7 @@ function ops.ticket_create()
   else
     M.seq = M.seq + 1
     t.seq, t.bw, t.bf = M.seq, M.wq, fw_prefix(M.seq - 1)
-    redis.call('ZADD', KQ, N(M.seq), tid)
+    redis.call('ZADD', KQ, F(M.seq), tid)
     redis.call('HSET', KW, tid, wpack({inst = '', w = t.w, kind = 't', since = NOW, ttl = t.ttl,
                                        owner = t.owner, idem = '', lid = t.lid, mode = '0',
                                        princ = t.princ}))
@@ -1895,7 +1901,7 @@ local function run()
         safe = until_ms -- the data went away under a running instance
       end
       redis.call('HSET', 'sema:epoch', 'id', ARGV[A], 'safe_at', N(safe))
-      return {ARGV[A], N(safe), N(NOW)}
+      return {ARGV[A], N(safe), F(NOW)}
     end
     if not ep[5] and redis.call('EXISTS', 'sema:stats') == 1 then
       -- the counts and the horizon of an earlier version, kept apart then: moved in
@@ -1909,7 +1915,7 @@ local function run()
       safe = until_ms
       redis.call('HSET', 'sema:epoch', 'safe_at', N(safe))
     end
-    return {ep[1], N(safe), N(NOW)}
+    return {ep[1], N(safe), F(NOW)}
   end
   if ep[1] ~= EPOCH then
     return {'E', ep[1] or ''}
@@ -2058,7 +2064,7 @@ local function publish(r)
   end
   local uid, seq = string.match(pt, '^(%d+)-(%d+)$')
   if not uid then
-    uid, seq = N(nowus()), '0'
+    uid, seq = F(nowus()), '0'
   end
   seq = tonumber(seq)
   local KE, ev, first, ended = S .. ':e', {}, seq + 1, false
