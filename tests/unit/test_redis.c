@@ -310,8 +310,8 @@ TEST(fences_go_on_after_delete_and_create)
 TEST(an_acquire_release_pair_is_two_redis_commands)
 {
     redisContext *rc = redis_sync();
-    static const char *const inner[] = {"time",    "hmget", "get",  "set",  "zadd",  "zrem",
-                                        "hincrby", "hset",  "hget", "hdel", "zrange"};
+    static const char *const inner[] = {"time", "hmget",   "get",  "set",  "setnx", "zadd",
+                                        "zrem", "hincrby", "hset", "hget", "hdel",  "zrange"};
     fx_t f;
     long long before, after, inside;
     int n = 200;

@@ -14,7 +14,9 @@
 -- cache, does its housekeeping (due leases expire, the waiters of dead instances leave, the
 -- queue's head is admitted), does its work, and returns:
 --   { status, message, now_ms, next_due_ms, acts, stem, counts, result... }
--- every value a string (Lua's numbers would lose digits in cjson and in tostring). `acts` and
+-- every value a string (Lua's numbers would lose digits in cjson and in tostring); an acquire
+-- granted at once (acquire_at_once) has no result: its act, the first, is the lease, and
+-- redis.c reads it there. `acts` and
 -- `counts` are each one string of NUL-separated fields: Redis makes a reply element of every
 -- value, at a cost well above one concatenation's; redis.c reads them as arrays.
 -- `acts` is a flat list, ACT_LEN fields per act: what happened, in order (public events,
@@ -1187,7 +1189,7 @@ end
 -- v: the row's MQ_ACQUIRE fields
 local function acquire_at_once(v)
   if not v[1] or not v[6] or not v[7] or RETRY or ARGV[A + 4] ~= '' or KIND ~= 's' or
-     NOW < SAFE_AT or v[5] + 0 ~= 0 or v[7] + 0 ~= 0 then
+     NOW < SAFE_AT or (v[5] ~= '0' and v[5] + 0 ~= 0) or (v[7] ~= '0' and v[7] + 0 ~= 0) then
     return nil
   end
   local cap, avail, wt, due = v[1] + 0, v[2] + 0, ARGV[A] + 0, v[6] + 0
@@ -1201,7 +1203,14 @@ local function acquire_at_once(v)
   local sw, sttl, owner, lid, wid = ARGV[A], ARGV[A + 2], ARGV[A + 3], ARGV[A + 5], ARGV[A + 6]
   local exp = NOW + sttl
   local sf, sacq, sexp = F(fence), nows(), F(exp)
-  lset(lid, sw, sf, sttl, sacq, sexp, owner, '', '0', PRINC)
+  -- (SETNX, not SET: an integer answer costs Lua less than SET's status table; the id is
+  -- new, so the key is not there, and if it were, SET writes it all the same)
+  local kid = 'sema:id:' .. lid
+  local rec = 'l' .. sw .. '\0' .. sf .. '\0' .. sttl .. '\0' .. sacq .. '\0' .. sexp .. '\0' ..
+              owner .. '\0\0' .. '0' .. '\0' .. PRINC .. '\0' .. S
+  if redis.call('SETNX', kid, rec) == 0 then
+    redis.call('SET', kid, rec)
+  end
   redis.call('ZADD', KX, sexp, lid)
   bump_horizon(exp)
   count('leases', '1')
@@ -1225,7 +1234,8 @@ local function acquire_at_once(v)
     ACTS = {'granted', wid, INST, lid, sw, sf, sttl, sacq, sexp, owner, '0'}
     acts = concat(ACTS, '\0')
   end
-  return {'0', '', sacq, N(due), acts, S, counts(), lid, sw, sf, sttl, sacq, sexp, owner, '0'}
+  -- (no result: the act has the lease, and redis.c reads it there)
+  return {'0', '', sacq, N(due), acts, S, counts()}
 end
 
 -- v: the value of the id's key LID names (neither absent nor a tombstone). Returns the reply,
@@ -1240,7 +1250,8 @@ local function release_at_once(v)
     return nil
   end
   local m = redis.call('HMGET', KM, 'avail', 'held', 'nq', 'due', 'nt', 'ev')
-  if not m[1] or not m[4] or not m[5] or m[3] + 0 ~= 0 or m[5] + 0 ~= 0 then
+  if not m[1] or not m[4] or not m[5] or (m[3] ~= '0' and m[3] + 0 ~= 0) or
+     (m[5] ~= '0' and m[5] + 0 ~= 0) then
     return nil, m
   end
   local due = m[4] + 0
