@@ -1123,7 +1123,11 @@ async function* watchTicketEvents(t: Transport, id: string, opts: WatchOptions):
       try {
         res = await t.http.stream(
           `/v1/tickets/${seg(id)}/events`,
-          { accept: "text/event-stream", ...(last ? { "last-event-id": last } : {}) },
+          {
+            accept: "text/event-stream",
+            ...(last ? { "last-event-id": last } : {}),
+            ...(t.authorization ? { authorization: t.authorization } : {}),
+          },
           ac.signal,
         );
       } catch {
