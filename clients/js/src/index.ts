@@ -262,8 +262,27 @@ function env(name: string): string | undefined {
   return (globalThis as { process?: { env?: Record<string, string | undefined> } }).process?.env?.[name];
 }
 
-function defaultUrl(): string {
-  return env("SEMA_SERVER") || DEFAULT_URL;
+function parses(url: string): boolean {
+  try {
+    new URL(url);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The base URL without its trailing slashes. One without http:// or https:// (a bare
+ * `127.0.0.1:7070`) is a TypeError naming where it came from, as the sema command says it.
+ */
+function serverUrl(opts: ClientOptions): string {
+  const given = opts.url ?? env("SEMA_SERVER");
+  const url = (given || DEFAULT_URL).replace(/\/+$/, "");
+  if (!/^https?:\/\/[^/]/i.test(url) || !parses(url)) {
+    const from = opts.url !== undefined ? "url" : "SEMA_SERVER";
+    throw new TypeError(`createClient: bad server ${from} ${JSON.stringify(given)} (an http:// or https:// URL is needed, e.g. ${DEFAULT_URL})`);
+  }
+  return url;
 }
 
 function makeHttp(url: string, opts: ClientOptions): Http {
@@ -307,7 +326,7 @@ class Transport {
   readonly permits = new Set<Permit>();
 
   constructor(opts: ClientOptions) {
-    this.url = (opts.url ?? defaultUrl()).replace(/\/+$/, "");
+    this.url = serverUrl(opts);
     this.owner = opts.owner;
     this.ttlMs = opts.ttlMs;
     this.retryMs = opts.retryMs ?? 5000;

@@ -33,13 +33,23 @@ after(async () => {
 
 const state = async (name: string) => (await http(semad.url, "GET", `/v1/semaphores/${encodeURIComponent(name)}`)).body;
 
-test("createClient defaults to SEMA_SERVER, then 127.0.0.1:7070", () => {
+test("createClient defaults to SEMA_SERVER, then 127.0.0.1:7070; a URL without http:// is a TypeError saying so", () => {
   const saved = process.env.SEMA_SERVER;
   try {
     delete process.env.SEMA_SERVER;
     assert.equal(createClient().url, "http://127.0.0.1:7070");
     process.env.SEMA_SERVER = semad.url + "/";
     assert.equal(createClient().url, semad.url);
+    // host:port without a scheme, as people type it: an error that says what is needed
+    process.env.SEMA_SERVER = "127.0.0.1:7070";
+    assert.throws(() => createClient(), {
+      name: "TypeError",
+      message: 'createClient: bad server SEMA_SERVER "127.0.0.1:7070" (an http:// or https:// URL is needed, e.g. http://127.0.0.1:7070)',
+    });
+    assert.throws(() => createClient({ url: "localhost:7070", transport: "fetch" }), {
+      name: "TypeError",
+      message: /^createClient: bad server url "localhost:7070" \(an http:\/\/ or https:\/\/ URL is needed/,
+    });
   } finally {
     if (saved === undefined) delete process.env.SEMA_SERVER;
     else process.env.SEMA_SERVER = saved;
