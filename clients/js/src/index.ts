@@ -85,7 +85,7 @@ export interface AcquireOptions {
   weight?: number;
   /** Cancels the wait (the request is aborted and semad drops the waiter). */
   signal?: AbortSignal;
-  /** Give up after this many ms with SemaTimeoutError. 0 = try once. Default: wait as long as it takes. */
+  /** Give up after this many ms with SemaTimeoutError. 0 = try once; negative (or absent) = wait as long as it takes, as in the C API. */
   timeoutMs?: number;
   /** Lease ttl; the client renews it every ttl/3 while held. */
   ttlMs?: number;
@@ -99,6 +99,7 @@ export interface LockOptions extends Omit<AcquireOptions, "weight"> {
 
 export interface WaitOptions {
   signal?: AbortSignal;
+  /** Give up after this many ms with SemaTimeoutError. 0 = only if idle now; negative (or absent) = no limit. */
   timeoutMs?: number;
 }
 
@@ -424,8 +425,9 @@ class Transport {
     const key = randomKey();
     const ttl = opts.ttlMs ?? this.ttlMs;
     const owner = opts.owner ?? this.owner;
+    // A negative timeout waits as long as it takes, as in libsema and the C client.
     const timeout = opts.timeoutMs;
-    const waitUntil = timeout === undefined || timeout === null ? undefined : Date.now() + timeout;
+    const waitUntil = timeout === undefined || timeout === null || timeout < 0 ? undefined : Date.now() + timeout;
     // Retries go on for retryMs from the first of a run of network errors (a long wait that
     // ends in one gets the full window too).
     let retryUntil = 0;
@@ -752,7 +754,7 @@ export class Semaphore {
   /** Waits until everything queued before it was granted and all units are back (POST wait-idle). Takes nothing. */
   async wait(opts: WaitOptions = {}): Promise<void> {
     const body: Record<string, unknown> = {};
-    if (opts.timeoutMs !== undefined) body.timeout_ms = opts.timeoutMs;
+    if (opts.timeoutMs !== undefined && opts.timeoutMs >= 0) body.timeout_ms = opts.timeoutMs;
     // wait-idle takes nothing: safe to send again after a network error.
     await this.#t.retrying("POST", `${this.#path}/wait-idle`, { body, signal: opts.signal, wait: opts.timeoutMs !== 0 });
   }

@@ -188,6 +188,25 @@ test("seed 000 style: acquire(n), release(n), wait()", async () => {
   await sem.wait({ timeoutMs: 1000 });
 });
 
+test("a negative timeoutMs waits as long as it takes, as in the C API (not a try, not a 400)", async () => {
+  const sem = await client.semaphore("negative-timeout", { capacity: 1 });
+  const holder = await sem.acquire();
+  let settled = "";
+  const waiting = sem.acquire({ timeoutMs: -1 }).then(
+    (p) => ((settled = "granted"), p),
+    (e: unknown) => ((settled = `rejected: ${(e as Error).message}`), Promise.reject(e)),
+  );
+  const idle = sem.wait({ timeoutMs: -1 }).then(
+    () => undefined,
+    (e: unknown) => ((settled ||= `wait rejected: ${(e as Error).message}`), Promise.reject(e)),
+  );
+  await until(async () => (await state("negative-timeout")).waiting === 2 || settled !== "", 3000, "both parked");
+  assert.equal(settled, "");
+  await holder.release();
+  await (await waiting).release();
+  await idle;
+});
+
 test("FIFO order across two client instances", async () => {
   const c1 = createClient({ url: semad.url });
   const c2 = createClient({ url: semad.url });
