@@ -103,24 +103,58 @@ export interface WaitOptions {
   timeoutMs?: number;
 }
 
+/** A holder in `state()`: times are epoch ms on semad's clock. */
+export interface Holder {
+  lease: string;
+  weight: number;
+  owner: string | null;
+  acquired_at: number;
+  expires_at: number;
+  fence: number;
+}
+
+/** A waiter in `state()`, in queue order. */
+export interface Waiter {
+  /** 0 = the head (a ticket's own `position` counts from 1). */
+  position: number;
+  /** 0 for a `wait()`. */
+  weight: number;
+  owner: string | null;
+  since: number;
+  /** Only for a `wait()` (`wait_idle`) or a ticket. */
+  kind?: "wait_idle" | "ticket";
+}
+
+/** GET /v1/semaphores/{name} (`sem.state()`). */
 export interface SemaphoreState {
   name: string;
   capacity: number;
+  /** Below 0 after a shrink, above the capacity after a legacy `up`. */
   available: number;
   held: number;
+  /** The last fence handed out. */
   fence: number;
   waiting: number;
   waiting_weight: number;
+  /** Only once a legacy `up` or `down` moved the value. */
   legacy?: boolean;
-  holders: Array<{ lease: string; weight: number; owner: string | null; acquired_at: number; expires_at: number; fence: number }>;
-  waiters: Array<{ position: number; weight: number; owner: string | null; since: number }>;
+  /** Only when `holders` or `waiters` were cut at 1000. */
+  truncated?: boolean;
+  holders: Holder[];
+  waiters: Waiter[];
 }
 
+/** GET /v1/locks/{key} (`client.lockState(key)`). */
 export interface LockState {
   key: string;
+  /** Shared holders now. */
   readers: number;
-  holders: Array<Record<string, unknown>>;
-  waiters: Array<Record<string, unknown>>;
+  /** The most shared holders at once (semad's `--lock-readers`). */
+  max_readers: number;
+  /** Only when `holders` or `waiters` were cut at 1000. */
+  truncated?: boolean;
+  holders: Array<Holder & { mode: "shared" | "exclusive" }>;
+  waiters: Array<Omit<Waiter, "kind"> & { mode: "shared" | "exclusive" }>;
 }
 
 /** One event of `client.watch(name)`: `granted`, `released`, `expired`, `revoked`, `resized`, `deleted` or `reset`. */
@@ -1011,7 +1045,7 @@ export class SemaClient {
   }
 
   /** A lease by id (GET /v1/leases/{id}). Throws SemaLeaseLostError once it ended. */
-  lease(id: string): Promise<Record<string, unknown>> {
+  lease(id: string): Promise<LeaseReply> {
     return this.#t.json("GET", `/v1/leases/${seg(id)}`, { lease: true });
   }
 

@@ -30,7 +30,13 @@ test("lock: exclusive excludes, shared overlaps, unlock is idempotent", async ()
   const r1 = await client.lock("doc/1", { mode: "shared" });
   const r2 = await client.lockShared("doc/1");
   assert.equal(r2.mode, "shared");
-  assert.equal((await client.lockState("doc/1")).holders.length, 2);
+  const st = await client.lockState("doc/1");
+  // typed as semad answers: each holder's mode, and the reader cap
+  const modes: Array<"shared" | "exclusive"> = st.holders.map((h) => h.mode);
+  assert.deepEqual(modes, ["shared", "shared"]);
+  const cap: number = st.max_readers;
+  assert.ok(cap >= 1);
+  assert.equal(st.readers, 2);
   assert.equal(await client.tryLock("doc/1"), null);
   // A writer queued behind the readers holds back later readers (no writer starvation).
   const writer = client.lock("doc/1");
