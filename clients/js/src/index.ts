@@ -293,6 +293,17 @@ function seg(name: string): string {
   return encodeURIComponent(name);
 }
 
+/**
+ * A semaphore name or lock key as a path segment. An empty one, or none (an unset variable
+ * in plain JavaScript), is a TypeError here: on the wire it would be a 404 "no such route",
+ * or a semaphore named "undefined".
+ */
+function nameSeg(what: string, name: string): string {
+  if (typeof name !== "string" || name === "")
+    throw new TypeError(`${what} must be a non-empty string, not ${name === "" ? '""' : String(name)}`);
+  return encodeURIComponent(name);
+}
+
 function env(name: string): string | undefined {
   return (globalThis as { process?: { env?: Record<string, string | undefined> } }).process?.env?.[name];
 }
@@ -976,7 +987,7 @@ export class SemaClient {
    * (SemaNotFoundError).
    */
   async semaphore(name: string, opts: { capacity?: number } = {}): Promise<Semaphore> {
-    const path = `/v1/semaphores/${seg(name)}`;
+    const path = `/v1/semaphores/${nameSeg("semaphore(name): name", name)}`;
     const st =
       opts.capacity === undefined
         ? await this.#t.json<SemaphoreState>("GET", path)
@@ -987,7 +998,7 @@ export class SemaClient {
   /** Takes the lock on `key` (keyed-mutex `lock`/`lockShared`); one long-poll request. */
   async lock(key: string, opts: LockOptions = {}): Promise<Lock> {
     return (await this.#t.acquire(
-      `/v1/locks/${seg(key)}/acquire`,
+      `/v1/locks/${nameSeg("lock(key): key", key)}/acquire`,
       { mode: opts.mode ?? "exclusive" },
       opts,
       (r, sentAt) => new Lock(this.#t, r, sentAt),
@@ -1023,8 +1034,8 @@ export class SemaClient {
   }
 
   /** The state of the lock on `key`; throws SemaNotFoundError when nobody holds or awaits it. */
-  lockState(key: string): Promise<LockState> {
-    return this.#t.json<LockState>("GET", `/v1/locks/${seg(key)}`);
+  async lockState(key: string): Promise<LockState> {
+    return this.#t.json<LockState>("GET", `/v1/locks/${nameSeg("lockState(key): key", key)}`);
   }
 
   /**
@@ -1097,6 +1108,7 @@ export class SemaClient {
    * `signal` aborts (quietly). Throws SemaNotFoundError if the semaphore does not exist.
    */
   watch(name: string, opts: WatchOptions = {}): AsyncIterableIterator<SemaEvent> {
+    nameSeg("watch(name): name", name);
     return watchEvents(this.#t, name, opts);
   }
 

@@ -56,6 +56,22 @@ test("createClient defaults to SEMA_SERVER, then 127.0.0.1:7070; a URL without h
   }
 });
 
+test("an empty or missing name is a TypeError before any request (not a 404 route, not \"undefined\")", async () => {
+  const missing = (process.env as Record<string, string>)["SEMA_TEST_NO_SUCH_VARIABLE"]!;
+  await assert.rejects(client.semaphore("", { capacity: 1 }), {
+    name: "TypeError",
+    message: 'semaphore(name): name must be a non-empty string, not ""',
+  });
+  await assert.rejects(client.semaphore(missing, { capacity: 1 }), {
+    name: "TypeError",
+    message: "semaphore(name): name must be a non-empty string, not undefined",
+  });
+  await assert.rejects(client.lock(""), { name: "TypeError", message: /^lock\(key\): key must be/ });
+  await assert.rejects(client.lockState(""), { name: "TypeError", message: /^lockState\(key\): key must be/ });
+  assert.throws(() => client.watch(""), { name: "TypeError", message: /^watch\(name\): name must be/ });
+  assert.equal((await http(semad.url, "GET", "/v1/semaphores/undefined")).status, 404);
+});
+
 test("semaphore() creates, checks the capacity, and finds existing ones", async () => {
   const sem = await client.semaphore("create/1", { capacity: 3 });
   assert.equal(sem.capacity, 3);
