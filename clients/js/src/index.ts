@@ -352,6 +352,10 @@ function makeHttp(url: string, opts: ClientOptions): Http {
   return new FetchHttp(url, opts.fetch ?? globalThis.fetch.bind(globalThis));
 }
 
+function unreachable(url: string, e: unknown): SemaNetworkError {
+  return new SemaNetworkError(`semad unreachable at ${url}: ${(e as Error)?.message ?? e}`, { code: "network", cause: e });
+}
+
 const SAFE = new Set(["GET", "PUT", "PATCH"]);
 /**
  * Requests that may run twice, so `retrying` sends them again after a 503 too (semad could not
@@ -423,10 +427,7 @@ class Transport {
       });
     } catch (e) {
       if (outer?.aborted) throw outer.reason;
-      throw new SemaNetworkError(`semad unreachable at ${this.url}: ${(e as Error)?.message ?? e}`, {
-        code: "network",
-        cause: e,
-      });
+      throw unreachable(this.url, e);
     }
     if ((res.status >= 200 && res.status < 300) || opts.accept?.includes(res.status)) return res;
     throw errorFromReply(res.status, res.text, opts.lease, res.retryAfter);
@@ -1083,7 +1084,8 @@ export class SemaClient {
    * The ticket's updates as an async iterator (GET /v1/tickets/{id}/events): its state now,
    * then each change (positions at most once per poll_after_ms), reconnecting with
    * `Last-Event-ID` after a dropped connection. Ends after the ticket is granted (with that
-   * state) or on `break`/`signal`; throws SemaTicketEndedError if it ends while waiting.
+   * state) or on `break`/`signal`; throws SemaTicketEndedError if it ends while waiting, and
+   * SemaNetworkError if the first connection gets no reply for `retryMs`.
    */
   watchTicket(id: string, opts: WatchOptions = {}): AsyncIterableIterator<Ticket> {
     return watchTicketEvents(this.#t, id, opts);
@@ -1105,7 +1107,8 @@ export class SemaClient {
    * reconnects with `Last-Event-ID` (nothing missed, nothing twice; a `reset` event when
    * semad no longer has what was missed; a `deleted` event with `data.missed: true` when the
    * semaphore was deleted while the stream was down). Ends after `deleted`, on `break`, or when
-   * `signal` aborts (quietly). Throws SemaNotFoundError if the semaphore does not exist.
+   * `signal` aborts (quietly). Throws SemaNotFoundError if the semaphore does not exist, and
+   * SemaNetworkError if the first connection gets no reply for `retryMs`.
    */
   watch(name: string, opts: WatchOptions = {}): AsyncIterableIterator<SemaEvent> {
     nameSeg("watch(name): name", name);
@@ -1123,6 +1126,9 @@ async function* watchEvents(t: Transport, name: string, opts: WatchOptions): Asy
   let last = opts.lastEventId;
   let connected = false;
   const outer = opts.signal;
+  // Until the first connection, no reply for retryMs is a SemaNetworkError (a wrong URL, or
+  // semad not started, must not look like a quiet semaphore); after it, a drop is resumed.
+  const giveUp = Date.now() + t.retryMs;
   for (let delay = 100; ; delay = Math.min(delay * 2, 2000)) {
     if (outer?.aborted) return;
     const ac = new AbortController();
@@ -1140,8 +1146,9 @@ async function* watchEvents(t: Transport, name: string, opts: WatchOptions): Asy
           },
           ac.signal,
         );
-      } catch {
+      } catch (e) {
         if (outer?.aborted) return;
+        if (!connected && Date.now() + delay > giveUp) throw unreachable(t.url, e);
         await sleep(delay, outer).catch(() => {});
         continue;
       }
@@ -1179,7 +1186,9 @@ async function* watchEvents(t: Transport, name: string, opts: WatchOptions): Asy
 
 async function* watchTicketEvents(t: Transport, id: string, opts: WatchOptions): AsyncGenerator<Ticket> {
   let last = opts.lastEventId;
+  let connected = false;
   const outer = opts.signal;
+  const giveUp = Date.now() + t.retryMs; // as in watchEvents
   for (let delay = 100; ; delay = Math.min(delay * 2, 2000)) {
     if (outer?.aborted) return;
     const ac = new AbortController();
@@ -1197,12 +1206,14 @@ async function* watchTicketEvents(t: Transport, id: string, opts: WatchOptions):
           },
           ac.signal,
         );
-      } catch {
+      } catch (e) {
         if (outer?.aborted) return;
+        if (!connected && Date.now() + delay > giveUp) throw unreachable(t.url, e);
         await sleep(delay, outer).catch(() => {});
         continue;
       }
       if (res.status < 200 || res.status >= 300 || !res.body) throw errorFromReply(res.status, await res.text());
+      connected = true;
       delay = 100;
       try {
         for await (const raw of parseEventStream(res.body)) {

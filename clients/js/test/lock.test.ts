@@ -2,7 +2,7 @@
 // Keyed locks (seed 003), mapLimit (seed 000), watch() and the legacy API.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { createClient, Lock, SemaClient, SemaNotFoundError, SemaTimeoutError, type SemaEvent } from "../src/index.js";
+import { createClient, Lock, SemaClient, SemaNetworkError, SemaNotFoundError, SemaTimeoutError, type SemaEvent } from "../src/index.js";
 import { startSemad, startProxy, http, until, sleep, type Semad } from "./semad.js";
 
 let semad: Semad;
@@ -190,6 +190,22 @@ test("watch: break ends the stream; a missing semaphore throws not_found", async
   assert.deepEqual(got, ["granted", "released"]);
   const it = client.watch("no-such-semaphore");
   await assert.rejects(it.next(), SemaNotFoundError);
+});
+
+test("watch and watchTicket: no semad at the URL is a SemaNetworkError after retryMs, not a silent wait", async () => {
+  const gone = await startSemad();
+  await gone.stop(); // its port is closed now
+  const c = createClient({ url: gone.url, retryMs: 300 });
+  const bounded = <T>(p: Promise<T>) =>
+    Promise.race([p, sleep(5000).then(() => Promise.reject(new Error("still waiting after 5 s")))]);
+  const started = Date.now();
+  await assert.rejects(bounded(c.watch("anything").next()), (e: unknown) => {
+    assert.ok(e instanceof SemaNetworkError, String(e));
+    assert.match(e.message, /^semad unreachable at http:\/\/127\.0\.0\.1:\d+: /);
+    return true;
+  });
+  assert.ok(Date.now() - started >= 100, "tried again before giving up");
+  await assert.rejects(bounded(c.watchTicket("some-ticket").next()), SemaNetworkError);
 });
 
 test("legacy: the five endpoints", async () => {
