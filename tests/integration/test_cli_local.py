@@ -174,7 +174,21 @@ def test_rm_and_errors():
                 ["run", "--local", n, "--bogus", "--", "true"], ["nosuchverb"]):
         r = sema(*bad)
         assert r.returncode == 2, (bad, r)
-    assert sema("run", "--local", "bad/name", "--", "true").returncode == 1
+
+
+def test_a_bad_name_says_what_a_local_name_is():
+    # a name carried over from semad's (which may hold '/') is a usage error that says what
+    # a shared-memory name may be, not "invalid argument"
+    rule = ("a shared-memory name is 1-200 characters of A-Z a-z 0-9 . _ - "
+            "and does not start with '.'")
+    for bad in ("jobs/gpu", ".hidden", "x" * 201):
+        r = sema("run", "--local", bad, "--", "true")
+        assert r.returncode == 2, (bad, r)
+        assert r.stderr.startswith("sema run: bad name '%s': %s" % (bad, rule)), r.stderr
+        r = sema("rm", "--local", bad)
+        assert r.returncode == 2 and ("bad name '%s': %s" % (bad, rule)) in r.stderr, r
+        r = sema("ls", "--local", bad)
+        assert r.returncode == 1 and ("error: bad name: " + rule) in r.stdout, r
 
 
 def test_rm_of_a_missing_name_says_shared_memory():
