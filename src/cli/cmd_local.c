@@ -79,13 +79,20 @@ static int parse_run(int argc, char **argv, run_args_t *a)
  * capacity and the mode, so that is what SEMA_EINVAL means here), else CLI_EXIT_FAIL. */
 static int open_for_run(const run_args_t *a, sema_shm_t **h)
 {
-    int flags = a->capacity ? 0 : SEMA_SHM_ADOPT;
+    /* Without -c a new semaphore gets capacity 1: for a weight above that, only an existing
+     * one will do (creating one that can never grant it would leave a trap for the next -c). */
+    int flags = a->capacity ? 0 : a->weight > 1 ? SEMA_SHM_EXISTING : SEMA_SHM_ADOPT;
     int rc = sema_shm_open(a->name, a->capacity ? a->capacity : 1, flags, a->mode, h);
     if (rc == 0)
         return 0;
     if (bad_name("run", a->name, rc) != 0)
         return CLI_EXIT_USAGE;
-    if (rc == SEMA_EEXIST) {
+    if (rc == SEMA_ENOENT) {
+        fprintf(stderr,
+                "sema run: no shared-memory semaphore '%s' to take %llu units of: create it with "
+                "-c N (without -c a new one gets capacity 1)\n",
+                a->name, (unsigned long long)a->weight);
+    } else if (rc == SEMA_EEXIST) {
         sema_shm_t *other = NULL;
         uint64_t cap = 0;
         if (sema_shm_open(a->name, 0, SEMA_SHM_EXISTING, 0, &other) == 0)

@@ -176,6 +176,20 @@ def test_rm_and_errors():
         assert r.returncode == 2, (bad, r)
 
 
+def test_a_weight_above_one_without_capacity_creates_nothing():
+    # without -c a new semaphore gets capacity 1; one made for -w 2 could never grant it,
+    # and a later `-c 2` would then fail with "exists with capacity 1"
+    n = name()
+    r = sema("run", "--local", n, "-w", "2", "--", "true")
+    assert r.returncode == 1, r
+    assert ("no shared-memory semaphore '%s' to take 2 units of: create it with -c N" % n
+            in r.stderr), r.stderr
+    assert sema("rm", "--local", n).returncode == 1, "nothing was created"
+    assert sema("run", "--local", n, "-c", "2", "-w", "2", "--", "true").returncode == 0
+    assert sema("run", "--local", n, "-w", "2", "--", "true").returncode == 0  # exists now
+    assert sema("rm", "--local", n).returncode == 0
+
+
 def test_a_bad_name_says_what_a_local_name_is():
     # a name carried over from semad's (which may hold '/') is a usage error that says what
     # a shared-memory name may be, not "invalid argument"
