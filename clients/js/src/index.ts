@@ -157,11 +157,14 @@ export interface LockState {
   waiters: Array<Omit<Waiter, "kind"> & { mode: "shared" | "exclusive" }>;
 }
 
-/** One event of `client.watch(name)`: `granted`, `released`, `expired`, `revoked`, `resized`, `deleted` or `reset`. */
+/** The types of the events of `client.watch(name)` (`reset`: semad no longer had what was missed). */
+export type SemaEventType = "granted" | "released" | "expired" | "revoked" | "resized" | "deleted" | "reset";
+
+/** One event of `client.watch(name)`. */
 export interface SemaEvent {
   /** `<uid>-<seq>`; resume point (sent back as `Last-Event-ID`). */
   id: string | undefined;
-  type: string;
+  type: SemaEventType;
   data: Record<string, unknown>;
 }
 
@@ -1169,7 +1172,7 @@ async function* watchEvents(t: Transport, name: string, opts: WatchOptions): Asy
           } catch {
             data = { raw: raw.data };
           }
-          yield { id: raw.id, type: raw.event, data };
+          yield { id: raw.id, type: raw.event as SemaEventType, data };
           if (raw.event === "deleted") return;
         }
       } catch {

@@ -188,6 +188,10 @@ test("watch: break ends the stream; a missing semaphore throws not_found", async
   await (await sem.acquire()).release();
   await reading;
   assert.deepEqual(got, ["granted", "released"]);
+  // an event's type is one of the seven: a misspelt one does not compile
+  // @ts-expect-error "release" is not an event type ("released" is)
+  const misspelt: SemaEvent["type"] = "release";
+  void misspelt;
   const it = client.watch("no-such-semaphore");
   await assert.rejects(it.next(), SemaNotFoundError);
 });
