@@ -48,28 +48,29 @@ static int parse_run(int argc, char **argv, run_args_t *a)
                               {'m', "mode", &mode, NULL},
                               {0, NULL, NULL, NULL}};
     char *pos[1];
-    int npos, rest, rc = cli_parse_opts("run", argc, argv, opts, pos, 1, &npos, &rest);
+    int npos, rest, rc = cli_parse_opts("run --local", argc, argv, opts, pos, 1, &npos, &rest);
     if (rc != 0)
         return rc;
     if (npos != 1)
-        return cli_usage_error("run", "needs a semaphore NAME");
+        return cli_usage_error("run --local", "needs a semaphore NAME");
     if (rest >= argc)
-        return cli_usage_error("run", "needs a command after `--`");
+        return cli_usage_error("run --local", "needs a command after `--`");
     uint64_t m = 0600;
     char *end = NULL;
     *a = (run_args_t){pos[0], 0, 1, -1, 0600, argv + rest};
     if (cap != NULL && cli_parse_u64(cap, 1, UINT64_C(1) << 62, &a->capacity) != 0)
-        return cli_usage_error("run", "bad capacity '%s' (a whole number from 1)", cap);
+        return cli_usage_error("run --local", "bad capacity '%s' (a whole number from 1)", cap);
     if (weight != NULL && cli_parse_u64(weight, 1, UINT64_C(1) << 62, &a->weight) != 0)
-        return cli_usage_error("run", "bad weight '%s' (a whole number from 1)", weight);
+        return cli_usage_error("run --local", "bad weight '%s' (a whole number from 1)", weight);
     if (timeout != NULL && cli_parse_duration_ms(timeout, &a->timeout_ms) != 0)
         return cli_usage_error(
-            "run", "bad timeout '%s' (a duration with its unit, e.g. 500ms, 10s, 2m; 0 = try once)",
+            "run --local",
+            "bad timeout '%s' (a duration with its unit, e.g. 500ms, 10s, 2m; 0 = try once)",
             timeout);
     if (mode != NULL) {
         m = strtoul(mode, &end, 8);
         if (*mode == '\0' || *end != '\0' || m > 0777)
-            return cli_usage_error("run", "bad mode '%s' (octal, e.g. 660)", mode);
+            return cli_usage_error("run --local", "bad mode '%s' (octal, e.g. 660)", mode);
     }
     a->mode = (unsigned)m;
     return 0;
@@ -85,7 +86,7 @@ static int open_for_run(const run_args_t *a, sema_shm_t **h)
     int rc = sema_shm_open(a->name, a->capacity ? a->capacity : 1, flags, a->mode, h);
     if (rc == 0)
         return 0;
-    if (bad_name("run", a->name, rc) != 0)
+    if (bad_name("run --local", a->name, rc) != 0)
         return CLI_EXIT_USAGE;
     if (rc == SEMA_ENOENT) {
         fprintf(stderr,
@@ -244,7 +245,7 @@ int cli_local_ls(int argc, char **argv)
     const cli_opt_t opts[] = {{0, NULL, NULL, NULL}};
     char *pos[64];
     int npos, rest, failures = 0;
-    int rc = cli_parse_opts("ls", argc, argv, opts, pos, 64, &npos, &rest);
+    int rc = cli_parse_opts("ls --local", argc, argv, opts, pos, 64, &npos, &rest);
     if (rc != 0)
         return rc;
     printf("%-24s %10s %10s %8s %8s\n", "NAME", "CAPACITY", "AVAILABLE", "HOLDERS", "WAITERS");
@@ -268,14 +269,14 @@ int cli_local_rm(int argc, char **argv)
     const cli_opt_t opts[] = {{'f', "force", NULL, &force}, {0, NULL, NULL, NULL}};
     char *pos[64];
     int npos, rest;
-    int rc = cli_parse_opts("rm", argc, argv, opts, pos, 64, &npos, &rest);
+    int rc = cli_parse_opts("rm --local", argc, argv, opts, pos, 64, &npos, &rest);
     if (rc != 0)
         return rc;
     if (npos == 0)
-        return cli_usage_error("rm", "needs at least one NAME");
+        return cli_usage_error("rm --local", "needs at least one NAME");
     for (int i = 0; i < npos; i++) {
         rc = sema_shm_unlink(pos[i]);
-        if (bad_name("rm", pos[i], rc) != 0) {
+        if (bad_name("rm --local", pos[i], rc) != 0) {
             usage = 1;
         } else if (rc == SEMA_ENOENT && !force) {
             fprintf(stderr, "sema rm: no such shared-memory semaphore '%s' (-f: no error)\n",

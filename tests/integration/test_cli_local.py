@@ -198,7 +198,7 @@ def test_a_bad_name_says_what_a_local_name_is():
     for bad in ("jobs/gpu", ".hidden", "x" * 201):
         r = sema("run", "--local", bad, "--", "true")
         assert r.returncode == 2, (bad, r)
-        assert r.stderr.startswith("sema run: bad name '%s': %s" % (bad, rule)), r.stderr
+        assert r.stderr.startswith("sema run --local: bad name '%s': %s" % (bad, rule)), r.stderr
         r = sema("rm", "--local", bad)
         assert r.returncode == 2 and ("bad name '%s': %s" % (bad, rule)) in r.stderr, r
         r = sema("ls", "--local", bad)
@@ -227,6 +227,21 @@ def test_local_before_the_verb():
 def test_mistyped_option_gets_a_suggestion():
     r = sema("run", "--local", "x", "--capcity", "2", "--", "true")
     assert r.returncode == 2 and "did you mean --capacity?" in r.stderr, r
+
+
+def test_a_usage_error_points_at_the_local_help():
+    # the remote form's help has other options (--ttl, --server): point at the local one
+    for args, verb in ((["run", "--local", "x", "-t", "30", "--", "true"], "run"),
+                       (["run", "--local", "x", "--bogus", "--", "true"], "run"),
+                       (["--local", "run", "x", "-w", "0", "--", "true"], "run"),
+                       (["rm", "--local"], "rm"), (["ls", "--local", "--bogus"], "ls")):
+        r = sema(*args)
+        assert r.returncode == 2, (args, r)
+        assert r.stderr.startswith("sema %s --local: " % verb), (args, r.stderr)
+        hint = "(see `sema %s --local --help`)" % verb
+        assert r.stderr.rstrip().endswith(hint), (args, r.stderr)
+        help_text = sema(verb, "--local", "--help")
+        assert help_text.returncode == 0 and "--local" in help_text.stdout.splitlines()[0]
 
 
 def test_durations():
