@@ -13,6 +13,21 @@
 #include "cli.h"
 #include "sema/sema.h"
 
+/* What a name must be, for the message of one that is not: semad's names may hold '/' and
+ * more, so a name moved over from the remote form is the usual way to get here. */
+#define NAME_RULE                                                                                  \
+    "a shared-memory name is 1-200 characters of A-Z a-z 0-9 . _ - and does not start with "       \
+    "'.'"
+
+/* A usage error for NAME if `rc` (of sema_shm_open or sema_shm_unlink) says the name is bad;
+ * 0 otherwise. */
+static int bad_name(const char *verb, const char *name, int rc)
+{
+    if (rc != SEMA_EINVAL && rc != SEMA_ENAMETOOLONG)
+        return 0;
+    return cli_usage_error(verb, "bad name '%s': " NAME_RULE, name);
+}
+
 /* --- run ---------------------------------------------------------------------------- */
 
 typedef struct {
@@ -33,38 +48,52 @@ static int parse_run(int argc, char **argv, run_args_t *a)
                               {'m', "mode", &mode, NULL},
                               {0, NULL, NULL, NULL}};
     char *pos[1];
-    int npos, rest, rc = cli_parse_opts("run", argc, argv, opts, pos, 1, &npos, &rest);
+    int npos, rest, rc = cli_parse_opts("run --local", argc, argv, opts, pos, 1, &npos, &rest);
     if (rc != 0)
         return rc;
     if (npos != 1)
-        return cli_usage_error("run", "needs a semaphore NAME");
+        return cli_usage_error("run --local", "needs a semaphore NAME");
     if (rest >= argc)
-        return cli_usage_error("run", "needs a command after `--`");
+        return cli_usage_error("run --local", "needs a command after `--`");
     uint64_t m = 0600;
     char *end = NULL;
     *a = (run_args_t){pos[0], 0, 1, -1, 0600, argv + rest};
     if (cap != NULL && cli_parse_u64(cap, 1, UINT64_C(1) << 62, &a->capacity) != 0)
-        return cli_usage_error("run", "bad capacity '%s' (a whole number from 1)", cap);
+        return cli_usage_error("run --local", "bad capacity '%s' (a whole number from 1)", cap);
     if (weight != NULL && cli_parse_u64(weight, 1, UINT64_C(1) << 62, &a->weight) != 0)
-        return cli_usage_error("run", "bad weight '%s' (a whole number from 1)", weight);
+        return cli_usage_error("run --local", "bad weight '%s' (a whole number from 1)", weight);
     if (timeout != NULL && cli_parse_duration_ms(timeout, &a->timeout_ms) != 0)
         return cli_usage_error(
-            "run", "bad timeout '%s' (a duration with its unit, e.g. 500ms, 10s, 2m; 0 = try once)",
+            "run --local",
+            "bad timeout '%s' (a duration with its unit, e.g. 500ms, 10s, 2m; 0 = try once)",
             timeout);
     if (mode != NULL) {
         m = strtoul(mode, &end, 8);
         if (*mode == '\0' || *end != '\0' || m > 0777)
-            return cli_usage_error("run", "bad mode '%s' (octal, e.g. 660)", mode);
+            return cli_usage_error("run --local", "bad mode '%s' (octal, e.g. 660)", mode);
     }
     a->mode = (unsigned)m;
     return 0;
 }
 
+/* Returns 0, or the exit status: CLI_EXIT_USAGE for a bad name (parse_run checked the
+ * capacity and the mode, so that is what SEMA_EINVAL means here), else CLI_EXIT_FAIL. */
 static int open_for_run(const run_args_t *a, sema_shm_t **h)
 {
-    int flags = a->capacity ? 0 : SEMA_SHM_ADOPT;
+    /* Without -c a new semaphore gets capacity 1: for a weight above that, only an existing
+     * one will do (creating one that can never grant it would leave a trap for the next -c). */
+    int flags = a->capacity ? 0 : a->weight > 1 ? SEMA_SHM_EXISTING : SEMA_SHM_ADOPT;
     int rc = sema_shm_open(a->name, a->capacity ? a->capacity : 1, flags, a->mode, h);
-    if (rc == SEMA_EEXIST) {
+    if (rc == 0)
+        return 0;
+    if (bad_name("run --local", a->name, rc) != 0)
+        return CLI_EXIT_USAGE;
+    if (rc == SEMA_ENOENT) {
+        fprintf(stderr,
+                "sema run: no shared-memory semaphore '%s' to take %llu units of: create it with "
+                "-c N (without -c a new one gets capacity 1)\n",
+                a->name, (unsigned long long)a->weight);
+    } else if (rc == SEMA_EEXIST) {
         sema_shm_t *other = NULL;
         uint64_t cap = 0;
         if (sema_shm_open(a->name, 0, SEMA_SHM_EXISTING, 0, &other) == 0)
@@ -72,10 +101,10 @@ static int open_for_run(const run_args_t *a, sema_shm_t **h)
         sema_shm_close(other);
         fprintf(stderr, "sema run: %s exists with capacity %llu, not %llu\n", a->name,
                 (unsigned long long)cap, (unsigned long long)a->capacity);
-    } else if (rc != 0) {
+    } else {
         fprintf(stderr, "sema run: %s: %s\n", a->name, sema_strerror(rc));
     }
-    return rc;
+    return CLI_EXIT_FAIL;
 }
 
 static const int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH};
@@ -146,8 +175,9 @@ int cli_local_run(int argc, char **argv)
     int rc = parse_run(argc, argv, &a);
     if (rc != 0)
         return rc;
-    if (open_for_run(&a, &h) != 0)
-        return CLI_EXIT_FAIL;
+    rc = open_for_run(&a, &h);
+    if (rc != 0)
+        return rc;
     rc = sema_shm_acquire(h, a.weight, a.timeout_ms);
     if (rc != 0) {
         if (rc == SEMA_EINVAL)
@@ -192,6 +222,9 @@ static int show_one(const char *name, void *ud)
     if (rc == SEMA_ENOENT) {
         printf("%-24s error: no such shared-memory semaphore\n", name);
         ++*failures;
+    } else if (rc == SEMA_EINVAL || rc == SEMA_ENAMETOOLONG) {
+        printf("%-24s error: bad name: " NAME_RULE "\n", name);
+        ++*failures;
     } else if (rc != 0) {
         printf("%-24s error: %s\n", name, sema_strerror(rc));
         ++*failures;
@@ -212,7 +245,7 @@ int cli_local_ls(int argc, char **argv)
     const cli_opt_t opts[] = {{0, NULL, NULL, NULL}};
     char *pos[64];
     int npos, rest, failures = 0;
-    int rc = cli_parse_opts("ls", argc, argv, opts, pos, 64, &npos, &rest);
+    int rc = cli_parse_opts("ls --local", argc, argv, opts, pos, 64, &npos, &rest);
     if (rc != 0)
         return rc;
     printf("%-24s %10s %10s %8s %8s\n", "NAME", "CAPACITY", "AVAILABLE", "HOLDERS", "WAITERS");
@@ -232,18 +265,20 @@ int cli_local_ls(int argc, char **argv)
 
 int cli_local_rm(int argc, char **argv)
 {
-    int force = 0, failures = 0;
+    int force = 0, failures = 0, usage = 0;
     const cli_opt_t opts[] = {{'f', "force", NULL, &force}, {0, NULL, NULL, NULL}};
     char *pos[64];
     int npos, rest;
-    int rc = cli_parse_opts("rm", argc, argv, opts, pos, 64, &npos, &rest);
+    int rc = cli_parse_opts("rm --local", argc, argv, opts, pos, 64, &npos, &rest);
     if (rc != 0)
         return rc;
     if (npos == 0)
-        return cli_usage_error("rm", "needs at least one NAME");
+        return cli_usage_error("rm --local", "needs at least one NAME");
     for (int i = 0; i < npos; i++) {
         rc = sema_shm_unlink(pos[i]);
-        if (rc == SEMA_ENOENT && !force) {
+        if (bad_name("rm --local", pos[i], rc) != 0) {
+            usage = 1;
+        } else if (rc == SEMA_ENOENT && !force) {
             fprintf(stderr, "sema rm: no such shared-memory semaphore '%s' (-f: no error)\n",
                     pos[i]);
             failures++;
@@ -252,5 +287,7 @@ int cli_local_rm(int argc, char **argv)
             failures++;
         }
     }
+    if (usage)
+        return CLI_EXIT_USAGE;
     return failures ? CLI_EXIT_FAIL : CLI_EXIT_OK;
 }

@@ -43,6 +43,7 @@ static const cli_command_t commands[] = {
      "units of NAME, run CMD, give them back when CMD ends. sema itself holds the units: if\n"
      "sema dies they come back, even if CMD lives on. Signals sent to sema (INT, TERM, HUP,\n"
      "QUIT, USR1, USR2, WINCH) are forwarded to CMD.\n"
+     "NAME is 1-200 characters of A-Z a-z 0-9 . _ - and does not start with '.'.\n"
      "\n"
      "options:\n" LOCAL_OPTION
      "  -c, --capacity N  create it with N units (default 1); an existing one must match\n"

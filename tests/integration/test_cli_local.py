@@ -174,7 +174,35 @@ def test_rm_and_errors():
                 ["run", "--local", n, "--bogus", "--", "true"], ["nosuchverb"]):
         r = sema(*bad)
         assert r.returncode == 2, (bad, r)
-    assert sema("run", "--local", "bad/name", "--", "true").returncode == 1
+
+
+def test_a_weight_above_one_without_capacity_creates_nothing():
+    # without -c a new semaphore gets capacity 1; one made for -w 2 could never grant it,
+    # and a later `-c 2` would then fail with "exists with capacity 1"
+    n = name()
+    r = sema("run", "--local", n, "-w", "2", "--", "true")
+    assert r.returncode == 1, r
+    assert ("no shared-memory semaphore '%s' to take 2 units of: create it with -c N" % n
+            in r.stderr), r.stderr
+    assert sema("rm", "--local", n).returncode == 1, "nothing was created"
+    assert sema("run", "--local", n, "-c", "2", "-w", "2", "--", "true").returncode == 0
+    assert sema("run", "--local", n, "-w", "2", "--", "true").returncode == 0  # exists now
+    assert sema("rm", "--local", n).returncode == 0
+
+
+def test_a_bad_name_says_what_a_local_name_is():
+    # a name carried over from semad's (which may hold '/') is a usage error that says what
+    # a shared-memory name may be, not "invalid argument"
+    rule = ("a shared-memory name is 1-200 characters of A-Z a-z 0-9 . _ - "
+            "and does not start with '.'")
+    for bad in ("jobs/gpu", ".hidden", "x" * 201):
+        r = sema("run", "--local", bad, "--", "true")
+        assert r.returncode == 2, (bad, r)
+        assert r.stderr.startswith("sema run --local: bad name '%s': %s" % (bad, rule)), r.stderr
+        r = sema("rm", "--local", bad)
+        assert r.returncode == 2 and ("bad name '%s': %s" % (bad, rule)) in r.stderr, r
+        r = sema("ls", "--local", bad)
+        assert r.returncode == 1 and ("error: bad name: " + rule) in r.stdout, r
 
 
 def test_rm_of_a_missing_name_says_shared_memory():
@@ -199,6 +227,21 @@ def test_local_before_the_verb():
 def test_mistyped_option_gets_a_suggestion():
     r = sema("run", "--local", "x", "--capcity", "2", "--", "true")
     assert r.returncode == 2 and "did you mean --capacity?" in r.stderr, r
+
+
+def test_a_usage_error_points_at_the_local_help():
+    # the remote form's help has other options (--ttl, --server): point at the local one
+    for args, verb in ((["run", "--local", "x", "-t", "30", "--", "true"], "run"),
+                       (["run", "--local", "x", "--bogus", "--", "true"], "run"),
+                       (["--local", "run", "x", "-w", "0", "--", "true"], "run"),
+                       (["rm", "--local"], "rm"), (["ls", "--local", "--bogus"], "ls")):
+        r = sema(*args)
+        assert r.returncode == 2, (args, r)
+        assert r.stderr.startswith("sema %s --local: " % verb), (args, r.stderr)
+        hint = "(see `sema %s --local --help`)" % verb
+        assert r.stderr.rstrip().endswith(hint), (args, r.stderr)
+        help_text = sema(verb, "--local", "--help")
+        assert help_text.returncode == 0 and "--local" in help_text.stdout.splitlines()[0]
 
 
 def test_durations():

@@ -7,7 +7,7 @@ const sem = await client.semaphore("leader", { capacity: 1 });
 const permit = await sem.acquire({ ttlMs: 3_000 }); // renewed every second while held
 permit.signal.addEventListener("abort", () => {
   const e = permit.signal.reason as SemaLeaseLostError;
-  console.log("lost the lease:", e.code); // lease_revoked, lease_expired, deleted, unreachable
+  console.log("lost the lease:", e.code); // lease_revoked, lease_expired, lease_released, deleted, unreachable
 });
 
 // Hand the fence to a fenced resource; pass the signal to work that must stop on loss.

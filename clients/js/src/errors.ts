@@ -56,7 +56,7 @@ export class SemaConflictError extends SemaError {}
 export class SemaDeletedError extends SemaError {}
 /** 409 `overflow`: released more than is held. */
 export class SemaOverflowError extends SemaError {}
-/** 400 `invalid_request`, `name_too_long`, `bad_request` and other malformed requests (413, 414, 431, 405). */
+/** 400 `invalid_request`, `name_too_long`, `bad_request`, 409 `idempotency_key_mismatch` / `idempotency_key_replaced`, and any other 4xx without a class of its own (405, 413, 414, 431). */
 export class SemaInvalidRequestError extends SemaError {}
 /** 429 `limit_reached`. */
 export class SemaLimitError extends SemaError {}

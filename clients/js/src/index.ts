@@ -85,7 +85,7 @@ export interface AcquireOptions {
   weight?: number;
   /** Cancels the wait (the request is aborted and semad drops the waiter). */
   signal?: AbortSignal;
-  /** Give up after this many ms with SemaTimeoutError. 0 = try once. Default: wait as long as it takes. */
+  /** Give up after this many ms with SemaTimeoutError. 0 = try once; negative (or absent) = wait as long as it takes, as in the C API. */
   timeoutMs?: number;
   /** Lease ttl; the client renews it every ttl/3 while held. */
   ttlMs?: number;
@@ -99,34 +99,72 @@ export interface LockOptions extends Omit<AcquireOptions, "weight"> {
 
 export interface WaitOptions {
   signal?: AbortSignal;
+  /** Give up after this many ms with SemaTimeoutError. 0 = only if idle now; negative (or absent) = no limit. */
   timeoutMs?: number;
 }
 
+/** A holder in `state()`: times are epoch ms on semad's clock. */
+export interface Holder {
+  lease: string;
+  weight: number;
+  owner: string | null;
+  acquired_at: number;
+  expires_at: number;
+  fence: number;
+}
+
+/** A waiter in `state()`, in queue order. */
+export interface Waiter {
+  /** 0 = the head (a ticket's own `position` counts from 1). */
+  position: number;
+  /** 0 for a `wait()`. */
+  weight: number;
+  owner: string | null;
+  since: number;
+  /** Only for a `wait()` (`wait_idle`) or a ticket. */
+  kind?: "wait_idle" | "ticket";
+}
+
+/** GET /v1/semaphores/{name} (`sem.state()`). */
 export interface SemaphoreState {
   name: string;
   capacity: number;
+  /** Below 0 after a shrink, above the capacity after a legacy `up`. */
   available: number;
   held: number;
+  /** The last fence handed out. */
   fence: number;
   waiting: number;
   waiting_weight: number;
+  /** Only once a legacy `up` or `down` moved the value. */
   legacy?: boolean;
-  holders: Array<{ lease: string; weight: number; owner: string | null; acquired_at: number; expires_at: number; fence: number }>;
-  waiters: Array<{ position: number; weight: number; owner: string | null; since: number }>;
+  /** Only when `holders` or `waiters` were cut at 1000. */
+  truncated?: boolean;
+  holders: Holder[];
+  waiters: Waiter[];
 }
 
+/** GET /v1/locks/{key} (`client.lockState(key)`). */
 export interface LockState {
   key: string;
+  /** Shared holders now. */
   readers: number;
-  holders: Array<Record<string, unknown>>;
-  waiters: Array<Record<string, unknown>>;
+  /** The most shared holders at once (semad's `--lock-readers`). */
+  max_readers: number;
+  /** Only when `holders` or `waiters` were cut at 1000. */
+  truncated?: boolean;
+  holders: Array<Holder & { mode: "shared" | "exclusive" }>;
+  waiters: Array<Omit<Waiter, "kind"> & { mode: "shared" | "exclusive" }>;
 }
 
-/** One event of `client.watch(name)`: `granted`, `released`, `expired`, `revoked`, `resized`, `deleted` or `reset`. */
+/** The types of the events of `client.watch(name)` (`reset`: semad no longer had what was missed). */
+export type SemaEventType = "granted" | "released" | "expired" | "revoked" | "resized" | "deleted" | "reset";
+
+/** One event of `client.watch(name)`. */
 export interface SemaEvent {
   /** `<uid>-<seq>`; resume point (sent back as `Last-Event-ID`). */
   id: string | undefined;
-  type: string;
+  type: SemaEventType;
   data: Record<string, unknown>;
 }
 
@@ -258,12 +296,42 @@ function seg(name: string): string {
   return encodeURIComponent(name);
 }
 
+/**
+ * A semaphore name or lock key as a path segment. An empty one, or none (an unset variable
+ * in plain JavaScript), is a TypeError here: on the wire it would be a 404 "no such route",
+ * or a semaphore named "undefined".
+ */
+function nameSeg(what: string, name: string): string {
+  if (typeof name !== "string" || name === "")
+    throw new TypeError(`${what} must be a non-empty string, not ${name === "" ? '""' : String(name)}`);
+  return encodeURIComponent(name);
+}
+
 function env(name: string): string | undefined {
   return (globalThis as { process?: { env?: Record<string, string | undefined> } }).process?.env?.[name];
 }
 
-function defaultUrl(): string {
-  return env("SEMA_SERVER") || DEFAULT_URL;
+function parses(url: string): boolean {
+  try {
+    new URL(url);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The base URL without its trailing slashes. One without http:// or https:// (a bare
+ * `127.0.0.1:7070`) is a TypeError naming where it came from, as the sema command says it.
+ */
+function serverUrl(opts: ClientOptions): string {
+  const given = opts.url ?? env("SEMA_SERVER");
+  const url = (given || DEFAULT_URL).replace(/\/+$/, "");
+  if (!/^https?:\/\/[^/]/i.test(url) || !parses(url)) {
+    const from = opts.url !== undefined ? "url" : "SEMA_SERVER";
+    throw new TypeError(`createClient: bad server ${from} ${JSON.stringify(given)} (an http:// or https:// URL is needed, e.g. ${DEFAULT_URL})`);
+  }
+  return url;
 }
 
 function makeHttp(url: string, opts: ClientOptions): Http {
@@ -287,6 +355,10 @@ function makeHttp(url: string, opts: ClientOptions): Http {
   return new FetchHttp(url, opts.fetch ?? globalThis.fetch.bind(globalThis));
 }
 
+function unreachable(url: string, e: unknown): SemaNetworkError {
+  return new SemaNetworkError(`semad unreachable at ${url}: ${(e as Error)?.message ?? e}`, { code: "network", cause: e });
+}
+
 const SAFE = new Set(["GET", "PUT", "PATCH"]);
 /**
  * Requests that may run twice, so `retrying` sends them again after a 503 too (semad could not
@@ -307,7 +379,7 @@ class Transport {
   readonly permits = new Set<Permit>();
 
   constructor(opts: ClientOptions) {
-    this.url = (opts.url ?? defaultUrl()).replace(/\/+$/, "");
+    this.url = serverUrl(opts);
     this.owner = opts.owner;
     this.ttlMs = opts.ttlMs;
     this.retryMs = opts.retryMs ?? 5000;
@@ -358,10 +430,7 @@ class Transport {
       });
     } catch (e) {
       if (outer?.aborted) throw outer.reason;
-      throw new SemaNetworkError(`semad unreachable at ${this.url}: ${(e as Error)?.message ?? e}`, {
-        code: "network",
-        cause: e,
-      });
+      throw unreachable(this.url, e);
     }
     if ((res.status >= 200 && res.status < 300) || opts.accept?.includes(res.status)) return res;
     throw errorFromReply(res.status, res.text, opts.lease, res.retryAfter);
@@ -405,8 +474,9 @@ class Transport {
     const key = randomKey();
     const ttl = opts.ttlMs ?? this.ttlMs;
     const owner = opts.owner ?? this.owner;
+    // A negative timeout waits as long as it takes, as in libsema and the C client.
     const timeout = opts.timeoutMs;
-    const waitUntil = timeout === undefined || timeout === null ? undefined : Date.now() + timeout;
+    const waitUntil = timeout === undefined || timeout === null || timeout < 0 ? undefined : Date.now() + timeout;
     // Retries go on for retryMs from the first of a run of network errors (a long wait that
     // ends in one gets the full window too).
     let retryUntil = 0;
@@ -733,7 +803,7 @@ export class Semaphore {
   /** Waits until everything queued before it was granted and all units are back (POST wait-idle). Takes nothing. */
   async wait(opts: WaitOptions = {}): Promise<void> {
     const body: Record<string, unknown> = {};
-    if (opts.timeoutMs !== undefined) body.timeout_ms = opts.timeoutMs;
+    if (opts.timeoutMs !== undefined && opts.timeoutMs >= 0) body.timeout_ms = opts.timeoutMs;
     // wait-idle takes nothing: safe to send again after a network error.
     await this.#t.retrying("POST", `${this.#path}/wait-idle`, { body, signal: opts.signal, wait: opts.timeoutMs !== 0 });
   }
@@ -921,7 +991,7 @@ export class SemaClient {
    * (SemaNotFoundError).
    */
   async semaphore(name: string, opts: { capacity?: number } = {}): Promise<Semaphore> {
-    const path = `/v1/semaphores/${seg(name)}`;
+    const path = `/v1/semaphores/${nameSeg("semaphore(name): name", name)}`;
     const st =
       opts.capacity === undefined
         ? await this.#t.json<SemaphoreState>("GET", path)
@@ -932,7 +1002,7 @@ export class SemaClient {
   /** Takes the lock on `key` (keyed-mutex `lock`/`lockShared`); one long-poll request. */
   async lock(key: string, opts: LockOptions = {}): Promise<Lock> {
     return (await this.#t.acquire(
-      `/v1/locks/${seg(key)}/acquire`,
+      `/v1/locks/${nameSeg("lock(key): key", key)}/acquire`,
       { mode: opts.mode ?? "exclusive" },
       opts,
       (r, sentAt) => new Lock(this.#t, r, sentAt),
@@ -968,8 +1038,8 @@ export class SemaClient {
   }
 
   /** The state of the lock on `key`; throws SemaNotFoundError when nobody holds or awaits it. */
-  lockState(key: string): Promise<LockState> {
-    return this.#t.json<LockState>("GET", `/v1/locks/${seg(key)}`);
+  async lockState(key: string): Promise<LockState> {
+    return this.#t.json<LockState>("GET", `/v1/locks/${nameSeg("lockState(key): key", key)}`);
   }
 
   /**
@@ -990,7 +1060,7 @@ export class SemaClient {
   }
 
   /** A lease by id (GET /v1/leases/{id}). Throws SemaLeaseLostError once it ended. */
-  lease(id: string): Promise<Record<string, unknown>> {
+  lease(id: string): Promise<LeaseReply> {
     return this.#t.json("GET", `/v1/leases/${seg(id)}`, { lease: true });
   }
 
@@ -1017,7 +1087,8 @@ export class SemaClient {
    * The ticket's updates as an async iterator (GET /v1/tickets/{id}/events): its state now,
    * then each change (positions at most once per poll_after_ms), reconnecting with
    * `Last-Event-ID` after a dropped connection. Ends after the ticket is granted (with that
-   * state) or on `break`/`signal`; throws SemaTicketEndedError if it ends while waiting.
+   * state) or on `break`/`signal`; throws SemaTicketEndedError if it ends while waiting, and
+   * SemaNetworkError if the first connection gets no reply for `retryMs`.
    */
   watchTicket(id: string, opts: WatchOptions = {}): AsyncIterableIterator<Ticket> {
     return watchTicketEvents(this.#t, id, opts);
@@ -1039,9 +1110,11 @@ export class SemaClient {
    * reconnects with `Last-Event-ID` (nothing missed, nothing twice; a `reset` event when
    * semad no longer has what was missed; a `deleted` event with `data.missed: true` when the
    * semaphore was deleted while the stream was down). Ends after `deleted`, on `break`, or when
-   * `signal` aborts (quietly). Throws SemaNotFoundError if the semaphore does not exist.
+   * `signal` aborts (quietly). Throws SemaNotFoundError if the semaphore does not exist, and
+   * SemaNetworkError if the first connection gets no reply for `retryMs`.
    */
   watch(name: string, opts: WatchOptions = {}): AsyncIterableIterator<SemaEvent> {
+    nameSeg("watch(name): name", name);
     return watchEvents(this.#t, name, opts);
   }
 
@@ -1056,6 +1129,9 @@ async function* watchEvents(t: Transport, name: string, opts: WatchOptions): Asy
   let last = opts.lastEventId;
   let connected = false;
   const outer = opts.signal;
+  // Until the first connection, no reply for retryMs is a SemaNetworkError (a wrong URL, or
+  // semad not started, must not look like a quiet semaphore); after it, a drop is resumed.
+  const giveUp = Date.now() + t.retryMs;
   for (let delay = 100; ; delay = Math.min(delay * 2, 2000)) {
     if (outer?.aborted) return;
     const ac = new AbortController();
@@ -1073,8 +1149,9 @@ async function* watchEvents(t: Transport, name: string, opts: WatchOptions): Asy
           },
           ac.signal,
         );
-      } catch {
+      } catch (e) {
         if (outer?.aborted) return;
+        if (!connected && Date.now() + delay > giveUp) throw unreachable(t.url, e);
         await sleep(delay, outer).catch(() => {});
         continue;
       }
@@ -1095,7 +1172,7 @@ async function* watchEvents(t: Transport, name: string, opts: WatchOptions): Asy
           } catch {
             data = { raw: raw.data };
           }
-          yield { id: raw.id, type: raw.event, data };
+          yield { id: raw.id, type: raw.event as SemaEventType, data };
           if (raw.event === "deleted") return;
         }
       } catch {
@@ -1112,7 +1189,9 @@ async function* watchEvents(t: Transport, name: string, opts: WatchOptions): Asy
 
 async function* watchTicketEvents(t: Transport, id: string, opts: WatchOptions): AsyncGenerator<Ticket> {
   let last = opts.lastEventId;
+  let connected = false;
   const outer = opts.signal;
+  const giveUp = Date.now() + t.retryMs; // as in watchEvents
   for (let delay = 100; ; delay = Math.min(delay * 2, 2000)) {
     if (outer?.aborted) return;
     const ac = new AbortController();
@@ -1123,15 +1202,21 @@ async function* watchTicketEvents(t: Transport, id: string, opts: WatchOptions):
       try {
         res = await t.http.stream(
           `/v1/tickets/${seg(id)}/events`,
-          { accept: "text/event-stream", ...(last ? { "last-event-id": last } : {}) },
+          {
+            accept: "text/event-stream",
+            ...(last ? { "last-event-id": last } : {}),
+            ...(t.authorization ? { authorization: t.authorization } : {}),
+          },
           ac.signal,
         );
-      } catch {
+      } catch (e) {
         if (outer?.aborted) return;
+        if (!connected && Date.now() + delay > giveUp) throw unreachable(t.url, e);
         await sleep(delay, outer).catch(() => {});
         continue;
       }
       if (res.status < 200 || res.status >= 300 || !res.body) throw errorFromReply(res.status, await res.text());
+      connected = true;
       delay = 100;
       try {
         for await (const raw of parseEventStream(res.body)) {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // A semad run with --auth: the client sends its token (the `token` option or SEMA_TOKEN) on
-// every request, event streams included, and 401/403 surface as SemaAuthError.
+// every request, event streams (a semaphore's, a ticket's) included, and 401/403 surface as
+// SemaAuthError.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
@@ -47,6 +48,18 @@ test("the token option and SEMA_TOKEN authorize requests; 401 and 403 are SemaAu
     await p.release();
     await watching;
     assert.ok(seen.includes("released"), `events: ${seen}`);
+
+    // and so does a ticket's stream: watchTicket follows a ticket to its grant
+    const busy = await sem.acquire({ timeoutMs: 0 });
+    const ticket = await sem.takeTicket();
+    assert.equal(ticket.status, "waiting");
+    setTimeout(() => void busy.release(), 100);
+    const states: string[] = [];
+    for await (const t of w.watchTicket(ticket.id)) {
+      states.push(t.status);
+      if (t.status === "granted") await w.ticketPermit(t).release();
+    }
+    assert.deepEqual(states.slice(-1), ["granted"], `ticket states: ${states}`);
 
     await assert.rejects(w.semaphore("other"), (e: unknown) => {
       assert.ok(e instanceof SemaAuthError);

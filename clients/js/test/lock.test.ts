@@ -2,7 +2,7 @@
 // Keyed locks (seed 003), mapLimit (seed 000), watch() and the legacy API.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { createClient, Lock, SemaClient, SemaNotFoundError, SemaTimeoutError, type SemaEvent } from "../src/index.js";
+import { createClient, Lock, SemaClient, SemaNetworkError, SemaNotFoundError, SemaTimeoutError, type SemaEvent } from "../src/index.js";
 import { startSemad, startProxy, http, until, sleep, type Semad } from "./semad.js";
 
 let semad: Semad;
@@ -30,7 +30,13 @@ test("lock: exclusive excludes, shared overlaps, unlock is idempotent", async ()
   const r1 = await client.lock("doc/1", { mode: "shared" });
   const r2 = await client.lockShared("doc/1");
   assert.equal(r2.mode, "shared");
-  assert.equal((await client.lockState("doc/1")).holders.length, 2);
+  const st = await client.lockState("doc/1");
+  // typed as semad answers: each holder's mode, and the reader cap
+  const modes: Array<"shared" | "exclusive"> = st.holders.map((h) => h.mode);
+  assert.deepEqual(modes, ["shared", "shared"]);
+  const cap: number = st.max_readers;
+  assert.ok(cap >= 1);
+  assert.equal(st.readers, 2);
   assert.equal(await client.tryLock("doc/1"), null);
   // A writer queued behind the readers holds back later readers (no writer starvation).
   const writer = client.lock("doc/1");
@@ -182,8 +188,28 @@ test("watch: break ends the stream; a missing semaphore throws not_found", async
   await (await sem.acquire()).release();
   await reading;
   assert.deepEqual(got, ["granted", "released"]);
+  // an event's type is one of the seven: a misspelt one does not compile
+  // @ts-expect-error "release" is not an event type ("released" is)
+  const misspelt: SemaEvent["type"] = "release";
+  void misspelt;
   const it = client.watch("no-such-semaphore");
   await assert.rejects(it.next(), SemaNotFoundError);
+});
+
+test("watch and watchTicket: no semad at the URL is a SemaNetworkError after retryMs, not a silent wait", async () => {
+  const gone = await startSemad();
+  await gone.stop(); // its port is closed now
+  const c = createClient({ url: gone.url, retryMs: 300 });
+  const bounded = <T>(p: Promise<T>) =>
+    Promise.race([p, sleep(5000).then(() => Promise.reject(new Error("still waiting after 5 s")))]);
+  const started = Date.now();
+  await assert.rejects(bounded(c.watch("anything").next()), (e: unknown) => {
+    assert.ok(e instanceof SemaNetworkError, String(e));
+    assert.match(e.message, /^semad unreachable at http:\/\/127\.0\.0\.1:\d+: /);
+    return true;
+  });
+  assert.ok(Date.now() - started >= 100, "tried again before giving up");
+  await assert.rejects(bounded(c.watchTicket("some-ticket").next()), SemaNetworkError);
 });
 
 test("legacy: the five endpoints", async () => {

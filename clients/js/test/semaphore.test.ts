@@ -33,17 +33,43 @@ after(async () => {
 
 const state = async (name: string) => (await http(semad.url, "GET", `/v1/semaphores/${encodeURIComponent(name)}`)).body;
 
-test("createClient defaults to SEMA_SERVER, then 127.0.0.1:7070", () => {
+test("createClient defaults to SEMA_SERVER, then 127.0.0.1:7070; a URL without http:// is a TypeError saying so", () => {
   const saved = process.env.SEMA_SERVER;
   try {
     delete process.env.SEMA_SERVER;
     assert.equal(createClient().url, "http://127.0.0.1:7070");
     process.env.SEMA_SERVER = semad.url + "/";
     assert.equal(createClient().url, semad.url);
+    // host:port without a scheme, as people type it: an error that says what is needed
+    process.env.SEMA_SERVER = "127.0.0.1:7070";
+    assert.throws(() => createClient(), {
+      name: "TypeError",
+      message: 'createClient: bad server SEMA_SERVER "127.0.0.1:7070" (an http:// or https:// URL is needed, e.g. http://127.0.0.1:7070)',
+    });
+    assert.throws(() => createClient({ url: "localhost:7070", transport: "fetch" }), {
+      name: "TypeError",
+      message: /^createClient: bad server url "localhost:7070" \(an http:\/\/ or https:\/\/ URL is needed/,
+    });
   } finally {
     if (saved === undefined) delete process.env.SEMA_SERVER;
     else process.env.SEMA_SERVER = saved;
   }
+});
+
+test("an empty or missing name is a TypeError before any request (not a 404 route, not \"undefined\")", async () => {
+  const missing = (process.env as Record<string, string>)["SEMA_TEST_NO_SUCH_VARIABLE"]!;
+  await assert.rejects(client.semaphore("", { capacity: 1 }), {
+    name: "TypeError",
+    message: 'semaphore(name): name must be a non-empty string, not ""',
+  });
+  await assert.rejects(client.semaphore(missing, { capacity: 1 }), {
+    name: "TypeError",
+    message: "semaphore(name): name must be a non-empty string, not undefined",
+  });
+  await assert.rejects(client.lock(""), { name: "TypeError", message: /^lock\(key\): key must be/ });
+  await assert.rejects(client.lockState(""), { name: "TypeError", message: /^lockState\(key\): key must be/ });
+  assert.throws(() => client.watch(""), { name: "TypeError", message: /^watch\(name\): name must be/ });
+  assert.equal((await http(semad.url, "GET", "/v1/semaphores/undefined")).status, 404);
 });
 
 test("semaphore() creates, checks the capacity, and finds existing ones", async () => {
@@ -176,6 +202,25 @@ test("seed 000 style: acquire(n), release(n), wait()", async () => {
   await sem.release(1);
   void p;
   await sem.wait({ timeoutMs: 1000 });
+});
+
+test("a negative timeoutMs waits as long as it takes, as in the C API (not a try, not a 400)", async () => {
+  const sem = await client.semaphore("negative-timeout", { capacity: 1 });
+  const holder = await sem.acquire();
+  let settled = "";
+  const waiting = sem.acquire({ timeoutMs: -1 }).then(
+    (p) => ((settled = "granted"), p),
+    (e: unknown) => ((settled = `rejected: ${(e as Error).message}`), Promise.reject(e)),
+  );
+  const idle = sem.wait({ timeoutMs: -1 }).then(
+    () => undefined,
+    (e: unknown) => ((settled ||= `wait rejected: ${(e as Error).message}`), Promise.reject(e)),
+  );
+  await until(async () => (await state("negative-timeout")).waiting === 2 || settled !== "", 3000, "both parked");
+  assert.equal(settled, "");
+  await holder.release();
+  await (await waiting).release();
+  await idle;
 });
 
 test("FIFO order across two client instances", async () => {

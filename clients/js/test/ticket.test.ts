@@ -21,6 +21,9 @@ test("a ticket waits in the same line as acquires and is granted in its turn", a
     assert.equal(t.aheadWeight, 1);
     assert.equal(t.estimateMs, null);
     assert.ok(t.id.length >= 20);
+    // state() types what semad says of each waiter: the head is 0, a ticket has its kind
+    const kinds: Array<"wait_idle" | "ticket" | undefined> = (await sem.state()).waiters.map((x) => x.kind);
+    assert.deepEqual(kinds, [undefined, "ticket"]);
     // another client (a reloaded page) reads the same place
     const other = createClient({ url: semad.url });
     assert.equal((await other.ticket(t.id)).position, 2);
