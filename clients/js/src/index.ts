@@ -16,6 +16,18 @@ import {
 } from "./errors.js";
 import { parseEventStream } from "./sse.js";
 import { FetchHttp, NodeHttp, hasNodeHttp, type Http, type HttpStream, type TransportKind } from "./http.js";
+import {
+  ACQUIRE_OPTIONS,
+  CLIENT_OPTIONS,
+  LOCK_OPTIONS,
+  MAP_LIMIT_OPTIONS,
+  SEMAPHORE_OPTIONS,
+  TICKET_OPTIONS,
+  TICKET_READ_OPTIONS,
+  WAIT_OPTIONS,
+  WATCH_OPTIONS,
+  checkOptions,
+} from "./options.js";
 
 export * from "./errors.js";
 export type { TransportKind } from "./http.js";
@@ -379,6 +391,7 @@ class Transport {
   readonly permits = new Set<Permit>();
 
   constructor(opts: ClientOptions) {
+    checkOptions("createClient", opts, CLIENT_OPTIONS);
     this.url = serverUrl(opts);
     this.owner = opts.owner;
     this.ttlMs = opts.ttlMs;
@@ -712,7 +725,22 @@ export class Lock extends Permit {
   }
 }
 
+// Each list of options.ts names every key of its options type and no other: a compile error
+// otherwise, so the lists cannot fall behind the types.
+type Same<L extends readonly string[], T> = [Exclude<keyof T, L[number]>, Exclude<L[number], keyof T>] extends [never, never] ? true : false;
+const optionListsMatch: [
+  Same<typeof CLIENT_OPTIONS, ClientOptions>,
+  Same<typeof ACQUIRE_OPTIONS, AcquireOptions>,
+  Same<typeof LOCK_OPTIONS, LockOptions>,
+  Same<typeof WAIT_OPTIONS, WaitOptions>,
+  Same<typeof TICKET_OPTIONS, TicketOptions>,
+  Same<typeof TICKET_READ_OPTIONS, TicketReadOptions>,
+  Same<typeof WATCH_OPTIONS, WatchOptions>,
+] = [true, true, true, true, true, true, true];
+void optionListsMatch;
+
 function acquireOpts(o: number | AcquireOptions | undefined): AcquireOptions {
+  checkOptions("acquire", o, ACQUIRE_OPTIONS);
   return typeof o === "number" ? { weight: o } : (o ?? {});
 }
 
@@ -802,6 +830,7 @@ export class Semaphore {
 
   /** Waits until everything queued before it was granted and all units are back (POST wait-idle). Takes nothing. */
   async wait(opts: WaitOptions = {}): Promise<void> {
+    checkOptions("wait", opts, WAIT_OPTIONS);
     const body: Record<string, unknown> = {};
     if (opts.timeoutMs !== undefined && opts.timeoutMs >= 0) body.timeout_ms = opts.timeoutMs;
     // wait-idle takes nothing: safe to send again after a network error.
@@ -845,6 +874,7 @@ export class Semaphore {
    * Idempotency-Key, so a retry never takes a second place.
    */
   async takeTicket(opts: TicketOptions = {}): Promise<Ticket> {
+    checkOptions("takeTicket", opts, TICKET_OPTIONS);
     const body: Record<string, unknown> = { weight: opts.weight ?? 1 };
     const ttl = opts.ttlMs ?? this.#t.ttlMs;
     const owner = opts.owner ?? this.#t.owner;
@@ -991,6 +1021,7 @@ export class SemaClient {
    * (SemaNotFoundError).
    */
   async semaphore(name: string, opts: { capacity?: number } = {}): Promise<Semaphore> {
+    checkOptions("semaphore", opts, SEMAPHORE_OPTIONS);
     const path = `/v1/semaphores/${nameSeg("semaphore(name): name", name)}`;
     const st =
       opts.capacity === undefined
@@ -1001,6 +1032,7 @@ export class SemaClient {
 
   /** Takes the lock on `key` (keyed-mutex `lock`/`lockShared`); one long-poll request. */
   async lock(key: string, opts: LockOptions = {}): Promise<Lock> {
+    checkOptions("lock", opts, LOCK_OPTIONS);
     return (await this.#t.acquire(
       `/v1/locks/${nameSeg("lock(key): key", key)}/acquire`,
       { mode: opts.mode ?? "exclusive" },
@@ -1054,6 +1086,7 @@ export class SemaClient {
     fn: MapFn<T, R>,
     opts: { name: string; signal?: AbortSignal },
   ): Promise<R[]> {
+    checkOptions("mapLimit", opts, MAP_LIMIT_OPTIONS);
     if (!opts?.name) throw new SemaInvalidRequestError("mapLimit needs { name }: the semaphore shared by the fleet", { code: "invalid_request" });
     const sem = await this.semaphore(opts.name, { capacity: limit });
     return mapLimitWith(sem, items, limit, fn, opts.signal);
@@ -1070,6 +1103,7 @@ export class SemaClient {
    * lease ended, SemaNotFoundError for an unknown id.
    */
   async ticket(id: string, opts: TicketReadOptions = {}): Promise<Ticket> {
+    checkOptions("ticket", opts, TICKET_READ_OPTIONS);
     const q = opts.waitMs !== undefined ? `?wait=${Math.max(0, Math.floor(opts.waitMs))}ms` : "";
     const r = await this.#t.retrying("GET", `/v1/tickets/${seg(id)}${q}`, {
       signal: opts.signal,
@@ -1091,6 +1125,7 @@ export class SemaClient {
    * SemaNetworkError if the first connection gets no reply for `retryMs`.
    */
   watchTicket(id: string, opts: WatchOptions = {}): AsyncIterableIterator<Ticket> {
+    checkOptions("watchTicket", opts, WATCH_OPTIONS);
     return watchTicketEvents(this.#t, id, opts);
   }
 
@@ -1114,6 +1149,7 @@ export class SemaClient {
    * SemaNetworkError if the first connection gets no reply for `retryMs`.
    */
   watch(name: string, opts: WatchOptions = {}): AsyncIterableIterator<SemaEvent> {
+    checkOptions("watch", opts, WATCH_OPTIONS);
     nameSeg("watch(name): name", name);
     return watchEvents(this.#t, name, opts);
   }

@@ -223,6 +223,50 @@ test("a negative timeoutMs waits as long as it takes, as in the C API (not a try
   await idle;
 });
 
+test("an unknown option is a TypeError naming it, with the likely one; nothing is sent", async () => {
+  // Plain JavaScript (or an object built elsewhere) escapes TypeScript's check: `timeout`
+  // for `timeoutMs` must not become "wait forever".
+  const loose = (o: Record<string, unknown>) => o as never;
+  await client.semaphore("opts", { capacity: 1 });
+  const sem = await client.semaphore("opts");
+  const cases: Array<[() => unknown, RegExp]> = [
+    [() => sem.acquire(loose({ timeout: 100 })), /^acquire: unknown option "timeout" \(did you mean "timeoutMs"\?\); the options are: weight, signal, timeoutMs, ttlMs, owner$/],
+    [() => sem.tryAcquire(loose({ wieght: 1 })), /^acquire: unknown option "wieght" \(did you mean "weight"\?\)/],
+    [() => sem.with(loose({ ttl_ms: 5000 }), () => 1), /^acquire: unknown option "ttl_ms" \(did you mean "ttlMs"\?\)/],
+    [() => sem.wait(loose({ timeout: 0 })), /^wait: unknown option "timeout" \(did you mean "timeoutMs"\?\)/],
+    [() => sem.takeTicket(loose({ keepalive: 500 })), /^takeTicket: unknown option "keepalive" \(did you mean "keepaliveMs"\?\)/],
+    [() => client.semaphore("opts", loose({ capacity: 1, cap: 1 })), /^semaphore: unknown option "cap"; the options are: capacity$/],
+    [() => client.lock("opts-k", loose({ mode: "shared", shared: true })), /^lock: unknown option "shared"/],
+    [() => client.lockShared("opts-k", loose({ timeout: 5 })), /^lock: unknown option "timeout" \(did you mean "timeoutMs"\?\)/],
+    [() => client.ticket("t", loose({ wait: 5 })), /^ticket: unknown option "wait" \(did you mean "waitMs"\?\)/],
+    [() => client.watch("opts", loose({ lastEventID: "1" })), /^watch: unknown option "lastEventID" \(did you mean "lastEventId"\?\)/],
+    [() => client.watchTicket("t", loose({ since: "1" })), /^watchTicket: unknown option "since"; the options are: signal, lastEventId$/],
+    [() => client.mapLimit([1], 1, async (x) => x, loose({ name: "opts-m", limit: 1 })), /^mapLimit: unknown option "limit"/],
+    [() => createClient(loose({ url: semad.url, timeout: 5 })), /^createClient: unknown option "timeout"; the options are: url, owner, token/],
+    [() => createClient(loose({ url: semad.url, retry: 5 })), /^createClient: unknown option "retry" \(did you mean "retryMs"\?\)/],
+  ];
+  for (const [call, message] of cases) {
+    let err: unknown;
+    try {
+      await call();
+    } catch (e) {
+      err = e;
+    }
+    assert.ok(err instanceof TypeError, `${message}: ${String(err)}`);
+    assert.match((err as Error).message, message);
+  }
+  // nothing above reached semad: no lease, no ticket, no lock key, no new semaphore
+  const st = await state("opts");
+  assert.equal(st.held, 0);
+  assert.equal(st.waiting, 0);
+  assert.equal((await http(semad.url, "GET", "/v1/locks/opts-k")).status, 404);
+  assert.equal((await http(semad.url, "GET", "/v1/semaphores/opts-m")).status, 404);
+  // a number still stands for the weight, and every listed option is taken
+  const p = await sem.acquire({ weight: 1, timeoutMs: 1000, ttlMs: 5000, owner: "o", signal: undefined });
+  await p.release();
+  (await sem.acquire(1)).release();
+});
+
 test("FIFO order across two client instances", async () => {
   const c1 = createClient({ url: semad.url });
   const c2 = createClient({ url: semad.url });
