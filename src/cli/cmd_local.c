@@ -211,25 +211,41 @@ static void print_entries(const char *what, const sema_shm_entry_t *e, uint32_t 
     }
 }
 
+/* `sema ls --local`: the NAME column is as wide as the longest name shown (24 at least). */
+typedef struct {
+    int width;
+    int failures;
+} ls_t;
+
+static int widen(const char *name, void *ud)
+{
+    ls_t *l = ud;
+    size_t n = strlen(name);
+    if (n > (size_t)l->width)
+        l->width = n > 255 ? 255 : (int)n;
+    return 0;
+}
+
 static int show_one(const char *name, void *ud)
 {
-    int *failures = ud;
+    ls_t *l = ud;
+    int w = l->width;
     sema_shm_t *h = NULL;
     sema_shm_stats_t *st = malloc(sizeof(*st));
     int rc = st == NULL ? SEMA_ENOMEM : sema_shm_open(name, 0, SEMA_SHM_EXISTING, 0, &h);
     if (rc == 0)
         rc = sema_shm_stats(h, st);
     if (rc == SEMA_ENOENT) {
-        printf("%-24s error: no such shared-memory semaphore\n", name);
-        ++*failures;
+        printf("%-*s error: no such shared-memory semaphore\n", w, name);
+        l->failures++;
     } else if (rc == SEMA_EINVAL || rc == SEMA_ENAMETOOLONG) {
-        printf("%-24s error: bad name: " NAME_RULE "\n", name);
-        ++*failures;
+        printf("%-*s error: bad name: " NAME_RULE "\n", w, name);
+        l->failures++;
     } else if (rc != 0) {
-        printf("%-24s error: %s\n", name, sema_strerror(rc));
-        ++*failures;
+        printf("%-*s error: %s\n", w, name, sema_strerror(rc));
+        l->failures++;
     } else {
-        printf("%-24s %10llu %10llu %8u %8u\n", name, (unsigned long long)st->capacity,
+        printf("%-*s %10llu %10llu %8u %8u\n", w, name, (unsigned long long)st->capacity,
                (unsigned long long)st->available, st->nholders, st->nwaiters);
         int64_t now_ms = (int64_t)time(NULL) * 1000;
         print_entries("holder", st->holders, st->nholders, now_ms);
@@ -244,21 +260,28 @@ int cli_local_ls(int argc, char **argv)
 {
     const cli_opt_t opts[] = {{0, NULL, NULL, NULL}};
     char *pos[64];
-    int npos, rest, failures = 0;
+    int npos, rest;
+    ls_t l = {24, 0};
     int rc = cli_parse_opts("ls --local", argc, argv, opts, pos, 64, &npos, &rest);
     if (rc != 0)
         return rc;
-    printf("%-24s %10s %10s %8s %8s\n", "NAME", "CAPACITY", "AVAILABLE", "HOLDERS", "WAITERS");
-    if (npos == 0) {
-        rc = sema_shm_foreach(show_one, &failures);
-        if (rc != 0) {
-            fprintf(stderr, "sema ls: /dev/shm: %s\n", sema_strerror(rc));
-            return CLI_EXIT_FAIL;
-        }
+    /* a first pass for the column's width (a name made between the passes may stick out) */
+    rc = npos == 0 ? sema_shm_foreach(widen, &l) : 0;
+    for (int i = 0; i < npos; i++)
+        widen(pos[i], &l);
+    if (rc == 0) {
+        printf("%-*s %10s %10s %8s %8s\n", l.width, "NAME", "CAPACITY", "AVAILABLE", "HOLDERS",
+               "WAITERS");
+        if (npos == 0)
+            rc = sema_shm_foreach(show_one, &l);
+    }
+    if (rc != 0) {
+        fprintf(stderr, "sema ls: /dev/shm: %s\n", sema_strerror(rc));
+        return CLI_EXIT_FAIL;
     }
     for (int i = 0; i < npos; i++)
-        show_one(pos[i], &failures);
-    return failures ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+        show_one(pos[i], &l);
+    return l.failures ? CLI_EXIT_FAIL : CLI_EXIT_OK;
 }
 
 /* --- rm ------------------------------------------------------------------------------ */

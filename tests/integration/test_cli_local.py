@@ -2,6 +2,7 @@
 # test_cli_local.py - `sema run/ls/rm --local` as real processes: mutual exclusion with a
 # witness log, capacity, timeouts, exit statuses, signal forwarding, crash recovery.
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -156,6 +157,23 @@ def test_ls_shows_holders_and_waiters():
     h.wait(timeout=10)
     assert w.wait(timeout=10) == 0
     sema("rm", "--local", n)
+
+
+def test_ls_columns_stay_in_line_with_a_long_name():
+    short, long = name(), name() + "-" + "x" * 40
+    for n in (short, long):
+        assert sema("run", "--local", n, "-c", "2", "--", "true").returncode == 0
+    try:
+        for args in (["ls", "--local", short, long], ["ls", "--local"]):
+            out = sema(*args).stdout.splitlines()
+            rows = [out[0]] + [line for line in out if line.split()[0] in (short, long)]
+            assert len(rows) == 3, out
+            # every column ends where the header's does
+            ends = [m.end() for m in re.finditer(r"\S+", rows[0])]
+            for row in rows[1:]:
+                assert [m.end() for m in re.finditer(r"\S+", row)][1:] == ends[1:], out
+    finally:
+        sema("rm", "--local", short, long)
 
 
 def test_rm_and_errors():
