@@ -396,6 +396,48 @@ def test_stream_coalesces_positions_and_resumes():
         sock.close()
 
 
+@fx.not_through_proxy("event streams")
+def test_stream_positions_come_once_per_poll_while_the_line_moves():
+    # Departures all the while, over several polls: each poll's answer is followed by the
+    # next no sooner than a poll later, although the line moved again while the stream took
+    # its next look (on Redis, that look is a read of its own, with departures landing
+    # between the two).
+    poll_ms = 100
+    with fx.Semad("--ticket-poll", "%dms" % poll_ms) as s:
+        put(s, "sp", 1)
+        hold(s, "sp")
+        ahead = [ticket(s, "sp", keepalive_ms=60000)["ticket"] for _ in range(400)]
+        mine = ticket(s, "sp", keepalive_ms=60000)["ticket"]
+        sock, f = stream(s, mine)
+        assert f.readline().startswith(b"HTTP/1.1 200")
+        assert json.loads(next_event(f)["data"])["position"] == 401
+
+        def leave(tids):
+            c = s.conn()  # one keep-alive connection each
+            try:
+                for tid in tids:  # paced, so that they span several polls on any back end
+                    assert fx.do_request(c, "DELETE", "/v1/tickets/" + tid)[0] == 204
+                    time.sleep(0.002)
+            finally:
+                c.close()
+
+        threads = [threading.Thread(target=leave, args=(ahead[i::2],)) for i in range(2)]
+        for th in threads:
+            th.start()
+        positions, times = [], []
+        while not positions or positions[-1] != 1:
+            positions.append(json.loads(next_event(f)["data"])["position"])
+            times.append(time.monotonic())
+        for th in threads:
+            th.join()
+        sock.close()
+        assert positions == sorted(positions, reverse=True), positions
+        assert len(positions) >= 3, positions  # the departures did span several polls
+        for a, b in zip(times, times[1:]):
+            assert b - a >= poll_ms / 1000 * 0.8, \
+                (positions, [round(t - times[0], 3) for t in times])
+
+
 @fx.not_through_proxy("kills semad and starts another on the same data")
 def test_strict_restart_keeps_every_acknowledged_ticket_and_its_place():
     if fx.REDIS not in ("", "0"):

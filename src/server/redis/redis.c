@@ -1289,23 +1289,33 @@ static int ticket_wait(rs_t *r, rreq_t *rq)
     engine_req_t *req = rq->req;
     const engine_ticket_t *t = &req->res.ticket;
     uint64_t now = rs__now(r), deadline = UINT64_MAX, every = (uint64_t)r->cfg.ticket_poll_ms;
+    uint64_t next;
 
     if (r->shutting_down)
         return 0; /* answered now: a parked watcher would outlive the back end */
-    if (req->seen != 0 ? req->seen != t->state : t->status == ENGINE_TICKET_GRANTED) {
-        if (req->seen != 0 && t->status == ENGINE_TICKET_WAITING)
-            r->ticket_updates++;
-        return 0;
-    }
-    if ((uint64_t)req->timeout_ms < UINT64_MAX / 2)
-        deadline = rq->since_mono + (uint64_t)req->timeout_ms;
-    if (now >= deadline)
-        return 0;
-    if (req->seen == 0)
-        req->seen = t->state; /* the state it waits to change from */
     if (t->keepalive_ms > 0 && every > (uint64_t)t->keepalive_ms / 3)
         every = (uint64_t)t->keepalive_ms / 3 > 10 ? (uint64_t)t->keepalive_ms / 3 : 10;
-    rq->hi.deadline = rq->again ? now : now + every < deadline ? now + every : deadline;
+    if ((uint64_t)req->timeout_ms < UINT64_MAX / 2)
+        deadline = rq->since_mono + (uint64_t)req->timeout_ms;
+    next = now + every;
+    if (req->seen != 0 ? req->seen != t->state : t->status == ENGINE_TICKET_GRANTED) {
+        /* A stream's next look (it names the state it has) was made right after its last
+         * answer, and its first read can find the line moved again since: a new position
+         * waits for the poll after that answer, as on the embedded engine, so positions
+         * reach a stream at most once per poll. A new status is answered at once. */
+        if (req->seen == 0 || req->seen >> 56 != (uint64_t)t->status ||
+            now >= rq->since_mono + every || now >= deadline) {
+            if (req->seen != 0 && t->status == ENGINE_TICKET_WAITING)
+                r->ticket_updates++;
+            return 0;
+        }
+        next = rq->since_mono + every;
+    } else if (now >= deadline) {
+        return 0;
+    }
+    if (req->seen == 0)
+        req->seen = t->state; /* the state it waits to change from */
+    rq->hi.deadline = rq->again ? now : next < deadline ? next : deadline;
     rq->again = 0;
     engine_result_clear(&req->res);
     rq->state = RQ_WATCH;
