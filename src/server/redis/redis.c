@@ -372,24 +372,6 @@ static int lease_from(engine_result_t *res, engine_lease_t *l, const redisReply 
     return 0;
 }
 
-/* Where an acquire's lease is in its reply: its result (at RES), or, when the reply has none
- * (an acquire granted at once: sema.lua's acquire_at_once leaves it out), its first act, a
- * "granted" whose fields from the lease id on are the result's. NULL when neither. */
-static const redisReply *acquired_lease(const redisReply *rep, size_t *at)
-{
-    const redisReply *acts = el_arr(rep, 4);
-
-    if (rep->elements > RES) {
-        *at = RES;
-        return rep;
-    }
-    if (acts == NULL || acts->elements < RS_ACT_LEN ||
-        strcmp(el_str(acts, 0, NULL), "granted") != 0)
-        return NULL;
-    *at = 3;
-    return acts;
-}
-
 /* The name in a stem "sema:{tag}K:name". */
 static const char *stem_name(const char *stem, size_t len, size_t *nlen, char *kind)
 {
@@ -1214,12 +1196,8 @@ static int result_from(rs_t *r, rreq_t *rq, const redisReply *rep)
     case ENGINE_ACQUIRE:
     case ENGINE_LOCK_ACQUIRE:
     case ENGINE_LEASE_GET:
-    case ENGINE_LEASE_RENEW: {
-        size_t at = RES;
-        const redisReply *from = req->op == ENGINE_ACQUIRE || req->op == ENGINE_LOCK_ACQUIRE
-                                     ? acquired_lease(rep, &at)
-                                     : rep;
-        if (from == NULL || lease_from(res, &res->lease, from, at) != 0)
+    case ENGINE_LEASE_RENEW:
+        if (lease_from(res, &res->lease, rep, RES) != 0)
             return -1;
         if (req->op == ENGINE_ACQUIRE || req->op == ENGINE_LOCK_ACQUIRE) {
             res->lease.name = req->name;
@@ -1232,7 +1210,6 @@ static int result_from(rs_t *r, rreq_t *rq, const redisReply *rep)
         }
         res->kind = ENGINE_RES_LEASE;
         return 0;
-    }
     case ENGINE_TICKET_CREATE:
     case ENGINE_TICKET_GET:
         req->created = el_i64(rep, RES) != 0;
@@ -1251,11 +1228,10 @@ static void orphan_reply(rs_t *r, rreq_t *rq, const redisReply *rep, const char 
     if (st == 1) {
         send_cancel(r, stem, slen, rq);
     } else if (st == 0 && el_arr(rep, 4) != NULL && rq->lid[0] != '\0') {
-        size_t nlen, at = RES;
+        size_t nlen;
         char kind;
         const char *name = stem_name(stem, slen, &nlen, &kind);
-        const redisReply *from = acquired_lease(rep, &at);
-        send_drop(r, name, nlen, kind == 'k', from != NULL ? el_str(from, at, NULL) : rq->lid);
+        send_drop(r, name, nlen, kind == 'k', el_str(rep, RES, NULL));
     }
     sema__free(rq);
 }
@@ -1721,14 +1697,6 @@ static void hb_each(void *arg, enode_t *n)
             a_str(&a, fresh);
             if ((c = cmd_build(r, RC_MARK, &a)) != NULL)
                 rs__send(r, c);
-            /* the row's `ev` goes with it, so the scripts look for the log (sema.lua) */
-            a = (rargs_t){0};
-            memcpy(key + s->stem_len, ":m", 2);
-            a_str(&a, "HDEL");
-            a_add(&a, key, s->stem_len + 2);
-            a_str(&a, "ev");
-            send_plain(r, &a);
-            memcpy(key + s->stem_len, ":s", 2);
             a = (rargs_t){0};
             a_str(&a, "HSET");
             a_add(&a, key, s->stem_len + 2);

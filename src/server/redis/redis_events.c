@@ -116,7 +116,7 @@ int rs__ev_watch(rs_t *r, rsem_t *s)
     char ks[KEY_MAX], ke[KEY_MAX], km[KEY_MAX], fresh[48], ttl[24];
     size_t kl, el, ml;
     uint64_t uid;
-    int ok = 1, unflagged = 0;
+    int ok = 1;
 
     s->pt_ok = 0;
     if (c == NULL || s->stem_len + 3 > KEY_MAX)
@@ -128,29 +128,24 @@ int rs__ev_watch(rs_t *r, rsem_t *s)
     snprintf(fresh, sizeof fresh, "%llu-0", (unsigned long long)((uid >> 12) | 1));
     snprintf(ttl, sizeof ttl, "%d", 3 * RS_HEARTBEAT_MS);
     redisAppendCommand(c, "HSETNX %b log %s", ks, kl, fresh);
-    /* the row's `ev` goes: the scripts look for the log from now on (sema.lua) */
-    redisAppendCommand(c, "HDEL %b ev", km, ml);
     redisAppendCommand(c, "HSET %b %s 1", ks, kl, r->inst);
     redisAppendCommand(c, "PEXPIRE %b %s", ks, kl, ttl);
     redisAppendCommand(c, "PEXPIRE %b %s", ke, el, ttl);
     redisAppendCommand(c, "HGET %b log", ks, kl);
     redisAppendCommand(c, "EXISTS %b", km, ml);
-    for (int i = 0; i < 7; i++) {
+    for (int i = 0; i < 6; i++) {
         redisReply *rep = NULL;
         if (redisGetReply(c, (void **)&rep) != REDIS_OK || rep == NULL) {
             ok = 0;
             break; /* the connection is broken: rs__sync makes a new one next time */
         }
-        if (i == 1 && rep->type != REDIS_REPLY_INTEGER)
-            unflagged = 1;
-        if (i == 5)
+        if (i == 4)
             ok = rep->type == REDIS_REPLY_STRING &&
                  parse_point(rep->str, rep->len, &s->pt_uid, &s->pt_seq) == 0;
-        if (i == 6)
+        if (i == 5)
             s->pt_gone = rep->type == REDIS_REPLY_INTEGER && rep->integer == 0;
         freeReplyObject(rep);
     }
-    ok = ok && !unflagged;
     s->pt_ok = (uint8_t)ok;
     return ok ? 0 : -1;
 }

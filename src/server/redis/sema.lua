@@ -14,9 +14,7 @@
 -- cache, does its housekeeping (due leases expire, the waiters of dead instances leave, the
 -- queue's head is admitted), does its work, and returns:
 --   { status, message, now_ms, next_due_ms, acts, stem, counts, result... }
--- every value a string (Lua's numbers would lose digits in cjson and in tostring); an acquire
--- granted at once (acquire_at_once) has no result: its act, the first, is the lease, and
--- redis.c reads it there. `acts` and
+-- every value a string (Lua's numbers would lose digits in cjson and in tostring). `acts` and
 -- `counts` are each one string of NUL-separated fields: Redis makes a reply element of every
 -- value, at a cost well above one concatenation's; redis.c reads them as arrays.
 -- `acts` is a flat list, ACT_LEN fields per act: what happened, in order (public events,
@@ -59,17 +57,11 @@ local function N(x)
   return s
 end
 
--- A number that is new almost every call (a fence, a time) as a string: not kept in N's memo,
--- where it would only crowd out the numbers that come back (and cost the collector).
-local function F(x)
-  return fmt('%d', x)
-end
-
 -- Redis's clock as a string (NOW's), made once per call when first needed
 local NOWS
 local function nows()
   if not NOWS then
-    NOWS = F(NOW)
+    NOWS = N(NOW)
   end
   return NOWS
 end
@@ -116,7 +108,6 @@ local REBUILT -- a retry of this call can rebuild its answer (main)
 local PUBLIC = {granted = true, released = true, expired = true, revoked = true,
                 resized = true, deleted = true}
 local M -- the semaphore's row while loaded
-local ROWLIVE -- the row is there once the call is done (publish may write its `ev`)
 
 local function fields(s)
   local a = {}
@@ -136,16 +127,16 @@ local function lstr(l)
     l.sw = N(l.w)
   end
   if not l.sf then
-    l.sf = F(l.f)
+    l.sf = N(l.f)
   end
   if not l.sttl then
     l.sttl = N(l.ttl)
   end
   if not l.sacq then
-    l.sacq = F(l.acq)
+    l.sacq = N(l.acq)
   end
   if not l.sexp then
-    l.sexp = F(l.exp)
+    l.sexp = N(l.exp)
   end
   return l
 end
@@ -345,7 +336,7 @@ local function bump_horizon(exp)
   end
   if exp > HORIZON then
     HORIZON = exp + 1000
-    HORIZON_S = F(HORIZON)
+    HORIZON_S = N(HORIZON)
     redis.call('HSET', 'sema:epoch', 'horizon', HORIZON_S)
   end
 end
@@ -370,20 +361,6 @@ local MF = {'cap', 'avail', 'held', 'fence', 'nq', 'due', 'nt', 'legacy', 'creat
 local MFS, MOLD
 local MF_ACQUIRE = {'cap', 'avail', 'held', 'fence', 'nq', 'due', 'nt'}
 local MF_RELEASE = {'avail', 'held', 'nq', 'due', 'nt'}
--- `ev`, read with them (not a number, never in MFS): '0' when nobody follows the semaphore's
--- events (the event log below); absent when someone may.
-local MQ, MQ_ACQUIRE, MQ_RELEASE = {}, {}, {}
-for i = 1, #MF do
-  MQ[i] = MF[i]
-end
-for i = 1, #MF_ACQUIRE do
-  MQ_ACQUIRE[i] = MF_ACQUIRE[i]
-end
-for i = 1, #MF_RELEASE do
-  MQ_RELEASE[i] = MF_RELEASE[i]
-end
-MQ[#MQ + 1], MQ_ACQUIRE[#MQ_ACQUIRE + 1], MQ_RELEASE[#MQ_RELEASE + 1] = 'ev', 'ev', 'ev'
-local EVF -- the row's `ev` as loaded: 0 ('0'), 1 (absent), nil (no row loaded)
 local MFIELD = {}
 for i = 1, #MF do
   MFIELD[MF[i]] = true
@@ -424,11 +401,10 @@ end}
 local function mload(pre)
   MKEY = KM
   if OP == 'acquire' then
-    local v = pre or redis.call('HMGET', KM, unpack(MQ_ACQUIRE))
+    local v = pre or redis.call('HMGET', KM, unpack(MF_ACQUIRE))
     if not v[1] then
       return nil
     end
-    EVF = v[8] == '0' and 0 or 1
     local cap, avail, held, fence, nq = v[1] + 0, v[2] + 0, v[3] + 0, v[4] + 0, v[5] + 0
     local due = v[6] and v[6] + 0 or 0
     local nt = v[7] and v[7] + 0 or 0
@@ -437,11 +413,10 @@ local function mload(pre)
     return setmetatable({cap = cap, avail = avail, held = held, fence = fence, nq = nq,
                          due = due, nt = nt}, MREST)
   elseif OP == 'lease_release' then
-    local v = pre or redis.call('HMGET', KM, unpack(MQ_RELEASE))
+    local v = pre or redis.call('HMGET', KM, unpack(MF_RELEASE))
     if not v[1] then
       return nil
     end
-    EVF = v[6] == '0' and 0 or 1
     local avail, held, nq = v[1] + 0, v[2] + 0, v[3] + 0
     local due = v[4] and v[4] + 0 or 0
     local nt = v[5] and v[5] + 0 or 0
@@ -449,11 +424,10 @@ local function mload(pre)
     MOLD = {avail, held, nq, v[4] and due or -1, v[5] and nt or -1}
     return setmetatable({avail = avail, held = held, nq = nq, due = due, nt = nt}, MREST)
   end
-  local v = redis.call('HMGET', KM, unpack(MQ))
+  local v = redis.call('HMGET', KM, unpack(MF))
   if not v[1] then
     return nil
   end
-  EVF = v[#MQ] == '0' and 0 or 1
   local m, old = {}, {}
   for i = 1, #MF do
     local x = tonumber(v[i] or '0')
@@ -481,7 +455,7 @@ local function msave()
 end
 -- A new row goes on from the fence its name handed out last (kept after a delete).
 local function mnew(cap, legacy)
-  MFS, MOLD, EVF = MF, nil, 1
+  MFS, MOLD = MF, nil
   return {cap = cap, avail = cap, held = 0, fence = tonumber(redis.call('GET', KF) or '0'),
           legacy = legacy, created = NOW, seq = 0, nq = 0, wq = 0, due = 0, nt = 0}
 end
@@ -837,7 +811,6 @@ local function reply(status, msg, res)
     if not M then
       d = 0
     end
-    ROWLIVE = M ~= nil
   end
   if S and ((d ~= DUE0 and not (DUE0 == -2 and d == 0)) or OP == 'sweep') then
     if d > 0 then
@@ -985,9 +958,9 @@ local function park(wid, w)
     return reply(ELIMIT, 'too many parked requests')
   end
   M.seq = M.seq + 1
-  redis.call('ZADD', KQ, F(M.seq), wid)
+  redis.call('ZADD', KQ, N(M.seq), wid)
   redis.call('HSET', KW, wid, wpack(w))
-  redis.call('HSET', KA, INST, F(NOW + ALIVE_MS))
+  redis.call('HSET', KA, INST, N(NOW + ALIVE_MS))
   due_at(NOW + ALIVE_MS + 1)
   M.nq = M.nq + 1
   M.wq = M.wq + w.w
@@ -1053,7 +1026,7 @@ local function idem_retry(wid, w, wait)
   ALIVE_MS = tonumber(ARGV[5])
   redis.call('ZADD', KQ, score, wid)
   redis.call('HSET', KW, wid, wpack(old))
-  redis.call('HSET', KA, INST, F(NOW + ALIVE_MS))
+  redis.call('HSET', KA, INST, N(NOW + ALIVE_MS))
   due_at(NOW + ALIVE_MS + 1)
   redis.call('HSET', KI, w.idem, 'W' .. wid)
   outcome('fail', ref, wunpack(rec), '', nil, N(EREPLACED))
@@ -1186,10 +1159,10 @@ end
 -- lease in locals rather than tables, which cost Lua more than their fields. Nil for any
 -- other call, which takes the general path, and with it the row's fields if they were read
 -- (mload takes them).
--- v: the row's MQ_ACQUIRE fields
+-- v: the row's MF_ACQUIRE fields
 local function acquire_at_once(v)
   if not v[1] or not v[6] or not v[7] or RETRY or ARGV[A + 4] ~= '' or KIND ~= 's' or
-     NOW < SAFE_AT or (v[5] ~= '0' and v[5] + 0 ~= 0) or (v[7] ~= '0' and v[7] + 0 ~= 0) then
+     NOW < SAFE_AT or v[5] + 0 ~= 0 or v[7] + 0 ~= 0 then
     return nil
   end
   local cap, avail, wt, due = v[1] + 0, v[2] + 0, ARGV[A] + 0, v[6] + 0
@@ -1202,15 +1175,8 @@ local function acquire_at_once(v)
   end
   local sw, sttl, owner, lid, wid = ARGV[A], ARGV[A + 2], ARGV[A + 3], ARGV[A + 5], ARGV[A + 6]
   local exp = NOW + sttl
-  local sf, sacq, sexp = F(fence), nows(), F(exp)
-  -- (SETNX, not SET: an integer answer costs Lua less than SET's status table; the id is
-  -- new, so the key is not there, and if it were, SET writes it all the same)
-  local kid = 'sema:id:' .. lid
-  local rec = 'l' .. sw .. '\0' .. sf .. '\0' .. sttl .. '\0' .. sacq .. '\0' .. sexp .. '\0' ..
-              owner .. '\0\0' .. '0' .. '\0' .. PRINC .. '\0' .. S
-  if redis.call('SETNX', kid, rec) == 0 then
-    redis.call('SET', kid, rec)
-  end
+  local sf, sacq, sexp = N(fence), nows(), N(exp)
+  lset(lid, sw, sf, sttl, sacq, sexp, owner, '', '0', PRINC)
   redis.call('ZADD', KX, sexp, lid)
   bump_horizon(exp)
   count('leases', '1')
@@ -1223,23 +1189,14 @@ local function acquire_at_once(v)
   else
     redis.call('HSET', KM, 'avail', savail, 'held', sheld, 'fence', sf)
   end
-  REBUILT, ROWLIVE = true, true
-  local acts
-  if v[8] == '0' then -- nobody follows the events: publish() has nothing to do
-    EVF = 0
-    acts = 'granted\0' .. wid .. '\0' .. INST .. '\0' .. lid .. '\0' .. sw .. '\0' .. sf .. '\0' ..
-           sttl .. '\0' .. sacq .. '\0' .. sexp .. '\0' .. owner .. '\0' .. '0'
-  else
-    EVF = 1
-    ACTS = {'granted', wid, INST, lid, sw, sf, sttl, sacq, sexp, owner, '0'}
-    acts = concat(ACTS, '\0')
-  end
-  -- (no result: the act has the lease, and redis.c reads it there)
-  return {'0', '', sacq, N(due), acts, S, counts()}
+  ACTS = {'granted', wid, INST, lid, sw, sf, sttl, sacq, sexp, owner, '0'}
+  REBUILT = true
+  return {'0', '', sacq, N(due), concat(ACTS, '\0'), S, counts(), lid, sw, sf, sttl, sacq, sexp,
+          owner, '0'}
 end
 
 -- v: the value of the id's key LID names (neither absent nor a tombstone). Returns the reply,
--- or nil and the row's MQ_RELEASE fields if it read them.
+-- or nil and the row's MF_RELEASE fields if it read them.
 local function release_at_once(v)
   local sw, sf, sttl, sacq, sexp, owner, idem, mode, princ, stem = match(v, IDPAT)
   if not sw or not allowed(princ) then
@@ -1249,9 +1206,8 @@ local function release_at_once(v)
   if KIND ~= 's' then
     return nil
   end
-  local m = redis.call('HMGET', KM, 'avail', 'held', 'nq', 'due', 'nt', 'ev')
-  if not m[1] or not m[4] or not m[5] or (m[3] ~= '0' and m[3] + 0 ~= 0) or
-     (m[5] ~= '0' and m[5] + 0 ~= 0) then
+  local m = redis.call('HMGET', KM, 'avail', 'held', 'nq', 'due', 'nt')
+  if not m[1] or not m[4] or not m[5] or m[3] + 0 ~= 0 or m[5] + 0 ~= 0 then
     return nil, m
   end
   local due = m[4] + 0
@@ -1266,18 +1222,9 @@ local function release_at_once(v)
   end
   count('leases', '-1')
   redis.call('HSET', KM, 'avail', N(m[1] + wt), 'held', N(m[2] - wt))
-  REBUILT, ROWLIVE = true, true
-  local acts
-  if m[6] == '0' then -- nobody follows the events: publish() has nothing to do
-    EVF = 0
-    acts = 'released\0\0\0' .. LID .. '\0' .. sw .. '\0' .. sf .. '\0' .. sttl .. '\0' .. sacq ..
-           '\0' .. sexp .. '\0' .. owner .. '\0' .. mode
-  else
-    EVF = 1
-    ACTS = {'released', '', '', LID, sw, sf, sttl, sacq, sexp, owner, mode}
-    acts = concat(ACTS, '\0')
-  end
-  return {'0', '', nows(), due == 0 and '0' or N(due), acts, S, counts()}
+  ACTS = {'released', '', '', LID, sw, sf, sttl, sacq, sexp, owner, mode}
+  REBUILT = true
+  return {'0', '', nows(), due == 0 and '0' or N(due), concat(ACTS, '\0'), S, counts()}
 end
 
 -- ---- an instance's own waiters ----
@@ -1293,7 +1240,7 @@ function ops.collect()
   end
   if n > 0 and M then
     ALIVE_MS = tonumber(ARGV[5])
-    redis.call('HSET', KA, INST, F(NOW + ALIVE_MS))
+    redis.call('HSET', KA, INST, N(NOW + ALIVE_MS))
     due_at(NOW + ALIVE_MS + 1)
   end
   local g = redis.call('HGETALL', KG)
@@ -1502,7 +1449,7 @@ end
 
 -- Keepalives that ran out: a waiting ticket leaves the line, an uncollected grant goes back.
 tk_housekeep = function()
-  local due = redis.call('ZRANGEBYSCORE', KK, '-inf', F(NOW), 'LIMIT', 0, HK_MAX)
+  local due = redis.call('ZRANGEBYSCORE', KK, '-inf', N(NOW), 'LIMIT', 0, HK_MAX)
   for _, tid in ipairs(due) do
     local t = tk_get(tid)
     if not t then
@@ -1596,7 +1543,7 @@ est_queue_grant = function(w)
     redis.call('HSET', KEST, 'eg', N(math.floor(g + 0.5)), 'ev', N(math.floor(v + 0.5)), 'en',
                N(e.en + 1))
   end
-  redis.call('HSET', KEST, 'el', M.nq > 0 and F(nowus()) or '0')
+  redis.call('HSET', KEST, 'el', M.nq > 0 and N(nowus()) or '0')
 end
 
 est_hold = function(ms)
@@ -1806,7 +1753,7 @@ function ops.ticket_create()
   else
     M.seq = M.seq + 1
     t.seq, t.bw, t.bf = M.seq, M.wq, fw_prefix(M.seq - 1)
-    redis.call('ZADD', KQ, F(M.seq), tid)
+    redis.call('ZADD', KQ, N(M.seq), tid)
     redis.call('HSET', KW, tid, wpack({inst = '', w = t.w, kind = 't', since = NOW, ttl = t.ttl,
                                        owner = t.owner, idem = '', lid = t.lid, mode = '0',
                                        princ = t.princ}))
@@ -1912,7 +1859,7 @@ local function run()
         safe = until_ms -- the data went away under a running instance
       end
       redis.call('HSET', 'sema:epoch', 'id', ARGV[A], 'safe_at', N(safe))
-      return {ARGV[A], N(safe), F(NOW)}
+      return {ARGV[A], N(safe), N(NOW)}
     end
     if not ep[5] and redis.call('EXISTS', 'sema:stats') == 1 then
       -- the counts and the horizon of an earlier version, kept apart then: moved in
@@ -1926,7 +1873,7 @@ local function run()
       safe = until_ms
       redis.call('HSET', 'sema:epoch', 'safe_at', N(safe))
     end
-    return {ep[1], N(safe), F(NOW)}
+    return {ep[1], N(safe), N(NOW)}
   end
   if ep[1] ~= EPOCH then
     return {'E', ep[1] or ''}
@@ -2012,7 +1959,7 @@ local function run()
   keys_of(k)
   local pre
   if OP == 'acquire' then
-    pre = redis.call('HMGET', KM, 'cap', 'avail', 'held', 'fence', 'nq', 'due', 'nt', 'ev')
+    pre = redis.call('HMGET', KM, 'cap', 'avail', 'held', 'fence', 'nq', 'due', 'nt')
     local r = acquire_at_once(pre)
     if r then
       return r
@@ -2046,14 +1993,9 @@ end
 -- the id <uid>-<seq+1>, ... and is kept in the stream :e under that id (at least the last
 -- LOG_MAX_S; the stream lives as long as the marker, which instances renew), and published
 -- with its id on sema:ev:<stem>. Ids therefore mean the same on every instance. Without a
--- marker nothing is written. A marker that comes back (it expired: no instance
+-- marker nothing is written (one HGET). A marker that comes back (it expired: no instance
 -- renewed it; Redis lost it) starts a new run with a new uid, so an id from before never
 -- resumes across the gap. A delete ends the run: a new semaphore of the name starts a new one.
--- The row says whether to look: a call whose HGET finds no `log` writes the row's `ev` = '0',
--- and the calls after it skip the HGET; whoever makes a `log` (an instance that starts to
--- follow the semaphore, or renews its marker: redis_events.c, redis.c) deletes `ev` right
--- after its HSETNX, before it reads where the log stands. A row without `ev` (new, or written
--- by an earlier version) is looked at.
 local LOG_MAX_S = '1000' -- (a string: Redis formats a Lua number passed to a command)
 local LOG_TTL_S = '6000' -- ms, as the marker's: three of the instances' heartbeats
 
@@ -2063,19 +2005,16 @@ local function publish(r)
       redis.call('PUBLISH', 'sema:wake:' .. inst, S)
     end
   end
-  if not S or #ACTS == 0 or EVF == 0 then
+  if not S or #ACTS == 0 then
     return r
   end
   local pt = redis.call('HGET', KS, 'log')
   if not pt then
-    if EVF == 1 and ROWLIVE then
-      redis.call('HSET', KM, 'ev', '0') -- the next calls need not look
-    end
     return r
   end
   local uid, seq = string.match(pt, '^(%d+)-(%d+)$')
   if not uid then
-    uid, seq = F(nowus()), '0'
+    uid, seq = N(nowus()), '0'
   end
   seq = tonumber(seq)
   local KE, ev, first, ended = S .. ':e', {}, seq + 1, false
@@ -2138,7 +2077,7 @@ local function main(keys, args)
   NOWUS = sec * 1000000 + us
   ACTS, WAKE, GRANTED = NONE, NONE, NONE
   S, M, LID, LEASE, SAFE_AT, MORE, LOCK_NEW = nil, nil, nil, nil, 0, false, false
-  DUE0, MOLD, OWN, REBUILT, NOWS, EVF, ROWLIVE = -2, nil, false, false, nil, nil, false
+  DUE0, MOLD, OWN, REBUILT, NOWS = -2, nil, false, false, nil
   if RID ~= '' and RETRY then
     local c = redis.call('GET', 'sema:r:' .. RID)
     if c then
