@@ -11,7 +11,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine.h"
+#include "backends/backends.h"
+#include "engine/engine.h"
+#include "http/render.h"
 
 static int64_t now_ns(void)
 {
@@ -147,7 +149,8 @@ int main(int argc, char **argv)
     uv_loop_init(&loop);
     engine_config_default(&cfg);
     cfg.max_semaphores = 0;
-    if (engine_new(&e, &loop, &cfg, err, sizeof(err)) != 0)
+    cfg.render_event = render_event_data;
+    if (engine_new(&e, &loop, &engine_backend_embedded, &cfg, err, sizeof(err)) != 0)
         die("engine_new", 0);
     if (run(e, &b, ENGINE_LEGACY_CREATE, "bench", 1) != 0)
         die("create", b.status);

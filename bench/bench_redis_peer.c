@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "load/bench_hist.h"
+#include "loadgen/bench_hist.h"
 
 #include <hiredis/adapters/libuv.h>
 #include <hiredis/async.h>

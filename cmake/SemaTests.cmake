@@ -33,131 +33,107 @@ if(SEMA_SANITIZE)
   endif()
 endif()
 
-# Unit tests.
-# Shared test support (tests/support/*.c: the scenario runner and friends).
+# sema_add_cases(PREFIX FILE COMMAND...  [LABELS l...] [ENV v...]): every case of FILE as the
+# CTest test PREFIX.<short>.<case>, run as `COMMAND... <case>`, where <short> is FILE's name
+# without test_ and its extension, and the cases are its `TEST(name)` lines (a .c file) or
+# its `def test_name(` lines (a .py file). Exit 77 is a skip.
+function(sema_add_cases prefix src)
+  cmake_parse_arguments(A "" "" "COMMAND;LABELS;ENV" ${ARGN})
+  get_filename_component(file ${src} NAME_WE)
+  string(REGEX REPLACE "^test_" "" short ${file})
+  if(src MATCHES "\\.c$")
+    set(re "^TEST\\(([A-Za-z0-9_]+)\\)")
+  else()
+    set(re "^def test_([A-Za-z0-9_]+)\\(")
+  endif()
+  file(STRINGS ${src} lines REGEX "${re}")
+  set(env ${SEMA_TEST_ENV} ${A_ENV})
+  foreach(line ${lines})
+    string(REGEX REPLACE "${re}.*" "\\1" case "${line}")
+    add_test(NAME ${prefix}.${short}.${case} COMMAND ${A_COMMAND} ${case})
+    set_tests_properties(${prefix}.${short}.${case} PROPERTIES TIMEOUT ${SEMA_TEST_TIMEOUT}
+      LABELS "${A_LABELS}" SKIP_RETURN_CODE 77 ENVIRONMENT "${env}")
+  endforeach()
+endfunction()
+
+# Unit tests: one program per tests/unit/test_*.c, linked with the support library
+# (tests/support/: the scenario runner, the engine fixture and other helpers).
 file(GLOB SEMA_TEST_SUPPORT CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/support/*.c)
 add_library(sema_test_support STATIC ${PROJECT_SOURCE_DIR}/tests/test_main.c ${SEMA_TEST_SUPPORT})
 target_include_directories(sema_test_support PUBLIC ${PROJECT_SOURCE_DIR}/tests
-  ${PROJECT_SOURCE_DIR}/tests/support ${PROJECT_SOURCE_DIR}/src/lib)
+  ${PROJECT_SOURCE_DIR}/tests/support ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/src/lib)
 target_link_libraries(sema_test_support PUBLIC sema_static)
 target_compile_definitions(sema_test_support PRIVATE
   SEMA_SCENARIO_FILE="${PROJECT_SOURCE_DIR}/tests/cases/scenarios.txt")
 
+# The engine's conformance suites (test_engine*.c, through engine.h only) run once more
+# against the Redis back end, each case beside a redis-server of its own
+# (tests/support/with_redis.py: a free loopback port, no persistence, a temporary
+# directory), as redis.<file>.<name>; so does test_redis.c (what only Redis has), which runs
+# there alone. The embedded back end's own suites are test_embedded_*.c.
 file(GLOB SEMA_UNIT_TESTS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/unit/test_*.c)
 foreach(src ${SEMA_UNIT_TESTS})
   get_filename_component(prog ${src} NAME_WE)
-  # test_main.c comes from the support library, linked whole so its main() is found.
   add_executable(${prog} ${src})
   set_target_properties(${prog} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
-  target_include_directories(${prog} PRIVATE ${PROJECT_SOURCE_DIR}/tests ${PROJECT_SOURCE_DIR}/src/lib)
   target_compile_options(${prog} PRIVATE ${SEMA_WARNINGS} -Wno-missing-prototypes)
   target_link_libraries(${prog} PRIVATE sema_test_support ${SEMA_TEST_LIBS} m)
-  string(REGEX REPLACE "^test_" "" short ${prog})
-  file(STRINGS ${src} lines REGEX "^TEST\\([A-Za-z0-9_]+\\)")
-  foreach(line ${lines})
-    string(REGEX REPLACE "^TEST\\(([A-Za-z0-9_]+)\\).*" "\\1" case ${line})
-    add_test(NAME unit.${short}.${case} COMMAND ${prog} ${case})
-    set_tests_properties(unit.${short}.${case} PROPERTIES TIMEOUT ${SEMA_TEST_TIMEOUT}
-      LABELS unit SKIP_RETURN_CODE 77 ENVIRONMENT "${SEMA_TEST_ENV}")
-  endforeach()
+  if(NOT prog STREQUAL "test_redis")
+    sema_add_cases(unit ${src} COMMAND ${prog} LABELS unit)
+  endif()
+  if((prog MATCHES "^test_engine" OR prog STREQUAL "test_redis") AND SEMA_WITH_REDIS
+     AND TARGET semad_core)
+    sema_add_cases(redis ${src} LABELS redis COMMAND ${Python3_EXECUTABLE}
+      ${PROJECT_SOURCE_DIR}/tests/support/with_redis.py $<TARGET_FILE:${prog}>)
+  endif()
 endforeach()
 
-# The engine's conformance tests once more against the Redis back end: each case beside a
-# redis-server of its own (tests/support/with_redis.py: a free loopback port, no persistence,
-# a temporary directory), as redis.<file>.<name>, label redis. Cases that only make sense for
-# the in-memory back end skip themselves with the reason (exit 77).
-set(SEMA_REDIS_ENGINE_TESTS engine engine_pitfalls engine_scenarios engine_stress engine_tickets
-  redis)
-if(SEMA_WITH_REDIS AND TARGET semad_core)
-  foreach(short ${SEMA_REDIS_ENGINE_TESTS})
-    set(src ${PROJECT_SOURCE_DIR}/tests/unit/test_${short}.c)
-    file(STRINGS ${src} lines REGEX "^TEST\\([A-Za-z0-9_]+\\)")
-    foreach(line ${lines})
-      string(REGEX REPLACE "^TEST\\(([A-Za-z0-9_]+)\\).*" "\\1" case ${line})
-      add_test(NAME redis.${short}.${case}
-        COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/support/with_redis.py
-                $<TARGET_FILE:test_${short}> ${case})
-      set_tests_properties(redis.${short}.${case} PROPERTIES TIMEOUT ${SEMA_TEST_TIMEOUT}
-        LABELS redis SKIP_RETURN_CODE 77 ENVIRONMENT "${SEMA_TEST_ENV}")
-    endforeach()
-  endforeach()
-endif()
-
-# Integration tests (real processes: semad, sema, redis-server).
+# Integration tests (real processes: semad, sema, redis-server), one per `def test_`.
+# test_redis_*.py: semad on Redis (real redis-server and redis-sentinel processes), label
+# redis too; they skip (77) when semad has no Redis back end.
 file(GLOB SEMA_PY_TESTS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/integration/test_*.py)
 foreach(src ${SEMA_PY_TESTS})
-  get_filename_component(file ${src} NAME_WE)
-  string(REGEX REPLACE "^test_" "" short ${file})
-  file(STRINGS ${src} lines REGEX "^def test_[A-Za-z0-9_]+\\(")
-  foreach(line ${lines})
-    string(REGEX REPLACE "^def test_([A-Za-z0-9_]+)\\(.*" "\\1" case ${line})
-    # test_redis_*.py: semad on Redis (real redis-server and redis-sentinel processes),
-    # label redis too; they skip (77) when semad has no Redis back end.
-    set(labels integration)
-    if(short MATCHES "^redis")
-      set(labels "integration;redis")
-    endif()
-    add_test(NAME integration.${short}.${case} COMMAND ${Python3_EXECUTABLE} ${src} ${case})
-    set_tests_properties(integration.${short}.${case} PROPERTIES TIMEOUT ${SEMA_TEST_TIMEOUT}
-      LABELS "${labels}" SKIP_RETURN_CODE 77 ENVIRONMENT "${SEMA_TEST_ENV}")
-  endforeach()
+  set(labels integration)
+  if(src MATCHES "/test_redis")
+    set(labels "integration;redis")
+  endif()
+  sema_add_cases(integration ${src} COMMAND ${Python3_EXECUTABLE} ${src} LABELS ${labels})
 endforeach()
-# The HTTP suites once more on semad's Redis back end (tests/integration/redis_fixture.py):
-# redis.<file>.<name> against one instance on a fresh redis-server, redis3.<file>.<name>
-# against three instances on one redis-server with each request sent to the next instance
-# (an acquire on one, its release on another, a wait on a third). Label redis; they skip
-# (77) when semad has no Redis back end. Normal builds only (the sanitizer builds run the
-# Redis back end through test_redis_*.py).
-# The random-clients checker (test_concurrency) runs on three instances only.
+
+# The HTTP suites once more, normal builds only (the sanitizer builds run the same server
+# code through the suites above):
+# - on semad's Redis back end (tests/integration/redis_fixture.py): redis.<file>.<name>
+#   against one instance on a fresh redis-server, redis3.<file>.<name> against three
+#   instances on one redis-server with each request sent to the next instance (an acquire on
+#   one, its release on another, a wait on a third); the random-clients checker
+#   (test_concurrency) on three instances only; they skip (77) without a Redis back end;
+# - behind a validating proxy that checks every reply against docs/openapi.yaml (prism from
+#   tests/openapi/, installed by `scripts/deps.sh test`; see semad_fixture.py):
+#   openapi.<file>.<name>. Cases that check what a proxy hides (the connection itself,
+#   disconnects, event streams) skip themselves.
 set(SEMA_REDIS_SUITES v1 legacy scenarios_http tickets)
+set(SEMA_OPENAPI_PROXY_SUITES v1 legacy scenarios_http limits tickets)
 if(NOT SEMA_SANITIZE)
-  foreach(n 1 3)
-    set(prefix redis)
-    set(suites ${SEMA_REDIS_SUITES})
-    if(n GREATER 1)
-      set(prefix redis${n})
-      list(APPEND suites concurrency)
-    endif()
-    foreach(short ${suites})
-      set(src ${PROJECT_SOURCE_DIR}/tests/integration/test_${short}.py)
-      file(STRINGS ${src} lines REGEX "^def test_[A-Za-z0-9_]+\\(")
-      foreach(line ${lines})
-        string(REGEX REPLACE "^def test_([A-Za-z0-9_]+)\\(.*" "\\1" case ${line})
-        add_test(NAME ${prefix}.${short}.${case} COMMAND ${Python3_EXECUTABLE} ${src} ${case})
-        set_tests_properties(${prefix}.${short}.${case} PROPERTIES TIMEOUT ${SEMA_TEST_TIMEOUT}
-          LABELS "integration;redis" SKIP_RETURN_CODE 77
-          ENVIRONMENT "${SEMA_TEST_ENV};SEMA_TEST_REDIS=${n}")
-      endforeach()
-    endforeach()
+  set(it ${PROJECT_SOURCE_DIR}/tests/integration)
+  foreach(short ${SEMA_REDIS_SUITES})
+    sema_add_cases(redis ${it}/test_${short}.py COMMAND ${Python3_EXECUTABLE}
+      ${it}/test_${short}.py LABELS integration redis ENV SEMA_TEST_REDIS=1)
+  endforeach()
+  foreach(short ${SEMA_REDIS_SUITES} concurrency)
+    sema_add_cases(redis3 ${it}/test_${short}.py COMMAND ${Python3_EXECUTABLE}
+      ${it}/test_${short}.py LABELS integration redis ENV SEMA_TEST_REDIS=3)
+  endforeach()
+  foreach(short ${SEMA_OPENAPI_PROXY_SUITES})
+    sema_add_cases(openapi ${it}/test_${short}.py COMMAND ${Python3_EXECUTABLE}
+      ${it}/test_${short}.py LABELS integration openapi ENV SEMA_TEST_OPENAPI_PROXY=1)
   endforeach()
   # a ticket's token, across three instances
   set(case tickets_belong_to_the_token_that_took_them)
-  add_test(NAME redis3.auth.${case} COMMAND ${Python3_EXECUTABLE}
-           ${PROJECT_SOURCE_DIR}/tests/integration/test_auth.py ${case})
+  add_test(NAME redis3.auth.${case} COMMAND ${Python3_EXECUTABLE} ${it}/test_auth.py ${case})
   set_tests_properties(redis3.auth.${case} PROPERTIES TIMEOUT ${SEMA_TEST_TIMEOUT}
     LABELS "integration;redis" SKIP_RETURN_CODE 77
     ENVIRONMENT "${SEMA_TEST_ENV};SEMA_TEST_REDIS=3")
 endif()
-# The HTTP suites once more, each case behind a validating proxy that checks every reply
-# against docs/openapi.yaml (prism from tests/openapi/, which `scripts/deps.sh test`
-# installs; see semad_fixture.py): openapi.<file>.<name>, label openapi. Cases that check
-# what a proxy hides (the connection itself, disconnects, event streams) skip themselves.
-# Normal builds only: the sanitizer builds run the same server code without it.
-set(SEMA_OPENAPI_PROXY_SUITES v1 legacy scenarios_http limits tickets)
-if(NOT SEMA_SANITIZE)
-  foreach(short ${SEMA_OPENAPI_PROXY_SUITES})
-    set(src ${PROJECT_SOURCE_DIR}/tests/integration/test_${short}.py)
-    file(STRINGS ${src} lines REGEX "^def test_[A-Za-z0-9_]+\\(")
-    foreach(line ${lines})
-      string(REGEX REPLACE "^def test_([A-Za-z0-9_]+)\\(.*" "\\1" case ${line})
-      add_test(NAME openapi.${short}.${case} COMMAND ${Python3_EXECUTABLE} ${src} ${case})
-      set_tests_properties(openapi.${short}.${case} PROPERTIES TIMEOUT ${SEMA_TEST_TIMEOUT}
-        LABELS "integration;openapi" SKIP_RETURN_CODE 77
-        ENVIRONMENT "${SEMA_TEST_ENV};SEMA_TEST_OPENAPI_PROXY=1")
-    endforeach()
-  endforeach()
-endif()
-
 # docs/openapi.yaml under Redocly's OpenAPI linter (@redocly/cli, pinned in tests/openapi/):
 # no errors. Normal builds only, like the proxy suites.
 if(NOT SEMA_SANITIZE)
@@ -178,7 +154,11 @@ endforeach()
 add_test(NAME check.source COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/check-source.sh ${PROJECT_SOURCE_DIR})
 add_test(NAME check.exports COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/check-exports.sh
   $<TARGET_FILE:sema_shared>)
-set_tests_properties(check.source check.exports PROPERTIES LABELS check SKIP_RETURN_CODE 77)
+# The folders of src/ are layers and every #include goes down (docs/architecture.md).
+add_test(NAME check.layers COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/scripts/check-layers.py
+  ${PROJECT_SOURCE_DIR})
+set_tests_properties(check.source check.exports check.layers PROPERTIES LABELS check
+  SKIP_RETURN_CODE 77)
 if(TARGET sema_client_shared)
   add_test(NAME check.exports_client COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/check-exports.sh
     $<TARGET_FILE:sema_client_shared>)

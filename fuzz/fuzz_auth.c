@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "auth.h"
+#include "common/auth.h"
 #include "fuzz.h"
 #include "sema/error.h"
 

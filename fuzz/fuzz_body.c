@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "body.h"
 #include "fuzz.h"
+#include "http/body.h"
 
 /* Keys the routes read, looked up in both forms. */
 static const char *const route_keys[] = {"weight", "timeout_ms", "ttl_ms", "owner",

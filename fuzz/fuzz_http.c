@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "body.h"
 #include "fuzz.h"
-#include "http.h"
+#include "http/body.h"
+#include "http/http.h"
 #include "route_check.h"
 
 static const size_t header_caps[] = {8192, 256, 40, 1};

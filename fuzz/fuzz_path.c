@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/jsonw.h"
 #include "fuzz.h"
-#include "http.h"
-#include "jsonw.h"
+#include "http/http.h"
 #include "route_check.h"
 
 static const char *const methods[] = {"GET",  "POST",    "PUT",   "PATCH", "DELETE",

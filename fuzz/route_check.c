@@ -5,11 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/jsonw.h"
+#include "common/jsonw.h"
 #include "fuzz.h"
-#include "jsonw.h"
-#include "http.h"
-#include "jsonw.h"
-#include "router.h"
+#include "http/http.h"
+#include "http/router.h"
 #include "sema/error.h"
 
 static const char *const query_keys[] = {"prefix", "cursor", "limit"};

@@ -10,7 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli.h"
+#include "cli/child.h"
+#include "cli/cli.h"
 #include "sema/sema.h"
 
 /* What a name must be, for the message of one that is not: semad's names may hold '/' and
@@ -107,67 +108,6 @@ static int open_for_run(const run_args_t *a, sema_shm_t **h)
     return CLI_EXIT_FAIL;
 }
 
-static const int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH};
-#define NFORWARDED (sizeof(forwarded) / sizeof(forwarded[0]))
-
-static void exec_child(char **cmd, const sigset_t *mask)
-{
-    sigprocmask(SIG_SETMASK, mask, NULL);
-    execvp(cmd[0], cmd);
-    int e = errno;
-    fprintf(stderr, "sema run: %s: %s\n", cmd[0], strerror(e));
-    _exit(e == ENOENT ? CLI_EXIT_NOTFOUND : CLI_EXIT_NOEXEC);
-}
-
-/* Run cmd while the caller holds the units; forward signals; return cmd's status.
- * The forwarded signals and SIGCHLD stay blocked and are taken synchronously with
- * sigwaitinfo(): no handler runs, so nothing is lost between fork and wait, and no
- * runtime that defers asynchronous handlers (a sanitizer's) can hold a signal back. */
-static int spawn_and_wait(char **cmd)
-{
-    sigset_t set, old;
-    int status;
-
-    sigemptyset(&set);
-    for (size_t i = 0; i < NFORWARDED; i++)
-        sigaddset(&set, forwarded[i]);
-    sigaddset(&set, SIGCHLD);
-    sigprocmask(SIG_BLOCK, &set, &old);
-    pid_t pid = fork();
-    if (pid < 0) {
-        sigprocmask(SIG_SETMASK, &old, NULL);
-        fprintf(stderr, "sema run: fork: %s\n", strerror(errno));
-        return CLI_EXIT_FAIL;
-    }
-    if (pid == 0)
-        exec_child(cmd, &old);
-    for (;;) {
-        siginfo_t si;
-        int sig = sigwaitinfo(&set, &si);
-        if (sig < 0) {
-            if (errno == EINTR)
-                continue;
-            fprintf(stderr, "sema run: sigwaitinfo: %s\n", strerror(errno));
-            return CLI_EXIT_FAIL;
-        }
-        if (sig != SIGCHLD) {
-            kill(pid, sig);
-            continue;
-        }
-        pid_t r = waitpid(pid, &status, WNOHANG);
-        if (r == pid)
-            break;
-        if (r < 0 && errno != EINTR) {
-            fprintf(stderr, "sema run: waitpid: %s\n", strerror(errno));
-            return CLI_EXIT_FAIL;
-        }
-    }
-    sigprocmask(SIG_SETMASK, &old, NULL);
-    if (WIFSIGNALED(status))
-        return CLI_EXIT_SIGNAL_BASE + WTERMSIG(status);
-    return WEXITSTATUS(status);
-}
-
 int cli_local_run(int argc, char **argv)
 {
     run_args_t a;
@@ -195,7 +135,12 @@ int cli_local_run(int argc, char **argv)
     if (st != NULL)
         (void)sema_shm_stats(h, st);
     free(st);
-    int status = spawn_and_wait(a.cmd);
+    int status = CLI_EXIT_FAIL;
+    pid_t pid = cli_child_catch(NULL) == 0 ? cli_child_start("run", a.cmd) : -1;
+    if (pid < 0)
+        fprintf(stderr, "sema run: cannot start %s: %s\n", a.cmd[0], strerror(errno));
+    else
+        status = cli_child_wait("run", pid, 0, NULL, NULL);
     sema_shm_close(h); /* gives the units back */
     return status;
 }

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* cmd_remote.c - the `sema` verbs that talk to semad: argument parsing, the verb table and
  * the simple request/print verbs (run, lock and watch live in remote_*.c). */
-#include "remote.h"
+#include "cli/remote.h"
 
 #include <getopt.h>
 #include <inttypes.h>

@@ -7,7 +7,7 @@
 
 #include <stdio.h>
 
-#include "suggest.h"
+#include "common/suggest.h"
 
 /* Exit codes: CLI_EXIT_* in cli.h (0 ok, 1 refused, 2 usage, 69 server unreachable,
  * 75 timeout or busy, 76 lease lost; run and lock: the command's own status). */

@@ -10,8 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "auth.h"
-#include "cli.h"
+#include "cli/cli.h"
+#include "common/auth.h"
 
 #define TOKEN_USAGE                                                                                \
     "usage: sema token new NAME --rights RIGHTS [--prefix PREFIX]... --file FILE\n\n"              \

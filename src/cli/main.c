@@ -5,23 +5,31 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
+#include "cli/cli.h"
+#include "common/suggest.h"
 #include "sema/sema.h"
-#include "suggest.h"
 
 static int cmd_help(int argc, char **argv);
 static int cmd_version(int argc, char **argv);
 static int remote_verb(int argc, char **argv);
 static int bench_verb(int argc, char **argv);
 
-/* The remote verbs (cmd_remote.c, talking to semad) and `sema bench` live in their own
- * files and may be absent from a build: weak references are NULL then. */
-int cmd_remote_has(const char *verb) __attribute__((weak));
-int cmd_remote(int argc, char **argv) __attribute__((weak));
-void cmd_remote_usage(FILE *out) __attribute__((weak));
-void cmd_remote_suggest(suggest_t *s) __attribute__((weak));
-int cmd_bench(int argc, char **argv) __attribute__((weak));
-int cmd_token(int argc, char **argv) __attribute__((weak)); /* declared in cli.h */
+/* The remote verbs (cmd_remote.c, talking to semad), `sema token` and `sema bench` (the load
+ * generator's library) are absent from a build without the server's libraries
+ * (-DSEMA_BUILD_SERVER=OFF): their references are weak there, and NULL. */
+#ifdef SEMA_CLI_REMOTE
+#define REMOTE_PART
+#define HAVE(fn) 1
+#else
+#define REMOTE_PART __attribute__((weak))
+#define HAVE(fn) ((fn) != NULL)
+#endif
+int cmd_remote_has(const char *verb) REMOTE_PART;
+int cmd_remote(int argc, char **argv) REMOTE_PART;
+void cmd_remote_usage(FILE *out) REMOTE_PART;
+void cmd_remote_suggest(suggest_t *s) REMOTE_PART;
+int cmd_bench(int argc, char **argv) REMOTE_PART;
+int cmd_token(int argc, char **argv) REMOTE_PART; /* declared in cli.h */
 static int token_verb(int argc, char **argv);
 
 #define EXIT_CODES_HELP                                                                            \
@@ -102,7 +110,7 @@ static const cli_command_t *find_command(const char *name)
 /* Without --local: the remote form, when this build has it. */
 static int remote_verb(int argc, char **argv)
 {
-    if (cmd_remote != NULL && (cmd_remote_has == NULL || cmd_remote_has(argv[0])))
+    if (HAVE(cmd_remote) && (!HAVE(cmd_remote_has) || cmd_remote_has(argv[0])))
         return cmd_remote(argc, argv);
     fprintf(stderr,
             "sema %s: the remote form talks to a semad server and is not available in this "
@@ -114,7 +122,7 @@ static int remote_verb(int argc, char **argv)
 
 static int bench_verb(int argc, char **argv)
 {
-    if (cmd_bench != NULL)
+    if (HAVE(cmd_bench))
         return cmd_bench(argc, argv);
     fprintf(stderr, "sema bench: not available in this build\n");
     return CLI_EXIT_UNAVAILABLE;
@@ -122,7 +130,7 @@ static int bench_verb(int argc, char **argv)
 
 static int token_verb(int argc, char **argv)
 {
-    if (cmd_token != NULL)
+    if (HAVE(cmd_token))
         return cmd_token(argc, argv);
     fprintf(stderr, "sema token: not available in this build\n");
     return CLI_EXIT_UNAVAILABLE;
@@ -136,7 +144,7 @@ static void print_overview(FILE *out)
                  "Verbs (run, ls and rm act on this machine's semaphores with --local):\n");
     for (size_t i = 0; i < NCOMMANDS; i++)
         fprintf(out, "  %-*s %s\n", CLI_VERB_COLUMN, commands[i].name, commands[i].summary);
-    if (cmd_remote_usage != NULL) {
+    if (HAVE(cmd_remote_usage)) {
         fprintf(out, "\nVerbs that talk to semad (without --local):\n");
         cmd_remote_usage(out);
     }
@@ -155,7 +163,7 @@ static int unknown_verb(const char *prefix, const char *verb)
     suggest_init(&s, verb);
     for (size_t i = 0; i < NCOMMANDS; i++)
         suggest_offer(&s, commands[i].name);
-    if (cmd_remote_suggest != NULL)
+    if (HAVE(cmd_remote_suggest))
         cmd_remote_suggest(&s);
     const char *best = suggest_best(&s);
     fprintf(stderr, "%s: unknown verb '%s' (", prefix, verb);
@@ -177,7 +185,7 @@ static int cmd_help(int argc, char **argv)
     const cli_command_t *c = find_command(argv[1]);
     if (c != NULL)
         return dispatch(c, local ? 3 : 2, av);
-    if (!local && cmd_remote != NULL && cmd_remote_has != NULL && cmd_remote_has(argv[1]))
+    if (!local && HAVE(cmd_remote) && HAVE(cmd_remote_has) && cmd_remote_has(argv[1]))
         return cmd_remote(2, av);
     return unknown_verb("sema help", argv[1]);
 }
@@ -221,7 +229,7 @@ static int dispatch(const cli_command_t *c, int argc, char **argv)
 {
     int local = take_local(&argc, argv);
     int (*fn)(int, char **) = local ? c->local : c->remote;
-    int remote_help = !local && c->remote == remote_verb && cmd_remote != NULL;
+    int remote_help = !local && c->remote == remote_verb && HAVE(cmd_remote);
     if (wants_help(argc, argv) && c->usage != NULL && !remote_help) {
         fputs(c->usage, stdout);
         return CLI_EXIT_OK;
@@ -299,7 +307,7 @@ int main(int argc, char **argv)
     const cli_command_t *c = find_command(vv[0]);
     if (c != NULL)
         return dispatch(c, vc, vv);
-    if (cmd_remote != NULL && cmd_remote_has != NULL && cmd_remote_has(vv[0]))
+    if (HAVE(cmd_remote) && HAVE(cmd_remote_has) && cmd_remote_has(vv[0]))
         return cmd_remote(vc, vv); /* a verb only the remote side has */
     return unknown_verb("sema", vv[0]);
 }

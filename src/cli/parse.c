@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
-#include "suggest.h"
+#include "cli/cli.h"
+#include "common/suggest.h"
 
 int cli_usage_error(const char *verb, const char *fmt, ...)
 {

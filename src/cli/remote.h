@@ -5,8 +5,8 @@
 
 #include <stdint.h>
 
-#include "cli.h"
-#include "cmd_remote.h"
+#include "cli/cli.h"
+#include "cli/cmd_remote.h"
 #include "sema/client.h"
 
 typedef struct {

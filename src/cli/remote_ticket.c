@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* remote_ticket.c - `sema ticket`, `ticket-show`, `ticket-wait` and `ticket-leave`: a place
  * in a semaphore's line that holds no connection, from a shell. */
-#include "remote.h"
+#include "cli/remote.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* remote_watch.c - `sema watch NAME`: redraw holders and waiters on every server event. */
-#include "remote.h"
+#include "cli/remote.h"
 
 #include <signal.h>
 #include <stdio.h>

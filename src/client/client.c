@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* client.c - the client handle, its pool of libcurl handles, one HTTP exchange, and the
  * mapping of replies to SEMA_E* codes. */
-#include "client_internal.h"
+#include "client/client_internal.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* client_legacy.c - the legacy semaphore API (the original semaphore service's five routes) and the
  * server-sent event stream. */
-#include "client_internal.h"
+#include "client/client_internal.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* client_sem.c - semaphores, leases, keyed locks and wait-idle over semad's v1 API. */
-#include "client_internal.h"
+#include "client/client_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

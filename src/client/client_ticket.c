@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* client_ticket.c - tickets over semad's v1 API: a place in a semaphore's queue that
  * holds no connection, read now or by long poll, and left. */
-#include "client_internal.h"
+#include "client/client_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

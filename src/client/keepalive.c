@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* keepalive.c - a thread that renews one lease every ttl/3 and reports its loss. */
-#include "client_internal.h"
+#include "client/client_internal.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -47,6 +47,15 @@ void *sema__realloc(void *ptr, size_t size)
     return hook_realloc(ptr, size);
 }
 
+char *sema__strdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *p = sema__malloc(n);
+    if (p != NULL)
+        memcpy(p, s, n);
+    return p;
+}
+
 void sema__free(void *ptr)
 {
     if (ptr != NULL)

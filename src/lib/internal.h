@@ -35,6 +35,7 @@ SEMA__HIDDEN void *sema__malloc(size_t size);
 SEMA__HIDDEN void *sema__calloc(size_t count, size_t size);
 SEMA__HIDDEN void *sema__realloc(void *ptr, size_t size);
 SEMA__HIDDEN void sema__free(void *ptr);
+SEMA__HIDDEN char *sema__strdup(const char *s);
 
 /* An impossible failure (a pthread call on a valid object, a broken
  * invariant): print where and abort. Never returns. */

@@ -577,6 +577,13 @@ class Lines:
         with self.lock:
             return list(self.lines)
 
+    def ended(self, timeout=10 * SLOW):
+        """Wait until the pipe is read to its end (the process exited and its last line is
+        in), and return the lines."""
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "the pipe did not end in %ss" % timeout
+        return self.get()
+
     def text(self):
         return "\n".join(self.get())
 
@@ -753,7 +760,7 @@ def test_watch_ends_when_restarted_semad_lacks_the_semaphore():
         # the same address, but no store: semad starts empty and answers 404 for "wg"
         d2 = Semad("--listen", "127.0.0.1:%d" % port)
         assert p.wait(30 * SLOW) == EXIT_FAIL, err.text()
-        assert "ENOENT" in err.get()[-1] and "reconnected" not in err.text(), err.text()
+        assert "ENOENT" in err.ended()[-1] and "reconnected" not in err.text(), err.text()
     finally:
         if d2 is not None:
             d2.close()
@@ -782,7 +789,7 @@ def test_watch_max_retries_counts_after_a_lost_connection():
         wait_until(lambda: any(x.startswith("name") for x in out.get()), 10, "the first state")
         assert d.stop() == 0
         assert p.wait(30 * SLOW) == EXIT_UNAVAILABLE, err.text()
-    tries = [x for x in err.get() if "reconnecting in" in x]
+    tries = [x for x in err.ended() if "reconnecting in" in x]
     assert len(tries) == 2 and "connection lost" in tries[0] and "reconnect failed" in tries[1], \
         err.text()
     # the first wait is 0.25-0.5 s, the second 0.5-1 s (each a random point in the upper half

@@ -581,5 +581,26 @@ def test_event_stream_heartbeat():
         sock.close()
 
 
+@fx.not_through_proxy("reads semad's own log about a connection the proxy would hold")
+def test_log_level_debug_shows_a_client_that_left_mid_request():
+    # The same half request to two semads: only --log-level debug logs the client's exit;
+    # the default (info) drops debug lines.
+    line = "client closed in the middle of a request"
+    for level, logged in (("debug", True), (None, False)):
+        args = ("--log-level", level) if level else ()
+        with fx.Semad(*args) as d:
+            with socket.create_connection(("127.0.0.1", d.port)) as s:
+                s.sendall(b"GET /v1/semaphores HTTP/1.1\r\nHost: x\r\n")
+            # a whole request after it: its reply means semad has read the close before it
+            assert d.request("GET", "/healthz", direct=True)[0] == 200
+            if logged:
+                fx.wait_until(lambda: any(line in x for x in d.log()), 5 * fx.SLOW, "the line")
+            else:
+                assert not any(line in x for x in d.log()), d.log()
+    out = subprocess.run([fx.semad_path(), "--log-level", "loud"], capture_output=True,
+                         text=True, timeout=10 * fx.SLOW)
+    assert out.returncode == 2 and "one of debug, info, warn, error" in out.stderr, out.stderr
+
+
 if __name__ == "__main__":
     fx.main(globals())

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* test_auth.c - the token file parser, the Authorization header, the lookup and new tokens
- * (src/server/auth.c), without a server. */
-#include "auth.h"
+ * (src/common/auth.c), without a server. */
+#include "common/auth.h"
 #include "sema/error.h"
 #include "test.h"
 

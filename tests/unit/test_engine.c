@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* test_engine.c - semad's in-memory engine driven directly on a libuv loop: one case per
- * operation and rule, and the regression tests for the pitfalls that apply to the engine. */
+/* test_engine.c - semad's engine on the embedded back end driven directly on a libuv loop: one case
+ * per operation and rule, and the regression tests for the pitfalls that apply to the engine. */
 #include <ctype.h>
 #include "test_engine_util.h"
 
-#include "strbuf.h"
+#include "common/strbuf.h"
 
 /* ---- semaphores: create, get, delete, resize, list ---- */
 

@@ -492,7 +492,7 @@ TEST(completion_callbacks_do_not_recurse)
 
     if (fx_on_redis())
         TEST_SKIP("every completion on Redis is a reply, never inside engine_submit: the front's "
-                  "no-recursion rule is checked with the in-memory back end");
+                  "no-recursion rule is checked with the embedded back end");
     fx_init(&f);
     fx_put(&f, "s", 1);
     t = treq_new(ENGINE_SEM_GET, "s");

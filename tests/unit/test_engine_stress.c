@@ -217,7 +217,7 @@ TEST(memory_per_semaphore_figure)
     if (getenv("SEMA_SANITIZE") != NULL && getenv("SEMA_SANITIZE")[0] != '\0')
         n = n > 100000 ? 100000 : n; /* sanitizers keep their own heap */
     if (fx_on_redis())
-        TEST_SKIP("a memory figure of the in-memory back end (on Redis the state is Redis's)");
+        TEST_SKIP("a memory figure of the embedded back end (on Redis the state is Redis's)");
     fx_init(&f);
     long rss0 = rss_kib();
     before = mallinfo2();
@@ -255,7 +255,7 @@ TEST(memory_per_parked_waiter_figure)
 
     ASSERT_NOT_NULL(reqs);
     if (fx_on_redis())
-        TEST_SKIP("a memory figure of the in-memory back end (on Redis the state is Redis's)");
+        TEST_SKIP("a memory figure of the embedded back end (on Redis the state is Redis's)");
     fx_init(&f);
     fx_put(&f, "busy", 1);
     holder = fx_acquire(&f, "busy", 1, -1);

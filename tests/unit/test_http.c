@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "http.h"
-#include "jsonw.h"
+#include "common/jsonw.h"
+#include "http/http.h"
 #include "sema/error.h"
 #include "test.h"
 

@@ -3,20 +3,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
+#include "common/parse.h"
 #include "sema/error.h"
+#include "semad/config.h"
 #include "test.h"
 
 TEST(defaults)
 {
     semad_config_t c;
     config_default(&c);
-    ASSERT_STREQ(c.listen, "127.0.0.1:7070");
+    ASSERT_STREQ(c.http.listen, "127.0.0.1:7070");
     ASSERT_STREQ(c.data_dir, "./sema-data");
     ASSERT_EQ(c.durability, STORE_STRICT);
-    ASSERT_GT(c.max_connections, 10000);
-    ASSERT_GT(c.max_header_bytes, 0);
-    ASSERT_GT(c.max_body_bytes, 0);
+    ASSERT_GT(c.http.max_connections, 10000);
+    ASSERT_GT(c.http.max_header_bytes, 0);
+    ASSERT_GT(c.http.max_body_bytes, 0);
 }
 
 TEST(flags_and_env)
@@ -29,12 +30,12 @@ TEST(flags_and_env)
     char *argv[] = {"semad", "--listen",         "127.0.0.1:0", "--durability=none", "--max-ttl",
                     "2h",    "--header-timeout", "250ms",       "--log-requests",    NULL};
     ASSERT_OK(config_parse(&c, 9, argv, err, sizeof err));
-    ASSERT_STREQ(c.listen, "127.0.0.1:0"); /* the flag wins */
-    ASSERT_EQ(c.max_body_bytes, 123);      /* from the environment */
+    ASSERT_STREQ(c.http.listen, "127.0.0.1:0"); /* the flag wins */
+    ASSERT_EQ(c.http.max_body_bytes, 123);      /* from the environment */
     ASSERT_EQ(c.durability, STORE_NONE);
     ASSERT_EQ(c.engine.max_ttl_ms, 7200000);
-    ASSERT_EQ(c.header_timeout_ms, 250);
-    ASSERT_EQ(c.log_requests, 1);
+    ASSERT_EQ(c.http.header_timeout_ms, 250);
+    ASSERT_EQ(c.http.log_requests, 1);
     unsetenv("SEMA_LISTEN");
     unsetenv("SEMA_MAX_BODY_BYTES");
 }
@@ -65,21 +66,21 @@ TEST(durations_and_numbers)
 {
     int64_t ms;
     uint64_t u;
-    ASSERT_OK(config_parse_ms("1500ms", &ms));
+    ASSERT_OK(parse_ms("1500ms", &ms));
     ASSERT_EQ(ms, 1500);
-    ASSERT_EQ(config_parse_ms("1500", &ms), SEMA_EINVAL); /* a bare number: which unit? */
-    ASSERT_OK(config_parse_ms("0", &ms));
+    ASSERT_EQ(parse_ms("1500", &ms), SEMA_EINVAL); /* a bare number: which unit? */
+    ASSERT_OK(parse_ms("0", &ms));
     ASSERT_EQ(ms, 0);
-    ASSERT_OK(config_parse_ms("10s", &ms));
+    ASSERT_OK(parse_ms("10s", &ms));
     ASSERT_EQ(ms, 10000);
-    ASSERT_OK(config_parse_ms("5m", &ms));
+    ASSERT_OK(parse_ms("5m", &ms));
     ASSERT_EQ(ms, 300000);
-    ASSERT_EQ(config_parse_ms("5d", &ms), SEMA_EINVAL);
-    ASSERT_EQ(config_parse_ms("-1", &ms), SEMA_EINVAL);
-    ASSERT_EQ(config_parse_ms("99999999999999999999", &ms), SEMA_EINVAL);
-    ASSERT_OK(config_parse_u64("0", &u));
-    ASSERT_EQ(config_parse_u64("12x", &u), SEMA_EINVAL);
-    ASSERT_EQ(config_parse_u64("", &u), SEMA_EINVAL);
+    ASSERT_EQ(parse_ms("5d", &ms), SEMA_EINVAL);
+    ASSERT_EQ(parse_ms("-1", &ms), SEMA_EINVAL);
+    ASSERT_EQ(parse_ms("99999999999999999999", &ms), SEMA_EINVAL);
+    ASSERT_OK(parse_u64("0", &u));
+    ASSERT_EQ(parse_u64("12x", &u), SEMA_EINVAL);
+    ASSERT_EQ(parse_u64("", &u), SEMA_EINVAL);
 }
 
 TEST(tls_flags_go_together_and_the_per_address_cap)
@@ -87,8 +88,8 @@ TEST(tls_flags_go_together_and_the_per_address_cap)
     semad_config_t c;
     char err[128];
     config_default(&c);
-    ASSERT_EQ(c.max_connections_per_ip, 1024);
-    ASSERT_NULL(c.tls_cert);
+    ASSERT_EQ(c.http.max_connections_per_ip, 1024);
+    ASSERT_NULL(c.http.tls_cert);
     char *a1[] = {"semad", "--tls-cert", "c.pem", NULL};
     ASSERT_EQ(config_parse(&c, 3, a1, err, sizeof err), SEMA_EINVAL);
     ASSERT_NOT_NULL(strstr(err, "--tls-key"));
@@ -101,7 +102,7 @@ TEST(tls_flags_go_together_and_the_per_address_cap)
     char *a3[] = {"semad", "--tls-cert=c.pem", "--max-connections-per-ip", "0", NULL};
     ASSERT_OK(config_parse(&c, 4, a3, err, sizeof err));
     unsetenv("SEMA_TLS_KEY");
-    ASSERT_STREQ(c.tls_cert, "c.pem");
-    ASSERT_STREQ(c.tls_key, "k.pem");
-    ASSERT_EQ(c.max_connections_per_ip, 0);
+    ASSERT_STREQ(c.http.tls_cert, "c.pem");
+    ASSERT_STREQ(c.http.tls_key, "k.pem");
+    ASSERT_EQ(c.http.max_connections_per_ip, 0);
 }

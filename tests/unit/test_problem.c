@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* test_problem.c - the status table: every SEMA_E* code has a row, rows match the contract. */
-#include "problem.h"
+#include "http/problem.h"
 #include "sema/error.h"
 #include "test.h"
 

@@ -50,7 +50,7 @@ static engine_t *instance_new(fx_t *f)
     char err[256] = "";
     engine_t *e = NULL;
 
-    if (engine_new(&e, &f->loop, &f->cfg, err, sizeof err) != 0)
+    if (t_engine_new(&e, &f->loop, &f->cfg, err, sizeof err) != 0)
         TEST_FAIL_("engine_new: %s", err);
     return e;
 }

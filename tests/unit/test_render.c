@@ -2,8 +2,8 @@
 /* test_render.c - the one renderer: results, events and problems come out as compact JSON
  * byte for byte as jansson would write the same document, with the members in the order
  * docs/http-api.md shows. */
-#include "jsonw.h"
-#include "render.h"
+#include "common/jsonw.h"
+#include "http/render.h"
 #include "test_engine_util.h"
 
 /* `text` equals jansson's compact dump of itself parsed. */

@@ -2,7 +2,7 @@
 /* test_router.c - the route table: matching, parameters, methods, and its shape. */
 #include <string.h>
 
-#include "router.h"
+#include "http/router.h"
 #include "test.h"
 
 static int match(const char *method, const char *path, const route_t **r, char *param, size_t cap)

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "body.h"
+#include "http/body.h"
 #include "test.h"
 
 static const char *const keys[] = {"weight", "timeout_ms",    "ttl_ms",      "owner",

@@ -2,7 +2,7 @@
 /* test_suggest.c - "did you mean": the closest known word to a mistyped one. */
 #include <stddef.h>
 
-#include "suggest.h"
+#include "common/suggest.h"
 #include "test.h"
 
 static const char *closest(const char *word)

@@ -1,0 +1,319 @@
+/* SPDX-License-Identifier: MIT */
+/* emb_internal.h - the embedded back end's private structures, shared by emb*.c. */
+#ifndef SEMAD_EMB_INTERNAL_H
+#define SEMAD_EMB_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/alloc.h"
+#include "common/table.h"
+#include "engine/backend.h"
+#include "store/store.h"
+
+/* ---- the objects ---- */
+enum { EMB_SEM_LEGACY = 1, EMB_SEM_LOCK = 2, EMB_SEM_DELETED = 4 };
+
+struct emb_req;
+
+/* What a semaphore has measured for tickets' estimates (emb_ticket.c). */
+typedef struct {
+    double gap_ms, gap_var; /* per unit granted from the queue while it was not empty:
+                               moving mean and variance */
+    double hold_ms;         /* moving mean of hold times */
+    uint64_t last_mono;     /* the last grant from a queue still not empty, or 0 */
+    uint32_t ngaps, nholds; /* samples taken (saturating) */
+} emb_est_t;
+
+/* A semaphore (or a keyed lock's ephemeral semaphore). About 200 bytes plus its name. */
+typedef struct emb_sem {
+    enode_t node;            /* in eb->sems (or eb->locks), keyed by name */
+    struct emb_sem *tl, *tr; /* name-ordered treap (priority = node.hash); not for locks */
+    elist_t waiters;         /* emb_req_t.link, FIFO */
+    elist_t holders;         /* emb_lease_t.link, grant order */
+    uint64_t capacity;
+    int64_t available; /* may be < 0 after a shrink, > capacity after legacy up */
+    uint64_t held;     /* sum of lease weights */
+    uint64_t fence;    /* last fence handed out (or bumped by revoke) */
+    uint64_t waiting;  /* total weight queued */
+    int64_t created_at_ms;
+    uint32_t nwaiters;
+    uint32_t dirty_at;     /* 1 + its index in eb->dirty while its row awaits the next commit */
+    struct emb_req *qroot; /* the waiters again, as a treap by place for positions */
+    uint64_t qseq;         /* the last place handed out in the queue */
+    uint64_t qremoved;     /* waiters that left the queue (positions behind them moved) */
+    emb_est_t est;
+    uint16_t name_len;
+    uint8_t flags; /* EMB_SEM_* */
+    char name[];
+} emb_sem_t;
+
+typedef struct emb_idem emb_idem_t;
+struct emb_ticket;
+
+/* A lease: one grant. */
+typedef struct emb_lease {
+    enode_t node; /* in eb->leases, keyed by id */
+    eitem_t hi;   /* expiry */
+    elist_t link; /* in sem->holders */
+    emb_sem_t *sem;
+    uint64_t weight, fence;
+    int mode; /* a keyed lock's ENGINE_MODE_*, as requested; 0 on a semaphore */
+    int64_t ttl_ms, acquired_at_ms, expires_at_ms; /* wall clock ms */
+    uint64_t acquired_mono;                        /* for the hold-time histogram */
+    char *owner;                                   /* owned, may be NULL */
+    char *principal;           /* the token that took it (semad --auth), owned, may be NULL */
+    emb_idem_t *idem;          /* may be NULL */
+    struct emb_req *pending;   /* the undelivered reply that owns it (its er->lease), or NULL */
+    struct emb_ticket *ticket; /* the ticket it was granted to, or NULL */
+    char id[ENGINE_LEASE_ID_MAX];
+} emb_lease_t;
+
+enum { EMB_REQ_NEW, EMB_REQ_PARKED, EMB_REQ_READY, EMB_REQ_COMMIT, EMB_REQ_WATCH };
+enum { EMB_KIND_ACQUIRE = 1, EMB_KIND_WAIT_IDLE = 2, EMB_KIND_TICKET = 3 };
+
+/* The engine's side of one accepted request; also the parked waiter. */
+typedef struct emb_req {
+    elist_t link;      /* sem->waiters while parked; eb->ready / eb->commit_wait when done */
+    eitem_t hi;        /* timeout while parked */
+    engine_req_t *req; /* NULL for a ticket's place (EMB_KIND_TICKET) */
+    emb_sem_t *sem;    /* while parked */
+    struct emb_req *oleft, *oright; /* the queue's treap (emb_sem_t.qroot), by place */
+    uint64_t oseq;                  /* its place: earlier waiters have lower ones */
+    uint64_t owsum;                 /* weight of its treap subtree */
+    emb_lease_t *lease;             /* a grant not yet delivered (for cancel) */
+    emb_idem_t *idem;               /* idempotency entry naming this waiter */
+    uint64_t weight;                /* 0 for wait-idle */
+    int64_t since_ms;
+    uint64_t since_mono;
+    uint32_t osize; /* waiters in its treap subtree */
+    uint8_t state, kind, durable;
+} emb_req_t;
+
+/* An Idempotency-Key of one semaphore: names the live lease or the parked waiter. */
+struct emb_idem {
+    enode_t node; /* in eb->idems, hash of (sem, key) */
+    emb_sem_t *sem;
+    emb_lease_t *lease;
+    emb_req_t *waiter;
+    struct emb_ticket *ticket;
+    size_t key_len;
+    char key[];
+};
+
+/* A ticket: a place in a semaphore's queue that no connection holds, then its lease. */
+enum { EMB_TICKET_WAITING = ENGINE_TICKET_WAITING, EMB_TICKET_GRANTED = ENGINE_TICKET_GRANTED };
+typedef struct emb_ticket {
+    enode_t node;     /* in eb->tickets, keyed by id */
+    emb_req_t q;      /* its place in line while waiting (kind EMB_KIND_TICKET, req NULL) */
+    eitem_t hi;       /* keepalive: dropped (or its grant released) when unread past it */
+    elist_t watchers; /* long-polls and streams reading it (emb_req_t.link, EMB_REQ_WATCH) */
+    elist_t watched;  /* in eb->watched while it has watchers */
+    emb_sem_t *sem;
+    emb_lease_t *lease; /* once granted */
+    emb_idem_t *idem;   /* may be NULL */
+    char *owner;        /* owned, may be NULL */
+    char *principal;    /* the token that took it (semad --auth), owned, may be NULL */
+    int64_t ttl_ms, keepalive_ms, created_at_ms;
+    uint64_t seen_removed; /* sem->qremoved when its watchers' positions were last checked */
+    uint8_t status;        /* EMB_TICKET_* */
+    uint8_t collected;     /* a reply showed the grant: keepalive no longer applies */
+    char id[ENGINE_LEASE_ID_MAX];
+} emb_ticket_t;
+
+/* A tombstone: why a lease id (or a ticket id) ended. */
+enum {
+    EMB_TOMB_RELEASED = 1,
+    EMB_TOMB_EXPIRED,
+    EMB_TOMB_REVOKED,
+    EMB_TOMB_DELETED,
+    EMB_TOMB_TICKET_LEFT,        /* DELETE /v1/tickets/{id} */
+    EMB_TOMB_TICKET_ABANDONED,   /* waiting, unread for keepalive_ms */
+    EMB_TOMB_TICKET_UNCOLLECTED, /* granted, nobody came for the lease within keepalive_ms */
+    EMB_TOMB_TICKET_DONE,        /* its lease ended */
+    EMB_TOMB_TICKET_DELETED,     /* its semaphore was deleted */
+    EMB_TOMB_TICKET_REFUSED,     /* it can no longer fit (resize), or no memory to grant it */
+};
+typedef struct {
+    enode_t node;
+    uint64_t ended_mono;
+    int reason;
+    char id[ENGINE_LEASE_ID_MAX];
+} emb_tomb_t;
+
+/* The thread that writes and syncs group commits off the loop (emb_store.c). */
+typedef struct emb_committer emb_committer_t;
+
+typedef struct emb emb_t;
+typedef void (*emb_op_fn)(emb_t *eb, emb_req_t *er);
+
+struct emb {
+    uv_loop_t *loop;
+    engine_t *front;      /* whose counters, ids and event fan-out this back end uses */
+    engine_counters_t *m; /* the front's counters */
+    engine_config_t cfg;
+    store_t *store;
+    int strict; /* the store is strict: every reply that rests on a change waits for it */
+    etab_t sems, locks, leases, tombs, idems, tickets;
+    elist_t watched; /* tickets with watchers (emb_ticket_t.watched) */
+    eitem_t tick;    /* the next check of watched tickets' positions (EITEM_TICK) */
+    uint64_t tickets_created, tickets_granted, tickets_left, tickets_abandoned, tickets_uncollected,
+        ticket_updates;
+    uint64_t nwatchers; /* long-polls and streams parked on tickets now */
+    emb_sem_t *root;    /* treap of eb->sems by name */
+    eheap_t heap;
+    uv_timer_t timer;
+    uint64_t timer_due; /* deadline the timer is armed for, or UINT64_MAX */
+    uv_check_t check;
+    uv_idle_t idle;
+    int commit_armed;
+    elist_t ready;         /* completions to deliver now */
+    elist_t commit_wait;   /* completions waiting for the next group commit */
+    elist_t commit_fly;    /* completions whose mutations the running commit carries */
+    int committing;        /* a commit runs (on the committer thread, or inline) */
+    uint64_t nwait;        /* completions put on commit_wait since the last commit started */
+    uint64_t nfly;         /* ... that the running (or last) commit carried */
+    uint64_t gather_want;  /* gathering: start the next commit once nwait reaches this */
+    uint64_t gather_until; /* ... or at this uv_hrtime() (0: not gathering) */
+    uint64_t last_run_ns;  /* how long the last commit took (on the loop or the committer) */
+    int commit_inline;     /* the running (or last) commit runs on the loop */
+    uv_timer_t ck_timer;   /* a checkpoint once commits pause (emb_store.c) */
+    uint64_t checkpoints, checkpoint_failures; /* the store's, read while no commit runs */
+    ehist_t commit_s;                          /* how long each commit took to write and sync */
+    emb_committer_t *committer;                /* NULL: commits run on the loop thread */
+    emb_sem_t **dirty;     /* semaphores whose rows the next commit writes (NULL: gone) */
+    uint64_t fence_stored; /* the fence floor the store has (or the next commit writes) */
+    size_t ndirty, dirty_cap;
+    int draining;
+    int shutting_down;
+    int clearing; /* emb__state_clear runs: the treap is dropped whole */
+    int handles_open;
+    uint64_t fence_seq;
+    uint64_t nparked;
+    uint64_t commits, commit_failures;
+    emb_tomb_t **tring; /* tombstones, oldest first (ring) */
+    size_t tring_cap, tring_head, tring_len;
+    char errbuf[256];
+};
+
+/* emb.c */
+uint64_t emb__now(emb_t *eb); /* monotonic ms */
+int64_t emb__wall_ms(void);   /* Unix epoch ms */
+emb_sem_t *emb__sem_find(emb_t *eb, const char *name, size_t len);
+emb_sem_t *emb__lock_find(emb_t *eb, const char *key, size_t len);
+emb_sem_t *emb__sem_new(emb_t *eb, const char *name, size_t len, uint64_t capacity, int flags);
+void emb__sem_free(emb_t *eb, emb_sem_t *s);
+void emb__admit(emb_t *eb, emb_sem_t *s);
+/* Complete `er` with `status` (its result, if any, is in er->req->res already). */
+void emb__finish(emb_t *eb, emb_req_t *er, int status, const char *msg);
+/* Complete `er` successfully with lease `l` as its result. */
+void emb__finish_lease(emb_t *eb, emb_req_t *er, const emb_lease_t *l);
+/* Complete `er` successfully with a view of `s` of result kind `kind` (SEM, LOCK, LEGACY,
+ * IDLE). */
+void emb__finish_view(emb_t *eb, emb_req_t *er, const emb_sem_t *s, engine_res_kind_t kind);
+void emb__drain(emb_t *eb);
+void emb__mark_dirty(emb_t *eb);
+int emb__park(emb_t *eb, emb_req_t *er, emb_sem_t *s, int64_t timeout_ms);
+void emb__unpark(emb_t *eb, emb_req_t *er);
+void emb__maybe_free_lock(emb_t *eb, emb_sem_t *s);
+void emb__timer_rearm(emb_t *eb);
+/* The semaphore's row changed: it is written once, as it is then, when the next commit
+ * starts (so many grants on one semaphore in a commit write its row once). */
+void emb__store_sem(emb_t *eb, emb_sem_t *s);
+/* er's reply carries lease l: er owns it until delivered (a cancel releases it); a later
+ * owner (an idempotent retry) takes it over. emb__lease_disown when the link must go. */
+void emb__lease_own(emb_req_t *er, emb_lease_t *l);
+void emb__lease_disown(emb_req_t *er);
+/* Record the rows of every changed semaphore (when a commit starts), or of one now. */
+void emb__store_sems_flush(emb_t *eb);
+void emb__store_sem_now(emb_t *eb, emb_sem_t *s);
+uint64_t emb__idem_hash(const emb_sem_t *s, const char *key, size_t len);
+emb_idem_t *emb__idem_find(emb_t *eb, const emb_sem_t *s, const char *key, size_t len);
+/* The record of req's Idempotency-Key on `s` in *out (NULL: no key, or a new one). Returns
+ * SEMA_EACCES when it names a request of another token (emb_ops.c). */
+int emb__idem_of(emb_t *eb, const engine_req_t *req, const emb_sem_t *s, emb_idem_t **out);
+emb_idem_t *emb__idem_new(emb_t *eb, emb_sem_t *s, const char *key, size_t len);
+void emb__idem_free(emb_t *eb, emb_idem_t *d);
+void emb__treap_insert(emb_t *eb, emb_sem_t *s);
+void emb__treap_remove(emb_t *eb, emb_sem_t *s);
+emb_sem_t *emb__treap_after(emb_t *eb, const char *key, size_t len, int inclusive);
+
+/* The lock mode a request asks for: ENGINE_MODE_* for a keyed lock, 0 for a semaphore. The
+ * mode is kept apart from the weight: with --lock-readers 1 both modes weigh 1. */
+static inline int emb__req_mode(const engine_req_t *req)
+{
+    return req->op == ENGINE_LOCK_ACQUIRE ? req->mode : 0;
+}
+
+/* emb_lease.c */
+emb_lease_t *emb__lease_find(emb_t *eb, const char *id, size_t len);
+emb_tomb_t *emb__tomb_find(emb_t *eb, const char *id, size_t len);
+int emb__tomb_status(int reason);
+emb_lease_t *emb__grant(emb_t *eb, emb_sem_t *s, const engine_req_t *req, uint64_t weight,
+                        uint64_t since_mono);
+/* 1 if `req` may renew or release lease `l`: without --auth, by the token that took it, or
+ * by a token with the admin right. */
+int emb__lease_allowed(const engine_req_t *req, const emb_lease_t *l);
+/* With --auth, a parked request and a ticket are their token's too: only it (or an admin)
+ * may take them over, read, watch or delete them. 1 when `req` may. */
+int emb__waiter_allowed(const engine_req_t *req, const engine_req_t *parked);
+int emb__ticket_allowed(const engine_req_t *req, const emb_ticket_t *t);
+void emb__lease_end(emb_t *eb, emb_lease_t *l, int reason);
+void emb__lease_free(emb_t *eb, emb_lease_t *l);
+void emb__lease_expire_due(emb_t *eb, emb_lease_t *l);
+void emb__store_lease(emb_t *eb, const emb_lease_t *l, int created);
+void emb__tombs_clear(emb_t *eb);
+int emb__lease_load(emb_t *eb, emb_sem_t *s, const store_lease_t *rec);
+
+/* emb_view.c: a result's typed views of the state (strings copied into the result) */
+void emb__view_lease(engine_lease_t *v, const emb_lease_t *l);
+int emb__view_sem(engine_result_t *r, engine_sem_view_t *v, const emb_sem_t *s, int lists);
+/* An event of a lease (granted, released, expired, revoked) or of a semaphore. */
+void emb__event_lease(emb_t *eb, const emb_sem_t *s, const char *type, const emb_lease_t *l);
+void emb__event_sem(emb_t *eb, const emb_sem_t *s, const char *type, uint64_t capacity);
+
+/* emb_metrics.c */
+int emb__metrics(void *be, struct strbuf *out);
+
+/* emb_store.c */
+int emb__store_load(emb_t *eb, char *errbuf, size_t errlen);
+void emb__commit_cb(uv_check_t *h);
+/* Start the committer thread: 0, or a SEMA_E* code (commits then run on the loop thread);
+ * either way when eb->committer is set its uv handle is open. */
+int emb__committer_start(emb_t *eb);
+void emb__committer_free(emb_t *eb);
+int emb__committer_handles(const emb_t *eb);
+/* the libuv handles it closes at the end */ /* after its handle closed */
+/* Wait for the running commit, commit what is recorded, deliver, and stop the thread; its
+ * uv handle is closed with `on_closed`. */
+void emb__commit_flush(emb_t *eb, uv_close_cb on_closed);
+void emb__state_clear(emb_t *eb, elist_t *keep_waiters);
+
+/* emb_treap.c: the queue's order statistics */
+void emb__oq_insert(emb_sem_t *s, emb_req_t *er); /* er->oseq set: its place */
+void emb__oq_remove(emb_sem_t *s, emb_req_t *er);
+/* Waiters ahead of er and their total weight: O(log n). */
+void emb__oq_rank(const emb_sem_t *s, const emb_req_t *er, uint64_t *ahead, uint64_t *ahead_weight);
+
+/* emb_ticket.c */
+void emb__op_ticket_create(emb_t *eb, emb_req_t *er);
+void emb__op_ticket_get(emb_t *eb, emb_req_t *er);
+void emb__op_ticket_delete(emb_t *eb, emb_req_t *er);
+void emb__ticket_grant(emb_t *eb, emb_ticket_t *t);                  /* its turn: the head fits */
+void emb__ticket_refuse(emb_t *eb, emb_ticket_t *t, int reason);     /* a waiting ticket must go */
+void emb__ticket_lease_gone(emb_t *eb, emb_ticket_t *t, int reason); /* its lease ended */
+void emb__ticket_due(emb_t *eb, emb_ticket_t *t);                    /* keepalive passed */
+void emb__ticket_tick(emb_t *eb); /* position updates to watchers */
+void emb__ticket_watch_timeout(emb_t *eb, emb_req_t *er);
+void emb__ticket_watch_cancel(emb_t *eb, emb_req_t *er);
+void emb__tickets_clear(emb_t *eb, int status, const char *msg); /* free all, fail watchers */
+void emb__tickets_fail_watchers(emb_t *eb, int status, const char *msg);
+void emb__est_queue_grant(emb_t *eb, emb_sem_t *s, uint64_t weight, int queue_left);
+void emb__est_hold(emb_sem_t *s, uint64_t held_ms);
+int emb__ticket_load(emb_t *eb, const store_ticket_t *rec);
+void emb__tomb_add(emb_t *eb, const char *id, int reason);
+
+/* emb_ops.c */
+extern const emb_op_fn emb__ops[ENGINE_OP_COUNT];
+
+#endif /* SEMAD_EMB_INTERNAL_H */

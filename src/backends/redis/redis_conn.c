@@ -1,0 +1,724 @@
+/* SPDX-License-Identifier: MIT */
+/* redis_conn.c - the Redis back end's connections: the address (redis:// or
+ * redis+sentinel://), hiredis on the libuv loop, the start of a connection (AUTH, SELECT, the
+ * library, the epoch), reconnects with backoff, the subscriber connection, Sentinel. */
+#include "backends/redis/redis_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+
+/* ---- the address ---- */
+
+static int parse_hostport(const char *s, size_t n, char *host, size_t hostcap, int *port)
+{
+    const char *colon = NULL;
+    char num[8];
+    char *end;
+    long p;
+
+    for (size_t i = n; i > 0; i--)
+        if (s[i - 1] == ':') {
+            colon = s + i - 1;
+            break;
+        }
+    if (colon == NULL || colon == s || (size_t)(s + n - colon - 1) >= sizeof num ||
+        s + n - colon - 1 == 0)
+        return -1;
+    memcpy(num, colon + 1, (size_t)(s + n - colon - 1));
+    num[s + n - colon - 1] = '\0';
+    p = strtol(num, &end, 10);
+    if (*end != '\0' || p < 1 || p > 65535)
+        return -1;
+    if (s[0] == '[' && colon[-1] == ']') { /* [IPv6]:port */
+        s++;
+        n -= 2;
+    }
+    if ((size_t)(colon - s) >= hostcap)
+        return -1;
+    memcpy(host, s, (size_t)(colon - s));
+    host[colon - s] = '\0';
+    *port = (int)p;
+    return 0;
+}
+
+/* ?replicas=N&timeout=MS */
+static int parse_query(rs_t *r, const char *q)
+{
+    while (q != NULL && *q != '\0') {
+        const char *amp = strchr(q, '&');
+        size_t n = amp ? (size_t)(amp - q) : strlen(q);
+        char *end;
+        if (n > 9 && strncmp(q, "replicas=", 9) == 0) {
+            long v = strtol(q + 9, &end, 10);
+            if (end != q + n || v < 0 || v > 100)
+                return -1;
+            r->replicas = (int)v;
+        } else if (n > 8 && strncmp(q, "timeout=", 8) == 0) {
+            long v = strtol(q + 8, &end, 10);
+            if (end != q + n || v < 100 || v > 10000)
+                return -1;
+            r->cmd_timeout_ms = (uint64_t)v;
+        } else {
+            return -1;
+        }
+        q = amp ? amp + 1 : NULL;
+    }
+    return 0;
+}
+
+/* user:password@ (either part may be empty; a password alone is "password@" or ":password@") */
+static int parse_userinfo(rs_t *r, const char **p)
+{
+    const char *at = strchr(*p, '@');
+    const char *slash = strchr(*p, '/');
+    const char *colon;
+
+    if (at == NULL || (slash != NULL && slash < at))
+        return 0;
+    colon = memchr(*p, ':', (size_t)(at - *p));
+    if (colon == NULL)
+        colon = *p - 1; /* "password@" */
+    if ((size_t)(colon - *p) >= sizeof r->user && colon >= *p)
+        return -1;
+    if ((size_t)(at - colon - 1) >= sizeof r->pass)
+        return -1;
+    if (colon >= *p) {
+        memcpy(r->user, *p, (size_t)(colon - *p));
+        r->user[colon - *p] = '\0';
+    }
+    memcpy(r->pass, colon + 1, (size_t)(at - colon - 1));
+    r->pass[at - colon - 1] = '\0';
+    *p = at + 1;
+    return 0;
+}
+
+static int parse_sentinels(rs_t *r, const char *p, size_t n)
+{
+    while (n > 0) {
+        const char *comma = memchr(p, ',', n);
+        size_t k = comma ? (size_t)(comma - p) : n;
+        char host[256];
+        int port;
+        if (r->nsentinels == 8 || parse_hostport(p, k, host, sizeof host, &port) != 0)
+            return -1;
+        snprintf(r->sentinels[r->nsentinels++], sizeof r->sentinels[0], "%s:%d", host, port);
+        p += k;
+        n -= k;
+        if (comma) {
+            p++;
+            n--;
+        }
+    }
+    return r->nsentinels > 0 ? 0 : -1;
+}
+
+int rs__parse_url(rs_t *r, const char *url, char *errbuf, size_t errlen)
+{
+    const char *p, *q, *slash;
+    int sentinel = strncmp(url, "redis+sentinel://", 17) == 0;
+    char path[160] = "";
+    size_t hostlen;
+
+    if (!sentinel && strncmp(url, "redis://", 8) != 0)
+        goto bad;
+    p = url + (sentinel ? 17 : 8);
+    if (parse_userinfo(r, &p) != 0)
+        goto bad;
+    q = strchr(p, '?');
+    slash = strchr(p, '/');
+    if (slash != NULL && q != NULL && slash > q)
+        slash = NULL;
+    hostlen = slash ? (size_t)(slash - p) : q ? (size_t)(q - p) : strlen(p);
+    if (slash != NULL) {
+        size_t n = q ? (size_t)(q - slash - 1) : strlen(slash + 1);
+        if (n >= sizeof path)
+            goto bad;
+        memcpy(path, slash + 1, n);
+        path[n] = '\0';
+    }
+    if (q != NULL && parse_query(r, q + 1) != 0)
+        goto bad;
+    if (sentinel) {
+        if (parse_sentinels(r, p, hostlen) != 0 || path[0] == '\0' ||
+            strlen(path) >= sizeof r->master)
+            goto bad;
+        memcpy(r->master, path, strlen(path) + 1); /* fits: checked above */
+        return 0;
+    }
+    if (parse_hostport(p, hostlen, r->host, sizeof r->host, &r->port) != 0)
+        goto bad;
+    if (path[0] != '\0') {
+        char *end;
+        long db = strtol(path, &end, 10);
+        if (*end != '\0' || db < 0 || db > 1000000)
+            goto bad;
+        r->db = (int)db;
+    }
+    return 0;
+bad:
+    snprintf(errbuf, errlen,
+             "bad Redis address \"%s\" (redis://[user:password@]HOST:PORT[/DB] or "
+             "redis+sentinel://HOST:PORT[,HOST:PORT...]/MASTER_NAME, with optional "
+             "?replicas=N&timeout=MS, MS from 100 to 10000)",
+             url);
+    return SEMA_EINVAL;
+}
+
+/* ---- hiredis on libuv ----
+ * Like hiredis's adapters/libuv.h, with one difference that matters here: when libuv reports
+ * a polling error (a refused connection reports POLLERR), hiredis is told to read and write
+ * so it finds the error itself, instead of the connection hanging unnoticed. */
+
+typedef struct {
+    redisAsyncContext *ac;
+    uv_poll_t poll;
+    int events;
+} rsev_t;
+
+static void ev_poll_cb(uv_poll_t *h, int status, int events)
+{
+    rsev_t *p = h->data;
+
+    if (status < 0)
+        events = UV_READABLE | UV_WRITABLE;
+    if (p->ac != NULL && (events & UV_READABLE))
+        redisAsyncHandleRead(p->ac);
+    if (p->ac != NULL && (events & UV_WRITABLE))
+        redisAsyncHandleWrite(p->ac);
+}
+
+static void ev_update(rsev_t *p, int add, int mask)
+{
+    p->events = add ? p->events | mask : p->events & ~mask;
+    if (p->events)
+        uv_poll_start(&p->poll, p->events, ev_poll_cb);
+    else
+        uv_poll_stop(&p->poll);
+}
+
+static void ev_add_read(void *d)
+{
+    ev_update(d, 1, UV_READABLE);
+}
+static void ev_del_read(void *d)
+{
+    ev_update(d, 0, UV_READABLE);
+}
+static void ev_add_write(void *d)
+{
+    ev_update(d, 1, UV_WRITABLE);
+}
+static void ev_del_write(void *d)
+{
+    ev_update(d, 0, UV_WRITABLE);
+}
+
+static void ev_closed(uv_handle_t *h)
+{
+    free(h->data);
+}
+
+static void ev_cleanup(void *d)
+{
+    rsev_t *p = d;
+
+    p->ac = NULL;
+    uv_close((uv_handle_t *)&p->poll, ev_closed);
+}
+
+static int ev_attach(redisAsyncContext *ac, uv_loop_t *loop)
+{
+    rsev_t *p = calloc(1, sizeof(*p));
+
+    if (p == NULL)
+        return -1;
+    if (uv_poll_init(loop, &p->poll, ac->c.fd) != 0) {
+        free(p);
+        return -1;
+    }
+    p->ac = ac;
+    p->poll.data = p;
+    ac->ev.addRead = ev_add_read;
+    ac->ev.delRead = ev_del_read;
+    ac->ev.addWrite = ev_add_write;
+    ac->ev.delWrite = ev_del_write;
+    ac->ev.cleanup = ev_cleanup;
+    ac->ev.data = p;
+    return 0;
+}
+
+/* ---- connection lifecycle ---- */
+
+static void schedule_reconnect(rs_t *r);
+
+/* The connection is gone (refused, dropped, timed out): commands in flight were handed to
+ * rs__cmd_lost by hiredis; reconnect after a backoff. */
+static void conn_gone(rconn_t *c, const char *why)
+{
+    rs_t *r = c->r;
+
+    if (c->state == RS_DOWN)
+        return;
+    c->state = RS_DOWN;
+    c->ac = NULL;
+    if (r->closing)
+        return;
+    if (c == &r->cmd) {
+        if (r->down_since == 0 || (!r->conn_once && r->reconnects == 1))
+            log_warn("redis: %s %s:%d (%s); trying again", r->conn_once ? "lost" : "cannot reach",
+                     r->host, r->port, why ? why : "closed");
+        if (r->down_since == 0)
+            r->down_since = rs__now(r);
+        r->resyncing = 0;
+        rs__wait_lost(r);
+    }
+    schedule_reconnect(r);
+}
+
+static void on_connect(const redisAsyncContext *ac, int status)
+{
+    rconn_t *c = ac->data;
+
+    if (status != REDIS_OK)
+        conn_gone(c, ac->errstr);
+}
+
+static void on_disconnect(const redisAsyncContext *ac, int status)
+{
+    rconn_t *c = ac->data;
+
+    conn_gone(c, status == REDIS_OK ? NULL : ac->errstr);
+}
+
+static redisAsyncContext *open_ctx(rs_t *r, rconn_t *c, const char *host, int port)
+{
+    redisAsyncContext *ac = redisAsyncConnect(host, port);
+
+    if (ac == NULL)
+        return NULL;
+    if (ac->err || ev_attach(ac, r->loop) != 0) {
+        log_warn("redis: cannot connect to %s:%d: %s", host, port, ac->err ? ac->errstr : "");
+        redisAsyncFree(ac);
+        return NULL;
+    }
+    ac->data = c;
+    redisAsyncSetConnectCallback(ac, on_connect);
+    redisAsyncSetDisconnectCallback(ac, on_disconnect);
+    c->ac = ac;
+    c->state = RS_CONNECTING;
+    return ac;
+}
+
+void rs__conn_drop(rs_t *r, const char *why)
+{
+    redisAsyncContext *ac = r->cmd.ac;
+
+    if (ac == NULL)
+        return;
+    log_warn("redis: dropping the connection: %s", why);
+    redisAsyncFree(ac); /* in-flight commands come back lost, to be retried */
+    conn_gone(&r->cmd, why);
+    if (r->sub.ac != NULL) {
+        redisAsyncFree(r->sub.ac);
+        conn_gone(&r->sub, why);
+    }
+}
+
+static int is_error(const redisReply *rep)
+{
+    return rep == NULL || rep->type == REDIS_REPLY_ERROR;
+}
+
+/* AUTH, SELECT, ROLE: a failure drops the connection (and says why). */
+static void setup_cb(redisAsyncContext *ac, void *reply, void *priv)
+{
+    rconn_t *c = ac->data;
+    redisReply *rep = reply;
+    const char *what = priv;
+
+    if (rep == NULL)
+        return;
+    if (rep->type == REDIS_REPLY_ERROR) {
+        log_warn("redis: %s failed: %s", what, rep->str);
+        redisAsyncFree(ac);
+        conn_gone(c, what);
+        return;
+    }
+    if (strcmp(what, "ROLE") == 0 && (rep->type != REDIS_REPLY_ARRAY || rep->elements < 1 ||
+                                      rep->element[0]->type != REDIS_REPLY_STRING ||
+                                      strcmp(rep->element[0]->str, "master") != 0)) {
+        log_warn("redis: %s:%d is not a primary; asking Sentinel again", c->r->host, c->r->port);
+        redisAsyncFree(ac);
+        conn_gone(c, "not a primary");
+    }
+}
+
+static void send_setup(rs_t *r, redisAsyncContext *ac)
+{
+    if (r->pass[0] != '\0') {
+        if (r->user[0] != '\0')
+            redisAsyncCommand(ac, setup_cb, (void *)"AUTH", "AUTH %s %s", r->user, r->pass);
+        else
+            redisAsyncCommand(ac, setup_cb, (void *)"AUTH", "AUTH %s", r->pass);
+    }
+    if (r->db != 0)
+        redisAsyncCommand(ac, setup_cb, (void *)"SELECT", "SELECT %d", r->db);
+}
+
+/* strict durability on Redis rests on Redis's own fsync: say so when it is not "always". */
+static void fsync_cb(redisAsyncContext *ac, void *reply, void *priv)
+{
+    redisReply *rep = reply;
+
+    (void)ac;
+    (void)priv;
+    if (rep == NULL || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+        rep->element[1]->type != REDIS_REPLY_STRING)
+        return; /* CONFIG may be renamed away: nothing to say */
+    if (strcmp(rep->element[0]->str, "appendonly") == 0 && strcmp(rep->element[1]->str, "yes"))
+        log_warn("redis: --durability strict, but Redis does not write an append-only file "
+                 "(appendonly no): a Redis restart loses what was acknowledged");
+    if (strcmp(rep->element[0]->str, "appendfsync") == 0 &&
+        strcmp(rep->element[1]->str, "always") != 0)
+        log_warn("redis: --durability strict, but Redis syncs its append-only file \"%s\", "
+                 "not \"always\" (see docs/durability.md)",
+                 rep->element[1]->str);
+}
+
+static void hello_cb(redisAsyncContext *ac, void *reply, void *priv);
+
+static void send_hello(rs_t *r)
+{
+    char maxttl[24], alive[24], horizon[24];
+    const char *argv[] = {"FCALL", "sema", "1", "sema:epoch", "hello",  "",     r->inst, "",
+                          alive,   "",     "0", r->inst,      r->epoch, maxttl, horizon};
+    size_t lens[15];
+
+    snprintf(maxttl, sizeof maxttl, "%lld", (long long)r->cfg.max_ttl_ms);
+    snprintf(alive, sizeof alive, "%d", RS_ALIVE_MS);
+    snprintf(horizon, sizeof horizon, "%lld", (long long)r->horizon_ms);
+    /* a new epoch is named by the instance that writes it (its id) */
+    for (int i = 0; i < 15; i++)
+        lens[i] = strlen(argv[i]);
+    redisAsyncCommandArgv(r->cmd.ac, hello_cb, NULL, 15, argv, lens);
+}
+
+static void load_cb(redisAsyncContext *ac, void *reply, void *priv)
+{
+    rconn_t *c = ac->data;
+    rs_t *r = c->r;
+    redisReply *rep = reply;
+
+    (void)priv;
+    if (rep == NULL)
+        return;
+    if (rep->type != REDIS_REPLY_STRING) {
+        log_warn("redis: FUNCTION LOAD failed (semad needs Redis 7 or later): %s",
+                 is_error(rep) ? rep->str : "bad reply");
+        redisAsyncFree(ac);
+        conn_gone(c, "FUNCTION LOAD failed");
+        return;
+    }
+    send_hello(r);
+}
+
+static void hello_cb(redisAsyncContext *ac, void *reply, void *priv)
+{
+    rconn_t *c = ac->data;
+    rs_t *r = c->r;
+    redisReply *rep = reply;
+
+    (void)priv;
+    if (rep == NULL)
+        return;
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 3 ||
+        rep->element[0]->type != REDIS_REPLY_STRING || rep->element[0]->len >= sizeof r->epoch) {
+        log_warn("redis: the epoch check failed: %s", is_error(rep) ? rep->str : "bad reply");
+        redisAsyncFree(ac);
+        conn_gone(c, "epoch check failed");
+        return;
+    }
+    int lost = r->epoch[0] != '\0' && strcmp(r->epoch, rep->element[0]->str) != 0;
+
+    if (lost) {
+        r->epoch_changes++;
+        log_warn("redis: Redis lost its data (epoch %s, now %s): no grants until every lease "
+                 "it held has run out",
+                 r->epoch, rep->element[0]->str);
+    }
+    memcpy(r->epoch, rep->element[0]->str, rep->element[0]->len);
+    r->epoch[rep->element[0]->len] = '\0';
+    r->safe_at_ms = strtoll(rep->element[1]->str, NULL, 10);
+    rs__on_ready(r);
+    if (lost) { /* the event logs went with the data: streams get "reset" */
+        rs__ev_catch_up_all(r);
+        rs__drain(r);
+    }
+}
+
+/* Load the library and check the epoch again (after "Function not found", or an epoch
+ * that changed). */
+void rs__resync(rs_t *r)
+{
+    const char *argv[] = {"FUNCTION", "LOAD", "REPLACE", rs__lua};
+    size_t lens[] = {8, 4, 7, strlen(rs__lua)};
+
+    if (r->resyncing || r->cmd.state != RS_READY)
+        return;
+    r->resyncing = 1;
+    redisAsyncCommandArgv(r->cmd.ac, load_cb, NULL, 4, argv, lens);
+}
+
+static void connect_primary(rs_t *r)
+{
+    redisAsyncContext *ac = open_ctx(r, &r->cmd, r->host, r->port);
+    const char *argv[] = {"FUNCTION", "LOAD", "REPLACE", rs__lua};
+    size_t lens[] = {8, 4, 7, strlen(rs__lua)};
+
+    if (ac == NULL) {
+        r->cmd.state = RS_DOWN;
+        schedule_reconnect(r);
+        return;
+    }
+    send_setup(r, ac);
+    if (r->strict && !r->conn_once) {
+        redisAsyncCommand(ac, fsync_cb, NULL, "CONFIG GET appendonly");
+        redisAsyncCommand(ac, fsync_cb, NULL, "CONFIG GET appendfsync");
+    }
+    if (r->master[0] != '\0')
+        redisAsyncCommand(ac, setup_cb, (void *)"ROLE", "ROLE");
+    redisAsyncCommandArgv(ac, load_cb, NULL, 4, argv, lens);
+}
+
+/* ---- Sentinel: ask for the primary's address, then listen for +switch-master ---- */
+
+static void sentinel_next(rs_t *r);
+
+static void sentinel_msg_cb(redisAsyncContext *ac, void *reply, void *priv)
+{
+    rconn_t *c = ac->data;
+    rs_t *r = c->r;
+    redisReply *rep = reply;
+
+    (void)priv;
+    if (rep == NULL || rep->type != REDIS_REPLY_ARRAY || rep->elements < 3 ||
+        rep->element[0]->type != REDIS_REPLY_STRING || strcmp(rep->element[0]->str, "message") != 0)
+        return;
+    /* "<master> <old ip> <old port> <new ip> <new port>" */
+    if (rep->element[2]->type == REDIS_REPLY_STRING &&
+        strncmp(rep->element[2]->str, r->master, strlen(r->master)) == 0 &&
+        rep->element[2]->str[strlen(r->master)] == ' ') {
+        log_warn("redis: Sentinel switched the primary of %s: %s", r->master, rep->element[2]->str);
+        rs__conn_drop(r, "the primary changed");
+    }
+}
+
+static void sentinel_addr_cb(redisAsyncContext *ac, void *reply, void *priv)
+{
+    rconn_t *c = ac->data;
+    rs_t *r = c->r;
+    redisReply *rep = reply;
+    long port;
+
+    (void)priv;
+    if (rep == NULL)
+        return;
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+        rep->element[0]->type != REDIS_REPLY_STRING || rep->element[0]->len >= sizeof r->host ||
+        rep->element[1]->type != REDIS_REPLY_STRING ||
+        (port = strtol(rep->element[1]->str, NULL, 10)) <= 0 || port > 65535) {
+        log_warn("redis: Sentinel %s does not know a primary named %s",
+                 r->sentinels[r->sentinel_at], r->master);
+        redisAsyncFree(ac);
+        c->state = RS_DOWN;
+        c->ac = NULL;
+        r->sentinel_at = (r->sentinel_at + 1) % r->nsentinels;
+        schedule_reconnect(r);
+        return;
+    }
+    memcpy(r->host, rep->element[0]->str, rep->element[0]->len);
+    r->host[rep->element[0]->len] = '\0';
+    r->port = (int)port;
+    c->state = RS_READY;
+    redisAsyncCommand(ac, sentinel_msg_cb, NULL, "SUBSCRIBE +switch-master");
+    connect_primary(r);
+}
+
+static void sentinel_next(rs_t *r)
+{
+    char host[256];
+    int port;
+    const char *hp = r->sentinels[r->sentinel_at];
+
+    if (r->sent.ac != NULL) {
+        redisAsyncFree(r->sent.ac);
+        r->sent.ac = NULL;
+        r->sent.state = RS_DOWN;
+    }
+    if (parse_hostport(hp, strlen(hp), host, sizeof host, &port) != 0 ||
+        open_ctx(r, &r->sent, host, port) == NULL) {
+        r->sentinel_at = (r->sentinel_at + 1) % r->nsentinels;
+        schedule_reconnect(r);
+        return;
+    }
+    redisAsyncCommand(r->sent.ac, sentinel_addr_cb, NULL, "SENTINEL get-master-addr-by-name %s",
+                      r->master);
+}
+
+/* ---- reconnects ---- */
+
+static void reconnect_cb(uv_timer_t *t)
+{
+    rs_t *r = t->data;
+
+    if (r->closing)
+        return;
+    if (r->cmd.state == RS_DOWN)
+        rs__connect(r);
+    else if (r->sub.state == RS_DOWN && r->cmd.state == RS_READY)
+        rs__sub_connect(r);
+}
+
+static void schedule_reconnect(rs_t *r)
+{
+    uint64_t jitter;
+
+    if (r->closing)
+        return;
+    r->backoff_ms = r->backoff_ms == 0 ? 50 : r->backoff_ms * 2;
+    if (r->backoff_ms > RS_BACKOFF_MAX_MS)
+        r->backoff_ms = RS_BACKOFF_MAX_MS;
+    engine__random(r->front, &jitter, sizeof jitter);
+    uv_timer_start(&r->reconnect_timer, reconnect_cb, r->backoff_ms / 2 + jitter % r->backoff_ms,
+                   0);
+}
+
+void rs__connect(rs_t *r)
+{
+    if (r->cmd.state != RS_DOWN)
+        return;
+    r->reconnects++;
+    if (r->master[0] != '\0') {
+        sentinel_next(r);
+    } else {
+        connect_primary(r);
+    }
+}
+
+void rs__on_ready(rs_t *r)
+{
+    int first = r->cmd.state != RS_READY;
+
+    r->cmd.state = RS_READY;
+    r->resyncing = 0;
+    r->backoff_ms = 0;
+    if (r->down_since != 0 && r->conn_once)
+        log_info("redis: connected to %s:%d again", r->host, r->port);
+    r->conn_once = 1;
+    r->down_since = 0;
+    /* commands that were in flight when the connection went go first, in their order */
+    elist_splice(&r->retry, &r->pending);
+    elist_splice(&r->pending, &r->retry);
+    r->npending = 0;
+    while (!elist_empty(&r->pending)) {
+        rcmd_t *c = ECONTAINER(r->pending.next, rcmd_t, link);
+        elist_remove(&c->link);
+        rs__send(r, c);
+    }
+    if (first && r->sub.state == RS_DOWN)
+        rs__sub_connect(r);
+    rs__drain(r); /* requests answered on the way (rs__send) */
+}
+
+/* ---- the subscriber connection ---- */
+
+static void sub_cb(redisAsyncContext *ac, void *reply, void *priv)
+{
+    rconn_t *c = ac->data;
+    rs_t *r = c->r;
+    redisReply *rep = reply;
+
+    (void)priv;
+    if (rep == NULL || rep->type != REDIS_REPLY_ARRAY || rep->elements < 3 ||
+        rep->element[0]->type != REDIS_REPLY_STRING)
+        return;
+    if (strcmp(rep->element[0]->str, "message") == 0) {
+        rs__on_message(r, rep);
+    } else if (strcmp(rep->element[0]->str, "subscribe") == 0) {
+        const redisReply *ch = rep->element[1];
+        if (c->state != RS_READY) {
+            /* (re)subscribed: what a lost message would have said is collected now */
+            c->state = RS_READY;
+            rs__collect_all(r);
+        }
+        /* a semaphore's events: those published before this took effect are in its log */
+        if (ch->type == REDIS_REPLY_STRING && ch->len > 8 && strncmp(ch->str, "sema:ev:", 8) == 0)
+            rs__ev_catch_up(r, ch->str + 8, ch->len - 8);
+        rs__drain(r);
+    }
+}
+
+static void sub_send(rs_t *r, const char *verb, const char *chan, size_t len)
+{
+    const char *argv[] = {verb, chan};
+    size_t lens[] = {strlen(verb), len};
+
+    redisAsyncCommandArgv(r->sub.ac, sub_cb, NULL, 2, argv, lens);
+}
+
+static void sub_watch_each(void *arg, enode_t *n)
+{
+    rs_t *r = arg;
+    rsem_t *s = ECONTAINER(n, rsem_t, node);
+
+    s->subscribed = 0;
+    if (s->watched)
+        rs__sub_watch(r, s, 1);
+}
+
+void rs__sub_connect(rs_t *r)
+{
+    char chan[64];
+    int n;
+
+    if (open_ctx(r, &r->sub, r->host, r->port) == NULL) {
+        r->sub.state = RS_DOWN;
+        schedule_reconnect(r);
+        return;
+    }
+    send_setup(r, r->sub.ac);
+    n = snprintf(chan, sizeof chan, "sema:wake:%s", r->inst);
+    sub_send(r, "SUBSCRIBE", chan, (size_t)n);
+    sub_send(r, "SUBSCRIBE", "sema:tkt", 8); /* tickets whose status changed */
+    etab_each(&r->sems, sub_watch_each, r);
+}
+
+/* Subscribe to (or leave) the event channel of a semaphore. */
+void rs__sub_watch(rs_t *r, rsem_t *s, int on)
+{
+    char chan[16 + 65600];
+
+    if (r->sub.ac == NULL || s->stem_len > 65536 || (on != 0) == (s->subscribed != 0))
+        return;
+    memcpy(chan, "sema:ev:", 8);
+    memcpy(chan + 8, s->stem, s->stem_len);
+    sub_send(r, on ? "SUBSCRIBE" : "UNSUBSCRIBE", chan, 8 + s->stem_len);
+    s->subscribed = (uint8_t)on;
+}
+
+void rs__conns_close(rs_t *r)
+{
+    rconn_t *cs[] = {&r->cmd, &r->sub, &r->sent};
+
+    r->closing = 1;
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        redisAsyncContext *ac = cs[i]->ac;
+        cs[i]->ac = NULL;
+        cs[i]->state = RS_DOWN;
+        if (ac != NULL)
+            redisAsyncFree(ac);
+    }
+}

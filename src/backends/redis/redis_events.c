@@ -1,0 +1,450 @@
+/* SPDX-License-Identifier: MIT */
+/* redis_events.c - event ids that mean the same on every instance of one Redis.
+ *
+ * While any instance follows a semaphore's events, its marker (:s) holds `log` =
+ * "<uid>-<seq>": the run of the semaphore's event log and its last event. sema.lua's
+ * publish() numbers every public event from it, keeps it in the stream :e under that id
+ * (capped) and publishes it with its id. This instance hands the events of a semaphore to
+ * the front in the log's order, whichever way they come (its own scripts' replies, the
+ * other instances' messages): one that comes early (a gap before it) first has the gap
+ * filled from the stream, and one already handed over is dropped. A resume reads the
+ * stream. Reading the stream uses the blocking connection (rs__sync), like exists(): it is
+ * needed only for a gap, a subscription or a resume. */
+#include "backends/redis/redis_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KEY_MAX (RS_STEM_HEAD + 65600)
+
+#define REASON_NEW_RUN                                                                             \
+    "the semaphore's events started a new run: some may have been lost (read the state again)"
+#define REASON_LOST "some of the semaphore's events were lost on their way to this instance"
+#define REASON_UNREAD "the semaphore's events could not be read from Redis: some may have been lost"
+
+/* ---- fields separated by NUL, as a reply array ---- */
+
+int rs__split(rsplit_t *sp, const char *p, size_t n)
+{
+    size_t cap = 1, k = 0;
+
+    memset(sp, 0, sizeof(*sp));
+    for (size_t i = 0; i < n; i++)
+        cap += p[i] == '\0';
+    sp->buf = sema__malloc(n + 1);
+    sp->els = sema__malloc(cap * sizeof(*sp->els));
+    sp->cells = sema__calloc(cap, sizeof(*sp->cells));
+    if (sp->buf == NULL || sp->els == NULL || sp->cells == NULL) {
+        rs__split_free(sp);
+        return -1;
+    }
+    memcpy(sp->buf, p, n);
+    sp->buf[n] = '\0';
+    for (char *q = sp->buf, *end = sp->buf + n; k < cap && q <= end; k++) {
+        size_t len = strlen(q);
+        sp->cells[k].type = REDIS_REPLY_STRING;
+        sp->cells[k].str = q;
+        sp->cells[k].len = len;
+        sp->els[k] = &sp->cells[k];
+        q += len + 1;
+    }
+    sp->arr.type = REDIS_REPLY_ARRAY;
+    sp->arr.element = sp->els;
+    sp->arr.elements = k;
+    return 0;
+}
+
+void rs__split_free(rsplit_t *sp)
+{
+    sema__free(sp->buf);
+    sema__free(sp->els);
+    sema__free(sp->cells);
+    memset(sp, 0, sizeof(*sp));
+}
+
+/* "<uid>-<seq>" -> 0, or -1. */
+static int parse_point(const char *s, size_t len, uint64_t *uid, uint64_t *seq)
+{
+    char buf[48], *end;
+
+    if (s == NULL || len == 0 || len >= sizeof buf || s[0] < '0' || s[0] > '9')
+        return -1;
+    memcpy(buf, s, len);
+    buf[len] = '\0';
+    *uid = strtoull(buf, &end, 10);
+    if (*end != '-' || end[1] < '0' || end[1] > '9')
+        return -1;
+    *seq = strtoull(end + 1, &end, 10);
+    return *end == '\0' && *uid != 0 ? 0 : -1;
+}
+
+static const char *sem_name(const rsem_t *s, size_t *nlen)
+{
+    *nlen = s->stem_len > RS_STEM_HEAD ? s->stem_len - RS_STEM_HEAD : 0;
+    return s->stem + RS_STEM_HEAD;
+}
+
+/* key = stem + suffix (two bytes); its length. */
+static size_t key_of(char *key, const char *stem, size_t len, const char *suffix)
+{
+    memcpy(key, stem, len);
+    memcpy(key + len, suffix, 3);
+    return len + 2;
+}
+
+/* A "reset" to every subscriber of s here, with the id uid-seq. */
+static void ev_reset(rs_t *r, rsem_t *s, uint64_t uid, uint64_t seq, const char *reason)
+{
+    size_t nlen;
+    const char *name = sem_name(s, &nlen);
+    engine_event_t ev = {
+        .type = "reset", .name = name, .name_len = nlen, .uid = uid, .seq = seq, .reason = reason};
+
+    if (uid != 0)
+        engine__event(r->front, &ev);
+}
+
+/* ---- the marker ---- */
+
+/* Set this instance's marker (it follows the semaphore) and read where the log stands, in
+ * one round trip: s->pt_*. A marker that was gone comes back with a new run. 0, or -1 when
+ * Redis did not answer. */
+int rs__ev_watch(rs_t *r, rsem_t *s)
+{
+    redisContext *c = rs__sync(r);
+    char ks[KEY_MAX], ke[KEY_MAX], km[KEY_MAX], fresh[48], ttl[24];
+    size_t kl, el, ml;
+    uint64_t uid;
+    int ok = 1;
+
+    s->pt_ok = 0;
+    if (c == NULL || s->stem_len + 3 > KEY_MAX)
+        return -1;
+    kl = key_of(ks, s->stem, s->stem_len, ":s");
+    el = key_of(ke, s->stem, s->stem_len, ":e");
+    ml = key_of(km, s->stem, s->stem_len, ":m");
+    engine__random(r->front, &uid, sizeof uid);
+    snprintf(fresh, sizeof fresh, "%llu-0", (unsigned long long)((uid >> 12) | 1));
+    snprintf(ttl, sizeof ttl, "%d", 3 * RS_HEARTBEAT_MS);
+    redisAppendCommand(c, "HSETNX %b log %s", ks, kl, fresh);
+    redisAppendCommand(c, "HSET %b %s 1", ks, kl, r->inst);
+    redisAppendCommand(c, "PEXPIRE %b %s", ks, kl, ttl);
+    redisAppendCommand(c, "PEXPIRE %b %s", ke, el, ttl);
+    redisAppendCommand(c, "HGET %b log", ks, kl);
+    redisAppendCommand(c, "EXISTS %b", km, ml);
+    for (int i = 0; i < 6; i++) {
+        redisReply *rep = NULL;
+        if (redisGetReply(c, (void **)&rep) != REDIS_OK || rep == NULL) {
+            ok = 0;
+            break; /* the connection is broken: rs__sync makes a new one next time */
+        }
+        if (i == 4)
+            ok = rep->type == REDIS_REPLY_STRING &&
+                 parse_point(rep->str, rep->len, &s->pt_uid, &s->pt_seq) == 0;
+        if (i == 5)
+            s->pt_gone = rep->type == REDIS_REPLY_INTEGER && rep->integer == 0;
+        freeReplyObject(rep);
+    }
+    s->pt_ok = (uint8_t)ok;
+    return ok ? 0 : -1;
+}
+
+/* s is followed by a new subscription (rs__ev_watch just ran): a semaphore this instance
+ * did not follow starts at the log's point; one it followed in another run gives its
+ * subscribers "reset" and goes on with the current run. */
+void rs__ev_start(rs_t *r, rsem_t *s, int was_watched)
+{
+    if (!was_watched) {
+        s->ev_uid = s->pt_ok ? s->pt_uid : 0;
+        s->ev_seq = s->pt_ok ? s->pt_seq : 0;
+        s->own_uid = s->own_seq = 0;
+        return;
+    }
+    if (s->pt_ok && s->pt_uid != s->ev_uid) {
+        ev_reset(r, s, s->pt_uid, s->pt_seq, REASON_NEW_RUN);
+        s->ev_uid = s->pt_uid;
+        s->ev_seq = s->pt_seq;
+    }
+}
+
+/* One entry of an XRANGE reply of the log, if its id is <uid>-<want>: its event goes to
+ * `each` (an act that is not an event is skipped). Returns 0, LOG_OTHER (another id: a gap
+ * or another run) or LOG_BAD (an entry that cannot be read). */
+enum { LOG_OTHER = 1, LOG_BAD = 2 };
+static int log_entry(const redisReply *e, uint64_t uid, uint64_t want, const char *name,
+                     size_t nlen, void (*each)(void *ctx, const engine_event_t *ev), void *ctx)
+{
+    const redisReply *f;
+    uint64_t eu, q;
+    rsplit_t sp;
+    engine_result_t scratch;
+    engine_event_t ev;
+    engine_lease_t l;
+
+    if (e->type != REDIS_REPLY_ARRAY || e->elements < 2 ||
+        e->element[0]->type != REDIS_REPLY_STRING ||
+        parse_point(e->element[0]->str, e->element[0]->len, &eu, &q) != 0 || eu != uid || q != want)
+        return LOG_OTHER;
+    f = e->element[1];
+    if (f->type != REDIS_REPLY_ARRAY || f->elements < 2 ||
+        f->element[1]->type != REDIS_REPLY_STRING ||
+        rs__split(&sp, f->element[1]->str, f->element[1]->len) != 0)
+        return LOG_BAD;
+    memset(&scratch, 0, sizeof scratch);
+    if (sp.arr.elements >= RS_ACT_LEN &&
+        rs__act_to_event(&sp.arr, 0, name, nlen, &scratch, &ev, &l) == 0) {
+        ev.uid = uid;
+        ev.seq = q;
+        each(ctx, &ev);
+    }
+    engine_result_clear(&scratch);
+    rs__split_free(&sp);
+    return 0;
+}
+
+static void to_front(void *ctx, const engine_event_t *ev)
+{
+    engine__event(ctx, ev);
+}
+
+/* ---- in order ---- */
+
+/* Hand the events after s->ev_seq up to `upto` to the front from the stream; past a hole
+ * (trimmed, or Redis did not answer), one "reset" at `upto`. */
+static void ev_fill(rs_t *r, rsem_t *s, uint64_t upto)
+{
+    redisContext *c = rs__sync(r);
+    redisReply *rep = NULL;
+    char ke[KEY_MAX], from[48], to[48];
+    size_t el, nlen;
+    const char *name = sem_name(s, &nlen);
+    uint64_t uid = s->ev_uid;
+
+    if (c != NULL && s->stem_len + 3 <= KEY_MAX) {
+        el = key_of(ke, s->stem, s->stem_len, ":e");
+        snprintf(from, sizeof from, "%llu-%llu", (unsigned long long)uid,
+                 (unsigned long long)s->ev_seq + 1);
+        snprintf(to, sizeof to, "%llu-%llu", (unsigned long long)uid, (unsigned long long)upto);
+        rep = redisCommand(c, "XRANGE %b %s %s", ke, el, from, to);
+        r->log_reads++;
+    }
+    for (size_t i = 0; rep != NULL && rep->type == REDIS_REPLY_ARRAY && i < rep->elements; i++) {
+        if (log_entry(rep->element[i], uid, s->ev_seq + 1, name, nlen, to_front, r->front) != 0)
+            break;
+        s->ev_seq++;
+    }
+    freeReplyObject(rep);
+    if (s->ev_seq < upto) {
+        ev_reset(r, s, uid, upto, REASON_LOST);
+        s->ev_seq = upto;
+    }
+}
+
+void rs__ev_batch(rs_t *r, rsem_t *s, uint64_t uid, uint64_t first, const redisReply *acts)
+{
+    size_t nlen;
+    const char *name;
+    uint64_t seq = first;
+    engine_result_t scratch;
+
+    if (s == NULL || !s->watched || uid == 0 || first == 0 || acts == NULL)
+        return;
+    name = sem_name(s, &nlen);
+    if (uid != s->ev_uid) {
+        /* another run of the log (or the first this instance knows of): the front gives
+         * the subscribers of the former one "reset" with its first event */
+        s->ev_uid = uid;
+        s->ev_seq = first - 1;
+    } else if (first > s->ev_seq + 1) {
+        ev_fill(r, s, first - 1); /* events that have not reached this instance yet */
+    }
+    memset(&scratch, 0, sizeof scratch);
+    for (size_t i = 0; i + RS_ACT_LEN <= acts->elements; i += RS_ACT_LEN) {
+        engine_event_t ev;
+        engine_lease_t l;
+        if (acts->element[i]->type != REDIS_REPLY_STRING ||
+            !rs__act_is_event(acts->element[i]->str))
+            continue;
+        if (seq > s->ev_seq && rs__act_to_event(acts, i, name, nlen, &scratch, &ev, &l) == 0) {
+            ev.uid = uid;
+            ev.seq = seq;
+            engine__event(r->front, &ev);
+        }
+        engine_result_clear(&scratch);
+        if (seq > s->ev_seq)
+            s->ev_seq = seq;
+        seq++;
+    }
+}
+
+/* A message on sema:ev:<stem>: "<inst>\0<uid>-<first>\0" then RS_ACT_LEN fields per event.
+ * This instance's own come from its scripts' replies, in order with their completions: their
+ * message only says how far the log went (a reply lost to a dropped connection leaves a
+ * gap that the heartbeat fills). */
+void rs__ev_message(rs_t *r, const char *stem, size_t slen, const char *pay, size_t plen)
+{
+    rsem_t *s = rs__sem_find(r, stem, slen);
+    size_t ilen = strnlen(pay, plen), idlen;
+    const char *id;
+    uint64_t uid, first;
+    rsplit_t sp;
+
+    if (s == NULL || !s->watched || ilen >= plen)
+        return;
+    id = pay + ilen + 1;
+    idlen = strnlen(id, plen - ilen - 1);
+    if (parse_point(id, idlen, &uid, &first) != 0 || first == 0)
+        return;
+    if (ilen == strlen(r->inst) && memcmp(pay, r->inst, ilen) == 0) {
+        size_t n = 0;
+        for (size_t i = ilen + 1; i < plen; i++)
+            n += pay[i] == '\0';
+        if (n >= RS_ACT_LEN && (uid != s->own_uid || first + n / RS_ACT_LEN - 1 > s->own_seq)) {
+            s->own_uid = uid;
+            s->own_seq = first + n / RS_ACT_LEN - 1;
+        }
+        return;
+    }
+    if (ilen + 1 + idlen >= plen ||
+        rs__split(&sp, id + idlen + 1, plen - (ilen + 1 + idlen + 1)) != 0)
+        return;
+    sp.arr.elements -= sp.arr.elements % RS_ACT_LEN;
+    rs__ev_batch(r, s, uid, first, &sp.arr);
+    rs__split_free(&sp);
+}
+
+/* This instance (re)subscribed to the semaphore's channel: what was published before that
+ * took effect is in the log. */
+void rs__ev_catch_up(rs_t *r, const char *stem, size_t len)
+{
+    rsem_t *s = rs__sem_find(r, stem, len);
+
+    if (s == NULL || !s->watched)
+        return;
+    if (rs__ev_watch(r, s) != 0) {
+        ev_reset(r, s, s->ev_uid, s->ev_seq, REASON_UNREAD);
+        s->ev_uid = 0; /* the next event's run is taken as it comes */
+        return;
+    }
+    if (s->pt_gone) {
+        /* deleted meanwhile: its "deleted" (the log's last event) may be on its way */
+        if (s->ev_uid != 0) {
+            size_t nlen;
+            engine_event_t ev = {.type = "deleted", .uid = s->ev_uid, .seq = s->ev_seq + 1};
+            ev.name = sem_name(s, &nlen);
+            ev.name_len = nlen;
+            s->ev_seq++;
+            engine__event(r->front, &ev);
+        }
+    } else if (s->pt_uid != s->ev_uid) {
+        ev_reset(r, s, s->pt_uid, s->pt_seq, REASON_NEW_RUN);
+        s->ev_uid = s->pt_uid;
+        s->ev_seq = s->pt_seq;
+    } else if (s->pt_seq > s->ev_seq) {
+        ev_fill(r, s, s->pt_seq);
+    }
+}
+
+static void catch_up_each(void *arg, enode_t *n)
+{
+    rsem_t *s = ECONTAINER(n, rsem_t, node);
+
+    if (s->watched)
+        rs__ev_catch_up(arg, s->stem, s->stem_len);
+}
+
+/* The heartbeat's HSETNX of the log's run answered: 1 means the marker had gone (it expired
+ * while this instance could not renew it, or Redis lost its data), so events may have gone
+ * unlogged: the semaphore's streams get "reset" (or "deleted", if it went too). */
+void rs__ev_marked(rs_t *r, const rcmd_t *c, const redisReply *rep)
+{
+    const char *key = (const char *)(c->lens + c->argc) + c->lens[0];
+    rsem_t *s;
+
+    if (rep == NULL || rep->type != REDIS_REPLY_INTEGER || rep->integer != 1 || c->argc < 2 ||
+        c->lens[1] < 3)
+        return;
+    s = rs__sem_find(r, key, c->lens[1] - 2);
+    if (s != NULL && s->watched && s->ev_uid != 0)
+        rs__ev_catch_up(r, s->stem, s->stem_len);
+}
+
+/* Redis lost its data: every log this instance follows starts a new run. */
+void rs__ev_catch_up_all(rs_t *r)
+{
+    etab_each(&r->sems, catch_up_each, r);
+}
+
+/* On the heartbeat: events of this instance whose reply never came (a retried command
+ * answered from what the first attempt left) are read from the log. */
+void rs__ev_heartbeat(rs_t *r, rsem_t *s)
+{
+    if (s->watched && s->ev_uid != 0 && s->own_uid == s->ev_uid && s->own_seq > s->ev_seq)
+        ev_fill(r, s, s->own_seq);
+}
+
+/* ---- the engine's questions ---- */
+
+int rs__events_point(void *be, const char *name, size_t len, uint64_t *uid, uint64_t *seq)
+{
+    rs_t *r = be;
+    char stem[RS_STEM_HEAD + 65536];
+    size_t sl = rs__stem(stem, sizeof stem, 's', name, len);
+    rsem_t *s = sl ? rs__sem_find(r, stem, sl) : NULL;
+
+    if (s == NULL || !s->pt_ok)
+        return -1;
+    *uid = s->pt_uid;
+    *seq = s->pt_seq;
+    return 0;
+}
+
+int rs__events_replay(void *be, const char *name, size_t len, uint64_t uid, uint64_t seq,
+                      void (*each)(void *ctx, const engine_event_t *ev), void *ctx,
+                      uint64_t *cur_uid, uint64_t *cur_seq)
+{
+    rs_t *r = be;
+    char stem[RS_STEM_HEAD + 65536], ks[KEY_MAX], ke[KEY_MAX], from[48], to[48];
+    size_t sl = rs__stem(stem, sizeof stem, 's', name, len), kl, el;
+    redisContext *c = rs__sync(r);
+    redisReply *rep;
+    uint64_t pu, ps, want;
+    int rc = ENGINE_LOG_OK;
+
+    if (sl == 0 || c == NULL)
+        return ENGINE_LOG_UNKNOWN;
+    kl = key_of(ks, stem, sl, ":s");
+    el = key_of(ke, stem, sl, ":e");
+    r->log_reads++;
+    rep = redisCommand(c, "HGET %b log", ks, kl);
+    if (rep == NULL || rep->type != REDIS_REPLY_STRING ||
+        parse_point(rep->str, rep->len, &pu, &ps) != 0) {
+        freeReplyObject(rep);
+        return ENGINE_LOG_UNKNOWN;
+    }
+    freeReplyObject(rep);
+    *cur_uid = pu;
+    *cur_seq = ps;
+    if (uid != pu || seq > ps)
+        return ENGINE_LOG_FOREIGN;
+    if (seq == ps)
+        return ENGINE_LOG_OK;
+    snprintf(from, sizeof from, "%llu-%llu", (unsigned long long)uid, (unsigned long long)seq + 1);
+    snprintf(to, sizeof to, "%llu-%llu", (unsigned long long)pu, (unsigned long long)ps);
+    rep = redisCommand(c, "XRANGE %b %s %s", ke, el, from, to);
+    if (rep == NULL)
+        return ENGINE_LOG_UNKNOWN;
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != ps - seq) {
+        freeReplyObject(rep);
+        return ENGINE_LOG_GONE; /* trimmed (or the stream expired) */
+    }
+    want = seq + 1;
+    for (size_t i = 0; i < rep->elements && rc == ENGINE_LOG_OK; i++, want++) {
+        int e = log_entry(rep->element[i], uid, want, name, len, each, ctx);
+        if (e != 0)
+            rc = e == LOG_OTHER ? ENGINE_LOG_GONE : ENGINE_LOG_UNKNOWN;
+    }
+    freeReplyObject(rep);
+    return rc;
+}

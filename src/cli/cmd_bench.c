@@ -1,0 +1,440 @@
+/* SPDX-License-Identifier: MIT */
+/* cmd_bench.c - `sema bench`: a load generator for semad (acquire+release pairs, plain GETs,
+ * creates), plus hand-off latency and parked-waiter memory modes; options and the report. */
+#include <stdio.h>
+
+#include "cli/cli.h"
+#include "cli/cmd_bench.h"
+
+const char cmd_bench_usage[] =
+    "usage: sema bench [-m MODE] [-c N] [-d D | -n N] [OPTIONS...]\n"
+    "\n"
+    "measure a semad server: one event loop, N keep-alive connections, no pipelining.\n"
+    "\n"
+    "options:\n"
+    "  -s, --server URL      semad to talk to (default $SEMA_SERVER or http://127.0.0.1:7070);\n"
+    "                        an https:// one (TLS) for pairs, get and create with --no-create;\n"
+    "                        given again (up to 8), instances sharing one state: connection\n"
+    "                        i goes to server i % N, and handoff releases on the first and\n"
+    "                        wakes its waiter on the second (then the other way round)\n"
+    "      --cacert FILE     https://: PEM file of the CAs to trust (default $SEMA_CACERT)\n"
+    "  -m, --mode MODE       pairs    acquire then release on the same connection (default)\n"
+    "                        get      GET --path, for ceiling and wrk comparisons\n"
+    "                        create   PUT NAME-0, NAME-1, ...: many idle semaphores\n"
+    "                        handoff  release -> parked waiter latency, one round at a time\n"
+    "                        park     every connection parks an acquire on a full semaphore\n"
+    "  -c, --connections N   concurrent connections (default 50)\n"
+    "  -d, --duration D      run for D (500ms, 10s, 2m: with its unit; default 10s)\n"
+    "  -n, --count N         run N pairs/requests/creates/rounds instead of a duration\n"
+    "  -w, --weight W        acquire weight (default 1)\n"
+    "      --capacity C      capacity of the semaphores created (default: enough for every\n"
+    "                        connection, so nothing parks; 1 for create/handoff/park)\n"
+    "  -k, --semaphores K    spread the connections over K semaphores NAME-0..NAME-K-1\n"
+    "      --name NAME       semaphore name or prefix (default bench)\n"
+    "      --path PATH       path for the get mode (default /healthz)\n"
+    "      --ttl D           lease ttl sent with each acquire (default 60s)\n"
+    "  -P, --pipeline N      requests in flight per connection, get/create only (default 1)\n"
+    "      --no-create       use existing semaphores as they are\n"
+    "      --server-pid PID  report the server's RSS growth (park, create)\n"
+    "      --progress        progress line on stderr (default: when stderr is a terminal)\n"
+    "      --json            one JSON line instead of the text report\n"
+    "\n"
+    "SEMA_TOKEN, if set, is sent as the bearer token of every request (semad --auth).\n"
+    "\n"
+    "examples:\n"
+    "  sema bench -c 50 -d 10s                      acquire+release pairs for 10 s\n"
+    "  sema bench -m get --path /healthz -c 50      the server's plain request rate\n"
+    "  sema bench -m handoff -n 5000                release -> waiter latency\n"
+    "  sema bench -m park -c 10000 --server-pid P   memory per parked waiter\n"
+    "  sema bench -m create -n 1000000 -P 16 --server-pid P   memory per idle semaphore\n"
+    "\n"
+    "exit status: 0 done, 1 the run failed (set-up refused, nothing completed), 2 bad\n"
+    "arguments, 69 the server cannot be reached\n";
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "loadgen/bench.h"
+
+static const char *const mode_names[BENCH_MODE_COUNT] = {"pairs", "get", "create", "handoff",
+                                                         "park"};
+static const char *const op_names[BENCH_MODE_COUNT] = {"pairs", "requests", "creates", "hand-offs",
+                                                       "waiters"};
+
+static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+    char *end;
+    if (!s || *s < '0' || *s > '9')
+        return -1;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end != '\0' || v < min || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* http[s]://host[:port][/] -> the resolved address and the Host header. */
+static int parse_server(const char *url, bench_opts_t *o)
+{
+    o->tls = strncmp(url, "https://", 8) == 0;
+    const char *p = o->tls ? url + 8 : strncmp(url, "http://", 7) == 0 ? url + 7 : url;
+    char host[256], port[8] = "7070";
+    size_t hl = strcspn(p, "/");
+    if (hl == 0 || hl >= sizeof(host) || o->servers >= BENCH_SERVERS_MAX)
+        return -1;
+    memcpy(host, p, hl);
+    host[hl] = '\0';
+    if (o->servers == 0) { /* the Host header and the report name the first */
+        snprintf(o->host, sizeof(o->host), "%s", host);
+        snprintf(o->url, sizeof(o->url), "%s://%s", o->tls ? "https" : "http", host);
+    }
+    char *colon = strrchr(host, ':');
+    if (colon && !strchr(colon, ']')) {
+        snprintf(port, sizeof(port), "%s", colon + 1);
+        *colon = '\0';
+    }
+    char *h = host;
+    if (h[0] == '[') {
+        h++;
+        h[strcspn(h, "]")] = '\0';
+    }
+    snprintf(o->tls_name, sizeof(o->tls_name), "%s", h);
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
+    if (getaddrinfo(h, port, &hints, &ai) != 0 || !ai)
+        return -1;
+    memcpy(&o->addr[o->servers], ai->ai_addr, ai->ai_addrlen);
+    o->addr_len[o->servers] = ai->ai_addrlen;
+    o->servers++;
+    freeaddrinfo(ai);
+    return 0;
+}
+
+static int parse_mode(const char *s, bench_mode_t *mode)
+{
+    for (int i = 0; i < BENCH_MODE_COUNT; i++)
+        if (strcmp(s, mode_names[i]) == 0) {
+            *mode = (bench_mode_t)i;
+            return 0;
+        }
+    return -1;
+}
+
+enum {
+    OPT_CAPACITY = 256,
+    OPT_NAME,
+    OPT_PATH,
+    OPT_TTL,
+    OPT_NO_CREATE,
+    OPT_PID,
+    OPT_PROGRESS,
+    OPT_JSON,
+    OPT_CACERT
+};
+
+static const struct option long_opts[] = {{"server", required_argument, NULL, 's'},
+                                          {"mode", required_argument, NULL, 'm'},
+                                          {"connections", required_argument, NULL, 'c'},
+                                          {"duration", required_argument, NULL, 'd'},
+                                          {"count", required_argument, NULL, 'n'},
+                                          {"weight", required_argument, NULL, 'w'},
+                                          {"capacity", required_argument, NULL, OPT_CAPACITY},
+                                          {"semaphores", required_argument, NULL, 'k'},
+                                          {"name", required_argument, NULL, OPT_NAME},
+                                          {"path", required_argument, NULL, OPT_PATH},
+                                          {"ttl", required_argument, NULL, OPT_TTL},
+                                          {"pipeline", required_argument, NULL, 'P'},
+                                          {"no-create", no_argument, NULL, OPT_NO_CREATE},
+                                          {"server-pid", required_argument, NULL, OPT_PID},
+                                          {"progress", no_argument, NULL, OPT_PROGRESS},
+                                          {"json", no_argument, NULL, OPT_JSON},
+                                          {"cacert", required_argument, NULL, OPT_CACERT},
+                                          {"help", no_argument, NULL, 'h'},
+                                          {NULL, 0, NULL, 0}};
+
+/* Applies one option; 0, 1 for --help, or -1 with a message. */
+static int apply_opt(int ch, const char *arg, bench_opts_t *o, const char **server,
+                     unsigned *nserver)
+{
+    uint64_t v = 0;
+    int64_t ms = 0;
+    int bad = 0;
+    switch (ch) {
+    case 's':
+        bad = *nserver >= BENCH_SERVERS_MAX;
+        server[bad ? 0 : (*nserver)++] = arg;
+        break;
+    case 'm':
+        bad = parse_mode(arg, &o->mode);
+        break;
+    case 'c':
+        bad = parse_u64(arg, 1, BENCH_CONN_MAX, &v);
+        o->conns = (unsigned)v;
+        break;
+    case 'd': /* the duration syntax of every sema verb */
+        bad = cli_parse_duration_ms(arg, &ms) != 0 || !(ms > 0 && ms < 86400000);
+        o->duration_s = (double)ms / 1000.0;
+        break;
+    case 'n':
+        bad = parse_u64(arg, 1, UINT64_MAX / 2, &o->count);
+        break;
+    case 'w':
+        bad = parse_u64(arg, 1, UINT64_MAX / 2, &o->weight);
+        break;
+    case OPT_CAPACITY:
+        bad = parse_u64(arg, 1, (1ull << 53), &o->capacity);
+        break;
+    case 'k':
+        bad = parse_u64(arg, 1, 1000000, &v);
+        o->sems = (unsigned)v;
+        break;
+    case OPT_NAME:
+        bad = strlen(arg) >= 100 || !*arg || strcspn(arg, "/?#% ") != strlen(arg);
+        snprintf(o->name, sizeof(o->name), "%s", arg);
+        break;
+    case OPT_PATH:
+        bad = arg[0] != '/' || strlen(arg) >= sizeof(o->path);
+        snprintf(o->path, sizeof(o->path), "%s", arg);
+        break;
+    case OPT_TTL:
+        bad = cli_parse_duration_ms(arg, &ms) != 0 || !(ms > 0 && ms <= 86400000);
+        o->ttl_ms = ms;
+        break;
+    case 'P':
+        bad = parse_u64(arg, 1, BENCH_PIPE_MAX, &v);
+        o->pipeline = (unsigned)v;
+        break;
+    case OPT_NO_CREATE:
+        o->no_setup = true;
+        break;
+    case OPT_PID:
+        bad = parse_u64(arg, 1, 1u << 30, &v);
+        o->server_pid = (pid_t)v;
+        break;
+    case OPT_PROGRESS:
+        o->progress = true;
+        break;
+    case OPT_JSON:
+        o->json = true;
+        break;
+    case OPT_CACERT:
+        o->cacert = arg;
+        break;
+    case 'h':
+        return 1;
+    default:
+        return -1;
+    }
+    if (bad)
+        fprintf(stderr, "sema bench: bad value for -%c%s: %s\n", ch < 256 ? ch : '-',
+                ch < 256 ? "" : " (see --help)", arg ? arg : "");
+    return bad ? -1 : 0;
+}
+
+static int parse_args(int argc, char **argv, bench_opts_t *o)
+{
+    const char *server[BENCH_SERVERS_MAX] = {getenv("SEMA_SERVER")};
+    unsigned nserver = 0;
+    *o = (bench_opts_t){.mode = BENCH_PAIRS,
+                        .conns = 50,
+                        .duration_s = 10.0,
+                        .weight = 1,
+                        .sems = 1,
+                        .ttl_ms = 60000,
+                        .pipeline = 1};
+    snprintf(o->name, sizeof(o->name), "bench");
+    snprintf(o->path, sizeof(o->path), "/healthz");
+    const char *token = getenv("SEMA_TOKEN"); /* semad --auth: sent with every request */
+    if (token != NULL && token[0] != '\0' && strlen(token) < sizeof(o->auth) - 32 &&
+        strpbrk(token, " \t\r\n") == NULL)
+        snprintf(o->auth, sizeof(o->auth), "Authorization: Bearer %s\r\n", token);
+    o->cacert = getenv("SEMA_CACERT");
+    if (o->cacert != NULL && *o->cacert == '\0')
+        o->cacert = NULL;
+    o->progress = isatty(STDERR_FILENO);
+    optind = 1;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "s:m:c:d:n:w:k:P:h", long_opts, NULL)) != -1) {
+        int rc = apply_opt(ch, optarg, o, server, &nserver);
+        if (rc != 0)
+            return rc;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "sema bench: unexpected argument '%s' (see --help)\n", argv[optind]);
+        return -1;
+    }
+    for (unsigned i = 0; i < (nserver ? nserver : 1); i++) {
+        const char *url = server[i] && *server[i] ? server[i] : "http://127.0.0.1:7070";
+        if (parse_server(url, o) != 0) {
+            fprintf(stderr, "sema bench: cannot resolve the server '%s'\n", url);
+            return -1;
+        }
+    }
+    if (o->tls && (o->mode == BENCH_HANDOFF || o->mode == BENCH_PARK || !o->no_setup)) {
+        fprintf(stderr, "sema bench: https:// servers: modes pairs, get and create, with "
+                        "--no-create (create the semaphores first, with sema create)\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* Capacity defaults and the limits each mode needs. */
+static void settle_opts(bench_opts_t *o)
+{
+    if (o->mode == BENCH_HANDOFF || o->mode == BENCH_PARK)
+        o->capacity = 1, o->weight = 1, o->sems = 1;
+    if (o->capacity == 0) {
+        uint64_t per_sem = (o->conns + o->sems - 1) / o->sems;
+        o->capacity = o->mode == BENCH_CREATE ? 1 : per_sem * o->weight;
+    }
+    if (o->mode == BENCH_PAIRS)
+        o->pipeline = 1;
+    /* park opens a connection per waiter (and handoff a few): raise the descriptor limit. */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        (void)setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
+static int setup_semaphores(const bench_opts_t *o)
+{
+    if (o->no_setup || o->mode != BENCH_PAIRS)
+        return 0;
+    int fd = bench_sync_connect(o);
+    if (fd < 0) {
+        fprintf(stderr, "sema bench: cannot connect to %s\n", o->url);
+        return -1;
+    }
+    char name[BENCH_NAME_MAX + 24];
+    int rc = 0;
+    for (unsigned i = 0; i < o->sems && rc == 0; i++) {
+        bench_sem_name(o, i, name, sizeof(name));
+        rc = bench_put_semaphore(fd, o, name, o->capacity);
+    }
+    close(fd);
+    return rc;
+}
+
+/* ---- the report ---- */
+
+/* Failed requests; park's waiters are meant to end with 410 (the semaphore is deleted). */
+static uint64_t count_errors(const bench_opts_t *o, const bench_result_t *r)
+{
+    uint64_t n = r->io_errors + r->connect_errors + r->proto_errors;
+    for (unsigned s = 0; s < 600; s++)
+        if ((s < 200 || s >= 300) && !(o->mode == BENCH_PARK && s == 410))
+            n += r->status[s];
+    return n;
+}
+
+static double us(uint64_t ns)
+{
+    return (double)ns / 1000.0;
+}
+
+static void print_hist_text(const char *what, const bench_hist_t *h)
+{
+    if (h->count == 0)
+        return;
+    printf("  %-16s p50 %.1f us  p90 %.1f us  p99 %.1f us  max %.1f us  (%" PRIu64 " samples)\n",
+           what, us(bench_hist_percentile(h, 50)), us(bench_hist_percentile(h, 90)),
+           us(bench_hist_percentile(h, 99)), us(h->max_ns), h->count);
+}
+
+static void print_text(const bench_opts_t *o, const bench_result_t *r)
+{
+    double secs = r->elapsed_s > 0 ? r->elapsed_s : INFINITY; /* no rate without a run */
+    printf("sema bench: mode %s against %s, %u connections, capacity %" PRIu64 ", weight %" PRIu64
+           ", %u semaphore(s) '%s'\n",
+           mode_names[o->mode], o->url, o->conns, o->capacity, o->weight, o->sems, o->name);
+    printf("  %.2f s: %" PRIu64 " %s (%.0f/s), %" PRIu64 " requests (%.0f/s)\n", secs, r->ops,
+           op_names[o->mode], (double)r->ops / secs, r->requests, (double)r->requests / secs);
+    print_hist_text("request latency", &r->req);
+    print_hist_text(o->mode == BENCH_HANDOFF ? "hand-off" : "op latency", &r->op);
+    if (r->rss_after_kib)
+        printf("  server RSS %" PRIu64 " KiB -> %" PRIu64 " KiB: %.0f bytes per %s\n",
+               r->rss_before_kib, r->rss_after_kib,
+               r->ops ? (double)(r->rss_after_kib - r->rss_before_kib) * 1024.0 / (double)r->ops
+                      : 0.0,
+               o->mode == BENCH_PARK ? "parked waiter" : "semaphore");
+    if (o->mode == BENCH_PARK)
+        printf("  all %" PRIu64 " waiters answered %.3f s after the DELETE\n", r->ops, r->drain_s);
+    printf("  answers:");
+    for (unsigned s = 0; s < 600; s++)
+        if (r->status[s])
+            printf(" %u: %" PRIu64, s, r->status[s]);
+    printf("\n  errors: %" PRIu64 " (io %" PRIu64 ", connect %" PRIu64 ", unusable %" PRIu64 ")\n",
+           count_errors(o, r), r->io_errors, r->connect_errors, r->proto_errors);
+}
+
+static void print_json(const bench_opts_t *o, const bench_result_t *r)
+{
+    double secs = r->elapsed_s > 0 ? r->elapsed_s : INFINITY; /* no rate without a run */
+    const bench_hist_t *h = o->mode == BENCH_HANDOFF ? &r->op : &r->req;
+    printf("{\"mode\":\"%s\",\"connections\":%u,\"seconds\":%.3f,\"ops\":%" PRIu64
+           ",\"ops_per_s\":%.1f,\"requests\":%" PRIu64 ",\"requests_per_s\":%.1f,"
+           "\"p50_us\":%.1f,\"p90_us\":%.1f,\"p99_us\":%.1f,\"max_us\":%.1f,"
+           "\"op_p50_us\":%.1f,\"op_p99_us\":%.1f,\"errors\":%" PRIu64
+           ",\"rss_before_kib\":%" PRIu64 ",\"rss_after_kib\":%" PRIu64 ",\"drain_s\":%.3f,"
+           "\"status\":{",
+           mode_names[o->mode], o->conns, r->elapsed_s, r->ops, (double)r->ops / secs, r->requests,
+           (double)r->requests / secs, us(bench_hist_percentile(h, 50)),
+           us(bench_hist_percentile(h, 90)), us(bench_hist_percentile(h, 99)), us(h->max_ns),
+           us(bench_hist_percentile(&r->op, 50)), us(bench_hist_percentile(&r->op, 99)),
+           count_errors(o, r), r->rss_before_kib, r->rss_after_kib, r->drain_s);
+    const char *sep = "";
+    for (unsigned s = 0; s < 600; s++)
+        if (r->status[s]) {
+            printf("%s\"%u\":%" PRIu64, sep, s, r->status[s]);
+            sep = ",";
+        }
+    printf("}}\n");
+}
+
+typedef int (*run_fn)(const bench_opts_t *, bench_result_t *);
+
+static const run_fn runners[BENCH_MODE_COUNT] = {bench_load_run, bench_load_run, bench_load_run,
+                                                 bench_handoff_run, bench_park_run};
+
+int cmd_bench(int argc, char **argv)
+{
+    bench_opts_t opts;
+    int rc = parse_args(argc, argv, &opts);
+    if (rc != 0) {
+        fputs(rc > 0 ? cmd_bench_usage : "", rc > 0 ? stdout : stderr);
+        return rc > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
+    }
+    settle_opts(&opts);
+    int fd = bench_sync_connect(&opts);
+    if (fd < 0) {
+        fprintf(stderr, "sema bench: cannot connect to %s: %s\n", opts.url, strerror(-fd));
+        return CLI_EXIT_UNAVAILABLE;
+    }
+    close(fd);
+    if (setup_semaphores(&opts) != 0)
+        return CLI_EXIT_FAIL;
+    bench_result_t *res = calloc(1, sizeof(*res));
+    if (!res) {
+        fprintf(stderr, "sema bench: out of memory\n");
+        return CLI_EXIT_FAIL;
+    }
+    bench_hist_init(&res->req);
+    bench_hist_init(&res->op);
+    rc = runners[opts.mode](&opts, res);
+    if (rc != 0 && res->fatal)
+        fprintf(stderr, "sema bench: %s (%s)\n", res->fatal, opts.url);
+    if (opts.json)
+        print_json(&opts, res);
+    else
+        print_text(&opts, res);
+    rc = rc != 0 || res->ops == 0 ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+    free(res);
+    return rc;
+}

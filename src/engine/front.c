@@ -1,0 +1,393 @@
+/* SPDX-License-Identifier: MIT */
+/* front.c - the engine front: starts its back end, checks every request's inputs against
+ * the limits in one place, counts operations, hands out lease ids, and delivers completed
+ * requests with their typed results. */
+#include "engine/front.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "common/alloc.h"
+#include "common/jsonw.h"
+#include "engine/engine_limits.h"
+
+#define LEASE_ID_BYTES 18 /* 24 base64url characters */
+
+/* ---- configuration and lifecycle ---- */
+
+void engine_config_default(engine_config_t *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->max_semaphores = 10000000;
+    cfg->max_waiters_per_sem = 100000;
+    cfg->max_waiters_total = 1000000;
+    cfg->max_name_len = 256;
+    cfg->default_ttl_ms = 60000;
+    cfg->max_ttl_ms = 86400000;
+    cfg->lock_readers = 1048576;
+    cfg->max_locks = 1000000;
+    cfg->metrics_max_semaphores = 100;
+    cfg->events_retain_ms = ENGINE_EVENTS_RETAIN_MS;
+    cfg->ticket_keepalive_ms = 30000;
+    cfg->max_ticket_keepalive_ms = 3600000;
+    cfg->ticket_poll_ms = 1000;
+    cfg->backend = NULL;
+    cfg->embedded.store = NULL;
+    cfg->embedded.max_uncommitted = 65536;
+}
+
+/* Out-of-range settings fall back to what the API can represent. */
+static void config_normalize(engine_config_t *c)
+{
+    if (c->max_name_len == 0 || c->max_name_len > ENGINE_NAME_MAX)
+        c->max_name_len = ENGINE_NAME_MAX;
+    if (c->default_ttl_ms <= 0)
+        c->default_ttl_ms = 60000;
+    if (c->max_ttl_ms < c->default_ttl_ms)
+        c->max_ttl_ms = c->default_ttl_ms;
+    if (c->events_retain_ms <= 0)
+        c->events_retain_ms = ENGINE_EVENTS_RETAIN_MS;
+    if (c->lock_readers == 0 || c->lock_readers > ENGINE_CAPACITY_MAX)
+        c->lock_readers = 1048576;
+    if (c->ticket_keepalive_ms <= 0)
+        c->ticket_keepalive_ms = 30000;
+    if (c->max_ticket_keepalive_ms < c->ticket_keepalive_ms)
+        c->max_ticket_keepalive_ms = c->ticket_keepalive_ms;
+    if (c->ticket_poll_ms <= 0)
+        c->ticket_poll_ms = 1000;
+}
+
+static void front_free(engine_t *e)
+{
+    engine__events_free(e);
+    sema__free(e);
+}
+
+int engine_new(engine_t **out, uv_loop_t *loop, const engine_backend_t *ops,
+               const engine_config_t *cfg, char *errbuf, size_t errlen)
+{
+    engine_t *e;
+    int rc;
+
+    *out = NULL;
+    if (ops == NULL || cfg->render_event == NULL) {
+        snprintf(errbuf, errlen, "no back end or no event renderer");
+        return SEMA_EINVAL;
+    }
+    if ((e = sema__calloc(1, sizeof(*e))) == NULL)
+        return SEMA_ENOMEM;
+    e->loop = loop;
+    e->cfg = *cfg;
+    config_normalize(&e->cfg);
+    snprintf(e->name_too_long, sizeof e->name_too_long,
+             "name is longer than the configured maximum of %zu bytes", e->cfg.max_name_len);
+    e->ops = ops;
+    e->rnd_pos = sizeof(e->rnd);
+    rc = engine__events_init(e);
+    if (rc == 0)
+        rc = ops->open(&e->be, e, loop, &e->cfg, errbuf, errlen);
+    if (rc != 0) {
+        front_free(e);
+        return rc;
+    }
+    *out = e;
+    return 0;
+}
+
+void engine_shutdown(engine_t *e)
+{
+    if (e == NULL || e->shutting_down)
+        return;
+    e->shutting_down = 1;
+    e->ops->shutdown(e->be);
+}
+
+void engine__backend_closed(engine_t *e)
+{
+    front_free(e);
+}
+
+/* ---- the one check of a request's inputs ---- */
+
+static int is_lease_op(engine_op_t op)
+{
+    return op == ENGINE_LEASE_GET || op == ENGINE_LEASE_RENEW || op == ENGINE_LEASE_RELEASE ||
+           op == ENGINE_LEASE_REVOKE || op == ENGINE_TICKET_GET || op == ENGINE_TICKET_DELETE;
+}
+
+static int is_ticket_op(engine_op_t op)
+{
+    return op == ENGINE_TICKET_CREATE || op == ENGINE_TICKET_GET || op == ENGINE_TICKET_DELETE;
+}
+
+static int creates_name(engine_op_t op)
+{
+    return op == ENGINE_SEM_PUT || op == ENGINE_LEGACY_CREATE || op == ENGINE_LOCK_ACQUIRE;
+}
+
+/* A semaphore name or a lock key (a lease id is looked up as it is). */
+static int check_name(const engine_t *e, const engine_req_t *req, const char **msg)
+{
+    if (req->op == ENGINE_SEM_LIST || is_lease_op(req->op))
+        return 0;
+    if (req->name_len == 0) {
+        *msg = "name must not be empty";
+        return SEMA_EINVAL;
+    }
+    if (req->name_len > e->cfg.max_name_len) {
+        *msg = e->name_too_long;
+        return SEMA_ENAMETOOLONG;
+    }
+    /* A name that is created must be UTF-8 (it goes out in every reply and event); one
+     * that is only looked up and is not UTF-8 simply finds nothing. */
+    if (creates_name(req->op) && !jsonw_utf8_valid(req->name, req->name_len)) {
+        *msg =
+            req->op == ENGINE_LOCK_ACQUIRE ? "key must be valid UTF-8" : "name must be valid UTF-8";
+        return SEMA_EINVAL;
+    }
+    return 0;
+}
+
+static int check_capacity(const engine_req_t *req, const char **msg)
+{
+    if (req->op == ENGINE_LEGACY_CREATE && req->capacity > ENGINE_CAPACITY_MAX) {
+        *msg = "value must be at most 2^53";
+        return SEMA_EINVAL;
+    }
+    if ((req->op == ENGINE_SEM_PUT || req->op == ENGINE_SEM_RESIZE) &&
+        (req->capacity == 0 || req->capacity > ENGINE_CAPACITY_MAX)) {
+        *msg = "capacity must be between 1 and 2^53";
+        return SEMA_EINVAL;
+    }
+    return 0;
+}
+
+/* ttl_ms (0: the server's default, set here), owner, Idempotency-Key and lock mode. */
+static int check_lease_inputs(const engine_t *e, engine_req_t *req, const char **msg)
+{
+    int acquires = req->op == ENGINE_ACQUIRE || req->op == ENGINE_LOCK_ACQUIRE ||
+                   req->op == ENGINE_TICKET_CREATE;
+
+    if (!acquires && req->op != ENGINE_LEASE_RENEW)
+        return 0;
+    if (req->ttl_ms < 0 || req->ttl_ms > e->cfg.max_ttl_ms) {
+        *msg = "ttl_ms must be between 1 and the configured maximum";
+        return SEMA_EINVAL;
+    }
+    if (req->ttl_ms == 0)
+        req->ttl_ms = e->cfg.default_ttl_ms;
+    if (!acquires)
+        return 0;
+    if (req->op == ENGINE_LOCK_ACQUIRE && req->mode != ENGINE_MODE_SHARED &&
+        req->mode != ENGINE_MODE_EXCLUSIVE) {
+        *msg = "mode must be \"shared\" or \"exclusive\"";
+        return SEMA_EINVAL;
+    }
+    if (req->owner != NULL && (strlen(req->owner) > ENGINE_OWNER_MAX ||
+                               !jsonw_utf8_valid(req->owner, strlen(req->owner)))) {
+        *msg = "owner must be UTF-8 of at most 256 bytes";
+        return SEMA_EINVAL;
+    }
+    if (req->idem_key != NULL && strlen(req->idem_key) > ENGINE_IDEM_KEY_MAX) {
+        *msg = "Idempotency-Key is longer than 255 bytes";
+        return SEMA_EINVAL;
+    }
+    return 0;
+}
+
+/* keepalive_ms of a new ticket (0: the server's default, set here). */
+static int check_ticket_inputs(const engine_t *e, engine_req_t *req, const char **msg)
+{
+    if (!e->ops->tickets && is_ticket_op(req->op)) {
+        *msg = "this engine does not serve tickets";
+        return SEMA_ENOTSUP;
+    }
+    if (req->op != ENGINE_TICKET_CREATE)
+        return 0;
+    if (req->keepalive_ms < 0 || req->keepalive_ms > e->cfg.max_ticket_keepalive_ms) {
+        *msg = "keepalive_ms must be between 1 and the configured maximum";
+        return SEMA_EINVAL;
+    }
+    if (req->keepalive_ms == 0)
+        req->keepalive_ms = e->cfg.ticket_keepalive_ms;
+    return 0;
+}
+
+static int check_inputs(const engine_t *e, engine_req_t *req, const char **msg)
+{
+    int rc = check_ticket_inputs(e, req, msg);
+
+    if (rc == 0)
+        rc = check_name(e, req, msg);
+    if (rc == 0)
+        rc = check_capacity(req, msg);
+    if (rc == 0)
+        rc = check_lease_inputs(e, req, msg);
+    if (req->op == ENGINE_SEM_LIST) {
+        if (req->limit == 0)
+            req->limit = ENGINE_LIST_LIMIT_DEFAULT;
+        if (req->limit > ENGINE_LIST_LIMIT_MAX)
+            req->limit = ENGINE_LIST_LIMIT_MAX;
+    }
+    return rc;
+}
+
+/* ---- requests ---- */
+
+int engine_submit(engine_t *e, engine_req_t *req)
+{
+    const char *msg = NULL;
+
+    if (e == NULL || req == NULL || req->cb == NULL || (unsigned)req->op >= ENGINE_OP_COUNT)
+        return SEMA_EINVAL;
+    if (e->shutting_down)
+        return SEMA_ESHUTDOWN;
+    if (req->op != ENGINE_SEM_LIST && req->name == NULL)
+        return SEMA_EINVAL;
+    if (req->name != NULL && req->name_len == 0)
+        req->name_len = strlen(req->name);
+    req->created = 0;
+    req->res.kind = ENGINE_RES_NONE;
+    req->res.blocks = NULL;
+    req->res.small_used = 0;
+    req->priv = NULL;
+    e->m.ops[req->op]++;
+    req->status = check_inputs(e, req, &msg);
+    req->message = msg;
+    /* A request that failed its checks still goes through the back end, which completes it
+     * in order with the others (never inside another request's callback). */
+    return e->ops->submit(e->be, req);
+}
+
+void engine_cancel(engine_t *e, engine_req_t *req)
+{
+    if (e == NULL || req == NULL || req->priv == NULL)
+        return;
+    e->ops->cancel(e->be, req);
+}
+
+struct engine_block {
+    struct engine_block *next;
+    size_t cap, used;
+    _Alignas(8) char data[];
+};
+
+void engine__complete(engine_t *e, engine_req_t *req)
+{
+    struct engine_block *b = req->res.blocks; /* the callback may reuse req */
+
+    (void)e;
+    req->priv = NULL;
+    req->cb(req);
+    while (b != NULL) {
+        struct engine_block *next = b->next;
+        sema__free(b);
+        b = next;
+    }
+}
+
+void engine_stats(engine_t *e, engine_stats_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    e->ops->stats(e->be, out);
+}
+
+engine_counters_t *engine__counters(engine_t *e)
+{
+    return &e->m;
+}
+
+/* ---- results ---- */
+
+void *engine_result_alloc(engine_result_t *r, size_t n)
+{
+    struct engine_block *b = r->blocks;
+    void *p;
+
+    n = (n + 7) & ~(size_t)7;
+    if (n <= sizeof r->small - r->small_used) {
+        p = r->small + r->small_used;
+        r->small_used += n;
+        return p;
+    }
+    if (b == NULL || n > b->cap - b->used) {
+        size_t cap = n > 4096 ? n : 4096;
+        if ((b = sema__malloc(sizeof(*b) + cap)) == NULL)
+            return NULL;
+        b->cap = cap;
+        b->used = 0;
+        b->next = r->blocks;
+        r->blocks = b;
+    }
+    p = b->data + b->used;
+    b->used += n;
+    return p;
+}
+
+char *engine_result_strdup(engine_result_t *r, const char *s, size_t len)
+{
+    char *d = s != NULL ? engine_result_alloc(r, len + 1) : NULL;
+
+    if (d != NULL) {
+        memcpy(d, s, len);
+        d[len] = '\0';
+    }
+    return d;
+}
+
+void engine_result_clear(engine_result_t *r)
+{
+    while (r->blocks != NULL) {
+        struct engine_block *next = r->blocks->next;
+        sema__free(r->blocks);
+        r->blocks = next;
+    }
+    r->small_used = 0;
+    r->kind = ENGINE_RES_NONE;
+}
+
+/* ---- ids ---- */
+
+void engine__random(engine_t *e, void *out, size_t n)
+{
+    uint8_t *o = out;
+
+    while (n > 0) {
+        if (e->rnd_pos == sizeof(e->rnd)) {
+            size_t got = 0;
+            while (got < sizeof(e->rnd)) {
+                ssize_t r = getrandom(e->rnd + got, sizeof(e->rnd) - got, 0);
+                SEMA__CHECK(r > 0); /* the kernel's CSPRNG does not fail once seeded */
+                got += (size_t)r;
+            }
+            e->rnd_pos = 0;
+        }
+        size_t k = sizeof(e->rnd) - e->rnd_pos;
+        if (k > n)
+            k = n;
+        memcpy(o, e->rnd + e->rnd_pos, k);
+        e->rnd_pos += k;
+        o += k;
+        n -= k;
+    }
+}
+
+void engine__lease_id(engine_t *e, char id[ENGINE_LEASE_ID_MAX])
+{
+    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    uint8_t raw[LEASE_ID_BYTES];
+    size_t o = 0;
+
+    engine__random(e, raw, sizeof(raw));
+    for (size_t i = 0; i < sizeof(raw); i += 3) {
+        uint32_t v = ((uint32_t)raw[i] << 16) | ((uint32_t)raw[i + 1] << 8) | raw[i + 2];
+        /* The first character is a letter or digit, so an id never looks like a
+         * command-line option ("-x") to the tools people paste it into. */
+        id[o++] = i == 0 ? b64[((v >> 18) & 63) % 62] : b64[(v >> 18) & 63];
+        id[o++] = b64[(v >> 12) & 63];
+        id[o++] = b64[(v >> 6) & 63];
+        id[o++] = b64[v & 63];
+    }
+    id[o] = '\0';
+}

@@ -1,0 +1,652 @@
+/* SPDX-License-Identifier: MIT */
+/* bench_load.c - `sema bench`'s load engine: one libuv loop, N keep-alive connections, raw
+ * requests out, llhttp-parsed answers in; acquire+release pairs, plain GETs or creates.
+ * With an https:// server each connection is a TLS client (OpenSSL through memory BIOs):
+ * the same requests, encrypted, so plain and TLS runs differ by TLS alone. */
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <llhttp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <uv.h>
+
+#include "loadgen/bench.h"
+
+#define OUT_MAX 8192  /* queued request bytes per connection */
+#define BODY_MAX 1024 /* answer body bytes kept (enough for a lease) */
+#define LEASE_MAX 128 /* lease id bytes */
+#define RECONNECT_MAX 1000
+#define DRAIN_MS 3000 /* after the deadline, in-flight requests get this long */
+
+typedef enum { STEP_ACQUIRE, STEP_RELEASE, STEP_GET, STEP_CREATE } step_t;
+
+typedef struct load load_t;
+
+typedef struct {
+    uv_tcp_t tcp;
+    uv_connect_t creq;
+    uv_write_t wreq;
+    llhttp_t parser;
+    load_t *ld;
+    unsigned sem;                     /* semaphore index (pairs) */
+    unsigned server;                  /* which of the servers (-s) it connects to */
+    step_t step;                      /* what the oldest request in flight is */
+    unsigned inflight;                /* requests sent, not answered */
+    uint64_t sent_ns[BENCH_PIPE_MAX]; /* send times, a ring of `inflight` entries */
+    unsigned ring_head;
+    uint64_t pair_start_ns;
+    char lease[LEASE_MAX];
+    char body[BODY_MAX];
+    size_t body_len;
+    char out[2][OUT_MAX]; /* out[wcur] is being written, out[wcur^1] waits */
+    size_t out_len[2];
+    unsigned wcur;
+    int writing;
+    int open;      /* connected and not closing */
+    int reconnect; /* connect again once closed */
+    SSL *ssl;      /* https://: the session (NULL: plain HTTP) */
+    BIO *rbio;     /* ciphertext read, for OpenSSL (owned by ssl) */
+    BIO *wbio;     /* ciphertext OpenSSL wrote, to send (owned by ssl) */
+    int tls_ready; /* the handshake is over */
+} conn_t;
+
+struct load {
+    const bench_opts_t *o;
+    bench_result_t *res;
+    uv_loop_t loop;
+    uv_timer_t deadline, progress, drain;
+    uv_signal_t sigint;
+    conn_t *conns;
+    unsigned connected, live; /* connected once; handles not yet closed */
+    uint64_t issued;          /* ops started (count mode budget) */
+    uint64_t next_index;      /* create mode's next name */
+    uint64_t start_ns, stop_ns, last_ns;
+    uint64_t ops_at_stop, requests_at_stop, reconnects;
+    uint64_t last_progress_ops;
+    int started, stopping, finished;
+    char acq_req[1024], get_req[1024]; /* pre-formatted constant requests */
+    size_t acq_len, get_len;
+    SSL_CTX *tls; /* https:// */
+};
+
+static llhttp_settings_t settings;
+
+static void conn_connect(conn_t *c);
+static void conn_close(conn_t *c, int reconnect);
+static void issue(conn_t *c);
+static void stop_issuing(load_t *ld);
+
+/* ---- writing ---- */
+
+static void on_written(uv_write_t *w, int status)
+{
+    conn_t *c = w->data;
+    c->out_len[c->wcur] = 0;
+    c->writing = 0;
+    if (status < 0) {
+        c->ld->res->io_errors++;
+        conn_close(c, 1);
+        return;
+    }
+    unsigned next = c->wcur ^ 1u;
+    if (c->out_len[next] > 0 && c->open) {
+        c->wcur = next;
+        uv_buf_t b = uv_buf_init(c->out[next], (unsigned)c->out_len[next]);
+        c->writing = 1;
+        uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, on_written);
+    }
+}
+
+/* Sends bytes: straight to the socket when nothing is queued, else behind the queue. */
+static int sock_send(conn_t *c, const char *req, size_t len)
+{
+    if (!c->writing) {
+        uv_buf_t b = uv_buf_init((char *)req, (unsigned)len);
+        int n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+        if (n == (int)len)
+            return 0;
+        if (n < 0 && n != UV_EAGAIN)
+            return -1;
+        size_t done = n > 0 ? (size_t)n : 0;
+        memcpy(c->out[c->wcur], req + done, len - done);
+        c->out_len[c->wcur] = len - done;
+        b = uv_buf_init(c->out[c->wcur], (unsigned)(len - done));
+        c->wreq.data = c;
+        c->writing = 1;
+        return uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, on_written) ? -1 : 0;
+    }
+    unsigned q = c->wcur ^ 1u;
+    if (c->out_len[q] + len > OUT_MAX)
+        return -1;
+    memcpy(c->out[q] + c->out_len[q], req, len);
+    c->out_len[q] += len;
+    return 0;
+}
+
+/* TLS: what OpenSSL wrote goes to the socket. */
+static int tls_flush(conn_t *c)
+{
+    char buf[4096];
+    int n;
+    while ((n = BIO_read(c->wbio, buf, sizeof(buf))) > 0)
+        if (sock_send(c, buf, (size_t)n) != 0)
+            return -1;
+    return 0;
+}
+
+/* Sends one request, encrypted first with TLS. */
+static int conn_send(conn_t *c, const char *req, size_t len)
+{
+    if (c->ssl == NULL)
+        return sock_send(c, req, len);
+    if (SSL_write(c->ssl, req, (int)len) != (int)len)
+        return -1;
+    return tls_flush(c);
+}
+
+static void send_request(conn_t *c, const char *req, size_t len)
+{
+    if (len == 0 || c->inflight >= BENCH_PIPE_MAX) {
+        c->ld->res->proto_errors++;
+        conn_close(c, 0);
+        return;
+    }
+    c->sent_ns[(c->ring_head + c->inflight) % BENCH_PIPE_MAX] = uv_hrtime();
+    c->inflight++;
+    if (conn_send(c, req, len) != 0) {
+        c->ld->res->io_errors++;
+        conn_close(c, 1);
+    }
+}
+
+/* ---- the requests of each mode ---- */
+
+static int budget_left(load_t *ld)
+{
+    if (ld->stopping)
+        return 0;
+    if (ld->o->count && ld->issued >= ld->o->count)
+        return 0;
+    ld->issued++;
+    return 1;
+}
+
+static void send_acquire(conn_t *c)
+{
+    load_t *ld = c->ld;
+    c->step = STEP_ACQUIRE;
+    c->pair_start_ns = uv_hrtime();
+    if (ld->o->sems <= 1) {
+        send_request(c, ld->acq_req, ld->acq_len);
+        return;
+    }
+    char name[BENCH_NAME_MAX + 24], path[BENCH_NAME_MAX + 64], body[96], req[1024];
+    bench_sem_name(ld->o, c->sem, name, sizeof(name));
+    snprintf(path, sizeof(path), "/v1/semaphores/%s/acquire", name);
+    snprintf(body, sizeof(body), "{\"weight\":%" PRIu64 ",\"ttl_ms\":%" PRId64 "}", ld->o->weight,
+             ld->o->ttl_ms);
+    send_request(c, req, bench_format_request(req, sizeof(req), ld->o, "POST", path, body));
+}
+
+static void send_release(conn_t *c)
+{
+    char path[LEASE_MAX + 16], req[512];
+    snprintf(path, sizeof(path), "/v1/leases/%s", c->lease);
+    c->step = STEP_RELEASE;
+    send_request(c, req, bench_format_request(req, sizeof(req), c->ld->o, "DELETE", path, NULL));
+}
+
+static void send_create(conn_t *c)
+{
+    load_t *ld = c->ld;
+    char name[BENCH_NAME_MAX + 24], path[BENCH_NAME_MAX + 64], body[64], req[1024];
+    bench_sem_name(ld->o, ld->next_index++, name, sizeof(name));
+    snprintf(path, sizeof(path), "/v1/semaphores/%s", name);
+    snprintf(body, sizeof(body), "{\"capacity\":%" PRIu64 "}", ld->o->capacity);
+    c->step = STEP_CREATE;
+    send_request(c, req, bench_format_request(req, sizeof(req), ld->o, "PUT", path, body));
+}
+
+/* Starts the next operation(s) on an idle connection, up to the pipeline depth. */
+static void issue(conn_t *c)
+{
+    load_t *ld = c->ld;
+    unsigned depth = ld->o->mode == BENCH_PAIRS ? 1 : ld->o->pipeline;
+    while (c->open && c->inflight < depth && budget_left(ld)) {
+        if (ld->o->mode == BENCH_PAIRS)
+            send_acquire(c);
+        else if (ld->o->mode == BENCH_CREATE)
+            send_create(c);
+        else {
+            c->step = STEP_GET;
+            send_request(c, ld->get_req, ld->get_len);
+        }
+    }
+    int done = ld->stopping || (ld->o->count && ld->issued >= ld->o->count);
+    if (c->open && c->inflight == 0 && done)
+        conn_close(c, 0);
+}
+
+/* ---- answers ---- */
+
+static void count_op(load_t *ld, uint64_t now, uint64_t started)
+{
+    ld->res->ops++;
+    ld->last_ns = now;
+    bench_hist_record(&ld->res->op, now - started);
+}
+
+/* One complete answer to the oldest request in flight on c. */
+static void on_answer(conn_t *c, int status, uint64_t now)
+{
+    load_t *ld = c->ld;
+    bench_result_t *res = ld->res;
+    uint64_t sent = c->sent_ns[c->ring_head];
+    c->ring_head = (c->ring_head + 1) % BENCH_PIPE_MAX;
+    c->inflight--;
+    res->requests++;
+    res->status[status >= 0 && status < 600 ? status : 0]++;
+    bench_hist_record(&res->req, now - sent);
+    c->body[c->body_len < BODY_MAX ? c->body_len : BODY_MAX - 1] = '\0';
+    if (c->step == STEP_ACQUIRE && status == 200) {
+        if (bench_json_str(c->body, "lease", c->lease, sizeof(c->lease)) > 0) {
+            send_release(c);
+            return;
+        }
+        res->proto_errors++;
+    } else if (c->step == STEP_RELEASE && (status == 204 || status == 200)) {
+        count_op(ld, now, c->pair_start_ns);
+    } else if (c->step == STEP_GET && status >= 200 && status < 300) {
+        count_op(ld, now, sent);
+    } else if (c->step == STEP_CREATE && (status == 201 || status == 200)) {
+        count_op(ld, now, sent);
+    }
+    issue(c);
+}
+
+static int on_message_begin(llhttp_t *p)
+{
+    ((conn_t *)p->data)->body_len = 0;
+    return 0;
+}
+
+static int on_body(llhttp_t *p, const char *at, size_t n)
+{
+    conn_t *c = p->data;
+    size_t room = BODY_MAX - 1 - c->body_len;
+    if (n > room)
+        n = room;
+    memcpy(c->body + c->body_len, at, n);
+    c->body_len += n;
+    return 0;
+}
+
+static int on_message_complete(llhttp_t *p)
+{
+    return HPE_PAUSED; /* handled in on_read, one answer at a time */
+}
+
+static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+{
+    static char rbuf[65536]; /* one loop, one read at a time: a shared buffer */
+    *buf = uv_buf_init(rbuf, sizeof(rbuf));
+}
+
+/* Answers' bytes (decrypted, with TLS). */
+static void parse(conn_t *c, const char *at, size_t left)
+{
+    while (left > 0 && c->open) {
+        llhttp_errno_t err = llhttp_execute(&c->parser, at, left);
+        if (err == HPE_OK)
+            return;
+        if (err != HPE_PAUSED || c->inflight == 0) {
+            c->ld->res->io_errors++;
+            conn_close(c, 1);
+            return;
+        }
+        const char *pos = llhttp_get_error_pos(&c->parser);
+        left -= (size_t)(pos - at);
+        at = pos;
+        int keep = llhttp_should_keep_alive(&c->parser);
+        llhttp_resume(&c->parser);
+        on_answer(c, c->parser.status_code, uv_hrtime());
+        if (!keep && c->open)
+            conn_close(c, 1);
+    }
+}
+
+static void conn_ready(conn_t *c);
+
+/* TLS: hand the ciphertext to OpenSSL; finish the handshake, then parse what it decrypts. */
+static void read_tls(conn_t *c, const char *data, size_t len)
+{
+    static char plain[16384];
+    BIO_write(c->rbio, data, (int)len);
+    if (!c->tls_ready) {
+        int r = SSL_do_handshake(c->ssl);
+        if (tls_flush(c) != 0 || (r != 1 && SSL_get_error(c->ssl, r) != SSL_ERROR_WANT_READ)) {
+            char why[200];
+            ERR_error_string_n(ERR_get_error(), why, sizeof(why));
+            if (!c->ld->started)
+                fprintf(stderr, "sema bench: TLS handshake failed: %s\n", why);
+            c->ld->res->connect_errors++;
+            conn_close(c, !c->ld->started ? 0 : 1);
+            if (!c->ld->started) {
+                c->ld->res->fatal = "TLS handshake failed";
+                stop_issuing(c->ld);
+            }
+            return;
+        }
+        if (r != 1)
+            return;
+        c->tls_ready = 1;
+        conn_ready(c);
+    }
+    int n;
+    while (c->open && (n = SSL_read(c->ssl, plain, sizeof(plain))) > 0)
+        parse(c, plain, (size_t)n);
+    if (c->open && tls_flush(c) != 0)
+        conn_close(c, 1);
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    conn_t *c = s->data;
+    if (nread < 0) {
+        if (!c->ld->stopping || c->inflight)
+            c->ld->res->io_errors++;
+        conn_close(c, 1);
+        return;
+    }
+    if (c->ssl != NULL)
+        read_tls(c, buf->base, (size_t)nread);
+    else
+        parse(c, buf->base, (size_t)nread);
+}
+
+/* ---- connections ---- */
+
+static void all_closed(load_t *ld);
+
+static void on_closed(uv_handle_t *h)
+{
+    conn_t *c = h->data;
+    load_t *ld = c->ld;
+    if (c->reconnect && !ld->stopping && ld->reconnects++ < RECONNECT_MAX) {
+        conn_connect(c);
+        return;
+    }
+    if (--ld->live == 0)
+        all_closed(ld);
+}
+
+static void conn_close(conn_t *c, int reconnect)
+{
+    if (!c->open && uv_is_closing((uv_handle_t *)&c->tcp))
+        return;
+    c->open = 0;
+    c->reconnect = reconnect;
+    /* An op cut short by a closed connection is lost; give its budget back. */
+    if (c->inflight && c->ld->o->count && c->ld->issued > 0)
+        c->ld->issued--;
+    c->inflight = 0;
+    c->writing = 0;
+    c->out_len[0] = c->out_len[1] = 0;
+    SSL_free(c->ssl);
+    c->ssl = NULL;
+    c->tls_ready = 0;
+    uv_close((uv_handle_t *)&c->tcp, on_closed);
+}
+
+static void begin(load_t *ld);
+static void stop_issuing(load_t *ld);
+
+static void on_connected(uv_connect_t *req, int status)
+{
+    conn_t *c = req->data;
+    load_t *ld = c->ld;
+    if (status == UV_ECANCELED)
+        return; /* closed while connecting: on_closed does the rest */
+    if (status < 0) {
+        ld->res->connect_errors++;
+        if (!ld->started) {
+            ld->res->fatal = "cannot connect to the server";
+            stop_issuing(ld);
+        }
+        conn_close(c, 1);
+        return;
+    }
+    c->open = 1;
+    if (ld->stopping) {
+        conn_close(c, 0);
+        return;
+    }
+    uv_tcp_nodelay(&c->tcp, 1);
+    llhttp_init(&c->parser, HTTP_RESPONSE, &settings);
+    c->parser.data = c;
+    uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    if (ld->tls == NULL) {
+        conn_ready(c);
+        return;
+    }
+    /* TLS: the client hello now; conn_ready once the handshake is over. */
+    if ((c->ssl = SSL_new(ld->tls)) == NULL || (c->rbio = BIO_new(BIO_s_mem())) == NULL ||
+        (c->wbio = BIO_new(BIO_s_mem())) == NULL) {
+        ld->res->fatal = "out of memory";
+        stop_issuing(ld);
+        conn_close(c, 0);
+        return;
+    }
+    SSL_set_bio(c->ssl, c->rbio, c->wbio);
+    SSL_set_connect_state(c->ssl);
+    SSL_set_tlsext_host_name(c->ssl, ld->o->tls_name);
+    SSL_set1_host(c->ssl, ld->o->tls_name);
+    SSL_do_handshake(c->ssl);
+    if (tls_flush(c) != 0)
+        conn_close(c, 1);
+}
+
+/* Connected (and with TLS, the handshake over): start, or go on issuing. */
+static void conn_ready(conn_t *c)
+{
+    load_t *ld = c->ld;
+    if (ld->started)
+        issue(c);
+    else if (++ld->connected == ld->o->conns)
+        begin(ld);
+}
+
+static void conn_connect(conn_t *c)
+{
+    uv_tcp_init(&c->ld->loop, &c->tcp);
+    c->tcp.data = c;
+    c->creq.data = c;
+    c->inflight = 0;
+    c->ring_head = 0;
+    c->wcur = 0;
+    int rc = uv_tcp_connect(&c->creq, &c->tcp, (const struct sockaddr *)&c->ld->o->addr[c->server],
+                            on_connected);
+    if (rc < 0) {
+        c->ld->res->connect_errors++;
+        if (!c->ld->started)
+            c->ld->res->fatal = "cannot connect to the server (raise ulimit -n?)";
+        c->ld->stopping = 1;
+        c->open = 0;
+        c->reconnect = 0;
+        uv_close((uv_handle_t *)&c->tcp, on_closed);
+    }
+}
+
+/* ---- timers and the run ---- */
+
+static void on_drain(uv_timer_t *t)
+{
+    all_closed(t->data);
+}
+
+static void stop_issuing(load_t *ld)
+{
+    if (ld->stopping && ld->stop_ns)
+        return;
+    ld->stopping = 1;
+    ld->stop_ns = uv_hrtime();
+    ld->ops_at_stop = ld->res->ops;
+    ld->requests_at_stop = ld->res->requests;
+    uv_timer_start(&ld->drain, on_drain, DRAIN_MS, 0);
+    for (unsigned i = 0; i < ld->o->conns; i++)
+        if (ld->conns[i].open && ld->conns[i].inflight == 0)
+            conn_close(&ld->conns[i], 0);
+}
+
+static void on_deadline(uv_timer_t *t)
+{
+    stop_issuing(t->data);
+}
+
+static void on_sigint(uv_signal_t *s, int signum)
+{
+    stop_issuing(s->data);
+}
+
+static void on_progress(uv_timer_t *t)
+{
+    load_t *ld = t->data;
+    double secs = (double)(uv_hrtime() - ld->start_ns) / 1e9;
+    uint64_t ops = ld->res->ops;
+    uint64_t errs = ld->res->io_errors + ld->res->connect_errors + ld->res->proto_errors;
+    for (unsigned s = 300; s < 600; s++)
+        errs += ld->res->status[s];
+    fprintf(stderr, "\r[%6.1fs] %" PRIu64 " ops  %8.0f/s  errors %" PRIu64 "   ", secs, ops,
+            (double)(ops - ld->last_progress_ops), errs);
+    ld->last_progress_ops = ops;
+}
+
+static void begin(load_t *ld)
+{
+    ld->started = 1;
+    ld->start_ns = uv_hrtime();
+    if (ld->o->count == 0)
+        uv_timer_start(&ld->deadline, on_deadline, (uint64_t)(ld->o->duration_s * 1000.0), 0);
+    if (ld->o->progress)
+        uv_timer_start(&ld->progress, on_progress, 1000, 1000);
+    for (unsigned i = 0; i < ld->o->conns; i++)
+        issue(&ld->conns[i]);
+}
+
+/* Every connection is closed (or the drain time ran out): close the rest and let the loop end. */
+static void all_closed(load_t *ld)
+{
+    if (ld->finished)
+        return;
+    ld->finished = 1;
+    if (!ld->stop_ns) {
+        ld->stop_ns = uv_hrtime();
+        ld->ops_at_stop = ld->res->ops;
+    }
+    ld->stopping = 1;
+    for (unsigned i = 0; i < ld->o->conns; i++)
+        if (!uv_is_closing((uv_handle_t *)&ld->conns[i].tcp))
+            conn_close(&ld->conns[i], 0);
+    uv_handle_t *timers[] = {(uv_handle_t *)&ld->deadline, (uv_handle_t *)&ld->progress,
+                             (uv_handle_t *)&ld->drain, (uv_handle_t *)&ld->sigint};
+    for (size_t i = 0; i < sizeof(timers) / sizeof(timers[0]); i++)
+        uv_close(timers[i], NULL);
+}
+
+/* The client context: TLS 1.2+, the server's certificate verified against --cacert (else
+ * the system's CAs) and its name. */
+static int tls_init(load_t *ld)
+{
+    const bench_opts_t *o = ld->o;
+    if ((ld->tls = SSL_CTX_new(TLS_client_method())) == NULL)
+        return -1;
+    SSL_CTX_set_min_proto_version(ld->tls, TLS1_2_VERSION);
+    SSL_CTX_set_verify(ld->tls, SSL_VERIFY_PEER, NULL);
+    int ok = o->cacert != NULL ? SSL_CTX_load_verify_locations(ld->tls, o->cacert, NULL)
+                               : SSL_CTX_set_default_verify_paths(ld->tls);
+    if (ok != 1) {
+        fprintf(stderr, "sema bench: cannot read the CA file %s\n", o->cacert);
+        SSL_CTX_free(ld->tls);
+        ld->tls = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+static int load_init(load_t *ld, const bench_opts_t *o, bench_result_t *res)
+{
+    memset(ld, 0, sizeof(*ld));
+    ld->o = o;
+    ld->res = res;
+    ld->conns = calloc(o->conns, sizeof(conn_t));
+    if (!ld->conns || uv_loop_init(&ld->loop) != 0) {
+        free(ld->conns);
+        return -1;
+    }
+    if (o->tls && tls_init(ld) != 0) {
+        uv_loop_close(&ld->loop);
+        free(ld->conns);
+        return -1;
+    }
+    llhttp_settings_init(&settings);
+    settings.on_message_begin = on_message_begin;
+    settings.on_body = on_body;
+    settings.on_message_complete = on_message_complete;
+    char name[BENCH_NAME_MAX + 24], path[BENCH_NAME_MAX + 64], body[96];
+    bench_sem_name(o, 0, name, sizeof(name));
+    snprintf(path, sizeof(path), "/v1/semaphores/%s/acquire", name);
+    snprintf(body, sizeof(body), "{\"weight\":%" PRIu64 ",\"ttl_ms\":%" PRId64 "}", o->weight,
+             o->ttl_ms);
+    ld->acq_len = bench_format_request(ld->acq_req, sizeof(ld->acq_req), o, "POST", path, body);
+    ld->get_len = bench_format_request(ld->get_req, sizeof(ld->get_req), o, "GET", o->path, NULL);
+    uv_timer_t *timers[] = {&ld->deadline, &ld->progress, &ld->drain};
+    for (size_t i = 0; i < 3; i++) {
+        uv_timer_init(&ld->loop, timers[i]);
+        timers[i]->data = ld;
+    }
+    uv_signal_init(&ld->loop, &ld->sigint);
+    ld->sigint.data = ld;
+    uv_signal_start_oneshot(&ld->sigint, on_sigint, SIGINT);
+    return 0;
+}
+
+int bench_load_run(const bench_opts_t *o, bench_result_t *res)
+{
+    load_t *ld = malloc(sizeof(*ld));
+    if (!ld || load_init(ld, o, res) != 0) {
+        free(ld);
+        res->fatal = "out of memory";
+        return -1;
+    }
+    uint64_t rss0 = o->server_pid ? bench_rss_kib(o->server_pid) : 0;
+    ld->live = o->conns;
+    for (unsigned i = 0; i < o->conns; i++) {
+        ld->conns[i].ld = ld;
+        ld->conns[i].sem = i % (o->sems ? o->sems : 1);
+        ld->conns[i].server = i % (o->servers ? o->servers : 1);
+        conn_connect(&ld->conns[i]);
+    }
+    uv_run(&ld->loop, UV_RUN_DEFAULT);
+    if (o->progress)
+        fputc('\n', stderr);
+    uint64_t end = o->count ? (ld->last_ns ? ld->last_ns : ld->stop_ns) : ld->stop_ns;
+    res->elapsed_s = ld->started ? (double)(end - ld->start_ns) / 1e9 : 0.0;
+    if (o->count == 0) {
+        res->ops = ld->ops_at_stop;
+        res->requests = ld->requests_at_stop;
+    }
+    if (o->server_pid) {
+        res->rss_before_kib = rss0;
+        res->rss_after_kib = bench_rss_kib(o->server_pid);
+    }
+    uv_loop_close(&ld->loop);
+    SSL_CTX_free(ld->tls);
+    free(ld->conns);
+    free(ld);
+    return res->fatal ? -1 : 0;
+}
