@@ -44,10 +44,10 @@ typedef enum {
     ENGINE_SEM_LIST,      /* prefix, limit, cursor -> LIST */
     ENGINE_ACQUIRE,       /* name, weight, timeout_ms, ttl_ms, owner, idem_key -> LEASE */
     ENGINE_WAIT_IDLE,     /* name, timeout_ms -> IDLE */
-    ENGINE_LEASE_GET,     /* name = lease id -> LEASE */
-    ENGINE_LEASE_RENEW,   /* name = lease id, ttl_ms -> LEASE */
-    ENGINE_LEASE_RELEASE, /* name = lease id -> NONE */
-    ENGINE_LEASE_REVOKE,  /* name = lease id -> NONE (units back, fence bumped) */
+    ENGINE_LEASE_GET,     /* id -> LEASE */
+    ENGINE_LEASE_RENEW,   /* id, ttl_ms -> LEASE */
+    ENGINE_LEASE_RELEASE, /* id -> NONE */
+    ENGINE_LEASE_REVOKE,  /* id -> NONE (units back, fence bumped) */
     ENGINE_LOCK_ACQUIRE,  /* name = key, mode, timeout_ms, ttl_ms, owner, idem_key -> LEASE
                              (with its mode) */
     ENGINE_LOCK_GET,      /* name = key -> LOCK, or SEMA_ENOENT when nobody holds or awaits it */
@@ -60,10 +60,10 @@ typedef enum {
      * A back end may not serve them (engine_backend_t.tickets): then SEMA_ENOTSUP. */
     ENGINE_TICKET_CREATE, /* name, weight, ttl_ms, owner, idem_key, keepalive_ms -> TICKET
                              (created=1 if new, 0 for a retry with its Idempotency-Key) */
-    ENGINE_TICKET_GET,    /* name = ticket id, timeout_ms (0: now; > 0: wait up to that long
+    ENGINE_TICKET_GET,    /* id (the ticket's), timeout_ms (0: now; > 0: wait up to that long
                              until its state differs from `seen`, or from the state at
                              arrival when seen is 0) -> TICKET; SEMA_EGONE once ended */
-    ENGINE_TICKET_DELETE, /* name = ticket id -> NONE (leaves the line; a granted ticket's
+    ENGINE_TICKET_DELETE, /* id -> NONE (leaves the line; a granted ticket's
                              lease is released) */
     ENGINE_OP_COUNT
 } engine_op_t;
@@ -176,8 +176,11 @@ struct engine_req {
     /* in */
     engine_op_t op;
     int mode;         /* LOCK_ACQUIRE: ENGINE_MODE_* */
-    const char *name; /* semaphore name, lock key or lease id (NUL-terminated UTF-8) */
+    const char *name; /* semaphore name or lock key (NUL-terminated UTF-8); NULL for the
+                         operations on an id, and for SEM_LIST */
     size_t name_len;
+    const char *id; /* LEASE_*, TICKET_GET, TICKET_DELETE: the lease's or ticket's id */
+    size_t id_len;
     uint64_t capacity;    /* SEM_PUT, SEM_RESIZE, LEGACY_CREATE */
     uint64_t weight;      /* ACQUIRE */
     int64_t timeout_ms;   /* ACQUIRE, WAIT_IDLE, LOCK_ACQUIRE: 0 try, < 0 forever */

@@ -110,7 +110,8 @@ void engine__backend_closed(engine_t *e)
 
 /* ---- the one check of a request's inputs ---- */
 
-static int is_lease_op(engine_op_t op)
+/* The operations on a lease's or ticket's id (req->id) rather than on a name. */
+static int on_id(engine_op_t op)
 {
     return op == ENGINE_LEASE_GET || op == ENGINE_LEASE_RENEW || op == ENGINE_LEASE_RELEASE ||
            op == ENGINE_LEASE_REVOKE || op == ENGINE_TICKET_GET || op == ENGINE_TICKET_DELETE;
@@ -126,10 +127,10 @@ static int creates_name(engine_op_t op)
     return op == ENGINE_SEM_PUT || op == ENGINE_LEGACY_CREATE || op == ENGINE_LOCK_ACQUIRE;
 }
 
-/* A semaphore name or a lock key (a lease id is looked up as it is). */
+/* A semaphore name or a lock key (an id is looked up as it is). */
 static int check_name(const engine_t *e, const engine_req_t *req, const char **msg)
 {
-    if (req->op == ENGINE_SEM_LIST || is_lease_op(req->op))
+    if (req->op == ENGINE_SEM_LIST || on_id(req->op))
         return 0;
     if (req->name_len == 0) {
         *msg = "name must not be empty";
@@ -243,10 +244,12 @@ int engine_submit(engine_t *e, engine_req_t *req)
         return SEMA_EINVAL;
     if (e->shutting_down)
         return SEMA_ESHUTDOWN;
-    if (req->op != ENGINE_SEM_LIST && req->name == NULL)
+    if (on_id(req->op) ? req->id == NULL : req->op != ENGINE_SEM_LIST && req->name == NULL)
         return SEMA_EINVAL;
     if (req->name != NULL && req->name_len == 0)
         req->name_len = strlen(req->name);
+    if (req->id != NULL && req->id_len == 0)
+        req->id_len = strlen(req->id);
     req->created = 0;
     req->res.kind = ENGINE_RES_NONE;
     req->res.blocks = NULL;

@@ -37,8 +37,8 @@ void server__release_lease(server_t *srv, const char *id)
         return; /* the lease's ttl reclaims it */
     memcpy(d->id, id, n + 1);
     d->req.op = ENGINE_LEASE_RELEASE;
-    d->req.name = d->id;
-    d->req.name_len = n;
+    d->req.id = d->id;
+    d->req.id_len = n;
     d->req.cb = detached_done;
     d->req.data = d;
     srv->undelivered++;

@@ -138,11 +138,17 @@ static int field_str(route_ctx_t *c, body_t *o, const char *key, char **out)
     return 1;
 }
 
+/* The path's parameter: a semaphore name or lock key (a ROUTE_NAMED route), else an id. */
 static void use_param(route_ctx_t *c, engine_op_t op)
 {
     c->ereq.op = op;
-    c->ereq.name = c->param;
-    c->ereq.name_len = c->param_len;
+    if (c->route->flags & ROUTE_NAMED) {
+        c->ereq.name = c->param;
+        c->ereq.name_len = c->param_len;
+    } else {
+        c->ereq.id = c->param;
+        c->ereq.id_len = c->param_len;
+    }
 }
 
 /* {"capacity":N} for PUT and PATCH. */

@@ -70,8 +70,6 @@ void v1_events(route_ctx_t *c)
  * only if it differs from the last it saw. The stream ends with an "ended" event (the
  * problem document) when the ticket ends. */
 
-#define TICKET_STREAM_WAIT_MS ENGINE_TICKET_WAIT_MAX_MS
-
 static void ticket_next_done(route_ctx_t *c, engine_req_t *req);
 
 /* Write one event; 0, or -1 when the stream was cut. */
@@ -109,9 +107,9 @@ static int ticket_state_event(route_ctx_t *c, const engine_req_t *req)
 static void ticket_park(route_ctx_t *c, uint64_t seen)
 {
     c->ereq.op = ENGINE_TICKET_GET;
-    c->ereq.name = c->param;
-    c->ereq.name_len = c->param_len;
-    c->ereq.timeout_ms = TICKET_STREAM_WAIT_MS;
+    c->ereq.id = c->param;
+    c->ereq.id_len = c->param_len;
+    c->ereq.timeout_ms = ENGINE_TICKET_WAIT_MAX_MS; /* each look of the stream is a long-poll */
     c->ereq.seen = seen;
     ctx_submit(c, ticket_next_done);
 }
@@ -159,8 +157,8 @@ static void ticket_first_done(route_ctx_t *c, engine_req_t *req)
 void v1_ticket_events(route_ctx_t *c)
 {
     c->ereq.op = ENGINE_TICKET_GET;
-    c->ereq.name = c->param;
-    c->ereq.name_len = c->param_len;
+    c->ereq.id = c->param;
+    c->ereq.id_len = c->param_len;
     c->ereq.timeout_ms = 0;
     c->ereq.seen = 0;
     ctx_submit(c, ticket_first_done);

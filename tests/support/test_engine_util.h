@@ -113,16 +113,21 @@ static inline void fx_free(fx_t *f)
     ASSERT_OK(uv_loop_close(&f->loop));
 }
 
+/* A request of `op` on `name`: a semaphore's name or lock key, or for the operations on a
+ * lease or ticket (LEASE_*, TICKET_GET, TICKET_DELETE) its id. */
 static inline treq_t *treq_new(engine_op_t op, const char *name)
 {
     treq_t *t = calloc(1, sizeof(*t));
+    int on_id = op == ENGINE_LEASE_GET || op == ENGINE_LEASE_RENEW ||
+                op == ENGINE_LEASE_RELEASE || op == ENGINE_LEASE_REVOKE ||
+                op == ENGINE_TICKET_GET || op == ENGINE_TICKET_DELETE;
 
     ASSERT_NOT_NULL(t);
     t->r.op = op;
     if (name != NULL) {
         snprintf(t->name, sizeof(t->name), "%s", name);
-        t->r.name = t->name;
-        t->r.name_len = strlen(t->name);
+        *(on_id ? &t->r.id : &t->r.name) = t->name;
+        *(on_id ? &t->r.id_len : &t->r.name_len) = strlen(t->name);
     }
     t->r.timeout_ms = -1;
     t->r.cb = t_cb;

@@ -405,12 +405,12 @@ static void op_lock_get(emb_t *eb, emb_req_t *er)
 static emb_lease_t *find_lease(emb_t *eb, emb_req_t *er)
 {
     engine_req_t *req = er->req;
-    emb_lease_t *l = emb__lease_find(eb, req->name, req->name_len);
+    emb_lease_t *l = emb__lease_find(eb, req->id, req->id_len);
     emb_tomb_t *t;
 
     if (l != NULL)
         return l;
-    t = emb__tomb_find(eb, req->name, req->name_len);
+    t = emb__tomb_find(eb, req->id, req->id_len);
     if (t != NULL && t->reason <= EMB_TOMB_DELETED)
         fail(eb, er, emb__tomb_status(t->reason), M_LEASE_ENDED[t->reason]);
     else

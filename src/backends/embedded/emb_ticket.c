@@ -54,12 +54,12 @@ static emb_ticket_t *ticket_find(emb_t *eb, const char *id, size_t len)
 static emb_ticket_t *find_ticket(emb_t *eb, emb_req_t *er)
 {
     engine_req_t *req = er->req;
-    emb_ticket_t *t = ticket_find(eb, req->name, req->name_len);
+    emb_ticket_t *t = ticket_find(eb, req->id, req->id_len);
     emb_tomb_t *tomb;
 
     if (t != NULL)
         return t;
-    tomb = emb__tomb_find(eb, req->name, req->name_len);
+    tomb = emb__tomb_find(eb, req->id, req->id_len);
     if (tomb != NULL && tomb->reason >= EMB_TOMB_TICKET_LEFT &&
         tomb->reason <= EMB_TOMB_TICKET_REFUSED)
         fail(eb, er, SEMA_EGONE, M_ENDED[tomb->reason]);
@@ -304,7 +304,7 @@ static void arm_tick(emb_t *eb)
  * which lives while it has watchers (its end fails them first). */
 static emb_ticket_t *watcher_off(emb_t *eb, emb_req_t *er)
 {
-    emb_ticket_t *t = ticket_find(eb, er->req->name, er->req->name_len);
+    emb_ticket_t *t = ticket_find(eb, er->req->id, er->req->id_len);
 
     elist_remove(&er->link);
     eheap_remove(&eb->heap, &er->hi);

@@ -1029,13 +1029,13 @@ static rcmd_t *op_cmd(rs_t *r, rreq_t *rq)
     if (req->op == ENGINE_SEM_LIST) {
         klen = (size_t)snprintf(key, sizeof key, "sema:names");
     } else if (is_ticket_id_op(req->op)) {
-        if (req->name_len > 64)
+        if (req->id_len > 64)
             return NULL;
-        klen = (size_t)snprintf(key, sizeof key, "sema:tk:%.*s", (int)req->name_len, req->name);
+        klen = (size_t)snprintf(key, sizeof key, "sema:tk:%.*s", (int)req->id_len, req->id);
     } else if (is_lease_op(req->op)) {
-        if (req->name_len > 64)
+        if (req->id_len > 64)
             return NULL;
-        klen = (size_t)snprintf(key, sizeof key, "sema:id:%.*s", (int)req->name_len, req->name);
+        klen = (size_t)snprintf(key, sizeof key, "sema:id:%.*s", (int)req->id_len, req->id);
     } else {
         int lock = req->op == ENGINE_LOCK_ACQUIRE || req->op == ENGINE_LOCK_GET;
         klen = stem_make(key, sizeof key, lock ? 'k' : 's', req->name, req->name_len);
@@ -1333,7 +1333,7 @@ static void ticket_message(rs_t *r, const char *tid, size_t len)
 
     for (elist_t *x = r->twatch.next; x != &r->twatch; x = x->next) {
         rreq_t *rq = ECONTAINER(x, rreq_t, plink);
-        if (rq->req == NULL || rq->req->name_len != len || memcmp(rq->req->name, tid, len) != 0)
+        if (rq->req == NULL || rq->req->id_len != len || memcmp(rq->req->id, tid, len) != 0)
             continue;
         if (rq->state == RQ_WATCH) {
             rq->hi.deadline = rs__now(r);
@@ -1744,9 +1744,9 @@ static void send_lease_end_again(rs_t *r, const engine_req_t *req)
     rcmd_t *c;
     int klen;
 
-    if (req->name_len == 0 || req->name_len > 64)
+    if (req->id_len == 0 || req->id_len > 64)
         return;
-    klen = snprintf(key, sizeof key, "sema:id:%.*s", (int)req->name_len, req->name);
+    klen = snprintf(key, sizeof key, "sema:id:%.*s", (int)req->id_len, req->id);
     a_head(r, &a, key, (size_t)klen, op_names[req->op], "", req);
     c = cmd_build(r, RC_DROP, &a);
     if (c != NULL)
