@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* alloc.h - how semad allocates, and its invariant check. semad links libsema statically and
- * allocates through libsema's one allocator hook (sema_set_allocator() in sema/alloc.h), so
- * one call reaches every allocation of both and an allocation-failure test can fail any of
- * them. The rule: every block semad's own code allocates comes from sema__malloc,
- * sema__calloc, sema__realloc or sema__strdup and goes back through sema__free; libc's
- * malloc and free only for memory a library allocates or frees itself (OpenSSL, SQLite,
- * hiredis and jansson results). */
+ * shares its allocator hook (sema_set_allocator() in sema/alloc.h). The rule: the engine, the
+ * back ends and the containers of common/table.c allocate with sema__malloc, sema__calloc,
+ * sema__realloc or sema__strdup and free with sema__free, so an allocation-failure test can
+ * fail any allocation a request makes in them; the HTTP layer and the store size every
+ * buffer by a cap and use libc's malloc and free. A block never crosses from one family to
+ * the other, and memory a library returns goes back to that library. */
 #ifndef SEMAD_ALLOC_H
 #define SEMAD_ALLOC_H
 

@@ -17,7 +17,6 @@
 /* --- the calling process ------------------------------------------------------------ */
 
 _Atomic int32_t sema__shm_pid; /* 0 until the first sema__shm_self() */
-#define self_pid sema__shm_pid
 static _Atomic uint64_t self_start;
 
 int sema__shm_proc_start(int32_t pid, uint64_t *start)
@@ -60,7 +59,7 @@ int sema__shm_proc_start(int32_t pid, uint64_t *start)
 static void self_after_fork(void)
 {
     atomic_store(&self_start, 0);
-    atomic_store(&self_pid, (int32_t)getpid());
+    atomic_store(&sema__shm_pid, (int32_t)getpid());
 }
 
 static void self_init(void)
@@ -72,10 +71,10 @@ static void self_init(void)
 int32_t sema__shm_self(uint64_t *start)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
-    int32_t pid = atomic_load_explicit(&self_pid, memory_order_relaxed);
+    int32_t pid = atomic_load_explicit(&sema__shm_pid, memory_order_relaxed);
     if (SEMA__UNLIKELY(pid == 0)) {
         (void)pthread_once(&once, self_init);
-        pid = atomic_load(&self_pid);
+        pid = atomic_load(&sema__shm_pid);
     }
     if (start != NULL) {
         uint64_t st = atomic_load_explicit(&self_start, memory_order_relaxed);
