@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* bench_engine.c - semad's engine on the embedded back end, without HTTP: leased
  * acquire+release pairs/s against the engine's lease-free legacy down+up on the same loop
- * (the cost of leases, ids, fences and JSON), release->parked-waiter hand-off latency, and memory per idle semaphore
- * and per parked waiter. Fixed work, checks its own results, one line per figure.
+ * (the cost of leases, ids, fences and JSON), release->parked-waiter hand-off latency, and
+ * memory per idle semaphore and per parked waiter. Fixed work, checks its own results, one
+ * line per figure.
  *
  * Usage: bench_engine [pairs (default 200000)] [semaphores (default 1000000)] */
 #include <malloc.h>
