@@ -33,6 +33,7 @@ static fx_t F;
 static client_t C[NCLIENT];
 static semck_t S[NSEM];
 static uint64_t rng = 0x9e3779b97f4a7c15ULL;
+static int reread; /* reads of held that met an event and were read again */
 
 static uint64_t rnd(uint64_t n)
 {
@@ -188,6 +189,7 @@ static int64_t held_when_quiet(int i, treq_t *also, int64_t *first)
             *first = held;
         if (S[i].events == seen)
             return held;
+        reread++;
         if (uv_now(&F.loop) > deadline)
             TEST_FAIL_("s%d: events still came after %d reads of its state", i, reads);
     }
@@ -217,8 +219,9 @@ TEST(stress_random_ops_keep_capacity_and_fifo)
         engine_unsubscribe(F.e, S[i].sub);
         S[i].sub = NULL;
     }
-    fprintf(stderr, "stress: %ld steps, %llu grants, %llu parked at the end\n", steps,
-            (unsigned long long)grants, (unsigned long long)parked);
+    fprintf(stderr,
+            "stress: %ld steps, %llu grants, %llu parked at the end, %d reads of held met events\n",
+            steps, (unsigned long long)grants, (unsigned long long)parked, reread);
     ASSERT_GT(grants, 100);
     fx_free(&F);
     for (int i = 0; i < NCLIENT; i++) {
