@@ -192,15 +192,16 @@ def test_keepalive_drops_a_waiting_ticket_and_releases_an_uncollected_grant():
     with fx.Semad() as s:
         put(s, "k", 1)
         lease = hold(s, "k")
-        idle = ticket(s, "k", keepalive_ms=300)["ticket"]
+        idle = ticket(s, "k", keepalive_ms=1000)["ticket"]
         behind = ticket(s, "k", keepalive_ms=60000)["ticket"]
-        assert position(s, behind) == (2, 1)
+        # (1, 0) when this machine took longer than the keepalive to get here: idle went
+        assert position(s, behind) in ((2, 1), (1, 0))
         # Unread, the first is dropped and the one behind moves up (reading it keeps it).
         fx.wait_until(lambda: position(s, behind) == (1, 0), 10, "the unread ticket to go")
         assert problem(s, "GET", "/v1/tickets/" + idle) == (410, "ticket_ended")
         assert fx.metric(s, "semad_tickets_abandoned_total") == 1
         # A ticket granted while nobody reads it: its lease goes back after keepalive.
-        late = ticket(s, "k", keepalive_ms=1500)["ticket"]
+        late = ticket(s, "k", keepalive_ms=3000)["ticket"]
         st, _, _ = s.request("DELETE", "/v1/tickets/" + behind)
         assert st == 204
         assert position(s, late) == (1, 0)
