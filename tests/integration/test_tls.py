@@ -264,6 +264,47 @@ def test_client_certificates_required_and_checked():
         c.close()
 
 
+def test_sema_says_what_tls_wants():
+    # each TLS mistake of a newcomer gets its own words and a way out: never "cannot reach
+    # ... is semad running?" (exit 69) for a server that answered the handshake
+    c = server_setup()
+    try:
+        c.ca("clients")
+        c.issue("worker", "clients", "worker-1", server=False)
+        c.ca("other")
+        c.issue("intruder", "other", "worker-1", server=False)
+        args = tls_args(c) + ["--tls-client-ca", c.path("clients.pem")]
+        with fx.Semad(*args, tls=client_ctx(c, "worker")) as s:
+            url = "https://localhost:%d" % s.semad_port
+            ca, cert, key = c.path("ca.pem"), c.path("worker.pem"), c.path("worker.key")
+            r = sema("ls", "--server", url)  # semad's CA not given
+            assert r.returncode == 1 and "is not trusted" in r.stderr, r
+            assert "--cacert FILE (or SEMA_CACERT)" in r.stderr, r.stderr
+            r = sema("ls", "--server", url, "--cacert", ca)  # no client certificate
+            assert r.returncode == 1, r
+            assert "asked for a client certificate and none was given" in r.stderr, r.stderr
+            assert "--cert FILE" in r.stderr and "is semad running" not in r.stderr, r.stderr
+            r = sema("ls", "--server", url, "--cacert", ca, "--cert", cert)  # its key elsewhere
+            assert r.returncode == 1 and "--cert-key FILE" in r.stderr, r
+            # curl's spelling: --key is sema's idempotency key, and says so
+            for verb in (["acquire", "x"], ["ls"]):
+                r = sema(*verb, "--server", url, "--cacert", ca, "--cert", cert, "--key", key)
+                assert r.returncode == 2 and "--cert-key" in r.stderr, (verb, r)
+            r = sema("ls", "--server", url, "--cacert", ca, "--cert", c.path("intruder.pem"),
+                     "--cert-key", c.path("intruder.key"))
+            assert r.returncode == 1 and "refused the client certificate" in r.stderr, r
+            # right: --cert-key, before or after the verb, or SEMA_CERT_KEY
+            for a in (["ls", "--server", url, "--cacert", ca, "--cert", cert, "--cert-key", key],
+                      ["--cert-key", key, "--cert", cert, "--cacert", ca, "-s", url, "ls"]):
+                r = sema(*a)
+                assert r.returncode == 0 and r.stdout.startswith("NAME"), (a, r)
+            r = sema("ls", "--server", url, "--cacert", ca, env={"SEMA_CERT": cert,
+                                                                  "SEMA_CERT_KEY": key})
+            assert r.returncode == 0, r
+    finally:
+        c.close()
+
+
 def token_new(path, name, rights, *prefixes):
     """`sema token new` into the token file at `path`; the printed token."""
     args = ["token", "new", name, "--rights", rights, "--file", path]
