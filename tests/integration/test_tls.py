@@ -80,6 +80,17 @@ def server_setup():
     return c
 
 
+def client_ca_setup():
+    """server_setup(), and a CA for clients that signed worker.pem (CN worker-1), and another
+    that signed intruder.pem (the same CN)."""
+    c = server_setup()
+    c.ca("clients")
+    c.issue("worker", "clients", "worker-1", server=False)
+    c.ca("other")
+    c.issue("intruder", "other", "worker-1", server=False)
+    return c
+
+
 def tls_args(c, name="srv"):
     return ["--tls-cert", c.path(name + ".pem"), "--tls-key", c.path(name + ".key")]
 
@@ -228,12 +239,8 @@ def handshake_refused(s, ctx):
 
 
 def test_client_certificates_required_and_checked():
-    c = server_setup()
+    c = client_ca_setup()
     try:
-        c.ca("clients")
-        c.issue("worker", "clients", "worker-1", server=False)
-        c.ca("other")
-        c.issue("intruder", "other", "worker-1", server=False)
         args = tls_args(c) + ["--tls-client-ca", c.path("clients.pem"), "--log-requests"]
         with fx.Semad(*args, tls=client_ctx(c, "worker")) as s:
             url = "https://127.0.0.1:%d" % s.port
@@ -267,12 +274,8 @@ def test_client_certificates_required_and_checked():
 def test_sema_says_what_tls_wants():
     # each TLS mistake of a newcomer gets its own words and a way out: never "cannot reach
     # ... is semad running?" (exit 69) for a server that answered the handshake
-    c = server_setup()
+    c = client_ca_setup()
     try:
-        c.ca("clients")
-        c.issue("worker", "clients", "worker-1", server=False)
-        c.ca("other")
-        c.issue("intruder", "other", "worker-1", server=False)
         args = tls_args(c) + ["--tls-client-ca", c.path("clients.pem")]
         with fx.Semad(*args, tls=client_ctx(c, "worker")) as s:
             url = "https://localhost:%d" % s.semad_port
