@@ -528,7 +528,7 @@ static const char *timeout_message(const remote_opts_t *o, int rc, const sema_cl
 }
 
 /* The server's message, in the words of the command line where it speaks of JSON fields:
- * "not granted within 1s (-t)", "--ttl 48h is above the server's maximum ...". */
+ * "not granted within 1s (-t)", "--ttl 48h: ttl_ms must be between 1 and ...". */
 static const char *cli_message(const remote_opts_t *o, int rc, const sema_client_error_t *e,
                                char *buf, size_t len)
 {

@@ -235,7 +235,7 @@ static int unknown_option(const char *arg)
     char typed[64];
 
     snprintf(typed, sizeof typed, "%.*s", (int)strcspn(arg, "="), arg);
-    suggest_init(&s, typed + 2);
+    suggest_init(&s, strlen(typed) > 2 ? typed + 2 : "");
     if (typed[1] == '-')
         cli_global_suggest(&s);
     const char *best = typed[1] == '-' ? suggest_best(&s) : NULL;
