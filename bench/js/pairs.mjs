@@ -82,7 +82,7 @@ async function round(label, pair) {
 const server = args.url ? { url: args.url, stop() {} } : await startSemad();
 const name = `bench-js-${process.pid}`;
 const client = createClient({ url: server.url, transport });
-const sem = await client.semaphore(name, { capacity: holders });
+const sem = await client.createSemaphore(name, holders);
 const acquireUrl = `${server.url}/v1/semaphores/${name}/acquire`;
 const body = JSON.stringify({ weight: 1, ttl_ms: 60000 });
 

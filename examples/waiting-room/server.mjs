@@ -19,7 +19,7 @@ const KEEPALIVE_MS = Number(process.env.KEEPALIVE_MS || 30000);
 const POLL_MS = Number(process.env.POLL_MS || 10000);
 
 const client = createClient();
-const sem = await client.semaphore(ROOM, { capacity: CAPACITY });
+const sem = await client.createSemaphore(ROOM, CAPACITY); // the room is this server's: made at start
 
 /** Jobs by ticket id: { state: "running" | "done", started, ended, result }. */
 const jobs = new Map();

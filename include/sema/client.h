@@ -47,7 +47,12 @@ typedef struct sema_keepalive sema_keepalive_t;
 typedef struct {
     int code;          /* 0 or the SEMA_E* code the call returned */
     int http_status;   /* the reply's HTTP status, 0 when there was no reply */
-    char problem[48];  /* the server's problem `code` ("timeout", ...), "" if none */
+    char problem[48];  /* the server's problem `code` ("timeout", ...), "" if none; for a
+                          TLS failure (no reply), the client's own: "tls_untrusted" (semad's
+                          certificate: give its CA, `cacert`), "tls_cacert" (that file),
+                          "tls_client_certificate" (`cert` or `key` unusable),
+                          "tls_certificate_required" (semad asked for a client certificate;
+                          SEMA_EACCES), "tls_certificate_refused" (SEMA_EACCES) */
     char message[256]; /* the server's detail, or the client's own explanation */
 } sema_client_error_t;
 
@@ -191,8 +196,11 @@ SEMA_EXTERN int sema_client_lock(sema_client_t *c, const char *key, int mode,
                                  const sema_acquire_opts_t *opts, sema_lease_t *lease,
                                  sema_client_error_t *err);
 
-/* POST /v1/leases/{id}/renew: extend by `ttl_ms` (0: the lease's own ttl) from now on the
- * server's clock; updates lease->expires_at_ms, ttl_ms and local_deadline_ns. A lease that
+/* POST /v1/leases/{id}/renew: extend by `ttl_ms` (0: the lease's own lease->ttl_ms; when
+ * that is 0 too, as in a lease of which only the id is known, the server's default ttl)
+ * from now on the server's clock; *lease becomes the lease as the reply has it (name,
+ * weight, fence, ttl_ms, expires_at_ms, local_deadline_ns). Needs only the acquire right
+ * (of the token that took the lease) on a semad run with --auth. A lease that
  * is gone fails loudly: SEMA_EEXPIRED, SEMA_EREVOKED, SEMA_ESTALE (released), SEMA_ECANCELED
  * (its semaphore was deleted) or SEMA_ENOENT (never seen). */
 SEMA_EXTERN int sema_client_renew(sema_client_t *c, sema_lease_t *lease, int64_t ttl_ms,

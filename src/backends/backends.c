@@ -19,8 +19,8 @@ const engine_backend_t *backends_find(const char *name, char *errbuf, size_t err
         if (strcmp(backends[i]->name, name) == 0)
             return backends[i];
     snprintf(errbuf, errlen,
-             "unknown engine \"%s\" (embedded, redis://HOST:PORT[/DB] or "
-             "redis+sentinel://HOST:PORT[,HOST:PORT...]/MASTER_NAME)",
+             "unknown engine \"%s\" (embedded, redis://HOST[:PORT][/DB] or "
+             "redis+sentinel://HOST[:PORT][,HOST[:PORT]...]/MASTER_NAME)",
              name);
     return NULL;
 }

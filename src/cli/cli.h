@@ -5,6 +5,9 @@
 #define SEMA_CLI_H
 
 #include <stdint.h>
+#include <stdio.h>
+
+#include "common/suggest.h"
 
 /* Exit codes of `sema` (docs/shm.md lists them for users). `sema run` otherwise exits
  * with its command's status. */
@@ -23,8 +26,36 @@ enum {
 /* Width of the verb column of `sema --help` (the longest verb is ticket-leave). */
 #define CLI_VERB_COLUMN 12
 
-/* A verb. argv[0] is the verb itself; `--local` has been removed from argv and chooses
- * `local` over `remote`. A NULL handler means that form does not exist (yet). */
+/* The global options (global.c): accepted before or after any verb, taken out of argv
+ * before the verb runs. Strings are borrowed from argv; NULL when not given. */
+typedef struct {
+    const char *server;   /* -s, --server URL (else $SEMA_SERVER) */
+    const char *cacert;   /* --cacert FILE (else $SEMA_CACERT) */
+    const char *cert;     /* --cert FILE (else $SEMA_CERT) */
+    const char *cert_key; /* --cert-key FILE: the key of --cert (else $SEMA_CERT_KEY) */
+    int json;             /* --json: machine-readable output */
+    int local;            /* --local: this machine's shared-memory semaphores */
+} cli_global_t;
+
+/* The global options given so far (one process, one command line). */
+extern cli_global_t cli_global;
+
+/* Take the global options ("--server URL", "--server=URL", "-s URL", "--json", ...) out of
+ * argv[first..*argc) into cli_global, up to a "--" (or, with `stop_at_word`, up to the first
+ * argument that does not begin with '-': the verb). What is left keeps its order; argv stays
+ * NULL-terminated. Returns 0, or CLI_EXIT_USAGE after printing "WHO: option '--server' needs
+ * a value". Options it does not know stay where they are, for the verb's own parser. */
+int cli_global_take(const char *who, int *argc, char **argv, int first, int stop_at_word);
+
+/* Offer every global option's long name (without "--") to `s`, for "did you mean". */
+void cli_global_suggest(suggest_t *s);
+
+/* The global options' lines of a verb's --help. */
+void cli_global_help(FILE *out);
+
+/* A verb. argv[0] is the verb itself; the global options (`--local` among them, which
+ * chooses `local` over `remote`) have been taken out of argv into cli_global. A NULL
+ * handler means that form does not exist (yet). */
 typedef struct {
     const char *name;
     int (*local)(int argc, char **argv);

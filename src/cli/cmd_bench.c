@@ -39,6 +39,9 @@ const char cmd_bench_usage[] =
     "      --progress        progress line on stderr (default: when stderr is a terminal)\n"
     "      --json            one JSON line instead of the text report\n"
     "\n"
+    "A run deletes the semaphores it made (pairs, handoff) when it ends, and keeps those that\n"
+    "existed before; park deletes its semaphore to answer the waiters; create leaves what it\n"
+    "made (the idle semaphores it measures: remove them with sema rm).\n"
     "SEMA_TOKEN, if set, is sent as the bearer token of every request (semad --auth).\n"
     "\n"
     "examples:\n"
@@ -239,7 +242,9 @@ static int apply_opt(int ch, const char *arg, bench_opts_t *o, const char **serv
 
 static int parse_args(int argc, char **argv, bench_opts_t *o)
 {
-    const char *server[BENCH_SERVERS_MAX] = {getenv("SEMA_SERVER")};
+    /* the global options given before the verb are the defaults (main.c) */
+    const char *server[BENCH_SERVERS_MAX] = {cli_global.server ? cli_global.server
+                                                               : getenv("SEMA_SERVER")};
     unsigned nserver = 0;
     *o = (bench_opts_t){.mode = BENCH_PAIRS,
                         .conns = 50,
@@ -254,9 +259,10 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
     if (token != NULL && token[0] != '\0' && strlen(token) < sizeof(o->auth) - 32 &&
         strpbrk(token, " \t\r\n") == NULL)
         snprintf(o->auth, sizeof(o->auth), "Authorization: Bearer %s\r\n", token);
-    o->cacert = getenv("SEMA_CACERT");
+    o->cacert = cli_global.cacert ? cli_global.cacert : getenv("SEMA_CACERT");
     if (o->cacert != NULL && *o->cacert == '\0')
         o->cacert = NULL;
+    o->json = cli_global.json;
     o->progress = isatty(STDERR_FILENO);
     optind = 1;
     int ch;
@@ -303,7 +309,10 @@ static void settle_opts(bench_opts_t *o)
     }
 }
 
-static int setup_semaphores(const bench_opts_t *o)
+/* pairs: PUT the semaphores; made[i] is set for those that did not exist before, which
+ * cleanup_semaphores deletes when the run is over. (handoff and park make and delete
+ * theirs themselves; create's are what it measures.) */
+static int setup_semaphores(const bench_opts_t *o, unsigned char *made)
 {
     if (o->no_setup || o->mode != BENCH_PAIRS)
         return 0;
@@ -314,12 +323,28 @@ static int setup_semaphores(const bench_opts_t *o)
     }
     char name[BENCH_NAME_MAX + 24];
     int rc = 0;
-    for (unsigned i = 0; i < o->sems && rc == 0; i++) {
+    for (unsigned i = 0; i < o->sems && rc >= 0; i++) {
         bench_sem_name(o, i, name, sizeof(name));
         rc = bench_put_semaphore(fd, o, name, o->capacity);
+        made[i] = rc > 0;
     }
     close(fd);
-    return rc;
+    return rc < 0 ? -1 : 0;
+}
+
+static void cleanup_semaphores(const bench_opts_t *o, const unsigned char *made)
+{
+    int fd = -1;
+    char name[BENCH_NAME_MAX + 24];
+    for (unsigned i = 0; i < o->sems; i++) {
+        if (!made[i] || (fd < 0 && (fd = bench_sync_connect(o)) < 0))
+            continue;
+        bench_sem_name(o, i, name, sizeof(name));
+        if (bench_delete_semaphore(fd, o, name) != 0)
+            fprintf(stderr, "sema bench: could not delete %s, which it made\n", name);
+    }
+    if (fd >= 0)
+        close(fd);
 }
 
 /* ---- the report ---- */
@@ -418,16 +443,25 @@ int cmd_bench(int argc, char **argv)
         return CLI_EXIT_UNAVAILABLE;
     }
     close(fd);
-    if (setup_semaphores(&opts) != 0)
-        return CLI_EXIT_FAIL;
     bench_result_t *res = calloc(1, sizeof(*res));
-    if (!res) {
+    unsigned char *made = calloc(opts.sems ? opts.sems : 1, 1);
+    if (!res || !made) {
         fprintf(stderr, "sema bench: out of memory\n");
+        free(res);
+        free(made);
+        return CLI_EXIT_FAIL;
+    }
+    if (setup_semaphores(&opts, made) != 0) {
+        cleanup_semaphores(&opts, made);
+        free(res);
+        free(made);
         return CLI_EXIT_FAIL;
     }
     bench_hist_init(&res->req);
     bench_hist_init(&res->op);
     rc = runners[opts.mode](&opts, res);
+    cleanup_semaphores(&opts, made);
+    free(made);
     if (rc != 0 && res->fatal)
         fprintf(stderr, "sema bench: %s (%s)\n", res->fatal, opts.url);
     if (opts.json)

@@ -33,7 +33,7 @@ static int bad_name(const char *verb, const char *name, int rc)
 
 typedef struct {
     const char *name;
-    uint64_t capacity; /* 0: not given (use an existing one as it is, or create with 1) */
+    uint64_t capacity; /* 0: not given (use an existing one as it is) */
     uint64_t weight;
     int64_t timeout_ms;
     unsigned mode;
@@ -81,9 +81,9 @@ static int parse_run(int argc, char **argv, run_args_t *a)
  * capacity and the mode, so that is what SEMA_EINVAL means here), else CLI_EXIT_FAIL. */
 static int open_for_run(const run_args_t *a, sema_shm_t **h)
 {
-    /* Without -c a new semaphore gets capacity 1: for a weight above that, only an existing
-     * one will do (creating one that can never grant it would leave a trap for the next -c). */
-    int flags = a->capacity ? 0 : a->weight > 1 ? SEMA_SHM_EXISTING : SEMA_SHM_ADOPT;
+    /* Without -c the semaphore must exist, as in the remote form: a mistyped NAME must not
+     * become a new semaphore of its own. */
+    int flags = a->capacity ? 0 : SEMA_SHM_EXISTING;
     int rc = sema_shm_open(a->name, a->capacity ? a->capacity : 1, flags, a->mode, h);
     if (rc == 0)
         return 0;
@@ -91,9 +91,9 @@ static int open_for_run(const run_args_t *a, sema_shm_t **h)
         return CLI_EXIT_USAGE;
     if (rc == SEMA_ENOENT) {
         fprintf(stderr,
-                "sema run: no shared-memory semaphore '%s' to take %llu units of: create it with "
-                "-c N (without -c a new one gets capacity 1)\n",
-                a->name, (unsigned long long)a->weight);
+                "sema run: no shared-memory semaphore '%s': create it with -c CAPACITY (sema run "
+                "--local %s -c CAPACITY -- CMD), or check the name (sema ls --local)\n",
+                a->name, a->name);
     } else if (rc == SEMA_EEXIST) {
         sema_shm_t *other = NULL;
         uint64_t cap = 0;
@@ -156,11 +156,44 @@ static void print_entries(const char *what, const sema_shm_entry_t *e, uint32_t 
     }
 }
 
-/* `sema ls --local`: the NAME column is as wide as the longest name shown (24 at least). */
+/* `sema ls --local`: the NAME column is as wide as the longest name shown (24 at least);
+ * with --json, one object a line instead of the table. */
 typedef struct {
     int width;
     int failures;
+    int json;
 } ls_t;
+
+static void json_entries(const char *key, const sema_shm_entry_t *e, uint32_t n)
+{
+    printf(",\"%s\":[", key);
+    for (uint32_t i = 0; i < n; i++)
+        printf("%s{\"pid\":%d,\"weight\":%llu,\"since\":%lld}", i ? "," : "", (int)e[i].pid,
+               (unsigned long long)e[i].weight, (long long)e[i].since_ms);
+    printf("]");
+}
+
+/* A name that opened is one of NAME_RULE's characters only: nothing to escape. */
+static void show_json(const char *name, const sema_shm_stats_t *st)
+{
+    printf("{\"name\":\"%s\",\"capacity\":%llu,\"available\":%llu,\"held\":%llu,"
+           "\"waiting\":%llu",
+           name, (unsigned long long)st->capacity, (unsigned long long)st->available,
+           (unsigned long long)st->held, (unsigned long long)st->waiting);
+    json_entries("holders", st->holders, st->nholders);
+    json_entries("waiters", st->waiters, st->nwaiters);
+    printf("}\n");
+}
+
+/* A NAME of the command line that cannot be shown: a row of the table, or (--json) a line
+ * on stderr, so that stdout stays JSON. */
+static void show_error(const ls_t *l, const char *name, const char *why)
+{
+    if (l->json)
+        fprintf(stderr, "sema ls: %s: %s\n", name, why);
+    else
+        printf("%-*s error: %s\n", l->width, name, why);
+}
 
 static int widen(const char *name, void *ud)
 {
@@ -181,14 +214,16 @@ static int show_one(const char *name, void *ud)
     if (rc == 0)
         rc = sema_shm_stats(h, st);
     if (rc == SEMA_ENOENT) {
-        printf("%-*s error: no such shared-memory semaphore\n", w, name);
+        show_error(l, name, "no such shared-memory semaphore");
         l->failures++;
     } else if (rc == SEMA_EINVAL || rc == SEMA_ENAMETOOLONG) {
-        printf("%-*s error: bad name: " NAME_RULE "\n", w, name);
+        show_error(l, name, "bad name: " NAME_RULE);
         l->failures++;
     } else if (rc != 0) {
-        printf("%-*s error: %s\n", w, name, sema_strerror(rc));
+        show_error(l, name, sema_strerror(rc));
         l->failures++;
+    } else if (l->json) {
+        show_json(name, st);
     } else {
         printf("%-*s %10llu %10llu %8u %8u\n", w, name, (unsigned long long)st->capacity,
                (unsigned long long)st->available, st->nholders, st->nwaiters);
@@ -206,7 +241,7 @@ int cli_local_ls(int argc, char **argv)
     const cli_opt_t opts[] = {{0, NULL, NULL, NULL}};
     char *pos[64];
     int npos, rest;
-    ls_t l = {24, 0};
+    ls_t l = {24, 0, cli_global.json};
     int rc = cli_parse_opts("ls --local", argc, argv, opts, pos, 64, &npos, &rest);
     if (rc != 0)
         return rc;
@@ -215,8 +250,9 @@ int cli_local_ls(int argc, char **argv)
     for (int i = 0; i < npos; i++)
         widen(pos[i], &l);
     if (rc == 0) {
-        printf("%-*s %10s %10s %8s %8s\n", l.width, "NAME", "CAPACITY", "AVAILABLE", "HOLDERS",
-               "WAITERS");
+        if (!l.json)
+            printf("%-*s %10s %10s %8s %8s\n", l.width, "NAME", "CAPACITY", "AVAILABLE", "HOLDERS",
+                   "WAITERS");
         if (npos == 0)
             rc = sema_shm_foreach(show_one, &l);
     }

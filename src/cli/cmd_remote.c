@@ -15,7 +15,8 @@
 
 #define DEFAULT_SERVER "http://127.0.0.1:7070"
 
-/* Options a verb accepts (bit set). --server, --json and --help are always accepted. */
+/* Options a verb accepts (bit set). --help and the global options (cli_global, taken out of
+ * argv before the verb runs) are always accepted. */
 enum {
     O_W = 1,
     O_T = 2,
@@ -27,7 +28,8 @@ enum {
     O_CMD = 128,
     O_KEY = 256,
     O_RETRIES = 512,
-    O_KEEPALIVE = 1024
+    O_KEEPALIVE = 1024,
+    O_FORCE = 2048
 };
 
 typedef int (*verb_fn)(remote_opts_t *o);
@@ -58,15 +60,15 @@ static int v_down(remote_opts_t *o);
 static int v_value(remote_opts_t *o);
 
 static const verb_t verbs[] = {
-    {"create", "NAME CAPACITY", "create a semaphore (no error if identical)", 2, 2, 0, v_create,
-     "sema create builds 4\nsema --server http://ci:7070 create deploy 1"},
+    {"create", "NAME CAPACITY", "create a semaphore (no error if identical)", 1, 2, O_C, v_create,
+     "sema create builds 4\nsema create builds -c 4\nsema --server http://ci:7070 create deploy 1"},
     {"get", "NAME", "show a semaphore: counters, holders, waiters", 1, 1, 0, v_get,
      "sema get builds\nsema get builds --json | jq .holders"},
     {"ls", "[PREFIX]", "list semaphores (by name)", 0, 1, 0, v_ls, "sema ls\nsema ls ci/"},
-    {"resize", "NAME CAPACITY", "change a semaphore's capacity (never revokes)", 2, 2, 0, v_resize,
-     "sema resize builds 8"},
-    {"rm", "NAME", "delete a semaphore (waiters fail, leases end)", 1, 1, 0, v_rm,
-     "sema rm builds"},
+    {"resize", "NAME CAPACITY", "change a semaphore's capacity (never revokes)", 1, 2, O_C,
+     v_resize, "sema resize builds 8"},
+    {"rm", "[-f] NAME...", "delete semaphores (waiters fail, leases end)", 1, 64, O_FORCE, v_rm,
+     "sema rm builds\nsema rm -f builds deploy"},
     {"acquire", "NAME [-w W] [-t D] [--ttl D] [--owner O] [--key K]",
      "take units and print the lease id", 1, 1, O_W | O_T | O_TTL | O_OWNER | O_KEY, v_acquire,
      "lease=$(sema acquire builds -t 30s --ttl 5m) || exit\n... ; sema release \"$lease\""},
@@ -141,14 +143,8 @@ static void verb_help(const verb_t *v, FILE *out)
     int head = cmd != NULL ? (int)(cmd - v->args) : (int)strlen(v->args);
     fprintf(out, "usage: sema %s %.*s [--server URL] [--json]%s\n\n%s.\n\n", v->name, head, v->args,
             cmd != NULL ? cmd : "", v->summary);
-    fprintf(out, "options:\n"
-                 "  --server URL   semad to talk to (default $SEMA_SERVER or " DEFAULT_SERVER ")\n"
-                 "  --cacert FILE  https://: PEM file of the CAs to trust (default $SEMA_CACERT,\n"
-                 "                 else the system's)\n"
-                 "  --cert FILE    https://: PEM client certificate, its key in the same file or\n"
-                 "                 in $SEMA_CERT_KEY (default $SEMA_CERT)\n"
-                 "  --json         machine-readable output\n"
-                 "  (a semad run with --auth wants a token: set $SEMA_TOKEN)\n");
+    if (v->opts != 0)
+        fprintf(out, "options:\n");
     if (v->opts & O_W)
         fprintf(out, "  -w, --weight W units to take (default 1)\n");
     if (v->opts & O_T)
@@ -156,8 +152,13 @@ static void verb_help(const verb_t *v, FILE *out)
                      "default forever)\n");
     if (v->opts & O_TTL)
         fprintf(out, "  --ttl D        lease time to live (default: the server's, 60s)\n");
-    if (v->opts & O_C)
-        fprintf(out, "  -c, --capacity N  create the semaphore with capacity N if missing\n");
+    if ((v->opts & O_C) && (v->opts & O_CMD))
+        fprintf(out, "  -c, --capacity N  create the semaphore with capacity N if it is missing "
+                     "(an\n                 existing one is used whatever its capacity)\n");
+    else if (v->opts & O_C)
+        fprintf(out, "  -c, --capacity N  the capacity (or give it after NAME)\n");
+    if (v->opts & O_FORCE)
+        fprintf(out, "  -f, --force    no error if NAME does not exist\n");
     if (v->opts & O_OWNER)
         fprintf(out, "  --owner O      owner recorded with the lease (default host:pid)\n");
     if ((v->opts & O_KEY) && (v->opts & O_KEEPALIVE))
@@ -182,6 +183,9 @@ static void verb_help(const verb_t *v, FILE *out)
                      "server's SSE retry: delay); after a reconnect the\n                 "
                      "state is shown again, then the events missed (or \"reset\"). A 4xx reply\n"
                      "                 (unknown semaphore, bad name) ends watch at once.\n");
+    if (v->opts != 0)
+        fprintf(out, "\n");
+    cli_global_help(out);
     fprintf(out, "\nexit status: 0 ok, 1 refused by the server, 2 usage, 69 server "
                  "unreachable, 75 timeout or busy, 76 lease lost");
     if (v->opts & O_CMD)
@@ -229,16 +233,12 @@ static const struct option long_opts[] = {
     {"owner", required_argument, NULL, 'o'},
     {"shared", no_argument, NULL, 'S'},
     {"exclusive", no_argument, NULL, 'X'},
-    {"server", required_argument, NULL, 's'},
-    {"json", no_argument, NULL, 'j'},
     {"grace", required_argument, NULL, 'g'},
-    {"local", no_argument, NULL, 'l'},
     {"key", required_argument, NULL, 'k'},
     {"help", no_argument, NULL, 'h'},
     {"max-retries", required_argument, NULL, 'R'},
-    {"cacert", required_argument, NULL, 'A'},
-    {"cert", required_argument, NULL, 'E'},
     {"keepalive", required_argument, NULL, 'K'},
+    {"force", no_argument, NULL, 'f'},
     {NULL, 0, NULL, 0},
 };
 
@@ -247,9 +247,9 @@ static int opt_bit(int ch)
 {
     static const struct {
         int ch, bit;
-    } map[] = {{'w', O_W},     {'t', O_T},    {'L', O_TTL},     {'c', O_C},
-               {'o', O_OWNER}, {'S', O_MODE}, {'X', O_MODE},    {'g', O_GRACE},
-               {'l', O_CMD},   {'k', O_KEY},  {'R', O_RETRIES}, {'K', O_KEEPALIVE}};
+    } map[] = {{'w', O_W},     {'t', O_T},       {'L', O_TTL},       {'c', O_C},
+               {'o', O_OWNER}, {'S', O_MODE},    {'X', O_MODE},      {'g', O_GRACE},
+               {'k', O_KEY},   {'R', O_RETRIES}, {'K', O_KEEPALIVE}, {'f', O_FORCE}};
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (map[i].ch == ch)
             return map[i].bit;
@@ -271,6 +271,7 @@ static int apply_opt(const verb_t *v, remote_opts_t *o, int ch, const char *arg)
                 arg);
         return 0;
     case 'L':
+        o->ttl_arg = arg;
         if (cli_parse_duration_ms(arg, &o->ttl_ms) != 0 || o->ttl_ms <= 0)
             return usage_error(v, "bad ttl '%s' (a duration with its unit, e.g. 30s, 5m)", arg);
         return 0;
@@ -285,6 +286,9 @@ static int apply_opt(const verb_t *v, remote_opts_t *o, int ch, const char *arg)
     case 'o':
         o->owner = arg;
         return 0;
+    case 'f':
+        o->force = 1;
+        return 0;
     case 'R':
         if (parse_u64(arg, &o->max_retries) != 0)
             return usage_error(v, "bad --max-retries '%s' (a whole number >= 0)", arg);
@@ -294,6 +298,7 @@ static int apply_opt(const verb_t *v, remote_opts_t *o, int ch, const char *arg)
         o->key = arg;
         return 0;
     case 'K':
+        o->keepalive_arg = arg;
         if (cli_parse_duration_ms(arg, &o->keepalive_ms) != 0 || o->keepalive_ms <= 0)
             return usage_error(v, "bad keepalive '%s' (a duration with its unit, e.g. 30s, 5m)",
                                arg);
@@ -303,21 +308,6 @@ static int apply_opt(const verb_t *v, remote_opts_t *o, int ch, const char *arg)
         if (o->mode != 0)
             return usage_error(v, "%s", "give one of --shared and --exclusive");
         o->mode = ch == 'S' ? SEMA_LOCK_SHARED : SEMA_LOCK_EXCLUSIVE;
-        return 0;
-    case 's':
-        o->server = arg;
-        return 0;
-    case 'A':
-        o->cacert = arg;
-        return 0;
-    case 'E':
-        o->cert = arg;
-        return 0;
-    case 'j':
-        o->json = 1;
-        return 0;
-    case 'l':
-        o->local = 1;
         return 0;
     default:
         return usage_error(v, "%s", "unknown option");
@@ -371,6 +361,8 @@ static int unknown_option(const verb_t *v, const char *arg)
         if (bit == 0 || (v->opts & bit))
             suggest_offer(&s, lo->name);
     }
+    if (typed[1] == '-')
+        cli_global_suggest(&s);
     const char *best = suggest_best(&s);
     if (best != NULL)
         return usage_error(v, "unknown option '%s' (did you mean --%s?)", typed, best);
@@ -396,7 +388,7 @@ static int parse_args(const verb_t *v, int argc, char **argv, remote_opts_t *o)
     optind = 0;
     opterr = 0;
     int ch, li = -1;
-    while ((ch = getopt_long(dash, argv, ":w:t:c:h", long_opts, &li)) != -1) {
+    while ((ch = getopt_long(dash, argv, ":w:t:c:fh", long_opts, &li)) != -1) {
         if (ch == 'h') {
             verb_help(v, stdout);
             return -1;
@@ -412,7 +404,10 @@ static int parse_args(const verb_t *v, int argc, char **argv, remote_opts_t *o)
                 snprintf(name, sizeof name, "--%s", long_opts[li].name);
             else
                 snprintf(name, sizeof name, "-%c", ch);
-            return usage_error(v, "option '%s' does not apply to %s", name, v->name);
+            return usage_error(v, "option '%s' does not apply to %s%s", name, v->name,
+                               ch == 'k' ? " (it is an idempotency key; the key of a client "
+                                           "certificate is --cert-key FILE)"
+                                         : "");
         }
         li = -1;
         int rc = apply_opt(v, o, ch, optarg);
@@ -434,8 +429,27 @@ static int parse_args(const verb_t *v, int argc, char **argv, remote_opts_t *o)
     return 0;
 }
 
+/* Whether `path` names a readable file that begins as PEM does. */
+static int is_pem_file(const char *path)
+{
+    char head[11] = "";
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    size_t n = fread(head, 1, sizeof head - 1, f);
+    fclose(f);
+    head[n] = '\0';
+    return strcmp(head, "-----BEGIN") == 0;
+}
+
 static int check_args(const verb_t *v, remote_opts_t *o)
 {
+    /* `--cert worker.pem --key worker.key`, as curl spells it: --key is the idempotency key */
+    if (o->key != NULL && is_pem_file(o->key))
+        return usage_error(v,
+                           "--key is an idempotency key, and '%s' is a PEM file: the key of a "
+                           "client certificate is --cert-key FILE (or SEMA_CERT_KEY)",
+                           o->key);
     if (o->npos < v->min_pos)
         return usage_error(v, "%s", "missing arguments");
     if (o->npos > v->max_pos)
@@ -461,9 +475,14 @@ int cmd_remote(int argc, char **argv)
         return CLI_EXIT_USAGE;
     }
     o.verb = v->name;
-    o.server = getenv("SEMA_SERVER");
+    o.server = cli_global.server != NULL ? cli_global.server : getenv("SEMA_SERVER");
     if (o.server == NULL || o.server[0] == '\0')
         o.server = DEFAULT_SERVER;
+    o.cacert = cli_global.cacert;
+    o.cert = cli_global.cert;
+    o.cert_key = cli_global.cert_key;
+    o.json = cli_global.json;
+    o.local = cli_global.local;
     int rc = parse_args(v, argc, argv, &o);
     if (rc != 0)
         return rc < 0 ? CLI_EXIT_OK : rc;
@@ -508,20 +527,70 @@ static const char *timeout_message(const remote_opts_t *o, int rc, const sema_cl
     return buf;
 }
 
+/* The server's message, in the words of the command line where it speaks of JSON fields:
+ * "not granted within 1s (-t)", "--ttl 48h: ttl_ms must be between 1 and ...". */
+static const char *cli_message(const remote_opts_t *o, int rc, const sema_client_error_t *e,
+                               char *buf, size_t len)
+{
+    const char *msg = timeout_message(o, rc, e, buf, len);
+    if (msg != NULL)
+        return msg;
+    if (e == NULL || e->message[0] == '\0')
+        return sema_strerror(rc);
+    if (rc == SEMA_ENOENT && e->problem[0] == '\0' && e->http_status == 404)
+        return "no such semaphore"; /* the legacy routes' plain "semaphore not found" */
+    const char *field = strncmp(e->message, "ttl_ms ", 7) == 0          ? "--ttl"
+                        : strncmp(e->message, "keepalive_ms ", 13) == 0 ? "--keepalive"
+                                                                        : NULL;
+    const char *typed = field == NULL ? NULL : field[2] == 't' ? o->ttl_arg : o->keepalive_arg;
+    if (rc == SEMA_EINVAL && typed != NULL) {
+        snprintf(buf, len, "%s %s: %s", field, typed, e->message);
+        return buf;
+    }
+    return e->message;
+}
+
+/* What to do about a failure the server's words alone leave open: a hint line, or NULL. */
+static const char *hint(int rc, const sema_client_error_t *e)
+{
+    const char *problem = e != NULL ? e->problem : "";
+    const char *token = getenv("SEMA_TOKEN");
+    if (rc == SEMA_ECONNREFUSED && (e == NULL || e->http_status == 0))
+        return "is semad running? Start it with `semad` (or `make run` in the source tree), or "
+               "point --server or SEMA_SERVER at it";
+    if (rc == SEMA_ENOHOST)
+        return "check the host name in --server or SEMA_SERVER";
+    if (e != NULL && e->http_status == 401 && (token == NULL || token[0] == '\0'))
+        return "this semad runs with --auth: set SEMA_TOKEN to a token made for you with `sema "
+               "token new`";
+    if (e != NULL && e->http_status == 401)
+        return "this semad does not know the token in SEMA_TOKEN";
+    if (strcmp(problem, "tls_untrusted") == 0)
+        return "give the CA that signed semad's certificate with --cacert FILE (or "
+               "SEMA_CACERT)";
+    if (strcmp(problem, "tls_certificate_required") == 0)
+        return "this semad wants a client certificate: --cert FILE (its key in the same file, "
+               "or --cert-key FILE; or SEMA_CERT and SEMA_CERT_KEY)";
+    if (strcmp(problem, "tls_client_certificate") == 0)
+        return "give the certificate's key with --cert-key FILE (or SEMA_CERT_KEY) unless it is "
+               "in the certificate's file";
+    if (strcmp(problem, "tls_cacert") == 0)
+        return "--cacert (or SEMA_CACERT) must name a PEM file of CA certificates";
+    if (strcmp(problem, "tls_certificate_refused") == 0)
+        return "semad takes certificates signed by a CA of its --tls-client-ca";
+    return NULL;
+}
+
 int remote_fail(const remote_opts_t *o, const char *what, int rc, const sema_client_error_t *e)
 {
-    char buf[128];
-    const char *msg = timeout_message(o, rc, e, buf, sizeof buf);
-    if (msg == NULL)
-        msg = e != NULL && e->message[0] ? e->message : sema_strerror(rc);
-    fprintf(stderr, "sema %s: %s: %s (%s)\n", o->verb, what, msg, sema_err_name(rc));
-    if (rc == SEMA_ECONNREFUSED && (e == NULL || e->http_status == 0))
-        fprintf(stderr,
-                "sema %s: is semad running? Start it with `semad` (or `make run` in the source "
-                "tree), or point --server or SEMA_SERVER at it\n",
-                o->verb);
-    if (rc == SEMA_ENOHOST)
-        fprintf(stderr, "sema %s: check the host name in --server or SEMA_SERVER\n", o->verb);
+    char buf[320];
+    const char *msg = cli_message(o, rc, e, buf, sizeof buf), *h = hint(rc, e);
+    if (what != NULL)
+        fprintf(stderr, "sema %s: %s: %s (%s)\n", o->verb, what, msg, sema_err_name(rc));
+    else
+        fprintf(stderr, "sema %s: %s (%s)\n", o->verb, msg, sema_err_name(rc));
+    if (h != NULL)
+        fprintf(stderr, "sema %s: %s\n", o->verb, h);
     return remote_exit_code(rc);
 }
 
@@ -532,14 +601,23 @@ sema_client_t *remote_client(const remote_opts_t *o)
     sema_client_t *c = NULL;
     /* A command someone waits at: ride out a restart of about a second (and one
      * Retry-After: 1), not the library's 5 s, before saying semad cannot be reached. */
-    sema_client_opts_t opts = {.cacert = o->cacert, .cert = o->cert, .retry_ms = CLI_RETRY_MS};
-    int rc = sema_client_new(&c, o->server, &opts);
-
-    if (rc != 0) {
-        fprintf(stderr, "sema %s: bad server '%s': %s (an http:// or https:// URL is needed)\n",
-                o->verb, o->server, sema_strerror(rc));
-        return NULL;
+    sema_client_opts_t opts = {
+        .cacert = o->cacert, .cert = o->cert, .key = o->cert_key, .retry_ms = CLI_RETRY_MS};
+    /* "127.0.0.1:7070" is http://127.0.0.1:7070, as for curl */
+    int bare = strstr(o->server, "://") == NULL;
+    size_t len = strlen(o->server) + sizeof "http://";
+    char *url = malloc(len);
+    int rc = url == NULL ? SEMA_ENOMEM : 0;
+    if (rc == 0) {
+        snprintf(url, len, "%s%s", bare ? "http://" : "", o->server);
+        rc = sema_client_new(&c, url, &opts);
     }
+    free(url);
+    if (rc == SEMA_EINVAL)
+        fprintf(stderr, "sema %s: bad server '%s': an http:// or https:// URL is needed\n", o->verb,
+                o->server);
+    else if (rc != 0)
+        fprintf(stderr, "sema %s: %s\n", o->verb, sema_strerror(rc));
     return c;
 }
 
@@ -577,16 +655,32 @@ void remote_print_lease(const remote_opts_t *o, const sema_lease_t *l)
 
 /* ---- verbs ------------------------------------------------------------------------- */
 
+/* The capacity of create and resize: after NAME, or -c (not two different ones). */
+static int capacity_arg(remote_opts_t *o, uint64_t *cap)
+{
+    const verb_t *v = find_verb(o->verb);
+    if (o->npos > 1 && (parse_u64(o->pos[1], cap) != 0 || *cap == 0))
+        return usage_error(v, "bad capacity '%s' (a whole number >= 1)", o->pos[1]);
+    if (o->npos > 1 && o->capacity != 0 && o->capacity != *cap)
+        return usage_error(v, "two capacities: %s and -c %" PRIu64, o->pos[1], o->capacity);
+    if (o->npos < 2 && o->capacity == 0)
+        return usage_error(v, "%s", "missing CAPACITY (after NAME, or -c CAPACITY)");
+    if (o->npos < 2)
+        *cap = o->capacity;
+    return 0;
+}
+
 static int v_create(remote_opts_t *o)
 {
     uint64_t cap;
     sema_client_error_t e;
     int created = 0;
+    int rc = capacity_arg(o, &cap);
 
-    if (parse_u64(o->pos[1], &cap) != 0 || cap == 0)
-        return usage_error(find_verb("create"), "bad capacity '%s'", o->pos[1]);
+    if (rc != 0)
+        return rc;
     WITH_CLIENT(o, c);
-    int rc = sema_client_create(c, o->pos[0], cap, &created, &e);
+    rc = sema_client_create(c, o->pos[0], cap, &created, &e);
     sema_client_free(c);
     if (rc != 0)
         return remote_fail(o, o->pos[0], rc, &e);
@@ -711,7 +805,7 @@ static int v_ls(remote_opts_t *o)
     int rc = sema_client_list(c, o->npos > 0 ? o->pos[0] : NULL, ls_one, o, &e);
     sema_client_free(c);
     if (rc != 0)
-        return remote_fail(o, "list", rc, &e);
+        return remote_fail(o, NULL, rc, &e);
     ls_header(o); /* an empty table still has its header */
     return CLI_EXIT_OK;
 }
@@ -721,25 +815,36 @@ static int v_resize(remote_opts_t *o)
     uint64_t cap;
     sema_client_error_t e;
     sema_sem_info_t info;
+    int rc = capacity_arg(o, &cap);
 
-    if (parse_u64(o->pos[1], &cap) != 0 || cap == 0)
-        return usage_error(find_verb("resize"), "bad capacity '%s'", o->pos[1]);
+    if (rc != 0)
+        return rc;
     WITH_CLIENT(o, c);
-    int rc = sema_client_resize(c, o->pos[0], cap, &info, &e);
+    rc = sema_client_resize(c, o->pos[0], cap, &info, &e);
     sema_client_free(c);
     if (rc != 0)
         return remote_fail(o, o->pos[0], rc, &e);
     return ls_one(o, &info); /* the same table as ls, one row */
 }
 
+/* Every NAME, as `sema rm --local a b` does: the first failure does not stop the others. */
 static int v_rm(remote_opts_t *o)
 {
     sema_client_error_t e;
+    int status = CLI_EXIT_OK;
 
     WITH_CLIENT(o, c);
-    int rc = sema_client_delete(c, o->pos[0], &e);
+    for (int i = 0; i < o->npos; i++) {
+        int rc = sema_client_delete(c, o->pos[i], &e);
+        if (rc != 0 && !(rc == SEMA_ENOENT && o->force)) {
+            int st = remote_fail(o, o->pos[i], rc, &e);
+            status = status == CLI_EXIT_OK ? st : status;
+            if (st == CLI_EXIT_UNAVAILABLE)
+                break; /* the next NAME would not get through either */
+        }
+    }
     sema_client_free(c);
-    return rc != 0 ? remote_fail(o, o->pos[0], rc, &e) : CLI_EXIT_OK;
+    return status;
 }
 
 static int v_acquire(remote_opts_t *o)
@@ -766,11 +871,11 @@ static int v_renew(remote_opts_t *o)
     sema_client_error_t e;
     sema_lease_t lease = {0};
 
+    /* Only the id: without --ttl the server's default ttl (reading the lease's own would
+     * need the read right, where renewing needs only acquire). */
     snprintf(lease.id, sizeof lease.id, "%s", o->pos[0]);
     WITH_CLIENT(o, c);
-    int rc = o->ttl_ms > 0 ? 0 : sema_client_lease_get(c, o->pos[0], &lease, &e);
-    if (rc == 0)
-        rc = sema_client_renew(c, &lease, o->ttl_ms, &e);
+    int rc = sema_client_renew(c, &lease, o->ttl_ms, &e);
     sema_client_free(c);
     if (rc != 0)
         return remote_fail(o, o->pos[0], rc, &e);

@@ -33,6 +33,20 @@ typedef struct {
     size_t nprefixes;
 } token_args_t;
 
+/* "unknown option '--rigths' (did you mean --rights?)" */
+static int unknown_option(const char *arg)
+{
+    static const char *const known[] = {"rights", "prefix", "file", "help"};
+    suggest_t s;
+    suggest_init(&s, arg + (arg[1] == '-' ? 2 : 1));
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        suggest_offer(&s, known[i]);
+    const char *best = suggest_best(&s);
+    if (best != NULL)
+        return cli_usage_error("token", "unknown option '%s' (did you mean --%s?)", arg, best);
+    return cli_usage_error("token", "unknown option '%s'", arg);
+}
+
 static int parse_args(int argc, char **argv, token_args_t *a)
 {
     for (int i = 2; i < argc; i++) {
@@ -42,7 +56,9 @@ static int parse_args(int argc, char **argv, token_args_t *a)
                                                        : NULL;
         int prefix = strcmp(o, "--prefix") == 0;
         if (slot == NULL && !prefix) {
-            if (o[0] == '-' || a->name != NULL)
+            if (o[0] == '-')
+                return unknown_option(o);
+            if (a->name != NULL)
                 return cli_usage_error("token", "unexpected argument '%s'", o);
             a->name = o;
             continue;
@@ -58,7 +74,7 @@ static int parse_args(int argc, char **argv, token_args_t *a)
         }
     }
     if (a->name == NULL || a->rights == NULL || a->file == NULL)
-        return cli_usage_error("token", "NAME, --rights and --file are needed (see --help)");
+        return cli_usage_error("token", "NAME, --rights and --file are needed");
     unsigned rights;
     if (!auth_name_valid(a->name, strlen(a->name)))
         return cli_usage_error("token", "NAME must be 1-%d of A-Z a-z 0-9 . _ @ -", AUTH_NAME_MAX);
@@ -196,6 +212,6 @@ int cmd_token(int argc, char **argv)
         }
     }
     if (argc < 2 || strcmp(argv[1], "new") != 0)
-        return cli_usage_error("token", "expected `sema token new NAME ...` (see --help)");
+        return cli_usage_error("token", "expected `sema token new NAME ...`");
     return token_new(argc, argv);
 }

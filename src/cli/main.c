@@ -54,8 +54,9 @@ static const cli_command_t commands[] = {
      "NAME is 1-200 characters of A-Z a-z 0-9 . _ - and does not start with '.'.\n"
      "\n"
      "options:\n" LOCAL_OPTION
-     "  -c, --capacity N  create it with N units (default 1); an existing one must match\n"
-     "                 (without -c, an existing one is used whatever its capacity)\n"
+     "  -c, --capacity N  create it with N units if it does not exist; an existing one\n"
+     "                 must have N (without -c, NAME must exist: it is used whatever its\n"
+     "                 capacity)\n"
      "  -w, --weight W units to hold (default 1)\n"
      "  -t, --timeout D  wait at most D (500ms, 10s, 2m; 0 = try once; default forever)\n"
      "  -m, --mode MODE  permissions when created, octal (default 600)\n"
@@ -73,12 +74,15 @@ static const cli_command_t commands[] = {
      "holders (pid, weight, since) and waiters in queue order. Units of dead processes are\n"
      "reclaimed before listing.\n"
      "\n"
-     "options:\n" LOCAL_OPTION "\n"
+     "options:\n" LOCAL_OPTION
+     "  --json         one JSON object a line: name, capacity, available, held, waiting,\n"
+     "                 holders and waiters (pid, weight, since: Unix time in ms)\n"
+     "\n"
      "exit status: 0 ok, 1 failed, 2 usage.\n"
      "\n"
      "examples:\n"
      "  sema ls --local\n"
-     "  sema ls --local gpu\n"},
+     "  sema ls --local gpu --json\n"},
     {"rm", cli_local_rm, remote_verb, "remove semaphores",
      "usage: sema rm --local [-f] NAME...\n"
      "\n"
@@ -138,7 +142,7 @@ static int token_verb(int argc, char **argv)
 
 static void print_overview(FILE *out)
 {
-    fprintf(out, "usage: sema [--version] [--help] VERB [--local] [ARGS...]\n\n"
+    fprintf(out, "usage: sema [--version] [--help] [GLOBAL OPTIONS] VERB [ARGS...]\n\n"
                  "sema limits concurrency: of threads, of processes on this machine (--local),\n"
                  "and across machines (through semad).\n\n"
                  "Verbs (run, ls and rm act on this machine's semaphores with --local):\n");
@@ -148,12 +152,13 @@ static void print_overview(FILE *out)
         fprintf(out, "\nVerbs that talk to semad (without --local):\n");
         cmd_remote_usage(out);
     }
+    fprintf(out, "\n");
+    cli_global_help(out);
     fprintf(out, "\nRun `sema VERB --help` for a verb's options.\n" EXIT_CODES_HELP);
 }
 
 static int dispatch(const cli_command_t *c, int argc, char **argv);
 static int wants_help(int argc, char **argv);
-static int take_local(int *argc, char **argv);
 
 /* "sema: unknown verb 'crate' (did you mean `sema create`? `sema --help` lists the verbs)" */
 static int unknown_verb(const char *prefix, const char *verb)
@@ -176,16 +181,15 @@ static int unknown_verb(const char *prefix, const char *verb)
 static int cmd_help(int argc, char **argv)
 {
     /* `sema help VERB [--local]` prints exactly what `sema VERB [--local] --help` does. */
-    int local = take_local(&argc, argv);
     if (argc < 2) {
         print_overview(stdout);
         return CLI_EXIT_OK;
     }
-    char *av[] = {argv[1], local ? "--local" : "--help", local ? "--help" : NULL, NULL};
+    char *av[] = {argv[1], "--help", NULL};
     const cli_command_t *c = find_command(argv[1]);
     if (c != NULL)
-        return dispatch(c, local ? 3 : 2, av);
-    if (!local && HAVE(cmd_remote) && HAVE(cmd_remote_has) && cmd_remote_has(argv[1]))
+        return dispatch(c, 2, av);
+    if (!cli_global.local && HAVE(cmd_remote) && HAVE(cmd_remote_has) && cmd_remote_has(argv[1]))
         return cmd_remote(2, av);
     return unknown_verb("sema help", argv[1]);
 }
@@ -205,29 +209,9 @@ static int wants_help(int argc, char **argv)
     return 0;
 }
 
-/* Remove `--local` (before any "--") from argv; returns 1 if it was there. */
-static int take_local(int *argc, char **argv)
-{
-    int found = 0, out = 1;
-    for (int i = 1; i < *argc; i++) {
-        if (strcmp(argv[i], "--") == 0) {
-            for (; i < *argc; i++)
-                argv[out++] = argv[i];
-            break;
-        }
-        if (strcmp(argv[i], "--local") == 0 && !found)
-            found = 1;
-        else
-            argv[out++] = argv[i];
-    }
-    *argc = out;
-    argv[out] = NULL;
-    return found;
-}
-
 static int dispatch(const cli_command_t *c, int argc, char **argv)
 {
-    int local = take_local(&argc, argv);
+    int local = cli_global.local;
     int (*fn)(int, char **) = local ? c->local : c->remote;
     int remote_help = !local && c->remote == remote_verb && HAVE(cmd_remote);
     if (wants_help(argc, argv) && c->usage != NULL && !remote_help) {
@@ -244,66 +228,56 @@ static int dispatch(const cli_command_t *c, int argc, char **argv)
     return rc;
 }
 
-/* `sema --server URL VERB ...`: the options a remote verb also reads from the environment,
- * given before the verb; the variable each sets, or NULL. */
-static const char *global_option(const char *arg)
+/* "sema: unknown option '--sever' (did you mean --server?)", before the verb. */
+static int unknown_option(const char *arg)
 {
-    static const char *const opts[][2] = {
-        {"--server", "SEMA_SERVER"}, {"--cacert", "SEMA_CACERT"}, {"--cert", "SEMA_CERT"}};
-    for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
-        if (strcmp(arg, opts[i][0]) == 0)
-            return opts[i][1];
-    return NULL;
+    suggest_t s;
+    char typed[64];
+
+    snprintf(typed, sizeof typed, "%.*s", (int)strcspn(arg, "="), arg);
+    suggest_init(&s, strlen(typed) > 2 ? typed + 2 : "");
+    if (typed[1] == '-')
+        cli_global_suggest(&s);
+    const char *best = typed[1] == '-' ? suggest_best(&s) : NULL;
+    fprintf(stderr, "sema: unknown option '%s' (", typed);
+    if (best != NULL)
+        fprintf(stderr, "did you mean --%s? ", best);
+    fprintf(stderr, "`sema --help` lists the global options)\n");
+    return CLI_EXIT_USAGE;
 }
 
-/* The options given before the verb (argv[0..argc) is the verb and what follows): the
- * connection options go to the environment, where remote verbs read them; --local goes
- * back right after the verb, as if given there. */
-static void take_global_options(int *argc, char ***argv)
+/* `sema bench` reads the global options it shares (--server, given more than once, --cacert,
+ * --json) with its own parser after the verb; before it, they are its defaults. */
+static int own_globals(const char *verb)
 {
-    char **av = *argv;
-    int ac = *argc, local = 0;
-
-    for (const char *var;;) {
-        if (ac > 1 && strcmp(av[0], "--local") == 0) {
-            local = 1;
-            ac -= 1;
-            av += 1;
-        } else if (ac > 2 && (var = global_option(av[0])) != NULL) {
-            setenv(var, av[1], 1);
-            ac -= 2;
-            av += 2;
-        } else {
-            break;
-        }
-    }
-    if (local) { /* into the slot of the last option taken */
-        av[-1] = av[0];
-        av[0] = (char *)"--local";
-        ac += 1;
-        av -= 1;
-    }
-    *argc = ac;
-    *argv = av;
+    return strcmp(verb, "bench") == 0;
 }
 
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
+    int vc = argc - 1;
+    char **vv = argv + 1;
+    int rc = vc > 0 ? cli_global_take("sema", &vc, vv, 0, 1) : 0; /* before the verb */
+    if (rc != 0)
+        return rc;
+    if (vc < 1) {
         print_overview(stderr);
         return CLI_EXIT_USAGE;
     }
-    int vc = argc - 1;
-    char **vv = argv + 1;
-    take_global_options(&vc, &vv);
     if (strcmp(vv[0], "--version") == 0 || strcmp(vv[0], "-V") == 0)
         return cmd_version(vc, vv);
     if (strcmp(vv[0], "--help") == 0 || strcmp(vv[0], "-h") == 0) {
         print_overview(stdout);
         return CLI_EXIT_OK;
     }
+    if (vv[0][0] == '-')
+        return unknown_option(vv[0]);
+    char who[64];
+    snprintf(who, sizeof who, "sema %.40s", vv[0]);
+    if (!own_globals(vv[0]) && (rc = cli_global_take(who, &vc, vv, 1, 0)) != 0)
+        return rc;
     if (strcmp(vv[0], "help") == 0 && !wants_help(vc, vv))
-        return cmd_help(vc, vv); /* it reads --local itself */
+        return cmd_help(vc, vv);
     const cli_command_t *c = find_command(vv[0]);
     if (c != NULL)
         return dispatch(c, vc, vv);

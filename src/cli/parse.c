@@ -115,6 +115,8 @@ static int unknown_option(const char *verb, const cli_opt_t *opts, const char *a
     suggest_init(&s, typed + 2);
     for (const cli_opt_t *o = opts; typed[1] == '-' && o->long_name != NULL; o++)
         suggest_offer(&s, o->long_name);
+    if (typed[1] == '-')
+        cli_global_suggest(&s);
     const char *best = typed[1] == '-' ? suggest_best(&s) : NULL;
     if (best != NULL)
         return cli_usage_error(verb, "unknown option '%s' (did you mean --%s?)", typed, best);

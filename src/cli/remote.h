@@ -12,13 +12,15 @@
 typedef struct {
     const char *verb;
     const char *server;
-    const char *cacert; /* --cacert: CAs to trust for https:// (NULL: $SEMA_CACERT) */
-    const char *cert;   /* --cert: client certificate (NULL: $SEMA_CERT) */
+    const char *cacert;   /* --cacert: CAs to trust for https:// (NULL: $SEMA_CACERT) */
+    const char *cert;     /* --cert: client certificate (NULL: $SEMA_CERT) */
+    const char *cert_key; /* --cert-key: the certificate's key (NULL: $SEMA_CERT_KEY) */
     int json;
     uint64_t weight;         /* -w */
     int64_t timeout_ms;      /* -t; -1 forever */
     const char *timeout_arg; /* -t as typed ("1s"), for messages; NULL if not given */
     int64_t ttl_ms;          /* --ttl; 0 server default */
+    const char *ttl_arg;     /* --ttl as typed, for messages; NULL if not given */
     uint64_t capacity;       /* -c */
     const char *owner;       /* --owner */
     const char *key;         /* --key: idempotency key */
@@ -27,9 +29,11 @@ typedef struct {
     int local;               /* --local given (the shared-memory verbs live elsewhere) */
     uint64_t max_retries;    /* watch --max-retries (valid when has_max_retries) */
     int has_max_retries;
-    int64_t keepalive_ms; /* ticket --keepalive; 0 server default */
-    int header_done;      /* ls: the table's header is out */
-    char **pos;           /* positional arguments (before a CMD) */
+    int force;                 /* rm -f: no error for a NAME that does not exist */
+    int64_t keepalive_ms;      /* ticket --keepalive; 0 server default */
+    const char *keepalive_arg; /* --keepalive as typed, for messages */
+    int header_done;           /* ls: the table's header is out */
+    char **pos;                /* positional arguments (before a CMD) */
     int npos;
     char **cmd; /* run/lock: the command after "--" (NULL-terminated) */
     int ncmd;

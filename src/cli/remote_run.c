@@ -19,6 +19,23 @@ static void on_lost(void *arg, const sema_lease_t *lease, int reason)
     cli_child_stop();
 }
 
+/* Acquire (or lock); -c creates a missing semaphore and acquires again. Creating needs the
+ * admin right where acquiring needs only acquire, so it is tried only when needed: a worker's
+ * `sema run NAME -c N` works with an acquire token once NAME exists. */
+static int acquire_or_create(remote_opts_t *o, sema_client_t *c, const sema_acquire_opts_t *ao,
+                             sema_lease_t *lease, sema_client_error_t *e)
+{
+    if (o->mode != 0)
+        return sema_client_lock(c, o->pos[0], o->mode, ao, lease, e);
+    int rc = sema_client_acquire(c, o->pos[0], ao, lease, e);
+    if (rc != SEMA_ENOENT || o->capacity == 0)
+        return rc;
+    rc = sema_client_create(c, o->pos[0], o->capacity, NULL, e);
+    if (rc == 0 || rc == SEMA_EEXIST) /* EEXIST: made meanwhile, with another capacity */
+        rc = sema_client_acquire(c, o->pos[0], ao, lease, e);
+    return rc;
+}
+
 static int take_lease(remote_opts_t *o, sema_client_t *c, sema_lease_t *lease)
 {
     sema_acquire_opts_t ao = {.weight = o->weight,
@@ -27,21 +44,17 @@ static int take_lease(remote_opts_t *o, sema_client_t *c, sema_lease_t *lease)
                               .owner = o->owner,
                               .cancel = &cancel_flag};
     sema_client_error_t e;
-    int rc;
+    int rc = acquire_or_create(o, c, &ao, lease, &e);
 
-    if (o->capacity > 0 && (rc = sema_client_create(c, o->pos[0], o->capacity, NULL, &e)) != 0)
-        return remote_fail(o, o->pos[0], rc, &e);
-    if (o->mode != 0)
-        rc = sema_client_lock(c, o->pos[0], o->mode, &ao, lease, &e);
-    else
-        rc = sema_client_acquire(c, o->pos[0], &ao, lease, &e);
     if (rc == SEMA_ECANCELED && __atomic_load_n((int *)&cancel_flag, __ATOMIC_ACQUIRE)) {
         int sig = cli_child_pending();
         return CLI_EXIT_SIGNAL_BASE + (sig ? sig : SIGINT);
     }
     if (rc == SEMA_ENOENT && o->mode == 0 && o->capacity == 0)
-        fprintf(stderr, "sema %s: %s: no such semaphore (create it, or pass -c CAPACITY)\n",
-                o->verb, o->pos[0]);
+        fprintf(stderr,
+                "sema %s: %s: no such semaphore (create it with -c CAPACITY, or with `sema "
+                "create %s CAPACITY`)\n",
+                o->verb, o->pos[0], o->pos[0]);
     else if (rc != 0)
         return remote_fail(o, o->pos[0], rc, &e);
     return rc == 0 ? 0 : CLI_EXIT_FAIL;

@@ -530,9 +530,48 @@ static int run_transfer(client_conn_t *k, const volatile int *cancel)
     return rc;
 }
 
+/* A failure of TLS, told apart from an unreachable server: the problem `tls_*` says which
+ * (client.h), and nothing here is retried. -1 when `rc` is not one. */
+static int tls_error(int rc, const char *why, const sema_client_t *c, sema_client_error_t *err)
+{
+    const char *problem = NULL;
+    int code = SEMA_EPROTO;
+
+    if (rc == CURLE_PEER_FAILED_VERIFICATION) {
+        problem = "tls_untrusted";
+        rc = client_fail(err, code, 0, "the TLS certificate of %s is not trusted: %s", c->url, why);
+    } else if (rc == CURLE_SSL_CACERT_BADFILE) {
+        problem = "tls_cacert";
+        rc = client_fail(err, code, 0, "the CA file %s cannot be used: %s",
+                         c->cacert ? c->cacert : "", why);
+    } else if (rc == CURLE_SSL_CERTPROBLEM) {
+        problem = "tls_client_certificate";
+        rc = client_fail(err, code, 0, "the client certificate %s cannot be used: %s",
+                         c->cert ? c->cert : "", why);
+    } else if (strstr(why, " alert ") != NULL && c->cert == NULL) {
+        problem = "tls_certificate_required"; /* the server's TLS alert, on the first read */
+        rc = client_fail(err, SEMA_EACCES, 0,
+                         "%s asked for a client certificate and none was given (TLS: %s)", c->url,
+                         why);
+    } else if (strstr(why, " alert ") != NULL) {
+        problem = "tls_certificate_refused";
+        rc = client_fail(err, SEMA_EACCES, 0, "%s refused the client certificate %s (TLS: %s)",
+                         c->url, c->cert, why);
+    } else {
+        return -1;
+    }
+    if (err != NULL)
+        snprintf(err->problem, sizeof err->problem, "%s", problem);
+    return rc;
+}
+
 static int transport_error(int rc, const xfer_t *x, const char *ebuf, sema_client_t *c,
                            sema_client_error_t *err)
 {
+    const char *why = ebuf[0] ? ebuf : curl_easy_strerror(rc);
+    int tls = strncmp(c->url, "https://", 8) == 0 ? tls_error(rc, why, c, err) : -1;
+    if (tls != -1)
+        return tls;
     if (x->too_big)
         return client_fail(err, SEMA_EPROTO, 0, "reply larger than %u bytes", CLIENT_MAX_BODY);
     switch (rc) {

@@ -448,7 +448,8 @@ int client_renew(sema_client_t *c, sema_lease_t *lease, int64_t ttl_ms, int64_t 
     if (ttl_ms < 0)
         return client_fail(err, SEMA_EINVAL, 0, "ttl_ms must be >= 0");
     char *path = client_path("/v1/leases/", lease->id, "/renew");
-    json_t *body = json_pack("{s:I}", "ttl_ms", (json_int_t)(ttl_ms > 0 ? ttl_ms : lease->ttl_ms));
+    int64_t ttl = ttl_ms > 0 ? ttl_ms : lease->ttl_ms; /* 0: leave it to the server */
+    json_t *body = ttl > 0 ? json_pack("{s:I}", "ttl_ms", (json_int_t)ttl) : json_object();
     int64_t sent = client_now_ns();
     if (path == NULL || body == NULL) {
         rc = client_fail(err, SEMA_ENOMEM, 0, "out of memory");
@@ -458,12 +459,9 @@ int client_renew(sema_client_t *c, sema_lease_t *lease, int64_t ttl_ms, int64_t 
     }
     if (rc == 0 && client_parse_lease(doc, sent, &fresh) != 0)
         rc = client_fail(err, SEMA_EPROTO, 200, "unexpected lease from server");
-    if (rc == 0) {
-        lease->ttl_ms = fresh.ttl_ms;
-        lease->expires_at_ms = fresh.expires_at_ms;
-        lease->local_deadline_ns = fresh.local_deadline_ns;
-        lease->fence = fresh.fence;
-    }
+    if (rc == 0)
+        *lease = fresh; /* the lease as the server has it now (all of it, for a caller that
+                           knew only the id) */
     json_decref(doc);
     json_decref(body);
     free(path);

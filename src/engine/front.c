@@ -64,6 +64,21 @@ static void front_free(engine_t *e)
     sema__free(e);
 }
 
+/* "ttl_ms must be between 1 and 86400000 (24h, the configured maximum)": the maximum in ms
+ * as the field is, and in the largest unit that says it exactly, as the flag takes it. */
+static void range_message(char *buf, size_t len, const char *field, int64_t max_ms)
+{
+    static const struct {
+        int64_t ms;
+        const char *unit;
+    } units[] = {{3600000, "h"}, {60000, "m"}, {1000, "s"}, {1, "ms"}};
+    size_t u = 0;
+    while (u + 1 < sizeof units / sizeof units[0] && (max_ms % units[u].ms) != 0)
+        u++;
+    snprintf(buf, len, "%s must be between 1 and %lld (%lld%s, the configured maximum)", field,
+             (long long)max_ms, (long long)(max_ms / units[u].ms), units[u].unit);
+}
+
 int engine_new(engine_t **out, uv_loop_t *loop, const engine_backend_t *ops,
                const engine_config_t *cfg, char *errbuf, size_t errlen)
 {
@@ -82,6 +97,9 @@ int engine_new(engine_t **out, uv_loop_t *loop, const engine_backend_t *ops,
     config_normalize(&e->cfg);
     snprintf(e->name_too_long, sizeof e->name_too_long,
              "name is longer than the configured maximum of %zu bytes", e->cfg.max_name_len);
+    range_message(e->bad_ttl, sizeof e->bad_ttl, "ttl_ms", e->cfg.max_ttl_ms);
+    range_message(e->bad_keepalive, sizeof e->bad_keepalive, "keepalive_ms",
+                  e->cfg.max_ticket_keepalive_ms);
     e->ops = ops;
     e->rnd_pos = sizeof(e->rnd);
     rc = engine__events_init(e);
@@ -173,7 +191,7 @@ static int check_lease_inputs(const engine_t *e, engine_req_t *req, const char *
     if (!acquires && req->op != ENGINE_LEASE_RENEW)
         return 0;
     if (req->ttl_ms < 0 || req->ttl_ms > e->cfg.max_ttl_ms) {
-        *msg = "ttl_ms must be between 1 and the configured maximum";
+        *msg = e->bad_ttl;
         return SEMA_EINVAL;
     }
     if (req->ttl_ms == 0)
@@ -207,7 +225,7 @@ static int check_ticket_inputs(const engine_t *e, engine_req_t *req, const char 
     if (req->op != ENGINE_TICKET_CREATE)
         return 0;
     if (req->keepalive_ms < 0 || req->keepalive_ms > e->cfg.max_ticket_keepalive_ms) {
-        *msg = "keepalive_ms must be between 1 and the configured maximum";
+        *msg = e->bad_keepalive;
         return SEMA_EINVAL;
     }
     if (req->keepalive_ms == 0)

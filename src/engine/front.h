@@ -65,6 +65,8 @@ struct engine {
     int shutting_down;
     int flushing;           /* engine__flush runs */
     char name_too_long[64]; /* the detail of a name over cfg.max_name_len, with the number */
+    char bad_ttl[96];       /* ... of a ttl_ms above cfg.max_ttl_ms, with the maximum */
+    char bad_keepalive[96]; /* ... of a keepalive_ms above cfg.max_ticket_keepalive_ms */
     uint8_t rnd[512];
     size_t rnd_pos;
     /* events (events.c) */

@@ -305,7 +305,8 @@ void server_stop(server_t *srv)
         return;
     srv->draining = 1;
     uv_close((uv_handle_t *)&srv->listener, NULL);
-    engine_shutdown(srv->engine); /* parked requests are answered 503 now */
+    if (srv->engine != NULL)
+        engine_shutdown(srv->engine); /* parked requests are answered 503 now */
     conn_t *next;
     for (conn_t *conn = srv->conns; conn != NULL; conn = next) {
         next = conn->next;
@@ -326,6 +327,11 @@ void server_free(server_t *srv)
     strbuf_free(&srv->scratch_body);
     strbuf_free(&srv->scratch_reply);
     server_release(srv);
+}
+
+void server_set_engine(server_t *srv, engine_t *engine)
+{
+    srv->engine = engine;
 }
 
 engine_t *server_engine(server_t *srv)

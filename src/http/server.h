@@ -71,9 +71,16 @@ struct route_ctx {
 
 /* Create the server on `loop`: bind and listen on cfg->listen (prints the bound address to
  * stderr as "semad: listening on http://HOST:PORT"), install SIGTERM/SIGINT handlers.
- * `engine` and `cfg` are borrowed. Returns 0 or a SEMA_E* code with a message in errbuf. */
+ * `engine` and `cfg` are borrowed. `engine` may be NULL, so that a port already taken is
+ * found before anything else is made (semad's data store): then set it with
+ * server_set_engine() before the loop runs, or server_stop() the server, run the loop and
+ * server_free() it. Returns 0 or a SEMA_E* code with a message in errbuf (on failure, run
+ * the loop once: the listener is closed on it). */
 int server_new(server_t **out, uv_loop_t *loop, engine_t *engine, const server_config_t *cfg,
                char *errbuf, size_t errlen);
+
+/* The engine of a server made without one (before the loop runs; borrowed). */
+void server_set_engine(server_t *srv, engine_t *engine);
 
 /* Start a graceful stop (what SIGTERM does): stop accepting, have the engine answer
  * parked requests 503, finish in-flight replies, close every connection. The loop ends

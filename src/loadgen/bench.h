@@ -104,8 +104,12 @@ size_t bench_json_str(const char *json, const char *key, char *out, size_t cap);
 /* The integer value of "key" in a JSON text, or -1 when absent. */
 int64_t bench_json_int(const char *json, const char *key);
 
-/* Creates (PUT) the semaphore `name` with `capacity`; 0, or -1 with a message on stderr. */
+/* Creates (PUT) the semaphore `name` with `capacity`: 1 when it was created, 0 when it
+ * existed with that capacity, or -1 with a message on stderr. */
 int bench_put_semaphore(int fd, const bench_opts_t *opts, const char *name, uint64_t capacity);
+
+/* Deletes (DELETE) the semaphore `name`: 0 (also when it was gone), or -1. */
+int bench_delete_semaphore(int fd, const bench_opts_t *opts, const char *name);
 
 /* The semaphore name for index i: opts->name, or "<name>-<i>" when opts->sems > 1. */
 void bench_sem_name(const bench_opts_t *opts, uint64_t i, char *out, size_t cap);

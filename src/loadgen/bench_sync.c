@@ -227,11 +227,21 @@ int bench_put_semaphore(int fd, const bench_opts_t *opts, const char *name, uint
         return -1;
     }
     if (status == 200 || status == 201)
-        return 0;
+        return status == 201;
     fprintf(stderr, "sema bench: PUT %s answered %d: %s\n", path, status, reply);
     if (status == 409)
         fprintf(stderr, "sema bench: it exists with another capacity; pick another --name\n");
     return -1;
+}
+
+int bench_delete_semaphore(int fd, const bench_opts_t *opts, const char *name)
+{
+    char path[BENCH_NAME_MAX + 32];
+    int status = 0;
+    snprintf(path, sizeof(path), "/v1/semaphores/%s", name);
+    if (bench_sync_request(fd, opts, "DELETE", path, NULL, &status, NULL, 0, 5000) != 0)
+        return -1;
+    return status == 204 || status == 404 ? 0 : -1;
 }
 
 /* ---- hand-off latency ---- */
@@ -305,14 +315,14 @@ int bench_handoff_run(const bench_opts_t *opts, bench_result_t *res)
 {
     int fd[2] = {bench_sync_connect_to(opts, 0), bench_sync_connect_to(opts, 1)};
     char lease[128], acq[BENCH_NAME_MAX + 32];
-    int rc = -1;
+    int rc = -1, made = 0; /* made: the semaphore is ours to delete when done */
     if (fd[0] < 0 || fd[1] < 0) {
         res->fatal = "cannot connect to the server";
         goto out;
     }
     snprintf(acq, sizeof(acq), "/v1/semaphores/%s/acquire", opts->name);
-    if ((!opts->no_setup && bench_put_semaphore(fd[0], opts, opts->name, 1) != 0) ||
-        take(fd[0], opts, acq, lease, sizeof(lease)) != 0) {
+    made = opts->no_setup ? 0 : bench_put_semaphore(fd[0], opts, opts->name, 1);
+    if (made < 0 || take(fd[0], opts, acq, lease, sizeof(lease)) != 0) {
         res->fatal = "set-up failed (is the semaphore free, with capacity 1?)";
         goto out;
     }
@@ -332,6 +342,8 @@ int bench_handoff_run(const bench_opts_t *opts, bench_result_t *res)
     res->elapsed_s = (double)(bench_now_ns() - start) / 1e9;
     rc = 0;
 out:
+    if (made > 0)
+        (void)bench_delete_semaphore(fd[0], opts, opts->name);
     for (int i = 0; i < 2; i++)
         if (fd[i] >= 0)
             close(fd[i]);
@@ -442,7 +454,7 @@ int bench_park_run(const bench_opts_t *opts, bench_result_t *res)
         goto out;
     }
     snprintf(acq, sizeof(acq), "/v1/semaphores/%s/acquire", opts->name);
-    if ((!opts->no_setup && bench_put_semaphore(ctl, opts, opts->name, 1) != 0) ||
+    if ((!opts->no_setup && bench_put_semaphore(ctl, opts, opts->name, 1) < 0) ||
         take(ctl, opts, acq, lease, sizeof(lease)) != 0) {
         res->fatal = "set-up failed (is the semaphore free, with capacity 1?)";
         goto out;

@@ -35,8 +35,8 @@ static const option_t options[] = {
      "address to listen on, HOST:PORT (a name resolves; no HOST: every interface; port 0: any)"},
     {"engine", "SEMA_ENGINE", OPT_STR, F(engine.backend),
      "where the state lives: embedded (in memory, with the store in --data), or Redis: "
-     "redis://[USER:PASSWORD@]HOST:PORT[/DB] or "
-     "redis+sentinel://HOST:PORT[,HOST:PORT...]/MASTER (docs/redis.md)"},
+     "redis://[USER:PASSWORD@]HOST[:PORT][/DB] (port 6379 by default) or "
+     "redis+sentinel://HOST[:PORT][,HOST[:PORT]...]/MASTER (26379) (docs/redis.md)"},
     {"data", "SEMA_DATA", OPT_STR, F(data_dir), "directory of the durable store"},
     {"durability", "SEMA_DURABILITY", OPT_DURABILITY, F(durability), "strict, relaxed or none"},
     {"max-connections", "SEMA_MAX_CONNECTIONS", OPT_U64, F(http.max_connections),
@@ -247,6 +247,15 @@ static int unknown_flag(const char *arg, const char *name, size_t len, char *err
     for (size_t i = 0; i < NOPTIONS; i++)
         suggest_offer(&s, options[i].flag);
     const char *best = suggest_best(&s);
+    static const char *const address_flags[] = {"port", "host", "bind", "address", "addr"};
+    for (size_t i = 0; i < sizeof address_flags / sizeof address_flags[0]; i++)
+        if (strcmp(typed, address_flags[i]) == 0) {
+            snprintf(errbuf, errlen,
+                     "unknown flag '%s': semad takes the address and the port together, "
+                     "--listen HOST:PORT (default 127.0.0.1:7070; e.g. --listen 127.0.0.1:7071)",
+                     arg);
+            return SEMA_EINVAL;
+        }
     if (best != NULL)
         snprintf(errbuf, errlen, "unknown flag '%s' (did you mean --%s? see --help)", arg, best);
     else

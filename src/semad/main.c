@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* main.c - semad: parse the configuration, open the store, run the engine and the HTTP
- * server on one libuv loop until SIGTERM/SIGINT. */
+/* main.c - semad: parse the configuration, listen, open the store, run the engine and the
+ * HTTP server on one libuv loop until SIGTERM/SIGINT. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,46 +40,34 @@ static void raise_fd_limit(const semad_config_t *cfg)
                  (unsigned long long)rl.rlim_cur, (unsigned long long)cfg->http.max_connections);
 }
 
-static int run(semad_config_t *cfg)
+/* Undo a start that failed after the server listened: close it on the loop, then free. */
+static int abandon(server_t *srv, uv_loop_t *loop, engine_t *engine, store_t *store)
+{
+    server_stop(srv);
+    if (engine != NULL)
+        engine_shutdown(engine);
+    uv_run(loop, UV_RUN_DEFAULT);
+    server_free(srv);
+    store_close(store);
+    return 1;
+}
+
+/* The store of the embedded engine (durability strict or relaxed), or NULL. */
+static int open_store(semad_config_t *cfg, int on_redis, store_t **store)
 {
     char err[512] = "";
-    store_t *store = NULL;
-    int on_redis = strncmp(cfg->engine.backend, "redis", 5) == 0;
-    const engine_backend_t *be = backends_find(cfg->engine.backend, err, sizeof err);
-    if (be == NULL) {
-        fprintf(stderr, "semad: cannot start the engine: %s (EINVAL)\n", err);
-        return 1;
-    }
-    /* On Redis the state and its durability are Redis's: strict waits for its replicas. */
-    cfg->engine.redis.strict = cfg->durability == STORE_STRICT;
-    if (cfg->durability != STORE_NONE && !on_redis) {
-        int rc = store_open(&store, cfg->data_dir, cfg->durability, err, sizeof err);
-        if (rc != 0) {
-            fprintf(stderr, "semad: cannot open the store in %s: %s (%s)\n", cfg->data_dir,
-                    err[0] ? err : sema_strerror(rc), sema_err_name(rc));
-            return 1;
-        }
-    }
-    cfg->engine.embedded.store = store;
-    uv_loop_t *loop = uv_default_loop();
-    engine_t *engine = NULL;
-    cfg->engine.render_event = render_event_data; /* events in the wire format */
-    int rc = engine_new(&engine, loop, be, &cfg->engine, err, sizeof err);
-    if (rc != 0) {
-        fprintf(stderr, "semad: cannot start the engine: %s (%s)\n",
+    *store = NULL;
+    if (cfg->durability == STORE_NONE || on_redis)
+        return 0;
+    int rc = store_open(store, cfg->data_dir, cfg->durability, err, sizeof err);
+    if (rc != 0)
+        fprintf(stderr, "semad: cannot open the store in %s: %s (%s)\n", cfg->data_dir,
                 err[0] ? err : sema_strerror(rc), sema_err_name(rc));
-        store_close(store);
-        return 1;
-    }
-    server_t *srv = NULL;
-    rc = server_new(&srv, loop, engine, &cfg->http, err, sizeof err);
-    if (rc != 0) {
-        fprintf(stderr, "semad: %s\n", err);
-        engine_shutdown(engine);
-        uv_run(loop, UV_RUN_DEFAULT);
-        store_close(store);
-        return rc == SEMA_EACCES || rc == SEMA_EINVAL ? 2 : 1; /* 2: fix the configuration */
-    }
+    return rc;
+}
+
+static void say_ready(const semad_config_t *cfg, int on_redis)
+{
     char ready[600];
     snprintf(ready, sizeof ready, "semad %s ready (durability %s, %s %s)", SEMA_VERSION_STRING,
              cfg->durability == STORE_STRICT    ? "strict"
@@ -93,6 +81,42 @@ static int run(semad_config_t *cfg)
     char state[640];
     snprintf(state, sizeof state, "READY=1\nSTATUS=%s", ready);
     notify_send(state); /* Type=notify units start their dependents now */
+}
+
+static int run(semad_config_t *cfg)
+{
+    char err[512] = "";
+    store_t *store = NULL;
+    int on_redis = strncmp(cfg->engine.backend, "redis", 5) == 0;
+    const engine_backend_t *be = backends_find(cfg->engine.backend, err, sizeof err);
+    if (be == NULL) {
+        fprintf(stderr, "semad: cannot start the engine: %s (EINVAL)\n", err);
+        return 1;
+    }
+    /* On Redis the state and its durability are Redis's: strict waits for its replicas. */
+    cfg->engine.redis.strict = cfg->durability == STORE_STRICT;
+    uv_loop_t *loop = uv_default_loop();
+    /* Listen first: a semad that cannot have its port leaves no data store behind. */
+    server_t *srv = NULL;
+    int rc = server_new(&srv, loop, NULL, &cfg->http, err, sizeof err);
+    if (rc != 0) {
+        fprintf(stderr, "semad: %s\n", err);
+        uv_run(loop, UV_RUN_DEFAULT);
+        return rc == SEMA_EACCES || rc == SEMA_EINVAL ? 2 : 1; /* 2: fix the configuration */
+    }
+    if (open_store(cfg, on_redis, &store) != 0)
+        return abandon(srv, loop, NULL, NULL);
+    cfg->engine.embedded.store = store;
+    engine_t *engine = NULL;
+    cfg->engine.render_event = render_event_data; /* events in the wire format */
+    rc = engine_new(&engine, loop, be, &cfg->engine, err, sizeof err);
+    if (rc != 0) {
+        fprintf(stderr, "semad: cannot start the engine: %s (%s)\n",
+                err[0] ? err : sema_strerror(rc), sema_err_name(rc));
+        return abandon(srv, loop, NULL, store);
+    }
+    server_set_engine(srv, engine);
+    say_ready(cfg, on_redis);
     uv_run(loop, UV_RUN_DEFAULT);
     server_free(srv);
     uv_loop_close(loop);

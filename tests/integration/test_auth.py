@@ -599,5 +599,58 @@ def test_sema_and_the_c_client_send_sema_token():
         assert sema("ls", token=t.read, server=url)[0] == 0
 
 
+@fx.not_through_proxy("the sema command talks to semad itself")
+def test_a_worker_needs_only_the_acquire_right():
+    # what security.md promises: a worker that takes and releases needs `acquire` alone.
+    # Every verb of such work, with an acquire token, sends no request that needs more (no
+    # GET of the lease before a renewal, no PUT before the acquire of `run -c`).
+    t = Tokens()
+    with fx.Semad("--auth", t.path, "--log-requests") as s:
+        url = "http://127.0.0.1:%d" % s.semad_port
+        assert sema("create", "jobs", "2", token=t.admin, server=url)[0] == 0
+
+        def ok(*args):
+            rc, out, err = sema(*args, token=t.acquire, server=url)
+            assert rc == 0, (args, rc, out, err)
+            return out.strip()
+        ok("run", "jobs", "--", "true")
+        ok("run", "jobs", "-c", "2", "--", "true")  # exists: -c creates only what is missing
+        lease = ok("acquire", "jobs", "--ttl", "30s")
+        ok("renew", lease)
+        ok("renew", lease, "--ttl", "1m")
+        ok("release", lease)
+        ok("lock", "jobs-lock", "--exclusive", "--", "true")
+        ok("wait-idle", "jobs", "-t", "5s")
+        ticket = ok("ticket", "jobs")
+        ok("release", ok("ticket-wait", ticket, "-t", "5s"))
+        ok("ticket-leave", ok("ticket", "jobs"))
+        ok("down", "jobs")
+        ok("up", "jobs")
+        forbidden = [line for line in s.log() if " -> 403" in line]
+        assert forbidden == [], forbidden
+        # what does need more says which right
+        rc, out, err = sema("run", "new-one", "-c", "2", "--", "true", token=t.acquire,
+                            server=url)
+        assert rc == 1 and "'admin' right" in err, (rc, err)
+
+
+@fx.not_through_proxy("the sema command talks to semad itself")
+def test_sema_says_how_to_give_it_a_token():
+    t = Tokens()
+    with fx.Semad("--auth", t.path) as s:
+        url = "http://127.0.0.1:%d" % s.semad_port
+        rc, _, err = sema("ls", server=url)
+        assert rc == 1 and "set SEMA_TOKEN" in err, (rc, err)
+        rc, _, err = sema("ls", token="sema_" + "x" * 43, server=url)
+        assert rc == 1 and "does not know the token in SEMA_TOKEN" in err, (rc, err)
+    # `sema token new`'s usage errors point at its help once
+    for args in (["token", "new"], ["token"], ["token", "new", "x", "--rigths", "read"]):
+        p = subprocess.run([SEMA] + args, capture_output=True, text=True, timeout=30)
+        assert p.returncode == 2 and p.stderr.count("--help") == 1, (args, p.stderr)
+    p = subprocess.run([SEMA, "token", "new", "x", "--rigths", "read"], capture_output=True,
+                       text=True, timeout=30)
+    assert "did you mean --rights?" in p.stderr, p.stderr
+
+
 if __name__ == "__main__":
     fx.main(globals())

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """test_bench.py - `sema bench` and the bench peers against real servers: every mode completes
-exactly what it was asked, leaves no lease behind, and reports what the server saw."""
+exactly what it was asked, leaves no lease behind (nor a semaphore it made), and reports what
+the server saw."""
 import json
 import os
 import shutil
@@ -33,9 +34,21 @@ def state(s, name):
     return body
 
 
+def make(s, name, capacity):
+    """A semaphore made before the run, which bench keeps (the tests read it after)."""
+    assert s.request("PUT", "/v1/semaphores/" + name, {"capacity": capacity})[0] == 201
+
+
+def names(s):
+    st, body = s.json("GET", "/v1/semaphores")
+    assert st == 200, (st, body)
+    return [x["name"] for x in body["semaphores"]]
+
+
 def test_pairs_count():
     """-n N runs exactly N acquire+release pairs and gives every unit back."""
     with fx.Semad() as s:
+        make(s, "p", 20)
         r = sema_bench(s.url(""), "-c", 20, "-n", 2000, "--name", "p")
         assert r["ops"] == 2000, r
         assert r["errors"] == 0, r
@@ -48,6 +61,8 @@ def test_pairs_count():
 def test_pairs_contended_parks_and_completes():
     """More connections than units: acquires park, and every pair still completes."""
     with fx.Semad() as s:
+        make(s, "q-0", 3)
+        make(s, "q-1", 3)
         r = sema_bench(s.url(""), "-c", 12, "--capacity", 3, "-n", 600, "--name", "q", "-k", 2)
         assert r["ops"] == 600 and r["errors"] == 0, r
         for name in ("q-0", "q-1"):
@@ -58,6 +73,7 @@ def test_pairs_contended_parks_and_completes():
 def test_duration_releases_in_flight_leases():
     """A timed run stops issuing at the deadline and still releases what it holds."""
     with fx.Semad() as s:
+        make(s, "d", 16)
         r = sema_bench(s.url(""), "-c", 8, "-d", "500ms", "-w", 2, "--name", "d")
         assert r["ops"] > 0 and r["errors"] == 0, r
         assert 0.4 < r["seconds"] < 5, r
@@ -95,6 +111,7 @@ def test_create_mode():
 
 def test_handoff_mode():
     with fx.Semad() as s:
+        make(s, "h", 1)
         r = sema_bench(s.url(""), "-m", "handoff", "-n", 60, "--name", "h")
         assert r["ops"] == 60 and r["errors"] == 0, r
         assert r["status"] == {"200": 60, "204": 60}, r
@@ -113,6 +130,23 @@ def test_park_mode():
         assert r["status"] == {"410": n}, r
         assert r["rss_after_kib"] > 0 and r["rss_before_kib"] > 0, r
         assert s.request("GET", "/v1/semaphores/pk")[0] == 404
+
+
+def test_a_run_deletes_the_semaphores_it_made_and_keeps_the_others():
+    with fx.Semad() as s:
+        sema_bench(s.url(""), "-c", 4, "-n", 100)  # the default name, "bench"
+        assert names(s) == [], names(s)
+        make(s, "k-1", 4)
+        r = sema_bench(s.url(""), "-c", 4, "--capacity", 4, "-n", 100, "--name", "k", "-k", 3)
+        assert r["ops"] == 100 and names(s) == ["k-1"], (r, names(s))
+        assert state(s, "k-1")["fence"] > 0, "it was used"
+        r = sema_bench(s.url(""), "-m", "handoff", "-n", 20, "--name", "hd")
+        assert r["ops"] == 20 and names(s) == ["k-1"], (r, names(s))
+        # a set-up that fails half-way deletes what it made before
+        make(s, "f-1", 9)
+        sema_bench(s.url(""), "-c", 4, "--capacity", 4, "-n", 10, "--name", "f", "-k", 2,
+                   expect=1)
+        assert names(s) == ["f-1", "k-1"], names(s)
 
 
 def test_park_refused_by_the_server_fails_fast():

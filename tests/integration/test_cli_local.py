@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 # test_cli_local.py - `sema run/ls/rm --local` as real processes: mutual exclusion with a
 # witness log, capacity, timeouts, exit statuses, signal forwarding, crash recovery.
+import json
 import os
 import re
 import signal
@@ -84,7 +85,7 @@ def test_capacity_three_admits_exactly_three():
 
 def test_exit_status_propagates():
     n = name()
-    assert sema("run", "--local", n, "--", "sh", "-c", "exit 7").returncode == 7
+    assert sema("run", "--local", n, "-c", "1", "--", "sh", "-c", "exit 7").returncode == 7
     assert sema("run", "--local", n, "--", "true").returncode == 0
     assert sema("run", "--local", n, "--", "sh", "-c", "kill -KILL $$").returncode == 128 + 9
     assert sema("run", "--local", n, "--", "/nonexistent/cmd").returncode == 127
@@ -125,7 +126,7 @@ def test_signals_are_forwarded():
     with tempfile.TemporaryDirectory() as d:
         ready = os.path.join(d, "ready")
         script = 'trap "exit 42" USR1; touch "$0"; while :; do sleep 0.02; done'
-        p = subprocess.Popen([SEMA, "run", "--local", n, "--", "sh", "-c", script, ready])
+        p = subprocess.Popen([SEMA, "run", "--local", n, "-c", "1", "--", "sh", "-c", script, ready])
         assert eventually(lambda: os.path.exists(ready))
         p.send_signal(signal.SIGUSR1)
         assert p.wait(timeout=10) == 42
@@ -194,18 +195,51 @@ def test_rm_and_errors():
         assert r.returncode == 2, (bad, r)
 
 
-def test_a_weight_above_one_without_capacity_creates_nothing():
-    # without -c a new semaphore gets capacity 1; one made for -w 2 could never grant it,
-    # and a later `-c 2` would then fail with "exists with capacity 1"
+def test_without_capacity_a_missing_name_creates_nothing():
+    # as the remote form: a mistyped NAME must not become a semaphore of its own (of
+    # capacity 1); the message says how to create it
     n = name()
-    r = sema("run", "--local", n, "-w", "2", "--", "true")
-    assert r.returncode == 1, r
-    assert ("no shared-memory semaphore '%s' to take 2 units of: create it with -c N" % n
-            in r.stderr), r.stderr
-    assert sema("rm", "--local", n).returncode == 1, "nothing was created"
+    for args in (["run", "--local", n, "--", "true"],
+                 ["run", "--local", n, "-w", "2", "--", "true"]):
+        r = sema(*args)
+        assert r.returncode == 1, (args, r)
+        assert ("no shared-memory semaphore '%s': create it with -c CAPACITY (sema run --local "
+                "%s -c CAPACITY -- CMD)" % (n, n)) in r.stderr, r.stderr
+        assert sema("rm", "--local", n).returncode == 1, "nothing was created"
     assert sema("run", "--local", n, "-c", "2", "-w", "2", "--", "true").returncode == 0
     assert sema("run", "--local", n, "-w", "2", "--", "true").returncode == 0  # exists now
+    assert sema("run", "--local", n, "--", "true").returncode == 0
     assert sema("rm", "--local", n).returncode == 0
+
+
+def test_ls_json_before_or_after_the_verb():
+    n = name()
+    holder = hold_in_background(n, cap="3", weight="2")
+    try:
+        for args in (["ls", "--local", "--json", n], ["--json", "ls", "--local", n],
+                     ["--local", "--json", "ls", n], ["ls", n, "--json", "--local"]):
+            r = sema(*args)
+            assert r.returncode == 0, (args, r)
+            docs = [json.loads(line) for line in r.stdout.splitlines()]
+            assert len(docs) == 1, (args, r.stdout)
+            d = docs[0]
+            assert (d["name"], d["capacity"], d["available"], d["held"]) == (n, 3, 1, 2), d
+            assert d["waiting"] == 0 and d["waiters"] == [], d
+            h = d["holders"]
+            assert len(h) == 1 and h[0]["weight"] == 2 and h[0]["pid"] > 0, d
+            assert abs(h[0]["since"] / 1000 - time.time()) < 600, d
+        r = sema("ls", "--local", "--json")  # every semaphore: one JSON object a line
+        assert r.returncode == 0 and n in [json.loads(x)["name"] for x in r.stdout.splitlines()]
+        # a NAME that cannot be shown goes to stderr, so that stdout stays JSON
+        missing = name()
+        r = sema("ls", "--local", "--json", n, missing)
+        assert r.returncode == 1, r
+        assert [json.loads(x)["name"] for x in r.stdout.splitlines()] == [n], r.stdout
+        assert "sema ls: %s: no such shared-memory semaphore" % missing in r.stderr, r.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+        sema("rm", "--local", n)
 
 
 def test_a_bad_name_says_what_a_local_name_is():
@@ -245,6 +279,11 @@ def test_local_before_the_verb():
 def test_mistyped_option_gets_a_suggestion():
     r = sema("run", "--local", "x", "--capcity", "2", "--", "true")
     assert r.returncode == 2 and "did you mean --capacity?" in r.stderr, r
+    # a global option, mistyped before or after the verb
+    for args in (["ls", "--local", "--jsn"], ["--jsn", "ls", "--local"],
+                 ["--local", "--jsn", "ls"]):
+        r = sema(*args)
+        assert r.returncode == 2 and "did you mean --json?" in r.stderr, (args, r)
 
 
 def test_a_usage_error_points_at_the_local_help():
@@ -265,7 +304,7 @@ def test_a_usage_error_points_at_the_local_help():
 def test_durations():
     n = name()
     for good in ("100ms", "1.5s", "2m", "1h", "0", "0.0", "forever", "inf", "-1"):
-        r = sema("run", "--local", n, "-t", good, "--", "true")
+        r = sema("run", "--local", n, "-c", "1", "-t", good, "--", "true")
         assert r.returncode == 0, (good, r)
     # a bare number other than 0 is refused, as semad refuses it: seconds or milliseconds?
     for bad in ("5q", "", "ms", "s10", "1e999", "nan", "1 s", "--", "3", "0.25"):

@@ -231,8 +231,8 @@ def test_unreachable_server():
                            timeout=30 * SLOW)
         assert p.returncode == EXIT_UNAVAILABLE, (args, p.returncode, p.stderr)
         assert "cannot reach" in p.stderr, p.stderr
-    rc = subprocess.run([sema_bin(), "get", "x", "--server", "not-a-url"], capture_output=True,
-                        text=True).returncode
+    rc = subprocess.run([sema_bin(), "get", "x", "--server", "ftp://not-a-url"],
+                        capture_output=True, text=True).returncode
     assert rc == EXIT_USAGE
 
 
@@ -356,13 +356,107 @@ def test_admin_verbs_and_json():
         assert rc == EXIT_FAIL and "ENOENT" in err
 
 
-def test_expired_lease_renew_is_lost():
+def run_env(args, **env):
+    e = dict(os.environ)
+    e.update(env)
+    return subprocess.run([sema_bin()] + list(args), env=e, capture_output=True, text=True,
+                          timeout=30 * SLOW)
+
+
+def test_global_options_before_or_after_the_verb():
+    with Semad() as d:
+        sema(d, "create", "g1", "2", check=0)
+        url, port = d.url(""), d.url("").rsplit(":", 1)[1].rstrip("/")
+        want = sema(d, "ls", "--json", check=0)[1]
+        assert [json.loads(x)["name"] for x in want.splitlines()] == ["g1"], want
+        nowhere = "http://127.0.0.1:9"  # the options, not the environment, must name semad
+        for args in (["--json", "ls"], ["ls", "--json"], ["-s", url, "ls", "--json"],
+                     ["--server=" + url, "--json", "ls"], ["ls", "-s", url, "--json"],
+                     ["--json", "ls", "--server", url], ["--json", "--server", url, "ls"]):
+            p = run_env(args, SEMA_SERVER=url if url not in args and "--server=" + url
+                        not in args else nowhere)
+            assert (p.returncode, p.stdout) == (0, want), (args, p)
+        # a server without a scheme is http://, in SEMA_SERVER and in --server
+        p = run_env(["ls", "--json"], SEMA_SERVER="127.0.0.1:" + port)
+        assert (p.returncode, p.stdout) == (0, want), p
+        p = run_env(["-s", "127.0.0.1:" + port, "ls", "--json"], SEMA_SERVER=nowhere)
+        assert (p.returncode, p.stdout) == (0, want), p
+        get = sema(d, "get", "g1", "--json", check=0)[1]
+        assert run_env(["--json", "get", "g1"], SEMA_SERVER=url).stdout == get
+        # the same "did you mean" for a typo before or after the verb
+        for args, typed, meant in ((["--sever", url, "ls"], "--sever", "--server"),
+                                   (["ls", "--sever", url], "--sever", "--server"),
+                                   (["--jsn", "ls"], "--jsn", "--json"),
+                                   (["ls", "--jsn"], "--jsn", "--json"),
+                                   (["--cacrt", "x", "ls"], "--cacrt", "--cacert"),
+                                   (["ls", "--cacrt", "x"], "--cacrt", "--cacert")):
+            p = run_env(args, SEMA_SERVER=url)
+            assert p.returncode == EXIT_USAGE, (args, p)
+            assert "unknown option '%s' (did you mean %s?" % (typed, meant) in p.stderr, \
+                (args, p.stderr)
+        p = run_env(["ls", "--server"], SEMA_SERVER=url)
+        assert p.returncode == EXIT_USAGE and "'--server' needs a value" in p.stderr, p
+
+
+def test_create_rm_and_run_as_the_local_form():
+    with Semad() as d:
+        # create takes -c as run does
+        rc, out, _ = sema(d, "create", "c1", "-c", "3", check=0)
+        assert out == "created c1 (capacity 3)\n" and state(d, "c1")["capacity"] == 3, out
+        assert sema(d, "create", "c1", "3", check=0)[1] == "exists c1 (capacity 3)\n"
+        rc, _, err = sema(d, "create", "c2", "3", "-c", "4")
+        assert rc == EXIT_USAGE and "two capacities" in err, err
+        rc, _, err = sema(d, "create", "c2")
+        assert rc == EXIT_USAGE and "missing CAPACITY" in err, err
+        rc, out, _ = sema(d, "resize", "c1", "-c", "5", "--json", check=0)
+        assert json.loads(out)["capacity"] == 5, out
+        # rm takes every NAME, as rm --local does; a missing one fails, the others go
+        sema(d, "create", "c2", "1", check=0)
+        sema(d, "create", "c3", "1", check=0)
+        rc, _, err = sema(d, "rm", "c1", "nosuch", "c2")
+        assert rc == EXIT_FAIL and "sema rm: nosuch: no such semaphore" in err, (rc, err)
+        assert d.json("GET", "/v1/semaphores/c1")[0] == 404
+        assert d.json("GET", "/v1/semaphores/c2")[0] == 404
+        sema(d, "rm", "-f", "c3", "nosuch", check=0)
+        assert d.json("GET", "/v1/semaphores/c3")[0] == 404
+        # run without -c refuses a missing NAME and says how to create it (as run --local)
+        rc, _, err = sema(d, "run", "newsem", "--", "true")
+        assert rc == EXIT_FAIL and "create it with -c CAPACITY" in err, (rc, err)
+        assert d.json("GET", "/v1/semaphores/newsem")[0] == 404
+
+
+def test_messages_say_what_happened_in_the_words_of_the_command():
+    with Semad("--max-ttl", "90s") as d:
+        sema(d, "create", "m1", "1", check=0)
+        # the legacy verbs say "no such semaphore" as the others do
+        for verb in ("up", "down", "value", "get"):
+            rc, _, err = sema(d, verb, "nosuch")
+            assert rc == EXIT_FAIL and err == "sema %s: nosuch: no such semaphore (ENOENT)\n" \
+                % verb, (verb, err)
+        # a ttl above the maximum names the maximum, in the option's words
+        rc, _, err = sema(d, "acquire", "m1", "--ttl", "48h")
+        assert rc == EXIT_FAIL, err
+        assert ("--ttl 48h: ttl_ms must be between 1 and 90000 (90s, the configured maximum)"
+                in err), err
+    with Semad() as d:
+        pass  # started and stopped: nobody listens there now
+    rc, out, err = sema(d, "ls")
+    assert rc == EXIT_UNAVAILABLE and err.startswith("sema ls: cannot reach "), err
+    assert "list:" not in err, err
+
+
+def test_renew_and_release_of_an_expired_lease_exit_76_as_the_man_page_says():
     with Semad() as d:
         sema(d, "create", "ex", "1", check=0)
         lease = sema(d, "acquire", "ex", "--ttl", "100ms", check=0)[1].strip()
         wait_until(lambda: state(d, "ex")["held"] == 0, 5, "the lease to expire")
-        rc, _, err = sema(d, "renew", lease)
-        assert rc == EXIT_LOST and "expired" in err, (rc, err)
+        for verb in ("renew", "release"):
+            rc, _, err = sema(d, verb, lease)
+            assert rc == EXIT_LOST and "expired" in err, (verb, rc, err)
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "man", "sema.1")) as f:
+        man = f.read()
+    entry = man[man.index(".B 76\n"):man.index(".TP", man.index(".B 76\n"))]
+    assert "renew" in entry and "release" in entry, entry
 
 
 def test_lock_verbs():

@@ -4,7 +4,8 @@ against a real semad at the address the documents use (127.0.0.1:7070).
 
 How a page's blocks are read (the info string after the opening fence):
 - `sh`, `bash`, `shell`: commands. `console`: lines starting with `$ ` are commands (a line
-  ending in a backslash continues onto the next), the other lines are their output.
+  ending in a backslash continues onto the next), the other lines are their output, which
+  is compared with what the command printed (stdout and stderr; below).
 - `c`: a whole program, compiled against this build's libsema and libsema-client and run.
 - anything else (`text`, `json`, `cmake`, `ts`, `yaml`, ...) is not run. A fence with no
   info string fails the test: say `text` for output and `sh`/`console` for commands.
@@ -12,6 +13,18 @@ An HTML comment on the line before a block changes it:
 - `<!-- norun: why -->` the block is not run (the test prints each, with its reason);
 - `<!-- file: NAME -->` the block is written to NAME in the page's directory when the
   session reaches it (for a later block to compile or read), and not run by itself.
+- `<!-- vary: KEY[, KEY...] -->` (console blocks): the values that change from run to run.
+  Each KEY is a JSON member whose value is any value of the same type, wherever it is in a
+  JSON document of the output (`lease`, `expires_at`), or a `KEY: value` line whose value is
+  anything (an event stream's `id`).
+
+How a console block's output is compared: the lines shown after a command are what it must
+print, and a command shown without output must print nothing. The output of a command run in
+the background (`... &`) is compared at the end of the block, as a terminal shows it after
+`wait`. Trailing blanks do not count. Output shown as a JSON document (on one line, or wrapped
+over several for reading) is compared as JSON with what was printed: the same members, in any
+order. Elsewhere `...` stands for any text within a line (`"lease":"..."`), and a line of
+`...` alone for any number of lines.
 
 Each page runs in one bash session (`set -e -o pipefail`): its blocks in order, so a
 variable set in one block is there in the next. The session's directory holds links to the
@@ -26,6 +39,7 @@ an ephemeral port that the examples' address is rewritten to.
 """
 import concurrent.futures
 import glob
+import json
 import os
 import re
 import shlex
@@ -42,7 +56,7 @@ SHELL = {"sh", "bash", "shell", "console"}
 PAGE_TIMEOUT = 45 if fx.SLOW == 1 else 100  # seconds for one page (semad included); CTest gives 120
 ADDRESSES = ("127.0.0.1:7070", "localhost:7070")
 FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([^\s`]*)[^`]*$")
-MARK = re.compile(r"^\s*<!--\s*(norun|file):\s*(.*?)\s*-->\s*$")
+MARK = re.compile(r"^\s*<!--\s*(norun|file|vary):\s*(.*?)\s*-->\s*$")
 
 
 def pages():
@@ -56,6 +70,7 @@ class Block:
         self.page, self.line, self.lang, self.body = page, line, lang, body
         self.norun = mark[1] if mark and mark[0] == "norun" else None
         self.file = mark[1] if mark and mark[0] == "file" else None
+        self.vary = set(re.split(r"[,\s]+", mark[1])) - {""} if mark and mark[0] == "vary" else set()
 
     def where(self):
         return "%s:%d" % (os.path.relpath(self.page, fx.source_dir()), self.line)
@@ -84,23 +99,152 @@ def blocks(page):
     return out
 
 
-def console_commands(b):
-    """(offset, command line) of a console block's `$ ` lines and their continuations."""
-    cmds, cont = [], False
+def console_steps(b):
+    """A console block's commands, each {"lines": [(offset, line)], "shown": [output lines],
+    "background": bool}."""
+    steps, cont = [], False
     for k, ln in enumerate(b.body):
         if cont:
-            cmds.append((k, ln))
+            steps[-1]["lines"].append((k, ln))
         elif ln.startswith("$ "):
-            cmds.append((k, ln[2:]))
-        else:
+            steps.append({"lines": [(k, ln[2:])], "shown": []})
+        elif steps:
+            steps[-1]["shown"].append(ln)
+        cont = (cont or ln.startswith("$ ")) and ln.rstrip().endswith("\\")
+    for st in steps:
+        st["background"] = in_background(" ".join(x[1].rstrip("\\") for x in st["lines"]))
+    return steps
+
+
+def in_background(command):
+    """Whether a shell command line ends in `&` (its trailing comment aside)."""
+    lex = shlex.shlex(command, posix=True, punctuation_chars=True)
+    lex.whitespace_split = True
+    lex.commenters = "#"
+    try:
+        tokens = list(lex)
+    except ValueError:
+        return False
+    return bool(tokens) and tokens[-1] == "&"
+
+
+def console_script(b, n, emit, page):
+    """Emit a console block's commands, each with its output sent to a file of its own (a
+    background one's to the block's), and return what to compare them with."""
+    checks = []
+    steps = console_steps(b)
+    for i, st in enumerate(steps):
+        out = "%d-bg" % n if st["background"] else "%d-%d" % (n, i)
+        for k, ln in st["lines"]:
+            where = "%s:%d" % (os.path.relpath(page, fx.source_dir()), b.line + 1 + k)
+            emit(("{ " if k == st["lines"][0][0] else "") + ln, where)
+        emit('} >> "$DOC_OUT/%s" 2>&1' % out, b.where())
+        if st["background"]:
             continue
-        cont = ln.rstrip().endswith("\\")
-    return cmds
+        outputs = ["%d-%d" % (n, i)]
+        if i == len(steps) - 1:
+            outputs.append("%d-bg" % n)
+        line = b.line + 1 + st["lines"][-1][0] + 1
+        checks.append({"where": "%s:%d" % (os.path.relpath(page, fx.source_dir()), line),
+                       "shown": st["shown"], "outputs": outputs, "vary": sorted(b.vary)})
+    # output shown after a background command is that of the block's end
+    early = [x for st in steps[:-1] if st["background"] for x in st["shown"]]
+    if checks and early and not steps[-1]["background"]:
+        checks[-1]["shown"] = early + checks[-1]["shown"]
+    return checks
+
+
+# ---- comparing what a console block shows with what was printed ----
+
+def ellipsis_match(shown, actual):
+    """`...` in `shown` stands for any text."""
+    parts = [re.escape(x) for x in shown.split("...")]
+    return re.fullmatch(".*?".join(parts), actual, re.S) is not None
+
+
+def json_match(shown, actual, vary):
+    """A shown JSON value against a printed one: a member named in `vary` may hold any value
+    of its type; a shown string with `...` is a pattern."""
+    if isinstance(shown, dict):
+        if not isinstance(actual, dict) or set(shown) != set(actual):
+            return False
+        return all(type(shown[k]) is type(actual[k]) if k in vary
+                   else json_match(shown[k], actual[k], vary) for k in shown)
+    if isinstance(shown, list):
+        return (isinstance(actual, list) and len(shown) == len(actual) and
+                all(json_match(a, b, vary) for a, b in zip(shown, actual)))
+    if isinstance(shown, str) and isinstance(actual, str) and "..." in shown:
+        return ellipsis_match(shown, actual)
+    return type(shown) is type(actual) and shown == actual
+
+
+def as_json(text):
+    try:
+        return True, json.loads(text)
+    except ValueError:
+        return False, None
+
+
+def line_match(shown, actual, vary):
+    key = re.match(r"^([A-Za-z_][\w-]*): ", shown)
+    if key and key.group(1) in vary:
+        return actual.startswith(key.group(0))
+    prefix = re.match(r"^((?:[A-Za-z_][\w-]*: )?)(\{.*\}|\[.*\])$", shown)
+    if prefix and actual.startswith(prefix.group(1)):
+        ok1, s = as_json(prefix.group(2))
+        ok2, a = as_json(actual[len(prefix.group(1)):])
+        if ok1 and ok2:
+            return json_match(s, a, vary)
+    return ellipsis_match(shown, actual)
+
+
+def lines_match(shown, actual, vary):
+    """Line by line; a shown line of `...` alone matches any number of lines."""
+    if not shown:
+        return not actual
+    if shown[0].strip() == "...":
+        return any(lines_match(shown[1:], actual[i:], vary) for i in range(len(actual) + 1))
+    return bool(actual) and line_match(shown[0], actual[0], vary) and \
+        lines_match(shown[1:], actual[1:], vary)
+
+
+def output_matches(shown, printed, vary):
+    shown = [x.rstrip() for x in shown]
+    printed = [x.rstrip() for x in printed.split("\n")]
+    while shown and not shown[-1]:
+        shown.pop()
+    while printed and not printed[-1]:
+        printed.pop()
+    if shown and "..." not in shown:
+        ok1, s = as_json("\n".join(shown))
+        ok2, a = as_json("\n".join(printed))
+        if ok1 and ok2:
+            return json_match(s, a, set(vary))
+    return lines_match(shown, printed, set(vary))
+
+
+def compare_outputs(checks, outdir, port):
+    """The console commands whose output is not what their block shows: report lines."""
+    bad = []
+    for c in checks:
+        printed = ""
+        for name in c["outputs"]:
+            path = os.path.join(outdir, name)
+            if os.path.exists(path):
+                with open(path, errors="replace") as f:
+                    printed += f.read()
+        shown = [readdress(x, port) if port != 7070 else x for x in c["shown"]]
+        if not output_matches(shown, printed, c["vary"]):
+            bad.append("%s: the output shown is not what the command printed\n--- shown\n%s\n"
+                       "--- printed\n%s" % (c["where"], "\n".join(shown) or "(nothing)",
+                                             printed.rstrip("\n") or "(nothing)"))
+    return bad
 
 
 def script_for(page, blist, cdir):
-    """The bash session of one page: (script text, doc location of each script line)."""
-    lines, where = [], []
+    """The bash session of one page: (script text, doc location of each script line, the
+    console outputs to compare)."""
+    lines, where, checks = [], [], []
 
     def emit(text, loc):
         lines.append(text)
@@ -127,12 +271,14 @@ def script_for(page, blist, cdir):
                 f.write("\n".join(b.body) + "\n")
             emit("__block %s" % shlex.quote(b.where()), b.where())
             emit("__c %s" % shlex.quote(path), b.where())
+        elif b.lang == "console":
+            emit("__block %s" % shlex.quote(b.where()), b.where())
+            checks += console_script(b, n, emit, page)
         elif b.lang in SHELL:
             emit("__block %s" % shlex.quote(b.where()), b.where())
-            cmds = console_commands(b) if b.lang == "console" else list(enumerate(b.body))
-            for k, ln in cmds:
+            for k, ln in enumerate(b.body):
                 emit(ln, "%s:%d" % (os.path.relpath(page, fx.source_dir()), b.line + 1 + k))
-    return "\n".join(lines) + "\n", where
+    return "\n".join(lines) + "\n", where, checks
 
 
 def runnable(b):
@@ -192,6 +338,7 @@ def session_env(prefix, port, d):
         "DOC_SRC": fx.source_dir(),
         "DOC_BUILD": build_dir(),
         "DOC_PROGRESS": os.path.join(d, ".progress"),
+        "DOC_OUT": os.path.join(d, ".out"),
         "HOME": d,
     })
     for k in ("SEMA_SERVER", "SEMA_LISTEN", "SEMA_DATA"):
@@ -213,7 +360,9 @@ def run_session(page, d, prefix, port):
     blist = blocks(page)
     cdir = os.path.join(d, ".c")
     os.mkdir(cdir)
-    script, where = script_for(page, blist, cdir)
+    script, where, checks = script_for(page, blist, cdir)
+    outdir = os.path.join(d, ".out")
+    os.mkdir(outdir)
     with fx.Semad("--listen", "127.0.0.1:%d" % port, durability="strict",
                   data=os.path.join(d, "sema-data")) as s:
         if port == 0:  # no namespace of its own: the examples' address becomes semad's
@@ -242,8 +391,11 @@ def run_session(page, d, prefix, port):
         log.seek(0)
         out = log.read()
         semad_log = s.log()
-    if rc == 0:
+    bad = compare_outputs(checks, outdir, s.semad_port) if rc == 0 else []
+    if rc == 0 and not bad:
         return True, out
+    if rc == 0:
+        return False, "\n\n".join(bad)
     progress = open(os.path.join(d, ".progress")).read().split() if os.path.exists(
         os.path.join(d, ".progress")) else []
     m = re.search(r"@@failed at script line (\d+)", out)
@@ -308,6 +460,36 @@ def test_every_block_is_tagged():
     untagged = ["%s" % b.where() for p in pages() for b in blocks(p) if not b.lang]
     assert not untagged, "fenced blocks without a language (text for output, sh or " \
         "console for commands): %s" % ", ".join(untagged)
+
+
+def test_console_output_is_compared_strictly():
+    """The comparison of a console block's output: what passes, and what must not."""
+    m = output_matches
+    # JSON: the same members in any order, wrapped or not; a member named in vary, any value
+    # of its type; `...` inside a string, any text
+    assert m(['{"a":1,', ' "b":"x"}'], '{"b":"x","a":1}\n', [])
+    assert not m(['{"a":1}'], '{"a":2}\n', [])
+    assert not m(['{"a":1}'], '{"a":1,"b":2}\n', []), "a member printed but not shown"
+    assert m(['{"lease":"abc","n":1}'], '{"lease":"zzz","n":1}', ["lease"])
+    assert not m(['{"lease":"abc"}'], '{"lease":5}', ["lease"]), "vary keeps the type"
+    assert m(['{"t":"..."}'], '{"t":"anything"}', []) and not m(['{"t":"a..."}'], '{"t":"b"}', [])
+    # text: line by line, `...` within a line, a `...` line for any lines, vary for `key: `
+    assert m(["Deletion Successful"], "Deletion Successful\n", [])
+    assert not m(["Deletion Successful"], "Deletion successful\n", [])
+    assert m(["a", "...", "z"], "a\nb\nc\nz\n", []) and not m(["a", "z"], "a\nb\nz\n", [])
+    assert m(["id: 1-1", 'data: {"x":"...","n":2}'], 'id: 99-2\ndata: {"n":2,"x":"q"}', ["id"])
+    assert not m(["id: 1-1"], "id: 99-2", [])
+    # nothing shown: nothing may be printed
+    assert m([], "", []) and not m([], "something\n", [])
+    # commands, continuations, and what runs in the background
+    b = Block("x.md", 1, "console", ["$ a \\", "  b", "out", "$ c & # bg", "$ d; wait", "late"],
+              None)
+    steps = console_steps(b)
+    assert [[x[1] for x in st["lines"]] for st in steps] == [["a \\", "  b"], ["c & # bg"],
+                                                            ["d; wait"]]
+    assert [st["background"] for st in steps] == [False, True, False]
+    assert [st["shown"] for st in steps] == [["out"], [], ["late"]]
+    assert not in_background("a && b") and in_background("a &") and not in_background("a # &")
 
 
 def test_examples_run_as_written():

@@ -80,6 +80,17 @@ def server_setup():
     return c
 
 
+def client_ca_setup():
+    """server_setup(), and a CA for clients that signed worker.pem (CN worker-1), and another
+    that signed intruder.pem (the same CN)."""
+    c = server_setup()
+    c.ca("clients")
+    c.issue("worker", "clients", "worker-1", server=False)
+    c.ca("other")
+    c.issue("intruder", "other", "worker-1", server=False)
+    return c
+
+
 def tls_args(c, name="srv"):
     return ["--tls-cert", c.path(name + ".pem"), "--tls-key", c.path(name + ".key")]
 
@@ -228,12 +239,8 @@ def handshake_refused(s, ctx):
 
 
 def test_client_certificates_required_and_checked():
-    c = server_setup()
+    c = client_ca_setup()
     try:
-        c.ca("clients")
-        c.issue("worker", "clients", "worker-1", server=False)
-        c.ca("other")
-        c.issue("intruder", "other", "worker-1", server=False)
         args = tls_args(c) + ["--tls-client-ca", c.path("clients.pem"), "--log-requests"]
         with fx.Semad(*args, tls=client_ctx(c, "worker")) as s:
             url = "https://127.0.0.1:%d" % s.port
@@ -260,6 +267,43 @@ def test_client_certificates_required_and_checked():
             fx.wait_until(lambda: any("PUT /v1/semaphores/cc -> 201 client=worker-1" in l
                                       for l in s.log()), what="the request's log line")
             assert fx.metric(s, "semad_tls_handshake_failures_total") >= 4
+    finally:
+        c.close()
+
+
+def test_sema_says_what_tls_wants():
+    # each TLS mistake of a newcomer gets its own words and a way out: never "cannot reach
+    # ... is semad running?" (exit 69) for a server that answered the handshake
+    c = client_ca_setup()
+    try:
+        args = tls_args(c) + ["--tls-client-ca", c.path("clients.pem")]
+        with fx.Semad(*args, tls=client_ctx(c, "worker")) as s:
+            url = "https://localhost:%d" % s.semad_port
+            ca, cert, key = c.path("ca.pem"), c.path("worker.pem"), c.path("worker.key")
+            r = sema("ls", "--server", url)  # semad's CA not given
+            assert r.returncode == 1 and "is not trusted" in r.stderr, r
+            assert "--cacert FILE (or SEMA_CACERT)" in r.stderr, r.stderr
+            r = sema("ls", "--server", url, "--cacert", ca)  # no client certificate
+            assert r.returncode == 1, r
+            assert "asked for a client certificate and none was given" in r.stderr, r.stderr
+            assert "--cert FILE" in r.stderr and "is semad running" not in r.stderr, r.stderr
+            r = sema("ls", "--server", url, "--cacert", ca, "--cert", cert)  # its key elsewhere
+            assert r.returncode == 1 and "--cert-key FILE" in r.stderr, r
+            # curl's spelling: --key is sema's idempotency key, and says so
+            for verb in (["acquire", "x"], ["ls"]):
+                r = sema(*verb, "--server", url, "--cacert", ca, "--cert", cert, "--key", key)
+                assert r.returncode == 2 and "--cert-key" in r.stderr, (verb, r)
+            r = sema("ls", "--server", url, "--cacert", ca, "--cert", c.path("intruder.pem"),
+                     "--cert-key", c.path("intruder.key"))
+            assert r.returncode == 1 and "refused the client certificate" in r.stderr, r
+            # right: --cert-key, before or after the verb, or SEMA_CERT_KEY
+            for a in (["ls", "--server", url, "--cacert", ca, "--cert", cert, "--cert-key", key],
+                      ["--cert-key", key, "--cert", cert, "--cacert", ca, "-s", url, "ls"]):
+                r = sema(*a)
+                assert r.returncode == 0 and r.stdout.startswith("NAME"), (a, r)
+            r = sema("ls", "--server", url, "--cacert", ca, env={"SEMA_CERT": cert,
+                                                                  "SEMA_CERT_KEY": key})
+            assert r.returncode == 0, r
     finally:
         c.close()
 

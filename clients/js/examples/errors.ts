@@ -15,8 +15,9 @@ try {
   if (e instanceof SemaUnavailableError) console.log("busy:", e.code); // unavailable
 }
 try {
-  await client.semaphore("busy", { capacity: 2 });
+  await client.createSemaphore("busy", 2);
 } catch (e) {
   if (e instanceof SemaError) console.log(e.name, e.code, e.detail); // SemaConflictError conflict
 }
 await held.release();
+await sem.delete(); // leave nothing behind (deleting takes the admin right)

@@ -18,3 +18,4 @@ async function work(fence: number, signal: AbortSignal) {
 await work(permit.fence, permit.signal);
 await permit.renew(); // by hand (the client does it by itself)
 await permit.release();
+await sem.delete(); // leave nothing behind (deleting takes the admin right)

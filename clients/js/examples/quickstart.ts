@@ -27,3 +27,4 @@ if (maybe) await maybe.release();
 
 // available() is a method: every call is a fresh read from semad
 console.log("available now:", await sem.available());
+await sem.delete(); // leave nothing behind (deleting takes the admin right)

@@ -18,3 +18,4 @@ for await (const t of client.watchTicket(ticket.id)) {
     await permit.release();
   }
 }
+await sem.delete(); // leave nothing behind (deleting takes the admin right)

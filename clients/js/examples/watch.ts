@@ -2,7 +2,7 @@
 import { createClient } from "@sema/client";
 
 const client = createClient();
-const sem = await client.semaphore("watched", { capacity: 1 });
+const sem = await client.createSemaphore("watched", 1); // now: watch wants it to exist
 
 const ac = new AbortController();
 const reading = (async () => {
@@ -14,3 +14,4 @@ const reading = (async () => {
 await new Promise((r) => setTimeout(r, 100));
 await (await sem.acquire()).release();
 await reading;
+await sem.delete(); // leave nothing behind (deleting takes the admin right)

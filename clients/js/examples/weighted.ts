@@ -27,3 +27,7 @@ console.log(sizes); // input order
 
 // or with the capacity of a semaphore you have
 console.log(await sem.mapLimit([1, 2, 3], async (n) => n * 2));
+
+// leave nothing behind (deleting takes the admin right)
+await sem.delete();
+await (await client.semaphore("thumbs")).delete();

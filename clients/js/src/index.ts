@@ -5,6 +5,7 @@
 // (the platform's fetch elsewhere, or when asked for), AbortSignal and timers.
 
 import {
+  SemaConflictError,
   SemaError,
   SemaLeaseLostError,
   SemaNetworkError,
@@ -338,7 +339,9 @@ function parses(url: string): boolean {
  */
 function serverUrl(opts: ClientOptions): string {
   const given = opts.url ?? env("SEMA_SERVER");
-  const url = (given || DEFAULT_URL).replace(/\/+$/, "");
+  // "127.0.0.1:7070" is http://127.0.0.1:7070, as for the sema command and curl
+  const bare = given && !given.includes("://") ? `http://${given}` : given;
+  const url = (bare || DEFAULT_URL).replace(/\/+$/, "");
   if (!/^https?:\/\/[^/]/i.test(url) || !parses(url)) {
     const from = opts.url !== undefined ? "url" : "SEMA_SERVER";
     throw new TypeError(`createClient: bad server ${from} ${JSON.stringify(given)} (an http:// or https:// URL is needed, e.g. ${DEFAULT_URL})`);
@@ -744,18 +747,24 @@ function acquireOpts(o: number | AcquireOptions | undefined): AcquireOptions {
   return typeof o === "number" ? { weight: o } : (o ?? {});
 }
 
-/** A semaphore on semad. Get one with `client.semaphore(name, { capacity })`. */
+/**
+ * A semaphore on semad. Get one with `client.semaphore(name, { capacity })` (which sends
+ * nothing) or `client.createSemaphore(name, capacity)`.
+ */
 export class Semaphore {
   readonly name: string;
-  /** The capacity when this handle was made (see `state()` for the current one). */
-  readonly capacity: number;
+  /**
+   * The capacity given to `semaphore()` (created with it if missing), or the one
+   * `createSemaphore()` made; undefined when none was given. `state()` reads the current one.
+   */
+  readonly capacity: number | undefined;
   readonly #t: Transport;
   readonly #client: SemaClient;
   /** Permits taken through this handle, oldest first (for release(n)). */
   readonly #held: Permit[] = [];
 
   /** @internal */
-  constructor(t: Transport, client: SemaClient, name: string, capacity: number) {
+  constructor(t: Transport, client: SemaClient, name: string, capacity: number | undefined) {
     this.#t = t;
     this.#client = client;
     this.name = name;
@@ -767,6 +776,24 @@ export class Semaphore {
   }
 
   /**
+   * `op()`; when semad answers that the semaphore does not exist and this handle has a
+   * capacity, creates it (PUT: the admin right) and runs `op()` once more. Only the first
+   * user of a missing semaphore needs more than the right of `op` itself.
+   */
+  #orCreate<T>(op: () => Promise<T>): Promise<T> {
+    if (this.capacity === undefined) return op();
+    return op().catch(async (e: unknown) => {
+      if (!(e instanceof SemaNotFoundError)) throw e;
+      try {
+        await this.#t.json("PUT", this.#path, { body: { capacity: this.capacity } });
+      } catch (c) {
+        if (!(c instanceof SemaConflictError)) throw c; // made meanwhile with another capacity
+      }
+      return op();
+    });
+  }
+
+  /**
    * Waits for `weight` units (one long-poll request) and returns the permit.
    * `acquire(n)` is `acquire({ weight: n })`.
    * Throws SemaTimeoutError after `timeoutMs`, SemaDeletedError if the semaphore is deleted
@@ -774,14 +801,15 @@ export class Semaphore {
    */
   acquire(opts?: number | AcquireOptions): Promise<Permit> {
     const o = acquireOpts(opts);
-    return this.#t.acquire(`${this.#path}/acquire`, { weight: o.weight ?? 1 }, o, (r, sentAt) => {
+    const make = (r: LeaseReply, sentAt: number) => {
       const p = new Permit(this.#t, r, sentAt, (q) => {
         const i = this.#held.indexOf(q);
         if (i >= 0) this.#held.splice(i, 1);
       });
       this.#held.push(p);
       return p;
-    });
+    };
+    return this.#orCreate(() => this.#t.acquire(`${this.#path}/acquire`, { weight: o.weight ?? 1 }, o, make));
   }
 
   /** Takes `weight` units if they are free now (never queues): the permit, or null. */
@@ -834,7 +862,7 @@ export class Semaphore {
     const body: Record<string, unknown> = {};
     if (opts.timeoutMs !== undefined && opts.timeoutMs >= 0) body.timeout_ms = opts.timeoutMs;
     // wait-idle takes nothing: safe to send again after a network error.
-    await this.#t.retrying("POST", `${this.#path}/wait-idle`, { body, signal: opts.signal, wait: opts.timeoutMs !== 0 });
+    await this.#orCreate(() => this.#t.retrying("POST", `${this.#path}/wait-idle`, { body, signal: opts.signal, wait: opts.timeoutMs !== 0 }));
   }
 
   /** A method, not a getter: a fresh read of the free units (may be negative after a shrink). */
@@ -857,9 +885,14 @@ export class Semaphore {
     await this.#t.send("DELETE", this.#path);
   }
 
-  /** `mapLimit` with at most `capacity` calls running fleet-wide (each holds one unit). */
-  mapLimit<T, R>(items: Iterable<T> | AsyncIterable<T>, fn: MapFn<T, R>, opts?: { limit?: number; signal?: AbortSignal }): Promise<R[]> {
-    return mapLimitWith(this, items, Math.min(opts?.limit ?? this.capacity, this.capacity), fn, opts?.signal);
+  /**
+   * `mapLimit` with at most `capacity` calls running fleet-wide (each holds one unit), or
+   * `limit` if lower. A handle made without a capacity and called without a `limit` reads
+   * the semaphore's (`state()`: the read right).
+   */
+  async mapLimit<T, R>(items: Iterable<T> | AsyncIterable<T>, fn: MapFn<T, R>, opts?: { limit?: number; signal?: AbortSignal }): Promise<R[]> {
+    const capacity = this.capacity ?? (opts?.limit === undefined ? (await this.state()).capacity : Infinity);
+    return mapLimitWith(this, items, Math.min(opts?.limit ?? capacity, capacity), fn, opts?.signal);
   }
 
   /** The semaphore's event stream (see `client.watch`). */
@@ -882,11 +915,13 @@ export class Semaphore {
     if (owner !== undefined) body.owner = owner;
     if (opts.keepaliveMs !== undefined) body.keepalive_ms = opts.keepaliveMs;
     const key = opts.idempotencyKey ?? randomKey();
-    const r = await this.#t.retrying("POST", `${this.#path}/tickets`, {
-      body,
-      headers: { "idempotency-key": key },
-      signal: opts.signal,
-    });
+    const r = await this.#orCreate(() =>
+      this.#t.retrying("POST", `${this.#path}/tickets`, {
+        body,
+        headers: { "idempotency-key": key },
+        signal: opts.signal,
+      }),
+    );
     return toTicket(JSON.parse(r.text) as TicketReply);
   }
 }
@@ -1016,17 +1051,26 @@ export class SemaClient {
   }
 
   /**
-   * A handle on semaphore `name`. With `capacity`, creates it if missing (PUT) and throws
-   * SemaConflictError if it exists with another capacity; without, it must exist
-   * (SemaNotFoundError).
+   * A handle on semaphore `name`, for work that needs only the acquire right: it sends
+   * nothing. Its first acquire (or `wait()`, or ticket) finds out whether the semaphore
+   * exists: without `capacity`, one that does not is SemaNotFoundError; with `capacity`, it
+   * is created then (PUT, which needs the admin right) and the request sent again. An
+   * existing semaphore is used whatever its capacity (`state()` tells it, with the read
+   * right; `createSemaphore()` checks it).
    */
   async semaphore(name: string, opts: { capacity?: number } = {}): Promise<Semaphore> {
     checkOptions("semaphore", opts, SEMAPHORE_OPTIONS);
-    const path = `/v1/semaphores/${nameSeg("semaphore(name): name", name)}`;
-    const st =
-      opts.capacity === undefined
-        ? await this.#t.json<SemaphoreState>("GET", path)
-        : await this.#t.json<SemaphoreState>("PUT", path, { body: { capacity: opts.capacity } });
+    nameSeg("semaphore(name): name", name);
+    return new Semaphore(this.#t, this, name, opts.capacity);
+  }
+
+  /**
+   * Creates semaphore `name` with `capacity` now (PUT: the admin right) and returns a handle
+   * on it. One that exists with this capacity is fine; with another, SemaConflictError.
+   */
+  async createSemaphore(name: string, capacity: number): Promise<Semaphore> {
+    const path = `/v1/semaphores/${nameSeg("createSemaphore(name): name", name)}`;
+    const st = await this.#t.json<SemaphoreState>("PUT", path, { body: { capacity } });
     return new Semaphore(this.#t, this, name, st.capacity);
   }
 

@@ -26,8 +26,8 @@ test("the token option and SEMA_TOKEN authorize requests; 401 and 403 are SemaAu
   const saved = process.env.SEMA_TOKEN;
   try {
     const ops = createClient({ url: semad.url, token: admin });
-    await ops.semaphore("jobs/a", { capacity: 1 });
-    await ops.semaphore("other", { capacity: 1 });
+    await ops.createSemaphore("jobs/a", 1);
+    await ops.createSemaphore("other", 1);
 
     process.env.SEMA_TOKEN = worker; // the default when no token option is given
     const w = createClient({ url: semad.url });
@@ -61,19 +61,19 @@ test("the token option and SEMA_TOKEN authorize requests; 401 and 403 are SemaAu
     }
     assert.deepEqual(states.slice(-1), ["granted"], `ticket states: ${states}`);
 
-    await assert.rejects(w.semaphore("other"), (e: unknown) => {
+    await assert.rejects((await w.semaphore("other")).acquire(), (e: unknown) => {
       assert.ok(e instanceof SemaAuthError);
       assert.equal(e.status, 403);
       assert.match(String(e.detail), /jobs\//);
       return true;
     });
-    await assert.rejects(w.semaphore("jobs/new", { capacity: 2 }), (e: unknown) => {
+    await assert.rejects((await w.semaphore("jobs/new", { capacity: 2 })).acquire(), (e: unknown) => {
       assert.ok(e instanceof SemaAuthError);
       assert.match(String(e.detail), /'admin' right/);
       return true;
     });
     const anon = createClient({ url: semad.url, token: "" });
-    await assert.rejects(anon.semaphore("jobs/a"), (e: unknown) => {
+    await assert.rejects((await anon.semaphore("jobs/a")).acquire(), (e: unknown) => {
       assert.ok(e instanceof SemaAuthError);
       assert.equal(e.status, 401);
       assert.equal(e.code, "unauthorized");
@@ -83,6 +83,57 @@ test("the token option and SEMA_TOKEN authorize requests; 401 and 403 are SemaAu
   } finally {
     if (saved === undefined) delete process.env.SEMA_TOKEN;
     else process.env.SEMA_TOKEN = saved;
+    await semad.stop();
+    dir.remove();
+  }
+});
+
+test("a worker whose token has only the acquire right does all of its work", async () => {
+  // security.md: a worker that only takes and gives back needs `acquire` alone. Nothing the
+  // client sends for that work may need `read` (a GET) or `admin` (a PUT).
+  const dir = tempDir();
+  const file = join(dir.path, "tokens");
+  const admin = newToken(file, "ops", "admin");
+  const worker = newToken(file, "worker", "acquire");
+  const semad = await startSemad({ args: ["--auth", file, "--log-requests"] });
+  try {
+    const ops = createClient({ url: semad.url, token: admin });
+    await ops.createSemaphore("jobs", 2);
+    const w = createClient({ url: semad.url, token: worker });
+    for (const sem of [await w.semaphore("jobs"), await w.semaphore("jobs", { capacity: 2 })]) {
+      const p = await sem.acquire({ ttlMs: 3_000 });
+      await p.renew();
+      await p.release();
+      assert.equal(await sem.with(async (q) => q.weight), 1);
+      const exportOne = sem.wrap(async (n: number) => n * 2);
+      assert.deepEqual(await Promise.all([1, 2].map(exportOne)), [2, 4]);
+      await (await sem.tryAcquire())?.release();
+      await sem.acquire(1);
+      await sem.release(1);
+      await sem.wait({ timeoutMs: 5_000 });
+      assert.deepEqual(await sem.mapLimit([1, 2, 3], async (n) => n + 1, { limit: 2 }), [2, 3, 4]);
+      const t = await sem.takeTicket();
+      const seen = await w.ticket(t.id);
+      if (seen.status === "granted") await w.ticketPermit(seen).release();
+      else await w.leaveTicket(t.id);
+    }
+    assert.deepEqual(await w.mapLimit([1, 2], 2, async (n) => n, { name: "jobs" }), [1, 2]);
+    await w.withLock("jobs-lock", async () => undefined);
+    await (await w.tryLock("jobs-lock"))?.unlock();
+    assert.equal(await w.legacy.down("jobs"), 1);
+    assert.equal(await w.legacy.up("jobs"), 2);
+    const refused = semad.log().split("\n").filter((l) => l.includes(" -> 403"));
+    assert.deepEqual(refused, []);
+    // and the token lacks the rest: reading, and creating a missing semaphore
+    await assert.rejects((await w.semaphore("jobs")).state(), SemaAuthError);
+    await assert.rejects((await w.semaphore("jobs-new", { capacity: 1 })).acquire(), (e: unknown) => {
+      assert.ok(e instanceof SemaAuthError);
+      assert.match(String(e.detail), /'admin' right/);
+      return true;
+    });
+    w.close();
+    ops.close();
+  } finally {
     await semad.stop();
     dir.remove();
   }

@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
-import { startSemad, type Semad } from "./semad.js";
+import { http, startSemad, type Semad } from "./semad.js";
 
 const run = promisify(execFile);
 const dir = resolve(dirname(fileURLToPath(import.meta.url)), "../../dist-examples");
@@ -46,6 +46,9 @@ for (const file of examples) {
       timeout: 15_000,
     });
     assert.ok(stdout.length > 0);
+    // an example leaves nothing on the user's server
+    const left = (await http(semad.url, "GET", "/v1/semaphores")).body as { semaphores: Array<{ name: string }> };
+    assert.deepEqual(left.semaphores.map((x) => x.name), []);
   });
 }
 

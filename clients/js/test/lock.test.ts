@@ -132,7 +132,7 @@ test("mapLimit: the first error stops new work and is thrown", async () => {
 });
 
 test("watch: events in order, resuming with Last-Event-ID after a drop", async () => {
-  const sem = await client.semaphore("watched", { capacity: 2 });
+  const sem = await client.createSemaphore("watched", 2);
   // Every event stream is cut after its first chunk that carries an event.
   const proxy = await startProxy(semad.url);
   proxy.onReply = (req, chunk, ctl) => {
@@ -175,7 +175,7 @@ test("watch: events in order, resuming with Last-Event-ID after a drop", async (
 });
 
 test("watch: break ends the stream; a missing semaphore throws not_found", async () => {
-  const sem = await client.semaphore("watched2", { capacity: 1 });
+  const sem = await client.createSemaphore("watched2", 1);
   const ac = new AbortController();
   const got: string[] = [];
   const reading = (async () => {

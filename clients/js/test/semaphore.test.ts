@@ -33,22 +33,21 @@ after(async () => {
 
 const state = async (name: string) => (await http(semad.url, "GET", `/v1/semaphores/${encodeURIComponent(name)}`)).body;
 
-test("createClient defaults to SEMA_SERVER, then 127.0.0.1:7070; a URL without http:// is a TypeError saying so", () => {
+test("createClient defaults to SEMA_SERVER, then 127.0.0.1:7070; host:port is http://; another scheme is a TypeError", () => {
   const saved = process.env.SEMA_SERVER;
   try {
     delete process.env.SEMA_SERVER;
     assert.equal(createClient().url, "http://127.0.0.1:7070");
     process.env.SEMA_SERVER = semad.url + "/";
     assert.equal(createClient().url, semad.url);
-    // host:port without a scheme, as people type it: an error that says what is needed
+    // host:port without a scheme, as people type it (and as the sema command takes it)
     process.env.SEMA_SERVER = "127.0.0.1:7070";
+    assert.equal(createClient().url, "http://127.0.0.1:7070");
+    assert.equal(createClient({ url: "localhost:7070", transport: "fetch" }).url, "http://localhost:7070");
+    process.env.SEMA_SERVER = "ftp://127.0.0.1:7070";
     assert.throws(() => createClient(), {
       name: "TypeError",
-      message: 'createClient: bad server SEMA_SERVER "127.0.0.1:7070" (an http:// or https:// URL is needed, e.g. http://127.0.0.1:7070)',
-    });
-    assert.throws(() => createClient({ url: "localhost:7070", transport: "fetch" }), {
-      name: "TypeError",
-      message: /^createClient: bad server url "localhost:7070" \(an http:\/\/ or https:\/\/ URL is needed/,
+      message: 'createClient: bad server SEMA_SERVER "ftp://127.0.0.1:7070" (an http:// or https:// URL is needed, e.g. http://127.0.0.1:7070)',
     });
   } finally {
     if (saved === undefined) delete process.env.SEMA_SERVER;
@@ -72,22 +71,48 @@ test("an empty or missing name is a TypeError before any request (not a 404 rout
   assert.equal((await http(semad.url, "GET", "/v1/semaphores/undefined")).status, 404);
 });
 
-test("semaphore() creates, checks the capacity, and finds existing ones", async () => {
+test("semaphore() sends nothing; with a capacity, the first use creates a missing one", async () => {
   const sem = await client.semaphore("create/1", { capacity: 3 });
   assert.equal(sem.capacity, 3);
   assert.equal(sem.name, "create/1");
+  assert.equal((await http(semad.url, "GET", "/v1/semaphores/create%2F1")).status, 404, "nothing sent yet");
+  await (await sem.acquire()).release();
   assert.equal((await state("create/1")).capacity, 3);
-  const again = await client.semaphore("create/1", { capacity: 3 });
-  assert.equal(again.capacity, 3);
+  // an existing one is used as it is, whatever capacity the handle was given
+  const other = await client.semaphore("create/1", { capacity: 4 });
+  await (await other.acquire(3)).release();
+  assert.equal((await state("create/1")).capacity, 3);
   const found = await client.semaphore("create/1");
-  assert.equal(found.capacity, 3);
-  await assert.rejects(client.semaphore("create/1", { capacity: 4 }), (e: unknown) => {
+  assert.equal(found.capacity, undefined);
+  await (await found.acquire()).release();
+  // wait() and takeTicket() create a missing one as acquire() does
+  const w = await client.semaphore("create/wait", { capacity: 2 });
+  await w.wait();
+  assert.equal((await state("create/wait")).capacity, 2);
+  const t = await (await client.semaphore("create/ticket", { capacity: 1 })).takeTicket();
+  assert.equal(t.status, "granted");
+  await client.leaveTicket(t.id);
+  assert.equal((await state("create/ticket")).capacity, 1);
+  // without a capacity a missing one is SemaNotFoundError at its first use, and stays missing
+  const missing = await client.semaphore("create/missing");
+  await assert.rejects(missing.acquire(), SemaNotFoundError);
+  await assert.rejects(missing.wait(), SemaNotFoundError);
+  await assert.rejects(missing.takeTicket(), SemaNotFoundError);
+  assert.equal((await http(semad.url, "GET", "/v1/semaphores/create%2Fmissing")).status, 404);
+});
+
+test("createSemaphore() creates now, and checks the capacity of an existing one", async () => {
+  const sem = await client.createSemaphore("create/2", 2);
+  assert.equal(sem.capacity, 2);
+  assert.equal((await state("create/2")).capacity, 2);
+  assert.equal((await client.createSemaphore("create/2", 2)).capacity, 2);
+  await assert.rejects(client.createSemaphore("create/2", 4), (e: unknown) => {
     assert.ok(e instanceof SemaConflictError);
     assert.equal(e.code, "conflict");
     assert.equal(e.status, 409);
     return true;
   });
-  await assert.rejects(client.semaphore("create/missing"), SemaNotFoundError);
+  await assert.rejects(client.createSemaphore("", 1), { name: "TypeError", message: /^createSemaphore\(name\): name must be/ });
 });
 
 test("acquire gives a permit with lease, weight, fence, expiresAt; release is idempotent", async () => {
@@ -227,7 +252,7 @@ test("an unknown option is a TypeError naming it, with the likely one; nothing i
   // Plain JavaScript (or an object built elsewhere) escapes TypeScript's check: `timeout`
   // for `timeoutMs` must not become "wait forever".
   const loose = (o: Record<string, unknown>) => o as never;
-  await client.semaphore("opts", { capacity: 1 });
+  await client.createSemaphore("opts", 1);
   const sem = await client.semaphore("opts");
   const cases: Array<[() => unknown, RegExp]> = [
     [() => sem.acquire(loose({ timeout: 100 })), /^acquire: unknown option "timeout" \(did you mean "timeoutMs"\?\); the options are: weight, signal, timeoutMs, ttlMs, owner$/],
@@ -323,7 +348,7 @@ test("every acquire carries an Idempotency-Key: a retry after a lost reply holds
   };
   try {
     const c = createClient({ url: proxy.url });
-    const sem = await c.semaphore("idem", { capacity: 2 });
+    const sem = await c.createSemaphore("idem", 2);
     const p = await sem.acquire();
     const keys = proxy.requests.filter((r) => r.path.endsWith("/acquire")).map((r) => r.headers["idempotency-key"]);
     assert.equal(keys.length, 2);
@@ -353,7 +378,7 @@ test("a grant whose reply was lost to an abort is released, not leaked", async (
   };
   try {
     const c = createClient({ url: proxy.url });
-    const sem = await c.semaphore("lost-grant", { capacity: 1 });
+    const sem = await c.createSemaphore("lost-grant", 1);
     await assert.rejects(sem.acquire({ signal: ac.signal, ttlMs: 60_000 }), (e: unknown) => (e as Error).name === "AbortError");
     await until(async () => (await state("lost-grant")).held === 0, 3000, "the lost grant released");
     await c.close();
@@ -378,7 +403,7 @@ test("a grant whose headers arrived before an abort is read and released", async
   };
   try {
     const c = createClient({ url: proxy.url });
-    const sem = await c.semaphore("late-abort", { capacity: 1 });
+    const sem = await c.createSemaphore("late-abort", 1);
     await assert.rejects(sem.acquire({ signal: ac.signal, ttlMs: 60_000 }), (e: unknown) => (e as Error).name === "AbortError");
     await until(async () => (await state("late-abort")).held === 0, 3000, "the grant released");
     // It was read, not asked for again: one acquire went by.
@@ -402,7 +427,8 @@ test("typed errors carry the server's code", async () => {
   });
   await assert.rejects(sem.acquire({ timeoutMs: 0 }), (e: unknown) => e instanceof SemaUnavailableError && e.code === "unavailable");
   await assert.rejects(sem.acquire({ weight: 3 }), (e: unknown) => e instanceof SemaInvalidRequestError && e.code === "invalid_request");
-  await assert.rejects(client.semaphore("x".repeat(300), { capacity: 1 }), (e: unknown) => e instanceof SemaInvalidRequestError && e.code === "name_too_long");
+  const long = await client.semaphore("x".repeat(300), { capacity: 1 });
+  await assert.rejects(long.acquire(), (e: unknown) => e instanceof SemaInvalidRequestError && e.code === "name_too_long");
   const waiting = sem.acquire().then(
     () => null,
     (e: unknown) => e,

@@ -61,7 +61,7 @@ test("an https:// semad with the `ca` option, SEMA_CACERT, and without either", 
     process.env.SEMA_CACERT = file("ca.pem");
     try {
       const viaEnv = createClient({ url: semad.url, transport: "node" });
-      assert.equal((await viaEnv.semaphore("tls")).name, "tls");
+      assert.equal((await (await viaEnv.semaphore("tls")).state()).name, "tls");
       viaEnv.close();
     } finally {
       if (saved === undefined) delete process.env.SEMA_CACERT;
@@ -69,7 +69,7 @@ test("an https:// semad with the `ca` option, SEMA_CACERT, and without either", 
     }
 
     const untrusted = createClient({ url: semad.url, transport: "node", retryMs: 0 });
-    await assert.rejects(untrusted.semaphore("tls"), (e: unknown) =>
+    await assert.rejects((await untrusted.semaphore("tls")).state(), (e: unknown) =>
       e instanceof SemaNetworkError && /certificate/i.test((e as Error).message));
     untrusted.close();
     assert.throws(() => createClient({ url: semad.url, transport: "fetch", ca: pem("ca.pem") }), TypeError);
@@ -87,7 +87,7 @@ test("a semad that requires client certificates: `cert` and `key`", async (t) =>
     await (await sem.acquire()).release();
     good.close();
     const anonymous = createClient({ url: semad.url, transport: "node", ca: pem("ca.pem"), retryMs: 0 });
-    await assert.rejects(anonymous.semaphore("cc"), SemaNetworkError);
+    await assert.rejects((await anonymous.semaphore("cc")).state(), SemaNetworkError);
     anonymous.close();
   } finally {
     await semad.stop();

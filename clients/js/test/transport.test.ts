@@ -39,7 +39,7 @@ test("requests one after another reuse one connection", async () => {
   const proxy = await startProxy(semad.url);
   try {
     const c = createClient({ url: proxy.url });
-    const sem = await c.semaphore("keep-alive", { capacity: 2 });
+    const sem = await c.createSemaphore("keep-alive", 2);
     for (let i = 0; i < 10; i++) await (await sem.acquire()).release();
     assert.equal(await sem.available(), 2);
     assert.equal(proxy.requests.length, 22);
@@ -55,7 +55,7 @@ test("node transport: maxSockets caps the connections; waiters beyond it wait fo
   const proxy = await startProxy(semad.url);
   try {
     const holder = createClient({ url: semad.url });
-    const hsem = await holder.semaphore("capped", { capacity: 1 });
+    const hsem = await holder.createSemaphore("capped", 1);
     const held = await hsem.acquire();
     const c = createClient({ url: proxy.url, maxSockets: 2 });
     const sem = await c.semaphore("capped");
@@ -67,7 +67,7 @@ test("node transport: maxSockets caps the connections; waiters beyond it wait fo
     for (const w of waiting) await (await w).release();
     const acquiring = new Set(proxy.requests.filter((r) => r.path.endsWith("/acquire")).map((r) => r.conn));
     assert.equal(acquiring.size, 2, "the acquires on two connections");
-    assert.ok(proxy.connections <= 4, `${proxy.connections} connections (the GET and the releases on their own)`);
+    assert.ok(proxy.connections <= 4, `${proxy.connections} connections (the releases on their own)`);
     await c.close();
     await holder.close();
   } finally {
@@ -82,6 +82,7 @@ test("a custom fetch is used for every request", async () => {
     return fetch(input, init);
   };
   const c = createClient({ url: semad.url, fetch: counting });
+  // the first acquire finds the semaphore missing (404) and creates it (PUT), then takes it
   const sem = await c.semaphore("custom-fetch", { capacity: 1 });
   await (await sem.acquire()).release();
   const ac = new AbortController();
@@ -94,7 +95,8 @@ test("a custom fetch is used for every request", async () => {
   await until(() => got.length === 2, 3000, "two events");
   ac.abort();
   await reading;
-  assert.deepEqual(seen.slice(0, 3), ["PUT /v1/semaphores/custom-fetch", "POST /v1/semaphores/custom-fetch/acquire", "DELETE " + seen[2]!.slice(7)]);
-  assert.ok(seen[2]!.startsWith("DELETE /v1/leases/"));
+  const acq = "POST /v1/semaphores/custom-fetch/acquire";
+  assert.deepEqual(seen.slice(0, 4), [acq, "PUT /v1/semaphores/custom-fetch", acq, "DELETE " + seen[3]!.slice(7)]);
+  assert.ok(seen[3]!.startsWith("DELETE /v1/leases/"));
   assert.deepEqual(got, ["granted", "released"]);
 });

@@ -12,34 +12,43 @@
 
 /* ---- the address ---- */
 
-static int parse_hostport(const char *s, size_t n, char *host, size_t hostcap, int *port)
+/* HOST:PORT, [IPv6]:PORT, or HOST alone (and [IPv6]): the port is then `default_port`, as
+ * for redis-cli (6379; 26379 for a Sentinel). */
+static int parse_hostport(const char *s, size_t n, char *host, size_t hostcap, int *port,
+                          int default_port)
 {
-    const char *colon = NULL;
+    const char *h = s, *hend = s + n, *colon = NULL;
     char num[8];
     char *end;
-    long p;
+    long p = default_port;
 
-    for (size_t i = n; i > 0; i--)
-        if (s[i - 1] == ':') {
-            colon = s + i - 1;
-            break;
-        }
-    if (colon == NULL || colon == s || (size_t)(s + n - colon - 1) >= sizeof num ||
-        s + n - colon - 1 == 0)
-        return -1;
-    memcpy(num, colon + 1, (size_t)(s + n - colon - 1));
-    num[s + n - colon - 1] = '\0';
-    p = strtol(num, &end, 10);
-    if (*end != '\0' || p < 1 || p > 65535)
-        return -1;
-    if (s[0] == '[' && colon[-1] == ']') { /* [IPv6]:port */
-        s++;
-        n -= 2;
+    if (n > 0 && s[0] == '[') {
+        const char *close = memchr(s, ']', n);
+        if (close == NULL || (close + 1 < s + n && close[1] != ':'))
+            return -1;
+        h = s + 1;
+        hend = close;
+        colon = close + 1 < s + n ? close + 1 : NULL;
+    } else {
+        for (size_t i = n; i > 0 && colon == NULL; i--)
+            if (s[i - 1] == ':')
+                colon = s + i - 1;
+        hend = colon != NULL ? colon : s + n;
     }
-    if ((size_t)(colon - s) >= hostcap)
+    if (colon != NULL) {
+        size_t k = (size_t)(s + n - colon - 1);
+        if (k == 0 || k >= sizeof num)
+            return -1;
+        memcpy(num, colon + 1, k);
+        num[k] = '\0';
+        p = strtol(num, &end, 10);
+        if (*end != '\0' || p < 1 || p > 65535)
+            return -1;
+    }
+    if (hend == h || (size_t)(hend - h) >= hostcap)
         return -1;
-    memcpy(host, s, (size_t)(colon - s));
-    host[colon - s] = '\0';
+    memcpy(host, h, (size_t)(hend - h));
+    host[hend - h] = '\0';
     *port = (int)p;
     return 0;
 }
@@ -102,7 +111,7 @@ static int parse_sentinels(rs_t *r, const char *p, size_t n)
         size_t k = comma ? (size_t)(comma - p) : n;
         char host[256];
         int port;
-        if (r->nsentinels == 8 || parse_hostport(p, k, host, sizeof host, &port) != 0)
+        if (r->nsentinels == 8 || parse_hostport(p, k, host, sizeof host, &port, 26379) != 0)
             return -1;
         snprintf(r->sentinels[r->nsentinels++], sizeof r->sentinels[0], "%s:%d", host, port);
         p += k;
@@ -148,7 +157,7 @@ int rs__parse_url(rs_t *r, const char *url, char *errbuf, size_t errlen)
         memcpy(r->master, path, strlen(path) + 1); /* fits: checked above */
         return 0;
     }
-    if (parse_hostport(p, hostlen, r->host, sizeof r->host, &r->port) != 0)
+    if (parse_hostport(p, hostlen, r->host, sizeof r->host, &r->port, 6379) != 0)
         goto bad;
     if (path[0] != '\0') {
         char *end;
@@ -160,8 +169,8 @@ int rs__parse_url(rs_t *r, const char *url, char *errbuf, size_t errlen)
     return 0;
 bad:
     snprintf(errbuf, errlen,
-             "bad Redis address \"%s\" (redis://[user:password@]HOST:PORT[/DB] or "
-             "redis+sentinel://HOST:PORT[,HOST:PORT...]/MASTER_NAME, with optional "
+             "bad Redis address \"%s\" (redis://[user:password@]HOST[:PORT][/DB] or "
+             "redis+sentinel://HOST[:PORT][,HOST[:PORT]...]/MASTER_NAME, with optional "
              "?replicas=N&timeout=MS, MS from 100 to 10000)",
              url);
     return SEMA_EINVAL;
@@ -558,7 +567,7 @@ static void sentinel_next(rs_t *r)
         r->sent.ac = NULL;
         r->sent.state = RS_DOWN;
     }
-    if (parse_hostport(hp, strlen(hp), host, sizeof host, &port) != 0 ||
+    if (parse_hostport(hp, strlen(hp), host, sizeof host, &port, 26379) != 0 ||
         open_ctx(r, &r->sent, host, port) == NULL) {
         r->sentinel_at = (r->sentinel_at + 1) % r->nsentinels;
         schedule_reconnect(r);

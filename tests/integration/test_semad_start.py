@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""test_semad_start.py - what semad does with its flags before it serves: a port that is
+taken leaves no data store behind, flags of other servers (--port) point at --listen, and a
+Redis address without a port takes Redis's (6379, 26379 for a Sentinel)."""
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import redis_fixture as rf  # noqa: E402
+import semad_fixture as fx  # noqa: E402
+
+
+def semad(*args, timeout=30):
+    return subprocess.run([fx.semad_path()] + list(args), capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=timeout * fx.SLOW)
+
+
+@fx.not_through_proxy("no HTTP request")
+def test_a_taken_port_leaves_no_data_store():
+    with socket.socket() as taken, tempfile.TemporaryDirectory() as tmp:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        data = os.path.join(tmp, "sema-data")
+        for durability in ("strict", "relaxed"):
+            p = semad("--listen", "127.0.0.1:%d" % taken.getsockname()[1], "--data", data,
+                      "--durability", durability)
+            assert p.returncode == 1 and "address already in use" in p.stderr, p
+            assert not os.path.exists(data), os.listdir(data)
+        # and one that can listen makes it, as before
+        with fx.Semad(durability="strict", data=data):
+            assert {"sema.db", "LOCK"} <= set(os.listdir(data)), os.listdir(data)
+
+
+@fx.not_through_proxy("no HTTP request")
+def test_flags_of_other_servers_point_at_listen():
+    for flag in (["--port", "7071"], ["--port=7071"], ["--host", "0.0.0.0"], ["--bind", "x"]):
+        p = semad(*flag)
+        assert p.returncode == 2, (flag, p)
+        assert "--listen HOST:PORT" in p.stderr, (flag, p.stderr)
+    p = semad("--lsten", "x")
+    assert p.returncode == 2 and "did you mean --listen?" in p.stderr, p.stderr
+
+
+def first_log_line_with(args, text, timeout=10):
+    """Start semad with `args`, return its first stderr line that holds `text` (or fail)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        p = subprocess.Popen([fx.semad_path(), "--listen", "127.0.0.1:0", "--data", tmp] + args,
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + timeout * fx.SLOW
+            seen = []
+            for line in p.stderr:
+                seen.append(line)
+                if text in line:
+                    return line
+                if time.monotonic() > deadline:
+                    break
+            raise AssertionError("no line with %r in %s" % (text, seen))
+        finally:
+            p.kill()
+            p.wait()
+            p.stderr.close()
+
+
+@fx.not_through_proxy("no HTTP request")
+def test_a_redis_address_without_a_port_takes_redis_s():
+    if not rf.redis_engine_built():
+        raise fx.Skip("this semad was built without the Redis back end")
+    # a host that never resolves (RFC 6761): the log names the address semad tries
+    line = first_log_line_with(["--engine", "redis://no-such-host.invalid"],
+                               "no-such-host.invalid:")
+    assert "no-such-host.invalid:6379" in line, line
+    line = first_log_line_with(["--engine", "redis+sentinel://no-such-host.invalid/main"],
+                               "no-such-host.invalid:")
+    assert "no-such-host.invalid:26379" in line, line
+    for bad in ("redis://[::1", "redis://host:", "redis://host:0", "redis://:6379"):
+        p = semad("--listen", "127.0.0.1:0", "--engine", bad)
+        assert p.returncode != 0 and "bad Redis address" in p.stderr, (bad, p)
+        assert "HOST[:PORT]" in p.stderr, p.stderr
+
+
+if __name__ == "__main__":
+    fx.main(globals())
