@@ -1,0 +1,643 @@
+# SPDX-License-Identifier: MIT
+"""_async.py - the asyncio client: the same flows as the synchronous one, run on asyncio
+streams; a cancelled call closes its connection (semad drops the waiter) and releases a
+grant whose reply it did not read; permits renewed by timers of the event loop."""
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from types import TracebackType
+from typing import (Any, AsyncIterable, AsyncIterator, Awaitable, Callable, Dict, Generic,
+                    Iterable, List, Optional, Set, Type, TypeVar, Union)
+
+from . import _flows as fl
+from ._ahttp import AsyncHttp
+from ._options import Options
+from ._types import Lease, LockState, SemaphoreState, TicketState
+from .errors import Busy, LeaseLost, Overflow, SemaError
+from .events import Event
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class _ARunner:
+    """Runs flows on the event loop. A cancellation is thrown into the flow, and what the
+    flow then does (the clean-up of an acquire) runs in a shielded task: a second cancel
+    cannot cut it short."""
+
+    def __init__(self, http: AsyncHttp) -> None:
+        self.http = http
+        self._cleanups: Set["asyncio.Task[Any]"] = set()
+
+    async def _do(self, op: fl.Op, streams: List[fl.Stream]) -> Any:
+        if type(op) is fl.Request:
+            return await self.http.request(op)
+        if type(op) is fl.Sleep:
+            await asyncio.sleep(op.seconds)
+            return None
+        if type(op) is fl.OpenStream:
+            stream = await self.http.open_stream(op)
+            if stream.handle is not None:
+                streams.append(stream)
+            return stream
+        if type(op) is fl.ReadLine:
+            return await self.http.read_line(op.stream)
+        if type(op) is fl.CloseStream:
+            self.http.close_stream(op.stream)
+            streams.remove(op.stream)
+            return None
+        raise TypeError("not an operation: %r" % (op,))
+
+    async def run(self, flow: fl.Flow[T], emit: Optional[Callable[[Any], None]] = None,
+                  error: Optional[BaseException] = None) -> T:
+        streams: List[fl.Stream] = []
+        value: Any = None
+        try:
+            while True:
+                try:
+                    op = flow.send(value) if error is None else flow.throw(error)
+                except StopIteration as stop:
+                    return stop.value  # type: ignore[no-any-return]
+                value = error = None
+                if type(op) is fl.Emit:
+                    if emit is not None:
+                        emit(op.value)
+                    continue
+                try:
+                    value = await self._do(op, streams)
+                except asyncio.CancelledError as e:
+                    task = asyncio.ensure_future(self.run(flow, emit, e))
+                    self._cleanups.add(task)
+                    task.add_done_callback(self._cleanups.discard)
+                    return await asyncio.shield(task)
+                except BaseException as e:  # thrown into the flow, which decides
+                    error = e
+        finally:
+            for s in streams:
+                self.http.close_stream(s)
+
+    async def iterate(self, flow: fl.Flow[None]) -> AsyncIterator[Any]:
+        streams: List[fl.Stream] = []
+        value: Any = None
+        error: Optional[BaseException] = None
+        try:
+            while True:
+                try:
+                    op = flow.send(value) if error is None else flow.throw(error)
+                except StopIteration:
+                    return
+                value = error = None
+                if type(op) is fl.Emit:
+                    yield op.value
+                    continue
+                try:
+                    value = await self._do(op, streams)
+                except asyncio.CancelledError:
+                    raise
+                except BaseException as e:
+                    error = e
+        finally:
+            flow.close()
+            for s in streams:
+                self.http.close_stream(s)
+
+
+class AsyncPermit:
+    """A held lease (see sema.Permit), renewed by the event loop's timers every ttl/3;
+    ``lost`` is an asyncio.Event. ``async with``: released when the block ends."""
+
+    lease: str
+    name: str
+    weight: int
+    fence: int
+    ttl: float
+    expires_at: float
+    acquired_at: float
+    owner: Optional[str]
+    key: Optional[str]
+    mode: Optional[str]
+
+    def __init__(self, client: AsyncClient, lease: Lease, sent: float,
+                 on_end: Optional[Callable[[AsyncPermit], None]] = None) -> None:
+        self._client = client
+        self.lease, self.name, self.weight = lease.lease, lease.name, lease.weight
+        self.fence, self.ttl, self.expires_at = lease.fence, lease.ttl, lease.expires_at
+        self.acquired_at, self.owner = lease.acquired_at, lease.owner
+        self.key, self.mode = lease.key, lease.mode
+        self.lost = asyncio.Event()
+        self._error: Optional[LeaseLost] = None
+        self._released = False
+        self._on_end = on_end
+        self._loop = asyncio.get_running_loop()
+        self._task: Optional["asyncio.Task[None]"] = None
+        now = time.monotonic()
+        self._deadline = 0.0
+        self._deadline_timer: Optional[asyncio.TimerHandle] = None
+        self._extend(max(sent, now - min(1.0, self.ttl / 4)) + self.ttl)
+        self._timer: Optional[asyncio.TimerHandle] = self._loop.call_later(self.ttl / 3, self._due)
+        client._permits[self] = None
+
+    def __repr__(self) -> str:
+        return "<AsyncPermit %s of %r weight=%d fence=%d%s>" % (
+            self.lease, self.key or self.name, self.weight, self.fence,
+            " lost" if self.lost.is_set() else " released" if self._released else "")
+
+    @property
+    def released(self) -> bool:
+        return self._released
+
+    @property
+    def error(self) -> Optional[LeaseLost]:
+        return self._error
+
+    def _extend(self, deadline: float) -> None:
+        self._deadline = deadline
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+        self._deadline_timer = self._loop.call_later(max(0.0, deadline - time.monotonic()),
+                                                     self._expire)
+
+    def _expire(self) -> None:
+        self._lose(LeaseLost("lease %s: no renewal reached semad before the ttl ran out"
+                             % self.lease, code="unreachable"))
+
+    def _due(self) -> None:
+        if not self._released and self._error is None:
+            self._task = self._loop.create_task(self._renew_once())
+
+    async def _renew_once(self) -> None:
+        now = time.monotonic()
+        timeout = min(self._client._o.config.request_timeout, max(0.05, self._deadline - now))
+        try:
+            lease = await self._client._run(fl.renew(self._client._o.config, self.lease,
+                                                     round(self.ttl * 1000), timeout, fl.NEVER))
+        except LeaseLost as e:
+            self._lose(e)
+            return
+        except SemaError:  # no reply, a 503: again soon, until the deadline timer says lost
+            if not self._released and self._error is None:
+                self._timer = self._loop.call_later(min(self.ttl / 6, 1.0), self._due)
+            return
+        if not self._released and self._error is None:
+            self._renewed(lease, now)
+
+    def _renewed(self, lease: Lease, sent: float) -> None:
+        self.expires_at, self.ttl = lease.expires_at, lease.ttl
+        self._extend(max(self._deadline, sent + lease.ttl))
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._loop.call_later(self.ttl / 3, self._due)
+
+    def _stop(self) -> None:
+        for t in (self._timer, self._deadline_timer):
+            if t is not None:
+                t.cancel()
+        self._timer = self._deadline_timer = None
+
+    def _lose(self, e: LeaseLost) -> None:
+        if self._error is None and not self._released:
+            self._error = e
+            self._stop()
+            self.lost.set()
+
+    async def renew(self, ttl: Optional[float] = None) -> None:
+        """Renews now, for ``ttl`` seconds (default: the lease's); LeaseLost if it is gone."""
+        ttl_ms = fl.to_ms(self.ttl if ttl is None else ttl, "ttl", 1)
+        sent = time.monotonic()
+        o = self._client._o.config
+        try:
+            lease = await self._client._run(fl.renew(o, self.lease, ttl_ms, o.request_timeout,
+                                                     fl.NETWORK))
+        except LeaseLost as e:
+            self._lose(e)
+            raise
+        if not self._released and self._error is None:
+            self._renewed(lease, sent)
+
+    async def release(self) -> None:
+        """Gives the units back; releasing again does nothing. Raises LeaseLost if the
+        lease was lost before, or the error of a release that got no answer."""
+        if self._released:
+            return
+        self._released = True
+        self._stop()
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        self._client._permits.pop(self, None)
+        if self._on_end is not None:
+            self._on_end(self)
+        error = self._error
+        if error is not None and error.code != "unreachable":
+            raise error
+        try:
+            await self._client._run(fl.release(self._client._o.config, self.lease))
+        except LeaseLost as e:
+            self._error = self._error or e
+            self.lost.set()
+            raise self._error from None
+        if error is not None:
+            raise error
+
+    async def __aenter__(self) -> AsyncPermit:
+        return self
+
+    async def __aexit__(self, et: Optional[Type[BaseException]], ev: Optional[BaseException],
+                        tb: Optional[TracebackType]) -> None:
+        await _release_at_exit(self, et is None)
+
+
+async def _release_at_exit(permit: AsyncPermit, clean: bool) -> None:
+    """Releases at the end of an ``async with``. After the block raised (a cancellation
+    included) the release runs shielded, and its own failure is not raised over the
+    block's."""
+    if clean:
+        await permit.release()
+        return
+    try:
+        await asyncio.shield(asyncio.ensure_future(permit.release()))
+    except SemaError:
+        pass
+
+
+class AsyncPermitContext:
+    """``async with sem.permit(2, timeout=5) as p:``: acquires on entry, releases on exit."""
+
+    def __init__(self, acquire: Callable[[], Awaitable[AsyncPermit]]) -> None:
+        self._acquire = acquire
+        self._permit: Optional[AsyncPermit] = None
+
+    async def __aenter__(self) -> AsyncPermit:
+        self._permit = await self._acquire()
+        return self._permit
+
+    async def __aexit__(self, et: Optional[Type[BaseException]], ev: Optional[BaseException],
+                        tb: Optional[TracebackType]) -> None:
+        permit, self._permit = self._permit, None
+        if permit is not None:
+            await _release_at_exit(permit, et is None)
+
+
+class AsyncSemaphore:
+    """A handle on semaphore ``name`` (see sema.Semaphore); making one sends nothing."""
+
+    def __init__(self, client: AsyncClient, name: str) -> None:
+        fl.seg(name)
+        self._client = client
+        self.name = name
+        self._held: Dict[AsyncPermit, None] = {}
+
+    def __repr__(self) -> str:
+        return "<AsyncSemaphore %r at %s>" % (self.name, self._client.url)
+
+    async def create(self, capacity: int) -> bool:
+        return await self._client._run(fl.create(self._client._o.config, self.name, capacity))
+
+    async def acquire(self, weight: int = 1, timeout: Optional[float] = None,
+                      ttl: Optional[float] = None, owner: Optional[str] = None, *,
+                      idempotency_key: Optional[str] = None) -> AsyncPermit:
+        """As Semaphore.acquire; cancelling the task cancels the wait (nothing held)."""
+        c = self._client
+        body = fl.acquire_body(c._o.config, ttl, owner)
+        body["weight"] = fl.count(weight, "weight")
+        key = fl.new_key() if idempotency_key is None else fl.check_key(idempotency_key)
+        lease, sent = await c._run(fl.acquire(c._o.config, fl.sem_path(self.name, "/acquire"),
+                                              body, timeout, key))
+        permit = AsyncPermit(c, lease, sent, self._forget)
+        self._held[permit] = None
+        return permit
+
+    def _forget(self, permit: AsyncPermit) -> None:
+        self._held.pop(permit, None)
+
+    async def try_acquire(self, weight: int = 1, ttl: Optional[float] = None,
+                          owner: Optional[str] = None) -> Optional[AsyncPermit]:
+        try:
+            return await self.acquire(weight, 0, ttl, owner)
+        except Busy:
+            return None
+
+    def permit(self, weight: int = 1, timeout: Optional[float] = None,
+               ttl: Optional[float] = None, owner: Optional[str] = None) -> AsyncPermitContext:
+        return AsyncPermitContext(lambda: self.acquire(weight, timeout, ttl, owner))
+
+    async def release(self, weight: int = 1) -> None:
+        permit = next((p for p in self._held if p.weight == weight), None)
+        if permit is None:
+            raise Overflow("no permit of weight %r held through this handle of %r"
+                           % (weight, self.name), code="overflow")
+        await permit.release()
+
+    async def wait_idle(self, timeout: Optional[float] = None) -> None:
+        await self._client._run(fl.wait_idle(self._client._o.config, self.name, timeout))
+
+    async def resize(self, capacity: int) -> SemaphoreState:
+        return await self._client._run(fl.resize(self._client._o.config, self.name, capacity))
+
+    async def state(self) -> SemaphoreState:
+        return await self._client._run(fl.state(self._client._o.config, self.name))
+
+    async def delete(self) -> None:
+        await self._client._run(fl.delete(self._client._o.config, self.name))
+
+    def watch(self, last_event_id: Optional[str] = None) -> AsyncEventStream:
+        return self._client.watch(self.name, last_event_id)
+
+    async def take_ticket(self, weight: int = 1, ttl: Optional[float] = None,
+                          owner: Optional[str] = None, keepalive: Optional[float] = None, *,
+                          idempotency_key: Optional[str] = None) -> AsyncTicket:
+        c = self._client
+        body = fl.acquire_body(c._o.config, ttl, owner)
+        body["weight"] = fl.count(weight, "weight")
+        if keepalive is not None:
+            body["keepalive_ms"] = fl.to_ms(keepalive, "keepalive", 1)
+        key = fl.new_key() if idempotency_key is None else fl.check_key(idempotency_key)
+        sent = time.monotonic()
+        st = await c._run(fl.ticket_take(c._o.config, self.name, body, key))
+        return AsyncTicket(c, st, sent)
+
+    async def map_limit(self, items: Union[Iterable[T], AsyncIterable[T]], limit: int,
+                        fn: Callable[[T], Awaitable[R]], *, weight: int = 1) -> List[R]:
+        """As Semaphore.map_limit, with ``fn`` a coroutine function run as tasks. Cancelling
+        the call cancels the running tasks too."""
+        return await _map_limit(self, items, fl.count(limit, "limit"), fn, weight)
+
+
+async def _aiter(items: Union[Iterable[T], AsyncIterable[T]]) -> AsyncIterator[T]:
+    if isinstance(items, AsyncIterable):
+        async for item in items:
+            yield item
+    else:
+        for item in items:
+            yield item
+
+
+async def _map_limit(sem: AsyncSemaphore, items: Union[Iterable[T], AsyncIterable[T]],
+                     limit: int, fn: Callable[[T], Awaitable[R]], weight: int) -> List[R]:
+    results: Dict[int, R] = {}
+    errors: List[BaseException] = []
+    running: Set["asyncio.Task[None]"] = set()
+    pending: List["asyncio.Task[AsyncPermit]"] = []
+
+    async def run(i: int, item: T, permit: AsyncPermit) -> None:
+        try:
+            async with permit:
+                results[i] = await fn(item)
+        except Exception as e:
+            errors.append(e)
+            for p in pending:
+                p.cancel()  # fail fast: the acquire waiting for the next item
+
+    n = 0
+    try:
+        async for item in _aiter(items):
+            while len(running) >= limit and not errors:
+                await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            if errors:
+                break
+            acquire = asyncio.ensure_future(sem.acquire(weight))
+            pending.append(acquire)
+            try:
+                permit = await acquire
+            except asyncio.CancelledError:
+                if errors and acquire.cancelled():
+                    break
+                raise
+            finally:
+                pending.remove(acquire)
+            task = asyncio.ensure_future(run(n, item, permit))
+            running.add(task)
+            task.add_done_callback(running.discard)
+            n += 1
+    except asyncio.CancelledError:
+        for t in running:
+            t.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        raise
+    except Exception as e:
+        errors.insert(0, e)
+    if running:
+        await asyncio.gather(*running, return_exceptions=True)
+    if errors:
+        raise errors[0]
+    return [results[i] for i in range(n)]
+
+
+class AsyncKeyedLock:
+    """A handle on the reader/writer lock of ``key`` (see sema.KeyedLock)."""
+
+    def __init__(self, client: AsyncClient, key: str) -> None:
+        fl.seg(key, "key")
+        self._client = client
+        self.key = key
+
+    async def acquire(self, mode: str = "exclusive", timeout: Optional[float] = None,
+                      ttl: Optional[float] = None, owner: Optional[str] = None, *,
+                      idempotency_key: Optional[str] = None) -> AsyncPermit:
+        if mode not in ("shared", "exclusive"):
+            raise ValueError("mode must be 'shared' or 'exclusive', not %r" % (mode,))
+        c = self._client
+        body = fl.acquire_body(c._o.config, ttl, owner)
+        body["mode"] = mode
+        key = fl.new_key() if idempotency_key is None else fl.check_key(idempotency_key)
+        path = "/v1/locks/" + fl.seg(self.key, "key") + "/acquire"
+        lease, sent = await c._run(fl.acquire(c._o.config, path, body, timeout, key))
+        return AsyncPermit(c, lease, sent)
+
+    async def try_acquire(self, mode: str = "exclusive", ttl: Optional[float] = None,
+                          owner: Optional[str] = None) -> Optional[AsyncPermit]:
+        try:
+            return await self.acquire(mode, 0, ttl, owner)
+        except Busy:
+            return None
+
+    def read(self, timeout: Optional[float] = None, ttl: Optional[float] = None,
+             owner: Optional[str] = None) -> AsyncPermitContext:
+        return AsyncPermitContext(lambda: self.acquire("shared", timeout, ttl, owner))
+
+    def write(self, timeout: Optional[float] = None, ttl: Optional[float] = None,
+              owner: Optional[str] = None) -> AsyncPermitContext:
+        return AsyncPermitContext(lambda: self.acquire("exclusive", timeout, ttl, owner))
+
+    async def state(self) -> LockState:
+        return await self._client._run(fl.lock_state(self._client._o.config, self.key))
+
+
+class _AIter(Generic[T]):
+    """An async iterator over a stream; ``aclose()`` (or cancelling the task) ends it."""
+
+    def __init__(self, client: AsyncClient, flow: fl.Flow[None],
+                 each: Optional[Callable[[Any], None]] = None) -> None:
+        self._gen = client._runner.iterate(flow)
+        self._each = each
+
+    def __aiter__(self) -> _AIter[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        value = await self._gen.__anext__()
+        if self._each is not None:
+            self._each(value)
+        return value  # type: ignore[no-any-return]
+
+    async def aclose(self) -> None:
+        await self._gen.aclose()  # type: ignore[attr-defined]
+
+    async def __aenter__(self) -> _AIter[T]:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+
+AsyncEventStream = _AIter[Event]
+AsyncTicketUpdates = _AIter[TicketState]
+
+
+class AsyncTicket:
+    """A ticket (see sema.Ticket)."""
+
+    def __init__(self, client: AsyncClient, st: TicketState, sent: float) -> None:
+        self._client = client
+        self.state = st
+        self._sent = sent
+
+    @property
+    def id(self) -> str:
+        return self.state.id
+
+    @property
+    def name(self) -> str:
+        return self.state.name
+
+    @property
+    def status(self) -> str:
+        return self.state.status
+
+    @property
+    def position(self) -> Optional[int]:
+        return self.state.position
+
+    @property
+    def lease(self) -> Optional[Lease]:
+        return self.state.lease
+
+    def __repr__(self) -> str:
+        return "<AsyncTicket %s %s position=%s>" % (self.state.id, self.state.status,
+                                                    self.state.position)
+
+    def _set(self, st: TicketState) -> None:
+        self.state = st
+
+    async def refresh(self, wait: Optional[float] = None) -> TicketState:
+        self._sent = time.monotonic()
+        self.state = await self._client._run(fl.ticket_get(self._client._o.config, self.id,
+                                                           wait))
+        return self.state
+
+    def updates(self, last_event_id: Optional[str] = None) -> AsyncTicketUpdates:
+        flow = fl.ticket_updates(self._client._o.config, self.id, last_event_id)
+        return _AIter[TicketState](self._client, flow, self._set)
+
+    async def wait_turn(self, timeout: Optional[float] = None, *,
+                        on_update: Optional[Callable[[TicketState], None]] = None
+                        ) -> AsyncPermit:
+        st, sent = self.state, self._sent
+        if st.status != "granted":
+            def seen(value: Any) -> None:
+                self.state = value
+                if on_update is not None:
+                    on_update(value)
+            st, sent = await self._client._run(
+                fl.wait_turn(self._client._o.config, st, timeout), seen)
+            self.state = st
+        assert st.lease is not None
+        return AsyncPermit(self._client, st.lease, sent)
+
+    async def leave(self) -> None:
+        await self._client._run(fl.ticket_leave(self._client._o.config, self.id))
+
+
+class AsyncLegacy:
+    """The five routes of the original semaphore service (see sema.Legacy)."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    async def create(self, name: str, value: int) -> bool:
+        return await self._client._run(fl.legacy_create(self._client._o.config, name, value))
+
+    async def delete(self, name: str) -> bool:
+        return await self._client._run(fl.legacy_delete(self._client._o.config, name))
+
+    async def value(self, name: str) -> int:
+        return await self._client._run(fl.legacy_value(self._client._o.config, name))
+
+    async def up(self, name: str) -> int:
+        return await self._client._run(fl.legacy_up(self._client._o.config, name))
+
+    async def down(self, name: str) -> Optional[int]:
+        return await self._client._run(fl.legacy_down(self._client._o.config, name))
+
+
+class AsyncClient:
+    """The asyncio client: the options and methods of sema.Client, as coroutines. Use it
+    from one event loop; ``async with`` (or ``await close()``) releases what it holds."""
+
+    def __init__(self, url: Optional[str] = None, token: Optional[str] = None,
+                 ca: Optional[str] = None, *, cert: Optional[str] = None,
+                 key: Optional[str] = None, ssl_context: Optional[ssl.SSLContext] = None,
+                 owner: Optional[str] = None, ttl: Optional[float] = None,
+                 retry: float = 5.0, request_timeout: float = 30.0,
+                 connect_timeout: float = 3.0, max_idle: int = 64) -> None:
+        self._o = Options(url, token, ca, cert, key, ssl_context, owner, ttl, retry,
+                          request_timeout, connect_timeout, max_idle)
+        self._http = AsyncHttp(self._o)
+        self._runner = _ARunner(self._http)
+        self._run = self._runner.run
+        self._permits: Dict[AsyncPermit, None] = {}
+        self.legacy = AsyncLegacy(self)
+
+    @property
+    def url(self) -> str:
+        return self._o.url
+
+    def __repr__(self) -> str:
+        return "<sema.AsyncClient %s>" % self._o.url
+
+    def semaphore(self, name: str) -> AsyncSemaphore:
+        return AsyncSemaphore(self, name)
+
+    def lock(self, key: str) -> AsyncKeyedLock:
+        return AsyncKeyedLock(self, key)
+
+    async def lease(self, lease_id: str) -> Lease:
+        return await self._run(fl.lease_get(self._o.config, lease_id))
+
+    async def revoke(self, lease_id: str) -> None:
+        await self._run(fl.revoke(self._o.config, lease_id))
+
+    async def ticket(self, ticket_id: str) -> AsyncTicket:
+        sent = time.monotonic()
+        st = await self._run(fl.ticket_get(self._o.config, ticket_id, None))
+        return AsyncTicket(self, st, sent)
+
+    def watch(self, name: str, last_event_id: Optional[str] = None) -> AsyncEventStream:
+        fl.seg(name)
+        return _AIter[Event](self, fl.watch(self._o.config, name, last_event_id))
+
+    async def close(self) -> None:
+        """Releases every permit the client still holds, then closes its connections."""
+        for permit in list(self._permits):
+            try:
+                await permit.release()
+            except SemaError:
+                pass
+        await self._http.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()

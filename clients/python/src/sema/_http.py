@@ -1,0 +1,269 @@
+# SPDX-License-Identifier: MIT
+"""_http.py - the synchronous client's connections: keep-alive http.client connections in a
+pool shared by the client's threads, event streams on connections of their own, and
+``Cancel``, which interrupts a waiting request by shutting its socket down (semad sees the
+client leave and drops the waiter)."""
+from __future__ import annotations
+
+import http.client
+import select
+import socket
+import ssl
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Union
+
+from ._flows import OpenStream, Reply, Request, Stream
+from ._options import IDLE, MAX_BODY, MAX_LINE, Options
+from .errors import Cancelled, NetworkError, ProtocolError, retry_after_seconds
+
+Connection = Union[http.client.HTTPConnection, http.client.HTTPSConnection]
+
+
+class Cancel(threading.Event):
+    """An Event that also interrupts the client's calls waiting on it: pass it as
+    ``cancel=`` to ``acquire``, ``wait_idle``, ``wait_turn`` or ``watch``; ``set()`` (from
+    any thread) makes them raise ``sema.Cancelled`` at once, holding nothing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._hooks_lock = threading.Lock()
+        self._hooks: Dict[int, Callable[[], None]] = {}
+        self._next = 0
+
+    def set(self) -> None:
+        super().set()
+        with self._hooks_lock:
+            hooks, self._hooks = list(self._hooks.values()), {}
+        for fn in hooks:
+            fn()
+
+    def _hook(self, fn: Callable[[], None]) -> int:
+        """Run ``fn`` when set (at once if it is); returns the id for ``_unhook``."""
+        with self._hooks_lock:
+            if not self.is_set():
+                self._next += 1
+                self._hooks[self._next] = fn
+                return self._next
+        fn()
+        return 0
+
+    def _unhook(self, hook: int) -> None:
+        with self._hooks_lock:
+            self._hooks.pop(hook, None)
+
+
+def _abort(conn: Connection) -> None:
+    """Interrupt a read blocked on ``conn`` from another thread: the reader sees the end."""
+    sock = conn.sock
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+def _dropped(sock: Any) -> bool:
+    """Whether an idle keep-alive socket was closed by semad (or holds stray bytes): one
+    look that never waits, so that a request is never sent on a dead connection."""
+    try:
+        p = select.poll()
+        p.register(sock, select.POLLIN)
+        if not p.poll(0):
+            return False
+        if isinstance(sock, ssl.SSLSocket):
+            sock.settimeout(0)
+            try:
+                sock.recv(1)
+            except ssl.SSLWantReadError:  # a TLS record without data (a session ticket)
+                return False
+        return True
+    except (OSError, ValueError):
+        return True
+
+
+def network_error(o: Options, e: BaseException, timeout: Optional[float]) -> NetworkError:
+    """The NetworkError for a failed exchange: retryable unless it is about certificates
+    or a reply that did not come in time (which sending again would not fix)."""
+    if isinstance(e, ssl.SSLCertVerificationError):
+        return NetworkError("TLS to semad at %s: %s (give semad's CA with ca= or SEMA_CACERT)"
+                            % (o.url, e.verify_message or e), code="tls", retryable=False)
+    if isinstance(e, ssl.SSLError):
+        return NetworkError("TLS to semad at %s failed: %s (a semad with --tls-client-ca "
+                            "wants a client certificate: cert= and key=, or SEMA_CERT and "
+                            "SEMA_CERT_KEY)" % (o.url, e), code="tls", retryable=False)
+    if isinstance(e, socket.timeout):
+        return NetworkError("no reply from semad at %s within %gs" % (o.url, timeout or 0),
+                            code="timeout", retryable=False)
+    if isinstance(e, socket.gaierror):
+        return NetworkError("cannot resolve %s: %s" % (o.host, e), code="no_host")
+    return NetworkError("semad unreachable at %s: %s" % (o.url, e or type(e).__name__))
+
+
+class SyncHttp:
+    """Requests on pooled keep-alive connections (LIFO: the busiest stay warm), at most
+    ``max_idle`` kept idle, none idle longer than IDLE. Thread-safe."""
+
+    def __init__(self, o: Options) -> None:
+        self.o = o
+        self._lock = threading.Lock()
+        self._idle: List[Connection] = []
+        self._used: Dict[int, float] = {}
+        self._closed = False
+
+    def _new(self) -> Connection:
+        o = self.o
+        if o.https:
+            return http.client.HTTPSConnection(o.host, o.port, timeout=o.connect_timeout,
+                                               context=o.ssl)
+        return http.client.HTTPConnection(o.host, o.port, timeout=o.connect_timeout)
+
+    def _take(self) -> Connection:
+        while True:
+            with self._lock:
+                if not self._idle:
+                    break
+                conn = self._idle.pop()
+                used = self._used.pop(id(conn), 0.0)
+            if time.monotonic() - used < IDLE and conn.sock is not None and \
+                    not _dropped(conn.sock):
+                return conn
+            conn.close()
+        return self._new()
+
+    def _give(self, conn: Connection) -> None:
+        with self._lock:
+            if not self._closed and len(self._idle) < self.o.max_idle:
+                self._used[id(conn)] = time.monotonic()
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def request(self, req: Request, cancel: Optional[Cancel]) -> Reply:
+        """One exchange. Raises NetworkError without a reply, Cancelled when ``cancel``
+        fired while it waited."""
+        conn = self._take()
+        hook = 0
+        try:
+            if conn.sock is None:
+                conn.connect()
+            conn.sock.settimeout(req.timeout)
+            if cancel is not None:
+                hook = cancel._hook(lambda: _abort(conn))
+            headers = self.o.headers
+            if req.body is not None or req.key is not None:
+                headers = dict(headers)
+                if req.body is not None:
+                    headers["Content-Type"] = "application/json"
+                if req.key is not None:
+                    headers["Idempotency-Key"] = req.key
+            conn.request(req.method, self.o.prefix + req.path, req.body, headers)
+            resp = conn.getresponse()
+            body = _read_body(resp)
+            status = resp.status
+            retry_after = retry_after_seconds(resp.getheader("Retry-After")) \
+                if status >= 400 else None
+            reuse = not resp.will_close
+        except (OSError, http.client.HTTPException) as e:
+            conn.close()
+            if cancel is not None and cancel.is_set():
+                raise Cancelled("cancelled", code="cancelled") from None
+            raise network_error(self.o, e, req.timeout) from e
+        except BaseException:
+            conn.close()
+            raise
+        finally:
+            if hook:
+                cancel._unhook(hook)  # type: ignore[union-attr]
+        if reuse:
+            self._give(conn)
+        else:
+            conn.close()
+        return Reply(status, body, retry_after)
+
+    def open_stream(self, op: OpenStream, cancel: Optional[Cancel]) -> Stream:
+        """A GET read a line at a time, on a connection of its own (no read timeout: semad
+        sends a heartbeat on idle streams, and TCP keep-alive notices a silent peer)."""
+        conn = self._new()
+        hook = 0
+        try:
+            conn.connect()
+            conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            conn.sock.settimeout(None)
+            if cancel is not None:
+                hook = cancel._hook(lambda: _abort(conn))
+            headers = dict(self.o.headers, Accept="text/event-stream")
+            if op.last_event_id:
+                headers["Last-Event-ID"] = op.last_event_id
+            conn.request("GET", self.o.prefix + op.path, None, headers)
+            resp = conn.getresponse()
+            if not 200 <= resp.status < 300:
+                body = _read_body(resp)
+                conn.close()
+                return Stream(resp.status, body, None)
+        except (OSError, http.client.HTTPException) as e:
+            conn.close()
+            if cancel is not None and cancel.is_set():
+                raise Cancelled("cancelled", code="cancelled") from None
+            raise network_error(self.o, e, None) from e
+        except BaseException:
+            conn.close()
+            raise
+        finally:
+            if hook:
+                cancel._unhook(hook)  # type: ignore[union-attr]
+        return Stream(resp.status, b"", (conn, resp))
+
+    def read_line(self, stream: Stream, cancel: Optional[Cancel]) -> bytes:
+        conn, resp = stream.handle
+        hook = cancel._hook(lambda: _abort(conn)) if cancel is not None else 0
+        try:
+            line: bytes = resp.readline(MAX_LINE + 1)
+        except (OSError, http.client.HTTPException, ValueError) as e:
+            conn.close()
+            if cancel is not None and cancel.is_set():
+                raise Cancelled("cancelled", code="cancelled") from None
+            raise network_error(self.o, e, None) from e
+        finally:
+            if hook:
+                cancel._unhook(hook)  # type: ignore[union-attr]
+        if cancel is not None and cancel.is_set():
+            conn.close()
+            raise Cancelled("cancelled", code="cancelled")
+        if len(line) > MAX_LINE:
+            conn.close()
+            raise ProtocolError("an event stream line longer than %d bytes" % MAX_LINE,
+                                code="protocol")
+        return line
+
+    @staticmethod
+    def close_stream(stream: Stream) -> None:
+        if stream.handle is not None:
+            stream.handle[0].close()
+
+    def close(self) -> None:
+        """Closes the idle connections (those in use close when their request ends)."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            self._used.clear()
+        for conn in idle:
+            conn.close()
+
+
+def _read_body(resp: http.client.HTTPResponse) -> bytes:
+    """The whole reply body, refusing one above MAX_BODY."""
+    if resp.length is not None and resp.length > MAX_BODY:
+        raise ProtocolError("a reply of %d bytes (the most read is %d)"
+                            % (resp.length, MAX_BODY), code="protocol")
+    if resp.length is not None:
+        return resp.read()
+    chunks, total = [], 0
+    while True:
+        piece = resp.read(65536)
+        if not piece:
+            return b"".join(chunks)
+        total += len(piece)
+        if total > MAX_BODY:
+            raise ProtocolError("a reply longer than %d bytes" % MAX_BODY, code="protocol")
+        chunks.append(piece)
