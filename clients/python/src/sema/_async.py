@@ -8,7 +8,7 @@ import asyncio
 import ssl
 import time
 from types import TracebackType
-from typing import (Any, AsyncIterable, AsyncIterator, Awaitable, Callable, Dict, Generic,
+from typing import (Any, AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Dict, Generic,
                     Iterable, List, Optional, Set, Type, TypeVar, Union)
 
 from . import _flows as fl
@@ -59,7 +59,8 @@ class _ARunner:
                 try:
                     op = flow.send(value) if error is None else flow.throw(error)
                 except StopIteration as stop:
-                    return stop.value  # type: ignore[no-any-return]
+                    result: T = stop.value
+                    return result
                 value = error = None
                 if type(op) is fl.Emit:
                     if emit is not None:
@@ -78,7 +79,7 @@ class _ARunner:
             for s in streams:
                 self.http.close_stream(s)
 
-    async def iterate(self, flow: fl.Flow[None]) -> AsyncIterator[Any]:
+    async def iterate(self, flow: fl.Flow[None]) -> AsyncGenerator[Any, None]:
         streams: List[fl.Stream] = []
         value: Any = None
         error: Optional[BaseException] = None
@@ -479,10 +480,11 @@ class _AIter(Generic[T]):
         value = await self._gen.__anext__()
         if self._each is not None:
             self._each(value)
-        return value  # type: ignore[no-any-return]
+        item: T = value
+        return item
 
     async def aclose(self) -> None:
-        await self._gen.aclose()  # type: ignore[attr-defined]
+        await self._gen.aclose()
 
     async def __aenter__(self) -> _AIter[T]:
         return self

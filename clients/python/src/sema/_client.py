@@ -9,7 +9,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
-from typing import (Any, Callable, Dict, Generator, Generic, Iterable, Iterator, List,
+from typing import (Any, Callable, Dict, Generator, Generic, Iterable, List,
                     Optional, Tuple, Type, TypeVar)
 
 from . import _flows as fl
@@ -39,7 +39,8 @@ class _Runner:
             try:
                 op = flow.send(value) if error is None else flow.throw(error)
             except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
+                result: T = stop.value
+                return result
             value = error = None
             if type(op) is fl.Emit:
                 yield op.value
@@ -84,14 +85,15 @@ class _Runner:
                 try:
                     value = next(drive)
                 except StopIteration as stop:
-                    return stop.value  # type: ignore[no-any-return]
+                    result: T = stop.value
+                    return result
                 if emit is not None:
                     emit(value)
         finally:
             for s in streams:
                 self.http.close_stream(s)
 
-    def iterate(self, flow: fl.Flow[None], cancel: Cancel) -> Iterator[Any]:
+    def iterate(self, flow: fl.Flow[None], cancel: Cancel) -> Generator[Any, None, None]:
         streams: List[fl.Stream] = []
         try:
             yield from self._drive(flow, cancel, streams)
@@ -559,7 +561,8 @@ class _Iter(Generic[T]):
             raise
         if self._each is not None:
             self._each(value)
-        return value  # type: ignore[no-any-return]
+        item: T = value
+        return item
 
     def close(self) -> None:
         """Ends the stream (its connection closes); a thread blocked in it stops."""

@@ -186,7 +186,7 @@ def loads(reply: Reply) -> Any:
 
 
 def backoff(tries: int) -> float:
-    return min(BACKOFF_FIRST * (2 ** tries), BACKOFF_MAX)
+    return min(BACKOFF_FIRST * float(1 << min(tries, 16)), BACKOFF_MAX)
 
 
 def send(req: Request) -> Flow[Reply]:

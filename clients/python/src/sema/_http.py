@@ -53,14 +53,14 @@ class Cancel(threading.Event):
             self._hooks.pop(hook, None)
 
 
-def _abort(conn: Connection) -> None:
-    """Interrupt a read blocked on ``conn`` from another thread: the reader sees the end."""
-    sock = conn.sock
-    if sock is not None:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+def _abort(sock: socket.socket) -> None:
+    """Interrupt a read blocked on ``sock`` from another thread: the reader sees the end.
+    (The socket itself, not the connection's: http.client hands a connection that will
+    close over to its response, and the connection forgets the socket.)"""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
 
 
 def _dropped(sock: Any) -> bool:
@@ -147,9 +147,11 @@ class SyncHttp:
         try:
             if conn.sock is None:
                 conn.connect()
-            conn.sock.settimeout(req.timeout)
+            assert conn.sock is not None
+            sock: socket.socket = conn.sock
+            sock.settimeout(req.timeout)
             if cancel is not None:
-                hook = cancel._hook(lambda: _abort(conn))
+                hook = cancel._hook(lambda: _abort(sock))
             headers = self.o.headers
             if req.body is not None or req.key is not None:
                 headers = dict(headers)
@@ -173,8 +175,8 @@ class SyncHttp:
             conn.close()
             raise
         finally:
-            if hook:
-                cancel._unhook(hook)  # type: ignore[union-attr]
+            if hook and cancel is not None:
+                cancel._unhook(hook)
         if reuse:
             self._give(conn)
         else:
@@ -188,10 +190,12 @@ class SyncHttp:
         hook = 0
         try:
             conn.connect()
-            conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-            conn.sock.settimeout(None)
+            assert conn.sock is not None
+            sock: socket.socket = conn.sock
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            sock.settimeout(None)
             if cancel is not None:
-                hook = cancel._hook(lambda: _abort(conn))
+                hook = cancel._hook(lambda: _abort(sock))
             headers = dict(self.o.headers, Accept="text/event-stream")
             if op.last_event_id:
                 headers["Last-Event-ID"] = op.last_event_id
@@ -210,28 +214,28 @@ class SyncHttp:
             conn.close()
             raise
         finally:
-            if hook:
-                cancel._unhook(hook)  # type: ignore[union-attr]
-        return Stream(resp.status, b"", (conn, resp))
+            if hook and cancel is not None:
+                cancel._unhook(hook)
+        return Stream(resp.status, b"", (conn, resp, sock))
 
     def read_line(self, stream: Stream, cancel: Optional[Cancel]) -> bytes:
-        conn, resp = stream.handle
-        hook = cancel._hook(lambda: _abort(conn)) if cancel is not None else 0
+        _, resp, sock = stream.handle
+        hook = cancel._hook(lambda: _abort(sock)) if cancel is not None else 0
         try:
             line: bytes = resp.readline(MAX_LINE + 1)
         except (OSError, http.client.HTTPException, ValueError) as e:
-            conn.close()
+            self.close_stream(stream)
             if cancel is not None and cancel.is_set():
                 raise Cancelled("cancelled", code="cancelled") from None
             raise network_error(self.o, e, None) from e
         finally:
-            if hook:
-                cancel._unhook(hook)  # type: ignore[union-attr]
+            if hook and cancel is not None:
+                cancel._unhook(hook)
         if cancel is not None and cancel.is_set():
-            conn.close()
+            self.close_stream(stream)
             raise Cancelled("cancelled", code="cancelled")
         if len(line) > MAX_LINE:
-            conn.close()
+            self.close_stream(stream)
             raise ProtocolError("an event stream line longer than %d bytes" % MAX_LINE,
                                 code="protocol")
         return line
@@ -239,7 +243,10 @@ class SyncHttp:
     @staticmethod
     def close_stream(stream: Stream) -> None:
         if stream.handle is not None:
-            stream.handle[0].close()
+            conn, resp, sock = stream.handle
+            resp.close()
+            conn.close()
+            sock.close()
 
     def close(self) -> None:
         """Closes the idle connections (those in use close when their request ends)."""
@@ -258,7 +265,8 @@ def _read_body(resp: http.client.HTTPResponse) -> bytes:
                             % (resp.length, MAX_BODY), code="protocol")
     if resp.length is not None:
         return resp.read()
-    chunks, total = [], 0
+    chunks: List[bytes] = []
+    total = 0
     while True:
         piece = resp.read(65536)
         if not piece:
