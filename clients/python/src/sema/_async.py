@@ -238,6 +238,10 @@ class AsyncPermit:
             self._error = self._error or e
             self.lost.set()
             raise self._error from None
+        except SemaError:
+            if error is not None:  # lost already: that is the news, not the failed release
+                raise error from None
+            raise
         if error is not None:
             raise error
 

@@ -297,6 +297,10 @@ class Permit:
             self._error = self._error or e
             self.lost.set()
             raise self._error from None
+        except SemaError:
+            if error is not None:  # lost already: that is the news, not the failed release
+                raise error from None
+            raise
         if error is not None:
             raise error
 
