@@ -384,7 +384,7 @@ def test_tickets(client, name):
     p1 = t1.wait_turn(timeout=10)
     assert p1.weight == 1 and p1.name == name
     # positions change at most once per --ticket-poll: wait for t2's to be seen
-    wait_until(lambda: positions == [1], timeout=5, what="t2 to move up")
+    wait_until(lambda: positions == [1], timeout=5, what="t2 to move up (%r)" % positions)
     assert t2.position == 1 and not done
     p1.release()
     waiter.join(20)

@@ -7,22 +7,26 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
-from ._flows import OpenStream, Reply, Request, Stream
+from ._flows import OpenStream, Reply, Request, Stream, StreamTimeout
 from ._options import IDLE, MAX_BODY, MAX_LINE, Options
 from .errors import NetworkError, ProtocolError, retry_after_seconds
 
+WATCH = 0.25  # seconds between two looks at the deadlines of the requests in flight
+
 
 class _Conn:
-    """One connection, and whether its current request ran out of time."""
+    """One connection: when it was last used, when its request in flight must have its
+    reply by, and whether it ran out of time."""
 
-    __slots__ = ("reader", "writer", "used", "timed_out")
+    __slots__ = ("reader", "writer", "used", "deadline", "timed_out")
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader = reader
         self.writer = writer
         self.used = 0.0
+        self.deadline = 0.0
         self.timed_out = False
 
     def abort(self) -> None:
@@ -153,6 +157,10 @@ class AsyncHttp:
         self.o = o
         self._idle: List[_Conn] = []
         self._loop: Optional[asyncio.AbstractEventLoop] = None
+        # Requests in flight with a deadline, and the one timer that looks at them every
+        # WATCH seconds (a timer per request would cost more than the rest of it).
+        self._busy: Set[_Conn] = set()
+        self._watch: Optional[asyncio.TimerHandle] = None
         host = o.host if ":" not in o.host else "[%s]" % o.host
         default = 443 if o.https else 80
         self._host = host if o.port == default else "%s:%d" % (host, o.port)
@@ -163,8 +171,20 @@ class AsyncHttp:
         loop = asyncio.get_running_loop()
         if loop is not self._loop:  # a new loop: the old one's connections are unusable
             self._idle = []
+            self._busy = set()
+            self._watch = None
             self._loop = loop
         return loop
+
+    def _watch_deadlines(self) -> None:
+        """Aborts the requests whose reply is overdue (they fail with code timeout)."""
+        now = time.monotonic()
+        for conn in [c for c in self._busy if c.deadline <= now]:
+            self._busy.discard(conn)
+            conn.expire()
+        self._watch = None
+        if self._busy and self._loop is not None:
+            self._watch = self._loop.call_later(WATCH, self._watch_deadlines)
 
     async def _connect(self) -> _Conn:
         o = self.o
@@ -204,18 +224,26 @@ class AsyncHttp:
         connection is closed (semad drops a parked waiter) and CancelledError goes on."""
         loop = self._check_loop()
         conn: Optional[_Conn] = None
-        timer = None
         try:
             conn = self._take() or await self._connect()
             head = self._head(req.method, req.path, req.body, req.key)
             conn.writer.write(head + req.body if req.body is not None else head)
             if req.timeout is not None:
-                timer = loop.call_later(req.timeout, conn.expire)
+                conn.deadline = time.monotonic() + req.timeout
+                self._busy.add(conn)
+                if self._watch is None:
+                    self._watch = loop.call_later(WATCH, self._watch_deadlines)
             status, headers, keep = await _read_head(conn.reader)
-            body = b"" if req.method == "HEAD" or status in (204, 304) else \
-                await _Body(conn.reader, headers).whole()
-            if b"content-length" not in headers and b"transfer-encoding" not in headers:
-                keep = False
+            length = headers.get(b"content-length")
+            if req.method == "HEAD" or status in (204, 304):
+                body = b""  # no body, whatever the headers say
+            elif length is not None and length.isdigit() and int(length) <= MAX_BODY and \
+                    b"transfer-encoding" not in headers:
+                body = await conn.reader.readexactly(int(length))  # semad's replies
+            else:
+                body = await _Body(conn.reader, headers).whole()
+                if length is None and b"transfer-encoding" not in headers:
+                    keep = False  # the body ran to the close
         except (OSError, EOFError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
                 asyncio.TimeoutError, ValueError) as e:
             if conn is not None:
@@ -226,8 +254,8 @@ class AsyncHttp:
                 conn.abort()
             raise
         finally:
-            if timer is not None:
-                timer.cancel()
+            if conn is not None:
+                self._busy.discard(conn)
         retry_after = None
         if status >= 400:
             ra = headers.get(b"retry-after")
@@ -264,10 +292,16 @@ class AsyncHttp:
             raise
         return Stream(status, b"", (conn, body))
 
-    async def read_line(self, stream: Stream) -> bytes:
+    async def read_line(self, stream: Stream, timeout: Optional[float] = None) -> bytes:
         conn, body = stream.handle
         try:
-            line: bytes = await body.line()
+            if timeout is None:
+                line: bytes = await body.line()
+            else:
+                line = await asyncio.wait_for(body.line(), timeout)
+        except asyncio.TimeoutError:
+            conn.abort()
+            raise StreamTimeout() from None
         except (OSError, EOFError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
                 ValueError) as e:
             conn.abort()

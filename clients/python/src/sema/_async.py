@@ -13,7 +13,9 @@ from typing import (Any, AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable
 
 from . import _flows as fl
 from ._ahttp import AsyncHttp
+from ._client import _ticket_permit
 from ._options import Options
+from ._schedule import Schedule
 from ._types import Lease, LockState, SemaphoreState, TicketState
 from .errors import Busy, LeaseLost, Overflow, SemaError
 from .events import Event
@@ -43,7 +45,7 @@ class _ARunner:
                 streams.append(stream)
             return stream
         if type(op) is fl.ReadLine:
-            return await self.http.read_line(op.stream)
+            return await self.http.read_line(op.stream, op.timeout)
         if type(op) is fl.CloseStream:
             self.http.close_stream(op.stream)
             streams.remove(op.stream)
@@ -67,7 +69,10 @@ class _ARunner:
                         emit(op.value)
                     continue
                 try:
-                    value = await self._do(op, streams)
+                    if type(op) is fl.Request:  # every call's path: no coroutine of its own
+                        value = await self.http.request(op)
+                    else:
+                        value = await self._do(op, streams)
                 except asyncio.CancelledError as e:
                     task = asyncio.ensure_future(self.run(flow, emit, e))
                     self._cleanups.add(task)
@@ -105,8 +110,50 @@ class _ARunner:
                 self.http.close_stream(s)
 
 
+class _ARenewer:
+    """Renews an AsyncClient's permits: one Schedule and one timer of the event loop, set for
+    the first entry due (a permit costs a push, not a timer of its own)."""
+
+    def __init__(self) -> None:
+        self._schedule = Schedule()
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._timer: Optional[asyncio.TimerHandle] = None
+        self._timer_at = float("inf")
+
+    def schedule(self, permit: AsyncPermit, at: float, gen: int) -> None:
+        loop = permit._loop
+        if loop is not self._loop:  # a new event loop: the old one's permits are gone
+            self._schedule.clear()
+            self._loop, self._timer, self._timer_at = loop, None, float("inf")
+        self._schedule.push(permit, at, gen)
+        if at < self._timer_at:
+            self._arm(at)
+
+    def dropped(self) -> None:
+        self._schedule.dropped()
+
+    def _arm(self, at: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        assert self._loop is not None
+        self._timer = self._loop.call_at(at, self._fire)  # loop.time() is time.monotonic()
+        self._timer_at = at
+
+    def _fire(self) -> None:
+        self._timer, self._timer_at = None, float("inf")
+        now = time.monotonic()
+        while True:
+            due = self._schedule.pop_due(now)
+            if due is None:
+                break
+            due[0]._tick(due[1])
+        at = self._schedule.next_at()
+        if at is not None and at < self._timer_at:
+            self._arm(at)
+
+
 class AsyncPermit:
-    """A held lease (see sema.Permit), renewed by the event loop's timers every ttl/3;
+    """A held lease (see sema.Permit), renewed by a timer of the event loop every ttl/3;
     ``lost`` is an asyncio.Event. ``async with``: released when the block ends."""
 
     lease: str
@@ -121,29 +168,44 @@ class AsyncPermit:
     mode: Optional[str]
 
     def __init__(self, client: AsyncClient, lease: Lease, sent: float,
-                 on_end: Optional[Callable[[AsyncPermit], None]] = None) -> None:
+                 on_end: Optional[Callable[[AsyncPermit], None]] = None,
+                 left: Optional[float] = None) -> None:
         self._client = client
         self.lease, self.name, self.weight = lease.lease, lease.name, lease.weight
         self.fence, self.ttl, self.expires_at = lease.fence, lease.ttl, lease.expires_at
         self.acquired_at, self.owner = lease.acquired_at, lease.owner
         self.key, self.mode = lease.key, lease.mode
-        self.lost = asyncio.Event()
+        self._lost: Optional[asyncio.Event] = None  # made when first asked for
         self._error: Optional[LeaseLost] = None
         self._released = False
         self._on_end = on_end
         self._loop = asyncio.get_running_loop()
         self._task: Optional["asyncio.Task[None]"] = None
+        self._gen = 0
         now = time.monotonic()
-        self._deadline = 0.0
-        self._deadline_timer: Optional[asyncio.TimerHandle] = None
-        self._extend(max(sent, now - min(1.0, self.ttl / 4)) + self.ttl)
-        self._timer: Optional[asyncio.TimerHandle] = self._loop.call_later(self.ttl / 3, self._due)
+        # as sema.Permit: the grant taken as at most min(1 s, ttl/4) before the reply
+        self._deadline = max(sent, now - min(1.0, self.ttl / 4)) + self.ttl
+        first = now + self.ttl / 3
+        if left is not None:  # a lease granted before this process saw it: `left` of its ttl
+            left = max(left, 0.1)
+            self._deadline = min(self._deadline, now + left)
+            first = min(first, now + left / 2)
+        self._schedule(first)
         client._permits[self] = None
 
     def __repr__(self) -> str:
         return "<AsyncPermit %s of %r weight=%d fence=%d%s>" % (
             self.lease, self.key or self.name, self.weight, self.fence,
-            " lost" if self.lost.is_set() else " released" if self._released else "")
+            " lost" if self._error is not None else " released" if self._released else "")
+
+    @property
+    def lost(self) -> asyncio.Event:
+        """Set when the lease is lost (never by release())."""
+        if self._lost is None:
+            self._lost = asyncio.Event()
+            if self._error is not None:
+                self._lost.set()
+        return self._lost
 
     @property
     def released(self) -> bool:
@@ -153,22 +215,21 @@ class AsyncPermit:
     def error(self) -> Optional[LeaseLost]:
         return self._error
 
-    def _extend(self, deadline: float) -> None:
-        self._deadline = deadline
-        if self._deadline_timer is not None:
-            self._deadline_timer.cancel()
-        self._deadline_timer = self._loop.call_later(max(0.0, deadline - time.monotonic()),
-                                                     self._expire)
+    def _schedule(self, at: float) -> None:
+        self._gen += 1
+        self._client._renewer.schedule(self, min(at, self._deadline), self._gen)
 
-    def _expire(self) -> None:
-        self._lose(LeaseLost("lease %s: no renewal reached semad before the ttl ran out"
-                             % self.lease, code="unreachable"))
+    def _tick(self, gen: int) -> None:
+        """A renewal (or the deadline) is due: from the renewer's timer."""
+        if gen != self._gen or self._released or self._error is not None:
+            return
+        if time.monotonic() >= self._deadline:
+            self._lose(LeaseLost("lease %s: no renewal reached semad before the ttl ran out"
+                                 % self.lease, code="unreachable"))
+            return
+        self._task = self._loop.create_task(self._renew_once(gen))
 
-    def _due(self) -> None:
-        if not self._released and self._error is None:
-            self._task = self._loop.create_task(self._renew_once())
-
-    async def _renew_once(self) -> None:
+    async def _renew_once(self, gen: int) -> None:
         now = time.monotonic()
         timeout = min(self._client._o.config.request_timeout, max(0.05, self._deadline - now))
         try:
@@ -177,31 +238,25 @@ class AsyncPermit:
         except LeaseLost as e:
             self._lose(e)
             return
-        except SemaError:  # no reply, a 503: again soon, until the deadline timer says lost
-            if not self._released and self._error is None:
-                self._timer = self._loop.call_later(min(self.ttl / 6, 1.0), self._due)
+        except SemaError:  # no reply, a 503: again soon, until the deadline says lost
+            if gen == self._gen and not self._released and self._error is None:
+                self._schedule(time.monotonic() + min(self.ttl / 6, 1.0))
             return
-        if not self._released and self._error is None:
+        if gen == self._gen and not self._released and self._error is None:
             self._renewed(lease, now)
 
     def _renewed(self, lease: Lease, sent: float) -> None:
         self.expires_at, self.ttl = lease.expires_at, lease.ttl
-        self._extend(max(self._deadline, sent + lease.ttl))
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = self._loop.call_later(self.ttl / 3, self._due)
-
-    def _stop(self) -> None:
-        for t in (self._timer, self._deadline_timer):
-            if t is not None:
-                t.cancel()
-        self._timer = self._deadline_timer = None
+        self._deadline = max(self._deadline, sent + lease.ttl)
+        self._schedule(time.monotonic() + self.ttl / 3)
 
     def _lose(self, e: LeaseLost) -> None:
         if self._error is None and not self._released:
             self._error = e
-            self._stop()
-            self.lost.set()
+            self._gen += 1
+            self._client._renewer.dropped()
+            if self._lost is not None:
+                self._lost.set()
 
     async def renew(self, ttl: Optional[float] = None) -> None:
         """Renews now, for ``ttl`` seconds (default: the lease's); LeaseLost if it is gone."""
@@ -223,13 +278,15 @@ class AsyncPermit:
         if self._released:
             return
         self._released = True
-        self._stop()
+        self._gen += 1
+        error = self._error
+        if error is None:
+            self._client._renewer.dropped()
         if self._task is not None and not self._task.done():
             self._task.cancel()
         self._client._permits.pop(self, None)
         if self._on_end is not None:
             self._on_end(self)
-        error = self._error
         if error is not None and error.code != "unreachable":
             raise error
         try:
@@ -288,7 +345,7 @@ class AsyncSemaphore:
     """A handle on semaphore ``name`` (see sema.Semaphore); making one sends nothing."""
 
     def __init__(self, client: AsyncClient, name: str) -> None:
-        fl.seg(name)
+        self._acquire_path = fl.sem_path(name, "/acquire")
         self._client = client
         self.name = name
         self._held: Dict[AsyncPermit, None] = {}
@@ -307,8 +364,8 @@ class AsyncSemaphore:
         body = fl.acquire_body(c._o.config, ttl, owner)
         body["weight"] = fl.count(weight, "weight")
         key = fl.new_key() if idempotency_key is None else fl.check_key(idempotency_key)
-        lease, sent = await c._run(fl.acquire(c._o.config, fl.sem_path(self.name, "/acquire"),
-                                              body, timeout, key))
+        lease, sent = await c._run(fl.acquire(c._o.config, self._acquire_path, body, timeout,
+                                              key))
         permit = AsyncPermit(c, lease, sent, self._forget)
         self._held[permit] = None
         return permit
@@ -549,17 +606,14 @@ class AsyncTicket:
     async def wait_turn(self, timeout: Optional[float] = None, *,
                         on_update: Optional[Callable[[TicketState], None]] = None
                         ) -> AsyncPermit:
-        st, sent = self.state, self._sent
-        if st.status != "granted":
+        if self.state.status != "granted":
             def seen(value: Any) -> None:
                 self.state = value
                 if on_update is not None:
                     on_update(value)
-            st, sent = await self._client._run(
-                fl.wait_turn(self._client._o.config, st, timeout), seen)
-            self.state = st
-        assert st.lease is not None
-        return AsyncPermit(self._client, st.lease, sent)
+            self.state = await self._client._run(
+                fl.wait_turn(self._client._o.config, self.state, timeout), seen)
+        return _ticket_permit(self._client, self.state, AsyncPermit)
 
     async def leave(self) -> None:
         await self._client._run(fl.ticket_leave(self._client._o.config, self.id))
@@ -602,6 +656,7 @@ class AsyncClient:
         self._http = AsyncHttp(self._o)
         self._runner = _ARunner(self._http)
         self._run = self._runner.run
+        self._renewer = _ARenewer()
         self._permits: Dict[AsyncPermit, None] = {}
         self.legacy = AsyncLegacy(self)
 
@@ -635,6 +690,7 @@ class AsyncClient:
 
     async def close(self) -> None:
         """Releases every permit the client still holds, then closes its connections."""
+        self._http._check_loop()  # those of an event loop gone are dropped, not closed
         for permit in list(self._permits):
             try:
                 await permit.release()

@@ -3,7 +3,6 @@
 keep-alive connections, permits renewed by two background threads."""
 from __future__ import annotations
 
-import heapq
 import ssl
 import threading
 import time
@@ -15,6 +14,7 @@ from typing import (Any, Callable, Dict, Generator, Generic, Iterable, List,
 from . import _flows as fl
 from ._http import Cancel, SyncHttp
 from ._options import Options
+from ._schedule import Schedule
 from ._types import Lease, LockState, SemaphoreState, TicketState
 from .errors import Cancelled, LeaseLost, Overflow, SemaError, Busy
 from .events import Event
@@ -22,6 +22,7 @@ from .events import Event
 T = TypeVar("T")
 R = TypeVar("R")
 RENEWERS = 2  # threads renewing a client's permits
+IDLE_LOOK = 1.0  # seconds between two looks of a renewer with nothing to renew
 
 
 class _Runner:
@@ -69,7 +70,7 @@ class _Runner:
                 streams.append(stream)
             return stream
         if type(op) is fl.ReadLine:
-            return self.http.read_line(op.stream, cancel)
+            return self.http.read_line(op.stream, cancel, op.timeout)
         if type(op) is fl.CloseStream:
             self.http.close_stream(op.stream)
             streams.remove(op.stream)
@@ -78,17 +79,27 @@ class _Runner:
 
     def run(self, flow: fl.Flow[T], cancel: Optional[Cancel] = None,
             emit: Optional[Callable[[Any], None]] = None) -> T:
+        """The flow to its end, in this thread: its value, or what it raises. (The loop of
+        _drive again, without a generator of its own: this is every call's path.)"""
         streams: List[fl.Stream] = []
-        drive = self._drive(flow, cancel, streams)
+        value: Any = None
+        error: Optional[BaseException] = None
         try:
             while True:
                 try:
-                    value = next(drive)
+                    op = flow.send(value) if error is None else flow.throw(error)
                 except StopIteration as stop:
                     result: T = stop.value
                     return result
-                if emit is not None:
-                    emit(value)
+                value = error = None
+                if type(op) is fl.Emit:
+                    if emit is not None:
+                        emit(op.value)
+                    continue
+                try:
+                    value = self._do(op, cancel, streams)
+                except BaseException as e:  # thrown into the flow, which decides
+                    error = e
         finally:
             for s in streams:
                 self.http.close_stream(s)
@@ -103,56 +114,47 @@ class _Runner:
 
 
 class _Renewer:
-    """Renews a client's permits: a heap of (when, seq, permit, generation) and RENEWERS
-    daemon threads that take what is due. A permit's entry is stale once its generation
-    moved on (renewed, rescheduled, released)."""
+    """Renews a client's permits: RENEWERS daemon threads take what is due from one
+    Schedule, under a condition variable."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._heap: List[Tuple[float, int, Permit, int]] = []
-        self._seq = 0
-        self._stale = 0  # entries of ended permits still in the heap
+        self._lock = threading.Lock()  # entered directly: cheaper than the Condition's enter
+        self._cond = threading.Condition(self._lock)
+        self._schedule = Schedule()
         self._threads: List[threading.Thread] = []
+        # When a waiting renewer looks at the schedule next: a permit due later needs no
+        # wake-up (waking a thread costs the caller a switch of the GIL, more than its
+        # request).
+        self._wake_at = float("inf")
 
     def schedule(self, permit: Permit, at: float, gen: int) -> None:
-        with self._cond:
-            self._seq += 1
-            heapq.heappush(self._heap, (at, self._seq, permit, gen))
+        with self._lock:
+            self._schedule.push(permit, at, gen)
             if len(self._threads) < RENEWERS:
                 t = threading.Thread(target=self._main, name="sema-renew", daemon=True)
                 self._threads.append(t)
                 t.start()
-            if self._heap[0][1] == self._seq:
+            if at < self._wake_at:  # before the renewers would look again: wake one
+                self._wake_at = at
                 self._cond.notify()
 
     def dropped(self) -> None:
-        """A permit ended with an entry in the heap: past half stale, the heap is rebuilt
-        (released permits do not wait ttl/3 to leave it)."""
-        with self._cond:
-            self._stale += 1
-            if self._stale > 64 and 2 * self._stale > len(self._heap):
-                self._heap = [e for e in self._heap if e[2]._gen == e[3]]
-                heapq.heapify(self._heap)
-                self._stale = 0
+        with self._lock:
+            self._schedule.dropped()
 
     def _main(self) -> None:
         while True:
             with self._cond:
                 while True:
-                    if not self._heap:
-                        self._cond.wait()
-                        continue
-                    at, _, permit, gen = self._heap[0]
                     now = time.monotonic()
-                    if permit._gen != gen:
-                        heapq.heappop(self._heap)
-                        self._stale = max(0, self._stale - 1)
-                        continue
-                    if at > now:
-                        self._cond.wait(at - now)
-                        continue
-                    heapq.heappop(self._heap)
-                    break
+                    due = self._schedule.pop_due(now)
+                    if due is not None:
+                        break
+                    # nothing to renew: look again in a while, not at each new permit
+                    at = self._schedule.next_at() or now + IDLE_LOOK
+                    self._wake_at = at
+                    self._cond.wait(at - now)
+            permit, gen = due
             permit._tick(gen)
 
 
@@ -178,13 +180,14 @@ class Permit:
     mode: Optional[str]
 
     def __init__(self, client: Client, lease: Lease, sent: float,
-                 on_end: Optional[Callable[[Permit], None]] = None) -> None:
+                 on_end: Optional[Callable[[Permit], None]] = None,
+                 left: Optional[float] = None) -> None:
         self._client = client
         self.lease, self.name, self.weight = lease.lease, lease.name, lease.weight
         self.fence, self.ttl, self.expires_at = lease.fence, lease.ttl, lease.expires_at
         self.acquired_at, self.owner = lease.acquired_at, lease.owner
         self.key, self.mode = lease.key, lease.mode
-        self.lost = threading.Event()
+        self._lost: Optional[threading.Event] = None  # made when first asked for
         self._lock = threading.Lock()
         self._error: Optional[LeaseLost] = None
         self._released = False
@@ -194,13 +197,29 @@ class Permit:
         # The ttl runs from the grant, between the send and now; a long-poll may have
         # waited long before it: take the grant as at most min(1 s, ttl/4) before the reply.
         self._deadline = max(sent, now - min(1.0, self.ttl / 4)) + self.ttl
+        first = now + self.ttl / 3
+        if left is not None:  # a lease granted before this process saw it: `left` of its ttl
+            left = max(left, 0.1)
+            self._deadline = min(self._deadline, now + left)
+            first = min(first, now + left / 2)
         client._permits[self] = None
-        self._schedule(now + self.ttl / 3)
+        self._schedule(first)
 
     def __repr__(self) -> str:
         return "<Permit %s of %r weight=%d fence=%d%s>" % (
             self.lease, self.key or self.name, self.weight, self.fence,
-            " lost" if self.lost.is_set() else " released" if self._released else "")
+            " lost" if self._error is not None else " released" if self._released else "")
+
+    @property
+    def lost(self) -> threading.Event:
+        """Set when the lease is lost (never by release()): wait on it, or look."""
+        if self._lost is None:
+            with self._lock:
+                if self._lost is None:
+                    self._lost = threading.Event()
+                    if self._error is not None:
+                        self._lost.set()
+        return self._lost
 
     @property
     def released(self) -> bool:
@@ -254,7 +273,8 @@ class Permit:
         if self._error is None and not self._released:
             self._error = e
             self._gen += 1
-            self.lost.set()
+            if self._lost is not None:
+                self._lost.set()
             self._client._renewer.dropped()
 
     def renew(self, ttl: Optional[float] = None) -> None:
@@ -294,7 +314,8 @@ class Permit:
         try:
             self._client._run(fl.release(self._client._o.config, self.lease))
         except LeaseLost as e:
-            self._error = self._error or e
+            with self._lock:
+                self._error = self._error or e
             self.lost.set()
             raise self._error from None
         except SemaError:
@@ -345,11 +366,12 @@ class Semaphore:
     needing the right listed in the client's README."""
 
     def __init__(self, client: Client, name: str) -> None:
-        fl.seg(name)
+        self._acquire_path = fl.sem_path(name, "/acquire")
         self._client = client
         self.name = name
+        # permits taken through this handle, oldest first (dict operations are atomic)
         self._held: Dict[Permit, None] = {}
-        self._held_lock = threading.Lock()
+        self._bodies: Dict[Tuple[int, Optional[float], Optional[str]], Tuple[Dict[str, Any], bytes]] = {}
 
     def __repr__(self) -> str:
         return "<Semaphore %r at %s>" % (self.name, self._client.url)
@@ -368,19 +390,29 @@ class Semaphore:
         takes, 0 tries once. Raises Timeout, Busy (a try), TooHeavy, NotFound,
         SemaphoreDeleted, or Cancelled when ``cancel`` is set."""
         c = self._client
-        body = fl.acquire_body(c._o.config, ttl, owner)
-        body["weight"] = fl.count(weight, "weight")
+        body, encoded = self._body(weight, ttl, owner)
         key = fl.new_key() if idempotency_key is None else fl.check_key(idempotency_key)
-        lease, sent = c._run(fl.acquire(c._o.config, fl.sem_path(self.name, "/acquire"), body,
-                                        timeout, key), cancel)
+        lease, sent = c._run(fl.acquire(c._o.config, self._acquire_path, body, timeout, key,
+                                        encoded), cancel)
         permit = Permit(c, lease, sent, self._forget)
-        with self._held_lock:
-            self._held[permit] = None
+        self._held[permit] = None
         return permit
 
+    def _body(self, weight: int, ttl: Optional[float],
+              owner: Optional[str]) -> Tuple[Dict[str, Any], bytes]:
+        """An acquire's body and its bytes, kept for the handle's few usual shapes (a
+        blocking acquire sends the same bytes every time)."""
+        got = self._bodies.get((weight, ttl, owner))
+        if got is None:
+            body = fl.acquire_body(self._client._o.config, ttl, owner)
+            body["weight"] = fl.count(weight, "weight")
+            got = body, fl.dumps(body)
+            if len(self._bodies) < 16:
+                self._bodies[(weight, ttl, owner)] = got
+        return got
+
     def _forget(self, permit: Permit) -> None:
-        with self._held_lock:
-            self._held.pop(permit, None)
+        self._held.pop(permit, None)
 
     def try_acquire(self, weight: int = 1, ttl: Optional[float] = None,
                     owner: Optional[str] = None) -> Optional[Permit]:
@@ -400,8 +432,7 @@ class Semaphore:
     def release(self, weight: int = 1) -> None:
         """Weighted-semaphore style: releases the oldest permit of ``weight`` taken through
         this handle. Overflow when there is none."""
-        with self._held_lock:
-            permit = next((p for p in self._held if p.weight == weight), None)
+        permit = next((p for p in list(self._held) if p.weight == weight), None)
         if permit is None:
             raise Overflow("no permit of weight %r held through this handle of %r"
                            % (weight, self.name), code="overflow")
@@ -643,24 +674,35 @@ class Ticket:
     def wait_turn(self, timeout: Optional[float] = None, *,
                   on_update: Optional[Callable[[TicketState], None]] = None,
                   cancel: Optional[Cancel] = None) -> Permit:
-        """Waits (long-polls) until it is granted and returns its lease as a Permit, renewed
-        in the background. ``on_update`` sees each new position. Timeout (or a cancel)
-        leaves the ticket in line: ``leave()`` to give up the place."""
-        st, sent = self.state, self._sent
-        if st.status != "granted":
+        """Waits until it is granted and returns its lease as a Permit, renewed in the
+        background. It follows the ticket's stream, which keeps it in line; ``on_update``
+        sees each new position. Timeout (or a cancel) leaves the ticket in line:
+        ``leave()`` to give up the place."""
+        if self.state.status != "granted":
             def seen(value: Any) -> None:
                 self.state = value
                 if on_update is not None:
                     on_update(value)
-            st, sent = self._client._run(fl.wait_turn(self._client._o.config, st, timeout),
-                                         cancel, seen)
-            self.state = st
-        assert st.lease is not None
-        return Permit(self._client, st.lease, sent)
+            self.state = self._client._run(fl.wait_turn(self._client._o.config, self.state,
+                                                        timeout), cancel, seen)
+        return _ticket_permit(self._client, self.state, Permit)
 
     def leave(self) -> None:
         """Leaves the line (a granted ticket's lease is released); nothing if it ended."""
         self._client._run(fl.ticket_leave(self._client._o.config, self.id))
+
+
+P = TypeVar("P")
+
+
+def _ticket_permit(client: Any, st: TicketState, make: Callable[..., P]) -> P:
+    """A granted ticket's lease as a permit. The lease may have been granted a while before
+    this process read it (a ticket is collected by its next read): its ttl is counted from
+    the expiry semad gave, by this host's wall clock, never for more than the ttl."""
+    lease = st.lease
+    if lease is None:
+        raise TypeError("the ticket is not granted")
+    return make(client, lease, time.monotonic(), None, lease.expires_at - time.time())
 
 
 class Legacy:

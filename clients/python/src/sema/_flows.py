@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
-from typing import Any, Callable, Dict, Generator, Optional, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, Generator, List, Optional, Tuple, TypeVar, Union
 from urllib.parse import quote
 
 from . import events as ev
@@ -29,7 +30,6 @@ READ = 2     # after a network error and after a 503: reads, and the ends of lea
 BACKOFF_FIRST = 0.1  # seconds before the first retry, doubling ...
 BACKOFF_MAX = 1.0    # ... to at most this
 STREAM_BACKOFF_MAX = 2.0
-WAIT_TURN_POLL = 30.0  # one long-poll of wait_turn, seconds (semad takes at most 5 minutes)
 DROP_TIMEOUT = 2.0     # each request of the clean-up after an acquire that lost its reply
 
 
@@ -92,12 +92,18 @@ class Stream:
 
 
 class ReadLine:
-    """The next line of a stream, its newline included; b"" at its end."""
+    """The next line of a stream, its newline included; b"" at its end. With ``timeout``
+    (seconds), StreamTimeout when no line came by then."""
 
-    __slots__ = ("stream",)
+    __slots__ = ("stream", "timeout")
 
-    def __init__(self, stream: Stream) -> None:
+    def __init__(self, stream: Stream, timeout: Optional[float] = None) -> None:
         self.stream = stream
+        self.timeout = timeout
+
+
+class StreamTimeout(Exception):
+    """No line of a stream within its ReadLine's timeout (the runner closed the stream)."""
 
 
 class CloseStream:
@@ -135,12 +141,15 @@ class Config:
 
 # ---- small helpers ----
 
+_PLAIN = re.compile(r"[A-Za-z0-9_.~-]+")  # what quote() leaves as it is (lease ids are so)
+
+
 def seg(name: str, what: str = "name") -> str:
     """A semaphore name, lock key or id as one path segment. An empty one (or not a str)
     is a ValueError here: on the wire it would be another route."""
     if not isinstance(name, str) or not name:
         raise ValueError("%s must be a non-empty str, not %r" % (what, name))
-    return quote(name, safe="")
+    return name if _PLAIN.fullmatch(name) else quote(name, safe="")
 
 
 def to_ms(seconds: float, what: str, minimum: int = 0) -> int:
@@ -173,8 +182,11 @@ def check_key(key: str) -> str:
     return key
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+
+
 def dumps(body: Dict[str, Any]) -> bytes:
-    return json.dumps(body, separators=(",", ":")).encode()
+    return _ENCODER.encode(body).encode()
 
 
 def loads(reply: Reply) -> Any:
@@ -227,21 +239,25 @@ class Budget:
 def retried(cfg: Config, req: Request, retry: int) -> Flow[Tuple[Reply, int]]:
     """``req``, sent again as ``retry`` allows; returns the last reply and how many retries
     it took (a 503 too, once the retries are spent). Raises NetworkError when no reply came."""
-    budget = Budget(cfg.retry)
+    budget: Optional[Budget] = None  # made at the first failure (most calls have none)
     while True:
         try:
-            reply = yield from send(req)
+            reply = yield req
         except NetworkError as e:
-            wait = budget.next_wait() if retry != NEVER and e.retryable else None
+            if retry == NEVER or not e.retryable:
+                raise
+            budget = budget or Budget(cfg.retry)
+            wait = budget.next_wait()
             if wait is None:
                 raise
         else:
             if reply.status != 503 or retry != READ:
-                return reply, budget.tries
+                return reply, budget.tries if budget else 0
+            budget = budget or Budget(cfg.retry)
             wait = budget.next_wait(reply.retry_after)
             if wait is None:
                 return reply, budget.tries
-        yield from pause(wait)
+        yield Sleep(wait)
 
 
 def call(cfg: Config, method: str, path: str, body: Optional[Dict[str, Any]] = None, *,
@@ -323,15 +339,18 @@ def acquire_body(cfg: Config, ttl: Optional[float], owner: Optional[str]) -> Dic
 
 
 def acquire(cfg: Config, path: str, body: Dict[str, Any], timeout: Optional[float],
-            key: str) -> Flow[Tuple[Lease, float]]:
+            key: str, encoded: Optional[bytes] = None) -> Flow[Tuple[Lease, float]]:
     """A blocking acquire: one long-poll request with an Idempotency-Key, sent again with the
     same key after a network error (semad answers a retry with the lease it granted, or the
     retry takes the parked request's place). When it ends without a lease for the caller -
     cancelled, no reply - a grant whose reply was lost is found by the key and released.
-    Returns the lease and the monotonic time its request was sent."""
+    Returns the lease and the monotonic time its request was sent. ``encoded``: the body's
+    bytes, when the caller has them (sent as they are when there is no deadline)."""
     ms, _ = wait_timeout(cfg, timeout)
     deadline = None if ms is None else time.monotonic() + ms / 1000
-    budget = Budget(cfg.retry)
+    if deadline is not None:
+        body = dict(body)  # its timeout_ms changes per try: the caller's stays as it was
+    budget: Optional[Budget] = None
     while True:
         limit: Optional[float] = None
         if deadline is not None:
@@ -339,10 +358,12 @@ def acquire(cfg: Config, path: str, body: Dict[str, Any], timeout: Optional[floa
             body["timeout_ms"] = left
             limit = left / 1000 + cfg.request_timeout
         sent = time.monotonic()
-        req = Request("POST", path, dumps(body), key, ms != 0, limit, True)
+        data = encoded if deadline is None and encoded is not None else dumps(body)
+        req = Request("POST", path, data, key, ms != 0, limit, True)
         try:
-            reply = yield from send(req)
+            reply = yield req
         except NetworkError as e:
+            budget = budget or Budget(cfg.retry)
             wait = budget.next_wait() if e.retryable else None
             if wait is not None:
                 try:
@@ -482,25 +503,53 @@ def ticket_leave(cfg: Config, ticket_id: str) -> Flow[None]:
 
 
 def wait_turn(cfg: Config, ticket: TicketState,
-              timeout: Optional[float]) -> Flow[Tuple[TicketState, float]]:
-    """Long-polls the ticket until it is granted (its state and when the read that showed
-    the grant was sent); emits each new position. Timeout leaves the ticket in line."""
+              timeout: Optional[float]) -> Flow[TicketState]:
+    """Follows the ticket's stream until it is granted (its state then), emitting each new
+    position. The stream starts with the ticket's state now and names each state by its
+    event id, so no change is missed between two reads (a long poll could miss one). A
+    timeout leaves the ticket in line."""
+    if ticket.status == "granted":
+        return ticket
     ms, _ = wait_timeout(cfg, timeout)
     deadline = None if ms is None else time.monotonic() + ms / 1000
-    shown = ticket.position
-    while True:
-        left = WAIT_TURN_POLL if deadline is None else \
-            min(WAIT_TURN_POLL, deadline - time.monotonic())
-        sent = time.monotonic()
-        ticket = yield from ticket_get(cfg, ticket.id, max(0.0, left))
-        if ticket.status == "granted":
-            return ticket, sent
-        if ticket.position != shown:
-            shown = ticket.position
-            yield Emit(ticket)
-        if deadline is not None and time.monotonic() >= deadline:
-            raise Timeout("ticket %s was not granted within %gs (it keeps its place)"
-                          % (ticket.id, ms / 1000 if ms else 0), code="timeout")
+    shown = [ticket.position]
+    granted: List[TicketState] = []
+
+    def on_event(raw: Optional[ev.RawEvent], stream: Stream, connected: bool) -> Flow[bool]:
+        st = yield from ticket_event(raw)
+        if st is None:
+            return False
+        if st.status == "granted":
+            granted.append(st)
+            return True
+        if st.position != shown[0]:
+            shown[0] = st.position
+            yield Emit(st)
+        return False
+
+    try:
+        yield from stream_events(cfg, ticket_path(ticket.id, "/events"), None, on_event,
+                                 deadline)
+    except StreamTimeout:
+        raise Timeout("ticket %s was not granted within %gs (it keeps its place)"
+                      % (ticket.id, (ms or 0) / 1000), code="timeout") from None
+    return granted[0]
+
+
+def ticket_event(raw: Optional[ev.RawEvent]) -> Flow[Optional[TicketState]]:
+    """The state of one event of a ticket's stream (None for a reply that is not a
+    stream); ``ended`` raises TicketEnded."""
+    if raw is None:
+        return None
+    if raw.event == "ended":
+        raise error_from_reply(410, raw.data.encode())
+    try:
+        doc = json.loads(raw.data)
+    except ValueError:
+        raise ProtocolError("a ticket event that is not JSON: %.200r" % raw.data,
+                            code="protocol") from None
+    return TicketState.parse(doc, raw.id)
+    yield  # a flow
 
 
 # ---- event streams ----
@@ -508,15 +557,18 @@ def wait_turn(cfg: Config, ticket: TicketState,
 OnEvent = Callable[[Optional[ev.RawEvent], Stream, bool], Flow[bool]]
 
 
-def stream_events(cfg: Config, path: str, last: Optional[str],
-                  on_event: OnEvent) -> Flow[None]:
+def stream_events(cfg: Config, path: str, last: Optional[str], on_event: OnEvent,
+                  deadline: Optional[float] = None) -> Flow[None]:
     """Follows a stream, reconnecting with Last-Event-ID after a drop. ``on_event(raw,
     connected)`` is a flow: it returns True to end the stream. Until the first connection,
-    no reply within the retry budget is a NetworkError; a 4xx is raised at once."""
+    no reply within the retry budget is a NetworkError; a 4xx is raised at once. Past
+    ``deadline`` (monotonic), StreamTimeout."""
     connected = False
     give_up = time.monotonic() + cfg.retry
     delay = BACKOFF_FIRST
     while True:
+        if deadline is not None and time.monotonic() >= deadline:
+            raise StreamTimeout()
         try:
             stream = yield OpenStream(path, last)
         except NetworkError as e:
@@ -534,7 +586,8 @@ def stream_events(cfg: Config, path: str, last: Optional[str],
         parser = ev.SSEParser()
         try:
             while True:
-                line = yield ReadLine(stream)
+                left = None if deadline is None else max(0.001, deadline - time.monotonic())
+                line = yield ReadLine(stream, left)
                 if not line:
                     break  # the server ended the stream (semad stopping): resume
                 raw = parser.feed(line)
@@ -574,16 +627,9 @@ def ticket_updates(cfg: Config, ticket_id: str, last_event_id: Optional[str]) ->
     path = ticket_path(ticket_id, "/events")
 
     def on_event(raw: Optional[ev.RawEvent], stream: Stream, connected: bool) -> Flow[bool]:
-        if raw is None:
+        ticket = yield from ticket_event(raw)
+        if ticket is None:
             return False
-        if raw.event == "ended":
-            raise error_from_reply(410, raw.data.encode())
-        try:
-            doc = json.loads(raw.data)
-        except ValueError:
-            raise ProtocolError("a ticket event that is not JSON: %.200r" % raw.data,
-                                code="protocol") from None
-        ticket = TicketState.parse(doc, raw.id)
         yield Emit(ticket)
         return ticket.status == "granted"
 

@@ -11,10 +11,10 @@ import socket
 import ssl
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
-from ._flows import OpenStream, Reply, Request, Stream
-from ._options import IDLE, MAX_BODY, MAX_LINE, Options
+from ._flows import OpenStream, Reply, Request, Stream, StreamTimeout
+from ._options import FRESH, IDLE, MAX_BODY, MAX_LINE, Options
 from .errors import Cancelled, NetworkError, ProtocolError, retry_after_seconds
 
 Connection = Union[http.client.HTTPConnection, http.client.HTTPSConnection]
@@ -100,16 +100,53 @@ def network_error(o: Options, e: BaseException, timeout: Optional[float]) -> Net
     return NetworkError("semad unreachable at %s: %s" % (o.url, e or type(e).__name__))
 
 
+class _Pool:
+    """Idle keep-alive connections, the last returned first out (the busiest stay warm), at
+    most ``cap`` of them, none idle longer than IDLE."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.lock = threading.Lock()
+        self.idle: List[Tuple[Connection, float]] = []
+        self.closed = False
+
+    def take(self) -> Optional[Connection]:
+        while True:
+            with self.lock:
+                if not self.idle:
+                    return None
+                conn, used = self.idle.pop()
+            idle = time.monotonic() - used
+            # one that rested a while is looked at first: semad may have closed it
+            if conn.sock is not None and (idle < FRESH or idle < IDLE and
+                                          not _dropped(conn.sock)):
+                return conn
+            conn.close()
+
+    def give(self, conn: Connection) -> None:
+        with self.lock:
+            if not self.closed and len(self.idle) < self.cap:
+                self.idle.append((conn, time.monotonic()))
+                return
+        conn.close()
+
+    def close(self) -> None:
+        with self.lock:
+            self.closed = True
+            idle, self.idle = self.idle, []
+        for conn, _ in idle:
+            conn.close()
+
+
 class SyncHttp:
-    """Requests on pooled keep-alive connections (LIFO: the busiest stay warm), at most
-    ``max_idle`` kept idle, none idle longer than IDLE. Thread-safe."""
+    """Requests on pooled keep-alive connections: one pool for requests that may wait (a
+    long poll, no read timeout of its own) and one for the others (read timeout
+    ``request_timeout``), so that a connection's timeout rarely changes. Thread-safe."""
 
     def __init__(self, o: Options) -> None:
         self.o = o
-        self._lock = threading.Lock()
-        self._idle: List[Connection] = []
-        self._used: Dict[int, float] = {}
-        self._closed = False
+        self._quick = _Pool(o.max_idle)
+        self._waits = _Pool(o.max_idle)
 
     def _new(self) -> Connection:
         o = self.o
@@ -118,38 +155,19 @@ class SyncHttp:
                                                context=o.ssl)
         return http.client.HTTPConnection(o.host, o.port, timeout=o.connect_timeout)
 
-    def _take(self) -> Connection:
-        while True:
-            with self._lock:
-                if not self._idle:
-                    break
-                conn = self._idle.pop()
-                used = self._used.pop(id(conn), 0.0)
-            if time.monotonic() - used < IDLE and conn.sock is not None and \
-                    not _dropped(conn.sock):
-                return conn
-            conn.close()
-        return self._new()
-
-    def _give(self, conn: Connection) -> None:
-        with self._lock:
-            if not self._closed and len(self._idle) < self.o.max_idle:
-                self._used[id(conn)] = time.monotonic()
-                self._idle.append(conn)
-                return
-        conn.close()
-
     def request(self, req: Request, cancel: Optional[Cancel]) -> Reply:
         """One exchange. Raises NetworkError without a reply, Cancelled when ``cancel``
         fired while it waited."""
-        conn = self._take()
+        pool = self._waits if req.wait else self._quick
+        conn = pool.take() or self._new()
         hook = 0
         try:
             if conn.sock is None:
                 conn.connect()
             assert conn.sock is not None
             sock: socket.socket = conn.sock
-            sock.settimeout(req.timeout)
+            if sock.gettimeout() != req.timeout:
+                sock.settimeout(req.timeout)
             if cancel is not None:
                 hook = cancel._hook(lambda: _abort(sock))
             headers = self.o.headers
@@ -178,7 +196,7 @@ class SyncHttp:
             if hook and cancel is not None:
                 cancel._unhook(hook)
         if reuse:
-            self._give(conn)
+            pool.give(conn)
         else:
             conn.close()
         return Reply(status, body, retry_after)
@@ -218,11 +236,17 @@ class SyncHttp:
                 cancel._unhook(hook)
         return Stream(resp.status, b"", (conn, resp, sock))
 
-    def read_line(self, stream: Stream, cancel: Optional[Cancel]) -> bytes:
+    def read_line(self, stream: Stream, cancel: Optional[Cancel],
+                  timeout: Optional[float] = None) -> bytes:
         _, resp, sock = stream.handle
         hook = cancel._hook(lambda: _abort(sock)) if cancel is not None else 0
         try:
+            if sock.gettimeout() != timeout:
+                sock.settimeout(timeout)
             line: bytes = resp.readline(MAX_LINE + 1)
+        except socket.timeout:
+            self.close_stream(stream)
+            raise StreamTimeout() from None
         except (OSError, http.client.HTTPException, ValueError) as e:
             self.close_stream(stream)
             if cancel is not None and cancel.is_set():
@@ -250,12 +274,8 @@ class SyncHttp:
 
     def close(self) -> None:
         """Closes the idle connections (those in use close when their request ends)."""
-        with self._lock:
-            self._closed = True
-            idle, self._idle = self._idle, []
-            self._used.clear()
-        for conn in idle:
-            conn.close()
+        self._quick.close()
+        self._waits.close()
 
 
 def _read_body(resp: http.client.HTTPResponse) -> bytes:

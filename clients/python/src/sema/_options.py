@@ -9,11 +9,11 @@ import ssl
 from typing import Dict, Optional
 from urllib.parse import urlsplit
 
-from ._version import __version__
 from ._flows import Config, to_ms
 
 DEFAULT_URL = "http://127.0.0.1:7070"
 IDLE = 4.0  # seconds an idle keep-alive connection is kept (semad closes them after 60)
+FRESH = 1.0  # seconds within which a connection is reused without a look at its socket
 MAX_BODY = 8 << 20  # the longest reply body read, as the C client's
 MAX_LINE = 256 << 10  # the longest line of an event stream
 
@@ -50,7 +50,7 @@ class Options:
             token = os.environ.get("SEMA_TOKEN")
         if token and not all(0x21 <= ord(c) <= 0x7E for c in token):
             raise ValueError("the token holds a space, a control byte or non-ASCII")
-        self.headers: Dict[str, str] = {"User-Agent": "sema-python/" + __version__}
+        self.headers: Dict[str, str] = {}  # Host comes from http.client; no User-Agent (libcurl sends none either)
         if token:  # "" sends none, as in the other clients
             self.headers["Authorization"] = "Bearer " + token
         if not isinstance(retry, (int, float)) or retry < 0:

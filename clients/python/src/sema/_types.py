@@ -47,7 +47,7 @@ def _list(d: Mapping[str, Any], key: str, what: str) -> List[Mapping[str, Any]]:
     return [_obj(x, what) for x in v]
 
 
-@dataclass(frozen=True)
+@dataclass
 class Lease:
     """A lease as semad describes it. Times are seconds: ``ttl`` a duration,
     ``expires_at`` and ``acquired_at`` on the server's clock (epoch, as time.time())."""
@@ -65,16 +65,25 @@ class Lease:
 
     @classmethod
     def parse(cls, doc: Any) -> Lease:
-        d = _obj(doc, "lease")
-        ttl_ms = _int(d, "ttl_ms", "lease")
-        if ttl_ms <= 0 or not _str(d, "lease", "lease"):
-            raise _bad("lease", d)
-        return cls(lease=_str(d, "lease", "lease"), name=_str(d, "name", "lease"),
-                   weight=_int(d, "weight", "lease"), fence=_int(d, "fence", "lease"),
-                   ttl=ttl_ms / 1000, expires_at=_int(d, "expires_at", "lease") / 1000,
-                   acquired_at=(_opt_int(d, "acquired_at", "lease") or 0) / 1000,
-                   owner=_opt_str(d, "owner", "lease"), key=_opt_str(d, "key", "lease"),
-                   mode=_opt_str(d, "mode", "lease"))
+        """Every acquire's reply goes through here: checked field by field, briefly."""
+        try:
+            lease, name, weight, fence = doc["lease"], doc["name"], doc["weight"], doc["fence"]
+            ttl_ms, expires = doc["ttl_ms"], doc["expires_at"]
+            acquired = doc.get("acquired_at") or 0
+            owner, key, mode = doc.get("owner"), doc.get("key"), doc.get("mode")
+        except (KeyError, TypeError, AttributeError):
+            raise _bad("lease", doc) from None
+        if type(lease) is not str or not lease or type(name) is not str or \
+                type(weight) is not int or type(fence) is not int or \
+                type(ttl_ms) is not int or ttl_ms <= 0 or type(expires) is not int or \
+                type(acquired) is not int or not _none_or_str(owner, key, mode):
+            raise _bad("lease", doc)
+        return cls(lease, name, weight, fence, ttl_ms / 1000, expires / 1000, acquired / 1000,
+                   owner, key, mode)
+
+
+def _none_or_str(*values: Any) -> bool:
+    return all(v is None or type(v) is str for v in values)
 
 
 @dataclass(frozen=True)
