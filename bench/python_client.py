@@ -371,6 +371,10 @@ def report(todo, results, o, rport):
         if rport:
             line += "; redis-py/client %.2fx by rate" % (med[peer][0] / med[client][0])
         print(line)
+    print("asyncio client beside raw http.client on threads: raw/client %.2fx by rate, "
+          "client/raw %.2fx by CPU per pair" % (
+              med["raw_threads"][0] / med["client_asyncio"][0],
+              med["client_asyncio"][1] / med["raw_threads"][1]))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ client, its context managers under exceptions, cancellation from another thread,
 map_limit's order and fail-fast, event streams and their resume, tickets, the legacy API,
 and what reaches the wire (names encoded once, no request for a handle)."""
 import os
+import signal
 import threading
 import time
 
@@ -190,6 +191,27 @@ def test_cancel_from_another_thread_leaves_nothing(client, name):
     wait_until(lambda: idle(sem), what="nothing held")
     with pytest.raises(sema.Cancelled):
         sem.acquire(cancel=cancel)  # already set: not even sent
+
+
+def test_ctrl_c_while_waiting_leaves_nothing(client, name):
+    """A KeyboardInterrupt in the waiting thread closes the request as a cancel does."""
+    sem = client.semaphore(name)
+    sem.create(1)
+    held = sem.acquire()
+    assert threading.current_thread() is threading.main_thread()
+
+    def interrupt():
+        wait_until(lambda: sem.state().waiting == 1, what="the acquire to park")
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+    t = threading.Thread(target=interrupt)
+    t.start()
+    with pytest.raises(KeyboardInterrupt):
+        sem.acquire()
+    t.join(10)
+    wait_until(lambda: sem.state().waiting == 0, what="semad to drop the waiter")
+    held.release()
+    wait_until(lambda: idle(sem), what="nothing held")
 
 
 def test_deleted_while_waiting(client, name):
