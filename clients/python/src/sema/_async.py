@@ -130,7 +130,8 @@ class _ARenewer:
             self._arm(at)
 
     def dropped(self) -> None:
-        self._schedule.dropped()
+        if self._schedule.dropped():
+            self._schedule.compact()
 
     def _arm(self, at: float) -> None:
         if self._timer is not None:

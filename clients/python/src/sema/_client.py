@@ -139,8 +139,11 @@ class _Renewer:
                 self._cond.notify()
 
     def dropped(self) -> None:
-        with self._lock:
-            self._schedule.dropped()
+        # counted without the lock (a count lost to a race only delays a compaction): every
+        # release passes here, and 50 threads would queue on the lock
+        if self._schedule.dropped():
+            with self._lock:
+                self._schedule.compact()
 
     def _main(self) -> None:
         while True:

@@ -21,14 +21,16 @@ class Schedule:
         self._seq += 1
         heapq.heappush(self._heap, (at, self._seq, permit, gen))
 
-    def dropped(self) -> None:
-        """A permit ended with an entry in the heap: past half stale, the heap is rebuilt
-        (released permits do not wait ttl/3 to leave it)."""
+    def dropped(self) -> bool:
+        """A permit ended with an entry in the heap. True when past half of the heap is
+        stale: then ``compact()`` (released permits do not wait ttl/3 to leave it)."""
         self._stale += 1
-        if self._stale > 64 and 2 * self._stale > len(self._heap):
-            self._heap = [e for e in self._heap if e[2]._gen == e[3]]
-            heapq.heapify(self._heap)
-            self._stale = 0
+        return self._stale > 64 and 2 * self._stale > len(self._heap)
+
+    def compact(self) -> None:
+        self._heap = [e for e in self._heap if e[2]._gen == e[3]]
+        heapq.heapify(self._heap)
+        self._stale = 0
 
     def next_at(self) -> Optional[float]:
         """When the first live entry is due (stale ones at the top are dropped)."""
