@@ -20,6 +20,8 @@ on loopback ports. The figures are medians over the rounds; CPU is this process'
 
 Usage: python3 bench/python_client.py [--semad build/bin/semad] [--holders 50]
                                       [--seconds 3] [--rounds 3]
+       python3 bench/python_client.py --instructions 2000   (one holder under callgrind:
+       user-space instructions per pair of the client and of raw requests, N and 2N pairs)
 Run it with the python3 that has redis-py (Debian's /usr/bin/python3).
 """
 import argparse
@@ -114,6 +116,9 @@ def cpu():
     return t.user + t.system
 
 
+COUNT = None  # --one: each holder makes this many pairs instead of running for a time
+
+
 def threads_round(holders, seconds, pair, setup=None):
     """`pair(state)` looped by `holders` threads for `seconds`: pairs/s and CPU per pair."""
     stop = threading.Event()
@@ -124,7 +129,7 @@ def threads_round(holders, seconds, pair, setup=None):
         state = setup(i) if setup else None
         go.wait()
         n = 0
-        while not stop.is_set():
+        while not stop.is_set() and n != COUNT:
             pair(state)
             n += 1
         counts[i] = n
@@ -134,7 +139,11 @@ def threads_round(holders, seconds, pair, setup=None):
         t.start()
     go.wait()
     c0, t0 = cpu(), time.monotonic()
-    time.sleep(seconds)
+    if COUNT is None:
+        time.sleep(seconds)
+    else:
+        for t in ts:
+            t.join()
     stop.set()
     for t in ts:
         t.join()
@@ -151,14 +160,17 @@ def asyncio_round(holders, seconds, pair, setup=None, teardown=None):
 
         async def loop(i):
             n = 0
-            while not stop:
+            while not stop and n != COUNT:
                 await pair(states[i])
                 n += 1
             counts[i] = n
 
         c0, t0 = cpu(), time.monotonic()
         tasks = [asyncio.ensure_future(loop(i)) for i in range(holders)]
-        await asyncio.sleep(seconds)
+        if COUNT is None:
+            await asyncio.sleep(seconds)
+        else:
+            await asyncio.gather(*tasks)
         stop = True
         await asyncio.gather(*tasks)
         took, used = time.monotonic() - t0, cpu() - c0
@@ -328,9 +340,22 @@ def main():
     ap.add_argument("--holders", type=int, default=50)
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--instructions", type=int, metavar="N",
+                    help="instead: user-space instructions per pair under callgrind")
+    ap.add_argument("--one", nargs=3, metavar=("LOAD", "PAIRS", "URL"), help=argparse.SUPPRESS)
     o = ap.parse_args()
+    if o.one:
+        return one(*o.one)
     tmp = tempfile.mkdtemp(prefix="bench-python-")
     semad, url = start_semad(o.semad, tmp)
+    rproc, rport = None, None
+    if o.instructions:
+        try:
+            return instructions(url, o.instructions, tmp)
+        finally:
+            semad.terminate()
+            semad.wait()
+            shutil.rmtree(tmp, ignore_errors=True)
     rproc, rport = start_redis(tmp)
     try:
         loads = Loads(url, rport, o.holders)
@@ -352,6 +377,40 @@ def main():
             rproc.terminate()
             rproc.wait()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def one(load, pairs, url):
+    """One holder making PAIRS pairs of LOAD, then exit (what --instructions measures)."""
+    global COUNT
+    COUNT = int(pairs)
+    getattr(Loads(url, None, 1), load)(0)
+
+
+LOADS_IR = ("raw_threads", "client_threads", "raw_asyncio", "client_asyncio")
+
+
+def instructions(url, n, tmp):
+    """Each client load and its raw peer with one holder under callgrind, for N and 2N
+    pairs: the difference over N is the instructions of one pair in this process's user
+    space (start-up cancels out), a figure a busy machine does not move."""
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is needed for --instructions")
+    ir = {}
+    for load in LOADS_IR:
+        got = []
+        for count in (n, 2 * n):
+            out = os.path.join(tmp, "cg.%s.%d" % (load, count))
+            subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out,
+                            sys.executable, os.path.abspath(__file__), "--one", load,
+                            str(count), url], check=True, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+            with open(out) as f:
+                got.append(int(re.search(r"^(?:summary|totals): (\d+)", f.read(), re.M)
+                               .group(1)))
+        ir[load] = (got[1] - got[0]) / n
+        print("%-16s %10.0f instructions per pair" % (load, ir[load]))
+    print("threads: client/raw %.2fx by instructions per pair; asyncio: client/raw %.2fx"
+          % (ir["client_threads"] / ir["raw_threads"], ir["client_asyncio"] / ir["raw_asyncio"]))
 
 
 def report(todo, results, o, rport):

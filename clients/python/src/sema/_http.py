@@ -109,13 +109,24 @@ class _Pool:
         self.lock = threading.Lock()
         self.idle: List[Tuple[Connection, float]] = []
         self.closed = False
+        # each thread's last connection, kept aside from the shared list: a thread doing
+        # request after request takes no lock (fifty threads would queue on it)
+        self.mine = threading.local()
 
     def take(self) -> Optional[Connection]:
         while True:
-            with self.lock:
-                if not self.idle:
+            got: Optional[Tuple[Connection, float]] = getattr(self.mine, "conn", None)
+            if got is not None:
+                self.mine.conn = None
+                if self.closed:
+                    got[0].close()
                     return None
-                conn, used = self.idle.pop()
+            else:
+                with self.lock:
+                    if not self.idle:
+                        return None
+                    got = self.idle.pop()
+            conn, used = got
             idle = time.monotonic() - used
             # one that rested a while is looked at first: semad may have closed it
             if conn.sock is not None and (idle < FRESH or idle < IDLE and
@@ -124,6 +135,9 @@ class _Pool:
             conn.close()
 
     def give(self, conn: Connection) -> None:
+        if not self.closed and getattr(self.mine, "conn", None) is None:
+            self.mine.conn = (conn, time.monotonic())
+            return
         with self.lock:
             if not self.closed and len(self.idle) < self.cap:
                 self.idle.append((conn, time.monotonic()))
@@ -131,9 +145,15 @@ class _Pool:
         conn.close()
 
     def close(self) -> None:
+        """Closes the shared idle connections and this thread's; another thread's closes
+        when it next makes a request."""
         with self.lock:
             self.closed = True
             idle, self.idle = self.idle, []
+        mine = getattr(self.mine, "conn", None)
+        if mine is not None:
+            self.mine.conn = None
+            idle.append(mine)
         for conn, _ in idle:
             conn.close()
 
