@@ -14,8 +14,8 @@ nothing waits), alternated round by round:
   threads  redis   redis-py (Debian's python3-redis) from N threads, EVALSHA of the Lua
                    semaphore of bench/bench_redis_peer.c (read from that file) and ZREM
   asyncio  redis   redis.asyncio from N tasks, the same scripts
-semad runs with --durability none and redis-server without persistence, both started here
-on loopback ports. The figures are medians over the rounds; CPU is this process's
+semad runs with --durability none and redis-server without persistence, both started on
+loopback ports as the tests start them (tests/integration/semad_fixture.py, redis_fixture.py). The figures are medians over the rounds; CPU is this process's
 (user+system) per pair. Each load checks that nothing is left held.
 
 Usage: python3 bench/python_client.py [--semad build/bin/semad] [--holders 50]
@@ -41,6 +41,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "clients", "python", "src"))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
+import redis_fixture as rf  # noqa: E402
+import semad_fixture as fx  # noqa: E402
 import sema  # noqa: E402
 
 try:
@@ -52,45 +55,17 @@ except ImportError:  # the Redis rows are left out (Debian: python3-redis)
 TTL_MS = 60000
 
 
-# ---- the servers ----
+# ---- the servers: semad and redis-server as the tests start them ----
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+def start_semad(path):
+    os.environ["SEMAD"] = os.path.abspath(path)
+    return fx.Semad(durability="none")
 
 
-def start_semad(path, tmp):
-    proc = subprocess.Popen([path, "--listen", "127.0.0.1:0", "--durability", "none",
-                             "--data", os.path.join(tmp, "semad")],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    for line in proc.stderr:
-        m = re.search(r"listening on (http://\S+)", line)
-        if m:
-            threading.Thread(target=proc.stderr.read, daemon=True).start()
-            return proc, m.group(1)
-    raise SystemExit("semad did not start")
-
-
-def start_redis(tmp):
-    exe = shutil.which("redis-server")
-    if exe is None or redis is None:
-        return None, None
-    port = free_port()
-    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no", "--dir", tmp],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    r = redis.Redis(port=port)
-    for _ in range(100):
-        try:
-            r.ping()
-            return proc, port
-        except redis.ConnectionError:
-            time.sleep(0.05)
-    raise SystemExit("redis-server did not start")
+def start_redis():
+    if shutil.which("redis-server") is None or redis is None:
+        return None
+    return rf.RedisServer()
 
 
 def lua_scripts():
@@ -347,16 +322,16 @@ def main():
     if o.one:
         return one(*o.one)
     tmp = tempfile.mkdtemp(prefix="bench-python-")
-    semad, url = start_semad(o.semad, tmp)
-    rproc, rport = None, None
+    semad = start_semad(o.semad)
+    url = semad.url("")
     if o.instructions:
         try:
             return instructions(url, o.instructions, tmp)
         finally:
-            semad.terminate()
-            semad.wait()
+            semad.close()
             shutil.rmtree(tmp, ignore_errors=True)
-    rproc, rport = start_redis(tmp)
+    rserver = start_redis()
+    rport = rserver.port if rserver else None
     try:
         loads = Loads(url, rport, o.holders)
         todo = [x for x in LOADS if rport or "redis" not in x[2]]
@@ -371,11 +346,9 @@ def main():
         report(todo, results, o, rport)
         loads.client.close()
     finally:
-        semad.terminate()
-        semad.wait()
-        if rproc:
-            rproc.terminate()
-            rproc.wait()
+        semad.close()
+        if rserver:
+            rserver.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -6,7 +6,6 @@ and on Redis the 503 store_unavailable that a release waits out (Retry-After) wh
 acquire is never sent again."""
 import asyncio
 import os
-import socket
 import threading
 import time
 
@@ -18,14 +17,6 @@ from conftest import SLOW, start, wait_until
 import redis_fixture as rf
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def semad_on(port, data):
     """A strict semad on a fixed port and data directory, so that a restart is the same
     server to its clients."""
@@ -33,7 +24,7 @@ def semad_on(port, data):
 
 
 def test_a_semad_restart_is_ridden_out(tmp_path):
-    port, data = free_port(), str(tmp_path / "data")
+    port, data = rf.free_port(), str(tmp_path / "data")
     s1 = semad_on(port, data)
     c = sema.Client("http://127.0.0.1:%d" % port, retry=10)
     sem = c.semaphore("restart")
@@ -86,7 +77,7 @@ def test_a_lease_is_lost_when_semad_is_gone(tmp_path):
 
 
 def test_async_renewals_ride_out_a_restart(tmp_path):
-    port, data = free_port(), str(tmp_path / "data")
+    port, data = rf.free_port(), str(tmp_path / "data")
     s1 = semad_on(port, data)
 
     async def main():

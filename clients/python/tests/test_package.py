@@ -5,6 +5,7 @@ download, installed into a fresh venv and run against a real semad; the type hin
 and nothing but the standard library imported at run time."""
 import ast
 import glob
+import importlib.util
 import os
 import re
 import shutil
@@ -89,11 +90,9 @@ def mypy_cmd():
     exe = shutil.which("mypy")
     if exe:
         return [exe]
-    try:
-        import mypy  # noqa: F401
+    if importlib.util.find_spec("mypy") is not None:
         return [sys.executable, "-m", "mypy"]
-    except ImportError:
-        pytest.fail("mypy is missing: scripts/deps.sh test installs Debian's mypy")
+    pytest.fail("mypy is missing: scripts/deps.sh test installs Debian's mypy")
 
 
 def doc_examples(tmp):

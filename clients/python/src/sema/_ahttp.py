@@ -10,8 +10,8 @@ import time
 from typing import Dict, List, Optional, Set, Tuple
 
 from ._flows import OpenStream, Reply, Request, Stream, StreamTimeout
-from ._options import IDLE, MAX_BODY, MAX_LINE, Options
-from .errors import NetworkError, ProtocolError, retry_after_seconds
+from ._options import IDLE, MAX_BODY, MAX_LINE, Options, network_error
+from .errors import ProtocolError, retry_after_seconds
 
 WATCH = 0.25  # seconds between two looks at the deadlines of the requests in flight
 
@@ -35,24 +35,6 @@ class _Conn:
     def expire(self) -> None:
         self.timed_out = True
         self.abort()
-
-
-def _network_error(o: Options, e: BaseException, conn: Optional[_Conn],
-                   timeout: Optional[float]) -> NetworkError:
-    if conn is not None and conn.timed_out:
-        return NetworkError("no reply from semad at %s within %gs" % (o.url, timeout or 0),
-                            code="timeout", retryable=False)
-    if isinstance(e, ssl.SSLCertVerificationError):
-        return NetworkError("TLS to semad at %s: %s (give semad's CA with ca= or SEMA_CACERT)"
-                            % (o.url, e.verify_message or e), code="tls", retryable=False)
-    if isinstance(e, ssl.SSLError):
-        return NetworkError("TLS to semad at %s failed: %s (a semad with --tls-client-ca "
-                            "wants a client certificate: cert= and key=, or SEMA_CERT and "
-                            "SEMA_CERT_KEY)" % (o.url, e), code="tls", retryable=False)
-    if isinstance(e, asyncio.TimeoutError):
-        return NetworkError("could not connect to semad at %s within %gs"
-                            % (o.url, o.connect_timeout), code="timeout")
-    return NetworkError("semad unreachable at %s: %s" % (o.url, e or type(e).__name__))
 
 
 async def _read_head(reader: asyncio.StreamReader) -> Tuple[int, Dict[bytes, bytes], bool]:
@@ -248,7 +230,8 @@ class AsyncHttp:
                 asyncio.TimeoutError, ValueError) as e:
             if conn is not None:
                 conn.abort()
-            raise _network_error(self.o, e, conn, req.timeout) from e
+            timed_out = conn is not None and conn.timed_out
+            raise network_error(self.o, e, timed_out, req.timeout) from e
         except BaseException:
             if conn is not None:
                 conn.abort()
@@ -285,7 +268,7 @@ class AsyncHttp:
                 asyncio.TimeoutError, ValueError) as e:
             if conn is not None:
                 conn.abort()
-            raise _network_error(self.o, e, None, None) from e
+            raise network_error(self.o, e, False, None) from e
         except BaseException:
             if conn is not None:
                 conn.abort()
@@ -308,7 +291,7 @@ class AsyncHttp:
             if isinstance(e, ValueError):  # StreamReader's line limit
                 raise ProtocolError("an event stream line longer than %d bytes" % MAX_LINE,
                                     code="protocol") from None
-            raise _network_error(self.o, e, None, None) from e
+            raise network_error(self.o, e, False, None) from e
         except BaseException:
             conn.abort()
             raise

@@ -8,12 +8,12 @@ import asyncio
 import ssl
 import time
 from types import TracebackType
-from typing import (Any, AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Dict, Generic,
-                    Iterable, List, Optional, Set, Type, TypeVar, Union)
+from typing import (Any, AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable,
+                    Dict, Generic, Iterable, List, Optional, Set, Type, TypeVar, Union)
 
 from . import _flows as fl
 from ._ahttp import AsyncHttp
-from ._client import _ticket_permit
+from ._common import PermitFields, TicketFields, ticket_permit, unreachable
 from ._options import Options
 from ._schedule import Schedule
 from ._types import Lease, LockState, SemaphoreState, TicketState
@@ -153,51 +153,21 @@ class _ARenewer:
             self._arm(at)
 
 
-class AsyncPermit:
+class AsyncPermit(PermitFields):
     """A held lease (see sema.Permit), renewed by a timer of the event loop every ttl/3;
     ``lost`` is an asyncio.Event. ``async with``: released when the block ends."""
-
-    lease: str
-    name: str
-    weight: int
-    fence: int
-    ttl: float
-    expires_at: float
-    acquired_at: float
-    owner: Optional[str]
-    key: Optional[str]
-    mode: Optional[str]
 
     def __init__(self, client: AsyncClient, lease: Lease, sent: float,
                  on_end: Optional[Callable[[AsyncPermit], None]] = None,
                  left: Optional[float] = None) -> None:
         self._client = client
-        self.lease, self.name, self.weight = lease.lease, lease.name, lease.weight
-        self.fence, self.ttl, self.expires_at = lease.fence, lease.ttl, lease.expires_at
-        self.acquired_at, self.owner = lease.acquired_at, lease.owner
-        self.key, self.mode = lease.key, lease.mode
+        self._deadline, first = self._fields(lease, sent, left)
         self._lost: Optional[asyncio.Event] = None  # made when first asked for
-        self._error: Optional[LeaseLost] = None
-        self._released = False
         self._on_end = on_end
         self._loop = asyncio.get_running_loop()
         self._task: Optional["asyncio.Task[None]"] = None
-        self._gen = 0
-        now = time.monotonic()
-        # as sema.Permit: the grant taken as at most min(1 s, ttl/4) before the reply
-        self._deadline = max(sent, now - min(1.0, self.ttl / 4)) + self.ttl
-        first = now + self.ttl / 3
-        if left is not None:  # a lease granted before this process saw it: `left` of its ttl
-            left = max(left, 0.1)
-            self._deadline = min(self._deadline, now + left)
-            first = min(first, now + left / 2)
         self._schedule(first)
         client._permits[self] = None
-
-    def __repr__(self) -> str:
-        return "<AsyncPermit %s of %r weight=%d fence=%d%s>" % (
-            self.lease, self.key or self.name, self.weight, self.fence,
-            " lost" if self._error is not None else " released" if self._released else "")
 
     @property
     def lost(self) -> asyncio.Event:
@@ -208,14 +178,6 @@ class AsyncPermit:
                 self._lost.set()
         return self._lost
 
-    @property
-    def released(self) -> bool:
-        return self._released
-
-    @property
-    def error(self) -> Optional[LeaseLost]:
-        return self._error
-
     def _schedule(self, at: float) -> None:
         self._gen += 1
         self._client._renewer.schedule(self, min(at, self._deadline), self._gen)
@@ -225,8 +187,7 @@ class AsyncPermit:
         if gen != self._gen or self._released or self._error is not None:
             return
         if time.monotonic() >= self._deadline:
-            self._lose(LeaseLost("lease %s: no renewal reached semad before the ttl ran out"
-                                 % self.lease, code="unreachable"))
+            self._lose(unreachable(self.lease))
             return
         self._task = self._loop.create_task(self._renew_once(gen))
 
@@ -416,9 +377,7 @@ class AsyncSemaphore:
         if keepalive is not None:
             body["keepalive_ms"] = fl.to_ms(keepalive, "keepalive", 1)
         key = fl.new_key() if idempotency_key is None else fl.check_key(idempotency_key)
-        sent = time.monotonic()
-        st = await c._run(fl.ticket_take(c._o.config, self.name, body, key))
-        return AsyncTicket(c, st, sent)
+        return AsyncTicket(c, await c._run(fl.ticket_take(c._o.config, self.name, body, key)))
 
     async def map_limit(self, items: Union[Iterable[T], AsyncIterable[T]], limit: int,
                         fn: Callable[[T], Awaitable[R]], *, weight: int = 1) -> List[R]:
@@ -559,43 +518,14 @@ AsyncEventStream = _AIter[Event]
 AsyncTicketUpdates = _AIter[TicketState]
 
 
-class AsyncTicket:
+class AsyncTicket(TicketFields):
     """A ticket (see sema.Ticket)."""
 
-    def __init__(self, client: AsyncClient, st: TicketState, sent: float) -> None:
+    def __init__(self, client: AsyncClient, st: TicketState) -> None:
         self._client = client
-        self.state = st
-        self._sent = sent
-
-    @property
-    def id(self) -> str:
-        return self.state.id
-
-    @property
-    def name(self) -> str:
-        return self.state.name
-
-    @property
-    def status(self) -> str:
-        return self.state.status
-
-    @property
-    def position(self) -> Optional[int]:
-        return self.state.position
-
-    @property
-    def lease(self) -> Optional[Lease]:
-        return self.state.lease
-
-    def __repr__(self) -> str:
-        return "<AsyncTicket %s %s position=%s>" % (self.state.id, self.state.status,
-                                                    self.state.position)
-
-    def _set(self, st: TicketState) -> None:
         self.state = st
 
     async def refresh(self, wait: Optional[float] = None) -> TicketState:
-        self._sent = time.monotonic()
         self.state = await self._client._run(fl.ticket_get(self._client._o.config, self.id,
                                                            wait))
         return self.state
@@ -614,7 +544,7 @@ class AsyncTicket:
                     on_update(value)
             self.state = await self._client._run(
                 fl.wait_turn(self._client._o.config, self.state, timeout), seen)
-        return _ticket_permit(self._client, self.state, AsyncPermit)
+        return ticket_permit(self._client, self.state, AsyncPermit)
 
     async def leave(self) -> None:
         await self._client._run(fl.ticket_leave(self._client._o.config, self.id))
@@ -681,9 +611,8 @@ class AsyncClient:
         await self._run(fl.revoke(self._o.config, lease_id))
 
     async def ticket(self, ticket_id: str) -> AsyncTicket:
-        sent = time.monotonic()
-        st = await self._run(fl.ticket_get(self._o.config, ticket_id, None))
-        return AsyncTicket(self, st, sent)
+        return AsyncTicket(self, await self._run(fl.ticket_get(self._o.config, ticket_id,
+                                                               None)))
 
     def watch(self, name: str, last_event_id: Optional[str] = None) -> AsyncEventStream:
         fl.seg(name)

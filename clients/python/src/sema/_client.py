@@ -12,6 +12,7 @@ from typing import (Any, Callable, Dict, Generator, Generic, Iterable, List,
                     Optional, Tuple, Type, TypeVar)
 
 from . import _flows as fl
+from ._common import PermitFields, TicketFields, ticket_permit, unreachable
 from ._http import Cancel, SyncHttp
 from ._options import Options
 from ._schedule import Schedule
@@ -22,6 +23,7 @@ from .events import Event
 T = TypeVar("T")
 R = TypeVar("R")
 RENEWERS = 2  # threads renewing a client's permits
+BodyKey = Tuple[int, Optional[float], Optional[str]]  # an acquire's weight, ttl and owner
 IDLE_LOOK = 1.0  # seconds between two looks of a renewer with nothing to renew
 
 
@@ -79,27 +81,19 @@ class _Runner:
 
     def run(self, flow: fl.Flow[T], cancel: Optional[Cancel] = None,
             emit: Optional[Callable[[Any], None]] = None) -> T:
-        """The flow to its end, in this thread: its value, or what it raises. (The loop of
-        _drive again, without a generator of its own: this is every call's path.)"""
+        """The flow to its end, in this thread: its value, or what it raises; what it emits
+        goes to ``emit``."""
         streams: List[fl.Stream] = []
-        value: Any = None
-        error: Optional[BaseException] = None
+        drive = self._drive(flow, cancel, streams)
         try:
             while True:
                 try:
-                    op = flow.send(value) if error is None else flow.throw(error)
+                    value = next(drive)
                 except StopIteration as stop:
                     result: T = stop.value
                     return result
-                value = error = None
-                if type(op) is fl.Emit:
-                    if emit is not None:
-                        emit(op.value)
-                    continue
-                try:
-                    value = self._do(op, cancel, streams)
-                except BaseException as e:  # thrown into the flow, which decides
-                    error = e
+                if emit is not None:
+                    emit(value)
         finally:
             for s in streams:
                 self.http.close_stream(s)
@@ -161,57 +155,23 @@ class _Renewer:
             permit._tick(gen)
 
 
-class Permit:
+class Permit(PermitFields):
     """A held lease: ``weight`` units of semaphore ``name`` (or a lock on ``key``) until
     ``release()``. Renewed in the background every ttl/3; ``lost`` is set when the lease is
     lost (revoked, expired, its semaphore deleted, or no renewal reached semad before the
     ttl ran out), and ``release()`` then raises LeaseLost. A context manager: released when
     the block ends."""
 
-    lease: str
-    """The lease id."""
-    name: str
-    weight: int
-    fence: int
-    """Strictly increasing per semaphore: hand it to the resource you protect."""
-    ttl: float
-    expires_at: float
-    """The expiry on semad's clock (epoch seconds), moved on by each renewal."""
-    acquired_at: float
-    owner: Optional[str]
-    key: Optional[str]
-    mode: Optional[str]
-
     def __init__(self, client: Client, lease: Lease, sent: float,
                  on_end: Optional[Callable[[Permit], None]] = None,
                  left: Optional[float] = None) -> None:
         self._client = client
-        self.lease, self.name, self.weight = lease.lease, lease.name, lease.weight
-        self.fence, self.ttl, self.expires_at = lease.fence, lease.ttl, lease.expires_at
-        self.acquired_at, self.owner = lease.acquired_at, lease.owner
-        self.key, self.mode = lease.key, lease.mode
+        self._deadline, first = self._fields(lease, sent, left)
         self._lost: Optional[threading.Event] = None  # made when first asked for
         self._lock = threading.Lock()
-        self._error: Optional[LeaseLost] = None
-        self._released = False
-        self._gen = 0
         self._on_end = on_end
-        now = time.monotonic()
-        # The ttl runs from the grant, between the send and now; a long-poll may have
-        # waited long before it: take the grant as at most min(1 s, ttl/4) before the reply.
-        self._deadline = max(sent, now - min(1.0, self.ttl / 4)) + self.ttl
-        first = now + self.ttl / 3
-        if left is not None:  # a lease granted before this process saw it: `left` of its ttl
-            left = max(left, 0.1)
-            self._deadline = min(self._deadline, now + left)
-            first = min(first, now + left / 2)
         client._permits[self] = None
         self._schedule(first)
-
-    def __repr__(self) -> str:
-        return "<Permit %s of %r weight=%d fence=%d%s>" % (
-            self.lease, self.key or self.name, self.weight, self.fence,
-            " lost" if self._error is not None else " released" if self._released else "")
 
     @property
     def lost(self) -> threading.Event:
@@ -223,15 +183,6 @@ class Permit:
                     if self._error is not None:
                         self._lost.set()
         return self._lost
-
-    @property
-    def released(self) -> bool:
-        return self._released
-
-    @property
-    def error(self) -> Optional[LeaseLost]:
-        """Why the lease was lost (None while it is not)."""
-        return self._error
 
     def _schedule(self, at: float) -> None:
         """Called with the lock held, or before the permit is shared."""
@@ -245,8 +196,7 @@ class Permit:
                 return
             now = time.monotonic()
             if now >= self._deadline:
-                self._lose(LeaseLost("lease %s: no renewal reached semad before the ttl ran "
-                                     "out" % self.lease, code="unreachable"))
+                self._lose(unreachable(self.lease))
                 return
             timeout = min(self._client._o.config.request_timeout, max(0.05, self._deadline - now))
         sent = time.monotonic()
@@ -374,7 +324,7 @@ class Semaphore:
         self.name = name
         # permits taken through this handle, oldest first (dict operations are atomic)
         self._held: Dict[Permit, None] = {}
-        self._bodies: Dict[Tuple[int, Optional[float], Optional[str]], Tuple[Dict[str, Any], bytes]] = {}
+        self._bodies: Dict[BodyKey, Tuple[Dict[str, Any], bytes]] = {}
 
     def __repr__(self) -> str:
         return "<Semaphore %r at %s>" % (self.name, self._client.url)
@@ -476,8 +426,7 @@ class Semaphore:
         if keepalive is not None:
             body["keepalive_ms"] = fl.to_ms(keepalive, "keepalive", 1)
         key = fl.new_key() if idempotency_key is None else fl.check_key(idempotency_key)
-        sent = time.monotonic()
-        return Ticket(c, c._run(fl.ticket_take(c._o.config, self.name, body, key)), sent)
+        return Ticket(c, c._run(fl.ticket_take(c._o.config, self.name, body, key)))
 
     def map_limit(self, items: Iterable[T], limit: int, fn: Callable[[T], R], *,
                   weight: int = 1) -> List[R]:
@@ -621,50 +570,19 @@ EventStream = _Iter[Event]
 TicketUpdates = _Iter[TicketState]
 
 
-class Ticket:
+class Ticket(TicketFields):
     """A ticket: a place in a semaphore's line that no connection holds. Its latest state
     is ``state`` (and the attributes that mirror it). Keep ``id`` (a cookie, say): any
     process with the same token can read it back with ``client.ticket(id)``."""
 
-    def __init__(self, client: Client, st: TicketState, sent: float) -> None:
+    def __init__(self, client: Client, st: TicketState) -> None:
         self._client = client
-        self.state = st
-        self._sent = sent
-
-    @property
-    def id(self) -> str:
-        return self.state.id
-
-    @property
-    def name(self) -> str:
-        return self.state.name
-
-    @property
-    def status(self) -> str:
-        """``"waiting"`` or ``"granted"``."""
-        return self.state.status
-
-    @property
-    def position(self) -> Optional[int]:
-        """1 = next in line; None once granted."""
-        return self.state.position
-
-    @property
-    def lease(self) -> Optional[Lease]:
-        return self.state.lease
-
-    def __repr__(self) -> str:
-        return "<Ticket %s %s position=%s>" % (self.state.id, self.state.status,
-                                               self.state.position)
-
-    def _set(self, st: TicketState) -> None:
         self.state = st
 
     def refresh(self, wait: Optional[float] = None) -> TicketState:
         """Reads it again (``acquire``, the ticket's own token); with ``wait`` seconds a
         long-poll that answers when its status or position changes. TicketEnded once it
         left the line."""
-        self._sent = time.monotonic()
         self.state = self._client._run(fl.ticket_get(self._client._o.config, self.id, wait))
         return self.state
 
@@ -688,24 +606,11 @@ class Ticket:
                     on_update(value)
             self.state = self._client._run(fl.wait_turn(self._client._o.config, self.state,
                                                         timeout), cancel, seen)
-        return _ticket_permit(self._client, self.state, Permit)
+        return ticket_permit(self._client, self.state, Permit)
 
     def leave(self) -> None:
         """Leaves the line (a granted ticket's lease is released); nothing if it ended."""
         self._client._run(fl.ticket_leave(self._client._o.config, self.id))
-
-
-P = TypeVar("P")
-
-
-def _ticket_permit(client: Any, st: TicketState, make: Callable[..., P]) -> P:
-    """A granted ticket's lease as a permit. The lease may have been granted a while before
-    this process read it (a ticket is collected by its next read): its ttl is counted from
-    the expiry semad gave, by this host's wall clock, never for more than the ttl."""
-    lease = st.lease
-    if lease is None:
-        raise TypeError("the ticket is not granted")
-    return make(client, lease, time.monotonic(), None, lease.expires_at - time.time())
 
 
 class Legacy:
@@ -781,8 +686,7 @@ class Client:
 
     def ticket(self, ticket_id: str) -> Ticket:
         """A ticket by id, read now (``acquire``, the token that took it)."""
-        sent = time.monotonic()
-        return Ticket(self, self._run(fl.ticket_get(self._o.config, ticket_id, None)), sent)
+        return Ticket(self, self._run(fl.ticket_get(self._o.config, ticket_id, None)))
 
     def watch(self, name: str, last_event_id: Optional[str] = None) -> EventStream:
         """Semaphore ``name``'s events (``read``) as an iterator of typed events

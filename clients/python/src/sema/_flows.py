@@ -24,7 +24,7 @@ T = TypeVar("T")
 
 # How a request may be sent again (docs/client.md#retries):
 NEVER = 0    # not at all: it may have run (delete, revoke, the legacy writes)
-NETWORK = 1  # after a network error: repeating it is harmless (create, resize, renew, acquire with its key)
+NETWORK = 1  # after a network error: harmless to repeat (create, resize, renew, a keyed acquire)
 READ = 2     # after a network error and after a 503: reads, and the ends of leases and tickets
 
 BACKOFF_FIRST = 0.1  # seconds before the first retry, doubling ...

@@ -14,8 +14,8 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from ._flows import OpenStream, Reply, Request, Stream, StreamTimeout
-from ._options import FRESH, IDLE, MAX_BODY, MAX_LINE, Options
-from .errors import Cancelled, NetworkError, ProtocolError, retry_after_seconds
+from ._options import FRESH, IDLE, MAX_BODY, MAX_LINE, Options, network_error
+from .errors import Cancelled, ProtocolError, retry_after_seconds
 
 Connection = Union[http.client.HTTPConnection, http.client.HTTPSConnection]
 
@@ -80,24 +80,6 @@ def _dropped(sock: Any) -> bool:
         return True
     except (OSError, ValueError):
         return True
-
-
-def network_error(o: Options, e: BaseException, timeout: Optional[float]) -> NetworkError:
-    """The NetworkError for a failed exchange: retryable unless it is about certificates
-    or a reply that did not come in time (which sending again would not fix)."""
-    if isinstance(e, ssl.SSLCertVerificationError):
-        return NetworkError("TLS to semad at %s: %s (give semad's CA with ca= or SEMA_CACERT)"
-                            % (o.url, e.verify_message or e), code="tls", retryable=False)
-    if isinstance(e, ssl.SSLError):
-        return NetworkError("TLS to semad at %s failed: %s (a semad with --tls-client-ca "
-                            "wants a client certificate: cert= and key=, or SEMA_CERT and "
-                            "SEMA_CERT_KEY)" % (o.url, e), code="tls", retryable=False)
-    if isinstance(e, socket.timeout):
-        return NetworkError("no reply from semad at %s within %gs" % (o.url, timeout or 0),
-                            code="timeout", retryable=False)
-    if isinstance(e, socket.gaierror):
-        return NetworkError("cannot resolve %s: %s" % (o.host, e), code="no_host")
-    return NetworkError("semad unreachable at %s: %s" % (o.url, e or type(e).__name__))
 
 
 class _Pool:
@@ -181,6 +163,7 @@ class SyncHttp:
         pool = self._waits if req.wait else self._quick
         conn = pool.take() or self._new()
         hook = 0
+        sent = False  # a timeout before this is the connect's, after it the reply's
         try:
             if conn.sock is None:
                 conn.connect()
@@ -198,6 +181,7 @@ class SyncHttp:
                 if req.key is not None:
                     headers["Idempotency-Key"] = req.key
             conn.request(req.method, self.o.prefix + req.path, req.body, headers)
+            sent = True
             resp = conn.getresponse()
             body = _read_body(resp)
             status = resp.status
@@ -208,7 +192,8 @@ class SyncHttp:
             conn.close()
             if cancel is not None and cancel.is_set():
                 raise Cancelled("cancelled", code="cancelled") from None
-            raise network_error(self.o, e, req.timeout) from e
+            raise network_error(self.o, e, sent and isinstance(e, socket.timeout),
+                                req.timeout) from e
         except BaseException:
             conn.close()
             raise
@@ -247,7 +232,7 @@ class SyncHttp:
             conn.close()
             if cancel is not None and cancel.is_set():
                 raise Cancelled("cancelled", code="cancelled") from None
-            raise network_error(self.o, e, None) from e
+            raise network_error(self.o, e, False, None) from e
         except BaseException:
             conn.close()
             raise
@@ -271,7 +256,7 @@ class SyncHttp:
             self.close_stream(stream)
             if cancel is not None and cancel.is_set():
                 raise Cancelled("cancelled", code="cancelled") from None
-            raise network_error(self.o, e, None) from e
+            raise network_error(self.o, e, False, None) from e
         finally:
             if hook and cancel is not None:
                 cancel._unhook(hook)

@@ -3,6 +3,7 @@
 environment (SEMA_SERVER, SEMA_TOKEN, SEMA_CACERT, SEMA_CERT, SEMA_CERT_KEY)."""
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import ssl
@@ -10,6 +11,7 @@ from typing import Dict, Optional
 from urllib.parse import urlsplit
 
 from ._flows import Config, to_ms
+from .errors import NetworkError
 
 DEFAULT_URL = "http://127.0.0.1:7070"
 IDLE = 4.0  # seconds an idle keep-alive connection is kept (semad closes them after 60)
@@ -50,7 +52,8 @@ class Options:
             token = os.environ.get("SEMA_TOKEN")
         if token and not all(0x21 <= ord(c) <= 0x7E for c in token):
             raise ValueError("the token holds a space, a control byte or non-ASCII")
-        self.headers: Dict[str, str] = {}  # Host comes from http.client; no User-Agent (libcurl sends none either)
+        # Host is the transport's to send; no User-Agent (libcurl sends none either)
+        self.headers: Dict[str, str] = {}
         if token:  # "" sends none, as in the other clients
             self.headers["Authorization"] = "Bearer " + token
         if not isinstance(retry, (int, float)) or retry < 0:
@@ -68,6 +71,29 @@ class Options:
 
     def where(self) -> str:
         return self.url
+
+
+def network_error(o: Options, e: BaseException, timed_out: bool,
+                  timeout: Optional[float]) -> NetworkError:
+    """The NetworkError of an exchange that got no reply: retryable unless it is about
+    certificates or a reply that did not come in time (``timed_out``), which sending again
+    would not fix."""
+    if timed_out:
+        return NetworkError("no reply from semad at %s within %gs" % (o.url, timeout or 0),
+                            code="timeout", retryable=False)
+    if isinstance(e, ssl.SSLCertVerificationError):
+        return NetworkError("TLS to semad at %s: %s (give semad's CA with ca= or SEMA_CACERT)"
+                            % (o.url, e.verify_message or e), code="tls", retryable=False)
+    if isinstance(e, ssl.SSLError):
+        return NetworkError("TLS to semad at %s failed: %s (a semad with --tls-client-ca "
+                            "wants a client certificate: cert= and key=, or SEMA_CERT and "
+                            "SEMA_CERT_KEY)" % (o.url, e), code="tls", retryable=False)
+    if isinstance(e, (socket.timeout, asyncio.TimeoutError)):
+        return NetworkError("could not connect to semad at %s within %gs"
+                            % (o.url, o.connect_timeout), code="timeout")
+    if isinstance(e, socket.gaierror):
+        return NetworkError("cannot resolve %s: %s" % (o.host, e), code="no_host")
+    return NetworkError("semad unreachable at %s: %s" % (o.url, e or type(e).__name__))
 
 
 def tls_context(ca: Optional[str], cert: Optional[str], key: Optional[str]) -> ssl.SSLContext:
