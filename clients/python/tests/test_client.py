@@ -397,6 +397,9 @@ def test_tickets(client, name):
     assert t2.state.ahead_weight == 1 and t2.state.keepalive == 30
     again = client.ticket(t2.id)  # read back by id, as from a cookie
     assert again.position == 2 and again.refresh().status == "waiting"
+    t0 = time.monotonic()
+    assert again.refresh(wait=0.3).position == 2  # a long poll: nothing moved meanwhile
+    assert time.monotonic() - t0 >= 0.25
     positions = []
     done = []
     waiter = threading.Thread(target=lambda: done.append(
