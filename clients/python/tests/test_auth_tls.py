@@ -179,11 +179,11 @@ def test_tls_with_a_private_ca(monkeypatch, request):
             t0 = time.monotonic()
             with pytest.raises(sema.NetworkError) as e:
                 sema.Client(url).semaphore(name).state()
-            assert e.value.code == "tls" and "SEMA_CACERT" in str(e.value)
+            assert e.value.code == "tls_untrusted" and "SEMA_CACERT" in str(e.value)
             assert time.monotonic() - t0 < 2, "a certificate error is not retried"
             with pytest.raises(sema.NetworkError) as e:
                 asyncio.run(sema.AsyncClient(url).semaphore(name).state())
-            assert e.value.code == "tls"
+            assert e.value.code == "tls_untrusted"
             with pytest.raises(sema.InvalidRequest) as e:  # plain HTTP to the TLS port
                 sema.Client(url.replace("https:", "http:")).semaphore(name).state()
             assert "https" in (e.value.detail or "")
@@ -209,8 +209,10 @@ def test_client_certificates(monkeypatch, request):
             ca = certs.path("ca.pem")
             with pytest.raises(sema.NetworkError) as e:
                 sema.Client(url, ca=ca).semaphore(name).state()
-            print("without a client certificate:", e.value)
+            assert e.value.code == "tls_certificate_required" and not e.value.retryable
             assert "cert=" in str(e.value) and "SEMA_CERT" in str(e.value), e.value
+            with pytest.raises(ValueError, match="cannot be used"):
+                sema.Client(url, ca=certs.path("no-such-ca.pem"))
             boss = sema.Client(url, ca=ca, cert=certs.path("boss.pem"),
                                key=certs.path("boss.key"), token="")
             boss.semaphore(name).create(1)  # the certificate's CN names the admin token

@@ -489,9 +489,14 @@ def test_client_options(url, monkeypatch):
     c = sema.Client()
     assert c.url == url
     c.close()
+    # a bare host:port is http://, as for the sema command and curl
+    assert sema.Client("127.0.0.1:7070").url == "http://127.0.0.1:7070"
+    monkeypatch.setenv("SEMA_SERVER", url.replace("http://", ""))
+    with sema.Client() as bare:
+        assert bare.url == url
     with pytest.raises(ValueError, match="http:// or https://"):
-        sema.Client("127.0.0.1:7070")
-    monkeypatch.setenv("SEMA_SERVER", "localhost:7070")
+        sema.Client("ftp://127.0.0.1:7070")
+    monkeypatch.setenv("SEMA_SERVER", "gopher://localhost:7070")
     with pytest.raises(ValueError, match="SEMA_SERVER"):
         sema.Client()
     with pytest.raises(ValueError, match="token"):

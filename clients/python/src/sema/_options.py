@@ -28,7 +28,9 @@ class Options:
                  owner: Optional[str], ttl: Optional[float], retry: float,
                  request_timeout: float, connect_timeout: float, max_idle: int) -> None:
         given = url if url is not None else os.environ.get("SEMA_SERVER")
-        self.url = (given or DEFAULT_URL).rstrip("/")
+        # "127.0.0.1:7070" is http://127.0.0.1:7070, as for the sema command and curl
+        bare = "http://" + given if given and "://" not in given else given
+        self.url = (bare or DEFAULT_URL).rstrip("/")
         parts = urlsplit(self.url)
         if parts.scheme not in ("http", "https") or not parts.hostname or \
                 parts.query or parts.fragment:
@@ -44,6 +46,8 @@ class Options:
         self.port = port or (443 if self.https else 80)
         self.prefix = parts.path.rstrip("/")
         self.ssl: Optional[ssl.SSLContext] = None
+        self.cert = None if ssl_context is not None else \
+            cert if cert is not None else os.environ.get("SEMA_CERT") or None
         if self.https:
             self.ssl = ssl_context or tls_context(ca, cert, key)
         elif ssl_context is not None or ca is not None or cert is not None:
@@ -82,12 +86,20 @@ def network_error(o: Options, e: BaseException, timed_out: bool,
         return NetworkError("no reply from semad at %s within %gs" % (o.url, timeout or 0),
                             code="timeout", retryable=False)
     if isinstance(e, ssl.SSLCertVerificationError):
-        return NetworkError("TLS to semad at %s: %s (give semad's CA with ca= or SEMA_CACERT)"
-                            % (o.url, e.verify_message or e), code="tls", retryable=False)
+        return NetworkError("the TLS certificate of %s is not trusted: %s (give semad's CA "
+                            "with ca= or SEMA_CACERT)" % (o.url, e.verify_message or e),
+                            code="tls_untrusted", retryable=False)
+    if isinstance(e, ssl.SSLError) and "ALERT" in str(e).upper() and o.cert is None:
+        return NetworkError("%s asked for a client certificate and none was given (cert= and "
+                            "key=, or SEMA_CERT and SEMA_CERT_KEY; TLS: %s)" % (o.url, e),
+                            code="tls_certificate_required", retryable=False)
+    if isinstance(e, ssl.SSLError) and "ALERT" in str(e).upper():
+        return NetworkError("%s refused the client certificate %s (TLS: %s)"
+                            % (o.url, o.cert, e), code="tls_certificate_refused",
+                            retryable=False)
     if isinstance(e, ssl.SSLError):
-        return NetworkError("TLS to semad at %s failed: %s (a semad with --tls-client-ca "
-                            "wants a client certificate: cert= and key=, or SEMA_CERT and "
-                            "SEMA_CERT_KEY)" % (o.url, e), code="tls", retryable=False)
+        return NetworkError("TLS to semad at %s failed: %s" % (o.url, e), code="tls",
+                            retryable=False)
     if isinstance(e, (socket.timeout, asyncio.TimeoutError)):
         return NetworkError("could not connect to semad at %s within %gs"
                             % (o.url, o.connect_timeout), code="timeout")
@@ -103,7 +115,14 @@ def tls_context(ca: Optional[str], cert: Optional[str], key: Optional[str]) -> s
     ca = ca if ca is not None else os.environ.get("SEMA_CACERT") or None
     cert = cert if cert is not None else os.environ.get("SEMA_CERT") or None
     key = key if key is not None else os.environ.get("SEMA_CERT_KEY") or None
-    ctx = ssl.create_default_context(cafile=ca)
+    try:
+        ctx = ssl.create_default_context(cafile=ca)
+    except (OSError, ssl.SSLError) as e:
+        raise ValueError("the CA file %s cannot be used: %s" % (ca, e)) from None
     if cert:
-        ctx.load_cert_chain(cert, key)
+        try:
+            ctx.load_cert_chain(cert, key)
+        except (OSError, ssl.SSLError) as e:
+            raise ValueError("the client certificate %s cannot be used: %s" % (cert, e)) \
+                from None
     return ctx
