@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# deps.sh - install the Debian packages sema needs to build, test and benchmark, and (test,
+# deps.sh - install the Debian packages sema needs to build, test and benchmark (the Python
+# client's tests: pytest, mypy, and pip, setuptools and venv to build and install its wheel
+# without a download; its benchmark: redis-py), and (test,
 # bench) the pinned npm packages of tests/openapi (the validating proxy of the HTTP tests
 # and Redocly's OpenAPI linter), of clients/js (the JS client's dev dependencies:
 # typescript, @types/node), and of examples/waiting-room (puppeteer-core, which drives
@@ -15,8 +17,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 
 build_pkgs="build-essential cmake pkg-config libuv1-dev node-llhttp libjansson-dev
             libsqlite3-dev libhiredis-dev libcurl4-openssl-dev libssl-dev"
-test_pkgs="python3 sqlite3 redis-server redis-sentinel procps util-linux nodejs npm openssl curl jq chromium"
-bench_pkgs="wrk"
+test_pkgs="python3 sqlite3 redis-server redis-sentinel procps util-linux nodejs npm openssl curl jq chromium
+           python3-pytest mypy python3-venv python3-pip python3-setuptools python3-wheel"
+bench_pkgs="wrk python3-redis"
 fuzz_pkgs="clang libclang-rt-14-dev"
 
 case $want in

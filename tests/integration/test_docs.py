@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""test_docs.py - every fenced shell and C example of README.md and docs/*.md runs as written,
+"""test_docs.py - every fenced shell, C and Python example of README.md and docs/*.md runs as written,
 against a real semad at the address the documents use (127.0.0.1:7070).
 
 How a page's blocks are read (the info string after the opening fence):
@@ -7,6 +7,8 @@ How a page's blocks are read (the info string after the opening fence):
   ending in a backslash continues onto the next), the other lines are their output, which
   is compared with what the command printed (stdout and stderr; below).
 - `c`: a whole program, compiled against this build's libsema and libsema-client and run.
+- `python`: a whole program, run by this test's interpreter with the Python client of the
+  source tree (clients/python/src) on its PYTHONPATH.
 - anything else (`text`, `json`, `cmake`, `ts`, `yaml`, ...) is not run. A fence with no
   info string fails the test: say `text` for output and `sh`/`console` for commands.
 An HTML comment on the line before a block changes it:
@@ -53,6 +55,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import semad_fixture as fx  # noqa: E402
 
 SHELL = {"sh", "bash", "shell", "console"}
+# Whole programs: the file suffix, the session's function that runs one, the argument's suffix.
+PROGRAMS = {"c": (".c", "__c", ""), "python": (".py", "__py", ".py")}
 PAGE_TIMEOUT = 45 if fx.SLOW == 1 else 100  # seconds for one page (semad included); CTest gives 120
 ADDRESSES = ("127.0.0.1:7070", "localhost:7070")
 FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([^\s`]*)[^`]*$")
@@ -254,6 +258,7 @@ def script_for(page, blist, cdir):
     emit("__c() { cc -std=c11 -Wall -Wextra -Werror -I\"$DOC_SRC/include\" -o \"$1\" \"$1.c\" "
          "\"$DOC_BUILD/lib/libsema-client.a\" \"$DOC_BUILD/lib/libsema.a\" "
          "$(pkg-config --libs libcurl jansson) -pthread -lrt && \"$1\"; }", "prelude")
+    emit('__py() { "$DOC_PYTHON" "$1"; }', "prelude")
     emit("trap 'echo \"@@failed at script line $LINENO (status $?)\" >&2' ERR", "prelude")
     emit("set -e -o pipefail", "prelude")
     for n, b in enumerate(blist):
@@ -265,12 +270,13 @@ def script_for(page, blist, cdir):
             for k, ln in enumerate(b.body):
                 emit(ln, "%s:%d" % (os.path.relpath(page, fx.source_dir()), b.line + 1 + k))
             emit("__DOC_EOF__", b.where())
-        elif b.lang == "c":
+        elif b.lang in PROGRAMS:
             path = os.path.join(cdir, "block%d" % n)
-            with open(path + ".c", "w") as f:
+            with open(path + PROGRAMS[b.lang][0], "w") as f:
                 f.write("\n".join(b.body) + "\n")
             emit("__block %s" % shlex.quote(b.where()), b.where())
-            emit("__c %s" % shlex.quote(path), b.where())
+            emit("%s %s" % (PROGRAMS[b.lang][1], shlex.quote(path + PROGRAMS[b.lang][2])),
+                 b.where())
         elif b.lang == "console":
             emit("__block %s" % shlex.quote(b.where()), b.where())
             checks += console_script(b, n, emit, page)
@@ -282,7 +288,7 @@ def script_for(page, blist, cdir):
 
 
 def runnable(b):
-    return not b.norun and (b.file or b.lang == "c" or b.lang in SHELL)
+    return not b.norun and (b.file or b.lang in PROGRAMS or b.lang in SHELL)
 
 
 def install_prefix(tmp):
@@ -337,6 +343,10 @@ def session_env(prefix, port, d):
         "LD_LIBRARY_PATH": libdir,
         "DOC_SRC": fx.source_dir(),
         "DOC_BUILD": build_dir(),
+        "DOC_PYTHON": sys.executable,
+        "PYTHONPATH": os.pathsep.join(
+            [os.path.join(fx.source_dir(), "clients", "python", "src")]
+            + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])),
         "DOC_PROGRESS": os.path.join(d, ".progress"),
         "DOC_OUT": os.path.join(d, ".out"),
         "HOME": d,
@@ -367,7 +377,7 @@ def run_session(page, d, prefix, port):
                   data=os.path.join(d, "sema-data")) as s:
         if port == 0:  # no namespace of its own: the examples' address becomes semad's
             script = readdress(script, s.semad_port)
-            for c in glob.glob(os.path.join(cdir, "*.c")):
+            for c in glob.glob(os.path.join(cdir, "*.c")) + glob.glob(os.path.join(cdir, "*.py")):
                 with open(c) as f:
                     text = readdress(f.read(), s.semad_port)
                 with open(c, "w") as f:
@@ -502,7 +512,7 @@ def test_examples_run_as_written():
         all_blocks = [(p, blocks(p)) for p in pages()]
         todo = [p for p, bl in all_blocks if any(runnable(b) for b in bl)]
         norun = [b for _, bl in all_blocks for b in bl if b.norun and
-                 (b.lang == "c" or b.lang in SHELL)]
+                 (b.lang in PROGRAMS or b.lang in SHELL)]
         ran = sum(1 for _, bl in all_blocks for b in bl if runnable(b))
         failed = []
         with concurrent.futures.ThreadPoolExecutor(3 if iso else 1) as pool:
