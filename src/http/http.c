@@ -15,7 +15,19 @@ enum { KEEP_BYTES = 4096 }; /* buffers above this are freed between requests */
 enum { HS_FIELD, HS_VALUE, HS_DONE }; /* http_parser_t.hstate */
 
 /* The headers semad reads (http_parser_t.hkind); HK_UNSET until the name is known. */
-enum { HK_UNSET, HK_OTHER, HK_IDEM, HK_EXPECT, HK_LEID, HK_HOST, HK_TE, HK_AUTH };
+enum {
+    HK_UNSET,
+    HK_OTHER,
+    HK_IDEM,
+    HK_EXPECT,
+    HK_LEID,
+    HK_HOST,
+    HK_TE,
+    HK_AUTH,
+    HK_ORIGIN, /* Origin, Sec-Fetch-Site: the cross-site guard (access.c) */
+    HK_FETCH_SITE,
+    HK_INM /* If-None-Match: the dashboard's files (ui.c) */
+};
 
 static const char bad_line[] = "Malformed request line (one space between method, request "
                                "target and HTTP version)";
@@ -112,10 +124,11 @@ static int on_header_field(llhttp_t *ll, const char *at, size_t len)
         p->hkind = HK_OTHER; /* the name went on after "Host" in the next read */
     }
     /* Only names starting like idempotency-key, expect, last-event-id, host,
-     * transfer-encoding or authorization can matter. */
+     * transfer-encoding, authorization, origin, sec-fetch-site or if-none-match can matter. */
     if (p->hname_len == 0 && len > 0) {
         char c = (char)(at[0] | 0x20);
-        if (c != 'i' && c != 'e' && c != 'l' && c != 'h' && c != 't' && c != 'a')
+        if (c != 'i' && c != 'e' && c != 'l' && c != 'h' && c != 't' && c != 'a' && c != 'o' &&
+            c != 's')
             p->hname_long = 1;
     }
     if (p->hname_long)
@@ -141,6 +154,8 @@ static int classify(const http_parser_t *p)
         {"idempotency-key", HK_IDEM}, {"expect", HK_EXPECT},
         {"last-event-id", HK_LEID},   {"host", HK_HOST},
         {"transfer-encoding", HK_TE}, {"authorization", HK_AUTH},
+        {"origin", HK_ORIGIN},        {"sec-fetch-site", HK_FETCH_SITE},
+        {"if-none-match", HK_INM},
     };
     if (p->hname_long)
         return p->hkind != HK_UNSET ? p->hkind : HK_OTHER;
@@ -152,8 +167,10 @@ static int classify(const http_parser_t *p)
 
 /* A Host value is RFC 3986 host [":" port] (RFC 9112 §3.2): unreserved, pct-encoded,
  * sub-delims, ':' and the brackets of an IP literal. A connection sends the same value each
- * time: the last valid one is kept, and a value equal to it needs no check. */
-static int host_valid(http_parser_t *p, const char *s, size_t len)
+ * time: the last valid one is kept (p->host), and a value equal to it needs no check. A
+ * value that arrives in pieces (`first`: this is its first) is checked and kept piece by
+ * piece. */
+static int host_valid(http_parser_t *p, const char *s, size_t len, int first)
 {
     static const char ok[128] = {
         ['!'] = 1, ['$'] = 1, ['%'] = 1, ['&'] = 1, ['\''] = 1, ['('] = 1, [')'] = 1, ['*'] = 1,
@@ -168,24 +185,25 @@ static int host_valid(http_parser_t *p, const char *s, size_t len)
         ['r'] = 1, ['s'] = 1, ['t'] = 1, ['u'] = 1, ['v'] = 1,  ['w'] = 1, ['x'] = 1, ['y'] = 1,
         ['z'] = 1,
     };
-    if (len == p->host_len && memcmp(s, p->host, len) == 0)
+    if (first && len == p->host.len && memcmp(s, p->host.data, len) == 0)
         return 1;
     for (size_t i = 0; i < len; i++)
         if ((unsigned char)s[i] >= 128 || !ok[(unsigned char)s[i]])
             return 0;
-    if (len <= sizeof p->host) {
-        memcpy(p->host, s, len);
-        p->host_len = (uint8_t)len;
-    }
-    return 1;
+    if (first)
+        strbuf_reset(&p->host);
+    return strbuf_append(&p->host, s, len) == 0; /* fails past --max-header-bytes */
 }
 
 static const char *too_long(int kind)
 {
-    return kind == HK_LEID     ? "Last-Event-ID longer than 255 bytes"
-           : kind == HK_EXPECT ? "Expect longer than 255 bytes"
-           : kind == HK_AUTH   ? "Authorization longer than 255 bytes"
-                               : "Idempotency-Key longer than 255 bytes";
+    return kind == HK_LEID         ? "Last-Event-ID longer than 255 bytes"
+           : kind == HK_EXPECT     ? "Expect longer than 255 bytes"
+           : kind == HK_AUTH       ? "Authorization longer than 255 bytes"
+           : kind == HK_ORIGIN     ? "Origin longer than 255 bytes"
+           : kind == HK_FETCH_SITE ? "Sec-Fetch-Site longer than 255 bytes"
+           : kind == HK_INM        ? "If-None-Match longer than 255 bytes"
+                                   : "Idempotency-Key longer than 255 bytes";
 }
 
 static int on_header_value(llhttp_t *ll, const char *at, size_t len)
@@ -194,7 +212,8 @@ static int on_header_value(llhttp_t *ll, const char *at, size_t len)
     if (count_header_bytes(p, len) != 0)
         return HPE_USER;
     uint64_t here = pos(p, at);
-    if (p->hstate == HS_FIELD) {
+    int first = p->hstate == HS_FIELD;
+    if (first) {
         p->hstate = HS_VALUE;
         p->hkind = (uint8_t)classify(p);
     } else if (here != p->mark) { /* the value goes on after a line break */
@@ -205,7 +224,7 @@ static int on_header_value(llhttp_t *ll, const char *at, size_t len)
     case HK_OTHER:
         return 0;
     case HK_HOST:
-        return host_valid(p, at, len) ? 0 : fail(p, 400, "Invalid Host header");
+        return host_valid(p, at, len, first) ? 0 : fail(p, 400, "Invalid Host header");
     case HK_TE:
         if (strbuf_append(&p->hval, at, len) != 0)
             p->te |= 2; /* too long to be "chunked" */
@@ -215,6 +234,17 @@ static int on_header_value(llhttp_t *ll, const char *at, size_t len)
             return fail(p, 400, too_long(p->hkind));
         return 0;
     }
+}
+
+/* Sec-Fetch-Site's value (Fetch Metadata); a second one makes it HTTP_FETCH_OTHER. */
+static void fetch_site(http_parser_t *p, const char *v, size_t n)
+{
+    static const char *const names[] = {"", "same-origin", "same-site", "cross-site", "none"};
+    uint8_t site = HTTP_FETCH_OTHER;
+    for (uint8_t i = 1; i < sizeof names / sizeof names[0]; i++)
+        if (strlen(names[i]) == n && strncasecmp(v, names[i], n) == 0)
+            site = i;
+    p->req.fetch_site = p->req.fetch_site == HTTP_FETCH_ABSENT ? site : HTTP_FETCH_OTHER;
 }
 
 /* Transfer-Encoding: semad implements chunked alone (RFC 9112 §6.1, §7). */
@@ -230,13 +260,17 @@ static void transfer_coding(http_parser_t *p, const char *v, size_t n)
 static int on_header_value_complete(llhttp_t *ll)
 {
     http_parser_t *p = P(ll);
-    if (p->hstate == HS_FIELD) /* an empty value */
+    int empty = p->hstate == HS_FIELD;
+    if (empty)
         p->hkind = (uint8_t)classify(p);
     p->hstate = HS_DONE;
     if (p->hkind == HK_OTHER)
         return 0;
-    if (p->hkind == HK_HOST)
+    if (p->hkind == HK_HOST) {
+        if (empty)
+            strbuf_reset(&p->host);
         return ++p->hosts > 1 ? fail(p, 400, "More than one Host header") : 0;
+    }
     const char *v = p->hval.len ? p->hval.data : "";
     switch (p->hkind) {
     case HK_TE:
@@ -251,6 +285,20 @@ static int on_header_value_complete(llhttp_t *ll)
             return fail(p, 400, "Authorization must be one value");
         p->req.authorization = strndup(v, p->hval.len);
         if (p->req.authorization == NULL)
+            return fail(p, 503, "Out of memory");
+        break;
+    case HK_ORIGIN:
+        if (p->req.origin != NULL)
+            return fail(p, 400, "Origin must be one value");
+        if ((p->req.origin = strndup(v, p->hval.len)) == NULL)
+            return fail(p, 503, "Out of memory");
+        break;
+    case HK_FETCH_SITE:
+        fetch_site(p, v, p->hval.len);
+        break;
+    case HK_INM: /* a cache validator: the last one counts (a miss costs one full reply) */
+        free(p->req.if_none_match);
+        if ((p->req.if_none_match = strndup(v, p->hval.len)) == NULL)
             return fail(p, 503, "Out of memory");
         break;
     case HK_LEID:
@@ -373,7 +421,20 @@ void http_parser_init(http_parser_t *p, const http_limits_t *limits)
     strbuf_init(&p->req.url, limits->max_header_bytes + 1);
     strbuf_init(&p->req.body, limits->max_body_bytes + 1);
     strbuf_init(&p->hval, ENGINE_IDEM_KEY_MAX); /* content bytes; the NUL is extra */
+    strbuf_init(&p->host, limits->max_header_bytes);
     p->hstate = HS_DONE;
+}
+
+/* The owned header values of one request. */
+static void free_values(http_request_t *r)
+{
+    free(r->idem_key);
+    free(r->last_event_id);
+    free(r->authorization);
+    free(r->origin);
+    free(r->if_none_match);
+    r->idem_key = r->last_event_id = r->authorization = r->origin = r->if_none_match = NULL;
+    r->fetch_site = HTTP_FETCH_ABSENT;
 }
 
 void http_parser_free(http_parser_t *p)
@@ -383,12 +444,8 @@ void http_parser_free(http_parser_t *p)
     strbuf_free(&p->req.url);
     strbuf_free(&p->req.body);
     strbuf_free(&p->hval);
-    free(p->req.idem_key);
-    p->req.idem_key = NULL;
-    free(p->req.last_event_id);
-    p->req.last_event_id = NULL;
-    free(p->req.authorization);
-    p->req.authorization = NULL;
+    strbuf_free(&p->host);
+    free_values(&p->req);
 }
 
 static void shrink(struct strbuf *sb)
@@ -404,12 +461,7 @@ void http_parser_next(http_parser_t *p)
     shrink(&p->req.url);
     shrink(&p->req.body);
     strbuf_free(&p->hval);
-    free(p->req.idem_key);
-    p->req.idem_key = NULL;
-    free(p->req.last_event_id);
-    p->req.last_event_id = NULL;
-    free(p->req.authorization);
-    p->req.authorization = NULL;
+    free_values(&p->req);
     p->req.keep_alive = 0;
     p->header_bytes = 0;
     p->hname_len = 0;
@@ -451,6 +503,12 @@ int http_parser_feed(http_parser_t *p, const char *data, size_t len, size_t *use
     return HTTP_ERROR;
 }
 
+const char *http_request_host(const http_parser_t *p, size_t *len)
+{
+    *len = p->hosts > 0 ? p->host.len : 0;
+    return p->hosts > 0 ? p->host.data : NULL;
+}
+
 int http_parser_eof(http_parser_t *p)
 {
     if (!p->started || p->complete)
@@ -469,6 +527,8 @@ static const struct {
     {201, "Created"},
     {204, "No Content"},
     {303, "See Other"},
+    {304, "Not Modified"},
+    {308, "Permanent Redirect"},
     {400, "Bad Request"},
     {401, "Unauthorized"},
     {403, "Forbidden"},
@@ -535,7 +595,7 @@ int http_reply(struct strbuf *out, int status, const char *content_type, const c
         jsonw_raw(&w, "\r\nContent-Type: ", 16);
         jsonw_raw_str(&w, content_type);
     }
-    if (status != 204 && status >= 200) {
+    if (status != 204 && status != 304 && status >= 200) { /* neither has content */
         jsonw_raw(&w, "\r\nContent-Length: ", 18);
         jsonw_raw_u64(&w, len);
     }
@@ -543,7 +603,7 @@ int http_reply(struct strbuf *out, int status, const char *content_type, const c
     if (extra != NULL)
         jsonw_raw_str(&w, extra);
     jsonw_raw(&w, "\r\n", 2);
-    if (len > 0 && status != 204)
+    if (len > 0 && status != 204 && status != 304)
         jsonw_raw(&w, body, len);
     return jsonw_end(&w);
 }

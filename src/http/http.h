@@ -18,14 +18,27 @@ typedef struct {
     size_t max_body_bytes;   /* beyond: 413 */
 } http_limits_t;
 
+/* Sec-Fetch-Site, as a browser sends it (http_request_t.fetch_site). */
+enum {
+    HTTP_FETCH_ABSENT = 0,
+    HTTP_FETCH_SAME_ORIGIN,
+    HTTP_FETCH_SAME_SITE,
+    HTTP_FETCH_CROSS_SITE,
+    HTTP_FETCH_NONE, /* the user's own navigation (typed, a bookmark) */
+    HTTP_FETCH_OTHER /* an unknown value, or more than one */
+};
+
 /* One parsed request; valid between HTTP_MESSAGE and http_parser_next(). */
 typedef struct {
     uint8_t method;      /* llhttp_method_t */
+    uint8_t fetch_site;  /* Sec-Fetch-Site: HTTP_FETCH_* */
     struct strbuf url;   /* the raw request target, NUL-terminated */
     struct strbuf body;  /* the body bytes (NUL-terminated when non-empty) */
     char *idem_key;      /* Idempotency-Key header value (owned) or NULL */
     char *last_event_id; /* Last-Event-ID header value (owned) or NULL */
     char *authorization; /* Authorization header value (owned) or NULL */
+    char *origin;        /* Origin header value (owned) or NULL: browsers send it */
+    char *if_none_match; /* If-None-Match header value (owned) or NULL */
     int keep_alive;      /* the connection may carry another request */
 } http_request_t;
 
@@ -42,8 +55,8 @@ typedef struct http_parser {
      * HTTP-version after " HTTP/", and the rest of a header value (else it was folded). */
     uint64_t base, mark;
     char hname[18];           /* name of the header being read (lower case, truncated) */
-    char host[16];            /* the last Host value found valid (host_len bytes) */
-    uint8_t host_len;         /* 0: none */
+    struct strbuf host;       /* the last Host value found valid: a connection sends the same
+                                 one each time, so it is checked and copied once */
     uint8_t hname_len;        /* bytes in hname */
     uint8_t hname_long;       /* the name did not fit in hname: uninteresting */
     uint8_t hstate;           /* 0 field, 1 value, 2 value complete */
@@ -78,6 +91,10 @@ int http_parser_eof(http_parser_t *p);
 /* Drop the finished request and get ready for the next one. Keeps allocations small:
  * buffers above a few KiB are freed. */
 void http_parser_next(http_parser_t *p);
+
+/* The current request's Host value (*len bytes, not NUL-terminated), or NULL when it has
+ * none (HTTP/1.0). Valid until http_parser_next(). */
+const char *http_request_host(const http_parser_t *p, size_t *len);
 
 /* True once any byte of the current request has arrived (for the header timeout). */
 static inline int http_parser_started(const http_parser_t *p)
