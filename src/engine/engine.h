@@ -124,8 +124,13 @@ typedef struct {
     uint64_t held, fence;
     uint64_t waiting, waiting_weight; /* parked requests and their total weight */
     int legacy;                       /* legacy up/down made its value a counter */
-    int lists;                        /* holders and waiters are filled (SEM, LOCK) */
-    int truncated;                    /* the lists stop at ENGINE_VIEW_LIST_MAX */
+    /* In a list's items (ENGINE_SEM_LIST): */
+    uint64_t grants;          /* leases granted on it: a counter for rates, which may start
+                                 over (the embedded back end counts from its start) */
+    uint64_t tickets;         /* tickets waiting in its queue */
+    int64_t waiting_since_ms; /* when the head of its queue came; 0 when nobody waits */
+    int lists;                /* holders and waiters are filled (SEM, LOCK) */
+    int truncated;            /* the lists stop at ENGINE_VIEW_LIST_MAX */
     size_t nholders, nwaiters;
     engine_lease_t *holders;
     engine_waiter_t *waiters;

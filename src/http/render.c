@@ -148,6 +148,13 @@ static void list_body(jsonw_t *w, const engine_result_t *r)
         int_member(w, "available", v->available);
         int_member(w, "held", (int64_t)v->held);
         int_member(w, "waiting", (int64_t)v->waiting);
+        int_member(w, "tickets", (int64_t)v->tickets);
+        jsonw_key(w, "waiting_since");
+        if (v->waiting_since_ms != 0)
+            jsonw_int(w, v->waiting_since_ms);
+        else
+            jsonw_null(w);
+        int_member(w, "grants", (int64_t)v->grants);
         jsonw_obj_end(w);
     }
     jsonw_arr_end(w);
@@ -264,6 +271,8 @@ int render_event_data(struct strbuf *out, const engine_event_t *ev, const char *
         int_member(&w, "fence", (int64_t)ev->lease->fence);
         jsonw_key(&w, "owner");
         jsonw_cstr(&w, ev->lease->owner);
+        int_member(&w, "acquired_at", ev->lease->acquired_at_ms);
+        int_member(&w, "expires_at", ev->lease->expires_at_ms);
     } else if (reason != NULL) {
         jsonw_key(&w, "reason");
         jsonw_cstr(&w, reason);

@@ -298,6 +298,7 @@ int emb__park(emb_t *eb, emb_req_t *er, emb_sem_t *s, int64_t timeout_ms)
         s->qseq = er->oseq; /* a ticket loaded with its place */
     emb__oq_insert(s, er);
     s->nwaiters++;
+    s->ntickets += er->kind == EMB_KIND_TICKET;
     s->waiting += er->weight;
     eb->nparked++;
     return 0;
@@ -314,6 +315,7 @@ void emb__unpark(emb_t *eb, emb_req_t *er)
     er->oseq = 0;
     s->qremoved++;
     s->nwaiters--;
+    s->ntickets -= er->kind == EMB_KIND_TICKET;
     s->waiting -= er->weight;
     eb->nparked--;
     er->sem = NULL;

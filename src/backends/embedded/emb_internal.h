@@ -35,6 +35,7 @@ typedef struct emb_sem {
     int64_t available; /* may be < 0 after a shrink, > capacity after legacy up */
     uint64_t held;     /* sum of lease weights */
     uint64_t fence;    /* last fence handed out (or bumped by revoke) */
+    uint64_t grants;   /* leases granted since it was made or loaded (a counter for rates) */
     uint64_t waiting;  /* total weight queued */
     int64_t created_at_ms;
     uint32_t nwaiters;
@@ -43,6 +44,7 @@ typedef struct emb_sem {
     uint64_t qseq;         /* the last place handed out in the queue */
     uint64_t qremoved;     /* waiters that left the queue (positions behind them moved) */
     emb_est_t est;
+    uint32_t ntickets; /* waiting tickets among its waiters */
     uint16_t name_len;
     uint8_t flags; /* EMB_SEM_* */
     char name[];

@@ -83,6 +83,10 @@ int emb__view_sem(engine_result_t *r, engine_sem_view_t *v, const emb_sem_t *s, 
     v->waiting = s->nwaiters;
     v->waiting_weight = s->waiting;
     v->legacy = (s->flags & EMB_SEM_LEGACY) != 0;
+    v->grants = s->grants;
+    v->tickets = s->ntickets;
+    if (!elist_empty(&s->waiters))
+        v->waiting_since_ms = ECONTAINER(s->waiters.next, emb_req_t, link)->since_ms;
     v->lists = lists;
     for (const elist_t *x = s->holders.next; x != &s->holders; x = x->next)
         v->readers += ECONTAINER(x, emb_lease_t, link)->mode == ENGINE_MODE_SHARED;

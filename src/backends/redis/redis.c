@@ -1101,19 +1101,27 @@ static int view_from(engine_result_t *res, engine_sem_view_t *v, const redisRepl
     return 0;
 }
 
+/* A list item: its name, its view (8 fields), then grants, tickets waiting and when the
+ * head of its queue came (list_counts in sema.lua). */
+enum { LIST_ITEM = 12 };
+
 static int list_from(engine_result_t *res, const redisReply *rep)
 {
     const redisReply *items = el_arr(rep, RES + 1);
-    size_t n = items ? items->elements / 9 : 0;
+    size_t n = items ? items->elements / LIST_ITEM : 0;
 
     res->items = engine_result_alloc(res, (n ? n : 1) * sizeof(*res->items));
     if (res->items == NULL)
         return -1;
     for (size_t i = 0; i < n; i++) {
-        size_t nl;
-        const char *name = el_str(items, i * 9, &nl);
-        if (view_from(res, &res->items[i], items, i * 9 + 1, name, nl, 0) != 0)
+        size_t nl, at = i * LIST_ITEM;
+        const char *name = el_str(items, at, &nl);
+        engine_sem_view_t *v = &res->items[i];
+        if (view_from(res, v, items, at + 1, name, nl, 0) != 0)
             return -1;
+        v->grants = (uint64_t)el_i64(items, at + 9);
+        v->tickets = (uint64_t)el_i64(items, at + 10);
+        v->waiting_since_ms = el_i64(items, at + 11);
     }
     res->nitems = n;
     if (el_i64(rep, RES) != 0 && n > 0) {
@@ -2224,7 +2232,7 @@ static void put_sem_gauges(rs_t *r, jsonw_t *w)
         jsonw_raw_str(w, "# TYPE ");
         jsonw_raw_str(w, names[k]);
         jsonw_raw_str(w, " gauge\n");
-        for (size_t i = 0; items != NULL && i + 9 <= items->elements; i += 9) {
+        for (size_t i = 0; items != NULL && i + LIST_ITEM <= items->elements; i += LIST_ITEM) {
             size_t nl;
             const char *name = el_str(items, i, &nl);
             jsonw_raw_str(w, names[k]);
