@@ -65,6 +65,7 @@ typedef enum {
                              arrival when seen is 0) -> TICKET; SEMA_EGONE once ended */
     ENGINE_TICKET_DELETE, /* id -> NONE (leaves the line; a granted ticket's
                              lease is released) */
+    ENGINE_LOCK_LIST,     /* prefix, limit, cursor -> LOCK_LIST: the keys held or awaited */
     ENGINE_OP_COUNT
 } engine_op_t;
 
@@ -139,14 +140,15 @@ typedef struct {
 enum { ENGINE_VIEW_LIST_MAX = 1000 }; /* longest holders/waiters list in a view */
 
 typedef enum {
-    ENGINE_RES_NONE,   /* no body (a delete, a release) */
-    ENGINE_RES_LEASE,  /* res.lease */
-    ENGINE_RES_SEM,    /* res.sem, with its lists */
-    ENGINE_RES_LOCK,   /* res.sem, with its lists (name = key, capacity = readers) */
-    ENGINE_RES_LIST,   /* res.items[0..nitems), res.next_cursor */
-    ENGINE_RES_LEGACY, /* res.sem.name and res.sem.available (the value) */
-    ENGINE_RES_IDLE,   /* res.sem.name: the semaphore is idle */
-    ENGINE_RES_TICKET, /* res.ticket, and res.lease when it is granted */
+    ENGINE_RES_NONE,      /* no body (a delete, a release) */
+    ENGINE_RES_LEASE,     /* res.lease */
+    ENGINE_RES_SEM,       /* res.sem, with its lists */
+    ENGINE_RES_LOCK,      /* res.sem, with its lists (name = key, capacity = readers) */
+    ENGINE_RES_LIST,      /* res.items[0..nitems), res.next_cursor */
+    ENGINE_RES_LOCK_LIST, /* the same, of lock keys (name = key, capacity = readers) */
+    ENGINE_RES_LEGACY,    /* res.sem.name and res.sem.available (the value) */
+    ENGINE_RES_IDLE,      /* res.sem.name: the semaphore is idle */
+    ENGINE_RES_TICKET,    /* res.ticket, and res.lease when it is granted */
 } engine_res_kind_t;
 
 /* A request's result. Its strings and arrays live in storage the result owns (the small

@@ -358,6 +358,7 @@ int ctx__authorize_submit(route_ctx_t *c)
     case ENGINE_TICKET_DELETE:
         return 0; /* a lease or ticket id: the engine checks whose it is */
     case ENGINE_SEM_LIST:
+    case ENGINE_LOCK_LIST:
         name = r->prefix != NULL ? r->prefix : "";
         len = strlen(name);
         break;

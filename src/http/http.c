@@ -528,7 +528,6 @@ static const struct {
     {204, "No Content"},
     {303, "See Other"},
     {304, "Not Modified"},
-    {308, "Permanent Redirect"},
     {400, "Bad Request"},
     {401, "Unauthorized"},
     {403, "Forbidden"},

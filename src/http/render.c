@@ -135,27 +135,60 @@ static void lock_body(jsonw_t *w, const engine_sem_view_t *v)
     jsonw_obj_end(w);
 }
 
-static void list_body(jsonw_t *w, const engine_result_t *r)
+/* "waiting_since": when the head of the queue came, or null. */
+static void waiting_since(jsonw_t *w, const engine_sem_view_t *v)
+{
+    jsonw_key(w, "waiting_since");
+    if (v->waiting_since_ms != 0)
+        jsonw_int(w, v->waiting_since_ms);
+    else
+        jsonw_null(w);
+}
+
+static void sem_item(jsonw_t *w, const engine_sem_view_t *v)
 {
     jsonw_obj(w);
-    jsonw_key(w, "semaphores");
+    name_member(w, "name", v->name, v->name_len);
+    int_member(w, "capacity", (int64_t)v->capacity);
+    int_member(w, "available", v->available);
+    int_member(w, "held", (int64_t)v->held);
+    int_member(w, "waiting", (int64_t)v->waiting);
+    int_member(w, "tickets", (int64_t)v->tickets);
+    waiting_since(w, v);
+    int_member(w, "grants", (int64_t)v->grants);
+    jsonw_obj_end(w);
+}
+
+/* A lock key: its shared holders, whether an exclusive one holds it (a shared holder weighs
+ * 1, so the rest of what is held is the exclusive holder's), its queue. */
+static void lock_item(jsonw_t *w, const engine_sem_view_t *v)
+{
+    jsonw_obj(w);
+    name_member(w, "key", v->name, v->name_len);
+    int_member(w, "readers", (int64_t)v->readers);
+    jsonw_key(w, "exclusive");
+    jsonw_bool(w, v->held > v->readers);
+    int_member(w, "waiting", (int64_t)v->waiting);
+    waiting_since(w, v);
+    jsonw_obj_end(w);
+}
+
+/* {"semaphores":[...],"next_cursor"}, or {"locks":[...],"next_cursor"} */
+static void list_body(jsonw_t *w, const engine_result_t *r)
+{
+    int locks = r->kind == ENGINE_RES_LOCK_LIST;
+
+    jsonw_obj(w);
+    if (locks)
+        jsonw_key(w, "locks");
+    else
+        jsonw_key(w, "semaphores");
     jsonw_arr(w);
     for (size_t i = 0; i < r->nitems; i++) {
-        const engine_sem_view_t *v = &r->items[i];
-        jsonw_obj(w);
-        name_member(w, "name", v->name, v->name_len);
-        int_member(w, "capacity", (int64_t)v->capacity);
-        int_member(w, "available", v->available);
-        int_member(w, "held", (int64_t)v->held);
-        int_member(w, "waiting", (int64_t)v->waiting);
-        int_member(w, "tickets", (int64_t)v->tickets);
-        jsonw_key(w, "waiting_since");
-        if (v->waiting_since_ms != 0)
-            jsonw_int(w, v->waiting_since_ms);
+        if (locks)
+            lock_item(w, &r->items[i]);
         else
-            jsonw_null(w);
-        int_member(w, "grants", (int64_t)v->grants);
-        jsonw_obj_end(w);
+            sem_item(w, &r->items[i]);
     }
     jsonw_arr_end(w);
     jsonw_key(w, "next_cursor");
@@ -226,6 +259,7 @@ int render_result(struct strbuf *out, const engine_result_t *res)
         lock_body(&w, &res->sem);
         break;
     case ENGINE_RES_LIST:
+    case ENGINE_RES_LOCK_LIST:
         list_body(&w, res);
         break;
     case ENGINE_RES_LEGACY:

@@ -81,16 +81,6 @@ static void send_file(route_ctx_t *c, const ui_file_t *f)
         ctx__reply_hdr(c, 200, content_type(f->name), f->data, f->len, extra);
 }
 
-/* GET /ui: the page is /ui/ (its files are named relative to it, so it works behind a
- * proxy that serves semad under a path of its own). */
-void ui_redirect(route_ctx_t *c)
-{
-    static const char body[] = "The dashboard is at /ui/\n";
-    if (!ui_off(c))
-        ctx__reply_hdr(c, 308, "text/plain; charset=utf-8", body, sizeof body - 1,
-                       UI_HEADERS "Location: ui/\r\n");
-}
-
 /* The file `name`, or the 404 of a path semad does not serve. */
 static void serve(route_ctx_t *c, const char *name)
 {
@@ -104,7 +94,8 @@ static void serve(route_ctx_t *c, const char *name)
         ctx__reply_no_route(c, ROUTER_NOT_FOUND, "GET", url, strcspn(url, "?"));
 }
 
-/* GET /ui/ */
+/* GET /ui: the page (its files, and the API it reads, are named relative to it, so it also
+ * works behind a proxy that serves semad under a path of its own) */
 void ui_index(route_ctx_t *c)
 {
     serve(c, "index.html");

@@ -302,6 +302,29 @@ def test_keyed_locks():
         assert problem(s, "GET", "/v1/locks/doc%2F1") == (404, "not_found")
 
 
+def test_lock_list_by_key_while_held_or_awaited():
+    with fx.Semad() as s:
+        put(s, "doc%2Fsem", 1)
+        st, r = s.json("POST", "/v1/locks/doc%2F1/acquire", {"mode": "shared"})
+        assert st == 200, r
+        st, x = s.json("POST", "/v1/locks/doc%2F0/acquire", {"mode": "exclusive"})
+        assert st == 200, x
+        st, page = s.json("GET", "/v1/locks?prefix=doc%2F")
+        assert st == 200 and page["next_cursor"] is None, page
+        assert page["locks"] == [
+            {"key": "doc/0", "readers": 0, "exclusive": True, "waiting": 0, "waiting_since": None},
+            {"key": "doc/1", "readers": 1, "exclusive": False, "waiting": 0,
+             "waiting_since": None}], page
+        st, page = s.json("GET", "/v1/locks?limit=1")
+        assert [x["key"] for x in page["locks"]] == ["doc/0"] and page["next_cursor"] == "doc/0"
+        st, page = s.json("GET", "/v1/locks?limit=1&cursor=doc%2F0")
+        assert [x["key"] for x in page["locks"]] == ["doc/1"], page
+        for lease in (r, x):
+            assert s.request("DELETE", "/v1/leases/" + lease["lease"])[0] == 204
+        assert s.json("GET", "/v1/locks")[1] == {"locks": [], "next_cursor": None}
+        assert problem(s, "GET", "/v1/locks?limit=0")[0] == 400
+
+
 def test_lock_modes_stay_as_requested_with_one_reader():
     """With --lock-readers 1 both modes weigh 1: the lease, the lock's view, the idempotency
     check and a restart still tell an exclusive holder from a shared one."""

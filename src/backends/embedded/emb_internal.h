@@ -28,7 +28,8 @@ typedef struct {
 /* A semaphore (or a keyed lock's ephemeral semaphore). About 200 bytes plus its name. */
 typedef struct emb_sem {
     enode_t node;            /* in eb->sems (or eb->locks), keyed by name */
-    struct emb_sem *tl, *tr; /* name-ordered treap (priority = node.hash); not for locks */
+    struct emb_sem *tl, *tr; /* name-ordered treap (priority = node.hash): eb->root, or
+                                eb->lock_root for a lock key */
     elist_t waiters;         /* emb_req_t.link, FIFO */
     elist_t holders;         /* emb_lease_t.link, grant order */
     uint64_t capacity;
@@ -161,8 +162,9 @@ struct emb {
     eitem_t tick;    /* the next check of watched tickets' positions (EITEM_TICK) */
     uint64_t tickets_created, tickets_granted, tickets_left, tickets_abandoned, tickets_uncollected,
         ticket_updates;
-    uint64_t nwatchers; /* long-polls and streams parked on tickets now */
-    emb_sem_t *root;    /* treap of eb->sems by name */
+    uint64_t nwatchers;   /* long-polls and streams parked on tickets now */
+    emb_sem_t *root;      /* treap of eb->sems by name */
+    emb_sem_t *lock_root; /* treap of eb->locks by key */
     eheap_t heap;
     uv_timer_t timer;
     uint64_t timer_due; /* deadline the timer is armed for, or UINT64_MAX */
@@ -236,9 +238,12 @@ emb_idem_t *emb__idem_find(emb_t *eb, const emb_sem_t *s, const char *key, size_
 int emb__idem_of(emb_t *eb, const engine_req_t *req, const emb_sem_t *s, emb_idem_t **out);
 emb_idem_t *emb__idem_new(emb_t *eb, emb_sem_t *s, const char *key, size_t len);
 void emb__idem_free(emb_t *eb, emb_idem_t *d);
+/* The semaphores by name (eb->root), and the lock keys (eb->lock_root): `s` goes in, or
+ * out of, the one its flags say. */
 void emb__treap_insert(emb_t *eb, emb_sem_t *s);
 void emb__treap_remove(emb_t *eb, emb_sem_t *s);
-emb_sem_t *emb__treap_after(emb_t *eb, const char *key, size_t len, int inclusive);
+/* In the treap `root`: the first name after `key` (or equal to it, when `inclusive`). */
+emb_sem_t *emb__treap_after(emb_sem_t *root, const char *key, size_t len, int inclusive);
 
 /* The lock mode a request asks for: ENGINE_MODE_* for a keyed lock, 0 for a semaphore. The
  * mode is kept apart from the weight: with --lock-readers 1 both modes weigh 1. */

@@ -937,13 +937,15 @@ static const char *const op_names[ENGINE_OP_COUNT] = {
     [ENGINE_TICKET_CREATE] = "ticket_create",
     [ENGINE_TICKET_GET] = "ticket_get",
     [ENGINE_TICKET_DELETE] = "ticket_delete",
+    [ENGINE_LOCK_LIST] = "lock_list",
 };
 
 static int op_writes(engine_op_t op)
 {
     /* a ticket's read renews its keepalive, which a second run does again: no request id */
     return op != ENGINE_SEM_GET && op != ENGINE_SEM_LIST && op != ENGINE_LEASE_GET &&
-           op != ENGINE_LOCK_GET && op != ENGINE_LEGACY_VALUE && op != ENGINE_TICKET_GET;
+           op != ENGINE_LOCK_GET && op != ENGINE_LEGACY_VALUE && op != ENGINE_TICKET_GET &&
+           op != ENGINE_LOCK_LIST;
 }
 
 static int is_lease_op(engine_op_t op)
@@ -988,6 +990,7 @@ static void op_args(rs_t *r, rreq_t *rq, rargs_t *a)
         a_i64(a, (int64_t)req->capacity);
         break;
     case ENGINE_SEM_LIST:
+    case ENGINE_LOCK_LIST:
         a_str(a, req->prefix);
         a_str(a, req->cursor);
         a_i64(a, (int64_t)req->limit);
@@ -1026,8 +1029,9 @@ static rcmd_t *op_cmd(rs_t *r, rreq_t *rq)
     rcmd_t *c;
     char tid[ENGINE_LEASE_ID_MAX], lid[ENGINE_LEASE_ID_MAX];
 
-    if (req->op == ENGINE_SEM_LIST) {
-        klen = (size_t)snprintf(key, sizeof key, "sema:names");
+    if (req->op == ENGINE_SEM_LIST || req->op == ENGINE_LOCK_LIST) {
+        klen = (size_t)snprintf(key, sizeof key,
+                                req->op == ENGINE_SEM_LIST ? "sema:names" : "sema:locks");
     } else if (is_ticket_id_op(req->op)) {
         if (req->id_len > 64)
             return NULL;
@@ -1105,7 +1109,7 @@ static int view_from(engine_result_t *res, engine_sem_view_t *v, const redisRepl
  * head of its queue came (list_counts in sema.lua). */
 enum { LIST_ITEM = 12 };
 
-static int list_from(engine_result_t *res, const redisReply *rep)
+static int list_from(engine_result_t *res, const redisReply *rep, engine_res_kind_t kind)
 {
     const redisReply *items = el_arr(rep, RES + 1);
     size_t n = items ? items->elements / LIST_ITEM : 0;
@@ -1128,7 +1132,7 @@ static int list_from(engine_result_t *res, const redisReply *rep)
         res->next_cursor = res->items[n - 1].name;
         res->next_cursor_len = res->items[n - 1].name_len;
     }
-    res->kind = ENGINE_RES_LIST;
+    res->kind = kind;
     return 0;
 }
 
@@ -1195,7 +1199,9 @@ static int result_from(rs_t *r, rreq_t *rq, const redisReply *rep)
         res->kind = ENGINE_RES_LEGACY;
         return view_from(res, &res->sem, rep, RES + 1, req->name, req->name_len, 0);
     case ENGINE_SEM_LIST:
-        return list_from(res, rep);
+        return list_from(res, rep, ENGINE_RES_LIST);
+    case ENGINE_LOCK_LIST:
+        return list_from(res, rep, ENGINE_RES_LOCK_LIST);
     case ENGINE_WAIT_IDLE:
         res->kind = ENGINE_RES_IDLE;
         res->sem.name = req->name;
@@ -1902,7 +1908,8 @@ static int rs_submit(void *be, engine_req_t *req)
     rq->writes = (uint8_t)op_writes(req->op);
     if (req->op == ENGINE_ACQUIRE || req->op == ENGINE_LOCK_ACQUIRE)
         engine__lease_id(r->front, rq->lid);
-    if (req->op == ENGINE_SEM_LIST && req->cursor != NULL && strlen(req->cursor) > 65536) {
+    if ((req->op == ENGINE_SEM_LIST || req->op == ENGINE_LOCK_LIST) && req->cursor != NULL &&
+        strlen(req->cursor) > 65536) {
         finish(r, rq, SEMA_EINVAL, "cursor is too long", 0);
         rs__drain(r);
         return 0;

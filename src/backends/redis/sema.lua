@@ -689,12 +689,14 @@ local function next_due()
   return d
 end
 
--- A lock key lives while someone holds or awaits it.
+-- A lock key lives while someone holds or awaits it; sema:locks lists the live ones by key
+-- (members key NUL stem, as sema:names).
 local LOCK_NEW
 local function lock_gc()
   if KIND == 'k' and M and M.held == 0 and M.nq == 0 then
     if not LOCK_NEW then
       count('locks', '-1')
+      redis.call('ZREM', 'sema:locks', NAME .. '\0' .. S)
     end
     LOCK_NEW = false
     redis.call('DEL', KM, KQ, KW, KL, KX, KI, KA)
@@ -709,6 +711,7 @@ local function save()
   if M and not lock_gc() then
     if LOCK_NEW then
       count('locks', '1')
+      redis.call('ZADD', 'sema:locks', '0', NAME .. '\0' .. S)
       LOCK_NEW = false
     end
     msave()
@@ -1829,14 +1832,15 @@ local function list_counts(items)
   items[#items + 1] = N(since)
 end
 
--- list: prefix, cursor, limit. The index's members are name NUL stem, in name order.
-function ops.list()
+-- list, lock_list: prefix, cursor, limit. The index's members (sema:names, sema:locks) are
+-- name NUL stem, in name order.
+local function list_index(index)
   local pfx, cur, limit = ARGV[A], ARGV[A + 1], tonumber(ARGV[A + 2])
   local start = '[' .. pfx
   if cur ~= '' and cur >= pfx then
     start = '[' .. cur .. '\1'
   end
-  local names = redis.call('ZRANGEBYLEX', 'sema:names', start, '+', 'LIMIT', 0, limit + 1)
+  local names = redis.call('ZRANGEBYLEX', index, start, '+', 'LIMIT', 0, limit + 1)
   local items, more, n = {}, '0', 0
   for _, m in ipairs(names) do
     local name, stem = string.match(m, '^(.*)%z(sema:.*)$')
@@ -1858,6 +1862,12 @@ function ops.list()
   end
   S, M = nil, nil
   return reply(0, '', {more, items})
+end
+function ops.list()
+  return list_index('sema:names')
+end
+function ops.lock_list()
+  return list_index('sema:locks')
 end
 
 -- ---- dispatch ----
@@ -1909,8 +1919,8 @@ local function run()
   if not DUE_HEAD then
     due_head(false) -- an epoch written before it kept the due time: read it once
   end
-  if OP == 'list' then
-    return ops.list()
+  if OP == 'list' or OP == 'lock_list' then
+    return ops[OP]()
   end
   if OP == 'sweep' then
     local x = redis.call('ZRANGE', 'sema:due', '0', '0', 'WITHSCORES')
