@@ -339,6 +339,21 @@ int ctx__authorize(route_ctx_t *c)
     return 0;
 }
 
+const auth_token_t *ctx__token_peek(route_ctx_t *c)
+{
+    server_t *srv = c->srv;
+    const char *hv = c->req->authorization, *tok, *why;
+    size_t len;
+    if (srv->auth == NULL)
+        return NULL;
+    if (hv != NULL)
+        return auth_bearer(hv, strlen(hv), &tok, &len, &why) == 0 ? auth_find(srv->auth, tok, len)
+                                                                  : NULL;
+    if (srv->cfg->tls_client_ca != NULL && conn_peer_name(c->conn) != NULL)
+        return auth_find_name(srv->auth, conn_peer_name(c->conn));
+    return NULL;
+}
+
 int ctx__authorize_submit(route_ctx_t *c)
 {
     engine_req_t *r = &c->ereq;

@@ -199,6 +199,10 @@ int ctx__browser_check(route_ctx_t *c);
 /* Before the handler: the browser check, the token and the right the route needs, and the
  * prefix of a name in the path. 0 to go on, -1 after a 401 or 403 reply. */
 int ctx__authorize(route_ctx_t *c);
+/* The token the request names (its Authorization header, else under --tls-client-ca the
+ * verified client certificate's CN), without replying: NULL when it names none, an unknown
+ * one, or semad runs without --auth. Borrowed from srv->auth: use it before returning. */
+const auth_token_t *ctx__token_peek(route_ctx_t *c);
 /* Before the engine: stamp the token's name on c->ereq, check the prefix of the name it
  * carries (also one from a body). 0 to go on, -1 after a 403 reply. */
 int ctx__authorize_submit(route_ctx_t *c);

@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/jsonw.h"
 #include "http/server_internal.h"
+#include "sema/error.h"
 #include "sema/version.h"
 
 /* The headers of every /ui reply: no script, style, image or connection but semad's own
@@ -107,16 +109,67 @@ void ui_file(route_ctx_t *c)
     serve(c, c->param);
 }
 
+/* "token": the request's token, as far as the page needs it (its name, rights and prefixes:
+ * it shows the actions only to an admin), or null. */
+static void token_member(jsonw_t *w, const auth_token_t *tk)
+{
+    static const unsigned rights[] = {AUTH_READ, AUTH_ACQUIRE, AUTH_ADMIN};
+    jsonw_key(w, "token");
+    if (tk == NULL) {
+        jsonw_null(w);
+        return;
+    }
+    jsonw_obj(w);
+    jsonw_key(w, "name");
+    jsonw_cstr(w, tk->name);
+    jsonw_key(w, "rights");
+    jsonw_arr(w);
+    for (size_t i = 0; i < sizeof rights / sizeof rights[0]; i++)
+        if (auth_has(tk, rights[i]))
+            jsonw_cstr(w, auth_right_name(rights[i]));
+    jsonw_arr_end(w);
+    jsonw_key(w, "prefixes");
+    jsonw_arr(w);
+    for (size_t i = 0; i < tk->nprefixes; i++)
+        if (jsonw_utf8_valid(tk->prefixes[i], tk->prefix_len[i]))
+            jsonw_str(w, tk->prefixes[i], tk->prefix_len[i]);
+    jsonw_arr_end(w);
+    jsonw_obj_end(w);
+}
+
 /* GET /ui/config.json: what the page cannot learn from the API: whether it may act
- * (--ui-read-only), whether requests need a token (--auth), and semad's version. */
+ * (--ui-read-only), whether requests need a token (--auth) and whose token it holds, how
+ * often an idle event stream hears from semad, semad's clock (ages are shown in it) and
+ * version. */
 void ui_config(route_ctx_t *c)
 {
-    char body[160];
+    const server_config_t *cfg = c->srv->cfg;
+    struct strbuf out;
+    jsonw_t w;
+    uv_timeval64_t now;
     if (ui_off(c))
         return;
-    int n = snprintf(body, sizeof body, "{\"read_only\":%s,\"auth\":%s,\"version\":\"%s\"}\n",
-                     c->srv->cfg->ui_read_only ? "true" : "false",
-                     c->srv->cfg->auth_file != NULL ? "true" : "false", SEMA_VERSION_STRING);
-    ctx__reply_hdr(c, 200, "application/json; charset=utf-8", body, (size_t)n,
-                   UI_HEADERS "Cache-Control: no-store\r\n");
+    uv_gettimeofday(&now);
+    strbuf_init(&out, 0);
+    jsonw_init(&w, &out);
+    jsonw_obj(&w);
+    jsonw_key(&w, "read_only");
+    jsonw_bool(&w, cfg->ui_read_only);
+    jsonw_key(&w, "auth");
+    jsonw_bool(&w, cfg->auth_file != NULL);
+    token_member(&w, ctx__token_peek(c));
+    jsonw_key(&w, "sse_heartbeat_ms");
+    jsonw_int(&w, cfg->sse_heartbeat_ms);
+    jsonw_key(&w, "now");
+    jsonw_int(&w, now.tv_sec * 1000 + now.tv_usec / 1000);
+    jsonw_key(&w, "version");
+    jsonw_cstr(&w, SEMA_VERSION_STRING);
+    jsonw_obj_end(&w);
+    jsonw_raw(&w, "\n", 1);
+    if (jsonw_end(&w) != 0)
+        ctx_reply_err(c, SEMA_ENOMEM, NULL);
+    else
+        ctx__reply_hdr(c, 200, "application/json; charset=utf-8", out.data, out.len,
+                       UI_HEADERS "Cache-Control: no-store\r\n");
+    strbuf_free(&out);
 }
