@@ -166,7 +166,7 @@ export class SemaphoreView extends Detail {
     this.events = [];
     this.holdersTable = this.holderTable(false);
     this.waitersTable = this.waiterTable(false);
-    this.timeline = h("ol", { class: "timeline", "aria-labelledby": "timeline-title" });
+    this.timeline = h("ol", { class: "timeline", tabindex: "0", "aria-labelledby": "timeline-title" });
     this.timelineRows = keyedRows((e) => e.key, (e) => timelineItem(e), () => {});
     this.frame(name, [
       h("section", { "aria-labelledby": "holders-title" },
