@@ -184,7 +184,11 @@ export class SemaphoreView extends Detail {
         h("button", { type: "button", class: "danger", onclick: () => this.remove() }, "Delete"));
     }
     this.refreshAt = 0;
-    this.every(1000, () => this.draw());
+    this.news = []; // what happened since the last announcement: [type, words]
+    this.every(1000, () => {
+      this.draw();
+      this.tellNews();
+    });
     this.setStatus("Connecting…");
     this.stream = follow(`v1/semaphores/${seg(name)}/events`, {
       heartbeatMs: app.config.sse_heartbeat_ms,
@@ -227,23 +231,38 @@ export class SemaphoreView extends Detail {
     this.app.touch();
     if (["granted", "released", "expired", "revoked"].includes(ev.type)) {
       if (ev.type === "granted") {
-        this.holders.set(d.lease, { lease: d.lease, weight: d.weight, owner: d.owner, fence: d.fence,
-          acquired_at: d.acquired_at, expires_at: d.expires_at });
+        const l = { lease: d.lease, weight: d.weight, owner: d.owner, fence: d.fence,
+          acquired_at: d.acquired_at, expires_at: d.expires_at };
+        this.holders.set(d.lease, l);
+        this.flight?.granted.set(d.lease, l);
         this.grants.push(performance.now());
       } else {
         this.holders.delete(d.lease);
+        this.flight?.ended.add(d.lease);
       }
     }
     if (ev.type === "resized" && this.state) this.state.capacity = d.capacity;
     this.events.unshift({ key: ev.id || `${at}-${Math.random()}`, type: ev.type, data: d, at });
     this.events.length = Math.min(this.events.length, TIMELINE_MAX);
-    announce(describe(ev.type, d, this.name));
+    this.news.push([ev.type, describe(ev.type, d, this.name)]);
     if (ev.type === "deleted") {
       this.gone("This semaphore was deleted.");
       return;
     }
     this.refresh(ev.type === "reset");
     this.draw();
+  }
+
+  /** Say what happened in the last second: one event in words, more as counts by type (a
+   * busy semaphore is one sentence a second, not hundreds). */
+  tellNews() {
+    const news = this.news;
+    this.news = [];
+    if (news.length === 1) announce(news[0][1]);
+    if (news.length < 2) return;
+    const counts = new Map();
+    for (const [type] of news) counts.set(type, (counts.get(type) ?? 0) + 1);
+    announce(`${this.name}: ${[...counts].map(([t, n]) => `${fmtCount(n)} ${t}`).join(", ")}`);
   }
 
   /** Read the state, at most every REFRESH_MIN_MS (`now`: as soon as possible). */
@@ -258,15 +277,20 @@ export class SemaphoreView extends Detail {
     this.refreshTimer = setTimeout(() => this.read(), wait);
   }
 
+  /** Read the state. Its reply and the events travel on two connections, so the state may
+   * be older than events already shown: a lease that ended since the read was sent stays
+   * gone, one granted since stays. */
   async read() {
     this.reading = true;
     this.again = false;
     this.refreshAt = performance.now();
+    const flight = (this.flight = { granted: new Map(), ended: new Set() });
     try {
       const s = await get(`v1/semaphores/${seg(this.name)}`);
       if (this.closed) return;
       this.state = s;
-      this.holders = new Map(s.holders.map((l) => [l.lease, l]));
+      this.holders = new Map(s.holders.filter((l) => !flight.ended.has(l.lease)).map((l) => [l.lease, l]));
+      for (const [id, l] of flight.granted) if (!flight.ended.has(id)) this.holders.set(id, l);
       this.app.touch();
       this.draw();
     } catch (e) {
@@ -274,6 +298,7 @@ export class SemaphoreView extends Detail {
       else if (e.status === 401) this.app.needToken();
     } finally {
       this.reading = false;
+      this.flight = null;
       if (this.again) this.refresh(false);
     }
   }
