@@ -127,7 +127,8 @@ typedef struct {
     int legacy;                       /* legacy up/down made its value a counter */
     /* In a list's items (ENGINE_SEM_LIST): */
     uint64_t grants;          /* leases granted on it: a counter for rates, which may start
-                                 over (the embedded back end counts from its start) */
+                                 over (the embedded back end counts from its start, Redis
+                                 from the script library's last load) */
     uint64_t tickets;         /* tickets waiting in its queue */
     int64_t waiting_since_ms; /* when the head of its queue came; 0 when nobody waits */
     int lists;                /* holders and waiters are filled (SEM, LOCK) */

@@ -276,9 +276,9 @@ int ctx__browser_check(route_ctx_t *c)
     const http_request_t *r = c->req;
     const server_config_t *cfg = c->srv->cfg;
     size_t hlen;
-    const char *host = http_request_host(&c->conn->parser, &hlen);
     if (r->fetch_site == HTTP_FETCH_ABSENT && r->origin == NULL)
         return 0; /* not a browser's */
+    const char *host = http_request_host(&c->conn->parser, &hlen);
     if (c->srv->auth == NULL && !cfg->insecure && (host == NULL || !host_is_loopback(host, hlen))) {
         refuse_browser(c, "without --auth, semad answers a browser only at a loopback address "
                           "or localhost, not through another name");
@@ -306,7 +306,8 @@ int ctx__browser_check(route_ctx_t *c)
 int ctx__authorize(route_ctx_t *c)
 {
     server_t *srv = c->srv;
-    if (ctx__browser_check(c) != 0)
+    if ((c->req->fetch_site != HTTP_FETCH_ABSENT || c->req->origin != NULL) &&
+        ctx__browser_check(c) != 0)
         return -1;
     if (srv->auth == NULL || c->route->right == 0)
         return 0;

@@ -425,15 +425,18 @@ void http_parser_init(http_parser_t *p, const http_limits_t *limits)
     p->hstate = HS_DONE;
 }
 
-/* The owned header values of one request. */
+/* The owned header values of one request (most requests have none: no call then). */
 static void free_values(http_request_t *r)
 {
-    free(r->idem_key);
-    free(r->last_event_id);
-    free(r->authorization);
-    free(r->origin);
-    free(r->if_none_match);
-    r->idem_key = r->last_event_id = r->authorization = r->origin = r->if_none_match = NULL;
+    if (r->idem_key != NULL || r->last_event_id != NULL || r->authorization != NULL ||
+        r->origin != NULL || r->if_none_match != NULL) {
+        free(r->idem_key);
+        free(r->last_event_id);
+        free(r->authorization);
+        free(r->origin);
+        free(r->if_none_match);
+        r->idem_key = r->last_event_id = r->authorization = r->origin = r->if_none_match = NULL;
+    }
     r->fetch_site = HTTP_FETCH_ABSENT;
 }
 

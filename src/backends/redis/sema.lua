@@ -349,17 +349,17 @@ end
 -- A call loads the fields its operation uses (acquire and release: a few; every field for the
 -- others), and the rest of the row at once if it turns out to need more (a queue to admit, a
 -- view): each field read costs Redis's time.
--- nt: live tickets (the tickets section). gr: leases granted (a counter the list shows, for
--- rates). A new row keeps its fields in this order, the ones acquire and release read first:
--- Redis finds a field of a small hash by reading it from the start.
-local MF = {'cap', 'avail', 'held', 'fence', 'nq', 'due', 'nt', 'gr', 'legacy', 'created',
-            'seq', 'wq'}
+-- nt: live tickets (the tickets section). A new row keeps its fields in this order, the ones
+-- acquire and release read first: Redis finds a field of a small hash by reading it from the
+-- start.
+local MF = {'cap', 'avail', 'held', 'fence', 'nq', 'due', 'nt', 'legacy', 'created', 'seq',
+            'wq'}
 -- The fields loaded (MFS) and their numbers as loaded (MOLD, in MFS's order; -1: not there
 -- yet): only the fields that changed are written. A row loaded in part has MREST as its
 -- metatable, which loads the rest on a first look at (or write to) any other field, so
 -- every field of the row that is set is in MFS.
 local MFS, MOLD
-local MF_ACQUIRE = {'cap', 'avail', 'held', 'fence', 'nq', 'due', 'nt', 'gr'}
+local MF_ACQUIRE = {'cap', 'avail', 'held', 'fence', 'nq', 'due', 'nt'}
 local MF_RELEASE = {'avail', 'held', 'nq', 'due', 'nt'}
 local MFIELD = {}
 for i = 1, #MF do
@@ -408,12 +408,10 @@ local function mload(pre)
     local cap, avail, held, fence, nq = v[1] + 0, v[2] + 0, v[3] + 0, v[4] + 0, v[5] + 0
     local due = v[6] and v[6] + 0 or 0
     local nt = v[7] and v[7] + 0 or 0
-    local gr = v[8] and v[8] + 0 or 0
     MFS = MF_ACQUIRE
-    MOLD = {cap, avail, held, fence, nq, v[6] and due or -1, v[7] and nt or -1,
-            v[8] and gr or -1}
+    MOLD = {cap, avail, held, fence, nq, v[6] and due or -1, v[7] and nt or -1}
     return setmetatable({cap = cap, avail = avail, held = held, fence = fence, nq = nq,
-                         due = due, nt = nt, gr = gr}, MREST)
+                         due = due, nt = nt}, MREST)
   elseif OP == 'lease_release' then
     local v = pre or redis.call('HMGET', KM, unpack(MF_RELEASE))
     if not v[1] then
@@ -459,7 +457,7 @@ end
 local function mnew(cap, legacy)
   MFS, MOLD = MF, nil
   return {cap = cap, avail = cap, held = 0, fence = tonumber(redis.call('GET', KF) or '0'),
-          legacy = legacy, created = NOW, seq = 0, nq = 0, wq = 0, due = 0, nt = 0, gr = 0}
+          legacy = legacy, created = NOW, seq = 0, nq = 0, wq = 0, due = 0, nt = 0}
 end
 local function due_at(t)
   if M.due == 0 or t < M.due then
@@ -479,6 +477,23 @@ local function next_fence()
   end
   M.fence = f
   return f
+end
+
+-- Leases granted, by stem: what the list shows as `grants`, a counter for rates. Kept in the
+-- library's Lua state, not in Redis, so a grant writes nothing more: it starts over when the
+-- library is loaded again (an instance's connect) or Redis restarts, and when it names more
+-- than GRANTS_MAX semaphores (a counter going down is a counter that started over).
+local GRANTS, NGRANTS, GRANTS_MAX = {}, 0, 100000
+local function granted()
+  local n = GRANTS[S]
+  if not n then
+    if NGRANTS >= GRANTS_MAX then
+      GRANTS, NGRANTS = {}, 0
+    end
+    NGRANTS = NGRANTS + 1
+    n = 0
+  end
+  GRANTS[S] = n + 1
 end
 
 -- ---- leases ----
@@ -531,7 +546,7 @@ local function grant(w, lid, wid)
   end
   M.avail = M.avail - l.w
   M.held = M.held + l.w
-  M.gr = M.gr + 1
+  granted()
   count('leases', '1')
   if OP == 'collect' or OP == 'cancel' then -- (the ops that look at it)
     if GRANTED == NONE then
@@ -1186,15 +1201,16 @@ local function acquire_at_once(v)
   redis.call('ZADD', KX, sexp, lid)
   bump_horizon(exp)
   count('leases', '1')
-  local savail, sheld, sgr = N(avail - wt), N(v[3] + wt), N((v[8] or 0) + 1)
+  local savail, sheld = N(avail - wt), N(v[3] + wt)
   if due == 0 or exp < due then
     due = exp
-    redis.call('HSET', KM, 'avail', savail, 'held', sheld, 'fence', sf, 'gr', sgr, 'due', sexp)
+    redis.call('HSET', KM, 'avail', savail, 'held', sheld, 'fence', sf, 'due', sexp)
     redis.call('ZADD', 'sema:due', sexp, S)
     due_head(true)
   else
-    redis.call('HSET', KM, 'avail', savail, 'held', sheld, 'fence', sf, 'gr', sgr)
+    redis.call('HSET', KM, 'avail', savail, 'held', sheld, 'fence', sf)
   end
+  granted()
   ACTS = {'granted', wid, INST, lid, sw, sf, sttl, sacq, sexp, owner, '0'}
   REBUILT = true
   return {'0', '', sacq, N(due), concat(ACTS, '\0'), S, counts(), lid, sw, sf, sttl, sacq, sexp,
@@ -1437,7 +1453,7 @@ local function tk_grant(tid, t)
   due_at(l.exp)
   M.avail = M.avail - l.w
   M.held = M.held + l.w
-  M.gr = M.gr + 1
+  granted()
   count('leases', 1)
   count('t_granted', 1)
   t.st, t.coll = 'g', '0'
@@ -1827,7 +1843,7 @@ local function list_counts(items)
     local rec = head and redis.call('HGET', KW, head)
     since = rec and wunpack(rec).since or 0
   end
-  items[#items + 1] = N(M.gr)
+  items[#items + 1] = N(GRANTS[S] or 0)
   items[#items + 1] = N(tw)
   items[#items + 1] = N(since)
 end
@@ -1991,7 +2007,7 @@ local function run()
   keys_of(k)
   local pre
   if OP == 'acquire' then
-    pre = redis.call('HMGET', KM, unpack(MF_ACQUIRE))
+    pre = redis.call('HMGET', KM, 'cap', 'avail', 'held', 'fence', 'nq', 'due', 'nt')
     local r = acquire_at_once(pre)
     if r then
       return r
