@@ -416,6 +416,10 @@ try {
     };
     const viewer = tok("viewer", "read");
     const ops = tok("ops", "admin");
+    const r = spawnSync(SEMA, ["token", "new", "team", "--rights", "read", "--prefix", "ci", "--file", file],
+      { encoding: "utf8" });
+    assert.equal(r.status, 0, r.stderr);
+    const team = r.stdout.trim();
     const B = await semad(["--listen", "127.0.0.1:0", "--auth", file], join(tmp, "b"));
     assert.equal((await api(B.url, "PUT", "/v1/semaphores/ci", { capacity: 2 }, { token: ops })).status, 201);
     const lease = (await api(B.url, "POST", "/v1/semaphores/ci/acquire", { ttl_ms: 60_000 }, { token: ops })).body.lease;
@@ -439,6 +443,18 @@ try {
       await p.reload({ waitUntil: "domcontentloaded" });
       await p.waitForSelector(`tr[data-key="${lease}"]`, { timeout: 15_000 });
       assert.equal(await p.$("dialog[open]"), null);
+      await p.close();
+    }
+    // a token limited to a prefix lists under it: the search starts there
+    assert.equal((await api(B.url, "PUT", "/v1/semaphores/other", { capacity: 1 }, { token: ops })).status, 201);
+    {
+      const p = await newPage(browser);
+      await gotoUi(p, B.url);
+      await p.waitForSelector("dialog[open] input", { timeout: 15_000 });
+      await p.type("dialog[open] input", team);
+      await p.keyboard.press("Enter");
+      await until("the token's names only", async () => (await rowNames(p)).join() === "ci");
+      assert.equal(await p.$eval("#prefix", (i) => i.value), "ci");
       await p.close();
     }
     // what the page would send, from the page, with the read token: refused

@@ -54,6 +54,7 @@ class Poller {
     try {
       await fn();
       this.failures = 0;
+      this.app.clearError();
       this.app.touch();
     } catch (e) {
       if (e.status === 401) this.app.needToken();

@@ -63,8 +63,11 @@ export class Overview {
     this.lockRows = keyedRows((l) => l.key, (l) => this.lockRow(l), (r, l) => this.updateLock(r, l));
   }
 
-  /** Show the list of `kind` ("semaphores" or "locks") under `prefix`. */
+  /** Show the list of `kind` ("semaphores" or "locks") under `prefix` (a token limited to
+   * name prefixes may only list under one of them: its first, when none is asked for). */
   show(kind, prefix) {
+    const own = this.app.config.token?.prefixes ?? [];
+    if (!prefix && own.length) prefix = own[0];
     const changed = kind !== this.kind || prefix !== this.prefix;
     this.kind = kind;
     this.prefix = prefix;
@@ -153,12 +156,14 @@ export class Overview {
     this.empty.hidden = this.items.length > 0;
     setText(this.empty, this.prefix ? `No ${locks ? "key held or awaited" : "semaphore"} starts with “${this.prefix}”.`
       : locks ? "No key is held or awaited now." : "No semaphore yet.");
-    const total = this.health ? (locks ? this.health.locks : this.health.semaphores) : null;
+    // /healthz counts them all: a total only when the list is not narrowed by a prefix
+    const total = this.health && !this.prefix ? (locks ? this.health.locks : this.health.semaphores) : null;
     const first = this.page * this.limit;
+    const what = locks ? "keys" : "semaphores";
     setText(this.totals, this.items.length === 0 ? (total !== null ? `${fmtCount(total)} in all.` : "")
       : `${fmtCount(first + 1)}–${fmtCount(first + this.items.length)}` +
-        (total !== null ? ` of ${fmtCount(total)} ${locks ? "keys" : "semaphores"}` : "") +
-        (this.prefix ? ` (names starting with “${this.prefix}”)` : "") + ".");
+        (total !== null ? ` of ${fmtCount(total)} ${what}` : ` ${what}`) +
+        (this.prefix ? ` starting with “${this.prefix}”` : "") + (this.more ? ", more on the next page." : "."));
     this.prev.disabled = this.page === 0;
     this.next.disabled = !this.more;
     setText(this.pageLabel, `Page ${this.page + 1}`);
