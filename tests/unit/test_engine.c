@@ -141,9 +141,11 @@ TEST(sem_resize_grow_admits_and_shrink_never_revokes)
     fx_free(&f);
 }
 
-static json_t *list(fx_t *f, const char *prefix, const char *cursor, uint64_t limit)
+/* A page of a list (ENGINE_SEM_LIST, ENGINE_LOCK_LIST) as its JSON reply. */
+static json_t *list_of(fx_t *f, engine_op_t op, const char *prefix, const char *cursor,
+                       uint64_t limit)
 {
-    treq_t *t = treq_new(ENGINE_SEM_LIST, NULL);
+    treq_t *t = treq_new(op, NULL);
     json_t *res;
 
     t->r.prefix = prefix;
@@ -153,6 +155,11 @@ static json_t *list(fx_t *f, const char *prefix, const char *cursor, uint64_t li
     res = json_incref(t->res);
     treq_free(t);
     return res;
+}
+
+static json_t *list(fx_t *f, const char *prefix, const char *cursor, uint64_t limit)
+{
+    return list_of(f, ENGINE_SEM_LIST, prefix, cursor, limit);
 }
 
 TEST(sem_list_orders_pages_and_filters)
@@ -626,18 +633,14 @@ TEST(lock_shared_exclusive_fifo_and_ephemeral_key)
     fx_free(&f);
 }
 
+/* The "locks" of a page of lock keys. */
 static json_t *lock_list(fx_t *f, const char *prefix, const char *cursor, uint64_t limit)
 {
-    treq_t *t = treq_new(ENGINE_LOCK_LIST, NULL);
-    json_t *res;
+    json_t *res = list_of(f, ENGINE_LOCK_LIST, prefix, cursor, limit);
+    json_t *locks = json_incref(json_object_get(res, "locks"));
 
-    t->r.prefix = prefix;
-    t->r.cursor = cursor;
-    t->r.limit = limit;
-    ASSERT_OK(fx_do(f, t));
-    res = json_incref(json_object_get(t->res, "locks"));
-    treq_free(t);
-    return res;
+    json_decref(res);
+    return locks;
 }
 
 /* The keys held or awaited, by key, in pages; a key leaves the list when it leaves the
