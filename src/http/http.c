@@ -185,7 +185,7 @@ static int host_valid(http_parser_t *p, const char *s, size_t len, int first)
         ['r'] = 1, ['s'] = 1, ['t'] = 1, ['u'] = 1, ['v'] = 1,  ['w'] = 1, ['x'] = 1, ['y'] = 1,
         ['z'] = 1,
     };
-    if (first && len == p->host.len && memcmp(s, p->host.data, len) == 0)
+    if (first && len == p->host.len && (len == 0 || memcmp(s, p->host.data, len) == 0))
         return 1;
     for (size_t i = 0; i < len; i++)
         if ((unsigned char)s[i] >= 128 || !ok[(unsigned char)s[i]])
