@@ -18,6 +18,7 @@
 import { spawn, spawnSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer } from "node:http";
+import { connect, createServer as createTcpServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -109,6 +110,29 @@ async function step(name, ms, fn) {
   console.log(`ok ${name} (${Date.now() - t0} ms)`);
 }
 
+/** A TCP relay to semad at `port` whose connections the test can cut, and refuse while it is
+ * down: a network that drops. */
+async function relay(port) {
+  const socks = new Set();
+  let down = false;
+  const srv = createTcpServer((c) => {
+    if (down) return c.destroy();
+    const u = connect(port, "127.0.0.1");
+    socks.add(c).add(u);
+    const end = () => { c.destroy(); u.destroy(); socks.delete(c); socks.delete(u); };
+    c.on("error", end).on("close", end);
+    u.on("error", end).on("close", end);
+    c.pipe(u).pipe(c);
+  });
+  await new Promise((r) => srv.listen(0, "127.0.0.1", r));
+  return {
+    url: `http://127.0.0.1:${srv.address().port}`,
+    cut() { down = true; for (const s of socks) s.destroy(); },
+    mend() { down = false; },
+    close() { this.cut(); srv.close(); },
+  };
+}
+
 const pageErrors = [];
 /** A page in its own context (its own sessionStorage), watched for errors and CSP
  * violations. */
@@ -196,6 +220,32 @@ try {
     assert.equal(cells[1], "<script>alert(1)</script>");
     assert.equal(cells[2], "2");
     await until("the timeline's grant", async () => (await text(page, ".timeline")).includes("was granted 2 units"));
+  });
+
+  await step("a dropped stream resumes with Last-Event-ID: what it missed comes first", 30_000, async () => {
+    const net = await relay(A.port);
+    const p = await newPage(browser);
+    await gotoUi(p, net.url, "#/s/exports");
+    await p.waitForSelector(".detail-status.live", { timeout: 15_000 });
+    await until("the first state", async () => (await p.$$eval(".summary dd", (d) => d.length)) > 0);
+    net.cut();
+    await until("reconnecting", async () => (await text(p, ".detail-status")).includes("Reconnecting"));
+    const missed = [];
+    for (const who of ["while-away-1", "while-away-2"]) {
+      const g = await api(base(), "POST", "/v1/semaphores/exports/acquire", { ttl_ms: 60_000, owner: who });
+      assert.equal(g.status, 200);
+      missed.push(g.body.lease);
+    }
+    net.mend();
+    await p.waitForSelector(".detail-status.live", { timeout: 15_000 });
+    // the timeline is made of events only: these two came as the stream's replay
+    await until("the missed grants in the timeline", async () => {
+      const t = await text(p, ".timeline");
+      return t.includes("while-away-1 was granted") && t.includes("while-away-2 was granted");
+    });
+    for (const l of missed) assert.equal((await api(base(), "DELETE", `/v1/leases/${l}`)).status, 204);
+    await p.close();
+    net.close();
   });
 
   await step("the event-stream reader: events cut anywhere, CR LF, comments", 10_000, async () => {
