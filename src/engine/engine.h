@@ -125,20 +125,25 @@ typedef struct {
     uint64_t held, fence;
     uint64_t waiting, waiting_weight; /* parked requests and their total weight */
     int legacy;                       /* legacy up/down made its value a counter */
-    /* In a list's items (ENGINE_SEM_LIST): */
-    uint64_t grants;          /* leases granted on it: a counter for rates, which may start
-                                 over (the embedded back end counts from its start, Redis
-                                 from the script library's last load) */
-    uint64_t tickets;         /* tickets waiting in its queue */
-    int64_t waiting_since_ms; /* when the head of its queue came; 0 when nobody waits */
-    int lists;                /* holders and waiters are filled (SEM, LOCK) */
-    int truncated;            /* the lists stop at ENGINE_VIEW_LIST_MAX */
+    int lists;                        /* holders and waiters are filled (SEM, LOCK) */
+    int truncated;                    /* the lists stop at ENGINE_VIEW_LIST_MAX */
     size_t nholders, nwaiters;
     engine_lease_t *holders;
     engine_waiter_t *waiters;
 } engine_sem_view_t;
 
 enum { ENGINE_VIEW_LIST_MAX = 1000 }; /* longest holders/waiters list in a view */
+
+/* An item of a list (ENGINE_SEM_LIST, ENGINE_LOCK_LIST): its view without lists, and what
+ * an overview shows beside it. (Apart from the view, which every request's result holds.) */
+typedef struct {
+    engine_sem_view_t v;
+    uint64_t grants;          /* leases granted on it: a counter for rates, which may start
+                                 over (the embedded back end counts from its start, Redis
+                                 from the script library's last load) */
+    uint64_t tickets;         /* tickets waiting in its queue */
+    int64_t waiting_since_ms; /* when the head of its queue came; 0 when nobody waits */
+} engine_list_item_t;
 
 typedef enum {
     ENGINE_RES_NONE,      /* no body (a delete, a release) */
@@ -161,7 +166,7 @@ typedef struct engine_result {
         engine_sem_view_t sem;  /* SEM, LOCK, LEGACY, IDLE */
         engine_ticket_t ticket; /* TICKET */
     };
-    engine_sem_view_t *items; /* LIST: without their lists */
+    engine_list_item_t *items; /* LIST, LOCK_LIST */
     size_t nitems;
     const char *next_cursor; /* LIST: the last name of the page when more follow, or NULL */
     size_t next_cursor_len;

@@ -257,7 +257,7 @@ static int host_is_loopback(const char *h, size_t len)
 /* Origin is "http(s)://" and the Host this request was sent to. */
 static int origin_is_host(const route_ctx_t *c, const char *host, size_t hlen)
 {
-    const char *o = c->req->origin;
+    const char *o = http_origin(c->req);
     const char *scheme = c->conn->tls != NULL ? "https://" : "http://";
     size_t sl = strlen(scheme);
     return host != NULL && strncasecmp(o, scheme, sl) == 0 && strlen(o + sl) == hlen &&
@@ -276,8 +276,9 @@ int ctx__browser_check(route_ctx_t *c)
     const http_request_t *r = c->req;
     const server_config_t *cfg = c->srv->cfg;
     size_t hlen;
-    if (r->fetch_site == HTTP_FETCH_ABSENT && r->origin == NULL)
-        return 0; /* not a browser's */
+    int site = http_fetch_site(r);
+    if (r->browser == NULL || (site == HTTP_FETCH_ABSENT && http_origin(r) == NULL))
+        return 0; /* not a browser's (a request with only If-None-Match is not one either) */
     const char *host = http_request_host(&c->conn->parser, &hlen);
     if (c->srv->auth == NULL && !cfg->insecure && (host == NULL || !host_is_loopback(host, hlen))) {
         refuse_browser(c, "without --auth, semad answers a browser only at a loopback address "
@@ -290,9 +291,9 @@ int ctx__browser_check(route_ctx_t *c)
         refuse_browser(c, "semad runs with --ui-read-only: a browser may not change state");
         return -1;
     }
-    if (r->fetch_site == HTTP_FETCH_SAME_ORIGIN || r->fetch_site == HTTP_FETCH_NONE)
+    if (site == HTTP_FETCH_SAME_ORIGIN || site == HTTP_FETCH_NONE)
         return 0;
-    if (r->fetch_site != HTTP_FETCH_ABSENT)
+    if (site != HTTP_FETCH_ABSENT)
         refuse_browser(c, "a cross-site request may not change state: the browser says it comes "
                           "from another site's page (Sec-Fetch-Site)");
     else if (!origin_is_host(c, host, hlen))
@@ -306,8 +307,7 @@ int ctx__browser_check(route_ctx_t *c)
 int ctx__authorize(route_ctx_t *c)
 {
     server_t *srv = c->srv;
-    if ((c->req->fetch_site != HTTP_FETCH_ABSENT || c->req->origin != NULL) &&
-        ctx__browser_check(c) != 0)
+    if (c->req->browser != NULL && ctx__browser_check(c) != 0)
         return -1;
     if (srv->auth == NULL || c->route->right == 0)
         return 0;

@@ -10,7 +10,10 @@
 
 #include "sema/error.h"
 
-enum { KEEP_BYTES = 4096 }; /* buffers above this are freed between requests */
+enum {
+    KEEP_BYTES = 4096,  /* buffers above this are freed between requests */
+    HTTP_HOST_BIG = 255 /* http_parser_t.host_len: the Host is in host.big */
+};
 
 enum { HS_FIELD, HS_VALUE, HS_DONE }; /* http_parser_t.hstate */
 
@@ -165,9 +168,49 @@ static int classify(const http_parser_t *p)
     return HK_OTHER;
 }
 
+/* The Host value kept (*len bytes). */
+static const char *host_of(const http_parser_t *p, size_t *len)
+{
+    int big = p->host_len == HTTP_HOST_BIG;
+    *len = big ? p->host.big.len : p->host_len;
+    return big ? p->host.big.data : p->host.small;
+}
+
+/* Keep `len` bytes of Host after the first `keep` bytes of the one kept. 0, or -1 past
+ * --max-header-bytes (or out of memory). */
+static int host_keep(http_parser_t *p, size_t keep, const char *s, size_t len)
+{
+    size_t need = keep + len;
+    char *b;
+    if (p->host_len != HTTP_HOST_BIG && need <= sizeof p->host.small) {
+        memcpy(p->host.small + keep, s, len);
+        p->host_len = (uint8_t)need;
+        return 0;
+    }
+    if (need > p->limits->max_header_bytes || need > UINT16_MAX)
+        return -1;
+    if (p->host_len != HTTP_HOST_BIG) {
+        if ((b = malloc(need)) == NULL)
+            return -1;
+        memcpy(b, p->host.small, keep);
+        p->host.big.cap = (uint16_t)need;
+    } else if (need > p->host.big.cap) {
+        if ((b = realloc(p->host.big.data, need)) == NULL)
+            return -1;
+        p->host.big.cap = (uint16_t)need;
+    } else {
+        b = p->host.big.data;
+    }
+    memcpy(b + keep, s, len);
+    p->host.big.data = b;
+    p->host.big.len = (uint16_t)need;
+    p->host_len = HTTP_HOST_BIG;
+    return 0;
+}
+
 /* A Host value is RFC 3986 host [":" port] (RFC 9112 §3.2): unreserved, pct-encoded,
  * sub-delims, ':' and the brackets of an IP literal. A connection sends the same value each
- * time: the last valid one is kept (p->host), and a value equal to it needs no check. A
+ * time: the last valid one is kept (host_of), and a value equal to it needs no check. A
  * value that arrives in pieces (`first`: this is its first) is checked and kept piece by
  * piece. */
 static int host_valid(http_parser_t *p, const char *s, size_t len, int first)
@@ -185,14 +228,14 @@ static int host_valid(http_parser_t *p, const char *s, size_t len, int first)
         ['r'] = 1, ['s'] = 1, ['t'] = 1, ['u'] = 1, ['v'] = 1,  ['w'] = 1, ['x'] = 1, ['y'] = 1,
         ['z'] = 1,
     };
-    if (first && len == p->host.len && (len == 0 || memcmp(s, p->host.data, len) == 0))
+    size_t kept;
+    const char *h = host_of(p, &kept);
+    if (first && len == kept && (len == 0 || memcmp(s, h, len) == 0))
         return 1;
     for (size_t i = 0; i < len; i++)
         if ((unsigned char)s[i] >= 128 || !ok[(unsigned char)s[i]])
             return 0;
-    if (first)
-        strbuf_reset(&p->host);
-    return strbuf_append(&p->host, s, len) == 0; /* fails past --max-header-bytes */
+    return host_keep(p, first ? 0 : kept, s, len) == 0;
 }
 
 static const char *too_long(int kind)
@@ -244,7 +287,29 @@ static void fetch_site(http_parser_t *p, const char *v, size_t n)
     for (uint8_t i = 1; i < sizeof names / sizeof names[0]; i++)
         if (strlen(names[i]) == n && strncasecmp(v, names[i], n) == 0)
             site = i;
-    p->req.fetch_site = p->req.fetch_site == HTTP_FETCH_ABSENT ? site : HTTP_FETCH_OTHER;
+    p->req.browser->fetch_site =
+        p->req.browser->fetch_site == HTTP_FETCH_ABSENT ? site : HTTP_FETCH_OTHER;
+}
+
+/* Origin, Sec-Fetch-Site or If-None-Match (p->hkind) into the request's browser headers:
+ * 0, or fail()'s HPE_USER. */
+static int browser_header(http_parser_t *p, const char *v)
+{
+    http_browser_t *b = p->req.browser;
+    char **slot;
+    if (b == NULL && (b = p->req.browser = calloc(1, sizeof *b)) == NULL)
+        return fail(p, 503, "Out of memory");
+    if (p->hkind == HK_FETCH_SITE) {
+        fetch_site(p, v, p->hval.len);
+        return 0;
+    }
+    slot = p->hkind == HK_ORIGIN ? &b->origin : &b->if_none_match;
+    if (*slot != NULL && p->hkind == HK_ORIGIN)
+        return fail(p, 400, "Origin must be one value");
+    free(*slot); /* If-None-Match, a cache validator: the last one counts */
+    if ((*slot = strndup(v, p->hval.len)) == NULL)
+        return fail(p, 503, "Out of memory");
+    return 0;
 }
 
 /* Transfer-Encoding: semad implements chunked alone (RFC 9112 §6.1, §7). */
@@ -268,7 +333,7 @@ static int on_header_value_complete(llhttp_t *ll)
         return 0;
     if (p->hkind == HK_HOST) {
         if (empty)
-            strbuf_reset(&p->host);
+            (void)host_keep(p, 0, "", 0);
         return ++p->hosts > 1 ? fail(p, 400, "More than one Host header") : 0;
     }
     const char *v = p->hval.len ? p->hval.data : "";
@@ -288,18 +353,10 @@ static int on_header_value_complete(llhttp_t *ll)
             return fail(p, 503, "Out of memory");
         break;
     case HK_ORIGIN:
-        if (p->req.origin != NULL)
-            return fail(p, 400, "Origin must be one value");
-        if ((p->req.origin = strndup(v, p->hval.len)) == NULL)
-            return fail(p, 503, "Out of memory");
-        break;
     case HK_FETCH_SITE:
-        fetch_site(p, v, p->hval.len);
-        break;
-    case HK_INM: /* a cache validator: the last one counts (a miss costs one full reply) */
-        free(p->req.if_none_match);
-        if ((p->req.if_none_match = strndup(v, p->hval.len)) == NULL)
-            return fail(p, 503, "Out of memory");
+    case HK_INM:
+        if (browser_header(p, v) != 0)
+            return HPE_USER;
         break;
     case HK_LEID:
         if (p->req.last_event_id != NULL)
@@ -421,7 +478,6 @@ void http_parser_init(http_parser_t *p, const http_limits_t *limits)
     strbuf_init(&p->req.url, limits->max_header_bytes + 1);
     strbuf_init(&p->req.body, limits->max_body_bytes + 1);
     strbuf_init(&p->hval, ENGINE_IDEM_KEY_MAX); /* content bytes; the NUL is extra */
-    strbuf_init(&p->host, limits->max_header_bytes);
     p->hstate = HS_DONE;
 }
 
@@ -429,15 +485,18 @@ void http_parser_init(http_parser_t *p, const http_limits_t *limits)
 static void free_values(http_request_t *r)
 {
     if (r->idem_key != NULL || r->last_event_id != NULL || r->authorization != NULL ||
-        r->origin != NULL || r->if_none_match != NULL) {
+        r->browser != NULL) {
         free(r->idem_key);
         free(r->last_event_id);
         free(r->authorization);
-        free(r->origin);
-        free(r->if_none_match);
-        r->idem_key = r->last_event_id = r->authorization = r->origin = r->if_none_match = NULL;
+        if (r->browser != NULL) {
+            free(r->browser->origin);
+            free(r->browser->if_none_match);
+            free(r->browser);
+        }
+        r->idem_key = r->last_event_id = r->authorization = NULL;
+        r->browser = NULL;
     }
-    r->fetch_site = HTTP_FETCH_ABSENT;
 }
 
 void http_parser_free(http_parser_t *p)
@@ -447,7 +506,9 @@ void http_parser_free(http_parser_t *p)
     strbuf_free(&p->req.url);
     strbuf_free(&p->req.body);
     strbuf_free(&p->hval);
-    strbuf_free(&p->host);
+    if (p->host_len == HTTP_HOST_BIG)
+        free(p->host.big.data);
+    p->host_len = 0;
     free_values(&p->req);
 }
 
@@ -508,8 +569,11 @@ int http_parser_feed(http_parser_t *p, const char *data, size_t len, size_t *use
 
 const char *http_request_host(const http_parser_t *p, size_t *len)
 {
-    *len = p->hosts > 0 ? p->host.len : 0;
-    return p->hosts > 0 ? p->host.data : NULL;
+    const char *h = host_of(p, len);
+    if (p->hosts > 0)
+        return h;
+    *len = 0;
+    return NULL;
 }
 
 int http_parser_eof(http_parser_t *p)

@@ -136,40 +136,44 @@ static void lock_body(jsonw_t *w, const engine_sem_view_t *v)
 }
 
 /* "waiting_since": when the head of the queue came, or null. */
-static void waiting_since(jsonw_t *w, const engine_sem_view_t *v)
+static void waiting_since(jsonw_t *w, const engine_list_item_t *it)
 {
     jsonw_key(w, "waiting_since");
-    if (v->waiting_since_ms != 0)
-        jsonw_int(w, v->waiting_since_ms);
+    if (it->waiting_since_ms != 0)
+        jsonw_int(w, it->waiting_since_ms);
     else
         jsonw_null(w);
 }
 
-static void sem_item(jsonw_t *w, const engine_sem_view_t *v)
+static void sem_item(jsonw_t *w, const engine_list_item_t *it)
 {
+    const engine_sem_view_t *v = &it->v;
+
     jsonw_obj(w);
     name_member(w, "name", v->name, v->name_len);
     int_member(w, "capacity", (int64_t)v->capacity);
     int_member(w, "available", v->available);
     int_member(w, "held", (int64_t)v->held);
     int_member(w, "waiting", (int64_t)v->waiting);
-    int_member(w, "tickets", (int64_t)v->tickets);
-    waiting_since(w, v);
-    int_member(w, "grants", (int64_t)v->grants);
+    int_member(w, "tickets", (int64_t)it->tickets);
+    waiting_since(w, it);
+    int_member(w, "grants", (int64_t)it->grants);
     jsonw_obj_end(w);
 }
 
 /* A lock key: its shared holders, whether an exclusive one holds it (a shared holder weighs
  * 1, so the rest of what is held is the exclusive holder's), its queue. */
-static void lock_item(jsonw_t *w, const engine_sem_view_t *v)
+static void lock_item(jsonw_t *w, const engine_list_item_t *it)
 {
+    const engine_sem_view_t *v = &it->v;
+
     jsonw_obj(w);
     name_member(w, "key", v->name, v->name_len);
     int_member(w, "readers", (int64_t)v->readers);
     jsonw_key(w, "exclusive");
     jsonw_bool(w, v->held > v->readers);
     int_member(w, "waiting", (int64_t)v->waiting);
-    waiting_since(w, v);
+    waiting_since(w, it);
     jsonw_obj_end(w);
 }
 

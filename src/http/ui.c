@@ -63,7 +63,7 @@ static const ui_file_t *find_file(const char *name)
 /* If-None-Match names the file's ETag (weak comparison, RFC 9110 §13.1.2) or is "*". */
 static int not_modified(const route_ctx_t *c, const ui_file_t *f)
 {
-    const char *inm = c->req->if_none_match;
+    const char *inm = http_if_none_match(c->req);
     if (inm == NULL)
         return 0;
     while (*inm == ' ' || *inm == '\t')

@@ -576,17 +576,17 @@ TEST(browser_headers)
         ASSERT_EQ(rc == HTTP_MESSAGE ? 200 : p.error_status, cases[i].status);
         if (rc == HTTP_MESSAGE) {
             if (cases[i].origin != NULL)
-                ASSERT_STREQ(p.req.origin, cases[i].origin);
+                ASSERT_STREQ(http_origin(&p.req), cases[i].origin);
             else
-                ASSERT_NULL(p.req.origin);
-            ASSERT_EQ(p.req.fetch_site, cases[i].site);
+                ASSERT_NULL(http_origin(&p.req));
+            ASSERT_EQ(http_fetch_site(&p.req), cases[i].site);
             if (cases[i].inm != NULL)
-                ASSERT_STREQ(p.req.if_none_match, cases[i].inm);
+                ASSERT_STREQ(http_if_none_match(&p.req), cases[i].inm);
             else
-                ASSERT_NULL(p.req.if_none_match);
+                ASSERT_NULL(http_if_none_match(&p.req));
+            ASSERT_EQ(p.req.browser != NULL, i > 0); /* allocated for a browser's only */
             http_parser_next(&p);
-            ASSERT_NULL(p.req.origin); /* one request's headers only */
-            ASSERT_EQ(p.req.fetch_site, HTTP_FETCH_ABSENT);
+            ASSERT_NULL(p.req.browser); /* one request's headers only */
         }
         http_parser_free(&p);
     }

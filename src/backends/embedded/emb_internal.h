@@ -275,6 +275,8 @@ int emb__lease_load(emb_t *eb, emb_sem_t *s, const store_lease_t *rec);
 /* emb_view.c: a result's typed views of the state (strings copied into the result) */
 void emb__view_lease(engine_lease_t *v, const emb_lease_t *l);
 int emb__view_sem(engine_result_t *r, engine_sem_view_t *v, const emb_sem_t *s, int lists);
+/* A list's item of `s`: its view and its counts. 0, or -1 when out of memory. */
+int emb__view_item(engine_result_t *r, engine_list_item_t *it, const emb_sem_t *s);
 /* An event of a lease (granted, released, expired, revoked) or of a semaphore. */
 void emb__event_lease(emb_t *eb, const emb_sem_t *s, const char *type, const emb_lease_t *l);
 void emb__event_sem(emb_t *eb, const emb_sem_t *s, const char *type, uint64_t capacity);

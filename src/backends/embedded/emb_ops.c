@@ -190,7 +190,7 @@ static void list_page(emb_t *eb, emb_req_t *er, emb_sem_t *root, engine_res_kind
     for (s = list_start(root, req, pfx, plen);
          s != NULL && has_prefix(s, pfx, plen) && n < req->limit;
          s = emb__treap_after(root, s->name, s->name_len, 0)) {
-        if (emb__view_sem(r, &r->items[n++], s, 0) != 0) {
+        if (emb__view_item(r, &r->items[n++], s) != 0) {
             engine_result_clear(r);
             return fail(eb, er, SEMA_ENOMEM, "out of memory building the result");
         }
@@ -198,8 +198,8 @@ static void list_page(emb_t *eb, emb_req_t *er, emb_sem_t *root, engine_res_kind
     }
     r->nitems = n;
     if (s != NULL && last != NULL && has_prefix(s, pfx, plen)) {
-        r->next_cursor = r->items[n - 1].name;
-        r->next_cursor_len = r->items[n - 1].name_len;
+        r->next_cursor = r->items[n - 1].v.name;
+        r->next_cursor_len = r->items[n - 1].v.name_len;
     }
     r->kind = kind;
     emb__finish(eb, er, 0, NULL);

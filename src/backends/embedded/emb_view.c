@@ -83,14 +83,19 @@ int emb__view_sem(engine_result_t *r, engine_sem_view_t *v, const emb_sem_t *s, 
     v->waiting = s->nwaiters;
     v->waiting_weight = s->waiting;
     v->legacy = (s->flags & EMB_SEM_LEGACY) != 0;
-    v->grants = s->grants;
-    v->tickets = s->ntickets;
-    if (!elist_empty(&s->waiters))
-        v->waiting_since_ms = ECONTAINER(s->waiters.next, emb_req_t, link)->since_ms;
     v->lists = lists;
     for (const elist_t *x = s->holders.next; x != &s->holders; x = x->next)
         v->readers += ECONTAINER(x, emb_lease_t, link)->mode == ENGINE_MODE_SHARED;
     return lists ? view_lists(r, v, s) : 0;
+}
+
+int emb__view_item(engine_result_t *r, engine_list_item_t *it, const emb_sem_t *s)
+{
+    it->grants = s->grants;
+    it->tickets = s->ntickets;
+    it->waiting_since_ms =
+        elist_empty(&s->waiters) ? 0 : ECONTAINER(s->waiters.next, emb_req_t, link)->since_ms;
+    return emb__view_sem(r, &it->v, s, 0);
 }
 
 /* ---- events ---- */

@@ -1120,17 +1120,17 @@ static int list_from(engine_result_t *res, const redisReply *rep, engine_res_kin
     for (size_t i = 0; i < n; i++) {
         size_t nl, at = i * LIST_ITEM;
         const char *name = el_str(items, at, &nl);
-        engine_sem_view_t *v = &res->items[i];
-        if (view_from(res, v, items, at + 1, name, nl, 0) != 0)
+        engine_list_item_t *it = &res->items[i];
+        if (view_from(res, &it->v, items, at + 1, name, nl, 0) != 0)
             return -1;
-        v->grants = (uint64_t)el_i64(items, at + 9);
-        v->tickets = (uint64_t)el_i64(items, at + 10);
-        v->waiting_since_ms = el_i64(items, at + 11);
+        it->grants = (uint64_t)el_i64(items, at + 9);
+        it->tickets = (uint64_t)el_i64(items, at + 10);
+        it->waiting_since_ms = el_i64(items, at + 11);
     }
     res->nitems = n;
     if (el_i64(rep, RES) != 0 && n > 0) {
-        res->next_cursor = res->items[n - 1].name;
-        res->next_cursor_len = res->items[n - 1].name_len;
+        res->next_cursor = res->items[n - 1].v.name;
+        res->next_cursor_len = res->items[n - 1].v.name_len;
     }
     res->kind = kind;
     return 0;
