@@ -62,6 +62,7 @@ def req(m, p, b):
     r.read()
     assert r.status in (200, 201), (p, r.status)
 req("PUT", "/v1/semaphores/queue", {"capacity": 1})
+req("PUT", "/v1/semaphores/watched", {"capacity": 1000})  # the pairs' (nothing parks)
 req("POST", "/v1/semaphores/queue/acquire", {"ttl_ms": 3600000})
 for i in range(1000):
     req("POST", "/v1/semaphores/queue/tickets", {"owner": "visitor-%d" % i, "keepalive_ms": 3600000})
@@ -98,7 +99,7 @@ PY
 
 # pairs on a semaphore followed by 0, 1, 10 tabs
 declare -A best_cpu best_ops
-"$sema" bench --json -s "http://$addr" -c "$CONNS" -d 1s --name watched >/dev/null 2>&1
+"$sema" bench --json -s "http://$addr" -c "$CONNS" -d 1s --name watched --no-create >/dev/null 2>&1
 for _ in $(seq "$ROUNDS"); do
     for tabs in 0 1 10; do
         if [ "$tabs" -gt 0 ]; then
