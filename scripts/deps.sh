@@ -5,8 +5,9 @@
 # without a download; its benchmark: redis-py), and (test,
 # bench) the pinned npm packages of tests/openapi (the validating proxy of the HTTP tests
 # and Redocly's OpenAPI linter), of clients/js (the JS client's dev dependencies:
-# typescript, @types/node), and of examples/waiting-room (puppeteer-core, which drives
-# Debian's chromium in its test).
+# typescript, @types/node), of examples/waiting-room (puppeteer-core, which drives
+# Debian's chromium in its test), and of tests/dashboard (puppeteer-core and axe-core: the
+# dashboard's browser test and its accessibility scan).
 #
 # Usage: scripts/deps.sh [build|test|bench|fuzz]   (default: test)
 # As root it runs apt-get; otherwise it prints the exact command and exits 1.
@@ -74,5 +75,6 @@ npm_ci() {
 npm_ci tests/openapi prism # the validating proxy of the HTTP tests, and the OpenAPI linter
 npm_ci clients/js tsc      # the JS client's build and tests (ctest js.client)
 npm_ci examples/waiting-room browsers # puppeteer-core: the waiting room's browser test
+npm_ci tests/dashboard browsers       # puppeteer-core, axe-core: the dashboard's browser test
 # the peers of bench/peers/run.sh and bench/js (Node-RED, redis-semaphore, ioredis)
 if [ "$want" = bench ]; then npm_ci bench/peers node-red; fi

@@ -65,6 +65,7 @@ typedef enum {
                              arrival when seen is 0) -> TICKET; SEMA_EGONE once ended */
     ENGINE_TICKET_DELETE, /* id -> NONE (leaves the line; a granted ticket's
                              lease is released) */
+    ENGINE_LOCK_LIST,     /* prefix, limit, cursor -> LOCK_LIST: the keys held or awaited */
     ENGINE_OP_COUNT
 } engine_op_t;
 
@@ -133,15 +134,27 @@ typedef struct {
 
 enum { ENGINE_VIEW_LIST_MAX = 1000 }; /* longest holders/waiters list in a view */
 
+/* An item of a list (ENGINE_SEM_LIST, ENGINE_LOCK_LIST): its view without lists, and what
+ * an overview shows beside it. (Apart from the view, which every request's result holds.) */
+typedef struct {
+    engine_sem_view_t v;
+    uint64_t grants;          /* leases granted on it: a counter for rates, which may start
+                                 over (the embedded back end counts from its start, Redis
+                                 from the script library's last load) */
+    uint64_t tickets;         /* tickets waiting in its queue */
+    int64_t waiting_since_ms; /* when the head of its queue came; 0 when nobody waits */
+} engine_list_item_t;
+
 typedef enum {
-    ENGINE_RES_NONE,   /* no body (a delete, a release) */
-    ENGINE_RES_LEASE,  /* res.lease */
-    ENGINE_RES_SEM,    /* res.sem, with its lists */
-    ENGINE_RES_LOCK,   /* res.sem, with its lists (name = key, capacity = readers) */
-    ENGINE_RES_LIST,   /* res.items[0..nitems), res.next_cursor */
-    ENGINE_RES_LEGACY, /* res.sem.name and res.sem.available (the value) */
-    ENGINE_RES_IDLE,   /* res.sem.name: the semaphore is idle */
-    ENGINE_RES_TICKET, /* res.ticket, and res.lease when it is granted */
+    ENGINE_RES_NONE,      /* no body (a delete, a release) */
+    ENGINE_RES_LEASE,     /* res.lease */
+    ENGINE_RES_SEM,       /* res.sem, with its lists */
+    ENGINE_RES_LOCK,      /* res.sem, with its lists (name = key, capacity = readers) */
+    ENGINE_RES_LIST,      /* res.items[0..nitems), res.next_cursor */
+    ENGINE_RES_LOCK_LIST, /* the same, of lock keys (name = key, capacity = readers) */
+    ENGINE_RES_LEGACY,    /* res.sem.name and res.sem.available (the value) */
+    ENGINE_RES_IDLE,      /* res.sem.name: the semaphore is idle */
+    ENGINE_RES_TICKET,    /* res.ticket, and res.lease when it is granted */
 } engine_res_kind_t;
 
 /* A request's result. Its strings and arrays live in storage the result owns (the small
@@ -153,7 +166,7 @@ typedef struct engine_result {
         engine_sem_view_t sem;  /* SEM, LOCK, LEGACY, IDLE */
         engine_ticket_t ticket; /* TICKET */
     };
-    engine_sem_view_t *items; /* LIST: without their lists */
+    engine_list_item_t *items; /* LIST, LOCK_LIST */
     size_t nitems;
     const char *next_cursor; /* LIST: the last name of the page when more follow, or NULL */
     size_t next_cursor_len;

@@ -140,6 +140,11 @@ static int is_ticket_op(engine_op_t op)
     return op == ENGINE_TICKET_CREATE || op == ENGINE_TICKET_GET || op == ENGINE_TICKET_DELETE;
 }
 
+static int is_list_op(engine_op_t op)
+{
+    return op == ENGINE_SEM_LIST || op == ENGINE_LOCK_LIST;
+}
+
 static int creates_name(engine_op_t op)
 {
     return op == ENGINE_SEM_PUT || op == ENGINE_LEGACY_CREATE || op == ENGINE_LOCK_ACQUIRE;
@@ -148,7 +153,7 @@ static int creates_name(engine_op_t op)
 /* A semaphore name or a lock key (an id is looked up as it is). */
 static int check_name(const engine_t *e, const engine_req_t *req, const char **msg)
 {
-    if (req->op == ENGINE_SEM_LIST || on_id(req->op))
+    if (is_list_op(req->op) || on_id(req->op))
         return 0;
     if (req->name_len == 0) {
         *msg = "name must not be empty";
@@ -243,7 +248,7 @@ static int check_inputs(const engine_t *e, engine_req_t *req, const char **msg)
         rc = check_capacity(req, msg);
     if (rc == 0)
         rc = check_lease_inputs(e, req, msg);
-    if (req->op == ENGINE_SEM_LIST) {
+    if (is_list_op(req->op)) {
         if (req->limit == 0)
             req->limit = ENGINE_LIST_LIMIT_DEFAULT;
         if (req->limit > ENGINE_LIST_LIMIT_MAX)
@@ -262,7 +267,7 @@ int engine_submit(engine_t *e, engine_req_t *req)
         return SEMA_EINVAL;
     if (e->shutting_down)
         return SEMA_ESHUTDOWN;
-    if (on_id(req->op) ? req->id == NULL : req->op != ENGINE_SEM_LIST && req->name == NULL)
+    if (on_id(req->op) ? req->id == NULL : !is_list_op(req->op) && req->name == NULL)
         return SEMA_EINVAL;
     if (req->name != NULL && req->name_len == 0)
         req->name_len = strlen(req->name);

@@ -4,9 +4,11 @@
  * file's reload on SIGHUP (connections stay open; a bad file keeps the tokens in use). */
 #include "http/server_internal.h"
 
+#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include <openssl/crypto.h>
@@ -222,9 +224,91 @@ static const auth_token_t *find_token(route_ctx_t *c, const char *hv)
     return tk;
 }
 
+/* ---- requests from web browsers ----
+ *
+ * A web page can make its visitor's browser send requests to semad (a form's POST needs no
+ * CORS): semad refuses those that change state unless they come from its own pages, by the
+ * browser's own word (Sec-Fetch-Site, which a page cannot set), or, from a browser that does
+ * not send it, by Origin against Host. Requests that carry neither header are not a
+ * browser's and pass. Without --auth, a page could also reach the loopback semad through a
+ * name of its own that resolves to 127.0.0.1 (DNS rebinding): browsers are then answered
+ * only at a loopback address or localhost. */
+
+/* "localhost", 127.0.0.0/8 or [::1], with or without a port. */
+static int host_is_loopback(const char *h, size_t len)
+{
+    char name[64];
+    size_t n = len;
+    const char *colon = memrchr(h, ':', len);
+    if (len > 0 && h[0] == '[')
+        return len >= 5 && memcmp(h, "[::1]", 5) == 0 && (len == 5 || h[5] == ':');
+    if (colon != NULL)
+        n = (size_t)(colon - h);
+    if (n == 0 || n >= sizeof name)
+        return 0;
+    memcpy(name, h, n);
+    name[n] = '\0';
+    struct in_addr a;
+    if (inet_pton(AF_INET, name, &a) == 1)
+        return (ntohl(a.s_addr) >> 24) == 127;
+    return strcasecmp(name, "localhost") == 0;
+}
+
+/* Origin is "http(s)://" and the Host this request was sent to. */
+static int origin_is_host(const route_ctx_t *c, const char *host, size_t hlen)
+{
+    const char *o = http_origin(c->req);
+    const char *scheme = c->conn->tls != NULL ? "https://" : "http://";
+    size_t sl = strlen(scheme);
+    return host != NULL && strncasecmp(o, scheme, sl) == 0 && strlen(o + sl) == hlen &&
+           strncasecmp(o + sl, host, hlen) == 0;
+}
+
+static void refuse_browser(route_ctx_t *c, const char *why)
+{
+    char detail[400];
+    snprintf(detail, sizeof detail, "%s (docs/security.md#browsers)", why);
+    ctx__reply_problem_hdr(c, 403, "forbidden", detail, NULL);
+}
+
+int ctx__browser_check(route_ctx_t *c)
+{
+    const http_request_t *r = c->req;
+    const server_config_t *cfg = c->srv->cfg;
+    size_t hlen;
+    int site = http_fetch_site(r);
+    if (r->browser == NULL || (site == HTTP_FETCH_ABSENT && http_origin(r) == NULL))
+        return 0; /* not a browser's (a request with only If-None-Match is not one either) */
+    const char *host = http_request_host(&c->conn->parser, &hlen);
+    if (c->srv->auth == NULL && !cfg->insecure && (host == NULL || !host_is_loopback(host, hlen))) {
+        refuse_browser(c, "without --auth, semad answers a browser only at a loopback address "
+                          "or localhost, not through another name");
+        return -1;
+    }
+    if (strcmp(c->route->method, "GET") == 0)
+        return 0;
+    if (cfg->ui_read_only) {
+        refuse_browser(c, "semad runs with --ui-read-only: a browser may not change state");
+        return -1;
+    }
+    if (site == HTTP_FETCH_SAME_ORIGIN || site == HTTP_FETCH_NONE)
+        return 0;
+    if (site != HTTP_FETCH_ABSENT)
+        refuse_browser(c, "a cross-site request may not change state: the browser says it comes "
+                          "from another site's page (Sec-Fetch-Site)");
+    else if (!origin_is_host(c, host, hlen))
+        refuse_browser(c, "a cross-site request may not change state: its Origin is not the "
+                          "address it was sent to");
+    else
+        return 0;
+    return -1;
+}
+
 int ctx__authorize(route_ctx_t *c)
 {
     server_t *srv = c->srv;
+    if (c->req->browser != NULL && ctx__browser_check(c) != 0)
+        return -1;
     if (srv->auth == NULL || c->route->right == 0)
         return 0;
     const char *hv = c->req->authorization;
@@ -256,6 +340,21 @@ int ctx__authorize(route_ctx_t *c)
     return 0;
 }
 
+const auth_token_t *ctx__token_peek(route_ctx_t *c)
+{
+    server_t *srv = c->srv;
+    const char *hv = c->req->authorization, *tok, *why;
+    size_t len;
+    if (srv->auth == NULL)
+        return NULL;
+    if (hv != NULL)
+        return auth_bearer(hv, strlen(hv), &tok, &len, &why) == 0 ? auth_find(srv->auth, tok, len)
+                                                                  : NULL;
+    if (srv->cfg->tls_client_ca != NULL && conn_peer_name(c->conn) != NULL)
+        return auth_find_name(srv->auth, conn_peer_name(c->conn));
+    return NULL;
+}
+
 int ctx__authorize_submit(route_ctx_t *c)
 {
     engine_req_t *r = &c->ereq;
@@ -275,6 +374,7 @@ int ctx__authorize_submit(route_ctx_t *c)
     case ENGINE_TICKET_DELETE:
         return 0; /* a lease or ticket id: the engine checks whose it is */
     case ENGINE_SEM_LIST:
+    case ENGINE_LOCK_LIST:
         name = r->prefix != NULL ? r->prefix : "";
         len = strlen(name);
         break;

@@ -10,12 +10,27 @@
 
 #include "sema/error.h"
 
-enum { KEEP_BYTES = 4096 }; /* buffers above this are freed between requests */
+enum {
+    KEEP_BYTES = 4096,  /* buffers above this are freed between requests */
+    HTTP_HOST_BIG = 255 /* http_parser_t.host_len: the Host is in host.big */
+};
 
 enum { HS_FIELD, HS_VALUE, HS_DONE }; /* http_parser_t.hstate */
 
 /* The headers semad reads (http_parser_t.hkind); HK_UNSET until the name is known. */
-enum { HK_UNSET, HK_OTHER, HK_IDEM, HK_EXPECT, HK_LEID, HK_HOST, HK_TE, HK_AUTH };
+enum {
+    HK_UNSET,
+    HK_OTHER,
+    HK_IDEM,
+    HK_EXPECT,
+    HK_LEID,
+    HK_HOST,
+    HK_TE,
+    HK_AUTH,
+    HK_ORIGIN, /* Origin, Sec-Fetch-Site: the cross-site guard (access.c) */
+    HK_FETCH_SITE,
+    HK_INM /* If-None-Match: the dashboard's files (ui.c) */
+};
 
 static const char bad_line[] = "Malformed request line (one space between method, request "
                                "target and HTTP version)";
@@ -112,10 +127,11 @@ static int on_header_field(llhttp_t *ll, const char *at, size_t len)
         p->hkind = HK_OTHER; /* the name went on after "Host" in the next read */
     }
     /* Only names starting like idempotency-key, expect, last-event-id, host,
-     * transfer-encoding or authorization can matter. */
+     * transfer-encoding, authorization, origin, sec-fetch-site or if-none-match can matter. */
     if (p->hname_len == 0 && len > 0) {
         char c = (char)(at[0] | 0x20);
-        if (c != 'i' && c != 'e' && c != 'l' && c != 'h' && c != 't' && c != 'a')
+        if (c != 'i' && c != 'e' && c != 'l' && c != 'h' && c != 't' && c != 'a' && c != 'o' &&
+            c != 's')
             p->hname_long = 1;
     }
     if (p->hname_long)
@@ -141,6 +157,8 @@ static int classify(const http_parser_t *p)
         {"idempotency-key", HK_IDEM}, {"expect", HK_EXPECT},
         {"last-event-id", HK_LEID},   {"host", HK_HOST},
         {"transfer-encoding", HK_TE}, {"authorization", HK_AUTH},
+        {"origin", HK_ORIGIN},        {"sec-fetch-site", HK_FETCH_SITE},
+        {"if-none-match", HK_INM},
     };
     if (p->hname_long)
         return p->hkind != HK_UNSET ? p->hkind : HK_OTHER;
@@ -150,10 +168,52 @@ static int classify(const http_parser_t *p)
     return HK_OTHER;
 }
 
+/* The Host value kept (*len bytes). */
+static const char *host_of(const http_parser_t *p, size_t *len)
+{
+    int big = p->host_len == HTTP_HOST_BIG;
+    *len = big ? p->host.big.len : p->host_len;
+    return big ? p->host.big.data : p->host.small;
+}
+
+/* Keep `len` bytes of Host after the first `keep` bytes of the one kept. 0, or -1 past
+ * --max-header-bytes (or out of memory). */
+static int host_keep(http_parser_t *p, size_t keep, const char *s, size_t len)
+{
+    size_t need = keep + len;
+    char *b;
+    if (p->host_len != HTTP_HOST_BIG && need <= sizeof p->host.small) {
+        memcpy(p->host.small + keep, s, len);
+        p->host_len = (uint8_t)need;
+        return 0;
+    }
+    if (need > p->limits->max_header_bytes || need > UINT16_MAX)
+        return -1;
+    if (p->host_len != HTTP_HOST_BIG) {
+        if ((b = malloc(need)) == NULL)
+            return -1;
+        memcpy(b, p->host.small, keep);
+        p->host.big.cap = (uint16_t)need;
+    } else if (need > p->host.big.cap) {
+        if ((b = realloc(p->host.big.data, need)) == NULL)
+            return -1;
+        p->host.big.cap = (uint16_t)need;
+    } else {
+        b = p->host.big.data;
+    }
+    memcpy(b + keep, s, len);
+    p->host.big.data = b;
+    p->host.big.len = (uint16_t)need;
+    p->host_len = HTTP_HOST_BIG;
+    return 0;
+}
+
 /* A Host value is RFC 3986 host [":" port] (RFC 9112 §3.2): unreserved, pct-encoded,
  * sub-delims, ':' and the brackets of an IP literal. A connection sends the same value each
- * time: the last valid one is kept, and a value equal to it needs no check. */
-static int host_valid(http_parser_t *p, const char *s, size_t len)
+ * time: the last valid one is kept (host_of), and a value equal to it needs no check. A
+ * value that arrives in pieces (`first`: this is its first) is checked and kept piece by
+ * piece. */
+static int host_valid(http_parser_t *p, const char *s, size_t len, int first)
 {
     static const char ok[128] = {
         ['!'] = 1, ['$'] = 1, ['%'] = 1, ['&'] = 1, ['\''] = 1, ['('] = 1, [')'] = 1, ['*'] = 1,
@@ -168,24 +228,25 @@ static int host_valid(http_parser_t *p, const char *s, size_t len)
         ['r'] = 1, ['s'] = 1, ['t'] = 1, ['u'] = 1, ['v'] = 1,  ['w'] = 1, ['x'] = 1, ['y'] = 1,
         ['z'] = 1,
     };
-    if (len == p->host_len && memcmp(s, p->host, len) == 0)
+    size_t kept;
+    const char *h = host_of(p, &kept);
+    if (first && len == kept && (len == 0 || memcmp(s, h, len) == 0))
         return 1;
     for (size_t i = 0; i < len; i++)
         if ((unsigned char)s[i] >= 128 || !ok[(unsigned char)s[i]])
             return 0;
-    if (len <= sizeof p->host) {
-        memcpy(p->host, s, len);
-        p->host_len = (uint8_t)len;
-    }
-    return 1;
+    return host_keep(p, first ? 0 : kept, s, len) == 0;
 }
 
 static const char *too_long(int kind)
 {
-    return kind == HK_LEID     ? "Last-Event-ID longer than 255 bytes"
-           : kind == HK_EXPECT ? "Expect longer than 255 bytes"
-           : kind == HK_AUTH   ? "Authorization longer than 255 bytes"
-                               : "Idempotency-Key longer than 255 bytes";
+    return kind == HK_LEID         ? "Last-Event-ID longer than 255 bytes"
+           : kind == HK_EXPECT     ? "Expect longer than 255 bytes"
+           : kind == HK_AUTH       ? "Authorization longer than 255 bytes"
+           : kind == HK_ORIGIN     ? "Origin longer than 255 bytes"
+           : kind == HK_FETCH_SITE ? "Sec-Fetch-Site longer than 255 bytes"
+           : kind == HK_INM        ? "If-None-Match longer than 255 bytes"
+                                   : "Idempotency-Key longer than 255 bytes";
 }
 
 static int on_header_value(llhttp_t *ll, const char *at, size_t len)
@@ -194,7 +255,8 @@ static int on_header_value(llhttp_t *ll, const char *at, size_t len)
     if (count_header_bytes(p, len) != 0)
         return HPE_USER;
     uint64_t here = pos(p, at);
-    if (p->hstate == HS_FIELD) {
+    int first = p->hstate == HS_FIELD;
+    if (first) {
         p->hstate = HS_VALUE;
         p->hkind = (uint8_t)classify(p);
     } else if (here != p->mark) { /* the value goes on after a line break */
@@ -205,7 +267,7 @@ static int on_header_value(llhttp_t *ll, const char *at, size_t len)
     case HK_OTHER:
         return 0;
     case HK_HOST:
-        return host_valid(p, at, len) ? 0 : fail(p, 400, "Invalid Host header");
+        return host_valid(p, at, len, first) ? 0 : fail(p, 400, "Invalid Host header");
     case HK_TE:
         if (strbuf_append(&p->hval, at, len) != 0)
             p->te |= 2; /* too long to be "chunked" */
@@ -215,6 +277,39 @@ static int on_header_value(llhttp_t *ll, const char *at, size_t len)
             return fail(p, 400, too_long(p->hkind));
         return 0;
     }
+}
+
+/* Sec-Fetch-Site's value (Fetch Metadata); a second one makes it HTTP_FETCH_OTHER. */
+static void fetch_site(http_parser_t *p, const char *v, size_t n)
+{
+    static const char *const names[] = {"", "same-origin", "same-site", "cross-site", "none"};
+    uint8_t site = HTTP_FETCH_OTHER;
+    for (uint8_t i = 1; i < sizeof names / sizeof names[0]; i++)
+        if (strlen(names[i]) == n && strncasecmp(v, names[i], n) == 0)
+            site = i;
+    p->req.browser->fetch_site =
+        p->req.browser->fetch_site == HTTP_FETCH_ABSENT ? site : HTTP_FETCH_OTHER;
+}
+
+/* Origin, Sec-Fetch-Site or If-None-Match (p->hkind) into the request's browser headers:
+ * 0, or fail()'s HPE_USER. */
+static int browser_header(http_parser_t *p, const char *v)
+{
+    http_browser_t *b = p->req.browser;
+    char **slot;
+    if (b == NULL && (b = p->req.browser = calloc(1, sizeof *b)) == NULL)
+        return fail(p, 503, "Out of memory");
+    if (p->hkind == HK_FETCH_SITE) {
+        fetch_site(p, v, p->hval.len);
+        return 0;
+    }
+    slot = p->hkind == HK_ORIGIN ? &b->origin : &b->if_none_match;
+    if (*slot != NULL && p->hkind == HK_ORIGIN)
+        return fail(p, 400, "Origin must be one value");
+    free(*slot); /* If-None-Match, a cache validator: the last one counts */
+    if ((*slot = strndup(v, p->hval.len)) == NULL)
+        return fail(p, 503, "Out of memory");
+    return 0;
 }
 
 /* Transfer-Encoding: semad implements chunked alone (RFC 9112 §6.1, §7). */
@@ -230,13 +325,17 @@ static void transfer_coding(http_parser_t *p, const char *v, size_t n)
 static int on_header_value_complete(llhttp_t *ll)
 {
     http_parser_t *p = P(ll);
-    if (p->hstate == HS_FIELD) /* an empty value */
+    int empty = p->hstate == HS_FIELD;
+    if (empty)
         p->hkind = (uint8_t)classify(p);
     p->hstate = HS_DONE;
     if (p->hkind == HK_OTHER)
         return 0;
-    if (p->hkind == HK_HOST)
+    if (p->hkind == HK_HOST) {
+        if (empty)
+            (void)host_keep(p, 0, "", 0);
         return ++p->hosts > 1 ? fail(p, 400, "More than one Host header") : 0;
+    }
     const char *v = p->hval.len ? p->hval.data : "";
     switch (p->hkind) {
     case HK_TE:
@@ -252,6 +351,12 @@ static int on_header_value_complete(llhttp_t *ll)
         p->req.authorization = strndup(v, p->hval.len);
         if (p->req.authorization == NULL)
             return fail(p, 503, "Out of memory");
+        break;
+    case HK_ORIGIN:
+    case HK_FETCH_SITE:
+    case HK_INM:
+        if (browser_header(p, v) != 0)
+            return HPE_USER;
         break;
     case HK_LEID:
         if (p->req.last_event_id != NULL)
@@ -376,6 +481,24 @@ void http_parser_init(http_parser_t *p, const http_limits_t *limits)
     p->hstate = HS_DONE;
 }
 
+/* The owned header values of one request (most requests have none: no call then). */
+static void free_values(http_request_t *r)
+{
+    if (r->idem_key != NULL || r->last_event_id != NULL || r->authorization != NULL ||
+        r->browser != NULL) {
+        free(r->idem_key);
+        free(r->last_event_id);
+        free(r->authorization);
+        if (r->browser != NULL) {
+            free(r->browser->origin);
+            free(r->browser->if_none_match);
+            free(r->browser);
+        }
+        r->idem_key = r->last_event_id = r->authorization = NULL;
+        r->browser = NULL;
+    }
+}
+
 void http_parser_free(http_parser_t *p)
 {
     if (p == NULL)
@@ -383,12 +506,10 @@ void http_parser_free(http_parser_t *p)
     strbuf_free(&p->req.url);
     strbuf_free(&p->req.body);
     strbuf_free(&p->hval);
-    free(p->req.idem_key);
-    p->req.idem_key = NULL;
-    free(p->req.last_event_id);
-    p->req.last_event_id = NULL;
-    free(p->req.authorization);
-    p->req.authorization = NULL;
+    if (p->host_len == HTTP_HOST_BIG)
+        free(p->host.big.data);
+    p->host_len = 0;
+    free_values(&p->req);
 }
 
 static void shrink(struct strbuf *sb)
@@ -404,12 +525,7 @@ void http_parser_next(http_parser_t *p)
     shrink(&p->req.url);
     shrink(&p->req.body);
     strbuf_free(&p->hval);
-    free(p->req.idem_key);
-    p->req.idem_key = NULL;
-    free(p->req.last_event_id);
-    p->req.last_event_id = NULL;
-    free(p->req.authorization);
-    p->req.authorization = NULL;
+    free_values(&p->req);
     p->req.keep_alive = 0;
     p->header_bytes = 0;
     p->hname_len = 0;
@@ -451,6 +567,15 @@ int http_parser_feed(http_parser_t *p, const char *data, size_t len, size_t *use
     return HTTP_ERROR;
 }
 
+const char *http_request_host(const http_parser_t *p, size_t *len)
+{
+    const char *h = host_of(p, len);
+    if (p->hosts > 0)
+        return h;
+    *len = 0;
+    return NULL;
+}
+
 int http_parser_eof(http_parser_t *p)
 {
     if (!p->started || p->complete)
@@ -469,6 +594,7 @@ static const struct {
     {201, "Created"},
     {204, "No Content"},
     {303, "See Other"},
+    {304, "Not Modified"},
     {400, "Bad Request"},
     {401, "Unauthorized"},
     {403, "Forbidden"},
@@ -535,7 +661,7 @@ int http_reply(struct strbuf *out, int status, const char *content_type, const c
         jsonw_raw(&w, "\r\nContent-Type: ", 16);
         jsonw_raw_str(&w, content_type);
     }
-    if (status != 204 && status >= 200) {
+    if (status != 204 && status != 304 && status >= 200) { /* neither has content */
         jsonw_raw(&w, "\r\nContent-Length: ", 18);
         jsonw_raw_u64(&w, len);
     }
@@ -543,7 +669,7 @@ int http_reply(struct strbuf *out, int status, const char *content_type, const c
     if (extra != NULL)
         jsonw_raw_str(&w, extra);
     jsonw_raw(&w, "\r\n", 2);
-    if (len > 0 && status != 204)
+    if (len > 0 && status != 204 && status != 304)
         jsonw_raw(&w, body, len);
     return jsonw_end(&w);
 }

@@ -18,16 +18,50 @@ typedef struct {
     size_t max_body_bytes;   /* beyond: 413 */
 } http_limits_t;
 
+/* Sec-Fetch-Site, as a browser sends it (http_browser_t.fetch_site). */
+enum {
+    HTTP_FETCH_ABSENT = 0,
+    HTTP_FETCH_SAME_ORIGIN,
+    HTTP_FETCH_SAME_SITE,
+    HTTP_FETCH_CROSS_SITE,
+    HTTP_FETCH_NONE, /* the user's own navigation (typed, a bookmark) */
+    HTTP_FETCH_OTHER /* an unknown value, or more than one */
+};
+
+/* What a browser sends beside its request: allocated for a request with any of these
+ * headers, so a client's request (and a parked one) costs nothing for them. */
+typedef struct {
+    char *origin;        /* Origin (owned) or NULL */
+    char *if_none_match; /* If-None-Match (owned) or NULL */
+    uint8_t fetch_site;  /* Sec-Fetch-Site: HTTP_FETCH_* */
+} http_browser_t;
+
 /* One parsed request; valid between HTTP_MESSAGE and http_parser_next(). */
 typedef struct {
-    uint8_t method;      /* llhttp_method_t */
-    struct strbuf url;   /* the raw request target, NUL-terminated */
-    struct strbuf body;  /* the body bytes (NUL-terminated when non-empty) */
-    char *idem_key;      /* Idempotency-Key header value (owned) or NULL */
-    char *last_event_id; /* Last-Event-ID header value (owned) or NULL */
-    char *authorization; /* Authorization header value (owned) or NULL */
-    int keep_alive;      /* the connection may carry another request */
+    uint8_t method;          /* llhttp_method_t */
+    int keep_alive;          /* the connection may carry another request */
+    struct strbuf url;       /* the raw request target, NUL-terminated */
+    struct strbuf body;      /* the body bytes (NUL-terminated when non-empty) */
+    char *idem_key;          /* Idempotency-Key header value (owned) or NULL */
+    char *last_event_id;     /* Last-Event-ID header value (owned) or NULL */
+    char *authorization;     /* Authorization header value (owned) or NULL */
+    http_browser_t *browser; /* Origin, Sec-Fetch-Site, If-None-Match (owned), or NULL */
 } http_request_t;
+
+static inline const char *http_origin(const http_request_t *r)
+{
+    return r->browser != NULL ? r->browser->origin : NULL;
+}
+
+static inline int http_fetch_site(const http_request_t *r)
+{
+    return r->browser != NULL ? r->browser->fetch_site : HTTP_FETCH_ABSENT;
+}
+
+static inline const char *http_if_none_match(const http_request_t *r)
+{
+    return r->browser != NULL ? r->browser->if_none_match : NULL;
+}
 
 typedef struct http_parser {
     llhttp_t ll;
@@ -41,9 +75,19 @@ typedef struct http_parser {
      * where the next piece must start: the request target one SP after the method, the
      * HTTP-version after " HTTP/", and the rest of a header value (else it was folded). */
     uint64_t base, mark;
+    /* The last Host value found valid: a connection sends the same one each time, so it is
+     * checked and copied once; host.small (host_len bytes), or, once one did not fit
+     * (host_len == HTTP_HOST_BIG in http.c), host.big (malloc'd): most connections allocate
+     * nothing for it. */
+    union {
+        char small[16];
+        struct {
+            char *data;
+            uint16_t cap, len;
+        } big;
+    } host;
     char hname[18];           /* name of the header being read (lower case, truncated) */
-    char host[16];            /* the last Host value found valid (host_len bytes) */
-    uint8_t host_len;         /* 0: none */
+    uint8_t host_len;         /* see host */
     uint8_t hname_len;        /* bytes in hname */
     uint8_t hname_long;       /* the name did not fit in hname: uninteresting */
     uint8_t hstate;           /* 0 field, 1 value, 2 value complete */
@@ -78,6 +122,10 @@ int http_parser_eof(http_parser_t *p);
 /* Drop the finished request and get ready for the next one. Keeps allocations small:
  * buffers above a few KiB are freed. */
 void http_parser_next(http_parser_t *p);
+
+/* The current request's Host value (*len bytes, not NUL-terminated), or NULL when it has
+ * none (HTTP/1.0). Valid until http_parser_next(). */
+const char *http_request_host(const http_parser_t *p, size_t *len);
 
 /* True once any byte of the current request has arrived (for the header timeout). */
 static inline int http_parser_started(const http_parser_t *p)

@@ -135,20 +135,64 @@ static void lock_body(jsonw_t *w, const engine_sem_view_t *v)
     jsonw_obj_end(w);
 }
 
+/* "waiting_since": when the head of the queue came, or null. */
+static void waiting_since(jsonw_t *w, const engine_list_item_t *it)
+{
+    jsonw_key(w, "waiting_since");
+    if (it->waiting_since_ms != 0)
+        jsonw_int(w, it->waiting_since_ms);
+    else
+        jsonw_null(w);
+}
+
+static void sem_item(jsonw_t *w, const engine_list_item_t *it)
+{
+    const engine_sem_view_t *v = &it->v;
+
+    jsonw_obj(w);
+    name_member(w, "name", v->name, v->name_len);
+    int_member(w, "capacity", (int64_t)v->capacity);
+    int_member(w, "available", v->available);
+    int_member(w, "held", (int64_t)v->held);
+    int_member(w, "waiting", (int64_t)v->waiting);
+    int_member(w, "tickets", (int64_t)it->tickets);
+    waiting_since(w, it);
+    int_member(w, "grants", (int64_t)it->grants);
+    jsonw_obj_end(w);
+}
+
+/* A lock key: its shared holders, whether an exclusive one holds it (a shared holder weighs
+ * 1, so the rest of what is held is the exclusive holder's), its queue. */
+static void lock_item(jsonw_t *w, const engine_list_item_t *it)
+{
+    const engine_sem_view_t *v = &it->v;
+
+    jsonw_obj(w);
+    name_member(w, "key", v->name, v->name_len);
+    int_member(w, "readers", (int64_t)v->readers);
+    jsonw_key(w, "exclusive");
+    jsonw_bool(w, v->held > v->readers);
+    int_member(w, "waiting", (int64_t)v->waiting);
+    waiting_since(w, it);
+    jsonw_obj_end(w);
+}
+
+/* {"semaphores":[...],"next_cursor"}, or {"locks":[...],"next_cursor"} */
 static void list_body(jsonw_t *w, const engine_result_t *r)
 {
+    int locks = r->kind == ENGINE_RES_LOCK_LIST;
+
     jsonw_obj(w);
-    jsonw_key(w, "semaphores");
+    if (locks)
+        jsonw_key(w, "locks");
+    else
+        jsonw_key(w, "semaphores");
     jsonw_arr(w);
     for (size_t i = 0; i < r->nitems; i++) {
-        const engine_sem_view_t *v = &r->items[i];
-        jsonw_obj(w);
-        name_member(w, "name", v->name, v->name_len);
-        int_member(w, "capacity", (int64_t)v->capacity);
-        int_member(w, "available", v->available);
-        int_member(w, "held", (int64_t)v->held);
-        int_member(w, "waiting", (int64_t)v->waiting);
-        jsonw_obj_end(w);
+        if (locks)
+            lock_item(w, &r->items[i]);
+        else
+            sem_item(w, &r->items[i]);
     }
     jsonw_arr_end(w);
     jsonw_key(w, "next_cursor");
@@ -219,6 +263,7 @@ int render_result(struct strbuf *out, const engine_result_t *res)
         lock_body(&w, &res->sem);
         break;
     case ENGINE_RES_LIST:
+    case ENGINE_RES_LOCK_LIST:
         list_body(&w, res);
         break;
     case ENGINE_RES_LEGACY:
@@ -264,6 +309,8 @@ int render_event_data(struct strbuf *out, const engine_event_t *ev, const char *
         int_member(&w, "fence", (int64_t)ev->lease->fence);
         jsonw_key(&w, "owner");
         jsonw_cstr(&w, ev->lease->owner);
+        int_member(&w, "acquired_at", ev->lease->acquired_at_ms);
+        int_member(&w, "expires_at", ev->lease->expires_at_ms);
     } else if (reason != NULL) {
         jsonw_key(&w, "reason");
         jsonw_cstr(&w, reason);

@@ -93,6 +93,12 @@ static void reply_raw(route_ctx_t *c, int status, const char *ctype, const char 
     reply_raw_ex(c, status, ctype, body, len, lease, NULL);
 }
 
+void ctx__reply_hdr(route_ctx_t *c, int status, const char *ctype, const char *body, size_t len,
+                    const char *extra)
+{
+    reply_raw_ex(c, status, ctype, body, len, NULL, extra);
+}
+
 void ctx_reply(route_ctx_t *c, int status, const char *ctype, const char *body, size_t len)
 {
     reply_raw(c, status, ctype, body, len, NULL);

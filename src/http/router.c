@@ -61,8 +61,15 @@ static const route_t routes[] = {
     R(POST, "/v1/locks/", "{key}", "/acquire", v1_lock_acquire, NAMED, ACQ,
       "keyed lock {mode,timeout_ms,ttl_ms,owner}"),
     R(GET, "/v1/locks/", "{key}", "", v1_lock_get, NAMED, READ, "keyed lock state"),
+    R(GET, "/v1/locks", "", "", v1_lock_list, 0, READ,
+      "list the keys held or awaited (prefix, limit, cursor)"),
     R(GET, "/healthz", "", "", v1_healthz, 0, 0, "health"),
     R(GET, "/metrics", "", "", v1_metrics, ROUTE_GLOBAL, READ, "Prometheus metrics"),
+    /* the dashboard (ui.c): open, as it holds no data (its page reads the API with the
+       visitor's token); --no-ui answers 404 */
+    R(GET, "/ui", "", "", ui_index, 0, 0, "the dashboard's page"),
+    R(GET, "/ui/config.json", "", "", ui_config, 0, 0, "the dashboard's settings"),
+    R(GET, "/ui/", "{file}", "", ui_file, 0, 0, "the dashboard's scripts, styles and images"),
 };
 enum { NROUTES = sizeof routes / sizeof routes[0] };
 

@@ -49,7 +49,7 @@ size_t router_index(const route_t *r);
 /* Print "METHOD PATTERN  summary" per route to `out`. */
 void router_print(FILE *out);
 
-/* The handlers (routes_legacy.c, routes_v1.c, sse.c, server.c). */
+/* The handlers (routes_legacy.c, routes_v1.c, sse.c, server.c, ui.c). */
 void legacy_create(struct route_ctx *c);
 void legacy_delete(struct route_ctx *c);
 void legacy_value(struct route_ctx *c);
@@ -68,6 +68,7 @@ void v1_lease_release(struct route_ctx *c);
 void v1_lease_revoke(struct route_ctx *c);
 void v1_lock_acquire(struct route_ctx *c);
 void v1_lock_get(struct route_ctx *c);
+void v1_lock_list(struct route_ctx *c);
 void v1_events(struct route_ctx *c);
 void v1_ticket_create(struct route_ctx *c);
 void v1_ticket_get(struct route_ctx *c);
@@ -75,5 +76,8 @@ void v1_ticket_delete(struct route_ctx *c);
 void v1_ticket_events(struct route_ctx *c);
 void v1_healthz(struct route_ctx *c);
 void v1_metrics(struct route_ctx *c);
+void ui_index(struct route_ctx *c);
+void ui_config(struct route_ctx *c);
+void ui_file(struct route_ctx *c);
 
 #endif /* SEMAD_ROUTER_H */

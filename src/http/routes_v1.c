@@ -197,8 +197,8 @@ void v1_sem_delete(route_ctx_t *c)
     ctx_submit(c, ctx_done_default);
 }
 
-/* GET /v1/semaphores?prefix=&limit=&cursor= */
-void v1_sem_list(route_ctx_t *c)
+/* A list's query (prefix, limit, cursor) into c->ereq for `op`, then the engine. */
+static void list_query(route_ctx_t *c, engine_op_t op)
 {
     char *limit = NULL;
     if (http_query_get(c->query, "prefix", &c->list.prefix) < 0 ||
@@ -215,11 +215,23 @@ void v1_sem_list(route_ctx_t *c)
         return;
     }
     free(limit);
-    c->ereq.op = ENGINE_SEM_LIST;
+    c->ereq.op = op;
     c->ereq.prefix = c->list.prefix;
     c->ereq.cursor = c->list.cursor != NULL && c->list.cursor[0] != '\0' ? c->list.cursor : NULL;
     c->ereq.limit = n;
     ctx_submit(c, ctx_done_default);
+}
+
+/* GET /v1/semaphores?prefix=&limit=&cursor= */
+void v1_sem_list(route_ctx_t *c)
+{
+    list_query(c, ENGINE_SEM_LIST);
+}
+
+/* GET /v1/locks?prefix=&limit=&cursor= */
+void v1_lock_list(route_ctx_t *c)
+{
+    list_query(c, ENGINE_LOCK_LIST);
 }
 
 /* timeout_ms: absent or null = wait forever, 0 = try once, > 0 = wait that long. */

@@ -33,6 +33,9 @@ typedef struct {
     const char *tls_cert;             /* PEM certificate chain: serve HTTPS (with tls_key) */
     const char *tls_key;              /* PEM private key of tls_cert */
     const char *tls_client_ca;        /* PEM CA certificates: require client certificates */
+    int no_ui;                        /* --no-ui: no dashboard at /ui (its routes answer 404) */
+    int ui_read_only;                 /* --ui-read-only: the dashboard has no actions, and a
+                                         browser may not change state */
 } server_config_t;
 
 typedef struct server server_t;

@@ -174,6 +174,9 @@ void conn_reply_fatal(conn_t *conn, int status, const char *reason);
 /* Release a granted lease whose grant could not be delivered (counted as undelivered). */
 void server__release_lease(server_t *srv, const char *id);
 
+/* A reply with extra header lines (`extra`, each ending in CRLF; may be NULL). */
+void ctx__reply_hdr(route_ctx_t *c, int status, const char *ctype, const char *body, size_t len,
+                    const char *extra);
 /* A problem+json reply with extra header lines (may be NULL), on every route. */
 void ctx__reply_problem_hdr(route_ctx_t *c, int status, const char *code, const char *detail,
                             const char *extra);
@@ -188,9 +191,18 @@ void server__auth_reload(server_t *srv);
 void server__auth_free(server_t *srv);
 /* Forget the connection's remembered Authorization value (at its free). */
 void conn_auth_forget(conn_t *conn);
-/* Before the handler: the token and the right the route needs, and the prefix of a name in
- * the path. 0 to go on, -1 after a 401 or 403 reply. */
+/* Before the handler, for a request from a web browser (Sec-Fetch-Site or Origin): a change
+ * of state only from semad's own pages (not with --ui-read-only), and without --auth only at
+ * a loopback address or localhost. 0 to go on, -1 after a 403 reply. (ctx__authorize calls
+ * it first.) */
+int ctx__browser_check(route_ctx_t *c);
+/* Before the handler: the browser check, the token and the right the route needs, and the
+ * prefix of a name in the path. 0 to go on, -1 after a 401 or 403 reply. */
 int ctx__authorize(route_ctx_t *c);
+/* The token the request names (its Authorization header, else under --tls-client-ca the
+ * verified client certificate's CN), without replying: NULL when it names none, an unknown
+ * one, or semad runs without --auth. Borrowed from srv->auth: use it before returning. */
+const auth_token_t *ctx__token_peek(route_ctx_t *c);
 /* Before the engine: stamp the token's name on c->ereq, check the prefix of the name it
  * carries (also one from a body). 0 to go on, -1 after a 403 reply. */
 int ctx__authorize_submit(route_ctx_t *c);

@@ -103,6 +103,10 @@ static const option_t options[] = {
     {"tls-key", "SEMA_TLS_KEY", OPT_STR, F(http.tls_key), "PEM private key file of --tls-cert"},
     {"tls-client-ca", "SEMA_TLS_CLIENT_CA", OPT_STR, F(http.tls_client_ca),
      "PEM CA file: require client certificates signed by these CAs"},
+    {"no-ui", "SEMA_NO_UI", OPT_FLAG, F(http.no_ui), "serve no dashboard at /ui"},
+    {"ui-read-only", "SEMA_UI_READ_ONLY", OPT_FLAG, F(http.ui_read_only),
+     "the dashboard at /ui only shows: no revoke, resize or delete, and browsers may not change "
+     "state (docs/dashboard.md)"},
     {"check", "SEMA_CHECK", OPT_STR, F(check_dir), "verify the store in DIR and exit"},
     {"routes", NULL, OPT_FLAG, F(print_routes), "print the route table and exit"},
     {"help", NULL, OPT_FLAG, F(help), "show this help and exit"},

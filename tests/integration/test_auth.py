@@ -83,12 +83,16 @@ RIGHTS = {
     ("POST", "/v1/leases/{id}/revoke"): "admin",
     ("POST", "/v1/locks/{key}/acquire"): "acquire",
     ("GET", "/v1/locks/{key}"): "read",
+    ("GET", "/v1/locks"): "read",
     ("POST", "/v1/semaphores/{name}/tickets"): "acquire",
     ("GET", "/v1/tickets/{id}"): "acquire",
     ("DELETE", "/v1/tickets/{id}"): "acquire",
     ("GET", "/v1/tickets/{id}/events"): "acquire",
     ("GET", "/healthz"): "open",
     ("GET", "/metrics"): "read",
+    ("GET", "/ui"): "open",  # the dashboard holds no data: its page reads the API
+    ("GET", "/ui/config.json"): "open",
+    ("GET", "/ui/{file}"): "open",
 }
 
 def own_ticket(s, tok, admin):
@@ -131,6 +135,7 @@ REQUESTS = [
     ("POST", "/v1/locks/{key}/acquire", "/v1/locks/k/acquire",
      {"mode": "shared", "timeout_ms": 0}),
     ("GET", "/v1/locks/{key}", "/v1/locks/k", None),
+    ("GET", "/v1/locks", "/v1/locks", None),
     ("POST", "/v1/semaphores/{name}/tickets", "/v1/semaphores/r/tickets",
      {"weight": 1, "keepalive_ms": 60000}),
     ("GET", "/v1/tickets/{id}", ticket_path(), None),
@@ -138,6 +143,9 @@ REQUESTS = [
     ("GET", "/v1/tickets/{id}/events", ticket_path("/events"), None),
     ("GET", "/healthz", "/healthz", None),
     ("GET", "/metrics", "/metrics", None),
+    ("GET", "/ui", "/ui", None),
+    ("GET", "/ui/config.json", "/ui/config.json", None),
+    ("GET", "/ui/{file}", "/ui/app.js", None),
 ]
 
 
@@ -247,6 +255,8 @@ def test_prefix_limits():
             ("GET", "/v1/locks/other", None),
             ("GET", "/v1/semaphores", None),  # a list needs ?prefix= within the token's
             ("GET", "/v1/semaphores?prefix=job", None),
+            ("GET", "/v1/locks", None),
+            ("GET", "/v1/locks?prefix=other", None),
             ("POST", "/semaphore/up", {"name": "legacy"}),  # a name in a legacy body
             ("POST", "/semaphore/down", {"name": "legacy"}),
             ("GET", "/semaphore/value/legacy", None),
@@ -262,6 +272,7 @@ def test_prefix_limits():
                 assert "'jobs/', 'batch-'" in p["detail"], p
         st, body = s.json("GET", "/v1/semaphores?prefix=jobs/", None, bearer(jobs))
         assert st == 200 and [x["name"] for x in body["semaphores"]] == ["jobs/a"], body
+        assert s.json("GET", "/v1/locks?prefix=jobs/", None, bearer(jobs))[0] == 200
         # a lock key under the prefix, and a lease on a semaphore outside it is not shown
         assert req(s, "POST", "/v1/locks/jobs%2Fk/acquire", jobs,
                    {"mode": "shared", "timeout_ms": 0})[0] == 200

@@ -116,6 +116,47 @@ def test_list_pagination():
             assert problem(s, "GET", "/v1/semaphores?limit=" + bad)[0] == 400
 
 
+def test_list_items_count_grants_tickets_and_the_oldest_waiter():
+    """A list item says what an overview shows without reading each semaphore: leases
+    granted on it (a counter), tickets waiting in its queue, and when its head came."""
+    with fx.Semad() as s:
+        put(s, "busy", 1)
+        put(s, "idle", 2)
+        before = int(time.time() * 1000)
+        st, first = acquire(s, "busy", ttl_ms=60000)
+        assert st == 200, first
+        w = Parked(s, "busy", {"owner": "head"})
+        fx.wait_until(lambda: s.json("GET", "/v1/semaphores/busy")[1]["waiting"] == 1, 10,
+                      "the parked acquire at the head")
+        st, t1 = s.json("POST", "/v1/semaphores/busy/tickets", {"owner": "t1"})
+        assert st == 201 and t1["status"] == "waiting", t1
+        st, t2 = s.json("POST", "/v1/semaphores/busy/tickets", {"owner": "t2"})
+        assert st == 201, t2
+
+        def busy_item():
+            st, page = s.json("GET", "/v1/semaphores")
+            assert st == 200, page
+            items = {x["name"]: x for x in page["semaphores"]}
+            assert items["idle"]["grants"] == 0 and items["idle"]["tickets"] == 0, items
+            assert items["idle"]["waiting_since"] is None, items
+            return items["busy"]
+        item = busy_item()
+        assert item["waiting"] == 3 and item["grants"] == 1 and item["tickets"] == 2, item
+        st, view = s.json("GET", "/v1/semaphores/busy")
+        assert item["waiting_since"] == view["waiters"][0]["since"], (item, view)
+        assert before - 1000 <= item["waiting_since"] <= int(time.time() * 1000) + 1000, item
+        # a release grants the parked head; then the tickets in turn
+        assert s.request("DELETE", "/v1/leases/" + first["lease"])[0] == 204
+        w.done.wait(10 * fx.SLOW)
+        assert w.result[0] == 200, w.result
+        item = busy_item()
+        assert item["grants"] == 2 and item["tickets"] == 2 and item["waiting"] == 2, item
+        assert s.request("DELETE", "/v1/leases/" + w.result[1]["lease"])[0] == 204
+        item = busy_item()
+        assert item["grants"] == 3 and item["tickets"] == 1 and item["waiting"] == 1, item
+        w.close()
+
+
 def test_request_validation():
     with fx.Semad() as s:
         put(s, "v", 2)
@@ -261,6 +302,29 @@ def test_keyed_locks():
         assert problem(s, "GET", "/v1/locks/doc%2F1") == (404, "not_found")
 
 
+def test_lock_list_by_key_while_held_or_awaited():
+    with fx.Semad() as s:
+        put(s, "doc%2Fsem", 1)
+        st, r = s.json("POST", "/v1/locks/doc%2F1/acquire", {"mode": "shared"})
+        assert st == 200, r
+        st, x = s.json("POST", "/v1/locks/doc%2F0/acquire", {"mode": "exclusive"})
+        assert st == 200, x
+        st, page = s.json("GET", "/v1/locks?prefix=doc%2F")
+        assert st == 200 and page["next_cursor"] is None, page
+        assert page["locks"] == [
+            {"key": "doc/0", "readers": 0, "exclusive": True, "waiting": 0, "waiting_since": None},
+            {"key": "doc/1", "readers": 1, "exclusive": False, "waiting": 0,
+             "waiting_since": None}], page
+        st, page = s.json("GET", "/v1/locks?limit=1")
+        assert [x["key"] for x in page["locks"]] == ["doc/0"] and page["next_cursor"] == "doc/0"
+        st, page = s.json("GET", "/v1/locks?limit=1&cursor=doc%2F0")
+        assert [x["key"] for x in page["locks"]] == ["doc/1"], page
+        for lease in (r, x):
+            assert s.request("DELETE", "/v1/leases/" + lease["lease"])[0] == 204
+        assert s.json("GET", "/v1/locks")[1] == {"locks": [], "next_cursor": None}
+        assert problem(s, "GET", "/v1/locks?limit=0")[0] == 400
+
+
 def test_lock_modes_stay_as_requested_with_one_reader():
     """With --lock-readers 1 both modes weigh 1: the lease, the lock's view, the idempotency
     check and a restart still tell an exclusive holder from a shared one."""
@@ -339,12 +403,19 @@ def test_events_stream():
             k, v = line.decode().split(":", 1)
             heads[k.lower()] = v.strip()
         assert heads["content-type"] == "text/event-stream", heads
-        st, lease = acquire(s, "e")
+        st, lease = acquire(s, "e", owner="<b>w-1</b>")
         ev = read_event(f)
         assert ev["event"] == "granted", ev
-        assert json.loads(ev["data"])["lease"] == lease["lease"] or "lease" in ev["data"]
+        data = json.loads(ev["data"])
+        # the lease as the holder's view shows it (a page can show its holder at once)
+        assert {k: data[k] for k in ("lease", "weight", "fence", "owner", "acquired_at",
+                                     "expires_at")} == {
+            k: lease[k] for k in ("lease", "weight", "fence", "owner", "acquired_at",
+                                  "expires_at")}, (data, lease)
         s.request("DELETE", "/v1/leases/" + lease["lease"])
-        assert read_event(f)["event"] == "released"
+        ev = read_event(f)
+        assert ev["event"] == "released" and json.loads(ev["data"])["acquired_at"] == \
+            lease["acquired_at"], ev
         s.request("DELETE", "/v1/semaphores/e")
         assert read_event(f)["event"] == "deleted"
         assert read_event(f) is None  # the stream ends after "deleted"

@@ -141,9 +141,11 @@ TEST(sem_resize_grow_admits_and_shrink_never_revokes)
     fx_free(&f);
 }
 
-static json_t *list(fx_t *f, const char *prefix, const char *cursor, uint64_t limit)
+/* A page of a list (ENGINE_SEM_LIST, ENGINE_LOCK_LIST) as its JSON reply. */
+static json_t *list_of(fx_t *f, engine_op_t op, const char *prefix, const char *cursor,
+                       uint64_t limit)
 {
-    treq_t *t = treq_new(ENGINE_SEM_LIST, NULL);
+    treq_t *t = treq_new(op, NULL);
     json_t *res;
 
     t->r.prefix = prefix;
@@ -153,6 +155,11 @@ static json_t *list(fx_t *f, const char *prefix, const char *cursor, uint64_t li
     res = json_incref(t->res);
     treq_free(t);
     return res;
+}
+
+static json_t *list(fx_t *f, const char *prefix, const char *cursor, uint64_t limit)
+{
+    return list_of(f, ENGINE_SEM_LIST, prefix, cursor, limit);
 }
 
 TEST(sem_list_orders_pages_and_filters)
@@ -623,6 +630,66 @@ TEST(lock_shared_exclusive_fifo_and_ephemeral_key)
     treq_free(r2);
     treq_free(w);
     treq_free(r3);
+    fx_free(&f);
+}
+
+/* The "locks" of a page of lock keys. */
+static json_t *lock_list(fx_t *f, const char *prefix, const char *cursor, uint64_t limit)
+{
+    json_t *res = list_of(f, ENGINE_LOCK_LIST, prefix, cursor, limit);
+    json_t *locks = json_incref(json_object_get(res, "locks"));
+
+    json_decref(res);
+    return locks;
+}
+
+/* The keys held or awaited, by key, in pages; a key leaves the list when it leaves the
+ * engine; semaphores are not in it. */
+TEST(lock_list_shows_the_keys_held_or_awaited)
+{
+    fx_t f;
+    engine_config_t cfg;
+    treq_t *r1, *r2, *w, *x;
+    json_t *arr;
+
+    engine_config_default(&cfg);
+    cfg.lock_readers = 4;
+    fx_init_cfg(&f, &cfg);
+    fx_put(&f, "doc/semaphore", 1);
+    r1 = lock_acquire(&f, "doc/1", ENGINE_MODE_SHARED, -1);
+    r2 = lock_acquire(&f, "doc/1", ENGINE_MODE_SHARED, -1);
+    w = lock_acquire(&f, "doc/1", ENGINE_MODE_EXCLUSIVE, -1);
+    x = lock_acquire(&f, "doc/0", ENGINE_MODE_EXCLUSIVE, -1);
+    arr = lock_list(&f, "doc/", NULL, 0);
+    ASSERT_EQ(json_array_size(arr), 2);
+    ASSERT_STREQ(jstr(json_array_get(arr, 0), "key"), "doc/0");
+    ASSERT(json_is_true(json_object_get(json_array_get(arr, 0), "exclusive")));
+    ASSERT_STREQ(jstr(json_array_get(arr, 1), "key"), "doc/1");
+    ASSERT_EQ(jint(json_array_get(arr, 1), "readers"), 2);
+    ASSERT(json_is_false(json_object_get(json_array_get(arr, 1), "exclusive")));
+    ASSERT_EQ(jint(json_array_get(arr, 1), "waiting"), 1);
+    ASSERT(jint(json_array_get(arr, 1), "waiting_since") > 0);
+    json_decref(arr);
+    arr = lock_list(&f, NULL, "doc/0", 1); /* the page after doc/0 */
+    ASSERT_EQ(json_array_size(arr), 1);
+    ASSERT_STREQ(jstr(json_array_get(arr, 0), "key"), "doc/1");
+    json_decref(arr);
+    ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(x)));
+    ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(r1)));
+    ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(r2)));
+    ASSERT_EQ(w->done, 1);
+    arr = lock_list(&f, NULL, NULL, 0);
+    ASSERT_EQ(json_array_size(arr), 1);
+    ASSERT(json_is_true(json_object_get(json_array_get(arr, 0), "exclusive")));
+    json_decref(arr);
+    ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(w)));
+    arr = lock_list(&f, NULL, NULL, 0);
+    ASSERT_EQ(json_array_size(arr), 0);
+    json_decref(arr);
+    treq_free(r1);
+    treq_free(r2);
+    treq_free(w);
+    treq_free(x);
     fx_free(&f);
 }
 

@@ -482,8 +482,8 @@ TEST(host_is_the_whole_name_across_reads)
     }
 }
 
-/* A connection's Host values, remembered or not (longer than http_parser_t.host), are each
- * checked: a valid one is remembered, an invalid one after it still fails. */
+/* A connection's Host values, the same or not as the last, short or long, are each checked:
+ * a valid one is remembered, an invalid one after it still fails. */
 TEST(host_values_on_one_connection)
 {
     static const char *const hosts[] = {"a.example:7070",
@@ -508,6 +508,88 @@ TEST(host_values_on_one_connection)
         }
     }
     http_parser_free(&p);
+}
+
+/* The request's Host is its whole value, however the reads cut it, and none for HTTP/1.0
+ * without one (not the connection's previous value). */
+TEST(host_value_across_reads_and_requests)
+{
+    static const char *const reads[][3] = {
+        {"GET /x HTTP/1.1\r\nHost: 127.0.0.1:7070\r\n\r\n", "", ""},
+        {"GET /x HTTP/1.1\r\nHost: 127.0.0.1:70", "70\r\n\r\n", ""},
+        {"GET /x HTTP/1.1\r\nHost: 127.0.0.1:7070", "0\r\nX: y\r\n\r\n", ""},
+        {"GET /x HTTP/1.1\r\nHost: a", ".example:1", "\r\n\r\n"},
+        {"GET /x HTTP/1.0\r\n\r\n", "", ""},
+    };
+    static const char *const want[] = {"127.0.0.1:7070", "127.0.0.1:7070", "127.0.0.1:70700",
+                                       "a.example:1", NULL};
+    http_parser_t p;
+    http_parser_init(&p, &limits);
+    for (size_t i = 0; i < sizeof reads / sizeof reads[0]; i++) {
+        size_t used, len;
+        int rc = HTTP_NEED_MORE;
+        for (size_t k = 0; k < 3 && rc == HTTP_NEED_MORE; k++)
+            rc = feed_all(&p, reads[i][k], &used);
+        ASSERT_EQ(rc, HTTP_MESSAGE);
+        const char *h = http_request_host(&p, &len);
+        if (want[i] == NULL) {
+            ASSERT_NULL(h);
+        } else {
+            ASSERT_EQ(len, strlen(want[i]));
+            ASSERT(memcmp(h, want[i], len) == 0);
+        }
+        http_parser_next(&p);
+    }
+    http_parser_free(&p);
+}
+
+/* The browser's headers semad reads: Origin (one), Sec-Fetch-Site (named, any case; a second
+ * one or an unknown value is "other") and If-None-Match (the last one). */
+TEST(browser_headers)
+{
+    static const struct {
+        const char *headers;
+        int status;
+        const char *origin;
+        int site;
+        const char *inm;
+    } cases[] = {
+        {"", 200, NULL, HTTP_FETCH_ABSENT, NULL},
+        {"Origin: http://127.0.0.1:7070\r\n", 200, "http://127.0.0.1:7070", 0, NULL},
+        {"Sec-Fetch-Site: same-origin\r\n", 200, NULL, HTTP_FETCH_SAME_ORIGIN, NULL},
+        {"sec-fetch-site: Cross-Site\r\n", 200, NULL, HTTP_FETCH_CROSS_SITE, NULL},
+        {"Sec-Fetch-Site: same-site\r\n", 200, NULL, HTTP_FETCH_SAME_SITE, NULL},
+        {"Sec-Fetch-Site: none\r\n", 200, NULL, HTTP_FETCH_NONE, NULL},
+        {"Sec-Fetch-Site: same-origin-ish\r\n", 200, NULL, HTTP_FETCH_OTHER, NULL},
+        {"Sec-Fetch-Site: same-origin\r\nSec-Fetch-Site: same-origin\r\n", 200, NULL,
+         HTTP_FETCH_OTHER, NULL},
+        {"Origin: http://a\r\nOrigin: http://b\r\n", 400, NULL, 0, NULL},
+        {"If-None-Match: \"a\"\r\nIf-None-Match: W/\"b\"\r\n", 200, NULL, 0, "W/\"b\""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char req[256];
+        size_t used;
+        http_parser_t p;
+        http_parser_init(&p, &limits);
+        snprintf(req, sizeof req, "POST /x HTTP/1.1\r\nHost: h\r\n%s\r\n", cases[i].headers);
+        int rc = feed_all(&p, req, &used);
+        ASSERT_EQ(rc == HTTP_MESSAGE ? 200 : p.error_status, cases[i].status);
+        if (rc == HTTP_MESSAGE) {
+            if (cases[i].origin != NULL)
+                ASSERT_STREQ(http_origin(&p.req), cases[i].origin);
+            else
+                ASSERT_NULL(http_origin(&p.req));
+            ASSERT_EQ(http_fetch_site(&p.req), cases[i].site);
+            if (cases[i].inm != NULL)
+                ASSERT_STREQ(http_if_none_match(&p.req), cases[i].inm);
+            else
+                ASSERT_NULL(http_if_none_match(&p.req));
+            ASSERT_EQ(p.req.browser != NULL, i > 0); /* allocated for a browser's only */
+            http_parser_next(&p);
+            ASSERT_NULL(p.req.browser); /* one request's headers only */
+        }
+        http_parser_free(&p);
+    }
 }
 
 TEST(absolute_form_target_becomes_origin_form)

@@ -8,20 +8,10 @@
 set -eu
 cd "$(dirname "$0")/.."
 
-if ! command -v node >/dev/null 2>&1; then
-    echo "SKIP: node is missing" >&2
-    exit 77
-fi
-if [ "$(node -p 'process.versions.node.split(".")[0]')" -lt 18 ]; then
-    echo "SKIP: node $(node --version) is older than 18" >&2
-    exit 77
-fi
-chromium=${CHROMIUM:-/usr/bin/chromium}
-if [ ! -x "$chromium" ]; then
-    echo "SKIP: no chromium at $chromium (scripts/deps.sh test installs it)" >&2
-    exit 77
-fi
-if [ ! -d node_modules/puppeteer-core ] || [ ! -x ../../clients/js/node_modules/.bin/tsc ]; then
+# shellcheck source=tests/support/need_chromium.sh
+. ../../tests/support/need_chromium.sh
+need_chromium puppeteer-core
+if [ ! -x ../../clients/js/node_modules/.bin/tsc ]; then
     echo "SKIP: npm packages missing: run scripts/deps.sh test" >&2
     exit 77
 fi

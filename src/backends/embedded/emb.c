@@ -59,12 +59,8 @@ emb_sem_t *emb__sem_new(emb_t *eb, const char *name, size_t len, uint64_t capaci
     s->flags = (uint8_t)flags;
     memcpy(s->name, name, len);
     s->name[len] = '\0';
-    if (flags & EMB_SEM_LOCK) {
-        etab_insert(&eb->locks, &s->node);
-    } else {
-        etab_insert(&eb->sems, &s->node);
-        emb__treap_insert(eb, s);
-    }
+    etab_insert(flags & EMB_SEM_LOCK ? &eb->locks : &eb->sems, &s->node);
+    emb__treap_insert(eb, s);
     return s;
 }
 
@@ -82,13 +78,9 @@ void emb__sem_free(emb_t *eb, emb_sem_t *s)
 {
     SEMA__CHECK(elist_empty(&s->waiters) && elist_empty(&s->holders));
     undirty(eb, s);
-    if (s->flags & EMB_SEM_LOCK) {
-        etab_remove(&eb->locks, &s->node);
-    } else {
-        etab_remove(&eb->sems, &s->node);
-        if (!eb->clearing)
-            emb__treap_remove(eb, s);
-    }
+    etab_remove(s->flags & EMB_SEM_LOCK ? &eb->locks : &eb->sems, &s->node);
+    if (!eb->clearing)
+        emb__treap_remove(eb, s);
     sema__free(s);
 }
 
@@ -298,6 +290,7 @@ int emb__park(emb_t *eb, emb_req_t *er, emb_sem_t *s, int64_t timeout_ms)
         s->qseq = er->oseq; /* a ticket loaded with its place */
     emb__oq_insert(s, er);
     s->nwaiters++;
+    s->ntickets += er->kind == EMB_KIND_TICKET;
     s->waiting += er->weight;
     eb->nparked++;
     return 0;
@@ -314,6 +307,7 @@ void emb__unpark(emb_t *eb, emb_req_t *er)
     er->oseq = 0;
     s->qremoved++;
     s->nwaiters--;
+    s->ntickets -= er->kind == EMB_KIND_TICKET;
     s->waiting -= er->weight;
     eb->nparked--;
     er->sem = NULL;

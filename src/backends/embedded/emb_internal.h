@@ -28,13 +28,15 @@ typedef struct {
 /* A semaphore (or a keyed lock's ephemeral semaphore). About 200 bytes plus its name. */
 typedef struct emb_sem {
     enode_t node;            /* in eb->sems (or eb->locks), keyed by name */
-    struct emb_sem *tl, *tr; /* name-ordered treap (priority = node.hash); not for locks */
+    struct emb_sem *tl, *tr; /* name-ordered treap (priority = node.hash): eb->root, or
+                                eb->lock_root for a lock key */
     elist_t waiters;         /* emb_req_t.link, FIFO */
     elist_t holders;         /* emb_lease_t.link, grant order */
     uint64_t capacity;
     int64_t available; /* may be < 0 after a shrink, > capacity after legacy up */
     uint64_t held;     /* sum of lease weights */
     uint64_t fence;    /* last fence handed out (or bumped by revoke) */
+    uint64_t grants;   /* leases granted since it was made or loaded (a counter for rates) */
     uint64_t waiting;  /* total weight queued */
     int64_t created_at_ms;
     uint32_t nwaiters;
@@ -43,6 +45,7 @@ typedef struct emb_sem {
     uint64_t qseq;         /* the last place handed out in the queue */
     uint64_t qremoved;     /* waiters that left the queue (positions behind them moved) */
     emb_est_t est;
+    uint32_t ntickets; /* waiting tickets among its waiters */
     uint16_t name_len;
     uint8_t flags; /* EMB_SEM_* */
     char name[];
@@ -159,8 +162,9 @@ struct emb {
     eitem_t tick;    /* the next check of watched tickets' positions (EITEM_TICK) */
     uint64_t tickets_created, tickets_granted, tickets_left, tickets_abandoned, tickets_uncollected,
         ticket_updates;
-    uint64_t nwatchers; /* long-polls and streams parked on tickets now */
-    emb_sem_t *root;    /* treap of eb->sems by name */
+    uint64_t nwatchers;   /* long-polls and streams parked on tickets now */
+    emb_sem_t *root;      /* treap of eb->sems by name */
+    emb_sem_t *lock_root; /* treap of eb->locks by key */
     eheap_t heap;
     uv_timer_t timer;
     uint64_t timer_due; /* deadline the timer is armed for, or UINT64_MAX */
@@ -234,9 +238,12 @@ emb_idem_t *emb__idem_find(emb_t *eb, const emb_sem_t *s, const char *key, size_
 int emb__idem_of(emb_t *eb, const engine_req_t *req, const emb_sem_t *s, emb_idem_t **out);
 emb_idem_t *emb__idem_new(emb_t *eb, emb_sem_t *s, const char *key, size_t len);
 void emb__idem_free(emb_t *eb, emb_idem_t *d);
+/* The semaphores by name (eb->root), and the lock keys (eb->lock_root): `s` goes in, or
+ * out of, the one its flags say. */
 void emb__treap_insert(emb_t *eb, emb_sem_t *s);
 void emb__treap_remove(emb_t *eb, emb_sem_t *s);
-emb_sem_t *emb__treap_after(emb_t *eb, const char *key, size_t len, int inclusive);
+/* In the treap `root`: the first name after `key` (or equal to it, when `inclusive`). */
+emb_sem_t *emb__treap_after(emb_sem_t *root, const char *key, size_t len, int inclusive);
 
 /* The lock mode a request asks for: ENGINE_MODE_* for a keyed lock, 0 for a semaphore. The
  * mode is kept apart from the weight: with --lock-readers 1 both modes weigh 1. */
@@ -268,6 +275,8 @@ int emb__lease_load(emb_t *eb, emb_sem_t *s, const store_lease_t *rec);
 /* emb_view.c: a result's typed views of the state (strings copied into the result) */
 void emb__view_lease(engine_lease_t *v, const emb_lease_t *l);
 int emb__view_sem(engine_result_t *r, engine_sem_view_t *v, const emb_sem_t *s, int lists);
+/* A list's item of `s`: its view and its counts. 0, or -1 when out of memory. */
+int emb__view_item(engine_result_t *r, engine_list_item_t *it, const emb_sem_t *s);
 /* An event of a lease (granted, released, expired, revoked) or of a semaphore. */
 void emb__event_lease(emb_t *eb, const emb_sem_t *s, const char *type, const emb_lease_t *l);
 void emb__event_sem(emb_t *eb, const emb_sem_t *s, const char *type, uint64_t capacity);

@@ -201,6 +201,7 @@ emb_lease_t *emb__grant(emb_t *eb, emb_sem_t *s, const engine_req_t *req, uint64
     l->mode = emb__req_mode(req);
     l->fence = ++eb->fence_seq;
     s->fence = l->fence;
+    s->grants++;
     l->ttl_ms = ttl_ms;
     l->acquired_at_ms = emb__wall_ms();
     l->expires_at_ms = l->acquired_at_ms + ttl_ms;

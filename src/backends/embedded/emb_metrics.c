@@ -48,9 +48,9 @@ static void put_sem_gauges(emb_t *eb, jsonw_t *w)
         jsonw_raw_str(w, "# TYPE ");
         jsonw_raw_str(w, names[k]);
         jsonw_raw_str(w, " gauge\n");
-        for (emb_sem_t *s = emb__treap_after(eb, "", 0, 1);
+        for (emb_sem_t *s = emb__treap_after(eb->root, "", 0, 1);
              s != NULL && n < eb->cfg.metrics_max_semaphores;
-             s = emb__treap_after(eb, s->name, s->name_len, 0), n++) {
+             s = emb__treap_after(eb->root, s->name, s->name_len, 0), n++) {
             jsonw_raw_str(w, names[k]);
             jsonw_raw_str(w, "{name=\"");
             put_label(w, s->name, s->name_len);

@@ -167,16 +167,16 @@ static int has_prefix(const emb_sem_t *s, const char *p, size_t plen)
     return s->name_len >= plen && memcmp(s->name, p, plen) == 0;
 }
 
-/* The first semaphore of the page: strictly after the cursor, or the first with the
- * prefix. */
-static emb_sem_t *list_start(emb_t *eb, const engine_req_t *req, const char *pfx, size_t plen)
+/* The first name of the page: strictly after the cursor, or the first with the prefix. */
+static emb_sem_t *list_start(emb_sem_t *root, const engine_req_t *req, const char *pfx, size_t plen)
 {
     if (req->cursor != NULL && req->cursor[0] != '\0' && strcmp(req->cursor, pfx) >= 0)
-        return emb__treap_after(eb, req->cursor, strlen(req->cursor), 0);
-    return emb__treap_after(eb, pfx, plen, 1);
+        return emb__treap_after(root, req->cursor, strlen(req->cursor), 0);
+    return emb__treap_after(root, pfx, plen, 1);
 }
 
-static void op_sem_list(emb_t *eb, emb_req_t *er)
+/* A page of the names in `root` (the semaphores, or the lock keys) as a result of `kind`. */
+static void list_page(emb_t *eb, emb_req_t *er, emb_sem_t *root, engine_res_kind_t kind)
 {
     engine_req_t *req = er->req;
     engine_result_t *r = &req->res;
@@ -187,10 +187,10 @@ static void op_sem_list(emb_t *eb, emb_req_t *er)
     r->items = engine_result_alloc(r, req->limit * sizeof(*r->items));
     if (r->items == NULL)
         return fail(eb, er, SEMA_ENOMEM, "out of memory building the result");
-    for (s = list_start(eb, req, pfx, plen);
+    for (s = list_start(root, req, pfx, plen);
          s != NULL && has_prefix(s, pfx, plen) && n < req->limit;
-         s = emb__treap_after(eb, s->name, s->name_len, 0)) {
-        if (emb__view_sem(r, &r->items[n++], s, 0) != 0) {
+         s = emb__treap_after(root, s->name, s->name_len, 0)) {
+        if (emb__view_item(r, &r->items[n++], s) != 0) {
             engine_result_clear(r);
             return fail(eb, er, SEMA_ENOMEM, "out of memory building the result");
         }
@@ -198,11 +198,21 @@ static void op_sem_list(emb_t *eb, emb_req_t *er)
     }
     r->nitems = n;
     if (s != NULL && last != NULL && has_prefix(s, pfx, plen)) {
-        r->next_cursor = r->items[n - 1].name;
-        r->next_cursor_len = r->items[n - 1].name_len;
+        r->next_cursor = r->items[n - 1].v.name;
+        r->next_cursor_len = r->items[n - 1].v.name_len;
     }
-    r->kind = ENGINE_RES_LIST;
+    r->kind = kind;
     emb__finish(eb, er, 0, NULL);
+}
+
+static void op_sem_list(emb_t *eb, emb_req_t *er)
+{
+    list_page(eb, er, eb->root, ENGINE_RES_LIST);
+}
+
+static void op_lock_list(emb_t *eb, emb_req_t *er)
+{
+    list_page(eb, er, eb->lock_root, ENGINE_RES_LOCK_LIST);
 }
 
 /* ---- acquire and wait-idle ---- */
@@ -549,6 +559,7 @@ const emb_op_fn emb__ops[ENGINE_OP_COUNT] = {
     [ENGINE_LEASE_REVOKE] = op_lease_revoke,
     [ENGINE_LOCK_ACQUIRE] = op_lock_acquire,
     [ENGINE_LOCK_GET] = op_lock_get,
+    [ENGINE_LOCK_LIST] = op_lock_list,
     [ENGINE_LEGACY_CREATE] = op_legacy_create,
     [ENGINE_LEGACY_DELETE] = op_legacy_delete,
     [ENGINE_LEGACY_VALUE] = op_legacy_value,

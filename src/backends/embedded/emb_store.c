@@ -168,7 +168,7 @@ void emb__state_clear(emb_t *eb, elist_t *keep)
     eb->clearing = 1;
     etab_each(&eb->sems, clear_sem, arg);
     etab_each(&eb->locks, clear_sem, arg);
-    eb->root = NULL;
+    eb->root = eb->lock_root = NULL;
     eb->clearing = 0;
 }
 

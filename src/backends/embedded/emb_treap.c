@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* emb_treap.c - the back end's treaps (priorities are hashes, so they need no balancing
- * state): the semaphores ordered by name, for listing by prefix and cursor; and each
- * semaphore's queue ordered by place with subtree counts, for tickets' positions. */
+ * state): the semaphores, and the lock keys, ordered by name, for listing by prefix and
+ * cursor; and each semaphore's queue ordered by place with subtree counts, for tickets'
+ * positions. */
 #include "backends/embedded/emb_internal.h"
 
 #include <string.h>
@@ -68,23 +69,33 @@ static emb_sem_t *treap_del(emb_sem_t *root, emb_sem_t *n)
     return root;
 }
 
+/* The treap `s` is in: the semaphores', or the lock keys'. */
+static emb_sem_t **root_of(emb_t *eb, const emb_sem_t *s)
+{
+    return (s->flags & EMB_SEM_LOCK) ? &eb->lock_root : &eb->root;
+}
+
 void emb__treap_insert(emb_t *eb, emb_sem_t *s)
 {
+    emb_sem_t **root = root_of(eb, s);
+
     s->tl = s->tr = NULL;
-    eb->root = treap_ins(eb->root, s);
+    *root = treap_ins(*root, s);
 }
 
 void emb__treap_remove(emb_t *eb, emb_sem_t *s)
 {
-    eb->root = treap_del(eb->root, s);
+    emb_sem_t **root = root_of(eb, s);
+
+    *root = treap_del(*root, s);
     s->tl = s->tr = NULL;
 }
 
-emb_sem_t *emb__treap_after(emb_t *eb, const char *key, size_t len, int inclusive)
+emb_sem_t *emb__treap_after(emb_sem_t *root, const char *key, size_t len, int inclusive)
 {
     emb_sem_t *best = NULL;
 
-    for (emb_sem_t *x = eb->root; x != NULL;) {
+    for (emb_sem_t *x = root; x != NULL;) {
         int c = name_cmp(x->name, x->name_len, key, len);
         if (c > 0 || (c == 0 && inclusive)) {
             best = x;

@@ -89,6 +89,15 @@ int emb__view_sem(engine_result_t *r, engine_sem_view_t *v, const emb_sem_t *s, 
     return lists ? view_lists(r, v, s) : 0;
 }
 
+int emb__view_item(engine_result_t *r, engine_list_item_t *it, const emb_sem_t *s)
+{
+    it->grants = s->grants;
+    it->tickets = s->ntickets;
+    it->waiting_since_ms =
+        elist_empty(&s->waiters) ? 0 : ECONTAINER(s->waiters.next, emb_req_t, link)->since_ms;
+    return emb__view_sem(r, &it->v, s, 0);
+}
+
 /* ---- events ---- */
 
 void emb__event_lease(emb_t *eb, const emb_sem_t *s, const char *type, const emb_lease_t *l)

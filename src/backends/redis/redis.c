@@ -937,13 +937,15 @@ static const char *const op_names[ENGINE_OP_COUNT] = {
     [ENGINE_TICKET_CREATE] = "ticket_create",
     [ENGINE_TICKET_GET] = "ticket_get",
     [ENGINE_TICKET_DELETE] = "ticket_delete",
+    [ENGINE_LOCK_LIST] = "lock_list",
 };
 
 static int op_writes(engine_op_t op)
 {
     /* a ticket's read renews its keepalive, which a second run does again: no request id */
     return op != ENGINE_SEM_GET && op != ENGINE_SEM_LIST && op != ENGINE_LEASE_GET &&
-           op != ENGINE_LOCK_GET && op != ENGINE_LEGACY_VALUE && op != ENGINE_TICKET_GET;
+           op != ENGINE_LOCK_GET && op != ENGINE_LEGACY_VALUE && op != ENGINE_TICKET_GET &&
+           op != ENGINE_LOCK_LIST;
 }
 
 static int is_lease_op(engine_op_t op)
@@ -988,6 +990,7 @@ static void op_args(rs_t *r, rreq_t *rq, rargs_t *a)
         a_i64(a, (int64_t)req->capacity);
         break;
     case ENGINE_SEM_LIST:
+    case ENGINE_LOCK_LIST:
         a_str(a, req->prefix);
         a_str(a, req->cursor);
         a_i64(a, (int64_t)req->limit);
@@ -1026,8 +1029,9 @@ static rcmd_t *op_cmd(rs_t *r, rreq_t *rq)
     rcmd_t *c;
     char tid[ENGINE_LEASE_ID_MAX], lid[ENGINE_LEASE_ID_MAX];
 
-    if (req->op == ENGINE_SEM_LIST) {
-        klen = (size_t)snprintf(key, sizeof key, "sema:names");
+    if (req->op == ENGINE_SEM_LIST || req->op == ENGINE_LOCK_LIST) {
+        klen = (size_t)snprintf(key, sizeof key,
+                                req->op == ENGINE_SEM_LIST ? "sema:names" : "sema:locks");
     } else if (is_ticket_id_op(req->op)) {
         if (req->id_len > 64)
             return NULL;
@@ -1101,26 +1105,34 @@ static int view_from(engine_result_t *res, engine_sem_view_t *v, const redisRepl
     return 0;
 }
 
-static int list_from(engine_result_t *res, const redisReply *rep)
+/* A list item: its name, its view (8 fields), then grants, tickets waiting and when the
+ * head of its queue came (list_counts in sema.lua). */
+enum { LIST_ITEM = 12 };
+
+static int list_from(engine_result_t *res, const redisReply *rep, engine_res_kind_t kind)
 {
     const redisReply *items = el_arr(rep, RES + 1);
-    size_t n = items ? items->elements / 9 : 0;
+    size_t n = items ? items->elements / LIST_ITEM : 0;
 
     res->items = engine_result_alloc(res, (n ? n : 1) * sizeof(*res->items));
     if (res->items == NULL)
         return -1;
     for (size_t i = 0; i < n; i++) {
-        size_t nl;
-        const char *name = el_str(items, i * 9, &nl);
-        if (view_from(res, &res->items[i], items, i * 9 + 1, name, nl, 0) != 0)
+        size_t nl, at = i * LIST_ITEM;
+        const char *name = el_str(items, at, &nl);
+        engine_list_item_t *it = &res->items[i];
+        if (view_from(res, &it->v, items, at + 1, name, nl, 0) != 0)
             return -1;
+        it->grants = (uint64_t)el_i64(items, at + 9);
+        it->tickets = (uint64_t)el_i64(items, at + 10);
+        it->waiting_since_ms = el_i64(items, at + 11);
     }
     res->nitems = n;
     if (el_i64(rep, RES) != 0 && n > 0) {
-        res->next_cursor = res->items[n - 1].name;
-        res->next_cursor_len = res->items[n - 1].name_len;
+        res->next_cursor = res->items[n - 1].v.name;
+        res->next_cursor_len = res->items[n - 1].v.name_len;
     }
-    res->kind = ENGINE_RES_LIST;
+    res->kind = kind;
     return 0;
 }
 
@@ -1187,7 +1199,9 @@ static int result_from(rs_t *r, rreq_t *rq, const redisReply *rep)
         res->kind = ENGINE_RES_LEGACY;
         return view_from(res, &res->sem, rep, RES + 1, req->name, req->name_len, 0);
     case ENGINE_SEM_LIST:
-        return list_from(res, rep);
+        return list_from(res, rep, ENGINE_RES_LIST);
+    case ENGINE_LOCK_LIST:
+        return list_from(res, rep, ENGINE_RES_LOCK_LIST);
     case ENGINE_WAIT_IDLE:
         res->kind = ENGINE_RES_IDLE;
         res->sem.name = req->name;
@@ -1894,7 +1908,8 @@ static int rs_submit(void *be, engine_req_t *req)
     rq->writes = (uint8_t)op_writes(req->op);
     if (req->op == ENGINE_ACQUIRE || req->op == ENGINE_LOCK_ACQUIRE)
         engine__lease_id(r->front, rq->lid);
-    if (req->op == ENGINE_SEM_LIST && req->cursor != NULL && strlen(req->cursor) > 65536) {
+    if ((req->op == ENGINE_SEM_LIST || req->op == ENGINE_LOCK_LIST) && req->cursor != NULL &&
+        strlen(req->cursor) > 65536) {
         finish(r, rq, SEMA_EINVAL, "cursor is too long", 0);
         rs__drain(r);
         return 0;
@@ -2224,7 +2239,7 @@ static void put_sem_gauges(rs_t *r, jsonw_t *w)
         jsonw_raw_str(w, "# TYPE ");
         jsonw_raw_str(w, names[k]);
         jsonw_raw_str(w, " gauge\n");
-        for (size_t i = 0; items != NULL && i + 9 <= items->elements; i += 9) {
+        for (size_t i = 0; items != NULL && i + LIST_ITEM <= items->elements; i += LIST_ITEM) {
             size_t nl;
             const char *name = el_str(items, i, &nl);
             jsonw_raw_str(w, names[k]);

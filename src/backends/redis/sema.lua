@@ -479,6 +479,23 @@ local function next_fence()
   return f
 end
 
+-- Leases granted, by stem: what the list shows as `grants`, a counter for rates. Kept in the
+-- library's Lua state, not in Redis, so a grant writes nothing more: it starts over when the
+-- library is loaded again (an instance's connect) or Redis restarts, and when it names more
+-- than GRANTS_MAX semaphores (a counter going down is a counter that started over).
+local GRANTS, NGRANTS, GRANTS_MAX = {}, 0, 100000
+local function granted()
+  local n = GRANTS[S]
+  if not n then
+    if NGRANTS >= GRANTS_MAX then
+      GRANTS, NGRANTS = {}, 0
+    end
+    NGRANTS = NGRANTS + 1
+    n = 0
+  end
+  GRANTS[S] = n + 1
+end
+
 -- ---- leases ----
 local ENDED = {released = 'R', expired = 'E', revoked = 'V', deleted = 'D'}
 
@@ -529,6 +546,7 @@ local function grant(w, lid, wid)
   end
   M.avail = M.avail - l.w
   M.held = M.held + l.w
+  granted()
   count('leases', '1')
   if OP == 'collect' or OP == 'cancel' then -- (the ops that look at it)
     if GRANTED == NONE then
@@ -686,12 +704,14 @@ local function next_due()
   return d
 end
 
--- A lock key lives while someone holds or awaits it.
+-- A lock key lives while someone holds or awaits it; sema:locks lists the live ones by key
+-- (members key NUL stem, as sema:names).
 local LOCK_NEW
 local function lock_gc()
   if KIND == 'k' and M and M.held == 0 and M.nq == 0 then
     if not LOCK_NEW then
       count('locks', '-1')
+      redis.call('ZREM', 'sema:locks', NAME .. '\0' .. S)
     end
     LOCK_NEW = false
     redis.call('DEL', KM, KQ, KW, KL, KX, KI, KA)
@@ -706,6 +726,7 @@ local function save()
   if M and not lock_gc() then
     if LOCK_NEW then
       count('locks', '1')
+      redis.call('ZADD', 'sema:locks', '0', NAME .. '\0' .. S)
       LOCK_NEW = false
     end
     msave()
@@ -1189,6 +1210,7 @@ local function acquire_at_once(v)
   else
     redis.call('HSET', KM, 'avail', savail, 'held', sheld, 'fence', sf)
   end
+  granted()
   ACTS = {'granted', wid, INST, lid, sw, sf, sttl, sacq, sexp, owner, '0'}
   REBUILT = true
   return {'0', '', sacq, N(due), concat(ACTS, '\0'), S, counts(), lid, sw, sf, sttl, sacq, sexp,
@@ -1431,6 +1453,7 @@ local function tk_grant(tid, t)
   due_at(l.exp)
   M.avail = M.avail - l.w
   M.held = M.held + l.w
+  granted()
   count('leases', 1)
   count('t_granted', 1)
   t.st, t.coll = 'g', '0'
@@ -1808,14 +1831,32 @@ end
 
 -- ---- the name index ----
 
--- list: prefix, cursor, limit. The index's members are name NUL stem, in name order.
-function ops.list()
+-- A list item's counts beyond its view: leases granted, tickets waiting (live tickets but
+-- those granted, which :tl maps from their leases), and when the head of the queue came.
+local function list_counts(items)
+  local tw, since = 0, 0
+  if M.nt > 0 then
+    tw = M.nt - redis.call('HLEN', KTL)
+  end
+  if M.nq > 0 then
+    local head = redis.call('ZRANGE', KQ, 0, 0)[1]
+    local rec = head and redis.call('HGET', KW, head)
+    since = rec and wunpack(rec).since or 0
+  end
+  items[#items + 1] = N(GRANTS[S] or 0)
+  items[#items + 1] = N(tw)
+  items[#items + 1] = N(since)
+end
+
+-- list, lock_list: prefix, cursor, limit. The index's members (sema:names, sema:locks) are
+-- name NUL stem, in name order.
+local function list_index(index)
   local pfx, cur, limit = ARGV[A], ARGV[A + 1], tonumber(ARGV[A + 2])
   local start = '[' .. pfx
   if cur ~= '' and cur >= pfx then
     start = '[' .. cur .. '\1'
   end
-  local names = redis.call('ZRANGEBYLEX', 'sema:names', start, '+', 'LIMIT', 0, limit + 1)
+  local names = redis.call('ZRANGEBYLEX', index, start, '+', 'LIMIT', 0, limit + 1)
   local items, more, n = {}, '0', 0
   for _, m in ipairs(names) do
     local name, stem = string.match(m, '^(.*)%z(sema:.*)$')
@@ -1831,11 +1872,18 @@ function ops.list()
     if M then
       items[#items + 1] = name
       cat(items, view(false))
+      list_counts(items)
       n = n + 1
     end
   end
   S, M = nil, nil
   return reply(0, '', {more, items})
+end
+function ops.list()
+  return list_index('sema:names')
+end
+function ops.lock_list()
+  return list_index('sema:locks')
 end
 
 -- ---- dispatch ----
@@ -1887,8 +1935,8 @@ local function run()
   if not DUE_HEAD then
     due_head(false) -- an epoch written before it kept the due time: read it once
   end
-  if OP == 'list' then
-    return ops.list()
+  if OP == 'list' or OP == 'lock_list' then
+    return ops[OP]()
   end
   if OP == 'sweep' then
     local x = redis.call('ZRANGE', 'sema:due', '0', '0', 'WITHSCORES')
