@@ -194,69 +194,6 @@ static void next_id(rs_t *r, char *buf, size_t cap)
 
 /* ---- completion ---- */
 
-static const char *const known_msgs[] = {
-    "no such semaphore",
-    "no such lease",
-    "no such lock key (not held or awaited)",
-    "the semaphore exists with another capacity",
-    "the semaphore already exists",
-    "too many semaphores",
-    "too many parked requests",
-    "weight must be between 1 and the capacity",
-    "not available without waiting",
-    "not idle",
-    "Semaphore locked",
-    "value would exceed 2^53",
-    "the lease was already released",
-    "the lease expired",
-    "the lease was revoked",
-    "the lease's semaphore was deleted",
-    "this Idempotency-Key names a request of another weight (or lock mode); nothing was granted",
-    "Redis lost its state; grants resume once every lease it held has run out",
-    "too many lock keys",
-    "the lease was taken by another token (only its token or an admin may end it)",
-    "the Idempotency-Key names a request of another token",
-    "no such ticket",
-    "this Idempotency-Key names a ticket; nothing was granted",
-    "the ticket belongs to another token",
-    "this Idempotency-Key names another request (or a ticket of another weight)",
-    "the ticket left the line",
-    "the ticket was dropped: nobody read it for keepalive_ms",
-    "the ticket's lease was released: nobody collected it within keepalive_ms",
-    "the ticket's lease has ended",
-    "the ticket's semaphore was deleted",
-    "the ticket can no longer be granted (its weight is above the capacity now, or memory "
-    "ran out)",
-};
-
-/* The script's message as static text (a request's message must outlive the reply). */
-static const char *static_msg(const char *m)
-{
-    if (m == NULL || m[0] == '\0')
-        return NULL;
-    for (size_t i = 0; i < sizeof known_msgs / sizeof known_msgs[0]; i++)
-        if (strcmp(known_msgs[i], m) == 0)
-            return known_msgs[i];
-    return "refused by the Redis back end";
-}
-
-static const char *fail_msg(int code)
-{
-    switch (code) {
-    case SEMA_ECANCELED:
-        return "the semaphore was deleted";
-    case SEMA_EINVAL:
-        return "weight is above the new capacity";
-    case SEMA_ETIMEDOUT:
-        return "not granted before timeout_ms";
-    case SEMA_EREPLACED:
-        return "replaced by a newer attempt with the same Idempotency-Key, which now waits in "
-               "its place";
-    default:
-        return "the request failed";
-    }
-}
-
 static void watch_off(rs_t *r, rreq_t *rq)
 {
     if (rq->sem == NULL && !elist_empty(&rq->plink)) {
@@ -281,6 +218,12 @@ static void finish(rs_t *r, rreq_t *rq, int status, const char *msg, int hold)
     }
 }
 
+/* Complete rq with message `id` (be_msg.h: its status and text). */
+static void fail_rq(rs_t *r, rreq_t *rq, be_msg_t id, int hold)
+{
+    finish(r, rq, be_msg_code(id), be_msg_text(id), hold);
+}
+
 void rs__drain(rs_t *r)
 {
     if (r->draining)
@@ -301,11 +244,9 @@ void rs__drain(rs_t *r)
 }
 
 /* ---- reading replies ----
- * A script's reply: status, message, Redis's clock (ms), the next due time (ms, 0: none),
- * acts, the stem, the counts (semaphores, leases, lock keys; then the earliest due time of
- * all and the lease horizon), then the op's result from RES. The acts and the counts come
- * packed in one string each (reply_unpack). */
-enum { RES = 7 };
+ * A script's reply: RS_REPLY_MAP (rs_proto.h), then the op's result from RS_R_RESULT. The
+ * acts and the counts come packed in one string each (reply_unpack). */
+enum { RES = RS_R_RESULT };
 
 static const char *el_str(const redisReply *a, size_t i, size_t *len)
 {
@@ -351,7 +292,7 @@ static const redisReply *el_arr(const redisReply *a, size_t i)
 static int lease_from(engine_result_t *res, engine_lease_t *l, const redisReply *a, size_t at)
 {
     size_t n;
-    const char *id = el_str(a, at, &n);
+    const char *id = el_str(a, at + RS_L_ID, &n);
     const char *owner;
 
     memset(l, 0, sizeof(*l));
@@ -359,16 +300,16 @@ static int lease_from(engine_result_t *res, engine_lease_t *l, const redisReply 
         n = sizeof l->id - 1;
     memcpy(l->id, id, n);
     l->id[n] = '\0';
-    l->weight = (uint64_t)el_i64(a, at + 1);
-    l->fence = (uint64_t)el_i64(a, at + 2);
-    l->ttl_ms = el_i64(a, at + 3);
-    l->acquired_at_ms = el_i64(a, at + 4);
-    l->expires_at_ms = el_i64(a, at + 5);
-    owner = el_str(a, at + 6, &n);
+    l->weight = (uint64_t)el_i64(a, at + RS_L_WEIGHT);
+    l->fence = (uint64_t)el_i64(a, at + RS_L_FENCE);
+    l->ttl_ms = el_i64(a, at + RS_L_TTL);
+    l->acquired_at_ms = el_i64(a, at + RS_L_ACQUIRED);
+    l->expires_at_ms = el_i64(a, at + RS_L_EXPIRES);
+    owner = el_str(a, at + RS_L_OWNER, &n);
     l->owner = NULL;
     if (n > 0 && (l->owner = engine_result_strdup(res, owner, n)) == NULL)
         return -1;
-    l->mode = (int)el_i64(a, at + 7);
+    l->mode = (int)el_i64(a, at + RS_L_MODE);
     return 0;
 }
 
@@ -505,8 +446,7 @@ static void park(rs_t *r, rreq_t *rq, const char *stem, size_t stem_len)
 
     if (s == NULL || (r->cfg.max_waiters_total && r->nparked >= r->cfg.max_waiters_total)) {
         send_cancel(r, stem, stem_len, rq);
-        finish(r, rq, s == NULL ? SEMA_ENOMEM : SEMA_ELIMIT,
-               s == NULL ? "out of memory" : "too many parked requests", 0);
+        fail_rq(r, rq, s == NULL ? BE_MSG_NOMEM : BE_MSG_TOO_MANY_WAITERS, 0);
         return;
     }
     rq->state = RQ_PARKED;
@@ -528,7 +468,7 @@ static void park(rs_t *r, rreq_t *rq, const char *stem, size_t stem_len)
 
 /* ---- sending ---- */
 
-static void fail_cmd(rs_t *r, rcmd_t *c, int status, const char *msg);
+static void fail_cmd(rs_t *r, rcmd_t *c, be_msg_t why);
 
 void rs__send(rs_t *r, rcmd_t *c)
 {
@@ -540,9 +480,7 @@ void rs__send(rs_t *r, rcmd_t *c)
     if (c->script && c->sent_mono != 0 && c->gen != r->epoch_changes) {
         /* sent before Redis lost its data: whatever it did went with it, and running it
          * again on the new data would be another request */
-        return fail_cmd(r, c, SEMA_EUNAVAIL,
-                        "Redis lost its state before answering (restarted without persistence, "
-                        "or flushed): the request is void, nothing of it remains");
+        return fail_cmd(r, c, BE_MSG_REDIS_LOST_BEFORE_ANSWER);
     }
     char *bytes = NULL;
     int n = cmd_format(r, c, &bytes);
@@ -567,7 +505,7 @@ void rs__send(rs_t *r, rcmd_t *c)
  * reply is read, an array stands in for each string, its fields pointing into the string
  * (where each ends at a NUL). */
 enum { UNPACK_STACK = 64 };
-static const size_t packed_at[2] = {4, 6};
+static const size_t packed_at[2] = {RS_R_ACTS, RS_R_COUNTS};
 
 typedef struct {
     redisReply *orig[2];
@@ -599,7 +537,7 @@ static int reply_unpack(redisReply *rep, unpack_t *u)
     u->orig[0] = u->orig[1] = NULL;
     u->els = u->els_stack;
     u->cells = u->cells_stack;
-    if (rep->type != REDIS_REPLY_ARRAY || rep->elements < RES)
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements < RS_R_RESULT)
         return 0;
     for (int k = 0; k < 2; k++) {
         if (rep->element[packed_at[k]]->type != REDIS_REPLY_STRING)
@@ -781,40 +719,43 @@ void rs__collect_all(rs_t *r)
 
 /* ---- acts: what a script did, in order ---- */
 
-enum { ACT_LEN = RS_ACT_LEN };
-
-/* The public event types, as the static strings the front keeps. */
-static const char *event_type(const char *t)
+/* An act's type (RS_ACT_*), 0 for none. */
+static int act_type(const redisReply *acts, size_t i)
 {
-    static const char *const types[] = {"granted", "released", "expired",
-                                        "revoked", "resized",  "deleted"};
-
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
-        if (strcmp(types[i], t) == 0)
-            return types[i];
-    return NULL;
+    return (int)el_i64(acts, i + RS_AF_TYPE);
 }
 
-int rs__act_is_event(const char *type)
+/* The public event an act type is, as the static string the front keeps; NULL for none. */
+static const char *event_type(int type)
 {
-    return event_type(type) != NULL;
+    static const char *const types[] = {
+#define RS_ACT__TYPE(id, num, type) [num] = type,
+        RS_ACT_MAP(RS_ACT__TYPE)
+#undef RS_ACT__TYPE
+    };
+
+    return type > 0 && type <= RS_ACT_PUBLIC_MAX ? types[type] : NULL;
+}
+
+int rs__act_is_event(const redisReply *acts, size_t i)
+{
+    return event_type(act_type(acts, i)) != NULL;
 }
 
 int rs__act_to_event(const redisReply *acts, size_t i, const char *name, size_t nlen,
                      engine_result_t *scratch, engine_event_t *ev, engine_lease_t *l)
 {
-    const char *type = event_type(el_str(acts, i, NULL));
+    int type = act_type(acts, i);
 
     memset(ev, 0, sizeof(*ev));
-    if (type == NULL)
+    if ((ev->type = event_type(type)) == NULL)
         return -1;
-    ev->type = type;
     ev->name = name;
     ev->name_len = nlen;
-    if (strcmp(type, "resized") == 0) {
-        ev->capacity = (uint64_t)el_i64(acts, i + 10);
-    } else if (strcmp(type, "deleted") != 0) {
-        if (lease_from(scratch, l, acts, i + 3) != 0)
+    if (type == RS_ACT_RESIZED) {
+        ev->capacity = (uint64_t)el_i64(acts, i + RS_AF_EXTRA);
+    } else if (type != RS_ACT_DELETED) {
+        if (lease_from(scratch, l, acts, i + RS_AF_LID) != 0)
             return -1;
         l->name = name;
         l->name_len = nlen;
@@ -823,93 +764,96 @@ int rs__act_to_event(const redisReply *acts, size_t i, const char *name, size_t 
     return 0;
 }
 
-static void count_act(rs_t *r, const char *type, const redisReply *acts, size_t i, int64_t now_ms)
+static void count_act(rs_t *r, const redisReply *acts, size_t i, int64_t now_ms)
 {
-    double held_s = (double)(now_ms - el_i64(acts, i + 7)) / 1000.0;
+    double held_s = (double)(now_ms - el_i64(acts, i + RS_AF_ACQUIRED)) / 1000.0;
 
-    if (strcmp(type, "granted") == 0) {
+    switch (act_type(acts, i)) {
+    case RS_ACT_GRANTED:
         r->m->grants++;
         return;
-    }
-    if (strcmp(type, "released") == 0)
+    case RS_ACT_RELEASED:
         r->m->releases++;
-    else if (strcmp(type, "expired") == 0)
+        break;
+    case RS_ACT_EXPIRED:
         r->m->expirations++;
-    else if (strcmp(type, "revoked") == 0)
+        break;
+    case RS_ACT_REVOKED:
         r->m->revocations++;
-    else
+        break;
+    default:
         return;
+    }
     engine__hist_observe(&r->m->hold_s, held_s > 0 ? held_s : 0);
 }
 
-/* One of this instance's parked requests has its outcome. */
-static void waiter_done(rs_t *r, rreq_t *rq, const char *type, const redisReply *acts, size_t i)
+/* One of this instance's parked requests has its outcome: the act at acts[i]. */
+static void waiter_done(rs_t *r, rreq_t *rq, const redisReply *acts, size_t i)
 {
     engine_req_t *req = rq->req;
     engine_result_t *res = &req->res;
-    const char *t = type[0] == 'c' && strcmp(type, "cancel") != 0 ? type + 1 : type;
+    int type = act_type(acts, i);
 
     unpark(r, rq);
-    if (strcmp(t, "granted") == 0) {
-        if (lease_from(res, &res->lease, acts, i + 3) != 0) {
+    if (type > RS_ACT_COLLECTED)
+        type -= RS_ACT_COLLECTED; /* the same outcome, kept under :g until now */
+    switch (type) {
+    case RS_ACT_GRANTED:
+        if (lease_from(res, &res->lease, acts, i + RS_AF_LID) != 0) {
             send_drop(r, req->name, req->name_len, req->op == ENGINE_LOCK_ACQUIRE,
-                      el_str(acts, i + 3, NULL));
+                      el_str(acts, i + RS_AF_LID, NULL));
             engine_result_clear(res);
-            return finish(r, rq, SEMA_ENOMEM, "out of memory building the result", 0);
+            return fail_rq(r, rq, BE_MSG_NOMEM_RESULT, 0);
         }
         res->lease.name = req->name;
         res->lease.name_len = req->name_len;
         res->kind = ENGINE_RES_LEASE;
         engine__hist_observe(&r->m->wait_s, (double)(rs__now(r) - rq->since_mono) / 1000.0);
         return finish(r, rq, 0, NULL, 1);
-    }
-    if (strcmp(t, "idle") == 0) {
+    case RS_ACT_IDLE:
         res->sem.name = req->name;
         res->sem.name_len = req->name_len;
         res->kind = ENGINE_RES_IDLE;
         return finish(r, rq, 0, NULL, 1);
-    }
-    if (strcmp(t, "fail") == 0) {
-        int code = (int)el_i64(acts, i + 10);
-        if (code == SEMA_ETIMEDOUT)
+    case RS_ACT_FAIL: {
+        be_msg_t why = (be_msg_t)el_i64(acts, i + RS_AF_EXTRA);
+        if (why == BE_MSG_WAITER_TIMED_OUT)
             r->m->timeouts++;
-        return finish(r, rq, code, fail_msg(code), 1);
+        return fail_rq(r, rq, why, 1);
     }
-    r->gone++;
-    finish(r, rq, SEMA_EUNAVAIL,
-           "Redis no longer knows this waiter (its state was lost, or this instance was "
-           "taken for dead); nothing was granted",
-           0);
+    default:
+        r->gone++;
+        return fail_rq(r, rq, BE_MSG_REDIS_WAITER_GONE, 0);
+    }
 }
 
 static void process_acts(rs_t *r, const redisReply *rep, int mine)
 {
-    const redisReply *acts = el_arr(rep, 4);
+    const redisReply *acts = el_arr(rep, RS_R_ACTS);
     size_t slen, nlen;
-    const char *stem = el_str(rep, 5, &slen);
+    const char *stem = el_str(rep, RS_R_STEM, &slen);
     char kind;
-    int64_t now_ms = el_i64(rep, 2);
+    int64_t now_ms = el_i64(rep, RS_R_NOW);
 
     if (acts == NULL)
         return;
     (void)stem_name(stem, slen, &nlen, &kind);
-    for (size_t i = 0; i + ACT_LEN <= acts->elements; i += ACT_LEN) {
-        const char *type = el_str(acts, i, NULL);
+    for (size_t i = 0; i + RS_ACT_LEN <= acts->elements; i += RS_ACT_LEN) {
         size_t wlen;
-        const char *wid = el_str(acts, i + 1, &wlen);
-        const char *inst = el_str(acts, i + 2, NULL);
+        const char *wid = el_str(acts, i + RS_AF_WID, &wlen);
+        const char *inst = el_str(acts, i + RS_AF_INST, NULL);
         if (mine)
-            count_act(r, type, acts, i, now_ms);
+            count_act(r, acts, i, now_ms);
         if (wlen > 0 && strcmp(inst, r->inst) == 0) {
             rreq_t *rq = parked_find(r, wid, wlen);
             if (rq != NULL)
-                waiter_done(r, rq, type, acts, i);
+                waiter_done(r, rq, acts, i);
         }
     }
     if (kind == 's') { /* its events, numbered by the log (when anyone follows them) */
-        const redisReply *n = el_arr(rep, 6);
-        rs__ev_batch(r, rsem_find(r, stem, slen), (uint64_t)el_i64(n, 5), (uint64_t)el_i64(n, 6),
-                     acts);
+        const redisReply *n = el_arr(rep, RS_R_COUNTS);
+        rs__ev_batch(r, rsem_find(r, stem, slen), (uint64_t)el_i64(n, RS_C_LOG_UID),
+                     (uint64_t)el_i64(n, RS_C_LOG_FIRST), acts);
     }
 }
 
@@ -1065,26 +1009,26 @@ static int view_from(engine_result_t *res, engine_sem_view_t *v, const redisRepl
     if (v->name == NULL)
         return -1;
     v->name_len = nlen;
-    v->capacity = (uint64_t)el_i64(a, at);
-    v->available = el_i64(a, at + 1);
-    v->held = (uint64_t)el_i64(a, at + 2);
-    v->fence = (uint64_t)el_i64(a, at + 3);
-    v->waiting = (uint64_t)el_i64(a, at + 4);
-    v->waiting_weight = (uint64_t)el_i64(a, at + 5);
-    v->legacy = el_i64(a, at + 6) != 0;
-    v->readers = (uint64_t)el_i64(a, at + 7);
+    v->capacity = (uint64_t)el_i64(a, at + RS_V_CAPACITY);
+    v->available = el_i64(a, at + RS_V_AVAILABLE);
+    v->held = (uint64_t)el_i64(a, at + RS_V_HELD);
+    v->fence = (uint64_t)el_i64(a, at + RS_V_FENCE);
+    v->waiting = (uint64_t)el_i64(a, at + RS_V_WAITING);
+    v->waiting_weight = (uint64_t)el_i64(a, at + RS_V_WAITING_WEIGHT);
+    v->legacy = el_i64(a, at + RS_V_LEGACY) != 0;
+    v->readers = (uint64_t)el_i64(a, at + RS_V_READERS);
     v->lists = lists;
     if (!lists)
         return 0;
-    const redisReply *hs = el_arr(a, at + 8), *ws = el_arr(a, at + 9);
-    size_t nh = hs ? hs->elements / 8 : 0, nw = ws ? ws->elements / 5 : 0;
-    v->truncated = el_i64(a, at + 10) != 0;
+    const redisReply *hs = el_arr(a, at + RS_V_HOLDERS), *ws = el_arr(a, at + RS_V_WAITERS);
+    size_t nh = hs ? hs->elements / RS_LEASE_LEN : 0, nw = ws ? ws->elements / RS_WAITER_LEN : 0;
+    v->truncated = el_i64(a, at + RS_V_TRUNCATED) != 0;
     v->holders = nh ? engine_result_alloc(res, nh * sizeof(*v->holders)) : NULL;
     v->waiters = nw ? engine_result_alloc(res, nw * sizeof(*v->waiters)) : NULL;
     if ((nh && v->holders == NULL) || (nw && v->waiters == NULL))
         return -1;
     for (size_t i = 0; i < nh; i++, v->nholders++) {
-        if (lease_from(res, &v->holders[i], hs, i * 8) != 0)
+        if (lease_from(res, &v->holders[i], hs, i * RS_LEASE_LEN) != 0)
             return -1;
         v->holders[i].name = v->name;
         v->holders[i].name_len = nlen;
@@ -1092,40 +1036,36 @@ static int view_from(engine_result_t *res, engine_sem_view_t *v, const redisRepl
     for (size_t i = 0; i < nw; i++, v->nwaiters++) {
         engine_waiter_t *q = &v->waiters[i];
         size_t olen;
-        const char *owner = el_str(ws, i * 5, &olen);
+        const char *owner = el_str(ws, i * RS_WAITER_LEN + RS_W_OWNER, &olen);
         q->owner = olen ? engine_result_strdup(res, owner, olen) : NULL;
         if (olen && q->owner == NULL)
             return -1;
-        q->weight = (uint64_t)el_i64(ws, i * 5 + 1);
-        q->since_ms = el_i64(ws, i * 5 + 2);
-        q->mode = (int)el_i64(ws, i * 5 + 3);
-        q->wait_idle = el_i64(ws, i * 5 + 4) == 1;
-        q->ticket = el_i64(ws, i * 5 + 4) == 2;
+        q->weight = (uint64_t)el_i64(ws, i * RS_WAITER_LEN + RS_W_WEIGHT);
+        q->since_ms = el_i64(ws, i * RS_WAITER_LEN + RS_W_SINCE);
+        q->mode = (int)el_i64(ws, i * RS_WAITER_LEN + RS_W_MODE);
+        q->wait_idle = el_i64(ws, i * RS_WAITER_LEN + RS_W_KIND) == 1;
+        q->ticket = el_i64(ws, i * RS_WAITER_LEN + RS_W_KIND) == 2;
     }
     return 0;
 }
 
-/* A list item: its name, its view (8 fields), then grants, tickets waiting and when the
- * head of its queue came (list_counts in sema.lua). */
-enum { LIST_ITEM = 12 };
-
 static int list_from(engine_result_t *res, const redisReply *rep, engine_res_kind_t kind)
 {
     const redisReply *items = el_arr(rep, RES + 1);
-    size_t n = items ? items->elements / LIST_ITEM : 0;
+    size_t n = items ? items->elements / RS_ITEM_LEN : 0;
 
     res->items = engine_result_alloc(res, (n ? n : 1) * sizeof(*res->items));
     if (res->items == NULL)
         return -1;
     for (size_t i = 0; i < n; i++) {
-        size_t nl, at = i * LIST_ITEM;
+        size_t nl, at = i * RS_ITEM_LEN;
         const char *name = el_str(items, at, &nl);
         engine_list_item_t *it = &res->items[i];
         if (view_from(res, &it->v, items, at + 1, name, nl, 0) != 0)
             return -1;
-        it->grants = (uint64_t)el_i64(items, at + 9);
-        it->tickets = (uint64_t)el_i64(items, at + 10);
-        it->waiting_since_ms = el_i64(items, at + 11);
+        it->grants = (uint64_t)el_i64(items, at + RS_ITEM_GRANTS);
+        it->tickets = (uint64_t)el_i64(items, at + RS_ITEM_TICKETS);
+        it->waiting_since_ms = el_i64(items, at + RS_ITEM_SINCE);
     }
     res->nitems = n;
     if (el_i64(rep, RES) != 0 && n > 0) {
@@ -1136,14 +1076,35 @@ static int list_from(engine_result_t *res, const redisReply *rep, engine_res_kin
     return 0;
 }
 
-/* A ticket from the script's answer: created, id, status, weight, position, ahead weight,
- * estimated, p50, p90, keepalive, then its lease's 8 fields once granted. */
-static int ticket_from(rs_t *r, engine_result_t *res, const redisReply *rep, const char *name,
-                       size_t nlen)
+static double el_double(const redisReply *a, size_t i)
+{
+    return strtod(el_str(a, i, NULL), NULL);
+}
+
+/* A waiting ticket's estimate, from the samples its semaphore measured (be_estimate). */
+static void ticket_estimate(engine_ticket_t *t, const redisReply *rep, size_t at)
+{
+    be_est_t e;
+    int64_t ng = el_i64(rep, at + RS_T_NGAPS), nh = el_i64(rep, at + RS_T_NHOLDS);
+
+    e.gap_ms = el_double(rep, at + RS_T_GAP_MS);
+    e.gap_var = el_double(rep, at + RS_T_GAP_VAR);
+    e.hold_ms = el_double(rep, at + RS_T_HOLD_MS);
+    e.ngaps = ng < 0 ? 0 : ng > UINT32_MAX ? UINT32_MAX : (uint32_t)ng;
+    e.nholds = nh < 0 ? 0 : nh > UINT32_MAX ? UINT32_MAX : (uint32_t)nh;
+    t->estimated = be_estimate(&e, (uint64_t)el_i64(rep, at + RS_T_CAPACITY),
+                               (uint64_t)el_i64(rep, at + RS_T_UNITS),
+                               el_double(rep, at + RS_T_OLDEST_AGE_MS), &t->p50_ms, &t->p90_ms);
+}
+
+/* A ticket from the script's answer (RS_TICKET_FIELD_MAP at `at`, then its lease's fields
+ * once granted). */
+static int ticket_from(rs_t *r, engine_result_t *res, const redisReply *rep, size_t at,
+                       const char *name, size_t nlen)
 {
     engine_ticket_t *t = &res->ticket;
     size_t n;
-    const char *id = el_str(rep, RES + 1, &n);
+    const char *id = el_str(rep, at + RS_T_ID, &n);
 
     memset(t, 0, sizeof(*t));
     if (n >= sizeof t->id)
@@ -1153,18 +1114,18 @@ static int ticket_from(rs_t *r, engine_result_t *res, const redisReply *rep, con
     if ((t->name = engine_result_strdup(res, name, nlen)) == NULL)
         return -1;
     t->name_len = nlen;
-    t->status = (int)el_i64(rep, RES + 2);
-    t->weight = (uint64_t)el_i64(rep, RES + 3);
-    t->position = (uint64_t)el_i64(rep, RES + 4);
-    t->ahead_weight = (uint64_t)el_i64(rep, RES + 5);
-    t->estimated = el_i64(rep, RES + 6) != 0;
-    t->p50_ms = el_i64(rep, RES + 7);
-    t->p90_ms = el_i64(rep, RES + 8);
-    t->keepalive_ms = el_i64(rep, RES + 9);
+    t->status = (int)el_i64(rep, at + RS_T_STATUS);
+    t->weight = (uint64_t)el_i64(rep, at + RS_T_WEIGHT);
+    t->position = (uint64_t)el_i64(rep, at + RS_T_POSITION);
+    t->ahead_weight = (uint64_t)el_i64(rep, at + RS_T_AHEAD);
+    t->keepalive_ms = el_i64(rep, at + RS_T_KEEPALIVE);
     t->poll_after_ms = r->cfg.ticket_poll_ms;
     t->state = ((uint64_t)t->status << 56) | t->position;
+    if (t->status == ENGINE_TICKET_WAITING)
+        ticket_estimate(t, rep, at);
     if (t->status == ENGINE_TICKET_GRANTED) {
-        if (rep->elements < RES + 18 || lease_from(res, &res->lease, rep, RES + 10) != 0)
+        if (rep->elements < at + RS_TICKET_LEN + RS_LEASE_LEN ||
+            lease_from(res, &res->lease, rep, at + RS_TICKET_LEN) != 0)
             return -1;
         res->lease.name = t->name;
         res->lease.name_len = nlen;
@@ -1179,7 +1140,7 @@ static int result_from(rs_t *r, rreq_t *rq, const redisReply *rep)
     engine_req_t *req = rq->req;
     engine_result_t *res = &req->res;
     size_t slen, nlen;
-    const char *stem = el_str(rep, 5, &slen);
+    const char *stem = el_str(rep, RS_R_STEM, &slen);
     char kind;
     const char *name = stem_name(stem, slen, &nlen, &kind);
 
@@ -1226,8 +1187,8 @@ static int result_from(rs_t *r, rreq_t *rq, const redisReply *rep)
         return 0;
     case ENGINE_TICKET_CREATE:
     case ENGINE_TICKET_GET:
-        req->created = el_i64(rep, RES) != 0;
-        return ticket_from(r, res, rep, name, nlen);
+        req->created = el_i64(rep, RES + RS_T_CREATED) != 0;
+        return ticket_from(r, res, rep, RES, name, nlen);
     default:
         res->kind = ENGINE_RES_NONE;
         return 0;
@@ -1237,11 +1198,11 @@ static int result_from(rs_t *r, rreq_t *rq, const redisReply *rep)
 /* A request whose client left before its reply came: what Redis did for it goes back. */
 static void orphan_reply(rs_t *r, rreq_t *rq, const redisReply *rep, const char *stem, size_t slen)
 {
-    int64_t st = el_i64(rep, 0);
+    int64_t st = el_i64(rep, RS_R_STATUS);
 
-    if (st == 1) {
+    if (st == RS_ST_PARKED) {
         send_cancel(r, stem, slen, rq);
-    } else if (st == 0 && el_arr(rep, 4) != NULL && rq->lid[0] != '\0') {
+    } else if (st == 0 && el_arr(rep, RS_R_ACTS) != NULL && rq->lid[0] != '\0') {
         size_t nlen;
         char kind;
         const char *name = stem_name(stem, slen, &nlen, &kind);
@@ -1330,7 +1291,7 @@ static void tk_cb(uv_timer_t *h)
             continue;
         c = op_cmd(r, rq);
         if (c == NULL) {
-            finish(r, rq, SEMA_ENOMEM, "out of memory", 0);
+            fail_rq(r, rq, BE_MSG_NOMEM, 0);
             continue;
         }
         rq->state = RQ_SENT;
@@ -1364,23 +1325,23 @@ static void op_reply(rs_t *r, rcmd_t *c, const redisReply *rep)
 {
     rreq_t *rq = c->rq;
     size_t slen;
-    const char *stem = el_str(rep, 5, &slen);
-    int64_t st = el_i64(rep, 0);
+    const char *stem = el_str(rep, RS_R_STEM, &slen);
+    int64_t st = el_i64(rep, RS_R_STATUS);
 
     process_acts(r, rep, 1);
     if (rq->req == NULL)
         return orphan_reply(r, rq, rep, stem, slen);
-    if (st == 1) {
+    if (st == RS_ST_PARKED) {
         park(r, rq, stem, slen);
     } else if (st != 0) {
         engine_result_clear(&rq->req->res);
-        finish(r, rq, (int)st, static_msg(el_str(rep, 1, NULL)), 1);
+        fail_rq(r, rq, (be_msg_t)el_i64(rep, RS_R_MSG), 1);
     } else if (result_from(r, rq, rep) != 0) {
         if (rq->req->op == ENGINE_ACQUIRE || rq->req->op == ENGINE_LOCK_ACQUIRE)
             send_drop(r, rq->req->name, rq->req->name_len, rq->req->op == ENGINE_LOCK_ACQUIRE,
                       rq->lid);
         engine_result_clear(&rq->req->res);
-        finish(r, rq, SEMA_ENOMEM, "out of memory building the result", 0);
+        fail_rq(r, rq, BE_MSG_NOMEM_RESULT, 0);
     } else if (rq->req->op != ENGINE_TICKET_GET || rq->req->timeout_ms <= 0 ||
                !ticket_wait(r, rq)) {
         finish(r, rq, 0, NULL, 1);
@@ -1402,7 +1363,7 @@ static void retry_after_resync(rs_t *r, rcmd_t *c)
 
 static void timeout_cancel_done(rs_t *r, rcmd_t *c);
 
-static void fail_cmd(rs_t *r, rcmd_t *c, int status, const char *msg)
+static void fail_cmd(rs_t *r, rcmd_t *c, be_msg_t why)
 {
     rreq_t *rq = c->rq;
 
@@ -1416,14 +1377,14 @@ static void fail_cmd(rs_t *r, rcmd_t *c, int status, const char *msg)
     }
     if (c->kind == RC_CANCEL && rq != NULL) {
         unpark(r, rq);
-        finish(r, rq, status, msg, 0);
+        fail_rq(r, rq, why, 0);
     }
     if (c->kind == RC_OP && rq != NULL) {
         if (rq->req == NULL) {
             sema__free(rq);
         } else {
             engine_result_clear(&rq->req->res);
-            finish(r, rq, status, msg, 0);
+            fail_rq(r, rq, why, 0);
         }
     }
     rs__cmd_free(c);
@@ -1432,7 +1393,7 @@ static void fail_cmd(rs_t *r, rcmd_t *c, int status, const char *msg)
 void rs__on_reply(rs_t *r, rcmd_t *c, redisReply *rep)
 {
     if (reply_is(rep, "NOSCRIPT") || reply_is(rep, "ERR Function not found") ||
-        (rep->type == REDIS_REPLY_ARRAY && strcmp(el_str(rep, 0, NULL), "E") == 0)) {
+        (rep->type == REDIS_REPLY_ARRAY && el_i64(rep, RS_R_STATUS) == RS_ST_EPOCH)) {
         /* the library or the epoch changed: the resync's hello tells what */
         return retry_after_resync(r, c);
     }
@@ -1446,18 +1407,18 @@ void rs__on_reply(rs_t *r, rcmd_t *c, redisReply *rep)
         (rep->type != REDIS_REPLY_ARRAY && c->kind != RC_PLAIN && c->kind != RC_MARK)) {
         log_warn("redis: a command failed: %s",
                  rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
-        return fail_cmd(r, c, SEMA_EIO, "Redis refused the command (see semad's log)");
+        return fail_cmd(r, c, BE_MSG_REDIS_REFUSED);
     }
     if (c->kind != RC_PLAIN && c->kind != RC_MARK) {
-        const redisReply *n = el_arr(rep, 6);
-        r->nsems = (uint64_t)el_i64(n, 0);
-        r->nleases = (uint64_t)el_i64(n, 1);
-        r->nlocks = (uint64_t)el_i64(n, 2);
+        const redisReply *n = el_arr(rep, RS_R_COUNTS);
+        r->nsems = (uint64_t)el_i64(n, RS_C_SEMS);
+        r->nleases = (uint64_t)el_i64(n, RS_C_LEASES);
+        r->nlocks = (uint64_t)el_i64(n, RS_C_LOCKS);
         if (c->kind == RC_SWEEP)
             r->sweeping = 0;
-        sweep_set(r, el_i64(n, 3), el_i64(rep, 2));
-        if (el_i64(n, 4) > r->horizon_ms)
-            r->horizon_ms = el_i64(n, 4);
+        sweep_set(r, el_i64(n, RS_C_DUE_HEAD), el_i64(rep, RS_R_NOW));
+        if (el_i64(n, RS_C_HORIZON) > r->horizon_ms)
+            r->horizon_ms = el_i64(n, RS_C_HORIZON);
     }
     switch (c->kind) {
     case RC_PLAIN:
@@ -1506,7 +1467,7 @@ void rs__cmd_lost(rs_t *r, rcmd_t *c)
     if (r->closing || c->kind == RC_WAIT) {
         if (c->kind == RC_WAIT)
             r->wait_inflight = 0;
-        return fail_cmd(r, c, SEMA_EIO, "Redis is unreachable: the outcome is unknown");
+        return fail_cmd(r, c, BE_MSG_REDIS_LOST_ANSWER);
     }
     if (c->kind == RC_COLLECT) {
         c->sem->collecting = 0; /* collected again once the connection is back */
@@ -1552,10 +1513,7 @@ static int detach(rs_t *r, rcmd_t *c)
     memcpy(o->lid, rq->lid, sizeof o->lid);
     c->rq = o;
     engine_result_clear(&rq->req->res);
-    finish(r, rq, SEMA_EIO,
-           "Redis did not answer in time: the outcome is unknown (semad retries it until "
-           "Redis answers)",
-           0);
+    fail_rq(r, rq, BE_MSG_REDIS_NO_ANSWER_RETRIED, 0);
     return 0;
 }
 
@@ -1587,9 +1545,7 @@ static void fail_old(rs_t *r, elist_t *list, uint64_t now)
         elist_remove(&c->link);
         if (list == &r->pending && r->npending > 0)
             r->npending--;
-        fail_cmd(r, c, SEMA_EIO,
-                 c->sent_mono != 0 ? "Redis did not answer in time: the outcome is unknown"
-                                   : "Redis is unreachable");
+        fail_cmd(r, c, c->sent_mono != 0 ? BE_MSG_REDIS_NO_ANSWER : BE_MSG_REDIS_UNREACHABLE);
     }
 }
 
@@ -1628,7 +1584,7 @@ static void waiter_timeout(rs_t *r, rreq_t *rq)
     if (c == NULL) { /* out of memory: the client leaves, the grant if any goes back */
         send_cancel(r, s->stem, s->stem_len, rq);
         unpark(r, rq);
-        return finish(r, rq, SEMA_ENOMEM, "out of memory", 0);
+        return fail_rq(r, rq, BE_MSG_NOMEM, 0);
     }
     c->rq = rq;
     c->timed = 1;
@@ -1647,7 +1603,7 @@ static void timeout_cancel_done(rs_t *r, rcmd_t *c)
         return;
     unpark(r, rq);
     r->m->timeouts++;
-    finish(r, rq, SEMA_ETIMEDOUT, "not granted before timeout_ms", 1);
+    fail_rq(r, rq, BE_MSG_WAITER_TIMED_OUT, 1);
 }
 
 static void due_cb(uv_timer_t *t)
@@ -1796,9 +1752,8 @@ static void wait_settle(rs_t *r, int ok)
                                   req->name, req->name_len);
             if (sl)
                 send_cancel(r, stem, sl, rq);
-            req->status = SEMA_EIO;
-            req->message = "not confirmed by the Redis replicas that strict durability waits "
-                           "for: the outcome is unknown";
+            req->status = be_msg_code(BE_MSG_REDIS_NOT_CONFIRMED);
+            req->message = be_msg_text(BE_MSG_REDIS_NOT_CONFIRMED);
         }
         if (!ok && req->status == 0) {
             if (req->res.kind == ENGINE_RES_LEASE &&
@@ -1808,9 +1763,8 @@ static void wait_settle(rs_t *r, int ok)
             if (req->op == ENGINE_LEASE_RELEASE || req->op == ENGINE_LEASE_REVOKE)
                 send_lease_end_again(r, req);
             engine_result_clear(&req->res);
-            req->status = SEMA_EIO;
-            req->message = "not confirmed by the Redis replicas that strict durability waits "
-                           "for: the outcome is unknown";
+            req->status = be_msg_code(BE_MSG_REDIS_NOT_CONFIRMED);
+            req->message = be_msg_text(BE_MSG_REDIS_NOT_CONFIRMED);
         }
         elist_push_back(&r->ready, &rq->link);
     }
@@ -1910,30 +1864,30 @@ static int rs_submit(void *be, engine_req_t *req)
         engine__lease_id(r->front, rq->lid);
     if ((req->op == ENGINE_SEM_LIST || req->op == ENGINE_LOCK_LIST) && req->cursor != NULL &&
         strlen(req->cursor) > 65536) {
-        finish(r, rq, SEMA_EINVAL, "cursor is too long", 0);
+        fail_rq(r, rq, BE_MSG_CURSOR_TOO_LONG, 0);
         rs__drain(r);
         return 0;
     }
     c = op_cmd(r, rq);
     if (c == NULL) {
-        finish(r, rq, is_lease_op(req->op) || is_ticket_id_op(req->op) ? SEMA_ENOENT : SEMA_ENOMEM,
-               is_lease_op(req->op)       ? "no such lease"
-               : is_ticket_id_op(req->op) ? "no such ticket"
-                                          : "out of memory",
-               0);
+        fail_rq(r, rq,
+                is_lease_op(req->op)       ? BE_MSG_NO_LEASE
+                : is_ticket_id_op(req->op) ? BE_MSG_NO_TICKET
+                                           : BE_MSG_NOMEM,
+                0);
         rs__drain(r);
         return 0;
     }
     if (r->cmd.state != RS_READY && r->down_since != 0 &&
         r->down_since + r->cmd_timeout_ms <= rs__now(r)) {
         rs__cmd_free(c);
-        finish(r, rq, SEMA_EIO, "Redis is unreachable", 0);
+        fail_rq(r, rq, BE_MSG_REDIS_UNREACHABLE, 0);
         rs__drain(r);
         return 0;
     }
     if (r->npending >= RS_PENDING_MAX) {
         rs__cmd_free(c);
-        finish(r, rq, SEMA_EIO, "Redis is unreachable (too many commands wait for it)", 0);
+        fail_rq(r, rq, BE_MSG_REDIS_BACKLOG, 0);
         rs__drain(r);
         return 0;
     }
@@ -1980,7 +1934,7 @@ static void rs_free(rs_t *r)
                                                  : &r->unconfirmed;
         rcmd_t *c = ECONTAINER(l->next, rcmd_t, link);
         elist_remove(&c->link);
-        fail_cmd(r, c, SEMA_ESHUTDOWN, "the server is shutting down");
+        fail_cmd(r, c, BE_MSG_SHUTDOWN);
     }
     rs__drain(r);
     etab_destroy(&r->sems);
@@ -2048,7 +2002,7 @@ static void fail_parked_each(void *arg, enode_t *n)
         rreq_t *rq = ECONTAINER(s->parked.next, rreq_t, plink);
         send_cancel(r, s->stem, s->stem_len, rq);
         unpark(r, rq);
-        finish(r, rq, SEMA_ESHUTDOWN, "the server is shutting down", 0);
+        fail_rq(r, rq, BE_MSG_SHUTDOWN, 0);
     }
     s->watched = 0;
     rsem_maybe_free(r, s);
@@ -2064,7 +2018,7 @@ static void rs_shutdown(void *be)
         rreq_t *rq = ECONTAINER(x, rreq_t, plink);
         next = x->next;
         if (rq->state == RQ_WATCH)
-            finish(r, rq, SEMA_ESHUTDOWN, "the server is shutting down", 0);
+            fail_rq(r, rq, BE_MSG_SHUTDOWN, 0);
     }
     uv_timer_stop(&r->tk_timer);
     rs__drain(r);
@@ -2217,7 +2171,7 @@ static void put_sem_gauges(rs_t *r, jsonw_t *w)
 {
     static const char *const names[] = {"semad_semaphore_capacity", "semad_semaphore_available",
                                         "semad_semaphore_held", "semad_semaphore_waiters"};
-    static const int field[] = {0, 1, 2, 4};
+    static const int field[] = {RS_V_CAPACITY, RS_V_AVAILABLE, RS_V_HELD, RS_V_WAITING};
     redisContext *c = rs__sync(r);
     redisReply *rep = NULL;
     const redisReply *items;
@@ -2239,7 +2193,7 @@ static void put_sem_gauges(rs_t *r, jsonw_t *w)
         jsonw_raw_str(w, "# TYPE ");
         jsonw_raw_str(w, names[k]);
         jsonw_raw_str(w, " gauge\n");
-        for (size_t i = 0; items != NULL && i + LIST_ITEM <= items->elements; i += LIST_ITEM) {
+        for (size_t i = 0; items != NULL && i + RS_ITEM_LEN <= items->elements; i += RS_ITEM_LEN) {
             size_t nl;
             const char *name = el_str(items, i, &nl);
             jsonw_raw_str(w, names[k]);

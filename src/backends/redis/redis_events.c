@@ -263,8 +263,7 @@ void rs__ev_batch(rs_t *r, rsem_t *s, uint64_t uid, uint64_t first, const redisR
     for (size_t i = 0; i + RS_ACT_LEN <= acts->elements; i += RS_ACT_LEN) {
         engine_event_t ev;
         engine_lease_t l;
-        if (acts->element[i]->type != REDIS_REPLY_STRING ||
-            !rs__act_is_event(acts->element[i]->str))
+        if (!rs__act_is_event(acts, i))
             continue;
         if (seq > s->ev_seq && rs__act_to_event(acts, i, name, nlen, &scratch, &ev, &l) == 0) {
             ev.uid = uid;

@@ -13,10 +13,10 @@
 
 #include "common/alloc.h"
 #include "common/table.h"
+#include "backends/redis/rs_proto.h"
 #include "engine/backend.h"
 
 #define RS_HEARTBEAT_MS 2000    /* a parked waiter's instance renews it this often */
-#define RS_ALIVE_MS 8000        /* waiters of an instance silent this long leave the queue */
 #define RS_CMD_TIMEOUT_MS 2000  /* a command unanswered this long: the connection is dropped */
 #define RS_BACKOFF_MAX_MS 2000  /* reconnect backoff ceiling */
 #define RS_PENDING_MAX 100000   /* commands queued while Redis is unreachable */
@@ -155,12 +155,11 @@ extern const char rs__lua[];
 
 /* redis.c */
 #define RS_STEM_HEAD 17 /* strlen("sema:{01234567}s:") */
-#define RS_ACT_LEN 11   /* fields per act in a script's reply */
 uint64_t rs__now(rs_t *r);
 size_t rs__stem(char *buf, size_t cap, char kind, const char *name, size_t len);
 rsem_t *rs__sem_find(rs_t *r, const char *stem, size_t len);
 redisContext *rs__sync(rs_t *r);
-int rs__act_is_event(const char *type);
+int rs__act_is_event(const redisReply *acts, size_t i); /* the act at acts[i] is an event */
 /* The public event of the act at acts[i] (type, then its fields); 0, or -1 when it is none or
  * out of memory (scratch holds its strings: engine_result_clear it after). */
 int rs__act_to_event(const redisReply *acts, size_t i, const char *name, size_t nlen,

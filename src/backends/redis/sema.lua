@@ -5,6 +5,10 @@
 -- helpers are defined once, when it is loaded; a call only runs them. See docs/redis.md for
 -- the keys and docs/architecture.md for why the work is split this way.
 --
+-- The protocol's constants (the tables P, ACT, E, MSG and MSG_CODE) are generated from
+-- rs_proto.h and be_msg.h when semad is built, in place of the next line:
+-- @PROTO@
+--
 -- Every call: KEYS[1] names what it works on (a semaphore's stem, a lease id's key, the name
 -- index); ARGV = op, epoch, instance, request id, alive_ms, principal (the token that sent
 -- the request with semad --auth, '' without), flags ('1' or '0': that token is an admin and
@@ -13,11 +17,12 @@
 -- A call reads Redis's clock (TIME), checks the epoch, answers a retried request id from its
 -- cache, does its housekeeping (due leases expire, the waiters of dead instances leave, the
 -- queue's head is admitted), does its work, and returns:
---   { status, message, now_ms, next_due_ms, acts, stem, counts, result... }
+--   { status, message id, now_ms, next_due_ms, acts, stem, counts, result... }
+-- (rs_proto.h: RS_REPLY_MAP; the message id names its text in be_msg.h, which C renders),
 -- every value a string (Lua's numbers would lose digits in cjson and in tostring). `acts` and
 -- `counts` are each one string of NUL-separated fields: Redis makes a reply element of every
 -- value, at a cost well above one concatenation's; redis.c reads them as arrays.
--- `acts` is a flat list, ACT_LEN fields per act: what happened, in order (public events,
+-- `acts` is a flat list, P.ACT_LEN fields per act (RS_ACT_FIELD_MAP): what happened, in order (public events,
 -- and the outcomes of parked requests: the calling instance completes its own at once; those
 -- of other instances are kept under :g and the instance is woken by PUBLISH).
 
@@ -31,11 +36,8 @@ local function nowus()
 end
 local LID -- the lease id a lease op names
 -- (strings: a number passed to redis.call is formatted with %.17g on every call)
-local RESULT_TTL_MS = '15000' -- longer than the longest command timeout (10 s): a retry finds it
-local TOMB_TTL_MS = '600000'
-local HK_MAX = 1000 -- leases expired or waiters admitted per call (the rest: next call, at once)
-local VIEW_MAX = 1000
-local CAP_MAX = 9007199254740992
+local HK_MAX = P.HK_MAX -- leases expired or waiters admitted per call (the rest: next call)
+local TOMB_TTL_MS = P.TOMB_TTL_MS_S
 
 -- Lua's own functions as upvalues: a call reaches them without a look-up in the globals (set
 -- by main: the globals are not reachable while the library loads).
@@ -69,13 +71,14 @@ end
 -- ---- the keys of one semaphore (or lock key): its stem plus a suffix of fixed length ----
 local S, KIND, NAME, TAG
 local KM, KF, KQ, KW, KL, KX, KI, KA, KG, KS
-local KT, KK, KTL, KFW, KEST -- tickets: records, keepalive deadlines, lease id -> ticket id, the
--- weight that left the queue by place (a Fenwick tree, below), the estimate's samples
+local KT, KK, KTL, KFW, KEST, KH -- tickets: records, keepalive deadlines, lease id -> ticket
+-- id, the weight that left the queue by place (a Fenwick tree, below), the estimate's samples,
+-- the leases by grant time
 
 -- The keys of recent stems are kept (the library lives as long as its Lua state): a call on a
 -- semaphore seen lately builds none of its ten strings again. Bounded: short stems only, and
--- the memo starts over past KEYSETS_MAX of them.
-local KEYSETS, NKEYSETS, KEYSETS_MAX = {}, 0, 1000
+-- the memo starts over past P.KEYSETS_MAX of them.
+local KEYSETS, NKEYSETS = {}, 0
 local function keys_of(stem)
   S = stem
   local k = KEYSETS[stem]
@@ -83,9 +86,9 @@ local function keys_of(stem)
     local tag, kind, name = match(stem, '^(sema:{[^}]*})(.):(.*)$')
     k = {tag, kind, name, stem .. ':m', stem .. ':f', stem .. ':q', stem .. ':w', stem .. ':l',
          stem .. ':x', stem .. ':i', stem .. ':a', stem .. ':g', stem .. ':s', stem .. ':t',
-         stem .. ':k', stem .. ':tl', stem .. ':fw', stem .. ':est'}
+         stem .. ':k', stem .. ':tl', stem .. ':fw', stem .. ':est', stem .. ':h'}
     if #stem <= 200 then
-      if NKEYSETS >= KEYSETS_MAX then
+      if NKEYSETS >= P.KEYSETS_MAX then
         KEYSETS, NKEYSETS = {}, 0
       end
       KEYSETS[stem] = k
@@ -94,7 +97,7 @@ local function keys_of(stem)
   end
   TAG, KIND, NAME, KM, KF, KQ, KW, KL, KX, KI, KA, KG, KS =
     k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9], k[10], k[11], k[12], k[13]
-  KT, KK, KTL, KFW, KEST = k[14], k[15], k[16], k[17], k[18]
+  KT, KK, KTL, KFW, KEST, KH = k[14], k[15], k[16], k[17], k[18], k[19]
 end
 
 -- Tickets (the section "tickets" below): hooks the shared code calls only while the row
@@ -105,8 +108,6 @@ local est_hold, est_queue_grant, tk_run
 local ACTS, WAKE
 local NONE = {} -- ACTS, WAKE and GRANTED until a call has one: never written to
 local REBUILT -- a retry of this call can rebuild its answer (main)
-local PUBLIC = {granted = true, released = true, expired = true, revoked = true,
-                resized = true, deleted = true}
 local M -- the semaphore's row while loaded
 
 local function fields(s)
@@ -259,7 +260,6 @@ end
 local function allowed(princ)
   return PRINC == '' or ADMIN == '1' or princ == PRINC
 end
-local M_OTHER_TOKEN = 'the lease was taken by another token (only its token or an admin may end it)'
 
 -- act: type, waiter id, instance, lease id, weight, fence, ttl, acquired, expires, owner,
 -- extra (mode for leases; capacity for resized; the status for a failed waiter)
@@ -497,7 +497,8 @@ local function granted()
 end
 
 -- ---- leases ----
-local ENDED = {released = 'R', expired = 'E', revoked = 'V', deleted = 'D'}
+local ENDED = {[ACT.RELEASED] = 'R', [ACT.EXPIRED] = 'E', [ACT.REVOKED] = 'V',
+               [ACT.DELETED] = 'D'}
 
 -- l: the lease when the caller has read it already
 local function lease_end(lid, why, l)
@@ -521,10 +522,11 @@ local function lease_end(lid, why, l)
   M.held = M.held - l.w
   count('leases', '-1')
   if M.nt > 0 then
+    redis.call('ZREM', KH, lid)
     est_hold(NOW - l.acq)
     tk_lease_gone(lid, why)
   end
-  if why ~= 'deleted' then
+  if why ~= ACT.DELETED then
     act(why, '', '', lid, l)
   end
   return l
@@ -548,13 +550,16 @@ local function grant(w, lid, wid)
   M.held = M.held + l.w
   granted()
   count('leases', '1')
+  if M.nt > 0 then
+    redis.call('ZADD', KH, l.sacq, lid)
+  end
   if OP == 'collect' or OP == 'cancel' then -- (the ops that look at it)
     if GRANTED == NONE then
       GRANTED = {}
     end
     GRANTED[wid] = lid
   end
-  outcome('granted', wid, w, lid, l)
+  outcome(ACT.GRANTED, wid, w, lid, l)
   return l
 end
 
@@ -596,7 +601,7 @@ local function admit()
           return
         end
         unqueue(wid, w)
-        outcome('idle', wid, w, '', nil, '')
+        outcome(ACT.IDLE, wid, w, '', nil, '')
       else
         if w.w > M.avail or NOW < SAFE_AT then
           return
@@ -635,8 +640,8 @@ local function prune_instance(inst)
     local a = fields(g[i + 1])
     if a[1] == inst then
       redis.call('HDEL', KG, g[i])
-      if a[2] == 'granted' and M then
-        lease_end(a[3], 'released')
+      if a[2] == ACT.GRANTED_S and M then
+        lease_end(a[3], ACT.RELEASED)
       end
     end
   end
@@ -645,7 +650,7 @@ end
 local function housekeep_all()
   local due = redis.call('ZRANGEBYSCORE', KX, '-inf', nows(), 'LIMIT', '0', N(HK_MAX))
   for _, lid in ipairs(due) do
-    lease_end(lid, 'expired')
+    lease_end(lid, ACT.EXPIRED)
   end
   if #due == HK_MAX then
     MORE = true
@@ -763,12 +768,12 @@ local function view(lists)
   -- the holders by fence (grant order)
   local ls = lall()
   table.sort(ls, function(x, y) return x[2].f < y[2].f end)
-  for i = 1, math.min(#ls, VIEW_MAX) do
+  for i = 1, math.min(#ls, P.VIEW_MAX) do
     for _, v in ipairs(lease_result(ls[i][1], ls[i][2])) do
       hs[#hs + 1] = v
     end
   end
-  local wids = redis.call('ZRANGE', KQ, 0, VIEW_MAX - 1)
+  local wids = redis.call('ZRANGE', KQ, 0, P.VIEW_MAX - 1)
   for _, wid in ipairs(wids) do
     local rec = redis.call('HGET', KW, wid)
     if rec then
@@ -780,7 +785,7 @@ local function view(lists)
       ws[#ws + 1] = w.kind == 'i' and '1' or w.kind == 't' and '2' or '0' -- 2: a ticket
     end
   end
-  local trunc = (#ls > VIEW_MAX or M.nq > VIEW_MAX) and '1' or '0'
+  local trunc = (#ls > P.VIEW_MAX or M.nq > P.VIEW_MAX) and '1' or '0'
   r[#r + 1] = hs
   r[#r + 1] = ws
   r[#r + 1] = trunc
@@ -821,7 +826,8 @@ local function counts()
   local c = STATS
   return c.sems .. '\0' .. c.leases .. '\0' .. c.locks .. '\0' .. DUE_HEAD .. '\0' .. HORIZON_S
 end
-local function reply(status, msg, res)
+-- st: the status ('0', P.ST_PARKED_S, or a code); msg: a message id ('0': none)
+local function answer(st, msg, res)
   local d = 0
   if M then
     if M.due < 0 or MORE then
@@ -841,20 +847,21 @@ local function reply(status, msg, res)
     end
     due_head(true)
   end
-  return {status == 0 and '0' or N(status), msg or '', nows(), d == 0 and '0' or N(d),
-          concat(ACTS, '\0'), S or '', counts(), unpack(res or NONE)} -- (one table of its size)
+  return {st, msg, nows(), d == 0 and '0' or N(d), concat(ACTS, '\0'), S or '', counts(),
+          unpack(res or NONE)} -- (one table of its size)
+end
+-- Done (status 0, with the op's result) or parked (P.ST_PARKED).
+local function reply(status, res)
+  return answer(status == 0 and '0' or P.ST_PARKED_S, '0', res)
+end
+-- Refused with message `id` (MSG), whose status code it answers.
+local function refuse(id)
+  return answer(N(MSG_CODE[id]), N(id), nil)
 end
 
--- The error codes of include/sema/error.h that the operations answer.
-local EINVAL, ENOENT, EEXIST, EBUSY, ETIMEDOUT, ECANCELED = -22, -2, -17, -16, -110, -125
-local ESTALE, EEXPIRED, EREVOKED, ELIMIT, EUNAVAIL, EOVERFLOW = -116, -127, -128, -122, -11, -75
-local EREPLACED, EKEYMISMATCH, EACCES = -1001, -1002, -13
-local M_NOT_FOUND = 'no such semaphore'
-local M_LOST = 'Redis lost its state; grants resume once every lease it held has run out'
-local TOMB = {R = {ESTALE, 'the lease was already released'},
-              E = {EEXPIRED, 'the lease expired'},
-              V = {EREVOKED, 'the lease was revoked'},
-              D = {ECANCELED, "the lease's semaphore was deleted"}}
+-- What a lease's tombstone answers ('T' and the letter of ENDED).
+local TOMB = {R = MSG.LEASE_RELEASED, E = MSG.LEASE_EXPIRED, V = MSG.LEASE_REVOKED,
+              D = MSG.LEASE_SEM_DELETED}
 
 -- ---- operations ----
 local ops = {}
@@ -862,7 +869,7 @@ local ops = {}
 local function create(legacy)
   local max = tonumber(ARGV[A + 1])
   if max > 0 and redis.call('ZCARD', 'sema:names') >= max then
-    return reply(ELIMIT, 'too many semaphores')
+    return refuse(MSG.TOO_MANY_SEMS)
   end
   M = mnew(tonumber(ARGV[A]), legacy)
   msave()
@@ -875,32 +882,32 @@ end
 function ops.put()
   if M then
     if M.cap ~= tonumber(ARGV[A]) then
-      return reply(EEXIST, 'the semaphore exists with another capacity')
+      return refuse(MSG.SEM_OTHER_CAPACITY)
     end
-    return reply(0, '', cat({'0'}, view(true)))
+    return reply(0, cat({'0'}, view(true)))
   end
   local r = create(0)
-  return r or reply(0, '', cat({'1'}, view(true)))
+  return r or reply(0, cat({'1'}, view(true)))
 end
 
 function ops.legacy_create()
   if M then
-    return reply(EEXIST, 'the semaphore already exists')
+    return refuse(MSG.SEM_EXISTS)
   end
   local r = create(1)
-  return r or reply(0, '', cat({'1'}, view(false)))
+  return r or reply(0, cat({'1'}, view(false)))
 end
 
 function ops.get()
-  return reply(0, '', cat({'0'}, view(true)))
+  return reply(0, cat({'0'}, view(true)))
 end
 
 function ops.legacy_value()
-  return reply(0, '', cat({'0'}, view(false)))
+  return reply(0, cat({'0'}, view(false)))
 end
 
 function ops.lock_get()
-  return reply(0, '', cat({'0'}, view(true)))
+  return reply(0, cat({'0'}, view(true)))
 end
 
 local function delete_all()
@@ -910,13 +917,13 @@ local function delete_all()
   for _, wid in ipairs(redis.call('ZRANGE', KQ, '0', '-1')) do
     local rec = redis.call('HGET', KW, wid)
     if rec then
-      outcome('fail', wid, wunpack(rec), '', nil, N(ECANCELED))
+      outcome(ACT.FAIL, wid, wunpack(rec), '', nil, MSG.WAITER_SEM_DELETED)
     end
   end
   for _, lid in ipairs(redis.call('ZRANGE', KX, '0', '-1')) do
-    lease_end(lid, 'deleted')
+    lease_end(lid, ACT.DELETED)
   end
-  act('deleted', '', '', '', nil, '')
+  act(ACT.DELETED, '', '', '', nil, '')
   redis.call('SET', KF, N(M.fence))
   redis.call('DEL', KM, KQ, KW, KL, KX, KI, KA, KEST)
   redis.call('ZREM', 'sema:names', NAME .. '\0' .. S)
@@ -926,7 +933,7 @@ end
 
 function ops.delete()
   delete_all()
-  return reply(0, '')
+  return reply(0)
 end
 
 -- resize: capacity
@@ -940,35 +947,35 @@ function ops.resize()
       local w = wunpack(rec)
       if w.kind == 'a' and w.w > cap then
         unqueue(wid, w)
-        outcome('fail', wid, w, '', nil, N(EINVAL))
+        outcome(ACT.FAIL, wid, w, '', nil, MSG.WAITER_ABOVE_CAPACITY)
       end
     end
   end
   if M.nt > 0 then
     tk_resize(cap)
   end
-  act('resized', '', '', '', nil, N(cap))
+  act(ACT.RESIZED, '', '', '', nil, N(cap))
   admit()
-  return reply(0, '', cat({'0'}, view(true)))
+  return reply(0, cat({'0'}, view(true)))
 end
 
 function ops.legacy_up()
-  if M.avail >= CAP_MAX then
-    return reply(EOVERFLOW, 'value would exceed 2^53')
+  if M.avail >= P.CAP_MAX then
+    return refuse(MSG.LEGACY_OVERFLOW)
   end
   M.avail = M.avail + 1
   M.legacy = 1
   admit()
-  return reply(0, '', cat({'0'}, view(false)))
+  return reply(0, cat({'0'}, view(false)))
 end
 
 function ops.legacy_down()
   if M.avail < 1 or M.nq > 0 then
-    return reply(EBUSY, 'Semaphore locked')
+    return refuse(MSG.LEGACY_LOCKED)
   end
   M.avail = M.avail - 1
   M.legacy = 1
-  return reply(0, '', cat({'0'}, view(false)))
+  return reply(0, cat({'0'}, view(false)))
 end
 
 -- Park a request at the tail of the queue.
@@ -976,7 +983,7 @@ local function park(wid, w)
   ALIVE_MS = tonumber(ARGV[5])
   local maxw = tonumber(ARGV[A + 8])
   if maxw > 0 and M.nq >= maxw then
-    return reply(ELIMIT, 'too many parked requests')
+    return refuse(MSG.TOO_MANY_WAITERS)
   end
   M.seq = M.seq + 1
   redis.call('ZADD', KQ, N(M.seq), wid)
@@ -988,12 +995,9 @@ local function park(wid, w)
   if w.idem ~= '' then
     redis.call('HSET', KI, w.idem, 'W' .. wid)
   end
-  return reply(1, '')
+  return reply(P.ST_PARKED)
 end
 
-local M_KEY_MISMATCH = 'this Idempotency-Key names a request of another weight ' ..
-                       '(or lock mode); nothing was granted'
-local M_KEY_OTHER_TOKEN = 'the Idempotency-Key names a request of another token'
 
 -- A retry with a known Idempotency-Key: the lease it names, or its place in the queue.
 local function idem_retry(wid, w, wait)
@@ -1005,9 +1009,9 @@ local function idem_retry(wid, w, wait)
   if string.sub(v, 1, 1) == 'T' then -- a ticket's key
     local t = redis.call('HGET', KT, ref)
     if t and not allowed(fields(t)[8] or '') then
-      return reply(EACCES, M_KEY_OTHER_TOKEN)
+      return refuse(MSG.KEY_OTHER_TOKEN)
     end
-    return reply(EKEYMISMATCH, 'this Idempotency-Key names a ticket; nothing was granted')
+    return refuse(MSG.KEY_NAMES_TICKET)
   end
   if string.sub(v, 1, 1) == 'L' then
     local l = lget(ref)
@@ -1015,12 +1019,12 @@ local function idem_retry(wid, w, wait)
       return nil
     end
     if not allowed(l.princ) then
-      return reply(EACCES, M_KEY_OTHER_TOKEN)
+      return refuse(MSG.KEY_OTHER_TOKEN)
     end
     if l.w ~= w.w or l.mode ~= w.mode then
-      return reply(EKEYMISMATCH, M_KEY_MISMATCH)
+      return refuse(MSG.KEY_OTHER_WEIGHT)
     end
-    return reply(0, '', lease_result(ref, l))
+    return reply(0, lease_result(ref, l))
   end
   local rec = redis.call('HGET', KW, ref)
   if not rec then
@@ -1028,13 +1032,13 @@ local function idem_retry(wid, w, wait)
   end
   local old = wunpack(rec)
   if not allowed(old.princ) then
-    return reply(EACCES, M_KEY_OTHER_TOKEN)
+    return refuse(MSG.KEY_OTHER_TOKEN)
   end
   if old.w ~= w.w or old.kind ~= w.kind or old.mode ~= w.mode then
-    return reply(EKEYMISMATCH, M_KEY_MISMATCH)
+    return refuse(MSG.KEY_OTHER_WEIGHT)
   end
   if not wait then
-    return reply(EBUSY, 'not available without waiting')
+    return refuse(MSG.NOT_AVAILABLE)
   end
   -- the retry takes the first attempt's place: same position, its own instance
   local score = redis.call('ZSCORE', KQ, ref)
@@ -1050,8 +1054,8 @@ local function idem_retry(wid, w, wait)
   redis.call('HSET', KA, INST, N(NOW + ALIVE_MS))
   due_at(NOW + ALIVE_MS + 1)
   redis.call('HSET', KI, w.idem, 'W' .. wid)
-  outcome('fail', ref, wunpack(rec), '', nil, N(EREPLACED))
-  return reply(1, '')
+  outcome(ACT.FAIL, ref, wunpack(rec), '', nil, MSG.WAITER_REPLACED)
+  return reply(P.ST_PARKED)
 end
 
 -- acquire: weight (or mode for a lock), wait (0 try, 1 wait), ttl, owner, idem, lease id,
@@ -1071,18 +1075,17 @@ local function acquire()
     end
   end
   if w.w < 1 or w.w > M.cap then
-    return reply(EINVAL, 'weight must be between 1 and the capacity')
+    return refuse(MSG.BAD_WEIGHT)
   end
   if RETRY then
     -- sent again: a grant made at once was not cached (main); its lease tells it
     local t = redis.call('GET', 'sema:id:' .. w.lid)
     local l = lread(w.lid, t)
     if l then
-      return reply(0, '', lease_result(w.lid, l))
+      return reply(0, lease_result(w.lid, l))
     end
     if t and string.sub(t, 1, 1) == 'T' then
-      local tb = TOMB[string.sub(t, 2, 2)]
-      return reply(tb[1], tb[2])
+      return refuse(TOMB[string.sub(t, 2, 2)])
     end
   end
   if w.idem ~= '' then
@@ -1093,17 +1096,17 @@ local function acquire()
   end
   if NOW < SAFE_AT then
     lock_gc()
-    return reply(EUNAVAIL, M_LOST)
+    return refuse(MSG.REDIS_STATE_LOST)
   end
   if M.nq == 0 and w.w <= M.avail then
     local own = OWN
     local l = grant(w, w.lid, wid)
     OWN = own -- the caller's own grant completes no parked request: a retry rebuilds it
     REBUILT = true
-    return reply(0, '', lease_result(w.lid, l))
+    return reply(0, lease_result(w.lid, l))
   end
   if not wait then
-    return reply(EBUSY, 'not available without waiting')
+    return refuse(MSG.NOT_AVAILABLE)
   end
   return park(wid, w)
 end
@@ -1120,10 +1123,10 @@ end
 function ops.wait_idle()
   local wait = ARGV[A + 1] == '1'
   if M.nq == 0 and M.avail >= M.cap then
-    return reply(0, '', {'idle'})
+    return reply(0, {'idle'})
   end
   if not wait then
-    return reply(EBUSY, 'not idle')
+    return refuse(MSG.NOT_IDLE)
   end
   return park(ARGV[A + 6], {inst = INST, w = 0, kind = 'i', since = NOW, ttl = 0, owner = '',
                             idem = '', lid = '', mode = '0', princ = PRINC})
@@ -1133,14 +1136,14 @@ end
 local LEASE
 
 function ops.lease_get()
-  return reply(0, '', lease_result(LID, LEASE))
+  return reply(0, lease_result(LID, LEASE))
 end
 
 -- renew: ttl
 function ops.lease_renew()
   local l = LEASE
   if not allowed(l.princ) then
-    return reply(EACCES, M_OTHER_TOKEN)
+    return refuse(MSG.LEASE_OTHER_TOKEN)
   end
   l.ttl = tonumber(ARGV[A])
   l.exp = NOW + l.ttl
@@ -1149,28 +1152,28 @@ function ops.lease_renew()
   redis.call('ZADD', KX, l.sexp, LID)
   bump_horizon(l.exp)
   due_at(l.exp)
-  return reply(0, '', lease_result(LID, l))
+  return reply(0, lease_result(LID, l))
 end
 
 local function end_op(why)
-  REBUILT = why == 'released'
+  REBUILT = why == ACT.RELEASED
   if not allowed(LEASE.princ) then
-    return reply(EACCES, M_OTHER_TOKEN)
+    return refuse(MSG.LEASE_OTHER_TOKEN)
   end
   lease_end(LID, why, LEASE)
-  if why == 'revoked' then
+  if why == ACT.REVOKED then
     next_fence() -- a fenced write with the old token now loses
   end
   admit()
-  return reply(0, '')
+  return reply(0)
 end
 
 function ops.lease_release()
-  return end_op('released')
+  return end_op(ACT.RELEASED)
 end
 
 function ops.lease_revoke()
-  return end_op('revoked')
+  return end_op(ACT.REVOKED)
 end
 
 -- ---- the uncontended acquire and release, in short ----
@@ -1211,9 +1214,9 @@ local function acquire_at_once(v)
     redis.call('HSET', KM, 'avail', savail, 'held', sheld, 'fence', sf)
   end
   granted()
-  ACTS = {'granted', wid, INST, lid, sw, sf, sttl, sacq, sexp, owner, '0'}
+  ACTS = {ACT.GRANTED, wid, INST, lid, sw, sf, sttl, sacq, sexp, owner, '0'}
   REBUILT = true
-  return {'0', '', sacq, N(due), concat(ACTS, '\0'), S, counts(), lid, sw, sf, sttl, sacq, sexp,
+  return {'0', '0', sacq, N(due), concat(ACTS, '\0'), S, counts(), lid, sw, sf, sttl, sacq, sexp,
           owner, '0'}
 end
 
@@ -1244,9 +1247,9 @@ local function release_at_once(v)
   end
   count('leases', '-1')
   redis.call('HSET', KM, 'avail', N(m[1] + wt), 'held', N(m[2] - wt))
-  ACTS = {'released', '', '', LID, sw, sf, sttl, sacq, sexp, owner, mode}
+  ACTS = {ACT.RELEASED, '', '', LID, sw, sf, sttl, sacq, sexp, owner, mode}
   REBUILT = true
-  return {'0', '', nows(), due == 0 and '0' or N(due), concat(ACTS, '\0'), S, counts()}
+  return {'0', '0', nows(), due == 0 and '0' or N(due), concat(ACTS, '\0'), S, counts()}
 end
 
 -- ---- an instance's own waiters ----
@@ -1274,15 +1277,15 @@ function ops.collect()
       local l = a[5] and a[5] ~= '' and {w = tonumber(a[5]), f = tonumber(a[6]),
                  ttl = tonumber(a[7]), acq = tonumber(a[8]), exp = tonumber(a[9]),
                  owner = a[10] or '', idem = a[11] or ''} or nil
-      act('c' .. a[2], g[i], INST, a[3], l, a[4])
+      act(a[2] + P.ACT_COLLECTED, g[i], INST, a[3], l, a[4])
     end
   end
   for wid, _ in pairs(mine) do
     if not GRANTED[wid] and not (M and redis.call('HEXISTS', KW, wid) == 1) then
-      act('gone', wid, INST, '', nil, '')
+      act(ACT.GONE, wid, INST, '', nil, '')
     end
   end
-  return reply(0, '')
+  return reply(0)
 end
 
 -- cancel: waiter id, why (t: its timeout, the grant is delivered if it was made; d: its client
@@ -1293,15 +1296,15 @@ function ops.cancel()
   local ml = why == 'd' and M and mylid ~= '' and redis.call('HEXISTS', KW, wid) == 0 and
              redis.call('HEXISTS', KG, wid) == 0 and lget(mylid)
   if ml then
-    lease_end(mylid, 'released', ml)
+    lease_end(mylid, ACT.RELEASED, ml)
     admit()
-    return reply(0, '')
+    return reply(0)
   end
   local rec = M and redis.call('HGET', KW, wid)
   if rec then
     unqueue(wid, wunpack(rec))
     if why == 't' then
-      act('fail', wid, INST, '', nil, N(ETIMEDOUT))
+      act(ACT.FAIL, wid, INST, '', nil, MSG.WAITER_TIMED_OUT)
     end
     admit()
   else
@@ -1310,41 +1313,41 @@ function ops.cancel()
     if g then
       redis.call('HDEL', KG, wid)
       local a = fields(g)
-      if a[2] == 'granted' then
+      if a[2] == ACT.GRANTED_S then
         lid = a[3]
         if why == 't' then
           local l = {w = tonumber(a[5]), f = tonumber(a[6]), ttl = tonumber(a[7]),
                      acq = tonumber(a[8]), exp = tonumber(a[9]), owner = a[10] or '',
                      idem = a[11] or ''}
-          act('cgranted', wid, INST, lid, l, a[4])
+          act(ACT.GRANTED + P.ACT_COLLECTED, wid, INST, lid, l, a[4])
           lid = nil
         end
       elseif why == 't' then
-        act('c' .. a[2], wid, INST, a[3], nil, a[4])
+        act(a[2] + P.ACT_COLLECTED, wid, INST, a[3], nil, a[4])
       end
     end
     if lid and why == 'd' and M then
-      lease_end(lid, 'released')
+      lease_end(lid, ACT.RELEASED)
       admit()
     elseif not g and not lid and why == 't' and M and mylid ~= '' then
       -- granted by a script whose answer told it to this instance, which has not seen it yet
       local l = lget(mylid)
       if l then
-        act('cgranted', wid, INST, mylid, l, nil)
+        act(ACT.GRANTED + P.ACT_COLLECTED, wid, INST, mylid, l, nil)
       end
     end
   end
-  return reply(0, '')
+  return reply(0)
 end
 
 -- release_lid: a grant this instance could not deliver (its client left): lease id
 function ops.drop_lease()
   local l = M and lget(ARGV[A])
   if l then
-    lease_end(ARGV[A], 'released', l)
+    lease_end(ARGV[A], ACT.RELEASED, l)
     admit()
   end
-  return reply(0, '')
+  return reply(0)
 end
 
 -- ---- tickets ----
@@ -1356,16 +1359,8 @@ end
 -- the stem), then, once it ended, why ('X' and a reason letter) for TOMB_TTL_MS. Every change
 -- of a ticket's status is published on sema:tkt (its id), so an instance with a long-poll or a
 -- stream on it reads it again at once; positions are read again every poll interval.
-local EGONE = -1004
-local TK_ENDED = {
-  L = 'the ticket left the line',
-  A = 'the ticket was dropped: nobody read it for keepalive_ms',
-  U = "the ticket's lease was released: nobody collected it within keepalive_ms",
-  D = "the ticket's lease has ended",
-  X = "the ticket's semaphore was deleted",
-  F = 'the ticket can no longer be granted (its weight is above the capacity now, or memory ' ..
-      'ran out)'}
-local EST_MIN = 8
+local TK_ENDED = {L = MSG.TICKET_LEFT, A = MSG.TICKET_ABANDONED, U = MSG.TICKET_UNCOLLECTED,
+                  D = MSG.TICKET_DONE, X = MSG.TICKET_SEM_DELETED, F = MSG.TICKET_REFUSED}
 
 -- status ('w' waiting, 'g' granted), weight, ttl, keepalive, owner, idempotency key, lease id,
 -- principal, collected ('0', '1'), its place in the queue, the weight ahead then, the weight
@@ -1395,9 +1390,9 @@ local function tk_forget(tid, t, why)
   redis.call('ZREM', KK, tid)
   M.nt = M.nt - 1
   if M.nt == 0 then
-    redis.call('DEL', KFW) -- kept only while there are tickets
+    redis.call('DEL', KFW, KH) -- kept only while there are tickets
     if redis.call('EXISTS', KEST) == 1 then
-      redis.call('HSET', KEST, 'el', '0') -- no gap measured across a time without tickets
+      redis.call('HSET', KEST, 'gl', '0') -- no gap measured across a time without tickets
     end
   end
   count('tickets', -1)
@@ -1417,7 +1412,7 @@ tk_lease_gone = function(lid, why)
   redis.call('HDEL', KTL, lid)
   local t = tk_get(tid)
   if t then
-    tk_forget(tid, t, why == 'deleted' and 'X' or 'D')
+    tk_forget(tid, t, why == ACT.DELETED and 'X' or 'D')
   end
 end
 
@@ -1432,7 +1427,7 @@ local function tk_end(tid, t, why)
   else
     redis.call('HDEL', KTL, t.lid)
     tk_forget(tid, t, why)
-    lease_end(t.lid, 'released')
+    lease_end(t.lid, ACT.RELEASED)
   end
 end
 
@@ -1454,12 +1449,13 @@ local function tk_grant(tid, t)
   M.avail = M.avail - l.w
   M.held = M.held + l.w
   granted()
+  redis.call('ZADD', KH, N(l.acq), t.lid)
   count('leases', 1)
   count('t_granted', 1)
   t.st, t.coll = 'g', '0'
   redis.call('HSET', KT, tid, tkpack(t))
   keepalive(tid, t)
-  act('granted', '', '', t.lid, l)
+  act(ACT.GRANTED, '', '', t.lid, l)
   tk_changed(tid)
 end
 
@@ -1518,7 +1514,7 @@ tk_delete_all = function()
     redis.call('SET', 'sema:tk:' .. all[i], 'XX', 'PX', TOMB_TTL_MS)
     tk_changed(all[i])
   end
-  redis.call('DEL', KT, KK, KTL, KFW)
+  redis.call('DEL', KT, KK, KTL, KFW, KH)
   M.nt = 0
 end
 
@@ -1533,19 +1529,20 @@ tk_resize = function(cap)
   end
 end
 
--- ---- the wait estimate: what the semaphore measured, as the embedded back end does ----
--- Moving mean (and variance) of the time between grants from the queue per unit granted
--- (only while the queue stays non-empty), and of hold times, in :e (us, us^2; el: the last
--- grant's time in us, 0 when the queue emptied). Sampled while the semaphore has tickets, so
--- a semaphore without them pays nothing for it.
-local EST_ALPHA = 0.1
-local EST_F = {'en', 'eg', 'ev', 'el', 'ehn', 'eh'}
-local function ewma(mean, var, x, n)
+-- ---- the wait estimate's samples: what the semaphore measured ----
+-- The moving mean and variance of the time between grants from the queue per unit granted
+-- (only while the queue stays non-empty), and the moving mean of hold times, in :est (ms, as
+-- doubles; gl: the last grant's time in us, 0 when the queue emptied; ng, nh: samples taken),
+-- folded in as be_est_fold() does for the embedded back end (P.EST_ALPHA). C makes the
+-- estimate from them (be_estimate). Sampled while the semaphore has tickets, so a semaphore
+-- without them pays nothing for it.
+local EST_F = {'ng', 'gm', 'gv', 'gl', 'nh', 'hm'}
+local function fold(mean, var, x, n)
   if n == 0 then
     return x, 0
   end
   local d = x - mean
-  return mean + EST_ALPHA * d, (1 - EST_ALPHA) * (var + EST_ALPHA * d * d)
+  return mean + P.EST_ALPHA * d, (1 - P.EST_ALPHA) * (var + P.EST_ALPHA * d * d)
 end
 local function est_load()
   local v = redis.call('HMGET', KEST, unpack(EST_F))
@@ -1561,12 +1558,11 @@ est_queue_grant = function(w)
     return
   end
   local e = est_load()
-  if e.el ~= 0 and w > 0 then
-    local g, v = ewma(e.eg, e.ev, (nowus() - e.el) / w, e.en)
-    redis.call('HSET', KEST, 'eg', N(math.floor(g + 0.5)), 'ev', N(math.floor(v + 0.5)), 'en',
-               N(e.en + 1))
+  if e.gl ~= 0 and w > 0 then
+    local g, v = fold(e.gm, e.gv, (nowus() - e.gl) / 1000 / w, e.ng)
+    redis.call('HSET', KEST, 'gm', fmt('%.17g', g), 'gv', fmt('%.17g', v), 'ng', N(e.ng + 1))
   end
-  redis.call('HSET', KEST, 'el', M.nq > 0 and N(nowus()) or '0')
+  redis.call('HSET', KEST, 'gl', M.nq > 0 and N(nowus()) or '0')
 end
 
 est_hold = function(ms)
@@ -1577,48 +1573,21 @@ est_hold = function(ms)
   if ms < 0 then
     ms = 0
   end
-  redis.call('HSET', KEST, 'eh', N(math.floor(ewma(e.eh, 0, ms * 1000, e.ehn) + 0.5)), 'ehn',
-             N(e.ehn + 1))
+  redis.call('HSET', KEST, 'hm', fmt('%.17g', (fold(e.hm, 0, ms, e.nh))), 'nh', N(e.nh + 1))
 end
 
--- The wait until `units` more units have been granted from the queue: p50 and p90 of a
--- log-normal with the summed gaps' mean and variance; nil without enough samples.
-local function estimate(units)
+-- The samples C makes the estimate from (RS_TICKET_FIELD_MAP, UNITS to OLDEST_AGE_MS): the
+-- units still to be granted, the capacity, the samples, and how long the oldest holder has
+-- held (-1: none; :h holds the leases by grant time while there are tickets).
+local function est_fields(units)
   local e = est_load()
-  local m, var
-  if e.en >= EST_MIN then
-    m, var = e.eg / 1000, e.ev / 1e6
-  elseif e.ehn >= EST_MIN then
-    m = e.eh / 1000 / M.cap
-    var = m * m
-  else
-    return nil
+  local age = '-1'
+  local h = redis.call('ZRANGE', KH, '0', '0', 'WITHSCORES')
+  if #h > 0 then
+    age = N(NOW - tonumber(h[2]))
   end
-  local mean = units * m
-  if e.ehn >= EST_MIN and M.held > 0 then
-    -- the oldest holder (the lowest fence) frees no unit before its expected rest
-    local acq, f
-    for _, x in ipairs(lall()) do
-      local l = x[2]
-      if not f or l.f < f then
-        f, acq = l.f, l.acq
-      end
-    end
-    if acq then
-      local hold, age = e.eh / 1000, NOW - acq
-      local first = hold > age and hold - age or 0
-      if first + (units - 1) * m > mean then
-        mean = first + (units - 1) * m
-      end
-    end
-  end
-  if mean <= 0 then
-    return 0, 0
-  end
-  local cv2 = units * var / (mean * mean)
-  local sigma = math.sqrt(math.log(1 + cv2))
-  local median = mean / math.sqrt(1 + cv2)
-  return math.floor(median + 0.5), math.floor(median * math.exp(1.2816 * sigma) + 0.5)
+  return N(units), N(M.cap), fmt('%.17g', e.gm), fmt('%.17g', e.gv), N(e.ng),
+         fmt('%.17g', e.hm), N(e.nh), age
 end
 
 -- ---- the weight ahead of a ticket, exact in O(log n) ----
@@ -1683,29 +1652,25 @@ fw_left = function(wid, w)
   end
 end
 
--- created, id, status (1 waiting, 2 granted), weight, position, ahead weight, estimated,
--- p50, p90, keepalive, [the lease's 8 fields]
+-- RS_TICKET_FIELD_MAP: created, id, status (1 waiting, 2 granted), weight, position, ahead
+-- weight, keepalive, the estimate's samples (est_fields; zeros once granted), [the lease's
+-- fields]
 local function tk_view(tid, t, created)
-  local pos, ahead, est, p50, p90 = 0, 0, '0', 0, 0
-  local lease
+  local r = {created and '1' or '0', tid, t.st == 'w' and '1' or '2', N(t.w), '0', '0', N(t.ka),
+             '0', '0', '0', '0', '0', '0', '0', '-1'}
   if t.st == 'w' then
-    pos = tonumber(redis.call('ZRANK', KQ, tid) or 0) + 1
-    ahead = t.bw - (fw_prefix(t.seq - 1) - t.bf)
+    local ahead = t.bw - (fw_prefix(t.seq - 1) - t.bf)
     local avail = M.avail > 0 and M.avail or 0
     local need = ahead + t.w
     need = need > avail and need - avail or 1
-    local a, b = estimate(need)
-    if a then
-      est, p50, p90 = '1', a, b
-    end
+    r[5] = N(tonumber(redis.call('ZRANK', KQ, tid) or 0) + 1)
+    r[6] = N(ahead)
+    r[8], r[9], r[10], r[11], r[12], r[13], r[14], r[15] = est_fields(need)
   else
     local l = lget(t.lid)
-    lease = l and lease_result(t.lid, l) or nil
-  end
-  local r = {created and '1' or '0', tid, t.st == 'w' and '1' or '2', N(t.w), N(pos), N(ahead),
-             est, N(p50), N(p90), N(t.ka)}
-  if lease then
-    cat(r, lease)
+    if l then
+      cat(r, lease_result(t.lid, l))
+    end
   end
   return r
 end
@@ -1721,8 +1686,6 @@ local function tk_touch(tid, t)
   end
 end
 
-local M_TK_OTHER_TOKEN = 'the ticket belongs to another token'
-local M_TK_KEY = 'this Idempotency-Key names another request (or a ticket of another weight)'
 
 -- ticket_create: weight, ttl, owner, idempotency key, ticket id, lease id, keepalive,
 -- max waiters here
@@ -1732,10 +1695,10 @@ function ops.ticket_create()
              coll = '0', seq = 0, bw = 0, bf = 0}
   local tid = ARGV[A + 4]
   if KIND ~= 's' then
-    return reply(ENOENT, M_NOT_FOUND)
+    return refuse(MSG.NO_SEM)
   end
   if t.w < 1 or t.w > M.cap then
-    return reply(EINVAL, 'weight must be between 1 and the capacity')
+    return refuse(MSG.BAD_WEIGHT)
   end
   if t.idem ~= '' then
     local v = redis.call('HGET', KI, t.idem)
@@ -1745,23 +1708,29 @@ function ops.ticket_create()
       local other = kind == 'L' and lget(ref) or kind == 'W' and redis.call('HGET', KW, ref)
       if (old and not allowed(old.princ)) or
          (other and not allowed(kind == 'L' and other.princ or wunpack(other).princ)) then
-        return reply(EACCES, M_KEY_OTHER_TOKEN)
+        return refuse(MSG.KEY_OTHER_TOKEN)
       end
       if not old or old.w ~= t.w then
-        return reply(EKEYMISMATCH, M_TK_KEY)
+        return refuse(MSG.KEY_OTHER_REQUEST)
       end
       tid = string.sub(v, 2)
       tk_touch(tid, old)
-      return reply(0, '', tk_view(tid, old, false))
+      return reply(0, tk_view(tid, old, false))
     end
   end
   if NOW < SAFE_AT then
-    return reply(EUNAVAIL, M_LOST)
+    return refuse(MSG.REDIS_STATE_LOST)
   end
   local now_grant = M.nq == 0 and t.w <= M.avail
   local maxw = tonumber(ARGV[A + 7])
   if not now_grant and maxw > 0 and M.nq >= maxw then
-    return reply(ELIMIT, 'too many parked requests')
+    return refuse(MSG.TOO_MANY_WAITERS)
+  end
+  if M.nt == 0 then
+    -- the first ticket: the holders by grant time, for the estimate (kept while tickets live)
+    for _, x in ipairs(lall()) do
+      redis.call('ZADD', KH, x[2].sacq, x[1])
+    end
   end
   M.nt = M.nt + 1
   count('tickets', 1)
@@ -1785,20 +1754,20 @@ function ops.ticket_create()
     redis.call('HSET', KT, tid, tkpack(t))
     keepalive(tid, t)
   end
-  return reply(0, '', tk_view(tid, t, true))
+  return reply(0, tk_view(tid, t, true))
 end
 
 local TK_TID, TK
 function ops.ticket_get()
   tk_touch(TK_TID, TK)
-  return reply(0, '', tk_view(TK_TID, TK, false))
+  return reply(0, tk_view(TK_TID, TK, false))
 end
 
 function ops.ticket_delete()
   count('t_left', 1)
   tk_end(TK_TID, TK, 'L')
   admit()
-  return reply(0, '')
+  return reply(0)
 end
 
 -- KEYS[1] is sema:tk:ID: its semaphore is housekept first (the ticket may end in it).
@@ -1814,7 +1783,7 @@ tk_run = function(k)
       TK = tk_get(TK_TID)
       if TK then
         if not allowed(TK.princ) then
-          return reply(EACCES, M_TK_OTHER_TOKEN)
+          return refuse(MSG.TICKET_OTHER_TOKEN)
         end
         return ops[OP]()
       end
@@ -1824,9 +1793,9 @@ tk_run = function(k)
     end
   end
   if v and string.sub(v, 1, 1) == 'X' then
-    return reply(EGONE, TK_ENDED[string.sub(v, 2, 2)] or TK_ENDED.D)
+    return refuse(TK_ENDED[string.sub(v, 2, 2)] or TK_ENDED.D)
   end
-  return reply(ENOENT, 'no such ticket')
+  return refuse(MSG.NO_TICKET)
 end
 
 -- ---- the name index ----
@@ -1877,7 +1846,7 @@ local function list_index(index)
     end
   end
   S, M = nil, nil
-  return reply(0, '', {more, items})
+  return reply(0, {more, items})
 end
 function ops.list()
   return list_index('sema:names')
@@ -1924,7 +1893,7 @@ local function run()
     return {ep[1], N(safe), N(NOW)}
   end
   if ep[1] ~= EPOCH then
-    return {'E', ep[1] or ''}
+    return {P.ST_EPOCH_S, ep[1] or ''}
   end
   local sa = ep[2]
   SAFE_AT = (not sa or sa == '0') and 0 or sa + 0
@@ -1941,7 +1910,7 @@ local function run()
   if OP == 'sweep' then
     local x = redis.call('ZRANGE', 'sema:due', '0', '0', 'WITHSCORES')
     if #x == 0 or tonumber(x[2]) > NOW then
-      return reply(0, '')
+      return reply(0)
     end
     keys_of(x[1])
     M = mload()
@@ -1949,7 +1918,7 @@ local function run()
       DUE0 = M.due
       housekeep_all() -- something is due: the sweep is there for it
     end
-    return reply(0, '')
+    return reply(0)
   end
   local k = KEYS[1]
   if TICKET_KEY_OPS[OP] then
@@ -1959,14 +1928,13 @@ local function run()
     LID = string.sub(k, 9)
     local v = redis.call('GET', k)
     if not v then
-      return reply(ENOENT, 'no such lease')
+      return refuse(MSG.NO_LEASE)
     end
     if string.sub(v, 1, 1) == 'T' then
       if RETRY and RID ~= '' and v == 'TR' .. RID then
-        return reply(0, '') -- this release, sent again: it was done
+        return reply(0) -- this release, sent again: it was done
       end
-      local tb = TOMB[string.sub(v, 2, 2)]
-      return reply(tb[1], tb[2])
+      return refuse(TOMB[string.sub(v, 2, 2)])
     end
     local pre
     if OP == 'lease_release' then
@@ -1978,12 +1946,12 @@ local function run()
     end
     local l, stem = lparse(v)
     if not stem then
-      return reply(ENOENT, 'no such lease')
+      return refuse(MSG.NO_LEASE)
     end
     keys_of(stem)
     M = mload(pre)
     if not M then
-      return reply(ENOENT, 'no such lease')
+      return refuse(MSG.NO_LEASE)
     end
     DUE0 = M.due
     housekeep()
@@ -1992,13 +1960,12 @@ local function run()
       v = redis.call('GET', k)
       l = lread(LID, v)
       if not l then
-        local tb = TOMB[string.sub(v or 'TE', 2, 2)] or TOMB.E
-        return reply(tb[1], tb[2])
+        return refuse(TOMB[string.sub(v or 'TE', 2, 2)] or TOMB.E)
       end
     elseif not l then
       l = lread(LID, v) -- an earlier version's lease: its record is in :l
       if not l then
-        return reply(ENOENT, 'no such lease')
+        return refuse(MSG.NO_LEASE)
       end
     end
     LEASE = l
@@ -2019,7 +1986,7 @@ local function run()
     if OP == 'lock_acquire' then
       local max = tonumber(ARGV[A + 7])
       if max > 0 and locks_now() >= max then
-        return reply(ELIMIT, 'too many lock keys')
+        return refuse(MSG.TOO_MANY_LOCKS)
       end
       M = mnew(tonumber(ARGV[A + 9]), 0)
       LOCK_NEW = true
@@ -2027,9 +1994,9 @@ local function run()
            OP == 'drop_lease' then
       return ops[OP]()
     elseif OP == 'lock_get' then
-      return reply(ENOENT, 'no such lock key (not held or awaited)')
+      return refuse(MSG.NO_LOCK)
     else
-      return reply(ENOENT, M_NOT_FOUND)
+      return refuse(MSG.NO_SEM)
     end
   end
   housekeep()
@@ -2039,13 +2006,11 @@ end
 -- The event log. While an instance follows a semaphore's events (its marker :s exists, with
 -- the field `log` = "<uid>-<seq>": the log's run and its last event), every public event gets
 -- the id <uid>-<seq+1>, ... and is kept in the stream :e under that id (at least the last
--- LOG_MAX_S; the stream lives as long as the marker, which instances renew), and published
+-- P.LOG_MAX; the stream lives as long as the marker, which instances renew), and published
 -- with its id on sema:ev:<stem>. Ids therefore mean the same on every instance. Without a
 -- marker nothing is written (one HGET). A marker that comes back (it expired: no instance
 -- renewed it; Redis lost it) starts a new run with a new uid, so an id from before never
 -- resumes across the gap. A delete ends the run: a new semaphore of the name starts a new one.
-local LOG_MAX_S = '1000' -- (a string: Redis formats a Lua number passed to a command)
-local LOG_TTL_S = '6000' -- ms, as the marker's: three of the instances' heartbeats
 
 local function publish(r)
   if WAKE ~= NONE then
@@ -2071,22 +2036,22 @@ local function publish(r)
   end
   for i = 1, #ACTS, 11 do
     local t = ACTS[i]
-    if PUBLIC[t] then
+    if t <= P.ACT_PUBLIC_MAX then
       local a = {}
       for j = 0, 10 do
         a[j + 1] = ACTS[i + j]
         ev[#ev + 1] = ACTS[i + j]
       end
       seq = seq + 1
-      if t == 'deleted' then
+      if t == ACT.DELETED then
         ended = true
       else
         local id = uid .. '-' .. N(seq)
         local p = table.concat(a, '\0')
-        local x = redis.pcall('XADD', KE, 'MAXLEN', '~', LOG_MAX_S, id, 'a', p)
+        local x = redis.pcall('XADD', KE, 'MAXLEN', '~', P.LOG_MAX_S, id, 'a', p)
         if type(x) == 'table' and x.err then
           redis.call('DEL', KE) -- cannot happen (ids only grow): keep the run going anyway
-          redis.call('XADD', KE, 'MAXLEN', '~', LOG_MAX_S, id, 'a', p)
+          redis.call('XADD', KE, 'MAXLEN', '~', P.LOG_MAX_S, id, 'a', p)
         end
       end
     end
@@ -2098,7 +2063,7 @@ local function publish(r)
     redis.call('DEL', KE)
     redis.call('HDEL', KS, 'log')
   else
-    redis.call('PEXPIRE', KE, LOG_TTL_S)
+    redis.call('PEXPIRE', KE, P.LOG_TTL_MS_S) -- as the marker's
     redis.call('HSET', KS, 'log', uid .. '-' .. N(seq))
   end
   local id = uid .. '-' .. N(first)
@@ -2136,8 +2101,8 @@ local function main(keys, args)
   -- The answer to a write is kept for a retry, unless a retry can work it out again from
   -- what the write left (a grant made at once: its lease; a release: its tombstone) and
   -- nothing in it completes a parked request of this instance.
-  if RID ~= '' and r[1] ~= 'E' and not (REBUILT and r[1] == '0' and not OWN) then
-    redis.call('SET', 'sema:r:' .. RID, cmsgpack.pack(r), 'PX', RESULT_TTL_MS)
+  if RID ~= '' and r[1] ~= P.ST_EPOCH_S and not (REBUILT and r[1] == '0' and not OWN) then
+    redis.call('SET', 'sema:r:' .. RID, cmsgpack.pack(r), 'PX', P.RESULT_TTL_MS_S)
   end
   return r
 end
