@@ -2,7 +2,7 @@
 /* be_msg.h - every message a back end answers a request with, in one table: its id, its status
  * code and its text. Both back ends fail a request by id; the Redis back end's script
  * (sema.lua) returns the id, never the text, and C renders it (the ids reach the script as
- * generated constants, redis/rs_proto.h). */
+ * generated constants, redis/redis_proto.h). */
 #ifndef SEMAD_BE_MSG_H
 #define SEMAD_BE_MSG_H
 

@@ -265,13 +265,13 @@ static void schedule_reconnect(rs_t *r);
 
 /* The connection is gone (refused, dropped, timed out): commands in flight were handed to
  * rs__cmd_lost by hiredis; reconnect after a backoff. */
-static void conn_gone(rconn_t *c, const char *why)
+static void conn_gone(rs_conn_t *c, const char *why)
 {
     rs_t *r = c->r;
 
-    if (c->state == RS_DOWN)
+    if (c->state == RS_CONN_DOWN)
         return;
-    c->state = RS_DOWN;
+    c->state = RS_CONN_DOWN;
     c->ac = NULL;
     if (r->closing)
         return;
@@ -289,7 +289,7 @@ static void conn_gone(rconn_t *c, const char *why)
 
 static void on_connect(const redisAsyncContext *ac, int status)
 {
-    rconn_t *c = ac->data;
+    rs_conn_t *c = ac->data;
 
     if (status != REDIS_OK)
         conn_gone(c, ac->errstr);
@@ -297,12 +297,12 @@ static void on_connect(const redisAsyncContext *ac, int status)
 
 static void on_disconnect(const redisAsyncContext *ac, int status)
 {
-    rconn_t *c = ac->data;
+    rs_conn_t *c = ac->data;
 
     conn_gone(c, status == REDIS_OK ? NULL : ac->errstr);
 }
 
-static redisAsyncContext *open_ctx(rs_t *r, rconn_t *c, const char *host, int port)
+static redisAsyncContext *open_ctx(rs_t *r, rs_conn_t *c, const char *host, int port)
 {
     redisAsyncContext *ac = redisAsyncConnect(host, port);
 
@@ -317,7 +317,7 @@ static redisAsyncContext *open_ctx(rs_t *r, rconn_t *c, const char *host, int po
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
     c->ac = ac;
-    c->state = RS_CONNECTING;
+    c->state = RS_CONN_CONNECTING;
     return ac;
 }
 
@@ -344,7 +344,7 @@ static int is_error(const redisReply *rep)
 /* AUTH, SELECT, ROLE: a failure drops the connection (and says why). */
 static void setup_cb(redisAsyncContext *ac, void *reply, void *priv)
 {
-    rconn_t *c = ac->data;
+    rs_conn_t *c = ac->data;
     redisReply *rep = reply;
     const char *what = priv;
 
@@ -417,7 +417,7 @@ static void send_hello(rs_t *r)
 
 static void load_cb(redisAsyncContext *ac, void *reply, void *priv)
 {
-    rconn_t *c = ac->data;
+    rs_conn_t *c = ac->data;
     rs_t *r = c->r;
     redisReply *rep = reply;
 
@@ -436,7 +436,7 @@ static void load_cb(redisAsyncContext *ac, void *reply, void *priv)
 
 static void hello_cb(redisAsyncContext *ac, void *reply, void *priv)
 {
-    rconn_t *c = ac->data;
+    rs_conn_t *c = ac->data;
     rs_t *r = c->r;
     redisReply *rep = reply;
 
@@ -475,7 +475,7 @@ void rs__resync(rs_t *r)
     const char *argv[] = {"FUNCTION", "LOAD", "REPLACE", rs__lua};
     size_t lens[] = {8, 4, 7, strlen(rs__lua)};
 
-    if (r->resyncing || r->cmd.state != RS_READY)
+    if (r->resyncing || r->cmd.state != RS_CONN_READY)
         return;
     r->resyncing = 1;
     redisAsyncCommandArgv(r->cmd.ac, load_cb, NULL, 4, argv, lens);
@@ -488,7 +488,7 @@ static void connect_primary(rs_t *r)
     size_t lens[] = {8, 4, 7, strlen(rs__lua)};
 
     if (ac == NULL) {
-        r->cmd.state = RS_DOWN;
+        r->cmd.state = RS_CONN_DOWN;
         schedule_reconnect(r);
         return;
     }
@@ -508,7 +508,7 @@ static void sentinel_next(rs_t *r);
 
 static void sentinel_msg_cb(redisAsyncContext *ac, void *reply, void *priv)
 {
-    rconn_t *c = ac->data;
+    rs_conn_t *c = ac->data;
     rs_t *r = c->r;
     redisReply *rep = reply;
 
@@ -527,7 +527,7 @@ static void sentinel_msg_cb(redisAsyncContext *ac, void *reply, void *priv)
 
 static void sentinel_addr_cb(redisAsyncContext *ac, void *reply, void *priv)
 {
-    rconn_t *c = ac->data;
+    rs_conn_t *c = ac->data;
     rs_t *r = c->r;
     redisReply *rep = reply;
     long port;
@@ -542,7 +542,7 @@ static void sentinel_addr_cb(redisAsyncContext *ac, void *reply, void *priv)
         log_warn("redis: Sentinel %s does not know a primary named %s",
                  r->sentinels[r->sentinel_at], r->master);
         redisAsyncFree(ac);
-        c->state = RS_DOWN;
+        c->state = RS_CONN_DOWN;
         c->ac = NULL;
         r->sentinel_at = (r->sentinel_at + 1) % r->nsentinels;
         schedule_reconnect(r);
@@ -551,7 +551,7 @@ static void sentinel_addr_cb(redisAsyncContext *ac, void *reply, void *priv)
     memcpy(r->host, rep->element[0]->str, rep->element[0]->len);
     r->host[rep->element[0]->len] = '\0';
     r->port = (int)port;
-    c->state = RS_READY;
+    c->state = RS_CONN_READY;
     redisAsyncCommand(ac, sentinel_msg_cb, NULL, "SUBSCRIBE +switch-master");
     connect_primary(r);
 }
@@ -565,7 +565,7 @@ static void sentinel_next(rs_t *r)
     if (r->sent.ac != NULL) {
         redisAsyncFree(r->sent.ac);
         r->sent.ac = NULL;
-        r->sent.state = RS_DOWN;
+        r->sent.state = RS_CONN_DOWN;
     }
     if (parse_hostport(hp, strlen(hp), host, sizeof host, &port, 26379) != 0 ||
         open_ctx(r, &r->sent, host, port) == NULL) {
@@ -585,9 +585,9 @@ static void reconnect_cb(uv_timer_t *t)
 
     if (r->closing)
         return;
-    if (r->cmd.state == RS_DOWN)
+    if (r->cmd.state == RS_CONN_DOWN)
         rs__connect(r);
-    else if (r->sub.state == RS_DOWN && r->cmd.state == RS_READY)
+    else if (r->sub.state == RS_CONN_DOWN && r->cmd.state == RS_CONN_READY)
         rs__sub_connect(r);
 }
 
@@ -607,7 +607,7 @@ static void schedule_reconnect(rs_t *r)
 
 void rs__connect(rs_t *r)
 {
-    if (r->cmd.state != RS_DOWN)
+    if (r->cmd.state != RS_CONN_DOWN)
         return;
     r->reconnects++;
     if (r->master[0] != '\0') {
@@ -619,9 +619,9 @@ void rs__connect(rs_t *r)
 
 void rs__on_ready(rs_t *r)
 {
-    int first = r->cmd.state != RS_READY;
+    int first = r->cmd.state != RS_CONN_READY;
 
-    r->cmd.state = RS_READY;
+    r->cmd.state = RS_CONN_READY;
     r->resyncing = 0;
     r->backoff_ms = 0;
     if (r->down_since != 0 && r->conn_once)
@@ -633,11 +633,11 @@ void rs__on_ready(rs_t *r)
     elist_splice(&r->pending, &r->retry);
     r->npending = 0;
     while (!elist_empty(&r->pending)) {
-        rcmd_t *c = ECONTAINER(r->pending.next, rcmd_t, link);
+        rs_cmd_t *c = ECONTAINER(r->pending.next, rs_cmd_t, link);
         elist_remove(&c->link);
         rs__send(r, c);
     }
-    if (first && r->sub.state == RS_DOWN)
+    if (first && r->sub.state == RS_CONN_DOWN)
         rs__sub_connect(r);
     rs__drain(r); /* requests answered on the way (rs__send) */
 }
@@ -646,7 +646,7 @@ void rs__on_ready(rs_t *r)
 
 static void sub_cb(redisAsyncContext *ac, void *reply, void *priv)
 {
-    rconn_t *c = ac->data;
+    rs_conn_t *c = ac->data;
     rs_t *r = c->r;
     redisReply *rep = reply;
 
@@ -658,9 +658,9 @@ static void sub_cb(redisAsyncContext *ac, void *reply, void *priv)
         rs__on_message(r, rep);
     } else if (strcmp(rep->element[0]->str, "subscribe") == 0) {
         const redisReply *ch = rep->element[1];
-        if (c->state != RS_READY) {
+        if (c->state != RS_CONN_READY) {
             /* (re)subscribed: what a lost message would have said is collected now */
-            c->state = RS_READY;
+            c->state = RS_CONN_READY;
             rs__collect_all(r);
         }
         /* a semaphore's events: those published before this took effect are in its log */
@@ -681,7 +681,7 @@ static void sub_send(rs_t *r, const char *verb, const char *chan, size_t len)
 static void sub_watch_each(void *arg, enode_t *n)
 {
     rs_t *r = arg;
-    rsem_t *s = ECONTAINER(n, rsem_t, node);
+    rs_sem_t *s = ECONTAINER(n, rs_sem_t, node);
 
     s->subscribed = 0;
     if (s->watched)
@@ -694,7 +694,7 @@ void rs__sub_connect(rs_t *r)
     int n;
 
     if (open_ctx(r, &r->sub, r->host, r->port) == NULL) {
-        r->sub.state = RS_DOWN;
+        r->sub.state = RS_CONN_DOWN;
         schedule_reconnect(r);
         return;
     }
@@ -706,28 +706,58 @@ void rs__sub_connect(rs_t *r)
 }
 
 /* Subscribe to (or leave) the event channel of a semaphore. */
-void rs__sub_watch(rs_t *r, rsem_t *s, int on)
+void rs__sub_watch(rs_t *r, rs_sem_t *s, int on)
 {
-    char chan[16 + 65600];
+    size_t len;
+    char *chan;
 
-    if (r->sub.ac == NULL || s->stem_len > 65536 || (on != 0) == (s->subscribed != 0))
+    if (r->sub.ac == NULL || (on != 0) == (s->subscribed != 0))
         return;
-    memcpy(chan, "sema:ev:", 8);
-    memcpy(chan + 8, s->stem, s->stem_len);
-    sub_send(r, on ? "SUBSCRIBE" : "UNSUBSCRIBE", chan, 8 + s->stem_len);
+    if ((chan = rs__key_cat("sema:ev:", s->stem, s->stem_len, "", &len)) == NULL)
+        return; /* out of memory: the heartbeat's marker keeps the log; messages wait */
+    sub_send(r, on ? "SUBSCRIBE" : "UNSUBSCRIBE", chan, len);
+    sema__free(chan);
     s->subscribed = (uint8_t)on;
 }
 
 void rs__conns_close(rs_t *r)
 {
-    rconn_t *cs[] = {&r->cmd, &r->sub, &r->sent};
+    rs_conn_t *cs[] = {&r->cmd, &r->sub, &r->sent};
 
     r->closing = 1;
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         redisAsyncContext *ac = cs[i]->ac;
         cs[i]->ac = NULL;
-        cs[i]->state = RS_DOWN;
+        cs[i]->state = RS_CONN_DOWN;
         if (ac != NULL)
             redisAsyncFree(ac);
     }
+}
+
+/* A blocking connection for the engine's synchronous questions (does a semaphore exist, the
+ * per-semaphore gauges of /metrics): rare, and bounded by a 250 ms timeout. NULL when Redis
+ * does not answer. */
+redisContext *rs__sync(rs_t *r)
+{
+    struct timeval tv = {0, 250000};
+    redisContext *c = r->sync;
+
+    if (c != NULL && !c->err)
+        return c;
+    redisFree(c);
+    r->sync = NULL;
+    if (r->host[0] == '\0' || (r->conn_once && r->cmd.state != RS_CONN_READY))
+        return NULL; /* known to be down: do not block the loop on it */
+    c = redisConnectWithTimeout(r->host, r->port, tv);
+    if (c == NULL || c->err || redisSetTimeout(c, tv) != REDIS_OK) {
+        redisFree(c);
+        return NULL;
+    }
+    if (r->pass[0] != '\0')
+        freeReplyObject(r->user[0] ? redisCommand(c, "AUTH %s %s", r->user, r->pass)
+                                   : redisCommand(c, "AUTH %s", r->pass));
+    if (r->db != 0)
+        freeReplyObject(redisCommand(c, "SELECT %d", r->db));
+    r->sync = c;
+    return c;
 }

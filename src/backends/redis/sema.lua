@@ -6,7 +6,7 @@
 -- the keys and docs/architecture.md for why the work is split this way.
 --
 -- The protocol's constants (the tables P, ACT, E, MSG and MSG_CODE) are generated from
--- rs_proto.h and be_msg.h when semad is built, in place of the next line:
+-- redis_proto.h and be_msg.h when semad is built, in place of the next line:
 -- @PROTO@
 --
 -- Every call: KEYS[1] names what it works on (a semaphore's stem, a lease id's key, the name
@@ -18,7 +18,7 @@
 -- cache, does its housekeeping (due leases expire, the waiters of dead instances leave, the
 -- queue's head is admitted), does its work, and returns:
 --   { status, message id, now_ms, next_due_ms, acts, stem, counts, result... }
--- (rs_proto.h: RS_REPLY_MAP; the message id names its text in be_msg.h, which C renders),
+-- (redis_proto.h: RS_REPLY_MAP; the message id names its text in be_msg.h, which C renders),
 -- every value a string (Lua's numbers would lose digits in cjson and in tostring). `acts` and
 -- `counts` are each one string of NUL-separated fields: Redis makes a reply element of every
 -- value, at a cost well above one concatenation's; redis.c reads them as arrays.
@@ -70,7 +70,7 @@ end
 
 -- ---- the keys of one semaphore (or lock key): its stem plus a suffix of fixed length ----
 local S, KIND, NAME, TAG
-local KM, KF, KQ, KW, KL, KX, KI, KA, KG, KS
+local KM, KF, KQ, KW, KX, KI, KA, KG, KS
 local KT, KK, KTL, KFW, KEST, KH -- tickets: records, keepalive deadlines, lease id -> ticket
 -- id, the weight that left the queue by place (a Fenwick tree, below), the estimate's samples,
 -- the leases by grant time
@@ -84,9 +84,9 @@ local function keys_of(stem)
   local k = KEYSETS[stem]
   if not k then
     local tag, kind, name = match(stem, '^(sema:{[^}]*})(.):(.*)$')
-    k = {tag, kind, name, stem .. ':m', stem .. ':f', stem .. ':q', stem .. ':w', stem .. ':l',
-         stem .. ':x', stem .. ':i', stem .. ':a', stem .. ':g', stem .. ':s', stem .. ':t',
-         stem .. ':k', stem .. ':tl', stem .. ':fw', stem .. ':est', stem .. ':h'}
+    k = {tag, kind, name, stem .. ':m', stem .. ':f', stem .. ':q', stem .. ':w', stem .. ':x',
+         stem .. ':i', stem .. ':a', stem .. ':g', stem .. ':s', stem .. ':t', stem .. ':k',
+         stem .. ':tl', stem .. ':fw', stem .. ':est', stem .. ':h'}
     if #stem <= 200 then
       if NKEYSETS >= P.KEYSETS_MAX then
         KEYSETS, NKEYSETS = {}, 0
@@ -95,9 +95,9 @@ local function keys_of(stem)
       NKEYSETS = NKEYSETS + 1
     end
   end
-  TAG, KIND, NAME, KM, KF, KQ, KW, KL, KX, KI, KA, KG, KS =
-    k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9], k[10], k[11], k[12], k[13]
-  KT, KK, KTL, KFW, KEST, KH = k[14], k[15], k[16], k[17], k[18], k[19]
+  TAG, KIND, NAME, KM, KF, KQ, KW, KX, KI, KA, KG, KS =
+    k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9], k[10], k[11], k[12]
+  KT, KK, KTL, KFW, KEST, KH = k[13], k[14], k[15], k[16], k[17], k[18]
 end
 
 -- Tickets (the section "tickets" below): hooks the shared code calls only while the row
@@ -146,8 +146,6 @@ local function lpack(l)
   return l.sw .. '\0' .. l.sf .. '\0' .. l.sttl .. '\0' .. l.sacq .. '\0' .. l.sexp .. '\0' ..
          l.owner .. '\0' .. l.idem .. '\0' .. l.mode .. '\0' .. l.princ
 end
--- (%Z: any byte but NUL, as [^%z] but cheaper to match)
-local LPAT = '^(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)$'
 -- A lease read from its record has its strings and its weight (what a release uses); any
 -- other number is made from its string when first used.
 local LNUM = {w = 'sw', f = 'sf', ttl = 'sttl', acq = 'sacq', exp = 'sexp'}
@@ -159,26 +157,16 @@ local LREC = {__index = function(l, k)
     return v
   end
 end}
-local function lunpack(s)
-  local w, f, ttl, acq, exp, owner, idem, mode, princ = match(s, LPAT)
-  return setmetatable({owner = owner, idem = idem, mode = mode, princ = princ, sw = w, sf = f,
-                       sttl = ttl, sacq = acq, sexp = exp}, LREC)
-end
 
 -- A live lease's record is its id's key, sema:id:LID: 'l', the record's fields, then its
 -- semaphore's stem, all NUL-separated; so a release reads its lease, and a grant writes it,
--- in one command. (An earlier version kept the record in the stem's :l hash and 'L' and the
--- stem in the id's key: such a lease is read from :l, marked `old`, and leaves :l when it
--- is written or ends. :x holds every live lease of either kind.)
+-- in one command. :x holds every live lease of the semaphore by expiry.
+-- (%Z: any byte but NUL, as [^%z] but cheaper to match)
 local IDPAT = '^l(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(.*)$'
--- The lease in an id key's value v and its stem (nil for anything else: a tombstone, an
--- earlier version's 'L' value, whose stem alone is the second result).
+-- The lease in an id key's value v and its stem (nil for anything else: a tombstone).
 local function lparse(v)
   local w, f, ttl, acq, exp, owner, idem, mode, princ, stem = match(v, IDPAT)
   if not w then
-    if string.sub(v, 1, 1) == 'L' then
-      return nil, string.sub(v, 2)
-    end
     return nil, nil
   end
   return setmetatable({w = w + 0, owner = owner, idem = idem, mode = mode, princ = princ,
@@ -193,15 +181,6 @@ local function lread(lid, v)
   if stem ~= S then
     return nil
   end
-  if l then
-    return l
-  end
-  local rec = redis.call('HGET', KL, lid) -- an earlier version's
-  if not rec then
-    return nil
-  end
-  l = lunpack(rec)
-  l.old = true
   return l
 end
 local function lget(lid)
@@ -217,10 +196,6 @@ end
 local function lwrite(lid, l)
   lstr(l)
   lset(lid, l.sw, l.sf, l.sttl, l.sacq, l.sexp, l.owner, l.idem, l.mode, l.princ)
-  if l.old then
-    redis.call('HDEL', KL, lid)
-    l.old = nil
-  end
 end
 -- Every live lease of this semaphore: a list of {lease id, lease}, by expiry.
 local function lall()
@@ -506,9 +481,6 @@ local function lease_end(lid, why, l)
   if not l then
     return nil
   end
-  if l.old then
-    redis.call('HDEL', KL, lid)
-  end
   redis.call('ZREM', KX, lid)
   local tomb = 'T' .. ENDED[why]
   if OP == 'lease_release' and lid == LID then
@@ -719,7 +691,7 @@ local function lock_gc()
       redis.call('ZREM', 'sema:locks', NAME .. '\0' .. S)
     end
     LOCK_NEW = false
-    redis.call('DEL', KM, KQ, KW, KL, KX, KI, KA)
+    redis.call('DEL', KM, KQ, KW, KX, KI, KA)
     redis.call('SET', KF, N(M.fence), 'PX', TOMB_TTL_MS) -- the clock floor keeps later fences above
     M = nil
     return true
@@ -925,7 +897,7 @@ local function delete_all()
   end
   act(ACT.DELETED, '', '', '', nil, '')
   redis.call('SET', KF, N(M.fence))
-  redis.call('DEL', KM, KQ, KW, KL, KX, KI, KA, KEST)
+  redis.call('DEL', KM, KQ, KW, KX, KI, KA, KEST)
   redis.call('ZREM', 'sema:names', NAME .. '\0' .. S)
   count('sems', '-1')
   M = nil
@@ -1878,13 +1850,6 @@ local function run()
       redis.call('HSET', 'sema:epoch', 'id', ARGV[A], 'safe_at', N(safe))
       return {ARGV[A], N(safe), N(NOW)}
     end
-    if not ep[5] and redis.call('EXISTS', 'sema:stats') == 1 then
-      -- the counts and the horizon of an earlier version, kept apart then: moved in
-      local st = redis.call('HMGET', 'sema:stats', 'sems', 'leases', 'locks', 'horizon')
-      redis.call('HSET', 'sema:epoch', 'sems', st[1] or '0', 'leases', st[2] or '0', 'locks',
-                 st[3] or '0', 'horizon', st[4] or '0')
-      redis.call('DEL', 'sema:stats')
-    end
     local safe = tonumber(ep[2] or '0')
     if known ~= '' and known ~= ep[1] and safe < until_ms then
       safe = until_ms
@@ -1961,11 +1926,6 @@ local function run()
       l = lread(LID, v)
       if not l then
         return refuse(TOMB[string.sub(v or 'TE', 2, 2)] or TOMB.E)
-      end
-    elseif not l then
-      l = lread(LID, v) -- an earlier version's lease: its record is in :l
-      if not l then
-        return refuse(MSG.NO_LEASE)
       end
     end
     LEASE = l

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* rs_luagen.c - writes the constants of sema.lua from rs_proto.h and be_msg.h: run when semad
+/* redis_luagen.c - writes the constants of sema.lua from redis_proto.h and be_msg.h: run when semad
  * is built (CMakeLists.txt), its output takes the place of the line "-- @PROTO@" in the
  * library that semad loads into Redis. A build-time tool, not part of semad. */
 #include <stdio.h>
 
-#include "backends/redis/rs_proto.h"
+#include "backends/redis/redis_proto.h"
 
 /* "{A = 1, B = 2}": a Lua table from names and numbers, one per line when long. */
 static void table_begin(const char *name)
@@ -17,15 +17,15 @@ static void table_end(void)
     printf("}\n");
 }
 
-/* rs_luagen FILE: writes the constants to FILE. */
+/* redis_luagen FILE: writes the constants to FILE. */
 int main(int argc, char **argv)
 {
     if (argc != 2 || freopen(argv[1], "w", stdout) == NULL) {
-        fprintf(stderr, "usage: rs_luagen FILE (the Lua constants are written to FILE)\n");
+        fprintf(stderr, "usage: redis_luagen FILE (the Lua constants are written to FILE)\n");
         return 2;
     }
-    puts("-- Generated from src/backends/redis/rs_proto.h and src/backends/be_msg.h by "
-         "rs_luagen: do not edit.");
+    puts("-- Generated from src/backends/redis/redis_proto.h and src/backends/be_msg.h by "
+         "redis_luagen: do not edit.");
     /* limits and protocol numbers */
     table_begin("P");
     /* (each integer also as a string, NAME_S: a number passed to redis.call is formatted

@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
-/* rs_proto.h - the protocol between the Redis back end's C side and its script, sema.lua, in
+/* redis_proto.h - the protocol between the Redis back end's C side and its script, sema.lua, in
  * one place: the script's operations, what its acts are, where each field of its replies
  * sits, the status codes and message ids it answers with, and the limits both sides use.
  * The C side includes it; the script's constants are generated from it when semad is built
- * (rs_luagen.c writes them in place of the line "-- @PROTO@" of sema.lua), so nothing here
+ * (redis_luagen.c writes them in place of the line "-- @PROTO@" of sema.lua), so nothing here
  * is copied by hand into Lua. */
-#ifndef SEMAD_RS_PROTO_H
-#define SEMAD_RS_PROTO_H
+#ifndef SEMAD_REDIS_PROTO_H
+#define SEMAD_REDIS_PROTO_H
 
 #include "backends/be_estimate.h"
 #include "backends/be_msg.h"
@@ -114,13 +114,16 @@ enum {
     X(ID) X(WEIGHT) X(FENCE) X(TTL) X(ACQUIRED) X(EXPIRES) X(OWNER) X(MODE)
 #define RS_VIEW_FIELD_MAP(X)                                                                       \
     X(CAPACITY)                                                                                    \
-    X(AVAILABLE) X(HELD) X(FENCE) X(WAITING) X(WAITING_WEIGHT) X(LEGACY) X(READERS) X(HOLDERS)     \
-        X(WAITERS) X(TRUNCATED)
+    X(AVAILABLE)                                                                                   \
+    X(HELD)                                                                                        \
+    X(FENCE) X(WAITING) X(WAITING_WEIGHT) X(LEGACY) X(READERS) X(HOLDERS) X(WAITERS) X(TRUNCATED)
 #define RS_WAITER_FIELD_MAP(X) X(OWNER) X(WEIGHT) X(SINCE) X(MODE) X(KIND)
 #define RS_TICKET_FIELD_MAP(X)                                                                     \
     X(CREATED)                                                                                     \
-    X(ID) X(STATUS) X(WEIGHT) X(POSITION) X(AHEAD) X(KEEPALIVE) X(UNITS) X(CAPACITY) X(GAP_MS)     \
-        X(GAP_VAR) X(NGAPS) X(HOLD_MS) X(NHOLDS) X(OLDEST_AGE_MS)
+    X(ID)                                                                                          \
+    X(STATUS)                                                                                      \
+    X(WEIGHT) X(POSITION) X(AHEAD) X(KEEPALIVE) X(UNITS) X(CAPACITY) X(GAP_MS) X(GAP_VAR) X(NGAPS) \
+        X(HOLD_MS) X(NHOLDS) X(OLDEST_AGE_MS)
 
 enum {
 #define RS_L__ENUM(id) RS_L_##id,
@@ -178,4 +181,4 @@ enum { RS_ITEM_GRANTS = 1 + RS_VIEW_SHORT, RS_ITEM_TICKETS, RS_ITEM_SINCE, RS_IT
     X(ACT_PUBLIC_MAX, RS_ACT_PUBLIC_MAX)
 #define RS_DOUBLE_MAP(X) X(EST_ALPHA, BE_EST_ALPHA)
 
-#endif /* SEMAD_RS_PROTO_H */
+#endif /* SEMAD_REDIS_PROTO_H */
