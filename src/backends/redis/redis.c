@@ -138,7 +138,7 @@ static void rs_cancel(void *be, engine_req_t *req)
         elist_remove(&rq->link);
         if (req->status == 0 && req->res.kind == ENGINE_RES_LEASE &&
             (req->op == ENGINE_ACQUIRE || req->op == ENGINE_LOCK_ACQUIRE))
-            rs__send_drop_for(r, req, req->res.lease.id);
+            rs__send_drop(r, req->res.lease.id);
         engine_result_clear(&req->res);
     }
     sema__free(rq);

@@ -159,7 +159,7 @@ static void waiter_done(rs_t *r, rs_req_t *rq, const redisReply *acts, size_t i)
     switch (type) {
     case RS_ACT_GRANTED:
         if (rs__lease_from(res, &res->lease, acts, i + RS_AF_LID) != 0) {
-            rs__send_drop_for(r, req, rs__el_str(acts, i + RS_AF_LID, NULL));
+            rs__send_drop(r, rs__el_str(acts, i + RS_AF_LID, NULL));
             engine_result_clear(res);
             return rs__fail(r, rq, BE_MSG_NOMEM_RESULT, 0);
         }

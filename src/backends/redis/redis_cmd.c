@@ -49,9 +49,9 @@ void rs__args_free(rs_args_t *a)
     sema__free(a->l);
 }
 
-/* FCALL sema 1 KEY op epoch inst rid alive principal flags; `req` is NULL for semad's own
- * commands (no principal). flags: '1' when the principal is an admin, else '0'; then 'r' when
- * the command is sent again (cmd_format). */
+/* FCALL sema 1 KEY and the head (RS_HEAD_MAP); `req` is NULL for semad's own commands (no
+ * principal). The epoch and the flags are written again when the command is sent
+ * (cmd_format). */
 void rs__args_head(rs_t *r, rs_args_t *a, const char *key, size_t keylen, const char *op,
                    const char *rid, const engine_req_t *req)
 {
@@ -61,11 +61,10 @@ void rs__args_head(rs_t *r, rs_args_t *a, const char *key, size_t keylen, const 
     rs__arg(a, key, keylen);
     rs__arg_str(a, op);
     rs__arg_str(a, r->epoch);
+    rs__arg_str(a, req != NULL && req->principal_admin ? "1" : "0");
     rs__arg_str(a, r->inst);
     rs__arg_str(a, rid);
-    rs__arg_i64(a, RS_ALIVE_MS);
     rs__arg_str(a, req != NULL ? req->principal : NULL);
-    rs__arg_str(a, req != NULL && req->principal_admin ? "1" : "0");
 }
 
 rs_cmd_t *rs__cmd_new(rs_t *r, int kind, int argc, const char **argv, const size_t *argvlen)
@@ -88,7 +87,8 @@ rs_cmd_t *rs__cmd_new(rs_t *r, int kind, int argc, const char **argv, const size
         p += argvlen[i];
     }
     c->argc = argc;
-    c->script = argc > 5 && argvlen[0] == 5 && memcmp(argv[0], "FCALL", 5) == 0;
+    c->script =
+        argc > RS_FCALL_HEAD + RS_H_FLAGS && argvlen[0] == 5 && memcmp(argv[0], "FCALL", 5) == 0;
     c->kind = (uint8_t)kind;
     c->queued_mono = rs__now(r);
     elist_init(&c->link);
@@ -103,13 +103,20 @@ void rs__cmd_free(rs_cmd_t *c)
     sema__free(c);
 }
 
-/* The command's bytes as Redis reads them, with today's SHA and epoch. -1 when out of memory. */
+int rs__paused(const rs_t *r)
+{
+    return r->safe_at_ms > 0 && (int64_t)uv_now(r->loop) + r->clock_off < r->safe_at_ms;
+}
+
+/* The command's bytes as Redis reads them, with today's epoch and flags. -1 when out of
+ * memory. */
 static int cmd_format(rs_t *r, const rs_cmd_t *c, char **out)
 {
     const char *stackv[64],
         **v = c->argc <= 64 ? stackv : sema__malloc((size_t)c->argc * sizeof(*v));
     size_t stackl[64], *l = c->argc <= 64 ? stackl : sema__malloc((size_t)c->argc * sizeof(*l));
     const char *p = (const char *)(c->lens + c->argc);
+    char flags[4];
     int n = -1;
 
     if (v != NULL && l != NULL) {
@@ -118,15 +125,19 @@ static int cmd_format(rs_t *r, const rs_cmd_t *c, char **out)
             l[i] = c->lens[i];
             p += c->lens[i];
         }
-        if (c->script) {
-            v[5] = r->epoch;
-            l[5] = strlen(r->epoch);
+        if (c->script && c->argc > RS_FCALL_HEAD + RS_HEAD_LEN - 1) {
+            const size_t ep = RS_FCALL_HEAD + RS_H_EPOCH, fl = RS_FCALL_HEAD + RS_H_FLAGS;
+            v[ep] = r->epoch;
+            l[ep] = strlen(r->epoch);
+            flags[0] = v[fl][0]; /* '0' or '1': the principal is an admin */
+            l[fl] = 1;
             /* Sent before: the script looks for the answer it may have given (a first
              * attempt cannot have one, and skips that look-up). */
-            if (c->sent_mono != 0 && c->argc > 10 && l[10] == 1) {
-                v[10] = v[10][0] == '1' ? "1r" : "0r";
-                l[10] = 2;
-            }
+            if (c->sent_mono != 0)
+                flags[l[fl]++] = 'r';
+            if (rs__paused(r))
+                flags[l[fl]++] = 'p';
+            v[fl] = flags;
         }
         n = redisFormatCommandArgv(out, c->argc, v, l);
     }
@@ -152,16 +163,16 @@ void rs__send(rs_t *r, rs_cmd_t *c)
         r->npending++;
         return;
     }
-    if (c->script && c->sent_mono != 0 && c->gen != r->epoch_changes) {
-        /* sent before Redis lost its data: whatever it did went with it, and running it
-         * again on the new data would be another request */
+    if (c->script && c->unknown && c->gen != r->epoch_changes) {
+        /* its answer was lost, and Redis lost its data since: whatever it did went with it,
+         * and running it again on the new data would be another request (one answered
+         * RS_ST_EPOCH did not run, and goes again) */
         return rs__cmd_fail(r, c, BE_MSG_REDIS_LOST_BEFORE_ANSWER);
     }
     char *bytes = NULL;
     int n = cmd_format(r, c, &bytes);
 
-    if (c->sent_mono == 0)
-        c->gen = r->epoch_changes;
+    c->gen = r->epoch_changes;
     c->sent_mono = rs__now(r);
     elist_push_back(&r->inflight, &c->link);
     r->commands++;
@@ -335,6 +346,12 @@ static void on_reply(rs_t *r, rs_cmd_t *c, redisReply *rep)
         rs__conn_drop(r, rep->str);
         return;
     }
+    if (c->kind == RS_CMD_OP && rep->type == REDIS_REPLY_STRING && rep->len > 1 &&
+        (rep->str[0] == RS_SHORT_GRANT || rep->str[0] == RS_SHORT_RELEASE)) {
+        rs__op_short(r, c, rep); /* an uncontended acquire or release */
+        rs__cmd_free(c);
+        return;
+    }
     if (rep->type == REDIS_REPLY_ERROR ||
         (rep->type != REDIS_REPLY_ARRAY && c->kind != RS_CMD_PLAIN && c->kind != RS_CMD_MARK)) {
         log_warn("redis: a command failed: %s",
@@ -349,6 +366,8 @@ static void on_reply(rs_t *r, rs_cmd_t *c, redisReply *rep)
         if (c->kind == RS_CMD_SWEEP)
             r->sweeping = 0;
         rs__sweep_set(r, rs__el_i64(n, RS_C_DUE_HEAD), rs__el_i64(rep, RS_R_NOW));
+        if (rs__el_i64(rep, RS_R_NOW) > 0)
+            r->clock_off = rs__el_i64(rep, RS_R_NOW) - (int64_t)rs__now(r);
         if (rs__el_i64(n, RS_C_HORIZON) > r->horizon_ms)
             r->horizon_ms = rs__el_i64(n, RS_C_HORIZON);
     }
@@ -433,6 +452,7 @@ void rs__cmd_lost(rs_t *r, rs_cmd_t *c)
         return;
     }
     r->unknown_outcomes += c->kind == RS_CMD_OP;
+    c->unknown = 1;
     elist_push_back(&r->retry, &c->link);
 }
 

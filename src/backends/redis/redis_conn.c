@@ -399,20 +399,24 @@ static void fsync_cb(redisAsyncContext *ac, void *reply, void *priv)
 
 static void hello_cb(redisAsyncContext *ac, void *reply, void *priv);
 
+/* hello: the head, then a new epoch id (used if there is none: a random number below 2^52),
+ * the epoch it knew ("" at its start), its max ttl and the latest lease expiry it heard of. */
 static void send_hello(rs_t *r)
 {
-    char maxttl[24], alive[24], horizon[24];
-    const char *argv[] = {"FCALL", "sema", "1", "sema:epoch", "hello",  "",     r->inst, "",
-                          alive,   "",     "0", r->inst,      r->epoch, maxttl, horizon};
-    size_t lens[15];
+    char maxttl[24], horizon[24], fresh[24];
+    const char *argv[] = {"FCALL", "sema", "1", "sema:epoch", "hello",  "",     "0",
+                          r->inst, "",     "",  fresh,        r->epoch, maxttl, horizon};
+    size_t lens[sizeof argv / sizeof argv[0]];
+    uint64_t id;
 
+    engine__random(r->front, &id, sizeof id); /* below 2^52: exact in the script's numbers */
+    snprintf(fresh, sizeof fresh, "%llu", (unsigned long long)((id >> 12) | 1));
     snprintf(maxttl, sizeof maxttl, "%lld", (long long)r->cfg.max_ttl_ms);
-    snprintf(alive, sizeof alive, "%d", RS_ALIVE_MS);
     snprintf(horizon, sizeof horizon, "%lld", (long long)r->horizon_ms);
-    /* a new epoch is named by the instance that writes it (its id) */
-    for (int i = 0; i < 15; i++)
+    for (size_t i = 0; i < sizeof argv / sizeof argv[0]; i++)
         lens[i] = strlen(argv[i]);
-    redisAsyncCommandArgv(r->cmd.ac, hello_cb, NULL, 15, argv, lens);
+    redisAsyncCommandArgv(r->cmd.ac, hello_cb, NULL, (int)(sizeof argv / sizeof argv[0]), argv,
+                          lens);
 }
 
 static void load_cb(redisAsyncContext *ac, void *reply, void *priv)
@@ -443,6 +447,15 @@ static void hello_cb(redisAsyncContext *ac, void *reply, void *priv)
     (void)priv;
     if (rep == NULL)
         return;
+    if (rep->type == REDIS_REPLY_ARRAY && rep->elements >= 5 &&
+        strcmp(rs__el_str(rep, 3, NULL), "layout") == 0) {
+        log_error("redis: %s:%d holds semad data of another layout (%s; this semad reads and "
+                  "writes layout %d): empty it (FLUSHDB) or run the semad that wrote it",
+                  r->host, r->port, rs__el_str(rep, 4, NULL), RS_LAYOUT);
+        redisAsyncFree(ac);
+        conn_gone(c, "another layout of semad's keys");
+        return;
+    }
     if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 3 ||
         rep->element[0]->type != REDIS_REPLY_STRING || rep->element[0]->len >= sizeof r->epoch) {
         log_warn("redis: the epoch check failed: %s", is_error(rep) ? rep->str : "bad reply");
@@ -461,6 +474,7 @@ static void hello_cb(redisAsyncContext *ac, void *reply, void *priv)
     memcpy(r->epoch, rep->element[0]->str, rep->element[0]->len);
     r->epoch[rep->element[0]->len] = '\0';
     r->safe_at_ms = strtoll(rep->element[1]->str, NULL, 10);
+    r->clock_off = rs__el_i64(rep, 2) - (int64_t)rs__now(r);
     rs__on_ready(r);
     if (lost) { /* the event logs went with the data: streams get "reset" */
         rs__ev_catch_up_all(r);

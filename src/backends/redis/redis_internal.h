@@ -89,7 +89,8 @@ typedef struct rs_cmd {
     int script;   /* FCALL: argv[5] is the epoch */
     size_t *lens; /* argc lengths, then the bytes of every argument (one allocation) */
     uint64_t queued_mono, sent_mono;
-    uint64_t gen; /* r->epoch_changes when first sent */
+    uint64_t gen;    /* r->epoch_changes when last sent */
+    uint8_t unknown; /* an answer of it was lost: it may have run */
     uint8_t kind, writes;
     uint8_t timed; /* RS_CMD_CANCEL of a timeout (its outcome is the request's answer) */
     rs_req_t *rq;  /* RS_CMD_OP */
@@ -119,10 +120,11 @@ typedef struct rs {
     uint64_t cmd_timeout_ms; /* a command unanswered this long: the connection is dropped */
     int strict;
     /* identity */
-    char inst[24];  /* this instance's id */
-    char epoch[40]; /* the epoch of Redis's data this instance works on ("" before hello) */
-    int64_t safe_at_ms;
+    char inst[24];      /* this instance's id */
+    char epoch[40];     /* the epoch of Redis's data this instance works on ("" before hello) */
+    int64_t safe_at_ms; /* no grant before this (Redis ms): the pause after lost data */
     int64_t horizon_ms; /* the latest lease expiry Redis told of (Redis ms) */
+    int64_t clock_off;  /* Redis's clock less the loop's, as the last answer with a time said */
     uint64_t seq;
     /* connections */
     rs_conn_t cmd, sub, sent; /* commands; pub/sub; Sentinel */
@@ -183,7 +185,8 @@ typedef struct {
     int n, cap, oom;
     char nums[16][24];
     int nn;
-} rs_args_t; /* a command's arguments while they are put together (borrowed strings) */
+    char text[72]; /* one composed argument (an acquire's limits) */
+} rs_args_t;       /* a command's arguments while they are put together (borrowed strings) */
 void rs__arg(rs_args_t *a, const char *s, size_t len);
 void rs__arg_str(rs_args_t *a, const char *s);
 void rs__arg_i64(rs_args_t *a, int64_t v);
@@ -201,6 +204,9 @@ void rs__cmd_lost(rs_t *r, rs_cmd_t *c);
 void rs__send(rs_t *r, rs_cmd_t *c);
 void rs__send_plain(rs_t *r, rs_args_t *a);       /* a command whose answer nobody reads */
 void rs__next_id(rs_t *r, char *buf, size_t cap); /* a request (and waiter) id */
+/* A pause in grants after lost data has not ended, by Redis's clock as this instance reckons
+ * it: commands say so ("p"), so the script takes no short path. */
+int rs__paused(const rs_t *r);
 /* An undo older than the longest ttl and a second need not be kept (the lease it ends has
  * expired everywhere). */
 int rs__undo_moot(const rs_t *r, const rs_cmd_t *c, uint64_t now);
@@ -223,11 +229,11 @@ const char *rs__op_name(rs_op_t op);
  * long to be one) or, with *nomem set, when out of memory. */
 rs_cmd_t *rs__op_cmd(rs_t *r, rs_req_t *rq, int *nomem);
 void rs__op_reply(rs_t *r, rs_cmd_t *c, const redisReply *rep);
+void rs__op_short(rs_t *r, rs_cmd_t *c, const redisReply *rep); /* RS_SHORT_* answers */
 rs_cmd_t *rs__cancel_cmd(rs_t *r, const char *stem, size_t stem_len, const rs_req_t *rq,
                          const char *why, const char *rid);
 void rs__send_cancel(rs_t *r, const char *stem, size_t stem_len, const rs_req_t *rq);
-void rs__send_drop(rs_t *r, const char *stem, size_t stem_len, const char *lid);
-void rs__send_drop_for(rs_t *r, const engine_req_t *req, const char *lid);
+void rs__send_drop(rs_t *r, const char *lid); /* a grant that cannot be delivered goes back */
 /* 'k' for a lock key's operations, 's' for a semaphore's */
 static inline char rs__req_kind(const engine_req_t *req)
 {

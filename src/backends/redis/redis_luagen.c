@@ -6,6 +6,18 @@
 
 #include "backends/redis/redis_proto.h"
 
+/* A name in lower case (a static buffer: used before the next call). */
+static const char *lower(const char *s)
+{
+    static char b[64];
+    size_t i = 0;
+
+    for (; s[i] != '\0' && i + 1 < sizeof b; i++)
+        b[i] = (char)(s[i] >= 'A' && s[i] <= 'Z' ? s[i] - 'A' + 'a' : s[i]);
+    b[i] = '\0';
+    return b;
+}
+
 /* "{A = 1, B = 2}": a Lua table from names and numbers, one per line when long. */
 static void table_begin(const char *name)
 {
@@ -38,6 +50,19 @@ int main(int argc, char **argv)
     RS_DOUBLE_MAP(DBL_ROW)
 #undef DBL_ROW
     table_end();
+    /* the row: ROW's names in order, their struct format and each one's byte offset */
+    printf("local ROW = {");
+#define ROW_NAME(id) printf("'%s', ", lower(#id));
+    RS_ROW_MAP(ROW_NAME)
+#undef ROW_NAME
+    printf("}\nlocal ROW_FMT = '<");
+    for (int i = 0; i < RS_ROW_LEN; i++)
+        putchar('d');
+    printf("'\nlocal ROW_AT = {");
+#define ROW_AT(id) printf("%s = '%d', ", lower(#id), RS_ROW_##id * 8);
+    RS_ROW_MAP(ROW_AT)
+#undef ROW_AT
+    printf("}\n");
     /* acts */
     table_begin("ACT");
 #define ACT_ROW(id, num, type) printf("  %s = %d, %s_S = '%d',\n", #id, num, #id, num);

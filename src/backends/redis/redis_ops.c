@@ -4,6 +4,7 @@
 #include "backends/redis/redis_internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- keys ---- */
@@ -119,10 +120,31 @@ int rs__is_ticket_id_op(engine_op_t op)
     return op == ENGINE_TICKET_GET || op == ENGINE_TICKET_DELETE;
 }
 
+/* RS_ACQ_MAP: acquire, lock_acquire and wait_idle. */
+static void acquire_args(rs_t *r, const rs_req_t *rq, rs_args_t *a)
+{
+    const engine_req_t *req = rq->req;
+    int acq = req->op == ENGINE_ACQUIRE || req->op == ENGINE_LOCK_ACQUIRE;
+
+    if (req->op == ENGINE_LOCK_ACQUIRE)
+        rs__arg_i64(a, req->mode == ENGINE_MODE_SHARED ? 1 : 0);
+    else
+        rs__arg_i64(a, acq ? (int64_t)req->weight : 0);
+    rs__arg_str(a, req->timeout_ms == 0 ? "0" : "1");
+    rs__arg_i64(a, acq ? req->ttl_ms : 0);
+    rs__arg_str(a, rq->lid);
+    rs__arg_str(a, acq && req->owner ? req->owner : "");
+    rs__arg_str(a, acq && req->idem_key ? req->idem_key : "");
+    rs__arg(a, a->text,
+            (size_t)snprintf(a->text, sizeof a->text, "%llu %llu %llu",
+                             (unsigned long long)r->cfg.max_locks,
+                             (unsigned long long)r->cfg.max_waiters_per_sem,
+                             (unsigned long long)r->cfg.lock_readers));
+}
+
 static void op_args(rs_t *r, rs_req_t *rq, rs_args_t *a)
 {
     engine_req_t *req = rq->req;
-    int acq = req->op == ENGINE_ACQUIRE || req->op == ENGINE_LOCK_ACQUIRE;
 
     switch (req->op) {
     case ENGINE_SEM_PUT:
@@ -145,19 +167,7 @@ static void op_args(rs_t *r, rs_req_t *rq, rs_args_t *a)
     case ENGINE_ACQUIRE:
     case ENGINE_LOCK_ACQUIRE:
     case ENGINE_WAIT_IDLE:
-        if (req->op == ENGINE_LOCK_ACQUIRE)
-            rs__arg_i64(a, req->mode == ENGINE_MODE_SHARED ? 1 : 0);
-        else
-            rs__arg_i64(a, acq ? (int64_t)req->weight : 0);
-        rs__arg_str(a, req->timeout_ms == 0 ? "0" : "1");
-        rs__arg_i64(a, acq ? req->ttl_ms : 0);
-        rs__arg_str(a, acq && req->owner ? req->owner : "");
-        rs__arg_str(a, acq && req->idem_key ? req->idem_key : "");
-        rs__arg_str(a, rq->lid);
-        rs__arg_str(a, rq->wid);
-        rs__arg_i64(a, (int64_t)r->cfg.max_locks);
-        rs__arg_i64(a, (int64_t)r->cfg.max_waiters_per_sem);
-        rs__arg_i64(a, (int64_t)r->cfg.lock_readers);
+        acquire_args(r, rq, a);
         break;
     default:
         break;
@@ -200,6 +210,7 @@ rs_cmd_t *rs__op_cmd(rs_t *r, rs_req_t *rq, int *nomem)
     if (key == NULL)
         return NULL;
     rs__args_head(r, &a, key, klen, rs__op_name(op_of(req->op)), rq->writes ? rq->wid : "", req);
+    /* (an acquire's waiter id is its request id: reads have none, and wait-idle writes) */
     if (req->op == ENGINE_TICKET_CREATE)
         rs__ticket_args(r, req, &a, tid, lid);
     else
@@ -235,28 +246,20 @@ void rs__send_cancel(rs_t *r, const char *stem, size_t stem_len, const rs_req_t 
         rs__send(r, c);
 }
 
-/* A grant this instance cannot deliver goes back. */
-void rs__send_drop(rs_t *r, const char *stem, size_t stem_len, const char *lid)
+/* A grant this instance cannot deliver goes back (drop_lease, by the lease's id key). */
+void rs__send_drop(rs_t *r, const char *lid)
 {
+    char key[8 + ENGINE_LEASE_ID_MAX];
+    int klen = snprintf(key, sizeof key, "sema:id:%s", lid);
     rs_args_t a = {0};
     rs_cmd_t *c;
 
-    rs__args_head(r, &a, stem, stem_len, rs__op_name(RS_OP_DROP_LEASE), "", NULL);
-    rs__arg_str(&a, lid);
+    if (klen < 0 || (size_t)klen >= sizeof key || lid[0] == '\0')
+        return;
+    rs__args_head(r, &a, key, (size_t)klen, rs__op_name(RS_OP_DROP_LEASE), "", NULL);
     c = rs__cmd_build(r, RS_CMD_DROP, &a);
     if (c != NULL)
         rs__send(r, c);
-}
-
-/* The same for a grant made for `req` (out of memory: it expires at its ttl). */
-void rs__send_drop_for(rs_t *r, const engine_req_t *req, const char *lid)
-{
-    size_t sl;
-    char *stem = rs__key_new(rs__req_kind(req), req->name, req->name_len, "", &sl);
-
-    if (stem != NULL)
-        rs__send_drop(r, stem, sl, lid);
-    sema__free(stem);
 }
 
 /* A request whose client left before its reply came: what Redis did for it goes back. */
@@ -268,7 +271,7 @@ static void orphan_reply(rs_t *r, rs_req_t *rq, const redisReply *rep, const cha
     if (st == RS_ST_PARKED) {
         rs__send_cancel(r, stem, slen, rq);
     } else if (st == 0 && rs__el_arr(rep, RS_R_ACTS) != NULL && rq->lid[0] != '\0') {
-        rs__send_drop(r, stem, slen, rs__el_str(rep, RS_R_RESULT + RS_L_ID, NULL));
+        rs__send_drop(r, rs__el_str(rep, RS_R_RESULT + RS_L_ID, NULL));
     }
     sema__free(rq);
 }
@@ -290,7 +293,7 @@ void rs__op_reply(rs_t *r, rs_cmd_t *c, const redisReply *rep)
         rs__fail(r, rq, (be_msg_t)rs__el_i64(rep, RS_R_MSG), 1);
     } else if (rs__result_from(r, rq, rep) != 0) {
         if (rq->req->op == ENGINE_ACQUIRE || rq->req->op == ENGINE_LOCK_ACQUIRE)
-            rs__send_drop(r, stem, slen, rq->lid);
+            rs__send_drop(r, rq->lid);
         engine_result_clear(&rq->req->res);
         rs__fail(r, rq, BE_MSG_NOMEM_RESULT, 0);
     } else if (rq->req->op != ENGINE_TICKET_GET || rq->req->timeout_ms <= 0 ||
@@ -298,4 +301,48 @@ void rs__op_reply(rs_t *r, rs_cmd_t *c, const redisReply *rep)
         rs__finish(r, rq, 0, NULL, 1);
     }
     rs__due_rearm(r);
+}
+
+/* A short path's answer (RS_SHORT_GRANT or RS_SHORT_RELEASE, then two numbers): the grant's
+ * lease is the request's, with the fence and the time Redis gave. */
+void rs__op_short(rs_t *r, rs_cmd_t *c, const redisReply *rep)
+{
+    rs_req_t *rq = c->rq;
+    char *end;
+    uint64_t a = strtoull(rep->str + 1, &end, 10);
+    int64_t now = strtoll(end, NULL, 10);
+    engine_req_t *req = rq->req;
+
+    r->clock_off = now - (int64_t)rs__now(r);
+    if (rep->str[0] == RS_SHORT_GRANT) {
+        r->m->grants++;
+        if (req == NULL) { /* the client left: the grant goes back */
+            rs__send_drop(r, rq->lid);
+            sema__free(rq);
+            return;
+        }
+        engine_lease_t *l = &req->res.lease;
+        memset(l, 0, sizeof(*l));
+        memcpy(l->id, rq->lid, sizeof l->id);
+        l->name = req->name;
+        l->name_len = req->name_len;
+        l->owner = req->owner != NULL && req->owner[0] != '\0' ? req->owner : NULL;
+        l->weight = req->weight;
+        l->fence = a;
+        l->ttl_ms = req->ttl_ms;
+        l->acquired_at_ms = now;
+        l->expires_at_ms = now + req->ttl_ms;
+        req->res.kind = ENGINE_RES_LEASE;
+        engine__hist_observe(&r->m->wait_s, (double)(rs__now(r) - rq->since_mono) / 1000.0);
+    } else {
+        double held_s = (double)(now - (int64_t)a) / 1000.0;
+        r->m->releases++;
+        engine__hist_observe(&r->m->hold_s, held_s > 0 ? held_s : 0);
+        if (req == NULL) {
+            sema__free(rq);
+            return;
+        }
+        req->res.kind = ENGINE_RES_NONE;
+    }
+    rs__finish(r, rq, 0, NULL, 1);
 }

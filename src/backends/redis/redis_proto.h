@@ -51,6 +51,40 @@ typedef enum {
         RS_OP_COUNT
 } rs_op_t;
 
+/* Every call: FCALL sema 1 KEY, then the head (X(ID): ARGV[1 + RS_H_ID] in Lua), then the
+ * operation's own arguments from ARGV[A]. EPOCH is the epoch of Redis's data the instance
+ * works on, a decimal number below 2^52. FLAGS is "0" or "1" (the principal is an admin),
+ * then "r" when the command is sent again (it may have run: its answer may be kept), then
+ * "p" while the instance knows of a pause in grants that has not ended (after lost data):
+ * only a plain "0" or "1" may take a short path. */
+#define RS_HEAD_MAP(X) X(OP) X(EPOCH) X(FLAGS) X(INST) X(RID) X(PRINCIPAL)
+
+enum {
+#define RS_H__ENUM(id) RS_H_##id,
+    RS_HEAD_MAP(RS_H__ENUM)
+#undef RS_H__ENUM
+        RS_HEAD_LEN
+};
+enum { RS_FCALL_HEAD = 4 }; /* FCALL sema 1 KEY: the head follows */
+
+/* The arguments of acquire, lock_acquire and wait_idle (after the head): the weight (for a
+ * lock: 1 shared, 0 exclusive), "1" when it may wait, the ttl, the lease id it gets (made by
+ * the instance), the owner, the Idempotency-Key, and the limits that only a waiter or a new
+ * lock key meets: "max_locks max_waiters lock_readers". The request id is the waiter id. */
+#define RS_ACQ_MAP(X) X(WEIGHT) X(WAIT) X(TTL) X(LID) X(OWNER) X(IDEM) X(LIMITS)
+
+enum {
+#define RS_AQ__ENUM(id) RS_AQ_##id,
+    RS_ACQ_MAP(RS_AQ__ENUM)
+#undef RS_AQ__ENUM
+        RS_ACQ_LEN
+};
+
+/* An acquire granted at once and a release nobody waits for answer with one short string
+ * (the general path answers with the array of RS_REPLY_MAP): "G<fence> <now>" (the rest of
+ * the lease is the request's) and "R<acquired> <now>". */
+enum { RS_SHORT_GRANT = 'G', RS_SHORT_RELEASE = 'R' };
+
 /* What a script did, in order (an act's first field): X(ID, number, event type or NULL).
  * The first six are the public events; an outcome collected from :g (another instance's
  * grant, kept for this one) is its type plus RS_ACT_COLLECTED, so it is not an event again. */
@@ -122,7 +156,8 @@ enum {
     X(CREATED)                                                                                     \
     X(ID)                                                                                          \
     X(STATUS)                                                                                      \
-    X(WEIGHT) X(POSITION) X(AHEAD) X(KEEPALIVE) X(UNITS) X(CAPACITY) X(GAP_MS) X(GAP_VAR) X(NGAPS) \
+    X(WEIGHT)                                                                                      \
+    X(POSITION) X(AHEAD) X(KEEPALIVE) X(UNITS) X(CAPACITY) X(GAP_MS) X(GAP_VAR) X(NGAPS)           \
         X(HOLD_MS) X(NHOLDS) X(OLDEST_AGE_MS)
 
 enum {
@@ -154,6 +189,26 @@ enum {
  * head of its queue came (list_counts in sema.lua). */
 enum { RS_ITEM_GRANTS = 1 + RS_VIEW_SHORT, RS_ITEM_TICKETS, RS_ITEM_SINCE, RS_ITEM_LEN };
 
+/* A semaphore's row (its :m key): these numbers in this order, each a little-endian double
+ * (exact up to 2^53), packed by the script with struct (sema.lua, ROW_FMT). The short paths
+ * read the row whole and write back AVAIL, HELD and FENCE in place (SETRANGE), so those three
+ * stay side by side. DUE: the first time something is due here (0: nothing); NT: live
+ * tickets; EP: the epoch the general path last wrote the row in (a short path runs only in
+ * it); PA: the end of the pause after lost data that was running then (0: none); HZ: the
+ * lease horizon in Redis then (a short path grants no lease expiring later); WQ: the weight
+ * waiting; SEQ: the last place handed out in the queue. */
+#define RS_ROW_MAP(X)                                                                              \
+    X(CAP)                                                                                         \
+    X(AVAIL) X(HELD) X(FENCE) X(NQ) X(DUE) X(NT) X(EP) X(PA) X(HZ) X(LEGACY) X(CREATED) X(SEQ)     \
+        X(WQ)
+
+enum {
+#define RS_ROW__ENUM(id) RS_ROW_##id,
+    RS_ROW_MAP(RS_ROW__ENUM)
+#undef RS_ROW__ENUM
+        RS_ROW_LEN
+};
+
 /* Limits and times both sides use. */
 #define RS_HK_MAX 1000         /* lease expiries and grants per housekeeping */
 #define RS_ALIVE_MS 8000       /* the waiters of an instance silent this long leave */
@@ -162,6 +217,10 @@ enum { RS_ITEM_GRANTS = 1 + RS_VIEW_SHORT, RS_ITEM_TICKETS, RS_ITEM_SINCE, RS_IT
 #define RS_LOG_MAX 1000        /* events kept in a semaphore's log (XADD MAXLEN ~) */
 #define RS_LOG_TTL_MS 6000     /* a log's marker lives this long unrenewed */
 #define RS_KEYSETS_MAX 1000    /* stems whose key names the script keeps */
+
+/* The layout of semad's keys in Redis (docs/redis.md), kept in sema:epoch. A semad finding
+ * another one there refuses to use that Redis: 1 was the layout before rows were packed. */
+#define RS_LAYOUT 2
 
 /* What the script gets as constants: X(NAME, value), integers and then doubles. */
 #define RS_INT_MAP(X)                                                                              \
@@ -178,7 +237,9 @@ enum { RS_ITEM_GRANTS = 1 + RS_VIEW_SHORT, RS_ITEM_TICKETS, RS_ITEM_SINCE, RS_IT
     X(ST_EPOCH, RS_ST_EPOCH)                                                                       \
     X(ACT_LEN, RS_ACT_LEN)                                                                         \
     X(ACT_COLLECTED, RS_ACT_COLLECTED)                                                             \
-    X(ACT_PUBLIC_MAX, RS_ACT_PUBLIC_MAX)
+    X(ACT_PUBLIC_MAX, RS_ACT_PUBLIC_MAX)                                                           \
+    X(A, RS_HEAD_LEN + 1) /* ARGV[A]: the operation's first argument */                            \
+    X(LAYOUT, RS_LAYOUT)
 #define RS_DOUBLE_MAP(X) X(EST_ALPHA, BE_EST_ALPHA)
 
 #endif /* SEMAD_REDIS_PROTO_H */

@@ -54,7 +54,7 @@ static void unconfirmed(rs_t *r, rs_req_t *rq)
     } else if (req->status == 0) {
         if (req->res.kind == ENGINE_RES_LEASE &&
             (req->op == ENGINE_ACQUIRE || req->op == ENGINE_LOCK_ACQUIRE))
-            rs__send_drop_for(r, req, req->res.lease.id);
+            rs__send_drop(r, req->res.lease.id);
         if (req->op == ENGINE_LEASE_RELEASE || req->op == ENGINE_LEASE_REVOKE)
             send_lease_end_again(r, req);
         engine_result_clear(&req->res);

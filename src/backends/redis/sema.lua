@@ -10,10 +10,10 @@
 -- @PROTO@
 --
 -- Every call: KEYS[1] names what it works on (a semaphore's stem, a lease id's key, the name
--- index); ARGV = op, epoch, instance, request id, alive_ms, principal (the token that sent
--- the request with semad --auth, '' without), flags ('1' or '0': that token is an admin and
--- may end any lease; then 'r' when the command is sent again, so it may have run already),
--- then the op's own arguments.
+-- index); ARGV = the head (redis_proto.h RS_HEAD_MAP: op, epoch, flags ('1' or '0': the
+-- token that sent the request is an admin and may end any lease; then 'r' when the command
+-- is sent again, so it may have run already), instance, request id, principal (the token
+-- with semad --auth, '' without)), then the op's own arguments from ARGV[A].
 -- A call reads Redis's clock (TIME), checks the epoch, answers a retried request id from its
 -- cache, does its housekeeping (due leases expire, the waiters of dead instances leave, the
 -- queue's head is admitted), does its work, and returns:
@@ -28,8 +28,9 @@
 
 -- The state of one call, set by main() (a library keeps its upvalues between calls).
 local KEYS, ARGV
-local OP, EPOCH, INST, RID, ALIVE_MS, PRINC, ADMIN, RETRY
-local A = 8 -- first argument of the op
+local OP, EPOCH, INST, RID, PRINC, ADMIN, RETRY
+local A = P.A -- first argument of the op
+local ALIVE_MS = P.ALIVE_MS
 local NOW, NOWUS -- Redis's clock in milliseconds and in microseconds
 local function nowus()
   return NOWUS
@@ -305,6 +306,7 @@ end
 -- epoch's hash (read by every call with the epoch) and is kept a second ahead, so it is
 -- written at most once a second, not at every grant.
 local HORIZON, HORIZON_S
+local SAFE_AT = 0 -- no grant before this (Redis ms): the pause after lost data
 local function bump_horizon(exp)
   if not HORIZON then
     HORIZON = HORIZON_S + 0
@@ -317,122 +319,40 @@ local function bump_horizon(exp)
 end
 
 -- ---- the row ----
--- `due`: no later than the first time something is due here (a lease's expiry, a dead
--- instance's waiters, the end of a pause), 0 when nothing is; a call before it skips the
+-- A semaphore's row is one string, :m: the numbers of ROW (redis_proto.h RS_ROW_MAP) packed
+-- with struct (ROW_FMT), read whole with one GET and written whole with one SET (far less
+-- work for Redis than the fields of a hash: each field a hash read makes costs it a search
+-- and a string). The short paths below write AVAIL, HELD and FENCE in place (SETRANGE at
+-- ROW_AT). `due`: no later than the first time something is due here (a lease's expiry, a
+-- dead instance's waiters, the end of a pause), 0 when nothing is; a call before it skips the
 -- housekeeping. It may be early (a release leaves it): the housekeeping then finds nothing
--- and sets it right.
--- A call loads the fields its operation uses (acquire and release: a few; every field for the
--- others), and the rest of the row at once if it turns out to need more (a queue to admit, a
--- view): each field read costs Redis's time.
--- nt: live tickets (the tickets section). A new row keeps its fields in this order, the ones
--- acquire and release read first: Redis finds a field of a small hash by reading it from the
--- start.
-local MF = {'cap', 'avail', 'held', 'fence', 'nq', 'due', 'nt', 'legacy', 'created', 'seq',
-            'wq'}
--- The fields loaded (MFS) and their numbers as loaded (MOLD, in MFS's order; -1: not there
--- yet): only the fields that changed are written. A row loaded in part has MREST as its
--- metatable, which loads the rest on a first look at (or write to) any other field, so
--- every field of the row that is set is in MFS.
-local MFS, MOLD
-local MF_ACQUIRE = {'cap', 'avail', 'held', 'fence', 'nq', 'due', 'nt'}
-local MF_RELEASE = {'avail', 'held', 'nq', 'due', 'nt'}
-local MFIELD = {}
-for i = 1, #MF do
-  MFIELD[MF[i]] = true
-end
-local MKEY -- the row's key, for the rest of it
-local function mrest(m)
-  setmetatable(m, nil)
-  local v = redis.call('HMGET', MKEY, unpack(MF))
-  local was, old, loaded = {}, {}, MOLD or {}
-  for i = 1, #MFS do
-    was[MFS[i]] = loaded[i]
-  end
-  for i = 1, #MF do
-    local f = MF[i]
-    local x = rawget(m, f)
-    if x == nil then
-      x = tonumber(v[i] or '0')
-      rawset(m, f, x)
-      old[i] = v[i] and x or -1 -- a field not there yet is written
-    else
-      old[i] = was[f]
-    end
-  end
-  MFS, MOLD = MF, old
-end
-local MREST = {__index = function(m, f)
-  if MFIELD[f] then
-    mrest(m)
-    return rawget(m, f)
-  end
-end, __newindex = function(m, f, x)
-  if MFIELD[f] then
-    mrest(m)
-  end
-  rawset(m, f, x)
-end}
--- pre: the fields acquire or release reads, if a short path read them (below)
-local function mload(pre)
-  MKEY = KM
-  if OP == 'acquire' then
-    local v = pre or redis.call('HMGET', KM, unpack(MF_ACQUIRE))
-    if not v[1] then
-      return nil
-    end
-    local cap, avail, held, fence, nq = v[1] + 0, v[2] + 0, v[3] + 0, v[4] + 0, v[5] + 0
-    local due = v[6] and v[6] + 0 or 0
-    local nt = v[7] and v[7] + 0 or 0
-    MFS = MF_ACQUIRE
-    MOLD = {cap, avail, held, fence, nq, v[6] and due or -1, v[7] and nt or -1}
-    return setmetatable({cap = cap, avail = avail, held = held, fence = fence, nq = nq,
-                         due = due, nt = nt}, MREST)
-  elseif OP == 'lease_release' then
-    local v = pre or redis.call('HMGET', KM, unpack(MF_RELEASE))
-    if not v[1] then
-      return nil
-    end
-    local avail, held, nq = v[1] + 0, v[2] + 0, v[3] + 0
-    local due = v[4] and v[4] + 0 or 0
-    local nt = v[5] and v[5] + 0 or 0
-    MFS = MF_RELEASE
-    MOLD = {avail, held, nq, v[4] and due or -1, v[5] and nt or -1}
-    return setmetatable({avail = avail, held = held, nq = nq, due = due, nt = nt}, MREST)
-  end
-  local v = redis.call('HMGET', KM, unpack(MF))
-  if not v[1] then
+-- and sets it right. nt: live tickets (the tickets section).
+local function mload()
+  local v = redis.call('GET', KM)
+  if not v then
     return nil
   end
-  local m, old = {}, {}
-  for i = 1, #MF do
-    local x = tonumber(v[i] or '0')
-    m[MF[i]] = x
-    old[i] = v[i] and x or -1
+  local t, m = {struct.unpack(ROW_FMT, v)}, {}
+  for i = 1, #ROW do
+    m[ROW[i]] = t[i]
   end
-  MFS, MOLD = MF, old
   return m
 end
 local function msave()
-  local a, n, fs, old = {}, 0, MFS, MOLD
-  for i = 1, #fs do
-    local f = fs[i]
-    local v = M[f] -- (every field of MFS is set: no metamethod)
-    if not old or old[i] ~= v then
-      a[n + 1] = f
-      a[n + 2] = N(v)
-      n = n + 2
-    end
+  M.ep = EPOCH + 0
+  M.pa = NOW < SAFE_AT and SAFE_AT or 0
+  M.hz = HORIZON or HORIZON_S + 0
+  local t = {}
+  for i = 1, #ROW do
+    t[i] = M[ROW[i]]
   end
-  if n > 0 then
-    redis.call('HSET', KM, unpack(a))
-  end
-  MOLD = nil
+  redis.call('SET', KM, struct.pack(ROW_FMT, unpack(t)))
 end
 -- A new row goes on from the fence its name handed out last (kept after a delete).
 local function mnew(cap, legacy)
-  MFS, MOLD = MF, nil
   return {cap = cap, avail = cap, held = 0, fence = tonumber(redis.call('GET', KF) or '0'),
-          legacy = legacy, created = NOW, seq = 0, nq = 0, wq = 0, due = 0, nt = 0}
+          legacy = legacy, created = NOW, seq = 0, nq = 0, wq = 0, due = 0, nt = 0, ep = 0,
+          pa = 0, hz = 0}
 end
 local function due_at(t)
   if M.due == 0 or t < M.due then
@@ -504,7 +424,6 @@ local function lease_end(lid, why, l)
   return l
 end
 
-local SAFE_AT = 0
 local GRANTED -- waiter id -> lease id, granted in this call (kept for collect and cancel)
 
 local function grant(w, lid, wid)
@@ -950,10 +869,16 @@ function ops.legacy_down()
   return reply(0, cat({'0'}, view(false)))
 end
 
+-- The limits an acquire carries (RS_ACQ_MAP LIMITS): 1 max lock keys, 2 max waiters here,
+-- 3 readers a lock admits.
+local function limit(i)
+  local t = {match(ARGV[A + 6], '^(%d+) (%d+) (%d+)$')}
+  return tonumber(t[i] or '0')
+end
+
 -- Park a request at the tail of the queue.
 local function park(wid, w)
-  ALIVE_MS = tonumber(ARGV[5])
-  local maxw = tonumber(ARGV[A + 8])
+  local maxw = limit(2)
   if maxw > 0 and M.nq >= maxw then
     return refuse(MSG.TOO_MANY_WAITERS)
   end
@@ -1020,7 +945,6 @@ local function idem_retry(wid, w, wait)
   old.lid = w.lid
   old.ttl, old.sttl = w.ttl, w.sttl
   old.owner = w.owner
-  ALIVE_MS = tonumber(ARGV[5])
   redis.call('ZADD', KQ, score, wid)
   redis.call('HSET', KW, wid, wpack(old))
   redis.call('HSET', KA, INST, N(NOW + ALIVE_MS))
@@ -1035,9 +959,9 @@ end
 local function acquire()
   local wait = ARGV[A + 1] == '1'
   local w = {inst = INST, w = ARGV[A] + 0, kind = 'a', since = NOW,
-             ttl = ARGV[A + 2] + 0, owner = ARGV[A + 3], idem = ARGV[A + 4],
-             lid = ARGV[A + 5], mode = '0', princ = PRINC, sw = ARGV[A], sttl = ARGV[A + 2]}
-  local wid = ARGV[A + 6]
+             ttl = ARGV[A + 2] + 0, owner = ARGV[A + 4], idem = ARGV[A + 5],
+             lid = ARGV[A + 3], mode = '0', princ = PRINC, sw = ARGV[A], sttl = ARGV[A + 2]}
+  local wid = RID
   if KIND == 'k' then
     -- the mode is kept apart from the weight: with one reader allowed both modes weigh 1
     if w.w == 0 then
@@ -1100,7 +1024,7 @@ function ops.wait_idle()
   if not wait then
     return refuse(MSG.NOT_IDLE)
   end
-  return park(ARGV[A + 6], {inst = INST, w = 0, kind = 'i', since = NOW, ttl = 0, owner = '',
+  return park(RID, {inst = INST, w = 0, kind = 'i', since = NOW, ttl = 0, owner = '',
                             idem = '', lid = '', mode = '0', princ = PRINC})
 end
 
@@ -1150,51 +1074,52 @@ end
 
 -- ---- the uncontended acquire and release, in short ----
 -- An acquire granted at once, and a release of units nobody waits for, on a semaphore with
--- nothing due and no tickets, whose row has every field they read: what grant() and
--- lease_end() (then admit() and reply(), with nothing to do) do for them, the row and the
--- lease in locals rather than tables, which cost Lua more than their fields. Nil for any
--- other call, which takes the general path, and with it the row's fields if they were read
--- (mload takes them).
--- v: the row's MF_ACQUIRE fields
-local function acquire_at_once(v)
-  if not v[1] or not v[6] or not v[7] or RETRY or ARGV[A + 4] ~= '' or KIND ~= 's' or
-     NOW < SAFE_AT or v[5] + 0 ~= 0 or v[7] + 0 ~= 0 then
+-- nothing to file or that has come due, no tickets and nobody following its events: what
+-- grant() and lease_end() (then admit() and reply(), with nothing to do) do for them, with the
+-- row and the lease in locals rather than tables (a table costs Lua more than its fields),
+-- the row written in place, and one short string for an answer (RS_SHORT_GRANT, _RELEASE).
+-- They run before the general path reads the epoch's hash: the row says what it needs of it
+-- (ep, pa, hz: the row's fields above), and the instance sends a plain flag only while it
+-- knows of no pause. Nil for any other call, which takes the general path.
+local function acquire_at_once(k)
+  keys_of(k)
+  if KIND ~= 's' or ARGV[A + 5] ~= '' then
     return nil
   end
-  local cap, avail, wt, due = v[1] + 0, v[2] + 0, ARGV[A] + 0, v[6] + 0
-  if (due ~= 0 and due <= NOW) or wt < 1 or wt > cap or wt > avail then
+  local v = redis.call('GET', KM)
+  if not v then
     return nil
   end
-  local fence = v[4] + 1
+  local cap, avail, held, fence, nq, due, nt, ep, pa, hz = struct.unpack(ROW_FMT, v)
+  local wt, sttl = ARGV[A] + 0, ARGV[A + 2]
+  local exp = NOW + sttl
+  -- (another epoch, a pause, a lease past the horizon, a due time to file or one that has
+  -- come, events to log: the general path's)
+  if ep ~= EPOCH + 0 or pa > NOW or exp > hz or nq ~= 0 or nt ~= 0 or due == 0 or
+     due <= NOW or exp < due or wt < 1 or wt > cap or wt > avail or
+     redis.call('HGET', KS, 'log') then
+    return nil
+  end
+  fence = fence + 1
   if fence < NOWUS then
     fence = NOWUS
   end
-  local sw, sttl, owner, lid, wid = ARGV[A], ARGV[A + 2], ARGV[A + 3], ARGV[A + 5], ARGV[A + 6]
-  local exp = NOW + sttl
+  local sw, owner, lid = ARGV[A], ARGV[A + 4], ARGV[A + 3]
   local sf, sacq, sexp = N(fence), nows(), N(exp)
   lset(lid, sw, sf, sttl, sacq, sexp, owner, '', '0', PRINC)
   redis.call('ZADD', KX, sexp, lid)
-  bump_horizon(exp)
-  count('leases', '1')
-  local savail, sheld = N(avail - wt), N(v[3] + wt)
-  if due == 0 or exp < due then
-    due = exp
-    redis.call('HSET', KM, 'avail', savail, 'held', sheld, 'fence', sf, 'due', sexp)
-    redis.call('ZADD', 'sema:due', sexp, S)
-    due_head(true)
-  else
-    redis.call('HSET', KM, 'avail', savail, 'held', sheld, 'fence', sf)
-  end
   granted()
-  ACTS = {ACT.GRANTED, wid, INST, lid, sw, sf, sttl, sacq, sexp, owner, '0'}
-  REBUILT = true
-  return {'0', '0', sacq, N(due), concat(ACTS, '\0'), S, counts(), lid, sw, sf, sttl, sacq, sexp,
-          owner, '0'}
+  redis.call('HINCRBY', 'sema:epoch', 'leases', '1')
+  redis.call('SETRANGE', KM, ROW_AT.avail, struct.pack('<ddd', avail - wt, held + wt, fence))
+  return 'G' .. sf .. ' ' .. sacq -- (the rest of the lease is the request's)
 end
 
--- v: the value of the id's key LID names (neither absent nor a tombstone). Returns the reply,
--- or nil and the row's MF_RELEASE fields if it read them.
-local function release_at_once(v)
+-- k: the id's key of the lease (sema:id:LID).
+local function release_at_once(k)
+  local v = redis.call('GET', k)
+  if not v then
+    return nil
+  end
   local sw, sf, sttl, sacq, sexp, owner, idem, mode, princ, stem = match(v, IDPAT)
   if not sw or not allowed(princ) then
     return nil
@@ -1203,25 +1128,23 @@ local function release_at_once(v)
   if KIND ~= 's' then
     return nil
   end
-  local m = redis.call('HMGET', KM, 'avail', 'held', 'nq', 'due', 'nt')
-  if not m[1] or not m[4] or not m[5] or m[3] + 0 ~= 0 or m[5] + 0 ~= 0 then
-    return nil, m
+  local r = redis.call('GET', KM)
+  if not r then
+    return nil
   end
-  local due = m[4] + 0
-  if due ~= 0 and due <= NOW then
-    return nil, m
+  local cap, avail, held, fence, nq, due, nt = struct.unpack(ROW_FMT, r)
+  if nq ~= 0 or nt ~= 0 or (due ~= 0 and due <= NOW) or redis.call('HGET', KS, 'log') then
+    return nil
   end
-  local wt = sw + 0
-  redis.call('ZREM', KX, LID)
-  redis.call('SET', 'sema:id:' .. LID, 'TR' .. RID, 'PX', TOMB_TTL_MS)
-  if idem ~= '' and redis.call('HGET', KI, idem) == 'L' .. LID then
+  local wt, lid = sw + 0, string.sub(k, 9)
+  redis.call('ZREM', KX, lid)
+  redis.call('SET', k, 'TR' .. RID, 'PX', TOMB_TTL_MS)
+  if idem ~= '' and redis.call('HGET', KI, idem) == 'L' .. lid then
     redis.call('HDEL', KI, idem)
   end
-  count('leases', '-1')
-  redis.call('HSET', KM, 'avail', N(m[1] + wt), 'held', N(m[2] - wt))
-  ACTS = {ACT.RELEASED, '', '', LID, sw, sf, sttl, sacq, sexp, owner, mode}
-  REBUILT = true
-  return {'0', '0', nows(), due == 0 and '0' or N(due), concat(ACTS, '\0'), S, counts()}
+  redis.call('HINCRBY', 'sema:epoch', 'leases', '-1')
+  redis.call('SETRANGE', KM, ROW_AT.avail, struct.pack('<dd', avail + wt, held - wt))
+  return 'R' .. sacq .. ' ' .. nows()
 end
 
 -- ---- an instance's own waiters ----
@@ -1236,8 +1159,7 @@ function ops.collect()
     n = n + 1
   end
   if n > 0 and M then
-    ALIVE_MS = tonumber(ARGV[5])
-    redis.call('HSET', KA, INST, N(NOW + ALIVE_MS))
+      redis.call('HSET', KA, INST, N(NOW + ALIVE_MS))
     due_at(NOW + ALIVE_MS + 1)
   end
   local g = redis.call('HGETALL', KG)
@@ -1313,12 +1235,12 @@ function ops.cancel()
 end
 
 -- release_lid: a grant this instance could not deliver (its client left): lease id
+-- drop_lease (KEYS[1] is sema:id:LID, like a release): a grant this instance could not
+-- deliver (its client left, it was not confirmed) goes back, whoever's token took it; a lease
+-- that has ended already is left as it is.
 function ops.drop_lease()
-  local l = M and lget(ARGV[A])
-  if l then
-    lease_end(ARGV[A], ACT.RELEASED, l)
-    admit()
-  end
+  lease_end(LID, ACT.RELEASED, LEASE)
+  admit()
   return reply(0)
 end
 
@@ -1830,11 +1752,15 @@ end
 -- ---- dispatch ----
 local TICKET_KEY_OPS = {ticket_get = true, ticket_delete = true} -- KEYS[1]: sema:tk:<id>
 local LEASE_OPS = {lease_get = true, lease_renew = true, lease_release = true,
-                   lease_revoke = true} -- KEYS[1] is sema:id:LID
+                   lease_revoke = true, drop_lease = true} -- KEYS[1] is sema:id:LID
 local function run()
   local ep = redis.call('HMGET', 'sema:epoch', 'id', 'safe_at', 'horizon', 'due', 'sems',
-                       'leases', 'locks')
+                       'leases', 'locks', 'layout')
   if OP == 'hello' then
+    if ep[1] and ep[8] ~= P.LAYOUT_S then
+      -- another layout of the keys (a semad of another version wrote them): not read
+      return {'', '0', N(NOW), 'layout', ep[8] or '1'}
+    end
     -- ARGV: a new epoch id, the id this instance knew ('' at its start), max ttl, the
     -- latest lease expiry it heard of (0: none)
     local known, maxttl, horizon = ARGV[A + 1], tonumber(ARGV[A + 2]), tonumber(ARGV[A + 3])
@@ -1847,7 +1773,7 @@ local function run()
       if known ~= '' then
         safe = until_ms -- the data went away under a running instance
       end
-      redis.call('HSET', 'sema:epoch', 'id', ARGV[A], 'safe_at', N(safe))
+      redis.call('HSET', 'sema:epoch', 'id', ARGV[A], 'safe_at', N(safe), 'layout', P.LAYOUT_S)
       return {ARGV[A], N(safe), N(NOW)}
     end
     local safe = tonumber(ep[2] or '0')
@@ -1892,6 +1818,9 @@ local function run()
   if LEASE_OPS[OP] then
     LID = string.sub(k, 9)
     local v = redis.call('GET', k)
+    if OP == 'drop_lease' and (not v or string.sub(v, 1, 1) == 'T') then
+      return reply(0) -- ended already
+    end
     if not v then
       return refuse(MSG.NO_LEASE)
     end
@@ -1901,20 +1830,12 @@ local function run()
       end
       return refuse(TOMB[string.sub(v, 2, 2)])
     end
-    local pre
-    if OP == 'lease_release' then
-      local r
-      r, pre = release_at_once(v)
-      if r then
-        return r
-      end
-    end
     local l, stem = lparse(v)
     if not stem then
       return refuse(MSG.NO_LEASE)
     end
     keys_of(stem)
-    M = mload(pre)
+    M = mload()
     if not M then
       return refuse(MSG.NO_LEASE)
     end
@@ -1925,6 +1846,9 @@ local function run()
       v = redis.call('GET', k)
       l = lread(LID, v)
       if not l then
+        if OP == 'drop_lease' then
+          return reply(0)
+        end
         return refuse(TOMB[string.sub(v or 'TE', 2, 2)] or TOMB.E)
       end
     end
@@ -1932,26 +1856,17 @@ local function run()
     return ops[OP]()
   end
   keys_of(k)
-  local pre
-  if OP == 'acquire' then
-    pre = redis.call('HMGET', KM, 'cap', 'avail', 'held', 'fence', 'nq', 'due', 'nt')
-    local r = acquire_at_once(pre)
-    if r then
-      return r
-    end
-  end
-  M = mload(pre)
+  M = mload()
   DUE0 = M and M.due or -2
   if not M then
     if OP == 'lock_acquire' then
-      local max = tonumber(ARGV[A + 7])
+      local max = limit(1)
       if max > 0 and locks_now() >= max then
         return refuse(MSG.TOO_MANY_LOCKS)
       end
-      M = mnew(tonumber(ARGV[A + 9]), 0)
+      M = mnew(limit(3), 0)
       LOCK_NEW = true
-    elseif OP == 'put' or OP == 'legacy_create' or OP == 'collect' or OP == 'cancel' or
-           OP == 'drop_lease' then
+    elseif OP == 'put' or OP == 'legacy_create' or OP == 'collect' or OP == 'cancel' then
       return ops[OP]()
     elseif OP == 'lock_get' then
       return refuse(MSG.NO_LOCK)
@@ -1994,11 +1909,11 @@ local function publish(r)
   if seq == 0 then
     redis.call('DEL', KE) -- a new run: what the stream holds is an older one's
   end
-  for i = 1, #ACTS, 11 do
+  for i = 1, #ACTS, P.ACT_LEN do
     local t = ACTS[i]
     if t <= P.ACT_PUBLIC_MAX then
       local a = {}
-      for j = 0, 10 do
+      for j = 0, P.ACT_LEN - 1 do
         a[j + 1] = ACTS[i + j]
         ev[#ev + 1] = ACTS[i + j]
       end
@@ -2039,18 +1954,29 @@ local function main(keys, args)
   if not fmt then
     fmt, match, concat, floor = string.format, string.match, table.concat, math.floor
   end
-  OP, EPOCH, INST, RID = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-  PRINC = ARGV[6]
-  local fl = ARGV[7] -- '0', '1', '0r' or '1r'
-  ADMIN = (fl == '1' or fl == '1r') and '1' or '0'
-  RETRY = fl == '0r' or fl == '1r'
+  OP, EPOCH, INST, RID, PRINC = ARGV[1], ARGV[2], ARGV[4], ARGV[5], ARGV[6]
+  local fl = ARGV[3] -- '0' or '1', then 'r' (sent again) and 'p' (a pause), if so
+  ADMIN = string.sub(fl, 1, 1)
+  RETRY = string.find(fl, 'r', 2, true) ~= nil
   local t = redis.call('TIME')
   local sec, us = t[1] + 0, t[2] + 0 -- (Lua parses a string once; tonumber twice)
   NOW = sec * 1000 + floor(us / 1000)
   NOWUS = sec * 1000000 + us
+  NOWS = nil
+  if fl == '0' or fl == '1' then -- (plain: not sent again, no pause the instance knows of)
+    local r
+    if OP == 'acquire' then
+      r = acquire_at_once(keys[1])
+    elseif OP == 'lease_release' then
+      r = release_at_once(keys[1])
+    end
+    if r then
+      return r -- (never kept: a retry takes the general path, which rebuilds the answer)
+    end
+  end
   ACTS, WAKE, GRANTED = NONE, NONE, NONE
   S, M, LID, LEASE, SAFE_AT, MORE, LOCK_NEW = nil, nil, nil, nil, 0, false, false
-  DUE0, MOLD, OWN, REBUILT, NOWS = -2, nil, false, false, nil
+  DUE0, OWN, REBUILT = -2, false, false
   if RID ~= '' and RETRY then
     local c = redis.call('GET', 'sema:r:' .. RID)
     if c then
