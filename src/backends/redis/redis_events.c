@@ -97,43 +97,51 @@ static void ev_reset(rs_t *r, rs_sem_t *s, uint64_t uid, uint64_t seq, const cha
 
 /* ---- the marker ---- */
 
+/* The command of the script's follow: the marker of this instance (a fresh run if it had
+ * gone), the log kept alive, the row told someone follows; NULL when out of memory. */
+static rs_cmd_t *follow_cmd(rs_t *r, const rs_sem_t *s)
+{
+    char fresh[48];
+    uint64_t uid;
+    rs_args_t a = {0};
+
+    engine__random(r->front, &uid, sizeof uid);
+    snprintf(fresh, sizeof fresh, "%llu-0", (unsigned long long)((uid >> 12) | 1));
+    rs__args_head(r, &a, s->stem, s->stem_len, rs__op_name(RS_OP_FOLLOW), "", NULL);
+    rs__arg_str(&a, fresh);
+    return rs__cmd_build(r, RS_CMD_MARK, &a);
+}
+
 /* Set this instance's marker (it follows the semaphore) and read where the log stands, in
  * one round trip: s->pt_*. A marker that was gone comes back with a new run. 0, or -1 when
  * Redis did not answer. */
 int rs__ev_watch(rs_t *r, rs_sem_t *s)
 {
     redisContext *c = rs__sync(r);
-    const char *st = s->stem;
-    size_t sl = s->stem_len;
-    char fresh[48];
-    uint64_t uid;
-    int ok = 1;
+    rs_cmd_t *cmd;
+    redisReply *rep = NULL;
+    const char *argv[RS_FCALL_HEAD + RS_HEAD_LEN + 1];
+    size_t lens[RS_FCALL_HEAD + RS_HEAD_LEN + 1];
+    const char *p;
+    int ok;
 
     s->pt_ok = 0;
-    if (c == NULL)
+    if (c == NULL || (cmd = follow_cmd(r, s)) == NULL)
         return -1;
-    engine__random(r->front, &uid, sizeof uid);
-    snprintf(fresh, sizeof fresh, "%llu-0", (unsigned long long)((uid >> 12) | 1));
-    /* (hiredis joins "%b:s" into one argument: the stem and its suffix) */
-    redisAppendCommand(c, "HSETNX %b:s log %s", st, sl, fresh);
-    redisAppendCommand(c, "HSET %b:s %s 1", st, sl, r->inst);
-    redisAppendCommand(c, "PEXPIRE %b:s %d", st, sl, RS_LOG_TTL_MS);
-    redisAppendCommand(c, "PEXPIRE %b:e %d", st, sl, RS_LOG_TTL_MS);
-    redisAppendCommand(c, "HGET %b:s log", st, sl);
-    redisAppendCommand(c, "EXISTS %b:m", st, sl);
-    for (int i = 0; i < 6; i++) {
-        redisReply *rep = NULL;
-        if (redisGetReply(c, (void **)&rep) != REDIS_OK || rep == NULL) {
-            ok = 0;
-            break; /* the connection is broken: rs__sync makes a new one next time */
-        }
-        if (i == 4)
-            ok = rep->type == REDIS_REPLY_STRING &&
-                 parse_point(rep->str, rep->len, &s->pt_uid, &s->pt_seq) == 0;
-        if (i == 5)
-            s->pt_gone = rep->type == REDIS_REPLY_INTEGER && rep->integer == 0;
-        freeReplyObject(rep);
+    p = (const char *)(cmd->lens + cmd->argc);
+    for (int i = 0; i < cmd->argc; i++) {
+        argv[i] = p;
+        lens[i] = cmd->lens[i];
+        p += cmd->lens[i];
     }
+    rep = redisCommandArgv(c, cmd->argc, argv, lens);
+    rs__cmd_free(cmd);
+    ok = rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == 3 &&
+         rep->element[1]->type == REDIS_REPLY_STRING &&
+         parse_point(rep->element[1]->str, rep->element[1]->len, &s->pt_uid, &s->pt_seq) == 0;
+    if (ok)
+        s->pt_gone = strcmp(rs__el_str(rep, 2, NULL), "0") == 0;
+    freeReplyObject(rep); /* (none: the connection broke, rs__sync makes a new one next time) */
     s->pt_ok = (uint8_t)ok;
     return ok ? 0 : -1;
 }
@@ -345,13 +353,15 @@ static void catch_up_each(void *arg, enode_t *n)
  * unlogged: the semaphore's streams get "reset" (or "deleted", if it went too). */
 void rs__ev_marked(rs_t *r, const rs_cmd_t *c, const redisReply *rep)
 {
-    const char *key = (const char *)(c->lens + c->argc) + c->lens[0];
+    const char *key = (const char *)(c->lens + c->argc);
+    size_t klen = (size_t)c->argc > RS_FCALL_HEAD ? c->lens[RS_FCALL_HEAD - 1] : 0;
     rs_sem_t *s;
 
-    if (rep == NULL || rep->type != REDIS_REPLY_INTEGER || rep->integer != 1 || c->argc < 2 ||
-        c->lens[1] < 3)
+    for (int i = 0; i < RS_FCALL_HEAD - 1 && i < c->argc; i++)
+        key += c->lens[i]; /* FCALL sema 1 KEY: the key is the stem */
+    if (klen == 0 || strcmp(rs__el_str(rep, 0, NULL), "1") != 0)
         return;
-    s = rs__sem_find(r, key, c->lens[1] - 2);
+    s = rs__sem_find(r, key, klen);
     if (s != NULL && s->watched && s->ev_uid != 0)
         rs__ev_catch_up(r, s->stem, s->stem_len);
 }
@@ -376,53 +386,29 @@ static void ev_heartbeat(rs_t *r, rs_sem_t *s)
  * following it. */
 void rs__ev_renew(rs_t *r, rs_sem_t *s)
 {
-    size_t nlen, kl, el;
+    size_t nlen, kl;
     char kind;
     const char *name = rs__stem_name(s->stem, s->stem_len, &nlen, &kind);
-    char *ks = rs__key_cat("", s->stem, s->stem_len, ":s", &kl);
-    char *ke = rs__key_cat("", s->stem, s->stem_len, ":e", &el);
-    rs_args_t a = {0};
     rs_cmd_t *c;
 
-    if (ks == NULL || ke == NULL)
-        goto out; /* out of memory: the next heartbeat tries again */
     if (!engine__watched(r->front, name, nlen)) {
+        rs_args_t a = {0};
+        char *ks = rs__key_cat("", s->stem, s->stem_len, ":s", &kl);
         rs__sub_watch(r, s, 0);
         s->watched = 0;
         s->ev_uid = s->ev_seq = 0;
+        if (ks == NULL)
+            return; /* out of memory: the marker expires by itself */
         rs__arg_str(&a, "HDEL");
         rs__arg(&a, ks, kl);
         rs__arg_str(&a, r->inst);
         rs__send_plain(r, &a);
-        goto out;
+        sema__free(ks);
+        return;
     }
-    char fresh[48];
-    uint64_t uid;
-    engine__random(r->front, &uid, sizeof uid);
-    snprintf(fresh, sizeof fresh, "%llu-0", (unsigned long long)((uid >> 12) | 1));
-    rs__arg_str(&a, "HSETNX");
-    rs__arg(&a, ks, kl);
-    rs__arg_str(&a, "log");
-    rs__arg_str(&a, fresh);
-    if ((c = rs__cmd_build(r, RS_CMD_MARK, &a)) != NULL)
+    if ((c = follow_cmd(r, s)) != NULL)
         rs__send(r, c);
-    a = (rs_args_t){0};
-    rs__arg_str(&a, "HSET");
-    rs__arg(&a, ks, kl);
-    rs__arg_str(&a, r->inst);
-    rs__arg_i64(&a, 1);
-    rs__send_plain(r, &a);
-    for (int i = 0; i < 2; i++) { /* the log lives as long as the marker */
-        a = (rs_args_t){0};
-        rs__arg_str(&a, "PEXPIRE");
-        rs__arg(&a, i == 0 ? ks : ke, i == 0 ? kl : el);
-        rs__arg_i64(&a, RS_LOG_TTL_MS);
-        rs__send_plain(r, &a);
-    }
     ev_heartbeat(r, s);
-out:
-    sema__free(ks);
-    sema__free(ke);
 }
 
 /* A subscription to the semaphore under stem is coming: this instance follows its events.

@@ -42,7 +42,8 @@
     X(COLLECT, "collect", 0)                                                                       \
     X(CANCEL, "cancel", 1)                                                                         \
     X(DROP_LEASE, "drop_lease", 1)                                                                 \
-    X(SWEEP, "sweep", 0)
+    X(SWEEP, "sweep", 0)                                                                           \
+    X(FOLLOW, "follow", 0)
 
 typedef enum {
 #define RS_OP__ENUM(id, name, writes) RS_OP_##id,
@@ -157,8 +158,9 @@ enum {
     X(ID)                                                                                          \
     X(STATUS)                                                                                      \
     X(WEIGHT)                                                                                      \
-    X(POSITION) X(AHEAD) X(KEEPALIVE) X(UNITS) X(CAPACITY) X(GAP_MS) X(GAP_VAR) X(NGAPS)           \
-        X(HOLD_MS) X(NHOLDS) X(OLDEST_AGE_MS)
+    X(POSITION)                                                                                    \
+    X(AHEAD) X(KEEPALIVE) X(UNITS) X(CAPACITY) X(GAP_MS) X(GAP_VAR) X(NGAPS) X(HOLD_MS) X(NHOLDS)  \
+        X(OLDEST_AGE_MS)
 
 enum {
 #define RS_L__ENUM(id) RS_L_##id,
@@ -193,14 +195,15 @@ enum { RS_ITEM_GRANTS = 1 + RS_VIEW_SHORT, RS_ITEM_TICKETS, RS_ITEM_SINCE, RS_IT
  * (exact up to 2^53), packed by the script with struct (sema.lua, ROW_FMT). The short paths
  * read the row whole and write back AVAIL, HELD and FENCE in place (SETRANGE), so those three
  * stay side by side. DUE: the first time something is due here (0: nothing); NT: live
- * tickets; EP: the epoch the general path last wrote the row in (a short path runs only in
- * it); PA: the end of the pause after lost data that was running then (0: none); HZ: the
- * lease horizon in Redis then (a short path grants no lease expiring later); WQ: the weight
+ * tickets; EV: 0 when nobody follows its events (no log to write: sema.lua's follow and
+ * publish), 1 when someone may; EP: the epoch the general path last wrote the row in (a short path
+ * runs only in it); PA: the end of the pause after lost data that was running then (0: none); HZ:
+ * the lease horizon in Redis then (a short path grants no lease expiring later); WQ: the weight
  * waiting; SEQ: the last place handed out in the queue. */
 #define RS_ROW_MAP(X)                                                                              \
     X(CAP)                                                                                         \
-    X(AVAIL) X(HELD) X(FENCE) X(NQ) X(DUE) X(NT) X(EP) X(PA) X(HZ) X(LEGACY) X(CREATED) X(SEQ)     \
-        X(WQ)
+    X(AVAIL)                                                                                       \
+    X(HELD) X(FENCE) X(NQ) X(DUE) X(NT) X(EV) X(EP) X(PA) X(HZ) X(LEGACY) X(CREATED) X(SEQ) X(WQ)
 
 enum {
 #define RS_ROW__ENUM(id) RS_ROW_##id,

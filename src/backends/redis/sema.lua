@@ -105,11 +105,13 @@ end
 -- counts live tickets (M.nt > 0), and the wait estimate's samples (est_*, taken then too).
 local tk_lease_gone, tk_admit, tk_housekeep, tk_next_due, tk_delete_all, tk_resize, fw_left
 local est_hold, est_queue_grant, tk_run
+local follow
 
 local ACTS, WAKE
 local NONE = {} -- ACTS, WAKE and GRANTED until a call has one: never written to
 local REBUILT -- a retry of this call can rebuild its answer (main)
 local M -- the semaphore's row while loaded
+local LOG -- its event log's point "<uid>-<seq>" when someone follows its events (publish)
 
 local function fields(s)
   local a = {}
@@ -351,8 +353,8 @@ end
 -- A new row goes on from the fence its name handed out last (kept after a delete).
 local function mnew(cap, legacy)
   return {cap = cap, avail = cap, held = 0, fence = tonumber(redis.call('GET', KF) or '0'),
-          legacy = legacy, created = NOW, seq = 0, nq = 0, wq = 0, due = 0, nt = 0, ep = 0,
-          pa = 0, hz = 0}
+          legacy = legacy, created = NOW, seq = 0, nq = 0, wq = 0, due = 0, nt = 0, ev = 1,
+          ep = 0, pa = 0, hz = 0}
 end
 local function due_at(t)
   if M.due == 0 or t < M.due then
@@ -720,6 +722,12 @@ end
 -- st: the status ('0', P.ST_PARKED_S, or a code); msg: a message id ('0': none)
 local function answer(st, msg, res)
   local d = 0
+  if S and (not M or M.ev ~= 0) then
+    LOG = redis.call('HGET', KS, 'log')
+    if M and not LOG then
+      M.ev = 0 -- nobody follows its events: the calls after this one need not look
+    end
+  end
   if M then
     if M.due < 0 or MORE then
       M.due = next_due() -- the housekeeping ran: work it out again
@@ -1090,14 +1098,13 @@ local function acquire_at_once(k)
   if not v then
     return nil
   end
-  local cap, avail, held, fence, nq, due, nt, ep, pa, hz = struct.unpack(ROW_FMT, v)
+  local cap, avail, held, fence, nq, due, nt, ev, ep, pa, hz = struct.unpack(ROW_FMT, v)
   local wt, sttl = ARGV[A] + 0, ARGV[A + 2]
   local exp = NOW + sttl
   -- (another epoch, a pause, a lease past the horizon, a due time to file or one that has
   -- come, events to log: the general path's)
-  if ep ~= EPOCH + 0 or pa > NOW or exp > hz or nq ~= 0 or nt ~= 0 or due == 0 or
-     due <= NOW or exp < due or wt < 1 or wt > cap or wt > avail or
-     redis.call('HGET', KS, 'log') then
+  if ep ~= EPOCH + 0 or pa > NOW or exp > hz or nq ~= 0 or nt ~= 0 or ev ~= 0 or due == 0 or
+     due <= NOW or exp < due or wt < 1 or wt > cap or wt > avail then
     return nil
   end
   fence = fence + 1
@@ -1132,8 +1139,8 @@ local function release_at_once(k)
   if not r then
     return nil
   end
-  local cap, avail, held, fence, nq, due, nt = struct.unpack(ROW_FMT, r)
-  if nq ~= 0 or nt ~= 0 or (due ~= 0 and due <= NOW) or redis.call('HGET', KS, 'log') then
+  local cap, avail, held, fence, nq, due, nt, ev = struct.unpack(ROW_FMT, r)
+  if nq ~= 0 or nt ~= 0 or ev ~= 0 or (due ~= 0 and due <= NOW) then
     return nil
   end
   local wt, lid = sw + 0, string.sub(k, 9)
@@ -1893,11 +1900,8 @@ local function publish(r)
       redis.call('PUBLISH', 'sema:wake:' .. inst, S)
     end
   end
-  if not S or #ACTS == 0 then
-    return r
-  end
-  local pt = redis.call('HGET', KS, 'log')
-  if not pt then
+  local pt = LOG
+  if not S or #ACTS == 0 or not pt then
     return r
   end
   local uid, seq = string.match(pt, '^(%d+)-(%d+)$')
@@ -1949,6 +1953,24 @@ local function publish(r)
   return r
 end
 
+-- follow (KEYS[1] the stem; a fresh run "<uid>-0"): an instance follows the semaphore's
+-- events, or renews its marker: the marker (with a new run if it had gone) and the log live
+-- another LOG_TTL_MS, and the row says someone follows (ev = 1) from now on. Answers whether
+-- the marker had gone (1), where the log stands, and whether the semaphore exists (1).
+follow = function(k)
+  keys_of(k)
+  local KE = S .. ':e'
+  local new = redis.call('HSETNX', KS, 'log', ARGV[A])
+  redis.call('HSET', KS, INST, '1')
+  redis.call('PEXPIRE', KS, P.LOG_TTL_MS_S)
+  redis.call('PEXPIRE', KE, P.LOG_TTL_MS_S)
+  local m = redis.call('GET', KM)
+  if m then
+    redis.call('SETRANGE', KM, ROW_AT.ev, struct.pack('<d', 1))
+  end
+  return {N(new), redis.call('HGET', KS, 'log'), m and '1' or '0'}
+end
+
 local function main(keys, args)
   KEYS, ARGV = keys, args
   if not fmt then
@@ -1974,9 +1996,12 @@ local function main(keys, args)
       return r -- (never kept: a retry takes the general path, which rebuilds the answer)
     end
   end
+  if OP == 'follow' then
+    return follow(keys[1])
+  end
   ACTS, WAKE, GRANTED = NONE, NONE, NONE
   S, M, LID, LEASE, SAFE_AT, MORE, LOCK_NEW = nil, nil, nil, nil, 0, false, false
-  DUE0, OWN, REBUILT = -2, false, false
+  DUE0, OWN, REBUILT, LOG = -2, false, false, nil
   if RID ~= '' and RETRY then
     local c = redis.call('GET', 'sema:r:' .. RID)
     if c then
