@@ -346,8 +346,9 @@ static void on_reply(rs_t *r, rs_cmd_t *c, redisReply *rep)
         rs__conn_drop(r, rep->str);
         return;
     }
-    if (c->kind == RS_CMD_OP && rep->type == REDIS_REPLY_STRING && rep->len > 1 &&
-        (rep->str[0] == RS_SHORT_GRANT || rep->str[0] == RS_SHORT_RELEASE)) {
+    if (c->kind == RS_CMD_OP && rep->type == REDIS_REPLY_STRING &&
+        ((rep->len == 17 && rep->str[0] == RS_SHORT_GRANT) ||
+         (rep->len == 9 && rep->str[0] == RS_SHORT_RELEASE))) {
         rs__op_short(r, c, rep); /* an uncontended acquire or release */
         rs__cmd_free(c);
         return;

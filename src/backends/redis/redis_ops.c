@@ -303,18 +303,30 @@ void rs__op_reply(rs_t *r, rs_cmd_t *c, const redisReply *rep)
     rs__due_rearm(r);
 }
 
-/* A short path's answer (RS_SHORT_GRANT or RS_SHORT_RELEASE, then two numbers): the grant's
- * lease is the request's, with the fence and the time Redis gave. */
+/* A little-endian double of the script's (struct '<d'). */
+static double le_double(const char *p)
+{
+    uint64_t u = 0;
+    double d;
+
+    for (int i = 7; i >= 0; i--)
+        u = u << 8 | (uint8_t)p[i];
+    memcpy(&d, &u, sizeof d);
+    return d;
+}
+
+/* A short path's answer (RS_SHORT_GRANT or RS_SHORT_RELEASE): the grant's lease is the
+ * request's, with the fence and the time Redis gave. */
 void rs__op_short(rs_t *r, rs_cmd_t *c, const redisReply *rep)
 {
     rs_req_t *rq = c->rq;
-    char *end;
-    uint64_t a = strtoull(rep->str + 1, &end, 10);
-    int64_t now = strtoll(end, NULL, 10);
     engine_req_t *req = rq->req;
+    int64_t now = (int64_t)rs__now(r) + r->clock_off;
 
-    r->clock_off = now - (int64_t)rs__now(r);
     if (rep->str[0] == RS_SHORT_GRANT) {
+        uint64_t fence = (uint64_t)le_double(rep->str + 1);
+        now = (int64_t)le_double(rep->str + 9);
+        r->clock_off = now - (int64_t)rs__now(r);
         r->m->grants++;
         if (req == NULL) { /* the client left: the grant goes back */
             rs__send_drop(r, rq->lid);
@@ -328,14 +340,14 @@ void rs__op_short(rs_t *r, rs_cmd_t *c, const redisReply *rep)
         l->name_len = req->name_len;
         l->owner = req->owner != NULL && req->owner[0] != '\0' ? req->owner : NULL;
         l->weight = req->weight;
-        l->fence = a;
+        l->fence = fence;
         l->ttl_ms = req->ttl_ms;
         l->acquired_at_ms = now;
         l->expires_at_ms = now + req->ttl_ms;
         req->res.kind = ENGINE_RES_LEASE;
         engine__hist_observe(&r->m->wait_s, (double)(rs__now(r) - rq->since_mono) / 1000.0);
     } else {
-        double held_s = (double)(now - (int64_t)a) / 1000.0;
+        double held_s = (double)(now - (int64_t)le_double(rep->str + 1)) / 1000.0;
         r->m->releases++;
         engine__hist_observe(&r->m->hold_s, held_s > 0 ? held_s : 0);
         if (req == NULL) {

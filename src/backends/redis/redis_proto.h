@@ -82,8 +82,9 @@ enum {
 };
 
 /* An acquire granted at once and a release nobody waits for answer with one short string
- * (the general path answers with the array of RS_REPLY_MAP): "G<fence> <now>" (the rest of
- * the lease is the request's) and "R<acquired> <now>". */
+ * (the general path answers with the array of RS_REPLY_MAP): RS_SHORT_GRANT, then the fence
+ * and Redis's clock (ms) as two little-endian doubles (the rest of the lease is the
+ * request's); RS_SHORT_RELEASE, then the lease's acquired time as one. */
 enum { RS_SHORT_GRANT = 'G', RS_SHORT_RELEASE = 'R' };
 
 /* What a script did, in order (an act's first field): X(ID, number, event type or NULL).
@@ -159,7 +160,8 @@ enum {
     X(STATUS)                                                                                      \
     X(WEIGHT)                                                                                      \
     X(POSITION)                                                                                    \
-    X(AHEAD) X(KEEPALIVE) X(UNITS) X(CAPACITY) X(GAP_MS) X(GAP_VAR) X(NGAPS) X(HOLD_MS) X(NHOLDS)  \
+    X(AHEAD)                                                                                       \
+    X(KEEPALIVE) X(UNITS) X(CAPACITY) X(GAP_MS) X(GAP_VAR) X(NGAPS) X(HOLD_MS) X(NHOLDS)           \
         X(OLDEST_AGE_MS)
 
 enum {

@@ -149,31 +149,21 @@ local function lpack(l)
   return l.sw .. '\0' .. l.sf .. '\0' .. l.sttl .. '\0' .. l.sacq .. '\0' .. l.sexp .. '\0' ..
          l.owner .. '\0' .. l.idem .. '\0' .. l.mode .. '\0' .. l.princ
 end
--- A lease read from its record has its strings and its weight (what a release uses); any
--- other number is made from its string when first used.
-local LNUM = {w = 'sw', f = 'sf', ttl = 'sttl', acq = 'sacq', exp = 'sexp'}
-local LREC = {__index = function(l, k)
-  local sk = LNUM[k]
-  if sk then
-    local v = rawget(l, sk) + 0 -- (a string of ours: `+ 0` parses it once, tonumber twice)
-    rawset(l, k, v)
-    return v
-  end
-end}
-
--- A live lease's record is its id's key, sema:id:LID: 'l', the record's fields, then its
--- semaphore's stem, all NUL-separated; so a release reads its lease, and a grant writes it,
--- in one command. :x holds every live lease of the semaphore by expiry.
--- (%Z: any byte but NUL, as [^%z] but cheaper to match)
-local IDPAT = '^l(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(.*)$'
+-- A live lease's record is its id's key, sema:id:LID: 'l', then packed with struct (LREC)
+-- its weight, fence, ttl, acquired and expiry times and mode, then its owner, idempotency
+-- key, principal and semaphore's stem; so a release reads its lease, and a grant writes it,
+-- in one command, with no number formatted or parsed. :x holds every live lease of the
+-- semaphore by expiry.
+local LREC = '<ddddddHc0Hc0Hc0Hc0'
+local MODE = {[0] = '0', [1] = '1', [2] = '2'}
 -- The lease in an id key's value v and its stem (nil for anything else: a tombstone).
 local function lparse(v)
-  local w, f, ttl, acq, exp, owner, idem, mode, princ, stem = match(v, IDPAT)
-  if not w then
+  if string.byte(v, 1) ~= 108 then -- 'l'
     return nil, nil
   end
-  return setmetatable({w = w + 0, owner = owner, idem = idem, mode = mode, princ = princ,
-                       sw = w, sf = f, sttl = ttl, sacq = acq, sexp = exp}, LREC), stem
+  local w, f, ttl, acq, exp, mode, owner, idem, princ, stem = struct.unpack(LREC, v, 2)
+  return {w = w, f = f, ttl = ttl, acq = acq, exp = exp, mode = MODE[mode], owner = owner,
+          idem = idem, princ = princ}, stem
 end
 -- The lease `lid` of this semaphore (S) from its id key's value v (false: none), or nil.
 local function lread(lid, v)
@@ -189,16 +179,15 @@ end
 local function lget(lid)
   return lread(lid, redis.call('GET', 'sema:id:' .. lid))
 end
--- Write a lease's record, its numbers as strings, as its id key's value.
-local function lset(lid, sw, sf, sttl, sacq, sexp, owner, idem, mode, princ)
-  redis.call('SET', 'sema:id:' .. lid,
-             'l' .. sw .. '\0' .. sf .. '\0' .. sttl .. '\0' .. sacq .. '\0' .. sexp .. '\0' ..
-             owner .. '\0' .. idem .. '\0' .. mode .. '\0' .. princ .. '\0' .. S)
+-- A lease's record of this semaphore (mode: a number).
+local function lrecord(w, f, ttl, acq, exp, mode, owner, idem, princ)
+  return 'l' .. struct.pack(LREC, w, f, ttl, acq, exp, mode, #owner, owner, #idem, idem, #princ,
+                            princ, #S, S)
 end
--- The same from a lease's table (lstr'd or not).
 local function lwrite(lid, l)
-  lstr(l)
-  lset(lid, l.sw, l.sf, l.sttl, l.sacq, l.sexp, l.owner, l.idem, l.mode, l.princ)
+  lstr(l) -- (the general path shows it too: its act, its result)
+  redis.call('SET', 'sema:id:' .. lid, lrecord(l.w, l.f, l.ttl, l.acq, l.exp, l.mode + 0,
+                                                l.owner, l.idem, l.princ))
 end
 -- Every live lease of this semaphore: a list of {lease id, lease}, by expiry.
 local function lall()
@@ -1085,10 +1074,11 @@ end
 -- nothing to file or that has come due, no tickets and nobody following its events: what
 -- grant() and lease_end() (then admit() and reply(), with nothing to do) do for them, with the
 -- row and the lease in locals rather than tables (a table costs Lua more than its fields),
--- the row written in place, and one short string for an answer (RS_SHORT_GRANT, _RELEASE).
--- They run before the general path reads the epoch's hash: the row says what it needs of it
--- (ep, pa, hz: the row's fields above), and the instance sends a plain flag only while it
--- knows of no pause. Nil for any other call, which takes the general path.
+-- the row written in place, and one short string for an answer (RS_SHORT_GRANT, _RELEASE:
+-- their numbers packed, not formatted). They run before the general path reads the epoch's
+-- hash: the row says what they need of it (ep, pa, hz: the row's fields above), and the
+-- instance sends a plain flag only while it knows of no pause. Nil for any other call, which
+-- takes the general path.
 local function acquire_at_once(k)
   keys_of(k)
   if KIND ~= 's' or ARGV[A + 5] ~= '' then
@@ -1099,8 +1089,8 @@ local function acquire_at_once(k)
     return nil
   end
   local cap, avail, held, fence, nq, due, nt, ev, ep, pa, hz = struct.unpack(ROW_FMT, v)
-  local wt, sttl = ARGV[A] + 0, ARGV[A + 2]
-  local exp = NOW + sttl
+  local wt, ttl = ARGV[A] + 0, ARGV[A + 2] + 0
+  local exp = NOW + ttl
   -- (another epoch, a pause, a lease past the horizon, a due time to file or one that has
   -- come, events to log: the general path's)
   if ep ~= EPOCH + 0 or pa > NOW or exp > hz or nq ~= 0 or nt ~= 0 or ev ~= 0 or due == 0 or
@@ -1111,24 +1101,26 @@ local function acquire_at_once(k)
   if fence < NOWUS then
     fence = NOWUS
   end
-  local sw, owner, lid = ARGV[A], ARGV[A + 4], ARGV[A + 3]
-  local sf, sacq, sexp = N(fence), nows(), N(exp)
-  lset(lid, sw, sf, sttl, sacq, sexp, owner, '', '0', PRINC)
-  redis.call('ZADD', KX, sexp, lid)
+  local lid = ARGV[A + 3]
+  redis.call('SET', 'sema:id:' .. lid, lrecord(wt, fence, ttl, NOW, exp, 0, ARGV[A + 4], '',
+                                                PRINC))
+  redis.call('ZADD', KX, fmt('%d', exp), lid)
   granted()
   redis.call('HINCRBY', 'sema:epoch', 'leases', '1')
   redis.call('SETRANGE', KM, ROW_AT.avail, struct.pack('<ddd', avail - wt, held + wt, fence))
-  return 'G' .. sf .. ' ' .. sacq -- (the rest of the lease is the request's)
+  return 'G' .. struct.pack('<dd', fence, NOW) -- (the rest of the lease is the request's)
 end
 
--- k: the id's key of the lease (sema:id:LID).
+-- k: the id's key of the lease (sema:id:LID). It needs no clock: a lease whose time came
+-- but that no housekeeping has ended yet is released (as the embedded back end, whose timer
+-- ends a lease, releases one whose timer has not run).
 local function release_at_once(k)
   local v = redis.call('GET', k)
-  if not v then
+  if not v or string.byte(v, 1) ~= 108 then
     return nil
   end
-  local sw, sf, sttl, sacq, sexp, owner, idem, mode, princ, stem = match(v, IDPAT)
-  if not sw or not allowed(princ) then
+  local w, f, ttl, acq, exp, mode, owner, idem, princ, stem = struct.unpack(LREC, v, 2)
+  if not allowed(princ) then
     return nil
   end
   keys_of(stem)
@@ -1140,18 +1132,18 @@ local function release_at_once(k)
     return nil
   end
   local cap, avail, held, fence, nq, due, nt, ev = struct.unpack(ROW_FMT, r)
-  if nq ~= 0 or nt ~= 0 or ev ~= 0 or (due ~= 0 and due <= NOW) then
+  if nq ~= 0 or nt ~= 0 or ev ~= 0 then
     return nil
   end
-  local wt, lid = sw + 0, string.sub(k, 9)
+  local lid = string.sub(k, 9)
   redis.call('ZREM', KX, lid)
   redis.call('SET', k, 'TR' .. RID, 'PX', TOMB_TTL_MS)
   if idem ~= '' and redis.call('HGET', KI, idem) == 'L' .. lid then
     redis.call('HDEL', KI, idem)
   end
   redis.call('HINCRBY', 'sema:epoch', 'leases', '-1')
-  redis.call('SETRANGE', KM, ROW_AT.avail, struct.pack('<dd', avail + wt, held - wt))
-  return 'R' .. sacq .. ' ' .. nows()
+  redis.call('SETRANGE', KM, ROW_AT.avail, struct.pack('<dd', avail + w, held - w))
+  return 'R' .. struct.pack('<d', acq)
 end
 
 -- ---- an instance's own waiters ----
@@ -1630,7 +1622,7 @@ function ops.ticket_create()
   if M.nt == 0 then
     -- the first ticket: the holders by grant time, for the estimate (kept while tickets live)
     for _, x in ipairs(lall()) do
-      redis.call('ZADD', KH, x[2].sacq, x[1])
+      redis.call('ZADD', KH, N(x[2].acq), x[1])
     end
   end
   M.nt = M.nt + 1
@@ -1978,22 +1970,27 @@ local function main(keys, args)
   end
   OP, EPOCH, INST, RID, PRINC = ARGV[1], ARGV[2], ARGV[4], ARGV[5], ARGV[6]
   local fl = ARGV[3] -- '0' or '1', then 'r' (sent again) and 'p' (a pause), if so
-  ADMIN = string.sub(fl, 1, 1)
-  RETRY = string.find(fl, 'r', 2, true) ~= nil
+  local plain = fl == '0' or fl == '1' -- (not sent again, no pause the instance knows of)
+  if plain then
+    ADMIN, RETRY = fl, false
+  else
+    ADMIN, RETRY = string.sub(fl, 1, 1), string.find(fl, 'r', 2, true) ~= nil
+  end
+  if plain and OP == 'lease_release' then
+    local r = release_at_once(keys[1]) -- (before the clock: it needs none)
+    if r then
+      return r -- (never kept: a retry takes the general path, which rebuilds the answer)
+    end
+  end
   local t = redis.call('TIME')
   local sec, us = t[1] + 0, t[2] + 0 -- (Lua parses a string once; tonumber twice)
   NOW = sec * 1000 + floor(us / 1000)
   NOWUS = sec * 1000000 + us
   NOWS = nil
-  if fl == '0' or fl == '1' then -- (plain: not sent again, no pause the instance knows of)
-    local r
-    if OP == 'acquire' then
-      r = acquire_at_once(keys[1])
-    elseif OP == 'lease_release' then
-      r = release_at_once(keys[1])
-    end
+  if plain and OP == 'acquire' then
+    local r = acquire_at_once(keys[1])
     if r then
-      return r -- (never kept: a retry takes the general path, which rebuilds the answer)
+      return r
     end
   end
   if OP == 'follow' then
