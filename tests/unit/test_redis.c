@@ -192,7 +192,12 @@ TEST(a_dead_instance_waiter_leaves_the_queue_by_its_alive_bound)
     snprintf(stem, sizeof stem, "sema:{%08x}s:d", h);
     redisReply *ep = redisCommand(rc, "HGET sema:epoch id");
     ASSERT(ep != NULL && ep->type == REDIS_REPLY_STRING);
-    /* a waiter of instance "dead" (alive for ALIVE_MS), at the head of the queue */
+    /* instance "dead" says hello (it is alive for ALIVE_MS), parks a waiter at the head of
+     * the queue, then never beats again */
+    r = redisCommand(rc, "FCALL sema 1 sema:epoch hello %s 0 dead %s %s 1 %s 60000 0", ep->str, "",
+                     "", ep->str);
+    ASSERT(r != NULL && r->type == REDIS_REPLY_ARRAY);
+    freeReplyObject(r);
     r = redisCommand(rc,
                      "FCALL sema 1 %s acquire %s 0 dead dead.1 %s 1 1 60000 "
                      "lidlidlidlidlidlidlidlid ghost x %s",
@@ -463,8 +468,8 @@ static long long fcalls(redisContext *rc)
     return n;
 }
 
-/* No polling: parked requests that wait cost only the heartbeat, one command per semaphore
- * with local waiters every 2 s, however many wait. */
+/* No polling: parked requests that wait cost only the instance's heartbeat, one command
+ * every 2 s (O(1) in Redis), however many wait. */
 TEST(idle_waiters_cost_only_heartbeats)
 {
     redisContext *rc = redis_sync();

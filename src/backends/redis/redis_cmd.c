@@ -317,6 +317,8 @@ void rs__cmd_fail(rs_t *r, rs_cmd_t *c, be_msg_t why)
     if (c->kind == RS_CMD_COLLECT && c->sem != NULL) {
         c->sem->collecting = 0;
         rs__sem_maybe_free(r, c->sem);
+    } else if (c->kind == RS_CMD_COLLECT) {
+        r->beating = 0; /* the next heartbeat beats again */
     }
     if (c->kind == RS_CMD_CANCEL && rq != NULL) {
         rs__unpark(r, rq);
@@ -331,6 +333,31 @@ void rs__cmd_fail(rs_t *r, rs_cmd_t *c, be_msg_t why)
         }
     }
     rs__cmd_free(c);
+}
+
+/* A beat answered (c->sem NULL), or the check of one semaphore's waiters. */
+static void collect_done(rs_t *r, rs_cmd_t *c, redisReply *rep)
+{
+    rs_sem_t *s = c->sem;
+
+    if (rs__el_i64(rep, RS_R_STATUS) == RS_ST_GONE) {
+        /* taken for dead (paused past the alive bound): its waiters were pruned */
+        log_warn("redis: this instance was taken for dead: its parked requests are answered "
+                 "503 and it says hello again");
+        rs__waiters_gone(r);
+        rs__resync(r);
+    } else {
+        rs__acts_process(r, rep, 1);
+    }
+    if (s == NULL) {
+        r->beating = 0;
+        if (r->beat_again)
+            rs__beat(r);
+    } else {
+        s->collecting = 0;
+        rs__sem_maybe_free(r, s);
+    }
+    rs__due_rearm(r);
 }
 
 static void on_reply(rs_t *r, rs_cmd_t *c, redisReply *rep)
@@ -381,16 +408,9 @@ static void on_reply(rs_t *r, rs_cmd_t *c, redisReply *rep)
     case RS_CMD_OP:
         rs__op_reply(r, c, rep);
         break;
-    case RS_CMD_COLLECT: {
-        rs_sem_t *s = c->sem;
-        rs__acts_process(r, rep, 1);
-        s->collecting = 0;
-        if (s->collect_again)
-            rs__collect(r, s, 0);
-        rs__sem_maybe_free(r, s);
-        rs__due_rearm(r);
+    case RS_CMD_COLLECT:
+        collect_done(r, c, rep);
         break;
-    }
     case RS_CMD_CANCEL:
     case RS_CMD_DROP:
         rs__acts_process(r, rep, 1);
@@ -447,11 +467,12 @@ void rs__cmd_lost(rs_t *r, rs_cmd_t *c)
             r->wait_inflight = 0;
         return rs__cmd_fail(r, c, BE_MSG_REDIS_LOST_ANSWER);
     }
-    if (c->kind == RS_CMD_COLLECT) {
-        c->sem->collecting = 0; /* collected again once the connection is back */
+    if (c->kind == RS_CMD_COLLECT && c->sem != NULL) {
+        c->sem->collecting = 0; /* checked again once the connection is back */
         rs__cmd_free(c);
         return;
     }
+    /* (a beat goes again with its request id: what it handed over is in its kept answer) */
     r->unknown_outcomes += c->kind == RS_CMD_OP;
     c->unknown = 1;
     elist_push_back(&r->retry, &c->link);

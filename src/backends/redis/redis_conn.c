@@ -470,6 +470,7 @@ static void hello_cb(redisAsyncContext *ac, void *reply, void *priv)
         log_warn("redis: Redis lost its data (epoch %s, now %s): no grants until every lease "
                  "it held has run out",
                  r->epoch, rep->element[0]->str);
+        rs__waiters_gone(r); /* their records went with it */
     }
     memcpy(r->epoch, rep->element[0]->str, rep->element[0]->len);
     r->epoch[rep->element[0]->len] = '\0';
@@ -634,6 +635,7 @@ void rs__connect(rs_t *r)
 void rs__on_ready(rs_t *r)
 {
     int first = r->cmd.state != RS_CONN_READY;
+    int again = first && r->conn_once; /* back after the connection went */
 
     r->cmd.state = RS_CONN_READY;
     r->resyncing = 0;
@@ -653,6 +655,9 @@ void rs__on_ready(rs_t *r)
     }
     if (first && r->sub.state == RS_CONN_DOWN)
         rs__sub_connect(r);
+    if (again)
+        rs__check_all(r); /* this Redis may lack some of them (a failover) */
+    rs__beat(r);
     rs__drain(r); /* requests answered on the way (rs__send) */
 }
 
@@ -675,7 +680,7 @@ static void sub_cb(redisAsyncContext *ac, void *reply, void *priv)
         if (c->state != RS_CONN_READY) {
             /* (re)subscribed: what a lost message would have said is collected now */
             c->state = RS_CONN_READY;
-            rs__collect_all(r);
+            rs__beat(r);
         }
         /* a semaphore's events: those published before this took effect are in its log */
         if (ch->type == REDIS_REPLY_STRING && ch->len > 8 && strncmp(ch->str, "sema:ev:", 8) == 0)

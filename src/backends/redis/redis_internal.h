@@ -30,7 +30,7 @@ typedef struct rs_sem {
     enode_t node;   /* in r->sems, keyed by stem */
     elist_t parked; /* rs_req_t.plink */
     uint32_t nparked;
-    uint8_t collecting, collect_again, watched, subscribed;
+    uint8_t collecting, watched, subscribed; /* collecting: a check of its waiters is out */
     uint8_t pt_ok, pt_gone;    /* pt_*: the log's point as the last rs__ev_watch read it */
     uint64_t pt_uid, pt_seq;   /* (redis_events.c) */
     uint64_t ev_uid, ev_seq;   /* the last event handed to the front (0: none yet) */
@@ -144,9 +144,10 @@ typedef struct rs {
     elist_t twatch; /* ticket watchers (rs_req_t.plink), read again on tk_timer */
     uint64_t nwatch, ticket_updates;
     uv_timer_t tk_timer;
-    uint64_t due_at;   /* the due timer's deadline: the first of theap and sweep_at */
-    uint64_t sweep_at; /* when the earliest due time in Redis comes (monotonic ms) */
-    int sweeping;      /* a sweep is in flight */
+    uint64_t due_at;         /* the due timer's deadline: the first of theap and sweep_at */
+    uint64_t sweep_at;       /* when the earliest due time in Redis comes (monotonic ms) */
+    int sweeping;            /* a sweep is in flight */
+    int beating, beat_again; /* a beat is in flight; another is asked for */
     uint64_t nparked;
     uint64_t nsems, nleases, nlocks; /* counts in Redis, as the last reply told */
     int wait_inflight;
@@ -269,8 +270,9 @@ void rs__sem_maybe_free(rs_t *r, rs_sem_t *s);
 rs_req_t *rs__parked_find(rs_t *r, const char *wid, size_t len);
 void rs__park(rs_t *r, rs_req_t *rq, const char *stem, size_t stem_len);
 void rs__unpark(rs_t *r, rs_req_t *rq);
-void rs__collect(rs_t *r, rs_sem_t *s, int with_wids);
-void rs__collect_all(rs_t *r);
+void rs__beat(rs_t *r);         /* this instance's heartbeat: O(1) in Redis */
+void rs__check_all(rs_t *r);    /* ask after every parked waiter (after a reconnect) */
+void rs__waiters_gone(rs_t *r); /* Redis lost them all: each gets 503 */
 void rs__timeout_cancel_done(rs_t *r, rs_cmd_t *c);
 void rs__due_rearm(rs_t *r);
 void rs__sweep_set(rs_t *r, int64_t due_ms, int64_t redis_now);

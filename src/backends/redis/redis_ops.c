@@ -286,7 +286,11 @@ void rs__op_reply(rs_t *r, rs_cmd_t *c, const redisReply *rep)
     rs__acts_process(r, rep, 1);
     if (rq->req == NULL)
         return orphan_reply(r, rq, rep, stem, slen);
-    if (st == RS_ST_PARKED) {
+    if (st == RS_ST_GONE) { /* this instance was taken for dead: its waiters are gone */
+        rs__fail(r, rq, BE_MSG_REDIS_WAITER_GONE, 0);
+        rs__waiters_gone(r);
+        rs__resync(r);
+    } else if (st == RS_ST_PARKED) {
         rs__park(r, rq, stem, slen);
     } else if (st != 0) {
         engine_result_clear(&rq->req->res);

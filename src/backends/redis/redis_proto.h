@@ -43,7 +43,8 @@
     X(CANCEL, "cancel", 1)                                                                         \
     X(DROP_LEASE, "drop_lease", 1)                                                                 \
     X(SWEEP, "sweep", 0)                                                                           \
-    X(FOLLOW, "follow", 0)
+    X(FOLLOW, "follow", 0)                                                                         \
+    X(BEAT, "beat", 0)
 
 typedef enum {
 #define RS_OP__ENUM(id, name, writes) RS_OP_##id,
@@ -123,7 +124,8 @@ enum {
 
 /* A script's reply: X(ID), then the operation's result from RS_R_RESULT. ACTS and COUNTS are
  * one string each, their fields NUL-separated (RS_COUNT_MAP). STATUS is 0 (done), RS_ST_PARKED,
- * RS_ST_EPOCH (the epoch is not the one sent: the reply's second field is Redis's) or a
+ * RS_ST_EPOCH (the epoch is not the one sent: the reply's second field is Redis's),
+ * RS_ST_GONE (this instance is not in sema:inst: it was taken for dead, its waiters pruned) or a
  * negative SEMA_E*, whose text is the message MSG names (be_msg.h). */
 #define RS_REPLY_MAP(X) X(STATUS) X(MSG) X(NOW) X(DUE) X(ACTS) X(STEM) X(COUNTS)
 
@@ -133,7 +135,7 @@ enum {
 #undef RS_R__ENUM
         RS_R_RESULT
 };
-enum { RS_ST_PARKED = 1, RS_ST_EPOCH = 2 };
+enum { RS_ST_PARKED = 1, RS_ST_EPOCH = 2, RS_ST_GONE = 3 };
 
 #define RS_COUNT_MAP(X) X(SEMS) X(LEASES) X(LOCKS) X(DUE_HEAD) X(HORIZON) X(LOG_UID) X(LOG_FIRST)
 
@@ -161,8 +163,8 @@ enum {
     X(WEIGHT)                                                                                      \
     X(POSITION)                                                                                    \
     X(AHEAD)                                                                                       \
-    X(KEEPALIVE) X(UNITS) X(CAPACITY) X(GAP_MS) X(GAP_VAR) X(NGAPS) X(HOLD_MS) X(NHOLDS)           \
-        X(OLDEST_AGE_MS)
+    X(KEEPALIVE)                                                                                   \
+    X(UNITS) X(CAPACITY) X(GAP_MS) X(GAP_VAR) X(NGAPS) X(HOLD_MS) X(NHOLDS) X(OLDEST_AGE_MS)
 
 enum {
 #define RS_L__ENUM(id) RS_L_##id,
@@ -240,6 +242,7 @@ enum {
     X(KEYSETS_MAX, RS_KEYSETS_MAX)                                                                 \
     X(ST_PARKED, RS_ST_PARKED)                                                                     \
     X(ST_EPOCH, RS_ST_EPOCH)                                                                       \
+    X(ST_GONE, RS_ST_GONE)                                                                         \
     X(ACT_LEN, RS_ACT_LEN)                                                                         \
     X(ACT_COLLECTED, RS_ACT_COLLECTED)                                                             \
     X(ACT_PUBLIC_MAX, RS_ACT_PUBLIC_MAX)                                                           \

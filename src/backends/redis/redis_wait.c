@@ -69,12 +69,13 @@ void rs__due_rearm(rs_t *r)
 /* The earliest due time in Redis (ms on its clock): the sweep timer fires then. */
 void rs__sweep_set(rs_t *r, int64_t due_ms, int64_t redis_now)
 {
-    uint64_t at;
+    /* (every answer that tells it tells the earliest of all, as Redis has it now: it may be
+     * later than the one before, once that one was swept, or an instance beat again) */
+    uint64_t at = due_ms <= 0
+                      ? UINT64_MAX
+                      : rs__now(r) + (uint64_t)(due_ms > redis_now ? due_ms - redis_now : 0) + 1;
 
-    if (due_ms <= 0)
-        return;
-    at = rs__now(r) + (uint64_t)(due_ms > redis_now ? due_ms - redis_now : 0) + 1;
-    if (at >= r->sweep_at && r->sweep_at > rs__now(r))
+    if (at == r->sweep_at)
         return;
     r->sweep_at = at;
     rs__due_rearm(r);
@@ -141,44 +142,83 @@ void rs__park(rs_t *r, rs_req_t *rq, const char *stem, size_t stem_len)
     rs__due_rearm(r);
 }
 
-void rs__collect(rs_t *r, rs_sem_t *s, int with_wids)
+/* The check of this instance's waiters parked on s: those Redis no longer knows come back
+ * "gone" (503). O(waiters): sent after the command connection came back (a failover may have
+ * promoted a replica without them), never in steady state. */
+static void check_waiters(rs_t *r, rs_sem_t *s)
 {
     rs_args_t a = {0};
-    char rid[64];
     rs_cmd_t *c;
     int n = 0;
 
-    if (s->collecting) {
-        s->collect_again = 1;
-        return;
-    }
-    rs__next_id(r, rid, sizeof rid);
-    rs__args_head(r, &a, s->stem, s->stem_len, rs__op_name(RS_OP_COLLECT), rid, NULL);
-    if (with_wids)
-        for (elist_t *x = s->parked.next; x != &s->parked && n < RS_COLLECT_WIDS; x = x->next, n++)
-            rs__arg_str(&a, ECONTAINER(x, rs_req_t, plink)->wid);
-    c = rs__cmd_build(r, RS_CMD_COLLECT, &a);
-    if (c == NULL)
+    if (s->collecting)
+        return; /* its answer comes */
+    rs__args_head(r, &a, s->stem, s->stem_len, rs__op_name(RS_OP_COLLECT), "", NULL);
+    for (elist_t *x = s->parked.next; x != &s->parked && n < RS_COLLECT_WIDS; x = x->next, n++)
+        rs__arg_str(&a, ECONTAINER(x, rs_req_t, plink)->wid);
+    if ((c = rs__cmd_build(r, RS_CMD_COLLECT, &a)) == NULL)
         return;
     c->sem = s;
     s->collecting = 1;
-    s->collect_again = 0;
     r->collects++;
     rs__send(r, c);
 }
 
-static void collect_each(void *arg, enode_t *n)
+static void check_each(void *arg, enode_t *n)
 {
     rs_t *r = arg;
     rs_sem_t *s = ECONTAINER(n, rs_sem_t, node);
 
     if (s->nparked > 0)
-        rs__collect(r, s, 1);
+        check_waiters(r, s);
 }
 
-void rs__collect_all(rs_t *r)
+void rs__check_all(rs_t *r)
 {
-    etab_each(&r->sems, collect_each, r);
+    etab_each(&r->sems, check_each, r);
+}
+
+void rs__beat(rs_t *r)
+{
+    rs_args_t a = {0};
+    char rid[64];
+    rs_cmd_t *c;
+
+    if (r->beating) {
+        r->beat_again = 1;
+        return;
+    }
+    rs__next_id(r, rid, sizeof rid); /* (it hands outcomes over: a retry reads its answer) */
+    rs__args_head(r, &a, "sema:inst", 9, rs__op_name(RS_OP_BEAT), rid, NULL);
+    if ((c = rs__cmd_build(r, RS_CMD_COLLECT, &a)) == NULL)
+        return;
+    r->beating = 1;
+    r->beat_again = 0;
+    r->collects++;
+    rs__send(r, c);
+}
+
+/* Every parked request of this instance is gone from Redis (it lost its data, or took this
+ * instance for dead): each is answered 503, never queued again silently. */
+static void gone_each(void *arg, enode_t *n)
+{
+    rs_t *r = arg;
+    rs_sem_t *s = ECONTAINER(n, rs_sem_t, node);
+
+    s->watched++; /* (keeps s while its last waiter leaves) */
+    while (!elist_empty(&s->parked)) {
+        rs_req_t *rq = ECONTAINER(s->parked.next, rs_req_t, plink);
+        rs__unpark(r, rq);
+        r->gone++;
+        rs__fail(r, rq, BE_MSG_REDIS_WAITER_GONE, 0);
+    }
+    s->watched--;
+    rs__sem_maybe_free(r, s);
+}
+
+void rs__waiters_gone(rs_t *r)
+{
+    etab_each(&r->sems, gone_each, r);
 }
 
 /* ---- the timers of parked requests and semaphores ---- */
@@ -246,15 +286,12 @@ void rs__due_cb(uv_timer_t *t)
     rs__drain(r);
 }
 
-/* The heartbeat of one semaphore: its waiters are collected (which renews their
- * alive-until), its event log's marker renewed. */
+/* The heartbeat of a semaphore this instance follows: its event log's marker is renewed. */
 static void hb_each(void *arg, enode_t *n)
 {
     rs_t *r = arg;
     rs_sem_t *s = ECONTAINER(n, rs_sem_t, node);
 
-    if (s->nparked > 0)
-        rs__collect(r, s, 1);
     if (s->watched)
         rs__ev_renew(r, s);
 }
@@ -264,6 +301,7 @@ void rs__hb_cb(uv_timer_t *t)
     rs_t *r = t->data;
     uint32_t jitter;
 
+    rs__beat(r); /* O(1), whatever the number of waiters */
     etab_each(&r->sems, hb_each, r);
     engine__random(r->front, &jitter, sizeof jitter);
     uv_timer_start(&r->hb_timer, rs__hb_cb,
@@ -280,12 +318,11 @@ void rs__on_message(rs_t *r, redisReply *msg)
     size_t clen, plen;
     const char *chan = rs__el_str(msg, 1, &clen);
     const char *pay = rs__el_str(msg, 2, &plen);
-    rs_sem_t *s;
 
     if (clen > 10 && strncmp(chan, "sema:wake:", 10) == 0) {
         r->wakes++;
-        if ((s = rs__sem_find(r, pay, plen)) != NULL && s->nparked > 0)
-            rs__collect(r, s, 0);
+        if (r->nparked > 0)
+            rs__beat(r); /* it hands over what was kept for this instance */
         return;
     }
     if (clen > 8 && strncmp(chan, "sema:ev:", 8) == 0) {

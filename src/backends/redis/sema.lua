@@ -71,7 +71,7 @@ end
 
 -- ---- the keys of one semaphore (or lock key): its stem plus a suffix of fixed length ----
 local S, KIND, NAME, TAG
-local KM, KF, KQ, KW, KX, KI, KA, KG, KS
+local KM, KF, KQ, KW, KX, KI, KA, KS
 local KT, KK, KTL, KFW, KEST, KH -- tickets: records, keepalive deadlines, lease id -> ticket
 -- id, the weight that left the queue by place (a Fenwick tree, below), the estimate's samples,
 -- the leases by grant time
@@ -86,8 +86,8 @@ local function keys_of(stem)
   if not k then
     local tag, kind, name = match(stem, '^(sema:{[^}]*})(.):(.*)$')
     k = {tag, kind, name, stem .. ':m', stem .. ':f', stem .. ':q', stem .. ':w', stem .. ':x',
-         stem .. ':i', stem .. ':a', stem .. ':g', stem .. ':s', stem .. ':t', stem .. ':k',
-         stem .. ':tl', stem .. ':fw', stem .. ':est', stem .. ':h'}
+         stem .. ':i', stem .. ':a', stem .. ':s', stem .. ':t', stem .. ':k', stem .. ':tl',
+         stem .. ':fw', stem .. ':est', stem .. ':h'}
     if #stem <= 200 then
       if NKEYSETS >= P.KEYSETS_MAX then
         KEYSETS, NKEYSETS = {}, 0
@@ -96,9 +96,9 @@ local function keys_of(stem)
       NKEYSETS = NKEYSETS + 1
     end
   end
-  TAG, KIND, NAME, KM, KF, KQ, KW, KX, KI, KA, KG, KS =
-    k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9], k[10], k[11], k[12]
-  KT, KK, KTL, KFW, KEST, KH = k[13], k[14], k[15], k[16], k[17], k[18]
+  TAG, KIND, NAME, KM, KF, KQ, KW, KX, KI, KA, KS =
+    k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9], k[10], k[11]
+  KT, KK, KTL, KFW, KEST, KH = k[12], k[13], k[14], k[15], k[16], k[17]
 end
 
 -- Tickets (the section "tickets" below): hooks the shared code calls only while the row
@@ -267,13 +267,14 @@ local function act(typ, wid, inst, lid, l, extra)
 end
 
 -- The outcome of a parked request: its own instance completes it. Another instance finds it
--- under :g (woken by a message; its heartbeat collects it too if the message is lost).
+-- in sema:g:<instance> (woken by a message; its heartbeat, `beat`, collects it too if the
+-- message is lost): the stem, then as an act's fields.
 local function outcome(typ, wid, w, lid, l, extra)
   extra = extra or (l and l.mode) or ''
   act(typ, wid, w.inst, lid, l, extra)
   if w.inst ~= INST then
     local rec = typ .. '\0' .. lid .. '\0' .. (extra or '') .. '\0' .. (l and lpack(l) or '')
-    redis.call('HSET', KG, wid, w.inst .. '\0' .. rec)
+    redis.call('HSET', 'sema:g:' .. w.inst, wid, S .. '\0' .. rec)
     if WAKE == NONE then
       WAKE = {}
     end
@@ -446,12 +447,27 @@ local function grant(w, lid, wid)
 end
 
 -- ---- the queue ----
+-- :a counts each instance's waiters here, and sema:iw:<instance> lists the semaphores where
+-- it has some, so a dead instance's waiters are found without looking at every semaphore.
+local function waiter_in(inst)
+  if redis.call('HINCRBY', KA, inst, '1') == 1 then
+    redis.call('SADD', 'sema:iw:' .. inst, S)
+  end
+end
+local function waiter_out(inst)
+  if inst ~= '' and redis.call('HINCRBY', KA, inst, '-1') <= 0 then
+    redis.call('HDEL', KA, inst)
+    redis.call('SREM', 'sema:iw:' .. inst, S)
+  end
+end
+
 local function unqueue(wid, w)
   if M.nt > 0 then
     fw_left(wid, w.w)
   end
   redis.call('ZREM', KQ, wid)
   redis.call('HDEL', KW, wid)
+  waiter_out(w.inst)
   M.nq = M.nq - 1
   M.wq = M.wq - w.w
   if w.idem ~= '' and redis.call('HGET', KI, w.idem) == 'W' .. wid then
@@ -502,10 +518,8 @@ local function admit()
   MORE = true
 end
 
--- An instance stopped renewing its waiters: they leave the queue, and grants made to them
--- that they never collected go back.
+-- An instance stopped beating (sweep): its waiters here leave the queue.
 local function prune_instance(inst)
-  redis.call('HDEL', KA, inst)
   local pfx = inst .. '.'
   for _, wid in ipairs(redis.call('ZRANGE', KQ, '0', '-1')) do
     if string.sub(wid, 1, #pfx) == pfx then
@@ -517,16 +531,8 @@ local function prune_instance(inst)
       end
     end
   end
-  local g = redis.call('HGETALL', KG)
-  for i = 1, #g, 2 do
-    local a = fields(g[i + 1])
-    if a[1] == inst then
-      redis.call('HDEL', KG, g[i])
-      if a[2] == ACT.GRANTED_S and M then
-        lease_end(a[3], ACT.RELEASED)
-      end
-    end
-  end
+  redis.call('HDEL', KA, inst)
+  redis.call('SREM', 'sema:iw:' .. inst, S)
 end
 
 local function housekeep_all()
@@ -536,12 +542,6 @@ local function housekeep_all()
   end
   if #due == HK_MAX then
     MORE = true
-  end
-  local a = redis.call('HGETALL', KA)
-  for i = 1, #a, 2 do
-    if tonumber(a[i + 1]) < NOW and a[i] ~= INST then
-      prune_instance(a[i])
-    end
   end
   if M.nt > 0 then
     tk_housekeep()
@@ -572,15 +572,6 @@ local function next_due()
   local x = redis.call('ZRANGE', KX, '0', '0', 'WITHSCORES')
   if #x > 0 then
     d = tonumber(x[2])
-  end
-  -- instances that may stop renewing: pruned once their alive-until is past, so due the
-  -- millisecond after it (those past it are pruned already, or are this one)
-  local a = redis.call('HGETALL', KA)
-  for i = 2, #a, 2 do
-    local v = tonumber(a[i]) + 1
-    if v > NOW and (d == 0 or v < d) then
-      d = v
-    end
   end
   if M and M.nq > 0 and SAFE_AT > NOW and (d == 0 or SAFE_AT < d) then
     d = SAFE_AT
@@ -693,7 +684,7 @@ local DUE0 -- the row's due time as loaded (-2: no row)
 -- kept in the epoch's hash (`due`), read with the epoch by every call, and written by the
 -- calls that change sema:due (the only writers of sema:due, in the same script: the two
 -- cannot disagree), so a call that files nothing reads no sorted set for it.
-local DUE_HEAD
+local DUE_HEAD, IDUE
 local function due_head(changed)
   if changed or not DUE_HEAD then
     local g = redis.call('ZRANGE', 'sema:due', '0', '0', 'WITHSCORES')
@@ -704,9 +695,22 @@ local function due_head(changed)
     end
   end
 end
+-- IDUE: the first time an instance's alive-until passes (sema:inst's first, + 1), kept in the
+-- epoch's hash beside `due`; the due time every reply tells is the earlier of the two.
 local function counts()
-  local c = STATS
-  return c.sems .. '\0' .. c.leases .. '\0' .. c.locks .. '\0' .. DUE_HEAD .. '\0' .. HORIZON_S
+  local c, h = STATS, DUE_HEAD
+  if IDUE ~= '0' and (h == '0' or IDUE + 0 < h + 0) then
+    h = IDUE
+  end
+  return c.sems .. '\0' .. c.leases .. '\0' .. c.locks .. '\0' .. h .. '\0' .. HORIZON_S
+end
+local function inst_due()
+  local f = redis.call('ZRANGE', 'sema:inst', '0', '0', 'WITHSCORES')
+  local v = f[2] and N(f[2] + 1) or '0'
+  if v ~= IDUE then
+    IDUE = v
+    redis.call('HSET', 'sema:epoch', 'idue', v)
+  end
 end
 -- st: the status ('0', P.ST_PARKED_S, or a code); msg: a message id ('0': none)
 local function answer(st, msg, res)
@@ -805,7 +809,9 @@ local function delete_all()
   for _, wid in ipairs(redis.call('ZRANGE', KQ, '0', '-1')) do
     local rec = redis.call('HGET', KW, wid)
     if rec then
-      outcome(ACT.FAIL, wid, wunpack(rec), '', nil, MSG.WAITER_SEM_DELETED)
+      local w = wunpack(rec)
+      waiter_out(w.inst)
+      outcome(ACT.FAIL, wid, w, '', nil, MSG.WAITER_SEM_DELETED)
     end
   end
   for _, lid in ipairs(redis.call('ZRANGE', KX, '0', '-1')) do
@@ -879,11 +885,13 @@ local function park(wid, w)
   if maxw > 0 and M.nq >= maxw then
     return refuse(MSG.TOO_MANY_WAITERS)
   end
+  if not redis.call('ZSCORE', 'sema:inst', INST) then
+    return answer(P.ST_GONE_S, '0', nil) -- this instance was taken for dead
+  end
   M.seq = M.seq + 1
   redis.call('ZADD', KQ, N(M.seq), wid)
   redis.call('HSET', KW, wid, wpack(w))
-  redis.call('HSET', KA, INST, N(NOW + ALIVE_MS))
-  due_at(NOW + ALIVE_MS + 1)
+  waiter_in(INST)
   M.nq = M.nq + 1
   M.wq = M.wq + w.w
   if w.idem ~= '' then
@@ -935,17 +943,20 @@ local function idem_retry(wid, w, wait)
     return refuse(MSG.NOT_AVAILABLE)
   end
   -- the retry takes the first attempt's place: same position, its own instance
+  if not redis.call('ZSCORE', 'sema:inst', INST) then
+    return answer(P.ST_GONE_S, '0', nil) -- this instance was taken for dead
+  end
   local score = redis.call('ZSCORE', KQ, ref)
   redis.call('ZREM', KQ, ref)
   redis.call('HDEL', KW, ref)
+  waiter_out(old.inst)
+  waiter_in(INST)
   old.inst = INST
   old.lid = w.lid
   old.ttl, old.sttl = w.ttl, w.sttl
   old.owner = w.owner
   redis.call('ZADD', KQ, score, wid)
   redis.call('HSET', KW, wid, wpack(old))
-  redis.call('HSET', KA, INST, N(NOW + ALIVE_MS))
-  due_at(NOW + ALIVE_MS + 1)
   redis.call('HSET', KI, w.idem, 'W' .. wid)
   outcome(ACT.FAIL, ref, wunpack(rec), '', nil, MSG.WAITER_REPLACED)
   return reply(P.ST_PARKED)
@@ -1093,7 +1104,7 @@ local function acquire_at_once(k)
   local exp = NOW + ttl
   -- (another epoch, a pause, a lease past the horizon, a due time to file or one that has
   -- come, events to log: the general path's)
-  if ep ~= EPOCH + 0 or pa > NOW or exp > hz or nq ~= 0 or nt ~= 0 or ev ~= 0 or due == 0 or
+  if ep ~= EPOCH + 0 or pa ~= 0 or exp > hz or nq ~= 0 or nt ~= 0 or ev ~= 0 or due == 0 or
      due <= NOW or exp < due or wt < 1 or wt > cap or wt > avail then
     return nil
   end
@@ -1148,36 +1159,95 @@ end
 
 -- ---- an instance's own waiters ----
 
--- collect: waiter ids this instance has parked here (to find those Redis no longer knows).
--- Renews the instance's alive-until, hands over what was granted to it.
+-- collect: waiter ids this instance has parked here. Those Redis no longer knows (neither
+-- waiting here nor with an outcome to collect) are gone. An instance asks after it could not
+-- reach Redis for a while (a failover may have promoted a replica without them); in steady
+-- state its beat (below), O(1), is all it sends.
 function ops.collect()
-  local mine = {}
-  local n = 0
+  local kg = 'sema:g:' .. INST
   for i = A, #ARGV do
-    mine[ARGV[i]] = true
-    n = n + 1
-  end
-  if n > 0 and M then
-      redis.call('HSET', KA, INST, N(NOW + ALIVE_MS))
-    due_at(NOW + ALIVE_MS + 1)
-  end
-  local g = redis.call('HGETALL', KG)
-  for i = 1, #g, 2 do
-    local a = fields(g[i + 1])
-    if a[1] == INST then
-      redis.call('HDEL', KG, g[i])
-      mine[g[i]] = nil
-      local l = a[5] and a[5] ~= '' and {w = tonumber(a[5]), f = tonumber(a[6]),
-                 ttl = tonumber(a[7]), acq = tonumber(a[8]), exp = tonumber(a[9]),
-                 owner = a[10] or '', idem = a[11] or ''} or nil
-      act(a[2] + P.ACT_COLLECTED, g[i], INST, a[3], l, a[4])
-    end
-  end
-  for wid, _ in pairs(mine) do
-    if not GRANTED[wid] and not (M and redis.call('HEXISTS', KW, wid) == 1) then
+    local wid = ARGV[i]
+    if not (M and redis.call('HEXISTS', KW, wid) == 1) and
+       redis.call('HEXISTS', kg, wid) == 0 then
       act(ACT.GONE, wid, INST, '', nil, '')
     end
   end
+  return reply(0)
+end
+
+-- The outcomes kept for this instance (sema:g:INST), handed over as acts and forgotten.
+local function collect_outcomes()
+  local kg = 'sema:g:' .. INST
+  local g = redis.call('HGETALL', kg)
+  for i = 1, #g, 2 do
+    local a = fields(g[i + 1]) -- stem, type, lease id, extra, the lease's fields
+    local l = a[5] and a[5] ~= '' and {w = tonumber(a[5]), f = tonumber(a[6]),
+               ttl = tonumber(a[7]), acq = tonumber(a[8]), exp = tonumber(a[9]),
+               owner = a[10] or '', idem = a[11] or ''} or nil
+    act(a[2] + P.ACT_COLLECTED, g[i], INST, a[3], l, a[4])
+  end
+  if #g > 0 then
+    redis.call('DEL', kg)
+  end
+end
+
+-- beat (KEYS[1] sema:inst): an instance proves it is alive and learns the state of Redis
+-- in O(1), however many waiters it has parked: its alive-until in sema:inst moves on (the
+-- sweep prunes the waiters of an instance whose alive-until has passed), the outcomes kept
+-- for it are handed over (a wake-up message may have been lost), and the reply brings the
+-- epoch check and the counts. An instance no longer in sema:inst was taken for dead (its
+-- waiters were pruned): ST_GONE, so it answers them 503 and says hello again.
+local function beat()
+  if not redis.call('ZSCORE', 'sema:inst', INST) then
+    return answer(P.ST_GONE_S, '0', nil)
+  end
+  redis.call('ZADD', 'sema:inst', N(NOW + ALIVE_MS), INST)
+  inst_due()
+  collect_outcomes()
+  return reply(0)
+end
+
+-- The sweep found an instance whose alive-until has passed: its waiters leave the queue of
+-- one semaphore per call (sema:iw:<instance> lists them), then the grants made for it that
+-- it never collected go back, one semaphore's per call; then it is forgotten. The due time
+-- every reply tells stays at its alive-until (inst_due) while it is in sema:inst, so the
+-- instances sweep again at once until it is done.
+local function prune_dead(inst)
+  local stem = redis.call('SRANDMEMBER', 'sema:iw:' .. inst)
+  if stem then
+    keys_of(stem)
+    M = mload()
+    if M then
+      DUE0 = M.due
+      prune_instance(inst)
+      admit()
+    else
+      redis.call('SREM', 'sema:iw:' .. inst, stem)
+    end
+    return reply(0)
+  end
+  local kg = 'sema:g:' .. inst
+  local g = redis.call('HGETALL', kg)
+  if #g > 0 then
+    keys_of(fields(g[2])[1])
+    M = mload()
+    for i = 1, #g, 2 do
+      local a = fields(g[i + 1]) -- stem, type, lease id, extra, the lease's fields
+      if a[1] == S then
+        redis.call('HDEL', kg, g[i])
+        if a[2] == ACT.GRANTED_S and M then
+          lease_end(a[3], ACT.RELEASED)
+        end
+      end
+    end
+    if M then
+      DUE0 = M.due
+      admit()
+    end
+    return reply(0)
+  end
+  redis.call('ZREM', 'sema:inst', inst)
+  inst_due()
   return reply(0)
 end
 
@@ -1186,8 +1256,9 @@ end
 -- made for it but never delivered: a reply that came after the client left)
 function ops.cancel()
   local wid, why, mylid = ARGV[A], ARGV[A + 1], ARGV[A + 2] or ''
+  local kg = 'sema:g:' .. INST
   local ml = why == 'd' and M and mylid ~= '' and redis.call('HEXISTS', KW, wid) == 0 and
-             redis.call('HEXISTS', KG, wid) == 0 and lget(mylid)
+             redis.call('HEXISTS', kg, wid) == 0 and lget(mylid)
   if ml then
     lease_end(mylid, ACT.RELEASED, ml)
     admit()
@@ -1201,11 +1272,11 @@ function ops.cancel()
     end
     admit()
   else
-    local g = redis.call('HGET', KG, wid)
+    local g = redis.call('HGET', kg, wid)
     local lid = GRANTED[wid]
     if g then
-      redis.call('HDEL', KG, wid)
-      local a = fields(g)
+      redis.call('HDEL', kg, wid)
+      local a = fields(g) -- stem, type, lease id, extra, the lease's fields
       if a[2] == ACT.GRANTED_S then
         lid = a[3]
         if why == 't' then
@@ -1754,7 +1825,8 @@ local LEASE_OPS = {lease_get = true, lease_renew = true, lease_release = true,
                    lease_revoke = true, drop_lease = true} -- KEYS[1] is sema:id:LID
 local function run()
   local ep = redis.call('HMGET', 'sema:epoch', 'id', 'safe_at', 'horizon', 'due', 'sems',
-                       'leases', 'locks', 'layout')
+                       'leases', 'locks', 'layout', 'idue')
+  IDUE = ep[9] or '0'
   if OP == 'hello' then
     if ep[1] and ep[8] ~= P.LAYOUT_S then
       -- another layout of the keys (a semad of another version wrote them): not read
@@ -1767,6 +1839,8 @@ local function run()
     if horizon > 0 and horizon < until_ms then
       until_ms = horizon
     end
+    redis.call('ZADD', 'sema:inst', N(NOW + ALIVE_MS), INST) -- (beat renews it)
+    inst_due()
     if not ep[1] then
       local safe = 0
       if known ~= '' then
@@ -1777,6 +1851,8 @@ local function run()
     end
     local safe = tonumber(ep[2] or '0')
     if known ~= '' and known ~= ep[1] and safe < until_ms then
+      -- (rows written while the pause ran say so, pa: they take no short path until a call
+      -- finds it over by this safe_at)
       safe = until_ms
       redis.call('HSET', 'sema:epoch', 'safe_at', N(safe))
     end
@@ -1797,7 +1873,15 @@ local function run()
   if OP == 'list' or OP == 'lock_list' then
     return ops[OP]()
   end
+  if OP == 'beat' then
+    return beat()
+  end
   if OP == 'sweep' then
+    local dead = redis.call('ZRANGEBYSCORE', 'sema:inst', '-inf', '(' .. nows(), 'LIMIT', '0',
+                            '1')
+    if #dead > 0 and dead[1] ~= INST then
+      return prune_dead(dead[1])
+    end
     local x = redis.call('ZRANGE', 'sema:due', '0', '0', 'WITHSCORES')
     if #x == 0 or tonumber(x[2]) > NOW then
       return reply(0)
