@@ -66,7 +66,8 @@
     X(STORE_TICKET_AGAIN, EIO, "the durable store failed; read the ticket again")                  \
     X(CURSOR_TOO_LONG, EINVAL, "cursor is too long")                                               \
     X(REDIS_STATE_LOST, EUNAVAIL,                                                                  \
-      "Redis lost its state; grants resume once every lease it held has run out")                  \
+      "Redis lost its state, or may have (a replica without its latest writes took over); "        \
+      "grants resume once every lease it held has run out")                                        \
     X(REDIS_LOST_BEFORE_ANSWER, EUNAVAIL,                                                          \
       "Redis lost its state before answering (restarted without persistence, or flushed): the "    \
       "request is void, nothing of it remains")                                                    \

@@ -380,32 +380,86 @@ static void send_setup(rs_t *r, redisAsyncContext *ac)
 /* strict durability on Redis rests on Redis's own fsync: say so when it is not "always". */
 static void fsync_cb(redisAsyncContext *ac, void *reply, void *priv)
 {
+    rs_t *r = ((rs_conn_t *)ac->data)->r;
     redisReply *rep = reply;
+    int warn = priv != NULL; /* strict, at the first connection: say what it cannot promise */
 
-    (void)ac;
-    (void)priv;
     if (rep == NULL || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
         rep->element[1]->type != REDIS_REPLY_STRING)
-        return; /* CONFIG may be renamed away: nothing to say */
-    if (strcmp(rep->element[0]->str, "appendonly") == 0 && strcmp(rep->element[1]->str, "yes"))
-        log_warn("redis: --durability strict, but Redis does not write an append-only file "
-                 "(appendonly no): a Redis restart loses what was acknowledged");
-    if (strcmp(rep->element[0]->str, "appendfsync") == 0 &&
-        strcmp(rep->element[1]->str, "always") != 0)
-        log_warn("redis: --durability strict, but Redis syncs its append-only file \"%s\", "
-                 "not \"always\" (see docs/durability.md)",
-                 rep->element[1]->str);
+        return; /* CONFIG may be renamed away: nothing to say, nothing proven */
+    if (strcmp(rep->element[0]->str, "appendonly") == 0) {
+        r->aof_always &= strcmp(rep->element[1]->str, "yes") == 0;
+        if (warn && strcmp(rep->element[1]->str, "yes") != 0)
+            log_warn("redis: --durability strict, but Redis does not write an append-only file "
+                     "(appendonly no): a Redis restart loses what was acknowledged");
+    }
+    if (strcmp(rep->element[0]->str, "appendfsync") == 0) {
+        r->aof_always &= strcmp(rep->element[1]->str, "always") == 0;
+        if (warn && strcmp(rep->element[1]->str, "always") != 0)
+            log_warn("redis: --durability strict, but Redis syncs its append-only file \"%s\", "
+                     "not \"always\" (see docs/durability.md)",
+                     rep->element[1]->str);
+    }
+}
+
+/* A field of INFO's text ("name:value\r\n") into buf; "" when it is not there. */
+static void info_field(const char *info, const char *name, char *buf, size_t cap)
+{
+    const char *p = strstr(info, name);
+    size_t n = 0, len = strlen(name);
+
+    buf[0] = '\0';
+    if (p == NULL || p[len] != ':')
+        return;
+    p += len + 1;
+    while (p[n] != '\0' && p[n] != '\r' && p[n] != '\n' && n + 1 < cap)
+        n++;
+    memcpy(buf, p, n);
+    buf[n] = '\0';
+}
+
+/* INFO replication: which history of writes this primary carries. */
+static void repl_cb(redisAsyncContext *ac, void *reply, void *priv)
+{
+    rs_t *r = ((rs_conn_t *)ac->data)->r;
+    redisReply *rep = reply;
+
+    (void)priv;
+    r->replid_new[0] = r->replid2_new[0] = '\0';
+    if (rep == NULL || rep->type != REDIS_REPLY_STRING)
+        return;
+    info_field(rep->str, "master_replid", r->replid_new, sizeof r->replid_new);
+    info_field(rep->str, "master_replid2", r->replid2_new, sizeof r->replid2_new);
+}
+
+/* Whether this primary may lack writes acknowledged on the one before: it is not the primary
+ * (the same history) this instance last said hello to, and nothing proves it has them. Strict
+ * with replicas does (every acknowledged write was on a replica WAIT counted, and Sentinel
+ * promotes the one furthest on); so does a restart of the same Redis that syncs every write to
+ * its append-only file. */
+static int unproven(const rs_t *r)
+{
+    int restarted = strcmp(r->replid2_new, r->replid) != 0; /* not a promoted replica of it */
+
+    if (r->replid[0] == '\0' || r->replid_new[0] == '\0' || strcmp(r->replid, r->replid_new) == 0)
+        return 0; /* the first hello, or the same history */
+    if (r->strict && r->replicas > 0)
+        return 0;
+    return !(restarted && r->aof_always);
 }
 
 static void hello_cb(redisAsyncContext *ac, void *reply, void *priv);
 
 /* hello: the head, then a new epoch id (used if there is none: a random number below 2^52),
- * the epoch it knew ("" at its start), its max ttl and the latest lease expiry it heard of. */
+ * the epoch it knew ("" at its start), its max ttl, the latest lease expiry it heard of, and
+ * "1" when this primary may lack acknowledged writes (unproven): grants then pause as after
+ * lost data. */
 static void send_hello(rs_t *r)
 {
     char maxttl[24], horizon[24], fresh[24];
-    const char *argv[] = {"FCALL", "sema", "1", "sema:epoch", "hello",  "",     "0",
-                          r->inst, "",     "",  fresh,        r->epoch, maxttl, horizon};
+    const char *argv[] = {"FCALL", "sema",   "1",     "sema:epoch", "hello",
+                          "",      "0",      r->inst, "",           "",
+                          fresh,   r->epoch, maxttl,  horizon,      unproven(r) ? "1" : "0"};
     size_t lens[sizeof argv / sizeof argv[0]];
     uint64_t id;
 
@@ -474,6 +528,13 @@ static void hello_cb(redisAsyncContext *ac, void *reply, void *priv)
     }
     memcpy(r->epoch, rep->element[0]->str, rep->element[0]->len);
     r->epoch[rep->element[0]->len] = '\0';
+    if (unproven(r))
+        log_warn("redis: the primary changed (%s:%d carries replication id %s, not %s) and "
+                 "nothing proves it has every acknowledged write: no grants until every lease "
+                 "granted before may have run out",
+                 r->host, r->port, r->replid_new, r->replid);
+    if (r->replid_new[0] != '\0')
+        memcpy(r->replid, r->replid_new, sizeof r->replid);
     r->safe_at_ms = strtoll(rep->element[1]->str, NULL, 10);
     r->clock_off = rs__el_i64(rep, 2) - (int64_t)rs__now(r);
     rs__on_ready(r);
@@ -508,10 +569,12 @@ static void connect_primary(rs_t *r)
         return;
     }
     send_setup(r, ac);
-    if (r->strict && !r->conn_once) {
-        redisAsyncCommand(ac, fsync_cb, NULL, "CONFIG GET appendonly");
-        redisAsyncCommand(ac, fsync_cb, NULL, "CONFIG GET appendfsync");
-    }
+    r->aof_always = 1; /* (until CONFIG says otherwise, or cannot be read) */
+    redisAsyncCommand(ac, fsync_cb, r->strict && !r->conn_once ? (void *)"warn" : NULL,
+                      "CONFIG GET appendonly");
+    redisAsyncCommand(ac, fsync_cb, r->strict && !r->conn_once ? (void *)"warn" : NULL,
+                      "CONFIG GET appendfsync");
+    redisAsyncCommand(ac, repl_cb, NULL, "INFO replication");
     if (r->master[0] != '\0')
         redisAsyncCommand(ac, setup_cb, (void *)"ROLE", "ROLE");
     redisAsyncCommandArgv(ac, load_cb, NULL, 4, argv, lens);

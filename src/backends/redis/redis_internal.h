@@ -125,6 +125,11 @@ typedef struct rs {
     int64_t safe_at_ms; /* no grant before this (Redis ms): the pause after lost data */
     int64_t horizon_ms; /* the latest lease expiry Redis told of (Redis ms) */
     int64_t clock_off;  /* Redis's clock less the loop's, as the last answer with a time said */
+    /* the primary's history (INFO replication): its replication id when this instance last
+     * said hello, and the new connection's, with the id it continues (a promoted replica's) and
+     * whether it syncs its append-only file on every write (appendfsync always) */
+    char replid[48], replid_new[48], replid2_new[48];
+    int aof_always;
     uint64_t seq;
     /* connections */
     rs_conn_t cmd, sub, sent; /* commands; pub/sub; Sentinel */

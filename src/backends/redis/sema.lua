@@ -1833,7 +1833,8 @@ local function run()
       return {'', '0', N(NOW), 'layout', ep[8] or '1'}
     end
     -- ARGV: a new epoch id, the id this instance knew ('' at its start), max ttl, the
-    -- latest lease expiry it heard of (0: none)
+    -- latest lease expiry it heard of (0: none), '1' when this primary may lack writes
+    -- acknowledged on the one before
     local known, maxttl, horizon = ARGV[A + 1], tonumber(ARGV[A + 2]), tonumber(ARGV[A + 3])
     local until_ms = NOW + maxttl
     if horizon > 0 and horizon < until_ms then
@@ -1850,7 +1851,9 @@ local function run()
       return {ARGV[A], N(safe), N(NOW)}
     end
     local safe = tonumber(ep[2] or '0')
-    if known ~= '' and known ~= ep[1] and safe < until_ms then
+    -- (the data went away under a running instance, or a primary that may lack acknowledged
+    -- writes took over: ARGV[A + 4], the instance's "unproven")
+    if ((known ~= '' and known ~= ep[1]) or ARGV[A + 4] == '1') and safe < until_ms then
       -- (rows written while the pause ran say so, pa: they take no short path until a call
       -- finds it over by this safe_at)
       safe = until_ms
