@@ -70,7 +70,7 @@ enum {
 enum { RS_FCALL_HEAD = 4 }; /* FCALL sema 1 KEY: the head follows */
 
 /* The arguments of acquire, lock_acquire and wait_idle (after the head): the weight (for a
- * lock: 1 shared, 0 exclusive), "1" when it may wait, the ttl, the lease id it gets (made by
+ * lock: 1 shared, 0 exclusive), "1" when it may wait, the ttl, the lease id it is given (made by
  * the instance), the owner, the Idempotency-Key, and the limits that only a waiter or a new
  * lock key meets: "max_locks max_waiters lock_readers". The request id is the waiter id. */
 #define RS_ACQ_MAP(X) X(WEIGHT) X(WAIT) X(TTL) X(LID) X(OWNER) X(IDEM) X(LIMITS)
