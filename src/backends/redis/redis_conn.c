@@ -583,6 +583,7 @@ static void connect_primary(rs_t *r)
 /* ---- Sentinel: ask for the primary's address, then listen for +switch-master ---- */
 
 static void sentinel_next(rs_t *r);
+static void reconnect_cb(uv_timer_t *t);
 
 static void sentinel_msg_cb(redisAsyncContext *ac, void *reply, void *priv)
 {
@@ -600,6 +601,9 @@ static void sentinel_msg_cb(redisAsyncContext *ac, void *reply, void *priv)
         rep->element[2]->str[strlen(r->master)] == ' ') {
         log_warn("redis: Sentinel switched the primary of %s: %s", r->master, rep->element[2]->str);
         rs__conn_drop(r, "the primary changed");
+        /* ask again now: while the old primary was away the backoff grew (up to 3 s) */
+        r->backoff_ms = 0;
+        uv_timer_start(&r->reconnect_timer, reconnect_cb, 0, 0);
     }
 }
 
