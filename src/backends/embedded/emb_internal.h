@@ -8,6 +8,8 @@
 
 #include "common/alloc.h"
 #include "common/table.h"
+#include "backends/be_estimate.h"
+#include "backends/be_msg.h"
 #include "engine/backend.h"
 #include "store/store.h"
 
@@ -16,13 +18,11 @@ enum { EMB_SEM_LEGACY = 1, EMB_SEM_LOCK = 2, EMB_SEM_DELETED = 4 };
 
 struct emb_req;
 
-/* What a semaphore has measured for tickets' estimates (emb_ticket.c). */
+/* What a semaphore has measured for tickets' estimates (emb_ticket.c; the rule is
+ * backends/be_estimate.c, shared with the Redis back end). */
 typedef struct {
-    double gap_ms, gap_var; /* per unit granted from the queue while it was not empty:
-                               moving mean and variance */
-    double hold_ms;         /* moving mean of hold times */
-    uint64_t last_mono;     /* the last grant from a queue still not empty, or 0 */
-    uint32_t ngaps, nholds; /* samples taken (saturating) */
+    be_est_t s;         /* the samples */
+    uint64_t last_mono; /* the last grant from a queue still not empty, or 0 */
 } emb_est_t;
 
 /* A semaphore (or a keyed lock's ephemeral semaphore). About 200 bytes plus its name. */
@@ -210,6 +210,8 @@ void emb__sem_free(emb_t *eb, emb_sem_t *s);
 void emb__admit(emb_t *eb, emb_sem_t *s);
 /* Complete `er` with `status` (its result, if any, is in er->req->res already). */
 void emb__finish(emb_t *eb, emb_req_t *er, int status, const char *msg);
+/* Complete `er` with message `id` (be_msg.h: its status and its text). */
+void emb__fail(emb_t *eb, emb_req_t *er, be_msg_t id);
 /* Complete `er` successfully with lease `l` as its result. */
 void emb__finish_lease(emb_t *eb, emb_req_t *er, const emb_lease_t *l);
 /* Complete `er` successfully with a view of `s` of result kind `kind` (SEM, LOCK, LEGACY,
@@ -255,7 +257,7 @@ static inline int emb__req_mode(const engine_req_t *req)
 /* emb_lease.c */
 emb_lease_t *emb__lease_find(emb_t *eb, const char *id, size_t len);
 emb_tomb_t *emb__tomb_find(emb_t *eb, const char *id, size_t len);
-int emb__tomb_status(int reason);
+be_msg_t emb__tomb_msg(int reason); /* what a request meets at a tombstone */
 emb_lease_t *emb__grant(emb_t *eb, emb_sem_t *s, const engine_req_t *req, uint64_t weight,
                         uint64_t since_mono);
 /* 1 if `req` may renew or release lease `l`: without --auth, by the token that took it, or
@@ -315,8 +317,8 @@ void emb__ticket_due(emb_t *eb, emb_ticket_t *t);                    /* keepaliv
 void emb__ticket_tick(emb_t *eb); /* position updates to watchers */
 void emb__ticket_watch_timeout(emb_t *eb, emb_req_t *er);
 void emb__ticket_watch_cancel(emb_t *eb, emb_req_t *er);
-void emb__tickets_clear(emb_t *eb, int status, const char *msg); /* free all, fail watchers */
-void emb__tickets_fail_watchers(emb_t *eb, int status, const char *msg);
+void emb__tickets_clear(emb_t *eb, be_msg_t why); /* free all, fail watchers */
+void emb__tickets_fail_watchers(emb_t *eb, be_msg_t why);
 void emb__est_queue_grant(emb_t *eb, emb_sem_t *s, uint64_t weight, int queue_left);
 void emb__est_hold(emb_sem_t *s, uint64_t held_ms);
 int emb__ticket_load(emb_t *eb, const store_ticket_t *rec);

@@ -46,18 +46,23 @@ emb_tomb_t *emb__tomb_find(emb_t *eb, const char *id, size_t len)
     return n ? ECONTAINER(n, emb_tomb_t, node) : NULL;
 }
 
-int emb__tomb_status(int reason)
+be_msg_t emb__tomb_msg(int reason)
 {
-    switch (reason) {
-    case EMB_TOMB_EXPIRED:
-        return SEMA_EEXPIRED;
-    case EMB_TOMB_REVOKED:
-        return SEMA_EREVOKED;
-    case EMB_TOMB_DELETED:
-        return SEMA_ECANCELED;
-    default:
-        return SEMA_ESTALE;
-    }
+    static const be_msg_t msg[] = {
+        [EMB_TOMB_RELEASED] = BE_MSG_LEASE_RELEASED,
+        [EMB_TOMB_EXPIRED] = BE_MSG_LEASE_EXPIRED,
+        [EMB_TOMB_REVOKED] = BE_MSG_LEASE_REVOKED,
+        [EMB_TOMB_DELETED] = BE_MSG_LEASE_SEM_DELETED,
+        [EMB_TOMB_TICKET_LEFT] = BE_MSG_TICKET_LEFT,
+        [EMB_TOMB_TICKET_ABANDONED] = BE_MSG_TICKET_ABANDONED,
+        [EMB_TOMB_TICKET_UNCOLLECTED] = BE_MSG_TICKET_UNCOLLECTED,
+        [EMB_TOMB_TICKET_DONE] = BE_MSG_TICKET_DONE,
+        [EMB_TOMB_TICKET_DELETED] = BE_MSG_TICKET_SEM_DELETED,
+        [EMB_TOMB_TICKET_REFUSED] = BE_MSG_TICKET_REFUSED,
+    };
+
+    return reason > 0 && (size_t)reason < sizeof msg / sizeof msg[0] ? msg[reason]
+                                                                     : BE_MSG_LEASE_RELEASED;
 }
 
 /* ---- tombstones: a ring, oldest first, bounded by count and age ---- */

@@ -225,7 +225,7 @@ static void restore_from_store(emb_t *eb)
     int rc;
 
     elist_init(&parked);
-    emb__tickets_clear(eb, SEMA_EIO, "the durable store failed; read the ticket again");
+    emb__tickets_clear(eb, BE_MSG_STORE_TICKET_AGAIN);
     emb__state_clear(eb, &parked);
     rc = emb__store_load(eb, eb->errbuf, sizeof(eb->errbuf));
     if (rc != 0) {
@@ -245,8 +245,10 @@ static void restore_from_store(emb_t *eb)
         elist_remove(&er->link);
         st = s != NULL ? repark(eb, er, s) : SEMA_ECANCELED;
         if (st != 0) {
-            emb__finish(eb, er, st == SEMA_ECANCELED ? SEMA_EIO : st,
-                        "the store failed and the semaphore is gone after the rollback");
+            emb__fail(eb, er,
+                      st == SEMA_ECANCELED ? BE_MSG_STORE_SEM_GONE
+                      : st == SEMA_EINVAL  ? BE_MSG_WAITER_ABOVE_CAPACITY
+                                           : BE_MSG_NOMEM);
             if (s != NULL)
                 emb__maybe_free_lock(eb, s);
             continue;
@@ -263,9 +265,9 @@ static void fail_batch(emb_t *eb, elist_t *batch)
         emb_req_t *er = ECONTAINER(x, emb_req_t, link);
         emb__lease_disown(er); /* the grant is not in the store; the reload drops it */
         engine_result_clear(&er->req->res);
-        er->req->status = SEMA_EIO;
+        er->req->status = be_msg_code(BE_MSG_STORE_ROLLED_BACK);
         er->req->created = 0;
-        er->req->message = "the durable store failed; the change was rolled back";
+        er->req->message = be_msg_text(BE_MSG_STORE_ROLLED_BACK);
     }
 }
 
