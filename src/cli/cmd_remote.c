@@ -603,16 +603,8 @@ sema_client_t *remote_client(const remote_opts_t *o)
      * Retry-After: 1), not the library's 5 s, before saying semad cannot be reached. */
     sema_client_opts_t opts = {
         .cacert = o->cacert, .cert = o->cert, .key = o->cert_key, .retry_ms = CLI_RETRY_MS};
-    /* "127.0.0.1:7070" is http://127.0.0.1:7070, as for curl */
-    int bare = strstr(o->server, "://") == NULL;
-    size_t len = strlen(o->server) + sizeof "http://";
-    char *url = malloc(len);
-    int rc = url == NULL ? SEMA_ENOMEM : 0;
-    if (rc == 0) {
-        snprintf(url, len, "%s%s", bare ? "http://" : "", o->server);
-        rc = sema_client_new(&c, url, &opts);
-    }
-    free(url);
+    /* "127.0.0.1:7070" is http://127.0.0.1:7070, as for curl (the client's rule) */
+    int rc = sema_client_new(&c, o->server, &opts);
     if (rc == SEMA_EINVAL)
         fprintf(stderr, "sema %s: bad server '%s': an http:// or https:// URL is needed\n", o->verb,
                 o->server);
