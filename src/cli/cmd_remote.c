@@ -801,8 +801,13 @@ static int v_ls(remote_opts_t *o)
     WITH_CLIENT(o, c);
     int rc = sema_client_list(c, o->npos > 0 ? o->pos[0] : NULL, ls_one, o, &e);
     sema_client_free(c);
-    if (rc != 0)
-        return remote_fail(o, NULL, rc, &e);
+    if (rc != 0) {
+        int st = remote_fail(o, NULL, rc, &e);
+        /* a token limited to name prefixes lists only under one of them (semad's 403 names them) */
+        if (rc == SEMA_EACCES && e.http_status == 403 && strstr(e.message, "start with") != NULL)
+            fprintf(stderr, "sema ls: list under one of them: sema ls PREFIX\n");
+        return st;
+    }
     ls_header(o); /* an empty table still has its header */
     return CLI_EXIT_OK;
 }
