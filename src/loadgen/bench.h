@@ -66,7 +66,8 @@ typedef struct {
     uint64_t rss_before_kib; /* server RSS around the park/create phase (0 = not measured) */
     uint64_t rss_after_kib;
     double drain_s;    /* park: time for every parked waiter to be answered */
-    const char *fatal; /* set when the run could not be done; static text */
+    const char *fatal; /* set when the run could not be done; static text, or fatal_text */
+    char fatal_text[BENCH_NAME_MAX + 192]; /* a fatal message naming something */
 } bench_result_t;
 
 /* Runs a throughput mode (pairs, get, create) on one libuv loop with opts->conns keep-alive

@@ -241,6 +241,26 @@ static void count_op(load_t *ld, uint64_t now, uint64_t started)
     bench_hist_record(&ld->res->op, now - started);
 }
 
+static void stop_issuing(load_t *ld);
+
+/* An acquire answered 404: the semaphore is missing (--no-create, or deleted meanwhile), and
+ * every further request would be one more 404. Stop the run and say so. */
+static void missing_semaphore(conn_t *c)
+{
+    load_t *ld = c->ld;
+    char name[BENCH_NAME_MAX + 24];
+    if (ld->res->fatal == NULL) {
+        bench_sem_name(ld->o, c->sem, name, sizeof(name));
+        snprintf(ld->res->fatal_text, sizeof(ld->res->fatal_text),
+                 "no such semaphore '%s'%s", name,
+                 ld->o->no_setup ? ": --no-create uses existing semaphores (make it first with "
+                                   "`sema create NAME CAPACITY`, or leave --no-create out)"
+                                 : " (deleted during the run?)");
+        ld->res->fatal = ld->res->fatal_text;
+    }
+    stop_issuing(ld);
+}
+
 /* One complete answer to the oldest request in flight on c. */
 static void on_answer(conn_t *c, int status, uint64_t now)
 {
@@ -253,7 +273,9 @@ static void on_answer(conn_t *c, int status, uint64_t now)
     res->status[status >= 0 && status < 600 ? status : 0]++;
     bench_hist_record(&res->req, now - sent);
     c->body[c->body_len < BODY_MAX ? c->body_len : BODY_MAX - 1] = '\0';
-    if (c->step == STEP_ACQUIRE && status == 200) {
+    if (c->step == STEP_ACQUIRE && status == 404) {
+        missing_semaphore(c);
+    } else if (c->step == STEP_ACQUIRE && status == 200) {
         if (bench_json_str(c->body, "lease", c->lease, sizeof(c->lease)) > 0) {
             send_release(c);
             return;

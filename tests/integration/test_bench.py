@@ -234,5 +234,19 @@ def test_redis_peer():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def test_no_create_on_a_missing_semaphore_stops_at_once_and_says_why():
+    """--no-create against a semaphore that does not exist: not a run of 404s, but a stop at
+    the first answer, with the reason."""
+    with fx.Semad() as s:
+        t0 = time.monotonic()
+        p = sema_bench(s.url(""), "--no-create", "--name", "nothere", "-c", 8, "-d", "10s",
+                       expect=1)
+        assert time.monotonic() - t0 < 5 * fx.SLOW, "stopped at the first 404"
+        assert "no such semaphore 'nothere'" in p.stderr and "--no-create" in p.stderr, p.stderr
+        report = json.loads(p.stdout)
+        assert report["status"].get("404", 0) <= 8, report  # one per connection at most
+        assert names(s) == [], "nothing made"
+
+
 if __name__ == "__main__":
     fx.main(globals())
