@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "common/parse.h"
 #include "http/notify.h"
+#include "http/procmem.h"
 #include "sema/error.h"
 
 enum { BACKLOG = 1024 };
@@ -434,5 +435,6 @@ int server_metrics(server_t *srv, struct strbuf *out)
                           "Plain HTTP requests sent to the TLS port (answered 400).", "counter",
                           srv->tls_plain_refused);
     }
-    return jsonw_end(&w);
+    rc = jsonw_end(&w);
+    return rc != 0 ? rc : procmem_metrics(out);
 }
