@@ -43,9 +43,16 @@ static int64_t open_fds(void)
     return n;
 }
 
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 33)
+#define HAVE_MALLINFO2 1
+#endif
+
+static uint64_t trims;   /* procmem_trim's trims (the heap is the process's: one count) */
+static size_t free_mark; /* free bytes after the last trim, or the least seen since */
+
 static void put_heap(jsonw_t *w)
 {
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 33)
+#ifdef HAVE_MALLINFO2
     struct mallinfo2 mi = mallinfo2();
 
     jsonw_prom_series(w, "semad_heap_in_use_bytes",
@@ -61,6 +68,8 @@ static void put_heap(jsonw_t *w)
                       "gauge", mi.arena);
     jsonw_prom_series(w, "semad_heap_mmap_bytes", "Bytes in blocks mmap'd one by one.", "gauge",
                       mi.hblkhd);
+    jsonw_prom_series(w, "semad_heap_trims_total",
+                      "Free heap memory given back to the system (malloc_trim).", "counter", trims);
 #else
     (void)w;
 #endif
@@ -81,4 +90,22 @@ int procmem_metrics(struct strbuf *out)
                           (uint64_t)fds);
     put_heap(&w);
     return jsonw_end(&w) != 0 ? SEMA_ENOMEM : 0;
+}
+
+int procmem_trim(void)
+{
+#ifdef HAVE_MALLINFO2
+    size_t free_now = mallinfo2().fordblks;
+
+    if (free_now < free_mark)
+        free_mark = free_now; /* reused since: what is freed from here on counts again */
+    if (free_now - free_mark < PROCMEM_TRIM_MIN)
+        return 0;
+    malloc_trim(0);
+    trims++;
+    free_mark = free_now; /* trimmed pages stay counted as free: the mark is the new floor */
+    return 1;
+#else
+    return 0;
+#endif
 }

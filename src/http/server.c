@@ -115,6 +115,12 @@ static void on_watchdog(uv_timer_t *t)
     notify_send("WATCHDOG=1");
 }
 
+static void on_trim(uv_timer_t *t)
+{
+    (void)t;
+    (void)procmem_trim();
+}
+
 static void on_grace(uv_timer_t *t)
 {
     server_t *srv = t->data;
@@ -275,6 +281,9 @@ int server_new(server_t **out, uv_loop_t *loop, engine_t *engine, const server_c
         uv_timer_start(&srv->watchdog, on_watchdog, wd_ms, wd_ms);
         uv_unref((uv_handle_t *)&srv->watchdog);
     }
+    uv_timer_init(loop, &srv->trim);
+    uv_timer_start(&srv->trim, on_trim, PROCMEM_TRIM_EVERY_MS, PROCMEM_TRIM_EVERY_MS);
+    uv_unref((uv_handle_t *)&srv->trim);
     uv_signal_init(loop, &srv->sigterm);
     uv_signal_init(loop, &srv->sigint);
     uv_signal_init(loop, &srv->sighup);
@@ -297,6 +306,7 @@ void server__finish_stop(server_t *srv)
     uv_close((uv_handle_t *)&srv->idle, NULL);
     uv_close((uv_handle_t *)&srv->grace, NULL);
     uv_close((uv_handle_t *)&srv->watchdog, NULL);
+    uv_close((uv_handle_t *)&srv->trim, NULL);
     log_info("all connections closed");
 }
 
