@@ -162,13 +162,19 @@ static void send_create(conn_t *c)
 
 static void on_pace(uv_timer_t *t);
 
-/* Waits for the next start: c goes on the idle stack, the pace timer runs at the start. */
+/* Waits for the next start: c joins the end of the idle queue (so every connection takes its
+ * turn, and none sits idle long enough for the server to close it), and the pace timer runs
+ * at the start. */
 static void pace_wait(conn_t *c, uint64_t now)
 {
     load_t *ld = c->ld;
     c->idle = 1;
-    c->next_idle = ld->idle;
-    ld->idle = c;
+    c->next_idle = NULL;
+    if (ld->idle == NULL)
+        ld->idle = c;
+    else
+        ld->idle_tail->next_idle = c;
+    ld->idle_tail = c;
     uint64_t ms = (ld->next_ns - now + 999999) / 1000000;
     if (!uv_is_active((uv_handle_t *)&ld->pace) || uv_timer_get_due_in(&ld->pace) > ms)
         uv_timer_start(&ld->pace, on_pace, ms, 0);
@@ -382,9 +388,12 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     conn_t *c = s->data;
     if (nread < 0) {
-        if (!c->ld->stopping || c->inflight)
+        /* A keep-alive connection the server closed while nothing was asked on it (its idle
+         * timeout) is connected again, as clients do; anything else is an error. */
+        int idle_close = c->inflight == 0 && c->step != STEP_STREAM;
+        if ((!c->ld->stopping || c->inflight) && !idle_close)
             c->ld->res->io_errors++;
-        bench_load__close(c, BENCH_CLOSE_RECONNECT);
+        bench_load__close(c, idle_close ? BENCH_CLOSE_PLANNED : BENCH_CLOSE_RECONNECT);
         return;
     }
     if (c->ssl != NULL)

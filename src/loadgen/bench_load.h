@@ -20,8 +20,9 @@
 
 typedef enum { STEP_ACQUIRE, STEP_RELEASE, STEP_GET, STEP_CREATE, STEP_MIX, STEP_STREAM } step_t;
 
-/* How a connection is closed: for good, to connect again after an error, or on purpose
- * (an event stream's time is up), which the reconnect budget does not count. */
+/* How a connection is closed: for good, to connect again after an error, or on purpose (an
+ * event stream's time is up, the server's idle timeout), which the reconnect budget does
+ * not count. */
 enum { BENCH_CLOSE_FOR_GOOD, BENCH_CLOSE_RECONNECT, BENCH_CLOSE_PLANNED };
 
 typedef struct load load_t;
@@ -84,7 +85,7 @@ struct load {
     /* a fixed rate */
     uint64_t period_ns; /* between two starts; 0: each connection starts its next op at once */
     uint64_t next_ns;   /* uv_hrtime() of the next start */
-    conn_t *idle;       /* connections waiting for a start (a stack) */
+    conn_t *idle, *idle_tail; /* connections waiting for a start (a queue) */
     /* reports per interval */
     bench_hist_t ivl; /* latency samples of the interval */
     uint64_t ivl_n;   /* intervals reported */

@@ -230,8 +230,10 @@ int bench_mix_answer(conn_t *c, int status, uint64_t now)
 static void on_hold(uv_timer_t *t)
 {
     conn_t *c = t->data;
-    if (c->open && c->step == STEP_STREAM)
+    if (c->open && c->step == STEP_STREAM) {
+        c->step = STEP_MIX; /* no stream open on it any more */
         bench_load__close(c, BENCH_CLOSE_PLANNED);
+    }
 }
 
 void bench_mix_stream_open(conn_t *c, uint64_t now)
