@@ -192,12 +192,11 @@ class Runner:
 
     def check_state(self, no, pairs):
         sem = self.state()
-        fields = {"capacity": "capacity", "available": "available", "held": "held",
-                  "waiters": "waiting", "waiting": "waiting_weight"}
+        fields = ("capacity", "available", "held", "waiting", "waiting_weight")  # as the API's
         for kv in pairs:
             k, v = kv.split("=")
-            assert sem[fields[k]] == int(v), "line %d: %s=%s, want %s (%s)" % (
-                no, k, sem[fields[k]], v, sem)
+            assert k in fields, "line %d: unknown state field %s" % (no, k)
+            assert sem[k] == int(v), "line %d: %s=%s, want %s (%s)" % (no, k, sem[k], v, sem)
 
     def finish(self):
         for r in self.reqs.values():

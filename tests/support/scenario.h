@@ -21,7 +21,9 @@
 typedef enum { SCEN_ACQUIRE, SCEN_TRY, SCEN_WAIT_IDLE } scen_kind_t;
 
 typedef struct {
-    int64_t capacity, available, held, waiters, waiting; /* SCEN_UNKNOWN if not known */
+    int64_t capacity, available, held; /* SCEN_UNKNOWN if not known (each field) */
+    int64_t waiting;                   /* requests queued */
+    int64_t waiting_weight;            /* their total weight */
 } scen_state_t;
 
 typedef struct {

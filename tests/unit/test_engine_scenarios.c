@@ -137,8 +137,8 @@ static int h_state(void *ctx, scen_state_t *out)
         out->capacity = jint(t->res, "capacity");
         out->available = jint(t->res, "available");
         out->held = jint(t->res, "held");
-        out->waiters = jint(t->res, "waiting");
-        out->waiting = jint(t->res, "waiting_weight");
+        out->waiting = jint(t->res, "waiting");
+        out->waiting_weight = jint(t->res, "waiting_weight");
     }
     treq_free(t);
     return st;

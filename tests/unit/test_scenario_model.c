@@ -146,11 +146,11 @@ static int state(void *ctx, scen_state_t *st)
     st->capacity = m.capacity;
     st->available = m.available;
     st->held = held();
-    st->waiters = st->waiting = 0;
+    st->waiting = st->waiting_weight = 0;
     for (int i = 0; i < SCEN_MAX_LABELS; i++)
         if (m.l[i].state == QUEUED) {
-            st->waiters++;
-            st->waiting += (int64_t)m.l[i].weight;
+            st->waiting++;
+            st->waiting_weight += (int64_t)m.l[i].weight;
         }
     return 0;
 }

@@ -195,7 +195,7 @@ struct emb {
     uint64_t fence_seq;
     uint64_t nparked;
     uint64_t commits, commit_failures;
-    emb_tomb_t **tring; /* tombstones, oldest first (ring) */
+    emb_tomb_t *tring; /* tombstones, a ring in one array, oldest first (emb_tomb.c) */
     size_t tring_cap, tring_head, tring_len;
     char errbuf[256];
 };
@@ -255,9 +255,10 @@ static inline int emb__req_mode(const engine_req_t *req)
 }
 
 /* emb_lease.c */
+/* The node of table t whose id (a NUL-terminated string `off` bytes after the node) is
+ * id[0..len), or NULL. */
+enode_t *emb__id_find(const etab_t *t, size_t off, const char *id, size_t len);
 emb_lease_t *emb__lease_find(emb_t *eb, const char *id, size_t len);
-emb_tomb_t *emb__tomb_find(emb_t *eb, const char *id, size_t len);
-be_msg_t emb__tomb_msg(int reason); /* what a request meets at a tombstone */
 emb_lease_t *emb__grant(emb_t *eb, emb_sem_t *s, const engine_req_t *req, uint64_t weight,
                         uint64_t since_mono);
 /* 1 if `req` may renew or release lease `l`: without --auth, by the token that took it, or
@@ -271,7 +272,6 @@ void emb__lease_end(emb_t *eb, emb_lease_t *l, int reason);
 void emb__lease_free(emb_t *eb, emb_lease_t *l);
 void emb__lease_expire_due(emb_t *eb, emb_lease_t *l);
 void emb__store_lease(emb_t *eb, const emb_lease_t *l, int created);
-void emb__tombs_clear(emb_t *eb);
 int emb__lease_load(emb_t *eb, emb_sem_t *s, const store_lease_t *rec);
 
 /* emb_view.c: a result's typed views of the state (strings copied into the result) */
@@ -322,7 +322,12 @@ void emb__tickets_fail_watchers(emb_t *eb, be_msg_t why);
 void emb__est_queue_grant(emb_t *eb, emb_sem_t *s, uint64_t weight, int queue_left);
 void emb__est_hold(emb_sem_t *s, uint64_t held_ms);
 int emb__ticket_load(emb_t *eb, const store_ticket_t *rec);
+
+/* emb_tomb.c: why an id ended, for the most recent ids */
+emb_tomb_t *emb__tomb_find(emb_t *eb, const char *id, size_t len);
+be_msg_t emb__tomb_msg(int reason); /* what a request meets at a tombstone */
 void emb__tomb_add(emb_t *eb, const char *id, int reason);
+void emb__tombs_clear(emb_t *eb);
 
 /* emb_ops.c */
 extern const emb_op_fn emb__ops[ENGINE_OP_COUNT];
