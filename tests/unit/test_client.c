@@ -907,6 +907,9 @@ TEST(unreachable_server)
     ASSERT_EQ(sema_client_acquire(c, "x", NULL, &l, &e), SEMA_ECONNREFUSED);
     sema_client_free(c);
     ASSERT_EQ(sema_client_new(&c, "ftp://x", NULL), SEMA_EINVAL);
+    ASSERT_EQ(sema_client_new(&c, "not a url", NULL), SEMA_EINVAL);
+    ASSERT_EQ(sema_client_new(&c, "http://", NULL), SEMA_EINVAL);
+    ASSERT_EQ(sema_client_new(&c, "http://host\tname:7070", NULL), SEMA_EINVAL);
     ASSERT_EQ(sema_client_new(NULL, NULL, NULL), SEMA_EINVAL);
     sema_client_free(NULL);
 }
