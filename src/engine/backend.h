@@ -57,9 +57,14 @@ typedef struct engine_backend {
     int (*events_replay)(void *be, const char *name, size_t len, uint64_t uid, uint64_t seq,
                          void (*each)(void *ctx, const struct engine_event *ev), void *ctx,
                          uint64_t *cur_uid, uint64_t *cur_seq);
+    /* Optional: where its state lives (engine_describe); without it, its name. */
+    void (*describe)(void *be, char *buf, size_t cap);
     /* Optional operations. A back end that leaves `tickets` 0 never sees ENGINE_TICKET_*:
      * the front fails them with SEMA_ENOTSUP (HTTP 501, code not_supported). */
     int tickets;
+    /* 1: its store answers later than open() (Redis): it calls engine__backend_ready() when
+     * it first has; 0: it is ready once open() returned. */
+    int ready_later;
 } engine_backend_t;
 
 /* ---- the front's counters, which back ends update ---- */
@@ -92,6 +97,9 @@ void engine__complete(engine_t *e, engine_req_t *req);
  * requester; a callback that submits more work only queues it, so nothing recurses. */
 int engine__deliver_event(engine_t *e);
 void engine__backend_closed(engine_t *e);
+/* The store answered for the first time (a back end with ready_later): engine_when_ready's
+ * callback runs now. Later calls do nothing. */
+void engine__backend_ready(engine_t *e);
 
 /* A new, unguessable lease id (24 base64url characters from the kernel's CSPRNG). */
 void engine__lease_id(engine_t *e, char id[ENGINE_LEASE_ID_MAX]);

@@ -326,14 +326,38 @@ void engine_unsubscribe(engine_t *e, engine_sub_t *sub);
  * caller owns; see common/strbuf.h). Returns 0 or SEMA_ENOMEM. */
 int engine_metrics(engine_t *e, struct strbuf *buf);
 
-/* Counters for /healthz and logs. */
+/* Whether the engine's store answers (engine_stats_t.store). */
+typedef enum {
+    ENGINE_STORE_OK = 0,      /* it answers (on Redis: it answered within ENGINE_CONTACT_MAX_MS) */
+    ENGINE_STORE_STARTING,    /* it has never answered yet (semad is not ready) */
+    ENGINE_STORE_UNREACHABLE, /* the connection to it is down (lost, refused, reconnecting) */
+    ENGINE_STORE_SILENT       /* connected, but no answer for more than ENGINE_CONTACT_MAX_MS */
+} engine_store_t;
+
+/* A store in another process (Redis) answers at least this often while it is healthy (a
+ * heartbeat every 2 s, and the command timeout): longer without an answer is not ok. */
+#define ENGINE_CONTACT_MAX_MS 3000
+
+/* Counters for /healthz and logs. On Redis the counts are those of the last answer Redis
+ * gave this instance (contact_age_ms ago), with this instance's own grants and releases
+ * since. */
 typedef struct {
     uint64_t semaphores, leases, parked, locks;
-    int writes_pending; /* the back end is writing changes (a group commit runs, or
-                           mutations or replies wait for one; on Redis: commands are in
-                           flight) */
-    int unavailable;    /* the back end cannot serve now (Redis unreachable) */
+    int writes_pending;     /* the back end is writing changes (a group commit runs, or
+                               mutations or replies wait for one; on Redis: commands are in
+                               flight) */
+    engine_store_t store;   /* does its store answer now */
+    int64_t contact_age_ms; /* ms since the store last answered; -1: the store is in-process */
 } engine_stats_t;
 void engine_stats(engine_t *e, engine_stats_t *out);
+
+/* Call cb(arg) once, when the engine's store has answered for the first time: before
+ * returning for a store in this process, later on Redis (after its first connection, the
+ * library's load and the epoch check). semad says "ready" only then. cb must not free e. */
+void engine_when_ready(engine_t *e, void (*cb)(void *arg), void *arg);
+/* Where the engine keeps its state, for the start log, in buf (NUL-terminated, cut at cap):
+ * "embedded", "redis 127.0.0.1:6379", "redis mymaster via Sentinels h1:26379,h2:26379
+ * (primary 10.0.0.5:6379)"; never a password. */
+void engine_describe(engine_t *e, char *buf, size_t cap);
 
 #endif /* SEMAD_ENGINE_H */

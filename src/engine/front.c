@@ -316,7 +316,42 @@ void engine__complete(engine_t *e, engine_req_t *req)
 void engine_stats(engine_t *e, engine_stats_t *out)
 {
     memset(out, 0, sizeof(*out));
+    out->contact_age_ms = -1;
     e->ops->stats(e->be, out);
+}
+
+void engine_when_ready(engine_t *e, void (*cb)(void *arg), void *arg)
+{
+    if (e->ready || !e->ops->ready_later) {
+        e->ready = 1;
+        cb(arg);
+        return;
+    }
+    e->ready_cb = cb;
+    e->ready_arg = arg;
+}
+
+void engine__backend_ready(engine_t *e)
+{
+    void (*cb)(void *arg) = e->ready_cb;
+
+    if (e->ready)
+        return;
+    e->ready = 1;
+    e->ready_cb = NULL;
+    if (cb != NULL)
+        cb(e->ready_arg);
+}
+
+void engine_describe(engine_t *e, char *buf, size_t cap)
+{
+    if (cap == 0)
+        return;
+    buf[0] = '\0';
+    if (e->ops->describe != NULL)
+        e->ops->describe(e->be, buf, cap);
+    else
+        snprintf(buf, cap, "%s", e->ops->name);
 }
 
 engine_counters_t *engine__counters(engine_t *e)

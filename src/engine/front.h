@@ -63,7 +63,10 @@ struct engine {
     void *be;
     engine_counters_t m;
     int shutting_down;
-    int flushing;           /* engine__flush runs */
+    int flushing; /* engine__flush runs */
+    int ready;    /* the store has answered (engine_when_ready) */
+    void (*ready_cb)(void *arg);
+    void *ready_arg;
     char name_too_long[64]; /* the detail of a name over cfg.max_name_len, with the number */
     char bad_ttl[96];       /* ... of a ttl_ms above cfg.max_ttl_ms, with the maximum */
     char bad_keepalive[96]; /* ... of a keepalive_ms above cfg.max_ticket_keepalive_ms */

@@ -433,26 +433,36 @@ void v1_lock_get(route_ctx_t *c)
     ctx_submit(c, ctx_done_default);
 }
 
-/* GET /healthz: {"status","semaphores","leases","parked","locks","connections"}, written
- * directly (it is the plain-request benchmark's route). */
+/* GET /healthz: {"status"[,"code"],"semaphores","leases","parked","locks","connections"
+ * [,"contact_age_ms"]}, written directly (it is the plain-request benchmark's route). 503
+ * while stopping, and while the store does not answer (Redis: never yet, lost, or silent for
+ * more than ENGINE_CONTACT_MAX_MS), with a code saying which. */
 void v1_healthz(route_ctx_t *c)
 {
+    static const char *const heads[] = {
+        [ENGINE_STORE_OK] = "{\"status\":\"ok\"",
+        [ENGINE_STORE_STARTING] = "{\"status\":\"starting\",\"code\":\"store_never_answered\"",
+        [ENGINE_STORE_UNREACHABLE] = "{\"status\":\"unavailable\",\"code\":\"store_unreachable\"",
+        [ENGINE_STORE_SILENT] = "{\"status\":\"unavailable\",\"code\":\"store_not_answering\""};
     static const char *const keys[] = {
-        ",\"semaphores\":", ",\"leases\":", ",\"parked\":", ",\"locks\":", ",\"connections\":"};
+        ",\"semaphores\":", ",\"leases\":",      ",\"parked\":",
+        ",\"locks\":",      ",\"connections\":", ",\"contact_age_ms\":"};
     engine_stats_t st;
     int draining = server_draining(c->srv);
     engine_stats(server_engine(c->srv), &st);
-    int down = !draining && st.unavailable;
-    const uint64_t v[] = {st.semaphores, st.leases, st.parked, st.locks,
-                          server_connections(c->srv)};
-    char body[256], *p = body;
-    const char *head = draining ? "{\"status\":\"stopping\""
-                       : down   ? "{\"status\":\"unavailable\""
-                                : "{\"status\":\"ok\"";
+    const uint64_t v[] = {st.semaphores,
+                          st.leases,
+                          st.parked,
+                          st.locks,
+                          server_connections(c->srv),
+                          (uint64_t)st.contact_age_ms};
+    size_t nv = sizeof v / sizeof v[0] - (st.contact_age_ms < 0);
+    char body[320], *p = body;
+    const char *head = draining ? "{\"status\":\"stopping\"" : heads[st.store];
     size_t hn = strlen(head);
     memcpy(p, head, hn);
     p += hn;
-    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+    for (size_t i = 0; i < nv; i++) {
         size_t kn = strlen(keys[i]);
         memcpy(p, keys[i], kn);
         char num[24], *d = jsonw_u64_digits(v[i], num + sizeof num);
@@ -461,8 +471,8 @@ void v1_healthz(route_ctx_t *c)
     }
     *p++ = '}';
     *p++ = '\n';
-    ctx_reply(c, draining || down ? 503 : 200, "application/json; charset=utf-8", body,
-              (size_t)(p - body));
+    ctx_reply(c, draining || st.store != ENGINE_STORE_OK ? 503 : 200,
+              "application/json; charset=utf-8", body, (size_t)(p - body));
 }
 
 /* GET /metrics  (Prometheus text format) */

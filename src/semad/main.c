@@ -66,21 +66,54 @@ static int open_store(semad_config_t *cfg, int on_redis, store_t **store)
     return rc;
 }
 
-static void say_ready(const semad_config_t *cfg, int on_redis)
+/* What the start and ready lines say of the store: "data DIR", "data -" or the engine's. */
+static void store_words(const semad_config_t *cfg, engine_t *engine, char *buf, size_t cap)
 {
-    char ready[600];
-    snprintf(ready, sizeof ready, "semad %s ready (durability %s, %s %s)", SEMA_VERSION_STRING,
-             cfg->durability == STORE_STRICT    ? "strict"
-             : cfg->durability == STORE_RELAXED ? "relaxed"
-                                                : "none",
-             on_redis ? "engine" : "data",
-             on_redis                        ? "redis"
-             : cfg->durability == STORE_NONE ? "-"
-                                             : cfg->data_dir);
+    if (strncmp(cfg->engine.backend, "redis", 5) != 0) {
+        snprintf(buf, cap, "data %s", cfg->durability == STORE_NONE ? "-" : cfg->data_dir);
+        return;
+    }
+    memcpy(buf, "engine ", 8);
+    engine_describe(engine, buf + 7, cap - 7);
+}
+
+static const char *durability_name(const semad_config_t *cfg)
+{
+    return cfg->durability == STORE_STRICT    ? "strict"
+           : cfg->durability == STORE_RELAXED ? "relaxed"
+                                              : "none";
+}
+
+typedef struct {
+    const semad_config_t *cfg;
+    engine_t *engine;
+} ready_ctx_t;
+
+/* Its store answered: "ready" in the log and to systemd (engine_when_ready). */
+static void say_ready(void *arg)
+{
+    const ready_ctx_t *rc = arg;
+    char where[400], ready[600];
+    store_words(rc->cfg, rc->engine, where, sizeof where);
+    snprintf(ready, sizeof ready, "semad %s ready (durability %s, %s)", SEMA_VERSION_STRING,
+             durability_name(rc->cfg), where);
     log_info("%s", ready);
     char state[640];
     snprintf(state, sizeof state, "READY=1\nSTATUS=%s", ready);
     notify_send(state); /* Type=notify units start their dependents now */
+}
+
+/* A store that answers later (Redis): say where it is, and that semad waits for it. */
+static void say_starting(const semad_config_t *cfg, engine_t *engine)
+{
+    char where[400], line[600];
+    store_words(cfg, engine, where, sizeof where);
+    snprintf(line, sizeof line, "semad %s starting (durability %s, %s): not ready until it answers",
+             SEMA_VERSION_STRING, durability_name(cfg), where);
+    log_info("%s", line);
+    char state[640];
+    snprintf(state, sizeof state, "STATUS=%s", line);
+    notify_send(state);
 }
 
 static int run(semad_config_t *cfg)
@@ -116,7 +149,10 @@ static int run(semad_config_t *cfg)
         return abandon(srv, loop, NULL, store);
     }
     server_set_engine(srv, engine);
-    say_ready(cfg, on_redis);
+    ready_ctx_t ready = {cfg, engine};
+    if (on_redis)
+        say_starting(cfg, engine);
+    engine_when_ready(engine, say_ready, &ready);
     uv_run(loop, UV_RUN_DEFAULT);
     server_free(srv);
     uv_loop_close(loop);

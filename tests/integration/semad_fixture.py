@@ -78,9 +78,11 @@ class Semad:
     """One semad process. `args` are extra flags; `env` extra environment; `wrap` a
     command prefix (such as `setpriv --pdeathsig KILL`) that execs semad. With `tls` (an
     ssl.SSLContext for the client side), semad serves HTTPS (the caller passes --tls-cert and
-    --tls-key) and conn()/request() speak it."""
+    --tls-key) and conn()/request() speak it. healthy=False: return once it listens, without
+    waiting for /healthz to answer 200 (nor a validating proxy)."""
 
-    def __init__(self, *args, durability="none", env=None, data=None, tls=None, wrap=None):
+    def __init__(self, *args, durability="none", env=None, data=None, tls=None, wrap=None,
+                 healthy=True):
         self.tls = tls
         self.tmp = tempfile.mkdtemp(prefix="semad-test-")
         self.data = data or os.path.join(self.tmp, "data")
@@ -98,6 +100,8 @@ class Semad:
         self.port = self.semad_port  # what the tests talk to: semad, or the proxy before it
         self.host = "127.0.0.1"
         self.proxy = None
+        if not healthy:
+            return
         if PROXY:
             self._wait_healthy(10 * SLOW, direct=True)
             try:

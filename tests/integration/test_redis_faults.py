@@ -800,6 +800,11 @@ def sentinel_failover(crash, replicas=1):
                   % summary)
             return
         followed = time.monotonic() - t0
+        # each instance warns that it saw the failover (docs/redis.md, Health and logs)
+        for i, s in enumerate(fl.live()):
+            assert [ln for ln in s.log() if " warn: redis: " in ln and (
+                "Sentinel switched the primary" in ln or " the primary of " in ln)], (
+                "instance %d did not log the failover" % i, s.log()[-10:])
 
         def grants_after():
             with load.lock:

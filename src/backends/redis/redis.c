@@ -351,5 +351,7 @@ const engine_backend_t engine_backend_redis = {
     .metrics = rs__metrics,
     .events_point = rs__events_point,
     .events_replay = rs__events_replay,
+    .describe = rs__describe,
     .tickets = 1,
+    .ready_later = 1,
 };

@@ -445,6 +445,7 @@ void rs__cmd_cb(redisAsyncContext *ac, void *reply, void *priv)
         return;
     }
     r->replies++;
+    r->contact_mono = rs__now(r);
     if (script && reply_unpack(reply, &u) < 0) {
         /* its answer cannot be read: asked again with its request id, it is told again */
         log_warn("redis: out of memory reading an answer; the command goes again");

@@ -528,11 +528,21 @@ static void hello_cb(redisAsyncContext *ac, void *reply, void *priv)
     }
     memcpy(r->epoch, rep->element[0]->str, rep->element[0]->len);
     r->epoch[rep->element[0]->len] = '\0';
+    r->contact_mono = rs__now(r);
     if (unproven(r))
         log_warn("redis: the primary changed (%s:%d carries replication id %s, not %s) and "
                  "nothing proves it has every acknowledged write: no grants until every lease "
                  "granted before may have run out",
                  r->host, r->port, r->replid_new, r->replid);
+    else if (!lost && r->replid[0] != '\0' && r->replid_new[0] != '\0' &&
+             strcmp(r->replid, r->replid_new) != 0)
+        log_warn("redis: %s (%s:%d carries replication id %s, not %s), and %s: grants go on",
+                 strcmp(r->replid2_new, r->replid) == 0 ? "a replica became the primary"
+                                                        : "the primary restarted or changed",
+                 r->host, r->port, r->replid_new, r->replid,
+                 r->strict && r->replicas > 0
+                     ? "every acknowledged write was on a replica that WAIT counted"
+                     : "it syncs every write to its append-only file");
     if (r->replid_new[0] != '\0')
         memcpy(r->replid, r->replid_new, sizeof r->replid);
     r->safe_at_ms = strtoll(rep->element[1]->str, NULL, 10);
@@ -630,6 +640,12 @@ static void sentinel_addr_cb(redisAsyncContext *ac, void *reply, void *priv)
         schedule_reconnect(r);
         return;
     }
+    if (r->host[0] != '\0' &&
+        (strlen(r->host) != rep->element[0]->len ||
+         memcmp(r->host, rep->element[0]->str, rep->element[0]->len) != 0 || r->port != (int)port))
+        log_warn("redis: Sentinel %s names %s:%s the primary of %s (it was %s:%d)",
+                 r->sentinels[r->sentinel_at], rep->element[0]->str, rep->element[1]->str,
+                 r->master, r->host, r->port);
     memcpy(r->host, rep->element[0]->str, rep->element[0]->len);
     r->host[rep->element[0]->len] = '\0';
     r->port = (int)port;
@@ -711,6 +727,7 @@ void rs__on_ready(rs_t *r)
         log_info("redis: connected to %s:%d again", r->host, r->port);
     r->conn_once = 1;
     r->down_since = 0;
+    engine__backend_ready(r->front); /* (the first time: semad says "ready") */
     /* commands that were in flight when the connection went go first, in their order */
     elist_splice(&r->retry, &r->pending);
     elist_splice(&r->pending, &r->retry);
@@ -726,6 +743,23 @@ void rs__on_ready(rs_t *r)
         rs__check_all(r); /* this Redis may lack some of them (a failover) */
     rs__beat(r);
     rs__drain(r); /* requests answered on the way (rs__send) */
+}
+
+void rs__describe(void *be, char *buf, size_t cap)
+{
+    const rs_t *r = be;
+    size_t n;
+
+    if (r->master[0] == '\0') {
+        snprintf(buf, cap, r->db != 0 ? "redis %s:%d db %d" : "redis %s:%d", r->host, r->port,
+                 r->db);
+        return;
+    }
+    n = (size_t)snprintf(buf, cap, "redis %s via Sentinels", r->master);
+    for (int i = 0; i < r->nsentinels && n < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%s", i ? "," : " ", r->sentinels[i]);
+    if (r->host[0] != '\0' && n < cap)
+        snprintf(buf + n, cap - n, " (primary %s:%d)", r->host, r->port);
 }
 
 /* ---- the subscriber connection ---- */

@@ -137,8 +137,9 @@ typedef struct rs {
     uv_timer_t reconnect_timer, tick_timer, hb_timer, due_timer;
     uv_check_t check;
     uint64_t backoff_ms, down_since;
-    int conn_once; /* the command connection was up before */
-    int resyncing; /* a SCRIPT LOAD or hello runs: commands wait in retry/pending */
+    uint64_t contact_mono; /* when Redis last answered a command (loop ms; 0: never) */
+    int conn_once;         /* the command connection was up before */
+    int resyncing;         /* a SCRIPT LOAD or hello runs: commands wait in retry/pending */
     elist_t inflight, retry, pending;
     elist_t unconfirmed; /* strict: undo commands answered, until a WAIT confirms them */
     size_t npending;
@@ -179,6 +180,7 @@ void rs__sub_watch(rs_t *r, rs_sem_t *s, int on);
 void rs__conns_close(rs_t *r);
 void rs__resync(rs_t *r);
 void rs__on_ready(rs_t *r);
+void rs__describe(void *be, char *buf, size_t cap); /* engine_describe: the address */
 /* A blocking connection for the engine's synchronous questions (250 ms timeout); NULL when
  * Redis does not answer. */
 redisContext *rs__sync(rs_t *r);

@@ -12,8 +12,14 @@ void rs__stats(void *be, engine_stats_t *out)
 {
     rs_t *r = be;
 
-    out->unavailable = r->cmd.state != RS_CONN_READY && r->down_since != 0 &&
-                       r->down_since + r->cmd_timeout_ms <= rs__now(r);
+    uint64_t now = rs__now(r);
+
+    /* READY: the library is loaded and the epoch checked (hello answered) on this connection */
+    out->store = r->contact_mono == 0                            ? ENGINE_STORE_STARTING
+                 : r->cmd.state != RS_CONN_READY                 ? ENGINE_STORE_UNREACHABLE
+                 : now - r->contact_mono > ENGINE_CONTACT_MAX_MS ? ENGINE_STORE_SILENT
+                                                                 : ENGINE_STORE_OK;
+    out->contact_age_ms = r->contact_mono == 0 ? -1 : (int64_t)(now - r->contact_mono);
     out->semaphores = r->nsems;
     out->leases = r->nleases;
     out->locks = r->nlocks;

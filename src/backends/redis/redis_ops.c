@@ -332,6 +332,7 @@ void rs__op_short(rs_t *r, rs_cmd_t *c, const redisReply *rep)
         now = (int64_t)le_double(rep->str + 9);
         r->clock_off = now - (int64_t)rs__now(r);
         r->m->grants++;
+        r->nleases++; /* (/healthz: this instance's own change, before the next count) */
         if (req == NULL) { /* the client left: the grant goes back */
             rs__send_drop(r, rq->lid);
             sema__free(rq);
@@ -353,6 +354,7 @@ void rs__op_short(rs_t *r, rs_cmd_t *c, const redisReply *rep)
     } else {
         double held_s = (double)(now - (int64_t)le_double(rep->str + 1)) / 1000.0;
         r->m->releases++;
+        r->nleases -= r->nleases > 0;
         engine__hist_observe(&r->m->hold_s, held_s > 0 ? held_s : 0);
         if (req == NULL) {
             sema__free(rq);

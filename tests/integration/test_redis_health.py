@@ -1,0 +1,121 @@
+# SPDX-License-Identifier: MIT
+"""test_redis_health.py - what semad on Redis says of its health: no "ready" before Redis
+answered, /healthz answering 503 with a code while Redis was never reached, is gone or is
+silent past the documented bound, counts that are those of the last answer (this instance's
+own changes at once, another's within the bound), and a warning in the log for each loss.
+
+Each case starts its own redis-server and semad instances on ephemeral loopback ports, and
+skips when semad has no Redis back end. The bound is docs/redis.md's: /healthz says ok only
+while Redis answered the instance within the last CONTACT_MAX_S."""
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import redis_fixture as rf  # noqa: E402
+import semad_fixture as fx  # noqa: E402
+
+SLOW = fx.SLOW
+CONTACT_MAX_S = 3.0  # ENGINE_CONTACT_MAX_MS: a heartbeat every 2 s and the command timeout
+
+
+def health(s):
+    st, body = s.json("GET", "/healthz")
+    return st, body
+
+
+def lines_with(s, text):
+    return [line for line in s.log() if text in line]
+
+
+def test_nothing_listening_is_not_ready_and_healthz_says_why():
+    """semad started on a Redis address where nothing listens: its start line names the
+    address, it warns that it cannot reach it, it never says "ready", and /healthz answers 503
+    "starting" with code store_never_answered. Once a redis-server listens there, it says
+    "ready" (naming the address) and /healthz answers 200."""
+    rf.need_redis_engine()
+    r = rf.RedisServer()
+    with r:
+        r.kill()  # its port, with nothing listening
+        addr = "127.0.0.1:%d" % r.port
+        s = fx.Semad("--engine", r.url(), healthy=False, wrap=rf.wrap())
+        with s:
+            fx.wait_until(lambda: lines_with(s, "cannot reach " + addr), 10,
+                          "the warning that Redis cannot be reached")
+            start = lines_with(s, " starting (")
+            assert start and ("engine redis " + addr) in start[0], s.log()
+            st, body = health(s)
+            assert st == 503 and body["status"] == "starting" and \
+                body["code"] == "store_never_answered", (st, body)
+            assert "contact_age_ms" not in body, body
+            assert not lines_with(s, " ready ("), ("ready before Redis answered", s.log())
+            r.start()
+            fx.wait_until(lambda: health(s)[0] == 200, 10, "/healthz 200 once Redis answers")
+            ready = lines_with(s, " ready (")
+            assert len(ready) == 1 and ("engine redis " + addr) in ready[0], s.log()
+            assert s.log().index(ready[0]) > s.log().index(start[0])
+            st, body = health(s)
+            assert body["status"] == "ok" and 0 <= body["contact_age_ms"] <= \
+                CONTACT_MAX_S * 1000, body
+
+
+def test_killed_redis_turns_healthz_503_at_once_and_the_log_says_so():
+    """Two instances on one Redis: an acquire on A shows in A's /healthz at once and in B's
+    within the bound. kill -9 of Redis: both answer 503 store_unreachable (the closed connection
+    is seen at once; the bound leaves room for a busy machine) and warn "lost". Redis started
+    again without its data: both say 200 again, and warn that Redis lost its data."""
+    rf.need_redis_engine()
+    r = rf.RedisServer()
+    with r, rf.Fleet(r.url(), 2) as fl:
+        a, b = fl[0], fl[1]
+        assert a.request("PUT", "/v1/semaphores/h", {"capacity": 2})[0] == 201
+        st, lease = a.json("POST", "/v1/semaphores/h/acquire", {"ttl_ms": 60000})
+        assert st == 200, (st, lease)
+        st, body = health(a)
+        assert st == 200 and body["leases"] == 1 and body["semaphores"] == 1, body
+        fx.wait_until(lambda: health(b)[1]["leases"] == 1, CONTACT_MAX_S + 2,
+                      "B's count of leases within the bound")
+        assert b.request("DELETE", "/v1/leases/" + lease["lease"])[0] == 204
+        st, body = health(b)
+        assert st == 200 and body["leases"] == 0, body
+        r.kill()
+        t0 = time.monotonic()
+        for s in (a, b):
+            fx.wait_until(lambda: health(s)[0] == 503, CONTACT_MAX_S, "/healthz 503")
+            st, body = health(s)
+            assert body["status"] == "unavailable" and body["code"] == "store_unreachable", body
+        took = time.monotonic() - t0
+        addr = "127.0.0.1:%d" % r.port
+        for s in (a, b):
+            fx.wait_until(lambda: lines_with(s, "redis: lost " + addr), 5, "the warning")
+            assert [ln for ln in lines_with(s, "redis: lost ") if " warn: " in ln], s.log()
+        r.start()
+        for s in (a, b):
+            fx.wait_until(lambda: health(s)[0] == 200, 20, "/healthz 200 again")
+            fx.wait_until(lambda: lines_with(s, "Redis lost its data"), 10,
+                          "the warning of the data lost")
+        print("503 on both instances %.3fs after kill -9 of Redis" % took)
+
+
+def test_paused_redis_turns_healthz_503_within_the_bound():
+    """Redis that answers nothing (CLIENT PAUSE) while the connection stays up: /healthz
+    answers 503 (store_not_answering, or store_unreachable once the command timeout drops the
+    connection) within the bound, and 200 again once Redis answers."""
+    rf.need_redis_engine()
+    r = rf.RedisServer()
+    with r, rf.Fleet(r.url(), 1) as fl:
+        s = fl[0]
+        fx.wait_until(lambda: health(s)[0] == 200, 10, "healthy")
+        t0 = time.monotonic()
+        r.pause(int((CONTACT_MAX_S + 4) * 1000 * SLOW))
+        fx.wait_until(lambda: health(s)[0] == 503, CONTACT_MAX_S + 1.0, "/healthz 503")
+        took = time.monotonic() - t0
+        st, body = health(s)
+        assert body.get("code") in ("store_not_answering", "store_unreachable"), body
+        assert took <= (CONTACT_MAX_S + 1.0) * SLOW, took
+        fx.wait_until(lambda: health(s)[0] == 200, CONTACT_MAX_S + 20, "/healthz 200 again")
+        print("503 %.2fs after Redis stopped answering" % took)
+
+
+if __name__ == "__main__":
+    fx.main(globals())
