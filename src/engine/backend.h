@@ -58,8 +58,11 @@ typedef struct engine_backend {
                          void (*each)(void *ctx, const struct engine_event *ev), void *ctx,
                          uint64_t *cur_uid, uint64_t *cur_seq);
     /* Optional operations. A back end that leaves `tickets` 0 never sees ENGINE_TICKET_*:
-     * the front fails them with SEMA_ENOTSUP (HTTP 501, code not_supported). */
+     * the front fails them with SEMA_ENOTSUP (HTTP 501, code not_supported). Likewise
+     * `multi` (ENGINE_ACQUIRE_MULTI, a ticket on several semaphores), `tenants` (a request
+     * naming a tenant, a semaphore's tenant_max) and `rates` (rate_per_s, rate_burst). */
     int tickets;
+    int multi, tenants, rates;
 } engine_backend_t;
 
 /* ---- the front's counters, which back ends update ---- */

@@ -36,13 +36,13 @@ struct store; /* store.h */
  * docs/http-api.md). Timestamps in results are Unix epoch milliseconds (server wall clock);
  * deadlines and timers inside the engine use the monotonic clock (uv_now/uv_hrtime). */
 typedef enum {
-    ENGINE_SEM_PUT,       /* name, capacity -> SEM; created=1 if new, 0 if identical;
-                             SEMA_EEXIST if it exists with another capacity */
-    ENGINE_SEM_RESIZE,    /* name, capacity -> SEM */
+    ENGINE_SEM_PUT,       /* name, capacity, limits -> SEM; created=1 if new, 0 if identical;
+                             SEMA_EEXIST if it exists with another capacity or limits */
+    ENGINE_SEM_RESIZE,    /* name, capacity (0: unchanged), limits -> SEM */
     ENGINE_SEM_GET,       /* name -> SEM (with holders and waiters) */
     ENGINE_SEM_DELETE,    /* name -> NONE; parked waiters fail SEMA_ECANCELED, leases void */
     ENGINE_SEM_LIST,      /* prefix, limit, cursor -> LIST */
-    ENGINE_ACQUIRE,       /* name, weight, timeout_ms, ttl_ms, owner, idem_key -> LEASE */
+    ENGINE_ACQUIRE,       /* name, weight, timeout_ms, ttl_ms, owner, idem_key, tenant -> LEASE */
     ENGINE_WAIT_IDLE,     /* name, timeout_ms -> IDLE */
     ENGINE_LEASE_GET,     /* id -> LEASE */
     ENGINE_LEASE_RENEW,   /* id, ttl_ms -> LEASE */
@@ -58,43 +58,77 @@ typedef enum {
     ENGINE_LEGACY_DOWN,   /* name -> LEGACY; SEMA_EBUSY when the value is 0 */
     /* Tickets: a place in a semaphore's FIFO queue that does not hold a connection open.
      * A back end may not serve them (engine_backend_t.tickets): then SEMA_ENOTSUP. */
-    ENGINE_TICKET_CREATE, /* name, weight, ttl_ms, owner, idem_key, keepalive_ms -> TICKET
-                             (created=1 if new, 0 for a retry with its Idempotency-Key) */
+    ENGINE_TICKET_CREATE, /* name, weight (or parts, name NULL: several semaphores), tenant,
+                             ttl_ms, owner, idem_key, keepalive_ms -> TICKET (created=1 if
+                             new, 0 for a retry with its Idempotency-Key) */
     ENGINE_TICKET_GET,    /* id (the ticket's), timeout_ms (0: now; > 0: wait up to that long
                              until its state differs from `seen`, or from the state at
                              arrival when seen is 0) -> TICKET; SEMA_EGONE once ended */
     ENGINE_TICKET_DELETE, /* id -> NONE (leaves the line; a granted ticket's
                              lease is released) */
     ENGINE_LOCK_LIST,     /* prefix, limit, cursor -> LOCK_LIST: the keys held or awaited */
+    /* Several semaphores at once: all or nothing (engine_backend_t.multi). */
+    ENGINE_ACQUIRE_MULTI, /* parts, timeout_ms, ttl_ms, owner, idem_key, tenant -> LEASE
+                             (with its parts: one lease, a fence per semaphore) */
     ENGINE_OP_COUNT
 } engine_op_t;
 
 enum { ENGINE_MODE_SHARED = 1, ENGINE_MODE_EXCLUSIVE = 2 };
 
+/* engine_req_t.limits: which of a semaphore's limits a PUT or a resize sets. */
+enum { ENGINE_LIMIT_TENANT_MAX = 1, ENGINE_LIMIT_RATE = 2, ENGINE_LIMIT_BURST = 4 };
+
 /* ---- typed results ---- */
 
 enum { ENGINE_LEASE_ID_MAX = 28 }; /* bytes of a lease id with its NUL */
 
-/* A lease: the result of a grant, and a holder in a semaphore's view. */
+/* One semaphore of a request or a lease on several: its name (name_len bytes; a request's
+ * is NUL-terminated), its weight, and a lease's fence on it. */
+typedef struct {
+    const char *name;
+    size_t name_len;
+    uint64_t weight;
+    uint64_t fence; /* a lease's; 0 in a request */
+} engine_part_t;
+
+/* A lease: the result of a grant, and a holder in a semaphore's view. A lease on several
+ * semaphores (ENGINE_ACQUIRE_MULTI) has nparts > 0 and its parts in `parts` (name, weight
+ * and fence describe parts[0] then); a holder in a view shows the part of its semaphore. */
 typedef struct {
     char id[ENGINE_LEASE_ID_MAX];
     const char *name; /* the semaphore's name or the lock's key (name_len bytes) */
     size_t name_len;
-    const char *owner; /* NUL-terminated, or NULL */
+    const char *owner;  /* NUL-terminated, or NULL */
+    const char *tenant; /* NUL-terminated, or NULL */
     uint64_t weight, fence;
     int64_t ttl_ms, acquired_at_ms, expires_at_ms;
-    int mode; /* 0 for a semaphore's lease, ENGINE_MODE_* for a lock's */
+    int mode;      /* 0 for a semaphore's lease, ENGINE_MODE_* for a lock's */
+    int multi;     /* a holder in a view: its lease is on several semaphores */
+    size_t nparts; /* a lease on several semaphores: its parts (in the result), else 0 */
+    const engine_part_t *parts;
 } engine_lease_t;
 
 /* A parked request in a semaphore's view; its position is its index (0 = head). */
 typedef struct {
-    const char *owner; /* NUL-terminated, or NULL */
+    const char *owner;  /* NUL-terminated, or NULL */
+    const char *tenant; /* NUL-terminated, or NULL */
     uint64_t weight;
     int64_t since_ms;
     int mode;      /* as in engine_lease_t */
     int wait_idle; /* a wait-idle, not an acquire */
     int ticket;    /* a ticket, not a request holding a connection */
+    int multi;     /* a request on several semaphores (this is its part here) */
 } engine_waiter_t;
+
+/* A tenant of a semaphore (one that holds or waits there): name NULL for the requests that
+ * named none. */
+typedef struct {
+    const char *name;
+    size_t name_len;
+    uint64_t held;           /* units its leases hold */
+    uint64_t waiting;        /* its parked requests */
+    uint64_t waiting_weight; /* and the units they ask for */
+} engine_tenant_t;
 
 enum { ENGINE_TICKET_WAITING = 1, ENGINE_TICKET_GRANTED = 2 };
 
@@ -103,16 +137,19 @@ enum { ENGINE_TICKET_WAITING = 1, ENGINE_TICKET_GRANTED = 2 };
 typedef struct {
     char id[ENGINE_LEASE_ID_MAX];
     int status;       /* ENGINE_TICKET_* */
-    const char *name; /* its semaphore (name_len bytes) */
+    const char *name; /* its semaphore (name_len bytes); its first on several */
     size_t name_len;
-    uint64_t weight;        /* units it asks for */
-    uint64_t position;      /* waiting: 1 = next in line */
-    uint64_t ahead_weight;  /* waiting: units asked for by those ahead */
-    int64_t p50_ms, p90_ms; /* estimated wait from now (when `estimated`) */
-    int64_t poll_after_ms;  /* read again after this long */
-    int64_t keepalive_ms;   /* unread this long, it is dropped (or its grant) */
-    uint64_t state;         /* differs whenever status or position does */
-    int estimated;          /* waiting: p50_ms and p90_ms are set */
+    const char *tenant;         /* NUL-terminated, or NULL */
+    size_t nparts;              /* a ticket on several semaphores: its parts, else 0 */
+    const engine_part_t *parts; /* (position and ahead_weight: in its longest line) */
+    uint64_t weight;            /* units it asks for */
+    uint64_t position;          /* waiting: 1 = next in line */
+    uint64_t ahead_weight;      /* waiting: units asked for by those ahead */
+    int64_t p50_ms, p90_ms;     /* estimated wait from now (when `estimated`) */
+    int64_t poll_after_ms;      /* read again after this long */
+    int64_t keepalive_ms;       /* unread this long, it is dropped (or its grant) */
+    uint64_t state;             /* differs whenever status or position does */
+    int estimated;              /* waiting: p50_ms and p90_ms are set */
 } engine_ticket_t;
 
 /* A semaphore (or a lock key) as it stood when the request completed. */
@@ -124,12 +161,16 @@ typedef struct {
     int64_t available; /* may be < 0 after a shrink, > capacity after legacy up */
     uint64_t held, fence;
     uint64_t waiting, waiting_weight; /* parked requests and their total weight */
+    uint64_t tenant_max;              /* the most one tenant may hold, 0: no cap */
+    uint64_t rate_per_s, rate_burst;  /* units granted per second and the bucket; 0: none */
+    uint64_t tokens;                  /* units the bucket holds now (whole) */
     int legacy;                       /* legacy up/down made its value a counter */
     int lists;                        /* holders and waiters are filled (SEM, LOCK) */
     int truncated;                    /* the lists stop at ENGINE_VIEW_LIST_MAX */
-    size_t nholders, nwaiters;
+    size_t nholders, nwaiters, ntenants;
     engine_lease_t *holders;
     engine_waiter_t *waiters;
+    engine_tenant_t *tenants; /* SEM with lists, when requests named tenants (by name) */
 } engine_sem_view_t;
 
 enum { ENGINE_VIEW_LIST_MAX = 1000 }; /* longest holders/waiters list in a view */
@@ -194,8 +235,17 @@ struct engine_req {
     size_t name_len;
     const char *id; /* LEASE_*, TICKET_GET, TICKET_DELETE: the lease's or ticket's id */
     size_t id_len;
-    uint64_t capacity;    /* SEM_PUT, SEM_RESIZE, LEGACY_CREATE */
-    uint64_t weight;      /* ACQUIRE */
+    uint64_t capacity; /* SEM_PUT, SEM_RESIZE, LEGACY_CREATE */
+    uint64_t weight;   /* ACQUIRE, TICKET_CREATE */
+    /* ACQUIRE_MULTI, and TICKET_CREATE on several semaphores (name NULL): the semaphores
+     * with their weights, each named once (at most ENGINE_PARTS_MAX) */
+    const engine_part_t *parts;
+    size_t nparts;
+    const char *tenant; /* ACQUIRE, ACQUIRE_MULTI, TICKET_CREATE: optional, may be NULL */
+    /* SEM_PUT, SEM_RESIZE: the limits beside the capacity, those named in `limits`
+     * (ENGINE_LIMIT_*; a resize leaves the others as they are; 0 removes one) */
+    uint64_t tenant_max, rate_per_s, rate_burst;
+    unsigned limits;
     int64_t timeout_ms;   /* ACQUIRE, WAIT_IDLE, LOCK_ACQUIRE: 0 try, < 0 forever */
     int64_t ttl_ms;       /* ACQUIRE, LOCK_ACQUIRE, LEASE_RENEW: 0 = server default */
     const char *owner;    /* optional, may be NULL */

@@ -53,20 +53,38 @@ static emb_sem_t *create_sem(emb_t *eb, emb_req_t *er, uint64_t capacity, int fl
     return s;
 }
 
+/* The limits a PUT asks for (those it does not name: none). */
+static void put_limits(const engine_req_t *req, uint64_t *tm, uint64_t *rate, uint64_t *burst)
+{
+    *tm = req->limits & ENGINE_LIMIT_TENANT_MAX ? req->tenant_max : 0;
+    *rate = req->limits & ENGINE_LIMIT_RATE ? req->rate_per_s : 0;
+    *burst = *rate != 0 && (req->limits & ENGINE_LIMIT_BURST) ? req->rate_burst : 0;
+}
+
 static void op_sem_put(emb_t *eb, emb_req_t *er)
 {
     engine_req_t *req = er->req;
+    uint64_t tm, rate, burst, htm, hrate, hburst;
     emb_sem_t *s;
 
+    put_limits(req, &tm, &rate, &burst);
     s = emb__sem_find(eb, req->name, req->name_len);
     /* An answer from what exists may rest on a create whose commit still runs. */
     er->durable = s != NULL;
-    if (s != NULL && s->capacity != req->capacity)
-        return fail(eb, er, SEMA_EEXIST, "the semaphore exists with another capacity");
+    if (s != NULL) {
+        emb__lim_get(s, &htm, &hrate, &hburst);
+        if (s->capacity != req->capacity || htm != tm || hrate != rate || hburst != burst)
+            return fail(eb, er, SEMA_EEXIST,
+                        "the semaphore exists with another capacity (or other limits)");
+    }
     if (s == NULL) {
         s = create_sem(eb, er, req->capacity, 0);
         if (s == NULL)
             return;
+        if (emb__lim_set(eb, s, tm, rate, burst) != 0) {
+            emb__sem_free(eb, s);
+            return fail(eb, er, SEMA_ENOMEM, "out of memory creating the semaphore");
+        }
         req->created = 1;
     }
     emb__finish_view(eb, er, s, ENGINE_RES_SEM);
@@ -86,20 +104,41 @@ static void op_legacy_create(emb_t *eb, emb_req_t *er)
         emb__finish_view(eb, er, s, ENGINE_RES_LEGACY);
 }
 
-/* Fail every waiter (ECANCELED), void every lease, forget the semaphore. */
+/* A waiter of s must go with `status` (a request on several semaphores leaves them all; a
+ * ticket ends with `reason`); admission runs again where it was. */
+static void drop_waiter(emb_t *eb, emb_req_t *w, int status, const char *msg, int reason)
+{
+    emb_sem_t *sems[ENGINE_PARTS_MAX];
+    size_t n;
+
+    if (w->kind == EMB_KIND_PART)
+        w = w->multi->main;
+    if (w->kind == EMB_KIND_TICKET) {
+        emb_ticket_t *t = ECONTAINER(w, emb_ticket_t, q);
+        n = emb__req_sems(w, sems);
+        emb__ticket_refuse(eb, t, reason);
+    } else {
+        n = emb__req_sems(w, sems);
+        emb__unpark(eb, w);
+        emb__finish(eb, w, status, msg);
+    }
+    emb__admit_all(eb, sems, n);
+}
+
+/* Fail every waiter (ECANCELED), void every lease, forget the semaphore. A request or lease
+ * on several semaphores goes from all of them. */
 static void delete_sem(emb_t *eb, emb_sem_t *s)
 {
-    while (!elist_empty(&s->waiters)) {
-        emb_req_t *w = ECONTAINER(s->waiters.next, emb_req_t, link);
-        if (w->kind == EMB_KIND_TICKET) {
-            emb__ticket_refuse(eb, ECONTAINER(w, emb_ticket_t, q), EMB_TOMB_TICKET_DELETED);
-            continue;
-        }
-        emb__unpark(eb, w);
-        emb__finish(eb, w, SEMA_ECANCELED, "the semaphore was deleted");
+    int was = emb__admit_hold(eb);
+
+    s->flags |= EMB_SEM_DELETED;
+    while (!elist_empty(&s->waiters))
+        drop_waiter(eb, ECONTAINER(s->waiters.next, emb_req_t, link), SEMA_ECANCELED,
+                    "the semaphore was deleted", EMB_TOMB_TICKET_DELETED);
+    while (!elist_empty(&s->holders)) {
+        emb_lease_t *l = ECONTAINER(s->holders.next, emb_lease_t, link);
+        emb__lease_end_admit(eb, l->main != NULL ? l->main : l, EMB_TOMB_DELETED);
     }
-    while (!elist_empty(&s->holders))
-        emb__lease_end(eb, ECONTAINER(s->holders.next, emb_lease_t, link), EMB_TOMB_DELETED);
     emb__event_sem(eb, s, "deleted", 0);
     if (eb->store != NULL) {
         if (s->dirty_at != 0) /* its retired fence is read from its row: write that first */
@@ -108,6 +147,7 @@ static void delete_sem(emb_t *eb, emb_sem_t *s)
         emb__mark_dirty(eb);
     }
     emb__sem_free(eb, s);
+    emb__admit_release(eb, was);
 }
 
 static void op_sem_delete(emb_t *eb, emb_req_t *er)
@@ -126,28 +166,38 @@ static void op_sem_delete(emb_t *eb, emb_req_t *er)
 
 static void op_sem_resize(emb_t *eb, emb_req_t *er)
 {
-    uint64_t cap = er->req->capacity;
+    engine_req_t *req = er->req;
+    uint64_t cap, tm, rate, burst;
     emb_sem_t *s = find_sem(eb, er);
+    const char *msg;
+    int was;
 
     if (s == NULL)
         return;
+    cap = req->capacity != 0 ? req->capacity : s->capacity;
+    if (emb__lim_wanted(s, req, &tm, &rate, &burst, &msg) != 0)
+        return fail(eb, er, SEMA_EINVAL, msg);
+    if (emb__lim_set(eb, s, tm, rate, burst) != 0)
+        return fail(eb, er, SEMA_ENOMEM, "out of memory");
     s->available += (int64_t)cap - (int64_t)s->capacity;
     s->capacity = cap;
+    was = emb__admit_hold(eb);
     /* Queued requests that can never fit any more fail now instead of blocking the queue. */
     for (elist_t *x = s->waiters.next, *next; x != &s->waiters; x = next) {
         emb_req_t *w = ECONTAINER(x, emb_req_t, link);
         next = x->next;
-        if (w->kind == EMB_KIND_TICKET && w->weight > cap) {
-            emb__ticket_refuse(eb, ECONTAINER(w, emb_ticket_t, q), EMB_TOMB_TICKET_REFUSED);
-        } else if (w->kind == EMB_KIND_ACQUIRE && w->weight > cap) {
-            emb__unpark(eb, w);
-            emb__finish(eb, w, SEMA_EINVAL, "weight is above the new capacity");
-        }
+        if (w->kind == EMB_KIND_WAIT_IDLE)
+            continue;
+        if (w->weight > cap || (msg = emb__lim_too_heavy(s, w->weight)) != NULL)
+            drop_waiter(eb, w, SEMA_EINVAL,
+                        w->weight > cap ? "weight is above the new capacity" : msg,
+                        EMB_TOMB_TICKET_REFUSED);
     }
     emb__store_sem(eb, s);
     /* subscribers hear of the resize before the grants it causes */
     emb__event_sem(eb, s, "resized", cap);
     emb__admit(eb, s);
+    emb__admit_release(eb, was);
     er->durable = 1;
     emb__finish_view(eb, er, s, ENGINE_RES_SEM);
 }
@@ -190,7 +240,7 @@ static void list_page(emb_t *eb, emb_req_t *er, emb_sem_t *root, engine_res_kind
     for (s = list_start(root, req, pfx, plen);
          s != NULL && has_prefix(s, pfx, plen) && n < req->limit;
          s = emb__treap_after(root, s->name, s->name_len, 0)) {
-        if (emb__view_item(r, &r->items[n++], s) != 0) {
+        if (emb__view_item(eb, r, &r->items[n++], s) != 0) {
             engine_result_clear(r);
             return fail(eb, er, SEMA_ENOMEM, "out of memory building the result");
         }
@@ -218,7 +268,12 @@ static void op_lock_list(emb_t *eb, emb_req_t *er)
 /* ---- acquire and wait-idle ---- */
 
 static const char M_KEY_MISMATCH[] = "this Idempotency-Key names a request of another weight "
-                                     "(or lock mode); nothing was granted";
+                                     "(or lock mode, or tenant); nothing was granted";
+
+static int same_tenant(const char *a, const char *b)
+{
+    return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
 
 /* The first attempt with this key is still parked: the retry takes its place in the queue
  * (same position, its own timeout) and the first attempt ends EREPLACED. A retry of another
@@ -228,7 +283,8 @@ static int idem_take_over(emb_t *eb, emb_req_t *er, emb_idem_t *d)
     emb_req_t *old = d->waiter;
     int64_t timeout_ms = er->req->timeout_ms;
 
-    if (old->weight != er->weight || emb__req_mode(old->req) != emb__req_mode(er->req)) {
+    if (old->weight != er->weight || emb__req_mode(old->req) != emb__req_mode(er->req) ||
+        !same_tenant(old->req->tenant, er->req->tenant)) {
         fail(eb, er, SEMA_EKEYMISMATCH, M_KEY_MISMATCH);
         return 1;
     }
@@ -241,10 +297,17 @@ static int idem_take_over(emb_t *eb, emb_req_t *er, emb_idem_t *d)
     er->state = EMB_REQ_PARKED;
     er->since_ms = old->since_ms;
     er->since_mono = old->since_mono;
+    er->gseq = old->gseq;
     er->idem = d;
     d->waiter = er;
     elist_push_back(&old->link, &er->link); /* just before old, which then leaves */
     elist_remove(&old->link);
+    if (old->tenant != NULL) { /* and its place in its tenant's line */
+        elist_push_back(&old->tlink, &er->tlink);
+        elist_remove(&old->tlink);
+        er->tenant = old->tenant;
+        old->tenant = NULL;
+    }
     emb__oq_remove(er->sem, old);
     er->weight = old->weight;
     er->oseq = old->oseq;
@@ -306,7 +369,8 @@ static int idem_retry(emb_t *eb, emb_req_t *er, emb_sem_t *s)
         return 1;
     }
     if (d->lease != NULL &&
-        (d->lease->weight != er->weight || d->lease->mode != emb__req_mode(er->req))) {
+        (d->lease->weight != er->weight || d->lease->mode != emb__req_mode(er->req) ||
+         !same_tenant(emb__tenant_name(d->lease->tenant, &(size_t){0}), er->req->tenant))) {
         fail(eb, er, SEMA_EKEYMISMATCH, M_KEY_MISMATCH);
         return 1;
     }
@@ -323,6 +387,44 @@ static int idem_retry(emb_t *eb, emb_req_t *er, emb_sem_t *s)
     return 0;
 }
 
+/* Its Idempotency-Key names this waiter. */
+static void idem_waiter(emb_t *eb, emb_req_t *er, emb_sem_t *s)
+{
+    const char *key = er->req->idem_key;
+
+    if (key != NULL && key[0] != '\0') {
+        er->idem = emb__idem_new(eb, s, key, strlen(key));
+        if (er->idem != NULL)
+            er->idem->waiter = er;
+    }
+}
+
+/* An acquire on a semaphore with tenants or a rate (or naming a tenant): it joins the line,
+ * and admission says whether it goes at once; a try that does not leaves without a trace. */
+static void acquire_lim(emb_t *eb, emb_req_t *er, emb_sem_t *s)
+{
+    engine_req_t *req = er->req;
+    const char *heavy;
+    int rc;
+
+    if (s->lim == NULL && emb__lim_ensure(eb, s) != 0)
+        return fail(eb, er, SEMA_ENOMEM, "out of memory");
+    if ((heavy = emb__lim_too_heavy(s, er->weight)) != NULL)
+        return fail(eb, er, SEMA_EINVAL, heavy);
+    rc = emb__park(eb, er, s, req->timeout_ms);
+    if (rc != 0)
+        return fail(eb, er, rc,
+                    rc == SEMA_ELIMIT ? "too many parked requests (or tenants)" : "out of memory");
+    emb__admit(eb, s);
+    if (er->state != EMB_REQ_PARKED)
+        return; /* granted */
+    if (req->timeout_ms != 0)
+        return idem_waiter(eb, er, s);
+    emb__unpark(eb, er);
+    fail(eb, er, SEMA_EBUSY, "not available without waiting");
+    emb__admit(eb, s);
+}
+
 static void acquire_on(emb_t *eb, emb_req_t *er, emb_sem_t *s, uint64_t weight)
 {
     engine_req_t *req = er->req;
@@ -334,6 +436,8 @@ static void acquire_on(emb_t *eb, emb_req_t *er, emb_sem_t *s, uint64_t weight)
         return fail(eb, er, SEMA_EINVAL, "weight must be between 1 and the capacity");
     if (idem_retry(eb, er, s))
         return;
+    if (s->lim != NULL || req->tenant != NULL)
+        return acquire_lim(eb, er, s);
     if (elist_empty(&s->waiters) && (int64_t)weight <= s->available) {
         er->since_mono = emb__now(eb);
         emb_lease_t *l = emb__grant(eb, s, req, weight, er->since_mono);
@@ -348,11 +452,7 @@ static void acquire_on(emb_t *eb, emb_req_t *er, emb_sem_t *s, uint64_t weight)
     rc = emb__park(eb, er, s, req->timeout_ms);
     if (rc != 0)
         return fail(eb, er, rc, rc == SEMA_ELIMIT ? "too many parked requests" : "out of memory");
-    if (req->idem_key != NULL && req->idem_key[0] != '\0') {
-        er->idem = emb__idem_new(eb, s, req->idem_key, strlen(req->idem_key));
-        if (er->idem != NULL)
-            er->idem->waiter = er;
-    }
+    idem_waiter(eb, er, s);
 }
 
 static void op_acquire(emb_t *eb, emb_req_t *er)
@@ -458,6 +558,10 @@ static void op_lease_renew(emb_t *eb, emb_req_t *er)
         return;
     l->ttl_ms = ttl;
     l->expires_at_ms = emb__wall_ms() + ttl;
+    for (emb_lease_t *p = l->next_part; p != NULL; p = p->next_part) {
+        p->ttl_ms = l->ttl_ms;
+        p->expires_at_ms = l->expires_at_ms;
+    }
     eheap_update(&eb->heap, &l->hi, emb__now(eb) + (uint64_t)ttl);
     emb__timer_rearm(eb);
     emb__store_lease(eb, l, 0);
@@ -468,20 +572,20 @@ static void op_lease_renew(emb_t *eb, emb_req_t *er)
 static void end_lease_op(emb_t *eb, emb_req_t *er, int reason)
 {
     emb_lease_t *l = find_own_lease(eb, er);
-    emb_sem_t *s;
+    emb_sem_t *sems[ENGINE_PARTS_MAX];
+    size_t n;
 
     if (l == NULL)
         return;
-    s = l->sem;
+    n = emb__lease_sems(l, sems);
     emb__lease_end(eb, l, reason);
     er->durable = eb->strict; /* relaxed answers a release before its commit */
-    if (reason == EMB_TOMB_REVOKED) {
-        s->fence = ++eb->fence_seq; /* a fenced write with the old token now loses */
-        emb__store_sem(eb, s);
+    for (size_t i = 0; i < n && reason == EMB_TOMB_REVOKED; i++) {
+        sems[i]->fence = ++eb->fence_seq; /* a fenced write with the old token now loses */
+        emb__store_sem(eb, sems[i]);
         er->durable = 1;
     }
-    emb__admit(eb, s);
-    emb__maybe_free_lock(eb, s);
+    emb__admit_all(eb, sems, n);
     emb__finish(eb, er, 0, NULL);
 }
 
@@ -568,4 +672,5 @@ const emb_op_fn emb__ops[ENGINE_OP_COUNT] = {
     [ENGINE_TICKET_CREATE] = emb__op_ticket_create,
     [ENGINE_TICKET_GET] = emb__op_ticket_get,
     [ENGINE_TICKET_DELETE] = emb__op_ticket_delete,
+    [ENGINE_ACQUIRE_MULTI] = emb__op_acquire_multi,
 };
