@@ -300,6 +300,8 @@ typedef struct {
     uint64_t lock_readers;           /* keyed locks: max concurrent shared holders (R) */
     uint64_t max_locks;              /* keyed locks: max keys held or awaited at once */
     uint64_t metrics_max_semaphores; /* per-semaphore metric series cap */
+    uint64_t metrics_max_tenants;    /* per-tenant series of each of those semaphores; the
+                                        other tenants are summed as tenant="_other" */
     int64_t events_retain_ms;        /* an unwatched semaphore keeps its events this long for a
                                         resume (default ENGINE_EVENTS_RETAIN_MS) */
     int64_t ticket_keepalive_ms;     /* a ticket's keepalive when it asks for none */

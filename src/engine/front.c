@@ -28,6 +28,7 @@ void engine_config_default(engine_config_t *cfg)
     cfg->lock_readers = 1048576;
     cfg->max_locks = 1000000;
     cfg->metrics_max_semaphores = 100;
+    cfg->metrics_max_tenants = 20;
     cfg->events_retain_ms = ENGINE_EVENTS_RETAIN_MS;
     cfg->ticket_keepalive_ms = 30000;
     cfg->max_ticket_keepalive_ms = 3600000;

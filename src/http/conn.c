@@ -276,14 +276,18 @@ static void ctx_cleanup(route_ctx_t *c)
 {
     free(c->param);
     free(c->owner);
+    free(c->tenant);
+    free(c->multi.parts);
+    json_decref(c->multi.json);
     free(c->list.prefix);
     free(c->list.cursor);
     json_decref(c->legacy_create.echo);
     auth_unref(c->auth);
     c->auth = NULL;
     c->token = NULL;
-    c->param = c->owner = c->list.prefix = c->list.cursor = NULL;
-    c->legacy_create.echo = NULL;
+    c->param = c->owner = c->tenant = c->list.prefix = c->list.cursor = NULL;
+    c->legacy_create.echo = c->multi.json = NULL;
+    c->multi.parts = NULL;
 }
 
 void conn_close(conn_t *conn)

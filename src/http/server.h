@@ -54,7 +54,12 @@ struct route_ctx {
     const char *query;         /* text after '?' or NULL (inside req->url) */
     char *param;               /* decoded path parameter (owned) or NULL */
     size_t param_len;
-    char *owner; /* owned copies of inputs the engine borrows */
+    char *owner;  /* owned copies of inputs the engine borrows */
+    char *tenant; /* ... */
+    struct {
+        json_t *json;         /* the "semaphores" array (a reference: names point into it) */
+        engine_part_t *parts; /* what the engine reads (owned) */
+    } multi;                  /* POST /v1/acquire, POST /v1/tickets */
     /* Per-route state, owned, freed when the request ends. */
     struct {
         char *prefix; /* decoded ?prefix= */

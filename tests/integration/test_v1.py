@@ -684,11 +684,12 @@ def test_unknown_fields_are_refused_by_name_and_change_nothing():
             ("POST", "/v1/locks/k/acquire", {"mode": "shared", "weight": 1}, "weight", None),
         ]
         # each route's fields, as docs/openapi.yaml lists them
+        limits = {"capacity", "tenant_max", "rate_per_s", "rate_burst"}
         takes = {"locks/k/acquire": {"mode", "timeout_ms", "ttl_ms", "owner"},
-                 "semaphores/n": {"capacity"}, "semaphores/u": {"capacity"},
-                 "acquire": {"weight", "timeout_ms", "ttl_ms", "owner"},
+                 "semaphores/n": limits, "semaphores/u": limits,
+                 "acquire": {"weight", "timeout_ms", "ttl_ms", "owner", "tenant"},
                  "wait-idle": {"timeout_ms"},
-                 "tickets": {"weight", "ttl_ms", "owner", "keepalive_ms"},
+                 "tickets": {"weight", "ttl_ms", "owner", "keepalive_ms", "tenant"},
                  "renew": {"ttl_ms"}}
         for method, path, body, field, hint in cases:
             st, hd, data = s.request(method, path, body)
@@ -702,9 +703,10 @@ def test_unknown_fields_are_refused_by_name_and_change_nothing():
             assert listed == next(v for k, v in takes.items() if path.endswith(k)), p["detail"]
         # every listed field is taken (a body with all of them is not refused for its fields)
         full = [("POST", "/v1/semaphores/u/acquire",
-                 {"weight": 1, "timeout_ms": 0, "ttl_ms": 1000, "owner": "o"}, 409),
+                 {"weight": 1, "timeout_ms": 0, "ttl_ms": 1000, "owner": "o", "tenant": "t"}, 409),
                 ("POST", "/v1/semaphores/u/tickets",
-                 {"weight": 1, "ttl_ms": 1000, "owner": "o", "keepalive_ms": 5000}, 201),
+                 {"weight": 1, "ttl_ms": 1000, "owner": "o", "keepalive_ms": 5000,
+                  "tenant": "t"}, 201),
                 ("POST", "/v1/semaphores/u/wait-idle", {"timeout_ms": 0}, 409)]
         for method, path, body, want in full:
             st, hd, data = s.request(method, path, body)

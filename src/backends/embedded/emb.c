@@ -551,9 +551,10 @@ void emb__finish_lease(emb_t *eb, emb_req_t *er, const emb_lease_t *l)
                         : engine_result_strdup(r, l->sem->name, l->sem->name_len);
     if (r->lease.owner != NULL)
         r->lease.owner = engine_result_strdup(r, l->owner, strlen(l->owner));
+    int multi = er->req->op == ENGINE_ACQUIRE_MULTI;
     if (r->lease.name == NULL || (l->owner != NULL && r->lease.owner == NULL) ||
-        ((l->tenant != NULL || l->next_part != NULL) &&
-         emb__view_lease_parts(r, &r->lease, l) != 0)) {
+        ((l->tenant != NULL || l->next_part != NULL || multi) &&
+         emb__view_lease_parts(r, &r->lease, l, multi) != 0)) {
         engine_result_clear(r);
         emb__finish(eb, er, SEMA_ENOMEM, "out of memory building the result");
         return;

@@ -185,6 +185,7 @@ typedef struct emb_ticket {
     uint64_t seen_removed; /* sem->qremoved when its watchers' positions were last checked */
     uint8_t status;        /* EMB_TICKET_* */
     uint8_t collected;     /* a reply showed the grant: keepalive no longer applies */
+    uint8_t multi;         /* taken for several semaphores (POST /v1/tickets) */
     char id[ENGINE_LEASE_ID_MAX];
 } emb_ticket_t;
 
@@ -367,8 +368,9 @@ int emb__view_sem(emb_t *eb, engine_result_t *r, engine_sem_view_t *v, const emb
                   int lists);
 /* A list's item of `s`: its view and its counts. 0, or -1 when out of memory. */
 int emb__view_item(emb_t *eb, engine_result_t *r, engine_list_item_t *it, const emb_sem_t *s);
-/* The lease's tenant and parts (a lease on several semaphores) copied into the result. */
-int emb__view_lease_parts(engine_result_t *r, engine_lease_t *v, const emb_lease_t *l);
+/* The lease's tenant and parts (a lease on several semaphores, or `multi`: the reply to a
+ * request on several, one of them perhaps) copied into the result. */
+int emb__view_lease_parts(engine_result_t *r, engine_lease_t *v, const emb_lease_t *l, int multi);
 /* An event of a lease (granted, released, expired, revoked) or of a semaphore. */
 void emb__event_lease(emb_t *eb, const emb_sem_t *s, const char *type, const emb_lease_t *l);
 void emb__event_sem(emb_t *eb, const emb_sem_t *s, const char *type, uint64_t capacity);

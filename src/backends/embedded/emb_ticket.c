@@ -309,9 +309,9 @@ static int view_parts(engine_result_t *r, engine_ticket_t *v, const emb_ticket_t
     size_t n = 0;
 
     if (t->lease != NULL) {
-        if (t->lease->next_part == NULL)
+        if (t->lease->next_part == NULL && !t->multi)
             return 0;
-        if (emb__view_lease_parts(r, &r->lease, t->lease) != 0)
+        if (emb__view_lease_parts(r, &r->lease, t->lease, t->multi) != 0)
             return -1;
         v->parts = r->lease.parts;
         v->nparts = r->lease.nparts;
@@ -747,6 +747,7 @@ static emb_ticket_t *ticket_make(emb_t *eb, emb_req_t *er, emb_sem_t *s)
         return NULL;
     }
     if (req->nparts > 0) {
+        t->multi = 1;
         t->q.multi = emb__multi_new(eb, &t->q, req->parts, req->nparts, &status, &msg);
         if (t->q.multi != NULL) {
             t->sem = t->q.multi->part[0].sem;
@@ -922,8 +923,10 @@ int emb__ticket_load(emb_t *eb, const store_ticket_t *rec)
         t->status = EMB_TICKET_GRANTED;
         t->lease = l;
         t->collected = rec->collected != 0;
+        t->multi = l->next_part != NULL;
         l->ticket = t;
     } else if (rec->nparts > 0) {
+        t->multi = 1;
         rc = load_multi(eb, t, rec);
     } else if (emb__lim_too_heavy(s, rec->weight) != NULL) {
         rc = 1;

@@ -35,14 +35,14 @@ static int keep_str(engine_result_t *r, const char **s, size_t len)
     return *s != NULL ? 0 : -1;
 }
 
-int emb__view_lease_parts(engine_result_t *r, engine_lease_t *v, const emb_lease_t *l)
+int emb__view_lease_parts(engine_result_t *r, engine_lease_t *v, const emb_lease_t *l, int multi)
 {
     size_t n = 0;
     engine_part_t *parts;
 
     if (keep_str(r, &v->tenant, v->tenant != NULL ? strlen(v->tenant) : 0) != 0)
         return -1;
-    if (l->next_part == NULL)
+    if (l->next_part == NULL && !multi)
         return 0;
     for (const emb_lease_t *p = l; p != NULL; p = p->next_part)
         n++;
