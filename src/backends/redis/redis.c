@@ -1093,6 +1093,7 @@ static int view_from(engine_result_t *res, engine_sem_view_t *v, const redisRepl
         engine_waiter_t *q = &v->waiters[i];
         size_t olen;
         const char *owner = el_str(ws, i * 5, &olen);
+        memset(q, 0, sizeof(*q));
         q->owner = olen ? engine_result_strdup(res, owner, olen) : NULL;
         if (olen && q->owner == NULL)
             return -1;
