@@ -265,7 +265,7 @@ static int h_state_of(void *ctx, const char *name, const char *tenant, scen_stat
     return st;
 }
 
-static const scen_host_t engine_host = {
+static scen_host_t engine_host = {
     .name = "semad engine",
     .ctx = &H,
     .create = h_create,
@@ -287,10 +287,22 @@ static const scen_host_t engine_host = {
 TEST(scenarios_all)
 {
     scen_counts_t n;
+    scen_limits_t lim = {.tenant_max = 1, .set = SCEN_LIM_TENANT_MAX};
+    int served;
 
+    /* A back end without semad's limits answers SEMA_ENOTSUP: their scenarios are skipped. */
+    h_create(&H, 1);
+    served = h_sem(&H, "probe", 1, &lim) != SEMA_ENOTSUP;
+    h_destroy(&H);
+    if (!served) {
+        fprintf(stderr, "this back end does not serve several semaphores, tenants or rates: "
+                        "their scenarios are skipped\n");
+        engine_host.sem = NULL;
+        engine_host.relimit = NULL;
+        engine_host.request_parts = NULL;
+        engine_host.state_of = NULL;
+        engine_host.rates = 0;
+    }
     ASSERT_EQ(scen_run_file(NULL, &engine_host, NULL, &n), 0);
-    if (n.skipped > 0 && fx_on_redis())
-        fprintf(stderr, "(this back end does not serve all of semad's limits yet)\n");
-    else
-        ASSERT_EQ(n.skipped, 0); /* the engine has every verb */
+    ASSERT_EQ(served ? n.skipped : n.skipped_base, 0); /* the engine has every verb */
 }
