@@ -111,5 +111,8 @@ void engine__event(engine_t *e, const engine_event_t *ev);
 void engine__events_rollback(engine_t *e);
 /* Does anyone on this instance watch the semaphore's events (or may resume them)? */
 int engine__watched(engine_t *e, const char *name, size_t len);
+/* Does anyone on this instance watch any semaphore's events? When not, a back end need not
+ * build its events (engine__event would drop them). One test. */
+int engine__watching(const engine_t *e);
 
 #endif /* SEMAD_BACKEND_H */

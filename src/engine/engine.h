@@ -102,9 +102,9 @@ typedef struct {
     const char *tenant; /* NUL-terminated, or NULL */
     uint64_t weight, fence;
     int64_t ttl_ms, acquired_at_ms, expires_at_ms;
-    int mode;      /* 0 for a semaphore's lease, ENGINE_MODE_* for a lock's */
-    int multi;     /* a holder in a view: its lease is on several semaphores */
-    size_t nparts; /* a lease on several semaphores: its parts (in the result), else 0 */
+    int mode;        /* 0 for a semaphore's lease, ENGINE_MODE_* for a lock's */
+    uint16_t multi;  /* a holder in a view: its lease is on several semaphores */
+    uint16_t nparts; /* a lease on several semaphores: its parts (in the result), else 0 */
     const engine_part_t *parts;
 } engine_lease_t;
 
@@ -130,6 +130,15 @@ typedef struct {
     uint64_t waiting_weight; /* and the units they ask for */
 } engine_tenant_t;
 
+/* A semaphore's limits and tenants in its view (engine_sem_view_t.limits). */
+typedef struct {
+    uint64_t tenant_max;             /* the most one tenant may hold, 0: no cap */
+    uint64_t rate_per_s, rate_burst; /* units granted per second and the bucket; 0: none */
+    uint64_t tokens;                 /* units the bucket holds now (whole) */
+    size_t ntenants;
+    engine_tenant_t *tenants; /* SEM with lists, when requests named tenants (by name) */
+} engine_sem_limits_t;
+
 enum { ENGINE_TICKET_WAITING = 1, ENGINE_TICKET_GRANTED = 2 };
 
 /* A ticket. While waiting: its place and estimate; once granted: the lease (in the
@@ -140,8 +149,8 @@ typedef struct {
     const char *name; /* its semaphore (name_len bytes); its first on several */
     size_t name_len;
     const char *tenant;         /* NUL-terminated, or NULL */
-    size_t nparts;              /* a ticket on several semaphores: its parts, else 0 */
-    const engine_part_t *parts; /* (position and ahead_weight: in its longest line) */
+    const engine_part_t *parts; /* a ticket on several semaphores: its nparts parts (position
+                                   and ahead_weight: in its longest line) */
     uint64_t weight;            /* units it asks for */
     uint64_t position;          /* waiting: 1 = next in line */
     uint64_t ahead_weight;      /* waiting: units asked for by those ahead */
@@ -150,6 +159,7 @@ typedef struct {
     int64_t keepalive_ms;       /* unread this long, it is dropped (or its grant) */
     uint64_t state;             /* differs whenever status or position does */
     int estimated;              /* waiting: p50_ms and p90_ms are set */
+    uint32_t nparts;            /* 0 on one semaphore */
 } engine_ticket_t;
 
 /* A semaphore (or a lock key) as it stood when the request completed. */
@@ -161,16 +171,13 @@ typedef struct {
     int64_t available; /* may be < 0 after a shrink, > capacity after legacy up */
     uint64_t held, fence;
     uint64_t waiting, waiting_weight; /* parked requests and their total weight */
-    uint64_t tenant_max;              /* the most one tenant may hold, 0: no cap */
-    uint64_t rate_per_s, rate_burst;  /* units granted per second and the bucket; 0: none */
-    uint64_t tokens;                  /* units the bucket holds now (whole) */
     int legacy;                       /* legacy up/down made its value a counter */
     int lists;                        /* holders and waiters are filled (SEM, LOCK) */
     int truncated;                    /* the lists stop at ENGINE_VIEW_LIST_MAX */
-    size_t nholders, nwaiters, ntenants;
+    size_t nholders, nwaiters;
     engine_lease_t *holders;
     engine_waiter_t *waiters;
-    engine_tenant_t *tenants; /* SEM with lists, when requests named tenants (by name) */
+    engine_sem_limits_t *limits; /* NULL when it has neither limits nor tenants */
 } engine_sem_view_t;
 
 enum { ENGINE_VIEW_LIST_MAX = 1000 }; /* longest holders/waiters list in a view */
@@ -240,12 +247,12 @@ struct engine_req {
     /* ACQUIRE_MULTI, and TICKET_CREATE on several semaphores (name NULL): the semaphores
      * with their weights, each named once (at most ENGINE_PARTS_MAX) */
     const engine_part_t *parts;
-    size_t nparts;
-    const char *tenant; /* ACQUIRE, ACQUIRE_MULTI, TICKET_CREATE: optional, may be NULL */
+    uint32_t nparts;
     /* SEM_PUT, SEM_RESIZE: the limits beside the capacity, those named in `limits`
      * (ENGINE_LIMIT_*; a resize leaves the others as they are; 0 removes one) */
-    uint64_t tenant_max, rate_per_s, rate_burst;
     unsigned limits;
+    uint64_t tenant_max, rate_per_s, rate_burst;
+    const char *tenant;   /* ACQUIRE, ACQUIRE_MULTI, TICKET_CREATE: optional, may be NULL */
     int64_t timeout_ms;   /* ACQUIRE, WAIT_IDLE, LOCK_ACQUIRE: 0 try, < 0 forever */
     int64_t ttl_ms;       /* ACQUIRE, LOCK_ACQUIRE, LEASE_RENEW: 0 = server default */
     const char *owner;    /* optional, may be NULL */

@@ -265,10 +265,6 @@ static int check_limits(engine_req_t *req, const char **msg)
         if (req->rate_per_s > 0)
             req->limits |= ENGINE_LIMIT_BURST;
     }
-    if (req->op == ENGINE_SEM_RESIZE && req->capacity == 0 && req->limits == 0) {
-        *msg = "capacity, tenant_max, rate_per_s or rate_burst is required";
-        return SEMA_EINVAL;
-    }
     return 0;
 }
 
@@ -286,6 +282,22 @@ static int check_tenant(const engine_req_t *req, const char **msg)
     return 0;
 }
 
+/* Several semaphores, tenants and limits: what the back end serves, and their values. A
+ * request with none of them passes with one test. */
+static int check_new_inputs(const engine_t *e, engine_req_t *req, const char **msg)
+{
+    int rc;
+
+    if (req->nparts == 0 && req->tenant == NULL && req->limits == 0)
+        return 0; /* (an ACQUIRE_MULTI without parts fails check_parts) */
+    rc = check_supported(e, req, msg);
+    if (rc == 0)
+        rc = check_limits(req, msg);
+    if (rc == 0)
+        rc = check_tenant(req, msg);
+    return rc;
+}
+
 static int check_capacity(const engine_req_t *req, const char **msg)
 {
     if (req->op == ENGINE_LEGACY_CREATE && req->capacity > ENGINE_CAPACITY_MAX) {
@@ -296,6 +308,10 @@ static int check_capacity(const engine_req_t *req, const char **msg)
         ((req->capacity == 0 && req->op == ENGINE_SEM_PUT) ||
          req->capacity > ENGINE_CAPACITY_MAX)) {
         *msg = "capacity must be between 1 and 2^53";
+        return SEMA_EINVAL;
+    }
+    if (req->op == ENGINE_SEM_RESIZE && req->capacity == 0 && req->limits == 0) {
+        *msg = "capacity, tenant_max, rate_per_s or rate_burst is required";
         return SEMA_EINVAL;
     }
     return 0;
@@ -357,15 +373,11 @@ static int check_inputs(const engine_t *e, engine_req_t *req, const char **msg)
     int rc = check_ticket_inputs(e, req, msg);
 
     if (rc == 0)
-        rc = check_supported(e, req, msg);
+        rc = check_new_inputs(e, req, msg);
     if (rc == 0)
         rc = check_name(e, req, msg);
     if (rc == 0)
         rc = check_capacity(req, msg);
-    if (rc == 0)
-        rc = check_limits(req, msg);
-    if (rc == 0)
-        rc = check_tenant(req, msg);
     if (rc == 0)
         rc = check_lease_inputs(e, req, msg);
     if (is_list_op(req->op)) {

@@ -276,9 +276,12 @@ static void ctx_cleanup(route_ctx_t *c)
 {
     free(c->param);
     free(c->owner);
-    free(c->tenant);
-    free(c->multi.parts);
-    json_decref(c->multi.json);
+    if (c->tenant != NULL)
+        free(c->tenant);
+    if (c->multi.parts != NULL || c->multi.json != NULL) {
+        free(c->multi.parts);
+        json_decref(c->multi.json);
+    }
     free(c->list.prefix);
     free(c->list.cursor);
     json_decref(c->legacy_create.echo);

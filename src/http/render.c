@@ -143,12 +143,12 @@ static void waiter_body(jsonw_t *w, const engine_waiter_t *q, size_t position)
 
 /* "tenants":[{"tenant","held","waiting","waiting_weight"}...] (the requests that named none:
  * tenant null). */
-static void tenants_member(jsonw_t *w, const engine_sem_view_t *v)
+static void tenants_member(jsonw_t *w, const engine_sem_limits_t *l)
 {
     jsonw_key(w, "tenants");
     jsonw_arr(w);
-    for (size_t i = 0; i < v->ntenants; i++) {
-        const engine_tenant_t *t = &v->tenants[i];
+    for (size_t i = 0; i < l->ntenants; i++) {
+        const engine_tenant_t *t = &l->tenants[i];
         jsonw_obj(w);
         jsonw_key(w, "tenant");
         if (t->name != NULL)
@@ -166,12 +166,16 @@ static void tenants_member(jsonw_t *w, const engine_sem_view_t *v)
 /* tenant_max, rate_per_s, rate_burst and tokens, when the semaphore has them. */
 static void limits_members(jsonw_t *w, const engine_sem_view_t *v)
 {
-    if (v->tenant_max != 0)
-        int_member(w, "tenant_max", (int64_t)v->tenant_max);
-    if (v->rate_per_s != 0) {
-        int_member(w, "rate_per_s", (int64_t)v->rate_per_s);
-        int_member(w, "rate_burst", (int64_t)v->rate_burst);
-        int_member(w, "tokens", (int64_t)v->tokens);
+    const engine_sem_limits_t *l = v->limits;
+
+    if (l == NULL)
+        return;
+    if (l->tenant_max != 0)
+        int_member(w, "tenant_max", (int64_t)l->tenant_max);
+    if (l->rate_per_s != 0) {
+        int_member(w, "rate_per_s", (int64_t)l->rate_per_s);
+        int_member(w, "rate_burst", (int64_t)l->rate_burst);
+        int_member(w, "tokens", (int64_t)l->tokens);
     }
 }
 
@@ -192,8 +196,8 @@ static void lists_members(jsonw_t *w, const engine_sem_view_t *v)
         jsonw_key(w, "truncated");
         jsonw_bool(w, 1);
     }
-    if (v->ntenants > 0)
-        tenants_member(w, v);
+    if (v->limits != NULL && v->limits->ntenants > 0)
+        tenants_member(w, v->limits);
 }
 
 static void sem_body(jsonw_t *w, const engine_sem_view_t *v)

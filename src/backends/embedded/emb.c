@@ -286,10 +286,10 @@ int emb__park(emb_t *eb, emb_req_t *er, emb_sem_t *s, int64_t timeout_ms)
         return SEMA_ELIMIT;
     /* Its place: the arrival order across every semaphore (a ticket loaded from the store
      * comes with its own). */
-    if (er->gseq == 0)
-        er->gseq = er->oseq != 0 ? er->oseq : ++eb->gseq;
-    if (er->gseq > eb->gseq)
-        eb->gseq = er->gseq;
+    if (er->oseq == 0)
+        er->oseq = ++eb->gseq;
+    else if (er->oseq > eb->gseq)
+        eb->gseq = er->oseq;
     if (s->lim != NULL && (rc = emb__tenant_join(eb, s, er)) != 0)
         return rc;
     er->hi.idx = EHEAP_NONE;
@@ -306,12 +306,10 @@ int emb__park(emb_t *eb, emb_req_t *er, emb_sem_t *s, int64_t timeout_ms)
     }
     er->sem = s;
     er->state = EMB_REQ_PARKED;
-    er->since_ms = emb__wall_ms();
     er->since_mono = now;
     if (elist_empty(&s->waiters))
         s->est.last_mono = 0; /* the time it stood empty is no grant gap */
     elist_push_back(&s->waiters, &er->link);
-    er->oseq = er->gseq;
     emb__oq_insert(s, er);
     s->nwaiters++;
     s->ntickets += is_ticket_place(er);
@@ -356,14 +354,6 @@ size_t emb__req_sems(const emb_req_t *er, emb_sem_t **out)
     for (uint32_t i = 0; i < m->nparts; i++)
         out[i] = m->part[i].sem;
     return m->nparts;
-}
-
-void emb__admit_all(emb_t *eb, emb_sem_t **sems, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        emb__admit(eb, sems[i]);
-        emb__maybe_free_lock(eb, sems[i]);
-    }
 }
 
 static void admit_one_grant(emb_t *eb, emb_sem_t *s, emb_req_t *er)
@@ -480,6 +470,8 @@ void emb__admit_release(emb_t *eb, int was)
 
 void emb__admit(emb_t *eb, emb_sem_t *s)
 {
+    if (s->lim == NULL && elist_empty(&s->waiters))
+        return; /* nobody to admit (the common case of a release) */
     if (eb->admitting)
         return admit_later(eb, s);
     eb->admitting = 1;
@@ -553,8 +545,7 @@ void emb__finish_lease(emb_t *eb, emb_req_t *er, const emb_lease_t *l)
         r->lease.owner = engine_result_strdup(r, l->owner, strlen(l->owner));
     int multi = er->req->op == ENGINE_ACQUIRE_MULTI;
     if (r->lease.name == NULL || (l->owner != NULL && r->lease.owner == NULL) ||
-        ((l->tenant != NULL || l->next_part != NULL || multi) &&
-         emb__view_lease_parts(r, &r->lease, l, multi) != 0)) {
+        ((l->x != NULL || multi) && emb__view_lease_parts(r, &r->lease, l, multi) != 0)) {
         engine_result_clear(r);
         emb__finish(eb, er, SEMA_ENOMEM, "out of memory building the result");
         return;

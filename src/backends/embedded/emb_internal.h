@@ -59,13 +59,23 @@ typedef struct emb_idem emb_idem_t;
 struct emb_ticket;
 
 /* A lease: one grant. */
+/* What a lease on several semaphores or a tenant's lease has beside a plain lease: allocated
+ * only for those, so the plain lease stays as small as it was (emb_lease_t.x).
+ * A lease on several semaphores is its part on the first; each further part is a lease
+ * object of its own in its semaphore's holders (not in eb->leases nor the heap: `main` names
+ * the lease, which ends them all), chained from the lease by next_part. */
+typedef struct emb_lease_x {
+    struct emb_tenant *tenant;   /* whose units these are on a semaphore with tenants, or NULL */
+    struct emb_lease *main;      /* a further part: the lease; NULL for the lease itself */
+    struct emb_lease *next_part; /* the next part, or NULL */
+} emb_lease_x_t;
+
 typedef struct emb_lease {
     enode_t node; /* in eb->leases, keyed by id */
     eitem_t hi;   /* expiry */
     elist_t link; /* in sem->holders */
     emb_sem_t *sem;
     uint64_t weight, fence;
-    int mode; /* a keyed lock's ENGINE_MODE_*, as requested; 0 on a semaphore */
     int64_t ttl_ms, acquired_at_ms, expires_at_ms; /* wall clock ms */
     uint64_t acquired_mono;                        /* for the hold-time histogram */
     char *owner;                                   /* owned, may be NULL */
@@ -73,18 +83,38 @@ typedef struct emb_lease {
     emb_idem_t *idem;          /* may be NULL */
     struct emb_req *pending;   /* the undelivered reply that owns it (its er->lease), or NULL */
     struct emb_ticket *ticket; /* the ticket it was granted to, or NULL */
-    struct emb_tenant *tenant; /* whose units these are on a semaphore with tenants, or NULL */
-    /* A lease on several semaphores is its part on the first; each further part is a lease
-     * object of its own in its semaphore's holders (not in eb->leases nor the heap: `main`
-     * names the lease, which ends them all), chained from the lease by next_part. */
-    struct emb_lease *main;      /* a further part: the lease; NULL for the lease itself */
-    struct emb_lease *next_part; /* the next part, or NULL */
+    emb_lease_x_t *x;          /* a tenant's or on several semaphores, else NULL (owned) */
     char id[ENGINE_LEASE_ID_MAX];
+    int mode; /* a keyed lock's ENGINE_MODE_*, as requested; 0 on a semaphore */
 } emb_lease_t;
+
+/* Its tenant, its lease (for a further part), its next part: NULL when it has none. */
+static inline struct emb_tenant *emb__lease_tenant(const emb_lease_t *l)
+{
+    return l->x != NULL ? l->x->tenant : NULL;
+}
+static inline emb_lease_t *emb__lease_main(const emb_lease_t *l)
+{
+    return l->x != NULL ? l->x->main : NULL;
+}
+static inline emb_lease_t *emb__lease_next(const emb_lease_t *l)
+{
+    return l->x != NULL ? l->x->next_part : NULL;
+}
+/* l's emb_lease_x_t, made (zeroed) when it has none; NULL when out of memory. */
+emb_lease_x_t *emb__lease_x(emb_lease_t *l);
 
 enum { EMB_REQ_NEW, EMB_REQ_PARKED, EMB_REQ_READY, EMB_REQ_COMMIT, EMB_REQ_WATCH };
 /* EMB_KIND_PART: the place in one semaphore's queue of a request on several (emb_multi_t). */
 enum { EMB_KIND_ACQUIRE = 1, EMB_KIND_WAIT_IDLE = 2, EMB_KIND_TICKET = 3, EMB_KIND_PART = 4 };
+
+/* An acquire's, a ticket's or a part's place in its tenant's own line (FIFO) on a semaphore
+ * with limits (sem->lim), allocated while it waits there. */
+typedef struct emb_tplace {
+    elist_t link; /* in tenant->queue */
+    struct emb_tenant *tenant;
+    struct emb_req *er;
+} emb_tplace_t;
 
 /* The engine's side of one accepted request; also the parked waiter. */
 typedef struct emb_req {
@@ -93,22 +123,19 @@ typedef struct emb_req {
     engine_req_t *req; /* NULL for a ticket's place (EMB_KIND_TICKET) */
     emb_sem_t *sem;    /* while parked */
     struct emb_req *oleft, *oright; /* the queue's treap (emb_sem_t.qroot), by place */
-    uint64_t oseq;                  /* its place: earlier waiters have lower ones (its gseq) */
-    uint64_t owsum;                 /* weight of its treap subtree */
-    emb_lease_t *lease;             /* a grant not yet delivered (for cancel) */
-    emb_idem_t *idem;               /* idempotency entry naming this waiter */
-    uint64_t weight;                /* 0 for wait-idle */
-    int64_t since_ms;
-    uint64_t since_mono;
-    uint64_t gseq; /* arrival order across every semaphore (the parts of one request share
-                      it): what breaks every cycle of waits between semaphores */
-    /* On a semaphore with tenants (sem->lim), an acquire's, a ticket's or a part's place in
-     * its tenant's own line, FIFO. */
-    elist_t tlink;
-    struct emb_tenant *tenant;
-    struct emb_multi *multi; /* a request on several semaphores: its parts (on the request
-                                and on each part) */
-    uint32_t osize;          /* waiters in its treap subtree */
+    /* Its place: the arrival order across every semaphore (the parts of one request share
+     * it; earlier waiters have lower ones), what breaks every cycle of waits between
+     * semaphores; 0 while in no queue. */
+    uint64_t oseq;
+    uint64_t owsum;            /* weight of its treap subtree */
+    emb_lease_t *lease;        /* a grant not yet delivered (for cancel) */
+    emb_idem_t *idem;          /* idempotency entry naming this waiter */
+    uint64_t weight;           /* 0 for wait-idle */
+    uint64_t since_mono;       /* when it came (its wall clock time is derived from it) */
+    struct emb_tplace *tplace; /* on a semaphore with limits: its place in its tenant's line */
+    struct emb_multi *multi;   /* a request on several semaphores: its parts (on the request
+                                  and on each part) */
+    uint32_t osize;            /* waiters in its treap subtree */
     uint8_t state, kind, durable;
 } emb_req_t;
 
@@ -125,7 +152,7 @@ typedef struct emb_tenant {
     enode_t node;  /* in eb->tenants, hash of (semaphore, name) */
     elist_t all;   /* in lim->tenants */
     elist_t ring;  /* in lim->ring while it waits */
-    elist_t queue; /* its waiters here, FIFO (emb_req_t.tlink) */
+    elist_t queue; /* its waiters here, FIFO (emb_tplace_t.link) */
     struct emb_sem *sem;
     uint64_t held;    /* units its leases hold here */
     uint64_t waiting; /* units its waiters ask for */
@@ -255,7 +282,7 @@ struct emb {
     size_t ndirty, dirty_cap;
     int draining;
     int shutting_down;
-    uint64_t gseq;   /* the last arrival handed out (emb_req_t.gseq) */
+    uint64_t gseq;   /* the last arrival handed out (emb_req_t.oseq) */
     int admitting;   /* admission runs: emb__admit queues the semaphore in adm */
     emb_sem_t **adm; /* semaphores whose admission waits for the running one */
     size_t nadm, adm_cap;
@@ -281,8 +308,6 @@ void emb__sem_free(emb_t *eb, emb_sem_t *s);
 void emb__admit(emb_t *eb, emb_sem_t *s);
 int emb__admit_hold(emb_t *eb);
 void emb__admit_release(emb_t *eb, int was);
-/* Admission on each of `sems` (a request or lease on several), and free idle lock keys. */
-void emb__admit_all(emb_t *eb, emb_sem_t **sems, size_t n);
 /* The semaphores a parked request waits on: out has room for ENGINE_PARTS_MAX. */
 size_t emb__req_sems(const emb_req_t *er, emb_sem_t **out);
 /* Grant `er`, who is next on s and fits (its part of the bucket and turn already taken). */
@@ -299,6 +324,14 @@ void emb__mark_dirty(emb_t *eb);
 int emb__park(emb_t *eb, emb_req_t *er, emb_sem_t *s, int64_t timeout_ms);
 void emb__unpark(emb_t *eb, emb_req_t *er);
 void emb__maybe_free_lock(emb_t *eb, emb_sem_t *s);
+/* Admission on each of `sems` (a request or lease on several), and free idle lock keys. */
+static inline void emb__admit_all(emb_t *eb, emb_sem_t **sems, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        emb__admit(eb, sems[i]);
+        emb__maybe_free_lock(eb, sems[i]);
+    }
+}
 void emb__timer_rearm(emb_t *eb);
 /* The semaphore's row changed: it is written once, as it is then, when the next commit
  * starts (so many grants on one semaphore in a commit write its row once). */
@@ -351,7 +384,14 @@ void emb__lease_end(emb_t *eb, emb_lease_t *l, int reason);
 /* The same, then admission on every semaphore it held. */
 void emb__lease_end_admit(emb_t *eb, emb_lease_t *l, int reason);
 /* The semaphores of a lease (its parts'): out has room for ENGINE_PARTS_MAX. */
-size_t emb__lease_sems(const emb_lease_t *l, emb_sem_t **out);
+static inline size_t emb__lease_sems(const emb_lease_t *l, emb_sem_t **out)
+{
+    size_t n = 0;
+
+    for (const emb_lease_t *p = l; p != NULL && n < ENGINE_PARTS_MAX; p = emb__lease_next(p))
+        out[n++] = p->sem;
+    return n;
+}
 /* A lease on several semaphores: the lease on sems[0] with weights[0], a part on each other;
  * written ahead once, "granted" on each. NULL (nothing taken) when out of memory. */
 emb_lease_t *emb__grant_multi(emb_t *eb, emb_sem_t **sems, const uint64_t *weights, size_t n,

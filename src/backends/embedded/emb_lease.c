@@ -132,11 +132,12 @@ void emb__store_lease(emb_t *eb, const emb_lease_t *l, int created)
 
     if (eb->store == NULL)
         return;
-    for (const emb_lease_t *p = l->next_part; p != NULL && n < ENGINE_PARTS_MAX; p = p->next_part)
+    for (const emb_lease_t *p = emb__lease_next(l); p != NULL && n < ENGINE_PARTS_MAX;
+         p = emb__lease_next(p))
         parts[n++] = (store_part_t){p->sem->name, p->weight, p->fence};
     rec.parts = parts;
     rec.nparts = n;
-    rec.tenant = emb__tenant_name(l->tenant, &(size_t){0});
+    rec.tenant = emb__tenant_name(emb__lease_tenant(l), &(size_t){0});
     rec.id = l->id;
     rec.sem = l->sem->name;
     rec.weight = l->weight;
@@ -169,17 +170,49 @@ static char *dup_str(const char *s)
 
 static void lease_free_raw(emb_lease_t *l)
 {
-    if (l->main == NULL) { /* a part borrows the lease's strings */
+    if (emb__lease_main(l) == NULL) { /* a part borrows the lease's strings */
         sema__free(l->owner);
         sema__free(l->principal);
     }
+    if (l->x != NULL)
+        sema__free(l->x);
     sema__free(l);
+}
+
+emb_lease_x_t *emb__lease_x(emb_lease_t *l)
+{
+    if (l->x == NULL)
+        l->x = sema__calloc(1, sizeof(*l->x));
+    return l->x;
+}
+
+/* A further part of lease l (weight units, not yet taken): the lease's id, times and strings.
+ * NULL when out of memory. */
+static emb_lease_t *part_new(emb_lease_t *l, uint64_t weight)
+{
+    emb_lease_t *p = sema__calloc(1, sizeof(*p));
+
+    if (p == NULL || emb__lease_x(p) == NULL) {
+        sema__free(p);
+        return NULL;
+    }
+    p->x->main = l;
+    p->weight = weight;
+    p->hi.idx = EHEAP_NONE;
+    memcpy(p->id, l->id, sizeof p->id);
+    p->owner = l->owner;
+    p->principal = l->principal;
+    p->ttl_ms = l->ttl_ms;
+    p->acquired_at_ms = l->acquired_at_ms;
+    p->expires_at_ms = l->expires_at_ms;
+    p->acquired_mono = l->acquired_mono;
+    return p;
 }
 
 /* Take the units of a part on s (held by its tenant there). */
 static int take_units(emb_t *eb, emb_sem_t *s, emb_lease_t *l, const char *tenant)
 {
-    if (emb__tenant_hold(eb, s, l, tenant) != 0)
+    if (s->lim != NULL && emb__tenant_hold(eb, s, l, tenant) != 0)
         return SEMA_ENOMEM;
     l->sem = s;
     l->fence = ++eb->fence_seq;
@@ -252,7 +285,7 @@ static void lease_publish(emb_t *eb, emb_lease_t *l, uint64_t since_mono)
     engine__hist_observe(&eb->m->wait_s, (double)(l->acquired_mono - since_mono) / 1000.0);
     emb__timer_rearm(eb);
     emb__store_lease(eb, l, 1);
-    for (emb_lease_t *p = l; p != NULL; p = p->next_part) {
+    for (emb_lease_t *p = l; p != NULL; p = emb__lease_next(p)) {
         /* The fence reaches the store through the fence floor the commit writes; the row
          * changes only for a legacy value, which is stored as it is. */
         if (p->sem->flags & EMB_SEM_LEGACY)
@@ -261,40 +294,16 @@ static void lease_publish(emb_t *eb, emb_lease_t *l, uint64_t since_mono)
     }
 }
 
-/* Take `weight` units from `s` for a new lease (the caller checked they fit). Writes the
- * lease and the new fence ahead. Returns the lease, or NULL (nothing taken) on ENOMEM. */
-emb_lease_t *emb__grant(emb_t *eb, emb_sem_t *s, const engine_req_t *req, uint64_t weight,
-                        uint64_t since_mono)
-{
-    emb_lease_t *l = lease_make(eb, s, req, weight, req->tenant, req->idem_key);
-
-    if (l != NULL)
-        lease_publish(eb, l, since_mono);
-    return l;
-}
-
 /* A further part of lease l on s: the lease's id, times and strings, its own units and fence. */
 static emb_lease_t *part_make(emb_t *eb, emb_lease_t *l, emb_sem_t *s, uint64_t weight,
                               const char *tenant)
 {
-    emb_lease_t *p = sema__calloc(1, sizeof(*p));
+    emb_lease_t *p = part_new(l, weight);
 
-    if (p == NULL)
-        return NULL;
-    p->main = l;
-    p->weight = weight;
-    p->hi.idx = EHEAP_NONE;
-    if (take_units(eb, s, p, tenant) != 0) {
-        sema__free(p);
+    if (p != NULL && take_units(eb, s, p, tenant) != 0) {
+        lease_free_raw(p);
         return NULL;
     }
-    memcpy(p->id, l->id, sizeof p->id);
-    p->owner = l->owner;
-    p->principal = l->principal;
-    p->ttl_ms = l->ttl_ms;
-    p->acquired_at_ms = l->acquired_at_ms;
-    p->expires_at_ms = l->expires_at_ms;
-    p->acquired_mono = l->acquired_mono;
     return p;
 }
 
@@ -306,7 +315,11 @@ emb_lease_t *emb__grant_multi(emb_t *eb, emb_sem_t **sems, const uint64_t *weigh
 
     if (l == NULL)
         return NULL;
-    tail = &l->next_part;
+    if (n > 1 && emb__lease_x(l) == NULL) {
+        emb__lease_free(eb, l);
+        return NULL;
+    }
+    tail = n > 1 ? &l->x->next_part : NULL;
     for (size_t i = 1; i < n; i++) {
         emb_lease_t *p = part_make(eb, l, sems[i], weights[i], tenant);
         if (p == NULL) {
@@ -314,19 +327,18 @@ emb_lease_t *emb__grant_multi(emb_t *eb, emb_sem_t **sems, const uint64_t *weigh
             return NULL;
         }
         *tail = p;
-        tail = &p->next_part;
+        tail = &p->x->next_part;
     }
     lease_publish(eb, l, since_mono);
     return l;
 }
 
-size_t emb__lease_sems(const emb_lease_t *l, emb_sem_t **out)
+/* Take `weight` units from `s` for a new lease (the caller checked they fit). Writes the
+ * lease and the new fence ahead. Returns the lease, or NULL (nothing taken) on ENOMEM. */
+emb_lease_t *emb__grant(emb_t *eb, emb_sem_t *s, const engine_req_t *req, uint64_t weight,
+                        uint64_t since_mono)
 {
-    size_t n = 0;
-
-    for (const emb_lease_t *p = l; p != NULL && n < ENGINE_PARTS_MAX; p = p->next_part)
-        out[n++] = p->sem;
-    return n;
+    return emb__grant_multi(eb, &s, &weight, 1, req, req->tenant, since_mono);
 }
 
 /* Give back the units of one part. */
@@ -334,7 +346,8 @@ static void give_units(emb_t *eb, emb_lease_t *l)
 {
     emb_sem_t *s = l->sem;
 
-    emb__tenant_unhold(eb, l);
+    if (l->x != NULL)
+        emb__tenant_unhold(eb, l);
     elist_remove(&l->link);
     s->available += (int64_t)l->weight;
     s->held -= l->weight;
@@ -344,9 +357,9 @@ static void give_units(emb_t *eb, emb_lease_t *l)
  * store write. */
 void emb__lease_free(emb_t *eb, emb_lease_t *l)
 {
-    while (l->next_part != NULL) {
-        emb_lease_t *p = l->next_part;
-        l->next_part = p->next_part;
+    while (emb__lease_next(l) != NULL) {
+        emb_lease_t *p = l->x->next_part;
+        l->x->next_part = emb__lease_next(p);
         give_units(eb, p);
         lease_free_raw(p);
     }
@@ -392,7 +405,7 @@ void emb__lease_end(emb_t *eb, emb_lease_t *l, int reason)
     uint64_t held_ms = emb__now(eb) - l->acquired_mono;
 
     engine__hist_observe(&eb->m->hold_s, (double)held_ms / 1000.0);
-    for (emb_lease_t *p = l->next_part; p != NULL; p = p->next_part) {
+    for (emb_lease_t *p = emb__lease_next(l); p != NULL; p = emb__lease_next(p)) {
         emb__est_hold(p->sem, held_ms);
         if (end_type(reason, p->sem) != NULL)
             emb__event_lease(eb, p->sem, end_type(reason, p->sem), p);
@@ -462,28 +475,23 @@ static int load_units(emb_t *eb, emb_sem_t *s, emb_lease_t *l, const char *tenan
 /* The further parts of a loaded lease, each on its semaphore. */
 static int load_parts(emb_t *eb, emb_lease_t *l, const store_lease_t *rec, emb_sem_t **sems)
 {
-    emb_lease_t **tail = &l->next_part;
+    emb_lease_t **tail;
 
+    if (rec->nparts == 0)
+        return 0;
+    if (emb__lease_x(l) == NULL)
+        return SEMA_ENOMEM;
+    tail = &l->x->next_part;
     for (size_t i = 0; i < rec->nparts; i++) {
-        emb_lease_t *p = sema__calloc(1, sizeof(*p));
+        emb_lease_t *p = part_new(l, rec->parts[i].weight);
         if (p == NULL)
             return SEMA_ENOMEM;
-        p->main = l;
-        p->hi.idx = EHEAP_NONE;
-        p->weight = rec->parts[i].weight;
-        memcpy(p->id, l->id, sizeof p->id);
-        p->owner = l->owner;
-        p->principal = l->principal;
-        p->ttl_ms = l->ttl_ms;
-        p->acquired_at_ms = l->acquired_at_ms;
-        p->expires_at_ms = l->expires_at_ms;
-        p->acquired_mono = l->acquired_mono;
         if (load_units(eb, sems[i], p, rec->tenant, rec->parts[i].seq) != 0) {
-            sema__free(p);
+            lease_free_raw(p);
             return SEMA_ENOMEM;
         }
         *tail = p;
-        tail = &p->next_part;
+        tail = &p->x->next_part;
     }
     return 0;
 }

@@ -22,7 +22,7 @@
  * The one chosen is granted when it fits (units and tokens); until then nobody else is.
  *
  * Why this cannot deadlock: every wait between requests points from a later arrival to an
- * earlier one (emb_req_t.gseq), so waits never close a cycle; docs/semantics.md has the
+ * earlier one (emb_req_t.oseq), so waits never close a cycle; docs/semantics.md has the
  * argument in full. */
 #include "backends/embedded/emb_internal.h"
 
@@ -150,7 +150,7 @@ const char *emb__req_tenant(const emb_req_t *er)
 
 static emb_req_t *tenant_head(const emb_tenant_t *t)
 {
-    return elist_empty(&t->queue) ? NULL : ECONTAINER(t->queue.next, emb_req_t, tlink);
+    return elist_empty(&t->queue) ? NULL : ECONTAINER(t->queue.next, emb_tplace_t, link)->er;
 }
 
 /* Put t in the ring: it is visited at the end of the round under way. */
@@ -177,28 +177,36 @@ int emb__tenant_join(emb_t *eb, emb_sem_t *s, emb_req_t *er)
 {
     int limit = 0;
     emb_tenant_t *t;
+    emb_tplace_t *pl;
 
-    er->tenant = NULL;
+    er->tplace = NULL;
     if (er->kind == EMB_KIND_WAIT_IDLE) {
         s->lim->nidle++;
         return 0;
     }
+    if ((pl = sema__malloc(sizeof(*pl))) == NULL)
+        return SEMA_ENOMEM;
     t = tenant_get(eb, s, emb__req_tenant(er), &limit);
-    if (t == NULL)
+    if (t == NULL) {
+        sema__free(pl);
         return limit ? SEMA_ELIMIT : SEMA_ENOMEM;
+    }
     if (elist_empty(&t->queue))
         ring_join(s->lim, t);
-    elist_push_back(&t->queue, &er->tlink);
+    pl->tenant = t;
+    pl->er = er;
+    elist_push_back(&t->queue, &pl->link);
     s->lim->nmulti += er->kind == EMB_KIND_PART;
     t->nwaiters++;
     t->waiting += er->weight;
-    er->tenant = t;
+    er->tplace = pl;
     return 0;
 }
 
 void emb__tenant_leave(emb_t *eb, emb_sem_t *s, emb_req_t *er)
 {
-    emb_tenant_t *t = er->tenant;
+    emb_tplace_t *pl = er->tplace;
+    emb_tenant_t *t = pl != NULL ? pl->tenant : NULL;
     emb_limits_t *lim = s->lim;
 
     if (er->kind == EMB_KIND_WAIT_IDLE) {
@@ -209,11 +217,12 @@ void emb__tenant_leave(emb_t *eb, emb_sem_t *s, emb_req_t *er)
         lim->reserved = NULL;
         er->multi->nreserved--;
     }
-    elist_remove(&er->tlink);
+    elist_remove(&pl->link);
+    sema__free(pl);
+    er->tplace = NULL;
     lim->nmulti -= er->kind == EMB_KIND_PART;
     t->nwaiters--;
     t->waiting -= er->weight;
-    er->tenant = NULL;
     if (elist_empty(&t->queue))
         ring_leave(lim, t);
     tenant_maybe_free(eb, t);
@@ -227,22 +236,24 @@ int emb__tenant_hold(emb_t *eb, emb_sem_t *s, emb_lease_t *l, const char *name)
 
     if (s->lim == NULL)
         return 0;
+    if (emb__lease_x(l) == NULL)
+        return SEMA_ENOMEM;
     t = tenant_get(eb, s, name, &limit);
     if (t == NULL)
         return limit ? SEMA_ELIMIT : SEMA_ENOMEM;
     t->held += l->weight;
     t->nleases++;
-    l->tenant = t;
+    l->x->tenant = t;
     return 0;
 }
 
 void emb__tenant_unhold(emb_t *eb, emb_lease_t *l)
 {
-    emb_tenant_t *t = l->tenant;
+    emb_tenant_t *t = emb__lease_tenant(l);
 
     if (t == NULL)
         return;
-    l->tenant = NULL;
+    l->x->tenant = NULL;
     t->held -= l->weight;
     t->nleases--;
     tenant_maybe_free(eb, t);
@@ -274,7 +285,7 @@ int emb__lim_ensure(emb_t *eb, emb_sem_t *s)
     if (rc != 0) { /* undo: back to plain FIFO */
         for (elist_t *x = s->waiters.next; x != &s->waiters; x = x->next) {
             emb_req_t *er = ECONTAINER(x, emb_req_t, link);
-            if (er->tenant != NULL || er->kind == EMB_KIND_WAIT_IDLE)
+            if (er->tplace != NULL || er->kind == EMB_KIND_WAIT_IDLE)
                 emb__tenant_leave(eb, s, er);
         }
         for (elist_t *x = s->holders.next; x != &s->holders; x = x->next)
@@ -355,14 +366,14 @@ void emb__rate_due(emb_t *eb, emb_limits_t *lim)
 /* ---- who is next ---- */
 
 /* The arrival of the first wait-idle parked on s, or 0. */
-static uint64_t idle_gseq(const emb_sem_t *s)
+static uint64_t idle_oseq(const emb_sem_t *s)
 {
     if (s->lim == NULL || s->lim->nidle == 0)
         return 0;
     for (const elist_t *x = s->waiters.next; x != &s->waiters; x = x->next) {
         const emb_req_t *er = ECONTAINER(x, emb_req_t, link);
         if (er->kind == EMB_KIND_WAIT_IDLE)
-            return er->gseq;
+            return er->oseq;
     }
     return 0;
 }
@@ -376,10 +387,10 @@ static int part_first(const emb_req_t *p)
 
     if (s->lim == NULL)
         return s->waiters.next == &p->link;
-    if (p->tenant->queue.next != &p->tlink)
+    if (p->tplace->tenant->queue.next != &p->tplace->link)
         return 0;
-    idle = idle_gseq(s);
-    return idle == 0 || p->gseq < idle;
+    idle = idle_oseq(s);
+    return idle == 0 || p->oseq < idle;
 }
 
 /* A request on several semaphores is ready once it is first in line on every one. */
@@ -399,7 +410,7 @@ static int capped(const emb_limits_t *lim, const emb_tenant_t *t, const emb_req_
 static int eligible(const emb_limits_t *lim, const emb_tenant_t *t, const emb_req_t *h,
                     uint64_t idle)
 {
-    if (h == NULL || (idle != 0 && h->gseq > idle) || capped(lim, t, h))
+    if (h == NULL || (idle != 0 && h->oseq > idle) || capped(lim, t, h))
         return 0;
     return h->multi == NULL || emb__multi_ready(h->multi);
 }
@@ -496,7 +507,7 @@ static void drr_commit(emb_limits_t *lim, const drr_pick_t *pk, const emb_req_t 
  * holds s's turn): its tenant pays for it all the same. */
 static void drr_charge(emb_limits_t *lim, const emb_req_t *h)
 {
-    emb_tenant_t *t = h->tenant;
+    emb_tenant_t *t = h->tplace->tenant;
 
     t->deficit -= (int64_t)h->weight;
     if (t->deficit < -DEFICIT_MAX)
@@ -515,7 +526,7 @@ static emb_req_t *earliest_reserving(const emb_limits_t *lim, uint64_t idle)
     for (const elist_t *x = lim->ring.next; x != &lim->ring; x = x->next) {
         emb_tenant_t *t = ECONTAINER(x, emb_tenant_t, ring);
         emb_req_t *h = tenant_head(t);
-        if (h->multi != NULL && h->multi->nreserved > 0 && (best == NULL || h->gseq < best->gseq) &&
+        if (h->multi != NULL && h->multi->nreserved > 0 && (best == NULL || h->oseq < best->oseq) &&
             eligible(lim, t, h, idle))
             best = h;
     }
@@ -541,7 +552,7 @@ static void reserve(emb_t *eb, emb_limits_t *lim, emb_req_t *p)
 
 static const emb_req_t *earliest(const emb_req_t *a, const emb_req_t *b)
 {
-    return a == NULL || (b != NULL && b->gseq < a->gseq) ? b : a;
+    return a == NULL || (b != NULL && b->oseq < a->oseq) ? b : a;
 }
 
 /* Who is next on s with limits (see the file's comment): the earliest of the part holding
@@ -550,7 +561,7 @@ static const emb_req_t *earliest(const emb_req_t *a, const emb_req_t *b)
 static emb_req_t *designate_lim(emb_t *eb, emb_sem_t *s, drr_pick_t *pk)
 {
     emb_limits_t *lim = s->lim;
-    uint64_t idle = idle_gseq(s);
+    uint64_t idle = idle_oseq(s);
     emb_req_t *head, *d, *best;
 
     pk->t = NULL;
@@ -607,7 +618,7 @@ void emb__take(emb_t *eb, emb_sem_t *s, emb_req_t *h)
         lim->tokens_n -= h->weight * NANO;
     if (h->kind == EMB_KIND_WAIT_IDLE)
         return;
-    idle = idle_gseq(s);
+    idle = idle_oseq(s);
     if (drr_choice(lim, idle, &pk) == h)
         drr_commit(lim, &pk, h, idle);
     else
@@ -771,14 +782,14 @@ int emb__view_tenants(engine_result_t *r, engine_sem_view_t *v, const emb_sem_t 
     const emb_limits_t *lim = s->lim;
     size_t n = 0;
 
-    if (lim == NULL || lim->ntenants == 0)
+    if (lim == NULL || lim->ntenants == 0 || v->limits == NULL)
         return 0;
-    v->tenants = engine_result_alloc(r, lim->ntenants * sizeof(*v->tenants));
-    if (v->tenants == NULL)
+    engine_tenant_t *list = engine_result_alloc(r, lim->ntenants * sizeof(*list));
+    if (list == NULL)
         return -1;
     for (const elist_t *x = lim->tenants.next; x != &lim->tenants; x = x->next) {
         const emb_tenant_t *t = ECONTAINER(x, emb_tenant_t, all);
-        engine_tenant_t *o = &v->tenants[n++];
+        engine_tenant_t *o = &list[n++];
         o->name = t->name_len > 0 ? engine_result_strdup(r, t->name, t->name_len) : NULL;
         o->name_len = t->name_len;
         o->held = t->held;
@@ -787,7 +798,8 @@ int emb__view_tenants(engine_result_t *r, engine_sem_view_t *v, const emb_sem_t 
         if (t->name_len > 0 && o->name == NULL)
             return -1;
     }
-    qsort(v->tenants, n, sizeof(*v->tenants), tenant_cmp);
-    v->ntenants = n;
+    qsort(list, n, sizeof(*list), tenant_cmp);
+    v->limits->tenants = list;
+    v->limits->ntenants = n;
     return 0;
 }

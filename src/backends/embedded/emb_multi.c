@@ -43,7 +43,6 @@ emb_multi_t *emb__multi_new(emb_t *eb, emb_req_t *main, const engine_part_t *par
             return NULL;
         }
         elist_init(&p->link);
-        elist_init(&p->tlink);
         p->hi.idx = EHEAP_NONE;
         p->kind = EMB_KIND_PART;
         p->req = main->req;
@@ -67,8 +66,7 @@ int emb__multi_park(emb_t *eb, emb_multi_t *m)
     for (i = 0; i < m->nparts && rc == 0; i++) {
         emb_req_t *p = &m->part[i];
         emb_sem_t *s = p->sem;
-        p->gseq = g;
-        p->oseq = 0;
+        p->oseq = g;
         if (tenant != NULL && s->lim == NULL)
             rc = emb__lim_ensure(eb, s);
         if (rc == 0)
@@ -81,10 +79,9 @@ int emb__multi_park(emb_t *eb, emb_multi_t *m)
             m->part[j].sem = NULL;
         return rc;
     }
-    main->gseq = g;
+    main->oseq = g; /* (it is in no queue itself) */
     main->multi = m;
     main->state = EMB_REQ_PARKED;
-    main->since_ms = m->part[0].since_ms;
     main->since_mono = m->part[0].since_mono;
     return 0;
 }
@@ -171,9 +168,9 @@ static int lease_matches(const emb_lease_t *l, const engine_req_t *req)
 {
     size_t i = 0;
 
-    if (!same_tenant(emb__tenant_name(l->tenant, &(size_t){0}), req->tenant))
+    if (!same_tenant(emb__tenant_name(emb__lease_tenant(l), &(size_t){0}), req->tenant))
         return 0;
-    for (const emb_lease_t *p = l; p != NULL; p = p->next_part, i++)
+    for (const emb_lease_t *p = l; p != NULL; p = emb__lease_next(p), i++)
         if (i == req->nparts || !part_is(p->sem, p->weight, &req->parts[i]))
             return 0;
     return i == req->nparts;
@@ -201,9 +198,8 @@ static void take_over(emb_t *eb, emb_req_t *er, emb_idem_t *d)
 
     er->kind = old->kind;
     er->state = EMB_REQ_PARKED;
-    er->since_ms = old->since_ms;
     er->since_mono = old->since_mono;
-    er->gseq = old->gseq;
+    er->oseq = old->oseq;
     er->multi = m;
     m->main = er;
     for (uint32_t i = 0; i < m->nparts; i++)

@@ -137,7 +137,8 @@ static void delete_sem(emb_t *eb, emb_sem_t *s)
                     "the semaphore was deleted", EMB_TOMB_TICKET_DELETED);
     while (!elist_empty(&s->holders)) {
         emb_lease_t *l = ECONTAINER(s->holders.next, emb_lease_t, link);
-        emb__lease_end_admit(eb, l->main != NULL ? l->main : l, EMB_TOMB_DELETED);
+        emb__lease_end_admit(eb, emb__lease_main(l) != NULL ? emb__lease_main(l) : l,
+                             EMB_TOMB_DELETED);
     }
     emb__event_sem(eb, s, "deleted", 0);
     if (eb->store != NULL) {
@@ -295,18 +296,15 @@ static int idem_take_over(emb_t *eb, emb_req_t *er, emb_idem_t *d)
     er->kind = old->kind;
     er->sem = old->sem;
     er->state = EMB_REQ_PARKED;
-    er->since_ms = old->since_ms;
     er->since_mono = old->since_mono;
-    er->gseq = old->gseq;
     er->idem = d;
     d->waiter = er;
     elist_push_back(&old->link, &er->link); /* just before old, which then leaves */
     elist_remove(&old->link);
-    if (old->tenant != NULL) { /* and its place in its tenant's line */
-        elist_push_back(&old->tlink, &er->tlink);
-        elist_remove(&old->tlink);
-        er->tenant = old->tenant;
-        old->tenant = NULL;
+    if (old->tplace != NULL) { /* and its place in its tenant's line */
+        er->tplace = old->tplace;
+        er->tplace->er = er;
+        old->tplace = NULL;
     }
     emb__oq_remove(er->sem, old);
     er->weight = old->weight;
@@ -370,7 +368,8 @@ static int idem_retry(emb_t *eb, emb_req_t *er, emb_sem_t *s)
     }
     if (d->lease != NULL &&
         (d->lease->weight != er->weight || d->lease->mode != emb__req_mode(er->req) ||
-         !same_tenant(emb__tenant_name(d->lease->tenant, &(size_t){0}), er->req->tenant))) {
+         !same_tenant(emb__tenant_name(emb__lease_tenant(d->lease), &(size_t){0}),
+                      er->req->tenant))) {
         fail(eb, er, SEMA_EKEYMISMATCH, M_KEY_MISMATCH);
         return 1;
     }
@@ -558,7 +557,7 @@ static void op_lease_renew(emb_t *eb, emb_req_t *er)
         return;
     l->ttl_ms = ttl;
     l->expires_at_ms = emb__wall_ms() + ttl;
-    for (emb_lease_t *p = l->next_part; p != NULL; p = p->next_part) {
+    for (emb_lease_t *p = emb__lease_next(l); p != NULL; p = emb__lease_next(p)) {
         p->ttl_ms = l->ttl_ms;
         p->expires_at_ms = l->expires_at_ms;
     }

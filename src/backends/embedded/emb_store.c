@@ -163,7 +163,7 @@ static void clear_sem(void *arg, enode_t *n)
     }
     while (!elist_empty(&s->holders)) {
         emb_lease_t *l = ECONTAINER(s->holders.next, emb_lease_t, link);
-        emb__lease_free(eb, l->main != NULL ? l->main : l); /* with its parts elsewhere */
+        emb__lease_free(eb, emb__lease_main(l) != NULL ? emb__lease_main(l) : l); /* and parts */
     }
     emb__sem_free(eb, s);
 }
@@ -210,7 +210,7 @@ static int repark(emb_t *eb, emb_req_t *er, emb_sem_t *s)
         eheap_remove(&eb->heap, &er->hi);
         return SEMA_EINVAL;
     }
-    er->gseq = ++eb->gseq; /* behind the tickets the reload put back in their places */
+    er->oseq = ++eb->gseq; /* behind the tickets the reload put back in their places */
     if ((req->tenant != NULL && emb__lim_ensure(eb, s) != 0) ||
         (s->lim != NULL && emb__tenant_join(eb, s, er) != 0)) {
         eheap_remove(&eb->heap, &er->hi);
@@ -219,7 +219,6 @@ static int repark(emb_t *eb, emb_req_t *er, emb_sem_t *s)
     er->sem = s;
     er->state = EMB_REQ_PARKED;
     elist_push_back(&s->waiters, &er->link);
-    er->oseq = er->gseq;
     emb__oq_insert(s, er);
     s->nwaiters++;
     s->waiting += er->weight;
@@ -244,7 +243,7 @@ static int repark_multi(emb_t *eb, emb_req_t *er)
 
     if (m == NULL)
         return st == SEMA_ENOENT ? SEMA_ECANCELED : st;
-    er->gseq = 0;
+    er->oseq = 0;
     if ((st = emb__multi_park(eb, m)) != 0) {
         emb__multi_free(m);
         return st;

@@ -106,7 +106,7 @@ static size_t ticket_parts(const emb_ticket_t *t, store_part_t *parts)
     size_t n = 0;
 
     if (t->lease != NULL) {
-        for (const emb_lease_t *p = t->lease->next_part; p != NULL; p = p->next_part)
+        for (const emb_lease_t *p = emb__lease_next(t->lease); p != NULL; p = emb__lease_next(p))
             parts[n++] = (store_part_t){p->sem->name, p->weight, 0};
     } else if (t->q.multi != NULL) {
         for (uint32_t i = 1; i < t->q.multi->nparts; i++) {
@@ -309,7 +309,7 @@ static int view_parts(engine_result_t *r, engine_ticket_t *v, const emb_ticket_t
     size_t n = 0;
 
     if (t->lease != NULL) {
-        if (t->lease->next_part == NULL && !t->multi)
+        if (emb__lease_next(t->lease) == NULL && !t->multi)
             return 0;
         if (emb__view_lease_parts(r, &r->lease, t->lease, t->multi) != 0)
             return -1;
@@ -532,7 +532,6 @@ static emb_ticket_t *ticket_new(emb_t *eb, emb_sem_t *s, uint64_t weight, const 
     elist_init(&t->watchers);
     elist_init(&t->watched);
     elist_init(&t->q.link);
-    elist_init(&t->q.tlink);
     t->q.hi.idx = EHEAP_NONE;
     t->q.kind = EMB_KIND_TICKET;
     t->q.weight = weight;
@@ -672,7 +671,7 @@ static int ticket_matches(const emb_ticket_t *t, const engine_req_t *req)
     if (!same_str(t->tenant, req->tenant))
         return 0;
     if (req->nparts == 0)
-        return t->q.multi == NULL && (t->lease == NULL || t->lease->next_part == NULL) &&
+        return t->q.multi == NULL && (t->lease == NULL || emb__lease_next(t->lease) == NULL) &&
                (t->lease != NULL ? t->lease->weight : t->q.weight) == req->weight;
     n = ticket_parts(t, parts);
     if (n + 1 != req->nparts || t->sem->name_len != req->parts[0].name_len ||
@@ -923,7 +922,7 @@ int emb__ticket_load(emb_t *eb, const store_ticket_t *rec)
         t->status = EMB_TICKET_GRANTED;
         t->lease = l;
         t->collected = rec->collected != 0;
-        t->multi = l->next_part != NULL;
+        t->multi = emb__lease_next(l) != NULL;
         l->ticket = t;
     } else if (rec->nparts > 0) {
         t->multi = 1;
