@@ -96,15 +96,15 @@ typedef struct {
  * and fence describe parts[0] then); a holder in a view shows the part of its semaphore. */
 typedef struct {
     char id[ENGINE_LEASE_ID_MAX];
+    uint8_t mode;     /* 0 for a semaphore's lease, ENGINE_MODE_* for a lock's */
+    uint8_t multi;    /* a holder in a view: its lease is on several semaphores */
+    uint16_t nparts;  /* a lease on several semaphores: its parts (in the result), else 0 */
     const char *name; /* the semaphore's name or the lock's key (name_len bytes) */
     size_t name_len;
     const char *owner;  /* NUL-terminated, or NULL */
     const char *tenant; /* NUL-terminated, or NULL */
     uint64_t weight, fence;
     int64_t ttl_ms, acquired_at_ms, expires_at_ms;
-    int mode;        /* 0 for a semaphore's lease, ENGINE_MODE_* for a lock's */
-    uint16_t multi;  /* a holder in a view: its lease is on several semaphores */
-    uint16_t nparts; /* a lease on several semaphores: its parts (in the result), else 0 */
     const engine_part_t *parts;
 } engine_lease_t;
 
@@ -145,8 +145,10 @@ enum { ENGINE_TICKET_WAITING = 1, ENGINE_TICKET_GRANTED = 2 };
  * result's `lease`). */
 typedef struct {
     char id[ENGINE_LEASE_ID_MAX];
-    int status;       /* ENGINE_TICKET_* */
-    const char *name; /* its semaphore (name_len bytes); its first on several */
+    uint8_t status;    /* ENGINE_TICKET_* */
+    uint8_t estimated; /* waiting: p50_ms and p90_ms are set */
+    uint16_t nparts;   /* 0 on one semaphore */
+    const char *name;  /* its semaphore (name_len bytes); its first on several */
     size_t name_len;
     const char *tenant;         /* NUL-terminated, or NULL */
     const engine_part_t *parts; /* a ticket on several semaphores: its nparts parts (position
@@ -158,8 +160,6 @@ typedef struct {
     int64_t poll_after_ms;      /* read again after this long */
     int64_t keepalive_ms;       /* unread this long, it is dropped (or its grant) */
     uint64_t state;             /* differs whenever status or position does */
-    int estimated;              /* waiting: p50_ms and p90_ms are set */
-    uint32_t nparts;            /* 0 on one semaphore */
 } engine_ticket_t;
 
 /* A semaphore (or a lock key) as it stood when the request completed. */
@@ -171,9 +171,9 @@ typedef struct {
     int64_t available; /* may be < 0 after a shrink, > capacity after legacy up */
     uint64_t held, fence;
     uint64_t waiting, waiting_weight; /* parked requests and their total weight */
-    int legacy;                       /* legacy up/down made its value a counter */
-    int lists;                        /* holders and waiters are filled (SEM, LOCK) */
-    int truncated;                    /* the lists stop at ENGINE_VIEW_LIST_MAX */
+    uint8_t legacy;                   /* legacy up/down made its value a counter */
+    uint8_t lists;                    /* holders and waiters are filled (SEM, LOCK) */
+    uint8_t truncated;                /* the lists stop at ENGINE_VIEW_LIST_MAX */
     size_t nholders, nwaiters;
     engine_lease_t *holders;
     engine_waiter_t *waiters;
@@ -220,7 +220,7 @@ typedef struct engine_result {
     size_t next_cursor_len;
     struct engine_block *blocks; /* storage beyond `small` */
     size_t small_used;
-    _Alignas(8) char small[96]; /* a lease reply's name and owner, typically */
+    _Alignas(8) char small[64]; /* a lease reply's name and owner, typically */
 } engine_result_t;
 
 /* `n` bytes (8-aligned) that live as long as the result, or NULL when out of memory. */
@@ -244,22 +244,29 @@ struct engine_req {
     size_t id_len;
     uint64_t capacity; /* SEM_PUT, SEM_RESIZE, LEGACY_CREATE */
     uint64_t weight;   /* ACQUIRE, TICKET_CREATE */
-    /* ACQUIRE_MULTI, and TICKET_CREATE on several semaphores (name NULL): the semaphores
-     * with their weights, each named once (at most ENGINE_PARTS_MAX) */
-    const engine_part_t *parts;
-    uint32_t nparts;
-    /* SEM_PUT, SEM_RESIZE: the limits beside the capacity, those named in `limits`
-     * (ENGINE_LIMIT_*; a resize leaves the others as they are; 0 removes one) */
-    unsigned limits;
-    uint64_t tenant_max, rate_per_s, rate_burst;
+    /* What only some operations read, in one place (a parked request is as small as it
+     * can be): each is read only for the operations named. */
+    union {
+        struct {
+            const char *prefix; /* SEM_LIST, LOCK_LIST, may be NULL */
+            const char *cursor; /* SEM_LIST, LOCK_LIST, may be NULL */
+            uint64_t limit;     /* SEM_LIST, LOCK_LIST: 0 = default */
+        };
+        /* SEM_PUT, SEM_RESIZE: the limits beside the capacity, those named in `limits`
+         * (ENGINE_LIMIT_*; a resize leaves the others as they are; 0 removes one) */
+        struct {
+            uint64_t tenant_max, rate_per_s, rate_burst;
+        };
+        /* ACQUIRE_MULTI, and TICKET_CREATE on several semaphores (name NULL): the
+         * semaphores with their weights, each named once (nparts, at most
+         * ENGINE_PARTS_MAX) */
+        const engine_part_t *parts;
+    };
     const char *tenant;   /* ACQUIRE, ACQUIRE_MULTI, TICKET_CREATE: optional, may be NULL */
     int64_t timeout_ms;   /* ACQUIRE, WAIT_IDLE, LOCK_ACQUIRE: 0 try, < 0 forever */
     int64_t ttl_ms;       /* ACQUIRE, LOCK_ACQUIRE, LEASE_RENEW: 0 = server default */
     const char *owner;    /* optional, may be NULL */
     const char *idem_key; /* optional Idempotency-Key, may be NULL */
-    const char *prefix;   /* SEM_LIST, may be NULL */
-    const char *cursor;   /* SEM_LIST, may be NULL */
-    uint64_t limit;       /* SEM_LIST: 0 = default */
     /* With semad --auth: the name of the token that sent the request (NULL without --auth,
      * and for semad's own requests). A grant remembers it; renewing or releasing a lease
      * another token took fails with SEMA_EACCES unless `principal_admin` is set. */
@@ -268,6 +275,8 @@ struct engine_req {
     /* out (beside principal_admin, so the struct has no holes) */
     int status;           /* 0 or a SEMA_E* code (see the table in docs/http-api.md) */
     int created;          /* SEM_PUT: 1 when the semaphore was created */
+    uint16_t nparts;      /* in: parts' count (0 for every other request) */
+    uint8_t limits;       /* in: SEM_PUT, SEM_RESIZE: ENGINE_LIMIT_* */
     int64_t keepalive_ms; /* TICKET_CREATE: 0 = server default */
     uint64_t seen;        /* TICKET_GET: the state the caller last saw (0: none; a wait
                              then sets it to the state at arrival) */

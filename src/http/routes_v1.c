@@ -294,9 +294,11 @@ static int take_lease_fields(route_ctx_t *c, body_t *body)
 /* "tenant": optional (the engine checks its length and UTF-8). */
 static int take_tenant(route_ctx_t *c, body_t *body)
 {
-    if (field_str(c, body, "tenant", &c->tenant) < 0)
+    char *tenant = NULL;
+
+    if (field_str(c, body, "tenant", &tenant) < 0)
         return -1;
-    c->ereq.tenant = c->tenant;
+    c->ereq.tenant = tenant; /* owned: freed with the request (ctx_cleanup) */
     return 0;
 }
 
@@ -343,22 +345,22 @@ static int take_parts(route_ctx_t *c, body_t *body)
         bad(c, "semaphores", "must be an array of 1 to 16 objects {\"name\",\"weight\"}");
         return -1;
     }
-    c->multi.parts = calloc(n, sizeof(*c->multi.parts));
-    if (c->multi.parts == NULL) {
+    c->parts = calloc(n, sizeof(*c->parts));
+    if (c->parts == NULL) {
         ctx_reply_err(c, SEMA_ENOMEM, NULL);
         return -1;
     }
-    c->multi.json = json_incref(a);
+    c->json = json_incref(a);
     for (size_t i = 0; i < n; i++) {
         json_t *o = json_array_get(a, i);
         if (!json_is_object(o)) {
             bad(c, "semaphores", "must be an array of objects {\"name\",\"weight\"}");
             return -1;
         }
-        if (take_part(c, o, &c->multi.parts[i]) != 0)
+        if (take_part(c, o, &c->parts[i]) != 0)
             return -1;
     }
-    c->ereq.parts = c->multi.parts;
+    c->ereq.parts = c->parts;
     c->ereq.nparts = n;
     return 0;
 }
