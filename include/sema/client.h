@@ -146,10 +146,16 @@ typedef struct {
 
 /* ---- the handle -------------------------------------------------------------------- */
 
-/* Create a client for the semad at `url` ("http://127.0.0.1:7070"; a trailing '/' is
- * ignored). `opts` may be NULL (defaults). Sends nothing. Returns 0 and *out, SEMA_EINVAL
- * (not an http:// or https:// URL, or a token with a space or control byte), SEMA_ENOMEM or
- * SEMA_EIO (libcurl failed to start). Thread-safe. */
+/* The server of a client made with no URL and no $SEMA_SERVER. */
+#define SEMA_CLIENT_DEFAULT_URL "http://127.0.0.1:7070"
+
+/* Create a client for the semad at `url` ("https://sema.internal:7443"; a trailing '/' is
+ * ignored; a bare "host:port" is http://). NULL or "": $SEMA_SERVER, else
+ * SEMA_CLIENT_DEFAULT_URL, as the sema command and the JS and Python clients do; `opts`
+ * fields left NULL take $SEMA_TOKEN, $SEMA_CACERT, $SEMA_CERT and $SEMA_CERT_KEY the same
+ * way. `opts` may be NULL (defaults). Sends nothing. Returns 0 and *out, SEMA_EINVAL (a
+ * scheme other than http:// or https://, or a token with a space or control byte),
+ * SEMA_ENOMEM or SEMA_EIO (libcurl failed to start). Thread-safe (reads the environment). */
 SEMA_EXTERN int sema_client_new(sema_client_t **out, const char *url,
                                 const sema_client_opts_t *opts);
 

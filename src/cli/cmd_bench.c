@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* cmd_bench.c - `sema bench`: a load generator for semad (acquire+release pairs, plain GETs,
- * creates), plus hand-off latency and parked-waiter memory modes; options and the report. */
+ * creates, a mix of every kind of state), plus hand-off latency and parked-waiter memory
+ * modes; options and the report. */
 #include <stdio.h>
 
 #include "cli/cli.h"
@@ -23,6 +24,13 @@ const char cmd_bench_usage[] =
     "                        create   PUT NAME-0, NAME-1, ...: many idle semaphores\n"
     "                        handoff  release -> parked waiter latency, one round at a time\n"
     "                        park     every connection parks an acquire on a full semaphore\n"
+    "                        mix      every kind of state at once, for soaks: pairs (40%),\n"
+    "                                 renewals (10), idempotent retries (10), keyed locks on\n"
+    "                                 new keys (12), leases left to expire (5), long-polls\n"
+    "                                 that time out (8), tickets read once and abandoned (8),\n"
+    "                                 event streams open 1 s (2), semaphores created and\n"
+    "                                 deleted (5); on NAME, NAME-full (capacity 1), NAME-kN\n"
+    "                                 and NAME-t0..999\n"
     "  -c, --connections N   concurrent connections (default 50)\n"
     "  -d, --duration D      run for D (500ms, 10s, 2m: with its unit; default 10s)\n"
     "  -n, --count N         run N pairs/requests/creates/rounds instead of a duration\n"
@@ -34,11 +42,16 @@ const char cmd_bench_usage[] =
     "                        (POST /v1/acquire; K from 2 to 16)\n"
     "      --tenants N       pairs: connection i acquires as tenant t<i % N>\n"
     "      --tenant-max N    the semaphores created cap each tenant at N units\n"
-    "      --rate R          the semaphores created grant at most R units a second\n"
-    "      --burst B         ... and B at once after a pause (default R)\n"
+    "      --sem-rate R      the semaphores created grant at most R units a second\n"
+    "      --sem-burst B     ... and B at once after a pause (default R)\n"
     "      --name NAME       semaphore name or prefix (default bench)\n"
     "      --path PATH       path for the get mode (default /healthz)\n"
     "      --ttl D           lease ttl sent with each acquire (default 60s)\n"
+    "      --rate R          start R operations per second (pairs, get, create, mix), not\n"
+    "                        as many as answers allow; starts no connection is free for\n"
+    "                        are counted as missed\n"
+    "      --interval D      one JSON line per interval D on stdout (latency of its requests,\n"
+    "                        operations, errors, missed starts), for pairs, get, create, mix\n"
     "  -P, --pipeline N      requests in flight per connection, get/create only (default 1)\n"
     "      --no-create       use existing semaphores as they are\n"
     "      --server-pid PID  report the server's RSS growth (park, create)\n"
@@ -73,10 +86,10 @@ const char cmd_bench_usage[] =
 
 #include "loadgen/bench.h"
 
-static const char *const mode_names[BENCH_MODE_COUNT] = {"pairs", "get", "create", "handoff",
-                                                         "park"};
-static const char *const op_names[BENCH_MODE_COUNT] = {"pairs", "requests", "creates", "hand-offs",
-                                                       "waiters"};
+static const char *const mode_names[BENCH_MODE_COUNT] = {"pairs",   "get",  "create",
+                                                         "handoff", "park", "mix"};
+static const char *const op_names[BENCH_MODE_COUNT] = {"pairs",     "requests", "creates",
+                                                       "hand-offs", "waiters",  "operations"};
 
 static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
 {
@@ -146,11 +159,13 @@ enum {
     OPT_PROGRESS,
     OPT_JSON,
     OPT_CACERT,
+    OPT_RATE,
+    OPT_INTERVAL,
     OPT_ALL,
     OPT_TENANTS,
     OPT_TENANT_MAX,
-    OPT_RATE,
-    OPT_BURST
+    OPT_SEM_RATE,
+    OPT_SEM_BURST
 };
 
 static const struct option long_opts[] = {{"server", required_argument, NULL, 's'},
@@ -173,8 +188,10 @@ static const struct option long_opts[] = {{"server", required_argument, NULL, 's
                                           {"all", no_argument, NULL, OPT_ALL},
                                           {"tenants", required_argument, NULL, OPT_TENANTS},
                                           {"tenant-max", required_argument, NULL, OPT_TENANT_MAX},
+                                          {"sem-rate", required_argument, NULL, OPT_SEM_RATE},
+                                          {"sem-burst", required_argument, NULL, OPT_SEM_BURST},
                                           {"rate", required_argument, NULL, OPT_RATE},
-                                          {"burst", required_argument, NULL, OPT_BURST},
+                                          {"interval", required_argument, NULL, OPT_INTERVAL},
                                           {"help", no_argument, NULL, 'h'},
                                           {NULL, 0, NULL, 0}};
 
@@ -256,11 +273,19 @@ static int apply_opt(int ch, const char *arg, bench_opts_t *o, const char **serv
     case OPT_TENANT_MAX:
         bad = parse_u64(arg, 1, (1ull << 53), &o->tenant_max);
         break;
-    case OPT_RATE:
+    case OPT_SEM_RATE:
         bad = parse_u64(arg, 1, 1000000000, &o->rate_per_s);
         break;
-    case OPT_BURST:
+    case OPT_SEM_BURST:
         bad = parse_u64(arg, 1, 1000000000, &o->rate_burst);
+        break;
+    case OPT_RATE:
+        bad = parse_u64(arg, 1, 10000000, &v);
+        o->rate = (double)v;
+        break;
+    case OPT_INTERVAL:
+        bad = cli_parse_duration_ms(arg, &ms) != 0 || !(ms >= 100 && ms < 86400000);
+        o->interval_s = (double)ms / 1000.0;
         break;
     case 'h':
         return 1;
@@ -320,7 +345,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
         return -1;
     }
     if (o->rate_burst && !o->rate_per_s) {
-        fprintf(stderr, "sema bench: --burst needs --rate\n");
+        fprintf(stderr, "sema bench: --sem-burst needs --sem-rate\n");
         return -1;
     }
     if (o->tls && (o->mode == BENCH_HANDOFF || o->mode == BENCH_PARK || !o->no_setup)) {
@@ -336,11 +361,15 @@ static void settle_opts(bench_opts_t *o)
 {
     if (o->mode == BENCH_HANDOFF || o->mode == BENCH_PARK)
         o->capacity = 1, o->weight = 1, o->sems = 1;
+    if (o->mode == BENCH_MIX)
+        o->weight = 1, o->sems = 1;
+    if (o->mode == BENCH_MIX && o->capacity == 0)
+        o->capacity = 1000000; /* nothing parks, leases left to expire included */
     if (o->capacity == 0) {
         uint64_t per_sem = o->all ? o->conns : (o->conns + o->sems - 1) / o->sems;
         o->capacity = o->mode == BENCH_CREATE ? 1 : per_sem * o->weight;
     }
-    if (o->mode == BENCH_PAIRS)
+    if (o->mode == BENCH_PAIRS || o->mode == BENCH_MIX)
         o->pipeline = 1;
     /* park opens a connection per waiter (and handoff a few): raise the descriptor limit. */
     struct rlimit rl;
@@ -350,12 +379,12 @@ static void settle_opts(bench_opts_t *o)
     }
 }
 
-/* pairs: PUT the semaphores; made[i] is set for those that did not exist before, which
- * cleanup_semaphores deletes when the run is over. (handoff and park make and delete
- * theirs themselves; create's are what it measures.) */
+/* pairs and mix: PUT the semaphores; made[i] is set for those that did not exist before,
+ * which cleanup_semaphores deletes when the run is over (the mix's NAME-full is made[sems]).
+ * (handoff and park make and delete theirs themselves; create's are what it measures.) */
 static int setup_semaphores(const bench_opts_t *o, unsigned char *made)
 {
-    if (o->no_setup || o->mode != BENCH_PAIRS)
+    if (o->no_setup || (o->mode != BENCH_PAIRS && o->mode != BENCH_MIX))
         return 0;
     int fd = bench_sync_connect(o);
     if (fd < 0) {
@@ -369,6 +398,11 @@ static int setup_semaphores(const bench_opts_t *o, unsigned char *made)
         rc = bench_put_semaphore(fd, o, name, o->capacity);
         made[i] = rc > 0;
     }
+    if (o->mode == BENCH_MIX && rc >= 0) { /* the long-polls' and tickets' semaphore */
+        snprintf(name, sizeof(name), "%s-full", o->name);
+        rc = bench_put_semaphore(fd, o, name, 1);
+        made[o->sems] = rc > 0;
+    }
     close(fd);
     return rc < 0 ? -1 : 0;
 }
@@ -377,10 +411,13 @@ static void cleanup_semaphores(const bench_opts_t *o, const unsigned char *made)
 {
     int fd = -1;
     char name[BENCH_NAME_MAX + 24];
-    for (unsigned i = 0; i < o->sems; i++) {
+    for (unsigned i = 0; i < o->sems + (o->mode == BENCH_MIX); i++) {
         if (!made[i] || (fd < 0 && (fd = bench_sync_connect(o)) < 0))
             continue;
-        bench_sem_name(o, i, name, sizeof(name));
+        if (i < o->sems)
+            bench_sem_name(o, i, name, sizeof(name));
+        else
+            snprintf(name, sizeof(name), "%s-full", o->name);
         if (bench_delete_semaphore(fd, o, name) != 0)
             fprintf(stderr, "sema bench: could not delete %s, which it made\n", name);
     }
@@ -390,11 +427,12 @@ static void cleanup_semaphores(const bench_opts_t *o, const unsigned char *made)
 
 /* ---- the report ---- */
 
-/* Failed requests; park's waiters are meant to end with 410 (the semaphore is deleted). */
+/* Failed requests; park's waiters are meant to end with 410 (the semaphore is deleted); the
+ * mix checks each answer against its step (its unexpected answers are unusable ones). */
 static uint64_t count_errors(const bench_opts_t *o, const bench_result_t *r)
 {
     uint64_t n = r->io_errors + r->connect_errors + r->proto_errors;
-    for (unsigned s = 0; s < 600; s++)
+    for (unsigned s = 0; s < 600 && o->mode != BENCH_MIX; s++)
         if ((s < 200 || s >= 300) && !(o->mode == BENCH_PARK && s == 410))
             n += r->status[s];
     return n;
@@ -432,6 +470,15 @@ static void print_text(const bench_opts_t *o, const bench_result_t *r)
                o->mode == BENCH_PARK ? "parked waiter" : "semaphore");
     if (o->mode == BENCH_PARK)
         printf("  all %" PRIu64 " waiters answered %.3f s after the DELETE\n", r->ops, r->drain_s);
+    if (o->mode == BENCH_MIX) {
+        printf("  operations:");
+        for (unsigned k = 0; k < BENCH_MIX_KINDS; k++)
+            printf(" %s %" PRIu64, bench_mix_kind_names[k], r->mix_ops[k]);
+        printf("\n");
+    }
+    if (o->rate > 0)
+        printf("  offered %.0f/s; starts missed (no connection free): %" PRIu64 "\n", o->rate,
+               r->missed);
     printf("  answers:");
     for (unsigned s = 0; s < 600; s++)
         if (r->status[s])
@@ -449,25 +496,30 @@ static void print_json(const bench_opts_t *o, const bench_result_t *r)
            "\"p50_us\":%.1f,\"p90_us\":%.1f,\"p99_us\":%.1f,\"max_us\":%.1f,"
            "\"op_p50_us\":%.1f,\"op_p99_us\":%.1f,\"errors\":%" PRIu64
            ",\"rss_before_kib\":%" PRIu64 ",\"rss_after_kib\":%" PRIu64 ",\"drain_s\":%.3f,"
-           "\"status\":{",
+           "\"missed\":%" PRIu64 ",\"status\":{",
            mode_names[o->mode], o->conns, r->elapsed_s, r->ops, (double)r->ops / secs, r->requests,
            (double)r->requests / secs, us(bench_hist_percentile(h, 50)),
            us(bench_hist_percentile(h, 90)), us(bench_hist_percentile(h, 99)), us(h->max_ns),
            us(bench_hist_percentile(&r->op, 50)), us(bench_hist_percentile(&r->op, 99)),
-           count_errors(o, r), r->rss_before_kib, r->rss_after_kib, r->drain_s);
+           count_errors(o, r), r->rss_before_kib, r->rss_after_kib, r->drain_s, r->missed);
     const char *sep = "";
     for (unsigned s = 0; s < 600; s++)
         if (r->status[s]) {
             printf("%s\"%u\":%" PRIu64, sep, s, r->status[s]);
             sep = ",";
         }
-    printf("}}\n");
+    printf("}");
+    if (o->mode == BENCH_MIX)
+        for (unsigned k = 0; k < BENCH_MIX_KINDS; k++)
+            printf("%s\"%s\":%" PRIu64, k ? "," : ",\"mix\":{", bench_mix_kind_names[k],
+                   r->mix_ops[k]);
+    printf("%s}\n", o->mode == BENCH_MIX ? "}" : "");
 }
 
 typedef int (*run_fn)(const bench_opts_t *, bench_result_t *);
 
-static const run_fn runners[BENCH_MODE_COUNT] = {bench_load_run, bench_load_run, bench_load_run,
-                                                 bench_handoff_run, bench_park_run};
+static const run_fn runners[BENCH_MODE_COUNT] = {bench_load_run,    bench_load_run, bench_load_run,
+                                                 bench_handoff_run, bench_park_run, bench_load_run};
 
 int cmd_bench(int argc, char **argv)
 {
@@ -485,7 +537,7 @@ int cmd_bench(int argc, char **argv)
     }
     close(fd);
     bench_result_t *res = calloc(1, sizeof(*res));
-    unsigned char *made = calloc(opts.sems ? opts.sems : 1, 1);
+    unsigned char *made = calloc((opts.sems ? opts.sems : 1) + 1, 1); /* + the mix's -full */
     if (!res || !made) {
         fprintf(stderr, "sema bench: out of memory\n");
         free(res);

@@ -89,12 +89,13 @@ static const verb_t verbs[] = {
     {"wait-idle", "NAME [-t D]", "wait until nothing is held or queued", 1, 1, O_T, v_wait_idle,
      "sema wait-idle builds -t 10m"},
     {"run",
-     "NAME[:W][,NAME[:W]...] [-w W] [-t D] [--ttl D] [-c CAPACITY] [--tenant T] -- CMD [ARGS...]",
+     "NAME[:W][,NAME[:W]...] [-w W] [-t D] [--ttl D] [-c CAPACITY] [--tenant T] [--owner O] "
+     "[--grace D] -- CMD [ARGS...]",
      "hold units (of several semaphores at once) while CMD runs", 1, 1,
      O_W | O_T | O_TTL | O_C | O_OWNER | O_GRACE | O_CMD | O_TENANT, remote_run,
      "sema run builds -c 4 -- make -j8\nsema run deploy -t 10m --ttl 30s -- ./deploy.sh prod\n"
      "sema run gpu:2,db:1 --tenant acme -- ./train.sh"},
-    {"lock", "KEY --shared|--exclusive [-t D] [--ttl D] -- CMD [ARGS...]",
+    {"lock", "KEY --shared|--exclusive [-t D] [--ttl D] [--owner O] [--grace D] -- CMD [ARGS...]",
      "hold a keyed reader/writer lock while CMD runs", 1, 1,
      O_T | O_TTL | O_OWNER | O_MODE | O_GRACE | O_CMD, remote_run,
      "sema lock db/schema --exclusive -- ./migrate.sh\nsema lock db/schema --shared -- "
@@ -207,9 +208,10 @@ static void verb_help(const verb_t *v, FILE *out)
         fprintf(out, "\n");
     cli_global_help(out);
     fprintf(out, "\nexit status: 0 ok, 1 refused by the server, 2 usage, 69 server "
-                 "unreachable, 75 timeout or busy, 76 lease lost");
+                 "unreachable or unable to serve now (503), 75 timeout or busy, 76 lease lost");
     if (v->opts & O_CMD)
-        fprintf(out, ";\notherwise CMD's own status (128+N if killed by signal N)");
+        fprintf(out, ";\notherwise CMD's own status (126 CMD not executable, 127 not found, "
+                     "128+N killed by signal N)");
     fprintf(out, ".\n");
     fprintf(out, "\nexamples:\n");
     for (const char *p = v->examples; *p;) {
@@ -547,10 +549,14 @@ static const struct {
     {SEMA_EREVOKED, CLI_EXIT_LOST},
 };
 
-int remote_exit_code(int rc)
+int remote_exit_code(int rc, const sema_client_error_t *e)
 {
     if (rc == 0)
         return CLI_EXIT_OK;
+    /* every 503 (Redis away, shutting down, too many connections) asks to come back: the
+     * server cannot serve now, whatever the verb; the client retried it for its budget */
+    if ((e != NULL && e->http_status == 503) || rc == SEMA_EUNAVAIL || rc == SEMA_ESHUTDOWN)
+        return CLI_EXIT_UNAVAILABLE;
     for (size_t i = 0; i < sizeof exit_codes / sizeof exit_codes[0]; i++)
         if (exit_codes[i].err == rc)
             return exit_codes[i].status;
@@ -634,7 +640,7 @@ int remote_fail(const remote_opts_t *o, const char *what, int rc, const sema_cli
         fprintf(stderr, "sema %s: %s (%s)\n", o->verb, msg, sema_err_name(rc));
     if (h != NULL)
         fprintf(stderr, "sema %s: %s\n", o->verb, h);
-    return remote_exit_code(rc);
+    return remote_exit_code(rc, e);
 }
 
 #define CLI_RETRY_MS 1500
@@ -646,16 +652,8 @@ sema_client_t *remote_client(const remote_opts_t *o)
      * Retry-After: 1), not the library's 5 s, before saying semad cannot be reached. */
     sema_client_opts_t opts = {
         .cacert = o->cacert, .cert = o->cert, .key = o->cert_key, .retry_ms = CLI_RETRY_MS};
-    /* "127.0.0.1:7070" is http://127.0.0.1:7070, as for curl */
-    int bare = strstr(o->server, "://") == NULL;
-    size_t len = strlen(o->server) + sizeof "http://";
-    char *url = malloc(len);
-    int rc = url == NULL ? SEMA_ENOMEM : 0;
-    if (rc == 0) {
-        snprintf(url, len, "%s%s", bare ? "http://" : "", o->server);
-        rc = sema_client_new(&c, url, &opts);
-    }
-    free(url);
+    /* "127.0.0.1:7070" is http://127.0.0.1:7070, as for curl (the client's rule) */
+    int rc = sema_client_new(&c, o->server, &opts);
     if (rc == SEMA_EINVAL)
         fprintf(stderr, "sema %s: bad server '%s': an http:// or https:// URL is needed\n", o->verb,
                 o->server);
@@ -772,8 +770,13 @@ static int v_ls(remote_opts_t *o)
     WITH_CLIENT(o, c);
     int rc = sema_client_list(c, o->npos > 0 ? o->pos[0] : NULL, ls_one, o, &e);
     sema_client_free(c);
-    if (rc != 0)
-        return remote_fail(o, NULL, rc, &e);
+    if (rc != 0) {
+        int st = remote_fail(o, NULL, rc, &e);
+        /* a token limited to name prefixes lists only under one of them (semad's 403 names them) */
+        if (rc == SEMA_EACCES && e.http_status == 403 && strstr(e.message, "start with") != NULL)
+            fprintf(stderr, "sema ls: list under one of them: sema ls PREFIX\n");
+        return st;
+    }
     ls_header(o); /* an empty table still has its header */
     return CLI_EXIT_OK;
 }

@@ -33,9 +33,10 @@ int cmd_token(int argc, char **argv) REMOTE_PART; /* declared in cli.h */
 static int token_verb(int argc, char **argv);
 
 #define EXIT_CODES_HELP                                                                            \
-    "Exit codes: 0 ok; 1 the operation failed; 2 usage error; 69 no server to talk to;\n"          \
-    "75 timed out (or busy with -t 0); 76 lease lost (remote); run: the command's\n"               \
-    "status, 126 not executable, 127 not found, 128+N killed by signal N.\n"
+    "Exit codes: 0 ok; 1 the operation failed; 2 usage error; 69 no server to talk to,\n"          \
+    "or one that cannot serve now (503); 75 timed out (or busy with -t 0); 76 lease lost\n"        \
+    "(remote); run: the command's status, 126 not executable, 127 not found, 128+N\n"              \
+    "killed by signal N.\n"
 
 /* The local verbs' help has the shape of the remote verbs' (cmd_remote.c verb_help): usage,
  * what it does, options, exit status, examples. */
@@ -143,8 +144,9 @@ static int token_verb(int argc, char **argv)
 static void print_overview(FILE *out)
 {
     fprintf(out, "usage: sema [--version] [--help] [GLOBAL OPTIONS] VERB [ARGS...]\n\n"
-                 "sema limits concurrency: of threads, of processes on this machine (--local),\n"
-                 "and across machines (through semad).\n\n"
+                 "sema holds units of a semaphore around any command: of processes on this\n"
+                 "machine (--local), or across machines (through semad). (Threads of one\n"
+                 "program: libsema, <sema/sema.h>.)\n\n"
                  "Verbs (run, ls and rm act on this machine's semaphores with --local):\n");
     for (size_t i = 0; i < NCOMMANDS; i++)
         fprintf(out, "  %-*s %s\n", CLI_VERB_COLUMN, commands[i].name, commands[i].summary);

@@ -47,8 +47,9 @@ typedef struct {
     int ncmd;
 } remote_opts_t;
 
-/* Exit status for a client error code (see cmd_remote.h). */
-int remote_exit_code(int rc);
+/* Exit status for a client error code and its detail `e` (may be NULL): see cmd_remote.h; a
+ * 503, whatever its code, is CLI_EXIT_UNAVAILABLE. */
+int remote_exit_code(int rc, const sema_client_error_t *e);
 
 /* Print "sema VERB: <what>: <message>" to stderr and return the exit status for rc. */
 int remote_fail(const remote_opts_t *o, const char *what, int rc, const sema_client_error_t *e);

@@ -199,6 +199,32 @@ static char *opt_path(const char *v, const char *env, int *fail)
     return copy;
 }
 
+/* The base URL to use: `url`, else $SEMA_SERVER, else SEMA_CLIENT_DEFAULT_URL (NULL and ""
+ * mean not given); a bare "host:port" is http://, as for curl and the sema command. A new
+ * string, or NULL with *rc set (SEMA_EINVAL for another scheme, SEMA_ENOMEM). */
+static char *base_url(const char *url, int *rc)
+{
+    if (url == NULL || url[0] == '\0')
+        url = getenv("SEMA_SERVER");
+    if (url == NULL || url[0] == '\0')
+        url = SEMA_CLIENT_DEFAULT_URL;
+    int bare = strstr(url, "://") == NULL;
+    if (!bare && strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0) {
+        *rc = SEMA_EINVAL;
+        return NULL;
+    }
+    size_t n = strlen(url) + sizeof "http://";
+    char *copy = malloc(n);
+    if (copy == NULL) {
+        *rc = SEMA_ENOMEM;
+        return NULL;
+    }
+    snprintf(copy, n, "%s%s", bare ? "http://" : "", url);
+    for (size_t k = strlen(copy); k > 0 && copy[k - 1] == '/'; k--)
+        copy[k - 1] = '\0';
+    return copy;
+}
+
 static void client_strings_free(sema_client_t *c)
 {
     free(c->url);
@@ -215,8 +241,7 @@ int sema_client_new(sema_client_t **out, const char *url, const sema_client_opts
     sema_client_opts_t none = {0};
     sema_client_t *c;
 
-    if (out == NULL || url == NULL ||
-        (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0))
+    if (out == NULL)
         return SEMA_EINVAL;
     if (opts == NULL)
         opts = &none;
@@ -225,19 +250,19 @@ int sema_client_new(sema_client_t **out, const char *url, const sema_client_opts
         return SEMA_EIO;
     if ((c = calloc(1, sizeof *c)) == NULL)
         return SEMA_ENOMEM;
-    c->url = strdup(url);
+    int rc = 0;
+    c->url = base_url(url, &rc);
     c->owner = opts->owner != NULL ? strdup(opts->owner) : default_owner();
     c->cacert = opt_path(opts->cacert, "SEMA_CACERT", &fail);
     c->cert = opt_path(opts->cert, "SEMA_CERT", &fail);
     c->key = opt_path(opts->key, "SEMA_CERT_KEY", &fail);
-    int rc = auth_header(c, opts->token != NULL ? opts->token : getenv("SEMA_TOKEN"));
+    if (rc == 0)
+        rc = auth_header(c, opts->token != NULL ? opts->token : getenv("SEMA_TOKEN"));
     if (c->url == NULL || c->owner == NULL || fail || rc != 0) {
         client_strings_free(c);
         free(c);
         return rc != 0 ? rc : SEMA_ENOMEM;
     }
-    for (size_t n = strlen(c->url); n > 0 && c->url[n - 1] == '/'; n--)
-        c->url[n - 1] = '\0';
     c->connect_timeout_ms = opts->connect_timeout_ms > 0 ? opts->connect_timeout_ms : 3000;
     c->request_timeout_ms = opts->request_timeout_ms > 0 ? opts->request_timeout_ms : 30000;
     c->max_retries = opts->max_retries < 0   ? 0

@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "common/parse.h"
 #include "http/notify.h"
+#include "http/procmem.h"
 #include "sema/error.h"
 
 enum { BACKLOG = 1024 };
@@ -112,6 +113,12 @@ static void on_watchdog(uv_timer_t *t)
 {
     (void)t;
     notify_send("WATCHDOG=1");
+}
+
+static void on_trim(uv_timer_t *t)
+{
+    (void)t;
+    (void)procmem_trim();
 }
 
 static void on_grace(uv_timer_t *t)
@@ -274,6 +281,9 @@ int server_new(server_t **out, uv_loop_t *loop, engine_t *engine, const server_c
         uv_timer_start(&srv->watchdog, on_watchdog, wd_ms, wd_ms);
         uv_unref((uv_handle_t *)&srv->watchdog);
     }
+    uv_timer_init(loop, &srv->trim);
+    uv_timer_start(&srv->trim, on_trim, PROCMEM_TRIM_EVERY_MS, PROCMEM_TRIM_EVERY_MS);
+    uv_unref((uv_handle_t *)&srv->trim);
     uv_signal_init(loop, &srv->sigterm);
     uv_signal_init(loop, &srv->sigint);
     uv_signal_init(loop, &srv->sighup);
@@ -296,6 +306,7 @@ void server__finish_stop(server_t *srv)
     uv_close((uv_handle_t *)&srv->idle, NULL);
     uv_close((uv_handle_t *)&srv->grace, NULL);
     uv_close((uv_handle_t *)&srv->watchdog, NULL);
+    uv_close((uv_handle_t *)&srv->trim, NULL);
     log_info("all connections closed");
 }
 
@@ -434,5 +445,6 @@ int server_metrics(server_t *srv, struct strbuf *out)
                           "Plain HTTP requests sent to the TLS port (answered 400).", "counter",
                           srv->tls_plain_refused);
     }
-    return jsonw_end(&w);
+    rc = jsonw_end(&w);
+    return rc != 0 ? rc : procmem_metrics(out);
 }

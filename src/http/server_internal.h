@@ -90,6 +90,7 @@ struct server {
     uv_idle_t idle;
     uv_timer_t grace;
     uv_timer_t watchdog; /* WATCHDOG=1 to the service manager, when it asks (notify.h) */
+    uv_timer_t trim;     /* free heap memory back to the system (procmem_trim) */
     /* The FIN watch: every connection's socket in an epoll set of its own that reports only
      * a client's FIN or an error, so a grant made after the loop last read its sockets learns
      * whether its client left without a system call per grant (conn_peer_gone). */

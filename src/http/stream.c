@@ -26,6 +26,7 @@ enum {
 };
 
 static void cut(conn_t *conn);
+static void end_stream(conn_t *conn);
 
 /* ---- frames ---- */
 
@@ -249,8 +250,8 @@ static void on_stream_write(uv_write_t *w, int status)
     pop(conn, n);
     if (conn->closing)
         return;
-    if (status < 0) {
-        cut(conn);
+    if (status < 0) { /* the client left while it was written to: not one that does not read */
+        end_stream(conn);
         return;
     }
     if (st->len > 0) {
@@ -325,16 +326,23 @@ static void on_cut(uv_timer_t *t)
     conn_close(t->data);
 }
 
-/* Cut a stream whose client does not read: its memory goes back now, the connection closes
- * on the next loop turn (an event delivery may be walking the subscribers). */
-static void cut(conn_t *conn)
+/* End a stream: its memory goes back now, the connection closes on the next loop turn (an
+ * event delivery may be walking the subscribers). */
+static void end_stream(conn_t *conn)
 {
     if (conn->st->cut)
         return;
-    log_cut(conn->srv);
     conn->st->cut = 1;
     stream_drop(conn);
     uv_timer_start(&conn->timer, on_cut, 0, 0);
+}
+
+/* Cut a stream whose client does not read: counted and logged, then ended. */
+static void cut(conn_t *conn)
+{
+    if (!conn->st->cut)
+        log_cut(conn->srv);
+    end_stream(conn);
 }
 
 /* All streams together hold too much: cut the slowest (most unsent bytes) until they do not. */

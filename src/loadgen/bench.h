@@ -18,6 +18,7 @@ typedef enum {
     BENCH_CREATE,  /* PUT /v1/semaphores/<name>-<i>: many idle semaphores */
     BENCH_HANDOFF, /* release -> parked waiter hand-off latency */
     BENCH_PARK,    /* N connections each park an acquire on a full semaphore */
+    BENCH_MIX,     /* every kind of state at once (bench_mix.c), for soaks */
     BENCH_MODE_COUNT
 } bench_mode_t;
 
@@ -27,6 +28,10 @@ typedef enum {
 #define BENCH_SERVERS_MAX 8  /* -s given more than once: instances sharing one state */
 #define BENCH_ALL_MAX 16     /* --all: semaphores in one request (semad's own cap) */
 #define BENCH_TENANTS_MAX 1000
+#define BENCH_MIX_KINDS 9 /* the mix's kinds of operation (bench_mix.c) */
+
+/* The names of the mix's kinds of operation, in the order of bench_result_t.mix_ops. */
+extern const char *const bench_mix_kind_names[BENCH_MIX_KINDS];
 
 typedef struct {
     bench_mode_t mode;
@@ -58,6 +63,8 @@ typedef struct {
     bool tls;                  /* https:// */
     char tls_name[256];        /* the server's name, checked in its certificate */
     const char *cacert;        /* --cacert / $SEMA_CACERT (NULL: the system's CAs) */
+    double rate;               /* --rate: operations started per second; 0: as fast as answered */
+    double interval_s;         /* --interval: a JSON line per interval on stdout; 0: none */
 } bench_opts_t;
 
 typedef struct {
@@ -72,8 +79,11 @@ typedef struct {
     uint64_t proto_errors;   /* answers we could not use (a 200 without a lease id) */
     uint64_t rss_before_kib; /* server RSS around the park/create phase (0 = not measured) */
     uint64_t rss_after_kib;
-    double drain_s;    /* park: time for every parked waiter to be answered */
-    const char *fatal; /* set when the run could not be done; static text */
+    double drain_s;  /* park: time for every parked waiter to be answered */
+    uint64_t missed; /* --rate: starts no connection was free for (the rate was not met) */
+    uint64_t mix_ops[BENCH_MIX_KINDS]; /* mix: operations done, by kind */
+    const char *fatal; /* set when the run could not be done; static text, or fatal_text */
+    char fatal_text[BENCH_NAME_MAX + 192]; /* a fatal message naming something */
 } bench_result_t;
 
 /* Runs a throughput mode (pairs, get, create) on one libuv loop with opts->conns keep-alive
@@ -103,6 +113,10 @@ int bench_sync_read(int fd, int *status, char *out, size_t cap, int timeout_ms);
 /* Formats a request into buf; returns its length, or 0 when it does not fit. */
 size_t bench_format_request(char *buf, size_t cap, const bench_opts_t *opts, const char *method,
                             const char *path, const char *body);
+
+/* The same with more header lines (`headers`: each ending in "\r\n"; "" for none). */
+size_t bench_format_request_h(char *buf, size_t cap, const bench_opts_t *opts, const char *method,
+                              const char *path, const char *headers, const char *body);
 
 /* Copies the string value of "key" in a JSON text into out (cap bytes, NUL-terminated).
  * Returns its length, or 0 when absent or too long. Enough for server-generated ids. */

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* bench_load.c - `sema bench`'s load engine: one libuv loop, N keep-alive connections, raw
- * requests out, llhttp-parsed answers in; acquire+release pairs, plain GETs or creates.
- * With an https:// server each connection is a TLS client (OpenSSL through memory BIOs):
- * the same requests, encrypted, so plain and TLS runs differ by TLS alone. */
+ * requests out, llhttp-parsed answers in; acquire+release pairs, plain GETs, creates or the
+ * mix (bench_mix.c), as fast as answers come or started at a fixed rate (--rate), with a
+ * report per interval (--interval) for soaks. With an https:// server each connection is a
+ * TLS client (OpenSSL through memory BIOs): the same requests, encrypted, so plain and TLS
+ * runs differ by TLS alone. */
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -10,75 +12,17 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <llhttp.h>
 #include <openssl/err.h>
-#include <openssl/ssl.h>
-#include <uv.h>
 
-#include "loadgen/bench.h"
+#include "loadgen/bench_load.h"
 
-#define OUT_MAX 8192  /* queued request bytes per connection */
-#define BODY_MAX 1024 /* answer body bytes kept (enough for a lease) */
-#define LEASE_MAX 128 /* lease id bytes */
 #define RECONNECT_MAX 1000
-#define DRAIN_MS 3000 /* after the deadline, in-flight requests get this long */
-
-typedef enum { STEP_ACQUIRE, STEP_RELEASE, STEP_GET, STEP_CREATE } step_t;
-
-typedef struct load load_t;
-
-typedef struct {
-    uv_tcp_t tcp;
-    uv_connect_t creq;
-    uv_write_t wreq;
-    llhttp_t parser;
-    load_t *ld;
-    char *acq; /* pairs: this connection's acquire (NULL: ld's) */
-    size_t acq_len;
-    unsigned server;                  /* which of the servers (-s) it connects to */
-    step_t step;                      /* what the oldest request in flight is */
-    unsigned inflight;                /* requests sent, not answered */
-    uint64_t sent_ns[BENCH_PIPE_MAX]; /* send times, a ring of `inflight` entries */
-    unsigned ring_head;
-    uint64_t pair_start_ns;
-    char lease[LEASE_MAX];
-    char body[BODY_MAX];
-    size_t body_len;
-    char out[2][OUT_MAX]; /* out[wcur] is being written, out[wcur^1] waits */
-    size_t out_len[2];
-    unsigned wcur;
-    int writing;
-    int open;      /* connected and not closing */
-    int reconnect; /* connect again once closed */
-    SSL *ssl;      /* https://: the session (NULL: plain HTTP) */
-    BIO *rbio;     /* ciphertext read, for OpenSSL (owned by ssl) */
-    BIO *wbio;     /* ciphertext OpenSSL wrote, to send (owned by ssl) */
-    int tls_ready; /* the handshake is over */
-} conn_t;
-
-struct load {
-    const bench_opts_t *o;
-    bench_result_t *res;
-    uv_loop_t loop;
-    uv_timer_t deadline, progress, drain;
-    uv_signal_t sigint;
-    conn_t *conns;
-    unsigned connected, live; /* connected once; handles not yet closed */
-    uint64_t issued;          /* ops started (count mode budget) */
-    uint64_t next_index;      /* create mode's next name */
-    uint64_t start_ns, stop_ns, last_ns;
-    uint64_t ops_at_stop, requests_at_stop, reconnects;
-    uint64_t last_progress_ops;
-    int started, stopping, finished;
-    char acq_req[1024], get_req[1024]; /* pre-formatted constant requests */
-    size_t acq_len, get_len;
-    SSL_CTX *tls; /* https:// */
-};
+#define DRAIN_MS 3000                     /* after the deadline, in-flight requests get this long */
+#define LAG_MAX_NS (1000ull * 1000000ull) /* --rate: starts later than this are given up */
 
 static llhttp_settings_t settings;
 
 static void conn_connect(conn_t *c);
-static void conn_close(conn_t *c, int reconnect);
 static void issue(conn_t *c);
 static void stop_issuing(load_t *ld);
 
@@ -91,7 +35,7 @@ static void on_written(uv_write_t *w, int status)
     c->writing = 0;
     if (status < 0) {
         c->ld->res->io_errors++;
-        conn_close(c, 1);
+        bench_load__close(c, BENCH_CLOSE_RECONNECT);
         return;
     }
     unsigned next = c->wcur ^ 1u;
@@ -122,7 +66,7 @@ static int sock_send(conn_t *c, const char *req, size_t len)
         return uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, on_written) ? -1 : 0;
     }
     unsigned q = c->wcur ^ 1u;
-    if (c->out_len[q] + len > OUT_MAX)
+    if (c->out_len[q] + len > BENCH_OUT_MAX)
         return -1;
     memcpy(c->out[q] + c->out_len[q], req, len);
     c->out_len[q] += len;
@@ -150,18 +94,18 @@ static int conn_send(conn_t *c, const char *req, size_t len)
     return tls_flush(c);
 }
 
-static void send_request(conn_t *c, const char *req, size_t len)
+void bench_load__send(conn_t *c, const char *req, size_t len)
 {
     if (len == 0 || c->inflight >= BENCH_PIPE_MAX) {
         c->ld->res->proto_errors++;
-        conn_close(c, 0);
+        bench_load__close(c, BENCH_CLOSE_FOR_GOOD);
         return;
     }
     c->sent_ns[(c->ring_head + c->inflight) % BENCH_PIPE_MAX] = uv_hrtime();
     c->inflight++;
     if (conn_send(c, req, len) != 0) {
         c->ld->res->io_errors++;
-        conn_close(c, 1);
+        bench_load__close(c, BENCH_CLOSE_RECONNECT);
     }
 }
 
@@ -183,17 +127,18 @@ static void send_acquire(conn_t *c)
     c->step = STEP_ACQUIRE;
     c->pair_start_ns = uv_hrtime();
     if (c->acq != NULL)
-        send_request(c, c->acq, c->acq_len);
+        bench_load__send(c, c->acq, c->acq_len);
     else
-        send_request(c, ld->acq_req, ld->acq_len);
+        bench_load__send(c, ld->acq_req, ld->acq_len);
 }
 
 static void send_release(conn_t *c)
 {
-    char path[LEASE_MAX + 16], req[512];
+    char path[BENCH_ID_MAX + 16], req[512];
     snprintf(path, sizeof(path), "/v1/leases/%s", c->lease);
     c->step = STEP_RELEASE;
-    send_request(c, req, bench_format_request(req, sizeof(req), c->ld->o, "DELETE", path, NULL));
+    bench_load__send(c, req,
+                     bench_format_request(req, sizeof(req), c->ld->o, "DELETE", path, NULL));
 }
 
 static void send_create(conn_t *c)
@@ -204,36 +149,130 @@ static void send_create(conn_t *c)
     snprintf(path, sizeof(path), "/v1/semaphores/%s", name);
     snprintf(body, sizeof(body), "{\"capacity\":%" PRIu64 "}", ld->o->capacity);
     c->step = STEP_CREATE;
-    send_request(c, req, bench_format_request(req, sizeof(req), ld->o, "PUT", path, body));
+    bench_load__send(c, req, bench_format_request(req, sizeof(req), ld->o, "PUT", path, body));
+}
+
+/* ---- a fixed rate (--rate) ---- */
+
+static void on_pace(uv_timer_t *t);
+
+/* Waits for the next start: c joins the end of the idle queue (so every connection takes its
+ * turn, and none sits idle long enough for the server to close it), and the pace timer runs
+ * at the start. */
+static void pace_wait(conn_t *c, uint64_t now)
+{
+    load_t *ld = c->ld;
+    c->idle = 1;
+    c->next_idle = NULL;
+    if (ld->idle == NULL)
+        ld->idle = c;
+    else
+        ld->idle_tail->next_idle = c;
+    ld->idle_tail = c;
+    uint64_t ms = (ld->next_ns - now + 999999) / 1000000;
+    if (!uv_is_active((uv_handle_t *)&ld->pace) || uv_timer_get_due_in(&ld->pace) > ms)
+        uv_timer_start(&ld->pace, on_pace, ms, 0);
+}
+
+/* 1 when c may start an operation now; else it waits for its turn (0). A start later than
+ * LAG_MAX_NS, because no connection was free, is given up and counted as missed. */
+static int pace_take(conn_t *c)
+{
+    load_t *ld = c->ld;
+    if (ld->period_ns == 0)
+        return 1;
+    if (c->idle)
+        return 0;
+    uint64_t now = uv_hrtime();
+    if (now < ld->next_ns) {
+        pace_wait(c, now);
+        return 0;
+    }
+    if (now - ld->next_ns > LAG_MAX_NS) {
+        ld->res->missed += (now - ld->next_ns) / ld->period_ns;
+        ld->next_ns = now;
+    }
+    ld->next_ns += ld->period_ns;
+    return 1;
+}
+
+/* The next start is due: the connections waiting for it start, as many as are due. */
+static void on_pace(uv_timer_t *t)
+{
+    load_t *ld = t->data;
+    uint64_t now = uv_hrtime();
+    while (ld->idle != NULL && ld->next_ns <= now) {
+        conn_t *c = ld->idle;
+        ld->idle = c->next_idle;
+        c->idle = 0;
+        if (c->open)
+            issue(c);
+    }
+    if (ld->idle != NULL && !ld->stopping)
+        uv_timer_start(&ld->pace, on_pace, (ld->next_ns - now + 999999) / 1000000, 0);
 }
 
 /* Starts the next operation(s) on an idle connection, up to the pipeline depth. */
 static void issue(conn_t *c)
 {
     load_t *ld = c->ld;
-    unsigned depth = ld->o->mode == BENCH_PAIRS ? 1 : ld->o->pipeline;
-    while (c->open && c->inflight < depth && budget_left(ld)) {
-        if (ld->o->mode == BENCH_PAIRS)
+    unsigned depth = ld->o->mode == BENCH_PAIRS || ld->o->mode == BENCH_MIX ? 1 : ld->o->pipeline;
+    while (c->open && c->inflight < depth && pace_take(c) && budget_left(ld)) {
+        if (ld->o->mode == BENCH_MIX)
+            bench_mix_start(c);
+        else if (ld->o->mode == BENCH_PAIRS)
             send_acquire(c);
         else if (ld->o->mode == BENCH_CREATE)
             send_create(c);
         else {
             c->step = STEP_GET;
-            send_request(c, ld->get_req, ld->get_len);
+            bench_load__send(c, ld->get_req, ld->get_len);
         }
     }
     int done = ld->stopping || (ld->o->count && ld->issued >= ld->o->count);
     if (c->open && c->inflight == 0 && done)
-        conn_close(c, 0);
+        bench_load__close(c, BENCH_CLOSE_FOR_GOOD);
 }
 
 /* ---- answers ---- */
 
-static void count_op(load_t *ld, uint64_t now, uint64_t started)
+void bench_load__op_done(load_t *ld, uint64_t now, uint64_t started)
 {
     ld->res->ops++;
     ld->last_ns = now;
     bench_hist_record(&ld->res->op, now - started);
+}
+
+uint64_t bench_load__answered(conn_t *c, int status, uint64_t now)
+{
+    load_t *ld = c->ld;
+    uint64_t sent = c->sent_ns[c->ring_head];
+    c->ring_head = (c->ring_head + 1) % BENCH_PIPE_MAX;
+    c->inflight--;
+    ld->res->requests++;
+    ld->res->status[status >= 0 && status < 600 ? status : 0]++;
+    if (!c->untimed) {
+        bench_hist_record(&ld->res->req, now - sent);
+        bench_hist_record(&ld->ivl, now - sent);
+    }
+    return sent;
+}
+
+/* An acquire answered 404: the semaphore is missing (--no-create, or deleted meanwhile), and
+ * every further request would be one more 404. Stop the run and say so. */
+static void missing_semaphore(conn_t *c)
+{
+    load_t *ld = c->ld;
+    char name[BENCH_NAME_MAX + 24];
+    if (ld->res->fatal == NULL) {
+        bench_sem_name(ld->o, c->sem, name, sizeof(name));
+        snprintf(ld->res->fatal_text, sizeof(ld->res->fatal_text), "no such semaphore '%s'%s", name,
+                 ld->o->no_setup ? ": --no-create uses existing semaphores (make it first with "
+                                   "`sema create NAME CAPACITY`, or leave --no-create out)"
+                                 : " (deleted during the run?)");
+        ld->res->fatal = ld->res->fatal_text;
+    }
+    stop_issuing(ld);
 }
 
 /* One complete answer to the oldest request in flight on c. */
@@ -241,25 +280,25 @@ static void on_answer(conn_t *c, int status, uint64_t now)
 {
     load_t *ld = c->ld;
     bench_result_t *res = ld->res;
-    uint64_t sent = c->sent_ns[c->ring_head];
-    c->ring_head = (c->ring_head + 1) % BENCH_PIPE_MAX;
-    c->inflight--;
-    res->requests++;
-    res->status[status >= 0 && status < 600 ? status : 0]++;
-    bench_hist_record(&res->req, now - sent);
-    c->body[c->body_len < BODY_MAX ? c->body_len : BODY_MAX - 1] = '\0';
-    if (c->step == STEP_ACQUIRE && status == 200) {
+    uint64_t sent = bench_load__answered(c, status, now);
+    c->body[c->body_len < BENCH_BODY_MAX ? c->body_len : BENCH_BODY_MAX - 1] = '\0';
+    if (c->step == STEP_MIX || c->step == STEP_STREAM) {
+        if (bench_mix_answer(c, status, now))
+            return;
+    } else if (c->step == STEP_ACQUIRE && status == 404) {
+        missing_semaphore(c);
+    } else if (c->step == STEP_ACQUIRE && status == 200) {
         if (bench_json_str(c->body, "lease", c->lease, sizeof(c->lease)) > 0) {
             send_release(c);
             return;
         }
         res->proto_errors++;
     } else if (c->step == STEP_RELEASE && (status == 204 || status == 200)) {
-        count_op(ld, now, c->pair_start_ns);
+        bench_load__op_done(ld, now, c->pair_start_ns);
     } else if (c->step == STEP_GET && status >= 200 && status < 300) {
-        count_op(ld, now, sent);
+        bench_load__op_done(ld, now, sent);
     } else if (c->step == STEP_CREATE && (status == 201 || status == 200)) {
-        count_op(ld, now, sent);
+        bench_load__op_done(ld, now, sent);
     }
     issue(c);
 }
@@ -273,7 +312,7 @@ static int on_message_begin(llhttp_t *p)
 static int on_body(llhttp_t *p, const char *at, size_t n)
 {
     conn_t *c = p->data;
-    size_t room = BODY_MAX - 1 - c->body_len;
+    size_t room = BENCH_BODY_MAX - 1 - c->body_len;
     if (n > room)
         n = room;
     memcpy(c->body + c->body_len, at, n);
@@ -284,6 +323,15 @@ static int on_body(llhttp_t *p, const char *at, size_t n)
 static int on_message_complete(llhttp_t *p)
 {
     return HPE_PAUSED; /* handled in on_read, one answer at a time */
+}
+
+/* An event stream's head: it is answered (its body goes on until the stream is closed). */
+static int on_headers_complete(llhttp_t *p)
+{
+    conn_t *c = p->data;
+    if (c->step == STEP_STREAM && p->status_code == 200 && c->inflight == 1)
+        bench_mix_stream_open(c, uv_hrtime());
+    return 0;
 }
 
 static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
@@ -301,7 +349,7 @@ static void parse(conn_t *c, const char *at, size_t left)
             return;
         if (err != HPE_PAUSED || c->inflight == 0) {
             c->ld->res->io_errors++;
-            conn_close(c, 1);
+            bench_load__close(c, BENCH_CLOSE_RECONNECT);
             return;
         }
         const char *pos = llhttp_get_error_pos(&c->parser);
@@ -311,7 +359,7 @@ static void parse(conn_t *c, const char *at, size_t left)
         llhttp_resume(&c->parser);
         on_answer(c, c->parser.status_code, uv_hrtime());
         if (!keep && c->open)
-            conn_close(c, 1);
+            bench_load__close(c, BENCH_CLOSE_RECONNECT);
     }
 }
 
@@ -330,7 +378,7 @@ static void read_tls(conn_t *c, const char *data, size_t len)
             if (!c->ld->started)
                 fprintf(stderr, "sema bench: TLS handshake failed: %s\n", why);
             c->ld->res->connect_errors++;
-            conn_close(c, !c->ld->started ? 0 : 1);
+            bench_load__close(c, c->ld->started ? BENCH_CLOSE_RECONNECT : BENCH_CLOSE_FOR_GOOD);
             if (!c->ld->started) {
                 c->ld->res->fatal = "TLS handshake failed";
                 stop_issuing(c->ld);
@@ -346,16 +394,19 @@ static void read_tls(conn_t *c, const char *data, size_t len)
     while (c->open && (n = SSL_read(c->ssl, plain, sizeof(plain))) > 0)
         parse(c, plain, (size_t)n);
     if (c->open && tls_flush(c) != 0)
-        conn_close(c, 1);
+        bench_load__close(c, BENCH_CLOSE_RECONNECT);
 }
 
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     conn_t *c = s->data;
     if (nread < 0) {
-        if (!c->ld->stopping || c->inflight)
+        /* A keep-alive connection the server closed while nothing was asked on it (its idle
+         * timeout) is connected again, as clients do; anything else is an error. */
+        int idle_close = c->inflight == 0 && c->step != STEP_STREAM;
+        if ((!c->ld->stopping || c->inflight) && !idle_close)
             c->ld->res->io_errors++;
-        conn_close(c, 1);
+        bench_load__close(c, idle_close ? BENCH_CLOSE_PLANNED : BENCH_CLOSE_RECONNECT);
         return;
     }
     if (c->ssl != NULL)
@@ -372,7 +423,13 @@ static void on_closed(uv_handle_t *h)
 {
     conn_t *c = h->data;
     load_t *ld = c->ld;
-    if (c->reconnect && !ld->stopping && ld->reconnects++ < RECONNECT_MAX) {
+    if (c->reconnect == BENCH_CLOSE_PLANNED && !ld->stopping &&
+        !(ld->o->count && ld->issued >= ld->o->count)) {
+        conn_connect(c);
+        return;
+    }
+    if (c->reconnect == BENCH_CLOSE_RECONNECT && !ld->stopping &&
+        ld->reconnects++ < RECONNECT_MAX) {
         conn_connect(c);
         return;
     }
@@ -380,12 +437,12 @@ static void on_closed(uv_handle_t *h)
         all_closed(ld);
 }
 
-static void conn_close(conn_t *c, int reconnect)
+void bench_load__close(conn_t *c, int how)
 {
     if (!c->open && uv_is_closing((uv_handle_t *)&c->tcp))
         return;
     c->open = 0;
-    c->reconnect = reconnect;
+    c->reconnect = how;
     /* An op cut short by a closed connection is lost; give its budget back. */
     if (c->inflight && c->ld->o->count && c->ld->issued > 0)
         c->ld->issued--;
@@ -399,8 +456,6 @@ static void conn_close(conn_t *c, int reconnect)
 }
 
 static void begin(load_t *ld);
-static void stop_issuing(load_t *ld);
-
 static void on_connected(uv_connect_t *req, int status)
 {
     conn_t *c = req->data;
@@ -413,12 +468,12 @@ static void on_connected(uv_connect_t *req, int status)
             ld->res->fatal = "cannot connect to the server";
             stop_issuing(ld);
         }
-        conn_close(c, 1);
+        bench_load__close(c, BENCH_CLOSE_RECONNECT);
         return;
     }
     c->open = 1;
     if (ld->stopping) {
-        conn_close(c, 0);
+        bench_load__close(c, BENCH_CLOSE_FOR_GOOD);
         return;
     }
     uv_tcp_nodelay(&c->tcp, 1);
@@ -434,7 +489,7 @@ static void on_connected(uv_connect_t *req, int status)
         (c->wbio = BIO_new(BIO_s_mem())) == NULL) {
         ld->res->fatal = "out of memory";
         stop_issuing(ld);
-        conn_close(c, 0);
+        bench_load__close(c, BENCH_CLOSE_FOR_GOOD);
         return;
     }
     SSL_set_bio(c->ssl, c->rbio, c->wbio);
@@ -443,7 +498,7 @@ static void on_connected(uv_connect_t *req, int status)
     SSL_set1_host(c->ssl, ld->o->tls_name);
     SSL_do_handshake(c->ssl);
     if (tls_flush(c) != 0)
-        conn_close(c, 1);
+        bench_load__close(c, BENCH_CLOSE_RECONNECT);
 }
 
 /* Connected (and with TLS, the handshake over): start, or go on issuing. */
@@ -472,7 +527,7 @@ static void conn_connect(conn_t *c)
             c->ld->res->fatal = "cannot connect to the server (raise ulimit -n?)";
         c->ld->stopping = 1;
         c->open = 0;
-        c->reconnect = 0;
+        c->reconnect = BENCH_CLOSE_FOR_GOOD;
         uv_close((uv_handle_t *)&c->tcp, on_closed);
     }
 }
@@ -490,12 +545,14 @@ static void stop_issuing(load_t *ld)
         return;
     ld->stopping = 1;
     ld->stop_ns = uv_hrtime();
+    if (ld->period_ns && ld->started && ld->stop_ns > ld->next_ns) /* starts still owed */
+        ld->res->missed += (ld->stop_ns - ld->next_ns) / ld->period_ns;
     ld->ops_at_stop = ld->res->ops;
     ld->requests_at_stop = ld->res->requests;
     uv_timer_start(&ld->drain, on_drain, DRAIN_MS, 0);
     for (unsigned i = 0; i < ld->o->conns; i++)
         if (ld->conns[i].open && ld->conns[i].inflight == 0)
-            conn_close(&ld->conns[i], 0);
+            bench_load__close(&ld->conns[i], BENCH_CLOSE_FOR_GOOD);
 }
 
 static void on_deadline(uv_timer_t *t)
@@ -508,17 +565,51 @@ static void on_sigint(uv_signal_t *s, int signum)
     stop_issuing(s->data);
 }
 
+/* Failed requests so far: in the mix every answer has its expected statuses (a long-poll's
+ * 409 is one), elsewhere every answer but a 2xx is a failure. */
+static uint64_t errors_now(const load_t *ld)
+{
+    const bench_result_t *r = ld->res;
+    uint64_t n = r->io_errors + r->connect_errors + r->proto_errors;
+    for (unsigned s = 0; s < 600 && ld->o->mode != BENCH_MIX; s++)
+        n += (s < 200 || s >= 300) ? r->status[s] : 0;
+    return n;
+}
+
 static void on_progress(uv_timer_t *t)
 {
     load_t *ld = t->data;
     double secs = (double)(uv_hrtime() - ld->start_ns) / 1e9;
     uint64_t ops = ld->res->ops;
-    uint64_t errs = ld->res->io_errors + ld->res->connect_errors + ld->res->proto_errors;
-    for (unsigned s = 300; s < 600; s++)
-        errs += ld->res->status[s];
+    uint64_t errs = errors_now(ld);
     fprintf(stderr, "\r[%6.1fs] %" PRIu64 " ops  %8.0f/s  errors %" PRIu64 "   ", secs, ops,
             (double)(ops - ld->last_progress_ops), errs);
     ld->last_progress_ops = ops;
+}
+
+/* --interval: one JSON line on stdout for the interval that ends, then the next begins. */
+static void on_tick(uv_timer_t *t)
+{
+    load_t *ld = t->data;
+    bench_result_t *r = ld->res;
+    uint64_t now = uv_hrtime(), errs = errors_now(ld);
+    double secs = (double)(now - ld->ivl_start_ns) / 1e9;
+    const bench_hist_t *h = &ld->ivl;
+    printf("{\"interval\":%" PRIu64 ",\"t_s\":%.3f,\"seconds\":%.3f,\"ops\":%" PRIu64
+           ",\"ops_per_s\":%.1f,\"requests\":%" PRIu64 ",\"p50_us\":%.1f,\"p90_us\":%.1f,"
+           "\"p99_us\":%.1f,\"max_us\":%.1f,\"errors\":%" PRIu64 ",\"missed\":%" PRIu64 "}\n",
+           ++ld->ivl_n, (double)(now - ld->start_ns) / 1e9, secs, r->ops - ld->ivl_ops,
+           secs > 0 ? (double)(r->ops - ld->ivl_ops) / secs : 0.0, r->requests - ld->ivl_requests,
+           (double)bench_hist_percentile(h, 50) / 1e3, (double)bench_hist_percentile(h, 90) / 1e3,
+           (double)bench_hist_percentile(h, 99) / 1e3, (double)h->max_ns / 1e3,
+           errs - ld->ivl_errors, r->missed - ld->ivl_missed);
+    fflush(stdout);
+    bench_hist_init(&ld->ivl);
+    ld->ivl_ops = r->ops;
+    ld->ivl_requests = r->requests;
+    ld->ivl_errors = errs;
+    ld->ivl_missed = r->missed;
+    ld->ivl_start_ns = now;
 }
 
 static void begin(load_t *ld)
@@ -529,6 +620,11 @@ static void begin(load_t *ld)
         uv_timer_start(&ld->deadline, on_deadline, (uint64_t)(ld->o->duration_s * 1000.0), 0);
     if (ld->o->progress)
         uv_timer_start(&ld->progress, on_progress, 1000, 1000);
+    ld->next_ns = ld->ivl_start_ns = ld->start_ns;
+    if (ld->o->interval_s > 0) {
+        uint64_t ms = (uint64_t)(ld->o->interval_s * 1000.0);
+        uv_timer_start(&ld->tick, on_tick, ms, ms);
+    }
     for (unsigned i = 0; i < ld->o->conns; i++)
         issue(&ld->conns[i]);
 }
@@ -546,11 +642,14 @@ static void all_closed(load_t *ld)
     ld->stopping = 1;
     for (unsigned i = 0; i < ld->o->conns; i++)
         if (!uv_is_closing((uv_handle_t *)&ld->conns[i].tcp))
-            conn_close(&ld->conns[i], 0);
+            bench_load__close(&ld->conns[i], BENCH_CLOSE_FOR_GOOD);
     uv_handle_t *timers[] = {(uv_handle_t *)&ld->deadline, (uv_handle_t *)&ld->progress,
-                             (uv_handle_t *)&ld->drain, (uv_handle_t *)&ld->sigint};
+                             (uv_handle_t *)&ld->drain,    (uv_handle_t *)&ld->pace,
+                             (uv_handle_t *)&ld->tick,     (uv_handle_t *)&ld->sigint};
     for (size_t i = 0; i < sizeof(timers) / sizeof(timers[0]); i++)
         uv_close(timers[i], NULL);
+    if (ld->o->mode == BENCH_MIX)
+        bench_mix_close(ld);
 }
 
 /* The client context: TLS 1.2+, the server's certificate verified against --cacert (else
@@ -618,13 +717,19 @@ static int load_init(load_t *ld, const bench_opts_t *o, bench_result_t *res)
     settings.on_message_begin = on_message_begin;
     settings.on_body = on_body;
     settings.on_message_complete = on_message_complete;
+    settings.on_headers_complete = on_headers_complete;
     ld->acq_len = bench_acquire_request(o, 0, ld->acq_req, sizeof(ld->acq_req));
     ld->get_len = bench_format_request(ld->get_req, sizeof(ld->get_req), o, "GET", o->path, NULL);
-    uv_timer_t *timers[] = {&ld->deadline, &ld->progress, &ld->drain};
-    for (size_t i = 0; i < 3; i++) {
+    uv_timer_t *timers[] = {&ld->deadline, &ld->progress, &ld->drain, &ld->pace, &ld->tick};
+    for (size_t i = 0; i < sizeof(timers) / sizeof(timers[0]); i++) {
         uv_timer_init(&ld->loop, timers[i]);
         timers[i]->data = ld;
     }
+    bench_hist_init(&ld->ivl);
+    if (o->rate > 0)
+        ld->period_ns = (uint64_t)(1e9 / o->rate);
+    if (o->mode == BENCH_MIX)
+        bench_mix_init(ld);
     uv_signal_init(&ld->loop, &ld->sigint);
     ld->sigint.data = ld;
     uv_signal_start_oneshot(&ld->sigint, on_sigint, SIGINT);
@@ -644,6 +749,7 @@ int bench_load_run(const bench_opts_t *o, bench_result_t *res)
     for (unsigned i = 0; i < o->conns; i++) {
         ld->conns[i].ld = ld;
         ld->conns[i].server = i % (o->servers ? o->servers : 1);
+        ld->conns[i].sem = i % (o->sems ? o->sems : 1);
         conn_connect(&ld->conns[i]);
     }
     uv_run(&ld->loop, UV_RUN_DEFAULT);

@@ -50,15 +50,21 @@ int bench_sync_connect_to(const bench_opts_t *opts, unsigned i)
 size_t bench_format_request(char *buf, size_t cap, const bench_opts_t *opts, const char *method,
                             const char *path, const char *body)
 {
+    return bench_format_request_h(buf, cap, opts, method, path, "", body);
+}
+
+size_t bench_format_request_h(char *buf, size_t cap, const bench_opts_t *opts, const char *method,
+                              const char *path, const char *headers, const char *body)
+{
     int n;
     if (body)
         n = snprintf(buf, cap,
-                     "%s %s HTTP/1.1\r\nHost: %s\r\n%sContent-Type: application/json\r\n"
+                     "%s %s HTTP/1.1\r\nHost: %s\r\n%s%sContent-Type: application/json\r\n"
                      "Content-Length: %zu\r\n\r\n%s",
-                     method, path, opts->host, opts->auth, strlen(body), body);
+                     method, path, opts->host, opts->auth, headers, strlen(body), body);
     else
-        n = snprintf(buf, cap, "%s %s HTTP/1.1\r\nHost: %s\r\n%s\r\n", method, path, opts->host,
-                     opts->auth);
+        n = snprintf(buf, cap, "%s %s HTTP/1.1\r\nHost: %s\r\n%s%s\r\n", method, path, opts->host,
+                     opts->auth, headers);
     return (n < 0 || (size_t)n >= cap) ? 0 : (size_t)n;
 }
 

@@ -3,6 +3,7 @@
  * integrity, sema's invariants) and print a report, without taking the store over. */
 #include "store/store.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -199,10 +200,41 @@ static int check_invariants(sqlite3 *db, FILE *out)
     return errors ? SEMA_ECORRUPT : 0;
 }
 
+/* Whether SQLite's files beside the database (-wal, -shm) are absent: a store no semad has
+ * open (one stopped cleanly, a backup). */
+static int no_side_files(const char *path)
+{
+    char side[4200];
+    static const char *const suffix[] = {"-wal", "-shm"};
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(side, sizeof side, "%s%s", path, suffix[i]);
+        if (access(side, F_OK) == 0 || errno != ENOENT)
+            return 0;
+    }
+    return 1;
+}
+
+/* Open `path` as immutable (an SQLite URI: every byte but the unreserved ones escaped), so
+ * that SQLite creates no -wal and -shm beside it. */
+static int open_immutable(const char *path, sqlite3 **db)
+{
+    char uri[3 * 4096 + 32] = "file:";
+    size_t n = strlen(uri);
+    for (const unsigned char *p = (const unsigned char *)path; *p && n + 4 < sizeof uri; p++)
+        n += (size_t)snprintf(uri + n, sizeof uri - n,
+                              strchr("/-._~", *p) || isalnum(*p) ? "%c" : "%%%02X", *p);
+    snprintf(uri + n, sizeof uri - n, "?immutable=1");
+    return sqlite3_open_v2(uri, db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL);
+}
+
+/* The database, read only. A store no semad has open is read as immutable, so the check
+ * leaves nothing behind; one in use (its -wal there) is read through SQLite's locks, a
+ * consistent snapshot beside the running semad, whose files are already there. */
 static sqlite3 *open_for_check(const char *path, FILE *out, int *code)
 {
     sqlite3 *db = NULL;
-    int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL);
+    int rc = no_side_files(path) ? open_immutable(path, &db)
+                                 : sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL);
 
     if (rc != SQLITE_OK) {
         sqlite3_close(db);

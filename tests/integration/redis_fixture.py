@@ -312,11 +312,15 @@ def _without_replicaof(flags):
 
 
 class Sentinels:
-    """A primary, one replica and three redis-sentinel processes (quorum 2) on loopback.
-    `flags` go to both data nodes (say, "--min-replicas-to-write", "1")."""
+    """A primary, `replicas` replicas (one by default) and three redis-sentinel processes
+    (quorum 2) on loopback. `flags` go to every data node (say, "--min-replicas-to-write",
+    "1"). With two replicas the new primary keeps one after a failover: what lets strict
+    durability's WAIT answer at once."""
 
-    def __init__(self, *flags, aof=False, down_after_ms=1000, failover_timeout_ms=5000):
+    def __init__(self, *flags, aof=False, down_after_ms=1000, failover_timeout_ms=5000,
+                 replicas=1):
         self.primary = self.replica = None
+        self.others = []  # the replicas after the first
         self.sentinels = []  # (port, proc, dir)
         self.tmp = tempfile.mkdtemp(prefix="sema-sentinel-")
         try:
@@ -325,8 +329,12 @@ class Sentinels:
             self.primary = RedisServer(*flags, aof=aof, name="primary")
             self.replica = RedisServer(*flags, aof=aof, replicaof=self.primary.port,
                                        name="replica")
-            wait_until(lambda: self.replica.info("replication").get("master_link_status")
-                       == "up", 15, "the replica to sync")
+            for i in range(1, replicas):
+                self.others.append(RedisServer(*flags, aof=aof, replicaof=self.primary.port,
+                                               name="replica%d" % (i + 1)))
+            for rep in self.nodes()[1:]:
+                wait_until(lambda rep=rep: rep.info("replication").get("master_link_status")
+                           == "up", 15, "the replicas to sync")
             # Each sentinel is told its own id and the others' (and the replica) up front,
             # so the set is complete at once instead of after rounds of hello messages.
             self._ids = ["%040x" % (0x5e4a0000 + i) for i in range(3)]
@@ -354,10 +362,10 @@ class Sentinels:
                         "sentinel down-after-milliseconds %s %d\n"
                         "sentinel failover-timeout %s %d\n"
                         "sentinel parallel-syncs %s 1\n"
-                        "sentinel known-replica %s 127.0.0.1 %d\n"
                         % (port, d, self._ids[i], MASTER, self.primary.port, MASTER,
-                           down_after_ms, MASTER, failover_timeout_ms, MASTER, MASTER,
-                           self.replica.port))
+                           down_after_ms, MASTER, failover_timeout_ms, MASTER))
+                for rep in self.nodes()[1:]:
+                    f.write("sentinel known-replica %s 127.0.0.1 %d\n" % (MASTER, rep.port))
                 for j in range(3):
                     if j != i:
                         f.write("sentinel known-sentinel %s 127.0.0.1 %d %s\n"
@@ -378,8 +386,12 @@ class Sentinels:
 
     def _sees_all(self, port):
         m = self.master_info(port)
-        return (m.get("num-slaves") == "1" and m.get("num-other-sentinels") == "2"
-                and "s_down" not in m.get("flags", ""))
+        return (m.get("num-slaves") == str(len(self.nodes()) - 1)
+                and m.get("num-other-sentinels") == "2" and "s_down" not in m.get("flags", ""))
+
+    def nodes(self):
+        """The data nodes: the first primary, its first replica, the other replicas."""
+        return [r for r in [self.primary, self.replica] + self.others if r is not None]
 
     def master_info(self, port):
         out = cli(port, "SENTINEL", "MASTER", MASTER, timeout=3).splitlines()
@@ -397,35 +409,39 @@ class Sentinels:
                   MASTER, timeout=3).split()
         return int(out[1])
 
+    def by_port(self, port):
+        return next(r for r in self.nodes() if r.port == port)
+
     def current(self):
         """The RedisServer that the sentinels name as primary."""
-        port = self.master_port()
-        return self.primary if port == self.primary.port else self.replica
+        return self.by_port(self.master_port())
 
-    def _wait_switch(self, new_port, timeout):
-        wait_until(lambda: all(self.master_port(p) == new_port for p in self.ports()),
-                   timeout, "every sentinel to name %d the primary" % new_port)
-        new = self.primary if new_port == self.primary.port else self.replica
+    def _wait_switch(self, old_port, timeout):
+        """Every sentinel names one primary other than old_port, which says it is one."""
+        def switched():
+            ports = {self.master_port(p) for p in self.ports()}
+            return len(ports) == 1 and old_port not in ports
+        wait_until(switched, timeout, "every sentinel to name a primary other than %d" % old_port)
+        self.switched_at = time.monotonic()
+        new = self.by_port(self.master_port())
         wait_until(lambda: new.info("replication").get("role") == "master", timeout,
-                   "%d to become a primary" % new_port)
+                   "%d to become a primary" % new.port)
         return new
 
     def failover(self, timeout=30):
         """A graceful SENTINEL FAILOVER; returns the new primary once every sentinel names it
         and it says it is one."""
         old = self.current()
-        new = self.replica if old is self.primary else self.primary
         cli(self.ports()[0], "SENTINEL", "FAILOVER", MASTER)
-        return self._wait_switch(new.port, timeout)
+        return self._wait_switch(old.port, timeout)
 
     def crash_primary(self, timeout=30, rejoin=True):
         """kill -9 the primary; returns the new one once the sentinels promoted it. With
         rejoin, the crashed node is then started again (empty: the data nodes keep nothing
         on disk) as the new primary's replica, as an operator would."""
         old = self.current()
-        new = self.replica if old is self.primary else self.primary
         old.kill()
-        self._wait_switch(new.port, timeout)
+        new = self._wait_switch(old.port, timeout)
         if rejoin:
             # Back as the new primary's replica from its first moment, as an operator brings
             # back a node that kept nothing (Redis's docs: never let a primary without
@@ -437,7 +453,8 @@ class Sentinels:
             old.start()
 
             def joined():
-                return (new.info("replication").get("connected_slaves") == "1"
+                return (new.info("replication").get("connected_slaves")
+                        == str(len(self.nodes()) - 1)
                         and old.info("replication").get("master_link_status") == "up")
             try:
                 wait_until(joined, 10, "the sentinels to make the crashed node a replica")
@@ -452,9 +469,8 @@ class Sentinels:
         for _, p, _ in self.sentinels:
             _kill_group(p)
         self.sentinels = []
-        for r in (self.primary, self.replica):
-            if r is not None:
-                r.close()
+        for r in self.nodes():
+            r.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def __enter__(self):

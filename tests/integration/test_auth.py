@@ -646,6 +646,25 @@ def test_a_worker_needs_only_the_acquire_right():
 
 
 @fx.not_through_proxy("the sema command talks to semad itself")
+def test_sema_ls_with_a_token_limited_to_prefixes():
+    # a whole list is refused to such a token: sema ls says to list under a prefix
+    t = Tokens()
+    jobs = new_token(t.path, "jobs", "read", "jobs/")
+    with fx.Semad("--auth", t.path) as s:
+        url = "http://127.0.0.1:%d" % s.semad_port
+        assert sema("create", "jobs/a", "2", token=t.admin, server=url)[0] == 0
+        assert sema("create", "other", "2", token=t.admin, server=url)[0] == 0
+        for args in (["ls"], ["ls", "job"]):
+            rc, out, err = sema(*args, token=jobs, server=url)
+            assert rc == 1 and out == "", (args, rc, out, err)
+            assert "'jobs/'" in err and "sema ls PREFIX" in err, (args, err)
+        rc, out, err = sema("ls", "jobs/", token=jobs, server=url)
+        assert rc == 0 and "jobs/a" in out and "other" not in out, (rc, out, err)
+        rc, out, err = sema("ls", token=t.acquire, server=url)  # a right missing: no such hint
+        assert rc == 1 and "'read' right" in err and "PREFIX" not in err, (rc, err)
+
+
+@fx.not_through_proxy("the sema command talks to semad itself")
 def test_sema_says_how_to_give_it_a_token():
     t = Tokens()
     with fx.Semad("--auth", t.path) as s:

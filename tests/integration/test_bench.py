@@ -72,8 +72,8 @@ def test_pairs_contended_parks_and_completes():
 
 def test_pairs_on_several_semaphores_tenants_and_a_rate():
     """--all takes every semaphore in one request (a fence on each per pair), --tenants names
-    a tenant per connection, --tenant-max/--rate give the semaphores made their limits; every
-    unit comes back, and the semaphores made are deleted."""
+    a tenant per connection, --tenant-max/--sem-rate give the semaphores made their limits;
+    every unit comes back, and the semaphores made are deleted."""
     with fx.Semad() as s:
         make(s, "m-0", 8)
         make(s, "m-1", 8)
@@ -86,7 +86,7 @@ def test_pairs_on_several_semaphores_tenants_and_a_rate():
             assert st["held"] == 0 and st["fence"] >= 400, st
         # contended (capacity 2 for 6 connections), with a cap per tenant and a rate that binds
         r = sema_bench(s.url(""), "-c", 6, "-n", 60, "--name", "t", "--capacity", 2,
-                       "--tenants", 3, "--tenant-max", 1, "--rate", 200, "--burst", 2)
+                       "--tenants", 3, "--tenant-max", 1, "--sem-rate", 200, "--sem-burst", 2)
         assert r["ops"] == 60 and r["errors"] == 0, r
         assert r["seconds"] >= 58 / 200, r  # 60 grants at most 2 + 200/s
         assert "t" not in names(s)
@@ -103,6 +103,47 @@ def test_duration_releases_in_flight_leases():
         assert 0.4 < r["seconds"] < 5, r
         st = state(s, "d")
         assert st["capacity"] == 16 and st["held"] == 0, st
+
+
+def test_mix_touches_every_kind_of_state_and_leaves_none():
+    """-m mix runs every kind of operation, each answer as its step expects; once the run
+    is over and its short ttls and keepalives have passed, nothing it made is left."""
+    with fx.Semad() as s:
+        r = sema_bench(s.url(""), "-m", "mix", "-c", 10, "-n", 1500, "--name", "m")
+        assert r["errors"] == 0 and r["ops"] == 1500, r
+        assert set(r["mix"]) == {"pair", "renew", "retry", "lock", "expire", "poll", "ticket",
+                                 "stream", "churn"}, r
+        assert all(n > 0 for n in r["mix"].values()) and sum(r["mix"].values()) == 1500, r
+        assert r["status"].get("409", 0) > 0, r  # long-polls that timed out
+        for name in ("semad_leases", "semad_tickets", "semad_lock_keys", "semad_event_streams",
+                     "semad_parked_waiters"):
+            fx.wait_until(lambda: fx.metric(s, name) == 0, timeout=10, what=name + " at 0")
+        # m and m-full, which it made, are deleted at the end; the churn's as it goes
+        assert s.json("GET", "/v1/semaphores")[1]["semaphores"] == []
+        for name in ("semad_expirations_total", "semad_timeouts_total",
+                     "semad_tickets_created_total"):
+            assert fx.metric(s, name) > 0, name
+
+
+def test_rate_paces_starts_and_reports_intervals():
+    """--rate R starts R operations a second whatever the answers allow; --interval prints
+    one JSON line per interval before the report."""
+    with fx.Semad() as s:
+        p = subprocess.run([SEMA, "bench", "--json", "-s", s.url(""), "-c", "4", "-d", "2s",
+                            "--rate", "200", "--interval", "500ms", "--name", "r"],
+                           capture_output=True, text=True, timeout=60 * fx.SLOW)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    lines = [json.loads(line) for line in p.stdout.splitlines()]
+    ticks, report = lines[:-1], lines[-1]
+    assert 3 <= len(ticks) <= 4 and all("interval" in t for t in ticks), lines
+    assert [t["interval"] for t in ticks] == list(range(1, len(ticks) + 1)), ticks
+    assert all(t["errors"] == 0 and t["p99_us"] > 0 for t in ticks), ticks
+    # 200 starts a second for as long as the run lasted (its deadline fires late on a busy
+    # machine); those a stalled machine could not make are counted as missed
+    due = 200 * report["seconds"]
+    assert 0.9 * due <= report["ops"] + report["missed"] <= due + 2, report
+    assert report["ops"] <= due + 2, report
+    assert report["errors"] == 0, report
 
 
 def test_get_mode_and_pipelining():
@@ -256,6 +297,20 @@ def test_redis_peer():
         rs.terminate()
         rs.wait(10)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_no_create_on_a_missing_semaphore_stops_at_once_and_says_why():
+    """--no-create against a semaphore that does not exist: not a run of 404s, but a stop at
+    the first answer, with the reason."""
+    with fx.Semad() as s:
+        t0 = time.monotonic()
+        p = sema_bench(s.url(""), "--no-create", "--name", "nothere", "-c", 8, "-d", "10s",
+                       expect=1)
+        assert time.monotonic() - t0 < 5 * fx.SLOW, "stopped at the first 404"
+        assert "no such semaphore 'nothere'" in p.stderr and "--no-create" in p.stderr, p.stderr
+        report = json.loads(p.stdout)
+        assert report["status"].get("404", 0) <= 8, report  # one per connection at most
+        assert names(s) == [], "nothing made"
 
 
 if __name__ == "__main__":

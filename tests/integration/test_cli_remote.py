@@ -1139,5 +1139,63 @@ def test_signal_while_waiting_leaves_queue():
         assert doc["held"] == 1 and doc["holders"][0]["lease"] == lease, doc
 
 
+# Every verb, with the arguments it needs (LEASE and TICKET stand for an id).
+VERBS_503 = [["get", "s5"], ["ls"], ["create", "s5", "1"], ["resize", "s5", "2"], ["rm", "s5"],
+             ["acquire", "s5", "-t", "0"], ["release", "LEASE"], ["renew", "LEASE"],
+             ["lease", "LEASE"], ["revoke", "LEASE"], ["wait-idle", "s5", "-t", "1s"],
+             ["run", "s5", "--", "true"], ["lock", "k5", "--exclusive", "--", "true"],
+             ["up", "s5"], ["down", "s5"], ["value", "s5"], ["ticket", "s5"],
+             ["ticket-show", "TICKET"], ["ticket-wait", "TICKET", "-t", "1s"],
+             ["ticket-leave", "TICKET"], ["watch", "s5", "--max-retries", "1"]]
+
+
+def every_verb_exits_69(d, lease, ticket):
+    """Each verb of VERBS_503, run at once (each rides out its retries): all exit 69."""
+    procs = [(v, spawn(d, *[lease if a == "LEASE" else ticket if a == "TICKET" else a
+                             for a in v])) for v in VERBS_503]
+    bad = []
+    for v, p in procs:
+        out, err = p.communicate(timeout=60 * SLOW)
+        if p.returncode != EXIT_UNAVAILABLE:
+            bad.append("sema %s: exit %d\n%s" % (" ".join(v), p.returncode, err))
+    assert not bad, "a 503 must exit 69 (man sema):\n" + "\n".join(bad)
+
+
+def test_a_503_exits_69_for_every_verb():
+    """A semad that answers 503 (here: too many connections from this address, Retry-After:
+    1) asks to come back: every verb exits 69, as man sema says, after its retries."""
+    with Semad("--max-connections-per-ip", "1") as d:
+        sema(d, "create", "s5", "1", check=0)
+        lease = sema(d, "acquire", "s5", check=0)[1].strip()
+        ticket = sema(d, "ticket", "s5", check=0)[1].strip()
+        hold = socket.create_connection((d.host, d.port))
+        try:
+            hold.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+            assert hold.recv(4096).startswith(b"HTTP/1.1 200"), "the one connection allowed"
+            st = d.request("GET", "/healthz")[0]
+            assert st == 503, st
+            every_verb_exits_69(d, lease, ticket)
+        finally:
+            hold.close()
+
+
+def test_redis_away_exits_69_for_every_verb():
+    """On the Redis back end with Redis gone, semad answers 503 store_unavailable: every verb
+    exits 69 (`sema release` said 1)."""
+    import redis_fixture as rf
+    rf.need_redis_engine()
+    r = rf.RedisServer()
+    try:
+        with rf.Fleet(r.url(), 1) as fl:
+            d = fl[0]
+            sema(d, "create", "s5", "1", check=0)
+            lease = sema(d, "acquire", "s5", check=0)[1].strip()
+            ticket = sema(d, "ticket", "s5", check=0)[1].strip()
+            r.kill()
+            every_verb_exits_69(d, lease, ticket)
+    finally:
+        r.close()
+
+
 if __name__ == "__main__":
     semad_fixture.main(globals())

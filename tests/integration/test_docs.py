@@ -28,6 +28,10 @@ over several for reading) is compared as JSON with what was printed: the same me
 order. Elsewhere `...` stands for any text within a line (`"lease":"..."`), and a line of
 `...` alone for any number of lines.
 
+A page's examples leave nothing behind: when they are done, the page's semad holds no
+semaphore and (where the page has one of its own) its /dev/shm no file, as the user who ran
+them on their own semad and machine would want.
+
 Each page runs in one bash session (`set -e -o pipefail`): its blocks in order, so a
 variable set in one block is there in the next. The session's directory holds links to the
 source tree's top-level entries (`build` is this build) and `./sema-data`, the data of a
@@ -364,6 +368,17 @@ def readdress(text, port):
     return text
 
 
+def left_behind(s, own_shm):
+    """What a page's examples left on its semad (semaphores) and, when the page has a
+    /dev/shm of its own, in it (shared-memory semaphores)."""
+    st, body = s.json("GET", "/v1/semaphores?limit=1000")
+    left = ["semaphore %s" % x["name"] for x in (body or {}).get("semaphores", [])] \
+        if st == 200 else ["(GET /v1/semaphores answered %d)" % st]
+    if own_shm:
+        left += ["/dev/shm/%s" % n for n in sorted(os.listdir("/dev/shm"))]
+    return left
+
+
 def run_session(page, d, prefix, port):
     """Inside the page's namespaces (or not): start semad, run the page's script. Returns
     (ok, report)."""
@@ -401,7 +416,11 @@ def run_session(page, d, prefix, port):
         log.seek(0)
         out = log.read()
         semad_log = s.log()
+        left = left_behind(s, port != 0) if rc == 0 else []
     bad = compare_outputs(checks, outdir, s.semad_port) if rc == 0 else []
+    if left:
+        bad.append("%s: the examples leave behind %s: delete what they make, as a user would "
+                   "want" % (os.path.relpath(page, fx.source_dir()), ", ".join(left)))
     if rc == 0 and not bad:
         return True, out
     if rc == 0:

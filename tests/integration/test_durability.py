@@ -718,6 +718,52 @@ def test_check_command():
         assert "forged" in check.stdout + check.stderr
 
 
+def doc_blocks(heading, contains):
+    """The ```sh blocks of docs/durability.md's section `heading` whose text has `contains`."""
+    src = os.environ.get("SEMA_SOURCE_DIR") or os.path.join(os.path.dirname(__file__), "..", "..")
+    with open(os.path.join(src, "docs", "durability.md"), encoding="utf-8") as f:
+        text = f.read()
+    section = text[text.index("\n## " + heading):]
+    section = section[:section.index("\n## ", 1)]
+    return [b for b in re.findall(r"^```sh\n(.*?)^```", section, re.S | re.M) if contains in b]
+
+
+def test_backup_steps_run_twice_and_check_leaves_nothing_behind():
+    """The backup and verify steps of durability.md, as written, twice (a second backup, a
+    verify directory already there), beside a running semad: the backups are 0600 as semad's
+    files, and `semad --check` adds no file to the directory it checks."""
+    if not os.access(SEMAD, os.X_OK):
+        skip("no semad at %s (not built)" % SEMAD)
+    steps = doc_blocks("Backup and restore", "backups")
+    assert len(steps) == 2, steps
+    with tempfile.TemporaryDirectory(prefix="sema-dur-") as tmp:
+        data = os.path.join(tmp, "sema-data")
+        make_store(data)
+        srv = Semad(data).wait_ready()
+        try:
+            env = dict(os.environ, PATH=os.path.dirname(SEMAD) + os.pathsep + os.environ["PATH"])
+            for run in range(2):
+                p = subprocess.run(["bash", "-e", "-c", "\n".join(steps)], cwd=tmp, env=env,
+                                   capture_output=True, text=True, timeout=60 * SLOW)
+                assert p.returncode == 0, "run %d:\n%s%s" % (run, p.stdout, p.stderr)
+                assert "result: ok" in p.stdout, p.stdout
+                assert sorted(os.listdir(os.path.join(tmp, "verify"))) == ["sema.db"], \
+                    os.listdir(os.path.join(tmp, "verify"))
+                time.sleep(1.1)  # the next backup gets a name of its own (seconds in it)
+        finally:
+            srv.stop()
+        backups = os.listdir(os.path.join(tmp, "backups"))
+        assert len(backups) == 2, backups
+        for name in backups:
+            mode = os.stat(os.path.join(tmp, "backups", name)).st_mode & 0o777
+            assert mode == 0o600, (name, oct(mode))
+        before = sorted(os.listdir(data))
+        check = subprocess.run([SEMAD, "--check", data], capture_output=True, text=True,
+                               timeout=30)
+        assert check.returncode == 0, check.stdout + check.stderr
+        assert sorted(os.listdir(data)) == before, "--check of a stopped store adds nothing"
+
+
 if __name__ == "__main__":
     if len(sys.argv) != 2 or not callable(globals().get("test_" + sys.argv[1])):
         print("usage: test_durability.py <case>", file=sys.stderr)

@@ -556,6 +556,32 @@ def test_parked_waiters_cost_at_most_2_kib_each():
                 k.close()
 
 
+@fx.not_through_proxy("connections to semad itself")
+def test_memory_of_a_burst_of_connections_goes_back_once_they_are_gone():
+    """1,000 connections, a request each, then closed: the allocator keeps what they freed
+    (in the middle of its heap, where it cannot shrink), until the periodic trim (10 s) gives
+    it back to the system."""
+    with fx.Semad() as s:
+        s.request("GET", "/healthz")
+        time.sleep(0.2)
+        before = rss_kib(s.proc.pid)
+        socks = [s.raw() for _ in range(1000)]
+        for k in socks:
+            k.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+        for k in socks:
+            assert fx.read_response(k.makefile("rb"))[0] == 200
+        peak = rss_kib(s.proc.pid)
+        for k in socks:
+            k.close()
+        fx.wait_until(lambda: fx.metric(s, "semad_http_connections") == 1, timeout=10,
+                      what="the burst's connections closed")
+        assert peak - before >= 1024, (before, peak)  # else there is nothing to give back
+        fx.wait_until(lambda: (fx.metric(s, "semad_heap_trims_total") or 0) >= 1, timeout=30,
+                      what="a trim")
+        after = rss_kib(s.proc.pid)
+        assert after - before < 512, (before, peak, after)
+
+
 @fx.not_through_proxy("the connection's end (the proxy answers HTTP/1.0 and Connection: close itself)")
 def test_http10_and_connection_close_end_the_connection():
     with fx.Semad() as s:

@@ -247,8 +247,7 @@ class Runner:
     def check_state(self, no, pairs):
         sem = self.state(opt(pairs, "on"))
         tenant = opt(pairs, "tenant")
-        fields = {"capacity": "capacity", "available": "available", "held": "held",
-                  "waiters": "waiting", "waiting": "waiting_weight"}
+        fields = ("capacity", "available", "held", "waiting", "waiting_weight")  # as the API's
         if tenant is not None:  # a tenant that neither holds nor waits is not listed: zeros
             t = next((t for t in sem.get("tenants", []) if t["tenant"] == tenant),
                      {"held": 0, "waiting": 0, "waiting_weight": 0})
@@ -257,8 +256,8 @@ class Runner:
             k, v = kv.split("=")
             if k in ("on", "tenant"):
                 continue
-            assert sem[fields[k]] == int(v), "line %d: %s=%s, want %s (%s)" % (
-                no, k, sem[fields[k]], v, sem)
+            assert k in fields, "line %d: unknown state field %s" % (no, k)
+            assert sem[k] == int(v), "line %d: %s=%s, want %s (%s)" % (no, k, sem[k], v, sem)
 
     def finish(self):
         for r in self.reqs.values():

@@ -85,5 +85,41 @@ def test_a_redis_address_without_a_port_takes_redis_s():
         assert "HOST[:PORT]" in p.stderr, p.stderr
 
 
+def make_run(port, tmp, timeout=20):
+    """scripts/run.sh (what `make run` starts) on 127.0.0.1:port: the process, stderr piped."""
+    build = os.path.dirname(os.path.dirname(fx.semad_path()))
+    env = dict(os.environ, SEMA_LISTEN="127.0.0.1:%d" % port, SEMA_DATA=os.path.join(tmp, "d"))
+    return subprocess.Popen(["bash", os.path.join(fx.source_dir(), "scripts", "run.sh"), build],
+                            env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+
+
+def test_make_run_says_how_to_change_the_port_once_semad_listens():
+    tmp = tempfile.mkdtemp(prefix="sema-run-")
+    with socket.socket() as taken:  # a port in use: semad's reason, and no banner
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        p = make_run(taken.getsockname()[1], tmp)
+        err = p.communicate(timeout=20 * fx.SLOW)[1]
+        assert p.returncode == 1 and "cannot listen" in err, (p.returncode, err)
+        assert "serving" not in err and "Ctrl-C" not in err, err
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    p = make_run(port, tmp)
+    lines = []
+    try:
+        while not any("SEMA_LISTEN" in x for x in lines):
+            line = p.stderr.readline()
+            assert line, "run.sh ended: %s" % "".join(lines)
+            lines.append(line)
+        text = "".join(lines)
+        assert text.index(" ready ") < text.index("serving http://127.0.0.1:%d/" % port), text
+        assert "SEMA_LISTEN=127.0.0.1:7080 make run" in text, text
+    finally:
+        p.send_signal(2)  # Ctrl-C
+        rest = p.communicate(timeout=20 * fx.SLOW)[1]
+    assert p.returncode == 0 and "stopped" in rest, (p.returncode, rest)
+
+
 if __name__ == "__main__":
     fx.main(globals())

@@ -6,6 +6,7 @@ keep up get every event in order meanwhile."""
 import os
 import re
 import resource
+import signal
 import socket
 import subprocess
 import sys
@@ -166,6 +167,36 @@ def test_all_streams_together_are_capped_slowest_first():
         for sock in silent:
             sock.close()
         reader.sock.close()
+
+
+@fx.not_through_proxy("event streams")
+def test_streams_whose_clients_leave_are_not_counted_as_cut():
+    """A client that closes its stream while events flow left; it did not fail to read: it is
+    not counted in semad_event_streams_cut_total nor logged as a stream that does not read,
+    even when a write to it was under way as it closed."""
+    with fx.Semad() as s:
+        name = "leave-0"
+        assert s.json("PUT", "/v1/semaphores/" + name, {"capacity": 10})[0] == 201
+        sema = os.environ.get("SEMA_BIN") or os.path.join(fx.source_dir(), "build", "bin",
+                                                          "sema")
+        load = subprocess.Popen([sema, "bench", "-s", s.url(""), "-c", "8", "-d", "10m",
+                                 "--name", name, "--no-create"], stdout=subprocess.DEVNULL)
+        fx.wait_until(lambda: (fx.metric(s, "semad_grants_total") or 0) > 0, timeout=10,
+                      what="events flowing")
+        for _ in range(60):
+            sock = subscribe(s, name)
+            f = sock.makefile("rb")
+            seen = 0
+            while seen < 20:  # reading, as a client that keeps up does
+                seen += f.readline().startswith(b"id: ")
+            f.close()
+            sock.close()
+        fx.wait_until(lambda: fx.metric(s, "semad_event_streams") == 0, timeout=10,
+                      what="every stream gone")
+        assert fx.metric(s, "semad_event_streams_cut_total") == 0
+        assert not [ln for ln in s.log() if "whose clients do not read" in ln], s.log()
+        load.send_signal(signal.SIGINT)  # it stops issuing and releases what it holds
+        assert load.wait(30 * fx.SLOW) == 0
 
 
 if __name__ == "__main__":

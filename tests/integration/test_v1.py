@@ -4,6 +4,7 @@ keyed locks, events, health and metrics, request validation, and regression test
 the network pitfalls 21-30 of ../shared/pitfalls.md."""
 import json
 import os
+import re
 import socket
 import sys
 import threading
@@ -555,6 +556,29 @@ def test_healthz_and_metrics():
                'status="201"} 1' in text, text
         assert "semad_http_connections " in text
         assert "semad_grants_total" in text
+
+
+def test_metrics_show_the_process_memory_and_descriptors():
+    """/metrics has the process's resident memory and descriptors, and the allocator's own
+    count of its heap, each matching what the kernel and a fresh allocation say."""
+    with fx.Semad() as s:
+        one = fx.one_instance(s)
+        text = one.request("GET", "/metrics")[2].decode()  # one snapshot
+        m = {}
+        for k in ("process_resident_memory_bytes", "process_open_fds", "semad_heap_in_use_bytes",
+                  "semad_heap_free_bytes", "semad_heap_arena_bytes", "semad_heap_mmap_bytes"):
+            found = re.search(r"^%s (\d+)$" % k, text, re.M)
+            assert found, (k, text)
+            m[k] = int(found.group(1))
+        pid = one.proc.pid
+        with open("/proc/%d/status" % pid) as f:
+            rss = next(int(l.split()[1]) for l in f if l.startswith("VmRSS:")) * 1024
+        assert abs(m["process_resident_memory_bytes"] - rss) < 4 << 20, (m, rss)
+        fds = len(os.listdir("/proc/%d/fd" % pid))
+        assert abs(m["process_open_fds"] - fds) <= 2, (m, fds)  # this request's own socket
+        assert 0 < m["semad_heap_in_use_bytes"] < m["process_resident_memory_bytes"], m
+        assert m["semad_heap_in_use_bytes"] + m["semad_heap_free_bytes"] == \
+            m["semad_heap_arena_bytes"] + m["semad_heap_mmap_bytes"], m
 
 
 def test_json_replies_end_with_a_newline():

@@ -255,10 +255,10 @@ static int check_state(const scen_host_t *h, const scenario_t *sc, const line_t 
             got = st.available;
         else if (strcmp(key, "held") == 0)
             got = st.held;
-        else if (strcmp(key, "waiters") == 0)
-            got = st.waiters;
         else if (strcmp(key, "waiting") == 0)
             got = st.waiting;
+        else if (strcmp(key, "waiting_weight") == 0)
+            got = st.waiting_weight;
         else if (strcmp(key, "on") == 0 || strcmp(key, "tenant") == 0)
             continue; /* which state: see above */
         else

@@ -22,7 +22,9 @@
 typedef enum { SCEN_ACQUIRE, SCEN_TRY, SCEN_WAIT_IDLE } scen_kind_t;
 
 typedef struct {
-    int64_t capacity, available, held, waiters, waiting; /* SCEN_UNKNOWN if not known */
+    int64_t capacity, available, held; /* SCEN_UNKNOWN if not known (each field) */
+    int64_t waiting;                   /* requests queued */
+    int64_t waiting_weight;            /* their total weight */
 } scen_state_t;
 
 /* What a semaphore has beyond its capacity (semad): those named in `set` (SCEN_LIM_*). */
@@ -81,7 +83,7 @@ typedef struct {
     int (*request_parts)(void *ctx, int label, scen_kind_t kind, const scen_part_t *parts,
                          size_t nparts, const char *tenant, int64_t timeout_ms);
     /* The state of semaphore `name` (NULL: the scenario's own), or of one of its tenants
-     * (`tenant` not NULL: held, waiters and waiting are that tenant's). */
+     * (`tenant` not NULL: held, waiting and waiting_weight are that tenant's). */
     int (*state_of)(void *ctx, const char *name, const char *tenant, scen_state_t *out);
     /* The host has a clock for rates (rate=, burst=): a model without one skips those. */
     int rates;

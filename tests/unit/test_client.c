@@ -970,8 +970,52 @@ TEST(unreachable_server)
     ASSERT_EQ(sema_client_acquire(c, "x", NULL, &l, &e), SEMA_ECONNREFUSED);
     sema_client_free(c);
     ASSERT_EQ(sema_client_new(&c, "ftp://x", NULL), SEMA_EINVAL);
-    ASSERT_EQ(sema_client_new(&c, NULL, NULL), SEMA_EINVAL);
+    ASSERT_EQ(sema_client_new(NULL, NULL, NULL), SEMA_EINVAL);
     sema_client_free(NULL);
+}
+
+/* A client made with no URL talks to `want` (and works there). */
+static void check_default_url(const char *url, const char *want)
+{
+    sema_client_t *c = NULL;
+    ASSERT_OK(sema_client_new(&c, url, NULL));
+    ASSERT_STREQ(sema_client_url(c), want);
+    if (strcmp(want, semad_url) == 0) {
+        ASSERT_OK(sema_client_create(c, "from-the-environment", 1, NULL, NULL));
+        ASSERT_OK(sema_client_delete(c, "from-the-environment", NULL));
+    }
+    sema_client_free(c);
+}
+
+TEST(url_and_options_default_to_the_environment)
+{
+    sema_client_t *c = NULL;
+    sema_client_error_t e;
+    char bare[80];
+
+    start_semad();
+    snprintf(bare, sizeof bare, "%s/", semad_url + strlen("http://"));
+    unsetenv("SEMA_SERVER");
+    check_default_url(NULL, SEMA_CLIENT_DEFAULT_URL);
+    check_default_url("", "http://127.0.0.1:7070");
+    setenv("SEMA_SERVER", semad_url, 1);
+    check_default_url(NULL, semad_url);
+    check_default_url("", semad_url);
+    check_default_url("http://127.0.0.1:1/", "http://127.0.0.1:1"); /* the argument wins */
+    setenv("SEMA_SERVER", bare, 1); /* host:port/ is http://host:port */
+    check_default_url(NULL, semad_url);
+    setenv("SEMA_SERVER", "ftp://x", 1);
+    ASSERT_EQ(sema_client_new(&c, NULL, NULL), SEMA_EINVAL);
+    /* and the token: one that could inject a header is refused, another is sent */
+    setenv("SEMA_SERVER", semad_url, 1);
+    setenv("SEMA_TOKEN", "has space", 1);
+    ASSERT_EQ(sema_client_new(&c, NULL, NULL), SEMA_EINVAL);
+    setenv("SEMA_TOKEN", "fine", 1);
+    ASSERT_OK(sema_client_new(&c, NULL, NULL));
+    ASSERT_EQ(sema_client_get(c, "nothing-here", NULL, NULL, &e), SEMA_ENOENT);
+    sema_client_free(c);
+    unsetenv("SEMA_TOKEN");
+    unsetenv("SEMA_SERVER");
 }
 
 /* ---- 503 replies ----------------------------------------------------------------------- */

@@ -146,8 +146,8 @@ static int h_state(void *ctx, scen_state_t *out)
         out->capacity = jint(t->res, "capacity");
         out->available = jint(t->res, "available");
         out->held = jint(t->res, "held");
-        out->waiters = jint(t->res, "waiting");
-        out->waiting = jint(t->res, "waiting_weight");
+        out->waiting = jint(t->res, "waiting");
+        out->waiting_weight = jint(t->res, "waiting_weight");
     }
     treq_free(t);
     return st;
@@ -245,8 +245,8 @@ static int h_state_of(void *ctx, const char *name, const char *tenant, scen_stat
         out->capacity = jint(t->res, "capacity");
         out->available = jint(t->res, "available");
         out->held = jint(t->res, "held");
-        out->waiters = jint(t->res, "waiting");
-        out->waiting = jint(t->res, "waiting_weight");
+        out->waiting = jint(t->res, "waiting");
+        out->waiting_weight = jint(t->res, "waiting_weight");
     } else if (st == 0) { /* a tenant that neither holds nor waits is not listed: zeros */
         json_t *ts = json_object_get(t->res, "tenants"), *x;
         size_t i;
@@ -256,8 +256,8 @@ static int h_state_of(void *ctx, const char *name, const char *tenant, scen_stat
             const char *n = json_string_value(json_object_get(x, "tenant"));
             if (n != NULL && strcmp(n, tenant) == 0) {
                 out->held = jint(x, "held");
-                out->waiters = jint(x, "waiting");
-                out->waiting = jint(x, "waiting_weight");
+                out->waiting = jint(x, "waiting");
+                out->waiting_weight = jint(x, "waiting_weight");
             }
         }
     }

@@ -6,7 +6,10 @@
  * without SEMA_TEST_ENGINE=redis://... */
 #include <hiredis/hiredis.h>
 
+#include "backends/redis/redis_proto.h"
 #include "test_engine_util.h"
+
+#define P_ALIVE_MS RS_ALIVE_MS
 
 static redisContext *redis_sync(void)
 {
@@ -189,11 +192,16 @@ TEST(a_dead_instance_waiter_leaves_the_queue_by_its_alive_bound)
     snprintf(stem, sizeof stem, "sema:{%08x}s:d", h);
     redisReply *ep = redisCommand(rc, "HGET sema:epoch id");
     ASSERT(ep != NULL && ep->type == REDIS_REPLY_STRING);
-    /* a waiter of instance "dead" alive for 1.5 s, at the head of the queue */
+    /* instance "dead" says hello (it is alive for ALIVE_MS), parks a waiter at the head of
+     * the queue, then never beats again */
+    r = redisCommand(rc, "FCALL sema 1 sema:epoch hello %s 0 dead %s %s 1 %s 60000 0", ep->str, "",
+                     "", ep->str);
+    ASSERT(r != NULL && r->type == REDIS_REPLY_ARRAY);
+    freeReplyObject(r);
     r = redisCommand(rc,
-                     "FCALL sema 1 %s acquire %s dead dead.1 1500 %s 0 1 1 60000 ghost x "
-                     "lidlidlidlidlidlidlidlid dead.1 0 0 0",
-                     stem, ep->str, "");
+                     "FCALL sema 1 %s acquire %s 0 dead dead.1 %s 1 1 60000 "
+                     "lidlidlidlidlidlidlidlid ghost x %s",
+                     stem, ep->str, "", "0 0 0");
     ASSERT(r != NULL && r->type == REDIS_REPLY_ARRAY);
     ASSERT_STREQ(r->element[0]->str, "1"); /* parked */
     freeReplyObject(ep);
@@ -202,7 +210,7 @@ TEST(a_dead_instance_waiter_leaves_the_queue_by_its_alive_bound)
     rel = treq_new(ENGINE_LEASE_RELEASE, lease_id(a1));
     ASSERT_OK(fx_do(&f, rel));
     ASSERT_EQ(w->done, 0); /* the dead waiter is still within its bound, at the head */
-    ASSERT(fx_run_until(&f, &w->done, 6000));
+    ASSERT(fx_run_until(&f, &w->done, 2 * P_ALIVE_MS));
     ASSERT_EQ(w->status, 0);
     ASSERT_EQ(fx_state(&f, "d", "waiting"), 0);
     treq_free(a1);
@@ -305,22 +313,47 @@ TEST(fences_go_on_after_delete_and_create)
     redisFree(rc);
 }
 
-/* The uncontended path: one script call for an acquire, one for its release, and 17 commands
- * inside Redis for the pair. */
+/* Every command Redis ran in INFO commandstats but those named in `outer`. */
+static long long calls_but(const char *stats, const char *const *outer, size_t nouter)
+{
+    long long n = 0;
+
+    for (const char *p = stats; (p = strstr(p, "cmdstat_")) != NULL;) {
+        const char *name = p + 8, *colon = strchr(name, ':');
+        const char *calls = colon != NULL ? strstr(colon, "calls=") : NULL;
+        int skip = 0;
+        if (calls == NULL)
+            break;
+        for (size_t i = 0; i < nouter; i++)
+            skip |= strlen(outer[i]) == (size_t)(colon - name) &&
+                    memcmp(outer[i], name, (size_t)(colon - name)) == 0;
+        if (!skip)
+            n += strtoll(calls + 6, NULL, 10);
+        p = colon;
+    }
+    return n;
+}
+
+/* The uncontended path: one script call for an acquire, one for its release, and
+ * PAIR_INSIDE commands inside Redis for the pair (the script's own work: what
+ * docs/performance-redis.md counts). */
+#define PAIR_INSIDE 12
 TEST(an_acquire_release_pair_is_two_redis_commands)
 {
     redisContext *rc = redis_sync();
-    static const char *const inner[] = {"time",    "hmget", "get",  "set",  "zadd",  "zrem",
-                                        "hincrby", "hset",  "hget", "hdel", "zrange"};
+    static const char *const outer[] = {"fcall", "info", "config", "dbsize"};
     fx_t f;
-    long long before, after, inside;
+    long long after, inside;
     int n = 200;
 
     fx_init(&f);
     fx_put(&f, "c", 1);
+    /* a first pair: the due time and the lease horizon are written once, then left */
+    treq_t *a0 = fx_acquire(&f, "c", 1, -1);
+    ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(a0)));
+    treq_free(a0);
     freeReplyObject(redisCommand(rc, "CONFIG RESETSTAT"));
-    before = redis_int(rc, "DBSIZE"); /* (a round trip, so the reset is done) */
-    (void)before;
+    (void)redis_int(rc, "DBSIZE"); /* (a round trip, so the reset is done) */
     for (int i = 0; i < n; i++) {
         treq_t *a = fx_acquire(&f, "c", 1, -1);
         ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(a)));
@@ -333,20 +366,13 @@ TEST(an_acquire_release_pair_is_two_redis_commands)
     after = strtoll(p + strlen("cmdstat_fcall:calls="), NULL, 10);
     fprintf(stderr, "redis_commands_per_pair fcall=%lld pairs=%d ratio=%.2f\n", after, n,
             (double)after / n);
-    /* the other commands of the same period: the INFO itself, the DBSIZE */
     ASSERT_EQ(after, 2 * n);
-    /* inside Redis: 8 commands for the acquire, 9 for the release; the lease horizon is
-     * written at most once a second, the due time when it moves */
-    inside = 0;
-    for (size_t i = 0; i < sizeof inner / sizeof *inner; i++) {
-        char key[64];
-        snprintf(key, sizeof key, "cmdstat_%s:calls=", inner[i]);
-        if ((p = strstr(r->str, key)) != NULL)
-            inside += strtoll(p + strlen(key), NULL, 10);
-    }
+    /* inside Redis: every other command counted; the lease horizon is written at most once a
+     * second, the due time when it moves */
+    inside = calls_but(r->str, outer, sizeof outer / sizeof *outer);
     fprintf(stderr, "redis_commands_inside_per_pair %.2f\n", (double)inside / n);
-    ASSERT_GE(inside, 17 * n);
-    ASSERT_LE(inside, 17 * n + n / 10 + 5);
+    ASSERT_GE(inside, PAIR_INSIDE * n);
+    ASSERT_LE(inside, PAIR_INSIDE * n + n / 10 + 5);
     freeReplyObject(r);
     fx_free(&f);
     redisFree(rc);
@@ -397,104 +423,6 @@ TEST(strict_without_the_replicas_it_waits_for_acknowledges_nothing)
     redisFree(rc);
 }
 
-/* Rewrite a live lease the way an earlier version kept it: its record in the stem's :l hash,
- * 'L' and the stem in its id's key. Returns the stem's :l key (the caller frees it). */
-static char *lease_to_earlier_layout(redisContext *rc, const char *lid)
-{
-    redisReply *r = redisCommand(rc, "GET sema:id:%s", lid);
-    const char *stem;
-    size_t nul = 0, i, reclen = 0;
-    char *kl;
-
-    ASSERT(r != NULL && r->type == REDIS_REPLY_STRING && r->len > 1);
-    ASSERT_EQ(r->str[0], 'l');
-    for (i = 1; i < r->len && nul < 9; i++)
-        if (r->str[i] == '\0' && ++nul == 9)
-            reclen = i - 1;
-    ASSERT_EQ(nul, 9);
-    stem = r->str + reclen + 2;
-    size_t klen = strlen(stem) + 3;
-    kl = malloc(klen);
-    ASSERT_NOT_NULL(kl);
-    snprintf(kl, klen, "%s:l", stem);
-    freeReplyObject(redisCommand(rc, "HSET %s %s %b", kl, lid, r->str + 1, reclen));
-    freeReplyObject(redisCommand(rc, "SET sema:id:%s L%s", lid, stem));
-    freeReplyObject(r);
-    return kl;
-}
-
-static int id_key_starts(redisContext *rc, const char *lid, char c)
-{
-    redisReply *r = redisCommand(rc, "GET sema:id:%s", lid);
-    int yes = r != NULL && r->type == REDIS_REPLY_STRING && r->len > 0 && r->str[0] == c;
-
-    freeReplyObject(r);
-    return yes;
-}
-
-/* Leases written by an earlier version (their records in :l) are read, renewed, released,
- * found by their Idempotency-Key and ended by a delete; each leaves :l as it is written. */
-TEST(leases_of_the_earlier_layout_keep_working)
-{
-    redisContext *rc = redis_sync();
-    char cmd[512], *kl = NULL;
-    treq_t *a, *b, *c, *t;
-    fx_t f;
-
-    fx_init(&f);
-    fx_put(&f, "up", 3);
-    a = treq_new(ENGINE_ACQUIRE, "up");
-    a->r.weight = 1;
-    a->r.idem_key = "key-a";
-    ASSERT_OK(fx_do(&f, a));
-    b = fx_acquire(&f, "up", 1, -1);
-    c = fx_acquire(&f, "up", 1, -1);
-    free(lease_to_earlier_layout(rc, lease_id(b)));
-    free(lease_to_earlier_layout(rc, lease_id(c)));
-    kl = lease_to_earlier_layout(rc, lease_id(a));
-    snprintf(cmd, sizeof cmd, "HLEN %s", kl);
-    ASSERT_EQ(redis_int(rc, cmd), 3);
-
-    t = treq_new(ENGINE_LEASE_GET, lease_id(a));
-    ASSERT_OK(fx_do(&f, t));
-    ASSERT_EQ(jint(t->res, "fence"), jint(a->res, "fence"));
-    treq_free(t);
-    ASSERT_EQ(fx_state(&f, "up", "held"), 3);
-    t = treq_new(ENGINE_SEM_GET, "up");
-    ASSERT_OK(fx_do(&f, t));
-    ASSERT_EQ(json_array_size(json_object_get(t->res, "holders")), 3);
-    treq_free(t);
-    /* the Idempotency-Key finds its lease */
-    t = treq_new(ENGINE_ACQUIRE, "up");
-    t->r.weight = 1;
-    t->r.idem_key = "key-a";
-    ASSERT_OK(fx_do(&f, t));
-    ASSERT_STREQ(lease_id(t), lease_id(a));
-    treq_free(t);
-
-    t = treq_new(ENGINE_LEASE_RENEW, lease_id(a));
-    t->r.ttl_ms = 60000;
-    ASSERT_OK(fx_do(&f, t));
-    ASSERT_EQ(jint(t->res, "fence"), jint(a->res, "fence"));
-    treq_free(t);
-    ASSERT(id_key_starts(rc, lease_id(a), 'l'));
-    ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(b)));
-    ASSERT_EQ(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(b)), SEMA_ESTALE);
-    ASSERT(id_key_starts(rc, lease_id(b), 'T'));
-    ASSERT_EQ(redis_int(rc, cmd), 1); /* c's record is left */
-    ASSERT_EQ(fx_state(&f, "up", "held"), 2);
-    ASSERT_OK(fx_op(&f, ENGINE_SEM_DELETE, "up", 0));
-    ASSERT_EQ(fx_lease_op(&f, ENGINE_LEASE_GET, lease_id(c)), SEMA_ECANCELED);
-    ASSERT_EQ(fx_lease_op(&f, ENGINE_LEASE_GET, lease_id(a)), SEMA_ECANCELED);
-    ASSERT_EQ(redis_int(rc, cmd), 0);
-    free(kl);
-    treq_free(a);
-    treq_free(b);
-    treq_free(c);
-    fx_free(&f);
-    redisFree(rc);
-}
-
 /* A keyed lock awaited on B and freed on A: B's waiter gets it with its mode. */
 TEST(a_lock_freed_on_a_is_granted_to_b_with_its_mode)
 {
@@ -540,8 +468,8 @@ static long long fcalls(redisContext *rc)
     return n;
 }
 
-/* No polling: parked requests that wait cost only the heartbeat, one command per semaphore
- * with local waiters every 2 s, however many wait. */
+/* No polling: parked requests that wait cost only the instance's heartbeat, one command
+ * every 2 s (O(1) in Redis), however many wait. */
 TEST(idle_waiters_cost_only_heartbeats)
 {
     redisContext *rc = redis_sync();

@@ -395,12 +395,12 @@ static int state_of(void *ctx, const char *name, const char *tenant, scen_state_
     st->capacity = t < 0 ? m.s[s].capacity : SCEN_UNKNOWN;
     st->available = t < 0 ? m.s[s].available : SCEN_UNKNOWN;
     st->held = held_by(s, t);
-    st->waiters = st->waiting = 0;
+    st->waiting = st->waiting_weight = 0;
     for (int i = 0; i < SCEN_MAX_LABELS; i++) {
         int p = part_on(i, s);
         if (m.l[i].state == QUEUED && p >= 0 && (t < 0 || m.l[i].tenant == t)) {
-            st->waiters++;
-            st->waiting += (int64_t)m.l[i].weight[p];
+            st->waiting++;
+            st->waiting_weight += (int64_t)m.l[i].weight[p];
         }
     }
     return 0;

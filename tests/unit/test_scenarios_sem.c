@@ -197,8 +197,8 @@ static int host_state(void *ctx, scen_state_t *out)
     out->capacity = (int64_t)st.capacity;
     out->available = st.available;
     out->held = (int64_t)st.held;
-    out->waiters = (int64_t)st.waiters;
-    out->waiting = (int64_t)st.waiting;
+    out->waiting = (int64_t)st.waiters;
+    out->waiting_weight = (int64_t)st.waiting;
     return rc;
 }
 

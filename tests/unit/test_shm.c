@@ -459,8 +459,8 @@ static int h_state(void *ctx, scen_state_t *out)
     out->capacity = (int64_t)st.capacity;
     out->available = (int64_t)st.available;
     out->held = (int64_t)st.held;
-    out->waiters = st.nwaiters;
-    out->waiting = (int64_t)st.waiting;
+    out->waiting = st.nwaiters;
+    out->waiting_weight = (int64_t)st.waiting;
     return 0;
 }
 

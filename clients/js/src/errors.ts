@@ -74,6 +74,38 @@ export class SemaTicketEndedError extends SemaError {}
 export class SemaNotSupportedError extends SemaError {}
 /** `network`: no reply (connection refused or dropped). Retried where that is safe before it surfaces. */
 export class SemaNetworkError extends SemaError {}
+/**
+ * No reply because TLS failed, which sending again would not fix: never retried. `code` says
+ * why, as in the C and Python clients: `tls_untrusted` (semad's certificate: give its CA,
+ * `ca` or SEMA_CACERT), `tls_cacert` (that file), `tls_client_certificate` (`cert`/`key`, or
+ * SEMA_CERT/SEMA_CERT_KEY, unusable), `tls_certificate_required` (semad asked for a client
+ * certificate and none was given), `tls_certificate_refused`, `tls` (another). A
+ * SemaNetworkError, so code that catches those catches it too.
+ */
+export class SemaTlsError extends SemaNetworkError {}
+
+/** A Node.js TLS verification code: semad's certificate is not trusted. */
+const UNTRUSTED = /^(UNABLE_TO_|SELF_SIGNED_CERT|DEPTH_ZERO_SELF_SIGNED|CERT_|ERR_TLS_CERT_ALTNAME|HOSTNAME_MISMATCH|INVALID_CA)/;
+
+/**
+ * The SemaTlsError of a request that got no reply because of TLS, or undefined when `e` is
+ * not about TLS. `url` is semad's; `hasCert` whether a client certificate was given.
+ */
+export function tlsError(url: string, e: unknown, hasCert: boolean): SemaTlsError | undefined {
+  const err = e as { code?: unknown; message?: unknown; cause?: { code?: unknown; message?: unknown }; semaTls?: string };
+  const make = (code: string, message: string) => new SemaTlsError(message, { code, detail: message, cause: e });
+  if (typeof err?.semaTls === "string") return make(err.semaTls, String(err.message));
+  const code = String(err?.code ?? err?.cause?.code ?? "");
+  const why = String(err?.cause?.message ?? err?.message ?? e);
+  if (UNTRUSTED.test(code))
+    return make("tls_untrusted", `the TLS certificate of ${url} is not trusted: ${why} (give semad's CA with the \`ca\` option or SEMA_CACERT)`);
+  if (/^ERR_SSL_.*ALERT/.test(code) && !hasCert)
+    return make("tls_certificate_required",
+      `${url} asked for a client certificate and none was given (the \`cert\` and \`key\` options, or SEMA_CERT and SEMA_CERT_KEY; TLS: ${why})`);
+  if (/^ERR_SSL_.*ALERT/.test(code)) return make("tls_certificate_refused", `${url} refused the client certificate (TLS: ${why})`);
+  if (/^(ERR_SSL_|ERR_OSSL_|ERR_TLS_)/.test(code)) return make("tls", `TLS to semad at ${url} failed: ${why}`);
+  return undefined;
+}
 
 const LEASE_ENDED = new Set(["lease_expired", "lease_revoked", "lease_released", "deleted"]);
 

@@ -114,6 +114,55 @@ export interface TlsOptions {
   key?: string | Uint8Array | undefined;
 }
 
+/** PEM files standing in for TlsOptions not given (from SEMA_CACERT, SEMA_CERT, SEMA_CERT_KEY). */
+export interface TlsFiles {
+  ca?: string | undefined;
+  cert?: string | undefined;
+  /** The key of `cert`; none: in `cert`'s file. */
+  key?: string | undefined;
+}
+
+/** An Error that says which TLS setting is unusable (`semaTls`: the SemaTlsError's code). */
+function tlsSettingError(code: string, message: string, cause: unknown): Error {
+  return Object.assign(new Error(message, { cause }), { semaTls: code });
+}
+
+/**
+ * node:https's Agent options: `tls`, the files for what it leaves out, each checked here
+ * so that an unusable CA or client certificate says so (and is not taken for an
+ * unreachable semad).
+ */
+async function tlsAgentOptions(tls: TlsOptions, files: TlsFiles): Promise<Record<string, unknown>> {
+  const { readFile } = await import("node:fs/promises");
+  const { createSecureContext } = await import("node:tls");
+  const opts: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(tls)) if (v !== undefined) opts[k] = v;
+  const read = async (file: string, code: string, what: string) => {
+    try {
+      return await readFile(file);
+    } catch (e) {
+      throw tlsSettingError(code, `the ${what} ${file} cannot be used: ${(e as Error).message}`, e);
+    }
+  };
+  if (opts["ca"] === undefined && files.ca) opts["ca"] = await read(files.ca, "tls_cacert", "CA file");
+  if (opts["cert"] === undefined && files.cert) {
+    opts["cert"] = await read(files.cert, "tls_client_certificate", "client certificate");
+    if (opts["key"] === undefined)
+      opts["key"] = files.key ? await read(files.key, "tls_client_certificate", "client certificate key") : opts["cert"];
+  }
+  const check = (code: string, what: string, o: Record<string, unknown>) => {
+    try {
+      createSecureContext(o);
+    } catch (e) {
+      throw tlsSettingError(code, `the ${what} cannot be used: ${(e as Error).message}`, e);
+    }
+  };
+  if (opts["ca"] !== undefined) check("tls_cacert", `CA ${files.ca ?? "given as ca"}`, { ca: opts["ca"] });
+  if (opts["cert"] !== undefined || opts["key"] !== undefined)
+    check("tls_client_certificate", `client certificate ${files.cert ?? "given as cert"}`, { cert: opts["cert"], key: opts["key"] });
+  return opts;
+}
+
 /** How long an idle keep-alive connection is kept (semad closes them after its --idle-timeout, 60 s by default). */
 const IDLE_MS = 4000;
 
@@ -137,12 +186,12 @@ export class NodeHttp implements Http {
   readonly #prefix: string;
   readonly #maxSockets: number;
   readonly #tls: TlsOptions;
-  readonly #caFile: string | undefined;
+  readonly #files: TlsFiles;
   #side: NodeSide | undefined;
   #loading: Promise<NodeSide> | undefined;
 
-  /** `tls` goes to node:https's Agent; `caFile` (a PEM file, read on first use) is the `ca` when `tls.ca` is not given. */
-  constructor(url: string, maxSockets: number | undefined, tls: TlsOptions = {}, caFile?: string) {
+  /** `tls` goes to node:https's Agent; `files` (PEM files, read on first use) stand in for what `tls` does not give. */
+  constructor(url: string, maxSockets: number | undefined, tls: TlsOptions = {}, files: TlsFiles = {}) {
     const u = new URL(url);
     if (u.protocol !== "http:" && u.protocol !== "https:") throw new TypeError(`unsupported URL scheme in ${url}`);
     this.#https = u.protocol === "https:";
@@ -151,7 +200,7 @@ export class NodeHttp implements Http {
     this.#prefix = u.pathname.replace(/\/+$/, "");
     this.#maxSockets = maxSockets ?? Infinity;
     this.#tls = tls;
-    this.#caFile = caFile || undefined;
+    this.#files = files;
   }
 
   /** node:http (or node:https) and the Agent, loaded on first use (the module imports nothing Node-only). */
@@ -173,10 +222,7 @@ export class NodeHttp implements Http {
         }
       }
       const opts: Record<string, unknown> = { keepAlive: true, maxSockets: this.#maxSockets };
-      if (this.#https) {
-        for (const [k, v] of Object.entries(this.#tls)) if (v !== undefined) opts[k] = v;
-        if (opts["ca"] === undefined && this.#caFile) opts["ca"] = await (await import("node:fs/promises")).readFile(this.#caFile);
-      }
+      if (this.#https) Object.assign(opts, await tlsAgentOptions(this.#tls, this.#files));
       this.#side = { request: mod.request, agent: new Agent(opts), waitAgent: new Agent(opts) };
       return this.#side;
     })();

@@ -10,13 +10,15 @@ import {
   SemaLeaseLostError,
   SemaNetworkError,
   SemaNotFoundError,
+  SemaTlsError,
   SemaUnavailableError,
   SemaInvalidRequestError,
   SemaOverflowError,
   errorFromReply,
+  tlsError,
 } from "./errors.js";
 import { parseEventStream } from "./sse.js";
-import { FetchHttp, NodeHttp, hasNodeHttp, type Http, type HttpStream, type TransportKind } from "./http.js";
+import { FetchHttp, NodeHttp, hasNodeHttp, type Http, type HttpStream, type TlsFiles, type TransportKind } from "./http.js";
 import {
   ACQUIRE_ALL_OPTIONS,
   ACQUIRE_OPTIONS,
@@ -89,9 +91,12 @@ export interface ClientOptions {
    * Default: the PEM file named by the `SEMA_CACERT` environment variable, if set.
    */
   ca?: string | Uint8Array | Array<string | Uint8Array>;
-  /** https://, transport `"node"`: a client certificate (PEM), for a semad started with `--tls-client-ca`. */
+  /**
+   * https://, transport `"node"`: a client certificate (PEM), for a semad started with
+   * `--tls-client-ca`. Default: the PEM file named by `SEMA_CERT`, if set.
+   */
   cert?: string | Uint8Array;
-  /** The private key of `cert` (PEM). */
+  /** The private key of `cert` (PEM). Default: the file named by `SEMA_CERT_KEY`, else the key in `SEMA_CERT`'s file. */
   key?: string | Uint8Array;
 }
 
@@ -426,7 +431,7 @@ function makeHttp(url: string, opts: ClientOptions): Http {
   const tls = { ca: opts.ca, cert: opts.cert, key: opts.key };
   if (kind === "node") {
     if (opts.fetch) throw new TypeError('createClient: `fetch` is for transport "fetch"');
-    return new NodeHttp(url, opts.maxSockets, tls, opts.ca === undefined ? env("SEMA_CACERT") : undefined);
+    return new NodeHttp(url, opts.maxSockets, tls, tlsFiles(opts));
   }
   if (opts.ca !== undefined || opts.cert !== undefined || opts.key !== undefined)
     throw new TypeError('createClient: `ca`, `cert` and `key` need transport "node" (fetch takes no TLS options)');
@@ -436,8 +441,23 @@ function makeHttp(url: string, opts: ClientOptions): Http {
   return new FetchHttp(url, opts.fetch ?? globalThis.fetch.bind(globalThis));
 }
 
-function unreachable(url: string, e: unknown): SemaNetworkError {
-  return new SemaNetworkError(`semad unreachable at ${url}: ${(e as Error)?.message ?? e}`, { code: "network", cause: e });
+/** The PEM files of the environment for the TLS options not given (the node transport's). */
+function tlsFiles(opts: ClientOptions): TlsFiles {
+  return {
+    ca: opts.ca === undefined ? env("SEMA_CACERT") || undefined : undefined,
+    cert: opts.cert === undefined ? env("SEMA_CERT") || undefined : undefined,
+    key: opts.key === undefined ? env("SEMA_CERT_KEY") || undefined : undefined,
+  };
+}
+
+/** The error of a request that got no reply: a SemaTlsError when TLS failed, else a SemaNetworkError. */
+function unreachable(t: { url: string; hasCert: boolean }, e: unknown): SemaNetworkError {
+  return tlsError(t.url, e, t.hasCert) ?? new SemaNetworkError(`semad unreachable at ${t.url}: ${(e as Error)?.message ?? e}`, { code: "network", cause: e });
+}
+
+/** Whether sending again may help: no reply, but not because of TLS. */
+function retryable(e: unknown): e is SemaNetworkError {
+  return e instanceof SemaNetworkError && !(e instanceof SemaTlsError);
 }
 
 const SAFE = new Set(["GET", "PUT", "PATCH"]);
@@ -457,6 +477,8 @@ class Transport {
   readonly http: Http;
   /** "Bearer TOKEN", or undefined when semad needs no token. */
   readonly authorization: string | undefined;
+  /** Whether a client certificate is given (its absence explains a TLS alert). */
+  readonly hasCert: boolean;
   readonly permits = new Set<Permit>();
 
   constructor(opts: ClientOptions) {
@@ -466,6 +488,7 @@ class Transport {
     this.ttlMs = opts.ttlMs;
     this.retryMs = opts.retryMs ?? 5000;
     this.http = makeHttp(this.url, opts);
+    this.hasCert = opts.cert !== undefined || (this.http.kind === "node" && !!env("SEMA_CERT"));
     const token = opts.token ?? env("SEMA_TOKEN");
     // A token is one line of visible ASCII: anything else could inject headers.
     if (token && !/^[\x21-\x7e]+$/.test(token)) throw new TypeError("createClient: the token holds a space or a control byte");
@@ -512,7 +535,7 @@ class Transport {
       });
     } catch (e) {
       if (outer?.aborted) throw outer.reason;
-      throw unreachable(this.url, e);
+      throw unreachable(this, e);
     }
     if ((res.status >= 200 && res.status < 300) || opts.accept?.includes(res.status)) return res;
     throw errorFromReply(res.status, res.text, opts.lease, res.retryAfter);
@@ -535,7 +558,7 @@ class Transport {
       try {
         return await this.send(method, path, opts);
       } catch (e) {
-        if (!(e instanceof SemaNetworkError || (after503 && e instanceof SemaError && e.status === 503))) throw e;
+        if (!(retryable(e) || (after503 && e instanceof SemaError && e.status === 503))) throw e;
         const wait = Math.max(delay, e.retryAfterMs ?? 0);
         if (Date.now() + wait > deadline) throw e;
         await sleep(wait, opts.signal);
@@ -582,8 +605,8 @@ class Transport {
         });
         reply = JSON.parse(r.text) as LeaseReply;
       } catch (e) {
-        if (e instanceof SemaNetworkError && retryUntil === 0) retryUntil = Date.now() + this.retryMs;
-        if (e instanceof SemaNetworkError && !signal?.aborted && Date.now() + delay < retryUntil) {
+        if (retryable(e) && retryUntil === 0) retryUntil = Date.now() + this.retryMs;
+        if (retryable(e) && !signal?.aborted && Date.now() + delay < retryUntil) {
           try {
             await sleep(delay, signal);
             continue;
@@ -592,7 +615,7 @@ class Transport {
           }
         }
         // No reply: semad may have granted it all the same (the reply was in flight).
-        if (e instanceof SemaNetworkError || signal?.aborted) await this.releaseLostGrant(path, req, key);
+        if (retryable(e) || signal?.aborted) await this.releaseLostGrant(path, req, key);
         if (signal?.aborted) throw signal.reason;
         throw e;
       }
@@ -1374,7 +1397,8 @@ async function* watchEvents(t: Transport, name: string, opts: WatchOptions): Asy
         );
       } catch (e) {
         if (outer?.aborted) return;
-        if (!connected && Date.now() + delay > giveUp) throw unreachable(t.url, e);
+        const err = unreachable(t, e);
+        if (!retryable(err) || (!connected && Date.now() + delay > giveUp)) throw err;
         await sleep(delay, outer).catch(() => {});
         continue;
       }
@@ -1434,7 +1458,8 @@ async function* watchTicketEvents(t: Transport, id: string, opts: WatchOptions):
         );
       } catch (e) {
         if (outer?.aborted) return;
-        if (!connected && Date.now() + delay > giveUp) throw unreachable(t.url, e);
+        const err = unreachable(t, e);
+        if (!retryable(err) || (!connected && Date.now() + delay > giveUp)) throw err;
         await sleep(delay, outer).catch(() => {});
         continue;
       }

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { createClient, SemaNetworkError } from "../src/index.js";
+import { createClient, SemaNetworkError, SemaTlsError } from "../src/index.js";
 import { startSemad, tempDir } from "./semad.js";
 
 let dir: ReturnType<typeof tempDir>;
@@ -36,12 +36,27 @@ before(() => {
         `${ca}.key`, "-out", `${ca}.pem`, "-days", "2", "-subj", `/CN=${ca}`);
     issue("srv", "ca", "localhost", "subjectAltName=DNS:localhost,IP:127.0.0.1");
     issue("worker", "clients", "worker-1", "extendedKeyUsage=clientAuth");
+    writeFileSync(file("worker-both.pem"), Buffer.concat([pem("worker.pem"), pem("worker.key")]));
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
     haveOpenssl = false;
   }
 });
 after(() => dir.remove());
+
+/** Runs `fn` with the environment variables `vars` set, then as they were. */
+async function withEnv(vars: Record<string, string>, fn: () => Promise<void>) {
+  const saved = Object.fromEntries(Object.keys(vars).map((k) => [k, process.env[k]]));
+  Object.assign(process.env, vars);
+  try {
+    await fn();
+  } finally {
+    for (const [k, v] of Object.entries(saved)) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
+  }
+}
 
 const serverArgs = () => ["--tls-cert", file("srv.pem"), "--tls-key", file("srv.key")];
 
@@ -68,10 +83,23 @@ test("an https:// semad with the `ca` option, SEMA_CACERT, and without either", 
       else process.env.SEMA_CACERT = saved;
     }
 
-    const untrusted = createClient({ url: semad.url, transport: "node", retryMs: 0 });
+    // not trusted: at once (with the default retries), typed, saying what to give
+    const untrusted = createClient({ url: semad.url, transport: "node" });
+    const t0 = Date.now();
     await assert.rejects((await untrusted.semaphore("tls")).state(), (e: unknown) =>
-      e instanceof SemaNetworkError && /certificate/i.test((e as Error).message));
+      e instanceof SemaTlsError && e instanceof SemaNetworkError && e.code === "tls_untrusted" &&
+      /not trusted/.test(e.message) && /SEMA_CACERT/.test(e.message) && e.detail === e.message);
+    await assert.rejects(untrusted.semaphore("tls").then((s) => s.acquire()), SemaTlsError);
+    const events = untrusted.watch("tls")[Symbol.asyncIterator]();
+    await assert.rejects(events.next(), SemaTlsError);
+    assert.ok(Date.now() - t0 < 2000, `TLS failures are not retried (${Date.now() - t0} ms)`);
     untrusted.close();
+    await withEnv({ SEMA_CACERT: file("missing.pem") }, async () => {
+      const c = createClient({ url: semad.url, transport: "node" });
+      await assert.rejects((await c.semaphore("tls")).state(), (e: unknown) =>
+        e instanceof SemaTlsError && e.code === "tls_cacert" && /missing\.pem/.test(e.message));
+      c.close();
+    });
     assert.throws(() => createClient({ url: semad.url, transport: "fetch", ca: pem("ca.pem") }), TypeError);
   } finally {
     await semad.stop();
@@ -86,9 +114,35 @@ test("a semad that requires client certificates: `cert` and `key`", async (t) =>
     const sem = await good.semaphore("cc", { capacity: 2 });
     await (await sem.acquire()).release();
     good.close();
-    const anonymous = createClient({ url: semad.url, transport: "node", ca: pem("ca.pem"), retryMs: 0 });
-    await assert.rejects((await anonymous.semaphore("cc")).state(), SemaNetworkError);
+    // SEMA_CERT and SEMA_CERT_KEY, as for sema and the C and Python clients
+    await withEnv({ SEMA_CERT: file("worker.pem"), SEMA_CERT_KEY: file("worker.key") }, async () => {
+      const viaEnv = createClient({ url: semad.url, transport: "node", ca: pem("ca.pem") });
+      await (await (await viaEnv.semaphore("cc")).acquire()).release();
+      viaEnv.close();
+    });
+    await withEnv({ SEMA_CERT: file("worker-both.pem") }, async () => { // the key in the same file
+      const viaEnv = createClient({ url: semad.url, transport: "node", ca: pem("ca.pem") });
+      assert.equal((await (await viaEnv.semaphore("cc")).state()).held, 0);
+      viaEnv.close();
+    });
+    await withEnv({ SEMA_CERT: file("ca.key") }, async () => {
+      const c = createClient({ url: semad.url, transport: "node", ca: pem("ca.pem") });
+      await assert.rejects((await c.semaphore("cc")).state(), (e: unknown) =>
+        e instanceof SemaTlsError && e.code === "tls_client_certificate");
+      c.close();
+    });
+    // none: at once, saying to give one
+    const anonymous = createClient({ url: semad.url, transport: "node", ca: pem("ca.pem") });
+    const t0 = Date.now();
+    await assert.rejects((await anonymous.semaphore("cc")).state(), (e: unknown) =>
+      e instanceof SemaTlsError && e.code === "tls_certificate_required" && /SEMA_CERT/.test(e.message));
+    assert.ok(Date.now() - t0 < 2000, `TLS failures are not retried (${Date.now() - t0} ms)`);
     anonymous.close();
+    // one signed by another CA: refused
+    const stranger = createClient({ url: semad.url, transport: "node", ca: pem("ca.pem"), cert: pem("srv.pem"), key: pem("srv.key") });
+    await assert.rejects((await stranger.semaphore("cc")).state(), (e: unknown) =>
+      e instanceof SemaTlsError && e.code === "tls_certificate_refused");
+    stranger.close();
   } finally {
     await semad.stop();
   }

@@ -180,6 +180,7 @@ def test_tls_with_a_private_ca(monkeypatch, request):
             with pytest.raises(sema.NetworkError) as e:
                 sema.Client(url).semaphore(name).state()
             assert e.value.code == "tls_untrusted" and "SEMA_CACERT" in str(e.value)
+            assert e.value.detail == str(e.value), "the explanation is the detail too"
             assert time.monotonic() - t0 < 2, "a certificate error is not retried"
             with pytest.raises(sema.NetworkError) as e:
                 asyncio.run(sema.AsyncClient(url).semaphore(name).state())
@@ -210,6 +211,7 @@ def test_client_certificates(monkeypatch, request):
             with pytest.raises(sema.NetworkError) as e:
                 sema.Client(url, ca=ca).semaphore(name).state()
             assert e.value.code == "tls_certificate_required" and not e.value.retryable
+            assert e.value.detail == str(e.value) and "SEMA_CERT" in e.value.detail
             assert "cert=" in str(e.value) and "SEMA_CERT" in str(e.value), e.value
             with pytest.raises(ValueError, match="cannot be used"):
                 sema.Client(url, ca=certs.path("no-such-ca.pem"))

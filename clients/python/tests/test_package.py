@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: MIT
-"""test_package.py - the package as users get it: a wheel built with Debian's tools and no
-download, installed into a fresh venv and run against a real semad; the type hints under
+"""test_package.py - the package as users get it: the README's install commands run as
+written in a fresh venv of each python3 here (Debian's, pyenv's), offline, with and without
+setuptools and wheel, and the installed client run against a real semad; the wheel's
+contents; the type hints under
 `mypy --strict` (the package, and the Python examples of docs/client.md as a user's code);
 and nothing but the standard library imported at run time."""
 import ast
@@ -38,33 +40,58 @@ def clean_env():
     return env
 
 
-def build_wheel(tmp):
-    """`pip wheel` of a copy of clients/python (the build writes beside its sources)."""
-    src = os.path.join(tmp, "src-copy")
-    shutil.copytree(PKG, src, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info",
-                                                            "build", "dist", "tests"))
-    out = os.path.join(tmp, "dist")
-    sh(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-       "-w", out, src, env=clean_env())
-    wheels = glob.glob(os.path.join(out, "sema_client-*.whl"))
-    assert len(wheels) == 1, os.listdir(out)
-    return wheels[0]
+def readme_install_block():
+    """The commands of the README's Install section, as a user types them."""
+    with open(os.path.join(PKG, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    section = text[text.index("## Install"):]
+    return re.search(r"^```sh\n(.*?)^```", section, re.S | re.M).group(1)
 
 
-def test_wheel_installs_into_a_fresh_venv(tmp_path):
-    wheel = build_wheel(str(tmp_path))
-    with zipfile.ZipFile(wheel) as z:
-        names = z.namelist()
-        meta = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
-    assert "sema/py.typed" in names and "sema/_flows.py" in names
-    assert not [n for n in names if "/tests/" in n or n.startswith("tests/")]
-    assert "Requires-Dist" not in meta, "the client needs nothing beyond the standard library"
-    assert "Requires-Python: >=3.9" in meta
-    venv = str(tmp_path / "venv")
-    sh(sys.executable, "-m", "venv", venv, env=clean_env())
-    py = os.path.join(venv, "bin", "python")
-    sh(py, "-m", "pip", "install", "--no-index", "--no-deps", wheel, env=clean_env())
-    program = r'''
+def interpreters():
+    """Each distinct python3 a user may have: Debian's, and the one first on PATH (pyenv's,
+    say), by the real file each runs."""
+    found = {}
+    for py in ("/usr/bin/python3", shutil.which("python3"), sys.executable):
+        if py and os.path.exists(py):
+            real = subprocess.run([py, "-c", "import sys; print(sys.executable)"],
+                                  capture_output=True, text=True).stdout.strip()
+            found.setdefault(os.path.realpath(real or py), py)
+    return sorted(found.values())
+
+
+def run_install_block(tmp, python3, venv_args=()):
+    """The README's install commands in a directory laid out as the source tree, with
+    `python3` being `python3` (and `python3 -m venv` given `venv_args`); returns the
+    venv's interpreter."""
+    os.makedirs(tmp)
+    os.makedirs(os.path.join(tmp, "clients"))
+    os.symlink(PKG, os.path.join(tmp, "clients", "python"))
+    bindir = os.path.join(tmp, "bin")
+    os.makedirs(bindir)
+    with open(os.path.join(bindir, "python3"), "w") as f:
+        f.write('#!/bin/sh\nif [ "$1 $2" = "-m venv" ]; then shift 2; exec %s -m venv %s "$@"; fi\n'
+                'exec %s "$@"\n' % (python3, " ".join(venv_args), python3))
+    os.chmod(os.path.join(bindir, "python3"), 0o755)
+    env = clean_env()
+    env["PATH"] = bindir + os.pathsep + env.get("PATH", "/usr/bin:/bin")
+    out = sh("bash", "-e", "-c", readme_install_block(), cwd=tmp, env=env)
+    assert out.strip().splitlines()[-1] == sema_version(), out
+    assert not os.path.exists(os.path.join(PKG, "build")), "the build wrote into the sources"
+    assert not glob.glob(os.path.join(PKG, "src", "*.egg-info")), "the build wrote into src/"
+    return os.path.join(tmp, ".venv", "bin", "python")
+
+
+def sema_version():
+    with open(os.path.join(PKG, "src", "sema", "_version.py")) as f:
+        return re.search(r'^__version__ = "(.+)"', f.read(), re.M).group(1)
+
+
+def has_module(py, name):
+    return subprocess.run([py, "-c", "import " + name], capture_output=True).returncode == 0
+
+
+USE = r'''
 import asyncio, sys, sema
 assert sema.__file__.startswith(sys.prefix), sema.__file__
 c = sema.Client()
@@ -77,13 +104,48 @@ async def main():
         async with a.semaphore("from-the-wheel").permit():
             return (await a.semaphore("from-the-wheel").state()).held
 print("held", asyncio.run(main()))
+sem.delete()
 c.close()
 '''
+
+
+@pytest.mark.parametrize("python3", interpreters())
+def test_the_readme_install_works_in_a_fresh_venv(tmp_path, python3):
+    """As written, in a venv of this python3 (Debian's has pip and setuptools, no wheel;
+    Python >= 3.12 has pip alone), with no download: then the client runs."""
+    py = run_install_block(str(tmp_path / "tree"), python3)
     with start() as s:
         env = clean_env()
         env["SEMA_SERVER"] = s.url("")
-        out = sh(py, "-c", program, cwd=str(tmp_path), env=env)
+        out = sh(py, "-c", USE, cwd=str(tmp_path), env=env)
     assert re.search(r"fence \d+", out) and "held 1" in out, out
+
+
+def test_the_readme_install_works_where_wheel_is_installed(tmp_path):
+    """The same in a venv that sees Debian's setuptools and wheel (--system-site-packages):
+    the package's own back end builds it, whatever the venv has."""
+    if not has_module("/usr/bin/python3", "wheel"):
+        pytest.skip("Debian's python3-wheel is not installed (scripts/deps.sh test installs it)")
+    py = run_install_block(str(tmp_path / "tree"), "/usr/bin/python3", ["--system-site-packages"])
+    assert has_module(py, "wheel") and has_module(py, "setuptools")
+    assert sh(py, "-c", "import sema; print(sema.__file__)").startswith(str(tmp_path))
+
+
+def test_the_wheel_holds_the_package_and_its_metadata(tmp_path):
+    out = str(tmp_path / "dist")
+    sh(sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", out, PKG, env=clean_env())
+    wheels = glob.glob(os.path.join(out, "sema_client-*.whl"))
+    assert len(wheels) == 1, os.listdir(out)
+    with zipfile.ZipFile(wheels[0]) as z:
+        assert z.testzip() is None
+        names = z.namelist()
+        meta = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert "sema/py.typed" in names and "sema/_flows.py" in names
+    assert not [n for n in names if "/tests/" in n or n.startswith("tests/")]
+    assert not [n for n in names if n.startswith("backend/")]
+    assert "Requires-Dist" not in meta, "the client needs nothing beyond the standard library"
+    assert "Requires-Python: >=3.9" in meta
+    assert "Version: %s\n" % sema_version() in meta
 
 
 def mypy_cmd():

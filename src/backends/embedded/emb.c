@@ -239,7 +239,7 @@ static void waiter_timeout(emb_t *eb, emb_req_t *er)
     n = emb__req_sems(er, sems);
     emb__unpark(eb, er);
     eb->m->timeouts++;
-    emb__finish(eb, er, SEMA_ETIMEDOUT, "not granted before timeout_ms");
+    emb__fail(eb, er, BE_MSG_WAITER_TIMED_OUT);
     emb__admit_all(eb, sems, n); /* the head may have left: those behind may fit now */
 }
 
@@ -362,7 +362,7 @@ static void admit_one_grant(emb_t *eb, emb_sem_t *s, emb_req_t *er)
     emb_lease_t *l = emb__grant(eb, s, req, er->weight, er->since_mono);
 
     if (l == NULL) {
-        emb__finish(eb, er, SEMA_ENOMEM, "out of memory granting the lease");
+        emb__fail(eb, er, BE_MSG_NOMEM_GRANT);
         return;
     }
     emb__lease_own(er, l);
@@ -533,6 +533,11 @@ void emb__finish(emb_t *eb, emb_req_t *er, int status, const char *msg)
     finish_queue(eb, er, status);
 }
 
+void emb__fail(emb_t *eb, emb_req_t *er, be_msg_t id)
+{
+    emb__finish(eb, er, be_msg_code(id), be_msg_text(id));
+}
+
 void emb__finish_lease(emb_t *eb, emb_req_t *er, const emb_lease_t *l)
 {
     engine_result_t *r = &er->req->res;
@@ -547,7 +552,7 @@ void emb__finish_lease(emb_t *eb, emb_req_t *er, const emb_lease_t *l)
     if (r->lease.name == NULL || (l->owner != NULL && r->lease.owner == NULL) ||
         ((l->x != NULL || multi) && emb__view_lease_parts(r, &r->lease, l, multi) != 0)) {
         engine_result_clear(r);
-        emb__finish(eb, er, SEMA_ENOMEM, "out of memory building the result");
+        emb__fail(eb, er, BE_MSG_NOMEM_RESULT);
         return;
     }
     r->kind = ENGINE_RES_LEASE;
@@ -560,7 +565,7 @@ void emb__finish_view(emb_t *eb, emb_req_t *er, const emb_sem_t *s, engine_res_k
 
     if (emb__view_sem(eb, r, &r->sem, s, kind == ENGINE_RES_SEM || kind == ENGINE_RES_LOCK) != 0) {
         engine_result_clear(r);
-        emb__finish(eb, er, SEMA_ENOMEM, "out of memory building the result");
+        emb__fail(eb, er, BE_MSG_NOMEM_RESULT);
         return;
     }
     r->kind = kind;
@@ -609,7 +614,7 @@ static void emb_free(emb_t *eb)
 
     emb__committer_free(eb);
     if (eb->tickets.slots != NULL)
-        emb__tickets_clear(eb, SEMA_ESHUTDOWN, "the server is shutting down");
+        emb__tickets_clear(eb, BE_MSG_SHUTDOWN);
     emb__state_clear(eb, NULL);
     sema__free(eb->dirty); /* after the semaphores: freeing one clears its entry */
     emb__tombs_clear(eb);
@@ -695,7 +700,7 @@ static void shutdown_fail_parked(void *arg, enode_t *n)
         if (er->kind == EMB_KIND_TICKET)
             continue;
         emb__unpark(eb, er);
-        emb__finish(eb, er, SEMA_ESHUTDOWN, "the server is shutting down");
+        emb__fail(eb, er, BE_MSG_SHUTDOWN);
     }
 }
 
@@ -705,7 +710,7 @@ static void emb_shutdown(void *be)
 
     etab_each(&eb->sems, shutdown_fail_parked, eb);
     etab_each(&eb->locks, shutdown_fail_parked, eb);
-    emb__tickets_fail_watchers(eb, SEMA_ESHUTDOWN, "the server is shutting down");
+    emb__tickets_fail_watchers(eb, BE_MSG_SHUTDOWN);
     if (eb->store != NULL)
         emb__commit_flush(eb, handle_closed); /* the last group commits, then the thread */
     eb->shutting_down = 1;

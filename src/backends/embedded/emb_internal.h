@@ -8,6 +8,8 @@
 
 #include "common/alloc.h"
 #include "common/table.h"
+#include "backends/be_estimate.h"
+#include "backends/be_msg.h"
 #include "engine/backend.h"
 #include "engine/engine_limits.h"
 #include "store/store.h"
@@ -20,13 +22,11 @@ struct emb_limits;
 struct emb_tenant;
 struct emb_multi;
 
-/* What a semaphore has measured for tickets' estimates (emb_ticket.c). */
+/* What a semaphore has measured for tickets' estimates (emb_ticket.c; the rule is
+ * backends/be_estimate.c, shared with the Redis back end). */
 typedef struct {
-    double gap_ms, gap_var; /* per unit granted from the queue while it was not empty:
-                               moving mean and variance */
-    double hold_ms;         /* moving mean of hold times */
-    uint64_t last_mono;     /* the last grant from a queue still not empty, or 0 */
-    uint32_t ngaps, nholds; /* samples taken (saturating) */
+    be_est_t s;         /* the samples */
+    uint64_t last_mono; /* the last grant from a queue still not empty, or 0 */
 } emb_est_t;
 
 /* A semaphore (or a keyed lock's ephemeral semaphore). About 200 bytes plus its name. */
@@ -291,7 +291,7 @@ struct emb {
     uint64_t fence_seq;
     uint64_t nparked;
     uint64_t commits, commit_failures;
-    emb_tomb_t **tring; /* tombstones, oldest first (ring) */
+    emb_tomb_t *tring; /* tombstones, a ring in one array, oldest first (emb_tomb.c) */
     size_t tring_cap, tring_head, tring_len;
     char errbuf[256];
 };
@@ -314,6 +314,8 @@ size_t emb__req_sems(const emb_req_t *er, emb_sem_t **out);
 void emb__admit_head(emb_t *eb, emb_sem_t *s, emb_req_t *er);
 /* Complete `er` with `status` (its result, if any, is in er->req->res already). */
 void emb__finish(emb_t *eb, emb_req_t *er, int status, const char *msg);
+/* Complete `er` with message `id` (be_msg.h: its status and its text). */
+void emb__fail(emb_t *eb, emb_req_t *er, be_msg_t id);
 /* Complete `er` successfully with lease `l` as its result. */
 void emb__finish_lease(emb_t *eb, emb_req_t *er, const emb_lease_t *l);
 /* Complete `er` successfully with a view of `s` of result kind `kind` (SEM, LOCK, LEGACY,
@@ -365,9 +367,10 @@ static inline int emb__req_mode(const engine_req_t *req)
 }
 
 /* emb_lease.c */
+/* The node of table t whose id (a NUL-terminated string `off` bytes after the node) is
+ * id[0..len), or NULL. */
+enode_t *emb__id_find(const etab_t *t, size_t off, const char *id, size_t len);
 emb_lease_t *emb__lease_find(emb_t *eb, const char *id, size_t len);
-emb_tomb_t *emb__tomb_find(emb_t *eb, const char *id, size_t len);
-int emb__tomb_status(int reason);
 emb_lease_t *emb__grant(emb_t *eb, emb_sem_t *s, const engine_req_t *req, uint64_t weight,
                         uint64_t since_mono);
 /* The name of a request's tenant as a grant must record it (a ticket's, a part's request's). */
@@ -399,7 +402,6 @@ emb_lease_t *emb__grant_multi(emb_t *eb, emb_sem_t **sems, const uint64_t *weigh
 void emb__lease_free(emb_t *eb, emb_lease_t *l);
 void emb__lease_expire_due(emb_t *eb, emb_lease_t *l);
 void emb__store_lease(emb_t *eb, const emb_lease_t *l, int created);
-void emb__tombs_clear(emb_t *eb);
 int emb__lease_load(emb_t *eb, emb_sem_t *s, const store_lease_t *rec);
 
 /* emb_view.c: a result's typed views of the state (strings copied into the result) */
@@ -452,12 +454,17 @@ void emb__ticket_due(emb_t *eb, emb_ticket_t *t);                    /* keepaliv
 void emb__ticket_tick(emb_t *eb); /* position updates to watchers */
 void emb__ticket_watch_timeout(emb_t *eb, emb_req_t *er);
 void emb__ticket_watch_cancel(emb_t *eb, emb_req_t *er);
-void emb__tickets_clear(emb_t *eb, int status, const char *msg); /* free all, fail watchers */
-void emb__tickets_fail_watchers(emb_t *eb, int status, const char *msg);
+void emb__tickets_clear(emb_t *eb, be_msg_t why); /* free all, fail watchers */
+void emb__tickets_fail_watchers(emb_t *eb, be_msg_t why);
 void emb__est_queue_grant(emb_t *eb, emb_sem_t *s, uint64_t weight, int queue_left);
 void emb__est_hold(emb_sem_t *s, uint64_t held_ms);
 int emb__ticket_load(emb_t *eb, const store_ticket_t *rec);
+
+/* emb_tomb.c: why an id ended, for the most recent ids */
+emb_tomb_t *emb__tomb_find(emb_t *eb, const char *id, size_t len);
+be_msg_t emb__tomb_msg(int reason); /* what a request meets at a tombstone */
 void emb__tomb_add(emb_t *eb, const char *id, int reason);
+void emb__tombs_clear(emb_t *eb);
 
 /* emb_ops.c */
 extern const emb_op_fn emb__ops[ENGINE_OP_COUNT];
@@ -467,11 +474,14 @@ int emb__lim_ensure(emb_t *eb, emb_sem_t *s);
 void emb__lim_free(emb_t *eb, emb_sem_t *s);
 void emb__lim_clear(emb_t *eb, emb_sem_t *s); /* the semaphore goes: its tenants too */
 void emb__lim_get(const emb_sem_t *s, uint64_t *tenant_max, uint64_t *rate, uint64_t *burst);
-int emb__lim_wanted(const emb_sem_t *s, const engine_req_t *req, uint64_t *tm, uint64_t *rate,
-                    uint64_t *burst, const char **msg);
+/* What `req` (a PUT or a resize) asks the limits of s to become, in *tm, *rate, *burst,
+ * from what they are: BE_MSG_NONE, or why they cannot be. */
+be_msg_t emb__lim_wanted(const emb_sem_t *s, const engine_req_t *req, uint64_t *tm, uint64_t *rate,
+                         uint64_t *burst);
 int emb__lim_set(emb_t *eb, emb_sem_t *s, uint64_t tm, uint64_t rate, uint64_t burst);
 void emb__lim_loaded(emb_t *eb, emb_sem_t *s);
-const char *emb__lim_too_heavy(const emb_sem_t *s, uint64_t w);
+/* Why weight w can never be granted on s (above tenant_max or the bucket), or BE_MSG_NONE. */
+be_msg_t emb__lim_too_heavy(const emb_sem_t *s, uint64_t w);
 int emb__tenant_join(emb_t *eb, emb_sem_t *s, emb_req_t *er);
 void emb__tenant_leave(emb_t *eb, emb_sem_t *s, emb_req_t *er);
 int emb__tenant_hold(emb_t *eb, emb_sem_t *s, emb_lease_t *l, const char *name);
@@ -493,9 +503,9 @@ void emb__op_acquire_multi(emb_t *eb, emb_req_t *er);
 int emb__multi_try(emb_t *eb, emb_multi_t *m);
 void emb__multi_unpark(emb_t *eb, emb_req_t *main);
 /* Build the parts of a request on `parts` (each semaphore found, each weight possible);
- * NULL with a status and message. */
+ * NULL with why in *why. */
 emb_multi_t *emb__multi_new(emb_t *eb, emb_req_t *main, const engine_part_t *parts, size_t n,
-                            int *status, const char **msg);
+                            be_msg_t *why);
 /* Park every part (on semaphores made to have limits when the request names a tenant);
  * 0, or an error with nothing parked. */
 int emb__multi_park(emb_t *eb, emb_multi_t *m);

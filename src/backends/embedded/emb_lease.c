@@ -1,12 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* emb_lease.c - leases: grants, ends (release, expiry, revoke, delete) and the
- * bounded tombstones that let an ended lease answer with its reason. */
+/* emb_lease.c - leases: grants and ends (release, expiry, revoke, delete); an ended lease
+ * leaves a tombstone (emb_tomb.c) so its id answers with the reason. */
 #include "backends/embedded/emb_internal.h"
 
 #include <string.h>
-
-#define TOMB_MAX 100000
-#define TOMB_AGE_MS (10 * 60 * 1000)
 
 /* ---- lookup ---- */
 
@@ -23,7 +20,7 @@ static int id_eq(const enode_t *n, const void *key, size_t len)
     return strlen(id) == len && memcmp(id, k->id, len) == 0;
 }
 
-static enode_t *find_id(const etab_t *t, size_t off, const char *id, size_t len)
+enode_t *emb__id_find(const etab_t *t, size_t off, const char *id, size_t len)
 {
     idkey_t k = {id, off};
 
@@ -35,90 +32,8 @@ static enode_t *find_id(const etab_t *t, size_t off, const char *id, size_t len)
 emb_lease_t *emb__lease_find(emb_t *eb, const char *id, size_t len)
 {
     enode_t *n =
-        find_id(&eb->leases, offsetof(emb_lease_t, id) - offsetof(emb_lease_t, node), id, len);
+        emb__id_find(&eb->leases, offsetof(emb_lease_t, id) - offsetof(emb_lease_t, node), id, len);
     return n ? ECONTAINER(n, emb_lease_t, node) : NULL;
-}
-
-emb_tomb_t *emb__tomb_find(emb_t *eb, const char *id, size_t len)
-{
-    enode_t *n =
-        find_id(&eb->tombs, offsetof(emb_tomb_t, id) - offsetof(emb_tomb_t, node), id, len);
-    return n ? ECONTAINER(n, emb_tomb_t, node) : NULL;
-}
-
-int emb__tomb_status(int reason)
-{
-    switch (reason) {
-    case EMB_TOMB_EXPIRED:
-        return SEMA_EEXPIRED;
-    case EMB_TOMB_REVOKED:
-        return SEMA_EREVOKED;
-    case EMB_TOMB_DELETED:
-        return SEMA_ECANCELED;
-    default:
-        return SEMA_ESTALE;
-    }
-}
-
-/* ---- tombstones: a ring, oldest first, bounded by count and age ---- */
-
-static void tomb_pop_oldest(emb_t *eb)
-{
-    emb_tomb_t *t = eb->tring[eb->tring_head];
-
-    etab_remove(&eb->tombs, &t->node);
-    sema__free(t);
-    eb->tring_head = (eb->tring_head + 1) % eb->tring_cap;
-    eb->tring_len--;
-}
-
-static int tomb_ring_grow(emb_t *eb)
-{
-    size_t cap = eb->tring_cap ? eb->tring_cap * 2 : 1024;
-    emb_tomb_t **ring;
-
-    if (cap > TOMB_MAX)
-        cap = TOMB_MAX;
-    ring = sema__malloc(cap * sizeof(*ring));
-    if (ring == NULL)
-        return SEMA_ENOMEM;
-    for (size_t i = 0; i < eb->tring_len; i++)
-        ring[i] = eb->tring[(eb->tring_head + i) % eb->tring_cap];
-    sema__free(eb->tring);
-    eb->tring = ring;
-    eb->tring_cap = cap;
-    eb->tring_head = 0;
-    return 0;
-}
-
-void emb__tomb_add(emb_t *eb, const char *id, int reason)
-{
-    uint64_t now = emb__now(eb);
-    emb_tomb_t *t;
-
-    while (eb->tring_len > 0 && eb->tring[eb->tring_head]->ended_mono + TOMB_AGE_MS < now)
-        tomb_pop_oldest(eb);
-    if (eb->tring_len == eb->tring_cap && (eb->tring_cap == TOMB_MAX || tomb_ring_grow(eb) != 0)) {
-        if (eb->tring_len == 0)
-            return;
-        tomb_pop_oldest(eb);
-    }
-    t = sema__malloc(sizeof(*t));
-    if (t == NULL)
-        return; /* the id then answers 404 instead of 410: no state is lost */
-    t->ended_mono = now;
-    t->reason = reason;
-    memcpy(t->id, id, sizeof(t->id));
-    t->node.hash = etab_hash(id, strlen(id), 1);
-    etab_insert(&eb->tombs, &t->node);
-    eb->tring[(eb->tring_head + eb->tring_len) % eb->tring_cap] = t;
-    eb->tring_len++;
-}
-
-void emb__tombs_clear(emb_t *eb)
-{
-    while (eb->tring_len > 0)
-        tomb_pop_oldest(eb);
 }
 
 /* ---- grants and ends ---- */

@@ -659,18 +659,17 @@ void emb__admit_lim(emb_t *eb, emb_sem_t *s)
 
 /* ---- a semaphore's limits: set, checked, shown ---- */
 
-/* A weight that can never be granted on s: above tenant_max or the bucket. */
-const char *emb__lim_too_heavy(const emb_sem_t *s, uint64_t w)
+be_msg_t emb__lim_too_heavy(const emb_sem_t *s, uint64_t w)
 {
     const emb_limits_t *lim = s->lim;
 
     if (lim == NULL)
-        return NULL;
+        return BE_MSG_NONE;
     if (lim->tenant_max != 0 && w > lim->tenant_max)
-        return "weight is above the semaphore's tenant_max";
+        return BE_MSG_ABOVE_TENANT_MAX;
     if (lim->rate_per_s != 0 && w > lim->rate_burst)
-        return "weight is above the semaphore's rate_burst";
-    return NULL;
+        return BE_MSG_ABOVE_RATE_BURST;
+    return BE_MSG_NONE;
 }
 
 void emb__lim_get(const emb_sem_t *s, uint64_t *tenant_max, uint64_t *rate, uint64_t *burst)
@@ -682,10 +681,8 @@ void emb__lim_get(const emb_sem_t *s, uint64_t *tenant_max, uint64_t *rate, uint
     *burst = lim != NULL && lim->rate_per_s != 0 ? lim->rate_burst : 0;
 }
 
-/* What `req` (a PUT or a resize) asks the limits of s to become, in *tm, *rate, *burst,
- * from what they are; a message and SEMA_EINVAL when they cannot be. */
-int emb__lim_wanted(const emb_sem_t *s, const engine_req_t *req, uint64_t *tm, uint64_t *rate,
-                    uint64_t *burst, const char **msg)
+be_msg_t emb__lim_wanted(const emb_sem_t *s, const engine_req_t *req, uint64_t *tm, uint64_t *rate,
+                         uint64_t *burst)
 {
     uint64_t old_rate;
 
@@ -701,13 +698,11 @@ int emb__lim_wanted(const emb_sem_t *s, const engine_req_t *req, uint64_t *tm, u
             *burst = *rate;
     }
     if (req->limits & ENGINE_LIMIT_BURST) {
-        if (*rate == 0) {
-            *msg = "rate_burst needs rate_per_s";
-            return SEMA_EINVAL;
-        }
+        if (*rate == 0)
+            return BE_MSG_BURST_NEEDS_RATE;
         *burst = req->rate_burst;
     }
-    return 0;
+    return BE_MSG_NONE;
 }
 
 /* Set the limits of s (0: none); a new rate starts with a full bucket. 0 or SEMA_ENOMEM. */

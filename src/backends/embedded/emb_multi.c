@@ -7,9 +7,9 @@
 
 #include <string.h>
 
-static void fail(emb_t *eb, emb_req_t *er, int status, const char *msg)
+static void fail(emb_t *eb, emb_req_t *er, be_msg_t id)
 {
-    emb__finish(eb, er, status, msg);
+    emb__fail(eb, er, id);
 }
 
 void emb__multi_free(emb_multi_t *m)
@@ -18,13 +18,12 @@ void emb__multi_free(emb_multi_t *m)
 }
 
 emb_multi_t *emb__multi_new(emb_t *eb, emb_req_t *main, const engine_part_t *parts, size_t n,
-                            int *status, const char **msg)
+                            be_msg_t *why)
 {
     emb_multi_t *m = sema__calloc(1, sizeof(*m) + n * sizeof(m->part[0]));
 
     if (m == NULL) {
-        *status = SEMA_ENOMEM;
-        *msg = "out of memory";
+        *why = BE_MSG_NOMEM;
         return NULL;
     }
     m->main = main;
@@ -32,13 +31,10 @@ emb_multi_t *emb__multi_new(emb_t *eb, emb_req_t *main, const engine_part_t *par
     for (size_t i = 0; i < n; i++) {
         emb_req_t *p = &m->part[i];
         emb_sem_t *s = emb__sem_find(eb, parts[i].name, parts[i].name_len);
-        const char *heavy = s != NULL ? emb__lim_too_heavy(s, parts[i].weight) : NULL;
-        *status = s == NULL ? SEMA_ENOENT : SEMA_EINVAL;
-        *msg = s == NULL                       ? "no such semaphore (one of those named)"
-               : parts[i].weight > s->capacity ? "weight must be between 1 and the capacity"
-               : heavy != NULL                 ? heavy
-                                               : NULL;
-        if (*msg != NULL) {
+        *why = s == NULL                       ? BE_MSG_NO_SEM_OF_SEVERAL
+               : parts[i].weight > s->capacity ? BE_MSG_BAD_WEIGHT
+                                               : emb__lim_too_heavy(s, parts[i].weight);
+        if (*why != BE_MSG_NONE) {
             sema__free(m);
             return NULL;
         }
@@ -50,7 +46,6 @@ emb_multi_t *emb__multi_new(emb_t *eb, emb_req_t *main, const engine_part_t *par
         p->sem = s;
         p->weight = parts[i].weight;
     }
-    *status = 0;
     return m;
 }
 
@@ -124,7 +119,7 @@ static void multi_grant(emb_t *eb, emb_multi_t *m)
         emb_lease_t *l =
             emb__grant_multi(eb, sems, w, n, main->req, main->req->tenant, main->since_mono);
         if (l == NULL) {
-            fail(eb, main, SEMA_ENOMEM, "out of memory granting the lease");
+            fail(eb, main, BE_MSG_NOMEM_GRANT);
         } else {
             emb__lease_own(main, l);
             main->durable = 1;
@@ -149,9 +144,6 @@ int emb__multi_try(emb_t *eb, emb_multi_t *m)
 }
 
 /* ---- idempotency: a key names one request on several semaphores ---- */
-
-static const char M_KEY_MISMATCH[] = "this Idempotency-Key names a request on other semaphores "
-                                     "(or weights, or tenant); nothing was granted";
 
 static int same_tenant(const char *a, const char *b)
 {
@@ -218,9 +210,7 @@ static void take_over(emb_t *eb, emb_req_t *er, emb_idem_t *d)
     old->multi = NULL;
     old->idem = NULL;
     old->state = EMB_REQ_NEW;
-    fail(eb, old, SEMA_EREPLACED,
-         "replaced by a newer attempt with the same Idempotency-Key, which now waits in its "
-         "place");
+    fail(eb, old, BE_MSG_WAITER_REPLACED);
 }
 
 /* A retry with a known key: 1 when it was answered or took over. */
@@ -230,14 +220,14 @@ static int idem_retry(emb_t *eb, emb_req_t *er)
     emb_idem_t *d;
 
     if (emb__idem_of(eb, req, NULL, &d) != 0) {
-        fail(eb, er, SEMA_EACCES, "the Idempotency-Key names a request of another token");
+        fail(eb, er, BE_MSG_KEY_OTHER_TOKEN);
         return 1;
     }
     if (d == NULL)
         return 0;
     if (d->ticket != NULL || (d->lease != NULL && !lease_matches(d->lease, req)) ||
         (d->waiter != NULL && !waiter_matches(d->waiter, req))) {
-        fail(eb, er, SEMA_EKEYMISMATCH, M_KEY_MISMATCH);
+        fail(eb, er, BE_MSG_KEY_OTHER_PARTS);
         return 1;
     }
     if (d->lease != NULL) {
@@ -249,7 +239,7 @@ static int idem_retry(emb_t *eb, emb_req_t *er)
     if (d->waiter == NULL)
         return 0;
     if (req->timeout_ms == 0)
-        fail(eb, er, SEMA_EBUSY, "not available without waiting");
+        fail(eb, er, BE_MSG_NOT_AVAILABLE);
     else
         take_over(eb, er, d);
     return 1;
@@ -278,13 +268,13 @@ static int wait_setup(emb_t *eb, emb_req_t *er)
 
 /* Out of every line again, then admission where it was (a try that could not be granted,
  * or a wait that could not be set up). */
-static void leave(emb_t *eb, emb_req_t *er, int status, const char *msg)
+static void leave(emb_t *eb, emb_req_t *er, be_msg_t why)
 {
     emb_sem_t *sems[ENGINE_PARTS_MAX];
     size_t n = emb__req_sems(er, sems);
 
     emb__unpark(eb, er);
-    fail(eb, er, status, msg);
+    fail(eb, er, why);
     emb__admit_all(eb, sems, n);
 }
 
@@ -293,14 +283,14 @@ static void leave(emb_t *eb, emb_req_t *er, int status, const char *msg)
 void emb__op_acquire_multi(emb_t *eb, emb_req_t *er)
 {
     const engine_req_t *req = er->req;
-    const char *msg;
+    be_msg_t why = BE_MSG_NONE;
     int status, was;
     emb_multi_t *m;
 
     er->kind = EMB_KIND_ACQUIRE;
-    m = emb__multi_new(eb, er, req->parts, req->nparts, &status, &msg);
+    m = emb__multi_new(eb, er, req->parts, req->nparts, &why);
     if (m == NULL)
-        return fail(eb, er, status, msg);
+        return fail(eb, er, why);
     if (idem_retry(eb, er)) {
         emb__multi_free(m);
         return;
@@ -309,13 +299,12 @@ void emb__op_acquire_multi(emb_t *eb, emb_req_t *er)
     status = emb__multi_park(eb, m);
     if (status != 0) {
         emb__multi_free(m);
-        fail(eb, er, status,
-             status == SEMA_ELIMIT ? "too many parked requests (or tenants)" : "out of memory");
+        fail(eb, er, status == SEMA_ELIMIT ? BE_MSG_TOO_MANY_WAITERS_OR_TENANTS : BE_MSG_NOMEM);
     } else if (!emb__multi_try(eb, m)) {
         if (req->timeout_ms == 0)
-            leave(eb, er, SEMA_EBUSY, "not available without waiting");
+            leave(eb, er, BE_MSG_NOT_AVAILABLE);
         else if (wait_setup(eb, er) != 0)
-            leave(eb, er, SEMA_ENOMEM, "out of memory");
+            leave(eb, er, BE_MSG_NOMEM);
     }
     emb__admit_release(eb, was);
 }

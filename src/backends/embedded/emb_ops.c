@@ -7,17 +7,9 @@
 
 #include "engine/engine_limits.h"
 
-static const char *const M_NOT_FOUND = "no such semaphore";
-static const char *const M_LEASE_ENDED[] = {
-    [EMB_TOMB_RELEASED] = "the lease was already released",
-    [EMB_TOMB_EXPIRED] = "the lease expired",
-    [EMB_TOMB_REVOKED] = "the lease was revoked",
-    [EMB_TOMB_DELETED] = "the lease's semaphore was deleted",
-};
-
-static void fail(emb_t *eb, emb_req_t *er, int status, const char *msg)
+static void fail(emb_t *eb, emb_req_t *er, be_msg_t id)
 {
-    emb__finish(eb, er, status, msg);
+    emb__fail(eb, er, id);
 }
 
 /* Find the semaphore; completes the request and returns NULL if there is none. */
@@ -26,7 +18,7 @@ static emb_sem_t *find_sem(emb_t *eb, emb_req_t *er)
     emb_sem_t *s = emb__sem_find(eb, er->req->name, er->req->name_len);
 
     if (s == NULL)
-        fail(eb, er, SEMA_ENOENT, M_NOT_FOUND);
+        fail(eb, er, BE_MSG_NO_SEM);
     return s;
 }
 
@@ -38,12 +30,12 @@ static emb_sem_t *create_sem(emb_t *eb, emb_req_t *er, uint64_t capacity, int fl
     emb_sem_t *s;
 
     if (eb->cfg.max_semaphores && eb->sems.count >= eb->cfg.max_semaphores) {
-        fail(eb, er, SEMA_ELIMIT, "too many semaphores");
+        fail(eb, er, BE_MSG_TOO_MANY_SEMS);
         return NULL;
     }
     s = emb__sem_new(eb, req->name, req->name_len, capacity, flags);
     if (s == NULL) {
-        fail(eb, er, SEMA_ENOMEM, "out of memory creating the semaphore");
+        fail(eb, er, BE_MSG_NOMEM_SEM);
         return NULL;
     }
     /* A recreated name goes on counting: fences come from one sequence for all names,
@@ -73,9 +65,10 @@ static void op_sem_put(emb_t *eb, emb_req_t *er)
     er->durable = s != NULL;
     if (s != NULL) {
         emb__lim_get(s, &htm, &hrate, &hburst);
-        if (s->capacity != req->capacity || htm != tm || hrate != rate || hburst != burst)
-            return fail(eb, er, SEMA_EEXIST,
-                        "the semaphore exists with another capacity (or other limits)");
+        if (s->capacity != req->capacity)
+            return fail(eb, er, BE_MSG_SEM_OTHER_CAPACITY);
+        if (htm != tm || hrate != rate || hburst != burst)
+            return fail(eb, er, BE_MSG_SEM_OTHER_LIMITS);
     }
     if (s == NULL) {
         s = create_sem(eb, er, req->capacity, 0);
@@ -83,7 +76,7 @@ static void op_sem_put(emb_t *eb, emb_req_t *er)
             return;
         if (emb__lim_set(eb, s, tm, rate, burst) != 0) {
             emb__sem_free(eb, s);
-            return fail(eb, er, SEMA_ENOMEM, "out of memory creating the semaphore");
+            return fail(eb, er, BE_MSG_NOMEM_SEM);
         }
         req->created = 1;
     }
@@ -97,16 +90,16 @@ static void op_legacy_create(emb_t *eb, emb_req_t *er)
 
     if (emb__sem_find(eb, req->name, req->name_len) != NULL) {
         er->durable = 1; /* its create may still be on its way to disk */
-        return fail(eb, er, SEMA_EEXIST, "the semaphore already exists");
+        return fail(eb, er, BE_MSG_SEM_EXISTS);
     }
     s = create_sem(eb, er, req->capacity, EMB_SEM_LEGACY);
     if (s != NULL)
         emb__finish_view(eb, er, s, ENGINE_RES_LEGACY);
 }
 
-/* A waiter of s must go with `status` (a request on several semaphores leaves them all; a
+/* A waiter of s fails with `why` (a request on several semaphores leaves them all; a
  * ticket ends with `reason`); admission runs again where it was. */
-static void drop_waiter(emb_t *eb, emb_req_t *w, int status, const char *msg, int reason)
+static void drop_waiter(emb_t *eb, emb_req_t *w, be_msg_t why, int reason)
 {
     emb_sem_t *sems[ENGINE_PARTS_MAX];
     size_t n;
@@ -120,7 +113,7 @@ static void drop_waiter(emb_t *eb, emb_req_t *w, int status, const char *msg, in
     } else {
         n = emb__req_sems(w, sems);
         emb__unpark(eb, w);
-        emb__finish(eb, w, status, msg);
+        emb__fail(eb, w, why);
     }
     emb__admit_all(eb, sems, n);
 }
@@ -133,8 +126,8 @@ static void delete_sem(emb_t *eb, emb_sem_t *s)
 
     s->flags |= EMB_SEM_DELETED;
     while (!elist_empty(&s->waiters))
-        drop_waiter(eb, ECONTAINER(s->waiters.next, emb_req_t, link), SEMA_ECANCELED,
-                    "the semaphore was deleted", EMB_TOMB_TICKET_DELETED);
+        drop_waiter(eb, ECONTAINER(s->waiters.next, emb_req_t, link), BE_MSG_WAITER_SEM_DELETED,
+                    EMB_TOMB_TICKET_DELETED);
     while (!elist_empty(&s->holders)) {
         emb_lease_t *l = ECONTAINER(s->holders.next, emb_lease_t, link);
         emb__lease_end_admit(eb, emb__lease_main(l) != NULL ? emb__lease_main(l) : l,
@@ -170,16 +163,16 @@ static void op_sem_resize(emb_t *eb, emb_req_t *er)
     engine_req_t *req = er->req;
     uint64_t cap, tm, rate, burst;
     emb_sem_t *s = find_sem(eb, er);
-    const char *msg;
+    be_msg_t why;
     int was;
 
     if (s == NULL)
         return;
     cap = req->capacity != 0 ? req->capacity : s->capacity;
-    if (emb__lim_wanted(s, req, &tm, &rate, &burst, &msg) != 0)
-        return fail(eb, er, SEMA_EINVAL, msg);
+    if ((why = emb__lim_wanted(s, req, &tm, &rate, &burst)) != BE_MSG_NONE)
+        return fail(eb, er, why);
     if (emb__lim_set(eb, s, tm, rate, burst) != 0)
-        return fail(eb, er, SEMA_ENOMEM, "out of memory");
+        return fail(eb, er, BE_MSG_NOMEM);
     s->available += (int64_t)cap - (int64_t)s->capacity;
     s->capacity = cap;
     was = emb__admit_hold(eb);
@@ -189,10 +182,9 @@ static void op_sem_resize(emb_t *eb, emb_req_t *er)
         next = x->next;
         if (w->kind == EMB_KIND_WAIT_IDLE)
             continue;
-        if (w->weight > cap || (msg = emb__lim_too_heavy(s, w->weight)) != NULL)
-            drop_waiter(eb, w, SEMA_EINVAL,
-                        w->weight > cap ? "weight is above the new capacity" : msg,
-                        EMB_TOMB_TICKET_REFUSED);
+        why = w->weight > cap ? BE_MSG_WAITER_ABOVE_CAPACITY : emb__lim_too_heavy(s, w->weight);
+        if (why != BE_MSG_NONE)
+            drop_waiter(eb, w, why, EMB_TOMB_TICKET_REFUSED);
     }
     emb__store_sem(eb, s);
     /* subscribers hear of the resize before the grants it causes */
@@ -237,13 +229,13 @@ static void list_page(emb_t *eb, emb_req_t *er, emb_sem_t *root, engine_res_kind
 
     r->items = engine_result_alloc(r, req->limit * sizeof(*r->items));
     if (r->items == NULL)
-        return fail(eb, er, SEMA_ENOMEM, "out of memory building the result");
+        return fail(eb, er, BE_MSG_NOMEM_RESULT);
     for (s = list_start(root, req, pfx, plen);
          s != NULL && has_prefix(s, pfx, plen) && n < req->limit;
          s = emb__treap_after(root, s->name, s->name_len, 0)) {
         if (emb__view_item(eb, r, &r->items[n++], s) != 0) {
             engine_result_clear(r);
-            return fail(eb, er, SEMA_ENOMEM, "out of memory building the result");
+            return fail(eb, er, BE_MSG_NOMEM_RESULT);
         }
         last = s;
     }
@@ -268,9 +260,6 @@ static void op_lock_list(emb_t *eb, emb_req_t *er)
 
 /* ---- acquire and wait-idle ---- */
 
-static const char M_KEY_MISMATCH[] = "this Idempotency-Key names a request of another weight "
-                                     "(or lock mode, or tenant); nothing was granted";
-
 static int same_tenant(const char *a, const char *b)
 {
     return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
@@ -284,13 +273,16 @@ static int idem_take_over(emb_t *eb, emb_req_t *er, emb_idem_t *d)
     emb_req_t *old = d->waiter;
     int64_t timeout_ms = er->req->timeout_ms;
 
-    if (old->weight != er->weight || emb__req_mode(old->req) != emb__req_mode(er->req) ||
-        !same_tenant(old->req->tenant, er->req->tenant)) {
-        fail(eb, er, SEMA_EKEYMISMATCH, M_KEY_MISMATCH);
+    if (old->weight != er->weight || emb__req_mode(old->req) != emb__req_mode(er->req)) {
+        fail(eb, er, BE_MSG_KEY_OTHER_WEIGHT);
+        return 1;
+    }
+    if (!same_tenant(old->req->tenant, er->req->tenant)) {
+        fail(eb, er, BE_MSG_KEY_OTHER_TENANT);
         return 1;
     }
     if (timeout_ms == 0) {
-        fail(eb, er, SEMA_EBUSY, "not available without waiting");
+        fail(eb, er, BE_MSG_NOT_AVAILABLE);
         return 1;
     }
     er->kind = old->kind;
@@ -321,9 +313,7 @@ static int idem_take_over(emb_t *eb, emb_req_t *er, emb_idem_t *d)
     emb__timer_rearm(eb);
     old->idem = NULL;
     old->sem = NULL;
-    emb__finish(eb, old, SEMA_EREPLACED,
-                "replaced by a newer attempt with the same Idempotency-Key, which now waits "
-                "in its place");
+    emb__fail(eb, old, BE_MSG_WAITER_REPLACED);
     return 1;
 }
 
@@ -357,20 +347,24 @@ static int idem_retry(emb_t *eb, emb_req_t *er, emb_sem_t *s)
     emb_idem_t *d;
 
     if (emb__idem_of(eb, er->req, s, &d) != 0) {
-        fail(eb, er, SEMA_EACCES, "the Idempotency-Key names a request of another token");
+        fail(eb, er, BE_MSG_KEY_OTHER_TOKEN);
         return 1;
     }
     if (d == NULL)
         return 0;
     if (d->ticket != NULL) {
-        fail(eb, er, SEMA_EKEYMISMATCH, "this Idempotency-Key names a ticket; nothing was granted");
+        fail(eb, er, BE_MSG_KEY_NAMES_TICKET);
         return 1;
     }
     if (d->lease != NULL &&
-        (d->lease->weight != er->weight || d->lease->mode != emb__req_mode(er->req) ||
-         !same_tenant(emb__tenant_name(emb__lease_tenant(d->lease), &(size_t){0}),
-                      er->req->tenant))) {
-        fail(eb, er, SEMA_EKEYMISMATCH, M_KEY_MISMATCH);
+        (d->lease->weight != er->weight || d->lease->mode != emb__req_mode(er->req))) {
+        fail(eb, er, BE_MSG_KEY_OTHER_WEIGHT);
+        return 1;
+    }
+    if (d->lease != NULL &&
+        !same_tenant(emb__tenant_name(emb__lease_tenant(d->lease), &(size_t){0}),
+                     er->req->tenant)) {
+        fail(eb, er, BE_MSG_KEY_OTHER_TENANT);
         return 1;
     }
     if (d->lease != NULL) {
@@ -403,24 +397,23 @@ static void idem_waiter(emb_t *eb, emb_req_t *er, emb_sem_t *s)
 static void acquire_lim(emb_t *eb, emb_req_t *er, emb_sem_t *s)
 {
     engine_req_t *req = er->req;
-    const char *heavy;
+    be_msg_t heavy;
     int rc;
 
     if (s->lim == NULL && emb__lim_ensure(eb, s) != 0)
-        return fail(eb, er, SEMA_ENOMEM, "out of memory");
-    if ((heavy = emb__lim_too_heavy(s, er->weight)) != NULL)
-        return fail(eb, er, SEMA_EINVAL, heavy);
+        return fail(eb, er, BE_MSG_NOMEM);
+    if ((heavy = emb__lim_too_heavy(s, er->weight)) != BE_MSG_NONE)
+        return fail(eb, er, heavy);
     rc = emb__park(eb, er, s, req->timeout_ms);
     if (rc != 0)
-        return fail(eb, er, rc,
-                    rc == SEMA_ELIMIT ? "too many parked requests (or tenants)" : "out of memory");
+        return fail(eb, er, rc == SEMA_ELIMIT ? BE_MSG_TOO_MANY_WAITERS_OR_TENANTS : BE_MSG_NOMEM);
     emb__admit(eb, s);
     if (er->state != EMB_REQ_PARKED)
         return; /* granted */
     if (req->timeout_ms != 0)
         return idem_waiter(eb, er, s);
     emb__unpark(eb, er);
-    fail(eb, er, SEMA_EBUSY, "not available without waiting");
+    fail(eb, er, BE_MSG_NOT_AVAILABLE);
     emb__admit(eb, s);
 }
 
@@ -432,7 +425,7 @@ static void acquire_on(emb_t *eb, emb_req_t *er, emb_sem_t *s, uint64_t weight)
     er->weight = weight;
     er->kind = EMB_KIND_ACQUIRE;
     if (weight == 0 || weight > s->capacity)
-        return fail(eb, er, SEMA_EINVAL, "weight must be between 1 and the capacity");
+        return fail(eb, er, BE_MSG_BAD_WEIGHT);
     if (idem_retry(eb, er, s))
         return;
     if (s->lim != NULL || req->tenant != NULL)
@@ -441,16 +434,16 @@ static void acquire_on(emb_t *eb, emb_req_t *er, emb_sem_t *s, uint64_t weight)
         er->since_mono = emb__now(eb);
         emb_lease_t *l = emb__grant(eb, s, req, weight, er->since_mono);
         if (l == NULL)
-            return fail(eb, er, SEMA_ENOMEM, "out of memory granting the lease");
+            return fail(eb, er, BE_MSG_NOMEM_GRANT);
         emb__lease_own(er, l);
         er->durable = 1;
         return emb__finish_lease(eb, er, l);
     }
     if (req->timeout_ms == 0)
-        return fail(eb, er, SEMA_EBUSY, "not available without waiting");
+        return fail(eb, er, BE_MSG_NOT_AVAILABLE);
     rc = emb__park(eb, er, s, req->timeout_ms);
     if (rc != 0)
-        return fail(eb, er, rc, rc == SEMA_ELIMIT ? "too many parked requests" : "out of memory");
+        return fail(eb, er, rc == SEMA_ELIMIT ? BE_MSG_TOO_MANY_WAITERS : BE_MSG_NOMEM);
     idem_waiter(eb, er, s);
 }
 
@@ -473,10 +466,10 @@ static void op_wait_idle(emb_t *eb, emb_req_t *er)
     if (elist_empty(&s->waiters) && s->available >= (int64_t)s->capacity)
         return emb__finish_view(eb, er, s, ENGINE_RES_IDLE);
     if (er->req->timeout_ms == 0)
-        return fail(eb, er, SEMA_EBUSY, "not idle");
+        return fail(eb, er, BE_MSG_NOT_IDLE);
     rc = emb__park(eb, er, s, er->req->timeout_ms);
     if (rc != 0)
-        fail(eb, er, rc, rc == SEMA_ELIMIT ? "too many parked requests" : "out of memory");
+        fail(eb, er, rc == SEMA_ELIMIT ? BE_MSG_TOO_MANY_WAITERS : BE_MSG_NOMEM);
 }
 
 /* ---- keyed locks ---- */
@@ -490,10 +483,10 @@ static void op_lock_acquire(emb_t *eb, emb_req_t *er)
     s = emb__lock_find(eb, req->name, req->name_len);
     if (s == NULL) {
         if (eb->cfg.max_locks && eb->locks.count >= eb->cfg.max_locks)
-            return fail(eb, er, SEMA_ELIMIT, "too many lock keys");
+            return fail(eb, er, BE_MSG_TOO_MANY_LOCKS);
         s = emb__sem_new(eb, req->name, req->name_len, r, EMB_SEM_LOCK);
         if (s == NULL)
-            return fail(eb, er, SEMA_ENOMEM, "out of memory creating the lock");
+            return fail(eb, er, BE_MSG_NOMEM_LOCK);
     }
     acquire_on(eb, er, s, req->mode == ENGINE_MODE_SHARED ? 1 : s->capacity);
     emb__maybe_free_lock(eb, s); /* a failed try must not leave the key behind */
@@ -504,7 +497,7 @@ static void op_lock_get(emb_t *eb, emb_req_t *er)
     emb_sem_t *s = emb__lock_find(eb, er->req->name, er->req->name_len);
 
     if (s == NULL)
-        return fail(eb, er, SEMA_ENOENT, "no such lock key (not held or awaited)");
+        return fail(eb, er, BE_MSG_NO_LOCK);
     emb__finish_view(eb, er, s, ENGINE_RES_LOCK);
 }
 
@@ -521,9 +514,9 @@ static emb_lease_t *find_lease(emb_t *eb, emb_req_t *er)
         return l;
     t = emb__tomb_find(eb, req->id, req->id_len);
     if (t != NULL && t->reason <= EMB_TOMB_DELETED)
-        fail(eb, er, emb__tomb_status(t->reason), M_LEASE_ENDED[t->reason]);
+        fail(eb, er, emb__tomb_msg(t->reason));
     else
-        fail(eb, er, SEMA_ENOENT, "no such lease");
+        fail(eb, er, BE_MSG_NO_LEASE);
     return NULL;
 }
 
@@ -541,8 +534,7 @@ static emb_lease_t *find_own_lease(emb_t *eb, emb_req_t *er)
     emb_lease_t *l = find_lease(eb, er);
 
     if (l != NULL && !emb__lease_allowed(er->req, l)) {
-        fail(eb, er, SEMA_EACCES,
-             "the lease was taken by another token (only its token or an admin may end it)");
+        fail(eb, er, BE_MSG_LEASE_OTHER_TOKEN);
         return NULL;
     }
     return l;
@@ -624,7 +616,7 @@ static void op_legacy_up(emb_t *eb, emb_req_t *er)
     if (s == NULL)
         return;
     if (s->available >= (int64_t)ENGINE_CAPACITY_MAX)
-        return fail(eb, er, SEMA_EOVERFLOW, "value would exceed 2^53");
+        return fail(eb, er, BE_MSG_LEGACY_OVERFLOW);
     s->available++;
     s->flags |= EMB_SEM_LEGACY; /* its value is a counter now: stored as is (see below) */
     emb__store_sem(eb, s);
@@ -640,7 +632,7 @@ static void op_legacy_down(emb_t *eb, emb_req_t *er)
     if (s == NULL)
         return;
     if (s->available < 1 || !elist_empty(&s->waiters)) /* a try never jumps the queue */
-        return fail(eb, er, SEMA_EBUSY, "Semaphore locked");
+        return fail(eb, er, BE_MSG_LEGACY_LOCKED);
     s->available--;
     s->flags |= EMB_SEM_LEGACY;
     emb__store_sem(eb, s);

@@ -206,7 +206,7 @@ static int repark(emb_t *eb, emb_req_t *er, emb_sem_t *s)
     if (er->kind == EMB_KIND_ACQUIRE && (req->op == ENGINE_LOCK_ACQUIRE))
         er->weight = req->mode == ENGINE_MODE_SHARED ? 1 : s->capacity;
     if (er->kind == EMB_KIND_ACQUIRE &&
-        (er->weight > s->capacity || emb__lim_too_heavy(s, er->weight) != NULL)) {
+        (er->weight > s->capacity || emb__lim_too_heavy(s, er->weight) != BE_MSG_NONE)) {
         eheap_remove(&eb->heap, &er->hi);
         return SEMA_EINVAL;
     }
@@ -237,12 +237,12 @@ static int repark(emb_t *eb, emb_req_t *er, emb_sem_t *s)
 static int repark_multi(emb_t *eb, emb_req_t *er)
 {
     engine_req_t *req = er->req;
-    const char *msg;
+    be_msg_t why = BE_MSG_NONE;
     int st;
-    emb_multi_t *m = emb__multi_new(eb, er, req->parts, req->nparts, &st, &msg);
+    emb_multi_t *m = emb__multi_new(eb, er, req->parts, req->nparts, &why);
 
     if (m == NULL)
-        return st == SEMA_ENOENT ? SEMA_ECANCELED : st;
+        return be_msg_code(why) == SEMA_ENOENT ? SEMA_ECANCELED : be_msg_code(why);
     er->oseq = 0;
     if ((st = emb__multi_park(eb, m)) != 0) {
         emb__multi_free(m);
@@ -269,7 +269,7 @@ static void restore_from_store(emb_t *eb)
     int rc;
 
     elist_init(&parked);
-    emb__tickets_clear(eb, SEMA_EIO, "the durable store failed; read the ticket again");
+    emb__tickets_clear(eb, BE_MSG_STORE_TICKET_AGAIN);
     emb__state_clear(eb, &parked);
     rc = emb__store_load(eb, eb->errbuf, sizeof(eb->errbuf));
     if (rc != 0) {
@@ -300,8 +300,10 @@ static void restore_from_store(emb_t *eb)
         emb_sem_t *s = sem_for_waiter(eb, er);
         st = s != NULL ? repark(eb, er, s) : SEMA_ECANCELED;
         if (st != 0) {
-            emb__finish(eb, er, st == SEMA_ECANCELED ? SEMA_EIO : st,
-                        "the store failed and the semaphore is gone after the rollback");
+            emb__fail(eb, er,
+                      st == SEMA_ECANCELED ? BE_MSG_STORE_SEM_GONE
+                      : st == SEMA_EINVAL  ? BE_MSG_WAITER_ABOVE_CAPACITY
+                                           : BE_MSG_NOMEM);
             if (s != NULL)
                 emb__maybe_free_lock(eb, s);
             continue;
@@ -318,9 +320,9 @@ static void fail_batch(emb_t *eb, elist_t *batch)
         emb_req_t *er = ECONTAINER(x, emb_req_t, link);
         emb__lease_disown(er); /* the grant is not in the store; the reload drops it */
         engine_result_clear(&er->req->res);
-        er->req->status = SEMA_EIO;
+        er->req->status = be_msg_code(BE_MSG_STORE_ROLLED_BACK);
         er->req->created = 0;
-        er->req->message = "the durable store failed; the change was rolled back";
+        er->req->message = be_msg_text(BE_MSG_STORE_ROLLED_BACK);
     }
 }
 

@@ -7,29 +7,14 @@
  * measured (grant gaps and hold times). */
 #include "backends/embedded/emb_internal.h"
 
-#include <math.h>
 #include <string.h>
 
-#define EMB_EST_MIN_SAMPLES 8 /* samples before an estimate is given */
-#define EMB_EST_ALPHA 0.1     /* weight of a new sample in the moving mean and variance */
-#define EMB_EST_Z90 1.2816    /* the standard normal's 90th percentile */
 #define STATE_STATUS_SHIFT 56
 #define ID_SEED 2 /* ticket ids hash apart from lease ids */
 
-static const char *const M_ENDED[] = {
-    [EMB_TOMB_TICKET_LEFT] = "the ticket left the line",
-    [EMB_TOMB_TICKET_ABANDONED] = "the ticket was dropped: nobody read it for keepalive_ms",
-    [EMB_TOMB_TICKET_UNCOLLECTED] =
-        "the ticket's lease was released: nobody collected it within keepalive_ms",
-    [EMB_TOMB_TICKET_DONE] = "the ticket's lease has ended",
-    [EMB_TOMB_TICKET_DELETED] = "the ticket's semaphore was deleted",
-    [EMB_TOMB_TICKET_REFUSED] = "the ticket can no longer be granted (its weight is above the "
-                                "capacity now, or memory ran out)",
-};
-
-static void fail(emb_t *eb, emb_req_t *er, int status, const char *msg)
+static void fail(emb_t *eb, emb_req_t *er, be_msg_t id)
 {
-    emb__finish(eb, er, status, msg);
+    emb__fail(eb, er, id);
 }
 
 /* ---- lookup ---- */
@@ -62,9 +47,9 @@ static emb_ticket_t *find_ticket(emb_t *eb, emb_req_t *er)
     tomb = emb__tomb_find(eb, req->id, req->id_len);
     if (tomb != NULL && tomb->reason >= EMB_TOMB_TICKET_LEFT &&
         tomb->reason <= EMB_TOMB_TICKET_REFUSED)
-        fail(eb, er, SEMA_EGONE, M_ENDED[tomb->reason]);
+        fail(eb, er, emb__tomb_msg(tomb->reason));
     else
-        fail(eb, er, SEMA_ENOENT, "no such ticket");
+        fail(eb, er, BE_MSG_NO_TICKET);
     return NULL;
 }
 
@@ -81,7 +66,7 @@ static emb_ticket_t *find_own_ticket(emb_t *eb, emb_req_t *er)
     emb_ticket_t *t = find_ticket(eb, er);
 
     if (t != NULL && !emb__ticket_allowed(er->req, t)) {
-        fail(eb, er, SEMA_EACCES, "the ticket belongs to another token");
+        fail(eb, er, BE_MSG_TICKET_OTHER_TOKEN);
         return NULL;
     }
     return t;
@@ -147,22 +132,6 @@ static void store_ticket(emb_t *eb, const emb_ticket_t *t)
 
 /* ---- estimates ---- */
 
-static void ewma(double *mean, double *var, double x, uint32_t n)
-{
-    double d;
-
-    if (n == 0) {
-        *mean = x;
-        if (var != NULL)
-            *var = 0;
-        return;
-    }
-    d = x - *mean;
-    *mean += EMB_EST_ALPHA * d;
-    if (var != NULL)
-        *var = (1 - EMB_EST_ALPHA) * (*var + EMB_EST_ALPHA * d * d);
-}
-
 void emb__est_queue_grant(emb_t *eb, emb_sem_t *s, uint64_t weight, int queue_left)
 {
     uint64_t now = uv_hrtime();
@@ -170,9 +139,9 @@ void emb__est_queue_grant(emb_t *eb, emb_sem_t *s, uint64_t weight, int queue_le
     (void)eb;
     if (s->est.last_mono != 0 && weight > 0) {
         double gap = (double)(now - s->est.last_mono) / 1e6 / (double)weight;
-        ewma(&s->est.gap_ms, &s->est.gap_var, gap, s->est.ngaps);
-        if (s->est.ngaps < UINT32_MAX)
-            s->est.ngaps++;
+        be_est_fold(&s->est.s.gap_ms, &s->est.s.gap_var, gap, s->est.s.ngaps);
+        if (s->est.s.ngaps < UINT32_MAX)
+            s->est.s.ngaps++;
     }
     /* Only gaps while the queue stays non-empty measure the rate at which it moves. */
     s->est.last_mono = queue_left ? now : 0;
@@ -180,51 +149,22 @@ void emb__est_queue_grant(emb_t *eb, emb_sem_t *s, uint64_t weight, int queue_le
 
 void emb__est_hold(emb_sem_t *s, uint64_t held_ms)
 {
-    ewma(&s->est.hold_ms, NULL, (double)held_ms, s->est.nholds);
-    if (s->est.nholds < UINT32_MAX)
-        s->est.nholds++;
+    be_est_fold(&s->est.s.hold_ms, NULL, (double)held_ms, s->est.s.nholds);
+    if (s->est.s.nholds < UINT32_MAX)
+        s->est.s.nholds++;
 }
 
-/* The wait until `units` more units have been granted from the queue: the sum of that many
- * per-unit gaps, whose mean and variance are units times the gap's. Gaps are skewed (most
- * short, a few long): the sum is taken as log-normal with that mean and variance, so for a
- * few units the median sits below the mean and the p90 well above it, and for many units
- * it tends to the normal of the central limit theorem. Without enough gaps measured yet,
- * holds in parallel give the gap: mean hold / capacity. */
+/* The wait until `units` more units have been granted (be_estimate); the oldest holder is
+ * the first of s->holders, which are in grant order. */
 static int estimate(emb_t *eb, const emb_sem_t *s, uint64_t units, int64_t *p50, int64_t *p90)
 {
-    double m, var, mean, cv2, sigma, median, first;
+    double oldest_age_ms = -1;
 
-    if (s->est.ngaps >= EMB_EST_MIN_SAMPLES) {
-        m = s->est.gap_ms;
-        var = s->est.gap_var;
-    } else if (s->est.nholds >= EMB_EST_MIN_SAMPLES) {
-        m = s->est.hold_ms / (double)s->capacity;
-        var = m * m;
-    } else {
-        return 0;
-    }
-    mean = (double)units * m;
-    /* Holders that started together (a crowd arriving at a free semaphore) free no unit for
-     * a while: the first unit comes back no sooner than the oldest holder's expected rest
-     * (mean hold - its age; holders are in grant order, so that is O(1)). */
-    if (s->est.nholds >= EMB_EST_MIN_SAMPLES && !elist_empty(&s->holders)) {
+    if (!elist_empty(&s->holders)) {
         const emb_lease_t *oldest = ECONTAINER(s->holders.next, emb_lease_t, link);
-        double age = (double)(emb__now(eb) - oldest->acquired_mono);
-        first = s->est.hold_ms > age ? s->est.hold_ms - age : 0;
-        if (first + (double)(units - 1) * m > mean)
-            mean = first + (double)(units - 1) * m;
+        oldest_age_ms = (double)(emb__now(eb) - oldest->acquired_mono);
     }
-    if (mean <= 0) {
-        *p50 = *p90 = 0;
-        return 1;
-    }
-    cv2 = (double)units * var / (mean * mean); /* squared coefficient of variation */
-    sigma = sqrt(log1p(cv2));
-    median = mean / sqrt(1 + cv2);
-    *p50 = (int64_t)llround(median);
-    *p90 = (int64_t)llround(median * exp(EMB_EST_Z90 * sigma));
-    return 1;
+    return be_estimate(&s->est.s, s->capacity, units, oldest_age_ms, p50, p90);
 }
 
 /* ---- views ---- */
@@ -392,7 +332,7 @@ static void finish_ticket(emb_t *eb, emb_req_t *er, emb_ticket_t *t)
 
     if (ticket_view(eb, r, t) != 0) {
         engine_result_clear(r);
-        return fail(eb, er, SEMA_ENOMEM, "out of memory building the result");
+        return fail(eb, er, BE_MSG_NOMEM_RESULT);
     }
     emb__finish(eb, er, 0, NULL);
 }
@@ -433,12 +373,12 @@ static void wake_watchers(emb_t *eb, emb_ticket_t *t)
     }
 }
 
-static void fail_watchers(emb_t *eb, emb_ticket_t *t, int status, const char *msg)
+static void fail_watchers(emb_t *eb, emb_ticket_t *t, be_msg_t why)
 {
     while (!elist_empty(&t->watchers)) {
         emb_req_t *er = ECONTAINER(t->watchers.next, emb_req_t, link);
         watcher_off(eb, er);
-        fail(eb, er, status, msg);
+        fail(eb, er, why);
     }
 }
 
@@ -568,7 +508,7 @@ static void ticket_end(emb_t *eb, emb_ticket_t *t, int reason)
         t->lease = NULL;
         emb__lease_end(eb, l, EMB_TOMB_RELEASED);
     }
-    fail_watchers(eb, t, SEMA_EGONE, M_ENDED[reason]);
+    fail_watchers(eb, t, emb__tomb_msg(reason));
     emb__tomb_add(eb, t->id, reason);
     if (eb->store != NULL) {
         (void)store_del_ticket(eb->store, t->id);
@@ -694,15 +634,13 @@ static int idem_retry(emb_t *eb, emb_req_t *er, emb_sem_t *s)
     emb_idem_t *d;
 
     if (emb__idem_of(eb, er->req, s, &d) != 0) {
-        fail(eb, er, SEMA_EACCES, "the Idempotency-Key names a request of another token");
+        fail(eb, er, BE_MSG_KEY_OTHER_TOKEN);
         return 1;
     }
     if (d == NULL)
         return 0;
     if (d->ticket == NULL || !ticket_matches(d->ticket, er->req)) {
-        fail(eb, er, SEMA_EKEYMISMATCH,
-             "this Idempotency-Key names another request (or a ticket of another weight or "
-             "tenant)");
+        fail(eb, er, BE_MSG_KEY_OTHER_TICKET);
         return 1;
     }
     er->durable = 1; /* its creation may still be on its way to disk */
@@ -737,27 +675,26 @@ static int ticket_park(emb_t *eb, emb_ticket_t *t)
 static emb_ticket_t *ticket_make(emb_t *eb, emb_req_t *er, emb_sem_t *s)
 {
     engine_req_t *req = er->req;
-    const char *msg = NULL;
-    int status = 0;
+    be_msg_t why = BE_MSG_NONE;
     emb_ticket_t *t = ticket_new(eb, s, req->weight, req->owner, req->principal, req->tenant);
 
     if (t == NULL) {
-        fail(eb, er, SEMA_ENOMEM, "out of memory creating the ticket");
+        fail(eb, er, BE_MSG_NOMEM_TICKET);
         return NULL;
     }
     if (req->nparts > 0) {
         t->multi = 1;
-        t->q.multi = emb__multi_new(eb, &t->q, req->parts, req->nparts, &status, &msg);
+        t->q.multi = emb__multi_new(eb, &t->q, req->parts, req->nparts, &why);
         if (t->q.multi != NULL) {
             t->sem = t->q.multi->part[0].sem;
             t->seen_removed = t->sem->qremoved;
         }
-    } else if ((msg = emb__lim_too_heavy(s, req->weight)) != NULL) {
-        status = SEMA_EINVAL;
+    } else {
+        why = emb__lim_too_heavy(s, req->weight);
     }
-    if (status != 0) {
+    if (why != BE_MSG_NONE) {
         ticket_free_raw(t);
-        fail(eb, er, status, msg);
+        fail(eb, er, why);
         return NULL;
     }
     engine__lease_id(eb->front, t->id);
@@ -779,9 +716,9 @@ void emb__op_ticket_create(emb_t *eb, emb_req_t *er)
     if (req->nparts == 0) {
         s = emb__sem_find(eb, req->name, req->name_len);
         if (s == NULL)
-            return fail(eb, er, SEMA_ENOENT, "no such semaphore");
+            return fail(eb, er, BE_MSG_NO_SEM);
         if (req->weight == 0 || req->weight > s->capacity)
-            return fail(eb, er, SEMA_EINVAL, "weight must be between 1 and the capacity");
+            return fail(eb, er, BE_MSG_BAD_WEIGHT);
     }
     if (idem_retry(eb, er, s))
         return;
@@ -794,7 +731,7 @@ void emb__op_ticket_create(emb_t *eb, emb_req_t *er)
         t->q.since_mono = emb__now(eb);
         emb__ticket_grant(eb, t);
         if (t->lease == NULL) /* ended: out of memory */
-            return fail(eb, er, SEMA_ENOMEM, "out of memory granting the lease");
+            return fail(eb, er, BE_MSG_NOMEM_GRANT);
     } else {
         emb_sem_t *sems[ENGINE_PARTS_MAX];
         char id[ENGINE_LEASE_ID_MAX];
@@ -803,9 +740,8 @@ void emb__op_ticket_create(emb_t *eb, emb_req_t *er)
         if ((rc = ticket_park(eb, t)) != 0) {
             emb__admit_release(eb, was);
             ticket_free_raw(t);
-            return fail(eb, er, rc,
-                        rc == SEMA_ELIMIT ? "too many parked requests (or tenants)"
-                                          : "out of memory");
+            return fail(eb, er,
+                        rc == SEMA_ELIMIT ? BE_MSG_TOO_MANY_WAITERS_OR_TENANTS : BE_MSG_NOMEM);
         }
         ticket_insert(eb, t);
         ticket_key(eb, t, req->idem_key, req->nparts > 0);
@@ -814,7 +750,7 @@ void emb__op_ticket_create(emb_t *eb, emb_req_t *er)
         emb__admit_all(eb, sems, ticket_sems(t, sems));
         emb__admit_release(eb, was);                       /* may grant it at once */
         if ((t = ticket_find(eb, id, strlen(id))) == NULL) /* ended: out of memory */
-            return fail(eb, er, SEMA_ENOMEM, "out of memory granting the lease");
+            return fail(eb, er, BE_MSG_NOMEM_GRANT);
     }
     eb->tickets_created++;
     req->created = 1;
@@ -876,8 +812,7 @@ void emb__op_ticket_delete(emb_t *eb, emb_req_t *er)
 static int load_multi(emb_t *eb, emb_ticket_t *t, const store_ticket_t *rec)
 {
     engine_part_t parts[ENGINE_PARTS_MAX];
-    const char *msg;
-    int status;
+    be_msg_t why = BE_MSG_NONE;
 
     if (rec->nparts + 1 > ENGINE_PARTS_MAX)
         return 1;
@@ -886,9 +821,9 @@ static int load_multi(emb_t *eb, emb_ticket_t *t, const store_ticket_t *rec)
         const char *n = rec->parts[i].sem != NULL ? rec->parts[i].sem : "";
         parts[i + 1] = (engine_part_t){n, strlen(n), rec->parts[i].weight, 0};
     }
-    t->q.multi = emb__multi_new(eb, &t->q, parts, rec->nparts + 1, &status, &msg);
+    t->q.multi = emb__multi_new(eb, &t->q, parts, rec->nparts + 1, &why);
     if (t->q.multi == NULL)
-        return status == SEMA_ENOMEM ? SEMA_ENOMEM : 1;
+        return be_msg_code(why) == SEMA_ENOMEM ? SEMA_ENOMEM : 1;
     t->q.multi->part[0].oseq = rec->seq;
     return emb__multi_park(eb, t->q.multi) != 0 ? SEMA_ENOMEM : 0;
 }
@@ -927,7 +862,7 @@ int emb__ticket_load(emb_t *eb, const store_ticket_t *rec)
     } else if (rec->nparts > 0) {
         t->multi = 1;
         rc = load_multi(eb, t, rec);
-    } else if (emb__lim_too_heavy(s, rec->weight) != NULL) {
+    } else if (emb__lim_too_heavy(s, rec->weight) != BE_MSG_NONE) {
         rc = 1;
     } else {
         t->q.oseq = rec->seq;
@@ -954,7 +889,7 @@ static void clear_one(void *arg, enode_t *n)
     emb_t *eb = a[0];
     emb_ticket_t *t = ECONTAINER(n, emb_ticket_t, node);
 
-    fail_watchers(eb, t, *(int *)a[1], a[2]);
+    fail_watchers(eb, t, *(be_msg_t *)a[1]);
     if (t->q.state == EMB_REQ_PARKED)
         emb__unpark(eb, &t->q);
     if (t->lease != NULL)
@@ -962,16 +897,16 @@ static void clear_one(void *arg, enode_t *n)
     ticket_free(eb, t);
 }
 
-void emb__tickets_clear(emb_t *eb, int status, const char *msg)
+void emb__tickets_clear(emb_t *eb, be_msg_t why)
 {
-    void *a[3] = {eb, &status, (void *)msg};
+    void *a[2] = {eb, &why};
 
     etab_each(&eb->tickets, clear_one, a);
     eheap_remove(&eb->heap, &eb->tick);
 }
 
-void emb__tickets_fail_watchers(emb_t *eb, int status, const char *msg)
+void emb__tickets_fail_watchers(emb_t *eb, be_msg_t why)
 {
     while (!elist_empty(&eb->watched))
-        fail_watchers(eb, ECONTAINER(eb->watched.next, emb_ticket_t, watched), status, msg);
+        fail_watchers(eb, ECONTAINER(eb->watched.next, emb_ticket_t, watched), why);
 }

@@ -265,13 +265,13 @@ static void schedule_reconnect(rs_t *r);
 
 /* The connection is gone (refused, dropped, timed out): commands in flight were handed to
  * rs__cmd_lost by hiredis; reconnect after a backoff. */
-static void conn_gone(rconn_t *c, const char *why)
+static void conn_gone(rs_conn_t *c, const char *why)
 {
     rs_t *r = c->r;
 
-    if (c->state == RS_DOWN)
+    if (c->state == RS_CONN_DOWN)
         return;
-    c->state = RS_DOWN;
+    c->state = RS_CONN_DOWN;
     c->ac = NULL;
     if (r->closing)
         return;
@@ -289,7 +289,7 @@ static void conn_gone(rconn_t *c, const char *why)
 
 static void on_connect(const redisAsyncContext *ac, int status)
 {
-    rconn_t *c = ac->data;
+    rs_conn_t *c = ac->data;
 
     if (status != REDIS_OK)
         conn_gone(c, ac->errstr);
@@ -297,12 +297,12 @@ static void on_connect(const redisAsyncContext *ac, int status)
 
 static void on_disconnect(const redisAsyncContext *ac, int status)
 {
-    rconn_t *c = ac->data;
+    rs_conn_t *c = ac->data;
 
     conn_gone(c, status == REDIS_OK ? NULL : ac->errstr);
 }
 
-static redisAsyncContext *open_ctx(rs_t *r, rconn_t *c, const char *host, int port)
+static redisAsyncContext *open_ctx(rs_t *r, rs_conn_t *c, const char *host, int port)
 {
     redisAsyncContext *ac = redisAsyncConnect(host, port);
 
@@ -317,7 +317,7 @@ static redisAsyncContext *open_ctx(rs_t *r, rconn_t *c, const char *host, int po
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
     c->ac = ac;
-    c->state = RS_CONNECTING;
+    c->state = RS_CONN_CONNECTING;
     return ac;
 }
 
@@ -344,7 +344,7 @@ static int is_error(const redisReply *rep)
 /* AUTH, SELECT, ROLE: a failure drops the connection (and says why). */
 static void setup_cb(redisAsyncContext *ac, void *reply, void *priv)
 {
-    rconn_t *c = ac->data;
+    rs_conn_t *c = ac->data;
     redisReply *rep = reply;
     const char *what = priv;
 
@@ -380,44 +380,102 @@ static void send_setup(rs_t *r, redisAsyncContext *ac)
 /* strict durability on Redis rests on Redis's own fsync: say so when it is not "always". */
 static void fsync_cb(redisAsyncContext *ac, void *reply, void *priv)
 {
+    rs_t *r = ((rs_conn_t *)ac->data)->r;
     redisReply *rep = reply;
+    int warn = priv != NULL; /* strict, at the first connection: say what it cannot promise */
 
-    (void)ac;
-    (void)priv;
     if (rep == NULL || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
         rep->element[1]->type != REDIS_REPLY_STRING)
-        return; /* CONFIG may be renamed away: nothing to say */
-    if (strcmp(rep->element[0]->str, "appendonly") == 0 && strcmp(rep->element[1]->str, "yes"))
-        log_warn("redis: --durability strict, but Redis does not write an append-only file "
-                 "(appendonly no): a Redis restart loses what was acknowledged");
-    if (strcmp(rep->element[0]->str, "appendfsync") == 0 &&
-        strcmp(rep->element[1]->str, "always") != 0)
-        log_warn("redis: --durability strict, but Redis syncs its append-only file \"%s\", "
-                 "not \"always\" (see docs/durability.md)",
-                 rep->element[1]->str);
+        return; /* CONFIG may be renamed away: nothing to say, nothing proven */
+    if (strcmp(rep->element[0]->str, "appendonly") == 0) {
+        r->aof_always &= strcmp(rep->element[1]->str, "yes") == 0;
+        if (warn && strcmp(rep->element[1]->str, "yes") != 0)
+            log_warn("redis: --durability strict, but Redis does not write an append-only file "
+                     "(appendonly no): a Redis restart loses what was acknowledged");
+    }
+    if (strcmp(rep->element[0]->str, "appendfsync") == 0) {
+        r->aof_always &= strcmp(rep->element[1]->str, "always") == 0;
+        if (warn && strcmp(rep->element[1]->str, "always") != 0)
+            log_warn("redis: --durability strict, but Redis syncs its append-only file \"%s\", "
+                     "not \"always\" (see docs/durability.md)",
+                     rep->element[1]->str);
+    }
+}
+
+/* A field of INFO's text ("name:value\r\n") into buf; "" when it is not there. */
+static void info_field(const char *info, const char *name, char *buf, size_t cap)
+{
+    const char *p = strstr(info, name);
+    size_t n = 0, len = strlen(name);
+
+    buf[0] = '\0';
+    if (p == NULL || p[len] != ':')
+        return;
+    p += len + 1;
+    while (p[n] != '\0' && p[n] != '\r' && p[n] != '\n' && n + 1 < cap)
+        n++;
+    memcpy(buf, p, n);
+    buf[n] = '\0';
+}
+
+/* INFO replication: which history of writes this primary carries. */
+static void repl_cb(redisAsyncContext *ac, void *reply, void *priv)
+{
+    rs_t *r = ((rs_conn_t *)ac->data)->r;
+    redisReply *rep = reply;
+
+    (void)priv;
+    r->replid_new[0] = r->replid2_new[0] = '\0';
+    if (rep == NULL || rep->type != REDIS_REPLY_STRING)
+        return;
+    info_field(rep->str, "master_replid", r->replid_new, sizeof r->replid_new);
+    info_field(rep->str, "master_replid2", r->replid2_new, sizeof r->replid2_new);
+}
+
+/* Whether this primary may lack writes acknowledged on the one before: it is not the primary
+ * (the same history) this instance last said hello to, and nothing proves it has them. Strict
+ * with replicas does (every acknowledged write was on a replica WAIT counted, and Sentinel
+ * promotes the one furthest on); so does a restart of the same Redis that syncs every write to
+ * its append-only file. */
+static int unproven(const rs_t *r)
+{
+    int restarted = strcmp(r->replid2_new, r->replid) != 0; /* not a promoted replica of it */
+
+    if (r->replid[0] == '\0' || r->replid_new[0] == '\0' || strcmp(r->replid, r->replid_new) == 0)
+        return 0; /* the first hello, or the same history */
+    if (r->strict && r->replicas > 0)
+        return 0;
+    return !(restarted && r->aof_always);
 }
 
 static void hello_cb(redisAsyncContext *ac, void *reply, void *priv);
 
+/* hello: the head, then a new epoch id (used if there is none: a random number below 2^52),
+ * the epoch it knew ("" at its start), its max ttl, the latest lease expiry it heard of, and
+ * "1" when this primary may lack acknowledged writes (unproven): grants then pause as after
+ * lost data. */
 static void send_hello(rs_t *r)
 {
-    char maxttl[24], alive[24], horizon[24];
-    const char *argv[] = {"FCALL", "sema", "1", "sema:epoch", "hello",  "",     r->inst, "",
-                          alive,   "",     "0", r->inst,      r->epoch, maxttl, horizon};
-    size_t lens[15];
+    char maxttl[24], horizon[24], fresh[24];
+    const char *argv[] = {"FCALL", "sema",   "1",     "sema:epoch", "hello",
+                          "",      "0",      r->inst, "",           "",
+                          fresh,   r->epoch, maxttl,  horizon,      unproven(r) ? "1" : "0"};
+    size_t lens[sizeof argv / sizeof argv[0]];
+    uint64_t id;
 
+    engine__random(r->front, &id, sizeof id); /* below 2^52: exact in the script's numbers */
+    snprintf(fresh, sizeof fresh, "%llu", (unsigned long long)((id >> 12) | 1));
     snprintf(maxttl, sizeof maxttl, "%lld", (long long)r->cfg.max_ttl_ms);
-    snprintf(alive, sizeof alive, "%d", RS_ALIVE_MS);
     snprintf(horizon, sizeof horizon, "%lld", (long long)r->horizon_ms);
-    /* a new epoch is named by the instance that writes it (its id) */
-    for (int i = 0; i < 15; i++)
+    for (size_t i = 0; i < sizeof argv / sizeof argv[0]; i++)
         lens[i] = strlen(argv[i]);
-    redisAsyncCommandArgv(r->cmd.ac, hello_cb, NULL, 15, argv, lens);
+    redisAsyncCommandArgv(r->cmd.ac, hello_cb, NULL, (int)(sizeof argv / sizeof argv[0]), argv,
+                          lens);
 }
 
 static void load_cb(redisAsyncContext *ac, void *reply, void *priv)
 {
-    rconn_t *c = ac->data;
+    rs_conn_t *c = ac->data;
     rs_t *r = c->r;
     redisReply *rep = reply;
 
@@ -436,13 +494,22 @@ static void load_cb(redisAsyncContext *ac, void *reply, void *priv)
 
 static void hello_cb(redisAsyncContext *ac, void *reply, void *priv)
 {
-    rconn_t *c = ac->data;
+    rs_conn_t *c = ac->data;
     rs_t *r = c->r;
     redisReply *rep = reply;
 
     (void)priv;
     if (rep == NULL)
         return;
+    if (rep->type == REDIS_REPLY_ARRAY && rep->elements >= 5 &&
+        strcmp(rs__el_str(rep, 3, NULL), "layout") == 0) {
+        log_error("redis: %s:%d holds semad data of another layout (%s; this semad reads and "
+                  "writes layout %d): empty it (FLUSHDB) or run the semad that wrote it",
+                  r->host, r->port, rs__el_str(rep, 4, NULL), RS_LAYOUT);
+        redisAsyncFree(ac);
+        conn_gone(c, "another layout of semad's keys");
+        return;
+    }
     if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 3 ||
         rep->element[0]->type != REDIS_REPLY_STRING || rep->element[0]->len >= sizeof r->epoch) {
         log_warn("redis: the epoch check failed: %s", is_error(rep) ? rep->str : "bad reply");
@@ -457,10 +524,19 @@ static void hello_cb(redisAsyncContext *ac, void *reply, void *priv)
         log_warn("redis: Redis lost its data (epoch %s, now %s): no grants until every lease "
                  "it held has run out",
                  r->epoch, rep->element[0]->str);
+        rs__waiters_gone(r); /* their records went with it */
     }
     memcpy(r->epoch, rep->element[0]->str, rep->element[0]->len);
     r->epoch[rep->element[0]->len] = '\0';
+    if (unproven(r))
+        log_warn("redis: the primary changed (%s:%d carries replication id %s, not %s) and "
+                 "nothing proves it has every acknowledged write: no grants until every lease "
+                 "granted before may have run out",
+                 r->host, r->port, r->replid_new, r->replid);
+    if (r->replid_new[0] != '\0')
+        memcpy(r->replid, r->replid_new, sizeof r->replid);
     r->safe_at_ms = strtoll(rep->element[1]->str, NULL, 10);
+    r->clock_off = rs__el_i64(rep, 2) - (int64_t)rs__now(r);
     rs__on_ready(r);
     if (lost) { /* the event logs went with the data: streams get "reset" */
         rs__ev_catch_up_all(r);
@@ -475,7 +551,7 @@ void rs__resync(rs_t *r)
     const char *argv[] = {"FUNCTION", "LOAD", "REPLACE", rs__lua};
     size_t lens[] = {8, 4, 7, strlen(rs__lua)};
 
-    if (r->resyncing || r->cmd.state != RS_READY)
+    if (r->resyncing || r->cmd.state != RS_CONN_READY)
         return;
     r->resyncing = 1;
     redisAsyncCommandArgv(r->cmd.ac, load_cb, NULL, 4, argv, lens);
@@ -488,15 +564,17 @@ static void connect_primary(rs_t *r)
     size_t lens[] = {8, 4, 7, strlen(rs__lua)};
 
     if (ac == NULL) {
-        r->cmd.state = RS_DOWN;
+        r->cmd.state = RS_CONN_DOWN;
         schedule_reconnect(r);
         return;
     }
     send_setup(r, ac);
-    if (r->strict && !r->conn_once) {
-        redisAsyncCommand(ac, fsync_cb, NULL, "CONFIG GET appendonly");
-        redisAsyncCommand(ac, fsync_cb, NULL, "CONFIG GET appendfsync");
-    }
+    r->aof_always = 1; /* (until CONFIG says otherwise, or cannot be read) */
+    redisAsyncCommand(ac, fsync_cb, r->strict && !r->conn_once ? (void *)"warn" : NULL,
+                      "CONFIG GET appendonly");
+    redisAsyncCommand(ac, fsync_cb, r->strict && !r->conn_once ? (void *)"warn" : NULL,
+                      "CONFIG GET appendfsync");
+    redisAsyncCommand(ac, repl_cb, NULL, "INFO replication");
     if (r->master[0] != '\0')
         redisAsyncCommand(ac, setup_cb, (void *)"ROLE", "ROLE");
     redisAsyncCommandArgv(ac, load_cb, NULL, 4, argv, lens);
@@ -505,10 +583,11 @@ static void connect_primary(rs_t *r)
 /* ---- Sentinel: ask for the primary's address, then listen for +switch-master ---- */
 
 static void sentinel_next(rs_t *r);
+static void reconnect_cb(uv_timer_t *t);
 
 static void sentinel_msg_cb(redisAsyncContext *ac, void *reply, void *priv)
 {
-    rconn_t *c = ac->data;
+    rs_conn_t *c = ac->data;
     rs_t *r = c->r;
     redisReply *rep = reply;
 
@@ -522,12 +601,15 @@ static void sentinel_msg_cb(redisAsyncContext *ac, void *reply, void *priv)
         rep->element[2]->str[strlen(r->master)] == ' ') {
         log_warn("redis: Sentinel switched the primary of %s: %s", r->master, rep->element[2]->str);
         rs__conn_drop(r, "the primary changed");
+        /* ask again now: while the old primary was away the backoff grew (up to 3 s) */
+        r->backoff_ms = 0;
+        uv_timer_start(&r->reconnect_timer, reconnect_cb, 0, 0);
     }
 }
 
 static void sentinel_addr_cb(redisAsyncContext *ac, void *reply, void *priv)
 {
-    rconn_t *c = ac->data;
+    rs_conn_t *c = ac->data;
     rs_t *r = c->r;
     redisReply *rep = reply;
     long port;
@@ -542,7 +624,7 @@ static void sentinel_addr_cb(redisAsyncContext *ac, void *reply, void *priv)
         log_warn("redis: Sentinel %s does not know a primary named %s",
                  r->sentinels[r->sentinel_at], r->master);
         redisAsyncFree(ac);
-        c->state = RS_DOWN;
+        c->state = RS_CONN_DOWN;
         c->ac = NULL;
         r->sentinel_at = (r->sentinel_at + 1) % r->nsentinels;
         schedule_reconnect(r);
@@ -551,7 +633,7 @@ static void sentinel_addr_cb(redisAsyncContext *ac, void *reply, void *priv)
     memcpy(r->host, rep->element[0]->str, rep->element[0]->len);
     r->host[rep->element[0]->len] = '\0';
     r->port = (int)port;
-    c->state = RS_READY;
+    c->state = RS_CONN_READY;
     redisAsyncCommand(ac, sentinel_msg_cb, NULL, "SUBSCRIBE +switch-master");
     connect_primary(r);
 }
@@ -565,7 +647,7 @@ static void sentinel_next(rs_t *r)
     if (r->sent.ac != NULL) {
         redisAsyncFree(r->sent.ac);
         r->sent.ac = NULL;
-        r->sent.state = RS_DOWN;
+        r->sent.state = RS_CONN_DOWN;
     }
     if (parse_hostport(hp, strlen(hp), host, sizeof host, &port, 26379) != 0 ||
         open_ctx(r, &r->sent, host, port) == NULL) {
@@ -585,9 +667,9 @@ static void reconnect_cb(uv_timer_t *t)
 
     if (r->closing)
         return;
-    if (r->cmd.state == RS_DOWN)
+    if (r->cmd.state == RS_CONN_DOWN)
         rs__connect(r);
-    else if (r->sub.state == RS_DOWN && r->cmd.state == RS_READY)
+    else if (r->sub.state == RS_CONN_DOWN && r->cmd.state == RS_CONN_READY)
         rs__sub_connect(r);
 }
 
@@ -607,7 +689,7 @@ static void schedule_reconnect(rs_t *r)
 
 void rs__connect(rs_t *r)
 {
-    if (r->cmd.state != RS_DOWN)
+    if (r->cmd.state != RS_CONN_DOWN)
         return;
     r->reconnects++;
     if (r->master[0] != '\0') {
@@ -619,9 +701,10 @@ void rs__connect(rs_t *r)
 
 void rs__on_ready(rs_t *r)
 {
-    int first = r->cmd.state != RS_READY;
+    int first = r->cmd.state != RS_CONN_READY;
+    int again = first && r->conn_once; /* back after the connection went */
 
-    r->cmd.state = RS_READY;
+    r->cmd.state = RS_CONN_READY;
     r->resyncing = 0;
     r->backoff_ms = 0;
     if (r->down_since != 0 && r->conn_once)
@@ -633,12 +716,15 @@ void rs__on_ready(rs_t *r)
     elist_splice(&r->pending, &r->retry);
     r->npending = 0;
     while (!elist_empty(&r->pending)) {
-        rcmd_t *c = ECONTAINER(r->pending.next, rcmd_t, link);
+        rs_cmd_t *c = ECONTAINER(r->pending.next, rs_cmd_t, link);
         elist_remove(&c->link);
         rs__send(r, c);
     }
-    if (first && r->sub.state == RS_DOWN)
+    if (first && r->sub.state == RS_CONN_DOWN)
         rs__sub_connect(r);
+    if (again)
+        rs__check_all(r); /* this Redis may lack some of them (a failover) */
+    rs__beat(r);
     rs__drain(r); /* requests answered on the way (rs__send) */
 }
 
@@ -646,7 +732,7 @@ void rs__on_ready(rs_t *r)
 
 static void sub_cb(redisAsyncContext *ac, void *reply, void *priv)
 {
-    rconn_t *c = ac->data;
+    rs_conn_t *c = ac->data;
     rs_t *r = c->r;
     redisReply *rep = reply;
 
@@ -658,10 +744,10 @@ static void sub_cb(redisAsyncContext *ac, void *reply, void *priv)
         rs__on_message(r, rep);
     } else if (strcmp(rep->element[0]->str, "subscribe") == 0) {
         const redisReply *ch = rep->element[1];
-        if (c->state != RS_READY) {
+        if (c->state != RS_CONN_READY) {
             /* (re)subscribed: what a lost message would have said is collected now */
-            c->state = RS_READY;
-            rs__collect_all(r);
+            c->state = RS_CONN_READY;
+            rs__beat(r);
         }
         /* a semaphore's events: those published before this took effect are in its log */
         if (ch->type == REDIS_REPLY_STRING && ch->len > 8 && strncmp(ch->str, "sema:ev:", 8) == 0)
@@ -681,7 +767,7 @@ static void sub_send(rs_t *r, const char *verb, const char *chan, size_t len)
 static void sub_watch_each(void *arg, enode_t *n)
 {
     rs_t *r = arg;
-    rsem_t *s = ECONTAINER(n, rsem_t, node);
+    rs_sem_t *s = ECONTAINER(n, rs_sem_t, node);
 
     s->subscribed = 0;
     if (s->watched)
@@ -694,7 +780,7 @@ void rs__sub_connect(rs_t *r)
     int n;
 
     if (open_ctx(r, &r->sub, r->host, r->port) == NULL) {
-        r->sub.state = RS_DOWN;
+        r->sub.state = RS_CONN_DOWN;
         schedule_reconnect(r);
         return;
     }
@@ -706,28 +792,58 @@ void rs__sub_connect(rs_t *r)
 }
 
 /* Subscribe to (or leave) the event channel of a semaphore. */
-void rs__sub_watch(rs_t *r, rsem_t *s, int on)
+void rs__sub_watch(rs_t *r, rs_sem_t *s, int on)
 {
-    char chan[16 + 65600];
+    size_t len;
+    char *chan;
 
-    if (r->sub.ac == NULL || s->stem_len > 65536 || (on != 0) == (s->subscribed != 0))
+    if (r->sub.ac == NULL || (on != 0) == (s->subscribed != 0))
         return;
-    memcpy(chan, "sema:ev:", 8);
-    memcpy(chan + 8, s->stem, s->stem_len);
-    sub_send(r, on ? "SUBSCRIBE" : "UNSUBSCRIBE", chan, 8 + s->stem_len);
+    if ((chan = rs__key_cat("sema:ev:", s->stem, s->stem_len, "", &len)) == NULL)
+        return; /* out of memory: the heartbeat's marker keeps the log; messages wait */
+    sub_send(r, on ? "SUBSCRIBE" : "UNSUBSCRIBE", chan, len);
+    sema__free(chan);
     s->subscribed = (uint8_t)on;
 }
 
 void rs__conns_close(rs_t *r)
 {
-    rconn_t *cs[] = {&r->cmd, &r->sub, &r->sent};
+    rs_conn_t *cs[] = {&r->cmd, &r->sub, &r->sent};
 
     r->closing = 1;
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         redisAsyncContext *ac = cs[i]->ac;
         cs[i]->ac = NULL;
-        cs[i]->state = RS_DOWN;
+        cs[i]->state = RS_CONN_DOWN;
         if (ac != NULL)
             redisAsyncFree(ac);
     }
+}
+
+/* A blocking connection for the engine's synchronous questions (does a semaphore exist, the
+ * per-semaphore gauges of /metrics): rare, and bounded by a 250 ms timeout. NULL when Redis
+ * does not answer. */
+redisContext *rs__sync(rs_t *r)
+{
+    struct timeval tv = {0, 250000};
+    redisContext *c = r->sync;
+
+    if (c != NULL && !c->err)
+        return c;
+    redisFree(c);
+    r->sync = NULL;
+    if (r->host[0] == '\0' || (r->conn_once && r->cmd.state != RS_CONN_READY))
+        return NULL; /* known to be down: do not block the loop on it */
+    c = redisConnectWithTimeout(r->host, r->port, tv);
+    if (c == NULL || c->err || redisSetTimeout(c, tv) != REDIS_OK) {
+        redisFree(c);
+        return NULL;
+    }
+    if (r->pass[0] != '\0')
+        freeReplyObject(r->user[0] ? redisCommand(c, "AUTH %s %s", r->user, r->pass)
+                                   : redisCommand(c, "AUTH %s", r->pass));
+    if (r->db != 0)
+        freeReplyObject(redisCommand(c, "SELECT %d", r->db));
+    r->sync = c;
+    return c;
 }

@@ -16,8 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define KEY_MAX (RS_STEM_HEAD + 65600)
-
 #define REASON_NEW_RUN                                                                             \
     "the semaphore's events started a new run: some may have been lost (read the state again)"
 #define REASON_LOST "some of the semaphore's events were lost on their way to this instance"
@@ -25,7 +23,7 @@
 
 /* ---- fields separated by NUL, as a reply array ---- */
 
-int rs__split(rsplit_t *sp, const char *p, size_t n)
+int rs__split(rs_split_t *sp, const char *p, size_t n)
 {
     size_t cap = 1, k = 0;
 
@@ -55,7 +53,7 @@ int rs__split(rsplit_t *sp, const char *p, size_t n)
     return 0;
 }
 
-void rs__split_free(rsplit_t *sp)
+void rs__split_free(rs_split_t *sp)
 {
     sema__free(sp->buf);
     sema__free(sp->els);
@@ -79,22 +77,14 @@ static int parse_point(const char *s, size_t len, uint64_t *uid, uint64_t *seq)
     return *end == '\0' && *uid != 0 ? 0 : -1;
 }
 
-static const char *sem_name(const rsem_t *s, size_t *nlen)
+static const char *sem_name(const rs_sem_t *s, size_t *nlen)
 {
     *nlen = s->stem_len > RS_STEM_HEAD ? s->stem_len - RS_STEM_HEAD : 0;
     return s->stem + RS_STEM_HEAD;
 }
 
-/* key = stem + suffix (two bytes); its length. */
-static size_t key_of(char *key, const char *stem, size_t len, const char *suffix)
-{
-    memcpy(key, stem, len);
-    memcpy(key + len, suffix, 3);
-    return len + 2;
-}
-
 /* A "reset" to every subscriber of s here, with the id uid-seq. */
-static void ev_reset(rs_t *r, rsem_t *s, uint64_t uid, uint64_t seq, const char *reason)
+static void ev_reset(rs_t *r, rs_sem_t *s, uint64_t uid, uint64_t seq, const char *reason)
 {
     size_t nlen;
     const char *name = sem_name(s, &nlen);
@@ -107,45 +97,51 @@ static void ev_reset(rs_t *r, rsem_t *s, uint64_t uid, uint64_t seq, const char 
 
 /* ---- the marker ---- */
 
+/* The command of the script's follow: the marker of this instance (a fresh run if it had
+ * gone), the log kept alive, the row told someone follows; NULL when out of memory. */
+static rs_cmd_t *follow_cmd(rs_t *r, const rs_sem_t *s)
+{
+    char fresh[48];
+    uint64_t uid;
+    rs_args_t a = {0};
+
+    engine__random(r->front, &uid, sizeof uid);
+    snprintf(fresh, sizeof fresh, "%llu-0", (unsigned long long)((uid >> 12) | 1));
+    rs__args_head(r, &a, s->stem, s->stem_len, rs__op_name(RS_OP_FOLLOW), "", NULL);
+    rs__arg_str(&a, fresh);
+    return rs__cmd_build(r, RS_CMD_MARK, &a);
+}
+
 /* Set this instance's marker (it follows the semaphore) and read where the log stands, in
  * one round trip: s->pt_*. A marker that was gone comes back with a new run. 0, or -1 when
  * Redis did not answer. */
-int rs__ev_watch(rs_t *r, rsem_t *s)
+int rs__ev_watch(rs_t *r, rs_sem_t *s)
 {
     redisContext *c = rs__sync(r);
-    char ks[KEY_MAX], ke[KEY_MAX], km[KEY_MAX], fresh[48], ttl[24];
-    size_t kl, el, ml;
-    uint64_t uid;
-    int ok = 1;
+    rs_cmd_t *cmd;
+    redisReply *rep = NULL;
+    const char *argv[RS_FCALL_HEAD + RS_HEAD_LEN + 1];
+    size_t lens[RS_FCALL_HEAD + RS_HEAD_LEN + 1];
+    const char *p;
+    int ok;
 
     s->pt_ok = 0;
-    if (c == NULL || s->stem_len + 3 > KEY_MAX)
+    if (c == NULL || (cmd = follow_cmd(r, s)) == NULL)
         return -1;
-    kl = key_of(ks, s->stem, s->stem_len, ":s");
-    el = key_of(ke, s->stem, s->stem_len, ":e");
-    ml = key_of(km, s->stem, s->stem_len, ":m");
-    engine__random(r->front, &uid, sizeof uid);
-    snprintf(fresh, sizeof fresh, "%llu-0", (unsigned long long)((uid >> 12) | 1));
-    snprintf(ttl, sizeof ttl, "%d", 3 * RS_HEARTBEAT_MS);
-    redisAppendCommand(c, "HSETNX %b log %s", ks, kl, fresh);
-    redisAppendCommand(c, "HSET %b %s 1", ks, kl, r->inst);
-    redisAppendCommand(c, "PEXPIRE %b %s", ks, kl, ttl);
-    redisAppendCommand(c, "PEXPIRE %b %s", ke, el, ttl);
-    redisAppendCommand(c, "HGET %b log", ks, kl);
-    redisAppendCommand(c, "EXISTS %b", km, ml);
-    for (int i = 0; i < 6; i++) {
-        redisReply *rep = NULL;
-        if (redisGetReply(c, (void **)&rep) != REDIS_OK || rep == NULL) {
-            ok = 0;
-            break; /* the connection is broken: rs__sync makes a new one next time */
-        }
-        if (i == 4)
-            ok = rep->type == REDIS_REPLY_STRING &&
-                 parse_point(rep->str, rep->len, &s->pt_uid, &s->pt_seq) == 0;
-        if (i == 5)
-            s->pt_gone = rep->type == REDIS_REPLY_INTEGER && rep->integer == 0;
-        freeReplyObject(rep);
+    p = (const char *)(cmd->lens + cmd->argc);
+    for (int i = 0; i < cmd->argc; i++) {
+        argv[i] = p;
+        lens[i] = cmd->lens[i];
+        p += cmd->lens[i];
     }
+    rep = redisCommandArgv(c, cmd->argc, argv, lens);
+    rs__cmd_free(cmd);
+    ok = rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == 3 &&
+         rep->element[1]->type == REDIS_REPLY_STRING &&
+         parse_point(rep->element[1]->str, rep->element[1]->len, &s->pt_uid, &s->pt_seq) == 0;
+    if (ok)
+        s->pt_gone = strcmp(rs__el_str(rep, 2, NULL), "0") == 0;
+    freeReplyObject(rep); /* (none: the connection broke, rs__sync makes a new one next time) */
     s->pt_ok = (uint8_t)ok;
     return ok ? 0 : -1;
 }
@@ -153,7 +149,7 @@ int rs__ev_watch(rs_t *r, rsem_t *s)
 /* s is followed by a new subscription (rs__ev_watch just ran): a semaphore this instance
  * did not follow starts at the log's point; one it followed in another run gives its
  * subscribers "reset" and goes on with the current run. */
-void rs__ev_start(rs_t *r, rsem_t *s, int was_watched)
+void rs__ev_start(rs_t *r, rs_sem_t *s, int was_watched)
 {
     if (!was_watched) {
         s->ev_uid = s->pt_ok ? s->pt_uid : 0;
@@ -177,7 +173,7 @@ static int log_entry(const redisReply *e, uint64_t uid, uint64_t want, const cha
 {
     const redisReply *f;
     uint64_t eu, q;
-    rsplit_t sp;
+    rs_split_t sp;
     engine_result_t scratch;
     engine_event_t ev;
     engine_lease_t l;
@@ -212,21 +208,20 @@ static void to_front(void *ctx, const engine_event_t *ev)
 
 /* Hand the events after s->ev_seq up to `upto` to the front from the stream; past a hole
  * (trimmed, or Redis did not answer), one "reset" at `upto`. */
-static void ev_fill(rs_t *r, rsem_t *s, uint64_t upto)
+static void ev_fill(rs_t *r, rs_sem_t *s, uint64_t upto)
 {
     redisContext *c = rs__sync(r);
     redisReply *rep = NULL;
-    char ke[KEY_MAX], from[48], to[48];
-    size_t el, nlen;
+    char from[48], to[48];
+    size_t nlen;
     const char *name = sem_name(s, &nlen);
     uint64_t uid = s->ev_uid;
 
-    if (c != NULL && s->stem_len + 3 <= KEY_MAX) {
-        el = key_of(ke, s->stem, s->stem_len, ":e");
+    if (c != NULL) {
         snprintf(from, sizeof from, "%llu-%llu", (unsigned long long)uid,
                  (unsigned long long)s->ev_seq + 1);
         snprintf(to, sizeof to, "%llu-%llu", (unsigned long long)uid, (unsigned long long)upto);
-        rep = redisCommand(c, "XRANGE %b %s %s", ke, el, from, to);
+        rep = redisCommand(c, "XRANGE %b:e %s %s", s->stem, s->stem_len, from, to);
         r->log_reads++;
     }
     for (size_t i = 0; rep != NULL && rep->type == REDIS_REPLY_ARRAY && i < rep->elements; i++) {
@@ -241,7 +236,7 @@ static void ev_fill(rs_t *r, rsem_t *s, uint64_t upto)
     }
 }
 
-void rs__ev_batch(rs_t *r, rsem_t *s, uint64_t uid, uint64_t first, const redisReply *acts)
+void rs__ev_batch(rs_t *r, rs_sem_t *s, uint64_t uid, uint64_t first, const redisReply *acts)
 {
     size_t nlen;
     const char *name;
@@ -263,8 +258,7 @@ void rs__ev_batch(rs_t *r, rsem_t *s, uint64_t uid, uint64_t first, const redisR
     for (size_t i = 0; i + RS_ACT_LEN <= acts->elements; i += RS_ACT_LEN) {
         engine_event_t ev;
         engine_lease_t l;
-        if (acts->element[i]->type != REDIS_REPLY_STRING ||
-            !rs__act_is_event(acts->element[i]->str))
+        if (!rs__act_is_event(acts, i))
             continue;
         if (seq > s->ev_seq && rs__act_to_event(acts, i, name, nlen, &scratch, &ev, &l) == 0) {
             ev.uid = uid;
@@ -284,11 +278,11 @@ void rs__ev_batch(rs_t *r, rsem_t *s, uint64_t uid, uint64_t first, const redisR
  * gap that the heartbeat fills). */
 void rs__ev_message(rs_t *r, const char *stem, size_t slen, const char *pay, size_t plen)
 {
-    rsem_t *s = rs__sem_find(r, stem, slen);
+    rs_sem_t *s = rs__sem_find(r, stem, slen);
     size_t ilen = strnlen(pay, plen), idlen;
     const char *id;
     uint64_t uid, first;
-    rsplit_t sp;
+    rs_split_t sp;
 
     if (s == NULL || !s->watched || ilen >= plen)
         return;
@@ -318,7 +312,7 @@ void rs__ev_message(rs_t *r, const char *stem, size_t slen, const char *pay, siz
  * took effect is in the log. */
 void rs__ev_catch_up(rs_t *r, const char *stem, size_t len)
 {
-    rsem_t *s = rs__sem_find(r, stem, len);
+    rs_sem_t *s = rs__sem_find(r, stem, len);
 
     if (s == NULL || !s->watched)
         return;
@@ -348,7 +342,7 @@ void rs__ev_catch_up(rs_t *r, const char *stem, size_t len)
 
 static void catch_up_each(void *arg, enode_t *n)
 {
-    rsem_t *s = ECONTAINER(n, rsem_t, node);
+    rs_sem_t *s = ECONTAINER(n, rs_sem_t, node);
 
     if (s->watched)
         rs__ev_catch_up(arg, s->stem, s->stem_len);
@@ -357,15 +351,17 @@ static void catch_up_each(void *arg, enode_t *n)
 /* The heartbeat's HSETNX of the log's run answered: 1 means the marker had gone (it expired
  * while this instance could not renew it, or Redis lost its data), so events may have gone
  * unlogged: the semaphore's streams get "reset" (or "deleted", if it went too). */
-void rs__ev_marked(rs_t *r, const rcmd_t *c, const redisReply *rep)
+void rs__ev_marked(rs_t *r, const rs_cmd_t *c, const redisReply *rep)
 {
-    const char *key = (const char *)(c->lens + c->argc) + c->lens[0];
-    rsem_t *s;
+    const char *key = (const char *)(c->lens + c->argc);
+    size_t klen = (size_t)c->argc > RS_FCALL_HEAD ? c->lens[RS_FCALL_HEAD - 1] : 0;
+    rs_sem_t *s;
 
-    if (rep == NULL || rep->type != REDIS_REPLY_INTEGER || rep->integer != 1 || c->argc < 2 ||
-        c->lens[1] < 3)
+    for (int i = 0; i < RS_FCALL_HEAD - 1 && i < c->argc; i++)
+        key += c->lens[i]; /* FCALL sema 1 KEY: the key is the stem */
+    if (klen == 0 || strcmp(rs__el_str(rep, 0, NULL), "1") != 0)
         return;
-    s = rs__sem_find(r, key, c->lens[1] - 2);
+    s = rs__sem_find(r, key, klen);
     if (s != NULL && s->watched && s->ev_uid != 0)
         rs__ev_catch_up(r, s->stem, s->stem_len);
 }
@@ -378,10 +374,62 @@ void rs__ev_catch_up_all(rs_t *r)
 
 /* On the heartbeat: events of this instance whose reply never came (a retried command
  * answered from what the first attempt left) are read from the log. */
-void rs__ev_heartbeat(rs_t *r, rsem_t *s)
+static void ev_heartbeat(rs_t *r, rs_sem_t *s)
 {
     if (s->watched && s->ev_uid != 0 && s->own_uid == s->ev_uid && s->own_seq > s->ev_seq)
         ev_fill(r, s, s->own_seq);
+}
+
+/* The heartbeat of a semaphore this instance follows: while the front still has streams
+ * of it (or keeps its events for a resume), the marker and the log live on (a marker that
+ * expired comes back with a new run: rs__ev_marked); once it has none, the instance stops
+ * following it. */
+void rs__ev_renew(rs_t *r, rs_sem_t *s)
+{
+    size_t nlen, kl;
+    char kind;
+    const char *name = rs__stem_name(s->stem, s->stem_len, &nlen, &kind);
+    rs_cmd_t *c;
+
+    if (!engine__watched(r->front, name, nlen)) {
+        rs_args_t a = {0};
+        char *ks = rs__key_cat("", s->stem, s->stem_len, ":s", &kl);
+        rs__sub_watch(r, s, 0);
+        s->watched = 0;
+        s->ev_uid = s->ev_seq = 0;
+        if (ks == NULL)
+            return; /* out of memory: the marker expires by itself */
+        rs__arg_str(&a, "HDEL");
+        rs__arg(&a, ks, kl);
+        rs__arg_str(&a, r->inst);
+        rs__send_plain(r, &a);
+        sema__free(ks);
+        return;
+    }
+    if ((c = follow_cmd(r, s)) != NULL)
+        rs__send(r, c);
+    ev_heartbeat(r, s);
+}
+
+/* A subscription to the semaphore under stem is coming: this instance follows its events.
+ * The marker is set before the subscription's answer, so every change made once the client
+ * has it is logged and published (rs__ev_watch). */
+void rs__ev_follow(rs_t *r, const char *stem, size_t len)
+{
+    rs_sem_t *s = rs__sem_get(r, stem, len);
+    int was;
+
+    if (s == NULL)
+        return;
+    was = s->watched;
+    s->pt_ok = rs__ev_watch(r, s) == 0;
+    s->watched = 1;
+    rs__ev_start(r, s, was);
+    if (!was) {
+        rs__sub_watch(r, s, 1);
+        if (r->sub.ac != NULL && s->subscribed)
+            redisAsyncHandleWrite(r->sub.ac);
+    }
 }
 
 /* ---- the engine's questions ---- */
@@ -389,10 +437,11 @@ void rs__ev_heartbeat(rs_t *r, rsem_t *s)
 int rs__events_point(void *be, const char *name, size_t len, uint64_t *uid, uint64_t *seq)
 {
     rs_t *r = be;
-    char stem[RS_STEM_HEAD + 65536];
-    size_t sl = rs__stem(stem, sizeof stem, 's', name, len);
-    rsem_t *s = sl ? rs__sem_find(r, stem, sl) : NULL;
+    size_t sl;
+    char *stem = rs__key_new('s', name, len, "", &sl);
+    rs_sem_t *s = stem != NULL ? rs__sem_find(r, stem, sl) : NULL;
 
+    sema__free(stem);
     if (s == NULL || !s->pt_ok)
         return -1;
     *uid = s->pt_uid;
@@ -400,24 +449,19 @@ int rs__events_point(void *be, const char *name, size_t len, uint64_t *uid, uint
     return 0;
 }
 
-int rs__events_replay(void *be, const char *name, size_t len, uint64_t uid, uint64_t seq,
-                      void (*each)(void *ctx, const engine_event_t *ev), void *ctx,
-                      uint64_t *cur_uid, uint64_t *cur_seq)
+/* The replay of the log under stem (see rs__events_replay). */
+static int replay(rs_t *r, redisContext *c, const char *stem, size_t sl, const char *name,
+                  size_t len, uint64_t uid, uint64_t seq,
+                  void (*each)(void *ctx, const engine_event_t *ev), void *ctx, uint64_t *cur_uid,
+                  uint64_t *cur_seq)
 {
-    rs_t *r = be;
-    char stem[RS_STEM_HEAD + 65536], ks[KEY_MAX], ke[KEY_MAX], from[48], to[48];
-    size_t sl = rs__stem(stem, sizeof stem, 's', name, len), kl, el;
-    redisContext *c = rs__sync(r);
+    char from[48], to[48];
     redisReply *rep;
     uint64_t pu, ps, want;
     int rc = ENGINE_LOG_OK;
 
-    if (sl == 0 || c == NULL)
-        return ENGINE_LOG_UNKNOWN;
-    kl = key_of(ks, stem, sl, ":s");
-    el = key_of(ke, stem, sl, ":e");
     r->log_reads++;
-    rep = redisCommand(c, "HGET %b log", ks, kl);
+    rep = redisCommand(c, "HGET %b:s log", stem, sl);
     if (rep == NULL || rep->type != REDIS_REPLY_STRING ||
         parse_point(rep->str, rep->len, &pu, &ps) != 0) {
         freeReplyObject(rep);
@@ -432,7 +476,7 @@ int rs__events_replay(void *be, const char *name, size_t len, uint64_t uid, uint
         return ENGINE_LOG_OK;
     snprintf(from, sizeof from, "%llu-%llu", (unsigned long long)uid, (unsigned long long)seq + 1);
     snprintf(to, sizeof to, "%llu-%llu", (unsigned long long)pu, (unsigned long long)ps);
-    rep = redisCommand(c, "XRANGE %b %s %s", ke, el, from, to);
+    rep = redisCommand(c, "XRANGE %b:e %s %s", stem, sl, from, to);
     if (rep == NULL)
         return ENGINE_LOG_UNKNOWN;
     if (rep->type != REDIS_REPLY_ARRAY || rep->elements != ps - seq) {
@@ -446,5 +490,22 @@ int rs__events_replay(void *be, const char *name, size_t len, uint64_t uid, uint
             rc = e == LOG_OTHER ? ENGINE_LOG_GONE : ENGINE_LOG_UNKNOWN;
     }
     freeReplyObject(rep);
+    return rc;
+}
+
+int rs__events_replay(void *be, const char *name, size_t len, uint64_t uid, uint64_t seq,
+                      void (*each)(void *ctx, const engine_event_t *ev), void *ctx,
+                      uint64_t *cur_uid, uint64_t *cur_seq)
+{
+    rs_t *r = be;
+    redisContext *c = rs__sync(r);
+    size_t sl;
+    char *stem;
+    int rc;
+
+    if (c == NULL || (stem = rs__key_new('s', name, len, "", &sl)) == NULL)
+        return ENGINE_LOG_UNKNOWN;
+    rc = replay(r, c, stem, sl, name, len, uid, seq, each, ctx, cur_uid, cur_seq);
+    sema__free(stem);
     return rc;
 }

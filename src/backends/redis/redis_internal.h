@@ -13,81 +13,96 @@
 
 #include "common/alloc.h"
 #include "common/table.h"
+#include "backends/redis/redis_proto.h"
 #include "engine/backend.h"
 
 #define RS_HEARTBEAT_MS 2000    /* a parked waiter's instance renews it this often */
-#define RS_ALIVE_MS 8000        /* waiters of an instance silent this long leave the queue */
 #define RS_CMD_TIMEOUT_MS 2000  /* a command unanswered this long: the connection is dropped */
 #define RS_BACKOFF_MAX_MS 2000  /* reconnect backoff ceiling */
 #define RS_PENDING_MAX 100000   /* commands queued while Redis is unreachable */
 #define RS_COLLECT_WIDS 4096    /* waiter ids in one heartbeat command */
 #define RS_WAIT_TIMEOUT_MS 1000 /* strict: WAIT's own timeout */
 
-enum { RS_DOWN, RS_CONNECTING, RS_READY };
+enum { RS_CONN_DOWN, RS_CONN_CONNECTING, RS_CONN_READY };
 
 /* A semaphore (or lock key) this instance has parked requests on or streams events of. */
-typedef struct rsem {
+typedef struct rs_sem {
     enode_t node;   /* in r->sems, keyed by stem */
-    elist_t parked; /* rreq_t.plink */
+    elist_t parked; /* rs_req_t.plink */
     uint32_t nparked;
-    uint8_t collecting, collect_again, watched, subscribed;
+    uint8_t collecting, watched, subscribed; /* collecting: a check of its waiters is out */
     uint8_t pt_ok, pt_gone;    /* pt_*: the log's point as the last rs__ev_watch read it */
     uint64_t pt_uid, pt_seq;   /* (redis_events.c) */
     uint64_t ev_uid, ev_seq;   /* the last event handed to the front (0: none yet) */
     uint64_t own_uid, own_seq; /* the last event this instance's own messages announced */
     size_t stem_len;
-    size_t name_off; /* where the name starts in stem */
     char stem[];
-} rsem_t;
+} rs_sem_t;
 
-/* RQ_CANCELLING: parked, its timeout came and its cancel is in flight; Redis decides whether it
- * timed out or was granted first, and the request is answered only then. */
-/* RQ_WATCH: a ticket's long-poll (or stream) between two reads of it, in r->twatch by plink
- * (also while a read is in flight, then RQ_SENT) until it is answered. */
-enum { RQ_SENT = 1, RQ_PARKED, RQ_READY, RQ_CANCELLING, RQ_WATCH };
+/* A request's states, and the only moves between them (each asserted where it is made):
+ *   NEW -> SENT (its command goes) or READY (it failed before it was sent)
+ *   SENT -> PARKED (it waits in the queue), WATCH (a ticket's long-poll waits for a change),
+ *           READY (answered)
+ *   PARKED -> CANCELLING (its timeout came: its cancel is in flight, and Redis decides whether
+ *             it timed out or was granted first), or NEW again when it leaves the queue
+ *   CANCELLING -> NEW again when the answer comes (then READY)
+ *   WATCH -> SENT (read again) or READY (its deadline, or shutdown)
+ *   READY -> freed once delivered (rs__drain), or cancelled
+ * A WATCH request is in r->twatch by plink, and stays there while a read of it is SENT. */
+enum { RS_REQ_NEW, RS_REQ_SENT, RS_REQ_PARKED, RS_REQ_READY, RS_REQ_CANCELLING, RS_REQ_WATCH };
 
 /* The back end's side of one request. */
-typedef struct rreq {
+typedef struct rs_req {
     elist_t link;      /* r->ready or r->held once complete */
-    elist_t plink;     /* rsem->parked while parked */
+    elist_t plink;     /* sem->parked while parked; r->twatch while watching */
     enode_t node;      /* r->waiters by wid while parked */
     eitem_t hi;        /* its timeout while parked (in r->theap); a watcher's next read */
     engine_req_t *req; /* NULL once cancelled */
-    rsem_t *sem;
-    struct rcmd *cancel; /* RQ_CANCELLING: its cancel command (whose rq points back) */
+    rs_sem_t *sem;
+    struct rs_cmd *cancel; /* RS_REQ_CANCELLING: its cancel command (whose rq points back) */
     uint64_t since_mono;
     uint8_t state, writes;
     uint8_t again; /* a watcher whose ticket changed while a read of it was in flight */
     char wid[40];
     char lid[ENGINE_LEASE_ID_MAX];
-} rreq_t;
+} rs_req_t;
 
-/* RC_MARK: the heartbeat's HSETNX of an event log's run (redis_events.c): 1 means the
+/* RS_CMD_MARK: the heartbeat's HSETNX of an event log's run (redis_events.c): 1 means the
  * marker had gone. */
-enum { RC_OP = 1, RC_CANCEL, RC_COLLECT, RC_DROP, RC_SWEEP, RC_WAIT, RC_PLAIN, RC_MARK };
+enum {
+    RS_CMD_OP = 1,
+    RS_CMD_CANCEL,
+    RS_CMD_COLLECT,
+    RS_CMD_DROP,
+    RS_CMD_SWEEP,
+    RS_CMD_WAIT,
+    RS_CMD_PLAIN,
+    RS_CMD_MARK
+};
 
 /* One command: its arguments are kept, so a retry after a lost connection sends the same
  * request id (which Redis answers from its cache if the first attempt ran). An FCALL is
  * formatted when sent, with the epoch known then. */
-typedef struct rcmd {
+typedef struct rs_cmd {
     elist_t link; /* r->inflight, r->retry or r->pending */
     int argc;
     int script;   /* FCALL: argv[5] is the epoch */
     size_t *lens; /* argc lengths, then the bytes of every argument (one allocation) */
     uint64_t queued_mono, sent_mono;
-    uint64_t gen; /* r->epoch_changes when first sent */
+    uint64_t gen;    /* r->epoch_changes when last sent */
+    uint8_t unknown; /* an answer of it was lost: it may have run */
     uint8_t kind, writes;
-    uint8_t timed; /* RC_CANCEL of a timeout (its outcome is the request's answer) */
-    rreq_t *rq;    /* RC_OP */
-    rsem_t *sem;   /* RC_COLLECT */
-} rcmd_t;
+    uint8_t timed; /* RS_CMD_CANCEL of a timeout (its outcome is the request's answer) */
+    rs_req_t *rq;  /* RS_CMD_OP */
+    rs_sem_t *sem; /* RS_CMD_COLLECT */
+} rs_cmd_t;
 
-typedef struct rconn {
+typedef struct rs_conn {
     redisAsyncContext *ac;
     int state;
     int is_sub;
     struct rs *r;
-} rconn_t;
+} rs_conn_t;
 
 typedef struct rs {
     uv_loop_t *loop;
@@ -105,14 +120,20 @@ typedef struct rs {
     uint64_t cmd_timeout_ms; /* a command unanswered this long: the connection is dropped */
     int strict;
     /* identity */
-    char inst[24];  /* this instance's id */
-    char epoch[40]; /* the epoch of Redis's data this instance works on ("" before hello) */
-    int64_t safe_at_ms;
+    char inst[24];      /* this instance's id */
+    char epoch[40];     /* the epoch of Redis's data this instance works on ("" before hello) */
+    int64_t safe_at_ms; /* no grant before this (Redis ms): the pause after lost data */
     int64_t horizon_ms; /* the latest lease expiry Redis told of (Redis ms) */
+    int64_t clock_off;  /* Redis's clock less the loop's, as the last answer with a time said */
+    /* the primary's history (INFO replication): its replication id when this instance last
+     * said hello, and the new connection's, with the id it continues (a promoted replica's) and
+     * whether it syncs its append-only file on every write (appendfsync always) */
+    char replid[48], replid_new[48], replid2_new[48];
+    int aof_always;
     uint64_t seq;
     /* connections */
-    rconn_t cmd, sub, sent; /* commands; pub/sub; Sentinel */
-    redisContext *sync;     /* blocking, for exists() and /metrics (rs__sync) */
+    rs_conn_t cmd, sub, sent; /* commands; pub/sub; Sentinel */
+    redisContext *sync;       /* blocking, for exists() and /metrics (rs__sync) */
     uv_timer_t reconnect_timer, tick_timer, hb_timer, due_timer;
     uv_check_t check;
     uint64_t backoff_ms, down_since;
@@ -124,74 +145,172 @@ typedef struct rs {
     /* requests */
     elist_t ready, held;
     etab_t sems, waiters;
-    eheap_t theap;  /* rreq_t.hi */
-    elist_t twatch; /* ticket watchers (rreq_t.plink), read again on tk_timer */
+    eheap_t theap;  /* rs_req_t.hi */
+    elist_t twatch; /* ticket watchers (rs_req_t.plink), read again on tk_timer */
     uint64_t nwatch, ticket_updates;
     uv_timer_t tk_timer;
-    uint64_t due_at;   /* the due timer's deadline: the first of theap and sweep_at */
-    uint64_t sweep_at; /* when the earliest due time in Redis comes (monotonic ms) */
-    int sweeping;      /* a sweep is in flight */
+    uint64_t due_at;         /* the due timer's deadline: the first of theap and sweep_at */
+    uint64_t sweep_at;       /* when the earliest due time in Redis comes (monotonic ms) */
+    int sweeping;            /* a sweep is in flight */
+    int beating, beat_again; /* a beat is in flight; another is asked for */
     uint64_t nparked;
     uint64_t nsems, nleases, nlocks; /* counts in Redis, as the last reply told */
-    int wait_inflight, wait_needed;
+    int wait_inflight;
     int draining, shutting_down, closing, handles_open;
     /* counters */
     uint64_t commands, replies, reconnects, cmd_timeouts, unknown_outcomes, wakes, collects, gone,
         epoch_changes, waits, waits_short, log_reads;
-    char errbuf[256];
 } rs_t;
 
-/* redis_conn.c */
+/* ---- redis.c: the table, start and stop, requests ---- */
+uint64_t rs__now(rs_t *r); /* the loop's clock, ms */
+/* Complete rq with status and message (static text); `hold`: the reply rests on a write, so
+ * strict durability holds it until a WAIT confirms it (redis_strict.c). */
+void rs__finish(rs_t *r, rs_req_t *rq, int status, const char *msg, int hold);
+void rs__fail(rs_t *r, rs_req_t *rq, be_msg_t id, int hold); /* with message `id` */
+void rs__drain(rs_t *r); /* deliver the completed requests, then pending events */
+
+/* ---- redis_conn.c: the address, the connections, Sentinel ---- */
 int rs__parse_url(rs_t *r, const char *url, char *errbuf, size_t errlen);
 void rs__connect(rs_t *r);
 void rs__sub_connect(rs_t *r);
-void rs__send(rs_t *r, rcmd_t *c);
 void rs__conn_drop(rs_t *r, const char *why);
-void rs__sub_watch(rs_t *r, rsem_t *s, int on);
+void rs__sub_watch(rs_t *r, rs_sem_t *s, int on);
 void rs__conns_close(rs_t *r);
 void rs__resync(rs_t *r);
 void rs__on_ready(rs_t *r);
-extern const char rs__lua[];
-
-/* redis.c */
-#define RS_STEM_HEAD 17 /* strlen("sema:{01234567}s:") */
-#define RS_ACT_LEN 11   /* fields per act in a script's reply */
-uint64_t rs__now(rs_t *r);
-size_t rs__stem(char *buf, size_t cap, char kind, const char *name, size_t len);
-rsem_t *rs__sem_find(rs_t *r, const char *stem, size_t len);
+/* A blocking connection for the engine's synchronous questions (250 ms timeout); NULL when
+ * Redis does not answer. */
 redisContext *rs__sync(rs_t *r);
-int rs__act_is_event(const char *type);
+extern const char rs__lua[]; /* sema.lua with its constants (generated: redis_lua.c) */
+
+/* ---- redis_cmd.c: commands, sending, replies, retries ---- */
+typedef struct {
+    const char **v;
+    size_t *l;
+    int n, cap, oom;
+    char nums[16][24];
+    int nn;
+    char text[72]; /* one composed argument (an acquire's limits) */
+} rs_args_t;       /* a command's arguments while they are put together (borrowed strings) */
+void rs__arg(rs_args_t *a, const char *s, size_t len);
+void rs__arg_str(rs_args_t *a, const char *s);
+void rs__arg_i64(rs_args_t *a, int64_t v);
+void rs__args_free(rs_args_t *a);
+/* FCALL sema 1 KEY op epoch inst rid alive principal flags ("0"/"1": the principal is an
+ * admin; "r" is added when the command is sent again). req: NULL for semad's own commands. */
+void rs__args_head(rs_t *r, rs_args_t *a, const char *key, size_t keylen, const char *op,
+                   const char *rid, const engine_req_t *req);
+rs_cmd_t *rs__cmd_new(rs_t *r, int kind, int argc, const char **argv, const size_t *argvlen);
+rs_cmd_t *rs__cmd_build(rs_t *r, int kind, rs_args_t *a); /* frees a; NULL when out of memory */
+void rs__cmd_free(rs_cmd_t *c);
+void rs__cmd_fail(rs_t *r, rs_cmd_t *c, be_msg_t why); /* its request fails; c is freed */
+void rs__cmd_cb(redisAsyncContext *ac, void *reply, void *priv);
+void rs__cmd_lost(rs_t *r, rs_cmd_t *c);
+void rs__send(rs_t *r, rs_cmd_t *c);
+void rs__send_plain(rs_t *r, rs_args_t *a);       /* a command whose answer nobody reads */
+void rs__next_id(rs_t *r, char *buf, size_t cap); /* a request (and waiter) id */
+/* A pause in grants after lost data has not ended, by Redis's clock as this instance reckons
+ * it: commands say so ("p"), so the script takes no short path. */
+int rs__paused(const rs_t *r);
+/* An undo older than the longest ttl and a second need not be kept (the lease it ends has
+ * expired everywhere). */
+int rs__undo_moot(const rs_t *r, const rs_cmd_t *c, uint64_t now);
+void rs__tick_cb(uv_timer_t *t); /* every 100 ms: command timeouts */
+
+/* ---- redis_ops.c: operations as script calls ---- */
+#define RS_STEM_HEAD 17 /* strlen("sema:{01234567}s:") */
+/* "sema:{tag}K:name" followed by `suffix` ("" or a key's suffix), as a new string (sema__free
+ * it) of length *len; NULL when out of memory. */
+char *rs__key_new(char kind, const char *name, size_t len, const char *suffix, size_t *klen);
+/* stem followed by suffix, as a new string, the same way. */
+char *rs__key_cat(const char *prefix, const char *stem, size_t len, const char *suffix,
+                  size_t *klen);
+const char *rs__stem_name(const char *stem, size_t len, size_t *nlen, char *kind);
+int rs__op_writes(engine_op_t op);
+int rs__is_lease_op(engine_op_t op);
+int rs__is_ticket_id_op(engine_op_t op);
+const char *rs__op_name(rs_op_t op);
+/* The command of rq's operation; NULL when its key names nothing (a lease or ticket id too
+ * long to be one) or, with *nomem set, when out of memory. */
+rs_cmd_t *rs__op_cmd(rs_t *r, rs_req_t *rq, int *nomem);
+void rs__op_reply(rs_t *r, rs_cmd_t *c, const redisReply *rep);
+void rs__op_short(rs_t *r, rs_cmd_t *c, const redisReply *rep); /* RS_SHORT_* answers */
+rs_cmd_t *rs__cancel_cmd(rs_t *r, const char *stem, size_t stem_len, const rs_req_t *rq,
+                         const char *why, const char *rid);
+void rs__send_cancel(rs_t *r, const char *stem, size_t stem_len, const rs_req_t *rq);
+void rs__send_drop(rs_t *r, const char *lid); /* a grant that cannot be delivered goes back */
+/* 'k' for a lock key's operations, 's' for a semaphore's */
+static inline char rs__req_kind(const engine_req_t *req)
+{
+    return req->op == ENGINE_LOCK_ACQUIRE || req->op == ENGINE_LOCK_GET ? 'k' : 's';
+}
+
+/* ---- redis_acts.c: replies, results and acts ---- */
+const char *rs__el_str(const redisReply *a, size_t i, size_t *len);
+int64_t rs__el_i64(const redisReply *a, size_t i);
+const redisReply *rs__el_arr(const redisReply *a, size_t i);
+int rs__lease_from(engine_result_t *res, engine_lease_t *l, const redisReply *a, size_t at);
+int rs__result_from(rs_t *r, rs_req_t *rq, const redisReply *rep); /* 0, or -1: no memory */
+void rs__acts_process(rs_t *r, const redisReply *rep, int mine);
+int rs__act_is_event(const redisReply *acts, size_t i); /* the act at acts[i] is an event */
 /* The public event of the act at acts[i] (type, then its fields); 0, or -1 when it is none or
  * out of memory (scratch holds its strings: engine_result_clear it after). */
 int rs__act_to_event(const redisReply *acts, size_t i, const char *name, size_t nlen,
                      engine_result_t *scratch, engine_event_t *ev, engine_lease_t *l);
-rcmd_t *rs__cmd_new(rs_t *r, int kind, int argc, const char **argv, const size_t *argvlen);
-void rs__cmd_free(rcmd_t *c);
-void rs__cmd_cb(redisAsyncContext *ac, void *reply, void *priv);
-void rs__on_reply(rs_t *r, rcmd_t *c, redisReply *reply);
-void rs__cmd_lost(rs_t *r, rcmd_t *c);
-void rs__wait_lost(rs_t *r);
-void rs__on_message(rs_t *r, redisReply *msg);
-void rs__collect_all(rs_t *r);
-void rs__drain(rs_t *r);
 
-/* redis_events.c: event ids shared by every instance, from the log in Redis */
+/* ---- redis_ticket.c: tickets, their long-polls and streams ---- */
+void rs__ticket_args(rs_t *r, const engine_req_t *req, rs_args_t *a, char *tid, char *lid);
+int rs__ticket_from(rs_t *r, engine_result_t *res, const redisReply *rep, size_t at,
+                    const char *name, size_t nlen);
+int rs__ticket_wait(rs_t *r, rs_req_t *rq); /* 1: the long-poll waits on */
+void rs__ticket_message(rs_t *r, const char *tid, size_t len);
+void rs__watch_off(rs_t *r, rs_req_t *rq);
+void rs__ticket_timer_cb(uv_timer_t *h);
+
+/* ---- redis_wait.c: parked waiters, timers, the heartbeat, messages ---- */
+rs_sem_t *rs__sem_find(rs_t *r, const char *stem, size_t len);
+rs_sem_t *rs__sem_get(rs_t *r, const char *stem, size_t len); /* NULL: no memory */
+void rs__sem_maybe_free(rs_t *r, rs_sem_t *s);
+rs_req_t *rs__parked_find(rs_t *r, const char *wid, size_t len);
+void rs__park(rs_t *r, rs_req_t *rq, const char *stem, size_t stem_len);
+void rs__unpark(rs_t *r, rs_req_t *rq);
+void rs__beat(rs_t *r);         /* this instance's heartbeat: O(1) in Redis */
+void rs__check_all(rs_t *r);    /* ask after every parked waiter (after a reconnect) */
+void rs__waiters_gone(rs_t *r); /* Redis lost them all: each gets 503 */
+void rs__timeout_cancel_done(rs_t *r, rs_cmd_t *c);
+void rs__due_rearm(rs_t *r);
+void rs__sweep_set(rs_t *r, int64_t due_ms, int64_t redis_now);
+void rs__due_cb(uv_timer_t *t);
+void rs__hb_cb(uv_timer_t *t);
+void rs__on_message(rs_t *r, redisReply *msg);
+
+/* ---- redis_strict.c: strict durability's WAIT ---- */
+void rs__check_cb(uv_check_t *h);
+void rs__wait_lost(rs_t *r);
+
+/* ---- redis_metrics.c ---- */
+void rs__stats(void *be, engine_stats_t *out);
+int rs__metrics(void *be, struct strbuf *out);
+
+/* ---- redis_events.c: event ids shared by every instance, from the log in Redis ---- */
 typedef struct {
     redisReply arr; /* an array of the fields, as a reply would be */
     redisReply **els;
     redisReply *cells;
     char *buf;
-} rsplit_t;
-int rs__split(rsplit_t *sp, const char *p, size_t n);
-void rs__split_free(rsplit_t *sp);
-int rs__ev_watch(rs_t *r, rsem_t *s);
-void rs__ev_start(rs_t *r, rsem_t *s, int was_watched);
-void rs__ev_batch(rs_t *r, rsem_t *s, uint64_t uid, uint64_t first, const redisReply *acts);
+} rs_split_t;
+int rs__split(rs_split_t *sp, const char *p, size_t n);
+void rs__split_free(rs_split_t *sp);
+int rs__ev_watch(rs_t *r, rs_sem_t *s);
+void rs__ev_start(rs_t *r, rs_sem_t *s, int was_watched);
+void rs__ev_batch(rs_t *r, rs_sem_t *s, uint64_t uid, uint64_t first, const redisReply *acts);
 void rs__ev_message(rs_t *r, const char *stem, size_t slen, const char *pay, size_t plen);
 void rs__ev_catch_up(rs_t *r, const char *stem, size_t len);
 void rs__ev_catch_up_all(rs_t *r);
-void rs__ev_marked(rs_t *r, const rcmd_t *c, const redisReply *rep);
-void rs__ev_heartbeat(rs_t *r, rsem_t *s);
+void rs__ev_marked(rs_t *r, const rs_cmd_t *c, const redisReply *rep);
+void rs__ev_renew(rs_t *r, rs_sem_t *s); /* the heartbeat of a semaphore it follows */
+void rs__ev_follow(rs_t *r, const char *stem, size_t len); /* a subscription is coming */
 int rs__events_point(void *be, const char *name, size_t len, uint64_t *uid, uint64_t *seq);
 int rs__events_replay(void *be, const char *name, size_t len, uint64_t uid, uint64_t seq,
                       void (*each)(void *ctx, const engine_event_t *ev), void *ctx,

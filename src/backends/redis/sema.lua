@@ -5,37 +5,40 @@
 -- helpers are defined once, when it is loaded; a call only runs them. See docs/redis.md for
 -- the keys and docs/architecture.md for why the work is split this way.
 --
+-- The protocol's constants (the tables P, ACT, E, MSG and MSG_CODE) are generated from
+-- redis_proto.h and be_msg.h when semad is built, in place of the next line:
+-- @PROTO@
+--
 -- Every call: KEYS[1] names what it works on (a semaphore's stem, a lease id's key, the name
--- index); ARGV = op, epoch, instance, request id, alive_ms, principal (the token that sent
--- the request with semad --auth, '' without), flags ('1' or '0': that token is an admin and
--- may end any lease; then 'r' when the command is sent again, so it may have run already),
--- then the op's own arguments.
+-- index); ARGV = the head (redis_proto.h RS_HEAD_MAP: op, epoch, flags ('1' or '0': the
+-- token that sent the request is an admin and may end any lease; then 'r' when the command
+-- is sent again, so it may have run already), instance, request id, principal (the token
+-- with semad --auth, '' without)), then the op's own arguments from ARGV[A].
 -- A call reads Redis's clock (TIME), checks the epoch, answers a retried request id from its
 -- cache, does its housekeeping (due leases expire, the waiters of dead instances leave, the
 -- queue's head is admitted), does its work, and returns:
---   { status, message, now_ms, next_due_ms, acts, stem, counts, result... }
+--   { status, message id, now_ms, next_due_ms, acts, stem, counts, result... }
+-- (redis_proto.h: RS_REPLY_MAP; the message id names its text in be_msg.h, which C renders),
 -- every value a string (Lua's numbers would lose digits in cjson and in tostring). `acts` and
 -- `counts` are each one string of NUL-separated fields: Redis makes a reply element of every
 -- value, at a cost well above one concatenation's; redis.c reads them as arrays.
--- `acts` is a flat list, ACT_LEN fields per act: what happened, in order (public events,
+-- `acts` is a flat list, P.ACT_LEN fields per act (RS_ACT_FIELD_MAP): what happened, in order (public events,
 -- and the outcomes of parked requests: the calling instance completes its own at once; those
 -- of other instances are kept under :g and the instance is woken by PUBLISH).
 
 -- The state of one call, set by main() (a library keeps its upvalues between calls).
 local KEYS, ARGV
-local OP, EPOCH, INST, RID, ALIVE_MS, PRINC, ADMIN, RETRY
-local A = 8 -- first argument of the op
+local OP, EPOCH, INST, RID, PRINC, ADMIN, RETRY
+local A = P.A -- first argument of the op
+local ALIVE_MS = P.ALIVE_MS
 local NOW, NOWUS -- Redis's clock in milliseconds and in microseconds
 local function nowus()
   return NOWUS
 end
 local LID -- the lease id a lease op names
 -- (strings: a number passed to redis.call is formatted with %.17g on every call)
-local RESULT_TTL_MS = '15000' -- longer than the longest command timeout (10 s): a retry finds it
-local TOMB_TTL_MS = '600000'
-local HK_MAX = 1000 -- leases expired or waiters admitted per call (the rest: next call, at once)
-local VIEW_MAX = 1000
-local CAP_MAX = 9007199254740992
+local HK_MAX = P.HK_MAX -- leases expired or waiters admitted per call (the rest: next call)
+local TOMB_TTL_MS = P.TOMB_TTL_MS_S
 
 -- Lua's own functions as upvalues: a call reaches them without a look-up in the globals (set
 -- by main: the globals are not reachable while the library loads).
@@ -68,46 +71,47 @@ end
 
 -- ---- the keys of one semaphore (or lock key): its stem plus a suffix of fixed length ----
 local S, KIND, NAME, TAG
-local KM, KF, KQ, KW, KL, KX, KI, KA, KG, KS
-local KT, KK, KTL, KFW, KEST -- tickets: records, keepalive deadlines, lease id -> ticket id, the
--- weight that left the queue by place (a Fenwick tree, below), the estimate's samples
+local KM, KF, KQ, KW, KX, KI, KA, KS
+local KT, KK, KTL, KFW, KEST, KH -- tickets: records, keepalive deadlines, lease id -> ticket
+-- id, the weight that left the queue by place (a Fenwick tree, below), the estimate's samples,
+-- the leases by grant time
 
 -- The keys of recent stems are kept (the library lives as long as its Lua state): a call on a
 -- semaphore seen lately builds none of its ten strings again. Bounded: short stems only, and
--- the memo starts over past KEYSETS_MAX of them.
-local KEYSETS, NKEYSETS, KEYSETS_MAX = {}, 0, 1000
+-- the memo starts over past P.KEYSETS_MAX of them.
+local KEYSETS, NKEYSETS = {}, 0
 local function keys_of(stem)
   S = stem
   local k = KEYSETS[stem]
   if not k then
     local tag, kind, name = match(stem, '^(sema:{[^}]*})(.):(.*)$')
-    k = {tag, kind, name, stem .. ':m', stem .. ':f', stem .. ':q', stem .. ':w', stem .. ':l',
-         stem .. ':x', stem .. ':i', stem .. ':a', stem .. ':g', stem .. ':s', stem .. ':t',
-         stem .. ':k', stem .. ':tl', stem .. ':fw', stem .. ':est'}
+    k = {tag, kind, name, stem .. ':m', stem .. ':f', stem .. ':q', stem .. ':w', stem .. ':x',
+         stem .. ':i', stem .. ':a', stem .. ':s', stem .. ':t', stem .. ':k', stem .. ':tl',
+         stem .. ':fw', stem .. ':est', stem .. ':h'}
     if #stem <= 200 then
-      if NKEYSETS >= KEYSETS_MAX then
+      if NKEYSETS >= P.KEYSETS_MAX then
         KEYSETS, NKEYSETS = {}, 0
       end
       KEYSETS[stem] = k
       NKEYSETS = NKEYSETS + 1
     end
   end
-  TAG, KIND, NAME, KM, KF, KQ, KW, KL, KX, KI, KA, KG, KS =
-    k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9], k[10], k[11], k[12], k[13]
-  KT, KK, KTL, KFW, KEST = k[14], k[15], k[16], k[17], k[18]
+  TAG, KIND, NAME, KM, KF, KQ, KW, KX, KI, KA, KS =
+    k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9], k[10], k[11]
+  KT, KK, KTL, KFW, KEST, KH = k[12], k[13], k[14], k[15], k[16], k[17]
 end
 
 -- Tickets (the section "tickets" below): hooks the shared code calls only while the row
 -- counts live tickets (M.nt > 0), and the wait estimate's samples (est_*, taken then too).
 local tk_lease_gone, tk_admit, tk_housekeep, tk_next_due, tk_delete_all, tk_resize, fw_left
 local est_hold, est_queue_grant, tk_run
+local follow
 
 local ACTS, WAKE
 local NONE = {} -- ACTS, WAKE and GRANTED until a call has one: never written to
 local REBUILT -- a retry of this call can rebuild its answer (main)
-local PUBLIC = {granted = true, released = true, expired = true, revoked = true,
-                resized = true, deleted = true}
 local M -- the semaphore's row while loaded
+local LOG -- its event log's point "<uid>-<seq>" when someone follows its events (publish)
 
 local function fields(s)
   local a = {}
@@ -145,43 +149,21 @@ local function lpack(l)
   return l.sw .. '\0' .. l.sf .. '\0' .. l.sttl .. '\0' .. l.sacq .. '\0' .. l.sexp .. '\0' ..
          l.owner .. '\0' .. l.idem .. '\0' .. l.mode .. '\0' .. l.princ
 end
--- (%Z: any byte but NUL, as [^%z] but cheaper to match)
-local LPAT = '^(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)$'
--- A lease read from its record has its strings and its weight (what a release uses); any
--- other number is made from its string when first used.
-local LNUM = {w = 'sw', f = 'sf', ttl = 'sttl', acq = 'sacq', exp = 'sexp'}
-local LREC = {__index = function(l, k)
-  local sk = LNUM[k]
-  if sk then
-    local v = rawget(l, sk) + 0 -- (a string of ours: `+ 0` parses it once, tonumber twice)
-    rawset(l, k, v)
-    return v
-  end
-end}
-local function lunpack(s)
-  local w, f, ttl, acq, exp, owner, idem, mode, princ = match(s, LPAT)
-  return setmetatable({owner = owner, idem = idem, mode = mode, princ = princ, sw = w, sf = f,
-                       sttl = ttl, sacq = acq, sexp = exp}, LREC)
-end
-
--- A live lease's record is its id's key, sema:id:LID: 'l', the record's fields, then its
--- semaphore's stem, all NUL-separated; so a release reads its lease, and a grant writes it,
--- in one command. (An earlier version kept the record in the stem's :l hash and 'L' and the
--- stem in the id's key: such a lease is read from :l, marked `old`, and leaves :l when it
--- is written or ends. :x holds every live lease of either kind.)
-local IDPAT = '^l(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z(.*)$'
--- The lease in an id key's value v and its stem (nil for anything else: a tombstone, an
--- earlier version's 'L' value, whose stem alone is the second result).
+-- A live lease's record is its id's key, sema:id:LID: 'l', then packed with struct (LREC)
+-- its weight, fence, ttl, acquired and expiry times and mode, then its owner, idempotency
+-- key, principal and semaphore's stem; so a release reads its lease, and a grant writes it,
+-- in one command, with no number formatted or parsed. :x holds every live lease of the
+-- semaphore by expiry.
+local LREC = '<ddddddHc0Hc0Hc0Hc0'
+local MODE = {[0] = '0', [1] = '1', [2] = '2'}
+-- The lease in an id key's value v and its stem (nil for anything else: a tombstone).
 local function lparse(v)
-  local w, f, ttl, acq, exp, owner, idem, mode, princ, stem = match(v, IDPAT)
-  if not w then
-    if string.sub(v, 1, 1) == 'L' then
-      return nil, string.sub(v, 2)
-    end
+  if string.byte(v, 1) ~= 108 then -- 'l'
     return nil, nil
   end
-  return setmetatable({w = w + 0, owner = owner, idem = idem, mode = mode, princ = princ,
-                       sw = w, sf = f, sttl = ttl, sacq = acq, sexp = exp}, LREC), stem
+  local w, f, ttl, acq, exp, mode, owner, idem, princ, stem = struct.unpack(LREC, v, 2)
+  return {w = w, f = f, ttl = ttl, acq = acq, exp = exp, mode = MODE[mode], owner = owner,
+          idem = idem, princ = princ}, stem
 end
 -- The lease `lid` of this semaphore (S) from its id key's value v (false: none), or nil.
 local function lread(lid, v)
@@ -192,34 +174,20 @@ local function lread(lid, v)
   if stem ~= S then
     return nil
   end
-  if l then
-    return l
-  end
-  local rec = redis.call('HGET', KL, lid) -- an earlier version's
-  if not rec then
-    return nil
-  end
-  l = lunpack(rec)
-  l.old = true
   return l
 end
 local function lget(lid)
   return lread(lid, redis.call('GET', 'sema:id:' .. lid))
 end
--- Write a lease's record, its numbers as strings, as its id key's value.
-local function lset(lid, sw, sf, sttl, sacq, sexp, owner, idem, mode, princ)
-  redis.call('SET', 'sema:id:' .. lid,
-             'l' .. sw .. '\0' .. sf .. '\0' .. sttl .. '\0' .. sacq .. '\0' .. sexp .. '\0' ..
-             owner .. '\0' .. idem .. '\0' .. mode .. '\0' .. princ .. '\0' .. S)
+-- A lease's record of this semaphore (mode: a number).
+local function lrecord(w, f, ttl, acq, exp, mode, owner, idem, princ)
+  return 'l' .. struct.pack(LREC, w, f, ttl, acq, exp, mode, #owner, owner, #idem, idem, #princ,
+                            princ, #S, S)
 end
--- The same from a lease's table (lstr'd or not).
 local function lwrite(lid, l)
-  lstr(l)
-  lset(lid, l.sw, l.sf, l.sttl, l.sacq, l.sexp, l.owner, l.idem, l.mode, l.princ)
-  if l.old then
-    redis.call('HDEL', KL, lid)
-    l.old = nil
-  end
+  lstr(l) -- (the general path shows it too: its act, its result)
+  redis.call('SET', 'sema:id:' .. lid, lrecord(l.w, l.f, l.ttl, l.acq, l.exp, l.mode + 0,
+                                                l.owner, l.idem, l.princ))
 end
 -- Every live lease of this semaphore: a list of {lease id, lease}, by expiry.
 local function lall()
@@ -259,7 +227,6 @@ end
 local function allowed(princ)
   return PRINC == '' or ADMIN == '1' or princ == PRINC
 end
-local M_OTHER_TOKEN = 'the lease was taken by another token (only its token or an admin may end it)'
 
 -- act: type, waiter id, instance, lease id, weight, fence, ttl, acquired, expires, owner,
 -- extra (mode for leases; capacity for resized; the status for a failed waiter)
@@ -300,13 +267,14 @@ local function act(typ, wid, inst, lid, l, extra)
 end
 
 -- The outcome of a parked request: its own instance completes it. Another instance finds it
--- under :g (woken by a message; its heartbeat collects it too if the message is lost).
+-- in sema:g:<instance> (woken by a message; its heartbeat, `beat`, collects it too if the
+-- message is lost): the stem, then as an act's fields.
 local function outcome(typ, wid, w, lid, l, extra)
   extra = extra or (l and l.mode) or ''
   act(typ, wid, w.inst, lid, l, extra)
   if w.inst ~= INST then
     local rec = typ .. '\0' .. lid .. '\0' .. (extra or '') .. '\0' .. (l and lpack(l) or '')
-    redis.call('HSET', KG, wid, w.inst .. '\0' .. rec)
+    redis.call('HSET', 'sema:g:' .. w.inst, wid, S .. '\0' .. rec)
     if WAKE == NONE then
       WAKE = {}
     end
@@ -330,6 +298,7 @@ end
 -- epoch's hash (read by every call with the epoch) and is kept a second ahead, so it is
 -- written at most once a second, not at every grant.
 local HORIZON, HORIZON_S
+local SAFE_AT = 0 -- no grant before this (Redis ms): the pause after lost data
 local function bump_horizon(exp)
   if not HORIZON then
     HORIZON = HORIZON_S + 0
@@ -342,122 +311,40 @@ local function bump_horizon(exp)
 end
 
 -- ---- the row ----
--- `due`: no later than the first time something is due here (a lease's expiry, a dead
--- instance's waiters, the end of a pause), 0 when nothing is; a call before it skips the
+-- A semaphore's row is one string, :m: the numbers of ROW (redis_proto.h RS_ROW_MAP) packed
+-- with struct (ROW_FMT), read whole with one GET and written whole with one SET (far less
+-- work for Redis than the fields of a hash: each field a hash read makes costs it a search
+-- and a string). The short paths below write AVAIL, HELD and FENCE in place (SETRANGE at
+-- ROW_AT). `due`: no later than the first time something is due here (a lease's expiry, a
+-- dead instance's waiters, the end of a pause), 0 when nothing is; a call before it skips the
 -- housekeeping. It may be early (a release leaves it): the housekeeping then finds nothing
--- and sets it right.
--- A call loads the fields its operation uses (acquire and release: a few; every field for the
--- others), and the rest of the row at once if it turns out to need more (a queue to admit, a
--- view): each field read costs Redis's time.
--- nt: live tickets (the tickets section). A new row keeps its fields in this order, the ones
--- acquire and release read first: Redis finds a field of a small hash by reading it from the
--- start.
-local MF = {'cap', 'avail', 'held', 'fence', 'nq', 'due', 'nt', 'legacy', 'created', 'seq',
-            'wq'}
--- The fields loaded (MFS) and their numbers as loaded (MOLD, in MFS's order; -1: not there
--- yet): only the fields that changed are written. A row loaded in part has MREST as its
--- metatable, which loads the rest on a first look at (or write to) any other field, so
--- every field of the row that is set is in MFS.
-local MFS, MOLD
-local MF_ACQUIRE = {'cap', 'avail', 'held', 'fence', 'nq', 'due', 'nt'}
-local MF_RELEASE = {'avail', 'held', 'nq', 'due', 'nt'}
-local MFIELD = {}
-for i = 1, #MF do
-  MFIELD[MF[i]] = true
-end
-local MKEY -- the row's key, for the rest of it
-local function mrest(m)
-  setmetatable(m, nil)
-  local v = redis.call('HMGET', MKEY, unpack(MF))
-  local was, old, loaded = {}, {}, MOLD or {}
-  for i = 1, #MFS do
-    was[MFS[i]] = loaded[i]
-  end
-  for i = 1, #MF do
-    local f = MF[i]
-    local x = rawget(m, f)
-    if x == nil then
-      x = tonumber(v[i] or '0')
-      rawset(m, f, x)
-      old[i] = v[i] and x or -1 -- a field not there yet is written
-    else
-      old[i] = was[f]
-    end
-  end
-  MFS, MOLD = MF, old
-end
-local MREST = {__index = function(m, f)
-  if MFIELD[f] then
-    mrest(m)
-    return rawget(m, f)
-  end
-end, __newindex = function(m, f, x)
-  if MFIELD[f] then
-    mrest(m)
-  end
-  rawset(m, f, x)
-end}
--- pre: the fields acquire or release reads, if a short path read them (below)
-local function mload(pre)
-  MKEY = KM
-  if OP == 'acquire' then
-    local v = pre or redis.call('HMGET', KM, unpack(MF_ACQUIRE))
-    if not v[1] then
-      return nil
-    end
-    local cap, avail, held, fence, nq = v[1] + 0, v[2] + 0, v[3] + 0, v[4] + 0, v[5] + 0
-    local due = v[6] and v[6] + 0 or 0
-    local nt = v[7] and v[7] + 0 or 0
-    MFS = MF_ACQUIRE
-    MOLD = {cap, avail, held, fence, nq, v[6] and due or -1, v[7] and nt or -1}
-    return setmetatable({cap = cap, avail = avail, held = held, fence = fence, nq = nq,
-                         due = due, nt = nt}, MREST)
-  elseif OP == 'lease_release' then
-    local v = pre or redis.call('HMGET', KM, unpack(MF_RELEASE))
-    if not v[1] then
-      return nil
-    end
-    local avail, held, nq = v[1] + 0, v[2] + 0, v[3] + 0
-    local due = v[4] and v[4] + 0 or 0
-    local nt = v[5] and v[5] + 0 or 0
-    MFS = MF_RELEASE
-    MOLD = {avail, held, nq, v[4] and due or -1, v[5] and nt or -1}
-    return setmetatable({avail = avail, held = held, nq = nq, due = due, nt = nt}, MREST)
-  end
-  local v = redis.call('HMGET', KM, unpack(MF))
-  if not v[1] then
+-- and sets it right. nt: live tickets (the tickets section).
+local function mload()
+  local v = redis.call('GET', KM)
+  if not v then
     return nil
   end
-  local m, old = {}, {}
-  for i = 1, #MF do
-    local x = tonumber(v[i] or '0')
-    m[MF[i]] = x
-    old[i] = v[i] and x or -1
+  local t, m = {struct.unpack(ROW_FMT, v)}, {}
+  for i = 1, #ROW do
+    m[ROW[i]] = t[i]
   end
-  MFS, MOLD = MF, old
   return m
 end
 local function msave()
-  local a, n, fs, old = {}, 0, MFS, MOLD
-  for i = 1, #fs do
-    local f = fs[i]
-    local v = M[f] -- (every field of MFS is set: no metamethod)
-    if not old or old[i] ~= v then
-      a[n + 1] = f
-      a[n + 2] = N(v)
-      n = n + 2
-    end
+  M.ep = EPOCH + 0
+  M.pa = NOW < SAFE_AT and SAFE_AT or 0
+  M.hz = HORIZON or HORIZON_S + 0
+  local t = {}
+  for i = 1, #ROW do
+    t[i] = M[ROW[i]]
   end
-  if n > 0 then
-    redis.call('HSET', KM, unpack(a))
-  end
-  MOLD = nil
+  redis.call('SET', KM, struct.pack(ROW_FMT, unpack(t)))
 end
 -- A new row goes on from the fence its name handed out last (kept after a delete).
 local function mnew(cap, legacy)
-  MFS, MOLD = MF, nil
   return {cap = cap, avail = cap, held = 0, fence = tonumber(redis.call('GET', KF) or '0'),
-          legacy = legacy, created = NOW, seq = 0, nq = 0, wq = 0, due = 0, nt = 0}
+          legacy = legacy, created = NOW, seq = 0, nq = 0, wq = 0, due = 0, nt = 0, ev = 1,
+          ep = 0, pa = 0, hz = 0}
 end
 local function due_at(t)
   if M.due == 0 or t < M.due then
@@ -497,16 +384,14 @@ local function granted()
 end
 
 -- ---- leases ----
-local ENDED = {released = 'R', expired = 'E', revoked = 'V', deleted = 'D'}
+local ENDED = {[ACT.RELEASED] = 'R', [ACT.EXPIRED] = 'E', [ACT.REVOKED] = 'V',
+               [ACT.DELETED] = 'D'}
 
 -- l: the lease when the caller has read it already
 local function lease_end(lid, why, l)
   l = l or lget(lid)
   if not l then
     return nil
-  end
-  if l.old then
-    redis.call('HDEL', KL, lid)
   end
   redis.call('ZREM', KX, lid)
   local tomb = 'T' .. ENDED[why]
@@ -521,16 +406,16 @@ local function lease_end(lid, why, l)
   M.held = M.held - l.w
   count('leases', '-1')
   if M.nt > 0 then
+    redis.call('ZREM', KH, lid)
     est_hold(NOW - l.acq)
     tk_lease_gone(lid, why)
   end
-  if why ~= 'deleted' then
+  if why ~= ACT.DELETED then
     act(why, '', '', lid, l)
   end
   return l
 end
 
-local SAFE_AT = 0
 local GRANTED -- waiter id -> lease id, granted in this call (kept for collect and cancel)
 
 local function grant(w, lid, wid)
@@ -548,23 +433,41 @@ local function grant(w, lid, wid)
   M.held = M.held + l.w
   granted()
   count('leases', '1')
+  if M.nt > 0 then
+    redis.call('ZADD', KH, l.sacq, lid)
+  end
   if OP == 'collect' or OP == 'cancel' then -- (the ops that look at it)
     if GRANTED == NONE then
       GRANTED = {}
     end
     GRANTED[wid] = lid
   end
-  outcome('granted', wid, w, lid, l)
+  outcome(ACT.GRANTED, wid, w, lid, l)
   return l
 end
 
 -- ---- the queue ----
+-- :a counts each instance's waiters here, and sema:iw:<instance> lists the semaphores where
+-- it has some, so a dead instance's waiters are found without looking at every semaphore.
+local function waiter_in(inst)
+  if redis.call('HINCRBY', KA, inst, '1') == 1 then
+    redis.call('SADD', 'sema:iw:' .. inst, S)
+  end
+end
+local function waiter_out(inst)
+  if inst ~= '' and redis.call('HINCRBY', KA, inst, '-1') <= 0 then
+    redis.call('HDEL', KA, inst)
+    redis.call('SREM', 'sema:iw:' .. inst, S)
+  end
+end
+
 local function unqueue(wid, w)
   if M.nt > 0 then
     fw_left(wid, w.w)
   end
   redis.call('ZREM', KQ, wid)
   redis.call('HDEL', KW, wid)
+  waiter_out(w.inst)
   M.nq = M.nq - 1
   M.wq = M.wq - w.w
   if w.idem ~= '' and redis.call('HGET', KI, w.idem) == 'W' .. wid then
@@ -596,7 +499,7 @@ local function admit()
           return
         end
         unqueue(wid, w)
-        outcome('idle', wid, w, '', nil, '')
+        outcome(ACT.IDLE, wid, w, '', nil, '')
       else
         if w.w > M.avail or NOW < SAFE_AT then
           return
@@ -615,10 +518,8 @@ local function admit()
   MORE = true
 end
 
--- An instance stopped renewing its waiters: they leave the queue, and grants made to them
--- that they never collected go back.
+-- An instance stopped beating (sweep): its waiters here leave the queue.
 local function prune_instance(inst)
-  redis.call('HDEL', KA, inst)
   local pfx = inst .. '.'
   for _, wid in ipairs(redis.call('ZRANGE', KQ, '0', '-1')) do
     if string.sub(wid, 1, #pfx) == pfx then
@@ -630,31 +531,17 @@ local function prune_instance(inst)
       end
     end
   end
-  local g = redis.call('HGETALL', KG)
-  for i = 1, #g, 2 do
-    local a = fields(g[i + 1])
-    if a[1] == inst then
-      redis.call('HDEL', KG, g[i])
-      if a[2] == 'granted' and M then
-        lease_end(a[3], 'released')
-      end
-    end
-  end
+  redis.call('HDEL', KA, inst)
+  redis.call('SREM', 'sema:iw:' .. inst, S)
 end
 
 local function housekeep_all()
   local due = redis.call('ZRANGEBYSCORE', KX, '-inf', nows(), 'LIMIT', '0', N(HK_MAX))
   for _, lid in ipairs(due) do
-    lease_end(lid, 'expired')
+    lease_end(lid, ACT.EXPIRED)
   end
   if #due == HK_MAX then
     MORE = true
-  end
-  local a = redis.call('HGETALL', KA)
-  for i = 1, #a, 2 do
-    if tonumber(a[i + 1]) < NOW and a[i] ~= INST then
-      prune_instance(a[i])
-    end
   end
   if M.nt > 0 then
     tk_housekeep()
@@ -686,15 +573,6 @@ local function next_due()
   if #x > 0 then
     d = tonumber(x[2])
   end
-  -- instances that may stop renewing: pruned once their alive-until is past, so due the
-  -- millisecond after it (those past it are pruned already, or are this one)
-  local a = redis.call('HGETALL', KA)
-  for i = 2, #a, 2 do
-    local v = tonumber(a[i]) + 1
-    if v > NOW and (d == 0 or v < d) then
-      d = v
-    end
-  end
   if M and M.nq > 0 and SAFE_AT > NOW and (d == 0 or SAFE_AT < d) then
     d = SAFE_AT
   end
@@ -714,7 +592,7 @@ local function lock_gc()
       redis.call('ZREM', 'sema:locks', NAME .. '\0' .. S)
     end
     LOCK_NEW = false
-    redis.call('DEL', KM, KQ, KW, KL, KX, KI, KA)
+    redis.call('DEL', KM, KQ, KW, KX, KI, KA)
     redis.call('SET', KF, N(M.fence), 'PX', TOMB_TTL_MS) -- the clock floor keeps later fences above
     M = nil
     return true
@@ -763,12 +641,12 @@ local function view(lists)
   -- the holders by fence (grant order)
   local ls = lall()
   table.sort(ls, function(x, y) return x[2].f < y[2].f end)
-  for i = 1, math.min(#ls, VIEW_MAX) do
+  for i = 1, math.min(#ls, P.VIEW_MAX) do
     for _, v in ipairs(lease_result(ls[i][1], ls[i][2])) do
       hs[#hs + 1] = v
     end
   end
-  local wids = redis.call('ZRANGE', KQ, 0, VIEW_MAX - 1)
+  local wids = redis.call('ZRANGE', KQ, 0, P.VIEW_MAX - 1)
   for _, wid in ipairs(wids) do
     local rec = redis.call('HGET', KW, wid)
     if rec then
@@ -780,7 +658,7 @@ local function view(lists)
       ws[#ws + 1] = w.kind == 'i' and '1' or w.kind == 't' and '2' or '0' -- 2: a ticket
     end
   end
-  local trunc = (#ls > VIEW_MAX or M.nq > VIEW_MAX) and '1' or '0'
+  local trunc = (#ls > P.VIEW_MAX or M.nq > P.VIEW_MAX) and '1' or '0'
   r[#r + 1] = hs
   r[#r + 1] = ws
   r[#r + 1] = trunc
@@ -806,7 +684,7 @@ local DUE0 -- the row's due time as loaded (-2: no row)
 -- kept in the epoch's hash (`due`), read with the epoch by every call, and written by the
 -- calls that change sema:due (the only writers of sema:due, in the same script: the two
 -- cannot disagree), so a call that files nothing reads no sorted set for it.
-local DUE_HEAD
+local DUE_HEAD, IDUE
 local function due_head(changed)
   if changed or not DUE_HEAD then
     local g = redis.call('ZRANGE', 'sema:due', '0', '0', 'WITHSCORES')
@@ -817,12 +695,32 @@ local function due_head(changed)
     end
   end
 end
+-- IDUE: the first time an instance's alive-until passes (sema:inst's first, + 1), kept in the
+-- epoch's hash beside `due`; the due time every reply tells is the earlier of the two.
 local function counts()
-  local c = STATS
-  return c.sems .. '\0' .. c.leases .. '\0' .. c.locks .. '\0' .. DUE_HEAD .. '\0' .. HORIZON_S
+  local c, h = STATS, DUE_HEAD
+  if IDUE ~= '0' and (h == '0' or IDUE + 0 < h + 0) then
+    h = IDUE
+  end
+  return c.sems .. '\0' .. c.leases .. '\0' .. c.locks .. '\0' .. h .. '\0' .. HORIZON_S
 end
-local function reply(status, msg, res)
+local function inst_due()
+  local f = redis.call('ZRANGE', 'sema:inst', '0', '0', 'WITHSCORES')
+  local v = f[2] and N(f[2] + 1) or '0'
+  if v ~= IDUE then
+    IDUE = v
+    redis.call('HSET', 'sema:epoch', 'idue', v)
+  end
+end
+-- st: the status ('0', P.ST_PARKED_S, or a code); msg: a message id ('0': none)
+local function answer(st, msg, res)
   local d = 0
+  if S and (not M or M.ev ~= 0) then
+    LOG = redis.call('HGET', KS, 'log')
+    if M and not LOG then
+      M.ev = 0 -- nobody follows its events: the calls after this one need not look
+    end
+  end
   if M then
     if M.due < 0 or MORE then
       M.due = next_due() -- the housekeeping ran: work it out again
@@ -841,20 +739,21 @@ local function reply(status, msg, res)
     end
     due_head(true)
   end
-  return {status == 0 and '0' or N(status), msg or '', nows(), d == 0 and '0' or N(d),
-          concat(ACTS, '\0'), S or '', counts(), unpack(res or NONE)} -- (one table of its size)
+  return {st, msg, nows(), d == 0 and '0' or N(d), concat(ACTS, '\0'), S or '', counts(),
+          unpack(res or NONE)} -- (one table of its size)
+end
+-- Done (status 0, with the op's result) or parked (P.ST_PARKED).
+local function reply(status, res)
+  return answer(status == 0 and '0' or P.ST_PARKED_S, '0', res)
+end
+-- Refused with message `id` (MSG), whose status code it answers.
+local function refuse(id)
+  return answer(N(MSG_CODE[id]), N(id), nil)
 end
 
--- The error codes of include/sema/error.h that the operations answer.
-local EINVAL, ENOENT, EEXIST, EBUSY, ETIMEDOUT, ECANCELED = -22, -2, -17, -16, -110, -125
-local ESTALE, EEXPIRED, EREVOKED, ELIMIT, EUNAVAIL, EOVERFLOW = -116, -127, -128, -122, -11, -75
-local EREPLACED, EKEYMISMATCH, EACCES = -1001, -1002, -13
-local M_NOT_FOUND = 'no such semaphore'
-local M_LOST = 'Redis lost its state; grants resume once every lease it held has run out'
-local TOMB = {R = {ESTALE, 'the lease was already released'},
-              E = {EEXPIRED, 'the lease expired'},
-              V = {EREVOKED, 'the lease was revoked'},
-              D = {ECANCELED, "the lease's semaphore was deleted"}}
+-- What a lease's tombstone answers ('T' and the letter of ENDED).
+local TOMB = {R = MSG.LEASE_RELEASED, E = MSG.LEASE_EXPIRED, V = MSG.LEASE_REVOKED,
+              D = MSG.LEASE_SEM_DELETED}
 
 -- ---- operations ----
 local ops = {}
@@ -862,7 +761,7 @@ local ops = {}
 local function create(legacy)
   local max = tonumber(ARGV[A + 1])
   if max > 0 and redis.call('ZCARD', 'sema:names') >= max then
-    return reply(ELIMIT, 'too many semaphores')
+    return refuse(MSG.TOO_MANY_SEMS)
   end
   M = mnew(tonumber(ARGV[A]), legacy)
   msave()
@@ -875,32 +774,32 @@ end
 function ops.put()
   if M then
     if M.cap ~= tonumber(ARGV[A]) then
-      return reply(EEXIST, 'the semaphore exists with another capacity')
+      return refuse(MSG.SEM_OTHER_CAPACITY)
     end
-    return reply(0, '', cat({'0'}, view(true)))
+    return reply(0, cat({'0'}, view(true)))
   end
   local r = create(0)
-  return r or reply(0, '', cat({'1'}, view(true)))
+  return r or reply(0, cat({'1'}, view(true)))
 end
 
 function ops.legacy_create()
   if M then
-    return reply(EEXIST, 'the semaphore already exists')
+    return refuse(MSG.SEM_EXISTS)
   end
   local r = create(1)
-  return r or reply(0, '', cat({'1'}, view(false)))
+  return r or reply(0, cat({'1'}, view(false)))
 end
 
 function ops.get()
-  return reply(0, '', cat({'0'}, view(true)))
+  return reply(0, cat({'0'}, view(true)))
 end
 
 function ops.legacy_value()
-  return reply(0, '', cat({'0'}, view(false)))
+  return reply(0, cat({'0'}, view(false)))
 end
 
 function ops.lock_get()
-  return reply(0, '', cat({'0'}, view(true)))
+  return reply(0, cat({'0'}, view(true)))
 end
 
 local function delete_all()
@@ -910,15 +809,17 @@ local function delete_all()
   for _, wid in ipairs(redis.call('ZRANGE', KQ, '0', '-1')) do
     local rec = redis.call('HGET', KW, wid)
     if rec then
-      outcome('fail', wid, wunpack(rec), '', nil, N(ECANCELED))
+      local w = wunpack(rec)
+      waiter_out(w.inst)
+      outcome(ACT.FAIL, wid, w, '', nil, MSG.WAITER_SEM_DELETED)
     end
   end
   for _, lid in ipairs(redis.call('ZRANGE', KX, '0', '-1')) do
-    lease_end(lid, 'deleted')
+    lease_end(lid, ACT.DELETED)
   end
-  act('deleted', '', '', '', nil, '')
+  act(ACT.DELETED, '', '', '', nil, '')
   redis.call('SET', KF, N(M.fence))
-  redis.call('DEL', KM, KQ, KW, KL, KX, KI, KA, KEST)
+  redis.call('DEL', KM, KQ, KW, KX, KI, KA, KEST)
   redis.call('ZREM', 'sema:names', NAME .. '\0' .. S)
   count('sems', '-1')
   M = nil
@@ -926,7 +827,7 @@ end
 
 function ops.delete()
   delete_all()
-  return reply(0, '')
+  return reply(0)
 end
 
 -- resize: capacity
@@ -940,60 +841,65 @@ function ops.resize()
       local w = wunpack(rec)
       if w.kind == 'a' and w.w > cap then
         unqueue(wid, w)
-        outcome('fail', wid, w, '', nil, N(EINVAL))
+        outcome(ACT.FAIL, wid, w, '', nil, MSG.WAITER_ABOVE_CAPACITY)
       end
     end
   end
   if M.nt > 0 then
     tk_resize(cap)
   end
-  act('resized', '', '', '', nil, N(cap))
+  act(ACT.RESIZED, '', '', '', nil, N(cap))
   admit()
-  return reply(0, '', cat({'0'}, view(true)))
+  return reply(0, cat({'0'}, view(true)))
 end
 
 function ops.legacy_up()
-  if M.avail >= CAP_MAX then
-    return reply(EOVERFLOW, 'value would exceed 2^53')
+  if M.avail >= P.CAP_MAX then
+    return refuse(MSG.LEGACY_OVERFLOW)
   end
   M.avail = M.avail + 1
   M.legacy = 1
   admit()
-  return reply(0, '', cat({'0'}, view(false)))
+  return reply(0, cat({'0'}, view(false)))
 end
 
 function ops.legacy_down()
   if M.avail < 1 or M.nq > 0 then
-    return reply(EBUSY, 'Semaphore locked')
+    return refuse(MSG.LEGACY_LOCKED)
   end
   M.avail = M.avail - 1
   M.legacy = 1
-  return reply(0, '', cat({'0'}, view(false)))
+  return reply(0, cat({'0'}, view(false)))
+end
+
+-- The limits an acquire carries (RS_ACQ_MAP LIMITS): 1 max lock keys, 2 max waiters here,
+-- 3 readers a lock admits.
+local function limit(i)
+  local t = {match(ARGV[A + 6], '^(%d+) (%d+) (%d+)$')}
+  return tonumber(t[i] or '0')
 end
 
 -- Park a request at the tail of the queue.
 local function park(wid, w)
-  ALIVE_MS = tonumber(ARGV[5])
-  local maxw = tonumber(ARGV[A + 8])
+  local maxw = limit(2)
   if maxw > 0 and M.nq >= maxw then
-    return reply(ELIMIT, 'too many parked requests')
+    return refuse(MSG.TOO_MANY_WAITERS)
+  end
+  if not redis.call('ZSCORE', 'sema:inst', INST) then
+    return answer(P.ST_GONE_S, '0', nil) -- this instance was taken for dead
   end
   M.seq = M.seq + 1
   redis.call('ZADD', KQ, N(M.seq), wid)
   redis.call('HSET', KW, wid, wpack(w))
-  redis.call('HSET', KA, INST, N(NOW + ALIVE_MS))
-  due_at(NOW + ALIVE_MS + 1)
+  waiter_in(INST)
   M.nq = M.nq + 1
   M.wq = M.wq + w.w
   if w.idem ~= '' then
     redis.call('HSET', KI, w.idem, 'W' .. wid)
   end
-  return reply(1, '')
+  return reply(P.ST_PARKED)
 end
 
-local M_KEY_MISMATCH = 'this Idempotency-Key names a request of another weight ' ..
-                       '(or lock mode); nothing was granted'
-local M_KEY_OTHER_TOKEN = 'the Idempotency-Key names a request of another token'
 
 -- A retry with a known Idempotency-Key: the lease it names, or its place in the queue.
 local function idem_retry(wid, w, wait)
@@ -1005,9 +911,9 @@ local function idem_retry(wid, w, wait)
   if string.sub(v, 1, 1) == 'T' then -- a ticket's key
     local t = redis.call('HGET', KT, ref)
     if t and not allowed(fields(t)[8] or '') then
-      return reply(EACCES, M_KEY_OTHER_TOKEN)
+      return refuse(MSG.KEY_OTHER_TOKEN)
     end
-    return reply(EKEYMISMATCH, 'this Idempotency-Key names a ticket; nothing was granted')
+    return refuse(MSG.KEY_NAMES_TICKET)
   end
   if string.sub(v, 1, 1) == 'L' then
     local l = lget(ref)
@@ -1015,12 +921,12 @@ local function idem_retry(wid, w, wait)
       return nil
     end
     if not allowed(l.princ) then
-      return reply(EACCES, M_KEY_OTHER_TOKEN)
+      return refuse(MSG.KEY_OTHER_TOKEN)
     end
     if l.w ~= w.w or l.mode ~= w.mode then
-      return reply(EKEYMISMATCH, M_KEY_MISMATCH)
+      return refuse(MSG.KEY_OTHER_WEIGHT)
     end
-    return reply(0, '', lease_result(ref, l))
+    return reply(0, lease_result(ref, l))
   end
   local rec = redis.call('HGET', KW, ref)
   if not rec then
@@ -1028,30 +934,32 @@ local function idem_retry(wid, w, wait)
   end
   local old = wunpack(rec)
   if not allowed(old.princ) then
-    return reply(EACCES, M_KEY_OTHER_TOKEN)
+    return refuse(MSG.KEY_OTHER_TOKEN)
   end
   if old.w ~= w.w or old.kind ~= w.kind or old.mode ~= w.mode then
-    return reply(EKEYMISMATCH, M_KEY_MISMATCH)
+    return refuse(MSG.KEY_OTHER_WEIGHT)
   end
   if not wait then
-    return reply(EBUSY, 'not available without waiting')
+    return refuse(MSG.NOT_AVAILABLE)
   end
   -- the retry takes the first attempt's place: same position, its own instance
+  if not redis.call('ZSCORE', 'sema:inst', INST) then
+    return answer(P.ST_GONE_S, '0', nil) -- this instance was taken for dead
+  end
   local score = redis.call('ZSCORE', KQ, ref)
   redis.call('ZREM', KQ, ref)
   redis.call('HDEL', KW, ref)
+  waiter_out(old.inst)
+  waiter_in(INST)
   old.inst = INST
   old.lid = w.lid
   old.ttl, old.sttl = w.ttl, w.sttl
   old.owner = w.owner
-  ALIVE_MS = tonumber(ARGV[5])
   redis.call('ZADD', KQ, score, wid)
   redis.call('HSET', KW, wid, wpack(old))
-  redis.call('HSET', KA, INST, N(NOW + ALIVE_MS))
-  due_at(NOW + ALIVE_MS + 1)
   redis.call('HSET', KI, w.idem, 'W' .. wid)
-  outcome('fail', ref, wunpack(rec), '', nil, N(EREPLACED))
-  return reply(1, '')
+  outcome(ACT.FAIL, ref, wunpack(rec), '', nil, MSG.WAITER_REPLACED)
+  return reply(P.ST_PARKED)
 end
 
 -- acquire: weight (or mode for a lock), wait (0 try, 1 wait), ttl, owner, idem, lease id,
@@ -1059,9 +967,9 @@ end
 local function acquire()
   local wait = ARGV[A + 1] == '1'
   local w = {inst = INST, w = ARGV[A] + 0, kind = 'a', since = NOW,
-             ttl = ARGV[A + 2] + 0, owner = ARGV[A + 3], idem = ARGV[A + 4],
-             lid = ARGV[A + 5], mode = '0', princ = PRINC, sw = ARGV[A], sttl = ARGV[A + 2]}
-  local wid = ARGV[A + 6]
+             ttl = ARGV[A + 2] + 0, owner = ARGV[A + 4], idem = ARGV[A + 5],
+             lid = ARGV[A + 3], mode = '0', princ = PRINC, sw = ARGV[A], sttl = ARGV[A + 2]}
+  local wid = RID
   if KIND == 'k' then
     -- the mode is kept apart from the weight: with one reader allowed both modes weigh 1
     if w.w == 0 then
@@ -1071,18 +979,17 @@ local function acquire()
     end
   end
   if w.w < 1 or w.w > M.cap then
-    return reply(EINVAL, 'weight must be between 1 and the capacity')
+    return refuse(MSG.BAD_WEIGHT)
   end
   if RETRY then
     -- sent again: a grant made at once was not cached (main); its lease tells it
     local t = redis.call('GET', 'sema:id:' .. w.lid)
     local l = lread(w.lid, t)
     if l then
-      return reply(0, '', lease_result(w.lid, l))
+      return reply(0, lease_result(w.lid, l))
     end
     if t and string.sub(t, 1, 1) == 'T' then
-      local tb = TOMB[string.sub(t, 2, 2)]
-      return reply(tb[1], tb[2])
+      return refuse(TOMB[string.sub(t, 2, 2)])
     end
   end
   if w.idem ~= '' then
@@ -1093,17 +1000,17 @@ local function acquire()
   end
   if NOW < SAFE_AT then
     lock_gc()
-    return reply(EUNAVAIL, M_LOST)
+    return refuse(MSG.REDIS_STATE_LOST)
   end
   if M.nq == 0 and w.w <= M.avail then
     local own = OWN
     local l = grant(w, w.lid, wid)
     OWN = own -- the caller's own grant completes no parked request: a retry rebuilds it
     REBUILT = true
-    return reply(0, '', lease_result(w.lid, l))
+    return reply(0, lease_result(w.lid, l))
   end
   if not wait then
-    return reply(EBUSY, 'not available without waiting')
+    return refuse(MSG.NOT_AVAILABLE)
   end
   return park(wid, w)
 end
@@ -1120,12 +1027,12 @@ end
 function ops.wait_idle()
   local wait = ARGV[A + 1] == '1'
   if M.nq == 0 and M.avail >= M.cap then
-    return reply(0, '', {'idle'})
+    return reply(0, {'idle'})
   end
   if not wait then
-    return reply(EBUSY, 'not idle')
+    return refuse(MSG.NOT_IDLE)
   end
-  return park(ARGV[A + 6], {inst = INST, w = 0, kind = 'i', since = NOW, ttl = 0, owner = '',
+  return park(RID, {inst = INST, w = 0, kind = 'i', since = NOW, ttl = 0, owner = '',
                             idem = '', lid = '', mode = '0', princ = PRINC})
 end
 
@@ -1133,14 +1040,14 @@ end
 local LEASE
 
 function ops.lease_get()
-  return reply(0, '', lease_result(LID, LEASE))
+  return reply(0, lease_result(LID, LEASE))
 end
 
 -- renew: ttl
 function ops.lease_renew()
   local l = LEASE
   if not allowed(l.princ) then
-    return reply(EACCES, M_OTHER_TOKEN)
+    return refuse(MSG.LEASE_OTHER_TOKEN)
   end
   l.ttl = tonumber(ARGV[A])
   l.exp = NOW + l.ttl
@@ -1149,140 +1056,199 @@ function ops.lease_renew()
   redis.call('ZADD', KX, l.sexp, LID)
   bump_horizon(l.exp)
   due_at(l.exp)
-  return reply(0, '', lease_result(LID, l))
+  return reply(0, lease_result(LID, l))
 end
 
 local function end_op(why)
-  REBUILT = why == 'released'
+  REBUILT = why == ACT.RELEASED
   if not allowed(LEASE.princ) then
-    return reply(EACCES, M_OTHER_TOKEN)
+    return refuse(MSG.LEASE_OTHER_TOKEN)
   end
   lease_end(LID, why, LEASE)
-  if why == 'revoked' then
+  if why == ACT.REVOKED then
     next_fence() -- a fenced write with the old token now loses
   end
   admit()
-  return reply(0, '')
+  return reply(0)
 end
 
 function ops.lease_release()
-  return end_op('released')
+  return end_op(ACT.RELEASED)
 end
 
 function ops.lease_revoke()
-  return end_op('revoked')
+  return end_op(ACT.REVOKED)
 end
 
 -- ---- the uncontended acquire and release, in short ----
 -- An acquire granted at once, and a release of units nobody waits for, on a semaphore with
--- nothing due and no tickets, whose row has every field they read: what grant() and
--- lease_end() (then admit() and reply(), with nothing to do) do for them, the row and the
--- lease in locals rather than tables, which cost Lua more than their fields. Nil for any
--- other call, which takes the general path, and with it the row's fields if they were read
--- (mload takes them).
--- v: the row's MF_ACQUIRE fields
-local function acquire_at_once(v)
-  if not v[1] or not v[6] or not v[7] or RETRY or ARGV[A + 4] ~= '' or KIND ~= 's' or
-     NOW < SAFE_AT or v[5] + 0 ~= 0 or v[7] + 0 ~= 0 then
+-- nothing to file or that has come due, no tickets and nobody following its events: what
+-- grant() and lease_end() (then admit() and reply(), with nothing to do) do for them, with the
+-- row and the lease in locals rather than tables (a table costs Lua more than its fields),
+-- the row written in place, and one short string for an answer (RS_SHORT_GRANT, _RELEASE:
+-- their numbers packed, not formatted). They run before the general path reads the epoch's
+-- hash: the row says what they need of it (ep, pa, hz: the row's fields above), and the
+-- instance sends a plain flag only while it knows of no pause. Nil for any other call, which
+-- takes the general path.
+local function acquire_at_once(k)
+  keys_of(k)
+  if KIND ~= 's' or ARGV[A + 5] ~= '' then
     return nil
   end
-  local cap, avail, wt, due = v[1] + 0, v[2] + 0, ARGV[A] + 0, v[6] + 0
-  if (due ~= 0 and due <= NOW) or wt < 1 or wt > cap or wt > avail then
+  local v = redis.call('GET', KM)
+  if not v then
     return nil
   end
-  local fence = v[4] + 1
+  local cap, avail, held, fence, nq, due, nt, ev, ep, pa, hz = struct.unpack(ROW_FMT, v)
+  local wt, ttl = ARGV[A] + 0, ARGV[A + 2] + 0
+  local exp = NOW + ttl
+  -- (another epoch, a pause, a lease past the horizon, a due time to file or one that has
+  -- come, events to log: the general path's)
+  if ep ~= EPOCH + 0 or pa ~= 0 or exp > hz or nq ~= 0 or nt ~= 0 or ev ~= 0 or due == 0 or
+     due <= NOW or exp < due or wt < 1 or wt > cap or wt > avail then
+    return nil
+  end
+  fence = fence + 1
   if fence < NOWUS then
     fence = NOWUS
   end
-  local sw, sttl, owner, lid, wid = ARGV[A], ARGV[A + 2], ARGV[A + 3], ARGV[A + 5], ARGV[A + 6]
-  local exp = NOW + sttl
-  local sf, sacq, sexp = N(fence), nows(), N(exp)
-  lset(lid, sw, sf, sttl, sacq, sexp, owner, '', '0', PRINC)
-  redis.call('ZADD', KX, sexp, lid)
-  bump_horizon(exp)
-  count('leases', '1')
-  local savail, sheld = N(avail - wt), N(v[3] + wt)
-  if due == 0 or exp < due then
-    due = exp
-    redis.call('HSET', KM, 'avail', savail, 'held', sheld, 'fence', sf, 'due', sexp)
-    redis.call('ZADD', 'sema:due', sexp, S)
-    due_head(true)
-  else
-    redis.call('HSET', KM, 'avail', savail, 'held', sheld, 'fence', sf)
-  end
+  local lid = ARGV[A + 3]
+  redis.call('SET', 'sema:id:' .. lid, lrecord(wt, fence, ttl, NOW, exp, 0, ARGV[A + 4], '',
+                                                PRINC))
+  redis.call('ZADD', KX, fmt('%d', exp), lid)
   granted()
-  ACTS = {'granted', wid, INST, lid, sw, sf, sttl, sacq, sexp, owner, '0'}
-  REBUILT = true
-  return {'0', '', sacq, N(due), concat(ACTS, '\0'), S, counts(), lid, sw, sf, sttl, sacq, sexp,
-          owner, '0'}
+  redis.call('HINCRBY', 'sema:epoch', 'leases', '1')
+  redis.call('SETRANGE', KM, ROW_AT.avail, struct.pack('<ddd', avail - wt, held + wt, fence))
+  return 'G' .. struct.pack('<dd', fence, NOW) -- (the rest of the lease is the request's)
 end
 
--- v: the value of the id's key LID names (neither absent nor a tombstone). Returns the reply,
--- or nil and the row's MF_RELEASE fields if it read them.
-local function release_at_once(v)
-  local sw, sf, sttl, sacq, sexp, owner, idem, mode, princ, stem = match(v, IDPAT)
-  if not sw or not allowed(princ) then
+-- k: the id's key of the lease (sema:id:LID). It needs no clock: a lease whose time came
+-- but that no housekeeping has ended yet is released (as the embedded back end, whose timer
+-- ends a lease, releases one whose timer has not run).
+local function release_at_once(k)
+  local v = redis.call('GET', k)
+  if not v or string.byte(v, 1) ~= 108 then
+    return nil
+  end
+  local w, f, ttl, acq, exp, mode, owner, idem, princ, stem = struct.unpack(LREC, v, 2)
+  if not allowed(princ) then
     return nil
   end
   keys_of(stem)
   if KIND ~= 's' then
     return nil
   end
-  local m = redis.call('HMGET', KM, 'avail', 'held', 'nq', 'due', 'nt')
-  if not m[1] or not m[4] or not m[5] or m[3] + 0 ~= 0 or m[5] + 0 ~= 0 then
-    return nil, m
+  local r = redis.call('GET', KM)
+  if not r then
+    return nil
   end
-  local due = m[4] + 0
-  if due ~= 0 and due <= NOW then
-    return nil, m
+  local cap, avail, held, fence, nq, due, nt, ev = struct.unpack(ROW_FMT, r)
+  if nq ~= 0 or nt ~= 0 or ev ~= 0 then
+    return nil
   end
-  local wt = sw + 0
-  redis.call('ZREM', KX, LID)
-  redis.call('SET', 'sema:id:' .. LID, 'TR' .. RID, 'PX', TOMB_TTL_MS)
-  if idem ~= '' and redis.call('HGET', KI, idem) == 'L' .. LID then
+  local lid = string.sub(k, 9)
+  redis.call('ZREM', KX, lid)
+  redis.call('SET', k, 'TR' .. RID, 'PX', TOMB_TTL_MS)
+  if idem ~= '' and redis.call('HGET', KI, idem) == 'L' .. lid then
     redis.call('HDEL', KI, idem)
   end
-  count('leases', '-1')
-  redis.call('HSET', KM, 'avail', N(m[1] + wt), 'held', N(m[2] - wt))
-  ACTS = {'released', '', '', LID, sw, sf, sttl, sacq, sexp, owner, mode}
-  REBUILT = true
-  return {'0', '', nows(), due == 0 and '0' or N(due), concat(ACTS, '\0'), S, counts()}
+  redis.call('HINCRBY', 'sema:epoch', 'leases', '-1')
+  redis.call('SETRANGE', KM, ROW_AT.avail, struct.pack('<dd', avail + w, held - w))
+  return 'R' .. struct.pack('<d', acq)
 end
 
 -- ---- an instance's own waiters ----
 
--- collect: waiter ids this instance has parked here (to find those Redis no longer knows).
--- Renews the instance's alive-until, hands over what was granted to it.
+-- collect: waiter ids this instance has parked here. Those Redis no longer knows (neither
+-- waiting here nor with an outcome to collect) are gone. An instance asks after it could not
+-- reach Redis for a while (a failover may have promoted a replica without them); in steady
+-- state its beat (below), O(1), is all it sends.
 function ops.collect()
-  local mine = {}
-  local n = 0
+  local kg = 'sema:g:' .. INST
   for i = A, #ARGV do
-    mine[ARGV[i]] = true
-    n = n + 1
+    local wid = ARGV[i]
+    if not (M and redis.call('HEXISTS', KW, wid) == 1) and
+       redis.call('HEXISTS', kg, wid) == 0 then
+      act(ACT.GONE, wid, INST, '', nil, '')
+    end
   end
-  if n > 0 and M then
-    ALIVE_MS = tonumber(ARGV[5])
-    redis.call('HSET', KA, INST, N(NOW + ALIVE_MS))
-    due_at(NOW + ALIVE_MS + 1)
-  end
-  local g = redis.call('HGETALL', KG)
+  return reply(0)
+end
+
+-- The outcomes kept for this instance (sema:g:INST), handed over as acts and forgotten.
+local function collect_outcomes()
+  local kg = 'sema:g:' .. INST
+  local g = redis.call('HGETALL', kg)
   for i = 1, #g, 2 do
-    local a = fields(g[i + 1])
-    if a[1] == INST then
-      redis.call('HDEL', KG, g[i])
-      mine[g[i]] = nil
-      local l = a[5] and a[5] ~= '' and {w = tonumber(a[5]), f = tonumber(a[6]),
-                 ttl = tonumber(a[7]), acq = tonumber(a[8]), exp = tonumber(a[9]),
-                 owner = a[10] or '', idem = a[11] or ''} or nil
-      act('c' .. a[2], g[i], INST, a[3], l, a[4])
-    end
+    local a = fields(g[i + 1]) -- stem, type, lease id, extra, the lease's fields
+    local l = a[5] and a[5] ~= '' and {w = tonumber(a[5]), f = tonumber(a[6]),
+               ttl = tonumber(a[7]), acq = tonumber(a[8]), exp = tonumber(a[9]),
+               owner = a[10] or '', idem = a[11] or ''} or nil
+    act(a[2] + P.ACT_COLLECTED, g[i], INST, a[3], l, a[4])
   end
-  for wid, _ in pairs(mine) do
-    if not GRANTED[wid] and not (M and redis.call('HEXISTS', KW, wid) == 1) then
-      act('gone', wid, INST, '', nil, '')
-    end
+  if #g > 0 then
+    redis.call('DEL', kg)
   end
-  return reply(0, '')
+end
+
+-- beat (KEYS[1] sema:inst): an instance proves it is alive and learns the state of Redis
+-- in O(1), however many waiters it has parked: its alive-until in sema:inst moves on (the
+-- sweep prunes the waiters of an instance whose alive-until has passed), the outcomes kept
+-- for it are handed over (a wake-up message may have been lost), and the reply brings the
+-- epoch check and the counts. An instance no longer in sema:inst was taken for dead (its
+-- waiters were pruned): ST_GONE, so it answers them 503 and says hello again.
+local function beat()
+  if not redis.call('ZSCORE', 'sema:inst', INST) then
+    return answer(P.ST_GONE_S, '0', nil)
+  end
+  redis.call('ZADD', 'sema:inst', N(NOW + ALIVE_MS), INST)
+  inst_due()
+  collect_outcomes()
+  return reply(0)
+end
+
+-- The sweep found an instance whose alive-until has passed: its waiters leave the queue of
+-- one semaphore per call (sema:iw:<instance> lists them), then the grants made for it that
+-- it never collected go back, one semaphore's per call; then it is forgotten. The due time
+-- every reply tells stays at its alive-until (inst_due) while it is in sema:inst, so the
+-- instances sweep again at once until it is done.
+local function prune_dead(inst)
+  local stem = redis.call('SRANDMEMBER', 'sema:iw:' .. inst)
+  if stem then
+    keys_of(stem)
+    M = mload()
+    if M then
+      DUE0 = M.due
+      prune_instance(inst)
+      admit()
+    else
+      redis.call('SREM', 'sema:iw:' .. inst, stem)
+    end
+    return reply(0)
+  end
+  local kg = 'sema:g:' .. inst
+  local g = redis.call('HGETALL', kg)
+  if #g > 0 then
+    keys_of(fields(g[2])[1])
+    M = mload()
+    for i = 1, #g, 2 do
+      local a = fields(g[i + 1]) -- stem, type, lease id, extra, the lease's fields
+      if a[1] == S then
+        redis.call('HDEL', kg, g[i])
+        if a[2] == ACT.GRANTED_S and M then
+          lease_end(a[3], ACT.RELEASED)
+        end
+      end
+    end
+    if M then
+      DUE0 = M.due
+      admit()
+    end
+    return reply(0)
+  end
+  redis.call('ZREM', 'sema:inst', inst)
+  inst_due()
+  return reply(0)
 end
 
 -- cancel: waiter id, why (t: its timeout, the grant is delivered if it was made; d: its client
@@ -1290,61 +1256,62 @@ end
 -- made for it but never delivered: a reply that came after the client left)
 function ops.cancel()
   local wid, why, mylid = ARGV[A], ARGV[A + 1], ARGV[A + 2] or ''
+  local kg = 'sema:g:' .. INST
   local ml = why == 'd' and M and mylid ~= '' and redis.call('HEXISTS', KW, wid) == 0 and
-             redis.call('HEXISTS', KG, wid) == 0 and lget(mylid)
+             redis.call('HEXISTS', kg, wid) == 0 and lget(mylid)
   if ml then
-    lease_end(mylid, 'released', ml)
+    lease_end(mylid, ACT.RELEASED, ml)
     admit()
-    return reply(0, '')
+    return reply(0)
   end
   local rec = M and redis.call('HGET', KW, wid)
   if rec then
     unqueue(wid, wunpack(rec))
     if why == 't' then
-      act('fail', wid, INST, '', nil, N(ETIMEDOUT))
+      act(ACT.FAIL, wid, INST, '', nil, MSG.WAITER_TIMED_OUT)
     end
     admit()
   else
-    local g = redis.call('HGET', KG, wid)
+    local g = redis.call('HGET', kg, wid)
     local lid = GRANTED[wid]
     if g then
-      redis.call('HDEL', KG, wid)
-      local a = fields(g)
-      if a[2] == 'granted' then
+      redis.call('HDEL', kg, wid)
+      local a = fields(g) -- stem, type, lease id, extra, the lease's fields
+      if a[2] == ACT.GRANTED_S then
         lid = a[3]
         if why == 't' then
           local l = {w = tonumber(a[5]), f = tonumber(a[6]), ttl = tonumber(a[7]),
                      acq = tonumber(a[8]), exp = tonumber(a[9]), owner = a[10] or '',
                      idem = a[11] or ''}
-          act('cgranted', wid, INST, lid, l, a[4])
+          act(ACT.GRANTED + P.ACT_COLLECTED, wid, INST, lid, l, a[4])
           lid = nil
         end
       elseif why == 't' then
-        act('c' .. a[2], wid, INST, a[3], nil, a[4])
+        act(a[2] + P.ACT_COLLECTED, wid, INST, a[3], nil, a[4])
       end
     end
     if lid and why == 'd' and M then
-      lease_end(lid, 'released')
+      lease_end(lid, ACT.RELEASED)
       admit()
     elseif not g and not lid and why == 't' and M and mylid ~= '' then
       -- granted by a script whose answer told it to this instance, which has not seen it yet
       local l = lget(mylid)
       if l then
-        act('cgranted', wid, INST, mylid, l, nil)
+        act(ACT.GRANTED + P.ACT_COLLECTED, wid, INST, mylid, l, nil)
       end
     end
   end
-  return reply(0, '')
+  return reply(0)
 end
 
 -- release_lid: a grant this instance could not deliver (its client left): lease id
+-- drop_lease (KEYS[1] is sema:id:LID, like a release): a grant this instance could not
+-- deliver (its client left, it was not confirmed) goes back, whoever's token took it; a lease
+-- that has ended already is left as it is.
 function ops.drop_lease()
-  local l = M and lget(ARGV[A])
-  if l then
-    lease_end(ARGV[A], 'released', l)
-    admit()
-  end
-  return reply(0, '')
+  lease_end(LID, ACT.RELEASED, LEASE)
+  admit()
+  return reply(0)
 end
 
 -- ---- tickets ----
@@ -1356,16 +1323,8 @@ end
 -- the stem), then, once it ended, why ('X' and a reason letter) for TOMB_TTL_MS. Every change
 -- of a ticket's status is published on sema:tkt (its id), so an instance with a long-poll or a
 -- stream on it reads it again at once; positions are read again every poll interval.
-local EGONE = -1004
-local TK_ENDED = {
-  L = 'the ticket left the line',
-  A = 'the ticket was dropped: nobody read it for keepalive_ms',
-  U = "the ticket's lease was released: nobody collected it within keepalive_ms",
-  D = "the ticket's lease has ended",
-  X = "the ticket's semaphore was deleted",
-  F = 'the ticket can no longer be granted (its weight is above the capacity now, or memory ' ..
-      'ran out)'}
-local EST_MIN = 8
+local TK_ENDED = {L = MSG.TICKET_LEFT, A = MSG.TICKET_ABANDONED, U = MSG.TICKET_UNCOLLECTED,
+                  D = MSG.TICKET_DONE, X = MSG.TICKET_SEM_DELETED, F = MSG.TICKET_REFUSED}
 
 -- status ('w' waiting, 'g' granted), weight, ttl, keepalive, owner, idempotency key, lease id,
 -- principal, collected ('0', '1'), its place in the queue, the weight ahead then, the weight
@@ -1395,9 +1354,9 @@ local function tk_forget(tid, t, why)
   redis.call('ZREM', KK, tid)
   M.nt = M.nt - 1
   if M.nt == 0 then
-    redis.call('DEL', KFW) -- kept only while there are tickets
+    redis.call('DEL', KFW, KH) -- kept only while there are tickets
     if redis.call('EXISTS', KEST) == 1 then
-      redis.call('HSET', KEST, 'el', '0') -- no gap measured across a time without tickets
+      redis.call('HSET', KEST, 'gl', '0') -- no gap measured across a time without tickets
     end
   end
   count('tickets', -1)
@@ -1417,7 +1376,7 @@ tk_lease_gone = function(lid, why)
   redis.call('HDEL', KTL, lid)
   local t = tk_get(tid)
   if t then
-    tk_forget(tid, t, why == 'deleted' and 'X' or 'D')
+    tk_forget(tid, t, why == ACT.DELETED and 'X' or 'D')
   end
 end
 
@@ -1432,7 +1391,7 @@ local function tk_end(tid, t, why)
   else
     redis.call('HDEL', KTL, t.lid)
     tk_forget(tid, t, why)
-    lease_end(t.lid, 'released')
+    lease_end(t.lid, ACT.RELEASED)
   end
 end
 
@@ -1454,12 +1413,13 @@ local function tk_grant(tid, t)
   M.avail = M.avail - l.w
   M.held = M.held + l.w
   granted()
+  redis.call('ZADD', KH, N(l.acq), t.lid)
   count('leases', 1)
   count('t_granted', 1)
   t.st, t.coll = 'g', '0'
   redis.call('HSET', KT, tid, tkpack(t))
   keepalive(tid, t)
-  act('granted', '', '', t.lid, l)
+  act(ACT.GRANTED, '', '', t.lid, l)
   tk_changed(tid)
 end
 
@@ -1518,7 +1478,7 @@ tk_delete_all = function()
     redis.call('SET', 'sema:tk:' .. all[i], 'XX', 'PX', TOMB_TTL_MS)
     tk_changed(all[i])
   end
-  redis.call('DEL', KT, KK, KTL, KFW)
+  redis.call('DEL', KT, KK, KTL, KFW, KH)
   M.nt = 0
 end
 
@@ -1533,19 +1493,20 @@ tk_resize = function(cap)
   end
 end
 
--- ---- the wait estimate: what the semaphore measured, as the embedded back end does ----
--- Moving mean (and variance) of the time between grants from the queue per unit granted
--- (only while the queue stays non-empty), and of hold times, in :e (us, us^2; el: the last
--- grant's time in us, 0 when the queue emptied). Sampled while the semaphore has tickets, so
--- a semaphore without them pays nothing for it.
-local EST_ALPHA = 0.1
-local EST_F = {'en', 'eg', 'ev', 'el', 'ehn', 'eh'}
-local function ewma(mean, var, x, n)
+-- ---- the wait estimate's samples: what the semaphore measured ----
+-- The moving mean and variance of the time between grants from the queue per unit granted
+-- (only while the queue stays non-empty), and the moving mean of hold times, in :est (ms, as
+-- doubles; gl: the last grant's time in us, 0 when the queue emptied; ng, nh: samples taken),
+-- folded in as be_est_fold() does for the embedded back end (P.EST_ALPHA). C makes the
+-- estimate from them (be_estimate). Sampled while the semaphore has tickets, so a semaphore
+-- without them pays nothing for it.
+local EST_F = {'ng', 'gm', 'gv', 'gl', 'nh', 'hm'}
+local function fold(mean, var, x, n)
   if n == 0 then
     return x, 0
   end
   local d = x - mean
-  return mean + EST_ALPHA * d, (1 - EST_ALPHA) * (var + EST_ALPHA * d * d)
+  return mean + P.EST_ALPHA * d, (1 - P.EST_ALPHA) * (var + P.EST_ALPHA * d * d)
 end
 local function est_load()
   local v = redis.call('HMGET', KEST, unpack(EST_F))
@@ -1561,12 +1522,11 @@ est_queue_grant = function(w)
     return
   end
   local e = est_load()
-  if e.el ~= 0 and w > 0 then
-    local g, v = ewma(e.eg, e.ev, (nowus() - e.el) / w, e.en)
-    redis.call('HSET', KEST, 'eg', N(math.floor(g + 0.5)), 'ev', N(math.floor(v + 0.5)), 'en',
-               N(e.en + 1))
+  if e.gl ~= 0 and w > 0 then
+    local g, v = fold(e.gm, e.gv, (nowus() - e.gl) / 1000 / w, e.ng)
+    redis.call('HSET', KEST, 'gm', fmt('%.17g', g), 'gv', fmt('%.17g', v), 'ng', N(e.ng + 1))
   end
-  redis.call('HSET', KEST, 'el', M.nq > 0 and N(nowus()) or '0')
+  redis.call('HSET', KEST, 'gl', M.nq > 0 and N(nowus()) or '0')
 end
 
 est_hold = function(ms)
@@ -1577,48 +1537,21 @@ est_hold = function(ms)
   if ms < 0 then
     ms = 0
   end
-  redis.call('HSET', KEST, 'eh', N(math.floor(ewma(e.eh, 0, ms * 1000, e.ehn) + 0.5)), 'ehn',
-             N(e.ehn + 1))
+  redis.call('HSET', KEST, 'hm', fmt('%.17g', (fold(e.hm, 0, ms, e.nh))), 'nh', N(e.nh + 1))
 end
 
--- The wait until `units` more units have been granted from the queue: p50 and p90 of a
--- log-normal with the summed gaps' mean and variance; nil without enough samples.
-local function estimate(units)
+-- The samples C makes the estimate from (RS_TICKET_FIELD_MAP, UNITS to OLDEST_AGE_MS): the
+-- units still to be granted, the capacity, the samples, and how long the oldest holder has
+-- held (-1: none; :h holds the leases by grant time while there are tickets).
+local function est_fields(units)
   local e = est_load()
-  local m, var
-  if e.en >= EST_MIN then
-    m, var = e.eg / 1000, e.ev / 1e6
-  elseif e.ehn >= EST_MIN then
-    m = e.eh / 1000 / M.cap
-    var = m * m
-  else
-    return nil
+  local age = '-1'
+  local h = redis.call('ZRANGE', KH, '0', '0', 'WITHSCORES')
+  if #h > 0 then
+    age = N(NOW - tonumber(h[2]))
   end
-  local mean = units * m
-  if e.ehn >= EST_MIN and M.held > 0 then
-    -- the oldest holder (the lowest fence) frees no unit before its expected rest
-    local acq, f
-    for _, x in ipairs(lall()) do
-      local l = x[2]
-      if not f or l.f < f then
-        f, acq = l.f, l.acq
-      end
-    end
-    if acq then
-      local hold, age = e.eh / 1000, NOW - acq
-      local first = hold > age and hold - age or 0
-      if first + (units - 1) * m > mean then
-        mean = first + (units - 1) * m
-      end
-    end
-  end
-  if mean <= 0 then
-    return 0, 0
-  end
-  local cv2 = units * var / (mean * mean)
-  local sigma = math.sqrt(math.log(1 + cv2))
-  local median = mean / math.sqrt(1 + cv2)
-  return math.floor(median + 0.5), math.floor(median * math.exp(1.2816 * sigma) + 0.5)
+  return N(units), N(M.cap), fmt('%.17g', e.gm), fmt('%.17g', e.gv), N(e.ng),
+         fmt('%.17g', e.hm), N(e.nh), age
 end
 
 -- ---- the weight ahead of a ticket, exact in O(log n) ----
@@ -1683,29 +1616,25 @@ fw_left = function(wid, w)
   end
 end
 
--- created, id, status (1 waiting, 2 granted), weight, position, ahead weight, estimated,
--- p50, p90, keepalive, [the lease's 8 fields]
+-- RS_TICKET_FIELD_MAP: created, id, status (1 waiting, 2 granted), weight, position, ahead
+-- weight, keepalive, the estimate's samples (est_fields; zeros once granted), [the lease's
+-- fields]
 local function tk_view(tid, t, created)
-  local pos, ahead, est, p50, p90 = 0, 0, '0', 0, 0
-  local lease
+  local r = {created and '1' or '0', tid, t.st == 'w' and '1' or '2', N(t.w), '0', '0', N(t.ka),
+             '0', '0', '0', '0', '0', '0', '0', '-1'}
   if t.st == 'w' then
-    pos = tonumber(redis.call('ZRANK', KQ, tid) or 0) + 1
-    ahead = t.bw - (fw_prefix(t.seq - 1) - t.bf)
+    local ahead = t.bw - (fw_prefix(t.seq - 1) - t.bf)
     local avail = M.avail > 0 and M.avail or 0
     local need = ahead + t.w
     need = need > avail and need - avail or 1
-    local a, b = estimate(need)
-    if a then
-      est, p50, p90 = '1', a, b
-    end
+    r[5] = N(tonumber(redis.call('ZRANK', KQ, tid) or 0) + 1)
+    r[6] = N(ahead)
+    r[8], r[9], r[10], r[11], r[12], r[13], r[14], r[15] = est_fields(need)
   else
     local l = lget(t.lid)
-    lease = l and lease_result(t.lid, l) or nil
-  end
-  local r = {created and '1' or '0', tid, t.st == 'w' and '1' or '2', N(t.w), N(pos), N(ahead),
-             est, N(p50), N(p90), N(t.ka)}
-  if lease then
-    cat(r, lease)
+    if l then
+      cat(r, lease_result(t.lid, l))
+    end
   end
   return r
 end
@@ -1721,8 +1650,6 @@ local function tk_touch(tid, t)
   end
 end
 
-local M_TK_OTHER_TOKEN = 'the ticket belongs to another token'
-local M_TK_KEY = 'this Idempotency-Key names another request (or a ticket of another weight)'
 
 -- ticket_create: weight, ttl, owner, idempotency key, ticket id, lease id, keepalive,
 -- max waiters here
@@ -1732,10 +1659,10 @@ function ops.ticket_create()
              coll = '0', seq = 0, bw = 0, bf = 0}
   local tid = ARGV[A + 4]
   if KIND ~= 's' then
-    return reply(ENOENT, M_NOT_FOUND)
+    return refuse(MSG.NO_SEM)
   end
   if t.w < 1 or t.w > M.cap then
-    return reply(EINVAL, 'weight must be between 1 and the capacity')
+    return refuse(MSG.BAD_WEIGHT)
   end
   if t.idem ~= '' then
     local v = redis.call('HGET', KI, t.idem)
@@ -1745,23 +1672,29 @@ function ops.ticket_create()
       local other = kind == 'L' and lget(ref) or kind == 'W' and redis.call('HGET', KW, ref)
       if (old and not allowed(old.princ)) or
          (other and not allowed(kind == 'L' and other.princ or wunpack(other).princ)) then
-        return reply(EACCES, M_KEY_OTHER_TOKEN)
+        return refuse(MSG.KEY_OTHER_TOKEN)
       end
       if not old or old.w ~= t.w then
-        return reply(EKEYMISMATCH, M_TK_KEY)
+        return refuse(MSG.KEY_OTHER_REQUEST)
       end
       tid = string.sub(v, 2)
       tk_touch(tid, old)
-      return reply(0, '', tk_view(tid, old, false))
+      return reply(0, tk_view(tid, old, false))
     end
   end
   if NOW < SAFE_AT then
-    return reply(EUNAVAIL, M_LOST)
+    return refuse(MSG.REDIS_STATE_LOST)
   end
   local now_grant = M.nq == 0 and t.w <= M.avail
   local maxw = tonumber(ARGV[A + 7])
   if not now_grant and maxw > 0 and M.nq >= maxw then
-    return reply(ELIMIT, 'too many parked requests')
+    return refuse(MSG.TOO_MANY_WAITERS)
+  end
+  if M.nt == 0 then
+    -- the first ticket: the holders by grant time, for the estimate (kept while tickets live)
+    for _, x in ipairs(lall()) do
+      redis.call('ZADD', KH, N(x[2].acq), x[1])
+    end
   end
   M.nt = M.nt + 1
   count('tickets', 1)
@@ -1785,20 +1718,20 @@ function ops.ticket_create()
     redis.call('HSET', KT, tid, tkpack(t))
     keepalive(tid, t)
   end
-  return reply(0, '', tk_view(tid, t, true))
+  return reply(0, tk_view(tid, t, true))
 end
 
 local TK_TID, TK
 function ops.ticket_get()
   tk_touch(TK_TID, TK)
-  return reply(0, '', tk_view(TK_TID, TK, false))
+  return reply(0, tk_view(TK_TID, TK, false))
 end
 
 function ops.ticket_delete()
   count('t_left', 1)
   tk_end(TK_TID, TK, 'L')
   admit()
-  return reply(0, '')
+  return reply(0)
 end
 
 -- KEYS[1] is sema:tk:ID: its semaphore is housekept first (the ticket may end in it).
@@ -1814,7 +1747,7 @@ tk_run = function(k)
       TK = tk_get(TK_TID)
       if TK then
         if not allowed(TK.princ) then
-          return reply(EACCES, M_TK_OTHER_TOKEN)
+          return refuse(MSG.TICKET_OTHER_TOKEN)
         end
         return ops[OP]()
       end
@@ -1824,9 +1757,9 @@ tk_run = function(k)
     end
   end
   if v and string.sub(v, 1, 1) == 'X' then
-    return reply(EGONE, TK_ENDED[string.sub(v, 2, 2)] or TK_ENDED.D)
+    return refuse(TK_ENDED[string.sub(v, 2, 2)] or TK_ENDED.D)
   end
-  return reply(ENOENT, 'no such ticket')
+  return refuse(MSG.NO_TICKET)
 end
 
 -- ---- the name index ----
@@ -1877,7 +1810,7 @@ local function list_index(index)
     end
   end
   S, M = nil, nil
-  return reply(0, '', {more, items})
+  return reply(0, {more, items})
 end
 function ops.list()
   return list_index('sema:names')
@@ -1889,42 +1822,47 @@ end
 -- ---- dispatch ----
 local TICKET_KEY_OPS = {ticket_get = true, ticket_delete = true} -- KEYS[1]: sema:tk:<id>
 local LEASE_OPS = {lease_get = true, lease_renew = true, lease_release = true,
-                   lease_revoke = true} -- KEYS[1] is sema:id:LID
+                   lease_revoke = true, drop_lease = true} -- KEYS[1] is sema:id:LID
 local function run()
   local ep = redis.call('HMGET', 'sema:epoch', 'id', 'safe_at', 'horizon', 'due', 'sems',
-                       'leases', 'locks')
+                       'leases', 'locks', 'layout', 'idue')
+  IDUE = ep[9] or '0'
   if OP == 'hello' then
+    if ep[1] and ep[8] ~= P.LAYOUT_S then
+      -- another layout of the keys (a semad of another version wrote them): not read
+      return {'', '0', N(NOW), 'layout', ep[8] or '1'}
+    end
     -- ARGV: a new epoch id, the id this instance knew ('' at its start), max ttl, the
-    -- latest lease expiry it heard of (0: none)
+    -- latest lease expiry it heard of (0: none), '1' when this primary may lack writes
+    -- acknowledged on the one before
     local known, maxttl, horizon = ARGV[A + 1], tonumber(ARGV[A + 2]), tonumber(ARGV[A + 3])
     local until_ms = NOW + maxttl
     if horizon > 0 and horizon < until_ms then
       until_ms = horizon
     end
+    redis.call('ZADD', 'sema:inst', N(NOW + ALIVE_MS), INST) -- (beat renews it)
+    inst_due()
     if not ep[1] then
       local safe = 0
       if known ~= '' then
         safe = until_ms -- the data went away under a running instance
       end
-      redis.call('HSET', 'sema:epoch', 'id', ARGV[A], 'safe_at', N(safe))
+      redis.call('HSET', 'sema:epoch', 'id', ARGV[A], 'safe_at', N(safe), 'layout', P.LAYOUT_S)
       return {ARGV[A], N(safe), N(NOW)}
     end
-    if not ep[5] and redis.call('EXISTS', 'sema:stats') == 1 then
-      -- the counts and the horizon of an earlier version, kept apart then: moved in
-      local st = redis.call('HMGET', 'sema:stats', 'sems', 'leases', 'locks', 'horizon')
-      redis.call('HSET', 'sema:epoch', 'sems', st[1] or '0', 'leases', st[2] or '0', 'locks',
-                 st[3] or '0', 'horizon', st[4] or '0')
-      redis.call('DEL', 'sema:stats')
-    end
     local safe = tonumber(ep[2] or '0')
-    if known ~= '' and known ~= ep[1] and safe < until_ms then
+    -- (the data went away under a running instance, or a primary that may lack acknowledged
+    -- writes took over: ARGV[A + 4], the instance's "unproven")
+    if ((known ~= '' and known ~= ep[1]) or ARGV[A + 4] == '1') and safe < until_ms then
+      -- (rows written while the pause ran say so, pa: they take no short path until a call
+      -- finds it over by this safe_at)
       safe = until_ms
       redis.call('HSET', 'sema:epoch', 'safe_at', N(safe))
     end
     return {ep[1], N(safe), N(NOW)}
   end
   if ep[1] ~= EPOCH then
-    return {'E', ep[1] or ''}
+    return {P.ST_EPOCH_S, ep[1] or ''}
   end
   local sa = ep[2]
   SAFE_AT = (not sa or sa == '0') and 0 or sa + 0
@@ -1938,10 +1876,18 @@ local function run()
   if OP == 'list' or OP == 'lock_list' then
     return ops[OP]()
   end
+  if OP == 'beat' then
+    return beat()
+  end
   if OP == 'sweep' then
+    local dead = redis.call('ZRANGEBYSCORE', 'sema:inst', '-inf', '(' .. nows(), 'LIMIT', '0',
+                            '1')
+    if #dead > 0 and dead[1] ~= INST then
+      return prune_dead(dead[1])
+    end
     local x = redis.call('ZRANGE', 'sema:due', '0', '0', 'WITHSCORES')
     if #x == 0 or tonumber(x[2]) > NOW then
-      return reply(0, '')
+      return reply(0)
     end
     keys_of(x[1])
     M = mload()
@@ -1949,7 +1895,7 @@ local function run()
       DUE0 = M.due
       housekeep_all() -- something is due: the sweep is there for it
     end
-    return reply(0, '')
+    return reply(0)
   end
   local k = KEYS[1]
   if TICKET_KEY_OPS[OP] then
@@ -1958,32 +1904,26 @@ local function run()
   if LEASE_OPS[OP] then
     LID = string.sub(k, 9)
     local v = redis.call('GET', k)
+    if OP == 'drop_lease' and (not v or string.sub(v, 1, 1) == 'T') then
+      return reply(0) -- ended already
+    end
     if not v then
-      return reply(ENOENT, 'no such lease')
+      return refuse(MSG.NO_LEASE)
     end
     if string.sub(v, 1, 1) == 'T' then
       if RETRY and RID ~= '' and v == 'TR' .. RID then
-        return reply(0, '') -- this release, sent again: it was done
+        return reply(0) -- this release, sent again: it was done
       end
-      local tb = TOMB[string.sub(v, 2, 2)]
-      return reply(tb[1], tb[2])
-    end
-    local pre
-    if OP == 'lease_release' then
-      local r
-      r, pre = release_at_once(v)
-      if r then
-        return r
-      end
+      return refuse(TOMB[string.sub(v, 2, 2)])
     end
     local l, stem = lparse(v)
     if not stem then
-      return reply(ENOENT, 'no such lease')
+      return refuse(MSG.NO_LEASE)
     end
     keys_of(stem)
-    M = mload(pre)
+    M = mload()
     if not M then
-      return reply(ENOENT, 'no such lease')
+      return refuse(MSG.NO_LEASE)
     end
     DUE0 = M.due
     housekeep()
@@ -1992,44 +1932,32 @@ local function run()
       v = redis.call('GET', k)
       l = lread(LID, v)
       if not l then
-        local tb = TOMB[string.sub(v or 'TE', 2, 2)] or TOMB.E
-        return reply(tb[1], tb[2])
-      end
-    elseif not l then
-      l = lread(LID, v) -- an earlier version's lease: its record is in :l
-      if not l then
-        return reply(ENOENT, 'no such lease')
+        if OP == 'drop_lease' then
+          return reply(0)
+        end
+        return refuse(TOMB[string.sub(v or 'TE', 2, 2)] or TOMB.E)
       end
     end
     LEASE = l
     return ops[OP]()
   end
   keys_of(k)
-  local pre
-  if OP == 'acquire' then
-    pre = redis.call('HMGET', KM, 'cap', 'avail', 'held', 'fence', 'nq', 'due', 'nt')
-    local r = acquire_at_once(pre)
-    if r then
-      return r
-    end
-  end
-  M = mload(pre)
+  M = mload()
   DUE0 = M and M.due or -2
   if not M then
     if OP == 'lock_acquire' then
-      local max = tonumber(ARGV[A + 7])
+      local max = limit(1)
       if max > 0 and locks_now() >= max then
-        return reply(ELIMIT, 'too many lock keys')
+        return refuse(MSG.TOO_MANY_LOCKS)
       end
-      M = mnew(tonumber(ARGV[A + 9]), 0)
+      M = mnew(limit(3), 0)
       LOCK_NEW = true
-    elseif OP == 'put' or OP == 'legacy_create' or OP == 'collect' or OP == 'cancel' or
-           OP == 'drop_lease' then
+    elseif OP == 'put' or OP == 'legacy_create' or OP == 'collect' or OP == 'cancel' then
       return ops[OP]()
     elseif OP == 'lock_get' then
-      return reply(ENOENT, 'no such lock key (not held or awaited)')
+      return refuse(MSG.NO_LOCK)
     else
-      return reply(ENOENT, M_NOT_FOUND)
+      return refuse(MSG.NO_SEM)
     end
   end
   housekeep()
@@ -2039,13 +1967,11 @@ end
 -- The event log. While an instance follows a semaphore's events (its marker :s exists, with
 -- the field `log` = "<uid>-<seq>": the log's run and its last event), every public event gets
 -- the id <uid>-<seq+1>, ... and is kept in the stream :e under that id (at least the last
--- LOG_MAX_S; the stream lives as long as the marker, which instances renew), and published
+-- P.LOG_MAX; the stream lives as long as the marker, which instances renew), and published
 -- with its id on sema:ev:<stem>. Ids therefore mean the same on every instance. Without a
 -- marker nothing is written (one HGET). A marker that comes back (it expired: no instance
 -- renewed it; Redis lost it) starts a new run with a new uid, so an id from before never
 -- resumes across the gap. A delete ends the run: a new semaphore of the name starts a new one.
-local LOG_MAX_S = '1000' -- (a string: Redis formats a Lua number passed to a command)
-local LOG_TTL_S = '6000' -- ms, as the marker's: three of the instances' heartbeats
 
 local function publish(r)
   if WAKE ~= NONE then
@@ -2053,11 +1979,8 @@ local function publish(r)
       redis.call('PUBLISH', 'sema:wake:' .. inst, S)
     end
   end
-  if not S or #ACTS == 0 then
-    return r
-  end
-  local pt = redis.call('HGET', KS, 'log')
-  if not pt then
+  local pt = LOG
+  if not S or #ACTS == 0 or not pt then
     return r
   end
   local uid, seq = string.match(pt, '^(%d+)-(%d+)$')
@@ -2069,24 +1992,24 @@ local function publish(r)
   if seq == 0 then
     redis.call('DEL', KE) -- a new run: what the stream holds is an older one's
   end
-  for i = 1, #ACTS, 11 do
+  for i = 1, #ACTS, P.ACT_LEN do
     local t = ACTS[i]
-    if PUBLIC[t] then
+    if t <= P.ACT_PUBLIC_MAX then
       local a = {}
-      for j = 0, 10 do
+      for j = 0, P.ACT_LEN - 1 do
         a[j + 1] = ACTS[i + j]
         ev[#ev + 1] = ACTS[i + j]
       end
       seq = seq + 1
-      if t == 'deleted' then
+      if t == ACT.DELETED then
         ended = true
       else
         local id = uid .. '-' .. N(seq)
         local p = table.concat(a, '\0')
-        local x = redis.pcall('XADD', KE, 'MAXLEN', '~', LOG_MAX_S, id, 'a', p)
+        local x = redis.pcall('XADD', KE, 'MAXLEN', '~', P.LOG_MAX_S, id, 'a', p)
         if type(x) == 'table' and x.err then
           redis.call('DEL', KE) -- cannot happen (ids only grow): keep the run going anyway
-          redis.call('XADD', KE, 'MAXLEN', '~', LOG_MAX_S, id, 'a', p)
+          redis.call('XADD', KE, 'MAXLEN', '~', P.LOG_MAX_S, id, 'a', p)
         end
       end
     end
@@ -2098,7 +2021,7 @@ local function publish(r)
     redis.call('DEL', KE)
     redis.call('HDEL', KS, 'log')
   else
-    redis.call('PEXPIRE', KE, LOG_TTL_S)
+    redis.call('PEXPIRE', KE, P.LOG_TTL_MS_S) -- as the marker's
     redis.call('HSET', KS, 'log', uid .. '-' .. N(seq))
   end
   local id = uid .. '-' .. N(first)
@@ -2109,23 +2032,60 @@ local function publish(r)
   return r
 end
 
+-- follow (KEYS[1] the stem; a fresh run "<uid>-0"): an instance follows the semaphore's
+-- events, or renews its marker: the marker (with a new run if it had gone) and the log live
+-- another LOG_TTL_MS, and the row says someone follows (ev = 1) from now on. Answers whether
+-- the marker had gone (1), where the log stands, and whether the semaphore exists (1).
+follow = function(k)
+  keys_of(k)
+  local KE = S .. ':e'
+  local new = redis.call('HSETNX', KS, 'log', ARGV[A])
+  redis.call('HSET', KS, INST, '1')
+  redis.call('PEXPIRE', KS, P.LOG_TTL_MS_S)
+  redis.call('PEXPIRE', KE, P.LOG_TTL_MS_S)
+  local m = redis.call('GET', KM)
+  if m then
+    redis.call('SETRANGE', KM, ROW_AT.ev, struct.pack('<d', 1))
+  end
+  return {N(new), redis.call('HGET', KS, 'log'), m and '1' or '0'}
+end
+
 local function main(keys, args)
   KEYS, ARGV = keys, args
   if not fmt then
     fmt, match, concat, floor = string.format, string.match, table.concat, math.floor
   end
-  OP, EPOCH, INST, RID = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-  PRINC = ARGV[6]
-  local fl = ARGV[7] -- '0', '1', '0r' or '1r'
-  ADMIN = (fl == '1' or fl == '1r') and '1' or '0'
-  RETRY = fl == '0r' or fl == '1r'
+  OP, EPOCH, INST, RID, PRINC = ARGV[1], ARGV[2], ARGV[4], ARGV[5], ARGV[6]
+  local fl = ARGV[3] -- '0' or '1', then 'r' (sent again) and 'p' (a pause), if so
+  local plain = fl == '0' or fl == '1' -- (not sent again, no pause the instance knows of)
+  if plain then
+    ADMIN, RETRY = fl, false
+  else
+    ADMIN, RETRY = string.sub(fl, 1, 1), string.find(fl, 'r', 2, true) ~= nil
+  end
+  if plain and OP == 'lease_release' then
+    local r = release_at_once(keys[1]) -- (before the clock: it needs none)
+    if r then
+      return r -- (never kept: a retry takes the general path, which rebuilds the answer)
+    end
+  end
   local t = redis.call('TIME')
   local sec, us = t[1] + 0, t[2] + 0 -- (Lua parses a string once; tonumber twice)
   NOW = sec * 1000 + floor(us / 1000)
   NOWUS = sec * 1000000 + us
+  NOWS = nil
+  if plain and OP == 'acquire' then
+    local r = acquire_at_once(keys[1])
+    if r then
+      return r
+    end
+  end
+  if OP == 'follow' then
+    return follow(keys[1])
+  end
   ACTS, WAKE, GRANTED = NONE, NONE, NONE
   S, M, LID, LEASE, SAFE_AT, MORE, LOCK_NEW = nil, nil, nil, nil, 0, false, false
-  DUE0, MOLD, OWN, REBUILT, NOWS = -2, nil, false, false, nil
+  DUE0, OWN, REBUILT, LOG = -2, false, false, nil
   if RID ~= '' and RETRY then
     local c = redis.call('GET', 'sema:r:' .. RID)
     if c then
@@ -2136,8 +2096,8 @@ local function main(keys, args)
   -- The answer to a write is kept for a retry, unless a retry can work it out again from
   -- what the write left (a grant made at once: its lease; a release: its tombstone) and
   -- nothing in it completes a parked request of this instance.
-  if RID ~= '' and r[1] ~= 'E' and not (REBUILT and r[1] == '0' and not OWN) then
-    redis.call('SET', 'sema:r:' .. RID, cmsgpack.pack(r), 'PX', RESULT_TTL_MS)
+  if RID ~= '' and r[1] ~= P.ST_EPOCH_S and not (REBUILT and r[1] == '0' and not OWN) then
+    redis.call('SET', 'sema:r:' .. RID, cmsgpack.pack(r), 'PX', P.RESULT_TTL_MS_S)
   end
   return r
 end

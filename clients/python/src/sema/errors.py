@@ -106,10 +106,12 @@ class Unavailable(SemaError):
 
 class NetworkError(Unavailable, ConnectionError):
     """No reply: semad could not be reached, the connection broke, or no reply came within
-    the request timeout. ``retryable`` says whether the client may send it again."""
+    the request timeout. ``retryable`` says whether the client may send it again. With no
+    reply there is no server's detail: ``detail`` is the client's own explanation (the
+    message), as for every other error."""
 
     def __init__(self, message: str, *, code: str = "network", retryable: bool = True) -> None:
-        super().__init__(message, code=code)
+        super().__init__(message, code=code, detail=message)
         self.retryable = retryable
 
 

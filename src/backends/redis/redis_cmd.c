@@ -1,0 +1,569 @@
+/* SPDX-License-Identifier: MIT */
+/* redis_cmd.c - the Redis back end's commands: their arguments, sending them on the
+ * command connection, reading their replies, and sending again (with the same request id)
+ * what a lost connection or a slow Redis left without an answer. */
+#include "backends/redis/redis_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+
+/* ---- command arguments ---- */
+
+void rs__arg(rs_args_t *a, const char *s, size_t len)
+{
+    if (a->n == a->cap) {
+        int cap = a->cap ? a->cap * 2 : 32;
+        const char **v = sema__realloc(a->v, (size_t)cap * sizeof(*v));
+        size_t *l = v ? sema__realloc(a->l, (size_t)cap * sizeof(*l)) : NULL;
+        if (v != NULL)
+            a->v = v;
+        if (v == NULL || l == NULL) {
+            a->oom = 1;
+            return;
+        }
+        a->l = l;
+        a->cap = cap;
+    }
+    a->v[a->n] = s ? s : "";
+    a->l[a->n++] = s ? len : 0;
+}
+
+void rs__arg_str(rs_args_t *a, const char *s)
+{
+    rs__arg(a, s, s ? strlen(s) : 0);
+}
+
+void rs__arg_i64(rs_args_t *a, int64_t v)
+{
+    char *b = a->nums[a->nn++];
+
+    rs__arg(a, b, (size_t)snprintf(b, sizeof a->nums[0], "%lld", (long long)v));
+}
+
+void rs__args_free(rs_args_t *a)
+{
+    sema__free(a->v);
+    sema__free(a->l);
+}
+
+/* FCALL sema 1 KEY and the head (RS_HEAD_MAP); `req` is NULL for semad's own commands (no
+ * principal). The epoch and the flags are written again when the command is sent
+ * (cmd_format). */
+void rs__args_head(rs_t *r, rs_args_t *a, const char *key, size_t keylen, const char *op,
+                   const char *rid, const engine_req_t *req)
+{
+    rs__arg_str(a, "FCALL");
+    rs__arg_str(a, "sema");
+    rs__arg_str(a, "1");
+    rs__arg(a, key, keylen);
+    rs__arg_str(a, op);
+    rs__arg_str(a, r->epoch);
+    rs__arg_str(a, req != NULL && req->principal_admin ? "1" : "0");
+    rs__arg_str(a, r->inst);
+    rs__arg_str(a, rid);
+    rs__arg_str(a, req != NULL ? req->principal : NULL);
+}
+
+rs_cmd_t *rs__cmd_new(rs_t *r, int kind, int argc, const char **argv, const size_t *argvlen)
+{
+    size_t bytes = (size_t)argc * sizeof(size_t);
+    rs_cmd_t *c;
+    char *p;
+
+    for (int i = 0; i < argc; i++)
+        bytes += argvlen[i];
+    c = sema__calloc(1, sizeof(*c));
+    if (c == NULL || (c->lens = sema__malloc(bytes ? bytes : 1)) == NULL) {
+        sema__free(c);
+        return NULL;
+    }
+    p = (char *)(c->lens + argc);
+    for (int i = 0; i < argc; i++) {
+        c->lens[i] = argvlen[i];
+        memcpy(p, argv[i], argvlen[i]);
+        p += argvlen[i];
+    }
+    c->argc = argc;
+    c->script =
+        argc > RS_FCALL_HEAD + RS_H_FLAGS && argvlen[0] == 5 && memcmp(argv[0], "FCALL", 5) == 0;
+    c->kind = (uint8_t)kind;
+    c->queued_mono = rs__now(r);
+    elist_init(&c->link);
+    return c;
+}
+
+void rs__cmd_free(rs_cmd_t *c)
+{
+    if (c == NULL)
+        return;
+    sema__free(c->lens);
+    sema__free(c);
+}
+
+int rs__paused(const rs_t *r)
+{
+    return r->safe_at_ms > 0 && (int64_t)uv_now(r->loop) + r->clock_off < r->safe_at_ms;
+}
+
+/* The command's bytes as Redis reads them, with today's epoch and flags. -1 when out of
+ * memory. */
+static int cmd_format(rs_t *r, const rs_cmd_t *c, char **out)
+{
+    const char *stackv[64],
+        **v = c->argc <= 64 ? stackv : sema__malloc((size_t)c->argc * sizeof(*v));
+    size_t stackl[64], *l = c->argc <= 64 ? stackl : sema__malloc((size_t)c->argc * sizeof(*l));
+    const char *p = (const char *)(c->lens + c->argc);
+    char flags[4];
+    int n = -1;
+
+    if (v != NULL && l != NULL) {
+        for (int i = 0; i < c->argc; i++) {
+            v[i] = p;
+            l[i] = c->lens[i];
+            p += c->lens[i];
+        }
+        if (c->script && c->argc > RS_FCALL_HEAD + RS_HEAD_LEN - 1) {
+            const size_t ep = RS_FCALL_HEAD + RS_H_EPOCH, fl = RS_FCALL_HEAD + RS_H_FLAGS;
+            v[ep] = r->epoch;
+            l[ep] = strlen(r->epoch);
+            flags[0] = v[fl][0]; /* '0' or '1': the principal is an admin */
+            l[fl] = 1;
+            /* Sent before: the script looks for the answer it may have given (a first
+             * attempt cannot have one, and skips that look-up). */
+            if (c->sent_mono != 0)
+                flags[l[fl]++] = 'r';
+            if (rs__paused(r))
+                flags[l[fl]++] = 'p';
+            v[fl] = flags;
+        }
+        n = redisFormatCommandArgv(out, c->argc, v, l);
+    }
+    if (v != stackv)
+        sema__free(v);
+    if (l != stackl)
+        sema__free(l);
+    return n;
+}
+
+/* A request id (and waiter id): this instance's id and a counter. */
+void rs__next_id(rs_t *r, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s.%llu", r->inst, (unsigned long long)++r->seq);
+}
+
+/* ---- sending ---- */
+
+void rs__send(rs_t *r, rs_cmd_t *c)
+{
+    if (r->cmd.state != RS_CONN_READY || r->resyncing || r->cmd.ac == NULL) {
+        elist_push_back(&r->pending, &c->link);
+        r->npending++;
+        return;
+    }
+    if (c->script && c->unknown && c->gen != r->epoch_changes) {
+        /* its answer was lost, and Redis lost its data since: whatever it did went with it,
+         * and running it again on the new data would be another request (one answered
+         * RS_ST_EPOCH did not run, and goes again) */
+        return rs__cmd_fail(r, c, BE_MSG_REDIS_LOST_BEFORE_ANSWER);
+    }
+    char *bytes = NULL;
+    int n = cmd_format(r, c, &bytes);
+
+    c->gen = r->epoch_changes;
+    c->sent_mono = rs__now(r);
+    elist_push_back(&r->inflight, &c->link);
+    r->commands++;
+    if (n < 0 ||
+        redisAsyncFormattedCommand(r->cmd.ac, rs__cmd_cb, c, bytes, (size_t)n) != REDIS_OK) {
+        elist_remove(&c->link);
+        elist_push_back(&r->pending, &c->link);
+        r->npending++;
+    }
+    redisFreeCommand(bytes);
+}
+
+/* A script sends its acts and its counts as one string each, their fields NUL-separated:
+ * Redis turns every element of a script's answer into a reply element, which costs it far
+ * more than the script's one concatenation. They are read as arrays all the same: while the
+ * reply is read, an array stands in for each string, its fields pointing into the string
+ * (where each ends at a NUL). */
+enum { UNPACK_STACK = 64 };
+static const size_t packed_at[2] = {RS_R_ACTS, RS_R_COUNTS};
+
+typedef struct {
+    redisReply *orig[2];
+    redisReply arr[2];
+    redisReply *els_stack[UNPACK_STACK];
+    redisReply cells_stack[UNPACK_STACK];
+    redisReply **els;
+    redisReply *cells;
+} unpack_t;
+
+static size_t packed_fields(const redisReply *e)
+{
+    size_t n = 1;
+
+    if (e->len == 0)
+        return 0;
+    for (const char *p = e->str, *end = e->str + e->len;
+         (p = memchr(p, '\0', (size_t)(end - p))) != NULL; p++)
+        n++;
+    return n;
+}
+
+/* 1 when the reply's packed elements now read as arrays, 0 when it has none, -1 when out of
+ * memory. */
+static int reply_unpack(redisReply *rep, unpack_t *u)
+{
+    size_t need = 0, used = 0;
+
+    u->orig[0] = u->orig[1] = NULL;
+    u->els = u->els_stack;
+    u->cells = u->cells_stack;
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements < RS_R_RESULT)
+        return 0;
+    for (int k = 0; k < 2; k++) {
+        if (rep->element[packed_at[k]]->type != REDIS_REPLY_STRING)
+            return 0;
+        need += packed_fields(rep->element[packed_at[k]]);
+    }
+    if (need > UNPACK_STACK) {
+        u->els = sema__malloc(need * sizeof(*u->els));
+        u->cells = sema__calloc(need, sizeof(*u->cells));
+        if (u->els == NULL || u->cells == NULL) {
+            sema__free(u->els);
+            sema__free(u->cells);
+            u->els = NULL;
+            u->cells = NULL;
+            return -1;
+        }
+    }
+    for (int k = 0; k < 2; k++) {
+        redisReply *e = rep->element[packed_at[k]], *a = &u->arr[k];
+        size_t n = packed_fields(e);
+        const char *p = e->str, *end = e->str + e->len;
+
+        memset(a, 0, sizeof(*a));
+        a->type = REDIS_REPLY_ARRAY;
+        a->elements = n;
+        a->element = u->els + used;
+        for (size_t i = 0; i < n; i++) {
+            const char *z = memchr(p, '\0', (size_t)(end - p));
+            redisReply *cell = &u->cells[used];
+
+            memset(cell, 0, sizeof(*cell));
+            cell->type = REDIS_REPLY_STRING;
+            cell->str = (char *)p;
+            cell->len = (size_t)((z != NULL ? z : end) - p);
+            u->els[used++] = cell;
+            p += cell->len + 1;
+        }
+        u->orig[k] = e;
+        rep->element[packed_at[k]] = a;
+    }
+    return 1;
+}
+
+static void reply_repack(redisReply *rep, unpack_t *u)
+{
+    for (int k = 0; k < 2; k++)
+        if (u->orig[k] != NULL)
+            rep->element[packed_at[k]] = u->orig[k];
+    if (u->els != u->els_stack) {
+        sema__free(u->els);
+        sema__free(u->cells);
+    }
+}
+
+rs_cmd_t *rs__cmd_build(rs_t *r, int kind, rs_args_t *a)
+{
+    rs_cmd_t *c = a->oom ? NULL : rs__cmd_new(r, kind, a->n, a->v, a->l);
+
+    rs__args_free(a);
+    return c;
+}
+
+void rs__send_plain(rs_t *r, rs_args_t *a)
+{
+    rs_cmd_t *c = rs__cmd_build(r, RS_CMD_PLAIN, a);
+
+    if (c != NULL)
+        rs__send(r, c);
+}
+
+static int reply_is(const redisReply *rep, const char *prefix)
+{
+    return rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, prefix, strlen(prefix)) == 0;
+}
+
+/* A command that must go again after the script is loaded or the epoch read again. */
+static void retry_after_resync(rs_t *r, rs_cmd_t *c)
+{
+    elist_push_back(&r->retry, &c->link);
+    rs__resync(r);
+}
+
+void rs__cmd_fail(rs_t *r, rs_cmd_t *c, be_msg_t why)
+{
+    rs_req_t *rq = c->rq;
+
+    if (c->kind == RS_CMD_SWEEP) {
+        r->sweeping = 0;
+        r->sweep_at = rs__now(r) + 100; /* try again soon */
+    }
+    if (c->kind == RS_CMD_COLLECT && c->sem != NULL) {
+        c->sem->collecting = 0;
+        rs__sem_maybe_free(r, c->sem);
+    } else if (c->kind == RS_CMD_COLLECT) {
+        r->beating = 0; /* the next heartbeat beats again */
+    }
+    if (c->kind == RS_CMD_CANCEL && rq != NULL) {
+        rs__unpark(r, rq);
+        rs__fail(r, rq, why, 0);
+    }
+    if (c->kind == RS_CMD_OP && rq != NULL) {
+        if (rq->req == NULL) {
+            sema__free(rq);
+        } else {
+            engine_result_clear(&rq->req->res);
+            rs__fail(r, rq, why, 0);
+        }
+    }
+    rs__cmd_free(c);
+}
+
+/* A beat answered (c->sem NULL), or the check of one semaphore's waiters. */
+static void collect_done(rs_t *r, rs_cmd_t *c, redisReply *rep)
+{
+    rs_sem_t *s = c->sem;
+
+    if (rs__el_i64(rep, RS_R_STATUS) == RS_ST_GONE) {
+        /* taken for dead (paused past the alive bound): its waiters were pruned */
+        log_warn("redis: this instance was taken for dead: its parked requests are answered "
+                 "503 and it says hello again");
+        rs__waiters_gone(r);
+        rs__resync(r);
+    } else {
+        rs__acts_process(r, rep, 1);
+    }
+    if (s == NULL) {
+        r->beating = 0;
+        if (r->beat_again)
+            rs__beat(r);
+    } else {
+        s->collecting = 0;
+        rs__sem_maybe_free(r, s);
+    }
+    rs__due_rearm(r);
+}
+
+static void on_reply(rs_t *r, rs_cmd_t *c, redisReply *rep)
+{
+    if (reply_is(rep, "NOSCRIPT") || reply_is(rep, "ERR Function not found") ||
+        (rep->type == REDIS_REPLY_ARRAY && rs__el_i64(rep, RS_R_STATUS) == RS_ST_EPOCH)) {
+        /* the library or the epoch changed: the resync's hello tells what */
+        return retry_after_resync(r, c);
+    }
+    if (reply_is(rep, "READONLY") || reply_is(rep, "LOADING") || reply_is(rep, "MASTERDOWN")) {
+        /* a demoted primary, or one that is starting: ask again (Sentinel) and retry */
+        elist_push_back(&r->retry, &c->link);
+        rs__conn_drop(r, rep->str);
+        return;
+    }
+    if (c->kind == RS_CMD_OP && rep->type == REDIS_REPLY_STRING &&
+        ((rep->len == 17 && rep->str[0] == RS_SHORT_GRANT) ||
+         (rep->len == 9 && rep->str[0] == RS_SHORT_RELEASE))) {
+        rs__op_short(r, c, rep); /* an uncontended acquire or release */
+        rs__cmd_free(c);
+        return;
+    }
+    if (rep->type == REDIS_REPLY_ERROR ||
+        (rep->type != REDIS_REPLY_ARRAY && c->kind != RS_CMD_PLAIN && c->kind != RS_CMD_MARK)) {
+        log_warn("redis: a command failed: %s",
+                 rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+        return rs__cmd_fail(r, c, BE_MSG_REDIS_REFUSED);
+    }
+    if (c->kind != RS_CMD_PLAIN && c->kind != RS_CMD_MARK) {
+        const redisReply *n = rs__el_arr(rep, RS_R_COUNTS);
+        r->nsems = (uint64_t)rs__el_i64(n, RS_C_SEMS);
+        r->nleases = (uint64_t)rs__el_i64(n, RS_C_LEASES);
+        r->nlocks = (uint64_t)rs__el_i64(n, RS_C_LOCKS);
+        if (c->kind == RS_CMD_SWEEP)
+            r->sweeping = 0;
+        rs__sweep_set(r, rs__el_i64(n, RS_C_DUE_HEAD), rs__el_i64(rep, RS_R_NOW));
+        if (rs__el_i64(rep, RS_R_NOW) > 0)
+            r->clock_off = rs__el_i64(rep, RS_R_NOW) - (int64_t)rs__now(r);
+        if (rs__el_i64(n, RS_C_HORIZON) > r->horizon_ms)
+            r->horizon_ms = rs__el_i64(n, RS_C_HORIZON);
+    }
+    switch (c->kind) {
+    case RS_CMD_PLAIN:
+        break;
+    case RS_CMD_MARK:
+        rs__ev_marked(r, c, rep);
+        break;
+    case RS_CMD_OP:
+        rs__op_reply(r, c, rep);
+        break;
+    case RS_CMD_COLLECT:
+        collect_done(r, c, rep);
+        break;
+    case RS_CMD_CANCEL:
+    case RS_CMD_DROP:
+        rs__acts_process(r, rep, 1);
+        if (c->kind == RS_CMD_CANCEL)
+            rs__timeout_cancel_done(r, c);
+        rs__due_rearm(r);
+        if (r->strict && r->replicas > 0 && !c->timed) {
+            /* an undo holds until a WAIT confirms it, and goes again if one comes back short
+             * (a primary that lost its replicas may be demoted, and its writes with it) */
+            elist_push_back(&r->unconfirmed, &c->link);
+            return;
+        }
+        break;
+    default:
+        rs__acts_process(r, rep, 1);
+        break;
+    }
+    rs__cmd_free(c);
+}
+
+void rs__cmd_cb(redisAsyncContext *ac, void *reply, void *priv)
+{
+    rs_conn_t *conn = ac->data;
+    rs_t *r = conn->r;
+    rs_cmd_t *c = priv;
+    int script = c->script;
+    unpack_t u;
+
+    elist_remove(&c->link);
+    if (reply == NULL) {
+        rs__cmd_lost(r, c);
+        return;
+    }
+    r->replies++;
+    if (script && reply_unpack(reply, &u) < 0) {
+        /* its answer cannot be read: asked again with its request id, it is told again */
+        log_warn("redis: out of memory reading an answer; the command goes again");
+        retry_after_resync(r, c);
+        return;
+    }
+    on_reply(r, c, reply); /* may free c */
+    if (script)
+        reply_repack(reply, &u);
+    rs__drain(r);
+}
+
+/* A command from its arguments (copied; NULL when out of memory). */
+/* The connection went with `c` unanswered: it goes again, with the same request id, once
+ * the connection is back (the tick fails it if that takes too long). */
+void rs__cmd_lost(rs_t *r, rs_cmd_t *c)
+{
+    if (r->closing || c->kind == RS_CMD_WAIT) {
+        if (c->kind == RS_CMD_WAIT)
+            r->wait_inflight = 0;
+        return rs__cmd_fail(r, c, BE_MSG_REDIS_LOST_ANSWER);
+    }
+    if (c->kind == RS_CMD_COLLECT && c->sem != NULL) {
+        c->sem->collecting = 0; /* checked again once the connection is back */
+        rs__cmd_free(c);
+        return;
+    }
+    /* (a beat goes again with its request id: what it handed over is in its kept answer) */
+    r->unknown_outcomes += c->kind == RS_CMD_OP;
+    c->unknown = 1;
+    elist_push_back(&r->retry, &c->link);
+}
+
+/* A request that may wait (an acquire with a timeout, a wait-idle): while Redis does not
+ * answer, it waits as a parked request does. */
+static int may_wait(const engine_req_t *req)
+{
+    return (req->op == ENGINE_ACQUIRE || req->op == ENGINE_LOCK_ACQUIRE ||
+            req->op == ENGINE_WAIT_IDLE) &&
+           req->timeout_ms != 0;
+}
+
+/* What must go until its outcome is known, however long Redis takes: the cancels and drops
+ * that undo, and every write that was sent (its reply is undone or dropped when it comes, see
+ * orphan_reply). */
+static int keep_cmd(const rs_cmd_t *c)
+{
+    if (c->kind == RS_CMD_CANCEL || c->kind == RS_CMD_DROP)
+        return 1;
+    return c->kind == RS_CMD_OP && c->sent_mono != 0 && c->rq != NULL && c->rq->writes;
+}
+
+/* Answer the client of a sent write whose outcome is unknown (503), and keep its command going
+ * without it: a copy of its ids stands in for the request. 0, or -1 when out of memory. */
+static int detach(rs_t *r, rs_cmd_t *c)
+{
+    rs_req_t *rq = c->rq, *o = sema__calloc(1, sizeof(*o));
+
+    if (o == NULL)
+        return -1;
+    elist_init(&o->link);
+    elist_init(&o->plink);
+    o->hi.idx = EHEAP_NONE;
+    o->writes = rq->writes;
+    memcpy(o->wid, rq->wid, sizeof o->wid);
+    memcpy(o->lid, rq->lid, sizeof o->lid);
+    c->rq = o;
+    engine_result_clear(&rq->req->res);
+    rs__fail(r, rq, BE_MSG_REDIS_NO_ANSWER_RETRIED, 0);
+    return 0;
+}
+
+/* A lease's end sent again (an undone grant, a client's release) older than the longest ttl
+ * and a second: the lease has expired on every replica by then, so the command need not be
+ * kept while Redis or its replicas stay away. Bounds what such commands hold to a max ttl's
+ * worth. (A waiter's cancel is kept: nothing expires a waiter whose instance lives.) */
+int rs__undo_moot(const rs_t *r, const rs_cmd_t *c, uint64_t now)
+{
+    return c->kind == RS_CMD_DROP && c->queued_mono + (uint64_t)r->cfg.max_ttl_ms + 1000u <= now;
+}
+
+/* While Redis is unreachable: answer what was queued too long (503), except what may wait,
+ * and keep going what must (keep_cmd). */
+static void fail_old(rs_t *r, elist_t *list, uint64_t now)
+{
+    for (elist_t *x = list->next, *next; x != list; x = next) {
+        rs_cmd_t *c = ECONTAINER(x, rs_cmd_t, link);
+        next = x->next;
+        if (c->queued_mono + r->cmd_timeout_ms > now && !r->closing)
+            continue;
+        if (!r->closing && keep_cmd(c) && !rs__undo_moot(r, c, now)) {
+            if (c->kind == RS_CMD_OP && c->rq->req != NULL && !may_wait(c->rq->req) &&
+                detach(r, c) != 0)
+                goto fail;
+            continue;
+        }
+    fail:
+        elist_remove(&c->link);
+        if (list == &r->pending && r->npending > 0)
+            r->npending--;
+        rs__cmd_fail(r, c, c->sent_mono != 0 ? BE_MSG_REDIS_NO_ANSWER : BE_MSG_REDIS_UNREACHABLE);
+    }
+}
+
+void rs__tick_cb(uv_timer_t *t)
+{
+    rs_t *r = t->data;
+    uint64_t now = rs__now(r);
+
+    if (!elist_empty(&r->inflight)) {
+        rs_cmd_t *c = ECONTAINER(r->inflight.next, rs_cmd_t, link);
+        if (c->sent_mono + r->cmd_timeout_ms <= now) {
+            r->cmd_timeouts++;
+            rs__conn_drop(r, "a command got no answer in time");
+        }
+    }
+    if (r->cmd.state != RS_CONN_READY || r->resyncing) {
+        fail_old(r, &r->retry, now);
+        fail_old(r, &r->pending, now);
+    }
+    rs__drain(r);
+}

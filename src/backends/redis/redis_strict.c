@@ -1,0 +1,133 @@
+/* SPDX-License-Identifier: MIT */
+/* redis_strict.c - strict durability on Redis: replies are held until one WAIT per loop
+ * turn says the replicas have every write before it; a short WAIT answers them "outcome
+ * unknown" and undoes or sends again what they did. */
+#include "backends/redis/redis_internal.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <string.h>
+
+/* A client's release (or revoke) that a WAIT did not confirm: a failover may promote a
+ * replica without it, and the lease would hold its units until its ttl. It goes again, by
+ * lease id and without a request id (where it already ran, the lease is gone and nothing
+ * changes), and is kept like the undoing commands until a WAIT confirms it. */
+static void send_lease_end_again(rs_t *r, const engine_req_t *req)
+{
+    char key[8 + ENGINE_LEASE_ID_MAX];
+    rs_args_t a = {0};
+    rs_cmd_t *c;
+    int klen;
+
+    if (req->id_len == 0 || req->id_len >= ENGINE_LEASE_ID_MAX)
+        return;
+    klen = snprintf(key, sizeof key, "sema:id:%.*s", (int)req->id_len, req->id);
+    rs__args_head(
+        r, &a, key, (size_t)klen,
+        rs__op_name(req->op == ENGINE_LEASE_RELEASE ? RS_OP_LEASE_RELEASE : RS_OP_LEASE_REVOKE), "",
+        req);
+    c = rs__cmd_build(r, RS_CMD_DROP, &a);
+    if (c != NULL)
+        rs__send(r, c);
+}
+
+static int is_wait(const engine_req_t *req)
+{
+    return req->op == ENGINE_ACQUIRE || req->op == ENGINE_LOCK_ACQUIRE ||
+           req->op == ENGINE_WAIT_IDLE;
+}
+
+/* A held reply that a WAIT did not confirm: its client gets "outcome unknown", and what it
+ * did is undone (a grant goes back, a waiter's end takes it out of the queue for good) or
+ * sent again (a release). */
+static void unconfirmed(rs_t *r, rs_req_t *rq)
+{
+    engine_req_t *req = rq->req;
+
+    if (req->status != 0 && rq->wid[0] != '\0' && is_wait(req)) {
+        /* a waiter's end (a timeout, say) that may be undone */
+        size_t sl;
+        char *stem = rs__key_new(rs__req_kind(req), req->name, req->name_len, "", &sl);
+        if (stem != NULL)
+            rs__send_cancel(r, stem, sl, rq);
+        sema__free(stem);
+    } else if (req->status == 0) {
+        if (req->res.kind == ENGINE_RES_LEASE &&
+            (req->op == ENGINE_ACQUIRE || req->op == ENGINE_LOCK_ACQUIRE))
+            rs__send_drop(r, req->res.lease.id);
+        if (req->op == ENGINE_LEASE_RELEASE || req->op == ENGINE_LEASE_REVOKE)
+            send_lease_end_again(r, req);
+        engine_result_clear(&req->res);
+    } else {
+        return; /* a refusal: nothing was done */
+    }
+    req->status = be_msg_code(BE_MSG_REDIS_NOT_CONFIRMED);
+    req->message = be_msg_text(BE_MSG_REDIS_NOT_CONFIRMED);
+}
+
+/* A WAIT answered (ok: the replicas have every write before it) or came back short: send
+ * the held replies, or answer them "outcome unknown" and undo or send again what they did. */
+static void wait_settle(rs_t *r, int ok)
+{
+    uint64_t now = rs__now(r);
+
+    r->wait_inflight = 0;
+    while (!elist_empty(&r->unconfirmed)) {
+        rs_cmd_t *c = ECONTAINER(r->unconfirmed.next, rs_cmd_t, link);
+        elist_remove(&c->link);
+        if (ok || rs__undo_moot(r, c, now)) /* confirmed, or moot (see rs__undo_moot) */
+            rs__cmd_free(c);
+        else
+            rs__send(r, c);
+    }
+    while (!elist_empty(&r->held)) {
+        rs_req_t *rq = ECONTAINER(r->held.next, rs_req_t, link);
+        assert(rq->state == RS_REQ_READY);
+        elist_remove(&rq->link);
+        if (!ok)
+            unconfirmed(r, rq);
+        elist_push_back(&r->ready, &rq->link);
+    }
+    rs__drain(r);
+}
+
+static void wait_cb(redisAsyncContext *ac, void *reply, void *priv)
+{
+    rs_conn_t *conn = ac->data;
+    rs_t *r = conn->r;
+    redisReply *rep = reply;
+    int ok = rep != NULL && rep->type == REDIS_REPLY_INTEGER && rep->integer >= r->replicas;
+
+    (void)priv;
+    r->waits++;
+    if (!ok)
+        r->waits_short++;
+    wait_settle(r, ok);
+}
+
+/* The command connection went while replies were held and before their WAIT was sent (a
+ * READONLY after them in the same read, say: a demoted primary). A WAIT on the next
+ * connection would count another primary's replicas, which need not have these writes: they
+ * are settled as a short WAIT would settle them. (A WAIT in flight comes back short by
+ * itself.) */
+void rs__wait_lost(rs_t *r)
+{
+    if (r->strict && !r->wait_inflight && (!elist_empty(&r->held) || !elist_empty(&r->unconfirmed)))
+        wait_settle(r, 0);
+}
+
+void rs__check_cb(uv_check_t *h)
+{
+    rs_t *r = h->data;
+    char n[24], to[24];
+
+    if (!r->strict || r->wait_inflight || (elist_empty(&r->held) && elist_empty(&r->unconfirmed)) ||
+        r->cmd.state != RS_CONN_READY)
+        return;
+    snprintf(n, sizeof n, "%d", r->replicas);
+    snprintf(to, sizeof to, "%d", RS_WAIT_TIMEOUT_MS);
+    const char *argv[] = {"WAIT", n, to};
+    size_t lens[] = {4, strlen(n), strlen(to)};
+    if (redisAsyncCommandArgv(r->cmd.ac, wait_cb, NULL, 3, argv, lens) == REDIS_OK)
+        r->wait_inflight = 1;
+}
