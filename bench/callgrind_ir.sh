@@ -7,7 +7,8 @@
 #
 # Usage: bench/callgrind_ir.sh BUILD semad|ceiling N [pairs|get]
 #   DUR=strict|relaxed|none (semad's durability, default none); SEMAD_ARGS: more semad flags
-#   (split on spaces), e.g. "--auth FILE" with SEMA_TOKEN set for sema bench
+#   (split on spaces), e.g. "--auth FILE" with SEMA_TOKEN set for sema bench; BENCH_ARGS:
+#   more `sema bench` flags (split on spaces), e.g. "-k 2 --all" for acquires of 2 semaphores
 # Prints: TARGET.MODE instructions_per_request=X (and per_pair for pairs)
 set -euo pipefail
 build=${1:?usage: callgrind_ir.sh BUILD semad|ceiling N [pairs|get]}
@@ -36,9 +37,11 @@ measure() {
     addr=$(wait_listen "$tmp/srv.$count" "$pid") || exit 1
     [ "$mode" = get ] && extra+=(--path /healthz)
     timeout 600 "$build/bin/sema" bench -s "http://$addr" -m "$mode" -n "$count" -c 50 \
-        "${extra[@]}" --json >"$tmp/bench.$count" 2>&1
+        "${extra[@]}" ${BENCH_ARGS:-} --json >"$tmp/bench.$count" 2>&1
     kill -TERM "$pid"
     wait "$pid" || true
+    grep -q '"errors":0[,}]' "$tmp/bench.$count" ||
+        { echo "sema bench had errors:" >&2; cat "$tmp/bench.$count" >&2; exit 1; }
     awk '/^(summary|totals):/ {print $2; exit}' "$tmp/cg.$count"
 }
 

@@ -113,6 +113,9 @@ typedef struct {
     const volatile int *cancel;  /* optional: set *cancel non-zero (from any thread or a
                                     signal handler) to give up waiting: the call returns
                                     SEMA_ECANCELED and releases a grant that raced it */
+    const char *tenant;          /* NULL: none; else whose share the units count to
+                                    (semaphores' tenants take turns, tenant_max caps each;
+                                    ignored by locks). Last, since libsema-client.so.4 */
 } sema_acquire_opts_t;
 
 /* A semaphore's counters (GET /v1/semaphores/{name}, list entries). */
@@ -123,7 +126,23 @@ typedef struct {
     uint64_t held;     /* units held by leases */
     uint64_t fence;    /* last fence handed out (0 in list entries) */
     uint64_t waiting;  /* parked requests */
+    /* Since libsema-client.so.4 (0 in list entries): */
+    uint64_t tenant_max; /* the most units one tenant may hold; 0: no cap */
+    uint64_t rate_per_s; /* units granted per second at most; 0: no rate */
+    uint64_t rate_burst; /* the rate's bucket */
+    uint64_t tokens;     /* units the bucket holds now */
 } sema_sem_info_t;
+
+/* What a semaphore has beside its capacity (docs/semantics.md): sema_client_create_config()
+ * and sema_client_configure(). */
+enum { SEMA_SET_CAPACITY = 1, SEMA_SET_TENANT_MAX = 2, SEMA_SET_RATE = 4, SEMA_SET_BURST = 8 };
+typedef struct {
+    uint64_t capacity;   /* >= 1 */
+    uint64_t tenant_max; /* the most units one tenant may hold; 0: no cap */
+    uint64_t rate_per_s; /* units granted per second at most; 0: no rate */
+    uint64_t rate_burst; /* units granted at once after a pause; 0: rate_per_s */
+    unsigned set;        /* configure: SEMA_SET_* of the fields to change (create: unused) */
+} sema_sem_config_t;
 
 /* ---- the handle -------------------------------------------------------------------- */
 
@@ -169,6 +188,19 @@ SEMA_EXTERN int sema_client_get(sema_client_t *c, const char *name, sema_sem_inf
 SEMA_EXTERN int sema_client_resize(sema_client_t *c, const char *name, uint64_t capacity,
                                    sema_sem_info_t *info, sema_client_error_t *err);
 
+/* PUT /v1/semaphores/{name} with a capacity and limits (cfg->set unused): as
+ * sema_client_create(); SEMA_EEXIST when it exists with another capacity or limits,
+ * SEMA_ENOTSUP when the server's back end has no tenants or rates. */
+SEMA_EXTERN int sema_client_create_config(sema_client_t *c, const char *name,
+                                          const sema_sem_config_t *cfg, int *created,
+                                          sema_client_error_t *err);
+
+/* PATCH /v1/semaphores/{name}: change what cfg->set names (a 0 limit removes it). `info` may
+ * be NULL. SEMA_EINVAL (nothing set, a burst without a rate), SEMA_ENOENT, SEMA_ENOTSUP. */
+SEMA_EXTERN int sema_client_configure(sema_client_t *c, const char *name,
+                                      const sema_sem_config_t *cfg, sema_sem_info_t *info,
+                                      sema_client_error_t *err);
+
 /* DELETE /v1/semaphores/{name}: waiters fail, leases become void. */
 SEMA_EXTERN int sema_client_delete(sema_client_t *c, const char *name, sema_client_error_t *err);
 
@@ -194,6 +226,38 @@ SEMA_EXTERN int sema_client_list(sema_client_t *c, const char *prefix, sema_clie
 SEMA_EXTERN int sema_client_acquire(sema_client_t *c, const char *name,
                                     const sema_acquire_opts_t *opts, sema_lease_t *lease,
                                     sema_client_error_t *err);
+
+/* Several semaphores at once, all or nothing (POST /v1/acquire). */
+#define SEMA_CLIENT_PARTS_MAX 16
+typedef struct {
+    const char *name; /* a semaphore */
+    uint64_t weight;  /* units of it; 0: 1 */
+} sema_client_part_t;
+
+typedef struct {
+    char name[SEMA_CLIENT_NAME_MAX];
+    uint64_t weight; /* units held */
+    uint64_t fence;  /* its fencing token: strictly increasing per semaphore */
+} sema_lease_part_t;
+
+/* A lease on several semaphores. `lease` is the lease (its id, ttl and expiry; its name,
+ * weight and fence those of the first part): renew it, keep it alive and release it as any
+ * lease, and it goes for all its parts. Plain data. */
+typedef struct {
+    sema_lease_t lease;
+    size_t nparts;
+    sema_lease_part_t parts[SEMA_CLIENT_PARTS_MAX];
+} sema_multi_lease_t;
+
+/* POST /v1/acquire: the units of every one of `parts` (1 to SEMA_CLIENT_PARTS_MAX, each named
+ * once) at once, or nothing: the request waits in the line of each semaphore (opts as for
+ * sema_client_acquire(): timeout, ttl, owner, tenant, idempotency key, cancel; its weight is
+ * unused) and holds nothing until it has them all. Same returns and guarantees as
+ * sema_client_acquire(); SEMA_EINVAL also for a semaphore named twice, SEMA_ENOENT when one of
+ * them does not exist, SEMA_ENOTSUP from a back end without it. */
+SEMA_EXTERN int sema_client_acquire_all(sema_client_t *c, const sema_client_part_t *parts,
+                                        size_t nparts, const sema_acquire_opts_t *opts,
+                                        sema_multi_lease_t *lease, sema_client_error_t *err);
 
 /* POST /v1/locks/{key}/acquire: a keyed reader/writer lock, `mode` SEMA_LOCK_SHARED or
  * SEMA_LOCK_EXCLUSIVE (opts->weight is ignored). Released, renewed and kept alive like any
@@ -306,6 +370,7 @@ typedef struct {
     const char *owner;           /* NULL: the client's owner */
     const char *idempotency_key; /* NULL: a random one, reused if the request is retried
                                     after a network error, so a retry never takes two places */
+    const char *tenant;          /* NULL: none. Last, since libsema-client.so.4 */
 } sema_ticket_opts_t;
 
 /* POST /v1/semaphores/{name}/tickets: take a place in line (opts may be NULL). On 0, *t is

@@ -65,6 +65,21 @@
     X(STORE_SEM_GONE, EIO, "the store failed and the semaphore is gone after the rollback")        \
     X(STORE_TICKET_AGAIN, EIO, "the durable store failed; read the ticket again")                  \
     X(CURSOR_TOO_LONG, EINVAL, "cursor is too long")                                               \
+    X(NO_SEM_OF_SEVERAL, ENOENT, "no such semaphore (one of those named)")                         \
+    X(SEM_OTHER_LIMITS, EEXIST,                                                                    \
+      "the semaphore exists with other limits (tenant_max, rate_per_s or rate_burst)")             \
+    X(ABOVE_TENANT_MAX, EINVAL, "weight is above the semaphore's tenant_max")                      \
+    X(ABOVE_RATE_BURST, EINVAL, "weight is above the semaphore's rate_burst")                      \
+    X(BURST_NEEDS_RATE, EINVAL, "rate_burst needs rate_per_s")                                     \
+    X(KEY_OTHER_TENANT, EKEYMISMATCH,                                                              \
+      "this Idempotency-Key names a request of another weight (or lock mode, or tenant); nothing " \
+      "was granted")                                                                               \
+    X(KEY_OTHER_PARTS, EKEYMISMATCH,                                                               \
+      "this Idempotency-Key names a request on other semaphores (or weights, or tenant); nothing " \
+      "was granted")                                                                               \
+    X(KEY_OTHER_TICKET, EKEYMISMATCH,                                                              \
+      "this Idempotency-Key names another request (or a ticket of another weight or tenant)")      \
+    X(TOO_MANY_WAITERS_OR_TENANTS, ELIMIT, "too many parked requests (or tenants)")                \
     X(REDIS_STATE_LOST, EUNAVAIL,                                                                  \
       "Redis lost its state, or may have (a replica without its latest writes took over); "        \
       "grants resume once every lease it held has run out")                                        \

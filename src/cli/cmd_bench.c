@@ -38,6 +38,12 @@ const char cmd_bench_usage[] =
     "      --capacity C      capacity of the semaphores created (default: enough for every\n"
     "                        connection, so nothing parks; 1 for create/handoff/park)\n"
     "  -k, --semaphores K    spread the connections over K semaphores NAME-0..NAME-K-1\n"
+    "      --all             pairs: each acquire takes all K semaphores at once, one lease\n"
+    "                        (POST /v1/acquire; K from 2 to 16)\n"
+    "      --tenants N       pairs: connection i acquires as tenant t<i % N>\n"
+    "      --tenant-max N    the semaphores created cap each tenant at N units\n"
+    "      --sem-rate R      the semaphores created grant at most R units a second\n"
+    "      --sem-burst B     ... and B at once after a pause (default R)\n"
     "      --name NAME       semaphore name or prefix (default bench)\n"
     "      --path PATH       path for the get mode (default /healthz)\n"
     "      --ttl D           lease ttl sent with each acquire (default 60s)\n"
@@ -61,6 +67,7 @@ const char cmd_bench_usage[] =
     "  sema bench -c 50 -d 10s                      acquire+release pairs for 10 s\n"
     "  sema bench -m get --path /healthz -c 50      the server's plain request rate\n"
     "  sema bench -m handoff -n 5000                release -> waiter latency\n"
+    "  sema bench -k 2 --all -c 50                  pairs of 2-semaphore acquires\n"
     "  sema bench -m park -c 10000 --server-pid P   memory per parked waiter\n"
     "  sema bench -m create -n 1000000 -P 16 --server-pid P   memory per idle semaphore\n"
     "\n"
@@ -153,7 +160,12 @@ enum {
     OPT_JSON,
     OPT_CACERT,
     OPT_RATE,
-    OPT_INTERVAL
+    OPT_INTERVAL,
+    OPT_ALL,
+    OPT_TENANTS,
+    OPT_TENANT_MAX,
+    OPT_SEM_RATE,
+    OPT_SEM_BURST
 };
 
 static const struct option long_opts[] = {{"server", required_argument, NULL, 's'},
@@ -173,6 +185,11 @@ static const struct option long_opts[] = {{"server", required_argument, NULL, 's
                                           {"progress", no_argument, NULL, OPT_PROGRESS},
                                           {"json", no_argument, NULL, OPT_JSON},
                                           {"cacert", required_argument, NULL, OPT_CACERT},
+                                          {"all", no_argument, NULL, OPT_ALL},
+                                          {"tenants", required_argument, NULL, OPT_TENANTS},
+                                          {"tenant-max", required_argument, NULL, OPT_TENANT_MAX},
+                                          {"sem-rate", required_argument, NULL, OPT_SEM_RATE},
+                                          {"sem-burst", required_argument, NULL, OPT_SEM_BURST},
                                           {"rate", required_argument, NULL, OPT_RATE},
                                           {"interval", required_argument, NULL, OPT_INTERVAL},
                                           {"help", no_argument, NULL, 'h'},
@@ -246,6 +263,22 @@ static int apply_opt(int ch, const char *arg, bench_opts_t *o, const char **serv
     case OPT_CACERT:
         o->cacert = arg;
         break;
+    case OPT_ALL:
+        o->all = true;
+        break;
+    case OPT_TENANTS:
+        bad = parse_u64(arg, 1, BENCH_TENANTS_MAX, &v);
+        o->tenants = (unsigned)v;
+        break;
+    case OPT_TENANT_MAX:
+        bad = parse_u64(arg, 1, (1ull << 53), &o->tenant_max);
+        break;
+    case OPT_SEM_RATE:
+        bad = parse_u64(arg, 1, 1000000000, &o->rate_per_s);
+        break;
+    case OPT_SEM_BURST:
+        bad = parse_u64(arg, 1, 1000000000, &o->rate_burst);
+        break;
     case OPT_RATE:
         bad = parse_u64(arg, 1, 10000000, &v);
         o->rate = (double)v;
@@ -307,6 +340,14 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
             return -1;
         }
     }
+    if (o->all && (o->mode != BENCH_PAIRS || o->sems < 2 || o->sems > BENCH_ALL_MAX)) {
+        fprintf(stderr, "sema bench: --all is for pairs, with -k from 2 to %d\n", BENCH_ALL_MAX);
+        return -1;
+    }
+    if (o->rate_burst && !o->rate_per_s) {
+        fprintf(stderr, "sema bench: --sem-burst needs --sem-rate\n");
+        return -1;
+    }
     if (o->tls && (o->mode == BENCH_HANDOFF || o->mode == BENCH_PARK || !o->no_setup)) {
         fprintf(stderr, "sema bench: https:// servers: modes pairs, get and create, with "
                         "--no-create (create the semaphores first, with sema create)\n");
@@ -325,7 +366,7 @@ static void settle_opts(bench_opts_t *o)
     if (o->mode == BENCH_MIX && o->capacity == 0)
         o->capacity = 1000000; /* nothing parks, leases left to expire included */
     if (o->capacity == 0) {
-        uint64_t per_sem = (o->conns + o->sems - 1) / o->sems;
+        uint64_t per_sem = o->all ? o->conns : (o->conns + o->sems - 1) / o->sems;
         o->capacity = o->mode == BENCH_CREATE ? 1 : per_sem * o->weight;
     }
     if (o->mode == BENCH_PAIRS || o->mode == BENCH_MIX)

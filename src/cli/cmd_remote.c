@@ -29,7 +29,9 @@ enum {
     O_KEY = 256,
     O_RETRIES = 512,
     O_KEEPALIVE = 1024,
-    O_FORCE = 2048
+    O_FORCE = 2048,
+    O_TENANT = 4096,
+    O_LIMITS = 8192
 };
 
 typedef int (*verb_fn)(remote_opts_t *o);
@@ -60,18 +62,23 @@ static int v_down(remote_opts_t *o);
 static int v_value(remote_opts_t *o);
 
 static const verb_t verbs[] = {
-    {"create", "NAME CAPACITY", "create a semaphore (no error if identical)", 1, 2, O_C, v_create,
-     "sema create builds 4\nsema create builds -c 4\nsema --server http://ci:7070 create deploy 1"},
+    {"create", "NAME CAPACITY [--tenant-max N] [--rate R [--burst B]]",
+     "create a semaphore (no error if identical)", 1, 2, O_C | O_LIMITS, v_create,
+     "sema create builds 4\nsema create builds -c 4\nsema --server http://ci:7070 create deploy 1\n"
+     "sema create gpu 8 --tenant-max 4\nsema create llm-api 10 --rate 50 --burst 5"},
     {"get", "NAME", "show a semaphore: counters, holders, waiters", 1, 1, 0, v_get,
      "sema get builds\nsema get builds --json | jq .holders"},
     {"ls", "[PREFIX]", "list semaphores (by name)", 0, 1, 0, v_ls, "sema ls\nsema ls ci/"},
-    {"resize", "NAME CAPACITY", "change a semaphore's capacity (never revokes)", 1, 2, O_C,
-     v_resize, "sema resize builds 8"},
+    {"resize", "NAME [CAPACITY] [--tenant-max N] [--rate R] [--burst B]",
+     "change a semaphore's capacity or limits (never revokes)", 1, 2, O_C | O_LIMITS, v_resize,
+     "sema resize builds 8\nsema resize llm-api --rate 100"},
     {"rm", "[-f] NAME...", "delete semaphores (waiters fail, leases end)", 1, 64, O_FORCE, v_rm,
      "sema rm builds\nsema rm -f builds deploy"},
-    {"acquire", "NAME [-w W] [-t D] [--ttl D] [--owner O] [--key K]",
-     "take units and print the lease id", 1, 1, O_W | O_T | O_TTL | O_OWNER | O_KEY, v_acquire,
-     "lease=$(sema acquire builds -t 30s --ttl 5m) || exit\n... ; sema release \"$lease\""},
+    {"acquire", "NAME[:W][,NAME[:W]...] [-w W] [-t D] [--ttl D] [--owner O] [--key K] [--tenant T]",
+     "take units (of several semaphores at once) and print the lease id", 1, 1,
+     O_W | O_T | O_TTL | O_OWNER | O_KEY | O_TENANT, v_acquire,
+     "lease=$(sema acquire builds -t 30s --ttl 5m) || exit\n... ; sema release \"$lease\"\n"
+     "lease=$(sema acquire gpu:2,db:1 --tenant acme)"},
     {"renew", "LEASE [--ttl D]", "extend a lease", 1, 1, O_TTL, v_renew,
      "sema renew \"$lease\" --ttl 10m"},
     {"release", "LEASE", "give a lease's units back", 1, 1, 0, v_release,
@@ -81,10 +88,13 @@ static const verb_t verbs[] = {
      "sema revoke \"$lease\""},
     {"wait-idle", "NAME [-t D]", "wait until nothing is held or queued", 1, 1, O_T, v_wait_idle,
      "sema wait-idle builds -t 10m"},
-    {"run", "NAME [-w W] [-t D] [--ttl D] [-c CAPACITY] [--owner O] [--grace D] -- CMD [ARGS...]",
-     "hold units while CMD runs", 1, 1, O_W | O_T | O_TTL | O_C | O_OWNER | O_GRACE | O_CMD,
-     remote_run,
-     "sema run builds -c 4 -- make -j8\nsema run deploy -t 10m --ttl 30s -- ./deploy.sh prod"},
+    {"run",
+     "NAME[:W][,NAME[:W]...] [-w W] [-t D] [--ttl D] [-c CAPACITY] [--tenant T] [--owner O] "
+     "[--grace D] -- CMD [ARGS...]",
+     "hold units (of several semaphores at once) while CMD runs", 1, 1,
+     O_W | O_T | O_TTL | O_C | O_OWNER | O_GRACE | O_CMD | O_TENANT, remote_run,
+     "sema run builds -c 4 -- make -j8\nsema run deploy -t 10m --ttl 30s -- ./deploy.sh prod\n"
+     "sema run gpu:2,db:1 --tenant acme -- ./train.sh"},
     {"lock", "KEY --shared|--exclusive [-t D] [--ttl D] [--owner O] [--grace D] -- CMD [ARGS...]",
      "hold a keyed reader/writer lock while CMD runs", 1, 1,
      O_T | O_TTL | O_OWNER | O_MODE | O_GRACE | O_CMD, remote_run,
@@ -97,9 +107,9 @@ static const verb_t verbs[] = {
     {"watch", "NAME [--max-retries N]", "live view of holders and waiters (reconnects)", 1, 1,
      O_RETRIES, remote_watch,
      "sema watch builds\nsema watch builds | tee events.log\nsema watch builds --max-retries 5"},
-    {"ticket", "NAME [-w W] [--ttl D] [--keepalive D] [--owner O] [--key K]",
+    {"ticket", "NAME [-w W] [--ttl D] [--keepalive D] [--owner O] [--key K] [--tenant T]",
      "take a place in line and print the ticket id", 1, 1,
-     O_W | O_TTL | O_OWNER | O_KEY | O_KEEPALIVE, remote_ticket,
+     O_W | O_TTL | O_OWNER | O_KEY | O_KEEPALIVE | O_TENANT, remote_ticket,
      "ticket=$(sema ticket export --keepalive 5m)\nsema ticket-wait \"$ticket\" -t 1h"},
     {"ticket-show", "TICKET [-t D]", "show a ticket: its place in line, or its lease", 1, 1, O_T,
      remote_ticket_show,
@@ -171,6 +181,17 @@ static void verb_help(const verb_t *v, FILE *out)
         fprintf(out, "  --keepalive D  the ticket leaves the line if nobody reads it for D, and "
                      "a grant\n                 nobody collects within D is released (default: "
                      "the server's, 30s)\n");
+    if (v->opts & O_TENANT)
+        fprintf(out, "  --tenant T     whose share the units count to: tenants take turns, "
+                     "and a\n                 semaphore's tenant_max caps each\n");
+    if (v->opts & O_LIMITS)
+        fprintf(out, "  --tenant-max N  the most units one tenant may hold (0: no cap)\n"
+                     "  --rate R       grant at most R units a second (0: no rate)\n"
+                     "  --burst B      ... and at most B at once after a pause (default R)\n");
+    if ((v->opts & O_TENANT) && (v->opts & O_W) && strcmp(v->name, "ticket") != 0)
+        fprintf(out, "  NAME:W,NAME:W  several semaphores at once, all or nothing: the request "
+                     "waits in\n                 each one's line and holds nothing until it "
+                     "has them all\n");
     if (v->opts & O_MODE)
         fprintf(out, "  --shared | --exclusive  lock mode (one is required)\n");
     if (v->opts & O_GRACE)
@@ -240,6 +261,10 @@ static const struct option long_opts[] = {
     {"max-retries", required_argument, NULL, 'R'},
     {"keepalive", required_argument, NULL, 'K'},
     {"force", no_argument, NULL, 'f'},
+    {"tenant", required_argument, NULL, 'T'},
+    {"tenant-max", required_argument, NULL, 'M'},
+    {"rate", required_argument, NULL, 'r'},
+    {"burst", required_argument, NULL, 'b'},
     {NULL, 0, NULL, 0},
 };
 
@@ -248,9 +273,10 @@ static int opt_bit(int ch)
 {
     static const struct {
         int ch, bit;
-    } map[] = {{'w', O_W},     {'t', O_T},       {'L', O_TTL},       {'c', O_C},
-               {'o', O_OWNER}, {'S', O_MODE},    {'X', O_MODE},      {'g', O_GRACE},
-               {'k', O_KEY},   {'R', O_RETRIES}, {'K', O_KEEPALIVE}, {'f', O_FORCE}};
+    } map[] = {{'w', O_W},      {'t', O_T},       {'L', O_TTL},       {'c', O_C},
+               {'o', O_OWNER},  {'S', O_MODE},    {'X', O_MODE},      {'g', O_GRACE},
+               {'k', O_KEY},    {'R', O_RETRIES}, {'K', O_KEEPALIVE}, {'f', O_FORCE},
+               {'T', O_TENANT}, {'M', O_LIMITS},  {'r', O_LIMITS},    {'b', O_LIMITS}};
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (map[i].ch == ch)
             return map[i].bit;
@@ -298,6 +324,24 @@ static int apply_opt(const verb_t *v, remote_opts_t *o, int ch, const char *arg)
     case 'k':
         o->key = arg;
         return 0;
+    case 'T':
+        o->tenant = arg;
+        return 0;
+    case 'M':
+    case 'r':
+    case 'b': {
+        static const unsigned bits[] = {SEMA_SET_TENANT_MAX, SEMA_SET_RATE, SEMA_SET_BURST};
+        int k = ch == 'M' ? 0 : ch == 'r' ? 1 : 2;
+        uint64_t *to[] = {&o->limits.tenant_max, &o->limits.rate_per_s, &o->limits.rate_burst};
+        if (parse_u64(arg, to[k]) != 0 || (k == 2 && *to[k] == 0))
+            return usage_error(v, "bad %s '%s' (a whole number%s)",
+                               k == 0   ? "--tenant-max"
+                               : k == 1 ? "--rate"
+                                        : "--burst",
+                               arg, k == 2 ? " >= 1" : "; 0 removes it");
+        o->limits.set |= bits[k];
+        return 0;
+    }
     case 'K':
         o->keepalive_arg = arg;
         if (cli_parse_duration_ms(arg, &o->keepalive_ms) != 0 || o->keepalive_ms <= 0)
@@ -618,32 +662,6 @@ sema_client_t *remote_client(const remote_opts_t *o)
     return c;
 }
 
-static int64_t epoch_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-void remote_print_lease(const remote_opts_t *o, const sema_lease_t *l)
-{
-    if (!o->json) {
-        printf("%s\n", l->id);
-        return;
-    }
-    json_t *j = json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:I}", "lease", l->id, "name", l->name,
-                          "weight", (json_int_t)l->weight, "fence", (json_int_t)l->fence, "ttl_ms",
-                          (json_int_t)l->ttl_ms, "expires_at", (json_int_t)l->expires_at_ms,
-                          "acquired_at", (json_int_t)l->acquired_at_ms);
-    if (j != NULL && l->mode != 0)
-        json_object_set_new(j, "mode",
-                            json_string(l->mode == SEMA_LOCK_SHARED ? "shared" : "exclusive"));
-    if (j != NULL)
-        json_dumpf(j, stdout, JSON_COMPACT);
-    printf("\n");
-    json_decref(j);
-}
-
 /* Run `fn` with a fresh client; frees it after. */
 #define WITH_CLIENT(o, c)                                                                          \
     sema_client_t *c = remote_client(o);                                                           \
@@ -677,7 +695,11 @@ static int v_create(remote_opts_t *o)
     if (rc != 0)
         return rc;
     WITH_CLIENT(o, c);
-    rc = sema_client_create(c, o->pos[0], cap, &created, &e);
+    o->limits.capacity = cap;
+    if (o->limits.set != 0)
+        rc = sema_client_create_config(c, o->pos[0], &o->limits, &created, &e);
+    else
+        rc = sema_client_create(c, o->pos[0], cap, &created, &e);
     sema_client_free(c);
     if (rc != 0)
         return remote_fail(o, o->pos[0], rc, &e);
@@ -691,59 +713,6 @@ static int v_create(remote_opts_t *o)
     } else
         printf("%s %s (capacity %" PRIu64 ")\n", created ? "created" : "exists", o->pos[0], cap);
     return CLI_EXIT_OK;
-}
-
-static const char *or_dash(const char *s)
-{
-    return s != NULL ? s : "-";
-}
-
-static void print_holders(json_t *doc, int64_t now)
-{
-    json_t *arr = json_object_get(doc, "holders"), *h;
-    size_t i;
-
-    printf("holders    %zu\n", json_array_size(arr));
-    json_array_foreach(arr, i, h)
-    {
-        json_int_t exp = json_integer_value(json_object_get(h, "expires_at"));
-        printf("  %s  weight %" JSON_INTEGER_FORMAT "  fence %" JSON_INTEGER_FORMAT
-               "  expires in %.1fs  owner %s\n",
-               json_string_value(json_object_get(h, "lease")),
-               json_integer_value(json_object_get(h, "weight")),
-               json_integer_value(json_object_get(h, "fence")), (double)(exp - now) / 1000.0,
-               or_dash(json_string_value(json_object_get(h, "owner"))));
-    }
-    arr = json_object_get(doc, "waiters");
-    printf("waiters    %zu\n", json_array_size(arr));
-    json_array_foreach(arr, i, h)
-    {
-        json_int_t since = json_integer_value(json_object_get(h, "since"));
-        const char *kind = json_string_value(json_object_get(h, "kind"));
-        /* a ticket waits without a connection; a wait-idle takes nothing. Counted from 1
-         * (#1 is next), as a ticket's own position is; the JSON's counts from 0. */
-        printf("  #%" JSON_INTEGER_FORMAT "  weight %" JSON_INTEGER_FORMAT
-               "  waiting %.1fs  owner %s%s%s\n",
-               json_integer_value(json_object_get(h, "position")) + 1,
-               json_integer_value(json_object_get(h, "weight")),
-               since > 0 ? (double)(now - since) / 1000.0 : 0.0,
-               or_dash(json_string_value(json_object_get(h, "owner"))), kind != NULL ? "  " : "",
-               kind != NULL ? kind : "");
-    }
-}
-
-void remote_print_state(const char *json)
-{
-    json_t *doc = json_loads(json, 0, NULL);
-    if (doc == NULL)
-        return;
-    printf("name       %s\n", or_dash(json_string_value(json_object_get(doc, "name"))));
-    static const char *const fields[] = {"capacity", "available", "held", "fence"};
-    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
-        printf("%-10s %" JSON_INTEGER_FORMAT "\n", fields[i],
-               json_integer_value(json_object_get(doc, fields[i])));
-    print_holders(doc, epoch_ms());
-    json_decref(doc);
 }
 
 static int v_get(remote_opts_t *o)
@@ -814,15 +783,20 @@ static int v_ls(remote_opts_t *o)
 
 static int v_resize(remote_opts_t *o)
 {
-    uint64_t cap;
+    uint64_t cap = 0;
     sema_client_error_t e;
     sema_sem_info_t info;
-    int rc = capacity_arg(o, &cap);
+    int rc = o->limits.set != 0 && o->npos < 2 && o->capacity == 0 ? 0 : capacity_arg(o, &cap);
 
     if (rc != 0)
         return rc;
     WITH_CLIENT(o, c);
-    rc = sema_client_resize(c, o->pos[0], cap, &info, &e);
+    o->limits.capacity = cap;
+    o->limits.set |= cap != 0 ? SEMA_SET_CAPACITY : 0;
+    if (o->limits.set != SEMA_SET_CAPACITY)
+        rc = sema_client_configure(c, o->pos[0], &o->limits, &info, &e);
+    else
+        rc = sema_client_resize(c, o->pos[0], cap, &info, &e);
     sema_client_free(c);
     if (rc != 0)
         return remote_fail(o, o->pos[0], rc, &e);
@@ -851,16 +825,25 @@ static int v_rm(remote_opts_t *o)
 
 static int v_acquire(remote_opts_t *o)
 {
+    sema_client_error_t e;
+    sema_lease_t lease;
+    int rc = remote_parse_parts(o);
+
+    if (rc != 0)
+        return rc;
     sema_acquire_opts_t ao = {.weight = o->weight,
                               .timeout_ms = o->timeout_ms,
                               .ttl_ms = o->ttl_ms,
                               .owner = o->owner,
-                              .idempotency_key = o->key};
-    sema_client_error_t e;
-    sema_lease_t lease;
-
+                              .idempotency_key = o->key,
+                              .tenant = o->tenant};
     WITH_CLIENT(o, c);
-    int rc = sema_client_acquire(c, o->pos[0], &ao, &lease, &e);
+    if (o->nparts > 0) {
+        rc = remote_acquire_parts(o, c, &ao);
+        sema_client_free(c);
+        return rc;
+    }
+    rc = sema_client_acquire(c, o->pos[0], &ao, &lease, &e);
     sema_client_free(c);
     if (rc != 0)
         return remote_fail(o, o->pos[0], rc, &e);
@@ -921,7 +904,7 @@ static int v_lease(remote_opts_t *o)
         printf("lease      %s\nname       %s\nweight     %" PRIu64 "\nfence      %" PRIu64
                "\nexpires in %.1fs\n",
                lease.id, lease.name, lease.weight, lease.fence,
-               (double)(lease.expires_at_ms - epoch_ms()) / 1000.0);
+               (double)(lease.expires_at_ms - remote_epoch_ms()) / 1000.0);
     }
     return CLI_EXIT_OK;
 }

@@ -7,6 +7,8 @@
 
 #include "cli/cli.h"
 #include "cli/cmd_remote.h"
+#include <jansson.h>
+
 #include "sema/client.h"
 
 typedef struct {
@@ -33,7 +35,13 @@ typedef struct {
     int64_t keepalive_ms;      /* ticket --keepalive; 0 server default */
     const char *keepalive_arg; /* --keepalive as typed, for messages */
     int header_done;           /* ls: the table's header is out */
-    char **pos;                /* positional arguments (before a CMD) */
+    const char *tenant;        /* --tenant */
+    sema_sem_config_t limits;  /* create, resize: --tenant-max, --rate, --burst (limits.set) */
+    /* NAME as several semaphores ("gpu:2,db:1"; remote_parse_parts), nparts 0 otherwise */
+    sema_client_part_t parts[SEMA_CLIENT_PARTS_MAX];
+    size_t nparts;
+    char parts_buf[1024];
+    char **pos; /* positional arguments (before a CMD) */
     int npos;
     char **cmd; /* run/lock: the command after "--" (NULL-terminated) */
     int ncmd;
@@ -49,11 +57,25 @@ int remote_fail(const remote_opts_t *o, const char *what, int rc, const sema_cli
 /* A client for o->server; prints the error and returns NULL on failure. */
 sema_client_t *remote_client(const remote_opts_t *o);
 
+/* Unix epoch ms now (wall clock), to show how long until an expiry. */
+int64_t remote_epoch_ms(void);
+
 /* Print a lease (human or JSON) on stdout. */
 void remote_print_lease(const remote_opts_t *o, const sema_lease_t *l);
 
 /* Print a semaphore's state document (JSON text) human-readable on stdout. */
 void remote_print_state(const char *json);
+
+/* NAME as several semaphores, or one with its weight: "gpu:2,db:1" (a name without :W
+ * weighs 1), "gpu:2". Fills o->parts (nparts > 1), or for one semaphore sets o->pos[0] to
+ * its name and o->weight (when -w was not given). Returns 0 or a usage exit status. */
+int remote_parse_parts(remote_opts_t *o);
+
+/* sema acquire on several semaphores: print the lease id (or the lease with --json). */
+int remote_acquire_parts(remote_opts_t *o, sema_client_t *c, const sema_acquire_opts_t *ao);
+
+/* sema get: the limits and tenants of a state document, after its counters. */
+void remote_print_limits(json_t *doc);
 
 /* sema run / sema lock. */
 int remote_run(remote_opts_t *o);

@@ -27,6 +27,12 @@ static int acquire_or_create(remote_opts_t *o, sema_client_t *c, const sema_acqu
 {
     if (o->mode != 0)
         return sema_client_lock(c, o->pos[0], o->mode, ao, lease, e);
+    if (o->nparts > 0) { /* all at once; the lease stands for every part */
+        sema_multi_lease_t m;
+        int rc = sema_client_acquire_all(c, o->parts, o->nparts, ao, &m, e);
+        *lease = m.lease;
+        return rc;
+    }
     int rc = sema_client_acquire(c, o->pos[0], ao, lease, e);
     if (rc != SEMA_ENOENT || o->capacity == 0)
         return rc;
@@ -42,7 +48,8 @@ static int take_lease(remote_opts_t *o, sema_client_t *c, sema_lease_t *lease)
                               .timeout_ms = o->timeout_ms,
                               .ttl_ms = o->ttl_ms,
                               .owner = o->owner,
-                              .cancel = &cancel_flag};
+                              .cancel = &cancel_flag,
+                              .tenant = o->tenant};
     sema_client_error_t e;
     int rc = acquire_or_create(o, c, &ao, lease, &e);
 
@@ -50,7 +57,10 @@ static int take_lease(remote_opts_t *o, sema_client_t *c, sema_lease_t *lease)
         int sig = cli_child_pending();
         return CLI_EXIT_SIGNAL_BASE + (sig ? sig : SIGINT);
     }
-    if (rc == SEMA_ENOENT && o->mode == 0 && o->capacity == 0)
+    if (rc == SEMA_ENOENT && o->nparts > 0)
+        fprintf(stderr, "sema %s: %s: one of them does not exist (create it with `sema create`)\n",
+                o->verb, o->pos[0]);
+    else if (rc == SEMA_ENOENT && o->mode == 0 && o->capacity == 0)
         fprintf(stderr,
                 "sema %s: %s: no such semaphore (create it with -c CAPACITY, or with `sema "
                 "create %s CAPACITY`)\n",
@@ -101,10 +111,13 @@ int remote_run(remote_opts_t *o)
         perror("sema: pipe");
         return CLI_EXIT_FAIL;
     }
+    int rc = o->mode == 0 ? remote_parse_parts(o) : 0;
+    if (rc != 0)
+        return rc;
     sema_client_t *c = remote_client(o);
     if (c == NULL)
         return CLI_EXIT_USAGE;
-    int rc = take_lease(o, c, &lease);
+    rc = take_lease(o, c, &lease);
     if (rc == 0 && (rc = sema_lease_keepalive_start(&ka, c, &lease, on_lost, NULL)) != 0) {
         fprintf(stderr, "sema %s: cannot start the keep-alive: %s\n", o->verb, sema_strerror(rc));
         sema_client_release(c, lease.id, NULL);

@@ -74,7 +74,8 @@ int remote_ticket(remote_opts_t *o)
                              .ttl_ms = o->ttl_ms,
                              .keepalive_ms = o->keepalive_ms,
                              .owner = o->owner,
-                             .idempotency_key = o->key};
+                             .idempotency_key = o->key,
+                             .tenant = o->tenant};
     sema_client_error_t e;
     sema_ticket_t t;
 

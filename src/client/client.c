@@ -199,17 +199,32 @@ static char *opt_path(const char *v, const char *env, int *fail)
     return copy;
 }
 
+/* 1 if `rest` (a URL after its scheme) names a host and holds no space or control byte: "not
+ * a url" or "http://" is a mistake to report at once, not a host to try. */
+static int url_text_ok(const char *rest)
+{
+    if (rest[0] == '\0' || rest[0] == '/')
+        return 0;
+    for (const unsigned char *p = (const unsigned char *)rest; *p != '\0'; p++)
+        if (*p <= ' ' || *p == 0x7f)
+            return 0;
+    return 1;
+}
+
 /* The base URL to use: `url`, else $SEMA_SERVER, else SEMA_CLIENT_DEFAULT_URL (NULL and ""
  * mean not given); a bare "host:port" is http://, as for curl and the sema command. A new
- * string, or NULL with *rc set (SEMA_EINVAL for another scheme, SEMA_ENOMEM). */
+ * string, or NULL with *rc set (SEMA_EINVAL for another scheme, no host, or
+ * a space or control byte; SEMA_ENOMEM). */
 static char *base_url(const char *url, int *rc)
 {
     if (url == NULL || url[0] == '\0')
         url = getenv("SEMA_SERVER");
     if (url == NULL || url[0] == '\0')
         url = SEMA_CLIENT_DEFAULT_URL;
-    int bare = strstr(url, "://") == NULL;
-    if (!bare && strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0) {
+    const char *sep = strstr(url, "://");
+    int bare = sep == NULL;
+    if ((!bare && strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0) ||
+        !url_text_ok(bare ? url : sep + 3)) {
         *rc = SEMA_EINVAL;
         return NULL;
     }

@@ -39,6 +39,10 @@ static int parse_info(json_t *doc, const char *name, sema_sem_info_t *info)
     /* optional in some replies */
     client_json_u64(doc, "held", &info->held);
     client_json_u64(doc, "fence", &info->fence);
+    client_json_u64(doc, "tenant_max", &info->tenant_max);
+    client_json_u64(doc, "rate_per_s", &info->rate_per_s);
+    client_json_u64(doc, "rate_burst", &info->rate_burst);
+    client_json_u64(doc, "tokens", &info->tokens);
     if (client_json_u64(doc, "waiting", &info->waiting) != 0) {
         json_t *w = json_object_get(doc, "waiters");
         info->waiting = json_is_array(w) ? json_array_size(w) : 0;
@@ -104,6 +108,72 @@ int sema_client_create(sema_client_t *c, const char *name, uint64_t capacity, in
     json_decref(body);
     free(path);
     return rc;
+}
+
+/* A semaphore's configuration as a PUT or PATCH body: what `set` names (all for a PUT). */
+static json_t *config_body(const sema_sem_config_t *cfg, unsigned set)
+{
+    json_t *body = json_object();
+
+    if (body == NULL)
+        return NULL;
+    if (set & SEMA_SET_CAPACITY)
+        json_object_set_new(body, "capacity", json_integer((json_int_t)cfg->capacity));
+    if (set & SEMA_SET_TENANT_MAX)
+        json_object_set_new(body, "tenant_max", json_integer((json_int_t)cfg->tenant_max));
+    if (set & SEMA_SET_RATE)
+        json_object_set_new(body, "rate_per_s", json_integer((json_int_t)cfg->rate_per_s));
+    if ((set & SEMA_SET_BURST) && cfg->rate_burst > 0)
+        json_object_set_new(body, "rate_burst", json_integer((json_int_t)cfg->rate_burst));
+    return body;
+}
+
+static int check_config(const sema_sem_config_t *cfg, unsigned set, sema_client_error_t *err)
+{
+    if (cfg == NULL || set == 0)
+        return client_fail(err, SEMA_EINVAL, 0, "no configuration");
+    if ((set & SEMA_SET_CAPACITY) && (cfg->capacity == 0 || cfg->capacity > (1ull << 53)))
+        return client_fail(err, SEMA_EINVAL, 0, "capacity must be 1..2^53");
+    if (cfg->tenant_max > (1ull << 53) || cfg->rate_per_s > 1000000000u ||
+        cfg->rate_burst > 1000000000u)
+        return client_fail(err, SEMA_EINVAL, 0,
+                           "tenant_max must be at most 2^53, rate_per_s and rate_burst 10^9");
+    return 0;
+}
+
+int sema_client_create_config(sema_client_t *c, const char *name, const sema_sem_config_t *cfg,
+                              int *created, sema_client_error_t *err)
+{
+    unsigned set = SEMA_SET_CAPACITY | (cfg != NULL && cfg->tenant_max ? SEMA_SET_TENANT_MAX : 0) |
+                   (cfg != NULL && cfg->rate_per_s ? SEMA_SET_RATE | SEMA_SET_BURST : 0);
+    int rc = check_config(cfg, set, err);
+    if (rc == 0)
+        rc = client_check_name(name, err);
+    if (rc != 0)
+        return rc;
+    json_t *body = config_body(cfg, set);
+    char *path = client_path("/v1/semaphores/", name, "");
+    if (body == NULL || path == NULL)
+        rc = client_fail(err, SEMA_ENOMEM, 0, "out of memory");
+    else
+        rc = put_semaphore(c, path, body, created, err);
+    json_decref(body);
+    free(path);
+    return rc;
+}
+
+int sema_client_configure(sema_client_t *c, const char *name, const sema_sem_config_t *cfg,
+                          sema_sem_info_t *info, sema_client_error_t *err)
+{
+    json_t *doc;
+    int rc = check_config(cfg, cfg != NULL ? cfg->set : 0, err);
+    if (rc != 0)
+        return rc;
+    json_t *body = config_body(cfg, cfg->set);
+    if (body == NULL)
+        return client_fail(err, SEMA_ENOMEM, 0, "out of memory");
+    rc = call_named(c, "PATCH", "/v1/semaphores/", name, "", body, 1, &doc, err);
+    return rc != 0 ? rc : finish_state(doc, name, info, NULL, err);
 }
 
 int sema_client_get(sema_client_t *c, const char *name, sema_sem_info_t *info, char **json,
@@ -212,16 +282,48 @@ static void copy_str(char *dst, size_t cap, const char *src)
     snprintf(dst, cap, "%s", src ? src : "");
 }
 
+/* A lease on several semaphores: each part into parts (room for SEMA_CLIENT_PARTS_MAX); how
+ * many, or -1 when malformed. */
+static int parse_parts(json_t *obj, sema_lease_part_t *parts)
+{
+    json_t *a = json_object_get(obj, "semaphores"), *p;
+    size_t i;
+
+    if (!json_is_array(a) || json_array_size(a) == 0 || json_array_size(a) > SEMA_CLIENT_PARTS_MAX)
+        return -1;
+    json_array_foreach(a, i, p)
+    {
+        const char *name = json_string_value(json_object_get(p, "name"));
+        if (name == NULL || strlen(name) >= SEMA_CLIENT_NAME_MAX ||
+            client_json_u64(p, "weight", &parts[i].weight) ||
+            client_json_u64(p, "fence", &parts[i].fence))
+            return -1;
+        copy_str(parts[i].name, sizeof parts[i].name, name);
+    }
+    return (int)json_array_size(a);
+}
+
 int client_parse_lease(json_t *obj, int64_t sent_ns, sema_lease_t *lease)
 {
     const char *id = json_string_value(json_object_get(obj, "lease"));
     const char *name = json_string_value(json_object_get(obj, "name"));
     const char *key = json_string_value(json_object_get(obj, "key"));
     const char *mode = json_string_value(json_object_get(obj, "mode"));
+    sema_lease_part_t first;
 
     memset(lease, 0, sizeof *lease);
     if (key != NULL)
         name = key;
+    /* a lease on several semaphores: its first part stands for it */
+    if (name == NULL && json_object_get(obj, "semaphores") != NULL) {
+        json_t *p = json_array_get(json_object_get(obj, "semaphores"), 0);
+        name = json_string_value(json_object_get(p, "name"));
+        if (name == NULL || client_json_u64(p, "weight", &first.weight) ||
+            client_json_u64(p, "fence", &first.fence))
+            return SEMA_EPROTO;
+        json_object_set_new(obj, "weight", json_integer((json_int_t)first.weight));
+        json_object_set_new(obj, "fence", json_integer((json_int_t)first.fence));
+    }
     if (id == NULL || id[0] == '\0' || strlen(id) >= SEMA_LEASE_ID_MAX || name == NULL ||
         strlen(name) >= SEMA_CLIENT_NAME_MAX || client_json_u64(obj, "weight", &lease->weight) ||
         client_json_u64(obj, "fence", &lease->fence) ||
@@ -246,7 +348,8 @@ struct acq {
     json_t *body; /* its timeout_ms is rewritten per attempt */
     char key[80];
     const sema_acquire_opts_t *o;
-    int dropped; /* a grant named in an unusable reply was released already */
+    int dropped;               /* a grant named in an unusable reply was released already */
+    sema_multi_lease_t *multi; /* POST /v1/acquire: its parts too, or NULL */
 };
 
 /* A grant we cannot hand to the caller: find it again by the idempotency key (a try
@@ -315,7 +418,10 @@ static int acquire_attempts(sema_client_t *c, acq_t *a, sema_lease_t *lease,
         int64_t sent = client_now_ns();
         rc = client_call(c, &req, 0, &doc, err);
         if (rc == 0) {
-            if (client_parse_lease(doc, sent, lease) != 0) {
+            int np = a->multi != NULL ? parse_parts(doc, a->multi->parts) : 0;
+            if (a->multi != NULL && np > 0)
+                a->multi->nparts = (size_t)np;
+            if (client_parse_lease(doc, sent, lease) != 0 || np < 0) {
                 const char *id = json_string_value(json_object_get(doc, "lease"));
                 if (id != NULL && id[0] != '\0' && strlen(id) < SEMA_LEASE_ID_MAX) {
                     drop_grant(c, a, id);
@@ -338,32 +444,41 @@ static int acquire_attempts(sema_client_t *c, acq_t *a, sema_lease_t *lease,
     return rc;
 }
 
-static int acquire_generic(sema_client_t *c, const char *path, json_t *body,
-                           const sema_acquire_opts_t *opts, sema_lease_t *lease,
-                           sema_client_error_t *err)
+/* An acquire with its idempotency key (the caller's, or a random one), ttl and tenant. */
+static int acquire_keyed(sema_client_t *c, acq_t *a, sema_lease_t *lease, sema_client_error_t *err)
 {
-    sema_acquire_opts_t dflt = {.weight = 1, .timeout_ms = -1};
-    const sema_acquire_opts_t *o = opts ? opts : &dflt;
-    acq_t a = {.path = path, .body = body, .o = o};
+    const sema_acquire_opts_t *o = a->o;
     int rc = 0;
 
     if (o->ttl_ms < 0)
         rc = client_fail(err, SEMA_EINVAL, 0, "ttl_ms must be >= 0");
     else if (o->idempotency_key != NULL &&
-             (o->idempotency_key[0] == '\0' || strlen(o->idempotency_key) >= sizeof a.key ||
+             (o->idempotency_key[0] == '\0' || strlen(o->idempotency_key) >= sizeof a->key ||
               strpbrk(o->idempotency_key, "\r\n") != NULL))
         rc = client_fail(err, SEMA_EINVAL, 0, "idempotency key must be 1..79 bytes, one line");
     else if (o->idempotency_key != NULL)
-        copy_str(a.key, sizeof a.key, o->idempotency_key);
-    else if (client_random_key(a.key, sizeof a.key) != 0)
+        copy_str(a->key, sizeof a->key, o->idempotency_key);
+    else if (client_random_key(a->key, sizeof a->key) != 0)
         rc = client_fail(err, SEMA_EIO, 0, "getrandom failed");
     if (rc == 0 && o->ttl_ms > 0)
-        json_object_set_new(body, "ttl_ms", json_integer(o->ttl_ms));
+        json_object_set_new(a->body, "ttl_ms", json_integer(o->ttl_ms));
+    if (rc == 0 && o->tenant != NULL && strstr(a->path, "/v1/locks/") != a->path)
+        json_object_set_new(a->body, "tenant", json_string(o->tenant));
     if (rc == 0)
-        rc = acquire_loop(c, &a, lease, err);
+        rc = acquire_loop(c, a, lease, err);
     if (rc == 0)
         client_clear(err);
     return rc;
+}
+
+static int acquire_generic(sema_client_t *c, const char *path, json_t *body,
+                           const sema_acquire_opts_t *opts, sema_lease_t *lease,
+                           sema_client_error_t *err)
+{
+    sema_acquire_opts_t dflt = {.weight = 1, .timeout_ms = -1};
+    acq_t a = {.path = path, .body = body, .o = opts ? opts : &dflt};
+
+    return acquire_keyed(c, &a, lease, err);
 }
 
 static int acquire_prepare(const char *name, const sema_acquire_opts_t *opts, sema_lease_t *lease,
@@ -410,6 +525,44 @@ int sema_client_acquire(sema_client_t *c, const char *name, const sema_acquire_o
     if (body != NULL)
         json_object_set_new(body, "weight", json_integer((json_int_t)weight));
     return acquire_at(c, "/v1/semaphores/", name, body, opts, lease, err);
+}
+
+int sema_client_acquire_all(sema_client_t *c, const sema_client_part_t *parts, size_t nparts,
+                            const sema_acquire_opts_t *opts, sema_multi_lease_t *lease,
+                            sema_client_error_t *err)
+{
+    json_t *body, *arr;
+    int rc = 0;
+
+    if (lease == NULL)
+        return client_fail(err, SEMA_EINVAL, 0, "no lease to fill");
+    memset(lease, 0, sizeof *lease);
+    if (parts == NULL || nparts == 0 || nparts > SEMA_CLIENT_PARTS_MAX)
+        return client_fail(err, SEMA_EINVAL, 0, "name 1 to %d semaphores", SEMA_CLIENT_PARTS_MAX);
+    for (size_t i = 0; i < nparts && rc == 0; i++)
+        if ((rc = client_check_name(parts[i].name, err)) == 0 && parts[i].weight > (1ull << 53))
+            rc = client_fail(err, SEMA_EINVAL, 0, "weight above 2^53");
+    if (rc != 0)
+        return rc;
+    body = owner_body(c, opts);
+    arr = json_array();
+    for (size_t i = 0; body != NULL && arr != NULL && i < nparts; i++)
+        json_array_append_new(arr, json_pack("{s:s, s:I}", "name", parts[i].name, "weight",
+                                             (json_int_t)(parts[i].weight ? parts[i].weight : 1)));
+    if (body == NULL || arr == NULL) {
+        json_decref(body);
+        json_decref(arr);
+        return client_fail(err, SEMA_ENOMEM, 0, "out of memory");
+    }
+    json_object_set_new(body, "semaphores", arr);
+    sema_acquire_opts_t dflt = {.timeout_ms = -1};
+    const sema_acquire_opts_t *o = opts ? opts : &dflt;
+    acq_t a = {.path = "/v1/acquire", .body = body, .o = o, .multi = lease};
+    rc = acquire_keyed(c, &a, &lease->lease, err);
+    json_decref(body);
+    if (rc != 0)
+        memset(lease, 0, sizeof *lease);
+    return rc;
 }
 
 int sema_client_lock(sema_client_t *c, const char *key, int mode, const sema_acquire_opts_t *opts,

@@ -107,6 +107,8 @@ int sema_client_ticket_take(sema_client_t *c, const char *name, const sema_ticke
         json_object_set_new(body, "ttl_ms", json_integer(o->ttl_ms));
     if (body != NULL && o->keepalive_ms > 0)
         json_object_set_new(body, "keepalive_ms", json_integer(o->keepalive_ms));
+    if (body != NULL && o->tenant != NULL)
+        json_object_set_new(body, "tenant", json_string(o->tenant));
     if (body == NULL || path == NULL) {
         rc = client_fail(err, SEMA_ENOMEM, 0, "out of memory");
     } else {

@@ -78,7 +78,7 @@ typedef struct {
     uint32_t idx;      /* position in the heap or EHEAP_NONE */
     uint8_t kind;      /* EITEM_* */
 } eitem_t;
-enum { EITEM_LEASE = 1, EITEM_WAITER = 2, EITEM_TICKET = 3, EITEM_TICK = 4 };
+enum { EITEM_LEASE = 1, EITEM_WAITER = 2, EITEM_TICKET = 3, EITEM_TICK = 4, EITEM_RATE = 5 };
 
 typedef struct {
     eitem_t **a;

@@ -60,8 +60,11 @@ typedef struct engine_backend {
     /* Optional: where its state lives (engine_describe); without it, its name. */
     void (*describe)(void *be, char *buf, size_t cap);
     /* Optional operations. A back end that leaves `tickets` 0 never sees ENGINE_TICKET_*:
-     * the front fails them with SEMA_ENOTSUP (HTTP 501, code not_supported). */
+     * the front fails them with SEMA_ENOTSUP (HTTP 501, code not_supported). Likewise
+     * `multi` (ENGINE_ACQUIRE_MULTI, a ticket on several semaphores), `tenants` (a request
+     * naming a tenant, a semaphore's tenant_max) and `rates` (rate_per_s, rate_burst). */
     int tickets;
+    int multi, tenants, rates;
     /* 1: its store answers later than open() (Redis): it calls engine__backend_ready() when
      * it first has; 0: it is ready once open() returned. */
     int ready_later;
@@ -116,5 +119,8 @@ void engine__event(engine_t *e, const engine_event_t *ev);
 void engine__events_rollback(engine_t *e);
 /* Does anyone on this instance watch the semaphore's events (or may resume them)? */
 int engine__watched(engine_t *e, const char *name, size_t len);
+/* Does anyone on this instance watch any semaphore's events? When not, a back end need not
+ * build its events (engine__event would drop them). One test. */
+int engine__watching(const engine_t *e);
 
 #endif /* SEMAD_BACKEND_H */

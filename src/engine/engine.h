@@ -36,13 +36,13 @@ struct store; /* store.h */
  * docs/http-api.md). Timestamps in results are Unix epoch milliseconds (server wall clock);
  * deadlines and timers inside the engine use the monotonic clock (uv_now/uv_hrtime). */
 typedef enum {
-    ENGINE_SEM_PUT,       /* name, capacity -> SEM; created=1 if new, 0 if identical;
-                             SEMA_EEXIST if it exists with another capacity */
-    ENGINE_SEM_RESIZE,    /* name, capacity -> SEM */
+    ENGINE_SEM_PUT,       /* name, capacity, limits -> SEM; created=1 if new, 0 if identical;
+                             SEMA_EEXIST if it exists with another capacity or limits */
+    ENGINE_SEM_RESIZE,    /* name, capacity (0: unchanged), limits -> SEM */
     ENGINE_SEM_GET,       /* name -> SEM (with holders and waiters) */
     ENGINE_SEM_DELETE,    /* name -> NONE; parked waiters fail SEMA_ECANCELED, leases void */
     ENGINE_SEM_LIST,      /* prefix, limit, cursor -> LIST */
-    ENGINE_ACQUIRE,       /* name, weight, timeout_ms, ttl_ms, owner, idem_key -> LEASE */
+    ENGINE_ACQUIRE,       /* name, weight, timeout_ms, ttl_ms, owner, idem_key, tenant -> LEASE */
     ENGINE_WAIT_IDLE,     /* name, timeout_ms -> IDLE */
     ENGINE_LEASE_GET,     /* id -> LEASE */
     ENGINE_LEASE_RENEW,   /* id, ttl_ms -> LEASE */
@@ -58,43 +58,86 @@ typedef enum {
     ENGINE_LEGACY_DOWN,   /* name -> LEGACY; SEMA_EBUSY when the value is 0 */
     /* Tickets: a place in a semaphore's FIFO queue that does not hold a connection open.
      * A back end may not serve them (engine_backend_t.tickets): then SEMA_ENOTSUP. */
-    ENGINE_TICKET_CREATE, /* name, weight, ttl_ms, owner, idem_key, keepalive_ms -> TICKET
-                             (created=1 if new, 0 for a retry with its Idempotency-Key) */
+    ENGINE_TICKET_CREATE, /* name, weight (or parts, name NULL: several semaphores), tenant,
+                             ttl_ms, owner, idem_key, keepalive_ms -> TICKET (created=1 if
+                             new, 0 for a retry with its Idempotency-Key) */
     ENGINE_TICKET_GET,    /* id (the ticket's), timeout_ms (0: now; > 0: wait up to that long
                              until its state differs from `seen`, or from the state at
                              arrival when seen is 0) -> TICKET; SEMA_EGONE once ended */
     ENGINE_TICKET_DELETE, /* id -> NONE (leaves the line; a granted ticket's
                              lease is released) */
     ENGINE_LOCK_LIST,     /* prefix, limit, cursor -> LOCK_LIST: the keys held or awaited */
+    /* Several semaphores at once: all or nothing (engine_backend_t.multi). */
+    ENGINE_ACQUIRE_MULTI, /* parts, timeout_ms, ttl_ms, owner, idem_key, tenant -> LEASE
+                             (with its parts: one lease, a fence per semaphore) */
     ENGINE_OP_COUNT
 } engine_op_t;
 
 enum { ENGINE_MODE_SHARED = 1, ENGINE_MODE_EXCLUSIVE = 2 };
 
+/* engine_req_t.limits: which of a semaphore's limits a PUT or a resize sets. */
+enum { ENGINE_LIMIT_TENANT_MAX = 1, ENGINE_LIMIT_RATE = 2, ENGINE_LIMIT_BURST = 4 };
+
 /* ---- typed results ---- */
 
 enum { ENGINE_LEASE_ID_MAX = 28 }; /* bytes of a lease id with its NUL */
 
-/* A lease: the result of a grant, and a holder in a semaphore's view. */
+/* One semaphore of a request or a lease on several: its name (name_len bytes; a request's
+ * is NUL-terminated), its weight, and a lease's fence on it. */
+typedef struct {
+    const char *name;
+    size_t name_len;
+    uint64_t weight;
+    uint64_t fence; /* a lease's; 0 in a request */
+} engine_part_t;
+
+/* A lease: the result of a grant, and a holder in a semaphore's view. A lease on several
+ * semaphores (ENGINE_ACQUIRE_MULTI) has nparts > 0 and its parts in `parts` (name, weight
+ * and fence describe parts[0] then); a holder in a view shows the part of its semaphore. */
 typedef struct {
     char id[ENGINE_LEASE_ID_MAX];
+    uint8_t mode;     /* 0 for a semaphore's lease, ENGINE_MODE_* for a lock's */
+    uint8_t multi;    /* a holder in a view: its lease is on several semaphores */
+    uint16_t nparts;  /* a lease on several semaphores: its parts (in the result), else 0 */
     const char *name; /* the semaphore's name or the lock's key (name_len bytes) */
     size_t name_len;
-    const char *owner; /* NUL-terminated, or NULL */
+    const char *owner;  /* NUL-terminated, or NULL */
+    const char *tenant; /* NUL-terminated, or NULL */
     uint64_t weight, fence;
     int64_t ttl_ms, acquired_at_ms, expires_at_ms;
-    int mode; /* 0 for a semaphore's lease, ENGINE_MODE_* for a lock's */
+    const engine_part_t *parts;
 } engine_lease_t;
 
 /* A parked request in a semaphore's view; its position is its index (0 = head). */
 typedef struct {
-    const char *owner; /* NUL-terminated, or NULL */
+    const char *owner;  /* NUL-terminated, or NULL */
+    const char *tenant; /* NUL-terminated, or NULL */
     uint64_t weight;
     int64_t since_ms;
     int mode;      /* as in engine_lease_t */
     int wait_idle; /* a wait-idle, not an acquire */
     int ticket;    /* a ticket, not a request holding a connection */
+    int multi;     /* a request on several semaphores (this is its part here) */
 } engine_waiter_t;
+
+/* A tenant of a semaphore (one that holds or waits there): name NULL for the requests that
+ * named none. */
+typedef struct {
+    const char *name;
+    size_t name_len;
+    uint64_t held;           /* units its leases hold */
+    uint64_t waiting;        /* its parked requests */
+    uint64_t waiting_weight; /* and the units they ask for */
+} engine_tenant_t;
+
+/* A semaphore's limits and tenants in its view (engine_sem_view_t.limits). */
+typedef struct {
+    uint64_t tenant_max;             /* the most one tenant may hold, 0: no cap */
+    uint64_t rate_per_s, rate_burst; /* units granted per second and the bucket; 0: none */
+    uint64_t tokens;                 /* units the bucket holds now (whole) */
+    size_t ntenants;
+    engine_tenant_t *tenants; /* SEM with lists, when requests named tenants (by name) */
+} engine_sem_limits_t;
 
 enum { ENGINE_TICKET_WAITING = 1, ENGINE_TICKET_GRANTED = 2 };
 
@@ -102,17 +145,21 @@ enum { ENGINE_TICKET_WAITING = 1, ENGINE_TICKET_GRANTED = 2 };
  * result's `lease`). */
 typedef struct {
     char id[ENGINE_LEASE_ID_MAX];
-    int status;       /* ENGINE_TICKET_* */
-    const char *name; /* its semaphore (name_len bytes) */
+    uint8_t status;    /* ENGINE_TICKET_* */
+    uint8_t estimated; /* waiting: p50_ms and p90_ms are set */
+    uint16_t nparts;   /* 0 on one semaphore */
+    const char *name;  /* its semaphore (name_len bytes); its first on several */
     size_t name_len;
-    uint64_t weight;        /* units it asks for */
-    uint64_t position;      /* waiting: 1 = next in line */
-    uint64_t ahead_weight;  /* waiting: units asked for by those ahead */
-    int64_t p50_ms, p90_ms; /* estimated wait from now (when `estimated`) */
-    int64_t poll_after_ms;  /* read again after this long */
-    int64_t keepalive_ms;   /* unread this long, it is dropped (or its grant) */
-    uint64_t state;         /* differs whenever status or position does */
-    int estimated;          /* waiting: p50_ms and p90_ms are set */
+    const char *tenant;         /* NUL-terminated, or NULL */
+    const engine_part_t *parts; /* a ticket on several semaphores: its nparts parts (position
+                                   and ahead_weight: in its longest line) */
+    uint64_t weight;            /* units it asks for */
+    uint64_t position;          /* waiting: 1 = next in line */
+    uint64_t ahead_weight;      /* waiting: units asked for by those ahead */
+    int64_t p50_ms, p90_ms;     /* estimated wait from now (when `estimated`) */
+    int64_t poll_after_ms;      /* read again after this long */
+    int64_t keepalive_ms;       /* unread this long, it is dropped (or its grant) */
+    uint64_t state;             /* differs whenever status or position does */
 } engine_ticket_t;
 
 /* A semaphore (or a lock key) as it stood when the request completed. */
@@ -124,12 +171,13 @@ typedef struct {
     int64_t available; /* may be < 0 after a shrink, > capacity after legacy up */
     uint64_t held, fence;
     uint64_t waiting, waiting_weight; /* parked requests and their total weight */
-    int legacy;                       /* legacy up/down made its value a counter */
-    int lists;                        /* holders and waiters are filled (SEM, LOCK) */
-    int truncated;                    /* the lists stop at ENGINE_VIEW_LIST_MAX */
+    uint8_t legacy;                   /* legacy up/down made its value a counter */
+    uint8_t lists;                    /* holders and waiters are filled (SEM, LOCK) */
+    uint8_t truncated;                /* the lists stop at ENGINE_VIEW_LIST_MAX */
     size_t nholders, nwaiters;
     engine_lease_t *holders;
     engine_waiter_t *waiters;
+    engine_sem_limits_t *limits; /* NULL when it has neither limits nor tenants */
 } engine_sem_view_t;
 
 enum { ENGINE_VIEW_LIST_MAX = 1000 }; /* longest holders/waiters list in a view */
@@ -172,7 +220,7 @@ typedef struct engine_result {
     size_t next_cursor_len;
     struct engine_block *blocks; /* storage beyond `small` */
     size_t small_used;
-    _Alignas(8) char small[96]; /* a lease reply's name and owner, typically */
+    _Alignas(8) char small[64]; /* a lease reply's name and owner, typically */
 } engine_result_t;
 
 /* `n` bytes (8-aligned) that live as long as the result, or NULL when out of memory. */
@@ -194,15 +242,31 @@ struct engine_req {
     size_t name_len;
     const char *id; /* LEASE_*, TICKET_GET, TICKET_DELETE: the lease's or ticket's id */
     size_t id_len;
-    uint64_t capacity;    /* SEM_PUT, SEM_RESIZE, LEGACY_CREATE */
-    uint64_t weight;      /* ACQUIRE */
+    uint64_t capacity; /* SEM_PUT, SEM_RESIZE, LEGACY_CREATE */
+    uint64_t weight;   /* ACQUIRE, TICKET_CREATE */
+    /* What only some operations read, in one place (a parked request is as small as it
+     * can be): each is read only for the operations named. */
+    union {
+        struct {
+            const char *prefix; /* SEM_LIST, LOCK_LIST, may be NULL */
+            const char *cursor; /* SEM_LIST, LOCK_LIST, may be NULL */
+            uint64_t limit;     /* SEM_LIST, LOCK_LIST: 0 = default */
+        };
+        /* SEM_PUT, SEM_RESIZE: the limits beside the capacity, those named in `limits`
+         * (ENGINE_LIMIT_*; a resize leaves the others as they are; 0 removes one) */
+        struct {
+            uint64_t tenant_max, rate_per_s, rate_burst;
+        };
+        /* ACQUIRE_MULTI, and TICKET_CREATE on several semaphores (name NULL): the
+         * semaphores with their weights, each named once (nparts, at most
+         * ENGINE_PARTS_MAX) */
+        const engine_part_t *parts;
+    };
+    const char *tenant;   /* ACQUIRE, ACQUIRE_MULTI, TICKET_CREATE: optional, may be NULL */
     int64_t timeout_ms;   /* ACQUIRE, WAIT_IDLE, LOCK_ACQUIRE: 0 try, < 0 forever */
     int64_t ttl_ms;       /* ACQUIRE, LOCK_ACQUIRE, LEASE_RENEW: 0 = server default */
     const char *owner;    /* optional, may be NULL */
     const char *idem_key; /* optional Idempotency-Key, may be NULL */
-    const char *prefix;   /* SEM_LIST, may be NULL */
-    const char *cursor;   /* SEM_LIST, may be NULL */
-    uint64_t limit;       /* SEM_LIST: 0 = default */
     /* With semad --auth: the name of the token that sent the request (NULL without --auth,
      * and for semad's own requests). A grant remembers it; renewing or releasing a lease
      * another token took fails with SEMA_EACCES unless `principal_admin` is set. */
@@ -211,6 +275,8 @@ struct engine_req {
     /* out (beside principal_admin, so the struct has no holes) */
     int status;           /* 0 or a SEMA_E* code (see the table in docs/http-api.md) */
     int created;          /* SEM_PUT: 1 when the semaphore was created */
+    uint16_t nparts;      /* in: parts' count (0 for every other request) */
+    uint8_t limits;       /* in: SEM_PUT, SEM_RESIZE: ENGINE_LIMIT_* */
     int64_t keepalive_ms; /* TICKET_CREATE: 0 = server default */
     uint64_t seen;        /* TICKET_GET: the state the caller last saw (0: none; a wait
                              then sets it to the state at arrival) */
@@ -250,6 +316,8 @@ typedef struct {
     uint64_t lock_readers;           /* keyed locks: max concurrent shared holders (R) */
     uint64_t max_locks;              /* keyed locks: max keys held or awaited at once */
     uint64_t metrics_max_semaphores; /* per-semaphore metric series cap */
+    uint64_t metrics_max_tenants;    /* per-tenant series of each of those semaphores; the
+                                        other tenants are summed as tenant="_other" */
     int64_t events_retain_ms;        /* an unwatched semaphore keeps its events this long for a
                                         resume (default ENGINE_EVENTS_RETAIN_MS) */
     int64_t ticket_keepalive_ms;     /* a ticket's keepalive when it asks for none */

@@ -16,6 +16,13 @@
 #define ENGINE_LIST_LIMIT_DEFAULT 100 /* semaphores in a list page by default */
 #define ENGINE_LIST_LIMIT_MAX 1000    /* and at most */
 
+#define ENGINE_PARTS_MAX 16        /* semaphores of one request on several */
+#define ENGINE_TENANT_MAX 128      /* bytes of a tenant's name (UTF-8) */
+#define ENGINE_RATE_MAX 1000000000 /* rate_per_s and rate_burst at most */
+/* Tenants holding or waiting on one semaphore at once (past it: SEMA_ELIMIT). The round robin
+ * across them costs a walk of those waiting per grant. */
+#define ENGINE_TENANTS_PER_SEM_MAX 1024
+
 /* The longest ?wait= of GET /v1/tickets/{id}. */
 #define ENGINE_TICKET_WAIT_MAX_MS 300000
 

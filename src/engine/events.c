@@ -226,6 +226,11 @@ void engine__event(engine_t *e, const engine_event_t *ev)
         group_detach(e, g); /* finished: a new semaphore of the name is new */
 }
 
+int engine__watching(const engine_t *e)
+{
+    return e->subgroups.count != 0;
+}
+
 int engine__watched(engine_t *e, const char *name, size_t len)
 {
     const esub_group_t *g = e->subgroups.count != 0 ? group_find(e, name, len) : NULL;

@@ -28,6 +28,7 @@ void engine_config_default(engine_config_t *cfg)
     cfg->lock_readers = 1048576;
     cfg->max_locks = 1000000;
     cfg->metrics_max_semaphores = 100;
+    cfg->metrics_max_tenants = 20;
     cfg->events_retain_ms = ENGINE_EVENTS_RETAIN_MS;
     cfg->ticket_keepalive_ms = 30000;
     cfg->max_ticket_keepalive_ms = 3600000;
@@ -150,9 +151,49 @@ static int creates_name(engine_op_t op)
     return op == ENGINE_SEM_PUT || op == ENGINE_LEGACY_CREATE || op == ENGINE_LOCK_ACQUIRE;
 }
 
+/* A request on several semaphores: how many, their names and weights, each named once. */
+static int check_parts(const engine_t *e, const engine_req_t *req, const char **msg)
+{
+    if (req->nparts == 0 || req->nparts > ENGINE_PARTS_MAX || req->parts == NULL) {
+        *msg = "semaphores must name 1 to 16 semaphores";
+        return SEMA_EINVAL;
+    }
+    for (size_t i = 0; i < req->nparts; i++) {
+        const engine_part_t *p = &req->parts[i];
+        if (p->name == NULL || p->name_len == 0) {
+            *msg = "a semaphore's name must not be empty";
+            return SEMA_EINVAL;
+        }
+        if (p->name_len > e->cfg.max_name_len) {
+            *msg = e->name_too_long;
+            return SEMA_ENAMETOOLONG;
+        }
+        if (p->weight == 0) {
+            *msg = "weight must be between 1 and the capacity";
+            return SEMA_EINVAL;
+        }
+        for (size_t j = 0; j < i; j++) {
+            if (req->parts[j].name_len == p->name_len &&
+                memcmp(req->parts[j].name, p->name, p->name_len) == 0) {
+                *msg = "a semaphore may be named only once in one request";
+                return SEMA_EINVAL;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Several semaphores named in `parts` rather than one in `name`. */
+static int on_parts(const engine_req_t *req)
+{
+    return req->op == ENGINE_ACQUIRE_MULTI || (req->op == ENGINE_TICKET_CREATE && req->nparts > 0);
+}
+
 /* A semaphore name or a lock key (an id is looked up as it is). */
 static int check_name(const engine_t *e, const engine_req_t *req, const char **msg)
 {
+    if (on_parts(req))
+        return check_parts(e, req, msg);
     if (is_list_op(req->op) || on_id(req->op))
         return 0;
     if (req->name_len == 0) {
@@ -173,6 +214,90 @@ static int check_name(const engine_t *e, const engine_req_t *req, const char **m
     return 0;
 }
 
+/* What the back end must serve for this request: SEMA_ENOTSUP when it does not. */
+static int check_supported(const engine_t *e, const engine_req_t *req, const char **msg)
+{
+    int sem_op = req->op == ENGINE_SEM_PUT || req->op == ENGINE_SEM_RESIZE;
+
+    if (!e->ops->multi &&
+        (req->op == ENGINE_ACQUIRE_MULTI || (req->op == ENGINE_TICKET_CREATE && req->nparts > 0))) {
+        *msg = "this engine does not serve requests on several semaphores";
+        return SEMA_ENOTSUP;
+    }
+    if (!e->ops->tenants &&
+        (req->tenant != NULL || (sem_op && (req->limits & ENGINE_LIMIT_TENANT_MAX)))) {
+        *msg = "this engine does not serve tenants";
+        return SEMA_ENOTSUP;
+    }
+    if (!e->ops->rates && sem_op && (req->limits & (ENGINE_LIMIT_RATE | ENGINE_LIMIT_BURST))) {
+        *msg = "this engine does not serve rates";
+        return SEMA_ENOTSUP;
+    }
+    return 0;
+}
+
+/* tenant_max, rate_per_s and rate_burst of a PUT or a resize. A PUT's burst defaults to its
+ * rate. */
+static int check_limits(engine_req_t *req, const char **msg)
+{
+    if (req->op != ENGINE_SEM_PUT && req->op != ENGINE_SEM_RESIZE)
+        return 0;
+    if (req->tenant_max > ENGINE_CAPACITY_MAX) {
+        *msg = "tenant_max must be at most 2^53";
+        return SEMA_EINVAL;
+    }
+    if (req->rate_per_s > ENGINE_RATE_MAX || req->rate_burst > ENGINE_RATE_MAX) {
+        *msg = "rate_per_s and rate_burst must be at most 1000000000";
+        return SEMA_EINVAL;
+    }
+    if ((req->limits & ENGINE_LIMIT_BURST) && req->rate_burst == 0) {
+        *msg = "rate_burst must be at least 1 (remove the rate with rate_per_s 0)";
+        return SEMA_EINVAL;
+    }
+    if (req->op == ENGINE_SEM_PUT && (req->limits & ENGINE_LIMIT_BURST) &&
+        !(req->limits & ENGINE_LIMIT_RATE && req->rate_per_s > 0)) {
+        *msg = "rate_burst needs rate_per_s";
+        return SEMA_EINVAL;
+    }
+    if (req->op == ENGINE_SEM_PUT && (req->limits & ENGINE_LIMIT_RATE) &&
+        !(req->limits & ENGINE_LIMIT_BURST)) {
+        req->rate_burst = req->rate_per_s;
+        if (req->rate_per_s > 0)
+            req->limits |= ENGINE_LIMIT_BURST;
+    }
+    return 0;
+}
+
+static int check_tenant(const engine_req_t *req, const char **msg)
+{
+    size_t n;
+
+    if (req->tenant == NULL)
+        return 0;
+    n = strlen(req->tenant);
+    if (n == 0 || n > ENGINE_TENANT_MAX || !jsonw_utf8_valid(req->tenant, n)) {
+        *msg = "tenant must be 1 to 128 bytes of UTF-8";
+        return SEMA_EINVAL;
+    }
+    return 0;
+}
+
+/* Several semaphores, tenants and limits: what the back end serves, and their values. A
+ * request with none of them passes with one test. */
+static int check_new_inputs(const engine_t *e, engine_req_t *req, const char **msg)
+{
+    int rc;
+
+    if (req->nparts == 0 && req->tenant == NULL && req->limits == 0)
+        return 0; /* (an ACQUIRE_MULTI without parts fails check_parts) */
+    rc = check_supported(e, req, msg);
+    if (rc == 0)
+        rc = check_limits(req, msg);
+    if (rc == 0)
+        rc = check_tenant(req, msg);
+    return rc;
+}
+
 static int check_capacity(const engine_req_t *req, const char **msg)
 {
     if (req->op == ENGINE_LEGACY_CREATE && req->capacity > ENGINE_CAPACITY_MAX) {
@@ -180,8 +305,13 @@ static int check_capacity(const engine_req_t *req, const char **msg)
         return SEMA_EINVAL;
     }
     if ((req->op == ENGINE_SEM_PUT || req->op == ENGINE_SEM_RESIZE) &&
-        (req->capacity == 0 || req->capacity > ENGINE_CAPACITY_MAX)) {
+        ((req->capacity == 0 && req->op == ENGINE_SEM_PUT) ||
+         req->capacity > ENGINE_CAPACITY_MAX)) {
         *msg = "capacity must be between 1 and 2^53";
+        return SEMA_EINVAL;
+    }
+    if (req->op == ENGINE_SEM_RESIZE && req->capacity == 0 && req->limits == 0) {
+        *msg = "capacity, tenant_max, rate_per_s or rate_burst is required";
         return SEMA_EINVAL;
     }
     return 0;
@@ -191,7 +321,7 @@ static int check_capacity(const engine_req_t *req, const char **msg)
 static int check_lease_inputs(const engine_t *e, engine_req_t *req, const char **msg)
 {
     int acquires = req->op == ENGINE_ACQUIRE || req->op == ENGINE_LOCK_ACQUIRE ||
-                   req->op == ENGINE_TICKET_CREATE;
+                   req->op == ENGINE_TICKET_CREATE || req->op == ENGINE_ACQUIRE_MULTI;
 
     if (!acquires && req->op != ENGINE_LEASE_RENEW)
         return 0;
@@ -243,6 +373,8 @@ static int check_inputs(const engine_t *e, engine_req_t *req, const char **msg)
     int rc = check_ticket_inputs(e, req, msg);
 
     if (rc == 0)
+        rc = check_new_inputs(e, req, msg);
+    if (rc == 0)
         rc = check_name(e, req, msg);
     if (rc == 0)
         rc = check_capacity(req, msg);
@@ -267,7 +399,9 @@ int engine_submit(engine_t *e, engine_req_t *req)
         return SEMA_EINVAL;
     if (e->shutting_down)
         return SEMA_ESHUTDOWN;
-    if (on_id(req->op) ? req->id == NULL : !is_list_op(req->op) && req->name == NULL)
+    if (on_id(req->op)  ? req->id == NULL
+        : on_parts(req) ? req->parts == NULL
+                        : !is_list_op(req->op) && req->name == NULL)
         return SEMA_EINVAL;
     if (req->name != NULL && req->name_len == 0)
         req->name_len = strlen(req->name);

@@ -381,6 +381,15 @@ int ctx__authorize_submit(route_ctx_t *c)
     default:
         break;
     }
+    if (r->nparts > 0) { /* a request on several semaphores: every one within the prefixes */
+        size_t i = 0;
+        while (i < r->nparts && auth_name_allowed(tk, r->parts[i].name, r->parts[i].name_len))
+            i++;
+        if (i == r->nparts)
+            return 0;
+        outside_prefixes(c);
+        return -1;
+    }
     if (name != NULL && auth_name_allowed(tk, name, len))
         return 0;
     outside_prefixes(c);

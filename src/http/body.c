@@ -221,6 +221,13 @@ bval_t body_get(body_t *b, const char *key)
     return (bval_t){.type = BV_ABSENT};
 }
 
+json_t *body_get_json(body_t *b, const char *key)
+{
+    if (b->n_asked < BODY_ASKED_MAX)
+        b->asked[b->n_asked++] = key;
+    return b->json != NULL ? json_object_get(b->json, key) : NULL;
+}
+
 int body_unasked(const body_t *b, const char **key, size_t *len)
 {
     if (b->json != NULL) {

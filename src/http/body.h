@@ -56,6 +56,17 @@ int body_parse_flat(body_t *b, const char *data, size_t len);
  * the fields a route reads are the fields it takes (body_unasked). */
 bval_t body_get(body_t *b, const char *key);
 
+/* Nonzero when body_get has found every member of a flat body: a key not asked for yet is
+ * absent (and no member is left for body_unasked). */
+static inline int body_all_found(const body_t *b)
+{
+    return b->json == NULL && b->used == (1u << b->n) - 1u;
+}
+
+/* The value of `key` as jansson's (borrowed from the body), NULL when missing; remembered as
+ * asked like body_get. A body with an array or an object in it is always jansson's. */
+json_t *body_get_json(body_t *b, const char *key);
+
 /* The first member body_get was not asked for, its key's bytes in *key and *len (borrowed,
  * not NUL-terminated), or 0 when every member was asked for. Flat bodies are searched in
  * their order, jansson's in its (insertion) order. */

@@ -276,14 +276,19 @@ static void ctx_cleanup(route_ctx_t *c)
 {
     free(c->param);
     free(c->owner);
+    if (c->ereq.tenant != NULL) /* take_tenant's copy */
+        free((char *)c->ereq.tenant);
+    free(c->parts);
     free(c->list.prefix);
     free(c->list.cursor);
-    json_decref(c->legacy_create.echo);
+    json_decref(c->json);
     auth_unref(c->auth);
     c->auth = NULL;
     c->token = NULL;
     c->param = c->owner = c->list.prefix = c->list.cursor = NULL;
-    c->legacy_create.echo = NULL;
+    c->ereq.tenant = NULL;
+    c->json = NULL;
+    c->parts = NULL;
 }
 
 void conn_close(conn_t *conn)

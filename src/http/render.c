@@ -17,18 +17,52 @@ static const char *mode_name(int mode)
 #define name_member(w, key, name, len) (jsonw_key((w), key), jsonw_str((w), (name), (len)))
 #define int_member(w, key, v) (jsonw_key((w), key), jsonw_int((w), (v)))
 
-/* The lease: the acquire's hot path, so written as a template (no comma bookkeeping). */
+/* "semaphores":[{"name","weight","fence"},...],"fences":{"NAME":N,...} of a lease on
+ * several semaphores. */
+static void parts_members(jsonw_t *w, const engine_lease_t *l)
+{
+    jsonw_lit(w, ",\"semaphores\":[");
+    for (size_t i = 0; i < l->nparts; i++) {
+        if (i > 0)
+            jsonw_lit(w, ",");
+        jsonw_lit(w, "{\"name\":");
+        jsonw_raw_string(w, l->parts[i].name, l->parts[i].name_len);
+        jsonw_lit(w, ",\"weight\":");
+        jsonw_raw_i64(w, (int64_t)l->parts[i].weight);
+        jsonw_lit(w, ",\"fence\":");
+        jsonw_raw_i64(w, (int64_t)l->parts[i].fence);
+        jsonw_lit(w, "}");
+    }
+    jsonw_lit(w, "],\"fences\":{");
+    for (size_t i = 0; i < l->nparts; i++) {
+        if (i > 0)
+            jsonw_lit(w, ",");
+        jsonw_raw_string(w, l->parts[i].name, l->parts[i].name_len);
+        jsonw_lit(w, ":");
+        jsonw_raw_i64(w, (int64_t)l->parts[i].fence);
+    }
+    jsonw_lit(w, "}");
+}
+
+/* The lease: the acquire's hot path, so written as a template (no comma bookkeeping). A lease
+ * on several semaphores names them in "semaphores" and "fences" instead of name, weight and
+ * fence; a tenant's has "tenant" last. */
 static void lease_body(jsonw_t *w, const engine_lease_t *l)
 {
     jsonw_value_begin(w);
     jsonw_lit(w, "{\"lease\":");
     jsonw_raw_string(w, l->id, strlen(l->id));
+    if (l->nparts > 0) {
+        parts_members(w, l);
+        goto times;
+    }
     jsonw_lit(w, ",\"name\":");
     jsonw_raw_string(w, l->name, l->name_len);
     jsonw_lit(w, ",\"weight\":");
     jsonw_raw_i64(w, (int64_t)l->weight);
     jsonw_lit(w, ",\"fence\":");
     jsonw_raw_i64(w, (int64_t)l->fence);
+times:
     jsonw_lit(w, ",\"ttl_ms\":");
     jsonw_raw_i64(w, l->ttl_ms);
     jsonw_lit(w, ",\"expires_at\":");
@@ -48,7 +82,24 @@ static void lease_body(jsonw_t *w, const engine_lease_t *l)
         else
             jsonw_lit(w, ",\"mode\":\"shared\"");
     }
+    if (l->tenant != NULL) {
+        jsonw_lit(w, ",\"tenant\":");
+        jsonw_raw_string(w, l->tenant, strlen(l->tenant));
+    }
     jsonw_lit(w, "}");
+}
+
+/* "tenant" and "multi" (a lease or a request on several semaphores), when they apply. */
+static void tenant_multi_members(jsonw_t *w, const char *tenant, int multi)
+{
+    if (tenant != NULL) {
+        jsonw_key(w, "tenant");
+        jsonw_cstr(w, tenant);
+    }
+    if (multi) {
+        jsonw_key(w, "multi");
+        jsonw_bool(w, 1);
+    }
 }
 
 static void holder_body(jsonw_t *w, const engine_lease_t *l)
@@ -66,6 +117,7 @@ static void holder_body(jsonw_t *w, const engine_lease_t *l)
         jsonw_key(w, "mode");
         jsonw_cstr(w, mode_name(l->mode));
     }
+    tenant_multi_members(w, l->tenant, l->multi);
     jsonw_obj_end(w);
 }
 
@@ -85,7 +137,46 @@ static void waiter_body(jsonw_t *w, const engine_waiter_t *q, size_t position)
         jsonw_key(w, "mode");
         jsonw_cstr(w, mode_name(q->mode));
     }
+    tenant_multi_members(w, q->tenant, q->multi);
     jsonw_obj_end(w);
+}
+
+/* "tenants":[{"tenant","held","waiting","waiting_weight"}...] (the requests that named none:
+ * tenant null). */
+static void tenants_member(jsonw_t *w, const engine_sem_limits_t *l)
+{
+    jsonw_key(w, "tenants");
+    jsonw_arr(w);
+    for (size_t i = 0; i < l->ntenants; i++) {
+        const engine_tenant_t *t = &l->tenants[i];
+        jsonw_obj(w);
+        jsonw_key(w, "tenant");
+        if (t->name != NULL)
+            jsonw_str(w, t->name, t->name_len);
+        else
+            jsonw_null(w);
+        int_member(w, "held", (int64_t)t->held);
+        int_member(w, "waiting", (int64_t)t->waiting);
+        int_member(w, "waiting_weight", (int64_t)t->waiting_weight);
+        jsonw_obj_end(w);
+    }
+    jsonw_arr_end(w);
+}
+
+/* tenant_max, rate_per_s, rate_burst and tokens, when the semaphore has them. */
+static void limits_members(jsonw_t *w, const engine_sem_view_t *v)
+{
+    const engine_sem_limits_t *l = v->limits;
+
+    if (l == NULL)
+        return;
+    if (l->tenant_max != 0)
+        int_member(w, "tenant_max", (int64_t)l->tenant_max);
+    if (l->rate_per_s != 0) {
+        int_member(w, "rate_per_s", (int64_t)l->rate_per_s);
+        int_member(w, "rate_burst", (int64_t)l->rate_burst);
+        int_member(w, "tokens", (int64_t)l->tokens);
+    }
 }
 
 /* "holders":[...],"waiters":[...] and "truncated" when they stop short. */
@@ -105,6 +196,8 @@ static void lists_members(jsonw_t *w, const engine_sem_view_t *v)
         jsonw_key(w, "truncated");
         jsonw_bool(w, 1);
     }
+    if (v->limits != NULL && v->limits->ntenants > 0)
+        tenants_member(w, v->limits);
 }
 
 static void sem_body(jsonw_t *w, const engine_sem_view_t *v)
@@ -121,6 +214,7 @@ static void sem_body(jsonw_t *w, const engine_sem_view_t *v)
         jsonw_key(w, "legacy");
         jsonw_bool(w, 1);
     }
+    limits_members(w, v);
     lists_members(w, v);
     jsonw_obj_end(w);
 }
@@ -211,10 +305,27 @@ static void ticket_body(jsonw_t *w, const engine_result_t *r)
     jsonw_obj(w);
     jsonw_key(w, "ticket");
     jsonw_cstr(w, t->id);
-    name_member(w, "name", t->name, t->name_len);
+    if (t->nparts > 0) {
+        jsonw_key(w, "semaphores");
+        jsonw_arr(w);
+        for (size_t i = 0; i < t->nparts; i++) {
+            jsonw_obj(w);
+            name_member(w, "name", t->parts[i].name, t->parts[i].name_len);
+            int_member(w, "weight", (int64_t)t->parts[i].weight);
+            jsonw_obj_end(w);
+        }
+        jsonw_arr_end(w);
+    } else {
+        name_member(w, "name", t->name, t->name_len);
+    }
     jsonw_key(w, "status");
     jsonw_cstr(w, t->status == ENGINE_TICKET_GRANTED ? "granted" : "waiting");
-    int_member(w, "weight", (int64_t)t->weight);
+    if (t->nparts == 0)
+        int_member(w, "weight", (int64_t)t->weight);
+    if (t->tenant != NULL) {
+        jsonw_key(w, "tenant");
+        jsonw_cstr(w, t->tenant);
+    }
     if (t->status == ENGINE_TICKET_GRANTED) {
         jsonw_key(w, "lease");
         lease_body(w, &r->lease);
@@ -311,6 +422,7 @@ int render_event_data(struct strbuf *out, const engine_event_t *ev, const char *
         jsonw_cstr(&w, ev->lease->owner);
         int_member(&w, "acquired_at", ev->lease->acquired_at_ms);
         int_member(&w, "expires_at", ev->lease->expires_at_ms);
+        tenant_multi_members(&w, ev->lease->tenant, ev->lease->multi);
     } else if (reason != NULL) {
         jsonw_key(&w, "reason");
         jsonw_cstr(&w, reason);

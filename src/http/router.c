@@ -65,6 +65,11 @@ static const route_t routes[] = {
       "list the keys held or awaited (prefix, limit, cursor)"),
     R(GET, "/healthz", "", "", v1_healthz, 0, 0, "health"),
     R(GET, "/metrics", "", "", v1_metrics, ROUTE_GLOBAL, READ, "Prometheus metrics"),
+    /* after the plain path's routes, which then do not scan past them */
+    R(POST, "/v1/acquire", "", "", v1_acquire_multi, 0, ACQ,
+      "acquire several semaphores at once {semaphores:[{name,weight}],timeout_ms,ttl_ms}"),
+    R(POST, "/v1/tickets", "", "", v1_ticket_create_multi, 0, ACQ,
+      "take a place in several lines at once {semaphores:[{name,weight}],keepalive_ms}"),
     /* the dashboard (ui.c): open, as it holds no data (its page reads the API with the
        visitor's token); --no-ui answers 404 */
     R(GET, "/ui", "", "", ui_index, 0, 0, "the dashboard's page"),

@@ -71,6 +71,8 @@ void v1_lock_get(struct route_ctx *c);
 void v1_lock_list(struct route_ctx *c);
 void v1_events(struct route_ctx *c);
 void v1_ticket_create(struct route_ctx *c);
+void v1_acquire_multi(struct route_ctx *c);
+void v1_ticket_create_multi(struct route_ctx *c);
 void v1_ticket_get(struct route_ctx *c);
 void v1_ticket_delete(struct route_ctx *c);
 void v1_ticket_events(struct route_ctx *c);

@@ -102,8 +102,8 @@ static void reply_value(route_ctx_t *c, engine_req_t *req, int missing_status, c
 /* Existing names answer 303 with the request object echoed back, as the original did. */
 static void reply_exists(route_ctx_t *c)
 {
-    json_t *echo = c->legacy_create.echo;
-    c->legacy_create.echo = NULL;
+    json_t *echo = c->json;
+    c->json = NULL;
     ctx_reply_json(c, 303, echo);
 }
 
@@ -133,7 +133,7 @@ void legacy_create(route_ctx_t *c)
     double value;
     if (body == NULL)
         return;
-    c->legacy_create.echo = body;
+    c->json = body;
     if (legacy_name(c, body) != 0 || legacy_value_of(c, body, &value) != 0)
         return;
     if (value < 0) {

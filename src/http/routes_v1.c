@@ -97,9 +97,12 @@ static int v1_body_end(route_ctx_t *c, body_t *body, int rc)
     return rc;
 }
 
-/* An integer field in [min, 2^53]. Returns 1 given, 0 absent or null, -1 after a 400. */
+/* An integer field in [min, 2^53]. Returns 1 given, 0 absent or null, -1 after a 400. A route
+ * asks for each field once (so a body whose every member was found has no more). */
 static int field_int(route_ctx_t *c, body_t *o, const char *key, json_int_t min, json_int_t *out)
 {
+    if (body_all_found(o))
+        return 0;
     bval_t v = body_get(o, key);
     if (v.type == BV_ABSENT || v.type == BV_NULL)
         return 0;
@@ -123,6 +126,8 @@ static int field_int(route_ctx_t *c, body_t *o, const char *key, json_int_t min,
 /* An optional string field, copied into *out (the engine checks its length). */
 static int field_str(route_ctx_t *c, body_t *o, const char *key, char **out)
 {
+    if (body_all_found(o))
+        return 0;
     bval_t v = body_get(o, key);
     if (v.type == BV_ABSENT || v.type == BV_NULL)
         return 0;
@@ -151,33 +156,63 @@ static void use_param(route_ctx_t *c, engine_op_t op)
     }
 }
 
-/* {"capacity":N} for PUT and PATCH. */
+/* tenant_max, rate_per_s and rate_burst: each sets its ENGINE_LIMIT_* when given. Returns 0,
+ * or -1 after a 400. */
+static int take_limits(route_ctx_t *c, body_t *body)
+{
+    static const struct {
+        const char *key;
+        unsigned bit;
+    } fields[] = {{"tenant_max", ENGINE_LIMIT_TENANT_MAX},
+                  {"rate_per_s", ENGINE_LIMIT_RATE},
+                  {"rate_burst", ENGINE_LIMIT_BURST}};
+    uint64_t *to[] = {&c->ereq.tenant_max, &c->ereq.rate_per_s, &c->ereq.rate_burst};
+
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        json_int_t v;
+        int rc = field_int(c, body, fields[i].key, 0, &v);
+        if (rc < 0)
+            return -1;
+        if (rc == 1) {
+            *to[i] = (uint64_t)v;
+            c->ereq.limits |= fields[i].bit;
+        }
+    }
+    return 0;
+}
+
+/* {"capacity":N,"tenant_max":T,"rate_per_s":R,"rate_burst":B} for PUT (capacity required) and
+ * PATCH (any of them). */
 static void put_or_patch(route_ctx_t *c, engine_op_t op)
 {
     body_t body;
-    json_int_t cap;
+    json_int_t cap = 0;
     if (v1_body(c, 1, &body) != 0)
         return;
     int rc = field_int(c, &body, "capacity", 0, &cap);
+    if (rc >= 0 && take_limits(c, &body) != 0)
+        rc = -1;
     rc = v1_body_end(c, &body, rc);
     if (rc < 0)
         return;
-    if (rc == 0) {
+    if (rc == 0 && op == ENGINE_SEM_PUT) {
         ctx_reply_problem(c, 400, "invalid_request", "capacity is required");
         return;
     }
+    unsigned limits = c->ereq.limits;
     use_param(c, op);
+    c->ereq.limits = limits;
     c->ereq.capacity = (uint64_t)cap;
     ctx_submit(c, ctx_done_default);
 }
 
-/* PUT /v1/semaphores/{name}  {"capacity":N} */
+/* PUT /v1/semaphores/{name}  {"capacity":N,"tenant_max":T,"rate_per_s":R,"rate_burst":B} */
 void v1_sem_put(route_ctx_t *c)
 {
     put_or_patch(c, ENGINE_SEM_PUT);
 }
 
-/* PATCH /v1/semaphores/{name}  {"capacity":N} */
+/* PATCH /v1/semaphores/{name}  {"capacity":N,"tenant_max":T,"rate_per_s":R,"rate_burst":B} */
 void v1_sem_patch(route_ctx_t *c)
 {
     put_or_patch(c, ENGINE_SEM_RESIZE);
@@ -256,6 +291,80 @@ static int take_lease_fields(route_ctx_t *c, body_t *body)
     return 0;
 }
 
+/* "tenant": optional (the engine checks its length and UTF-8). */
+static int take_tenant(route_ctx_t *c, body_t *body)
+{
+    char *tenant = NULL;
+
+    if (field_str(c, body, "tenant", &tenant) < 0)
+        return -1;
+    c->ereq.tenant = tenant; /* owned: freed with the request (ctx_cleanup) */
+    return 0;
+}
+
+/* One object of "semaphores": {"name":N,"weight":W} (weight 1 when absent). */
+static int take_part(route_ctx_t *c, json_t *o, engine_part_t *p)
+{
+    const char *k;
+    json_t *v, *name = json_object_get(o, "name"), *w = json_object_get(o, "weight");
+
+    json_object_foreach(o, k, v)
+    {
+        if (strcmp(k, "name") != 0 && strcmp(k, "weight") != 0) {
+            bad(c, "semaphores", "entries take only \"name\" and \"weight\"");
+            return -1;
+        }
+    }
+    if (!json_is_string(name) || json_string_length(name) == 0 ||
+        memchr(json_string_value(name), '\0', json_string_length(name)) != NULL) {
+        bad(c, "semaphores", "entries need a \"name\": a non-empty string");
+        return -1;
+    }
+    if (w != NULL && !json_is_null(w) &&
+        (!json_is_integer(w) || json_integer_value(w) < 1 || json_integer_value(w) > MAX_EXACT)) {
+        bad(c, "semaphores", "entries' \"weight\" must be an integer in 1..2^53");
+        return -1;
+    }
+    p->name = json_string_value(name);
+    p->name_len = json_string_length(name);
+    p->weight = w != NULL && json_is_integer(w) ? (uint64_t)json_integer_value(w) : 1;
+    return 0;
+}
+
+/* "semaphores":[{"name":N,"weight":W},...] (required): 1..ENGINE_PARTS_MAX entries. */
+static int take_parts(route_ctx_t *c, body_t *body)
+{
+    json_t *a = body_get_json(body, "semaphores");
+    size_t n = json_is_array(a) ? json_array_size(a) : 0;
+
+    if (a == NULL) {
+        ctx_reply_problem(c, 400, "invalid_request", "semaphores is required");
+        return -1;
+    }
+    if (n == 0 || n > ENGINE_PARTS_MAX) {
+        bad(c, "semaphores", "must be an array of 1 to 16 objects {\"name\",\"weight\"}");
+        return -1;
+    }
+    c->parts = calloc(n, sizeof(*c->parts));
+    if (c->parts == NULL) {
+        ctx_reply_err(c, SEMA_ENOMEM, NULL);
+        return -1;
+    }
+    c->json = json_incref(a);
+    for (size_t i = 0; i < n; i++) {
+        json_t *o = json_array_get(a, i);
+        if (!json_is_object(o)) {
+            bad(c, "semaphores", "must be an array of objects {\"name\",\"weight\"}");
+            return -1;
+        }
+        if (take_part(c, o, &c->parts[i]) != 0)
+            return -1;
+    }
+    c->ereq.parts = c->parts;
+    c->ereq.nparts = n;
+    return 0;
+}
+
 static void grant_done(route_ctx_t *c, engine_req_t *req)
 {
     if (req->status == 0 && req->res.kind == ENGINE_RES_LEASE)
@@ -272,12 +381,34 @@ void v1_acquire(route_ctx_t *c)
     json_int_t w = 1;
     if (v1_body(c, 0, &body) != 0)
         return;
-    int rc = field_int(c, &body, "weight", 0, &w) < 0 ? -1 : take_lease_fields(c, &body);
+    int rc = field_int(c, &body, "weight", 0, &w) < 0 || take_lease_fields(c, &body) != 0 ||
+                     take_tenant(c, &body) != 0
+                 ? -1
+                 : 0;
     rc = v1_body_end(c, &body, rc);
     if (rc != 0)
         return;
     use_param(c, ENGINE_ACQUIRE);
     c->ereq.weight = (uint64_t)w;
+    ctx_submit(c, grant_done);
+}
+
+/* POST /v1/acquire  {"semaphores":[{"name":"gpu","weight":2},{"name":"db"}],"timeout_ms":T,
+ * "ttl_ms":L,"owner":"...","tenant":"..."} with an optional Idempotency-Key: all of them at
+ * once, or nothing (one lease with a fence per semaphore). */
+void v1_acquire_multi(route_ctx_t *c)
+{
+    body_t body;
+    if (v1_body(c, 1, &body) != 0)
+        return;
+    int rc =
+        take_parts(c, &body) != 0 || take_lease_fields(c, &body) != 0 || take_tenant(c, &body) != 0
+            ? -1
+            : 0;
+    rc = v1_body_end(c, &body, rc);
+    if (rc != 0)
+        return;
+    c->ereq.op = ENGINE_ACQUIRE_MULTI;
     ctx_submit(c, grant_done);
 }
 
@@ -295,29 +426,51 @@ void v1_wait_idle(route_ctx_t *c)
     ctx_submit(c, ctx_done_default);
 }
 
+/* ttl_ms, keepalive_ms, owner and tenant of a new ticket, and its Idempotency-Key. */
+static int take_ticket_fields(route_ctx_t *c, body_t *body)
+{
+    json_int_t ttl = 0, keepalive = 0;
+    if (field_int(c, body, "ttl_ms", 1, &ttl) < 0 ||
+        field_int(c, body, "keepalive_ms", 1, &keepalive) < 0 ||
+        field_str(c, body, "owner", &c->owner) < 0 || take_tenant(c, body) != 0)
+        return -1;
+    c->ereq.ttl_ms = (int64_t)ttl;
+    c->ereq.keepalive_ms = (int64_t)keepalive;
+    c->ereq.owner = c->owner;
+    c->ereq.idem_key = c->req->idem_key;
+    return 0;
+}
+
 /* POST /v1/semaphores/{name}/tickets  {"weight":1,"ttl_ms":L,"owner":"...","keepalive_ms":K}
  * with an optional Idempotency-Key header. Answers at once: waiting, or granted. */
 void v1_ticket_create(route_ctx_t *c)
 {
     body_t body;
-    json_int_t w = 1, ttl = 0, keepalive = 0;
+    json_int_t w = 1;
     if (v1_body(c, 0, &body) != 0)
         return;
-    int rc = field_int(c, &body, "weight", 0, &w) < 0 ||
-                     field_int(c, &body, "ttl_ms", 1, &ttl) < 0 ||
-                     field_int(c, &body, "keepalive_ms", 1, &keepalive) < 0 ||
-                     field_str(c, &body, "owner", &c->owner) < 0
-                 ? -1
-                 : 0;
+    int rc = field_int(c, &body, "weight", 0, &w) < 0 || take_ticket_fields(c, &body) != 0 ? -1 : 0;
     rc = v1_body_end(c, &body, rc);
     if (rc != 0)
         return;
     use_param(c, ENGINE_TICKET_CREATE);
     c->ereq.weight = (uint64_t)w;
-    c->ereq.ttl_ms = (int64_t)ttl;
-    c->ereq.keepalive_ms = (int64_t)keepalive;
-    c->ereq.owner = c->owner;
-    c->ereq.idem_key = c->req->idem_key;
+    ctx_submit(c, ctx_done_default);
+}
+
+/* POST /v1/tickets  {"semaphores":[{"name","weight"},...],"ttl_ms":L,"owner":"...",
+ * "keepalive_ms":K,"tenant":"..."} with an optional Idempotency-Key: a place in each line,
+ * granted all at once. */
+void v1_ticket_create_multi(route_ctx_t *c)
+{
+    body_t body;
+    if (v1_body(c, 1, &body) != 0)
+        return;
+    int rc = take_parts(c, &body) != 0 || take_ticket_fields(c, &body) != 0 ? -1 : 0;
+    rc = v1_body_end(c, &body, rc);
+    if (rc != 0)
+        return;
+    c->ereq.op = ENGINE_TICKET_CREATE;
     ctx_submit(c, ctx_done_default);
 }
 

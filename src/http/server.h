@@ -54,15 +54,16 @@ struct route_ctx {
     const char *query;         /* text after '?' or NULL (inside req->url) */
     char *param;               /* decoded path parameter (owned) or NULL */
     size_t param_len;
-    char *owner; /* owned copies of inputs the engine borrows */
+    char *owner;          /* an owned copy of an input the engine borrows (so is ereq.tenant) */
+    engine_part_t *parts; /* POST /v1/acquire, POST /v1/tickets: what the engine reads
+                             (owned; the names point into `json`) */
+    json_t *json;         /* a reference the request keeps: POST /semaphore's object (echoed on
+                             303), the "semaphores" array of a request on several */
     /* Per-route state, owned, freed when the request ends. */
     struct {
-        char *prefix; /* decoded ?prefix= */
-        char *cursor; /* decoded ?cursor= */
-    } list;           /* GET /v1/semaphores */
-    struct {
-        json_t *echo;          /* the request object, echoed on 303 */
-    } legacy_create;           /* POST /semaphore */
+        char *prefix;          /* decoded ?prefix= */
+        char *cursor;          /* decoded ?cursor= */
+    } list;                    /* GET /v1/semaphores */
     auth_table_t *auth;        /* with --auth: the tokens the request was checked against (a
                                   reference, so a reload cannot free them under it) */
     const auth_token_t *token; /* the request's token (in `auth`), or NULL without --auth */

@@ -26,7 +26,9 @@ typedef enum {
 #define BENCH_CONN_MAX 60000 /* --connections cap */
 #define BENCH_NAME_MAX 200   /* semaphore name prefix cap */
 #define BENCH_SERVERS_MAX 8  /* -s given more than once: instances sharing one state */
-#define BENCH_MIX_KINDS 9    /* the mix's kinds of operation (bench_mix.c) */
+#define BENCH_ALL_MAX 16     /* --all: semaphores in one request (semad's own cap) */
+#define BENCH_TENANTS_MAX 1000
+#define BENCH_MIX_KINDS 9 /* the mix's kinds of operation (bench_mix.c) */
 
 /* The names of the mix's kinds of operation, in the order of bench_result_t.mix_ops. */
 extern const char *const bench_mix_kind_names[BENCH_MIX_KINDS];
@@ -45,6 +47,11 @@ typedef struct {
     uint64_t weight;           /* acquire weight */
     uint64_t capacity;         /* capacity of the semaphores created; 0 = automatic */
     unsigned sems;             /* spread over this many semaphores */
+    bool all;                  /* pairs: each acquire takes every one of the sems at once */
+    unsigned tenants;          /* pairs: connection i names tenant t<i % tenants>; 0 = none */
+    uint64_t tenant_max;       /* limits of the semaphores created (0 = none) */
+    uint64_t rate_per_s;       /* (0 = none) */
+    uint64_t rate_burst;       /* (0 = semad's default) */
     char name[BENCH_NAME_MAX]; /* semaphore name (prefix when sems > 1) */
     char path[BENCH_NAME_MAX]; /* GET mode's path */
     int64_t ttl_ms;            /* lease ttl sent with acquire */
@@ -118,8 +125,8 @@ size_t bench_json_str(const char *json, const char *key, char *out, size_t cap);
 /* The integer value of "key" in a JSON text, or -1 when absent. */
 int64_t bench_json_int(const char *json, const char *key);
 
-/* Creates (PUT) the semaphore `name` with `capacity`: 1 when it was created, 0 when it
- * existed with that capacity, or -1 with a message on stderr. */
+/* Creates (PUT) the semaphore `name` with `capacity` and opts' limits (tenant_max, rate):
+ * 1 when it was created, 0 when it existed with these, or -1 with a message on stderr. */
 int bench_put_semaphore(int fd, const bench_opts_t *opts, const char *name, uint64_t capacity);
 
 /* Deletes (DELETE) the semaphore `name`: 0 (also when it was gone), or -1. */
@@ -127,6 +134,10 @@ int bench_delete_semaphore(int fd, const bench_opts_t *opts, const char *name);
 
 /* The semaphore name for index i: opts->name, or "<name>-<i>" when opts->sems > 1. */
 void bench_sem_name(const bench_opts_t *opts, uint64_t i, char *out, size_t cap);
+
+/* The acquire request of pairs mode's connection i (its semaphore i % sems, or all of them
+ * with opts->all; its tenant i % tenants): its length, or 0 when it does not fit in cap. */
+size_t bench_acquire_request(const bench_opts_t *opts, unsigned i, char *out, size_t cap);
 
 /* VmRSS of `pid` in KiB, or 0 when unknown. */
 uint64_t bench_rss_kib(pid_t pid);

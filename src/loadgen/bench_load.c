@@ -126,16 +126,10 @@ static void send_acquire(conn_t *c)
     load_t *ld = c->ld;
     c->step = STEP_ACQUIRE;
     c->pair_start_ns = uv_hrtime();
-    if (ld->o->sems <= 1) {
+    if (c->acq != NULL)
+        bench_load__send(c, c->acq, c->acq_len);
+    else
         bench_load__send(c, ld->acq_req, ld->acq_len);
-        return;
-    }
-    char name[BENCH_NAME_MAX + 24], path[BENCH_NAME_MAX + 64], body[96], req[1024];
-    bench_sem_name(ld->o, c->sem, name, sizeof(name));
-    snprintf(path, sizeof(path), "/v1/semaphores/%s/acquire", name);
-    snprintf(body, sizeof(body), "{\"weight\":%" PRIu64 ",\"ttl_ms\":%" PRId64 "}", ld->o->weight,
-             ld->o->ttl_ms);
-    bench_load__send(c, req, bench_format_request(req, sizeof(req), ld->o, "POST", path, body));
 }
 
 static void send_release(conn_t *c)
@@ -678,19 +672,45 @@ static int tls_init(load_t *ld)
     return 0;
 }
 
+/* Pairs whose connections differ (several semaphores, --all, tenants): each connection's
+ * acquire, formatted once. 0, or -1 when out of memory or one does not fit. */
+static int conn_requests(load_t *ld)
+{
+    const bench_opts_t *o = ld->o;
+    if (o->mode != BENCH_PAIRS || (o->sems <= 1 && !o->all && !o->tenants))
+        return 0;
+    char req[BENCH_ALL_MAX * (BENCH_NAME_MAX + 64) + 1024];
+    for (unsigned i = 0; i < o->conns; i++) {
+        size_t n = bench_acquire_request(o, i, req, sizeof(req));
+        conn_t *c = &ld->conns[i];
+        if (n == 0 || (c->acq = malloc(n)) == NULL)
+            return -1;
+        memcpy(c->acq, req, n);
+        c->acq_len = n;
+    }
+    return 0;
+}
+
+static void conns_free(load_t *ld)
+{
+    for (unsigned i = 0; ld->conns != NULL && i < ld->o->conns; i++)
+        free(ld->conns[i].acq);
+    free(ld->conns);
+}
+
 static int load_init(load_t *ld, const bench_opts_t *o, bench_result_t *res)
 {
     memset(ld, 0, sizeof(*ld));
     ld->o = o;
     ld->res = res;
     ld->conns = calloc(o->conns, sizeof(conn_t));
-    if (!ld->conns || uv_loop_init(&ld->loop) != 0) {
-        free(ld->conns);
+    if (!ld->conns || conn_requests(ld) != 0 || uv_loop_init(&ld->loop) != 0) {
+        conns_free(ld);
         return -1;
     }
     if (o->tls && tls_init(ld) != 0) {
         uv_loop_close(&ld->loop);
-        free(ld->conns);
+        conns_free(ld);
         return -1;
     }
     llhttp_settings_init(&settings);
@@ -698,12 +718,7 @@ static int load_init(load_t *ld, const bench_opts_t *o, bench_result_t *res)
     settings.on_body = on_body;
     settings.on_message_complete = on_message_complete;
     settings.on_headers_complete = on_headers_complete;
-    char name[BENCH_NAME_MAX + 24], path[BENCH_NAME_MAX + 64], body[96];
-    bench_sem_name(o, 0, name, sizeof(name));
-    snprintf(path, sizeof(path), "/v1/semaphores/%s/acquire", name);
-    snprintf(body, sizeof(body), "{\"weight\":%" PRIu64 ",\"ttl_ms\":%" PRId64 "}", o->weight,
-             o->ttl_ms);
-    ld->acq_len = bench_format_request(ld->acq_req, sizeof(ld->acq_req), o, "POST", path, body);
+    ld->acq_len = bench_acquire_request(o, 0, ld->acq_req, sizeof(ld->acq_req));
     ld->get_len = bench_format_request(ld->get_req, sizeof(ld->get_req), o, "GET", o->path, NULL);
     uv_timer_t *timers[] = {&ld->deadline, &ld->progress, &ld->drain, &ld->pace, &ld->tick};
     for (size_t i = 0; i < sizeof(timers) / sizeof(timers[0]); i++) {
@@ -733,8 +748,8 @@ int bench_load_run(const bench_opts_t *o, bench_result_t *res)
     ld->live = o->conns;
     for (unsigned i = 0; i < o->conns; i++) {
         ld->conns[i].ld = ld;
-        ld->conns[i].sem = i % (o->sems ? o->sems : 1);
         ld->conns[i].server = i % (o->servers ? o->servers : 1);
+        ld->conns[i].sem = i % (o->sems ? o->sems : 1);
         conn_connect(&ld->conns[i]);
     }
     uv_run(&ld->loop, UV_RUN_DEFAULT);
@@ -752,7 +767,7 @@ int bench_load_run(const bench_opts_t *o, bench_result_t *res)
     }
     uv_loop_close(&ld->loop);
     SSL_CTX_free(ld->tls);
-    free(ld->conns);
+    conns_free(ld);
     free(ld);
     return res->fatal ? -1 : 0;
 }

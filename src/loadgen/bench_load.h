@@ -33,7 +33,9 @@ typedef struct conn {
     uv_write_t wreq;
     llhttp_t parser;
     load_t *ld;
-    unsigned sem;                     /* semaphore index (pairs) */
+    unsigned sem; /* semaphore index (pairs) */
+    char *acq;    /* pairs: this connection's acquire (NULL: ld's) */
+    size_t acq_len;
     unsigned server;                  /* which of the servers (-s) it connects to */
     step_t step;                      /* what the oldest request in flight is */
     unsigned inflight;                /* requests sent, not answered */

@@ -115,6 +115,34 @@ void bench_sem_name(const bench_opts_t *opts, uint64_t i, char *out, size_t cap)
         snprintf(out, cap, "%s", opts->name);
 }
 
+size_t bench_acquire_request(const bench_opts_t *opts, unsigned i, char *out, size_t cap)
+{
+    char path[BENCH_NAME_MAX + 64], body[BENCH_ALL_MAX * (BENCH_NAME_MAX + 64) + 128];
+    char name[BENCH_NAME_MAX + 24];
+    size_t n = 0;
+    body[0] = '\0';
+    if (opts->all) {
+        snprintf(path, sizeof(path), "/v1/acquire");
+        n = (size_t)snprintf(body, sizeof(body), "{\"semaphores\":[");
+        for (unsigned k = 0; k < opts->sems && k < BENCH_ALL_MAX; k++) {
+            bench_sem_name(opts, k, name, sizeof(name));
+            n += (size_t)snprintf(body + n, sizeof(body) - n,
+                                  "%s{\"name\":\"%s\",\"weight\":%" PRIu64 "}", k ? "," : "", name,
+                                  opts->weight);
+        }
+        n += (size_t)snprintf(body + n, sizeof(body) - n, "]");
+    } else {
+        bench_sem_name(opts, i % (opts->sems ? opts->sems : 1), name, sizeof(name));
+        snprintf(path, sizeof(path), "/v1/semaphores/%s/acquire", name);
+        n = (size_t)snprintf(body, sizeof(body), "{\"weight\":%" PRIu64, opts->weight);
+    }
+    n += (size_t)snprintf(body + n, sizeof(body) - n, ",\"ttl_ms\":%" PRId64, opts->ttl_ms);
+    if (opts->tenants)
+        n += (size_t)snprintf(body + n, sizeof(body) - n, ",\"tenant\":\"t%u\"", i % opts->tenants);
+    snprintf(body + n, sizeof(body) - n, "}");
+    return bench_format_request(out, cap, opts, "POST", path, body);
+}
+
 uint64_t bench_rss_kib(pid_t pid)
 {
     char path[64], line[256];
@@ -224,10 +252,20 @@ int bench_sync_request(int fd, const bench_opts_t *opts, const char *method, con
 
 int bench_put_semaphore(int fd, const bench_opts_t *opts, const char *name, uint64_t capacity)
 {
-    char path[BENCH_NAME_MAX + 32], body[64], reply[512];
+    char path[BENCH_NAME_MAX + 32], body[160], reply[512];
     int status = 0;
     snprintf(path, sizeof(path), "/v1/semaphores/%s", name);
-    snprintf(body, sizeof(body), "{\"capacity\":%" PRIu64 "}", capacity);
+    int n = snprintf(body, sizeof(body), "{\"capacity\":%" PRIu64, capacity);
+    if (opts->tenant_max)
+        n += snprintf(body + n, sizeof(body) - (size_t)n, ",\"tenant_max\":%" PRIu64,
+                      opts->tenant_max);
+    if (opts->rate_per_s)
+        n += snprintf(body + n, sizeof(body) - (size_t)n, ",\"rate_per_s\":%" PRIu64,
+                      opts->rate_per_s);
+    if (opts->rate_burst)
+        n += snprintf(body + n, sizeof(body) - (size_t)n, ",\"rate_burst\":%" PRIu64,
+                      opts->rate_burst);
+    snprintf(body + n, sizeof(body) - (size_t)n, "}");
     if (bench_sync_request(fd, opts, "PUT", path, body, &status, reply, sizeof(reply), 5000) != 0) {
         fprintf(stderr, "sema bench: PUT %s: no answer from %s\n", path, opts->url);
         return -1;

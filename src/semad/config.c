@@ -79,6 +79,8 @@ static const option_t options[] = {
      "poll_after_ms of tickets; least time between two position updates to one watcher"},
     {"metrics-max-semaphores", "SEMA_METRICS_MAX_SEMAPHORES", OPT_U64,
      F(engine.metrics_max_semaphores), "per-semaphore metric series"},
+    {"metrics-max-tenants", "SEMA_METRICS_MAX_TENANTS", OPT_U64, F(engine.metrics_max_tenants),
+     "per-tenant metric series of each of those semaphores (the rest: tenant=\"_other\")"},
     {"header-timeout", "SEMA_HEADER_TIMEOUT", OPT_MS, F(http.header_timeout_ms),
      "a request must arrive whole within this of its first byte (408), a TLS handshake end "
      "within it"},

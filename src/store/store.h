@@ -39,7 +39,17 @@ typedef struct {
     uint64_t fence;    /* last fencing token handed out; never goes backwards */
     int legacy;        /* created through POST /semaphore */
     int64_t created_at_ms;
+    uint64_t tenant_max;             /* the most one tenant may hold; 0: no cap */
+    uint64_t rate_per_s, rate_burst; /* units granted per second and the bucket; 0: none */
 } store_sem_t;
+
+/* One further semaphore of a lease or ticket on several: its name, weight, and the lease's
+ * fence (a ticket's place) on it. */
+typedef struct {
+    const char *sem;
+    uint64_t weight;
+    uint64_t seq; /* a lease's fence, a ticket's place */
+} store_part_t;
 
 /* A lease as stored. Times are Unix epoch milliseconds (wall clock). */
 typedef struct {
@@ -57,7 +67,12 @@ typedef struct {
     const char *principal; /* the token that took it (semad --auth), may be NULL */
     int created; /* this write is its grant: the store holds no row of it yet (so when it ends
                     before the next checkpoint, neither write reaches the database) */
+    const char *tenant;        /* may be NULL */
+    const store_part_t *parts; /* a lease on several semaphores: those after `sem` */
+    size_t nparts;             /* (at most STORE_PARTS_MAX) */
 } store_lease_t;
+
+#define STORE_PARTS_MAX 64
 
 /* A ticket as stored: its place in its semaphore's queue, or (lease_id set) the lease it was
  * granted. Times are Unix epoch milliseconds. */
@@ -70,8 +85,11 @@ typedef struct {
     const char *idem_key; /* may be NULL */
     const char *lease_id; /* NULL while waiting */
     int64_t ttl_ms, keepalive_ms, created_at_ms;
-    int collected;         /* a reply showed its grant */
-    const char *principal; /* the token that took it (semad --auth), may be NULL */
+    int collected;             /* a reply showed its grant */
+    const char *principal;     /* the token that took it (semad --auth), may be NULL */
+    const char *tenant;        /* may be NULL */
+    const store_part_t *parts; /* a ticket on several semaphores: those after `sem` */
+    size_t nparts;
 } store_ticket_t;
 
 /* Open (creating if needed) the store in directory `dir`, taking its lock file. On failure

@@ -52,6 +52,33 @@ static size_t str_size(const char *s)
     return s != NULL ? strlen(s) + 1 : 0;
 }
 
+/* Room for a copy of n parts: the array (aligned) and their names. */
+static size_t parts_size(const store_part_t *parts, size_t n)
+{
+    size_t len = n > 0 ? n * sizeof(*parts) + _Alignof(store_part_t) : 0;
+
+    for (size_t i = 0; i < n; i++)
+        len += str_size(parts[i].sem);
+    return len;
+}
+
+/* Copy n parts to *at (aligned there first), advancing it. */
+static const store_part_t *op_parts(char **at, const store_part_t *parts, size_t n)
+{
+    uintptr_t a =
+        ((uintptr_t)*at + _Alignof(store_part_t) - 1) & ~(uintptr_t)(_Alignof(store_part_t) - 1);
+    store_part_t *d = (store_part_t *)a;
+
+    if (n == 0)
+        return NULL;
+    *at = (char *)(d + n);
+    for (size_t i = 0; i < n; i++) {
+        d[i] = parts[i];
+        d[i].sem = op_str(at, parts[i].sem);
+    }
+    return d;
+}
+
 static int op_add(store_t *st, store_op_t *op)
 {
     if (op == NULL) {
@@ -95,8 +122,10 @@ int store_del_sem(store_t *st, const char *name)
 
 int store_put_lease(store_t *st, const store_lease_t *l)
 {
-    store_op_t *op = op_new(OP_PUT_LEASE, str_size(l->id) + str_size(l->sem) + str_size(l->owner) +
-                                              str_size(l->idem_key) + str_size(l->principal));
+    store_op_t *op =
+        op_new(OP_PUT_LEASE, str_size(l->id) + str_size(l->sem) + str_size(l->owner) +
+                                 str_size(l->idem_key) + str_size(l->principal) +
+                                 str_size(l->tenant) + parts_size(l->parts, l->nparts));
 
     if (op != NULL) {
         char *at = op->strings;
@@ -106,6 +135,8 @@ int store_put_lease(store_t *st, const store_lease_t *l)
         op->u.lease.owner = op_str(&at, l->owner);
         op->u.lease.idem_key = op_str(&at, l->idem_key);
         op->u.lease.principal = op_str(&at, l->principal);
+        op->u.lease.tenant = op_str(&at, l->tenant);
+        op->u.lease.parts = op_parts(&at, l->parts, l->nparts);
     }
     return op_add(st, op);
 }
@@ -119,7 +150,8 @@ int store_put_ticket(store_t *st, const store_ticket_t *t)
 {
     store_op_t *op = op_new(OP_PUT_TICKET, str_size(t->id) + str_size(t->sem) + str_size(t->owner) +
                                                str_size(t->idem_key) + str_size(t->lease_id) +
-                                               str_size(t->principal));
+                                               str_size(t->principal) + str_size(t->tenant) +
+                                               parts_size(t->parts, t->nparts));
 
     if (op != NULL) {
         char *at = op->strings;
@@ -130,6 +162,8 @@ int store_put_ticket(store_t *st, const store_ticket_t *t)
         op->u.ticket.idem_key = op_str(&at, t->idem_key);
         op->u.ticket.lease_id = op_str(&at, t->lease_id);
         op->u.ticket.principal = op_str(&at, t->principal);
+        op->u.ticket.tenant = op_str(&at, t->tenant);
+        op->u.ticket.parts = op_parts(&at, t->parts, t->nparts);
     }
     return op_add(st, op);
 }
@@ -200,234 +234,6 @@ int store_commit_start(store_t *st)
 }
 
 /* Step a bound write statement to completion. */
-/* ---- the journal: encoding a commit's mutations ------------------------------------- */
-
-/* A record's body is its mutations one after the other: a kind byte, then the fields in a
- * fixed order per kind; integers as 8 bytes, strings as a 4-byte length plus one (0 for
- * NULL) and their bytes. */
-typedef struct {
-    unsigned char *p;
-} enc_t;
-
-static void enc_u64(enc_t *w, uint64_t v)
-{
-    memcpy(w->p, &v, sizeof v);
-    w->p += sizeof v;
-}
-
-static void enc_str(enc_t *w, const char *s)
-{
-    uint32_t n = s != NULL ? (uint32_t)strlen(s) + 1 : 0;
-
-    memcpy(w->p, &n, sizeof n);
-    w->p += sizeof n;
-    if (n > 1)
-        memcpy(w->p, s, n - 1);
-    w->p += n > 0 ? n - 1 : 0;
-}
-
-/* The bytes enc_op writes at most for op (strings' lengths plus a bound for the rest). */
-static size_t enc_size(const store_op_t *op)
-{
-    size_t n = 1 + 12 * 8 + 6 * 4;
-
-    switch (op->kind) {
-    case OP_PUT_SEM:
-        return n + str_size(op->u.sem.name);
-    case OP_PUT_LEASE:
-        return n + str_size(op->u.lease.id) + str_size(op->u.lease.sem) +
-               str_size(op->u.lease.owner) + str_size(op->u.lease.idem_key) +
-               str_size(op->u.lease.principal);
-    case OP_PUT_TICKET:
-        return n + str_size(op->u.ticket.id) + str_size(op->u.ticket.sem) +
-               str_size(op->u.ticket.owner) + str_size(op->u.ticket.idem_key) +
-               str_size(op->u.ticket.lease_id) + str_size(op->u.ticket.principal);
-    case OP_PUT_FLOOR:
-        return n;
-    default:
-        return n + str_size(op->u.name);
-    }
-}
-
-static void enc_op(enc_t *w, const store_op_t *op)
-{
-    *w->p++ = (unsigned char)op->kind;
-    switch (op->kind) {
-    case OP_PUT_SEM:
-        enc_str(w, op->u.sem.name);
-        enc_u64(w, op->u.sem.capacity);
-        enc_u64(w, (uint64_t)op->u.sem.available);
-        enc_u64(w, op->u.sem.fence);
-        enc_u64(w, (uint64_t)op->u.sem.legacy);
-        enc_u64(w, (uint64_t)op->u.sem.created_at_ms);
-        break;
-    case OP_PUT_LEASE:
-        enc_str(w, op->u.lease.id);
-        enc_str(w, op->u.lease.sem);
-        enc_u64(w, op->u.lease.weight);
-        enc_str(w, op->u.lease.owner);
-        enc_str(w, op->u.lease.idem_key);
-        enc_u64(w, op->u.lease.fence);
-        enc_u64(w, (uint64_t)op->u.lease.ttl_ms);
-        enc_u64(w, (uint64_t)op->u.lease.acquired_at_ms);
-        enc_u64(w, (uint64_t)op->u.lease.expires_at_ms);
-        enc_u64(w, (uint64_t)op->u.lease.is_lock);
-        enc_str(w, op->u.lease.principal);
-        break;
-    case OP_PUT_TICKET:
-        enc_str(w, op->u.ticket.id);
-        enc_str(w, op->u.ticket.sem);
-        enc_u64(w, op->u.ticket.seq);
-        enc_u64(w, op->u.ticket.weight);
-        enc_str(w, op->u.ticket.owner);
-        enc_str(w, op->u.ticket.idem_key);
-        enc_str(w, op->u.ticket.lease_id);
-        enc_u64(w, (uint64_t)op->u.ticket.ttl_ms);
-        enc_u64(w, (uint64_t)op->u.ticket.keepalive_ms);
-        enc_u64(w, (uint64_t)op->u.ticket.created_at_ms);
-        enc_u64(w, (uint64_t)op->u.ticket.collected);
-        enc_str(w, op->u.ticket.principal);
-        break;
-    case OP_PUT_FLOOR:
-        enc_u64(w, op->u.fence);
-        break;
-    default: /* OP_DEL_SEM, OP_DEL_LEASE, OP_DEL_TICKET */
-        enc_str(w, op->u.name);
-        break;
-    }
-}
-
-/* Decoding checks every length against the body: a record passed its checksum, so a
- * failure here means a bug or a journal of another build, and the store refuses it. */
-typedef struct {
-    const unsigned char *p, *end;
-    int bad;
-} dec_t;
-
-static uint64_t dec_u64(dec_t *r)
-{
-    uint64_t v = 0;
-
-    if (r->bad || (size_t)(r->end - r->p) < sizeof v) {
-        r->bad = 1;
-        return 0;
-    }
-    memcpy(&v, r->p, sizeof v);
-    r->p += sizeof v;
-    return v;
-}
-
-/* A string decoded into `to` (NUL-terminated), allocated from *heap (the record's copy). */
-static const char *dec_str(dec_t *r, char **heap, const char *heap_end)
-{
-    uint32_t n;
-    char *d;
-
-    if (r->bad || (size_t)(r->end - r->p) < sizeof n) {
-        r->bad = 1;
-        return NULL;
-    }
-    memcpy(&n, r->p, sizeof n);
-    r->p += sizeof n;
-    if (n == 0)
-        return NULL;
-    if ((size_t)(r->end - r->p) < n - 1 || (size_t)(heap_end - *heap) < n ||
-        memchr(r->p, '\0', n - 1) != NULL) {
-        r->bad = 1;
-        return NULL;
-    }
-    d = *heap;
-    memcpy(d, r->p, n - 1);
-    d[n - 1] = '\0';
-    r->p += n - 1;
-    *heap += n;
-    return d;
-}
-
-int store__write_op(store_t *st, const store_op_t *op, const char **doing);
-
-/* jnl_replay's callback: write each mutation of a record to the database (in the open
- * transaction). */
-static int replay_record(void *arg, const unsigned char *body, size_t len, uint32_t nops)
-{
-    store_t *st = arg;
-    dec_t r = {body, body + len, 0};
-    /* Strings are copied out with their NULs: never more bytes than the body. */
-    char *heap = malloc(len + 1);
-    store_op_t op;
-    const char *doing;
-    int rc = SQLITE_OK;
-
-    if (heap == NULL)
-        return SEMA_ENOMEM;
-    for (uint32_t i = 0; i < nops && rc == SQLITE_OK && !r.bad; i++) {
-        char *h = heap, *he = heap + len + 1;
-        if (r.p >= r.end) {
-            r.bad = 1;
-            break;
-        }
-        memset(&op, 0, sizeof op);
-        op.kind = *r.p++;
-        switch (op.kind) {
-        case OP_PUT_SEM:
-            op.u.sem.name = dec_str(&r, &h, he);
-            op.u.sem.capacity = dec_u64(&r);
-            op.u.sem.available = (int64_t)dec_u64(&r);
-            op.u.sem.fence = dec_u64(&r);
-            op.u.sem.legacy = (int)dec_u64(&r);
-            op.u.sem.created_at_ms = (int64_t)dec_u64(&r);
-            r.bad |= op.u.sem.name == NULL;
-            break;
-        case OP_PUT_LEASE:
-            op.u.lease.id = dec_str(&r, &h, he);
-            op.u.lease.sem = dec_str(&r, &h, he);
-            op.u.lease.weight = dec_u64(&r);
-            op.u.lease.owner = dec_str(&r, &h, he);
-            op.u.lease.idem_key = dec_str(&r, &h, he);
-            op.u.lease.fence = dec_u64(&r);
-            op.u.lease.ttl_ms = (int64_t)dec_u64(&r);
-            op.u.lease.acquired_at_ms = (int64_t)dec_u64(&r);
-            op.u.lease.expires_at_ms = (int64_t)dec_u64(&r);
-            op.u.lease.is_lock = (int)dec_u64(&r);
-            op.u.lease.principal = dec_str(&r, &h, he);
-            r.bad |= op.u.lease.id == NULL || op.u.lease.sem == NULL;
-            break;
-        case OP_PUT_TICKET:
-            op.u.ticket.id = dec_str(&r, &h, he);
-            op.u.ticket.sem = dec_str(&r, &h, he);
-            op.u.ticket.seq = dec_u64(&r);
-            op.u.ticket.weight = dec_u64(&r);
-            op.u.ticket.owner = dec_str(&r, &h, he);
-            op.u.ticket.idem_key = dec_str(&r, &h, he);
-            op.u.ticket.lease_id = dec_str(&r, &h, he);
-            op.u.ticket.ttl_ms = (int64_t)dec_u64(&r);
-            op.u.ticket.keepalive_ms = (int64_t)dec_u64(&r);
-            op.u.ticket.created_at_ms = (int64_t)dec_u64(&r);
-            op.u.ticket.collected = (int)dec_u64(&r);
-            op.u.ticket.principal = dec_str(&r, &h, he);
-            r.bad |= op.u.ticket.id == NULL || op.u.ticket.sem == NULL;
-            break;
-        case OP_PUT_FLOOR:
-            op.u.fence = dec_u64(&r);
-            break;
-        case OP_DEL_SEM:
-        case OP_DEL_LEASE:
-        case OP_DEL_TICKET:
-            op.u.name = dec_str(&r, &h, he);
-            r.bad |= op.u.name == NULL;
-            break;
-        default:
-            r.bad = 1;
-        }
-        if (!r.bad)
-            rc = store__write_op(st, &op, &doing);
-    }
-    free(heap);
-    if (r.bad || r.p != r.end)
-        return SEMA_ECORRUPT;
-    return rc == SQLITE_OK ? 0 : SEMA_EIO;
-}
-
 /* What the database would refuse (a missing name or id) fails the commit that carries it,
  * before anything is written: a checkpoint must never meet a row it cannot write. */
 static const char *refused(const store_op_t *op)
@@ -455,7 +261,7 @@ static int journal_commit(store_t *st, char *errbuf, size_t errlen)
 {
     size_t need = JNL_RECORD_HEAD;
     uint32_t nops = 0;
-    enc_t w;
+    unsigned char *at;
     int err;
 
     for (const store_op_t *op = st->fly; op != NULL; op = op->next, nops++) {
@@ -464,7 +270,7 @@ static int journal_commit(store_t *st, char *errbuf, size_t errlen)
             store__msg(errbuf, errlen, "%s: %s: a required name or id is missing", st->path, why);
             return SEMA_EIO;
         }
-        need += enc_size(op);
+        need += store__enc_size(op);
     }
     if (need > st->jcap) {
         size_t cap = need > 2 * st->jcap ? need : 2 * st->jcap;
@@ -476,10 +282,10 @@ static int journal_commit(store_t *st, char *errbuf, size_t errlen)
         st->jbuf = b;
         st->jcap = cap;
     }
-    w.p = st->jbuf + JNL_RECORD_HEAD;
+    at = st->jbuf + JNL_RECORD_HEAD;
     for (const store_op_t *op = st->fly; op != NULL; op = op->next)
-        enc_op(&w, op);
-    err = jnl_append(st->jnl, st->jbuf, (size_t)(w.p - st->jbuf), nops,
+        at = store__enc_op(at, op);
+    err = jnl_append(st->jnl, st->jbuf, (size_t)(at - st->jbuf), nops,
                      st->durability == STORE_STRICT);
     if (err != 0) {
         store__msg(errbuf, errlen,
@@ -745,7 +551,7 @@ int store_journal_apply(sqlite3 *db, const char *dir, uint64_t *records, uint64_
     if (rc == 0 && (rc = store__run_write(st->q[Q_BEGIN])) != SQLITE_OK)
         rc = store__db_error(db, rc, st->path, "cannot begin", errbuf, errlen);
     if (rc == 0) {
-        rc = jnl_scan(dir, replay_record, st, records, ops, gen, errbuf, errlen);
+        rc = jnl_scan(dir, store__replay_record, st, records, ops, gen, errbuf, errlen);
         if (rc == SEMA_ECORRUPT)
             store__msg(errbuf, errlen, "%s/" STORE_JOURNAL_NAME ": a record cannot be read", dir);
         if (rc == 0 && (rc = store__run_write(st->q[Q_COMMIT])) != SQLITE_OK)
@@ -768,7 +574,7 @@ int store__recover(store_t *st, char *errbuf, size_t errlen)
     if (rc != SQLITE_OK)
         return store__db_error(st->db, rc, st->path, "cannot begin the journal's replay", errbuf,
                                errlen);
-    rc = jnl_replay(st->jnl, replay_record, st, errbuf, errlen);
+    rc = jnl_replay(st->jnl, store__replay_record, st, errbuf, errlen);
     if (rc == SEMA_ECORRUPT)
         store__msg(errbuf, errlen,
                    "%s/" STORE_JOURNAL_NAME ": a record passed its checksum but cannot be read "

@@ -118,6 +118,15 @@ void store__rollback(store_t *st);
 int store__run_write(sqlite3_stmt *s);
 int store__write_op(store_t *st, const store_op_t *op, const char **doing);
 
+/* ---- store_record.c: journal records ---- */
+
+/* The bytes store__enc_op writes at most for op; it writes them at `at` and returns the end. */
+size_t store__enc_size(const store_op_t *op);
+unsigned char *store__enc_op(unsigned char *at, const store_op_t *op);
+/* jnl_replay's callback: write each mutation of a record to the database (in the open
+ * transaction); 0, SEMA_ECORRUPT, SEMA_ENOMEM or SEMA_EIO. */
+int store__replay_record(void *arg, const unsigned char *body, size_t len, uint32_t nops);
+
 /* ---- store_commit.c: the journal and the checkpoint set ---- */
 
 int store__checkpoint(store_t *st, char *errbuf, size_t errlen);

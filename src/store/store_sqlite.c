@@ -60,28 +60,40 @@ static const char *const migrations[STORE_FORMAT + 1] = {
           " created_at INTEGER NOT NULL,"
           " collected INTEGER NOT NULL,"
           " principal TEXT) WITHOUT ROWID;", /* principal: the token that took it (--auth) */
+    [4] = "ALTER TABLE semaphores ADD COLUMN tenant_max INTEGER NOT NULL DEFAULT 0;"
+          "ALTER TABLE semaphores ADD COLUMN rate_per_s INTEGER NOT NULL DEFAULT 0;"
+          "ALTER TABLE semaphores ADD COLUMN rate_burst INTEGER NOT NULL DEFAULT 0;"
+          "ALTER TABLE leases ADD COLUMN tenant TEXT;"
+          "ALTER TABLE leases ADD COLUMN parts BLOB;" /* the semaphores after `sem` */
+          "ALTER TABLE tickets ADD COLUMN tenant TEXT;"
+          "ALTER TABLE tickets ADD COLUMN parts BLOB;",
 };
 
 static const char *const query_sql[Q_COUNT] = {
     [Q_BEGIN] = "BEGIN IMMEDIATE",
     [Q_COMMIT] = "COMMIT",
     [Q_ROLLBACK] = "ROLLBACK",
-    [Q_PUT_SEM] = "INSERT INTO semaphores(name, capacity, available, fence, legacy, created_at)"
-                  " VALUES(?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT(name) DO UPDATE SET"
+    [Q_PUT_SEM] = "INSERT INTO semaphores(name, capacity, available, fence, legacy, created_at,"
+                  " tenant_max, rate_per_s, rate_burst)"
+                  " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT(name) DO UPDATE SET"
                   " capacity = excluded.capacity, available = excluded.available,"
-                  " fence = max(fence, excluded.fence), legacy = excluded.legacy",
+                  " fence = max(fence, excluded.fence), legacy = excluded.legacy,"
+                  " tenant_max = excluded.tenant_max, rate_per_s = excluded.rate_per_s,"
+                  " rate_burst = excluded.rate_burst",
     [Q_RETIRE_SEM] = "INSERT INTO retired(name, fence) SELECT name, fence FROM semaphores"
                      " WHERE name = ?1 ON CONFLICT(name) DO UPDATE SET"
                      " fence = max(fence, excluded.fence)",
     [Q_DEL_SEM] = "DELETE FROM semaphores WHERE name = ?1",
     [Q_PUT_LEASE] = "INSERT INTO leases(id, sem, weight, owner, idem_key, fence, ttl_ms,"
-                    " acquired_at, expires_at, is_lock, principal) VALUES(?1, ?2, ?3, ?4, ?5,"
-                    " ?6, ?7, ?8, ?9, ?10, ?11) ON CONFLICT(id) DO UPDATE SET sem = excluded.sem,"
+                    " acquired_at, expires_at, is_lock, principal, tenant, parts) VALUES(?1, ?2,"
+                    " ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) ON CONFLICT(id) DO UPDATE"
+                    " SET sem = excluded.sem,"
                     " weight = excluded.weight, owner = excluded.owner,"
                     " idem_key = excluded.idem_key, fence = excluded.fence,"
                     " ttl_ms = excluded.ttl_ms, acquired_at = excluded.acquired_at,"
                     " expires_at = excluded.expires_at, is_lock = excluded.is_lock,"
-                    " principal = excluded.principal",
+                    " principal = excluded.principal, tenant = excluded.tenant,"
+                    " parts = excluded.parts",
     [Q_DEL_LEASE] = "DELETE FROM leases WHERE id = ?1",
     [Q_MAX_FENCE] = "SELECT max(coalesce((SELECT max(fence) FROM semaphores), 0),"
                     " coalesce((SELECT max(fence) FROM retired), 0),"
@@ -90,8 +102,8 @@ static const char *const query_sql[Q_COUNT] = {
     [Q_PUT_FLOOR] = ("INSERT INTO retired(name, fence) VALUES('', ?1) ON CONFLICT(name)"
                      " DO UPDATE SET fence = max(fence, excluded.fence)"),
     [Q_PUT_TICKET] = "INSERT OR REPLACE INTO tickets(id, sem, seq, weight, owner, idem_key,"
-                     " lease_id, ttl_ms, keepalive_ms, created_at, collected, principal)"
-                     " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                     " lease_id, ttl_ms, keepalive_ms, created_at, collected, principal, tenant,"
+                     " parts) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
     [Q_DEL_TICKET] = "DELETE FROM tickets WHERE id = ?1",
 };
 
@@ -596,12 +608,67 @@ static const char *col_text(sqlite3_stmt *s, int i)
     return (const char *)sqlite3_column_text(s, i);
 }
 
+/* ---- the parts BLOB ---- */
+
+size_t store_parts_size(const store_part_t *parts, size_t n)
+{
+    size_t len = 0;
+
+    for (size_t i = 0; i < n; i++)
+        len += 8 + 8 + 4 + strlen(parts[i].sem) + 1;
+    return len;
+}
+
+void store_parts_encode(const store_part_t *parts, size_t n, unsigned char *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t len = (uint32_t)strlen(parts[i].sem);
+        memcpy(out, &parts[i].weight, 8);
+        memcpy(out + 8, &parts[i].seq, 8);
+        memcpy(out + 16, &len, 4);
+        memcpy(out + 20, parts[i].sem, (size_t)len + 1);
+        out += 20 + (size_t)len + 1;
+    }
+}
+
+int store_parts_decode(const void *blob, size_t len, store_part_t *parts, size_t max)
+{
+    const unsigned char *p = blob, *end = p + len;
+    size_t n = 0;
+
+    while (p < end) {
+        uint32_t nl;
+        if (n == max || (size_t)(end - p) < 20)
+            return -1;
+        memcpy(&parts[n].weight, p, 8);
+        memcpy(&parts[n].seq, p + 8, 8);
+        memcpy(&nl, p + 16, 4);
+        if ((size_t)(end - p) - 20 < (size_t)nl + 1 || p[20 + nl] != '\0' ||
+            memchr(p + 20, '\0', nl) != NULL)
+            return -1;
+        parts[n++].sem = (const char *)p + 20;
+        p += 20 + (size_t)nl + 1;
+    }
+    return (int)n;
+}
+
+/* Column i as parts: how many (0 for NULL), or -1 when malformed. */
+static int col_parts(sqlite3_stmt *s, int i, store_part_t *parts)
+{
+    const void *blob = sqlite3_column_blob(s, i);
+
+    if (blob == NULL)
+        return 0;
+    return store_parts_decode(blob, (size_t)sqlite3_column_bytes(s, i), parts, STORE_PARTS_MAX);
+}
+
 static int load_sems(store_t *st, void (*on_sem)(void *, const store_sem_t *), void *arg)
 {
     sqlite3_stmt *s;
     int rc = sqlite3_prepare_v2(st->db,
-                                "SELECT name, capacity, available, fence, legacy, created_at"
-                                " FROM semaphores ORDER BY name",
+                                "SELECT name, capacity, available, fence, legacy, created_at,"
+                                " tenant_max, rate_per_s, rate_burst FROM semaphores"
+                                " ORDER BY name",
                                 -1, &s, NULL);
 
     if (rc != SQLITE_OK)
@@ -614,6 +681,9 @@ static int load_sems(store_t *st, void (*on_sem)(void *, const store_sem_t *), v
             .fence = (uint64_t)sqlite3_column_int64(s, 3),
             .legacy = sqlite3_column_int(s, 4),
             .created_at_ms = sqlite3_column_int64(s, 5),
+            .tenant_max = (uint64_t)sqlite3_column_int64(s, 6),
+            .rate_per_s = (uint64_t)sqlite3_column_int64(s, 7),
+            .rate_burst = (uint64_t)sqlite3_column_int64(s, 8),
         };
         if (sem.name != NULL && on_sem != NULL)
             on_sem(arg, &sem);
@@ -627,8 +697,8 @@ static int load_leases(store_t *st, void (*on_lease)(void *, const store_lease_t
     sqlite3_stmt *s;
     int rc = sqlite3_prepare_v2(st->db,
                                 "SELECT id, sem, weight, owner, idem_key, fence, ttl_ms,"
-                                " acquired_at, expires_at, is_lock, principal FROM leases"
-                                " ORDER BY is_lock, sem, fence",
+                                " acquired_at, expires_at, is_lock, principal, tenant, parts"
+                                " FROM leases ORDER BY is_lock, sem, fence",
                                 -1, &s, NULL);
 
     if (rc != SQLITE_OK)
@@ -646,8 +716,15 @@ static int load_leases(store_t *st, void (*on_lease)(void *, const store_lease_t
             .expires_at_ms = sqlite3_column_int64(s, 8),
             .is_lock = sqlite3_column_int(s, 9),
             .principal = col_text(s, 10),
+            .tenant = col_text(s, 11),
         };
-        if (l.id != NULL && l.sem != NULL && on_lease != NULL)
+        store_part_t parts[STORE_PARTS_MAX];
+        int np = col_parts(s, 12, parts);
+        l.parts = parts;
+        l.nparts = np > 0 ? (size_t)np : 0;
+        if (np < 0)
+            l.sem = NULL; /* a malformed row: refused like one without a semaphore */
+        if (l.id != NULL && on_lease != NULL && (l.sem != NULL || np < 0))
             on_lease(arg, &l);
     }
     sqlite3_finalize(s);
@@ -676,8 +753,8 @@ static int load_tickets(store_t *st, void (*on_ticket)(void *, const store_ticke
     sqlite3_stmt *s;
     int rc = sqlite3_prepare_v2(st->db,
                                 "SELECT id, sem, seq, weight, owner, idem_key, lease_id, ttl_ms,"
-                                " keepalive_ms, created_at, collected, principal FROM tickets"
-                                " ORDER BY sem, seq",
+                                " keepalive_ms, created_at, collected, principal, tenant, parts"
+                                " FROM tickets ORDER BY seq, sem",
                                 -1, &s, NULL);
 
     if (rc != SQLITE_OK)
@@ -696,7 +773,14 @@ static int load_tickets(store_t *st, void (*on_ticket)(void *, const store_ticke
             .created_at_ms = sqlite3_column_int64(s, 9),
             .collected = sqlite3_column_int(s, 10),
             .principal = col_text(s, 11),
+            .tenant = col_text(s, 12),
         };
+        store_part_t parts[STORE_PARTS_MAX];
+        int np = col_parts(s, 13, parts);
+        t.parts = parts;
+        t.nparts = np > 0 ? (size_t)np : 0;
+        if (np < 0)
+            t.weight = 0; /* a malformed row: dropped like one of a gone semaphore */
         if (t.id != NULL && t.sem != NULL && on_ticket != NULL)
             on_ticket(arg, &t);
     }
@@ -745,6 +829,9 @@ static int write_sem(store_t *st, const store_sem_t *sem)
     sqlite3_bind_int64(s, 4, (sqlite3_int64)sem->fence);
     sqlite3_bind_int(s, 5, sem->legacy != 0);
     sqlite3_bind_int64(s, 6, sem->created_at_ms);
+    sqlite3_bind_int64(s, 7, (sqlite3_int64)sem->tenant_max);
+    sqlite3_bind_int64(s, 8, (sqlite3_int64)sem->rate_per_s);
+    sqlite3_bind_int64(s, 9, (sqlite3_int64)sem->rate_burst);
     return store__run_write(s);
 }
 
@@ -759,6 +846,20 @@ static int write_del_sem(store_t *st, const char *name)
         rc = store__run_write(st->q[steps[i]]);
     }
     return rc;
+}
+
+/* Bind parts as a BLOB (NULL when there are none); the buffer is freed by SQLite. */
+static int bind_parts(sqlite3_stmt *s, int i, const store_part_t *parts, size_t n)
+{
+    size_t len = store_parts_size(parts, n);
+    unsigned char *b;
+
+    if (n == 0)
+        return sqlite3_bind_null(s, i);
+    if ((b = malloc(len)) == NULL)
+        return SQLITE_NOMEM;
+    store_parts_encode(parts, n, b);
+    return sqlite3_bind_blob(s, i, b, (int)len, free);
 }
 
 static int write_lease(store_t *st, const store_lease_t *l)
@@ -776,6 +877,11 @@ static int write_lease(store_t *st, const store_lease_t *l)
     sqlite3_bind_int64(s, 9, l->expires_at_ms);
     sqlite3_bind_int(s, 10, l->is_lock);
     bind_text(s, 11, l->principal);
+    bind_text(s, 12, l->tenant);
+    if (bind_parts(s, 13, l->parts, l->nparts) != SQLITE_OK) {
+        sqlite3_clear_bindings(s);
+        return SQLITE_NOMEM;
+    }
     return store__run_write(s);
 }
 
@@ -795,6 +901,11 @@ static int write_ticket(store_t *st, const store_ticket_t *t)
     sqlite3_bind_int64(s, 10, t->created_at_ms);
     sqlite3_bind_int(s, 11, t->collected != 0);
     bind_text(s, 12, t->principal);
+    bind_text(s, 13, t->tenant);
+    if (bind_parts(s, 14, t->parts, t->nparts) != SQLITE_OK) {
+        sqlite3_clear_bindings(s);
+        return SQLITE_NOMEM;
+    }
     return store__run_write(s);
 }
 

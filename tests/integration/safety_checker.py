@@ -32,6 +32,11 @@ Why each check is sound (it cannot fail on a correct server, whatever the schedu
   capacity, and the queue positions are 0, 1, 2...
 - Rest. At the end, every instance reports every semaphore with nothing held and nobody
   waiting, once the short ttls have run out.
+With `multi` some requests take several semaphores at once (POST /v1/acquire): each part is
+a grant of its semaphore for the checks above (one lease, a fence per semaphore), and FIFO
+is checked per semaphore. With `tenants` requests name a tenant, and a semaphore given a
+`tenant_max` is also checked per tenant: the surely-held intervals of one tenant never add up
+above its cap.
 """
 import http.client
 import json
@@ -53,13 +58,16 @@ class Load:
 
     def __init__(self, pick, sems, threads=16, seed=1, ttl_ms=20000, crash_ttl_ms=500,
                  unavailable_ok=False, answer_slack_s=3.0, disconnects=True,
-                 instances=None):
+                 instances=None, multi=0.0, tenants=(), tenant_max=None):
         self.pick, self.sems = pick, dict(sems)
         self.threads, self.seed = threads, seed
         self.ttl_ms, self.crash_ttl_ms = ttl_ms, crash_ttl_ms
         self.unavailable_ok, self.answer_slack = unavailable_ok, answer_slack_s * fx.SLOW
         self.disconnects = disconnects
         self.instances = instances  # function: every live instance (for the monitor)
+        self.multi = multi              # the share of requests on several semaphores
+        self.tenants = tuple(tenants)   # tenants the requests name (and none)
+        self.tenant_max = dict(tenant_max or {})  # sem -> cap
         self.stop_evt = threading.Event()
         self.lock = threading.Lock()
         self.grants = []     # dict per lease seen by a client
@@ -70,7 +78,7 @@ class Load:
         self.unavailable = 0
         self.unknown = 0     # outcomes lost with a connection
         self.counts = {}
-        self.ahead = set()   # (owner A, owner B): A seen queued ahead of B
+        self.ahead = set()   # (sem, owner A, owner B): A seen queued ahead of B on sem
         self.views = 0
         self.acquire_503 = set()  # owners whose acquire was answered 503 (outcome unknown)
         self.release_503 = set()  # owners whose release was answered 503
@@ -167,6 +175,10 @@ class Load:
         with self.lock:
             self.errors.append("%s answered %s %s" % (what, st, body))
 
+    def _weight(self, rng, sem):
+        cap = self.sems[sem]
+        return rng.randint(1, min(cap, self.tenant_max.get(sem, cap)))
+
     def _one(self, rng, conns, owner):
         sem = rng.choice(sorted(self.sems))
         cap = self.sems[sem]
@@ -175,10 +187,15 @@ class Load:
             return self._disconnect(rng, sem, cap)
         if r < 0.08:
             return self._wait_idle(rng, conns, sem)
-        weight = rng.randint(1, cap)
+        if self.multi and rng.random() < self.multi:
+            return self._one_multi(rng, conns, owner)
+        weight = self._weight(rng, sem)
         crash = rng.random() < 0.05
         ttl = self.crash_ttl_ms if crash else self.ttl_ms
         body = {"weight": weight, "ttl_ms": ttl, "owner": owner}
+        tenant = rng.choice(self.tenants + (None,)) if self.tenants else None
+        if tenant is not None:
+            body["tenant"] = tenant
         tmo = rng.choice([0, 0, 20, 100, 300, 1500])
         body["timeout_ms"] = tmo
         t_send = time.monotonic()
@@ -209,28 +226,92 @@ class Load:
         self.count("granted")
         g = dict(sem=sem, owner=owner, weight=weight, ttl=ttl, send=t_send, recv=t_recv,
                  lease=lease["lease"], fence=lease["fence"], acquired_at=lease["acquired_at"],
-                 expires_at=lease["expires_at"], end=None, expiry=t_send + ttl / 1000)
+                 expires_at=lease["expires_at"], end=None, expiry=t_send + ttl / 1000,
+                 tenant=tenant)
         with self.lock:
             self.grants.append(g)
         if lease.get("weight") != weight or lease.get("owner") != owner or \
-                lease["expires_at"] - lease["acquired_at"] != ttl:
+                lease["expires_at"] - lease["acquired_at"] != ttl or \
+                lease.get("tenant") != tenant:
             with self.lock:
                 self.errors.append("lease does not match its request: %s %s" % (body, lease))
         if crash:
             self.count("crashed")
             return  # never released: it comes back at its ttl
+        self._hold_renew_release(rng, conns, owner, lease, [g])
+
+    def _one_multi(self, rng, conns, owner):
+        """An acquire on 2 or 3 semaphores at once: each part a grant of its semaphore."""
+        names = rng.sample(sorted(self.sems), min(len(self.sems), rng.randint(2, 3)))
+        parts = [{"name": n, "weight": self._weight(rng, n)} for n in names]
+        crash = rng.random() < 0.05
+        ttl = self.crash_ttl_ms if crash else self.ttl_ms
+        tmo = rng.choice([0, 20, 100, 300, 1500, 3000])
+        body = {"semaphores": parts, "ttl_ms": ttl, "owner": owner, "timeout_ms": tmo}
+        tenant = rng.choice(self.tenants + (None,)) if self.tenants else None
+        if tenant is not None:
+            body["tenant"] = tenant
+        t_send = time.monotonic()
+        with self.lock:
+            for n in names:
+                self.sends.append((n, t_send, owner))
+        res = self._http(conns, "POST", "/v1/acquire", body, tmo / 1000 + 30 * fx.SLOW)
+        t_recv = time.monotonic()
+        self.said[owner] = "acquire of %s (timeout %d ms): %s" % (names, tmo, (
+            "no answer" if res is None else "%s %s" % (res[0], (res[1] or {}).get("code", ""))))
+        if res is None:
+            return
+        if t_recv - t_send > tmo / 1000 + self.answer_slack:
+            with self.lock:
+                self.late.append("%s: timeout %d ms answered after %.0f ms"
+                                 % (owner, tmo, (t_recv - t_send) * 1000))
+        st, lease = res
+        if st != 200:
+            if (st, (lease or {}).get("code")) in OK_BUSY:
+                self.count("busy")
+            else:
+                self._bad("acquire " + owner, res)
+            return
+        self.count("granted_multi")
+        got = {p["name"]: p for p in lease.get("semaphores", [])}
+        gs = []
+        for p in parts:
+            part = got.get(p["name"], {})
+            if part.get("weight") != p["weight"] or lease["fences"].get(p["name"]) != \
+                    part.get("fence"):
+                with self.lock:
+                    self.errors.append("lease does not match its request: %s %s" % (body, lease))
+            gs.append(dict(sem=p["name"], owner=owner, weight=p["weight"], ttl=ttl, send=t_send,
+                           recv=t_recv, lease=lease["lease"], fence=part.get("fence", 0),
+                           acquired_at=lease["acquired_at"], expires_at=lease["expires_at"],
+                           end=None, expiry=t_send + ttl / 1000, tenant=tenant))
+        with self.lock:
+            self.grants.extend(gs)
+        if set(got) != set(names) or lease.get("tenant") != tenant:
+            with self.lock:
+                self.errors.append("lease does not match its request: %s %s" % (body, lease))
+        if crash:
+            self.count("crashed")
+            return
+        self._hold_renew_release(rng, conns, owner, lease, gs)
+
+    def _hold_renew_release(self, rng, conns, owner, lease, gs):
+        """Hold a while, maybe renew, then release: the grants `gs` end together."""
         time.sleep(rng.random() * 0.03)
         if rng.random() < 0.2:
             t_ren = time.monotonic()
             res = self._http(conns, "POST", "/v1/leases/%s/renew" % lease["lease"],
                              {"ttl_ms": self.ttl_ms}, 30 * fx.SLOW)
             if res is not None and res[0] == 200:
-                g["expiry"] = max(g["expiry"], t_ren + self.ttl_ms / 1000)
+                for g in gs:
+                    g["expiry"] = max(g["expiry"], t_ren + self.ttl_ms / 1000)
                 self.count("renewed")
             elif res is not None:
                 self._bad("renew " + owner, res)
             time.sleep(rng.random() * 0.01)
-        g["end"] = time.monotonic()  # the release leaves now
+        end = time.monotonic()  # the release leaves now
+        for g in gs:
+            g["end"] = end
         res = self._http(conns, "DELETE", "/v1/leases/" + lease["lease"], None, 30 * fx.SLOW)
         self.said[owner] += "; release: %s" % (
             "no answer" if res is None else
@@ -304,14 +385,16 @@ class Load:
             bad.append("held %s, holders weigh %d, capacity %d" % (v["held"], held, cap))
         if [w["position"] for w in v["waiters"]] != list(range(len(v["waiters"]))):
             bad.append("queue positions %s" % [w["position"] for w in v["waiters"]])
-        queue = [w["owner"] for w in v["waiters"] if w.get("owner")]
+        # With tenants a line is FIFO within each tenant only: pairs of one tenant.
+        queue = [(w["owner"], w.get("tenant")) for w in v["waiters"] if w.get("owner")]
         with self.lock:
             self.views += 1
             if bad:
                 self.errors.append("view of %s: %s: %s" % (sem, "; ".join(bad), v))
-            for i, a in enumerate(queue):
-                for b in queue[i + 1:]:
-                    self.ahead.add((a, b))
+            for i, (a, ta) in enumerate(queue):
+                for b, tb in queue[i + 1:]:
+                    if not self.tenants or ta == tb:
+                        self.ahead.add((sem, a, b))
 
     # ---- checking ----
     def check(self, min_grants=30, expect_contention=True):
@@ -320,7 +403,7 @@ class Load:
         assert not self.late, "answered after their timeout:\n  " + "\n  ".join(self.late[:20])
         grants = self.grants
         assert len(grants) >= min_grants, "too few grants to say anything: %d" % len(grants)
-        ids = [g["lease"] for g in grants]
+        ids = [(g["lease"], g["sem"]) for g in grants]  # a lease on several: a part on each
         assert len(set(ids)) == len(ids), "one lease id granted twice"
         peaks = {}
         for sem, cap in self.sems.items():
@@ -329,16 +412,20 @@ class Load:
             self._check_fences(sem, mine)
         pairs = self._check_fifo()
         self._check_idle()
+        for sem, cap in self.tenant_max.items():
+            self._check_tenant_max(sem, cap)
         if expect_contention:
             assert any(peaks[s] == c for s, c in self.sems.items()), \
                 ("no semaphore was ever surely full: no contention to check", peaks)
         return dict(grants=len(grants), peaks=peaks, fifo_pairs=pairs, views=self.views,
                     unknown=self.unknown, unavailable=self.unavailable, **self.counts)
 
-    def held_intervals(self, sem):
+    def held_intervals(self, sem, tenant=False):
+        """Surely-held (t0, t1, weight, owner) of sem (of one tenant when `tenant` is not
+        False)."""
         out = []
         for g in self.grants:
-            if g["sem"] != sem:
+            if g["sem"] != sem or (tenant is not False and g.get("tenant") != tenant):
                 continue
             end = g["end"] if g["end"] is not None else g["expiry"] - 0.05
             end = min(end, g["expiry"] - 0.05)  # a margin for the two clocks' rates
@@ -365,6 +452,19 @@ class Load:
                 sem, held, t, cap, live)
         return peak
 
+    def _check_tenant_max(self, sem, cap):
+        for tenant in self.tenants + (None,):
+            ev = []
+            for t0, t1, w, owner in self.held_intervals(sem, tenant):
+                ev.append((t0, 1, w))
+                ev.append((t1, 0, -w))
+            ev.sort()
+            held = 0
+            for t, _, w in ev:
+                held += w
+                assert held <= cap, "%s: tenant %s surely held %d at t=%.4f, tenant_max %d" % (
+                    sem, tenant, held, t, cap)
+
     def _check_fences(self, sem, mine):
         by_fence = sorted(mine, key=lambda g: g["fence"])
         for a, b in zip(by_fence, by_fence[1:]):
@@ -390,14 +490,14 @@ class Load:
                                      "been received" % (sem, owner, f, best[1], best[0]))
 
     def _check_fifo(self):
-        fence = {g["owner"]: (g["sem"], g["fence"]) for g in self.grants}
+        fence = {(g["owner"], g["sem"]): g["fence"] for g in self.grants}
         pairs = 0
-        for a, b in self.ahead:
-            if a in fence and b in fence:
+        for sem, a, b in self.ahead:
+            if (a, sem) in fence and (b, sem) in fence:
                 pairs += 1
-                assert fence[a][1] < fence[b][1], (
+                assert fence[(a, sem)] < fence[(b, sem)], (
                     "%s: %s was queued ahead of %s but granted after it (fences %d, %d)"
-                    % (fence[a][0], a, b, fence[a][1], fence[b][1]))
+                    % (sem, a, b, fence[(a, sem)], fence[(b, sem)]))
         return pairs
 
     def _check_idle(self):

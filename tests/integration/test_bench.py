@@ -70,6 +70,30 @@ def test_pairs_contended_parks_and_completes():
             assert st["capacity"] == 3 and st["held"] == 0 and st["waiting"] == 0, st
 
 
+def test_pairs_on_several_semaphores_tenants_and_a_rate():
+    """--all takes every semaphore in one request (a fence on each per pair), --tenants names
+    a tenant per connection, --tenant-max/--sem-rate give the semaphores made their limits;
+    every unit comes back, and the semaphores made are deleted."""
+    with fx.Semad() as s:
+        make(s, "m-0", 8)
+        make(s, "m-1", 8)
+        r = sema_bench(s.url(""), "-c", 8, "-n", 400, "--name", "m", "-k", 2, "--all",
+                       "--tenants", 3)
+        assert r["ops"] == 400 and r["errors"] == 0, r
+        assert r["status"] == {"200": 400, "204": 400}, r
+        for name in ("m-0", "m-1"):
+            st = state(s, name)
+            assert st["held"] == 0 and st["fence"] >= 400, st
+        # contended (capacity 2 for 6 connections), with a cap per tenant and a rate that binds
+        r = sema_bench(s.url(""), "-c", 6, "-n", 60, "--name", "t", "--capacity", 2,
+                       "--tenants", 3, "--tenant-max", 1, "--sem-rate", 200, "--sem-burst", 2)
+        assert r["ops"] == 60 and r["errors"] == 0, r
+        assert r["seconds"] >= 58 / 200, r  # 60 grants at most 2 + 200/s
+        assert "t" not in names(s)
+        p = sema_bench(s.url(""), "-k", 1, "--all", expect=2)
+        assert "--all is for pairs, with -k from 2 to 16" in p.stderr, p.stderr
+
+
 def test_duration_releases_in_flight_leases():
     """A timed run stops issuing at the deadline and still releases what it holds."""
     with fx.Semad() as s:

@@ -96,13 +96,14 @@ def complete(*words):
 def test_bash_completion_offers_verbs_and_their_options():
     assert {"acquire", "release", "renew"} <= complete("sema", ""), complete("sema", "")
     assert complete("sema", "ac") == {"acquire"}
-    assert complete("sema", "acquire", "--t") == {"--timeout", "--ttl"}
+    assert complete("sema", "acquire", "--t") == {"--timeout", "--ttl", "--tenant"}
     assert "--capacity" in complete("sema", "run", "--local", "--c")
     # the global options, before the verb, and the verb after them
     assert complete("sema", "--se") == {"--server"}, complete("sema", "--se")
     assert "--cert-key" in complete("sema", "--cert"), complete("sema", "--cert")
     assert complete("sema", "--json", "ac") == {"acquire"}
-    assert complete("sema", "-s", "http://h:1", "acquire", "--t") == {"--timeout", "--ttl"}
+    assert complete("sema", "-s", "http://h:1", "acquire", "--t") == {"--timeout", "--ttl",
+                                                                       "--tenant"}
     assert complete("sema", "bench", "--dur") == {"--duration"}
 
 

@@ -108,6 +108,59 @@ def test_run_capacity_3_runs_exactly_3():
         assert state(d, "three")["held"] == 0
 
 
+def test_run_and_acquire_several_semaphores_at_once_with_a_tenant():
+    """`sema run gpu:2,db:1 -- cmd` holds both while cmd runs (one lease, a fence each, the
+    tenant's units), waits for both while one is busy (holding nothing), and gives both back;
+    `sema acquire` takes the same list and prints one lease id."""
+    with Semad() as d, tempfile.TemporaryDirectory() as tmp:
+        sema(d, "create", "gpu", "2", "--tenant-max", "2", check=0)
+        sema(d, "create", "db", "1", check=0)
+        assert state(d, "gpu")["tenant_max"] == 2
+        mark = os.path.join(tmp, "up")
+        script = 'touch %s; while [ ! -e %s.stop ]; do sleep 0.02; done' % (mark, mark)
+        p = spawn(d, "run", "gpu:2,db:1", "--tenant", "acme", "--", "sh", "-c", script)
+        wait_until(lambda: os.path.exists(mark), 10, "the command to start")
+        gpu, db = state(d, "gpu"), state(d, "db")
+        assert gpu["held"] == 2 and db["held"] == 1, (gpu, db)
+        assert gpu["holders"][0]["lease"] == db["holders"][0]["lease"], (gpu, db)
+        assert gpu["holders"][0]["tenant"] == "acme" and gpu["holders"][0]["multi"], gpu
+        st, _, err = sema(d, "acquire", "gpu:1,db:1", "-t", "0")
+        assert st == EXIT_TIMEOUT, err
+        q = spawn(d, "acquire", "gpu,db", "--tenant", "bolt", "-t", "30s")
+        wait_until(lambda: state(d, "db")["waiting"] == 1, 10, "the second to wait in db's line")
+        assert state(d, "gpu")["waiting"] == 1  # in gpu's line too, holding nothing
+        open(mark + ".stop", "w").close()
+        assert p.wait(30 * SLOW) == 0, p.stderr.read()
+        out, err = q.communicate(timeout=30 * SLOW)
+        assert q.returncode == 0, err
+        lease = out.strip()
+        st, doc = d.json("GET", "/v1/leases/" + lease)
+        assert st == 200 and sorted(doc["fences"]) == ["db", "gpu"], doc
+        assert doc["tenant"] == "bolt", doc
+        sema(d, "release", lease, check=0)
+        assert state(d, "gpu")["held"] == 0 and state(d, "db")["held"] == 0
+        st, _, err = sema(d, "run", "gpu:1,nope:1", "--", "true")
+        assert st == EXIT_FAIL and "does not exist" in err, err
+        st, _, err = sema(d, "acquire", "gpu:1,db:1", "-w", "2")
+        assert st == EXIT_USAGE, err
+
+
+def test_create_and_resize_with_limits_and_get_shows_them():
+    with Semad() as d:
+        sema(d, "create", "api", "10", "--rate", "50", "--burst", "5", check=0)
+        doc = state(d, "api")
+        assert (doc["rate_per_s"], doc["rate_burst"]) == (50, 5), doc
+        st, out, _ = sema(d, "get", "api", check=0)
+        assert re.search(r"^rate_per_s\s+50$", out, re.M), out
+        sema(d, "resize", "api", "--rate", "100", "--tenant-max", "4", check=0)
+        doc = state(d, "api")
+        assert (doc["capacity"], doc["rate_per_s"], doc["tenant_max"]) == (10, 100, 4), doc
+        sema(d, "resize", "api", "--rate", "0", check=0)
+        assert "rate_per_s" not in state(d, "api")
+        st, _, err = sema(d, "create", "api", "10", "--burst", "0")
+        assert st == EXIT_USAGE, err
+
+
 def start_holder(d, name, tmp, ttl="1s"):
     """sema run with a command that records SIGTERM and otherwise sleeps; waits for the grant."""
     mark = os.path.join(tmp, "term")

@@ -708,7 +708,8 @@ def test_check_command():
         assert check.returncode == 0, check.stdout + check.stderr
         assert "1 semaphores" in check.stdout + check.stderr
         db = sqlite3.connect(os.path.join(data, "sema.db"))
-        db.execute("INSERT INTO leases VALUES('forged','kept',1,NULL,NULL,99,1000,1,1001,0,NULL)")
+        db.execute("INSERT INTO leases(id,sem,weight,fence,ttl_ms,acquired_at,expires_at,is_lock)"
+                   " VALUES('forged','kept',1,99,1000,1,1001,0)")
         db.commit()
         db.close()
         check = subprocess.run([SEMAD, "--check", data], capture_output=True, text=True,

@@ -194,6 +194,40 @@ def test_positions_and_ahead_weight_match_a_model_through_grants_and_departures(
                 ahead_w += w
 
 
+def test_a_queue_that_never_runs_out_of_tickets_keeps_a_tree_the_size_of_its_span():
+    # tickets join at the tail and leave from the head (and now and then from the middle)
+    # for 600 places while a few always wait: the tree of the weight that left (:fw) is
+    # folded behind the head, so it stays the size of the queue's span, not one field per
+    # place the queue ever had; the weight ahead of every ticket stays that of the model
+    import random
+    rnd = random.Random(35)
+    with rf.RedisServer() as redis, rf.Fleet(redis.url(), 2) as f:
+        put(f, "span", 3)
+        hold(f, "span", 3)
+        queue = []
+        for step in range(600):
+            w = rnd.randint(1, 3)
+            queue.append((ticket(f, "span", weight=w, keepalive_ms=60000)["ticket"], w))
+            if len(queue) > 6:
+                tid, _ = queue.pop(rnd.randrange(3) if rnd.random() < 0.2 else 0)
+                st, _, _ = f.request("DELETE", "/v1/tickets/" + tid)
+                assert st == 204
+            if step % 50 == 49:
+                ahead_w = 0
+                for i, (tid, w) in enumerate(queue):
+                    st, body = read(f, tid)
+                    assert st == 200 and body["status"] == "waiting", (step, tid, body)
+                    assert (body["position"], body["ahead_weight"]) == (i + 1, ahead_w), \
+                        (step, i, body)
+                    ahead_w += w
+        key = [k for k in redis.cli("KEYS", "*span:fw").split() if k]
+        assert len(key) == 1, key
+        fields = int(redis.cli("HLEN", key[0]).strip())
+        folded = int(redis.cli("HGET", key[0], "o").strip() or "0")
+        assert fields <= 64, fields  # 594 places have left; the span is 7 to 9 places
+        assert folded >= 500, folded  # the places folded behind the head
+
+
 def test_keepalive_runs_out_with_no_traffic_and_an_uncollected_grant_goes_back():
     with rf.RedisServer() as redis, rf.Fleet(redis.url(), 2) as f:
         put(f[0], "k", 1)

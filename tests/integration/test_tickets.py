@@ -551,7 +551,7 @@ def test_a_format_1_store_is_upgraded_and_keeps_tickets():
             hold(s, "old")
             t = ticket(s, "old", keepalive_ms=60000)["ticket"]
         db = sqlite3.connect(os.path.join(data, "sema.db"))
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 4
         db.close()
         with fx.Semad(durability="strict", data=data) as s:
             assert position(s, t) == (1, 0)

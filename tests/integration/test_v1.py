@@ -708,11 +708,12 @@ def test_unknown_fields_are_refused_by_name_and_change_nothing():
             ("POST", "/v1/locks/k/acquire", {"mode": "shared", "weight": 1}, "weight", None),
         ]
         # each route's fields, as docs/openapi.yaml lists them
+        limits = {"capacity", "tenant_max", "rate_per_s", "rate_burst"}
         takes = {"locks/k/acquire": {"mode", "timeout_ms", "ttl_ms", "owner"},
-                 "semaphores/n": {"capacity"}, "semaphores/u": {"capacity"},
-                 "acquire": {"weight", "timeout_ms", "ttl_ms", "owner"},
+                 "semaphores/n": limits, "semaphores/u": limits,
+                 "acquire": {"weight", "timeout_ms", "ttl_ms", "owner", "tenant"},
                  "wait-idle": {"timeout_ms"},
-                 "tickets": {"weight", "ttl_ms", "owner", "keepalive_ms"},
+                 "tickets": {"weight", "ttl_ms", "owner", "keepalive_ms", "tenant"},
                  "renew": {"ttl_ms"}}
         for method, path, body, field, hint in cases:
             st, hd, data = s.request(method, path, body)
@@ -726,9 +727,10 @@ def test_unknown_fields_are_refused_by_name_and_change_nothing():
             assert listed == next(v for k, v in takes.items() if path.endswith(k)), p["detail"]
         # every listed field is taken (a body with all of them is not refused for its fields)
         full = [("POST", "/v1/semaphores/u/acquire",
-                 {"weight": 1, "timeout_ms": 0, "ttl_ms": 1000, "owner": "o"}, 409),
+                 {"weight": 1, "timeout_ms": 0, "ttl_ms": 1000, "owner": "o", "tenant": "t"}, 409),
                 ("POST", "/v1/semaphores/u/tickets",
-                 {"weight": 1, "ttl_ms": 1000, "owner": "o", "keepalive_ms": 5000}, 201),
+                 {"weight": 1, "ttl_ms": 1000, "owner": "o", "keepalive_ms": 5000,
+                  "tenant": "t"}, 201),
                 ("POST", "/v1/semaphores/u/wait-idle", {"timeout_ms": 0}, 409)]
         for method, path, body, want in full:
             st, hd, data = s.request(method, path, body)
@@ -903,6 +905,41 @@ def test_idempotency_key_replaced_and_mismatch():
         assert s.json("GET", "/v1/semaphores/ik")[1]["held"] == 3
         first.close()
         retry.close()
+
+
+def test_limits_served_or_answered_501_with_nothing_changed():
+    """Several semaphores at once, tenants and rates: the embedded back end serves them;
+    a back end without them (Redis, SEMA_TEST_REDIS) answers each with a clear 501
+    not_supported and changes nothing (no semaphore made or changed, no unit taken)."""
+    with fx.Semad() as s:
+        put(s, "lim-a", 2)
+        put(s, "lim-b", 2)
+        asks = [
+            ("PUT", "/v1/semaphores/lim-c", {"capacity": 1, "tenant_max": 1}, 201),
+            ("PUT", "/v1/semaphores/lim-d", {"capacity": 1, "rate_per_s": 5}, 201),
+            ("PATCH", "/v1/semaphores/lim-a", {"rate_per_s": 5, "rate_burst": 2}, 200),
+            ("PATCH", "/v1/semaphores/lim-a", {"tenant_max": 1}, 200),
+            ("POST", "/v1/semaphores/lim-b/acquire", {"tenant": "acme", "timeout_ms": 0}, 200),
+            ("POST", "/v1/acquire", {"semaphores": [{"name": "lim-a"}, {"name": "lim-b"}],
+                                     "timeout_ms": 0}, 200),
+            ("POST", "/v1/semaphores/lim-b/tickets", {"tenant": "acme"}, 201),
+            ("POST", "/v1/tickets", {"semaphores": [{"name": "lim-a"}, {"name": "lim-b"}]},
+             201),
+        ]
+        for method, path, body, ok in asks:
+            if not fx.REDIS:
+                st, reply = s.json(method, path, body)
+                assert st == ok, (method, path, st, reply)
+                continue
+            st, code = problem(s, method, path, body)
+            assert (st, code) == (501, "not_supported"), (method, path, st, code)
+        if fx.REDIS:
+            for name in ("lim-a", "lim-b"):
+                st, v = s.json("GET", "/v1/semaphores/" + name)
+                assert st == 200 and v["capacity"] == 2 and v["held"] == 0, v
+                assert v["waiting"] == 0 and "tenant_max" not in v and "rate_per_s" not in v, v
+            for name in ("lim-c", "lim-d"):
+                assert s.json("GET", "/v1/semaphores/" + name)[0] == 404
 
 
 if __name__ == "__main__":

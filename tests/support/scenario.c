@@ -25,6 +25,7 @@ typedef struct {
 typedef struct {
     char name[128];
     uint64_t capacity;
+    scen_limits_t lim; /* of its own semaphore: `scenario NAME CAP tenant_max=T rate=R burst=B` */
     int nlines;
     line_t lines[MAX_LINES];
     char labels[SCEN_MAX_LABELS][32];
@@ -98,9 +99,81 @@ static int64_t timeout_of(const line_t *ln, int from)
     return -1;
 }
 
-/* Does the host have what this scenario needs? Returns the missing verb or NULL. */
-static const char *missing_verb(const scen_host_t *h, const scenario_t *sc)
+/* The value of token "KEY=VALUE" among tok[from..], or NULL. */
+static const char *opt_of(char *const *tok, int ntok, int from, const char *key)
 {
+    size_t n = strlen(key);
+
+    for (int i = from; i < ntok; i++)
+        if (strncmp(tok[i], key, n) == 0 && tok[i][n] == '=')
+            return tok[i] + n + 1;
+    return NULL;
+}
+
+/* tenant_max=T rate=R burst=B among tok[from..]. */
+static scen_limits_t limits_of(char *const *tok, int ntok, int from)
+{
+    static const struct {
+        const char *key;
+        unsigned bit;
+    } keys[] = {
+        {"tenant_max", SCEN_LIM_TENANT_MAX}, {"rate", SCEN_LIM_RATE}, {"burst", SCEN_LIM_BURST}};
+    scen_limits_t l = {0};
+    uint64_t *to[] = {&l.tenant_max, &l.rate_per_s, &l.rate_burst};
+
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        const char *v = opt_of(tok, ntok, from, keys[i].key);
+        if (v != NULL) {
+            *to[i] = strtoull(v, NULL, 10);
+            l.set |= keys[i].bit;
+        }
+    }
+    return l;
+}
+
+/* An acquire or try naming semaphores ("gpu:2,db:1") or a tenant, rather than a weight. */
+static int uses_parts(const line_t *ln)
+{
+    return ln->ntok > 2 &&
+           (strchr(ln->tok[2], ':') != NULL || opt_of(ln->tok, ln->ntok, 3, "tenant") != NULL);
+}
+
+/* What a line needs beyond the base verbs, or NULL. */
+static const char *limits_verb(const line_t *ln, const scen_host_t *h)
+{
+    const char *v = ln->tok[0];
+
+    if (strcmp(v, "sem") == 0 && h->sem == NULL)
+        return "sem";
+    if ((strcmp(v, "acquire") == 0 || strcmp(v, "try") == 0) && uses_parts(ln) &&
+        h->request_parts == NULL)
+        return "several semaphores or tenants";
+    if (strcmp(v, "resize") == 0 && limits_of(ln->tok, ln->ntok, 2).set && h->relimit == NULL)
+        return "limits";
+    if ((strcmp(v, "resize") == 0 || strcmp(v, "sem") == 0) && !h->rates &&
+        (limits_of(ln->tok, ln->ntok, 2).set & (SCEN_LIM_RATE | SCEN_LIM_BURST)))
+        return "rates";
+    if (strcmp(v, "state") == 0 && h->state_of == NULL &&
+        (opt_of(ln->tok, ln->ntok, 1, "on") != NULL || opt_of(ln->tok, ln->ntok, 1, "tenant")))
+        return "state of another semaphore or a tenant";
+    return NULL;
+}
+
+/* Does the host have what this scenario needs? Returns the missing verb or NULL; *base
+ * says whether it is one of the base verbs. */
+static const char *missing_verb(const scen_host_t *h, const scenario_t *sc, int *base)
+{
+    *base = 0;
+    if (sc->lim.set && h->sem == NULL)
+        return "limits";
+    if ((sc->lim.set & (SCEN_LIM_RATE | SCEN_LIM_BURST)) && !h->rates)
+        return "rates";
+    for (int i = 0; i < sc->nlines; i++) {
+        const char *miss = limits_verb(&sc->lines[i], h);
+        if (miss != NULL)
+            return miss;
+    }
+    *base = 1;
     for (int i = 0; i < sc->nlines; i++) {
         const char *v = sc->lines[i].tok[0];
         if (strcmp(v, "resize") == 0 && h->resize == NULL)
@@ -159,7 +232,10 @@ static int check_request(const scenario_t *sc, const line_t *ln, int got, int64_
 static int check_state(const scen_host_t *h, const scenario_t *sc, const line_t *ln)
 {
     scen_state_t st;
-    int rc = h->state(h->ctx, &st);
+    const char *on = opt_of(ln->tok, ln->ntok, 1, "on");
+    const char *tenant = opt_of(ln->tok, ln->ntok, 1, "tenant");
+    int rc =
+        on != NULL || tenant != NULL ? h->state_of(h->ctx, on, tenant, &st) : h->state(h->ctx, &st);
 
     if (rc != 0)
         return fail(sc, ln, "state() failed: %s%s", sema_strerror(rc), "");
@@ -183,6 +259,8 @@ static int check_state(const scen_host_t *h, const scenario_t *sc, const line_t 
             got = st.waiting;
         else if (strcmp(key, "waiting_weight") == 0)
             got = st.waiting_weight;
+        else if (strcmp(key, "on") == 0 || strcmp(key, "tenant") == 0)
+            continue; /* which state: see above */
         else
             return fail(sc, ln, "unknown state field %s%s", key, "");
         if (got == SCEN_UNKNOWN)
@@ -214,12 +292,70 @@ static int check_settled(const scen_host_t *h, scenario_t *sc, const line_t *ln,
     return 0;
 }
 
+/* "gpu:2,db:1" (a name without ":W" weighs 1; "main" is the scenario's own semaphore) into
+ * parts whose names point into `buf` (a copy). Returns how many, or -1. */
+static int parts_of(const char *spec, char *buf, size_t len, scen_part_t *parts)
+{
+    int n = 0;
+
+    snprintf(buf, len, "%s", spec);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok != NULL;
+         tok = strtok_r(NULL, ",", &save)) {
+        char *colon = strchr(tok, ':');
+        if (n == SCEN_MAX_PARTS)
+            return -1;
+        parts[n].weight = 1;
+        if (colon != NULL) {
+            *colon = '\0';
+            if (parse_u64(colon + 1, &parts[n].weight) != 0)
+                return -1;
+        }
+        parts[n].name = strcmp(tok, "main") == 0 ? NULL : tok;
+        n++;
+    }
+    return n;
+}
+
+/* acquire/try L (W | A:w,B:w) [timeout=MS] [tenant=T] on semad's limits. */
+static int run_parts(const scen_host_t *h, scenario_t *sc, const line_t *ln, int label, int is_try)
+{
+    scen_part_t parts[SCEN_MAX_PARTS];
+    char buf[256];
+    const char *tenant = opt_of(ln->tok, ln->ntok, 3, "tenant");
+    int64_t t = is_try ? 0 : timeout_of(ln, 3);
+    int n;
+
+    if (strchr(ln->tok[2], ':') != NULL) {
+        n = parts_of(ln->tok[2], buf, sizeof buf, parts);
+    } else {
+        n = 1;
+        parts[0].name = NULL;
+        if (parse_u64(ln->tok[2], &parts[0].weight) != 0)
+            n = -1;
+    }
+    if (n <= 0)
+        return fail(sc, ln, "usage: %s L W|NAME:W,... [timeout=MS] [tenant=T]%s", ln->tok[0], "");
+    return check_request(sc, ln,
+                         h->request_parts(h->ctx, label, is_try ? SCEN_TRY : SCEN_ACQUIRE, parts,
+                                          (size_t)n, tenant, t),
+                         t);
+}
+
 static int run_line(const scen_host_t *h, scenario_t *sc, const line_t *ln)
 {
     const char *v = ln->tok[0];
     uint64_t w = 0;
     int label = ln->ntok > 1 ? label_of(sc, ln->tok[1]) : -1;
 
+    if (strcmp(v, "sem") == 0) {
+        scen_limits_t lim = limits_of(ln->tok, ln->ntok, 3);
+        if (ln->ntok < 3 || parse_u64(ln->tok[2], &w) != 0)
+            return fail(sc, ln, "usage: sem NAME CAPACITY [tenant_max=T] [rate=R] [burst=B]%s%s",
+                        "", "");
+        return check_result(sc, ln, h->sem(h->ctx, ln->tok[1], w, &lim));
+    }
+    if ((strcmp(v, "acquire") == 0 || strcmp(v, "try") == 0) && label >= 0 && uses_parts(ln))
+        return run_parts(h, sc, ln, label, v[0] == 't');
     if (strcmp(v, "acquire") == 0 || strcmp(v, "try") == 0) {
         if (ln->ntok < 3 || label < 0 || parse_u64(ln->tok[2], &w) != 0)
             return fail(sc, ln, "usage: %s L W%s", v, "");
@@ -243,9 +379,10 @@ static int run_line(const scen_host_t *h, scenario_t *sc, const line_t *ln)
         return label < 0 ? fail(sc, ln, "usage: cancel L%s%s", "", "")
                          : check_result(sc, ln, h->cancel(h->ctx, label));
     if (strcmp(v, "resize") == 0) {
+        scen_limits_t lim = limits_of(ln->tok, ln->ntok, 2);
         if (ln->ntok < 2 || parse_u64(ln->tok[1], &w) != 0)
-            return fail(sc, ln, "usage: resize N%s%s", "", "");
-        return check_result(sc, ln, h->resize(h->ctx, w));
+            return fail(sc, ln, "usage: resize N [tenant_max=T] [rate=R] [burst=B]%s%s", "", "");
+        return check_result(sc, ln, lim.set ? h->relimit(h->ctx, w, &lim) : h->resize(h->ctx, w));
     }
     if (strcmp(v, "close") == 0)
         return check_result(sc, ln, h->close(h->ctx));
@@ -277,18 +414,22 @@ static int tokenize(char *buf, line_t *ln)
     return ln->ntok;
 }
 
-static int run_scenario(const scen_host_t *h, scenario_t *sc, int *skipped)
+static int run_scenario(const scen_host_t *h, scenario_t *sc, scen_counts_t *counts)
 {
-    const char *miss = missing_verb(h, sc);
+    int base;
+    const char *miss = missing_verb(h, sc, &base);
     int rc;
 
     if (miss != NULL) {
         fprintf(stderr, "  scenario %s: skipped (the %s host has no `%s`)\n", sc->name, h->name,
                 miss);
-        (*skipped)++;
+        counts->skipped++;
+        counts->skipped_base += base;
         return 0;
     }
     rc = h->create(h->ctx, sc->capacity);
+    if (rc == 0 && sc->lim.set)
+        rc = h->sem(h->ctx, NULL, sc->capacity, &sc->lim);
     if (rc != 0) {
         fprintf(stderr, "  scenario %s FAILED: create(%llu): %s\n", sc->name,
                 (unsigned long long)sc->capacity, sema_strerror(rc));
@@ -329,11 +470,13 @@ static char *read_file(const char *path)
     return buf;
 }
 
-int scen_run_file(const char *path, const scen_host_t *host, const char *only, int *skipped)
+int scen_run_file(const char *path, const scen_host_t *host, const char *only,
+                  scen_counts_t *counts)
 {
     char *text = read_file(path != NULL ? path : SEMA_SCENARIO_FILE);
     scenario_t *sc = calloc(1, sizeof(*sc));
-    int failures = 0, skips = 0, ran = 0, lineno = 0, in = 0;
+    scen_counts_t cn = {0};
+    int failures = 0, ran = 0, lineno = 0, in = 0;
     if (text == NULL || sc == NULL) {
         fprintf(stderr, "scenario: cannot read %s\n", path != NULL ? path : SEMA_SCENARIO_FILE);
         free(text);
@@ -352,17 +495,18 @@ int scen_run_file(const char *path, const scen_host_t *host, const char *only, i
             *hash = '\0';
         if (tokenize(line, &ln) > 0) {
             ln.lineno = lineno;
-            if (strcmp(ln.tok[0], "scenario") == 0 && ln.ntok == 3) {
+            if (strcmp(ln.tok[0], "scenario") == 0 && ln.ntok >= 3) {
                 snprintf(sc->name, sizeof(sc->name), "%s", ln.tok[1]);
                 if (parse_u64(ln.tok[2], &sc->capacity) != 0)
                     sc->capacity = 0;
+                sc->lim = limits_of(ln.tok, ln.ntok, 3);
                 sc->nlines = 0;
                 in = 1;
             } else if (strcmp(ln.tok[0], "end") == 0 && in) {
                 in = 0;
                 if (only == NULL || strcmp(only, sc->name) == 0) {
                     ran++;
-                    if (run_scenario(host, sc, &skips) != 0)
+                    if (run_scenario(host, sc, &cn) != 0)
                         failures++;
                 }
             } else if (in && sc->nlines < MAX_LINES) {
@@ -372,13 +516,15 @@ int scen_run_file(const char *path, const scen_host_t *host, const char *only, i
         line = nl != NULL ? nl + 1 : NULL;
     }
     fprintf(stderr, "%s host: %d scenarios run, %d failed, %d skipped\n", host->name, ran, failures,
-            skips);
+            cn.skipped);
     if (ran == 0) {
         fprintf(stderr, "scenario: nothing matched%s%s\n", only ? " " : "", only ? only : "");
         failures++;
     }
-    if (skipped != NULL)
-        *skipped = skips;
+    cn.run = ran;
+    cn.failed = failures;
+    if (counts != NULL)
+        *counts = cn;
     free(text);
     free(sc);
     return failures;

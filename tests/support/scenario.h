@@ -8,6 +8,7 @@
 #ifndef SEMA_TEST_SCENARIO_H
 #define SEMA_TEST_SCENARIO_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "sema/error.h"
@@ -25,6 +26,28 @@ typedef struct {
     int64_t waiting;                   /* requests queued */
     int64_t waiting_weight;            /* their total weight */
 } scen_state_t;
+
+/* What a semaphore has beyond its capacity (semad): those named in `set` (SCEN_LIM_*). */
+enum { SCEN_LIM_TENANT_MAX = 1, SCEN_LIM_RATE = 2, SCEN_LIM_BURST = 4 };
+typedef struct {
+    uint64_t tenant_max, rate_per_s, rate_burst;
+    unsigned set;
+} scen_limits_t;
+
+/* One semaphore of a request: its name (NULL: the scenario's own) and weight. */
+typedef struct {
+    const char *name;
+    uint64_t weight;
+} scen_part_t;
+
+#define SCEN_MAX_PARTS 8
+
+/* Scenarios run and skipped, and skipped for lack of one of the base verbs (resize, close,
+ * cancel, state, waitidle) rather than of semad's limits (several semaphores, tenants,
+ * rates). */
+typedef struct {
+    int run, failed, skipped, skipped_base;
+} scen_counts_t;
 
 typedef struct {
     const char *name; /* for messages, e.g. "in-process" */
@@ -48,11 +71,28 @@ typedef struct {
     /* The settled result of label's request (0, SEMA_ECANCELED, SEMA_ETIMEDOUT, SEMA_EINVAL),
      * waiting up to wait_ms for it; SCEN_QUEUED if it is still waiting then. */
     int (*poll)(void *ctx, int label, int64_t wait_ms);
+
+    /* Optional, semad's limits (a host without them skips the scenarios that use them): */
+    /* Another semaphore `name` of `capacity` for this scenario (`sem` lines), or, name NULL,
+     * limits for the scenario's own semaphore, just created. */
+    int (*sem)(void *ctx, const char *name, uint64_t capacity, const scen_limits_t *lim);
+    /* Resize the scenario's semaphore (capacity 0: unchanged) and set the limits named. */
+    int (*relimit)(void *ctx, uint64_t capacity, const scen_limits_t *lim);
+    /* An acquire or try of label on several semaphores (or one named), for `tenant` (may be
+     * NULL); returns as request() does. */
+    int (*request_parts)(void *ctx, int label, scen_kind_t kind, const scen_part_t *parts,
+                         size_t nparts, const char *tenant, int64_t timeout_ms);
+    /* The state of semaphore `name` (NULL: the scenario's own), or of one of its tenants
+     * (`tenant` not NULL: held, waiting and waiting_weight are that tenant's). */
+    int (*state_of)(void *ctx, const char *name, const char *tenant, scen_state_t *out);
+    /* The host has a clock for rates (rate=, burst=): a model without one skips those. */
+    int rates;
 } scen_host_t;
 
 /* Run every scenario of `path` (NULL: the project's tests/cases/scenarios.txt) or only the
  * one named `only` (NULL: all). Prints one line per scenario to stderr. Returns the number
- * of failed scenarios; *skipped (may be NULL) gets the number skipped. */
-int scen_run_file(const char *path, const scen_host_t *host, const char *only, int *skipped);
+ * of failed scenarios; *counts (may be NULL) gets what ran and what was skipped. */
+int scen_run_file(const char *path, const scen_host_t *host, const char *only,
+                  scen_counts_t *counts);
 
 #endif /* SEMA_TEST_SCENARIO_H */

@@ -549,7 +549,7 @@ TEST(store_unrestorable_lease_refuses_to_start)
     engine_t *e = NULL;
     engine_config_t cfg;
     uv_loop_t loop;
-    store_sem_t sem = {"gpu", 2, 2, 1, 0, 0};
+    store_sem_t sem = {.name = "gpu", .capacity = 2, .available = 2, .fence = 1};
     store_lease_t lease = {.id = "an-id-far-longer-than-any-id-semad-hands-out",
                            .sem = "gpu",
                            .weight = 2,

@@ -484,9 +484,10 @@ TEST(shared_scenarios)
                      .cancel = h_cancel,
                      .state = h_state,
                      .poll = h_poll};
-    int skipped = 0;
-    ASSERT_EQ(scen_run_file(NULL, &h, NULL, &skipped), 0);
-    fprintf(stderr, "shm host: %d scenarios skipped (no resize/close on shm)\n", skipped);
+    scen_counts_t n;
+    ASSERT_EQ(scen_run_file(NULL, &h, NULL, &n), 0);
+    fprintf(stderr, "shm host: %d scenarios skipped (no resize/close on shm, no semad limits)\n",
+            n.skipped);
 }
 
 /* Pitfall 18 (PID reuse): a creator killed between making its private temporary file and

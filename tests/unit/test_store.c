@@ -795,15 +795,21 @@ TEST(upgrades_format_1)
     char out[4096];
 
     make_store(dir);
-    raw_sql(dir, "ALTER TABLE leases DROP COLUMN principal; DROP TABLE tickets;"
+    raw_sql(dir, "ALTER TABLE leases DROP COLUMN parts; ALTER TABLE leases DROP COLUMN tenant;"
+                 "ALTER TABLE semaphores DROP COLUMN tenant_max;"
+                 "ALTER TABLE semaphores DROP COLUMN rate_per_s;"
+                 "ALTER TABLE semaphores DROP COLUMN rate_burst;"
+                 "ALTER TABLE leases DROP COLUMN principal; DROP TABLE tickets;"
                  "INSERT INTO leases VALUES('old','alpha',1,NULL,NULL,2,1000,1,1001,0);"
                  "PRAGMA user_version = 1;");
     ASSERT_EQ(check_output(dir, out, sizeof out), 0);
-    ASSERT(strstr(out, "format version 1 is upgraded to 3") != NULL);
+    ASSERT(strstr(out, "format version 1 is upgraded to 4") != NULL);
     reload(dir, &ld);
     ASSERT_EQ(ld.nlease, 2);
     ASSERT_NULL(ld.lease[0].principal);
-    raw_sql(dir, "INSERT INTO leases VALUES('new','alpha',1,NULL,NULL,3,1000,1,1001,0,'ops')");
+    raw_sql(dir, "INSERT INTO leases(id, sem, weight, owner, idem_key, fence, ttl_ms, acquired_at,"
+                 " expires_at, is_lock, principal) VALUES('new','alpha',1,NULL,NULL,3,1000,1,"
+                 "1001,0,'ops')");
     reload(dir, &ld);
     ASSERT_EQ(ld.nlease, 3);
     ASSERT_STREQ(ld.lease[2].principal, "ops");
@@ -1181,9 +1187,10 @@ TEST(check_finds_broken_invariants)
 
     make_store(dir);
     /* alpha's fence is 3: a lease with fence 8, a reused fence, a lease of no semaphore. */
-    raw_sql(dir, "INSERT INTO leases VALUES('bad1','alpha',1,NULL,NULL,8,1000,1,1001,0,NULL);"
-                 "INSERT INTO leases VALUES('bad2','alpha',1,NULL,NULL,3,1000,1,1001,0,NULL);"
-                 "INSERT INTO leases VALUES('bad3','ghost',1,NULL,NULL,1,1000,1,1001,0,NULL);");
+    raw_sql(dir, "INSERT INTO leases(id, sem, weight, owner, idem_key, fence, ttl_ms, acquired_at,"
+                 " expires_at, is_lock) VALUES('bad1','alpha',1,NULL,NULL,8,1000,1,1001,0),"
+                 "('bad2','alpha',1,NULL,NULL,3,1000,1,1001,0),"
+                 "('bad3','ghost',1,NULL,NULL,1,1000,1,1001,0);");
     ASSERT_EQ(check_output(dir, out, sizeof out), SEMA_ECORRUPT);
     ASSERT(strstr(out, "lease bad1 of alpha: fence 8 > semaphore fence 3") != NULL);
     ASSERT(strstr(out, "semaphore alpha: fence 3 in 2 leases") != NULL);

@@ -20,8 +20,10 @@ import {
 import { parseEventStream } from "./sse.js";
 import { FetchHttp, NodeHttp, hasNodeHttp, type Http, type HttpStream, type TlsFiles, type TransportKind } from "./http.js";
 import {
+  ACQUIRE_ALL_OPTIONS,
   ACQUIRE_OPTIONS,
   CLIENT_OPTIONS,
+  CONFIGURE_OPTIONS,
   LOCK_OPTIONS,
   MAP_LIMIT_OPTIONS,
   SEMAPHORE_OPTIONS,
@@ -108,9 +110,44 @@ export interface AcquireOptions {
   /** Lease ttl; the client renews it every ttl/3 while held. */
   ttlMs?: number;
   owner?: string;
+  /**
+   * Whose share the units count to: on a semaphore whose requests name tenants, tenants take
+   * turns by units (each in its own first-come order) and none holds more than the
+   * semaphore's `tenantMax`.
+   */
+  tenant?: string;
 }
 
-export interface LockOptions extends Omit<AcquireOptions, "weight"> {
+/** Options of `client.acquireAll()`: as `acquire`, the weights given per semaphore. */
+export type AcquireAllOptions = Omit<AcquireOptions, "weight">;
+
+/** One semaphore of `client.acquireAll()`: its name and the units of it (default 1). */
+export interface Part {
+  name: string;
+  weight?: number;
+}
+
+/** What a semaphore has beside its capacity (docs/semantics.md). */
+export interface SemaphoreLimits {
+  /** The most units one tenant may hold (0 or absent: no cap). */
+  tenantMax?: number;
+  /** Units granted per second at most, beside the capacity (0 or absent: no rate). */
+  ratePerS?: number;
+  /** The rate's bucket: units granted at once after a pause (default `ratePerS`). */
+  rateBurst?: number;
+}
+
+/** `client.semaphore(name, opts)`, `client.createSemaphore(name, opts)`. */
+export interface SemaphoreOptions extends SemaphoreLimits {
+  capacity?: number;
+}
+
+/** `sem.configure(opts)`: what to change (a 0 limit removes it; the rest stays). */
+export interface ConfigureOptions extends SemaphoreLimits {
+  capacity?: number;
+}
+
+export interface LockOptions extends Omit<AcquireOptions, "weight" | "tenant"> {
   /** Default `exclusive`. */
   mode?: "shared" | "exclusive";
 }
@@ -129,6 +166,18 @@ export interface Holder {
   acquired_at: number;
   expires_at: number;
   fence: number;
+  /** Only for a tenant's lease. */
+  tenant?: string;
+  /** Only for a lease on several semaphores (this is its part here). */
+  multi?: true;
+}
+
+/** A tenant of a semaphore in `state()`: null for the requests that named none. */
+export interface TenantState {
+  tenant: string | null;
+  held: number;
+  waiting: number;
+  waiting_weight: number;
 }
 
 /** A waiter in `state()`, in queue order. */
@@ -141,6 +190,10 @@ export interface Waiter {
   since: number;
   /** Only for a `wait()` (`wait_idle`) or a ticket. */
   kind?: "wait_idle" | "ticket";
+  /** Only for a tenant's request. */
+  tenant?: string;
+  /** Only for a request on several semaphores (its place here). */
+  multi?: true;
 }
 
 /** GET /v1/semaphores/{name} (`sem.state()`). */
@@ -156,10 +209,18 @@ export interface SemaphoreState {
   waiting_weight: number;
   /** Only once a legacy `up` or `down` moved the value. */
   legacy?: boolean;
+  /** Only when set: the most units one tenant may hold. */
+  tenant_max?: number;
+  /** Only with a rate: units granted per second, the bucket, and the units it holds now. */
+  rate_per_s?: number;
+  rate_burst?: number;
+  tokens?: number;
   /** Only when `holders` or `waiters` were cut at 1000. */
   truncated?: boolean;
   holders: Holder[];
   waiters: Waiter[];
+  /** Only when requests named tenants: each that holds or waits, by name. */
+  tenants?: TenantState[];
 }
 
 /** GET /v1/locks/{key} (`client.lockState(key)`). */
@@ -203,6 +264,8 @@ export interface TicketOptions {
   /** Idempotency-Key of the request (default: a fresh random key, reused by the client's own retries). */
   idempotencyKey?: string;
   signal?: AbortSignal;
+  /** Whose share the units count to (as for `acquire`). */
+  tenant?: string;
 }
 
 /** A ticket: a place in a semaphore's FIFO queue that no request holds open (docs/http-api.md). */
@@ -263,7 +326,7 @@ function toTicket(r: TicketReply, eventId?: string): Ticket {
   };
 }
 
-/** The lease reply of an acquire. */
+/** The lease reply of an acquire. A lease on several semaphores has `semaphores` and `fences` instead of name, weight and fence. */
 export interface LeaseReply {
   lease: string;
   name: string;
@@ -275,6 +338,9 @@ export interface LeaseReply {
   owner: string | null;
   key?: string;
   mode?: "shared" | "exclusive";
+  tenant?: string;
+  semaphores?: Array<{ name: string; weight: number; fence: number }>;
+  fences?: Record<string, number>;
 }
 
 interface Reply {
@@ -524,6 +590,7 @@ class Transport {
     const req: Record<string, unknown> = body;
     if (ttl !== undefined) req.ttl_ms = ttl;
     if (owner !== undefined) req.owner = owner;
+    if (opts.tenant !== undefined) req.tenant = opts.tenant;
     for (let delay = 50; ; delay = Math.min(delay * 2, 1000)) {
       if (waitUntil !== undefined) req.timeout_ms = timeout === 0 ? 0 : Math.max(0, waitUntil - Date.now());
       const sentAt = Date.now();
@@ -611,9 +678,10 @@ export class Permit {
   constructor(t: Transport, r: LeaseReply, sentAt: number, onRelease?: (p: Permit) => void) {
     this.#t = t;
     this.lease = r.lease;
-    this.name = r.name;
-    this.weight = r.weight;
-    this.fence = r.fence;
+    // a lease on several semaphores: its first part stands for it here (see MultiPermit)
+    this.name = r.semaphores?.[0]?.name ?? r.name;
+    this.weight = r.semaphores?.[0]?.weight ?? r.weight;
+    this.fence = r.semaphores?.[0]?.fence ?? r.fence;
     this.ttlMs = r.ttl_ms;
     this.acquiredAt = r.acquired_at;
     this.owner = r.owner;
@@ -735,6 +803,23 @@ export class Permit {
   }
 }
 
+/**
+ * A held lease on several semaphores (`client.acquireAll`): renewed, released and lost as
+ * one. `fences` has each semaphore's fencing token; `parts` each one's units.
+ */
+export class MultiPermit extends Permit {
+  readonly parts: ReadonlyArray<{ name: string; weight: number; fence: number }>;
+  readonly fences: Readonly<Record<string, number>>;
+  readonly tenant: string | undefined;
+  /** @internal */
+  constructor(t: Transport, r: LeaseReply, sentAt: number) {
+    super(t, r, sentAt);
+    this.parts = r.semaphores ?? [{ name: r.name, weight: r.weight, fence: r.fence }];
+    this.fences = r.fences ?? { [r.name]: r.fence };
+    this.tenant = r.tenant;
+  }
+}
+
 /** A held keyed lock: a Permit with its `key` and `mode`; `unlock()` is `release()`. */
 export class Lock extends Permit {
   readonly key: string;
@@ -757,13 +842,32 @@ type Same<L extends readonly string[], T> = [Exclude<keyof T, L[number]>, Exclud
 const optionListsMatch: [
   Same<typeof CLIENT_OPTIONS, ClientOptions>,
   Same<typeof ACQUIRE_OPTIONS, AcquireOptions>,
+  Same<typeof ACQUIRE_ALL_OPTIONS, AcquireAllOptions>,
+  Same<typeof SEMAPHORE_OPTIONS, SemaphoreOptions>,
+  Same<typeof CONFIGURE_OPTIONS, ConfigureOptions>,
   Same<typeof LOCK_OPTIONS, LockOptions>,
   Same<typeof WAIT_OPTIONS, WaitOptions>,
   Same<typeof TICKET_OPTIONS, TicketOptions>,
   Same<typeof TICKET_READ_OPTIONS, TicketReadOptions>,
   Same<typeof WATCH_OPTIONS, WatchOptions>,
-] = [true, true, true, true, true, true, true];
+] = [true, true, true, true, true, true, true, true, true, true];
 void optionListsMatch;
+
+/** tenantMax, ratePerS and rateBurst as the fields of a PUT or PATCH body. */
+function limitsBody(l: SemaphoreLimits): Record<string, number> {
+  const b: Record<string, number> = {};
+  if (l.tenantMax !== undefined) b.tenant_max = l.tenantMax;
+  if (l.ratePerS !== undefined) b.rate_per_s = l.ratePerS;
+  if (l.rateBurst !== undefined) b.rate_burst = l.rateBurst;
+  return b;
+}
+
+/** `acquireAll`'s semaphores: a list of parts, or `{ gpu: 2, db: 1 }`. */
+function partsBody(parts: readonly Part[] | Readonly<Record<string, number>>): Array<{ name: string; weight: number }> {
+  const list = Array.isArray(parts) ? (parts as readonly Part[]) : Object.entries(parts).map(([name, weight]) => ({ name, weight }));
+  if (list.length === 0) throw new TypeError("acquireAll: name at least one semaphore");
+  return list.map((p) => ({ name: p.name, weight: p.weight ?? 1 }));
+}
 
 function acquireOpts(o: number | AcquireOptions | undefined): AcquireOptions {
   checkOptions("acquire", o, ACQUIRE_OPTIONS);
@@ -786,12 +890,15 @@ export class Semaphore {
   /** Permits taken through this handle, oldest first (for release(n)). */
   readonly #held: Permit[] = [];
 
+  readonly #limits: Record<string, number>;
+
   /** @internal */
-  constructor(t: Transport, client: SemaClient, name: string, capacity: number | undefined) {
+  constructor(t: Transport, client: SemaClient, name: string, capacity: number | undefined, limits: SemaphoreLimits = {}) {
     this.#t = t;
     this.#client = client;
     this.name = name;
     this.capacity = capacity;
+    this.#limits = limitsBody(limits);
   }
 
   get #path(): string {
@@ -808,7 +915,7 @@ export class Semaphore {
     return op().catch(async (e: unknown) => {
       if (!(e instanceof SemaNotFoundError)) throw e;
       try {
-        await this.#t.json("PUT", this.#path, { body: { capacity: this.capacity } });
+        await this.#t.json("PUT", this.#path, { body: { capacity: this.capacity, ...this.#limits } });
       } catch (c) {
         if (!(c instanceof SemaConflictError)) throw c; // made meanwhile with another capacity
       }
@@ -903,6 +1010,15 @@ export class Semaphore {
     return this.#t.json<SemaphoreState>("PATCH", this.#path, { body: { capacity } });
   }
 
+  /**
+   * Changes what `opts` names (PATCH): the capacity, `tenantMax`, `ratePerS`, `rateBurst` (a 0
+   * limit removes it). Never revokes; waiters that can never be granted now fail.
+   */
+  configure(opts: ConfigureOptions): Promise<SemaphoreState> {
+    checkOptions("configure", opts, CONFIGURE_OPTIONS);
+    return this.#t.json<SemaphoreState>("PATCH", this.#path, { body: { ...limitsBody(opts), ...(opts.capacity !== undefined ? { capacity: opts.capacity } : {}) } });
+  }
+
   /** Deletes the semaphore: waiters get SemaDeletedError, held permits are lost. */
   async delete(): Promise<void> {
     await this.#t.send("DELETE", this.#path);
@@ -937,6 +1053,7 @@ export class Semaphore {
     if (ttl !== undefined) body.ttl_ms = ttl;
     if (owner !== undefined) body.owner = owner;
     if (opts.keepaliveMs !== undefined) body.keepalive_ms = opts.keepaliveMs;
+    if (opts.tenant !== undefined) body.tenant = opts.tenant;
     const key = opts.idempotencyKey ?? randomKey();
     const r = await this.#orCreate(() =>
       this.#t.retrying("POST", `${this.#path}/tickets`, {
@@ -1081,20 +1198,46 @@ export class SemaClient {
    * existing semaphore is used whatever its capacity (`state()` tells it, with the read
    * right; `createSemaphore()` checks it).
    */
-  async semaphore(name: string, opts: { capacity?: number } = {}): Promise<Semaphore> {
+  async semaphore(name: string, opts: SemaphoreOptions = {}): Promise<Semaphore> {
     checkOptions("semaphore", opts, SEMAPHORE_OPTIONS);
     nameSeg("semaphore(name): name", name);
-    return new Semaphore(this.#t, this, name, opts.capacity);
+    return new Semaphore(this.#t, this, name, opts.capacity, opts);
   }
 
   /**
    * Creates semaphore `name` with `capacity` now (PUT: the admin right) and returns a handle
-   * on it. One that exists with this capacity is fine; with another, SemaConflictError.
+   * on it; `opts` may also give its limits (`tenantMax`, `ratePerS`, `rateBurst`). One that
+   * exists with this capacity and limits is fine; with others, SemaConflictError.
    */
-  async createSemaphore(name: string, capacity: number): Promise<Semaphore> {
+  async createSemaphore(name: string, capacity: number | SemaphoreOptions): Promise<Semaphore> {
+    const o: SemaphoreOptions = typeof capacity === "number" ? { capacity } : capacity;
+    checkOptions("createSemaphore", o, SEMAPHORE_OPTIONS);
     const path = `/v1/semaphores/${nameSeg("createSemaphore(name): name", name)}`;
-    const st = await this.#t.json<SemaphoreState>("PUT", path, { body: { capacity } });
-    return new Semaphore(this.#t, this, name, st.capacity);
+    const st = await this.#t.json<SemaphoreState>("PUT", path, { body: { capacity: o.capacity, ...limitsBody(o) } });
+    return new Semaphore(this.#t, this, name, st.capacity, o);
+  }
+
+  /**
+   * Takes units of several semaphores at once, or nothing (POST /v1/acquire): the request
+   * waits in each one's line (one long poll), holds nothing until it has them all, and comes
+   * back as one permit with a fence per semaphore, renewed and released as one. `parts` is a
+   * list of `{ name, weight }` or `{ gpu: 2, db: 1 }`. Throws as `sem.acquire` does, and
+   * SemaNotFoundError when one of the semaphores does not exist.
+   */
+  async acquireAll(parts: readonly Part[] | Readonly<Record<string, number>>, opts: AcquireAllOptions = {}): Promise<MultiPermit> {
+    checkOptions("acquireAll", opts, ACQUIRE_ALL_OPTIONS);
+    const body = { semaphores: partsBody(parts) };
+    return (await this.#t.acquire("/v1/acquire", body, opts, (r, sentAt) => new MultiPermit(this.#t, r, sentAt))) as MultiPermit;
+  }
+
+  /** Runs `fn(permit)` holding the units of several semaphores at once; releases when it settles. */
+  async withAll<T>(parts: readonly Part[] | Readonly<Record<string, number>>, opts: AcquireAllOptions, fn: (permit: MultiPermit) => T | PromiseLike<T>): Promise<T> {
+    const permit = await this.acquireAll(parts, opts);
+    try {
+      return await fn(permit);
+    } finally {
+      await permit.release();
+    }
   }
 
   /** Takes the lock on `key` (keyed-mutex `lock`/`lockShared`); one long-poll request. */

@@ -54,11 +54,13 @@ export function checkOptions(where: string, opts: unknown, known: readonly strin
 }
 
 export const CLIENT_OPTIONS = ["url", "owner", "token", "ttlMs", "retryMs", "transport", "fetch", "maxSockets", "ca", "cert", "key"] as const;
-export const ACQUIRE_OPTIONS = ["weight", "signal", "timeoutMs", "ttlMs", "owner"] as const;
+export const ACQUIRE_OPTIONS = ["weight", "signal", "timeoutMs", "ttlMs", "owner", "tenant"] as const;
+export const ACQUIRE_ALL_OPTIONS = ["signal", "timeoutMs", "ttlMs", "owner", "tenant"] as const;
 export const LOCK_OPTIONS = ["mode", "signal", "timeoutMs", "ttlMs", "owner"] as const;
 export const WAIT_OPTIONS = ["signal", "timeoutMs"] as const;
-export const TICKET_OPTIONS = ["weight", "ttlMs", "owner", "keepaliveMs", "idempotencyKey", "signal"] as const;
+export const TICKET_OPTIONS = ["weight", "ttlMs", "owner", "keepaliveMs", "idempotencyKey", "signal", "tenant"] as const;
 export const TICKET_READ_OPTIONS = ["waitMs", "signal"] as const;
 export const WATCH_OPTIONS = ["signal", "lastEventId"] as const;
-export const SEMAPHORE_OPTIONS = ["capacity"] as const;
+export const SEMAPHORE_OPTIONS = ["capacity", "tenantMax", "ratePerS", "rateBurst"] as const;
+export const CONFIGURE_OPTIONS = ["capacity", "tenantMax", "ratePerS", "rateBurst"] as const;
 export const MAP_LIMIT_OPTIONS = ["name", "signal"] as const;

@@ -255,12 +255,12 @@ test("an unknown option is a TypeError naming it, with the likely one; nothing i
   await client.createSemaphore("opts", 1);
   const sem = await client.semaphore("opts");
   const cases: Array<[() => unknown, RegExp]> = [
-    [() => sem.acquire(loose({ timeout: 100 })), /^acquire: unknown option "timeout" \(did you mean "timeoutMs"\?\); the options are: weight, signal, timeoutMs, ttlMs, owner$/],
+    [() => sem.acquire(loose({ timeout: 100 })), /^acquire: unknown option "timeout" \(did you mean "timeoutMs"\?\); the options are: weight, signal, timeoutMs, ttlMs, owner, tenant$/],
     [() => sem.tryAcquire(loose({ wieght: 1 })), /^acquire: unknown option "wieght" \(did you mean "weight"\?\)/],
     [() => sem.with(loose({ ttl_ms: 5000 }), () => 1), /^acquire: unknown option "ttl_ms" \(did you mean "ttlMs"\?\)/],
     [() => sem.wait(loose({ timeout: 0 })), /^wait: unknown option "timeout" \(did you mean "timeoutMs"\?\)/],
     [() => sem.takeTicket(loose({ keepalive: 500 })), /^takeTicket: unknown option "keepalive" \(did you mean "keepaliveMs"\?\)/],
-    [() => client.semaphore("opts", loose({ capacity: 1, cap: 1 })), /^semaphore: unknown option "cap"; the options are: capacity$/],
+    [() => client.semaphore("opts", loose({ capacity: 1, cap: 1 })), /^semaphore: unknown option "cap"; the options are: capacity, tenantMax, ratePerS, rateBurst$/],
     [() => client.lock("opts-k", loose({ mode: "shared", shared: true })), /^lock: unknown option "shared"/],
     [() => client.lockShared("opts-k", loose({ timeout: 5 })), /^lock: unknown option "timeout" \(did you mean "timeoutMs"\?\)/],
     [() => client.ticket("t", loose({ wait: 5 })), /^ticket: unknown option "wait" \(did you mean "waitMs"\?\)/],

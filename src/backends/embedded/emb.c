@@ -78,6 +78,10 @@ void emb__sem_free(emb_t *eb, emb_sem_t *s)
 {
     SEMA__CHECK(elist_empty(&s->waiters) && elist_empty(&s->holders));
     undirty(eb, s);
+    emb__lim_clear(eb, s);
+    for (size_t i = 0; i < eb->nadm; i++) /* no admission for it any more */
+        if (eb->adm[i] == s)
+            eb->adm[i] = NULL;
     etab_remove(s->flags & EMB_SEM_LOCK ? &eb->locks : &eb->sems, &s->node);
     if (!eb->clearing)
         emb__treap_remove(eb, s);
@@ -101,6 +105,7 @@ void emb__store_sem_now(emb_t *eb, emb_sem_t *s)
     rec.fence = s->fence;
     rec.legacy = (s->flags & EMB_SEM_LEGACY) != 0;
     rec.created_at_ms = s->created_at_ms;
+    emb__lim_get(s, &rec.tenant_max, &rec.rate_per_s, &rec.rate_burst);
     (void)store_put_sem(eb->store, &rec); /* an error fails the next commit */
     emb__mark_dirty(eb);
 }
@@ -149,7 +154,7 @@ void emb__store_sems_flush(emb_t *eb)
 
 uint64_t emb__idem_hash(const emb_sem_t *s, const char *key, size_t len)
 {
-    return etab_hash(key, len, s->node.hash);
+    return etab_hash(key, len, s != NULL ? s->node.hash : 0x6d756c7469);
 }
 
 static int idem_eq_sem(const enode_t *n, const void *key, size_t len)
@@ -226,15 +231,16 @@ void emb__timer_rearm(emb_t *eb)
 
 static void waiter_timeout(emb_t *eb, emb_req_t *er)
 {
-    emb_sem_t *s = er->sem;
+    emb_sem_t *sems[ENGINE_PARTS_MAX];
+    size_t n;
 
     if (er->state == EMB_REQ_WATCH)
         return emb__ticket_watch_timeout(eb, er);
+    n = emb__req_sems(er, sems);
     emb__unpark(eb, er);
     eb->m->timeouts++;
     emb__fail(eb, er, BE_MSG_WAITER_TIMED_OUT);
-    emb__admit(eb, s); /* the head may have left: those behind may fit now */
-    emb__maybe_free_lock(eb, s);
+    emb__admit_all(eb, sems, n); /* the head may have left: those behind may fit now */
 }
 
 static void timer_cb(uv_timer_t *t)
@@ -252,6 +258,8 @@ static void timer_cb(uv_timer_t *t)
             emb__ticket_due(eb, ECONTAINER(top, emb_ticket_t, hi));
         else if (top->kind == EITEM_TICK)
             emb__ticket_tick(eb);
+        else if (top->kind == EITEM_RATE)
+            emb__rate_due(eb, ECONTAINER(top, emb_limits_t, rate_hi));
         else
             waiter_timeout(eb, ECONTAINER(top, emb_req_t, hi));
     }
@@ -259,61 +267,93 @@ static void timer_cb(uv_timer_t *t)
     emb__drain(eb);
 }
 
+/* A ticket's place in s's queue (a ticket on several semaphores has one in each). */
+static int is_ticket_place(const emb_req_t *er)
+{
+    return er->kind == EMB_KIND_TICKET ||
+           (er->kind == EMB_KIND_PART && er->multi->main->kind == EMB_KIND_TICKET);
+}
+
 /* ---- parking and admission ---- */
 
 int emb__park(emb_t *eb, emb_req_t *er, emb_sem_t *s, int64_t timeout_ms)
 {
     uint64_t now = emb__now(eb);
+    int rc;
 
     if ((eb->cfg.max_waiters_per_sem && s->nwaiters >= eb->cfg.max_waiters_per_sem) ||
         (eb->cfg.max_waiters_total && eb->nparked >= eb->cfg.max_waiters_total))
         return SEMA_ELIMIT;
+    /* Its place: the arrival order across every semaphore (a ticket loaded from the store
+     * comes with its own). */
+    if (er->oseq == 0)
+        er->oseq = ++eb->gseq;
+    else if (er->oseq > eb->gseq)
+        eb->gseq = er->oseq;
+    if (s->lim != NULL && (rc = emb__tenant_join(eb, s, er)) != 0)
+        return rc;
     er->hi.idx = EHEAP_NONE;
     er->hi.kind = EITEM_WAITER;
     er->hi.deadline = UINT64_MAX; /* forever */
     if (timeout_ms > 0 && (uint64_t)timeout_ms < UINT64_MAX / 2) {
         er->hi.deadline = now + (uint64_t)timeout_ms;
-        if (eheap_push(&eb->heap, &er->hi) != 0)
+        if (eheap_push(&eb->heap, &er->hi) != 0) {
+            if (s->lim != NULL)
+                emb__tenant_leave(eb, s, er);
             return SEMA_ENOMEM;
+        }
         emb__timer_rearm(eb);
     }
     er->sem = s;
     er->state = EMB_REQ_PARKED;
-    er->since_ms = emb__wall_ms();
     er->since_mono = now;
     if (elist_empty(&s->waiters))
         s->est.last_mono = 0; /* the time it stood empty is no grant gap */
     elist_push_back(&s->waiters, &er->link);
-    if (er->oseq == 0)
-        er->oseq = ++s->qseq;
-    else if (er->oseq > s->qseq)
-        s->qseq = er->oseq; /* a ticket loaded with its place */
     emb__oq_insert(s, er);
     s->nwaiters++;
-    s->ntickets += er->kind == EMB_KIND_TICKET;
+    s->ntickets += is_ticket_place(er);
     s->waiting += er->weight;
     eb->nparked++;
     return 0;
 }
 
-/* Take a parked request off its queue and timer; the caller completes it. */
+/* Take a parked request off its queue and timer (a request on several semaphores off every
+ * one); the caller completes it. */
 void emb__unpark(emb_t *eb, emb_req_t *er)
 {
     emb_sem_t *s = er->sem;
 
+    if (er->multi != NULL && er->kind != EMB_KIND_PART)
+        return emb__multi_unpark(eb, er);
+    if (s->lim != NULL)
+        emb__tenant_leave(eb, s, er);
     elist_remove(&er->link);
     eheap_remove(&eb->heap, &er->hi);
     emb__oq_remove(s, er);
     er->oseq = 0;
     s->qremoved++;
     s->nwaiters--;
-    s->ntickets -= er->kind == EMB_KIND_TICKET;
+    s->ntickets -= is_ticket_place(er);
     s->waiting -= er->weight;
     eb->nparked--;
     er->sem = NULL;
     er->state = EMB_REQ_NEW;
     if (er->idem != NULL)
         emb__idem_free(eb, er->idem);
+}
+
+size_t emb__req_sems(const emb_req_t *er, emb_sem_t **out)
+{
+    const emb_multi_t *m = er->multi;
+
+    if (m == NULL) {
+        out[0] = er->sem;
+        return 1;
+    }
+    for (uint32_t i = 0; i < m->nparts; i++)
+        out[i] = m->part[i].sem;
+    return m->nparts;
 }
 
 static void admit_one_grant(emb_t *eb, emb_sem_t *s, emb_req_t *er)
@@ -330,8 +370,8 @@ static void admit_one_grant(emb_t *eb, emb_sem_t *s, emb_req_t *er)
     emb__finish_lease(eb, er, l);
 }
 
-/* Grant the head `er` of s's queue (it fits). */
-static void admit_head(emb_t *eb, emb_sem_t *s, emb_req_t *er)
+/* Grant `er`, who is next on s (it fits). */
+void emb__admit_head(emb_t *eb, emb_sem_t *s, emb_req_t *er)
 {
     uint64_t w = er->weight;
 
@@ -360,9 +400,12 @@ void emb__lease_disown(emb_req_t *er)
     }
 }
 
-/* Strict FIFO with head-of-line blocking: grant heads while they fit. */
-void emb__admit(emb_t *eb, emb_sem_t *s)
+/* Strict FIFO with head-of-line blocking: grant heads while they fit. A head that is part of
+ * a request on several semaphores is granted with the others, when it is first on all. */
+static void admit_one(emb_t *eb, emb_sem_t *s)
 {
+    if (s->lim != NULL)
+        return emb__admit_lim(eb, s);
     while (!elist_empty(&s->waiters)) {
         emb_req_t *er = ECONTAINER(s->waiters.next, emb_req_t, link);
         if (er->kind == EMB_KIND_WAIT_IDLE) {
@@ -372,10 +415,68 @@ void emb__admit(emb_t *eb, emb_sem_t *s)
             emb__finish_view(eb, er, s, ENGINE_RES_IDLE);
             continue;
         }
+        if (er->kind == EMB_KIND_PART) {
+            if (!emb__multi_try(eb, er->multi))
+                return;
+            if (s->lim != NULL)
+                return emb__admit_lim(eb, s);
+            continue;
+        }
         if ((int64_t)er->weight > s->available)
             return;
-        admit_head(eb, s, er);
+        emb__admit_head(eb, s, er);
     }
+}
+
+/* A semaphore whose admission must run after the one running (a grant on several semaphores
+ * changes the heads of them all); without room to note it, it runs now. */
+static void admit_later(emb_t *eb, emb_sem_t *s)
+{
+    for (size_t i = 0; i < eb->nadm; i++)
+        if (eb->adm[i] == s)
+            return;
+    if (eb->nadm == eb->adm_cap) {
+        size_t cap = eb->adm_cap ? eb->adm_cap * 2 : 16;
+        emb_sem_t **a = sema__realloc(eb->adm, cap * sizeof(*a));
+        if (a == NULL)
+            return admit_one(eb, s);
+        eb->adm = a;
+        eb->adm_cap = cap;
+    }
+    eb->adm[eb->nadm++] = s;
+}
+
+int emb__admit_hold(emb_t *eb)
+{
+    int was = eb->admitting;
+
+    eb->admitting = 1;
+    return was;
+}
+
+void emb__admit_release(emb_t *eb, int was)
+{
+    if (was)
+        return;
+    while (eb->nadm > 0) {
+        emb_sem_t *s = eb->adm[--eb->nadm];
+        if (s != NULL) {
+            admit_one(eb, s);
+            emb__maybe_free_lock(eb, s);
+        }
+    }
+    eb->admitting = 0;
+}
+
+void emb__admit(emb_t *eb, emb_sem_t *s)
+{
+    if (s->lim == NULL && elist_empty(&s->waiters))
+        return; /* nobody to admit (the common case of a release) */
+    if (eb->admitting)
+        return admit_later(eb, s);
+    eb->admitting = 1;
+    admit_one(eb, s);
+    emb__admit_release(eb, 0);
 }
 
 /* ---- completion ---- */
@@ -447,7 +548,9 @@ void emb__finish_lease(emb_t *eb, emb_req_t *er, const emb_lease_t *l)
                         : engine_result_strdup(r, l->sem->name, l->sem->name_len);
     if (r->lease.owner != NULL)
         r->lease.owner = engine_result_strdup(r, l->owner, strlen(l->owner));
-    if (r->lease.name == NULL || (l->owner != NULL && r->lease.owner == NULL)) {
+    int multi = er->req->op == ENGINE_ACQUIRE_MULTI;
+    if (r->lease.name == NULL || (l->owner != NULL && r->lease.owner == NULL) ||
+        ((l->x != NULL || multi) && emb__view_lease_parts(r, &r->lease, l, multi) != 0)) {
         engine_result_clear(r);
         emb__fail(eb, er, BE_MSG_NOMEM_RESULT);
         return;
@@ -460,7 +563,7 @@ void emb__finish_view(emb_t *eb, emb_req_t *er, const emb_sem_t *s, engine_res_k
 {
     engine_result_t *r = &er->req->res;
 
-    if (emb__view_sem(r, &r->sem, s, kind == ENGINE_RES_SEM || kind == ENGINE_RES_LOCK) != 0) {
+    if (emb__view_sem(eb, r, &r->sem, s, kind == ENGINE_RES_SEM || kind == ENGINE_RES_LOCK) != 0) {
         engine_result_clear(r);
         emb__fail(eb, er, BE_MSG_NOMEM_RESULT);
         return;
@@ -499,7 +602,8 @@ static int emb_tables_init(emb_t *eb)
     eb->tick.idx = EHEAP_NONE;
     eb->tick.kind = EITEM_TICK;
     if (etab_init(&eb->sems, 64) || etab_init(&eb->locks, 16) || etab_init(&eb->leases, 64) ||
-        etab_init(&eb->tombs, 64) || etab_init(&eb->idems, 16) || etab_init(&eb->tickets, 16))
+        etab_init(&eb->tombs, 64) || etab_init(&eb->idems, 16) || etab_init(&eb->tickets, 16) ||
+        etab_init(&eb->tenants, 16))
         return SEMA_ENOMEM;
     return 0;
 }
@@ -520,6 +624,8 @@ static void emb_free(emb_t *eb)
     etab_destroy(&eb->tombs);
     etab_destroy(&eb->idems);
     etab_destroy(&eb->tickets);
+    etab_destroy(&eb->tenants);
+    sema__free(eb->adm);
     sema__free(eb->heap.a);
     sema__free(eb->tring);
     sema__free(eb);
@@ -589,6 +695,8 @@ static void shutdown_fail_parked(void *arg, enode_t *n)
     for (elist_t *x = s->waiters.next, *next; x != &s->waiters; x = next) {
         emb_req_t *er = ECONTAINER(x, emb_req_t, link);
         next = x->next;
+        if (er->kind == EMB_KIND_PART)
+            er = er->multi->main;
         if (er->kind == EMB_KIND_TICKET)
             continue;
         emb__unpark(eb, er);
@@ -644,12 +752,8 @@ static void cancel_done(emb_t *eb, emb_req_t *er)
     emb__lease_disown(er);
     elist_remove(&er->link);
     engine_result_clear(&er->req->res);
-    if (l != NULL) {
-        emb_sem_t *s = l->sem;
-        emb__lease_end(eb, l, EMB_TOMB_RELEASED);
-        emb__admit(eb, s);
-        emb__maybe_free_lock(eb, s);
-    }
+    if (l != NULL)
+        emb__lease_end_admit(eb, l, EMB_TOMB_RELEASED);
 }
 
 static void emb_cancel(void *be, engine_req_t *req)
@@ -660,11 +764,11 @@ static void emb_cancel(void *be, engine_req_t *req)
     if (er->state == EMB_REQ_WATCH) {
         emb__ticket_watch_cancel(eb, er);
     } else if (er->state == EMB_REQ_PARKED) {
-        emb_sem_t *s = er->sem;
+        emb_sem_t *sems[ENGINE_PARTS_MAX];
+        size_t n = emb__req_sems(er, sems);
         emb__unpark(eb, er);
         eb->m->cancellations++;
-        emb__admit(eb, s);
-        emb__maybe_free_lock(eb, s);
+        emb__admit_all(eb, sems, n);
     } else if (er->state == EMB_REQ_READY || er->state == EMB_REQ_COMMIT) {
         cancel_done(eb, er);
     }
@@ -701,4 +805,7 @@ const engine_backend_t engine_backend_embedded = {
     .stats = emb_stats,
     .metrics = emb__metrics,
     .tickets = 1,
+    .multi = 1,
+    .tenants = 1,
+    .rates = 1,
 };

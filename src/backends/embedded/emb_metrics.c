@@ -3,6 +3,9 @@
  * counts, and gauges for the first semaphores by name. */
 #include "backends/embedded/emb_internal.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 #include "common/jsonw.h"
 
 /* A Prometheus label value: backslash, quote and newline escaped. */
@@ -61,6 +64,94 @@ static void put_sem_gauges(emb_t *eb, jsonw_t *w)
     }
 }
 
+/* ---- tenants: bounded series ---- */
+
+static uint64_t tenant_units(const emb_tenant_t *t)
+{
+    return t->held + t->waiting;
+}
+
+/* Most units (held and waiting) first, then by name. */
+static int by_units(const void *a, const void *b)
+{
+    const emb_tenant_t *x = *(emb_tenant_t *const *)a, *y = *(emb_tenant_t *const *)b;
+    size_t n = x->name_len < y->name_len ? x->name_len : y->name_len;
+    int c;
+
+    if (tenant_units(x) != tenant_units(y))
+        return tenant_units(x) > tenant_units(y) ? -1 : 1;
+    c = memcmp(x->name, y->name, n);
+    return c != 0 ? c : (x->name_len > y->name_len) - (x->name_len < y->name_len);
+}
+
+static void tenant_line(jsonw_t *w, const char *metric, const emb_sem_t *s, const char *tenant,
+                        size_t len, uint64_t v)
+{
+    jsonw_raw_str(w, metric);
+    jsonw_raw_str(w, "{name=\"");
+    put_label(w, s->name, s->name_len);
+    jsonw_raw_str(w, "\",tenant=\"");
+    put_label(w, tenant, len);
+    jsonw_raw_str(w, "\"} ");
+    jsonw_raw_i64(w, (int64_t)v);
+    jsonw_raw(w, "\n", 1);
+}
+
+/* One semaphore's tenants: the `max` with the most units by name ("" for the requests naming
+ * none), the others summed as "_other". k: 0 held, 1 waiting units. */
+static void put_tenants(jsonw_t *w, const emb_sem_t *s, int k, const char *metric, size_t max,
+                        emb_tenant_t **order)
+{
+    uint64_t other = 0;
+    size_t n = 0;
+
+    for (const elist_t *x = s->lim->tenants.next; x != &s->lim->tenants; x = x->next)
+        order[n++] = ECONTAINER(x, emb_tenant_t, all);
+    qsort(order, n, sizeof(*order), by_units);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t v = k == 0 ? order[i]->held : order[i]->waiting;
+        if (i < max)
+            tenant_line(w, metric, s, order[i]->name, order[i]->name_len, v);
+        else
+            other += v;
+    }
+    if (n > max)
+        tenant_line(w, metric, s, "_other", 6, other);
+}
+
+/* semad_tenant_held and semad_tenant_waiting of the semaphores with gauges, and the tokens of
+ * those with a rate: at most metrics_max_semaphores x (metrics_max_tenants + 1) series. */
+static void put_limits_gauges(emb_t *eb, jsonw_t *w)
+{
+    static const char *const names[] = {"semad_tenant_held", "semad_tenant_waiting"};
+    emb_tenant_t *order[ENGINE_TENANTS_PER_SEM_MAX];
+
+    for (int k = 0; k < 2; k++) {
+        uint64_t n = 0;
+        jsonw_raw_str(w, "# TYPE ");
+        jsonw_raw_str(w, names[k]);
+        jsonw_raw_str(w, " gauge\n");
+        for (emb_sem_t *s = emb__treap_after(eb->root, "", 0, 1);
+             s != NULL && n < eb->cfg.metrics_max_semaphores;
+             s = emb__treap_after(eb->root, s->name, s->name_len, 0), n++)
+            if (s->lim != NULL && s->lim->ntenants > 0)
+                put_tenants(w, s, k, names[k], eb->cfg.metrics_max_tenants, order);
+    }
+    uint64_t n = 0;
+    jsonw_raw_str(w, "# TYPE semad_semaphore_tokens gauge\n");
+    for (emb_sem_t *s = emb__treap_after(eb->root, "", 0, 1);
+         s != NULL && n < eb->cfg.metrics_max_semaphores;
+         s = emb__treap_after(eb->root, s->name, s->name_len, 0), n++) {
+        if (s->lim == NULL || s->lim->rate_per_s == 0)
+            continue;
+        jsonw_raw_str(w, "semad_semaphore_tokens{name=\"");
+        put_label(w, s->name, s->name_len);
+        jsonw_raw_str(w, "\"} ");
+        jsonw_raw_i64(w, (int64_t)emb__tokens(eb, s));
+        jsonw_raw(w, "\n", 1);
+    }
+}
+
 int emb__metrics(void *be, struct strbuf *out)
 {
     emb_t *eb = be;
@@ -107,5 +198,6 @@ int emb__metrics(void *be, struct strbuf *out)
                       "Position updates sent to ticket watchers (long-polls and streams).",
                       "counter", eb->ticket_updates);
     put_sem_gauges(eb, &w);
+    put_limits_gauges(eb, &w);
     return jsonw_end(&w);
 }

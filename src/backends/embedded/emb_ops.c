@@ -45,20 +45,39 @@ static emb_sem_t *create_sem(emb_t *eb, emb_req_t *er, uint64_t capacity, int fl
     return s;
 }
 
+/* The limits a PUT asks for (those it does not name: none). */
+static void put_limits(const engine_req_t *req, uint64_t *tm, uint64_t *rate, uint64_t *burst)
+{
+    *tm = req->limits & ENGINE_LIMIT_TENANT_MAX ? req->tenant_max : 0;
+    *rate = req->limits & ENGINE_LIMIT_RATE ? req->rate_per_s : 0;
+    *burst = *rate != 0 && (req->limits & ENGINE_LIMIT_BURST) ? req->rate_burst : 0;
+}
+
 static void op_sem_put(emb_t *eb, emb_req_t *er)
 {
     engine_req_t *req = er->req;
+    uint64_t tm, rate, burst, htm, hrate, hburst;
     emb_sem_t *s;
 
+    put_limits(req, &tm, &rate, &burst);
     s = emb__sem_find(eb, req->name, req->name_len);
     /* An answer from what exists may rest on a create whose commit still runs. */
     er->durable = s != NULL;
-    if (s != NULL && s->capacity != req->capacity)
-        return fail(eb, er, BE_MSG_SEM_OTHER_CAPACITY);
+    if (s != NULL) {
+        emb__lim_get(s, &htm, &hrate, &hburst);
+        if (s->capacity != req->capacity)
+            return fail(eb, er, BE_MSG_SEM_OTHER_CAPACITY);
+        if (htm != tm || hrate != rate || hburst != burst)
+            return fail(eb, er, BE_MSG_SEM_OTHER_LIMITS);
+    }
     if (s == NULL) {
         s = create_sem(eb, er, req->capacity, 0);
         if (s == NULL)
             return;
+        if (emb__lim_set(eb, s, tm, rate, burst) != 0) {
+            emb__sem_free(eb, s);
+            return fail(eb, er, BE_MSG_NOMEM_SEM);
+        }
         req->created = 1;
     }
     emb__finish_view(eb, er, s, ENGINE_RES_SEM);
@@ -78,20 +97,42 @@ static void op_legacy_create(emb_t *eb, emb_req_t *er)
         emb__finish_view(eb, er, s, ENGINE_RES_LEGACY);
 }
 
-/* Fail every waiter (ECANCELED), void every lease, forget the semaphore. */
+/* A waiter of s fails with `why` (a request on several semaphores leaves them all; a
+ * ticket ends with `reason`); admission runs again where it was. */
+static void drop_waiter(emb_t *eb, emb_req_t *w, be_msg_t why, int reason)
+{
+    emb_sem_t *sems[ENGINE_PARTS_MAX];
+    size_t n;
+
+    if (w->kind == EMB_KIND_PART)
+        w = w->multi->main;
+    if (w->kind == EMB_KIND_TICKET) {
+        emb_ticket_t *t = ECONTAINER(w, emb_ticket_t, q);
+        n = emb__req_sems(w, sems);
+        emb__ticket_refuse(eb, t, reason);
+    } else {
+        n = emb__req_sems(w, sems);
+        emb__unpark(eb, w);
+        emb__fail(eb, w, why);
+    }
+    emb__admit_all(eb, sems, n);
+}
+
+/* Fail every waiter (ECANCELED), void every lease, forget the semaphore. A request or lease
+ * on several semaphores goes from all of them. */
 static void delete_sem(emb_t *eb, emb_sem_t *s)
 {
-    while (!elist_empty(&s->waiters)) {
-        emb_req_t *w = ECONTAINER(s->waiters.next, emb_req_t, link);
-        if (w->kind == EMB_KIND_TICKET) {
-            emb__ticket_refuse(eb, ECONTAINER(w, emb_ticket_t, q), EMB_TOMB_TICKET_DELETED);
-            continue;
-        }
-        emb__unpark(eb, w);
-        emb__fail(eb, w, BE_MSG_WAITER_SEM_DELETED);
+    int was = emb__admit_hold(eb);
+
+    s->flags |= EMB_SEM_DELETED;
+    while (!elist_empty(&s->waiters))
+        drop_waiter(eb, ECONTAINER(s->waiters.next, emb_req_t, link), BE_MSG_WAITER_SEM_DELETED,
+                    EMB_TOMB_TICKET_DELETED);
+    while (!elist_empty(&s->holders)) {
+        emb_lease_t *l = ECONTAINER(s->holders.next, emb_lease_t, link);
+        emb__lease_end_admit(eb, emb__lease_main(l) != NULL ? emb__lease_main(l) : l,
+                             EMB_TOMB_DELETED);
     }
-    while (!elist_empty(&s->holders))
-        emb__lease_end(eb, ECONTAINER(s->holders.next, emb_lease_t, link), EMB_TOMB_DELETED);
     emb__event_sem(eb, s, "deleted", 0);
     if (eb->store != NULL) {
         if (s->dirty_at != 0) /* its retired fence is read from its row: write that first */
@@ -100,6 +141,7 @@ static void delete_sem(emb_t *eb, emb_sem_t *s)
         emb__mark_dirty(eb);
     }
     emb__sem_free(eb, s);
+    emb__admit_release(eb, was);
 }
 
 static void op_sem_delete(emb_t *eb, emb_req_t *er)
@@ -118,28 +160,37 @@ static void op_sem_delete(emb_t *eb, emb_req_t *er)
 
 static void op_sem_resize(emb_t *eb, emb_req_t *er)
 {
-    uint64_t cap = er->req->capacity;
+    engine_req_t *req = er->req;
+    uint64_t cap, tm, rate, burst;
     emb_sem_t *s = find_sem(eb, er);
+    be_msg_t why;
+    int was;
 
     if (s == NULL)
         return;
+    cap = req->capacity != 0 ? req->capacity : s->capacity;
+    if ((why = emb__lim_wanted(s, req, &tm, &rate, &burst)) != BE_MSG_NONE)
+        return fail(eb, er, why);
+    if (emb__lim_set(eb, s, tm, rate, burst) != 0)
+        return fail(eb, er, BE_MSG_NOMEM);
     s->available += (int64_t)cap - (int64_t)s->capacity;
     s->capacity = cap;
+    was = emb__admit_hold(eb);
     /* Queued requests that can never fit any more fail now instead of blocking the queue. */
     for (elist_t *x = s->waiters.next, *next; x != &s->waiters; x = next) {
         emb_req_t *w = ECONTAINER(x, emb_req_t, link);
         next = x->next;
-        if (w->kind == EMB_KIND_TICKET && w->weight > cap) {
-            emb__ticket_refuse(eb, ECONTAINER(w, emb_ticket_t, q), EMB_TOMB_TICKET_REFUSED);
-        } else if (w->kind == EMB_KIND_ACQUIRE && w->weight > cap) {
-            emb__unpark(eb, w);
-            emb__fail(eb, w, BE_MSG_WAITER_ABOVE_CAPACITY);
-        }
+        if (w->kind == EMB_KIND_WAIT_IDLE)
+            continue;
+        why = w->weight > cap ? BE_MSG_WAITER_ABOVE_CAPACITY : emb__lim_too_heavy(s, w->weight);
+        if (why != BE_MSG_NONE)
+            drop_waiter(eb, w, why, EMB_TOMB_TICKET_REFUSED);
     }
     emb__store_sem(eb, s);
     /* subscribers hear of the resize before the grants it causes */
     emb__event_sem(eb, s, "resized", cap);
     emb__admit(eb, s);
+    emb__admit_release(eb, was);
     er->durable = 1;
     emb__finish_view(eb, er, s, ENGINE_RES_SEM);
 }
@@ -182,7 +233,7 @@ static void list_page(emb_t *eb, emb_req_t *er, emb_sem_t *root, engine_res_kind
     for (s = list_start(root, req, pfx, plen);
          s != NULL && has_prefix(s, pfx, plen) && n < req->limit;
          s = emb__treap_after(root, s->name, s->name_len, 0)) {
-        if (emb__view_item(r, &r->items[n++], s) != 0) {
+        if (emb__view_item(eb, r, &r->items[n++], s) != 0) {
             engine_result_clear(r);
             return fail(eb, er, BE_MSG_NOMEM_RESULT);
         }
@@ -209,6 +260,11 @@ static void op_lock_list(emb_t *eb, emb_req_t *er)
 
 /* ---- acquire and wait-idle ---- */
 
+static int same_tenant(const char *a, const char *b)
+{
+    return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
 /* The first attempt with this key is still parked: the retry takes its place in the queue
  * (same position, its own timeout) and the first attempt ends EREPLACED. A retry of another
  * weight fails EKEYMISMATCH and the first attempt waits on. Returns 1. */
@@ -221,6 +277,10 @@ static int idem_take_over(emb_t *eb, emb_req_t *er, emb_idem_t *d)
         fail(eb, er, BE_MSG_KEY_OTHER_WEIGHT);
         return 1;
     }
+    if (!same_tenant(old->req->tenant, er->req->tenant)) {
+        fail(eb, er, BE_MSG_KEY_OTHER_TENANT);
+        return 1;
+    }
     if (timeout_ms == 0) {
         fail(eb, er, BE_MSG_NOT_AVAILABLE);
         return 1;
@@ -228,12 +288,16 @@ static int idem_take_over(emb_t *eb, emb_req_t *er, emb_idem_t *d)
     er->kind = old->kind;
     er->sem = old->sem;
     er->state = EMB_REQ_PARKED;
-    er->since_ms = old->since_ms;
     er->since_mono = old->since_mono;
     er->idem = d;
     d->waiter = er;
     elist_push_back(&old->link, &er->link); /* just before old, which then leaves */
     elist_remove(&old->link);
+    if (old->tplace != NULL) { /* and its place in its tenant's line */
+        er->tplace = old->tplace;
+        er->tplace->er = er;
+        old->tplace = NULL;
+    }
     emb__oq_remove(er->sem, old);
     er->weight = old->weight;
     er->oseq = old->oseq;
@@ -297,6 +361,12 @@ static int idem_retry(emb_t *eb, emb_req_t *er, emb_sem_t *s)
         fail(eb, er, BE_MSG_KEY_OTHER_WEIGHT);
         return 1;
     }
+    if (d->lease != NULL &&
+        !same_tenant(emb__tenant_name(emb__lease_tenant(d->lease), &(size_t){0}),
+                     er->req->tenant)) {
+        fail(eb, er, BE_MSG_KEY_OTHER_TENANT);
+        return 1;
+    }
     if (d->lease != NULL) {
         /* The grant may still be on its way to disk: this reply waits for it too, and owns
          * the lease from now on (the first attempt's connection may be gone). */
@@ -310,6 +380,43 @@ static int idem_retry(emb_t *eb, emb_req_t *er, emb_sem_t *s)
     return 0;
 }
 
+/* Its Idempotency-Key names this waiter. */
+static void idem_waiter(emb_t *eb, emb_req_t *er, emb_sem_t *s)
+{
+    const char *key = er->req->idem_key;
+
+    if (key != NULL && key[0] != '\0') {
+        er->idem = emb__idem_new(eb, s, key, strlen(key));
+        if (er->idem != NULL)
+            er->idem->waiter = er;
+    }
+}
+
+/* An acquire on a semaphore with tenants or a rate (or naming a tenant): it joins the line,
+ * and admission says whether it goes at once; a try that does not leaves without a trace. */
+static void acquire_lim(emb_t *eb, emb_req_t *er, emb_sem_t *s)
+{
+    engine_req_t *req = er->req;
+    be_msg_t heavy;
+    int rc;
+
+    if (s->lim == NULL && emb__lim_ensure(eb, s) != 0)
+        return fail(eb, er, BE_MSG_NOMEM);
+    if ((heavy = emb__lim_too_heavy(s, er->weight)) != BE_MSG_NONE)
+        return fail(eb, er, heavy);
+    rc = emb__park(eb, er, s, req->timeout_ms);
+    if (rc != 0)
+        return fail(eb, er, rc == SEMA_ELIMIT ? BE_MSG_TOO_MANY_WAITERS_OR_TENANTS : BE_MSG_NOMEM);
+    emb__admit(eb, s);
+    if (er->state != EMB_REQ_PARKED)
+        return; /* granted */
+    if (req->timeout_ms != 0)
+        return idem_waiter(eb, er, s);
+    emb__unpark(eb, er);
+    fail(eb, er, BE_MSG_NOT_AVAILABLE);
+    emb__admit(eb, s);
+}
+
 static void acquire_on(emb_t *eb, emb_req_t *er, emb_sem_t *s, uint64_t weight)
 {
     engine_req_t *req = er->req;
@@ -321,6 +428,8 @@ static void acquire_on(emb_t *eb, emb_req_t *er, emb_sem_t *s, uint64_t weight)
         return fail(eb, er, BE_MSG_BAD_WEIGHT);
     if (idem_retry(eb, er, s))
         return;
+    if (s->lim != NULL || req->tenant != NULL)
+        return acquire_lim(eb, er, s);
     if (elist_empty(&s->waiters) && (int64_t)weight <= s->available) {
         er->since_mono = emb__now(eb);
         emb_lease_t *l = emb__grant(eb, s, req, weight, er->since_mono);
@@ -335,11 +444,7 @@ static void acquire_on(emb_t *eb, emb_req_t *er, emb_sem_t *s, uint64_t weight)
     rc = emb__park(eb, er, s, req->timeout_ms);
     if (rc != 0)
         return fail(eb, er, rc == SEMA_ELIMIT ? BE_MSG_TOO_MANY_WAITERS : BE_MSG_NOMEM);
-    if (req->idem_key != NULL && req->idem_key[0] != '\0') {
-        er->idem = emb__idem_new(eb, s, req->idem_key, strlen(req->idem_key));
-        if (er->idem != NULL)
-            er->idem->waiter = er;
-    }
+    idem_waiter(eb, er, s);
 }
 
 static void op_acquire(emb_t *eb, emb_req_t *er)
@@ -444,6 +549,10 @@ static void op_lease_renew(emb_t *eb, emb_req_t *er)
         return;
     l->ttl_ms = ttl;
     l->expires_at_ms = emb__wall_ms() + ttl;
+    for (emb_lease_t *p = emb__lease_next(l); p != NULL; p = emb__lease_next(p)) {
+        p->ttl_ms = l->ttl_ms;
+        p->expires_at_ms = l->expires_at_ms;
+    }
     eheap_update(&eb->heap, &l->hi, emb__now(eb) + (uint64_t)ttl);
     emb__timer_rearm(eb);
     emb__store_lease(eb, l, 0);
@@ -454,20 +563,20 @@ static void op_lease_renew(emb_t *eb, emb_req_t *er)
 static void end_lease_op(emb_t *eb, emb_req_t *er, int reason)
 {
     emb_lease_t *l = find_own_lease(eb, er);
-    emb_sem_t *s;
+    emb_sem_t *sems[ENGINE_PARTS_MAX];
+    size_t n;
 
     if (l == NULL)
         return;
-    s = l->sem;
+    n = emb__lease_sems(l, sems);
     emb__lease_end(eb, l, reason);
     er->durable = eb->strict; /* relaxed answers a release before its commit */
-    if (reason == EMB_TOMB_REVOKED) {
-        s->fence = ++eb->fence_seq; /* a fenced write with the old token now loses */
-        emb__store_sem(eb, s);
+    for (size_t i = 0; i < n && reason == EMB_TOMB_REVOKED; i++) {
+        sems[i]->fence = ++eb->fence_seq; /* a fenced write with the old token now loses */
+        emb__store_sem(eb, sems[i]);
         er->durable = 1;
     }
-    emb__admit(eb, s);
-    emb__maybe_free_lock(eb, s);
+    emb__admit_all(eb, sems, n);
     emb__finish(eb, er, 0, NULL);
 }
 
@@ -554,4 +663,5 @@ const emb_op_fn emb__ops[ENGINE_OP_COUNT] = {
     [ENGINE_TICKET_CREATE] = emb__op_ticket_create,
     [ENGINE_TICKET_GET] = emb__op_ticket_get,
     [ENGINE_TICKET_DELETE] = emb__op_ticket_delete,
+    [ENGINE_ACQUIRE_MULTI] = emb__op_acquire_multi,
 };

@@ -39,6 +39,11 @@ static void on_sem(void *arg, const store_sem_t *rec)
     s->created_at_ms = rec->created_at_ms;
     if (rec->legacy)
         s->available = rec->available;
+    if (emb__lim_set(eb, s, rec->tenant_max, rec->rate_per_s, rec->rate_burst) != 0) {
+        c->err = SEMA_ENOMEM;
+        return;
+    }
+    emb__lim_loaded(eb, s);
     if (rec->fence > eb->fence_seq)
         eb->fence_seq = rec->fence;
 }
@@ -146,6 +151,8 @@ static void clear_sem(void *arg, enode_t *n)
 
     while (!elist_empty(&s->waiters)) {
         emb_req_t *er = ECONTAINER(s->waiters.next, emb_req_t, link);
+        if (er->kind == EMB_KIND_PART) /* the request leaves all its lines at once */
+            er = er->multi->main;
         emb__unpark(eb, er);
         if (keep != NULL) {
             elist_push_back(keep, &er->link);
@@ -154,8 +161,10 @@ static void clear_sem(void *arg, enode_t *n)
             sema__free(er);
         }
     }
-    while (!elist_empty(&s->holders))
-        emb__lease_free(eb, ECONTAINER(s->holders.next, emb_lease_t, link));
+    while (!elist_empty(&s->holders)) {
+        emb_lease_t *l = ECONTAINER(s->holders.next, emb_lease_t, link);
+        emb__lease_free(eb, emb__lease_main(l) != NULL ? emb__lease_main(l) : l); /* and parts */
+    }
     emb__sem_free(eb, s);
 }
 
@@ -196,14 +205,20 @@ static int repark(emb_t *eb, emb_req_t *er, emb_sem_t *s)
         return SEMA_ENOMEM;
     if (er->kind == EMB_KIND_ACQUIRE && (req->op == ENGINE_LOCK_ACQUIRE))
         er->weight = req->mode == ENGINE_MODE_SHARED ? 1 : s->capacity;
-    if (er->kind == EMB_KIND_ACQUIRE && er->weight > s->capacity) {
+    if (er->kind == EMB_KIND_ACQUIRE &&
+        (er->weight > s->capacity || emb__lim_too_heavy(s, er->weight) != BE_MSG_NONE)) {
         eheap_remove(&eb->heap, &er->hi);
         return SEMA_EINVAL;
+    }
+    er->oseq = ++eb->gseq; /* behind the tickets the reload put back in their places */
+    if ((req->tenant != NULL && emb__lim_ensure(eb, s) != 0) ||
+        (s->lim != NULL && emb__tenant_join(eb, s, er) != 0)) {
+        eheap_remove(&eb->heap, &er->hi);
+        return SEMA_ENOMEM;
     }
     er->sem = s;
     er->state = EMB_REQ_PARKED;
     elist_push_back(&s->waiters, &er->link);
-    er->oseq = ++s->qseq; /* behind the tickets the reload put back in their places */
     emb__oq_insert(s, er);
     s->nwaiters++;
     s->waiting += er->weight;
@@ -211,6 +226,35 @@ static int repark(emb_t *eb, emb_req_t *er, emb_sem_t *s)
     if (req->idem_key != NULL && req->idem_key[0] != '\0' &&
         emb__idem_find(eb, s, req->idem_key, strlen(req->idem_key)) == NULL) {
         er->idem = emb__idem_new(eb, s, req->idem_key, strlen(req->idem_key));
+        if (er->idem != NULL)
+            er->idem->waiter = er;
+    }
+    return 0;
+}
+
+/* Put a kept request on several semaphores back at the end of each line, with its old
+ * deadline; SEMA_ECANCELED when one of them is gone. */
+static int repark_multi(emb_t *eb, emb_req_t *er)
+{
+    engine_req_t *req = er->req;
+    be_msg_t why = BE_MSG_NONE;
+    int st;
+    emb_multi_t *m = emb__multi_new(eb, er, req->parts, req->nparts, &why);
+
+    if (m == NULL)
+        return be_msg_code(why) == SEMA_ENOENT ? SEMA_ECANCELED : be_msg_code(why);
+    er->oseq = 0;
+    if ((st = emb__multi_park(eb, m)) != 0) {
+        emb__multi_free(m);
+        return st;
+    }
+    if (er->hi.deadline != UINT64_MAX && eheap_push(&eb->heap, &er->hi) != 0) {
+        emb__unpark(eb, er);
+        return SEMA_ENOMEM;
+    }
+    if (req->idem_key != NULL && req->idem_key[0] != '\0' &&
+        emb__idem_find(eb, NULL, req->idem_key, strlen(req->idem_key)) == NULL) {
+        er->idem = emb__idem_new(eb, NULL, req->idem_key, strlen(req->idem_key));
         if (er->idem != NULL)
             er->idem->waiter = er;
     }
@@ -240,9 +284,20 @@ static void restore_from_store(emb_t *eb)
     engine__events_rollback(eb->front);
     while (!elist_empty(&parked)) {
         emb_req_t *er = ECONTAINER(parked.next, emb_req_t, link);
-        emb_sem_t *s = rc == 0 ? sem_for_waiter(eb, er) : NULL;
+        emb_sem_t *sems[ENGINE_PARTS_MAX];
         int st;
         elist_remove(&er->link);
+        if (er->req->op == ENGINE_ACQUIRE_MULTI) {
+            st = repark_multi(eb, er);
+            if (st != 0) {
+                emb__finish(eb, er, st == SEMA_ECANCELED ? SEMA_EIO : st,
+                            "the store failed and a semaphore is gone after the rollback");
+                continue;
+            }
+            emb__admit_all(eb, sems, emb__req_sems(er, sems));
+            continue;
+        }
+        emb_sem_t *s = sem_for_waiter(eb, er);
         st = s != NULL ? repark(eb, er, s) : SEMA_ECANCELED;
         if (st != 0) {
             emb__fail(eb, er,

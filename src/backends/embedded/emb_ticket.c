@@ -74,16 +74,50 @@ static emb_ticket_t *find_own_ticket(emb_t *eb, emb_req_t *er)
 
 /* ---- the store ---- */
 
+/* The semaphores a ticket waits on or holds (out: room for ENGINE_PARTS_MAX). */
+static size_t ticket_sems(const emb_ticket_t *t, emb_sem_t **out)
+{
+    if (t->lease != NULL)
+        return emb__lease_sems(t->lease, out);
+    if (t->q.multi != NULL)
+        return emb__req_sems(&t->q, out);
+    out[0] = t->sem;
+    return 1;
+}
+
+/* A ticket on several semaphores: those after its first, with their weights and places. */
+static size_t ticket_parts(const emb_ticket_t *t, store_part_t *parts)
+{
+    size_t n = 0;
+
+    if (t->lease != NULL) {
+        for (const emb_lease_t *p = emb__lease_next(t->lease); p != NULL; p = emb__lease_next(p))
+            parts[n++] = (store_part_t){p->sem->name, p->weight, 0};
+    } else if (t->q.multi != NULL) {
+        for (uint32_t i = 1; i < t->q.multi->nparts; i++) {
+            const emb_req_t *p = &t->q.multi->part[i];
+            parts[n++] = (store_part_t){p->sem->name, p->weight, p->oseq};
+        }
+    }
+    return n;
+}
+
 static void store_ticket(emb_t *eb, const emb_ticket_t *t)
 {
+    store_part_t parts[ENGINE_PARTS_MAX];
     store_ticket_t rec;
 
     if (eb->store == NULL)
         return;
     rec.id = t->id;
     rec.sem = t->sem->name;
-    rec.seq = t->q.oseq;
-    rec.weight = t->q.weight;
+    rec.seq = t->q.multi != NULL ? t->q.multi->part[0].oseq : t->q.oseq;
+    rec.weight = t->q.multi != NULL ? t->q.multi->part[0].weight
+                 : t->lease != NULL ? t->lease->weight
+                                    : t->q.weight;
+    rec.tenant = t->tenant;
+    rec.nparts = ticket_parts(t, parts);
+    rec.parts = parts;
     rec.owner = t->owner;
     rec.idem_key = t->idem != NULL ? t->idem->key : NULL;
     rec.lease_id = t->lease != NULL ? t->lease->id : NULL;
@@ -140,22 +174,51 @@ static uint64_t ticket_state(const emb_ticket_t *t, uint64_t position)
     return ((uint64_t)t->status << STATE_STATUS_SHIFT) | position;
 }
 
-/* Position (1 = next) and the weight ahead; 0 once granted. */
-static uint64_t ticket_position(const emb_ticket_t *t, uint64_t *ahead_weight)
+/* Position (1 = next) and the weight ahead; 0 once granted. On several semaphores: in the
+ * line where it stands furthest back (*in: that semaphore). */
+static uint64_t ticket_position(const emb_ticket_t *t, uint64_t *ahead_weight, const emb_sem_t **in)
 {
-    uint64_t n;
+    uint64_t n, w;
 
     *ahead_weight = 0;
+    *in = t->sem;
     if (t->status != EMB_TICKET_WAITING)
         return 0;
-    emb__oq_rank(t->sem, &t->q, &n, ahead_weight);
+    if (t->q.multi == NULL) {
+        emb__oq_rank(t->sem, &t->q, &n, ahead_weight);
+        return n + 1;
+    }
+    n = 0;
+    for (uint32_t i = 0; i < t->q.multi->nparts; i++) {
+        const emb_req_t *p = &t->q.multi->part[i];
+        uint64_t pn;
+        emb__oq_rank(p->sem, p, &pn, &w);
+        if (i == 0 || pn > n) {
+            n = pn;
+            *ahead_weight = w;
+            *in = p->sem;
+        }
+    }
     return n + 1;
+}
+
+/* Waiters that left the lines a ticket waits in, so far (positions move only then). */
+static uint64_t ticket_removed(const emb_ticket_t *t)
+{
+    uint64_t n = 0;
+
+    if (t->q.multi == NULL)
+        return t->sem->qremoved;
+    for (uint32_t i = 0; i < t->q.multi->nparts; i++)
+        n += t->q.multi->part[i].sem->qremoved;
+    return n;
 }
 
 static uint64_t current_state(const emb_ticket_t *t)
 {
+    const emb_sem_t *in;
     uint64_t w;
-    return ticket_state(t, ticket_position(t, &w));
+    return ticket_state(t, ticket_position(t, &w, &in));
 }
 
 /* Every reply that shows a ticket is a read: it keeps a waiting ticket in line, and one that
@@ -179,10 +242,43 @@ static void keepalive_touch(emb_t *eb, emb_ticket_t *t)
         emb__timer_rearm(eb);
 }
 
+/* A ticket's parts (on several semaphores) in the result: from its lease once granted. */
+static int view_parts(engine_result_t *r, engine_ticket_t *v, const emb_ticket_t *t)
+{
+    engine_part_t *parts;
+    size_t n = 0;
+
+    if (t->lease != NULL) {
+        if (emb__lease_next(t->lease) == NULL && !t->multi)
+            return 0;
+        if (emb__view_lease_parts(r, &r->lease, t->lease, t->multi) != 0)
+            return -1;
+        v->parts = r->lease.parts;
+        v->nparts = r->lease.nparts;
+        return 0;
+    }
+    if (t->q.multi == NULL)
+        return 0;
+    parts = engine_result_alloc(r, t->q.multi->nparts * sizeof(*parts));
+    if (parts == NULL)
+        return -1;
+    for (; n < t->q.multi->nparts; n++) {
+        const emb_req_t *p = &t->q.multi->part[n];
+        parts[n] = (engine_part_t){engine_result_strdup(r, p->sem->name, p->sem->name_len),
+                                   p->sem->name_len, p->weight, 0};
+        if (parts[n].name == NULL)
+            return -1;
+    }
+    v->parts = parts;
+    v->nparts = n;
+    return 0;
+}
+
 static int ticket_view(emb_t *eb, engine_result_t *r, emb_ticket_t *t)
 {
     engine_ticket_t *v = &r->ticket;
     emb_sem_t *s = t->sem;
+    const emb_sem_t *in;
 
     memset(v, 0, sizeof(*v));
     memcpy(v->id, t->id, sizeof v->id);
@@ -194,14 +290,26 @@ static int ticket_view(emb_t *eb, engine_result_t *r, emb_ticket_t *t)
     v->weight = t->q.weight;
     v->poll_after_ms = eb->cfg.ticket_poll_ms;
     v->keepalive_ms = t->keepalive_ms;
-    v->position = ticket_position(t, &v->ahead_weight);
+    v->tenant = t->tenant != NULL ? engine_result_strdup(r, t->tenant, strlen(t->tenant)) : NULL;
+    if ((t->tenant != NULL && v->tenant == NULL) || view_parts(r, v, t) != 0)
+        return -1;
+    v->position = ticket_position(t, &v->ahead_weight, &in);
     if (t->status == EMB_TICKET_WAITING) {
-        int64_t avail = s->available > 0 ? s->available : 0;
-        uint64_t need = v->ahead_weight + t->q.weight;
+        int64_t avail = in->available > 0 ? in->available : 0;
+        uint64_t weight = t->q.weight;
+        for (uint32_t i = 0; t->q.multi != NULL && i < t->q.multi->nparts; i++)
+            if (t->q.multi->part[i].sem == in)
+                weight = t->q.multi->part[i].weight;
+        uint64_t need = v->ahead_weight + weight;
         need = need > (uint64_t)avail ? need - (uint64_t)avail : 1;
-        v->estimated = estimate(eb, s, need, &v->p50_ms, &v->p90_ms);
+        v->estimated = estimate(eb, in, need, &v->p50_ms, &v->p90_ms);
     } else {
+        const engine_part_t *parts = r->lease.parts;
+        size_t nparts = r->lease.nparts;
         emb__view_lease(&r->lease, t->lease);
+        r->lease.parts = parts; /* view_parts filled them */
+        r->lease.nparts = nparts;
+        r->lease.tenant = v->tenant;
         r->lease.name = v->name;
         if (t->lease->owner != NULL) {
             r->lease.owner = engine_result_strdup(r, t->lease->owner, strlen(t->lease->owner));
@@ -282,9 +390,9 @@ void emb__ticket_tick(emb_t *eb)
         emb_ticket_t *t = ECONTAINER(x, emb_ticket_t, watched);
         uint64_t state;
         next = x->next;
-        if (t->status != EMB_TICKET_WAITING || t->sem->qremoved == t->seen_removed)
+        if (t->status != EMB_TICKET_WAITING || ticket_removed(t) == t->seen_removed)
             continue;
-        t->seen_removed = t->sem->qremoved;
+        t->seen_removed = ticket_removed(t);
         state = current_state(t);
         for (elist_t *y = t->watchers.next, *ynext; y != &t->watchers; y = ynext) {
             emb_req_t *er = ECONTAINER(y, emb_req_t, link);
@@ -335,13 +443,16 @@ static char *dup_opt(const char *s, int *failed)
 
 static void ticket_free_raw(emb_ticket_t *t)
 {
+    if (t->q.multi != NULL && t->q.state != EMB_REQ_PARKED)
+        emb__multi_free(t->q.multi);
     sema__free(t->owner);
     sema__free(t->principal);
+    sema__free(t->tenant);
     sema__free(t);
 }
 
 static emb_ticket_t *ticket_new(emb_t *eb, emb_sem_t *s, uint64_t weight, const char *owner,
-                                const char *principal)
+                                const char *principal, const char *tenant)
 {
     emb_ticket_t *t = sema__calloc(1, sizeof(*t));
     int failed = 0;
@@ -350,6 +461,7 @@ static emb_ticket_t *ticket_new(emb_t *eb, emb_sem_t *s, uint64_t weight, const 
         return NULL;
     t->owner = dup_opt(owner, &failed);
     t->principal = dup_opt(principal, &failed);
+    t->tenant = dup_opt(tenant, &failed);
     if (failed) {
         ticket_free_raw(t);
         return NULL;
@@ -364,7 +476,7 @@ static emb_ticket_t *ticket_new(emb_t *eb, emb_sem_t *s, uint64_t weight, const 
     t->q.kind = EMB_KIND_TICKET;
     t->q.weight = weight;
     t->status = EMB_TICKET_WAITING;
-    t->seen_removed = s->qremoved;
+    t->seen_removed = s != NULL ? s->qremoved : 0;
     return t;
 }
 
@@ -410,6 +522,16 @@ void emb__ticket_refuse(emb_t *eb, emb_ticket_t *t, int reason)
     ticket_end(eb, t, reason);
 }
 
+/* End a ticket, then admission where it waited or held. */
+static void ticket_end_admit(emb_t *eb, emb_ticket_t *t, int reason)
+{
+    emb_sem_t *sems[ENGINE_PARTS_MAX];
+    size_t n = ticket_sems(t, sems);
+
+    ticket_end(eb, t, reason);
+    emb__admit_all(eb, sems, n);
+}
+
 void emb__ticket_lease_gone(emb_t *eb, emb_ticket_t *t, int reason)
 {
     ticket_end(eb, t, reason == EMB_TOMB_DELETED ? EMB_TOMB_TICKET_DELETED : EMB_TOMB_TICKET_DONE);
@@ -417,13 +539,10 @@ void emb__ticket_lease_gone(emb_t *eb, emb_ticket_t *t, int reason)
 
 /* Its turn (the caller took it out of line): the lease is made, watchers hear it now, and
  * whoever holds the ticket has keepalive_ms to collect it. */
-void emb__ticket_grant(emb_t *eb, emb_ticket_t *t)
+/* The ticket has its lease (or, NULL, could not have it): watchers hear it now, and whoever
+ * holds the ticket has keepalive_ms to collect it. */
+static void ticket_granted(emb_t *eb, emb_ticket_t *t, emb_lease_t *l)
 {
-    emb_sem_t *s = t->sem;
-    const engine_req_t as = {
-        .op = ENGINE_ACQUIRE, .ttl_ms = t->ttl_ms, .owner = t->owner, .principal = t->principal};
-    emb_lease_t *l = emb__grant(eb, s, &as, t->q.weight, t->q.since_mono);
-
     if (l == NULL) {
         ticket_end(eb, t, EMB_TOMB_TICKET_REFUSED);
         return;
@@ -438,29 +557,78 @@ void emb__ticket_grant(emb_t *eb, emb_ticket_t *t)
     keepalive_touch(eb, t);
 }
 
+void emb__ticket_grant(emb_t *eb, emb_ticket_t *t)
+{
+    const engine_req_t as = {.op = ENGINE_ACQUIRE,
+                             .ttl_ms = t->ttl_ms,
+                             .owner = t->owner,
+                             .principal = t->principal,
+                             .tenant = t->tenant};
+
+    ticket_granted(eb, t, emb__grant(eb, t->sem, &as, t->q.weight, t->q.since_mono));
+}
+
+void emb__ticket_grant_multi(emb_t *eb, emb_ticket_t *t, emb_sem_t **sems, const uint64_t *w,
+                             size_t n)
+{
+    const engine_req_t as = {.op = ENGINE_ACQUIRE_MULTI,
+                             .ttl_ms = t->ttl_ms,
+                             .owner = t->owner,
+                             .principal = t->principal,
+                             .tenant = t->tenant};
+
+    ticket_granted(eb, t, emb__grant_multi(eb, sems, w, n, &as, t->tenant, t->q.since_mono));
+}
+
 void emb__ticket_due(emb_t *eb, emb_ticket_t *t)
 {
-    emb_sem_t *s = t->sem;
-
     if (!elist_empty(&t->watchers)) { /* an open stream or long-poll reads it */
         keepalive_touch(eb, t);
         return;
     }
     if (t->status == EMB_TICKET_WAITING) {
         eb->tickets_abandoned++;
-        ticket_end(eb, t, EMB_TOMB_TICKET_ABANDONED);
+        ticket_end_admit(eb, t, EMB_TOMB_TICKET_ABANDONED);
     } else if (!t->collected) {
         eb->tickets_uncollected++;
-        ticket_end(eb, t, EMB_TOMB_TICKET_UNCOLLECTED);
-    } else {
-        return;
+        ticket_end_admit(eb, t, EMB_TOMB_TICKET_UNCOLLECTED);
     }
-    emb__admit(eb, s);
 }
 
 /* ---- operations ---- */
 
-/* A retry with the Idempotency-Key of a ticket gets that ticket; 1 if answered. */
+static int same_str(const char *a, const char *b)
+{
+    return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+/* Is ticket t what `req` asks for: its semaphores, weights and tenant? */
+static int ticket_matches(const emb_ticket_t *t, const engine_req_t *req)
+{
+    store_part_t parts[ENGINE_PARTS_MAX];
+    size_t n;
+
+    if (!same_str(t->tenant, req->tenant))
+        return 0;
+    if (req->nparts == 0)
+        return t->q.multi == NULL && (t->lease == NULL || emb__lease_next(t->lease) == NULL) &&
+               (t->lease != NULL ? t->lease->weight : t->q.weight) == req->weight;
+    n = ticket_parts(t, parts);
+    if (n + 1 != req->nparts || t->sem->name_len != req->parts[0].name_len ||
+        memcmp(t->sem->name, req->parts[0].name, t->sem->name_len) != 0 ||
+        (t->q.multi != NULL ? t->q.multi->part[0].weight : t->lease->weight) !=
+            req->parts[0].weight)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (strlen(parts[i].sem) != req->parts[i + 1].name_len ||
+            memcmp(parts[i].sem, req->parts[i + 1].name, req->parts[i + 1].name_len) != 0 ||
+            parts[i].weight != req->parts[i + 1].weight)
+            return 0;
+    return 1;
+}
+
+/* A retry with the Idempotency-Key of a ticket gets that ticket; 1 if answered. A key of a
+ * ticket on several semaphores is looked up apart from any one semaphore's (s NULL). */
 static int idem_retry(emb_t *eb, emb_req_t *er, emb_sem_t *s)
 {
     emb_idem_t *d;
@@ -471,8 +639,8 @@ static int idem_retry(emb_t *eb, emb_req_t *er, emb_sem_t *s)
     }
     if (d == NULL)
         return 0;
-    if (d->ticket == NULL || d->ticket->q.weight != er->req->weight) {
-        fail(eb, er, BE_MSG_KEY_OTHER_REQUEST);
+    if (d->ticket == NULL || !ticket_matches(d->ticket, er->req)) {
+        fail(eb, er, BE_MSG_KEY_OTHER_TICKET);
         return 1;
     }
     er->durable = 1; /* its creation may still be on its way to disk */
@@ -481,53 +649,108 @@ static int idem_retry(emb_t *eb, emb_req_t *er, emb_sem_t *s)
     return 1;
 }
 
-static void ticket_key(emb_t *eb, emb_ticket_t *t, const char *key)
+static void ticket_key(emb_t *eb, emb_ticket_t *t, const char *key, int multi)
 {
     if (key == NULL || key[0] == '\0')
         return;
-    t->idem = emb__idem_new(eb, t->sem, key, strlen(key));
+    t->idem = emb__idem_new(eb, multi ? NULL : t->sem, key, strlen(key));
     if (t->idem != NULL)
         t->idem->ticket = t;
 }
 
-/* POST /v1/semaphores/{name}/tickets: in line at once, or granted when it fits now. */
-void emb__op_ticket_create(emb_t *eb, emb_req_t *er)
+/* Its place in line: on its semaphore, or on each of several. On a semaphore with limits (or
+ * for a tenant) it goes through admission as it joins, and may be granted at once. */
+static int ticket_park(emb_t *eb, emb_ticket_t *t)
 {
-    engine_req_t *req = er->req;
-    emb_sem_t *s = emb__sem_find(eb, req->name, req->name_len);
-    emb_ticket_t *t;
     int rc;
 
-    if (s == NULL)
-        return fail(eb, er, BE_MSG_NO_SEM);
-    if (req->weight == 0 || req->weight > s->capacity)
-        return fail(eb, er, BE_MSG_BAD_WEIGHT);
-    if (idem_retry(eb, er, s))
-        return;
-    t = ticket_new(eb, s, req->weight, req->owner, req->principal);
-    if (t == NULL)
-        return fail(eb, er, BE_MSG_NOMEM_TICKET);
+    if (t->q.multi != NULL)
+        return emb__multi_park(eb, t->q.multi);
+    if (t->tenant != NULL && (rc = emb__lim_ensure(eb, t->sem)) != 0)
+        return rc;
+    return emb__park(eb, &t->q, t->sem, -1);
+}
+
+/* A new ticket: its semaphore(s) checked, made, not yet in line. NULL after failing er. */
+static emb_ticket_t *ticket_make(emb_t *eb, emb_req_t *er, emb_sem_t *s)
+{
+    engine_req_t *req = er->req;
+    be_msg_t why = BE_MSG_NONE;
+    emb_ticket_t *t = ticket_new(eb, s, req->weight, req->owner, req->principal, req->tenant);
+
+    if (t == NULL) {
+        fail(eb, er, BE_MSG_NOMEM_TICKET);
+        return NULL;
+    }
+    if (req->nparts > 0) {
+        t->multi = 1;
+        t->q.multi = emb__multi_new(eb, &t->q, req->parts, req->nparts, &why);
+        if (t->q.multi != NULL) {
+            t->sem = t->q.multi->part[0].sem;
+            t->seen_removed = t->sem->qremoved;
+        }
+    } else {
+        why = emb__lim_too_heavy(s, req->weight);
+    }
+    if (why != BE_MSG_NONE) {
+        ticket_free_raw(t);
+        fail(eb, er, why);
+        return NULL;
+    }
     engine__lease_id(eb->front, t->id);
     t->ttl_ms = req->ttl_ms;
     t->keepalive_ms = req->keepalive_ms;
     t->created_at_ms = emb__wall_ms();
-    if (elist_empty(&s->waiters) && (int64_t)req->weight <= s->available) {
+    return t;
+}
+
+/* POST /v1/semaphores/{name}/tickets (or /v1/tickets on several): in line at once, or
+ * granted when it fits now. */
+void emb__op_ticket_create(emb_t *eb, emb_req_t *er)
+{
+    engine_req_t *req = er->req;
+    emb_sem_t *s = NULL;
+    emb_ticket_t *t;
+    int rc;
+
+    if (req->nparts == 0) {
+        s = emb__sem_find(eb, req->name, req->name_len);
+        if (s == NULL)
+            return fail(eb, er, BE_MSG_NO_SEM);
+        if (req->weight == 0 || req->weight > s->capacity)
+            return fail(eb, er, BE_MSG_BAD_WEIGHT);
+    }
+    if (idem_retry(eb, er, s))
+        return;
+    if ((t = ticket_make(eb, er, s)) == NULL)
+        return;
+    if (s != NULL && s->lim == NULL && req->tenant == NULL && elist_empty(&s->waiters) &&
+        (int64_t)req->weight <= s->available) {
         ticket_insert(eb, t);
-        ticket_key(eb, t, req->idem_key);
+        ticket_key(eb, t, req->idem_key, 0);
         t->q.since_mono = emb__now(eb);
         emb__ticket_grant(eb, t);
         if (t->lease == NULL) /* ended: out of memory */
             return fail(eb, er, BE_MSG_NOMEM_GRANT);
     } else {
-        rc = emb__park(eb, &t->q, s, -1);
-        if (rc != 0) {
+        emb_sem_t *sems[ENGINE_PARTS_MAX];
+        char id[ENGINE_LEASE_ID_MAX];
+        int was = emb__admit_hold(eb);
+        memcpy(id, t->id, sizeof id);
+        if ((rc = ticket_park(eb, t)) != 0) {
+            emb__admit_release(eb, was);
             ticket_free_raw(t);
-            return fail(eb, er, rc == SEMA_ELIMIT ? BE_MSG_TOO_MANY_WAITERS : BE_MSG_NOMEM);
+            return fail(eb, er,
+                        rc == SEMA_ELIMIT ? BE_MSG_TOO_MANY_WAITERS_OR_TENANTS : BE_MSG_NOMEM);
         }
         ticket_insert(eb, t);
-        ticket_key(eb, t, req->idem_key);
+        ticket_key(eb, t, req->idem_key, req->nparts > 0);
         store_ticket(eb, t);
         keepalive_touch(eb, t);
+        emb__admit_all(eb, sems, ticket_sems(t, sems));
+        emb__admit_release(eb, was);                       /* may grant it at once */
+        if ((t = ticket_find(eb, id, strlen(id))) == NULL) /* ended: out of memory */
+            return fail(eb, er, BE_MSG_NOMEM_GRANT);
     }
     eb->tickets_created++;
     req->created = 1;
@@ -573,21 +796,39 @@ void emb__op_ticket_get(emb_t *eb, emb_req_t *er)
 void emb__op_ticket_delete(emb_t *eb, emb_req_t *er)
 {
     emb_ticket_t *t = find_own_ticket(eb, er);
-    emb_sem_t *s;
 
     if (t == NULL)
         return;
-    s = t->sem;
     eb->tickets_left++;
-    ticket_end(eb, t, EMB_TOMB_TICKET_LEFT);
-    emb__admit(eb, s);
+    ticket_end_admit(eb, t, EMB_TOMB_TICKET_LEFT);
     er->durable = eb->strict;
     emb__finish(eb, er, 0, NULL);
 }
 
 /* ---- loading and clearing ---- */
 
-/* Rebuild a stored ticket: a waiting one in its place, a granted one with its lease. A
+/* A waiting ticket on several semaphores back in its places; 1 when one of them is gone (or
+ * cannot take it: the ticket ended while semad was down), or an error. */
+static int load_multi(emb_t *eb, emb_ticket_t *t, const store_ticket_t *rec)
+{
+    engine_part_t parts[ENGINE_PARTS_MAX];
+    be_msg_t why = BE_MSG_NONE;
+
+    if (rec->nparts + 1 > ENGINE_PARTS_MAX)
+        return 1;
+    parts[0] = (engine_part_t){rec->sem, strlen(rec->sem), rec->weight, 0};
+    for (size_t i = 0; i < rec->nparts; i++) {
+        const char *n = rec->parts[i].sem != NULL ? rec->parts[i].sem : "";
+        parts[i + 1] = (engine_part_t){n, strlen(n), rec->parts[i].weight, 0};
+    }
+    t->q.multi = emb__multi_new(eb, &t->q, parts, rec->nparts + 1, &why);
+    if (t->q.multi == NULL)
+        return be_msg_code(why) == SEMA_ENOMEM ? SEMA_ENOMEM : 1;
+    t->q.multi->part[0].oseq = rec->seq;
+    return emb__multi_park(eb, t->q.multi) != 0 ? SEMA_ENOMEM : 0;
+}
+
+/* Rebuild a stored ticket: a waiting one in its place(s), a granted one with its lease. A
  * ticket whose semaphore or lease is gone ended while semad was down: its row goes. */
 int emb__ticket_load(emb_t *eb, const store_ticket_t *rec)
 {
@@ -595,6 +836,7 @@ int emb__ticket_load(emb_t *eb, const store_ticket_t *rec)
     emb_sem_t *s = emb__sem_find(eb, rec->sem, strlen(rec->sem));
     emb_lease_t *l = NULL;
     emb_ticket_t *t;
+    int rc = 0;
 
     if (idlen == 0 || idlen >= ENGINE_LEASE_ID_MAX || ticket_find(eb, rec->id, idlen) != NULL)
         return SEMA_ECORRUPT;
@@ -602,11 +844,9 @@ int emb__ticket_load(emb_t *eb, const store_ticket_t *rec)
         l = emb__lease_find(eb, rec->lease_id, strlen(rec->lease_id));
     if (s == NULL || rec->weight == 0 || rec->weight > s->capacity ||
         (rec->lease_id == NULL && rec->seq == 0) ||
-        (rec->lease_id != NULL && (l == NULL || l->ticket != NULL))) {
-        (void)store_del_ticket(eb->store, rec->id); /* committed with the next change */
-        return 0;
-    }
-    t = ticket_new(eb, s, rec->weight, rec->owner, rec->principal);
+        (rec->lease_id != NULL && (l == NULL || l->ticket != NULL)))
+        goto gone;
+    t = ticket_new(eb, s, rec->weight, rec->owner, rec->principal, rec->tenant);
     if (t == NULL)
         return SEMA_ENOMEM;
     memcpy(t->id, rec->id, idlen + 1);
@@ -617,17 +857,29 @@ int emb__ticket_load(emb_t *eb, const store_ticket_t *rec)
         t->status = EMB_TICKET_GRANTED;
         t->lease = l;
         t->collected = rec->collected != 0;
+        t->multi = emb__lease_next(l) != NULL;
         l->ticket = t;
+    } else if (rec->nparts > 0) {
+        t->multi = 1;
+        rc = load_multi(eb, t, rec);
+    } else if (emb__lim_too_heavy(s, rec->weight) != BE_MSG_NONE) {
+        rc = 1;
     } else {
         t->q.oseq = rec->seq;
-        if (emb__park(eb, &t->q, s, -1) != 0) {
-            ticket_free_raw(t);
-            return SEMA_ENOMEM;
-        }
+        rc = ticket_park(eb, t) != 0 ? SEMA_ENOMEM : 0;
+    }
+    if (rc != 0) {
+        ticket_free_raw(t);
+        if (rc == 1)
+            goto gone;
+        return rc;
     }
     ticket_insert(eb, t);
-    ticket_key(eb, t, rec->idem_key);
+    ticket_key(eb, t, rec->idem_key, rec->nparts > 0);
     keepalive_touch(eb, t);
+    return 0;
+gone:
+    (void)store_del_ticket(eb->store, rec->id); /* committed with the next change */
     return 0;
 }
 

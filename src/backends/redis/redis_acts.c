@@ -253,6 +253,7 @@ static int view_from(engine_result_t *res, engine_sem_view_t *v, const redisRepl
         engine_waiter_t *q = &v->waiters[i];
         size_t olen;
         const char *owner = rs__el_str(ws, i * RS_WAITER_LEN + RS_W_OWNER, &olen);
+        memset(q, 0, sizeof(*q)); /* no tenant, not a part: Redis serves neither */
         q->owner = olen ? engine_result_strdup(res, owner, olen) : NULL;
         if (olen && q->owner == NULL)
             return -1;

@@ -104,6 +104,7 @@ end
 -- Tickets (the section "tickets" below): hooks the shared code calls only while the row
 -- counts live tickets (M.nt > 0), and the wait estimate's samples (est_*, taken then too).
 local tk_lease_gone, tk_admit, tk_housekeep, tk_next_due, tk_delete_all, tk_resize, fw_left
+local fw_prefix
 local est_hold, est_queue_grant, tk_run
 local follow
 
@@ -1561,58 +1562,138 @@ end
 -- what left from places before its own since: a Fenwick tree over queue places (the :q
 -- score) of the weight that left, kept in :fw only while the semaphore has tickets. Its size
 -- (field n, a power of two) doubles as places grow; the new root then covers the old one.
-local function lowbit(j)
-  local p = 1
-  while j % (p * 2) == 0 do
-    p = p * 2
-  end
-  return p
-end
-
-local function fw_prefix(i)
-  local n = tonumber(redis.call('HGET', KFW, 'n') or '0')
-  if i > n then
-    i = n -- nothing left from a place beyond n
-  end
-  local idx = {}
-  while i > 0 do
-    idx[#idx + 1] = N(i)
-    i = i - lowbit(i)
-  end
-  local sum = 0
-  if #idx > 0 then
-    for _, v in ipairs(redis.call('HMGET', KFW, unpack(idx))) do
-      sum = sum + tonumber(v or '0')
+-- Places at or below the offset (field o) are folded into one sum (field c): nothing leaves
+-- from them again and no ticket asks about them, as they are all behind the queue's head. When
+-- a place outgrows the tree and places behind the head are still in it, the tree is built again
+-- from the head on (fw_fold), so that a queue that never runs out of tickets keeps a tree the
+-- size of its span, not one field for every place it ever had.
+do -- (the tree's helpers are locals of this block: the chunk's locals are bounded)
+  local function lowbit(j)
+    local p = 1
+    while j % (p * 2) == 0 do
+      p = p * 2
     end
+    return p
   end
-  return sum
-end
 
-fw_left = function(wid, w)
-  if w <= 0 then
-    return
+  -- The tree's size, offset and folded sum.
+  local function fw_head()
+    local v = redis.call('HMGET', KFW, 'n', 'o', 'c')
+    return tonumber(v[1] or '0'), tonumber(v[2] or '0'), tonumber(v[3] or '0')
   end
-  local i = tonumber(redis.call('ZSCORE', KQ, wid) or '0')
-  if i <= 0 then
-    return
-  end
-  local n = tonumber(redis.call('HGET', KFW, 'n') or '0')
-  if n < i then
-    if n == 0 then
-      n = 1
+
+  fw_prefix = function(i)
+    local n, o, c = fw_head()
+    i = i - o
+    if i > n then
+      i = n -- nothing left from a place beyond n
     end
-    while n < i do
-      local root = redis.call('HGET', KFW, N(n))
-      n = n * 2
-      if root then
-        redis.call('HSET', KFW, N(n), root)
+    local idx = {}
+    while i > 0 do
+      idx[#idx + 1] = N(i)
+      i = i - lowbit(i)
+    end
+    local sum = c
+    if #idx > 0 then
+      for _, v in ipairs(redis.call('HMGET', KFW, unpack(idx))) do
+        sum = sum + tonumber(v or '0')
       end
     end
-    redis.call('HSET', KFW, 'n', N(n))
+    return sum
   end
-  while i <= n do
-    redis.call('HINCRBY', KFW, N(i), w)
-    i = i + lowbit(i)
+
+  -- The tree of size n again with offset o2 (> o, at most the head's place less one): each
+  -- place's own weight back from the tree (in O(n), the reverse of its build), those at or
+  -- below o2 added to the folded sum, the others built into a tree of size n2. Written in
+  -- chunks: a call's arguments are bounded.
+  local function fw_fold(n, o, c, o2, n2)
+    local t = {}
+    local all = redis.call('HGETALL', KFW)
+    for k = 1, #all, 2 do
+      local j = tonumber(all[k])
+      if j then
+        t[j] = tonumber(all[k + 1])
+      end
+    end
+    for j = n, 1, -1 do
+      local up = j + lowbit(j)
+      if t[j] and up <= n then
+        t[up] = (t[up] or 0) - t[j]
+      end
+    end
+    local shift, u = o2 - o, {}
+    for j = 1, n do
+      local v = t[j]
+      if v and v ~= 0 then
+        if j <= shift then
+          c = c + v
+        elseif j - shift <= n2 then
+          u[j - shift] = v
+        end
+      end
+    end
+    for j = 1, n2 do
+      local up = j + lowbit(j)
+      if u[j] and up <= n2 then
+        u[up] = (u[up] or 0) + u[j]
+      end
+    end
+    redis.call('DEL', KFW)
+    local a = {'n', N(n2), 'o', N(o2), 'c', N(c)}
+    for j = 1, n2 do
+      if u[j] and u[j] ~= 0 then
+        a[#a + 1], a[#a + 2] = N(j), N(u[j])
+        if #a >= 1000 then
+          redis.call('HSET', KFW, unpack(a))
+          a = {}
+        end
+      end
+    end
+    if #a > 0 then
+      redis.call('HSET', KFW, unpack(a))
+    end
+    return n2, o2
+  end
+
+  fw_left = function(wid, w)
+    if w <= 0 then
+      return
+    end
+    local i = tonumber(redis.call('ZSCORE', KQ, wid) or '0')
+    if i <= 0 then
+      return
+    end
+    local n, o, c = fw_head()
+    if i - o > n then
+      local head = redis.call('ZRANGE', KQ, 0, 0, 'WITHSCORES')
+      local h = tonumber(head[2] or N(i))
+      if h - 1 > o then
+        -- room for twice the span from the head: the next fold is as many places away
+        local n2 = 1
+        while n2 < 2 * (M.seq - h + 1) do
+          n2 = n2 * 2
+        end
+        n, o = fw_fold(n, o, c, h - 1, n2)
+      end
+    end
+    i = i - o
+    if n < i then
+      if n == 0 then
+        n = 1
+      end
+      while n < i do
+        local root = redis.call('HGET', KFW, N(n))
+        n = n * 2
+        if root then
+          redis.call('HSET', KFW, N(n), root)
+        end
+      end
+      redis.call('HSET', KFW, 'n', N(n))
+    end
+    while i <= n do
+      redis.call('HINCRBY', KFW, N(i), w)
+      i = i + lowbit(i)
+    end
   end
 end
 

@@ -24,6 +24,31 @@ const RATE_WINDOW_MS = 10000;
 const METRICS_EVERY_MS = 15000;
 
 const KIND = { ticket: "ticket", wait_idle: "wait-idle" };
+const TENANTS_SHOWN = 5;
+
+/** A holder's or a waiter's owner, with its tenant and whether it is one part of a request
+ * on several semaphores. */
+function who(x) {
+  return (x.owner ?? "—") + (x.tenant ? ` · tenant ${x.tenant}` : "") +
+    (x.multi ? " · with other semaphores" : "");
+}
+
+/** The summary's rows for a semaphore's limits and tenants (none for a plain one). */
+function limitRows(s) {
+  const rows = [];
+  if (s.tenant_max) rows.push(["At most per tenant", fmtCount(s.tenant_max)]);
+  if (s.rate_per_s) {
+    rows.push(["Rate", `${fmtCount(s.rate_per_s)}/s, burst ${fmtCount(s.rate_burst)} ` +
+      `(${fmtCount(s.tokens)} tokens now)`]);
+  }
+  const ts = s.tenants ?? [];
+  if (ts.length) {
+    const shown = ts.slice(0, TENANTS_SHOWN).map((t) =>
+      `${t.tenant ?? "(none)"}: ${fmtCount(t.held)} held, ${fmtCount(t.waiting_weight)} waiting`);
+    rows.push(["Tenants", shown.join("; ") + (ts.length > TENANTS_SHOWN ? "; …" : "")]);
+  }
+  return rows;
+}
 
 /** What one view of a semaphore or a lock shares: the header, the tables and the actions. */
 class Detail {
@@ -52,7 +77,7 @@ class Detail {
   holderTable(modeColumn) {
     const cols = [
       { label: "Lease", className: "mono", cell: (l) => l.lease },
-      { label: "Owner", className: "name", cell: (l) => l.owner ?? "—" },
+      { label: "Owner", className: "name", cell: who },
       modeColumn
         ? { label: "Mode", cell: (l) => l.mode ?? "—" }
         : { label: "Weight", className: "num", cell: (l) => fmtCount(l.weight) },
@@ -72,7 +97,7 @@ class Detail {
       columns: [
         { label: "Place", className: "num", cell: (w) => `#${w.position + 1}` },
         { label: "Kind", cell: (w) => modeColumn ? w.mode ?? "—" : KIND[w.kind] ?? "acquire" },
-        { label: "Owner", className: "name", cell: (w) => w.owner ?? "—" },
+        { label: "Owner", className: "name", cell: who },
         { label: "Weight", className: "num", cell: (w) => fmtCount(w.weight) },
         { label: "Waiting for", className: "num", cell: (w) => fmtDuration(serverNow() - w.since) },
       ],
@@ -232,7 +257,7 @@ export class SemaphoreView extends Detail {
     if (["granted", "released", "expired", "revoked"].includes(ev.type)) {
       if (ev.type === "granted") {
         const l = { lease: d.lease, weight: d.weight, owner: d.owner, fence: d.fence,
-          acquired_at: d.acquired_at, expires_at: d.expires_at };
+          acquired_at: d.acquired_at, expires_at: d.expires_at, tenant: d.tenant, multi: d.multi };
         this.holders.set(d.lease, l);
         this.flight?.granted.set(d.lease, l);
         this.grants.push(performance.now());
@@ -328,6 +353,7 @@ export class SemaphoreView extends Detail {
       ["Oldest waiter", oldest === null ? "—" : fmtDuration(oldest)],
       ["Grants/s (last 10 s)", fmtRate(this.rate())],
       ["Fence", fmtCount(s.fence)],
+      ...limitRows(s),
     ]);
     this.holdersTable.setItems(holders);
     this.waitersTable.setItems(s.waiters);

@@ -7,7 +7,8 @@ from ._async import (AsyncClient, AsyncEventStream, AsyncKeyedLock, AsyncLegacy,
 from ._client import (Client, EventStream, KeyedLock, Legacy, Permit, PermitContext, Semaphore,
                       Ticket, TicketUpdates)
 from ._http import Cancel
-from ._types import (Estimate, Holder, Lease, LockState, SemaphoreState, TicketState, Waiter)
+from ._types import (Estimate, Holder, Lease, LockState, Part, SemaphoreState, TenantState,
+                     TicketState, Waiter)
 from ._version import __version__
 from .errors import (Busy, Cancelled, Conflict, Forbidden, Gone, InvalidRequest, LeaseLost,
                      LimitReached, NetworkError, NotFound, NotSupported, Overflow,
@@ -20,7 +21,8 @@ __all__ = [
     "AsyncPermitContext", "AsyncSemaphore", "AsyncTicket",
     "Client", "EventStream", "KeyedLock", "Legacy", "Permit", "PermitContext", "Semaphore",
     "Ticket", "TicketUpdates", "Cancel",
-    "Estimate", "Holder", "Lease", "LockState", "SemaphoreState", "TicketState", "Waiter",
+    "Estimate", "Holder", "Lease", "LockState", "Part", "SemaphoreState", "TenantState",
+    "TicketState", "Waiter",
     "Busy", "Cancelled", "Conflict", "Forbidden", "Gone", "InvalidRequest", "LeaseLost",
     "LimitReached", "NetworkError", "NotFound", "NotSupported", "Overflow", "ProtocolError",
     "SemaError", "SemaphoreDeleted", "ServerError", "TicketEnded", "Timeout", "TooHeavy",

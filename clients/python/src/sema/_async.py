@@ -9,7 +9,8 @@ import ssl
 import time
 from types import TracebackType
 from typing import (Any, AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable,
-                    Dict, Generic, Iterable, List, Optional, Set, Type, TypeVar, Union)
+                    Dict, Generic, Iterable, List, Mapping, Optional, Set, Type, TypeVar,
+                    Union)
 
 from . import _flows as fl
 from ._ahttp import AsyncHttp
@@ -315,15 +316,18 @@ class AsyncSemaphore:
     def __repr__(self) -> str:
         return "<AsyncSemaphore %r at %s>" % (self.name, self._client.url)
 
-    async def create(self, capacity: int) -> bool:
-        return await self._client._run(fl.create(self._client._o.config, self.name, capacity))
+    async def create(self, capacity: int, *, tenant_max: Optional[int] = None,
+                     rate_per_s: Optional[int] = None, rate_burst: Optional[int] = None) -> bool:
+        return await self._client._run(fl.create(self._client._o.config, self.name, capacity,
+                                                 tenant_max, rate_per_s, rate_burst))
 
     async def acquire(self, weight: int = 1, timeout: Optional[float] = None,
                       ttl: Optional[float] = None, owner: Optional[str] = None, *,
+                      tenant: Optional[str] = None,
                       idempotency_key: Optional[str] = None) -> AsyncPermit:
         """As Semaphore.acquire; cancelling the task cancels the wait (nothing held)."""
         c = self._client
-        body = fl.acquire_body(c._o.config, ttl, owner)
+        body = fl.tenant_of(fl.acquire_body(c._o.config, ttl, owner), tenant)
         body["weight"] = fl.count(weight, "weight")
         key = fl.new_key() if idempotency_key is None else fl.check_key(idempotency_key)
         lease, sent = await c._run(fl.acquire(c._o.config, self._acquire_path, body, timeout,
@@ -336,15 +340,18 @@ class AsyncSemaphore:
         self._held.pop(permit, None)
 
     async def try_acquire(self, weight: int = 1, ttl: Optional[float] = None,
-                          owner: Optional[str] = None) -> Optional[AsyncPermit]:
+                          owner: Optional[str] = None, *,
+                          tenant: Optional[str] = None) -> Optional[AsyncPermit]:
         try:
-            return await self.acquire(weight, 0, ttl, owner)
+            return await self.acquire(weight, 0, ttl, owner, tenant=tenant)
         except Busy:
             return None
 
     def permit(self, weight: int = 1, timeout: Optional[float] = None,
-               ttl: Optional[float] = None, owner: Optional[str] = None) -> AsyncPermitContext:
-        return AsyncPermitContext(lambda: self.acquire(weight, timeout, ttl, owner))
+               ttl: Optional[float] = None, owner: Optional[str] = None, *,
+               tenant: Optional[str] = None) -> AsyncPermitContext:
+        return AsyncPermitContext(lambda: self.acquire(weight, timeout, ttl, owner,
+                                                       tenant=tenant))
 
     async def release(self, weight: int = 1) -> None:
         permit = next((p for p in self._held if p.weight == weight), None)
@@ -359,6 +366,14 @@ class AsyncSemaphore:
     async def resize(self, capacity: int) -> SemaphoreState:
         return await self._client._run(fl.resize(self._client._o.config, self.name, capacity))
 
+    async def configure(self, capacity: Optional[int] = None, *,
+                        tenant_max: Optional[int] = None, rate_per_s: Optional[int] = None,
+                        rate_burst: Optional[int] = None) -> SemaphoreState:
+        body = {} if capacity is None else {"capacity": fl.count(capacity, "capacity")}
+        return await self._client._run(fl.configure(self._client._o.config, self.name,
+                                                    fl.limits(body, tenant_max, rate_per_s,
+                                                              rate_burst)))
+
     async def state(self) -> SemaphoreState:
         return await self._client._run(fl.state(self._client._o.config, self.name))
 
@@ -370,9 +385,10 @@ class AsyncSemaphore:
 
     async def take_ticket(self, weight: int = 1, ttl: Optional[float] = None,
                           owner: Optional[str] = None, keepalive: Optional[float] = None, *,
+                          tenant: Optional[str] = None,
                           idempotency_key: Optional[str] = None) -> AsyncTicket:
         c = self._client
-        body = fl.acquire_body(c._o.config, ttl, owner)
+        body = fl.tenant_of(fl.acquire_body(c._o.config, ttl, owner), tenant)
         body["weight"] = fl.count(weight, "weight")
         if keepalive is not None:
             body["keepalive_ms"] = fl.to_ms(keepalive, "keepalive", 1)
@@ -603,6 +619,25 @@ class AsyncClient:
 
     def lock(self, key: str) -> AsyncKeyedLock:
         return AsyncKeyedLock(self, key)
+
+    async def acquire_all(self, semaphores: Union[Mapping[str, int], Iterable[Any]],
+                          timeout: Optional[float] = None, ttl: Optional[float] = None,
+                          owner: Optional[str] = None, *, tenant: Optional[str] = None,
+                          idempotency_key: Optional[str] = None) -> AsyncPermit:
+        """As Client.acquire_all; cancelling the task cancels the wait (nothing held)."""
+        body = fl.tenant_of(fl.acquire_body(self._o.config, ttl, owner), tenant)
+        body["semaphores"] = fl.parts_body(semaphores)
+        key = fl.new_key() if idempotency_key is None else fl.check_key(idempotency_key)
+        lease, sent = await self._run(fl.acquire(self._o.config, fl.ALL_PATH, body, timeout,
+                                                 key))
+        return AsyncPermit(self, lease, sent)
+
+    def permit_all(self, semaphores: Union[Mapping[str, int], Iterable[Any]],
+                   timeout: Optional[float] = None, ttl: Optional[float] = None,
+                   owner: Optional[str] = None, *,
+                   tenant: Optional[str] = None) -> AsyncPermitContext:
+        return AsyncPermitContext(lambda: self.acquire_all(semaphores, timeout, ttl, owner,
+                                                           tenant=tenant))
 
     async def lease(self, lease_id: str) -> Lease:
         return await self._run(fl.lease_get(self._o.config, lease_id))

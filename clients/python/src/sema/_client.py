@@ -8,8 +8,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
-from typing import (Any, Callable, Dict, Generator, Generic, Iterable, List,
-                    Optional, Tuple, Type, TypeVar)
+from typing import (Any, Callable, Dict, Generator, Generic, Iterable, List, Mapping,
+                    Optional, Tuple, Type, TypeVar, Union)
 
 from . import _flows as fl
 from ._common import PermitFields, TicketFields, ticket_permit, unreachable
@@ -23,7 +23,7 @@ from .events import Event
 T = TypeVar("T")
 R = TypeVar("R")
 RENEWERS = 2  # threads renewing a client's permits
-BodyKey = Tuple[int, Optional[float], Optional[str]]  # an acquire's weight, ttl and owner
+BodyKey = Tuple[int, Optional[float], Optional[str], Optional[str]]  # weight, ttl, owner, tenant
 IDLE_LOOK = 1.0  # seconds between two looks of a renewer with nothing to renew
 
 
@@ -329,21 +329,27 @@ class Semaphore:
     def __repr__(self) -> str:
         return "<Semaphore %r at %s>" % (self.name, self._client.url)
 
-    def create(self, capacity: int) -> bool:
+    def create(self, capacity: int, *, tenant_max: Optional[int] = None,
+               rate_per_s: Optional[int] = None, rate_burst: Optional[int] = None) -> bool:
         """Creates it with ``capacity`` (PUT, right ``admin``): True when created, False
-        when it existed with this capacity; Conflict with another."""
-        return self._client._run(fl.create(self._client._o.config, self.name, capacity))
+        when it existed with this capacity and limits; Conflict with others. ``tenant_max``:
+        the most one tenant may hold; ``rate_per_s``: units granted per second at most,
+        ``rate_burst`` at once after a pause (default rate_per_s)."""
+        return self._client._run(fl.create(self._client._o.config, self.name, capacity,
+                                           tenant_max, rate_per_s, rate_burst))
 
     def acquire(self, weight: int = 1, timeout: Optional[float] = None,
                 ttl: Optional[float] = None, owner: Optional[str] = None, *,
-                idempotency_key: Optional[str] = None,
+                tenant: Optional[str] = None, idempotency_key: Optional[str] = None,
                 cancel: Optional[Cancel] = None) -> Permit:
         """Waits for ``weight`` units (one long-poll request, FIFO across every client) and
         returns the permit. ``timeout`` in seconds: None (or negative) waits as long as it
-        takes, 0 tries once. Raises Timeout, Busy (a try), TooHeavy, NotFound,
-        SemaphoreDeleted, or Cancelled when ``cancel`` is set."""
+        takes, 0 tries once. ``tenant``: whose share the units count to (tenants take
+        turns by units; none holds more than the semaphore's tenant_max). Raises Timeout,
+        Busy (a try), TooHeavy, NotFound, SemaphoreDeleted, or Cancelled when ``cancel``
+        is set."""
         c = self._client
-        body, encoded = self._body(weight, ttl, owner)
+        body, encoded = self._body(weight, ttl, owner, tenant)
         key = fl.new_key() if idempotency_key is None else fl.check_key(idempotency_key)
         lease, sent = c._run(fl.acquire(c._o.config, self._acquire_path, body, timeout, key,
                                         encoded), cancel)
@@ -351,36 +357,38 @@ class Semaphore:
         self._held[permit] = None
         return permit
 
-    def _body(self, weight: int, ttl: Optional[float],
-              owner: Optional[str]) -> Tuple[Dict[str, Any], bytes]:
+    def _body(self, weight: int, ttl: Optional[float], owner: Optional[str],
+              tenant: Optional[str]) -> Tuple[Dict[str, Any], bytes]:
         """An acquire's body and its bytes, kept for the handle's few usual shapes (a
         blocking acquire sends the same bytes every time)."""
-        got = self._bodies.get((weight, ttl, owner))
+        got = self._bodies.get((weight, ttl, owner, tenant))
         if got is None:
-            body = fl.acquire_body(self._client._o.config, ttl, owner)
+            body = fl.tenant_of(fl.acquire_body(self._client._o.config, ttl, owner), tenant)
             body["weight"] = fl.count(weight, "weight")
             got = body, fl.dumps(body)
             if len(self._bodies) < 16:
-                self._bodies[(weight, ttl, owner)] = got
+                self._bodies[(weight, ttl, owner, tenant)] = got
         return got
 
     def _forget(self, permit: Permit) -> None:
         self._held.pop(permit, None)
 
     def try_acquire(self, weight: int = 1, ttl: Optional[float] = None,
-                    owner: Optional[str] = None) -> Optional[Permit]:
+                    owner: Optional[str] = None, *,
+                    tenant: Optional[str] = None) -> Optional[Permit]:
         """The permit if ``weight`` units are free now, else None (never queues, never
         jumps the queue)."""
         try:
-            return self.acquire(weight, 0, ttl, owner)
+            return self.acquire(weight, 0, ttl, owner, tenant=tenant)
         except Busy:
             return None
 
     def permit(self, weight: int = 1, timeout: Optional[float] = None,
                ttl: Optional[float] = None, owner: Optional[str] = None, *,
-               cancel: Optional[Cancel] = None) -> PermitContext:
+               tenant: Optional[str] = None, cancel: Optional[Cancel] = None) -> PermitContext:
         """``with sem.permit(2, timeout=5) as p:`` holds 2 units for the block."""
-        return PermitContext(lambda: self.acquire(weight, timeout, ttl, owner, cancel=cancel))
+        return PermitContext(lambda: self.acquire(weight, timeout, ttl, owner, tenant=tenant,
+                                                  cancel=cancel))
 
     def release(self, weight: int = 1) -> None:
         """Weighted-semaphore style: releases the oldest permit of ``weight`` taken through
@@ -402,6 +410,16 @@ class Semaphore:
         revokes (waiters heavier than the new capacity fail TooHeavy)."""
         return self._client._run(fl.resize(self._client._o.config, self.name, capacity))
 
+    def configure(self, capacity: Optional[int] = None, *, tenant_max: Optional[int] = None,
+                  rate_per_s: Optional[int] = None,
+                  rate_burst: Optional[int] = None) -> SemaphoreState:
+        """Changes the capacity and limits given (PATCH, ``admin``); the others stay. A
+        limit of 0 removes it."""
+        body = {} if capacity is None else {"capacity": fl.count(capacity, "capacity")}
+        return self._client._run(fl.configure(self._client._o.config, self.name,
+                                              fl.limits(body, tenant_max, rate_per_s,
+                                                        rate_burst)))
+
     def state(self) -> SemaphoreState:
         """Its state now: capacity, available, holders, waiters (GET, ``read``)."""
         return self._client._run(fl.state(self._client._o.config, self.name))
@@ -416,12 +434,13 @@ class Semaphore:
 
     def take_ticket(self, weight: int = 1, ttl: Optional[float] = None,
                     owner: Optional[str] = None, keepalive: Optional[float] = None, *,
+                    tenant: Optional[str] = None,
                     idempotency_key: Optional[str] = None) -> Ticket:
         """A place in this semaphore's line that holds no connection (``acquire``): answered
         at once, waiting with its position or already granted. Read it within its keepalive
         (``refresh``, ``updates``, ``wait_turn``) or it leaves the line."""
         c = self._client
-        body = fl.acquire_body(c._o.config, ttl, owner)
+        body = fl.tenant_of(fl.acquire_body(c._o.config, ttl, owner), tenant)
         body["weight"] = fl.count(weight, "weight")
         if keepalive is not None:
             body["keepalive_ms"] = fl.to_ms(keepalive, "keepalive", 1)
@@ -675,6 +694,31 @@ class Client:
     def lock(self, key: str) -> KeyedLock:
         """A handle on the reader/writer lock of ``key``; sends nothing."""
         return KeyedLock(self, key)
+
+    def acquire_all(self, semaphores: Union[Mapping[str, int], Iterable[Any]],
+                    timeout: Optional[float] = None, ttl: Optional[float] = None,
+                    owner: Optional[str] = None, *, tenant: Optional[str] = None,
+                    idempotency_key: Optional[str] = None,
+                    cancel: Optional[Cancel] = None) -> Permit:
+        """Units of several semaphores at once, all or nothing (``acquire``): ``semaphores``
+        is {name: weight}, or names (weight 1) and (name, weight) pairs, 1 to 16. The
+        request waits in every semaphore's line and holds nothing until it is granted on
+        all; the permit is one lease (``parts``, ``fences`` by name), renewed and released
+        as one. Raises as Semaphore.acquire (NotFound when one of them does not exist)."""
+        body = fl.tenant_of(fl.acquire_body(self._o.config, ttl, owner), tenant)
+        body["semaphores"] = fl.parts_body(semaphores)
+        key = fl.new_key() if idempotency_key is None else fl.check_key(idempotency_key)
+        lease, sent = self._run(fl.acquire(self._o.config, fl.ALL_PATH, body, timeout, key),
+                                cancel)
+        return Permit(self, lease, sent)
+
+    def permit_all(self, semaphores: Union[Mapping[str, int], Iterable[Any]],
+                   timeout: Optional[float] = None, ttl: Optional[float] = None,
+                   owner: Optional[str] = None, *, tenant: Optional[str] = None,
+                   cancel: Optional[Cancel] = None) -> PermitContext:
+        """``with client.permit_all({"gpu": 2, "db": 1}) as p:`` holds them for the block."""
+        return PermitContext(lambda: self.acquire_all(semaphores, timeout, ttl, owner,
+                                                      tenant=tenant, cancel=cancel))
 
     def lease(self, lease_id: str) -> Lease:
         """A lease by id (``read``); LeaseLost once it ended, NotFound if never seen."""

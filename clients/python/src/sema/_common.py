@@ -4,9 +4,9 @@ lease is held to, and how a granted ticket becomes a permit. The clients add the
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, Optional, Tuple, TypeVar
 
-from ._types import Estimate, Lease, TicketState
+from ._types import Estimate, Lease, Part, TicketState
 from .errors import LeaseLost
 
 P = TypeVar("P")
@@ -28,6 +28,10 @@ class PermitFields:
     owner: Optional[str]
     key: Optional[str]
     mode: Optional[str]
+    tenant: Optional[str]
+    parts: Optional[Tuple[Part, ...]]
+    """A lease on several semaphores (acquire_all): each one's name, weight and fence
+    (``name``, ``weight`` and ``fence`` are the first's); None on one semaphore."""
 
     def _fields(self, lease: Lease, sent: float, left: Optional[float]) -> Tuple[float, float]:
         """Takes the lease's fields; returns (local deadline, first renewal), monotonic."""
@@ -35,6 +39,7 @@ class PermitFields:
         self.fence, self.ttl, self.expires_at = lease.fence, lease.ttl, lease.expires_at
         self.acquired_at, self.owner = lease.acquired_at, lease.owner
         self.key, self.mode = lease.key, lease.mode
+        self.tenant, self.parts = lease.tenant, lease.parts
         self._error: Optional[LeaseLost] = None
         self._released = False
         self._gen = 0  # moves on when a scheduled renewal no longer stands
@@ -53,6 +58,13 @@ class PermitFields:
         return "<%s %s of %r weight=%d fence=%d%s>" % (
             type(self).__name__, self.lease, self.key or self.name, self.weight, self.fence,
             " lost" if self._error is not None else " released" if self._released else "")
+
+    @property
+    def fences(self) -> Dict[str, int]:
+        """The fence of each semaphore it holds units of, by name."""
+        if self.parts is None:
+            return {self.name: self.fence}
+        return {p.name: p.fence for p in self.parts}
 
     @property
     def released(self) -> bool:

@@ -287,10 +287,24 @@ def sem_path(name: str, suffix: str = "") -> str:
 
 # ---- semaphores ----
 
-def create(cfg: Config, name: str, capacity: int) -> Flow[bool]:
-    """PUT: True when created, False when it existed with this capacity (Conflict else)."""
-    reply = yield from call(cfg, "PUT", sem_path(name), {"capacity": count(capacity, "capacity")},
-                            retry=NETWORK)
+def limits(body: Dict[str, Any], tenant_max: Optional[int], rate_per_s: Optional[int],
+           rate_burst: Optional[int]) -> Dict[str, Any]:
+    """The limits given (0 removes one on a configure) added to a PUT's or a PATCH's body."""
+    for k, v in (("tenant_max", tenant_max), ("rate_per_s", rate_per_s),
+                 ("rate_burst", rate_burst)):
+        if v is not None:
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 2 ** 53:
+                raise ValueError("%s must be an int between 0 and 2^53, not %r" % (k, v))
+            body[k] = v
+    return body
+
+
+def create(cfg: Config, name: str, capacity: int, tenant_max: Optional[int] = None,
+           rate_per_s: Optional[int] = None, rate_burst: Optional[int] = None) -> Flow[bool]:
+    """PUT: True when created, False when it existed with this capacity and these limits
+    (Conflict else)."""
+    body = limits({"capacity": count(capacity, "capacity")}, tenant_max, rate_per_s, rate_burst)
+    reply = yield from call(cfg, "PUT", sem_path(name), body, retry=NETWORK)
     return reply.status == 201
 
 
@@ -302,6 +316,14 @@ def resize(cfg: Config, name: str, capacity: int) -> Flow[SemaphoreState]:
     doc = yield from call_json(cfg, "PATCH", sem_path(name),
                                {"capacity": count(capacity, "capacity")}, retry=NETWORK)
     return SemaphoreState.parse(doc)
+
+
+def configure(cfg: Config, name: str, body: Dict[str, Any]) -> Flow[SemaphoreState]:
+    """PATCH with the capacity and limits in ``body`` (those absent stay as they are)."""
+    if not body:
+        raise ValueError("configure: give capacity, tenant_max, rate_per_s or rate_burst")
+    return SemaphoreState.parse((yield from call_json(cfg, "PATCH", sem_path(name), body,
+                                                      retry=NETWORK)))
 
 
 def delete(cfg: Config, name: str) -> Flow[None]:
@@ -336,6 +358,39 @@ def acquire_body(cfg: Config, ttl: Optional[float], owner: Optional[str]) -> Dic
     if owner is not None:
         body["owner"] = owner
     return body
+
+
+def tenant_of(body: Dict[str, Any], tenant: Optional[str]) -> Dict[str, Any]:
+    """``tenant`` (whose share the units count to) added to an acquire's or a ticket's body."""
+    if tenant is not None:
+        if not isinstance(tenant, str) or not tenant:
+            raise ValueError("tenant must be a non-empty str, not %r" % (tenant,))
+        body["tenant"] = tenant
+    return body
+
+
+ALL_PATH = "/v1/acquire"
+
+
+def parts_body(semaphores: Any) -> List[Dict[str, Any]]:
+    """The "semaphores" of a request on several: from {name: weight}, or names and
+    (name, weight) pairs. Each named once, 1 to 16 (semad checks the count again)."""
+    items = semaphores.items() if isinstance(semaphores, dict) else semaphores
+    out: List[Dict[str, Any]] = []
+    try:
+        for it in items:
+            name, weight = (it, 1) if isinstance(it, str) else it
+            if not isinstance(name, str) or not name:
+                raise TypeError
+            out.append({"name": name, "weight": weight})
+    except (TypeError, ValueError):
+        raise ValueError("semaphores: a dict {name: weight}, or names and (name, weight) "
+                         "pairs, not %.100r" % (semaphores,)) from None
+    if not out:
+        raise ValueError("semaphores: at least one")
+    for p in out:
+        count(p["weight"], "weight")
+    return out
 
 
 def acquire(cfg: Config, path: str, body: Dict[str, Any], timeout: Optional[float],

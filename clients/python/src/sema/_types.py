@@ -2,8 +2,8 @@
 """_types.py - what semad's replies describe (leases, states, tickets), parsed and typed."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, List, Mapping, Optional
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from .errors import ProtocolError
 
@@ -47,10 +47,22 @@ def _list(d: Mapping[str, Any], key: str, what: str) -> List[Mapping[str, Any]]:
     return [_obj(x, what) for x in v]
 
 
+@dataclass(frozen=True)
+class Part:
+    """One semaphore of a lease on several: its name, the units held there and its fence."""
+
+    name: str
+    weight: int
+    fence: int
+
+
 @dataclass
 class Lease:
     """A lease as semad describes it. Times are seconds: ``ttl`` a duration,
-    ``expires_at`` and ``acquired_at`` on the server's clock (epoch, as time.time())."""
+    ``expires_at`` and ``acquired_at`` on the server's clock (epoch, as time.time()). A
+    lease on several semaphores (Client.acquire_all) has its ``parts``; ``name``,
+    ``weight`` and ``fence`` are then its first part's. ``fences`` maps each semaphore
+    of the lease to its fence."""
 
     lease: str
     name: str
@@ -62,24 +74,48 @@ class Lease:
     owner: Optional[str] = None
     key: Optional[str] = None
     mode: Optional[str] = None
+    tenant: Optional[str] = None
+    parts: Optional[Tuple[Part, ...]] = None
+
+    @property
+    def fences(self) -> Dict[str, int]:
+        if self.parts is None:
+            return {self.name: self.fence}
+        return {p.name: p.fence for p in self.parts}
 
     @classmethod
     def parse(cls, doc: Any) -> Lease:
         """Every acquire's reply goes through here: checked field by field, briefly."""
+        parts = None
         try:
-            lease, name, weight, fence = doc["lease"], doc["name"], doc["weight"], doc["fence"]
+            lease = doc["lease"]
+            if "semaphores" in doc:
+                parts = _parts(doc["semaphores"], doc)
+                name, weight, fence = parts[0].name, parts[0].weight, parts[0].fence
+            else:
+                name, weight, fence = doc["name"], doc["weight"], doc["fence"]
             ttl_ms, expires = doc["ttl_ms"], doc["expires_at"]
             acquired = doc.get("acquired_at") or 0
             owner, key, mode = doc.get("owner"), doc.get("key"), doc.get("mode")
+            tenant = doc.get("tenant")
         except (KeyError, TypeError, AttributeError):
             raise _bad("lease", doc) from None
         if type(lease) is not str or not lease or type(name) is not str or \
                 type(weight) is not int or type(fence) is not int or \
                 type(ttl_ms) is not int or ttl_ms <= 0 or type(expires) is not int or \
-                type(acquired) is not int or not _none_or_str(owner, key, mode):
+                type(acquired) is not int or not _none_or_str(owner, key, mode, tenant):
             raise _bad("lease", doc)
         return cls(lease, name, weight, fence, ttl_ms / 1000, expires / 1000, acquired / 1000,
-                   owner, key, mode)
+                   owner, key, mode, tenant, parts)
+
+
+def _parts(v: Any, doc: Any) -> Tuple[Part, ...]:
+    """The "semaphores" of a lease on several: at least one {name, weight, fence}."""
+    if not isinstance(v, list) or not v:
+        raise _bad("lease", doc)
+    w = "lease"
+    return tuple(Part(_str(p, "name", w), _int(p, "weight", w), _int(p, "fence", w))
+                 for p in (_obj(x, w) for x in v))
 
 
 def _none_or_str(*values: Any) -> bool:
@@ -98,6 +134,9 @@ class Holder:
     expires_at: float
     fence: int
     mode: Optional[str] = None
+    tenant: Optional[str] = None
+    multi: bool = False
+    """Its lease is on several semaphores (this is its part here)."""
 
     @classmethod
     def parse(cls, d: Mapping[str, Any]) -> Holder:
@@ -105,7 +144,8 @@ class Holder:
                    owner=_opt_str(d, "owner", "holder"),
                    acquired_at=_int(d, "acquired_at", "holder") / 1000,
                    expires_at=_int(d, "expires_at", "holder") / 1000,
-                   fence=_int(d, "fence", "holder"), mode=_opt_str(d, "mode", "holder"))
+                   fence=_int(d, "fence", "holder"), mode=_opt_str(d, "mode", "holder"),
+                   tenant=_opt_str(d, "tenant", "holder"), multi=d.get("multi") is True)
 
 
 @dataclass(frozen=True)
@@ -119,12 +159,33 @@ class Waiter:
     since: float
     kind: Optional[str] = None
     mode: Optional[str] = None
+    tenant: Optional[str] = None
+    multi: bool = False
+    """A request on several semaphores (this is its place here)."""
 
     @classmethod
     def parse(cls, d: Mapping[str, Any]) -> Waiter:
         return cls(position=_int(d, "position", "waiter"), weight=_int(d, "weight", "waiter"),
                    owner=_opt_str(d, "owner", "waiter"), since=_int(d, "since", "waiter") / 1000,
-                   kind=_opt_str(d, "kind", "waiter"), mode=_opt_str(d, "mode", "waiter"))
+                   kind=_opt_str(d, "kind", "waiter"), mode=_opt_str(d, "mode", "waiter"),
+                   tenant=_opt_str(d, "tenant", "waiter"), multi=d.get("multi") is True)
+
+
+@dataclass(frozen=True)
+class TenantState:
+    """A tenant of a semaphore (one that holds or waits there): ``tenant`` None for the
+    requests that named none."""
+
+    tenant: Optional[str]
+    held: int
+    waiting: int
+    waiting_weight: int
+
+    @classmethod
+    def parse(cls, d: Mapping[str, Any]) -> TenantState:
+        w = "tenant"
+        return cls(tenant=_opt_str(d, "tenant", w), held=_int(d, "held", w),
+                   waiting=_int(d, "waiting", w), waiting_weight=_int(d, "waiting_weight", w))
 
 
 @dataclass(frozen=True)
@@ -143,6 +204,15 @@ class SemaphoreState:
     waiters: List[Waiter]
     legacy: bool = False
     truncated: bool = False
+    tenant_max: Optional[int] = None
+    """The most one tenant may hold (None: no cap)."""
+    rate_per_s: Optional[int] = None
+    """Units granted per second at most (None: no rate), ``rate_burst`` at once after a
+    pause; ``tokens`` the units the bucket holds now."""
+    rate_burst: Optional[int] = None
+    tokens: Optional[int] = None
+    tenants: List[TenantState] = field(default_factory=list)
+    """Each tenant that holds or waits, by name."""
 
     @classmethod
     def parse(cls, doc: Any) -> SemaphoreState:
@@ -154,7 +224,11 @@ class SemaphoreState:
                    waiting_weight=_int(d, "waiting_weight", w),
                    holders=[Holder.parse(h) for h in _list(d, "holders", w)],
                    waiters=[Waiter.parse(x) for x in _list(d, "waiters", w)],
-                   legacy=d.get("legacy") is True, truncated=d.get("truncated") is True)
+                   legacy=d.get("legacy") is True, truncated=d.get("truncated") is True,
+                   tenant_max=_opt_int(d, "tenant_max", w),
+                   rate_per_s=_opt_int(d, "rate_per_s", w),
+                   rate_burst=_opt_int(d, "rate_burst", w), tokens=_opt_int(d, "tokens", w),
+                   tenants=[TenantState.parse(t) for t in _list(d, "tenants", w)])
 
 
 @dataclass(frozen=True)

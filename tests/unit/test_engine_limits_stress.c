@@ -1,0 +1,385 @@
+/* SPDX-License-Identifier: MIT */
+/* test_engine_limits_stress.c - requests on random overlapping sets of semaphores, with
+ * tenants, caps and a rate, under random acquires, releases, revokes, timeouts, cancels,
+ * short ttls and resizes, against a checker fed by the engine's own events and completions:
+ * - no semaphore above its capacity and no tenant above its tenant_max at any grant;
+ * - a request on several semaphores granted only all at once (a "granted" event on each of
+ *   its semaphores, with its lease id, before its completion, and none before all fit);
+ * - FIFO within each tenant on each semaphore (plain FIFO in the phase without tenants);
+ * - no deadlock: at the end nobody new comes, holders give back what they get, and every
+ *   request that waits forever is granted (bounded wait);
+ * - a rate: no grant without its tokens, by a model of the bucket on the loop's clock.
+ * A back end without these answers SEMA_ENOTSUP and the cases are skipped. */
+#include "engine/engine_limits.h"
+#include "test_engine_util.h"
+
+#define NSEM 4
+#define NCLIENT 40
+#define NTENANT 3
+#define RATE 2000 /* units a second on s3, burst BURST */
+#define BURST 4
+
+typedef struct {
+    treq_t *t;
+    engine_part_t parts[NSEM];
+    char names[NSEM][4];
+    size_t nparts;
+    int tenant; /* -1: none */
+    uint64_t seq;
+    int pending;
+    int holding;
+    char lease[40];
+} client_t;
+
+typedef struct {
+    uint64_t capacity, tenant_max;
+    uint64_t held, held_t[NTENANT + 1]; /* [NTENANT]: no tenant */
+    engine_sub_t *sub;
+    uint64_t tokens_n, tokens_ms; /* the rate's model (s3 only) */
+    uint64_t grants;
+} semck_t;
+
+static fx_t F;
+static client_t C[NCLIENT];
+static semck_t S[NSEM];
+static uint64_t rng = 0x51ed27e5ull, arrivals;
+static int with_tenants;
+static const char *const TENANT[NTENANT] = {"t0", "t1", "t2"};
+
+/* Grants seen per lease id (its "granted" events), to check all-at-once; and the grants
+ * completed since the last check, with the semaphores they must have (events come after
+ * completions, in the same delivery). */
+#define NSEEN 4096
+static struct {
+    char id[40];
+    unsigned sems;
+} seen[NSEEN], done[NCLIENT * 4];
+static size_t nseen, ndone;
+
+static uint64_t rnd(uint64_t n)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng % n;
+}
+
+static const char *sem_name(int i)
+{
+    static const char *const names[NSEM] = {"s0", "s1", "s2", "s3"};
+    return names[i];
+}
+
+static int tenant_of(const char *name)
+{
+    for (int i = 0; name != NULL && i < NTENANT; i++)
+        if (strcmp(name, TENANT[i]) == 0)
+            return i;
+    return NTENANT;
+}
+
+static void note_grant(const char *id, int sem)
+{
+    for (size_t i = 0; i < nseen; i++)
+        if (strcmp(seen[i].id, id) == 0) {
+            seen[i].sems |= 1u << sem;
+            return;
+        }
+    ASSERT_LT(nseen, NSEEN);
+    snprintf(seen[nseen].id, sizeof seen[0].id, "%s", id);
+    seen[nseen++].sems = 1u << sem;
+}
+
+static unsigned granted_sems(const char *id)
+{
+    for (size_t i = 0; i < nseen; i++)
+        if (strcmp(seen[i].id, id) == 0)
+            return seen[i].sems;
+    return 0;
+}
+
+/* The rate of s3 as a bucket on the loop's clock: never a grant without its tokens. */
+static void rate_take(semck_t *s, uint64_t w)
+{
+    uint64_t now = uv_now(&F.loop), cap = (uint64_t)BURST * 1000000000ull;
+    uint64_t add = (now - s->tokens_ms) * (uint64_t)RATE * 1000000ull;
+
+    s->tokens_n = s->tokens_n + add > cap ? cap : s->tokens_n + add;
+    s->tokens_ms = now;
+    if (s->tokens_n < w * 1000000000ull)
+        TEST_FAIL_("a grant of %llu on the rate's semaphore with %.3f tokens",
+                   (unsigned long long)w, (double)s->tokens_n / 1e9);
+    s->tokens_n -= w * 1000000000ull;
+}
+
+static void on_event(void *arg, const char *id, const char *type, const char *data, size_t len)
+{
+    semck_t *s = arg;
+    int si = (int)(s - S);
+    json_t *j = json_loadb(data, len, 0, NULL);
+    uint64_t w = (uint64_t)json_integer_value(json_object_get(j, "weight"));
+    int t = tenant_of(json_string_value(json_object_get(j, "tenant")));
+    const char *lease = json_string_value(json_object_get(j, "lease"));
+
+    (void)id;
+    if (strcmp(type, "granted") == 0) {
+        if (s->held + w > s->capacity)
+            TEST_FAIL_("%s: a grant of %llu with %llu held over capacity %llu", sem_name(si),
+                       (unsigned long long)w, (unsigned long long)s->held,
+                       (unsigned long long)s->capacity);
+        if (s->tenant_max != 0 && s->held_t[t] + w > s->tenant_max)
+            TEST_FAIL_("%s: tenant %d takes %llu holding %llu over tenant_max %llu", sem_name(si),
+                       t, (unsigned long long)w, (unsigned long long)s->held_t[t],
+                       (unsigned long long)s->tenant_max);
+        if (si == 3)
+            rate_take(s, w);
+        s->held += w;
+        s->held_t[t] += w;
+        s->grants++;
+        note_grant(lease, si);
+    } else if (strcmp(type, "released") == 0 || strcmp(type, "expired") == 0 ||
+               strcmp(type, "revoked") == 0) {
+        ASSERT_GE(s->held, w);
+        ASSERT_GE(s->held_t[t], w);
+        s->held -= w;
+        s->held_t[t] -= w;
+    } else if (strcmp(type, "resized") == 0) {
+        s->capacity = (uint64_t)json_integer_value(json_object_get(j, "capacity"));
+    } else if (strcmp(type, "deleted") == 0) {
+        memset(s->held_t, 0, sizeof s->held_t);
+        s->held = 0;
+    }
+    json_decref(j);
+}
+
+static int put_sem(int i, uint64_t cap, uint64_t tenant_max)
+{
+    treq_t *t = treq_new(ENGINE_SEM_PUT, sem_name(i));
+    int st;
+
+    t->r.capacity = cap;
+    if (tenant_max != 0) {
+        t->r.tenant_max = tenant_max;
+        t->r.limits |= ENGINE_LIMIT_TENANT_MAX;
+    }
+    if (i == 3) {
+        t->r.rate_per_s = RATE;
+        t->r.rate_burst = BURST;
+        t->r.limits |= ENGINE_LIMIT_RATE | ENGINE_LIMIT_BURST;
+    }
+    st = fx_do(&F, t);
+    treq_free(t);
+    return st;
+}
+
+static void create_sem(int i, uint64_t cap)
+{
+    memset(&S[i], 0, sizeof S[i]);
+    S[i].capacity = cap;
+    S[i].tenant_max = with_tenants ? 1 + rnd(cap) : 0;
+    S[i].tokens_n = (uint64_t)BURST * 1000000000ull;
+    S[i].tokens_ms = uv_now(&F.loop);
+    int st = put_sem(i, cap, S[i].tenant_max);
+    if (st == SEMA_ENOTSUP)
+        TEST_SKIP("this back end does not serve requests on several semaphores, tenants or rates");
+    ASSERT_OK(st);
+    ASSERT_OK(engine_subscribe(F.e, sem_name(i), on_event, &S[i], &S[i].sub));
+}
+
+/* Whoever of the same tenant waits on one of c's semaphores since before c: FIFO says none. */
+static void check_fifo(const client_t *c)
+{
+    for (int i = 0; i < NCLIENT; i++) {
+        const client_t *o = &C[i];
+        if (!o->pending || o->seq == 0 || o->seq >= c->seq || o->tenant != c->tenant)
+            continue;
+        for (size_t a = 0; a < c->nparts; a++)
+            for (size_t b = 0; b < o->nparts; b++)
+                if (strcmp(c->names[a], o->names[b]) == 0)
+                    TEST_FAIL_("client %d (arrival %llu) granted on %s before %d (arrival %llu)",
+                               (int)(c - C), (unsigned long long)c->seq, c->names[a], i,
+                               (unsigned long long)o->seq);
+    }
+}
+
+static void client_cb(engine_req_t *r)
+{
+    client_t *c = r->data;
+
+    c->pending = 0;
+    if (r->status != 0)
+        return;
+    if (c->seq != 0)
+        check_fifo(c);
+    unsigned want = 0;
+    for (size_t i = 0; i < c->nparts; i++)
+        want |= 1u << (c->names[i][1] - '0');
+    ASSERT_LT(ndone, sizeof done / sizeof done[0]);
+    snprintf(done[ndone].id, sizeof done[0].id, "%s", r->res.lease.id);
+    done[ndone++].sems = want;
+    snprintf(c->lease, sizeof c->lease, "%s", r->res.lease.id);
+    c->holding = 1;
+}
+
+static void start(client_t *c, int64_t timeout_ms)
+{
+    static const int64_t ttls[] = {0, 0, 0, 15, 60000};
+    treq_t *t = c->t;
+    unsigned used = 0;
+
+    memset(&t->r, 0, sizeof(t->r));
+    c->nparts = 1 + rnd(3);
+    for (size_t i = 0; i < c->nparts; i++) {
+        int s;
+        do
+            s = (int)rnd(NSEM);
+        while (used & (1u << s));
+        used |= 1u << s;
+        snprintf(c->names[i], sizeof c->names[i], "%s", sem_name(s));
+        uint64_t cap = s == 3 && S[s].capacity > BURST ? BURST : S[s].capacity;
+        uint64_t w = 1 + rnd(cap + (rnd(20) == 0)); /* sometimes too heavy */
+        if (S[s].tenant_max != 0 && w > S[s].tenant_max && rnd(4) != 0)
+            w = S[s].tenant_max;
+        c->parts[i] = (engine_part_t){c->names[i], 2, w, 0};
+    }
+    c->tenant = with_tenants && rnd(4) != 0 ? (int)rnd(NTENANT) : -1;
+    t->r.op = ENGINE_ACQUIRE_MULTI;
+    t->r.parts = c->parts;
+    t->r.nparts = c->nparts;
+    t->r.tenant = c->tenant >= 0 ? TENANT[c->tenant] : NULL;
+    t->r.timeout_ms = timeout_ms;
+    t->r.ttl_ms = ttls[rnd(5)];
+    t->r.cb = client_cb;
+    t->r.data = c;
+    if (c->tenant < 0)
+        c->tenant = NTENANT;
+    c->pending = 1;
+    c->seq = 0;
+    ASSERT_OK(engine_submit(F.e, &t->r));
+    if (c->pending)
+        c->seq = ++arrivals;
+}
+
+/* Each grant completed is on all of its semaphores, none missing, none more. */
+static void check_done(void)
+{
+    for (size_t i = 0; i < ndone; i++) {
+        unsigned got = granted_sems(done[i].id);
+        if (got != done[i].sems)
+            TEST_FAIL_("lease %s granted on %#x of %#x", done[i].id, got, done[i].sems);
+    }
+    ndone = 0;
+}
+
+static void step(void)
+{
+    static const int64_t timeouts[] = {0, -1, 5, 20, -1};
+    client_t *c = &C[rnd(NCLIENT)];
+    uint64_t k = rnd(100);
+
+    if (c->pending) {
+        if (k < 10) {
+            c->pending = 0;
+            engine_cancel(F.e, &c->t->r);
+        }
+    } else if (c->holding) {
+        if (k < 70) {
+            int st = fx_lease_op(&F, ENGINE_LEASE_RELEASE, c->lease);
+            ASSERT(st == 0 || st == SEMA_EEXPIRED || st == SEMA_ECANCELED);
+            c->holding = 0;
+        } else if (k < 74) {
+            (void)fx_lease_op(&F, ENGINE_LEASE_REVOKE, c->lease);
+            c->holding = 0;
+        }
+    } else {
+        start(c, timeouts[rnd(5)]);
+    }
+    k = rnd(1000);
+    if (k < 8) {
+        int i = (int)rnd(3); /* not the rate's: its model keeps its bucket */
+        treq_t *t = treq_new(ENGINE_SEM_RESIZE, sem_name(i));
+        t->r.capacity = 1 + rnd(6);
+        if (with_tenants) { /* the grants the resize makes keep the new cap */
+            t->r.tenant_max = 1 + rnd(t->r.capacity);
+            t->r.limits = ENGINE_LIMIT_TENANT_MAX;
+            S[i].tenant_max = t->r.tenant_max;
+        }
+        ASSERT_OK(fx_do(&F, t)); /* its "resized" event gives the capacity */
+        treq_free(t);
+    } else if (k < 60) {
+        int never = 0;
+        fx_run_until(&F, &never, 2); /* timeouts, expiries, the rate's timer */
+    }
+    check_done();
+}
+
+/* Nobody new: holders give back what they get, and every request waiting forever must be
+ * granted in the end (those with a timeout may time out instead). */
+static void drain(void)
+{
+    uint64_t t0 = uv_hrtime();
+    int left = 1;
+
+    while (left && uv_hrtime() - t0 < 20 * 1000000000ull) {
+        int never = 0;
+        left = 0;
+        for (int i = 0; i < NCLIENT; i++) {
+            if (C[i].holding) {
+                (void)fx_lease_op(&F, ENGINE_LEASE_RELEASE, C[i].lease);
+                C[i].holding = 0;
+            }
+            left |= C[i].pending;
+        }
+        fx_run_until(&F, &never, 5);
+        check_done();
+    }
+    for (int i = 0; i < NCLIENT; i++)
+        if (C[i].pending)
+            TEST_FAIL_("client %d still waits with nothing held: a deadlock", i);
+    for (int i = 0; i < NSEM; i++) {
+        ASSERT_EQ(fx_state(&F, sem_name(i), "held"), 0);
+        ASSERT_EQ(fx_state(&F, sem_name(i), "waiting"), 0);
+    }
+}
+
+static void run(int tenants, long steps)
+{
+    uint64_t grants = 0;
+
+    with_tenants = tenants;
+    nseen = 0;
+    fx_init(&F);
+    for (int i = 0; i < NSEM; i++)
+        create_sem(i, i == 3 ? 8 : 1 + rnd(6));
+    for (int i = 0; i < NCLIENT; i++)
+        C[i].t = treq_new(ENGINE_ACQUIRE_MULTI, NULL);
+    for (long i = 0; i < steps; i++) {
+        step();
+        if (nseen > NSEEN - 64)
+            nseen = 0; /* forget old leases (their checks are done) */
+    }
+    ndone = 0;
+    drain();
+    for (int i = 0; i < NSEM; i++) {
+        grants += S[i].grants;
+        engine_unsubscribe(F.e, S[i].sub);
+    }
+    fprintf(stderr, "limits stress (%s tenants): %ld steps, %llu grants\n", tenants ? "with" : "no",
+            steps, (unsigned long long)grants);
+    ASSERT_GT(grants, 100);
+    fx_free(&F);
+    for (int i = 0; i < NCLIENT; i++) {
+        treq_free(C[i].t);
+        memset(&C[i], 0, sizeof C[i]);
+    }
+}
+
+TEST(random_overlapping_sets_keep_capacity_all_at_once_fifo_and_drain)
+{
+    run(0, test_scale(20000));
+}
+
+TEST(random_sets_with_tenants_and_caps_keep_tenant_max_and_drain)
+{
+    run(1, test_scale(20000));
+}
