@@ -628,7 +628,11 @@ def test_head_answers_like_get_without_a_body():
                          b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n" % path.encode())
             st, hd = read_head(f)
             assert st == gst and hd["content-type"] == ghd["content-type"], (path, st, hd)
-            if path != "/metrics":  # the counters move between the two requests
+            if path == "/healthz" and b'"contact_age_ms"' in gbody:
+                # on Redis the age of the last contact moves between the two requests: the
+                # length is that of the same document with the age's digits as they were then
+                assert abs(int(hd["content-length"]) - len(gbody)) < 8, (path, hd, gbody)
+            elif path != "/metrics":  # the counters move between the two requests
                 assert int(hd["content-length"]) == len(gbody), (path, hd, gbody)
             # the next bytes are the GET's reply: the HEAD reply had no body
             assert fx.read_response(f)[0] == 200, path
