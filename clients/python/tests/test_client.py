@@ -321,20 +321,24 @@ def test_map_limit_fails_fast(client, name):
     wait_until(lambda: idle(sem), what="every unit back")
 
 
-def test_watch_events_and_resume(client, name):
-    sem = client.semaphore(name)
-    sem.create(2)
+def watching(sem):
+    """A thread collecting sem's events into the list returned, once the stream is open
+    (semad counts it as a subscriber: the first event, of a unit taken and given back, came)."""
     seen = []
     stream = sem.watch()
     reader = threading.Thread(target=lambda: seen.extend(stream))
     reader.start()
-    # the stream is open once semad counts it as a subscriber: wait for the first event
-    p = None
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 5 * SLOW
     while not seen and time.monotonic() < deadline:
-        q = sem.acquire()
-        q.release()
+        sem.acquire().release()
         time.sleep(0.05)
+    return reader, seen
+
+
+def test_watch_events_and_resume(client, name):
+    sem = client.semaphore(name)
+    sem.create(2)
+    reader, seen = watching(sem)
     p = sem.acquire(2)
     p.release()
     sem.resize(3)
@@ -353,14 +357,7 @@ def test_watch_events_and_resume(client, name):
 def test_watch_queued_and_left(client, name):
     sem = client.semaphore(name)
     sem.create(1)
-    seen = []
-    stream = sem.watch()
-    reader = threading.Thread(target=lambda: seen.extend(stream))
-    reader.start()
-    deadline = time.monotonic() + 5 * SLOW
-    while not seen and time.monotonic() < deadline:  # the stream is open once it hears
-        sem.acquire().release()
-        time.sleep(0.05)
+    reader, seen = watching(sem)
     held = sem.acquire()
     ticket = sem.take_ticket(owner="in-line")
     wait_until(lambda: any(isinstance(e, events.Queued) for e in seen), what="queued")
