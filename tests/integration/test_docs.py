@@ -63,7 +63,7 @@ import semad_fixture as fx  # noqa: E402
 SHELL = {"sh", "bash", "shell", "console"}
 # Whole programs: the file suffix, the session's function that runs one, the argument's suffix.
 PROGRAMS = {"c": (".c", "__c", ""), "python": (".py", "__py", ".py")}
-PAGE_TIMEOUT = 45 if fx.SLOW == 1 else 100  # seconds for one page (semad included); CTest gives 120
+PAGE_TIMEOUT = 90 if fx.SLOW == 1 else 100  # seconds for one page (semad included); CTest gives 120
 ADDRESSES = ("127.0.0.1:7070", "localhost:7070")
 FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([^\s`]*)[^`]*$")
 MARK = re.compile(r"^\s*<!--\s*(norun|file|vary):\s*(.*?)\s*-->\s*$")
