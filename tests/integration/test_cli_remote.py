@@ -723,10 +723,24 @@ def test_watch_shows_the_queue_live():
         wait_until(lambda: len(events("queued")) == 4, 10, "the next waiter's queued event")
         sema(d, "release", holder, check=0)
         assert w.wait(10 * SLOW) == 0
+        holder = w.stdout.read().strip()  # "next" holds the unit now
         wait_until(lambda: any(ev["data"].get("owner") == "next" for ev in events("granted")),
                    10, "the next waiter's grant")
         assert len(events("left")) == 3, out.text()
-        sema(d, "rm", "wq", check=0)
+        # a request on several semaphores waits in each line: its place here is "queued" (as
+        # a part of it), and "left" when it goes
+        sema(d, "create", "wq2", "1", check=0)
+        w = spawn(d, "run", "wq:1,wq2:1", "-t", "60s", "--owner", "both", "--", "true")
+        wait_until(lambda: len(events("queued")) == 5, 10, "the request on two's queued event")
+        q = events("queued")[4]
+        assert q["data"]["owner"] == "both" and q["data"].get("multi") is True, q
+        assert q["data"]["waiting"] == 1, q
+        w.kill()
+        w.wait(10 * SLOW)
+        wait_until(lambda: len(events("left")) == 4, 10, "the request on two's left event")
+        assert events("left")[3]["data"]["waiting"] == 0, events("left")[3]
+        sema(d, "release", holder, check=0)
+        sema(d, "rm", "wq", "wq2", check=0)
         assert p.wait(10 * SLOW) == 0, err.text()
 
 
