@@ -237,6 +237,7 @@ static void waiter_timeout(emb_t *eb, emb_req_t *er)
     if (er->state == EMB_REQ_WATCH)
         return emb__ticket_watch_timeout(eb, er);
     n = emb__req_sems(er, sems);
+    emb__event_waiter(eb, er, "left");
     emb__unpark(eb, er);
     eb->m->timeouts++;
     emb__fail(eb, er, BE_MSG_WAITER_TIMED_OUT);
@@ -411,6 +412,7 @@ static void admit_one(emb_t *eb, emb_sem_t *s)
         if (er->kind == EMB_KIND_WAIT_IDLE) {
             if (s->available < (int64_t)s->capacity)
                 return;
+            emb__event_waiter(eb, er, "left"); /* done: it takes nothing */
             emb__unpark(eb, er);
             emb__finish_view(eb, er, s, ENGINE_RES_IDLE);
             continue;
@@ -766,6 +768,7 @@ static void emb_cancel(void *be, engine_req_t *req)
     } else if (er->state == EMB_REQ_PARKED) {
         emb_sem_t *sems[ENGINE_PARTS_MAX];
         size_t n = emb__req_sems(er, sems);
+        emb__event_waiter(eb, er, "left");
         emb__unpark(eb, er);
         eb->m->cancellations++;
         emb__admit_all(eb, sems, n);

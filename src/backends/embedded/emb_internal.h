@@ -416,6 +416,9 @@ int emb__view_lease_parts(engine_result_t *r, engine_lease_t *v, const emb_lease
 /* An event of a lease (granted, released, expired, revoked) or of a semaphore. */
 void emb__event_lease(emb_t *eb, const emb_sem_t *s, const char *type, const emb_lease_t *l);
 void emb__event_sem(emb_t *eb, const emb_sem_t *s, const char *type, uint64_t capacity);
+/* A waiter's event on each semaphore it waits on: "queued" once it is parked, "left" just
+ * before it is unparked without a grant (the counts said are the queue's after it). */
+void emb__event_waiter(emb_t *eb, const emb_req_t *er, const char *type);
 
 /* emb_metrics.c */
 int emb__metrics(void *be, struct strbuf *out);

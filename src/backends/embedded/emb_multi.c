@@ -305,6 +305,8 @@ void emb__op_acquire_multi(emb_t *eb, emb_req_t *er)
             leave(eb, er, BE_MSG_NOT_AVAILABLE);
         else if (wait_setup(eb, er) != 0)
             leave(eb, er, BE_MSG_NOMEM);
+        else
+            emb__event_waiter(eb, er, "queued");
     }
     emb__admit_release(eb, was);
 }
