@@ -504,11 +504,12 @@ TEST(rate_grants_at_each_refill_with_no_idle_gap)
         ASSERT_GE(late[i], 0); /* never before its token */
     }
     /* Late only by the loop's own delays (a busy machine's), not by a poll: a poll of the
-     * period would make the median half of it. */
+     * period would make the median half of it. A quarter leaves room for a loaded machine's
+     * scheduling delays (tens of ms at times) and still tells a poll apart. */
     qsort(late + 1, N - 1, sizeof(late[0]), cmp_i64);
     printf("rate_no_idle_gap grants=%d median_late_ms=%lld worst_late_ms=%lld period_ms=%d\n",
            N - 1, (long long)late[N / 2], (long long)late[N - 1], 1000 / RATE);
-    ASSERT_LE(late[N / 2], 1000 / RATE / 10);
+    ASSERT_LE(late[N / 2], 1000 / RATE / 4);
     for (int i = 0; i < N; i++)
         treq_free(q[i]);
     fx_free(&f);
