@@ -229,6 +229,19 @@ void emb__timer_rearm(emb_t *eb)
     uv_timer_start(&eb->timer, timer_cb, top->deadline > now ? top->deadline - now : 0, 0);
 }
 
+void emb__waiter_retimed(emb_t *eb, emb_req_t *er, emb_req_t *old, int64_t timeout_ms)
+{
+    eheap_remove(&eb->heap, &old->hi);
+    er->hi.kind = EITEM_WAITER;
+    er->hi.idx = EHEAP_NONE;
+    if (timeout_ms > 0 && (uint64_t)timeout_ms < UINT64_MAX / 2) {
+        er->hi.deadline = emb__now(eb) + (uint64_t)timeout_ms;
+        if (eheap_push(&eb->heap, &er->hi) != 0)
+            er->hi.idx = EHEAP_NONE; /* waits without a timeout rather than failing */
+    }
+    emb__timer_rearm(eb);
+}
+
 static void waiter_timeout(emb_t *eb, emb_req_t *er)
 {
     emb_sem_t *sems[ENGINE_PARTS_MAX];

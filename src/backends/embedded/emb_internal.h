@@ -335,6 +335,8 @@ static inline void emb__admit_all(emb_t *eb, emb_sem_t **sems, size_t n)
     }
 }
 void emb__timer_rearm(emb_t *eb);
+/* A retry `er` waits in old's place: old's timeout goes, er's own (timeout_ms > 0) comes. */
+void emb__waiter_retimed(emb_t *eb, emb_req_t *er, emb_req_t *old, int64_t timeout_ms);
 /* The semaphore's row changed: it is written once, as it is then, when the next commit
  * starts (so many grants on one semaphore in a commit write its row once). */
 void emb__store_sem(emb_t *eb, emb_sem_t *s);

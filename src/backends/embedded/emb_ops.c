@@ -304,15 +304,7 @@ static int idem_take_over(emb_t *eb, emb_req_t *er, emb_idem_t *d)
     er->weight = old->weight;
     er->oseq = old->oseq;
     emb__oq_insert(er->sem, er);
-    eheap_remove(&eb->heap, &old->hi);
-    er->hi.kind = EITEM_WAITER;
-    er->hi.idx = EHEAP_NONE;
-    if (timeout_ms > 0 && (uint64_t)timeout_ms < UINT64_MAX / 2) {
-        er->hi.deadline = emb__now(eb) + (uint64_t)timeout_ms;
-        if (eheap_push(&eb->heap, &er->hi) != 0)
-            er->hi.idx = EHEAP_NONE; /* waits without a timeout rather than failing */
-    }
-    emb__timer_rearm(eb);
+    emb__waiter_retimed(eb, er, old, timeout_ms);
     old->idem = NULL;
     old->sem = NULL;
     emb__fail(eb, old, BE_MSG_WAITER_REPLACED);
