@@ -22,6 +22,15 @@ int64_t emb__wall_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int64_t emb__wall_of(emb_t *eb, uint64_t mono)
+{
+    int64_t off = emb__wall_ms() - (int64_t)emb__now(eb);
+
+    if (eb->wall_off == 0 || off - eb->wall_off > 1000 || eb->wall_off - off > 1000)
+        eb->wall_off = off;
+    return (int64_t)mono + eb->wall_off;
+}
+
 /* ---- semaphores ---- */
 
 static int sem_eq(const enode_t *n, const void *key, size_t len)

@@ -290,6 +290,7 @@ struct emb {
     int handles_open;
     uint64_t fence_seq;
     uint64_t nparked;
+    int64_t wall_off; /* wall clock minus monotonic clock, ms, as emb__wall_of keeps it */
     uint64_t commits, commit_failures;
     emb_tomb_t *tring; /* tombstones, a ring in one array, oldest first (emb_tomb.c) */
     size_t tring_cap, tring_head, tring_len;
@@ -299,6 +300,10 @@ struct emb {
 /* emb.c */
 uint64_t emb__now(emb_t *eb); /* monotonic ms */
 int64_t emb__wall_ms(void);   /* Unix epoch ms */
+/* The wall clock time (Unix epoch ms) of monotonic time `mono`, by an offset kept until the
+ * wall clock moves more than a second against the monotonic one: every view of one instant
+ * (a waiter's `since` in a view, in a list item, in an event) says the same millisecond. */
+int64_t emb__wall_of(emb_t *eb, uint64_t mono);
 emb_sem_t *emb__sem_find(emb_t *eb, const char *name, size_t len);
 emb_sem_t *emb__lock_find(emb_t *eb, const char *key, size_t len);
 emb_sem_t *emb__sem_new(emb_t *eb, const char *name, size_t len, uint64_t capacity, int flags);
