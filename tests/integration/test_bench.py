@@ -88,7 +88,9 @@ def test_pairs_on_several_semaphores_tenants_and_a_rate():
         r = sema_bench(s.url(""), "-c", 6, "-n", 60, "--name", "t", "--capacity", 2,
                        "--tenants", 3, "--tenant-max", 1, "--sem-rate", 200, "--sem-burst", 2)
         assert r["ops"] == 60 and r["errors"] == 0, r
-        assert r["seconds"] >= 58 / 200, r  # 60 grants at most 2 + 200/s
+        # 60 grants at most 2 + 200/s: 0.29 s, less the millisecond semad's loop clock rounds to
+        # and the report's three decimals
+        assert r["seconds"] >= 58 / 200 - 0.002, r
         assert "t" not in names(s)
         p = sema_bench(s.url(""), "-k", 1, "--all", expect=2)
         assert "--all is for pairs, with -k from 2 to 16" in p.stderr, p.stderr
