@@ -130,6 +130,14 @@ typedef struct rs {
      * whether it syncs its append-only file on every write (appendfsync always) */
     char replid[48], replid_new[48], replid2_new[48];
     int aof_always;
+    /* strict with replicas: whether WAIT can have confirmed acknowledged writes on fewer
+     * replicas than the primary has. The most replicas the current primary had (INFO
+     * replication's connected_slaves, read after each WAIT, and the replicas Sentinel listed
+     * for it); short_of_all: a WAIT confirmed writes while that number exceeded `replicas`
+     * (or its count could not be read), so a promoted replica may lack them: the next primary
+     * change pauses grants. short_had: that number then (for the log); count_due: a WAIT
+     * confirmed writes and its INFO has not answered yet. */
+    int repl_most, repl_sentinel, short_of_all, short_had, count_due;
     uint64_t seq;
     /* connections */
     rs_conn_t cmd, sub, sent; /* commands; pub/sub; Sentinel */
@@ -288,6 +296,8 @@ void rs__hb_cb(uv_timer_t *t);
 void rs__on_message(rs_t *r, redisReply *msg);
 
 /* ---- redis_strict.c: strict durability's WAIT ---- */
+/* A field of INFO's text ("name:value\r\n") into buf; "" when it is not there. */
+void rs__info_field(const char *info, const char *name, char *buf, size_t cap);
 void rs__check_cb(uv_check_t *h);
 void rs__wait_lost(rs_t *r);
 
