@@ -917,6 +917,13 @@ def test_sentinel_failover_crash_two_replicas_wait_one():
     sentinel_failover(crash=True, replicas=2, wait=1)
 
 
+def test_sentinel_failover_graceful_two_replicas():
+    """SENTINEL FAILOVER with two replicas and ?replicas=2: the promoted replica stops
+    confirming, so nothing acknowledged is lost and no pause is needed; grants wait only for
+    WAIT's second replica, the old primary, which Sentinel demotes about 10 s later."""
+    sentinel_failover(crash=False, replicas=2, wait=2)
+
+
 def test_sentinel_failover_graceful_two_replicas_wait_one():
     """SENTINEL FAILOVER with two replicas and ?replicas=1: the replica that confirmed writes
     to WAIT need not be the one promoted (it resyncs from the new primary and drops them), so
