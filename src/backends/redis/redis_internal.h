@@ -264,10 +264,15 @@ int rs__lease_from(engine_result_t *res, engine_lease_t *l, const redisReply *a,
 int rs__result_from(rs_t *r, rs_req_t *rq, const redisReply *rep); /* 0, or -1: no memory */
 void rs__acts_process(rs_t *r, const redisReply *rep, int mine);
 int rs__act_is_event(const redisReply *acts, size_t i); /* the act at acts[i] is an event */
+/* Where an event's lease or waiter lives while it is handed over. */
+typedef struct {
+    engine_lease_t lease;
+    engine_waiter_t waiter;
+} rs_ev_room_t;
 /* The public event of the act at acts[i] (type, then its fields); 0, or -1 when it is none or
  * out of memory (scratch holds its strings: engine_result_clear it after). */
 int rs__act_to_event(const redisReply *acts, size_t i, const char *name, size_t nlen,
-                     engine_result_t *scratch, engine_event_t *ev, engine_lease_t *l);
+                     engine_result_t *scratch, engine_event_t *ev, rs_ev_room_t *room);
 
 /* ---- redis_ticket.c: tickets, their long-polls and streams ---- */
 void rs__ticket_args(rs_t *r, const engine_req_t *req, rs_args_t *a, char *tid, char *lid);
