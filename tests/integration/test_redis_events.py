@@ -308,8 +308,11 @@ def test_tickets_and_a_stream_on_one_semaphore():
             code, t = b.json("POST", "/v1/semaphores/te/tickets", {"keepalive_ms": 60000})
             assert code == 201 and t["status"] == "waiting", (code, t)
         release(b, lease)
-        evs = st.take(22)  # granted (1), then released + granted per round, and the last release
-        assert [e["event"] for e in evs[:3]] == ["granted", "released", "granted"], evs[:3]
+        # granted and the ticket's queued (2), then released, granted and the next ticket's
+        # queued per round, and the last release
+        evs = st.take(33)
+        assert [e["event"] for e in evs[:5]] == ["granted", "queued", "released", "granted",
+                                                  "queued"], evs[:5]
         consecutive(evs)
         types = {k.split(":")[-1]: r.cli("TYPE", k).strip()
                  for k in r.cli("--scan", "--pattern", "sema:{*}s:te:*").split() if k}
@@ -317,6 +320,83 @@ def test_tickets_and_a_stream_on_one_semaphore():
         logs = "\n".join(a.log() + b.log())
         assert "a command failed" not in logs, logs
         st.close()
+
+
+def park(s, name, body):
+    """A long-poll acquire (or wait-idle, by `path`) sent on its own connection; returns the
+    socket (closing it is the client going away)."""
+    sock = s.raw()
+    path = body.pop("path", "/v1/semaphores/%s/acquire" % name)
+    sock.sendall(fx.raw_request("POST", path, body))
+    return sock
+
+
+def test_queued_and_left_on_every_instance():
+    """A waiter joining the queue is a "queued" event and one leaving it without a grant a
+    "left", with the waiter as the view lists it and the queue after it, whichever instance
+    the waiter is on: a parked acquire, a ticket that leaves, a client that goes away, a
+    timeout, a wait-idle once it is done. A waiter granted from the queue is a "granted"
+    only. Both streams see the same events with the same ids."""
+    r, fl = fleet(2)
+    with r, fl:
+        a, b = fl[0], fl[1]
+        put(a, "qw", 1)
+        sa, sb = Stream(a, "qw"), Stream(b, "qw")
+        seen = []
+
+        def take(n):
+            evs = sa.take(n)
+            seen.extend(evs)
+            return evs
+        holder = grant(b, "qw")
+        w = park(b, "qw", {"timeout_ms": 60000, "owner": "parked"})
+        evs = take(2)  # (parked once its "queued" is out)
+        code, t = a.json("POST", "/v1/semaphores/qw/tickets",
+                         {"keepalive_ms": 60000, "owner": "ticket-1"})
+        assert code == 201 and t["status"] == "waiting", (code, t)
+        assert b.request("DELETE", "/v1/tickets/" + t["ticket"])[0] == 204
+        evs += take(2)
+        assert [e["event"] for e in evs] == ["granted", "queued", "queued", "left"], evs
+        q, qt, lt = evs[1]["data"], evs[2]["data"], evs[3]["data"]
+        assert (q["owner"], q["weight"], q["waiting"], q["waiting_weight"]) == (
+            "parked", 1, 1, 1), q
+        assert "kind" not in q and q["since"] > 0, q
+        assert (qt["owner"], qt["kind"], qt["waiting"]) == ("ticket-1", "ticket", 2), qt
+        assert (lt["owner"], lt["kind"], lt["waiting"], lt["waiting_weight"]) == (
+            "ticket-1", "ticket", 1, 1), lt
+        w.close()  # the client goes away: its instance takes it out of the queue
+        e = take(1)[0]
+        assert e["event"] == "left" and e["data"]["owner"] == "parked", e
+        assert e["data"]["waiting"] == 0 and e["data"]["waiting_weight"] == 0, e
+        st, body = a.json("POST", "/v1/semaphores/qw/acquire",
+                          {"timeout_ms": 200, "owner": "late"})
+        assert st == 409, (st, body)
+        evs = take(2)
+        assert [(e["event"], e["data"]["owner"]) for e in evs] == [
+            ("queued", "late"), ("left", "late")], evs
+        idle = park(a, "qw", {"path": "/v1/semaphores/qw/wait-idle", "timeout_ms": 60000})
+        evs = take(1)
+        assert (evs[0]["event"], evs[0]["data"].get("kind")) == ("queued", "wait_idle"), evs
+        nxt = park(b, "qw", {"timeout_ms": 60000, "owner": "next"})
+        evs = take(1)
+        assert (evs[0]["event"], evs[0]["data"]["owner"]) == ("queued", "next"), evs
+        assert evs[0]["data"]["waiting"] == 2, evs
+        # idle: the wait-idle at the head is done and leaves; "next" is granted from the
+        # queue, with no "left" for it
+        release(a, holder)
+        evs = take(3)
+        assert [(e["event"], e["data"].get("kind")) for e in evs] == [
+            ("released", None), ("left", "wait_idle"), ("granted", None)], evs
+        assert evs[1]["data"]["waiting"] == 1 and evs[2]["data"]["owner"] == "next", evs
+        release(b, evs[2]["data"]["lease"])
+        assert take(1)[0]["event"] == "released"
+        idle.close()
+        nxt.close()
+        consecutive(seen)
+        eb = sb.take(len(seen))
+        assert [(e["id"], e["event"]) for e in eb] == [(e["id"], e["event"]) for e in seen]
+        sa.close()
+        sb.close()
 
 
 def test_nothing_written_without_subscribers():

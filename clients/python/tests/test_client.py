@@ -353,7 +353,6 @@ def test_watch_events_and_resume(client, name):
     assert seen[-1].missed is False
 
 
-@pytest.mark.skipif(REDIS > 0, reason="the Redis back end does not send queued and left yet")
 def test_watch_queued_and_left(client, name):
     sem = client.semaphore(name)
     sem.create(1)

@@ -93,7 +93,7 @@ static const char *event_type(int type)
 #undef RS_ACT__TYPE
     };
 
-    return type > 0 && type <= RS_ACT_PUBLIC_MAX ? types[type] : NULL;
+    return rs_act_public(type) ? types[type] : NULL;
 }
 
 int rs__act_is_event(const redisReply *acts, size_t i)
@@ -101,10 +101,34 @@ int rs__act_is_event(const redisReply *acts, size_t i)
     return event_type(act_type(acts, i)) != NULL;
 }
 
+/* A waiter's event (RS_ACT_QUEUED, RS_ACT_LEFT): the waiter as a view lists it (no tenant,
+ * not a part: Redis serves neither), and the queue after it. */
+static int waiter_event(const redisReply *acts, size_t i, engine_result_t *scratch,
+                        engine_event_t *ev, engine_waiter_t *w)
+{
+    size_t olen;
+    const char *owner = rs__el_str(acts, i + RS_AF_OWNER, &olen);
+    int64_t kind = rs__el_i64(acts, i + RS_AF_EXPIRES);
+
+    memset(w, 0, sizeof(*w));
+    if (olen > 0 && (w->owner = engine_result_strdup(scratch, owner, olen)) == NULL)
+        return -1;
+    w->weight = (uint64_t)rs__el_i64(acts, i + RS_AF_WEIGHT);
+    w->since_ms = rs__el_i64(acts, i + RS_AF_ACQUIRED);
+    w->mode = (int)rs__el_i64(acts, i + RS_AF_EXTRA);
+    w->wait_idle = kind == 1;
+    w->ticket = kind == 2;
+    ev->waiter = w;
+    ev->waiting = (uint64_t)rs__el_i64(acts, i + RS_AF_FENCE);
+    ev->waiting_weight = (uint64_t)rs__el_i64(acts, i + RS_AF_TTL);
+    return 0;
+}
+
 int rs__act_to_event(const redisReply *acts, size_t i, const char *name, size_t nlen,
-                     engine_result_t *scratch, engine_event_t *ev, engine_lease_t *l)
+                     engine_result_t *scratch, engine_event_t *ev, rs_ev_room_t *room)
 {
     int type = act_type(acts, i);
+    engine_lease_t *l = &room->lease;
 
     memset(ev, 0, sizeof(*ev));
     if ((ev->type = event_type(type)) == NULL)
@@ -113,6 +137,8 @@ int rs__act_to_event(const redisReply *acts, size_t i, const char *name, size_t 
     ev->name_len = nlen;
     if (type == RS_ACT_RESIZED) {
         ev->capacity = (uint64_t)rs__el_i64(acts, i + RS_AF_EXTRA);
+    } else if (type == RS_ACT_QUEUED || type == RS_ACT_LEFT) {
+        return waiter_event(acts, i, scratch, ev, &room->waiter);
     } else if (type != RS_ACT_DELETED) {
         if (rs__lease_from(scratch, l, acts, i + RS_AF_LID) != 0)
             return -1;

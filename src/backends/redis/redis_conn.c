@@ -404,8 +404,7 @@ static void fsync_cb(redisAsyncContext *ac, void *reply, void *priv)
     }
 }
 
-/* A field of INFO's text ("name:value\r\n") into buf; "" when it is not there. */
-static void info_field(const char *info, const char *name, char *buf, size_t cap)
+void rs__info_field(const char *info, const char *name, char *buf, size_t cap)
 {
     const char *p = strstr(info, name);
     size_t n = 0, len = strlen(name);
@@ -425,28 +424,44 @@ static void repl_cb(redisAsyncContext *ac, void *reply, void *priv)
 {
     rs_t *r = ((rs_conn_t *)ac->data)->r;
     redisReply *rep = reply;
+    char n[24];
 
     (void)priv;
     r->replid_new[0] = r->replid2_new[0] = '\0';
     if (rep == NULL || rep->type != REDIS_REPLY_STRING)
         return;
-    info_field(rep->str, "master_replid", r->replid_new, sizeof r->replid_new);
-    info_field(rep->str, "master_replid2", r->replid2_new, sizeof r->replid2_new);
+    rs__info_field(rep->str, "master_replid", r->replid_new, sizeof r->replid_new);
+    rs__info_field(rep->str, "master_replid2", r->replid2_new, sizeof r->replid2_new);
+    rs__info_field(rep->str, "connected_slaves", n, sizeof n);
+    r->repl_most = atoi(n); /* (this primary's: the count WAITs are held to from now) */
+}
+
+/* Whether this primary is not the one (the same history) this instance last said hello to. */
+static int primary_changed(const rs_t *r)
+{
+    return r->replid[0] != '\0' && r->replid_new[0] != '\0' &&
+           strcmp(r->replid, r->replid_new) != 0;
+}
+
+/* Whether every write acknowledged on the primary before is on every replica it had: strict,
+ * and every WAIT that confirmed them asked for at least as many replicas as it had (whichever
+ * replica Sentinel promotes then has them). A WAIT for fewer proves nothing: the replicas that
+ * answered it need not be the one promoted. */
+static int on_every_replica(const rs_t *r)
+{
+    return r->strict && r->replicas > 0 && !r->short_of_all;
 }
 
 /* Whether this primary may lack writes acknowledged on the one before: it is not the primary
- * (the same history) this instance last said hello to, and nothing proves it has them. Strict
- * with replicas does (every acknowledged write was on a replica WAIT counted, and Sentinel
- * promotes the one furthest on); so does a restart of the same Redis that syncs every write to
- * its append-only file. */
+ * this instance last said hello to, and nothing proves it has them. Every replica having them
+ * does (above); so does a restart of the same Redis that syncs every write to its append-only
+ * file. */
 static int unproven(const rs_t *r)
 {
     int restarted = strcmp(r->replid2_new, r->replid) != 0; /* not a promoted replica of it */
 
-    if (r->replid[0] == '\0' || r->replid_new[0] == '\0' || strcmp(r->replid, r->replid_new) == 0)
-        return 0; /* the first hello, or the same history */
-    if (r->strict && r->replicas > 0)
-        return 0;
+    if (!primary_changed(r) || on_every_replica(r))
+        return 0; /* the first hello, the same history, or every replica had every write */
     return !(restarted && r->aof_always);
 }
 
@@ -494,6 +509,34 @@ static void load_cb(redisAsyncContext *ac, void *reply, void *priv)
     send_hello(r);
 }
 
+/* Say why grants pause, or go on, after the primary changed (at warn: an operator wants
+ * both). */
+static void log_primary_change(const rs_t *r, int lost)
+{
+    char had[24];
+
+    snprintf(had, sizeof had, r->short_had > 0 ? "%d" : "an unknown number of", r->short_had);
+    if (unproven(r) && r->strict && r->replicas > 0)
+        log_warn("redis: the primary changed (%s:%d carries replication id %s, not %s), and the "
+                 "one before had %s replicas while WAIT asked for %d: the replica promoted may "
+                 "lack writes the others confirmed. No grants until every lease granted before "
+                 "may have run out (?replicas=N, N the number of replicas, resumes at once)",
+                 r->host, r->port, r->replid_new, r->replid, had, r->replicas);
+    else if (unproven(r))
+        log_warn("redis: the primary changed (%s:%d carries replication id %s, not %s) and "
+                 "nothing proves it has every acknowledged write: no grants until every lease "
+                 "granted before may have run out",
+                 r->host, r->port, r->replid_new, r->replid);
+    else if (!lost && primary_changed(r))
+        log_warn("redis: %s (%s:%d carries replication id %s, not %s), and %s: grants go on",
+                 strcmp(r->replid2_new, r->replid) == 0 ? "a replica became the primary"
+                                                        : "the primary restarted or changed",
+                 r->host, r->port, r->replid_new, r->replid,
+                 on_every_replica(r)
+                     ? "every acknowledged write was on every replica (WAIT counted them all)"
+                     : "it syncs every write to its append-only file");
+}
+
 static void hello_cb(redisAsyncContext *ac, void *reply, void *priv)
 {
     rs_conn_t *c = ac->data;
@@ -531,20 +574,9 @@ static void hello_cb(redisAsyncContext *ac, void *reply, void *priv)
     memcpy(r->epoch, rep->element[0]->str, rep->element[0]->len);
     r->epoch[rep->element[0]->len] = '\0';
     r->contact_mono = rs__now(r);
-    if (unproven(r))
-        log_warn("redis: the primary changed (%s:%d carries replication id %s, not %s) and "
-                 "nothing proves it has every acknowledged write: no grants until every lease "
-                 "granted before may have run out",
-                 r->host, r->port, r->replid_new, r->replid);
-    else if (!lost && r->replid[0] != '\0' && r->replid_new[0] != '\0' &&
-             strcmp(r->replid, r->replid_new) != 0)
-        log_warn("redis: %s (%s:%d carries replication id %s, not %s), and %s: grants go on",
-                 strcmp(r->replid2_new, r->replid) == 0 ? "a replica became the primary"
-                                                        : "the primary restarted or changed",
-                 r->host, r->port, r->replid_new, r->replid,
-                 r->strict && r->replicas > 0
-                     ? "every acknowledged write was on a replica that WAIT counted"
-                     : "it syncs every write to its append-only file");
+    log_primary_change(r, lost);
+    if (primary_changed(r)) /* a new primary's replicas: what it lacks, they may lack too */
+        r->short_of_all = unproven(r);
     if (r->replid_new[0] != '\0')
         memcpy(r->replid, r->replid_new, sizeof r->replid);
     r->safe_at_ms = strtoll(rep->element[1]->str, NULL, 10);
@@ -586,6 +618,7 @@ static void connect_primary(rs_t *r)
                       "CONFIG GET appendonly");
     redisAsyncCommand(ac, fsync_cb, r->strict && !r->conn_once ? (void *)"warn" : NULL,
                       "CONFIG GET appendfsync");
+    r->repl_most = r->count_due = 0;
     redisAsyncCommand(ac, repl_cb, NULL, "INFO replication");
     if (r->master[0] != '\0')
         redisAsyncCommand(ac, setup_cb, (void *)"ROLE", "ROLE");
@@ -617,6 +650,18 @@ static void sentinel_msg_cb(redisAsyncContext *ac, void *reply, void *priv)
         r->backoff_ms = 0;
         uv_timer_start(&r->reconnect_timer, reconnect_cb, 0, 0);
     }
+}
+
+/* The replicas Sentinel knows for the primary, whatever their state: any of them may be
+ * promoted, so WAIT is held to at least that many (one that went away still counts). */
+static void sentinel_replicas_cb(redisAsyncContext *ac, void *reply, void *priv)
+{
+    rs_t *r = ((rs_conn_t *)ac->data)->r;
+    redisReply *rep = reply;
+
+    (void)priv;
+    if (rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements < 1000)
+        r->repl_sentinel = (int)rep->elements;
 }
 
 static void sentinel_addr_cb(redisAsyncContext *ac, void *reply, void *priv)
@@ -652,6 +697,7 @@ static void sentinel_addr_cb(redisAsyncContext *ac, void *reply, void *priv)
     r->host[rep->element[0]->len] = '\0';
     r->port = (int)port;
     c->state = RS_CONN_READY;
+    redisAsyncCommand(ac, sentinel_replicas_cb, NULL, "SENTINEL REPLICAS %s", r->master);
     redisAsyncCommand(ac, sentinel_msg_cb, NULL, "SUBSCRIBE +switch-master");
     connect_primary(r);
 }
@@ -662,6 +708,7 @@ static void sentinel_next(rs_t *r)
     int port;
     const char *hp = r->sentinels[r->sentinel_at];
 
+    r->repl_sentinel = 0; /* (until this Sentinel lists them) */
     if (r->sent.ac != NULL) {
         redisAsyncFree(r->sent.ac);
         r->sent.ac = NULL;

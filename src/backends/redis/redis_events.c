@@ -176,7 +176,7 @@ static int log_entry(const redisReply *e, uint64_t uid, uint64_t want, const cha
     rs_split_t sp;
     engine_result_t scratch;
     engine_event_t ev;
-    engine_lease_t l;
+    rs_ev_room_t l;
 
     if (e->type != REDIS_REPLY_ARRAY || e->elements < 2 ||
         e->element[0]->type != REDIS_REPLY_STRING ||
@@ -257,7 +257,7 @@ void rs__ev_batch(rs_t *r, rs_sem_t *s, uint64_t uid, uint64_t first, const redi
     memset(&scratch, 0, sizeof scratch);
     for (size_t i = 0; i + RS_ACT_LEN <= acts->elements; i += RS_ACT_LEN) {
         engine_event_t ev;
-        engine_lease_t l;
+        rs_ev_room_t l;
         if (!rs__act_is_event(acts, i))
             continue;
         if (seq > s->ev_seq && rs__act_to_event(acts, i, name, nlen, &scratch, &ev, &l) == 0) {

@@ -130,6 +130,14 @@ typedef struct rs {
      * whether it syncs its append-only file on every write (appendfsync always) */
     char replid[48], replid_new[48], replid2_new[48];
     int aof_always;
+    /* strict with replicas: whether WAIT can have confirmed acknowledged writes on fewer
+     * replicas than the primary has. The most replicas the current primary had (INFO
+     * replication's connected_slaves, read after each WAIT, and the replicas Sentinel listed
+     * for it); short_of_all: a WAIT confirmed writes while that number exceeded `replicas`
+     * (or its count could not be read), so a promoted replica may lack them: the next primary
+     * change pauses grants. short_had: that number then (for the log); count_due: a WAIT
+     * confirmed writes and its INFO has not answered yet. */
+    int repl_most, repl_sentinel, short_of_all, short_had, count_due;
     uint64_t seq;
     /* connections */
     rs_conn_t cmd, sub, sent; /* commands; pub/sub; Sentinel */
@@ -256,10 +264,15 @@ int rs__lease_from(engine_result_t *res, engine_lease_t *l, const redisReply *a,
 int rs__result_from(rs_t *r, rs_req_t *rq, const redisReply *rep); /* 0, or -1: no memory */
 void rs__acts_process(rs_t *r, const redisReply *rep, int mine);
 int rs__act_is_event(const redisReply *acts, size_t i); /* the act at acts[i] is an event */
+/* Where an event's lease or waiter lives while it is handed over. */
+typedef struct {
+    engine_lease_t lease;
+    engine_waiter_t waiter;
+} rs_ev_room_t;
 /* The public event of the act at acts[i] (type, then its fields); 0, or -1 when it is none or
  * out of memory (scratch holds its strings: engine_result_clear it after). */
 int rs__act_to_event(const redisReply *acts, size_t i, const char *name, size_t nlen,
-                     engine_result_t *scratch, engine_event_t *ev, engine_lease_t *l);
+                     engine_result_t *scratch, engine_event_t *ev, rs_ev_room_t *room);
 
 /* ---- redis_ticket.c: tickets, their long-polls and streams ---- */
 void rs__ticket_args(rs_t *r, const engine_req_t *req, rs_args_t *a, char *tid, char *lid);
@@ -288,6 +301,8 @@ void rs__hb_cb(uv_timer_t *t);
 void rs__on_message(rs_t *r, redisReply *msg);
 
 /* ---- redis_strict.c: strict durability's WAIT ---- */
+/* A field of INFO's text ("name:value\r\n") into buf; "" when it is not there. */
+void rs__info_field(const char *info, const char *name, char *buf, size_t cap);
 void rs__check_cb(uv_check_t *h);
 void rs__wait_lost(rs_t *r);
 

@@ -89,8 +89,12 @@ enum {
 enum { RS_SHORT_GRANT = 'G', RS_SHORT_RELEASE = 'R' };
 
 /* What a script did, in order (an act's first field): X(ID, number, event type or NULL).
- * The first six are the public events; an outcome collected from :g (another instance's
- * grant, kept for this one) is its type plus RS_ACT_COLLECTED, so it is not an event again. */
+ * The first six, QUEUED and LEFT are the public events (rs_act_public); an outcome collected
+ * from :g (another instance's grant, kept for this one) is its type plus RS_ACT_COLLECTED, so
+ * it is not an event again. QUEUED and LEFT (a waiter joined the queue, or left it without a
+ * grant) carry no waiter id: WEIGHT is the waiter's, FENCE and TTL the queue's count and
+ * weight after it, ACQUIRED its since, EXPIRES its kind (0 acquire, 1 wait-idle, 2 ticket),
+ * OWNER its owner, EXTRA its mode. */
 #define RS_ACT_MAP(X)                                                                              \
     X(GRANTED, 1, "granted")                                                                       \
     X(RELEASED, 2, "released")                                                                     \
@@ -100,7 +104,9 @@ enum { RS_SHORT_GRANT = 'G', RS_SHORT_RELEASE = 'R' };
     X(DELETED, 6, "deleted")                                                                       \
     X(IDLE, 7, NULL)                                                                               \
     X(FAIL, 8, NULL)                                                                               \
-    X(GONE, 9, NULL)
+    X(GONE, 9, NULL)                                                                               \
+    X(QUEUED, 10, "queued")                                                                        \
+    X(LEFT, 11, "left")
 
 enum {
 #define RS_ACT__ENUM(id, num, type) RS_ACT_##id = num,
@@ -109,6 +115,12 @@ enum {
         RS_ACT_PUBLIC_MAX = 6, /* acts up to this one are public events */
     RS_ACT_COLLECTED = 16
 };
+
+/* Whether an act of this type is a public event. */
+static inline int rs_act_public(int type)
+{
+    return (type > 0 && type <= RS_ACT_PUBLIC_MAX) || type == RS_ACT_QUEUED || type == RS_ACT_LEFT;
+}
 
 /* The fields of an act: X(ID). A lease's fields are zero and empty when the act has none;
  * EXTRA is the lease's mode, a resize's capacity, or a failed waiter's message id. */

@@ -6,6 +6,7 @@
 
 #include <assert.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* A client's release (or revoke) that a WAIT did not confirm: a failover may promote a
@@ -102,7 +103,36 @@ static void wait_cb(redisAsyncContext *ac, void *reply, void *priv)
     r->waits++;
     if (!ok)
         r->waits_short++;
+    if (ok) /* until the INFO sent after this WAIT tells how many replicas there were */
+        r->short_of_all = r->count_due = 1;
     wait_settle(r, ok);
+}
+
+/* INFO replication, read right after a WAIT: how many replicas the primary had when that WAIT
+ * confirmed writes. Replication keeps the order of writes, so a WAIT that every replica
+ * confirmed covers every write before it; one that fewer confirmed leaves the writes it
+ * confirmed missing on some replica a failover may promote. */
+static void repl_count_cb(redisAsyncContext *ac, void *reply, void *priv)
+{
+    rs_t *r = ((rs_conn_t *)ac->data)->r;
+    redisReply *rep = reply;
+    char n[24];
+
+    (void)priv;
+    if (rep == NULL || rep->type != REDIS_REPLY_STRING)
+        return; /* short_of_all stays as the WAIT left it */
+    rs__info_field(rep->str, "connected_slaves", n, sizeof n);
+    if (n[0] == '\0')
+        return;
+    if (atoi(n) > r->repl_most)
+        r->repl_most = atoi(n);
+    if (r->repl_sentinel > r->repl_most)
+        r->repl_most = r->repl_sentinel;
+    if (!r->count_due)
+        return; /* a short WAIT confirmed nothing */
+    r->count_due = 0;
+    r->short_of_all = r->repl_most > r->replicas;
+    r->short_had = r->repl_most;
 }
 
 /* The command connection went while replies were held and before their WAIT was sent (a
@@ -128,6 +158,9 @@ void rs__check_cb(uv_check_t *h)
     snprintf(to, sizeof to, "%d", RS_WAIT_TIMEOUT_MS);
     const char *argv[] = {"WAIT", n, to};
     size_t lens[] = {4, strlen(n), strlen(to)};
-    if (redisAsyncCommandArgv(r->cmd.ac, wait_cb, NULL, 3, argv, lens) == REDIS_OK)
-        r->wait_inflight = 1;
+    if (redisAsyncCommandArgv(r->cmd.ac, wait_cb, NULL, 3, argv, lens) != REDIS_OK)
+        return;
+    r->wait_inflight = 1;
+    if (r->replicas > 0) /* (it runs once the WAIT has answered) */
+        redisAsyncCommand(r->cmd.ac, repl_count_cb, NULL, "INFO replication");
 }

@@ -283,6 +283,19 @@ local function outcome(typ, wid, w, lid, l, extra)
   end
 end
 
+-- A waiter joined the queue (ACT.QUEUED) or left it without a grant (ACT.LEFT), as an event
+-- for those who follow the semaphore's (a semaphore's only: a lock key has no stream); the
+-- queue's count and weight after it ride in the fence and ttl fields, its kind (1 wait-idle,
+-- 2 ticket) in the expiry's, as the view's list of waiters says them.
+local function waiter_event(typ, w)
+  if KIND ~= 's' or M.ev == 0 then
+    return -- nobody follows its events: nothing to say
+  end
+  act(typ, '', '', '', {sw = w.sw or N(w.w), sf = N(M.nq), sttl = N(M.wq), sacq = N(w.since),
+                        sexp = w.kind == 'i' and '1' or w.kind == 't' and '2' or '0',
+                        owner = w.owner}, w.kind == 'i' and '0' or w.mode)
+end
+
 -- Counts of everything (for /healthz and the limits): semaphores, leases, lock keys. They
 -- live in the epoch's hash, read by every call with the epoch (run), and every reply tells
 -- them; a call that changes one sends the new value.
@@ -462,7 +475,8 @@ local function waiter_out(inst)
   end
 end
 
-local function unqueue(wid, w)
+-- Take a waiter out of the queue; `left`: without a grant (an event says so).
+local function unqueue(wid, w, left)
   if M.nt > 0 then
     fw_left(wid, w.w)
   end
@@ -473,6 +487,9 @@ local function unqueue(wid, w)
   M.wq = M.wq - w.w
   if w.idem ~= '' and redis.call('HGET', KI, w.idem) == 'W' .. wid then
     redis.call('HDEL', KI, w.idem)
+  end
+  if left then
+    waiter_event(ACT.LEFT, w)
   end
 end
 
@@ -499,7 +516,7 @@ local function admit()
         if M.avail < M.cap then
           return
         end
-        unqueue(wid, w)
+        unqueue(wid, w, true) -- done: it takes nothing
         outcome(ACT.IDLE, wid, w, '', nil, '')
       else
         if w.w > M.avail or NOW < SAFE_AT then
@@ -526,7 +543,7 @@ local function prune_instance(inst)
     if string.sub(wid, 1, #pfx) == pfx then
       local rec = redis.call('HGET', KW, wid)
       if rec then
-        unqueue(wid, wunpack(rec))
+        unqueue(wid, wunpack(rec), true)
       else
         redis.call('ZREM', KQ, wid)
       end
@@ -841,7 +858,7 @@ function ops.resize()
     if rec then
       local w = wunpack(rec)
       if w.kind == 'a' and w.w > cap then
-        unqueue(wid, w)
+        unqueue(wid, w, true)
         outcome(ACT.FAIL, wid, w, '', nil, MSG.WAITER_ABOVE_CAPACITY)
       end
     end
@@ -898,6 +915,7 @@ local function park(wid, w)
   if w.idem ~= '' then
     redis.call('HSET', KI, w.idem, 'W' .. wid)
   end
+  waiter_event(ACT.QUEUED, w)
   return reply(P.ST_PARKED)
 end
 
@@ -1267,7 +1285,7 @@ function ops.cancel()
   end
   local rec = M and redis.call('HGET', KW, wid)
   if rec then
-    unqueue(wid, wunpack(rec))
+    unqueue(wid, wunpack(rec), true)
     if why == 't' then
       act(ACT.FAIL, wid, INST, '', nil, MSG.WAITER_TIMED_OUT)
     end
@@ -1386,7 +1404,7 @@ local function tk_end(tid, t, why)
   if t.st == 'w' then
     local rec = redis.call('HGET', KW, tid)
     if rec then
-      unqueue(tid, wunpack(rec))
+      unqueue(tid, wunpack(rec), why ~= ACT.DELETED) -- ("deleted" says it for all)
     end
     tk_forget(tid, t, why)
   else
@@ -1791,11 +1809,12 @@ function ops.ticket_create()
     M.seq = M.seq + 1
     t.seq, t.bw, t.bf = M.seq, M.wq, fw_prefix(M.seq - 1)
     redis.call('ZADD', KQ, N(M.seq), tid)
-    redis.call('HSET', KW, tid, wpack({inst = '', w = t.w, kind = 't', since = NOW, ttl = t.ttl,
-                                       owner = t.owner, idem = '', lid = t.lid, mode = '0',
-                                       princ = t.princ}))
+    local w = {inst = '', w = t.w, kind = 't', since = NOW, ttl = t.ttl, owner = t.owner,
+               idem = '', lid = t.lid, mode = '0', princ = t.princ}
+    redis.call('HSET', KW, tid, wpack(w))
     M.nq = M.nq + 1
     M.wq = M.wq + t.w
+    waiter_event(ACT.QUEUED, w)
     redis.call('HSET', KT, tid, tkpack(t))
     keepalive(tid, t)
   end
@@ -2075,7 +2094,7 @@ local function publish(r)
   end
   for i = 1, #ACTS, P.ACT_LEN do
     local t = ACTS[i]
-    if t <= P.ACT_PUBLIC_MAX then
+    if t <= P.ACT_PUBLIC_MAX or t == ACT.QUEUED or t == ACT.LEFT then
       local a = {}
       for j = 0, P.ACT_LEN - 1 do
         a[j + 1] = ACTS[i + j]
