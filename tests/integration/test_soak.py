@@ -39,7 +39,9 @@ def check_run(r, stdout, own):
     for row in rows:
         for k in COMMON + own:
             assert k in row, (k, row)
-        assert row["rss_kib"] > 0 and row["heap_in_use_kib"] > 0 and row["fds"] > 0, row
+        assert row["rss_kib"] > 0 and row["fds"] > 0, row
+        # a sanitizer's allocator has no statistics of glibc's: the heap reads 0 there
+        assert row["heap_in_use_kib"] > 0 or os.environ.get("SEMA_SANITIZE"), row
         assert row["errors"] == 0 and row["semad_http_connections"] >= 1, row
         assert 150 <= row["ops_per_s"] <= 250, row  # the rate asked for, 200/s
     for k in ("rss_kib", "heap_in_use_kib", "p99_us") + own:
