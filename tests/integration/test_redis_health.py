@@ -51,7 +51,8 @@ def test_nothing_listening_is_not_ready_and_healthz_says_why():
             assert not lines_with(s, " ready ("), ("ready before Redis answered", s.log())
             r.start()
             fx.wait_until(lambda: health(s)[0] == 200, 10, "/healthz 200 once Redis answers")
-            ready = lines_with(s, " ready (")
+            # the log is read from semad's stderr as it comes: the line may follow the answer
+            ready = fx.wait_until(lambda: lines_with(s, " ready ("), 10, "the ready line")
             assert len(ready) == 1 and ("engine redis " + addr) in ready[0], s.log()
             assert s.log().index(ready[0]) > s.log().index(start[0])
             st, body = health(s)
