@@ -78,7 +78,14 @@ foreach(src ${SEMA_UNIT_TESTS})
   set_target_properties(${prog} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   target_compile_options(${prog} PRIVATE ${SEMA_WARNINGS} -Wno-missing-prototypes)
   target_link_libraries(${prog} PRIVATE sema_test_support ${SEMA_TEST_LIBS} m)
-  if(NOT prog STREQUAL "test_redis")
+  if(prog STREQUAL "test_redis_cluster")
+    # Redis Cluster's routing, beside a cluster of its own (tests/support/with_redis_cluster.py:
+    # three primaries and their replicas, and the faults the cases ask for): cluster.<name>
+    if(SEMA_WITH_REDIS AND TARGET semad_core)
+      sema_add_cases(cluster ${src} LABELS redis COMMAND ${Python3_EXECUTABLE}
+        ${PROJECT_SOURCE_DIR}/tests/support/with_redis_cluster.py $<TARGET_FILE:${prog}>)
+    endif()
+  elseif(NOT prog STREQUAL "test_redis")
     sema_add_cases(unit ${src} COMMAND ${prog} LABELS unit)
   endif()
   if((prog MATCHES "^test_engine" OR prog STREQUAL "test_redis") AND SEMA_WITH_REDIS

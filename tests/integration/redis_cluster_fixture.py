@@ -10,7 +10,8 @@ Resp, a small RESP2 client on a socket; one-line commands through redis-cli.
 - Cluster(primaries=3, replicas=1): started, created and waited for (cluster_state:ok on every
   node, every slot covered, every replica attached, every node agreeing on who owns what).
   The nodes run with `cluster-require-full-coverage no`, so a failing primary stops only its
-  own slots, and `cluster-replica-validity-factor 0`, so a replica may always take over.
+  own slots, `cluster-replica-validity-factor 0`, so a replica may always take over, and
+  DEBUG allowed from loopback (DEBUG SLEEP makes a node busy on purpose).
   seeds() is "host:port,..." of the primaries; primaries(), replicas(), owner(slot),
   keyslot(key) (asked of a node: Redis's own answer), slot_map().
 - Faults: kill_primary(node) (kill -9; returns the replica once promoted), failover(replica)
@@ -157,7 +158,8 @@ class Cluster:
         flags = ("--cluster-node-timeout", str(node_timeout_ms),
                  "--cluster-require-full-coverage", "no",
                  "--cluster-replica-validity-factor", "0",
-                 "--repl-diskless-sync-delay", "0") + flags
+                 "--repl-diskless-sync-delay", "0",
+                 "--enable-debug-command", "local") + flags
         try:
             for i in range(primaries * (1 + replicas)):
                 self.nodes.append(Node(*flags, aof=aof, name="cluster%d" % i))
