@@ -20,7 +20,7 @@
 /* ---- the cluster and its faults ---- */
 
 static int nseeds;
-static rs_slot_addr_t seeds[RS_CL_SEEDS_MAX];
+static rs_slot_addr_t seeds[RS_SLOT_SEEDS_MAX];
 
 static void need_cluster(void)
 {
@@ -28,7 +28,7 @@ static void need_cluster(void)
 
     if (s == NULL || *s == '\0')
         TEST_SKIP("no Redis Cluster: run under tests/support/with_redis_cluster.py");
-    nseeds = rs__cluster_seeds(s, strlen(s), seeds);
+    nseeds = rs__slot_addrs(s, strlen(s), 6379, seeds);
     ASSERT_GT(nseeds, 0);
 }
 

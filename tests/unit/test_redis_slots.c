@@ -66,6 +66,35 @@ TEST(hash_tags_follow_keyhashslot)
     ASSERT_EQ(rs__slot_of("{a\0b}x", 6), rs__slot_crc16("a\0b", 3) % RS_SLOTS);
 }
 
+TEST(node_lists_are_parsed)
+{
+    rs_slot_addr_t a[RS_SLOT_SEEDS_MAX];
+    const char *l = "10.0.0.1:7000,redis-b,[::1]:7001,[fe80::2],fe80::3";
+    char many[512] = "h";
+
+    ASSERT_EQ(rs__slot_addrs(l, strlen(l), 6379, a), 5);
+    ASSERT_STREQ(a[0].host, "10.0.0.1");
+    ASSERT_EQ(a[0].port, 7000);
+    ASSERT_STREQ(a[1].host, "redis-b");
+    ASSERT_EQ(a[1].port, 6379);
+    ASSERT_STREQ(a[2].host, "::1");
+    ASSERT_EQ(a[2].port, 7001);
+    ASSERT_STREQ(a[3].host, "fe80::2");
+    ASSERT_EQ(a[3].port, 6379);
+    ASSERT_STREQ(a[4].host, "fe80::3");
+    ASSERT_EQ(a[4].port, 6379);
+    static const char *const bad[] = {"",        ",",   "a,",   ",a",     "a,,b",    "a:",   "a:0",
+                                      "a:65536", "a:x", "[::1", "[::1]:", "[]:7000", ":7000"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (rs__slot_addrs(bad[i], strlen(bad[i]), 6379, a) != -1)
+            TEST_FAIL_("accepted: \"%s\"", bad[i]);
+    for (int i = 1; i < RS_SLOT_SEEDS_MAX; i++)
+        strcat(many, ",h");
+    ASSERT_EQ(rs__slot_addrs(many, strlen(many), 1, a), RS_SLOT_SEEDS_MAX);
+    strcat(many, ",h");
+    ASSERT_EQ(rs__slot_addrs(many, strlen(many), 1, a), -1);
+}
+
 TEST(redirects_are_parsed)
 {
     rs_redirect_t r;

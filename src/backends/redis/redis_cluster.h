@@ -23,7 +23,6 @@
 #include "backends/redis/redis_slots.h"
 #include "common/table.h"
 
-#define RS_CL_SEEDS_MAX 16        /* seed nodes in an address */
 #define RS_CL_REDIRECTS_MAX 8     /* MOVED/ASK followed for one command before it fails */
 #define RS_CL_CHANNELS_MAX 100000 /* sharded channels subscribed at once */
 #define RS_CL_QUEUED_MAX 100000   /* commands waiting for a map or a connection */
@@ -80,14 +79,10 @@ typedef struct {
     uint64_t sent, moved, asks, tryagain, refreshes, connects, drops, unknown, timeouts;
 } rs_cluster_stats_t;
 
-/* Parse the host list of an address ("HOST[:PORT][,HOST[:PORT]...]", port 6379 if none is
- * given) into seeds; returns how many, or -1 when one is malformed or there are more than
- * RS_CL_SEEDS_MAX. */
-int rs__cluster_seeds(const char *s, size_t n, rs_slot_addr_t *seeds);
-
-/* Start on the loop with these seeds (copied), the AUTH credentials (user may be "", pass ""
- * for none) and the command timeout. Returns 0 and *out, or SEMA_ENOMEM/SEMA_EINVAL. The
- * slot map is asked for at once; commands sent before it arrives wait for it. */
+/* Start on the loop with these seeds (copied; rs__slot_addrs parses an address's list), the AUTH
+ * credentials (user may be "", pass "" for none) and the command timeout. Returns 0 and *out, or
+ * SEMA_ENOMEM/SEMA_EINVAL. The slot map is asked for at once; commands sent before it arrives wait
+ * for it. */
 int rs__cluster_open(uv_loop_t *loop, const rs_slot_addr_t *seeds, int nseeds, const char *user,
                      const char *pass, uint64_t timeout_ms, const rs_cluster_events_t *ev,
                      rs_cluster_t **out);

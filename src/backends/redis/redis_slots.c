@@ -73,6 +73,46 @@ static int parse_addr(const char *s, size_t n, const char *from_host, rs_slot_ad
     return 0;
 }
 
+/* One node of a list: HOST, HOST:PORT, [IPV6], [IPV6]:PORT or a bare IPv6 address. */
+static int parse_node(const char *s, size_t n, int default_port, rs_slot_addr_t *a)
+{
+    char buf[RS_HOST_MAX + 8];
+    const char *close = n > 0 && s[0] == '[' ? memchr(s, ']', n) : NULL;
+    size_t colons = 0;
+    int has_port;
+
+    for (size_t i = 0; i < n; i++)
+        colons += s[i] == ':';
+    if (close != NULL)
+        has_port = close + 1 < s + n;
+    else
+        has_port = colons == 1; /* more than one: a bare IPv6 address */
+    if (n == 0 || n >= RS_HOST_MAX || (s[0] == '[' && close == NULL))
+        return -1;
+    snprintf(buf, sizeof buf, "%.*s%s%d", (int)n, s, has_port ? "" : ":",
+             has_port ? 0 : default_port);
+    if (has_port)
+        buf[n] = '\0';
+    return parse_addr(buf, strlen(buf), NULL, a);
+}
+
+int rs__slot_addrs(const char *s, size_t n, int default_port, rs_slot_addr_t *out)
+{
+    int k = 0;
+
+    while (k < RS_SLOT_SEEDS_MAX) {
+        const char *comma = memchr(s, ',', n);
+        size_t len = comma ? (size_t)(comma - s) : n;
+        if (parse_node(s, len, default_port, &out[k++]) != 0)
+            return -1;
+        if (comma == NULL)
+            return k;
+        s = comma + 1;
+        n -= len + 1;
+    }
+    return -1;
+}
+
 int rs__slot_redirect(const char *err, size_t n, const char *from_host, rs_redirect_t *out)
 {
     int kind;

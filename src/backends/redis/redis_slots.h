@@ -31,6 +31,13 @@ typedef struct {
     int port;
 } rs_slot_addr_t;
 
+#define RS_SLOT_SEEDS_MAX 16 /* nodes in one address list */
+
+/* Parse a list of nodes, "HOST[:PORT][,HOST[:PORT]...]" (an IPv6 host in brackets when it has
+ * a port; a bare one is a host alone), into out (at most RS_SLOT_SEEDS_MAX); a node without a
+ * port gets default_port. Returns how many, or -1 when one is malformed or there are too many. */
+int rs__slot_addrs(const char *s, size_t n, int default_port, rs_slot_addr_t *out);
+
 /* A redirect from a node: MOVED (the slot is served by another primary now: update the map)
  * or ASK (the slot is migrating and this key is already at the target: send ASKING, then the
  * command, there, once, and leave the map alone). */
