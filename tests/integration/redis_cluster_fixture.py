@@ -7,7 +7,8 @@ Stdlib only, on redis_fixture.py's processes (each dies with the test; every wai
 and scaled by SLOW). Structured replies (CLUSTER SHARDS, MIGRATE of binary keys) go through
 Resp, a small RESP2 client on a socket; one-line commands through redis-cli.
 
-- Cluster(primaries=3, replicas=1): started, created and waited for (cluster_state:ok on every
+- Cluster(primaries=3, replicas=1): started, created (by hand for fewer than three
+  primaries, which `redis-cli --cluster create` refuses) and waited for (cluster_state:ok on every
   node, every slot covered, every replica attached, every node agreeing on who owns what).
   The nodes run with `cluster-require-full-coverage no`, so a failing primary stops only its
   own slots, `cluster-replica-validity-factor 0`, so a replica may always take over, and
@@ -170,6 +171,8 @@ class Cluster:
             raise
 
     def _create(self, replicas):
+        if len(self.nodes) // (1 + replicas) < 3:
+            return self._create_by_hand(len(self.nodes) // (1 + replicas), replicas)
         addrs = ["127.0.0.1:%d" % n.port for n in self.nodes]
         r = subprocess.run(["redis-cli", "--cluster", "create"] + addrs
                            + ["--cluster-replicas", str(replicas), "--cluster-yes"],
@@ -177,6 +180,25 @@ class Cluster:
         out = r.stdout.decode(errors="replace") + r.stderr.decode(errors="replace")
         if r.returncode != 0 or "All 16384 slots covered" not in out:
             raise RuntimeError("redis-cli --cluster create failed:\n" + out[-3000:])
+
+    def _create_by_hand(self, primaries, replicas):
+        """What `redis-cli --cluster create` does, for fewer than the three primaries it
+        insists on: slots split evenly, every node met, each replica given its primary."""
+        ps, rs = self.nodes[:primaries], self.nodes[primaries:]
+        for i, p in enumerate(ps):
+            lo, hi = SLOTS * i // primaries, SLOTS * (i + 1) // primaries - 1
+            command(p.port, "CLUSTER", "ADDSLOTSRANGE", lo, hi)
+        for n in self.nodes[1:]:
+            command(self.nodes[0].port, "CLUSTER", "MEET", "127.0.0.1", n.port)
+        rf.wait_until(lambda: all(n.cluster_info().get("cluster_known_nodes")
+                                  == str(len(self.nodes)) for n in self.nodes),
+                      30, "every node to know the others")
+        for i, r in enumerate(rs):
+            pid = ps[i % primaries].node_id()
+            # a node met a moment ago may still be a handshake under another id
+            rf.wait_until(lambda: pid in r.cli("CLUSTER", "NODES"), 30,
+                          "node %d to know its primary" % r.port)
+            command(r.port, "CLUSTER", "REPLICATE", pid)
 
     # ---- what the cluster looks like ----
 

@@ -416,13 +416,13 @@ static void free_when_closed(uv_handle_t *h)
         uv_close((uv_handle_t *)&cl->tick, free_when_closed);
         return;
     }
+    rs__cluster_sub_free_all(cl); /* first: a channel is on its connection's list */
+    etab_destroy(&cl->chans);
     while (!elist_empty(&cl->links)) {
         rs_link_t *l = ECONTAINER(cl->links.next, rs_link_t, all);
         elist_remove(&l->all);
         sema__free(l);
     }
-    rs__cluster_sub_free_all(cl);
-    etab_destroy(&cl->chans);
     sema__free(cl->map);
     sema__free(cl);
 }
