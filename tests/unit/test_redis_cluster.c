@@ -32,11 +32,16 @@ static void need_cluster(void)
     ASSERT_GT(nseeds, 0);
 }
 
+static int num(const char *s)
+{
+    return (int)strtol(s, NULL, 10);
+}
+
 static int ctl_fd(void)
 {
     const char *s = getenv("SEMA_TEST_CLUSTER_CTL");
     ASSERT_NOT_NULL(s);
-    return atoi(s);
+    return num(s);
 }
 
 /* Ask the wrapper for a fault; the answer is read by ctl_answer (the loop runs meanwhile). */
@@ -429,7 +434,7 @@ TEST(moved_is_followed_and_updates_the_map)
     {
         const char *out = NULL;
         run_until(fault_done, &out, 60000, "the reshard");
-        to = atoi(out);
+        to = num(out);
     }
     ASSERT_NE(rs__cluster_owner(cl, slot)->port, to); /* the map is behind... */
     ASSERT_STREQ(call("GET", key, NULL), "v1");       /* ...so this one is MOVED */
@@ -526,7 +531,7 @@ TEST(kill_9_of_one_primary_leaves_the_others_alone)
         ASSERT_GT(pump.ok[i], 10);
     }
     ASSERT_EQ(rs__cluster_owner(cl, rs__slot_of(pump.keys[0], strlen(pump.keys[0])))->port,
-              atoi(out));
+              num(out));
     close_cluster();
 }
 
@@ -639,7 +644,7 @@ TEST(sharded_subscriptions_survive_killed_connections_and_moved_slots)
     /* every sharded subscriber connection killed: each is made again and subscribes again */
     ctl_ask("kill_sharded_subscribers");
     run_until(fault_done, &out, 60000, "the kill");
-    ASSERT_EQ(atoi(out), 3);
+    ASSERT_EQ(num(out), 3);
     want = 6;
     run_until(subscribed_at_least, &want, 5000, "the subscriptions again");
     publish_all(chans, 3, "two");

@@ -89,9 +89,9 @@ TEST(node_lists_are_parsed)
         if (rs__slot_addrs(bad[i], strlen(bad[i]), 6379, a) != -1)
             TEST_FAIL_("accepted: \"%s\"", bad[i]);
     for (int i = 1; i < RS_SLOT_SEEDS_MAX; i++)
-        strcat(many, ",h");
+        memcpy(many + 2 * i - 1, ",h", 3);
     ASSERT_EQ(rs__slot_addrs(many, strlen(many), 1, a), RS_SLOT_SEEDS_MAX);
-    strcat(many, ",h");
+    memcpy(many + strlen(many), ",h", 3);
     ASSERT_EQ(rs__slot_addrs(many, strlen(many), 1, a), -1);
 }
 
