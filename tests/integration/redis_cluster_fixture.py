@@ -27,7 +27,6 @@ import random
 import shutil
 import socket
 import subprocess
-import tempfile
 import time
 
 import redis_fixture as rf
@@ -155,7 +154,6 @@ class Cluster:
     def __init__(self, primaries=3, replicas=1, *flags, node_timeout_ms=1000, aof=False):
         self.nreplicas = replicas
         self.nodes = []
-        self.tmp = tempfile.mkdtemp(prefix="sema-cluster-")
         flags = ("--cluster-node-timeout", str(node_timeout_ms),
                  "--cluster-require-full-coverage", "no",
                  "--cluster-replica-validity-factor", "0",
@@ -366,7 +364,6 @@ class Cluster:
         for n in self.nodes:
             n.close()
         self.nodes = []
-        shutil.rmtree(self.tmp, ignore_errors=True)
 
     def __enter__(self):
         return self
