@@ -660,3 +660,36 @@ TEST(sharded_subscriptions_survive_killed_connections_and_moved_slots)
     ASSERT_STREQ(call("SPUBLISH", chans[1], "four"), "0");
     close_cluster();
 }
+
+/* ---- batching ---- */
+
+static int all_of_done(void *arg)
+{
+    tcmd_t *t = arg;
+    for (int i = 0; i < 1000; i++)
+        if (!t[i].done)
+            return 0;
+    return 1;
+}
+
+/* The commands of one loop turn go to their primary in one write (a writev), as hiredis's own
+ * contexts send them, so Redis reads them together. */
+TEST(a_loop_turn_s_commands_go_out_in_one_write)
+{
+    static tcmd_t t[1000];
+    uint64_t before;
+    char key[32];
+
+    open_cluster(2000);
+    ASSERT_STREQ(call("SET", "{batch}warm", "1"), "OK"); /* the connection is up */
+    before = rs__cluster_stats(cl)->writes;
+    for (int i = 0; i < 1000; i++) {
+        snprintf(key, sizeof key, "{batch}%d", i);
+        tcmd_send(&t[i], "INCR", key, NULL);
+    }
+    run_until(all_of_done, t, 10000, "1,000 commands");
+    for (int i = 0; i < 1000; i++)
+        ASSERT_STREQ(t[i].str, "1");
+    ASSERT_EQ(rs__cluster_stats(cl)->writes - before, 1);
+    close_cluster();
+}

@@ -352,6 +352,23 @@ static void on_tick(uv_timer_t *t)
 
 /* ---- lifecycle ---- */
 
+static void on_prepare(uv_prepare_t *h)
+{
+    rs__cluster_link_write_all(h->data);
+}
+
+static void on_check(uv_check_t *h)
+{
+    rs__cluster_link_write_all(h->data);
+}
+
+static void on_closed(uv_handle_t *h)
+{
+    rs_cluster_t *cl = h->data;
+
+    cl->handles--;
+}
+
 int rs__cluster_open(uv_loop_t *loop, const rs_slot_addr_t *seeds, int nseeds, const char *user,
                      const char *pass, uint64_t timeout_ms, const rs_cluster_events_t *ev,
                      rs_cluster_t **out)
@@ -380,10 +397,15 @@ int rs__cluster_open(uv_loop_t *loop, const rs_slot_addr_t *seeds, int nseeds, c
     elist_init(&cl->waiting);
     elist_init(&cl->retry);
     elist_init(&cl->chan_wait);
+    elist_init(&cl->dirty);
     uv_timer_init(loop, &cl->tick);
-    cl->tick.data = cl;
-    cl->handles = 1;
+    uv_prepare_init(loop, &cl->prep);
+    uv_check_init(loop, &cl->check);
+    cl->tick.data = cl->prep.data = cl->check.data = cl;
+    cl->handles = 3;
     uv_timer_start(&cl->tick, on_tick, RS_CL_TICK_MS, RS_CL_TICK_MS);
+    uv_prepare_start(&cl->prep, on_prepare);
+    uv_check_start(&cl->check, on_check);
     rs__cluster_refresh(cl);
     *out = cl;
     return 0;
@@ -439,6 +461,8 @@ void rs__cluster_close(rs_cluster_t *cl)
     }
     expire_list(cl, &cl->waiting, RS_CL_UNSENT, UINT64_MAX);
     expire_list(cl, &cl->retry, RS_CL_UNSENT, UINT64_MAX);
+    uv_close((uv_handle_t *)&cl->prep, on_closed);
+    uv_close((uv_handle_t *)&cl->check, on_closed);
     uv_timer_stop(&cl->tick);
     uv_close((uv_handle_t *)&cl->tick, free_when_closed);
 }

@@ -61,6 +61,7 @@ struct rs_ccmd {
     uint8_t redirects; /* MOVED and ASK followed */
     uint8_t asking;    /* sent after ASKING: the reply to ASKING comes first */
     uint8_t ask;       /* the next send goes to ask_to, after ASKING */
+    uint8_t written;   /* its bytes were handed to the socket (else: still in a buffer) */
     rs_slot_addr_t ask_to;
 };
 
@@ -76,7 +77,7 @@ typedef struct {
 
 /* Counters, for /metrics and the tests. */
 typedef struct {
-    uint64_t sent, moved, asks, tryagain, refreshes, connects, drops, unknown, timeouts;
+    uint64_t sent, writes, moved, asks, tryagain, refreshes, connects, drops, unknown, timeouts;
 } rs_cluster_stats_t;
 
 /* Start on the loop with these seeds (copied; rs__slot_addrs parses an address's list), the AUTH

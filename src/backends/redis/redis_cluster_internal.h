@@ -12,6 +12,7 @@
 #define RS_CL_RETRY_MS 50 /* TRYAGAIN, CLUSTERDOWN: sent again this much later */
 #define RS_CL_BACKOFF_MAX_MS 2000
 #define RS_CL_LINKS_MAX (2 * RS_SLOT_NODES_MAX)
+#define RS_CL_OUT_MAX 65536 /* commands formatted for one connection and not yet written */
 
 /* a connection's state */
 enum { RS_CL_DOWN, RS_CL_RESOLVING, RS_CL_CONNECTING, RS_CL_READY, RS_CL_CLOSING };
@@ -32,6 +33,9 @@ typedef struct rs_link {
     elist_t inflight; /* rs_ccmd_t written, in order */
     elist_t chans;    /* rs_chan_t subscribed (or being subscribed) here */
     uint64_t backoff_ms, retry_at;
+    uv_buf_t *out; /* formatted commands for the next write, in order */
+    unsigned nout, out_cap;
+    elist_t dirty; /* cl->dirty while out has something */
     rs_ccmd_t auth;
     const char *auth_argv[3];
     size_t auth_lens[3];
@@ -74,6 +78,9 @@ struct rs_cluster {
     rs_link_t *refresh_link;
     int refreshing, refresh_again, refresh_at, refresh_slots;
     uint64_t refresh_not_before;
+    elist_t dirty;     /* connections with commands to write */
+    uv_prepare_t prep; /* writes what the loop turn's timers asked for, before it polls */
+    uv_check_t check;  /* writes what its I/O callbacks asked for */
     uv_timer_t tick;
     int handles, closing;
     rs_cluster_stats_t st;
@@ -104,10 +111,14 @@ void rs__cluster_reply(rs_link_t *l, redisReply *rep);
 /* redis_cluster_link.c: connections */
 /* The connection to a, for commands or (sub) sharded subscriptions; made (down) when create. */
 rs_link_t *rs__cluster_link_find(rs_cluster_t *cl, const rs_slot_addr_t *a, int sub, int create);
-/* Write c on a ready connection (after ASKING when c->ask); it goes in flight. 0 or SEMA_E*. */
+/* Format c for a ready connection (after ASKING when c->ask); it goes in flight, and its
+ * bytes out with the loop turn's write. 0, SEMA_ENOMEM, or SEMA_EBUSY (RS_CL_OUT_MAX). */
 int rs__cluster_link_write(rs_link_t *l, rs_ccmd_t *c);
 /* Write what waited for the connection. */
 void rs__cluster_link_flush(rs_link_t *l);
+/* Write every connection's formatted commands: one write (writev) per connection and loop
+ * turn, so Redis reads a turn's commands in one go, as hiredis's own contexts send them. */
+void rs__cluster_link_write_all(rs_cluster_t *cl);
 void rs__cluster_link_connect(rs_link_t *l);
 /* The connection is gone: see redis_cluster_link.c. */
 void rs__cluster_link_drop(rs_link_t *l, const char *why);

@@ -36,6 +36,7 @@ rs_link_t *rs__cluster_link_find(rs_cluster_t *cl, const rs_slot_addr_t *a, int 
     elist_init(&l->queued);
     elist_init(&l->inflight);
     elist_init(&l->chans);
+    elist_init(&l->dirty);
     elist_push_back(&cl->links, &l->all);
     cl->nlinks++;
     return l;
@@ -49,9 +50,21 @@ static void on_closed(uv_handle_t *h)
     l->state = RS_CL_DOWN;
 }
 
+static char asking[] = "*1\r\n$6\r\nASKING\r\n";
+
+static void free_bufs(uv_buf_t *b, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        if (b[i].base != asking)
+            redisFreeCommand(b[i].base);
+    sema__free(b);
+}
+
+/* One write of a connection's formatted commands. */
 typedef struct {
     uv_write_t w;
-    char *cmd;
+    uv_buf_t *bufs;
+    unsigned n;
 } wreq_t;
 
 static void on_written(uv_write_t *w, int status)
@@ -59,41 +72,117 @@ static void on_written(uv_write_t *w, int status)
     wreq_t *wr = (wreq_t *)w;
     rs_link_t *l = w->data;
 
-    redisFreeCommand(wr->cmd);
+    free_bufs(wr->bufs, wr->n);
     sema__free(wr);
     if (status < 0 && status != UV_ECANCELED && l->state == RS_CL_READY)
         rs__cluster_link_drop(l, uv_strerror(status));
 }
 
-/* Write one command (after ASKING when c->ask) on a ready connection; it goes in flight. */
+/* Room in out for two more buffers (ASKING and a command). */
+static int out_room(rs_link_t *l)
+{
+    unsigned cap = l->out_cap ? l->out_cap * 2 : 16;
+    uv_buf_t *b;
+
+    if (l->out_cap - l->nout >= 2)
+        return 0;
+    if (cap > RS_CL_OUT_MAX)
+        return SEMA_EBUSY;
+    if ((b = sema__realloc(l->out, cap * sizeof *b)) == NULL)
+        return SEMA_ENOMEM;
+    l->out = b;
+    l->out_cap = cap;
+    return 0;
+}
+
 int rs__cluster_link_write(rs_link_t *l, rs_ccmd_t *c)
 {
-    static char asking[] = "*1\r\n$6\r\nASKING\r\n";
-    wreq_t *wr = sema__malloc(sizeof *wr);
-    uv_buf_t bufs[2];
-    int n, nb = 0;
+    char *cmd;
+    int n, rc = out_room(l);
 
-    if (wr == NULL)
+    if (rc != 0)
+        return rc;
+    if ((n = redisFormatCommandArgv(&cmd, c->argc, c->argv, c->lens)) < 0)
         return SEMA_ENOMEM;
-    n = redisFormatCommandArgv(&wr->cmd, c->argc, c->argv, c->lens);
-    if (n < 0) {
-        sema__free(wr);
-        return SEMA_ENOMEM;
-    }
     c->asking = c->ask;
     c->ask = 0;
+    c->written = 0;
     if (c->asking)
-        bufs[nb++] = uv_buf_init(asking, sizeof asking - 1);
-    bufs[nb++] = uv_buf_init(wr->cmd, (unsigned)n);
-    wr->w.data = l;
-    if (uv_write(&wr->w, (uv_stream_t *)&l->tcp, bufs, (unsigned)nb, on_written) != 0) {
-        redisFreeCommand(wr->cmd);
-        sema__free(wr);
-        return SEMA_EIO;
-    }
+        l->out[l->nout++] = uv_buf_init(asking, sizeof asking - 1);
+    l->out[l->nout++] = uv_buf_init(cmd, (unsigned)n);
     elist_push_back(&l->inflight, &c->link);
+    if (elist_empty(&l->dirty))
+        elist_push_back(&l->cl->dirty, &l->dirty);
     l->cl->st.sent++;
     return 0;
+}
+
+static void write_out(rs_link_t *l)
+{
+    wreq_t *wr;
+
+    elist_remove(&l->dirty);
+    if (l->nout == 0 || l->state != RS_CL_READY)
+        return;
+    if ((wr = sema__malloc(sizeof *wr)) == NULL) {
+        elist_push_back(&l->cl->dirty, &l->dirty); /* the next turn tries again */
+        return;
+    }
+    l->cl->st.writes++;
+    wr->bufs = l->out;
+    wr->n = l->nout;
+    wr->w.data = l;
+    l->out = NULL;
+    l->nout = l->out_cap = 0;
+    /* what is in flight and was only formatted goes out now */
+    for (elist_t *e = l->inflight.prev; e != &l->inflight; e = e->prev) {
+        rs_ccmd_t *c = ECONTAINER(e, rs_ccmd_t, link);
+        if (c->written)
+            break;
+        c->written = 1;
+    }
+    if (uv_write(&wr->w, (uv_stream_t *)&l->tcp, wr->bufs, wr->n, on_written) != 0) {
+        free_bufs(wr->bufs, wr->n);
+        sema__free(wr);
+        rs__cluster_link_drop(l, "cannot write");
+    }
+}
+
+void rs__cluster_link_write_all(rs_cluster_t *cl)
+{
+    elist_t tmp;
+
+    elist_init(&tmp);
+    elist_splice(&tmp, &cl->dirty);
+    while (!elist_empty(&tmp))
+        write_out(ECONTAINER(tmp.next, rs_link_t, dirty));
+}
+
+/* A dropped connection's commands that never left their buffer go back to the head of its
+ * queue, in order (they did not run), and the buffer is freed. */
+static void unwritten_back(rs_link_t *l)
+{
+    elist_t back, *e = l->inflight.prev;
+
+    /* they are the tail of the flight: write_out marks what it writes from the tail back */
+    while (e != &l->inflight && !ECONTAINER(e, rs_ccmd_t, link)->written)
+        e = e->prev;
+    elist_init(&back);
+    for (elist_t *q = e->next, *next; q != &l->inflight; q = next) {
+        rs_ccmd_t *c = ECONTAINER(q, rs_ccmd_t, link);
+        next = q->next;
+        if (c->key == NULL)
+            continue; /* the layer's own (AUTH, a refresh): it ends with the others */
+        elist_remove(q);
+        elist_push_back(&back, q);
+        l->cl->nqueued++;
+    }
+    elist_splice(&back, &l->queued);
+    elist_splice(&l->queued, &back);
+    free_bufs(l->out, l->nout);
+    l->out = NULL;
+    l->nout = l->out_cap = 0;
+    elist_remove(&l->dirty);
 }
 
 void rs__cluster_link_flush(rs_link_t *l)
@@ -292,6 +381,7 @@ void rs__cluster_link_drop(rs_link_t *l, const char *why)
                 break;
             }
     }
+    unwritten_back(l);
     rs__cluster_end_all(cl, &l->inflight, RS_CL_UNKNOWN, 0);
     if (!cl->closing)
         rs__cluster_refresh(cl);
