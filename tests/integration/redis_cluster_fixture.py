@@ -14,7 +14,8 @@ Resp, a small RESP2 client on a socket; one-line commands through redis-cli.
   own slots, `cluster-replica-validity-factor 0`, so a replica may always take over, and
   DEBUG allowed from loopback (DEBUG SLEEP makes a node busy on purpose).
   seeds() is "host:port,..." of the primaries; primaries(), replicas(), owner(slot),
-  keyslot(key) (asked of a node: Redis's own answer), slot_map().
+  keyslot(key) (asked of a node: Redis's own answer), slot_map(); for figures, cpu_seconds()
+  and calls(command) per primary.
 - Faults: kill_primary(node) (kill -9; returns the replica once promoted), failover(replica)
   (CLUSTER FAILOVER; returns once it is the primary), reshard(slots, to) or Migration
   (the SETSLOT IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE steps one by one, so traffic can
@@ -264,6 +265,19 @@ class Cluster:
         """"127.0.0.1:PORT,..." of the primaries (the first n)."""
         ps = self.primaries()[:n] if n else self.primaries()
         return ",".join("127.0.0.1:%d" % p.port for p in ps)
+
+    def cpu_seconds(self):
+        """{port: user + system CPU seconds} of every live primary (INFO cpu), for figures
+        of how the Redis work spreads over the primaries."""
+        out = {}
+        for n in self.primaries():
+            info = n.info("cpu")
+            out[n.port] = float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+        return out
+
+    def calls(self, command="fcall"):
+        """{port: calls of `command`} on every live primary (INFO commandstats)."""
+        return {n.port: n.commandstats().get(command, 0) for n in self.primaries()}
 
     # ---- waiting ----
 
