@@ -693,3 +693,244 @@ TEST(a_loop_turn_s_commands_go_out_in_one_write)
     ASSERT_EQ(rs__cluster_stats(cl)->writes - before, 1);
     close_cluster();
 }
+
+/* ---- sema.lua on the cluster: every key a call touches in its semaphore's slot ---- */
+
+extern const char rs__lua[]; /* the script library semad loads (redis_lua.c) */
+
+/* One call's reply, as much of it as the cases read. */
+typedef struct {
+    rs_ccmd_t c;
+    int done, how, type;
+    size_t n;      /* an array's elements */
+    char s[4][96]; /* its first four elements (or a string's or an error's text) */
+} fcall_t;
+
+static void fcall_cb(rs_cluster_t *c_, rs_ccmd_t *c, int how, redisReply *rep)
+{
+    fcall_t *f = c->data;
+
+    (void)c_;
+    f->done = 1;
+    f->how = how;
+    f->type = rep != NULL ? rep->type : 0;
+    if (rep != NULL && rep->type == REDIS_REPLY_ARRAY) {
+        f->n = rep->elements;
+        for (size_t i = 0; i < rep->elements && i < 4; i++)
+            if (rep->element[i]->str != NULL)
+                snprintf(f->s[i], sizeof f->s[i], "%.*s", (int)rep->element[i]->len,
+                         rep->element[i]->str);
+    } else if (rep != NULL && rep->str != NULL) {
+        snprintf(f->s[0], sizeof f->s[0], "%.*s", (int)rep->len, rep->str);
+    }
+}
+
+static int fcall_done(void *arg)
+{
+    return ((fcall_t *)arg)->done;
+}
+
+/* argv[0..argc) sent to the primary of argv[3] (FCALL's key, or `route` when not NULL),
+ * waited for; the reply. */
+static const fcall_t *fcall_v(const char *route, int argc, const char **argv)
+{
+    static fcall_t f;
+    static size_t lens[32];
+
+    ASSERT_LE(argc, 32);
+    memset(&f, 0, sizeof f);
+    for (int i = 0; i < argc; i++)
+        lens[i] = strlen(argv[i]);
+    route = route != NULL ? route : argv[3];
+    f.c = (rs_ccmd_t){.argc = argc,
+                      .argv = argv,
+                      .lens = lens,
+                      .key = route,
+                      .key_len = strlen(route),
+                      .cb = fcall_cb,
+                      .data = &f};
+    ASSERT_OK(rs__cluster_send(cl, &f.c));
+    run_until(fcall_done, &f, 10000, argv[0]);
+    ASSERT_EQ(f.how, RS_CL_REPLY);
+    return &f;
+}
+
+static const char *call_inst = "inst-t"; /* the instance a call says it comes from */
+
+/* FCALL sema 1 key op epoch flags inst rid '' args... (at most 8 args); the reply, which must
+ * not be an error. */
+static const fcall_t *sema_call(const char *key, const char *op, const char *epoch,
+                                const char *flags, const char *rid, int nargs, ...)
+{
+    const char *argv[18] = {"FCALL", "sema", "1", key, op, epoch, flags, call_inst, rid, ""};
+    const fcall_t *f;
+    va_list ap;
+
+    va_start(ap, nargs);
+    for (int i = 0; i < nargs; i++)
+        argv[10 + i] = va_arg(ap, const char *);
+    va_end(ap);
+    f = fcall_v(NULL, 10 + nargs, argv);
+    if (f->type == REDIS_REPLY_ERROR)
+        TEST_FAIL_("%s on %s: %s", op, key, f->s[0]);
+    return f;
+}
+
+static int nwake;
+static char wake_chan[64];
+
+static void on_wake(void *data, const char *chan, size_t clen, const char *msg, size_t mlen)
+{
+    (void)data;
+    (void)msg;
+    (void)mlen;
+    nwake += clen == strlen(wake_chan) && memcmp(chan, wake_chan, clen) == 0;
+}
+
+static int woken(void *arg)
+{
+    (void)arg;
+    return nwake > 0;
+}
+
+static int wake_subscribed(void *arg)
+{
+    (void)arg;
+    return nsubscribed > 0;
+}
+
+/* Every operation of one semaphore, in the slot of tag `tag`, on the primary that serves it:
+ * hello, put, the short and the general acquire, a lease by its id, a waiter woken by SPUBLISH
+ * on the slot's channel when a release grants it, beat, sweep and the slot's name list. */
+static void semaphore_in_its_slot(unsigned slot, uint32_t tag)
+{
+    char home[32], stem[64], hkey[3][48], lid[3][32], epoch[96], lkey[96];
+    const fcall_t *f;
+
+    snprintf(home, sizeof home, "sema:{%08x}", (unsigned)tag);
+    snprintf(stem, sizeof stem, "%ss:sem-%u", home, slot);
+    snprintf(hkey[0], sizeof hkey[0], "%sepoch", home);
+    snprintf(hkey[1], sizeof hkey[1], "%sinst", home);
+    snprintf(hkey[2], sizeof hkey[2], "%sdue", home);
+    for (int i = 0; i < 3; i++) {
+        snprintf(lid[i], sizeof lid[i], "xxxlease%dofslot%05u", i, slot);
+        rs__slot_id_put(lid[i], slot);
+        ASSERT_EQ(rs__slot_id_get(lid[i], strlen(lid[i])), (int)slot);
+    }
+    f = sema_call(hkey[0], "hello", "", "0c", "", 5, "4242", "", "60000", "0", "0");
+    snprintf(epoch, sizeof epoch, "%s", f->s[0]);
+    ASSERT_STREQ(epoch, "4242");
+    f = sema_call(stem, "put", epoch, "0c", "rid-put", 2, "2", "0");
+    ASSERT_STREQ(f->s[0], "0");
+    /* the general path ('r': it may have run), then the short one (a plain flag): a lease
+     * that ends no sooner than the first and within the horizon the first one set (a second
+     * past it; tried again, a few times, should a second go by between the two) */
+    for (int i = 0;; i++) {
+        char rid[2][16];
+        snprintf(rid[0], sizeof rid[0], "rid-a1-%d", i);
+        snprintf(rid[1], sizeof rid[1], "rid-a0-%d", i);
+        f = sema_call(stem, "acquire", epoch, "0rc", rid[0], 7, "1", "0", "30000", lid[1], "", "",
+                      "0 0 0");
+        ASSERT_STREQ(f->s[0], "0");
+        f = sema_call(stem, "acquire", epoch, "0c", rid[1], 7, "1", "0", "30000", lid[0], "", "",
+                      "0 0 0");
+        if (f->type == REDIS_REPLY_STRING) {
+            ASSERT_EQ(f->s[0][0], 'G');
+            break;
+        }
+        ASSERT_LT(i, 5);
+        ASSERT_STREQ(f->s[0], "0");
+        for (int j = 0; j < 2; j++) {
+            snprintf(lkey, sizeof lkey, "%sid:%s", home, lid[j]);
+            snprintf(rid[j], sizeof rid[j], "rid-r%d-%d", j, i);
+            ASSERT_STREQ(sema_call(lkey, "lease_release", epoch, "0rc", rid[j], 0)->s[0], "0");
+        }
+    }
+    snprintf(lkey, sizeof lkey, "%sid:%s", home, lid[0]);
+    f = sema_call(lkey, "lease_get", epoch, "0c", "", 0);
+    ASSERT_STREQ(f->s[0], "0");
+    /* a third waits; the release of the first grants it and wakes this instance on the
+     * slot's own channel */
+    snprintf(wake_chan, sizeof wake_chan, "%swake:inst-t", home);
+    nwake = nsubscribed = 0;
+    ASSERT_OK(rs__cluster_subscribe(cl, wake_chan, strlen(wake_chan)));
+    run_until(wake_subscribed, NULL, 10000, "the wake channel's subscription");
+    f = sema_call(stem, "acquire", epoch, "0c", "rid-a2", 7, "1", "1", "30000", lid[2], "", "",
+                  "0 0 0");
+    ASSERT_STREQ(f->s[0], "1"); /* RS_ST_PARKED */
+    call_inst = "inst-u";       /* (a grant to a waiter of the caller's own is in its reply) */
+    f = sema_call(lkey, "lease_release", epoch, "0rc", "rid-r0", 0);
+    call_inst = "inst-t";
+    ASSERT_STREQ(f->s[0], "0");
+    run_until(woken, NULL, 10000, "the waiter's wake-up");
+    rs__cluster_unsubscribe(cl, wake_chan, strlen(wake_chan));
+    f = sema_call(hkey[1], "beat", epoch, "0c", "rid-b", 0);
+    ASSERT_STREQ(f->s[0], "0");
+    f = sema_call(hkey[2], "sweep", epoch, "0c", "", 0);
+    ASSERT_STREQ(f->s[0], "0");
+}
+
+/* The library on every primary, loaded through a slot each one serves. */
+static void load_library(const rs_slot_tags_t *t)
+{
+    int done[RS_SLOT_NODES_MAX] = {0};
+
+    for (unsigned s = 0; s < RS_SLOTS; s++) {
+        const rs_slot_addr_t *a = rs__cluster_owner(cl, s);
+        char route[16];
+        const char *argv[] = {"FUNCTION", "LOAD", "REPLACE", rs__lua};
+        int seen = 0;
+        ASSERT_NOT_NULL(a);
+        for (int i = 0; i < RS_SLOT_NODES_MAX && done[i] != 0; i++)
+            seen |= done[i] == a->port;
+        if (seen)
+            continue;
+        for (int i = 0; i < RS_SLOT_NODES_MAX; i++)
+            if (done[i] == 0) {
+                done[i] = a->port;
+                break;
+            }
+        snprintf(route, sizeof route, "{%08x}", (unsigned)t->tag[s]);
+        ASSERT_STREQ(fcall_v(route, 4, argv)->s[0], "sema");
+    }
+}
+
+TEST(sema_lua_keeps_every_call_in_its_semaphore_s_slot)
+{
+    rs_slot_tags_t *t = malloc(sizeof *t);
+    rs_cluster_events_t ev = {.message = on_wake, .subscribed = on_subscribed};
+    int ports[3] = {0}, n = 0;
+    const fcall_t *f;
+    char stem[48];
+
+    ASSERT_NOT_NULL(t);
+    rs__slot_tags_make(t);
+    need_cluster();
+    ASSERT_OK(uv_loop_init(&loop));
+    ASSERT_OK(rs__cluster_open(&loop, seeds, nseeds, "", "", 2000, &ev, &cl));
+    run_until(is_ready, NULL, 10000, "the slot map");
+    load_library(t);
+    /* a semaphore on each primary */
+    for (unsigned s = 0; s < RS_SLOTS && n < 3; s += 997) {
+        int port = rs__cluster_owner(cl, s)->port;
+        if ((n > 0 && port == ports[0]) || (n > 1 && port == ports[1]))
+            continue;
+        ports[n++] = port;
+        semaphore_in_its_slot(s, t->tag[s]);
+    }
+    ASSERT_EQ(n, 3);
+    ASSERT_EQ(rs__cluster_stats(cl)->moved, 0);
+    ASSERT_EQ(rs__cluster_stats(cl)->asks, 0);
+    /* the same call without 'c' reaches for the keys of one Redis (sema:epoch), in another
+     * slot: the cluster refuses it, so the cases above show what 'c' changes */
+    snprintf(stem, sizeof stem, "sema:{%08x}s:sem-0", (unsigned)t->tag[0]);
+    {
+        const char *argv[] = {"FCALL", "sema", "1", stem, "get", "1", "0", "inst-t", "", ""};
+        f = fcall_v(NULL, 10, argv);
+        ASSERT_EQ(f->type, REDIS_REPLY_ERROR);
+        if (strstr(f->s[0], "slot") == NULL && strstr(f->s[0], "local key") == NULL)
+            TEST_FAIL_("not a cross-slot refusal: %s", f->s[0]);
+    }
+    free(t);
+    close_cluster();
+}

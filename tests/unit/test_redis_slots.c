@@ -281,3 +281,37 @@ TEST(a_full_map_refuses_more_nodes)
     ASSERT_EQ(rs__slotmap_node(m, "h", 0), -1);
     free(m);
 }
+
+TEST(every_slot_has_a_tag_that_falls_in_it)
+{
+    rs_slot_tags_t *t = malloc(sizeof *t);
+    char key[32];
+
+    ASSERT_NOT_NULL(t);
+    rs__slot_tags_make(t);
+    for (unsigned s = 0; s < RS_SLOTS; s++) {
+        ASSERT_NE(t->tag[s], UINT32_MAX);
+        snprintf(key, sizeof key, "sema:{%08x}s:any", (unsigned)t->tag[s]);
+        ASSERT_EQ(slot(key), s);
+    }
+    /* the smallest: 00000000 is its own slot's tag */
+    ASSERT_EQ(t->tag[slot("{00000000}")], 0u);
+    free(t);
+}
+
+TEST(ids_name_their_slot)
+{
+    char id[] = "xxxxrestofarandomid01234";
+
+    for (unsigned s = 0; s < RS_SLOTS; s++) {
+        rs__slot_id_put(id, s);
+        ASSERT_GE(id[0], 'A');
+        ASSERT_LE(id[0], 'D');
+        ASSERT_EQ(rs__slot_id_get(id, strlen(id)), (int)s);
+    }
+    ASSERT_EQ(rs__slot_id_get("AB", 2), -1);      /* too short */
+    ASSERT_EQ(rs__slot_id_get("EAAxyz", 6), -1);  /* past the last slot */
+    ASSERT_EQ(rs__slot_id_get("A.Axyz", 6), -1);  /* not base64url */
+    ASSERT_EQ(rs__slot_id_get("A\0Axyz", 6), -1); /* a NUL is no digit */
+    ASSERT_EQ(rs__slot_id_get("D__xyz", 6), 16383);
+}

@@ -2,6 +2,7 @@
 /* redis_slots.c - Redis Cluster's key slots, slot map and redirects (redis_slots.h). */
 #include "backends/redis/redis_slots.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,6 +31,50 @@ unsigned rs__slot_of(const char *key, size_t n)
             return rs__slot_crc16(open + 1, (size_t)(close - open - 1)) % RS_SLOTS;
     }
     return rs__slot_crc16(key, n) % RS_SLOTS;
+}
+
+/* ---- one tag per slot, ids that name their slot ---- */
+
+void rs__slot_tags_make(rs_slot_tags_t *t)
+{
+    unsigned left = RS_SLOTS;
+    char hex[9];
+
+    memset(t->tag, 0xff, sizeof t->tag); /* (0xffffffff: no tag yet; no slot needs it) */
+    for (uint32_t n = 0; left > 0 && n < UINT32_MAX; n++) {
+        unsigned s;
+        snprintf(hex, sizeof hex, "%08x", n);
+        s = rs__slot_crc16(hex, 8) % RS_SLOTS;
+        if (t->tag[s] == UINT32_MAX) {
+            t->tag[s] = n;
+            left--;
+        }
+    }
+}
+
+static const char id_b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+void rs__slot_id_put(char *id, unsigned slot)
+{
+    id[0] = id_b64[(slot >> 12) & 3];
+    id[1] = id_b64[(slot >> 6) & 63];
+    id[2] = id_b64[slot & 63];
+}
+
+static int b64_val(char c)
+{
+    const char *p = c != '\0' ? strchr(id_b64, c) : NULL;
+    return p != NULL ? (int)(p - id_b64) : -1;
+}
+
+int rs__slot_id_get(const char *id, size_t n)
+{
+    int a, b, c;
+
+    if (n < 3 || (a = b64_val(id[0])) < 0 || a > 3 || (b = b64_val(id[1])) < 0 ||
+        (c = b64_val(id[2])) < 0)
+        return -1;
+    return (a << 12) | (b << 6) | c;
 }
 
 /* ---- redirects ---- */

@@ -25,6 +25,28 @@ uint16_t rs__slot_crc16(const char *p, size_t n);
  * (the bytes between its first '{' and the first '}' after it, when there is at least one). */
 unsigned rs__slot_of(const char *key, size_t n);
 
+/* ---- one tag per slot, and ids that name their slot ---- */
+
+/* On Redis Cluster every semaphore of a slot shares one hash tag, eight hex digits like a tag
+ * on one Redis ("sema:{0a1b2c3d}..."), so what is per slot (its due index, epoch, instance
+ * records, lease and ticket ids) has keys in that slot too: tag[slot] is the smallest number
+ * whose "%08x" falls in slot. */
+typedef struct {
+    uint32_t tag[RS_SLOTS];
+} rs_slot_tags_t;
+
+/* Fill t (about 170,000 checksums of eight bytes, once). */
+void rs__slot_tags_make(rs_slot_tags_t *t);
+
+/* A lease or ticket id made on Redis Cluster names its semaphore's slot in its first three
+ * characters (base64url, the slot's 14 bits: the first is 'A' to 'D', a letter as an id's first
+ * character must be), so any instance finds its keys in one call. id has at least three
+ * characters; they are overwritten. */
+void rs__slot_id_put(char *id, unsigned slot);
+
+/* The slot an id names, or -1 when its first three characters name none. */
+int rs__slot_id_get(const char *id, size_t n);
+
 /* A node's address. */
 typedef struct {
     char host[RS_HOST_MAX];
