@@ -109,6 +109,8 @@ static void cmd_reply(rs_link_t *l, rs_ccmd_t *c, redisReply *rep)
         return;
     }
     kind = rs__slot_redirect(rep->str, rep->len, l->addr.host, &rd);
+    if (kind == RS_REDIR_ASK && c->no_ask)
+        kind = RS_REDIR_NONE; /* waited out below, as TRYAGAIN is */
     if (kind != RS_REDIR_NONE && c->redirects < RS_CL_REDIRECTS_MAX) {
         c->redirects++;
         if (kind == RS_REDIR_MOVED) {
@@ -124,7 +126,8 @@ static void cmd_reply(rs_link_t *l, rs_ccmd_t *c, redisReply *rep)
         reroute(cl, c);
         return;
     }
-    if ((err_is(rep, "TRYAGAIN") || err_is(rep, "CLUSTERDOWN")) &&
+    if ((err_is(rep, "TRYAGAIN") || err_is(rep, "CLUSTERDOWN") ||
+         (c->no_ask && err_is(rep, "ASK "))) &&
         rs__cluster_now(cl) + RS_CL_RETRY_MS < c->deadline) {
         cl->st.tryagain++;
         if (err_is(rep, "CLUSTERDOWN"))

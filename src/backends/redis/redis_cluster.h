@@ -44,7 +44,10 @@ enum {
 typedef void (*rs_ccmd_cb)(rs_cluster_t *cl, rs_ccmd_t *c, int how, redisReply *reply);
 
 /* One command. The caller owns it and its arguments until its callback runs; fill argc, argv,
- * lens, key/key_len (what the slot is computed from: a key of the command), cb and data. */
+ * lens, key/key_len (what the slot is computed from: a key of the command), cb and data;
+ * no_ask for a command that must see every key of its slot at once (a script that touches
+ * keys it does not name): an ASK is then waited out, the command sent again to the slot's
+ * owner until its migration has ended (MOVED), never run on a slot half moved. */
 struct rs_ccmd {
     int argc;
     const char **argv;
@@ -53,6 +56,7 @@ struct rs_ccmd {
     size_t key_len;
     rs_ccmd_cb cb;
     void *data;
+    uint8_t no_ask;
     /* the cluster's own */
     elist_t link;      /* a connection's queue or in-flight list, or the map's wait list */
     uint64_t deadline; /* loop ms: RS_CL_UNSENT/UNKNOWN after this */
