@@ -480,6 +480,38 @@ TEST(ask_is_honoured_while_a_slot_migrates)
     close_cluster();
 }
 
+/* A command that must see its whole slot (no_ask) waits while the slot migrates: the ASK that
+ * would send it to the target (where part of the slot is) is waited out until the slot's
+ * migration has ended, and it runs there then. */
+TEST(a_command_that_asks_so_waits_out_a_migration)
+{
+    unsigned slot = rs__slot_of("nask", 4);
+    const char *out = NULL;
+    tcmd_t t;
+    int src;
+
+    open_cluster(60000);
+    src = rs__cluster_owner(cl, slot)->port;
+    ASSERT_STREQ(call("SET", "{nask}a", "A"), "OK");
+    ctl_ask("begin %u", slot);
+    run_until(fault_done, &out, 60000, "the migration's start");
+    tcmd_send(&t, "GET", "{nask}missing", NULL); /* the source answers ASK: not there */
+    t.c.no_ask = 1;
+    /* (set before the loop runs: the command is written at the end of the loop's turn) */
+    ctl_ask("move %u 1", slot);
+    run_until(fault_done, &out, 60000, "one key moved");
+    ASSERT_STREQ(call("GET", "{nask}a", NULL), "A"); /* (followed: the key moved) */
+    ASSERT_EQ(t.done, 0);
+    ASSERT_GT(rs__cluster_stats(cl)->tryagain, 0);
+    ctl_ask("finish %u", slot);
+    run_until(fault_done, &out, 60000, "the migration's end");
+    run_until(tcmd_done, &t, 10000, "the waiting command");
+    ASSERT_EQ(t.how, RS_CL_REPLY);
+    ASSERT_EQ(t.type, REDIS_REPLY_NIL);
+    ASSERT_NE(rs__cluster_owner(cl, slot)->port, src);
+    close_cluster();
+}
+
 /* A command in flight when its connection is dropped for a timeout ends RS_CL_UNKNOWN and is
  * not sent again: it ran once (Redis had it when the connection went), and only its sender
  * may decide to send it again. */
@@ -762,10 +794,12 @@ static const char *call_inst = "inst-t"; /* the instance a call says it comes fr
 static const fcall_t *sema_call(const char *key, const char *op, const char *epoch,
                                 const char *flags, const char *rid, int nargs, ...)
 {
-    const char *argv[18] = {"FCALL", "sema", "1", key, op, epoch, flags, call_inst, rid, ""};
+    static char named[128]; /* the key followed by '!' on a cluster (redis_shards.c) */
+    const char *argv[18] = {"FCALL", "sema", "1", named, op, epoch, flags, call_inst, rid, ""};
     const fcall_t *f;
     va_list ap;
 
+    snprintf(named, sizeof named, "%s%s", key, strchr(flags, 'c') != NULL ? "!" : "");
     va_start(ap, nargs);
     for (int i = 0; i < nargs; i++)
         argv[10 + i] = va_arg(ap, const char *);

@@ -2145,6 +2145,9 @@ local function main(keys, args)
   OP, EPOCH, INST, RID, PRINC = ARGV[1], ARGV[2], ARGV[4], ARGV[5], ARGV[6]
   local fl = ARGV[3] -- '0' or '1', then 'r' (sent again) and 'p' (a pause), if so; 'c' last
   if #fl > 1 and string.byte(fl, -1) == 99 then -- 'c': on Redis Cluster
+    -- (KEYS[1] is the key followed by '!', a key that never exists: while the slot migrates,
+    -- Redis sends the call elsewhere rather than run it with part of the slot's keys moved)
+    keys[1] = string.sub(keys[1], 1, -2)
     H, PUB, fl = match(keys[1], '^sema:{[^}]*}') or 'sema:', 'SPUBLISH', string.sub(fl, 1, -2)
   else
     H, PUB = 'sema:', 'PUBLISH'
