@@ -74,6 +74,19 @@ def not_through_proxy(why):
     return mark
 
 
+def not_on_cluster(why):
+    """Mark a test of what semad does not serve on Redis Cluster yet (docs/redis.md, "Redis
+    Cluster"): with SEMA_TEST_CLUSTER it is skipped, saying why."""
+    def mark(fn):
+        def run():
+            if os.environ.get("SEMA_TEST_CLUSTER", "") not in ("", "0"):
+                raise Skip("not served on Redis Cluster yet: " + why)
+            return fn()
+        run.__name__, run.__doc__ = fn.__name__, fn.__doc__
+        return run
+    return mark
+
+
 class Semad:
     """One semad process. `args` are extra flags; `env` extra environment; `wrap` a
     command prefix (such as `setpriv --pdeathsig KILL`) that execs semad. With `tls` (an
@@ -552,3 +565,9 @@ if REDIS not in ("", "0"):  # the suites on semad's Redis back end: see redis_fi
         raise SystemExit("SEMA_TEST_REDIS and SEMA_TEST_OPENAPI_PROXY do not go together")
     import redis_fixture  # noqa: E402  (it imports this module, complete by now)
     Semad = redis_fixture.suite_fleet(int(REDIS))
+CLUSTER = os.environ.get("SEMA_TEST_CLUSTER", "")
+if CLUSTER not in ("", "0"):  # the suites on a Redis Cluster: see redis_fixture.py
+    if PROXY or REDIS not in ("", "0"):
+        raise SystemExit("SEMA_TEST_CLUSTER goes with neither SEMA_TEST_REDIS nor the proxy")
+    import redis_fixture  # noqa: E402,F811
+    Semad = redis_fixture.cluster_suite_fleet(int(CLUSTER))
