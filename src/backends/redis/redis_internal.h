@@ -256,6 +256,9 @@ int rs__sh_subscribe(rs_t *r, const char *chan, size_t len, int on);
 /* A ticket watcher comes (d 1: rq->tslot is set) or goes (-1): its slot's ticket channel is
  * subscribed while it has watchers here. */
 void rs__sh_watch(rs_t *r, rs_req_t *rq, int d);
+/* The sums of n (at most 8) fields of the per-slot epoch hash over the slots this instance
+ * has used (asked on the blocking connections): 0, or -1 when a primary did not answer. */
+int rs__sh_epoch_sums(rs_t *r, const char *const *fields, int n, int64_t *out);
 /* A blocking connection to the primary of key's slot (or rs__sync on one Redis). */
 redisContext *rs__sync_for(rs_t *r, const char *key, size_t len);
 
