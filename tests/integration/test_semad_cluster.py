@@ -215,5 +215,68 @@ def test_a_killed_sharded_subscriber_misses_no_wake_up():
         c.close()
 
 
+def ask_count(node):
+    """How many ASK errors node has answered (INFO errorstats)."""
+    v = node.info("errorstats").get("errorstat_ASK", "count=0")
+    return int(v.split("=", 1)[1].split(",")[0])
+
+
+def test_a_slot_resharded_while_in_use_loses_and_doubles_no_grant():
+    rf.need_redis_engine()
+    cf.need_cluster_tools()
+    c = cf.Cluster()
+    # (requests on the moving slot wait for it, up to the command timeout: 10 s here)
+    f = rf.Fleet("redis+cluster://%s?timeout=10000" % c.seeds(), 2, durability="none")
+    try:
+        a, b = f[0], f[1]
+        put(a, "r", 2)
+        key = [k for p in c.primaries() for k in cf.command(p.port, "KEYS", "sema:{*}s:r:m")]
+        slot = c.keyslot(key[0].decode())
+        src = c.owner(slot)
+        dst = next(p for p in c.primaries() if p.port != src.port)
+        fences = []
+        leases = []
+        for s in (a, b):
+            st, l = acquire(s, "r", ttl_ms=60000)
+            assert st == 200, l
+            leases.append(l["lease"])
+            fences.append(l["fence"])
+        out = {}
+        w = threading.Thread(target=lambda: out.update(w=acquire(a, "r", timeout_ms=40000)))
+        w.start()
+        fx.wait_until(lambda: b.json("GET", "/v1/semaphores/r")[1]["waiting"] == 1, 10,
+                      "the parked acquire")
+        m = cf.Migration(c, slot, dst)
+        m.begin()
+        assert m.move_keys(3) == 3  # the semaphore is half on each primary now
+        asks = ask_count(src)
+        rel = threading.Thread(target=lambda: out.update(r=release(b, leases[0])))
+        rel.start()
+        # the source answers ASK to the release, again and again: it waits, and runs nowhere
+        fx.wait_until(lambda: ask_count(src) >= asks + 3 or "r" in out, 10, "ASK answers")
+        assert "r" not in out, "answered while its semaphore was half moved: %s" % out
+        m.finish()
+        rel.join(30)
+        w.join(40)
+        assert out["r"] == 204, out
+        assert out["w"][0] == 200, out
+        fences.append(out["w"][1]["fence"])
+        assert c.owner(slot).port == dst.port
+        for lease in (leases[1], out["w"][1]["lease"]):
+            assert release(a, lease) == 204
+        # the semaphore goes on, from both instances, on its new primary
+        for i in range(10):
+            st, l = acquire(f[i % 2], "r", timeout_ms=10000)
+            assert st == 200, l
+            fences.append(l["fence"])
+            assert release(f[(i + 1) % 2], l["lease"]) == 204
+        assert fences == sorted(fences) and len(set(fences)) == len(fences), fences
+        st, v = a.json("GET", "/v1/semaphores/r")
+        assert st == 200 and v["held"] == 0 and v["available"] == 2 and v["waiting"] == 0, v
+    finally:
+        f.close()
+        c.close()
+
+
 if __name__ == "__main__":
     fx.main(globals())

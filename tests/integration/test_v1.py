@@ -551,7 +551,9 @@ def test_healthz_and_metrics():
         put(s, "m", 1)
         acquire(s, "m")
         st, h = healthz(s)
-        assert st == 200 and h["status"] == "ok" and h["semaphores"] == 1 and h["leases"] == 1
+        assert st == 200 and h["status"] == "ok", h
+        if not fx.ON_CLUSTER:  # (there, each instance counts the slots it has used)
+            assert h["semaphores"] == 1 and h["leases"] == 1, h
         st, hd, data = s.request("GET", "/metrics")
         assert st == 200 and hd["content-type"].startswith("text/plain"), hd
         text = fx.metrics_text(s)  # every instance's (counters are per instance)
@@ -819,7 +821,8 @@ def test_pitfall28_lock_keys_vanish_when_unused():
         st, l2 = s.json("POST", "/v1/locks/tmp2/acquire", {})
         s.request("DELETE", "/v1/leases/" + l2["lease"])
         assert s.request("GET", "/v1/locks/tmp2")[0] == 404
-        assert healthz(s)[1]["locks"] == 0
+        if not fx.ON_CLUSTER:  # (there, each instance counts the slots it has used)
+            assert healthz(s)[1]["locks"] == 0
 
 
 def test_pitfall29_timeout_zero_means_try_once():
