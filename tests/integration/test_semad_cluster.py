@@ -48,6 +48,17 @@ def release(s, lease):
     return s.request("DELETE", "/v1/leases/" + lease)[0]
 
 
+def park(a, b, name, timeout_ms):
+    """An acquire of name through a that waits (on a thread; its answer in out["r"]), once b
+    sees it parked."""
+    out = {}
+    t = threading.Thread(target=lambda: out.update(r=acquire(a, name, timeout_ms=timeout_ms)))
+    t.start()
+    fx.wait_until(lambda: b.json("GET", "/v1/semaphores/" + name)[1]["waiting"] == 1, 10,
+                  "the parked acquire")
+    return t, out
+
+
 def where(c, names):
     """{name: port of the primary that holds its row}: read from the primaries' keys."""
     out = {}
@@ -79,11 +90,7 @@ def test_semaphores_spread_over_every_primary_and_instances_share_them():
         # a waiter on one instance, granted by a release on the other (SPUBLISH on its slot)
         st, l = acquire(a, "s7", ttl_ms=30000)
         assert st == 200, l
-        out = {}
-        t = threading.Thread(target=lambda: out.update(r=acquire(a, "s7", timeout_ms=20000)))
-        t.start()
-        fx.wait_until(lambda: b.json("GET", "/v1/semaphores/s7")[1]["waiting"] == 1, 10,
-                      "the parked acquire")
+        t, out = park(a, b, "s7", 20000)
         t0 = time.monotonic()
         assert release(b, l["lease"]) == 204
         t.join(30)
@@ -201,11 +208,7 @@ def test_a_killed_sharded_subscriber_misses_no_wake_up():
         put(a, "k", 1)
         st, l = acquire(b, "k", ttl_ms=60000)
         assert st == 200, l
-        out = {}
-        t = threading.Thread(target=lambda: out.update(r=acquire(a, "k", timeout_ms=30000)))
-        t.start()
-        fx.wait_until(lambda: b.json("GET", "/v1/semaphores/k")[1]["waiting"] == 1, 10,
-                      "the parked acquire")
+        t, out = park(a, b, "k", 30000)
         assert c.kill_sharded_subscribers() >= 1
         assert release(b, l["lease"]) == 204
         t.join(40)

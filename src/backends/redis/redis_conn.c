@@ -873,7 +873,6 @@ void rs__conns_close(rs_t *r)
  * does not answer. */
 redisContext *rs__sync(rs_t *r)
 {
-    struct timeval tv = {0, 250000};
     redisContext *c = r->sync;
 
     if (r->sh != NULL)
@@ -884,7 +883,17 @@ redisContext *rs__sync(rs_t *r)
     r->sync = NULL;
     if (r->host[0] == '\0' || (r->conn_once && r->cmd.state != RS_CONN_READY))
         return NULL; /* known to be down: do not block the loop on it */
-    c = redisConnectWithTimeout(r->host, r->port, tv);
+    if ((c = rs__sync_open(r, r->host, r->port)) != NULL && r->db != 0)
+        freeReplyObject(redisCommand(c, "SELECT %d", r->db));
+    r->sync = c;
+    return c;
+}
+
+redisContext *rs__sync_open(const rs_t *r, const char *host, int port)
+{
+    struct timeval tv = {0, 250000};
+    redisContext *c = redisConnectWithTimeout(host, port, tv);
+
     if (c == NULL || c->err || redisSetTimeout(c, tv) != REDIS_OK) {
         redisFree(c);
         return NULL;
@@ -892,8 +901,5 @@ redisContext *rs__sync(rs_t *r)
     if (r->pass[0] != '\0')
         freeReplyObject(r->user[0] ? redisCommand(c, "AUTH %s %s", r->user, r->pass)
                                    : redisCommand(c, "AUTH %s", r->pass));
-    if (r->db != 0)
-        freeReplyObject(redisCommand(c, "SELECT %d", r->db));
-    r->sync = c;
     return c;
 }

@@ -192,6 +192,8 @@ void rs__describe(void *be, char *buf, size_t cap); /* engine_describe: the addr
 /* A blocking connection for the engine's synchronous questions (250 ms timeout); NULL when
  * Redis does not answer. */
 redisContext *rs__sync(rs_t *r);
+/* A blocking connection to host:port, with AUTH when there is a password (250 ms timeout). */
+redisContext *rs__sync_open(const rs_t *r, const char *host, int port);
 extern const char rs__lua[]; /* sema.lua with its constants (generated: redis_lua.c) */
 
 /* ---- redis_cmd.c: commands, sending, replies, retries ---- */

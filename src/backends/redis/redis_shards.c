@@ -712,7 +712,6 @@ int rs__sh_epoch_sums(rs_t *r, const char *const *fields, int n, int64_t *out)
 
 redisContext *rs__sync_for(rs_t *r, const char *key, size_t len)
 {
-    struct timeval tv = {0, 250000};
     const rs_slot_addr_t *a;
     redisContext *c;
 
@@ -725,15 +724,6 @@ redisContext *rs__sync_for(rs_t *r, const char *key, size_t len)
         strcmp(c->tcp.host, a->host) == 0)
         return c;
     redisFree(c);
-    r->sync = NULL;
-    c = redisConnectWithTimeout(a->host, a->port, tv);
-    if (c == NULL || c->err || redisSetTimeout(c, tv) != REDIS_OK) {
-        redisFree(c);
-        return NULL;
-    }
-    if (r->pass[0] != '\0')
-        freeReplyObject(r->user[0] ? redisCommand(c, "AUTH %s %s", r->user, r->pass)
-                                   : redisCommand(c, "AUTH %s", r->pass));
-    r->sync = c;
+    r->sync = c = rs__sync_open(r, a->host, a->port);
     return c;
 }
