@@ -349,6 +349,7 @@ static int rs_open(void **out, engine_t *front, uv_loop_t *loop, const engine_co
     if (r->sh != NULL) { /* (commands wait in the cluster's queue for its slot map) */
         r->cmd.state = r->sub.state = RS_CONN_READY;
         r->conn_once = 1;
+        rs__beat(r); /* (/healthz: whether the cluster answers; it waits for the slot map) */
     } else {
         r->down_since = rs__now(r);
         rs__connect(r);

@@ -336,7 +336,7 @@ void rs__op_short(rs_t *r, rs_cmd_t *c, const redisReply *rep)
         now = (int64_t)le_double(rep->str + 9);
         r->clock_off = now - (int64_t)rs__now(r);
         r->m->grants++;
-        r->nleases++; /* (/healthz: this instance's own change, before the next count) */
+        r->nleases++;      /* (/healthz: this instance's own change, before the next count) */
         if (req == NULL) { /* the client left: the grant goes back */
             rs__send_drop(r, rq->lid);
             sema__free(rq);

@@ -47,6 +47,7 @@ struct rs_shards {
     rs_cluster_t *cl;
     rs_slot_addr_t seeds[RS_SLOT_SEEDS_MAX];
     int nseeds, layout_said;
+    unsigned probe;    /* the slot of the last beat sent without waiters (rs__sh_beat) */
     uint64_t sweep_at; /* no later than the earliest of the slots' */
     rs_lib_node_t libs[RS_SLOT_NODES_MAX];
     int nlibs;
@@ -81,6 +82,7 @@ int rs__sh_open(rs_t *r, char *errbuf, size_t errlen)
         return SEMA_ENOMEM;
     }
     r->sh = sh;
+    sh->probe = RS_SLOTS - RS_SLOTS / 3 - 1; /* (the first probe: slot 0) */
     return 0;
 }
 
@@ -446,6 +448,7 @@ static void out_cb(rs_cluster_t *cl, rs_ccmd_t *cc, int how, redisReply *rep)
     sema__free(o);
     elist_remove(&c->link);
     if (how == RS_CL_REPLY) {
+        r->contact_mono = rs__now(r); /* (/healthz: a primary answered) */
         on_answer(r, c, rep);
     } else if (c->kind == RS_CMD_HELLO) {
         r->sh->slot[c->slot].hello = 0; /* its commands wait, and ask again at the next tick */
@@ -537,14 +540,24 @@ static void beat_slot(rs_t *r, unsigned s)
 
 void rs__sh_beat(rs_t *r, int slot)
 {
+    int any = 0;
+
     if (slot >= 0) {
         if (r->sh->slot[slot].nparked > 0)
             beat_slot(r, (unsigned)slot);
         return;
     }
     for (unsigned s = 0; s < RS_SLOTS; s++)
-        if (r->sh->slot[s].nparked > 0)
+        if (r->sh->slot[s].nparked > 0) {
             beat_slot(r, s);
+            any = 1;
+        }
+    /* Without waiters, one beat all the same, on the primaries in turn (slot 0, then one a
+     * third of the way on, ...): /healthz says whether the cluster answers. */
+    if (!any) {
+        r->sh->probe = (r->sh->probe + RS_SLOTS / 3 + 1) % RS_SLOTS;
+        beat_slot(r, r->sh->probe);
+    }
 }
 
 void rs__sh_beat_done(rs_t *r, const rs_cmd_t *c)
@@ -554,6 +567,10 @@ void rs__sh_beat_done(rs_t *r, const rs_cmd_t *c)
 
 void rs__sh_gone(rs_t *r, unsigned slot)
 {
+    if (r->sh->slot[slot].nparked == 0) { /* (a probe's slot, unused a while: nothing lost) */
+        r->sh->slot[slot].epoch = 0;
+        return;
+    }
     log_warn("redis: this instance was taken for dead in slot %u: its requests parked there are "
              "answered 503 and it says hello there again",
              slot);
