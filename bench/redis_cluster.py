@@ -9,7 +9,7 @@ stops it at the end. Prints one line per figure ("figure NAME key=value ...") an
 For each back end, `sema bench -s A -s B -c CONNS -d SECS` through both instances, on K
 semaphores (-k; K=1: one hot semaphore; K=SPREAD: connection i on semaphore i mod K, so at most
 CONNS of them are busy), ROUNDS interleaved rounds, best of each: pairs/s, Redis CPU per pair (every primary's, from INFO cpu), script calls (FCALL) per
-pair, and on the cluster each primary's share of the script calls and of the Redis CPU. One
+pair, MOVED and ASK answers per 10,000 pairs (INFO errorstats; goal 0), and on the cluster each primary's share of the script calls and of the Redis CPU. One
 semaphore lives on one primary: its share of the work is all of it (the hot-limit), while many
 semaphores spread over the three.
 
@@ -59,6 +59,9 @@ class One:
     def calls(self):
         return {self.r.port: self.r.commandstats().get("fcall", 0)}
 
+    def redirects(self):
+        return redirects([self.r])
+
     def close(self):
         self.r.close()
 
@@ -76,8 +79,21 @@ class Clu:
     def calls(self):
         return self.c.calls()
 
+    def redirects(self):
+        return redirects(self.c.primaries())
+
     def close(self):
         self.c.close()
+
+
+def redirects(nodes):
+    """MOVED and ASK answers of these nodes so far (INFO errorstats)."""
+    n = 0
+    for node in nodes:
+        st = node.info("errorstats")
+        for k in ("errorstat_MOVED", "errorstat_ASK"):
+            n += int(st.get(k, "count=0").split("=", 1)[1].split(",")[0])
+    return n
 
 
 def diff(a, b):
@@ -86,7 +102,7 @@ def diff(a, b):
 
 def run(be, fl, k, name):
     ua, ub = ["http://127.0.0.1:%d" % s.port for s in (fl[0], fl[1])]
-    c0, f0 = be.cpu(), be.calls()
+    c0, f0, r0 = be.cpu(), be.calls(), be.redirects()
     p = subprocess.run([SEMA, "bench", "-s", ua, "-s", ub, "-c", str(CONNS), "-d",
                         "%gs" % SECS, "-k", str(k), "--name", name, "--json"],
                        capture_output=True, timeout=600)
@@ -99,6 +115,7 @@ def run(be, fl, k, name):
     return {"pairs_per_s": j.get("pairs_per_s", j.get("ops_per_s")), "errors": j.get("errors", 0),
             "redis_cpu_us_per_pair": round(sum(cpu.values()) * 1e6 / pairs, 2),
             "fcalls_per_pair": round(sum(calls.values()) / pairs, 3),
+            "redirects_per_10k": round((be.redirects() - r0) * 10000 / pairs, 2),
             "top_cpu_share": round(max(cpu.values()) / max(1e-9, sum(cpu.values())), 3),
             "top_calls_share": round(max(calls.values()) / max(1, sum(calls.values())), 3),
             "cpu_shares": ",".join("%.2f" % (v / max(1e-9, sum(cpu.values())))

@@ -145,6 +145,8 @@ if(NOT SEMA_SANITIZE)
     sema_add_cases(cluster3 ${it}/test_${short}.py COMMAND ${Python3_EXECUTABLE}
       ${it}/test_${short}.py LABELS integration redis ENV SEMA_TEST_CLUSTER=3 LOCK redis_cluster)
   endforeach()
+  # (every legacy case gets three instances on an emptied cluster: about a second each)
+  set_tests_properties(cluster3.legacy.cases PROPERTIES TIMEOUT 400)
   foreach(short ${SEMA_OPENAPI_PROXY_SUITES})
     sema_add_cases(openapi ${it}/test_${short}.py COMMAND ${Python3_EXECUTABLE}
       ${it}/test_${short}.py LABELS integration openapi ENV SEMA_TEST_OPENAPI_PROXY=1)

@@ -694,6 +694,7 @@ def suite_fleet(n):
 
 
 _cluster = None  # the one Redis Cluster of a test process (SEMA_TEST_CLUSTER)
+_cluster_ports = []  # its primaries (the suites move no slot)
 
 
 def _close_cluster():
@@ -724,8 +725,9 @@ class ClusterSuiteFleet(Fleet):
         if _cluster is None:
             _cluster = cf.Cluster()
             atexit.register(_close_cluster)
-        for node in _cluster.primaries():
-            cf.command(node.port, "FLUSHALL")
+            _cluster_ports[:] = [n.port for n in _cluster.primaries()]
+        for port in _cluster_ports:
+            cf.command(port, "FLUSHALL")
         Fleet.__init__(self, "redis+cluster://" + _cluster.seeds(), self.instances_per_redis,
                        *args, durability=durability, env=env)
 

@@ -37,13 +37,15 @@ unsigned rs__slot_of(const char *key, size_t n)
 
 void rs__slot_tags_make(rs_slot_tags_t *t)
 {
+    static const char digits[] = "0123456789abcdef";
     unsigned left = RS_SLOTS;
-    char hex[9];
+    char hex[8];
 
     memset(t->tag, 0xff, sizeof t->tag); /* (0xffffffff: no tag yet; no slot needs it) */
     for (uint32_t n = 0; left > 0 && n < UINT32_MAX; n++) {
         unsigned s;
-        snprintf(hex, sizeof hex, "%08x", n);
+        for (int i = 0; i < 8; i++) /* "%08x" of n */
+            hex[i] = digits[(n >> (28 - 4 * i)) & 15];
         s = rs__slot_crc16(hex, 8) % RS_SLOTS;
         if (t->tag[s] == UINT32_MAX) {
             t->tag[s] = n;
