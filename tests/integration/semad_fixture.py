@@ -60,18 +60,23 @@ class Skip(Exception):
     """Raised by a test that does not apply here; main() reports it and exits 77."""
 
 
-def not_through_proxy(why):
-    """Mark a test that checks what a proxy hides or changes (the connection itself, a
-    client's disconnect, event streams, raw HTTP): with SEMA_TEST_OPENAPI_PROXY it is
-    skipped, saying why."""
+def _skipped_when(active, why):
+    """A test mark: the test is skipped, saying why, while active() holds."""
     def mark(fn):
         def run():
-            if PROXY:
-                raise Skip("not through the validating proxy: " + why)
+            if active():
+                raise Skip(why)
             return fn()
         run.__name__, run.__doc__ = fn.__name__, fn.__doc__
         return run
     return mark
+
+
+def not_through_proxy(why):
+    """Mark a test that checks what a proxy hides or changes (the connection itself, a
+    client's disconnect, event streams, raw HTTP): with SEMA_TEST_OPENAPI_PROXY it is
+    skipped, saying why."""
+    return _skipped_when(lambda: PROXY, "not through the validating proxy: " + why)
 
 
 # On a Redis Cluster (SEMA_TEST_CLUSTER): /healthz counts only the slots an instance has used
@@ -81,14 +86,7 @@ ON_CLUSTER = os.environ.get("SEMA_TEST_CLUSTER", "") not in ("", "0")
 def not_on_cluster(why):
     """Mark a test of what semad does not serve on Redis Cluster yet (docs/redis.md, "Redis
     Cluster"): with SEMA_TEST_CLUSTER it is skipped, saying why."""
-    def mark(fn):
-        def run():
-            if ON_CLUSTER:
-                raise Skip("not served on Redis Cluster yet: " + why)
-            return fn()
-        run.__name__, run.__doc__ = fn.__name__, fn.__doc__
-        return run
-    return mark
+    return _skipped_when(lambda: ON_CLUSTER, "not served on Redis Cluster yet: " + why)
 
 
 class Semad:
