@@ -1972,6 +1972,13 @@ local function run()
     if #dead > 0 and dead[1] ~= INST then
       return prune_dead(dead[1])
     end
+    if #dead > 0 and PUB == 'SPUBLISH' and redis.call('SCARD', H .. 'iw:' .. INST) == 0 then
+      -- On a cluster an instance beats only the slots where it has waiters: its record in
+      -- another slot runs out, and with no waiter there it needs none (it says hello again
+      -- before it parks one). Gone, it no longer makes this slot's due time the past.
+      redis.call('ZREM', H .. 'inst', INST)
+      inst_due()
+    end
     local x = redis.call('ZRANGE', H .. 'due', '0', '0', 'WITHSCORES')
     if #x == 0 or tonumber(x[2]) > NOW then
       return reply(0)
