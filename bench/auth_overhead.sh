@@ -55,40 +55,18 @@ start() { # NAME FLAGS...: sets addr_NAME and pid_NAME
 start plain
 start auth --auth "$tmp/tokens"
 
-jget() {
-    python3 -c 'import json,sys; v=json.loads(sys.argv[1] or "{}").get(sys.argv[2]); print(v if v is not None else "")' "$1" "$2"
-}
-
 # run PID ADDR TOKEN: one sema bench run, with the server's CPU microseconds per request.
 run() {
-    local t0 t1 j
-    t0=$(awk '{print $14 + $15}' "/proc/$1/stat")
-    j=$(SEMA_TOKEN=$3 timeout 120 "$sema" bench --json -s "http://$2" -c "$CONNS" -d "${SECS}s" \
-        --name bench-x 2>>"$tmp/bench.err")
-    t1=$(awk '{print $14 + $15}' "/proc/$1/stat")
-    python3 - "$j" "$t0" "$t1" "$(getconf CLK_TCK)" <<'PY'
-import json, sys
-j = json.loads(sys.argv[1] or "{}")
-n = j.get("requests") or 0
-j["server_cpu_us_per_request"] = round((float(sys.argv[3]) - float(sys.argv[2])) * 1e6 / float(sys.argv[4]) / n, 2) if n else None
-print(json.dumps(j))
-PY
-}
-
-best() { # the JSON with more pairs/s
-    python3 - "$1" "$2" <<'PY'
-import json, sys
-a, b = sys.argv[1], sys.argv[2]
-print(b if not a or (b and (json.loads(b).get("ops_per_s") or 0) > (json.loads(a).get("ops_per_s") or 0)) else a)
-PY
+    SEMA_TOKEN=$3 bench_cpu "$1" timeout 120 "$sema" bench --json -s "http://$2" -c "$CONNS" \
+        -d "${SECS}s" --name bench-x 2>>"$tmp/bench.err"
 }
 
 echo "# auth_overhead: $(nproc) cores, $CONNS connections, ${SECS}s x $ROUNDS rounds," \
     "$TOKENS tokens, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 j_plain="" j_auth=""
 for _ in $(seq "$ROUNDS"); do
-    j_plain=$(best "$j_plain" "$(run "$pid_plain" "$addr_plain" "")")
-    j_auth=$(best "$j_auth" "$(run "$pid_auth" "$addr_auth" "$token")")
+    j_plain=$(best_pairs "$j_plain" "$(run "$pid_plain" "$addr_plain" "")")
+    j_auth=$(best_pairs "$j_auth" "$(run "$pid_auth" "$addr_auth" "$token")")
 done
 for f in "pairs_semad_no_auth:$j_plain" "pairs_semad_auth:$j_auth"; do
     j=${f#*:}

@@ -66,3 +66,34 @@ start_redis() {
     cat "$tmp/$name/log" >&2
     return 1
 }
+
+# jget JSON KEY: the value of KEY in a JSON object, empty when absent.
+jget() {
+    python3 -c 'import json,sys; v=json.loads(sys.argv[1] or "{}").get(sys.argv[2]); print(v if v is not None else "")' "$1" "$2"
+}
+
+# bench_cpu PID CMD...: run CMD (a `sema bench --json` run) and print its JSON with
+# "server_cpu_us_per_request": the CPU time process PID spent meanwhile, per request.
+bench_cpu() {
+    local pid=$1 t0 t1 j
+    shift
+    t0=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+    j=$("$@")
+    t1=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+    python3 - "$j" "$t0" "$t1" "$(getconf CLK_TCK)" <<'PY'
+import json, sys
+j = json.loads(sys.argv[1] or "{}")
+n = j.get("requests") or 0
+j["server_cpu_us_per_request"] = round((float(sys.argv[3]) - float(sys.argv[2])) * 1e6 / float(sys.argv[4]) / n, 2) if n else None
+print(json.dumps(j))
+PY
+}
+
+# best_pairs A B: of two `sema bench --json` results, the one with more pairs/s.
+best_pairs() {
+    python3 - "$1" "$2" <<'PY'
+import json, sys
+a, b = sys.argv[1], sys.argv[2]
+print(b if not a or (b and (json.loads(b).get("ops_per_s") or 0) > (json.loads(a).get("ops_per_s") or 0)) else a)
+PY
+}

@@ -16,7 +16,9 @@ ratio or goal ("ratio NAME value=X ...", "goal NAME value=X goal=<Y met=yes|no")
 3. pairs/s and pair p99 through two semad instances on the Redis (`sema bench -s A -s B`,
    CONNS connections spread over both), beside the Redis/Lua semaphore (bench_redis_peer,
    CONNS hiredis connections) and redis-semaphore (CONNS ioredis connections) on the same
-   Redis; Redis's CPU time per pair for each. ROUNDS interleaved rounds, best of each.
+   Redis; Redis's CPU time per pair for each, and semad's; beside them one semad on the
+   embedded engine (--durability none: nothing written), whose CPU per pair is the peer of
+   semad's on Redis. ROUNDS interleaved rounds, best of each.
 4. Wake-up latency of a waiter parked on instance B after a release on instance A
    (`sema bench -s A -s B -m handoff`: the direction alternates), p50 and p99. Goal p50 under
    10 ms (a message, not a poll).
@@ -106,7 +108,8 @@ def main():
         % (os.cpu_count(), CONNS, SECS, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            subprocess.run(["redis-server", "--version"], capture_output=True).stdout.decode()
            .split()[2]))
-    with rf.RedisServer() as r, rf.Fleet(r.url(), 2, "--max-connections", "30000") as fl:
+    with rf.RedisServer() as r, rf.Fleet(r.url(), 2, "--max-connections", "30000") as fl, \
+            fx.SemadProcess("--max-connections", "30000") as emb:
         a, b = fl[0], fl[1]
         ua, ub = "http://127.0.0.1:%d" % a.port, "http://127.0.0.1:%d" % b.port
         mon = rf.Monitor(r.port)
@@ -115,17 +118,21 @@ def main():
             idle_waiters(r, mon, fl)
         finally:
             mon.close()
-        throughput(r, fl, ua, ub)
+        throughput(r, fl, ua, ub, emb)
         wakeups(ua, ub)
 
 
 def commands_per_pair(r, mon, ua, ub):
     # 1. commands per pair, one connection, nothing else running
-    # the semaphores first (capacity 1 and 2: nobody waits), and the instances warmed up
+    # the semaphores first (capacity 1 and 2: nobody waits; made here, a bench run keeps
+    # them), and the instances warmed up
+    for name, cap in (("cmd", "1"), ("cmd2", "2")):
+        subprocess.run([SEMA, "--server", ua, "create", name, cap], capture_output=True,
+                       timeout=60, check=True)
     subprocess.run([SEMA, "bench", "-s", ua, "-c", "1", "-n", "10", "--name", "cmd",
-                    "--json"], capture_output=True, timeout=60)
+                    "--no-create", "--json"], capture_output=True, timeout=60)
     subprocess.run([SEMA, "bench", "-s", ua, "-s", ub, "-c", "2", "-n", "10", "--name", "cmd2",
-                    "--json"], capture_output=True, timeout=60)
+                    "--no-create", "--json"], capture_output=True, timeout=60)
     time.sleep(0.5)
     rows = []
     for label, cmd in (("semad_1_instance", [SEMA, "bench", "-s", ua, "-c", "1", "-n", str(PAIRS),
@@ -192,16 +199,18 @@ def best(a, b, key):
     return a if (a.get(key) or 0) >= (b.get(key) or 0) else b
 
 
-def throughput(r, fl, ua, ub):
+def throughput(r, fl, ua, ub, emb):
     # 3. pairs/s and p99, interleaved rounds; Redis CPU per pair
     res = {}
+    ue = "http://127.0.0.1:%d" % emb.port
 
-    def timed(label, cmd, pairs_key):
-        c0, s0 = cpu_s(r.proc.pid), sum(cpu_s(s.proc.pid) for s in fl.live())
+    def timed(label, cmd, pairs_key, semads=None):
+        semads = fl.live() if semads is None else semads
+        c0, s0 = cpu_s(r.proc.pid), sum(cpu_s(s.proc.pid) for s in semads)
         j = run_json(cmd)
         j["redis_cpu_us_per_pair"] = round((cpu_s(r.proc.pid) - c0) * 1e6 /
                                            max(1, j.get(pairs_key) or 0), 2)
-        j["semad_cpu_us_per_pair"] = round((sum(cpu_s(s.proc.pid) for s in fl.live()) - s0) * 1e6
+        j["semad_cpu_us_per_pair"] = round((sum(cpu_s(s.proc.pid) for s in semads) - s0) * 1e6
                                            / max(1, j.get(pairs_key) or 0), 2)
         j["pairs_per_s"] = j.get("pairs_per_s", j.get("ops_per_s"))
         j["pair_p99_us"] = j.get("pair_p99_us", j.get("op_p99_us"))
@@ -214,6 +223,8 @@ def throughput(r, fl, ua, ub):
                                     d + "s", "--name", "tp2", "--json"], "ops")
         timed("semad_1_instance", [SEMA, "bench", "-s", ua, "-c", str(CONNS), "-d", d + "s",
                                    "--name", "tp1", "--json"], "ops")
+        timed("semad_embedded", [SEMA, "bench", "-s", ue, "-c", str(CONNS), "-d", d + "s",
+                                 "--name", "tpe", "--json"], "ops", [emb])
         timed("redis_lua", [PEER, "--redis", "127.0.0.1:%d" % r.port, "-c", str(CONNS), "-d",
                             d + "s", "--json"], "pairs")
         if HAVE_NODE_SEM:
@@ -225,7 +236,9 @@ def throughput(r, fl, ua, ub):
                 label, CONNS, j["pairs_per_s"], j["pair_p50_us"], j["pair_p99_us"],
                 j.get("errors"), j["redis_cpu_us_per_pair"],
                 j["semad_cpu_us_per_pair"] if label.startswith("semad") else "-"))
-    two = res["semad_2_instances"]
+    two, one, e = res["semad_2_instances"], res["semad_1_instance"], res["semad_embedded"]
+    say("ratio semad_cpu_per_pair_redis_vs_embedded value=%.3f (one instance; lower is better)"
+        % (one["semad_cpu_us_per_pair"] / max(1e-9, e["semad_cpu_us_per_pair"])))
     for peer in ("redis_lua", "redis_semaphore"):
         if peer not in res:
             continue

@@ -56,10 +56,6 @@ start_semad() {
 }
 
 # A JSON field of a one-line JSON text (stdlib python3).
-jget() {
-    python3 -c 'import json,sys; v=json.loads(sys.argv[1] or "{}").get(sys.argv[2]); print(v if v is not None else "")' "$1" "$2"
-}
-
 ratio() { # name numerator denominator goal(min ratio)
     python3 - "$@" <<'EOF'
 import sys

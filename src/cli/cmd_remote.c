@@ -86,8 +86,8 @@ static const verb_t verbs[] = {
     {"lease", "LEASE", "show a lease", 1, 1, 0, v_lease, "sema lease \"$lease\" --json"},
     {"revoke", "LEASE", "end someone's lease now (administrators)", 1, 1, 0, v_revoke,
      "sema revoke \"$lease\""},
-    {"wait-idle", "NAME [-t D]", "wait until nothing is held or queued", 1, 1, O_T, v_wait_idle,
-     "sema wait-idle builds -t 10m"},
+    {"wait-idle", "NAME [-t D]", "wait until all units are back and earlier waiters granted", 1, 1,
+     O_T, v_wait_idle, "sema wait-idle builds -t 10m"},
     {"run",
      "NAME[:W][,NAME[:W]...] [-w W] [-t D] [--ttl D] [-c CAPACITY] [--tenant T] [--owner O] "
      "[--grace D] -- CMD [ARGS...]",

@@ -293,12 +293,17 @@ struct engine_req {
 };
 
 /* An event of a semaphore, as a back end publishes it and the HTTP layer renders it. `lease`
- * for granted, released, expired and revoked; `capacity` for resized; `reason` for reset. */
+ * for granted, released, expired and revoked; `capacity` for resized; `reason` for reset;
+ * `waiter` for queued and left (a waiter joined its queue, or left it without a grant: timed
+ * out, gone, refused, or a wait-idle done), with `waiting` and `waiting_weight` the queue's
+ * count and weight after it. */
 typedef struct engine_event {
     const char *type;
     const char *name;
     size_t name_len;
     const engine_lease_t *lease;
+    const engine_waiter_t *waiter;
+    uint64_t waiting, waiting_weight;
     uint64_t capacity;
     uint64_t uid, seq; /* its id in a back end's event log; 0: the front numbers it */
     const char *reason;
@@ -366,7 +371,7 @@ void engine_cancel(engine_t *e, engine_req_t *req);
 
 /* Events for GET /v1/semaphores/{name}/events. `cb` gets the event's id ("<uid>-<seq>",
  * increasing within one run of a semaphore's subscriptions), its type ("granted",
- * "released", "expired", "revoked", "resized", "deleted", or "reset": see
+ * "released", "expired", "revoked", "resized", "queued", "left", "deleted", or "reset": see
  * engine_sub_resume) and its data: a JSON object's text (len bytes, NUL-terminated,
  * borrowed: rendered once for every subscriber). After "deleted" the subscription is
  * finished (cb is not called again; still call engine_unsubscribe). Returns 0,

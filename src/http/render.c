@@ -121,10 +121,9 @@ static void holder_body(jsonw_t *w, const engine_lease_t *l)
     jsonw_obj_end(w);
 }
 
-static void waiter_body(jsonw_t *w, const engine_waiter_t *q, size_t position)
+/* A waiter's members after its position: weight, owner, since, kind, mode. */
+static void waiter_members(jsonw_t *w, const engine_waiter_t *q)
 {
-    jsonw_obj(w);
-    int_member(w, "position", (int64_t)position);
     int_member(w, "weight", (int64_t)q->weight);
     jsonw_key(w, "owner");
     jsonw_cstr(w, q->owner != NULL && q->owner[0] != '\0' ? q->owner : NULL);
@@ -138,6 +137,13 @@ static void waiter_body(jsonw_t *w, const engine_waiter_t *q, size_t position)
         jsonw_cstr(w, mode_name(q->mode));
     }
     tenant_multi_members(w, q->tenant, q->multi);
+}
+
+static void waiter_body(jsonw_t *w, const engine_waiter_t *q, size_t position)
+{
+    jsonw_obj(w);
+    int_member(w, "position", (int64_t)position);
+    waiter_members(w, q);
     jsonw_obj_end(w);
 }
 
@@ -423,6 +429,10 @@ int render_event_data(struct strbuf *out, const engine_event_t *ev, const char *
         int_member(&w, "acquired_at", ev->lease->acquired_at_ms);
         int_member(&w, "expires_at", ev->lease->expires_at_ms);
         tenant_multi_members(&w, ev->lease->tenant, ev->lease->multi);
+    } else if (ev->waiter != NULL) {
+        waiter_members(&w, ev->waiter);
+        int_member(&w, "waiting", (int64_t)ev->waiting);
+        int_member(&w, "waiting_weight", (int64_t)ev->waiting_weight);
     } else if (reason != NULL) {
         jsonw_key(&w, "reason");
         jsonw_cstr(&w, reason);

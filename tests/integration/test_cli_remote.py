@@ -673,6 +673,77 @@ def test_watch_json_lines():
         assert last["data"]["name"] == "wj", last
 
 
+def test_watch_shows_the_queue_live():
+    # a waiter joining and leaving the queue is an event ("queued", "left"): the watch shows
+    # the queue as it grows and shrinks, not only when a holder changes
+    with Semad() as d:
+        sema(d, "create", "wq", "1", check=0)
+        p, out, err = watch_proc(d, "wq", "--json")
+        wait_until(lambda: len(out.get()) >= 1, 10, "the first line")
+
+        def events(kind):
+            return [ev for ev in map(json.loads, out.get()) if ev["event"] == kind]
+        # the stream opens after the first state is shown: take and give back until it hears
+        deadline = time.monotonic() + 15 * SLOW
+        while time.monotonic() < deadline and not events("granted"):
+            sema(d, "release", sema(d, "acquire", "wq", check=0)[1].strip(), check=0)
+            time.sleep(0.05)
+        assert events("granted"), out.text()
+        holder = sema(d, "acquire", "wq", "--owner", "holder", check=0)[1].strip()
+        # a waiter parks: "queued", and the state shown with it has it in the queue
+        w = spawn(d, "acquire", "wq", "-t", "60s", "--owner", "parked")
+        wait_until(lambda: events("queued"), 10, "a queued event")
+        q = events("queued")[0]
+        assert q["data"]["owner"] == "parked" and q["data"]["weight"] == 1, q
+        assert q["data"]["waiting"] == 1 and q["data"]["waiting_weight"] == 1, q
+        assert [x["owner"] for x in q["state"]["waiters"]] == ["parked"], q
+        # a ticket joins behind it, then leaves
+        t = sema(d, "ticket", "wq", "--owner", "ticket-1", check=0)[1].strip()
+        wait_until(lambda: len(events("queued")) == 2, 10, "the ticket's queued event")
+        q = events("queued")[1]
+        assert q["data"]["kind"] == "ticket" and q["data"]["waiting"] == 2, q
+        assert len(q["state"]["waiters"]) == 2, q
+        sema(d, "ticket-leave", t, check=0)
+        wait_until(lambda: events("left"), 10, "the ticket's left event")
+        left = events("left")[0]
+        assert left["data"]["owner"] == "ticket-1" and left["data"]["waiting"] == 1, left
+        assert [x["owner"] for x in left["state"]["waiters"]] == ["parked"], left
+        # the waiter goes away (its connection closed): "left", the queue is empty
+        w.kill()
+        w.wait(10 * SLOW)
+        wait_until(lambda: len(events("left")) == 2, 10, "the waiter's left event")
+        left = events("left")[1]
+        assert left["data"]["owner"] == "parked" and left["data"]["waiting"] == 0, left
+        assert left["state"]["waiters"] == [], left
+        # one that times out leaves too; one granted from the queue is "granted" (no "left")
+        rc, _, _ = sema(d, "acquire", "wq", "-t", "200ms")
+        assert rc == EXIT_TIMEOUT
+        wait_until(lambda: len(events("left")) == 3, 10, "the timed-out waiter's left event")
+        w = spawn(d, "acquire", "wq", "-t", "60s", "--owner", "next")
+        wait_until(lambda: len(events("queued")) == 4, 10, "the next waiter's queued event")
+        sema(d, "release", holder, check=0)
+        assert w.wait(10 * SLOW) == 0
+        holder = w.stdout.read().strip()  # "next" holds the unit now
+        wait_until(lambda: any(ev["data"].get("owner") == "next" for ev in events("granted")),
+                   10, "the next waiter's grant")
+        assert len(events("left")) == 3, out.text()
+        # a request on several semaphores waits in each line: its place here is "queued" (as
+        # a part of it), and "left" when it goes
+        sema(d, "create", "wq2", "1", check=0)
+        w = spawn(d, "run", "wq:1,wq2:1", "-t", "60s", "--owner", "both", "--", "true")
+        wait_until(lambda: len(events("queued")) == 5, 10, "the request on two's queued event")
+        q = events("queued")[4]
+        assert q["data"]["owner"] == "both" and q["data"].get("multi") is True, q
+        assert q["data"]["waiting"] == 1, q
+        w.kill()
+        w.wait(10 * SLOW)
+        wait_until(lambda: len(events("left")) == 4, 10, "the request on two's left event")
+        assert events("left")[3]["data"]["waiting"] == 0, events("left")[3]
+        sema(d, "release", holder, check=0)
+        sema(d, "rm", "wq", "wq2", check=0)
+        assert p.wait(10 * SLOW) == 0, err.text()
+
+
 def test_watch_terminal_redraws():
     import pty
     import select

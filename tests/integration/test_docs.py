@@ -9,6 +9,8 @@ How a page's blocks are read (the info string after the opening fence):
 - `c`: a whole program, compiled against this build's libsema and libsema-client and run.
 - `python`: a whole program, run by this test's interpreter with the Python client of the
   source tree (clients/python/src) on its PYTHONPATH.
+  A `text` block right after a `c` or `python` one (a blank line between) is that program's
+  output: what it prints (stdout and stderr) is compared with it as a console block's is.
 - anything else (`text`, `json`, `cmake`, `ts`, `yaml`, ...) is not run. A fence with no
   info string fails the test: say `text` for output and `sh`/`console` for commands.
 An HTML comment on the line before a block changes it:
@@ -61,7 +63,7 @@ import semad_fixture as fx  # noqa: E402
 SHELL = {"sh", "bash", "shell", "console"}
 # Whole programs: the file suffix, the session's function that runs one, the argument's suffix.
 PROGRAMS = {"c": (".c", "__c", ""), "python": (".py", "__py", ".py")}
-PAGE_TIMEOUT = 45 if fx.SLOW == 1 else 100  # seconds for one page (semad included); CTest gives 120
+PAGE_TIMEOUT = 90 if fx.SLOW == 1 else 100  # seconds for one page (semad included); CTest gives 120
 ADDRESSES = ("127.0.0.1:7070", "localhost:7070")
 FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([^\s`]*)[^`]*$")
 MARK = re.compile(r"^\s*<!--\s*(norun|file|vary):\s*(.*?)\s*-->\s*$")
@@ -279,8 +281,14 @@ def script_for(page, blist, cdir):
             with open(path + PROGRAMS[b.lang][0], "w") as f:
                 f.write("\n".join(b.body) + "\n")
             emit("__block %s" % shlex.quote(b.where()), b.where())
-            emit("%s %s" % (PROGRAMS[b.lang][1], shlex.quote(path + PROGRAMS[b.lang][2])),
-                 b.where())
+            run = "%s %s" % (PROGRAMS[b.lang][1], shlex.quote(path + PROGRAMS[b.lang][2]))
+            shown = shown_output(blist, n)
+            if shown is not None:  # its output goes to the log and to a file to compare
+                run = '{ %s; } 2>&1 | tee "$DOC_OUT/%d-0"' % (run, n)
+                checks.append({"where": "%s:%d" % (os.path.relpath(page, fx.source_dir()),
+                                                   blist[n + 1].line + 1),
+                               "shown": shown, "outputs": ["%d-0" % n], "vary": []})
+            emit(run, b.where())
         elif b.lang == "console":
             emit("__block %s" % shlex.quote(b.where()), b.where())
             checks += console_script(b, n, emit, page)
@@ -289,6 +297,16 @@ def script_for(page, blist, cdir):
             for k, ln in enumerate(b.body):
                 emit(ln, "%s:%d" % (os.path.relpath(page, fx.source_dir()), b.line + 1 + k))
     return "\n".join(lines) + "\n", where, checks
+
+
+def shown_output(blist, n):
+    """The output a program block shows: the lines of the `text` block right after it (a
+    blank line between), or None."""
+    b = blist[n]
+    if n + 1 >= len(blist) or blist[n + 1].lang != "text":
+        return None
+    end = b.line + len(b.body) + 1  # the closing fence's line
+    return blist[n + 1].body if blist[n + 1].line - end <= 2 else None
 
 
 def runnable(b):

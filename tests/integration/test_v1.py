@@ -633,7 +633,11 @@ def test_head_answers_like_get_without_a_body():
                          b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n" % path.encode())
             st, hd = read_head(f)
             assert st == gst and hd["content-type"] == ghd["content-type"], (path, st, hd)
-            if path != "/metrics":  # the counters move between the two requests
+            if path == "/healthz" and b'"contact_age_ms"' in gbody:
+                # on Redis the age of the last contact moves between the two requests: the
+                # length is that of the same document with the age's digits as they were then
+                assert abs(int(hd["content-length"]) - len(gbody)) < 8, (path, hd, gbody)
+            elif path != "/metrics":  # the counters move between the two requests
                 assert int(hd["content-length"]) == len(gbody), (path, hd, gbody)
             # the next bytes are the GET's reply: the HEAD reply had no body
             assert fx.read_response(f)[0] == 200, path
@@ -738,6 +742,8 @@ def test_unknown_fields_are_refused_by_name_and_change_nothing():
                   "tenant": "t"}, 201),
                 ("POST", "/v1/semaphores/u/wait-idle", {"timeout_ms": 0}, 409)]
         for method, path, body, want in full:
+            if fx.REDIS and "tenant" in body:
+                want = 501  # taken, and answered not_supported by a back end without tenants
             st, hd, data = s.request(method, path, body)
             assert st == want, (path, st, data)
         # a long key is cut in the message, at a character boundary
@@ -747,7 +753,10 @@ def test_unknown_fields_are_refused_by_name_and_change_nothing():
         # nothing above changed anything
         assert s.json("GET", "/v1/semaphores/n")[0] == 404
         st, sem = s.json("GET", "/v1/semaphores/u")
-        assert sem["capacity"] == 2 and sem["held"] == 2 and sem["waiting"] == 2, sem
+        # (the tickets in line: one before, and the one with every field where tenants are
+        # served)
+        tickets = 1 if fx.REDIS else 2
+        assert sem["capacity"] == 2 and sem["held"] == 2 and sem["waiting"] == tickets, sem
         assert s.json("GET", "/v1/leases/" + lease["lease"])[1]["ttl_ms"] == lease["ttl_ms"]
         st, lock = s.json("POST", "/v1/locks/k/acquire", {"timeout_ms": 0})
         assert st == 200 and lock["mode"] == "exclusive", (st, lock)

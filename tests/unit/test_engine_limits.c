@@ -499,16 +499,20 @@ TEST(rate_grants_at_each_refill_with_no_idle_gap)
     }
     fx_run_until(&f, &q[N - 1]->done, 10000);
     ASSERT_EQ(ngrants, N);
+    /* With a bucket of 1, each token comes a period after the grant before it (a grant held
+     * up by a stall of the process does not bring the later ones forward: the bucket keeps
+     * no more than one token): the lateness of each is measured from there. */
     for (int i = 1; i < N; i++) {
-        late[i] = (int64_t)(grant_at[i] - (grant_at[0] + (uint64_t)i * 1000 / RATE));
-        ASSERT_GE(late[i], 0); /* never before its token */
+        late[i] = (int64_t)grant_at[i] - (int64_t)grant_at[i - 1] - 1000 / RATE;
+        ASSERT_GE(late[i], -1); /* never before its token (the loop's clock is in ms) */
     }
     /* Late only by the loop's own delays (a busy machine's), not by a poll: a poll of the
-     * period would make the median half of it. */
+     * period would make the median half of it. A quarter leaves room for a loaded machine's
+     * scheduling delays (tens of ms at times) and still tells a poll apart. */
     qsort(late + 1, N - 1, sizeof(late[0]), cmp_i64);
     printf("rate_no_idle_gap grants=%d median_late_ms=%lld worst_late_ms=%lld period_ms=%d\n",
            N - 1, (long long)late[N / 2], (long long)late[N - 1], 1000 / RATE);
-    ASSERT_LE(late[N / 2], 1000 / RATE / 10);
+    ASSERT_LE(late[N / 2], 1000 / RATE / 4);
     for (int i = 0; i < N; i++)
         treq_free(q[i]);
     fx_free(&f);

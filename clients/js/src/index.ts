@@ -236,8 +236,10 @@ export interface LockState {
   waiters: Array<Omit<Waiter, "kind"> & { mode: "shared" | "exclusive" }>;
 }
 
-/** The types of the events of `client.watch(name)` (`reset`: semad no longer had what was missed). */
-export type SemaEventType = "granted" | "released" | "expired" | "revoked" | "resized" | "deleted" | "reset";
+/** The types of the events of `client.watch(name)` (`reset`: semad no longer had what was missed;
+ * `queued` and `left`: a waiter joined the queue or left it without a grant). */
+export type SemaEventType =
+  | "granted" | "released" | "expired" | "revoked" | "resized" | "queued" | "left" | "deleted" | "reset";
 
 /** One event of `client.watch(name)`. */
 export interface SemaEvent {

@@ -12,7 +12,7 @@ import pytest
 
 import sema
 from sema import events
-from conftest import REDIS, idle, urls, wait_until
+from conftest import REDIS, SLOW, idle, urls, wait_until
 
 
 def test_create_state_resize_delete(client, name):
@@ -321,20 +321,24 @@ def test_map_limit_fails_fast(client, name):
     wait_until(lambda: idle(sem), what="every unit back")
 
 
-def test_watch_events_and_resume(client, name):
-    sem = client.semaphore(name)
-    sem.create(2)
+def watching(sem):
+    """A thread collecting sem's events into the list returned, once the stream is open
+    (semad counts it as a subscriber: the first event, of a unit taken and given back, came)."""
     seen = []
     stream = sem.watch()
     reader = threading.Thread(target=lambda: seen.extend(stream))
     reader.start()
-    # the stream is open once semad counts it as a subscriber: wait for the first event
-    p = None
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 5 * SLOW
     while not seen and time.monotonic() < deadline:
-        q = sem.acquire()
-        q.release()
+        sem.acquire().release()
         time.sleep(0.05)
+    return reader, seen
+
+
+def test_watch_events_and_resume(client, name):
+    sem = client.semaphore(name)
+    sem.create(2)
+    reader, seen = watching(sem)
     p = sem.acquire(2)
     p.release()
     sem.resize(3)
@@ -347,6 +351,27 @@ def test_watch_events_and_resume(client, name):
     assert (g.lease, g.weight, g.fence, g.name) == (p.lease, 2, p.fence, name)
     assert seen[-2].capacity == 3 and all(e.id for e in seen)
     assert seen[-1].missed is False
+
+
+@pytest.mark.skipif(REDIS > 0, reason="the Redis back end does not send queued and left yet")
+def test_watch_queued_and_left(client, name):
+    sem = client.semaphore(name)
+    sem.create(1)
+    reader, seen = watching(sem)
+    held = sem.acquire()
+    ticket = sem.take_ticket(owner="in-line")
+    wait_until(lambda: any(isinstance(e, events.Queued) for e in seen), what="queued")
+    ticket.leave()
+    wait_until(lambda: any(isinstance(e, events.Left) for e in seen), what="left")
+    held.release()
+    sem.delete()
+    reader.join(10)
+    q = next(e for e in seen if isinstance(e, events.Queued))
+    left = next(e for e in seen if isinstance(e, events.Left))
+    assert (q.owner, q.weight, q.kind, q.waiting, q.waiting_weight) == ("in-line", 1, "ticket",
+                                                                        1, 1), q
+    assert (left.owner, left.waiting, left.waiting_weight) == ("in-line", 0, 0), left
+    assert q.since > 0 and left.since == q.since and q.name == name
 
 
 def test_watch_resumes_from_an_event_id(client, name):

@@ -22,6 +22,15 @@ int64_t emb__wall_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int64_t emb__wall_of(emb_t *eb, uint64_t mono)
+{
+    int64_t off = emb__wall_ms() - (int64_t)emb__now(eb);
+
+    if (eb->wall_off == 0 || off - eb->wall_off > 1000 || eb->wall_off - off > 1000)
+        eb->wall_off = off;
+    return (int64_t)mono + eb->wall_off;
+}
+
 /* ---- semaphores ---- */
 
 static int sem_eq(const enode_t *n, const void *key, size_t len)
@@ -229,6 +238,19 @@ void emb__timer_rearm(emb_t *eb)
     uv_timer_start(&eb->timer, timer_cb, top->deadline > now ? top->deadline - now : 0, 0);
 }
 
+void emb__waiter_retimed(emb_t *eb, emb_req_t *er, emb_req_t *old, int64_t timeout_ms)
+{
+    eheap_remove(&eb->heap, &old->hi);
+    er->hi.kind = EITEM_WAITER;
+    er->hi.idx = EHEAP_NONE;
+    if (timeout_ms > 0 && (uint64_t)timeout_ms < UINT64_MAX / 2) {
+        er->hi.deadline = emb__now(eb) + (uint64_t)timeout_ms;
+        if (eheap_push(&eb->heap, &er->hi) != 0)
+            er->hi.idx = EHEAP_NONE; /* waits without a timeout rather than failing */
+    }
+    emb__timer_rearm(eb);
+}
+
 static void waiter_timeout(emb_t *eb, emb_req_t *er)
 {
     emb_sem_t *sems[ENGINE_PARTS_MAX];
@@ -237,6 +259,7 @@ static void waiter_timeout(emb_t *eb, emb_req_t *er)
     if (er->state == EMB_REQ_WATCH)
         return emb__ticket_watch_timeout(eb, er);
     n = emb__req_sems(er, sems);
+    emb__event_waiter(eb, er, "left");
     emb__unpark(eb, er);
     eb->m->timeouts++;
     emb__fail(eb, er, BE_MSG_WAITER_TIMED_OUT);
@@ -411,6 +434,7 @@ static void admit_one(emb_t *eb, emb_sem_t *s)
         if (er->kind == EMB_KIND_WAIT_IDLE) {
             if (s->available < (int64_t)s->capacity)
                 return;
+            emb__event_waiter(eb, er, "left"); /* done: it takes nothing */
             emb__unpark(eb, er);
             emb__finish_view(eb, er, s, ENGINE_RES_IDLE);
             continue;
@@ -766,6 +790,7 @@ static void emb_cancel(void *be, engine_req_t *req)
     } else if (er->state == EMB_REQ_PARKED) {
         emb_sem_t *sems[ENGINE_PARTS_MAX];
         size_t n = emb__req_sems(er, sems);
+        emb__event_waiter(eb, er, "left");
         emb__unpark(eb, er);
         eb->m->cancellations++;
         emb__admit_all(eb, sems, n);

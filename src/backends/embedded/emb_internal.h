@@ -290,6 +290,7 @@ struct emb {
     int handles_open;
     uint64_t fence_seq;
     uint64_t nparked;
+    int64_t wall_off; /* wall clock minus monotonic clock, ms, as emb__wall_of keeps it */
     uint64_t commits, commit_failures;
     emb_tomb_t *tring; /* tombstones, a ring in one array, oldest first (emb_tomb.c) */
     size_t tring_cap, tring_head, tring_len;
@@ -299,6 +300,10 @@ struct emb {
 /* emb.c */
 uint64_t emb__now(emb_t *eb); /* monotonic ms */
 int64_t emb__wall_ms(void);   /* Unix epoch ms */
+/* The wall clock time (Unix epoch ms) of monotonic time `mono`, by an offset kept until the
+ * wall clock moves more than a second against the monotonic one: every view of one instant
+ * (a waiter's `since` in a view, in a list item, in an event) says the same millisecond. */
+int64_t emb__wall_of(emb_t *eb, uint64_t mono);
 emb_sem_t *emb__sem_find(emb_t *eb, const char *name, size_t len);
 emb_sem_t *emb__lock_find(emb_t *eb, const char *key, size_t len);
 emb_sem_t *emb__sem_new(emb_t *eb, const char *name, size_t len, uint64_t capacity, int flags);
@@ -335,6 +340,8 @@ static inline void emb__admit_all(emb_t *eb, emb_sem_t **sems, size_t n)
     }
 }
 void emb__timer_rearm(emb_t *eb);
+/* A retry `er` waits in old's place: old's timeout goes, er's own (timeout_ms > 0) comes. */
+void emb__waiter_retimed(emb_t *eb, emb_req_t *er, emb_req_t *old, int64_t timeout_ms);
 /* The semaphore's row changed: it is written once, as it is then, when the next commit
  * starts (so many grants on one semaphore in a commit write its row once). */
 void emb__store_sem(emb_t *eb, emb_sem_t *s);
@@ -416,6 +423,9 @@ int emb__view_lease_parts(engine_result_t *r, engine_lease_t *v, const emb_lease
 /* An event of a lease (granted, released, expired, revoked) or of a semaphore. */
 void emb__event_lease(emb_t *eb, const emb_sem_t *s, const char *type, const emb_lease_t *l);
 void emb__event_sem(emb_t *eb, const emb_sem_t *s, const char *type, uint64_t capacity);
+/* A waiter's event on each semaphore it waits on: "queued" once it is parked, "left" just
+ * before it is unparked without a grant (the counts said are the queue's after it). */
+void emb__event_waiter(emb_t *eb, const emb_req_t *er, const char *type);
 
 /* emb_metrics.c */
 int emb__metrics(void *be, struct strbuf *out);

@@ -198,15 +198,7 @@ static void take_over(emb_t *eb, emb_req_t *er, emb_idem_t *d)
         m->part[i].req = er->req;
     er->idem = d;
     d->waiter = er;
-    eheap_remove(&eb->heap, &old->hi);
-    er->hi.kind = EITEM_WAITER;
-    er->hi.idx = EHEAP_NONE;
-    if (timeout_ms > 0 && (uint64_t)timeout_ms < UINT64_MAX / 2) {
-        er->hi.deadline = emb__now(eb) + (uint64_t)timeout_ms;
-        if (eheap_push(&eb->heap, &er->hi) != 0)
-            er->hi.idx = EHEAP_NONE; /* waits without a timeout rather than failing */
-    }
-    emb__timer_rearm(eb);
+    emb__waiter_retimed(eb, er, old, timeout_ms);
     old->multi = NULL;
     old->idem = NULL;
     old->state = EMB_REQ_NEW;
@@ -305,6 +297,8 @@ void emb__op_acquire_multi(emb_t *eb, emb_req_t *er)
             leave(eb, er, BE_MSG_NOT_AVAILABLE);
         else if (wait_setup(eb, er) != 0)
             leave(eb, er, BE_MSG_NOMEM);
+        else
+            emb__event_waiter(eb, er, "queued");
     }
     emb__admit_release(eb, was);
 }

@@ -112,6 +112,8 @@ static void drop_waiter(emb_t *eb, emb_req_t *w, be_msg_t why, int reason)
         emb__ticket_refuse(eb, t, reason);
     } else {
         n = emb__req_sems(w, sems);
+        if (reason != EMB_TOMB_TICKET_DELETED) /* "deleted" says it for all */
+            emb__event_waiter(eb, w, "left");
         emb__unpark(eb, w);
         emb__fail(eb, w, why);
     }
@@ -302,15 +304,7 @@ static int idem_take_over(emb_t *eb, emb_req_t *er, emb_idem_t *d)
     er->weight = old->weight;
     er->oseq = old->oseq;
     emb__oq_insert(er->sem, er);
-    eheap_remove(&eb->heap, &old->hi);
-    er->hi.kind = EITEM_WAITER;
-    er->hi.idx = EHEAP_NONE;
-    if (timeout_ms > 0 && (uint64_t)timeout_ms < UINT64_MAX / 2) {
-        er->hi.deadline = emb__now(eb) + (uint64_t)timeout_ms;
-        if (eheap_push(&eb->heap, &er->hi) != 0)
-            er->hi.idx = EHEAP_NONE; /* waits without a timeout rather than failing */
-    }
-    emb__timer_rearm(eb);
+    emb__waiter_retimed(eb, er, old, timeout_ms);
     old->idem = NULL;
     old->sem = NULL;
     emb__fail(eb, old, BE_MSG_WAITER_REPLACED);
@@ -410,8 +404,10 @@ static void acquire_lim(emb_t *eb, emb_req_t *er, emb_sem_t *s)
     emb__admit(eb, s);
     if (er->state != EMB_REQ_PARKED)
         return; /* granted */
-    if (req->timeout_ms != 0)
+    if (req->timeout_ms != 0) {
+        emb__event_waiter(eb, er, "queued");
         return idem_waiter(eb, er, s);
+    }
     emb__unpark(eb, er);
     fail(eb, er, BE_MSG_NOT_AVAILABLE);
     emb__admit(eb, s);
@@ -444,6 +440,7 @@ static void acquire_on(emb_t *eb, emb_req_t *er, emb_sem_t *s, uint64_t weight)
     rc = emb__park(eb, er, s, req->timeout_ms);
     if (rc != 0)
         return fail(eb, er, rc == SEMA_ELIMIT ? BE_MSG_TOO_MANY_WAITERS : BE_MSG_NOMEM);
+    emb__event_waiter(eb, er, "queued");
     idem_waiter(eb, er, s);
 }
 
@@ -469,7 +466,8 @@ static void op_wait_idle(emb_t *eb, emb_req_t *er)
         return fail(eb, er, BE_MSG_NOT_IDLE);
     rc = emb__park(eb, er, s, er->req->timeout_ms);
     if (rc != 0)
-        fail(eb, er, rc == SEMA_ELIMIT ? BE_MSG_TOO_MANY_WAITERS : BE_MSG_NOMEM);
+        return fail(eb, er, rc == SEMA_ELIMIT ? BE_MSG_TOO_MANY_WAITERS : BE_MSG_NOMEM);
+    emb__event_waiter(eb, er, "queued");
 }
 
 /* ---- keyed locks ---- */

@@ -500,8 +500,11 @@ static void ticket_free(emb_t *eb, emb_ticket_t *t)
  * tombstone says why. The caller re-runs admission. */
 static void ticket_end(emb_t *eb, emb_ticket_t *t, int reason)
 {
-    if (t->q.state == EMB_REQ_PARKED)
+    if (t->q.state == EMB_REQ_PARKED) {
+        if (reason != EMB_TOMB_TICKET_DELETED) /* "deleted" says it for all */
+            emb__event_waiter(eb, &t->q, "left");
         emb__unpark(eb, &t->q);
+    }
     if (t->lease != NULL) {
         emb_lease_t *l = t->lease;
         l->ticket = NULL;
@@ -747,6 +750,7 @@ void emb__op_ticket_create(emb_t *eb, emb_req_t *er)
         ticket_key(eb, t, req->idem_key, req->nparts > 0);
         store_ticket(eb, t);
         keepalive_touch(eb, t);
+        emb__event_waiter(eb, &t->q, "queued");
         emb__admit_all(eb, sems, ticket_sems(t, sems));
         emb__admit_release(eb, was);                       /* may grant it at once */
         if ((t = ticket_find(eb, id, strlen(id))) == NULL) /* ended: out of memory */

@@ -76,11 +76,23 @@ static int keep_owner(engine_result_t *r, const char **owner)
     return *owner != NULL ? 0 : -1;
 }
 
+/* A parked request as a view shows it (its owner and tenant borrowed). */
+static void view_waiter(emb_t *eb, engine_waiter_t *q, const emb_req_t *er)
+{
+    const emb_req_t *main = er->kind == EMB_KIND_PART ? er->multi->main : er;
+
+    q->ticket = main->kind == EMB_KIND_TICKET;
+    q->owner = q->ticket ? ECONTAINER(main, const emb_ticket_t, q)->owner : main->req->owner;
+    q->tenant = er->tplace != NULL ? emb__tenant_name(er->tplace->tenant, &(size_t){0}) : NULL;
+    q->multi = er->kind == EMB_KIND_PART;
+    q->weight = er->weight;
+    q->since_ms = emb__wall_of(eb, er->since_mono);
+    q->mode = er->kind == EMB_KIND_ACQUIRE ? emb__req_mode(er->req) : 0;
+    q->wait_idle = er->kind == EMB_KIND_WAIT_IDLE;
+}
+
 static int view_lists(emb_t *eb, engine_result_t *r, engine_sem_view_t *v, const emb_sem_t *s)
 {
-    int64_t wall = emb__wall_ms();
-    uint64_t now = emb__now(eb);
-
     size_t nh = 0, nw = s->nwaiters < ENGINE_VIEW_LIST_MAX ? s->nwaiters : ENGINE_VIEW_LIST_MAX;
     int more_holders = 0;
 
@@ -104,17 +116,8 @@ static int view_lists(emb_t *eb, engine_result_t *r, engine_sem_view_t *v, const
             return -1;
     }
     for (const elist_t *x = s->waiters.next; v->nwaiters < nw; x = x->next) {
-        const emb_req_t *er = ECONTAINER(x, emb_req_t, link);
-        const emb_req_t *main = er->kind == EMB_KIND_PART ? er->multi->main : er;
         engine_waiter_t *q = &v->waiters[v->nwaiters++];
-        q->ticket = main->kind == EMB_KIND_TICKET;
-        q->owner = q->ticket ? ECONTAINER(main, emb_ticket_t, q)->owner : main->req->owner;
-        q->tenant = er->tplace != NULL ? emb__tenant_name(er->tplace->tenant, &(size_t){0}) : NULL;
-        q->multi = er->kind == EMB_KIND_PART;
-        q->weight = er->weight;
-        q->since_ms = wall - (int64_t)(now - er->since_mono);
-        q->mode = er->kind == EMB_KIND_ACQUIRE ? emb__req_mode(er->req) : 0;
-        q->wait_idle = er->kind == EMB_KIND_WAIT_IDLE;
+        view_waiter(eb, q, ECONTAINER(x, emb_req_t, link));
         if (keep_owner(r, &q->owner) != 0 ||
             keep_str(r, &q->tenant, q->tenant != NULL ? strlen(q->tenant) : 0) != 0)
             return -1;
@@ -159,7 +162,7 @@ int emb__view_item(emb_t *eb, engine_result_t *r, engine_list_item_t *it, const 
     it->waiting_since_ms = 0;
     if (!elist_empty(&s->waiters)) {
         const emb_req_t *head = ECONTAINER(s->waiters.next, emb_req_t, link);
-        it->waiting_since_ms = emb__wall_ms() - (int64_t)(emb__now(eb) - head->since_mono);
+        it->waiting_since_ms = emb__wall_of(eb, head->since_mono);
     }
     return emb__view_sem(eb, r, &it->v, s, 0);
 }
@@ -173,6 +176,30 @@ void emb__event_lease(emb_t *eb, const emb_sem_t *s, const char *type, const emb
     engine_lease_t v;
     engine_event_t ev = {.type = type, .name = s->name, .name_len = s->name_len, .lease = &v};
     emb__view_lease(&v, l);
+    engine__event(eb->front, &ev);
+}
+
+void emb__event_waiter(emb_t *eb, const emb_req_t *er, const char *type)
+{
+    const emb_sem_t *s = er->sem;
+    int left = strcmp(type, "left") == 0;
+    engine_waiter_t q;
+
+    if (er->multi != NULL && er->kind != EMB_KIND_PART) { /* its place on each semaphore */
+        for (uint32_t i = 0; i < er->multi->nparts; i++)
+            if (er->multi->part[i].state == EMB_REQ_PARKED)
+                emb__event_waiter(eb, &er->multi->part[i], type);
+        return;
+    }
+    if (s == NULL || (s->flags & EMB_SEM_LOCK) || !engine__watched(eb->front, s->name, s->name_len))
+        return; /* not parked; a lock key has no event stream; nobody follows it */
+    engine_event_t ev = {.type = type,
+                         .name = s->name,
+                         .name_len = s->name_len,
+                         .waiter = &q,
+                         .waiting = s->nwaiters - (left ? 1 : 0),
+                         .waiting_weight = s->waiting - (left ? er->weight : 0)};
+    view_waiter(eb, &q, er);
     engine__event(eb->front, &ev);
 }
 

@@ -395,8 +395,10 @@ static void fsync_cb(redisAsyncContext *ac, void *reply, void *priv)
     int warn = priv != NULL; /* strict, at the first connection: say what it cannot promise */
 
     if (rep == NULL || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
-        rep->element[1]->type != REDIS_REPLY_STRING)
-        return; /* CONFIG may be renamed away: nothing to say, nothing proven */
+        rep->element[1]->type != REDIS_REPLY_STRING) {
+        r->aof_always = 0; /* CONFIG may be renamed away: nothing to say, nothing proven */
+        return;
+    }
     if (strcmp(rep->element[0]->str, "appendonly") == 0) {
         r->aof_always &= strcmp(rep->element[1]->str, "yes") == 0;
         if (warn && strcmp(rep->element[1]->str, "yes") != 0)

@@ -409,6 +409,8 @@ function describe(type, d, name) {
     case "expired": return `${of}the lease of ${who} expired (${units})`;
     case "revoked": return `${of}the lease of ${who} was revoked (${units})`;
     case "resized": return `${of}capacity set to ${fmtCount(d.capacity)}`;
+    case "queued": return `${of}${d.owner || "a waiter"} joined the queue for ${units} (${fmtCount(d.waiting)} waiting)`;
+    case "left": return `${of}${d.owner || "a waiter"} left the queue (${fmtCount(d.waiting)} waiting)`;
     case "deleted": return `${of}deleted`;
     case "reset": return `${of}events were missed: the state was read again`;
     default: return `${of}${type}`;

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 __all__ = ["Event", "LeaseEvent", "Granted", "Released", "Expired", "Revoked", "Resized",
-           "Deleted", "Reset", "RawEvent", "SSEParser", "parse_event"]
+           "WaiterEvent", "Queued", "Left", "Deleted", "Reset", "RawEvent", "SSEParser",
+           "parse_event"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,31 @@ class Resized(Event):
 
 
 @dataclass(frozen=True)
+class WaiterEvent(Event):
+    """An event about one waiter: its weight, owner, when it came (``since``, ms since the
+    epoch) and ``kind`` (None for an acquire, "ticket" or "wait_idle"); ``waiting`` and
+    ``waiting_weight`` are the queue's count and weight after it."""
+
+    weight: int
+    owner: Optional[str]
+    since: int
+    kind: Optional[str]
+    waiting: int
+    waiting_weight: int
+
+
+@dataclass(frozen=True)
+class Queued(WaiterEvent):
+    """A waiter joined the queue."""
+
+
+@dataclass(frozen=True)
+class Left(WaiterEvent):
+    """A waiter left the queue without a grant (timed out, went away, left its ticket,
+    refused by a resize; a wait-idle once done)."""
+
+
+@dataclass(frozen=True)
 class Deleted(Event):
     """The semaphore was deleted: the stream's last event. ``missed``: the stream was down
     when it happened (on reconnecting the name answered 404)."""
@@ -77,6 +103,7 @@ class Reset(Event):
 
 _LEASE_EVENTS = {"granted": Granted, "released": Released, "expired": Expired,
                  "revoked": Revoked}
+_WAITER_EVENTS = {"queued": Queued, "left": Left}
 
 
 @dataclass(frozen=True)
@@ -135,6 +162,12 @@ def parse_event(raw: RawEvent) -> Event:
             return kind(raw.event, raw.id, name, data, lease=str(data["lease"]),
                         weight=int(data["weight"]), fence=int(data["fence"]),
                         owner=data.get("owner"))
+        waiter = _WAITER_EVENTS.get(raw.event)
+        if waiter is not None:
+            return waiter(raw.event, raw.id, name, data, weight=int(data["weight"]),
+                          owner=data.get("owner"), since=int(data["since"]),
+                          kind=data.get("kind"), waiting=int(data["waiting"]),
+                          waiting_weight=int(data["waiting_weight"]))
         if raw.event == "resized":
             return Resized(raw.event, raw.id, name, data, capacity=int(data["capacity"]))
         if raw.event == "deleted":
