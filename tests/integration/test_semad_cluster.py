@@ -23,13 +23,13 @@ SLOW = fx.SLOW
 FAILOVER_BOUND_S = 30.0 * SLOW  # a primary killed: its replica serves its slots by then
 
 
-def cluster_fleet(n=2, **kw):
-    """A cluster and n semad instances on it."""
+def cluster_fleet(n=2, *args, **kw):
+    """A cluster and n semad instances on it (args: semad's own)."""
     rf.need_redis_engine()
     cf.need_cluster_tools()
     c = cf.Cluster(**kw)
     try:
-        return c, rf.Fleet("redis+cluster://" + c.seeds(), n, durability="none")
+        return c, rf.Fleet("redis+cluster://" + c.seeds(), n, *args, durability="none")
     except BaseException:
         c.close()
         raise
@@ -114,17 +114,17 @@ def test_strict_durability_is_refused_with_a_clear_error():
     assert "strict is not served on Redis Cluster" in r.stderr, r.stderr
 
 
-def hold_on_each_primary(c, f):
-    """One semaphore of capacity 1 per primary, each held: {port: (name, lease)}."""
+def hold_on_each_primary(c, f, ttl_ms=60000):
+    """One semaphore of capacity 1 per primary, each held: {port: (name, lease, fence)}."""
     names = ["h%d" % i for i in range(24)]
     for n in names:
         put(f[0], n, 1)
     held = {}
     for n, port in where(c, names).items():
         if port not in held:
-            st, l = acquire(f[1], n, ttl_ms=60000)
+            st, l = acquire(f[1], n, ttl_ms=ttl_ms)
             assert st == 200, l
-            held[port] = (n, l["lease"])
+            held[port] = (n, l["lease"], l["fence"])
     assert len(held) == 3, held
     return held
 
@@ -157,12 +157,16 @@ class Load:
         self.t.join(60)
 
 
+MAX_TTL_S = 20  # the longest lease in the failover tests: what a new primary's slots pause for
+
+
 def primary_fault(kill):
-    c, f = cluster_fleet()
+    c, f = cluster_fleet(2, "--max-ttl", "%ds" % MAX_TTL_S, "--default-ttl", "2s")
     try:
-        held = hold_on_each_primary(c, f)
+        t0 = time.monotonic()
+        held = hold_on_each_primary(c, f, ttl_ms=MAX_TTL_S * 1000)
         victim = sorted(held)[0]
-        name, lease = held[victim]
+        name, lease, fence = held[victim]
         cf.command(victim, "WAIT", "1", "5000")  # its replica has the lease
         others = ["o%d" % i for i in range(12)]
         for n in others:
@@ -172,6 +176,7 @@ def primary_fault(kill):
         load = Load(f, calm)
         fx.wait_until(lambda: load.ok >= 10, 30, "load before the fault")
         node = c.node_at(victim)
+        tk = time.monotonic()
         if kill:
             c.kill_primary(node, timeout=FAILOVER_BOUND_S)
         else:
@@ -181,13 +186,36 @@ def primary_fault(kill):
         load.close()
         # the other primaries' semaphores never noticed
         assert not load.bad, load.bad[:5]
-        # the failed primary's semaphore: its lease kept (no second holder), then released
+        # the failed primary's semaphore: its lease kept (no second holder), and released
         for _ in range(2):
             st, l = acquire(f[0], name, timeout_ms=0)
             assert st in (409, 503), (st, l)
         fx.wait_until(lambda: release(f[0], lease) == 204, 30, "the release after the fault")
-        st, l = acquire(f[1], name)
-        assert st == 200, l
+        released = time.monotonic()
+        # meanwhile the other primaries' semaphores grant at once
+        for n in calm[:4]:
+            st, l = acquire(f[1], n, timeout_ms=0)
+            assert st == 200, (n, l)
+            assert release(f[0], l["lease"]) == 204
+        # then no grant there until every lease granted before the change may have run out
+        # (the new primary may lack grants the old one acknowledged): 503 until then
+        seen = []
+
+        def granted():
+            st, l = acquire(f[len(seen) % 2], name, timeout_ms=0)
+            seen.append((round(time.monotonic() - t0, 2), st, (l or {}).get("detail", "")))
+            return st == 200 and l
+
+        l = fx.wait_until(granted, MAX_TTL_S + 30, "a grant after the pause")
+        at = time.monotonic()
+        refused = [s for s in seen if s[1] == 503 and "lost its state" in s[2]]
+        # (paused from the change, seen no sooner than the fault, for the longest lease)
+        assert at - tk >= MAX_TTL_S, ("granted before a lease of the old primary could have "
+                                      "run out", round(at - tk, 2), seen)
+        assert all(s[1] in (503, 200) for s in seen), seen
+        if released - t0 < MAX_TTL_S - 1:
+            assert refused, seen
+        assert l["fence"] > fence, (fence, l)
     finally:
         f.close()
         c.close()

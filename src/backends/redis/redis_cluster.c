@@ -46,8 +46,11 @@ void rs__cluster_enqueue(rs_cluster_t *cl, elist_t *list, rs_ccmd_t *c)
     cl->nqueued++;
 }
 
+#define RS_ROUTE_MOVED 1 /* route(): pinned to a node that no longer serves its slot */
+
 /* Send c where its slot is served (or where ASK said), or queue it until that is known or
- * connected. Never runs a callback. */
+ * connected; RS_ROUTE_MOVED for a pinned command whose slot another node serves. Never runs a
+ * callback. */
 static int route(rs_cluster_t *cl, rs_ccmd_t *c)
 {
     const rs_slot_addr_t *a = c->ask ? &c->ask_to : rs__slotmap_owner(cl->map, c->slot);
@@ -58,6 +61,8 @@ static int route(rs_cluster_t *cl, rs_ccmd_t *c)
         rs__cluster_refresh(cl);
         return 0;
     }
+    if (c->pinned && !c->ask && !rs__cluster_same_addr(a, &c->pin))
+        return RS_ROUTE_MOVED;
     l = rs__cluster_link_find(cl, a, 0, 1);
     if (l == NULL)
         return SEMA_ENOMEM;
@@ -81,14 +86,21 @@ int rs__cluster_send(rs_cluster_t *cl, rs_ccmd_t *c)
     c->redirects = 0;
     c->ask = c->asking = 0;
     c->retry_at = 0;
-    return route(cl, c);
+    int rc = route(cl, c);
+    if (rc == RS_ROUTE_MOVED) { /* ended at the next tick: never from inside this call */
+        rs__cluster_enqueue(cl, &cl->retry, c);
+        return 0;
+    }
+    return rc;
 }
 
 /* Send c again after a redirect or a wait; it did not run, so it cannot end UNKNOWN here. */
 static void reroute(rs_cluster_t *cl, rs_ccmd_t *c)
 {
-    if (route(cl, c) != 0)
-        rs__cluster_end(cl, c, RS_CL_UNSENT, NULL);
+    int rc = route(cl, c);
+
+    if (rc != 0)
+        rs__cluster_end(cl, c, rc == RS_ROUTE_MOVED ? RS_CL_MOVED : RS_CL_UNSENT, NULL);
 }
 
 static int err_is(const redisReply *rep, const char *prefix)
@@ -104,6 +116,7 @@ static void cmd_reply(rs_link_t *l, rs_ccmd_t *c, redisReply *rep)
     rs_redirect_t rd;
     int kind;
 
+    c->by = l->addr;
     if (rep->type != REDIS_REPLY_ERROR || c->key == NULL) {
         rs__cluster_end(cl, c, RS_CL_REPLY, rep);
         return;

@@ -35,8 +35,9 @@ enum {
     RS_CL_REPLY = 1, /* Redis answered (an error other than a redirect is an answer too) */
     RS_CL_UNSENT,    /* it never reached Redis (no primary reachable for its slot by its
                         deadline, or the cluster was closed): sending it again is safe */
-    RS_CL_UNKNOWN    /* it was sent, then its connection went or its deadline passed: it may
+    RS_CL_UNKNOWN,   /* it was sent, then its connection went or its deadline passed: it may
                         or may not have run */
+    RS_CL_MOVED      /* pinned, and its slot is served by another node now: it did not run */
 };
 
 /* Runs once per rs__cluster_send(): `reply` (RS_CL_REPLY only) is hiredis's, freed after the
@@ -47,7 +48,9 @@ typedef void (*rs_ccmd_cb)(rs_cluster_t *cl, rs_ccmd_t *c, int how, redisReply *
  * lens, key/key_len (what the slot is computed from: a key of the command), cb and data;
  * no_ask for a command that must see every key of its slot at once (a script that touches
  * keys it does not name): an ASK is then waited out, the command sent again to the slot's
- * owner until its migration has ended (MOVED), never run on a slot half moved. */
+ * owner until its migration has ended (MOVED), never run on a slot half moved; pinned (with
+ * pin) for a command that must run on that node only: it ends RS_CL_MOVED, unrun, when a MOVED
+ * or a new map names another primary for its slot. */
 struct rs_ccmd {
     int argc;
     const char **argv;
@@ -57,6 +60,9 @@ struct rs_ccmd {
     rs_ccmd_cb cb;
     void *data;
     uint8_t no_ask;
+    uint8_t pinned;     /* run only on `pin`: RS_CL_MOVED when the slot's primary is another */
+    rs_slot_addr_t pin; /* (a slot whose new primary may lack writes the old one acknowledged) */
+    rs_slot_addr_t by;  /* RS_CL_REPLY: the node that answered */
     /* the cluster's own */
     elist_t link;      /* a connection's queue or in-flight list, or the map's wait list */
     uint64_t deadline; /* loop ms: RS_CL_UNSENT/UNKNOWN after this */

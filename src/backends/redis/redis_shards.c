@@ -21,7 +21,10 @@ typedef struct {
     uint32_t nsems, nleases, nlocks; /* as its last answer told */
     uint32_t nparked;                /* requests parked here on its semaphores */
     uint32_t nwatch;                 /* ticket watchers here on its tickets */
+    uint16_t node;                   /* 1 + the index in nodes of the primary that answered its
+                                        last hello; 0: none yet */
     uint8_t hello, sweeping, beating, subscribed, tk_subscribed;
+    uint8_t changed; /* its primary is another than `node`: the hello says "unproven" */
 } rs_slot_t;
 
 /* A primary the library was loaded on (or is being loaded on). */
@@ -51,6 +54,9 @@ struct rs_shards {
     uint64_t sweep_at; /* no later than the earliest of the slots' */
     rs_lib_node_t libs[RS_SLOT_NODES_MAX];
     int nlibs;
+    rs_slot_addr_t nodes[RS_SLOT_NODES_MAX]; /* the primaries slots' hellos were answered by */
+    int nnodes;
+    uint16_t said_from, said_to; /* the last change of primary logged (once, not per slot) */
     rs_slot_tags_t tags;
     rs_slot_t slot[RS_SLOTS];
     uint8_t done[RS_SLOTS]; /* rs__sh_epoch_sums: the slots asked already */
@@ -173,6 +179,50 @@ static void wait_for(rs_t *r, rs_cmd_t *c)
 
 static void send_hello(rs_t *r, unsigned slot);
 
+/* 1 + the index of a in nodes (added if new); 0 when the table is full. */
+static uint16_t node_of(rs_shards_t *sh, const rs_slot_addr_t *a)
+{
+    for (int i = 0; i < sh->nnodes; i++)
+        if (sh->nodes[i].port == a->port && strcmp(sh->nodes[i].host, a->host) == 0)
+            return (uint16_t)(i + 1);
+    if (sh->nnodes == RS_SLOT_NODES_MAX)
+        return 0;
+    sh->nodes[sh->nnodes++] = *a;
+    return (uint16_t)sh->nnodes;
+}
+
+/* The slot's primary is another than the one that answered its hello (a failover, or a slot
+ * moved): with asynchronous replication it may lack grants the one before acknowledged, so
+ * the slot says hello again, "unproven", before anything else runs there. */
+static void primary_changed(rs_t *r, rs_cmd_t *c)
+{
+    rs_slot_t *sl = &r->sh->slot[c->slot];
+    unsigned slot = c->slot;
+
+    sl->changed = 1;
+    if (sl->epoch != 0)
+        sl->old = sl->epoch; /* (and if the new primary lost the slot's data, the hello says) */
+    sl->epoch = 0;
+    if (c->kind == RS_CMD_HELLO) {
+        sl->hello = 0; /* a hello sent "proven" ended unrun: another one, "unproven" */
+        rs__cmd_free(c);
+    } else {
+        wait_for(r, c);
+    }
+    send_hello(r, slot);
+}
+
+/* Whether the slot's primary, as the map says now, is not the one its hello was answered by. */
+static int owner_changed(const rs_shards_t *sh, const rs_slot_t *sl, unsigned slot)
+{
+    const rs_slot_addr_t *a = rs__cluster_owner(sh->cl, slot), *was;
+
+    if (sl->node == 0 || a == NULL)
+        return 0;
+    was = &sh->nodes[sl->node - 1];
+    return a->port != was->port || strcmp(a->host, was->host) != 0;
+}
+
 void rs__sh_send(rs_t *r, rs_cmd_t *c)
 {
     rs_shards_t *sh = r->sh;
@@ -191,6 +241,8 @@ void rs__sh_send(rs_t *r, rs_cmd_t *c)
         send_hello(r, c->slot);
         return;
     }
+    if (c->script && !sl->changed && owner_changed(sh, sl, c->slot))
+        return primary_changed(r, c);
     o = sema__calloc(1,
                      sizeof(*o) + (size_t)c->argc * (sizeof(char *) + sizeof(size_t)) + klen + 1);
     if (o == NULL)
@@ -222,6 +274,10 @@ void rs__sh_send(rs_t *r, rs_cmd_t *c)
         l[ep] = strlen(o->epoch);
         o->v[fl] = o->flags;
         l[fl] = n;
+        if (sl->node != 0 && !sl->changed) { /* run only where its hello was answered */
+            o->cc.pinned = 1;
+            o->cc.pin = sh->nodes[sl->node - 1];
+        }
     }
     o->r = r;
     o->c = c;
@@ -278,13 +334,15 @@ static void send_hello(rs_t *r, unsigned slot)
     else
         known[0] = '\0';
     snprintf(maxttl, sizeof maxttl, "%lld", (long long)r->cfg.max_ttl_ms);
-    snprintf(horizon, sizeof horizon, "%lld", (long long)r->horizon_ms);
+    /* a new primary: the latest expiry this instance heard of is no bound on the leases
+     * others granted in the slot, nor on one whose write the new primary lacks: max ttl */
+    snprintf(horizon, sizeof horizon, "%lld", sl->changed ? 0LL : (long long)r->horizon_ms);
     rs__args_head(r, &a, key, strlen(key), rs__op_name(RS_OP_HELLO), "", NULL);
     rs__arg_str(&a, fresh);
     rs__arg_str(&a, known);
     rs__arg_str(&a, maxttl);
     rs__arg_str(&a, horizon);
-    rs__arg_str(&a, "0");
+    rs__arg_str(&a, sl->changed ? "1" : "0");
     if ((c = rs__cmd_build(r, RS_CMD_HELLO, &a)) == NULL)
         return; /* out of memory: the next command of the slot asks again */
     sl->hello = 1;
@@ -292,7 +350,23 @@ static void send_hello(rs_t *r, unsigned slot)
 }
 
 /* Its answer: { epoch, safe_at, now }, or another layout's { '', '0', now, 'layout', n }. */
-static void hello_done(rs_t *r, const rs_cmd_t *c, const redisReply *rep)
+/* Say once per change of primary (not per slot) that the slots it served pause. */
+static void say_changed(rs_t *r, const rs_slot_t *sl, uint16_t by, int64_t safe, int64_t now)
+{
+    rs_shards_t *sh = r->sh;
+
+    if (sl->node == 0 || by == 0 || (sh->said_from == sl->node && sh->said_to == by))
+        return;
+    sh->said_from = sl->node;
+    sh->said_to = by;
+    log_warn("redis: the primary of slots served by %s:%d is %s:%d now, and nothing proves it "
+             "has every acknowledged write: no grants on those slots' semaphores for %lld ms, "
+             "until every lease granted before may have run out",
+             sh->nodes[sl->node - 1].host, sh->nodes[sl->node - 1].port, sh->nodes[by - 1].host,
+             sh->nodes[by - 1].port, (long long)(safe > now ? safe - now : 0));
+}
+
+static void hello_done(rs_t *r, const rs_cmd_t *c, const redisReply *rep, uint16_t by)
 {
     rs_slot_t *sl = &r->sh->slot[c->slot];
     const char *e = rs__el_str(rep, 0, NULL);
@@ -315,6 +389,11 @@ static void hello_done(rs_t *r, const rs_cmd_t *c, const redisReply *rep)
                  c->slot, (unsigned long long)sl->old, (unsigned long long)epoch);
         rs__waiters_gone_in(r, c->slot);
     }
+    if (sl->changed)
+        say_changed(r, sl, by, safe, rs__el_i64(rep, 2));
+    sl->changed = 0;
+    if (by != 0)
+        sl->node = by;
     sl->epoch = epoch;
     sl->old = 0;
     if (safe > r->safe_at_ms)
@@ -396,7 +475,7 @@ static int is_err(const redisReply *rep, const char *prefix)
     return rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, prefix, strlen(prefix)) == 0;
 }
 
-static void on_answer(rs_t *r, rs_cmd_t *c, redisReply *rep)
+static void on_answer(rs_t *r, rs_cmd_t *c, redisReply *rep, uint16_t by)
 {
     rs_slot_t *sl = &r->sh->slot[c->slot];
     int64_t st = rep->type == REDIS_REPLY_ARRAY ? rs__el_i64(rep, RS_R_STATUS) : 0;
@@ -412,7 +491,7 @@ static void on_answer(rs_t *r, rs_cmd_t *c, redisReply *rep)
         return;
     }
     if (c->kind == RS_CMD_HELLO) {
-        hello_done(r, c, rep);
+        hello_done(r, c, rep, by);
         rs__cmd_free(c);
         rs__sh_flush(r);
         return;
@@ -443,13 +522,16 @@ static void out_cb(rs_cluster_t *cl, rs_ccmd_t *cc, int how, redisReply *rep)
     rs_out_t *o = cc->data;
     rs_t *r = o->r;
     rs_cmd_t *c = o->c;
+    uint16_t by = how == RS_CL_REPLY && c->kind == RS_CMD_HELLO ? node_of(r->sh, &cc->by) : 0;
 
     (void)cl;
     sema__free(o);
     elist_remove(&c->link);
     if (how == RS_CL_REPLY) {
         r->contact_mono = rs__now(r); /* (/healthz: a primary answered) */
-        on_answer(r, c, rep);
+        on_answer(r, c, rep, by);
+    } else if (how == RS_CL_MOVED && !r->closing) {
+        primary_changed(r, c); /* it did not run */
     } else if (c->kind == RS_CMD_HELLO) {
         r->sh->slot[c->slot].hello = 0; /* its commands wait, and ask again at the next tick */
         rs__cmd_free(c);
