@@ -191,9 +191,9 @@ static void tcmd_cb(rs_cluster_t *c_, rs_ccmd_t *c, int how, redisReply *rep)
         snprintf(t->str, sizeof t->str, "%.*s", (int)rep->len, rep->str);
 }
 
-/* Send `verb key [arg]` to the primary of route's slot. */
-static void tcmd_send_to(tcmd_t *t, const char *route, const char *verb, const char *key,
-                         const char *arg)
+/* Make `verb key [arg]`, routed by route's slot. */
+static void tcmd_build(tcmd_t *t, const char *route, const char *verb, const char *key,
+                       const char *arg)
 {
     int n = 0;
 
@@ -214,6 +214,13 @@ static void tcmd_send_to(tcmd_t *t, const char *route, const char *verb, const c
                        .key_len = strlen(route),
                        .cb = tcmd_cb,
                        .data = t};
+}
+
+/* Send `verb key [arg]` to the primary of route's slot. */
+static void tcmd_send_to(tcmd_t *t, const char *route, const char *verb, const char *key,
+                         const char *arg)
+{
+    tcmd_build(t, route, verb, key, arg);
     ASSERT_OK(rs__cluster_send(cl, &t->c));
 }
 
@@ -437,9 +444,20 @@ TEST(moved_is_followed_and_updates_the_map)
         to = num(out);
     }
     ASSERT_NE(rs__cluster_owner(cl, slot)->port, to); /* the map is behind... */
-    ASSERT_STREQ(call("GET", key, NULL), "v1");       /* ...so this one is MOVED */
+    {
+        /* ...so a command pinned to the old owner is MOVED, and ends so, unrun */
+        static tcmd_t t;
+        tcmd_build(&t, key, "SET", key, "pinned");
+        t.c.pinned = 1;
+        t.c.pin = *rs__cluster_owner(cl, slot);
+        ASSERT_OK(rs__cluster_send(cl, &t.c));
+        run_until(tcmd_done, &t, 10000, "the pinned SET");
+        ASSERT_EQ(t.how, RS_CL_MOVED);
+        ASSERT_EQ(rs__cluster_stats(cl)->moved, 1);
+        ASSERT_EQ(rs__cluster_owner(cl, slot)->port, to);
+    }
+    ASSERT_STREQ(call("GET", key, NULL), "v1"); /* (it did not run) */
     ASSERT_EQ(rs__cluster_stats(cl)->moved, 1);
-    ASSERT_EQ(rs__cluster_owner(cl, slot)->port, to);
     ASSERT_STREQ(call("SET", key, "v2"), "OK");
     ASSERT_EQ(rs__cluster_stats(cl)->moved, 1); /* the map knows now */
     close_cluster();

@@ -179,14 +179,26 @@ static void wait_for(rs_t *r, rs_cmd_t *c)
 
 static void send_hello(rs_t *r, unsigned slot);
 
-/* 1 + the index of a in nodes (added if new); 0 when the table is full. */
+/* 1 + the index of a in nodes (added if new). A full table (as many primaries came and went
+ * as a map can name) starts again, and every slot says hello again "unproven": a pause,
+ * never a change missed. */
 static uint16_t node_of(rs_shards_t *sh, const rs_slot_addr_t *a)
 {
     for (int i = 0; i < sh->nnodes; i++)
         if (sh->nodes[i].port == a->port && strcmp(sh->nodes[i].host, a->host) == 0)
             return (uint16_t)(i + 1);
-    if (sh->nnodes == RS_SLOT_NODES_MAX)
-        return 0;
+    if (sh->nnodes == RS_SLOT_NODES_MAX) {
+        for (unsigned s = 0; s < RS_SLOTS; s++) {
+            rs_slot_t *sl = &sh->slot[s];
+            if (sl->node != 0) {
+                sl->changed = 1;
+                sl->old = sl->epoch != 0 ? sl->epoch : sl->old;
+                sl->epoch = 0;
+                sl->node = 0;
+            }
+        }
+        sh->nnodes = 0;
+    }
     sh->nodes[sh->nnodes++] = *a;
     return (uint16_t)sh->nnodes;
 }
