@@ -361,7 +361,6 @@ static void send_hello(rs_t *r, unsigned slot)
     rs__sh_send(r, c);
 }
 
-/* Its answer: { epoch, safe_at, now }, or another layout's { '', '0', now, 'layout', n }. */
 /* Say once per change of primary (not per slot) that the slots it served pause. */
 static void say_changed(rs_t *r, const rs_slot_t *sl, uint16_t by, int64_t safe, int64_t now)
 {
@@ -378,6 +377,8 @@ static void say_changed(rs_t *r, const rs_slot_t *sl, uint16_t by, int64_t safe,
              sh->nodes[by - 1].port, (long long)(safe > now ? safe - now : 0));
 }
 
+/* Its answer: { epoch, safe_at, now }, or another layout's { '', '0', now, 'layout', n }; by:
+ * the node that answered (1 + its index in nodes). */
 static void hello_done(rs_t *r, const rs_cmd_t *c, const redisReply *rep, uint16_t by)
 {
     rs_slot_t *sl = &r->sh->slot[c->slot];
