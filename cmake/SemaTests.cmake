@@ -38,7 +38,7 @@ endif()
 # without test_ and its extension, and the cases are its `TEST(name)` lines (a .c file) or
 # its `def test_name(` lines (a .py file). Exit 77 is a skip.
 function(sema_add_cases prefix src)
-  cmake_parse_arguments(A "" "" "COMMAND;LABELS;ENV" ${ARGN})
+  cmake_parse_arguments(A "" "LOCK" "COMMAND;LABELS;ENV" ${ARGN})
   get_filename_component(file ${src} NAME_WE)
   string(REGEX REPLACE "^test_" "" short ${file})
   if(src MATCHES "\\.c$")
@@ -53,6 +53,9 @@ function(sema_add_cases prefix src)
     add_test(NAME ${prefix}.${short}.${case} COMMAND ${A_COMMAND} ${case})
     set_tests_properties(${prefix}.${short}.${case} PROPERTIES TIMEOUT ${SEMA_TEST_TIMEOUT}
       LABELS "${A_LABELS}" SKIP_RETURN_CODE 77 ENVIRONMENT "${env}")
+    if(A_LOCK)
+      set_tests_properties(${prefix}.${short}.${case} PROPERTIES RESOURCE_LOCK ${A_LOCK})
+    endif()
   endforeach()
 endfunction()
 
@@ -78,7 +81,14 @@ foreach(src ${SEMA_UNIT_TESTS})
   set_target_properties(${prog} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   target_compile_options(${prog} PRIVATE ${SEMA_WARNINGS} -Wno-missing-prototypes)
   target_link_libraries(${prog} PRIVATE sema_test_support ${SEMA_TEST_LIBS} m)
-  if(NOT prog STREQUAL "test_redis")
+  if(prog STREQUAL "test_redis_cluster")
+    # Redis Cluster's routing, beside a cluster of its own (tests/support/with_redis_cluster.py:
+    # three primaries and their replicas, and the faults the cases ask for): cluster.<name>
+    if(SEMA_WITH_REDIS AND TARGET semad_core)
+      sema_add_cases(cluster ${src} LABELS redis LOCK redis_cluster COMMAND ${Python3_EXECUTABLE}
+        ${PROJECT_SOURCE_DIR}/tests/support/with_redis_cluster.py $<TARGET_FILE:${prog}>)
+    endif()
+  elseif(NOT prog STREQUAL "test_redis")
     sema_add_cases(unit ${src} COMMAND ${prog} LABELS unit)
   endif()
   if((prog MATCHES "^test_engine" OR prog STREQUAL "test_redis") AND SEMA_WITH_REDIS
@@ -96,6 +106,12 @@ foreach(src ${SEMA_PY_TESTS})
   set(labels integration)
   if(src MATCHES "/test_redis")
     set(labels "integration;redis")
+  endif()
+  if(src MATCHES "/test_semad_cluster")
+    # semad on a Redis Cluster of its own per case, one cluster at a time: cluster.*
+    sema_add_cases(cluster ${src} COMMAND ${Python3_EXECUTABLE} ${src}
+      LABELS "integration;redis" LOCK redis_cluster)
+    continue()
   endif()
   sema_add_cases(integration ${src} COMMAND ${Python3_EXECUTABLE} ${src} LABELS ${labels})
 endforeach()
@@ -123,6 +139,14 @@ if(NOT SEMA_SANITIZE)
     sema_add_cases(redis3 ${it}/test_${short}.py COMMAND ${Python3_EXECUTABLE}
       ${it}/test_${short}.py LABELS integration redis ENV SEMA_TEST_REDIS=3)
   endforeach()
+  # - on a Redis Cluster (three primaries and their replicas, one per case, one at a time),
+  #   three instances with each request sent to the next: cluster3.<file>.<name>
+  foreach(short ${SEMA_REDIS_SUITES})
+    sema_add_cases(cluster3 ${it}/test_${short}.py COMMAND ${Python3_EXECUTABLE}
+      ${it}/test_${short}.py LABELS integration redis ENV SEMA_TEST_CLUSTER=3 LOCK redis_cluster)
+  endforeach()
+  # (every legacy case gets three instances on an emptied cluster: about a second each)
+  set_tests_properties(cluster3.legacy.cases PROPERTIES TIMEOUT 400)
   foreach(short ${SEMA_OPENAPI_PROXY_SUITES})
     sema_add_cases(openapi ${it}/test_${short}.py COMMAND ${Python3_EXECUTABLE}
       ${it}/test_${short}.py LABELS integration openapi ENV SEMA_TEST_OPENAPI_PROXY=1)

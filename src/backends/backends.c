@@ -12,7 +12,8 @@ const engine_backend_t *backends_find(const char *name, char *errbuf, size_t err
     if (name == NULL)
         return backends[0];
 #ifdef SEMA_WITH_REDIS
-    if (strncmp(name, "redis://", 8) == 0 || strncmp(name, "redis+sentinel://", 17) == 0)
+    if (strncmp(name, "redis://", 8) == 0 || strncmp(name, "redis+sentinel://", 17) == 0 ||
+        strncmp(name, "redis+cluster://", 16) == 0)
         return &engine_backend_redis;
 #endif
     for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++)

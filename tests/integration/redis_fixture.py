@@ -18,6 +18,8 @@ builds).
   (request(), json(), raw(), conn()), or to instance i with fleet[i].
 - SuiteFleet: what semad_fixture.Semad becomes when SEMA_TEST_REDIS=N is set: every
   Semad() of the HTTP suites is a fresh Redis with N instances on it.
+- ClusterSuiteFleet: the same under SEMA_TEST_CLUSTER=N, on one Redis Cluster per test
+  process (emptied for every Semad()) with --engine redis+cluster://.
 - need_redis_engine(): raises Skip when this semad was built without the Redis back end.
 """
 import atexit
@@ -689,3 +691,47 @@ class SuiteFleet(Fleet):
 def suite_fleet(n):
     """The class semad_fixture.Semad becomes under SEMA_TEST_REDIS=n."""
     return type("SuiteFleet%d" % n, (SuiteFleet,), {"instances_per_redis": n})
+
+
+_cluster = None  # the one Redis Cluster of a test process (SEMA_TEST_CLUSTER)
+_cluster_ports = []  # its primaries (the suites move no slot)
+
+
+def _close_cluster():
+    global _cluster
+    if _cluster is not None:
+        _cluster.close()
+        _cluster = None
+
+
+class ClusterSuiteFleet(Fleet):
+    """semad_fixture.Semad under SEMA_TEST_CLUSTER=N: N semad instances on a Redis Cluster of
+    three primaries and their replicas (redis_cluster_fixture.py), with
+    --engine redis+cluster://; same constructor. The cluster is made once per test process
+    and emptied (FLUSHALL on every primary) for every Semad()."""
+
+    instances_per_redis = 1
+
+    def __init__(self, *args, durability="none", env=None, data=None):
+        global _cluster
+        need_redis_engine()
+        import redis_cluster_fixture as cf
+        cf.need_cluster_tools()
+        if data is not None:
+            raise fx.Skip("a data directory is the embedded engine's; on Redis the state "
+                          "is in Redis")
+        if durability == "strict":
+            raise fx.Skip("--durability strict is not served on Redis Cluster yet")
+        if _cluster is None:
+            _cluster = cf.Cluster()
+            atexit.register(_close_cluster)
+            _cluster_ports[:] = [n.port for n in _cluster.primaries()]
+        for port in _cluster_ports:
+            cf.command(port, "FLUSHALL")
+        Fleet.__init__(self, "redis+cluster://" + _cluster.seeds(), self.instances_per_redis,
+                       *args, durability=durability, env=env)
+
+
+def cluster_suite_fleet(n):
+    """The class semad_fixture.Semad becomes under SEMA_TEST_CLUSTER=n."""
+    return type("ClusterSuiteFleet%d" % n, (ClusterSuiteFleet,), {"instances_per_redis": n})

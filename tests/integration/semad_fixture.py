@@ -60,18 +60,33 @@ class Skip(Exception):
     """Raised by a test that does not apply here; main() reports it and exits 77."""
 
 
-def not_through_proxy(why):
-    """Mark a test that checks what a proxy hides or changes (the connection itself, a
-    client's disconnect, event streams, raw HTTP): with SEMA_TEST_OPENAPI_PROXY it is
-    skipped, saying why."""
+def _skipped_when(active, why):
+    """A test mark: the test is skipped, saying why, while active() holds."""
     def mark(fn):
         def run():
-            if PROXY:
-                raise Skip("not through the validating proxy: " + why)
+            if active():
+                raise Skip(why)
             return fn()
         run.__name__, run.__doc__ = fn.__name__, fn.__doc__
         return run
     return mark
+
+
+def not_through_proxy(why):
+    """Mark a test that checks what a proxy hides or changes (the connection itself, a
+    client's disconnect, event streams, raw HTTP): with SEMA_TEST_OPENAPI_PROXY it is
+    skipped, saying why."""
+    return _skipped_when(lambda: PROXY, "not through the validating proxy: " + why)
+
+
+# On a Redis Cluster (SEMA_TEST_CLUSTER): /healthz counts only the slots an instance has used
+ON_CLUSTER = os.environ.get("SEMA_TEST_CLUSTER", "") not in ("", "0")
+
+
+def not_on_cluster(why):
+    """Mark a test of what semad does not serve on Redis Cluster yet (docs/redis.md, "Redis
+    Cluster"): with SEMA_TEST_CLUSTER it is skipped, saying why."""
+    return _skipped_when(lambda: ON_CLUSTER, "not served on Redis Cluster yet: " + why)
 
 
 class Semad:
@@ -552,3 +567,9 @@ if REDIS not in ("", "0"):  # the suites on semad's Redis back end: see redis_fi
         raise SystemExit("SEMA_TEST_REDIS and SEMA_TEST_OPENAPI_PROXY do not go together")
     import redis_fixture  # noqa: E402  (it imports this module, complete by now)
     Semad = redis_fixture.suite_fleet(int(REDIS))
+CLUSTER = os.environ.get("SEMA_TEST_CLUSTER", "")
+if CLUSTER not in ("", "0"):  # the suites on a Redis Cluster: see redis_fixture.py
+    if PROXY or REDIS not in ("", "0"):
+        raise SystemExit("SEMA_TEST_CLUSTER goes with neither SEMA_TEST_REDIS nor the proxy")
+    import redis_fixture  # noqa: E402,F811
+    Semad = redis_fixture.cluster_suite_fleet(int(CLUSTER))

@@ -66,6 +66,8 @@ void rs__drain(rs_t *r)
 /* Why a request cannot be sent now (BE_MSG_NONE: it can). */
 static be_msg_t cannot_send(rs_t *r, const engine_req_t *req)
 {
+    if ((req->op == ENGINE_SEM_LIST || req->op == ENGINE_LOCK_LIST) && r->sh != NULL)
+        return BE_MSG_REDIS_CLUSTER_NO_LIST;
     if ((req->op == ENGINE_SEM_LIST || req->op == ENGINE_LOCK_LIST) && req->cursor != NULL &&
         strlen(req->cursor) > ENGINE_NAME_MAX)
         return BE_MSG_CURSOR_TOO_LONG;
@@ -161,6 +163,7 @@ static void rs_free(rs_t *r)
     etab_destroy(&r->sems);
     etab_destroy(&r->waiters);
     sema__free(r->theap.a);
+    rs__sh_free(r);
     sema__free(r);
     if (front != NULL)
         engine__backend_closed(front);
@@ -260,13 +263,14 @@ static int rs_exists(void *be, const char *name, size_t len)
 {
     rs_t *r = be;
     size_t sl;
-    char *stem = rs__key_new('s', name, len, "", &sl);
-    redisContext *c = rs__sync(r);
+    char *stem = rs__key_new(r, 's', name, len, "", &sl);
+    redisContext *c;
     redisReply *rep;
     int exists = 1;
 
     if (stem == NULL)
         return 0; /* out of memory: nothing to follow it with */
+    c = rs__sync_for(r, stem, sl);
     if (c != NULL) {
         rep = redisCommand(c, "EXISTS %b:m", stem, sl);
         if (rep != NULL && rep->type == REDIS_REPLY_INTEGER)
@@ -308,8 +312,16 @@ static int rs_open(void **out, engine_t *front, uv_loop_t *loop, const engine_co
     elist_init(&r->unconfirmed);
     elist_init(&r->twatch);
     rc = rs__parse_url(r, cfg->backend, errbuf, errlen);
+    if (rc == 0 && r->cluster && r->strict) {
+        snprintf(errbuf, errlen,
+                 "--durability strict is not served on Redis Cluster yet: "
+                 "run with --durability none or on redis:// (docs/redis.md)");
+        rc = SEMA_EINVAL;
+    }
     if (rc == 0 && (etab_init(&r->sems, 16) || etab_init(&r->waiters, 64)))
         rc = SEMA_ENOMEM;
+    if (rc == 0 && r->cluster)
+        rc = rs__sh_open(r, errbuf, errlen);
     if (rc != 0) {
         etab_destroy(&r->sems);
         etab_destroy(&r->waiters);
@@ -334,8 +346,14 @@ static int rs_open(void **out, engine_t *front, uv_loop_t *loop, const engine_co
     uv_check_start(&r->check, rs__check_cb);
     uv_unref((uv_handle_t *)&r->tick_timer);
     uv_unref((uv_handle_t *)&r->hb_timer);
-    r->down_since = rs__now(r);
-    rs__connect(r);
+    if (r->sh != NULL) { /* (commands wait in the cluster's queue for its slot map) */
+        r->cmd.state = r->sub.state = RS_CONN_READY;
+        r->conn_once = 1;
+        rs__beat(r); /* (/healthz: whether the cluster answers; it waits for the slot map) */
+    } else {
+        r->down_since = rs__now(r);
+        rs__connect(r);
+    }
     *out = r;
     return 0;
 }

@@ -158,6 +158,8 @@ void rs__next_id(rs_t *r, char *buf, size_t cap)
 
 void rs__send(rs_t *r, rs_cmd_t *c)
 {
+    if (r->sh != NULL)
+        return rs__sh_send(r, c);
     if (r->cmd.state != RS_CONN_READY || r->resyncing || r->cmd.ac == NULL) {
         elist_push_back(&r->pending, &c->link);
         r->npending++;
@@ -340,7 +342,9 @@ static void collect_done(rs_t *r, rs_cmd_t *c, redisReply *rep)
 {
     rs_sem_t *s = c->sem;
 
-    if (rs__el_i64(rep, RS_R_STATUS) == RS_ST_GONE) {
+    if (rs__el_i64(rep, RS_R_STATUS) == RS_ST_GONE && r->sh != NULL) {
+        rs__sh_gone(r, c->slot);
+    } else if (rs__el_i64(rep, RS_R_STATUS) == RS_ST_GONE) {
         /* taken for dead (paused past the alive bound): its waiters were pruned */
         log_warn("redis: this instance was taken for dead: its parked requests are answered "
                  "503 and it says hello again");
@@ -349,7 +353,9 @@ static void collect_done(rs_t *r, rs_cmd_t *c, redisReply *rep)
     } else {
         rs__acts_process(r, rep, 1);
     }
-    if (s == NULL) {
+    if (s == NULL && r->sh != NULL) {
+        rs__sh_beat_done(r, c);
+    } else if (s == NULL) {
         r->beating = 0;
         if (r->beat_again)
             rs__beat(r);
@@ -388,12 +394,16 @@ static void on_reply(rs_t *r, rs_cmd_t *c, redisReply *rep)
     }
     if (c->kind != RS_CMD_PLAIN && c->kind != RS_CMD_MARK) {
         const redisReply *n = rs__el_arr(rep, RS_R_COUNTS);
-        r->nsems = (uint64_t)rs__el_i64(n, RS_C_SEMS);
-        r->nleases = (uint64_t)rs__el_i64(n, RS_C_LEASES);
-        r->nlocks = (uint64_t)rs__el_i64(n, RS_C_LOCKS);
-        if (c->kind == RS_CMD_SWEEP)
-            r->sweeping = 0;
-        rs__sweep_set(r, rs__el_i64(n, RS_C_DUE_HEAD), rs__el_i64(rep, RS_R_NOW));
+        if (r->sh != NULL) {
+            rs__sh_told(r, c, n, rs__el_i64(rep, RS_R_NOW)); /* (of its slot) */
+        } else {
+            r->nsems = (uint64_t)rs__el_i64(n, RS_C_SEMS);
+            r->nleases = (uint64_t)rs__el_i64(n, RS_C_LEASES);
+            r->nlocks = (uint64_t)rs__el_i64(n, RS_C_LOCKS);
+            if (c->kind == RS_CMD_SWEEP)
+                r->sweeping = 0;
+            rs__sweep_set(r, rs__el_i64(n, RS_C_DUE_HEAD), rs__el_i64(rep, RS_R_NOW));
+        }
         if (rs__el_i64(rep, RS_R_NOW) > 0)
             r->clock_off = rs__el_i64(rep, RS_R_NOW) - (int64_t)rs__now(r);
         if (rs__el_i64(n, RS_C_HORIZON) > r->horizon_ms)
@@ -436,8 +446,6 @@ void rs__cmd_cb(redisAsyncContext *ac, void *reply, void *priv)
     rs_conn_t *conn = ac->data;
     rs_t *r = conn->r;
     rs_cmd_t *c = priv;
-    int script = c->script;
-    unpack_t u;
 
     elist_remove(&c->link);
     if (reply == NULL) {
@@ -445,6 +453,14 @@ void rs__cmd_cb(redisAsyncContext *ac, void *reply, void *priv)
         return;
     }
     r->replies++;
+    rs__cmd_reply(r, c, reply);
+}
+
+void rs__cmd_reply(rs_t *r, rs_cmd_t *c, redisReply *reply)
+{
+    int script = c->script;
+    unpack_t u;
+
     r->contact_mono = rs__now(r);
     if (script && reply_unpack(reply, &u) < 0) {
         /* its answer cannot be read: asked again with its request id, it is told again */
@@ -476,6 +492,11 @@ void rs__cmd_lost(rs_t *r, rs_cmd_t *c)
     /* (a beat goes again with its request id: what it handed over is in its kept answer) */
     r->unknown_outcomes += c->kind == RS_CMD_OP;
     c->unknown = 1;
+    if (r->sh != NULL) { /* (sent again at the next tick, rs__sh_flush) */
+        elist_push_back(&r->pending, &c->link);
+        r->npending++;
+        return;
+    }
     elist_push_back(&r->retry, &c->link);
 }
 
@@ -555,6 +576,12 @@ void rs__tick_cb(uv_timer_t *t)
     rs_t *r = t->data;
     uint64_t now = rs__now(r);
 
+    if (r->sh != NULL) { /* (the cluster keeps each command's deadline) */
+        fail_old(r, &r->pending, now);
+        rs__sh_flush(r);
+        rs__drain(r);
+        return;
+    }
     if (!elist_empty(&r->inflight)) {
         rs_cmd_t *c = ECONTAINER(r->inflight.next, rs_cmd_t, link);
         if (c->sent_mono + r->cmd_timeout_ms <= now) {

@@ -117,7 +117,7 @@ static rs_cmd_t *follow_cmd(rs_t *r, const rs_sem_t *s)
  * Redis did not answer. */
 int rs__ev_watch(rs_t *r, rs_sem_t *s)
 {
-    redisContext *c = rs__sync(r);
+    redisContext *c = rs__sync_for(r, s->stem, s->stem_len);
     rs_cmd_t *cmd;
     redisReply *rep = NULL;
     const char *argv[RS_FCALL_HEAD + RS_HEAD_LEN + 1];
@@ -210,7 +210,7 @@ static void to_front(void *ctx, const engine_event_t *ev)
  * (trimmed, or Redis did not answer), one "reset" at `upto`. */
 static void ev_fill(rs_t *r, rs_sem_t *s, uint64_t upto)
 {
-    redisContext *c = rs__sync(r);
+    redisContext *c = rs__sync_for(r, s->stem, s->stem_len);
     redisReply *rep = NULL;
     char from[48], to[48];
     size_t nlen;
@@ -438,7 +438,7 @@ int rs__events_point(void *be, const char *name, size_t len, uint64_t *uid, uint
 {
     rs_t *r = be;
     size_t sl;
-    char *stem = rs__key_new('s', name, len, "", &sl);
+    char *stem = rs__key_new(r, 's', name, len, "", &sl);
     rs_sem_t *s = stem != NULL ? rs__sem_find(r, stem, sl) : NULL;
 
     sema__free(stem);
@@ -498,13 +498,17 @@ int rs__events_replay(void *be, const char *name, size_t len, uint64_t uid, uint
                       uint64_t *cur_uid, uint64_t *cur_seq)
 {
     rs_t *r = be;
-    redisContext *c = rs__sync(r);
+    redisContext *c;
     size_t sl;
     char *stem;
     int rc;
 
-    if (c == NULL || (stem = rs__key_new('s', name, len, "", &sl)) == NULL)
+    if ((stem = rs__key_new(r, 's', name, len, "", &sl)) == NULL)
         return ENGINE_LOG_UNKNOWN;
+    if ((c = rs__sync_for(r, stem, sl)) == NULL) {
+        sema__free(stem);
+        return ENGINE_LOG_UNKNOWN;
+    }
     rc = replay(r, c, stem, sl, name, len, uid, seq, each, ctx, cur_uid, cur_seq);
     sema__free(stem);
     return rc;

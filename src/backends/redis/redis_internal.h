@@ -13,6 +13,7 @@
 
 #include "common/alloc.h"
 #include "common/table.h"
+#include "backends/redis/redis_cluster.h"
 #include "backends/redis/redis_proto.h"
 #include "engine/backend.h"
 
@@ -62,7 +63,8 @@ typedef struct rs_req {
     struct rs_cmd *cancel; /* RS_REQ_CANCELLING: its cancel command (whose rq points back) */
     uint64_t since_mono;
     uint8_t state, writes;
-    uint8_t again; /* a watcher whose ticket changed while a read of it was in flight */
+    uint8_t again;  /* a watcher whose ticket changed while a read of it was in flight */
+    uint16_t tslot; /* Redis Cluster: a watcher's ticket's slot + 1 (its channel's), or 0 */
     char wid[40];
     char lid[ENGINE_LEASE_ID_MAX];
 } rs_req_t;
@@ -77,7 +79,8 @@ enum {
     RS_CMD_SWEEP,
     RS_CMD_WAIT,
     RS_CMD_PLAIN,
-    RS_CMD_MARK
+    RS_CMD_MARK,
+    RS_CMD_HELLO /* Redis Cluster: a slot's hello (redis_shards.c) */
 };
 
 /* One command: its arguments are kept, so a retry after a lost connection sends the same
@@ -95,6 +98,7 @@ typedef struct rs_cmd {
     uint8_t timed; /* RS_CMD_CANCEL of a timeout (its outcome is the request's answer) */
     rs_req_t *rq;  /* RS_CMD_OP */
     rs_sem_t *sem; /* RS_CMD_COLLECT */
+    unsigned slot; /* Redis Cluster: its key's slot, as last sent */
 } rs_cmd_t;
 
 typedef struct rs_conn {
@@ -103,6 +107,8 @@ typedef struct rs_conn {
     int is_sub;
     struct rs *r;
 } rs_conn_t;
+
+typedef struct rs_shards rs_shards_t;
 
 typedef struct rs {
     uv_loop_t *loop;
@@ -117,6 +123,8 @@ typedef struct rs {
     char sentinels[8][272]; /* host:port */
     int nsentinels, sentinel_at;
     int replicas;            /* strict: WAIT for this many replicas */
+    int cluster;             /* redis+cluster://: host holds the seed nodes' list */
+    rs_shards_t *sh;         /* Redis Cluster's state per slot (redis_shards.c); NULL else */
     uint64_t cmd_timeout_ms; /* a command unanswered this long: the connection is dropped */
     int strict;
     /* identity */
@@ -192,6 +200,8 @@ void rs__describe(void *be, char *buf, size_t cap); /* engine_describe: the addr
 /* A blocking connection for the engine's synchronous questions (250 ms timeout); NULL when
  * Redis does not answer. */
 redisContext *rs__sync(rs_t *r);
+/* A blocking connection to host:port, with AUTH when there is a password (250 ms timeout). */
+redisContext *rs__sync_open(const rs_t *r, const char *host, int port);
 extern const char rs__lua[]; /* sema.lua with its constants (generated: redis_lua.c) */
 
 /* ---- redis_cmd.c: commands, sending, replies, retries ---- */
@@ -216,6 +226,7 @@ rs_cmd_t *rs__cmd_build(rs_t *r, int kind, rs_args_t *a); /* frees a; NULL when 
 void rs__cmd_free(rs_cmd_t *c);
 void rs__cmd_fail(rs_t *r, rs_cmd_t *c, be_msg_t why); /* its request fails; c is freed */
 void rs__cmd_cb(redisAsyncContext *ac, void *reply, void *priv);
+void rs__cmd_reply(rs_t *r, rs_cmd_t *c, redisReply *reply); /* its answer came */
 void rs__cmd_lost(rs_t *r, rs_cmd_t *c);
 void rs__send(rs_t *r, rs_cmd_t *c);
 void rs__send_plain(rs_t *r, rs_args_t *a);       /* a command whose answer nobody reads */
@@ -228,11 +239,45 @@ int rs__paused(const rs_t *r);
 int rs__undo_moot(const rs_t *r, const rs_cmd_t *c, uint64_t now);
 void rs__tick_cb(uv_timer_t *t); /* every 100 ms: command timeouts */
 
+/* ---- redis_shards.c: the back end on a Redis Cluster (r->sh) ---- */
+/* Start on the seed nodes in r->host: 0, or SEMA_ENOMEM/SEMA_EINVAL with errbuf. */
+int rs__sh_open(rs_t *r, char *errbuf, size_t errlen);
+void rs__sh_close(rs_t *r); /* what is in flight ends from inside (r->closing is set) */
+void rs__sh_free(rs_t *r);
+void rs__sh_send(rs_t *r, rs_cmd_t *c);
+void rs__sh_flush(rs_t *r); /* send what waited for a slot's hello or a library, if it can */
+/* The tag every semaphore of a name's slot shares. */
+uint32_t rs__sh_tag(const rs_t *r, uint32_t name_hash);
+/* "sema:{tag}what" of slot, or "sema:what" on one Redis, into buf; its length. */
+size_t rs__home_key(const rs_t *r, unsigned slot, const char *what, char *buf, size_t cap);
+/* A lease or ticket id made for the semaphore at stem names its slot (Redis Cluster). */
+void rs__id_mark(const rs_t *r, char *id, const char *stem, size_t len);
+/* The key of a lease ("id:") or ticket ("tk:") id, a new string; NULL when the id names no
+ * slot, or (*nomem set) when out of memory. */
+char *rs__id_key(const rs_t *r, const char *what, const char *id, size_t len, size_t *klen,
+                 int *nomem);
+void rs__sh_told(rs_t *r, const rs_cmd_t *c, const redisReply *counts, int64_t redis_now);
+void rs__sh_beat(rs_t *r, int slot); /* the slots with waiters here (slot -1), or one */
+void rs__sh_beat_done(rs_t *r, const rs_cmd_t *c);
+void rs__sh_gone(rs_t *r, unsigned slot); /* taken for dead in slot: its waiters, hello */
+void rs__sh_parked(rs_t *r, const char *stem, size_t len, int d);
+void rs__sh_sweep(rs_t *r, uint64_t now);
+int rs__sh_subscribe(rs_t *r, const char *chan, size_t len, int on);
+/* A ticket watcher comes (d 1: rq->tslot is set) or goes (-1): its slot's ticket channel is
+ * subscribed while it has watchers here. */
+void rs__sh_watch(rs_t *r, rs_req_t *rq, int d);
+/* The sums of n (at most 8) fields of the per-slot epoch hash over the slots this instance
+ * has used (asked on the blocking connections): 0, or -1 when a primary did not answer. */
+int rs__sh_epoch_sums(rs_t *r, const char *const *fields, int n, int64_t *out);
+/* A blocking connection to the primary of key's slot (or rs__sync on one Redis). */
+redisContext *rs__sync_for(rs_t *r, const char *key, size_t len);
+
 /* ---- redis_ops.c: operations as script calls ---- */
 #define RS_STEM_HEAD 17 /* strlen("sema:{01234567}s:") */
 /* "sema:{tag}K:name" followed by `suffix` ("" or a key's suffix), as a new string (sema__free
- * it) of length *len; NULL when out of memory. */
-char *rs__key_new(char kind, const char *name, size_t len, const char *suffix, size_t *klen);
+ * it) of length *len; NULL when out of memory. On Redis Cluster the tag is its slot's. */
+char *rs__key_new(const rs_t *r, char kind, const char *name, size_t len, const char *suffix,
+                  size_t *klen);
 /* stem followed by suffix, as a new string, the same way. */
 char *rs__key_cat(const char *prefix, const char *stem, size_t len, const char *suffix,
                   size_t *klen);
@@ -275,7 +320,8 @@ int rs__act_to_event(const redisReply *acts, size_t i, const char *name, size_t 
                      engine_result_t *scratch, engine_event_t *ev, rs_ev_room_t *room);
 
 /* ---- redis_ticket.c: tickets, their long-polls and streams ---- */
-void rs__ticket_args(rs_t *r, const engine_req_t *req, rs_args_t *a, char *tid, char *lid);
+void rs__ticket_args(rs_t *r, const engine_req_t *req, rs_args_t *a, char *tid, char *lid,
+                     const char *stem, size_t stem_len);
 int rs__ticket_from(rs_t *r, engine_result_t *res, const redisReply *rep, size_t at,
                     const char *name, size_t nlen);
 int rs__ticket_wait(rs_t *r, rs_req_t *rq); /* 1: the long-poll waits on */
@@ -293,6 +339,7 @@ void rs__unpark(rs_t *r, rs_req_t *rq);
 void rs__beat(rs_t *r);         /* this instance's heartbeat: O(1) in Redis */
 void rs__check_all(rs_t *r);    /* ask after every parked waiter (after a reconnect) */
 void rs__waiters_gone(rs_t *r); /* Redis lost them all: each gets 503 */
+void rs__waiters_gone_in(rs_t *r, unsigned slot); /* those on semaphores of one slot */
 void rs__timeout_cancel_done(rs_t *r, rs_cmd_t *c);
 void rs__due_rearm(rs_t *r);
 void rs__sweep_set(rs_t *r, int64_t due_ms, int64_t redis_now);

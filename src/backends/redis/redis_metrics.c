@@ -63,13 +63,18 @@ static void put_ticket_series(rs_t *r, jsonw_t *w)
     };
     redisContext *c = rs__sync(r);
     redisReply *rep = NULL;
+    int64_t sums[6] = {0};
 
-    if (c != NULL)
+    if (r->sh != NULL) /* (on a cluster: summed over the slots this instance has used) */
+        rs__sh_epoch_sums(r, fields, 6, sums);
+    else if (c != NULL)
         rep = redisCommand(c, "HMGET sema:epoch %s %s %s %s %s %s", fields[0], fields[1], fields[2],
                            fields[3], fields[4], fields[5]);
     for (size_t i = 0; i < 6; i++)
         jsonw_prom_series(w, names[i][0], names[i][1], names[i][2],
-                          (uint64_t)(rs__el_i64(rep, i) > 0 ? rs__el_i64(rep, i) : 0));
+                          (uint64_t)(r->sh != NULL            ? sums[i]
+                                     : rs__el_i64(rep, i) > 0 ? rs__el_i64(rep, i)
+                                                              : 0));
     freeReplyObject(rep);
     jsonw_prom_series(w, "semad_ticket_watchers",
                       "Long-polls and streams waiting on a ticket's change now.", "gauge",

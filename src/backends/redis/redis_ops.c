@@ -36,11 +36,13 @@ char *rs__key_cat(const char *prefix, const char *stem, size_t len, const char *
     return k;
 }
 
-char *rs__key_new(char kind, const char *name, size_t len, const char *suffix, size_t *klen)
+char *rs__key_new(const rs_t *r, char kind, const char *name, size_t len, const char *suffix,
+                  size_t *klen)
 {
     char head[RS_STEM_HEAD + 1];
+    uint32_t h = tag_hash(kind, name, len);
 
-    snprintf(head, sizeof head, "sema:{%08x}%c:", tag_hash(kind, name, len), kind);
+    snprintf(head, sizeof head, "sema:{%08x}%c:", r->sh != NULL ? rs__sh_tag(r, h) : h, kind);
     return rs__key_cat(head, name, len, suffix, klen);
 }
 
@@ -177,23 +179,21 @@ static void op_args(rs_t *r, rs_req_t *rq, rs_args_t *a)
 /* The key an operation names: the name index, a ticket's or a lease's id key (an id is at
  * most ENGINE_LEASE_ID_MAX bytes: a longer one names nothing), or the stem. A new string, or
  * NULL (*nomem set when out of memory). */
-static char *op_key(const engine_req_t *req, size_t *klen, int *nomem)
+static char *op_key(const rs_t *r, const engine_req_t *req, size_t *klen, int *nomem)
 {
     char *k;
 
     *nomem = 0;
     if (req->op == ENGINE_SEM_LIST || req->op == ENGINE_LOCK_LIST)
-        k = rs__key_cat(req->op == ENGINE_SEM_LIST ? "sema:names" : "sema:locks", "", 0, "",
-                        klen);
+        k = rs__key_cat(req->op == ENGINE_SEM_LIST ? "sema:names" : "sema:locks", "", 0, "", klen);
     else if ((rs__is_ticket_id_op(req->op) || rs__is_lease_op(req->op)) &&
              req->id_len >= ENGINE_LEASE_ID_MAX)
         return NULL;
-    else if (rs__is_ticket_id_op(req->op))
-        k = rs__key_cat("sema:tk:", req->id, req->id_len, "", klen);
-    else if (rs__is_lease_op(req->op))
-        k = rs__key_cat("sema:id:", req->id, req->id_len, "", klen);
+    else if (rs__is_ticket_id_op(req->op) || rs__is_lease_op(req->op))
+        return rs__id_key(r, rs__is_lease_op(req->op) ? "id:" : "tk:", req->id, req->id_len, klen,
+                          nomem);
     else
-        k = rs__key_new(rs__req_kind(req), req->name, req->name_len, "", klen);
+        k = rs__key_new(r, rs__req_kind(req), req->name, req->name_len, "", klen);
     *nomem = k == NULL;
     return k;
 }
@@ -202,17 +202,19 @@ rs_cmd_t *rs__op_cmd(rs_t *r, rs_req_t *rq, int *nomem)
 {
     engine_req_t *req = rq->req;
     size_t klen;
-    char *key = op_key(req, &klen, nomem);
+    char *key = op_key(r, req, &klen, nomem);
     rs_args_t a = {0};
     rs_cmd_t *c;
     char tid[ENGINE_LEASE_ID_MAX], lid[ENGINE_LEASE_ID_MAX];
 
     if (key == NULL)
         return NULL;
+    if (req->op == ENGINE_ACQUIRE || req->op == ENGINE_LOCK_ACQUIRE)
+        rs__id_mark(r, rq->lid, key, klen);
     rs__args_head(r, &a, key, klen, rs__op_name(op_of(req->op)), rq->writes ? rq->wid : "", req);
     /* (an acquire's waiter id is its request id: reads have none, and wait-idle writes) */
     if (req->op == ENGINE_TICKET_CREATE)
-        rs__ticket_args(r, req, &a, tid, lid);
+        rs__ticket_args(r, req, &a, tid, lid, key, klen);
     else
         op_args(r, rq, &a);
     c = rs__cmd_build(r, RS_CMD_OP, &a);
@@ -249,15 +251,17 @@ void rs__send_cancel(rs_t *r, const char *stem, size_t stem_len, const rs_req_t 
 /* A grant this instance cannot deliver goes back (drop_lease, by the lease's id key). */
 void rs__send_drop(rs_t *r, const char *lid)
 {
-    char key[8 + ENGINE_LEASE_ID_MAX];
-    int klen = snprintf(key, sizeof key, "sema:id:%s", lid);
+    size_t klen;
+    int nomem;
+    char *key = lid[0] != '\0' ? rs__id_key(r, "id:", lid, strlen(lid), &klen, &nomem) : NULL;
     rs_args_t a = {0};
     rs_cmd_t *c;
 
-    if (klen < 0 || (size_t)klen >= sizeof key || lid[0] == '\0')
+    if (key == NULL)
         return;
-    rs__args_head(r, &a, key, (size_t)klen, rs__op_name(RS_OP_DROP_LEASE), "", NULL);
-    c = rs__cmd_build(r, RS_CMD_DROP, &a);
+    rs__args_head(r, &a, key, klen, rs__op_name(RS_OP_DROP_LEASE), "", NULL);
+    c = rs__cmd_build(r, RS_CMD_DROP, &a); /* (copies the key: the arguments are borrowed) */
+    sema__free(key);
     if (c != NULL)
         rs__send(r, c);
 }
@@ -332,7 +336,7 @@ void rs__op_short(rs_t *r, rs_cmd_t *c, const redisReply *rep)
         now = (int64_t)le_double(rep->str + 9);
         r->clock_off = now - (int64_t)rs__now(r);
         r->m->grants++;
-        r->nleases++; /* (/healthz: this instance's own change, before the next count) */
+        r->nleases++;      /* (/healthz: this instance's own change, before the next count) */
         if (req == NULL) { /* the client left: the grant goes back */
             rs__send_drop(r, rq->lid);
             sema__free(rq);

@@ -58,7 +58,10 @@ typedef enum {
  * works on, a decimal number below 2^52. FLAGS is "0" or "1" (the principal is an admin),
  * then "r" when the command is sent again (it may have run: its answer may be kept), then
  * "p" while the instance knows of a pause in grants that has not ended (after lost data):
- * only a plain "0" or "1" may take a short path. */
+ * only a plain "0" or "1" may take a short path. On Redis Cluster the flags end with "c": KEY
+ * is followed by '!' (a key that never exists: redis_shards.c says why), the keys a call
+ * touches besides its semaphore's are under KEY's hash tag (the slot's, which every semaphore
+ * of the slot shares), and it publishes with SPUBLISH on that slot. */
 #define RS_HEAD_MAP(X) X(OP) X(EPOCH) X(FLAGS) X(INST) X(RID) X(PRINCIPAL)
 
 enum {

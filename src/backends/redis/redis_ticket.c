@@ -19,15 +19,20 @@ void rs__watch_off(rs_t *r, rs_req_t *rq)
     if (rq->sem == NULL && !elist_empty(&rq->plink)) {
         elist_remove(&rq->plink);
         r->nwatch--;
+        if (r->sh != NULL)
+            rs__sh_watch(r, rq, -1);
     }
 }
 
 /* ticket_create: weight, ttl, owner, Idempotency-Key, ticket id, lease id, keepalive, max
  * waiters here. The ids are made here, kept with the command (a retry sends the same). */
-void rs__ticket_args(rs_t *r, const engine_req_t *req, rs_args_t *a, char *tid, char *lid)
+void rs__ticket_args(rs_t *r, const engine_req_t *req, rs_args_t *a, char *tid, char *lid,
+                     const char *stem, size_t stem_len)
 {
     engine__lease_id(r->front, tid);
     engine__lease_id(r->front, lid);
+    rs__id_mark(r, tid, stem, stem_len);
+    rs__id_mark(r, lid, stem, stem_len);
     rs__arg_i64(a, (int64_t)req->weight);
     rs__arg_i64(a, req->ttl_ms);
     rs__arg_str(a, req->owner ? req->owner : "");
@@ -151,6 +156,8 @@ int rs__ticket_wait(rs_t *r, rs_req_t *rq)
     if (elist_empty(&rq->plink)) {
         elist_push_back(&r->twatch, &rq->plink);
         r->nwatch++;
+        if (r->sh != NULL)
+            rs__sh_watch(r, rq, 1);
     }
     tk_rearm(r);
     return 1;

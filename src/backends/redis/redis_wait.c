@@ -109,6 +109,8 @@ void rs__unpark(rs_t *r, rs_req_t *rq)
     eheap_remove(&r->theap, &rq->hi);
     s->nparked--;
     r->nparked--;
+    if (r->sh != NULL)
+        rs__sh_parked(r, s->stem, s->stem_len, -1);
     rq->sem = NULL;
     rq->state = RS_REQ_NEW;
     rs__sem_maybe_free(r, s);
@@ -132,6 +134,8 @@ void rs__park(rs_t *r, rs_req_t *rq, const char *stem, size_t stem_len)
     elist_push_back(&s->parked, &rq->plink);
     s->nparked++;
     r->nparked++;
+    if (r->sh != NULL)
+        rs__sh_parked(r, stem, stem_len, 1);
     rq->hi.idx = EHEAP_NONE;
     rq->hi.kind = EITEM_WAITER;
     if (req->timeout_ms > 0 && (uint64_t)req->timeout_ms < UINT64_MAX / 2) {
@@ -184,6 +188,8 @@ void rs__beat(rs_t *r)
     char rid[64];
     rs_cmd_t *c;
 
+    if (r->sh != NULL)
+        return rs__sh_beat(r, -1); /* one per slot with waiters here */
     if (r->beating) {
         r->beat_again = 1;
         return;
@@ -219,6 +225,27 @@ static void gone_each(void *arg, enode_t *n)
 void rs__waiters_gone(rs_t *r)
 {
     etab_each(&r->sems, gone_each, r);
+}
+
+typedef struct {
+    rs_t *r;
+    unsigned slot;
+} gone_in_t;
+
+static void gone_in_each(void *arg, enode_t *n)
+{
+    gone_in_t *g = arg;
+    rs_sem_t *s = ECONTAINER(n, rs_sem_t, node);
+
+    if (rs__slot_of(s->stem, s->stem_len) == g->slot)
+        gone_each(g->r, n);
+}
+
+void rs__waiters_gone_in(rs_t *r, unsigned slot)
+{
+    gone_in_t g = {r, slot};
+
+    etab_each(&r->sems, gone_in_each, &g);
 }
 
 /* ---- the timers of parked requests and semaphores ---- */
@@ -271,7 +298,9 @@ void rs__due_cb(uv_timer_t *t)
         eheap_remove(&r->theap, top);
         waiter_timeout(r, ECONTAINER(top, rs_req_t, hi));
     }
-    if (!r->sweeping && r->sweep_at <= now) {
+    if (r->sh != NULL) {
+        rs__sh_sweep(r, now);
+    } else if (!r->sweeping && r->sweep_at <= now) {
         rs_args_t a = {0};
         rs_cmd_t *c;
         r->sweep_at = UINT64_MAX;

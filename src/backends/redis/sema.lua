@@ -36,6 +36,12 @@ local function nowus()
   return NOWUS
 end
 local LID -- the lease id a lease op names
+-- Where the keys that are not one semaphore's live, and how a call publishes. On one Redis
+-- (or Sentinel's): 'sema:' and PUBLISH. On Redis Cluster (a call's flags end with 'c'): the
+-- hash tag of KEYS[1], 'sema:{tag}', so every key a call touches is in one slot (the instance
+-- gives every semaphore of a slot the same tag: the slot's due index, epoch, instance records,
+-- lease and ticket ids and request results are that slot's), and SPUBLISH on that slot.
+local H, PUB = 'sema:', 'PUBLISH'
 -- (strings: a number passed to redis.call is formatted with %.17g on every call)
 local HK_MAX = P.HK_MAX -- leases expired or waiters admitted per call (the rest: next call)
 local TOMB_TTL_MS = P.TOMB_TTL_MS_S
@@ -178,7 +184,7 @@ local function lread(lid, v)
   return l
 end
 local function lget(lid)
-  return lread(lid, redis.call('GET', 'sema:id:' .. lid))
+  return lread(lid, redis.call('GET', H .. 'id:' .. lid))
 end
 -- A lease's record of this semaphore (mode: a number).
 local function lrecord(w, f, ttl, acq, exp, mode, owner, idem, princ)
@@ -187,7 +193,7 @@ local function lrecord(w, f, ttl, acq, exp, mode, owner, idem, princ)
 end
 local function lwrite(lid, l)
   lstr(l) -- (the general path shows it too: its act, its result)
-  redis.call('SET', 'sema:id:' .. lid, lrecord(l.w, l.f, l.ttl, l.acq, l.exp, l.mode + 0,
+  redis.call('SET', H .. 'id:' .. lid, lrecord(l.w, l.f, l.ttl, l.acq, l.exp, l.mode + 0,
                                                 l.owner, l.idem, l.princ))
 end
 -- Every live lease of this semaphore: a list of {lease id, lease}, by expiry.
@@ -196,7 +202,7 @@ local function lall()
   for i = 1, #ids, 500 do -- (unpack has a bound)
     local ks = {}
     for j = i, math.min(i + 499, #ids) do
-      ks[#ks + 1] = 'sema:id:' .. ids[j]
+      ks[#ks + 1] = H .. 'id:' .. ids[j]
     end
     local vs = redis.call('MGET', unpack(ks))
     for j = 1, #ks do
@@ -275,7 +281,7 @@ local function outcome(typ, wid, w, lid, l, extra)
   act(typ, wid, w.inst, lid, l, extra)
   if w.inst ~= INST then
     local rec = typ .. '\0' .. lid .. '\0' .. (extra or '') .. '\0' .. (l and lpack(l) or '')
-    redis.call('HSET', 'sema:g:' .. w.inst, wid, S .. '\0' .. rec)
+    redis.call('HSET', H .. 'g:' .. w.inst, wid, S .. '\0' .. rec)
     if WAKE == NONE then
       WAKE = {}
     end
@@ -301,7 +307,7 @@ end
 -- them; a call that changes one sends the new value.
 local STATS = {} -- field -> the count's string (a table kept from call to call)
 local function count(field, d) -- d: '1' or '-1'
-  STATS[field] = N(redis.call('HINCRBY', 'sema:epoch', field, d))
+  STATS[field] = N(redis.call('HINCRBY', H .. 'epoch', field, d))
 end
 local function locks_now()
   return tonumber(STATS.locks)
@@ -320,7 +326,7 @@ local function bump_horizon(exp)
   if exp > HORIZON then
     HORIZON = exp + 1000
     HORIZON_S = N(HORIZON)
-    redis.call('HSET', 'sema:epoch', 'horizon', HORIZON_S)
+    redis.call('HSET', H .. 'epoch', 'horizon', HORIZON_S)
   end
 end
 
@@ -412,7 +418,7 @@ local function lease_end(lid, why, l)
   if OP == 'lease_release' and lid == LID then
     tomb = tomb .. RID -- a retry of this very release finds it done (see main)
   end
-  redis.call('SET', 'sema:id:' .. lid, tomb, 'PX', TOMB_TTL_MS)
+  redis.call('SET', H .. 'id:' .. lid, tomb, 'PX', TOMB_TTL_MS)
   if l.idem ~= '' and redis.call('HGET', KI, l.idem) == 'L' .. lid then
     redis.call('HDEL', KI, l.idem)
   end
@@ -465,13 +471,13 @@ end
 -- it has some, so a dead instance's waiters are found without looking at every semaphore.
 local function waiter_in(inst)
   if redis.call('HINCRBY', KA, inst, '1') == 1 then
-    redis.call('SADD', 'sema:iw:' .. inst, S)
+    redis.call('SADD', H .. 'iw:' .. inst, S)
   end
 end
 local function waiter_out(inst)
   if inst ~= '' and redis.call('HINCRBY', KA, inst, '-1') <= 0 then
     redis.call('HDEL', KA, inst)
-    redis.call('SREM', 'sema:iw:' .. inst, S)
+    redis.call('SREM', H .. 'iw:' .. inst, S)
   end
 end
 
@@ -550,7 +556,7 @@ local function prune_instance(inst)
     end
   end
   redis.call('HDEL', KA, inst)
-  redis.call('SREM', 'sema:iw:' .. inst, S)
+  redis.call('SREM', H .. 'iw:' .. inst, S)
 end
 
 local function housekeep_all()
@@ -607,7 +613,7 @@ local function lock_gc()
   if KIND == 'k' and M and M.held == 0 and M.nq == 0 then
     if not LOCK_NEW then
       count('locks', '-1')
-      redis.call('ZREM', 'sema:locks', NAME .. '\0' .. S)
+      redis.call('ZREM', H .. 'locks', NAME .. '\0' .. S)
     end
     LOCK_NEW = false
     redis.call('DEL', KM, KQ, KW, KX, KI, KA)
@@ -622,7 +628,7 @@ local function save()
   if M and not lock_gc() then
     if LOCK_NEW then
       count('locks', '1')
-      redis.call('ZADD', 'sema:locks', '0', NAME .. '\0' .. S)
+      redis.call('ZADD', H .. 'locks', '0', NAME .. '\0' .. S)
       LOCK_NEW = false
     end
     msave()
@@ -705,11 +711,11 @@ local DUE0 -- the row's due time as loaded (-2: no row)
 local DUE_HEAD, IDUE
 local function due_head(changed)
   if changed or not DUE_HEAD then
-    local g = redis.call('ZRANGE', 'sema:due', '0', '0', 'WITHSCORES')
+    local g = redis.call('ZRANGE', H .. 'due', '0', '0', 'WITHSCORES')
     local h = g[2] or '0'
     if h ~= DUE_HEAD then
       DUE_HEAD = h
-      redis.call('HSET', 'sema:epoch', 'due', h)
+      redis.call('HSET', H .. 'epoch', 'due', h)
     end
   end
 end
@@ -723,11 +729,11 @@ local function counts()
   return c.sems .. '\0' .. c.leases .. '\0' .. c.locks .. '\0' .. h .. '\0' .. HORIZON_S
 end
 local function inst_due()
-  local f = redis.call('ZRANGE', 'sema:inst', '0', '0', 'WITHSCORES')
+  local f = redis.call('ZRANGE', H .. 'inst', '0', '0', 'WITHSCORES')
   local v = f[2] and N(f[2] + 1) or '0'
   if v ~= IDUE then
     IDUE = v
-    redis.call('HSET', 'sema:epoch', 'idue', v)
+    redis.call('HSET', H .. 'epoch', 'idue', v)
   end
 end
 -- st: the status ('0', P.ST_PARKED_S, or a code); msg: a message id ('0': none)
@@ -751,9 +757,9 @@ local function answer(st, msg, res)
   end
   if S and ((d ~= DUE0 and not (DUE0 == -2 and d == 0)) or OP == 'sweep') then
     if d > 0 then
-      redis.call('ZADD', 'sema:due', N(d), S)
+      redis.call('ZADD', H .. 'due', N(d), S)
     else
-      redis.call('ZREM', 'sema:due', S)
+      redis.call('ZREM', H .. 'due', S)
     end
     due_head(true)
   end
@@ -778,13 +784,13 @@ local ops = {}
 
 local function create(legacy)
   local max = tonumber(ARGV[A + 1])
-  if max > 0 and redis.call('ZCARD', 'sema:names') >= max then
+  if max > 0 and redis.call('ZCARD', H .. 'names') >= max then
     return refuse(MSG.TOO_MANY_SEMS)
   end
   M = mnew(tonumber(ARGV[A]), legacy)
   msave()
   count('sems', '1')
-  redis.call('ZADD', 'sema:names', '0', NAME .. '\0' .. S)
+  redis.call('ZADD', H .. 'names', '0', NAME .. '\0' .. S)
   return nil
 end
 
@@ -838,7 +844,7 @@ local function delete_all()
   act(ACT.DELETED, '', '', '', nil, '')
   redis.call('SET', KF, N(M.fence))
   redis.call('DEL', KM, KQ, KW, KX, KI, KA, KEST)
-  redis.call('ZREM', 'sema:names', NAME .. '\0' .. S)
+  redis.call('ZREM', H .. 'names', NAME .. '\0' .. S)
   count('sems', '-1')
   M = nil
 end
@@ -903,7 +909,7 @@ local function park(wid, w)
   if maxw > 0 and M.nq >= maxw then
     return refuse(MSG.TOO_MANY_WAITERS)
   end
-  if not redis.call('ZSCORE', 'sema:inst', INST) then
+  if not redis.call('ZSCORE', H .. 'inst', INST) then
     return answer(P.ST_GONE_S, '0', nil) -- this instance was taken for dead
   end
   M.seq = M.seq + 1
@@ -962,7 +968,7 @@ local function idem_retry(wid, w, wait)
     return refuse(MSG.NOT_AVAILABLE)
   end
   -- the retry takes the first attempt's place: same position, its own instance
-  if not redis.call('ZSCORE', 'sema:inst', INST) then
+  if not redis.call('ZSCORE', H .. 'inst', INST) then
     return answer(P.ST_GONE_S, '0', nil) -- this instance was taken for dead
   end
   local score = redis.call('ZSCORE', KQ, ref)
@@ -1002,7 +1008,7 @@ local function acquire()
   end
   if RETRY then
     -- sent again: a grant made at once was not cached (main); its lease tells it
-    local t = redis.call('GET', 'sema:id:' .. w.lid)
+    local t = redis.call('GET', H .. 'id:' .. w.lid)
     local l = lread(w.lid, t)
     if l then
       return reply(0, lease_result(w.lid, l))
@@ -1132,11 +1138,11 @@ local function acquire_at_once(k)
     fence = NOWUS
   end
   local lid = ARGV[A + 3]
-  redis.call('SET', 'sema:id:' .. lid, lrecord(wt, fence, ttl, NOW, exp, 0, ARGV[A + 4], '',
+  redis.call('SET', H .. 'id:' .. lid, lrecord(wt, fence, ttl, NOW, exp, 0, ARGV[A + 4], '',
                                                 PRINC))
   redis.call('ZADD', KX, fmt('%d', exp), lid)
   granted()
-  redis.call('HINCRBY', 'sema:epoch', 'leases', '1')
+  redis.call('HINCRBY', H .. 'epoch', 'leases', '1')
   redis.call('SETRANGE', KM, ROW_AT.avail, struct.pack('<ddd', avail - wt, held + wt, fence))
   return 'G' .. struct.pack('<dd', fence, NOW) -- (the rest of the lease is the request's)
 end
@@ -1165,13 +1171,13 @@ local function release_at_once(k)
   if nq ~= 0 or nt ~= 0 or ev ~= 0 then
     return nil
   end
-  local lid = string.sub(k, 9)
+  local lid = string.sub(k, #H + 4)
   redis.call('ZREM', KX, lid)
   redis.call('SET', k, 'TR' .. RID, 'PX', TOMB_TTL_MS)
   if idem ~= '' and redis.call('HGET', KI, idem) == 'L' .. lid then
     redis.call('HDEL', KI, idem)
   end
-  redis.call('HINCRBY', 'sema:epoch', 'leases', '-1')
+  redis.call('HINCRBY', H .. 'epoch', 'leases', '-1')
   redis.call('SETRANGE', KM, ROW_AT.avail, struct.pack('<dd', avail + w, held - w))
   return 'R' .. struct.pack('<d', acq)
 end
@@ -1183,7 +1189,7 @@ end
 -- reach Redis for a while (a failover may have promoted a replica without them); in steady
 -- state its beat (below), O(1), is all it sends.
 function ops.collect()
-  local kg = 'sema:g:' .. INST
+  local kg = H .. 'g:' .. INST
   for i = A, #ARGV do
     local wid = ARGV[i]
     if not (M and redis.call('HEXISTS', KW, wid) == 1) and
@@ -1196,7 +1202,7 @@ end
 
 -- The outcomes kept for this instance (sema:g:INST), handed over as acts and forgotten.
 local function collect_outcomes()
-  local kg = 'sema:g:' .. INST
+  local kg = H .. 'g:' .. INST
   local g = redis.call('HGETALL', kg)
   for i = 1, #g, 2 do
     local a = fields(g[i + 1]) -- stem, type, lease id, extra, the lease's fields
@@ -1217,10 +1223,10 @@ end
 -- epoch check and the counts. An instance no longer in sema:inst was taken for dead (its
 -- waiters were pruned): ST_GONE, so it answers them 503 and says hello again.
 local function beat()
-  if not redis.call('ZSCORE', 'sema:inst', INST) then
+  if not redis.call('ZSCORE', H .. 'inst', INST) then
     return answer(P.ST_GONE_S, '0', nil)
   end
-  redis.call('ZADD', 'sema:inst', N(NOW + ALIVE_MS), INST)
+  redis.call('ZADD', H .. 'inst', N(NOW + ALIVE_MS), INST)
   inst_due()
   collect_outcomes()
   return reply(0)
@@ -1232,7 +1238,7 @@ end
 -- every reply tells stays at its alive-until (inst_due) while it is in sema:inst, so the
 -- instances sweep again at once until it is done.
 local function prune_dead(inst)
-  local stem = redis.call('SRANDMEMBER', 'sema:iw:' .. inst)
+  local stem = redis.call('SRANDMEMBER', H .. 'iw:' .. inst)
   if stem then
     keys_of(stem)
     M = mload()
@@ -1241,11 +1247,11 @@ local function prune_dead(inst)
       prune_instance(inst)
       admit()
     else
-      redis.call('SREM', 'sema:iw:' .. inst, stem)
+      redis.call('SREM', H .. 'iw:' .. inst, stem)
     end
     return reply(0)
   end
-  local kg = 'sema:g:' .. inst
+  local kg = H .. 'g:' .. inst
   local g = redis.call('HGETALL', kg)
   if #g > 0 then
     keys_of(fields(g[2])[1])
@@ -1265,7 +1271,7 @@ local function prune_dead(inst)
     end
     return reply(0)
   end
-  redis.call('ZREM', 'sema:inst', inst)
+  redis.call('ZREM', H .. 'inst', inst)
   inst_due()
   return reply(0)
 end
@@ -1275,7 +1281,7 @@ end
 -- made for it but never delivered: a reply that came after the client left)
 function ops.cancel()
   local wid, why, mylid = ARGV[A], ARGV[A + 1], ARGV[A + 2] or ''
-  local kg = 'sema:g:' .. INST
+  local kg = H .. 'g:' .. INST
   local ml = why == 'd' and M and mylid ~= '' and redis.call('HEXISTS', KW, wid) == 0 and
              redis.call('HEXISTS', kg, wid) == 0 and lget(mylid)
   if ml then
@@ -1364,7 +1370,7 @@ local function tk_get(tid)
   return rec and tkunpack(rec) or nil
 end
 local function tk_changed(tid)
-  redis.call('PUBLISH', 'sema:tkt', tid)
+  redis.call(PUB, H .. 'tkt', tid)
 end
 
 -- The ticket's record goes, a tombstone says why (the caller ends its lease or its place).
@@ -1382,7 +1388,7 @@ local function tk_forget(tid, t, why)
   if t.idem ~= '' and redis.call('HGET', KI, t.idem) == 'T' .. tid then
     redis.call('HDEL', KI, t.idem)
   end
-  redis.call('SET', 'sema:tk:' .. tid, 'X' .. why, 'PX', TOMB_TTL_MS)
+  redis.call('SET', H .. 'tk:' .. tid, 'X' .. why, 'PX', TOMB_TTL_MS)
   tk_changed(tid)
 end
 
@@ -1494,7 +1500,7 @@ tk_delete_all = function()
       M.wq = M.wq - t.w
     end
     count('tickets', -1)
-    redis.call('SET', 'sema:tk:' .. all[i], 'XX', 'PX', TOMB_TTL_MS)
+    redis.call('SET', H .. 'tk:' .. all[i], 'XX', 'PX', TOMB_TTL_MS)
     tk_changed(all[i])
   end
   redis.call('DEL', KT, KK, KTL, KFW, KH)
@@ -1798,7 +1804,7 @@ function ops.ticket_create()
   M.nt = M.nt + 1
   count('tickets', 1)
   count('t_created', 1)
-  redis.call('SET', 'sema:tk:' .. tid, 'W' .. S)
+  redis.call('SET', H .. 'tk:' .. tid, 'W' .. S)
   if t.idem ~= '' then
     redis.call('HSET', KI, t.idem, 'T' .. tid)
   end
@@ -1836,7 +1842,7 @@ end
 
 -- KEYS[1] is sema:tk:ID: its semaphore is housekept first (the ticket may end in it).
 tk_run = function(k)
-  TK_TID = string.sub(k, 9)
+  TK_TID = string.sub(k, #H + 4)
   local v = redis.call('GET', k)
   if v and string.sub(v, 1, 1) == 'W' then
     keys_of(string.sub(v, 2))
@@ -1913,10 +1919,10 @@ local function list_index(index)
   return reply(0, {more, items})
 end
 function ops.list()
-  return list_index('sema:names')
+  return list_index(H .. 'names')
 end
 function ops.lock_list()
-  return list_index('sema:locks')
+  return list_index(H .. 'locks')
 end
 
 -- ---- dispatch ----
@@ -1924,7 +1930,7 @@ local TICKET_KEY_OPS = {ticket_get = true, ticket_delete = true} -- KEYS[1]: sem
 local LEASE_OPS = {lease_get = true, lease_renew = true, lease_release = true,
                    lease_revoke = true, drop_lease = true} -- KEYS[1] is sema:id:LID
 local function run()
-  local ep = redis.call('HMGET', 'sema:epoch', 'id', 'safe_at', 'horizon', 'due', 'sems',
+  local ep = redis.call('HMGET', H .. 'epoch', 'id', 'safe_at', 'horizon', 'due', 'sems',
                        'leases', 'locks', 'layout', 'idue')
   IDUE = ep[9] or '0'
   if OP == 'hello' then
@@ -1940,14 +1946,14 @@ local function run()
     if horizon > 0 and horizon < until_ms then
       until_ms = horizon
     end
-    redis.call('ZADD', 'sema:inst', N(NOW + ALIVE_MS), INST) -- (beat renews it)
+    redis.call('ZADD', H .. 'inst', N(NOW + ALIVE_MS), INST) -- (beat renews it)
     inst_due()
     if not ep[1] then
       local safe = 0
       if known ~= '' then
         safe = until_ms -- the data went away under a running instance
       end
-      redis.call('HSET', 'sema:epoch', 'id', ARGV[A], 'safe_at', N(safe), 'layout', P.LAYOUT_S)
+      redis.call('HSET', H .. 'epoch', 'id', ARGV[A], 'safe_at', N(safe), 'layout', P.LAYOUT_S)
       return {ARGV[A], N(safe), N(NOW)}
     end
     local safe = tonumber(ep[2] or '0')
@@ -1957,7 +1963,7 @@ local function run()
       -- (rows written while the pause ran say so, pa: they take no short path until a call
       -- finds it over by this safe_at)
       safe = until_ms
-      redis.call('HSET', 'sema:epoch', 'safe_at', N(safe))
+      redis.call('HSET', H .. 'epoch', 'safe_at', N(safe))
     end
     return {ep[1], N(safe), N(NOW)}
   end
@@ -1980,12 +1986,19 @@ local function run()
     return beat()
   end
   if OP == 'sweep' then
-    local dead = redis.call('ZRANGEBYSCORE', 'sema:inst', '-inf', '(' .. nows(), 'LIMIT', '0',
+    local dead = redis.call('ZRANGEBYSCORE', H .. 'inst', '-inf', '(' .. nows(), 'LIMIT', '0',
                             '1')
     if #dead > 0 and dead[1] ~= INST then
       return prune_dead(dead[1])
     end
-    local x = redis.call('ZRANGE', 'sema:due', '0', '0', 'WITHSCORES')
+    if #dead > 0 and PUB == 'SPUBLISH' and redis.call('SCARD', H .. 'iw:' .. INST) == 0 then
+      -- On a cluster an instance beats only the slots where it has waiters: its record in
+      -- another slot runs out, and with no waiter there it needs none (it says hello again
+      -- before it parks one). Gone, it no longer makes this slot's due time the past.
+      redis.call('ZREM', H .. 'inst', INST)
+      inst_due()
+    end
+    local x = redis.call('ZRANGE', H .. 'due', '0', '0', 'WITHSCORES')
     if #x == 0 or tonumber(x[2]) > NOW then
       return reply(0)
     end
@@ -2002,7 +2015,7 @@ local function run()
     return tk_run(k)
   end
   if LEASE_OPS[OP] then
-    LID = string.sub(k, 9)
+    LID = string.sub(k, #H + 4)
     local v = redis.call('GET', k)
     if OP == 'drop_lease' and (not v or string.sub(v, 1, 1) == 'T') then
       return reply(0) -- ended already
@@ -2076,7 +2089,7 @@ end
 local function publish(r)
   if WAKE ~= NONE then
     for inst, _ in pairs(WAKE) do
-      redis.call('PUBLISH', 'sema:wake:' .. inst, S)
+      redis.call(PUB, H .. 'wake:' .. inst, S)
     end
   end
   local pt = LOG
@@ -2125,7 +2138,7 @@ local function publish(r)
     redis.call('HSET', KS, 'log', uid .. '-' .. N(seq))
   end
   local id = uid .. '-' .. N(first)
-  redis.call('PUBLISH', 'sema:ev:' .. S, INST .. '\0' .. id .. '\0' .. table.concat(ev, '\0'))
+  redis.call(PUB, 'sema:ev:' .. S, INST .. '\0' .. id .. '\0' .. table.concat(ev, '\0'))
   if type(r[7]) == 'string' then -- the caller numbers its own events from its reply
     r[7] = r[7] .. '\0' .. uid .. '\0' .. N(first)
   end
@@ -2156,7 +2169,15 @@ local function main(keys, args)
     fmt, match, concat, floor = string.format, string.match, table.concat, math.floor
   end
   OP, EPOCH, INST, RID, PRINC = ARGV[1], ARGV[2], ARGV[4], ARGV[5], ARGV[6]
-  local fl = ARGV[3] -- '0' or '1', then 'r' (sent again) and 'p' (a pause), if so
+  local fl = ARGV[3] -- '0' or '1', then 'r' (sent again) and 'p' (a pause), if so; 'c' last
+  if #fl > 1 and string.byte(fl, -1) == 99 then -- 'c': on Redis Cluster
+    -- (KEYS[1] is the key followed by '!', a key that never exists: while the slot migrates,
+    -- Redis sends the call elsewhere rather than run it with part of the slot's keys moved)
+    keys[1] = string.sub(keys[1], 1, -2)
+    H, PUB, fl = match(keys[1], '^sema:{[^}]*}') or 'sema:', 'SPUBLISH', string.sub(fl, 1, -2)
+  else
+    H, PUB = 'sema:', 'PUBLISH'
+  end
   local plain = fl == '0' or fl == '1' -- (not sent again, no pause the instance knows of)
   if plain then
     ADMIN, RETRY = fl, false
@@ -2187,7 +2208,7 @@ local function main(keys, args)
   S, M, LID, LEASE, SAFE_AT, MORE, LOCK_NEW = nil, nil, nil, nil, 0, false, false
   DUE0, OWN, REBUILT, LOG = -2, false, false, nil
   if RID ~= '' and RETRY then
-    local c = redis.call('GET', 'sema:r:' .. RID)
+    local c = redis.call('GET', H .. 'r:' .. RID)
     if c then
       return cmsgpack.unpack(c)
     end
@@ -2197,7 +2218,7 @@ local function main(keys, args)
   -- what the write left (a grant made at once: its lease; a release: its tombstone) and
   -- nothing in it completes a parked request of this instance.
   if RID ~= '' and r[1] ~= P.ST_EPOCH_S and not (REBUILT and r[1] == '0' and not OWN) then
-    redis.call('SET', 'sema:r:' .. RID, cmsgpack.pack(r), 'PX', P.RESULT_TTL_MS_S)
+    redis.call('SET', H .. 'r:' .. RID, cmsgpack.pack(r), 'PX', P.RESULT_TTL_MS_S)
   end
   return r
 end

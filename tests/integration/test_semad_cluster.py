@@ -1,0 +1,324 @@
+# SPDX-License-Identifier: MIT
+"""test_semad_cluster.py - semad instances on a real Redis Cluster (--engine
+redis+cluster://): three primaries with a replica each on loopback
+(redis_cluster_fixture.py), what the cluster adds to semad on one Redis: semaphores spread over
+every primary, lease ids that any instance finds in one call, wake-ups on sharded channels, a
+clear answer for what is not served yet, and the faults of a cluster (kill -9 of one primary,
+CLUSTER FAILOVER of a replica, a killed sharded subscriber connection).
+
+Each case is its own CTest test with its own cluster (cluster.* tests run one at a time:
+RESOURCE_LOCK redis_cluster); every wait is bounded."""
+import os
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import redis_cluster_fixture as cf  # noqa: E402
+import redis_fixture as rf  # noqa: E402
+import semad_fixture as fx  # noqa: E402
+
+SLOW = fx.SLOW
+FAILOVER_BOUND_S = 30.0 * SLOW  # a primary killed: its replica serves its slots by then
+
+
+def cluster_fleet(n=2, *args, **kw):
+    """A cluster and n semad instances on it (args: semad's own)."""
+    rf.need_redis_engine()
+    cf.need_cluster_tools()
+    c = cf.Cluster(**kw)
+    try:
+        return c, rf.Fleet("redis+cluster://" + c.seeds(), n, *args, durability="none")
+    except BaseException:
+        c.close()
+        raise
+
+
+def put(s, name, cap):
+    st, body = s.json("PUT", "/v1/semaphores/" + name, {"capacity": cap})
+    assert st in (200, 201), (name, st, body)
+
+
+def acquire(s, name, **body):
+    return s.json("POST", "/v1/semaphores/%s/acquire" % name, body)
+
+
+def release(s, lease):
+    return s.request("DELETE", "/v1/leases/" + lease)[0]
+
+
+def park(a, b, name, timeout_ms):
+    """An acquire of name through a that waits (on a thread; its answer in out["r"]), once b
+    sees it parked."""
+    out = {}
+    t = threading.Thread(target=lambda: out.update(r=acquire(a, name, timeout_ms=timeout_ms)))
+    t.start()
+    fx.wait_until(lambda: b.json("GET", "/v1/semaphores/" + name)[1]["waiting"] == 1, 10,
+                  "the parked acquire")
+    return t, out
+
+
+def where(c, names):
+    """{name: port of the primary that holds its row}: read from the primaries' keys."""
+    out = {}
+    for p in c.primaries():
+        for k in cf.command(p.port, "KEYS", "sema:{*}s:*:m"):
+            out[k.decode().split("}s:", 1)[1][:-2]] = p.port
+    missing = [n for n in names if n not in out]
+    assert not missing, missing
+    return out
+
+
+def test_semaphores_spread_over_every_primary_and_instances_share_them():
+    c, f = cluster_fleet()
+    try:
+        a, b = f[0], f[1]
+        names = ["s%d" % i for i in range(30)]
+        before = c.calls()
+        for n in names:
+            put(a, n, 1)
+            st, l = acquire(b, n)
+            assert st == 200, l
+            assert a.json("GET", "/v1/leases/" + l["lease"])[0] == 200  # found by its id
+            assert release(a, l["lease"]) == 204
+        spread = where(c, names)
+        after = c.calls()
+        assert len(set(spread.values())) == 3, spread
+        for port in after:  # every primary ran scripts
+            assert after[port] - before.get(port, 0) >= 10, (before, after)
+        # a waiter on one instance, granted by a release on the other (SPUBLISH on its slot)
+        st, l = acquire(a, "s7", ttl_ms=30000)
+        assert st == 200, l
+        t, out = park(a, b, "s7", 20000)
+        t0 = time.monotonic()
+        assert release(b, l["lease"]) == 204
+        t.join(30)
+        assert out["r"][0] == 200, out
+        assert time.monotonic() - t0 < 1.5 * SLOW, "woken by its message, not a fallback"
+        # what is not served yet says so
+        st, p = a.json("GET", "/v1/semaphores")
+        assert st == 501 and p["code"] == "not_supported" and "Cluster" in p["detail"], p
+        assert a.json("GET", "/v1/leases/Zzzz-not-a-slot-id")[0] == 404
+    finally:
+        f.close()
+        c.close()
+
+
+def test_strict_durability_is_refused_with_a_clear_error():
+    rf.need_redis_engine()
+    r = subprocess.run([fx.semad_path(), "--listen", "127.0.0.1:0", "--durability", "strict",
+                        "--engine", "redis+cluster://127.0.0.1:1"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0, r
+    assert "strict is not served on Redis Cluster" in r.stderr, r.stderr
+
+
+def hold_on_each_primary(c, f, ttl_ms=60000):
+    """One semaphore of capacity 1 per primary, each held: {port: (name, lease, fence)}."""
+    names = ["h%d" % i for i in range(24)]
+    for n in names:
+        put(f[0], n, 1)
+    held = {}
+    for n, port in where(c, names).items():
+        if port not in held:
+            st, l = acquire(f[1], n, ttl_ms=ttl_ms)
+            assert st == 200, l
+            held[port] = (n, l["lease"], l["fence"])
+    assert len(held) == 3, held
+    return held
+
+
+class Load:
+    """Acquire and release on the given semaphores, over and over, through both instances;
+    counts what each answer was."""
+
+    def __init__(self, f, names):
+        self.f, self.names, self.stop = f, names, False
+        self.ok, self.bad = 0, []
+        self.t = threading.Thread(target=self.run)
+        self.t.start()
+
+    def run(self):
+        i = 0
+        while not self.stop:
+            n = self.names[i % len(self.names)]
+            st, l = acquire(self.f[i % 2], n, timeout_ms=5000)
+            if st == 200:
+                st = release(self.f[(i + 1) % 2], l["lease"])
+            if st in (200, 204):
+                self.ok += 1
+            else:
+                self.bad.append((n, st))
+            i += 1
+
+    def close(self):
+        self.stop = True
+        self.t.join(60)
+
+
+MAX_TTL_S = 20  # the longest lease in the failover tests: what a new primary's slots pause for
+
+
+def primary_fault(kill):
+    c, f = cluster_fleet(2, "--max-ttl", "%ds" % MAX_TTL_S, "--default-ttl", "2s")
+    try:
+        t0 = time.monotonic()
+        held = hold_on_each_primary(c, f, ttl_ms=MAX_TTL_S * 1000)
+        victim = sorted(held)[0]
+        name, lease, fence = held[victim]
+        cf.command(victim, "WAIT", "1", "5000")  # its replica has the lease
+        others = ["o%d" % i for i in range(12)]
+        for n in others:
+            put(f[0], n, 1)
+        spread = where(c, others)
+        calm = [n for n in others if spread[n] != victim]
+        load = Load(f, calm)
+        fx.wait_until(lambda: load.ok >= 10, 30, "load before the fault")
+        node = c.node_at(victim)
+        tk = time.monotonic()
+        if kill:
+            c.kill_primary(node, timeout=FAILOVER_BOUND_S)
+        else:
+            c.failover(c.replicas(of=node)[0], timeout=FAILOVER_BOUND_S)
+        n0 = load.ok
+        fx.wait_until(lambda: load.ok >= n0 + 10, 30, "load after the fault")
+        load.close()
+        # the other primaries' semaphores never noticed
+        assert not load.bad, load.bad[:5]
+        # the failed primary's semaphore: its lease kept (no second holder), and released
+        for _ in range(2):
+            st, l = acquire(f[0], name, timeout_ms=0)
+            assert st in (409, 503), (st, l)
+        fx.wait_until(lambda: release(f[0], lease) == 204, 30, "the release after the fault")
+        released = time.monotonic()
+        # meanwhile the other primaries' semaphores grant at once
+        for n in calm[:4]:
+            st, l = acquire(f[1], n, timeout_ms=0)
+            assert st == 200, (n, l)
+            assert release(f[0], l["lease"]) == 204
+        # then no grant there until every lease granted before the change may have run out
+        # (the new primary may lack grants the old one acknowledged): 503 until then
+        seen = []
+
+        def granted():
+            st, l = acquire(f[len(seen) % 2], name, timeout_ms=0)
+            seen.append((round(time.monotonic() - t0, 2), st, (l or {}).get("detail", "")))
+            return st == 200 and l
+
+        l = fx.wait_until(granted, MAX_TTL_S + 30, "a grant after the pause")
+        at = time.monotonic()
+        refused = [s for s in seen if s[1] == 503 and "lost its state" in s[2]]
+        # (paused from the change, seen no sooner than the fault, for the longest lease)
+        assert at - tk >= MAX_TTL_S, ("granted before a lease of the old primary could have "
+                                      "run out", round(at - tk, 2), seen)
+        assert all(s[1] in (503, 200) for s in seen), seen
+        if released - t0 < MAX_TTL_S - 1:
+            assert refused, seen
+        assert l["fence"] > fence, (fence, l)
+    finally:
+        f.close()
+        c.close()
+
+
+def test_kill_9_of_one_primary_leaves_the_others_alone_and_over_admits_nothing():
+    primary_fault(kill=True)
+
+
+def test_cluster_failover_leaves_the_others_alone_and_over_admits_nothing():
+    primary_fault(kill=False)
+
+
+def test_a_killed_sharded_subscriber_misses_no_wake_up():
+    c, f = cluster_fleet()
+    try:
+        a, b = f[0], f[1]
+        put(a, "k", 1)
+        st, l = acquire(b, "k", ttl_ms=60000)
+        assert st == 200, l
+        t, out = park(a, b, "k", 30000)
+        assert c.kill_sharded_subscribers() >= 1
+        assert release(b, l["lease"]) == 204
+        t.join(40)
+        assert out["r"][0] == 200, out
+    finally:
+        f.close()
+        c.close()
+
+
+def ask_count(node):
+    """How many ASK errors node has answered (INFO errorstats)."""
+    v = node.info("errorstats").get("errorstat_ASK", "count=0")
+    return int(v.split("=", 1)[1].split(",")[0])
+
+
+def test_a_slot_resharded_while_in_use_loses_and_doubles_no_grant():
+    rf.need_redis_engine()
+    cf.need_cluster_tools()
+    c = cf.Cluster()
+    # (requests on the moving slot wait for it, up to the command timeout: 10 s here)
+    f = rf.Fleet("redis+cluster://%s?timeout=10000" % c.seeds(), 2, "--max-ttl",
+                 "%ds" % MAX_TTL_S, "--default-ttl", "2s", durability="none")
+    try:
+        a, b = f[0], f[1]
+        put(a, "r", 2)
+        key = [k for p in c.primaries() for k in cf.command(p.port, "KEYS", "sema:{*}s:r:m")]
+        slot = c.keyslot(key[0].decode())
+        src = c.owner(slot)
+        dst = next(p for p in c.primaries() if p.port != src.port)
+        fences = []
+        leases = []
+        for s in (a, b):
+            st, l = acquire(s, "r", ttl_ms=MAX_TTL_S * 1000)
+            assert st == 200, l
+            leases.append(l["lease"])
+            fences.append(l["fence"])
+        out = {}
+        w = threading.Thread(target=lambda: out.update(
+            w=a.json("POST", "/v1/semaphores/r/acquire", {"timeout_ms": 60000,
+                                                            "ttl_ms": MAX_TTL_S * 1000}, timeout=90),
+            w_at=time.monotonic()))
+        w.start()
+        fx.wait_until(lambda: b.json("GET", "/v1/semaphores/r")[1]["waiting"] == 1, 10,
+                      "the parked acquire")
+        m = cf.Migration(c, slot, dst)
+        m.begin()
+        assert m.move_keys(3) == 3  # the semaphore is half on each primary now
+        asks = ask_count(src)
+        rel = threading.Thread(target=lambda: out.update(r=release(b, leases[0])))
+        rel.start()
+        # the source answers ASK to the release, again and again: it waits, and runs nowhere
+        fx.wait_until(lambda: ask_count(src) >= asks + 3 or "r" in out, 10, "ASK answers")
+        assert "r" not in out, "answered while its semaphore was half moved: %s" % out
+        m.finish()
+        moved = time.monotonic()
+        rel.join(30)
+        # the slot's primary changed: its grants pause for the longest lease (nothing tells
+        # semad a migration from a failover that lost writes), the parked acquire waits it out
+        w.join(MAX_TTL_S + 60)
+        assert out["w_at"] - moved >= MAX_TTL_S - 0.5, (out["w_at"] - moved, out)
+        logs = a.log() + b.log()
+        assert out["r"] == 204, out
+        assert out["w"][0] == 200, (out, logs[-40:])
+        assert any("nothing proves it has every acknowledged write" in x for x in logs), logs
+        fences.append(out["w"][1]["fence"])
+        assert c.owner(slot).port == dst.port
+        # (the lease held across the pause ran out during it)
+        assert release(a, leases[1]) in (204, 404, 410)
+        assert release(a, out["w"][1]["lease"]) == 204
+        # the semaphore goes on, from both instances, on its new primary
+        for i in range(10):
+            st, l = acquire(f[i % 2], "r", timeout_ms=10000)
+            assert st == 200, l
+            fences.append(l["fence"])
+            assert release(f[(i + 1) % 2], l["lease"]) == 204
+        assert fences == sorted(fences) and len(set(fences)) == len(fences), fences
+        st, v = a.json("GET", "/v1/semaphores/r")
+        assert st == 200 and v["held"] == 0 and v["available"] == 2 and v["waiting"] == 0, v
+    finally:
+        f.close()
+        c.close()
+
+
+if __name__ == "__main__":
+    fx.main(globals())
