@@ -23,12 +23,7 @@ import os
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else
-                        os.environ.get("SEMA_BUILD_DIR", os.path.join(ROOT, "build")))
-os.environ.setdefault("SEMAD", os.path.join(BUILD, "bin", "semad"))
-os.environ.setdefault("SEMA_SOURCE_DIR", ROOT)
-sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+from bench_env import BUILD, ROOT  # noqa: E402,F401 (the build, the fixtures' path)
 import redis_cluster_fixture as cf  # noqa: E402
 import redis_fixture as rf  # noqa: E402
 

@@ -21,12 +21,7 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else
-                        os.environ.get("SEMA_BUILD_DIR", os.path.join(ROOT, "build")))
-os.environ.setdefault("SEMAD", os.path.join(BUILD, "bin", "semad"))
-os.environ.setdefault("SEMA_SOURCE_DIR", ROOT)
-sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+from bench_env import BUILD, ROOT  # noqa: E402,F401 (the build, the fixtures' path)
 import redis_fixture as rf  # noqa: E402
 import semad_fixture as fx  # noqa: E402
 
