@@ -601,6 +601,21 @@ void rs__resync(rs_t *r)
     redisAsyncCommandArgv(r->cmd.ac, load_cb, NULL, 4, argv, lens);
 }
 
+/* Before a connection to the primary (the same or another): had the one before more replicas
+ * than `replicas`, writes other instances acknowledged there may be missing on the one
+ * promoted, whether or not this one wrote since: it takes the primary for unproven too, as
+ * they do. The count starts again with the new connection's INFO. */
+static void held_to_every_replica(rs_t *r)
+{
+    if (r->repl_sentinel > r->repl_most)
+        r->repl_most = r->repl_sentinel;
+    if (r->strict && r->replicas > 0 && r->repl_most > r->replicas) {
+        r->short_of_all = 1;
+        r->short_had = r->repl_most;
+    }
+    r->repl_most = r->count_due = 0;
+}
+
 static void connect_primary(rs_t *r)
 {
     redisAsyncContext *ac = open_ctx(r, &r->cmd, r->host, r->port);
@@ -618,7 +633,7 @@ static void connect_primary(rs_t *r)
                       "CONFIG GET appendonly");
     redisAsyncCommand(ac, fsync_cb, r->strict && !r->conn_once ? (void *)"warn" : NULL,
                       "CONFIG GET appendfsync");
-    r->repl_most = r->count_due = 0;
+    held_to_every_replica(r);
     redisAsyncCommand(ac, repl_cb, NULL, "INFO replication");
     if (r->master[0] != '\0')
         redisAsyncCommand(ac, setup_cb, (void *)"ROLE", "ROLE");
@@ -708,6 +723,8 @@ static void sentinel_next(rs_t *r)
     int port;
     const char *hp = r->sentinels[r->sentinel_at];
 
+    if (r->repl_sentinel > r->repl_most) /* (what the Sentinel before listed still counts) */
+        r->repl_most = r->repl_sentinel;
     r->repl_sentinel = 0; /* (until this Sentinel lists them) */
     if (r->sent.ac != NULL) {
         redisAsyncFree(r->sent.ac);
