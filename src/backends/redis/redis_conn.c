@@ -433,7 +433,8 @@ static void repl_cb(redisAsyncContext *ac, void *reply, void *priv)
     rs__info_field(rep->str, "master_replid", r->replid_new, sizeof r->replid_new);
     rs__info_field(rep->str, "master_replid2", r->replid2_new, sizeof r->replid2_new);
     rs__info_field(rep->str, "connected_slaves", n, sizeof n);
-    r->repl_most = atoi(n); /* (this primary's: the count WAITs are held to from now) */
+    r->repl_most =
+        (int)strtol(n, NULL, 10); /* (this primary's: the count WAITs are held to from now) */
 }
 
 /* Whether this primary is not the one (the same history) this instance last said hello to. */

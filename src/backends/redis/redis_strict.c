@@ -124,8 +124,9 @@ static void repl_count_cb(redisAsyncContext *ac, void *reply, void *priv)
     rs__info_field(rep->str, "connected_slaves", n, sizeof n);
     if (n[0] == '\0')
         return;
-    if (atoi(n) > r->repl_most)
-        r->repl_most = atoi(n);
+    long had = strtol(n, NULL, 10);
+    if (had > r->repl_most && had < 1000)
+        r->repl_most = (int)had;
     if (r->repl_sentinel > r->repl_most)
         r->repl_most = r->repl_sentinel;
     if (!r->count_due)
