@@ -848,10 +848,12 @@ def sentinel_failover(crash, replicas=1, wait=1):
                   "kill9" if crash else "sentinel_failover", replicas, wait, gap, switched,
                   rejoined if crash else 0.0, followed))
         if proven and crash:
-            # nothing waits but the switch and the rejoin that gives WAIT its replicas
-            assert gap <= rejoined + 1.0 * SLOW, (
-                "no grant for %.2fs around the kill; the switch took %.2fs, the rejoin %.2fs" % (
-                    gap, switched, rejoined))
+            # nothing waits but the switch and the rejoin that gives WAIT its replicas: every
+            # instance grants again within a second of it (the load's own gap adds its
+            # clients' pause after a 503, up to a second)
+            assert followed <= rejoined + 1.0 * SLOW, (
+                "no grant through every instance %.2fs after the kill; the switch took %.2fs, "
+                "the rejoin %.2fs" % (followed, switched, rejoined))
         if not proven:
             # every instance paused until the leases granted before may have run out (the
             # load's last ones, granted up to the failover), and said why. Grants came back

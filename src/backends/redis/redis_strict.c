@@ -48,7 +48,7 @@ static void unconfirmed(rs_t *r, rs_req_t *rq)
     if (req->status != 0 && rq->wid[0] != '\0' && is_wait(req)) {
         /* a waiter's end (a timeout, say) that may be undone */
         size_t sl;
-        char *stem = rs__key_new(r, rs__req_kind(req), req->name, req->name_len, "", &sl);
+        char *stem = rs__key_new(rs__req_kind(req), req->name, req->name_len, "", &sl);
         if (stem != NULL)
             rs__send_cancel(r, stem, sl, rq);
         sema__free(stem);
@@ -124,9 +124,9 @@ static void repl_count_cb(redisAsyncContext *ac, void *reply, void *priv)
     rs__info_field(rep->str, "connected_slaves", n, sizeof n);
     if (n[0] == '\0')
         return;
-    int connected = (int)strtol(n, NULL, 10);
-    if (connected > r->repl_most)
-        r->repl_most = connected;
+    long had = strtol(n, NULL, 10);
+    if (had > r->repl_most && had < 1000)
+        r->repl_most = (int)had;
     if (r->repl_sentinel > r->repl_most)
         r->repl_most = r->repl_sentinel;
     if (!r->count_due)
