@@ -131,9 +131,10 @@ int rs__parse_url(rs_t *r, const char *url, char *errbuf, size_t errlen)
     char path[160] = "";
     size_t hostlen;
 
-    if (!sentinel && strncmp(url, "redis://", 8) != 0)
+    r->cluster = strncmp(url, "redis+cluster://", 16) == 0;
+    if (!sentinel && !r->cluster && strncmp(url, "redis://", 8) != 0)
         goto bad;
-    p = url + (sentinel ? 17 : 8);
+    p = url + (sentinel ? 17 : r->cluster ? 16 : 8);
     if (parse_userinfo(r, &p) != 0)
         goto bad;
     q = strchr(p, '?');
@@ -150,6 +151,13 @@ int rs__parse_url(rs_t *r, const char *url, char *errbuf, size_t errlen)
     }
     if (q != NULL && parse_query(r, q + 1) != 0)
         goto bad;
+    if (r->cluster) { /* the seed nodes, parsed by rs__sh_open */
+        if (path[0] != '\0' || hostlen == 0 || hostlen >= sizeof r->host || r->replicas != 0)
+            goto bad;
+        memcpy(r->host, p, hostlen);
+        r->host[hostlen] = '\0';
+        return 0;
+    }
     if (sentinel) {
         if (parse_sentinels(r, p, hostlen) != 0 || path[0] == '\0' ||
             strlen(path) >= sizeof r->master)
@@ -171,7 +179,9 @@ bad:
     snprintf(errbuf, errlen,
              "bad Redis address \"%s\" (redis://[user:password@]HOST[:PORT][/DB] or "
              "redis+sentinel://HOST[:PORT][,HOST[:PORT]...]/MASTER_NAME, with optional "
-             "?replicas=N&timeout=MS, MS from 100 to 10000)",
+             "?replicas=N&timeout=MS, MS from 100 to 10000; or "
+             "redis+cluster://[user:password@]HOST[:PORT][,HOST[:PORT]...] with optional "
+             "?timeout=MS)",
              url);
     return SEMA_EINVAL;
 }
@@ -433,8 +443,7 @@ static void repl_cb(redisAsyncContext *ac, void *reply, void *priv)
     rs__info_field(rep->str, "master_replid", r->replid_new, sizeof r->replid_new);
     rs__info_field(rep->str, "master_replid2", r->replid2_new, sizeof r->replid2_new);
     rs__info_field(rep->str, "connected_slaves", n, sizeof n);
-    r->repl_most =
-        (int)strtol(n, NULL, 10); /* (this primary's: the count WAITs are held to from now) */
+    r->repl_most = (int)strtol(n, NULL, 10); /* this primary's: WAITs are held to it from now */
 }
 
 /* Whether this primary is not the one (the same history) this instance last said hello to. */
@@ -898,11 +907,14 @@ void rs__sub_watch(rs_t *r, rs_sem_t *s, int on)
     size_t len;
     char *chan;
 
-    if (r->sub.ac == NULL || (on != 0) == (s->subscribed != 0))
+    if ((r->sub.ac == NULL && r->sh == NULL) || (on != 0) == (s->subscribed != 0))
         return;
     if ((chan = rs__key_cat("sema:ev:", s->stem, s->stem_len, "", &len)) == NULL)
         return; /* out of memory: the heartbeat's marker keeps the log; messages wait */
-    sub_send(r, on ? "SUBSCRIBE" : "UNSUBSCRIBE", chan, len);
+    if (r->sh != NULL && rs__sh_subscribe(r, chan, len, on) != 0)
+        on = 0; /* (too many channels: the heartbeat's marker keeps the log) */
+    else if (r->sh == NULL)
+        sub_send(r, on ? "SUBSCRIBE" : "UNSUBSCRIBE", chan, len);
     sema__free(chan);
     s->subscribed = (uint8_t)on;
 }
@@ -912,6 +924,7 @@ void rs__conns_close(rs_t *r)
     rs_conn_t *cs[] = {&r->cmd, &r->sub, &r->sent};
 
     r->closing = 1;
+    rs__sh_close(r);
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         redisAsyncContext *ac = cs[i]->ac;
         cs[i]->ac = NULL;
@@ -926,16 +939,27 @@ void rs__conns_close(rs_t *r)
  * does not answer. */
 redisContext *rs__sync(rs_t *r)
 {
-    struct timeval tv = {0, 250000};
     redisContext *c = r->sync;
 
+    if (r->sh != NULL)
+        return NULL; /* (on a cluster: rs__sync_for, to one slot's primary) */
     if (c != NULL && !c->err)
         return c;
     redisFree(c);
     r->sync = NULL;
     if (r->host[0] == '\0' || (r->conn_once && r->cmd.state != RS_CONN_READY))
         return NULL; /* known to be down: do not block the loop on it */
-    c = redisConnectWithTimeout(r->host, r->port, tv);
+    if ((c = rs__sync_open(r, r->host, r->port)) != NULL && r->db != 0)
+        freeReplyObject(redisCommand(c, "SELECT %d", r->db));
+    r->sync = c;
+    return c;
+}
+
+redisContext *rs__sync_open(const rs_t *r, const char *host, int port)
+{
+    struct timeval tv = {0, 250000};
+    redisContext *c = redisConnectWithTimeout(host, port, tv);
+
     if (c == NULL || c->err || redisSetTimeout(c, tv) != REDIS_OK) {
         redisFree(c);
         return NULL;
@@ -943,8 +967,5 @@ redisContext *rs__sync(rs_t *r)
     if (r->pass[0] != '\0')
         freeReplyObject(r->user[0] ? redisCommand(c, "AUTH %s %s", r->user, r->pass)
                                    : redisCommand(c, "AUTH %s", r->pass));
-    if (r->db != 0)
-        freeReplyObject(redisCommand(c, "SELECT %d", r->db));
-    r->sync = c;
     return c;
 }

@@ -48,7 +48,7 @@ static void unconfirmed(rs_t *r, rs_req_t *rq)
     if (req->status != 0 && rq->wid[0] != '\0' && is_wait(req)) {
         /* a waiter's end (a timeout, say) that may be undone */
         size_t sl;
-        char *stem = rs__key_new(rs__req_kind(req), req->name, req->name_len, "", &sl);
+        char *stem = rs__key_new(r, rs__req_kind(req), req->name, req->name_len, "", &sl);
         if (stem != NULL)
             rs__send_cancel(r, stem, sl, rq);
         sema__free(stem);
