@@ -578,10 +578,15 @@ def test_memory_of_a_burst_of_connections_goes_back_once_they_are_gone():
         fx.wait_until(lambda: fx.metric(s, "semad_http_connections") == 1, timeout=10,
                       what="the burst's connections closed")
         assert peak - before >= 1024, (before, peak)  # else there is nothing to give back
-        fx.wait_until(lambda: (fx.metric(s, "semad_heap_trims_total") or 0) >= 1, timeout=30,
-                      what="a trim")
-        after = rss_kib(s.proc.pid)
-        assert after - before < 512, (before, peak, after)
+        # back within three trim periods (a trim, or the allocator's own return of what it had
+        # mapped apart: on a busy machine either may come first)
+        try:
+            fx.wait_until(lambda: rss_kib(s.proc.pid) - before < 512, timeout=30,
+                          what="the burst's memory back")
+        except AssertionError:
+            raise AssertionError((before, peak, rss_kib(s.proc.pid),
+                                  fx.metric(s, "semad_heap_trims_total"),
+                                  fx.metric(s, "semad_heap_free_bytes")))
 
 
 @fx.not_through_proxy("the connection's end (the proxy answers HTTP/1.0 and Connection: close itself)")
