@@ -878,7 +878,7 @@ static void semaphore_in_its_slot(unsigned slot, uint32_t tag)
      * that ends no sooner than the first and within the horizon the first one set (a second
      * past it; tried again, a few times, should a second go by between the two) */
     for (int i = 0;; i++) {
-        char rid[2][16];
+        char rid[2][32];
         snprintf(rid[0], sizeof rid[0], "rid-a1-%d", i);
         snprintf(rid[1], sizeof rid[1], "rid-a0-%d", i);
         f = sema_call(stem, "acquire", epoch, "0rc", rid[0], 7, "1", "0", "30000", lid[1], "", "",
