@@ -850,8 +850,11 @@ def sentinel_failover(crash, replicas=1, wait=1):
         if proven and crash:
             # nothing waits but the switch and the rejoin that gives WAIT its replicas: every
             # instance grants again within a second of it (the load's own gap adds its
-            # clients' pause after a 503, up to a second)
-            assert followed <= rejoined + 1.0 * SLOW, (
+            # clients' pause after a 503, up to a second). The figure is the printed line; the
+            # bound is two seconds, far below the pause for the longest lease (6 s here) it
+            # tells apart, so that a busy machine's scheduling does not fail it (3.32 s for a
+            # rejoin at 2.29 s was seen at load 8)
+            assert followed <= rejoined + 2.0 * SLOW, (
                 "no grant through every instance %.2fs after the kill; the switch took %.2fs, "
                 "the rejoin %.2fs" % (followed, switched, rejoined))
         if not proven:
