@@ -289,6 +289,30 @@ def test_unreachable_server():
     assert rc == EXIT_USAGE
 
 
+def test_tls_options_with_an_http_server_are_refused():
+    """--cacert, --cert and --cert-key given with an http:// server are a usage error, never
+    silently dropped (the token would go in clear); SEMA_CACERT and friends in the
+    environment stay defaults for https:// and are not an error."""
+    with Semad() as d:
+        for opts in (["--cacert", "/nonexistent/ca.pem"], ["--cert", "/nonexistent/w.pem"],
+                     ["--cert-key", "/nonexistent/w.key"],
+                     ["--cacert", "ca.pem", "--cert", "w.pem", "--cert-key", "w.key"]):
+            for args in (["--server", d.url("")] + opts + ["ls"],
+                         ["ls"] + opts, opts + ["run", "x", "--", "true"]):
+                rc, out, err = sema(d, *args)
+                assert rc == EXIT_USAGE, (args, rc, err)
+                assert "--cacert, --cert and --cert-key are for an https:// server" in err, err
+                assert "http://" in err and out == "", (args, err, out)
+        rc, out, err = sema(d, "--server", d.url("").replace("http://", ""), "--cacert", "c", "ls")
+        assert rc == EXIT_USAGE and "are for an https:// server" in err, (rc, err)
+        e = env_for(d)
+        e.update(SEMA_CACERT="/nonexistent/ca.pem", SEMA_CERT="/nonexistent/w.pem",
+                 SEMA_CERT_KEY="/nonexistent/w.key")
+        p = subprocess.run([sema_bin(), "ls"], env=e, capture_output=True, text=True,
+                           timeout=30 * SLOW)
+        assert p.returncode == 0, (p.returncode, p.stderr)
+
+
 def test_too_long_name_says_the_maximum():
     with Semad() as d:
         rc, _, err = sema(d, "create", "n" * 300, "1")
