@@ -154,7 +154,8 @@ typedef struct {
  * SEMA_CLIENT_DEFAULT_URL, as the sema command and the JS and Python clients do; `opts`
  * fields left NULL take $SEMA_TOKEN, $SEMA_CACERT, $SEMA_CERT and $SEMA_CERT_KEY the same
  * way. `opts` may be NULL (defaults). Sends nothing. Returns 0 and *out, SEMA_EINVAL (a
- * scheme other than http:// or https://, or a token with a space or control byte),
+ * scheme other than http:// or https://, a token with a space or control byte, or `cacert`,
+ * `cert` or `key` given for an http:// URL, where the environment's pass as defaults),
  * SEMA_ENOMEM or SEMA_EIO (libcurl failed to start). Thread-safe (reads the environment). */
 SEMA_EXTERN int sema_client_new(sema_client_t **out, const char *url,
                                 const sema_client_opts_t *opts);

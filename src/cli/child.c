@@ -83,7 +83,7 @@ void cli_child_stop(void)
     put(EV_STOP);
 }
 
-pid_t cli_child_start(const char *verb, char **cmd)
+pid_t cli_child_start(const char *verb, char **cmd, char **env)
 {
     pid_t pid = fork();
 
@@ -95,6 +95,8 @@ pid_t cli_child_start(const char *verb, char **cmd)
     for (size_t i = 0; i < NPASSED; i++)
         sigaction(passed_on[i], &dfl, NULL);
     sigaction(SIGCHLD, &dfl, NULL);
+    if (env != NULL)
+        environ = env; /* a pointer store: safe after fork, unlike setenv */
     execvp(cmd[0], cmd);
     int code = errno == ENOENT ? CLI_EXIT_NOTFOUND : CLI_EXIT_NOEXEC;
     const char *why = strerror(errno);

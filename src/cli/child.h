@@ -21,10 +21,11 @@ int cli_child_pending(void);
  * SIGKILL after its grace. Async-signal-safe; for another thread (the lease keep-alive). */
 void cli_child_stop(void);
 
-/* Fork and exec `cmd`, its signals at their defaults. A failed exec prints
+/* Fork and exec `cmd`, its signals at their defaults, with the environment `env` ("K=V"
+ * strings, NULL-terminated, built before the fork; NULL: sema's own). A failed exec prints
  * "sema VERB: CMD: why" and exits CLI_EXIT_NOTFOUND or CLI_EXIT_NOEXEC (the child writes
  * with write() alone: another thread may run). Returns the pid, or -1 with errno set. */
-pid_t cli_child_start(const char *verb, char **cmd);
+pid_t cli_child_start(const char *verb, char **cmd, char **env);
 
 /* Wait for the command: signals sent to sema alone are passed on (those from the terminal
  * reached both), and after cli_child_stop() the command gets SIGTERM, then SIGKILL after

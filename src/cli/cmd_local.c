@@ -136,7 +136,7 @@ int cli_local_run(int argc, char **argv)
         (void)sema_shm_stats(h, st);
     free(st);
     int status = CLI_EXIT_FAIL;
-    pid_t pid = cli_child_catch(NULL) == 0 ? cli_child_start("run", a.cmd) : -1;
+    pid_t pid = cli_child_catch(NULL) == 0 ? cli_child_start("run", a.cmd, NULL) : -1;
     if (pid < 0)
         fprintf(stderr, "sema run: cannot start %s: %s\n", a.cmd[0], strerror(errno));
     else

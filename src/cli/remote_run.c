@@ -3,8 +3,12 @@
  * the background, forward signals, and stop the command if the lease is lost. */
 #include "cli/remote.h"
 
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "cli/child.h"
 
@@ -23,16 +27,15 @@ static void on_lost(void *arg, const sema_lease_t *lease, int reason)
  * admin right where acquiring needs only acquire, so it is tried only when needed: a worker's
  * `sema run NAME -c N` works with an acquire token once NAME exists. */
 static int acquire_or_create(remote_opts_t *o, sema_client_t *c, const sema_acquire_opts_t *ao,
-                             sema_lease_t *lease, sema_client_error_t *e)
+                             sema_multi_lease_t *m, sema_client_error_t *e)
 {
+    sema_lease_t *lease = &m->lease;
+
+    m->nparts = 0;
     if (o->mode != 0)
         return sema_client_lock(c, o->pos[0], o->mode, ao, lease, e);
-    if (o->nparts > 0) { /* all at once; the lease stands for every part */
-        sema_multi_lease_t m;
-        int rc = sema_client_acquire_all(c, o->parts, o->nparts, ao, &m, e);
-        *lease = m.lease;
-        return rc;
-    }
+    if (o->nparts > 0) /* all at once; the lease stands for every part */
+        return sema_client_acquire_all(c, o->parts, o->nparts, ao, m, e);
     int rc = sema_client_acquire(c, o->pos[0], ao, lease, e);
     if (rc != SEMA_ENOENT || o->capacity == 0)
         return rc;
@@ -42,7 +45,7 @@ static int acquire_or_create(remote_opts_t *o, sema_client_t *c, const sema_acqu
     return rc;
 }
 
-static int take_lease(remote_opts_t *o, sema_client_t *c, sema_lease_t *lease)
+static int take_lease(remote_opts_t *o, sema_client_t *c, sema_multi_lease_t *lease)
 {
     sema_acquire_opts_t ao = {.weight = o->weight,
                               .timeout_ms = o->timeout_ms,
@@ -68,6 +71,72 @@ static int take_lease(remote_opts_t *o, sema_client_t *c, sema_lease_t *lease)
     else if (rc != 0)
         return remote_fail(o, o->pos[0], rc, &e);
     return rc == 0 ? 0 : CLI_EXIT_FAIL;
+}
+
+/* Whether "K=V" is one of the variables sema sets for its command. */
+static int is_ours(const char *kv)
+{
+    static const char *const ours[] = {"SEMA_LEASE=", "SEMA_FENCE=", "SEMA_FENCES="};
+    for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++)
+        if (strncmp(kv, ours[i], strlen(ours[i])) == 0)
+            return 1;
+    return 0;
+}
+
+/* "SEMA_FENCES=gpu=3,db=7" for a lease on several semaphores, else NULL. Malloc'd. */
+static char *fences_var(const sema_multi_lease_t *m)
+{
+    if (m->nparts == 0)
+        return NULL;
+    size_t cap = sizeof "SEMA_FENCES=" + m->nparts * (SEMA_CLIENT_NAME_MAX + 22), n;
+    char *s = malloc(cap);
+    if (s == NULL)
+        return NULL;
+    n = (size_t)snprintf(s, cap, "SEMA_FENCES=");
+    for (size_t i = 0; i < m->nparts; i++)
+        n += (size_t)snprintf(s + n, cap - n, "%s%s=%" PRIu64, i ? "," : "", m->parts[i].name,
+                              m->parts[i].fence);
+    return s;
+}
+
+/* The command's environment: sema's, less any SEMA_LEASE, SEMA_FENCE and SEMA_FENCES of its
+ * own, plus the lease's (vars[0..2], malloc'd, freed by the caller). NULL on ENOMEM. */
+static char **child_env(const sema_multi_lease_t *m, char *vars[3])
+{
+    size_t n = 0, k = 0;
+    while (environ[n] != NULL)
+        n++;
+    char **env = calloc(n + 4, sizeof *env);
+    size_t idlen = sizeof "SEMA_LEASE=" + strlen(m->lease.id), flen = sizeof "SEMA_FENCE=" + 20;
+    vars[0] = malloc(idlen);
+    vars[1] = malloc(flen);
+    vars[2] = fences_var(m);
+    if (env == NULL || vars[0] == NULL || vars[1] == NULL || (m->nparts > 0 && vars[2] == NULL)) {
+        free(env);
+        return NULL;
+    }
+    snprintf(vars[0], idlen, "SEMA_LEASE=%s", m->lease.id);
+    snprintf(vars[1], flen, "SEMA_FENCE=%" PRIu64, m->lease.fence);
+    for (size_t i = 0; i < n; i++)
+        if (!is_ours(environ[i]))
+            env[k++] = environ[i];
+    for (size_t i = 0; i < 3; i++)
+        if (vars[i] != NULL)
+            env[k++] = vars[i];
+    return env;
+}
+
+/* Start the command with its lease and fence in its environment. */
+static pid_t start_command(const remote_opts_t *o, const sema_multi_lease_t *m)
+{
+    char *vars[3] = {NULL, NULL, NULL};
+    char **env = child_env(m, vars);
+    pid_t pid = env != NULL ? cli_child_start(o->verb, o->cmd, env) : -1;
+
+    free(env); /* the child has its copy */
+    for (size_t i = 0; i < 3; i++)
+        free(vars[i]);
+    return pid;
 }
 
 /* The lease was lost: say so as the command is stopped. */
@@ -104,7 +173,8 @@ static int finish(remote_opts_t *o, sema_keepalive_t *ka, int cmd_status)
 
 int remote_run(remote_opts_t *o)
 {
-    sema_lease_t lease;
+    sema_multi_lease_t m;
+    sema_lease_t *lease = &m.lease;
     sema_keepalive_t *ka = NULL;
 
     if (cli_child_catch(&cancel_flag) != 0) {
@@ -117,23 +187,23 @@ int remote_run(remote_opts_t *o)
     sema_client_t *c = remote_client(o);
     if (c == NULL)
         return CLI_EXIT_USAGE;
-    rc = take_lease(o, c, &lease);
-    if (rc == 0 && (rc = sema_lease_keepalive_start(&ka, c, &lease, on_lost, NULL)) != 0) {
+    rc = take_lease(o, c, &m);
+    if (rc == 0 && (rc = sema_lease_keepalive_start(&ka, c, lease, on_lost, NULL)) != 0) {
         fprintf(stderr, "sema %s: cannot start the keep-alive: %s\n", o->verb, sema_strerror(rc));
-        sema_client_release(c, lease.id, NULL);
+        sema_client_release(c, lease->id, NULL);
         rc = CLI_EXIT_FAIL;
     }
     if (rc != 0) {
         sema_client_free(c);
         return rc;
     }
-    pid_t pid = cli_child_start(o->verb, o->cmd);
+    pid_t pid = start_command(o, &m);
     int status;
     if (pid < 0) {
         perror("sema: fork");
         status = CLI_EXIT_FAIL;
     } else {
-        void *arg[2] = {o, &lease};
+        void *arg[2] = {o, lease};
         status = cli_child_wait(o->verb, pid, o->grace_ms, say_lost, arg);
     }
     int lost = __atomic_load_n(&lost_reason, __ATOMIC_ACQUIRE) != 0;

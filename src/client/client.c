@@ -240,6 +240,19 @@ static char *base_url(const char *url, int *rc)
     return copy;
 }
 
+/* 1 if `opts` gives a TLS file for an http:// `url`: unused there, and the token would go in
+ * clear. $SEMA_CACERT and the others are defaults for https:// only, and do not count. */
+static int tls_on_http(const char *url, const sema_client_opts_t *opts)
+{
+    const char *given[] = {opts->cacert, opts->cert, opts->key};
+    if (url == NULL || strncmp(url, "http://", 7) != 0)
+        return 0;
+    for (size_t i = 0; i < sizeof given / sizeof given[0]; i++)
+        if (given[i] != NULL && given[i][0] != '\0')
+            return 1;
+    return 0;
+}
+
 static void client_strings_free(sema_client_t *c)
 {
     free(c->url);
@@ -271,6 +284,8 @@ int sema_client_new(sema_client_t **out, const char *url, const sema_client_opts
     c->cacert = opt_path(opts->cacert, "SEMA_CACERT", &fail);
     c->cert = opt_path(opts->cert, "SEMA_CERT", &fail);
     c->key = opt_path(opts->key, "SEMA_CERT_KEY", &fail);
+    if (rc == 0 && tls_on_http(c->url, opts))
+        rc = SEMA_EINVAL;
     if (rc == 0)
         rc = auth_header(c, opts->token != NULL ? opts->token : getenv("SEMA_TOKEN"));
     if (c->url == NULL || c->owner == NULL || fail || rc != 0) {

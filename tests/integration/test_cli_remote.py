@@ -145,6 +145,45 @@ def test_run_and_acquire_several_semaphores_at_once_with_a_tenant():
         assert st == EXIT_USAGE, err
 
 
+def test_run_hands_the_command_its_lease_and_fence():
+    """`sema run` (and `sema lock`) give the command SEMA_LEASE and SEMA_FENCE, the lease and
+    fence the server shows; several semaphores add SEMA_FENCES (name=fence,...), SEMA_FENCE
+    being the first's. Values inherited from sema's own environment are replaced or unset."""
+    with Semad() as d, tempfile.TemporaryDirectory() as tmp:
+        sema(d, "create", "gpu", "3", check=0)
+        sema(d, "create", "db", "1", check=0)
+        sema(d, "acquire", "gpu", check=0)  # the fence moves on: 1 would pass by chance
+        out = os.path.join(tmp, "env")
+        script = ('echo "$SEMA_LEASE ${SEMA_FENCE-unset} ${SEMA_FENCES-unset}" > %s.tmp; '
+                  'mv %s.tmp %s; while [ ! -e %s.stop ]; do sleep 0.02; done'
+                  % (out, out, out, out))
+
+        def run_and_read(*args):
+            if os.path.exists(out + ".stop"):
+                os.remove(out + ".stop")
+            e = env_for(d)
+            e.update(SEMA_LEASE="stale", SEMA_FENCE="0", SEMA_FENCES="stale=0")
+            p = subprocess.Popen([sema_bin()] + list(args) + ["--", "sh", "-c", script], env=e,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            wait_until(lambda: os.path.exists(out), 10, "the command to start")
+            with open(out) as f:
+                lease, fence, fences = f.read().split()
+            st, doc = d.json("GET", "/v1/leases/" + lease)
+            assert st == 200, (st, doc)
+            open(out + ".stop", "w").close()
+            assert p.wait(30 * SLOW) == 0, p.stderr.read()
+            os.remove(out)
+            return doc, fence, fences
+
+        doc, fence, fences = run_and_read("run", "gpu")
+        assert fence == str(doc["fence"]) == "2" and fences == "unset", (doc, fence, fences)
+        doc, fence, fences = run_and_read("run", "gpu:2,db:1")
+        want = "gpu=%d,db=%d" % (doc["fences"]["gpu"], doc["fences"]["db"])
+        assert fences == want and fence == str(doc["fences"]["gpu"]), (doc, fence, fences)
+        doc, fence, fences = run_and_read("lock", "k", "--exclusive")
+        assert fence == str(doc["fence"]) and fences == "unset", (doc, fence, fences)
+
+
 def test_create_and_resize_with_limits_and_get_shows_them():
     with Semad() as d:
         sema(d, "create", "api", "10", "--rate", "50", "--burst", "5", check=0)
@@ -287,6 +326,30 @@ def test_unreachable_server():
     rc = subprocess.run([sema_bin(), "get", "x", "--server", "ftp://not-a-url"],
                         capture_output=True, text=True).returncode
     assert rc == EXIT_USAGE
+
+
+def test_tls_options_with_an_http_server_are_refused():
+    """--cacert, --cert and --cert-key given with an http:// server are a usage error, never
+    silently dropped (the token would go in clear); SEMA_CACERT and friends in the
+    environment stay defaults for https:// and are not an error."""
+    with Semad() as d:
+        for opts in (["--cacert", "/nonexistent/ca.pem"], ["--cert", "/nonexistent/w.pem"],
+                     ["--cert-key", "/nonexistent/w.key"],
+                     ["--cacert", "ca.pem", "--cert", "w.pem", "--cert-key", "w.key"]):
+            for args in (["--server", d.url("")] + opts + ["ls"],
+                         ["ls"] + opts, opts + ["run", "x", "--", "true"]):
+                rc, out, err = sema(d, *args)
+                assert rc == EXIT_USAGE, (args, rc, err)
+                assert "--cacert, --cert and --cert-key are for an https:// server" in err, err
+                assert "http://" in err and out == "", (args, err, out)
+        rc, out, err = sema(d, "--server", d.url("").replace("http://", ""), "--cacert", "c", "ls")
+        assert rc == EXIT_USAGE and "are for an https:// server" in err, (rc, err)
+        e = env_for(d)
+        e.update(SEMA_CACERT="/nonexistent/ca.pem", SEMA_CERT="/nonexistent/w.pem",
+                 SEMA_CERT_KEY="/nonexistent/w.key")
+        p = subprocess.run([sema_bin(), "ls"], env=e, capture_output=True, text=True,
+                           timeout=30 * SLOW)
+        assert p.returncode == 0, (p.returncode, p.stderr)
 
 
 def test_too_long_name_says_the_maximum():

@@ -977,6 +977,26 @@ TEST(unreachable_server)
     sema_client_free(NULL);
 }
 
+TEST(tls_files_with_an_http_url_are_refused_but_not_from_the_environment)
+{
+    sema_client_t *c = NULL;
+    const sema_client_opts_t given[] = {{.cacert = "ca.pem"}, {.cert = "w.pem"}, {.key = "w.key"}};
+
+    for (size_t i = 0; i < sizeof given / sizeof given[0]; i++) {
+        ASSERT_EQ(sema_client_new(&c, "http://127.0.0.1:1", &given[i]), SEMA_EINVAL);
+        ASSERT_EQ(sema_client_new(&c, "127.0.0.1:1", &given[i]), SEMA_EINVAL);
+        ASSERT_OK(sema_client_new(&c, "https://127.0.0.1:1", &given[i]));
+        sema_client_free(c);
+    }
+    setenv("SEMA_CACERT", "/nonexistent/ca.pem", 1);
+    setenv("SEMA_CERT", "/nonexistent/w.pem", 1);
+    int rc = sema_client_new(&c, "http://127.0.0.1:1", NULL);
+    unsetenv("SEMA_CACERT");
+    unsetenv("SEMA_CERT");
+    ASSERT_OK(rc);
+    sema_client_free(c);
+}
+
 /* A client made with no URL talks to `want` (and works there). */
 static void check_default_url(const char *url, const char *want)
 {

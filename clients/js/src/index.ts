@@ -88,6 +88,7 @@ export interface ClientOptions {
   /**
    * https:// URLs, transport `"node"` (node:https): the CA certificates to trust instead of
    * Node's bundled ones (PEM text or Buffer, or an array of them), as node:https's `ca`.
+   * `ca`, `cert` or `key` with an http:// URL is a TypeError (the token would go in clear).
    * Default: the PEM file named by the `SEMA_CACERT` environment variable, if set.
    */
   ca?: string | Uint8Array | Array<string | Uint8Array>;
@@ -431,6 +432,10 @@ function makeHttp(url: string, opts: ClientOptions): Http {
     else kind = opts.fetch || !hasNodeHttp() ? "fetch" : "node";
   }
   const tls = { ca: opts.ca, cert: opts.cert, key: opts.key };
+  // given for an http:// URL they would go unused and the token in clear; the environment's
+  // SEMA_CACERT and the others are defaults for https:// only, and pass
+  if (/^http:/i.test(url) && (opts.ca !== undefined || opts.cert !== undefined || opts.key !== undefined))
+    throw new TypeError(`createClient: \`ca\`, \`cert\` and \`key\` are for an https:// URL; url is ${url}`);
   if (kind === "node") {
     if (opts.fetch) throw new TypeError('createClient: `fetch` is for transport "fetch"');
     return new NodeHttp(url, opts.maxSockets, tls, tlsFiles(opts));

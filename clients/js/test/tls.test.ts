@@ -106,6 +106,26 @@ test("an https:// semad with the `ca` option, SEMA_CACERT, and without either", 
   }
 });
 
+test("`ca`, `cert` and `key` with an http:// URL are a TypeError; SEMA_CACERT and the others are not", async () => {
+  const message = /^createClient: `ca`, `cert` and `key` are for an https:\/\/ URL; url is http:\/\/127\.0\.0\.1:1$/;
+  for (const transport of ["node", "fetch"] as const)
+    for (const tls of [{ ca: "x" }, { cert: "x" }, { key: "x" }, { ca: "x", cert: "x", key: "x" }]) {
+      assert.throws(() => createClient({ url: "http://127.0.0.1:1", transport, ...tls }), { name: "TypeError", message });
+      assert.throws(() => createClient({ url: "127.0.0.1:1", transport, ...tls }), { name: "TypeError", message });
+    }
+  const semad = await startSemad();
+  try {
+    await withEnv({ SEMA_CACERT: "/nonexistent/ca.pem", SEMA_CERT: "/nonexistent/w.pem", SEMA_CERT_KEY: "/nonexistent/w.key" }, async () => {
+      const client = createClient({ url: semad.url });
+      await client.createSemaphore("plain", 1);
+      assert.equal((await (await client.semaphore("plain")).state()).name, "plain");
+      client.close();
+    });
+  } finally {
+    await semad.stop();
+  }
+});
+
 test("a semad that requires client certificates: `cert` and `key`", async (t) => {
   if (!haveOpenssl) return t.skip("no openssl command");
   const semad = await startSemad({ args: [...serverArgs(), "--tls-client-ca", file("clients.pem")] });
