@@ -76,8 +76,9 @@ static int keep_owner(engine_result_t *r, const char **owner)
     return *owner != NULL ? 0 : -1;
 }
 
-/* A parked request as a view shows it (its owner and tenant borrowed). */
-static void view_waiter(emb_t *eb, engine_waiter_t *q, const emb_req_t *er)
+/* A parked request as a view shows it (its owner and tenant borrowed); `wall_off` is
+ * emb__wall_of(eb, 0), read once for a whole list. */
+static void view_waiter(engine_waiter_t *q, const emb_req_t *er, int64_t wall_off)
 {
     const emb_req_t *main = er->kind == EMB_KIND_PART ? er->multi->main : er;
 
@@ -86,13 +87,14 @@ static void view_waiter(emb_t *eb, engine_waiter_t *q, const emb_req_t *er)
     q->tenant = er->tplace != NULL ? emb__tenant_name(er->tplace->tenant, &(size_t){0}) : NULL;
     q->multi = er->kind == EMB_KIND_PART;
     q->weight = er->weight;
-    q->since_ms = emb__wall_of(eb, er->since_mono);
+    q->since_ms = (int64_t)er->since_mono + wall_off;
     q->mode = er->kind == EMB_KIND_ACQUIRE ? emb__req_mode(er->req) : 0;
     q->wait_idle = er->kind == EMB_KIND_WAIT_IDLE;
 }
 
 static int view_lists(emb_t *eb, engine_result_t *r, engine_sem_view_t *v, const emb_sem_t *s)
 {
+    int64_t wall_off = emb__wall_of(eb, 0);
     size_t nh = 0, nw = s->nwaiters < ENGINE_VIEW_LIST_MAX ? s->nwaiters : ENGINE_VIEW_LIST_MAX;
     int more_holders = 0;
 
@@ -117,7 +119,7 @@ static int view_lists(emb_t *eb, engine_result_t *r, engine_sem_view_t *v, const
     }
     for (const elist_t *x = s->waiters.next; v->nwaiters < nw; x = x->next) {
         engine_waiter_t *q = &v->waiters[v->nwaiters++];
-        view_waiter(eb, q, ECONTAINER(x, emb_req_t, link));
+        view_waiter(q, ECONTAINER(x, emb_req_t, link), wall_off);
         if (keep_owner(r, &q->owner) != 0 ||
             keep_str(r, &q->tenant, q->tenant != NULL ? strlen(q->tenant) : 0) != 0)
             return -1;
@@ -199,7 +201,7 @@ void emb__event_waiter(emb_t *eb, const emb_req_t *er, const char *type)
                          .waiter = &q,
                          .waiting = s->nwaiters - (left ? 1 : 0),
                          .waiting_weight = s->waiting - (left ? er->weight : 0)};
-    view_waiter(eb, &q, er);
+    view_waiter(&q, er, emb__wall_of(eb, 0));
     engine__event(eb->front, &ev);
 }
 
