@@ -65,6 +65,11 @@ grind semad
 spid=$!
 pids+=("$spid")
 addr=$(wait_listen "$tmp/semad.log" "$spid")
+# ready once its library is loaded, which under callgrind on a busy machine takes seconds
+for _ in $(seq 600); do
+    grep -q ' ready (' "$tmp/semad.log" && break
+    sleep 0.1
+done
 "$build/bin/sema" bench -s "http://$addr" -c "$conns" -n "$pairs" --capacity 1000 >/dev/null
 # semad stops while its Redis is there: stopped after it, semad would wait for Redis to come
 # back and outlive this script

@@ -8,6 +8,8 @@ Each case starts its own redis-server and semad instances on ephemeral loopback 
 skips when semad has no Redis back end. The bound is docs/redis.md's: /healthz says ok only
 while Redis answered the instance within the last CONTACT_MAX_S."""
 import os
+import re
+import socket
 import sys
 import time
 
@@ -116,6 +118,72 @@ def test_paused_redis_turns_healthz_503_within_the_bound():
         assert took <= (CONTACT_MAX_S + 1.0) * SLOW, took
         fx.wait_until(lambda: health(s)[0] == 200, CONTACT_MAX_S + 20, "/healthz 200 again")
         print("503 %.2fs after Redis stopped answering" % took)
+
+
+def _reload_library_if_counts_pending(port):
+    """In one transaction: read the epoch hash's `lq` (set while the library's Lua state holds
+    short-path changes to the count of leases not yet in the hash) and load the library again
+    (FUNCTION LOAD REPLACE, as an instance's connect does), which drops that state. Returns
+    whether `lq` was set, so the reload dropped changes the next call must count again."""
+    code = rf.cli(port, "FUNCTION", "LIST", "LIBRARYNAME", "sema", "WITHCODE")
+    code = code[code.index("#!lua"):].rstrip("\n")
+    cmds = [["MULTI"], ["HGET", "sema:epoch", "lq"], ["FUNCTION", "LOAD", "REPLACE", code],
+            ["EXEC"], ["QUIT"]]
+    out = b""
+    for c in cmds:
+        out += b"*%d\r\n" % len(c)
+        for a in c:
+            a = a.encode()
+            out += b"$%d\r\n%s\r\n" % (len(a), a)
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sk:
+        sk.sendall(out)
+        got = b""
+        while True:
+            b = sk.recv(65536)
+            if not b:
+                break
+            got += b
+    m = re.search(rb"\*2\r\n(\$-1|\$\d+\r\n[^\r]*)\r\n\$4\r\nsema\r\n", got)
+    assert m, got
+    return m.group(1) != b"$-1"
+
+
+def test_count_of_leases_survives_a_library_reload():
+    """The short acquire and release keep their changes to the count of leases in the
+    library's Lua state until a heartbeat writes them. Loading the library again (an
+    instance's connect does) drops that state: the next call counts the leases again from
+    the semaphores, so /healthz still says the right number (a lock key's lease included),
+    and goes on counting the short paths' changes from there."""
+    rf.need_redis_engine()
+    r = rf.RedisServer()
+    with r, rf.Fleet(r.url(), 1) as fl:
+        a = fl[0]
+        assert a.request("PUT", "/v1/semaphores/c", {"capacity": 50})[0] == 201
+        assert a.json("POST", "/v1/locks/k/acquire", {"ttl_ms": 60000})[0] == 200
+        live = []
+        dropped = False
+        for _ in range(40):  # (a heartbeat may write the changes just before the reload)
+            for _ in range(3):
+                st, lease = a.json("POST", "/v1/semaphores/c/acquire", {"ttl_ms": 60000})
+                assert st == 200, (st, lease)
+                live.append(lease["lease"])
+            assert a.request("DELETE", "/v1/leases/" + live.pop(0))[0] == 204
+            if _reload_library_if_counts_pending(r.port):
+                dropped = True
+                break
+        assert dropped, "no reload found the short paths' changes pending"
+        want = len(live) + 1
+        # (the instance's own changes show at once: the count from Redis comes with the
+        # heartbeat after the reload, which counts again and writes the hash)
+        fx.wait_until(lambda: r.cli("HGET", "sema:epoch", "leases").strip() == str(want),
+                      CONTACT_MAX_S + 2, "the count of leases in Redis after the reload")
+        assert health(a)[1]["leases"] == want
+        for lid in live[:2]:
+            assert a.request("DELETE", "/v1/leases/" + lid)[0] == 204
+        st, body = health(a)
+        assert st == 200 and body["leases"] == want - 2, body
+        fx.wait_until(lambda: r.cli("HGET", "sema:epoch", "leases").strip() == str(want - 2),
+                      CONTACT_MAX_S + 2, "the heartbeat writing the count")
 
 
 if __name__ == "__main__":

@@ -337,7 +337,7 @@ static long long calls_but(const char *stats, const char *const *outer, size_t n
 /* The uncontended path: one script call for an acquire, one for its release, and
  * PAIR_INSIDE commands inside Redis for the pair (the script's own work: what
  * docs/performance-redis.md counts). */
-#define PAIR_INSIDE 12
+#define PAIR_INSIDE 10
 TEST(an_acquire_release_pair_is_two_redis_commands)
 {
     redisContext *rc = redis_sync();

@@ -306,8 +306,71 @@ end
 -- live in the epoch's hash, read by every call with the epoch (run), and every reply tells
 -- them; a call that changes one sends the new value.
 local STATS = {} -- field -> the count's string (a table kept from call to call)
+
+-- The count of leases, off the short paths. The short acquire and release write no count:
+-- they add to their slot's LEASES[H].d, kept in the library's Lua state, and every reply
+-- tells the epoch hash's `leases` plus it. The state goes when the library is loaded again or
+-- another Redis becomes the primary, and with it what it had not written to the hash (a
+-- `beat` or a `sweep` writes it); so while it has any, the hash's field `lq` names the state
+-- (LEASE_TOKEN). A state that finds `lq` other than it expects counts the leases again from
+-- the semaphores' expiry indexes (every live lease is in its semaphore's :x): once per load
+-- or failover, one call of O(semaphores and lock keys) in that slot. LEASES[H]: {d = the
+-- count not in the hash, dirty = `lq` names this state}, nil until a general call checked.
+local LEASES, LEASE_TOKEN = {}, nil
 local function count(field, d) -- d: '1' or '-1'
-  STATS[field] = N(redis.call('HINCRBY', H .. 'epoch', field, d))
+  local n = redis.call('HINCRBY', H .. 'epoch', field, d)
+  if field == 'leases' then
+    n = n + LEASES[H].d
+  end
+  STATS[field] = N(n)
+end
+local function leases_recount()
+  local n = 0
+  for _, ix in ipairs({H .. 'names', H .. 'locks'}) do
+    local m = redis.call('ZRANGE', ix, '0', '-1')
+    for i = 1, #m do
+      n = n + redis.call('ZCARD', match(m[i], '%z(.*)$') .. ':x')
+    end
+  end
+  redis.call('HSET', H .. 'epoch', 'leases', N(n))
+  redis.call('HDEL', H .. 'epoch', 'lq')
+  return n
+end
+-- lq, stored: the epoch hash's `lq` and `leases` as read. The number of leases.
+local function leases_check(lq, stored)
+  stored = tonumber(stored or '0')
+  local ls = LEASES[H]
+  if lq ~= (ls and ls.dirty and LEASE_TOKEN or nil) or (not ls and lq) then
+    stored = leases_recount() -- (another state's changes may be missing from the hash)
+    ls = nil
+  end
+  if not ls then
+    LEASE_TOKEN = LEASE_TOKEN or N(NOWUS)
+    ls = {d = 0, dirty = false}
+    LEASES[H] = ls
+  end
+  return stored + ls.d
+end
+-- Before a short path first changes the count of a clean state: false when it may not (the
+-- general path checks).
+local function leases_mark(ls)
+  if redis.call('HSETNX', H .. 'epoch', 'lq', LEASE_TOKEN) == 0 then
+    LEASES[H] = nil -- another state's mark: the next general call counts again
+    return false
+  end
+  ls.dirty = true
+  return true
+end
+-- The short paths' changes into the hash (beat, sweep).
+local function leases_flush()
+  local ls = LEASES[H]
+  if ls.dirty then
+    if ls.d ~= 0 then
+      redis.call('HINCRBY', H .. 'epoch', 'leases', N(ls.d))
+    end
+    redis.call('HDEL', H .. 'epoch', 'lq')
+    ls.d, ls.dirty = 0, false
+  end
 end
 local function locks_now()
   return tonumber(STATS.locks)
@@ -1133,6 +1196,10 @@ local function acquire_at_once(k)
      due <= NOW or exp < due or wt < 1 or wt > cap or wt > avail then
     return nil
   end
+  local ls = LEASES[H]
+  if not ls or not (ls.dirty or leases_mark(ls)) then
+    return nil
+  end
   fence = fence + 1
   if fence < NOWUS then
     fence = NOWUS
@@ -1142,7 +1209,7 @@ local function acquire_at_once(k)
                                                 PRINC))
   redis.call('ZADD', KX, fmt('%d', exp), lid)
   granted()
-  redis.call('HINCRBY', H .. 'epoch', 'leases', '1')
+  ls.d = ls.d + 1
   redis.call('SETRANGE', KM, ROW_AT.avail, struct.pack('<ddd', avail - wt, held + wt, fence))
   return 'G' .. struct.pack('<dd', fence, NOW) -- (the rest of the lease is the request's)
 end
@@ -1168,7 +1235,8 @@ local function release_at_once(k)
     return nil
   end
   local cap, avail, held, fence, nq, due, nt, ev = struct.unpack(ROW_FMT, r)
-  if nq ~= 0 or nt ~= 0 or ev ~= 0 then
+  local ls = LEASES[H]
+  if nq ~= 0 or nt ~= 0 or ev ~= 0 or not ls or not (ls.dirty or leases_mark(ls)) then
     return nil
   end
   local lid = string.sub(k, #H + 4)
@@ -1177,7 +1245,7 @@ local function release_at_once(k)
   if idem ~= '' and redis.call('HGET', KI, idem) == 'L' .. lid then
     redis.call('HDEL', KI, idem)
   end
-  redis.call('HINCRBY', H .. 'epoch', 'leases', '-1')
+  ls.d = ls.d - 1
   redis.call('SETRANGE', KM, ROW_AT.avail, struct.pack('<dd', avail + w, held - w))
   return 'R' .. struct.pack('<d', acq)
 end
@@ -1229,6 +1297,7 @@ local function beat()
   redis.call('ZADD', H .. 'inst', N(NOW + ALIVE_MS), INST)
   inst_due()
   collect_outcomes()
+  leases_flush()
   return reply(0)
 end
 
@@ -1931,7 +2000,7 @@ local LEASE_OPS = {lease_get = true, lease_renew = true, lease_release = true,
                    lease_revoke = true, drop_lease = true} -- KEYS[1] is sema:id:LID
 local function run()
   local ep = redis.call('HMGET', H .. 'epoch', 'id', 'safe_at', 'horizon', 'due', 'sems',
-                       'leases', 'locks', 'layout', 'idue')
+                       'leases', 'locks', 'layout', 'idue', 'lq')
   IDUE = ep[9] or '0'
   if OP == 'hello' then
     if ep[1] and ep[8] ~= P.LAYOUT_S then
@@ -1975,7 +2044,8 @@ local function run()
   HORIZON_S = ep[3] or '0'
   HORIZON = nil -- a number when a grant needs it
   DUE_HEAD = ep[4]
-  STATS.sems, STATS.leases, STATS.locks = ep[5] or '0', ep[6] or '0', ep[7] or '0'
+  STATS.sems, STATS.locks = ep[5] or '0', ep[7] or '0'
+  STATS.leases = N(leases_check(ep[10], ep[6]))
   if not DUE_HEAD then
     due_head(false) -- an epoch written before it kept the due time: read it once
   end
@@ -1986,6 +2056,7 @@ local function run()
     return beat()
   end
   if OP == 'sweep' then
+    leases_flush()
     local dead = redis.call('ZRANGEBYSCORE', H .. 'inst', '-inf', '(' .. nows(), 'LIMIT', '0',
                             '1')
     if #dead > 0 and dead[1] ~= INST then
