@@ -66,6 +66,20 @@ local function N(x)
   return s
 end
 
+-- Strings as numbers: those that come back call after call (an epoch, Redis's clock's
+-- seconds, a weight, a ttl) are parsed once (Lua's parse, strtod, costs far more than a
+-- look-up). Bounded as NMEMO.
+local NUMS, NUMS_N = {}, 0
+local function num(s)
+  local x = s + 0
+  if NUMS_N >= 4096 then
+    NUMS, NUMS_N = {}, 0
+  end
+  NUMS[s] = x
+  NUMS_N = NUMS_N + 1
+  return x
+end
+
 -- Redis's clock as a string (NOW's), made once per call when first needed
 local NOWS
 local function nows()
@@ -105,6 +119,18 @@ local function keys_of(stem)
   TAG, KIND, NAME, KM, KF, KQ, KW, KX, KI, KA, KS =
     k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9], k[10], k[11]
   KT, KK, KTL, KFW, KEST, KH = k[12], k[13], k[14], k[15], k[16], k[17]
+end
+
+-- What the short paths need of a stem's keys (the rest is the general path's: it sets them
+-- all again with keys_of): its kind, row, expiry index and idempotency keys.
+local function keys_short(stem)
+  local k = KEYSETS[stem]
+  if not k then
+    keys_of(stem)
+    return KIND, KM, KX, KI
+  end
+  S = stem
+  return k[2], k[4], k[8], k[9]
 end
 
 -- Tickets (the section "tickets" below): hooks the shared code calls only while the row
@@ -162,6 +188,7 @@ end
 -- in one command, with no number formatted or parsed. :x holds every live lease of the
 -- semaphore by expiry.
 local LREC = '<ddddddHc0Hc0Hc0Hc0'
+local LREC_L = '<BddddddHc0Hc0Hc0Hc0' -- ('l' first: one string made, not two)
 local MODE = {[0] = '0', [1] = '1', [2] = '2'}
 -- The lease in an id key's value v and its stem (nil for anything else: a tombstone).
 local function lparse(v)
@@ -188,8 +215,8 @@ local function lget(lid)
 end
 -- A lease's record of this semaphore (mode: a number).
 local function lrecord(w, f, ttl, acq, exp, mode, owner, idem, princ)
-  return 'l' .. struct.pack(LREC, w, f, ttl, acq, exp, mode, #owner, owner, #idem, idem, #princ,
-                            princ, #S, S)
+  return struct.pack(LREC_L, 108, w, f, ttl, acq, exp, mode, #owner, owner, #idem, idem,
+                     #princ, princ, #S, S)
 end
 local function lwrite(lid, l)
   lstr(l) -- (the general path shows it too: its act, its result)
@@ -1179,21 +1206,22 @@ end
 -- instance sends a plain flag only while it knows of no pause. Nil for any other call, which
 -- takes the general path.
 local function acquire_at_once(k)
-  keys_of(k)
-  if KIND ~= 's' or ARGV[A + 5] ~= '' then
+  local kind, km, kx = keys_short(k)
+  if kind ~= 's' or ARGV[A + 5] ~= '' then
     return nil
   end
-  local v = redis.call('GET', KM)
+  local v = redis.call('GET', km)
   if not v then
     return nil
   end
   local cap, avail, held, fence, nq, due, nt, ev, ep, pa, hz = struct.unpack(ROW_FMT, v)
-  local wt, ttl = ARGV[A] + 0, ARGV[A + 2] + 0
+  local sw, sttl = ARGV[A], ARGV[A + 2]
+  local wt, ttl = NUMS[sw] or num(sw), NUMS[sttl] or num(sttl)
   local exp = NOW + ttl
   -- (another epoch, a pause, a lease past the horizon, a due time to file or one that has
   -- come, events to log: the general path's)
-  if ep ~= EPOCH + 0 or pa ~= 0 or exp > hz or nq ~= 0 or nt ~= 0 or ev ~= 0 or due == 0 or
-     due <= NOW or exp < due or wt < 1 or wt > cap or wt > avail then
+  if ep ~= (NUMS[EPOCH] or num(EPOCH)) or pa ~= 0 or exp > hz or nq ~= 0 or nt ~= 0 or
+     ev ~= 0 or due == 0 or due <= NOW or exp < due or wt < 1 or wt > cap or wt > avail then
     return nil
   end
   local ls = LEASES[H]
@@ -1207,11 +1235,11 @@ local function acquire_at_once(k)
   local lid = ARGV[A + 3]
   redis.call('SET', H .. 'id:' .. lid, lrecord(wt, fence, ttl, NOW, exp, 0, ARGV[A + 4], '',
                                                 PRINC))
-  redis.call('ZADD', KX, fmt('%d', exp), lid)
+  redis.call('ZADD', kx, fmt('%d', exp), lid)
   granted()
   ls.d = ls.d + 1
-  redis.call('SETRANGE', KM, ROW_AT.avail, struct.pack('<ddd', avail - wt, held + wt, fence))
-  return 'G' .. struct.pack('<dd', fence, NOW) -- (the rest of the lease is the request's)
+  redis.call('SETRANGE', km, ROW_AT.avail, struct.pack('<ddd', avail - wt, held + wt, fence))
+  return struct.pack('<Bdd', 71, fence, NOW) -- 'G' (the rest of the lease is the request's)
 end
 
 -- k: the id's key of the lease (sema:id:LID). It needs no clock: a lease whose time came
@@ -1226,11 +1254,11 @@ local function release_at_once(k)
   if not allowed(princ) then
     return nil
   end
-  keys_of(stem)
-  if KIND ~= 's' then
+  local kind, km, kx, ki = keys_short(stem)
+  if kind ~= 's' then
     return nil
   end
-  local r = redis.call('GET', KM)
+  local r = redis.call('GET', km)
   if not r then
     return nil
   end
@@ -1240,14 +1268,14 @@ local function release_at_once(k)
     return nil
   end
   local lid = string.sub(k, #H + 4)
-  redis.call('ZREM', KX, lid)
+  redis.call('ZREM', kx, lid)
   redis.call('SET', k, 'TR' .. RID, 'PX', TOMB_TTL_MS)
-  if idem ~= '' and redis.call('HGET', KI, idem) == 'L' .. lid then
-    redis.call('HDEL', KI, idem)
+  if idem ~= '' and redis.call('HGET', ki, idem) == 'L' .. lid then
+    redis.call('HDEL', ki, idem)
   end
   ls.d = ls.d - 1
-  redis.call('SETRANGE', KM, ROW_AT.avail, struct.pack('<dd', avail + w, held - w))
-  return 'R' .. struct.pack('<d', acq)
+  redis.call('SETRANGE', km, ROW_AT.avail, struct.pack('<dd', avail + w, held - w))
+  return struct.pack('<Bd', 82, acq) -- 'R'
 end
 
 -- ---- an instance's own waiters ----
@@ -2262,7 +2290,8 @@ local function main(keys, args)
     end
   end
   local t = redis.call('TIME')
-  local sec, us = t[1] + 0, t[2] + 0 -- (Lua parses a string once; tonumber twice)
+  local ss = t[1]
+  local sec, us = NUMS[ss] or num(ss), t[2] + 0
   NOW = sec * 1000 + floor(us / 1000)
   NOWUS = sec * 1000000 + us
   NOWS = nil
