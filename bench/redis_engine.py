@@ -30,6 +30,7 @@ PAIRS (pairs counted for figure 1, default 1000).
 """
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -61,9 +62,32 @@ def say(*words):
 
 
 def cpu_s(pid):
+    return sum(cpu_us_sys(pid))
+
+
+def cpu_us_sys(pid):
+    """(user, system) CPU seconds of process pid."""
     with open("/proc/%d/stat" % pid) as f:
         v = f.read().rsplit(")", 1)[1].split()
-    return (int(v[11]) + int(v[12])) / HZ
+    return int(v[11]) / HZ, int(v[12]) / HZ
+
+
+REDIS_STATS = ("total_net_input_bytes", "total_net_output_bytes", "total_reads_processed",
+               "total_writes_processed")
+
+
+def redis_work(r):
+    """What Redis did so far: its user and system CPU, the INFO stats of REDIS_STATS, and the
+    microseconds its script commands (FCALL, EVALSHA) ran by its own clock."""
+    u, y = cpu_us_sys(r.proc.pid)
+    info = r.info("all")
+    out = {"user": u, "sys": y, "script_us": 0}
+    for k in REDIS_STATS:
+        out[k] = int(info.get(k, "0"))
+    for k in ("cmdstat_fcall", "cmdstat_evalsha"):
+        m = re.search(r"usec=(\d+)", info.get(k, ""))
+        out["script_us"] += int(m.group(1)) if m else 0
+    return out
 
 
 def run_json(cmd, timeout=300):
@@ -201,10 +225,19 @@ def throughput(r, fl, ua, ub, emb):
 
     def timed(label, cmd, pairs_key, semads=None):
         semads = fl.live() if semads is None else semads
-        c0, s0 = cpu_s(r.proc.pid), sum(cpu_s(s.proc.pid) for s in semads)
+        w0, s0 = redis_work(r), sum(cpu_s(s.proc.pid) for s in semads)
         j = run_json(cmd)
-        j["redis_cpu_us_per_pair"] = round((cpu_s(r.proc.pid) - c0) * 1e6 /
-                                           max(1, j.get(pairs_key) or 0), 2)
+        w1, n = redis_work(r), max(1, j.get(pairs_key) or 0)
+        j["redis_cpu_us_per_pair"] = round((w1["user"] + w1["sys"] - w0["user"] - w0["sys"])
+                                           * 1e6 / n, 2)
+        # where Redis's CPU went: user and system time, the scripts' own time (by Redis's
+        # clock), bytes in and out, and reads and writes (one a syscall each: commands per
+        # read is the depth of the pipelines Redis was sent)
+        j["redis_split"] = "user_us=%.2f sys_us=%.2f script_us=%.2f in_bytes=%.0f " \
+            "out_bytes=%.0f reads=%.3f writes=%.3f" % (
+                (w1["user"] - w0["user"]) * 1e6 / n, (w1["sys"] - w0["sys"]) * 1e6 / n,
+                (w1["script_us"] - w0["script_us"]) / n,
+                *((w1[k] - w0[k]) / n for k in REDIS_STATS))
         j["semad_cpu_us_per_pair"] = round((sum(cpu_s(s.proc.pid) for s in semads) - s0) * 1e6
                                            / max(1, j.get(pairs_key) or 0), 2)
         j["pairs_per_s"] = j.get("pairs_per_s", j.get("ops_per_s"))
@@ -231,6 +264,8 @@ def throughput(r, fl, ua, ub, emb):
                 label, CONNS, j["pairs_per_s"], j["pair_p50_us"], j["pair_p99_us"],
                 j.get("errors"), j["redis_cpu_us_per_pair"],
                 j["semad_cpu_us_per_pair"] if label.startswith("semad") else "-"))
+        if label != "semad_embedded":
+            say("figure redis_work_per_pair_%s %s" % (label, j["redis_split"]))
     two, one, e = res["semad_2_instances"], res["semad_1_instance"], res["semad_embedded"]
     say("ratio semad_cpu_per_pair_redis_vs_embedded value=%.3f (one instance; lower is better)"
         % (one["semad_cpu_us_per_pair"] / max(1e-9, e["semad_cpu_us_per_pair"])))
