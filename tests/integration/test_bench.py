@@ -5,6 +5,7 @@ the server saw."""
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -146,6 +147,49 @@ def test_rate_paces_starts_and_reports_intervals():
     assert 0.9 * due <= report["ops"] + report["missed"] <= due + 2, report
     assert report["ops"] <= due + 2, report
     assert report["errors"] == 0, report
+
+
+def stalled_run(stop_pid_of):
+    """A --rate run whose process `stop_pid_of(semad, bench)` names is stopped (SIGSTOP) for
+    1.5 s after the first interval, longer than a start may be late: its intervals and
+    report."""
+    with fx.Semad() as s:
+        p = subprocess.Popen([SEMA, "bench", "--json", "-s", s.url(""), "-c", "4", "-d", "4s",
+                              "--rate", "200", "--interval", "500ms", "--name", "st"],
+                             stdout=subprocess.PIPE, text=True)
+        try:
+            lines = [json.loads(p.stdout.readline())]
+            pid = stop_pid_of(s, p)
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                time.sleep(1.5)  # the stall itself: nothing runs in the stopped process
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            lines += [json.loads(line) for line in p.stdout]
+            rc = p.wait(60 * fx.SLOW)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert rc == 0, lines
+    return lines[:-1], lines[-1]
+
+
+def test_rate_counts_the_starts_missed_while_the_generator_itself_stalled():
+    """Starts owed while sema bench did not run are missed_stalled (the machine's), and its
+    own timer's lateness is reported; those owed while the server did not answer are not."""
+    ticks, report = stalled_run(lambda s, bench: bench.pid)
+    assert report["missed"] >= 200, report  # 1.5 s at 200/s, once the second of grace is over
+    assert report["missed_stalled"] >= 0.8 * report["missed"], report
+    assert report["lag_max_us"] >= 1.4e6, report
+    assert max(t["lag_max_us"] for t in ticks) >= 1.4e6, ticks
+    # (the starts still owed at the deadline count after the last interval)
+    assert 0 <= report["missed_stalled"] - sum(t["missed_stalled"] for t in ticks) <= 2, ticks
+
+    ticks, report = stalled_run(lambda s, bench: s.proc.pid)
+    assert report["missed"] >= 200, report
+    assert report["missed_stalled"] <= 0.2 * report["missed"], report
+    assert 0 <= report["missed"] - sum(t["missed"] for t in ticks) <= 2, (ticks, report)
 
 
 def test_get_mode_and_pipelining():
