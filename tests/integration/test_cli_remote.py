@@ -6,6 +6,7 @@ Each test starts its own semad (semad_fixture.Semad) on an ephemeral loopback po
 the real `sema` ($SEMA_BIN) as separate processes, as a shell script would.
 """
 import json
+import shutil
 import re
 import os
 import signal
@@ -350,6 +351,50 @@ def test_tls_options_with_an_http_server_are_refused():
         p = subprocess.run([sema_bin(), "ls"], env=e, capture_output=True, text=True,
                            timeout=30 * SLOW)
         assert p.returncode == 0, (p.returncode, p.stderr)
+
+
+def run_sema(args, **env):
+    """sema with `args`, no server needed (it stops before talking to one): the process."""
+    e = {k: v for k, v in os.environ.items() if not k.startswith("SEMA_")}
+    e.update(env)
+    return subprocess.run([sema_bin()] + args, env=e, capture_output=True, text=True,
+                          timeout=30 * SLOW)
+
+
+def test_a_client_certificate_missing_a_half_says_which():
+    """--cert-key without a certificate, or a certificate file without its key and no
+    --cert-key, is a usage error naming the option missing; a file holding both, or both
+    given, goes on (here to a server that is not there)."""
+    tmp = tempfile.mkdtemp(prefix="sema-cert-")
+    cert, both = os.path.join(tmp, "w.pem"), os.path.join(tmp, "both.pem")
+    pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    with open(cert, "w") as f:
+        f.write(pem)
+    with open(both, "w") as f:
+        f.write(pem + "-----BEGIN PRIVATE KEY-----\nMIGH\n-----END PRIVATE KEY-----\n")
+    try:
+        url = "https://127.0.0.1:1"
+        for args, env in ((["-s", url, "--cert-key", cert, "ls"], {}),
+                          (["ls", "-s", url, "--cert-key", cert], {}),
+                          (["ls", "--cert-key", cert], {"SEMA_SERVER": url})):
+            p = run_sema(args, **env)
+            assert p.returncode == EXIT_USAGE, (args, p)
+            assert "--cert-key is the key of a client certificate, and no certificate is " \
+                   "given: add --cert FILE (or set SEMA_CERT)" in p.stderr, p.stderr
+        for args, env in ((["-s", url, "--cert", cert, "ls"], {}),
+                          (["-s", url, "ls"], {"SEMA_CERT": cert})):
+            p = run_sema(args, **env)
+            assert p.returncode == EXIT_USAGE, (args, p)
+            assert "the client certificate %s holds no private key, and no key is given: add " \
+                   "--cert-key FILE (or set SEMA_CERT_KEY)" % cert in p.stderr, p.stderr
+        for args, env in ((["-s", url, "--cert", both, "ls"], {}),
+                          (["-s", url, "--cert", cert, "--cert-key", both, "ls"], {}),
+                          (["-s", url, "ls"], {"SEMA_CERT_KEY": both})):
+            p = run_sema(args, **env)
+            assert p.returncode == EXIT_UNAVAILABLE, (args, p)
+            assert "cannot reach" in p.stderr, p.stderr
+    finally:
+        shutil.rmtree(tmp)
 
 
 def test_too_long_name_says_the_maximum():
