@@ -397,6 +397,19 @@ def test_a_client_certificate_missing_a_half_says_which():
         shutil.rmtree(tmp)
 
 
+def test_a_verbs_option_before_the_verb_is_said_to_belong_after_it():
+    for args, typed, verb in ((["--weight", "2", "acquire", "x"], "--weight", "acquire"),
+                              (["--ttl=5s", "run", "x", "--", "true"], "--ttl", "run"),
+                              (["-s", "http://127.0.0.1:1", "--capacity", "3", "create", "c"],
+                               "--capacity", "create")):
+        p = run_sema(args)
+        assert p.returncode == EXIT_USAGE, (args, p)
+        assert "sema: option '%s' belongs after the verb: sema %s %s ..." % (typed, verb, typed) \
+            in p.stderr, (args, p.stderr)
+    p = run_sema(["--weight", "2"])  # no verb to name
+    assert p.returncode == EXIT_USAGE and "unknown option '--weight'" in p.stderr, p.stderr
+
+
 def test_too_long_name_says_the_maximum():
     with Semad() as d:
         rc, _, err = sema(d, "create", "n" * 300, "1")
