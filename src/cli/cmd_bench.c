@@ -105,6 +105,24 @@ static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
     return 0;
 }
 
+/* TLS options that nothing would use are refused, as the other verbs refuse them: --cacert
+ * (`given`: not $SEMA_CACERT, a default for https:// servers) with a plain-HTTP `url`, and
+ * --cert or --cert-key, as sema bench presents no client certificate. */
+static int check_tls_options(const bench_opts_t *o, const char *url, int given)
+{
+    if (cli_global.cert != NULL || cli_global.cert_key != NULL) {
+        fprintf(stderr, "sema bench: --cert and --cert-key are not taken: sema bench presents "
+                        "no client certificate\n");
+        return -1;
+    }
+    if (given && !o->tls) {
+        fprintf(stderr, "sema bench: --cacert is for an https:// server, and %s%s is plain HTTP\n",
+                strstr(url, "://") == NULL ? "http://" : "", url);
+        return -1;
+    }
+    return 0;
+}
+
 /* http[s]://host[:port][/] -> the resolved address and the Host header. */
 static int parse_server(const char *url, bench_opts_t *o)
 {
@@ -322,6 +340,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
     o->cacert = cli_global.cacert ? cli_global.cacert : getenv("SEMA_CACERT");
     if (o->cacert != NULL && *o->cacert == '\0')
         o->cacert = NULL;
+    const char *env_cacert = cli_global.cacert ? NULL : o->cacert; /* a default, not an ask */
     o->json = cli_global.json;
     o->progress = isatty(STDERR_FILENO);
     optind = 1;
@@ -341,6 +360,8 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
             fprintf(stderr, "sema bench: cannot resolve the server '%s'\n", url);
             return -1;
         }
+        if (check_tls_options(o, url, o->cacert != NULL && o->cacert != env_cacert) != 0)
+            return -1;
     }
     if (o->all && (o->mode != BENCH_PAIRS || o->sems < 2 || o->sems > BENCH_ALL_MAX)) {
         fprintf(stderr, "sema bench: --all is for pairs, with -k from 2 to %d\n", BENCH_ALL_MAX);

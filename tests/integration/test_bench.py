@@ -192,6 +192,29 @@ def test_rate_counts_the_starts_missed_while_the_generator_itself_stalled():
     assert 0 <= report["missed"] - sum(t["missed"] for t in ticks) <= 2, (ticks, report)
 
 
+def test_tls_options_it_would_not_use_are_refused():
+    """--cacert with an http:// server is refused, before the verb or after it, as the other
+    verbs refuse it (SEMA_CACERT stays a default for https:// servers); so are --cert and
+    --cert-key, as sema bench presents no client certificate. Nothing is sent."""
+    e = {k: v for k, v in os.environ.items() if not k.startswith("SEMA_")}
+    for args in (["bench", "-s", "http://127.0.0.1:1", "--cacert", "ca.pem"],
+                 ["--cacert", "ca.pem", "bench", "-s", "127.0.0.1:1"],
+                 ["bench", "-s", "https://127.0.0.1:1", "-s", "http://127.0.0.1:2",
+                  "--cacert", "ca.pem", "--no-create"]):
+        p = subprocess.run([SEMA] + args + ["-d", "1s"], env=e, capture_output=True, text=True,
+                           timeout=30 * fx.SLOW)
+        assert p.returncode == 2, (args, p)
+        assert "--cacert is for an https:// server, and http://127.0.0.1:" in p.stderr, p.stderr
+    for opt in ("--cert", "--cert-key"):
+        p = subprocess.run([SEMA, opt, "w.pem", "bench", "-d", "1s"], env=e,
+                           capture_output=True, text=True, timeout=30 * fx.SLOW)
+        assert p.returncode == 2 and "presents no client certificate" in p.stderr, p
+    e["SEMA_CACERT"] = "ca.pem"  # a default: the run goes on, and finds no server
+    p = subprocess.run([SEMA, "bench", "-s", "http://127.0.0.1:1", "-d", "1s"], env=e,
+                       capture_output=True, text=True, timeout=30 * fx.SLOW)
+    assert p.returncode != 2 and "cannot connect" in p.stderr, p
+
+
 def test_get_mode_and_pipelining():
     with fx.Semad() as s:
         r = sema_bench(s.url(""), "-m", "get", "--path", "/healthz", "-c", 4, "-n", 500)
