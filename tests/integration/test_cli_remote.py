@@ -16,6 +16,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import semad_fixture  # noqa: E402
@@ -183,6 +184,16 @@ def test_run_hands_the_command_its_lease_and_fence():
         assert fences == want and fence == str(doc["fences"]["gpu"]), (doc, fence, fences)
         doc, fence, fences = run_and_read("lock", "k", "--exclusive")
         assert fence == str(doc["fence"]) and fences == "unset", (doc, fence, fences)
+        # '%', ',' and '=' of a name are percent-encoded: the value splits at ',' and '='
+        sema(d, "create", "a=b", "2", check=0)
+        sema(d, "create", "p%q", "2", check=0)
+        doc, fence, fences = run_and_read("run", "a=b:1,p%q:1,db")
+        want = "a%%3Db=%d,p%%25q=%d,db=%d" % (doc["fences"]["a=b"], doc["fences"]["p%q"],
+                                              doc["fences"]["db"])
+        assert fences == want, (doc, fences)
+        parsed = {urllib.parse.unquote(k): int(v)
+                  for k, v in (part.split("=") for part in fences.split(","))}
+        assert parsed == doc["fences"], (parsed, doc)
 
 
 def test_create_and_resize_with_limits_and_get_shows_them():
