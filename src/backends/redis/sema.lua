@@ -1205,6 +1205,10 @@ end
 -- hash: the row says what they need of it (ep, pa, hz: the row's fields above), and the
 -- instance sends a plain flag only while it knows of no pause. Nil for any other call, which
 -- takes the general path.
+-- (the row's first fields, up to the one each short path reads last: struct makes a Lua
+-- value of every field it unpacks)
+-- (made by main: the globals are not reachable while the library loads)
+local ROW_TO_HZ, ROW_TO_EV
 local function acquire_at_once(k)
   local kind, km, kx = keys_short(k)
   if kind ~= 's' or ARGV[A + 5] ~= '' then
@@ -1214,7 +1218,7 @@ local function acquire_at_once(k)
   if not v then
     return nil
   end
-  local cap, avail, held, fence, nq, due, nt, ev, ep, pa, hz = struct.unpack(ROW_FMT, v)
+  local cap, avail, held, fence, nq, due, nt, ev, ep, pa, hz = struct.unpack(ROW_TO_HZ, v)
   local sw, sttl = ARGV[A], ARGV[A + 2]
   local wt, ttl = NUMS[sw] or num(sw), NUMS[sttl] or num(sttl)
   local exp = NOW + ttl
@@ -1262,7 +1266,7 @@ local function release_at_once(k)
   if not r then
     return nil
   end
-  local cap, avail, held, fence, nq, due, nt, ev = struct.unpack(ROW_FMT, r)
+  local cap, avail, held, fence, nq, due, nt, ev = struct.unpack(ROW_TO_EV, r)
   local ls = LEASES[H]
   if nq ~= 0 or nt ~= 0 or ev ~= 0 or not ls or not (ls.dirty or leases_mark(ls)) then
     return nil
@@ -2266,6 +2270,8 @@ local function main(keys, args)
   KEYS, ARGV = keys, args
   if not fmt then
     fmt, match, concat, floor = string.format, string.match, table.concat, math.floor
+    ROW_TO_HZ = '<' .. string.rep('d', ROW_AT.hz / 8 + 1)
+    ROW_TO_EV = '<' .. string.rep('d', ROW_AT.ev / 8 + 1)
   end
   OP, EPOCH, INST, RID, PRINC = ARGV[1], ARGV[2], ARGV[4], ARGV[5], ARGV[6]
   local fl = ARGV[3] -- '0' or '1', then 'r' (sent again) and 'p' (a pause), if so; 'c' last
