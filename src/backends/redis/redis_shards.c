@@ -442,7 +442,7 @@ static void load_cb(rs_cluster_t *cl, rs_ccmd_t *cc, int how, redisReply *rep)
 }
 
 /* Load the library on the primary of slot, once at a time per primary. */
-static void load_library(rs_t *r, unsigned slot)
+void rs__sh_load_library(rs_t *r, unsigned slot)
 {
     rs_shards_t *sh = r->sh;
     const rs_slot_addr_t *a = rs__cluster_owner(sh->cl, slot);
@@ -496,7 +496,7 @@ static void on_answer(rs_t *r, rs_cmd_t *c, redisReply *rep, uint16_t by)
     r->replies++;
     if (is_err(rep, "ERR Function not found") || is_err(rep, "NOSCRIPT")) {
         wait_for(r, c);
-        load_library(r, c->slot);
+        rs__sh_load_library(r, c->slot);
         return;
     }
     if (is_err(rep, "READONLY") || is_err(rep, "LOADING") || is_err(rep, "MASTERDOWN")) {
@@ -820,6 +820,16 @@ int rs__sh_epoch_sums(rs_t *r, const char *const *fields, int n, int64_t *out)
         }
     }
     return rc;
+}
+
+rs_cluster_t *rs__sh_cluster(const rs_t *r)
+{
+    return r->sh != NULL ? r->sh->cl : NULL;
+}
+
+uint32_t rs__sh_slot_tag(const rs_t *r, unsigned slot)
+{
+    return r->sh->tags.tag[slot];
 }
 
 redisContext *rs__sync_for(rs_t *r, const char *key, size_t len)

@@ -1889,13 +1889,15 @@ end
 
 -- list, lock_list: prefix, cursor, limit. The index's members (sema:names, sema:locks) are
 -- name NUL stem, in name order.
-local function list_index(index)
-  local pfx, cur, limit = ARGV[A], ARGV[A + 1], tonumber(ARGV[A + 2])
+local function list_range(index, pfx, cur, limit)
   local start = '[' .. pfx
   if cur ~= '' and cur >= pfx then
     start = '[' .. cur .. '\1'
   end
-  local names = redis.call('ZRANGEBYLEX', index, start, '+', 'LIMIT', 0, limit + 1)
+  return redis.call('ZRANGEBYLEX', index, start, '+', 'LIMIT', 0, limit + 1)
+end
+-- The page of `names` (members in name order): {more, items}.
+local function list_page(names, pfx, limit)
   local items, more, n = {}, '0', 0
   for _, m in ipairs(names) do
     local name, stem = string.match(m, '^(.*)%z(sema:.*)$')
@@ -1905,6 +1907,9 @@ local function list_index(index)
     if n == limit then
       more = '1'
       break
+    end
+    if PUB == 'SPUBLISH' then
+      H = match(stem, '^sema:{[^}]*}')
     end
     keys_of(stem)
     M = mload()
@@ -1916,13 +1921,50 @@ local function list_index(index)
     end
   end
   S, M = nil, nil
-  return reply(0, {more, items})
+  return {more, items}
+end
+local function list_index(index)
+  local pfx, limit = ARGV[A], tonumber(ARGV[A + 2])
+  return reply(0, list_page(list_range(index, pfx, ARGV[A + 1], limit), pfx, limit))
 end
 function ops.list()
   return list_index(H .. 'names')
 end
 function ops.lock_list()
   return list_index(H .. 'locks')
+end
+
+-- Bytes before bytes, as ZRANGEBYLEX orders them (Lua's '<' follows the locale's collation).
+local function bytes_lt(a, b)
+  for i = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then
+      return x < y
+    end
+  end
+  return #a < #b
+end
+
+-- sema_list (Redis Cluster: FCALL sema_list 1 KEY op '' flags inst '' '' prefix cursor limit
+-- TAG...): the page of list or lock_list over the slots of the tags, every one served by this
+-- primary (KEYS[1] names one of them). A slot this primary does not serve whole (it moved, or
+-- is moving) fails the call ("non local key"): the instance asks again where the map says.
+-- Reads only: what a call does first on one slot (its clock, its epoch, its housekeeping)
+-- is not done for listing, as on one Redis.
+local function list_slots(keys, args)
+  KEYS, ARGV = keys, args
+  if not fmt then
+    fmt, match, concat, floor = string.format, string.match, table.concat, math.floor
+  end
+  OP, PUB = ARGV[1], 'SPUBLISH'
+  local pfx, cur, limit = ARGV[A], ARGV[A + 1], tonumber(ARGV[A + 2])
+  local what, all = OP == 'lock_list' and 'locks' or 'names', {}
+  for i = A + 3, #ARGV do
+    cat(all, list_range('sema:{' .. ARGV[i] .. '}' .. what, pfx, cur, limit))
+  end
+  table.sort(all, bytes_lt)
+  local r = list_page(all, pfx, limit)
+  return {'0', '0', '0', '0', '', '', '', r[1], r[2]}
 end
 
 -- ---- dispatch ----
@@ -2224,3 +2266,5 @@ local function main(keys, args)
 end
 
 redis.register_function('sema', main)
+redis.register_function{function_name = 'sema_list', callback = list_slots,
+                        flags = {'no-writes', 'allow-cross-slot-keys'}}
