@@ -191,6 +191,14 @@ def test_a_listing_skips_and_repeats_nothing_across_a_reshard_and_a_failover():
             assert seen == sorted(set(seen)), seen
             assert set(names) - {"n31"} <= set(seen), sorted(set(names) - set(seen))
         assert pages(b, 1000) == sorted(set(names) - {"n31"} | {"n25x"})
+        # a primary that holds many keys looks each of its slots up rather than scan its keys
+        # (and so does one that migrates a slot away, above): the same page
+        big = c.primaries()[0]
+        pad = next("pad{%d}" % i for i in range(1000) if c.owner(c.keyslot("pad{%d}" % i)) is big)
+        big.cli("DEBUG", "POPULATE", "60000", pad)
+        lookups = big.commandstats().get("zrangebylex", 0)
+        assert pages(a, 1000) == sorted(set(names) - {"n31"} | {"n25x"})
+        assert big.commandstats().get("zrangebylex", 0) - lookups >= 5000, "not looked up"
     finally:
         f.close()
         c.close()

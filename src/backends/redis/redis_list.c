@@ -17,8 +17,9 @@
 #include "common/log.h"
 
 #define RS_LIST_RETRY_MS 50 /* a part whose slots moved: asked again this much later */
-/* FCALL sema_list 1 KEY, the head, then prefix, cursor, limit; the slots' tags follow */
-#define RS_LIST_ARGS (RS_FCALL_HEAD + RS_HEAD_LEN + 3)
+/* FCALL sema_list 1 KEY, the head, then prefix, cursor, limit and the mode: 'r' and the slots'
+ * ranges follow, or 't' and their tags */
+#define RS_LIST_ARGS (RS_FCALL_HEAD + RS_HEAD_LEN + 4)
 
 /* One listing request. */
 struct rs_list {
@@ -34,7 +35,9 @@ struct rs_list {
     uint8_t again[RS_SLOTS]; /* slots to ask again */
 };
 
-/* One primary's part of a page: the FCALL and its slots' tags. */
+/* One primary's part of a page: the FCALL over its slots (ascending). First by ranges of
+ * slots: the primary finds their indexes with one SCAN of its keys; then, if it answers
+ * "probe" (it holds many keys, or migrates a slot away), by each slot's tag: one look-up each. */
 typedef struct {
     rs_ccmd_t cc;
     rs_list_t *ls;
@@ -42,12 +45,14 @@ typedef struct {
     uint16_t *slots;
     const char **v;
     size_t *l;
+    rs_slot_addr_t node;
     char key[32];
     char lim[24];
-    char tags[][9];
+    char words[][16]; /* a range ("lo-hi") or a slot's tag (eight hex digits) */
 } rs_lpart_t;
 
 static void ask_slots(rs_list_t *ls);
+static void part_args(rs_lpart_t *p, int by_tag);
 
 static void part_free(rs_lpart_t *p)
 {
@@ -98,13 +103,29 @@ static int lacks_library(const redisReply *rep)
     return rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "ERR Function not found", 22) == 0;
 }
 
+/* A part's one-word answer ("probe", "moved"), or "". */
+static const char *word(int how, const redisReply *rep)
+{
+    if (how != RS_CL_REPLY || rep->type != REDIS_REPLY_ARRAY || rep->elements != 1 ||
+        rep->element[0]->type != REDIS_REPLY_STRING)
+        return "";
+    return rep->element[0]->str;
+}
+
 static void part_cb(rs_cluster_t *cl, rs_ccmd_t *cc, int how, redisReply *rep)
 {
     rs_lpart_t *p = cc->data;
     rs_list_t *ls = p->ls;
     rs_t *r = ls->r;
-    int again = how == RS_CL_MOVED || (how == RS_CL_REPLY && moved_away(rep));
+    int again = how == RS_CL_MOVED || (how == RS_CL_REPLY && moved_away(rep)) ||
+                strcmp(word(how, rep), "moved") == 0;
 
+    if (strcmp(word(how, rep), "probe") == 0 && ls->rq->req != NULL && !ls->failed) {
+        part_args(p, 1); /* (the same slots, each looked up) */
+        if (rs__cluster_send(cl, &p->cc) == 0)
+            return;
+        again = 1;
+    }
     ls->inflight--;
     if (ls->rq->req == NULL || ls->failed) {
         /* (the client left, or another part failed: the answer is not needed) */
@@ -213,35 +234,11 @@ void rs__list_tick(rs_t *r, uint64_t now)
     }
 }
 
-/* The part of the primary `a` (slots from `first` on that it serves, and are to be asked). */
-static rs_lpart_t *part_new(rs_list_t *ls, rs_cluster_t *cl, const rs_slot_addr_t *a,
-                            unsigned first, uint8_t *taken)
+/* The part's arguments: its slots by ranges, or (by_tag) each slot's tag. */
+static void part_args(rs_lpart_t *p, int by_tag)
 {
-    rs_t *r = ls->r;
-    engine_req_t *req = ls->rq->req;
-    rs_lpart_t *p;
-    int n = 0, argc;
-
-    for (unsigned s = first; s < RS_SLOTS; s++)
-        n += ls->again[s] && !taken[s] && rs__cluster_owner(cl, s) == a;
-    argc = RS_LIST_ARGS + n;
-    p = sema__calloc(1, sizeof(*p) + (size_t)n * sizeof(p->tags[0]));
-    if (p == NULL || (p->slots = sema__malloc((size_t)n * sizeof(*p->slots))) == NULL ||
-        (p->v = sema__malloc((size_t)argc * sizeof(*p->v))) == NULL ||
-        (p->l = sema__malloc((size_t)argc * sizeof(*p->l))) == NULL) {
-        if (p != NULL)
-            part_free(p);
-        return NULL;
-    }
-    for (unsigned s = first; s < RS_SLOTS; s++)
-        if (ls->again[s] && !taken[s] && rs__cluster_owner(cl, s) == a) {
-            taken[s] = 1;
-            snprintf(p->tags[p->nslots], sizeof p->tags[0], "%08x",
-                     (unsigned)rs__sh_slot_tag(r, s));
-            p->slots[p->nslots++] = (uint16_t)s;
-        }
-    rs__home_key(r, first, req->op == ENGINE_SEM_LIST ? "names" : "locks", p->key, sizeof p->key);
-    snprintf(p->lim, sizeof p->lim, "%u", (unsigned)req->limit);
+    rs_t *r = p->ls->r;
+    engine_req_t *req = p->ls->rq->req;
     const char *head[RS_LIST_ARGS] = {
         "FCALL",
         "sema_list",
@@ -255,17 +252,28 @@ static rs_lpart_t *part_new(rs_list_t *ls, rs_cluster_t *cl, const rs_slot_addr_
         "",
         req->prefix ? req->prefix : "",
         req->cursor ? req->cursor : "",
-        p->lim};
-    int k = 0;
+        p->lim,
+        by_tag ? "t" : "r"};
+    int k = 0, n = 0;
+
     for (; k < RS_LIST_ARGS; k++) {
         p->v[k] = head[k];
         p->l[k] = strlen(head[k]);
     }
-    for (int i = 0; i < p->nslots; i++, k++) {
-        p->v[k] = p->tags[i];
-        p->l[k] = 8;
+    for (int i = 0; i < p->nslots; i = n) {
+        unsigned s = p->slots[i];
+        for (n = i + 1; !by_tag && n < p->nslots && p->slots[n] == p->slots[n - 1] + 1;)
+            n++;
+        if (by_tag)
+            snprintf(p->words[k - RS_LIST_ARGS], sizeof p->words[0], "%08x",
+                     (unsigned)rs__sh_slot_tag(r, s));
+        else
+            snprintf(p->words[k - RS_LIST_ARGS], sizeof p->words[0], "%u-%u", s,
+                     (unsigned)p->slots[n - 1]);
+        p->v[k] = p->words[k - RS_LIST_ARGS];
+        p->l[k] = strlen(p->v[k]);
+        k++;
     }
-    p->ls = ls;
     p->cc = (rs_ccmd_t){.argc = k,
                         .argv = p->v,
                         .lens = p->l,
@@ -275,7 +283,39 @@ static rs_lpart_t *part_new(rs_list_t *ls, rs_cluster_t *cl, const rs_slot_addr_
                         .data = p,
                         .no_ask = 1,
                         .pinned = 1,
-                        .pin = *a};
+                        .pin = p->node};
+}
+
+/* The part of the primary `a` (slots from `first` on that it serves, and are to be asked). */
+static rs_lpart_t *part_new(rs_list_t *ls, rs_cluster_t *cl, const rs_slot_addr_t *a,
+                            unsigned first, uint8_t *taken)
+{
+    engine_req_t *req = ls->rq->req;
+    rs_lpart_t *p;
+    int n = 0, argc;
+
+    for (unsigned s = first; s < RS_SLOTS; s++)
+        n += ls->again[s] && !taken[s] && rs__cluster_owner(cl, s) == a;
+    argc = RS_LIST_ARGS + n;
+    p = sema__calloc(1, sizeof(*p) + (size_t)n * sizeof(p->words[0]));
+    if (p == NULL || (p->slots = sema__malloc((size_t)n * sizeof(*p->slots))) == NULL ||
+        (p->v = sema__malloc((size_t)argc * sizeof(*p->v))) == NULL ||
+        (p->l = sema__malloc((size_t)argc * sizeof(*p->l))) == NULL) {
+        if (p != NULL)
+            part_free(p);
+        return NULL;
+    }
+    for (unsigned s = first; s < RS_SLOTS; s++)
+        if (ls->again[s] && !taken[s] && rs__cluster_owner(cl, s) == a) {
+            taken[s] = 1;
+            p->slots[p->nslots++] = (uint16_t)s;
+        }
+    p->ls = ls;
+    p->node = *a;
+    rs__home_key(ls->r, first, req->op == ENGINE_SEM_LIST ? "names" : "locks", p->key,
+                 sizeof p->key);
+    snprintf(p->lim, sizeof p->lim, "%u", (unsigned)req->limit);
+    part_args(p, 0);
     return p;
 }
 
