@@ -276,6 +276,19 @@ rs_cluster_t *rs__sh_cluster(const rs_t *r);            /* NULL once closing */
 void rs__sh_load_library(rs_t *r, unsigned slot);       /* on slot's primary, once at a time */
 uint32_t rs__sh_slot_tag(const rs_t *r, unsigned slot); /* the tag of slot's keys */
 
+/* ---- redis_handover.c: a slot handed over by a reshard, or taken over by a failover ---- */
+typedef struct {
+    rs_slot_addr_t down; /* a node found dead or not handing over, until down_until (loop ms) */
+    uint64_t down_until;
+    rs_slot_addr_t said_from, said_to; /* the last handover logged (once per pair of nodes) */
+} rs_handover_t;
+/* Whether slot, whose primary was `was` and is `now`, was handed over: `was` is a primary that
+ * answers MOVED for the slot to `now`, a primary never promoted since it started. Asks both
+ * on blocking connections (250 ms timeout each; a node that does not answer is not asked
+ * again for a second). 1: every write acknowledged on `was` in the slot is on `now`. */
+int rs__handover_proven(rs_t *r, rs_handover_t *h, unsigned slot, const rs_slot_addr_t *was,
+                        const rs_slot_addr_t *now);
+
 /* ---- redis_list.c: listing on a Redis Cluster, every primary asked ---- */
 typedef struct rs_list rs_list_t;
 /* Ask every primary for rq's page (ENGINE_SEM_LIST or ENGINE_LOCK_LIST), merged in name
