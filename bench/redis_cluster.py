@@ -13,7 +13,9 @@ takes semaphores i, i + CONNS, ... in turn, so that all SPREAD are in use); the 
 (the steady state: every slot said hello to); then ROUNDS interleaved rounds, best of each. Per run: pairs/s, Redis CPU per pair
 (every primary's, INFO cpu), Redis commands per pair (all of them, and the script calls: FCALL),
 the read events per pair (INFO stats total_reads_processed: one per read() of a client's
-socket; commands per read is how much semad's pipelining batches), bytes in per pair,
+socket; commands per read is how much semad's pipelining batches), the primaries' read and
+write system calls and context switches per pair (/proc/PID/io syscr + syscw, /proc/PID/status),
+the system part of Redis's CPU per pair, bytes in and out per pair,
 MOVED and ASK answers per 10,000 pairs (INFO errorstats; goal 0), each primary's share of the
 Redis CPU and of the script calls, and the commands other than FCALL (name:calls per 10,000
 pairs). Before the runs, each back end's Redis CPU with nothing to do (idle_us_per_s: server
@@ -23,7 +25,7 @@ semaphores spread over the primaries.
 
 Usage: bench/redis_cluster.py [BUILD_DIR]     (default: $SEMA_BUILD_DIR or ./build)
 Environment: SECS (default 3), ROUNDS (default 3), CONNS (default 60), SPREAD (default 1000),
-IDLE_SECS (default 2), BACKENDS (default "one_redis,cluster_1_primary,cluster_3_primaries").
+IDLE_SECS (default 2), NODE_TIMEOUT_MS (default 15000), BACKENDS (default "one_redis,cluster_1_primary,cluster_3_primaries").
 Pairs/s on a busy machine move with its load: the shares of the work and Redis's CPU and
 commands per pair are the steadier figures.
 """
@@ -42,6 +44,9 @@ ROUNDS = int(os.environ.get("ROUNDS", "3"))
 CONNS = int(os.environ.get("CONNS", "60"))
 SPREAD = int(os.environ.get("SPREAD", "1000"))
 IDLE_SECS = float(os.environ.get("IDLE_SECS", "2"))
+# the cluster's node timeout: Redis's default (the tests' 1 s makes failovers quick and the
+# cluster bus busier: a node pings each other one every half node timeout)
+NODE_TIMEOUT_MS = int(os.environ.get("NODE_TIMEOUT_MS", "15000"))
 BACKENDS = os.environ.get("BACKENDS", "one_redis,cluster_1_primary,cluster_3_primaries")
 SEMA = os.path.join(BUILD, "bin", "sema")
 
@@ -70,7 +75,7 @@ class Clu:
     """A cluster of `n` primaries without replicas."""
 
     def __init__(self, n):
-        self.c = cf.Cluster(n, 0)
+        self.c = cf.Cluster(n, 0, node_timeout_ms=NODE_TIMEOUT_MS)
         self.ps = self.c.primaries()  # (asked once: asking is a command too)
 
     def url(self):
@@ -95,6 +100,20 @@ def errors(info):
                for k in ("errorstat_MOVED", "errorstat_ASK"))
 
 
+def proc_counts(pid):
+    """The kernel's counts of a process: read and write system calls (/proc/PID/io syscr,
+    syscw) and context switches (/proc/PID/status)."""
+    out = {}
+    with open("/proc/%d/io" % pid) as f:
+        for line in f:
+            k, v = line.split(":")
+            if k in ("syscr", "syscw"):
+                out[k] = int(v)
+    with open("/proc/%d/status" % pid) as f:
+        out["ctxsw"] = sum(int(line.split(":")[1]) for line in f if "ctxt_switches" in line)
+    return out
+
+
 def snapshot(be):
     """{port: {"cpu": s, "cmd": {command: calls}, stat: n..., "redirects": n}} of every
     primary (one INFO each)."""
@@ -102,7 +121,8 @@ def snapshot(be):
     for n in be.nodes():
         i = n.info("all")
         d = {"cpu": float(i["used_cpu_user"]) + float(i["used_cpu_sys"]),
-             "redirects": errors(i), "cmd": {}}
+             "sys": float(i["used_cpu_sys"]), "redirects": errors(i), "cmd": {}}
+        d.update(proc_counts(int(i["process_id"])))
         for k, v in i.items():
             if k.startswith("cmdstat_"):
                 d["cmd"][k[len("cmdstat_"):]] = int(v.split("calls=", 1)[1].split(",")[0])
@@ -172,7 +192,11 @@ def run(be, fl, k, conns, name):
             "redis_cpu_us_per_pair": round(sum(cpu) * 1e6 / pairs, 2),
             "cmds_per_pair": round(sum(cmds.values()) / pairs, 3),
             "fcalls_per_pair": round(sum(fcalls) / pairs, 3),
+            "redis_sys_us_per_pair": round(sum(x["sys"] for x in d.values()) * 1e6 / pairs, 2),
             "reads_per_pair": per_pair("total_reads_processed"),
+            "syscalls_rw_per_pair": round(sum(x["syscr"] + x["syscw"] for x in d.values())
+                                          / pairs, 3),
+            "ctxsw_per_pair": per_pair("ctxsw"),
             "cmds_per_read": round(sum(cmds.values()) / max(1, sum(
                 x["total_reads_processed"] for x in d.values())), 2),
             "bytes_in_per_pair": per_pair("total_net_input_bytes"),
