@@ -1196,6 +1196,11 @@ function ops.lease_revoke()
 end
 
 -- ---- the uncontended acquire and release, in short ----
+-- The row's first fields, up to the one each short path reads last (struct makes a Lua value
+-- of every field it unpacks); made by main (the globals are not reachable while the library
+-- loads).
+local ROW_TO_HZ, ROW_TO_EV
+
 -- An acquire granted at once, and a release of units nobody waits for, on a semaphore with
 -- nothing to file or that has come due, no tickets and nobody following its events: what
 -- grant() and lease_end() (then admit() and reply(), with nothing to do) do for them, with the
@@ -1205,10 +1210,6 @@ end
 -- hash: the row says what they need of it (ep, pa, hz: the row's fields above), and the
 -- instance sends a plain flag only while it knows of no pause. Nil for any other call, which
 -- takes the general path.
--- (the row's first fields, up to the one each short path reads last: struct makes a Lua
--- value of every field it unpacks)
--- (made by main: the globals are not reachable while the library loads)
-local ROW_TO_HZ, ROW_TO_EV
 local function acquire_at_once(k)
   local kind, km, kx = keys_short(k)
   if kind ~= 's' or ARGV[A + 5] ~= '' then
