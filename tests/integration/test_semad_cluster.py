@@ -253,8 +253,16 @@ class Load:
 MAX_TTL_S = 20  # the longest lease in the failover tests: what a new primary's slots pause for
 
 
-def primary_fault(kill):
-    c, f = cluster_fleet(2, "--max-ttl", "%ds" % MAX_TTL_S, "--default-ttl", "2s")
+def primary_fault(kill, strict_short=False):
+    """A primary fails (kill -9, or CLUSTER FAILOVER of its replica): no grant on its
+    semaphores until the longest lease has passed, the others untouched. strict_short:
+    --durability strict with ?replicas=1 while each primary has two replicas: WAIT confirms a
+    write on one of them, not necessarily the one promoted, so the pause is the same."""
+    if strict_short:
+        c, f = cluster_fleet(2, "--max-ttl", "%ds" % MAX_TTL_S, "--default-ttl", "2s",
+                             query="?replicas=1", durability="strict", aof=True, replicas=2)
+    else:
+        c, f = cluster_fleet(2, "--max-ttl", "%ds" % MAX_TTL_S, "--default-ttl", "2s")
     try:
         t0 = time.monotonic()
         held = hold_on_each_primary(c, f, ttl_ms=MAX_TTL_S * 1000)
@@ -320,6 +328,10 @@ def test_kill_9_of_one_primary_leaves_the_others_alone_and_over_admits_nothing()
 
 def test_cluster_failover_leaves_the_others_alone_and_over_admits_nothing():
     primary_fault(kill=False)
+
+
+def test_strict_waiting_for_fewer_replicas_than_a_primary_has_pauses_after_its_kill_9():
+    primary_fault(kill=True, strict_short=True)
 
 
 def test_a_killed_sharded_subscriber_misses_no_wake_up():
