@@ -417,6 +417,8 @@ void rs__on_message(rs_t *r, redisReply *msg);
 /* ---- redis_strict.c: strict durability's WAIT ---- */
 /* A field of INFO's text ("name:value\r\n") into buf; "" when it is not there. */
 void rs__info_field(const char *info, const char *name, char *buf, size_t cap);
+/* connected_slaves of INFO replication's text, or -1 when it is not there. */
+int rs__info_replicas(const char *info);
 void rs__check_cb(uv_check_t *h);
 void rs__wait_lost(rs_t *r);
 

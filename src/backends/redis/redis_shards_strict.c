@@ -26,16 +26,13 @@ typedef struct {
 
 static void info_done(rs_t *r, rs_sh_strict_t *st, int how, const redisReply *rep)
 {
-    char n[24];
+    int had;
 
-    if (st == NULL || how != RS_CL_REPLY || rep->type != REDIS_REPLY_STRING)
+    if (st == NULL || how != RS_CL_REPLY || rep->type != REDIS_REPLY_STRING ||
+        (had = rs__info_replicas(rep->str)) < 0)
         return; /* short_of_all stays as the WAIT left it */
-    rs__info_field(rep->str, "connected_slaves", n, sizeof n);
-    if (n[0] == '\0')
-        return;
-    long had = strtol(n, NULL, 10);
-    if (had > st->repl_most && had < 1000)
-        st->repl_most = (int)had;
+    if (had > st->repl_most)
+        st->repl_most = had;
     rs__info_field(rep->str, "master_replid", st->replid, sizeof st->replid);
     st->counted = 1;
     if (!st->count_due)
@@ -113,6 +110,8 @@ void rs__sh_strict_check(rs_t *r)
     uint16_t slot_of[RS_SLOT_NODES_MAX + 1] = {0};
     uint8_t want[RS_SLOT_NODES_MAX + 1] = {0};
 
+    if (elist_empty(&r->held) && elist_empty(&r->unconfirmed))
+        return; /* (every loop turn: nothing to do, at once) */
     for (elist_t *e = r->held.next; e != &r->held; e = e->next) {
         rs_req_t *rq = ECONTAINER(e, rs_req_t, link);
         want[rq->wnode] = 1;

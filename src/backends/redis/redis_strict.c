@@ -132,6 +132,16 @@ static void wait_cb(redisAsyncContext *ac, void *reply, void *priv)
     wait_settle(r, ok);
 }
 
+int rs__info_replicas(const char *info)
+{
+    char n[24];
+    long had;
+
+    rs__info_field(info, "connected_slaves", n, sizeof n);
+    had = n[0] != '\0' ? strtol(n, NULL, 10) : -1;
+    return had >= 0 && had < 1000 ? (int)had : -1;
+}
+
 /* INFO replication, read right after a WAIT: how many replicas the primary had when that WAIT
  * confirmed writes. Replication keeps the order of writes, so a WAIT that every replica
  * confirmed covers every write before it; one that fewer confirmed leaves the writes it
@@ -140,17 +150,13 @@ static void repl_count_cb(redisAsyncContext *ac, void *reply, void *priv)
 {
     rs_t *r = ((rs_conn_t *)ac->data)->r;
     redisReply *rep = reply;
-    char n[24];
+    int had;
 
     (void)priv;
-    if (rep == NULL || rep->type != REDIS_REPLY_STRING)
+    if (rep == NULL || rep->type != REDIS_REPLY_STRING || (had = rs__info_replicas(rep->str)) < 0)
         return; /* short_of_all stays as the WAIT left it */
-    rs__info_field(rep->str, "connected_slaves", n, sizeof n);
-    if (n[0] == '\0')
-        return;
-    long had = strtol(n, NULL, 10);
-    if (had > r->repl_most && had < 1000)
-        r->repl_most = (int)had;
+    if (had > r->repl_most)
+        r->repl_most = had;
     if (r->repl_sentinel > r->repl_most)
         r->repl_most = r->repl_sentinel;
     if (!r->count_due)
