@@ -298,6 +298,9 @@ typedef struct {
     int repl_most;        /* the most replicas it was seen with */
     char replid[48];      /* its replication id, from that INFO */
     rs_slot_addr_t said;  /* the replica of it last said to carry on at once (logged once) */
+    rs_slot_addr_t asked; /* the node last asked whether it continues this one's history, */
+    uint64_t asked_until; /* ...whose answer (asked_ok) holds until then (loop ms): one */
+    uint8_t asked_ok;     /* question per failover, not one per slot */
 } rs_sh_strict_t;
 /* Each primary with held replies or unconfirmed undos and no WAIT out gets one (the loop
  * turn's check); held replies whose connection went are settled short. */
