@@ -54,11 +54,6 @@ int remote_exit_code(int rc, const sema_client_error_t *e);
 /* Print "sema VERB: <what>: <message>" to stderr and return the exit status for rc. */
 int remote_fail(const remote_opts_t *o, const char *what, int rc, const sema_client_error_t *e);
 
-/* The TLS options before any request (remote_tls.c): --cacert, --cert or --cert-key with
- * an http:// server, --cert-key without a certificate, a certificate file without its key
- * and no key given. Prints why and returns a usage exit status, or returns 0. */
-int remote_check_tls(const remote_opts_t *o);
-
 /* A client for o->server; prints the error and returns NULL on failure. */
 sema_client_t *remote_client(const remote_opts_t *o);
 
@@ -81,6 +76,10 @@ int remote_acquire_parts(remote_opts_t *o, sema_client_t *c, const sema_acquire_
 
 /* sema get: the limits and tenants of a state document, after its counters. */
 void remote_print_limits(json_t *doc);
+
+/* --cacert, --cert and --cert-key with an http:// server, or a client certificate missing its
+ * other half: prints why and returns CLI_EXIT_USAGE; 0 when the options can be used. */
+int remote_check_tls(const remote_opts_t *o);
 
 /* sema run / sema lock. */
 int remote_run(remote_opts_t *o);

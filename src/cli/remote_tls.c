@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* remote_tls.c - the TLS options of the remote verbs checked before any request: those that
- * nothing would use, and half a client certificate, are usage errors that say why. */
+/* remote_tls.c - the remote verbs' TLS options checked before any connection: refused with an
+ * http:// server, and a client certificate's halves given together. */
 #include "cli/remote.h"
 
 #include <stdio.h>

@@ -9,6 +9,7 @@ CLUSTER FAILOVER of a replica, a killed sharded subscriber connection).
 Each case is its own CTest test with its own cluster (cluster.* tests run one at a time:
 RESOURCE_LOCK redis_cluster); every wait is bounded."""
 import os
+import random
 import subprocess
 import sys
 import threading
@@ -17,6 +18,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import redis_cluster_fixture as cf  # noqa: E402
 import redis_fixture as rf  # noqa: E402
+import safety_checker as sc  # noqa: E402
 import semad_fixture as fx  # noqa: E402
 
 SLOW = fx.SLOW
@@ -318,6 +320,88 @@ def test_a_slot_resharded_while_in_use_loses_and_doubles_no_grant():
     finally:
         f.close()
         c.close()
+
+
+# ---- the safety checker under random load, semaphores on every primary ----
+
+# capacities 1..3 over names that hash to slots of every primary
+SAFETY_SEMS = {"q%02d" % i: 1 + i % 3 for i in range(18)}
+SAFETY_S = max(3.0, 6.0 * min(1.0, fx.SCALE))  # the load's length without a fault
+SAFETY_TTL_S = 3  # --max-ttl: what a promoted primary's slots pause for
+
+
+def safety_run(instances, kill):
+    """Random load (safety_checker.Load) over SAFETY_SEMS through `instances` semad
+    instances, each request to one picked at random, with (`kill`) a kill -9 of one primary
+    in the middle: what the checker checks (capacity, FIFO, fences, answers by their timeout,
+    wait-idle, rest) holds throughout. With the kill, the other primaries' semaphores are
+    never answered 503, and the victim's grant again once its replica has waited out the
+    longest lease."""
+    c, f = cluster_fleet(instances, "--max-connections", "1000", "--max-ttl",
+                         "%ds" % SAFETY_TTL_S, "--default-ttl", "2s")
+    try:
+        for name, cap in SAFETY_SEMS.items():
+            put(f[0], name, cap)
+        spread = where(c, SAFETY_SEMS)
+        assert len(set(spread.values())) == 3, spread
+        for p in c.primaries():
+            cf.command(p.port, "WAIT", "1", "5000")  # every replica has every semaphore
+        load = sc.Load(lambda: random.choice(f.live()), SAFETY_SEMS, threads=24, seed=11,
+                       instances=f.live, ttl_ms=SAFETY_TTL_S * 1000, unavailable_ok=kill,
+                       gone_ok=kill, answer_slack_s=3.0 + (FAILOVER_BOUND_S if kill else 0.0))
+        f.before_close.append(load.__exit__)  # a failed test stops its clients first
+        load.start()
+        victim = None
+        if not kill:
+            time.sleep(SAFETY_S)  # the load runs; every check is on what it saw
+        else:
+            fx.wait_until(lambda: len(load.grants) >= 50, 30, "grants before the fault")
+            victim = sorted(set(spread.values()))[0]
+            t_kill = time.monotonic()
+            c.kill_primary(c.node_at(victim), timeout=FAILOVER_BOUND_S)
+            mine = [n for n, p in spread.items() if p == victim]
+
+            def victim_grants():
+                with load.lock:
+                    return len([g for g in load.grants
+                                if g["sem"] in mine and g["send"] > t_kill + SAFETY_TTL_S])
+            try:
+                fx.wait_until(lambda: victim_grants() >= 10, SAFETY_TTL_S + 30,
+                              "grants on the failed primary's semaphores after its pause")
+            except AssertionError:
+                sem_of = {o: s for s, _, o in load.sends}
+                said = [(o, x) for o, x in list(load.said.items()) if sem_of.get(o) in mine]
+                raise AssertionError("no grant on %s after the pause: last answers %s; %s"
+                                     % (mine, said[-10:], f.log()[-30:]))
+        load.stop()
+        summary = load.check(min_grants=60 if fx.SCALE >= 1 else 15)
+        assert summary["fifo_pairs"] > 0, ("the monitor never saw two granted requests "
+                                           "queued together", summary)
+        if kill:
+            sem_of = {o: s for s, _, o in load.sends}
+            hit = {sem_of[o] for o in load.acquire_503 | load.release_503 | load.gone}
+            calm = sorted(n for n in hit if spread[n] != victim)
+            assert not calm, ("semaphores of the primaries still up were answered 503, or "
+                              "their leases lost", calm, summary)
+        # (a lease whose release met the pause lives on to its ttl)
+        sc.wait_rest(f.live(), SAFETY_SEMS, timeout=10 + SAFETY_TTL_S, load=load)
+        print("%d instances%s: %s" % (instances, ", kill -9 of primary %d" % victim
+                                      if kill else "", summary))
+    finally:
+        f.close()
+        c.close()
+
+
+def test_safety_checker_random_load_through_one_instance():
+    safety_run(1, kill=False)
+
+
+def test_safety_checker_random_load_through_three_instances():
+    safety_run(3, kill=False)
+
+
+def test_safety_checker_random_load_through_three_instances_kill_9_of_one_primary():
+    safety_run(3, kill=True)
 
 
 if __name__ == "__main__":

@@ -262,6 +262,8 @@ void rs__sh_beat_done(rs_t *r, const rs_cmd_t *c);
 void rs__sh_gone(rs_t *r, unsigned slot); /* taken for dead in slot: its waiters, hello */
 void rs__sh_parked(rs_t *r, const char *stem, size_t len, int d);
 void rs__sh_sweep(rs_t *r, uint64_t now);
+/* A slot's sweep that failed (its primary unreachable): that slot is swept again soon. */
+void rs__sh_sweep_failed(rs_t *r, const rs_cmd_t *c);
 int rs__sh_subscribe(rs_t *r, const char *chan, size_t len, int on);
 /* A ticket watcher comes (d 1: rq->tslot is set) or goes (-1): its slot's ticket channel is
  * subscribed while it has watchers here. */

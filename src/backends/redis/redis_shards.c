@@ -589,6 +589,7 @@ void rs__sh_sweep(rs_t *r, uint64_t now)
     uint64_t next = UINT64_MAX;
     char key[32];
 
+    r->sweep_at = sh->sweep_at; /* (never a time gone by: the due timer would spin) */
     if (sh->sweep_at > now)
         return;
     for (unsigned s = 0; s < RS_SLOTS; s++) {
@@ -610,6 +611,19 @@ void rs__sh_sweep(rs_t *r, uint64_t now)
     }
     sh->sweep_at = next;
     r->sweep_at = next;
+}
+
+void rs__sh_sweep_failed(rs_t *r, const rs_cmd_t *c)
+{
+    rs_shards_t *sh = r->sh;
+    rs_slot_t *sl = &sh->slot[c->slot];
+
+    sl->sweeping = 0;
+    sl->sweep_at = rs__now(r) + 100;
+    if (sl->sweep_at < sh->sweep_at)
+        sh->sweep_at = sl->sweep_at;
+    r->sweep_at = sh->sweep_at;
+    rs__due_rearm(r);
 }
 
 /* ---- beats and waiters, per slot ---- */
