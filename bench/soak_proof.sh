@@ -10,7 +10,8 @@
 # operation. The faults are tests/fault/soak_fault.c, preloaded into the soaked semad alone.
 #
 # Usage: bench/soak_proof.sh [BUILD_DIR]   (default: $SEMA_BUILD_DIR or ./build)
-# Environment: MINUTES (default 8), ENGINE (embedded or redis, default embedded).
+# Environment: MINUTES (default 8), ENGINE (embedded or redis, default embedded), OUT (a
+#   directory to keep each soak's log and --json in; default: none kept).
 # Output: each soak's checks, then "proof ok" (exit 0) or "proof FAILED: ..." (exit 1).
 # The hogs run at this script's niceness: `nice -n 10 bench/soak_proof.sh` keeps all of it
 # below the other work of a shared machine.
@@ -78,6 +79,9 @@ d = json.load(open(sys.argv[1]))
 print(" ".join(c["what"] for c in d["checks"] if not c["ok"]))' "$tmp/$1.json" 2>/dev/null
 }
 
+if [ -n "${OUT:-}" ]; then
+    mkdir -p "$OUT" && cp "$tmp"/*.log "$tmp"/*.json "$OUT"/
+fi
 bad=()
 for name in healthy leak slow; do
     echo "== $name (exit $(cat "$tmp/$name.rc"))"
