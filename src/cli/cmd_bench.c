@@ -38,6 +38,7 @@ const char cmd_bench_usage[] =
     "      --capacity C      capacity of the semaphores created (default: enough for every\n"
     "                        connection, so nothing parks; 1 for create/handoff/park)\n"
     "  -k, --semaphores K    spread the connections over K semaphores NAME-0..NAME-K-1\n"
+    "                        (pairs, K above -c N: connection i takes i, i+N... in turn)\n"
     "      --all             pairs: each acquire takes all K semaphores at once, one lease\n"
     "                        (POST /v1/acquire; K from 2 to 16)\n"
     "      --tenants N       pairs: connection i acquires as tenant t<i % N>\n"

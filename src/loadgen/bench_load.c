@@ -123,12 +123,26 @@ static int budget_left(load_t *ld)
     return 1;
 }
 
+/* More semaphores than connections (pairs, -k K > -c N): connection i takes semaphores i,
+ * i + N, i + 2N... in turn, so that all K are in use. */
+static void send_acquire_turn(conn_t *c)
+{
+    const bench_opts_t *o = c->ld->o;
+    unsigned i = (unsigned)(c - c->ld->conns);
+    unsigned mine = (o->sems - i + o->conns - 1) / o->conns; /* its share of the K */
+    char req[BENCH_NAME_MAX + 1024];
+    bench_load__send(c, req,
+                     bench_acquire_request(o, i + o->conns * (c->turn++ % mine), req, sizeof(req)));
+}
+
 static void send_acquire(conn_t *c)
 {
     load_t *ld = c->ld;
     c->step = STEP_ACQUIRE;
     c->pair_start_ns = uv_hrtime();
-    if (c->acq != NULL)
+    if (ld->o->sems > ld->o->conns && !ld->o->all)
+        send_acquire_turn(c);
+    else if (c->acq != NULL)
         bench_load__send(c, c->acq, c->acq_len);
     else
         bench_load__send(c, ld->acq_req, ld->acq_len);

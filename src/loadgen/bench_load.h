@@ -37,6 +37,7 @@ typedef struct conn {
     unsigned sem; /* semaphore index (pairs) */
     char *acq;    /* pairs: this connection's acquire (NULL: ld's) */
     size_t acq_len;
+    unsigned turn;                    /* pairs, more semaphores than connections: the next */
     unsigned server;                  /* which of the servers (-s) it connects to */
     step_t step;                      /* what the oldest request in flight is */
     unsigned inflight;                /* requests sent, not answered */
