@@ -1075,6 +1075,14 @@ local function acquire_lim(wid, w, wait)
   if maxw > 0 and M.nq >= maxw then
     return refuse(MSG.TOO_MANY_WAITERS_OR_TENANTS)
   end
+  if LH.at_once(w) then
+    -- nobody waits and it fits: what joining the line and admitting it would do, in short
+    local own = OWN
+    local l = grant(w, w.lid, wid)
+    OWN = own -- the caller's own grant completes no parked request: a retry rebuilds it
+    REBUILT = true
+    return reply(0, lease_result(w.lid, l))
+  end
   if wait and not redis.call('ZSCORE', H .. 'inst', INST) then
     return answer(P.ST_GONE_S, '0', nil) -- this instance was taken for dead
   end
@@ -1490,13 +1498,27 @@ local function lim_keys()
   KL, KTN, KLT = S .. ':L', S .. ':tn', S .. ':lt'
 end
 
+-- A tenant: its units held, waiters, units waiting, deficit ("held nw ww def" in :tn).
+local function tn_parse(v)
+  local a = {match(v, '^(%S+) (%S+) (%S+) (%S+)$')}
+  return {held = tonumber(a[1]), nw = tonumber(a[2]), ww = tonumber(a[3]), def = tonumber(a[4])}
+end
+-- TN reads a tenant from :tn when first named in a call; one that went this call is false.
+local TN_LOAD = {__index = function(tn, name)
+  local v = redis.call('HGET', KTN, name)
+  local t = v and tn_parse(v) or false
+  rawset(tn, name, t)
+  return t
+end}
+
 LH.load = function()
   lim_keys()
   local h = redis.call('HGETALL', KL)
   local L = {tm = 0, rate = 0, burst = 0, tok = 0, tms = NOW, turn = 0, nidle = 0, ntn = 0,
-             ring = {}, rdue = 0}
+             ring = {}, rdue = 0, was = {}}
   for i = 1, #h, 2 do
     local k, v = h[i], h[i + 1]
+    L.was[k] = v
     if k == 'ring' then
       L.ring = v ~= '' and fields(v) or {}
     elseif k == 'last' then
@@ -1505,18 +1527,18 @@ LH.load = function()
       L[k] = tonumber(v)
     end
   end
-  LIM, TN, TDIRTY, HEADS, IDLE_SEQ = L, {}, {}, {}, false
-  local t = redis.call('HGETALL', KTN)
-  for i = 1, #t, 2 do
-    local a = {match(t[i + 1], '^(%S+) (%S+) (%S+) (%S+)$')}
-    TN[t[i]] = {held = tonumber(a[1]), nw = tonumber(a[2]), ww = tonumber(a[3]),
-                def = tonumber(a[4])}
-    L.ntn = L.ntn + 1
-  end
+  LIM, TN, TDIRTY, HEADS, IDLE_SEQ = L, setmetatable({}, TN_LOAD), {}, {}, false
 end
 
 local function lim_idle()
   return LIM.tm == 0 and LIM.rate == 0 and LIM.ntn == 0 and LIM.nidle == 0
+end
+
+-- The fields of :L, as strings (what changed since the load is written).
+local function lim_fields(L)
+  return {tm = N(L.tm), rate = N(L.rate), burst = N(L.burst), tok = N(L.tok), tms = N(L.tms),
+          turn = N(L.turn), nidle = N(L.nidle), ntn = N(L.ntn), ring = concat(L.ring, '\0'),
+          last = L.last}
 end
 
 -- Written back with the row (msave); a semaphore whose limits are idle goes back to plain.
@@ -1535,19 +1557,36 @@ LH.save = function()
     M.lim, LIM = false, nil
     return
   end
-  local L = LIM
-  redis.call('HSET', KL, 'tm', N(L.tm), 'rate', N(L.rate), 'burst', N(L.burst), 'tok',
-             N(L.tok), 'tms', N(L.tms), 'turn', N(L.turn), 'nidle', N(L.nidle), 'ring',
-             concat(L.ring, '\0'))
-  if L.last then
-    redis.call('HSET', KL, 'last', L.last)
-  else
+  local was, set = LIM.was, {}
+  for k, v in pairs(lim_fields(LIM)) do
+    if was[k] ~= v then
+      set[#set + 1] = k
+      set[#set + 1] = v
+      was[k] = v
+    end
+  end
+  if #set > 0 then
+    redis.call('HSET', KL, unpack(set))
+  end
+  if was.last and not LIM.last then
     redis.call('HDEL', KL, 'last')
+    was.last = nil
+  end
+end
+
+-- Every tenant, read from Redis (those not read yet this call).
+local function tn_all()
+  local t = redis.call('HGETALL', KTN)
+  for i = 1, #t, 2 do
+    if rawget(TN, t[i]) == nil then
+      rawset(TN, t[i], tn_parse(t[i + 1]))
+    end
   end
 end
 
 -- Every key of the limits goes (the semaphore is deleted).
 LH.drop = function()
+  tn_all()
   for name, _ in pairs(TN) do
     redis.call('DEL', S .. ':tq' .. name)
   end
@@ -1561,7 +1600,7 @@ end
 
 -- Is there room for a waiter of tenant `name` (its tenant exists, or another may)?
 LH.room = function(name)
-  return TN[tenant_of(name)] ~= nil or LIM.ntn < P.TENANTS_MAX
+  return TN[tenant_of(name)] or LIM.ntn < P.TENANTS_MAX
 end
 
 -- The tenant record of `name` (made when missing; nil past P.TENANTS_MAX of them).
@@ -1581,7 +1620,7 @@ end
 
 local function tenant_maybe_free(name, t)
   if t.nw == 0 and t.held <= 0 then
-    TN[name] = nil
+    TN[name] = false
     TDIRTY[name] = true
     LIM.ntn = LIM.ntn - 1
   end
@@ -1700,7 +1739,7 @@ LH.activate = function()
   M.lim, M.ev = true, 1
   lim_keys()
   LIM = {tm = 0, rate = 0, burst = 0, tok = 0, tms = NOW, turn = 0, nidle = 0, ntn = 0,
-         ring = {}, rdue = 0}
+         ring = {}, rdue = 0, was = {}}
   TN, TDIRTY, HEADS, IDLE_SEQ = {}, {}, {}, false
   if M.held > 0 then
     tenant('=').held = M.held
@@ -1902,6 +1941,26 @@ LH.admit = function()
   MORE = true
 end
 
+-- Would an acquire of w be granted at once on joining a line where nobody waits (the round
+-- robin's turns then change nothing)? If so, it takes its tokens.
+LH.at_once = function(w)
+  if M.nq ~= 0 or w.w > M.avail or NOW < SAFE_AT or not LH.room(w.tenant) then
+    return false
+  end
+  local t = TN[tenant_of(w.tenant)]
+  if LIM.tm ~= 0 and (t and t.held or 0) + w.w > LIM.tm then
+    return false
+  end
+  refill()
+  if LIM.rate ~= 0 then
+    if LIM.tok < w.w * MICRO then
+      return false
+    end
+    LIM.tok = LIM.tok - w.w * MICRO
+  end
+  return true
+end
+
 -- A weight the limits can never grant (a message id), or nil.
 LH.too_heavy = function(w)
   if not LIM then
@@ -1973,11 +2032,14 @@ LH.view = function()
   end
   local r = {N(LIM.tm), N(LIM.rate), N(LIM.burst),
              N(LIM.rate ~= 0 and floor(tokens_at(NOW) / MICRO) or 0)}
+  tn_all()
   for name, t in pairs(TN) do
-    r[#r + 1] = string.sub(name, 2)
-    r[#r + 1] = N(t.held)
-    r[#r + 1] = N(t.nw)
-    r[#r + 1] = N(t.ww)
+    if t then
+      r[#r + 1] = string.sub(name, 2)
+      r[#r + 1] = N(t.held)
+      r[#r + 1] = N(t.nw)
+      r[#r + 1] = N(t.ww)
+    end
   end
   return r
 end
