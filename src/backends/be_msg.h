@@ -99,10 +99,7 @@
     X(REDIS_REFUSED, EIO, "Redis refused the command (see semad's log)")                           \
     X(REDIS_NOT_CONFIRMED, EIO,                                                                    \
       "not confirmed by the Redis replicas that strict durability waits for: the outcome is "      \
-      "unknown")                                                                                   \
-    X(REDIS_CLUSTER_NO_LIST, ENOTSUP,                                                              \
-      "listing semaphores and lock keys is not served on Redis Cluster yet (each slot keeps its "  \
-      "own names); GET a semaphore or lock key by name")
+      "unknown")
 
 typedef enum {
     BE_MSG_NONE = 0,

@@ -38,6 +38,7 @@ const char cmd_bench_usage[] =
     "      --capacity C      capacity of the semaphores created (default: enough for every\n"
     "                        connection, so nothing parks; 1 for create/handoff/park)\n"
     "  -k, --semaphores K    spread the connections over K semaphores NAME-0..NAME-K-1\n"
+    "                        (pairs, K above -c N: connection i takes i, i+N... in turn)\n"
     "      --all             pairs: each acquire takes all K semaphores at once, one lease\n"
     "                        (POST /v1/acquire; K from 2 to 16)\n"
     "      --tenants N       pairs: connection i acquires as tenant t<i % N>\n"
@@ -49,9 +50,11 @@ const char cmd_bench_usage[] =
     "      --ttl D           lease ttl sent with each acquire (default 60s)\n"
     "      --rate R          start R operations per second (pairs, get, create, mix), not\n"
     "                        as many as answers allow; starts no connection is free for\n"
-    "                        are counted as missed\n"
+    "                        are counted as missed, and apart those owed while sema bench\n"
+    "                        itself did not run (its own timer late: the machine)\n"
     "      --interval D      one JSON line per interval D on stdout (latency of its requests,\n"
-    "                        operations, errors, missed starts), for pairs, get, create, mix\n"
+    "                        operations, errors, missed starts, sema bench's own lateness),\n"
+    "                        for pairs, get, create, mix\n"
     "  -P, --pipeline N      requests in flight per connection, get/create only (default 1)\n"
     "      --no-create       use existing semaphores as they are\n"
     "      --server-pid PID  report the server's RSS growth (park, create)\n"
@@ -100,6 +103,24 @@ static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
     if (*end != '\0' || v < min || v > max)
         return -1;
     *out = v;
+    return 0;
+}
+
+/* TLS options that nothing would use are refused, as the other verbs refuse them: --cacert
+ * (`given`: not $SEMA_CACERT, a default for https:// servers) with a plain-HTTP `url`, and
+ * --cert or --cert-key, as sema bench presents no client certificate. */
+static int check_tls_options(const bench_opts_t *o, const char *url, int given)
+{
+    if (cli_global.cert != NULL || cli_global.cert_key != NULL) {
+        fprintf(stderr, "sema bench: --cert and --cert-key are not taken: sema bench presents "
+                        "no client certificate\n");
+        return -1;
+    }
+    if (given && !o->tls) {
+        fprintf(stderr, "sema bench: --cacert is for an https:// server, and %s%s is plain HTTP\n",
+                strstr(url, "://") == NULL ? "http://" : "", url);
+        return -1;
+    }
     return 0;
 }
 
@@ -320,6 +341,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
     o->cacert = cli_global.cacert ? cli_global.cacert : getenv("SEMA_CACERT");
     if (o->cacert != NULL && *o->cacert == '\0')
         o->cacert = NULL;
+    const char *env_cacert = cli_global.cacert ? NULL : o->cacert; /* a default, not an ask */
     o->json = cli_global.json;
     o->progress = isatty(STDERR_FILENO);
     optind = 1;
@@ -339,6 +361,8 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
             fprintf(stderr, "sema bench: cannot resolve the server '%s'\n", url);
             return -1;
         }
+        if (check_tls_options(o, url, o->cacert != NULL && o->cacert != env_cacert) != 0)
+            return -1;
     }
     if (o->all && (o->mode != BENCH_PAIRS || o->sems < 2 || o->sems > BENCH_ALL_MAX)) {
         fprintf(stderr, "sema bench: --all is for pairs, with -k from 2 to %d\n", BENCH_ALL_MAX);
@@ -477,8 +501,9 @@ static void print_text(const bench_opts_t *o, const bench_result_t *r)
         printf("\n");
     }
     if (o->rate > 0)
-        printf("  offered %.0f/s; starts missed (no connection free): %" PRIu64 "\n", o->rate,
-               r->missed);
+        printf("  offered %.0f/s; starts missed (no connection free): %" PRIu64 " (%" PRIu64
+               " while sema bench itself was stalled, at most %.1f ms)\n",
+               o->rate, r->missed, r->missed_stalled, (double)r->lag_max_ns / 1e6);
     printf("  answers:");
     for (unsigned s = 0; s < 600; s++)
         if (r->status[s])
@@ -496,12 +521,14 @@ static void print_json(const bench_opts_t *o, const bench_result_t *r)
            "\"p50_us\":%.1f,\"p90_us\":%.1f,\"p99_us\":%.1f,\"max_us\":%.1f,"
            "\"op_p50_us\":%.1f,\"op_p99_us\":%.1f,\"errors\":%" PRIu64
            ",\"rss_before_kib\":%" PRIu64 ",\"rss_after_kib\":%" PRIu64 ",\"drain_s\":%.3f,"
-           "\"missed\":%" PRIu64 ",\"status\":{",
+           "\"missed\":%" PRIu64 ",\"missed_stalled\":%" PRIu64 ",\"lag_max_us\":%.1f,"
+           "\"status\":{",
            mode_names[o->mode], o->conns, r->elapsed_s, r->ops, (double)r->ops / secs, r->requests,
            (double)r->requests / secs, us(bench_hist_percentile(h, 50)),
            us(bench_hist_percentile(h, 90)), us(bench_hist_percentile(h, 99)), us(h->max_ns),
            us(bench_hist_percentile(&r->op, 50)), us(bench_hist_percentile(&r->op, 99)),
-           count_errors(o, r), r->rss_before_kib, r->rss_after_kib, r->drain_s, r->missed);
+           count_errors(o, r), r->rss_before_kib, r->rss_after_kib, r->drain_s, r->missed,
+           r->missed_stalled, us(r->lag_max_ns));
     const char *sep = "";
     for (unsigned s = 0; s < 600; s++)
         if (r->status[s]) {

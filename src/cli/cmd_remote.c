@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 
 #include <jansson.h>
@@ -511,27 +510,6 @@ static int check_args(const verb_t *v, remote_opts_t *o)
     return 0;
 }
 
-/* --cacert, --cert or --cert-key given with an http:// server (a bare host:port is http://):
- * a usage error, as nothing would use them and the token would go in clear. $SEMA_CACERT and
- * the others are defaults for https:// servers and pass. */
-static int check_tls_scheme(const remote_opts_t *o)
-{
-    if (o->cacert == NULL && o->cert == NULL && o->cert_key == NULL)
-        return 0;
-    if (strncasecmp(o->server, "https://", 8) == 0 ||
-        (strstr(o->server, "://") != NULL && strncasecmp(o->server, "http://", 7) != 0))
-        return 0; /* https://, or another scheme, which the client refuses itself */
-    const char *bare = strstr(o->server, "://") == NULL ? "http://" : "";
-    const char *env = getenv("SEMA_SERVER");
-    const char *from = cli_global.server != NULL       ? "--server"
-                       : env != NULL && env[0] != '\0' ? "$SEMA_SERVER"
-                                                       : "the default server";
-    fprintf(stderr,
-            "sema %s: --cacert, --cert and --cert-key are for an https:// server; %s is %s%s\n",
-            o->verb, from, bare, o->server);
-    return CLI_EXIT_USAGE;
-}
-
 int cmd_remote(int argc, char **argv)
 {
     const verb_t *v = find_verb(argc > 0 ? argv[0] : NULL);
@@ -553,7 +531,7 @@ int cmd_remote(int argc, char **argv)
     int rc = parse_args(v, argc, argv, &o);
     if (rc != 0)
         return rc < 0 ? CLI_EXIT_OK : rc;
-    if ((rc = check_args(v, &o)) != 0 || (rc = check_tls_scheme(&o)) != 0)
+    if ((rc = check_args(v, &o)) != 0 || (rc = remote_check_tls(&o)) != 0)
         return rc;
     return v->fn(&o);
 }

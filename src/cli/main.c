@@ -230,17 +230,37 @@ static int dispatch(const cli_command_t *c, int argc, char **argv)
     return rc;
 }
 
-/* "sema: unknown option '--sever' (did you mean --server?)", before the verb. */
-static int unknown_option(const char *arg)
+/* The first of argv[0..argc) that names a verb, or NULL. */
+static const char *verb_among(int argc, char **argv)
+{
+    for (int i = 0; i < argc && strcmp(argv[i], "--") != 0; i++)
+        if (find_command(argv[i]) != NULL ||
+            (HAVE(cmd_remote_has) && argv[i][0] != '-' && cmd_remote_has(argv[i])))
+            return argv[i];
+    return NULL;
+}
+
+/* "sema: unknown option '--sever' (did you mean --server?)", before the verb; a verb's own
+ * option given before it ("sema --weight 2 acquire x") is said to belong after it. */
+static int unknown_option(int argc, char **argv)
 {
     suggest_t s;
     char typed[64];
+    const char *arg = argv[0];
 
     snprintf(typed, sizeof typed, "%.*s", (int)strcspn(arg, "="), arg);
     suggest_init(&s, strlen(typed) > 2 ? typed + 2 : "");
     if (typed[1] == '-')
         cli_global_suggest(&s);
     const char *best = typed[1] == '-' ? suggest_best(&s) : NULL;
+    const char *verb = best == NULL ? verb_among(argc - 1, argv + 1) : NULL;
+    if (verb != NULL) {
+        fprintf(stderr,
+                "sema: option '%s' belongs after the verb: sema %s %s ... (`sema %s --help` "
+                "lists its options; before the verb go the global options alone)\n",
+                typed, verb, typed, verb);
+        return CLI_EXIT_USAGE;
+    }
     fprintf(stderr, "sema: unknown option '%s' (", typed);
     if (best != NULL)
         fprintf(stderr, "did you mean --%s? ", best);
@@ -273,7 +293,7 @@ int main(int argc, char **argv)
         return CLI_EXIT_OK;
     }
     if (vv[0][0] == '-')
-        return unknown_option(vv[0]);
+        return unknown_option(vc, vv);
     char who[64];
     snprintf(who, sizeof who, "sema %.40s", vv[0]);
     if (!own_globals(vv[0]) && (rc = cli_global_take(who, &vc, vv, 1, 0)) != 0)

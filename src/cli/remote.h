@@ -77,6 +77,10 @@ int remote_acquire_parts(remote_opts_t *o, sema_client_t *c, const sema_acquire_
 /* sema get: the limits and tenants of a state document, after its counters. */
 void remote_print_limits(json_t *doc);
 
+/* --cacert, --cert and --cert-key with an http:// server, or a client certificate missing its
+ * other half: prints why and returns CLI_EXIT_USAGE; 0 when the options can be used. */
+int remote_check_tls(const remote_opts_t *o);
+
 /* sema run / sema lock. */
 int remote_run(remote_opts_t *o);
 

@@ -83,19 +83,42 @@ static int is_ours(const char *kv)
     return 0;
 }
 
+/* Writes `name` at s with '%', ',' and '=' percent-encoded (%25, %2C, %3D, as in a URL), so
+ * that SEMA_FENCES splits at ',' and '=' alone. Returns the bytes written (at most 3 a byte
+ * of the name); s has room. */
+static size_t put_name(char *s, const char *name)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t n = 0;
+    for (; *name != '\0'; name++) {
+        unsigned char c = (unsigned char)*name;
+        if (c == '%' || c == ',' || c == '=') {
+            s[n++] = '%';
+            s[n++] = hex[c >> 4];
+            s[n++] = hex[c & 15];
+        } else {
+            s[n++] = (char)c;
+        }
+    }
+    s[n] = '\0';
+    return n;
+}
+
 /* "SEMA_FENCES=gpu=3,db=7" for a lease on several semaphores, else NULL. Malloc'd. */
 static char *fences_var(const sema_multi_lease_t *m)
 {
     if (m->nparts == 0)
         return NULL;
-    size_t cap = sizeof "SEMA_FENCES=" + m->nparts * (SEMA_CLIENT_NAME_MAX + 22), n;
+    size_t cap = sizeof "SEMA_FENCES=" + m->nparts * (3 * SEMA_CLIENT_NAME_MAX + 24), n;
     char *s = malloc(cap);
     if (s == NULL)
         return NULL;
     n = (size_t)snprintf(s, cap, "SEMA_FENCES=");
-    for (size_t i = 0; i < m->nparts; i++)
-        n += (size_t)snprintf(s + n, cap - n, "%s%s=%" PRIu64, i ? "," : "", m->parts[i].name,
-                              m->parts[i].fence);
+    for (size_t i = 0; i < m->nparts; i++) {
+        n += (size_t)snprintf(s + n, cap - n, "%s", i ? "," : "");
+        n += put_name(s + n, m->parts[i].name);
+        n += (size_t)snprintf(s + n, cap - n, "=%" PRIu64, m->parts[i].fence);
+    }
     return s;
 }
 

@@ -79,8 +79,11 @@ typedef struct {
     uint64_t proto_errors;   /* answers we could not use (a 200 without a lease id) */
     uint64_t rss_before_kib; /* server RSS around the park/create phase (0 = not measured) */
     uint64_t rss_after_kib;
-    double drain_s;  /* park: time for every parked waiter to be answered */
-    uint64_t missed; /* --rate: starts no connection was free for (the rate was not met) */
+    double drain_s;          /* park: time for every parked waiter to be answered */
+    uint64_t missed;         /* --rate: starts no connection was free for (the rate was not met) */
+    uint64_t missed_stalled; /* of `missed`: those owed while sema bench itself did not run
+                              * (its own timer late: the machine, not the server) */
+    uint64_t lag_max_ns;     /* --rate, --interval: the most sema bench's own timer was late */
     uint64_t mix_ops[BENCH_MIX_KINDS]; /* mix: operations done, by kind */
     const char *fatal; /* set when the run could not be done; static text, or fatal_text */
     char fatal_text[BENCH_NAME_MAX + 192]; /* a fatal message naming something */

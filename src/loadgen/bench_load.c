@@ -19,6 +19,8 @@
 #define RECONNECT_MAX 1000
 #define DRAIN_MS 3000                     /* after the deadline, in-flight requests get this long */
 #define LAG_MAX_NS (1000ull * 1000000ull) /* --rate: starts later than this are given up */
+#define PROBE_MS 10                       /* the stall probe's period */
+#define STALL_NS (10ull * 1000000ull)     /* the probe this late: the generator was stalled */
 
 static llhttp_settings_t settings;
 
@@ -121,12 +123,26 @@ static int budget_left(load_t *ld)
     return 1;
 }
 
+/* More semaphores than connections (pairs, -k K > -c N): connection i takes semaphores i,
+ * i + N, i + 2N... in turn, so that all K are in use. */
+static void send_acquire_turn(conn_t *c)
+{
+    const bench_opts_t *o = c->ld->o;
+    unsigned i = (unsigned)(c - c->ld->conns);
+    unsigned mine = (o->sems - i + o->conns - 1) / o->conns; /* its share of the K */
+    char req[BENCH_NAME_MAX + 1024];
+    bench_load__send(c, req,
+                     bench_acquire_request(o, i + o->conns * (c->turn++ % mine), req, sizeof(req)));
+}
+
 static void send_acquire(conn_t *c)
 {
     load_t *ld = c->ld;
     c->step = STEP_ACQUIRE;
     c->pair_start_ns = uv_hrtime();
-    if (c->acq != NULL)
+    if (ld->o->sems > ld->o->conns && !ld->o->all)
+        send_acquire_turn(c);
+    else if (c->acq != NULL)
         bench_load__send(c, c->acq, c->acq_len);
     else
         bench_load__send(c, ld->acq_req, ld->acq_len);
@@ -152,6 +168,57 @@ static void send_create(conn_t *c)
     bench_load__send(c, req, bench_format_request(req, sizeof(req), ld->o, "PUT", path, body));
 }
 
+/* ---- the generator's own stalls ---- */
+
+/* The probe: how late it runs is how long the loop did not run. A lateness over STALL_NS is
+ * remembered as a stall, from its due time to now. */
+static void on_probe(uv_timer_t *t)
+{
+    load_t *ld = t->data;
+    uint64_t now = uv_hrtime();
+    uint64_t late = now > ld->probe_due_ns ? now - ld->probe_due_ns : 0;
+    if (late > ld->ivl_lag_max_ns)
+        ld->ivl_lag_max_ns = late;
+    if (late > ld->res->lag_max_ns)
+        ld->res->lag_max_ns = late;
+    if (late > STALL_NS) {
+        uint64_t *s = ld->stall[ld->stall_n++ % BENCH_STALLS];
+        s[0] = ld->probe_due_ns;
+        s[1] = now;
+    }
+    ld->probe_due_ns = now + PROBE_MS * 1000000ull;
+    uv_timer_start(&ld->probe, on_probe, PROBE_MS, 0);
+}
+
+static uint64_t overlap(uint64_t a0, uint64_t a1, uint64_t b0, uint64_t b1)
+{
+    uint64_t lo = a0 > b0 ? a0 : b0, hi = a1 < b1 ? a1 : b1;
+    return hi > lo ? hi - lo : 0;
+}
+
+/* How much of [from, to) the generator spent stalled: the stalls remembered, and the one
+ * under way when the probe is late now (its timer has not run yet in this loop turn). */
+static uint64_t stalled_ns(const load_t *ld, uint64_t from, uint64_t to)
+{
+    uint64_t sum = 0;
+    unsigned n = ld->stall_n < BENCH_STALLS ? ld->stall_n : BENCH_STALLS;
+    for (unsigned i = 0; i < n; i++)
+        sum += overlap(from, to, ld->stall[i][0], ld->stall[i][1]);
+    if (ld->probe_due_ns && to > ld->probe_due_ns + STALL_NS)
+        sum += overlap(from, to, ld->probe_due_ns, to);
+    return sum < to - from ? sum : to - from;
+}
+
+/* The starts owed in [from, to) are given up: counted as missed, and those that fell while
+ * the generator itself was stalled counted apart. */
+static void pace_miss(load_t *ld, uint64_t from, uint64_t to)
+{
+    uint64_t n = (to - from) / ld->period_ns;
+    uint64_t stalled = stalled_ns(ld, from, to) / ld->period_ns;
+    ld->res->missed += n;
+    ld->res->missed_stalled += stalled < n ? stalled : n;
+}
+
 /* ---- a fixed rate (--rate) ---- */
 
 static void on_pace(uv_timer_t *t);
@@ -175,7 +242,8 @@ static void pace_wait(conn_t *c, uint64_t now)
 }
 
 /* 1 when c may start an operation now; else it waits for its turn (0). A start later than
- * LAG_MAX_NS, because no connection was free, is given up and counted as missed. */
+ * LAG_MAX_NS, because no connection was free (or the generator did not run), is given up
+ * and counted as missed. */
 static int pace_take(conn_t *c)
 {
     load_t *ld = c->ld;
@@ -189,7 +257,7 @@ static int pace_take(conn_t *c)
         return 0;
     }
     if (now - ld->next_ns > LAG_MAX_NS) {
-        ld->res->missed += (now - ld->next_ns) / ld->period_ns;
+        pace_miss(ld, ld->next_ns, now);
         ld->next_ns = now;
     }
     ld->next_ns += ld->period_ns;
@@ -546,7 +614,7 @@ static void stop_issuing(load_t *ld)
     ld->stopping = 1;
     ld->stop_ns = uv_hrtime();
     if (ld->period_ns && ld->started && ld->stop_ns > ld->next_ns) /* starts still owed */
-        ld->res->missed += (ld->stop_ns - ld->next_ns) / ld->period_ns;
+        pace_miss(ld, ld->next_ns, ld->stop_ns);
     ld->ops_at_stop = ld->res->ops;
     ld->requests_at_stop = ld->res->requests;
     uv_timer_start(&ld->drain, on_drain, DRAIN_MS, 0);
@@ -597,18 +665,22 @@ static void on_tick(uv_timer_t *t)
     const bench_hist_t *h = &ld->ivl;
     printf("{\"interval\":%" PRIu64 ",\"t_s\":%.3f,\"seconds\":%.3f,\"ops\":%" PRIu64
            ",\"ops_per_s\":%.1f,\"requests\":%" PRIu64 ",\"p50_us\":%.1f,\"p90_us\":%.1f,"
-           "\"p99_us\":%.1f,\"max_us\":%.1f,\"errors\":%" PRIu64 ",\"missed\":%" PRIu64 "}\n",
+           "\"p99_us\":%.1f,\"max_us\":%.1f,\"errors\":%" PRIu64 ",\"missed\":%" PRIu64
+           ",\"missed_stalled\":%" PRIu64 ",\"lag_max_us\":%.1f}\n",
            ++ld->ivl_n, (double)(now - ld->start_ns) / 1e9, secs, r->ops - ld->ivl_ops,
            secs > 0 ? (double)(r->ops - ld->ivl_ops) / secs : 0.0, r->requests - ld->ivl_requests,
            (double)bench_hist_percentile(h, 50) / 1e3, (double)bench_hist_percentile(h, 90) / 1e3,
            (double)bench_hist_percentile(h, 99) / 1e3, (double)h->max_ns / 1e3,
-           errs - ld->ivl_errors, r->missed - ld->ivl_missed);
+           errs - ld->ivl_errors, r->missed - ld->ivl_missed,
+           r->missed_stalled - ld->ivl_missed_stalled, (double)ld->ivl_lag_max_ns / 1e3);
     fflush(stdout);
     bench_hist_init(&ld->ivl);
     ld->ivl_ops = r->ops;
     ld->ivl_requests = r->requests;
     ld->ivl_errors = errs;
     ld->ivl_missed = r->missed;
+    ld->ivl_missed_stalled = r->missed_stalled;
+    ld->ivl_lag_max_ns = 0;
     ld->ivl_start_ns = now;
 }
 
@@ -624,6 +696,10 @@ static void begin(load_t *ld)
     if (ld->o->interval_s > 0) {
         uint64_t ms = (uint64_t)(ld->o->interval_s * 1000.0);
         uv_timer_start(&ld->tick, on_tick, ms, ms);
+    }
+    if (ld->period_ns || ld->o->interval_s > 0) {
+        ld->probe_due_ns = ld->start_ns + PROBE_MS * 1000000ull;
+        uv_timer_start(&ld->probe, on_probe, PROBE_MS, 0);
     }
     for (unsigned i = 0; i < ld->o->conns; i++)
         issue(&ld->conns[i]);
@@ -645,7 +721,8 @@ static void all_closed(load_t *ld)
             bench_load__close(&ld->conns[i], BENCH_CLOSE_FOR_GOOD);
     uv_handle_t *timers[] = {(uv_handle_t *)&ld->deadline, (uv_handle_t *)&ld->progress,
                              (uv_handle_t *)&ld->drain,    (uv_handle_t *)&ld->pace,
-                             (uv_handle_t *)&ld->tick,     (uv_handle_t *)&ld->sigint};
+                             (uv_handle_t *)&ld->tick,     (uv_handle_t *)&ld->probe,
+                             (uv_handle_t *)&ld->sigint};
     for (size_t i = 0; i < sizeof(timers) / sizeof(timers[0]); i++)
         uv_close(timers[i], NULL);
     if (ld->o->mode == BENCH_MIX)
@@ -720,7 +797,8 @@ static int load_init(load_t *ld, const bench_opts_t *o, bench_result_t *res)
     settings.on_headers_complete = on_headers_complete;
     ld->acq_len = bench_acquire_request(o, 0, ld->acq_req, sizeof(ld->acq_req));
     ld->get_len = bench_format_request(ld->get_req, sizeof(ld->get_req), o, "GET", o->path, NULL);
-    uv_timer_t *timers[] = {&ld->deadline, &ld->progress, &ld->drain, &ld->pace, &ld->tick};
+    uv_timer_t *timers[] = {&ld->deadline, &ld->progress, &ld->drain,
+                            &ld->pace,     &ld->tick,     &ld->probe};
     for (size_t i = 0; i < sizeof(timers) / sizeof(timers[0]); i++) {
         uv_timer_init(&ld->loop, timers[i]);
         timers[i]->data = ld;

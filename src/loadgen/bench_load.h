@@ -17,6 +17,7 @@
 #define BENCH_OUT_MAX 8192  /* queued request bytes per connection */
 #define BENCH_BODY_MAX 1024 /* answer body bytes kept (enough for a lease or a ticket) */
 #define BENCH_ID_MAX 128    /* lease and ticket id bytes */
+#define BENCH_STALLS 64     /* the generator's own stalls remembered (a ring) */
 
 typedef enum { STEP_ACQUIRE, STEP_RELEASE, STEP_GET, STEP_CREATE, STEP_MIX, STEP_STREAM } step_t;
 
@@ -36,6 +37,7 @@ typedef struct conn {
     unsigned sem; /* semaphore index (pairs) */
     char *acq;    /* pairs: this connection's acquire (NULL: ld's) */
     size_t acq_len;
+    unsigned turn;                    /* pairs, more semaphores than connections: the next */
     unsigned server;                  /* which of the servers (-s) it connects to */
     step_t step;                      /* what the oldest request in flight is */
     unsigned inflight;                /* requests sent, not answered */
@@ -87,11 +89,19 @@ struct load {
     /* a fixed rate */
     uint64_t period_ns; /* between two starts; 0: each connection starts its next op at once */
     uint64_t next_ns;   /* uv_hrtime() of the next start */
-    conn_t *idle, *idle_tail; /* connections waiting for a start (a queue) */
+    /* the generator's own stalls: a timer every PROBE_MS; when it runs late, the loop did not
+     * run (the machine gave it no core, or it was busy) from its due time to then */
+    uv_timer_t probe;
+    uint64_t probe_due_ns;           /* when it should run next */
+    uint64_t stall[BENCH_STALLS][2]; /* [from, to) of the last stalls, a ring */
+    unsigned stall_n;                /* stalls recorded (stall[stall_n % BENCH_STALLS]) */
+    uint64_t ivl_lag_max_ns;         /* the interval's largest lateness */
+    conn_t *idle, *idle_tail;        /* connections waiting for a start (a queue) */
     /* reports per interval */
     bench_hist_t ivl; /* latency samples of the interval */
     uint64_t ivl_n;   /* intervals reported */
     uint64_t ivl_ops, ivl_requests, ivl_errors, ivl_missed, ivl_start_ns; /* at its start */
+    uint64_t ivl_missed_stalled;
     uint64_t mix_seq;    /* mix: operations started */
     unsigned complaints; /* mix: unexpected answers described on stderr */
 };

@@ -54,15 +54,18 @@ class Load:
     """Random clients over `pick()` (a function returning an instance to send the next
     request to: a semad_fixture.Semad or one instance of a redis_fixture.Fleet).
     `unavailable_ok`: 503 answers (Redis down, state lost) are expected and counted, not
-    errors. `answer_slack_s`: how late past its timeout a request may be answered."""
+    errors. `gone_ok`: a renew or release answered 404 or 410 (a lease that ran out while its
+    primary failed over, or was lost with it) is counted, its owner kept in `gone`, not an
+    error. `answer_slack_s`: how late past its timeout a request may be answered."""
 
     def __init__(self, pick, sems, threads=16, seed=1, ttl_ms=20000, crash_ttl_ms=500,
                  unavailable_ok=False, answer_slack_s=3.0, disconnects=True,
-                 instances=None, multi=0.0, tenants=(), tenant_max=None):
+                 instances=None, multi=0.0, tenants=(), tenant_max=None, gone_ok=False):
         self.pick, self.sems = pick, dict(sems)
         self.threads, self.seed = threads, seed
         self.ttl_ms, self.crash_ttl_ms = ttl_ms, crash_ttl_ms
         self.unavailable_ok, self.answer_slack = unavailable_ok, answer_slack_s * fx.SLOW
+        self.gone_ok = gone_ok
         self.disconnects = disconnects
         self.instances = instances  # function: every live instance (for the monitor)
         self.multi = multi              # the share of requests on several semaphores
@@ -82,6 +85,7 @@ class Load:
         self.views = 0
         self.acquire_503 = set()  # owners whose acquire was answered 503 (outcome unknown)
         self.release_503 = set()  # owners whose release was answered 503
+        self.gone = set()         # owners whose renew or release found no lease (gone_ok)
         self.said = {}            # owner -> what its acquire (and release) were answered
         self._threads = []
 
@@ -166,12 +170,16 @@ class Load:
         except ValueError:
             return st, {"raw": data[:200].decode(errors="replace")}
 
-    def _bad(self, what, res):
+    def _bad(self, what, res, owner=None):
         st, body = res
         if st == 503 and self.unavailable_ok:
             with self.lock:
                 self.unavailable += 1
             return
+        if st in (404, 410) and self.gone_ok and owner is not None:
+            with self.lock:
+                self.gone.add(owner)
+            return self.count("gone")
         with self.lock:
             self.errors.append("%s answered %s %s" % (what, st, body))
 
@@ -307,7 +315,7 @@ class Load:
                     g["expiry"] = max(g["expiry"], t_ren + self.ttl_ms / 1000)
                 self.count("renewed")
             elif res is not None:
-                self._bad("renew " + owner, res)
+                self._bad("renew " + owner, res, owner)
             time.sleep(rng.random() * 0.01)
         end = time.monotonic()  # the release leaves now
         for g in gs:
@@ -323,7 +331,7 @@ class Load:
                 if res[0] == 503:
                     with self.lock:
                         self.release_503.add(owner)
-                self._bad("release " + owner, res)
+                self._bad("release " + owner, res, owner)
 
     def _wait_idle(self, rng, conns, sem):
         t0 = time.monotonic()

@@ -5,6 +5,7 @@ the server saw."""
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -146,6 +147,72 @@ def test_rate_paces_starts_and_reports_intervals():
     assert 0.9 * due <= report["ops"] + report["missed"] <= due + 2, report
     assert report["ops"] <= due + 2, report
     assert report["errors"] == 0, report
+
+
+def stalled_run(stop_pid_of):
+    """A --rate run whose process `stop_pid_of(semad, bench)` names is stopped (SIGSTOP) for
+    1.5 s after the first interval, longer than a start may be late: its intervals and
+    report."""
+    with fx.Semad() as s:
+        p = subprocess.Popen([SEMA, "bench", "--json", "-s", s.url(""), "-c", "4", "-d", "4s",
+                              "--rate", "200", "--interval", "500ms", "--name", "st"],
+                             stdout=subprocess.PIPE, text=True)
+        try:
+            lines = [json.loads(p.stdout.readline())]
+            pid = stop_pid_of(s, p)
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                time.sleep(1.5)  # the stall itself: nothing runs in the stopped process
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            lines += [json.loads(line) for line in p.stdout]
+            rc = p.wait(60 * fx.SLOW)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert rc == 0, lines
+    return lines[:-1], lines[-1]
+
+
+def test_rate_counts_the_starts_missed_while_the_generator_itself_stalled():
+    """Starts owed while sema bench did not run are missed_stalled (the machine's), and its
+    own timer's lateness is reported; those owed while the server did not answer are not."""
+    ticks, report = stalled_run(lambda s, bench: bench.pid)
+    assert report["missed"] >= 200, report  # 1.5 s at 200/s, once the second of grace is over
+    assert report["missed_stalled"] >= 0.8 * report["missed"], report
+    assert report["lag_max_us"] >= 1.4e6, report
+    assert max(t["lag_max_us"] for t in ticks) >= 1.4e6, ticks
+    # (the starts still owed at the deadline count after the last interval)
+    assert 0 <= report["missed_stalled"] - sum(t["missed_stalled"] for t in ticks) <= 2, ticks
+
+    ticks, report = stalled_run(lambda s, bench: s.proc.pid)
+    assert report["missed"] >= 200, report
+    assert report["missed_stalled"] <= 0.2 * report["missed"], report
+    assert 0 <= report["missed"] - sum(t["missed"] for t in ticks) <= 2, (ticks, report)
+
+
+def test_tls_options_it_would_not_use_are_refused():
+    """--cacert with an http:// server is refused, before the verb or after it, as the other
+    verbs refuse it (SEMA_CACERT stays a default for https:// servers); so are --cert and
+    --cert-key, as sema bench presents no client certificate. Nothing is sent."""
+    e = {k: v for k, v in os.environ.items() if not k.startswith("SEMA_")}
+    for args in (["bench", "-s", "http://127.0.0.1:1", "--cacert", "ca.pem"],
+                 ["--cacert", "ca.pem", "bench", "-s", "127.0.0.1:1"],
+                 ["bench", "-s", "https://127.0.0.1:1", "-s", "http://127.0.0.1:2",
+                  "--cacert", "ca.pem", "--no-create"]):
+        p = subprocess.run([SEMA] + args + ["-d", "1s"], env=e, capture_output=True, text=True,
+                           timeout=30 * fx.SLOW)
+        assert p.returncode == 2, (args, p)
+        assert "--cacert is for an https:// server, and http://127.0.0.1:" in p.stderr, p.stderr
+    for opt in ("--cert", "--cert-key"):
+        p = subprocess.run([SEMA, opt, "w.pem", "bench", "-d", "1s"], env=e,
+                           capture_output=True, text=True, timeout=30 * fx.SLOW)
+        assert p.returncode == 2 and "presents no client certificate" in p.stderr, p
+    e["SEMA_CACERT"] = "ca.pem"  # a default: the run goes on, and finds no server
+    p = subprocess.run([SEMA, "bench", "-s", "http://127.0.0.1:1", "-d", "1s"], env=e,
+                       capture_output=True, text=True, timeout=30 * fx.SLOW)
+    assert p.returncode != 2 and "cannot connect" in p.stderr, p
 
 
 def test_get_mode_and_pipelining():

@@ -6,6 +6,7 @@ Each test starts its own semad (semad_fixture.Semad) on an ephemeral loopback po
 the real `sema` ($SEMA_BIN) as separate processes, as a shell script would.
 """
 import json
+import shutil
 import re
 import os
 import signal
@@ -15,6 +16,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import semad_fixture  # noqa: E402
@@ -182,6 +184,16 @@ def test_run_hands_the_command_its_lease_and_fence():
         assert fences == want and fence == str(doc["fences"]["gpu"]), (doc, fence, fences)
         doc, fence, fences = run_and_read("lock", "k", "--exclusive")
         assert fence == str(doc["fence"]) and fences == "unset", (doc, fence, fences)
+        # '%', ',' and '=' of a name are percent-encoded: the value splits at ',' and '='
+        sema(d, "create", "a=b", "2", check=0)
+        sema(d, "create", "p%q", "2", check=0)
+        doc, fence, fences = run_and_read("run", "a=b:1,p%q:1,db")
+        want = "a%%3Db=%d,p%%25q=%d,db=%d" % (doc["fences"]["a=b"], doc["fences"]["p%q"],
+                                              doc["fences"]["db"])
+        assert fences == want, (doc, fences)
+        parsed = {urllib.parse.unquote(k): int(v)
+                  for k, v in (part.split("=") for part in fences.split(","))}
+        assert parsed == doc["fences"], (parsed, doc)
 
 
 def test_create_and_resize_with_limits_and_get_shows_them():
@@ -350,6 +362,63 @@ def test_tls_options_with_an_http_server_are_refused():
         p = subprocess.run([sema_bin(), "ls"], env=e, capture_output=True, text=True,
                            timeout=30 * SLOW)
         assert p.returncode == 0, (p.returncode, p.stderr)
+
+
+def run_sema(args, **env):
+    """sema with `args`, no server needed (it stops before talking to one): the process."""
+    e = {k: v for k, v in os.environ.items() if not k.startswith("SEMA_")}
+    e.update(env)
+    return subprocess.run([sema_bin()] + args, env=e, capture_output=True, text=True,
+                          timeout=30 * SLOW)
+
+
+def test_a_client_certificate_missing_a_half_says_which():
+    """--cert-key without a certificate, or a certificate file without its key and no
+    --cert-key, is a usage error naming the option missing; a file holding both, or both
+    given, goes on (here to a server that is not there)."""
+    tmp = tempfile.mkdtemp(prefix="sema-cert-")
+    cert, both = os.path.join(tmp, "w.pem"), os.path.join(tmp, "both.pem")
+    pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    with open(cert, "w") as f:
+        f.write(pem)
+    with open(both, "w") as f:
+        f.write(pem + "-----BEGIN PRIVATE KEY-----\nMIGH\n-----END PRIVATE KEY-----\n")
+    try:
+        url = "https://127.0.0.1:1"
+        for args, env in ((["-s", url, "--cert-key", cert, "ls"], {}),
+                          (["ls", "-s", url, "--cert-key", cert], {}),
+                          (["ls", "--cert-key", cert], {"SEMA_SERVER": url})):
+            p = run_sema(args, **env)
+            assert p.returncode == EXIT_USAGE, (args, p)
+            assert "--cert-key is the key of a client certificate, and no certificate is " \
+                   "given: add --cert FILE (or set SEMA_CERT)" in p.stderr, p.stderr
+        for args, env in ((["-s", url, "--cert", cert, "ls"], {}),
+                          (["-s", url, "ls"], {"SEMA_CERT": cert})):
+            p = run_sema(args, **env)
+            assert p.returncode == EXIT_USAGE, (args, p)
+            assert "the client certificate %s holds no private key, and no key is given: add " \
+                   "--cert-key FILE (or set SEMA_CERT_KEY)" % cert in p.stderr, p.stderr
+        for args, env in ((["-s", url, "--cert", both, "ls"], {}),
+                          (["-s", url, "--cert", cert, "--cert-key", both, "ls"], {}),
+                          (["-s", url, "ls"], {"SEMA_CERT_KEY": both})):
+            p = run_sema(args, **env)
+            assert p.returncode == EXIT_UNAVAILABLE, (args, p)
+            assert "cannot reach" in p.stderr, p.stderr
+    finally:
+        shutil.rmtree(tmp)
+
+
+def test_a_verbs_option_before_the_verb_is_said_to_belong_after_it():
+    for args, typed, verb in ((["--weight", "2", "acquire", "x"], "--weight", "acquire"),
+                              (["--ttl=5s", "run", "x", "--", "true"], "--ttl", "run"),
+                              (["-s", "http://127.0.0.1:1", "--capacity", "3", "create", "c"],
+                               "--capacity", "create")):
+        p = run_sema(args)
+        assert p.returncode == EXIT_USAGE, (args, p)
+        assert "sema: option '%s' belongs after the verb: sema %s %s ..." % (typed, verb, typed) \
+            in p.stderr, (args, p.stderr)
+    p = run_sema(["--weight", "2"])  # no verb to name
+    assert p.returncode == EXIT_USAGE and "unknown option '--weight'" in p.stderr, p.stderr
 
 
 def test_too_long_name_says_the_maximum():

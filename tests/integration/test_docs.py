@@ -31,8 +31,10 @@ order. Elsewhere `...` stands for any text within a line (`"lease":"..."`), and 
 `...` alone for any number of lines.
 
 A page's examples leave nothing behind: when they are done, the page's semad holds no
-semaphore and (where the page has one of its own) its /dev/shm no file, as the user who ran
-them on their own semad and machine would want.
+semaphore, (where the page has one of its own) its /dev/shm no file, and the directory they
+ran in no file or directory they made (but the programs a `file:` block shows in full and
+what `cc -o` builds of them, which the reader keeps), as the user who ran them on their own
+semad and machine would want.
 
 Each page runs in one bash session (`set -e -o pipefail`): its blocks in order, so a
 variable set in one block is there in the next. The session's directory holds links to the
@@ -397,6 +399,18 @@ def left_behind(s, own_shm):
     return left
 
 
+def files_made(d, before, blist):
+    """What the examples wrote into the page's directory `d` (the names in it at the start
+    are `before`, and semad's data): but the programs the page shows in full (`file:`
+    blocks) and what `cc -o` makes of them, which the reader keeps, and the session's own
+    dot files."""
+    kept = set(before) | {"sema-data"} | {b.file for b in blist if b.file}
+    for b in blist:
+        if runnable(b) and b.lang in SHELL:
+            kept |= set(re.findall(r"\bcc\b[^\n]*?(?:\\\n[^\n]*?)*\s-o\s+([\w.-]+)", "\n".join(b.body)))
+    return ["./%s" % n for n in sorted(os.listdir(d)) if n not in kept and not n.startswith(".")]
+
+
 def run_session(page, d, prefix, port):
     """Inside the page's namespaces (or not): start semad, run the page's script. Returns
     (ok, report)."""
@@ -406,6 +420,7 @@ def run_session(page, d, prefix, port):
     script, where, checks = script_for(page, blist, cdir)
     outdir = os.path.join(d, ".out")
     os.mkdir(outdir)
+    before = os.listdir(d)
     with fx.Semad("--listen", "127.0.0.1:%d" % port, durability="strict",
                   data=os.path.join(d, "sema-data")) as s:
         if port == 0:  # no namespace of its own: the examples' address becomes semad's
@@ -434,7 +449,7 @@ def run_session(page, d, prefix, port):
         log.seek(0)
         out = log.read()
         semad_log = s.log()
-        left = left_behind(s, port != 0) if rc == 0 else []
+        left = left_behind(s, port != 0) + files_made(d, before, blist) if rc == 0 else []
     bad = compare_outputs(checks, outdir, s.semad_port) if rc == 0 else []
     if left:
         bad.append("%s: the examples leave behind %s: delete what they make, as a user would "

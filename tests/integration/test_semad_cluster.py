@@ -9,6 +9,7 @@ CLUSTER FAILOVER of a replica, a killed sharded subscriber connection).
 Each case is its own CTest test with its own cluster (cluster.* tests run one at a time:
 RESOURCE_LOCK redis_cluster); every wait is bounded."""
 import os
+import random
 import subprocess
 import sys
 import threading
@@ -17,6 +18,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import redis_cluster_fixture as cf  # noqa: E402
 import redis_fixture as rf  # noqa: E402
+import safety_checker as sc  # noqa: E402
 import semad_fixture as fx  # noqa: E402
 
 SLOW = fx.SLOW
@@ -96,10 +98,109 @@ def test_semaphores_spread_over_every_primary_and_instances_share_them():
         t.join(30)
         assert out["r"][0] == 200, out
         assert time.monotonic() - t0 < 1.5 * SLOW, "woken by its message, not a fallback"
-        # what is not served yet says so
-        st, p = a.json("GET", "/v1/semaphores")
-        assert st == 501 and p["code"] == "not_supported" and "Cluster" in p["detail"], p
+        # every primary's semaphores in one list, in name order, through either instance
+        for s in (a, b):
+            st, p = s.json("GET", "/v1/semaphores")
+            assert st == 200 and p["next_cursor"] is None, p
+            assert [x["name"] for x in p["semaphores"]] == sorted(names), p
         assert a.json("GET", "/v1/leases/Zzzz-not-a-slot-id")[0] == 404
+    finally:
+        f.close()
+        c.close()
+
+
+def error_count(node):
+    """How many errors node has answered (INFO errorstats, every kind)."""
+    return sum(int(v.split("=", 1)[1].split(",")[0]) for v in node.info("errorstats").values())
+
+
+def pages(s, limit, between=lambda page: None, prefix="n"):
+    """Every name of the listing through s, page by page (limit a page), calling between(k)
+    after page k."""
+    seen, cursor, k = [], None, 0
+    while True:
+        q = "/v1/semaphores?prefix=%s&limit=%d" % (prefix, limit)
+        st, page = s.json("GET", q + ("&cursor=" + cursor if cursor else ""), timeout=60)
+        assert st == 200, page
+        assert len(page["semaphores"]) <= limit, page
+        seen += [x["name"] for x in page["semaphores"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            return seen
+        k += 1
+        between(k)
+
+
+def test_a_listing_skips_and_repeats_nothing_across_a_reshard_and_a_failover():
+    """A list of many semaphores, page by page, while the slots of names not listed yet move to
+    another primary (a page asked while one is half moved waits for it) and a primary fails
+    over (CLUSTER FAILOVER): every name that existed throughout comes once, in name order."""
+    rf.need_redis_engine()
+    cf.need_cluster_tools()
+    c = cf.Cluster()
+    f = rf.Fleet("redis+cluster://%s?timeout=10000" % c.seeds(), 2, durability="none")
+    try:
+        a, b = f[0], f[1]
+        names = ["n%02d" % i for i in range(40)]
+        for n in names:
+            put(a, n, 1)
+        put(a, "other", 1)  # (outside the prefix)
+        spread = where(c, names)
+        assert pages(b, 1000) == names
+        keys = [k.decode() for p in c.primaries()
+                for k in cf.command(p.port, "KEYS", "sema:{*}s:n*:m")]
+        slot_of = {k.split("}s:", 1)[1][:-2]: c.keyslot(k) for k in keys}
+        tag_of = {k.split("}s:", 1)[1][:-2]: k[6:14] for k in keys}
+        later = names[20:]
+
+        def between(k):
+            if k == 1:  # the slots of two names to come move, one while a page is asked
+                n1, n2 = later[3], later[9]
+                for n in (n1, n2):
+                    dst = next(p for p in c.primaries() if p.port != c.owner(slot_of[n]).port)
+                    m = cf.Migration(c, slot_of[n], dst)
+                    m.begin()
+                    m.move_keys(2)
+                    if n == n1:
+                        m.finish()
+                        continue
+                    # the slot's name index moves first: a page must not read the slot now
+                    src, index = c.owner(slot_of[n]), "sema:{%s}names" % tag_of[n]
+                    cf.command(src.port, "MIGRATE", "127.0.0.1", dst.port, index, 0, 5000)
+                    errs = error_count(src)
+                    out = {}
+                    t = threading.Thread(target=lambda: out.update(r=a.json(
+                        "GET", "/v1/semaphores?prefix=n&limit=50", timeout=60)))
+                    t.start()
+                    fx.wait_until(lambda: error_count(src) >= errs + 2 or "r" in out, 10,
+                                  "the page refused by the half-moved slot's primary")
+                    assert "r" not in out, "a page read a half-moved slot: %s" % out
+                    m.finish()
+                    t.join(60)
+                    st, page = out["r"]
+                    assert st == 200, page
+                    assert [x["name"] for x in page["semaphores"]] == names, page
+            if k == 2:  # the primary of a name to come fails over
+                node = c.node_at(spread[later[-1]])
+                cf.command(node.port, "WAIT", "1", "5000")
+                c.failover(c.replicas(of=node)[0], timeout=FAILOVER_BOUND_S)
+            if k == 3:
+                put(b, "n25x", 1)  # (made meanwhile: listed or not, once at most)
+                assert b.request("DELETE", "/v1/semaphores/n31")[0] == 204
+
+        for s, limit in ((a, 6), (b, 7)):
+            seen = pages(s, limit, between if s is a else lambda k: None)
+            assert seen == sorted(set(seen)), seen
+            assert set(names) - {"n31"} <= set(seen), sorted(set(names) - set(seen))
+        assert pages(b, 1000) == sorted(set(names) - {"n31"} | {"n25x"})
+        # a primary that holds many keys looks each of its slots up rather than scan its keys
+        # (and so does one that migrates a slot away, above): the same page
+        big = c.primaries()[0]
+        pad = next("pad{%d}" % i for i in range(1000) if c.owner(c.keyslot("pad{%d}" % i)) is big)
+        big.cli("DEBUG", "POPULATE", "60000", pad)
+        lookups = big.commandstats().get("zrangebylex", 0)
+        assert pages(a, 1000) == sorted(set(names) - {"n31"} | {"n25x"})
+        assert big.commandstats().get("zrangebylex", 0) - lookups >= 5000, "not looked up"
     finally:
         f.close()
         c.close()
@@ -252,7 +353,7 @@ def ask_count(node):
     return int(v.split("=", 1)[1].split(",")[0])
 
 
-def test_a_slot_resharded_while_in_use_loses_and_doubles_no_grant():
+def test_a_slot_resharded_while_in_use_loses_and_doubles_no_grant_and_pauses_none():
     rf.need_redis_engine()
     cf.need_cluster_tools()
     c = cf.Cluster()
@@ -293,18 +394,19 @@ def test_a_slot_resharded_while_in_use_loses_and_doubles_no_grant():
         m.finish()
         moved = time.monotonic()
         rel.join(30)
-        # the slot's primary changed: its grants pause for the longest lease (nothing tells
-        # semad a migration from a failover that lost writes), the parked acquire waits it out
+        # the slot's primary changed by a reshard: the old primary, still a primary, handed the
+        # slot to a primary never promoted, so every write moved with the keys: no pause, the
+        # parked acquire is granted by the release (a pause would hold it MAX_TTL_S)
         w.join(MAX_TTL_S + 60)
-        assert out["w_at"] - moved >= MAX_TTL_S - 0.5, (out["w_at"] - moved, out)
         logs = a.log() + b.log()
         assert out["r"] == 204, out
         assert out["w"][0] == 200, (out, logs[-40:])
-        assert any("nothing proves it has every acknowledged write" in x for x in logs), logs
+        assert out["w_at"] - moved < MAX_TTL_S / 2, (out["w_at"] - moved, out, logs[-40:])
+        assert any("a reshard, which carries every write" in x for x in logs), logs
+        assert not any("nothing proves it has every acknowledged write" in x for x in logs), logs
         fences.append(out["w"][1]["fence"])
         assert c.owner(slot).port == dst.port
-        # (the lease held across the pause ran out during it)
-        assert release(a, leases[1]) in (204, 404, 410)
+        assert release(a, leases[1]) == 204
         assert release(a, out["w"][1]["lease"]) == 204
         # the semaphore goes on, from both instances, on its new primary
         for i in range(10):
@@ -318,6 +420,88 @@ def test_a_slot_resharded_while_in_use_loses_and_doubles_no_grant():
     finally:
         f.close()
         c.close()
+
+
+# ---- the safety checker under random load, semaphores on every primary ----
+
+# capacities 1..3 over names that hash to slots of every primary
+SAFETY_SEMS = {"q%02d" % i: 1 + i % 3 for i in range(18)}
+SAFETY_S = max(3.0, 6.0 * min(1.0, fx.SCALE))  # the load's length without a fault
+SAFETY_TTL_S = 3  # --max-ttl: what a promoted primary's slots pause for
+
+
+def safety_run(instances, kill):
+    """Random load (safety_checker.Load) over SAFETY_SEMS through `instances` semad
+    instances, each request to one picked at random, with (`kill`) a kill -9 of one primary
+    in the middle: what the checker checks (capacity, FIFO, fences, answers by their timeout,
+    wait-idle, rest) holds throughout. With the kill, the other primaries' semaphores are
+    never answered 503, and the victim's grant again once its replica has waited out the
+    longest lease."""
+    c, f = cluster_fleet(instances, "--max-connections", "1000", "--max-ttl",
+                         "%ds" % SAFETY_TTL_S, "--default-ttl", "2s")
+    try:
+        for name, cap in SAFETY_SEMS.items():
+            put(f[0], name, cap)
+        spread = where(c, SAFETY_SEMS)
+        assert len(set(spread.values())) == 3, spread
+        for p in c.primaries():
+            cf.command(p.port, "WAIT", "1", "5000")  # every replica has every semaphore
+        load = sc.Load(lambda: random.choice(f.live()), SAFETY_SEMS, threads=24, seed=11,
+                       instances=f.live, ttl_ms=SAFETY_TTL_S * 1000, unavailable_ok=kill,
+                       gone_ok=kill, answer_slack_s=3.0 + (FAILOVER_BOUND_S if kill else 0.0))
+        f.before_close.append(load.__exit__)  # a failed test stops its clients first
+        load.start()
+        victim = None
+        if not kill:
+            time.sleep(SAFETY_S)  # the load runs; every check is on what it saw
+        else:
+            fx.wait_until(lambda: len(load.grants) >= 50, 30, "grants before the fault")
+            victim = sorted(set(spread.values()))[0]
+            t_kill = time.monotonic()
+            c.kill_primary(c.node_at(victim), timeout=FAILOVER_BOUND_S)
+            mine = [n for n, p in spread.items() if p == victim]
+
+            def victim_grants():
+                with load.lock:
+                    return len([g for g in load.grants
+                                if g["sem"] in mine and g["send"] > t_kill + SAFETY_TTL_S])
+            try:
+                fx.wait_until(lambda: victim_grants() >= 10, SAFETY_TTL_S + 30,
+                              "grants on the failed primary's semaphores after its pause")
+            except AssertionError:
+                sem_of = {o: s for s, _, o in load.sends}
+                said = [(o, x) for o, x in list(load.said.items()) if sem_of.get(o) in mine]
+                raise AssertionError("no grant on %s after the pause: last answers %s; %s"
+                                     % (mine, said[-10:], f.log()[-30:]))
+        load.stop()
+        summary = load.check(min_grants=60 if fx.SCALE >= 1 else 15)
+        assert summary["fifo_pairs"] > 0, ("the monitor never saw two granted requests "
+                                           "queued together", summary)
+        if kill:
+            sem_of = {o: s for s, _, o in load.sends}
+            hit = {sem_of[o] for o in load.acquire_503 | load.release_503 | load.gone}
+            calm = sorted(n for n in hit if spread[n] != victim)
+            assert not calm, ("semaphores of the primaries still up were answered 503, or "
+                              "their leases lost", calm, summary)
+        # (a lease whose release met the pause lives on to its ttl)
+        sc.wait_rest(f.live(), SAFETY_SEMS, timeout=10 + SAFETY_TTL_S, load=load)
+        print("%d instances%s: %s" % (instances, ", kill -9 of primary %d" % victim
+                                      if kill else "", summary))
+    finally:
+        f.close()
+        c.close()
+
+
+def test_safety_checker_random_load_through_one_instance():
+    safety_run(1, kill=False)
+
+
+def test_safety_checker_random_load_through_three_instances():
+    safety_run(3, kill=False)
+
+
+def test_safety_checker_random_load_through_three_instances_kill_9_of_one_primary():
+    safety_run(3, kill=True)
 
 
 if __name__ == "__main__":

@@ -94,7 +94,6 @@ def test_semaphore_crud():
         assert problem(s, "PATCH", "/v1/semaphores/a", {"capacity": 1}) == (404, "not_found")
 
 
-@fx.not_on_cluster("listing")
 def test_list_pagination():
     with fx.Semad() as s:
         names = ["p/%02d" % i for i in range(7)] + ["q1", "q2"]
@@ -118,7 +117,6 @@ def test_list_pagination():
             assert problem(s, "GET", "/v1/semaphores?limit=" + bad)[0] == 400
 
 
-@fx.not_on_cluster("listing")
 def test_list_items_count_grants_tickets_and_the_oldest_waiter():
     """A list item says what an overview shows without reading each semaphore: leases
     granted on it (a counter), tickets waiting in its queue, and when its head came."""
@@ -305,7 +303,6 @@ def test_keyed_locks():
         assert problem(s, "GET", "/v1/locks/doc%2F1") == (404, "not_found")
 
 
-@fx.not_on_cluster("listing")
 def test_lock_list_by_key_while_held_or_awaited():
     with fx.Semad() as s:
         put(s, "doc%2Fsem", 1)

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MIT
 """test_limits.py - several semaphores at once, tenants and rates through the Python
 clients (sync and asyncio), against a real semad: all or nothing, one lease with a fence on
-each semaphore, a tenant's cap, the limits on create and configure and in the state."""
+each semaphore, tickets on several semaphores and tickets' tenants, a tenant's cap, the
+limits on create and configure and in the state."""
 import asyncio
 import threading
 
@@ -126,8 +127,63 @@ def test_a_ticket_names_its_tenant(client, name):
     sem = make(client, name, 1, tenant_max=1)
     t = sem.take_ticket(tenant="acme")
     assert t.status == "granted" and t.lease is not None and t.lease.tenant == "acme"
+    assert t.tenant == t.state.tenant == "acme" and t.parts is None
+    w = sem.take_ticket(tenant="globex")  # waiting: its reply names the tenant too
+    assert (w.status, w.tenant, w.position) == ("waiting", "globex", 1), w.state
+    assert client.ticket(w.id).tenant == "globex"
+    u = sem.take_ticket()
+    assert u.tenant is None and u.status == "waiting"
+    u.leave()
     t.leave()
+    permit = w.wait_turn(timeout=30)
+    assert permit.tenant == "globex" and w.tenant == "globex"
+    permit.release()
     assert idle(sem)
+
+
+def test_a_ticket_on_several_semaphores_keeps_a_place_in_every_line(client, name):
+    a, b = make(client, name + "/a", 2), make(client, name + "/b", 1)
+    held = b.acquire()
+    t = client.take_ticket_all({a.name: 2, b.name: 1}, owner="tab-3", tenant="acme",
+                               keepalive=30)
+    assert t.status == "waiting" and t.lease is None, t.state
+    assert [(p.name, p.weight) for p in t.parts] == [(a.name, 2), (b.name, 1)]
+    assert (t.name, t.state.weight) == (a.name, 2)  # the first part's
+    assert t.state.weights == {a.name: 2, b.name: 1} and t.tenant == "acme"
+    assert t.position == 1 and t.state.ahead_weight == 0, t.state  # next on b
+    assert a.state().held == 0  # it holds nothing while it waits for b
+    assert [(x.kind, x.multi) for x in a.state().waiters] == [("ticket", True)]
+    again = client.ticket(t.id)
+    assert again.parts == t.parts and again.tenant == "acme"
+    held.release()
+    with t.wait_turn(timeout=30) as p:
+        assert p.fences == {a.name: p.parts[0].fence, b.name: p.parts[1].fence}
+        assert [(x.name, x.weight) for x in p.parts] == [(a.name, 2), (b.name, 1)]
+        assert (p.owner, p.tenant) == ("tab-3", "acme")
+        assert t.status == "granted" and t.lease is not None and t.parts == again.parts
+        assert a.state().held == 2 and b.state().held == 1
+    assert idle(a) and idle(b)
+
+
+def test_a_ticket_on_several_semaphores_granted_at_once_and_left(client, name):
+    a, b = make(client, name + "/a", 1), make(client, name + "/b", 1)
+    t = client.take_ticket_all([a.name, b.name])
+    assert t.status == "granted" and t.position is None and t.tenant is None, t.state
+    assert t.lease is not None and set(t.lease.fences) == {a.name, b.name}
+    assert t.state.weights == {a.name: 1, b.name: 1}
+    assert a.state().held == 1 and b.state().held == 1
+    t.leave()  # its lease is released: both come back
+    assert idle(a) and idle(b)
+    with pytest.raises(sema.NotFound):
+        client.take_ticket_all([a.name, name + "/none"])
+    with pytest.raises(sema.TooHeavy):
+        client.take_ticket_all({a.name: 2, b.name: 1})
+    with pytest.raises(sema.InvalidRequest):
+        client.take_ticket_all([a.name, a.name])  # named twice: semad says 400
+    for bad in ({}, [], [("x", 0)], [3]):
+        with pytest.raises(ValueError):
+            client.take_ticket_all(bad)
+    assert idle(a) and idle(b)
 
 
 def test_async_acquire_all_and_tenants(url, client, name):
@@ -152,6 +208,16 @@ def test_async_acquire_all_and_tenants(url, client, name):
             await held.release()
             got = await asyncio.wait_for(task, 30)
             assert set(got.fences) == {a.name, b.name}
+            await got.release()
+            # a ticket on both, waiting behind b's holder, then granted one lease
+            held = await ac.semaphore(b.name).acquire()
+            t = await ac.take_ticket_all({a.name: 1, b.name: 1}, tenant="acme")
+            assert (t.status, t.tenant, t.position) == ("waiting", "acme", 1), t.state
+            assert t.state.weights == {a.name: 1, b.name: 1}
+            await held.release()
+            got = await t.wait_turn(timeout=30)
+            assert set(got.fences) == {a.name, b.name} and got.tenant == "acme"
+            assert [p.name for p in (t.parts or ())] == [a.name, b.name]
             await got.release()
             st = await ac.semaphore(a.name).configure(tenant_max=0)
             assert st.tenant_max is None

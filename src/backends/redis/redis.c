@@ -66,8 +66,6 @@ void rs__drain(rs_t *r)
 /* Why a request cannot be sent now (BE_MSG_NONE: it can). */
 static be_msg_t cannot_send(rs_t *r, const engine_req_t *req)
 {
-    if ((req->op == ENGINE_SEM_LIST || req->op == ENGINE_LOCK_LIST) && r->sh != NULL)
-        return BE_MSG_REDIS_CLUSTER_NO_LIST;
     if ((req->op == ENGINE_SEM_LIST || req->op == ENGINE_LOCK_LIST) && req->cursor != NULL &&
         strlen(req->cursor) > ENGINE_NAME_MAX)
         return BE_MSG_CURSOR_TOO_LONG;
@@ -107,6 +105,11 @@ static int rs_submit(void *be, engine_req_t *req)
         return failed_at_once(r, rq, req->status, req->message);
     if ((why = cannot_send(r, req)) != BE_MSG_NONE)
         return failed_at_once(r, rq, be_msg_code(why), be_msg_text(why));
+    if ((req->op == ENGINE_SEM_LIST || req->op == ENGINE_LOCK_LIST) && r->sh != NULL) {
+        rs__list_send(r, rq); /* (each slot keeps its names: every primary is asked) */
+        rs__drain(r);
+        return 0;
+    }
     rs__next_id(r, rq->wid, sizeof rq->wid);
     rq->writes = (uint8_t)rs__op_writes(req->op);
     if (req->op == ENGINE_ACQUIRE || req->op == ENGINE_LOCK_ACQUIRE)
@@ -245,6 +248,7 @@ static void rs_shutdown(void *be)
             rs__fail(r, rq, BE_MSG_SHUTDOWN, 0);
     }
     uv_timer_stop(&r->tk_timer);
+    rs__list_close(r);
     rs__drain(r);
     uv_timer_stop(&r->hb_timer);
     uv_timer_stop(&r->due_timer);
@@ -311,6 +315,7 @@ static int rs_open(void **out, engine_t *front, uv_loop_t *loop, const engine_co
     elist_init(&r->held);
     elist_init(&r->unconfirmed);
     elist_init(&r->twatch);
+    elist_init(&r->lists);
     rc = rs__parse_url(r, cfg->backend, errbuf, errlen);
     if (rc == 0 && r->cluster && r->strict) {
         snprintf(errbuf, errlen,

@@ -349,18 +349,19 @@ static int view_from(engine_result_t *res, engine_sem_view_t *v, const redisRepl
     return 0;
 }
 
-static int list_from(engine_result_t *res, const redisReply *rep, engine_res_kind_t kind)
+int rs__list_from(engine_result_t *res, const redisReply *rep, engine_list_item_t **out,
+                  size_t *nout, int *more)
 {
     const redisReply *items = rs__el_arr(rep, RS_R_RESULT + 1);
     size_t n = items ? items->elements / RS_ITEM_LEN : 0;
+    engine_list_item_t *its = engine_result_alloc(res, (n ? n : 1) * sizeof(*its));
 
-    res->items = engine_result_alloc(res, (n ? n : 1) * sizeof(*res->items));
-    if (res->items == NULL)
+    if (its == NULL)
         return -1;
     for (size_t i = 0; i < n; i++) {
         size_t nl, at = i * RS_ITEM_LEN;
         const char *name = rs__el_str(items, at, &nl);
-        engine_list_item_t *it = &res->items[i];
+        engine_list_item_t *it = &its[i];
         if (view_from(res, &it->v, items, at + 1, name, nl, 0) != 0)
             return -1;
         it->grants = (uint64_t)rs__el_i64(items, at + RS_ITEM_GRANTS);
@@ -369,10 +370,21 @@ static int list_from(engine_result_t *res, const redisReply *rep, engine_res_kin
         if (limits_from(res, &it->v, rs__el_arr(items, at + RS_ITEM_LIMITS), 0) != 0)
             return -1;
     }
-    res->nitems = n;
-    if (rs__el_i64(rep, RS_R_RESULT) != 0 && n > 0) {
-        res->next_cursor = res->items[n - 1].v.name;
-        res->next_cursor_len = res->items[n - 1].v.name_len;
+    *out = its;
+    *nout = n;
+    *more = rs__el_i64(rep, RS_R_RESULT) != 0;
+    return 0;
+}
+
+static int list_from(engine_result_t *res, const redisReply *rep, engine_res_kind_t kind)
+{
+    int more;
+
+    if (rs__list_from(res, rep, &res->items, &res->nitems, &more) != 0)
+        return -1;
+    if (more && res->nitems > 0) {
+        res->next_cursor = res->items[res->nitems - 1].v.name;
+        res->next_cursor_len = res->items[res->nitems - 1].v.name_len;
     }
     res->kind = kind;
     return 0;

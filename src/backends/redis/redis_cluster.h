@@ -109,6 +109,10 @@ int rs__cluster_send(rs_cluster_t *cl, rs_ccmd_t *c);
 int rs__cluster_subscribe(rs_cluster_t *cl, const char *chan, size_t len);
 void rs__cluster_unsubscribe(rs_cluster_t *cl, const char *chan, size_t len);
 
+/* Ask for the whole slot map again (at once, or at the next tick): a node said a slot is
+ * not (or not wholly) its own in a way no redirect told the map (a script's error). */
+void rs__cluster_refresh(rs_cluster_t *cl);
+
 /* Whether the slot map is known and covers every slot. */
 int rs__cluster_ready(const rs_cluster_t *cl);
 /* The node that serves slot now, or NULL. */

@@ -103,8 +103,6 @@ void rs__cluster_end(rs_cluster_t *cl, rs_ccmd_t *c, int how, redisReply *rep);
 void rs__cluster_end_all(rs_cluster_t *cl, elist_t *from, int how, int counted);
 /* Put a command on a waiting list (counted in cl->nqueued). */
 void rs__cluster_enqueue(rs_cluster_t *cl, elist_t *list, rs_ccmd_t *c);
-/* Ask for the whole slot map again (at once, or at the next tick). */
-void rs__cluster_refresh(rs_cluster_t *cl);
 /* A reply on a connection: to the command at the head of its flight, or a pub/sub frame. */
 void rs__cluster_reply(rs_link_t *l, redisReply *rep);
 

@@ -318,13 +318,17 @@ void rs__cmd_fail(rs_t *r, rs_cmd_t *c, be_msg_t why)
 {
     rs_req_t *rq = c->rq;
 
-    if (c->kind == RS_CMD_SWEEP) {
+    if (c->kind == RS_CMD_SWEEP && r->sh != NULL) {
+        rs__sh_sweep_failed(r, c); /* (its slot's, again soon) */
+    } else if (c->kind == RS_CMD_SWEEP) {
         r->sweeping = 0;
         r->sweep_at = rs__now(r) + 100; /* try again soon */
     }
     if (c->kind == RS_CMD_COLLECT && c->sem != NULL) {
         c->sem->collecting = 0;
         rs__sem_maybe_free(r, c->sem);
+    } else if (c->kind == RS_CMD_COLLECT && r->sh != NULL) {
+        rs__sh_beat_done(r, c); /* its slot beats again at the next heartbeat */
     } else if (c->kind == RS_CMD_COLLECT) {
         r->beating = 0; /* the next heartbeat beats again */
     }
@@ -585,6 +589,7 @@ void rs__tick_cb(uv_timer_t *t)
     if (r->sh != NULL) { /* (the cluster keeps each command's deadline) */
         fail_old(r, &r->pending, now);
         rs__sh_flush(r);
+        rs__list_tick(r, now);
         rs__drain(r);
         return;
     }

@@ -164,6 +164,7 @@ typedef struct rs {
     etab_t sems, waiters;
     eheap_t theap;  /* rs_req_t.hi */
     elist_t twatch; /* ticket watchers (rs_req_t.plink), read again on tk_timer */
+    elist_t lists;  /* Redis Cluster: listings asked of every primary (redis_list.c) */
     uint64_t nwatch, ticket_updates;
     uv_timer_t tk_timer;
     uint64_t due_at;         /* the due timer's deadline: the first of theap and sweep_at */
@@ -262,6 +263,8 @@ void rs__sh_beat_done(rs_t *r, const rs_cmd_t *c);
 void rs__sh_gone(rs_t *r, unsigned slot); /* taken for dead in slot: its waiters, hello */
 void rs__sh_parked(rs_t *r, const char *stem, size_t len, int d);
 void rs__sh_sweep(rs_t *r, uint64_t now);
+/* A slot's sweep that failed (its primary unreachable): that slot is swept again soon. */
+void rs__sh_sweep_failed(rs_t *r, const rs_cmd_t *c);
 int rs__sh_subscribe(rs_t *r, const char *chan, size_t len, int on);
 /* A ticket watcher comes (d 1: rq->tslot is set) or goes (-1): its slot's ticket channel is
  * subscribed while it has watchers here. */
@@ -271,6 +274,33 @@ void rs__sh_watch(rs_t *r, rs_req_t *rq, int d);
 int rs__sh_epoch_sums(rs_t *r, const char *const *fields, int n, int64_t *out);
 /* A blocking connection to the primary of key's slot (or rs__sync on one Redis). */
 redisContext *rs__sync_for(rs_t *r, const char *key, size_t len);
+rs_cluster_t *rs__sh_cluster(const rs_t *r);            /* NULL once closing */
+void rs__sh_load_library(rs_t *r, unsigned slot);       /* on slot's primary, once at a time */
+uint32_t rs__sh_slot_tag(const rs_t *r, unsigned slot); /* the tag of slot's keys */
+
+/* ---- redis_handover.c: a slot handed over by a reshard, or taken over by a failover ---- */
+typedef struct {
+    rs_slot_addr_t down; /* a node found dead or not handing over, until down_until (loop ms) */
+    uint64_t down_until;
+    rs_slot_addr_t said_from, said_to; /* the last handover logged (once per pair of nodes) */
+} rs_handover_t;
+/* Whether slot, whose primary was `was` and is `now`, was handed over: `was` is a primary that
+ * answers MOVED for the slot to `now`, a primary never promoted since it started. Asks both
+ * on blocking connections (250 ms timeout each; a node that does not answer is not asked
+ * again for a second). 1: every write acknowledged on `was` in the slot is on `now`. */
+int rs__handover_proven(rs_t *r, rs_handover_t *h, unsigned slot, const rs_slot_addr_t *was,
+                        const rs_slot_addr_t *now);
+
+/* ---- redis_list.c: listing on a Redis Cluster, every primary asked ---- */
+typedef struct rs_list rs_list_t;
+/* Ask every primary for rq's page (ENGINE_SEM_LIST or ENGINE_LOCK_LIST), merged in name
+ * order; rq is completed later (or at once, when it cannot be sent). */
+void rs__list_send(rs_t *r, rs_req_t *rq);
+/* Ask again, where the map says now, the slots whose primary answered that it does not
+ * serve them (or end the listing once answered, failed, or past the command timeout). */
+void rs__list_step(rs_t *r, rs_list_t *ls, uint64_t now);
+void rs__list_tick(rs_t *r, uint64_t now); /* every listing's step */
+void rs__list_close(rs_t *r);              /* shutdown: every listing fails */
 
 /* ---- redis_ops.c: operations as script calls ---- */
 #define RS_STEM_HEAD 17 /* strlen("sema:{01234567}s:") */
@@ -311,6 +341,9 @@ int64_t rs__el_i64(const redisReply *a, size_t i);
 const redisReply *rs__el_arr(const redisReply *a, size_t i);
 int rs__lease_from(engine_result_t *res, engine_lease_t *l, const redisReply *a, size_t at);
 int rs__result_from(rs_t *r, rs_req_t *rq, const redisReply *rep); /* 0, or -1: no memory */
+/* The items of a list's answer (kept by res) and whether more follow: 0, or -1: no memory. */
+int rs__list_from(engine_result_t *res, const redisReply *rep, engine_list_item_t **out,
+                  size_t *nout, int *more);
 void rs__acts_process(rs_t *r, const redisReply *rep, int mine);
 int rs__act_is_event(const redisReply *acts, size_t i); /* the act at acts[i] is an event */
 /* Where an event's lease or waiter lives while it is handed over. */

@@ -25,6 +25,7 @@ typedef struct {
                                         last hello; 0: none yet */
     uint8_t hello, sweeping, beating, subscribed, tk_subscribed;
     uint8_t changed; /* its primary is another than `node`: the hello says "unproven" */
+    uint8_t handed;  /* ...unless `node` handed the slot over (a reshard): a proven hello */
 } rs_slot_t;
 
 /* A primary the library was loaded on (or is being loaded on). */
@@ -57,6 +58,7 @@ struct rs_shards {
     rs_slot_addr_t nodes[RS_SLOT_NODES_MAX]; /* the primaries slots' hellos were answered by */
     int nnodes;
     uint16_t said_from, said_to; /* the last change of primary logged (once, not per slot) */
+    rs_handover_t ho;
     rs_slot_tags_t tags;
     rs_slot_t slot[RS_SLOTS];
     uint8_t done[RS_SLOTS]; /* rs__sh_epoch_sums: the slots asked already */
@@ -192,6 +194,7 @@ static uint16_t node_of(rs_shards_t *sh, const rs_slot_addr_t *a)
             rs_slot_t *sl = &sh->slot[s];
             if (sl->node != 0) {
                 sl->changed = 1;
+                sl->handed = 0;
                 sl->old = sl->epoch != 0 ? sl->epoch : sl->old;
                 sl->epoch = 0;
                 sl->node = 0;
@@ -205,12 +208,18 @@ static uint16_t node_of(rs_shards_t *sh, const rs_slot_addr_t *a)
 
 /* The slot's primary is another than the one that answered its hello (a failover, or a slot
  * moved): with asynchronous replication it may lack grants the one before acknowledged, so
- * the slot says hello again, "unproven", before anything else runs there. */
+ * the slot says hello again, "unproven", before anything else runs there; unless the one
+ * before handed the slot over (a reshard: redis_handover.c), when the hello is proven. */
 static void primary_changed(rs_t *r, rs_cmd_t *c)
 {
-    rs_slot_t *sl = &r->sh->slot[c->slot];
+    rs_shards_t *sh = r->sh;
+    rs_slot_t *sl = &sh->slot[c->slot];
     unsigned slot = c->slot;
+    const rs_slot_addr_t *now = rs__cluster_owner(sh->cl, slot);
 
+    if (!sl->changed) /* (once per change: the commands in flight come back MOVED each) */
+        sl->handed = sl->node != 0 && now != NULL &&
+                     rs__handover_proven(r, &sh->ho, slot, &sh->nodes[sl->node - 1], now);
     sl->changed = 1;
     if (sl->epoch != 0)
         sl->old = sl->epoch; /* (and if the new primary lost the slot's data, the hello says) */
@@ -334,6 +343,7 @@ static void send_hello(rs_t *r, unsigned slot)
 {
     rs_slot_t *sl = &r->sh->slot[slot];
     char key[32], known[24], maxttl[24], horizon[24], fresh[24];
+    int unproven = sl->changed && !sl->handed;
     rs_args_t a = {0};
     uint64_t id;
     rs_cmd_t *c;
@@ -350,13 +360,13 @@ static void send_hello(rs_t *r, unsigned slot)
     snprintf(maxttl, sizeof maxttl, "%lld", (long long)r->cfg.max_ttl_ms);
     /* a new primary: the latest expiry this instance heard of is no bound on the leases
      * others granted in the slot, nor on one whose write the new primary lacks: max ttl */
-    snprintf(horizon, sizeof horizon, "%lld", sl->changed ? 0LL : (long long)r->horizon_ms);
+    snprintf(horizon, sizeof horizon, "%lld", unproven ? 0LL : (long long)r->horizon_ms);
     rs__args_head(r, &a, key, strlen(key), rs__op_name(RS_OP_HELLO), "", NULL);
     rs__arg_str(&a, fresh);
     rs__arg_str(&a, known);
     rs__arg_str(&a, maxttl);
     rs__arg_str(&a, horizon);
-    rs__arg_str(&a, sl->changed ? "1" : "0");
+    rs__arg_str(&a, unproven ? "1" : "0");
     if ((c = rs__cmd_build(r, RS_CMD_HELLO, &a)) == NULL)
         return; /* out of memory: the next command of the slot asks again */
     sl->hello = 1;
@@ -404,9 +414,9 @@ static void hello_done(rs_t *r, const rs_cmd_t *c, const redisReply *rep, uint16
                  c->slot, (unsigned long long)sl->old, (unsigned long long)epoch);
         rs__waiters_gone_in(r, c->slot);
     }
-    if (sl->changed)
+    if (sl->changed && !sl->handed)
         say_changed(r, sl, by, safe, rs__el_i64(rep, 2));
-    sl->changed = 0;
+    sl->changed = sl->handed = 0;
     if (by != 0)
         sl->node = by;
     sl->epoch = epoch;
@@ -444,7 +454,7 @@ static void load_cb(rs_cluster_t *cl, rs_ccmd_t *cc, int how, redisReply *rep)
 }
 
 /* Load the library on the primary of slot, once at a time per primary. */
-static void load_library(rs_t *r, unsigned slot)
+void rs__sh_load_library(rs_t *r, unsigned slot)
 {
     rs_shards_t *sh = r->sh;
     const rs_slot_addr_t *a = rs__cluster_owner(sh->cl, slot);
@@ -498,7 +508,7 @@ static void on_answer(rs_t *r, rs_cmd_t *c, redisReply *rep, uint16_t by)
     r->replies++;
     if (is_err(rep, "ERR Function not found") || is_err(rep, "NOSCRIPT")) {
         wait_for(r, c);
-        load_library(r, c->slot);
+        rs__sh_load_library(r, c->slot);
         return;
     }
     if (is_err(rep, "READONLY") || is_err(rep, "LOADING") || is_err(rep, "MASTERDOWN")) {
@@ -591,6 +601,7 @@ void rs__sh_sweep(rs_t *r, uint64_t now)
     uint64_t next = UINT64_MAX;
     char key[32];
 
+    r->sweep_at = sh->sweep_at; /* (never a time gone by: the due timer would spin) */
     if (sh->sweep_at > now)
         return;
     for (unsigned s = 0; s < RS_SLOTS; s++) {
@@ -612,6 +623,19 @@ void rs__sh_sweep(rs_t *r, uint64_t now)
     }
     sh->sweep_at = next;
     r->sweep_at = next;
+}
+
+void rs__sh_sweep_failed(rs_t *r, const rs_cmd_t *c)
+{
+    rs_shards_t *sh = r->sh;
+    rs_slot_t *sl = &sh->slot[c->slot];
+
+    sl->sweeping = 0;
+    sl->sweep_at = rs__now(r) + 100;
+    if (sl->sweep_at < sh->sweep_at)
+        sh->sweep_at = sl->sweep_at;
+    r->sweep_at = sh->sweep_at;
+    rs__due_rearm(r);
 }
 
 /* ---- beats and waiters, per slot ---- */
@@ -822,6 +846,16 @@ int rs__sh_epoch_sums(rs_t *r, const char *const *fields, int n, int64_t *out)
         }
     }
     return rc;
+}
+
+rs_cluster_t *rs__sh_cluster(const rs_t *r)
+{
+    return r->sh != NULL ? r->sh->cl : NULL;
+}
+
+uint32_t rs__sh_slot_tag(const rs_t *r, unsigned slot)
+{
+    return r->sh->tags.tag[slot];
 }
 
 redisContext *rs__sync_for(rs_t *r, const char *key, size_t len)

@@ -2620,13 +2620,15 @@ end
 
 -- list, lock_list: prefix, cursor, limit. The index's members (sema:names, sema:locks) are
 -- name NUL stem, in name order.
-local function list_index(index)
-  local pfx, cur, limit = ARGV[A], ARGV[A + 1], tonumber(ARGV[A + 2])
+local function list_range(index, pfx, cur, limit)
   local start = '[' .. pfx
   if cur ~= '' and cur >= pfx then
     start = '[' .. cur .. '\1'
   end
-  local names = redis.call('ZRANGEBYLEX', index, start, '+', 'LIMIT', 0, limit + 1)
+  return redis.call('ZRANGEBYLEX', index, start, '+', 'LIMIT', 0, limit + 1)
+end
+-- The page of `names` (members in name order): {more, items}.
+local function list_page(names, pfx, limit)
   local items, more, n = {}, '0', 0
   for _, m in ipairs(names) do
     local name, stem = string.match(m, '^(.*)%z(sema:.*)$')
@@ -2636,6 +2638,9 @@ local function list_index(index)
     if n == limit then
       more = '1'
       break
+    end
+    if PUB == 'SPUBLISH' then
+      H = match(stem, '^sema:{[^}]*}')
     end
     keys_of(stem)
     M = mload()
@@ -2647,13 +2652,167 @@ local function list_index(index)
     end
   end
   S, M = nil, nil
-  return reply(0, {more, items})
+  return {more, items}
+end
+local function list_index(index)
+  local pfx, limit = ARGV[A], tonumber(ARGV[A + 2])
+  return reply(0, list_page(list_range(index, pfx, ARGV[A + 1], limit), pfx, limit))
 end
 function ops.list()
   return list_index(H .. 'names')
 end
 function ops.lock_list()
   return list_index(H .. 'locks')
+end
+
+-- Bytes before bytes, as ZRANGEBYLEX orders them (Lua's '<' follows the locale's collation).
+local function bytes_lt(a, b)
+  for i = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then
+      return x < y
+    end
+  end
+  return #a < #b
+end
+
+-- CRC16/XMODEM of s, as Redis Cluster hashes a key's tag (its table made at the first call:
+-- the globals are not reachable while the library loads).
+local CRC16
+local function crc16(s)
+  local band, bxor, shl, shr = bit.band, bit.bxor, bit.lshift, bit.rshift
+  if not CRC16 then
+    CRC16 = {}
+    for i = 0, 255 do
+      local c = shl(i, 8)
+      for _ = 1, 8 do
+        c = band(band(c, 0x8000) ~= 0 and bxor(shl(c, 1), 0x1021) or shl(c, 1), 0xffff)
+      end
+      CRC16[i] = c
+    end
+  end
+  local crc = 0
+  for i = 1, #s do
+    crc = band(bxor(shl(crc, 8), CRC16[bxor(shr(crc, 8), string.byte(s, i))]), 0xffff)
+  end
+  return crc
+end
+
+-- The range of ranges ({lo, hi}, ascending) that holds slot, or nil.
+local function range_of(ranges, slot)
+  for _, r in ipairs(ranges) do
+    if slot < r[1] then
+      return nil
+    end
+    if slot <= r[2] then
+      return r
+    end
+  end
+  return nil
+end
+
+-- The slot ranges this primary serves (its own line of CLUSTER NODES), or nil when it
+-- migrates one away (that slot's keys may be half here).
+local function own_ranges()
+  local me
+  for line in string.gmatch(redis.call('CLUSTER', 'NODES'), '[^\n]+') do
+    if string.find(line, 'myself', 1, true) then
+      me = line
+      break
+    end
+  end
+  if not me or string.find(me, '->-', 1, true) then
+    return nil
+  end
+  local ranges, i = {}, 0
+  for f in string.gmatch(me, '%S+') do
+    i = i + 1
+    local lo, hi = match(f, '^(%d+)-(%d+)$')
+    lo = lo or match(f, '^(%d+)$')
+    if i >= 9 and lo then
+      ranges[#ranges + 1] = {tonumber(lo), tonumber(hi or lo)}
+    end
+  end
+  return ranges
+end
+
+-- The tags whose index `what` exists here, in the slot ranges asked (ARGV from A + 4: "lo-hi",
+-- ascending), found with one SCAN of this primary's keys: O(its keys), where a look-up per slot
+-- costs a call for each of thousands of slots. 'probe' when this primary holds many keys (the
+-- look-ups cost less then) or migrates a slot away; 'moved' when it does not serve every slot
+-- asked (the instance's map is old).
+local function indexed_tags(what)
+  local asked, n = {}, 0
+  for i = A + 4, #ARGV do
+    local lo, hi = match(ARGV[i], '^(%d+)-(%d+)$')
+    asked[#asked + 1] = {tonumber(lo), tonumber(hi)}
+    n = n + hi - lo + 1
+  end
+  if redis.call('DBSIZE') > 8 * n then
+    return 'probe'
+  end
+  local own = own_ranges()
+  if not own then
+    return 'probe'
+  end
+  for _, r in ipairs(asked) do
+    local slot = r[1]
+    while slot <= r[2] do
+      local o = range_of(own, slot)
+      if not o then
+        return 'moved'
+      end
+      slot = o[2] + 1
+    end
+  end
+  local found, tags, cur = {}, {}, '0'
+  repeat
+    local r = redis.call('SCAN', cur, 'MATCH', 'sema:{*}' .. what, 'COUNT', '1000', 'TYPE', 'zset')
+    cur = r[1]
+    for _, key in ipairs(r[2]) do
+      local t = string.sub(key, 7, 14)
+      if not found[t] and key == 'sema:{' .. t .. '}' .. what and
+          range_of(asked, bit.band(crc16(t), 16383)) then
+        found[t] = true
+        tags[#tags + 1] = t
+      end
+    end
+  until cur == '0'
+  return tags
+end
+
+-- sema_list (Redis Cluster: FCALL sema_list 1 KEY op '' flags inst '' '' prefix cursor limit
+-- MODE ...): the page of list or lock_list over slots this primary serves (KEYS[1] names one of
+-- them). MODE 'r', then slot ranges: the slots' indexes found by one SCAN (indexed_tags), or
+-- the answer {'probe'} or {'moved'}; MODE 't', then each slot's tag: each index looked up,
+-- and a slot this primary does not serve whole (it moved, or is moving) fails the call ("non
+-- local key"). Either way the instance asks again where its map says. Reads only: what a call
+-- does first on one slot (its clock, its epoch, its housekeeping) is not done for listing, as
+-- on one Redis.
+local function list_slots(keys, args)
+  KEYS, ARGV = keys, args
+  if not fmt then
+    fmt, match, concat, floor = string.format, string.match, table.concat, math.floor
+  end
+  OP, PUB = ARGV[1], 'SPUBLISH'
+  local pfx, cur, limit = ARGV[A], ARGV[A + 1], tonumber(ARGV[A + 2])
+  local what, all, tags = OP == 'lock_list' and 'locks' or 'names', {}, {}
+  if ARGV[A + 3] == 'r' then
+    tags = indexed_tags(what)
+    if type(tags) == 'string' then
+      return {tags}
+    end
+  else
+    for i = A + 4, #ARGV do
+      tags[#tags + 1] = ARGV[i]
+    end
+  end
+  for _, t in ipairs(tags) do
+    cat(all, list_range('sema:{' .. t .. '}' .. what, pfx, cur, limit))
+  end
+  table.sort(all, bytes_lt)
+  local r = list_page(all, pfx, limit)
+  return {'0', '0', '0', '0', '', '', '', r[1], r[2]}
 end
 
 -- ---- dispatch ----
@@ -2957,3 +3116,5 @@ local function main(keys, args)
 end
 
 redis.register_function('sema', main)
+redis.register_function{function_name = 'sema_list', callback = list_slots,
+                        flags = {'no-writes', 'allow-cross-slot-keys'}}

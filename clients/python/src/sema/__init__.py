@@ -8,7 +8,7 @@ from ._client import (Client, EventStream, KeyedLock, Legacy, Permit, PermitCont
                       Ticket, TicketUpdates)
 from ._http import Cancel
 from ._types import (Estimate, Holder, Lease, LockState, Part, SemaphoreState, TenantState,
-                     TicketState, Waiter)
+                     TicketPart, TicketState, Waiter)
 from ._version import __version__
 from .errors import (Busy, Cancelled, Conflict, Forbidden, Gone, InvalidRequest, LeaseLost,
                      LimitReached, NetworkError, NotFound, NotSupported, Overflow,
@@ -22,7 +22,7 @@ __all__ = [
     "Client", "EventStream", "KeyedLock", "Legacy", "Permit", "PermitContext", "Semaphore",
     "Ticket", "TicketUpdates", "Cancel",
     "Estimate", "Holder", "Lease", "LockState", "Part", "SemaphoreState", "TenantState",
-    "TicketState", "Waiter",
+    "TicketPart", "TicketState", "Waiter",
     "Busy", "Cancelled", "Conflict", "Forbidden", "Gone", "InvalidRequest", "LeaseLost",
     "LimitReached", "NetworkError", "NotFound", "NotSupported", "Overflow", "ProtocolError",
     "SemaError", "SemaphoreDeleted", "ServerError", "TicketEnded", "Timeout", "TooHeavy",

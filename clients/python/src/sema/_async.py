@@ -388,12 +388,11 @@ class AsyncSemaphore:
                           tenant: Optional[str] = None,
                           idempotency_key: Optional[str] = None) -> AsyncTicket:
         c = self._client
-        body = fl.tenant_of(fl.acquire_body(c._o.config, ttl, owner), tenant)
+        body = fl.ticket_body(c._o.config, ttl, owner, keepalive, tenant)
         body["weight"] = fl.count(weight, "weight")
-        if keepalive is not None:
-            body["keepalive_ms"] = fl.to_ms(keepalive, "keepalive", 1)
         key = fl.new_key() if idempotency_key is None else fl.check_key(idempotency_key)
-        return AsyncTicket(c, await c._run(fl.ticket_take(c._o.config, self.name, body, key)))
+        path = fl.sem_path(self.name, "/tickets")
+        return AsyncTicket(c, await c._run(fl.ticket_take(c._o.config, path, body, key)))
 
     async def map_limit(self, items: Union[Iterable[T], AsyncIterable[T]], limit: int,
                         fn: Callable[[T], Awaitable[R]], *, weight: int = 1) -> List[R]:
@@ -638,6 +637,18 @@ class AsyncClient:
                    tenant: Optional[str] = None) -> AsyncPermitContext:
         return AsyncPermitContext(lambda: self.acquire_all(semaphores, timeout, ttl, owner,
                                                            tenant=tenant))
+
+    async def take_ticket_all(self, semaphores: Union[Mapping[str, int], Iterable[Any]],
+                              ttl: Optional[float] = None, owner: Optional[str] = None,
+                              keepalive: Optional[float] = None, *,
+                              tenant: Optional[str] = None,
+                              idempotency_key: Optional[str] = None) -> AsyncTicket:
+        """As Client.take_ticket_all."""
+        body = fl.ticket_body(self._o.config, ttl, owner, keepalive, tenant)
+        body["semaphores"] = fl.parts_body(semaphores)
+        key = fl.new_key() if idempotency_key is None else fl.check_key(idempotency_key)
+        return AsyncTicket(self, await self._run(fl.ticket_take(self._o.config,
+                                                                fl.TICKETS_PATH, body, key)))
 
     async def lease(self, lease_id: str) -> Lease:
         return await self._run(fl.lease_get(self._o.config, lease_id))

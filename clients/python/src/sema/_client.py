@@ -440,12 +440,11 @@ class Semaphore:
         at once, waiting with its position or already granted. Read it within its keepalive
         (``refresh``, ``updates``, ``wait_turn``) or it leaves the line."""
         c = self._client
-        body = fl.tenant_of(fl.acquire_body(c._o.config, ttl, owner), tenant)
+        body = fl.ticket_body(c._o.config, ttl, owner, keepalive, tenant)
         body["weight"] = fl.count(weight, "weight")
-        if keepalive is not None:
-            body["keepalive_ms"] = fl.to_ms(keepalive, "keepalive", 1)
         key = fl.new_key() if idempotency_key is None else fl.check_key(idempotency_key)
-        return Ticket(c, c._run(fl.ticket_take(c._o.config, self.name, body, key)))
+        path = fl.sem_path(self.name, "/tickets")
+        return Ticket(c, c._run(fl.ticket_take(c._o.config, path, body, key)))
 
     def map_limit(self, items: Iterable[T], limit: int, fn: Callable[[T], R], *,
                   weight: int = 1) -> List[R]:
@@ -719,6 +718,20 @@ class Client:
         """``with client.permit_all({"gpu": 2, "db": 1}) as p:`` holds them for the block."""
         return PermitContext(lambda: self.acquire_all(semaphores, timeout, ttl, owner,
                                                       tenant=tenant, cancel=cancel))
+
+    def take_ticket_all(self, semaphores: Union[Mapping[str, int], Iterable[Any]],
+                        ttl: Optional[float] = None, owner: Optional[str] = None,
+                        keepalive: Optional[float] = None, *, tenant: Optional[str] = None,
+                        idempotency_key: Optional[str] = None) -> Ticket:
+        """A ticket on several semaphores at once (``acquire``): ``semaphores`` as for
+        acquire_all. It keeps a place in every semaphore's line and is granted one lease on
+        them all (its ``parts``, ``fences`` by name), as acquire_all is; its ``position``
+        is that of the line where it stands furthest back. Read it as any ticket."""
+        body = fl.ticket_body(self._o.config, ttl, owner, keepalive, tenant)
+        body["semaphores"] = fl.parts_body(semaphores)
+        key = fl.new_key() if idempotency_key is None else fl.check_key(idempotency_key)
+        return Ticket(self, self._run(fl.ticket_take(self._o.config, fl.TICKETS_PATH, body,
+                                                     key)))
 
     def lease(self, lease_id: str) -> Lease:
         """A lease by id (``read``); LeaseLost once it ended, NotFound if never seen."""

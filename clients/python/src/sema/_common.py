@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Dict, Optional, Tuple, TypeVar
 
-from ._types import Estimate, Lease, Part, TicketState
+from ._types import Estimate, Lease, Part, TicketPart, TicketState
 from .errors import LeaseLost
 
 P = TypeVar("P")
@@ -111,6 +111,17 @@ class TicketFields:
     @property
     def lease(self) -> Optional[Lease]:
         return self.state.lease
+
+    @property
+    def tenant(self) -> Optional[str]:
+        """The tenant it named (None: none)."""
+        return self.state.tenant
+
+    @property
+    def parts(self) -> Optional[Tuple[TicketPart, ...]]:
+        """A ticket on several semaphores (take_ticket_all): each one's name and weight
+        (``name`` is the first's); None on one semaphore."""
+        return self.state.parts
 
     def __repr__(self) -> str:
         return "<%s %s %s position=%s>" % (type(self).__name__, self.state.id,

@@ -369,6 +369,15 @@ def tenant_of(body: Dict[str, Any], tenant: Optional[str]) -> Dict[str, Any]:
     return body
 
 
+def ticket_body(cfg: Config, ttl: Optional[float], owner: Optional[str],
+                keepalive: Optional[float], tenant: Optional[str]) -> Dict[str, Any]:
+    """A new ticket's body but its weight or semaphores."""
+    body = tenant_of(acquire_body(cfg, ttl, owner), tenant)
+    if keepalive is not None:
+        body["keepalive_ms"] = to_ms(keepalive, "keepalive", 1)
+    return body
+
+
 ALL_PATH = "/v1/acquire"
 
 
@@ -529,11 +538,14 @@ def ticket_path(ticket_id: str, suffix: str = "") -> str:
     return "/v1/tickets/" + seg(ticket_id, "ticket id") + suffix
 
 
-def ticket_take(cfg: Config, name: str, body: Dict[str, Any], key: str) -> Flow[TicketState]:
-    """A place in the line, sent again after a network error with one Idempotency-Key (so
-    a retry never takes a second place)."""
-    req = Request("POST", sem_path(name, "/tickets"), dumps(body), key, False,
-                  cfg.request_timeout, False)
+TICKETS_PATH = "/v1/tickets"
+
+
+def ticket_take(cfg: Config, path: str, body: Dict[str, Any], key: str) -> Flow[TicketState]:
+    """A place in the line (``path``: a semaphore's tickets, or TICKETS_PATH for a ticket
+    on several), sent again after a network error with one Idempotency-Key (so a retry
+    never takes a second place)."""
+    req = Request("POST", path, dumps(body), key, False, cfg.request_timeout, False)
     reply, _ = yield from retried(cfg, req, NETWORK)
     if not 200 <= reply.status < 300:
         raise error_from_reply(reply.status, reply.body, reply.retry_after, weighed=True)

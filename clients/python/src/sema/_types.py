@@ -90,7 +90,7 @@ class Lease:
         try:
             lease = doc["lease"]
             if "semaphores" in doc:
-                parts = _parts(doc["semaphores"], doc)
+                parts = _parts(doc)
                 name, weight, fence = parts[0].name, parts[0].weight, parts[0].fence
             else:
                 name, weight, fence = doc["name"], doc["weight"], doc["fence"]
@@ -109,13 +109,19 @@ class Lease:
                    owner, key, mode, tenant, parts)
 
 
-def _parts(v: Any, doc: Any) -> Tuple[Part, ...]:
-    """The "semaphores" of a lease on several: at least one {name, weight, fence}."""
+def _semaphores(doc: Mapping[str, Any], what: str) -> List[Mapping[str, Any]]:
+    """The "semaphores" of a lease or a ticket on several: at least one object."""
+    v = doc["semaphores"]
     if not isinstance(v, list) or not v:
-        raise _bad("lease", doc)
+        raise _bad(what, doc)
+    return [_obj(x, what) for x in v]
+
+
+def _parts(doc: Mapping[str, Any]) -> Tuple[Part, ...]:
+    """A lease's parts: {name, weight, fence} each."""
     w = "lease"
     return tuple(Part(_str(p, "name", w), _int(p, "weight", w), _int(p, "fence", w))
-                 for p in (_obj(x, w) for x in v))
+                 for p in _semaphores(doc, w))
 
 
 def _none_or_str(*values: Any) -> bool:
@@ -263,11 +269,22 @@ class Estimate:
 
 
 @dataclass(frozen=True)
+class TicketPart:
+    """One semaphore of a ticket on several: its name and the units asked for there."""
+
+    name: str
+    weight: int
+
+
+@dataclass(frozen=True)
 class TicketState:
     """A ticket as semad last described it. Waiting: ``position`` (1 = next in line),
     ``ahead_weight``, ``estimate`` (None until the semaphore has history). Granted:
     ``lease``. ``poll_after`` and ``keepalive`` are seconds; ``event_id`` is the stream
-    id of this state (from ``updates()``)."""
+    id of this state (from ``updates()``). ``tenant`` is the one the ticket named (None:
+    none). A ticket on several semaphores (Client.take_ticket_all) has its ``parts``;
+    ``name`` and ``weight`` are then its first part's, and ``position``, ``ahead_weight``
+    and ``estimate`` those of the line where it stands furthest back."""
 
     id: str
     name: str
@@ -280,6 +297,15 @@ class TicketState:
     keepalive: float
     lease: Optional[Lease]
     event_id: Optional[str] = None
+    tenant: Optional[str] = None
+    parts: Optional[Tuple[TicketPart, ...]] = None
+
+    @property
+    def weights(self) -> Dict[str, int]:
+        """The units asked for on each semaphore, by name."""
+        if self.parts is None:
+            return {self.name: self.weight}
+        return {p.name: p.weight for p in self.parts}
 
     @classmethod
     def parse(cls, doc: Any, event_id: Optional[str] = None) -> TicketState:
@@ -293,10 +319,17 @@ class TicketState:
         if est is not None:
             e = _obj(est, w)
             estimate = Estimate(_int(e, "p50", w) / 1000, _int(e, "p90", w) / 1000)
-        return cls(id=_str(d, "ticket", w), name=_str(d, "name", w), status=status,
-                   weight=_int(d, "weight", w), position=_opt_int(d, "position", w),
+        parts = None
+        if "semaphores" in d:
+            parts = tuple(TicketPart(_str(p, "name", w), _int(p, "weight", w))
+                          for p in _semaphores(d, w))
+            name, weight = parts[0].name, parts[0].weight
+        else:
+            name, weight = _str(d, "name", w), _int(d, "weight", w)
+        return cls(id=_str(d, "ticket", w), name=name, status=status, weight=weight,
+                   position=_opt_int(d, "position", w),
                    ahead_weight=_opt_int(d, "ahead_weight", w), estimate=estimate,
                    poll_after=_int(d, "poll_after_ms", w) / 1000,
                    keepalive=_int(d, "keepalive_ms", w) / 1000,
-                   lease=Lease.parse(d["lease"]) if status == "granted" else None,
-                   event_id=event_id)
+                   lease=Lease.parse(d.get("lease")) if status == "granted" else None,
+                   event_id=event_id, tenant=_opt_str(d, "tenant", w), parts=parts)
