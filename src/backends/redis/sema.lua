@@ -115,8 +115,9 @@ local est_hold, est_queue_grant, tk_run
 local follow
 -- Limits (the section "limits" below): hooks the shared code calls only while the row says the
 -- semaphore has them (M.lim), and LIM, their state then.
-local LIM, LH = nil, {} -- (LH: the hooks, LH.load ... LH.view)
-local SELF_WID, SELF_LEASE -- an acquire joining the line: granted by this very admission
+-- (LH: the hooks, LH.load ... LH.view; LH.self_wid: an acquire joining the line, and
+-- LH.self_lease its lease when this very admission grants it)
+local LIM, LH = nil, {}
 
 local ACTS, WAKE
 local NONE = {} -- ACTS, WAKE and GRANTED until a call has one: never written to
@@ -343,8 +344,6 @@ end
 -- dead instance's waiters, the end of a pause), 0 when nothing is; a call before it skips the
 -- housekeeping. It may be early (a release leaves it): the housekeeping then finds nothing
 -- and sets it right. nt: live tickets (the tickets section).
--- A row with limits is one number longer (ROW_LIM, the section "limits").
-local ROW_LIM = '\0\0\0\0\0\0\240\63' -- (1, a little-endian double)
 local function mload()
   local v = redis.call('GET', KM)
   if not v then
@@ -358,6 +357,8 @@ local function mload()
   M = m
   if m.lim then
     LH.load()
+  else
+    LIM = nil -- (a listing loads one row after another)
   end
   return m
 end
@@ -372,7 +373,9 @@ local function msave()
   for i = 1, #ROW do
     t[i] = M[ROW[i]]
   end
-  redis.call('SET', KM, struct.pack(ROW_FMT, unpack(t)) .. (M.lim and ROW_LIM or ''))
+  -- (a row with limits is one number longer: 1, a little-endian double)
+  redis.call('SET', KM, struct.pack(ROW_FMT, unpack(t)) ..
+                        (M.lim and '\0\0\0\0\0\0\240\63' or ''))
 end
 -- A new row goes on from the fence its name handed out last (kept after a delete).
 local function mnew(cap, legacy)
@@ -1063,7 +1066,7 @@ end
 
 -- An acquire on a semaphore with limits (or naming a tenant): it joins the line, and
 -- admission says whether it goes at once; a try that does not leaves without a trace.
-local function acquire_lim(wid, w, wait)
+LH.acquire = function(wid, w, wait)
   if not M.lim then
     LH.activate()
   end
@@ -1095,12 +1098,12 @@ local function acquire_lim(wid, w, wait)
   waiter_in(INST)
   M.nq = M.nq + 1
   M.wq = M.wq + w.w
-  SELF_WID = wid
+  LH.self_wid = wid
   admit()
-  SELF_WID = nil
-  if SELF_LEASE then
+  LH.self_wid = nil
+  if LH.self_lease then
     REBUILT = true
-    return reply(0, lease_result(w.lid, SELF_LEASE))
+    return reply(0, lease_result(w.lid, LH.self_lease))
   end
   if not wait then
     unqueue(wid, w)
@@ -1156,7 +1159,7 @@ local function acquire()
     return refuse(MSG.REDIS_STATE_LOST)
   end
   if M.lim or w.tenant ~= '' then
-    return acquire_lim(wid, w, wait)
+    return LH.acquire(wid, w, wait)
   end
   if M.nq == 0 and w.w <= M.avail then
     local own = OWN
@@ -1487,12 +1490,12 @@ end
 --   :lt  lease id -> tenant, for the leases of a named tenant
 -- A tenant is named '=' .. its name inside ('=' alone: the requests naming none), so no name
 -- is empty. Admission (LH.admit) is the embedded back end's (emb_limits.c) step for step.
+do -- (its helpers are local to the section: the library's main chunk has room for 200)
 local MICRO = 1000000 -- the bucket counts millionths of a unit (exact: burst <= 10^9)
 local DEFICIT_MAX = 2 ^ 52
 local KL, KTN, KLT
 local TN, TDIRTY, HEADS, IDLE_SEQ -- the tenants, those changed, their first waiters, the
 -- place of the first wait-idle (false: not known yet), this call's
-do -- (its helpers are local to the section: the library's main chunk has room for 200)
 
 local function lim_keys()
   KL, KTN, KLT = S .. ':L', S .. ':tn', S .. ':lt'
@@ -1928,9 +1931,9 @@ LH.admit = function()
       est_queue_grant(w.w)
       if w.kind == 't' then
         tk_admit(h.wid)
-      elseif h.wid == SELF_WID then
+      elseif h.wid == LH.self_wid then
         local own = OWN
-        SELF_LEASE = grant(w, w.lid, h.wid)
+        LH.self_lease = grant(w, w.lid, h.wid)
         OWN = own -- (the caller's own grant completes no parked request)
       else
         grant(w, w.lid, h.wid)
@@ -2795,6 +2798,8 @@ local function list_slots(keys, args)
     fmt, match, concat, floor = string.format, string.match, table.concat, math.floor
   end
   OP, PUB = ARGV[1], 'SPUBLISH'
+  local t = redis.call('TIME') -- (a view of limits shows the bucket now)
+  NOW = t[1] * 1000 + floor(t[2] / 1000)
   local pfx, cur, limit = ARGV[A], ARGV[A + 1], tonumber(ARGV[A + 2])
   local what, all, tags = OP == 'lock_list' and 'locks' or 'names', {}, {}
   if ARGV[A + 3] == 'r' then
@@ -3096,7 +3101,7 @@ local function main(keys, args)
     return follow(keys[1])
   end
   ACTS, WAKE, GRANTED = NONE, NONE, NONE
-  LIM, SELF_WID, SELF_LEASE = nil, nil, nil
+  LIM, LH.self_wid, LH.self_lease = nil, nil, nil
   S, M, LID, LEASE, SAFE_AT, MORE, LOCK_NEW = nil, nil, nil, nil, 0, false, false
   DUE0, OWN, REBUILT, LOG = -2, false, false, nil
   if RID ~= '' and RETRY then
