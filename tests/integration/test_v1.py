@@ -560,6 +560,31 @@ def test_healthz_and_metrics():
         assert "semad_grants_total" in text
 
 
+@fx.not_on_cluster("/metrics' series per semaphore (capacity, held, tenants, tokens)")
+def test_tenant_series_in_metrics_are_bounded():
+    """/metrics has each tenant's units held and waiting on a semaphore with tenants (the
+    --metrics-max-tenants with the most units, by name; the others summed as "_other") and the
+    tokens of a semaphore with a rate, on every back end."""
+    with fx.Semad("--metrics-max-tenants", "2") as s:
+        st, v = s.json("PUT", "/v1/semaphores/mt", {"capacity": 10, "tenant_max": 4})
+        assert st == 201, (st, v)
+        st, v = s.json("PUT", "/v1/semaphores/mr", {"capacity": 1, "rate_per_s": 5,
+                                                      "rate_burst": 3})
+        assert st == 201, (st, v)
+        for tenant, w in (("acme", 3), ("bolt", 2), ("core", 1)):
+            st, v = s.json("POST", "/v1/semaphores/mt/acquire",
+                           {"weight": w, "tenant": tenant, "timeout_ms": 0})
+            assert st == 200 and v["tenant"] == tenant, (st, v)
+        text = fx.one_instance(s).request("GET", "/metrics")[2].decode()
+        for line in ('semad_tenant_held{name="mt",tenant="acme"} 3',
+                     'semad_tenant_held{name="mt",tenant="bolt"} 2',
+                     'semad_tenant_held{name="mt",tenant="_other"} 1',
+                     'semad_tenant_waiting{name="mt",tenant="acme"} 0'):
+            assert line in text.split("\n"), (line, text)
+        assert 'tenant="core"' not in text, text
+        assert re.search(r'^semad_semaphore_tokens\{name="mr"\} [0-3]$', text, re.M), text
+
+
 def test_metrics_show_the_process_memory_and_descriptors():
     """/metrics has the process's resident memory and descriptors, and the allocator's own
     count of its heap, each matching what the kernel and a fresh allocation say."""

@@ -290,7 +290,8 @@ static int limits_from(engine_result_t *res, engine_sem_view_t *v, const redisRe
         t->waiting = (uint64_t)rs__el_i64(a, at + RS_TN_WAITING);
         t->waiting_weight = (uint64_t)rs__el_i64(a, at + RS_TN_WAITING_WEIGHT);
     }
-    qsort(l->tenants, n, sizeof(*l->tenants), engine__tenant_cmp);
+    if (n > 0)
+        qsort(l->tenants, n, sizeof(*l->tenants), engine__tenant_cmp);
     l->ntenants = n;
     v->limits = l;
     return 0;
