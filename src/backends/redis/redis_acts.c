@@ -117,8 +117,8 @@ int rs__act_is_event(const redisReply *acts, size_t i)
     return event_type(act_type(acts, i)) != NULL;
 }
 
-/* A waiter's event (RS_ACT_QUEUED, RS_ACT_LEFT): the waiter as a view lists it (no tenant,
- * not a part: Redis serves neither), and the queue after it. */
+/* A waiter's event (RS_ACT_QUEUED, RS_ACT_LEFT): the waiter as a view lists it (not a part:
+ * Redis serves none), and the queue after it. */
 static int waiter_event(const redisReply *acts, size_t i, engine_result_t *scratch,
                         engine_event_t *ev, engine_waiter_t *w)
 {
@@ -132,6 +132,8 @@ static int waiter_event(const redisReply *acts, size_t i, engine_result_t *scrat
     w->weight = (uint64_t)rs__el_i64(acts, i + RS_AF_WEIGHT);
     w->since_ms = rs__el_i64(acts, i + RS_AF_ACQUIRED);
     w->mode = (int)rs__el_i64(acts, i + RS_AF_EXTRA);
+    if ((w->tenant = rs__el_dup(scratch, acts, i + RS_AF_TENANT)) == RS_NOMEM)
+        return -1;
     w->wait_idle = kind == 1;
     w->ticket = kind == 2;
     ev->waiter = w;

@@ -133,9 +133,13 @@ static inline int rs_act_public(int type)
 }
 
 /* The fields of an act: X(ID). A lease's fields are zero and empty when the act has none;
- * EXTRA is the lease's mode, a resize's capacity, or a failed waiter's message id. */
+ * EXTRA is the lease's mode, a resize's capacity, or a failed waiter's message id; TENANT the
+ * lease's or the waiter's tenant ('' for none). From LID on, an act's fields are a lease's
+ * (RS_LEASE_FIELD_MAP), which rs__lease_from reads there. */
 #define RS_ACT_FIELD_MAP(X)                                                                        \
-    X(TYPE) X(WID) X(INST) X(LID) X(WEIGHT) X(FENCE) X(TTL) X(ACQUIRED) X(EXPIRES) X(OWNER) X(EXTRA)
+    X(TYPE)                                                                                        \
+    X(WID)                                                                                         \
+    X(INST) X(LID) X(WEIGHT) X(FENCE) X(TTL) X(ACQUIRED) X(EXPIRES) X(OWNER) X(EXTRA) X(TENANT)
 
 enum {
 #define RS_AF__ENUM(id) RS_AF_##id,
@@ -201,6 +205,7 @@ enum {
 #undef RS_L__ENUM
         RS_LEASE_LEN
 };
+_Static_assert(RS_AF_LID + RS_LEASE_LEN == RS_ACT_LEN, "an act ends with a lease's fields");
 enum {
 #define RS_V__ENUM(id) RS_V_##id,
     RS_VIEW_FIELD_MAP(RS_V__ENUM)

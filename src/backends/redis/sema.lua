@@ -252,7 +252,7 @@ local function act(typ, wid, inst, lid, l, extra)
     if l then
       lstr(l) -- the first act (most calls have one): one table of the right size
       ACTS = {typ, wid or '', inst or '', lid or '', l.sw, l.sf, l.sttl, l.sacq, l.sexp,
-              l.owner, extra or l.mode}
+              l.owner, extra or l.mode, l.tn or ''}
       return
     end
     ACTS = {}
@@ -276,6 +276,7 @@ local function act(typ, wid, inst, lid, l, extra)
     ACTS[n + 10] = ''
   end
   ACTS[n + 11] = extra or (l and l.mode) or ''
+  ACTS[n + 12] = l and l.tn or ''
 end
 
 -- The outcome of a parked request: its own instance completes it. Another instance finds it
@@ -304,7 +305,7 @@ local function waiter_event(typ, w)
   end
   act(typ, '', '', '', {sw = w.sw or N(w.w), sf = N(M.nq), sttl = N(M.wq), sacq = N(w.since),
                         sexp = w.kind == 'i' and '1' or w.kind == 't' and '2' or '0',
-                        owner = w.owner}, w.kind == 'i' and '0' or w.mode)
+                        owner = w.owner, tn = w.tenant}, w.kind == 'i' and '0' or w.mode)
 end
 
 -- Counts of everything (for /healthz and the limits): semaphores, leases, lock keys. They
@@ -443,7 +444,7 @@ local function lease_end(lid, why, l)
   M.held = M.held - l.w
   count('leases', '-1')
   if M.lim then
-    LH.unhold(lid, l.w)
+    l.tn = LH.unhold(lid, l.w)
   end
   if M.nt > 0 then
     redis.call('ZREM', KH, lid)
@@ -1730,6 +1731,7 @@ LH.unhold = function(lid, w)
     t.held = t.held - w
     tenant_maybe_free(name, t)
   end
+  return tn or ''
 end
 
 -- The tenant of a lease of this semaphore ('' for none).
