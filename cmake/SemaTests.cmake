@@ -148,7 +148,7 @@ endforeach()
 #   tests/openapi/, installed by `scripts/deps.sh test`; see semad_fixture.py):
 #   openapi.<file>.<name>. Cases that check what a proxy hides (the connection itself,
 #   disconnects, event streams) skip themselves.
-set(SEMA_REDIS_SUITES v1 legacy scenarios_http tickets)
+set(SEMA_REDIS_SUITES v1 legacy scenarios_http tickets limits_model)
 set(SEMA_OPENAPI_PROXY_SUITES v1 legacy scenarios_http limits tickets)
 if(NOT SEMA_SANITIZE)
   set(it ${PROJECT_SOURCE_DIR}/tests/integration)
