@@ -11,7 +11,9 @@
 # Usage: bench/limits_cost.sh [BUILD_DIR]      (default: $SEMA_BUILD_DIR or ./build)
 # Environment: SECS (seconds per run, default 2), ROUNDS (default 5), CONNS (default 50),
 #   TENANTS (default 4), IR (pairs for the callgrind figures, default 20000; 0 or no
-#   valgrind skips them).
+#   valgrind skips them), REDIS (1: semad on a redis-server of its own, without the
+#   2-semaphore variant, which Redis does not serve yet, nor semad's instructions: Redis's
+#   are bench/redis_fcall_ir.sh's, LIMITS=1).
 # Output lines: "figure NAME key=value ..." and "ratio NAME value=X".
 set -u
 
@@ -30,14 +32,28 @@ done
 . "$(dirname "$0")/lib.sh"
 bench_init limits
 
-"$semad" --listen 127.0.0.1:0 --durability none --max-connections 30000 >"$tmp/semad.log" 2>&1 &
+engine=(--durability none)
+variants=(plain tenants rate multi2)
+if [ "${REDIS:-0}" = 1 ]; then
+    start_redis lim || exit 1
+    # shellcheck disable=SC2154 # set by start_redis
+    engine=(--engine "redis://127.0.0.1:$rport_lim")
+    variants=(plain tenants rate)
+    IR=0
+fi
+"$semad" --listen 127.0.0.1:0 "${engine[@]}" --max-connections 30000 >"$tmp/semad.log" 2>&1 &
 pid=$!
 pids+=("$pid")
 addr=$(wait_listen "$tmp/semad.log" "$pid") || exit 1
+# (on Redis, semad answers 503 until it has loaded its library there)
+for _ in $(seq 100); do
+    python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \
+        "http://$addr/healthz" 2>/dev/null && break
+    sleep 0.1
+done
 
-# The variants: NAME and the sema bench flags that make it (each on semaphores of its own;
-# a rate of 10^9 units/s and a cap per tenant of every connection's units never bind).
-variants=(plain tenants rate multi2)
+# The variants (above): NAME and the sema bench flags that make it (each on semaphores of its
+# own; a rate of 10^9 units/s and a cap per tenant of every connection's units never bind).
 # shellcheck disable=SC2034 # read as ${!f}
 flags_plain=""
 # shellcheck disable=SC2034
@@ -55,7 +71,7 @@ run() {
         -d "${SECS}s" --name "lim-$1" ${!f} 2>>"$tmp/bench.err"
 }
 
-echo "# limits_cost: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $CONNS connections," \
+echo "# limits_cost: ${engine[*]}, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $CONNS connections," \
     "${SECS}s x $ROUNDS rounds, $TENANTS tenants, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 declare -A best_j
 for _ in $(seq "$ROUNDS"); do
@@ -71,12 +87,14 @@ for v in "${variants[@]}"; do
         "server_cpu_us_per_request=$(jget "$j" server_cpu_us_per_request)"
     [ "$(jget "$j" errors)" = "0" ] || errors=1
 done
-python3 - "${best_j[plain]}" "${best_j[tenants]}" "${best_j[rate]}" "${best_j[multi2]}" <<'PY'
+python3 - "${best_j[plain]}" "${best_j[tenants]}" "${best_j[rate]}" "${best_j[multi2]:-}" <<'PY'
 import json, sys
 p, *others = (json.loads(x or "{}") for x in sys.argv[1:])
 def r(n, d):
     return n / d if n and d else 0.0
 for name, o in zip(("tenants", "rate", "multi2"), others):
+    if not o:
+        continue
     print("ratio pairs_%s_vs_plain value=%.3f cpu_per_request=%.3f"
           % (name, r(o.get("ops_per_s"), p.get("ops_per_s")),
              r(o.get("server_cpu_us_per_request"), p.get("server_cpu_us_per_request"))))

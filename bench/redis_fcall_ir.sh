@@ -7,6 +7,11 @@
 #
 #   bench/redis_fcall_ir.sh [BUILD_DIR] [PAIRS]     (default build, 2000 pairs)
 #
+# With LIMITS=1, the same for acquires naming a tenant (4 tenants, a tenant_max that never
+# binds) and on semaphores with a rate that never binds (10^9 units/s), each on a
+# redis-server of its own, beside the plain pairs of the same run (docs/semantics.md: the
+# limits).
+#
 # Only the instructions inside the script commands count (callgrind --toggle-collect on
 # fcallCommand and evalShaCommand: the pairs, and semad's few calls to start and create its
 # semaphore); the slowlog is off. Uncontended: 4 connections, capacity above them. Prints
@@ -59,23 +64,32 @@ grind peer
 "$build/bin/bench_redis_peer" --redis "127.0.0.1:$port" -c "$conns" -n "$pairs" --capacity 1000 >/dev/null
 ir_peer=$(ir peer)
 
-# semad
-grind semad
-"$build/bin/semad" --listen 127.0.0.1:0 --engine "redis://127.0.0.1:$port" >"$tmp/semad.log" 2>&1 &
-spid=$!
-pids+=("$spid")
-addr=$(wait_listen "$tmp/semad.log" "$spid")
-# ready once its library is loaded, which under callgrind on a busy machine takes seconds
-for _ in $(seq 600); do
-    grep -q ' ready (' "$tmp/semad.log" && break
-    sleep 0.1
-done
-"$build/bin/sema" bench -s "http://$addr" -c "$conns" -n "$pairs" --capacity 1000 >/dev/null
-# semad stops while its Redis is there: stopped after it, semad would wait for Redis to come
-# back and outlive this script
-kill -TERM "$spid"
-wait "$spid" || true
-ir_semad=$(ir semad)
+# semad_ir NAME [SEMA_BENCH_FLAGS...]: the instructions of PAIRS pairs through one semad on a
+# redis-server of its own under callgrind.
+semad_ir() {
+    local name=$1 spid addr
+    shift
+    grind "$name"
+    "$build/bin/semad" --listen 127.0.0.1:0 --engine "redis://127.0.0.1:$port" \
+        >"$tmp/$name.log" 2>&1 &
+    spid=$!
+    pids+=("$spid")
+    addr=$(wait_listen "$tmp/$name.log" "$spid")
+    # (semad answers 503 until it has loaded its library into Redis: slow under callgrind)
+    for _ in $(seq 600); do
+        python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \
+            "http://$addr/healthz" 2>/dev/null && break
+        sleep 0.1
+    done
+    "$build/bin/sema" bench -s "http://$addr" -c "$conns" -n "$pairs" --capacity 1000 "$@" \
+        >/dev/null
+    # semad stops while its Redis is there: stopped after it, semad would wait for Redis to
+    # come back and outlive this script
+    kill -TERM "$spid"
+    wait "$spid" || true
+    ir "$name"
+}
+ir_semad=$(semad_ir semad)
 
 python3 - "$ir_peer" "$ir_semad" "$pairs" <<'EOF'
 import sys
@@ -84,3 +98,13 @@ print("redis instructions per pair (script commands only): semad %d, redis-lua p
       % (semad // pairs, peer // pairs))
 print("semad_redis_ir_per_pair_vs_redis_lua %.2f" % (semad / peer))
 EOF
+if [ "${LIMITS:-0}" = 1 ]; then
+    ir_tenants=$(semad_ir tenants --tenants 4 --tenant-max "$conns")
+    ir_rate=$(semad_ir rate --sem-rate 1000000000)
+    python3 - "$ir_semad" "$ir_tenants" "$ir_rate" "$pairs" <<'EOF'
+import sys
+plain, tenants, rate, pairs = (int(x) for x in sys.argv[1:])
+for name, v in (("tenants", tenants), ("rate", rate)):
+    print("redis instructions per pair with %s: %d (%.2fx plain)" % (name, v // pairs, v / plain))
+EOF
+fi

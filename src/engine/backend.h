@@ -104,6 +104,10 @@ void engine__backend_closed(engine_t *e);
  * callback runs now. Later calls do nothing. */
 void engine__backend_ready(engine_t *e);
 
+/* The order of a view's tenants (qsort over engine_tenant_t): the requests that named none
+ * first, then by name. */
+int engine__tenant_cmp(const void *a, const void *b);
+
 /* A new, unguessable lease id (24 base64url characters from the kernel's CSPRNG). */
 void engine__lease_id(engine_t *e, char id[ENGINE_LEASE_ID_MAX]);
 void engine__random(engine_t *e, void *out, size_t n);

@@ -214,6 +214,18 @@ static int check_name(const engine_t *e, const engine_req_t *req, const char **m
     return 0;
 }
 
+int engine__tenant_cmp(const void *a, const void *b)
+{
+    const engine_tenant_t *x = a, *y = b;
+    size_t n = x->name_len < y->name_len ? x->name_len : y->name_len;
+    int c;
+
+    if (x->name == NULL || y->name == NULL)
+        return (x->name != NULL) - (y->name != NULL);
+    c = memcmp(x->name, y->name, n);
+    return c != 0 ? c : (x->name_len > y->name_len) - (x->name_len < y->name_len);
+}
+
 /* What the back end must serve for this request: SEMA_ENOTSUP when it does not. */
 static int check_supported(const engine_t *e, const engine_req_t *req, const char **msg)
 {

@@ -68,9 +68,11 @@ def uses_limits(words):
         (words[0] == "state" and (opt(words[1:], "on") or opt(words[1:], "tenant")))
 
 
-def expressible(words, limits=True):
+def expressible(words, limits=True, multi=True):
     if not limits and uses_limits(words):
         return LIMITS_VERBS + " are not served by this back end"
+    if not multi and words[0] in ("acquire", "try") and len(words) > 2 and ":" in words[2]:
+        return "requests on several semaphores are not served by this back end"
     if words[0] == "release" and len(words) > 2:
         return "partial release (release L W) has no HTTP route"
     if words[0] == "cancel" and fx.PROXY:
@@ -268,6 +270,39 @@ class Runner:
             self.s.request("DELETE", "/v1/semaphores/" + name)
 
 
+def refill_s(limits, lines, upto):
+    """The soonest a token comes back to one of the scenario's semaphores with a rate set by
+    line `upto` (1/R s), or None without one: before it, the answers do not depend on time."""
+    rates = [limits.get("rate_per_s", 0)] + [
+        limits_of(w).get("rate_per_s", 0) for no, w, _ in lines
+        if no <= upto and w[0] in ("sem", "resize")]
+    return 1.0 / max(rates) if max(rates) > 0 else None
+
+
+def run_scenario(s, name, cap, lines, limits, tries=5):
+    """Runs one scenario on a fresh semaphore. A scenario with a rate whose run outlasted
+    its first token's refill (a busy machine between two lines) may have seen a token the
+    file does not expect: a failure then runs it again, up to `tries` times; a failure in a
+    run shorter than the refill fails at once."""
+    for t in range(tries):
+        t0 = time.monotonic()  # (the bucket is full from the PUT on)
+        r = Runner(s, name, cap, limits)
+        no = 0
+        try:
+            for no, words, expect in lines:
+                r.run(no, words, expect)
+            return
+        except AssertionError as e:
+            took = time.monotonic() - t0
+            window = refill_s(limits, lines, no)
+            if window is None or took < window or t == tries - 1:
+                raise AssertionError("scenario %s: %s (after %.2f s)" % (name, e, took))
+            print("scenario %s took %.2f s, past its rate's refill (%.2f s), and saw %s: "
+                  "again" % (name, took, window, e))
+        finally:
+            r.finish()
+
+
 def test_scenarios():
     scenarios = parse(SCENARIOS)
     assert scenarios, "no scenarios"
@@ -276,30 +311,29 @@ def test_scenarios():
         # A back end without the limits answers 501: their scenarios are skipped, named.
         served = s.request("PUT", "/v1/semaphores/sc-probe", {"capacity": 1,
                                                              "tenant_max": 1})[0] != 501
+        # (and one without requests on several semaphores skips those)
+        multi = served and s.request("POST", "/v1/acquire", {
+            "semaphores": [{"name": "sc-probe", "weight": 1}], "timeout_ms": 0})[0] != 501
         s.request("DELETE", "/v1/semaphores/sc-probe")
         for name, cap, lines, limits in scenarios:
             if limits and not served:
                 skipped.append("%s (%s are not served by this back end)" % (name, LIMITS_VERBS))
                 continue
-            why = next((expressible(w, served) for _, w, _ in lines if expressible(w, served)),
-                       None)
+            why = next((expressible(w, served, multi) for _, w, _ in lines
+                        if expressible(w, served, multi)), None)
             if why:
                 skipped.append("%s (%s)" % (name, why))
                 continue
-            r = Runner(s, name, cap, limits)
-            try:
-                for no, words, expect in lines:
-                    r.run(no, words, expect)
-            except AssertionError as e:
-                raise AssertionError("scenario %s: %s" % (name, e))
-            finally:
-                r.finish()
+            run_scenario(s, name, cap, lines, limits)
             ran += 1
     for sk in skipped:
         print("skipped scenario " + sk)
     print("%d scenarios passed over HTTP, %d skipped" % (ran, len(skipped)))
     limited = 0 if served else sum(1 for _, _, lines, lim in scenarios
                                    if lim or any(uses_limits(w) for _, w, _ in lines))
+    if served and not multi:
+        limited = sum(1 for _, _, lines, _ in scenarios
+                      if any(expressible(w, True, False) for _, w, _ in lines))
     assert ran >= len(scenarios) - limited - (4 if fx.PROXY else 2)
 
 

@@ -148,6 +148,9 @@ static const char *limits_verb(const line_t *ln, const scen_host_t *h)
     if ((strcmp(v, "acquire") == 0 || strcmp(v, "try") == 0) && uses_parts(ln) &&
         h->request_parts == NULL)
         return "several semaphores or tenants";
+    if ((strcmp(v, "acquire") == 0 || strcmp(v, "try") == 0) && uses_parts(ln) && h->one_sem_only &&
+        strchr(ln->tok[2], ':') != NULL)
+        return "several semaphores";
     if (strcmp(v, "resize") == 0 && limits_of(ln->tok, ln->ntok, 2).set && h->relimit == NULL)
         return "limits";
     if ((strcmp(v, "resize") == 0 || strcmp(v, "sem") == 0) && !h->rates &&

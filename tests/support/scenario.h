@@ -87,6 +87,9 @@ typedef struct {
     int (*state_of)(void *ctx, const char *name, const char *tenant, scen_state_t *out);
     /* The host has a clock for rates (rate=, burst=): a model without one skips those. */
     int rates;
+    /* request_parts serves one semaphore only (a tenant): a back end without requests on
+     * several semaphores skips the scenarios that make them. */
+    int one_sem_only;
 } scen_host_t;
 
 /* Run every scenario of `path` (NULL: the project's tests/cases/scenarios.txt) or only the

@@ -342,6 +342,23 @@ static void drain(void)
     }
 }
 
+/* Every client makes requests on several semaphores: a back end without them skips. (The
+ * probe is heavier than its semaphore: it takes nothing where it is served.) */
+static void skip_without_multi(void)
+{
+    treq_t *t = treq_new(ENGINE_ACQUIRE_MULTI, NULL);
+    engine_part_t part = {sem_name(0), strlen(sem_name(0)), S[0].capacity + 1, 0};
+    int st;
+
+    t->r.parts = &part;
+    t->r.nparts = 1;
+    t->r.timeout_ms = 0;
+    st = fx_do(&F, t);
+    treq_free(t);
+    if (st == SEMA_ENOTSUP)
+        TEST_SKIP("this back end does not serve requests on several semaphores");
+}
+
 static void run(int tenants, long steps)
 {
     uint64_t grants = 0;
@@ -351,6 +368,7 @@ static void run(int tenants, long steps)
     fx_init(&F);
     for (int i = 0; i < NSEM; i++)
         create_sem(i, i == 3 ? 8 : 1 + rnd(6));
+    skip_without_multi();
     for (int i = 0; i < NCLIENT; i++)
         C[i].t = treq_new(ENGINE_ACQUIRE_MULTI, NULL);
     for (long i = 0; i < steps; i++) {

@@ -288,12 +288,20 @@ TEST(scenarios_all)
 {
     scen_counts_t n;
     scen_limits_t lim = {.tenant_max = 1, .set = SCEN_LIM_TENANT_MAX};
-    int served;
+    scen_part_t parts[2] = {{"scenario", 1}, {"probe", 1}};
+    int served, multi;
 
-    /* A back end without semad's limits answers SEMA_ENOTSUP: their scenarios are skipped. */
+    /* A back end without semad's limits answers SEMA_ENOTSUP: their scenarios are skipped;
+     * so are those on several semaphores at once on a back end without them. */
     h_create(&H, 1);
     served = h_sem(&H, "probe", 1, &lim) != SEMA_ENOTSUP;
+    multi = served && h_request_parts(&H, 0, SCEN_TRY, parts, 2, NULL, 0) != SEMA_ENOTSUP;
     h_destroy(&H);
+    if (served && !multi) {
+        fprintf(stderr, "this back end does not serve requests on several semaphores: their "
+                        "scenarios are skipped\n");
+        engine_host.one_sem_only = 1;
+    }
     if (!served) {
         fprintf(stderr, "this back end does not serve several semaphores, tenants or rates: "
                         "their scenarios are skipped\n");
@@ -304,5 +312,6 @@ TEST(scenarios_all)
         engine_host.rates = 0;
     }
     ASSERT_EQ(scen_run_file(NULL, &engine_host, NULL, &n), 0);
-    ASSERT_EQ(served ? n.skipped : n.skipped_base, 0); /* the engine has every verb */
+    if (multi || !served)
+        ASSERT_EQ(served ? n.skipped : n.skipped_base, 0); /* the engine has every verb */
 }

@@ -760,18 +760,6 @@ void emb__lim_clear(emb_t *eb, emb_sem_t *s)
 }
 
 /* The tenants of s in a view (the default first, then by name). */
-static int tenant_cmp(const void *a, const void *b)
-{
-    const engine_tenant_t *x = a, *y = b;
-    size_t n = x->name_len < y->name_len ? x->name_len : y->name_len;
-    int c;
-
-    if (x->name == NULL || y->name == NULL)
-        return (x->name != NULL) - (y->name != NULL);
-    c = memcmp(x->name, y->name, n);
-    return c != 0 ? c : (x->name_len > y->name_len) - (x->name_len < y->name_len);
-}
-
 int emb__view_tenants(engine_result_t *r, engine_sem_view_t *v, const emb_sem_t *s)
 {
     const emb_limits_t *lim = s->lim;
@@ -793,7 +781,7 @@ int emb__view_tenants(engine_result_t *r, engine_sem_view_t *v, const emb_sem_t 
         if (t->name_len > 0 && o->name == NULL)
             return -1;
     }
-    qsort(list, n, sizeof(*list), tenant_cmp);
+    qsort(list, n, sizeof(*list), engine__tenant_cmp);
     v->limits->tenants = list;
     v->limits->ntenants = n;
     return 0;

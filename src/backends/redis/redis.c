@@ -373,5 +373,7 @@ const engine_backend_t engine_backend_redis = {
     .events_replay = rs__events_replay,
     .describe = rs__describe,
     .tickets = 1,
+    .tenants = 1,
+    .rates = 1,
     .ready_later = 1,
 };

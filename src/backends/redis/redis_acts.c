@@ -73,7 +73,23 @@ int rs__lease_from(engine_result_t *res, engine_lease_t *l, const redisReply *a,
     if (n > 0 && (l->owner = engine_result_strdup(res, owner, n)) == NULL)
         return -1;
     l->mode = (int)rs__el_i64(a, at + RS_L_MODE);
+    if ((l->tenant = rs__el_dup(res, a, at + RS_L_TENANT)) == RS_NOMEM)
+        return -1;
     return 0;
+}
+
+const char RS_NOMEM[1];
+
+const char *rs__el_dup(engine_result_t *res, const redisReply *a, size_t i)
+{
+    size_t n;
+    const char *s = rs__el_str(a, i, &n);
+    char *d;
+
+    if (n == 0)
+        return NULL;
+    d = engine_result_strdup(res, s, n);
+    return d != NULL ? d : RS_NOMEM;
 }
 
 /* ---- acts: what a script did, in order ---- */
@@ -101,8 +117,8 @@ int rs__act_is_event(const redisReply *acts, size_t i)
     return event_type(act_type(acts, i)) != NULL;
 }
 
-/* A waiter's event (RS_ACT_QUEUED, RS_ACT_LEFT): the waiter as a view lists it (no tenant,
- * not a part: Redis serves neither), and the queue after it. */
+/* A waiter's event (RS_ACT_QUEUED, RS_ACT_LEFT): the waiter as a view lists it (not a part:
+ * Redis serves none), and the queue after it. */
 static int waiter_event(const redisReply *acts, size_t i, engine_result_t *scratch,
                         engine_event_t *ev, engine_waiter_t *w)
 {
@@ -116,6 +132,8 @@ static int waiter_event(const redisReply *acts, size_t i, engine_result_t *scrat
     w->weight = (uint64_t)rs__el_i64(acts, i + RS_AF_WEIGHT);
     w->since_ms = rs__el_i64(acts, i + RS_AF_ACQUIRED);
     w->mode = (int)rs__el_i64(acts, i + RS_AF_EXTRA);
+    if ((w->tenant = rs__el_dup(scratch, acts, i + RS_AF_TENANT)) == RS_NOMEM)
+        return -1;
     w->wait_idle = kind == 1;
     w->ticket = kind == 2;
     ev->waiter = w;
@@ -191,6 +209,7 @@ static void waiter_done(rs_t *r, rs_req_t *rq, const redisReply *acts, size_t i)
         }
         res->lease.name = req->name;
         res->lease.name_len = req->name_len;
+        res->lease.tenant = req->tenant;
         res->kind = ENGINE_RES_LEASE;
         engine__hist_observe(&r->m->wait_s, (double)(rs__now(r) - rq->since_mono) / 1000.0);
         return rs__finish(r, rq, 0, NULL, 1);
@@ -243,6 +262,43 @@ void rs__acts_process(rs_t *r, const redisReply *rep, int mine)
 
 /* ---- replies to results ---- */
 
+/* A view's limits (RS_VLIM_MAP), and its tenants (RS_TENANT_FIELD_MAP each) when `tenants`:
+ * none when empty. */
+static int limits_from(engine_result_t *res, engine_sem_view_t *v, const redisReply *a, int tenants)
+{
+    engine_sem_limits_t *l;
+    size_t n = a != NULL && a->elements >= RS_VLIM_LEN && tenants
+                   ? (a->elements - RS_VLIM_LEN) / RS_TENANT_LEN
+                   : 0;
+
+    if (a == NULL || a->elements < RS_VLIM_LEN)
+        return 0;
+    if ((l = engine_result_alloc(res, sizeof(*l))) == NULL)
+        return -1;
+    memset(l, 0, sizeof(*l));
+    l->tenant_max = (uint64_t)rs__el_i64(a, RS_VL_TENANT_MAX);
+    l->rate_per_s = (uint64_t)rs__el_i64(a, RS_VL_RATE);
+    l->rate_burst = (uint64_t)rs__el_i64(a, RS_VL_BURST);
+    l->tokens = (uint64_t)rs__el_i64(a, RS_VL_TOKENS);
+    if (n > 0 && (l->tenants = engine_result_alloc(res, n * sizeof(*l->tenants))) == NULL)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        size_t at = RS_VLIM_LEN + i * RS_TENANT_LEN;
+        engine_tenant_t *t = &l->tenants[i];
+        if ((t->name = rs__el_dup(res, a, at + RS_TN_NAME)) == RS_NOMEM)
+            return -1;
+        t->name_len = t->name != NULL ? strlen(t->name) : 0;
+        t->held = (uint64_t)rs__el_i64(a, at + RS_TN_HELD);
+        t->waiting = (uint64_t)rs__el_i64(a, at + RS_TN_WAITING);
+        t->waiting_weight = (uint64_t)rs__el_i64(a, at + RS_TN_WAITING_WEIGHT);
+    }
+    if (n > 0)
+        qsort(l->tenants, n, sizeof(*l->tenants), engine__tenant_cmp);
+    l->ntenants = n;
+    v->limits = l;
+    return 0;
+}
+
 static int view_from(engine_result_t *res, engine_sem_view_t *v, const redisReply *a, size_t at,
                      const char *name, size_t nlen, int lists)
 {
@@ -265,6 +321,8 @@ static int view_from(engine_result_t *res, engine_sem_view_t *v, const redisRepl
     const redisReply *hs = rs__el_arr(a, at + RS_V_HOLDERS), *ws = rs__el_arr(a, at + RS_V_WAITERS);
     size_t nh = hs ? hs->elements / RS_LEASE_LEN : 0, nw = ws ? ws->elements / RS_WAITER_LEN : 0;
     v->truncated = rs__el_i64(a, at + RS_V_TRUNCATED) != 0;
+    if (limits_from(res, v, rs__el_arr(a, at + RS_V_LIMITS), 1) != 0)
+        return -1;
     v->holders = nh ? engine_result_alloc(res, nh * sizeof(*v->holders)) : NULL;
     v->waiters = nw ? engine_result_alloc(res, nw * sizeof(*v->waiters)) : NULL;
     if ((nh && v->holders == NULL) || (nw && v->waiters == NULL))
@@ -279,9 +337,11 @@ static int view_from(engine_result_t *res, engine_sem_view_t *v, const redisRepl
         engine_waiter_t *q = &v->waiters[i];
         size_t olen;
         const char *owner = rs__el_str(ws, i * RS_WAITER_LEN + RS_W_OWNER, &olen);
-        memset(q, 0, sizeof(*q)); /* no tenant, not a part: Redis serves neither */
+        memset(q, 0, sizeof(*q)); /* not a part: Redis serves none */
         q->owner = olen ? engine_result_strdup(res, owner, olen) : NULL;
         if (olen && q->owner == NULL)
+            return -1;
+        if ((q->tenant = rs__el_dup(res, ws, i * RS_WAITER_LEN + RS_W_TENANT)) == RS_NOMEM)
             return -1;
         q->weight = (uint64_t)rs__el_i64(ws, i * RS_WAITER_LEN + RS_W_WEIGHT);
         q->since_ms = rs__el_i64(ws, i * RS_WAITER_LEN + RS_W_SINCE);
@@ -310,6 +370,8 @@ int rs__list_from(engine_result_t *res, const redisReply *rep, engine_list_item_
         it->grants = (uint64_t)rs__el_i64(items, at + RS_ITEM_GRANTS);
         it->tickets = (uint64_t)rs__el_i64(items, at + RS_ITEM_TICKETS);
         it->waiting_since_ms = rs__el_i64(items, at + RS_ITEM_SINCE);
+        if (limits_from(res, &it->v, rs__el_arr(items, at + RS_ITEM_LIMITS), 0) != 0)
+            return -1;
     }
     *out = its;
     *nout = n;
@@ -374,6 +436,7 @@ int rs__result_from(rs_t *r, rs_req_t *rq, const redisReply *rep)
         if (req->op == ENGINE_ACQUIRE || req->op == ENGINE_LOCK_ACQUIRE) {
             res->lease.name = req->name;
             res->lease.name_len = req->name_len;
+            res->lease.tenant = req->tenant;
             engine__hist_observe(&r->m->wait_s, (double)(rs__now(r) - rq->since_mono) / 1000.0);
         } else if ((res->lease.name = engine_result_strdup(res, name, nlen)) == NULL) {
             return -1;

@@ -61,7 +61,11 @@ void rs__args_head(rs_t *r, rs_args_t *a, const char *key, size_t keylen, const 
     rs__arg(a, key, keylen);
     rs__arg_str(a, op);
     rs__arg_str(a, r->epoch);
-    rs__arg_str(a, req != NULL && req->principal_admin ? "1" : "0");
+    /* (then 't' for a request naming a tenant: not a plain call, so no short path) */
+    if (req != NULL && req->tenant != NULL)
+        rs__arg_str(a, req->principal_admin ? "1t" : "0t");
+    else
+        rs__arg_str(a, req != NULL && req->principal_admin ? "1" : "0");
     rs__arg_str(a, r->inst);
     rs__arg_str(a, rid);
     rs__arg_str(a, req != NULL ? req->principal : NULL);
@@ -116,7 +120,7 @@ static int cmd_format(rs_t *r, const rs_cmd_t *c, char **out)
         **v = c->argc <= 64 ? stackv : sema__malloc((size_t)c->argc * sizeof(*v));
     size_t stackl[64], *l = c->argc <= 64 ? stackl : sema__malloc((size_t)c->argc * sizeof(*l));
     const char *p = (const char *)(c->lens + c->argc);
-    char flags[4];
+    char flags[8];
     int n = -1;
 
     if (v != NULL && l != NULL) {
@@ -131,6 +135,8 @@ static int cmd_format(rs_t *r, const rs_cmd_t *c, char **out)
             l[ep] = strlen(r->epoch);
             flags[0] = v[fl][0]; /* '0' or '1': the principal is an admin */
             l[fl] = 1;
+            if (c->lens[fl] > 1 && v[fl][1] == 't') /* (a request naming a tenant) */
+                flags[l[fl]++] = 't';
             /* Sent before: the script looks for the answer it may have given (a first
              * attempt cannot have one, and skips that look-up). */
             if (c->sent_mono != 0)

@@ -370,6 +370,10 @@ static inline char rs__req_kind(const engine_req_t *req)
 
 /* ---- redis_acts.c: replies, results and acts ---- */
 const char *rs__el_str(const redisReply *a, size_t i, size_t *len);
+/* Element i as a string of res (NUL-terminated), NULL when empty, RS_NOMEM when out of
+ * memory. */
+extern const char RS_NOMEM[1];
+const char *rs__el_dup(engine_result_t *res, const redisReply *a, size_t i);
 int64_t rs__el_i64(const redisReply *a, size_t i);
 const redisReply *rs__el_arr(const redisReply *a, size_t i);
 int rs__lease_from(engine_result_t *res, engine_lease_t *l, const redisReply *a, size_t at);

@@ -84,6 +84,93 @@ static void put_ticket_series(rs_t *r, jsonw_t *w)
                       "counter", r->ticket_updates);
 }
 
+/* ---- tenants: bounded series ---- */
+
+/* Most units (held and waiting) first, then by name. */
+static int by_units(const void *a, const void *b)
+{
+    const engine_tenant_t *x = a, *y = b;
+    uint64_t ux = x->held + x->waiting_weight, uy = y->held + y->waiting_weight;
+    size_t n = x->name_len < y->name_len ? x->name_len : y->name_len;
+    int c;
+
+    if (ux != uy)
+        return ux > uy ? -1 : 1;
+    c = n > 0 ? memcmp(x->name, y->name, n) : 0;
+    return c != 0 ? c : (x->name_len > y->name_len) - (x->name_len < y->name_len);
+}
+
+static void tenant_line(jsonw_t *w, const char *metric, const char *sem, size_t slen,
+                        const char *tenant, size_t len, uint64_t v)
+{
+    jsonw_raw_str(w, metric);
+    jsonw_raw_str(w, "{name=\"");
+    put_label(w, sem, slen);
+    jsonw_raw_str(w, "\",tenant=\"");
+    put_label(w, tenant, len);
+    jsonw_raw_str(w, "\"} ");
+    jsonw_raw_i64(w, (int64_t)v);
+    jsonw_raw(w, "\n", 1);
+}
+
+/* One semaphore's tenants from its list item's limits (lim): the `max` with the most units by
+ * name ("" for the requests naming none), the others summed as "_other". k: 0 held, 1 waiting
+ * units. */
+static void put_tenants(jsonw_t *w, const redisReply *lim, const char *sem, size_t slen, int k,
+                        const char *metric, size_t max, engine_tenant_t *order)
+{
+    size_t n = (lim->elements - RS_VLIM_LEN) / RS_TENANT_LEN;
+    uint64_t other = 0;
+
+    n = n < ENGINE_TENANTS_PER_SEM_MAX ? n : ENGINE_TENANTS_PER_SEM_MAX;
+    for (size_t i = 0; i < n; i++) {
+        size_t at = RS_VLIM_LEN + i * RS_TENANT_LEN;
+        order[i].name = rs__el_str(lim, at + RS_TN_NAME, &order[i].name_len);
+        order[i].held = (uint64_t)rs__el_i64(lim, at + RS_TN_HELD);
+        order[i].waiting_weight = (uint64_t)rs__el_i64(lim, at + RS_TN_WAITING_WEIGHT);
+    }
+    qsort(order, n, sizeof(*order), by_units);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t v = k == 0 ? order[i].held : order[i].waiting_weight;
+        if (i < max)
+            tenant_line(w, metric, sem, slen, order[i].name, order[i].name_len, v);
+        else
+            other += v;
+    }
+    if (n > max)
+        tenant_line(w, metric, sem, slen, "_other", 6, other);
+}
+
+/* semad_tenant_held and semad_tenant_waiting of the semaphores listed, and the tokens of those
+ * with a rate: at most metrics_max_semaphores x (metrics_max_tenants + 1) series. */
+static void put_limits_gauges(rs_t *r, jsonw_t *w, const redisReply *items)
+{
+    static const char *const names[] = {"semad_tenant_held", "semad_tenant_waiting"};
+    static engine_tenant_t order[ENGINE_TENANTS_PER_SEM_MAX]; /* (the loop's thread only) */
+
+    for (int k = 0; k < 3; k++) {
+        jsonw_raw_str(w, "# TYPE ");
+        jsonw_raw_str(w, k < 2 ? names[k] : "semad_semaphore_tokens");
+        jsonw_raw_str(w, " gauge\n");
+        for (size_t i = 0; items != NULL && i + RS_ITEM_LEN <= items->elements; i += RS_ITEM_LEN) {
+            const redisReply *lim = rs__el_arr(items, i + RS_ITEM_LIMITS);
+            size_t nl;
+            const char *name = rs__el_str(items, i, &nl);
+            if (lim == NULL || lim->elements < RS_VLIM_LEN)
+                continue;
+            if (k < 2) {
+                put_tenants(w, lim, name, nl, k, names[k], r->cfg.metrics_max_tenants, order);
+            } else if (rs__el_i64(lim, RS_VL_RATE) != 0) {
+                jsonw_raw_str(w, "semad_semaphore_tokens{name=\"");
+                put_label(w, name, nl);
+                jsonw_raw_str(w, "\"} ");
+                jsonw_raw_i64(w, rs__el_i64(lim, RS_VL_TOKENS));
+                jsonw_raw(w, "\n", 1);
+            }
+        }
+    }
+}
+
 /* Gauges of the first semaphores by name (asked on the blocking connection). */
 static void put_sem_gauges(rs_t *r, jsonw_t *w)
 {
@@ -122,6 +209,7 @@ static void put_sem_gauges(rs_t *r, jsonw_t *w)
             jsonw_raw(w, "\n", 1);
         }
     }
+    put_limits_gauges(r, w, items);
     freeReplyObject(rep);
 }
 

@@ -142,6 +142,19 @@ static void acquire_args(rs_t *r, const rs_req_t *rq, rs_args_t *a)
                              (unsigned long long)r->cfg.max_locks,
                              (unsigned long long)r->cfg.max_waiters_per_sem,
                              (unsigned long long)r->cfg.lock_readers));
+    if (acq && req->tenant != NULL)
+        rs__arg_str(a, req->tenant);
+}
+
+/* RS_LIM_MAP, when a PUT or a resize names limits. */
+static void limit_args(const engine_req_t *req, rs_args_t *a)
+{
+    if (req->limits == 0)
+        return;
+    rs__arg_i64(a, req->limits);
+    rs__arg_i64(a, (int64_t)(req->limits & ENGINE_LIMIT_TENANT_MAX ? req->tenant_max : 0));
+    rs__arg_i64(a, (int64_t)(req->limits & ENGINE_LIMIT_RATE ? req->rate_per_s : 0));
+    rs__arg_i64(a, (int64_t)(req->limits & ENGINE_LIMIT_BURST ? req->rate_burst : 0));
 }
 
 static void op_args(rs_t *r, rs_req_t *rq, rs_args_t *a)
@@ -153,9 +166,11 @@ static void op_args(rs_t *r, rs_req_t *rq, rs_args_t *a)
     case ENGINE_LEGACY_CREATE:
         rs__arg_i64(a, (int64_t)req->capacity);
         rs__arg_i64(a, (int64_t)r->cfg.max_semaphores);
+        limit_args(req, a);
         break;
     case ENGINE_SEM_RESIZE:
         rs__arg_i64(a, (int64_t)req->capacity);
+        limit_args(req, a);
         break;
     case ENGINE_SEM_LIST:
     case ENGINE_LOCK_LIST:

@@ -56,7 +56,8 @@ typedef enum {
 /* Every call: FCALL sema 1 KEY, then the head (X(ID): ARGV[1 + RS_H_ID] in Lua), then the
  * operation's own arguments from ARGV[A]. EPOCH is the epoch of Redis's data the instance
  * works on, a decimal number below 2^52. FLAGS is "0" or "1" (the principal is an admin),
- * then "r" when the command is sent again (it may have run: its answer may be kept), then
+ * then "t" when the request names a tenant (it takes no short path), "r" when the command is
+ * sent again (it may have run: its answer may be kept), then
  * "p" while the instance knows of a pause in grants that has not ended (after lost data):
  * only a plain "0" or "1" may take a short path. On Redis Cluster the flags end with "c": KEY
  * is followed by '!' (a key that never exists: redis_shards.c says why), the keys a call
@@ -75,8 +76,9 @@ enum { RS_FCALL_HEAD = 4 }; /* FCALL sema 1 KEY: the head follows */
 /* The arguments of acquire, lock_acquire and wait_idle (after the head): the weight (for a
  * lock: 1 shared, 0 exclusive), "1" when it may wait, the ttl, the lease id it is given (made by
  * the instance), the owner, the Idempotency-Key, and the limits that only a waiter or a new
- * lock key meets: "max_locks max_waiters lock_readers". The request id is the waiter id. */
-#define RS_ACQ_MAP(X) X(WEIGHT) X(WAIT) X(TTL) X(LID) X(OWNER) X(IDEM) X(LIMITS)
+ * lock key meets: "max_locks max_waiters lock_readers"; then, only when the request names one,
+ * its tenant. The request id is the waiter id. */
+#define RS_ACQ_MAP(X) X(WEIGHT) X(WAIT) X(TTL) X(LID) X(OWNER) X(IDEM) X(LIMITS) X(TENANT)
 
 enum {
 #define RS_AQ__ENUM(id) RS_AQ_##id,
@@ -84,6 +86,11 @@ enum {
 #undef RS_AQ__ENUM
         RS_ACQ_LEN
 };
+
+/* The limits a PUT (after its capacity and the most semaphores) or a resize (after its
+ * capacity, 0: as it is) names, only when it names some: which (ENGINE_LIMIT_* bits), then
+ * tenant_max, rate_per_s and rate_burst (those it does not name: 0). */
+#define RS_LIM_MAP(X) X(WHICH) X(TENANT_MAX) X(RATE) X(BURST)
 
 /* An acquire granted at once and a release nobody waits for answer with one short string
  * (the general path answers with the array of RS_REPLY_MAP): RS_SHORT_GRANT, then the fence
@@ -126,9 +133,13 @@ static inline int rs_act_public(int type)
 }
 
 /* The fields of an act: X(ID). A lease's fields are zero and empty when the act has none;
- * EXTRA is the lease's mode, a resize's capacity, or a failed waiter's message id. */
+ * EXTRA is the lease's mode, a resize's capacity, or a failed waiter's message id; TENANT the
+ * lease's or the waiter's tenant ('' for none). From LID on, an act's fields are a lease's
+ * (RS_LEASE_FIELD_MAP), which rs__lease_from reads there. */
 #define RS_ACT_FIELD_MAP(X)                                                                        \
-    X(TYPE) X(WID) X(INST) X(LID) X(WEIGHT) X(FENCE) X(TTL) X(ACQUIRED) X(EXPIRES) X(OWNER) X(EXTRA)
+    X(TYPE)                                                                                        \
+    X(WID)                                                                                         \
+    X(INST) X(LID) X(WEIGHT) X(FENCE) X(TTL) X(ACQUIRED) X(EXPIRES) X(OWNER) X(EXTRA) X(TENANT)
 
 enum {
 #define RS_AF__ENUM(id) RS_AF_##id,
@@ -164,13 +175,19 @@ enum {
 /* Results: a lease (RS_LEASE_LEN fields), a view, a list item (a name, then a view without its
  * lists), a waiter in a view, a ticket (then its lease's fields once granted). */
 #define RS_LEASE_FIELD_MAP(X)                                                                      \
-    X(ID) X(WEIGHT) X(FENCE) X(TTL) X(ACQUIRED) X(EXPIRES) X(OWNER) X(MODE)
+    X(ID) X(WEIGHT) X(FENCE) X(TTL) X(ACQUIRED) X(EXPIRES) X(OWNER) X(MODE) X(TENANT)
 #define RS_VIEW_FIELD_MAP(X)                                                                       \
     X(CAPACITY)                                                                                    \
     X(AVAILABLE)                                                                                   \
     X(HELD)                                                                                        \
-    X(FENCE) X(WAITING) X(WAITING_WEIGHT) X(LEGACY) X(READERS) X(HOLDERS) X(WAITERS) X(TRUNCATED)
-#define RS_WAITER_FIELD_MAP(X) X(OWNER) X(WEIGHT) X(SINCE) X(MODE) X(KIND)
+    X(FENCE)                                                                                       \
+    X(WAITING)                                                                                     \
+    X(WAITING_WEIGHT) X(LEGACY) X(READERS) X(HOLDERS) X(WAITERS) X(TRUNCATED) X(LIMITS)
+#define RS_WAITER_FIELD_MAP(X) X(OWNER) X(WEIGHT) X(SINCE) X(MODE) X(KIND) X(TENANT)
+/* A view's LIMITS: empty, or these, then RS_TENANT_LEN fields per tenant (its name: '' for the
+ * requests that named none). */
+#define RS_VLIM_MAP(X) X(TENANT_MAX) X(RATE) X(BURST) X(TOKENS)
+#define RS_TENANT_FIELD_MAP(X) X(NAME) X(HELD) X(WAITING) X(WAITING_WEIGHT)
 #define RS_TICKET_FIELD_MAP(X)                                                                     \
     X(CREATED)                                                                                     \
     X(ID)                                                                                          \
@@ -179,7 +196,8 @@ enum {
     X(POSITION)                                                                                    \
     X(AHEAD)                                                                                       \
     X(KEEPALIVE)                                                                                   \
-    X(UNITS) X(CAPACITY) X(GAP_MS) X(GAP_VAR) X(NGAPS) X(HOLD_MS) X(NHOLDS) X(OLDEST_AGE_MS)
+    X(UNITS)                                                                                       \
+    X(CAPACITY) X(GAP_MS) X(GAP_VAR) X(NGAPS) X(HOLD_MS) X(NHOLDS) X(OLDEST_AGE_MS) X(TENANT)
 
 enum {
 #define RS_L__ENUM(id) RS_L_##id,
@@ -187,12 +205,25 @@ enum {
 #undef RS_L__ENUM
         RS_LEASE_LEN
 };
+_Static_assert(RS_AF_LID + RS_LEASE_LEN == RS_ACT_LEN, "an act ends with a lease's fields");
 enum {
 #define RS_V__ENUM(id) RS_V_##id,
     RS_VIEW_FIELD_MAP(RS_V__ENUM)
 #undef RS_V__ENUM
         RS_VIEW_LEN,
     RS_VIEW_SHORT = RS_V_HOLDERS /* a view without its lists (legacy answers, list items) */
+};
+enum {
+#define RS_VL__ENUM(id) RS_VL_##id,
+    RS_VLIM_MAP(RS_VL__ENUM)
+#undef RS_VL__ENUM
+        RS_VLIM_LEN
+};
+enum {
+#define RS_TN__ENUM(id) RS_TN_##id,
+    RS_TENANT_FIELD_MAP(RS_TN__ENUM)
+#undef RS_TN__ENUM
+        RS_TENANT_LEN
 };
 enum {
 #define RS_W__ENUM(id) RS_W_##id,
@@ -206,9 +237,15 @@ enum {
 #undef RS_T__ENUM
         RS_TICKET_LEN
 };
-/* A list item: its name, its short view, then leases granted, tickets waiting and when the
- * head of its queue came (list_counts in sema.lua). */
-enum { RS_ITEM_GRANTS = 1 + RS_VIEW_SHORT, RS_ITEM_TICKETS, RS_ITEM_SINCE, RS_ITEM_LEN };
+/* A list item: its name, its short view, then leases granted, tickets waiting, when the
+ * head of its queue came (list_counts in sema.lua) and its limits (as a view's LIMITS). */
+enum {
+    RS_ITEM_GRANTS = 1 + RS_VIEW_SHORT,
+    RS_ITEM_TICKETS,
+    RS_ITEM_SINCE,
+    RS_ITEM_LIMITS,
+    RS_ITEM_LEN
+};
 
 /* A semaphore's row (its :m key): these numbers in this order, each a little-endian double
  * (exact up to 2^53), packed by the script with struct (sema.lua, ROW_FMT). The short paths
@@ -255,6 +292,7 @@ enum {
     X(LOG_MAX, RS_LOG_MAX)                                                                         \
     X(LOG_TTL_MS, RS_LOG_TTL_MS)                                                                   \
     X(KEYSETS_MAX, RS_KEYSETS_MAX)                                                                 \
+    X(TENANTS_MAX, ENGINE_TENANTS_PER_SEM_MAX)                                                     \
     X(ST_PARKED, RS_ST_PARKED)                                                                     \
     X(ST_EPOCH, RS_ST_EPOCH)                                                                       \
     X(ST_GONE, RS_ST_GONE)                                                                         \

@@ -291,6 +291,8 @@ void rs__sh_send(rs_t *r, rs_cmd_t *c)
         if (c->kind != RS_CMD_HELLO)
             snprintf(o->epoch, sizeof o->epoch, "%llu", (unsigned long long)sl->epoch);
         o->flags[0] = o->v[fl][0];
+        if (c->lens[fl] > 1 && o->v[fl][1] == 't') /* (a request naming a tenant) */
+            o->flags[n++] = 't';
         if (c->sent_mono != 0)
             o->flags[n++] = 'r';
         if (rs__paused(r))

@@ -41,6 +41,8 @@ void rs__ticket_args(rs_t *r, const engine_req_t *req, rs_args_t *a, char *tid, 
     rs__arg_str(a, lid);
     rs__arg_i64(a, req->keepalive_ms);
     rs__arg_i64(a, (int64_t)r->cfg.max_waiters_per_sem);
+    if (req->tenant != NULL)
+        rs__arg_str(a, req->tenant);
 }
 
 static double el_double(const redisReply *a, size_t i)
@@ -86,6 +88,8 @@ int rs__ticket_from(rs_t *r, engine_result_t *res, const redisReply *rep, size_t
     t->position = (uint64_t)rs__el_i64(rep, at + RS_T_POSITION);
     t->ahead_weight = (uint64_t)rs__el_i64(rep, at + RS_T_AHEAD);
     t->keepalive_ms = rs__el_i64(rep, at + RS_T_KEEPALIVE);
+    if ((t->tenant = rs__el_dup(res, rep, at + RS_T_TENANT)) == RS_NOMEM)
+        return -1;
     t->poll_after_ms = r->cfg.ticket_poll_ms;
     t->state = ((uint64_t)t->status << 56) | t->position;
     if (t->status == ENGINE_TICKET_WAITING)

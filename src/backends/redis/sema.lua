@@ -139,6 +139,11 @@ local tk_lease_gone, tk_admit, tk_housekeep, tk_next_due, tk_delete_all, tk_resi
 local fw_prefix
 local est_hold, est_queue_grant, tk_run
 local follow
+-- Limits (the section "limits" below): hooks the shared code calls only while the row says the
+-- semaphore has them (M.lim), and LIM, their state then.
+-- (LH: the hooks, LH.load ... LH.view; LH.self_wid: an acquire joining the line, and
+-- LH.self_lease its lease when this very admission grants it)
+local LIM, LH = nil, {}
 
 local ACTS, WAKE
 local NONE = {} -- ACTS, WAKE and GRANTED until a call has one: never written to
@@ -244,16 +249,16 @@ local function lall()
 end
 
 -- A waiter: instance, weight (0: wait-idle), kind (a acquire, i idle), since, ttl, owner,
--- idempotency key, the lease id it will get, mode, principal.
+-- idempotency key, the lease id it will get, mode, principal, tenant ('' for none).
 local function wpack(w)
   return table.concat({w.inst, N(w.w), w.kind, N(w.since), N(w.ttl), w.owner, w.idem, w.lid,
-                       w.mode, w.princ}, '\0')
+                       w.mode, w.princ, w.tenant or ''}, '\0')
 end
 local function wunpack(s)
   local a = fields(s)
   return {inst = a[1], w = tonumber(a[2]), kind = a[3], since = tonumber(a[4]),
           ttl = tonumber(a[5]), owner = a[6] or '', idem = a[7] or '', lid = a[8] or '',
-          mode = a[9] or '0', princ = a[10] or '', sw = a[2], sttl = a[5]}
+          mode = a[9] or '0', princ = a[10] or '', sw = a[2], sttl = a[5], tenant = a[11] or ''}
 end
 
 -- With semad --auth, a lease (or a parked request) is its token's: only that token, or an
@@ -274,7 +279,7 @@ local function act(typ, wid, inst, lid, l, extra)
     if l then
       lstr(l) -- the first act (most calls have one): one table of the right size
       ACTS = {typ, wid or '', inst or '', lid or '', l.sw, l.sf, l.sttl, l.sacq, l.sexp,
-              l.owner, extra or l.mode}
+              l.owner, extra or l.mode, l.tn or ''}
       return
     end
     ACTS = {}
@@ -298,6 +303,7 @@ local function act(typ, wid, inst, lid, l, extra)
     ACTS[n + 10] = ''
   end
   ACTS[n + 11] = extra or (l and l.mode) or ''
+  ACTS[n + 12] = l and l.tn or ''
 end
 
 -- The outcome of a parked request: its own instance completes it. Another instance finds it
@@ -326,7 +332,7 @@ local function waiter_event(typ, w)
   end
   act(typ, '', '', '', {sw = w.sw or N(w.w), sf = N(M.nq), sttl = N(M.wq), sacq = N(w.since),
                         sexp = w.kind == 'i' and '1' or w.kind == 't' and '2' or '0',
-                        owner = w.owner}, w.kind == 'i' and '0' or w.mode)
+                        owner = w.owner, tn = w.tenant}, w.kind == 'i' and '0' or w.mode)
 end
 
 -- Counts of everything (for /healthz and the limits): semaphores, leases, lock keys. They
@@ -438,17 +444,29 @@ local function mload()
   for i = 1, #ROW do
     m[ROW[i]] = t[i]
   end
+  m.lim = #v > #ROW * 8
+  M = m
+  if m.lim then
+    LH.load()
+  else
+    LIM = nil -- (a listing loads one row after another)
+  end
   return m
 end
 local function msave()
   M.ep = EPOCH + 0
   M.pa = NOW < SAFE_AT and SAFE_AT or 0
   M.hz = HORIZON or HORIZON_S + 0
+  if M.lim then
+    LH.save()
+  end
   local t = {}
   for i = 1, #ROW do
     t[i] = M[ROW[i]]
   end
-  redis.call('SET', KM, struct.pack(ROW_FMT, unpack(t)))
+  -- (a row with limits is one number longer: 1, a little-endian double)
+  redis.call('SET', KM, struct.pack(ROW_FMT, unpack(t)) ..
+                        (M.lim and '\0\0\0\0\0\0\240\63' or ''))
 end
 -- A new row goes on from the fence its name handed out last (kept after a delete).
 local function mnew(cap, legacy)
@@ -515,6 +533,9 @@ local function lease_end(lid, why, l)
   M.avail = M.avail + l.w
   M.held = M.held - l.w
   count('leases', '-1')
+  if M.lim then
+    l.tn = LH.unhold(lid, l.w)
+  end
   if M.nt > 0 then
     redis.call('ZREM', KH, lid)
     est_hold(NOW - l.acq)
@@ -543,6 +564,10 @@ local function grant(w, lid, wid)
   M.held = M.held + l.w
   granted()
   count('leases', '1')
+  if M.lim then
+    LH.hold(w.tenant, lid, l.w)
+    l.tn = w.tenant
+  end
   if M.nt > 0 then
     redis.call('ZADD', KH, l.sacq, lid)
   end
@@ -576,6 +601,9 @@ local function unqueue(wid, w, left)
   if M.nt > 0 then
     fw_left(wid, w.w)
   end
+  if M.lim then
+    LH.leave(wid, w)
+  end
   redis.call('ZREM', KQ, wid)
   redis.call('HDEL', KW, wid)
   waiter_out(w.inst)
@@ -595,6 +623,9 @@ local MORE = false -- housekeeping stopped at its bound: come back at once
 local function admit()
   if M.nq == 0 then
     return -- nobody waits: no look at the queue
+  end
+  if M.lim then
+    return LH.admit()
   end
   local n = 0
   while n < HK_MAX do
@@ -693,6 +724,9 @@ local function next_due()
   if M and M.nt > 0 then
     d = tk_next_due(d)
   end
+  if M and M.lim then
+    d = LH.next_due(d)
+  end
   return d
 end
 
@@ -728,7 +762,7 @@ end
 -- ---- results ----
 local function lease_result(lid, l)
   lstr(l)
-  return {lid, l.sw, l.sf, l.sttl, l.sacq, l.sexp, l.owner, l.mode}
+  return {lid, l.sw, l.sf, l.sttl, l.sacq, l.sexp, l.owner, l.mode, l.tn or ''}
 end
 
 local function readers()
@@ -756,6 +790,9 @@ local function view(lists)
   local ls = lall()
   table.sort(ls, function(x, y) return x[2].f < y[2].f end)
   for i = 1, math.min(#ls, P.VIEW_MAX) do
+    if LIM then
+      ls[i][2].tn = LH.lease_tenant(ls[i][1])
+    end
     for _, v in ipairs(lease_result(ls[i][1], ls[i][2])) do
       hs[#hs + 1] = v
     end
@@ -770,12 +807,14 @@ local function view(lists)
       ws[#ws + 1] = N(w.since)
       ws[#ws + 1] = w.kind == 'i' and '0' or w.mode
       ws[#ws + 1] = w.kind == 'i' and '1' or w.kind == 't' and '2' or '0' -- 2: a ticket
+      ws[#ws + 1] = w.tenant
     end
   end
   local trunc = (#ls > P.VIEW_MAX or M.nq > P.VIEW_MAX) and '1' or '0'
   r[#r + 1] = hs
   r[#r + 1] = ws
   r[#r + 1] = trunc
+  r[#r + 1] = LH.view()
   return r
 end
 
@@ -831,7 +870,7 @@ local function answer(st, msg, res)
   local d = 0
   if S and (not M or M.ev ~= 0) then
     LOG = redis.call('HGET', KS, 'log')
-    if M and not LOG then
+    if M and not LOG and not M.lim then
       M.ev = 0 -- nobody follows its events: the calls after this one need not look
     end
   end
@@ -884,15 +923,29 @@ local function create(legacy)
   return nil
 end
 
--- put: capacity, max semaphores -> created, view
+-- put: capacity, max semaphores, then the limits it names (RS_LIM_MAP) -> created, view
 function ops.put()
+  local tm, rate, burst, bad = LH.wanted(A + 2, true)
+  if bad then
+    return refuse(bad)
+  end
   if M then
     if M.cap ~= tonumber(ARGV[A]) then
       return refuse(MSG.SEM_OTHER_CAPACITY)
     end
+    local htm, hrate, hburst = 0, 0, 0
+    if LIM then
+      htm, hrate, hburst = LIM.tm, LIM.rate, LIM.burst
+    end
+    if htm ~= tm or hrate ~= rate or hburst ~= burst then
+      return refuse(MSG.SEM_OTHER_LIMITS)
+    end
     return reply(0, cat({'0'}, view(true)))
   end
   local r = create(0)
+  if not r then
+    LH.set(tm, rate, burst)
+  end
   return r or reply(0, cat({'1'}, view(true)))
 end
 
@@ -928,6 +981,10 @@ local function delete_all()
       outcome(ACT.FAIL, wid, w, '', nil, MSG.WAITER_SEM_DELETED)
     end
   end
+  if M.lim then
+    M.lim = false -- (what the tenants hold goes with every key of the limits)
+    LH.drop()
+  end
   for _, lid in ipairs(redis.call('ZRANGE', KX, '0', '-1')) do
     lease_end(lid, ACT.DELETED)
   end
@@ -944,18 +1001,27 @@ function ops.delete()
   return reply(0)
 end
 
--- resize: capacity
+-- resize: capacity (0: as it is), then the limits it names (RS_LIM_MAP)
 function ops.resize()
   local cap = tonumber(ARGV[A])
+  if cap == 0 then
+    cap = M.cap
+  end
+  local tm, rate, burst, bad = LH.wanted(A + 1, false)
+  if bad then
+    return refuse(bad)
+  end
+  LH.set(tm, rate, burst)
   M.avail = M.avail + cap - M.cap
   M.cap = cap
   for _, wid in ipairs(redis.call('ZRANGE', KQ, '0', '-1')) do
     local rec = redis.call('HGET', KW, wid)
     if rec then
       local w = wunpack(rec)
-      if w.kind == 'a' and w.w > cap then
+      local why = w.w > cap and MSG.WAITER_ABOVE_CAPACITY or LH.too_heavy(w.w)
+      if w.kind == 'a' and why then
         unqueue(wid, w, true)
-        outcome(ACT.FAIL, wid, w, '', nil, MSG.WAITER_ABOVE_CAPACITY)
+        outcome(ACT.FAIL, wid, w, '', nil, why)
       end
     end
   end
@@ -1003,6 +1069,9 @@ local function park(wid, w)
     return answer(P.ST_GONE_S, '0', nil) -- this instance was taken for dead
   end
   M.seq = M.seq + 1
+  if M.lim then
+    LH.join(wid, w, M.seq) -- (a wait-idle: always room)
+  end
   redis.call('ZADD', KQ, N(M.seq), wid)
   redis.call('HSET', KW, wid, wpack(w))
   waiter_in(INST)
@@ -1041,6 +1110,9 @@ local function idem_retry(wid, w, wait)
     if l.w ~= w.w or l.mode ~= w.mode then
       return refuse(MSG.KEY_OTHER_WEIGHT)
     end
+    if (LIM and LH.lease_tenant(ref) or '') ~= w.tenant then
+      return refuse(MSG.KEY_OTHER_TENANT)
+    end
     return reply(0, lease_result(ref, l))
   end
   local rec = redis.call('HGET', KW, ref)
@@ -1053,6 +1125,9 @@ local function idem_retry(wid, w, wait)
   end
   if old.w ~= w.w or old.kind ~= w.kind or old.mode ~= w.mode then
     return refuse(MSG.KEY_OTHER_WEIGHT)
+  end
+  if old.tenant ~= w.tenant then
+    return refuse(MSG.KEY_OTHER_TENANT)
   end
   if not wait then
     return refuse(MSG.NOT_AVAILABLE)
@@ -1073,17 +1148,74 @@ local function idem_retry(wid, w, wait)
   redis.call('ZADD', KQ, score, wid)
   redis.call('HSET', KW, wid, wpack(old))
   redis.call('HSET', KI, w.idem, 'W' .. wid)
+  if M.lim then
+    LH.replace(ref, wid, old, score)
+  end
   outcome(ACT.FAIL, ref, wunpack(rec), '', nil, MSG.WAITER_REPLACED)
   return reply(P.ST_PARKED)
 end
 
+-- An acquire on a semaphore with limits (or naming a tenant): it joins the line, and
+-- admission says whether it goes at once; a try that does not leaves without a trace.
+LH.acquire = function(wid, w, wait)
+  if not M.lim then
+    LH.activate()
+  end
+  local heavy = LH.too_heavy(w.w)
+  if heavy then
+    return refuse(heavy)
+  end
+  local maxw = limit(2)
+  if maxw > 0 and M.nq >= maxw then
+    return refuse(MSG.TOO_MANY_WAITERS_OR_TENANTS)
+  end
+  if LH.at_once(w) then
+    -- nobody waits and it fits: what joining the line and admitting it would do, in short
+    local own = OWN
+    local l = grant(w, w.lid, wid)
+    OWN = own -- the caller's own grant completes no parked request: a retry rebuilds it
+    REBUILT = true
+    return reply(0, lease_result(w.lid, l))
+  end
+  if wait and not redis.call('ZSCORE', H .. 'inst', INST) then
+    return answer(P.ST_GONE_S, '0', nil) -- this instance was taken for dead
+  end
+  M.seq = M.seq + 1
+  if not LH.join(wid, w, M.seq) then
+    return refuse(MSG.TOO_MANY_WAITERS_OR_TENANTS)
+  end
+  redis.call('ZADD', KQ, N(M.seq), wid)
+  redis.call('HSET', KW, wid, wpack(w))
+  waiter_in(INST)
+  M.nq = M.nq + 1
+  M.wq = M.wq + w.w
+  LH.self_wid = wid
+  admit()
+  LH.self_wid = nil
+  if LH.self_lease then
+    REBUILT = true
+    return reply(0, lease_result(w.lid, LH.self_lease))
+  end
+  if not wait then
+    unqueue(wid, w)
+    admit()
+    return refuse(MSG.NOT_AVAILABLE)
+  end
+  waiter_event(ACT.QUEUED, w)
+  if w.idem ~= '' then
+    redis.call('HSET', KI, w.idem, 'W' .. wid)
+  end
+  return reply(P.ST_PARKED)
+end
+
 -- acquire: weight (or mode for a lock), wait (0 try, 1 wait), ttl, owner, idem, lease id,
--- waiter id, max lock keys, max waiters here, lock readers
+-- waiter id, max lock keys, max waiters here, lock readers, [tenant]
 local function acquire()
   local wait = ARGV[A + 1] == '1'
   local w = {inst = INST, w = ARGV[A] + 0, kind = 'a', since = NOW,
              ttl = ARGV[A + 2] + 0, owner = ARGV[A + 4], idem = ARGV[A + 5],
-             lid = ARGV[A + 3], mode = '0', princ = PRINC, sw = ARGV[A], sttl = ARGV[A + 2]}
+             lid = ARGV[A + 3], mode = '0', princ = PRINC, sw = ARGV[A], sttl = ARGV[A + 2],
+             tenant = ARGV[A + 7] or ''}
   local wid = RID
   if KIND == 'k' then
     -- the mode is kept apart from the weight: with one reader allowed both modes weigh 1
@@ -1116,6 +1248,9 @@ local function acquire()
   if NOW < SAFE_AT then
     lock_gc()
     return refuse(MSG.REDIS_STATE_LOST)
+  end
+  if M.lim or w.tenant ~= '' then
+    return LH.acquire(wid, w, wait)
   end
   if M.nq == 0 and w.w <= M.avail then
     local own = OWN
@@ -1155,6 +1290,9 @@ end
 local LEASE
 
 function ops.lease_get()
+  if LIM then
+    LEASE.tn = LH.lease_tenant(LID)
+  end
   return reply(0, lease_result(LID, LEASE))
 end
 
@@ -1446,6 +1584,580 @@ function ops.drop_lease()
   return reply(0)
 end
 
+-- ---- limits: tenants served in turn and a rate (docs/semantics.md) ----
+-- A semaphore has limits while it has a tenant_max or a rate, or while a request naming a
+-- tenant holds or waits there; then its row is one number longer (ROW_LIM: the short paths
+-- read only the numbers before it) and says someone may follow its events (ev = 1), so the
+-- short acquire and release never run on it: every call takes the general path, which keeps
+-- the limits. The state, under the semaphore's hash tag:
+--   :L   tm, rate, burst (0: none); tok and tms (the bucket: millionths of a unit at Redis's
+--        ms tms); ring (the tenants with waiters in turn order) and last, turn (the round
+--        robin: the tenant served last, and whether its turn goes on); nidle (wait-idles)
+--   :tn  tenant -> "held waiting waiting_weight deficit" (while it holds or waits)
+--   :tq<tenant>  its waiters by place (FIFO within a tenant)
+--   :lt  lease id -> tenant, for the leases of a named tenant
+-- A tenant is named '=' .. its name inside ('=' alone: the requests naming none), so no name
+-- is empty. Admission (LH.admit) is the embedded back end's (emb_limits.c) step for step.
+do -- (its helpers are local to the section: the library's main chunk has room for 200)
+local MICRO = 1000000 -- the bucket counts millionths of a unit (exact: burst <= 10^9)
+local DEFICIT_MAX = 2 ^ 52
+local KL, KTN, KLT
+local TN, TDIRTY, HEADS, IDLE_SEQ -- the tenants, those changed, their first waiters, the
+-- place of the first wait-idle (false: not known yet), this call's
+
+local function lim_keys()
+  KL, KTN, KLT = S .. ':L', S .. ':tn', S .. ':lt'
+end
+
+-- A tenant: its units held, waiters, units waiting, deficit ("held nw ww def" in :tn).
+local function tn_parse(v)
+  local a = {match(v, '^(%S+) (%S+) (%S+) (%S+)$')}
+  return {held = tonumber(a[1]), nw = tonumber(a[2]), ww = tonumber(a[3]), def = tonumber(a[4])}
+end
+-- TN reads a tenant from :tn when first named in a call; one that went this call is false.
+local TN_LOAD = {__index = function(tn, name)
+  local v = redis.call('HGET', KTN, name)
+  local t = v and tn_parse(v) or false
+  rawset(tn, name, t)
+  return t
+end}
+
+LH.load = function()
+  lim_keys()
+  local h = redis.call('HGETALL', KL)
+  local L = {tm = 0, rate = 0, burst = 0, tok = 0, tms = NOW, turn = 0, nidle = 0, ntn = 0,
+             ring = {}, rdue = 0, was = {}}
+  for i = 1, #h, 2 do
+    local k, v = h[i], h[i + 1]
+    L.was[k] = v
+    if k == 'ring' then
+      L.ring = v ~= '' and fields(v) or {}
+    elseif k == 'last' then
+      L.last = v
+    else
+      L[k] = tonumber(v)
+    end
+  end
+  LIM, TN, TDIRTY, HEADS, IDLE_SEQ = L, setmetatable({}, TN_LOAD), {}, {}, false
+end
+
+local function lim_idle()
+  return LIM.tm == 0 and LIM.rate == 0 and LIM.ntn == 0 and LIM.nidle == 0
+end
+
+-- The fields of :L, as strings (what changed since the load is written).
+local function lim_fields(L)
+  return {tm = N(L.tm), rate = N(L.rate), burst = N(L.burst), tok = N(L.tok), tms = N(L.tms),
+          turn = N(L.turn), nidle = N(L.nidle), ntn = N(L.ntn), ring = concat(L.ring, '\0'),
+          last = L.last}
+end
+
+-- Written back with the row (msave); a semaphore whose limits are idle goes back to plain.
+LH.save = function()
+  for name, _ in pairs(TDIRTY) do
+    local t = TN[name]
+    if t then
+      redis.call('HSET', KTN, name, fmt('%d %d %d %d', t.held, t.nw, t.ww, t.def))
+    else
+      redis.call('HDEL', KTN, name)
+    end
+  end
+  TDIRTY = {}
+  if lim_idle() then
+    redis.call('DEL', KL, KTN, KLT)
+    M.lim, LIM = false, nil
+    return
+  end
+  local was, set = LIM.was, {}
+  for k, v in pairs(lim_fields(LIM)) do
+    if was[k] ~= v then
+      set[#set + 1] = k
+      set[#set + 1] = v
+      was[k] = v
+    end
+  end
+  if #set > 0 then
+    redis.call('HSET', KL, unpack(set))
+  end
+  if was.last and not LIM.last then
+    redis.call('HDEL', KL, 'last')
+    was.last = nil
+  end
+end
+
+-- Every tenant, read from Redis (those not read yet this call).
+local function tn_all()
+  local t = redis.call('HGETALL', KTN)
+  for i = 1, #t, 2 do
+    if rawget(TN, t[i]) == nil then
+      rawset(TN, t[i], tn_parse(t[i + 1]))
+    end
+  end
+end
+
+-- Every key of the limits goes (the semaphore is deleted).
+LH.drop = function()
+  tn_all()
+  for name, _ in pairs(TN) do
+    redis.call('DEL', S .. ':tq' .. name)
+  end
+  redis.call('DEL', KL, KTN, KLT)
+  LIM = nil
+end
+
+local function tenant_of(name)
+  return '=' .. (name or '')
+end
+
+-- Is there room for a waiter of tenant `name` (its tenant exists, or another may)?
+LH.room = function(name)
+  return TN[tenant_of(name)] or LIM.ntn < P.TENANTS_MAX
+end
+
+-- The tenant record of `name` (made when missing; nil past P.TENANTS_MAX of them).
+local function tenant(name)
+  local t = TN[name]
+  if not t then
+    if LIM.ntn >= P.TENANTS_MAX then
+      return nil
+    end
+    t = {held = 0, nw = 0, ww = 0, def = 0}
+    TN[name] = t
+    LIM.ntn = LIM.ntn + 1
+  end
+  TDIRTY[name] = true
+  return t
+end
+
+local function tenant_maybe_free(name, t)
+  if t.nw == 0 and t.held <= 0 then
+    TN[name] = false
+    TDIRTY[name] = true
+    LIM.ntn = LIM.ntn - 1
+  end
+end
+
+local function ring_index(name)
+  for i, x in ipairs(LIM.ring) do
+    if x == name then
+      return i
+    end
+  end
+  return nil
+end
+
+-- t joins the turns: visited at the end of the round under way (just before the last served).
+local function ring_join(name, t)
+  t.def = 0
+  local i = LIM.last and ring_index(LIM.last)
+  table.insert(LIM.ring, i or #LIM.ring + 1, name)
+end
+
+local function ring_leave(name, t)
+  local ring, i = LIM.ring, ring_index(name)
+  if LIM.last == name then
+    local prev = ring[i > 1 and i - 1 or #ring]
+    LIM.last = prev ~= name and prev or nil
+    LIM.turn = 0
+  end
+  table.remove(ring, i)
+  t.def = 0
+end
+
+-- A waiter joins its tenant's line (false: no room for another tenant).
+LH.join = function(wid, w, seq)
+  if w.kind == 'i' then
+    LIM.nidle = LIM.nidle + 1
+    IDLE_SEQ = false
+    return true
+  end
+  local name = tenant_of(w.tenant)
+  local t = tenant(name)
+  if not t then
+    return false
+  end
+  if t.nw == 0 then
+    ring_join(name, t)
+  end
+  redis.call('ZADD', S .. ':tq' .. name, N(seq), wid)
+  t.nw, t.ww = t.nw + 1, t.ww + w.w
+  HEADS[name] = nil
+  return true
+end
+
+LH.leave = function(wid, w)
+  if w.kind == 'i' then
+    LIM.nidle = LIM.nidle - 1
+    IDLE_SEQ = false
+    return
+  end
+  local name = tenant_of(w.tenant)
+  local t = TN[name]
+  if not t then
+    return
+  end
+  TDIRTY[name] = true
+  redis.call('ZREM', S .. ':tq' .. name, wid)
+  t.nw, t.ww = t.nw - 1, t.ww - w.w
+  HEADS[name] = nil
+  if t.nw == 0 then
+    ring_leave(name, t)
+  end
+  tenant_maybe_free(name, t)
+end
+
+-- A retry with its Idempotency-Key took over the place of waiter `old` (same tenant).
+LH.replace = function(old, wid, w, seq)
+  local k = S .. ':tq' .. tenant_of(w.tenant)
+  if w.kind ~= 'i' and redis.call('ZREM', k, old) == 1 then
+    redis.call('ZADD', k, N(seq), wid)
+    HEADS[tenant_of(w.tenant)] = nil
+  end
+end
+
+-- A grant counts for its tenant (the lease's tenant is kept for its end).
+LH.hold = function(name, lid, w)
+  local t = tenant(tenant_of(name))
+  if t then
+    t.held = t.held + w
+  end
+  if name and name ~= '' then
+    redis.call('HSET', KLT, lid, name)
+  end
+end
+
+LH.unhold = function(lid, w)
+  local tn = redis.call('HGET', KLT, lid)
+  if tn then
+    redis.call('HDEL', KLT, lid)
+  end
+  local name = tenant_of(tn or '')
+  local t = TN[name]
+  if t then
+    TDIRTY[name] = true
+    t.held = t.held - w
+    tenant_maybe_free(name, t)
+  end
+  return tn or ''
+end
+
+-- The tenant of a lease of this semaphore ('' for none).
+LH.lease_tenant = function(lid)
+  return LIM and redis.call('HGET', KLT, lid) or ''
+end
+
+-- The semaphore gets limits: what holds and waits so far is the default tenant's.
+LH.activate = function()
+  M.lim, M.ev = true, 1
+  lim_keys()
+  LIM = {tm = 0, rate = 0, burst = 0, tok = 0, tms = NOW, turn = 0, nidle = 0, ntn = 0,
+         ring = {}, rdue = 0, was = {}}
+  TN, TDIRTY, HEADS, IDLE_SEQ = {}, {}, {}, false
+  if M.held > 0 then
+    tenant('=').held = M.held
+  end
+  if M.nq > 0 then
+    local q = redis.call('ZRANGE', KQ, '0', '-1', 'WITHSCORES')
+    for i = 1, #q, 2 do
+      local rec = redis.call('HGET', KW, q[i])
+      if rec then
+        LH.join(q[i], wunpack(rec), q[i + 1])
+      end
+    end
+  end
+end
+
+-- ---- the bucket ----
+local function tokens_at(now)
+  if now <= LIM.tms then
+    return LIM.tok
+  end
+  local cap = LIM.burst * MICRO
+  local v = LIM.tok + (now - LIM.tms) * LIM.rate * 1000
+  return v >= cap and cap or v
+end
+
+local function refill()
+  if LIM.rate ~= 0 then
+    LIM.tok = tokens_at(NOW)
+    LIM.tms = NOW
+  end
+end
+
+-- The waiter next lacks tokens: the semaphore is due when the bucket has them.
+local function rate_wait(w)
+  local per_ms = LIM.rate * 1000
+  local due = LIM.tms + math.ceil((w * MICRO - LIM.tok) / per_ms)
+  LIM.rdue = due
+  due_at(due)
+end
+
+LH.next_due = function(d)
+  if LIM and LIM.rdue > 0 and (d == 0 or LIM.rdue < d) then
+    return LIM.rdue
+  end
+  return d
+end
+
+-- ---- who is next ----
+-- A tenant's first waiter: {wid, w, seq, rec}, or false.
+local function head(name)
+  local h = HEADS[name]
+  if h == nil then
+    h = false
+    local x = redis.call('ZRANGE', S .. ':tq' .. name, '0', '0', 'WITHSCORES')
+    if #x > 0 then
+      local rec = redis.call('HGET', KW, x[1])
+      if rec then
+        local w = wunpack(rec)
+        h = {wid = x[1], w = w.w, seq = tonumber(x[2]), rec = w}
+      end
+    end
+    HEADS[name] = h
+  end
+  return h
+end
+
+-- The place of the first wait-idle in the queue (0: none), and whether it is the head.
+local function idle_seq()
+  if LIM.nidle == 0 then
+    return 0, false
+  end
+  if not IDLE_SEQ then
+    IDLE_SEQ = {0, false}
+    local q = redis.call('ZRANGE', KQ, '0', '-1', 'WITHSCORES')
+    for i = 1, #q, 2 do
+      local rec = redis.call('HGET', KW, q[i])
+      if rec and wunpack(rec).kind == 'i' then
+        IDLE_SEQ = {tonumber(q[i + 1]), i == 1, q[i], wunpack(rec)}
+        break
+      end
+    end
+  end
+  return IDLE_SEQ[1], IDLE_SEQ[2]
+end
+
+local function eligible(t, h, idle)
+  if not h or (idle ~= 0 and h.seq > idle) then
+    return false
+  end
+  return not (LIM.tm ~= 0 and t.held + h.w > LIM.tm)
+end
+
+-- The round robin's choice among the tenants' first waiters: the first whose deficit covers
+-- its weight in the visits to come (each visit adds one unit), and the pick {name, at, k}.
+local function drr_choice(idle)
+  local ring = LIM.ring
+  local n = #ring
+  if n == 0 then
+    return nil
+  end
+  local last = LIM.last
+  if last and LIM.turn == 1 then
+    local t, h = TN[last], head(last)
+    if eligible(t, h, idle) and t.def >= h.w then
+      return h, {name = last, at = 0, k = 0}
+    end
+  end
+  local s = last and ring_index(last) or n
+  local k = 0
+  for j = 1, n do
+    local nm = ring[(s + j - 1) % n + 1]
+    if eligible(TN[nm], head(nm), idle) then
+      k = k + 1
+    end
+  end
+  local best, pk, i = nil, nil, 0
+  for j = 1, n do
+    local nm = ring[(s + j - 1) % n + 1]
+    local t, h = TN[nm], head(nm)
+    if eligible(t, h, idle) then
+      i = i + 1
+      local short = h.w - t.def
+      local at = ((short > 1 and short or 1) - 1) * k + i
+      if not best or at < pk.at then
+        best, pk = h, {name = nm, at = at, k = k}
+      end
+    end
+  end
+  return best, pk
+end
+
+-- h is granted by the round robin: the tenants visited on the way get their units of
+-- deficit, h's tenant pays its weight, and its turn may go on.
+local function drr_commit(pk, h, idle)
+  local ring = LIM.ring
+  local n = #ring
+  if pk.at ~= 0 then
+    local s = LIM.last and ring_index(LIM.last) or n
+    local i = 0
+    for j = 1, n do
+      local nm = ring[(s + j - 1) % n + 1]
+      local t = TN[nm]
+      if eligible(t, head(nm), idle) then
+        i = i + 1
+        if pk.at >= i then
+          t.def = math.min(DEFICIT_MAX, t.def + floor((pk.at - i) / pk.k) + 1)
+          TDIRTY[nm] = true
+        end
+      end
+    end
+  end
+  local t = TN[pk.name]
+  t.def = t.def - h.w
+  TDIRTY[pk.name] = true
+  LIM.last, LIM.turn = pk.name, 1
+end
+
+-- Admission on a semaphore with limits: grant who is next while it fits (units and tokens).
+LH.admit = function()
+  LIM.rdue = 0
+  local n = 0
+  while n < HK_MAX do
+    refill()
+    local idle, idle_head = idle_seq()
+    if idle_head then
+      if M.avail < M.cap then
+        return
+      end
+      local wid, w = IDLE_SEQ[3], IDLE_SEQ[4]
+      unqueue(wid, w, true)
+      outcome(ACT.IDLE, wid, w, '', nil, '')
+    else
+      local h, pk = drr_choice(idle)
+      if not h or h.w > M.avail or NOW < SAFE_AT then
+        return
+      end
+      if LIM.rate ~= 0 and LIM.tok < h.w * MICRO then
+        return rate_wait(h.w)
+      end
+      if LIM.rate ~= 0 then
+        LIM.tok = LIM.tok - h.w * MICRO
+      end
+      drr_commit(pk, h, idle)
+      local w = h.rec
+      unqueue(h.wid, w)
+      est_queue_grant(w.w)
+      if w.kind == 't' then
+        tk_admit(h.wid)
+      elseif h.wid == LH.self_wid then
+        local own = OWN
+        LH.self_lease = grant(w, w.lid, h.wid)
+        OWN = own -- (the caller's own grant completes no parked request)
+      else
+        grant(w, w.lid, h.wid)
+      end
+    end
+    n = n + 1
+  end
+  MORE = true
+end
+
+-- Would an acquire of w be granted at once on joining a line where nobody waits (the round
+-- robin's turns then change nothing)? If so, it takes its tokens.
+LH.at_once = function(w)
+  if M.nq ~= 0 or w.w > M.avail or NOW < SAFE_AT or not LH.room(w.tenant) then
+    return false
+  end
+  local t = TN[tenant_of(w.tenant)]
+  if LIM.tm ~= 0 and (t and t.held or 0) + w.w > LIM.tm then
+    return false
+  end
+  refill()
+  if LIM.rate ~= 0 then
+    if LIM.tok < w.w * MICRO then
+      return false
+    end
+    LIM.tok = LIM.tok - w.w * MICRO
+  end
+  return true
+end
+
+-- A weight the limits can never grant (a message id), or nil.
+LH.too_heavy = function(w)
+  if not LIM then
+    return nil
+  end
+  if LIM.tm ~= 0 and w > LIM.tm then
+    return MSG.ABOVE_TENANT_MAX
+  end
+  if LIM.rate ~= 0 and w > LIM.burst then
+    return MSG.ABOVE_RATE_BURST
+  end
+  return nil
+end
+
+-- The limits a PUT or a resize names (RS_LIM_MAP: which, tenant_max, rate, burst from
+-- ARGV[i]) over those the semaphore has (a PUT: over none): tm, rate, burst, or nil and a
+-- message id.
+LH.wanted = function(i, put)
+  local tm, rate, burst = 0, 0, 0
+  if LIM and not put then
+    tm, rate, burst = LIM.tm, LIM.rate, LIM.burst
+  end
+  local which = tonumber(ARGV[i] or '0')
+  local old_rate = rate
+  if which % 2 == 1 then
+    tm = tonumber(ARGV[i + 1])
+  end
+  if floor(which / 2) % 2 == 1 then
+    rate = tonumber(ARGV[i + 2])
+    if rate == 0 then
+      burst = 0
+    elseif old_rate == 0 and floor(which / 4) % 2 == 0 then
+      burst = rate
+    end
+  end
+  if floor(which / 4) % 2 == 1 then
+    if rate == 0 then
+      return nil, nil, nil, MSG.BURST_NEEDS_RATE
+    end
+    burst = tonumber(ARGV[i + 3])
+  end
+  return tm, rate, burst
+end
+
+-- Set the limits (0: none); a new rate starts with a full bucket.
+LH.set = function(tm, rate, burst)
+  if not LIM then
+    if tm == 0 and rate == 0 then
+      return
+    end
+    LH.activate()
+  end
+  local had_rate = LIM.rate ~= 0
+  refill()
+  LIM.tm, LIM.rate, LIM.burst = tm, rate, rate ~= 0 and burst or 0
+  if rate == 0 then
+    LIM.tok = 0
+  elseif not had_rate or LIM.tok > LIM.burst * MICRO then
+    LIM.tok = LIM.burst * MICRO
+  end
+  LIM.tms = NOW
+end
+
+-- The limits in a view: tm, rate, burst, tokens, then each tenant (name, held, waiting,
+-- waiting weight; '' and '0' as the name of the default: name flag '0'), or nothing.
+LH.view = function()
+  if not LIM then
+    return {}
+  end
+  local r = {N(LIM.tm), N(LIM.rate), N(LIM.burst),
+             N(LIM.rate ~= 0 and floor(tokens_at(NOW) / MICRO) or 0)}
+  tn_all()
+  for name, t in pairs(TN) do
+    if t then
+      r[#r + 1] = string.sub(name, 2)
+      r[#r + 1] = N(t.held)
+      r[#r + 1] = N(t.nw)
+      r[#r + 1] = N(t.ww)
+    end
+  end
+  return r
+end
+
+end -- (the section "limits")
+
 -- ---- tickets ----
 -- A ticket is a waiter of kind 't' in the queue (:q, :w, its waiter id is the ticket id) that
 -- no instance holds: its record is in :t, and while it waits (or its grant is not collected)
@@ -1463,14 +2175,14 @@ local TK_ENDED = {L = MSG.TICKET_LEFT, A = MSG.TICKET_ABANDONED, U = MSG.TICKET_
 -- that had left from places before it then (below)
 local function tkpack(t)
   return table.concat({t.st, N(t.w), N(t.ttl), N(t.ka), t.owner, t.idem, t.lid, t.princ,
-                       t.coll, N(t.seq), N(t.bw), N(t.bf)}, '\0')
+                       t.coll, N(t.seq), N(t.bw), N(t.bf), t.tenant or ''}, '\0')
 end
 local function tkunpack(s)
   local a = fields(s)
   return {st = a[1], w = tonumber(a[2]), ttl = tonumber(a[3]), ka = tonumber(a[4]),
           owner = a[5] or '', idem = a[6] or '', lid = a[7] or '', princ = a[8] or '',
           coll = a[9] or '0', seq = tonumber(a[10] or '0'), bw = tonumber(a[11] or '0'),
-          bf = tonumber(a[12] or '0')}
+          bf = tonumber(a[12] or '0'), tenant = a[13] or ''}
 end
 local function tk_get(tid)
   local rec = redis.call('HGET', KT, tid)
@@ -1545,6 +2257,9 @@ local function tk_grant(tid, t)
   M.avail = M.avail - l.w
   M.held = M.held + l.w
   granted()
+  if M.lim then
+    LH.hold(t.tenant, t.lid, l.w)
+  end
   redis.call('ZADD', KH, N(l.acq), t.lid)
   count('leases', 1)
   count('t_granted', 1)
@@ -1619,7 +2334,7 @@ tk_resize = function(cap)
   local all = redis.call('HGETALL', KT)
   for i = 1, #all, 2 do
     local t = tkunpack(all[i + 1])
-    if t.st == 'w' and t.w > cap then
+    if t.st == 'w' and (t.w > cap or LH.too_heavy(t.w)) then
       tk_end(all[i], t, 'F')
     end
   end
@@ -1833,7 +2548,7 @@ end
 -- fields]
 local function tk_view(tid, t, created)
   local r = {created and '1' or '0', tid, t.st == 'w' and '1' or '2', N(t.w), '0', '0', N(t.ka),
-             '0', '0', '0', '0', '0', '0', '0', '-1'}
+             '0', '0', '0', '0', '0', '0', '0', '-1', t.tenant}
   if t.st == 'w' then
     local ahead = t.bw - (fw_prefix(t.seq - 1) - t.bf)
     local avail = M.avail > 0 and M.avail or 0
@@ -1845,6 +2560,7 @@ local function tk_view(tid, t, created)
   else
     local l = lget(t.lid)
     if l then
+      l.tn = t.tenant
       cat(r, lease_result(t.lid, l))
     end
   end
@@ -1864,11 +2580,11 @@ end
 
 
 -- ticket_create: weight, ttl, owner, idempotency key, ticket id, lease id, keepalive,
--- max waiters here
+-- max waiters here, [tenant]
 function ops.ticket_create()
   local t = {st = 'w', w = tonumber(ARGV[A]), ttl = tonumber(ARGV[A + 1]), owner = ARGV[A + 2],
              idem = ARGV[A + 3], lid = ARGV[A + 5], ka = tonumber(ARGV[A + 6]), princ = PRINC,
-             coll = '0', seq = 0, bw = 0, bf = 0}
+             coll = '0', seq = 0, bw = 0, bf = 0, tenant = ARGV[A + 8] or ''}
   local tid = ARGV[A + 4]
   if KIND ~= 's' then
     return refuse(MSG.NO_SEM)
@@ -1886,7 +2602,7 @@ function ops.ticket_create()
          (other and not allowed(kind == 'L' and other.princ or wunpack(other).princ)) then
         return refuse(MSG.KEY_OTHER_TOKEN)
       end
-      if not old or old.w ~= t.w then
+      if not old or old.w ~= t.w or old.tenant ~= t.tenant then
         return refuse(MSG.KEY_OTHER_REQUEST)
       end
       tid = string.sub(v, 2)
@@ -1897,10 +2613,21 @@ function ops.ticket_create()
   if NOW < SAFE_AT then
     return refuse(MSG.REDIS_STATE_LOST)
   end
-  local now_grant = M.nq == 0 and t.w <= M.avail
+  local lim = M.lim or t.tenant ~= ''
+  if lim and not M.lim then
+    LH.activate()
+  end
+  local heavy = lim and LH.too_heavy(t.w)
+  if heavy then
+    return refuse(heavy)
+  end
+  local now_grant = not lim and M.nq == 0 and t.w <= M.avail
   local maxw = tonumber(ARGV[A + 7])
   if not now_grant and maxw > 0 and M.nq >= maxw then
-    return refuse(MSG.TOO_MANY_WAITERS)
+    return refuse(lim and MSG.TOO_MANY_WAITERS_OR_TENANTS or MSG.TOO_MANY_WAITERS)
+  end
+  if lim and not LH.room(t.tenant) then
+    return refuse(MSG.TOO_MANY_WAITERS_OR_TENANTS)
   end
   if M.nt == 0 then
     -- the first ticket: the holders by grant time, for the estimate (kept while tickets live)
@@ -1923,13 +2650,21 @@ function ops.ticket_create()
     t.seq, t.bw, t.bf = M.seq, M.wq, fw_prefix(M.seq - 1)
     redis.call('ZADD', KQ, N(M.seq), tid)
     local w = {inst = '', w = t.w, kind = 't', since = NOW, ttl = t.ttl, owner = t.owner,
-               idem = '', lid = t.lid, mode = '0', princ = t.princ}
+               idem = '', lid = t.lid, mode = '0', princ = t.princ, tenant = t.tenant}
     redis.call('HSET', KW, tid, wpack(w))
     M.nq = M.nq + 1
     M.wq = M.wq + t.w
     waiter_event(ACT.QUEUED, w)
     redis.call('HSET', KT, tid, tkpack(t))
     keepalive(tid, t)
+    if lim then
+      LH.join(tid, w, M.seq)
+      admit()
+      t = tk_get(tid) or t
+      if t.st == 'g' then
+        tk_touch(tid, t) -- granted at once: its creator sees it
+      end
+    end
   end
   return reply(0, tk_view(tid, t, true))
 end
@@ -1992,6 +2727,7 @@ local function list_counts(items)
   items[#items + 1] = N(GRANTS[S] or 0)
   items[#items + 1] = N(tw)
   items[#items + 1] = N(since)
+  items[#items + 1] = LH.view()
 end
 
 -- list, lock_list: prefix, cursor, limit. The index's members (sema:names, sema:locks) are
@@ -2171,6 +2907,8 @@ local function list_slots(keys, args)
     fmt, match, concat, floor = string.format, string.match, table.concat, math.floor
   end
   OP, PUB = ARGV[1], 'SPUBLISH'
+  local t = redis.call('TIME') -- (a view of limits shows the bucket now)
+  NOW = t[1] * 1000 + floor(t[2] / 1000)
   local pfx, cur, limit = ARGV[A], ARGV[A + 1], tonumber(ARGV[A + 2])
   local what, all, tags = OP == 'lock_list' and 'locks' or 'names', {}, {}
   if ARGV[A + 3] == 'r' then
@@ -2439,7 +3177,8 @@ local function main(keys, args)
     ROW_TO_EV = '<' .. string.rep('d', ROW_AT.ev / 8 + 1)
   end
   OP, EPOCH, INST, RID, PRINC = ARGV[1], ARGV[2], ARGV[4], ARGV[5], ARGV[6]
-  local fl = ARGV[3] -- '0' or '1', then 'r' (sent again) and 'p' (a pause), if so; 'c' last
+  local fl = ARGV[3] -- '0' or '1', then 't' (a tenant), 'r' (sent again) and 'p' (a pause), if
+  -- so; 'c' last
   if #fl > 1 and string.byte(fl, -1) == 99 then -- 'c': on Redis Cluster
     -- (KEYS[1] is the key followed by '!', a key that never exists: while the slot migrates,
     -- Redis sends the call elsewhere rather than run it with part of the slot's keys moved)
@@ -2476,6 +3215,7 @@ local function main(keys, args)
     return follow(keys[1])
   end
   ACTS, WAKE, GRANTED = NONE, NONE, NONE
+  LIM, LH.self_wid, LH.self_lease = nil, nil, nil
   S, M, LID, LEASE, SAFE_AT, MORE, LOCK_NEW = nil, nil, nil, nil, 0, false, false
   DUE0, OWN, REBUILT, LOG = -2, false, false, nil
   if RID ~= '' and RETRY then
