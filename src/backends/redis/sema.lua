@@ -69,14 +69,15 @@ end
 -- Strings as numbers: those that come back call after call (an epoch, Redis's clock's
 -- seconds, a weight, a ttl) are parsed once (Lua's parse, strtod, costs far more than a
 -- look-up). Bounded as NMEMO.
-local NUMS, NUMS_N = {}, 0
-local function num(s)
+-- SP: what the short paths use (below), in one table: a chunk has at most 200 locals.
+local SP = {nums = {}, nn = 0}
+function SP.num(s)
   local x = s + 0
-  if NUMS_N >= 4096 then
-    NUMS, NUMS_N = {}, 0
+  if SP.nn >= 4096 then
+    SP.nums, SP.nn = {}, 0
   end
-  NUMS[s] = x
-  NUMS_N = NUMS_N + 1
+  SP.nums[s] = x
+  SP.nn = SP.nn + 1
   return x
 end
 
@@ -123,7 +124,7 @@ end
 
 -- What the short paths need of a stem's keys (the rest is the general path's: it sets them
 -- all again with keys_of): its kind, row, expiry index and idempotency keys.
-local function keys_short(stem)
+function SP.keys(stem)
   local k = KEYSETS[stem]
   if not k then
     keys_of(stem)
@@ -193,7 +194,7 @@ end
 -- in one command, with no number formatted or parsed. :x holds every live lease of the
 -- semaphore by expiry.
 local LREC = '<ddddddHc0Hc0Hc0Hc0'
-local LREC_L = '<BddddddHc0Hc0Hc0Hc0' -- ('l' first: one string made, not two)
+SP.lrec_l = '<BddddddHc0Hc0Hc0Hc0' -- ('l' first: one string made, not two)
 local MODE = {[0] = '0', [1] = '1', [2] = '2'}
 -- The lease in an id key's value v and its stem (nil for anything else: a tombstone).
 local function lparse(v)
@@ -220,7 +221,7 @@ local function lget(lid)
 end
 -- A lease's record of this semaphore (mode: a number).
 local function lrecord(w, f, ttl, acq, exp, mode, owner, idem, princ)
-  return struct.pack(LREC_L, 108, w, f, ttl, acq, exp, mode, #owner, owner, #idem, idem,
+  return struct.pack(SP.lrec_l, 108, w, f, ttl, acq, exp, mode, #owner, owner, #idem, idem,
                      #princ, princ, #S, S)
 end
 local function lwrite(lid, l)
@@ -341,23 +342,23 @@ end
 local STATS = {} -- field -> the count's string (a table kept from call to call)
 
 -- The count of leases, off the short paths. The short acquire and release write no count:
--- they add to their slot's LEASES[H].d, kept in the library's Lua state, and every reply
+-- they add to their slot's LQ.by[H].d, kept in the library's Lua state, and every reply
 -- tells the epoch hash's `leases` plus it. The state goes when the library is loaded again or
 -- another Redis becomes the primary, and with it what it had not written to the hash (a
 -- `beat` or a `sweep` writes it); so while it has any, the hash's field `lq` names the state
--- (LEASE_TOKEN). A state that finds `lq` other than it expects counts the leases again from
+-- (LQ.token). A state that finds `lq` other than it expects counts the leases again from
 -- the semaphores' expiry indexes (every live lease is in its semaphore's :x): once per load
--- or failover, one call of O(semaphores and lock keys) in that slot. LEASES[H]: {d = the
+-- or failover, one call of O(semaphores and lock keys) in that slot. LQ.by[H]: {d = the
 -- count not in the hash, dirty = `lq` names this state}, nil until a general call checked.
-local LEASES, LEASE_TOKEN = {}, nil
+local LQ = {by = {}} -- (in one table: a chunk has at most 200 locals)
 local function count(field, d) -- d: '1' or '-1'
   local n = redis.call('HINCRBY', H .. 'epoch', field, d)
   if field == 'leases' then
-    n = n + LEASES[H].d
+    n = n + LQ.by[H].d
   end
   STATS[field] = N(n)
 end
-local function leases_recount()
+function LQ.recount()
   local n = 0
   for _, ix in ipairs({H .. 'names', H .. 'locks'}) do
     local m = redis.call('ZRANGE', ix, '0', '-1')
@@ -370,33 +371,33 @@ local function leases_recount()
   return n
 end
 -- lq, stored: the epoch hash's `lq` and `leases` as read. The number of leases.
-local function leases_check(lq, stored)
+function LQ.check(lq, stored)
   stored = tonumber(stored or '0')
-  local ls = LEASES[H]
-  if lq ~= (ls and ls.dirty and LEASE_TOKEN or nil) or (not ls and lq) then
-    stored = leases_recount() -- (another state's changes may be missing from the hash)
+  local ls = LQ.by[H]
+  if lq ~= (ls and ls.dirty and LQ.token or nil) or (not ls and lq) then
+    stored = LQ.recount() -- (another state's changes may be missing from the hash)
     ls = nil
   end
   if not ls then
-    LEASE_TOKEN = LEASE_TOKEN or N(NOWUS)
+    LQ.token = LQ.token or N(NOWUS)
     ls = {d = 0, dirty = false}
-    LEASES[H] = ls
+    LQ.by[H] = ls
   end
   return stored + ls.d
 end
 -- Before a short path first changes the count of a clean state: false when it may not (the
 -- general path checks).
-local function leases_mark(ls)
-  if redis.call('HSETNX', H .. 'epoch', 'lq', LEASE_TOKEN) == 0 then
-    LEASES[H] = nil -- another state's mark: the next general call counts again
+function LQ.mark(ls)
+  if redis.call('HSETNX', H .. 'epoch', 'lq', LQ.token) == 0 then
+    LQ.by[H] = nil -- another state's mark: the next general call counts again
     return false
   end
   ls.dirty = true
   return true
 end
 -- The short paths' changes into the hash (beat, sweep).
-local function leases_flush()
-  local ls = LEASES[H]
+function LQ.flush()
+  local ls = LQ.by[H]
   if ls.dirty then
     if ls.d ~= 0 then
       redis.call('HINCRBY', H .. 'epoch', 'leases', N(ls.d))
@@ -1337,7 +1338,7 @@ end
 -- The row's first fields, up to the one each short path reads last (struct makes a Lua value
 -- of every field it unpacks); made by main (the globals are not reachable while the library
 -- loads).
-local ROW_TO_HZ, ROW_TO_EV
+-- (SP.to_hz, SP.to_ev)
 
 -- An acquire granted at once, and a release of units nobody waits for, on a semaphore with
 -- nothing to file or that has come due, no tickets and nobody following its events: what
@@ -1349,7 +1350,7 @@ local ROW_TO_HZ, ROW_TO_EV
 -- instance sends a plain flag only while it knows of no pause. Nil for any other call, which
 -- takes the general path.
 local function acquire_at_once(k)
-  local kind, km, kx = keys_short(k)
+  local kind, km, kx = SP.keys(k)
   if kind ~= 's' or ARGV[A + 5] ~= '' then
     return nil
   end
@@ -1357,13 +1358,13 @@ local function acquire_at_once(k)
   if not v then
     return nil
   end
-  local cap, avail, held, fence, nq, due, nt, ev, ep, pa, hz = struct.unpack(ROW_TO_HZ, v)
+  local cap, avail, held, fence, nq, due, nt, ev, ep, pa, hz = struct.unpack(SP.to_hz, v)
   local sw, sttl = ARGV[A], ARGV[A + 2]
-  local wt, ttl = NUMS[sw] or num(sw), NUMS[sttl] or num(sttl)
+  local wt, ttl = SP.nums[sw] or SP.num(sw), SP.nums[sttl] or SP.num(sttl)
   local exp = NOW + ttl
   -- (another epoch, a pause, a lease past the horizon, a due time to file or one that has
   -- come, events to log: the general path's)
-  if ep ~= (NUMS[EPOCH] or num(EPOCH)) or pa ~= 0 or nq ~= 0 or nt ~= 0 or ev ~= 0 or
+  if ep ~= (SP.nums[EPOCH] or SP.num(EPOCH)) or pa ~= 0 or nq ~= 0 or nt ~= 0 or ev ~= 0 or
      due == 0 or due <= NOW or exp < due or wt < 1 or wt > cap or wt > avail then
     return nil
   end
@@ -1372,8 +1373,8 @@ local function acquire_at_once(k)
   if exp > hz and exp > (tonumber(redis.call('HGET', H .. 'epoch', 'horizon')) or 0) then
     return nil
   end
-  local ls = LEASES[H]
-  if not ls or not (ls.dirty or leases_mark(ls)) then
+  local ls = LQ.by[H]
+  if not ls or not (ls.dirty or LQ.mark(ls)) then
     return nil
   end
   fence = fence + 1
@@ -1402,7 +1403,7 @@ local function release_at_once(k)
   if not allowed(princ) then
     return nil
   end
-  local kind, km, kx, ki = keys_short(stem)
+  local kind, km, kx, ki = SP.keys(stem)
   if kind ~= 's' then
     return nil
   end
@@ -1410,9 +1411,9 @@ local function release_at_once(k)
   if not r then
     return nil
   end
-  local cap, avail, held, fence, nq, due, nt, ev = struct.unpack(ROW_TO_EV, r)
-  local ls = LEASES[H]
-  if nq ~= 0 or nt ~= 0 or ev ~= 0 or not ls or not (ls.dirty or leases_mark(ls)) then
+  local cap, avail, held, fence, nq, due, nt, ev = struct.unpack(SP.to_ev, r)
+  local ls = LQ.by[H]
+  if nq ~= 0 or nt ~= 0 or ev ~= 0 or not ls or not (ls.dirty or LQ.mark(ls)) then
     return nil
   end
   local lid = string.sub(k, #H + 4)
@@ -1473,7 +1474,7 @@ local function beat()
   redis.call('ZADD', H .. 'inst', N(NOW + ALIVE_MS), INST)
   inst_due()
   collect_outcomes()
-  leases_flush()
+  LQ.flush()
   return reply(0)
 end
 
@@ -2980,7 +2981,7 @@ local function run()
   HORIZON = nil -- a number when a grant needs it
   DUE_HEAD = ep[4]
   STATS.sems, STATS.locks = ep[5] or '0', ep[7] or '0'
-  STATS.leases = N(leases_check(ep[10], ep[6]))
+  STATS.leases = N(LQ.check(ep[10], ep[6]))
   if not DUE_HEAD then
     due_head(false) -- an epoch written before it kept the due time: read it once
   end
@@ -2991,7 +2992,7 @@ local function run()
     return beat()
   end
   if OP == 'sweep' then
-    leases_flush()
+    LQ.flush()
     local dead = redis.call('ZRANGEBYSCORE', H .. 'inst', '-inf', '(' .. nows(), 'LIMIT', '0',
                             '1')
     if #dead > 0 and dead[1] ~= INST then
@@ -3173,8 +3174,8 @@ local function main(keys, args)
   KEYS, ARGV = keys, args
   if not fmt then
     fmt, match, concat, floor = string.format, string.match, table.concat, math.floor
-    ROW_TO_HZ = '<' .. string.rep('d', ROW_AT.hz / 8 + 1)
-    ROW_TO_EV = '<' .. string.rep('d', ROW_AT.ev / 8 + 1)
+    SP.to_hz = '<' .. string.rep('d', ROW_AT.hz / 8 + 1)
+    SP.to_ev = '<' .. string.rep('d', ROW_AT.ev / 8 + 1)
   end
   OP, EPOCH, INST, RID, PRINC = ARGV[1], ARGV[2], ARGV[4], ARGV[5], ARGV[6]
   local fl = ARGV[3] -- '0' or '1', then 't' (a tenant), 'r' (sent again) and 'p' (a pause), if
@@ -3201,7 +3202,7 @@ local function main(keys, args)
   end
   local t = redis.call('TIME')
   local ss = t[1]
-  local sec, us = NUMS[ss] or num(ss), t[2] + 0
+  local sec, us = SP.nums[ss] or SP.num(ss), t[2] + 0
   NOW = sec * 1000 + floor(us / 1000)
   NOWUS = sec * 1000000 + us
   NOWS = nil
