@@ -33,12 +33,16 @@ if(SEMA_SANITIZE)
   endif()
 endif()
 
-# sema_add_cases(PREFIX FILE COMMAND...  [LABELS l...] [ENV v...]): every case of FILE as the
-# CTest test PREFIX.<short>.<case>, run as `COMMAND... <case>`, where <short> is FILE's name
-# without test_ and its extension, and the cases are its `TEST(name)` lines (a .c file) or
-# its `def test_name(` lines (a .py file). Exit 77 is a skip.
+# sema_add_cases(PREFIX FILE COMMAND...  [LABELS l...] [ENV v...] [TIMEOUT s]): every case of
+# FILE as the CTest test PREFIX.<short>.<case>, run as `COMMAND... <case>`, where <short> is
+# FILE's name without test_ and its extension, and the cases are its `TEST(name)` lines (a .c
+# file) or its `def test_name(` lines (a .py file). Exit 77 is a skip. TIMEOUT defaults to
+# SEMA_TEST_TIMEOUT.
 function(sema_add_cases prefix src)
-  cmake_parse_arguments(A "" "LOCK" "COMMAND;LABELS;ENV" ${ARGN})
+  cmake_parse_arguments(A "" "LOCK;TIMEOUT" "COMMAND;LABELS;ENV" ${ARGN})
+  if(NOT A_TIMEOUT)
+    set(A_TIMEOUT ${SEMA_TEST_TIMEOUT})
+  endif()
   get_filename_component(file ${src} NAME_WE)
   string(REGEX REPLACE "^test_" "" short ${file})
   if(src MATCHES "\\.c$")
@@ -51,7 +55,7 @@ function(sema_add_cases prefix src)
   foreach(line ${lines})
     string(REGEX REPLACE "${re}.*" "\\1" case "${line}")
     add_test(NAME ${prefix}.${short}.${case} COMMAND ${A_COMMAND} ${case})
-    set_tests_properties(${prefix}.${short}.${case} PROPERTIES TIMEOUT ${SEMA_TEST_TIMEOUT}
+    set_tests_properties(${prefix}.${short}.${case} PROPERTIES TIMEOUT ${A_TIMEOUT}
       LABELS "${A_LABELS}" SKIP_RETURN_CODE 77 ENVIRONMENT "${env}")
     if(A_LOCK)
       set_tests_properties(${prefix}.${short}.${case} PROPERTIES RESOURCE_LOCK ${A_LOCK})
@@ -164,9 +168,12 @@ if(NOT SEMA_SANITIZE)
   endforeach()
   # (every legacy case gets three instances on an emptied cluster: about a second each)
   set_tests_properties(cluster3.legacy.cases PROPERTIES TIMEOUT 400)
+  # (each case starts its own prism, a few seconds of Node.js start-up that a busy machine
+  # stretches past a minute: semad_fixture.py waits up to PRISM_START_S for it)
   foreach(short ${SEMA_OPENAPI_PROXY_SUITES})
     sema_add_cases(openapi ${it}/test_${short}.py COMMAND ${Python3_EXECUTABLE}
-      ${it}/test_${short}.py LABELS integration openapi ENV SEMA_TEST_OPENAPI_PROXY=1)
+      ${it}/test_${short}.py LABELS integration openapi ENV SEMA_TEST_OPENAPI_PROXY=1
+      TIMEOUT 300)
   endforeach()
   # a ticket's token, across three instances
   set(case tickets_belong_to_the_token_that_took_them)

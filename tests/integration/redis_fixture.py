@@ -296,6 +296,21 @@ class Monitor:
             d[cmd] = d.get(cmd, 0) + 1
         return clients, scripts
 
+    def fcalls(self, t0=0.0):
+        """{op: n} of the FCALL sema commands clients sent from t0 (wall clock) on."""
+        ops = {}
+        for raw in list(self.lines):
+            parts = raw.decode("utf-8", "replace").split(" ", 3)
+            try:
+                if len(parts) < 4 or float(parts[0]) < t0 or parts[2].rstrip("]") == "lua":
+                    continue
+            except ValueError:
+                continue
+            args = parts[3].split('"')[1::2]  # FCALL sema 1 KEY OP ...
+            if len(args) > 4 and args[0].upper() == "FCALL" and args[1] == "sema":
+                ops[args[4]] = ops.get(args[4], 0) + 1
+        return ops
+
     def close(self):
         self.p.kill()
         self.p.wait()

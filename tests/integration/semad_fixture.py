@@ -462,6 +462,11 @@ class Relay:
         self.lsock.close()
 
 
+# prism's start-up: a few seconds of Node.js, stretched past a minute on a machine whose two
+# cores are shared many times over (the openapi.* cases have 300 s: cmake/SemaTests.cmake)
+PRISM_START_S = 180
+
+
 class Proxy:
     """`prism proxy --errors` for docs/openapi.yaml in front of a Relay. Request validation
     is off (--validate-request=false): the tests send bad requests on purpose, and prism
@@ -486,7 +491,7 @@ class Proxy:
                                      env=dict(os.environ, NO_COLOR="1", FORCE_COLOR="0"))
         Proxy.every.append(self)
         threading.Thread(target=self._read, daemon=True).start()
-        self.port = self._wait_port(60 * SLOW)
+        self.port = self._wait_port(PRISM_START_S * SLOW)
         self.mark = 0
 
     def _read(self):

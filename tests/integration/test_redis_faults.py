@@ -764,8 +764,12 @@ def sentinel_failover(crash, replicas=1, wait=1):
         held = grant(a, "fo", ttl_ms=60000 if proven else ttl_ms)
         w = Parked(b, "fo", {"owner": "across"})
         fx.wait_until(lambda: waiting(a, "fo") == 1, 10, "park")
+        # Unproven, the promoted replica may lack a lease granted (and acknowledged) just
+        # before the failover: its holder's renew or release is answered 404, rightly (the
+        # pause covers the lease's ttl, and the checker counts it held until then). A busy
+        # machine makes that window wider, not the answer wrong.
         load = load_over(fl, sems, threads=10, unavailable_ok=True, ttl_ms=ttl_ms,
-                         answer_slack_s=UNREACHABLE_BOUND_S + 10)
+                         answer_slack_s=UNREACHABLE_BOUND_S + 10, gone_ok=not proven)
         time.sleep(1.5)
         before = len(load.grants)
         t0 = time.monotonic()
