@@ -102,6 +102,17 @@ foreach(src ${SEMA_UNIT_TESTS})
   endif()
 endforeach()
 
+# A leak and a slowdown that test_soak_verdict.py preloads into semad (LD_PRELOAD), to show
+# that bench/soak fails on them; never linked into sema. Not with a sanitizer, whose runtime
+# must come first.
+if(TARGET semad AND NOT SEMA_SANITIZE)
+  add_library(sema_soak_fault MODULE ${PROJECT_SOURCE_DIR}/tests/fault/soak_fault.c)
+  set_target_properties(sema_soak_fault PROPERTIES PREFIX ""
+    LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  target_compile_options(sema_soak_fault PRIVATE ${SEMA_WARNINGS})
+  target_link_libraries(sema_soak_fault PRIVATE PkgConfig::LIBUV ${CMAKE_DL_LIBS})
+endif()
+
 # Integration tests (real processes: semad, sema, redis-server), one per `def test_`.
 # test_redis_*.py: semad on Redis (real redis-server and redis-sentinel processes), label
 # redis too; they skip (77) when semad has no Redis back end.
@@ -118,6 +129,12 @@ foreach(src ${SEMA_PY_TESTS})
     continue()
   endif()
   sema_add_cases(integration ${src} COMMAND ${Python3_EXECUTABLE} ${src} LABELS ${labels})
+endforeach()
+# bench/soak's verdict beside a fresh semad: a minute and a half of load each, more on a
+# loaded machine
+foreach(case a_healthy_semad_passes_the_checks_judged_beside_a_fresh_one
+    a_leaking_and_slowing_semad_fails)
+  set_tests_properties(integration.soak.${case} PROPERTIES TIMEOUT 300)
 endforeach()
 
 # The HTTP suites once more, normal builds only (the sanitizer builds run the same server

@@ -16,6 +16,10 @@ BODIES = [
     b'{"weight":1,}', b'{"weight":1} x', b'{"weight":tru}', b'{"x":true,"y":false,"z":null}',
     b'{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9}', b'{"we\\u0069ght":2}',
     b'{"k\x00":1}', b'', b'{', b'{"', b'{"a"', b'{"a":', b'{"a":-', b'\x0c{}',
+    b'{"semaphores":[{"name":"gpu","weight":2},{"name":"db"}],"ttl_ms":30000,"tenant":"t1"}',
+    b'{"semaphores":[{"name":"a","name":"b"}]}', b'{"semaphores":[{"w":1\x00}]}',
+    b'{"a":[1]\x00}', b'{"a":[1],"b":1.5}', b'{"a":[1,]}', b'{"a":{"b":[]}} ',
+    b'{"a":' + b'[' * 2048 + b']' * 2048 + b'}',
 ]
 
 def req(head, body=b'', host=True):

@@ -4,9 +4,13 @@
  * The flat parser only ever claims bodies it fully understands, and for those jansson gives
  * the same object: one object of at most BODY_FIELDS_MAX distinct keys, keys and string
  * values of printable ASCII without escapes, integers of at most 15 digits (below 2^53,
- * without leading zeros), true, false, null, JSON whitespace. Everything else (escapes,
- * UTF-8, reals, big numbers, nesting, duplicates, any error) goes to jansson, which then
- * decides, so errors and their messages are jansson's. */
+ * without leading zeros), true, false, null, JSON whitespace, and arrays and objects that
+ * jansson parses where they stand (json_loadb of the rest of the body with
+ * JSON_DISABLE_EOF_CHECK stops after the value and says where). So jansson reads only the
+ * bytes of the arrays and objects, each once, and builds no object for the body itself.
+ * Everything else (escapes, UTF-8, reals, big numbers, duplicates, any error) goes to
+ * jansson for the whole body, which then decides, so errors and their messages are
+ * jansson's. */
 #include "http/body.h"
 
 #include <stdio.h>
@@ -72,12 +76,37 @@ static int flat_int(cur_t *c, json_int_t *out)
     return 1;
 }
 
+/* An array or an object, parsed by jansson alone; the cursor is on its '[' or '{'. A NUL byte
+ * could be skipped by jansson (after a number) rather than refused: such a body is left to
+ * body_parse_json, which refuses it. */
+static int flat_nested(cur_t *c, bval_t *v)
+{
+    json_error_t e;
+    size_t left = (size_t)(c->end - c->p);
+    if (left > BODY_NESTED_MAX || memchr(c->p, '\0', left) != NULL)
+        return 0;
+    v->type = BV_OTHER;
+    v->json = json_loadb(c->p, left, JSON_DISABLE_EOF_CHECK | JSON_REJECT_DUPLICATES, &e);
+    if (v->json == NULL)
+        return 0;
+    if (e.position < 2 || (size_t)e.position > left) { /* never: "[]" is the shortest */
+        json_decref(v->json);
+        v->json = NULL;
+        return 0;
+    }
+    c->p += (size_t)e.position; /* the first byte after the value */
+    return 1;
+}
+
 static int flat_value(cur_t *c, bval_t *v)
 {
     memset(v, 0, sizeof *v);
     if (c->p == c->end)
         return 0;
     switch (*c->p) {
+    case '[':
+    case '{':
+        return flat_nested(c, v);
     case '"':
         v->type = BV_STR;
         return flat_str(c, &v->s, &v->len);
@@ -119,6 +148,8 @@ static int flat_member(cur_t *c, body_t *b)
     skip_ws(c);
     if (!flat_value(c, &b->f[b->n].v))
         return 0;
+    if (b->f[b->n].v.json != NULL)
+        b->nested |= 1u << b->n;
     b->f[b->n].key = key;
     b->f[b->n].key_len = klen;
     b->n++;
@@ -126,44 +157,55 @@ static int flat_member(cur_t *c, body_t *b)
     return 1;
 }
 
-int body_parse_flat(body_t *b, const char *data, size_t len)
+void body_init(body_t *b)
 {
-    cur_t c = {data, data + len};
     b->json = NULL;
     b->n = 0;
     b->used = 0;
+    b->nested = 0;
     b->n_asked = 0;
-    skip_ws(&c);
-    if (c.p == c.end || *c.p++ != '{')
-        return 0;
-    skip_ws(&c);
-    if (c.p < c.end && *c.p == '}') {
-        c.p++;
-    } else {
-        for (;;) {
-            if (!flat_member(&c, b) || c.p == c.end)
-                return 0;
-            if (*c.p == '}') {
-                c.p++;
-                break;
-            }
-            if (*c.p++ != ',')
-                return 0;
-            skip_ws(&c);
-        }
+}
+
+/* The members between the braces; the cursor is after the '{'. */
+static int flat_members(cur_t *c, body_t *b)
+{
+    skip_ws(c);
+    if (c->p < c->end && *c->p == '}') {
+        c->p++;
+        return 1;
     }
+    for (;;) {
+        if (!flat_member(c, b) || c->p == c->end)
+            return 0;
+        if (*c->p == '}') {
+            c->p++;
+            return 1;
+        }
+        if (*c->p++ != ',')
+            return 0;
+        skip_ws(c);
+    }
+}
+
+int body_parse_flat(body_t *b, const char *data, size_t len)
+{
+    cur_t c = {data, data + len};
+    body_init(b);
     skip_ws(&c);
-    return c.p == c.end;
+    if (c.p < c.end && *c.p++ == '{' && flat_members(&c, b)) {
+        skip_ws(&c);
+        if (c.p == c.end)
+            return 1;
+    }
+    body_free(b); /* the arrays and objects jansson parsed before the body failed */
+    return 0;
 }
 
 int body_parse_json(body_t *b, const char *data, size_t len, char *err, size_t errlen)
 {
     json_error_t e;
-    b->n = 0;
-    b->used = 0;
-    b->n_asked = 0;
+    body_init(b);
     if (memchr(data, '\0', len) != NULL) { /* jansson would end a number there */
-        b->json = NULL;
         snprintf(err, errlen, "malformed JSON body: %s", BODY_NUL_ERROR);
         return -1;
     }
@@ -188,9 +230,9 @@ int body_parse(body_t *b, const char *data, size_t len, char *err, size_t errlen
     return body_parse_json(b, data, len, err, errlen);
 }
 
-static bval_t from_json(const json_t *j)
+static bval_t from_json(json_t *j)
 {
-    bval_t v = {.type = BV_OTHER};
+    bval_t v = {.type = BV_OTHER, .json = j};
     if (j == NULL) {
         v.type = BV_ABSENT;
     } else if (json_is_null(j)) {
@@ -219,13 +261,6 @@ bval_t body_get(body_t *b, const char *key)
             return b->f[i].v;
         }
     return (bval_t){.type = BV_ABSENT};
-}
-
-json_t *body_get_json(body_t *b, const char *key)
-{
-    if (b->n_asked < BODY_ASKED_MAX)
-        b->asked[b->n_asked++] = key;
-    return b->json != NULL ? json_object_get(b->json, key) : NULL;
 }
 
 int body_unasked(const body_t *b, const char **key, size_t *len)
@@ -258,8 +293,8 @@ int body_unasked(const body_t *b, const char **key, size_t *len)
 void body_free(body_t *b)
 {
     json_decref(b->json);
-    b->json = NULL;
-    b->n = 0;
-    b->used = 0;
-    b->n_asked = 0;
+    for (size_t i = 0; b->nested != 0 && i < b->n; i++)
+        if (b->nested & 1u << i)
+            json_decref(b->f[i].v.json);
+    body_init(b);
 }

@@ -65,10 +65,7 @@ static int v1_body(route_ctx_t *c, int required, body_t *body)
 {
     const struct strbuf *b = &c->req->body;
     if (b->len == 0) {
-        body->json = NULL;
-        body->n = 0;
-        body->used = 0;
-        body->n_asked = 0;
+        body_init(body);
         if (!required)
             return 0;
         ctx_reply_problem(c, 400, "invalid_request", "a JSON object body is required");
@@ -302,15 +299,20 @@ static int take_tenant(route_ctx_t *c, body_t *body)
     return 0;
 }
 
-/* One object of "semaphores": {"name":N,"weight":W} (weight 1 when absent). */
+/* One object of "semaphores": {"name":N,"weight":W} (weight 1 when absent), its members
+ * read in one walk. */
 static int take_part(route_ctx_t *c, json_t *o, engine_part_t *p)
 {
     const char *k;
-    json_t *v, *name = json_object_get(o, "name"), *w = json_object_get(o, "weight");
+    json_t *v, *name = NULL, *w = NULL;
 
     json_object_foreach(o, k, v)
     {
-        if (strcmp(k, "name") != 0 && strcmp(k, "weight") != 0) {
+        if (strcmp(k, "name") == 0) {
+            name = v;
+        } else if (strcmp(k, "weight") == 0) {
+            w = v;
+        } else {
             bad(c, "semaphores", "entries take only \"name\" and \"weight\"");
             return -1;
         }
@@ -334,10 +336,11 @@ static int take_part(route_ctx_t *c, json_t *o, engine_part_t *p)
 /* "semaphores":[{"name":N,"weight":W},...] (required): 1..ENGINE_PARTS_MAX entries. */
 static int take_parts(route_ctx_t *c, body_t *body)
 {
-    json_t *a = body_get_json(body, "semaphores");
+    bval_t v = body_get(body, "semaphores");
+    json_t *a = v.json;
     size_t n = json_is_array(a) ? json_array_size(a) : 0;
 
-    if (a == NULL) {
+    if (v.type == BV_ABSENT) {
         ctx_reply_problem(c, 400, "invalid_request", "semaphores is required");
         return -1;
     }

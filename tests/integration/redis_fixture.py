@@ -735,8 +735,6 @@ class ClusterSuiteFleet(Fleet):
         if data is not None:
             raise fx.Skip("a data directory is the embedded engine's; on Redis the state "
                           "is in Redis")
-        if durability == "strict":
-            raise fx.Skip("--durability strict is not served on Redis Cluster yet")
         if _cluster is None:
             _cluster = cf.Cluster()
             atexit.register(_close_cluster)

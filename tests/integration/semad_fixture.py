@@ -83,12 +83,6 @@ def not_through_proxy(why):
 ON_CLUSTER = os.environ.get("SEMA_TEST_CLUSTER", "") not in ("", "0")
 
 
-def not_on_cluster(why):
-    """Mark a test of what semad does not serve on Redis Cluster yet (docs/redis.md, "Redis
-    Cluster"): with SEMA_TEST_CLUSTER it is skipped, saying why."""
-    return _skipped_when(lambda: ON_CLUSTER, "not served on Redis Cluster yet: " + why)
-
-
 class Semad:
     """One semad process. `args` are extra flags; `env` extra environment; `wrap` a
     command prefix (such as `setpriv --pdeathsig KILL`) that execs semad. With `tls` (an

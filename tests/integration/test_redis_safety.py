@@ -107,5 +107,62 @@ def test_idle_waiters_cost_only_heartbeats():
               % (rate, sent, by_scripts))
 
 
+def test_a_semaphore_used_less_than_once_a_second_takes_the_short_path():
+    """An uncontended acquire on a semaphore whose row last went the general way more than a
+    second ago (its row's copy of the horizon, kept a second ahead, is behind) takes the short
+    path all the same while another semaphore's grants keep the epoch's horizon ahead: one
+    HGET of it, not the epoch's whole hash and the row written whole (with 1,000 semaphores
+    each used about once a second, most acquires went the general way)."""
+    rf.need_redis_engine()
+    with rf.RedisServer() as r, rf.Fleet(r.url(), 1) as fl:
+        s = fl[0]
+        for n in ("busy", "rare"):
+            st, _ = s.json("PUT", "/v1/semaphores/" + n, {"capacity": 10})
+            assert st == 201, st
+
+        def pair(n):
+            st, lease = s.json("POST", "/v1/semaphores/%s/acquire" % n, {"ttl_ms": 60000})
+            assert st == 200, lease
+            assert s.request("DELETE", "/v1/leases/" + lease["lease"])[0] == 204
+
+        pair("rare")
+        pair("rare")  # (its row has a due time now: the short path's other condition)
+        mon = rf.Monitor(r.port)
+        try:
+            for attempt in range(5):
+                t_rare = time.time()
+                # the row's horizon falls behind: its lease's ttl ahead plus a second
+                fx.wait_until(lambda: time.time() > t_rare + 1.2, 5, "a second to pass")
+                t0 = time.time()
+                pair("busy")  # (it moves the epoch's horizon a second past its lease)
+                pair("rare")
+                t1 = time.time()
+
+                def seen():
+                    """The window's lines once MONITOR has shown rare's release (after
+                    its acquire's own lines)."""
+                    c = [ln.decode(errors="replace") for ln in list(mon.lines)
+                         if t0 <= float(ln.split(b" ", 1)[0] or 0) <= t1]
+                    return c if sum('"lease_release"' in ln for ln in c) == 2 else None
+                calls = fx.wait_until(seen, 10, "MONITOR's lines of the two pairs")
+                fcalls = [i for i, ln in enumerate(calls) if '"FCALL"' in ln and
+                          '"acquire"' in ln]
+                assert len(fcalls) == 2, calls
+                # (the second acquire must come within the second after the first)
+                t_busy, t_r = (float(calls[i].split(" ", 1)[0]) for i in fcalls)
+                if t_r - t_busy < 0.9:
+                    break
+            else:
+                raise AssertionError("the two acquires never came within a second")
+            mine = []
+            for ln in calls[fcalls[1] + 1:]:
+                if "[0 lua]" not in ln:
+                    break
+                mine.append(ln.split('"')[1].upper())
+            assert "HMGET" not in mine and "SETRANGE" in mine and "HGET" in mine, mine
+        finally:
+            mon.close()
+
+
 if __name__ == "__main__":
     fx.main(globals())

@@ -25,13 +25,14 @@ SLOW = fx.SLOW
 FAILOVER_BOUND_S = 30.0 * SLOW  # a primary killed: its replica serves its slots by then
 
 
-def cluster_fleet(n=2, *args, **kw):
-    """A cluster and n semad instances on it (args: semad's own)."""
+def cluster_fleet(n=2, *args, query="", durability="none", **kw):
+    """A cluster and n semad instances on it (args: semad's own; query: the URL's)."""
     rf.need_redis_engine()
     cf.need_cluster_tools()
     c = cf.Cluster(**kw)
     try:
-        return c, rf.Fleet("redis+cluster://" + c.seeds(), n, *args, durability="none")
+        return c, rf.Fleet("redis+cluster://" + c.seeds() + query, n, *args,
+                           durability=durability)
     except BaseException:
         c.close()
         raise
@@ -206,15 +207,6 @@ def test_a_listing_skips_and_repeats_nothing_across_a_reshard_and_a_failover():
         c.close()
 
 
-def test_strict_durability_is_refused_with_a_clear_error():
-    rf.need_redis_engine()
-    r = subprocess.run([fx.semad_path(), "--listen", "127.0.0.1:0", "--durability", "strict",
-                        "--engine", "redis+cluster://127.0.0.1:1"],
-                       capture_output=True, text=True, timeout=30)
-    assert r.returncode != 0, r
-    assert "strict is not served on Redis Cluster" in r.stderr, r.stderr
-
-
 def hold_on_each_primary(c, f, ttl_ms=60000):
     """One semaphore of capacity 1 per primary, each held: {port: (name, lease, fence)}."""
     names = ["h%d" % i for i in range(24)]
@@ -261,8 +253,16 @@ class Load:
 MAX_TTL_S = 20  # the longest lease in the failover tests: what a new primary's slots pause for
 
 
-def primary_fault(kill):
-    c, f = cluster_fleet(2, "--max-ttl", "%ds" % MAX_TTL_S, "--default-ttl", "2s")
+def primary_fault(kill, strict_short=False):
+    """A primary fails (kill -9, or CLUSTER FAILOVER of its replica): no grant on its
+    semaphores until the longest lease has passed, the others untouched. strict_short:
+    --durability strict with ?replicas=1 while each primary has two replicas: WAIT confirms a
+    write on one of them, not necessarily the one promoted, so the pause is the same."""
+    if strict_short:
+        c, f = cluster_fleet(2, "--max-ttl", "%ds" % MAX_TTL_S, "--default-ttl", "2s",
+                             query="?replicas=1", durability="strict", aof=True, replicas=2)
+    else:
+        c, f = cluster_fleet(2, "--max-ttl", "%ds" % MAX_TTL_S, "--default-ttl", "2s")
     try:
         t0 = time.monotonic()
         held = hold_on_each_primary(c, f, ttl_ms=MAX_TTL_S * 1000)
@@ -328,6 +328,10 @@ def test_kill_9_of_one_primary_leaves_the_others_alone_and_over_admits_nothing()
 
 def test_cluster_failover_leaves_the_others_alone_and_over_admits_nothing():
     primary_fault(kill=False)
+
+
+def test_strict_waiting_for_fewer_replicas_than_a_primary_has_pauses_after_its_kill_9():
+    primary_fault(kill=True, strict_short=True)
 
 
 def test_a_killed_sharded_subscriber_misses_no_wake_up():
@@ -428,17 +432,25 @@ def test_a_slot_resharded_while_in_use_loses_and_doubles_no_grant_and_pauses_non
 SAFETY_SEMS = {"q%02d" % i: 1 + i % 3 for i in range(18)}
 SAFETY_S = max(3.0, 6.0 * min(1.0, fx.SCALE))  # the load's length without a fault
 SAFETY_TTL_S = 3  # --max-ttl: what a promoted primary's slots pause for
+# a request to the killed primary: its command unanswered 2 s drops the connection, 503 then
+# (the load's answers may be that much late, plus the failover, as on a Sentinel failover)
+UNREACHABLE_S = 2.0 + 3.0
+STRICT_MAX_TTL_S = 60  # --max-ttl with strict durability: a pause this long would show
 
 
-def safety_run(instances, kill):
+def safety_run(instances, kill, strict=False):
     """Random load (safety_checker.Load) over SAFETY_SEMS through `instances` semad
     instances, each request to one picked at random, with (`kill`) a kill -9 of one primary
     in the middle: what the checker checks (capacity, FIFO, fences, answers by their timeout,
     wait-idle, rest) holds throughout. With the kill, the other primaries' semaphores are
     never answered 503, and the victim's grant again once its replica has waited out the
-    longest lease."""
-    c, f = cluster_fleet(instances, "--max-connections", "1000", "--max-ttl",
-                         "%ds" % SAFETY_TTL_S, "--default-ttl", "2s")
+    longest lease; with `strict` (--durability strict, ?replicas=1: every primary's one
+    replica confirms each write before its reply, AOF always), at once: a max ttl of
+    STRICT_MAX_TTL_S, which a pause would wait out, is far from reached."""
+    max_ttl = STRICT_MAX_TTL_S if strict else SAFETY_TTL_S
+    c, f = cluster_fleet(instances, "--max-connections", "1000", "--max-ttl", "%ds" % max_ttl,
+                         "--default-ttl", "2s", query="?replicas=1" if strict else "",
+                         durability="strict" if strict else "none", aof=strict)
     try:
         for name, cap in SAFETY_SEMS.items():
             put(f[0], name, cap)
@@ -448,7 +460,7 @@ def safety_run(instances, kill):
             cf.command(p.port, "WAIT", "1", "5000")  # every replica has every semaphore
         load = sc.Load(lambda: random.choice(f.live()), SAFETY_SEMS, threads=24, seed=11,
                        instances=f.live, ttl_ms=SAFETY_TTL_S * 1000, unavailable_ok=kill,
-                       gone_ok=kill, answer_slack_s=3.0 + (FAILOVER_BOUND_S if kill else 0.0))
+                       gone_ok=kill, answer_slack_s=UNREACHABLE_S + 10 if kill else 3.0)
         f.before_close.append(load.__exit__)  # a failed test stops its clients first
         load.start()
         victim = None
@@ -458,16 +470,31 @@ def safety_run(instances, kill):
             fx.wait_until(lambda: len(load.grants) >= 50, 30, "grants before the fault")
             victim = sorted(set(spread.values()))[0]
             t_kill = time.monotonic()
-            c.kill_primary(c.node_at(victim), timeout=FAILOVER_BOUND_S)
+            dead = c.node_at(victim)
+            c.kill_primary(dead, timeout=FAILOVER_BOUND_S)
+            if strict:  # (WAIT 1 needs a replica: the killed node rejoins as one)
+                c.restart(dead, timeout=FAILOVER_BOUND_S)
             mine = [n for n, p in spread.items() if p == victim]
+
+            after = 0.0 if strict else SAFETY_TTL_S  # (strict: no pause to wait out)
 
             def victim_grants():
                 with load.lock:
                     return len([g for g in load.grants
-                                if g["sem"] in mine and g["send"] > t_kill + SAFETY_TTL_S])
+                                if g["sem"] in mine and g["send"] > t_kill + after])
             try:
                 fx.wait_until(lambda: victim_grants() >= 10, SAFETY_TTL_S + 30,
                               "grants on the failed primary's semaphores after its pause")
+                assert not strict or time.monotonic() - t_kill < STRICT_MAX_TTL_S - 10, \
+                    "strict: the failed primary's semaphores paused"
+                if strict:  # (the load goes on as long as it would have across a pause)
+                    n = len(load.grants)
+                    fx.wait_until(lambda: len(load.grants) >= n + 400, 60, "load after the kill")
+                logs = f.log()
+                assert not strict or (
+                    any("WAIT counted them all): grants go on" in x for x in logs) and
+                    not any("nothing proves it has every acknowledged" in x for x in logs)), \
+                    logs[-30:]
             except AssertionError:
                 sem_of = {o: s for s, _, o in load.sends}
                 said = [(o, x) for o, x in list(load.said.items()) if sem_of.get(o) in mine]
@@ -498,6 +525,13 @@ def test_safety_checker_random_load_through_one_instance():
 
 def test_safety_checker_random_load_through_three_instances():
     safety_run(3, kill=False)
+
+
+def test_strict_safety_checker_random_load_through_three_instances_kill_9_of_one_primary():
+    """--durability strict with ?replicas=1 on a cluster: every reply waits for its primary's
+    WAIT; a kill -9 of a primary under load over-admits nothing, reuses no fence, and its
+    semaphores grant again as soon as its replica serves them (WAIT counted every replica)."""
+    safety_run(3, kill=True, strict=True)
 
 
 def test_safety_checker_random_load_through_three_instances_kill_9_of_one_primary():

@@ -29,6 +29,9 @@ void rs__finish(rs_t *r, rs_req_t *rq, int status, const char *msg, int hold)
     req->message = msg;
     rq->state = RS_REQ_READY;
     if (hold && r->strict && r->replicas > 0) {
+        rq->wnode = r->ans_node; /* (on a cluster: that primary's WAIT confirms it) */
+        rq->wslot = r->ans_slot;
+        rq->wconn = r->ans_conn;
         elist_push_back(&r->held, &rq->link);
     } else {
         elist_push_back(&r->ready, &rq->link);
@@ -317,12 +320,6 @@ static int rs_open(void **out, engine_t *front, uv_loop_t *loop, const engine_co
     elist_init(&r->twatch);
     elist_init(&r->lists);
     rc = rs__parse_url(r, cfg->backend, errbuf, errlen);
-    if (rc == 0 && r->cluster && r->strict) {
-        snprintf(errbuf, errlen,
-                 "--durability strict is not served on Redis Cluster yet: "
-                 "run with --durability none or on redis:// (docs/redis.md)");
-        rc = SEMA_EINVAL;
-    }
     if (rc == 0 && (etab_init(&r->sems, 16) || etab_init(&r->waiters, 64)))
         rc = SEMA_ENOMEM;
     if (rc == 0 && r->cluster)

@@ -117,6 +117,7 @@ static void cmd_reply(rs_link_t *l, rs_ccmd_t *c, redisReply *rep)
     int kind;
 
     c->by = l->addr;
+    c->by_conn = l->gen;
     if (rep->type != REDIS_REPLY_ERROR || c->key == NULL) {
         rs__cluster_end(cl, c, RS_CL_REPLY, rep);
         return;
@@ -435,6 +436,13 @@ int rs__cluster_ready(const rs_cluster_t *cl)
 const rs_slot_addr_t *rs__cluster_owner(const rs_cluster_t *cl, unsigned slot)
 {
     return rs__slotmap_owner(cl->map, slot);
+}
+
+int rs__cluster_conn(rs_cluster_t *cl, const rs_slot_addr_t *a)
+{
+    rs_link_t *l = rs__cluster_link_find(cl, a, 0, 0);
+
+    return l != NULL && l->state == RS_CL_READY ? l->gen : 0;
 }
 
 const rs_cluster_stats_t *rs__cluster_stats(const rs_cluster_t *cl)

@@ -63,6 +63,7 @@ struct rs_ccmd {
     uint8_t pinned;     /* run only on `pin`: RS_CL_MOVED when the slot's primary is another */
     rs_slot_addr_t pin; /* (a slot whose new primary may lack writes the old one acknowledged) */
     rs_slot_addr_t by;  /* RS_CL_REPLY: the node that answered */
+    int by_conn;        /* ...and its connection (rs__cluster_conn: a WAIT speaks for it alone) */
     /* the cluster's own */
     elist_t link;      /* a connection's queue or in-flight list, or the map's wait list */
     uint64_t deadline; /* loop ms: RS_CL_UNSENT/UNKNOWN after this */
@@ -118,6 +119,8 @@ int rs__cluster_ready(const rs_cluster_t *cl);
 /* The node that serves slot now, or NULL. */
 const rs_slot_addr_t *rs__cluster_owner(const rs_cluster_t *cl, unsigned slot);
 const rs_cluster_stats_t *rs__cluster_stats(const rs_cluster_t *cl);
+/* Which connection to the node at a is up now (as rs_ccmd_t.by_conn says), or 0: none. */
+int rs__cluster_conn(rs_cluster_t *cl, const rs_slot_addr_t *a);
 
 /* Close every connection: commands not yet answered end RS_CL_UNSENT or RS_CL_UNKNOWN (from
  * inside this call), and the cluster is freed once libuv has closed its handles. */

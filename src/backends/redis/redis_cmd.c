@@ -434,6 +434,8 @@ static void on_reply(rs_t *r, rs_cmd_t *c, redisReply *rep)
         if (r->strict && r->replicas > 0 && !c->timed) {
             /* an undo holds until a WAIT confirms it, and goes again if one comes back short
              * (a primary that lost its replicas may be demoted, and its writes with it) */
+            c->wnode = r->ans_node; /* (on a cluster: that primary's WAIT confirms it) */
+            c->wconn = r->ans_conn;
             elist_push_back(&r->unconfirmed, &c->link);
             return;
         }

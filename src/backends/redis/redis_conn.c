@@ -152,7 +152,7 @@ int rs__parse_url(rs_t *r, const char *url, char *errbuf, size_t errlen)
     if (q != NULL && parse_query(r, q + 1) != 0)
         goto bad;
     if (r->cluster) { /* the seed nodes, parsed by rs__sh_open */
-        if (path[0] != '\0' || hostlen == 0 || hostlen >= sizeof r->host || r->replicas != 0)
+        if (path[0] != '\0' || hostlen == 0 || hostlen >= sizeof r->host)
             goto bad;
         memcpy(r->host, p, hostlen);
         r->host[hostlen] = '\0';
@@ -180,8 +180,8 @@ bad:
              "bad Redis address \"%s\" (redis://[user:password@]HOST[:PORT][/DB] or "
              "redis+sentinel://HOST[:PORT][,HOST[:PORT]...]/MASTER_NAME, with optional "
              "?replicas=N&timeout=MS, MS from 100 to 10000; or "
-             "redis+cluster://[user:password@]HOST[:PORT][,HOST[:PORT]...] with optional "
-             "?timeout=MS)",
+             "redis+cluster://[user:password@]HOST[:PORT][,HOST[:PORT]...] with the same "
+             "options)",
              url);
     return SEMA_EINVAL;
 }

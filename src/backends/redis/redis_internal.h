@@ -65,6 +65,9 @@ typedef struct rs_req {
     uint8_t state, writes;
     uint8_t again;  /* a watcher whose ticket changed while a read of it was in flight */
     uint16_t tslot; /* Redis Cluster: a watcher's ticket's slot + 1 (its channel's), or 0 */
+    uint16_t wnode; /* Redis Cluster, held: 1 + the primary whose WAIT it waits for (0: none) */
+    uint16_t wslot; /* ...a slot that primary answered for, to route the WAIT by */
+    int wconn;      /* ...and the connection that answered (rs_ccmd_t.by_conn) */
     char wid[40];
     char lid[ENGINE_LEASE_ID_MAX];
 } rs_req_t;
@@ -95,10 +98,12 @@ typedef struct rs_cmd {
     uint64_t gen;    /* r->epoch_changes when last sent */
     uint8_t unknown; /* an answer of it was lost: it may have run */
     uint8_t kind, writes;
-    uint8_t timed; /* RS_CMD_CANCEL of a timeout (its outcome is the request's answer) */
-    rs_req_t *rq;  /* RS_CMD_OP */
-    rs_sem_t *sem; /* RS_CMD_COLLECT */
-    unsigned slot; /* Redis Cluster: its key's slot, as last sent */
+    uint8_t timed;  /* RS_CMD_CANCEL of a timeout (its outcome is the request's answer) */
+    rs_req_t *rq;   /* RS_CMD_OP */
+    rs_sem_t *sem;  /* RS_CMD_COLLECT */
+    unsigned slot;  /* Redis Cluster: its key's slot, as last sent */
+    uint16_t wnode; /* Redis Cluster, unconfirmed: as rs_req_t's */
+    int wconn;
 } rs_cmd_t;
 
 typedef struct rs_conn {
@@ -146,6 +151,10 @@ typedef struct rs {
      * change pauses grants. short_had: that number then (for the log); count_due: a WAIT
      * confirmed writes and its INFO has not answered yet. */
     int repl_most, repl_sentinel, short_of_all, short_had, count_due;
+    /* Redis Cluster: the answer being handled (out_cb): 1 + its primary's index, the slot, the
+     * connection; what it completes is held for that primary's WAIT */
+    uint16_t ans_node, ans_slot;
+    int ans_conn;
     uint64_t seq;
     /* connections */
     rs_conn_t cmd, sub, sent; /* commands; pub/sub; Sentinel */
@@ -278,6 +287,34 @@ rs_cluster_t *rs__sh_cluster(const rs_t *r);            /* NULL once closing */
 void rs__sh_load_library(rs_t *r, unsigned slot);       /* on slot's primary, once at a time */
 uint32_t rs__sh_slot_tag(const rs_t *r, unsigned slot); /* the tag of slot's keys */
 
+/* ---- redis_shards_strict.c: strict durability on a Redis Cluster, a WAIT per primary ---- */
+/* What strict durability knows of one primary (redis_shards.c keeps one per node). */
+typedef struct {
+    uint8_t inflight;     /* a WAIT is out */
+    uint8_t short_of_all; /* a WAIT confirmed writes while it had more replicas than `replicas`,
+                             or their count is not known yet (as rs_t's, per primary) */
+    uint8_t count_due;    /* a WAIT confirmed writes and its INFO has not answered yet */
+    uint8_t counted;      /* an INFO answered: repl_most is known */
+    int repl_most;        /* the most replicas it was seen with */
+    char replid[48];      /* its replication id, from that INFO */
+    rs_slot_addr_t said;  /* the replica of it last said to carry on at once (logged once) */
+    rs_slot_addr_t asked; /* the node last asked whether it continues this one's history, */
+    uint64_t asked_until; /* ...whose answer (asked_ok) holds until then (loop ms): one */
+    uint8_t asked_ok;     /* question per failover, not one per slot */
+} rs_sh_strict_t;
+/* Each primary with held replies or unconfirmed undos and no WAIT out gets one (the loop
+ * turn's check); held replies whose connection went are settled short. */
+void rs__sh_strict_check(rs_t *r);
+/* Whether every write acknowledged on the primary `was` (1 + its index) reached every replica
+ * it had, so a replica of it promoted has them all (`now` continues its history). */
+int rs__sh_strict_proven(rs_t *r, uint16_t was, const rs_slot_addr_t *now);
+rs_sh_strict_t *rs__sh_strict_of(rs_t *r, uint16_t node); /* 1 + index; NULL when none */
+const rs_slot_addr_t *rs__sh_node(const rs_t *r, uint16_t node);
+/* redis_strict.c: settle the held replies and unconfirmed undos of one primary (1 + its index;
+ * -1: all, on one Redis) answered on connection conn: ok, or short (and those of other
+ * connections of that primary short too). */
+void rs__strict_settle(rs_t *r, int node, int conn, int ok);
+
 /* ---- redis_handover.c: a slot handed over by a reshard, or taken over by a failover ---- */
 typedef struct {
     rs_slot_addr_t down; /* a node found dead or not handing over, until down_until (loop ms) */
@@ -383,6 +420,8 @@ void rs__on_message(rs_t *r, redisReply *msg);
 /* ---- redis_strict.c: strict durability's WAIT ---- */
 /* A field of INFO's text ("name:value\r\n") into buf; "" when it is not there. */
 void rs__info_field(const char *info, const char *name, char *buf, size_t cap);
+/* connected_slaves of INFO replication's text, or -1 when it is not there. */
+int rs__info_replicas(const char *info);
 void rs__check_cb(uv_check_t *h);
 void rs__wait_lost(rs_t *r);
 

@@ -25,7 +25,8 @@ typedef struct {
                                         last hello; 0: none yet */
     uint8_t hello, sweeping, beating, subscribed, tk_subscribed;
     uint8_t changed; /* its primary is another than `node`: the hello says "unproven" */
-    uint8_t handed;  /* ...unless `node` handed the slot over (a reshard): a proven hello */
+    uint8_t handed;  /* ...unless the new one has every write `node` acknowledged: a reshard,
+                        or (strict) a replica of it when WAIT counted every replica */
 } rs_slot_t;
 
 /* A primary the library was loaded on (or is being loaded on). */
@@ -59,6 +60,7 @@ struct rs_shards {
     int nnodes;
     uint16_t said_from, said_to; /* the last change of primary logged (once, not per slot) */
     rs_handover_t ho;
+    rs_sh_strict_t strict[RS_SLOT_NODES_MAX]; /* strict durability, per node of `nodes` */
     rs_slot_tags_t tags;
     rs_slot_t slot[RS_SLOTS];
     uint8_t done[RS_SLOTS]; /* rs__sh_epoch_sums: the slots asked already */
@@ -201,7 +203,9 @@ static uint16_t node_of(rs_shards_t *sh, const rs_slot_addr_t *a)
             }
         }
         sh->nnodes = 0;
+        memset(sh->strict, 0, sizeof sh->strict);
     }
+    sh->strict[sh->nnodes] = (rs_sh_strict_t){.short_of_all = 1}; /* (nothing counted yet) */
     sh->nodes[sh->nnodes++] = *a;
     return (uint16_t)sh->nnodes;
 }
@@ -219,7 +223,8 @@ static void primary_changed(rs_t *r, rs_cmd_t *c)
 
     if (!sl->changed) /* (once per change: the commands in flight come back MOVED each) */
         sl->handed = sl->node != 0 && now != NULL &&
-                     rs__handover_proven(r, &sh->ho, slot, &sh->nodes[sl->node - 1], now);
+                     (rs__handover_proven(r, &sh->ho, slot, &sh->nodes[sl->node - 1], now) ||
+                      rs__sh_strict_proven(r, sl->node, now));
     sl->changed = 1;
     if (sl->epoch != 0)
         sl->old = sl->epoch; /* (and if the new primary lost the slot's data, the hello says) */
@@ -546,13 +551,20 @@ static void out_cb(rs_cluster_t *cl, rs_ccmd_t *cc, int how, redisReply *rep)
     rs_t *r = o->r;
     rs_cmd_t *c = o->c;
     uint16_t by = how == RS_CL_REPLY && c->kind == RS_CMD_HELLO ? node_of(r->sh, &cc->by) : 0;
+    int strict = how == RS_CL_REPLY && r->strict && r->replicas > 0;
+    uint16_t ans = strict ? (by != 0 ? by : node_of(r->sh, &cc->by)) : 0;
+    int conn = cc->by_conn;
 
     (void)cl;
     sema__free(o);
     elist_remove(&c->link);
     if (how == RS_CL_REPLY) {
         r->contact_mono = rs__now(r); /* (/healthz: a primary answered) */
+        r->ans_node = ans; /* (strict: what it completes waits for that primary's WAIT) */
+        r->ans_slot = (uint16_t)c->slot;
+        r->ans_conn = conn;
         on_answer(r, c, rep, by);
+        r->ans_node = 0;
     } else if (how == RS_CL_MOVED && !r->closing) {
         primary_changed(r, c); /* it did not run */
     } else if (c->kind == RS_CMD_HELLO) {
@@ -844,6 +856,16 @@ int rs__sh_epoch_sums(rs_t *r, const char *const *fields, int n, int64_t *out)
         }
     }
     return rc;
+}
+
+rs_sh_strict_t *rs__sh_strict_of(rs_t *r, uint16_t node)
+{
+    return r->sh != NULL && node >= 1 && node <= r->sh->nnodes ? &r->sh->strict[node - 1] : NULL;
+}
+
+const rs_slot_addr_t *rs__sh_node(const rs_t *r, uint16_t node)
+{
+    return r->sh != NULL && node >= 1 && node <= r->sh->nnodes ? &r->sh->nodes[node - 1] : NULL;
 }
 
 rs_cluster_t *rs__sh_cluster(const rs_t *r)

@@ -15,19 +15,22 @@
  * changes), and is kept like the undoing commands until a WAIT confirms it. */
 static void send_lease_end_again(rs_t *r, const engine_req_t *req)
 {
-    char key[8 + ENGINE_LEASE_ID_MAX];
     rs_args_t a = {0};
+    size_t klen;
+    int nomem;
+    char *key = req->id_len > 0 && req->id_len < ENGINE_LEASE_ID_MAX
+                    ? rs__id_key(r, "id:", req->id, req->id_len, &klen, &nomem)
+                    : NULL; /* (on a cluster, the key of the slot the id names) */
     rs_cmd_t *c;
-    int klen;
 
-    if (req->id_len == 0 || req->id_len >= ENGINE_LEASE_ID_MAX)
+    if (key == NULL)
         return;
-    klen = snprintf(key, sizeof key, "sema:id:%.*s", (int)req->id_len, req->id);
     rs__args_head(
-        r, &a, key, (size_t)klen,
+        r, &a, key, klen,
         rs__op_name(req->op == ENGINE_LEASE_RELEASE ? RS_OP_LEASE_RELEASE : RS_OP_LEASE_REVOKE), "",
         req);
-    c = rs__cmd_build(r, RS_CMD_DROP, &a);
+    c = rs__cmd_build(r, RS_CMD_DROP, &a); /* (copies the key: the arguments are borrowed) */
+    sema__free(key);
     if (c != NULL)
         rs__send(r, c);
 }
@@ -67,29 +70,50 @@ static void unconfirmed(rs_t *r, rs_req_t *rq)
 }
 
 /* A WAIT answered (ok: the replicas have every write before it) or came back short: send
- * the held replies, or answer them "outcome unknown" and undo or send again what they did. */
-static void wait_settle(rs_t *r, int ok)
+ * the held replies, or answer them "outcome unknown" and undo or send again what they did.
+ * node -1: every one (one Redis); else those of that primary (1 + its index; 0: none known),
+ * ok only for those answered on the connection `conn` the WAIT went on (a WAIT speaks for its
+ * own connection). */
+void rs__strict_settle(rs_t *r, int node, int conn, int ok)
 {
     uint64_t now = rs__now(r);
+    elist_t undo;
 
-    r->wait_inflight = 0;
-    while (!elist_empty(&r->unconfirmed)) {
-        rs_cmd_t *c = ECONTAINER(r->unconfirmed.next, rs_cmd_t, link);
+    elist_init(&undo);
+    for (elist_t *e = r->unconfirmed.next, *next; e != &r->unconfirmed; e = next) {
+        rs_cmd_t *c = ECONTAINER(e, rs_cmd_t, link);
+        next = e->next;
+        if (node >= 0 && c->wnode != node)
+            continue;
         elist_remove(&c->link);
-        if (ok || rs__undo_moot(r, c, now)) /* confirmed, or moot (see rs__undo_moot) */
-            rs__cmd_free(c);
+        if ((ok && (node < 0 || c->wconn == conn)) || rs__undo_moot(r, c, now))
+            rs__cmd_free(c); /* confirmed, or moot (see rs__undo_moot) */
         else
-            rs__send(r, c);
+            elist_push_back(&undo, &c->link);
     }
-    while (!elist_empty(&r->held)) {
-        rs_req_t *rq = ECONTAINER(r->held.next, rs_req_t, link);
+    for (elist_t *e = r->held.next, *next; e != &r->held; e = next) {
+        rs_req_t *rq = ECONTAINER(e, rs_req_t, link);
+        next = e->next;
         assert(rq->state == RS_REQ_READY);
+        if (node >= 0 && rq->wnode != node)
+            continue;
         elist_remove(&rq->link);
-        if (!ok)
+        if (!ok || (node >= 0 && rq->wconn != conn))
             unconfirmed(r, rq);
         elist_push_back(&r->ready, &rq->link);
     }
+    while (!elist_empty(&undo)) { /* (sent again: after the loops, as a send may answer) */
+        rs_cmd_t *c = ECONTAINER(undo.next, rs_cmd_t, link);
+        elist_remove(&c->link);
+        rs__send(r, c);
+    }
     rs__drain(r);
+}
+
+static void wait_settle(rs_t *r, int ok)
+{
+    r->wait_inflight = 0;
+    rs__strict_settle(r, -1, 0, ok);
 }
 
 static void wait_cb(redisAsyncContext *ac, void *reply, void *priv)
@@ -108,6 +132,16 @@ static void wait_cb(redisAsyncContext *ac, void *reply, void *priv)
     wait_settle(r, ok);
 }
 
+int rs__info_replicas(const char *info)
+{
+    char n[24];
+    long had;
+
+    rs__info_field(info, "connected_slaves", n, sizeof n);
+    had = n[0] != '\0' ? strtol(n, NULL, 10) : -1;
+    return had >= 0 && had < 1000 ? (int)had : -1;
+}
+
 /* INFO replication, read right after a WAIT: how many replicas the primary had when that WAIT
  * confirmed writes. Replication keeps the order of writes, so a WAIT that every replica
  * confirmed covers every write before it; one that fewer confirmed leaves the writes it
@@ -116,17 +150,13 @@ static void repl_count_cb(redisAsyncContext *ac, void *reply, void *priv)
 {
     rs_t *r = ((rs_conn_t *)ac->data)->r;
     redisReply *rep = reply;
-    char n[24];
+    int had;
 
     (void)priv;
-    if (rep == NULL || rep->type != REDIS_REPLY_STRING)
+    if (rep == NULL || rep->type != REDIS_REPLY_STRING || (had = rs__info_replicas(rep->str)) < 0)
         return; /* short_of_all stays as the WAIT left it */
-    rs__info_field(rep->str, "connected_slaves", n, sizeof n);
-    if (n[0] == '\0')
-        return;
-    long had = strtol(n, NULL, 10);
-    if (had > r->repl_most && had < 1000)
-        r->repl_most = (int)had;
+    if (had > r->repl_most)
+        r->repl_most = had;
     if (r->repl_sentinel > r->repl_most)
         r->repl_most = r->repl_sentinel;
     if (!r->count_due)
@@ -152,6 +182,8 @@ void rs__check_cb(uv_check_t *h)
     rs_t *r = h->data;
     char n[24], to[24];
 
+    if (r->sh != NULL && r->strict && r->replicas > 0)
+        return rs__sh_strict_check(r);
     if (!r->strict || r->wait_inflight || (elist_empty(&r->held) && elist_empty(&r->unconfirmed)) ||
         r->cmd.state != RS_CONN_READY)
         return;

@@ -1129,8 +1129,13 @@ local function acquire_at_once(k)
   local exp = NOW + ttl
   -- (another epoch, a pause, a lease past the horizon, a due time to file or one that has
   -- come, events to log: the general path's)
-  if ep ~= EPOCH + 0 or pa ~= 0 or exp > hz or nq ~= 0 or nt ~= 0 or ev ~= 0 or due == 0 or
+  if ep ~= EPOCH + 0 or pa ~= 0 or nq ~= 0 or nt ~= 0 or ev ~= 0 or due == 0 or
      due <= NOW or exp < due or wt < 1 or wt > cap or wt > avail then
+    return nil
+  end
+  -- (the row's copy of the horizon is as old as its last general path, a second ahead then:
+  -- a semaphore used less often than that asks the epoch's hash, one field)
+  if exp > hz and exp > (tonumber(redis.call('HGET', H .. 'epoch', 'horizon')) or 0) then
     return nil
   end
   fence = fence + 1
