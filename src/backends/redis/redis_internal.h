@@ -398,7 +398,7 @@ void rs__ticket_args(rs_t *r, const engine_req_t *req, rs_args_t *a, char *tid, 
                      const char *stem, size_t stem_len);
 int rs__ticket_from(rs_t *r, engine_result_t *res, const redisReply *rep, size_t at,
                     const char *name, size_t nlen);
-int rs__ticket_wait(rs_t *r, rs_req_t *rq); /* 1: the long-poll waits on */
+int rs__ticket_wait(rs_t *r, rs_req_t *rq); /* 0: answer now; 1: waits on, or failed (stop) */
 void rs__ticket_message(rs_t *r, const char *tid, size_t len);
 void rs__watch_off(rs_t *r, rs_req_t *rq);
 void rs__ticket_timer_cb(uv_timer_t *h);

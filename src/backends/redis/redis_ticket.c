@@ -128,8 +128,13 @@ int rs__ticket_wait(rs_t *r, rs_req_t *rq)
     uint64_t now = rs__now(r), deadline = UINT64_MAX, every = (uint64_t)r->cfg.ticket_poll_ms;
     uint64_t next;
 
-    if (r->shutting_down)
-        return 0; /* answered now: a parked watcher would outlive the back end */
+    if (r->shutting_down) {
+        /* a read in flight when the back end stopped: answered as the watchers between
+         * reads were (rs_shutdown), not with a state that looks like a change */
+        engine_result_clear(&req->res);
+        rs__fail(r, rq, BE_MSG_SHUTDOWN, 0);
+        return 1;
+    }
     if (t->keepalive_ms > 0 && every > (uint64_t)t->keepalive_ms / 3)
         every = (uint64_t)t->keepalive_ms / 3 > 10 ? (uint64_t)t->keepalive_ms / 3 : 10;
     if ((uint64_t)req->timeout_ms < UINT64_MAX / 2)
