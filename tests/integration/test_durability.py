@@ -734,8 +734,13 @@ def test_backup_steps_run_twice_and_check_leaves_nothing_behind():
     files, and `semad --check` adds no file to the directory it checks."""
     if not os.access(SEMAD, os.X_OK):
         skip("no semad at %s (not built)" % SEMAD)
-    steps = doc_blocks("Backup and restore", "backups")
-    assert len(steps) == 2, steps
+    blocks = doc_blocks("Backup and restore", "backups")
+    assert len(blocks) == 3, blocks  # the backup, its verification, the removal of backups/
+    backup, verify, remove = blocks
+    assert remove.startswith("rm -r backups"), remove
+    # the verification's last line removes the copy it checked: held back until it is seen
+    verify, cleanup = verify.rstrip("\n").rsplit("\n", 1)
+    assert cleanup.startswith("rm -r verify"), cleanup
     with tempfile.TemporaryDirectory(prefix="sema-dur-") as tmp:
         data = os.path.join(tmp, "sema-data")
         make_store(data)
@@ -743,12 +748,14 @@ def test_backup_steps_run_twice_and_check_leaves_nothing_behind():
         try:
             env = dict(os.environ, PATH=os.path.dirname(SEMAD) + os.pathsep + os.environ["PATH"])
             for run in range(2):
-                p = subprocess.run(["bash", "-e", "-c", "\n".join(steps)], cwd=tmp, env=env,
+                p = subprocess.run(["bash", "-e", "-c", backup + verify], cwd=tmp, env=env,
                                    capture_output=True, text=True, timeout=60 * SLOW)
                 assert p.returncode == 0, "run %d:\n%s%s" % (run, p.stdout, p.stderr)
                 assert "result: ok" in p.stdout, p.stdout
                 assert sorted(os.listdir(os.path.join(tmp, "verify"))) == ["sema.db"], \
                     os.listdir(os.path.join(tmp, "verify"))
+                subprocess.run(["bash", "-e", "-c", cleanup], cwd=tmp, check=True, timeout=30)
+                assert not os.path.exists(os.path.join(tmp, "verify"))
                 time.sleep(1.1)  # the next backup gets a name of its own (seconds in it)
         finally:
             srv.stop()
@@ -757,6 +764,8 @@ def test_backup_steps_run_twice_and_check_leaves_nothing_behind():
         for name in backups:
             mode = os.stat(os.path.join(tmp, "backups", name)).st_mode & 0o777
             assert mode == 0o600, (name, oct(mode))
+        subprocess.run(["bash", "-e", "-c", remove], cwd=tmp, check=True, timeout=30)
+        assert not os.path.exists(os.path.join(tmp, "backups")), "the docs' last step removes them"
         before = sorted(os.listdir(data))
         check = subprocess.run([SEMAD, "--check", data], capture_output=True, text=True,
                                timeout=30)

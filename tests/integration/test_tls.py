@@ -288,7 +288,8 @@ def test_sema_says_what_tls_wants():
             assert "asked for a client certificate and none was given" in r.stderr, r.stderr
             assert "--cert FILE" in r.stderr and "is semad running" not in r.stderr, r.stderr
             r = sema("ls", "--server", url, "--cacert", ca, "--cert", cert)  # its key elsewhere
-            assert r.returncode == 1 and "--cert-key FILE" in r.stderr, r
+            assert r.returncode == 2 and "holds no private key" in r.stderr, r  # before connecting
+            assert "--cert-key FILE" in r.stderr, r.stderr
             # curl's spelling: --key is sema's idempotency key, and says so
             for verb in (["acquire", "x"], ["ls"]):
                 r = sema(*verb, "--server", url, "--cacert", ca, "--cert", cert, "--key", key)
