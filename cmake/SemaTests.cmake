@@ -85,6 +85,12 @@ foreach(src ${SEMA_UNIT_TESTS})
   set_target_properties(${prog} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   target_compile_options(${prog} PRIVATE ${SEMA_WARNINGS} -Wno-missing-prototypes)
   target_link_libraries(${prog} PRIVATE sema_test_support ${SEMA_TEST_LIBS} m)
+  # A stress program's steps wait for real timers (expiries, a rate's refill): sanitized, on a
+  # busy machine, it needs more than the default time even with its loops shrunk.
+  set(timeout ${SEMA_TEST_TIMEOUT})
+  if(SEMA_SANITIZE AND prog MATCHES "_stress$")
+    set(timeout 300)
+  endif()
   if(prog STREQUAL "test_redis_cluster")
     # Redis Cluster's routing, beside a cluster of its own (tests/support/with_redis_cluster.py:
     # three primaries and their replicas, and the faults the cases ask for): cluster.<name>
@@ -93,11 +99,11 @@ foreach(src ${SEMA_UNIT_TESTS})
         ${PROJECT_SOURCE_DIR}/tests/support/with_redis_cluster.py $<TARGET_FILE:${prog}>)
     endif()
   elseif(NOT prog STREQUAL "test_redis")
-    sema_add_cases(unit ${src} COMMAND ${prog} LABELS unit)
+    sema_add_cases(unit ${src} COMMAND ${prog} LABELS unit TIMEOUT ${timeout})
   endif()
   if((prog MATCHES "^test_engine" OR prog STREQUAL "test_redis") AND SEMA_WITH_REDIS
      AND TARGET semad_core)
-    sema_add_cases(redis ${src} LABELS redis COMMAND ${Python3_EXECUTABLE}
+    sema_add_cases(redis ${src} LABELS redis TIMEOUT ${timeout} COMMAND ${Python3_EXECUTABLE}
       ${PROJECT_SOURCE_DIR}/tests/support/with_redis.py $<TARGET_FILE:${prog}>)
   endif()
 endforeach()
