@@ -904,6 +904,14 @@ end
 local function refuse(id)
   return answer(N(MSG_CODE[id]), N(id), nil)
 end
+-- Granted at once, nobody waiting (the plain acquire and the limits' alike).
+function SP.grant_now(w, wid)
+  local own = OWN
+  local l = grant(w, w.lid, wid)
+  OWN = own -- the caller's own grant completes no parked request: a retry rebuilds it
+  REBUILT = true
+  return reply(0, lease_result(w.lid, l))
+end
 
 -- What a lease's tombstone answers ('T' and the letter of ENDED).
 local TOMB = {R = MSG.LEASE_RELEASED, E = MSG.LEASE_EXPIRED, V = MSG.LEASE_REVOKED,
@@ -1172,11 +1180,7 @@ LH.acquire = function(wid, w, wait)
   end
   if LH.at_once(w) then
     -- nobody waits and it fits: what joining the line and admitting it would do, in short
-    local own = OWN
-    local l = grant(w, w.lid, wid)
-    OWN = own -- the caller's own grant completes no parked request: a retry rebuilds it
-    REBUILT = true
-    return reply(0, lease_result(w.lid, l))
+    return SP.grant_now(w, wid)
   end
   if wait and not redis.call('ZSCORE', H .. 'inst', INST) then
     return answer(P.ST_GONE_S, '0', nil) -- this instance was taken for dead
@@ -1254,11 +1258,7 @@ local function acquire()
     return LH.acquire(wid, w, wait)
   end
   if M.nq == 0 and w.w <= M.avail then
-    local own = OWN
-    local l = grant(w, w.lid, wid)
-    OWN = own -- the caller's own grant completes no parked request: a retry rebuilds it
-    REBUILT = true
-    return reply(0, lease_result(w.lid, l))
+    return SP.grant_now(w, wid)
   end
   if not wait then
     return refuse(MSG.NOT_AVAILABLE)
