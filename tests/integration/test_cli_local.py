@@ -239,6 +239,7 @@ def test_ls_json_before_or_after_the_verb():
     finally:
         holder.kill()
         holder.wait()
+        os.kill(holder.cmd_pid, signal.SIGKILL)  # else the orphaned sleep keeps ctest's pipe open
         sema("rm", "--local", n)
 
 
