@@ -105,7 +105,10 @@ def test_a_healthy_semad_passes_the_checks_judged_beside_a_fresh_one():
     """p99, CPU per operation, the rate and the gauges of the last window, each against a
     fresh semad driven the same way in the same minutes: the machine's load, whatever it
     is, weighs on both. (Memory is not judged in so short a run: SQLite's log and the
-    records of ended leases fill for minutes.)"""
+    records of ended leases fill for minutes.) Not under a sanitizer: its runtime is what
+    such a build's timings measure; the two short runs above check the machinery there."""
+    if os.environ.get("SEMA_SANITIZE"):
+        raise fx.Skip("the verdict judges timings; a sanitized build's are its runtime's")
     _, checks, out = judged(fx.temp_dir("soak-test-"))
     for what in BESIDE:
         assert what in checks and checks[what][0], (what, checks.get(what), out)
