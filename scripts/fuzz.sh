@@ -15,16 +15,39 @@ CC=clang cmake -S . -B build-fuzz -DSEMA_BUILD_FUZZ=ON -DSEMA_BUILD_TESTS=OFF \
 cmake --build build-fuzz -j "$jobs" --target fuzz_body fuzz_http fuzz_path fuzz_auth >/dev/null
 
 mkdir -p build-fuzz/crashers
-for target in body http path auth; do
-    work=build-fuzz/work-$target
+# one target per core at a time: each is one process of its own
+fuzz_one() {
+    local target=$1 work=build-fuzz/work-$1
     rm -rf "$work"
     mkdir -p "$work"
     cp fuzz/corpus/$target/* "$work"/
-    echo "fuzz_$target: ${secs}s from $(ls "$work" | wc -l) corpus inputs"
     build-fuzz/fuzz/fuzz_$target -max_total_time="$secs" -max_len=2048 -timeout=10 \
         -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=build-fuzz/crashers/ \
-        "$work" 2>build-fuzz/fuzz_$target.log ||
-        { tail -40 build-fuzz/fuzz_$target.log; echo "fuzz_$target: FAILED"; exit 1; }
-    grep -E "stat::number_of_executed_units|cov:" build-fuzz/fuzz_$target.log | tail -2
+        "$work" 2>build-fuzz/fuzz_$target.log
+}
+report() {  # target status
+    echo "fuzz_$1: ${secs}s from $(ls fuzz/corpus/$1 | wc -l) corpus inputs"
+    if [ "$2" -ne 0 ]; then
+        tail -40 build-fuzz/fuzz_$1.log
+        echo "fuzz_$1: FAILED"
+        return 1
+    fi
+    grep -E "stat::number_of_executed_units|cov:" build-fuzz/fuzz_$1.log | tail -2
+}
+targets=(body http path auth)
+failed=0
+for ((i = 0; i < ${#targets[@]}; i += jobs)); do
+    batch=("${targets[@]:i:jobs}")
+    pids=()
+    for t in "${batch[@]}"; do
+        fuzz_one "$t" &
+        pids+=($!)
+    done
+    for k in "${!batch[@]}"; do
+        rc=0
+        wait "${pids[$k]}" || rc=$?
+        report "${batch[$k]}" "$rc" || failed=1
+    done
+    [ "$failed" -eq 0 ] || exit 1
 done
 echo "fuzz: every target ran ${secs}s and found nothing"

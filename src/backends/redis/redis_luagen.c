@@ -71,7 +71,7 @@ int main(int argc, char **argv)
     table_end();
     /* status codes: SEMA_E* without SEMA_E (E.NOENT) */
     table_begin("E");
-#define ERR_ROW(name, num, msg) printf("  %s = %d,\n", #name + 1, num);
+#define ERR_ROW(name, num, msg) printf("  %s = %d,\n", &#name[1], num);
     SEMA_ERRNO_MAP(ERR_ROW)
 #undef ERR_ROW
     table_end();
