@@ -77,6 +77,10 @@ static be_msg_t cannot_send(rs_t *r, const engine_req_t *req)
         return BE_MSG_REDIS_UNREACHABLE;
     if (r->npending >= RS_PENDING_MAX)
         return BE_MSG_REDIS_BACKLOG;
+    if (req->op == ENGINE_TICKET_CREATE && req->nparts > 0)
+        return BE_MSG_REDIS_MULTI_TICKET;
+    if (req->op == ENGINE_ACQUIRE_MULTI && r->sh != NULL)
+        return BE_MSG_REDIS_MULTI_CLUSTER;
     return BE_MSG_NONE;
 }
 
@@ -115,7 +119,7 @@ static int rs_submit(void *be, engine_req_t *req)
     }
     rs__next_id(r, rq->wid, sizeof rq->wid);
     rq->writes = (uint8_t)rs__op_writes(req->op);
-    if (req->op == ENGINE_ACQUIRE || req->op == ENGINE_LOCK_ACQUIRE)
+    if (rs__is_acquire(req->op))
         engine__lease_id(r->front, rq->lid);
     if ((c = rs__op_cmd(r, rq, &nomem)) == NULL) {
         why = nomem ? BE_MSG_NOMEM : rs__is_lease_op(req->op) ? BE_MSG_NO_LEASE : BE_MSG_NO_TICKET;
@@ -145,7 +149,7 @@ static void rs_cancel(void *be, engine_req_t *req)
     } else if (rq->state == RS_REQ_READY) {
         elist_remove(&rq->link);
         if (req->status == 0 && req->res.kind == ENGINE_RES_LEASE &&
-            (req->op == ENGINE_ACQUIRE || req->op == ENGINE_LOCK_ACQUIRE))
+            rs__is_acquire(req->op))
             rs__send_drop(r, req->res.lease.id);
         engine_result_clear(&req->res);
     }
@@ -373,6 +377,7 @@ const engine_backend_t engine_backend_redis = {
     .events_replay = rs__events_replay,
     .describe = rs__describe,
     .tickets = 1,
+    .multi = 1,
     .tenants = 1,
     .rates = 1,
     .ready_later = 1,
