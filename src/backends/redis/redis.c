@@ -148,8 +148,7 @@ static void rs_cancel(void *be, engine_req_t *req)
         r->m->cancellations++;
     } else if (rq->state == RS_REQ_READY) {
         elist_remove(&rq->link);
-        if (req->status == 0 && req->res.kind == ENGINE_RES_LEASE &&
-            rs__is_acquire(req->op))
+        if (req->status == 0 && req->res.kind == ENGINE_RES_LEASE && rs__is_acquire(req->op))
             rs__send_drop(r, req->res.lease.id);
         engine_result_clear(&req->res);
     }

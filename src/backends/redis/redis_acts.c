@@ -264,8 +264,8 @@ static void waiter_done(rs_t *r, rs_req_t *rq, const redisReply *acts, size_t i)
     case RS_ACT_GRANTED:
         if (rs__lease_from(res, &res->lease, acts, i + RS_AF_LID) != 0 ||
             (req->op == ENGINE_ACQUIRE_MULTI &&
-             parts_of_request(res, &res->lease, req,
-                              rs__el_str(acts, i + RS_AF_EXTRA, NULL)) != 0)) {
+             parts_of_request(res, &res->lease, req, rs__el_str(acts, i + RS_AF_EXTRA, NULL)) !=
+                 0)) {
             rs__send_drop(r, rs__el_str(acts, i + RS_AF_LID, NULL));
             engine_result_clear(res);
             return rs__fail(r, rq, BE_MSG_NOMEM_RESULT, 0);
@@ -506,8 +506,7 @@ int rs__result_from(rs_t *r, rs_req_t *rq, const redisReply *rep)
                 return -1;
             if (req->op == ENGINE_ACQUIRE_MULTI) {
                 res->lease.tenant = req->tenant;
-                engine__hist_observe(&r->m->wait_s,
-                                     (double)(rs__now(r) - rq->since_mono) / 1000.0);
+                engine__hist_observe(&r->m->wait_s, (double)(rs__now(r) - rq->since_mono) / 1000.0);
             }
         } else if (req->op == ENGINE_ACQUIRE || req->op == ENGINE_LOCK_ACQUIRE) {
             res->lease.name = req->name;
