@@ -108,9 +108,7 @@
     X(REDIS_LIMITS_BESIDE_MULTI, ENOTSUP,                                                          \
       "on Redis, tenants and rates are not served on a semaphore where a request on several "      \
       "semaphores waits or holds")                                                                 \
-    X(REDIS_MULTI_TICKET, ENOTSUP, "on Redis, a ticket on several semaphores is not served yet")   \
-    X(REDIS_MULTI_CLUSTER, ENOTSUP,                                                                \
-      "on Redis Cluster, a request on several semaphores is not served yet")
+    X(REDIS_MULTI_TICKET, ENOTSUP, "on Redis, a ticket on several semaphores is not served yet")
 
 typedef enum {
     BE_MSG_NONE = 0,

@@ -132,7 +132,10 @@ def outcome(req, waitidle=False):
 
 class Runner:
     def __init__(self, s, name, cap, limits):
-        self.s, self.sem, self.reqs, self.leases = s, "sc-" + name, {}, {}
+        # (on Redis Cluster a request on several semaphores names one slot's: the scenario's
+        # semaphores share a hash tag there)
+        sem = ("{sc-%s}" if fx.CLUSTER else "sc-%s") % name
+        self.s, self.sem, self.reqs, self.leases = s, sem, {}, {}
         self.kinds = {}
         self.others = []
         self.closed_sem = False

@@ -36,11 +36,30 @@ char *rs__key_cat(const char *prefix, const char *stem, size_t len, const char *
     return k;
 }
 
+/* The hash tag of a name, as Redis Cluster reads one in a key: the bytes between its first '{'
+ * and the first '}' after it, when there are any; else the whole name. */
+static const char *name_tag(const char *name, size_t len, size_t *tlen)
+{
+    const char *open = memchr(name, '{', len), *close;
+
+    if (open != NULL && (close = memchr(open + 1, '}', len - (size_t)(open + 1 - name))) != NULL &&
+        close > open + 1) {
+        *tlen = (size_t)(close - open - 1);
+        return open + 1;
+    }
+    *tlen = len;
+    return name;
+}
+
 char *rs__key_new(const rs_t *r, char kind, const char *name, size_t len, const char *suffix,
                   size_t *klen)
 {
     char head[RS_STEM_HEAD + 1];
-    uint32_t h = tag_hash(kind, name, len);
+    size_t tlen;
+    /* (on Redis Cluster, names that share a hash tag share a slot: a request on several
+     * semaphores touches one slot) */
+    const char *t = r->sh != NULL ? name_tag(name, len, &tlen) : (tlen = len, name);
+    uint32_t h = tag_hash(kind, t, tlen);
 
     snprintf(head, sizeof head, "sema:{%08x}%c:", r->sh != NULL ? rs__sh_tag(r, h) : h, kind);
     return rs__key_cat(head, name, len, suffix, klen);
