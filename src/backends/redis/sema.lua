@@ -378,8 +378,10 @@ function LQ.recount()
   redis.call('HDEL', H .. 'epoch', 'lq')
   return n
 end
--- lq, stored: the epoch hash's `lq` and `leases` as read. The number of leases.
+-- lq, stored: the epoch hash's `lq` and `leases` as read (false when absent: HMGET's nil
+-- comes to Lua as false). The number of leases.
 function LQ.check(lq, stored)
+  lq = lq or nil -- (else every call would find a mark that is not there, and count again)
   stored = tonumber(stored or '0')
   local ls = LQ.by[H]
   if lq ~= (ls and ls.dirty and LQ.token or nil) or (not ls and lq) then
