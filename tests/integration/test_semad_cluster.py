@@ -428,17 +428,17 @@ def test_a_slot_resharded_while_in_use_loses_and_doubles_no_grant_and_pauses_non
 
 
 
-class MuteProxy:
-    """A TCP proxy on 127.0.0.2:port for the node at 127.0.0.1:port (the cluster names the node
-    by that address once it announces it as its hostname): it forwards until mute(); from then
-    on it accepts each new connection and never answers it, as a stopped or cut-off host does.
+class MuteProxy(fx.Relay):
+    """A relay on 127.0.0.2:port to the node at 127.0.0.1:port (the cluster names the node by
+    that address once it announces it as its hostname): it forwards until mute(); from then on
+    it accepts each new connection and never answers it, as a stopped or cut-off host does.
     asked: set once a muted connection sent ROLE (semad asking the old primary whether it
     handed a slot over), that connection in self.probe."""
 
     def __init__(self, port):
-        self.port, self.muted, self.probe = port, False, None
+        self.target, self.muted, self.probe = ("127.0.0.1", port), False, None
         self.asked = threading.Event()
-        self.socks = []
+        self.mutes = []
         self.lsock = socket.socket()
         self.lsock.bind(("127.0.0.2", port))
         self.lsock.listen(16)
@@ -450,25 +450,11 @@ class MuteProxy:
                 conn, _ = self.lsock.accept()
             except OSError:
                 return  # closed
-            self.socks.append(conn)
             if self.muted:
+                self.mutes.append(conn)
                 threading.Thread(target=self._listen, args=(conn,), daemon=True).start()
-                continue
-            up = socket.create_connection(("127.0.0.1", self.port))
-            self.socks.append(up)
-            for a, b in ((conn, up), (up, conn)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    def _pump(self, src, dst):
-        try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                dst.sendall(data)
-            dst.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
+            else:
+                self._join(conn, socket.create_connection(self.target))
 
     def _listen(self, conn):
         seen = b""
@@ -499,7 +485,7 @@ class MuteProxy:
 
     def close(self):
         self.lsock.close()
-        for sk in self.socks:
+        for sk in self.mutes:
             sk.close()
 
 
