@@ -343,10 +343,11 @@ typedef struct {
                                taken for a reshard before this */
 } rs_ho_node_t;
 typedef struct {
-    rs_t *r;
+    rs_t *r; /* (set by rs__sh_open) */
     rs_ho_node_t node[RS_HO_NODES_MAX];
     /* a slot being decided: its old and new primary (1 + their index in node), its old one
-     * in the shards' nodes (strict durability's records), and what is awaited (RS_HO_*) */
+     * in the shards' nodes (strict durability's records), and what is awaited and known
+     * (redis_handover.c's HO_* flags; 0: not being decided) */
     uint8_t from[RS_SLOTS], to[RS_SLOTS], flags[RS_SLOTS];
     uint16_t was[RS_SLOTS];
     rs_slot_addr_t said_from, said_to; /* the last handover logged (once per pair of nodes) */
