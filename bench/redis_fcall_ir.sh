@@ -7,6 +7,10 @@
 #
 #   bench/redis_fcall_ir.sh [BUILD_DIR] [PAIRS]     (default build, 2000 pairs)
 #
+# With MULTI=1, also pairs one after another on one connection (bench/multi_pairs.py): on one
+# semaphore, and on two at once (POST /v1/acquire with semaphores), each on a redis-server of
+# its own.
+#
 # With LIMITS=1, the same for acquires naming a tenant (4 tenants, a tenant_max that never
 # binds) and on semaphores with a rate that never binds (10^9 units/s), each on a
 # redis-server of its own, beside the plain pairs of the same run (docs/semantics.md: the
@@ -81,8 +85,12 @@ semad_ir() {
             "http://$addr/healthz" 2>/dev/null && break
         sleep 0.1
     done
-    "$build/bin/sema" bench -s "http://$addr" -c "$conns" -n "$pairs" --capacity 1000 "$@" \
-        >/dev/null
+    if [ -n "${DRIVE:-}" ]; then # (MULTI=1: pairs one after another, bench/multi_pairs.py)
+        python3 "$here/multi_pairs.py" "$DRIVE" "http://$addr" "$pairs" >/dev/null
+    else
+        "$build/bin/sema" bench -s "http://$addr" -c "$conns" -n "$pairs" --capacity 1000 "$@" \
+            >/dev/null
+    fi
     # semad stops while its Redis is there: stopped after it, semad would wait for Redis to
     # come back and outlive this script
     kill -TERM "$spid"
@@ -106,5 +114,15 @@ import sys
 plain, tenants, rate, pairs = (int(x) for x in sys.argv[1:])
 for name, v in (("tenants", tenants), ("rate", rate)):
     print("redis instructions per pair with %s: %d (%.2fx plain)" % (name, v // pairs, v / plain))
+EOF
+fi
+if [ "${MULTI:-0}" = 1 ]; then
+    ir_one=$(DRIVE=plain semad_ir one)
+    ir_two=$(DRIVE=multi semad_ir two)
+    python3 - "$ir_one" "$ir_two" "$pairs" <<'EOF'
+import sys
+one, two, pairs = (int(x) for x in sys.argv[1:])
+print("redis instructions per pair, one after another: on one semaphore %d, on two at once %d "
+      "(%.2fx)" % (one // pairs, two // pairs, two / one))
 EOF
 fi

@@ -137,10 +137,11 @@ foreach(src ${SEMA_PY_TESTS})
   sema_add_cases(integration ${src} COMMAND ${Python3_EXECUTABLE} ${src} LABELS ${labels})
 endforeach()
 # bench/soak's verdict beside a fresh semad: a minute and a half of load each, more on a
-# loaded machine
+# loaded machine. Lock `heavy`: one at a time of the tests that start a browser or judge
+# timings beside a reference, so that a verdict never shares the machine with a browser.
 foreach(case a_healthy_semad_passes_the_checks_judged_beside_a_fresh_one
     a_leaking_and_slowing_semad_fails)
-  set_tests_properties(integration.soak.${case} PROPERTIES TIMEOUT 300)
+  set_tests_properties(integration.soak.${case} PROPERTIES TIMEOUT 300 RESOURCE_LOCK heavy)
 endforeach()
 
 # The HTTP suites once more, normal builds only (the sanitizer builds run the same server
@@ -233,7 +234,7 @@ if(NOT SEMA_SANITIZE AND TARGET semad)
   add_test(NAME example.waiting_room COMMAND bash
     ${PROJECT_SOURCE_DIR}/examples/waiting-room/test/run.sh)
   set_tests_properties(example.waiting_room PROPERTIES TIMEOUT 220 DEPENDS js.client
-    LABELS "js;browser" SKIP_RETURN_CODE 77 RESOURCE_LOCK chromium
+    LABELS "js;browser" SKIP_RETURN_CODE 77 RESOURCE_LOCK heavy
     # the screenshot goes to the build tree; SCREENSHOT= unset writes the README's copy
     ENVIRONMENT "${SEMA_TEST_ENV};SCREENSHOT=${PROJECT_BINARY_DIR}/waiting-room-screenshot.png")
   # the same on semad's Redis back end, beside a redis-server of its own
@@ -242,20 +243,20 @@ if(NOT SEMA_SANITIZE AND TARGET semad)
     ${PROJECT_SOURCE_DIR}/examples/waiting-room/test/run.sh)
   set_tests_properties(example.waiting_room_redis PROPERTIES TIMEOUT 220
     DEPENDS example.waiting_room LABELS "js;browser;redis" SKIP_RETURN_CODE 77
-    RESOURCE_LOCK chromium
+    RESOURCE_LOCK heavy
     ENVIRONMENT "${SEMA_TEST_ENV};SCREENSHOT=${PROJECT_BINARY_DIR}/waiting-room-screenshot-redis.png")
   # semad's dashboard (/ui) in a real browser (chromium headless, puppeteer-core, axe-core)
   # against real semad processes: ~60 s quiet, more when loaded. The screenshots go to the
-  # build tree; SCREENSHOTS= unset writes the README's copies (docs/). One chromium test at a
+  # build tree; SCREENSHOTS= unset writes the README's copies (docs/). One `heavy` test at a
   # time: each starts a browser and loads the machine.
   add_test(NAME dashboard.browser COMMAND bash ${PROJECT_SOURCE_DIR}/tests/dashboard/run.sh)
   set_tests_properties(dashboard.browser PROPERTIES TIMEOUT 300 LABELS "browser;dashboard"
-    SKIP_RETURN_CODE 77 RESOURCE_LOCK chromium
+    SKIP_RETURN_CODE 77 RESOURCE_LOCK heavy
     ENVIRONMENT "${SEMA_TEST_ENV};SCREENSHOTS=${PROJECT_BINARY_DIR}/dashboard-screenshots")
   # the same on semad's Redis back end, beside a redis-server of its own
   add_test(NAME dashboard.browser_redis COMMAND ${Python3_EXECUTABLE}
     ${PROJECT_SOURCE_DIR}/tests/support/with_redis.py bash ${PROJECT_SOURCE_DIR}/tests/dashboard/run.sh)
   set_tests_properties(dashboard.browser_redis PROPERTIES TIMEOUT 300
-    LABELS "browser;dashboard;redis" SKIP_RETURN_CODE 77 RESOURCE_LOCK chromium
+    LABELS "browser;dashboard;redis" SKIP_RETURN_CODE 77 RESOURCE_LOCK heavy
     ENVIRONMENT "${SEMA_TEST_ENV};SCREENSHOTS=${PROJECT_BINARY_DIR}/dashboard-screenshots-redis")
 endif()

@@ -944,9 +944,9 @@ def test_idempotency_key_replaced_and_mismatch():
 
 def test_limits_served_or_answered_501_with_nothing_changed():
     """Several semaphores at once, tenants and rates: the embedded back end serves them all,
-    Redis (SEMA_TEST_REDIS or SEMA_TEST_CLUSTER) tenants and rates; a request on several
-    semaphores there is answered a clear 501 not_supported and changes nothing (no unit
-    taken)."""
+    Redis (SEMA_TEST_REDIS or SEMA_TEST_CLUSTER) each of them, but not yet a request on
+    several semaphores beside limits or a tenant, nor a ticket on several: those are answered
+    a clear 501 not_supported and change nothing (no unit taken)."""
     on_redis = fx.REDIS or fx.ON_CLUSTER
     with fx.Semad() as s:
         put(s, "lim-a", 2)
@@ -969,11 +969,40 @@ def test_limits_served_or_answered_501_with_nothing_changed():
                 assert st == ok, (method, path, st, reply)
                 continue
             st, code = problem(s, method, path, body)
-            assert (st, code) == (501, "not_supported"), (method, path, st, code)
+            # (on Redis Cluster lim-a and lim-b are in two slots: that is said first)
+            want = (400, "invalid_request") if fx.ON_CLUSTER and path == "/v1/acquire" else \
+                (501, "not_supported")
+            assert (st, code) == want, (method, path, st, code)
         if on_redis:
             st, v = s.json("GET", "/v1/semaphores/lim-a")
             assert st == 200 and v["capacity"] == 2 and v["held"] == 0, v
             assert v["waiting"] == 0 and v["tenant_max"] == 1 and v["rate_per_s"] == 5, v
+        # two semaphores without limits (one slot's on Redis Cluster): a request on both is
+        # served everywhere; beside it, on Redis, no tenant and no limits yet
+        e, f = ("{lim}e", "{lim}f") if fx.ON_CLUSTER else ("lim-e", "lim-f")
+        put(s, e, 2)
+        put(s, f, 2)
+        st, lease = s.json("POST", "/v1/acquire", {"semaphores": [{"name": e}, {"name": f}],
+                                                   "timeout_ms": 0})
+        assert st == 200 and sorted(lease["fences"]) == sorted([e, f]), (st, lease)
+        beside = [
+            ("POST", "/v1/semaphores/%s/acquire" % e, {"tenant": "acme", "timeout_ms": 0}, 200),
+            ("PATCH", "/v1/semaphores/" + f, {"tenant_max": 1}, 200),
+            ("POST", "/v1/acquire", {"semaphores": [{"name": f}], "tenant": "acme",
+                                     "timeout_ms": 0}, 200),
+        ]
+        for method, path, body, ok in beside:
+            if not on_redis:
+                st, reply = s.json(method, path, body)
+                assert st == ok, (method, path, st, reply)
+                continue
+            st, code = problem(s, method, path, body)
+            assert (st, code) == (501, "not_supported"), (method, path, st, code)
+        if on_redis:
+            for name in (e, f):
+                st, v = s.json("GET", "/v1/semaphores/" + name)
+                assert st == 200 and v["held"] == 1 and "tenant_max" not in v, v
+                assert v["holders"][0]["multi"] is True, v
 
 
 if __name__ == "__main__":

@@ -260,11 +260,18 @@ static void start(client_t *c, int64_t timeout_ms)
         c->seq = ++arrivals;
 }
 
-/* Each grant completed is on all of its semaphores, none missing, none more. */
+/* Each grant completed is on all of its semaphores, none missing, none more. (On Redis the
+ * events of a semaphore other than the one a call was sent for come by a message of their
+ * own, maybe after the grant's completion: they are waited for, a bounded time.) */
 static void check_done(void)
 {
     for (size_t i = 0; i < ndone; i++) {
         unsigned got = granted_sems(done[i].id);
+        for (int k = 0; k < 200 && got != done[i].sems && (got & ~done[i].sems) == 0; k++) {
+            int never = 0;
+            fx_run_until(&F, &never, 10);
+            got = granted_sems(done[i].id);
+        }
         if (got != done[i].sems)
             TEST_FAIL_("lease %s granted on %#x of %#x", done[i].id, got, done[i].sems);
     }
@@ -342,8 +349,9 @@ static void drain(void)
     }
 }
 
-/* Every client makes requests on several semaphores: a back end without them skips. (The
- * probe is heavier than its semaphore: it takes nothing where it is served.) */
+/* Every client makes requests on several semaphores (with tenants: naming them): a back end
+ * without them skips. (The probe is heavier than its semaphore: it takes nothing where it is
+ * served.) */
 static void skip_without_multi(void)
 {
     treq_t *t = treq_new(ENGINE_ACQUIRE_MULTI, NULL);
@@ -353,10 +361,13 @@ static void skip_without_multi(void)
     t->r.parts = &part;
     t->r.nparts = 1;
     t->r.timeout_ms = 0;
+    t->r.tenant = with_tenants ? "probe" : NULL;
     st = fx_do(&F, t);
     treq_free(t);
     if (st == SEMA_ENOTSUP)
-        TEST_SKIP("this back end does not serve requests on several semaphores");
+        TEST_SKIP(with_tenants ? "this back end does not serve requests on several semaphores "
+                                 "naming a tenant"
+                               : "this back end does not serve requests on several semaphores");
 }
 
 static void run(int tenants, long steps)

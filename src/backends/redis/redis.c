@@ -77,7 +77,44 @@ static be_msg_t cannot_send(rs_t *r, const engine_req_t *req)
         return BE_MSG_REDIS_UNREACHABLE;
     if (r->npending >= RS_PENDING_MAX)
         return BE_MSG_REDIS_BACKLOG;
+    if (req->op == ENGINE_TICKET_CREATE && req->nparts > 0)
+        return BE_MSG_REDIS_MULTI_TICKET;
     return BE_MSG_NONE;
+}
+
+/* On Redis Cluster the semaphores of a request on several share a slot: their names share a
+ * hash tag. NULL, or the 400's message (kept in req's result) naming two that do not. */
+static const char *cluster_apart(rs_t *r, engine_req_t *req)
+{
+    unsigned slot0 = 0;
+    char msg[256];
+
+    if (req->op != ENGINE_ACQUIRE_MULTI || r->sh == NULL)
+        return NULL;
+    for (size_t i = 0; i < req->nparts; i++) {
+        size_t kl;
+        const engine_part_t *p = &req->parts[i];
+        char *k = rs__key_new(r, 's', p->name, p->name_len, "", &kl);
+        unsigned slot = k != NULL ? rs__slot_of(k, kl) : 0;
+        sema__free(k);
+        if (i == 0) {
+            slot0 = slot;
+        } else if (slot != slot0) {
+            int n =
+                snprintf(msg, sizeof msg,
+                         "on Redis Cluster the semaphores of one request must share a hash "
+                         "tag: \"%.*s\" and \"%.*s\" do not (name them {job}gpu, {job}db, "
+                         "...: the part in braces alike)",
+                         (int)(req->parts[0].name_len > 60 ? 60 : req->parts[0].name_len),
+                         req->parts[0].name, (int)(p->name_len > 60 ? 60 : p->name_len), p->name);
+            const char *m = engine_result_strdup(
+                &req->res, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
+            return m != NULL ? m
+                             : "on Redis Cluster the semaphores of one request must share "
+                               "a hash tag ({job}gpu, {job}db, ...)";
+        }
+    }
+    return NULL;
 }
 
 /* The request failed before it was sent: its answer comes now. */
@@ -94,6 +131,7 @@ static int rs_submit(void *be, engine_req_t *req)
     rs_req_t *rq = sema__calloc(1, sizeof(*rq));
     rs_cmd_t *c;
     be_msg_t why;
+    const char *msg;
     int nomem;
 
     if (rq == NULL)
@@ -108,6 +146,8 @@ static int rs_submit(void *be, engine_req_t *req)
         return failed_at_once(r, rq, req->status, req->message);
     if ((why = cannot_send(r, req)) != BE_MSG_NONE)
         return failed_at_once(r, rq, be_msg_code(why), be_msg_text(why));
+    if ((msg = cluster_apart(r, req)) != NULL)
+        return failed_at_once(r, rq, SEMA_EINVAL, msg);
     if ((req->op == ENGINE_SEM_LIST || req->op == ENGINE_LOCK_LIST) && r->sh != NULL) {
         rs__list_send(r, rq); /* (each slot keeps its names: every primary is asked) */
         rs__drain(r);
@@ -115,7 +155,7 @@ static int rs_submit(void *be, engine_req_t *req)
     }
     rs__next_id(r, rq->wid, sizeof rq->wid);
     rq->writes = (uint8_t)rs__op_writes(req->op);
-    if (req->op == ENGINE_ACQUIRE || req->op == ENGINE_LOCK_ACQUIRE)
+    if (rs__is_acquire(req->op))
         engine__lease_id(r->front, rq->lid);
     if ((c = rs__op_cmd(r, rq, &nomem)) == NULL) {
         why = nomem ? BE_MSG_NOMEM : rs__is_lease_op(req->op) ? BE_MSG_NO_LEASE : BE_MSG_NO_TICKET;
@@ -144,8 +184,7 @@ static void rs_cancel(void *be, engine_req_t *req)
         r->m->cancellations++;
     } else if (rq->state == RS_REQ_READY) {
         elist_remove(&rq->link);
-        if (req->status == 0 && req->res.kind == ENGINE_RES_LEASE &&
-            (req->op == ENGINE_ACQUIRE || req->op == ENGINE_LOCK_ACQUIRE))
+        if (req->status == 0 && req->res.kind == ENGINE_RES_LEASE && rs__is_acquire(req->op))
             rs__send_drop(r, req->res.lease.id);
         engine_result_clear(&req->res);
     }
@@ -373,6 +412,7 @@ const engine_backend_t engine_backend_redis = {
     .events_replay = rs__events_replay,
     .describe = rs__describe,
     .tickets = 1,
+    .multi = 1,
     .tenants = 1,
     .rates = 1,
     .ready_later = 1,

@@ -51,7 +51,8 @@ const redisReply *rs__el_arr(const redisReply *a, size_t i)
     return a->element[i];
 }
 
-/* A lease from 8 fields at `at`: id, weight, fence, ttl, acquired, expires, owner, mode. */
+/* A lease from RS_LEASE_LEN fields at `at`: id, weight, fence, ttl, acquired, expires, owner,
+ * mode ("m", then maybe more: a part of a lease on several semaphores), tenant. */
 int rs__lease_from(engine_result_t *res, engine_lease_t *l, const redisReply *a, size_t at)
 {
     size_t n;
@@ -72,7 +73,8 @@ int rs__lease_from(engine_result_t *res, engine_lease_t *l, const redisReply *a,
     l->owner = NULL;
     if (n > 0 && (l->owner = engine_result_strdup(res, owner, n)) == NULL)
         return -1;
-    l->mode = (int)rs__el_i64(a, at + RS_L_MODE);
+    l->multi = rs__el_str(a, at + RS_L_MODE, NULL)[0] == 'm';
+    l->mode = l->multi ? 0 : (int)rs__el_i64(a, at + RS_L_MODE);
     if ((l->tenant = rs__el_dup(res, a, at + RS_L_TENANT)) == RS_NOMEM)
         return -1;
     return 0;
@@ -90,6 +92,63 @@ const char *rs__el_dup(engine_result_t *res, const redisReply *a, size_t i)
         return NULL;
     d = engine_result_strdup(res, s, n);
     return d != NULL ? d : RS_NOMEM;
+}
+
+/* The parts of a lease on several semaphores: stem, weight and fence each, from `at` to the
+ * reply's end; its name, weight and fence become its first part's. 0, or -1 when out of
+ * memory. */
+static int parts_from(engine_result_t *res, engine_lease_t *l, const redisReply *a, size_t at)
+{
+    size_t n = a->elements > at ? (a->elements - at) / 3 : 0;
+    engine_part_t *p;
+
+    if (n == 0 || n > ENGINE_PARTS_MAX)
+        return 0;
+    if ((p = engine_result_alloc(res, n * sizeof(*p))) == NULL)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        size_t slen, nlen;
+        char kind;
+        const char *stem = rs__el_str(a, at + 3 * i, &slen);
+        const char *name = rs__stem_name(stem, slen, &nlen, &kind);
+        if ((p[i].name = engine_result_strdup(res, name, nlen)) == NULL)
+            return -1;
+        p[i].name_len = nlen;
+        p[i].weight = (uint64_t)rs__el_i64(a, at + 3 * i + 1);
+        p[i].fence = (uint64_t)rs__el_i64(a, at + 3 * i + 2);
+    }
+    l->parts = p;
+    l->nparts = (uint16_t)n;
+    l->name = p[0].name;
+    l->name_len = p[0].name_len;
+    l->weight = p[0].weight;
+    l->fence = p[0].fence;
+    return 0;
+}
+
+/* The parts of request req's lease on several semaphores, granted with these fences ("m",
+ * then one per semaphore in the request's order, as an outcome's mode field has them). 0, or
+ * -1 when out of memory. */
+static int parts_of_request(engine_result_t *res, engine_lease_t *l, const engine_req_t *req,
+                            const char *fences)
+{
+    engine_part_t *p = engine_result_alloc(res, req->nparts * sizeof(*p));
+    const char *s = fences + (fences[0] == 'm');
+
+    if (p == NULL)
+        return -1;
+    for (size_t i = 0; i < req->nparts; i++) {
+        char *end;
+        p[i] = req->parts[i];
+        p[i].fence = strtoull(s, &end, 10);
+        s = end;
+    }
+    l->parts = p;
+    l->nparts = req->nparts;
+    l->multi = 0; /* (the request's own lease: its parts say it) */
+    l->name = p[0].name;
+    l->name_len = p[0].name_len;
+    return 0;
 }
 
 /* ---- acts: what a script did, in order ---- */
@@ -117,8 +176,8 @@ int rs__act_is_event(const redisReply *acts, size_t i)
     return event_type(act_type(acts, i)) != NULL;
 }
 
-/* A waiter's event (RS_ACT_QUEUED, RS_ACT_LEFT): the waiter as a view lists it (not a part:
- * Redis serves none), and the queue after it. */
+/* A waiter's event (RS_ACT_QUEUED, RS_ACT_LEFT): the waiter as a view lists it (kind 3: the
+ * part of a request on several semaphores), and the queue after it. */
 static int waiter_event(const redisReply *acts, size_t i, engine_result_t *scratch,
                         engine_event_t *ev, engine_waiter_t *w)
 {
@@ -136,6 +195,7 @@ static int waiter_event(const redisReply *acts, size_t i, engine_result_t *scrat
         return -1;
     w->wait_idle = kind == 1;
     w->ticket = kind == 2;
+    w->multi = kind == 3;
     ev->waiter = w;
     ev->waiting = (uint64_t)rs__el_i64(acts, i + RS_AF_FENCE);
     ev->waiting_weight = (uint64_t)rs__el_i64(acts, i + RS_AF_TTL);
@@ -202,13 +262,18 @@ static void waiter_done(rs_t *r, rs_req_t *rq, const redisReply *acts, size_t i)
         type -= RS_ACT_COLLECTED; /* the same outcome, kept under :g until now */
     switch (type) {
     case RS_ACT_GRANTED:
-        if (rs__lease_from(res, &res->lease, acts, i + RS_AF_LID) != 0) {
+        if (rs__lease_from(res, &res->lease, acts, i + RS_AF_LID) != 0 ||
+            (req->op == ENGINE_ACQUIRE_MULTI &&
+             parts_of_request(res, &res->lease, req, rs__el_str(acts, i + RS_AF_EXTRA, NULL)) !=
+                 0)) {
             rs__send_drop(r, rs__el_str(acts, i + RS_AF_LID, NULL));
             engine_result_clear(res);
             return rs__fail(r, rq, BE_MSG_NOMEM_RESULT, 0);
         }
-        res->lease.name = req->name;
-        res->lease.name_len = req->name_len;
+        if (req->op != ENGINE_ACQUIRE_MULTI) {
+            res->lease.name = req->name;
+            res->lease.name_len = req->name_len;
+        }
         res->lease.tenant = req->tenant;
         res->kind = ENGINE_RES_LEASE;
         engine__hist_observe(&r->m->wait_s, (double)(rs__now(r) - rq->since_mono) / 1000.0);
@@ -337,7 +402,7 @@ static int view_from(engine_result_t *res, engine_sem_view_t *v, const redisRepl
         engine_waiter_t *q = &v->waiters[i];
         size_t olen;
         const char *owner = rs__el_str(ws, i * RS_WAITER_LEN + RS_W_OWNER, &olen);
-        memset(q, 0, sizeof(*q)); /* not a part: Redis serves none */
+        memset(q, 0, sizeof(*q));
         q->owner = olen ? engine_result_strdup(res, owner, olen) : NULL;
         if (olen && q->owner == NULL)
             return -1;
@@ -348,6 +413,7 @@ static int view_from(engine_result_t *res, engine_sem_view_t *v, const redisRepl
         q->mode = (int)rs__el_i64(ws, i * RS_WAITER_LEN + RS_W_MODE);
         q->wait_idle = rs__el_i64(ws, i * RS_WAITER_LEN + RS_W_KIND) == 1;
         q->ticket = rs__el_i64(ws, i * RS_WAITER_LEN + RS_W_KIND) == 2;
+        q->multi = rs__el_i64(ws, i * RS_WAITER_LEN + RS_W_KIND) == 3;
     }
     return 0;
 }
@@ -429,11 +495,20 @@ int rs__result_from(rs_t *r, rs_req_t *rq, const redisReply *rep)
         return 0;
     case ENGINE_ACQUIRE:
     case ENGINE_LOCK_ACQUIRE:
+    case ENGINE_ACQUIRE_MULTI:
     case ENGINE_LEASE_GET:
     case ENGINE_LEASE_RENEW:
         if (rs__lease_from(res, &res->lease, rep, RS_R_RESULT) != 0)
             return -1;
-        if (req->op == ENGINE_ACQUIRE || req->op == ENGINE_LOCK_ACQUIRE) {
+        if (res->lease.multi) { /* a lease on several semaphores: its parts follow */
+            res->lease.multi = 0;
+            if (parts_from(res, &res->lease, rep, RS_R_RESULT + RS_LEASE_LEN) != 0)
+                return -1;
+            if (req->op == ENGINE_ACQUIRE_MULTI) {
+                res->lease.tenant = req->tenant;
+                engine__hist_observe(&r->m->wait_s, (double)(rs__now(r) - rq->since_mono) / 1000.0);
+            }
+        } else if (req->op == ENGINE_ACQUIRE || req->op == ENGINE_LOCK_ACQUIRE) {
             res->lease.name = req->name;
             res->lease.name_len = req->name_len;
             res->lease.tenant = req->tenant;

@@ -516,9 +516,7 @@ void rs__cmd_lost(rs_t *r, rs_cmd_t *c)
  * answer, it waits as a parked request does. */
 static int may_wait(const engine_req_t *req)
 {
-    return (req->op == ENGINE_ACQUIRE || req->op == ENGINE_LOCK_ACQUIRE ||
-            req->op == ENGINE_WAIT_IDLE) &&
-           req->timeout_ms != 0;
+    return (rs__is_acquire(req->op) || req->op == ENGINE_WAIT_IDLE) && req->timeout_ms != 0;
 }
 
 /* What must go until its outcome is known, however long Redis takes: the cancels and drops

@@ -409,6 +409,21 @@ static inline char rs__req_kind(const engine_req_t *req)
 {
     return req->op == ENGINE_LOCK_ACQUIRE || req->op == ENGINE_LOCK_GET ? 'k' : 's';
 }
+/* An operation that grants a lease (on a semaphore, a lock key, or several semaphores). */
+static inline int rs__is_acquire(engine_op_t op)
+{
+    return op == ENGINE_ACQUIRE || op == ENGINE_LOCK_ACQUIRE || op == ENGINE_ACQUIRE_MULTI;
+}
+/* The name a request's key is made of: its own, or its first semaphore's (several). */
+static inline const char *rs__req_name(const engine_req_t *req, size_t *len)
+{
+    if (req->op == ENGINE_ACQUIRE_MULTI) {
+        *len = req->parts[0].name_len;
+        return req->parts[0].name;
+    }
+    *len = req->name_len;
+    return req->name;
+}
 
 /* ---- redis_acts.c: replies, results and acts ---- */
 const char *rs__el_str(const redisReply *a, size_t i, size_t *len);

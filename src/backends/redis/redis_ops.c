@@ -36,11 +36,30 @@ char *rs__key_cat(const char *prefix, const char *stem, size_t len, const char *
     return k;
 }
 
+/* The hash tag of a name, as Redis Cluster reads one in a key: the bytes between its first '{'
+ * and the first '}' after it, when there are any; else the whole name. */
+static const char *name_tag(const char *name, size_t len, size_t *tlen)
+{
+    const char *open = memchr(name, '{', len), *close;
+
+    if (open != NULL && (close = memchr(open + 1, '}', len - (size_t)(open + 1 - name))) != NULL &&
+        close > open + 1) {
+        *tlen = (size_t)(close - open - 1);
+        return open + 1;
+    }
+    *tlen = len;
+    return name;
+}
+
 char *rs__key_new(const rs_t *r, char kind, const char *name, size_t len, const char *suffix,
                   size_t *klen)
 {
     char head[RS_STEM_HEAD + 1];
-    uint32_t h = tag_hash(kind, name, len);
+    size_t tlen;
+    /* (on Redis Cluster, names that share a hash tag share a slot: a request on several
+     * semaphores touches one slot) */
+    const char *t = r->sh != NULL ? name_tag(name, len, &tlen) : (tlen = len, name);
+    uint32_t h = tag_hash(kind, t, tlen);
 
     snprintf(head, sizeof head, "sema:{%08x}%c:", r->sh != NULL ? rs__sh_tag(r, h) : h, kind);
     return rs__key_cat(head, name, len, suffix, klen);
@@ -96,6 +115,7 @@ static rs_op_t op_of(engine_op_t op)
         [ENGINE_TICKET_CREATE] = RS_OP_TICKET_CREATE,
         [ENGINE_TICKET_GET] = RS_OP_TICKET_GET,
         [ENGINE_TICKET_DELETE] = RS_OP_TICKET_DELETE,
+        [ENGINE_ACQUIRE_MULTI] = RS_OP_ACQUIRE_MULTI,
     };
 
     return of[op];
@@ -144,6 +164,50 @@ static void acquire_args(rs_t *r, const rs_req_t *rq, rs_args_t *a)
                              (unsigned long long)r->cfg.lock_readers));
     if (acq && req->tenant != NULL)
         rs__arg_str(a, req->tenant);
+}
+
+/* The strings of an acquire_multi's arguments beyond rs_args_t's own: each semaphore's stem
+ * (new strings, freed by multi_free) and weight. */
+typedef struct {
+    char *stem[ENGINE_PARTS_MAX];
+    char w[ENGINE_PARTS_MAX][24];
+} multi_strs_t;
+
+static void multi_free(multi_strs_t *m)
+{
+    for (size_t i = 0; i < ENGINE_PARTS_MAX; i++)
+        sema__free(m->stem[i]);
+}
+
+/* acquire_multi: wait, ttl, lease id, owner, idem, the limits (as an acquire's), tenant, then
+ * each semaphore's stem and weight. */
+static void multi_args(rs_t *r, const rs_req_t *rq, rs_args_t *a, multi_strs_t *m)
+{
+    const engine_req_t *req = rq->req;
+
+    rs__arg_str(a, req->timeout_ms == 0 ? "0" : "1");
+    rs__arg_i64(a, req->ttl_ms);
+    rs__arg_str(a, rq->lid);
+    rs__arg_str(a, req->owner ? req->owner : "");
+    rs__arg_str(a, req->idem_key ? req->idem_key : "");
+    rs__arg(a, a->text,
+            (size_t)snprintf(a->text, sizeof a->text, "%llu %llu %llu",
+                             (unsigned long long)r->cfg.max_locks,
+                             (unsigned long long)r->cfg.max_waiters_per_sem,
+                             (unsigned long long)r->cfg.lock_readers));
+    rs__arg_str(a, req->tenant ? req->tenant : "");
+    for (size_t i = 0; i < req->nparts && i < ENGINE_PARTS_MAX; i++) {
+        size_t klen;
+        m->stem[i] = rs__key_new(r, 's', req->parts[i].name, req->parts[i].name_len, "", &klen);
+        if (m->stem[i] == NULL) {
+            a->oom = 1;
+            return;
+        }
+        rs__arg(a, m->stem[i], klen);
+        rs__arg(a, m->w[i],
+                (size_t)snprintf(m->w[i], sizeof m->w[i], "%llu",
+                                 (unsigned long long)req->parts[i].weight));
+    }
 }
 
 /* RS_LIM_MAP, when a PUT or a resize names limits. */
@@ -207,8 +271,11 @@ static char *op_key(const rs_t *r, const engine_req_t *req, size_t *klen, int *n
     else if (rs__is_ticket_id_op(req->op) || rs__is_lease_op(req->op))
         return rs__id_key(r, rs__is_lease_op(req->op) ? "id:" : "tk:", req->id, req->id_len, klen,
                           nomem);
-    else
-        k = rs__key_new(r, rs__req_kind(req), req->name, req->name_len, "", klen);
+    else {
+        size_t nl;
+        const char *name = rs__req_name(req, &nl);
+        k = rs__key_new(r, rs__req_kind(req), name, nl, "", klen);
+    }
     *nomem = k == NULL;
     return k;
 }
@@ -221,18 +288,22 @@ rs_cmd_t *rs__op_cmd(rs_t *r, rs_req_t *rq, int *nomem)
     rs_args_t a = {0};
     rs_cmd_t *c;
     char tid[ENGINE_LEASE_ID_MAX], lid[ENGINE_LEASE_ID_MAX];
+    multi_strs_t ms = {0};
 
     if (key == NULL)
         return NULL;
-    if (req->op == ENGINE_ACQUIRE || req->op == ENGINE_LOCK_ACQUIRE)
+    if (rs__is_acquire(req->op))
         rs__id_mark(r, rq->lid, key, klen);
     rs__args_head(r, &a, key, klen, rs__op_name(op_of(req->op)), rq->writes ? rq->wid : "", req);
     /* (an acquire's waiter id is its request id: reads have none, and wait-idle writes) */
     if (req->op == ENGINE_TICKET_CREATE)
         rs__ticket_args(r, req, &a, tid, lid, key, klen);
+    else if (req->op == ENGINE_ACQUIRE_MULTI)
+        multi_args(r, rq, &a, &ms);
     else
         op_args(r, rq, &a);
     c = rs__cmd_build(r, RS_CMD_OP, &a);
+    multi_free(&ms);
     sema__free(key);
     if (c != NULL)
         c->rq = rq;
@@ -315,7 +386,7 @@ void rs__op_reply(rs_t *r, rs_cmd_t *c, const redisReply *rep)
         engine_result_clear(&rq->req->res);
         rs__fail(r, rq, (be_msg_t)rs__el_i64(rep, RS_R_MSG), 1);
     } else if (rs__result_from(r, rq, rep) != 0) {
-        if (rq->req->op == ENGINE_ACQUIRE || rq->req->op == ENGINE_LOCK_ACQUIRE)
+        if (rs__is_acquire(rq->req->op))
             rs__send_drop(r, rq->lid);
         engine_result_clear(&rq->req->res);
         rs__fail(r, rq, BE_MSG_NOMEM_RESULT, 0);

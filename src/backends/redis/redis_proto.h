@@ -44,7 +44,8 @@
     X(DROP_LEASE, "drop_lease", 1)                                                                 \
     X(SWEEP, "sweep", 0)                                                                           \
     X(FOLLOW, "follow", 0)                                                                         \
-    X(BEAT, "beat", 0)
+    X(BEAT, "beat", 0)                                                                             \
+    X(ACQUIRE_MULTI, "acquire_multi", 1)
 
 typedef enum {
 #define RS_OP__ENUM(id, name, writes) RS_OP_##id,

@@ -37,8 +37,7 @@ static void send_lease_end_again(rs_t *r, const engine_req_t *req)
 
 static int is_wait(const engine_req_t *req)
 {
-    return req->op == ENGINE_ACQUIRE || req->op == ENGINE_LOCK_ACQUIRE ||
-           req->op == ENGINE_WAIT_IDLE;
+    return rs__is_acquire(req->op) || req->op == ENGINE_WAIT_IDLE;
 }
 
 /* A held reply that a WAIT did not confirm: its client gets "outcome unknown", and what it
@@ -51,13 +50,14 @@ static void unconfirmed(rs_t *r, rs_req_t *rq)
     if (req->status != 0 && rq->wid[0] != '\0' && is_wait(req)) {
         /* a waiter's end (a timeout, say) that may be undone */
         size_t sl;
-        char *stem = rs__key_new(r, rs__req_kind(req), req->name, req->name_len, "", &sl);
+        size_t nl;
+        const char *name = rs__req_name(req, &nl);
+        char *stem = rs__key_new(r, rs__req_kind(req), name, nl, "", &sl);
         if (stem != NULL)
             rs__send_cancel(r, stem, sl, rq);
         sema__free(stem);
     } else if (req->status == 0) {
-        if (req->res.kind == ENGINE_RES_LEASE &&
-            (req->op == ENGINE_ACQUIRE || req->op == ENGINE_LOCK_ACQUIRE))
+        if (req->res.kind == ENGINE_RES_LEASE && rs__is_acquire(req->op))
             rs__send_drop(r, req->res.lease.id);
         if (req->op == ENGINE_LEASE_RELEASE || req->op == ENGINE_LEASE_REVOKE)
             send_lease_end_again(r, req);

@@ -145,6 +145,8 @@ local follow
 -- (LH: the hooks, LH.load ... LH.view; LH.self_wid: an acquire joining the line, and
 -- LH.self_lease its lease when this very admission grants it)
 local LIM, LH = nil, {}
+-- Requests and leases on several semaphores (the section "several semaphores" below): MU.
+local MU = {KIND = {i = '1', t = '2', m = '3'}} -- (KIND: a waiter's kind as views say it)
 
 local ACTS, WAKE
 local NONE = {} -- ACTS, WAKE and GRANTED until a call has one: never written to
@@ -241,6 +243,9 @@ local function lall()
     for j = 1, #ks do
       local lid = ids[i + j - 1]
       local l = lread(lid, vs[j])
+      if not l and vs[j] and string.byte(vs[j], 1) == 109 then
+        l = MU.part(MU.lparse(vs[j]), S) -- its part here of a lease on several
+      end
       if l then
         out[#out + 1] = {lid, l}
       end
@@ -313,7 +318,10 @@ end
 local function outcome(typ, wid, w, lid, l, extra)
   extra = extra or (l and l.mode) or ''
   act(typ, wid, w.inst, lid, l, extra)
-  if w.inst ~= INST then
+  if w.inst == INST and MU.cx and S ~= MU.first then
+    -- (this semaphore's acts go out as events only: the completion rides in the reply)
+    MU.tell(typ, wid, w, lid, l, extra, S)
+  elseif w.inst ~= INST then
     local rec = typ .. '\0' .. lid .. '\0' .. (extra or '') .. '\0' .. (l and lpack(l) or '')
     redis.call('HSET', H .. 'g:' .. w.inst, wid, S .. '\0' .. rec)
     if WAKE == NONE then
@@ -332,7 +340,7 @@ local function waiter_event(typ, w)
     return -- nobody follows its events: nothing to say
   end
   act(typ, '', '', '', {sw = w.sw or N(w.w), sf = N(M.nq), sttl = N(M.wq), sacq = N(w.since),
-                        sexp = w.kind == 'i' and '1' or w.kind == 't' and '2' or '0',
+                        sexp = MU.KIND[w.kind] or '0',
                         owner = w.owner, tn = w.tenant}, w.kind == 'i' and '0' or w.mode)
 end
 
@@ -370,8 +378,10 @@ function LQ.recount()
   redis.call('HDEL', H .. 'epoch', 'lq')
   return n
 end
--- lq, stored: the epoch hash's `lq` and `leases` as read. The number of leases.
+-- lq, stored: the epoch hash's `lq` and `leases` as read (false when absent: HMGET's nil
+-- comes to Lua as false). The number of leases.
 function LQ.check(lq, stored)
+  lq = lq or nil -- (else every call would find a mark that is not there, and count again)
   stored = tonumber(stored or '0')
   local ls = LQ.by[H]
   if lq ~= (ls and ls.dirty and LQ.token or nil) or (not ls and lq) then
@@ -518,9 +528,15 @@ local ENDED = {[ACT.RELEASED] = 'R', [ACT.EXPIRED] = 'E', [ACT.REVOKED] = 'V',
 
 -- l: the lease when the caller has read it already
 local function lease_end(lid, why, l)
-  l = l or lget(lid)
   if not l then
-    return nil
+    local v = redis.call('GET', H .. 'id:' .. lid)
+    l = lread(lid, v)
+    if not l then
+      if v and string.byte(v, 1) == 109 then -- 'm': on several semaphores
+        return MU.lease_end(lid, why, v)
+      end
+      return nil
+    end
   end
   redis.call('ZREM', KX, lid)
   local tomb = 'T' .. ENDED[why]
@@ -650,12 +666,20 @@ local function admit()
         if w.w > M.avail or NOW < SAFE_AT then
           return
         end
-        unqueue(wid, w)
-        est_queue_grant(w.w)
-        if w.kind == 't' then
-          tk_admit(wid)
+        if w.kind == 'm' then
+          local parts = MU.ready(wid, w)
+          if not parts then
+            return -- (next here, not yet on another of its semaphores: nobody passes it)
+          end
+          MU.grant(wid, w, parts, true)
         else
-          grant(w, w.lid, wid)
+          unqueue(wid, w)
+          est_queue_grant(w.w)
+          if w.kind == 't' then
+            tk_admit(wid)
+          else
+            grant(w, w.lid, wid)
+          end
         end
       end
     end
@@ -670,8 +694,11 @@ local function prune_instance(inst)
   for _, wid in ipairs(redis.call('ZRANGE', KQ, '0', '-1')) do
     if string.sub(wid, 1, #pfx) == pfx then
       local rec = redis.call('HGET', KW, wid)
-      if rec then
-        unqueue(wid, wunpack(rec), true)
+      local w = rec and wunpack(rec)
+      if w and w.kind == 'm' then
+        MU.leave(wid) -- (from every line)
+      elseif w then
+        unqueue(wid, w, true)
       else
         redis.call('ZREM', KQ, wid)
       end
@@ -807,7 +834,7 @@ local function view(lists)
       ws[#ws + 1] = N(w.w)
       ws[#ws + 1] = N(w.since)
       ws[#ws + 1] = w.kind == 'i' and '0' or w.mode
-      ws[#ws + 1] = w.kind == 'i' and '1' or w.kind == 't' and '2' or '0' -- 2: a ticket
+      ws[#ws + 1] = MU.KIND[w.kind] or '0' -- 2: a ticket, 3: a part of a request on several
       ws[#ws + 1] = w.tenant
     end
   end
@@ -869,6 +896,10 @@ end
 -- st: the status ('0', P.ST_PARKED_S, or a code); msg: a message id ('0': none)
 local function answer(st, msg, res)
   local d = 0
+  if MU.cx then
+    MU.finish() -- the call's other semaphores first
+    LOG = nil -- (the last one's)
+  end
   if S and (not M or M.ev ~= 0) then
     LOG = redis.call('HGET', KS, 'log')
     if M and not LOG and not M.lim then
@@ -987,6 +1018,9 @@ local function delete_all()
     if rec then
       local w = wunpack(rec)
       waiter_out(w.inst)
+      if w.kind == 'm' then
+        MU.leave(wid, S) -- (its other lines)
+      end
       outcome(ACT.FAIL, wid, w, '', nil, MSG.WAITER_SEM_DELETED)
     end
   end
@@ -1020,6 +1054,9 @@ function ops.resize()
   if bad then
     return refuse(bad)
   end
+  if not M.lim and (tm > 0 or rate > 0) and MU.present() then
+    return refuse(MSG.REDIS_LIMITS_BESIDE_MULTI)
+  end
   LH.set(tm, rate, burst)
   M.avail = M.avail + cap - M.cap
   M.cap = cap
@@ -1031,6 +1068,9 @@ function ops.resize()
       if w.kind == 'a' and why then
         unqueue(wid, w, true)
         outcome(ACT.FAIL, wid, w, '', nil, why)
+      elseif w.kind == 'm' and w.w > cap then
+        MU.leave(wid) -- the whole request fails
+        outcome(ACT.FAIL, wid, w, '', nil, MSG.WAITER_ABOVE_CAPACITY)
       end
     end
   end
@@ -1168,6 +1208,9 @@ end
 -- admission says whether it goes at once; a try that does not leaves without a trace.
 LH.acquire = function(wid, w, wait)
   if not M.lim then
+    if MU.present() then
+      return refuse(MSG.REDIS_LIMITS_BESIDE_MULTI)
+    end
     LH.activate()
   end
   local heavy = LH.too_heavy(w.w)
@@ -1529,15 +1572,20 @@ function ops.cancel()
   local wid, why, mylid = ARGV[A], ARGV[A + 1], ARGV[A + 2] or ''
   local kg = H .. 'g:' .. INST
   local ml = why == 'd' and M and mylid ~= '' and redis.call('HEXISTS', KW, wid) == 0 and
-             redis.call('HEXISTS', kg, wid) == 0 and lget(mylid)
+             redis.call('HEXISTS', kg, wid) == 0 and (lget(mylid) or MU.lease(mylid))
   if ml then
-    lease_end(mylid, ACT.RELEASED, ml)
+    lease_end(mylid, ACT.RELEASED, not ml.parts and ml or nil)
     admit()
     return reply(0)
   end
   local rec = M and redis.call('HGET', KW, wid)
   if rec then
-    unqueue(wid, wunpack(rec), true)
+    local w = wunpack(rec)
+    if w.kind == 'm' then
+      MU.leave(wid) -- (from every line)
+    else
+      unqueue(wid, w, true)
+    end
     if why == 't' then
       act(ACT.FAIL, wid, INST, '', nil, MSG.WAITER_TIMED_OUT)
     end
@@ -1567,8 +1615,12 @@ function ops.cancel()
     elseif not g and not lid and why == 't' and M and mylid ~= '' then
       -- granted by a script whose answer told it to this instance, which has not seen it yet
       local l = lget(mylid)
+      local ml = not l and MU.lease(mylid)
       if l then
         act(ACT.GRANTED + P.ACT_COLLECTED, wid, INST, mylid, l, nil)
+      elseif ml then
+        act(ACT.GRANTED + P.ACT_COLLECTED, wid, INST, mylid, MU.part(ml, ml.parts[1].s),
+            MU.fences(ml))
       end
     end
   end
@@ -1581,6 +1633,542 @@ end
 -- that has ended already is left as it is.
 function ops.drop_lease()
   lease_end(LID, ACT.RELEASED, LEASE)
+  admit()
+  return reply(0)
+end
+
+-- ---- several semaphores at once, all or nothing (docs/semantics.md) ----
+-- A request on several semaphores has a place in each one's line: a waiter record in each :w
+-- (kind 'm', with the weight of its part there) under one waiter id, and sema:mu:<waiter id>
+-- lists its parts (weight and stem each, in the request's order). It is granted when it is the
+-- head of every one of its lines and fits in every one, and holds nothing until then. Its
+-- lease's id key holds 'm', the lease's times and strings (MREC), then each part's weight,
+-- fence and stem; every semaphore's :x holds the lease by its expiry, so whichever of them
+-- finds it due ends it on all. One call touches them all: MU.go makes another of them the
+-- call's current semaphore (each row is loaded once per call, and keeps its own acts); before
+-- the call answers, MU.finish admits the lines that moved, then writes each row, its due time
+-- and its events as answer() and publish() do for the call's own. Limits (tenants, a rate)
+-- are not served beside them: a request on a semaphore with limits is refused, and so are
+-- limits on a semaphore where one waits or holds.
+local MREC = '<dddHc0Hc0Hc0' -- (after the 'm')
+
+-- Make `stem` the current semaphore: its row (nil when there is none).
+function MU.go(stem)
+  if stem == S then
+    return M
+  end
+  local cx = MU.cx
+  if not cx then
+    cx = {}
+    MU.cx, MU.first, MU.list, MU.need = cx, S, {S}, {}
+  end
+  cx[S] = {M, DUE0, ACTS, LIM}
+  keys_of(stem)
+  local c = cx[stem]
+  if c then
+    M, DUE0, ACTS, LIM = c[1], c[2], c[3], c[4]
+  else
+    ACTS = NONE
+    M = mload()
+    DUE0 = M and M.due or -2
+    MU.list[#MU.list + 1] = stem
+  end
+  return M
+end
+
+-- Its line moved (units back, a head gone): admission runs there before the call answers.
+function MU.moved(stem)
+  if MU.cx then
+    MU.need[stem] = true
+  end
+end
+
+-- Parts from position i of v: {w, s} each (and f when `fenced`).
+function MU.parts(v, i, fenced)
+  local out = {}
+  while i <= #v do
+    local p = {}
+    if fenced then
+      p.w, p.f, p.s, i = struct.unpack('<ddHc0', v, i)
+    else
+      p.w, p.s, i = struct.unpack('<dHc0', v, i)
+    end
+    out[#out + 1] = p
+  end
+  return out
+end
+
+-- The live lease on several semaphores `lid`, or nil.
+function MU.lease(lid)
+  local v = redis.call('GET', H .. 'id:' .. lid)
+  return v and string.byte(v, 1) == 109 and MU.lparse(v) or nil
+end
+
+function MU.waiting(wid)
+  local v = redis.call('GET', H .. 'mu:' .. wid)
+  return v and MU.parts(v, 1, false)
+end
+
+function MU.lrec(l)
+  local t = {'m', struct.pack(MREC, l.ttl, l.acq, l.exp, #l.owner, l.owner, #l.idem, l.idem,
+                         #l.princ, l.princ)}
+  for _, p in ipairs(l.parts) do
+    t[#t + 1] = struct.pack('<ddHc0', p.w, p.f, #p.s, p.s)
+  end
+  return concat(t)
+end
+
+function MU.lparse(v)
+  local ttl, acq, exp, owner, idem, princ, i = struct.unpack(MREC, v, 2)
+  return {ttl = ttl, acq = acq, exp = exp, owner = owner, idem = idem, princ = princ,
+          parts = MU.parts(v, i, true)}
+end
+
+-- The lease as its semaphore `stem` shows it: that part (mode 'm': a lease on several).
+function MU.part(l, stem)
+  for _, p in ipairs(l.parts) do
+    if p.s == stem then
+      return {w = p.w, f = p.f, ttl = l.ttl, acq = l.acq, exp = l.exp, owner = l.owner,
+              idem = l.idem, mode = 'm', princ = l.princ}
+    end
+  end
+  return nil
+end
+
+-- 'm' and the fences in the parts' order: the mode field of a granted request's outcome.
+function MU.fences(l)
+  local t = {'m'}
+  for _, p in ipairs(l.parts) do
+    t[#t + 1] = N(p.f)
+  end
+  return table.concat(t, ' ')
+end
+
+-- A lease's result: as on one semaphore (its first part's), then stem, weight, fence per part.
+function MU.result(lid, l)
+  local r = lease_result(lid, MU.part(l, l.parts[1].s))
+  for _, p in ipairs(l.parts) do
+    r[#r + 1] = p.s
+    r[#r + 1] = N(p.w)
+    r[#r + 1] = N(p.f)
+  end
+  return r
+end
+
+-- The record of request w's part of weight `pw` on one semaphore.
+function MU.wp(w, pw)
+  local c = {}
+  for k, x in pairs(w) do
+    c[k] = x
+  end
+  c.w, c.sw = pw, N(pw)
+  return c
+end
+
+-- The outcome of a parked request on several semaphores, as outcome() tells one (an own
+-- request's in the call's reply, as a collected outcome: never a public event); `stem` its
+-- first semaphore.
+function MU.tell(typ, wid, w, lid, l, extra, stem)
+  local here = S
+  if w.inst == INST then
+    if MU.cx then
+      MU.go(MU.first)
+    end
+    act(typ + P.ACT_COLLECTED, wid, INST, lid, l, extra)
+    MU.go(here)
+    return
+  end
+  local rec = typ .. '\0' .. lid .. '\0' .. extra .. '\0' .. (l and lpack(l) or '')
+  redis.call('HSET', H .. 'g:' .. w.inst, wid, stem .. '\0' .. rec)
+  if WAKE == NONE then
+    WAKE = {}
+  end
+  WAKE[w.inst] = true
+end
+
+-- The parts of the request wid when it is next and fits in every line (its part here, of
+-- weight w.w, heads this one); nil otherwise.
+function MU.ready(wid, w)
+  if w.w > M.avail or NOW < SAFE_AT then
+    return nil
+  end
+  local parts, here = MU.waiting(wid), S
+  if not parts then
+    return nil
+  end
+  for _, p in ipairs(parts) do
+    if p.s ~= here then
+      local m = MU.go(p.s)
+      local h = m and redis.call('ZRANGE', KQ, '0', '0')
+      if not m or h[1] ~= wid or p.w > m.avail then
+        MU.go(here)
+        return nil
+      end
+    end
+  end
+  MU.go(here)
+  return parts
+end
+
+-- Grant request w (waiter id wid; `waited`: parked in every line) its parts: one lease.
+function MU.grant(wid, w, parts, waited)
+  local here = S
+  local l = {ttl = w.ttl, acq = NOW, exp = NOW + w.ttl, owner = w.owner, idem = w.idem,
+             princ = w.princ, parts = parts}
+  local sexp = N(l.exp)
+  for _, p in ipairs(parts) do
+    MU.go(p.s)
+    if waited then
+      unqueue(wid, MU.wp(w, p.w))
+      est_queue_grant(p.w)
+    end
+    p.f = next_fence()
+    M.avail = M.avail - p.w
+    M.held = M.held + p.w
+    redis.call('ZADD', KX, sexp, w.lid)
+    due_at(l.exp)
+    granted()
+    if M.nt > 0 then
+      redis.call('ZADD', KH, nows(), w.lid)
+    end
+    act(ACT.GRANTED, '', '', w.lid, MU.part(l, p.s))
+    MU.moved(p.s)
+  end
+  redis.call('SET', H .. 'id:' .. w.lid, MU.lrec(l))
+  bump_horizon(l.exp)
+  count('leases', '1')
+  MU.go(parts[1].s)
+  if w.idem ~= '' then
+    redis.call('HSET', KI, w.idem, 'L' .. w.lid)
+  end
+  if waited then
+    redis.call('DEL', H .. 'mu:' .. wid)
+    if OP == 'collect' or OP == 'cancel' then
+      if GRANTED == NONE then
+        GRANTED = {}
+      end
+      GRANTED[wid] = w.lid
+    end
+    MU.tell(ACT.GRANTED, wid, w, w.lid, MU.part(l, parts[1].s), MU.fences(l), S)
+  end
+  MU.go(here)
+  return l
+end
+
+-- Request wid leaves every line without a grant (but the line of `except`, which the caller
+-- empties); its first semaphore's stem.
+function MU.leave(wid, except)
+  local parts, here = MU.waiting(wid), S
+  if not parts then
+    return here
+  end
+  for _, p in ipairs(parts) do
+    if p.s ~= except and MU.go(p.s) then
+      local rec = redis.call('HGET', KW, wid)
+      if rec then
+        unqueue(wid, wunpack(rec), true)
+      end
+      MU.moved(p.s)
+    end
+  end
+  redis.call('DEL', H .. 'mu:' .. wid)
+  MU.go(here)
+  return parts[1].s
+end
+
+-- End lease lid on several semaphores (v: its id key's value). Deleting one of them (the
+-- current one) revokes it on the others.
+function MU.lease_end(lid, why, v)
+  local l, here = MU.lparse(v), S
+  for _, p in ipairs(l.parts) do
+    if MU.go(p.s) then
+      redis.call('ZREM', KX, lid)
+      M.avail = M.avail + p.w
+      M.held = M.held - p.w
+      if M.nt > 0 then
+        redis.call('ZREM', KH, lid)
+        est_hold(NOW - l.acq)
+      end
+      local typ = why
+      if why == ACT.DELETED and p.s ~= here then
+        typ = ACT.REVOKED
+      end
+      if typ ~= ACT.DELETED then
+        act(typ, '', '', lid, MU.part(l, p.s))
+      end
+      if typ == ACT.REVOKED then
+        next_fence() -- a fenced write with the old token now loses, on every one
+      end
+      MU.moved(p.s)
+    end
+  end
+  local tomb = 'T' .. ENDED[why]
+  if OP == 'lease_release' and lid == LID then
+    tomb = tomb .. RID -- a retry of this very release finds it done (see main)
+  end
+  redis.call('SET', H .. 'id:' .. lid, tomb, 'PX', TOMB_TTL_MS)
+  if l.idem ~= '' and MU.go(l.parts[1].s) and redis.call('HGET', KI, l.idem) == 'L' .. lid then
+    redis.call('HDEL', KI, l.idem)
+  end
+  count('leases', '-1')
+  MU.go(here)
+  return MU.part(l, here) or MU.part(l, l.parts[1].s)
+end
+
+-- The call's other semaphores: their lines admitted (a bounded number of times: past it, they
+-- are due now and the sweep goes on), then their rows, due times and events written.
+function MU.finish()
+  local n = 0
+  local more = true
+  while more and n < 4 * HK_MAX do
+    more = false
+    for _, s in ipairs(MU.list) do
+      if MU.need[s] then
+        MU.need[s] = nil
+        more = true
+        n = n + 1
+        if MU.go(s) then
+          admit()
+        end
+      end
+    end
+  end
+  for s, _ in pairs(MU.need) do
+    if MU.go(s) then
+      due_at(NOW)
+    end
+  end
+  for i = 2, #MU.list do
+    if MU.go(MU.list[i]) then
+      MU.settle()
+    end
+  end
+  MU.go(MU.first)
+  MU.cx = nil
+end
+
+-- The current semaphore (not the call's own): what answer() and publish() do for that one.
+function MU.settle()
+  LOG = M.ev ~= 0 and redis.call('HGET', KS, 'log') or nil
+  if M.due < 0 or MORE then
+    M.due = next_due()
+  end
+  local d = M.due
+  msave()
+  if d ~= DUE0 and not (DUE0 == -2 and d == 0) then
+    if d > 0 then
+      redis.call('ZADD', H .. 'due', N(d), S)
+    else
+      redis.call('ZREM', H .. 'due', S)
+    end
+    due_head(true)
+  end
+  MU.log('') -- (every instance takes them from the message, this one too: no reply has them)
+end
+
+-- Whether a request or a lease on several semaphores waits or holds here.
+function MU.present()
+  for _, rec in ipairs(redis.call('HVALS', KW)) do
+    if wunpack(rec).kind == 'm' then
+      return true
+    end
+  end
+  local ids = redis.call('ZRANGE', KX, '0', '-1')
+  for i = 1, #ids do
+    local v = redis.call('GET', H .. 'id:' .. ids[i])
+    if v and string.byte(v, 1) == 109 then
+      return true
+    end
+  end
+  return false
+end
+
+-- A retry with a known Idempotency-Key (in the first semaphore's :i): the lease it names,
+-- or the first attempt's places, taken over.
+function MU.idem(wid, w, parts, wait)
+  local v = redis.call('HGET', KI, w.idem)
+  if not v then
+    return nil
+  end
+  local kind, ref = string.sub(v, 1, 1), string.sub(v, 2)
+  if kind == 'T' then
+    return refuse(MSG.KEY_NAMES_TICKET)
+  end
+  local have
+  if kind == 'L' then
+    local t = redis.call('GET', H .. 'id:' .. ref)
+    if not t or string.byte(t, 1) ~= 109 then
+      return t and string.byte(t, 1) == 108 and refuse(MSG.KEY_OTHER_PARTS) or nil
+    end
+    have = MU.lparse(t)
+  else
+    local rec = redis.call('HGET', KW, ref)
+    if not rec then
+      return nil
+    end
+    have = wunpack(rec)
+    have.parts = have.kind == 'm' and MU.waiting(ref) or {}
+  end
+  if not allowed(have.princ) then
+    return refuse(MSG.KEY_OTHER_TOKEN)
+  end
+  local same = #have.parts == #parts
+  for i = 1, #parts do
+    same = same and have.parts[i].s == parts[i].s and have.parts[i].w == parts[i].w
+  end
+  if not same then
+    return refuse(MSG.KEY_OTHER_PARTS)
+  end
+  if kind == 'L' then
+    return reply(0, MU.result(ref, have))
+  end
+  if not wait then
+    return refuse(MSG.NOT_AVAILABLE)
+  end
+  if not redis.call('ZSCORE', H .. 'inst', INST) then
+    return answer(P.ST_GONE_S, '0', nil) -- this instance was taken for dead
+  end
+  -- the retry takes the first attempt's places: same positions, its own instance
+  local old, first = wunpack(redis.call('HGET', KW, ref)), S
+  for _, p in ipairs(parts) do
+    MU.go(p.s)
+    local score = redis.call('ZSCORE', KQ, ref)
+    redis.call('ZREM', KQ, ref)
+    redis.call('HDEL', KW, ref)
+    waiter_out(old.inst)
+    waiter_in(INST)
+    local c = MU.wp(old, p.w)
+    c.inst, c.lid, c.ttl, c.sttl, c.owner = INST, w.lid, w.ttl, w.sttl, w.owner
+    redis.call('ZADD', KQ, score, wid)
+    redis.call('HSET', KW, wid, wpack(c))
+  end
+  MU.go(first)
+  redis.call('RENAME', H .. 'mu:' .. ref, H .. 'mu:' .. wid)
+  redis.call('HSET', KI, w.idem, 'W' .. wid)
+  MU.tell(ACT.FAIL, ref, old, '', nil, MSG.WAITER_REPLACED, first)
+  return reply(P.ST_PARKED)
+end
+
+-- acquire_multi (KEYS[1]: the first semaphore's stem): wait (0 try, 1 wait), ttl, lease id,
+-- owner, idem, the limits (as acquire's), tenant, then each semaphore's stem and weight.
+function ops.acquire_multi()
+  local wait = ARGV[A] == '1'
+  local w = {inst = INST, w = 0, kind = 'm', since = NOW, ttl = ARGV[A + 1] + 0,
+             owner = ARGV[A + 3], idem = ARGV[A + 4], lid = ARGV[A + 2], mode = '0',
+             princ = PRINC, sttl = ARGV[A + 1], tenant = ''}
+  local wid, first, parts = RID, S, {}
+  if (ARGV[A + 6] or '') ~= '' then
+    return refuse(MSG.REDIS_MULTI_TENANT)
+  end
+  for i = A + 7, #ARGV - 1, 2 do
+    parts[#parts + 1] = {s = ARGV[i], w = ARGV[i + 1] + 0}
+  end
+  if NOW < SAFE_AT then
+    return refuse(MSG.REDIS_STATE_LOST)
+  end
+  for i, p in ipairs(parts) do
+    local m = MU.go(p.s)
+    if not m then
+      return refuse(MSG.NO_SEM_OF_SEVERAL)
+    end
+    if m.lim then
+      return refuse(MSG.REDIS_MULTI_LIMITS)
+    end
+    if p.w > m.cap then
+      return refuse(MSG.BAD_WEIGHT)
+    end
+    if i > 1 then
+      housekeep()
+    end
+  end
+  MU.go(first)
+  if w.idem ~= '' then
+    local r = MU.idem(wid, w, parts, wait)
+    if r then
+      return r
+    end
+  end
+  local at_once, full = true, false
+  local maxw = tonumber(match(ARGV[A + 5], '^%d+ (%d+)') or '0')
+  for _, p in ipairs(parts) do
+    local m = MU.go(p.s)
+    at_once = at_once and m.nq == 0 and p.w <= m.avail
+    full = full or (maxw > 0 and m.nq >= maxw)
+  end
+  MU.go(first)
+  if at_once then
+    return reply(0, MU.result(w.lid, MU.grant(wid, w, parts, false)))
+  end
+  if not wait then
+    return refuse(MSG.NOT_AVAILABLE)
+  end
+  if full then
+    return refuse(MSG.TOO_MANY_WAITERS)
+  end
+  if not redis.call('ZSCORE', H .. 'inst', INST) then
+    return answer(P.ST_GONE_S, '0', nil) -- this instance was taken for dead
+  end
+  -- one arrival: the end of every line, in one step
+  local pk = {}
+  for i, p in ipairs(parts) do
+    pk[i] = struct.pack('<dHc0', p.w, #p.s, p.s)
+  end
+  redis.call('SET', H .. 'mu:' .. wid, concat(pk))
+  for _, p in ipairs(parts) do
+    MU.go(p.s)
+    local c = MU.wp(w, p.w)
+    M.seq = M.seq + 1
+    redis.call('ZADD', KQ, N(M.seq), wid)
+    redis.call('HSET', KW, wid, wpack(c))
+    waiter_in(INST)
+    M.nq = M.nq + 1
+    M.wq = M.wq + p.w
+    waiter_event(ACT.QUEUED, c)
+  end
+  MU.go(first)
+  if w.idem ~= '' then
+    redis.call('HSET', KI, w.idem, 'W' .. wid)
+  end
+  return reply(P.ST_PARKED)
+end
+
+-- A lease op on a lease on several semaphores (run: LID; v its id key's value).
+function MU.lease_op(v)
+  local l = MU.lparse(v)
+  keys_of(l.parts[1].s)
+  M = mload()
+  DUE0 = M and M.due or -2
+  if not M then
+    return refuse(MSG.NO_LEASE)
+  end
+  if OP ~= 'drop_lease' and not allowed(l.princ) then
+    return refuse(MSG.LEASE_OTHER_TOKEN)
+  end
+  if l.exp <= NOW and OP ~= 'lease_release' and OP ~= 'drop_lease' then
+    MU.lease_end(LID, ACT.EXPIRED, v) -- its time came before any housekeeping ended it
+    admit()
+    return refuse(MSG.LEASE_EXPIRED)
+  end
+  if OP == 'lease_get' then
+    return reply(0, MU.result(LID, l))
+  end
+  if OP == 'lease_renew' then
+    l.ttl = tonumber(ARGV[A])
+    l.exp = NOW + l.ttl
+    redis.call('SET', H .. 'id:' .. LID, MU.lrec(l))
+    local sexp = N(l.exp)
+    for _, p in ipairs(l.parts) do
+      if MU.go(p.s) then
+        redis.call('ZADD', KX, sexp, LID)
+        due_at(l.exp)
+      end
+    end
+    MU.go(l.parts[1].s)
+    bump_horizon(l.exp)
+    return reply(0, MU.result(LID, l))
+  end
+  REBUILT = OP == 'lease_release'
+  MU.lease_end(LID, OP == 'lease_revoke' and ACT.REVOKED or ACT.RELEASED, v)
   admit()
   return reply(0)
 end
@@ -2616,6 +3204,9 @@ function ops.ticket_create()
   end
   local lim = M.lim or t.tenant ~= ''
   if lim and not M.lim then
+    if MU.present() then
+      return refuse(MSG.REDIS_LIMITS_BESIDE_MULTI)
+    end
     LH.activate()
   end
   local heavy = lim and LH.too_heavy(t.w)
@@ -3036,6 +3627,9 @@ local function run()
       end
       return refuse(TOMB[string.sub(v, 2, 2)])
     end
+    if string.byte(v, 1) == 109 then
+      return MU.lease_op(v) -- a lease on several semaphores
+    end
     local l, stem = lparse(v)
     if not stem then
       return refuse(MSG.NO_LEASE)
@@ -3076,6 +3670,8 @@ local function run()
       return ops[OP]()
     elseif OP == 'lock_get' then
       return refuse(MSG.NO_LOCK)
+    elseif OP == 'acquire_multi' then
+      return refuse(MSG.NO_SEM_OF_SEVERAL)
     else
       return refuse(MSG.NO_SEM)
     end
@@ -3093,15 +3689,12 @@ end
 -- renewed it; Redis lost it) starts a new run with a new uid, so an id from before never
 -- resumes across the gap. A delete ends the run: a new semaphore of the name starts a new one.
 
-local function publish(r)
-  if WAKE ~= NONE then
-    for inst, _ in pairs(WAKE) do
-      redis.call(PUB, H .. 'wake:' .. inst, S)
-    end
-  end
+-- The current semaphore's events in its log, and published as from instance `from`: the
+-- log's uid and the first one's number (nil when none).
+function MU.log(from)
   local pt = LOG
   if not S or #ACTS == 0 or not pt then
-    return r
+    return nil
   end
   local uid, seq = string.match(pt, '^(%d+)-(%d+)$')
   if not uid then
@@ -3135,7 +3728,7 @@ local function publish(r)
     end
   end
   if #ev == 0 then
-    return r
+    return nil
   end
   if ended then
     redis.call('DEL', KE)
@@ -3145,8 +3738,18 @@ local function publish(r)
     redis.call('HSET', KS, 'log', uid .. '-' .. N(seq))
   end
   local id = uid .. '-' .. N(first)
-  redis.call(PUB, 'sema:ev:' .. S, INST .. '\0' .. id .. '\0' .. table.concat(ev, '\0'))
-  if type(r[7]) == 'string' then -- the caller numbers its own events from its reply
+  redis.call(PUB, 'sema:ev:' .. S, from .. '\0' .. id .. '\0' .. table.concat(ev, '\0'))
+  return uid, first
+end
+
+local function publish(r)
+  if WAKE ~= NONE then
+    for inst, _ in pairs(WAKE) do
+      redis.call(PUB, H .. 'wake:' .. inst, S)
+    end
+  end
+  local uid, first = MU.log(INST)
+  if uid and type(r[7]) == 'string' then -- the caller numbers its own events from its reply
     r[7] = r[7] .. '\0' .. uid .. '\0' .. N(first)
   end
   return r
@@ -3218,7 +3821,7 @@ local function main(keys, args)
   ACTS, WAKE, GRANTED = NONE, NONE, NONE
   LIM, LH.self_wid, LH.self_lease = nil, nil, nil
   S, M, LID, LEASE, SAFE_AT, MORE, LOCK_NEW = nil, nil, nil, nil, 0, false, false
-  DUE0, OWN, REBUILT, LOG = -2, false, false, nil
+  DUE0, OWN, REBUILT, LOG, MU.cx = -2, false, false, nil, nil
   if RID ~= '' and RETRY then
     local c = redis.call('GET', H .. 'r:' .. RID)
     if c then
