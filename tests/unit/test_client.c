@@ -547,6 +547,7 @@ TEST(tickets)
     sema_client_t *c = client();
     sema_client_error_t e;
     sema_ticket_t t1, t2, x;
+    sema_multi_ticket_t m;
     sema_lease_t held_lease;
     sema_acquire_opts_t ao = {.timeout_ms = 0};
 
@@ -613,9 +614,14 @@ TEST(tickets)
     ASSERT_EQ(sema_client_ticket_get(c, t2.id, 0, &x, &e), SEMA_EGONE);
     ASSERT_EQ(held(c, "tk"), 0);
 
-    /* free units and nobody waiting: granted at once */
+    /* free units and nobody waiting: granted at once; read with its parts, it has one */
     ASSERT_OK(sema_client_ticket_take(c, "tk", NULL, &x, &e));
     ASSERT_EQ(x.status, SEMA_TICKET_GRANTED);
+    ASSERT_STREQ(x.tenant, "");
+    ASSERT_OK(sema_client_ticket_get_all(c, x.id, 0, &m, &e));
+    ASSERT_EQ(m.nparts, 1);
+    ASSERT_STREQ(m.parts[0].name, "tk");
+    ASSERT_EQ(m.parts[0].fence, x.lease.fence);
     ASSERT_OK(sema_client_ticket_leave(c, x.id, &e));
     ASSERT_EQ(held(c, "tk"), 0);
 
