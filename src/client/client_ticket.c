@@ -132,8 +132,8 @@ static int check_ticket_id(const char *id, sema_client_error_t *err)
     return 0;
 }
 
-/* A take's options that the request does not carry in its body: checked, and its
- * idempotency key (the caller's, or a random one) into key[80]. */
+/* Check a take's options, and put its idempotency key (the caller's, or a random one) into
+ * key[len]. */
 static int ticket_key(const sema_ticket_opts_t *o, char *key, size_t len, sema_client_error_t *err)
 {
     if (o->ttl_ms < 0 || o->keepalive_ms < 0)
@@ -149,9 +149,26 @@ static int ticket_key(const sema_ticket_opts_t *o, char *key, size_t len, sema_c
     return 0;
 }
 
+/* Add what every take sends to `body`: owner, ttl, keepalive and tenant. Returns 0, or
+ * SEMA_EINVAL for an owner or tenant that is not UTF-8 (jansson refuses it). */
+static int ticket_fields(sema_client_t *c, json_t *body, const sema_ticket_opts_t *o,
+                         sema_client_error_t *err)
+{
+    const char *owner = o->owner != NULL ? o->owner : c->owner;
+
+    if (json_object_set_new(body, "owner", json_string(owner)) != 0 ||
+        (o->tenant != NULL && json_object_set_new(body, "tenant", json_string(o->tenant)) != 0))
+        return client_fail(err, SEMA_EINVAL, 0, "owner and tenant must be UTF-8");
+    if (o->ttl_ms > 0)
+        json_object_set_new(body, "ttl_ms", json_integer(o->ttl_ms));
+    if (o->keepalive_ms > 0)
+        json_object_set_new(body, "keepalive_ms", json_integer(o->keepalive_ms));
+    return 0;
+}
+
 /* POST a take to `path` (NULL: out of memory) with `body` (stolen: its weight or semaphores
- * set, NULL: out of memory) and what every take sends: owner, ttl, keepalive, tenant, and
- * the idempotency key, which makes a retry find the same place (or the same grant). */
+ * set, NULL: out of memory), the fields every take sends, and the idempotency key, which
+ * makes a retry find the same place (or the same grant). */
 static int ticket_post(sema_client_t *c, const char *path, json_t *body,
                        const sema_ticket_opts_t *o, sema_ticket_t *t, sema_multi_ticket_t *m,
                        sema_client_error_t *err)
@@ -161,14 +178,9 @@ static int ticket_post(sema_client_t *c, const char *path, json_t *body,
 
     if (rc == 0 && (body == NULL || path == NULL))
         rc = client_fail(err, SEMA_ENOMEM, 0, "out of memory");
+    if (rc == 0)
+        rc = ticket_fields(c, body, o, err);
     if (rc == 0) {
-        json_object_set_new(body, "owner", json_string(o->owner != NULL ? o->owner : c->owner));
-        if (o->ttl_ms > 0)
-            json_object_set_new(body, "ttl_ms", json_integer(o->ttl_ms));
-        if (o->keepalive_ms > 0)
-            json_object_set_new(body, "keepalive_ms", json_integer(o->keepalive_ms));
-        if (o->tenant != NULL)
-            json_object_set_new(body, "tenant", json_string(o->tenant));
         client_req_t req = {.method = "POST", .path = path, .body = body, .idem_key = key};
         rc = ticket_call(c, &req, t, m, err);
     }

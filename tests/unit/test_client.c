@@ -698,6 +698,9 @@ TEST(ticket_on_several_semaphores_granted_when_all_fit)
     ASSERT_EQ(sema_client_ticket_take_all(c, parts, 0, NULL, &x, &e), SEMA_EINVAL);
     ASSERT_EQ(e.http_status, 0);
     ASSERT_EQ(sema_client_ticket_take_all(c, parts, 2, NULL, NULL, &e), SEMA_EINVAL);
+    o.tenant = "\xff"; /* not UTF-8: refused, not sent without it */
+    ASSERT_EQ(sema_client_ticket_take_all(c, parts, 2, &o, &x, &e), SEMA_EINVAL);
+    ASSERT_EQ(e.http_status, 0);
     ASSERT_EQ(waiting(c, "tm/db"), 0);
     ASSERT_OK(sema_client_delete(c, "tm/gpu", NULL));
     ASSERT_OK(sema_client_delete(c, "tm/db", NULL));
