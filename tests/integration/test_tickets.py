@@ -369,20 +369,19 @@ def test_stream_coalesces_positions_and_resumes():
         leases = [hold(s, "st")]
         ahead = [ticket(s, "st", keepalive_ms=60000)["ticket"] for _ in range(20)]
         mine = ticket(s, "st", keepalive_ms=60000)["ticket"]
-        sock, f = stream(s, mine)
-        head = f.readline()
-        assert head.startswith(b"HTTP/1.1 200"), head
-        ev = next_event(f)
+        sock, st = stamped_stream(s, mine)
+        ev = st.next_event()[0]
         assert ev["event"] == "waiting" and json.loads(ev["data"])["position"] == 21
-        # 20 departures in a burst: the stream hears a few updates, not 20
-        t0 = time.monotonic()
+        # 20 departures in a burst: the stream hears a few updates, not 20 (the times are
+        # the kernel's receive times: when semad sent each, however late this reads them)
+        t0 = time.time()
         for tid in ahead:
             s.request("DELETE", "/v1/tickets/" + tid)
         positions, times = [], []
         while not positions or positions[-1] != 1:
-            ev = next_event(f)
+            ev, at = st.next_event()
             positions.append(json.loads(ev["data"])["position"])
-            times.append(time.monotonic())
+            times.append(at)
         elapsed = times[-1] - t0
         assert positions == sorted(positions, reverse=True), positions
         assert len(positions) <= elapsed * 1000 / poll_ms + 2, (positions, elapsed)
@@ -441,6 +440,17 @@ class StampedStream:
                 return ev, self.at
 
 
+def stamped_stream(s, tid):
+    """stream() read through StampedStream, past its response head (which must be a 200)."""
+    sock, _ = stream(s, tid)
+    st = StampedStream(sock)
+    while b"\r\n\r\n" not in st.buf:
+        st._more()
+    assert st.buf.startswith(b"HTTP/1.1 200"), st.buf[:80]
+    st.buf = st.buf[st.buf.index(b"\r\n\r\n") + 4:]
+    return sock, st
+
+
 @fx.not_through_proxy("event streams")
 def test_stream_positions_come_once_per_poll_while_the_line_moves():
     # Departures all the while, over several polls: each poll's answer is followed by the
@@ -453,12 +463,7 @@ def test_stream_positions_come_once_per_poll_while_the_line_moves():
         hold(s, "sp")
         ahead = [ticket(s, "sp", keepalive_ms=60000)["ticket"] for _ in range(400)]
         mine = ticket(s, "sp", keepalive_ms=60000)["ticket"]
-        sock, _ = stream(s, mine)
-        st = StampedStream(sock)
-        while b"\r\n\r\n" not in st.buf:
-            st._more()
-        assert st.buf.startswith(b"HTTP/1.1 200"), st.buf[:80]
-        st.buf = st.buf[st.buf.index(b"\r\n\r\n") + 4:]
+        sock, st = stamped_stream(s, mine)
         assert json.loads(st.next_event()[0]["data"])["position"] == 401
 
         def leave(tids):
