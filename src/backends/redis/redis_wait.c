@@ -234,22 +234,30 @@ void rs__waiters_gone(rs_t *r)
 typedef struct {
     rs_t *r;
     unsigned slot;
-} gone_in_t;
+    void (*fn)(void *, enode_t *);
+} in_slot_t;
 
-static void gone_in_each(void *arg, enode_t *n)
+static void in_slot_each(void *arg, enode_t *n)
 {
-    gone_in_t *g = arg;
+    in_slot_t *g = arg;
     rs_sem_t *s = ECONTAINER(n, rs_sem_t, node);
 
     if (rs__slot_of(s->stem, s->stem_len) == g->slot)
-        gone_each(g->r, n);
+        g->fn(g->r, n);
 }
 
 void rs__waiters_gone_in(rs_t *r, unsigned slot)
 {
-    gone_in_t g = {r, slot};
+    in_slot_t g = {r, slot, gone_each};
 
-    etab_each(&r->sems, gone_in_each, &g);
+    etab_each(&r->sems, in_slot_each, &g);
+}
+
+void rs__check_in(rs_t *r, unsigned slot)
+{
+    in_slot_t g = {r, slot, check_each};
+
+    etab_each(&r->sems, in_slot_each, &g);
 }
 
 /* ---- the timers of parked requests and semaphores ---- */
