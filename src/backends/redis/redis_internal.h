@@ -282,6 +282,10 @@ void rs__sh_parked(rs_t *r, const char *stem, size_t len, int d);
 void rs__sh_sweep(rs_t *r, uint64_t now);
 /* A slot's sweep that failed (its primary unreachable): that slot is swept again soon. */
 void rs__sh_sweep_failed(rs_t *r, const rs_cmd_t *c);
+/* A slot's sweep whose answer went with its connection (it carries no request id, so nothing
+ * reads that answer again): the slot's next answer sends the check of this instance's waiters
+ * there (rs__check_in), which finds a grant it made by the waiter's lease id. */
+void rs__sh_sweep_lost(rs_t *r, const rs_cmd_t *c);
 int rs__sh_subscribe(rs_t *r, const char *chan, size_t len, int on);
 /* A ticket watcher comes (d 1: rq->tslot is set) or goes (-1): its slot's ticket channel is
  * subscribed while it has watchers here. */
@@ -471,6 +475,7 @@ void rs__beat(rs_t *r);         /* this instance's heartbeat: O(1) in Redis */
 void rs__check_all(rs_t *r);    /* ask after every parked waiter (after a reconnect) */
 void rs__waiters_gone(rs_t *r); /* Redis lost them all: each gets 503 */
 void rs__waiters_gone_in(rs_t *r, unsigned slot); /* those on semaphores of one slot */
+void rs__check_in(rs_t *r, unsigned slot);        /* rs__check_all, on one slot's */
 void rs__timeout_cancel_done(rs_t *r, rs_cmd_t *c);
 void rs__due_rearm(rs_t *r);
 void rs__sweep_set(rs_t *r, int64_t due_ms, int64_t redis_now);

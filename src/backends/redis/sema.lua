@@ -1472,16 +1472,35 @@ end
 
 -- ---- an instance's own waiters ----
 
--- collect: waiter ids this instance has parked here. Those Redis no longer knows (neither
--- waiting here nor with an outcome to collect) are gone. An instance asks after it could not
--- reach Redis for a while (a failover may have promoted a replica without them); in steady
--- state its beat (below), O(1), is all it sends.
+-- A grant made for this instance's waiter wid, under the lease id lid it was to get, by a
+-- call whose answer told it to this instance, which has not seen it yet (that answer was
+-- lost with its connection): handed over as collected. False when there is none.
+local function granted_unseen(wid, lid)
+  if not M or lid == '' then
+    return false
+  end
+  local l = lget(lid)
+  local ml = not l and MU.lease(lid)
+  if l then
+    act(ACT.GRANTED + P.ACT_COLLECTED, wid, INST, lid, l, nil)
+  elseif ml then
+    act(ACT.GRANTED + P.ACT_COLLECTED, wid, INST, lid, MU.part(ml, ml.parts[1].s),
+        MU.fences(ml))
+  end
+  return (l or ml) and true or false
+end
+
+-- collect: waiter id and lease id of each waiter this instance has parked here. Those Redis
+-- no longer knows (neither waiting here, nor with an outcome to collect, nor holding the
+-- lease a lost answer granted them) are gone. An instance asks after it could not reach
+-- Redis for a while (a failover may have promoted a replica without them, or a command's
+-- answer went with its connection); in steady state its beat (below), O(1), is all it sends.
 function ops.collect()
   local kg = H .. 'g:' .. INST
-  for i = A, #ARGV do
+  for i = A, #ARGV, 2 do
     local wid = ARGV[i]
     if not (M and redis.call('HEXISTS', KW, wid) == 1) and
-       redis.call('HEXISTS', kg, wid) == 0 then
+       redis.call('HEXISTS', kg, wid) == 0 and not granted_unseen(wid, ARGV[i + 1] or '') then
       act(ACT.GONE, wid, INST, '', nil, '')
     end
   end
@@ -1612,16 +1631,8 @@ function ops.cancel()
     if lid and why == 'd' and M then
       lease_end(lid, ACT.RELEASED)
       admit()
-    elseif not g and not lid and why == 't' and M and mylid ~= '' then
-      -- granted by a script whose answer told it to this instance, which has not seen it yet
-      local l = lget(mylid)
-      local ml = not l and MU.lease(mylid)
-      if l then
-        act(ACT.GRANTED + P.ACT_COLLECTED, wid, INST, mylid, l, nil)
-      elseif ml then
-        act(ACT.GRANTED + P.ACT_COLLECTED, wid, INST, mylid, MU.part(ml, ml.parts[1].s),
-            MU.fences(ml))
-      end
+    elseif not g and not lid and why == 't' then
+      granted_unseen(wid, mylid)
     end
   end
   return reply(0)
