@@ -570,6 +570,54 @@ def test_a_ticket_on_several_semaphores_waits_in_every_line_and_is_granted_one_l
         assert sem(s, a)["available"] == 2 and sem(s, b)["available"] == 1
 
 
+
+@fx.not_through_proxy("event streams")
+def test_a_ticket_on_several_semaphores_streams_and_ends_with_any_of_them():
+    """Its event stream tells its place, then its grant with every part; deleting any of its
+    semaphores, or shrinking one below its part, ends it and frees its place in the others."""
+    a, b, c = TAG + "sa", TAG + "sb", TAG + "sc"
+    with fx.Semad("--ticket-poll", "100ms") as s:
+        for n in (a, b, c):
+            put(s, n, 2)
+        hb = hold(s, b, 2)
+        t = multi(s, [(a, 1), (b, 2)], keepalive_ms=60000)["ticket"]
+        sock, f = stream(s, t)
+        ev = next_event(f)
+        assert ev["event"] == "waiting" and json.loads(ev["data"])["position"] == 1, ev
+        release(s, hb)
+        ev = next_event(f)
+        v = json.loads(ev["data"])
+        assert ev["event"] == "granted" and sorted(v["lease"]["fences"]) == sorted([a, b]), ev
+        sock.close()
+        release(s, v["lease"]["lease"])
+        # deleting its second semaphore ends it; its place on the first goes
+        hc = hold(s, c, 2)
+        gone = multi(s, [(a, 1), (c, 1)], keepalive_ms=60000)["ticket"]
+        assert sem(s, a)["waiting"] == 1
+        st, _, _ = s.request("DELETE", "/v1/semaphores/" + c)
+        assert st == 204
+        assert problem(s, "GET", "/v1/tickets/" + gone) == (410, "ticket_ended")
+        assert sem(s, a)["waiting"] == 0
+        # deleting its first semaphore: gone from the second's line too
+        put(s, c, 2)
+        hc = hold(s, c, 2)
+        gone = multi(s, [(a, 1), (c, 1)], keepalive_ms=60000)["ticket"]
+        st, _, _ = s.request("DELETE", "/v1/semaphores/" + a)
+        assert st == 204
+        assert problem(s, "GET", "/v1/tickets/" + gone) == (410, "ticket_ended")
+        assert sem(s, c)["waiting"] == 0
+        # a shrink below its part on one line ends it on every line
+        put(s, a, 2)
+        hb = hold(s, b, 2)
+        gone = multi(s, [(a, 2), (b, 1)], keepalive_ms=60000)["ticket"]
+        st, v = s.json("PATCH", "/v1/semaphores/" + a, {"capacity": 1})
+        assert st == 200, (st, v)
+        assert problem(s, "GET", "/v1/tickets/" + gone) == (410, "ticket_ended")
+        assert sem(s, b)["waiting"] == 0 and sem(s, a)["waiting"] == 0
+        release(s, hb)
+        release(s, hc)
+
+
 @fx.not_through_proxy("kills semad and starts another on the same data")
 def test_strict_restart_keeps_every_acknowledged_ticket_and_its_place():
     if fx.REDIS not in ("", "0") or fx.ON_CLUSTER:
