@@ -2061,6 +2061,65 @@ function MU.idem(wid, w, parts, wait)
   return reply(P.ST_PARKED)
 end
 
+-- Why the request (or ticket) on `parts` cannot be served at all (nil: it can): each of its
+-- semaphores is loaded (and housekept) on the way; the call's own stays current.
+function MU.check(parts)
+  local first = S
+  for i, p in ipairs(parts) do
+    local m = MU.go(p.s)
+    if not m then
+      return MSG.NO_SEM_OF_SEVERAL
+    end
+    if m.lim then
+      return MSG.REDIS_MULTI_LIMITS
+    end
+    if p.w < 1 or p.w > m.cap then
+      return MSG.BAD_WEIGHT
+    end
+    if i > 1 then
+      housekeep()
+    end
+  end
+  MU.go(first)
+  return nil
+end
+
+-- Whether `parts` fit now in lines nobody waits in, and whether a line is full (maxw).
+function MU.fits(parts, maxw)
+  local first, at_once, full = S, true, false
+  for _, p in ipairs(parts) do
+    local m = MU.go(p.s)
+    at_once = at_once and m.nq == 0 and p.w <= m.avail
+    full = full or (maxw > 0 and m.nq >= maxw)
+  end
+  MU.go(first)
+  return at_once, full
+end
+
+-- One arrival of request wid (w: its record, a part's weight aside): the end of every line,
+-- in one step.
+function MU.join(wid, w, parts)
+  local first, pk = S, {}
+  for i, p in ipairs(parts) do
+    pk[i] = struct.pack('<dHc0', p.w, #p.s, p.s)
+  end
+  redis.call('SET', H .. 'mu:' .. wid, concat(pk))
+  for _, p in ipairs(parts) do
+    MU.go(p.s)
+    local c = MU.wp(w, p.w)
+    M.seq = M.seq + 1
+    redis.call('ZADD', KQ, N(M.seq), wid)
+    redis.call('HSET', KW, wid, wpack(c))
+    if w.inst ~= '' then
+      waiter_in(w.inst)
+    end
+    M.nq = M.nq + 1
+    M.wq = M.wq + p.w
+    waiter_event(ACT.QUEUED, c)
+  end
+  MU.go(first)
+end
+
 -- acquire_multi (KEYS[1]: the first semaphore's stem): wait (0 try, 1 wait), ttl, lease id,
 -- owner, idem, the limits (as acquire's), tenant, then each semaphore's stem and weight.
 function ops.acquire_multi()
@@ -2068,7 +2127,7 @@ function ops.acquire_multi()
   local w = {inst = INST, w = 0, kind = 'm', since = NOW, ttl = ARGV[A + 1] + 0,
              owner = ARGV[A + 3], idem = ARGV[A + 4], lid = ARGV[A + 2], mode = '0',
              princ = PRINC, sttl = ARGV[A + 1], tenant = ''}
-  local wid, first, parts = RID, S, {}
+  local wid, parts = RID, {}
   if (ARGV[A + 6] or '') ~= '' then
     return refuse(MSG.REDIS_MULTI_TENANT)
   end
@@ -2078,36 +2137,17 @@ function ops.acquire_multi()
   if NOW < SAFE_AT then
     return refuse(MSG.REDIS_STATE_LOST)
   end
-  for i, p in ipairs(parts) do
-    local m = MU.go(p.s)
-    if not m then
-      return refuse(MSG.NO_SEM_OF_SEVERAL)
-    end
-    if m.lim then
-      return refuse(MSG.REDIS_MULTI_LIMITS)
-    end
-    if p.w > m.cap then
-      return refuse(MSG.BAD_WEIGHT)
-    end
-    if i > 1 then
-      housekeep()
-    end
+  local bad = MU.check(parts)
+  if bad then
+    return refuse(bad)
   end
-  MU.go(first)
   if w.idem ~= '' then
     local r = MU.idem(wid, w, parts, wait)
     if r then
       return r
     end
   end
-  local at_once, full = true, false
-  local maxw = tonumber(match(ARGV[A + 5], '^%d+ (%d+)') or '0')
-  for _, p in ipairs(parts) do
-    local m = MU.go(p.s)
-    at_once = at_once and m.nq == 0 and p.w <= m.avail
-    full = full or (maxw > 0 and m.nq >= maxw)
-  end
-  MU.go(first)
+  local at_once, full = MU.fits(parts, tonumber(match(ARGV[A + 5], '^%d+ (%d+)') or '0'))
   if at_once then
     return reply(0, MU.result(w.lid, MU.grant(wid, w, parts, false)))
   end
@@ -2120,24 +2160,7 @@ function ops.acquire_multi()
   if not redis.call('ZSCORE', H .. 'inst', INST) then
     return answer(P.ST_GONE_S, '0', nil) -- this instance was taken for dead
   end
-  -- one arrival: the end of every line, in one step
-  local pk = {}
-  for i, p in ipairs(parts) do
-    pk[i] = struct.pack('<dHc0', p.w, #p.s, p.s)
-  end
-  redis.call('SET', H .. 'mu:' .. wid, concat(pk))
-  for _, p in ipairs(parts) do
-    MU.go(p.s)
-    local c = MU.wp(w, p.w)
-    M.seq = M.seq + 1
-    redis.call('ZADD', KQ, N(M.seq), wid)
-    redis.call('HSET', KW, wid, wpack(c))
-    waiter_in(INST)
-    M.nq = M.nq + 1
-    M.wq = M.wq + p.w
-    waiter_event(ACT.QUEUED, c)
-  end
-  MU.go(first)
+  MU.join(wid, w, parts)
   if w.idem ~= '' then
     redis.call('HSET', KI, w.idem, 'W' .. wid)
   end
@@ -3189,6 +3212,23 @@ local function tk_touch(tid, t)
 end
 
 
+-- A new ticket tid (t) counts here; its id key names this semaphore, its key the ticket.
+function MU.tk_new(tid, t)
+  if M.nt == 0 then
+    -- the first ticket: the holders by grant time, for the estimate (kept while tickets live)
+    for _, x in ipairs(lall()) do
+      redis.call('ZADD', KH, N(x[2].acq), x[1])
+    end
+  end
+  M.nt = M.nt + 1
+  count('tickets', 1)
+  count('t_created', 1)
+  redis.call('SET', H .. 'tk:' .. tid, 'W' .. S)
+  if t.idem ~= '' then
+    redis.call('HSET', KI, t.idem, 'T' .. tid)
+  end
+end
+
 -- ticket_create: weight, ttl, owner, idempotency key, ticket id, lease id, keepalive,
 -- max waiters here, [tenant]
 function ops.ticket_create()
@@ -3242,19 +3282,7 @@ function ops.ticket_create()
   if lim and not LH.room(t.tenant) then
     return refuse(MSG.TOO_MANY_WAITERS_OR_TENANTS)
   end
-  if M.nt == 0 then
-    -- the first ticket: the holders by grant time, for the estimate (kept while tickets live)
-    for _, x in ipairs(lall()) do
-      redis.call('ZADD', KH, N(x[2].acq), x[1])
-    end
-  end
-  M.nt = M.nt + 1
-  count('tickets', 1)
-  count('t_created', 1)
-  redis.call('SET', H .. 'tk:' .. tid, 'W' .. S)
-  if t.idem ~= '' then
-    redis.call('HSET', KI, t.idem, 'T' .. tid)
-  end
+  MU.tk_new(tid, t)
   if now_grant then
     tk_grant(tid, t)
     tk_touch(tid, t)
@@ -3393,7 +3421,7 @@ end
 -- ticket_multi (KEYS[1]: the first semaphore's stem): ttl, owner, idempotency key, ticket id,
 -- lease id, keepalive, max waiters here, tenant, then each semaphore's stem and weight.
 function ops.ticket_multi()
-  local tid, first, parts = ARGV[A + 3], S, {}
+  local tid, parts = ARGV[A + 3], {}
   local t = {st = 'w', ttl = tonumber(ARGV[A]), owner = ARGV[A + 1], idem = ARGV[A + 2],
              lid = ARGV[A + 4], ka = tonumber(ARGV[A + 5]), princ = PRINC, coll = '0', seq = 0,
              bw = 0, bf = 0, tenant = '', m = '1'}
@@ -3404,22 +3432,10 @@ function ops.ticket_multi()
     parts[#parts + 1] = {s = ARGV[i], w = ARGV[i + 1] + 0}
   end
   t.w = parts[1].w
-  for i, p in ipairs(parts) do
-    local m = MU.go(p.s)
-    if not m then
-      return refuse(MSG.NO_SEM_OF_SEVERAL)
-    end
-    if m.lim then
-      return refuse(MSG.REDIS_MULTI_LIMITS)
-    end
-    if p.w < 1 or p.w > m.cap then
-      return refuse(MSG.BAD_WEIGHT)
-    end
-    if i > 1 then
-      housekeep()
-    end
+  local bad = MU.check(parts)
+  if bad then
+    return refuse(bad)
   end
-  MU.go(first)
   if t.idem ~= '' then
     local v = redis.call('HGET', KI, t.idem)
     if v then
@@ -3441,28 +3457,11 @@ function ops.ticket_multi()
   if NOW < SAFE_AT then
     return refuse(MSG.REDIS_STATE_LOST)
   end
-  local at_once, full, maxw = true, false, tonumber(ARGV[A + 6])
-  for _, p in ipairs(parts) do
-    local m = MU.go(p.s)
-    at_once = at_once and m.nq == 0 and p.w <= m.avail
-    full = full or (maxw > 0 and m.nq >= maxw)
-  end
-  MU.go(first)
+  local at_once, full = MU.fits(parts, tonumber(ARGV[A + 6]))
   if full and not at_once then
     return refuse(MSG.TOO_MANY_WAITERS)
   end
-  if M.nt == 0 then
-    for _, x in ipairs(lall()) do
-      redis.call('ZADD', KH, N(x[2].acq), x[1])
-    end
-  end
-  M.nt = M.nt + 1
-  count('tickets', 1)
-  count('t_created', 1)
-  redis.call('SET', H .. 'tk:' .. tid, 'W' .. S)
-  if t.idem ~= '' then
-    redis.call('HSET', KI, t.idem, 'T' .. tid)
-  end
+  MU.tk_new(tid, t)
   redis.call('HSET', KT, tid, tkpack(t))
   local w = {inst = '', w = 0, kind = 'm', since = NOW, ttl = t.ttl, owner = t.owner, idem = '',
              lid = t.lid, mode = '0', princ = PRINC, sttl = ARGV[A], tenant = ''}
@@ -3473,22 +3472,7 @@ function ops.ticket_multi()
     tk_touch(tid, t)
     return reply(0, tk_view(tid, t, true))
   end
-  local pk = {}
-  for i, p in ipairs(parts) do
-    pk[i] = struct.pack('<dHc0', p.w, #p.s, p.s)
-  end
-  redis.call('SET', H .. 'mu:' .. tid, concat(pk))
-  for _, p in ipairs(parts) do
-    MU.go(p.s)
-    local c = MU.wp(w, p.w)
-    M.seq = M.seq + 1
-    redis.call('ZADD', KQ, N(M.seq), tid)
-    redis.call('HSET', KW, tid, wpack(c))
-    M.nq = M.nq + 1
-    M.wq = M.wq + p.w
-    waiter_event(ACT.QUEUED, c)
-  end
-  MU.go(first)
+  MU.join(tid, w, parts)
   keepalive(tid, t)
   return reply(0, tk_view(tid, t, true))
 end
