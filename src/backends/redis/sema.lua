@@ -3359,15 +3359,18 @@ function MU.failed(wid, w, first, msg)
   MU.go(here)
 end
 
--- The weight ahead of waiter wid at place `rank` (from 0) of the current line: O(rank).
+-- The weight ahead of place `rank` (from 0) of the current line: O(rank).
 function MU.ahead(rank)
   if rank <= 0 then
     return 0
   end
   local ids, sum = redis.call('ZRANGE', KQ, '0', N(rank - 1)), 0
-  for _, rec in ipairs(redis.call('HMGET', KW, unpack(ids))) do
-    if rec then
-      sum = sum + wunpack(rec).w
+  for i = 1, #ids, 500 do -- (unpack has a bound)
+    local recs = redis.call('HMGET', KW, unpack(ids, i, math.min(i + 499, #ids)))
+    for _, rec in ipairs(recs) do
+      if rec then
+        sum = sum + wunpack(rec).w
+      end
     end
   end
   return sum
