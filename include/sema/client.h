@@ -43,6 +43,8 @@ typedef struct sema_keepalive sema_keepalive_t;
  * SEMA_ENAMETOOLONG before anything is sent. */
 #define SEMA_CLIENT_NAME_MAX 512
 #define SEMA_LEASE_ID_MAX 128
+/* A tenant's name: 1 to 128 bytes (semad's bound), with the terminating NUL. */
+#define SEMA_CLIENT_TENANT_MAX 129
 
 typedef struct {
     int code;          /* 0 or the SEMA_E* code the call returned */
@@ -350,9 +352,9 @@ enum { SEMA_TICKET_WAITING = 1, SEMA_TICKET_GRANTED = 2 };
 
 typedef struct {
     char id[SEMA_LEASE_ID_MAX];      /* opaque ticket id (safe to keep, e.g. in a cookie) */
-    char name[SEMA_CLIENT_NAME_MAX]; /* the semaphore */
+    char name[SEMA_CLIENT_NAME_MAX]; /* the semaphore (a ticket on several: its first) */
     int status;                      /* SEMA_TICKET_WAITING or SEMA_TICKET_GRANTED */
-    uint64_t weight;                 /* units it asks for */
+    uint64_t weight;                 /* units it asks for (there) */
     uint64_t position;               /* waiting: 1 is next in line; 0 once granted */
     uint64_t ahead_weight;           /* waiting: the units the waiters ahead ask for */
     int64_t estimate_p50_ms;         /* waiting: estimated wait from now (median), -1 while the
@@ -362,6 +364,8 @@ typedef struct {
     int64_t keepalive_ms;            /* a waiting ticket nobody reads for this long leaves the
                                         line; a grant nobody collects within it is released */
     sema_lease_t lease;              /* granted: the lease (zeroed while waiting) */
+    /* The tenant it named, "" for none. Last, since libsema-client.so.5. */
+    char tenant[SEMA_CLIENT_TENANT_MAX];
 } sema_ticket_t;
 
 typedef struct {
@@ -383,14 +387,45 @@ SEMA_EXTERN int sema_client_ticket_take(sema_client_t *c, const char *name,
                                         const sema_ticket_opts_t *opts, sema_ticket_t *t,
                                         sema_client_error_t *err);
 
+/* A ticket on several semaphores (sema_client_ticket_take_all). `ticket` is the ticket: its
+ * name and weight are those of the first part, its position, ahead_weight and estimate
+ * those of the line where it stands furthest back, and once granted its lease is the one
+ * lease on all the parts (renewed, kept alive and released as any lease). `parts` are its
+ * semaphores in the order asked, each with its weight; their fences are 0 while it waits
+ * and the lease's fences once granted. Plain data. */
+typedef struct {
+    sema_ticket_t ticket;
+    size_t nparts;
+    sema_lease_part_t parts[SEMA_CLIENT_PARTS_MAX];
+} sema_multi_ticket_t;
+
+/* POST /v1/tickets: a place in the line of every one of `parts` (1 to SEMA_CLIENT_PARTS_MAX,
+ * each named once; a weight of 0 is 1) at once, holding nothing until it is granted on all
+ * of them in one lease, as sema_client_acquire_all() is; opts as for
+ * sema_client_ticket_take() (its weight is unused; may be NULL). On 0, *t is the ticket,
+ * waiting or granted already. Read it with sema_client_ticket_get_all() (or
+ * sema_client_ticket_get(), which shows its first part), leave it with
+ * sema_client_ticket_leave(). The returns of sema_client_ticket_take(); SEMA_EINVAL also for
+ * no parts, too many, or a semaphore named twice, SEMA_ENOENT when one of them does not
+ * exist, SEMA_ENOTSUP from a back end without it. */
+SEMA_EXTERN int sema_client_ticket_take_all(sema_client_t *c, const sema_client_part_t *parts,
+                                            size_t nparts, const sema_ticket_opts_t *opts,
+                                            sema_multi_ticket_t *t, sema_client_error_t *err);
+
 /* GET /v1/tickets/{id}: the ticket now (wait_ms 0), or a long poll (wait_ms > 0, at most 5
  * minutes) that answers when its status changes, when its position changes (checked once
  * per poll interval), or after wait_ms. Every read keeps a waiting ticket in line, and the
  * first read that shows a grant collects it. SEMA_EGONE once the ticket has ended (it left
  * the line, its keepalive passed, its semaphore went away, or its lease ended: the message
- * says which), SEMA_ENOENT for an id never seen. */
+ * says which), SEMA_ENOENT for an id never seen. A ticket on several semaphores reads as its
+ * first part (sema_client_ticket_get_all() has them all). */
 SEMA_EXTERN int sema_client_ticket_get(sema_client_t *c, const char *id, int64_t wait_ms,
                                        sema_ticket_t *t, sema_client_error_t *err);
+
+/* sema_client_ticket_get() into a ticket with its parts: those of a ticket on several
+ * semaphores, or the one semaphore of any other ticket (nparts 1). Same returns. */
+SEMA_EXTERN int sema_client_ticket_get_all(sema_client_t *c, const char *id, int64_t wait_ms,
+                                           sema_multi_ticket_t *t, sema_client_error_t *err);
 
 /* DELETE /v1/tickets/{id}: leave the line (those behind move up); a granted ticket's lease
  * is released. Retried after a network error or a 503, as a release is (a repeat that finds

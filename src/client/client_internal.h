@@ -127,6 +127,16 @@ int client_json_i64(json_t *obj, const char *key, int64_t *out);
  * deadline). Returns 0 or SEMA_EPROTO. */
 int client_parse_lease(json_t *obj, int64_t sent_ns, sema_lease_t *lease);
 
+/* A lease's (or ticket's) "semaphores" into parts (room for SEMA_CLIENT_PARTS_MAX), each
+ * with its name and weight, and its fence when `fenced`: how many, or -1 when malformed. */
+int client_parse_parts(json_t *obj, int fenced, sema_lease_part_t *parts);
+
+/* The "semaphores" array of a request on several semaphores into *arr (new): 1 to
+ * SEMA_CLIENT_PARTS_MAX parts, each name checked, a weight of 0 sent as 1. Returns 0,
+ * SEMA_EINVAL, SEMA_ENAMETOOLONG or SEMA_ENOMEM, with err filled. */
+int client_parts_body(const sema_client_part_t *parts, size_t nparts, json_t **arr,
+                      sema_client_error_t *err);
+
 /* sema_client_renew() whose exchange ends within `max_ms` (> 0; 0: no bound beyond the
  * client's request timeout). */
 int client_renew(sema_client_t *c, sema_lease_t *lease, int64_t ttl_ms, int64_t max_ms,

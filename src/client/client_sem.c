@@ -282,9 +282,7 @@ static void copy_str(char *dst, size_t cap, const char *src)
     snprintf(dst, cap, "%s", src ? src : "");
 }
 
-/* A lease on several semaphores: each part into parts (room for SEMA_CLIENT_PARTS_MAX); how
- * many, or -1 when malformed. */
-static int parse_parts(json_t *obj, sema_lease_part_t *parts)
+int client_parse_parts(json_t *obj, int fenced, sema_lease_part_t *parts)
 {
     json_t *a = json_object_get(obj, "semaphores"), *p;
     size_t i;
@@ -294,13 +292,39 @@ static int parse_parts(json_t *obj, sema_lease_part_t *parts)
     json_array_foreach(a, i, p)
     {
         const char *name = json_string_value(json_object_get(p, "name"));
+        parts[i].fence = 0;
         if (name == NULL || strlen(name) >= SEMA_CLIENT_NAME_MAX ||
             client_json_u64(p, "weight", &parts[i].weight) ||
-            client_json_u64(p, "fence", &parts[i].fence))
+            (fenced && client_json_u64(p, "fence", &parts[i].fence)))
             return -1;
         copy_str(parts[i].name, sizeof parts[i].name, name);
     }
     return (int)json_array_size(a);
+}
+
+int client_parts_body(const sema_client_part_t *parts, size_t nparts, json_t **arr,
+                      sema_client_error_t *err)
+{
+    int rc = 0;
+
+    *arr = NULL;
+    if (parts == NULL || nparts == 0 || nparts > SEMA_CLIENT_PARTS_MAX)
+        return client_fail(err, SEMA_EINVAL, 0, "name 1 to %d semaphores", SEMA_CLIENT_PARTS_MAX);
+    for (size_t i = 0; i < nparts && rc == 0; i++)
+        if ((rc = client_check_name(parts[i].name, err)) == 0 && parts[i].weight > (1ull << 53))
+            rc = client_fail(err, SEMA_EINVAL, 0, "weight above 2^53");
+    if (rc != 0)
+        return rc;
+    *arr = json_array();
+    for (size_t i = 0; *arr != NULL && i < nparts; i++) {
+        uint64_t w = parts[i].weight > 0 ? parts[i].weight : 1;
+        json_t *p = json_pack("{s:s, s:I}", "name", parts[i].name, "weight", (json_int_t)w);
+        if (json_array_append_new(*arr, p) != 0) {
+            json_decref(*arr);
+            *arr = NULL;
+        }
+    }
+    return *arr != NULL ? 0 : client_fail(err, SEMA_ENOMEM, 0, "out of memory");
 }
 
 int client_parse_lease(json_t *obj, int64_t sent_ns, sema_lease_t *lease)
@@ -418,7 +442,7 @@ static int acquire_attempts(sema_client_t *c, acq_t *a, sema_lease_t *lease,
         int64_t sent = client_now_ns();
         rc = client_call(c, &req, 0, &doc, err);
         if (rc == 0) {
-            int np = a->multi != NULL ? parse_parts(doc, a->multi->parts) : 0;
+            int np = a->multi != NULL ? client_parse_parts(doc, 1, a->multi->parts) : 0;
             if (a->multi != NULL && np > 0)
                 a->multi->nparts = (size_t)np;
             if (client_parse_lease(doc, sent, lease) != 0 || np < 0) {
@@ -532,25 +556,14 @@ int sema_client_acquire_all(sema_client_t *c, const sema_client_part_t *parts, s
                             sema_client_error_t *err)
 {
     json_t *body, *arr;
-    int rc = 0;
+    int rc;
 
     if (lease == NULL)
         return client_fail(err, SEMA_EINVAL, 0, "no lease to fill");
     memset(lease, 0, sizeof *lease);
-    if (parts == NULL || nparts == 0 || nparts > SEMA_CLIENT_PARTS_MAX)
-        return client_fail(err, SEMA_EINVAL, 0, "name 1 to %d semaphores", SEMA_CLIENT_PARTS_MAX);
-    for (size_t i = 0; i < nparts && rc == 0; i++)
-        if ((rc = client_check_name(parts[i].name, err)) == 0 && parts[i].weight > (1ull << 53))
-            rc = client_fail(err, SEMA_EINVAL, 0, "weight above 2^53");
-    if (rc != 0)
+    if ((rc = client_parts_body(parts, nparts, &arr, err)) != 0)
         return rc;
-    body = owner_body(c, opts);
-    arr = json_array();
-    for (size_t i = 0; body != NULL && arr != NULL && i < nparts; i++)
-        json_array_append_new(arr, json_pack("{s:s, s:I}", "name", parts[i].name, "weight",
-                                             (json_int_t)(parts[i].weight ? parts[i].weight : 1)));
-    if (body == NULL || arr == NULL) {
-        json_decref(body);
+    if ((body = owner_body(c, opts)) == NULL) {
         json_decref(arr);
         return client_fail(err, SEMA_ENOMEM, 0, "out of memory");
     }

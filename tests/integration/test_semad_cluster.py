@@ -10,6 +10,7 @@ Each case is its own CTest test with its own cluster (cluster.* tests run one at
 RESOURCE_LOCK redis_cluster); every wait is bounded."""
 import os
 import random
+import socket
 import subprocess
 import sys
 import threading
@@ -424,6 +425,129 @@ def test_a_slot_resharded_while_in_use_loses_and_doubles_no_grant_and_pauses_non
     finally:
         f.close()
         c.close()
+
+
+
+class MuteProxy(fx.Relay):
+    """A relay on 127.0.0.2:port to the node at 127.0.0.1:port (the cluster names the node by
+    that address once it announces it as its hostname): it forwards until mute(); from then on
+    it accepts each new connection and never answers it, as a stopped or cut-off host does.
+    asked: set once a muted connection sent ROLE (semad asking the old primary whether it
+    handed a slot over), that connection in self.probe."""
+
+    def __init__(self, port):
+        self.target, self.muted, self.probe = ("127.0.0.1", port), False, None
+        self.asked = threading.Event()
+        self.mutes = []
+        self.lsock = socket.socket()
+        self.lsock.bind(("127.0.0.2", port))
+        self.lsock.listen(16)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.lsock.accept()
+            except OSError:
+                return  # closed
+            if self.muted:
+                self.mutes.append(conn)
+                threading.Thread(target=self._listen, args=(conn,), daemon=True).start()
+            else:
+                self._join(conn, socket.create_connection(self.target))
+
+    def _listen(self, conn):
+        seen = b""
+        try:
+            while True:
+                data = conn.recv(4096)
+                if not data:
+                    return  # its peer closed it (the EOF stays to be seen by is_open)
+                seen += data
+                if b"ROLE" in seen and not self.asked.is_set():
+                    self.probe = conn
+                    self.asked.set()
+        except OSError:
+            pass
+
+    def mute(self):
+        self.muted = True
+
+    @staticmethod
+    def is_open(conn):
+        """Whether the peer has not closed conn (nothing is ever sent on a muted one)."""
+        try:
+            return conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+
+    def close(self):
+        self.lsock.close()
+        for sk in self.mutes:
+            sk.close()
+
+
+def test_an_old_primary_that_never_answers_stalls_no_request():
+    """A slot's primary changes: semad asks the old primary (and the new one) whether the slot
+    was handed over before it says hello there again (redis_handover.c). Here the old primary
+    is reached through a proxy that accepts the question's connection and never answers, as a
+    stopped or cut-off host does: the question waits on the event loop, so a request on
+    another primary's semaphore is answered while its connection is still open; the question
+    gives up at its deadline (its connection closed) and the slot pauses, as after a
+    failover."""
+    rf.need_redis_engine()
+    cf.need_cluster_tools()
+    c = cf.Cluster()
+    proxy = f = None
+    try:
+        old = c.primaries()[0]
+        for n in c.live():  # (the map then names the old primary 127.0.0.2: the proxy)
+            n.cli("CONFIG", "SET", "cluster-preferred-endpoint-type", "hostname")
+            n.cli("CONFIG", "SET", "cluster-announce-hostname",
+                  "127.0.0.2" if n is old else "127.0.0.1")
+        proxy = MuteProxy(old.port)
+        fx.wait_until(lambda: all("127.0.0.2" in sh and "?" not in sh.splitlines()
+                                  for sh in (n.cli("CLUSTER", "SHARDS") for n in c.live())),
+                      10, "every node to name every node by its hostname")
+        f = rf.Fleet("redis+cluster://" + c.seeds(), 1, "--max-ttl", "%ds" % MAX_TTL_S,
+                     "--default-ttl", "2s", durability="none")
+        a = f[0]
+        spread = {}
+        while old.port not in spread.values() or len(set(spread.values())) < 2:
+            put(a, "m%d" % len(spread), 1)  # (until one is on the old primary, one elsewhere)
+            spread = where(c, ["m%d" % i for i in range(len(spread) + 1)])
+        mine = next(n for n in spread if spread[n] == old.port)
+        calm = next(n for n in spread if spread[n] != old.port)
+        st, l = acquire(a, mine)  # (its slot's hello was answered through the proxy)
+        assert st == 200 and release(a, l["lease"]) == 204, l
+        key = [k for k in cf.command(old.port, "KEYS", "sema:{*}s:%s:m" % mine)][0]
+        slot = c.keyslot(key.decode())
+        proxy.mute()
+        m = cf.Migration(c, slot, next(p for p in c.primaries() if p is not old))
+        m.begin()
+        m.finish()
+        out = {}
+        t = threading.Thread(target=lambda: out.update(r=acquire(a, mine, timeout_ms=0)))
+        t.start()  # (MOVED: semad asks the old primary, through the mute proxy)
+        assert proxy.asked.wait(10 * SLOW), "semad never asked the old primary"
+        st, l = acquire(a, calm, timeout_ms=0)
+        assert st == 200, l
+        assert proxy.is_open(proxy.probe), \
+            "answered only once the question had given up: the loop waited for it"
+        assert release(a, l["lease"]) == 204
+        fx.wait_until(lambda: not proxy.is_open(proxy.probe), 5, "the question to give up")
+        t.join(30)
+        assert out["r"][0] in (409, 503), out  # (nothing proven: the slot pauses)
+        fx.wait_until(lambda: any("nothing proves it has every acknowledged write" in x
+                                  for x in a.log()), 10, "the pause to be logged")
+    finally:
+        if f is not None:
+            f.close()
+        c.close()
+        if proxy is not None:
+            proxy.close()
 
 
 # ---- the safety checker under random load, semaphores on every primary ----

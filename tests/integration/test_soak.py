@@ -48,7 +48,9 @@ def check_run(r, stdout, own):
         # a sanitizer's allocator has no statistics of glibc's: the heap reads 0 there
         assert row["heap_in_use_kib"] > 0 or os.environ.get("SEMA_SANITIZE"), row
         assert row["errors"] == 0 and row["semad_http_connections"] >= 1, row
-        assert 150 <= row["ops_per_s"] <= 250, row  # the rate asked for, 200/s
+        # the rate asked for, 200/s, with the starts owed while `sema bench` itself did not
+        # run (missed_stalled, in the sample's 5 s: the machine's, not semad's)
+        assert 150 <= row["ops_per_s"] + row["missed_stalled"] / 5 <= 250, row
     for k in ("rss_kib", "heap_in_use_kib", "p99_us") + own:
         s = r["series"][k]
         assert set(s) == {"at_warmup", "at_end", "max_rise", "slope_per_min",

@@ -547,6 +547,7 @@ TEST(tickets)
     sema_client_t *c = client();
     sema_client_error_t e;
     sema_ticket_t t1, t2, x;
+    sema_multi_ticket_t m;
     sema_lease_t held_lease;
     sema_acquire_opts_t ao = {.timeout_ms = 0};
 
@@ -613,9 +614,14 @@ TEST(tickets)
     ASSERT_EQ(sema_client_ticket_get(c, t2.id, 0, &x, &e), SEMA_EGONE);
     ASSERT_EQ(held(c, "tk"), 0);
 
-    /* free units and nobody waiting: granted at once */
+    /* free units and nobody waiting: granted at once; read with its parts, it has one */
     ASSERT_OK(sema_client_ticket_take(c, "tk", NULL, &x, &e));
     ASSERT_EQ(x.status, SEMA_TICKET_GRANTED);
+    ASSERT_STREQ(x.tenant, "");
+    ASSERT_OK(sema_client_ticket_get_all(c, x.id, 0, &m, &e));
+    ASSERT_EQ(m.nparts, 1);
+    ASSERT_STREQ(m.parts[0].name, "tk");
+    ASSERT_EQ(m.parts[0].fence, x.lease.fence);
     ASSERT_OK(sema_client_ticket_leave(c, x.id, &e));
     ASSERT_EQ(held(c, "tk"), 0);
 
@@ -623,6 +629,81 @@ TEST(tickets)
     ASSERT_EQ(sema_client_ticket_get(c, "", 0, &x, &e), SEMA_EINVAL);
     ASSERT_EQ(sema_client_ticket_get(c, t2.id, -1, &x, &e), SEMA_EINVAL);
     ASSERT_EQ(sema_client_ticket_take(c, "tk", NULL, NULL, &e), SEMA_EINVAL);
+    sema_client_free(c);
+}
+
+TEST(ticket_on_several_semaphores_granted_when_all_fit)
+{
+    sema_client_t *c = client();
+    sema_client_error_t e;
+    sema_multi_ticket_t t, x;
+    sema_ticket_t one;
+    sema_lease_t gpu, db;
+    sema_acquire_opts_t ao = {.timeout_ms = 0};
+    sema_client_part_t parts[] = {{"tm/gpu", 2}, {"tm/db", 0}};
+    sema_ticket_opts_t o = {.keepalive_ms = 60000, .owner = "tab-3", .tenant = "acme"};
+
+    ASSERT_OK(sema_client_create(c, "tm/gpu", 2, NULL, NULL));
+    ASSERT_OK(sema_client_create(c, "tm/db", 1, NULL, NULL));
+    ASSERT_OK(sema_client_acquire(c, "tm/gpu", &ao, &gpu, NULL)); /* 1 of 2 */
+    ASSERT_OK(sema_client_acquire(c, "tm/db", &ao, &db, NULL));   /* 1 of 1 */
+    ASSERT_OK(sema_client_ticket_take_all(c, parts, 2, &o, &t, &e));
+    ASSERT_EQ(t.ticket.status, SEMA_TICKET_WAITING);
+    ASSERT_EQ(t.ticket.position, 1);
+    ASSERT_STREQ(t.ticket.tenant, "acme");
+    ASSERT_STREQ(t.ticket.name, "tm/gpu"); /* the first part stands for it */
+    ASSERT_EQ(t.ticket.weight, 2);
+    ASSERT_EQ(t.nparts, 2);
+    ASSERT_STREQ(t.parts[1].name, "tm/db");
+    ASSERT_EQ(t.parts[1].weight, 1);
+    ASSERT_EQ(t.parts[0].fence, 0);
+    ASSERT_EQ(held(c, "tm/gpu"), 1); /* it holds nothing while it waits */
+    /* one unit of each fits now, but not its 2 of tm/gpu: it keeps waiting */
+    ASSERT_OK(sema_client_release(c, db.id, NULL));
+    ASSERT_OK(sema_client_ticket_get_all(c, t.ticket.id, 0, &x, &e));
+    ASSERT_EQ(x.ticket.status, SEMA_TICKET_WAITING);
+    ASSERT_EQ(x.nparts, 2);
+    ASSERT_EQ(held(c, "tm/db"), 0);
+    ASSERT_OK(sema_client_ticket_get(c, t.ticket.id, 0, &one, &e)); /* read as its first part */
+    ASSERT_STREQ(one.name, "tm/gpu");
+    ASSERT_STREQ(one.tenant, "acme");
+    /* a second one behind it leaves while waiting: its places go from both lines */
+    ASSERT_OK(sema_client_ticket_take_all(c, parts, 2, NULL, &x, &e));
+    ASSERT_EQ(waiting(c, "tm/db"), 2);
+    ASSERT_OK(sema_client_ticket_leave(c, x.ticket.id, &e));
+    ASSERT_EQ(waiting(c, "tm/db"), 1);
+    ASSERT_EQ(waiting(c, "tm/gpu"), 1);
+    /* both fit: granted one lease on both */
+    ASSERT_OK(sema_client_release(c, gpu.id, NULL));
+    ASSERT_OK(sema_client_ticket_get_all(c, t.ticket.id, 5000 * slow(), &x, &e));
+    ASSERT_EQ(x.ticket.status, SEMA_TICKET_GRANTED);
+    ASSERT_EQ(x.nparts, 2);
+    ASSERT_GT(x.parts[0].fence, gpu.fence);
+    ASSERT_GT(x.parts[1].fence, db.fence);
+    ASSERT_EQ(x.ticket.lease.fence, x.parts[0].fence);
+    ASSERT_EQ(held(c, "tm/gpu"), 2);
+    ASSERT_EQ(held(c, "tm/db"), 1);
+    ASSERT_OK(sema_client_ticket_leave(c, t.ticket.id, &e)); /* its lease goes with it */
+    ASSERT_EQ(held(c, "tm/gpu"), 0);
+    ASSERT_EQ(held(c, "tm/db"), 0);
+    ASSERT_EQ(sema_client_ticket_get_all(c, t.ticket.id, 0, &x, &e), SEMA_EGONE);
+    /* bad input: refused before anything is sent, or by semad, never queued */
+    sema_client_part_t twice[] = {{"tm/db", 1}, {"tm/db", 1}};
+    sema_client_part_t none[] = {{"tm/db", 1}, {"tm/none", 1}};
+    sema_client_part_t heavy[] = {{"tm/db", 2}, {"tm/gpu", 1}};
+    ASSERT_EQ(sema_client_ticket_take_all(c, twice, 2, NULL, &x, &e), SEMA_EINVAL);
+    ASSERT_EQ(e.http_status, 400);
+    ASSERT_EQ(sema_client_ticket_take_all(c, none, 2, NULL, &x, &e), SEMA_ENOENT);
+    ASSERT_EQ(sema_client_ticket_take_all(c, heavy, 2, NULL, &x, &e), SEMA_EINVAL);
+    ASSERT_EQ(sema_client_ticket_take_all(c, parts, 0, NULL, &x, &e), SEMA_EINVAL);
+    ASSERT_EQ(e.http_status, 0);
+    ASSERT_EQ(sema_client_ticket_take_all(c, parts, 2, NULL, NULL, &e), SEMA_EINVAL);
+    o.tenant = "\xff"; /* not UTF-8: refused, not sent without it */
+    ASSERT_EQ(sema_client_ticket_take_all(c, parts, 2, &o, &x, &e), SEMA_EINVAL);
+    ASSERT_EQ(e.http_status, 0);
+    ASSERT_EQ(waiting(c, "tm/db"), 0);
+    ASSERT_OK(sema_client_delete(c, "tm/gpu", NULL));
+    ASSERT_OK(sema_client_delete(c, "tm/db", NULL));
     sema_client_free(c);
 }
 

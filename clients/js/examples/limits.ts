@@ -15,6 +15,11 @@ const p = await gpu.acquire({ weight: 3, tenant: "acme" });
 console.log((await gpu.state()).tenants); // [ { tenant: 'acme', held: 3, waiting: 0, ... } ]
 await p.release();
 
+// A place in both lines that holds no connection: granted one lease on both when both fit.
+const ticket = await client.takeTicketAll({ gpu: 2, db: 1 }, { tenant: "acme" });
+console.log(ticket.status, ticket.weights); // granted { gpu: 2, db: 1 }
+if (ticket.status === "granted") await client.ticketPermit(ticket).release(); // a MultiPermit
+
 await db.configure({ ratePerS: 100 }); // the rate changes, the capacity stays
 await client.withAll([{ name: "gpu" }, { name: "db" }], {}, async (all) => all.fences);
 await gpu.delete();

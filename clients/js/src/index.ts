@@ -27,6 +27,7 @@ import {
   LOCK_OPTIONS,
   MAP_LIMIT_OPTIONS,
   SEMAPHORE_OPTIONS,
+  TICKET_ALL_OPTIONS,
   TICKET_OPTIONS,
   TICKET_READ_OPTIONS,
   WAIT_OPTIONS,
@@ -271,17 +272,33 @@ export interface TicketOptions {
   tenant?: string;
 }
 
+/** Options of `client.takeTicketAll()`: as `takeTicket`, the weights given per semaphore. */
+export type TicketAllOptions = Omit<TicketOptions, "weight">;
+
+/** One semaphore of a ticket on several: its name and the units asked for there. */
+export interface TicketPart {
+  name: string;
+  weight: number;
+}
+
 /** A ticket: a place in a semaphore's FIFO queue that no request holds open (docs/http-api.md). */
 export interface Ticket {
   /** The ticket id: unguessable, safe to keep in a cookie. */
   id: string;
-  /** The semaphore. */
+  /** The semaphore (a ticket on several: its first part's). */
   name: string;
   status: "waiting" | "granted";
+  /** The units asked for (a ticket on several: on its first part). */
   weight: number;
-  /** Waiting: 1 = next in line; null once granted. */
+  /** A ticket on several semaphores (`client.takeTicketAll`): each one and its weight, in the order asked; null for a ticket on one. */
+  parts: ReadonlyArray<TicketPart> | null;
+  /** The units asked for on each semaphore, by name (`{ gpu: 2, db: 1 }`; a ticket on one: `{ [name]: weight }`). */
+  weights: Readonly<Record<string, number>>;
+  /** The tenant the ticket named; null for none. */
+  tenant: string | null;
+  /** Waiting: 1 = next in line (a ticket on several: in the line where it stands furthest back); null once granted. */
   position: number | null;
-  /** Waiting: units asked for by the waiters ahead; null once granted. */
+  /** Waiting: units asked for by the waiters ahead (in that line); null once granted. */
   aheadWeight: number | null;
   /** Waiting: the estimated wait from now, null until semad has enough history (or once granted). */
   estimateMs: { p50: number; p90: number } | null;
@@ -294,6 +311,11 @@ export interface Ticket {
   eventId?: string;
 }
 
+/** A ticket on several semaphores (`client.takeTicketAll`): a Ticket whose `parts` are there. */
+export interface MultiTicket extends Ticket {
+  parts: ReadonlyArray<TicketPart>;
+}
+
 export interface TicketReadOptions {
   /** Long-poll: answer when the status or position changes, or after this many ms (at most 300000). */
   waitMs?: number;
@@ -302,9 +324,12 @@ export interface TicketReadOptions {
 
 interface TicketReply {
   ticket: string;
-  name: string;
+  /** A ticket on one semaphore: its name and weight; on several: `semaphores` instead. */
+  name?: string;
+  weight?: number;
+  semaphores?: TicketPart[];
   status: "waiting" | "granted";
-  weight: number;
+  tenant?: string;
   position?: number;
   ahead_weight?: number;
   estimate_ms?: { p50: number; p90: number } | null;
@@ -314,11 +339,18 @@ interface TicketReply {
 }
 
 function toTicket(r: TicketReply, eventId?: string): Ticket {
+  const parts = r.semaphores?.map((p) => ({ name: p.name, weight: p.weight })) ?? null;
+  // a ticket on several semaphores: its first part stands for it, as for a lease
+  const name = parts?.[0]?.name ?? r.name ?? "";
+  const weight = parts?.[0]?.weight ?? r.weight ?? 0;
   return {
     id: r.ticket,
-    name: r.name,
+    name,
     status: r.status,
-    weight: r.weight,
+    weight,
+    parts,
+    weights: Object.fromEntries((parts ?? [{ name, weight }]).map((p) => [p.name, p.weight])),
+    tenant: r.tenant ?? null,
     position: r.position ?? null,
     aheadWeight: r.ahead_weight ?? null,
     estimateMs: r.estimate_ms ?? null,
@@ -635,6 +667,27 @@ class Transport {
     }
   }
 
+  /** A take's body: `body` (its weight or semaphores) with the options' ttl, owner, keepalive and tenant. */
+  ticketBody(body: Record<string, unknown>, opts: TicketAllOptions): Record<string, unknown> {
+    const ttl = opts.ttlMs ?? this.ttlMs;
+    const owner = opts.owner ?? this.owner;
+    if (ttl !== undefined) body.ttl_ms = ttl;
+    if (owner !== undefined) body.owner = owner;
+    if (opts.keepaliveMs !== undefined) body.keepalive_ms = opts.keepaliveMs;
+    if (opts.tenant !== undefined) body.tenant = opts.tenant;
+    return body;
+  }
+
+  /** POSTs a take, retried after network errors with one Idempotency-Key, so a retry never takes a second place. */
+  async takeTicket(path: string, body: Record<string, unknown>, opts: TicketAllOptions): Promise<Ticket> {
+    const r = await this.retrying("POST", path, {
+      body,
+      headers: { "idempotency-key": opts.idempotencyKey ?? randomKey() },
+      signal: opts.signal,
+    });
+    return toTicket(JSON.parse(r.text) as TicketReply);
+  }
+
   /** After an acquire ended without its reply: if semad granted it, release that lease. */
   private async releaseLostGrant(path: string, req: Record<string, unknown>, key: string): Promise<void> {
     try {
@@ -855,9 +908,10 @@ const optionListsMatch: [
   Same<typeof LOCK_OPTIONS, LockOptions>,
   Same<typeof WAIT_OPTIONS, WaitOptions>,
   Same<typeof TICKET_OPTIONS, TicketOptions>,
+  Same<typeof TICKET_ALL_OPTIONS, TicketAllOptions>,
   Same<typeof TICKET_READ_OPTIONS, TicketReadOptions>,
   Same<typeof WATCH_OPTIONS, WatchOptions>,
-] = [true, true, true, true, true, true, true, true, true, true];
+] = [true, true, true, true, true, true, true, true, true, true, true];
 void optionListsMatch;
 
 /** tenantMax, ratePerS and rateBurst as the fields of a PUT or PATCH body. */
@@ -869,10 +923,10 @@ function limitsBody(l: SemaphoreLimits): Record<string, number> {
   return b;
 }
 
-/** `acquireAll`'s semaphores: a list of parts, or `{ gpu: 2, db: 1 }`. */
-function partsBody(parts: readonly Part[] | Readonly<Record<string, number>>): Array<{ name: string; weight: number }> {
-  const list = Array.isArray(parts) ? (parts as readonly Part[]) : Object.entries(parts).map(([name, weight]) => ({ name, weight }));
-  if (list.length === 0) throw new TypeError("acquireAll: name at least one semaphore");
+/** The semaphores of `acquireAll` and `takeTicketAll` (`where`): a list of parts, or `{ gpu: 2, db: 1 }`. */
+function partsBody(where: string, parts: readonly Part[] | Readonly<Record<string, number>>): Array<{ name: string; weight: number }> {
+  const list = Array.isArray(parts) ? (parts as readonly Part[]) : Object.entries(parts ?? {}).map(([name, weight]) => ({ name, weight }));
+  if (list.length === 0) throw new TypeError(`${where}: name at least one semaphore`);
   return list.map((p) => ({ name: p.name, weight: p.weight ?? 1 }));
 }
 
@@ -1054,22 +1108,9 @@ export class Semaphore {
    */
   async takeTicket(opts: TicketOptions = {}): Promise<Ticket> {
     checkOptions("takeTicket", opts, TICKET_OPTIONS);
-    const body: Record<string, unknown> = { weight: opts.weight ?? 1 };
-    const ttl = opts.ttlMs ?? this.#t.ttlMs;
-    const owner = opts.owner ?? this.#t.owner;
-    if (ttl !== undefined) body.ttl_ms = ttl;
-    if (owner !== undefined) body.owner = owner;
-    if (opts.keepaliveMs !== undefined) body.keepalive_ms = opts.keepaliveMs;
-    if (opts.tenant !== undefined) body.tenant = opts.tenant;
+    const body = this.#t.ticketBody({ weight: opts.weight ?? 1 }, opts);
     const key = opts.idempotencyKey ?? randomKey();
-    const r = await this.#orCreate(() =>
-      this.#t.retrying("POST", `${this.#path}/tickets`, {
-        body,
-        headers: { "idempotency-key": key },
-        signal: opts.signal,
-      }),
-    );
-    return toTicket(JSON.parse(r.text) as TicketReply);
+    return this.#orCreate(() => this.#t.takeTicket(`${this.#path}/tickets`, body, { ...opts, idempotencyKey: key }));
   }
 }
 
@@ -1233,8 +1274,22 @@ export class SemaClient {
    */
   async acquireAll(parts: readonly Part[] | Readonly<Record<string, number>>, opts: AcquireAllOptions = {}): Promise<MultiPermit> {
     checkOptions("acquireAll", opts, ACQUIRE_ALL_OPTIONS);
-    const body = { semaphores: partsBody(parts) };
+    const body = { semaphores: partsBody("acquireAll", parts) };
     return (await this.#t.acquire("/v1/acquire", body, opts, (r, sentAt) => new MultiPermit(this.#t, r, sentAt))) as MultiPermit;
+  }
+
+  /**
+   * Takes a ticket on several semaphores at once (POST /v1/tickets): a place in each one's
+   * line, answered at once, that holds nothing until it is granted one lease on them all,
+   * as `acquireAll` is. `parts` as for `acquireAll`. Read, watch and leave it as any ticket
+   * (its `position` is that of the line where it stands furthest back); `ticketPermit` of
+   * the granted ticket is a MultiPermit. Throws as `sem.takeTicket` does, and
+   * SemaNotFoundError when one of the semaphores does not exist.
+   */
+  async takeTicketAll(parts: readonly Part[] | Readonly<Record<string, number>>, opts: TicketAllOptions = {}): Promise<MultiTicket> {
+    checkOptions("takeTicketAll", opts, TICKET_ALL_OPTIONS);
+    const body = this.#t.ticketBody({ semaphores: partsBody("takeTicketAll", parts) }, opts);
+    return (await this.#t.takeTicket("/v1/tickets", body, opts)) as MultiTicket;
   }
 
   /** Runs `fn(permit)` holding the units of several semaphores at once; releases when it settles. */
@@ -1346,9 +1401,15 @@ export class SemaClient {
     return watchTicketEvents(this.#t, id, opts);
   }
 
-  /** A Permit for a granted ticket's lease: renewed in the background, released like any other. */
+  /**
+   * A Permit for a granted ticket's lease: renewed in the background, released like any
+   * other. A lease on several semaphores (a ticket of `takeTicketAll`) is a MultiPermit.
+   */
+  ticketPermit(ticket: MultiTicket): MultiPermit;
+  ticketPermit(ticket: Ticket): Permit;
   ticketPermit(ticket: Ticket): Permit {
     if (ticket.status !== "granted" || !ticket.lease) throw new TypeError("ticketPermit: the ticket is not granted");
+    if (ticket.lease.semaphores) return new MultiPermit(this.#t, ticket.lease, Date.now());
     return new Permit(this.#t, ticket.lease, Date.now());
   }
 

@@ -59,6 +59,7 @@ export const ACQUIRE_ALL_OPTIONS = ["signal", "timeoutMs", "ttlMs", "owner", "te
 export const LOCK_OPTIONS = ["mode", "signal", "timeoutMs", "ttlMs", "owner"] as const;
 export const WAIT_OPTIONS = ["signal", "timeoutMs"] as const;
 export const TICKET_OPTIONS = ["weight", "ttlMs", "owner", "keepaliveMs", "idempotencyKey", "signal", "tenant"] as const;
+export const TICKET_ALL_OPTIONS = ["ttlMs", "owner", "keepaliveMs", "idempotencyKey", "signal", "tenant"] as const;
 export const TICKET_READ_OPTIONS = ["waitMs", "signal"] as const;
 export const WATCH_OPTIONS = ["signal", "lastEventId"] as const;
 export const SEMAPHORE_OPTIONS = ["capacity", "tenantMax", "ratePerS", "rateBurst"] as const;

@@ -588,6 +588,7 @@ void rs__tick_cb(uv_timer_t *t)
 
     if (r->sh != NULL) { /* (the cluster keeps each command's deadline) */
         fail_old(r, &r->pending, now);
+        rs__sh_tick(r, now); /* (a handover's questions past their deadline) */
         rs__sh_flush(r);
         rs__list_tick(r, now);
         rs__drain(r);

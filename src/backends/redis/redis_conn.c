@@ -312,15 +312,37 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
     conn_gone(c, status == REDIS_OK ? NULL : ac->errstr);
 }
 
-static redisAsyncContext *open_ctx(rs_t *r, rs_conn_t *c, const char *host, int port)
+redisAsyncContext *rs__async_open(uv_loop_t *loop, const char *host, int port, char *why,
+                                  size_t cap)
 {
     redisAsyncContext *ac = redisAsyncConnect(host, port);
 
-    if (ac == NULL)
+    if (ac == NULL || ac->err || ev_attach(ac, loop) != 0) {
+        snprintf(why, cap, "%s", ac == NULL ? "out of memory" : ac->err ? ac->errstr : "no poll");
+        if (ac != NULL)
+            redisAsyncFree(ac);
         return NULL;
-    if (ac->err || ev_attach(ac, r->loop) != 0) {
-        log_warn("redis: cannot connect to %s:%d: %s", host, port, ac->err ? ac->errstr : "");
-        redisAsyncFree(ac);
+    }
+    return ac;
+}
+
+void rs__async_auth(const rs_t *r, redisAsyncContext *ac, redisCallbackFn *fn, void *priv)
+{
+    if (r->pass[0] == '\0')
+        return;
+    if (r->user[0] != '\0')
+        redisAsyncCommand(ac, fn, priv, "AUTH %s %s", r->user, r->pass);
+    else
+        redisAsyncCommand(ac, fn, priv, "AUTH %s", r->pass);
+}
+
+static redisAsyncContext *open_ctx(rs_t *r, rs_conn_t *c, const char *host, int port)
+{
+    char why[128];
+    redisAsyncContext *ac = rs__async_open(r->loop, host, port, why, sizeof why);
+
+    if (ac == NULL) {
+        log_warn("redis: cannot connect to %s:%d: %s", host, port, why);
         return NULL;
     }
     ac->data = c;
@@ -377,12 +399,7 @@ static void setup_cb(redisAsyncContext *ac, void *reply, void *priv)
 
 static void send_setup(rs_t *r, redisAsyncContext *ac)
 {
-    if (r->pass[0] != '\0') {
-        if (r->user[0] != '\0')
-            redisAsyncCommand(ac, setup_cb, (void *)"AUTH", "AUTH %s %s", r->user, r->pass);
-        else
-            redisAsyncCommand(ac, setup_cb, (void *)"AUTH", "AUTH %s", r->pass);
-    }
+    rs__async_auth(r, ac, setup_cb, (void *)"AUTH");
     if (r->db != 0)
         redisAsyncCommand(ac, setup_cb, (void *)"SELECT", "SELECT %d", r->db);
 }

@@ -212,6 +212,14 @@ void rs__describe(void *be, char *buf, size_t cap); /* engine_describe: the addr
 redisContext *rs__sync(rs_t *r);
 /* A blocking connection to host:port, with AUTH when there is a password (250 ms timeout). */
 redisContext *rs__sync_open(const rs_t *r, const char *host, int port);
+/* An asynchronous connection to host:port on loop (hiredis's: a host name is resolved before
+ * this returns, an address at once); NULL, with why, when it cannot be made. Its commands may
+ * be queued at once; the caller frees it (redisAsyncFree), unless the connection fails first:
+ * hiredis then frees it itself, after running every pending callback with a NULL reply. */
+redisAsyncContext *rs__async_open(uv_loop_t *loop, const char *host, int port, char *why,
+                                  size_t cap);
+/* Queue AUTH on ac when the address has a password (fn may be NULL: its answer unread). */
+void rs__async_auth(const rs_t *r, redisAsyncContext *ac, redisCallbackFn *fn, void *priv);
 extern const char rs__lua[]; /* sema.lua with its constants (generated: redis_lua.c) */
 
 /* ---- redis_cmd.c: commands, sending, replies, retries ---- */
@@ -298,16 +306,16 @@ typedef struct {
     int repl_most;        /* the most replicas it was seen with */
     char replid[48];      /* its replication id, from that INFO */
     rs_slot_addr_t said;  /* the replica of it last said to carry on at once (logged once) */
-    rs_slot_addr_t asked; /* the node last asked whether it continues this one's history, */
-    uint64_t asked_until; /* ...whose answer (asked_ok) holds until then (loop ms): one */
-    uint8_t asked_ok;     /* question per failover, not one per slot */
 } rs_sh_strict_t;
 /* Each primary with held replies or unconfirmed undos and no WAIT out gets one (the loop
  * turn's check); held replies whose connection went are settled short. */
 void rs__sh_strict_check(rs_t *r);
 /* Whether every write acknowledged on the primary `was` (1 + its index) reached every replica
- * it had, so a replica of it promoted has them all (`now` continues its history). */
-int rs__sh_strict_proven(rs_t *r, uint16_t was, const rs_slot_addr_t *now);
+ * it had, as far as its WAITs and INFO tell: then a replica of it promoted has them all. */
+int rs__sh_strict_may(rs_t *r, uint16_t was);
+/* ...and whether `now`, whose INFO replication gave master_replid2 `replid2`, is such a replica
+ * (it continues was's history): 1, said once per node at warn. */
+int rs__sh_strict_proven(rs_t *r, uint16_t was, const rs_slot_addr_t *now, const char *replid2);
 rs_sh_strict_t *rs__sh_strict_of(rs_t *r, uint16_t node); /* 1 + index; NULL when none */
 const rs_slot_addr_t *rs__sh_node(const rs_t *r, uint16_t node);
 /* redis_strict.c: settle the held replies and unconfirmed undos of one primary (1 + its index;
@@ -316,17 +324,51 @@ const rs_slot_addr_t *rs__sh_node(const rs_t *r, uint16_t node);
 void rs__strict_settle(rs_t *r, int node, int conn, int ok);
 
 /* ---- redis_handover.c: a slot handed over by a reshard, or taken over by a failover ---- */
+#define RS_HO_NODES_MAX 16 /* nodes asked at once, or whose answers are remembered */
+#define RS_HO_ASK_MS 1000  /* a node's answers are awaited this long (its connection included) */
+#define RS_HO_REMEMBER_MS 1000 /* an answer (or none) stands this long for the slots after */
+/* A node asked about slots whose primary changed, on one asynchronous connection at a time. */
 typedef struct {
-    rs_slot_addr_t down; /* a node found dead or not handing over, until down_until (loop ms) */
-    uint64_t down_until;
+    rs_slot_addr_t addr;
+    redisAsyncContext *ac; /* the questions in flight (NULL: none) */
+    uint64_t deadline;     /* loop ms: ac is dropped then, unanswered questions failed */
+    uint32_t users;        /* slots waiting on it (it is kept while they wait) */
+    uint16_t waiting;      /* answers awaited on ac */
+    uint8_t asked_role, asked_info, failed; /* on ac; failed: it went before every answer */
+    int8_t master;                       /* ROLE's answer on ac: 1 a primary, 0 not, -1 none yet */
+    uint64_t info_at;                    /* loop ms of its last INFO replication answer (0: none) */
+    char role[16], off[24], replid2[48]; /* ...role, second_repl_offset, master_replid2 */
+    uint64_t quiet_until;                /* it did not answer: not asked again before this */
+    uint64_t refused_until; /* not a primary, or sent a slot elsewhere: no move away from it is
+                               taken for a reshard before this */
+} rs_ho_node_t;
+typedef struct {
+    rs_t *r; /* (set by rs__sh_open) */
+    rs_ho_node_t node[RS_HO_NODES_MAX];
+    /* a slot being decided: its old and new primary (1 + their index in node), its old one
+     * in the shards' nodes (strict durability's records), and what is awaited and known
+     * (redis_handover.c's HO_* flags; 0: not being decided) */
+    uint8_t from[RS_SLOTS], to[RS_SLOTS], flags[RS_SLOTS];
+    uint16_t was[RS_SLOTS];
     rs_slot_addr_t said_from, said_to; /* the last handover logged (once per pair of nodes) */
 } rs_handover_t;
-/* Whether slot, whose primary was `was` and is `now`, was handed over: `was` is a primary that
- * answers MOVED for the slot to `now`, a primary never promoted since it started. Asks both
- * on blocking connections (250 ms timeout each; a node that does not answer is not asked
- * again for a second). 1: every write acknowledged on `was` in the slot is on `now`. */
-int rs__handover_proven(rs_t *r, rs_handover_t *h, unsigned slot, const rs_slot_addr_t *was,
-                        const rs_slot_addr_t *now);
+enum { RS_HO_NO, RS_HO_YES, RS_HO_ASKING };
+/* Whether slot, whose primary was `from` (1 + its index in the shards' nodes: `was`) and is
+ * `to`, was handed over with every write acknowledged on `from`: a reshard (`from` is a
+ * primary that answers MOVED or ASK for the slot to `to`, a primary never promoted since it
+ * started), or, with strict durability, a promoted replica that had every such write
+ * (rs__sh_strict_proven). RS_HO_NO or RS_HO_YES when that is known at once (nothing to ask,
+ * or the nodes answered less than RS_HO_REMEMBER_MS ago), else RS_HO_ASKING: both nodes are
+ * asked on asynchronous connections (one per node, shared by every slot that waits on it, no
+ * answer in RS_HO_ASK_MS is a no), and rs__sh_handed(r, slot, yes) runs later, once, from the
+ * loop: never from inside this call, and with a no when the probe is closed. */
+int rs__handover_ask(rs_t *r, rs_handover_t *h, unsigned slot, uint16_t was,
+                     const rs_slot_addr_t *from, const rs_slot_addr_t *to);
+void rs__handover_tick(rs_handover_t *h, uint64_t now); /* drops what is past its deadline */
+void rs__handover_close(rs_handover_t *h); /* every connection freed, every slot told no */
+/* redis_shards.c: the answer of rs__handover_ask for slot (its hello goes then). */
+void rs__sh_handed(rs_t *r, unsigned slot, int yes);
+void rs__sh_tick(rs_t *r, uint64_t now); /* the 100 ms tick's share of the shards */
 
 /* ---- redis_list.c: listing on a Redis Cluster, every primary asked ---- */
 typedef struct rs_list rs_list_t;

@@ -27,6 +27,8 @@ typedef struct {
     uint8_t changed; /* its primary is another than `node`: the hello says "unproven" */
     uint8_t handed;  /* ...unless the new one has every write `node` acknowledged: a reshard,
                         or (strict) a replica of it when WAIT counted every replica */
+    uint8_t probing; /* ...which its old and new primary are being asked (redis_handover.c):
+                        its hello waits for the answer */
 } rs_slot_t;
 
 /* A primary the library was loaded on (or is being loaded on). */
@@ -92,12 +94,15 @@ int rs__sh_open(rs_t *r, char *errbuf, size_t errlen)
         return SEMA_ENOMEM;
     }
     r->sh = sh;
+    sh->ho.r = r;
     sh->probe = RS_SLOTS - RS_SLOTS / 3 - 1; /* (the first probe: slot 0) */
     return 0;
 }
 
 void rs__sh_close(rs_t *r)
 {
+    if (r->sh != NULL)
+        rs__handover_close(&r->sh->ho); /* (its slots are told no: no hello while closing) */
     if (r->sh != NULL && r->sh->cl != NULL) {
         rs_cluster_t *cl = r->sh->cl;
         r->sh->cl = NULL;
@@ -213,7 +218,8 @@ static uint16_t node_of(rs_shards_t *sh, const rs_slot_addr_t *a)
 /* The slot's primary is another than the one that answered its hello (a failover, or a slot
  * moved): with asynchronous replication it may lack grants the one before acknowledged, so
  * the slot says hello again, "unproven", before anything else runs there; unless the one
- * before handed the slot over (a reshard: redis_handover.c), when the hello is proven. */
+ * before handed the slot over (a reshard, or strict's every replica: redis_handover.c asks
+ * the two primaries, and the hello waits for their answer), when the hello is proven. */
 static void primary_changed(rs_t *r, rs_cmd_t *c)
 {
     rs_shards_t *sh = r->sh;
@@ -221,10 +227,13 @@ static void primary_changed(rs_t *r, rs_cmd_t *c)
     unsigned slot = c->slot;
     const rs_slot_addr_t *now = rs__cluster_owner(sh->cl, slot);
 
-    if (!sl->changed) /* (once per change: the commands in flight come back MOVED each) */
-        sl->handed = sl->node != 0 && now != NULL &&
-                     (rs__handover_proven(r, &sh->ho, slot, &sh->nodes[sl->node - 1], now) ||
-                      rs__sh_strict_proven(r, sl->node, now));
+    if (!sl->changed) { /* (once per change: the commands in flight come back MOVED each) */
+        int v = sl->node != 0 && now != NULL
+                    ? rs__handover_ask(r, &sh->ho, slot, sl->node, &sh->nodes[sl->node - 1], now)
+                    : RS_HO_NO;
+        sl->probing = v == RS_HO_ASKING;
+        sl->handed = v == RS_HO_YES;
+    }
     sl->changed = 1;
     if (sl->epoch != 0)
         sl->old = sl->epoch; /* (and if the new primary lost the slot's data, the hello says) */
@@ -353,8 +362,8 @@ static void send_hello(rs_t *r, unsigned slot)
     uint64_t id;
     rs_cmd_t *c;
 
-    if (sl->hello)
-        return;
+    if (sl->hello || sl->probing)
+        return; /* (the commands wait: sent once it is answered) */
     rs__home_key(r, slot, "epoch", key, sizeof key);
     engine__random(r->front, &id, sizeof id); /* below 2^52: exact in the script's numbers */
     snprintf(fresh, sizeof fresh, "%llu", (unsigned long long)((id >> 12) | 1));
@@ -376,6 +385,23 @@ static void send_hello(rs_t *r, unsigned slot)
         return; /* out of memory: the next command of the slot asks again */
     sl->hello = 1;
     rs__sh_send(r, c);
+}
+
+void rs__sh_handed(rs_t *r, unsigned slot, int yes)
+{
+    rs_slot_t *sl = &r->sh->slot[slot];
+
+    sl->probing = 0;
+    if (!sl->changed)
+        return;                        /* (a hello answered meanwhile: the change is behind it) */
+    sl->handed = yes && sl->node != 0; /* (node 0: the nodes' table started again, unproven) */
+    if (!r->closing)
+        send_hello(r, slot);
+}
+
+void rs__sh_tick(rs_t *r, uint64_t now)
+{
+    rs__handover_tick(&r->sh->ho, now);
 }
 
 /* Say once per change of primary (not per slot) that the slots it served pause. */

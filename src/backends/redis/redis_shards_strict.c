@@ -137,29 +137,19 @@ void rs__sh_strict_check(rs_t *r)
     }
 }
 
-int rs__sh_strict_proven(rs_t *r, uint16_t was, const rs_slot_addr_t *now)
+int rs__sh_strict_may(rs_t *r, uint16_t was)
+{
+    const rs_sh_strict_t *st = rs__sh_strict_of(r, was);
+
+    return r->strict && r->replicas > 0 && st != NULL && st->counted && !st->short_of_all &&
+           st->replid[0] != '\0';
+}
+
+int rs__sh_strict_proven(rs_t *r, uint16_t was, const rs_slot_addr_t *now, const char *replid2)
 {
     rs_sh_strict_t *st = rs__sh_strict_of(r, was);
-    char replid2[48] = "";
-    redisContext *c;
-    redisReply *rep;
 
-    if (!r->strict || r->replicas <= 0 || st == NULL || !st->counted || st->short_of_all ||
-        st->replid[0] == '\0')
-        return 0;
-    if (st->asked_until <= rs__now(r) || st->asked.port != now->port ||
-        strcmp(st->asked.host, now->host) != 0) {
-        c = rs__sync_open(r, now->host, now->port);
-        rep = c != NULL ? redisCommand(c, "INFO replication") : NULL;
-        if (rep != NULL && rep->type == REDIS_REPLY_STRING)
-            rs__info_field(rep->str, "master_replid2", replid2, sizeof replid2);
-        freeReplyObject(rep);
-        redisFree(c);
-        st->asked = *now;
-        st->asked_until = rs__now(r) + 1000;
-        st->asked_ok = strcmp(replid2, st->replid) == 0;
-    } /* (else the answer of less than a second ago, for another slot of the same change) */
-    if (!st->asked_ok)
+    if (!rs__sh_strict_may(r, was) || strcmp(replid2, st->replid) != 0)
         return 0; /* not a promoted replica of it */
     if (st->said.port != now->port || strcmp(st->said.host, now->host) != 0)
         log_warn("redis: %s:%d, a replica of %s:%d, is its slots' primary now, and every "
