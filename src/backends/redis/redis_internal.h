@@ -421,7 +421,7 @@ static inline int rs__is_acquire(engine_op_t op)
 /* The name a request's key is made of: its own, or its first semaphore's (several). */
 static inline const char *rs__req_name(const engine_req_t *req, size_t *len)
 {
-    if (req->op == ENGINE_ACQUIRE_MULTI) {
+    if (req->op == ENGINE_ACQUIRE_MULTI || (req->op == ENGINE_TICKET_CREATE && req->nparts > 0)) {
         *len = req->parts[0].name_len;
         return req->parts[0].name;
     }
@@ -430,6 +430,10 @@ static inline const char *rs__req_name(const engine_req_t *req, size_t *len)
 }
 
 /* ---- redis_acts.c: replies, results and acts ---- */
+/* The parts of a lease on several semaphores: stem, weight and fence each, from `at` to the
+ * reply's end (none: l unchanged); its name, weight and fence become its first part's. 0, or
+ * -1 when out of memory. */
+int rs__parts_from(engine_result_t *res, engine_lease_t *l, const redisReply *a, size_t at);
 const char *rs__el_str(const redisReply *a, size_t i, size_t *len);
 /* Element i as a string of res (NUL-terminated), NULL when empty, RS_NOMEM when out of
  * memory. */
