@@ -423,7 +423,8 @@ end
 -- The latest expiry of any lease ever granted: after Redis lost its data, instances know
 -- from it how long a holder they can no longer see may still be running. It lives in the
 -- epoch's hash (read by every call with the epoch) and is kept a second ahead, so it is
--- written at most once a second, not at every grant.
+-- written at most once a second, not at every grant (by the grant that passes it: here, or
+-- acquire_at_once's own, whose instance counts its lease itself).
 local HORIZON, HORIZON_S
 local SAFE_AT = 0 -- no grant before this (Redis ms): the pause after lost data
 local function bump_horizon(exp)
