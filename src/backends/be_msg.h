@@ -107,8 +107,7 @@
       "a rate or tenants")                                                                         \
     X(REDIS_LIMITS_BESIDE_MULTI, ENOTSUP,                                                          \
       "on Redis, tenants and rates are not served on a semaphore where a request on several "      \
-      "semaphores waits or holds")                                                                 \
-    X(REDIS_MULTI_TICKET, ENOTSUP, "on Redis, a ticket on several semaphores is not served yet")
+      "semaphores waits or holds")
 
 typedef enum {
     BE_MSG_NONE = 0,

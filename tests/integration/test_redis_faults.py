@@ -350,6 +350,42 @@ def test_client_pause():
                                                                   summary))
 
 
+def test_grant_in_a_sweep_whose_answer_was_lost():
+    """A lease expires while Redis is stopped: the sweep that grants the parked waiter its
+    units runs when Redis resumes, on a connection semad dropped (the command timed out), so
+    its answer never comes. The waiter still gets that lease once the connection is back (its
+    lease id finds it), not a 503 beside a permit held by nobody until its ttl."""
+    rf.need_redis_engine()
+    r = rf.RedisServer()
+    with r, rf.Fleet(r.url() + "?timeout=300", 1) as fl:
+        a = fl[0]
+        put(a, "sw", 1)
+        ttl_s = 1.5
+        t_grant = time.monotonic()
+        holder = grant(a, "sw", ttl_ms=int(ttl_s * 1000))
+        p = Parked(a, "sw", {"ttl_ms": 60000, "timeout_ms": 30000})
+        fx.wait_until(lambda: waiting(a, "sw") == 1, 10, "park")
+        timeouts = fx.metric(a, "semad_redis_command_timeouts_total")
+        # stopped just before the expiry: the sweep goes out on a connection that times out
+        # (no heartbeat can time out first, the gap being shorter than the command timeout)
+        time.sleep(max(0.0, t_grant + ttl_s - 0.15 - time.monotonic()))
+        os.kill(r.proc.pid, signal.SIGSTOP)
+        try:
+            fx.wait_until(lambda: fx.metric(a, "semad_redis_command_timeouts_total") > timeouts
+                          and time.monotonic() > t_grant + ttl_s + 0.1, 10,
+                          "the sweep to time out")
+        finally:
+            os.kill(r.proc.pid, signal.SIGCONT)
+        st, lease = p.wait(10)
+        assert st == 200, ("the waiter granted in the lost sweep", st, lease, holder)
+        assert fx.metric(a, "semad_redis_waiters_lost_total") == 0
+        v = view(a, "sw")
+        assert v["held"] == 1 and v["waiting"] == 0, v
+        release(a, lease)
+        fx.wait_until(lambda: view(a, "sw")["available"] == 1, 5, "the units back")
+        p.close()
+
+
 # ---- Redis unreachable ----
 
 def test_store_unavailable_says_when_to_ask_again():

@@ -10,6 +10,7 @@ Each case is its own CTest test with its own cluster (cluster.* tests run one at
 RESOURCE_LOCK redis_cluster); every wait is bounded."""
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -347,6 +348,40 @@ def test_a_killed_sharded_subscriber_misses_no_wake_up():
         assert release(b, l["lease"]) == 204
         t.join(40)
         assert out["r"][0] == 200, out
+    finally:
+        f.close()
+        c.close()
+
+
+def test_a_grant_in_a_sweep_whose_answer_was_lost_reaches_its_waiter():
+    """A lease expires while its slot's primary is stopped: the sweep that grants the parked
+    waiter runs when the primary resumes, on a connection semad dropped (the command timed
+    out). The slot's next answer checks the waiters there, and the waiter gets that lease (its
+    lease id finds it), rather than waiting on with its permit held by nobody."""
+    c, f = cluster_fleet(1, query="?timeout=300", replicas=0)
+    try:
+        a = f[0]
+        put(a, "sw", 1)
+        node = c.node_at(where(c, ["sw"])["sw"])
+        ttl_s = 1.5
+        t_grant = time.monotonic()
+        st, holder = acquire(a, "sw", ttl_ms=int(ttl_s * 1000))
+        assert st == 200, holder
+        t, out = park(a, a, "sw", 30000)
+        # stopped just before the expiry: the sweep goes out on a connection that times out
+        time.sleep(max(0.0, t_grant + ttl_s - 0.15 - time.monotonic()))
+        mark = len(a.log())
+        os.kill(node.proc.pid, signal.SIGSTOP)
+        try:
+            fx.wait_until(lambda: any("did not answer in time" in x for x in a.log()[mark:])
+                          and time.monotonic() > t_grant + ttl_s + 0.1, 10,
+                          "the sweep to time out")
+        finally:
+            os.kill(node.proc.pid, signal.SIGCONT)
+        t.join(10 * SLOW)
+        assert out.get("r") and out["r"][0] == 200, ("the waiter granted in the lost sweep",
+                                                     out, holder)
+        assert release(a, out["r"][1]["lease"]) == 204
     finally:
         f.close()
         c.close()

@@ -493,6 +493,125 @@ def test_stream_positions_come_once_per_poll_while_the_line_moves():
                 (positions, [round(t - times[0], 3) for t in times])
 
 
+
+# On Redis Cluster the semaphores of one ticket share a slot: their names share a hash tag.
+TAG = "{mt}" if fx.ON_CLUSTER else ""
+
+
+def multi(s, parts, headers=None, **kw):
+    body = dict(kw, semaphores=[{"name": n, "weight": w} for n, w in parts])
+    st, v = s.json("POST", "/v1/tickets", body, headers)
+    assert st in (200, 201), (st, v)
+    return v
+
+
+def test_a_ticket_on_several_semaphores_waits_in_every_line_and_is_granted_one_lease():
+    """A place at the end of every line; its position is in the line where it stands
+    furthest back; it holds nothing while it waits, tickets behind it wait (FIFO in each
+    line), a long-poll answers its grant: one lease with a fence on each semaphore; leaving
+    releases every part; keepalive drops one nobody reads, from every line."""
+    a, b = TAG + "ma", TAG + "mb"
+    with fx.Semad("--ticket-poll", "100ms") as s:
+        put(s, a, 2)
+        put(s, b, 1)
+        hb = hold(s, b)
+        first = ticket(s, b, keepalive_ms=60000)["ticket"]
+        key = {"Idempotency-Key": "mt-1"}
+        t = multi(s, [(a, 2), (b, 1)], key, keepalive_ms=60000, owner="m", ttl_ms=60000)
+        tid = t["ticket"]
+        assert t["status"] == "waiting" and t["semaphores"] == [
+            {"name": a, "weight": 2}, {"name": b, "weight": 1}], t
+        assert (t["position"], t["ahead_weight"]) == (2, 1), t  # on b, behind `first`
+        assert sem(s, a)["held"] == 0 and sem(s, a)["waiting"] == 1
+        assert [(w["kind"], w.get("multi")) for w in sem(s, a)["waiters"]] == [("ticket", True)]
+        assert multi(s, [(a, 2), (b, 1)], key, keepalive_ms=60000)["ticket"] == tid
+        behind = ticket(s, a, keepalive_ms=60000)["ticket"]  # FIFO on a: after it
+        assert position(s, behind) == (2, 2)
+        st, _, _ = s.request("DELETE", "/v1/tickets/" + first)
+        assert st == 204
+        assert position(s, tid) == (1, 0)
+        got = {}
+        th = threading.Thread(target=lambda: got.update(r=read(s, tid, wait="30s")),
+                              daemon=True)
+        th.start()
+        fx.wait_until(lambda: fx.metric(s, "semad_ticket_watchers") >= 1, 10,
+                      "the long-poll to wait")
+        release(s, hb)
+        th.join(30 * fx.SLOW)
+        st, v = got["r"]
+        assert st == 200 and v["status"] == "granted", (st, v)
+        lease = v["lease"]
+        assert sorted(lease["fences"]) == sorted([a, b]) and lease["owner"] == "m", lease
+        assert [(x["name"], x["weight"]) for x in v["semaphores"]] == [(a, 2), (b, 1)], v
+        assert (sem(s, a)["held"], sem(s, b)["held"]) == (2, 1)
+        assert position(s, behind) == (1, 0)  # a is full: it waits on
+        st, _, _ = s.request("DELETE", "/v1/tickets/" + tid)  # its lease goes: both parts
+        assert st == 204
+        assert problem(s, "GET", "/v1/leases/" + lease["lease"])[0] in (404, 410)
+        assert read(s, behind)[1]["status"] == "granted"
+        assert sem(s, b)["held"] == 0
+        # unread, a waiting ticket on several leaves every line
+        hb = hold(s, b)
+        gone = multi(s, [(a, 1), (b, 1)], keepalive_ms=1000)["ticket"]
+        assert sem(s, b)["waiting"] == 1
+        fx.wait_until(lambda: sem(s, b)["waiting"] == 0 and sem(s, a)["waiting"] == 0, 10,
+                      "the unread ticket to leave both lines")
+        assert problem(s, "GET", "/v1/tickets/" + gone) == (410, "ticket_ended")
+        # granted at once when every line is free; a missing semaphore changes nothing
+        release(s, hb)
+        now = multi(s, [(b, 1), (a, 1)], keepalive_ms=60000)
+        assert now["status"] == "granted" and sorted(now["lease"]["fences"]) == sorted([a, b])
+        assert problem(s, "POST", "/v1/tickets", {"semaphores": [
+            {"name": a}, {"name": TAG + "none"}]}) == (404, "not_found")
+        assert problem(s, "POST", "/v1/tickets", {"semaphores": [
+            {"name": a, "weight": 3}, {"name": b}]})[0] == 400
+        release(s, now["lease"]["lease"])
+        release(s, read(s, behind)[1]["lease"]["lease"])
+        assert sem(s, a)["available"] == 2 and sem(s, b)["available"] == 1
+
+
+
+@fx.not_through_proxy("event streams")
+def test_a_ticket_on_several_semaphores_streams_and_ends_with_any_of_them():
+    """Its event stream tells its place, then its grant with every part; deleting any of its
+    semaphores, or shrinking one below its part, ends it and frees its place in the others."""
+    a, b, c = TAG + "sa", TAG + "sb", TAG + "sc"
+    with fx.Semad("--ticket-poll", "100ms") as s:
+        for n in (a, b, c):
+            put(s, n, 2)
+        hb = hold(s, b, 2)
+        t = multi(s, [(a, 1), (b, 2)], keepalive_ms=60000)["ticket"]
+        sock, f = stream(s, t)
+        ev = next_event(f)
+        assert ev["event"] == "waiting" and json.loads(ev["data"])["position"] == 1, ev
+        release(s, hb)
+        ev = next_event(f)
+        v = json.loads(ev["data"])
+        assert ev["event"] == "granted" and sorted(v["lease"]["fences"]) == sorted([a, b]), ev
+        sock.close()
+        release(s, v["lease"]["lease"])
+        # deleting its second semaphore, then its first, ends it; its place in the other goes
+        for deleted, other in ((c, a), (a, c)):
+            put(s, c, 2)  # (again, once deleted)
+            hc = hold(s, c, 2)
+            gone = multi(s, [(a, 1), (c, 1)], keepalive_ms=60000)["ticket"]
+            assert sem(s, other)["waiting"] == 1
+            st, _, _ = s.request("DELETE", "/v1/semaphores/" + deleted)
+            assert st == 204
+            assert problem(s, "GET", "/v1/tickets/" + gone) == (410, "ticket_ended")
+            assert sem(s, other)["waiting"] == 0
+        # a shrink below its part on one line ends it on every line
+        put(s, a, 2)
+        hb = hold(s, b, 2)
+        gone = multi(s, [(a, 2), (b, 1)], keepalive_ms=60000)["ticket"]
+        st, v = s.json("PATCH", "/v1/semaphores/" + a, {"capacity": 1})
+        assert st == 200, (st, v)
+        assert problem(s, "GET", "/v1/tickets/" + gone) == (410, "ticket_ended")
+        assert sem(s, b)["waiting"] == 0 and sem(s, a)["waiting"] == 0
+        release(s, hb)
+        release(s, hc)
+
+
 @fx.not_through_proxy("kills semad and starts another on the same data")
 def test_strict_restart_keeps_every_acknowledged_ticket_and_its_place():
     if fx.REDIS not in ("", "0") or fx.ON_CLUSTER:

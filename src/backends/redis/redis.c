@@ -77,8 +77,6 @@ static be_msg_t cannot_send(rs_t *r, const engine_req_t *req)
         return BE_MSG_REDIS_UNREACHABLE;
     if (r->npending >= RS_PENDING_MAX)
         return BE_MSG_REDIS_BACKLOG;
-    if (req->op == ENGINE_TICKET_CREATE && req->nparts > 0)
-        return BE_MSG_REDIS_MULTI_TICKET;
     return BE_MSG_NONE;
 }
 
@@ -89,7 +87,7 @@ static const char *cluster_apart(rs_t *r, engine_req_t *req)
     unsigned slot0 = 0;
     char msg[256];
 
-    if (req->op != ENGINE_ACQUIRE_MULTI || r->sh == NULL)
+    if (req->nparts == 0 || r->sh == NULL)
         return NULL;
     for (size_t i = 0; i < req->nparts; i++) {
         size_t kl;

@@ -97,7 +97,7 @@ const char *rs__el_dup(engine_result_t *res, const redisReply *a, size_t i)
 /* The parts of a lease on several semaphores: stem, weight and fence each, from `at` to the
  * reply's end; its name, weight and fence become its first part's. 0, or -1 when out of
  * memory. */
-static int parts_from(engine_result_t *res, engine_lease_t *l, const redisReply *a, size_t at)
+int rs__parts_from(engine_result_t *res, engine_lease_t *l, const redisReply *a, size_t at)
 {
     size_t n = a->elements > at ? (a->elements - at) / 3 : 0;
     engine_part_t *p;
@@ -194,8 +194,8 @@ static int waiter_event(const redisReply *acts, size_t i, engine_result_t *scrat
     if ((w->tenant = rs__el_dup(scratch, acts, i + RS_AF_TENANT)) == RS_NOMEM)
         return -1;
     w->wait_idle = kind == 1;
-    w->ticket = kind == 2;
-    w->multi = kind == 3;
+    w->ticket = kind == 2 || kind == 4; /* 4: a part of a ticket on several */
+    w->multi = kind == 3 || kind == 4;
     ev->waiter = w;
     ev->waiting = (uint64_t)rs__el_i64(acts, i + RS_AF_FENCE);
     ev->waiting_weight = (uint64_t)rs__el_i64(acts, i + RS_AF_TTL);
@@ -412,8 +412,9 @@ static int view_from(engine_result_t *res, engine_sem_view_t *v, const redisRepl
         q->since_ms = rs__el_i64(ws, i * RS_WAITER_LEN + RS_W_SINCE);
         q->mode = (int)rs__el_i64(ws, i * RS_WAITER_LEN + RS_W_MODE);
         q->wait_idle = rs__el_i64(ws, i * RS_WAITER_LEN + RS_W_KIND) == 1;
-        q->ticket = rs__el_i64(ws, i * RS_WAITER_LEN + RS_W_KIND) == 2;
-        q->multi = rs__el_i64(ws, i * RS_WAITER_LEN + RS_W_KIND) == 3;
+        int64_t kind = rs__el_i64(ws, i * RS_WAITER_LEN + RS_W_KIND);
+        q->ticket = kind == 2 || kind == 4; /* 4: a part of a ticket on several */
+        q->multi = kind == 3 || kind == 4;
     }
     return 0;
 }
@@ -502,7 +503,7 @@ int rs__result_from(rs_t *r, rs_req_t *rq, const redisReply *rep)
             return -1;
         if (res->lease.multi) { /* a lease on several semaphores: its parts follow */
             res->lease.multi = 0;
-            if (parts_from(res, &res->lease, rep, RS_R_RESULT + RS_LEASE_LEN) != 0)
+            if (rs__parts_from(res, &res->lease, rep, RS_R_RESULT + RS_LEASE_LEN) != 0)
                 return -1;
             if (req->op == ENGINE_ACQUIRE_MULTI) {
                 res->lease.tenant = req->tenant;

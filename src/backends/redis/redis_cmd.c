@@ -505,6 +505,8 @@ void rs__cmd_lost(rs_t *r, rs_cmd_t *c)
     r->unknown_outcomes += c->kind == RS_CMD_OP;
     c->unknown = 1;
     if (r->sh != NULL) { /* (sent again at the next tick, rs__sh_flush) */
+        if (c->kind == RS_CMD_SWEEP)
+            rs__sh_sweep_lost(r, c); /* (one node's connection: no reconnect checks them all) */
         elist_push_back(&r->pending, &c->link);
         r->npending++;
         return;

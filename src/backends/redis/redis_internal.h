@@ -282,6 +282,10 @@ void rs__sh_parked(rs_t *r, const char *stem, size_t len, int d);
 void rs__sh_sweep(rs_t *r, uint64_t now);
 /* A slot's sweep that failed (its primary unreachable): that slot is swept again soon. */
 void rs__sh_sweep_failed(rs_t *r, const rs_cmd_t *c);
+/* A slot's sweep whose answer went with its connection (it carries no request id, so nothing
+ * reads that answer again): the slot's next answer sends the check of this instance's waiters
+ * there (rs__check_in), which finds a grant it made by the waiter's lease id. */
+void rs__sh_sweep_lost(rs_t *r, const rs_cmd_t *c);
 int rs__sh_subscribe(rs_t *r, const char *chan, size_t len, int on);
 /* A ticket watcher comes (d 1: rq->tslot is set) or goes (-1): its slot's ticket channel is
  * subscribed while it has watchers here. */
@@ -417,7 +421,7 @@ static inline int rs__is_acquire(engine_op_t op)
 /* The name a request's key is made of: its own, or its first semaphore's (several). */
 static inline const char *rs__req_name(const engine_req_t *req, size_t *len)
 {
-    if (req->op == ENGINE_ACQUIRE_MULTI) {
+    if (req->op == ENGINE_ACQUIRE_MULTI || (req->op == ENGINE_TICKET_CREATE && req->nparts > 0)) {
         *len = req->parts[0].name_len;
         return req->parts[0].name;
     }
@@ -426,6 +430,10 @@ static inline const char *rs__req_name(const engine_req_t *req, size_t *len)
 }
 
 /* ---- redis_acts.c: replies, results and acts ---- */
+/* The parts of a lease on several semaphores: stem, weight and fence each, from `at` to the
+ * reply's end (none: l unchanged); its name, weight and fence become its first part's. 0, or
+ * -1 when out of memory. */
+int rs__parts_from(engine_result_t *res, engine_lease_t *l, const redisReply *a, size_t at);
 const char *rs__el_str(const redisReply *a, size_t i, size_t *len);
 /* Element i as a string of res (NUL-terminated), NULL when empty, RS_NOMEM when out of
  * memory. */
@@ -471,6 +479,7 @@ void rs__beat(rs_t *r);         /* this instance's heartbeat: O(1) in Redis */
 void rs__check_all(rs_t *r);    /* ask after every parked waiter (after a reconnect) */
 void rs__waiters_gone(rs_t *r); /* Redis lost them all: each gets 503 */
 void rs__waiters_gone_in(rs_t *r, unsigned slot); /* those on semaphores of one slot */
+void rs__check_in(rs_t *r, unsigned slot);        /* rs__check_all, on one slot's */
 void rs__timeout_cancel_done(rs_t *r, rs_cmd_t *c);
 void rs__due_rearm(rs_t *r);
 void rs__sweep_set(rs_t *r, int64_t due_ms, int64_t redis_now);

@@ -121,6 +121,12 @@ static rs_op_t op_of(engine_op_t op)
     return of[op];
 }
 
+/* The script's operation for a request (a ticket on several semaphores is ticket_multi). */
+static rs_op_t script_op(const engine_req_t *req)
+{
+    return req->op == ENGINE_TICKET_CREATE && req->nparts > 0 ? RS_OP_TICKET_MULTI : op_of(req->op);
+}
+
 const char *rs__op_name(rs_op_t op)
 {
     return ops[op].name;
@@ -179,6 +185,23 @@ static void multi_free(multi_strs_t *m)
         sema__free(m->stem[i]);
 }
 
+/* Each semaphore's stem and weight, the end of acquire_multi's and ticket_multi's arguments. */
+static void parts_args(rs_t *r, const engine_req_t *req, rs_args_t *a, multi_strs_t *m)
+{
+    for (size_t i = 0; i < req->nparts && i < ENGINE_PARTS_MAX; i++) {
+        size_t klen;
+        m->stem[i] = rs__key_new(r, 's', req->parts[i].name, req->parts[i].name_len, "", &klen);
+        if (m->stem[i] == NULL) {
+            a->oom = 1;
+            return;
+        }
+        rs__arg(a, m->stem[i], klen);
+        rs__arg(a, m->w[i],
+                (size_t)snprintf(m->w[i], sizeof m->w[i], "%llu",
+                                 (unsigned long long)req->parts[i].weight));
+    }
+}
+
 /* acquire_multi: wait, ttl, lease id, owner, idem, the limits (as an acquire's), tenant, then
  * each semaphore's stem and weight. */
 static void multi_args(rs_t *r, const rs_req_t *rq, rs_args_t *a, multi_strs_t *m)
@@ -196,18 +219,7 @@ static void multi_args(rs_t *r, const rs_req_t *rq, rs_args_t *a, multi_strs_t *
                              (unsigned long long)r->cfg.max_waiters_per_sem,
                              (unsigned long long)r->cfg.lock_readers));
     rs__arg_str(a, req->tenant ? req->tenant : "");
-    for (size_t i = 0; i < req->nparts && i < ENGINE_PARTS_MAX; i++) {
-        size_t klen;
-        m->stem[i] = rs__key_new(r, 's', req->parts[i].name, req->parts[i].name_len, "", &klen);
-        if (m->stem[i] == NULL) {
-            a->oom = 1;
-            return;
-        }
-        rs__arg(a, m->stem[i], klen);
-        rs__arg(a, m->w[i],
-                (size_t)snprintf(m->w[i], sizeof m->w[i], "%llu",
-                                 (unsigned long long)req->parts[i].weight));
-    }
+    parts_args(r, req, a, m);
 }
 
 /* RS_LIM_MAP, when a PUT or a resize names limits. */
@@ -294,11 +306,13 @@ rs_cmd_t *rs__op_cmd(rs_t *r, rs_req_t *rq, int *nomem)
         return NULL;
     if (rs__is_acquire(req->op))
         rs__id_mark(r, rq->lid, key, klen);
-    rs__args_head(r, &a, key, klen, rs__op_name(op_of(req->op)), rq->writes ? rq->wid : "", req);
+    rs__args_head(r, &a, key, klen, rs__op_name(script_op(req)), rq->writes ? rq->wid : "", req);
     /* (an acquire's waiter id is its request id: reads have none, and wait-idle writes) */
-    if (req->op == ENGINE_TICKET_CREATE)
+    if (req->op == ENGINE_TICKET_CREATE) {
         rs__ticket_args(r, req, &a, tid, lid, key, klen);
-    else if (req->op == ENGINE_ACQUIRE_MULTI)
+        if (req->nparts > 0)
+            parts_args(r, req, &a, &ms);
+    } else if (req->op == ENGINE_ACQUIRE_MULTI)
         multi_args(r, rq, &a, &ms);
     else
         op_args(r, rq, &a);

@@ -45,7 +45,8 @@
     X(SWEEP, "sweep", 0)                                                                           \
     X(FOLLOW, "follow", 0)                                                                         \
     X(BEAT, "beat", 0)                                                                             \
-    X(ACQUIRE_MULTI, "acquire_multi", 1)
+    X(ACQUIRE_MULTI, "acquire_multi", 1)                                                           \
+    X(TICKET_MULTI, "ticket_multi", 1)
 
 typedef enum {
 #define RS_OP__ENUM(id, name, writes) RS_OP_##id,
@@ -104,8 +105,8 @@ enum { RS_SHORT_GRANT = 'G', RS_SHORT_RELEASE = 'R' };
  * from :g (another instance's grant, kept for this one) is its type plus RS_ACT_COLLECTED, so
  * it is not an event again. QUEUED and LEFT (a waiter joined the queue, or left it without a
  * grant) carry no waiter id: WEIGHT is the waiter's, FENCE and TTL the queue's count and
- * weight after it, ACQUIRED its since, EXPIRES its kind (0 acquire, 1 wait-idle, 2 ticket),
- * OWNER its owner, EXTRA its mode. */
+ * weight after it, ACQUIRED its since, EXPIRES its kind (0 acquire, 1 wait-idle, 2 ticket, 3 and 4
+ * a part of a request or of a ticket on several), OWNER its owner, EXTRA its mode. */
 #define RS_ACT_MAP(X)                                                                              \
     X(GRANTED, 1, "granted")                                                                       \
     X(RELEASED, 2, "released")                                                                     \

@@ -24,6 +24,7 @@ typedef struct {
     uint16_t node;                   /* 1 + the index in nodes of the primary that answered its
                                         last hello; 0: none yet */
     uint8_t hello, sweeping, beating, subscribed, tk_subscribed;
+    uint8_t recheck; /* a sweep's answer was lost: its next answer checks the waiters here */
     uint8_t changed; /* its primary is another than `node`: the hello says "unproven" */
     uint8_t handed;  /* ...unless the new one has every write `node` acknowledged: a reshard,
                         or (strict) a replica of it when WAIT counted every replica */
@@ -621,6 +622,10 @@ void rs__sh_told(rs_t *r, const rs_cmd_t *c, const redisReply *n, int64_t redis_
     r->nleases += (uint64_t)v[1] - sl->nleases;
     r->nlocks += (uint64_t)v[2] - sl->nlocks;
     sl->nsems = v[0], sl->nleases = v[1], sl->nlocks = v[2];
+    if (sl->recheck) {
+        sl->recheck = 0;
+        rs__check_in(r, c->slot);
+    }
     if (c->kind == RS_CMD_SWEEP)
         sl->sweeping = 0;
     sl->sweep_at =
@@ -661,6 +666,11 @@ void rs__sh_sweep(rs_t *r, uint64_t now)
     }
     sh->sweep_at = next;
     r->sweep_at = next;
+}
+
+void rs__sh_sweep_lost(rs_t *r, const rs_cmd_t *c)
+{
+    r->sh->slot[c->slot].recheck = 1;
 }
 
 void rs__sh_sweep_failed(rs_t *r, const rs_cmd_t *c)

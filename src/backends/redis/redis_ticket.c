@@ -25,7 +25,9 @@ void rs__watch_off(rs_t *r, rs_req_t *rq)
 }
 
 /* ticket_create: weight, ttl, owner, Idempotency-Key, ticket id, lease id, keepalive, max
- * waiters here. The ids are made here, kept with the command (a retry sends the same). */
+ * waiters here, [tenant]; ticket_multi (several semaphores): the same without the weight, the
+ * tenant always (its parts follow). The ids are made here, kept with the command (a retry
+ * sends the same). */
 void rs__ticket_args(rs_t *r, const engine_req_t *req, rs_args_t *a, char *tid, char *lid,
                      const char *stem, size_t stem_len)
 {
@@ -33,7 +35,8 @@ void rs__ticket_args(rs_t *r, const engine_req_t *req, rs_args_t *a, char *tid, 
     engine__lease_id(r->front, lid);
     rs__id_mark(r, tid, stem, stem_len);
     rs__id_mark(r, lid, stem, stem_len);
-    rs__arg_i64(a, (int64_t)req->weight);
+    if (req->nparts == 0)
+        rs__arg_i64(a, (int64_t)req->weight);
     rs__arg_i64(a, req->ttl_ms);
     rs__arg_str(a, req->owner ? req->owner : "");
     rs__arg_str(a, req->idem_key ? req->idem_key : "");
@@ -41,8 +44,8 @@ void rs__ticket_args(rs_t *r, const engine_req_t *req, rs_args_t *a, char *tid, 
     rs__arg_str(a, lid);
     rs__arg_i64(a, req->keepalive_ms);
     rs__arg_i64(a, (int64_t)r->cfg.max_waiters_per_sem);
-    if (req->tenant != NULL)
-        rs__arg_str(a, req->tenant);
+    if (req->tenant != NULL || req->nparts > 0)
+        rs__arg_str(a, req->tenant != NULL ? req->tenant : "");
 }
 
 static double el_double(const redisReply *a, size_t i)
@@ -98,8 +101,21 @@ int rs__ticket_from(rs_t *r, engine_result_t *res, const redisReply *rep, size_t
         if (rep->elements < at + RS_TICKET_LEN + RS_LEASE_LEN ||
             rs__lease_from(res, &res->lease, rep, at + RS_TICKET_LEN) != 0)
             return -1;
+        if (res->lease.multi) { /* on several semaphores: its parts follow */
+            res->lease.multi = 0;
+            if (rs__parts_from(res, &res->lease, rep, at + RS_TICKET_LEN + RS_LEASE_LEN) != 0)
+                return -1;
+            t->parts = res->lease.parts;
+            t->nparts = res->lease.nparts;
+        }
         res->lease.name = t->name;
         res->lease.name_len = nlen;
+    } else if (rep->elements > at + RS_TICKET_LEN) { /* waiting on several: its parts */
+        engine_lease_t l = {0};
+        if (rs__parts_from(res, &l, rep, at + RS_TICKET_LEN) != 0)
+            return -1;
+        t->parts = l.parts;
+        t->nparts = l.nparts;
     }
     res->kind = ENGINE_RES_TICKET;
     return 0;

@@ -146,9 +146,10 @@ void rs__park(rs_t *r, rs_req_t *rq, const char *stem, size_t stem_len)
     rs__due_rearm(r);
 }
 
-/* The check of this instance's waiters parked on s: those Redis no longer knows come back
- * "gone" (503). O(waiters): sent after the command connection came back (a failover may have
- * promoted a replica without them), never in steady state. */
+/* The check of this instance's waiters parked on s, each with the lease id it is to get: a
+ * grant whose answer went with the connection comes back as collected, and those Redis no
+ * longer knows come back "gone" (503). O(waiters): sent after the command connection came
+ * back (a failover may have promoted a replica without them), never in steady state. */
 static void check_waiters(rs_t *r, rs_sem_t *s)
 {
     rs_args_t a = {0};
@@ -158,8 +159,11 @@ static void check_waiters(rs_t *r, rs_sem_t *s)
     if (s->collecting)
         return; /* its answer comes */
     rs__args_head(r, &a, s->stem, s->stem_len, rs__op_name(RS_OP_COLLECT), "", NULL);
-    for (elist_t *x = s->parked.next; x != &s->parked && n < RS_COLLECT_WIDS; x = x->next, n++)
-        rs__arg_str(&a, ECONTAINER(x, rs_req_t, plink)->wid);
+    for (elist_t *x = s->parked.next; x != &s->parked && n < RS_COLLECT_WIDS; x = x->next, n++) {
+        const rs_req_t *rq = ECONTAINER(x, rs_req_t, plink);
+        rs__arg_str(&a, rq->wid);
+        rs__arg_str(&a, rq->lid);
+    }
     if ((c = rs__cmd_build(r, RS_CMD_COLLECT, &a)) == NULL)
         return;
     c->sem = s;
@@ -230,22 +234,30 @@ void rs__waiters_gone(rs_t *r)
 typedef struct {
     rs_t *r;
     unsigned slot;
-} gone_in_t;
+    void (*fn)(void *, enode_t *);
+} in_slot_t;
 
-static void gone_in_each(void *arg, enode_t *n)
+static void in_slot_each(void *arg, enode_t *n)
 {
-    gone_in_t *g = arg;
+    in_slot_t *g = arg;
     rs_sem_t *s = ECONTAINER(n, rs_sem_t, node);
 
     if (rs__slot_of(s->stem, s->stem_len) == g->slot)
-        gone_each(g->r, n);
+        g->fn(g->r, n);
 }
 
 void rs__waiters_gone_in(rs_t *r, unsigned slot)
 {
-    gone_in_t g = {r, slot};
+    in_slot_t g = {r, slot, gone_each};
 
-    etab_each(&r->sems, gone_in_each, &g);
+    etab_each(&r->sems, in_slot_each, &g);
+}
+
+void rs__check_in(rs_t *r, unsigned slot)
+{
+    in_slot_t g = {r, slot, check_each};
+
+    etab_each(&r->sems, in_slot_each, &g);
 }
 
 /* ---- the timers of parked requests and semaphores ---- */

@@ -146,7 +146,8 @@ local follow
 -- LH.self_lease its lease when this very admission grants it)
 local LIM, LH = nil, {}
 -- Requests and leases on several semaphores (the section "several semaphores" below): MU.
-local MU = {KIND = {i = '1', t = '2', m = '3'}} -- (KIND: a waiter's kind as views say it)
+-- (KIND: a waiter's kind as views say it; 4: a ticket on several semaphores, see MU.kind)
+local MU = {KIND = {i = '1', t = '2', m = '3'}}
 
 local ACTS, WAKE
 local NONE = {} -- ACTS, WAKE and GRANTED until a call has one: never written to
@@ -340,7 +341,7 @@ local function waiter_event(typ, w)
     return -- nobody follows its events: nothing to say
   end
   act(typ, '', '', '', {sw = w.sw or N(w.w), sf = N(M.nq), sttl = N(M.wq), sacq = N(w.since),
-                        sexp = MU.KIND[w.kind] or '0',
+                        sexp = MU.kind(w),
                         owner = w.owner, tn = w.tenant}, w.kind == 'i' and '0' or w.mode)
 end
 
@@ -835,7 +836,7 @@ local function view(lists)
       ws[#ws + 1] = N(w.w)
       ws[#ws + 1] = N(w.since)
       ws[#ws + 1] = w.kind == 'i' and '0' or w.mode
-      ws[#ws + 1] = MU.KIND[w.kind] or '0' -- 2: a ticket, 3: a part of a request on several
+      ws[#ws + 1] = MU.kind(w) -- 2: a ticket, 3: a part of a request on several, 4: of a ticket
       ws[#ws + 1] = w.tenant
     end
   end
@@ -1020,9 +1021,10 @@ local function delete_all()
       local w = wunpack(rec)
       waiter_out(w.inst)
       if w.kind == 'm' then
-        MU.leave(wid, S) -- (its other lines)
+        MU.failed(wid, w, MU.leave(wid, S), MSG.WAITER_SEM_DELETED) -- (its other lines)
+      else
+        outcome(ACT.FAIL, wid, w, '', nil, MSG.WAITER_SEM_DELETED)
       end
-      outcome(ACT.FAIL, wid, w, '', nil, MSG.WAITER_SEM_DELETED)
     end
   end
   if M.lim then
@@ -1070,8 +1072,7 @@ function ops.resize()
         unqueue(wid, w, true)
         outcome(ACT.FAIL, wid, w, '', nil, why)
       elseif w.kind == 'm' and w.w > cap then
-        MU.leave(wid) -- the whole request fails
-        outcome(ACT.FAIL, wid, w, '', nil, MSG.WAITER_ABOVE_CAPACITY)
+        MU.failed(wid, w, MU.leave(wid), MSG.WAITER_ABOVE_CAPACITY) -- the whole request fails
       end
     end
   end
@@ -1485,16 +1486,35 @@ end
 
 -- ---- an instance's own waiters ----
 
--- collect: waiter ids this instance has parked here. Those Redis no longer knows (neither
--- waiting here nor with an outcome to collect) are gone. An instance asks after it could not
--- reach Redis for a while (a failover may have promoted a replica without them); in steady
--- state its beat (below), O(1), is all it sends.
+-- A grant made for this instance's waiter wid, under the lease id lid it was to get, by a
+-- call whose answer told it to this instance, which has not seen it yet (that answer was
+-- lost with its connection): handed over as collected. False when there is none.
+local function granted_unseen(wid, lid)
+  if not M or lid == '' then
+    return false
+  end
+  local l = lget(lid)
+  local ml = not l and MU.lease(lid)
+  if l then
+    act(ACT.GRANTED + P.ACT_COLLECTED, wid, INST, lid, l, nil)
+  elseif ml then
+    act(ACT.GRANTED + P.ACT_COLLECTED, wid, INST, lid, MU.part(ml, ml.parts[1].s),
+        MU.fences(ml))
+  end
+  return (l or ml) and true or false
+end
+
+-- collect: waiter id and lease id of each waiter this instance has parked here. Those Redis
+-- no longer knows (neither waiting here, nor with an outcome to collect, nor holding the
+-- lease a lost answer granted them) are gone. An instance asks after it could not reach
+-- Redis for a while (a failover may have promoted a replica without them, or a command's
+-- answer went with its connection); in steady state its beat (below), O(1), is all it sends.
 function ops.collect()
   local kg = H .. 'g:' .. INST
-  for i = A, #ARGV do
+  for i = A, #ARGV, 2 do
     local wid = ARGV[i]
     if not (M and redis.call('HEXISTS', KW, wid) == 1) and
-       redis.call('HEXISTS', kg, wid) == 0 then
+       redis.call('HEXISTS', kg, wid) == 0 and not granted_unseen(wid, ARGV[i + 1] or '') then
       act(ACT.GONE, wid, INST, '', nil, '')
     end
   end
@@ -1625,16 +1645,8 @@ function ops.cancel()
     if lid and why == 'd' and M then
       lease_end(lid, ACT.RELEASED)
       admit()
-    elseif not g and not lid and why == 't' and M and mylid ~= '' then
-      -- granted by a script whose answer told it to this instance, which has not seen it yet
-      local l = lget(mylid)
-      local ml = not l and MU.lease(mylid)
-      if l then
-        act(ACT.GRANTED + P.ACT_COLLECTED, wid, INST, mylid, l, nil)
-      elseif ml then
-        act(ACT.GRANTED + P.ACT_COLLECTED, wid, INST, mylid, MU.part(ml, ml.parts[1].s),
-            MU.fences(ml))
-      end
+    elseif not g and not lid and why == 't' then
+      granted_unseen(wid, mylid)
     end
   end
   return reply(0)
@@ -1664,6 +1676,11 @@ end
 -- are not served beside them: a request on a semaphore with limits is refused, and so are
 -- limits on a semaphore where one waits or holds.
 local MREC = '<dddHc0Hc0Hc0' -- (after the 'm')
+
+-- Waiter w's kind as views say it (a part of a ticket on several: no instance waits for it).
+function MU.kind(w)
+  return w.kind == 'm' and w.inst == '' and '4' or MU.KIND[w.kind] or '0'
+end
 
 -- Make `stem` the current semaphore: its row (nil when there is none).
 function MU.go(stem)
@@ -1854,7 +1871,10 @@ function MU.grant(wid, w, parts, waited)
   if w.idem ~= '' then
     redis.call('HSET', KI, w.idem, 'L' .. w.lid)
   end
-  if waited then
+  if waited and w.inst == '' then
+    redis.call('DEL', H .. 'mu:' .. wid)
+    MU.tk_granted(wid, w.lid) -- a ticket: its record says so, its holder reads it
+  elseif waited then
     redis.call('DEL', H .. 'mu:' .. wid)
     if OP == 'collect' or OP == 'cancel' then
       if GRANTED == NONE then
@@ -1924,6 +1944,9 @@ function MU.lease_end(lid, why, v)
     redis.call('HDEL', KI, l.idem)
   end
   count('leases', '-1')
+  if MU.go(l.parts[1].s) and M.nt > 0 then
+    tk_lease_gone(lid, why) -- (a ticket's record lives with its first semaphore)
+  end
   MU.go(here)
   return MU.part(l, here) or MU.part(l, l.parts[1].s)
 end
@@ -2062,6 +2085,65 @@ function MU.idem(wid, w, parts, wait)
   return reply(P.ST_PARKED)
 end
 
+-- Why the request (or ticket) on `parts` cannot be served at all (nil: it can): each of its
+-- semaphores is loaded (and housekept) on the way; the call's own stays current.
+function MU.check(parts)
+  local first = S
+  for i, p in ipairs(parts) do
+    local m = MU.go(p.s)
+    if not m then
+      return MSG.NO_SEM_OF_SEVERAL
+    end
+    if m.lim then
+      return MSG.REDIS_MULTI_LIMITS
+    end
+    if p.w < 1 or p.w > m.cap then
+      return MSG.BAD_WEIGHT
+    end
+    if i > 1 then
+      housekeep()
+    end
+  end
+  MU.go(first)
+  return nil
+end
+
+-- Whether `parts` fit now in lines nobody waits in, and whether a line is full (maxw).
+function MU.fits(parts, maxw)
+  local first, at_once, full = S, true, false
+  for _, p in ipairs(parts) do
+    local m = MU.go(p.s)
+    at_once = at_once and m.nq == 0 and p.w <= m.avail
+    full = full or (maxw > 0 and m.nq >= maxw)
+  end
+  MU.go(first)
+  return at_once, full
+end
+
+-- One arrival of request wid (w: its record, a part's weight aside): the end of every line,
+-- in one step.
+function MU.join(wid, w, parts)
+  local first, pk = S, {}
+  for i, p in ipairs(parts) do
+    pk[i] = struct.pack('<dHc0', p.w, #p.s, p.s)
+  end
+  redis.call('SET', H .. 'mu:' .. wid, concat(pk))
+  for _, p in ipairs(parts) do
+    MU.go(p.s)
+    local c = MU.wp(w, p.w)
+    M.seq = M.seq + 1
+    redis.call('ZADD', KQ, N(M.seq), wid)
+    redis.call('HSET', KW, wid, wpack(c))
+    if w.inst ~= '' then
+      waiter_in(w.inst)
+    end
+    M.nq = M.nq + 1
+    M.wq = M.wq + p.w
+    waiter_event(ACT.QUEUED, c)
+  end
+  MU.go(first)
+end
+
 -- acquire_multi (KEYS[1]: the first semaphore's stem): wait (0 try, 1 wait), ttl, lease id,
 -- owner, idem, the limits (as acquire's), tenant, then each semaphore's stem and weight.
 function ops.acquire_multi()
@@ -2069,7 +2151,7 @@ function ops.acquire_multi()
   local w = {inst = INST, w = 0, kind = 'm', since = NOW, ttl = ARGV[A + 1] + 0,
              owner = ARGV[A + 3], idem = ARGV[A + 4], lid = ARGV[A + 2], mode = '0',
              princ = PRINC, sttl = ARGV[A + 1], tenant = ''}
-  local wid, first, parts = RID, S, {}
+  local wid, parts = RID, {}
   if (ARGV[A + 6] or '') ~= '' then
     return refuse(MSG.REDIS_MULTI_TENANT)
   end
@@ -2079,36 +2161,17 @@ function ops.acquire_multi()
   if NOW < SAFE_AT then
     return refuse(MSG.REDIS_STATE_LOST)
   end
-  for i, p in ipairs(parts) do
-    local m = MU.go(p.s)
-    if not m then
-      return refuse(MSG.NO_SEM_OF_SEVERAL)
-    end
-    if m.lim then
-      return refuse(MSG.REDIS_MULTI_LIMITS)
-    end
-    if p.w > m.cap then
-      return refuse(MSG.BAD_WEIGHT)
-    end
-    if i > 1 then
-      housekeep()
-    end
+  local bad = MU.check(parts)
+  if bad then
+    return refuse(bad)
   end
-  MU.go(first)
   if w.idem ~= '' then
     local r = MU.idem(wid, w, parts, wait)
     if r then
       return r
     end
   end
-  local at_once, full = true, false
-  local maxw = tonumber(match(ARGV[A + 5], '^%d+ (%d+)') or '0')
-  for _, p in ipairs(parts) do
-    local m = MU.go(p.s)
-    at_once = at_once and m.nq == 0 and p.w <= m.avail
-    full = full or (maxw > 0 and m.nq >= maxw)
-  end
-  MU.go(first)
+  local at_once, full = MU.fits(parts, tonumber(match(ARGV[A + 5], '^%d+ (%d+)') or '0'))
   if at_once then
     return reply(0, MU.result(w.lid, MU.grant(wid, w, parts, false)))
   end
@@ -2121,24 +2184,7 @@ function ops.acquire_multi()
   if not redis.call('ZSCORE', H .. 'inst', INST) then
     return answer(P.ST_GONE_S, '0', nil) -- this instance was taken for dead
   end
-  -- one arrival: the end of every line, in one step
-  local pk = {}
-  for i, p in ipairs(parts) do
-    pk[i] = struct.pack('<dHc0', p.w, #p.s, p.s)
-  end
-  redis.call('SET', H .. 'mu:' .. wid, concat(pk))
-  for _, p in ipairs(parts) do
-    MU.go(p.s)
-    local c = MU.wp(w, p.w)
-    M.seq = M.seq + 1
-    redis.call('ZADD', KQ, N(M.seq), wid)
-    redis.call('HSET', KW, wid, wpack(c))
-    waiter_in(INST)
-    M.nq = M.nq + 1
-    M.wq = M.wq + p.w
-    waiter_event(ACT.QUEUED, c)
-  end
-  MU.go(first)
+  MU.join(wid, w, parts)
   if w.idem ~= '' then
     redis.call('HSET', KI, w.idem, 'W' .. wid)
   end
@@ -2777,14 +2823,14 @@ local TK_ENDED = {L = MSG.TICKET_LEFT, A = MSG.TICKET_ABANDONED, U = MSG.TICKET_
 -- that had left from places before it then (below)
 local function tkpack(t)
   return table.concat({t.st, N(t.w), N(t.ttl), N(t.ka), t.owner, t.idem, t.lid, t.princ,
-                       t.coll, N(t.seq), N(t.bw), N(t.bf), t.tenant or ''}, '\0')
+                       t.coll, N(t.seq), N(t.bw), N(t.bf), t.tenant or '', t.m or ''}, '\0')
 end
 local function tkunpack(s)
   local a = fields(s)
   return {st = a[1], w = tonumber(a[2]), ttl = tonumber(a[3]), ka = tonumber(a[4]),
           owner = a[5] or '', idem = a[6] or '', lid = a[7] or '', princ = a[8] or '',
           coll = a[9] or '0', seq = tonumber(a[10] or '0'), bw = tonumber(a[11] or '0'),
-          bf = tonumber(a[12] or '0'), tenant = a[13] or ''}
+          bf = tonumber(a[12] or '0'), tenant = a[13] or '', m = a[14] or ''}
 end
 local function tk_get(tid)
   local rec = redis.call('HGET', KT, tid)
@@ -2828,7 +2874,10 @@ end
 
 -- End a ticket: out of line, or its lease released. The caller admits the queue.
 local function tk_end(tid, t, why)
-  if t.st == 'w' then
+  if t.st == 'w' and t.m == '1' then
+    MU.leave(tid)
+    tk_forget(tid, t, why)
+  elseif t.st == 'w' then
     local rec = redis.call('HGET', KW, tid)
     if rec then
       unqueue(tid, wunpack(rec), why ~= ACT.DELETED) -- ("deleted" says it for all)
@@ -2918,6 +2967,9 @@ tk_delete_all = function()
   for i = 1, #all, 2 do
     local t = tkunpack(all[i + 1])
     if t.st == 'w' then
+      if t.m == '1' then
+        MU.leave(all[i], S) -- (its other lines)
+      end
       redis.call('ZREM', KQ, all[i])
       redis.call('HDEL', KW, all[i])
       M.nq = M.nq - 1
@@ -2936,7 +2988,7 @@ tk_resize = function(cap)
   local all = redis.call('HGETALL', KT)
   for i = 1, #all, 2 do
     local t = tkunpack(all[i + 1])
-    if t.st == 'w' and (t.w > cap or LH.too_heavy(t.w)) then
+    if t.st == 'w' and t.m ~= '1' and (t.w > cap or LH.too_heavy(t.w)) then
       tk_end(all[i], t, 'F')
     end
   end
@@ -3149,6 +3201,9 @@ end
 -- weight, keepalive, the estimate's samples (est_fields; zeros once granted), [the lease's
 -- fields]
 local function tk_view(tid, t, created)
+  if t.m == '1' then
+    return MU.tk_view(tid, t, created)
+  end
   local r = {created and '1' or '0', tid, t.st == 'w' and '1' or '2', N(t.w), '0', '0', N(t.ka),
              '0', '0', '0', '0', '0', '0', '0', '-1', t.tenant}
   if t.st == 'w' then
@@ -3181,6 +3236,23 @@ local function tk_touch(tid, t)
 end
 
 
+-- A new ticket tid (t) counts here; its id key names this semaphore, its key the ticket.
+function MU.tk_new(tid, t)
+  if M.nt == 0 then
+    -- the first ticket: the holders by grant time, for the estimate (kept while tickets live)
+    for _, x in ipairs(lall()) do
+      redis.call('ZADD', KH, N(x[2].acq), x[1])
+    end
+  end
+  M.nt = M.nt + 1
+  count('tickets', 1)
+  count('t_created', 1)
+  redis.call('SET', H .. 'tk:' .. tid, 'W' .. S)
+  if t.idem ~= '' then
+    redis.call('HSET', KI, t.idem, 'T' .. tid)
+  end
+end
+
 -- ticket_create: weight, ttl, owner, idempotency key, ticket id, lease id, keepalive,
 -- max waiters here, [tenant]
 function ops.ticket_create()
@@ -3204,7 +3276,7 @@ function ops.ticket_create()
          (other and not allowed(kind == 'L' and other.princ or wunpack(other).princ)) then
         return refuse(MSG.KEY_OTHER_TOKEN)
       end
-      if not old or old.w ~= t.w or old.tenant ~= t.tenant then
+      if not old or old.w ~= t.w or old.tenant ~= t.tenant or old.m == '1' then
         return refuse(MSG.KEY_OTHER_REQUEST)
       end
       tid = string.sub(v, 2)
@@ -3234,19 +3306,7 @@ function ops.ticket_create()
   if lim and not LH.room(t.tenant) then
     return refuse(MSG.TOO_MANY_WAITERS_OR_TENANTS)
   end
-  if M.nt == 0 then
-    -- the first ticket: the holders by grant time, for the estimate (kept while tickets live)
-    for _, x in ipairs(lall()) do
-      redis.call('ZADD', KH, N(x[2].acq), x[1])
-    end
-  end
-  M.nt = M.nt + 1
-  count('tickets', 1)
-  count('t_created', 1)
-  redis.call('SET', H .. 'tk:' .. tid, 'W' .. S)
-  if t.idem ~= '' then
-    redis.call('HSET', KI, t.idem, 'T' .. tid)
-  end
+  MU.tk_new(tid, t)
   if now_grant then
     tk_grant(tid, t)
     tk_touch(tid, t)
@@ -3285,6 +3345,163 @@ function ops.ticket_delete()
   tk_end(TK_TID, TK, 'L')
   admit()
   return reply(0)
+end
+
+-- ---- tickets on several semaphores (docs/semantics.md) ----
+-- A ticket on several semaphores waits as a request on several does (a waiter of kind 'm' in
+-- each line, sema:mu:<ticket id> listing its parts) with no instance ('': nobody is told, its
+-- holder reads it); its record (field m = '1'), keepalive and lease id live with its first
+-- semaphore, as a ticket's on one do, and its grant is MU.grant's: one lease, a fence each.
+
+-- Ticket tid was granted lease lid (MU.grant, the current semaphore its first).
+function MU.tk_granted(tid, lid)
+  local t = tk_get(tid)
+  if not t then
+    return
+  end
+  redis.call('HSET', KTL, lid, tid)
+  count('t_granted', 1)
+  t.st, t.coll = 'g', '0'
+  redis.call('HSET', KT, tid, tkpack(t))
+  keepalive(tid, t)
+  tk_changed(tid)
+end
+
+-- Request wid on several semaphores (w: its part here) failed with `msg`; `first`: its first
+-- semaphore, where a ticket's record lives.
+function MU.failed(wid, w, first, msg)
+  if w.inst ~= '' then
+    return outcome(ACT.FAIL, wid, w, '', nil, msg)
+  end
+  local here = S
+  if MU.go(first) then
+    local t = tk_get(wid)
+    if t then
+      tk_forget(wid, t, msg == MSG.WAITER_SEM_DELETED and 'X' or 'F')
+    end
+  end
+  MU.go(here)
+end
+
+-- The weight ahead of place `rank` (from 0) of the current line: O(rank).
+function MU.ahead(rank)
+  if rank <= 0 then
+    return 0
+  end
+  local ids, sum = redis.call('ZRANGE', KQ, '0', N(rank - 1)), 0
+  for i = 1, #ids, 500 do -- (unpack has a bound)
+    local recs = redis.call('HMGET', KW, unpack(ids, i, math.min(i + 499, #ids)))
+    for _, rec in ipairs(recs) do
+      if rec then
+        sum = sum + wunpack(rec).w
+      end
+    end
+  end
+  return sum
+end
+
+-- RS_TICKET_FIELD_MAP of a ticket on several (its place: in the line where it stands furthest
+-- back, and the estimate there), then its lease's fields once granted, then stem, weight and
+-- fence of each part (fence 0 while it waits).
+function MU.tk_view(tid, t, created)
+  local r = {created and '1' or '0', tid, t.st == 'w' and '1' or '2', N(t.w), '0', '0', N(t.ka),
+             '0', '0', '0', '0', '0', '0', '0', '-1', t.tenant}
+  if t.st ~= 'w' then
+    local l = MU.lease(t.lid)
+    return l and cat(r, MU.result(t.lid, l)) or r
+  end
+  local parts, here, rank, at, pw = MU.waiting(tid) or {}, S, -1, nil, 0
+  for _, p in ipairs(parts) do
+    if MU.go(p.s) then
+      local k = tonumber(redis.call('ZRANK', KQ, tid) or '0')
+      if k > rank then
+        rank, at, pw = k, p.s, p.w
+      end
+    end
+  end
+  if at then
+    MU.go(at)
+    local ahead = MU.ahead(rank)
+    local avail = M.avail > 0 and M.avail or 0
+    local need = ahead + pw
+    need = need > avail and need - avail or 1
+    r[5], r[6] = N(rank + 1), N(ahead)
+    r[8], r[9], r[10], r[11], r[12], r[13], r[14], r[15] = est_fields(need)
+  end
+  MU.go(here)
+  for _, p in ipairs(parts) do
+    r[#r + 1], r[#r + 2], r[#r + 3] = p.s, N(p.w), '0'
+  end
+  return r
+end
+
+-- Whether ticket t (on several) asks for `parts`.
+function MU.tk_same(t, parts)
+  local have = t.st == 'w' and MU.waiting(t.tid) or (MU.lease(t.lid) or {}).parts or {}
+  local same = #have == #parts
+  for i = 1, #parts do
+    same = same and have[i].s == parts[i].s and have[i].w == parts[i].w
+  end
+  return same
+end
+
+-- ticket_multi (KEYS[1]: the first semaphore's stem): ttl, owner, idempotency key, ticket id,
+-- lease id, keepalive, max waiters here, tenant, then each semaphore's stem and weight.
+function ops.ticket_multi()
+  local tid, parts = ARGV[A + 3], {}
+  local t = {st = 'w', ttl = tonumber(ARGV[A]), owner = ARGV[A + 1], idem = ARGV[A + 2],
+             lid = ARGV[A + 4], ka = tonumber(ARGV[A + 5]), princ = PRINC, coll = '0', seq = 0,
+             bw = 0, bf = 0, tenant = '', m = '1'}
+  if (ARGV[A + 7] or '') ~= '' then
+    return refuse(MSG.REDIS_MULTI_TENANT)
+  end
+  for i = A + 8, #ARGV - 1, 2 do
+    parts[#parts + 1] = {s = ARGV[i], w = ARGV[i + 1] + 0}
+  end
+  t.w = parts[1].w
+  local bad = MU.check(parts)
+  if bad then
+    return refuse(bad)
+  end
+  if t.idem ~= '' then
+    local v = redis.call('HGET', KI, t.idem)
+    if v then
+      local ref = string.sub(v, 2)
+      local old = string.sub(v, 1, 1) == 'T' and tk_get(ref)
+      if old and not allowed(old.princ) then
+        return refuse(MSG.KEY_OTHER_TOKEN)
+      end
+      if old then
+        old.tid = ref
+      end
+      if not old or old.m ~= '1' or not MU.tk_same(old, parts) then
+        return refuse(MSG.KEY_OTHER_TICKET)
+      end
+      tk_touch(ref, old)
+      return reply(0, tk_view(ref, old, false))
+    end
+  end
+  if NOW < SAFE_AT then
+    return refuse(MSG.REDIS_STATE_LOST)
+  end
+  local at_once, full = MU.fits(parts, tonumber(ARGV[A + 6]))
+  if full and not at_once then
+    return refuse(MSG.TOO_MANY_WAITERS)
+  end
+  MU.tk_new(tid, t)
+  redis.call('HSET', KT, tid, tkpack(t))
+  local w = {inst = '', w = 0, kind = 'm', since = NOW, ttl = t.ttl, owner = t.owner, idem = '',
+             lid = t.lid, mode = '0', princ = PRINC, sttl = ARGV[A], tenant = ''}
+  if at_once then
+    MU.grant(tid, w, parts, false)
+    MU.tk_granted(tid, t.lid)
+    t = tk_get(tid)
+    tk_touch(tid, t)
+    return reply(0, tk_view(tid, t, true))
+  end
+  MU.join(tid, w, parts)
+  keepalive(tid, t)
+  return reply(0, tk_view(tid, t, true))
 end
 
 -- KEYS[1] is sema:tk:ID: its semaphore is housekept first (the ticket may end in it).
@@ -3683,7 +3900,7 @@ local function run()
       return ops[OP]()
     elseif OP == 'lock_get' then
       return refuse(MSG.NO_LOCK)
-    elseif OP == 'acquire_multi' then
+    elseif OP == 'acquire_multi' or OP == 'ticket_multi' then
       return refuse(MSG.NO_SEM_OF_SEVERAL)
     else
       return refuse(MSG.NO_SEM)
