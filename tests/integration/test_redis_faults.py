@@ -509,6 +509,39 @@ def test_redis_restart_without_persistence():
               % (first_grant[0] - t_restart, answers))
 
 
+def test_a_short_grant_past_the_horizon_holds_the_pause_after_lost_data():
+    """An uncontended acquire whose lease ends past the horizon (the latest expiry Redis keeps,
+    a second past the last general path's lease) moves it itself, and its short answer does
+    not say so: the instance counts the lease in the horizon it tells at its hello all the
+    same. Redis restarted empty, it grants nothing until that lease could have ended (not only
+    until the horizon its last general answer told, 2.5 s here, short of --max-ttl)."""
+    r, fl = redis_fleet(1, "--max-ttl", "8s")
+    with r, fl:
+        a = fl[0]
+        put(a, "hz", 1)
+        release(a, grant(a, "hz", ttl_ms=1500))  # the general path: the row gets a due time
+        t_sent = time.monotonic()
+        held = grant(a, "hz", ttl_ms=4000)  # the short path, past the horizon
+        horizon = int(r.cli("HGET", "sema:epoch", "horizon"))
+        assert horizon >= held["expires_at"], ("the horizon behind a lease", horizon, held)
+        r.restart()
+        first, answers = None, {}
+        deadline = time.monotonic() + 20 * SLOW
+        while first is None and time.monotonic() < deadline:
+            put(a, "hz", 1)
+            st, body = acquire(a, "hz", timeout_ms=0, ttl_ms=1000)
+            answers[st] = answers.get(st, 0) + 1
+            assert st in (200, 503), (st, body)
+            if st == 200:
+                first = time.monotonic()
+            else:
+                time.sleep(0.05)
+        assert first is not None, ("no grant after the pause", answers)
+        assert first >= t_sent + 4.0, ("granted %.2fs after the lease the short path gave, "
+                                       "before its ttl ran out" % (first - t_sent), answers)
+        print("first grant %.2fs after the 4 s lease; answers %s" % (first - t_sent, answers))
+
+
 # ---- a release that WAIT did not confirm, and a failover ----
 
 def release_unconfirmed(s, replica, name, ttl_ms):

@@ -453,6 +453,9 @@ void rs__op_short(rs_t *r, rs_cmd_t *c, const redisReply *rep)
         l->ttl_ms = req->ttl_ms;
         l->acquired_at_ms = now;
         l->expires_at_ms = now + req->ttl_ms;
+        /* (the short path may have moved the horizon for it: its answer does not say so) */
+        if (l->expires_at_ms > r->horizon_ms)
+            r->horizon_ms = l->expires_at_ms;
         req->res.kind = ENGINE_RES_LEASE;
         engine__hist_observe(&r->m->wait_s, (double)(rs__now(r) - rq->since_mono) / 1000.0);
     } else {

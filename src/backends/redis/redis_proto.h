@@ -251,13 +251,14 @@ enum {
 
 /* A semaphore's row (its :m key): these numbers in this order, each a little-endian double
  * (exact up to 2^53), packed by the script with struct (sema.lua, ROW_FMT). The short paths
- * read the row whole and write back AVAIL, HELD and FENCE in place (SETRANGE), so those three
- * stay side by side. DUE: the first time something is due here (0: nothing); NT: live
- * tickets; EV: 0 when nobody follows its events (no log to write: sema.lua's follow and
- * publish), 1 when someone may; EP: the epoch the general path last wrote the row in (a short path
- * runs only in it); PA: the end of the pause after lost data that was running then (0: none); HZ:
- * the lease horizon in Redis then (a short path grants no lease expiring later); WQ: the weight
- * waiting; SEQ: the last place handed out in the queue. */
+ * read the row whole and write back AVAIL, HELD and FENCE in place (SETRANGE; an acquire that
+ * moved the horizon writes from AVAIL to HZ), so those three stay side by side. DUE: the first
+ * time something is due here (0: nothing); NT: live tickets; EV: 0 when nobody follows its
+ * events (no log to write: sema.lua's follow and publish), 1 when someone may; EP: the epoch
+ * the general path last wrote the row in (a short path runs only in it); PA: the end of the
+ * pause after lost data that was running then (0: none); HZ: the lease horizon in Redis when
+ * a call last wrote it here (a short path granting a lease past it reads the epoch's); WQ: the
+ * weight waiting; SEQ: the last place handed out in the queue. */
 #define RS_ROW_MAP(X)                                                                              \
     X(CAP)                                                                                         \
     X(AVAIL)                                                                                       \

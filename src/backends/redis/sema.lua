@@ -424,7 +424,8 @@ end
 -- The latest expiry of any lease ever granted: after Redis lost its data, instances know
 -- from it how long a holder they can no longer see may still be running. It lives in the
 -- epoch's hash (read by every call with the epoch) and is kept a second ahead, so it is
--- written at most once a second, not at every grant.
+-- written at most once a second, not at every grant (by the grant that passes it: here, or
+-- acquire_at_once's own, whose instance counts its lease itself).
 local HORIZON, HORIZON_S
 local SAFE_AT = 0 -- no grant before this (Redis ms): the pause after lost data
 local function bump_horizon(exp)
@@ -1412,14 +1413,21 @@ local function acquire_at_once(k)
      due == 0 or due <= NOW or exp < due or wt < 1 or wt > cap or wt > avail then
     return nil
   end
-  -- (the row's copy of the horizon is as old as its last general path, a second ahead then:
-  -- a semaphore used less often than that asks the epoch's hash, one field)
-  if exp > hz and exp > (tonumber(redis.call('HGET', H .. 'epoch', 'horizon')) or 0) then
-    return nil
+  -- (the row's copy of the horizon is as old as the last call that looked, a second ahead
+  -- then: past it, the acquire asks the epoch's hash, one field, and a lease past that moves
+  -- it a second ahead, as bump_horizon does, and the instance adds the lease to the horizon
+  -- it tells at hello; the row keeps what it found)
+  local hz0 = hz
+  if exp > hz then
+    hz = tonumber(redis.call('HGET', H .. 'epoch', 'horizon')) or 0
   end
   local ls = LQ.by[H]
   if not ls or not (ls.dirty or LQ.mark(ls)) then
     return nil
+  end
+  if exp > hz then
+    hz = exp + 1000
+    redis.call('HSET', H .. 'epoch', 'horizon', N(hz))
   end
   fence = fence + 1
   if fence < NOWUS then
@@ -1431,7 +1439,12 @@ local function acquire_at_once(k)
   redis.call('ZADD', kx, fmt('%d', exp), lid)
   granted()
   ls.d = ls.d + 1
-  redis.call('SETRANGE', km, ROW_AT.avail, struct.pack('<ddd', avail - wt, held + wt, fence))
+  if hz == hz0 then
+    redis.call('SETRANGE', km, ROW_AT.avail, struct.pack('<ddd', avail - wt, held + wt, fence))
+  else -- (the fields between as read)
+    redis.call('SETRANGE', km, ROW_AT.avail, struct.pack('<dddddddddd', avail - wt, held + wt,
+                                                        fence, nq, due, nt, ev, ep, pa, hz))
+  end
   return struct.pack('<Bdd', 71, fence, NOW) -- 'G' (the rest of the lease is the request's)
 end
 
