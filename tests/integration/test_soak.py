@@ -40,7 +40,9 @@ def soak(tmp, *args):
 def check_run(r, stdout, own):
     rows = r["samples"]
     assert 5 <= len(rows) <= 7, rows  # one every 5 s for 30 s
-    assert [round(x["t_min"] * 12) for x in rows] == list(range(1, len(rows) + 1)), rows
+    # one every 5 s: late when the machine stalls `sema bench`, never early
+    at = [x["t_min"] * 60 for x in rows]
+    assert all(b - a >= 4.5 for a, b in zip([0.0] + at, at)), at
     for row in rows:
         for k in COMMON + own:
             assert k in row, (k, row)
