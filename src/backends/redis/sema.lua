@@ -878,6 +878,15 @@ local function due_head(changed)
     end
   end
 end
+-- The semaphore's due time d (0: none) into the due index, and the head read again.
+function SP.due_write(d)
+  if d > 0 then
+    redis.call('ZADD', H .. 'due', N(d), S)
+  else
+    redis.call('ZREM', H .. 'due', S)
+  end
+  due_head(true)
+end
 -- IDUE: the first time an instance's alive-until passes (sema:inst's first, + 1), kept in the
 -- epoch's hash beside `due`; the due time every reply tells is the earlier of the two.
 local function counts()
@@ -919,12 +928,7 @@ local function answer(st, msg, res)
     end
   end
   if S and ((d ~= DUE0 and not (DUE0 == -2 and d == 0)) or OP == 'sweep') then
-    if d > 0 then
-      redis.call('ZADD', H .. 'due', N(d), S)
-    else
-      redis.call('ZREM', H .. 'due', S)
-    end
-    due_head(true)
+    SP.due_write(d)
   end
   return {st, msg, nows(), d == 0 and '0' or N(d), concat(ACTS, '\0'), S or '', counts(),
           unpack(res or NONE)} -- (one table of its size)
@@ -1992,12 +1996,7 @@ function MU.settle()
   local d = M.due
   msave()
   if d ~= DUE0 and not (DUE0 == -2 and d == 0) then
-    if d > 0 then
-      redis.call('ZADD', H .. 'due', N(d), S)
-    else
-      redis.call('ZREM', H .. 'due', S)
-    end
-    due_head(true)
+    SP.due_write(d)
   end
   MU.log('') -- (every instance takes them from the message, this one too: no reply has them)
 end
