@@ -20,6 +20,9 @@
 # fcallCommand and evalShaCommand: the pairs, and semad's few calls to start and create its
 # semaphore); the slowlog is off. Uncontended: 4 connections, capacity above them. Prints
 # instructions per pair of each and semad's ratio to the peer.
+#
+# With CG_DIR=DIR, each run's callgrind output is kept as DIR/NAME.cg.out (peer, semad, ...),
+# for `callgrind_annotate --inclusive=yes DIR/semad.cg.out`: where the instructions go.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../build}
@@ -59,6 +62,10 @@ grind() {
 ir() {
     redis-cli -p "$port" SHUTDOWN NOSAVE >/dev/null 2>&1 || true
     wait "$vpid" 2>/dev/null || true
+    if [ -n "${CG_DIR:-}" ]; then
+        mkdir -p "$CG_DIR"
+        cp "$tmp/$1/cg.out" "$CG_DIR/$1.cg.out"
+    fi
     callgrind_annotate "$tmp/$1/cg.out" 2>/dev/null |
         awk '/PROGRAM TOTALS/ && !n++ {gsub(",", "", $1); print $1}'
 }

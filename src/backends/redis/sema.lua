@@ -1398,9 +1398,11 @@ end
 -- hash: the row says what they need of it (ep, pa, hz: the row's fields above), and the
 -- instance sends a plain flag only while it knows of no pause. Nil for any other call, which
 -- takes the general path.
-local function acquire_at_once(k)
+-- (k: the stem; the weight, ttl and epoch as numbers; the lease id and owner. An acquire
+-- naming an Idempotency-Key takes the general path.)
+local function acquire_at_once(k, wt, ttl, epoch, lid, owner)
   local kind, km, kx = SP.keys(k)
-  if kind ~= 's' or ARGV[A + 5] ~= '' then
+  if kind ~= 's' then
     return nil
   end
   local v = redis.call('GET', km)
@@ -1408,12 +1410,10 @@ local function acquire_at_once(k)
     return nil
   end
   local cap, avail, held, fence, nq, due, nt, ev, ep, pa, hz = struct.unpack(SP.to_hz, v)
-  local sw, sttl = ARGV[A], ARGV[A + 2]
-  local wt, ttl = SP.nums[sw] or SP.num(sw), SP.nums[sttl] or SP.num(sttl)
   local exp = NOW + ttl
   -- (another epoch, a pause, a lease past the horizon, a due time to file or one that has
   -- come, events to log: the general path's)
-  if ep ~= (SP.nums[EPOCH] or SP.num(EPOCH)) or pa ~= 0 or nq ~= 0 or nt ~= 0 or ev ~= 0 or
+  if ep ~= epoch or pa ~= 0 or nq ~= 0 or nt ~= 0 or ev ~= 0 or
      due == 0 or due <= NOW or exp < due or wt < 1 or wt > cap or wt > avail then
     return nil
   end
@@ -1437,9 +1437,7 @@ local function acquire_at_once(k)
   if fence < NOWUS then
     fence = NOWUS
   end
-  local lid = ARGV[A + 3]
-  redis.call('SET', H .. 'id:' .. lid, lrecord(wt, fence, ttl, NOW, exp, 0, ARGV[A + 4], '',
-                                                PRINC))
+  redis.call('SET', H .. 'id:' .. lid, lrecord(wt, fence, ttl, NOW, exp, 0, owner, '', PRINC))
   redis.call('ZADD', kx, fmt('%d', exp), lid)
   granted()
   ls.d = ls.d + 1
@@ -1485,7 +1483,39 @@ local function release_at_once(k)
   end
   ls.d = ls.d - 1
   redis.call('SETRANGE', km, ROW_AT.avail, struct.pack('<dd', avail + w, held - w))
-  return struct.pack('<Bd', 82, acq) -- 'R'
+  return acq -- (an integer reply)
+end
+
+-- A call of an acquire or a release packed in one argument s (redis_proto.h: RS_PK_*), on
+-- the stem or the lease id's key k: the short path's answer, or nil when it does not take it,
+-- with the head and the arguments read back into ARGV and Redis's clock read (SP.clock) for
+-- the general path.
+SP.flag = {[48] = '0', [49] = '1'}
+function SP.packed(k, s)
+  H, PUB, RETRY = 'sema:', 'PUBLISH', false
+  if string.byte(s, 1) == P.PK_RELEASE then
+    local _, fl, ep, princ, rid, inst = struct.unpack('<BBdHc0Hc0Hc0', s)
+    ADMIN, PRINC, RID = SP.flag[fl], princ, rid
+    local r = release_at_once(k)
+    if r then
+      return r
+    end
+    OP, EPOCH, INST = 'lease_release', N(ep), inst
+    ARGV = {OP, EPOCH, ADMIN, INST, RID, PRINC}
+    SP.clock()
+    return nil
+  end
+  local _, fl, ep, wt, ttl, wait, lid, owner, princ, at = struct.unpack('<BBdddBHc0Hc0Hc0', s)
+  ADMIN, PRINC = SP.flag[fl], princ
+  SP.clock()
+  local r = acquire_at_once(k, wt, ttl, ep, lid, owner)
+  if r then
+    return r
+  end
+  local inst, rid, lims = struct.unpack('<Hc0Hc0Hc0', s, at)
+  OP, EPOCH, INST, RID = 'acquire', N(ep), inst, rid
+  ARGV = {OP, EPOCH, ADMIN, INST, RID, PRINC, N(wt), SP.flag[wait], N(ttl), lid, owner, '', lims}
+  return nil
 end
 
 -- ---- an instance's own waiters ----
@@ -4002,13 +4032,18 @@ follow = function(k)
   return {N(new), redis.call('HGET', KS, 'log'), m and '1' or '0'}
 end
 
-local function main(keys, args)
-  KEYS, ARGV = keys, args
-  if not fmt then
-    fmt, match, concat, floor = string.format, string.match, table.concat, math.floor
-    SP.to_hz = '<' .. string.rep('d', ROW_AT.hz / 8 + 1)
-    SP.to_ev = '<' .. string.rep('d', ROW_AT.ev / 8 + 1)
-  end
+-- Redis's clock (TIME), once per call.
+function SP.clock()
+  local t = redis.call('TIME')
+  local ss = t[1]
+  local sec, us = SP.nums[ss] or SP.num(ss), t[2] + 0
+  NOW = sec * 1000 + floor(us / 1000)
+  NOWUS = sec * 1000000 + us
+  NOWS = nil
+end
+
+-- The head (ARGV's first RS_HEAD_LEN) read, and the short paths tried: their answer, or nil.
+function SP.head(keys)
   OP, EPOCH, INST, RID, PRINC = ARGV[1], ARGV[2], ARGV[4], ARGV[5], ARGV[6]
   local fl = ARGV[3] -- '0' or '1', then 't' (a tenant), 'r' (sent again) and 'p' (a pause), if
   -- so; 'c' last
@@ -4032,17 +4067,30 @@ local function main(keys, args)
       return r -- (never kept: a retry takes the general path, which rebuilds the answer)
     end
   end
-  local t = redis.call('TIME')
-  local ss = t[1]
-  local sec, us = SP.nums[ss] or SP.num(ss), t[2] + 0
-  NOW = sec * 1000 + floor(us / 1000)
-  NOWUS = sec * 1000000 + us
-  NOWS = nil
-  if plain and OP == 'acquire' then
-    local r = acquire_at_once(keys[1])
-    if r then
-      return r
-    end
+  SP.clock()
+  if plain and OP == 'acquire' and ARGV[A + 5] == '' then
+    local sw, sttl = ARGV[A], ARGV[A + 2]
+    return acquire_at_once(keys[1], SP.nums[sw] or SP.num(sw), SP.nums[sttl] or SP.num(sttl),
+                           SP.nums[EPOCH] or SP.num(EPOCH), ARGV[A + 3], ARGV[A + 4])
+  end
+  return nil
+end
+
+local function main(keys, args)
+  KEYS, ARGV = keys, args
+  if not fmt then
+    fmt, match, concat, floor = string.format, string.match, table.concat, math.floor
+    SP.to_hz = '<' .. string.rep('d', ROW_AT.hz / 8 + 1)
+    SP.to_ev = '<' .. string.rep('d', ROW_AT.ev / 8 + 1)
+  end
+  local r
+  if #args == 1 then -- (an acquire or a release in one argument: RS_PK_*)
+    r = SP.packed(keys[1], args[1])
+  else
+    r = SP.head(keys)
+  end
+  if r then
+    return r
   end
   if OP == 'follow' then
     return follow(keys[1])
