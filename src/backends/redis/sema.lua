@@ -47,8 +47,11 @@ local HK_MAX = P.HK_MAX -- leases expired or waiters admitted per call (the rest
 local TOMB_TTL_MS = P.TOMB_TTL_MS_S
 
 -- Lua's own functions as upvalues: a call reaches them without a look-up in the globals (set
--- by main: the globals are not reachable while the library loads).
+-- by main: the globals are not reachable while the library loads; once they are, a global
+-- is looked up in a library's own table first, then in Redis's, behind a metatable). (rcall
+-- ... ssub: for the short paths)
 local fmt, match, concat, floor
+local rcall, spack, sunpack, sbyte, ssub
 
 -- Integers as strings. Recent ones are kept (bounded): a row's counts and times come back
 -- call after call, and string.format costs more than a look-up.
@@ -224,8 +227,8 @@ local function lget(lid)
 end
 -- A lease's record of this semaphore (mode: a number).
 local function lrecord(w, f, ttl, acq, exp, mode, owner, idem, princ)
-  return struct.pack(SP.lrec_l, 108, w, f, ttl, acq, exp, mode, #owner, owner, #idem, idem,
-                     #princ, princ, #S, S)
+  return spack(SP.lrec_l, 108, w, f, ttl, acq, exp, mode, #owner, owner, #idem, idem, #princ,
+               princ, #S, S)
 end
 local function lwrite(lid, l)
   lstr(l) -- (the general path shows it too: its act, its result)
@@ -1405,11 +1408,11 @@ local function acquire_at_once(k, wt, ttl, epoch, lid, owner)
   if kind ~= 's' then
     return nil
   end
-  local v = redis.call('GET', km)
+  local v = rcall('GET', km)
   if not v then
     return nil
   end
-  local cap, avail, held, fence, nq, due, nt, ev, ep, pa, hz = struct.unpack(SP.to_hz, v)
+  local cap, avail, held, fence, nq, due, nt, ev, ep, pa, hz = sunpack(SP.to_hz, v)
   local exp = NOW + ttl
   -- (another epoch, a pause, a lease past the horizon, a due time to file or one that has
   -- come, events to log: the general path's)
@@ -1423,7 +1426,7 @@ local function acquire_at_once(k, wt, ttl, epoch, lid, owner)
   -- it tells at hello; the row keeps what it found)
   local hz0 = hz
   if exp > hz then
-    hz = tonumber(redis.call('HGET', H .. 'epoch', 'horizon')) or 0
+    hz = tonumber(rcall('HGET', H .. 'epoch', 'horizon')) or 0
   end
   local ls = LQ.by[H]
   if not ls or not (ls.dirty or LQ.mark(ls)) then
@@ -1431,34 +1434,34 @@ local function acquire_at_once(k, wt, ttl, epoch, lid, owner)
   end
   if exp > hz then
     hz = exp + 1000
-    redis.call('HSET', H .. 'epoch', 'horizon', N(hz))
+    rcall('HSET', H .. 'epoch', 'horizon', N(hz))
   end
   fence = fence + 1
   if fence < NOWUS then
     fence = NOWUS
   end
-  redis.call('SET', H .. 'id:' .. lid, lrecord(wt, fence, ttl, NOW, exp, 0, owner, '', PRINC))
-  redis.call('ZADD', kx, fmt('%d', exp), lid)
+  rcall('SET', H .. 'id:' .. lid, lrecord(wt, fence, ttl, NOW, exp, 0, owner, '', PRINC))
+  rcall('ZADD', kx, fmt('%d', exp), lid)
   granted()
   ls.d = ls.d + 1
   if hz == hz0 then
-    redis.call('SETRANGE', km, ROW_AT.avail, struct.pack('<ddd', avail - wt, held + wt, fence))
+    rcall('SETRANGE', km, ROW_AT.avail, spack('<ddd', avail - wt, held + wt, fence))
   else -- (the fields between as read)
-    redis.call('SETRANGE', km, ROW_AT.avail, struct.pack('<dddddddddd', avail - wt, held + wt,
+    rcall('SETRANGE', km, ROW_AT.avail, spack('<dddddddddd', avail - wt, held + wt,
                                                         fence, nq, due, nt, ev, ep, pa, hz))
   end
-  return struct.pack('<Bdd', 71, fence, NOW) -- 'G' (the rest of the lease is the request's)
+  return spack('<Bdd', 71, fence, NOW) -- 'G' (the rest of the lease is the request's)
 end
 
 -- k: the id's key of the lease (sema:id:LID). It needs no clock: a lease whose time came
 -- but that no housekeeping has ended yet is released (as the embedded back end, whose timer
 -- ends a lease, releases one whose timer has not run).
 local function release_at_once(k)
-  local v = redis.call('GET', k)
-  if not v or string.byte(v, 1) ~= 108 then
+  local v = rcall('GET', k)
+  if not v or sbyte(v, 1) ~= 108 then
     return nil
   end
-  local w, f, ttl, acq, exp, mode, owner, idem, princ, stem = struct.unpack(LREC, v, 2)
+  local w, f, ttl, acq, exp, mode, owner, idem, princ, stem = sunpack(LREC, v, 2)
   if not allowed(princ) then
     return nil
   end
@@ -1466,23 +1469,23 @@ local function release_at_once(k)
   if kind ~= 's' then
     return nil
   end
-  local r = redis.call('GET', km)
+  local r = rcall('GET', km)
   if not r then
     return nil
   end
-  local cap, avail, held, fence, nq, due, nt, ev = struct.unpack(SP.to_ev, r)
+  local cap, avail, held, fence, nq, due, nt, ev = sunpack(SP.to_ev, r)
   local ls = LQ.by[H]
   if nq ~= 0 or nt ~= 0 or ev ~= 0 or not ls or not (ls.dirty or LQ.mark(ls)) then
     return nil
   end
-  local lid = string.sub(k, #H + 4)
-  redis.call('ZREM', kx, lid)
-  redis.call('SET', k, 'TR' .. RID, 'PX', TOMB_TTL_MS)
-  if idem ~= '' and redis.call('HGET', ki, idem) == 'L' .. lid then
-    redis.call('HDEL', ki, idem)
+  local lid = ssub(k, #H + 4)
+  rcall('ZREM', kx, lid)
+  rcall('SET', k, 'TR' .. RID, 'PX', TOMB_TTL_MS)
+  if idem ~= '' and rcall('HGET', ki, idem) == 'L' .. lid then
+    rcall('HDEL', ki, idem)
   end
   ls.d = ls.d - 1
-  redis.call('SETRANGE', km, ROW_AT.avail, struct.pack('<dd', avail + w, held - w))
+  rcall('SETRANGE', km, ROW_AT.avail, spack('<dd', avail + w, held - w))
   return acq -- (an integer reply)
 end
 
@@ -1493,8 +1496,8 @@ end
 SP.flag = {[48] = '0', [49] = '1'}
 function SP.packed(k, s)
   H, PUB, RETRY = 'sema:', 'PUBLISH', false
-  if string.byte(s, 1) == P.PK_RELEASE then
-    local _, fl, ep, princ, rid, inst = struct.unpack('<BBdHc0Hc0Hc0', s)
+  if sbyte(s, 1) == P.PK_RELEASE then
+    local _, fl, ep, princ, rid, inst = sunpack('<BBdHc0Hc0Hc0', s)
     ADMIN, PRINC, RID = SP.flag[fl], princ, rid
     local r = release_at_once(k)
     if r then
@@ -1505,14 +1508,14 @@ function SP.packed(k, s)
     SP.clock()
     return nil
   end
-  local _, fl, ep, wt, ttl, wait, lid, owner, princ, at = struct.unpack('<BBdddBHc0Hc0Hc0', s)
+  local _, fl, ep, wt, ttl, wait, lid, owner, princ, at = sunpack('<BBdddBHc0Hc0Hc0', s)
   ADMIN, PRINC = SP.flag[fl], princ
   SP.clock()
   local r = acquire_at_once(k, wt, ttl, ep, lid, owner)
   if r then
     return r
   end
-  local inst, rid, lims = struct.unpack('<Hc0Hc0Hc0', s, at)
+  local inst, rid, lims = sunpack('<Hc0Hc0Hc0', s, at)
   OP, EPOCH, INST, RID = 'acquire', N(ep), inst, rid
   ARGV = {OP, EPOCH, ADMIN, INST, RID, PRINC, N(wt), SP.flag[wait], N(ttl), lid, owner, '', lims}
   return nil
@@ -3755,7 +3758,7 @@ end
 local function list_slots(keys, args)
   KEYS, ARGV = keys, args
   if not fmt then
-    fmt, match, concat, floor = string.format, string.match, table.concat, math.floor
+    SP.init()
   end
   OP, PUB = ARGV[1], 'SPUBLISH'
   local t = redis.call('TIME') -- (a view of limits shows the bucket now)
@@ -4034,7 +4037,7 @@ end
 
 -- Redis's clock (TIME), once per call.
 function SP.clock()
-  local t = redis.call('TIME')
+  local t = rcall('TIME')
   local ss = t[1]
   local sec, us = SP.nums[ss] or SP.num(ss), t[2] + 0
   NOW = sec * 1000 + floor(us / 1000)
@@ -4076,12 +4079,19 @@ function SP.head(keys)
   return nil
 end
 
+-- The upvalues the globals give, at a call's start (the library's first call).
+function SP.init()
+  fmt, match, concat, floor = string.format, string.match, table.concat, math.floor
+  rcall, spack, sunpack = redis.call, struct.pack, struct.unpack
+  sbyte, ssub = string.byte, string.sub
+  SP.to_hz = '<' .. string.rep('d', ROW_AT.hz / 8 + 1)
+  SP.to_ev = '<' .. string.rep('d', ROW_AT.ev / 8 + 1)
+end
+
 local function main(keys, args)
   KEYS, ARGV = keys, args
   if not fmt then
-    fmt, match, concat, floor = string.format, string.match, table.concat, math.floor
-    SP.to_hz = '<' .. string.rep('d', ROW_AT.hz / 8 + 1)
-    SP.to_ev = '<' .. string.rep('d', ROW_AT.ev / 8 + 1)
+    SP.init()
   end
   local r
   if #args == 1 then -- (an acquire or a release in one argument: RS_PK_*)
