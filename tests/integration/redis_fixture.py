@@ -264,15 +264,16 @@ class RedisServer:
 PACKED_OPS = {"A": "acquire", "R": "lease_release"}
 
 
-def fcall_op(line):
-    """The op of a MONITOR line's FCALL sema, or None for another command."""
+def fcall_op(line, packed=False):
+    """The op of a MONITOR line's FCALL sema, or None for another command (with packed, for
+    any but an acquire or a release in one argument)."""
     args = line.split('"')[1::2]  # FCALL sema 1 KEY OP ... (MONITOR quotes each argument)
     if len(args) < 5 or args[0].upper() != "FCALL" or args[1] != "sema":
         return None
     op = args[4]
     if op[:1] in PACKED_OPS and op[1:2] in ("0", "1"):
         return PACKED_OPS[op[0]]
-    return op
+    return None if packed else op
 
 
 class Monitor:
@@ -312,8 +313,9 @@ class Monitor:
             d[cmd] = d.get(cmd, 0) + 1
         return clients, scripts
 
-    def fcalls(self, t0=0.0):
-        """{op: n} of the FCALL sema commands clients sent from t0 (wall clock) on."""
+    def fcalls(self, t0=0.0, packed=False):
+        """{op: n} of the FCALL sema commands clients sent from t0 (wall clock) on (with
+        packed, of the acquires and releases sent in one argument)."""
         ops = {}
         for raw in list(self.lines):
             parts = raw.decode("utf-8", "replace").split(" ", 3)
@@ -322,7 +324,7 @@ class Monitor:
                     continue
             except ValueError:
                 continue
-            op = fcall_op(parts[3])
+            op = fcall_op(parts[3], packed)
             if op is not None:
                 ops[op] = ops.get(op, 0) + 1
         return ops
