@@ -533,7 +533,7 @@ static void on_reply(rs_t *r, rs_cmd_t *c, redisReply *rep)
     }
     if (c->kind == RS_CMD_OP &&
         ((rep->type == REDIS_REPLY_STRING && rep->len == 17 && rep->str[0] == RS_SHORT_GRANT) ||
-         rep->type == REDIS_REPLY_INTEGER)) {
+         (rep->type == REDIS_REPLY_INTEGER && c->pk != 0))) {
         rs__op_short(r, c, rep); /* an uncontended acquire or release */
         rs__cmd_free(c);
         return;

@@ -107,10 +107,11 @@ enum {
  * writes them); a command with any other is sent as above. */
 enum { RS_PK_ACQUIRE = 'A', RS_PK_RELEASE = 'R' };
 
-/* An acquire granted at once answers with one short string (the general path answers with
- * the array of RS_REPLY_MAP): RS_SHORT_GRANT, then the fence and Redis's clock (ms) as two
- * little-endian doubles (the rest of the lease is the request's). A release nobody waits for
- * answers with an integer: the lease's acquired time (ms). */
+/* An acquire granted at once answers (the general path answers with the array of
+ * RS_REPLY_MAP) with the fence, an integer, when it is Redis's clock in microseconds (the
+ * clock in ms is the fence / 1000); else with one short string: RS_SHORT_GRANT, then the fence
+ * and Redis's clock (ms) as two little-endian doubles. The rest of the lease is the request's.
+ * A release nobody waits for answers with an integer: the lease's acquired time (ms). */
 enum { RS_SHORT_GRANT = 'G' };
 
 /* What a script did, in order (an act's first field): X(ID, number, event type or NULL).

@@ -1388,16 +1388,16 @@ end
 
 -- ---- the uncontended acquire and release, in short ----
 -- The row's first fields, up to the one each short path reads last (struct makes a Lua value
--- of every field it unpacks); made by main (the globals are not reachable while the library
--- loads).
--- (SP.to_hz, SP.to_ev)
+-- of every field it unpacks; the release's from AVAIL on); made by main (the globals are not
+-- reachable while the library loads).
+-- (SP.to_hz, SP.avail_to_ev, SP.avail)
 
 -- An acquire granted at once, and a release of units nobody waits for, on a semaphore with
 -- nothing to file or that has come due, no tickets and nobody following its events: what
 -- grant() and lease_end() (then admit() and reply(), with nothing to do) do for them, with the
 -- row and the lease in locals rather than tables (a table costs Lua more than its fields),
--- the row written in place, and one short string for an answer (RS_SHORT_GRANT, _RELEASE:
--- their numbers packed, not formatted). They run before the general path reads the epoch's
+-- the row written in place, and a number or one short string for an answer (redis_proto.h:
+-- RS_SHORT_GRANT: numbers packed, not formatted). They run before the general path reads the epoch's
 -- hash: the row says what they need of it (ep, pa, hz: the row's fields above), and the
 -- instance sends a plain flag only while it knows of no pause. Nil for any other call, which
 -- takes the general path.
@@ -1450,6 +1450,9 @@ local function acquire_at_once(k, wt, ttl, epoch, lid, owner)
     rcall('SETRANGE', km, ROW_AT.avail, spack('<dddddddddd', avail - wt, held + wt,
                                                         fence, nq, due, nt, ev, ep, pa, hz))
   end
+  if fence == NOWUS then
+    return fence -- (an integer reply: Redis's clock is in it)
+  end
   return spack('<Bdd', 71, fence, NOW) -- 'G' (the rest of the lease is the request's)
 end
 
@@ -1473,7 +1476,7 @@ local function release_at_once(k)
   if not r then
     return nil
   end
-  local cap, avail, held, fence, nq, due, nt, ev = sunpack(SP.to_ev, r)
+  local avail, held, fence, nq, due, nt, ev = sunpack(SP.avail_to_ev, r, SP.avail)
   local ls = LQ.by[H]
   if nq ~= 0 or nt ~= 0 or ev ~= 0 or not ls or not (ls.dirty or LQ.mark(ls)) then
     return nil
@@ -4085,7 +4088,8 @@ function SP.init()
   rcall, spack, sunpack = redis.call, struct.pack, struct.unpack
   sbyte, ssub = string.byte, string.sub
   SP.to_hz = '<' .. string.rep('d', ROW_AT.hz / 8 + 1)
-  SP.to_ev = '<' .. string.rep('d', ROW_AT.ev / 8 + 1)
+  SP.avail_to_ev = '<' .. string.rep('d', (ROW_AT.ev - ROW_AT.avail) / 8 + 1)
+  SP.avail = ROW_AT.avail + 1 -- (where AVAIL starts)
 end
 
 local function main(keys, args)
