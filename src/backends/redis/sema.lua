@@ -13,7 +13,9 @@
 -- index); ARGV = the head (redis_proto.h RS_HEAD_MAP: op, epoch, flags ('1' or '0': the
 -- token that sent the request is an admin and may end any lease; then 'r' when the command
 -- is sent again, so it may have run already), instance, request id, principal (the token
--- with semad --auth, '' without)), then the op's own arguments from ARGV[A].
+-- with semad --auth, '' without)), then the op's own arguments from ARGV[A]. A plain acquire
+-- or release may come with all of them in one argument instead (redis_proto.h: RS_PK_*; see
+-- SP.packed).
 -- A call reads Redis's clock (TIME), checks the epoch, answers a retried request id from its
 -- cache, does its housekeeping (due leases expire, the waiters of dead instances leave, the
 -- queue's head is admitted), does its work, and returns:
