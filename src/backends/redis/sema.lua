@@ -3761,10 +3761,7 @@ end
 -- does first on one slot (its clock, its epoch, its housekeeping) is not done for listing, as
 -- on one Redis.
 local function list_slots(keys, args)
-  KEYS, ARGV = keys, args
-  if not fmt then
-    SP.init()
-  end
+  SP.init(keys, args)
   OP, PUB = ARGV[1], 'SPUBLISH'
   local t = redis.call('TIME') -- (a view of limits shows the bucket now)
   NOW = t[1] * 1000 + floor(t[2] / 1000)
@@ -4084,8 +4081,13 @@ function SP.head(keys)
   return nil
 end
 
--- The upvalues the globals give, at a call's start (the library's first call).
-function SP.init()
+-- A call's start: its keys and arguments, and the upvalues the globals give (at the library's
+-- first call). (main does the same in line: a call costs the short paths more than a test)
+function SP.init(keys, args)
+  KEYS, ARGV = keys, args
+  if fmt then
+    return
+  end
   fmt, match, concat, floor = string.format, string.match, table.concat, math.floor
   rcall, spack, sunpack = redis.call, struct.pack, struct.unpack
   sbyte, ssub = string.byte, string.sub
@@ -4097,7 +4099,7 @@ end
 local function main(keys, args)
   KEYS, ARGV = keys, args
   if not fmt then
-    SP.init()
+    SP.init(keys, args)
   end
   local r
   if #args == 1 then -- (an acquire or a release in one argument: RS_PK_*)
