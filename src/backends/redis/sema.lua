@@ -4123,7 +4123,7 @@ local function main(keys, args)
       return cmsgpack.unpack(c)
     end
   end
-  local r = publish(run())
+  r = publish(run())
   -- The answer to a write is kept for a retry, unless a retry can work it out again from
   -- what the write left (a grant made at once: its lease; a release: its tombstone) and
   -- nothing in it completes a parked request of this instance.
