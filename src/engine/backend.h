@@ -12,8 +12,6 @@
 #include "common/table.h"
 #include "engine/engine.h"
 
-struct strbuf;
-
 /* What events_replay found. */
 enum {
     ENGINE_LOG_OK = 0,  /* replayed (maybe nothing: the id was the current point) */
@@ -30,8 +28,11 @@ typedef struct engine_backend {
     int (*open)(void **out, engine_t *front, uv_loop_t *loop, const engine_config_t *cfg,
                 char *errbuf, size_t errlen);
     /* Serve a request whose inputs the front checked: fill req->status, req->message and
-     * req->res, then hand it to engine__complete() exactly once (now or later). A request
-     * may arrive failed already (req->status != 0: its inputs failed the checks): it is
+     * req->res, then hand it to engine__complete() exactly once (now or later). For
+     * ENGINE_METRICS, the front has written its own series to req->text: the back end
+     * appends its own (0 or SEMA_ENOMEM in req->status); one that reads them from its store
+     * does so without blocking the loop, and writes nothing once the request is cancelled. A
+     * request may arrive failed already (req->status != 0: its inputs failed the checks): it is
      * completed as it is, in order with the others. Returns 0, or SEMA_ENOMEM when it
      * cannot take the request at all (then it never completes it). */
     int (*submit)(void *be, engine_req_t *req);
@@ -44,8 +45,6 @@ typedef struct engine_backend {
     /* Does the semaphore exist now? (for subscriptions) */
     int (*exists)(void *be, const char *name, size_t len);
     void (*stats)(void *be, engine_stats_t *out);
-    /* Append its own Prometheus metrics. 0 or SEMA_ENOMEM. */
-    int (*metrics)(void *be, struct strbuf *out);
     /* Optional: a back end that numbers events itself, in a log shared by every instance of
      * one store (Redis), sets both; the front then keeps no resume ring for it.
      * events_point: where the semaphore's log stands, as read by the exists() just made for

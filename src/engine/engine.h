@@ -29,7 +29,8 @@
 typedef struct engine engine_t;
 typedef struct engine_req engine_req_t;
 typedef struct engine_sub engine_sub_t;
-struct store; /* store.h */
+struct store;  /* store.h */
+struct strbuf; /* common/strbuf.h */
 
 /* The operations; the comment gives the inputs used and the success result (req->res, a
  * typed value: see engine_result_t; render.c writes it in the wire format of
@@ -70,6 +71,8 @@ typedef enum {
     /* Several semaphores at once: all or nothing (engine_backend_t.multi). */
     ENGINE_ACQUIRE_MULTI, /* parts, timeout_ms, ttl_ms, owner, idem_key, tenant -> LEASE
                              (with its parts: one lease, a fence per semaphore) */
+    ENGINE_METRICS,       /* text -> NONE: the engine's Prometheus metrics appended to text (a
+                             back end that reads some from its store answers once it has) */
     ENGINE_OP_COUNT
 } engine_op_t;
 
@@ -261,6 +264,9 @@ struct engine_req {
          * semaphores with their weights, each named once (nparts, at most
          * ENGINE_PARTS_MAX) */
         const engine_part_t *parts;
+        /* METRICS: where the text goes (a growable string the caller owns until the
+         * callback; see common/strbuf.h) */
+        struct strbuf *text;
     };
     const char *tenant;   /* ACQUIRE, ACQUIRE_MULTI, TICKET_CREATE: optional, may be NULL */
     int64_t timeout_ms;   /* ACQUIRE, WAIT_IDLE, LOCK_ACQUIRE: 0 try, < 0 forever */
@@ -395,8 +401,10 @@ void engine_unsubscribe(engine_t *e, engine_sub_t *sub);
 #define ENGINE_EVENTS_IDLE_MAX 1024
 #define ENGINE_EVENTS_RECENT 4096
 
-/* Append the engine's Prometheus metrics (text format) to `buf` (a growable string the
- * caller owns; see common/strbuf.h). Returns 0 or SEMA_ENOMEM. */
+/* Append the front's own Prometheus metrics (text format: its counters and histograms) to
+ * `buf` (a growable string the caller owns; see common/strbuf.h). Returns 0 or SEMA_ENOMEM.
+ * The whole engine's, the back end's series after these, come with an ENGINE_METRICS
+ * request, which never blocks the loop on a store. */
 int engine_metrics(engine_t *e, struct strbuf *buf);
 
 /* Whether the engine's store answers (engine_stats_t.store). */

@@ -585,6 +585,74 @@ def test_an_old_primary_that_never_answers_stalls_no_request():
             proxy.close()
 
 
+def ticket_series(text):
+    """The ticket counters of a /metrics text (kept in Redis, summed over the slots used)."""
+    return sorted(x for x in text.splitlines() if x.startswith("semad_tickets"))
+
+
+def test_a_paused_primary_holds_back_metrics_but_never_the_loop():
+    """/metrics sums counters kept in every slot semad has used. With one primary paused
+    (SIGSTOP), its read waits on the event loop: /healthz and a semaphore on another primary
+    are answered while /metrics still waits, and once the primary goes on (SIGCONT) /metrics
+    answers what it answered before the pause. The first seed is a host name ("localhost"),
+    resolved without blocking the loop."""
+    rf.need_redis_engine()
+    cf.need_cluster_tools()
+    c = cf.Cluster(node_timeout_ms=10000)  # (no failover while it is paused)
+    f = None
+    stopped = None
+    try:
+        seeds = c.seeds().replace("127.0.0.1", "localhost", 1)
+        f = rf.Fleet("redis+cluster://%s?timeout=10000" % seeds, 1, durability="none")
+        a = f[0]
+        names = ["h%d" % i for i in range(12)]
+        for n in names:
+            put(a, n, 2)
+            st, t = a.json("POST", "/v1/semaphores/%s/tickets" % n, {"weight": 1})
+            assert st == 201, t
+        spread = where(c, names)
+        assert len(set(spread.values())) == 3, spread
+        before = ticket_series(fx.metrics_text(a))
+        assert "semad_tickets_created_total 12" in before, before
+        paused = c.node_at(spread[names[0]])
+        calm = next(n for n in names if spread[n] != paused.port)
+        stopped = paused.proc.pid
+        os.kill(stopped, signal.SIGSTOP)
+        m = a.raw()
+        m.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        t0 = time.monotonic()
+        assert a.request("GET", "/healthz")[0] == 200
+        st, l = acquire(a, calm, timeout_ms=0)
+        assert st == 200 and release(a, l["lease"]) == 204, l
+        took = time.monotonic() - t0
+        m.setblocking(False)
+        try:
+            early = m.recv(1)
+        except BlockingIOError:
+            early = None
+        assert early is None, "/metrics answered while its primary was paused: the loop waited"
+        os.kill(stopped, signal.SIGCONT)
+        stopped = None
+        m.setblocking(True)
+        m.settimeout(10 * SLOW)
+        got = b""
+        while True:
+            chunk = m.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+        m.close()
+        assert got.startswith(b"HTTP/1.1 200"), got[:200]
+        assert ticket_series(got.decode().split("\r\n\r\n", 1)[1]) == before, got
+        assert took < 2.0 * SLOW, took
+    finally:
+        if stopped is not None:
+            os.kill(stopped, signal.SIGCONT)
+        if f is not None:
+            f.close()
+        c.close()
+
+
 # ---- the safety checker under random load, semaphores on every primary ----
 
 # capacities 1..3 over names that hash to slots of every primary

@@ -854,7 +854,7 @@ TEST(shutdown_fails_parked_with_eshutdown)
 TEST(stats_and_metrics)
 {
     fx_t f;
-    treq_t *a, *w;
+    treq_t *a, *w, *m;
     struct strbuf b;
     engine_stats_t st;
     engine_config_t cfg;
@@ -874,7 +874,10 @@ TEST(stats_and_metrics)
     ASSERT_EQ(st.leases, 1);
     ASSERT_EQ(st.parked, 0);
     strbuf_init(&b, 0);
-    ASSERT_OK(engine_metrics(f.e, &b));
+    m = treq_new(ENGINE_METRICS, NULL);
+    m->r.text = &b;
+    ASSERT_OK(fx_do(&f, m));
+    treq_free(m);
     ASSERT_NOT_NULL(strstr(b.data, "semad_grants_total 1\n"));
     ASSERT_NOT_NULL(strstr(b.data, "semad_timeouts_total 1\n"));
     ASSERT_NOT_NULL(strstr(b.data, "semad_parked_waiters 0\n"));

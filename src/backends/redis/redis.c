@@ -142,6 +142,11 @@ static int rs_submit(void *be, engine_req_t *req)
     req->priv = rq;
     if (req->status != 0) /* failed the front's checks */
         return failed_at_once(r, rq, req->status, req->message);
+    if (req->op == ENGINE_METRICS) { /* (answered even while Redis is unreachable) */
+        rs__metrics_send(r, rq);
+        rs__drain(r);
+        return 0;
+    }
     if ((why = cannot_send(r, req)) != BE_MSG_NONE)
         return failed_at_once(r, rq, be_msg_code(why), be_msg_text(why));
     if ((msg = cluster_apart(r, req)) != NULL)
@@ -405,7 +410,6 @@ const engine_backend_t engine_backend_redis = {
     .shutdown = rs_shutdown,
     .exists = rs_exists,
     .stats = rs__stats,
-    .metrics = rs__metrics,
     .events_point = rs__events_point,
     .events_replay = rs__events_replay,
     .describe = rs__describe,

@@ -290,9 +290,8 @@ int rs__sh_subscribe(rs_t *r, const char *chan, size_t len, int on);
 /* A ticket watcher comes (d 1: rq->tslot is set) or goes (-1): its slot's ticket channel is
  * subscribed while it has watchers here. */
 void rs__sh_watch(rs_t *r, rs_req_t *rq, int d);
-/* The sums of n (at most 8) fields of the per-slot epoch hash over the slots this instance
- * has used (asked on the blocking connections): 0, or -1 when a primary did not answer. */
-int rs__sh_epoch_sums(rs_t *r, const char *const *fields, int n, int64_t *out);
+/* Whether this instance has used slot (said hello there, and the epoch stands). */
+int rs__sh_slot_used(const rs_t *r, unsigned slot);
 /* A blocking connection to the primary of key's slot (or rs__sync on one Redis). */
 redisContext *rs__sync_for(rs_t *r, const char *key, size_t len);
 rs_cluster_t *rs__sh_cluster(const rs_t *r);            /* NULL once closing */
@@ -496,8 +495,12 @@ void rs__check_cb(uv_check_t *h);
 void rs__wait_lost(rs_t *r);
 
 /* ---- redis_metrics.c ---- */
+#define RS_M_TICKET_FIELDS 6 /* the ticket counters of an epoch hash */
 void rs__stats(void *be, engine_stats_t *out);
-int rs__metrics(void *be, struct strbuf *out);
+/* ENGINE_METRICS: the series after the front's, once what they need is read from Redis (on
+ * the command connection, or of every primary with slots this instance used, never on a
+ * blocking connection); rq is completed then, or at once when nothing is to be read. */
+void rs__metrics_send(rs_t *r, rs_req_t *rq);
 
 /* ---- redis_events.c: event ids shared by every instance, from the log in Redis ---- */
 typedef struct {
