@@ -124,12 +124,35 @@ static int parse_sentinels(rs_t *r, const char *p, size_t n)
     return r->nsentinels > 0 ? 0 : -1;
 }
 
+/* Whether the address asks for TLS: a rediss scheme, or a tls or ssl option. */
+static int wants_tls(const char *url)
+{
+    const char *q = strchr(url, '?');
+
+    if (strncmp(url, "rediss:", 7) == 0 || strncmp(url, "rediss+", 7) == 0)
+        return 1;
+    for (; q != NULL; q = strchr(q + 1, '&'))
+        if (strncmp(q + 1, "tls", 3) == 0 || strncmp(q + 1, "ssl", 3) == 0)
+            return 1;
+    return 0;
+}
+
 int rs__parse_url(rs_t *r, const char *url, char *errbuf, size_t errlen)
 {
     const char *p, *q, *slash;
     int sentinel = strncmp(url, "redis+sentinel://", 17) == 0;
     char path[160] = "";
     size_t hostlen;
+
+    if (wants_tls(url)) {
+        snprintf(errbuf, errlen,
+                 "TLS to Redis (rediss://, tls or ssl options) is not supported: semad speaks to "
+                 "Redis through hiredis %d.%d, Debian 12's, which has no TLS (hiredis_ssl came "
+                 "with hiredis 1.0); use redis://, redis+sentinel:// or redis+cluster:// on a "
+                 "network you trust",
+                 HIREDIS_MAJOR, HIREDIS_MINOR);
+        return SEMA_ENOTSUP;
+    }
 
     r->cluster = strncmp(url, "redis+cluster://", 16) == 0;
     if (!sentinel && !r->cluster && strncmp(url, "redis://", 8) != 0)
