@@ -12,7 +12,7 @@
 #include "common/table.h"
 #include "engine/engine.h"
 
-/* What events_replay found. */
+/* How the read of an event log after an id went (ENGINE_EVENTS_OPEN's log_rc). */
 enum {
     ENGINE_LOG_OK = 0,  /* replayed (maybe nothing: the id was the current point) */
     ENGINE_LOG_FOREIGN, /* the id is not from the log as it runs now */
@@ -42,20 +42,15 @@ typedef struct engine_backend {
     /* Fail parked requests with SEMA_ESHUTDOWN, finish what is in flight, close; call
      * engine__backend_closed() once nothing of it runs any more (it is then freed). */
     void (*shutdown)(void *be);
-    /* Does the semaphore exist now? (for subscriptions) */
+    /* Optional: does the semaphore exist now? (asked after a store rollback, which only a
+     * back end with such a store makes: engine__events_rollback) */
     int (*exists)(void *be, const char *name, size_t len);
     void (*stats)(void *be, engine_stats_t *out);
-    /* Optional: a back end that numbers events itself, in a log shared by every instance of
-     * one store (Redis), sets both; the front then keeps no resume ring for it.
-     * events_point: where the semaphore's log stands, as read by the exists() just made for
-     * a subscription: 0, or -1 when unknown. events_replay: the events after uid-seq, oldest
-     * first, through each(ctx, ev) (ev->uid and ev->seq set); *cur_uid and *cur_seq get
-     * where the log stands (the last event replayed, or the current point). Returns an
-     * ENGINE_LOG_* code. */
-    int (*events_point)(void *be, const char *name, size_t len, uint64_t *uid, uint64_t *seq);
-    int (*events_replay)(void *be, const char *name, size_t len, uint64_t uid, uint64_t seq,
-                         void (*each)(void *ctx, const struct engine_event *ev), void *ctx,
-                         uint64_t *cur_uid, uint64_t *cur_seq);
+    /* 1: it numbers events itself, in a log shared by every instance of one store (Redis);
+     * the front then keeps no resume ring for it, and it answers ENGINE_EVENTS_OPEN with
+     * where the log stands and, with an id, the events after it (engine_req_t's log_*,
+     * replay, nreplay). */
+    int event_log;
     /* Optional: where its state lives (engine_describe); without it, its name. */
     void (*describe)(void *be, char *buf, size_t cap);
     /* Optional operations. A back end that leaves `tickets` 0 never sees ENGINE_TICKET_*:
@@ -112,7 +107,7 @@ void engine__lease_id(engine_t *e, char id[ENGINE_LEASE_ID_MAX]);
 void engine__random(engine_t *e, void *out, size_t n);
 
 /* Publish an event to the semaphore's subscribers (engine_event_t in engine.h); cheap when
- * nobody watches. A back end with an event log (events_replay) numbers its events: `uid`
+ * nobody watches. A back end with an event log (event_log) numbers its events: `uid`
  * and `seq` are the event's id, and it may send "reset" (with `reason`) to every
  * subscriber, numbered with the log's point. */
 void engine__event(engine_t *e, const engine_event_t *ev);

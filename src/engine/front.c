@@ -428,6 +428,8 @@ int engine_submit(engine_t *e, engine_req_t *req)
     e->m.ops[req->op]++;
     if (req->op == ENGINE_METRICS) /* the front's series, then the back end's */
         req->status = engine_metrics(e, req->text);
+    else if (req->op == ENGINE_EVENTS_OPEN) /* (a name that cannot be one names nothing) */
+        req->status = engine__events_open(e, req);
     else
         req->status = check_inputs(e, req, &msg);
     req->message = msg;

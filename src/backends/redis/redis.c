@@ -142,8 +142,12 @@ static int rs_submit(void *be, engine_req_t *req)
     req->priv = rq;
     if (req->status != 0) /* failed the front's checks */
         return failed_at_once(r, rq, req->status, req->message);
-    if (req->op == ENGINE_METRICS) { /* (answered even while Redis is unreachable) */
-        rs__metrics_send(r, rq);
+    if (req->op == ENGINE_METRICS || req->op == ENGINE_EVENTS_OPEN) {
+        /* (answered even while Redis is unreachable, as they were) */
+        if (req->op == ENGINE_METRICS)
+            rs__metrics_send(r, rq);
+        else
+            rs__ev_open(r, rq);
         rs__drain(r);
         return 0;
     }
@@ -240,8 +244,6 @@ static void close_all(rs_t *r)
                         &r->tk_timer};
 
     rs__conns_close(r); /* in-flight commands come back lost: their requests fail */
-    redisFree(r->sync);
-    r->sync = NULL;
     etab_each(&r->sems, sem_free_each, r);
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
         uv_timer_stop(ts[i]);
@@ -304,32 +306,6 @@ static void rs_shutdown(void *be)
     }
     r->down_since = rs__now(r);
     uv_timer_start(&r->tick_timer, shutdown_tick, 10, 10);
-}
-
-/* Whether the semaphore exists (a Redis that does not answer counts as "it may exist").
- * Also starts following its events (a subscription comes next). */
-static int rs_exists(void *be, const char *name, size_t len)
-{
-    rs_t *r = be;
-    size_t sl;
-    char *stem = rs__key_new(r, 's', name, len, "", &sl);
-    redisContext *c;
-    redisReply *rep;
-    int exists = 1;
-
-    if (stem == NULL)
-        return 0; /* out of memory: nothing to follow it with */
-    c = rs__sync_for(r, stem, sl);
-    if (c != NULL) {
-        rep = redisCommand(c, "EXISTS %b:m", stem, sl);
-        if (rep != NULL && rep->type == REDIS_REPLY_INTEGER)
-            exists = rep->integer != 0;
-        freeReplyObject(rep);
-    }
-    if (exists && !r->shutting_down)
-        rs__ev_follow(r, stem, sl);
-    sema__free(stem);
-    return exists;
 }
 
 static int rs_open(void **out, engine_t *front, uv_loop_t *loop, const engine_config_t *cfg,
@@ -408,10 +384,8 @@ const engine_backend_t engine_backend_redis = {
     .submit = rs_submit,
     .cancel = rs_cancel,
     .shutdown = rs_shutdown,
-    .exists = rs_exists,
     .stats = rs__stats,
-    .events_point = rs__events_point,
-    .events_replay = rs__events_replay,
+    .event_log = 1,
     .describe = rs__describe,
     .tickets = 1,
     .multi = 1,

@@ -973,39 +973,3 @@ void rs__conns_close(rs_t *r)
             redisAsyncFree(ac);
     }
 }
-
-/* A blocking connection for the engine's synchronous questions (does a semaphore exist, the
- * per-semaphore gauges of /metrics): rare, and bounded by a 250 ms timeout. NULL when Redis
- * does not answer. */
-redisContext *rs__sync(rs_t *r)
-{
-    redisContext *c = r->sync;
-
-    if (r->sh != NULL)
-        return NULL; /* (on a cluster: rs__sync_for, to one slot's primary) */
-    if (c != NULL && !c->err)
-        return c;
-    redisFree(c);
-    r->sync = NULL;
-    if (r->host[0] == '\0' || (r->conn_once && r->cmd.state != RS_CONN_READY))
-        return NULL; /* known to be down: do not block the loop on it */
-    if ((c = rs__sync_open(r, r->host, r->port)) != NULL && r->db != 0)
-        freeReplyObject(redisCommand(c, "SELECT %d", r->db));
-    r->sync = c;
-    return c;
-}
-
-redisContext *rs__sync_open(const rs_t *r, const char *host, int port)
-{
-    struct timeval tv = {0, 250000};
-    redisContext *c = redisConnectWithTimeout(host, port, tv);
-
-    if (c == NULL || c->err || redisSetTimeout(c, tv) != REDIS_OK) {
-        redisFree(c);
-        return NULL;
-    }
-    if (r->pass[0] != '\0')
-        freeReplyObject(r->user[0] ? redisCommand(c, "AUTH %s %s", r->user, r->pass)
-                                   : redisCommand(c, "AUTH %s", r->pass));
-    return c;
-}

@@ -32,9 +32,13 @@ typedef struct rs_sem {
     elist_t parked; /* rs_req_t.plink */
     uint32_t nparked;
     uint8_t collecting, watched, subscribed; /* collecting: a check of its waiters is out */
-    uint8_t pt_ok, pt_gone;    /* pt_*: the log's point as the last rs__ev_watch read it */
-    uint64_t pt_uid, pt_seq;   /* (redis_events.c) */
-    uint64_t ev_uid, ev_seq;   /* the last event handed to the front (0: none yet) */
+    uint8_t pt_ok, pt_gone;                  /* pt_*: the log's point as the last follow read it */
+    uint8_t filling;                         /* a read of the stream (a fill) is out */
+    uint32_t reads;                          /* RS_CMD_READ commands about it not answered yet */
+    uint64_t fill_uid, fill_to;              /* the run and last event to read from the stream */
+    uint64_t fill_asked;                     /* ...and what the read out asks up to */
+    uint64_t pt_uid, pt_seq;                 /* (redis_events.c) */
+    uint64_t ev_uid, ev_seq;                 /* the last event handed to the front (0: none yet) */
     uint64_t own_uid, own_seq; /* the last event this instance's own messages announced */
     size_t stem_len;
     char stem[];
@@ -83,12 +87,14 @@ enum {
     RS_CMD_WAIT,
     RS_CMD_PLAIN,
     RS_CMD_MARK,
-    RS_CMD_HELLO /* Redis Cluster: a slot's hello (redis_shards.c) */
+    RS_CMD_HELLO, /* Redis Cluster: a slot's hello (redis_shards.c) */
+    RS_CMD_READ   /* a read whose answer goes to its `done` (redis_events.c) */
 };
 
 /* One command: its arguments are kept, so a retry after a lost connection sends the same
  * request id (which Redis answers from its cache if the first attempt ran). An FCALL is
  * formatted when sent, with the epoch known then. */
+struct rs;
 typedef struct rs_cmd {
     elist_t link; /* r->inflight, r->retry or r->pending */
     int argc;
@@ -98,9 +104,11 @@ typedef struct rs_cmd {
     uint64_t gen;    /* r->epoch_changes when last sent */
     uint8_t unknown; /* an answer of it was lost: it may have run */
     uint8_t kind, writes;
-    uint8_t timed;  /* RS_CMD_CANCEL of a timeout (its outcome is the request's answer) */
-    rs_req_t *rq;   /* RS_CMD_OP */
-    rs_sem_t *sem;  /* RS_CMD_COLLECT */
+    uint8_t timed; /* RS_CMD_CANCEL of a timeout (its outcome is the request's answer) */
+    rs_req_t *rq;  /* RS_CMD_OP */
+    rs_sem_t *sem; /* RS_CMD_COLLECT, RS_CMD_READ */
+    /* RS_CMD_READ: its answer (NULL: none, it failed), once; c is freed after it */
+    void (*done)(struct rs *r, struct rs_cmd *c, const redisReply *rep);
     unsigned slot;  /* Redis Cluster: its key's slot, as last sent */
     uint16_t wnode; /* Redis Cluster, unconfirmed: as rs_req_t's */
     int wconn;
@@ -158,7 +166,6 @@ typedef struct rs {
     uint64_t seq;
     /* connections */
     rs_conn_t cmd, sub, sent; /* commands; pub/sub; Sentinel */
-    redisContext *sync;       /* blocking, for exists() and /metrics (rs__sync) */
     uv_timer_t reconnect_timer, tick_timer, hb_timer, due_timer;
     uv_check_t check;
     uint64_t backoff_ms, down_since;
@@ -207,11 +214,6 @@ void rs__conns_close(rs_t *r);
 void rs__resync(rs_t *r);
 void rs__on_ready(rs_t *r);
 void rs__describe(void *be, char *buf, size_t cap); /* engine_describe: the address */
-/* A blocking connection for the engine's synchronous questions (250 ms timeout); NULL when
- * Redis does not answer. */
-redisContext *rs__sync(rs_t *r);
-/* A blocking connection to host:port, with AUTH when there is a password (250 ms timeout). */
-redisContext *rs__sync_open(const rs_t *r, const char *host, int port);
 /* An asynchronous connection to host:port on loop (hiredis's: a host name is resolved before
  * this returns, an address at once); NULL, with why, when it cannot be made. Its commands may
  * be queued at once; the caller frees it (redisAsyncFree), unless the connection fails first:
@@ -292,8 +294,6 @@ int rs__sh_subscribe(rs_t *r, const char *chan, size_t len, int on);
 void rs__sh_watch(rs_t *r, rs_req_t *rq, int d);
 /* Whether this instance has used slot (said hello there, and the epoch stands). */
 int rs__sh_slot_used(const rs_t *r, unsigned slot);
-/* A blocking connection to the primary of key's slot (or rs__sync on one Redis). */
-redisContext *rs__sync_for(rs_t *r, const char *key, size_t len);
 rs_cluster_t *rs__sh_cluster(const rs_t *r);            /* NULL once closing */
 void rs__sh_load_library(rs_t *r, unsigned slot);       /* on slot's primary, once at a time */
 uint32_t rs__sh_slot_tag(const rs_t *r, unsigned slot); /* the tag of slot's keys */
@@ -511,18 +511,15 @@ typedef struct {
 } rs_split_t;
 int rs__split(rs_split_t *sp, const char *p, size_t n);
 void rs__split_free(rs_split_t *sp);
-int rs__ev_watch(rs_t *r, rs_sem_t *s);
-void rs__ev_start(rs_t *r, rs_sem_t *s, int was_watched);
 void rs__ev_batch(rs_t *r, rs_sem_t *s, uint64_t uid, uint64_t first, const redisReply *acts);
 void rs__ev_message(rs_t *r, const char *stem, size_t slen, const char *pay, size_t plen);
 void rs__ev_catch_up(rs_t *r, const char *stem, size_t len);
 void rs__ev_catch_up_all(rs_t *r);
 void rs__ev_marked(rs_t *r, const rs_cmd_t *c, const redisReply *rep);
 void rs__ev_renew(rs_t *r, rs_sem_t *s); /* the heartbeat of a semaphore it follows */
-void rs__ev_follow(rs_t *r, const char *stem, size_t len); /* a subscription is coming */
-int rs__events_point(void *be, const char *name, size_t len, uint64_t *uid, uint64_t *seq);
-int rs__events_replay(void *be, const char *name, size_t len, uint64_t uid, uint64_t seq,
-                      void (*each)(void *ctx, const engine_event_t *ev), void *ctx,
-                      uint64_t *cur_uid, uint64_t *cur_seq);
+/* ENGINE_EVENTS_OPEN: does the semaphore exist (no answer counts as "it may"), then this
+ * instance follows its events, and with an id, the stream after it is read; rq is completed
+ * then (later, or at once when Redis is known to be down). */
+void rs__ev_open(rs_t *r, rs_req_t *rq);
 
 #endif /* SEMAD_REDIS_INTERNAL_H */

@@ -866,21 +866,3 @@ uint32_t rs__sh_slot_tag(const rs_t *r, unsigned slot)
 {
     return r->sh->tags.tag[slot];
 }
-
-redisContext *rs__sync_for(rs_t *r, const char *key, size_t len)
-{
-    const rs_slot_addr_t *a;
-    redisContext *c;
-
-    if (r->sh == NULL)
-        return rs__sync(r);
-    if (r->sh->cl == NULL || (a = rs__cluster_owner(r->sh->cl, rs__slot_of(key, len))) == NULL)
-        return NULL;
-    c = r->sync;
-    if (c != NULL && !c->err && c->tcp.port == a->port && c->tcp.host != NULL &&
-        strcmp(c->tcp.host, a->host) == 0)
-        return c;
-    redisFree(c);
-    r->sync = c = rs__sync_open(r, a->host, a->port);
-    return c;
-}
