@@ -221,12 +221,15 @@ static void rs_free(rs_t *r)
         engine__backend_closed(front);
 }
 
-static void handle_closed(uv_handle_t *h)
+void rs__handle_done(rs_t *r)
 {
-    rs_t *r = h->data;
-
     if (--r->handles_open == 0)
         rs_free(r);
+}
+
+static void handle_closed(uv_handle_t *h)
+{
+    rs__handle_done(h->data);
 }
 
 static void sem_free_each(void *arg, enode_t *n)

@@ -359,13 +359,79 @@ void rs__async_auth(const rs_t *r, redisAsyncContext *ac, redisCallbackFn *fn, v
         redisAsyncCommand(ac, fn, priv, "AUTH %s", r->pass);
 }
 
-static redisAsyncContext *open_ctx(rs_t *r, rs_conn_t *c, const char *host, int port)
+/* ---- host names, resolved off the loop ----
+ * hiredis resolves a host name inside redisAsyncConnect: getaddrinfo on the loop's thread,
+ * where a slow DNS server would stall every request. A name is resolved first with
+ * uv_getaddrinfo (on libuv's threads), anew for each connection, and hiredis is given the
+ * address; the logs keep the name. */
+
+static void on_resolved(uv_getaddrinfo_t *g, int status, struct addrinfo *res)
+{
+    rs_t *r = g->data;
+    rs_resolve_t *v = &r->rv;
+
+    v->busy = 0;
+    v->done = 1;
+    v->failed = status != 0 || res == NULL || uv_ip_name(res->ai_addr, v->addr, sizeof v->addr);
+    if (v->failed)
+        snprintf(v->why, sizeof v->why, "cannot resolve it: %s",
+                 status != 0 ? uv_strerror(status) : "no address");
+    uv_freeaddrinfo(res);
+    if (!r->closing && v->again != NULL)
+        v->again(r);
+    rs__handle_done(r);
+}
+
+/* The address to connect to for host: host itself when it is an address, else what its
+ * resolution found. NULL while it is resolved (then again(r) runs, once it has: it asks
+ * again), or when it could not be (*why says why). */
+static const char *address_for(rs_t *r, const char *host, void (*again)(rs_t *r), const char **why)
+{
+    rs_resolve_t *v = &r->rv;
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM};
+    unsigned char bin[sizeof(struct in6_addr)];
+    int rc;
+
+    *why = NULL;
+    if (uv_inet_pton(AF_INET, host, bin) == 0 || uv_inet_pton(AF_INET6, host, bin) == 0)
+        return host;
+    v->again = again;
+    if (v->busy)
+        return NULL;
+    if (v->done && strcmp(v->host, host) == 0) {
+        v->done = 0;
+        *why = v->failed ? v->why : NULL;
+        return v->failed ? NULL : v->addr;
+    }
+    snprintf(v->host, sizeof v->host, "%s", host);
+    v->done = 0;
+    v->gai.data = r;
+    if ((rc = uv_getaddrinfo(r->loop, &v->gai, on_resolved, v->host, NULL, &hints)) != 0) {
+        snprintf(v->why, sizeof v->why, "cannot resolve it: %s", uv_strerror(rc));
+        *why = v->why;
+        return NULL;
+    }
+    v->busy = 1;
+    r->handles_open++; /* (r is freed after its answer) */
+    return NULL;
+}
+
+/* A connection to host:port (its name resolved first: NULL and *resolving, and `again` runs
+ * later), or NULL when it cannot be made (said at warn). */
+static redisAsyncContext *open_ctx(rs_t *r, rs_conn_t *c, const char *host, int port,
+                                   void (*again)(rs_t *r), int *resolving)
 {
     char why[128];
-    redisAsyncContext *ac = rs__async_open(r->loop, host, port, why, sizeof why);
+    const char *gai_why, *addr = address_for(r, host, again, &gai_why);
+    redisAsyncContext *ac = NULL;
 
+    *resolving = addr == NULL && gai_why == NULL;
+    if (*resolving)
+        return NULL;
+    if (addr != NULL)
+        ac = rs__async_open(r->loop, addr, port, why, sizeof why);
     if (ac == NULL) {
-        log_warn("redis: cannot connect to %s:%d: %s", host, port, why);
+        log_warn("redis: cannot connect to %s:%d: %s", host, port, addr != NULL ? why : gai_why);
         return NULL;
     }
     ac->data = c;
@@ -668,10 +734,13 @@ static void held_to_every_replica(rs_t *r)
 
 static void connect_primary(rs_t *r)
 {
-    redisAsyncContext *ac = open_ctx(r, &r->cmd, r->host, r->port);
+    int resolving;
+    redisAsyncContext *ac = open_ctx(r, &r->cmd, r->host, r->port, connect_primary, &resolving);
     const char *argv[] = {"FUNCTION", "LOAD", "REPLACE", rs__lua};
     size_t lens[] = {8, 4, 7, strlen(rs__lua)};
 
+    if (resolving)
+        return;
     if (ac == NULL) {
         r->cmd.state = RS_CONN_DOWN;
         schedule_reconnect(r);
@@ -770,7 +839,7 @@ static void sentinel_addr_cb(redisAsyncContext *ac, void *reply, void *priv)
 static void sentinel_next(rs_t *r)
 {
     char host[256];
-    int port;
+    int port, resolving;
     const char *hp = r->sentinels[r->sentinel_at];
 
     if (r->repl_sentinel > r->repl_most) /* (what the Sentinel before listed still counts) */
@@ -781,8 +850,10 @@ static void sentinel_next(rs_t *r)
         r->sent.ac = NULL;
         r->sent.state = RS_CONN_DOWN;
     }
-    if (parse_hostport(hp, strlen(hp), host, sizeof host, &port, 26379) != 0 ||
-        open_ctx(r, &r->sent, host, port) == NULL) {
+    if (parse_hostport(hp, strlen(hp), host, sizeof host, &port, 26379) == 0 &&
+        open_ctx(r, &r->sent, host, port, sentinel_next, &resolving) == NULL && resolving)
+        return;
+    if (r->sent.ac == NULL) {
         r->sentinel_at = (r->sentinel_at + 1) % r->nsentinels;
         schedule_reconnect(r);
         return;
@@ -927,9 +998,11 @@ static void sub_watch_each(void *arg, enode_t *n)
 void rs__sub_connect(rs_t *r)
 {
     char chan[64];
-    int n;
+    int n, resolving;
 
-    if (open_ctx(r, &r->sub, r->host, r->port) == NULL) {
+    if (open_ctx(r, &r->sub, r->host, r->port, rs__sub_connect, &resolving) == NULL && resolving)
+        return;
+    if (r->sub.ac == NULL) {
         r->sub.state = RS_CONN_DOWN;
         schedule_reconnect(r);
         return;
@@ -964,6 +1037,8 @@ void rs__conns_close(rs_t *r)
     rs_conn_t *cs[] = {&r->cmd, &r->sub, &r->sent};
 
     r->closing = 1;
+    if (r->rv.busy)
+        uv_cancel((uv_req_t *)&r->rv.gai); /* (its answer still comes, and frees r if last) */
     rs__sh_close(r);
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         redisAsyncContext *ac = cs[i]->ac;

@@ -123,6 +123,18 @@ typedef struct rs_conn {
 
 typedef struct rs_shards rs_shards_t;
 
+/* The resolution of a host name before a connection (redis_conn.c): one at a time. */
+typedef struct {
+    uv_getaddrinfo_t gai;
+    uint8_t busy;   /* uv_getaddrinfo is out */
+    uint8_t done;   /* it answered, and the connection it was for has not read it */
+    uint8_t failed; /* ...without an address (why) */
+    char host[256]; /* the name */
+    char addr[64];  /* its address (text) */
+    char why[96];
+    void (*again)(struct rs *r); /* runs once it has answered */
+} rs_resolve_t;
+
 typedef struct rs {
     uv_loop_t *loop;
     engine_t *front;
@@ -166,6 +178,7 @@ typedef struct rs {
     uint64_t seq;
     /* connections */
     rs_conn_t cmd, sub, sent; /* commands; pub/sub; Sentinel */
+    rs_resolve_t rv;          /* the host name of the connection being made */
     uv_timer_t reconnect_timer, tick_timer, hb_timer, due_timer;
     uv_check_t check;
     uint64_t backoff_ms, down_since;
@@ -198,6 +211,8 @@ typedef struct rs {
 
 /* ---- redis.c: the table, start and stop, requests ---- */
 uint64_t rs__now(rs_t *r); /* the loop's clock, ms */
+/* One of its handles or requests on the loop is done (closed, answered): the last frees r. */
+void rs__handle_done(rs_t *r);
 /* Complete rq with status and message (static text); `hold`: the reply rests on a write, so
  * strict durability holds it until a WAIT confirms it (redis_strict.c). */
 void rs__finish(rs_t *r, rs_req_t *rq, int status, const char *msg, int hold);
@@ -214,10 +229,11 @@ void rs__conns_close(rs_t *r);
 void rs__resync(rs_t *r);
 void rs__on_ready(rs_t *r);
 void rs__describe(void *be, char *buf, size_t cap); /* engine_describe: the address */
-/* An asynchronous connection to host:port on loop (hiredis's: a host name is resolved before
- * this returns, an address at once); NULL, with why, when it cannot be made. Its commands may
- * be queued at once; the caller frees it (redisAsyncFree), unless the connection fails first:
- * hiredis then frees it itself, after running every pending callback with a NULL reply. */
+/* An asynchronous connection to host:port on loop (hiredis's: a host name would be resolved
+ * before this returns, on the loop: give it an address); NULL, with why, when it cannot be made.
+ * Its commands may be queued at once; the caller frees it (redisAsyncFree), unless the connection
+ * fails first: hiredis then frees it itself, after running every pending callback with a NULL
+ * reply. */
 redisAsyncContext *rs__async_open(uv_loop_t *loop, const char *host, int port, char *why,
                                   size_t cap);
 /* Queue AUTH on ac when the address has a password (fn may be NULL: its answer unread). */
