@@ -656,6 +656,8 @@ def test_a_paused_primary_holds_back_metrics_but_never_the_loop():
         assert "semad_tickets_created_total 12" in before, before
         e = events_request(a, names[0])
         f = e.makefile("rb")
+        while f.readline() != b": subscribed\n":  # (its head, then the subscription)
+            pass
         st, l = acquire(a, names[0])
         assert st == 200 and release(a, l["lease"]) == 204, l
         seen = sse_events(f, 2)

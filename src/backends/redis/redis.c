@@ -241,12 +241,31 @@ static void sem_free_each(void *arg, enode_t *n)
     sema__free(s);
 }
 
+/* Commands about a semaphore that wait to be sent end now, while it is there to be told. */
+static void fail_sem_cmds(rs_t *r)
+{
+    elist_t *lists[] = {&r->retry, &r->pending};
+
+    for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++)
+        for (elist_t *x = lists[i]->next, *next; x != lists[i]; x = next) {
+            rs_cmd_t *c = ECONTAINER(x, rs_cmd_t, link);
+            next = x->next;
+            if (c->sem == NULL)
+                continue;
+            elist_remove(&c->link);
+            r->npending -= lists[i] == &r->pending;
+            rs__cmd_fail(r, c, BE_MSG_SHUTDOWN);
+            next = lists[i]->next; /* (what its end did may have changed the list) */
+        }
+}
+
 static void close_all(rs_t *r)
 {
     uv_timer_t *ts[] = {&r->reconnect_timer, &r->tick_timer, &r->hb_timer, &r->due_timer,
                         &r->tk_timer};
 
     rs__conns_close(r); /* in-flight commands come back lost: their requests fail */
+    fail_sem_cmds(r);
     etab_each(&r->sems, sem_free_each, r);
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
         uv_timer_stop(ts[i]);

@@ -120,7 +120,12 @@ static void read_send(rs_t *r, rs_sem_t *s, rs_cmd_t *c, rs_req_t *rq,
     c->rq = rq;
     c->done = done;
     s->reads++;
-    rs__send(r, c);
+    if (!r->closing) {
+        rs__send(r, c);
+        return;
+    }
+    done(r, c, NULL); /* (closing: nothing more is sent, and s goes soon) */
+    rs__cmd_free(c);
 }
 
 /* The answer of a read about c->sem came (or failed): s is released. */
@@ -231,6 +236,29 @@ static uint64_t entry_seq(const redisReply *e)
 
 static void ev_fill(rs_t *r, rs_sem_t *s, uint64_t upto);
 
+/* The read of the events uid-first to uid-last of s's stream (counted); NULL: no memory. */
+static rs_cmd_t *xrange_cmd(rs_t *r, const rs_sem_t *s, uint64_t uid, uint64_t first, uint64_t last)
+{
+    rs_args_t a = {0};
+    char from[48], to[48];
+    size_t kl;
+    char *ke = rs__key_cat("", s->stem, s->stem_len, ":e", &kl);
+    rs_cmd_t *c;
+
+    if (ke == NULL)
+        return NULL;
+    snprintf(from, sizeof from, "%llu-%llu", (unsigned long long)uid, (unsigned long long)first);
+    snprintf(to, sizeof to, "%llu-%llu", (unsigned long long)uid, (unsigned long long)last);
+    rs__arg_str(&a, "XRANGE");
+    rs__arg(&a, ke, kl);
+    rs__arg_str(&a, from);
+    rs__arg_str(&a, to);
+    c = rs__cmd_build(r, RS_CMD_READ, &a);
+    sema__free(ke);
+    r->log_reads += c != NULL;
+    return c;
+}
+
 /* The stream's answer to a fill: its events in order, then a "reset" past a hole (trimmed, or
  * Redis did not answer); the next fill if more came meanwhile. */
 static void fill_done(rs_t *r, rs_cmd_t *c, const redisReply *rep)
@@ -265,32 +293,15 @@ static void fill_done(rs_t *r, rs_cmd_t *c, const redisReply *rep)
  * at a time: a later gap waits for it). */
 static void ev_fill(rs_t *r, rs_sem_t *s, uint64_t upto)
 {
-    rs_args_t a = {0};
-    char from[48], to[48];
-    size_t kl;
-    char *ke;
     rs_cmd_t *c;
 
     if (upto > s->fill_to || s->fill_uid != s->ev_uid)
         s->fill_to = upto;
     s->fill_uid = s->ev_uid;
-    if (s->filling || (ke = rs__key_cat("", s->stem, s->stem_len, ":e", &kl)) == NULL)
+    if (s->filling || (c = xrange_cmd(r, s, s->ev_uid, s->ev_seq + 1, s->fill_to)) == NULL)
         return; /* (out of memory: the heartbeat's fill tries again) */
-    snprintf(from, sizeof from, "%llu-%llu", (unsigned long long)s->ev_uid,
-             (unsigned long long)s->ev_seq + 1);
-    snprintf(to, sizeof to, "%llu-%llu", (unsigned long long)s->ev_uid,
-             (unsigned long long)s->fill_to);
-    rs__arg_str(&a, "XRANGE");
-    rs__arg(&a, ke, kl);
-    rs__arg_str(&a, from);
-    rs__arg_str(&a, to);
-    c = rs__cmd_build(r, RS_CMD_READ, &a);
-    sema__free(ke);
-    if (c == NULL)
-        return;
     s->filling = 1;
     s->fill_asked = s->fill_to;
-    r->log_reads++;
     read_send(r, s, c, NULL, fill_done);
 }
 
@@ -503,12 +514,23 @@ void rs__ev_renew(rs_t *r, rs_sem_t *s)
 
 static void open_end(rs_t *r, rs_req_t *rq, rs_sem_t *s, int status)
 {
-    if (rq->req == NULL)
+    engine_req_t *req = rq->req;
+
+    if (req == NULL) {
         sema__free(rq); /* (cancelled while it read) */
-    else
+    } else {
+        if (status == 0 && s->watched && req->log_uid != 0 && s->ev_uid == req->log_uid &&
+            s->ev_seq > req->log_seq) {
+            /* events handed over while the stream was read reached no subscription of this
+             * request (it has none yet): they come again from the stream, after its answer
+             * (a subscription that had them skips them) */
+            uint64_t upto = s->ev_seq;
+            s->ev_seq = req->log_seq;
+            ev_fill(r, s, upto);
+        }
         rs__finish(r, rq, status, NULL, 0);
-    if (s != NULL)
-        rs__sem_maybe_free(r, s);
+    }
+    rs__sem_maybe_free(r, s);
 }
 
 /* The stream after the client's id up to the point: every event, or why not. */
@@ -552,10 +574,6 @@ static void open_replayed(rs_t *r, rs_cmd_t *c, const redisReply *rep)
 static void open_replay(rs_t *r, rs_req_t *rq, rs_sem_t *s)
 {
     engine_req_t *req = rq->req;
-    rs_args_t a = {0};
-    char from[48], to[48];
-    size_t kl;
-    char *ke;
     rs_cmd_t *c;
 
     if (s->pt_ok) {
@@ -568,25 +586,10 @@ static void open_replay(rs_t *r, rs_req_t *rq, rs_sem_t *s)
                                                                           : ENGINE_LOG_OK;
     if (req->log_rc != ENGINE_LOG_OK || req->from_seq == s->pt_seq)
         return open_end(r, rq, s, 0);
-    if ((ke = rs__key_cat("", s->stem, s->stem_len, ":e", &kl)) == NULL) {
+    if ((c = xrange_cmd(r, s, s->pt_uid, req->from_seq + 1, s->pt_seq)) == NULL) {
         req->log_rc = ENGINE_LOG_UNKNOWN;
         return open_end(r, rq, s, 0);
     }
-    snprintf(from, sizeof from, "%llu-%llu", (unsigned long long)req->from_uid,
-             (unsigned long long)req->from_seq + 1);
-    snprintf(to, sizeof to, "%llu-%llu", (unsigned long long)s->pt_uid,
-             (unsigned long long)s->pt_seq);
-    rs__arg_str(&a, "XRANGE");
-    rs__arg(&a, ke, kl);
-    rs__arg_str(&a, from);
-    rs__arg_str(&a, to);
-    c = rs__cmd_build(r, RS_CMD_READ, &a);
-    sema__free(ke);
-    if (c == NULL) {
-        req->log_rc = ENGINE_LOG_UNKNOWN;
-        return open_end(r, rq, s, 0);
-    }
-    r->log_reads++;
     read_send(r, s, c, rq, open_replayed);
 }
 
