@@ -240,6 +240,12 @@ redisAsyncContext *rs__async_open(uv_loop_t *loop, const char *host, int port, c
 void rs__async_auth(const rs_t *r, redisAsyncContext *ac, redisCallbackFn *fn, void *priv);
 extern const char rs__lua[]; /* sema.lua with its constants (generated: redis_lua.c) */
 
+/* ---- redis_resolve.c: a connection's host name, resolved off the loop ---- */
+/* The address to connect to for host: host itself when it is an address, else what its
+ * resolution (r->rv, one at a time) found. NULL while it is resolved (then again(r) runs,
+ * once it has: it asks again), or when it could not be (*why says why). */
+const char *rs__address_for(rs_t *r, const char *host, void (*again)(rs_t *r), const char **why);
+
 /* ---- redis_cmd.c: commands, sending, replies, retries ---- */
 typedef struct {
     const char **v;
