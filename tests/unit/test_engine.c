@@ -891,6 +891,44 @@ TEST(stats_and_metrics)
     fx_free(&f);
 }
 
+/* /metrics and a stream's open, withdrawn while the back end reads them (on Redis: before the
+ * answer can have come): the callback never runs, and nothing is written to the text. */
+TEST(metrics_and_events_open_withdrawn_while_read_never_answer)
+{
+    fx_t f;
+    treq_t *m, *o, *g;
+    struct strbuf b;
+    int was_m, was_o;
+    size_t len;
+
+    fx_init(&f);
+    fx_put(&f, "w", 1);
+    strbuf_init(&b, 0);
+    m = treq_new(ENGINE_METRICS, NULL);
+    m->r.text = &b;
+    o = treq_new(ENGINE_EVENTS_OPEN, "w");
+    ASSERT_OK(engine_submit(f.e, &m->r));
+    ASSERT_OK(engine_submit(f.e, &o->r));
+    was_m = m->done; /* (the embedded back end answers at once) */
+    was_o = o->done;
+    if (!was_m)
+        engine_cancel(f.e, &m->r);
+    if (!was_o)
+        engine_cancel(f.e, &o->r);
+    len = b.len;
+    g = treq_new(ENGINE_SEM_GET, "w"); /* answered after what was asked before it */
+    ASSERT_EQ(fx_do(&f, g), 0);
+    fx_settle(&f);
+    ASSERT_EQ(m->done, was_m);
+    ASSERT_EQ(o->done, was_o);
+    ASSERT_EQ(b.len, len);
+    strbuf_free(&b);
+    treq_free(m);
+    treq_free(o);
+    treq_free(g);
+    fx_free(&f);
+}
+
 /* ---- events ---- */
 
 typedef struct {
