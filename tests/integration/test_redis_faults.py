@@ -925,7 +925,15 @@ def sentinel_failover(crash, replicas=1, wait=1):
               " rejoined_s=%.2f grants_everywhere_s=%.2f" % (
                   "kill9" if crash else "sentinel_failover", replicas, wait, gap, switched,
                   rejoined if crash else 0.0, followed))
-        if proven and crash:
+        # on a loaded machine the sentinels (down-after 1 s) may fail over a second time, from
+        # the node just promoted while it forks for the rejoining node's copy: WAIT then lacks a
+        # replica until they demote that node, and the bound for one failover does not apply
+        again = sn.master_port() != new.port or any(
+            len([ln for ln in s.log() if "Sentinel switched the primary" in ln]) > 1
+            for s in fl.live())
+        if again:
+            print("the sentinels failed over a second time before grants came back everywhere")
+        if proven and crash and not again:
             # nothing waits but the switch and the rejoin that gives WAIT its replicas: every
             # instance grants again within a second of it (the load's own gap adds its
             # clients' pause after a 503, up to a second). The figure is the printed line; the
