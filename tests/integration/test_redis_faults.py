@@ -850,15 +850,20 @@ def sentinel_failover(crash, replicas=1, wait=1):
         # sentinels demote the old primary about 10 s later; after a crash, the crashed
         # node rejoins as a replica)
 
-        last = {}
+        last, refused = {}, []
 
         def grants_everywhere():
             for i, s in enumerate(fl.live()):
                 st, lease = acquire(s, "probe", timeout_ms=0, ttl_ms=5000)
                 last[i] = (st, lease)
                 if st != 200:
+                    # what each instance answered while it did not grant (for the message below)
+                    refused[:] = refused[-9:] + [(round(time.monotonic() - t0, 2), i, st, lease)]
                     return False
-                s.request("DELETE", "/v1/leases/" + lease["lease"])
+                rst, _, rbody = s.request("DELETE", "/v1/leases/" + lease["lease"])
+                if rst != 204:
+                    refused[:] = refused[-9:] + [(round(time.monotonic() - t0, 2), i, "release",
+                                                  rst, rbody)]
             return True
         try:
             fx.wait_until(grants_everywhere, 40, "grants through every instance again")
@@ -929,7 +934,10 @@ def sentinel_failover(crash, replicas=1, wait=1):
             # rejoin at 2.29 s was seen at load 8)
             assert followed <= rejoined + 2.0 * SLOW, (
                 "no grant through every instance %.2fs after the kill; the switch took %.2fs, "
-                "the rejoin %.2fs" % (followed, switched, rejoined))
+                "the rejoin %.2fs; the last answers that were not grants: %s; the instances "
+                "said: %s" % (followed, switched, rejoined, refused,
+                              [[ln for ln in s.log() if " warn: " in ln][-6:]
+                               for s in fl.live()]))
         if not proven:
             # every instance paused until the leases granted before may have run out (the
             # load's last ones, granted up to the failover), and said why. Grants came back
