@@ -1869,28 +1869,45 @@ end
 -- Request wid (w: its record on the current semaphore) is granted when it is next on every
 -- one of its semaphores and fits in every one (emb_multi.c's emb__multi_try): true if so.
 function MU.try(wid, w)
+  local ok = MU.on_parts(wid, true, false, function()
+    return MU.next_here(wid)
+  end) and MU.on_parts(wid, true, false, function(p)
+    return MU.fits_here(p.w)
+  end)
+  if ok then
+    MU.grant(wid, w, MU.waiting(wid), true)
+  end
+  return ok
+end
+
+-- Whether test(part) holds on every one (`all`) or on some one (not `all`) of request wid's
+-- parts, each with its semaphore made current in turn (but the current one's when
+-- `others`); false when it waits no more. (It stops at the first answer that settles it.)
+function MU.on_parts(wid, all, others, test)
   local parts, here = MU.waiting(wid), S
   if not parts then
     return false
   end
-  local ok = true
+  local r = all
   for _, p in ipairs(parts) do
-    if ok then
+    if r == all and not (others and p.s == here) then
       MU.go(p.s)
-      ok = MU.next_here(wid)
-    end
-  end
-  for _, p in ipairs(parts) do
-    if ok then
-      MU.go(p.s)
-      ok = MU.fits_here(p.w)
+      r = test(p) and true or false
     end
   end
   MU.go(here)
-  if ok then
-    MU.grant(wid, w, parts, true)
+  return r
+end
+
+-- f(...) once while MU.ver stays, kept in memo[key].
+function MU.memo(memo, key, f, ...)
+  local c = memo[key]
+  if c and c[1] == MU.ver then
+    return c[2]
   end
-  return ok
+  local v = f(...)
+  memo[key], MU.used = {MU.ver, v}, true
+  return v
 end
 
 -- Is the part of request wid on the current semaphore first in line there: the head (without
@@ -1909,41 +1926,16 @@ end
 -- is first of its tenant: the caller knows)? A tenant whose first waiter is not is passed
 -- over by the turns.
 function MU.all_first(wid, tenant)
-  local key = wid .. '\0' .. S
-  local c = MU.afc[key]
-  if c and c[1] == MU.ver then
-    return c[2]
-  end
-  local parts, here, ok = MU.waiting(wid), S, true
-  if not parts then
-    return false
-  end
-  for _, p in ipairs(parts) do
-    if ok and p.s ~= here then
-      MU.go(p.s)
-      ok = MU.first_here(wid, tenant)
-    end
-  end
-  MU.go(here)
-  MU.afc[key], MU.used = {MU.ver, ok}, true
-  return ok
+  return MU.memo(MU.afc, wid .. '\0' .. S, MU.on_parts, wid, true, true, function()
+    return MU.first_here(wid, tenant)
+  end)
 end
 
 -- Does request wid hold the turn of one of its semaphores?
 function MU.holds_turn(wid)
-  local c = MU.htc[wid]
-  if c and c[1] == MU.ver then
-    return c[2]
-  end
-  local parts, here, held = MU.waiting(wid), S, false
-  for _, p in ipairs(parts or NONE) do
-    if not held and MU.go(p.s) then
-      held = LIM ~= nil and LIM.res == wid
-    end
-  end
-  MU.go(here)
-  MU.htc[wid], MU.used = {MU.ver, held}, true
-  return held
+  return MU.memo(MU.htc, wid, MU.on_parts, wid, false, false, function()
+    return M ~= nil and LIM ~= nil and LIM.res == wid
+  end)
 end
 
 -- Request wid took its first turn: admission runs again on its other semaphores, where it
