@@ -1033,6 +1033,34 @@ def test_sentinel_failover_graceful_two_replicas_wait_one():
     sentinel_failover(crash=False, replicas=2, wait=1)
 
 
+def test_silent_first_sentinel_is_passed_over():
+    """Three Sentinels, the first SIGSTOPped before semad starts (the kernel still accepts
+    connections to it, and nothing answers): past the command timeout (?timeout=500) semad
+    warns that it did not answer SENTINEL get-master-addr-by-name and asks the second, and is
+    ready through it within that timeout and a backoff (at most 3 s)."""
+    rf.need_redis_engine()
+    with rf.Sentinels() as sn:
+        first = sn.sentinels[0][1]
+        os.kill(first.pid, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            with rf.Fleet(sn.url() + "?timeout=500", 1) as fl:  # (returns once healthy)
+                took = time.monotonic() - t0
+                s = fl[0]
+                said = "Sentinel 127.0.0.1:%d did not answer SENTINEL get-master-addr-by-name" \
+                    % sn.ports()[0]
+                ready = "engine redis %s via Sentinels" % rf.MASTER
+                fx.wait_until(lambda: [ln for ln in s.log() if " ready (" in ln and ready in ln],
+                              5, "the ready line")
+                fx.wait_until(lambda: [ln for ln in s.log() if said in ln], 5, "the warning")
+                assert took <= (0.5 + 3.0 + 1.0) * SLOW, took
+                put(s, "q", 1)
+                assert acquire(s, "q")[0] == 200
+                print("ready %.2fs after start, past a silent first Sentinel" % took)
+        finally:
+            os.kill(first.pid, signal.SIGCONT)
+
+
 def test_sentinel_failover_relaxed_pauses_grants_for_the_longest_lease():
     """--durability relaxed: nothing proves the promoted replica has every acknowledged grant
     (replication is asynchronous), so after kill -9 of the primary the instances grant
