@@ -713,6 +713,16 @@ def test_undo_left_unconfirmed_is_kept_no_longer_than_the_longest_ttl():
         took = time.monotonic() - t0
         print("let go %.2f s after its 503 (max ttl 3 s)" % took)
         assert took >= 2.0, "let go before the longest ttl: %.2f s" % took
+        # the log said once that WAIT came back short (however many did), and says once
+        # that it is whole again when the replica is back
+        short = "WAIT confirmed writes on 0 of the 1 replicas asked for"
+        assert len([ln for ln in s.log() if short in ln]) == 1, s.log()
+        replica.cli("REPLICAOF", "127.0.0.1", str(primary.port))
+        rf.wait_until(lambda: replica.info("replication").get("master_link_status") == "up", 15,
+                      "the replica to follow the primary again")
+        rf.wait_until(lambda: acquire(s, "gone", ttl_ms=500)[0] == 200, 10, "a grant confirmed")
+        rf.wait_until(lambda: [ln for ln in s.log() if "WAIT confirms writes on the 1 replicas "
+                               "asked for again, after " in ln], 5, "the log of WAIT whole again")
     finally:
         if fl is not None:
             fl.close(check=False)
