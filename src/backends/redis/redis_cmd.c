@@ -602,6 +602,7 @@ void rs__tick_cb(uv_timer_t *t)
         rs__drain(r);
         return;
     }
+    rs__conn_tick(r, now);
     if (!elist_empty(&r->inflight)) {
         rs_cmd_t *c = ECONTAINER(r->inflight.next, rs_cmd_t, link);
         if (c->sent_mono + r->cmd_timeout_ms <= now) {

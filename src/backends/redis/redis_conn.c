@@ -297,15 +297,19 @@ static int ev_attach(redisAsyncContext *ac, uv_loop_t *loop)
 static void schedule_reconnect(rs_t *r);
 
 /* The connection is gone (refused, dropped, timed out): commands in flight were handed to
- * rs__cmd_lost by hiredis; reconnect after a backoff. */
+ * rs__cmd_lost by hiredis; reconnect after a backoff (a Sentinel that gave no primary: the
+ * next one). */
 static void conn_gone(rs_conn_t *c, const char *why)
 {
     rs_t *r = c->r;
 
     if (c->state == RS_CONN_DOWN)
         return;
+    if (c == &r->sent && c->state != RS_CONN_READY)
+        r->sentinel_at = (r->sentinel_at + 1) % r->nsentinels;
     c->state = RS_CONN_DOWN;
     c->ac = NULL;
+    c->since = 0;
     if (r->closing)
         return;
     if (c == &r->cmd) {
@@ -385,18 +389,62 @@ static redisAsyncContext *open_ctx(rs_t *r, rs_conn_t *c, const char *host, int 
     return ac;
 }
 
+/* Close c (in-flight commands come back lost, to be retried) and go on as for a lost
+ * connection, said as `why` (not as hiredis's "closed"). */
+static void conn_close(rs_conn_t *c, const char *why)
+{
+    redisAsyncContext *ac = c->ac;
+
+    ac->onDisconnect = NULL;
+    redisAsyncFree(ac);
+    conn_gone(c, why);
+}
+
+/* The command connection goes, and the subscriber with it. */
+static void drop_cmd(rs_t *r, const char *why)
+{
+    conn_close(&r->cmd, why);
+    if (r->sub.ac != NULL)
+        conn_close(&r->sub, why);
+}
+
 void rs__conn_drop(rs_t *r, const char *why)
 {
-    redisAsyncContext *ac = r->cmd.ac;
-
-    if (ac == NULL)
+    if (r->cmd.ac == NULL)
         return;
     log_warn("redis: dropping the connection: %s", why);
-    redisAsyncFree(ac); /* in-flight commands come back lost, to be retried */
-    conn_gone(&r->cmd, why);
-    if (r->sub.ac != NULL) {
-        redisAsyncFree(r->sub.ac);
-        conn_gone(&r->sub, why);
+    drop_cmd(r, why);
+}
+
+/* What a start that has not answered waits for, in the log's words. */
+static const char *start_phase(const rs_t *r, const rs_conn_t *c)
+{
+    if (!(c->ac->c.flags & REDIS_CONNECTED))
+        return "the connect";
+    if (c == &r->sent)
+        return "SENTINEL get-master-addr-by-name";
+    return r->resyncing ? "the library's reload (FUNCTION LOAD, hello)"
+                        : "the setup (CONFIG GET, INFO, FUNCTION LOAD, hello)";
+}
+
+void rs__conn_tick(rs_t *r, uint64_t now)
+{
+    unsigned long long ms = (unsigned long long)r->cmd_timeout_ms;
+    char why[64];
+
+    snprintf(why, sizeof why, "no answer in %llu ms", ms);
+    if (r->sent.ac != NULL && r->sent.since != 0 && now - r->sent.since >= r->cmd_timeout_ms) {
+        log_warn("redis: Sentinel %s did not answer %s in %llu ms; asking the next one",
+                 r->sentinels[r->sentinel_at], start_phase(r, &r->sent), ms);
+        conn_close(&r->sent, why);
+    }
+    if (r->cmd.ac != NULL && r->cmd.since != 0 && now - r->cmd.since >= r->cmd_timeout_ms) {
+        if (!r->stall_said) /* (once until it is ready again: the backoff retries it) */
+            log_warn("redis: %s:%d did not answer %s in %llu ms; dropping the connection", r->host,
+                     r->port, start_phase(r, &r->cmd), ms);
+        r->stall_said = 1;
+        r->cmd_timeouts++;
+        drop_cmd(r, why);
     }
 }
 
@@ -657,6 +705,7 @@ void rs__resync(rs_t *r)
     if (r->resyncing || r->cmd.state != RS_CONN_READY)
         return;
     r->resyncing = 1;
+    r->cmd.since = rs__now(r);
     redisAsyncCommandArgv(r->cmd.ac, load_cb, NULL, 4, argv, lens);
 }
 
@@ -678,10 +727,12 @@ static void held_to_every_replica(rs_t *r)
 static void connect_primary(rs_t *r)
 {
     int resolving;
-    redisAsyncContext *ac = open_ctx(r, &r->cmd, r->host, r->port, connect_primary, &resolving);
+    redisAsyncContext *ac;
     const char *argv[] = {"FUNCTION", "LOAD", "REPLACE", rs__lua};
     size_t lens[] = {8, 4, 7, strlen(rs__lua)};
 
+    r->cmd.since = rs__now(r); /* (until hello answers: rs__on_ready) */
+    ac = open_ctx(r, &r->cmd, r->host, r->port, connect_primary, &resolving);
     if (resolving)
         return;
     if (ac == NULL) {
@@ -757,11 +808,7 @@ static void sentinel_addr_cb(redisAsyncContext *ac, void *reply, void *priv)
         (port = strtol(rep->element[1]->str, NULL, 10)) <= 0 || port > 65535) {
         log_warn("redis: Sentinel %s does not know a primary named %s",
                  r->sentinels[r->sentinel_at], r->master);
-        redisAsyncFree(ac);
-        c->state = RS_CONN_DOWN;
-        c->ac = NULL;
-        r->sentinel_at = (r->sentinel_at + 1) % r->nsentinels;
-        schedule_reconnect(r);
+        conn_close(c, "no primary"); /* (the next Sentinel) */
         return;
     }
     if (r->host[0] != '\0' &&
@@ -774,6 +821,7 @@ static void sentinel_addr_cb(redisAsyncContext *ac, void *reply, void *priv)
     r->host[rep->element[0]->len] = '\0';
     r->port = (int)port;
     c->state = RS_CONN_READY;
+    c->since = 0;
     redisAsyncCommand(ac, sentinel_replicas_cb, NULL, "SENTINEL REPLICAS %s", r->master);
     redisAsyncCommand(ac, sentinel_msg_cb, NULL, "SUBSCRIBE +switch-master");
     connect_primary(r);
@@ -789,10 +837,12 @@ static void sentinel_next(rs_t *r)
         r->repl_most = r->repl_sentinel;
     r->repl_sentinel = 0; /* (until this Sentinel lists them) */
     if (r->sent.ac != NULL) {
-        redisAsyncFree(r->sent.ac);
+        redisAsyncContext *ac = r->sent.ac; /* (down first: not a Sentinel that gave none) */
         r->sent.ac = NULL;
         r->sent.state = RS_CONN_DOWN;
+        redisAsyncFree(ac);
     }
+    r->sent.since = rs__now(r); /* (until it names the primary: sentinel_addr_cb) */
     if (parse_hostport(hp, strlen(hp), host, sizeof host, &port, 26379) == 0 &&
         open_ctx(r, &r->sent, host, port, sentinel_next, &resolving) == NULL && resolving)
         return;
@@ -851,6 +901,8 @@ void rs__on_ready(rs_t *r)
     int again = first && r->conn_once; /* back after the connection went */
 
     r->cmd.state = RS_CONN_READY;
+    r->cmd.since = 0;
+    r->stall_said = 0;
     r->resyncing = 0;
     r->backoff_ms = 0;
     if (r->down_since != 0 && r->conn_once)

@@ -119,6 +119,8 @@ typedef struct rs_conn {
     int state;
     int is_sub;
     struct rs *r;
+    uint64_t since; /* loop ms: its start (the connect, its setup, a resync) began and has not
+                       been answered yet (0: none); rs__conn_tick drops it past the timeout */
 } rs_conn_t;
 
 typedef struct rs_shards rs_shards_t;
@@ -184,6 +186,7 @@ typedef struct rs {
     uint64_t backoff_ms, down_since;
     uint64_t contact_mono; /* when Redis last answered a command (loop ms; 0: never) */
     int conn_once;         /* the command connection was up before */
+    int stall_said;        /* a start that did not answer was logged since the last ready */
     int resyncing;         /* a SCRIPT LOAD or hello runs: commands wait in retry/pending */
     elist_t inflight, retry, pending;
     elist_t unconfirmed; /* strict: undo commands answered, until a WAIT confirms them */
@@ -203,6 +206,7 @@ typedef struct rs {
     uint64_t nparked;
     uint64_t nsems, nleases, nlocks; /* counts in Redis, as the last reply told */
     int wait_inflight;
+    uint64_t wait_short_since; /* loop ms: WAIT came back short first (0: it is whole) */
     int draining, shutting_down, closing, handles_open;
     /* counters */
     uint64_t commands, replies, reconnects, cmd_timeouts, unknown_outcomes, wakes, collects, gone,
@@ -228,6 +232,10 @@ void rs__sub_watch(rs_t *r, rs_sem_t *s, int on);
 void rs__conns_close(rs_t *r);
 void rs__resync(rs_t *r);
 void rs__on_ready(rs_t *r);
+/* Every 100 ms: a start of the command or Sentinel connection (the connect, the setup
+ * commands, a resync) unanswered for the command timeout is dropped, said at warn, and goes
+ * on as a lost connection (the next Sentinel, the backoff). */
+void rs__conn_tick(rs_t *r, uint64_t now);
 void rs__describe(void *be, char *buf, size_t cap); /* engine_describe: the address */
 /* An asynchronous connection to host:port on loop (hiredis's: a host name would be resolved
  * before this returns, on the loop: give it an address); NULL, with why, when it cannot be made.
