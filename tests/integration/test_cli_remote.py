@@ -225,7 +225,11 @@ def start_holder(d, name, tmp, ttl="1s"):
 def test_lost_lease_revoked_stops_command():
     with Semad() as d, tempfile.TemporaryDirectory() as tmp:
         p, mark = start_holder(d, "rv", tmp)
-        time.sleep(1.5)  # more than the ttl: the keep-alive must have renewed
+        # the keep-alive renews (a third of the 1 s ttl later): waited for, not slept past a
+        # ttl, which a loaded machine's stall of `sema run` could turn into a loss
+        first = state(d, "rv")["holders"][0]["expires_at"]
+        wait_until(lambda: state(d, "rv")["holders"][0]["expires_at"] > first, 10 * SLOW,
+                   "the keep-alive to renew")
         assert p.poll() is None, p.communicate()
         holders = state(d, "rv")["holders"]
         assert len(holders) == 1

@@ -186,11 +186,16 @@ static inline void fx_settle(fx_t *f)
         uv_run(&f->loop, UV_RUN_NOWAIT);
 }
 
+/* How long fx_do waits for a request to complete. What it tells apart is done from never
+ * done (a lost completion), so the bound is far from any loaded machine's time: 2 s was
+ * passed once beside CPU hogs, by a first lock acquire on Redis. */
+#define FX_DO_MS 10000
+
 /* Submit and let the loop finish it (bounded). Returns the status; asserts it completed. */
 static inline int fx_do(fx_t *f, treq_t *t)
 {
     ASSERT_OK(engine_submit(f->e, &t->r));
-    fx_run_until(f, &t->done, 2000);
+    fx_run_until(f, &t->done, FX_DO_MS);
     ASSERT_EQ(t->done, 1);
     return t->status;
 }
