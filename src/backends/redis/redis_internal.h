@@ -104,18 +104,12 @@ typedef struct rs_cmd {
     uint64_t gen;    /* r->epoch_changes when last sent */
     uint8_t unknown; /* an answer of it was lost: it may have run */
     uint8_t kind, writes;
-<<<<<<< HEAD
-    uint8_t timed;  /* RS_CMD_CANCEL of a timeout (its outcome is the request's answer) */
-    uint8_t pk;     /* RS_PK_ACQUIRE or RS_PK_RELEASE: sent packed when plain (0: never) */
-    rs_req_t *rq;   /* RS_CMD_OP */
-    rs_sem_t *sem;  /* RS_CMD_COLLECT */
-=======
     uint8_t timed; /* RS_CMD_CANCEL of a timeout (its outcome is the request's answer) */
+    uint8_t pk;    /* RS_PK_ACQUIRE or RS_PK_RELEASE: sent packed when plain (0: never) */
     rs_req_t *rq;  /* RS_CMD_OP */
     rs_sem_t *sem; /* RS_CMD_COLLECT, RS_CMD_READ */
     /* RS_CMD_READ: its answer (NULL: none, it failed), once; c is freed after it */
     void (*done)(struct rs *r, struct rs_cmd *c, const redisReply *rep);
->>>>>>> main
     unsigned slot;  /* Redis Cluster: its key's slot, as last sent */
     uint16_t wnode; /* Redis Cluster, unconfirmed: as rs_req_t's */
     int wconn;
