@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: MIT
 """test_redis_health.py - what semad on Redis says of its health: no "ready" before Redis
 answered, /healthz answering 503 with a code while Redis was never reached, is gone or is
-silent past the documented bound, counts that are those of the last answer (this instance's
-own changes at once, another's within the bound), and a warning in the log for each loss.
+silent past the documented bound, a start left unanswered dropped past the command timeout,
+counts that are those of the last answer (this instance's own changes at once, another's
+within the bound), and a warning in the log for each loss.
 
 Each case starts its own redis-server and semad instances on ephemeral loopback ports, and
 skips when semad has no Redis back end. The bound is docs/redis.md's: /healthz says ok only
