@@ -62,17 +62,15 @@ def test_several_semaphores_under_random_load():
 
 
 def test_tenants_and_caps_under_random_load():
-    sems = {"t1": 4, "t2": 3, "t3": 2}
-    caps = {"t1": 2, "t2": 2}
+    sems = {TAG + "t1": 4, TAG + "t2": 3, TAG + "t3": 2}
+    caps = {TAG + "t1": 2, TAG + "t2": 2}
     with fx.Semad() as s:
         for name, cap in sems.items():
             body = {"capacity": cap}
             if name in caps:
                 body["tenant_max"] = caps[name]
             put(s, name, **body)
-        # (on Redis, without requests on several semaphores: each on one)
-        load = sc.Load(lambda: s, sems, threads=16, seed=12, instances=lambda: [s],
-                       multi=0 if fx.REDIS or fx.CLUSTER else 0.3,
+        load = sc.Load(lambda: s, sems, threads=16, seed=12, instances=lambda: [s], multi=0.3,
                        tenants=("acme", "bolt", "core"), tenant_max=caps)
         load.run_for(DURATION)
         summary = load.check(min_grants=60 if fx.SCALE >= 1 else 15)
@@ -83,17 +81,12 @@ def test_tenants_and_caps_under_random_load():
 def test_crossing_sets_that_wait_forever_are_all_granted():
     """Every request waits as long as it takes, on 2 or 3 of 4 small semaphores named in a
     random order, some for a tenant: if any crossing could deadlock, a thread would never
-    get its lease and the test would end on the bounded join below. (On Redis, which serves
-    requests on several semaphores without tenants yet, none names a tenant.)"""
+    get its lease and the test would end on the bounded join below."""
     sems = {TAG + "x1": 1, TAG + "x2": 2, TAG + "x3": 1, TAG + "x4": 2}
     rounds, threads, errors, done = 25 if fx.SCALE >= 1 else 8, 12, [], []
-    tenants = not (fx.REDIS or fx.CLUSTER)
     with fx.Semad() as s:
         for name, cap in sems.items():
-            if tenants:
-                put(s, name, capacity=cap, tenant_max=cap if name != TAG + "x4" else 1)
-            else:
-                put(s, name, capacity=cap)
+            put(s, name, capacity=cap, tenant_max=cap if name != TAG + "x4" else 1)
 
         def client(i):
             rng = random.Random(100 + i)
@@ -103,7 +96,7 @@ def test_crossing_sets_that_wait_forever_are_all_granted():
                     names = rng.sample(sorted(sems), rng.randint(2, 3))
                     body = {"semaphores": [{"name": x, "weight": 1} for x in names],
                             "owner": "c%d-%d" % (i, n), "ttl_ms": 60000}
-                    if tenants and rng.random() < 0.5:
+                    if rng.random() < 0.5:
                         body["tenant"] = rng.choice(["acme", "bolt"])
                     st, _, data = fx.do_request(c, "POST", "/v1/acquire", body)
                     lease = jof(data)
@@ -234,8 +227,11 @@ def test_tenants_that_always_wait_share_units_fairly_over_a_minute():
 def test_rate_never_above_rate_plus_burst_and_never_idle():
     """R = 40 a second, burst 4, 16 clients always waiting, capacity to spare: in any second
     (by the grants' acquired_at, the server's clock) at most R + burst units are granted; and
-    every whole second of the run has grants (the head is woken when its token comes, not by
-    a poll), close to R of them over the run."""
+    the head is woken when its token comes, not by a later event (a heartbeat's poll, or a
+    request's own timeout_ms of 2 s here): grants are never 1.5 s apart, and over the run they
+    come at more than half of R (woken every 2 s, the head and the burst behind it would be
+    5 grants in 2 s, an eighth of R). The figure, close to R on a quiet machine, is printed;
+    a loaded machine's stalls of a semad or of the clients lose tokens (the bucket keeps 4)."""
     R, B = 40, 4
     with fx.Semad() as s:
         put(s, "api", capacity=1000, rate_per_s=R, rate_burst=B)
@@ -256,8 +252,9 @@ def test_rate_never_above_rate_plus_burst_and_never_idle():
             per_s[int((a - at[0]) / 1000)] += 1
         print("rate R=%d burst=%d grants=%d over %.1f s, most in a second %d, per second %s"
               % (R, B, len(at), span, worst, per_s))
-        assert min(per_s[:-1]) > 0, "a second with no grant while requests waited: %s" % per_s
-        assert len(at) >= 0.8 * R * span, "%d grants in %.1f s at %d a second" % (len(at),
+        gap = max(b - a for a, b in zip(at, at[1:])) / 1000
+        assert gap < 1.5, "no grant for %.2f s while requests waited: %s" % (gap, per_s)
+        assert len(at) >= 0.5 * R * span, "%d grants in %.1f s at %d a second" % (len(at),
                                                                                  span, R)
 
 

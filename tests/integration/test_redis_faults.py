@@ -294,11 +294,17 @@ def test_pubsub_connections_killed():
         holder = grant(a, "ps", ttl_ms=60000)
         p = Parked(b, "ps", {"owner": "after"})
         fx.wait_until(lambda: waiting(a, "ps") == 1, 10, "park")
+        wakes = fx.metric(b, "semad_redis_wakeups_total")
         t0 = time.monotonic()
         release(a, holder)
         st, lease = p.wait(10)
         assert st == 200, (st, lease)
-        assert p.t_recv - t0 < 1.0 * SLOW, "a wake-up by message took %.3fs" % (p.t_recv - t0)
+        # a message again: b counts it (waited for: a heartbeat may have collected the grant
+        # first). The time alone cannot tell the two: the heartbeat's fallback comes every 1.6
+        # to 2 s, so at any time after the release.
+        fx.wait_until(lambda: fx.metric(b, "semad_redis_wakeups_total") > wakes, 5,
+                      "b's wake-up message")
+        print("woken %.3f s after the release" % (p.t_recv - t0))
         release(b, lease)
         print("wake-ups after a lost message: %s s" % ["%.3f" % x for x in lat])
 

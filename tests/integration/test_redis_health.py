@@ -64,6 +64,25 @@ def test_nothing_listening_is_not_ready_and_healthz_says_why():
                 CONTACT_MAX_S * 1000, body
 
 
+def test_a_host_name_is_resolved_off_the_loop_and_named_in_the_log():
+    """redis://localhost:PORT: semad resolves the name (uv_getaddrinfo: hiredis would on the
+    event loop), connects to its address, serves, and its start and ready lines name the
+    address as it was given."""
+    rf.need_redis_engine()
+    r = rf.RedisServer()
+    with r:
+        addr = "localhost:%d" % r.port
+        s = fx.Semad("--engine", "redis://" + addr, wrap=rf.wrap())
+        with s:
+            assert health(s)[0] == 200
+            st, body = s.json("PUT", "/v1/semaphores/h", {"capacity": 1})
+            assert st == 201, (st, body)
+            st, lease = s.json("POST", "/v1/semaphores/h/acquire", {})
+            assert st == 200, (st, lease)
+            ready = fx.wait_until(lambda: lines_with(s, " ready ("), 10, "the ready line")
+            assert ("engine redis " + addr) in ready[0], s.log()
+
+
 def test_silent_redis_at_the_start_is_dropped_past_the_timeout():
     """semad started on a Redis that accepts the connection but answers nothing (SIGSTOPped:
     the kernel still completes the handshake): /healthz answers 503 "starting"

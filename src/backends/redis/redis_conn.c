@@ -124,12 +124,35 @@ static int parse_sentinels(rs_t *r, const char *p, size_t n)
     return r->nsentinels > 0 ? 0 : -1;
 }
 
+/* Whether the address asks for TLS: a rediss scheme, or a tls or ssl option. */
+static int wants_tls(const char *url)
+{
+    const char *q = strchr(url, '?');
+
+    if (strncmp(url, "rediss:", 7) == 0 || strncmp(url, "rediss+", 7) == 0)
+        return 1;
+    for (; q != NULL; q = strchr(q + 1, '&'))
+        if (strncmp(q + 1, "tls", 3) == 0 || strncmp(q + 1, "ssl", 3) == 0)
+            return 1;
+    return 0;
+}
+
 int rs__parse_url(rs_t *r, const char *url, char *errbuf, size_t errlen)
 {
     const char *p, *q, *slash;
     int sentinel = strncmp(url, "redis+sentinel://", 17) == 0;
     char path[160] = "";
     size_t hostlen;
+
+    if (wants_tls(url)) {
+        snprintf(errbuf, errlen,
+                 "TLS to Redis (rediss://, tls or ssl options) is not supported: semad speaks to "
+                 "Redis through hiredis %d.%d, Debian 12's, which has no TLS (hiredis_ssl came "
+                 "with hiredis 1.0); use redis://, redis+sentinel:// or redis+cluster:// on a "
+                 "network you trust",
+                 HIREDIS_MAJOR, HIREDIS_MINOR);
+        return SEMA_ENOTSUP;
+    }
 
     r->cluster = strncmp(url, "redis+cluster://", 16) == 0;
     if (!sentinel && !r->cluster && strncmp(url, "redis://", 8) != 0)
@@ -340,13 +363,22 @@ void rs__async_auth(const rs_t *r, redisAsyncContext *ac, redisCallbackFn *fn, v
         redisAsyncCommand(ac, fn, priv, "AUTH %s", r->pass);
 }
 
-static redisAsyncContext *open_ctx(rs_t *r, rs_conn_t *c, const char *host, int port)
+/* A connection to host:port (its name resolved first: NULL and *resolving, and `again` runs
+ * later), or NULL when it cannot be made (said at warn). */
+static redisAsyncContext *open_ctx(rs_t *r, rs_conn_t *c, const char *host, int port,
+                                   void (*again)(rs_t *r), int *resolving)
 {
     char why[128];
-    redisAsyncContext *ac = rs__async_open(r->loop, host, port, why, sizeof why);
+    const char *gai_why, *addr = rs__address_for(r, host, again, &gai_why);
+    redisAsyncContext *ac = NULL;
 
+    *resolving = addr == NULL && gai_why == NULL;
+    if (*resolving)
+        return NULL;
+    if (addr != NULL)
+        ac = rs__async_open(r->loop, addr, port, why, sizeof why);
     if (ac == NULL) {
-        log_warn("redis: cannot connect to %s:%d: %s", host, port, why);
+        log_warn("redis: cannot connect to %s:%d: %s", host, port, addr != NULL ? why : gai_why);
         return NULL;
     }
     ac->data = c;
@@ -696,12 +728,15 @@ static void held_to_every_replica(rs_t *r)
 
 static void connect_primary(rs_t *r)
 {
+    int resolving;
     redisAsyncContext *ac;
     const char *argv[] = {"FUNCTION", "LOAD", "REPLACE", rs__lua};
     size_t lens[] = {8, 4, 7, strlen(rs__lua)};
 
     r->cmd.since = rs__now(r); /* (until hello answers: rs__on_ready) */
-    ac = open_ctx(r, &r->cmd, r->host, r->port);
+    ac = open_ctx(r, &r->cmd, r->host, r->port, connect_primary, &resolving);
+    if (resolving)
+        return;
     if (ac == NULL) {
         r->cmd.state = RS_CONN_DOWN;
         schedule_reconnect(r);
@@ -798,7 +833,7 @@ static void sentinel_addr_cb(redisAsyncContext *ac, void *reply, void *priv)
 static void sentinel_next(rs_t *r)
 {
     char host[256];
-    int port;
+    int port, resolving;
     const char *hp = r->sentinels[r->sentinel_at];
 
     if (r->repl_sentinel > r->repl_most) /* (what the Sentinel before listed still counts) */
@@ -811,8 +846,10 @@ static void sentinel_next(rs_t *r)
         redisAsyncFree(ac);
     }
     r->sent.since = rs__now(r); /* (until it names the primary: sentinel_addr_cb) */
-    if (parse_hostport(hp, strlen(hp), host, sizeof host, &port, 26379) != 0 ||
-        open_ctx(r, &r->sent, host, port) == NULL) {
+    if (parse_hostport(hp, strlen(hp), host, sizeof host, &port, 26379) == 0 &&
+        open_ctx(r, &r->sent, host, port, sentinel_next, &resolving) == NULL && resolving)
+        return;
+    if (r->sent.ac == NULL) {
         r->sentinel_at = (r->sentinel_at + 1) % r->nsentinels;
         schedule_reconnect(r);
         return;
@@ -959,9 +996,11 @@ static void sub_watch_each(void *arg, enode_t *n)
 void rs__sub_connect(rs_t *r)
 {
     char chan[64];
-    int n;
+    int n, resolving;
 
-    if (open_ctx(r, &r->sub, r->host, r->port) == NULL) {
+    if (open_ctx(r, &r->sub, r->host, r->port, rs__sub_connect, &resolving) == NULL && resolving)
+        return;
+    if (r->sub.ac == NULL) {
         r->sub.state = RS_CONN_DOWN;
         schedule_reconnect(r);
         return;
@@ -996,6 +1035,8 @@ void rs__conns_close(rs_t *r)
     rs_conn_t *cs[] = {&r->cmd, &r->sub, &r->sent};
 
     r->closing = 1;
+    if (r->rv.busy)
+        uv_cancel((uv_req_t *)&r->rv.gai); /* (its answer still comes, and frees r if last) */
     rs__sh_close(r);
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         redisAsyncContext *ac = cs[i]->ac;
@@ -1004,40 +1045,4 @@ void rs__conns_close(rs_t *r)
         if (ac != NULL)
             redisAsyncFree(ac);
     }
-}
-
-/* A blocking connection for the engine's synchronous questions (does a semaphore exist, the
- * per-semaphore gauges of /metrics): rare, and bounded by a 250 ms timeout. NULL when Redis
- * does not answer. */
-redisContext *rs__sync(rs_t *r)
-{
-    redisContext *c = r->sync;
-
-    if (r->sh != NULL)
-        return NULL; /* (on a cluster: rs__sync_for, to one slot's primary) */
-    if (c != NULL && !c->err)
-        return c;
-    redisFree(c);
-    r->sync = NULL;
-    if (r->host[0] == '\0' || (r->conn_once && r->cmd.state != RS_CONN_READY))
-        return NULL; /* known to be down: do not block the loop on it */
-    if ((c = rs__sync_open(r, r->host, r->port)) != NULL && r->db != 0)
-        freeReplyObject(redisCommand(c, "SELECT %d", r->db));
-    r->sync = c;
-    return c;
-}
-
-redisContext *rs__sync_open(const rs_t *r, const char *host, int port)
-{
-    struct timeval tv = {0, 250000};
-    redisContext *c = redisConnectWithTimeout(host, port, tv);
-
-    if (c == NULL || c->err || redisSetTimeout(c, tv) != REDIS_OK) {
-        redisFree(c);
-        return NULL;
-    }
-    if (r->pass[0] != '\0')
-        freeReplyObject(r->user[0] ? redisCommand(c, "AUTH %s %s", r->user, r->pass)
-                                   : redisCommand(c, "AUTH %s", r->pass));
-    return c;
 }
