@@ -238,11 +238,11 @@ void rs__on_ready(rs_t *r);
  * on as a lost connection (the next Sentinel, the backoff). */
 void rs__conn_tick(rs_t *r, uint64_t now);
 void rs__describe(void *be, char *buf, size_t cap); /* engine_describe: the address */
-/* An asynchronous connection to host:port on loop (hiredis's: a host name would be resolved
- * before this returns, on the loop: give it an address); NULL, with why, when it cannot be made.
- * Its commands may be queued at once; the caller frees it (redisAsyncFree), unless the connection
- * fails first: hiredis then frees it itself, after running every pending callback with a NULL
- * reply. */
+/* redis_uv.c: an asynchronous connection to host:port on loop (hiredis's: a host name would be
+ * resolved before this returns, on the loop: give it an address); NULL, with why, when it cannot be
+ * made. Its commands may be queued at once; the caller frees it (redisAsyncFree), unless the
+ * connection fails first: hiredis then frees it itself, after running every pending callback with a
+ * NULL reply. */
 redisAsyncContext *rs__async_open(uv_loop_t *loop, const char *host, int port, char *why,
                                   size_t cap);
 /* Queue AUTH on ac when the address has a password (fn may be NULL: its answer unread). */
