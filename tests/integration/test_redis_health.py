@@ -126,28 +126,25 @@ class SwallowingRelay(fx.Relay):
 
     swallow = False
 
-    def _join(self, c, u):
-        threading.Thread(target=self._up, args=(c, u), daemon=True).start()
-        threading.Thread(target=fx.Relay._pump, args=(u, c, c, u, [2], threading.Lock()),
-                         daemon=True).start()
+    class Gate:
+        """Redis's end of one connection, as semad's bytes see it."""
 
-    def _up(self, c, u):
-        silent = False
-        try:
-            while True:
-                data = c.recv(65536)
-                if not data:
-                    break
-                silent = silent or (self.swallow and b"FUNCTION" in data)
-                if not silent:
-                    u.sendall(data)
-        except OSError:
-            pass
-        for sock in (u, c):
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        def __init__(self, relay, u):
+            self.relay, self.u, self.silent = relay, u, False
+
+        def sendall(self, data):
+            self.silent = self.silent or (self.relay.swallow and b"FUNCTION" in data)
+            if not self.silent:
+                self.u.sendall(data)
+
+        def shutdown(self, how):
+            self.u.shutdown(how)
+
+    def _join(self, c, u):
+        ends, lock = [2], threading.Lock()
+        for a, b in ((c, self.Gate(self, u)), (u, c)):
+            threading.Thread(target=self._pump, args=(a, b, c, u, ends, lock),
+                             daemon=True).start()
 
 
 def test_silent_reload_of_the_library_is_dropped_past_the_timeout():
