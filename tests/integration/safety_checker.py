@@ -25,7 +25,10 @@ Why each check is sound (it cannot fail on a correct server, whatever the schedu
   and both were granted, fence(A) < fence(B): only the queue head is granted, so a later
   waiter cannot pass an earlier one, and fences record the grant order.
 - Timeouts. A request with timeout T is answered (granted, or 409 timeout/unavailable)
-  within T plus a bound; a try (T = 0) likewise.
+  within T plus a bound, not counting the stalls it overlapped; a try (T = 0) likewise. A
+  stall is a gap longer than STALL_S between two answers the monitor got: a loaded
+  machine's (or a paused process's) stall delays every answer alike, and is not a timeout
+  decided late. A server that answers the monitor while it decides a timeout late fails.
 - Wait-idle. A wait-idle that answered 200 between sending at t0 and receiving at t1 saw an
   idle moment: no surely-held interval covers all of [t0, t1].
 - Monitor. In every view, held equals the sum of the holders' weights and is at most the
@@ -48,6 +51,7 @@ import time
 import semad_fixture as fx
 
 OK_BUSY = {(409, "timeout"), (409, "unavailable")}
+STALL_S = 0.2  # a gap this long between the monitor's answers is a stall (Timeouts, above)
 
 
 class Load:
@@ -76,7 +80,8 @@ class Load:
         self.grants = []     # dict per lease seen by a client
         self.sends = []      # (sem, t_send, owner): every acquire request that left
         self.idle_ok = []    # (sem, t0, t1) of wait-idles answered 200
-        self.late = []       # requests answered too late
+        self.maybe_late = []  # (what, budget s, t_send, t_recv): answered past T + slack
+        self.stalls = []     # (t0, t1): no answer to the monitor in between (STALL_S)
         self.errors = []     # unexpected answers
         self.unavailable = 0
         self.unknown = 0     # outcomes lost with a connection
@@ -170,6 +175,13 @@ class Load:
         except ValueError:
             return st, {"raw": data[:200].decode(errors="replace")}
 
+    def _answered(self, what, budget, t_send, t_recv):
+        """A request with `budget` s to answer was answered at t_recv: past the budget and the
+        slack, it is judged by check() (once every stall is known)."""
+        if t_recv - t_send > budget + self.answer_slack:
+            with self.lock:
+                self.maybe_late.append((what, budget, t_send, t_recv))
+
     def _bad(self, what, res, owner=None):
         st, body = res
         if st == 503 and self.unavailable_ok:
@@ -217,10 +229,7 @@ class Load:
             "%s %s" % (res[0], (res[1] or {}).get("code", "")))
         if res is None:
             return
-        if t_recv - t_send > tmo / 1000 + self.answer_slack:
-            with self.lock:
-                self.late.append("%s: timeout %d ms answered after %.0f ms"
-                                 % (owner, tmo, (t_recv - t_send) * 1000))
+        self._answered("%s: timeout %d ms" % (owner, tmo), tmo / 1000, t_send, t_recv)
         st, lease = res
         if st != 200:
             if (st, (lease or {}).get("code")) in OK_BUSY:
@@ -269,10 +278,7 @@ class Load:
             "no answer" if res is None else "%s %s" % (res[0], (res[1] or {}).get("code", ""))))
         if res is None:
             return
-        if t_recv - t_send > tmo / 1000 + self.answer_slack:
-            with self.lock:
-                self.late.append("%s: timeout %d ms answered after %.0f ms"
-                                 % (owner, tmo, (t_recv - t_send) * 1000))
+        self._answered("%s: timeout %d ms" % (owner, tmo), tmo / 1000, t_send, t_recv)
         st, lease = res
         if st != 200:
             if (st, (lease or {}).get("code")) in OK_BUSY:
@@ -340,9 +346,7 @@ class Load:
         t1 = time.monotonic()
         if res is None:
             return
-        if t1 - t0 > 0.2 + self.answer_slack:
-            with self.lock:
-                self.late.append("wait-idle 200 ms answered after %.0f ms" % ((t1 - t0) * 1000))
+        self._answered("wait-idle 200 ms", 0.2, t0, t1)
         if res[0] == 200:
             self.count("idle")
             with self.lock:
@@ -368,9 +372,15 @@ class Load:
 
     def _monitor(self):
         conns = {}
+        last = time.monotonic()  # the monitor's last answer (or its start)
         while not self.stop_evt.is_set():
             for sem, cap in sorted(self.sems.items()):
                 res = self._http(conns, "GET", "/v1/semaphores/" + sem, None, 30 * fx.SLOW)
+                now = time.monotonic()
+                if now - last > STALL_S:
+                    with self.lock:
+                        self.stalls.append((last, now))
+                last = now
                 if res is None:
                     continue
                 st, v = res
@@ -408,7 +418,8 @@ class Load:
     def check(self, min_grants=30, expect_contention=True):
         """Every check of the module docstring but rest (see wait_rest). Returns a summary."""
         assert not self.errors, "unexpected answers:\n  " + "\n  ".join(self.errors[:20])
-        assert not self.late, "answered after their timeout:\n  " + "\n  ".join(self.late[:20])
+        late = self.late()
+        assert not late, "answered after their timeout:\n  " + "\n  ".join(late[:20])
         grants = self.grants
         assert len(grants) >= min_grants, "too few grants to say anything: %d" % len(grants)
         ids = [(g["lease"], g["sem"]) for g in grants]  # a lease on several: a part on each
@@ -426,7 +437,20 @@ class Load:
             assert any(peaks[s] == c for s, c in self.sems.items()), \
                 ("no semaphore was ever surely full: no contention to check", peaks)
         return dict(grants=len(grants), peaks=peaks, fifo_pairs=pairs, views=self.views,
-                    unknown=self.unknown, unavailable=self.unavailable, **self.counts)
+                    unknown=self.unknown, unavailable=self.unavailable,
+                    stalls=len(self.stalls), longest_stall_s=round(max(
+                        [b - a for a, b in self.stalls] or [0]), 2), **self.counts)
+
+    def late(self):
+        """The requests answered past their timeout plus the slack, the stalls they overlapped
+        left out: what each was, and how long it took."""
+        out = []
+        for what, budget, t0, t1 in self.maybe_late:
+            stalled = sum(max(0.0, min(t1, b) - max(t0, a)) for a, b in self.stalls)
+            if t1 - t0 - stalled > budget + self.answer_slack:
+                out.append("%s answered after %.0f ms (%.0f ms of it stalled)"
+                           % (what, (t1 - t0) * 1000, stalled * 1000))
+        return out
 
     def held_intervals(self, sem, tenant=False):
         """Surely-held (t0, t1, weight, owner) of sem (of one tenant when `tenant` is not
