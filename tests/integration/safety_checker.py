@@ -76,12 +76,14 @@ class Load:
         self.tenants = tuple(tenants)   # tenants the requests name (and none)
         self.tenant_max = dict(tenant_max or {})  # sem -> cap
         self.stop_evt = threading.Event()
+        self.watch_evt = threading.Event()  # the monitor stops (after the clients)
         self.lock = threading.Lock()
         self.grants = []     # dict per lease seen by a client
         self.sends = []      # (sem, t_send, owner): every acquire request that left
         self.idle_ok = []    # (sem, t0, t1) of wait-idles answered 200
         self.maybe_late = []  # (what, budget s, t_send, t_recv): answered past T + slack
         self.stalls = []     # (t0, t1): no answer to the monitor in between (STALL_S)
+        self.t_start = time.monotonic()
         self.errors = []     # unexpected answers
         self.unavailable = 0
         self.unknown = 0     # outcomes lost with a connection
@@ -93,18 +95,20 @@ class Load:
         self.gone = set()         # owners whose renew or release found no lease (gone_ok)
         self.said = {}            # owner -> what its acquire (and release) were answered
         self._threads = []
+        self._watcher = None
 
     # ---- running ----
     def start(self):
+        self.t_start = time.monotonic()
         start = threading.Event()
         for i in range(self.threads):
             t = threading.Thread(target=self._client, args=(i, start), daemon=True)
             t.start()
             self._threads.append(t)
         if self.instances is not None:
-            t = threading.Thread(target=self._monitor, daemon=True)
+            t = self._watcher = threading.Thread(target=self._monitor, daemon=True)
             t.start()
-            self._threads.append(t)
+            self._threads.append(t)  # (the last: it watches until the clients are done)
         start.set()
         return self
 
@@ -117,6 +121,8 @@ class Load:
         self.stop_evt.set()
         deadline = time.monotonic() + timeout * fx.SLOW
         for t in self._threads:
+            if t is self._watcher:
+                self.watch_evt.set()  # it saw every answer the clients waited for
             t.join(max(0.1, deadline - time.monotonic()))
             if t.is_alive():
                 raise AssertionError("a client thread never finished (a request unanswered)")
@@ -128,6 +134,7 @@ class Load:
         """Stops the clients (a test that failed midway must not leave them running into
         the teardown)."""
         self.stop_evt.set()
+        self.watch_evt.set()
         for t in self._threads:
             t.join(30 * fx.SLOW)
         return False
@@ -371,9 +378,20 @@ class Load:
             pass
 
     def _monitor(self):
+        """Views of every semaphore in turn until the load stops; an exception is reported by
+        check() (a monitor gone silently would check no view, and see no stall)."""
         conns = {}
+        try:
+            self._watch(conns)
+        except Exception as e:  # reported by check()
+            with self.lock:
+                self.errors.append("monitor: %r" % e)
+        for c in conns.values():
+            c.close()
+
+    def _watch(self, conns):
         last = time.monotonic()  # the monitor's last answer (or its start)
-        while not self.stop_evt.is_set():
+        while not self.watch_evt.is_set():
             for sem, cap in sorted(self.sems.items()):
                 res = self._http(conns, "GET", "/v1/semaphores/" + sem, None, 30 * fx.SLOW)
                 now = time.monotonic()
@@ -391,8 +409,6 @@ class Load:
                     continue
                 self.check_view(sem, cap, v)
             time.sleep(0.005)
-        for c in conns.values():
-            c.close()
 
     def check_view(self, sem, cap, v):
         held = sum(h["weight"] for h in v["holders"])
@@ -448,8 +464,11 @@ class Load:
         for what, budget, t0, t1 in self.maybe_late:
             stalled = sum(max(0.0, min(t1, b) - max(t0, a)) for a, b in self.stalls)
             if t1 - t0 - stalled > budget + self.answer_slack:
-                out.append("%s answered after %.0f ms (%.0f ms of it stalled)"
-                           % (what, (t1 - t0) * 1000, stalled * 1000))
+                out.append("%s sent at %.3f s answered after %.0f ms (%.0f ms of it stalled)"
+                           % (what, t0 - self.t_start, (t1 - t0) * 1000, stalled * 1000))
+        if out:
+            out.append("stalls (s from the start): %s" % ", ".join(
+                "%.3f-%.3f" % (a - self.t_start, b - self.t_start) for a, b in self.stalls))
         return out
 
     def held_intervals(self, sem, tenant=False):
