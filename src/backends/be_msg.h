@@ -99,15 +99,7 @@
     X(REDIS_REFUSED, EIO, "Redis refused the command (see semad's log)")                           \
     X(REDIS_NOT_CONFIRMED, EIO,                                                                    \
       "not confirmed by the Redis replicas that strict durability waits for: the outcome is "      \
-      "unknown")                                                                                   \
-    X(REDIS_MULTI_TENANT, ENOTSUP,                                                                 \
-      "on Redis, a request on several semaphores may not name a tenant yet")                       \
-    X(REDIS_MULTI_LIMITS, ENOTSUP,                                                                 \
-      "on Redis, a request on several semaphores is not served on a semaphore with tenant_max, "   \
-      "a rate or tenants")                                                                         \
-    X(REDIS_LIMITS_BESIDE_MULTI, ENOTSUP,                                                          \
-      "on Redis, tenants and rates are not served on a semaphore where a request on several "      \
-      "semaphores waits or holds")
+      "unknown")
 
 typedef enum {
     BE_MSG_NONE = 0,

@@ -62,17 +62,15 @@ def test_several_semaphores_under_random_load():
 
 
 def test_tenants_and_caps_under_random_load():
-    sems = {"t1": 4, "t2": 3, "t3": 2}
-    caps = {"t1": 2, "t2": 2}
+    sems = {TAG + "t1": 4, TAG + "t2": 3, TAG + "t3": 2}
+    caps = {TAG + "t1": 2, TAG + "t2": 2}
     with fx.Semad() as s:
         for name, cap in sems.items():
             body = {"capacity": cap}
             if name in caps:
                 body["tenant_max"] = caps[name]
             put(s, name, **body)
-        # (on Redis, without requests on several semaphores: each on one)
-        load = sc.Load(lambda: s, sems, threads=16, seed=12, instances=lambda: [s],
-                       multi=0 if fx.REDIS or fx.CLUSTER else 0.3,
+        load = sc.Load(lambda: s, sems, threads=16, seed=12, instances=lambda: [s], multi=0.3,
                        tenants=("acme", "bolt", "core"), tenant_max=caps)
         load.run_for(DURATION)
         summary = load.check(min_grants=60 if fx.SCALE >= 1 else 15)
@@ -83,17 +81,12 @@ def test_tenants_and_caps_under_random_load():
 def test_crossing_sets_that_wait_forever_are_all_granted():
     """Every request waits as long as it takes, on 2 or 3 of 4 small semaphores named in a
     random order, some for a tenant: if any crossing could deadlock, a thread would never
-    get its lease and the test would end on the bounded join below. (On Redis, which serves
-    requests on several semaphores without tenants yet, none names a tenant.)"""
+    get its lease and the test would end on the bounded join below."""
     sems = {TAG + "x1": 1, TAG + "x2": 2, TAG + "x3": 1, TAG + "x4": 2}
     rounds, threads, errors, done = 25 if fx.SCALE >= 1 else 8, 12, [], []
-    tenants = not (fx.REDIS or fx.CLUSTER)
     with fx.Semad() as s:
         for name, cap in sems.items():
-            if tenants:
-                put(s, name, capacity=cap, tenant_max=cap if name != TAG + "x4" else 1)
-            else:
-                put(s, name, capacity=cap)
+            put(s, name, capacity=cap, tenant_max=cap if name != TAG + "x4" else 1)
 
         def client(i):
             rng = random.Random(100 + i)
@@ -103,7 +96,7 @@ def test_crossing_sets_that_wait_forever_are_all_granted():
                     names = rng.sample(sorted(sems), rng.randint(2, 3))
                     body = {"semaphores": [{"name": x, "weight": 1} for x in names],
                             "owner": "c%d-%d" % (i, n), "ttl_ms": 60000}
-                    if tenants and rng.random() < 0.5:
+                    if rng.random() < 0.5:
                         body["tenant"] = rng.choice(["acme", "bolt"])
                     st, _, data = fx.do_request(c, "POST", "/v1/acquire", body)
                     lease = jof(data)

@@ -68,15 +68,6 @@ def uses_limits(words):
         (words[0] == "state" and (opt(words[1:], "on") or opt(words[1:], "tenant")))
 
 
-def mixes_multi_and_limits(lines, limits):
-    """A scenario with a request on several semaphores and limits or a tenant anywhere."""
-    ws = [w for _, w, _ in lines]
-    multi = any(w[0] in ("acquire", "try") and len(w) > 2 and ":" in w[2] for w in ws)
-    return multi and (bool(limits) or any(
-        (w[0] in ("acquire", "try") and opt(w[3:], "tenant")) or
-        (w[0] in ("sem", "resize") and limits_of(w[2:])) for w in ws))
-
-
 def expressible(words, limits=True, multi=True):
     if not limits and uses_limits(words):
         return LIMITS_VERBS + " are not served by this back end"
@@ -326,22 +317,13 @@ def test_scenarios():
         # (and one without requests on several semaphores skips those)
         multi = served and s.request("POST", "/v1/acquire", {
             "semaphores": [{"name": "sc-probe", "weight": 1}], "timeout_ms": 0})[0] != 501
-        # (and one that serves them only where no limits or tenants are: those that mix them)
-        s.request("PUT", "/v1/semaphores/sc-plain", {"capacity": 1})
-        multi_plain = served and not multi and s.request("POST", "/v1/acquire", {
-            "semaphores": [{"name": "sc-plain", "weight": 1}], "timeout_ms": 0})[0] != 501
-        multi = multi or multi_plain
         s.request("DELETE", "/v1/semaphores/sc-probe")
-        s.request("DELETE", "/v1/semaphores/sc-plain")
         for name, cap, lines, limits in scenarios:
             if limits and not served:
                 skipped.append("%s (%s are not served by this back end)" % (name, LIMITS_VERBS))
                 continue
             why = next((expressible(w, served, multi) for _, w, _ in lines
                         if expressible(w, served, multi)), None)
-            if not why and multi_plain and mixes_multi_and_limits(lines, limits):
-                why = "requests on several semaphores beside limits or tenants are not served " \
-                      "by this back end"
             if why:
                 skipped.append("%s (%s)" % (name, why))
                 continue
@@ -355,8 +337,6 @@ def test_scenarios():
     if served and not multi:
         limited = sum(1 for _, _, lines, _ in scenarios
                       if any(expressible(w, True, False) for _, w, _ in lines))
-    if multi_plain:
-        limited = sum(1 for _, _, lines, lim in scenarios if mixes_multi_and_limits(lines, lim))
     assert ran >= len(scenarios) - limited - (4 if fx.PROXY else 2)
 
 

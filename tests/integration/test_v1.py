@@ -942,12 +942,10 @@ def test_idempotency_key_replaced_and_mismatch():
         retry.close()
 
 
-def test_limits_served_or_answered_501_with_nothing_changed():
-    """Several semaphores at once, tenants and rates: the embedded back end serves them all,
-    Redis (SEMA_TEST_REDIS or SEMA_TEST_CLUSTER) each of them, but not yet a request or a
-    ticket on several semaphores beside limits or a tenant: those are answered a clear 501
-    not_supported and change nothing (no unit taken)."""
-    on_redis = fx.REDIS or fx.ON_CLUSTER
+def test_limits_served_beside_requests_on_several_semaphores():
+    """Several semaphores at once, tenants and rates, each beside the others: every back end
+    serves them all (on Redis Cluster a request on several semaphores needs names that share
+    a hash tag: others get a clear 400 and change nothing)."""
     with fx.Semad() as s:
         put(s, "lim-a", 2)
         put(s, "lim-b", 2)
@@ -964,21 +962,20 @@ def test_limits_served_or_answered_501_with_nothing_changed():
              201),
         ]
         for method, path, body, ok in asks:
-            if not on_redis or "semaphores" not in body:
-                st, reply = s.json(method, path, body)
-                assert st == ok, (method, path, st, reply)
+            if fx.ON_CLUSTER and "semaphores" in body:
+                # (lim-a and lim-b are in two slots: that is said, and nothing changes)
+                st, code = problem(s, method, path, body)
+                assert (st, code) == (400, "invalid_request"), (method, path, st, code)
                 continue
-            st, code = problem(s, method, path, body)
-            # (on Redis Cluster lim-a and lim-b are in two slots: that is said first)
-            want = (400, "invalid_request") if fx.ON_CLUSTER and "semaphores" in body else \
-                (501, "not_supported")
-            assert (st, code) == want, (method, path, st, code)
-        if on_redis:
-            st, v = s.json("GET", "/v1/semaphores/lim-a")
-            assert st == 200 and v["capacity"] == 2 and v["held"] == 0, v
-            assert v["waiting"] == 0 and v["tenant_max"] == 1 and v["rate_per_s"] == 5, v
-        # two semaphores without limits (one slot's on Redis Cluster): a request on both is
-        # served everywhere; beside it, on Redis, no tenant and no limits yet
+            st, reply = s.json(method, path, body)
+            assert st == ok, (method, path, st, reply)
+        st, v = s.json("GET", "/v1/semaphores/lim-a")
+        assert st == 200 and v["tenant_max"] == 1 and v["rate_per_s"] == 5, v
+        # (the request on both holds a unit of lim-a; the ticket, of the same tenant (none),
+        # waits: that tenant is at lim-a's tenant_max)
+        assert (v["held"], v["waiting"]) == ((0, 0) if fx.ON_CLUSTER else (1, 1)), v
+        # a lease on two semaphores without limits (one slot's on Redis Cluster), then a
+        # tenant and a tenant_max beside it: its unit counts for the requests naming none
         e, f = ("{lim}e", "{lim}f") if fx.ON_CLUSTER else ("lim-e", "lim-f")
         put(s, e, 2)
         put(s, f, 2)
@@ -990,19 +987,19 @@ def test_limits_served_or_answered_501_with_nothing_changed():
             ("PATCH", "/v1/semaphores/" + f, {"tenant_max": 1}, 200),
             ("POST", "/v1/acquire", {"semaphores": [{"name": f}], "tenant": "acme",
                                      "timeout_ms": 0}, 200),
+            ("POST", "/v1/acquire", {"semaphores": [{"name": e}, {"name": f}],
+                                     "tenant": "acme", "timeout_ms": 0}, 409),
         ]
         for method, path, body, ok in beside:
-            if not on_redis:
-                st, reply = s.json(method, path, body)
-                assert st == ok, (method, path, st, reply)
-                continue
-            st, code = problem(s, method, path, body)
-            assert (st, code) == (501, "not_supported"), (method, path, st, code)
-        if on_redis:
-            for name in (e, f):
-                st, v = s.json("GET", "/v1/semaphores/" + name)
-                assert st == 200 and v["held"] == 1 and "tenant_max" not in v, v
-                assert v["holders"][0]["multi"] is True, v
+            st, reply = s.json(method, path, body)
+            assert st == ok, (method, path, st, reply)
+        for name in (e, f):
+            st, v = s.json("GET", "/v1/semaphores/" + name)
+            assert st == 200 and v["held"] == 2 and v["waiting"] == 0, v
+            assert [h.get("multi") for h in v["holders"] if h["lease"] == lease["lease"]] == \
+                [True], v
+            tenants = {t.get("tenant"): t["held"] for t in v.get("tenants", [])}
+            assert tenants == {None: 1, "acme": 1}, v
 
 
 if __name__ == "__main__":

@@ -166,22 +166,9 @@ static const char *limits_verb(const line_t *ln, const scen_host_t *h)
  * says whether it is one of the base verbs. */
 static const char *missing_verb(const scen_host_t *h, const scenario_t *sc, int *base)
 {
-    int multi = 0, limits = sc->lim.set != 0;
-
     *base = 0;
     if (sc->lim.set && h->sem == NULL)
         return "limits";
-    for (int i = 0; h->multi_plain_only && i < sc->nlines; i++) {
-        const line_t *ln = &sc->lines[i];
-        const char *v = ln->tok[0];
-        int req = strcmp(v, "acquire") == 0 || strcmp(v, "try") == 0;
-        multi |= req && uses_parts(ln) && strchr(ln->tok[2], ':') != NULL;
-        limits |= (req && opt_of(ln->tok, ln->ntok, 3, "tenant") != NULL) ||
-                  ((strcmp(v, "sem") == 0 || strcmp(v, "resize") == 0) &&
-                   limits_of(ln->tok, ln->ntok, 2).set);
-    }
-    if (multi && limits)
-        return "several semaphores beside limits or tenants";
     if ((sc->lim.set & (SCEN_LIM_RATE | SCEN_LIM_BURST)) && !h->rates)
         return "rates";
     for (int i = 0; i < sc->nlines; i++) {

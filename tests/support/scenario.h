@@ -90,9 +90,6 @@ typedef struct {
     /* request_parts serves one semaphore only (a tenant): a back end without requests on
      * several semaphores skips the scenarios that make them. */
     int one_sem_only;
-    /* request_parts serves several semaphores only where none has limits and no tenant is
-     * named (Redis, for now): the scenarios that mix them are skipped. */
-    int multi_plain_only;
 } scen_host_t;
 
 /* Run every scenario of `path` (NULL: the project's tests/cases/scenarios.txt) or only the

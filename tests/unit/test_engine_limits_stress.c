@@ -32,7 +32,11 @@ typedef struct {
 } client_t;
 
 typedef struct {
-    uint64_t capacity, tenant_max;
+    uint64_t capacity, tenant_max; /* tenant_max: the last one asked for */
+    /* The tenant_max grants are checked against: a resize's takes effect at its "resized"
+     * event (on Redis a grant made before it may be told after the resize was asked for) */
+    uint64_t tm_check, tm_next[8];
+    unsigned tm_head, tm_n;
     uint64_t held, held_t[NTENANT + 1]; /* [NTENANT]: no tenant */
     engine_sub_t *sub;
     uint64_t tokens_n, tokens_ms; /* the rate's model (s3 only) */
@@ -98,14 +102,24 @@ static unsigned granted_sems(const char *id)
     return 0;
 }
 
-/* The rate of s3 as a bucket on the loop's clock: never a grant without its tokens. */
-static void rate_take(semck_t *s, uint64_t w)
+/* The rate of s3 as a bucket on the engine's clock: never a grant without its tokens. The
+ * embedded engine's is the loop's; Redis's is its own (TIME), which a grant's acquired_at
+ * gives (its events come in the order of its grants). */
+static uint64_t rate_clock(json_t *ev)
 {
-    uint64_t now = uv_now(&F.loop), cap = (uint64_t)BURST * 1000000000ull;
-    uint64_t add = (now - s->tokens_ms) * (uint64_t)RATE * 1000000ull;
+    return fx_on_redis() ? (uint64_t)json_integer_value(json_object_get(ev, "acquired_at"))
+                         : uv_now(&F.loop);
+}
+
+static void rate_take(semck_t *s, uint64_t w, uint64_t now)
+{
+    uint64_t cap = (uint64_t)BURST * 1000000000ull, per_ms = (uint64_t)RATE * 1000000ull;
+    uint64_t el = now > s->tokens_ms ? now - s->tokens_ms : 0;
+    uint64_t add = el > cap / per_ms ? cap : el * per_ms;
 
     s->tokens_n = s->tokens_n + add > cap ? cap : s->tokens_n + add;
-    s->tokens_ms = now;
+    if (now > s->tokens_ms)
+        s->tokens_ms = now;
     if (s->tokens_n < w * 1000000000ull)
         TEST_FAIL_("a grant of %llu on the rate's semaphore with %.3f tokens",
                    (unsigned long long)w, (double)s->tokens_n / 1e9);
@@ -127,12 +141,12 @@ static void on_event(void *arg, const char *id, const char *type, const char *da
             TEST_FAIL_("%s: a grant of %llu with %llu held over capacity %llu", sem_name(si),
                        (unsigned long long)w, (unsigned long long)s->held,
                        (unsigned long long)s->capacity);
-        if (s->tenant_max != 0 && s->held_t[t] + w > s->tenant_max)
+        if (s->tm_check != 0 && s->held_t[t] + w > s->tm_check)
             TEST_FAIL_("%s: tenant %d takes %llu holding %llu over tenant_max %llu", sem_name(si),
                        t, (unsigned long long)w, (unsigned long long)s->held_t[t],
-                       (unsigned long long)s->tenant_max);
+                       (unsigned long long)s->tm_check);
         if (si == 3)
-            rate_take(s, w);
+            rate_take(s, w, rate_clock(j));
         s->held += w;
         s->held_t[t] += w;
         s->grants++;
@@ -145,6 +159,11 @@ static void on_event(void *arg, const char *id, const char *type, const char *da
         s->held_t[t] -= w;
     } else if (strcmp(type, "resized") == 0) {
         s->capacity = (uint64_t)json_integer_value(json_object_get(j, "capacity"));
+        if (s->tm_n > 0) {
+            s->tm_check = s->tm_next[s->tm_head];
+            s->tm_head = (s->tm_head + 1) % 8;
+            s->tm_n--;
+        }
     } else if (strcmp(type, "deleted") == 0) {
         memset(s->held_t, 0, sizeof s->held_t);
         s->held = 0;
@@ -177,13 +196,14 @@ static void create_sem(int i, uint64_t cap)
     memset(&S[i], 0, sizeof S[i]);
     S[i].capacity = cap;
     S[i].tenant_max = with_tenants ? 1 + rnd(cap) : 0;
+    S[i].tm_check = S[i].tenant_max;
     S[i].tokens_n = (uint64_t)BURST * 1000000000ull;
-    S[i].tokens_ms = uv_now(&F.loop);
+    S[i].tokens_ms = fx_on_redis() ? 0 : uv_now(&F.loop); /* (full from the start) */
     int st = put_sem(i, cap, S[i].tenant_max);
     if (st == SEMA_ENOTSUP)
         TEST_SKIP("this back end does not serve requests on several semaphores, tenants or rates");
     ASSERT_OK(st);
-    ASSERT_OK(engine_subscribe(F.e, sem_name(i), on_event, &S[i], &S[i].sub));
+    ASSERT_OK(fx_subscribe(&F, sem_name(i), on_event, &S[i], &S[i].sub));
 }
 
 /* Whoever of the same tenant waits on one of c's semaphores since before c: FIFO says none. */
@@ -310,6 +330,8 @@ static void step(void)
             t->r.tenant_max = 1 + rnd(t->r.capacity);
             t->r.limits = ENGINE_LIMIT_TENANT_MAX;
             S[i].tenant_max = t->r.tenant_max;
+            ASSERT_LT(S[i].tm_n, 8);
+            S[i].tm_next[(S[i].tm_head + S[i].tm_n++) % 8] = t->r.tenant_max;
         }
         ASSERT_OK(fx_do(&F, t)); /* its "resized" event gives the capacity */
         treq_free(t);
@@ -403,12 +425,19 @@ static void run(int tenants, long steps)
     }
 }
 
+/* Steps per case: on Redis each is a round trip to a script that works on several
+ * semaphores, so fewer keep the case within seconds. */
+static long steps(void)
+{
+    return test_scale(fx_on_redis() ? 5000 : 20000);
+}
+
 TEST(random_overlapping_sets_keep_capacity_all_at_once_fifo_and_drain)
 {
-    run(0, test_scale(20000));
+    run(0, steps());
 }
 
 TEST(random_sets_with_tenants_and_caps_keep_tenant_max_and_drain)
 {
-    run(1, test_scale(20000));
+    run(1, steps());
 }

@@ -289,23 +289,14 @@ TEST(scenarios_all)
     scen_counts_t n;
     scen_limits_t lim = {.tenant_max = 1, .set = SCEN_LIM_TENANT_MAX};
     scen_part_t parts[2] = {{"scenario", 1}, {"probe", 1}};
-    scen_part_t plain[2] = {{"scenario", 1}, {"plain", 1}};
-    int served, multi, multi_plain;
+    int served, multi;
 
     /* A back end without semad's limits answers SEMA_ENOTSUP: their scenarios are skipped;
      * so are those on several semaphores at once on a back end without them. */
     h_create(&H, 1);
     served = h_sem(&H, "probe", 1, &lim) != SEMA_ENOTSUP;
     multi = served && h_request_parts(&H, 0, SCEN_TRY, parts, 2, NULL, 0) != SEMA_ENOTSUP;
-    multi_plain = served && !multi && h_sem(&H, "plain", 1, &(scen_limits_t){0}) == 0 &&
-                  h_request_parts(&H, 1, SCEN_TRY, plain, 2, NULL, 0) != SEMA_ENOTSUP;
     h_destroy(&H);
-    if (multi_plain) {
-        fprintf(stderr, "this back end serves requests on several semaphores only without limits "
-                        "or tenants: the scenarios that mix them are skipped\n");
-        engine_host.multi_plain_only = 1;
-        multi = 1;
-    }
     if (served && !multi) {
         fprintf(stderr, "this back end does not serve requests on several semaphores: their "
                         "scenarios are skipped\n");
@@ -321,6 +312,6 @@ TEST(scenarios_all)
         engine_host.rates = 0;
     }
     ASSERT_EQ(scen_run_file(NULL, &engine_host, NULL, &n), 0);
-    if ((multi && !multi_plain) || !served)
+    if (multi || !served)
         ASSERT_EQ(served ? n.skipped : n.skipped_base, 0); /* the engine has every verb */
 }

@@ -176,7 +176,7 @@ TEST(events_made_on_b_reach_a_subscriber_on_a)
     fx_init(&f);
     b = instance_new(&f);
     fx_put(&f, "ev", 2);
-    ASSERT_OK(engine_subscribe(f.e, "ev", on_ev, &ev, &sub));
+    ASSERT_OK(fx_subscribe(&f, "ev", on_ev, &ev, &sub));
     fx_settle(&f);
     x = treq_new(ENGINE_ACQUIRE, "ev");
     x->r.weight = 2;

@@ -147,7 +147,10 @@ local follow
 local LIM, LH = nil, {}
 -- Requests and leases on several semaphores (the section "several semaphores" below): MU.
 -- (KIND: a waiter's kind as views say it; 4: a ticket on several semaphores, see MU.kind)
-local MU = {KIND = {i = '1', t = '2', m = '3'}}
+-- (MU.wc, MU.afc, MU.htc: what a call learned of requests on several semaphores, its parts
+-- and whether they are first or hold a turn, kept while MU.ver stays: every change of a line's
+-- first waiters or of a turn moves it on)
+local MU = {KIND = {i = '1', t = '2', m = '3'}, wc = {}, afc = {}, htc = {}, ver = 0}
 
 local ACTS, WAKE
 local NONE = {} -- ACTS, WAKE and GRANTED until a call has one: never written to
@@ -617,6 +620,7 @@ end
 
 -- Take a waiter out of the queue; `left`: without a grant (an event says so).
 local function unqueue(wid, w, left)
+  MU.changed()
   if M.nt > 0 then
     fw_left(wid, w.w)
   end
@@ -656,6 +660,7 @@ local function admit()
     local rec = redis.call('HGET', KW, wid)
     if not rec then
       redis.call('ZREM', KQ, wid)
+      MU.changed()
     else
       local w = wunpack(rec)
       if w.kind == 'i' then
@@ -664,24 +669,20 @@ local function admit()
         end
         unqueue(wid, w, true) -- done: it takes nothing
         outcome(ACT.IDLE, wid, w, '', nil, '')
+      elseif w.kind == 'm' then
+        if not MU.try(wid, w) then
+          return -- (next here, not yet on another of its semaphores: nobody passes it)
+        end
       else
         if w.w > M.avail or NOW < SAFE_AT then
           return
         end
-        if w.kind == 'm' then
-          local parts = MU.ready(wid, w)
-          if not parts then
-            return -- (next here, not yet on another of its semaphores: nobody passes it)
-          end
-          MU.grant(wid, w, parts, true)
+        unqueue(wid, w)
+        est_queue_grant(w.w)
+        if w.kind == 't' then
+          tk_admit(wid)
         else
-          unqueue(wid, w)
-          est_queue_grant(w.w)
-          if w.kind == 't' then
-            tk_admit(wid)
-          else
-            grant(w, w.lid, wid)
-          end
+          grant(w, w.lid, wid)
         end
       end
     end
@@ -1016,6 +1017,7 @@ function ops.lock_get()
 end
 
 local function delete_all()
+  MU.changed() -- (its lines go)
   if M.nt > 0 then
     tk_delete_all()
   end
@@ -1061,9 +1063,6 @@ function ops.resize()
   if bad then
     return refuse(bad)
   end
-  if not M.lim and (tm > 0 or rate > 0) and MU.present() then
-    return refuse(MSG.REDIS_LIMITS_BESIDE_MULTI)
-  end
   LH.set(tm, rate, burst)
   M.avail = M.avail + cap - M.cap
   M.cap = cap
@@ -1075,8 +1074,8 @@ function ops.resize()
       if w.kind == 'a' and why then
         unqueue(wid, w, true)
         outcome(ACT.FAIL, wid, w, '', nil, why)
-      elseif w.kind == 'm' and w.w > cap then
-        MU.failed(wid, w, MU.leave(wid), MSG.WAITER_ABOVE_CAPACITY) -- the whole request fails
+      elseif w.kind == 'm' and why then
+        MU.failed(wid, w, MU.leave(wid), why) -- the whole request fails
       end
     end
   end
@@ -1214,9 +1213,6 @@ end
 -- admission says whether it goes at once; a try that does not leaves without a trace.
 LH.acquire = function(wid, w, wait)
   if not M.lim then
-    if MU.present() then
-      return refuse(MSG.REDIS_LIMITS_BESIDE_MULTI)
-    end
     LH.activate()
   end
   local heavy = LH.too_heavy(w.w)
@@ -1676,9 +1672,10 @@ end
 -- finds it due ends it on all. One call touches them all: MU.go makes another of them the
 -- call's current semaphore (each row is loaded once per call, and keeps its own acts); before
 -- the call answers, MU.finish admits the lines that moved, then writes each row, its due time
--- and its events as answer() and publish() do for the call's own. Limits (tenants, a rate)
--- are not served beside them: a request on a semaphore with limits is refused, and so are
--- limits on a semaphore where one waits or holds.
+-- and its events as answer() and publish() do for the call's own. Beside limits (tenants, a
+-- rate) a request is next on a semaphore as the limits section says (LH.designated: it may
+-- hold the turn there, LIM.res), its tenant's units count on each, and it takes each one's
+-- tokens; it then joins every line first and is admitted from there (MU.enter).
 local MREC = '<dddHc0Hc0Hc0' -- (after the 'm')
 
 -- Waiter w's kind as views say it (a part of a ticket on several: no instance waits for it).
@@ -1696,14 +1693,20 @@ function MU.go(stem)
     cx = {}
     MU.cx, MU.first, MU.list, MU.need = cx, S, {S}, {}
   end
-  cx[S] = {M, DUE0, ACTS, LIM}
+  cx[S] = {M, DUE0, ACTS, LIM, LIM and LH.ctx()}
   keys_of(stem)
   local c = cx[stem]
   if c then
     M, DUE0, ACTS, LIM = c[1], c[2], c[3], c[4]
+    if LIM then
+      LH.setctx(c[5])
+    end
   else
     ACTS = NONE
     M = mload()
+    if not M then
+      LIM = nil
+    end
     DUE0 = M and M.due or -2
     MU.list[#MU.list + 1] = stem
   end
@@ -1739,8 +1742,27 @@ function MU.lease(lid)
 end
 
 function MU.waiting(wid)
-  local v = redis.call('GET', H .. 'mu:' .. wid)
-  return v and MU.parts(v, 1, false)
+  local p = MU.wc[wid]
+  if p == nil then
+    local v = redis.call('GET', H .. 'mu:' .. wid)
+    p = v and MU.parts(v, 1, false) or false
+    MU.wc[wid], MU.used = p, true
+  end
+  return p or nil
+end
+
+-- Request wid waits no more: its parts go.
+function MU.gone(wid)
+  redis.call('DEL', H .. 'mu:' .. wid)
+  MU.changed(wid)
+end
+
+-- Request wid's lines or turns changed (MU.wc, MU.afc and MU.htc are read again).
+function MU.changed(wid)
+  MU.ver = MU.ver + 1
+  if wid then
+    MU.wc[wid] = nil
+  end
 end
 
 function MU.lrec(l)
@@ -1763,7 +1785,7 @@ function MU.part(l, stem)
   for _, p in ipairs(l.parts) do
     if p.s == stem then
       return {w = p.w, f = p.f, ttl = l.ttl, acq = l.acq, exp = l.exp, owner = l.owner,
-              idem = l.idem, mode = 'm', princ = l.princ}
+              idem = l.idem, mode = 'm', princ = l.princ, tn = l.tn}
     end
   end
   return nil
@@ -1780,6 +1802,9 @@ end
 
 -- A lease's result: as on one semaphore (its first part's), then stem, weight, fence per part.
 function MU.result(lid, l)
+  if not l.tn then
+    l.tn = LH.lease_tenant(lid) -- (kept by each of its semaphores with limits)
+  end
   local r = lease_result(lid, MU.part(l, l.parts[1].s))
   for _, p in ipairs(l.parts) do
     r[#r + 1] = p.s
@@ -1820,36 +1845,124 @@ function MU.tell(typ, wid, w, lid, l, extra, stem)
   WAKE[w.inst] = true
 end
 
--- The parts of the request wid when it is next and fits in every line (its part here, of
--- weight w.w, heads this one); nil otherwise.
-function MU.ready(wid, w)
-  if w.w > M.avail or NOW < SAFE_AT then
-    return nil
+-- Is request wid next on the current semaphore: its part heads the line, or (with limits)
+-- is the one whose turn it is (LH.designated)?
+function MU.next_here(wid)
+  if not M then
+    return false
   end
+  if M.lim then
+    return LH.designated(wid)
+  end
+  return redis.call('ZRANGE', KQ, '0', '0')[1] == wid
+end
+
+-- Do w units fit the current semaphore now: units, and tokens (short of tokens only, it is
+-- due when its bucket has them)?
+function MU.fits_here(w)
+  if not M or w > M.avail or NOW < SAFE_AT then
+    return false
+  end
+  return not M.lim or LH.has_tokens(w)
+end
+
+-- Request wid (w: its record on the current semaphore) is granted when it is next on every
+-- one of its semaphores and fits in every one (emb_multi.c's emb__multi_try): true if so.
+function MU.try(wid, w)
+  local ok = MU.on_parts(wid, true, false, function()
+    return MU.next_here(wid)
+  end) and MU.on_parts(wid, true, false, function(p)
+    return MU.fits_here(p.w)
+  end)
+  if ok then
+    MU.grant(wid, w, MU.waiting(wid), true)
+  end
+  return ok
+end
+
+-- Whether test(part) holds on every one (`all`) or on some one (not `all`) of request wid's
+-- parts, each with its semaphore made current in turn (but the current one's when
+-- `others`); false when it waits no more. (It stops at the first answer that settles it.)
+function MU.on_parts(wid, all, others, test)
   local parts, here = MU.waiting(wid), S
   if not parts then
-    return nil
+    return false
   end
+  local r = all
   for _, p in ipairs(parts) do
-    if p.s ~= here then
-      local m = MU.go(p.s)
-      local h = m and redis.call('ZRANGE', KQ, '0', '0')
-      if not m or h[1] ~= wid or p.w > m.avail then
-        MU.go(here)
-        return nil
-      end
+    if r == all and not (others and p.s == here) then
+      MU.go(p.s)
+      r = test(p) and true or false
     end
   end
   MU.go(here)
-  return parts
+  return r
+end
+
+-- f(...) once while MU.ver stays, kept in memo[key].
+function MU.memo(memo, key, f, ...)
+  local c = memo[key]
+  if c and c[1] == MU.ver then
+    return c[2]
+  end
+  local v = f(...)
+  memo[key], MU.used = {MU.ver, v}, true
+  return v
+end
+
+-- Is the part of request wid on the current semaphore first in line there: the head (without
+-- limits), or the first of its tenant and before any wait-idle (with)?
+function MU.first_here(wid, tenant)
+  if not M then
+    return false
+  end
+  if M.lim then
+    return LH.first(wid, tenant)
+  end
+  return redis.call('ZRANGE', KQ, '0', '0')[1] == wid
+end
+
+-- Is request wid first in line on every one of its semaphores (its part on the current one
+-- is first of its tenant: the caller knows)? A tenant whose first waiter is not is passed
+-- over by the turns.
+function MU.all_first(wid, tenant)
+  return MU.memo(MU.afc, wid .. '\0' .. S, MU.on_parts, wid, true, true, function()
+    return MU.first_here(wid, tenant)
+  end)
+end
+
+-- Does request wid hold the turn of one of its semaphores?
+function MU.holds_turn(wid)
+  return MU.memo(MU.htc, wid, MU.on_parts, wid, false, false, function()
+    return M ~= nil and LIM ~= nil and LIM.res == wid
+  end)
+end
+
+-- Request wid took its first turn: admission runs again on its other semaphores, where it
+-- may take theirs.
+function MU.moved_others(wid)
+  for _, p in ipairs(MU.waiting(wid) or NONE) do
+    if p.s ~= S then
+      MU.moved(p.s)
+    end
+  end
 end
 
 -- Grant request w (waiter id wid; `waited`: parked in every line) its parts: one lease.
 function MU.grant(wid, w, parts, waited)
   local here = S
   local l = {ttl = w.ttl, acq = NOW, exp = NOW + w.ttl, owner = w.owner, idem = w.idem,
-             princ = w.princ, parts = parts}
+             princ = w.princ, parts = parts, tn = w.tenant}
   local sexp = N(l.exp)
+  if waited then
+    -- the turns and the tokens first, on every line, while it is still in all of them
+    for _, p in ipairs(parts) do
+      MU.go(p.s)
+      if M.lim then
+        LH.take(wid, MU.wp(w, p.w))
+      end
+    end
+  end
   for _, p in ipairs(parts) do
     MU.go(p.s)
     if waited then
@@ -1862,6 +1975,9 @@ function MU.grant(wid, w, parts, waited)
     redis.call('ZADD', KX, sexp, w.lid)
     due_at(l.exp)
     granted()
+    if M.lim then
+      LH.hold(w.tenant, w.lid, p.w)
+    end
     if M.nt > 0 then
       redis.call('ZADD', KH, nows(), w.lid)
     end
@@ -1876,10 +1992,13 @@ function MU.grant(wid, w, parts, waited)
     redis.call('HSET', KI, w.idem, 'L' .. w.lid)
   end
   if waited and w.inst == '' then
-    redis.call('DEL', H .. 'mu:' .. wid)
+    MU.gone(wid)
     MU.tk_granted(wid, w.lid) -- a ticket: its record says so, its holder reads it
+  elseif waited and wid == MU.self then
+    MU.gone(wid) -- (the caller's own: its reply has the lease)
+    MU.self_lease = l
   elseif waited then
-    redis.call('DEL', H .. 'mu:' .. wid)
+    MU.gone(wid)
     if OP == 'collect' or OP == 'cancel' then
       if GRANTED == NONE then
         GRANTED = {}
@@ -1893,8 +2012,8 @@ function MU.grant(wid, w, parts, waited)
 end
 
 -- Request wid leaves every line without a grant (but the line of `except`, which the caller
--- empties); its first semaphore's stem.
-function MU.leave(wid, except)
+-- empties; `quiet`: a try that was never queued, no event); its first semaphore's stem.
+function MU.leave(wid, except, quiet)
   local parts, here = MU.waiting(wid), S
   if not parts then
     return here
@@ -1903,12 +2022,12 @@ function MU.leave(wid, except)
     if p.s ~= except and MU.go(p.s) then
       local rec = redis.call('HGET', KW, wid)
       if rec then
-        unqueue(wid, wunpack(rec), true)
+        unqueue(wid, wunpack(rec), not quiet)
       end
       MU.moved(p.s)
     end
   end
-  redis.call('DEL', H .. 'mu:' .. wid)
+  MU.gone(wid)
   MU.go(here)
   return parts[1].s
 end
@@ -1922,6 +2041,9 @@ function MU.lease_end(lid, why, v)
       redis.call('ZREM', KX, lid)
       M.avail = M.avail + p.w
       M.held = M.held - p.w
+      if M.lim then
+        l.tn = LH.unhold(lid, p.w)
+      end
       if M.nt > 0 then
         redis.call('ZREM', KH, lid)
         est_hold(NOW - l.acq)
@@ -2001,23 +2123,6 @@ function MU.settle()
   MU.log('') -- (every instance takes them from the message, this one too: no reply has them)
 end
 
--- Whether a request or a lease on several semaphores waits or holds here.
-function MU.present()
-  for _, rec in ipairs(redis.call('HVALS', KW)) do
-    if wunpack(rec).kind == 'm' then
-      return true
-    end
-  end
-  local ids = redis.call('ZRANGE', KX, '0', '-1')
-  for i = 1, #ids do
-    local v = redis.call('GET', H .. 'id:' .. ids[i])
-    if v and string.byte(v, 1) == 109 then
-      return true
-    end
-  end
-  return false
-end
-
 -- A retry with a known Idempotency-Key (in the first semaphore's :i): the lease it names,
 -- or the first attempt's places, taken over.
 function MU.idem(wid, w, parts, wait)
@@ -2047,7 +2152,8 @@ function MU.idem(wid, w, parts, wait)
   if not allowed(have.princ) then
     return refuse(MSG.KEY_OTHER_TOKEN)
   end
-  local same = #have.parts == #parts
+  local same = #have.parts == #parts and
+               (kind == 'L' and LH.lease_tenant(ref) or have.tenant) == w.tenant
   for i = 1, #parts do
     same = same and have.parts[i].s == parts[i].s and have.parts[i].w == parts[i].w
   end
@@ -2076,9 +2182,14 @@ function MU.idem(wid, w, parts, wait)
     c.inst, c.lid, c.ttl, c.sttl, c.owner = INST, w.lid, w.ttl, w.sttl, w.owner
     redis.call('ZADD', KQ, score, wid)
     redis.call('HSET', KW, wid, wpack(c))
+    if M.lim then
+      LH.replace(ref, wid, c, score)
+    end
   end
   MU.go(first)
   redis.call('RENAME', H .. 'mu:' .. ref, H .. 'mu:' .. wid)
+  MU.changed(ref)
+  MU.changed(wid)
   redis.call('HSET', KI, w.idem, 'W' .. wid)
   MU.tell(ACT.FAIL, ref, old, '', nil, MSG.WAITER_REPLACED, first)
   return reply(P.ST_PARKED)
@@ -2093,11 +2204,12 @@ function MU.check(parts)
     if not m then
       return MSG.NO_SEM_OF_SEVERAL
     end
-    if m.lim then
-      return MSG.REDIS_MULTI_LIMITS
-    end
     if p.w < 1 or p.w > m.cap then
       return MSG.BAD_WEIGHT
+    end
+    local heavy = m.lim and LH.too_heavy(p.w)
+    if heavy then
+      return heavy
     end
     if i > 1 then
       housekeep()
@@ -2121,16 +2233,22 @@ end
 
 -- One arrival of request wid (w: its record, a part's weight aside): the end of every line,
 -- in one step.
-function MU.join(wid, w, parts)
+-- (`quiet`: no event yet, MU.queued says it once the request waits; with limits, its tenant's
+-- line on each semaphore that has them, which has room: MU.enter)
+function MU.join(wid, w, parts, quiet)
   local first, pk = S, {}
   for i, p in ipairs(parts) do
     pk[i] = struct.pack('<dHc0', p.w, #p.s, p.s)
   end
   redis.call('SET', H .. 'mu:' .. wid, concat(pk))
+  MU.changed(wid)
   for _, p in ipairs(parts) do
     MU.go(p.s)
     local c = MU.wp(w, p.w)
     M.seq = M.seq + 1
+    if M.lim then
+      LH.join(wid, c, M.seq)
+    end
     redis.call('ZADD', KQ, N(M.seq), wid)
     redis.call('HSET', KW, wid, wpack(c))
     if w.inst ~= '' then
@@ -2138,9 +2256,65 @@ function MU.join(wid, w, parts)
     end
     M.nq = M.nq + 1
     M.wq = M.wq + p.w
-    waiter_event(ACT.QUEUED, c)
+    if not quiet then
+      waiter_event(ACT.QUEUED, c)
+    end
   end
   MU.go(first)
+end
+
+-- Request w, joined quietly, waits: each of its lines says so.
+function MU.queued(w, parts)
+  local first = S
+  for _, p in ipairs(parts) do
+    MU.go(p.s)
+    waiter_event(ACT.QUEUED, MU.wp(w, p.w))
+  end
+  MU.go(first)
+end
+
+-- Whether a request naming `tenant` on `parts` meets limits: a tenant, or one of its
+-- semaphores has them (each of them loaded by MU.check).
+function MU.limited(parts, tenant)
+  local first, lim = S, tenant ~= ''
+  for _, p in ipairs(parts) do
+    lim = lim or MU.go(p.s).lim
+  end
+  MU.go(first)
+  return lim
+end
+
+-- Whether a request of w's tenant that meets limits has room in every line (`full`: one of
+-- them has the most waiters it may): nil, or the refusal.
+function MU.room(w, parts, full)
+  local first = S
+  for _, p in ipairs(parts) do
+    local m = MU.go(p.s)
+    if full or (m.lim and not LH.room(w.tenant)) then
+      MU.go(first)
+      return refuse(MSG.TOO_MANY_WAITERS_OR_TENANTS)
+    end
+  end
+  MU.go(first)
+  return nil
+end
+
+-- A request (or a ticket: w.inst '') on several semaphores that meets limits joins every
+-- line, and admission says whether it goes at once, as on the embedded back end
+-- (emb__op_acquire_multi): its tenant has its place on each semaphore, which gets limits if it
+-- had none (MU.room first). Granted to the caller: MU.self_lease.
+function MU.enter(wid, w, parts)
+  local first = S
+  for _, p in ipairs(parts) do
+    if MU.go(p.s) and w.tenant ~= '' and not M.lim then
+      LH.activate()
+    end
+  end
+  MU.go(first)
+  MU.join(wid, w, parts, true)
+  MU.self, MU.self_lease = wid, nil
+  MU.try(wid, MU.wp(w, parts[1].w))
+  MU.self = nil
 end
 
 -- acquire_multi (KEYS[1]: the first semaphore's stem): wait (0 try, 1 wait), ttl, lease id,
@@ -2151,9 +2325,7 @@ function ops.acquire_multi()
              owner = ARGV[A + 3], idem = ARGV[A + 4], lid = ARGV[A + 2], mode = '0',
              princ = PRINC, sttl = ARGV[A + 1], tenant = ''}
   local wid, parts = RID, {}
-  if (ARGV[A + 6] or '') ~= '' then
-    return refuse(MSG.REDIS_MULTI_TENANT)
-  end
+  w.tenant = ARGV[A + 6] or ''
   for i = A + 7, #ARGV - 1, 2 do
     parts[#parts + 1] = {s = ARGV[i], w = ARGV[i + 1] + 0}
   end
@@ -2171,6 +2343,9 @@ function ops.acquire_multi()
     end
   end
   local at_once, full = MU.fits(parts, tonumber(match(ARGV[A + 5], '^%d+ (%d+)') or '0'))
+  if MU.limited(parts, w.tenant) then
+    return MU.acquire_lim(wid, w, parts, wait, full)
+  end
   if at_once then
     return reply(0, MU.result(w.lid, MU.grant(wid, w, parts, false)))
   end
@@ -2184,6 +2359,30 @@ function ops.acquire_multi()
     return answer(P.ST_GONE_S, '0', nil) -- this instance was taken for dead
   end
   MU.join(wid, w, parts)
+  if w.idem ~= '' then
+    redis.call('HSET', KI, w.idem, 'W' .. wid)
+  end
+  return reply(P.ST_PARKED)
+end
+
+-- acquire_multi where limits are: granted at once, or it waits (a try leaves without a trace).
+function MU.acquire_lim(wid, w, parts, wait, full)
+  if wait and not redis.call('ZSCORE', H .. 'inst', INST) then
+    return answer(P.ST_GONE_S, '0', nil) -- this instance was taken for dead
+  end
+  local r = MU.room(w, parts, full)
+  if r then
+    return r
+  end
+  MU.enter(wid, w, parts)
+  if MU.self_lease then
+    return reply(0, MU.result(w.lid, MU.self_lease))
+  end
+  if not wait then
+    MU.leave(wid, nil, true)
+    return refuse(MSG.NOT_AVAILABLE)
+  end
+  MU.queued(w, parts)
   if w.idem ~= '' then
     redis.call('HSET', KI, w.idem, 'W' .. wid)
   end
@@ -2239,7 +2438,8 @@ end
 -- the limits. The state, under the semaphore's hash tag:
 --   :L   tm, rate, burst (0: none); tok and tms (the bucket: millionths of a unit at Redis's
 --        ms tms); ring (the tenants with waiters in turn order) and last, turn (the round
---        robin: the tenant served last, and whether its turn goes on); nidle (wait-idles)
+--        robin: the tenant served last, and whether its turn goes on); nidle (wait-idles);
+--        res (the request on several semaphores that holds the turn here: its waiter id)
 --   :tn  tenant -> "held waiting waiting_weight deficit" (while it holds or waits)
 --   :tq<tenant>  its waiters by place (FIFO within a tenant)
 --   :lt  lease id -> tenant, for the leases of a named tenant
@@ -2269,6 +2469,15 @@ local TN_LOAD = {__index = function(tn, name)
   return t
 end}
 
+-- The section's state of the current semaphore, kept aside while a call works on another of a
+-- request's semaphores (MU.go), and put back.
+LH.ctx = function()
+  return {TN, TDIRTY, HEADS, IDLE_SEQ, KL, KTN, KLT}
+end
+LH.setctx = function(c)
+  TN, TDIRTY, HEADS, IDLE_SEQ, KL, KTN, KLT = c[1], c[2], c[3], c[4], c[5], c[6], c[7]
+end
+
 LH.load = function()
   lim_keys()
   local h = redis.call('HGETALL', KL)
@@ -2279,8 +2488,8 @@ LH.load = function()
     L.was[k] = v
     if k == 'ring' then
       L.ring = v ~= '' and fields(v) or {}
-    elseif k == 'last' then
-      L.last = v
+    elseif k == 'last' or k == 'res' then
+      L[k] = v
     else
       L[k] = tonumber(v)
     end
@@ -2296,7 +2505,7 @@ end
 local function lim_fields(L)
   return {tm = N(L.tm), rate = N(L.rate), burst = N(L.burst), tok = N(L.tok), tms = N(L.tms),
           turn = N(L.turn), nidle = N(L.nidle), ntn = N(L.ntn), ring = concat(L.ring, '\0'),
-          last = L.last}
+          last = L.last, res = L.res}
 end
 
 -- Written back with the row (msave); a semaphore whose limits are idle goes back to plain.
@@ -2326,9 +2535,11 @@ LH.save = function()
   if #set > 0 then
     redis.call('HSET', KL, unpack(set))
   end
-  if was.last and not LIM.last then
-    redis.call('HDEL', KL, 'last')
-    was.last = nil
+  for _, k in ipairs({'last', 'res'}) do
+    if was[k] and not LIM[k] then
+      redis.call('HDEL', KL, k)
+      was[k] = nil
+    end
   end
 end
 
@@ -2438,6 +2649,9 @@ LH.leave = function(wid, w)
     IDLE_SEQ = false
     return
   end
+  if LIM.res == wid then
+    LIM.res = nil -- (the turn it held goes on)
+  end
   local name = tenant_of(w.tenant)
   local t = TN[name]
   if not t then
@@ -2460,6 +2674,10 @@ LH.replace = function(old, wid, w, seq)
     redis.call('ZADD', k, N(seq), wid)
     HEADS[tenant_of(w.tenant)] = nil
   end
+  if LIM.res == old then
+    LIM.res = wid
+  end
+  MU.changed()
 end
 
 -- A grant counts for its tenant (the lease's tenant is kept for its end).
@@ -2495,6 +2713,7 @@ end
 
 -- The semaphore gets limits: what holds and waits so far is the default tenant's.
 LH.activate = function()
+  MU.changed() -- (its first waiters are now the first of each tenant)
   M.lim, M.ev = true, 1
   lim_keys()
   LIM = {tm = 0, rate = 0, burst = 0, tok = 0, tms = NOW, turn = 0, nidle = 0, ntn = 0,
@@ -2584,11 +2803,14 @@ local function idle_seq()
   return IDLE_SEQ[1], IDLE_SEQ[2]
 end
 
+-- A tenant is passed over while its first waiter would take it above tenant_max, came after a
+-- parked wait-idle, or is a request on several semaphores not yet first of its tenant on all
+-- of them.
 local function eligible(t, h, idle)
-  if not h or (idle ~= 0 and h.seq > idle) then
+  if not h or (idle ~= 0 and h.seq > idle) or (LIM.tm ~= 0 and t.held + h.w > LIM.tm) then
     return false
   end
-  return not (LIM.tm ~= 0 and t.held + h.w > LIM.tm)
+  return h.rec.kind ~= 'm' or MU.all_first(h.wid, h.rec.tenant)
 end
 
 -- The round robin's choice among the tenants' first waiters: the first whose deficit covers
@@ -2656,6 +2878,138 @@ local function drr_commit(pk, h, idle)
   LIM.last, LIM.turn = pk.name, 1
 end
 
+-- A grant of h out of the round robin's turn (a request on several semaphores that holds this
+-- semaphore's turn): its tenant pays for it all the same.
+local function drr_charge(h)
+  local name = tenant_of(h.rec.tenant)
+  local t = TN[name]
+  t.def = math.max(-DEFICIT_MAX, t.def - h.w)
+  TDIRTY[name] = true
+end
+
+-- h, who is next, is granted here: it takes its tokens, and the round robin accounts for it
+-- (pk: the round robin's pick, when h is known to be it).
+local function take(h, pk, idle)
+  if LIM.rate ~= 0 then
+    LIM.tok = LIM.tok - h.w * MICRO
+  end
+  if not pk then
+    local d
+    d, pk = drr_choice(idle)
+    if not (d and d.wid == h.wid) then
+      pk = nil
+    end
+  end
+  if pk then
+    drr_commit(pk, h, idle)
+  else
+    drr_charge(h)
+  end
+end
+
+-- The earlier arrival of two waiters here (either may be nil).
+local function earliest(a, b)
+  if not a or (b and b.seq < a.seq) then
+    return b
+  end
+  return a
+end
+
+-- The part holding this semaphore's turn as a head {wid, w, seq, rec}, or nil.
+local function res_head()
+  local wid = LIM.res
+  local rec = redis.call('HGET', KW, wid)
+  local seq = rec and redis.call('ZSCORE', KQ, wid)
+  if not seq then
+    LIM.res = nil
+    MU.changed()
+    return nil
+  end
+  local w = wunpack(rec)
+  return {wid = wid, w = w.w, seq = tonumber(seq), rec = w}
+end
+
+-- The earliest of the tenants' first waiters here that is a request on several semaphores
+-- holding the turn of one of them (it may take this one's), or nil.
+local function earliest_reserving(idle)
+  local best
+  for _, nm in ipairs(LIM.ring) do
+    local h = head(nm)
+    if h and h.rec.kind == 'm' and (not best or h.seq < best.seq) and
+       eligible(TN[nm], h, idle) and MU.holds_turn(h.wid) then
+      best = h
+    end
+  end
+  return best
+end
+
+-- Part h takes this semaphore's turn. A request that now holds its first turn may take those
+-- of its other semaphores: their admission runs again (before the call answers).
+local function reserve(h)
+  if LIM.res == h.wid then
+    return
+  end
+  local had = MU.holds_turn(h.wid)
+  LIM.res = h.wid
+  MU.changed()
+  if not had then
+    MU.moved_others(h.wid)
+  end
+end
+
+-- Who is next here (emb_limits.c's designate_lim): the earliest of the part holding the turn,
+-- the earliest part of a request holding another of its turns, and the round robin's choice
+-- (pk, when it is the one); nil: nobody can be served now. (The caller looked for a wait-idle
+-- at the head.)
+local function designate(idle)
+  local d, pk = drr_choice(idle)
+  local best = earliest(earliest(LIM.res and res_head(), earliest_reserving(idle)), d)
+  if not (best and d and best.wid == d.wid) then
+    pk = nil
+  end
+  if best and best.rec.kind == 'm' then
+    reserve(best)
+  end
+  return best, pk
+end
+
+-- Is the part wid of a request on several semaphores the one next here?
+LH.designated = function(wid)
+  refill()
+  local idle, idle_head = idle_seq()
+  if M.nq == 0 or idle_head then
+    return false
+  end
+  local h = designate(idle)
+  return h ~= nil and h.wid == wid
+end
+
+-- The part w (waiter wid) of a request on several semaphores, next here, is granted.
+LH.take = function(wid, w)
+  refill()
+  take({wid = wid, w = w.w, rec = w}, nil, (idle_seq()))
+end
+
+-- Has the bucket w tokens now? If not, the semaphore is due when it has.
+LH.has_tokens = function(w)
+  refill()
+  if LIM.rate ~= 0 and LIM.tok < w * MICRO then
+    rate_wait(w)
+    return false
+  end
+  return true
+end
+
+-- Is waiter wid the first of its tenant here, and before any wait-idle?
+LH.first = function(wid, tenant)
+  local h = head(tenant_of(tenant))
+  if not h or h.wid ~= wid then
+    return false
+  end
+  local idle = idle_seq()
+  return idle == 0 or h.seq < idle
+end
+
 -- Admission on a semaphore with limits: grant who is next while it fits (units and tokens).
 LH.admit = function()
   LIM.rdue = 0
@@ -2671,28 +3025,34 @@ LH.admit = function()
       unqueue(wid, w, true)
       outcome(ACT.IDLE, wid, w, '', nil, '')
     else
-      local h, pk = drr_choice(idle)
-      if not h or h.w > M.avail or NOW < SAFE_AT then
+      local h, pk = designate(idle)
+      if not h then
         return
       end
-      if LIM.rate ~= 0 and LIM.tok < h.w * MICRO then
-        return rate_wait(h.w)
-      end
-      if LIM.rate ~= 0 then
-        LIM.tok = LIM.tok - h.w * MICRO
-      end
-      drr_commit(pk, h, idle)
-      local w = h.rec
-      unqueue(h.wid, w)
-      est_queue_grant(w.w)
-      if w.kind == 't' then
-        tk_admit(h.wid)
-      elseif h.wid == LH.self_wid then
-        local own = OWN
-        LH.self_lease = grant(w, w.lid, h.wid)
-        OWN = own -- (the caller's own grant completes no parked request)
+      if h.rec.kind == 'm' then
+        if not MU.try(h.wid, h.rec) then
+          return -- (it holds this line until it can go on every one of its semaphores)
+        end
       else
-        grant(w, w.lid, h.wid)
+        if h.w > M.avail or NOW < SAFE_AT then
+          return
+        end
+        if LIM.rate ~= 0 and LIM.tok < h.w * MICRO then
+          return rate_wait(h.w)
+        end
+        take(h, pk, idle)
+        local w = h.rec
+        unqueue(h.wid, w)
+        est_queue_grant(w.w)
+        if w.kind == 't' then
+          tk_admit(h.wid)
+        elseif h.wid == LH.self_wid then
+          local own = OWN
+          LH.self_lease = grant(w, w.lid, h.wid)
+          OWN = own -- (the caller's own grant completes no parked request)
+        else
+          grant(w, w.lid, h.wid)
+        end
       end
     end
     n = n + 1
@@ -2775,6 +3135,8 @@ LH.set = function(tm, rate, burst)
   local had_rate = LIM.rate ~= 0
   refill()
   LIM.tm, LIM.rate, LIM.burst = tm, rate, rate ~= 0 and burst or 0
+  LIM.res = nil -- (its tenant may be capped now: the turn is chosen again)
+  MU.changed()
   if rate == 0 then
     LIM.tok = 0
   elseif not had_rate or LIM.tok > LIM.burst * MICRO then
@@ -3288,9 +3650,6 @@ function ops.ticket_create()
   end
   local lim = M.lim or t.tenant ~= ''
   if lim and not M.lim then
-    if MU.present() then
-      return refuse(MSG.REDIS_LIMITS_BESIDE_MULTI)
-    end
     LH.activate()
   end
   local heavy = lim and LH.too_heavy(t.w)
@@ -3450,10 +3809,7 @@ function ops.ticket_multi()
   local tid, parts = ARGV[A + 3], {}
   local t = {st = 'w', ttl = tonumber(ARGV[A]), owner = ARGV[A + 1], idem = ARGV[A + 2],
              lid = ARGV[A + 4], ka = tonumber(ARGV[A + 5]), princ = PRINC, coll = '0', seq = 0,
-             bw = 0, bf = 0, tenant = '', m = '1'}
-  if (ARGV[A + 7] or '') ~= '' then
-    return refuse(MSG.REDIS_MULTI_TENANT)
-  end
+             bw = 0, bf = 0, tenant = ARGV[A + 7] or '', m = '1'}
   for i = A + 8, #ARGV - 1, 2 do
     parts[#parts + 1] = {s = ARGV[i], w = ARGV[i + 1] + 0}
   end
@@ -3473,7 +3829,7 @@ function ops.ticket_multi()
       if old then
         old.tid = ref
       end
-      if not old or old.m ~= '1' or not MU.tk_same(old, parts) then
+      if not old or old.m ~= '1' or old.tenant ~= t.tenant or not MU.tk_same(old, parts) then
         return refuse(MSG.KEY_OTHER_TICKET)
       end
       tk_touch(ref, old)
@@ -3484,13 +3840,17 @@ function ops.ticket_multi()
     return refuse(MSG.REDIS_STATE_LOST)
   end
   local at_once, full = MU.fits(parts, tonumber(ARGV[A + 6]))
-  if full and not at_once then
+  local lim = MU.limited(parts, t.tenant)
+  if full and not at_once and not lim then
     return refuse(MSG.TOO_MANY_WAITERS)
+  end
+  local w = {inst = '', w = 0, kind = 'm', since = NOW, ttl = t.ttl, owner = t.owner, idem = '',
+             lid = t.lid, mode = '0', princ = PRINC, sttl = ARGV[A], tenant = t.tenant}
+  if lim then
+    return MU.ticket_lim(tid, t, w, parts, full)
   end
   MU.tk_new(tid, t)
   redis.call('HSET', KT, tid, tkpack(t))
-  local w = {inst = '', w = 0, kind = 'm', since = NOW, ttl = t.ttl, owner = t.owner, idem = '',
-             lid = t.lid, mode = '0', princ = PRINC, sttl = ARGV[A], tenant = ''}
   if at_once then
     MU.grant(tid, w, parts, false)
     MU.tk_granted(tid, t.lid)
@@ -3500,6 +3860,25 @@ function ops.ticket_multi()
   end
   MU.join(tid, w, parts)
   keepalive(tid, t)
+  return reply(0, tk_view(tid, t, true))
+end
+
+-- ticket_multi where limits are: it joins every line, and admission may grant it at once.
+function MU.ticket_lim(tid, t, w, parts, full)
+  local r = MU.room(w, parts, full)
+  if r then
+    return r
+  end
+  MU.tk_new(tid, t)
+  redis.call('HSET', KT, tid, tkpack(t))
+  MU.enter(tid, w, parts)
+  t = tk_get(tid)
+  if t.st == 'g' then
+    tk_touch(tid, t) -- granted at once: its creator sees it
+  else
+    MU.queued(w, parts)
+    keepalive(tid, t)
+  end
   return reply(0, tk_view(tid, t, true))
 end
 
@@ -4004,6 +4383,9 @@ end
 
 local function main(keys, args)
   KEYS, ARGV = keys, args
+  if MU.used then
+    MU.wc, MU.afc, MU.htc, MU.used = {}, {}, {}, false -- (a call's own)
+  end
   if not fmt then
     fmt, match, concat, floor = string.format, string.match, table.concat, math.floor
     SP.to_hz = '<' .. string.rep('d', ROW_AT.hz / 8 + 1)
