@@ -787,14 +787,13 @@ def test_ticket_on_several_semaphores_with_a_tenant():
 
 
 def test_ticket_on_several_semaphores_on_redis():
-    """The same on semad's Redis back end (without a tenant: on Redis a request on several
-    semaphores does not take one yet)."""
+    """The same on semad's Redis back end, with a tenant too."""
     import redis_fixture as rf
     rf.need_redis_engine()
     r = rf.RedisServer()
     try:
         with rf.Fleet(r.url(), 1) as fl:
-            ticket_on_several(fl[0], None)
+            ticket_on_several(fl[0], "acme")
     finally:
         r.close()
 

@@ -187,6 +187,7 @@ typedef struct rs {
     uint64_t contact_mono; /* when Redis last answered a command (loop ms; 0: never) */
     int conn_once;         /* the command connection was up before */
     int stall_said;        /* a start that did not answer was logged since the last ready */
+    unsigned sent_said;    /* bit i: Sentinel i's silence, logged since one named the primary */
     int resyncing;         /* a SCRIPT LOAD or hello runs: commands wait in retry/pending */
     elist_t inflight, retry, pending;
     elist_t unconfirmed; /* strict: undo commands answered, until a WAIT confirms them */
