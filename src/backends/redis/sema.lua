@@ -1400,7 +1400,7 @@ end
 -- which takes the general path.
 -- (k: the stem; the weight, ttl and epoch as numbers; the lease id and owner. An acquire
 -- naming an Idempotency-Key takes the general path.)
-local function acquire_at_once(k, wt, ttl, epoch, lid, owner)
+local function acquire_at_once(k, wt, ttl, epoch, lid, owner, packed)
   local kind, km, kx = SP.keys(k)
   if kind ~= 's' then
     return nil
@@ -1447,8 +1447,8 @@ local function acquire_at_once(k, wt, ttl, epoch, lid, owner)
     rcall('SETRANGE', km, ROW_AT.avail, spack('<dddddddddd', avail - wt, held + wt,
                                                         fence, nq, due, nt, ev, ep, pa, hz))
   end
-  if fence == NOWUS then
-    return fence -- (an integer reply: Redis's clock is in it)
+  if packed and fence == NOWUS then
+    return fence -- (an integer reply, to a packed call only: Redis's clock is in it)
   end
   return spack('<Bdd', 71, fence, NOW) -- 'G' (the rest of the lease is the request's)
 end
@@ -1511,7 +1511,7 @@ function SP.packed(k, s)
   local _, fl, ep, wt, ttl, wait, lid, owner, princ, at = sunpack('<BBdddBHc0Hc0Hc0', s)
   ADMIN, PRINC = SP.flag[fl], princ
   SP.clock()
-  local r = acquire_at_once(k, wt, ttl, ep, lid, owner)
+  local r = acquire_at_once(k, wt, ttl, ep, lid, owner, true)
   if r then
     return r
   end
@@ -4444,17 +4444,13 @@ function SP.head(keys)
   else
     ADMIN, RETRY = string.sub(fl, 1, 1), string.find(fl, 'r', 2, true) ~= nil
   end
-  if plain and OP == 'lease_release' then
-    local r = release_at_once(keys[1]) -- (before the clock: it needs none)
-    if r then
-      return r -- (never kept: a retry takes the general path, which rebuilds the answer)
-    end
-  end
+  -- (a release here is not packed: its short path answers an integer, which semad reads
+  -- as a release's only for a packed call, so it takes the general path)
   SP.clock()
   if plain and OP == 'acquire' and ARGV[A + 5] == '' then
     local sw, sttl = ARGV[A], ARGV[A + 2]
     return acquire_at_once(keys[1], SP.nums[sw] or SP.num(sw), SP.nums[sttl] or SP.num(sttl),
-                           SP.nums[EPOCH] or SP.num(EPOCH), ARGV[A + 3], ARGV[A + 4])
+                           SP.nums[EPOCH] or SP.num(EPOCH), ARGV[A + 3], ARGV[A + 4], false)
   end
   return nil
 end
