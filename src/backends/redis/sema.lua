@@ -2365,8 +2365,34 @@ function ops.acquire_multi()
   return reply(P.ST_PARKED)
 end
 
+-- Would request w be granted at once on joining its lines when nobody waits in any of them
+-- (the turns then change nothing: LH.at_once)? If so, it has taken the tokens. Its tenant's
+-- semaphores have limits first (MU.enter's).
+function MU.at_once(w, parts)
+  local first, ok = S, true
+  for _, p in ipairs(parts) do
+    if MU.go(p.s) and w.tenant ~= '' and not M.lim then
+      LH.activate()
+    end
+    if ok then
+      ok = M.nq == 0 and (M.lim and LH.fits_now(w.tenant, p.w) or
+                          not M.lim and p.w <= M.avail and NOW >= SAFE_AT)
+    end
+  end
+  for _, p in ipairs(ok and parts or NONE) do
+    if MU.go(p.s).lim then
+      LH.take_tokens(p.w)
+    end
+  end
+  MU.go(first)
+  return ok
+end
+
 -- acquire_multi where limits are: granted at once, or it waits (a try leaves without a trace).
 function MU.acquire_lim(wid, w, parts, wait, full)
+  if MU.at_once(w, parts) then
+    return reply(0, MU.result(w.lid, MU.grant(wid, w, parts, false)))
+  end
   if wait and not redis.call('ZSCORE', H .. 'inst', INST) then
     return answer(P.ST_GONE_S, '0', nil) -- this instance was taken for dead
   end
@@ -3063,21 +3089,30 @@ end
 -- Would an acquire of w be granted at once on joining a line where nobody waits (the round
 -- robin's turns then change nothing)? If so, it takes its tokens.
 LH.at_once = function(w)
-  if M.nq ~= 0 or w.w > M.avail or NOW < SAFE_AT or not LH.room(w.tenant) then
+  if not LH.fits_now(w.tenant, w.w) then
     return false
   end
-  local t = TN[tenant_of(w.tenant)]
-  if LIM.tm ~= 0 and (t and t.held or 0) + w.w > LIM.tm then
+  LH.take_tokens(w.w)
+  return true
+end
+
+-- Would weight wt of `tenant` be granted at once here (LH.at_once), tokens aside?
+LH.fits_now = function(tenant, wt)
+  if M.nq ~= 0 or wt > M.avail or NOW < SAFE_AT or not LH.room(tenant) then
+    return false
+  end
+  local t = TN[tenant_of(tenant)]
+  if LIM.tm ~= 0 and (t and t.held or 0) + wt > LIM.tm then
     return false
   end
   refill()
+  return LIM.rate == 0 or LIM.tok >= wt * MICRO
+end
+
+LH.take_tokens = function(wt)
   if LIM.rate ~= 0 then
-    if LIM.tok < w.w * MICRO then
-      return false
-    end
-    LIM.tok = LIM.tok - w.w * MICRO
+    LIM.tok = LIM.tok - wt * MICRO
   end
-  return true
 end
 
 -- A weight the limits can never grant (a message id), or nil.
