@@ -18,7 +18,10 @@
  * - Blocking: every call blocks for one HTTP round trip; acquire, lock and wait-idle block
  *   until granted or their timeout (a long poll on the server, never polling).
  * - Strings handed in are borrowed for the call; strings handed out are owned by the
- *   caller and freed with sema_client_string_free().
+ *   caller and freed with sema_client_string_free(). Every string that is sent (names,
+ *   keys, owners, tenants, idempotency keys, a list's prefix) must be valid UTF-8, and an
+ *   idempotency key have no control characters: anything else fails with SEMA_EINVAL and
+ *   a message naming it ("tenant must be valid UTF-8") before any request is sent.
  * - libcurl: sema_client_new() calls curl_global_init() once per process (pthread_once);
  *   programs that use libcurl themselves should call curl_global_init() before starting
  *   threads, as libcurl asks. */
@@ -156,8 +159,9 @@ typedef struct {
  * SEMA_CLIENT_DEFAULT_URL, as the sema command and the JS and Python clients do; `opts`
  * fields left NULL take $SEMA_TOKEN, $SEMA_CACERT, $SEMA_CERT and $SEMA_CERT_KEY the same
  * way. `opts` may be NULL (defaults). Sends nothing. Returns 0 and *out, SEMA_EINVAL (a
- * scheme other than http:// or https://, a token with a space or control byte, or `cacert`,
- * `cert` or `key` given for an http:// URL, where the environment's pass as defaults),
+ * scheme other than http:// or https://, a token with a space or control byte, an owner
+ * that is not UTF-8, or `cacert`, `cert` or `key` given for an http:// URL, where the
+ * environment's pass as defaults),
  * SEMA_ENOMEM or SEMA_EIO (libcurl failed to start). Thread-safe (reads the environment). */
 SEMA_EXTERN int sema_client_new(sema_client_t **out, const char *url,
                                 const sema_client_opts_t *opts);

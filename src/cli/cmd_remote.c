@@ -107,10 +107,13 @@ static const verb_t verbs[] = {
     {"watch", "NAME [--max-retries N]", "live view of holders and waiters (reconnects)", 1, 1,
      O_RETRIES, remote_watch,
      "sema watch builds\nsema watch builds | tee events.log\nsema watch builds --max-retries 5"},
-    {"ticket", "NAME [-w W] [--ttl D] [--keepalive D] [--owner O] [--key K] [--tenant T]",
-     "take a place in line and print the ticket id", 1, 1,
+    {"ticket",
+     "NAME[:W][,NAME[:W]...] [-w W] [--ttl D] [--keepalive D] [--owner O] [--key K] "
+     "[--tenant T]",
+     "take a place in line (of several semaphores at once) and print the ticket id", 1, 1,
      O_W | O_TTL | O_OWNER | O_KEY | O_KEEPALIVE | O_TENANT, remote_ticket,
-     "ticket=$(sema ticket export --keepalive 5m)\nsema ticket-wait \"$ticket\" -t 1h"},
+     "ticket=$(sema ticket export --keepalive 5m)\nsema ticket-wait \"$ticket\" -t 1h\n"
+     "ticket=$(sema ticket gpu:2,db:1 --tenant acme)"},
     {"ticket-show", "TICKET [-t D]", "show a ticket: its place in line, or its lease", 1, 1, O_T,
      remote_ticket_show,
      "sema ticket-show \"$ticket\"\nsema ticket-show \"$ticket\" -t 30s --json"},
@@ -188,7 +191,11 @@ static void verb_help(const verb_t *v, FILE *out)
         fprintf(out, "  --tenant-max N  the most units one tenant may hold (0: no cap)\n"
                      "  --rate R       grant at most R units a second (0: no rate)\n"
                      "  --burst B      ... and at most B at once after a pause (default R)\n");
-    if ((v->opts & O_TENANT) && (v->opts & O_W) && strcmp(v->name, "ticket") != 0)
+    if ((v->opts & O_TENANT) && (v->opts & O_KEEPALIVE))
+        fprintf(out, "  NAME:W,NAME:W  several semaphores at once, all or nothing: the ticket "
+                     "has a place\n                 in each one's line, holds nothing until it "
+                     "has them all, then\n                 one lease on them all\n");
+    else if ((v->opts & O_TENANT) && (v->opts & O_W))
         fprintf(out, "  NAME:W,NAME:W  several semaphores at once, all or nothing: the request "
                      "waits in\n                 each one's line and holds nothing until it "
                      "has them all\n");

@@ -71,6 +71,15 @@ void remote_print_state(const char *json);
  * its name and o->weight (when -w was not given). Returns 0 or a usage exit status. */
 int remote_parse_parts(remote_opts_t *o);
 
+/* The "semaphores" of a lease or ticket on several: [{"name","weight"[,"fence"]},...]. New;
+ * NULL on ENOMEM. */
+json_t *remote_parts_json(const sema_lease_part_t *parts, size_t n, int fenced);
+
+/* A lease on several semaphores as JSON, as semad shows it: "lease", "semaphores" (with
+ * their fences), "fences" ({"name":fence,...}), "ttl_ms", "expires_at", "acquired_at". New;
+ * NULL on ENOMEM. */
+json_t *remote_multi_lease_json(const sema_lease_t *l, const sema_lease_part_t *parts, size_t n);
+
 /* sema acquire on several semaphores: print the lease id (or the lease with --json). */
 int remote_acquire_parts(remote_opts_t *o, sema_client_t *c, const sema_acquire_opts_t *ao);
 

@@ -75,23 +75,37 @@ int remote_parse_parts(remote_opts_t *o)
     return 0;
 }
 
+json_t *remote_parts_json(const sema_lease_part_t *parts, size_t n, int fenced)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; arr != NULL && i < n; i++) {
+        json_t *p =
+            json_pack("{s:s,s:I}", "name", parts[i].name, "weight", (json_int_t)parts[i].weight);
+        if (fenced && p != NULL)
+            json_object_set_new(p, "fence", json_integer((json_int_t)parts[i].fence));
+        json_array_append_new(arr, p);
+    }
+    return arr;
+}
+
+json_t *remote_multi_lease_json(const sema_lease_t *l, const sema_lease_part_t *parts, size_t n)
+{
+    json_t *fences = json_object();
+    for (size_t i = 0; fences != NULL && i < n; i++)
+        json_object_set_new(fences, parts[i].name, json_integer((json_int_t)parts[i].fence));
+    return json_pack("{s:s,s:o,s:o,s:I,s:I,s:I}", "lease", l->id, "semaphores",
+                     remote_parts_json(parts, n, 1), "fences", fences, "ttl_ms",
+                     (json_int_t)l->ttl_ms, "expires_at", (json_int_t)l->expires_at_ms,
+                     "acquired_at", (json_int_t)l->acquired_at_ms);
+}
+
 static void print_multi(const remote_opts_t *o, const sema_multi_lease_t *m)
 {
     if (!o->json) {
         printf("%s\n", m->lease.id);
         return;
     }
-    json_t *parts = json_array(), *fences = json_object();
-    for (size_t i = 0; parts != NULL && fences != NULL && i < m->nparts; i++) {
-        json_array_append_new(parts, json_pack("{s:s,s:I,s:I}", "name", m->parts[i].name, "weight",
-                                               (json_int_t)m->parts[i].weight, "fence",
-                                               (json_int_t)m->parts[i].fence));
-        json_object_set_new(fences, m->parts[i].name, json_integer((json_int_t)m->parts[i].fence));
-    }
-    json_t *j = json_pack("{s:s,s:o,s:o,s:I,s:I,s:I}", "lease", m->lease.id, "semaphores", parts,
-                          "fences", fences, "ttl_ms", (json_int_t)m->lease.ttl_ms, "expires_at",
-                          (json_int_t)m->lease.expires_at_ms, "acquired_at",
-                          (json_int_t)m->lease.acquired_at_ms);
+    json_t *j = remote_multi_lease_json(&m->lease, m->parts, m->nparts);
     if (j != NULL)
         json_dumpf(j, stdout, JSON_COMPACT);
     printf("\n");

@@ -72,6 +72,37 @@ int client_fail(sema_client_error_t *err, int code, long status, const char *fmt
     return code;
 }
 
+/* 0 when `s` is UTF-8, SEMA_EINVAL when not, SEMA_ENOMEM when that could not be told:
+ * jansson's own check, the one json_string() applies to every string the client sends. */
+static int utf8_check(const char *s)
+{
+    json_t *j = json_string(s);
+    int rc = 0;
+
+    if (j == NULL) /* not UTF-8, or no memory: json_string_nocheck() fails for the latter only */
+        rc = (j = json_string_nocheck(s)) != NULL ? SEMA_EINVAL : SEMA_ENOMEM;
+    json_decref(j);
+    return rc;
+}
+
+int client_check_text(const char *what, const char *s, sema_client_error_t *err)
+{
+    int rc = s != NULL ? utf8_check(s) : 0;
+
+    if (rc == SEMA_EINVAL)
+        return client_fail(err, rc, 0, "%s must be valid UTF-8", what);
+    return rc != 0 ? client_fail(err, rc, 0, "out of memory") : 0;
+}
+
+int client_set_text(json_t *body, const char *key, const char *s, sema_client_error_t *err)
+{
+    int rc = client_check_text(key, s, err);
+
+    if (rc == 0 && s != NULL && json_object_set_new(body, key, json_string(s)) != 0)
+        rc = client_fail(err, SEMA_ENOMEM, 0, "out of memory");
+    return rc;
+}
+
 int client_check_name(const char *name, sema_client_error_t *err)
 {
     if (name == NULL || name[0] == '\0')
@@ -79,7 +110,25 @@ int client_check_name(const char *name, sema_client_error_t *err)
     if (strlen(name) >= SEMA_CLIENT_NAME_MAX)
         return client_fail(err, SEMA_ENAMETOOLONG, 0, "name longer than %d bytes",
                            SEMA_CLIENT_NAME_MAX - 1);
-    return 0;
+    return client_check_text("name", name, err);
+}
+
+int client_idem_key(const char *given, char *key, size_t len, sema_client_error_t *err)
+{
+    if (given == NULL)
+        return client_random_key(key, len) != 0 ? client_fail(err, SEMA_EIO, 0, "getrandom failed")
+                                                : 0;
+    size_t n = strlen(given);
+    int ctl = 0;
+    for (size_t i = 0; i < n; i++)
+        ctl |= (unsigned char)given[i] < 0x20 || given[i] == 0x7f;
+    if (n == 0 || n >= len || ctl)
+        return client_fail(err, SEMA_EINVAL, 0,
+                           "idempotency key must be 1..%zu bytes, no control characters", len - 1);
+    int rc = client_check_text("idempotency key", given, err);
+    if (rc == 0)
+        snprintf(key, len, "%s", given);
+    return rc;
 }
 
 char *client_escape(const char *s)
@@ -286,6 +335,8 @@ int sema_client_new(sema_client_t **out, const char *url, const sema_client_opts
     c->key = opt_path(opts->key, "SEMA_CERT_KEY", &fail);
     if (rc == 0 && tls_on_http(c->url, opts))
         rc = SEMA_EINVAL;
+    if (rc == 0 && c->owner != NULL) /* sent with every acquire: refused now, not each time */
+        rc = client_check_text("owner", c->owner, NULL);
     if (rc == 0)
         rc = auth_header(c, opts->token != NULL ? opts->token : getenv("SEMA_TOKEN"));
     if (c->url == NULL || c->owner == NULL || fail || rc != 0) {

@@ -111,8 +111,23 @@ char *client_path(const char *prefix, const char *name, const char *suffix);
 /* Percent-encode `s` (all but RFC 3986 unreserved bytes) into a new string. */
 char *client_escape(const char *s);
 
-/* Check a name or key: non-NULL, non-empty, shorter than SEMA_CLIENT_NAME_MAX. */
+/* Every string the client sends (in a body, a path or a header) is checked before anything
+ * is sent, so that a bad one fails with SEMA_EINVAL and a message naming it: */
+
+/* Check a name or key: non-NULL, non-empty, shorter than SEMA_CLIENT_NAME_MAX, UTF-8. */
 int client_check_name(const char *name, sema_client_error_t *err);
+
+/* Check `s` (NULL: not sent, fine) is UTF-8. Returns 0, SEMA_EINVAL ("<what> must be valid
+ * UTF-8") or SEMA_ENOMEM, with err filled. */
+int client_check_text(const char *what, const char *s, sema_client_error_t *err);
+
+/* body[key] = the string `s`, checked as client_check_text() does (NULL: nothing set). */
+int client_set_text(json_t *body, const char *key, const char *s, sema_client_error_t *err);
+
+/* The Idempotency-Key of a request into key[len]: `given` (1 to len - 1 bytes of UTF-8, no
+ * control characters), or a random one when `given` is NULL. Returns 0, SEMA_EINVAL, SEMA_EIO
+ * (getrandom failed) or SEMA_ENOMEM, with err filled. */
+int client_idem_key(const char *given, char *key, size_t len, sema_client_error_t *err);
 
 /* Monotonic now in ns; sleep for ms unless *cancel becomes set (returns non-zero then). */
 int64_t client_now_ns(void);

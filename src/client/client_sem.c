@@ -264,6 +264,8 @@ int sema_client_list(sema_client_t *c, const char *prefix, sema_client_list_cb c
         return client_fail(err, SEMA_EINVAL, 0, "no callback");
     if (prefix != NULL && strlen(prefix) >= SEMA_CLIENT_NAME_MAX)
         return client_fail(err, SEMA_ENAMETOOLONG, 0, "prefix too long");
+    if ((rc = client_check_text("prefix", prefix, err)) != 0)
+        return rc;
     do {
         rc = list_page(c, prefix ? prefix : "", cursor, cb, arg, &next, &stop, err);
         free(cursor);
@@ -476,18 +478,12 @@ static int acquire_keyed(sema_client_t *c, acq_t *a, sema_lease_t *lease, sema_c
 
     if (o->ttl_ms < 0)
         rc = client_fail(err, SEMA_EINVAL, 0, "ttl_ms must be >= 0");
-    else if (o->idempotency_key != NULL &&
-             (o->idempotency_key[0] == '\0' || strlen(o->idempotency_key) >= sizeof a->key ||
-              strpbrk(o->idempotency_key, "\r\n") != NULL))
-        rc = client_fail(err, SEMA_EINVAL, 0, "idempotency key must be 1..79 bytes, one line");
-    else if (o->idempotency_key != NULL)
-        copy_str(a->key, sizeof a->key, o->idempotency_key);
-    else if (client_random_key(a->key, sizeof a->key) != 0)
-        rc = client_fail(err, SEMA_EIO, 0, "getrandom failed");
+    else
+        rc = client_idem_key(o->idempotency_key, a->key, sizeof a->key, err);
     if (rc == 0 && o->ttl_ms > 0)
         json_object_set_new(a->body, "ttl_ms", json_integer(o->ttl_ms));
-    if (rc == 0 && o->tenant != NULL && strstr(a->path, "/v1/locks/") != a->path)
-        json_object_set_new(a->body, "tenant", json_string(o->tenant));
+    if (rc == 0 && strstr(a->path, "/v1/locks/") != a->path) /* locks have no tenants */
+        rc = client_set_text(a->body, "tenant", o->tenant, err);
     if (rc == 0)
         rc = acquire_loop(c, a, lease, err);
     if (rc == 0)
@@ -514,12 +510,24 @@ static int acquire_prepare(const char *name, const sema_acquire_opts_t *opts, se
     return client_check_name(name, err);
 }
 
-static json_t *owner_body(sema_client_t *c, const sema_acquire_opts_t *opts)
+/* A new request body into *body with the owner (the caller's, or the client's). Returns 0,
+ * SEMA_EINVAL (an owner that is not UTF-8) or SEMA_ENOMEM, with err filled. */
+static int owner_body(sema_client_t *c, const sema_acquire_opts_t *opts, json_t **body,
+                      sema_client_error_t *err)
 {
     const char *owner = opts != NULL && opts->owner != NULL ? opts->owner : c->owner;
-    return json_pack("{s:s}", "owner", owner);
+    int rc;
+
+    if ((*body = json_object()) == NULL)
+        return client_fail(err, SEMA_ENOMEM, 0, "out of memory");
+    if ((rc = client_set_text(*body, "owner", owner, err)) != 0) {
+        json_decref(*body);
+        *body = NULL;
+    }
+    return rc;
 }
 
+/* POST <prefix><name>/acquire with `body` (stolen). */
 static int acquire_at(sema_client_t *c, const char *prefix, const char *name, json_t *body,
                       const sema_acquire_opts_t *opts, sema_lease_t *lease,
                       sema_client_error_t *err)
@@ -527,7 +535,7 @@ static int acquire_at(sema_client_t *c, const char *prefix, const char *name, js
     char *path = client_path(prefix, name, "/acquire");
     int rc;
 
-    if (body == NULL || path == NULL)
+    if (path == NULL)
         rc = client_fail(err, SEMA_ENOMEM, 0, "out of memory");
     else
         rc = acquire_generic(c, path, body, opts, lease, err);
@@ -545,9 +553,10 @@ int sema_client_acquire(sema_client_t *c, const char *name, const sema_acquire_o
     uint64_t weight = opts != NULL && opts->weight > 0 ? opts->weight : 1;
     if (weight > (1ull << 53))
         return client_fail(err, SEMA_EINVAL, 0, "weight above 2^53");
-    json_t *body = owner_body(c, opts);
-    if (body != NULL)
-        json_object_set_new(body, "weight", json_integer((json_int_t)weight));
+    json_t *body;
+    if ((rc = owner_body(c, opts, &body, err)) != 0)
+        return rc;
+    json_object_set_new(body, "weight", json_integer((json_int_t)weight));
     return acquire_at(c, "/v1/semaphores/", name, body, opts, lease, err);
 }
 
@@ -563,9 +572,9 @@ int sema_client_acquire_all(sema_client_t *c, const sema_client_part_t *parts, s
     memset(lease, 0, sizeof *lease);
     if ((rc = client_parts_body(parts, nparts, &arr, err)) != 0)
         return rc;
-    if ((body = owner_body(c, opts)) == NULL) {
+    if ((rc = owner_body(c, opts, &body, err)) != 0) {
         json_decref(arr);
-        return client_fail(err, SEMA_ENOMEM, 0, "out of memory");
+        return rc;
     }
     json_object_set_new(body, "semaphores", arr);
     sema_acquire_opts_t dflt = {.timeout_ms = -1};
@@ -586,10 +595,11 @@ int sema_client_lock(sema_client_t *c, const char *key, int mode, const sema_acq
         return rc;
     if (mode != SEMA_LOCK_SHARED && mode != SEMA_LOCK_EXCLUSIVE)
         return client_fail(err, SEMA_EINVAL, 0, "mode must be shared or exclusive");
-    json_t *body = owner_body(c, opts);
-    if (body != NULL)
-        json_object_set_new(body, "mode",
-                            json_string(mode == SEMA_LOCK_SHARED ? "shared" : "exclusive"));
+    json_t *body;
+    if ((rc = owner_body(c, opts, &body, err)) != 0)
+        return rc;
+    json_object_set_new(body, "mode",
+                        json_string(mode == SEMA_LOCK_SHARED ? "shared" : "exclusive"));
     return acquire_at(c, "/v1/locks/", key, body, opts, lease, err);
 }
 

@@ -138,27 +138,20 @@ static int ticket_key(const sema_ticket_opts_t *o, char *key, size_t len, sema_c
 {
     if (o->ttl_ms < 0 || o->keepalive_ms < 0)
         return client_fail(err, SEMA_EINVAL, 0, "ttl_ms and keepalive_ms must be >= 0");
-    if (o->idempotency_key != NULL &&
-        (o->idempotency_key[0] == '\0' || strlen(o->idempotency_key) >= len ||
-         strpbrk(o->idempotency_key, "\r\n") != NULL))
-        return client_fail(err, SEMA_EINVAL, 0, "idempotency key must be 1..79 bytes, one line");
-    if (o->idempotency_key != NULL)
-        snprintf(key, len, "%s", o->idempotency_key);
-    else if (client_random_key(key, len) != 0)
-        return client_fail(err, SEMA_EIO, 0, "getrandom failed");
-    return 0;
+    return client_idem_key(o->idempotency_key, key, len, err);
 }
 
-/* Add what every take sends to `body`: owner, ttl, keepalive and tenant. Returns 0, or
- * SEMA_EINVAL for an owner or tenant that is not UTF-8 (jansson refuses it). */
+/* Add what every take sends to `body`: owner, ttl, keepalive and tenant. Returns 0,
+ * SEMA_EINVAL (an owner or tenant that is not UTF-8) or SEMA_ENOMEM, with err filled. */
 static int ticket_fields(sema_client_t *c, json_t *body, const sema_ticket_opts_t *o,
                          sema_client_error_t *err)
 {
-    const char *owner = o->owner != NULL ? o->owner : c->owner;
+    int rc = client_set_text(body, "owner", o->owner != NULL ? o->owner : c->owner, err);
 
-    if (json_object_set_new(body, "owner", json_string(owner)) != 0 ||
-        (o->tenant != NULL && json_object_set_new(body, "tenant", json_string(o->tenant)) != 0))
-        return client_fail(err, SEMA_EINVAL, 0, "owner and tenant must be UTF-8");
+    if (rc == 0)
+        rc = client_set_text(body, "tenant", o->tenant, err);
+    if (rc != 0)
+        return rc;
     if (o->ttl_ms > 0)
         json_object_set_new(body, "ttl_ms", json_integer(o->ttl_ms));
     if (o->keepalive_ms > 0)

@@ -12,9 +12,7 @@
 #include "common/table.h"
 #include "engine/engine.h"
 
-struct strbuf;
-
-/* What events_replay found. */
+/* How the read of an event log after an id went (ENGINE_EVENTS_OPEN's log_rc). */
 enum {
     ENGINE_LOG_OK = 0,  /* replayed (maybe nothing: the id was the current point) */
     ENGINE_LOG_FOREIGN, /* the id is not from the log as it runs now */
@@ -30,8 +28,11 @@ typedef struct engine_backend {
     int (*open)(void **out, engine_t *front, uv_loop_t *loop, const engine_config_t *cfg,
                 char *errbuf, size_t errlen);
     /* Serve a request whose inputs the front checked: fill req->status, req->message and
-     * req->res, then hand it to engine__complete() exactly once (now or later). A request
-     * may arrive failed already (req->status != 0: its inputs failed the checks): it is
+     * req->res, then hand it to engine__complete() exactly once (now or later). For
+     * ENGINE_METRICS, the front has written its own series to req->text: the back end
+     * appends its own (0 or SEMA_ENOMEM in req->status); one that reads them from its store
+     * does so without blocking the loop, and writes nothing once the request is cancelled. A
+     * request may arrive failed already (req->status != 0: its inputs failed the checks): it is
      * completed as it is, in order with the others. Returns 0, or SEMA_ENOMEM when it
      * cannot take the request at all (then it never completes it). */
     int (*submit)(void *be, engine_req_t *req);
@@ -41,22 +42,15 @@ typedef struct engine_backend {
     /* Fail parked requests with SEMA_ESHUTDOWN, finish what is in flight, close; call
      * engine__backend_closed() once nothing of it runs any more (it is then freed). */
     void (*shutdown)(void *be);
-    /* Does the semaphore exist now? (for subscriptions) */
+    /* Optional: does the semaphore exist now? (asked after a store rollback, which only a
+     * back end with such a store makes: engine__events_rollback) */
     int (*exists)(void *be, const char *name, size_t len);
     void (*stats)(void *be, engine_stats_t *out);
-    /* Append its own Prometheus metrics. 0 or SEMA_ENOMEM. */
-    int (*metrics)(void *be, struct strbuf *out);
-    /* Optional: a back end that numbers events itself, in a log shared by every instance of
-     * one store (Redis), sets both; the front then keeps no resume ring for it.
-     * events_point: where the semaphore's log stands, as read by the exists() just made for
-     * a subscription: 0, or -1 when unknown. events_replay: the events after uid-seq, oldest
-     * first, through each(ctx, ev) (ev->uid and ev->seq set); *cur_uid and *cur_seq get
-     * where the log stands (the last event replayed, or the current point). Returns an
-     * ENGINE_LOG_* code. */
-    int (*events_point)(void *be, const char *name, size_t len, uint64_t *uid, uint64_t *seq);
-    int (*events_replay)(void *be, const char *name, size_t len, uint64_t uid, uint64_t seq,
-                         void (*each)(void *ctx, const struct engine_event *ev), void *ctx,
-                         uint64_t *cur_uid, uint64_t *cur_seq);
+    /* 1: it numbers events itself, in a log shared by every instance of one store (Redis);
+     * the front then keeps no resume ring for it, and it answers ENGINE_EVENTS_OPEN with
+     * where the log stands and, with an id, the events after it (engine_req_t's log_*,
+     * replay, nreplay). */
+    int event_log;
     /* Optional: where its state lives (engine_describe); without it, its name. */
     void (*describe)(void *be, char *buf, size_t cap);
     /* Optional operations. A back end that leaves `tickets` 0 never sees ENGINE_TICKET_*:
@@ -113,7 +107,7 @@ void engine__lease_id(engine_t *e, char id[ENGINE_LEASE_ID_MAX]);
 void engine__random(engine_t *e, void *out, size_t n);
 
 /* Publish an event to the semaphore's subscribers (engine_event_t in engine.h); cheap when
- * nobody watches. A back end with an event log (events_replay) numbers its events: `uid`
+ * nobody watches. A back end with an event log (event_log) numbers its events: `uid`
  * and `seq` are the event's id, and it may send "reset" (with `reason`) to every
  * subscriber, numbered with the log's point. */
 void engine__event(engine_t *e, const engine_event_t *ev);

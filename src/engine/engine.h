@@ -29,7 +29,8 @@
 typedef struct engine engine_t;
 typedef struct engine_req engine_req_t;
 typedef struct engine_sub engine_sub_t;
-struct store; /* store.h */
+struct store;  /* store.h */
+struct strbuf; /* common/strbuf.h */
 
 /* The operations; the comment gives the inputs used and the success result (req->res, a
  * typed value: see engine_result_t; render.c writes it in the wire format of
@@ -70,6 +71,12 @@ typedef enum {
     /* Several semaphores at once: all or nothing (engine_backend_t.multi). */
     ENGINE_ACQUIRE_MULTI, /* parts, timeout_ms, ttl_ms, owner, idem_key, tenant -> LEASE
                              (with its parts: one lease, a fence per semaphore) */
+    ENGINE_METRICS,       /* text -> NONE: the engine's Prometheus metrics appended to text (a
+                             back end that reads some from its store answers once it has) */
+    ENGINE_EVENTS_OPEN,   /* name, id (a client's Last-Event-ID, may be NULL) -> NONE, or
+                             SEMA_ENOENT: what a subscription to the semaphore's events needs
+                             is ready; engine_subscribe and engine_sub_resume take it from
+                             inside the callback (neither then waits for a store) */
     ENGINE_OP_COUNT
 } engine_op_t;
 
@@ -261,6 +268,19 @@ struct engine_req {
          * semaphores with their weights, each named once (nparts, at most
          * ENGINE_PARTS_MAX) */
         const engine_part_t *parts;
+        /* METRICS: where the text goes (a growable string the caller owns until the
+         * callback; see common/strbuf.h) */
+        struct strbuf *text;
+        /* EVENTS_OPEN, set by the engine: from a back end that keeps an event log
+         * (engine_backend_t.event_log), where the log stood (log_uid 0: unknown) and, with
+         * an id, its events after it (in res's memory) and how their read went */
+        struct {
+            uint64_t from_uid, from_seq; /* id as the front parsed it (0: not an id) */
+            uint64_t log_uid, log_seq;
+            const struct engine_event *replay;
+            size_t nreplay;
+            int log_rc; /* ENGINE_LOG_* (backend.h) */
+        };
     };
     const char *tenant;   /* ACQUIRE, ACQUIRE_MULTI, TICKET_CREATE: optional, may be NULL */
     int64_t timeout_ms;   /* ACQUIRE, WAIT_IDLE, LOCK_ACQUIRE: 0 try, < 0 forever */
@@ -378,13 +398,16 @@ void engine_cancel(engine_t *e, engine_req_t *req);
  * SEMA_ENOENT, SEMA_ELIMIT or SEMA_ENOMEM. */
 typedef void (*engine_event_cb)(void *arg, const char *id, const char *type, const char *data,
                                 size_t len);
-int engine_subscribe(engine_t *e, const char *name, engine_event_cb cb, void *arg,
+/* `open` is an ENGINE_EVENTS_OPEN request that succeeded, in its callback (borrowed): the
+ * subscription is to its semaphore. */
+int engine_subscribe(engine_t *e, const engine_req_t *open, engine_event_cb cb, void *arg,
                      engine_sub_t **out);
-/* Resume `sub` after `last_id` (a client's Last-Event-ID): calls cb(arg, ...) at once with
- * every event since it, oldest first, if the engine still has them all; otherwise with one
- * "reset" event ({"name","reason"}: events in between are lost, read the state again). The
- * subscription's own callback then skips what was replayed. cb must not unsubscribe. */
-void engine_sub_resume(engine_t *e, engine_sub_t *sub, const char *last_id, engine_event_cb cb,
+/* Resume `sub` after open->id (a client's Last-Event-ID; nothing without one), in the same
+ * callback: calls cb(arg, ...) at once with every event since it, oldest first, if the engine
+ * still has them all; otherwise with one "reset" event ({"name","reason"}: events in between
+ * are lost, read the state again). The subscription's own callback then skips what was
+ * replayed. cb must not unsubscribe. */
+void engine_sub_resume(engine_t *e, engine_sub_t *sub, const engine_req_t *open, engine_event_cb cb,
                        void *arg);
 void engine_unsubscribe(engine_t *e, engine_sub_t *sub);
 
@@ -395,8 +418,10 @@ void engine_unsubscribe(engine_t *e, engine_sub_t *sub);
 #define ENGINE_EVENTS_IDLE_MAX 1024
 #define ENGINE_EVENTS_RECENT 4096
 
-/* Append the engine's Prometheus metrics (text format) to `buf` (a growable string the
- * caller owns; see common/strbuf.h). Returns 0 or SEMA_ENOMEM. */
+/* Append the front's own Prometheus metrics (text format: its counters and histograms) to
+ * `buf` (a growable string the caller owns; see common/strbuf.h). Returns 0 or SEMA_ENOMEM.
+ * The whole engine's, the back end's series after these, come with an ENGINE_METRICS
+ * request, which never blocks the loop on a store. */
 int engine_metrics(engine_t *e, struct strbuf *buf);
 
 /* Whether the engine's store answers (engine_stats_t.store). */

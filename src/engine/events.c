@@ -299,16 +299,44 @@ int engine__deliver_event(engine_t *e)
 
 /* ---- subscriptions ---- */
 
-int engine_subscribe(engine_t *e, const char *name, engine_event_cb cb, void *arg,
+/* "<uid>-<seq>" -> 0, or -1 if it is not one. */
+static int parse_event_id(const char *s, uint64_t *uid, uint64_t *seq)
+{
+    char *end;
+
+    if (s == NULL || *s < '0' || *s > '9')
+        return -1;
+    errno = 0;
+    *uid = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '-' || end[1] < '0' || end[1] > '9')
+        return -1;
+    *seq = strtoull(end + 1, &end, 10);
+    return errno != 0 || *end != '\0' ? -1 : 0;
+}
+
+int engine__events_open(engine_t *e, engine_req_t *req)
+{
+    (void)e;
+    req->from_uid = req->from_seq = req->log_uid = req->log_seq = 0;
+    req->replay = NULL;
+    req->nreplay = 0;
+    req->log_rc = ENGINE_LOG_UNKNOWN;
+    if (req->id != NULL && parse_event_id(req->id, &req->from_uid, &req->from_seq) != 0)
+        req->from_uid = req->from_seq = 0; /* matches no log: the back end answers its point */
+    return 0;
+}
+
+int engine_subscribe(engine_t *e, const engine_req_t *open, engine_event_cb cb, void *arg,
                      engine_sub_t **out)
 {
-    size_t len = name ? strlen(name) : 0;
+    const char *name = open->name;
+    size_t len = open->name_len;
     engine_sub_t *sub;
     esub_group_t *g;
 
     *out = NULL;
     idle_sweep(e);
-    if (name == NULL || cb == NULL || !e->ops->exists(e->be, name, len))
+    if (open->op != ENGINE_EVENTS_OPEN || open->status != 0 || name == NULL || cb == NULL)
         return SEMA_ENOENT;
     if (e->nsubs >= MAX_SUBSCRIPTIONS)
         return SEMA_ELIMIT;
@@ -326,30 +354,14 @@ int engine_subscribe(engine_t *e, const char *name, engine_event_cb cb, void *ar
     sub->cb = cb;
     sub->arg = arg;
     sub->uid = g->uid;
-    if (e->ops->events_point != NULL &&
-        e->ops->events_point(e->be, name, len, &sub->uid, &sub->seen) != 0) {
-        sub->uid = 0; /* unknown: it follows the run of the first event it gets */
-        sub->seen = 0;
+    if (e->ops->event_log) { /* (log_uid 0: unknown, it follows the first event's run) */
+        sub->uid = open->log_uid;
+        sub->seen = open->log_seq;
     }
     elist_push_back(&g->subs, &sub->link);
     e->nsubs++;
     *out = sub;
     return 0;
-}
-
-/* "<uid>-<seq>" -> 0, or -1 if it is not one. */
-static int parse_event_id(const char *s, uint64_t *uid, uint64_t *seq)
-{
-    char *end;
-
-    if (s == NULL || *s < '0' || *s > '9')
-        return -1;
-    errno = 0;
-    *uid = strtoull(s, &end, 10);
-    if (errno != 0 || *end != '-' || end[1] < '0' || end[1] > '9')
-        return -1;
-    *seq = strtoull(end + 1, &end, 10);
-    return errno != 0 || *end != '\0' ? -1 : 0;
 }
 
 /* The data of a "reset" or "deleted" event of group g. */
@@ -429,22 +441,19 @@ static void log_reset(const engine_t *e, engine_sub_t *sub, uint64_t uid, uint64
     text_unref(t);
 }
 
-/* The back end keeps the events (a log shared by every instance on Redis): it replays them,
- * or says why it cannot, which makes the same "reset" as the ring's. */
-static void resume_from_log(engine_t *e, engine_sub_t *sub, const char *last_id, engine_event_cb cb,
-                            void *arg)
+/* The back end keeps the events (a log shared by every instance on Redis): the open request
+ * read them, or says why it could not, which makes the same "reset" as the ring's. */
+static void resume_from_log(engine_t *e, engine_sub_t *sub, const engine_req_t *open,
+                            engine_event_cb cb, void *arg)
 {
-    esub_group_t *g = sub->grp;
     replay_ctx_t c = {e, sub, cb, arg};
-    uint64_t uid = 0, seq = 0, cu = sub->uid, cs = sub->seen;
-    int rc;
+    uint64_t cu = open->log_uid, cs = open->log_seq;
 
-    if (parse_event_id(last_id, &uid, &seq) != 0)
-        uid = seq = 0; /* matches no log: the back end answers with its point */
-    sub->uid = uid;    /* what the client has seen; the replay takes it to the log's point */
-    sub->seen = seq;
-    rc = e->ops->events_replay(e->be, g->name, g->name_len, uid, seq, replay_each, &c, &cu, &cs);
-    switch (rc) {
+    sub->uid = open->from_uid; /* what the client has seen; the replay takes it to the point */
+    sub->seen = open->from_seq;
+    for (size_t i = 0; i < open->nreplay; i++)
+        replay_each(&c, &open->replay[i]);
+    switch (open->log_rc) {
     case ENGINE_LOG_OK:
         if (!sub->finished && (sub->uid != cu || sub->seen < cs)) {
             sub->uid = cu;
@@ -465,17 +474,18 @@ static void resume_from_log(engine_t *e, engine_sub_t *sub, const char *last_id,
     }
 }
 
-void engine_sub_resume(engine_t *e, engine_sub_t *sub, const char *last_id, engine_event_cb cb,
+void engine_sub_resume(engine_t *e, engine_sub_t *sub, const engine_req_t *open, engine_event_cb cb,
                        void *arg)
 {
     esub_group_t *g = sub->grp;
+    const char *last_id = open->id;
     uint64_t uid, seq;
     size_t first;
 
     if (sub->finished || last_id == NULL)
         return;
-    if (e->ops->events_replay != NULL) {
-        resume_from_log(e, sub, last_id, cb, arg);
+    if (e->ops->event_log) {
+        resume_from_log(e, sub, open, cb, arg);
         return;
     }
     if (parse_event_id(last_id, &uid, &seq) != 0 || uid != g->uid || seq > g->seq) {
@@ -526,7 +536,7 @@ static void rollback_group(void *arg, enode_t *n)
     engine_t *e = arg;
     esub_group_t *g = ECONTAINER(n, esub_group_t, node);
 
-    if (e->ops->exists(e->be, g->name, g->name_len)) {
+    if (e->ops->exists != NULL && e->ops->exists(e->be, g->name, g->name_len)) {
         /* Events already sent may describe changes that were just rolled back: a new uid
          * makes every earlier id resume with "reset", and live subscribers get one now. */
         g->uid = ++e->group_uid;

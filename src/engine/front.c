@@ -411,9 +411,10 @@ int engine_submit(engine_t *e, engine_req_t *req)
         return SEMA_EINVAL;
     if (e->shutting_down)
         return SEMA_ESHUTDOWN;
-    if (on_id(req->op)  ? req->id == NULL
-        : on_parts(req) ? req->parts == NULL
-                        : !is_list_op(req->op) && req->name == NULL)
+    if (req->op == ENGINE_METRICS ? req->text == NULL
+        : on_id(req->op)          ? req->id == NULL
+        : on_parts(req)           ? req->parts == NULL
+                                  : !is_list_op(req->op) && req->name == NULL)
         return SEMA_EINVAL;
     if (req->name != NULL && req->name_len == 0)
         req->name_len = strlen(req->name);
@@ -425,7 +426,12 @@ int engine_submit(engine_t *e, engine_req_t *req)
     req->res.small_used = 0;
     req->priv = NULL;
     e->m.ops[req->op]++;
-    req->status = check_inputs(e, req, &msg);
+    if (req->op == ENGINE_METRICS) /* the front's series, then the back end's */
+        req->status = engine_metrics(e, req->text);
+    else if (req->op == ENGINE_EVENTS_OPEN) /* (a name that cannot be one names nothing) */
+        req->status = engine__events_open(e, req);
+    else
+        req->status = check_inputs(e, req, &msg);
     req->message = msg;
     /* A request that failed its checks still goes through the back end, which completes it
      * in order with the others (never inside another request's callback). */

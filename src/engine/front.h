@@ -86,5 +86,7 @@ struct engine {
 /* events.c */
 int engine__events_init(engine_t *e);
 void engine__events_free(engine_t *e);
+/* An ENGINE_EVENTS_OPEN request's inputs as the back end reads them (its id parsed): 0. */
+int engine__events_open(engine_t *e, engine_req_t *req);
 
 #endif /* SEMAD_FRONT_H */

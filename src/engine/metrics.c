@@ -89,7 +89,5 @@ int engine_metrics(engine_t *e, struct strbuf *b)
     engine__hist_write(&w, "semad_wait_seconds", "Time from request to grant.", &e->m.wait_s);
     engine__hist_write(&w, "semad_hold_seconds", "Time from grant to end.", &e->m.hold_s);
     rc = jsonw_end(&w);
-    if (rc == 0)
-        rc = e->ops->metrics(e->be, b);
     return rc ? SEMA_ENOMEM : 0;
 }

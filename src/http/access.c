@@ -373,6 +373,8 @@ int ctx__authorize_submit(route_ctx_t *c)
     case ENGINE_TICKET_GET:
     case ENGINE_TICKET_DELETE:
         return 0; /* a lease or ticket id: the engine checks whose it is */
+    case ENGINE_METRICS:
+        return 0; /* no name: the route's right decides (route_t) */
     case ENGINE_SEM_LIST:
     case ENGINE_LOCK_LIST:
         name = r->prefix != NULL ? r->prefix : "";

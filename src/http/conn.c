@@ -281,6 +281,9 @@ static void ctx_cleanup(route_ctx_t *c)
     free(c->parts);
     free(c->list.prefix);
     free(c->list.cursor);
+    strbuf_free(c->text);
+    free(c->text);
+    c->text = NULL;
     json_decref(c->json);
     auth_unref(c->auth);
     c->auth = NULL;

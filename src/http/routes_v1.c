@@ -631,19 +631,28 @@ void v1_healthz(route_ctx_t *c)
               "application/json; charset=utf-8", body, (size_t)(p - body));
 }
 
-/* GET /metrics  (Prometheus text format) */
+static void metrics_done(route_ctx_t *c, engine_req_t *req)
+{
+    if (req->status != 0)
+        ctx_reply_err(c, req->status, NULL);
+    else
+        ctx_reply(c, 200, "text/plain; version=0.0.4; charset=utf-8", c->text->data, c->text->len);
+}
+
+/* GET /metrics  (Prometheus text format): the server's series, then the engine's (which may
+ * read some from its store: the reply waits for them, the loop does not) */
 void v1_metrics(route_ctx_t *c)
 {
-    struct strbuf out;
-    strbuf_init(&out, 0);
-    int rc = server_metrics(c->srv, &out);
-    if (rc == 0)
-        rc = engine_metrics(server_engine(c->srv), &out);
+    int rc = (c->text = malloc(sizeof *c->text)) == NULL ? SEMA_ENOMEM : 0;
+    if (rc == 0) {
+        strbuf_init(c->text, 0);
+        rc = server_metrics(c->srv, c->text);
+    }
     if (rc != 0) {
-        strbuf_free(&out);
         ctx_reply_err(c, rc, NULL);
         return;
     }
-    ctx_reply(c, 200, "text/plain; version=0.0.4; charset=utf-8", out.data, out.len);
-    strbuf_free(&out);
+    c->ereq.op = ENGINE_METRICS;
+    c->ereq.text = c->text;
+    ctx_submit(c, metrics_done);
 }

@@ -36,28 +36,40 @@ static void on_replay(void *arg, const char *id, const char *type, const char *d
         r->deleted = 1;
 }
 
-/* GET /v1/semaphores/{name}/events */
-void v1_events(route_ctx_t *c)
+static void events_open_done(route_ctx_t *c, engine_req_t *req)
 {
     engine_t *e = server_engine(c->srv);
     engine_sub_t *sub = NULL;
     conn_t *conn = c->conn;
-    int rc = engine_subscribe(e, c->param, on_event, conn, &sub);
+    int rc = req->status != 0 ? req->status : engine_subscribe(e, req, on_event, conn, &sub);
     if (rc != 0) {
         ctx_reply_err(c, rc, rc == SEMA_ENOENT ? "no such semaphore" : NULL);
         return;
     }
-    if (ctx_stream_begin(c, sub) != 0 || c->req->last_event_id == NULL ||
-        c->req->last_event_id[0] == '\0')
+    if (ctx_stream_begin(c, sub) != 0 || req->id == NULL)
         return;
     replay_t r = {.failed = 0, .deleted = 0};
     strbuf_init(&r.out, 0);
-    engine_sub_resume(e, sub, c->req->last_event_id, on_replay, &r);
+    engine_sub_resume(e, sub, req, on_replay, &r);
     if (r.failed)
         conn_stream_end(conn); /* out of memory: the client reconnects and asks again */
     else if (r.out.len > 0 && conn_stream_write(conn, r.out.data, r.out.len) == 0 && r.deleted)
         conn_stream_end(conn);
     strbuf_free(&r.out);
+}
+
+/* GET /v1/semaphores/{name}/events: the engine gets ready (on Redis: it follows the
+ * semaphore's log, and reads what followed Last-Event-ID) without blocking the loop, then
+ * the stream starts */
+void v1_events(route_ctx_t *c)
+{
+    const char *last = c->req->last_event_id;
+    c->ereq.op = ENGINE_EVENTS_OPEN;
+    c->ereq.name = c->param;
+    c->ereq.name_len = c->param_len;
+    c->ereq.id = last != NULL && last[0] != '\0' ? last : NULL;
+    c->ereq.id_len = 0;
+    ctx_submit(c, events_open_done);
 }
 
 /* ---- GET /v1/tickets/{id}/events ----

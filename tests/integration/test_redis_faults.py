@@ -293,11 +293,17 @@ def test_pubsub_connections_killed():
         holder = grant(a, "ps", ttl_ms=60000)
         p = Parked(b, "ps", {"owner": "after"})
         fx.wait_until(lambda: waiting(a, "ps") == 1, 10, "park")
+        wakes = fx.metric(b, "semad_redis_wakeups_total")
         t0 = time.monotonic()
         release(a, holder)
         st, lease = p.wait(10)
         assert st == 200, (st, lease)
-        assert p.t_recv - t0 < 1.0 * SLOW, "a wake-up by message took %.3fs" % (p.t_recv - t0)
+        # a message again: b counts it (waited for: a heartbeat may have collected the grant
+        # first). The time alone cannot tell the two: the heartbeat's fallback comes every 1.6
+        # to 2 s, so at any time after the release.
+        fx.wait_until(lambda: fx.metric(b, "semad_redis_wakeups_total") > wakes, 5,
+                      "b's wake-up message")
+        print("woken %.3f s after the release" % (p.t_recv - t0))
         release(b, lease)
         print("wake-ups after a lost message: %s s" % ["%.3f" % x for x in lat])
 
@@ -713,6 +719,16 @@ def test_undo_left_unconfirmed_is_kept_no_longer_than_the_longest_ttl():
         took = time.monotonic() - t0
         print("let go %.2f s after its 503 (max ttl 3 s)" % took)
         assert took >= 2.0, "let go before the longest ttl: %.2f s" % took
+        # the log said once that WAIT came back short (however many did), and says once
+        # that it is whole again when the replica is back
+        short = "WAIT confirmed writes on 0 of the 1 replicas asked for"
+        assert len([ln for ln in s.log() if short in ln]) == 1, s.log()
+        replica.cli("REPLICAOF", "127.0.0.1", str(primary.port))
+        rf.wait_until(lambda: replica.info("replication").get("master_link_status") == "up", 15,
+                      "the replica to follow the primary again")
+        rf.wait_until(lambda: acquire(s, "gone", ttl_ms=500)[0] == 200, 10, "a grant confirmed")
+        rf.wait_until(lambda: [ln for ln in s.log() if "WAIT confirms writes on the 1 replicas "
+                               "asked for again, after " in ln], 5, "the log of WAIT whole again")
     finally:
         if fl is not None:
             fl.close(check=False)
@@ -925,7 +941,15 @@ def sentinel_failover(crash, replicas=1, wait=1):
               " rejoined_s=%.2f grants_everywhere_s=%.2f" % (
                   "kill9" if crash else "sentinel_failover", replicas, wait, gap, switched,
                   rejoined if crash else 0.0, followed))
-        if proven and crash:
+        # on a loaded machine the sentinels (down-after 1 s) may fail over a second time, from
+        # the node just promoted while it forks for the rejoining node's copy: WAIT then lacks a
+        # replica until they demote that node, and the bound for one failover does not apply
+        again = sn.master_port() != new.port or any(
+            len([ln for ln in s.log() if "Sentinel switched the primary" in ln]) > 1
+            for s in fl.live())
+        if again:
+            print("the sentinels failed over a second time before grants came back everywhere")
+        if proven and crash and not again:
             # nothing waits but the switch and the rejoin that gives WAIT its replicas: every
             # instance grants again within a second of it (the load's own gap adds its
             # clients' pause after a 503, up to a second). The figure is the printed line; the
@@ -1023,6 +1047,44 @@ def test_sentinel_failover_graceful_two_replicas_wait_one():
     to WAIT need not be the one promoted (it resyncs from the new primary and drops them), so
     grants pause for the longest lease; no over-admission, no fence twice."""
     sentinel_failover(crash=False, replicas=2, wait=1)
+
+
+def test_silent_sentinels_are_passed_over():
+    """Sentinels that accept no connection or answer nothing, before three that work: a
+    listening socket whose backlog is full (the connect itself never completes), then the
+    first Sentinel, SIGSTOPped before semad starts (the kernel still accepts connections to
+    it). Past the command timeout (?timeout=500) each is dropped with a warning naming it and
+    what it did not answer, and semad is ready through the second Sentinel within those two
+    timeouts and their backoffs (at most 3 s in all, here)."""
+    rf.need_redis_engine()
+    full = socket.socket()
+    full.bind(("127.0.0.1", 0))
+    full.listen(0)  # one connection waits in its backlog: the next ones' SYNs are dropped
+    filler = socket.create_connection(full.getsockname(), timeout=10)
+    with rf.Sentinels() as sn, full, filler:
+        first = sn.sentinels[0][1]
+        os.kill(first.pid, signal.SIGSTOP)
+        try:
+            url = "redis+sentinel://127.0.0.1:%d,%s?timeout=500" % (
+                full.getsockname()[1], sn.url()[len("redis+sentinel://"):])
+            t0 = time.monotonic()
+            with rf.Fleet(url, 1) as fl:  # (returns once healthy)
+                took = time.monotonic() - t0
+                s = fl[0]
+                ready = "engine redis %s via Sentinels" % rf.MASTER
+                fx.wait_until(lambda: [ln for ln in s.log() if " ready (" in ln and ready in ln],
+                              5, "the ready line")
+                for said in ("Sentinel 127.0.0.1:%d did not answer the connect" %
+                             full.getsockname()[1],
+                             "Sentinel 127.0.0.1:%d did not answer SENTINEL "
+                             "get-master-addr-by-name" % sn.ports()[0]):
+                    fx.wait_until(lambda: [ln for ln in s.log() if said in ln], 5, said)
+                assert took <= (2 * 0.5 + 3.0 + 1.0) * SLOW, took
+                put(s, "q", 1)
+                assert acquire(s, "q")[0] == 200
+                print("ready %.2fs after start, past two silent Sentinels" % took)
+        finally:
+            os.kill(first.pid, signal.SIGCONT)
 
 
 def test_sentinel_failover_relaxed_pauses_grants_for_the_longest_lease():

@@ -9,6 +9,7 @@ skips when semad has no Redis back end. The bound is docs/redis.md's: /healthz s
 while Redis answered the instance within the last CONTACT_MAX_S."""
 import os
 import re
+import signal
 import socket
 import sys
 import time
@@ -60,6 +61,59 @@ def test_nothing_listening_is_not_ready_and_healthz_says_why():
             st, body = health(s)
             assert body["status"] == "ok" and 0 <= body["contact_age_ms"] <= \
                 CONTACT_MAX_S * 1000, body
+
+
+def test_a_host_name_is_resolved_off_the_loop_and_named_in_the_log():
+    """redis://localhost:PORT: semad resolves the name (uv_getaddrinfo: hiredis would on the
+    event loop), connects to its address, serves, and its start and ready lines name the
+    address as it was given."""
+    rf.need_redis_engine()
+    r = rf.RedisServer()
+    with r:
+        addr = "localhost:%d" % r.port
+        s = fx.Semad("--engine", "redis://" + addr, wrap=rf.wrap())
+        with s:
+            assert health(s)[0] == 200
+            st, body = s.json("PUT", "/v1/semaphores/h", {"capacity": 1})
+            assert st == 201, (st, body)
+            st, lease = s.json("POST", "/v1/semaphores/h/acquire", {})
+            assert st == 200, (st, lease)
+            ready = fx.wait_until(lambda: lines_with(s, " ready ("), 10, "the ready line")
+            assert ("engine redis " + addr) in ready[0], s.log()
+
+
+def test_silent_redis_at_the_start_is_dropped_past_the_timeout():
+    """semad started on a Redis that accepts the connection but answers nothing (SIGSTOPped:
+    the kernel still completes the handshake): /healthz answers 503 "starting"
+    (store_never_answered); past the command timeout (?timeout=500) semad warns, once, that
+    the address did not answer its setup, drops the connection and connects again after its
+    backoff, each attempt a command timeout more. Once Redis runs again (SIGCONT) it says
+    "ready" within a timeout and a backoff, and /healthz answers 200."""
+    rf.need_redis_engine()
+    r = rf.RedisServer()
+    with r:
+        os.kill(r.proc.pid, signal.SIGSTOP)
+        try:
+            addr = "127.0.0.1:%d" % r.port
+            s = fx.Semad("--engine", r.url() + "?timeout=500", healthy=False, wrap=rf.wrap())
+            with s:
+                said = addr + " did not answer the setup ("
+                fx.wait_until(lambda: lines_with(s, said), 5, "the warning of the silent setup")
+                st, body = health(s)
+                assert st == 503 and body["code"] == "store_never_answered", (st, body)
+                fx.wait_until(lambda: fx.metric(s, "semad_redis_command_timeouts_total") >= 2,
+                              10, "a second attempt dropped past the timeout")
+                assert len(lines_with(s, said)) == 1, s.log()  # (once until ready)
+                assert not lines_with(s, " ready ("), s.log()
+                t0 = time.monotonic()
+                os.kill(r.proc.pid, signal.SIGCONT)
+                # at most a timeout (the attempt under way) and a backoff (2 s and its jitter)
+                fx.wait_until(lambda: health(s)[0] == 200, 0.5 + 3 + 2, "/healthz 200")
+                took = time.monotonic() - t0
+                fx.wait_until(lambda: lines_with(s, " ready ("), 10, "the ready line")
+                print("ready %.2fs after Redis answered again" % took)
+        finally:
+            os.kill(r.proc.pid, signal.SIGCONT)
 
 
 def test_killed_redis_turns_healthz_503_at_once_and_the_log_says_so():

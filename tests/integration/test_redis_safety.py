@@ -64,8 +64,11 @@ def test_handoff_across_instances():
         assert out.returncode == 0, out.stderr.decode()
         j = json.loads(out.stdout)
         assert j["ops"] == 200 and j["errors"] == 0, j
-        # a poll every 10 ms would put the median near 5 ms; a message is well under it
-        assert j["p50_us"] < 10000 * fx.SLOW, ("wake-up p50 %.0f us" % j["p50_us"], j)
+        # a wake-up left to the fallback (the next heartbeat's collect, every 2 s) would put
+        # the median near a second; a message comes in milliseconds, also on a loaded machine
+        # (a p50 of 10.3 ms was seen beside two CPU hogs). That nothing polls instead is
+        # idle_waiters_cost_only_heartbeats' check: it counts the commands Redis receives.
+        assert j["p50_us"] < 250000 * fx.SLOW, ("wake-up p50 %.0f us" % j["p50_us"], j)
         print("cross-instance hand-off p50 %.0f us, p99 %.0f us" % (j["p50_us"], j["p99_us"]))
 
 

@@ -85,6 +85,18 @@ def test_a_redis_address_without_a_port_takes_redis_s():
         assert "HOST[:PORT]" in p.stderr, p.stderr
 
 
+@fx.not_through_proxy("no HTTP request")
+def test_tls_to_redis_is_refused_naming_the_reason():
+    if not rf.redis_engine_built():
+        raise fx.Skip("this semad was built without the Redis back end")
+    for url in ("rediss://127.0.0.1", "rediss+cluster://127.0.0.1:7000",
+                "redis://127.0.0.1?tls=1", "redis+sentinel://127.0.0.1/m?ssl=true"):
+        p = semad("--listen", "127.0.0.1:0", "--engine", url)
+        assert p.returncode != 0, (url, p)
+        assert "TLS to Redis" in p.stderr and "hiredis 0.14" in p.stderr, (url, p.stderr)
+        assert "no TLS" in p.stderr, (url, p.stderr)
+
+
 def make_run(port, tmp, timeout=20):
     """scripts/run.sh (what `make run` starts) on 127.0.0.1:port: the process, stderr piped."""
     build = os.path.dirname(os.path.dirname(fx.semad_path()))

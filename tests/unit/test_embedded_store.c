@@ -479,12 +479,12 @@ TEST(store_rollback_keeps_subscriptions_of_surviving_semaphores)
 
     sfx_open(&s);
     fx_put(&s.f, "old", 1);
-    ASSERT_OK(engine_subscribe(s.f.e, "old", count_event, &old_ev, &old_sub));
+    ASSERT_OK(fx_subscribe(&s.f, "old", count_event, &old_ev, &old_sub));
     store_inject_commit_failures(s.st, 1, 0);
     c = treq_new(ENGINE_SEM_PUT, "new");
     c->r.capacity = 1;
     ASSERT_OK(engine_submit(s.f.e, &c->r));
-    ASSERT_OK(engine_subscribe(s.f.e, "new", count_event, &new_ev, &new_sub));
+    ASSERT_OK(fx_subscribe(&s.f, "new", count_event, &new_ev, &new_sub));
     fx_run_until(&s.f, &c->done, 2000);
     ASSERT_EQ(c->status, SEMA_EIO);
     fx_settle(&s.f);
@@ -513,7 +513,7 @@ TEST(store_rollback_makes_a_resume_reset)
 
     sfx_open(&s);
     fx_put(&s.f, "rb", 1);
-    ASSERT_OK(engine_subscribe(s.f.e, "rb", count_event, &ev, &sub));
+    ASSERT_OK(fx_subscribe(&s.f, "rb", count_event, &ev, &sub));
     store_inject_commit_failures(s.st, 1, 0);
     a = treq_new(ENGINE_ACQUIRE, "rb");
     a->r.weight = 1;
@@ -525,14 +525,14 @@ TEST(store_rollback_makes_a_resume_reset)
     ASSERT_EQ(ev.reset, 1);
     engine_unsubscribe(s.f.e, sub);
     /* From the rolled-back grant's id: "reset", never a claim that nothing was missed. */
-    ASSERT_OK(engine_subscribe(s.f.e, "rb", count_event, &live, &sub));
-    engine_sub_resume(s.f.e, sub, ev.granted_id, count_event, &replay);
+    ASSERT_OK(fx_subscribe_resume(&s.f, "rb", count_event, &live, &sub, ev.granted_id, count_event,
+                                  &replay));
     ASSERT_EQ(replay.reset, 1);
     ASSERT_EQ(replay.granted, 0);
     engine_unsubscribe(s.f.e, sub);
     /* From the reset's own id: nothing more to say. */
-    ASSERT_OK(engine_subscribe(s.f.e, "rb", count_event, &live, &sub));
-    engine_sub_resume(s.f.e, sub, ev.last_id, count_event, &none);
+    ASSERT_OK(
+        fx_subscribe_resume(&s.f, "rb", count_event, &live, &sub, ev.last_id, count_event, &none));
     ASSERT_EQ(none.reset + none.granted, 0);
     engine_unsubscribe(s.f.e, sub);
     treq_free(a);

@@ -203,7 +203,7 @@ static void create_sem(int i, uint64_t cap)
     if (st == SEMA_ENOTSUP)
         TEST_SKIP("this back end does not serve requests on several semaphores, tenants or rates");
     ASSERT_OK(st);
-    ASSERT_OK(engine_subscribe(F.e, sem_name(i), on_event, &S[i], &S[i].sub));
+    ASSERT_OK(fx_subscribe(&F, sem_name(i), on_event, &S[i], &S[i].sub));
 }
 
 /* Whoever of the same tenant waits on one of c's semaphores since before c: FIFO says none. */

@@ -84,7 +84,7 @@ static void create_sem(int i, uint64_t cap)
     S[i].held = 0;
     if (S[i].sub != NULL)
         engine_unsubscribe(F.e, S[i].sub);
-    ASSERT_OK(engine_subscribe(F.e, sem_name(i), on_event, &S[i], &S[i].sub));
+    ASSERT_OK(fx_subscribe(&F, sem_name(i), on_event, &S[i], &S[i].sub));
 }
 
 static void client_cb(engine_req_t *r)

@@ -235,7 +235,11 @@ export class NodeHttp implements Http {
     return new Promise<HttpReply>((resolve, reject) => {
       if (r.signal?.aborted) return reject(r.signal.reason);
       const headers = r.headers;
-      if (r.body !== undefined) headers["content-length"] = String(Buffer.byteLength(r.body));
+      // A Buffer, not the string: node:http would write a string body with the header block
+      // as one UTF-8 string, re-encoding a header's characters above 127 (fetch, and node:http
+      // without a body, send them as one byte each).
+      const body = r.body === undefined ? undefined : Buffer.from(r.body);
+      if (body !== undefined) headers["content-length"] = String(body.length);
       const req = side.request({
         host: this.#host,
         port: this.#port,
@@ -270,7 +274,7 @@ export class NodeHttp implements Http {
           if (!res.complete) fail(new Error("the connection closed before the reply ended"));
         });
       });
-      req.end(r.body);
+      req.end(body);
     });
   }
 

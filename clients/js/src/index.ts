@@ -33,6 +33,7 @@ import {
   WAIT_OPTIONS,
   WATCH_OPTIONS,
   checkOptions,
+  checkText,
 } from "./options.js";
 
 export * from "./errors.js";
@@ -411,6 +412,15 @@ function randomKey(): string {
   return s;
 }
 
+/**
+ * A header value as the bytes of its UTF-8, one character each (node:http and fetch send a
+ * character below 256 as one byte, and refuse any above): a non-ASCII Idempotency-Key goes
+ * out as the C and Python clients send it.
+ */
+function utf8Header(s: string): string {
+  return String.fromCharCode(...new TextEncoder().encode(s));
+}
+
 function seg(name: string): string {
   return encodeURIComponent(name);
 }
@@ -421,9 +431,15 @@ function seg(name: string): string {
  * or a semaphore named "undefined".
  */
 function nameSeg(what: string, name: string): string {
+  checkName(what, name);
+  return encodeURIComponent(name);
+}
+
+/** As nameSeg, for a name that goes in a body: a non-empty string with UTF-8 (checkText). */
+function checkName(what: string, name: string): void {
   if (typeof name !== "string" || name === "")
     throw new TypeError(`${what} must be a non-empty string, not ${name === "" ? '""' : String(name)}`);
-  return encodeURIComponent(name);
+  checkText(what, name);
 }
 
 function env(name: string): string | undefined {
@@ -682,7 +698,7 @@ class Transport {
   async takeTicket(path: string, body: Record<string, unknown>, opts: TicketAllOptions): Promise<Ticket> {
     const r = await this.retrying("POST", path, {
       body,
-      headers: { "idempotency-key": opts.idempotencyKey ?? randomKey() },
+      headers: { "idempotency-key": utf8Header(opts.idempotencyKey ?? randomKey()) },
       signal: opts.signal,
     });
     return toTicket(JSON.parse(r.text) as TicketReply);
@@ -927,6 +943,7 @@ function limitsBody(l: SemaphoreLimits): Record<string, number> {
 function partsBody(where: string, parts: readonly Part[] | Readonly<Record<string, number>>): Array<{ name: string; weight: number }> {
   const list = Array.isArray(parts) ? (parts as readonly Part[]) : Object.entries(parts ?? {}).map(([name, weight]) => ({ name, weight }));
   if (list.length === 0) throw new TypeError(`${where}: name at least one semaphore`);
+  for (const p of list) checkName(`${where}: a semaphore's name`, p.name);
   return list.map((p) => ({ name: p.name, weight: p.weight ?? 1 }));
 }
 
@@ -1201,21 +1218,24 @@ export interface LegacyApi {
 function legacyApi(t: Transport): LegacyApi {
   return {
     async create(name, value) {
+      checkName("legacy.create(name): name", name);
       const r = await t.send("POST", "/semaphore", { body: { name, value }, accept: [303] });
       const v = JSON.parse(r.text) as LegacyReply;
       return { name: v.name, value: v.value, created: r.status !== 303 };
     },
     async delete(name) {
-      const r = await t.send("DELETE", `/semaphore/${seg(name)}`, { accept: [404] });
+      const r = await t.send("DELETE", `/semaphore/${nameSeg("legacy.delete(name): name", name)}`, { accept: [404] });
       return r.status !== 404;
     },
     async value(name) {
-      return (await t.json<LegacyReply>("GET", `/semaphore/value/${seg(name)}`)).value;
+      return (await t.json<LegacyReply>("GET", `/semaphore/value/${nameSeg("legacy.value(name): name", name)}`)).value;
     },
     async up(name) {
+      checkName("legacy.up(name): name", name);
       return (await t.json<LegacyReply>("POST", "/semaphore/up", { body: { name } })).value;
     },
     async down(name) {
+      checkName("legacy.down(name): name", name);
       const r = await t.send("POST", "/semaphore/down", { body: { name }, accept: [409] });
       return r.status === 409 ? null : (JSON.parse(r.text) as LegacyReply).value;
     },

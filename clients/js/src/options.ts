@@ -38,7 +38,8 @@ function likely(key: string, known: readonly string[]): string | undefined {
 
 /**
  * Throws a TypeError naming the first key of `opts` that is not in `known`
- * (`acquire: unknown option "timeout" (did you mean "timeoutMs"?); the options are: ...`).
+ * (`acquire: unknown option "timeout" (did you mean "timeoutMs"?); the options are: ...`),
+ * or a string option semad could not take (checkText(), checkKey()): before any request.
  * `undefined` and `null` pass (no options); so does a number where the method takes one.
  */
 export function checkOptions(where: string, opts: unknown, known: readonly string[]): void {
@@ -51,6 +52,30 @@ export function checkOptions(where: string, opts: unknown, known: readonly strin
         `the options are: ${known.join(", ")}`,
     );
   }
+  const o = opts as { owner?: unknown; tenant?: unknown; idempotencyKey?: unknown };
+  checkText(`${where}: owner`, o.owner);
+  checkText(`${where}: tenant`, o.tenant);
+  checkKey(`${where}: idempotencyKey`, o.idempotencyKey);
+}
+
+/**
+ * Throws a TypeError naming `what` ("acquire: tenant") when `s`, a string sent to semad, is
+ * not a string or holds a lone surrogate: it has no UTF-8, so semad would refuse it after
+ * the request went out (or encodeURIComponent throw a URIError naming nothing).
+ * `undefined` and `null` pass (not sent).
+ */
+export function checkText(what: string, s: unknown): void {
+  if (s === undefined || s === null) return;
+  if (typeof s !== "string") throw new TypeError(`${what} must be a string, not ${typeof s}`);
+  const i = s.search(/\p{Cs}/u); // a lone surrogate: a UTF-16 unit that has no UTF-8
+  if (i >= 0) throw new TypeError(`${what} must be valid UTF-8 text, not a string with a lone surrogate (at ${i})`);
+}
+
+/** checkText() for an Idempotency-Key, which also must be non-empty and hold no control character (a header cannot carry one). */
+export function checkKey(what: string, key: unknown): void {
+  checkText(what, key);
+  if (typeof key === "string" && (key === "" || /[\x00-\x1f\x7f]/.test(key)))
+    throw new TypeError(`${what} must be a non-empty string without control characters`);
 }
 
 export const CLIENT_OPTIONS = ["url", "owner", "token", "ttlMs", "retryMs", "transport", "fetch", "maxSockets", "ca", "cert", "key"] as const;

@@ -5,7 +5,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createClient, SemaTicketEndedError, SemaNotFoundError, SemaInvalidRequestError } from "../src/index.js";
-import { startSemad, http } from "./semad.js";
+import { startSemad, startProxy, http } from "./semad.js";
 
 test("a ticket waits in the same line as acquires and is granted in its turn", async () => {
   const semad = await startSemad({ args: ["--ticket-poll", "100ms"] });
@@ -97,10 +97,57 @@ test("ticket errors are typed; a retry with one idempotency key is one ticket", 
     await client.leaveTicket(a.id);
     await assert.rejects(client.ticket(a.id), SemaTicketEndedError);
     await client.close();
+    await stringsNotUtf8(semad.url);
   } finally {
     await semad.stop();
   }
 });
+
+/**
+ * A string that has no UTF-8 (a lone surrogate) as a name, key, owner, tenant or
+ * idempotency key is a TypeError naming it before anything is sent, and a non-ASCII
+ * idempotency key goes out as its UTF-8 (as from the C and Python clients).
+ */
+async function stringsNotUtf8(url: string): Promise<void> {
+  const proxy = await startProxy(url);
+  try {
+    const client = createClient({ url: proxy.url });
+    const sem = await client.semaphore("tk-utf8", { capacity: 1 });
+    const cut = "caf\udcc3";
+    const calls: Array<[string, () => unknown]> = [
+      ["tenant", () => sem.acquire({ tenant: cut, timeoutMs: 0 })],
+      ["owner", () => sem.acquire({ owner: cut, timeoutMs: 0 })],
+      ["tenant", () => sem.takeTicket({ tenant: cut })],
+      ["owner", () => sem.takeTicket({ owner: cut })],
+      ["idempotencyKey", () => sem.takeTicket({ idempotencyKey: cut })],
+      ["idempotencyKey", () => sem.takeTicket({ idempotencyKey: "a\tb" })],
+      ["tenant", () => client.acquireAll({ "tk-utf8": 1, "tk-b": 1 }, { tenant: cut, timeoutMs: 0 })],
+      ["name", () => client.acquireAll([{ name: "tk-utf8" }, { name: cut }], { timeoutMs: 0 })],
+      ["owner", () => client.takeTicketAll({ "tk-utf8": 1, "tk-b": 1 }, { owner: cut })],
+      ["name", () => client.takeTicketAll({ [cut]: 1 })],
+      ["owner", () => client.lock("tk-k", { mode: "shared", owner: cut, timeoutMs: 0 })],
+      ["key", () => client.lock(cut, { mode: "shared", timeoutMs: 0 })],
+      ["name", () => client.semaphore(cut)],
+      ["name", () => client.legacy.up(cut)],
+      ["owner", () => createClient({ url: proxy.url, owner: cut })],
+    ];
+    for (const [what, call] of calls)
+      await assert.rejects(
+        async () => call(),
+        (e: unknown) => e instanceof TypeError && new RegExp(`\\b${what} must be`).test(e.message),
+        what,
+      );
+    assert.equal(proxy.requests.length, 0, "not one of them may reach semad");
+    const t = await sem.takeTicket({ idempotencyKey: "clé", owner: "zoë", tenant: "ünï" });
+    assert.equal(proxy.requests.at(-1)!.headers["idempotency-key"], Buffer.from("clé").toString("latin1"));
+    assert.equal(t.tenant, "ünï");
+    assert.equal((await sem.takeTicket({ idempotencyKey: "clé", owner: "zoë", tenant: "ünï" })).id, t.id);
+    await client.leaveTicket(t.id);
+    await client.close();
+  } finally {
+    await proxy.close();
+  }
+}
 
 async function until(fn: () => boolean | Promise<boolean>, ms = 10000): Promise<void> {
   const end = Date.now() + ms;

@@ -3,6 +3,7 @@
 client, its context managers under exceptions, cancellation from another thread,
 map_limit's order and fail-fast, event streams and their resume, tickets, the legacy API,
 and what reaches the wire (names encoded once, no request for a handle)."""
+import asyncio
 import os
 import signal
 import threading
@@ -506,6 +507,60 @@ def test_idempotency_key_gives_the_same_lease(client, name):
     assert e.value.code == "lease_released"
     with pytest.raises(ValueError):
         sem.acquire(idempotency_key="two\nlines")
+
+
+def test_strings_that_are_not_utf8_fail_before_anything_is_sent(server, url, client, name):
+    """A str with a lone surrogate (what os.environ and sys.argv make of bytes that are not
+    UTF-8) as a name, owner, tenant or idempotency key is a ValueError naming it, in the
+    synchronous and the asyncio client, and nothing reaches semad."""
+    cut = "caf\udcc3"
+    sem = client.semaphore(name)
+    sem.create(1)
+    before = fx_requests(server)
+    calls = [
+        ("tenant", lambda: sem.acquire(timeout=0, tenant=cut)),
+        ("owner", lambda: sem.acquire(timeout=0, owner=cut)),
+        ("idempotency_key", lambda: sem.acquire(timeout=0, idempotency_key=cut)),
+        ("idempotency_key", lambda: sem.acquire(timeout=0, idempotency_key="a\tb")),
+        ("name", lambda: client.semaphore(cut)),
+        ("key", lambda: client.lock(cut)),
+        ("owner", lambda: client.lock(name).acquire("shared", timeout=0, owner=cut)),
+        ("tenant", lambda: sem.take_ticket(tenant=cut)),
+        ("owner", lambda: sem.take_ticket(owner=cut)),
+        ("idempotency_key", lambda: sem.take_ticket(idempotency_key=cut)),
+        ("tenant", lambda: client.acquire_all([name, name + "/b"], timeout=0, tenant=cut)),
+        ("name", lambda: client.acquire_all([name, cut], timeout=0)),
+        ("owner", lambda: client.take_ticket_all([name, name + "/b"], owner=cut)),
+        ("name", lambda: client.take_ticket_all({cut: 1})),
+        ("owner", lambda: sema.Client(url, owner=cut)),
+    ]
+    for what, call in calls:
+        with pytest.raises(ValueError) as e:
+            call()
+        assert str(e.value).startswith(what + " must be"), (what, e.value)
+
+    async def in_asyncio():
+        async with sema.AsyncClient(url) as ac:
+            with pytest.raises(ValueError, match="^tenant must be valid UTF-8"):
+                await ac.semaphore(name).acquire(timeout=0, tenant=cut)
+            with pytest.raises(ValueError, match="^owner must be valid UTF-8"):
+                await ac.take_ticket_all([name, name + "/b"], owner=cut)
+
+    asyncio.run(in_asyncio())
+    assert fx_requests(server) == before, "not one of them may reach semad"
+    # UTF-8 beyond ASCII goes through, each string where it belongs
+    p = sem.acquire(timeout=0, owner="zoë", tenant="ünï", idempotency_key="clé")
+    assert (p.owner, p.tenant) == ("zoë", "ünï")
+    assert sem.acquire(timeout=0, tenant="ünï", idempotency_key="clé").lease == p.lease
+
+    async def same_key():  # both transports send the key's UTF-8
+        async with sema.AsyncClient(url) as ac:
+            q = await ac.semaphore(name).acquire(timeout=0, tenant="ünï", idempotency_key="clé")
+            assert q.lease == p.lease
+            await q.release()
+
+    asyncio.run(same_key())
+    assert idle(sem)
 
 
 def test_client_options(url, monkeypatch):

@@ -828,7 +828,6 @@ const engine_backend_t engine_backend_embedded = {
     .shutdown = emb_shutdown,
     .exists = emb_exists,
     .stats = emb_stats,
-    .metrics = emb__metrics,
     .tickets = 1,
     .multi = 1,
     .tenants = 1,

@@ -638,6 +638,23 @@ static void op_legacy_down(emb_t *eb, emb_req_t *er)
     emb__finish_view(eb, er, s, ENGINE_RES_LEGACY);
 }
 
+/* The embedded back end's series after the front's (all in memory: at once). */
+static void op_metrics(emb_t *eb, emb_req_t *er)
+{
+    int rc = emb__metrics(eb, er->req->text) != 0 ? SEMA_ENOMEM : 0;
+
+    emb__finish(eb, er, rc, NULL);
+}
+
+/* A subscription to a semaphore that exists (its events live in the front's ring). */
+static void op_events_open(emb_t *eb, emb_req_t *er)
+{
+    if (emb__sem_find(eb, er->req->name, er->req->name_len) != NULL)
+        emb__finish(eb, er, 0, NULL);
+    else
+        emb__finish(eb, er, SEMA_ENOENT, NULL);
+}
+
 const emb_op_fn emb__ops[ENGINE_OP_COUNT] = {
     [ENGINE_SEM_PUT] = op_sem_put,
     [ENGINE_SEM_RESIZE] = op_sem_resize,
@@ -662,4 +679,6 @@ const emb_op_fn emb__ops[ENGINE_OP_COUNT] = {
     [ENGINE_TICKET_GET] = emb__op_ticket_get,
     [ENGINE_TICKET_DELETE] = emb__op_ticket_delete,
     [ENGINE_ACQUIRE_MULTI] = emb__op_acquire_multi,
+    [ENGINE_METRICS] = op_metrics,
+    [ENGINE_EVENTS_OPEN] = op_events_open,
 };

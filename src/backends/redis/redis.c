@@ -142,6 +142,15 @@ static int rs_submit(void *be, engine_req_t *req)
     req->priv = rq;
     if (req->status != 0) /* failed the front's checks */
         return failed_at_once(r, rq, req->status, req->message);
+    if (req->op == ENGINE_METRICS || req->op == ENGINE_EVENTS_OPEN) {
+        /* (answered even while Redis is unreachable, as they were) */
+        if (req->op == ENGINE_METRICS)
+            rs__metrics_send(r, rq);
+        else
+            rs__ev_open(r, rq);
+        rs__drain(r);
+        return 0;
+    }
     if ((why = cannot_send(r, req)) != BE_MSG_NONE)
         return failed_at_once(r, rq, be_msg_code(why), be_msg_text(why));
     if ((msg = cluster_apart(r, req)) != NULL)
@@ -212,12 +221,15 @@ static void rs_free(rs_t *r)
         engine__backend_closed(front);
 }
 
-static void handle_closed(uv_handle_t *h)
+void rs__handle_done(rs_t *r)
 {
-    rs_t *r = h->data;
-
     if (--r->handles_open == 0)
         rs_free(r);
+}
+
+static void handle_closed(uv_handle_t *h)
+{
+    rs__handle_done(h->data);
 }
 
 static void sem_free_each(void *arg, enode_t *n)
@@ -229,14 +241,31 @@ static void sem_free_each(void *arg, enode_t *n)
     sema__free(s);
 }
 
+/* Commands about a semaphore that wait to be sent end now, while it is there to be told. */
+static void fail_sem_cmds(rs_t *r)
+{
+    elist_t *lists[] = {&r->retry, &r->pending};
+
+    for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++)
+        for (elist_t *x = lists[i]->next, *next; x != lists[i]; x = next) {
+            rs_cmd_t *c = ECONTAINER(x, rs_cmd_t, link);
+            next = x->next;
+            if (c->sem == NULL)
+                continue;
+            elist_remove(&c->link);
+            r->npending -= lists[i] == &r->pending;
+            rs__cmd_fail(r, c, BE_MSG_SHUTDOWN);
+            next = lists[i]->next; /* (what its end did may have changed the list) */
+        }
+}
+
 static void close_all(rs_t *r)
 {
     uv_timer_t *ts[] = {&r->reconnect_timer, &r->tick_timer, &r->hb_timer, &r->due_timer,
                         &r->tk_timer};
 
     rs__conns_close(r); /* in-flight commands come back lost: their requests fail */
-    redisFree(r->sync);
-    r->sync = NULL;
+    fail_sem_cmds(r);
     etab_each(&r->sems, sem_free_each, r);
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
         uv_timer_stop(ts[i]);
@@ -299,32 +328,6 @@ static void rs_shutdown(void *be)
     }
     r->down_since = rs__now(r);
     uv_timer_start(&r->tick_timer, shutdown_tick, 10, 10);
-}
-
-/* Whether the semaphore exists (a Redis that does not answer counts as "it may exist").
- * Also starts following its events (a subscription comes next). */
-static int rs_exists(void *be, const char *name, size_t len)
-{
-    rs_t *r = be;
-    size_t sl;
-    char *stem = rs__key_new(r, 's', name, len, "", &sl);
-    redisContext *c;
-    redisReply *rep;
-    int exists = 1;
-
-    if (stem == NULL)
-        return 0; /* out of memory: nothing to follow it with */
-    c = rs__sync_for(r, stem, sl);
-    if (c != NULL) {
-        rep = redisCommand(c, "EXISTS %b:m", stem, sl);
-        if (rep != NULL && rep->type == REDIS_REPLY_INTEGER)
-            exists = rep->integer != 0;
-        freeReplyObject(rep);
-    }
-    if (exists && !r->shutting_down)
-        rs__ev_follow(r, stem, sl);
-    sema__free(stem);
-    return exists;
 }
 
 static int rs_open(void **out, engine_t *front, uv_loop_t *loop, const engine_config_t *cfg,
@@ -403,11 +406,8 @@ const engine_backend_t engine_backend_redis = {
     .submit = rs_submit,
     .cancel = rs_cancel,
     .shutdown = rs_shutdown,
-    .exists = rs_exists,
     .stats = rs__stats,
-    .metrics = rs__metrics,
-    .events_point = rs__events_point,
-    .events_replay = rs__events_replay,
+    .event_log = 1,
     .describe = rs__describe,
     .tickets = 1,
     .multi = 1,

@@ -122,6 +122,11 @@ const rs_cluster_stats_t *rs__cluster_stats(const rs_cluster_t *cl);
 /* Which connection to the node at a is up now (as rs_ccmd_t.by_conn says), or 0: none. */
 int rs__cluster_conn(rs_cluster_t *cl, const rs_slot_addr_t *a);
 
+/* The address (text) to reach the node at a by: its host when that is an address, else what
+ * the resolution of its name for this cluster's connection to it gave (off the loop); NULL
+ * when none has yet. Borrowed: valid until the next call into the cluster. */
+const char *rs__cluster_address(rs_cluster_t *cl, const rs_slot_addr_t *a);
+
 /* Close every connection: commands not yet answered end RS_CL_UNSENT or RS_CL_UNKNOWN (from
  * inside this call), and the cluster is freed once libuv has closed its handles. */
 void rs__cluster_close(rs_cluster_t *cl);

@@ -28,6 +28,7 @@ typedef struct rs_link {
     uv_tcp_t tcp;
     uv_connect_t creq;
     uv_getaddrinfo_t gai;
+    char ip[64]; /* the address its host's last resolution gave (text; "" before one) */
     redisReader *rd;
     elist_t queued;   /* rs_ccmd_t waiting for the connection */
     elist_t inflight; /* rs_ccmd_t written, in order */

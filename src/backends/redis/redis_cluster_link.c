@@ -309,6 +309,8 @@ static void on_resolved(uv_getaddrinfo_t *g, int status, struct addrinfo *res)
         return;
     }
     l->cl->handles++;
+    if (uv_ip_name(res->ai_addr, l->ip, sizeof l->ip) != 0)
+        l->ip[0] = '\0';
     l->tcp.data = l;
     l->creq.data = l;
     l->state = RS_CL_CONNECTING;
@@ -385,4 +387,15 @@ void rs__cluster_link_drop(rs_link_t *l, const char *why)
     rs__cluster_end_all(cl, &l->inflight, RS_CL_UNKNOWN, 0);
     if (!cl->closing)
         rs__cluster_refresh(cl);
+}
+
+const char *rs__cluster_address(rs_cluster_t *cl, const rs_slot_addr_t *a)
+{
+    unsigned char bin[sizeof(struct in6_addr)];
+    rs_link_t *l;
+
+    if (uv_inet_pton(AF_INET, a->host, bin) == 0 || uv_inet_pton(AF_INET6, a->host, bin) == 0)
+        return a->host;
+    l = rs__cluster_link_find(cl, a, 0, 0);
+    return l != NULL && l->ip[0] != '\0' ? l->ip : NULL;
 }

@@ -336,7 +336,9 @@ void rs__cmd_fail(rs_t *r, rs_cmd_t *c, be_msg_t why)
         rs__unpark(r, rq);
         rs__fail(r, rq, why, 0);
     }
-    if (c->kind == RS_CMD_OP && rq != NULL) {
+    if (c->kind == RS_CMD_READ) {
+        c->done(r, c, NULL);
+    } else if (c->kind == RS_CMD_OP && rq != NULL) {
         if (rq->req == NULL) {
             sema__free(rq);
         } else {
@@ -397,12 +399,13 @@ static void on_reply(rs_t *r, rs_cmd_t *c, redisReply *rep)
         return;
     }
     if (rep->type == REDIS_REPLY_ERROR ||
-        (rep->type != REDIS_REPLY_ARRAY && c->kind != RS_CMD_PLAIN && c->kind != RS_CMD_MARK)) {
+        (rep->type != REDIS_REPLY_ARRAY && c->kind != RS_CMD_PLAIN && c->kind != RS_CMD_MARK &&
+         c->kind != RS_CMD_READ)) {
         log_warn("redis: a command failed: %s",
                  rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
         return rs__cmd_fail(r, c, BE_MSG_REDIS_REFUSED);
     }
-    if (c->kind != RS_CMD_PLAIN && c->kind != RS_CMD_MARK) {
+    if (c->kind != RS_CMD_PLAIN && c->kind != RS_CMD_MARK && c->kind != RS_CMD_READ) {
         const redisReply *n = rs__el_arr(rep, RS_R_COUNTS);
         if (r->sh != NULL) {
             rs__sh_told(r, c, n, rs__el_i64(rep, RS_R_NOW)); /* (of its slot) */
@@ -424,6 +427,9 @@ static void on_reply(rs_t *r, rs_cmd_t *c, redisReply *rep)
         break;
     case RS_CMD_MARK:
         rs__ev_marked(r, c, rep);
+        break;
+    case RS_CMD_READ:
+        c->done(r, c, rep);
         break;
     case RS_CMD_OP:
         rs__op_reply(r, c, rep);
@@ -596,6 +602,7 @@ void rs__tick_cb(uv_timer_t *t)
         rs__drain(r);
         return;
     }
+    rs__conn_tick(r, now);
     if (!elist_empty(&r->inflight)) {
         rs_cmd_t *c = ECONTAINER(r->inflight.next, rs_cmd_t, link);
         if (c->sent_mono + r->cmd_timeout_ms <= now) {

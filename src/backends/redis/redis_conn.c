@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* redis_conn.c - the Redis back end's connections: the address (redis:// or
- * redis+sentinel://), hiredis on the libuv loop, the start of a connection (AUTH, SELECT, the
+ * redis+sentinel://), the start of a connection (AUTH, SELECT, the
  * library, the epoch), reconnects with backoff, the subscriber connection, Sentinel. */
 #include "backends/redis/redis_internal.h"
 
@@ -124,12 +124,35 @@ static int parse_sentinels(rs_t *r, const char *p, size_t n)
     return r->nsentinels > 0 ? 0 : -1;
 }
 
+/* Whether the address asks for TLS: a rediss scheme, or a tls or ssl option. */
+static int wants_tls(const char *url)
+{
+    const char *q = strchr(url, '?');
+
+    if (strncmp(url, "rediss:", 7) == 0 || strncmp(url, "rediss+", 7) == 0)
+        return 1;
+    for (; q != NULL; q = strchr(q + 1, '&'))
+        if (strncmp(q + 1, "tls", 3) == 0 || strncmp(q + 1, "ssl", 3) == 0)
+            return 1;
+    return 0;
+}
+
 int rs__parse_url(rs_t *r, const char *url, char *errbuf, size_t errlen)
 {
     const char *p, *q, *slash;
     int sentinel = strncmp(url, "redis+sentinel://", 17) == 0;
     char path[160] = "";
     size_t hostlen;
+
+    if (wants_tls(url)) {
+        snprintf(errbuf, errlen,
+                 "TLS to Redis (rediss://, tls or ssl options) is not supported: semad speaks to "
+                 "Redis through hiredis %d.%d, Debian 12's, which has no TLS (hiredis_ssl came "
+                 "with hiredis 1.0); use redis://, redis+sentinel:// or redis+cluster:// on a "
+                 "network you trust",
+                 HIREDIS_MAJOR, HIREDIS_MINOR);
+        return SEMA_ENOTSUP;
+    }
 
     r->cluster = strncmp(url, "redis+cluster://", 16) == 0;
     if (!sentinel && !r->cluster && strncmp(url, "redis://", 8) != 0)
@@ -186,103 +209,24 @@ bad:
     return SEMA_EINVAL;
 }
 
-/* ---- hiredis on libuv ----
- * Like hiredis's adapters/libuv.h, with one difference that matters here: when libuv reports
- * a polling error (a refused connection reports POLLERR), hiredis is told to read and write
- * so it finds the error itself, instead of the connection hanging unnoticed. */
-
-typedef struct {
-    redisAsyncContext *ac;
-    uv_poll_t poll;
-    int events;
-} rsev_t;
-
-static void ev_poll_cb(uv_poll_t *h, int status, int events)
-{
-    rsev_t *p = h->data;
-
-    if (status < 0)
-        events = UV_READABLE | UV_WRITABLE;
-    if (p->ac != NULL && (events & UV_READABLE))
-        redisAsyncHandleRead(p->ac);
-    if (p->ac != NULL && (events & UV_WRITABLE))
-        redisAsyncHandleWrite(p->ac);
-}
-
-static void ev_update(rsev_t *p, int add, int mask)
-{
-    p->events = add ? p->events | mask : p->events & ~mask;
-    if (p->events)
-        uv_poll_start(&p->poll, p->events, ev_poll_cb);
-    else
-        uv_poll_stop(&p->poll);
-}
-
-static void ev_add_read(void *d)
-{
-    ev_update(d, 1, UV_READABLE);
-}
-static void ev_del_read(void *d)
-{
-    ev_update(d, 0, UV_READABLE);
-}
-static void ev_add_write(void *d)
-{
-    ev_update(d, 1, UV_WRITABLE);
-}
-static void ev_del_write(void *d)
-{
-    ev_update(d, 0, UV_WRITABLE);
-}
-
-static void ev_closed(uv_handle_t *h)
-{
-    free(h->data);
-}
-
-static void ev_cleanup(void *d)
-{
-    rsev_t *p = d;
-
-    p->ac = NULL;
-    uv_close((uv_handle_t *)&p->poll, ev_closed);
-}
-
-static int ev_attach(redisAsyncContext *ac, uv_loop_t *loop)
-{
-    rsev_t *p = calloc(1, sizeof(*p));
-
-    if (p == NULL)
-        return -1;
-    if (uv_poll_init(loop, &p->poll, ac->c.fd) != 0) {
-        free(p);
-        return -1;
-    }
-    p->ac = ac;
-    p->poll.data = p;
-    ac->ev.addRead = ev_add_read;
-    ac->ev.delRead = ev_del_read;
-    ac->ev.addWrite = ev_add_write;
-    ac->ev.delWrite = ev_del_write;
-    ac->ev.cleanup = ev_cleanup;
-    ac->ev.data = p;
-    return 0;
-}
-
 /* ---- connection lifecycle ---- */
 
 static void schedule_reconnect(rs_t *r);
 
 /* The connection is gone (refused, dropped, timed out): commands in flight were handed to
- * rs__cmd_lost by hiredis; reconnect after a backoff. */
+ * rs__cmd_lost by hiredis; reconnect after a backoff (a Sentinel that gave no primary: the
+ * next one). */
 static void conn_gone(rs_conn_t *c, const char *why)
 {
     rs_t *r = c->r;
 
     if (c->state == RS_CONN_DOWN)
         return;
+    if (c == &r->sent && c->state != RS_CONN_READY)
+        r->sentinel_at = (r->sentinel_at + 1) % r->nsentinels;
     c->state = RS_CONN_DOWN;
     c->ac = NULL;
+    c->since = 0;
     if (r->closing)
         return;
     if (c == &r->cmd) {
@@ -312,20 +256,6 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
     conn_gone(c, status == REDIS_OK ? NULL : ac->errstr);
 }
 
-redisAsyncContext *rs__async_open(uv_loop_t *loop, const char *host, int port, char *why,
-                                  size_t cap)
-{
-    redisAsyncContext *ac = redisAsyncConnect(host, port);
-
-    if (ac == NULL || ac->err || ev_attach(ac, loop) != 0) {
-        snprintf(why, cap, "%s", ac == NULL ? "out of memory" : ac->err ? ac->errstr : "no poll");
-        if (ac != NULL)
-            redisAsyncFree(ac);
-        return NULL;
-    }
-    return ac;
-}
-
 void rs__async_auth(const rs_t *r, redisAsyncContext *ac, redisCallbackFn *fn, void *priv)
 {
     if (r->pass[0] == '\0')
@@ -336,13 +266,22 @@ void rs__async_auth(const rs_t *r, redisAsyncContext *ac, redisCallbackFn *fn, v
         redisAsyncCommand(ac, fn, priv, "AUTH %s", r->pass);
 }
 
-static redisAsyncContext *open_ctx(rs_t *r, rs_conn_t *c, const char *host, int port)
+/* A connection to host:port (its name resolved first: NULL and *resolving, and `again` runs
+ * later), or NULL when it cannot be made (said at warn). */
+static redisAsyncContext *open_ctx(rs_t *r, rs_conn_t *c, const char *host, int port,
+                                   void (*again)(rs_t *r), int *resolving)
 {
     char why[128];
-    redisAsyncContext *ac = rs__async_open(r->loop, host, port, why, sizeof why);
+    const char *gai_why, *addr = rs__address_for(r, host, again, &gai_why);
+    redisAsyncContext *ac = NULL;
 
+    *resolving = addr == NULL && gai_why == NULL;
+    if (*resolving)
+        return NULL;
+    if (addr != NULL)
+        ac = rs__async_open(r->loop, addr, port, why, sizeof why);
     if (ac == NULL) {
-        log_warn("redis: cannot connect to %s:%d: %s", host, port, why);
+        log_warn("redis: cannot connect to %s:%d: %s", host, port, addr != NULL ? why : gai_why);
         return NULL;
     }
     ac->data = c;
@@ -353,18 +292,62 @@ static redisAsyncContext *open_ctx(rs_t *r, rs_conn_t *c, const char *host, int 
     return ac;
 }
 
+/* Close c (in-flight commands come back lost, to be retried) and go on as for a lost
+ * connection, said as `why` (not as hiredis's "closed"). */
+static void conn_close(rs_conn_t *c, const char *why)
+{
+    redisAsyncContext *ac = c->ac;
+
+    ac->onDisconnect = NULL;
+    redisAsyncFree(ac);
+    conn_gone(c, why);
+}
+
+/* The command connection goes, and the subscriber with it. */
+static void drop_cmd(rs_t *r, const char *why)
+{
+    conn_close(&r->cmd, why);
+    if (r->sub.ac != NULL)
+        conn_close(&r->sub, why);
+}
+
 void rs__conn_drop(rs_t *r, const char *why)
 {
-    redisAsyncContext *ac = r->cmd.ac;
-
-    if (ac == NULL)
+    if (r->cmd.ac == NULL)
         return;
     log_warn("redis: dropping the connection: %s", why);
-    redisAsyncFree(ac); /* in-flight commands come back lost, to be retried */
-    conn_gone(&r->cmd, why);
-    if (r->sub.ac != NULL) {
-        redisAsyncFree(r->sub.ac);
-        conn_gone(&r->sub, why);
+    drop_cmd(r, why);
+}
+
+/* What a start that has not answered waits for, in the log's words. */
+static const char *start_phase(const rs_t *r, const rs_conn_t *c)
+{
+    if (!(c->ac->c.flags & REDIS_CONNECTED))
+        return "the connect";
+    if (c == &r->sent)
+        return "SENTINEL get-master-addr-by-name";
+    return r->resyncing ? "the library's reload (FUNCTION LOAD, hello)"
+                        : "the setup (CONFIG GET, INFO, FUNCTION LOAD, hello)";
+}
+
+void rs__conn_tick(rs_t *r, uint64_t now)
+{
+    unsigned long long ms = (unsigned long long)r->cmd_timeout_ms;
+    char why[64];
+
+    snprintf(why, sizeof why, "no answer in %llu ms", ms);
+    if (r->sent.ac != NULL && r->sent.since != 0 && now - r->sent.since >= r->cmd_timeout_ms) {
+        log_warn("redis: Sentinel %s did not answer %s in %llu ms; asking the next one",
+                 r->sentinels[r->sentinel_at], start_phase(r, &r->sent), ms);
+        conn_close(&r->sent, why);
+    }
+    if (r->cmd.ac != NULL && r->cmd.since != 0 && now - r->cmd.since >= r->cmd_timeout_ms) {
+        if (!r->stall_said) /* (once until it is ready again: the backoff retries it) */
+            log_warn("redis: %s:%d did not answer %s in %llu ms; dropping the connection", r->host,
+                     r->port, start_phase(r, &r->cmd), ms);
+        r->stall_said = 1;
+        r->cmd_timeouts++;
+        drop_cmd(r, why);
     }
 }
 
@@ -625,6 +608,7 @@ void rs__resync(rs_t *r)
     if (r->resyncing || r->cmd.state != RS_CONN_READY)
         return;
     r->resyncing = 1;
+    r->cmd.since = rs__now(r);
     redisAsyncCommandArgv(r->cmd.ac, load_cb, NULL, 4, argv, lens);
 }
 
@@ -645,10 +629,15 @@ static void held_to_every_replica(rs_t *r)
 
 static void connect_primary(rs_t *r)
 {
-    redisAsyncContext *ac = open_ctx(r, &r->cmd, r->host, r->port);
+    int resolving;
+    redisAsyncContext *ac;
     const char *argv[] = {"FUNCTION", "LOAD", "REPLACE", rs__lua};
     size_t lens[] = {8, 4, 7, strlen(rs__lua)};
 
+    r->cmd.since = rs__now(r); /* (until hello answers: rs__on_ready) */
+    ac = open_ctx(r, &r->cmd, r->host, r->port, connect_primary, &resolving);
+    if (resolving)
+        return;
     if (ac == NULL) {
         r->cmd.state = RS_CONN_DOWN;
         schedule_reconnect(r);
@@ -722,11 +711,7 @@ static void sentinel_addr_cb(redisAsyncContext *ac, void *reply, void *priv)
         (port = strtol(rep->element[1]->str, NULL, 10)) <= 0 || port > 65535) {
         log_warn("redis: Sentinel %s does not know a primary named %s",
                  r->sentinels[r->sentinel_at], r->master);
-        redisAsyncFree(ac);
-        c->state = RS_CONN_DOWN;
-        c->ac = NULL;
-        r->sentinel_at = (r->sentinel_at + 1) % r->nsentinels;
-        schedule_reconnect(r);
+        conn_close(c, "no primary"); /* (the next Sentinel) */
         return;
     }
     if (r->host[0] != '\0' &&
@@ -739,6 +724,7 @@ static void sentinel_addr_cb(redisAsyncContext *ac, void *reply, void *priv)
     r->host[rep->element[0]->len] = '\0';
     r->port = (int)port;
     c->state = RS_CONN_READY;
+    c->since = 0;
     redisAsyncCommand(ac, sentinel_replicas_cb, NULL, "SENTINEL REPLICAS %s", r->master);
     redisAsyncCommand(ac, sentinel_msg_cb, NULL, "SUBSCRIBE +switch-master");
     connect_primary(r);
@@ -747,19 +733,23 @@ static void sentinel_addr_cb(redisAsyncContext *ac, void *reply, void *priv)
 static void sentinel_next(rs_t *r)
 {
     char host[256];
-    int port;
+    int port, resolving;
     const char *hp = r->sentinels[r->sentinel_at];
 
     if (r->repl_sentinel > r->repl_most) /* (what the Sentinel before listed still counts) */
         r->repl_most = r->repl_sentinel;
     r->repl_sentinel = 0; /* (until this Sentinel lists them) */
     if (r->sent.ac != NULL) {
-        redisAsyncFree(r->sent.ac);
+        redisAsyncContext *ac = r->sent.ac; /* (down first: not a Sentinel that gave none) */
         r->sent.ac = NULL;
         r->sent.state = RS_CONN_DOWN;
+        redisAsyncFree(ac);
     }
-    if (parse_hostport(hp, strlen(hp), host, sizeof host, &port, 26379) != 0 ||
-        open_ctx(r, &r->sent, host, port) == NULL) {
+    r->sent.since = rs__now(r); /* (until it names the primary: sentinel_addr_cb) */
+    if (parse_hostport(hp, strlen(hp), host, sizeof host, &port, 26379) == 0 &&
+        open_ctx(r, &r->sent, host, port, sentinel_next, &resolving) == NULL && resolving)
+        return;
+    if (r->sent.ac == NULL) {
         r->sentinel_at = (r->sentinel_at + 1) % r->nsentinels;
         schedule_reconnect(r);
         return;
@@ -814,6 +804,8 @@ void rs__on_ready(rs_t *r)
     int again = first && r->conn_once; /* back after the connection went */
 
     r->cmd.state = RS_CONN_READY;
+    r->cmd.since = 0;
+    r->stall_said = 0;
     r->resyncing = 0;
     r->backoff_ms = 0;
     if (r->down_since != 0 && r->conn_once)
@@ -904,9 +896,11 @@ static void sub_watch_each(void *arg, enode_t *n)
 void rs__sub_connect(rs_t *r)
 {
     char chan[64];
-    int n;
+    int n, resolving;
 
-    if (open_ctx(r, &r->sub, r->host, r->port) == NULL) {
+    if (open_ctx(r, &r->sub, r->host, r->port, rs__sub_connect, &resolving) == NULL && resolving)
+        return;
+    if (r->sub.ac == NULL) {
         r->sub.state = RS_CONN_DOWN;
         schedule_reconnect(r);
         return;
@@ -941,6 +935,8 @@ void rs__conns_close(rs_t *r)
     rs_conn_t *cs[] = {&r->cmd, &r->sub, &r->sent};
 
     r->closing = 1;
+    if (r->rv.busy)
+        uv_cancel((uv_req_t *)&r->rv.gai); /* (its answer still comes, and frees r if last) */
     rs__sh_close(r);
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         redisAsyncContext *ac = cs[i]->ac;
@@ -949,40 +945,4 @@ void rs__conns_close(rs_t *r)
         if (ac != NULL)
             redisAsyncFree(ac);
     }
-}
-
-/* A blocking connection for the engine's synchronous questions (does a semaphore exist, the
- * per-semaphore gauges of /metrics): rare, and bounded by a 250 ms timeout. NULL when Redis
- * does not answer. */
-redisContext *rs__sync(rs_t *r)
-{
-    redisContext *c = r->sync;
-
-    if (r->sh != NULL)
-        return NULL; /* (on a cluster: rs__sync_for, to one slot's primary) */
-    if (c != NULL && !c->err)
-        return c;
-    redisFree(c);
-    r->sync = NULL;
-    if (r->host[0] == '\0' || (r->conn_once && r->cmd.state != RS_CONN_READY))
-        return NULL; /* known to be down: do not block the loop on it */
-    if ((c = rs__sync_open(r, r->host, r->port)) != NULL && r->db != 0)
-        freeReplyObject(redisCommand(c, "SELECT %d", r->db));
-    r->sync = c;
-    return c;
-}
-
-redisContext *rs__sync_open(const rs_t *r, const char *host, int port)
-{
-    struct timeval tv = {0, 250000};
-    redisContext *c = redisConnectWithTimeout(host, port, tv);
-
-    if (c == NULL || c->err || redisSetTimeout(c, tv) != REDIS_OK) {
-        redisFree(c);
-        return NULL;
-    }
-    if (r->pass[0] != '\0')
-        freeReplyObject(r->user[0] ? redisCommand(c, "AUTH %s %s", r->user, r->pass)
-                                   : redisCommand(c, "AUTH %s", r->pass));
-    return c;
 }

@@ -8,8 +8,8 @@
  * the front in the log's order, whichever way they come (its own scripts' replies, the
  * other instances' messages): one that comes early (a gap before it) first has the gap
  * filled from the stream, and one already handed over is dropped. A resume reads the
- * stream. Reading the stream uses the blocking connection (rs__sync), like exists(): it is
- * needed only for a gap, a subscription or a resume. */
+ * stream. Every read is a command on the loop like any other (RS_CMD_READ): while a gap is
+ * being filled, events that come after it wait in the stream, and are read from it next. */
 #include "backends/redis/redis_internal.h"
 
 #include <stdio.h>
@@ -99,7 +99,7 @@ static void ev_reset(rs_t *r, rs_sem_t *s, uint64_t uid, uint64_t seq, const cha
 
 /* The command of the script's follow: the marker of this instance (a fresh run if it had
  * gone), the log kept alive, the row told someone follows; NULL when out of memory. */
-static rs_cmd_t *follow_cmd(rs_t *r, const rs_sem_t *s)
+static rs_cmd_t *follow_cmd(rs_t *r, const rs_sem_t *s, int kind)
 {
     char fresh[48];
     uint64_t uid;
@@ -109,47 +109,53 @@ static rs_cmd_t *follow_cmd(rs_t *r, const rs_sem_t *s)
     snprintf(fresh, sizeof fresh, "%llu-0", (unsigned long long)((uid >> 12) | 1));
     rs__args_head(r, &a, s->stem, s->stem_len, rs__op_name(RS_OP_FOLLOW), "", NULL);
     rs__arg_str(&a, fresh);
-    return rs__cmd_build(r, RS_CMD_MARK, &a);
+    return rs__cmd_build(r, kind, &a);
 }
 
-/* Set this instance's marker (it follows the semaphore) and read where the log stands, in
- * one round trip: s->pt_*. A marker that was gone comes back with a new run. 0, or -1 when
- * Redis did not answer. */
-int rs__ev_watch(rs_t *r, rs_sem_t *s)
+/* A read about s is out: s is kept until its answer (rs__sem_maybe_free). */
+static void read_send(rs_t *r, rs_sem_t *s, rs_cmd_t *c, rs_req_t *rq,
+                      void (*done)(rs_t *r, rs_cmd_t *c, const redisReply *rep))
 {
-    redisContext *c = rs__sync_for(r, s->stem, s->stem_len);
-    rs_cmd_t *cmd;
-    redisReply *rep = NULL;
-    const char *argv[RS_FCALL_HEAD + RS_HEAD_LEN + 1];
-    size_t lens[RS_FCALL_HEAD + RS_HEAD_LEN + 1];
-    const char *p;
-    int ok;
-
-    s->pt_ok = 0;
-    if (c == NULL || (cmd = follow_cmd(r, s)) == NULL)
-        return -1;
-    p = (const char *)(cmd->lens + cmd->argc);
-    for (int i = 0; i < cmd->argc; i++) {
-        argv[i] = p;
-        lens[i] = cmd->lens[i];
-        p += cmd->lens[i];
+    c->sem = s;
+    c->rq = rq;
+    c->done = done;
+    s->reads++;
+    if (!r->closing) {
+        rs__send(r, c);
+        return;
     }
-    rep = redisCommandArgv(c, cmd->argc, argv, lens);
-    rs__cmd_free(cmd);
-    ok = rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == 3 &&
-         rep->element[1]->type == REDIS_REPLY_STRING &&
-         parse_point(rep->element[1]->str, rep->element[1]->len, &s->pt_uid, &s->pt_seq) == 0;
+    done(r, c, NULL); /* (closing: nothing more is sent, and s goes soon) */
+    rs__cmd_free(c);
+}
+
+/* The answer of a read about c->sem came (or failed): s is released. */
+static rs_sem_t *read_end(rs_t *r, rs_cmd_t *c)
+{
+    rs_sem_t *s = c->sem;
+
+    (void)r;
+    s->reads--;
+    return s;
+}
+
+/* The follow's answer: s->pt_* (where the log stands; a marker that was gone came back with
+ * a new run); 0, or -1 when there is none. */
+static int followed(rs_sem_t *s, const redisReply *rep)
+{
+    int ok = rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == 3 &&
+             rep->element[1]->type == REDIS_REPLY_STRING &&
+             parse_point(rep->element[1]->str, rep->element[1]->len, &s->pt_uid, &s->pt_seq) == 0;
+
     if (ok)
         s->pt_gone = strcmp(rs__el_str(rep, 2, NULL), "0") == 0;
-    freeReplyObject(rep); /* (none: the connection broke, rs__sync makes a new one next time) */
     s->pt_ok = (uint8_t)ok;
     return ok ? 0 : -1;
 }
 
-/* s is followed by a new subscription (rs__ev_watch just ran): a semaphore this instance
+/* s is followed by a new subscription (its follow just answered): a semaphore this instance
  * did not follow starts at the log's point; one it followed in another run gives its
  * subscribers "reset" and goes on with the current run. */
-void rs__ev_start(rs_t *r, rs_sem_t *s, int was_watched)
+static void ev_start(rs_t *r, rs_sem_t *s, int was_watched)
 {
     if (!was_watched) {
         s->ev_uid = s->pt_ok ? s->pt_uid : 0;
@@ -164,20 +170,20 @@ void rs__ev_start(rs_t *r, rs_sem_t *s, int was_watched)
     }
 }
 
-/* One entry of an XRANGE reply of the log, if its id is <uid>-<want>: its event goes to
- * `each` (an act that is not an event is skipped). Returns 0, LOG_OTHER (another id: a gap
- * or another run) or LOG_BAD (an entry that cannot be read). */
+/* One entry of an XRANGE reply of the log, if its id is <uid>-<want>: its event into *ev (its
+ * strings in scratch, its lease or waiter in room). Returns 0 (*got: 1, or 0 for an act that
+ * is not an event), LOG_OTHER (another id: a gap or another run) or LOG_BAD (an entry that
+ * cannot be read, or out of memory). */
 enum { LOG_OTHER = 1, LOG_BAD = 2 };
-static int log_entry(const redisReply *e, uint64_t uid, uint64_t want, const char *name,
-                     size_t nlen, void (*each)(void *ctx, const engine_event_t *ev), void *ctx)
+static int log_event(const redisReply *e, uint64_t uid, uint64_t want, const char *name,
+                     size_t nlen, engine_result_t *scratch, rs_ev_room_t *room, engine_event_t *ev,
+                     int *got)
 {
     const redisReply *f;
     uint64_t eu, q;
     rs_split_t sp;
-    engine_result_t scratch;
-    engine_event_t ev;
-    rs_ev_room_t l;
 
+    *got = 0;
     if (e->type != REDIS_REPLY_ARRAY || e->elements < 2 ||
         e->element[0]->type != REDIS_REPLY_STRING ||
         parse_point(e->element[0]->str, e->element[0]->len, &eu, &q) != 0 || eu != uid || q != want)
@@ -187,53 +193,116 @@ static int log_entry(const redisReply *e, uint64_t uid, uint64_t want, const cha
         f->element[1]->type != REDIS_REPLY_STRING ||
         rs__split(&sp, f->element[1]->str, f->element[1]->len) != 0)
         return LOG_BAD;
-    memset(&scratch, 0, sizeof scratch);
     if (sp.arr.elements >= RS_ACT_LEN &&
-        rs__act_to_event(&sp.arr, 0, name, nlen, &scratch, &ev, &l) == 0) {
-        ev.uid = uid;
-        ev.seq = q;
-        each(ctx, &ev);
+        rs__act_to_event(&sp.arr, 0, name, nlen, scratch, ev, room) == 0) {
+        ev->uid = uid;
+        ev->seq = q;
+        *got = 1;
     }
-    engine_result_clear(&scratch);
     rs__split_free(&sp);
     return 0;
 }
 
-static void to_front(void *ctx, const engine_event_t *ev)
+/* The same, its event handed to the front at once. */
+static int log_entry(rs_t *r, const redisReply *e, uint64_t uid, uint64_t want, const char *name,
+                     size_t nlen)
 {
-    engine__event(ctx, ev);
+    engine_result_t scratch;
+    engine_event_t ev;
+    rs_ev_room_t room;
+    int got, rc;
+
+    memset(&scratch, 0, sizeof scratch);
+    rc = log_event(e, uid, want, name, nlen, &scratch, &room, &ev, &got);
+    if (rc == 0 && got)
+        engine__event(r->front, &ev);
+    engine_result_clear(&scratch);
+    return rc;
+}
+
+/* The seq of an XRANGE entry's id, or 0. */
+static uint64_t entry_seq(const redisReply *e)
+{
+    uint64_t uid, seq;
+
+    if (e->type != REDIS_REPLY_ARRAY || e->elements < 1 ||
+        e->element[0]->type != REDIS_REPLY_STRING ||
+        parse_point(e->element[0]->str, e->element[0]->len, &uid, &seq) != 0)
+        return 0;
+    return seq;
 }
 
 /* ---- in order ---- */
 
-/* Hand the events after s->ev_seq up to `upto` to the front from the stream; past a hole
- * (trimmed, or Redis did not answer), one "reset" at `upto`. */
-static void ev_fill(rs_t *r, rs_sem_t *s, uint64_t upto)
+static void ev_fill(rs_t *r, rs_sem_t *s, uint64_t upto);
+
+/* The read of the events uid-first to uid-last of s's stream (counted); NULL: no memory. */
+static rs_cmd_t *xrange_cmd(rs_t *r, const rs_sem_t *s, uint64_t uid, uint64_t first, uint64_t last)
 {
-    redisContext *c = rs__sync_for(r, s->stem, s->stem_len);
-    redisReply *rep = NULL;
+    rs_args_t a = {0};
     char from[48], to[48];
+    size_t kl;
+    char *ke = rs__key_cat("", s->stem, s->stem_len, ":e", &kl);
+    rs_cmd_t *c;
+
+    if (ke == NULL)
+        return NULL;
+    snprintf(from, sizeof from, "%llu-%llu", (unsigned long long)uid, (unsigned long long)first);
+    snprintf(to, sizeof to, "%llu-%llu", (unsigned long long)uid, (unsigned long long)last);
+    rs__arg_str(&a, "XRANGE");
+    rs__arg(&a, ke, kl);
+    rs__arg_str(&a, from);
+    rs__arg_str(&a, to);
+    c = rs__cmd_build(r, RS_CMD_READ, &a);
+    sema__free(ke);
+    r->log_reads += c != NULL;
+    return c;
+}
+
+/* The stream's answer to a fill: its events in order, then a "reset" past a hole (trimmed, or
+ * Redis did not answer); the next fill if more came meanwhile. */
+static void fill_done(rs_t *r, rs_cmd_t *c, const redisReply *rep)
+{
+    rs_sem_t *s = read_end(r, c);
     size_t nlen;
     const char *name = sem_name(s, &nlen);
-    uint64_t uid = s->ev_uid;
+    uint64_t upto = s->fill_asked;
 
-    if (c != NULL) {
-        snprintf(from, sizeof from, "%llu-%llu", (unsigned long long)uid,
-                 (unsigned long long)s->ev_seq + 1);
-        snprintf(to, sizeof to, "%llu-%llu", (unsigned long long)uid, (unsigned long long)upto);
-        rep = redisCommand(c, "XRANGE %b:e %s %s", s->stem, s->stem_len, from, to);
-        r->log_reads++;
+    s->filling = 0;
+    if (s->watched && s->ev_uid == s->fill_uid) { /* (else a new run started meanwhile) */
+        for (size_t i = 0; rep != NULL && rep->type == REDIS_REPLY_ARRAY && i < rep->elements;
+             i++) {
+            uint64_t seq = entry_seq(rep->element[i]);
+            if (seq != 0 && seq <= s->ev_seq)
+                continue; /* (handed over meanwhile: a reply or a message that came in order) */
+            if (log_entry(r, rep->element[i], s->ev_uid, s->ev_seq + 1, name, nlen) != 0)
+                break;
+            s->ev_seq++;
+        }
+        if (s->ev_seq < upto) {
+            ev_reset(r, s, s->ev_uid, upto, REASON_LOST);
+            s->ev_seq = upto;
+        }
+        if (s->fill_to > s->ev_seq)
+            ev_fill(r, s, s->fill_to);
     }
-    for (size_t i = 0; rep != NULL && rep->type == REDIS_REPLY_ARRAY && i < rep->elements; i++) {
-        if (log_entry(rep->element[i], uid, s->ev_seq + 1, name, nlen, to_front, r->front) != 0)
-            break;
-        s->ev_seq++;
-    }
-    freeReplyObject(rep);
-    if (s->ev_seq < upto) {
-        ev_reset(r, s, uid, upto, REASON_LOST);
-        s->ev_seq = upto;
-    }
+    rs__sem_maybe_free(r, s);
+}
+
+/* Hand the events after s->ev_seq up to `upto` to the front, read from the stream (one read
+ * at a time: a later gap waits for it). */
+static void ev_fill(rs_t *r, rs_sem_t *s, uint64_t upto)
+{
+    rs_cmd_t *c;
+
+    if (upto > s->fill_to || s->fill_uid != s->ev_uid)
+        s->fill_to = upto;
+    s->fill_uid = s->ev_uid;
+    if (s->filling || (c = xrange_cmd(r, s, s->ev_uid, s->ev_seq + 1, s->fill_to)) == NULL)
+        return; /* (out of memory: the heartbeat's fill tries again) */
+    s->filling = 1;
+    s->fill_asked = s->fill_to;
+    read_send(r, s, c, NULL, fill_done);
 }
 
 void rs__ev_batch(rs_t *r, rs_sem_t *s, uint64_t uid, uint64_t first, const redisReply *acts)
@@ -252,7 +321,12 @@ void rs__ev_batch(rs_t *r, rs_sem_t *s, uint64_t uid, uint64_t first, const redi
         s->ev_uid = uid;
         s->ev_seq = first - 1;
     } else if (first > s->ev_seq + 1) {
-        ev_fill(r, s, first - 1); /* events that have not reached this instance yet */
+        /* events that have not reached this instance yet: these wait in the stream after
+         * them, and come from it */
+        for (size_t i = 0; i + RS_ACT_LEN <= acts->elements; i += RS_ACT_LEN)
+            seq += rs__act_is_event(acts, i) != 0;
+        ev_fill(r, s, seq - 1);
+        return;
     }
     memset(&scratch, 0, sizeof scratch);
     for (size_t i = 0; i + RS_ACT_LEN <= acts->elements; i += RS_ACT_LEN) {
@@ -308,15 +382,11 @@ void rs__ev_message(rs_t *r, const char *stem, size_t slen, const char *pay, siz
     rs__split_free(&sp);
 }
 
-/* This instance (re)subscribed to the semaphore's channel: what was published before that
- * took effect is in the log. */
-void rs__ev_catch_up(rs_t *r, const char *stem, size_t len)
+/* Where the log stands (ok: s->pt_*, or it could not be read): what this instance has not
+ * handed over yet comes from it. */
+static void catch_up_with(rs_t *r, rs_sem_t *s, int ok)
 {
-    rs_sem_t *s = rs__sem_find(r, stem, len);
-
-    if (s == NULL || !s->watched)
-        return;
-    if (rs__ev_watch(r, s) != 0) {
+    if (!ok) {
         ev_reset(r, s, s->ev_uid, s->ev_seq, REASON_UNREAD);
         s->ev_uid = 0; /* the next event's run is taken as it comes */
         return;
@@ -338,6 +408,31 @@ void rs__ev_catch_up(rs_t *r, const char *stem, size_t len)
     } else if (s->pt_seq > s->ev_seq) {
         ev_fill(r, s, s->pt_seq);
     }
+}
+
+static void caught_up(rs_t *r, rs_cmd_t *c, const redisReply *rep)
+{
+    rs_sem_t *s = read_end(r, c);
+    int ok = followed(s, rep) == 0;
+
+    if (s->watched)
+        catch_up_with(r, s, ok);
+    rs__sem_maybe_free(r, s);
+}
+
+/* This instance (re)subscribed to the semaphore's channel: what was published before that
+ * took effect is in the log (its follow tells how far it went). */
+void rs__ev_catch_up(rs_t *r, const char *stem, size_t len)
+{
+    rs_sem_t *s = rs__sem_find(r, stem, len);
+    rs_cmd_t *c;
+
+    if (s == NULL || !s->watched)
+        return;
+    if ((c = follow_cmd(r, s, RS_CMD_READ)) == NULL)
+        catch_up_with(r, s, 0);
+    else
+        read_send(r, s, c, NULL, caught_up);
 }
 
 static void catch_up_each(void *arg, enode_t *n)
@@ -391,7 +486,8 @@ void rs__ev_renew(rs_t *r, rs_sem_t *s)
     const char *name = rs__stem_name(s->stem, s->stem_len, &nlen, &kind);
     rs_cmd_t *c;
 
-    if (!engine__watched(r->front, name, nlen)) {
+    if (!engine__watched(r->front, name, nlen) && s->reads == 0) {
+        /* (a read out may be a subscription's open: it has no stream yet) */
         rs_args_t a = {0};
         char *ks = rs__key_cat("", s->stem, s->stem_len, ":s", &kl);
         rs__sub_watch(r, s, 0);
@@ -406,110 +502,164 @@ void rs__ev_renew(rs_t *r, rs_sem_t *s)
         sema__free(ks);
         return;
     }
-    if ((c = follow_cmd(r, s)) != NULL)
+    if ((c = follow_cmd(r, s, RS_CMD_MARK)) != NULL)
         rs__send(r, c);
     ev_heartbeat(r, s);
 }
 
-/* A subscription to the semaphore under stem is coming: this instance follows its events.
- * The marker is set before the subscription's answer, so every change made once the client
- * has it is logged and published (rs__ev_watch). */
-void rs__ev_follow(rs_t *r, const char *stem, size_t len)
-{
-    rs_sem_t *s = rs__sem_get(r, stem, len);
-    int was;
+/* ---- a subscription's open (ENGINE_EVENTS_OPEN): does the semaphore exist, then this
+ * instance follows its events (the marker is set before the subscription's answer, so every
+ * change made once the client has it is logged and published), then, with a Last-Event-ID,
+ * what followed it is read from the stream ---- */
 
-    if (s == NULL)
-        return;
-    was = s->watched;
-    s->pt_ok = rs__ev_watch(r, s) == 0;
+static void open_end(rs_t *r, rs_req_t *rq, rs_sem_t *s, int status)
+{
+    engine_req_t *req = rq->req;
+
+    if (req == NULL) {
+        sema__free(rq); /* (cancelled while it read) */
+    } else {
+        if (status == 0 && s->watched && req->log_uid != 0 && s->ev_uid == req->log_uid &&
+            s->ev_seq > req->log_seq) {
+            /* events handed over while the stream was read reached no subscription of this
+             * request (it has none yet): they come again from the stream, after its answer
+             * (a subscription that had them skips them) */
+            uint64_t upto = s->ev_seq;
+            s->ev_seq = req->log_seq;
+            ev_fill(r, s, upto);
+        }
+        rs__finish(r, rq, status, NULL, 0);
+    }
+    rs__sem_maybe_free(r, s);
+}
+
+/* The stream after the client's id up to the point: every event, or why not. */
+static void open_replayed(rs_t *r, rs_cmd_t *c, const redisReply *rep)
+{
+    rs_sem_t *s = read_end(r, c);
+    rs_req_t *rq = c->rq;
+    engine_req_t *req = rq->req;
+    size_t n = rep != NULL && rep->type == REDIS_REPLY_ARRAY ? rep->elements : 0;
+    engine_event_t *evs;
+    rs_ev_room_t *rooms;
+
+    if (req == NULL)
+        return open_end(r, rq, s, 0);
+    req->log_rc = rep == NULL || rep->type != REDIS_REPLY_ARRAY ? ENGINE_LOG_UNKNOWN
+                  : n != req->log_seq - req->from_seq           ? ENGINE_LOG_GONE /* trimmed */
+                                                                : ENGINE_LOG_OK;
+    if (req->log_rc != ENGINE_LOG_OK)
+        return open_end(r, rq, s, 0);
+    evs = engine_result_alloc(&req->res, n * sizeof(*evs));
+    rooms = engine_result_alloc(&req->res, n * sizeof(*rooms));
+    if (evs == NULL || rooms == NULL) {
+        req->log_rc = ENGINE_LOG_UNKNOWN;
+        return open_end(r, rq, s, 0);
+    }
+    req->replay = evs;
+    for (size_t i = 0; i < n; i++) {
+        int got,
+            e = log_event(rep->element[i], req->log_uid, req->from_seq + 1 + i, req->name,
+                          req->name_len, &req->res, &rooms[req->nreplay], &evs[req->nreplay], &got);
+        if (e != 0) {
+            req->log_rc = e == LOG_OTHER ? ENGINE_LOG_GONE : ENGINE_LOG_UNKNOWN;
+            break;
+        }
+        req->nreplay += (size_t)got;
+    }
+    open_end(r, rq, s, 0);
+}
+
+/* Where the log stands, and with an id, what followed it. */
+static void open_replay(rs_t *r, rs_req_t *rq, rs_sem_t *s)
+{
+    engine_req_t *req = rq->req;
+    rs_cmd_t *c;
+
+    if (s->pt_ok) {
+        req->log_uid = s->pt_uid;
+        req->log_seq = s->pt_seq;
+    }
+    if (req->id == NULL || !s->pt_ok)
+        return open_end(r, rq, s, 0); /* (log_rc: ENGINE_LOG_UNKNOWN) */
+    req->log_rc = req->from_uid != s->pt_uid || req->from_seq > s->pt_seq ? ENGINE_LOG_FOREIGN
+                                                                          : ENGINE_LOG_OK;
+    if (req->log_rc != ENGINE_LOG_OK || req->from_seq == s->pt_seq)
+        return open_end(r, rq, s, 0);
+    if ((c = xrange_cmd(r, s, s->pt_uid, req->from_seq + 1, s->pt_seq)) == NULL) {
+        req->log_rc = ENGINE_LOG_UNKNOWN;
+        return open_end(r, rq, s, 0);
+    }
+    read_send(r, s, c, rq, open_replayed);
+}
+
+/* This instance follows s (its follow answered, or could not be asked: pt_ok 0). */
+static void open_follow(rs_t *r, rs_req_t *rq, rs_sem_t *s)
+{
+    int was = s->watched;
+
+    if (rq->req == NULL)
+        return open_end(r, rq, s, 0);
     s->watched = 1;
-    rs__ev_start(r, s, was);
+    ev_start(r, s, was);
     if (!was) {
         rs__sub_watch(r, s, 1);
         if (r->sub.ac != NULL && s->subscribed)
             redisAsyncHandleWrite(r->sub.ac);
     }
+    open_replay(r, rq, s);
 }
 
-/* ---- the engine's questions ---- */
-
-int rs__events_point(void *be, const char *name, size_t len, uint64_t *uid, uint64_t *seq)
+static void open_followed(rs_t *r, rs_cmd_t *c, const redisReply *rep)
 {
-    rs_t *r = be;
-    size_t sl;
-    char *stem = rs__key_new(r, 's', name, len, "", &sl);
-    rs_sem_t *s = stem != NULL ? rs__sem_find(r, stem, sl) : NULL;
+    rs_sem_t *s = read_end(r, c);
+
+    (void)followed(s, rep);
+    open_follow(r, c->rq, s);
+}
+
+/* The semaphore's row exists (no answer counts as "it may"): it is followed. */
+static void open_exists(rs_t *r, rs_cmd_t *c, const redisReply *rep)
+{
+    rs_sem_t *s = read_end(r, c);
+    rs_req_t *rq = c->rq;
+    rs_cmd_t *f;
+
+    if (rq->req == NULL)
+        return open_end(r, rq, s, 0);
+    if (rep != NULL && rep->type == REDIS_REPLY_INTEGER && rep->integer == 0)
+        return open_end(r, rq, s, SEMA_ENOENT);
+    if ((f = follow_cmd(r, s, RS_CMD_READ)) == NULL) {
+        s->pt_ok = 0;
+        return open_follow(r, rq, s);
+    }
+    read_send(r, s, f, rq, open_followed);
+}
+
+void rs__ev_open(rs_t *r, rs_req_t *rq)
+{
+    engine_req_t *req = rq->req;
+    rs_args_t a = {0};
+    size_t sl, kl;
+    char *stem = rs__key_new(r, 's', req->name, req->name_len, "", &sl);
+    char *km = stem != NULL ? rs__key_cat("", stem, sl, ":m", &kl) : NULL;
+    rs_sem_t *s = km != NULL ? rs__sem_get(r, stem, sl) : NULL;
+    rs_cmd_t *c = NULL;
 
     sema__free(stem);
-    if (s == NULL || !s->pt_ok)
-        return -1;
-    *uid = s->pt_uid;
-    *seq = s->pt_seq;
-    return 0;
-}
-
-/* The replay of the log under stem (see rs__events_replay). */
-static int replay(rs_t *r, redisContext *c, const char *stem, size_t sl, const char *name,
-                  size_t len, uint64_t uid, uint64_t seq,
-                  void (*each)(void *ctx, const engine_event_t *ev), void *ctx, uint64_t *cur_uid,
-                  uint64_t *cur_seq)
-{
-    char from[48], to[48];
-    redisReply *rep;
-    uint64_t pu, ps, want;
-    int rc = ENGINE_LOG_OK;
-
-    r->log_reads++;
-    rep = redisCommand(c, "HGET %b:s log", stem, sl);
-    if (rep == NULL || rep->type != REDIS_REPLY_STRING ||
-        parse_point(rep->str, rep->len, &pu, &ps) != 0) {
-        freeReplyObject(rep);
-        return ENGINE_LOG_UNKNOWN;
+    rq->state = RS_REQ_SENT;
+    if (s != NULL && !(r->conn_once && r->cmd.state != RS_CONN_READY)) {
+        rs__arg_str(&a, "EXISTS");
+        rs__arg(&a, km, kl);
+        c = rs__cmd_build(r, RS_CMD_READ, &a);
     }
-    freeReplyObject(rep);
-    *cur_uid = pu;
-    *cur_seq = ps;
-    if (uid != pu || seq > ps)
-        return ENGINE_LOG_FOREIGN;
-    if (seq == ps)
-        return ENGINE_LOG_OK;
-    snprintf(from, sizeof from, "%llu-%llu", (unsigned long long)uid, (unsigned long long)seq + 1);
-    snprintf(to, sizeof to, "%llu-%llu", (unsigned long long)pu, (unsigned long long)ps);
-    rep = redisCommand(c, "XRANGE %b:e %s %s", stem, sl, from, to);
-    if (rep == NULL)
-        return ENGINE_LOG_UNKNOWN;
-    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != ps - seq) {
-        freeReplyObject(rep);
-        return ENGINE_LOG_GONE; /* trimmed (or the stream expired) */
+    sema__free(km);
+    if (s == NULL) {
+        rs__fail(r, rq, BE_MSG_NOMEM, 0);
+    } else if (c == NULL) { /* Redis is known to be down: it may exist, its point unknown */
+        s->pt_ok = 0;
+        open_follow(r, rq, s);
+    } else {
+        read_send(r, s, c, rq, open_exists);
     }
-    want = seq + 1;
-    for (size_t i = 0; i < rep->elements && rc == ENGINE_LOG_OK; i++, want++) {
-        int e = log_entry(rep->element[i], uid, want, name, len, each, ctx);
-        if (e != 0)
-            rc = e == LOG_OTHER ? ENGINE_LOG_GONE : ENGINE_LOG_UNKNOWN;
-    }
-    freeReplyObject(rep);
-    return rc;
-}
-
-int rs__events_replay(void *be, const char *name, size_t len, uint64_t uid, uint64_t seq,
-                      void (*each)(void *ctx, const engine_event_t *ev), void *ctx,
-                      uint64_t *cur_uid, uint64_t *cur_seq)
-{
-    rs_t *r = be;
-    redisContext *c;
-    size_t sl;
-    char *stem;
-    int rc;
-
-    if ((stem = rs__key_new(r, 's', name, len, "", &sl)) == NULL)
-        return ENGINE_LOG_UNKNOWN;
-    if ((c = rs__sync_for(r, stem, sl)) == NULL) {
-        sema__free(stem);
-        return ENGINE_LOG_UNKNOWN;
-    }
-    rc = replay(r, c, stem, sl, name, len, uid, seq, each, ctx, cur_uid, cur_seq);
-    sema__free(stem);
-    return rc;
 }

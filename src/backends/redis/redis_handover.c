@@ -224,11 +224,16 @@ static int open_round(rs_handover_t *h, int i)
 {
     rs_ho_node_t *n = &h->node[i];
     rs_t *r = h->r;
+    rs_cluster_t *cl = rs__sh_cluster(r);
+    const char *addr = cl != NULL ? rs__cluster_address(cl, &n->addr) : NULL;
     char why[128];
 
     if (n->ac != NULL)
         return 0;
-    if ((n->ac = rs__async_open(r->loop, n->addr.host, n->addr.port, why, sizeof why)) == NULL) {
+    /* (a name never resolved for the cluster's own connection is not resolved here, on the
+     * loop: the node goes unasked, as one that does not answer) */
+    if (addr == NULL ||
+        (n->ac = rs__async_open(r->loop, addr, n->addr.port, why, sizeof why)) == NULL) {
         n->quiet_until = rs__now(r) + RS_HO_REMEMBER_MS;
         return -1;
     }

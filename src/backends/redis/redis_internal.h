@@ -32,9 +32,13 @@ typedef struct rs_sem {
     elist_t parked; /* rs_req_t.plink */
     uint32_t nparked;
     uint8_t collecting, watched, subscribed; /* collecting: a check of its waiters is out */
-    uint8_t pt_ok, pt_gone;    /* pt_*: the log's point as the last rs__ev_watch read it */
-    uint64_t pt_uid, pt_seq;   /* (redis_events.c) */
-    uint64_t ev_uid, ev_seq;   /* the last event handed to the front (0: none yet) */
+    uint8_t pt_ok, pt_gone;                  /* pt_*: the log's point as the last follow read it */
+    uint8_t filling;                         /* a read of the stream (a fill) is out */
+    uint32_t reads;                          /* RS_CMD_READ commands about it not answered yet */
+    uint64_t fill_uid, fill_to;              /* the run and last event to read from the stream */
+    uint64_t fill_asked;                     /* ...and what the read out asks up to */
+    uint64_t pt_uid, pt_seq;                 /* (redis_events.c) */
+    uint64_t ev_uid, ev_seq;                 /* the last event handed to the front (0: none yet) */
     uint64_t own_uid, own_seq; /* the last event this instance's own messages announced */
     size_t stem_len;
     char stem[];
@@ -83,12 +87,14 @@ enum {
     RS_CMD_WAIT,
     RS_CMD_PLAIN,
     RS_CMD_MARK,
-    RS_CMD_HELLO /* Redis Cluster: a slot's hello (redis_shards.c) */
+    RS_CMD_HELLO, /* Redis Cluster: a slot's hello (redis_shards.c) */
+    RS_CMD_READ   /* a read whose answer goes to its `done` (redis_events.c) */
 };
 
 /* One command: its arguments are kept, so a retry after a lost connection sends the same
  * request id (which Redis answers from its cache if the first attempt ran). An FCALL is
  * formatted when sent, with the epoch known then. */
+struct rs;
 typedef struct rs_cmd {
     elist_t link; /* r->inflight, r->retry or r->pending */
     int argc;
@@ -98,9 +104,11 @@ typedef struct rs_cmd {
     uint64_t gen;    /* r->epoch_changes when last sent */
     uint8_t unknown; /* an answer of it was lost: it may have run */
     uint8_t kind, writes;
-    uint8_t timed;  /* RS_CMD_CANCEL of a timeout (its outcome is the request's answer) */
-    rs_req_t *rq;   /* RS_CMD_OP */
-    rs_sem_t *sem;  /* RS_CMD_COLLECT */
+    uint8_t timed; /* RS_CMD_CANCEL of a timeout (its outcome is the request's answer) */
+    rs_req_t *rq;  /* RS_CMD_OP */
+    rs_sem_t *sem; /* RS_CMD_COLLECT, RS_CMD_READ */
+    /* RS_CMD_READ: its answer (NULL: none, it failed), once; c is freed after it */
+    void (*done)(struct rs *r, struct rs_cmd *c, const redisReply *rep);
     unsigned slot;  /* Redis Cluster: its key's slot, as last sent */
     uint16_t wnode; /* Redis Cluster, unconfirmed: as rs_req_t's */
     int wconn;
@@ -111,9 +119,23 @@ typedef struct rs_conn {
     int state;
     int is_sub;
     struct rs *r;
+    uint64_t since; /* loop ms: its start (the connect, its setup, a resync) began and has not
+                       been answered yet (0: none); rs__conn_tick drops it past the timeout */
 } rs_conn_t;
 
 typedef struct rs_shards rs_shards_t;
+
+/* The resolution of a host name before a connection (redis_conn.c): one at a time. */
+typedef struct {
+    uv_getaddrinfo_t gai;
+    uint8_t busy;   /* uv_getaddrinfo is out */
+    uint8_t done;   /* it answered, and the connection it was for has not read it */
+    uint8_t failed; /* ...without an address (why) */
+    char host[256]; /* the name */
+    char addr[64];  /* its address (text) */
+    char why[96];
+    void (*again)(struct rs *r); /* runs once it has answered */
+} rs_resolve_t;
 
 typedef struct rs {
     uv_loop_t *loop;
@@ -158,12 +180,13 @@ typedef struct rs {
     uint64_t seq;
     /* connections */
     rs_conn_t cmd, sub, sent; /* commands; pub/sub; Sentinel */
-    redisContext *sync;       /* blocking, for exists() and /metrics (rs__sync) */
+    rs_resolve_t rv;          /* the host name of the connection being made */
     uv_timer_t reconnect_timer, tick_timer, hb_timer, due_timer;
     uv_check_t check;
     uint64_t backoff_ms, down_since;
     uint64_t contact_mono; /* when Redis last answered a command (loop ms; 0: never) */
     int conn_once;         /* the command connection was up before */
+    int stall_said;        /* a start that did not answer was logged since the last ready */
     int resyncing;         /* a SCRIPT LOAD or hello runs: commands wait in retry/pending */
     elist_t inflight, retry, pending;
     elist_t unconfirmed; /* strict: undo commands answered, until a WAIT confirms them */
@@ -183,6 +206,7 @@ typedef struct rs {
     uint64_t nparked;
     uint64_t nsems, nleases, nlocks; /* counts in Redis, as the last reply told */
     int wait_inflight;
+    uint64_t wait_short_since; /* loop ms: WAIT came back short first (0: it is whole) */
     int draining, shutting_down, closing, handles_open;
     /* counters */
     uint64_t commands, replies, reconnects, cmd_timeouts, unknown_outcomes, wakes, collects, gone,
@@ -191,6 +215,8 @@ typedef struct rs {
 
 /* ---- redis.c: the table, start and stop, requests ---- */
 uint64_t rs__now(rs_t *r); /* the loop's clock, ms */
+/* One of its handles or requests on the loop is done (closed, answered): the last frees r. */
+void rs__handle_done(rs_t *r);
 /* Complete rq with status and message (static text); `hold`: the reply rests on a write, so
  * strict durability holds it until a WAIT confirms it (redis_strict.c). */
 void rs__finish(rs_t *r, rs_req_t *rq, int status, const char *msg, int hold);
@@ -206,21 +232,27 @@ void rs__sub_watch(rs_t *r, rs_sem_t *s, int on);
 void rs__conns_close(rs_t *r);
 void rs__resync(rs_t *r);
 void rs__on_ready(rs_t *r);
+/* Every 100 ms: a start of the command or Sentinel connection (the connect, the setup
+ * commands, a resync) unanswered for the command timeout is dropped, said at warn, and goes
+ * on as a lost connection (the next Sentinel, the backoff). */
+void rs__conn_tick(rs_t *r, uint64_t now);
 void rs__describe(void *be, char *buf, size_t cap); /* engine_describe: the address */
-/* A blocking connection for the engine's synchronous questions (250 ms timeout); NULL when
- * Redis does not answer. */
-redisContext *rs__sync(rs_t *r);
-/* A blocking connection to host:port, with AUTH when there is a password (250 ms timeout). */
-redisContext *rs__sync_open(const rs_t *r, const char *host, int port);
-/* An asynchronous connection to host:port on loop (hiredis's: a host name is resolved before
- * this returns, an address at once); NULL, with why, when it cannot be made. Its commands may
- * be queued at once; the caller frees it (redisAsyncFree), unless the connection fails first:
- * hiredis then frees it itself, after running every pending callback with a NULL reply. */
+/* redis_uv.c: an asynchronous connection to host:port on loop (hiredis's: a host name would be
+ * resolved before this returns, on the loop: give it an address); NULL, with why, when it cannot be
+ * made. Its commands may be queued at once; the caller frees it (redisAsyncFree), unless the
+ * connection fails first: hiredis then frees it itself, after running every pending callback with a
+ * NULL reply. */
 redisAsyncContext *rs__async_open(uv_loop_t *loop, const char *host, int port, char *why,
                                   size_t cap);
 /* Queue AUTH on ac when the address has a password (fn may be NULL: its answer unread). */
 void rs__async_auth(const rs_t *r, redisAsyncContext *ac, redisCallbackFn *fn, void *priv);
 extern const char rs__lua[]; /* sema.lua with its constants (generated: redis_lua.c) */
+
+/* ---- redis_resolve.c: a connection's host name, resolved off the loop ---- */
+/* The address to connect to for host: host itself when it is an address, else what its
+ * resolution (r->rv, one at a time) found. NULL while it is resolved (then again(r) runs,
+ * once it has: it asks again), or when it could not be (*why says why). */
+const char *rs__address_for(rs_t *r, const char *host, void (*again)(rs_t *r), const char **why);
 
 /* ---- redis_cmd.c: commands, sending, replies, retries ---- */
 typedef struct {
@@ -290,11 +322,8 @@ int rs__sh_subscribe(rs_t *r, const char *chan, size_t len, int on);
 /* A ticket watcher comes (d 1: rq->tslot is set) or goes (-1): its slot's ticket channel is
  * subscribed while it has watchers here. */
 void rs__sh_watch(rs_t *r, rs_req_t *rq, int d);
-/* The sums of n (at most 8) fields of the per-slot epoch hash over the slots this instance
- * has used (asked on the blocking connections): 0, or -1 when a primary did not answer. */
-int rs__sh_epoch_sums(rs_t *r, const char *const *fields, int n, int64_t *out);
-/* A blocking connection to the primary of key's slot (or rs__sync on one Redis). */
-redisContext *rs__sync_for(rs_t *r, const char *key, size_t len);
+/* Whether this instance has used slot (said hello there, and the epoch stands). */
+int rs__sh_slot_used(const rs_t *r, unsigned slot);
 rs_cluster_t *rs__sh_cluster(const rs_t *r);            /* NULL once closing */
 void rs__sh_load_library(rs_t *r, unsigned slot);       /* on slot's primary, once at a time */
 uint32_t rs__sh_slot_tag(const rs_t *r, unsigned slot); /* the tag of slot's keys */
@@ -496,8 +525,12 @@ void rs__check_cb(uv_check_t *h);
 void rs__wait_lost(rs_t *r);
 
 /* ---- redis_metrics.c ---- */
+#define RS_M_TICKET_FIELDS 6 /* the ticket counters of an epoch hash */
 void rs__stats(void *be, engine_stats_t *out);
-int rs__metrics(void *be, struct strbuf *out);
+/* ENGINE_METRICS: the series after the front's, once what they need is read from Redis (on
+ * the command connection, or of every primary with slots this instance used, never on a
+ * blocking connection); rq is completed then, or at once when nothing is to be read. */
+void rs__metrics_send(rs_t *r, rs_req_t *rq);
 
 /* ---- redis_events.c: event ids shared by every instance, from the log in Redis ---- */
 typedef struct {
@@ -508,18 +541,15 @@ typedef struct {
 } rs_split_t;
 int rs__split(rs_split_t *sp, const char *p, size_t n);
 void rs__split_free(rs_split_t *sp);
-int rs__ev_watch(rs_t *r, rs_sem_t *s);
-void rs__ev_start(rs_t *r, rs_sem_t *s, int was_watched);
 void rs__ev_batch(rs_t *r, rs_sem_t *s, uint64_t uid, uint64_t first, const redisReply *acts);
 void rs__ev_message(rs_t *r, const char *stem, size_t slen, const char *pay, size_t plen);
 void rs__ev_catch_up(rs_t *r, const char *stem, size_t len);
 void rs__ev_catch_up_all(rs_t *r);
 void rs__ev_marked(rs_t *r, const rs_cmd_t *c, const redisReply *rep);
 void rs__ev_renew(rs_t *r, rs_sem_t *s); /* the heartbeat of a semaphore it follows */
-void rs__ev_follow(rs_t *r, const char *stem, size_t len); /* a subscription is coming */
-int rs__events_point(void *be, const char *name, size_t len, uint64_t *uid, uint64_t *seq);
-int rs__events_replay(void *be, const char *name, size_t len, uint64_t uid, uint64_t seq,
-                      void (*each)(void *ctx, const engine_event_t *ev), void *ctx,
-                      uint64_t *cur_uid, uint64_t *cur_seq);
+/* ENGINE_EVENTS_OPEN: does the semaphore exist (no answer counts as "it may"), then this
+ * instance follows its events, and with an id, the stream after it is read; rq is completed
+ * then (later, or at once when Redis is known to be down). */
+void rs__ev_open(rs_t *r, rs_req_t *rq);
 
 #endif /* SEMAD_REDIS_INTERNAL_H */

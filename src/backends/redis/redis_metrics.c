@@ -45,12 +45,14 @@ static void put_label(jsonw_t *w, const char *s, size_t len)
     }
 }
 
+/* The ticket counters as the epoch hash keeps them (summed over the slots on a cluster). */
+static const char *const ticket_fields[RS_M_TICKET_FIELDS] = {
+    "tickets", "t_created", "t_granted", "t_left", "t_abandoned", "t_uncollected"};
+
 /* The ticket series: counts kept in Redis (the same on every instance), and this instance's
  * watchers. */
-static void put_ticket_series(rs_t *r, jsonw_t *w)
+static void put_ticket_series(const rs_t *r, jsonw_t *w, const int64_t *sums)
 {
-    static const char *const fields[] = {"tickets", "t_created",   "t_granted",
-                                         "t_left",  "t_abandoned", "t_uncollected"};
     static const char *const names[][3] = {
         {"semad_tickets", "Tickets waiting or granted.", "gauge"},
         {"semad_tickets_created_total", "Tickets taken.", "counter"},
@@ -61,27 +63,22 @@ static void put_ticket_series(rs_t *r, jsonw_t *w)
         {"semad_tickets_uncollected_total",
          "Granted tickets whose lease was released: not collected within keepalive_ms.", "counter"},
     };
-    redisContext *c = rs__sync(r);
-    redisReply *rep = NULL;
-    int64_t sums[6] = {0};
 
-    if (r->sh != NULL) /* (on a cluster: summed over the slots this instance has used) */
-        rs__sh_epoch_sums(r, fields, 6, sums);
-    else if (c != NULL)
-        rep = redisCommand(c, "HMGET sema:epoch %s %s %s %s %s %s", fields[0], fields[1], fields[2],
-                           fields[3], fields[4], fields[5]);
-    for (size_t i = 0; i < 6; i++)
-        jsonw_prom_series(w, names[i][0], names[i][1], names[i][2],
-                          (uint64_t)(r->sh != NULL            ? sums[i]
-                                     : rs__el_i64(rep, i) > 0 ? rs__el_i64(rep, i)
-                                                              : 0));
-    freeReplyObject(rep);
+    for (size_t i = 0; i < RS_M_TICKET_FIELDS; i++)
+        jsonw_prom_series(w, names[i][0], names[i][1], names[i][2], (uint64_t)sums[i]);
     jsonw_prom_series(w, "semad_ticket_watchers",
                       "Long-polls and streams waiting on a ticket's change now.", "gauge",
                       r->nwatch);
     jsonw_prom_series(w, "semad_ticket_position_updates_total",
                       "Position updates sent to ticket watchers (long-polls and streams).",
                       "counter", r->ticket_updates);
+}
+
+/* Add the counters of one epoch hash's HMGET answer (a missing or negative one counts 0). */
+static void add_sums(int64_t *sums, const redisReply *rep)
+{
+    for (size_t i = 0; i < RS_M_TICKET_FIELDS; i++)
+        sums[i] += rs__el_i64(rep, i) > 0 ? rs__el_i64(rep, i) : 0;
 }
 
 /* ---- tenants: bounded series ---- */
@@ -143,7 +140,7 @@ static void put_tenants(jsonw_t *w, const redisReply *lim, const char *sem, size
 
 /* semad_tenant_held and semad_tenant_waiting of the semaphores listed, and the tokens of those
  * with a rate: at most metrics_max_semaphores x (metrics_max_tenants + 1) series. */
-static void put_limits_gauges(rs_t *r, jsonw_t *w, const redisReply *items)
+static void put_limits_gauges(const rs_t *r, jsonw_t *w, const redisReply *items)
 {
     static const char *const names[] = {"semad_tenant_held", "semad_tenant_waiting"};
     static engine_tenant_t order[ENGINE_TENANTS_PER_SEM_MAX]; /* (the loop's thread only) */
@@ -171,29 +168,13 @@ static void put_limits_gauges(rs_t *r, jsonw_t *w, const redisReply *items)
     }
 }
 
-/* Gauges of the first semaphores by name (asked on the blocking connection). */
-static void put_sem_gauges(rs_t *r, jsonw_t *w)
+/* Gauges of the first semaphores by name: items is the list's answer (NULL: none). */
+static void put_sem_gauges(const rs_t *r, jsonw_t *w, const redisReply *items)
 {
     static const char *const names[] = {"semad_semaphore_capacity", "semad_semaphore_available",
                                         "semad_semaphore_held", "semad_semaphore_waiters"};
     static const int field[] = {RS_V_CAPACITY, RS_V_AVAILABLE, RS_V_HELD, RS_V_WAITING};
-    redisContext *c = rs__sync(r);
-    redisReply *rep = NULL;
-    const redisReply *items;
-    char limit[24];
 
-    snprintf(limit, sizeof limit, "%llu", (unsigned long long)r->cfg.metrics_max_semaphores);
-    if (c != NULL && r->cfg.metrics_max_semaphores > 0) {
-        rs_args_t a = {0};
-        rs__args_head(r, &a, "sema:names", 10, "list", "", NULL);
-        rs__arg_str(&a, "");
-        rs__arg_str(&a, "");
-        rs__arg_str(&a, limit);
-        if (!a.oom)
-            rep = redisCommandArgv(c, a.n, a.v, a.l);
-        rs__args_free(&a);
-    }
-    items = rs__el_arr(rep, RS_R_RESULT + 1);
     for (int k = 0; k < 4; k++) {
         jsonw_raw_str(w, "# TYPE ");
         jsonw_raw_str(w, names[k]);
@@ -210,7 +191,6 @@ static void put_sem_gauges(rs_t *r, jsonw_t *w)
         }
     }
     put_limits_gauges(r, w, items);
-    freeReplyObject(rep);
 }
 
 /* Undo commands (RS_CMD_DROP, RS_CMD_CANCEL) not yet answered or, in strict, not yet confirmed. */
@@ -227,9 +207,10 @@ static uint64_t count_undo(const rs_t *r)
     return n;
 }
 
-int rs__metrics(void *be, struct strbuf *out)
+/* The back end's series after the front's: the ticket counters summed in `sums`, the
+ * per-semaphore gauges' text in `gauges` (written from the list's answer). */
+static int put_all(rs_t *r, struct strbuf *out, const int64_t *sums, const struct strbuf *gauges)
 {
-    rs_t *r = be;
     jsonw_t w;
 
     jsonw_init(&w, out);
@@ -274,7 +255,178 @@ int rs__metrics(void *be, struct strbuf *out)
     jsonw_prom_series(&w, "semad_semaphores", "Semaphores.", "gauge", r->nsems);
     jsonw_prom_series(&w, "semad_leases", "Live leases.", "gauge", r->nleases);
     jsonw_prom_series(&w, "semad_lock_keys", "Keyed locks held or awaited.", "gauge", r->nlocks);
-    put_ticket_series(r, &w);
-    put_sem_gauges(r, &w);
+    put_ticket_series(r, &w, sums);
+    if (gauges->len > 0)
+        jsonw_raw(&w, gauges->data, gauges->len);
+    else
+        put_sem_gauges(r, &w, NULL);
     return jsonw_end(&w);
+}
+
+/* ---- ENGINE_METRICS: what it reads from Redis ---- */
+
+/* One /metrics request while it reads. */
+typedef struct {
+    rs_t *r;
+    rs_req_t *rq; /* rq->req is NULL once the request was cancelled */
+    int inflight; /* reads not answered yet */
+    int nomem;    /* a read's answer could not be kept */
+    int64_t sums[RS_M_TICKET_FIELDS];
+    struct strbuf gauges; /* the per-semaphore gauges, written from the list's answer */
+} rs_mreq_t;
+
+/* On a cluster: the HMGET of one used slot's epoch hash. */
+typedef struct {
+    rs_ccmd_t cc;
+    rs_mreq_t *m;
+    const char *argv[2 + RS_M_TICKET_FIELDS];
+    size_t lens[2 + RS_M_TICKET_FIELDS];
+    char key[32];
+} rs_mpart_t;
+
+static void metrics_end(rs_mreq_t *m)
+{
+    rs_req_t *rq = m->rq;
+
+    if (rq->req == NULL) {
+        sema__free(rq); /* (cancelled while it read) */
+    } else {
+        int bad = m->nomem || put_all(m->r, rq->req->text, m->sums, &m->gauges) != 0;
+        rs__finish(m->r, rq, bad ? SEMA_ENOMEM : 0, NULL, 0);
+    }
+    strbuf_free(&m->gauges);
+    sema__free(m);
+}
+
+/* A read answered (or failed: what it would have added counts 0). */
+static void read_done(rs_mreq_t *m)
+{
+    rs_t *r = m->r;
+
+    if (--m->inflight > 0)
+        return;
+    metrics_end(m);
+    rs__drain(r);
+}
+
+static void sums_cb(redisAsyncContext *ac, void *reply, void *priv)
+{
+    rs_mreq_t *m = priv;
+
+    (void)ac;
+    add_sums(m->sums, reply);
+    read_done(m);
+}
+
+static void list_cb(redisAsyncContext *ac, void *reply, void *priv)
+{
+    rs_mreq_t *m = priv;
+    jsonw_t w;
+
+    (void)ac;
+    if (reply != NULL && m->rq->req != NULL) {
+        jsonw_init(&w, &m->gauges);
+        put_sem_gauges(m->r, &w, rs__el_arr(reply, RS_R_RESULT + 1));
+        m->nomem |= jsonw_end(&w) != 0;
+    }
+    read_done(m);
+}
+
+/* One Redis: the epoch hash's counters and the first semaphores, on the command connection
+ * (none while it is down: the series then say 0, and no gauges). */
+static void read_one(rs_t *r, rs_mreq_t *m)
+{
+    redisAsyncContext *ac = r->cmd.ac;
+    rs_args_t a = {0};
+    char limit[24];
+
+    if (r->cmd.state != RS_CONN_READY || ac == NULL)
+        return;
+    m->inflight +=
+        redisAsyncCommand(ac, sums_cb, m, "HMGET sema:epoch %s %s %s %s %s %s", ticket_fields[0],
+                          ticket_fields[1], ticket_fields[2], ticket_fields[3], ticket_fields[4],
+                          ticket_fields[5]) == REDIS_OK;
+    if (r->cfg.metrics_max_semaphores == 0)
+        return;
+    snprintf(limit, sizeof limit, "%llu", (unsigned long long)r->cfg.metrics_max_semaphores);
+    rs__args_head(r, &a, "sema:names", 10, "list", "", NULL);
+    rs__arg_str(&a, "");
+    rs__arg_str(&a, "");
+    rs__arg_str(&a, limit);
+    if (!a.oom)
+        m->inflight += redisAsyncCommandArgv(ac, list_cb, m, a.n, a.v, a.l) == REDIS_OK;
+    rs__args_free(&a);
+}
+
+static void part_cb(rs_cluster_t *cl, rs_ccmd_t *cc, int how, redisReply *rep)
+{
+    rs_mpart_t *p = cc->data;
+    rs_mreq_t *m = p->m;
+
+    (void)cl;
+    if (how == RS_CL_REPLY)
+        add_sums(m->sums, rep);
+    sema__free(p);
+    read_done(m);
+}
+
+/* A cluster: the counters of every slot this instance has used, one HMGET each, sent to the
+ * slots' primaries at once (each primary's in one write). The per-semaphore gauges are left
+ * out (docs/redis.md). */
+static void read_slots(rs_t *r, rs_mreq_t *m)
+{
+    rs_cluster_t *cl = rs__sh_cluster(r);
+
+    for (unsigned s = 0; cl != NULL && s < RS_SLOTS; s++) {
+        rs_mpart_t *p;
+        if (!rs__sh_slot_used(r, s) || rs__cluster_owner(cl, s) == NULL)
+            continue;
+        if ((p = sema__calloc(1, sizeof(*p))) == NULL) {
+            m->nomem = 1;
+            return;
+        }
+        p->m = m;
+        p->argv[0] = "HMGET";
+        p->argv[1] = p->key;
+        p->lens[0] = 5;
+        p->lens[1] = rs__home_key(r, s, "epoch", p->key, sizeof p->key);
+        for (int i = 0; i < RS_M_TICKET_FIELDS; i++) {
+            p->argv[2 + i] = ticket_fields[i];
+            p->lens[2 + i] = strlen(ticket_fields[i]);
+        }
+        p->cc = (rs_ccmd_t){.argc = 2 + RS_M_TICKET_FIELDS,
+                            .argv = p->argv,
+                            .lens = p->lens,
+                            .key = p->key,
+                            .key_len = p->lens[1],
+                            .cb = part_cb,
+                            .data = p};
+        m->inflight++;
+        if (rs__cluster_send(cl, &p->cc) != 0) {
+            m->inflight--;
+            sema__free(p);
+            return; /* (too many commands waiting: the rest count 0) */
+        }
+    }
+}
+
+void rs__metrics_send(rs_t *r, rs_req_t *rq)
+{
+    rs_mreq_t *m = sema__calloc(1, sizeof(*m));
+
+    if (m == NULL) {
+        rs__fail(r, rq, BE_MSG_NOMEM, 0);
+        return;
+    }
+    m->r = r;
+    m->rq = rq;
+    m->inflight = 1; /* (until every read is sent: none ends it from inside) */
+    strbuf_init(&m->gauges, 0);
+    rq->state = RS_REQ_SENT;
+    if (r->sh != NULL)
+        read_slots(r, m);
+    else
+        read_one(r, m);
+    if (--m->inflight == 0)
+        metrics_end(m);
 }

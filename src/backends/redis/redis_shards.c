@@ -66,7 +66,6 @@ struct rs_shards {
     rs_sh_strict_t strict[RS_SLOT_NODES_MAX]; /* strict durability, per node of `nodes` */
     rs_slot_tags_t tags;
     rs_slot_t slot[RS_SLOTS];
-    uint8_t done[RS_SLOTS]; /* rs__sh_epoch_sums: the slots asked already */
 };
 
 static void on_message(void *data, const char *chan, size_t clen, const char *msg, size_t mlen);
@@ -843,57 +842,9 @@ static void on_subscribed(void *data, const char *chan, size_t clen)
     rs__drain(r);
 }
 
-/* ---- the blocking connection, to a slot's primary ---- */
-
-/* The sum of n fields of the epoch hash over the slots this instance has said hello to, one
- * primary at a time (a pipeline of HMGET each); 0, or -1 when a primary did not answer. */
-int rs__sh_epoch_sums(rs_t *r, const char *const *fields, int n, int64_t *out)
+int rs__sh_slot_used(const rs_t *r, unsigned slot)
 {
-    rs_shards_t *sh = r->sh;
-    uint8_t *done = sh->done;
-    const char *argv[2 + 8];
-    char key[32];
-    int rc = 0;
-
-    memset(out, 0, (size_t)n * sizeof *out);
-    memset(done, 0, sizeof sh->done);
-    if (n > 8 || sh->cl == NULL)
-        return -1;
-    argv[0] = "HMGET";
-    for (int i = 0; i < n; i++)
-        argv[2 + i] = fields[i];
-    for (unsigned s = 0; s < RS_SLOTS; s++) {
-        const rs_slot_addr_t *a = rs__cluster_owner(sh->cl, s);
-        redisContext *c;
-        unsigned sent = 0;
-        if (done[s] || sh->slot[s].epoch == 0 || a == NULL)
-            continue;
-        rs__home_key(r, s, "epoch", key, sizeof key);
-        if ((c = rs__sync_for(r, key, strlen(key))) == NULL)
-            return -1;
-        for (unsigned t = s; t < RS_SLOTS; t++) { /* every slot of that primary */
-            const rs_slot_addr_t *b = rs__cluster_owner(sh->cl, t);
-            if (done[t] || sh->slot[t].epoch == 0 || b == NULL || b->port != a->port ||
-                strcmp(b->host, a->host) != 0)
-                continue;
-            done[t] = 1;
-            rs__home_key(r, t, "epoch", key, sizeof key);
-            argv[1] = key;
-            redisAppendCommandArgv(c, 2 + n, argv, NULL);
-            sent++;
-        }
-        for (unsigned i = 0; i < sent; i++) {
-            redisReply *rep = NULL;
-            if (redisGetReply(c, (void **)&rep) != REDIS_OK) {
-                rc = -1;
-                break;
-            }
-            for (int k = 0; k < n; k++)
-                out[k] += rs__el_i64(rep, (size_t)k) > 0 ? rs__el_i64(rep, (size_t)k) : 0;
-            freeReplyObject(rep);
-        }
-    }
-    return rc;
+    return r->sh != NULL && slot < RS_SLOTS && r->sh->slot[slot].epoch != 0;
 }
 
 rs_sh_strict_t *rs__sh_strict_of(rs_t *r, uint16_t node)
@@ -914,22 +865,4 @@ rs_cluster_t *rs__sh_cluster(const rs_t *r)
 uint32_t rs__sh_slot_tag(const rs_t *r, unsigned slot)
 {
     return r->sh->tags.tag[slot];
-}
-
-redisContext *rs__sync_for(rs_t *r, const char *key, size_t len)
-{
-    const rs_slot_addr_t *a;
-    redisContext *c;
-
-    if (r->sh == NULL)
-        return rs__sync(r);
-    if (r->sh->cl == NULL || (a = rs__cluster_owner(r->sh->cl, rs__slot_of(key, len))) == NULL)
-        return NULL;
-    c = r->sync;
-    if (c != NULL && !c->err && c->tcp.port == a->port && c->tcp.host != NULL &&
-        strcmp(c->tcp.host, a->host) == 0)
-        return c;
-    redisFree(c);
-    r->sync = c = rs__sync_open(r, a->host, a->port);
-    return c;
 }

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/log.h"
+
 /* A client's release (or revoke) that a WAIT did not confirm: a failover may promote a
  * replica without it, and the lease would hold its units until its ttl. It goes again, by
  * lease id and without a request id (where it already ran, the lease is gone and nothing
@@ -116,6 +118,26 @@ static void wait_settle(rs_t *r, int ok)
     rs__strict_settle(r, -1, 0, ok);
 }
 
+/* Say when WAIT starts coming back short (writes are then answered "not confirmed"), and when
+ * it is whole again: once each. A WAIT lost with its connection says nothing of replicas. */
+static void wait_log(rs_t *r, const redisReply *rep, int ok)
+{
+    uint64_t now = rs__now(r);
+
+    if (rep == NULL || rep->type != REDIS_REPLY_INTEGER || ok == (r->wait_short_since == 0))
+        return; /* (no change) */
+    if (!ok) {
+        log_warn("redis: WAIT confirmed writes on %lld of the %d replicas asked for in %d ms: "
+                 "writes are answered 503 \"not confirmed\" until it confirms them all again",
+                 (long long)rep->integer, r->replicas, RS_WAIT_TIMEOUT_MS);
+        r->wait_short_since = now | 1; /* (never 0) */
+        return;
+    }
+    log_warn("redis: WAIT confirms writes on the %d replicas asked for again, after %.1f s short",
+             r->replicas, (double)(now - r->wait_short_since) / 1000.0);
+    r->wait_short_since = 0;
+}
+
 static void wait_cb(redisAsyncContext *ac, void *reply, void *priv)
 {
     rs_conn_t *conn = ac->data;
@@ -127,6 +149,7 @@ static void wait_cb(redisAsyncContext *ac, void *reply, void *priv)
     r->waits++;
     if (!ok)
         r->waits_short++;
+    wait_log(r, rep, ok);
     if (ok) /* until the INFO sent after this WAIT tells how many replicas there were */
         r->short_of_all = r->count_due = 1;
     wait_settle(r, ok);

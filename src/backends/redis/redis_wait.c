@@ -41,7 +41,7 @@ rs_sem_t *rs__sem_get(rs_t *r, const char *stem, size_t len)
 
 void rs__sem_maybe_free(rs_t *r, rs_sem_t *s)
 {
-    if (s->nparked > 0 || s->watched || s->collecting)
+    if (s->nparked > 0 || s->watched || s->collecting || s->reads > 0)
         return;
     etab_remove(&r->sems, &s->node);
     sema__free(s);

@@ -144,12 +144,27 @@ class Config:
 _PLAIN = re.compile(r"[A-Za-z0-9_.~-]+")  # what quote() leaves as it is (lease ids are so)
 
 
+def text(s: Any, what: str) -> str:
+    """A string sent to semad (a name, owner, tenant, idempotency key): a str that is UTF-8
+    once encoded, so not one with a lone surrogate (what os.environ and sys.argv make of
+    bytes that are not UTF-8). Anything else is a ValueError naming it, before anything is
+    sent: semad refuses such a string, or the encoding would fail midway."""
+    try:
+        if isinstance(s, str):
+            s.encode()
+            return s
+    except UnicodeEncodeError:
+        pass
+    raise ValueError("%s must be valid UTF-8 text (a str without lone surrogates), not %.100r"
+                     % (what, s))
+
+
 def seg(name: str, what: str = "name") -> str:
     """A semaphore name, lock key or id as one path segment. An empty one (or not a str)
     is a ValueError here: on the wire it would be another route."""
     if not isinstance(name, str) or not name:
         raise ValueError("%s must be a non-empty str, not %r" % (what, name))
-    return name if _PLAIN.fullmatch(name) else quote(name, safe="")
+    return name if _PLAIN.fullmatch(name) else quote(text(name, what), safe="")
 
 
 def to_ms(seconds: float, what: str, minimum: int = 0) -> int:
@@ -176,9 +191,9 @@ def new_key() -> str:
 
 
 def check_key(key: str) -> str:
-    if not isinstance(key, str) or not 0 < len(key.encode()) <= 255 or \
-            any(c in key for c in "\r\n\0"):
-        raise ValueError("idempotency_key must be 1..255 bytes on one line")
+    if not 0 < len(text(key, "idempotency_key").encode()) <= 255 or \
+            any(c < " " or c == "\x7f" for c in key):
+        raise ValueError("idempotency_key must be 1..255 bytes, no control characters")
     return key
 
 
@@ -354,7 +369,7 @@ def acquire_body(cfg: Config, ttl: Optional[float], owner: Optional[str]) -> Dic
     ttl_ms = cfg.ttl_ms if ttl is None else to_ms(ttl, "ttl", 1)
     if ttl_ms is not None:
         body["ttl_ms"] = ttl_ms
-    owner = cfg.owner if owner is None else owner
+    owner = cfg.owner if owner is None else text(owner, "owner")
     if owner is not None:
         body["owner"] = owner
     return body
@@ -365,7 +380,7 @@ def tenant_of(body: Dict[str, Any], tenant: Optional[str]) -> Dict[str, Any]:
     if tenant is not None:
         if not isinstance(tenant, str) or not tenant:
             raise ValueError("tenant must be a non-empty str, not %r" % (tenant,))
-        body["tenant"] = tenant
+        body["tenant"] = text(tenant, "tenant")
     return body
 
 
@@ -398,6 +413,7 @@ def parts_body(semaphores: Any) -> List[Dict[str, Any]]:
     if not out:
         raise ValueError("semaphores: at least one")
     for p in out:
+        text(p["name"], "name")
         count(p["weight"], "weight")
     return out
 

@@ -173,13 +173,13 @@ class SyncHttp:
                 sock.settimeout(req.timeout)
             if cancel is not None:
                 hook = cancel._hook(lambda: _abort(sock))
-            headers = self.o.headers
+            headers: Dict[str, Any] = self.o.headers
             if req.body is not None or req.key is not None:
                 headers = dict(headers)
                 if req.body is not None:
                     headers["Content-Type"] = "application/json"
-                if req.key is not None:
-                    headers["Idempotency-Key"] = req.key
+                if req.key is not None:  # UTF-8, as the asyncio transport and the C client
+                    headers["Idempotency-Key"] = req.key.encode()  # (not http.client's latin-1)
             conn.request(req.method, self.o.prefix + req.path, req.body, headers)
             sent = True
             resp = conn.getresponse()

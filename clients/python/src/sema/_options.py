@@ -10,7 +10,7 @@ import ssl
 from typing import Dict, Optional
 from urllib.parse import urlsplit
 
-from ._flows import Config, to_ms
+from ._flows import Config, text, to_ms
 from .errors import NetworkError
 
 DEFAULT_URL = "http://127.0.0.1:7070"
@@ -70,6 +70,7 @@ class Options:
         self.max_idle = max_idle
         if owner is None:
             owner = "%s:%d" % (socket.gethostname(), os.getpid())
+        text(owner, "owner")  # sent with every acquire: refused now, not each time
         self.config = Config(float(retry), float(request_timeout), owner or None,
                              None if ttl is None else to_ms(ttl, "ttl", 1))
 
