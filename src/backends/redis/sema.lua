@@ -2276,27 +2276,41 @@ end
 -- Whether a request naming `tenant` on `parts` meets limits: a tenant, or one of its
 -- semaphores has them (each of them loaded by MU.check).
 function MU.limited(parts, tenant)
-  local first, lim = S, tenant ~= ''
+  return tenant ~= '' or MU.any(parts, function(m)
+    return m.lim
+  end)
+end
+
+-- Whether test(row) holds on some semaphore of `parts`, each made current in turn (rows
+-- loaded: MU.check); it stops at the first that does.
+function MU.any(parts, test)
+  local first, r = S, false
   for _, p in ipairs(parts) do
-    lim = lim or MU.go(p.s).lim
+    r = r or (test(MU.go(p.s)) and true or false)
   end
   MU.go(first)
-  return lim
+  return r
 end
 
 -- Whether a request of w's tenant that meets limits has room in every line (`full`: one of
 -- them has the most waiters it may): nil, or the refusal.
 function MU.room(w, parts, full)
-  local first = S
-  for _, p in ipairs(parts) do
-    local m = MU.go(p.s)
-    if full or (m.lim and not LH.room(w.tenant)) then
-      MU.go(first)
-      return refuse(MSG.TOO_MANY_WAITERS_OR_TENANTS)
-    end
+  if full or MU.any(parts, function(m)
+    return m.lim and not LH.room(w.tenant)
+  end) then
+    return refuse(MSG.TOO_MANY_WAITERS_OR_TENANTS)
   end
-  MU.go(first)
   return nil
+end
+
+-- A request naming a tenant gives each of its semaphores limits (those without: what holds
+-- and waits there so far is the default tenant's).
+function MU.tenant_limits(w, parts)
+  MU.any(parts, function(m)
+    if w.tenant ~= '' and not m.lim then
+      LH.activate()
+    end
+  end)
 end
 
 -- A request (or a ticket: w.inst '') on several semaphores that meets limits joins every
@@ -2304,13 +2318,7 @@ end
 -- (emb__op_acquire_multi): its tenant has its place on each semaphore, which gets limits if it
 -- had none (MU.room first). Granted to the caller: MU.self_lease.
 function MU.enter(wid, w, parts)
-  local first = S
-  for _, p in ipairs(parts) do
-    if MU.go(p.s) and w.tenant ~= '' and not M.lim then
-      LH.activate()
-    end
-  end
-  MU.go(first)
+  MU.tenant_limits(w, parts)
   MU.join(wid, w, parts, true)
   MU.self, MU.self_lease = wid, nil
   MU.try(wid, MU.wp(w, parts[1].w))
@@ -2370,11 +2378,9 @@ end
 -- semaphores have limits first (MU.enter's).
 function MU.at_once(w, parts)
   local first, ok = S, true
+  MU.tenant_limits(w, parts)
   for _, p in ipairs(parts) do
-    if MU.go(p.s) and w.tenant ~= '' and not M.lim then
-      LH.activate()
-    end
-    if ok then
+    if ok and MU.go(p.s) then
       ok = M.nq == 0 and (M.lim and LH.fits_now(w.tenant, p.w) or
                           not M.lim and p.w <= M.avail and NOW >= SAFE_AT)
     end
