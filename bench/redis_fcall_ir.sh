@@ -20,6 +20,14 @@
 # fcallCommand and evalShaCommand: the pairs, and semad's few calls to start and create its
 # semaphore); the slowlog is off. Uncontended: 4 connections, capacity above them. Prints
 # instructions per pair of each and semad's ratio to the peer.
+#
+# With CG_DIR=DIR, each run's callgrind output is kept as DIR/NAME.cg.out (peer, semad, ...),
+# for `callgrind_annotate --inclusive=yes DIR/semad.cg.out`: where the instructions go.
+#
+# With WHOLE=1, all that Redis does for its clients counts, not only the scripts: reading and
+# parsing their commands, running them, and what its loop does before it sleeps again (the
+# replies written; --toggle-collect on readQueryFromClient and beforeSleep), but for semad's
+# FUNCTION LOAD, once a connection (toggled off again inside it).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../build}
@@ -36,12 +44,20 @@ for x in redis-server redis-cli valgrind callgrind_annotate; do
     command -v "$x" >/dev/null || { echo "$x missing (scripts/deps.sh bench)" >&2; exit 1; }
 done
 
+toggle=(--toggle-collect=fcallCommand --toggle-collect=evalShaCommand)
+what="script commands only"
+if [ "${WHOLE:-0}" = 1 ]; then
+    toggle=(--toggle-collect=readQueryFromClient --toggle-collect=beforeSleep
+        --toggle-collect=functionLoadCommand)
+    what="all Redis does for its clients"
+fi
+
 # grind NAME: a redis-server under callgrind; sets port and vpid.
 grind() {
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
     mkdir -p "$tmp/$1"
     valgrind --tool=callgrind --log-file="$tmp/$1/vg.log" --callgrind-out-file="$tmp/$1/cg.out" \
-        --toggle-collect=fcallCommand --toggle-collect=evalShaCommand \
+        "${toggle[@]}" \
         redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp/$1" \
         --slowlog-log-slower-than -1 >"$tmp/$1/log" 2>&1 &
     vpid=$!
@@ -59,6 +75,10 @@ grind() {
 ir() {
     redis-cli -p "$port" SHUTDOWN NOSAVE >/dev/null 2>&1 || true
     wait "$vpid" 2>/dev/null || true
+    if [ -n "${CG_DIR:-}" ]; then
+        mkdir -p "$CG_DIR"
+        cp "$tmp/$1/cg.out" "$CG_DIR/$1.cg.out"
+    fi
     callgrind_annotate "$tmp/$1/cg.out" 2>/dev/null |
         awk '/PROGRAM TOTALS/ && !n++ {gsub(",", "", $1); print $1}'
 }
@@ -99,11 +119,11 @@ semad_ir() {
 }
 ir_semad=$(semad_ir semad)
 
-python3 - "$ir_peer" "$ir_semad" "$pairs" <<'EOF'
+python3 - "$ir_peer" "$ir_semad" "$pairs" "$what" <<'EOF'
 import sys
 peer, semad, pairs = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-print("redis instructions per pair (script commands only): semad %d, redis-lua peer %d"
-      % (semad // pairs, peer // pairs))
+print("redis instructions per pair (%s): semad %d, redis-lua peer %d"
+      % (sys.argv[4], semad // pairs, peer // pairs))
 print("semad_redis_ir_per_pair_vs_redis_lua %.2f" % (semad / peer))
 EOF
 if [ "${LIMITS:-0}" = 1 ]; then

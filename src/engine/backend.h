@@ -48,7 +48,7 @@ typedef struct engine_backend {
     void (*stats)(void *be, engine_stats_t *out);
     /* 1: it numbers events itself, in a log shared by every instance of one store (Redis);
      * the front then keeps no resume ring for it, and it answers ENGINE_EVENTS_OPEN with
-     * where the log stands and, with an id, the events after it (engine_req_t's log_*,
+     * where the log stands and, with an id, the events after it (the result's log_*,
      * replay, nreplay). */
     int event_log;
     /* Optional: where its state lives (engine_describe); without it, its name. */

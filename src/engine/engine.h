@@ -220,6 +220,16 @@ typedef struct engine_result {
     union {                     /* a result is one or the other (by kind) */
         engine_sem_view_t sem;  /* SEM, LOCK, LEGACY, IDLE */
         engine_ticket_t ticket; /* TICKET */
+        /* NONE of an EVENTS_OPEN (here, not in the request: a parked request stays small),
+         * from a back end that keeps an event log (engine_backend_t.event_log): where the
+         * log stood (log_uid 0: unknown) and, with an id, its events after it (in the
+         * result's memory) and how their read went */
+        struct {
+            uint64_t log_uid, log_seq;
+            const struct engine_event *replay;
+            size_t nreplay;
+            int log_rc; /* ENGINE_LOG_* (backend.h) */
+        };
     };
     engine_list_item_t *items; /* LIST, LOCK_LIST */
     size_t nitems;
@@ -271,15 +281,10 @@ struct engine_req {
         /* METRICS: where the text goes (a growable string the caller owns until the
          * callback; see common/strbuf.h) */
         struct strbuf *text;
-        /* EVENTS_OPEN, set by the engine: from a back end that keeps an event log
-         * (engine_backend_t.event_log), where the log stood (log_uid 0: unknown) and, with
-         * an id, its events after it (in res's memory) and how their read went */
+        /* EVENTS_OPEN, set by the engine: id as the front parsed it (0: not an id; what the
+         * back end found is in res) */
         struct {
-            uint64_t from_uid, from_seq; /* id as the front parsed it (0: not an id) */
-            uint64_t log_uid, log_seq;
-            const struct engine_event *replay;
-            size_t nreplay;
-            int log_rc; /* ENGINE_LOG_* (backend.h) */
+            uint64_t from_uid, from_seq;
         };
     };
     const char *tenant;   /* ACQUIRE, ACQUIRE_MULTI, TICKET_CREATE: optional, may be NULL */

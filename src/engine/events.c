@@ -317,10 +317,10 @@ static int parse_event_id(const char *s, uint64_t *uid, uint64_t *seq)
 int engine__events_open(engine_t *e, engine_req_t *req)
 {
     (void)e;
-    req->from_uid = req->from_seq = req->log_uid = req->log_seq = 0;
-    req->replay = NULL;
-    req->nreplay = 0;
-    req->log_rc = ENGINE_LOG_UNKNOWN;
+    req->from_uid = req->from_seq = req->res.log_uid = req->res.log_seq = 0;
+    req->res.replay = NULL;
+    req->res.nreplay = 0;
+    req->res.log_rc = ENGINE_LOG_UNKNOWN;
     if (req->id != NULL && parse_event_id(req->id, &req->from_uid, &req->from_seq) != 0)
         req->from_uid = req->from_seq = 0; /* matches no log: the back end answers its point */
     return 0;
@@ -355,8 +355,8 @@ int engine_subscribe(engine_t *e, const engine_req_t *open, engine_event_cb cb, 
     sub->arg = arg;
     sub->uid = g->uid;
     if (e->ops->event_log) { /* (log_uid 0: unknown, it follows the first event's run) */
-        sub->uid = open->log_uid;
-        sub->seen = open->log_seq;
+        sub->uid = open->res.log_uid;
+        sub->seen = open->res.log_seq;
     }
     elist_push_back(&g->subs, &sub->link);
     e->nsubs++;
@@ -447,13 +447,13 @@ static void resume_from_log(engine_t *e, engine_sub_t *sub, const engine_req_t *
                             engine_event_cb cb, void *arg)
 {
     replay_ctx_t c = {e, sub, cb, arg};
-    uint64_t cu = open->log_uid, cs = open->log_seq;
+    uint64_t cu = open->res.log_uid, cs = open->res.log_seq;
 
     sub->uid = open->from_uid; /* what the client has seen; the replay takes it to the point */
     sub->seen = open->from_seq;
-    for (size_t i = 0; i < open->nreplay; i++)
-        replay_each(&c, &open->replay[i]);
-    switch (open->log_rc) {
+    for (size_t i = 0; i < open->res.nreplay; i++)
+        replay_each(&c, &open->res.replay[i]);
+    switch (open->res.log_rc) {
     case ENGINE_LOG_OK:
         if (!sub->finished && (sub->uid != cu || sub->seen < cs)) {
             sub->uid = cu;

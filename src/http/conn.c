@@ -281,9 +281,11 @@ static void ctx_cleanup(route_ctx_t *c)
     free(c->parts);
     free(c->list.prefix);
     free(c->list.cursor);
-    strbuf_free(c->text);
-    free(c->text);
-    c->text = NULL;
+    if (c->ereq.op == ENGINE_METRICS && c->ereq.text != NULL) { /* v1_metrics's text */
+        strbuf_free(c->ereq.text);
+        free(c->ereq.text);
+        c->ereq.text = NULL;
+    }
     json_decref(c->json);
     auth_unref(c->auth);
     c->auth = NULL;

@@ -636,23 +636,26 @@ static void metrics_done(route_ctx_t *c, engine_req_t *req)
     if (req->status != 0)
         ctx_reply_err(c, req->status, NULL);
     else
-        ctx_reply(c, 200, "text/plain; version=0.0.4; charset=utf-8", c->text->data, c->text->len);
+        ctx_reply(c, 200, "text/plain; version=0.0.4; charset=utf-8", req->text->data,
+                  req->text->len);
 }
 
 /* GET /metrics  (Prometheus text format): the server's series, then the engine's (which may
- * read some from its store: the reply waits for them, the loop does not) */
+ * read some from its store: the reply waits for them, the loop does not). The text is the
+ * request's (ereq.text, freed with it: a parked request carries no field for it). */
 void v1_metrics(route_ctx_t *c)
 {
-    int rc = (c->text = malloc(sizeof *c->text)) == NULL ? SEMA_ENOMEM : 0;
+    int rc;
+
+    c->ereq.op = ENGINE_METRICS;
+    rc = (c->ereq.text = malloc(sizeof *c->ereq.text)) == NULL ? SEMA_ENOMEM : 0;
     if (rc == 0) {
-        strbuf_init(c->text, 0);
-        rc = server_metrics(c->srv, c->text);
+        strbuf_init(c->ereq.text, 0);
+        rc = server_metrics(c->srv, c->ereq.text);
     }
     if (rc != 0) {
         ctx_reply_err(c, rc, NULL);
         return;
     }
-    c->ereq.op = ENGINE_METRICS;
-    c->ereq.text = c->text;
     ctx_submit(c, metrics_done);
 }

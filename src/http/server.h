@@ -64,7 +64,6 @@ struct route_ctx {
         char *prefix;          /* decoded ?prefix= */
         char *cursor;          /* decoded ?cursor= */
     } list;                    /* GET /v1/semaphores */
-    struct strbuf *text;       /* GET /metrics: the text while the engine writes its part */
     auth_table_t *auth;        /* with --auth: the tokens the request was checked against (a
                                   reference, so a reload cannot free them under it) */
     const auth_token_t *token; /* the request's token (in `auth`), or NULL without --auth */

@@ -259,6 +259,23 @@ class RedisServer:
         return False
 
 
+# An acquire or a release sent plain comes packed in one argument, its first byte saying
+# which (redis_proto.h: RS_PK_*), then the flag '0' or '1'.
+PACKED_OPS = {"A": "acquire", "R": "lease_release"}
+
+
+def fcall_op(line, packed=False):
+    """The op of a MONITOR line's FCALL sema, or None for another command (with packed, for
+    any but an acquire or a release in one argument)."""
+    args = line.split('"')[1::2]  # FCALL sema 1 KEY OP ... (MONITOR quotes each argument)
+    if len(args) < 5 or args[0].upper() != "FCALL" or args[1] != "sema":
+        return None
+    op = args[4]
+    if op[:1] in PACKED_OPS and op[1:2] in ("0", "1"):
+        return PACKED_OPS[op[0]]
+    return None if packed else op
+
+
 class Monitor:
     """redis-cli MONITOR in the background: every command Redis runs, with its time and
     whether a script ran it ("lua") or a client sent it."""
@@ -296,8 +313,9 @@ class Monitor:
             d[cmd] = d.get(cmd, 0) + 1
         return clients, scripts
 
-    def fcalls(self, t0=0.0):
-        """{op: n} of the FCALL sema commands clients sent from t0 (wall clock) on."""
+    def fcalls(self, t0=0.0, packed=False):
+        """{op: n} of the FCALL sema commands clients sent from t0 (wall clock) on (with
+        packed, of the acquires and releases sent in one argument)."""
         ops = {}
         for raw in list(self.lines):
             parts = raw.decode("utf-8", "replace").split(" ", 3)
@@ -306,9 +324,9 @@ class Monitor:
                     continue
             except ValueError:
                 continue
-            args = parts[3].split('"')[1::2]  # FCALL sema 1 KEY OP ...
-            if len(args) > 4 and args[0].upper() == "FCALL" and args[1] == "sema":
-                ops[args[4]] = ops.get(args[4], 0) + 1
+            op = fcall_op(parts[3], packed)
+            if op is not None:
+                ops[op] = ops.get(op, 0) + 1
         return ops
 
     def close(self):

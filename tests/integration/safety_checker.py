@@ -25,7 +25,10 @@ Why each check is sound (it cannot fail on a correct server, whatever the schedu
   and both were granted, fence(A) < fence(B): only the queue head is granted, so a later
   waiter cannot pass an earlier one, and fences record the grant order.
 - Timeouts. A request with timeout T is answered (granted, or 409 timeout/unavailable)
-  within T plus a bound; a try (T = 0) likewise.
+  within T plus a bound, not counting the stalls it overlapped; a try (T = 0) likewise. A
+  stall is a gap longer than STALL_S between two answers the monitor got: a loaded
+  machine's (or a paused process's) stall delays every answer alike, and is not a timeout
+  decided late. A server that answers the monitor while it decides a timeout late fails.
 - Wait-idle. A wait-idle that answered 200 between sending at t0 and receiving at t1 saw an
   idle moment: no surely-held interval covers all of [t0, t1].
 - Monitor. In every view, held equals the sum of the holders' weights and is at most the
@@ -48,6 +51,7 @@ import time
 import semad_fixture as fx
 
 OK_BUSY = {(409, "timeout"), (409, "unavailable")}
+STALL_S = 0.2  # a gap this long between the monitor's answers is a stall (Timeouts, above)
 
 
 class Load:
@@ -72,11 +76,14 @@ class Load:
         self.tenants = tuple(tenants)   # tenants the requests name (and none)
         self.tenant_max = dict(tenant_max or {})  # sem -> cap
         self.stop_evt = threading.Event()
+        self.watch_evt = threading.Event()  # the monitor stops (after the clients)
         self.lock = threading.Lock()
         self.grants = []     # dict per lease seen by a client
         self.sends = []      # (sem, t_send, owner): every acquire request that left
         self.idle_ok = []    # (sem, t0, t1) of wait-idles answered 200
-        self.late = []       # requests answered too late
+        self.maybe_late = []  # (what, budget s, t_send, t_recv): answered past T + slack
+        self.stalls = []     # (t0, t1): no answer to the monitor in between (STALL_S)
+        self.t_start = time.monotonic()
         self.errors = []     # unexpected answers
         self.unavailable = 0
         self.unknown = 0     # outcomes lost with a connection
@@ -88,18 +95,20 @@ class Load:
         self.gone = set()         # owners whose renew or release found no lease (gone_ok)
         self.said = {}            # owner -> what its acquire (and release) were answered
         self._threads = []
+        self._watcher = None
 
     # ---- running ----
     def start(self):
+        self.t_start = time.monotonic()
         start = threading.Event()
         for i in range(self.threads):
             t = threading.Thread(target=self._client, args=(i, start), daemon=True)
             t.start()
             self._threads.append(t)
         if self.instances is not None:
-            t = threading.Thread(target=self._monitor, daemon=True)
+            t = self._watcher = threading.Thread(target=self._monitor, daemon=True)
             t.start()
-            self._threads.append(t)
+            self._threads.append(t)  # (the last: it watches until the clients are done)
         start.set()
         return self
 
@@ -112,6 +121,8 @@ class Load:
         self.stop_evt.set()
         deadline = time.monotonic() + timeout * fx.SLOW
         for t in self._threads:
+            if t is self._watcher:
+                self.watch_evt.set()  # it saw every answer the clients waited for
             t.join(max(0.1, deadline - time.monotonic()))
             if t.is_alive():
                 raise AssertionError("a client thread never finished (a request unanswered)")
@@ -123,6 +134,7 @@ class Load:
         """Stops the clients (a test that failed midway must not leave them running into
         the teardown)."""
         self.stop_evt.set()
+        self.watch_evt.set()
         for t in self._threads:
             t.join(30 * fx.SLOW)
         return False
@@ -169,6 +181,13 @@ class Load:
             return st, (json.loads(data) if data else None)
         except ValueError:
             return st, {"raw": data[:200].decode(errors="replace")}
+
+    def _answered(self, what, budget, t_send, t_recv):
+        """A request with `budget` s to answer was answered at t_recv: past the budget and the
+        slack, it is judged by check() (once every stall is known)."""
+        if t_recv - t_send > budget + self.answer_slack:
+            with self.lock:
+                self.maybe_late.append((what, budget, t_send, t_recv))
 
     def _bad(self, what, res, owner=None):
         st, body = res
@@ -217,10 +236,7 @@ class Load:
             "%s %s" % (res[0], (res[1] or {}).get("code", "")))
         if res is None:
             return
-        if t_recv - t_send > tmo / 1000 + self.answer_slack:
-            with self.lock:
-                self.late.append("%s: timeout %d ms answered after %.0f ms"
-                                 % (owner, tmo, (t_recv - t_send) * 1000))
+        self._answered("%s: timeout %d ms" % (owner, tmo), tmo / 1000, t_send, t_recv)
         st, lease = res
         if st != 200:
             if (st, (lease or {}).get("code")) in OK_BUSY:
@@ -269,10 +285,7 @@ class Load:
             "no answer" if res is None else "%s %s" % (res[0], (res[1] or {}).get("code", ""))))
         if res is None:
             return
-        if t_recv - t_send > tmo / 1000 + self.answer_slack:
-            with self.lock:
-                self.late.append("%s: timeout %d ms answered after %.0f ms"
-                                 % (owner, tmo, (t_recv - t_send) * 1000))
+        self._answered("%s: timeout %d ms" % (owner, tmo), tmo / 1000, t_send, t_recv)
         st, lease = res
         if st != 200:
             if (st, (lease or {}).get("code")) in OK_BUSY:
@@ -340,9 +353,7 @@ class Load:
         t1 = time.monotonic()
         if res is None:
             return
-        if t1 - t0 > 0.2 + self.answer_slack:
-            with self.lock:
-                self.late.append("wait-idle 200 ms answered after %.0f ms" % ((t1 - t0) * 1000))
+        self._answered("wait-idle 200 ms", 0.2, t0, t1)
         if res[0] == 200:
             self.count("idle")
             with self.lock:
@@ -367,10 +378,27 @@ class Load:
             pass
 
     def _monitor(self):
+        """Views of every semaphore in turn until the load stops; an exception is reported by
+        check() (a monitor gone silently would check no view, and see no stall)."""
         conns = {}
-        while not self.stop_evt.is_set():
+        try:
+            self._watch(conns)
+        except Exception as e:  # reported by check()
+            with self.lock:
+                self.errors.append("monitor: %r" % e)
+        for c in conns.values():
+            c.close()
+
+    def _watch(self, conns):
+        last = time.monotonic()  # the monitor's last answer (or its start)
+        while not self.watch_evt.is_set():
             for sem, cap in sorted(self.sems.items()):
                 res = self._http(conns, "GET", "/v1/semaphores/" + sem, None, 30 * fx.SLOW)
+                now = time.monotonic()
+                if now - last > STALL_S:
+                    with self.lock:
+                        self.stalls.append((last, now))
+                last = now
                 if res is None:
                     continue
                 st, v = res
@@ -381,8 +409,6 @@ class Load:
                     continue
                 self.check_view(sem, cap, v)
             time.sleep(0.005)
-        for c in conns.values():
-            c.close()
 
     def check_view(self, sem, cap, v):
         held = sum(h["weight"] for h in v["holders"])
@@ -408,7 +434,8 @@ class Load:
     def check(self, min_grants=30, expect_contention=True):
         """Every check of the module docstring but rest (see wait_rest). Returns a summary."""
         assert not self.errors, "unexpected answers:\n  " + "\n  ".join(self.errors[:20])
-        assert not self.late, "answered after their timeout:\n  " + "\n  ".join(self.late[:20])
+        late = self.late()
+        assert not late, "answered after their timeout:\n  " + "\n  ".join(late[:20])
         grants = self.grants
         assert len(grants) >= min_grants, "too few grants to say anything: %d" % len(grants)
         ids = [(g["lease"], g["sem"]) for g in grants]  # a lease on several: a part on each
@@ -426,7 +453,23 @@ class Load:
             assert any(peaks[s] == c for s, c in self.sems.items()), \
                 ("no semaphore was ever surely full: no contention to check", peaks)
         return dict(grants=len(grants), peaks=peaks, fifo_pairs=pairs, views=self.views,
-                    unknown=self.unknown, unavailable=self.unavailable, **self.counts)
+                    unknown=self.unknown, unavailable=self.unavailable,
+                    stalls=len(self.stalls), longest_stall_s=round(max(
+                        [b - a for a, b in self.stalls] or [0]), 2), **self.counts)
+
+    def late(self):
+        """The requests answered past their timeout plus the slack, the stalls they overlapped
+        left out: what each was, and how long it took."""
+        out = []
+        for what, budget, t0, t1 in self.maybe_late:
+            stalled = sum(max(0.0, min(t1, b) - max(t0, a)) for a, b in self.stalls)
+            if t1 - t0 - stalled > budget + self.answer_slack:
+                out.append("%s sent at %.3f s answered after %.0f ms (%.0f ms of it stalled)"
+                           % (what, t0 - self.t_start, (t1 - t0) * 1000, stalled * 1000))
+        if out:
+            out.append("stalls (s from the start): %s" % ", ".join(
+                "%.3f-%.3f" % (a - self.t_start, b - self.t_start) for a, b in self.stalls))
+        return out
 
     def held_intervals(self, sem, tenant=False):
         """Surely-held (t0, t1, weight, owner) of sem (of one tenant when `tenant` is not

@@ -2,8 +2,9 @@
 """test_redis_faults.py - semad instances on one Redis, under the faults a fleet meets: an
 instance killed (kill -9) or stopped (SIGSTOP) past the alive bound, the subscriber
 connections cut (CLIENT KILL TYPE pubsub), Redis paused (CLIENT PAUSE), Redis restarted with
-AOF `always` and without persistence, and Sentinel failovers of a primary with one replica
-and three sentinels (graceful and crash).
+AOF `always` and without persistence, Sentinel failovers of a primary with one replica
+and three sentinels (graceful and crash), and Sentinels that accept no connection or answer
+nothing.
 
 Each case is its own CTest test (they run in parallel); each starts its own redis-server(s)
 and semad instances on ephemeral loopback ports, and skips when semad has no Redis back end.

@@ -1,8 +1,10 @@
 # SPDX-License-Identifier: MIT
 """test_redis_health.py - what semad on Redis says of its health: no "ready" before Redis
 answered, /healthz answering 503 with a code while Redis was never reached, is gone or is
-silent past the documented bound, counts that are those of the last answer (this instance's
-own changes at once, another's within the bound), and a warning in the log for each loss.
+silent past the documented bound, a start (or a reload of the library) left unanswered
+dropped past the command timeout,
+counts that are those of the last answer (this instance's own changes at once, another's
+within the bound), and a warning in the log for each loss.
 
 Each case starts its own redis-server and semad instances on ephemeral loopback ports, and
 skips when semad has no Redis back end. The bound is docs/redis.md's: /healthz says ok only
@@ -12,6 +14,7 @@ import re
 import signal
 import socket
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -114,6 +117,63 @@ def test_silent_redis_at_the_start_is_dropped_past_the_timeout():
                 print("ready %.2fs after Redis answered again" % took)
         finally:
             os.kill(r.proc.pid, signal.SIGCONT)
+
+
+class SwallowingRelay(fx.Relay):
+    """A relay to Redis that, while `swallow` is set, passes nothing more from semad on a
+    connection once semad sent FUNCTION on it: a Redis that stops answering just as the
+    library is loaded."""
+
+    swallow = False
+
+    class Gate:
+        """Redis's end of one connection, as semad's bytes see it."""
+
+        def __init__(self, relay, u):
+            self.relay, self.u, self.silent = relay, u, False
+
+        def sendall(self, data):
+            self.silent = self.silent or (self.relay.swallow and b"FUNCTION" in data)
+            if not self.silent:
+                self.u.sendall(data)
+
+        def shutdown(self, how):
+            self.u.shutdown(how)
+
+    def _join(self, c, u):
+        ends, lock = [2], threading.Lock()
+        for a, b in ((c, self.Gate(self, u)), (u, c)):
+            threading.Thread(target=self._pump, args=(a, b, c, u, ends, lock),
+                             daemon=True).start()
+
+
+def test_silent_reload_of_the_library_is_dropped_past_the_timeout():
+    """The library gone from Redis (FUNCTION FLUSH), semad loads it again when a call says
+    so; a Redis that does not answer that reload (nor, after, the setup of the connections
+    that follow) is dropped past the command timeout (?timeout=500), with a warning naming
+    the reload, and /healthz says 503; once Redis answers again semad is back (200) and
+    grants."""
+    rf.need_redis_engine()
+    r = rf.RedisServer()
+    relay = SwallowingRelay()
+    relay.target = ("127.0.0.1", r.port)
+    try:
+        with r, rf.Fleet("redis://127.0.0.1:%d?timeout=500" % relay.port, 1) as fl:
+            s = fl[0]
+            assert s.request("PUT", "/v1/semaphores/l", {"capacity": 1})[0] == 201
+            relay.swallow = True
+            r.cli("FUNCTION", "FLUSH")
+            s.json("POST", "/v1/semaphores/l/acquire", {"timeout_ms": 0})  # (a 503 likely)
+            fx.wait_until(lambda: lines_with(s, "127.0.0.1:%d did not answer the library's "
+                                                "reload (FUNCTION LOAD, hello) in 500 ms"
+                                             % relay.port), 5, "the warning of the reload")
+            fx.wait_until(lambda: health(s)[0] == 503, 3, "/healthz 503")
+            relay.swallow = False
+            fx.wait_until(lambda: health(s)[0] == 200, 0.5 + 3 + 2, "/healthz 200 again")
+            st, lease = s.json("POST", "/v1/semaphores/l/acquire", {"ttl_ms": 60000})
+            assert st == 200, (st, lease)
+    finally:
+        relay.close()
 
 
 def test_killed_redis_turns_healthz_503_at_once_and_the_log_says_so():

@@ -373,9 +373,10 @@ def test_the_estimate_is_the_same_on_every_instance():
 
 
 def test_a_semaphore_without_tickets_costs_no_command_more():
-    """50 holds and releases cost one FCALL each, of their own op, and no publish. Counted by
-    op (MONITOR): semad's own timed commands (housekeeping, heartbeats), which a slow run
-    overlaps more of, are not the requests' cost."""
+    """50 holds and releases cost one FCALL each, of their own op, and no publish; each goes
+    with its arguments in one (redis_proto.h: RS_PK_*). Counted by op (MONITOR): semad's own
+    timed commands (housekeeping, heartbeats), which a slow run overlaps more of, are not the
+    requests' cost."""
     with rf.RedisServer() as redis, rf.Fleet(redis.url(), 1) as f:
         put(f, "p", 1)
         release(f, hold(f, "p"))
@@ -388,12 +389,13 @@ def test_a_semaphore_without_tickets_costs_no_command_more():
             after = redis.commandstats()
             fx.wait_until(lambda: mon.fcalls(t0).get("lease_release", 0) >= 50, 10,
                           "MONITOR's lines of the 50 releases")
-            ops = mon.fcalls(t0)
+            ops, packed = mon.fcalls(t0), mon.fcalls(t0, packed=True)
         finally:
             mon.close()
         calls = {k: after.get(k, 0) - before.get(k, 0) for k in after}
         print("FCALLs by op: %s" % ops)
         assert ops.get("acquire") == 50 and ops.get("lease_release") == 50, ops
+        assert packed == {"acquire": 50, "lease_release": 50}, (packed, ops)
         own = {op for op in ops if op not in ("acquire", "lease_release")}
         assert own <= TIMED_OPS, ("FCALLs the requests should not cost", ops)
         assert not any(k.startswith("publish") and v for k, v in calls.items()), calls

@@ -522,7 +522,7 @@ static treq_t *acquire_as(fx_t *f, const char *name, uint64_t weight, const char
 TEST(leases_remember_the_token_that_took_them)
 {
     fx_t f;
-    treq_t *a, *k, *w, *x;
+    treq_t *a, *k, *w, *x, *c;
     const char *msg = NULL;
     char id[64];
 
@@ -564,11 +564,20 @@ TEST(leases_remember_the_token_that_took_them)
     ASSERT_EQ(w->done, 1);
     ASSERT_EQ(w->status, 0);
     ASSERT_EQ(lease_op_as(&f, ENGINE_LEASE_RELEASE, lease_id(w), "bob", 0, NULL), SEMA_EACCES);
+    /* a plain acquire that waits keeps its token too (on Redis: sent in one argument, which
+     * the script reads back into the general path's, and so is the release that grants it) */
+    c = acquire_as(&f, "p", 1, "carol", NULL);
+    ASSERT_EQ(c->done, 0);
     ASSERT_OK(lease_op_as(&f, ENGINE_LEASE_RELEASE, lease_id(w), NULL, 0, NULL));
+    ASSERT_EQ(c->done, 1);
+    ASSERT_EQ(c->status, 0);
+    ASSERT_EQ(lease_op_as(&f, ENGINE_LEASE_RELEASE, lease_id(c), "bob", 0, NULL), SEMA_EACCES);
+    ASSERT_OK(lease_op_as(&f, ENGINE_LEASE_RELEASE, lease_id(c), "carol", 0, NULL));
     ASSERT_EQ(fx_state(&f, "p", "available"), 2);
     treq_free(a);
     treq_free(k);
     treq_free(w);
+    treq_free(c);
     fx_free(&f);
 }
 

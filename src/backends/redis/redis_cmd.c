@@ -71,6 +71,144 @@ void rs__args_head(rs_t *r, rs_args_t *a, const char *key, size_t keylen, const 
     rs__arg_str(a, req != NULL ? req->principal : NULL);
 }
 
+/* ---- an acquire or a release in one argument (redis_proto.h: RS_PK_*) ---- */
+
+static int arg_is(const char *s, size_t len, const char *lit)
+{
+    return len == strlen(lit) && memcmp(s, lit, len) == 0;
+}
+
+/* RS_PK_ACQUIRE for an acquire naming no tenant and no Idempotency-Key, RS_PK_RELEASE for a
+ * release, 0 for any other command. */
+static uint8_t pk_kind(int argc, const char **v, const size_t *l)
+{
+    const int op = RS_FCALL_HEAD + RS_H_OP, at = RS_FCALL_HEAD + RS_HEAD_LEN;
+
+    if (argc == at + RS_AQ_TENANT && arg_is(v[op], l[op], rs__op_name(RS_OP_ACQUIRE)) &&
+        l[at + RS_AQ_IDEM] == 0 && l[at + RS_AQ_WAIT] == 1)
+        return RS_PK_ACQUIRE;
+    if (argc == at && arg_is(v[op], l[op], rs__op_name(RS_OP_LEASE_RELEASE)))
+        return RS_PK_RELEASE;
+    return 0;
+}
+
+typedef struct {
+    char *p, *end; /* p NULL once something did not fit */
+} pk_buf_t;
+
+static void pk_bytes(pk_buf_t *b, const void *s, size_t n)
+{
+    if (b->p == NULL || (size_t)(b->end - b->p) < n) {
+        b->p = NULL;
+        return;
+    }
+    memcpy(b->p, s, n);
+    b->p += n;
+}
+
+static void pk_double(pk_buf_t *b, double d)
+{
+    unsigned char o[8];
+    uint64_t u;
+
+    memcpy(&u, &d, sizeof u);
+    for (int i = 0; i < 8; i++)
+        o[i] = (unsigned char)(u >> (8 * i));
+    pk_bytes(b, o, sizeof o);
+}
+
+static void pk_str(pk_buf_t *b, const char *s, size_t len)
+{
+    unsigned char h[2] = {(unsigned char)(len & 0xff), (unsigned char)(len >> 8)};
+
+    if (len > 0xffff) {
+        b->p = NULL;
+        return;
+    }
+    pk_bytes(b, h, sizeof h);
+    pk_bytes(b, s, len);
+}
+
+/* A decimal number as %llu writes it and below 2^53 (a double holds it exactly, and the script
+ * writes it back the same): 0 and *out, or -1. */
+static int pk_num(const char *s, size_t len, double *out)
+{
+    uint64_t v = 0;
+
+    if (len == 0 || len > 16 || (s[0] == '0' && len > 1))
+        return -1;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    if (v >= (uint64_t)1 << 53)
+        return -1;
+    *out = (double)v;
+    return 0;
+}
+
+/* The head and the arguments of c (v, l: as sent, with today's epoch and a plain flag) packed
+ * into b; b->p is NULL when they do not pack. */
+static void cmd_pack(const rs_cmd_t *c, const char **v, const size_t *l, pk_buf_t *b)
+{
+    const char **h = v + RS_FCALL_HEAD, **a = h + RS_HEAD_LEN;
+    const size_t *hl = l + RS_FCALL_HEAD, *al = hl + RS_HEAD_LEN;
+    const unsigned char op[2] = {c->pk, (unsigned char)h[RS_H_FLAGS][0]};
+    double epoch, w, ttl;
+
+    if (pk_num(h[RS_H_EPOCH], hl[RS_H_EPOCH], &epoch) != 0) {
+        b->p = NULL;
+        return;
+    }
+    pk_bytes(b, op, sizeof op);
+    pk_double(b, epoch);
+    if (c->pk == RS_PK_RELEASE) {
+        pk_str(b, h[RS_H_PRINCIPAL], hl[RS_H_PRINCIPAL]);
+        pk_str(b, h[RS_H_RID], hl[RS_H_RID]);
+        pk_str(b, h[RS_H_INST], hl[RS_H_INST]);
+        return;
+    }
+    if (pk_num(a[RS_AQ_WEIGHT], al[RS_AQ_WEIGHT], &w) != 0 ||
+        pk_num(a[RS_AQ_TTL], al[RS_AQ_TTL], &ttl) != 0) {
+        b->p = NULL;
+        return;
+    }
+    pk_double(b, w);
+    pk_double(b, ttl);
+    pk_bytes(b, a[RS_AQ_WAIT], 1);
+    pk_str(b, a[RS_AQ_LID], al[RS_AQ_LID]);
+    pk_str(b, a[RS_AQ_OWNER], al[RS_AQ_OWNER]);
+    pk_str(b, h[RS_H_PRINCIPAL], hl[RS_H_PRINCIPAL]);
+    pk_str(b, h[RS_H_INST], hl[RS_H_INST]);
+    pk_str(b, h[RS_H_RID], hl[RS_H_RID]);
+    pk_str(b, a[RS_AQ_LIMITS], al[RS_AQ_LIMITS]);
+}
+
+/* FCALL sema 1 KEY and c's head and arguments packed (v, l as sent): the command's length,
+ * or -1 when they do not pack or out of memory (then it goes as it is). */
+static int cmd_format_packed(const rs_cmd_t *c, const char **v, const size_t *l, char **out)
+{
+    char stack[512], *buf = stack;
+    size_t cap = 64;
+    int n = -1;
+
+    for (int i = RS_FCALL_HEAD; i < c->argc; i++)
+        cap += l[i] + 2;
+    if (cap > sizeof stack && (buf = sema__malloc(cap)) == NULL)
+        return -1;
+    pk_buf_t b = {buf, buf + cap};
+    cmd_pack(c, v, l, &b);
+    if (b.p != NULL) {
+        const char *pv[RS_FCALL_HEAD + 1] = {v[0], v[1], v[2], v[3], buf};
+        size_t pl[RS_FCALL_HEAD + 1] = {l[0], l[1], l[2], l[3], (size_t)(b.p - buf)};
+        n = redisFormatCommandArgv(out, RS_FCALL_HEAD + 1, pv, pl);
+    }
+    if (buf != stack)
+        sema__free(buf);
+    return n;
+}
+
 rs_cmd_t *rs__cmd_new(rs_t *r, int kind, int argc, const char **argv, const size_t *argvlen)
 {
     size_t bytes = (size_t)argc * sizeof(size_t);
@@ -93,6 +231,7 @@ rs_cmd_t *rs__cmd_new(rs_t *r, int kind, int argc, const char **argv, const size
     c->argc = argc;
     c->script =
         argc > RS_FCALL_HEAD + RS_H_FLAGS && argvlen[0] == 5 && memcmp(argv[0], "FCALL", 5) == 0;
+    c->pk = c->script && kind == RS_CMD_OP ? pk_kind(argc, argv, argvlen) : 0;
     c->kind = (uint8_t)kind;
     c->queued_mono = rs__now(r);
     elist_init(&c->link);
@@ -144,8 +283,11 @@ static int cmd_format(rs_t *r, const rs_cmd_t *c, char **out)
             if (rs__paused(r))
                 flags[l[fl]++] = 'p';
             v[fl] = flags;
+            if (c->pk != 0 && l[fl] == 1)
+                n = cmd_format_packed(c, v, l, out);
         }
-        n = redisFormatCommandArgv(out, c->argc, v, l);
+        if (n < 0)
+            n = redisFormatCommandArgv(out, c->argc, v, l);
     }
     if (v != stackv)
         sema__free(v);
@@ -391,9 +533,9 @@ static void on_reply(rs_t *r, rs_cmd_t *c, redisReply *rep)
         rs__conn_drop(r, rep->str);
         return;
     }
-    if (c->kind == RS_CMD_OP && rep->type == REDIS_REPLY_STRING &&
-        ((rep->len == 17 && rep->str[0] == RS_SHORT_GRANT) ||
-         (rep->len == 9 && rep->str[0] == RS_SHORT_RELEASE))) {
+    if (c->kind == RS_CMD_OP &&
+        ((rep->type == REDIS_REPLY_STRING && rep->len == 17 && rep->str[0] == RS_SHORT_GRANT) ||
+         (rep->type == REDIS_REPLY_INTEGER && c->pk != 0))) {
         rs__op_short(r, c, rep); /* an uncontended acquire or release */
         rs__cmd_free(c);
         return;

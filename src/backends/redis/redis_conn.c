@@ -337,8 +337,10 @@ void rs__conn_tick(rs_t *r, uint64_t now)
 
     snprintf(why, sizeof why, "no answer in %llu ms", ms);
     if (r->sent.ac != NULL && r->sent.since != 0 && now - r->sent.since >= r->cmd_timeout_ms) {
-        log_warn("redis: Sentinel %s did not answer %s in %llu ms; asking the next one",
-                 r->sentinels[r->sentinel_at], start_phase(r, &r->sent), ms);
+        if (!(r->sent_said & 1u << r->sentinel_at)) /* (once each, until one answers) */
+            log_warn("redis: Sentinel %s did not answer %s in %llu ms; asking the next one",
+                     r->sentinels[r->sentinel_at], start_phase(r, &r->sent), ms);
+        r->sent_said |= 1u << r->sentinel_at;
         conn_close(&r->sent, why);
     }
     if (r->cmd.ac != NULL && r->cmd.since != 0 && now - r->cmd.since >= r->cmd_timeout_ms) {
@@ -725,6 +727,7 @@ static void sentinel_addr_cb(redisAsyncContext *ac, void *reply, void *priv)
     r->port = (int)port;
     c->state = RS_CONN_READY;
     c->since = 0;
+    r->sent_said = 0;
     redisAsyncCommand(ac, sentinel_replicas_cb, NULL, "SENTINEL REPLICAS %s", r->master);
     redisAsyncCommand(ac, sentinel_msg_cb, NULL, "SUBSCRIBE +switch-master");
     connect_primary(r);

@@ -519,13 +519,13 @@ static void open_end(rs_t *r, rs_req_t *rq, rs_sem_t *s, int status)
     if (req == NULL) {
         sema__free(rq); /* (cancelled while it read) */
     } else {
-        if (status == 0 && s->watched && req->log_uid != 0 && s->ev_uid == req->log_uid &&
-            s->ev_seq > req->log_seq) {
+        if (status == 0 && s->watched && req->res.log_uid != 0 && s->ev_uid == req->res.log_uid &&
+            s->ev_seq > req->res.log_seq) {
             /* events handed over while the stream was read reached no subscription of this
              * request (it has none yet): they come again from the stream, after its answer
              * (a subscription that had them skips them) */
             uint64_t upto = s->ev_seq;
-            s->ev_seq = req->log_seq;
+            s->ev_seq = req->res.log_seq;
             ev_fill(r, s, upto);
         }
         rs__finish(r, rq, status, NULL, 0);
@@ -545,27 +545,27 @@ static void open_replayed(rs_t *r, rs_cmd_t *c, const redisReply *rep)
 
     if (req == NULL)
         return open_end(r, rq, s, 0);
-    req->log_rc = rep == NULL || rep->type != REDIS_REPLY_ARRAY ? ENGINE_LOG_UNKNOWN
-                  : n != req->log_seq - req->from_seq           ? ENGINE_LOG_GONE /* trimmed */
-                                                                : ENGINE_LOG_OK;
-    if (req->log_rc != ENGINE_LOG_OK)
+    req->res.log_rc = rep == NULL || rep->type != REDIS_REPLY_ARRAY ? ENGINE_LOG_UNKNOWN
+                      : n != req->res.log_seq - req->from_seq       ? ENGINE_LOG_GONE /* trimmed */
+                                                                    : ENGINE_LOG_OK;
+    if (req->res.log_rc != ENGINE_LOG_OK)
         return open_end(r, rq, s, 0);
     evs = engine_result_alloc(&req->res, n * sizeof(*evs));
     rooms = engine_result_alloc(&req->res, n * sizeof(*rooms));
     if (evs == NULL || rooms == NULL) {
-        req->log_rc = ENGINE_LOG_UNKNOWN;
+        req->res.log_rc = ENGINE_LOG_UNKNOWN;
         return open_end(r, rq, s, 0);
     }
-    req->replay = evs;
+    req->res.replay = evs;
     for (size_t i = 0; i < n; i++) {
-        int got,
-            e = log_event(rep->element[i], req->log_uid, req->from_seq + 1 + i, req->name,
-                          req->name_len, &req->res, &rooms[req->nreplay], &evs[req->nreplay], &got);
+        int got, e = log_event(rep->element[i], req->res.log_uid, req->from_seq + 1 + i, req->name,
+                               req->name_len, &req->res, &rooms[req->res.nreplay],
+                               &evs[req->res.nreplay], &got);
         if (e != 0) {
-            req->log_rc = e == LOG_OTHER ? ENGINE_LOG_GONE : ENGINE_LOG_UNKNOWN;
+            req->res.log_rc = e == LOG_OTHER ? ENGINE_LOG_GONE : ENGINE_LOG_UNKNOWN;
             break;
         }
-        req->nreplay += (size_t)got;
+        req->res.nreplay += (size_t)got;
     }
     open_end(r, rq, s, 0);
 }
@@ -577,17 +577,17 @@ static void open_replay(rs_t *r, rs_req_t *rq, rs_sem_t *s)
     rs_cmd_t *c;
 
     if (s->pt_ok) {
-        req->log_uid = s->pt_uid;
-        req->log_seq = s->pt_seq;
+        req->res.log_uid = s->pt_uid;
+        req->res.log_seq = s->pt_seq;
     }
     if (req->id == NULL || !s->pt_ok)
         return open_end(r, rq, s, 0); /* (log_rc: ENGINE_LOG_UNKNOWN) */
-    req->log_rc = req->from_uid != s->pt_uid || req->from_seq > s->pt_seq ? ENGINE_LOG_FOREIGN
-                                                                          : ENGINE_LOG_OK;
-    if (req->log_rc != ENGINE_LOG_OK || req->from_seq == s->pt_seq)
+    req->res.log_rc = req->from_uid != s->pt_uid || req->from_seq > s->pt_seq ? ENGINE_LOG_FOREIGN
+                                                                              : ENGINE_LOG_OK;
+    if (req->res.log_rc != ENGINE_LOG_OK || req->from_seq == s->pt_seq)
         return open_end(r, rq, s, 0);
     if ((c = xrange_cmd(r, s, s->pt_uid, req->from_seq + 1, s->pt_seq)) == NULL) {
-        req->log_rc = ENGINE_LOG_UNKNOWN;
+        req->res.log_rc = ENGINE_LOG_UNKNOWN;
         return open_end(r, rq, s, 0);
     }
     read_send(r, s, c, rq, open_replayed);

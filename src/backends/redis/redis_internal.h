@@ -105,6 +105,7 @@ typedef struct rs_cmd {
     uint8_t unknown; /* an answer of it was lost: it may have run */
     uint8_t kind, writes;
     uint8_t timed; /* RS_CMD_CANCEL of a timeout (its outcome is the request's answer) */
+    uint8_t pk;    /* RS_PK_ACQUIRE or RS_PK_RELEASE: sent packed when plain (0: never) */
     rs_req_t *rq;  /* RS_CMD_OP */
     rs_sem_t *sem; /* RS_CMD_COLLECT, RS_CMD_READ */
     /* RS_CMD_READ: its answer (NULL: none, it failed), once; c is freed after it */
@@ -187,6 +188,7 @@ typedef struct rs {
     uint64_t contact_mono; /* when Redis last answered a command (loop ms; 0: never) */
     int conn_once;         /* the command connection was up before */
     int stall_said;        /* a start that did not answer was logged since the last ready */
+    unsigned sent_said;    /* bit i: Sentinel i's silence, logged since one named the primary */
     int resyncing;         /* a SCRIPT LOAD or hello runs: commands wait in retry/pending */
     elist_t inflight, retry, pending;
     elist_t unconfirmed; /* strict: undo commands answered, until a WAIT confirms them */
@@ -432,7 +434,7 @@ const char *rs__op_name(rs_op_t op);
  * long to be one) or, with *nomem set, when out of memory. */
 rs_cmd_t *rs__op_cmd(rs_t *r, rs_req_t *rq, int *nomem);
 void rs__op_reply(rs_t *r, rs_cmd_t *c, const redisReply *rep);
-void rs__op_short(rs_t *r, rs_cmd_t *c, const redisReply *rep); /* RS_SHORT_* answers */
+void rs__op_short(rs_t *r, rs_cmd_t *c, const redisReply *rep); /* the short paths' answers */
 rs_cmd_t *rs__cancel_cmd(rs_t *r, const char *stem, size_t stem_len, const rs_req_t *rq,
                          const char *why, const char *rid);
 void rs__send_cancel(rs_t *r, const char *stem, size_t stem_len, const rs_req_t *rq);

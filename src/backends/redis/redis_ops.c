@@ -423,17 +423,23 @@ static double le_double(const char *p)
     return d;
 }
 
-/* A short path's answer (RS_SHORT_GRANT or RS_SHORT_RELEASE): the grant's lease is the
- * request's, with the fence and the time Redis gave. */
+/* A short path's answer (redis_proto.h: RS_SHORT_GRANT): the grant's lease is the request's,
+ * with the fence and the time Redis gave. */
 void rs__op_short(rs_t *r, rs_cmd_t *c, const redisReply *rep)
 {
     rs_req_t *rq = c->rq;
     engine_req_t *req = rq->req;
     int64_t now = (int64_t)rs__now(r) + r->clock_off;
 
-    if (rep->str[0] == RS_SHORT_GRANT) {
-        uint64_t fence = (uint64_t)le_double(rep->str + 1);
-        now = (int64_t)le_double(rep->str + 9);
+    if (rep->type == REDIS_REPLY_STRING || c->pk == RS_PK_ACQUIRE) {
+        uint64_t fence;
+        if (rep->type == REDIS_REPLY_STRING) { /* RS_SHORT_GRANT */
+            fence = (uint64_t)le_double(rep->str + 1);
+            now = (int64_t)le_double(rep->str + 9);
+        } else { /* the fence is Redis's clock in microseconds */
+            fence = (uint64_t)rep->integer;
+            now = rep->integer / 1000;
+        }
         r->clock_off = now - (int64_t)rs__now(r);
         r->m->grants++;
         r->nleases++;      /* (/healthz: this instance's own change, before the next count) */
@@ -459,7 +465,7 @@ void rs__op_short(rs_t *r, rs_cmd_t *c, const redisReply *rep)
         req->res.kind = ENGINE_RES_LEASE;
         engine__hist_observe(&r->m->wait_s, (double)(rs__now(r) - rq->since_mono) / 1000.0);
     } else {
-        double held_s = (double)(now - (int64_t)le_double(rep->str + 1)) / 1000.0;
+        double held_s = (double)(now - (int64_t)rep->integer) / 1000.0;
         r->m->releases++;
         r->nleases -= r->nleases > 0;
         engine__hist_observe(&r->m->hold_s, held_s > 0 ? held_s : 0);

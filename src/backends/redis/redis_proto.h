@@ -94,11 +94,25 @@ enum {
  * tenant_max, rate_per_s and rate_burst (those it does not name: 0). */
 #define RS_LIM_MAP(X) X(WHICH) X(TENANT_MAX) X(RATE) X(BURST)
 
-/* An acquire granted at once and a release nobody waits for answer with one short string
- * (the general path answers with the array of RS_REPLY_MAP): RS_SHORT_GRANT, then the fence
- * and Redis's clock (ms) as two little-endian doubles (the rest of the lease is the
- * request's); RS_SHORT_RELEASE, then the lease's acquired time as one. */
-enum { RS_SHORT_GRANT = 'G', RS_SHORT_RELEASE = 'R' };
+/* An acquire or a release sent plain (flags "0" or "1": not sent again, no pause, no tenant;
+ * an acquire with no Idempotency-Key; on one Redis, not a cluster) carries its head and its
+ * arguments in one argument after KEY, packed as struct packs them (little-endian): the op
+ * (RS_PK_ACQUIRE or RS_PK_RELEASE) and the flag (its '0' or '1'), one byte each; the epoch, a
+ * double; an acquire's weight and ttl, doubles, and its wait ('0' or '1'), a byte; then
+ * strings, each a 2-byte length and its bytes: an acquire's lease id, owner, principal,
+ * instance, request id and limits; a release's principal, request id and instance. Redis
+ * makes a Lua string of every argument and a table of them all: the short paths read what
+ * they need of one string, and a call they do not take has the rest read back into the head
+ * and the arguments above. Numbers are packed only when exact (below 2^53, written as %llu
+ * writes them); a command with any other is sent as above. */
+enum { RS_PK_ACQUIRE = 'A', RS_PK_RELEASE = 'R' };
+
+/* An acquire granted at once answers (the general path answers with the array of
+ * RS_REPLY_MAP) with the fence, an integer, when it is Redis's clock in microseconds (the
+ * clock in ms is the fence / 1000); else with one short string: RS_SHORT_GRANT, then the fence
+ * and Redis's clock (ms) as two little-endian doubles. The rest of the lease is the request's.
+ * A release nobody waits for answers with an integer: the lease's acquired time (ms). */
+enum { RS_SHORT_GRANT = 'G' };
 
 /* What a script did, in order (an act's first field): X(ID, number, event type or NULL).
  * The first six, QUEUED and LEFT are the public events (rs_act_public); an outcome collected
@@ -303,6 +317,8 @@ enum {
     X(ACT_COLLECTED, RS_ACT_COLLECTED)                                                             \
     X(ACT_PUBLIC_MAX, RS_ACT_PUBLIC_MAX)                                                           \
     X(A, RS_HEAD_LEN + 1) /* ARGV[A]: the operation's first argument */                            \
+    X(PK_ACQUIRE, RS_PK_ACQUIRE)                                                                   \
+    X(PK_RELEASE, RS_PK_RELEASE)                                                                   \
     X(LAYOUT, RS_LAYOUT)
 #define RS_DOUBLE_MAP(X) X(EST_ALPHA, BE_EST_ALPHA)
 

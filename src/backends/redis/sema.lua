@@ -13,7 +13,9 @@
 -- index); ARGV = the head (redis_proto.h RS_HEAD_MAP: op, epoch, flags ('1' or '0': the
 -- token that sent the request is an admin and may end any lease; then 'r' when the command
 -- is sent again, so it may have run already), instance, request id, principal (the token
--- with semad --auth, '' without)), then the op's own arguments from ARGV[A].
+-- with semad --auth, '' without)), then the op's own arguments from ARGV[A]. A plain acquire
+-- or release may come with all of them in one argument instead (redis_proto.h: RS_PK_*; see
+-- SP.packed).
 -- A call reads Redis's clock (TIME), checks the epoch, answers a retried request id from its
 -- cache, does its housekeeping (due leases expire, the waiters of dead instances leave, the
 -- queue's head is admitted), does its work, and returns:
@@ -47,8 +49,11 @@ local HK_MAX = P.HK_MAX -- leases expired or waiters admitted per call (the rest
 local TOMB_TTL_MS = P.TOMB_TTL_MS_S
 
 -- Lua's own functions as upvalues: a call reaches them without a look-up in the globals (set
--- by main: the globals are not reachable while the library loads).
+-- by main: the globals are not reachable while the library loads; once they are, a global
+-- is looked up in a library's own table first, then in Redis's, behind a metatable). (rcall
+-- ... ssub: for the short paths)
 local fmt, match, concat, floor
+local rcall, spack, sunpack, sbyte, ssub
 
 -- Integers as strings. Recent ones are kept (bounded): a row's counts and times come back
 -- call after call, and string.format costs more than a look-up.
@@ -227,8 +232,8 @@ local function lget(lid)
 end
 -- A lease's record of this semaphore (mode: a number).
 local function lrecord(w, f, ttl, acq, exp, mode, owner, idem, princ)
-  return struct.pack(SP.lrec_l, 108, w, f, ttl, acq, exp, mode, #owner, owner, #idem, idem,
-                     #princ, princ, #S, S)
+  return spack(SP.lrec_l, 108, w, f, ttl, acq, exp, mode, #owner, owner, #idem, idem, #princ,
+               princ, #S, S)
 end
 local function lwrite(lid, l)
   lstr(l) -- (the general path shows it too: its act, its result)
@@ -1381,35 +1386,35 @@ end
 
 -- ---- the uncontended acquire and release, in short ----
 -- The row's first fields, up to the one each short path reads last (struct makes a Lua value
--- of every field it unpacks); made by main (the globals are not reachable while the library
--- loads).
--- (SP.to_hz, SP.to_ev)
+-- of every field it unpacks; the release's from AVAIL on); made by main (the globals are not
+-- reachable while the library loads).
+-- (SP.to_hz, SP.avail_to_ev, SP.avail)
 
 -- An acquire granted at once, and a release of units nobody waits for, on a semaphore with
 -- nothing to file or that has come due, no tickets and nobody following its events: what
 -- grant() and lease_end() (then admit() and reply(), with nothing to do) do for them, with the
 -- row and the lease in locals rather than tables (a table costs Lua more than its fields),
--- the row written in place, and one short string for an answer (RS_SHORT_GRANT, _RELEASE:
--- their numbers packed, not formatted). They run before the general path reads the epoch's
+-- the row written in place, and a number or one short string for an answer (redis_proto.h:
+-- RS_SHORT_GRANT: numbers packed, not formatted). They run before the general path reads the epoch's
 -- hash: the row says what they need of it (ep, pa, hz: the row's fields above), and the
 -- instance sends a plain flag only while it knows of no pause. Nil for any other call, which
 -- takes the general path.
-local function acquire_at_once(k)
+-- (k: the stem; the weight, ttl and epoch as numbers; the lease id and owner. An acquire
+-- naming an Idempotency-Key takes the general path.)
+local function acquire_at_once(k, wt, ttl, epoch, lid, owner)
   local kind, km, kx = SP.keys(k)
-  if kind ~= 's' or ARGV[A + 5] ~= '' then
+  if kind ~= 's' then
     return nil
   end
-  local v = redis.call('GET', km)
+  local v = rcall('GET', km)
   if not v then
     return nil
   end
-  local cap, avail, held, fence, nq, due, nt, ev, ep, pa, hz = struct.unpack(SP.to_hz, v)
-  local sw, sttl = ARGV[A], ARGV[A + 2]
-  local wt, ttl = SP.nums[sw] or SP.num(sw), SP.nums[sttl] or SP.num(sttl)
+  local cap, avail, held, fence, nq, due, nt, ev, ep, pa, hz = sunpack(SP.to_hz, v)
   local exp = NOW + ttl
   -- (another epoch, a pause, a lease past the horizon, a due time to file or one that has
   -- come, events to log: the general path's)
-  if ep ~= (SP.nums[EPOCH] or SP.num(EPOCH)) or pa ~= 0 or nq ~= 0 or nt ~= 0 or ev ~= 0 or
+  if ep ~= epoch or pa ~= 0 or nq ~= 0 or nt ~= 0 or ev ~= 0 or
      due == 0 or due <= NOW or exp < due or wt < 1 or wt > cap or wt > avail then
     return nil
   end
@@ -1419,7 +1424,7 @@ local function acquire_at_once(k)
   -- it tells at hello; the row keeps what it found)
   local hz0 = hz
   if exp > hz then
-    hz = tonumber(redis.call('HGET', H .. 'epoch', 'horizon')) or 0
+    hz = tonumber(rcall('HGET', H .. 'epoch', 'horizon')) or 0
   end
   local ls = LQ.by[H]
   if not ls or not (ls.dirty or LQ.mark(ls)) then
@@ -1427,36 +1432,37 @@ local function acquire_at_once(k)
   end
   if exp > hz then
     hz = exp + 1000
-    redis.call('HSET', H .. 'epoch', 'horizon', N(hz))
+    rcall('HSET', H .. 'epoch', 'horizon', N(hz))
   end
   fence = fence + 1
   if fence < NOWUS then
     fence = NOWUS
   end
-  local lid = ARGV[A + 3]
-  redis.call('SET', H .. 'id:' .. lid, lrecord(wt, fence, ttl, NOW, exp, 0, ARGV[A + 4], '',
-                                                PRINC))
-  redis.call('ZADD', kx, fmt('%d', exp), lid)
+  rcall('SET', H .. 'id:' .. lid, lrecord(wt, fence, ttl, NOW, exp, 0, owner, '', PRINC))
+  rcall('ZADD', kx, fmt('%d', exp), lid)
   granted()
   ls.d = ls.d + 1
   if hz == hz0 then
-    redis.call('SETRANGE', km, ROW_AT.avail, struct.pack('<ddd', avail - wt, held + wt, fence))
+    rcall('SETRANGE', km, ROW_AT.avail, spack('<ddd', avail - wt, held + wt, fence))
   else -- (the fields between as read)
-    redis.call('SETRANGE', km, ROW_AT.avail, struct.pack('<dddddddddd', avail - wt, held + wt,
+    rcall('SETRANGE', km, ROW_AT.avail, spack('<dddddddddd', avail - wt, held + wt,
                                                         fence, nq, due, nt, ev, ep, pa, hz))
   end
-  return struct.pack('<Bdd', 71, fence, NOW) -- 'G' (the rest of the lease is the request's)
+  if fence == NOWUS then
+    return fence -- (an integer reply: Redis's clock is in it)
+  end
+  return spack('<Bdd', 71, fence, NOW) -- 'G' (the rest of the lease is the request's)
 end
 
 -- k: the id's key of the lease (sema:id:LID). It needs no clock: a lease whose time came
 -- but that no housekeeping has ended yet is released (as the embedded back end, whose timer
 -- ends a lease, releases one whose timer has not run).
 local function release_at_once(k)
-  local v = redis.call('GET', k)
-  if not v or string.byte(v, 1) ~= 108 then
+  local v = rcall('GET', k)
+  if not v or sbyte(v, 1) ~= 108 then
     return nil
   end
-  local w, f, ttl, acq, exp, mode, owner, idem, princ, stem = struct.unpack(LREC, v, 2)
+  local w, f, ttl, acq, exp, mode, owner, idem, princ, stem = sunpack(LREC, v, 2)
   if not allowed(princ) then
     return nil
   end
@@ -1464,24 +1470,56 @@ local function release_at_once(k)
   if kind ~= 's' then
     return nil
   end
-  local r = redis.call('GET', km)
+  local r = rcall('GET', km)
   if not r then
     return nil
   end
-  local cap, avail, held, fence, nq, due, nt, ev = struct.unpack(SP.to_ev, r)
+  local avail, held, fence, nq, due, nt, ev = sunpack(SP.avail_to_ev, r, SP.avail)
   local ls = LQ.by[H]
   if nq ~= 0 or nt ~= 0 or ev ~= 0 or not ls or not (ls.dirty or LQ.mark(ls)) then
     return nil
   end
-  local lid = string.sub(k, #H + 4)
-  redis.call('ZREM', kx, lid)
-  redis.call('SET', k, 'TR' .. RID, 'PX', TOMB_TTL_MS)
-  if idem ~= '' and redis.call('HGET', ki, idem) == 'L' .. lid then
-    redis.call('HDEL', ki, idem)
+  local lid = ssub(k, #H + 4)
+  rcall('ZREM', kx, lid)
+  rcall('SET', k, 'TR' .. RID, 'PX', TOMB_TTL_MS)
+  if idem ~= '' and rcall('HGET', ki, idem) == 'L' .. lid then
+    rcall('HDEL', ki, idem)
   end
   ls.d = ls.d - 1
-  redis.call('SETRANGE', km, ROW_AT.avail, struct.pack('<dd', avail + w, held - w))
-  return struct.pack('<Bd', 82, acq) -- 'R'
+  rcall('SETRANGE', km, ROW_AT.avail, spack('<dd', avail + w, held - w))
+  return acq -- (an integer reply)
+end
+
+-- A call of an acquire or a release packed in one argument s (redis_proto.h: RS_PK_*), on
+-- the stem or the lease id's key k: the short path's answer, or nil when it does not take it,
+-- with the head and the arguments read back into ARGV and Redis's clock read (SP.clock) for
+-- the general path.
+SP.flag = {[48] = '0', [49] = '1'}
+function SP.packed(k, s)
+  H, PUB, RETRY = 'sema:', 'PUBLISH', false
+  if sbyte(s, 1) == P.PK_RELEASE then
+    local _, fl, ep, princ, rid, inst = sunpack('<BBdHc0Hc0Hc0', s)
+    ADMIN, PRINC, RID = SP.flag[fl], princ, rid
+    local r = release_at_once(k)
+    if r then
+      return r
+    end
+    OP, EPOCH, INST = 'lease_release', N(ep), inst
+    ARGV = {OP, EPOCH, ADMIN, INST, RID, PRINC}
+    SP.clock()
+    return nil
+  end
+  local _, fl, ep, wt, ttl, wait, lid, owner, princ, at = sunpack('<BBdddBHc0Hc0Hc0', s)
+  ADMIN, PRINC = SP.flag[fl], princ
+  SP.clock()
+  local r = acquire_at_once(k, wt, ttl, ep, lid, owner)
+  if r then
+    return r
+  end
+  local inst, rid, lims = sunpack('<Hc0Hc0Hc0', s, at)
+  OP, EPOCH, INST, RID = 'acquire', N(ep), inst, rid
+  ARGV = {OP, EPOCH, ADMIN, INST, RID, PRINC, N(wt), SP.flag[wait], N(ttl), lid, owner, '', lims}
+  return nil
 end
 
 -- ---- an instance's own waiters ----
@@ -4143,10 +4181,7 @@ end
 -- does first on one slot (its clock, its epoch, its housekeeping) is not done for listing, as
 -- on one Redis.
 local function list_slots(keys, args)
-  KEYS, ARGV = keys, args
-  if not fmt then
-    fmt, match, concat, floor = string.format, string.match, table.concat, math.floor
-  end
+  SP.init(keys, args)
   OP, PUB = ARGV[1], 'SPUBLISH'
   local t = redis.call('TIME') -- (a view of limits shows the bucket now)
   NOW = t[1] * 1000 + floor(t[2] / 1000)
@@ -4422,16 +4457,18 @@ follow = function(k)
   return {N(new), redis.call('HGET', KS, 'log'), m and '1' or '0'}
 end
 
-local function main(keys, args)
-  KEYS, ARGV = keys, args
-  if MU.used then
-    MU.wc, MU.afc, MU.htc, MU.used = {}, {}, {}, false -- (a call's own)
-  end
-  if not fmt then
-    fmt, match, concat, floor = string.format, string.match, table.concat, math.floor
-    SP.to_hz = '<' .. string.rep('d', ROW_AT.hz / 8 + 1)
-    SP.to_ev = '<' .. string.rep('d', ROW_AT.ev / 8 + 1)
-  end
+-- Redis's clock (TIME), once per call.
+function SP.clock()
+  local t = rcall('TIME')
+  local ss = t[1]
+  local sec, us = SP.nums[ss] or SP.num(ss), t[2] + 0
+  NOW = sec * 1000 + floor(us / 1000)
+  NOWUS = sec * 1000000 + us
+  NOWS = nil
+end
+
+-- The head (ARGV's first RS_HEAD_LEN) read, and the short paths tried: their answer, or nil.
+function SP.head(keys)
   OP, EPOCH, INST, RID, PRINC = ARGV[1], ARGV[2], ARGV[4], ARGV[5], ARGV[6]
   local fl = ARGV[3] -- '0' or '1', then 't' (a tenant), 'r' (sent again) and 'p' (a pause), if
   -- so; 'c' last
@@ -4455,20 +4492,49 @@ local function main(keys, args)
       return r -- (never kept: a retry takes the general path, which rebuilds the answer)
     end
   end
-  local t = redis.call('TIME')
-  local ss = t[1]
-  local sec, us = SP.nums[ss] or SP.num(ss), t[2] + 0
-  NOW = sec * 1000 + floor(us / 1000)
-  NOWUS = sec * 1000000 + us
-  NOWS = nil
-  if plain and OP == 'acquire' then
-    local r = acquire_at_once(keys[1])
-    if r then
-      return r
-    end
+  SP.clock()
+  if plain and OP == 'acquire' and ARGV[A + 5] == '' then
+    local sw, sttl = ARGV[A], ARGV[A + 2]
+    return acquire_at_once(keys[1], SP.nums[sw] or SP.num(sw), SP.nums[sttl] or SP.num(sttl),
+                           SP.nums[EPOCH] or SP.num(EPOCH), ARGV[A + 3], ARGV[A + 4])
+  end
+  return nil
+end
+
+-- A call's start: its keys and arguments, and the upvalues the globals give (at the library's
+-- first call). (main does the same in line: a call costs the short paths more than a test)
+function SP.init(keys, args)
+  KEYS, ARGV = keys, args
+  if fmt then
+    return
+  end
+  fmt, match, concat, floor = string.format, string.match, table.concat, math.floor
+  rcall, spack, sunpack = redis.call, struct.pack, struct.unpack
+  sbyte, ssub = string.byte, string.sub
+  SP.to_hz = '<' .. string.rep('d', ROW_AT.hz / 8 + 1)
+  SP.avail_to_ev = '<' .. string.rep('d', (ROW_AT.ev - ROW_AT.avail) / 8 + 1)
+  SP.avail = ROW_AT.avail + 1 -- (where AVAIL starts)
+end
+
+local function main(keys, args)
+  KEYS, ARGV = keys, args
+  if not fmt then
+    SP.init(keys, args)
+  end
+  local r
+  if #args == 1 then -- (an acquire or a release in one argument: RS_PK_*)
+    r = SP.packed(keys[1], args[1])
+  else
+    r = SP.head(keys)
+  end
+  if r then
+    return r
   end
   if OP == 'follow' then
     return follow(keys[1])
+  end
+  if MU.used then
+    MU.wc, MU.afc, MU.htc, MU.used = {}, {}, {}, false -- (a call's own)
   end
   ACTS, WAKE, GRANTED = NONE, NONE, NONE
   LIM, LH.self_wid, LH.self_lease = nil, nil, nil
@@ -4480,7 +4546,7 @@ local function main(keys, args)
       return cmsgpack.unpack(c)
     end
   end
-  local r = publish(run())
+  r = publish(run())
   -- The answer to a write is kept for a retry, unless a retry can work it out again from
   -- what the write left (a grant made at once: its lease; a release: its tombstone) and
   -- nothing in it completes a parked request of this instance.
