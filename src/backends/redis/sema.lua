@@ -2950,7 +2950,7 @@ end
 
 -- A grant of h out of the round robin's turn (a request on several semaphores that holds this
 -- semaphore's turn): its tenant pays for it all the same.
-local function drr_charge(h)
+LH.drr_charge = function(h)
   local name = tenant_of(h.rec.tenant)
   local t = TN[name]
   t.def = math.max(-DEFICIT_MAX, t.def - h.w)
@@ -2959,7 +2959,7 @@ end
 
 -- h, who is next, is granted here: it takes its tokens, and the round robin accounts for it
 -- (pk: the round robin's pick, when h is known to be it).
-local function take(h, pk, idle)
+LH.take_here = function(h, pk, idle)
   if LIM.rate ~= 0 then
     LIM.tok = LIM.tok - h.w * MICRO
   end
@@ -2973,12 +2973,12 @@ local function take(h, pk, idle)
   if pk then
     drr_commit(pk, h, idle)
   else
-    drr_charge(h)
+    LH.drr_charge(h)
   end
 end
 
 -- The earlier arrival of two waiters here (either may be nil).
-local function earliest(a, b)
+LH.earliest = function(a, b)
   if not a or (b and b.seq < a.seq) then
     return b
   end
@@ -2986,7 +2986,7 @@ local function earliest(a, b)
 end
 
 -- The part holding this semaphore's turn as a head {wid, w, seq, rec}, or nil.
-local function res_head()
+LH.res_head = function()
   local wid = LIM.res
   local rec = redis.call('HGET', KW, wid)
   local seq = rec and redis.call('ZSCORE', KQ, wid)
@@ -3001,7 +3001,7 @@ end
 
 -- The earliest of the tenants' first waiters here that is a request on several semaphores
 -- holding the turn of one of them (it may take this one's), or nil.
-local function earliest_reserving(idle)
+LH.earliest_reserving = function(idle)
   local best
   for _, nm in ipairs(LIM.ring) do
     local h = head(nm)
@@ -3015,7 +3015,7 @@ end
 
 -- Part h takes this semaphore's turn. A request that now holds its first turn may take those
 -- of its other semaphores: their admission runs again (before the call answers).
-local function reserve(h)
+LH.reserve = function(h)
   if LIM.res == h.wid then
     return
   end
@@ -3031,14 +3031,15 @@ end
 -- the earliest part of a request holding another of its turns, and the round robin's choice
 -- (pk, when it is the one); nil: nobody can be served now. (The caller looked for a wait-idle
 -- at the head.)
-local function designate(idle)
+LH.designate = function(idle)
   local d, pk = drr_choice(idle)
-  local best = earliest(earliest(LIM.res and res_head(), earliest_reserving(idle)), d)
+  local held = LH.earliest(LIM.res and LH.res_head(), LH.earliest_reserving(idle))
+  local best = LH.earliest(held, d)
   if not (best and d and best.wid == d.wid) then
     pk = nil
   end
   if best and best.rec.kind == 'm' then
-    reserve(best)
+    LH.reserve(best)
   end
   return best, pk
 end
@@ -3050,14 +3051,14 @@ LH.designated = function(wid)
   if M.nq == 0 or idle_head then
     return false
   end
-  local h = designate(idle)
+  local h = LH.designate(idle)
   return h ~= nil and h.wid == wid
 end
 
 -- The part w (waiter wid) of a request on several semaphores, next here, is granted.
 LH.take = function(wid, w)
   refill()
-  take({wid = wid, w = w.w, rec = w}, nil, (idle_seq()))
+  LH.take_here({wid = wid, w = w.w, rec = w}, nil, (idle_seq()))
 end
 
 -- Has the bucket w tokens now? If not, the semaphore is due when it has.
@@ -3095,7 +3096,7 @@ LH.admit = function()
       unqueue(wid, w, true)
       outcome(ACT.IDLE, wid, w, '', nil, '')
     else
-      local h, pk = designate(idle)
+      local h, pk = LH.designate(idle)
       if not h then
         return
       end
@@ -3110,7 +3111,7 @@ LH.admit = function()
         if LIM.rate ~= 0 and LIM.tok < h.w * MICRO then
           return rate_wait(h.w)
         end
-        take(h, pk, idle)
+        LH.take_here(h, pk, idle)
         local w = h.rec
         unqueue(h.wid, w)
         est_queue_grant(w.w)
