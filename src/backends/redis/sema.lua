@@ -32,7 +32,6 @@
 local KEYS, ARGV
 local OP, EPOCH, INST, RID, PRINC, ADMIN, RETRY
 local A = P.A -- first argument of the op
-local ALIVE_MS = P.ALIVE_MS
 local NOW, NOWUS -- Redis's clock in milliseconds and in microseconds
 local function nowus()
   return NOWUS
@@ -46,14 +45,13 @@ local LID -- the lease id a lease op names
 local H, PUB = 'sema:', 'PUBLISH'
 -- (strings: a number passed to redis.call is formatted with %.17g on every call)
 local HK_MAX = P.HK_MAX -- leases expired or waiters admitted per call (the rest: next call)
-local TOMB_TTL_MS = P.TOMB_TTL_MS_S
 
 -- Lua's own functions as upvalues: a call reaches them without a look-up in the globals (set
 -- by main: the globals are not reachable while the library loads; once they are, a global
 -- is looked up in a library's own table first, then in Redis's, behind a metatable). (rcall
--- ... ssub: for the short paths)
+-- ... sbyte: for the short paths)
 local fmt, match, concat, floor
-local rcall, spack, sunpack, sbyte, ssub
+local rcall, spack, sunpack, sbyte
 
 -- Integers as strings. Recent ones are kept (bounded): a row's counts and times come back
 -- call after call, and string.format costs more than a look-up.
@@ -553,7 +551,7 @@ local function lease_end(lid, why, l)
   if OP == 'lease_release' and lid == LID then
     tomb = tomb .. RID -- a retry of this very release finds it done (see main)
   end
-  redis.call('SET', H .. 'id:' .. lid, tomb, 'PX', TOMB_TTL_MS)
+  redis.call('SET', H .. 'id:' .. lid, tomb, 'PX', P.TOMB_TTL_MS_S)
   if l.idem ~= '' and redis.call('HGET', KI, l.idem) == 'L' .. lid then
     redis.call('HDEL', KI, l.idem)
   end
@@ -777,7 +775,8 @@ local function lock_gc()
     end
     LOCK_NEW = false
     redis.call('DEL', KM, KQ, KW, KX, KI, KA)
-    redis.call('SET', KF, N(M.fence), 'PX', TOMB_TTL_MS) -- the clock floor keeps later fences above
+    -- the clock floor keeps later fences above
+    redis.call('SET', KF, N(M.fence), 'PX', P.TOMB_TTL_MS_S)
     M = nil
     return true
   end
@@ -1395,10 +1394,10 @@ end
 -- grant() and lease_end() (then admit() and reply(), with nothing to do) do for them, with the
 -- row and the lease in locals rather than tables (a table costs Lua more than its fields),
 -- the row written in place, and a number or one short string for an answer (redis_proto.h:
--- RS_SHORT_GRANT: numbers packed, not formatted). They run before the general path reads the epoch's
--- hash: the row says what they need of it (ep, pa, hz: the row's fields above), and the
--- instance sends a plain flag only while it knows of no pause. Nil for any other call, which
--- takes the general path.
+-- RS_SHORT_GRANT: numbers packed, not formatted). They run before the general path reads the
+-- epoch's hash: the row says what they need of it (ep, pa, hz: the row's fields above), and
+-- the instance sends a plain flag only while it knows of no pause. Nil for any other call,
+-- which takes the general path.
 -- (k: the stem; the weight, ttl and epoch as numbers; the lease id and owner. An acquire
 -- naming an Idempotency-Key takes the general path.)
 local function acquire_at_once(k, wt, ttl, epoch, lid, owner)
@@ -1479,9 +1478,9 @@ local function release_at_once(k)
   if nq ~= 0 or nt ~= 0 or ev ~= 0 or not ls or not (ls.dirty or LQ.mark(ls)) then
     return nil
   end
-  local lid = ssub(k, #H + 4)
+  local lid = string.sub(k, #H + 4)
   rcall('ZREM', kx, lid)
-  rcall('SET', k, 'TR' .. RID, 'PX', TOMB_TTL_MS)
+  rcall('SET', k, 'TR' .. RID, 'PX', P.TOMB_TTL_MS_S)
   if idem ~= '' and rcall('HGET', ki, idem) == 'L' .. lid then
     rcall('HDEL', ki, idem)
   end
@@ -1585,7 +1584,7 @@ local function beat()
   if not redis.call('ZSCORE', H .. 'inst', INST) then
     return answer(P.ST_GONE_S, '0', nil)
   end
-  redis.call('ZADD', H .. 'inst', N(NOW + ALIVE_MS), INST)
+  redis.call('ZADD', H .. 'inst', N(NOW + P.ALIVE_MS), INST)
   inst_due()
   collect_outcomes()
   LQ.flush()
@@ -2103,7 +2102,7 @@ function MU.lease_end(lid, why, v)
   if OP == 'lease_release' and lid == LID then
     tomb = tomb .. RID -- a retry of this very release finds it done (see main)
   end
-  redis.call('SET', H .. 'id:' .. lid, tomb, 'PX', TOMB_TTL_MS)
+  redis.call('SET', H .. 'id:' .. lid, tomb, 'PX', P.TOMB_TTL_MS_S)
   if l.idem ~= '' and MU.go(l.parts[1].s) and redis.call('HGET', KI, l.idem) == 'L' .. lid then
     redis.call('HDEL', KI, l.idem)
   end
@@ -3253,7 +3252,7 @@ end -- (the section "limits")
 -- its keepalive deadline is in :k, which the housekeeping sweeps like lease expiries (the
 -- row's due time includes it). A grant makes the lease at once (:tl maps it back to the
 -- ticket); reading the ticket collects it. `sema:tk:ID` names the ticket's semaphore ('W' and
--- the stem), then, once it ended, why ('X' and a reason letter) for TOMB_TTL_MS. Every change
+-- the stem), then, once it ended, why ('X' and a reason letter) for P.TOMB_TTL_MS. Every change
 -- of a ticket's status is published on sema:tkt (its id), so an instance with a long-poll or a
 -- stream on it reads it again at once; positions are read again every poll interval.
 local TK_ENDED = {L = MSG.TICKET_LEFT, A = MSG.TICKET_ABANDONED, U = MSG.TICKET_UNCOLLECTED,
@@ -3296,7 +3295,7 @@ local function tk_forget(tid, t, why)
   if t.idem ~= '' and redis.call('HGET', KI, t.idem) == 'T' .. tid then
     redis.call('HDEL', KI, t.idem)
   end
-  redis.call('SET', H .. 'tk:' .. tid, 'X' .. why, 'PX', TOMB_TTL_MS)
+  redis.call('SET', H .. 'tk:' .. tid, 'X' .. why, 'PX', P.TOMB_TTL_MS_S)
   tk_changed(tid)
 end
 
@@ -3417,7 +3416,7 @@ tk_delete_all = function()
       M.wq = M.wq - t.w
     end
     count('tickets', -1)
-    redis.call('SET', H .. 'tk:' .. all[i], 'XX', 'PX', TOMB_TTL_MS)
+    redis.call('SET', H .. 'tk:' .. all[i], 'XX', 'PX', P.TOMB_TTL_MS_S)
     tk_changed(all[i])
   end
   redis.call('DEL', KT, KK, KTL, KFW, KH)
@@ -4227,7 +4226,7 @@ local function run()
     if horizon > 0 and horizon < until_ms then
       until_ms = horizon
     end
-    redis.call('ZADD', H .. 'inst', N(NOW + ALIVE_MS), INST) -- (beat renews it)
+    redis.call('ZADD', H .. 'inst', N(NOW + P.ALIVE_MS), INST) -- (beat renews it)
     inst_due()
     if not ep[1] then
       local safe = 0
@@ -4511,7 +4510,7 @@ function SP.init(keys, args)
   end
   fmt, match, concat, floor = string.format, string.match, table.concat, math.floor
   rcall, spack, sunpack = redis.call, struct.pack, struct.unpack
-  sbyte, ssub = string.byte, string.sub
+  sbyte = string.byte
   SP.to_hz = '<' .. string.rep('d', ROW_AT.hz / 8 + 1)
   SP.avail_to_ev = '<' .. string.rep('d', (ROW_AT.ev - ROW_AT.avail) / 8 + 1)
   SP.avail = ROW_AT.avail + 1 -- (where AVAIL starts)
@@ -4534,7 +4533,7 @@ local function main(keys, args)
   if OP == 'follow' then
     return follow(keys[1])
   end
-  if MU.used then
+  if MU.used then -- (the short paths above use none of it)
     MU.wc, MU.afc, MU.htc, MU.used = {}, {}, {}, false -- (a call's own)
   end
   ACTS, WAKE, GRANTED = NONE, NONE, NONE
