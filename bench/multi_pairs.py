@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
 """multi_pairs.py - acquire+release pairs through semad, one after another on one connection,
-on one semaphore (plain) or on two at once (multi: POST /v1/acquire with semaphores), for
-redis_fcall_ir.sh's MULTI=1 figures.
+on one semaphore (plain) or on two at once (multi: POST /v1/acquire with semaphores; tenant:
+the same naming a tenant), for redis_fcall_ir.sh's MULTI=1 figures.
 
-    multi_pairs.py plain|multi URL PAIRS"""
+    multi_pairs.py plain|multi|tenant URL PAIRS"""
 import http.client
 import json
 import sys
@@ -28,9 +28,11 @@ def main():
     for name in ("mp-a", "mp-b"):
         call("PUT", "/v1/semaphores/" + name, {"capacity": 1000})
     for _ in range(pairs):
-        if mode == "multi":
-            lease = call("POST", "/v1/acquire", {"semaphores": [{"name": "mp-a"},
-                                                                {"name": "mp-b"}]})
+        if mode in ("multi", "tenant"):
+            body = {"semaphores": [{"name": "mp-a"}, {"name": "mp-b"}]}
+            if mode == "tenant":
+                body["tenant"] = "acme"
+            lease = call("POST", "/v1/acquire", body)
         else:
             lease = call("POST", "/v1/semaphores/mp-a/acquire", {})
         call("DELETE", "/v1/leases/" + lease["lease"])

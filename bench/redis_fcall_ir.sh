@@ -8,8 +8,8 @@
 #   bench/redis_fcall_ir.sh [BUILD_DIR] [PAIRS]     (default build, 2000 pairs)
 #
 # With MULTI=1, also pairs one after another on one connection (bench/multi_pairs.py): on one
-# semaphore, and on two at once (POST /v1/acquire with semaphores), each on a redis-server of
-# its own.
+# semaphore, on two at once (POST /v1/acquire with semaphores), and on two at once naming a
+# tenant, each on a redis-server of its own.
 #
 # With LIMITS=1, the same for acquires naming a tenant (4 tenants, a tenant_max that never
 # binds) and on semaphores with a rate that never binds (10^9 units/s), each on a
@@ -139,10 +139,12 @@ fi
 if [ "${MULTI:-0}" = 1 ]; then
     ir_one=$(DRIVE=plain semad_ir one)
     ir_two=$(DRIVE=multi semad_ir two)
-    python3 - "$ir_one" "$ir_two" "$pairs" <<'EOF'
+    ir_two_tenant=$(DRIVE=tenant semad_ir two_tenant)
+    python3 - "$ir_one" "$ir_two" "$ir_two_tenant" "$pairs" <<'EOF'
 import sys
-one, two, pairs = (int(x) for x in sys.argv[1:])
+one, two, tenant, pairs = (int(x) for x in sys.argv[1:])
 print("redis instructions per pair, one after another: on one semaphore %d, on two at once %d "
-      "(%.2fx)" % (one // pairs, two // pairs, two / one))
+      "(%.2fx), on two at once naming a tenant %d (%.2fx)"
+      % (one // pairs, two // pairs, two / one, tenant // pairs, tenant / one))
 EOF
 fi

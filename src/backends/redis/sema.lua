@@ -2313,27 +2313,41 @@ end
 -- Whether a request naming `tenant` on `parts` meets limits: a tenant, or one of its
 -- semaphores has them (each of them loaded by MU.check).
 function MU.limited(parts, tenant)
-  local first, lim = S, tenant ~= ''
+  return tenant ~= '' or MU.any(parts, function(m)
+    return m.lim
+  end)
+end
+
+-- Whether test(row) holds on some semaphore of `parts`, each made current in turn (rows
+-- loaded: MU.check); it stops at the first that does.
+function MU.any(parts, test)
+  local first, r = S, false
   for _, p in ipairs(parts) do
-    lim = lim or MU.go(p.s).lim
+    r = r or (test(MU.go(p.s)) and true or false)
   end
   MU.go(first)
-  return lim
+  return r
 end
 
 -- Whether a request of w's tenant that meets limits has room in every line (`full`: one of
 -- them has the most waiters it may): nil, or the refusal.
 function MU.room(w, parts, full)
-  local first = S
-  for _, p in ipairs(parts) do
-    local m = MU.go(p.s)
-    if full or (m.lim and not LH.room(w.tenant)) then
-      MU.go(first)
-      return refuse(MSG.TOO_MANY_WAITERS_OR_TENANTS)
-    end
+  if full or MU.any(parts, function(m)
+    return m.lim and not LH.room(w.tenant)
+  end) then
+    return refuse(MSG.TOO_MANY_WAITERS_OR_TENANTS)
   end
-  MU.go(first)
   return nil
+end
+
+-- A request naming a tenant gives each of its semaphores limits (those without: what holds
+-- and waits there so far is the default tenant's).
+function MU.tenant_limits(w, parts)
+  MU.any(parts, function(m)
+    if w.tenant ~= '' and not m.lim then
+      LH.activate()
+    end
+  end)
 end
 
 -- A request (or a ticket: w.inst '') on several semaphores that meets limits joins every
@@ -2341,13 +2355,7 @@ end
 -- (emb__op_acquire_multi): its tenant has its place on each semaphore, which gets limits if it
 -- had none (MU.room first). Granted to the caller: MU.self_lease.
 function MU.enter(wid, w, parts)
-  local first = S
-  for _, p in ipairs(parts) do
-    if MU.go(p.s) and w.tenant ~= '' and not M.lim then
-      LH.activate()
-    end
-  end
-  MU.go(first)
+  MU.tenant_limits(w, parts)
   MU.join(wid, w, parts, true)
   MU.self, MU.self_lease = wid, nil
   MU.try(wid, MU.wp(w, parts[1].w))
@@ -2402,8 +2410,32 @@ function ops.acquire_multi()
   return reply(P.ST_PARKED)
 end
 
+-- Would request w be granted at once on joining its lines when nobody waits in any of them
+-- (the turns then change nothing: LH.at_once)? If so, it has taken the tokens. Its tenant's
+-- semaphores have limits first (MU.enter's).
+function MU.at_once(w, parts)
+  local first, ok = S, true
+  MU.tenant_limits(w, parts)
+  for _, p in ipairs(parts) do
+    if ok and MU.go(p.s) then
+      ok = M.nq == 0 and (M.lim and LH.fits_now(w.tenant, p.w) or
+                          not M.lim and p.w <= M.avail and NOW >= SAFE_AT)
+    end
+  end
+  for _, p in ipairs(ok and parts or NONE) do
+    if MU.go(p.s).lim then
+      LH.take_tokens(p.w)
+    end
+  end
+  MU.go(first)
+  return ok
+end
+
 -- acquire_multi where limits are: granted at once, or it waits (a try leaves without a trace).
 function MU.acquire_lim(wid, w, parts, wait, full)
+  if MU.at_once(w, parts) then
+    return reply(0, MU.result(w.lid, MU.grant(wid, w, parts, false)))
+  end
   if wait and not redis.call('ZSCORE', H .. 'inst', INST) then
     return answer(P.ST_GONE_S, '0', nil) -- this instance was taken for dead
   end
@@ -2917,7 +2949,7 @@ end
 
 -- A grant of h out of the round robin's turn (a request on several semaphores that holds this
 -- semaphore's turn): its tenant pays for it all the same.
-local function drr_charge(h)
+LH.drr_charge = function(h)
   local name = tenant_of(h.rec.tenant)
   local t = TN[name]
   t.def = math.max(-DEFICIT_MAX, t.def - h.w)
@@ -2926,7 +2958,7 @@ end
 
 -- h, who is next, is granted here: it takes its tokens, and the round robin accounts for it
 -- (pk: the round robin's pick, when h is known to be it).
-local function take(h, pk, idle)
+LH.take_here = function(h, pk, idle)
   if LIM.rate ~= 0 then
     LIM.tok = LIM.tok - h.w * MICRO
   end
@@ -2940,12 +2972,12 @@ local function take(h, pk, idle)
   if pk then
     drr_commit(pk, h, idle)
   else
-    drr_charge(h)
+    LH.drr_charge(h)
   end
 end
 
 -- The earlier arrival of two waiters here (either may be nil).
-local function earliest(a, b)
+LH.earliest = function(a, b)
   if not a or (b and b.seq < a.seq) then
     return b
   end
@@ -2953,7 +2985,7 @@ local function earliest(a, b)
 end
 
 -- The part holding this semaphore's turn as a head {wid, w, seq, rec}, or nil.
-local function res_head()
+LH.res_head = function()
   local wid = LIM.res
   local rec = redis.call('HGET', KW, wid)
   local seq = rec and redis.call('ZSCORE', KQ, wid)
@@ -2968,7 +3000,7 @@ end
 
 -- The earliest of the tenants' first waiters here that is a request on several semaphores
 -- holding the turn of one of them (it may take this one's), or nil.
-local function earliest_reserving(idle)
+LH.earliest_reserving = function(idle)
   local best
   for _, nm in ipairs(LIM.ring) do
     local h = head(nm)
@@ -2982,7 +3014,7 @@ end
 
 -- Part h takes this semaphore's turn. A request that now holds its first turn may take those
 -- of its other semaphores: their admission runs again (before the call answers).
-local function reserve(h)
+LH.reserve = function(h)
   if LIM.res == h.wid then
     return
   end
@@ -2998,14 +3030,15 @@ end
 -- the earliest part of a request holding another of its turns, and the round robin's choice
 -- (pk, when it is the one); nil: nobody can be served now. (The caller looked for a wait-idle
 -- at the head.)
-local function designate(idle)
+LH.designate = function(idle)
   local d, pk = drr_choice(idle)
-  local best = earliest(earliest(LIM.res and res_head(), earliest_reserving(idle)), d)
+  local held = LH.earliest(LIM.res and LH.res_head(), LH.earliest_reserving(idle))
+  local best = LH.earliest(held, d)
   if not (best and d and best.wid == d.wid) then
     pk = nil
   end
   if best and best.rec.kind == 'm' then
-    reserve(best)
+    LH.reserve(best)
   end
   return best, pk
 end
@@ -3017,14 +3050,14 @@ LH.designated = function(wid)
   if M.nq == 0 or idle_head then
     return false
   end
-  local h = designate(idle)
+  local h = LH.designate(idle)
   return h ~= nil and h.wid == wid
 end
 
 -- The part w (waiter wid) of a request on several semaphores, next here, is granted.
 LH.take = function(wid, w)
   refill()
-  take({wid = wid, w = w.w, rec = w}, nil, (idle_seq()))
+  LH.take_here({wid = wid, w = w.w, rec = w}, nil, (idle_seq()))
 end
 
 -- Has the bucket w tokens now? If not, the semaphore is due when it has.
@@ -3062,7 +3095,7 @@ LH.admit = function()
       unqueue(wid, w, true)
       outcome(ACT.IDLE, wid, w, '', nil, '')
     else
-      local h, pk = designate(idle)
+      local h, pk = LH.designate(idle)
       if not h then
         return
       end
@@ -3077,7 +3110,7 @@ LH.admit = function()
         if LIM.rate ~= 0 and LIM.tok < h.w * MICRO then
           return rate_wait(h.w)
         end
-        take(h, pk, idle)
+        LH.take_here(h, pk, idle)
         local w = h.rec
         unqueue(h.wid, w)
         est_queue_grant(w.w)
@@ -3100,21 +3133,30 @@ end
 -- Would an acquire of w be granted at once on joining a line where nobody waits (the round
 -- robin's turns then change nothing)? If so, it takes its tokens.
 LH.at_once = function(w)
-  if M.nq ~= 0 or w.w > M.avail or NOW < SAFE_AT or not LH.room(w.tenant) then
+  if not LH.fits_now(w.tenant, w.w) then
     return false
   end
-  local t = TN[tenant_of(w.tenant)]
-  if LIM.tm ~= 0 and (t and t.held or 0) + w.w > LIM.tm then
+  LH.take_tokens(w.w)
+  return true
+end
+
+-- Would weight wt of `tenant` be granted at once here (LH.at_once), tokens aside?
+LH.fits_now = function(tenant, wt)
+  if M.nq ~= 0 or wt > M.avail or NOW < SAFE_AT or not LH.room(tenant) then
+    return false
+  end
+  local t = TN[tenant_of(tenant)]
+  if LIM.tm ~= 0 and (t and t.held or 0) + wt > LIM.tm then
     return false
   end
   refill()
+  return LIM.rate == 0 or LIM.tok >= wt * MICRO
+end
+
+LH.take_tokens = function(wt)
   if LIM.rate ~= 0 then
-    if LIM.tok < w.w * MICRO then
-      return false
-    end
-    LIM.tok = LIM.tok - w.w * MICRO
+    LIM.tok = LIM.tok - wt * MICRO
   end
-  return true
 end
 
 -- A weight the limits can never grant (a message id), or nil.
