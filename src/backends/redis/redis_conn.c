@@ -330,23 +330,30 @@ static const char *start_phase(const rs_t *r, const rs_conn_t *c)
                         : "the setup (CONFIG GET, INFO, FUNCTION LOAD, hello)";
 }
 
+/* Whether connection c's start is past the command timeout (then `why` says so). */
+static int start_overdue(const rs_t *r, const rs_conn_t *c, uint64_t now, char *why, size_t cap)
+{
+    if (c->ac == NULL || c->since == 0 || now - c->since < r->cmd_timeout_ms)
+        return 0;
+    snprintf(why, cap, "no answer in %llu ms", (unsigned long long)r->cmd_timeout_ms);
+    return 1;
+}
+
 void rs__conn_tick(rs_t *r, uint64_t now)
 {
-    unsigned long long ms = (unsigned long long)r->cmd_timeout_ms;
     char why[64];
 
-    snprintf(why, sizeof why, "no answer in %llu ms", ms);
-    if (r->sent.ac != NULL && r->sent.since != 0 && now - r->sent.since >= r->cmd_timeout_ms) {
+    if (start_overdue(r, &r->sent, now, why, sizeof why)) {
         if (!(r->sent_said & 1u << r->sentinel_at)) /* (once each, until one answers) */
-            log_warn("redis: Sentinel %s did not answer %s in %llu ms; asking the next one",
-                     r->sentinels[r->sentinel_at], start_phase(r, &r->sent), ms);
+            log_warn("redis: Sentinel %s did not answer %s: %s; asking the next one",
+                     r->sentinels[r->sentinel_at], start_phase(r, &r->sent), why);
         r->sent_said |= 1u << r->sentinel_at;
         conn_close(&r->sent, why);
     }
-    if (r->cmd.ac != NULL && r->cmd.since != 0 && now - r->cmd.since >= r->cmd_timeout_ms) {
+    if (start_overdue(r, &r->cmd, now, why, sizeof why)) {
         if (!r->stall_said) /* (once until it is ready again: the backoff retries it) */
-            log_warn("redis: %s:%d did not answer %s in %llu ms; dropping the connection", r->host,
-                     r->port, start_phase(r, &r->cmd), ms);
+            log_warn("redis: %s:%d did not answer %s: %s; dropping the connection", r->host,
+                     r->port, start_phase(r, &r->cmd), why);
         r->stall_said = 1;
         r->cmd_timeouts++;
         drop_cmd(r, why);
