@@ -345,15 +345,16 @@ void rs__conn_tick(rs_t *r, uint64_t now)
 
     if (start_overdue(r, &r->sent, now, why, sizeof why)) {
         if (!(r->sent_said & 1u << r->sentinel_at)) /* (once each, until one answers) */
-            log_warn("redis: Sentinel %s did not answer %s: %s; asking the next one",
-                     r->sentinels[r->sentinel_at], start_phase(r, &r->sent), why);
+            log_warn("redis: Sentinel %s did not answer %s in %llu ms; asking the next one",
+                     r->sentinels[r->sentinel_at], start_phase(r, &r->sent),
+                     (unsigned long long)r->cmd_timeout_ms);
         r->sent_said |= 1u << r->sentinel_at;
         conn_close(&r->sent, why);
     }
     if (start_overdue(r, &r->cmd, now, why, sizeof why)) {
         if (!r->stall_said) /* (once until it is ready again: the backoff retries it) */
-            log_warn("redis: %s:%d did not answer %s: %s; dropping the connection", r->host,
-                     r->port, start_phase(r, &r->cmd), why);
+            log_warn("redis: %s:%d did not answer %s in %llu ms; dropping the connection", r->host,
+                     r->port, start_phase(r, &r->cmd), (unsigned long long)r->cmd_timeout_ms);
         r->stall_said = 1;
         r->cmd_timeouts++;
         drop_cmd(r, why);
