@@ -114,6 +114,12 @@ enum { RS_PK_ACQUIRE = 'A', RS_PK_RELEASE = 'R' };
  * A release nobody waits for answers with an integer: the lease's acquired time (ms). */
 enum { RS_SHORT_GRANT = 'G' };
 
+/* Several plain acquires and releases of one turn in one call (FCALL sema N, each one's KEY,
+ * then each one's packed argument, in order) answer with an array: the answers of the first
+ * ones, each as it would be alone, up to the first that does not take its short path (that
+ * one and those after it did not run). At most RS_BATCH_MAX in one call. */
+enum { RS_BATCH_MAX = 64 };
+
 /* What a script did, in order (an act's first field): X(ID, number, event type or NULL).
  * The first six, QUEUED and LEFT are the public events (rs_act_public); an outcome collected
  * from :g (another instance's grant, kept for this one) is its type plus RS_ACT_COLLECTED, so

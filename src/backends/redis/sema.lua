@@ -1490,11 +1490,11 @@ local function release_at_once(k)
 end
 
 -- A call of an acquire or a release packed in one argument s (redis_proto.h: RS_PK_*), on
--- the stem or the lease id's key k: the short path's answer, or nil when it does not take it,
--- with the head and the arguments read back into ARGV and Redis's clock read (SP.clock) for
--- the general path.
+-- the stem or the lease id's key k: the short path's answer, or nil when it does not take it
+-- (then it wrote nothing), with the head and the arguments read back into ARGV and Redis's
+-- clock read (SP.clock; already read when `clocked`) for the general path.
 SP.flag = {[48] = '0', [49] = '1'}
-function SP.packed(k, s)
+function SP.packed(k, s, clocked)
   H, PUB, RETRY = 'sema:', 'PUBLISH', false
   if sbyte(s, 1) == P.PK_RELEASE then
     local _, fl, ep, princ, rid, inst = sunpack('<BBdHc0Hc0Hc0', s)
@@ -1505,12 +1505,16 @@ function SP.packed(k, s)
     end
     OP, EPOCH, INST = 'lease_release', N(ep), inst
     ARGV = {OP, EPOCH, ADMIN, INST, RID, PRINC}
-    SP.clock()
+    if not clocked then
+      SP.clock()
+    end
     return nil
   end
   local _, fl, ep, wt, ttl, wait, lid, owner, princ, at = sunpack('<BBdddBHc0Hc0Hc0', s)
   ADMIN, PRINC = SP.flag[fl], princ
-  SP.clock()
+  if not clocked then
+    SP.clock()
+  end
   local r = acquire_at_once(k, wt, ttl, ep, lid, owner, true)
   if r then
     return r
@@ -1519,6 +1523,23 @@ function SP.packed(k, s)
   OP, EPOCH, INST, RID = 'acquire', N(ep), inst, rid
   ARGV = {OP, EPOCH, ADMIN, INST, RID, PRINC, N(wt), SP.flag[wait], N(ttl), lid, owner, '', lims}
   return nil
+end
+
+-- Several packed calls in one (redis_batch.c; KEYS[i] and ARGV[i] each one's, in the order
+-- the instance got them), one clock for all: the short paths' answers of the first ones, up
+-- to the first that does not take its short path (it wrote nothing): that one and those after
+-- it did not run, and the instance sends each again by itself.
+function SP.batch(keys, args)
+  local out = {}
+  SP.clock()
+  for i = 1, #keys do
+    local r = SP.packed(keys[i], args[i], true)
+    if not r then
+      break
+    end
+    out[i] = r
+  end
+  return out
 end
 
 -- ---- an instance's own waiters ----
@@ -4520,6 +4541,8 @@ local function main(keys, args)
   local r
   if #args == 1 then -- (an acquire or a release in one argument: RS_PK_*)
     r = SP.packed(keys[1], args[1])
+  elseif #keys > 1 then -- (several of them: SP.batch)
+    return SP.batch(keys, args)
   else
     r = SP.head(keys)
   end
