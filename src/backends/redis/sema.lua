@@ -1447,8 +1447,10 @@ local function acquire_at_once(k, wt, ttl, epoch, lid, owner, packed)
     rcall('SETRANGE', km, ROW_AT.avail, spack('<dddddddddd', avail - wt, held + wt,
                                                         fence, nq, due, nt, ev, ep, pa, hz))
   end
-  if packed and fence == NOWUS then
-    return fence -- (an integer reply, to a packed call only: Redis's clock is in it)
+  if packed and fence < NOW * 1000 + 1000 then
+    -- (an integer reply, to a packed call only: in Redis's millisecond, Redis's clock is in
+    -- it; the grants after the first of a microsecond, or of a batch, answer so too)
+    return fence
   end
   return spack('<Bdd', 71, fence, NOW) -- 'G' (the rest of the lease is the request's)
 end
