@@ -402,6 +402,55 @@ TEST(tenants_shown_in_the_view)
     fx_free(&f);
 }
 
+/* Pairs one after another, nobody waiting (on Redis the short paths of a semaphore with
+ * limits, after the first grant): each tenant's hold, the tenant_max, the lease's tenant and
+ * the view stay exactly as the general path keeps them. */
+TEST(uncontended_pairs_keep_each_tenants_hold_exact)
+{
+    fx_t f;
+
+    fx_init(&f);
+    put_lim(&f, "pairs", 10, 2, 0, 0);
+    for (int round = 0; round < 3; round++) {
+        treq_t *a1 = acq_tenant(&f, "pairs", 1, "acme", -1);
+        treq_t *b = acq_tenant(&f, "pairs", 1, "bolt", -1);
+        treq_t *a2 = acq_tenant(&f, "pairs", 1, "acme", -1);
+        ASSERT_OK(a1->status);
+        ASSERT_OK(b->status);
+        ASSERT_OK(a2->status);
+        ASSERT_STREQ(jstr(a2->res, "tenant"), "acme");
+        treq_t *a3 = acq_tenant(&f, "pairs", 1, "acme", 0);
+        ASSERT_EQ(a3->status, SEMA_EBUSY); /* acme holds its 2, 7 units free */
+        treq_t *g = treq_new(ENGINE_SEM_GET, "pairs");
+        ASSERT_OK(fx_do(&f, g));
+        json_t *ts = json_object_get(g->res, "tenants");
+        ASSERT_EQ(json_array_size(ts), 2);
+        ASSERT_STREQ(jstr(json_array_get(ts, 0), "tenant"), "acme");
+        ASSERT_EQ(jint(json_array_get(ts, 0), "held"), 2);
+        ASSERT_STREQ(jstr(json_array_get(ts, 1), "tenant"), "bolt");
+        ASSERT_EQ(jint(json_array_get(ts, 1), "held"), 1);
+        ASSERT_STREQ(jstr(json_array_get(json_object_get(g->res, "holders"), 2), "tenant"), "acme");
+        release(&f, a1);
+        treq_t *a4 = acq_tenant(&f, "pairs", 1, "acme", 0); /* room again */
+        ASSERT_OK(a4->status);
+        release(&f, a2);
+        release(&f, a4);
+        release(&f, b);
+        treq_free(g);
+        g = treq_new(ENGINE_SEM_GET, "pairs");
+        ASSERT_OK(fx_do(&f, g));
+        ASSERT_EQ(json_array_size(json_object_get(g->res, "tenants")), 0);
+        ASSERT_EQ(jint(g->res, "available"), 10);
+        treq_free(g);
+        treq_free(a1);
+        treq_free(a2);
+        treq_free(a3);
+        treq_free(a4);
+        treq_free(b);
+    }
+    fx_free(&f);
+}
+
 /* ---- rates ---- */
 
 TEST(rate_grants_the_burst_then_one_per_refill_by_a_timer)
@@ -431,6 +480,28 @@ TEST(rate_grants_the_burst_then_one_per_refill_by_a_timer)
     treq_free(c);
     treq_free(t);
     treq_free(big);
+    fx_free(&f);
+}
+
+/* Pairs one after another on a semaphore with a rate: each grant takes its token (on Redis
+ * the short paths, after the first grant), the burst spent a try fails. */
+TEST(uncontended_pairs_take_a_token_each)
+{
+    fx_t f;
+
+    fx_init(&f);
+    put_lim(&f, "paced", 100, 0, 1, 4); /* 1 a second, 4 at once */
+    uint64_t t0 = uv_hrtime();
+    for (int i = 0; i < 4; i++) {
+        treq_t *a = fx_acquire(&f, "paced", 1, 0);
+        ASSERT_OK(a->status);
+        release(&f, a);
+        treq_free(a);
+    }
+    treq_t *t = fx_acquire(&f, "paced", 1, 0);
+    if ((uv_hrtime() - t0) / 1000000 < 900) /* (a token comes back each second) */
+        ASSERT_EQ(t->status, SEMA_EBUSY);
+    treq_free(t);
     fx_free(&f);
 }
 
