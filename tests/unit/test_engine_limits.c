@@ -111,6 +111,24 @@ static void release(fx_t *f, treq_t *t)
     ASSERT_OK(fx_lease_op(f, ENGINE_LEASE_RELEASE, lease_id(t)));
 }
 
+/* The view of semaphore `name` (a request to treq_free). */
+static treq_t *view_of(fx_t *f, const char *name)
+{
+    treq_t *g = treq_new(ENGINE_SEM_GET, name);
+
+    ASSERT_OK(fx_do(f, g));
+    return g;
+}
+
+/* The i-th tenant of view g, which is `tenant` (tenants come by name). */
+static json_t *tenant_at(const treq_t *g, size_t i, const char *tenant)
+{
+    json_t *t = json_array_get(json_object_get(g->res, "tenants"), i);
+
+    ASSERT_STREQ(jstr(t, "tenant"), tenant);
+    return t;
+}
+
 /* ---- several semaphores ---- */
 
 TEST(multi_granted_all_at_once_with_a_fence_each)
@@ -384,14 +402,10 @@ TEST(tenants_shown_in_the_view)
         TEST_SKIP("this back end does not serve tenants");
     ASSERT_OK(a->status);
     treq_t *b = acq_tenant(&f, "v", 1, "bolt", -1);
-    treq_t *g = treq_new(ENGINE_SEM_GET, "v");
-    ASSERT_OK(fx_do(&f, g));
-    json_t *ts = json_object_get(g->res, "tenants");
-    ASSERT_EQ(json_array_size(ts), 2);
-    ASSERT_STREQ(jstr(json_array_get(ts, 0), "tenant"), "acme");
-    ASSERT_EQ(jint(json_array_get(ts, 0), "held"), 2);
-    ASSERT_STREQ(jstr(json_array_get(ts, 1), "tenant"), "bolt");
-    ASSERT_EQ(jint(json_array_get(ts, 1), "waiting_weight"), 1);
+    treq_t *g = view_of(&f, "v");
+    ASSERT_EQ(json_array_size(json_object_get(g->res, "tenants")), 2);
+    ASSERT_EQ(jint(tenant_at(g, 0, "acme"), "held"), 2);
+    ASSERT_EQ(jint(tenant_at(g, 1, "bolt"), "waiting_weight"), 1);
     ASSERT_STREQ(jstr(json_array_get(json_object_get(g->res, "holders"), 0), "tenant"), "acme");
     release(&f, a);
     fx_run_until(&f, &b->done, 2000);
@@ -421,14 +435,10 @@ TEST(uncontended_pairs_keep_each_tenants_hold_exact)
         ASSERT_STREQ(jstr(a2->res, "tenant"), "acme");
         treq_t *a3 = acq_tenant(&f, "pairs", 1, "acme", 0);
         ASSERT_EQ(a3->status, SEMA_EBUSY); /* acme holds its 2, 7 units free */
-        treq_t *g = treq_new(ENGINE_SEM_GET, "pairs");
-        ASSERT_OK(fx_do(&f, g));
-        json_t *ts = json_object_get(g->res, "tenants");
-        ASSERT_EQ(json_array_size(ts), 2);
-        ASSERT_STREQ(jstr(json_array_get(ts, 0), "tenant"), "acme");
-        ASSERT_EQ(jint(json_array_get(ts, 0), "held"), 2);
-        ASSERT_STREQ(jstr(json_array_get(ts, 1), "tenant"), "bolt");
-        ASSERT_EQ(jint(json_array_get(ts, 1), "held"), 1);
+        treq_t *g = view_of(&f, "pairs");
+        ASSERT_EQ(json_array_size(json_object_get(g->res, "tenants")), 2);
+        ASSERT_EQ(jint(tenant_at(g, 0, "acme"), "held"), 2);
+        ASSERT_EQ(jint(tenant_at(g, 1, "bolt"), "held"), 1);
         ASSERT_STREQ(jstr(json_array_get(json_object_get(g->res, "holders"), 2), "tenant"), "acme");
         release(&f, a1);
         treq_t *a4 = acq_tenant(&f, "pairs", 1, "acme", 0); /* room again */
@@ -437,8 +447,7 @@ TEST(uncontended_pairs_keep_each_tenants_hold_exact)
         release(&f, a4);
         release(&f, b);
         treq_free(g);
-        g = treq_new(ENGINE_SEM_GET, "pairs");
-        ASSERT_OK(fx_do(&f, g));
+        g = view_of(&f, "pairs");
         ASSERT_EQ(json_array_size(json_object_get(g->res, "tenants")), 0);
         ASSERT_EQ(jint(g->res, "available"), 10);
         treq_free(g);
