@@ -111,6 +111,24 @@ static void release(fx_t *f, treq_t *t)
     ASSERT_OK(fx_lease_op(f, ENGINE_LEASE_RELEASE, lease_id(t)));
 }
 
+/* The view of semaphore `name` (a request to treq_free). */
+static treq_t *view_of(fx_t *f, const char *name)
+{
+    treq_t *g = treq_new(ENGINE_SEM_GET, name);
+
+    ASSERT_OK(fx_do(f, g));
+    return g;
+}
+
+/* The i-th tenant of view g, which is `tenant` (tenants come by name). */
+static json_t *tenant_at(const treq_t *g, size_t i, const char *tenant)
+{
+    json_t *t = json_array_get(json_object_get(g->res, "tenants"), i);
+
+    ASSERT_STREQ(jstr(t, "tenant"), tenant);
+    return t;
+}
+
 /* ---- several semaphores ---- */
 
 TEST(multi_granted_all_at_once_with_a_fence_each)
@@ -384,14 +402,10 @@ TEST(tenants_shown_in_the_view)
         TEST_SKIP("this back end does not serve tenants");
     ASSERT_OK(a->status);
     treq_t *b = acq_tenant(&f, "v", 1, "bolt", -1);
-    treq_t *g = treq_new(ENGINE_SEM_GET, "v");
-    ASSERT_OK(fx_do(&f, g));
-    json_t *ts = json_object_get(g->res, "tenants");
-    ASSERT_EQ(json_array_size(ts), 2);
-    ASSERT_STREQ(jstr(json_array_get(ts, 0), "tenant"), "acme");
-    ASSERT_EQ(jint(json_array_get(ts, 0), "held"), 2);
-    ASSERT_STREQ(jstr(json_array_get(ts, 1), "tenant"), "bolt");
-    ASSERT_EQ(jint(json_array_get(ts, 1), "waiting_weight"), 1);
+    treq_t *g = view_of(&f, "v");
+    ASSERT_EQ(json_array_size(json_object_get(g->res, "tenants")), 2);
+    ASSERT_EQ(jint(tenant_at(g, 0, "acme"), "held"), 2);
+    ASSERT_EQ(jint(tenant_at(g, 1, "bolt"), "waiting_weight"), 1);
     ASSERT_STREQ(jstr(json_array_get(json_object_get(g->res, "holders"), 0), "tenant"), "acme");
     release(&f, a);
     fx_run_until(&f, &b->done, 2000);
@@ -399,6 +413,50 @@ TEST(tenants_shown_in_the_view)
     treq_free(a);
     treq_free(b);
     treq_free(g);
+    fx_free(&f);
+}
+
+/* Pairs one after another, nobody waiting (on Redis the short paths of a semaphore with
+ * limits, after the first grant): each tenant's hold, the tenant_max, the lease's tenant and
+ * the view stay exactly as the general path keeps them. */
+TEST(uncontended_pairs_keep_each_tenants_hold_exact)
+{
+    fx_t f;
+
+    fx_init(&f);
+    put_lim(&f, "pairs", 10, 2, 0, 0);
+    for (int round = 0; round < 3; round++) {
+        treq_t *a1 = acq_tenant(&f, "pairs", 1, "acme", -1);
+        treq_t *b = acq_tenant(&f, "pairs", 1, "bolt", -1);
+        treq_t *a2 = acq_tenant(&f, "pairs", 1, "acme", -1);
+        ASSERT_OK(a1->status);
+        ASSERT_OK(b->status);
+        ASSERT_OK(a2->status);
+        ASSERT_STREQ(jstr(a2->res, "tenant"), "acme");
+        treq_t *a3 = acq_tenant(&f, "pairs", 1, "acme", 0);
+        ASSERT_EQ(a3->status, SEMA_EBUSY); /* acme holds its 2, 7 units free */
+        treq_t *g = view_of(&f, "pairs");
+        ASSERT_EQ(json_array_size(json_object_get(g->res, "tenants")), 2);
+        ASSERT_EQ(jint(tenant_at(g, 0, "acme"), "held"), 2);
+        ASSERT_EQ(jint(tenant_at(g, 1, "bolt"), "held"), 1);
+        ASSERT_STREQ(jstr(json_array_get(json_object_get(g->res, "holders"), 2), "tenant"), "acme");
+        release(&f, a1);
+        treq_t *a4 = acq_tenant(&f, "pairs", 1, "acme", 0); /* room again */
+        ASSERT_OK(a4->status);
+        release(&f, a2);
+        release(&f, a4);
+        release(&f, b);
+        treq_free(g);
+        g = view_of(&f, "pairs");
+        ASSERT_EQ(json_array_size(json_object_get(g->res, "tenants")), 0);
+        ASSERT_EQ(jint(g->res, "available"), 10);
+        treq_free(g);
+        treq_free(a1);
+        treq_free(a2);
+        treq_free(a3);
+        treq_free(a4);
+        treq_free(b);
+    }
     fx_free(&f);
 }
 
@@ -431,6 +489,28 @@ TEST(rate_grants_the_burst_then_one_per_refill_by_a_timer)
     treq_free(c);
     treq_free(t);
     treq_free(big);
+    fx_free(&f);
+}
+
+/* Pairs one after another on a semaphore with a rate: each grant takes its token (on Redis
+ * the short paths, after the first grant), the burst spent a try fails. */
+TEST(uncontended_pairs_take_a_token_each)
+{
+    fx_t f;
+
+    fx_init(&f);
+    put_lim(&f, "paced", 100, 0, 1, 4); /* 1 a second, 4 at once */
+    uint64_t t0 = uv_hrtime();
+    for (int i = 0; i < 4; i++) {
+        treq_t *a = fx_acquire(&f, "paced", 1, 0);
+        ASSERT_OK(a->status);
+        release(&f, a);
+        treq_free(a);
+    }
+    treq_t *t = fx_acquire(&f, "paced", 1, 0);
+    if ((uv_hrtime() - t0) / 1000000 < 900) /* (a token comes back each second) */
+        ASSERT_EQ(t->status, SEMA_EBUSY);
+    treq_free(t);
     fx_free(&f);
 }
 
