@@ -276,6 +276,13 @@ void rs__args_head(rs_t *r, rs_args_t *a, const char *key, size_t keylen, const 
 rs_cmd_t *rs__cmd_new(rs_t *r, int kind, int argc, const char **argv, const size_t *argvlen);
 rs_cmd_t *rs__cmd_build(rs_t *r, int kind, rs_args_t *a); /* frees a; NULL when out of memory */
 void rs__cmd_free(rs_cmd_t *c);
+/* A plain acquire or release (c->pk) in one argument (redis_proto.h: RS_PK_*): its head and
+ * arguments as sent (v, l: the epoch and the plain flag they go with) packed into buf, at least
+ * rs__cmd_pack_cap(c) bytes; cluster: for Redis Cluster (its flag byte says so). The packed
+ * argument's length, or -1 when the command does not pack (it then goes as it is). */
+size_t rs__cmd_pack_cap(const rs_cmd_t *c);
+int rs__cmd_pack(const rs_cmd_t *c, const char **v, const size_t *l, int cluster, char *buf,
+                 size_t cap);
 void rs__cmd_fail(rs_t *r, rs_cmd_t *c, be_msg_t why); /* its request fails; c is freed */
 void rs__cmd_cb(redisAsyncContext *ac, void *reply, void *priv);
 void rs__cmd_reply(rs_t *r, rs_cmd_t *c, redisReply *reply); /* its answer came */
