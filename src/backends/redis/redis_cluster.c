@@ -305,7 +305,7 @@ void rs__cluster_refresh(rs_cluster_t *cl)
     }
     elist_push_back(&l->queued, &cl->refresh.link);
     cl->nqueued++;
-    if (l->state == RS_CL_DOWN)
+    if (l->state == RS_CL_DOWN && rs__cluster_now(cl) >= l->retry_at) /* (else: the tick's) */
         rs__cluster_link_connect(l);
 }
 
