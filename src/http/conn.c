@@ -379,7 +379,6 @@ static void on_timer(uv_timer_t *t)
         return; /* disarmed since */
     if (now < conn->deadline) {
         /* Re-armed later since: wait for the rest (see conn_arm_timer). */
-        conn->timer_due = conn->deadline;
         uv_timer_start(&conn->timer, on_timer, conn->deadline - now, 0);
         return;
     }
@@ -435,9 +434,8 @@ void conn_arm_timer(conn_t *conn)
     conn->deadline = due;
     if (due == 0)
         return;
-    if (uv_is_active((uv_handle_t *)&conn->timer) && conn->timer_due <= due)
+    if (uv_is_active((uv_handle_t *)&conn->timer) && now + uv_timer_get_due_in(&conn->timer) <= due)
         return;
-    conn->timer_due = due;
     uv_timer_start(&conn->timer, on_timer, due > now ? due - now : 0, 0);
 }
 

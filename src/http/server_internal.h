@@ -5,6 +5,8 @@
 #ifndef SEMAD_SERVER_INTERNAL_H
 #define SEMAD_SERVER_INTERNAL_H
 
+#include <stdbool.h>
+
 #include "http/ipcap.h"
 #include "http/server.h"
 #include "http/tls.h"
@@ -56,24 +58,24 @@ struct conn {
     route_ctx_t ctx;
     struct strbuf pending; /* bytes that arrived behind a request still being served */
     engine_sub_t *sub;     /* event stream subscription */
-    uint8_t busy;          /* a request is being served */
-    uint8_t in_process;    /* inside process(): replies do not re-enter it */
-    uint8_t closing;
-    uint8_t lingering; /* last reply queued; waiting for the client's FIN */
-    uint8_t stream;    /* the connection carries an event stream */
-    uint8_t on_ready;
-    uint8_t rejected;    /* over max_connections: answered 503 */
-    uint8_t handles;     /* handles still open */
-    uint8_t in_submit;   /* inside engine_submit(): completions are synchronous */
-    uint8_t async_done;  /* the engine completed after engine_submit() returned */
-    uint8_t tls_seen;    /* TLS: the first bytes were a TLS record */
-    uint8_t fin_watched; /* in the server's FIN watch (srv->fin_epfd) */
-    uint8_t fin_seen;    /* the FIN watch saw the client's FIN (or an error) */
-    uint64_t started;    /* loop time (ms) the current request's first byte came (with TLS,
-                            until the handshake is over: the accept) */
-    uint64_t deadline;   /* loop time (ms) the timer acts at, 0 = none (not for streams) */
-    uint64_t timer_due;  /* loop time the armed timer fires at */
-    sstream_t *st;       /* the event stream (allocated when the connection becomes one) */
+    /* One bit each (a parked waiter's connection is most of its memory): */
+    bool busy : 1;       /* a request is being served */
+    bool in_process : 1; /* inside process(): replies do not re-enter it */
+    bool closing : 1;
+    bool lingering : 1; /* last reply queued; waiting for the client's FIN */
+    bool stream : 1;    /* the connection carries an event stream */
+    bool on_ready : 1;
+    bool rejected : 1;    /* over max_connections: answered 503 */
+    bool in_submit : 1;   /* inside engine_submit(): completions are synchronous */
+    bool async_done : 1;  /* the engine completed after engine_submit() returned */
+    bool tls_seen : 1;    /* TLS: the first bytes were a TLS record */
+    bool fin_watched : 1; /* in the server's FIN watch (srv->fin_epfd) */
+    bool fin_seen : 1;    /* the FIN watch saw the client's FIN (or an error) */
+    uint8_t handles;      /* handles still open */
+    uint64_t started;     /* loop time (ms) the current request's first byte came (with TLS,
+                             until the handshake is over: the accept) */
+    uint64_t deadline;    /* loop time (ms) the timer acts at, 0 = none (not for streams) */
+    sstream_t *st;        /* the event stream (allocated when the connection becomes one) */
     /* --auth: the last Authorization value this connection sent that named a token, so the
      * next request with the same bytes skips the hash (access.c) */
     struct conn_auth *auth; /* owned, or NULL (allocated only under --auth) */

@@ -258,7 +258,8 @@ def test_rate_never_above_rate_plus_burst_and_never_idle():
     """R = 40 a second, burst 4, 16 clients always waiting, capacity to spare: in any second
     (by the grants' acquired_at, the server's clock) at most R + burst units are granted; and
     the head is woken when its token comes, not by a later event (a heartbeat's poll, or a
-    request's own timeout_ms of 2 s here): grants are never 1.5 s apart, and over the run they
+    request's own timeout_ms of 2 s here): grants are 1.5 s apart at most once (a stall of the
+    machine, not the 2 s cycle a missing wake-up makes), and over the run they
     come at more than half of R (woken every 2 s, the head and the burst behind it would be
     5 grants in 2 s, an eighth of R). The figure, close to R on a quiet machine, is printed;
     a loaded machine's stalls of a semad or of the clients lose tokens (the bucket keeps 4)."""
@@ -282,8 +283,11 @@ def test_rate_never_above_rate_plus_burst_and_never_idle():
             per_s[int((a - at[0]) / 1000)] += 1
         print("rate R=%d burst=%d grants=%d over %.1f s, most in a second %d, per second %s"
               % (R, B, len(at), span, worst, per_s))
-        gap = max(b - a for a, b in zip(at, at[1:])) / 1000
-        assert gap < 1.5, "no grant for %.2f s while requests waited: %s" % (gap, per_s)
+        # Woken only by a timeout, the queue would stop for 2 s after each burst: a gap of
+        # 1.5 s or more several times in the run. One such gap is a stall of the machine (a
+        # loaded one stops semad or every client for seconds), not of the mechanism.
+        gaps = [round((b - a) / 1000, 2) for a, b in zip(at, at[1:]) if b - a >= 1500]
+        assert len(gaps) <= 1, "no grant for %s s while requests waited: %s" % (gaps, per_s)
         assert len(at) >= 0.5 * R * span, "%d grants in %.1f s at %d a second" % (len(at),
                                                                                  span, R)
 

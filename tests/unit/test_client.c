@@ -1380,11 +1380,14 @@ static void start_redis(void)
     ASSERT(redis_pong());
 }
 
-/* Wait (bounded) until semad says it reaches its store again. */
-static void wait_healthy(void)
+/* Until semad's /healthz answers `status`, bounded. After stop_redis, 503 says semad has
+ * seen the connection close: a request is then answered "Redis is unreachable" and never
+ * sent (one sent before has an unknown outcome, and semad sends it again once Redis is
+ * back: a release then happens). */
+static void wait_healthz(long status)
 {
     static char buf[65536];
-    for (int64_t end = mono_ms() + 10000 * slow(); semad_get("/healthz", buf) != 200;) {
+    for (int64_t end = mono_ms() + 10000 * slow(); semad_get("/healthz", buf) != status;) {
         ASSERT_LT(mono_ms(), end);
         usleep(10000);
     }
@@ -1401,6 +1404,7 @@ static sema_client_t *client_on_redis(const sema_client_opts_t *opts)
     snprintf(engine, sizeof engine, "redis://127.0.0.1:%d?timeout=300", redis_port);
     const char *args[] = {"--engine", engine, "--durability", "relaxed", NULL};
     start_semad_with(args);
+    wait_healthz(200); /* (its setup on Redis may take longer than the 300 ms) */
     ASSERT_OK(sema_client_new(&c, semad_url, opts));
     return c;
 }
@@ -1431,10 +1435,10 @@ static void *release_thread(void *arg)
 
 TEST(release_answered_503_is_sent_again_for_its_time_budget_until_redis_is_back)
 {
-    /* Retries a second apart (semad's Retry-After: 1) for 10 s: twice the default, since
-     * semad itself may take up to 3 s more to reconnect to a Redis that is back (50 ms
-     * doubling to 2 s, jittered by half). */
-    sema_client_opts_t opts = {.retry_ms = 10000};
+    /* Retries a second apart (semad's Retry-After: 1) for 30 s: semad itself may take up to
+     * 3 s more to reconnect to a Redis that is back (50 ms doubling to 2 s, jittered by
+     * half), and a loaded machine takes seconds more to start Redis again. */
+    sema_client_opts_t opts = {.retry_ms = 30000};
     sema_client_t *c = client_on_redis(&opts);
     sema_acquire_opts_t o = {.weight = 2, .timeout_ms = 0, .ttl_ms = 120000};
     sema_lease_t l, all;
@@ -1474,6 +1478,7 @@ TEST(release_answered_503_fails_once_its_time_budget_is_spent)
     ASSERT_OK(sema_client_create(c, "r503-budget", 1, NULL, NULL));
     ASSERT_OK(sema_client_acquire(c, "r503-budget", &o, &l, NULL));
     stop_redis();
+    wait_healthz(503);
     int64_t t0 = mono_ms();
     ASSERT_EQ(sema_client_release(c, l.id, &e), SEMA_EIO);
     int64_t took = mono_ms() - t0;
@@ -1489,7 +1494,7 @@ TEST(release_answered_503_fails_once_its_time_budget_is_spent)
         ASSERT_GE(took, 1000);
     ASSERT_LT(took, 10000 * slow());
     start_redis();
-    wait_healthy();
+    wait_healthz(200);
     ASSERT_OK(sema_client_release(c, l.id, NULL));
     sema_client_free(c);
 }
@@ -1506,13 +1511,14 @@ TEST(release_answered_503_fails_once_its_retries_run_out)
     ASSERT_OK(sema_client_create(c, "r503-out", 1, NULL, NULL));
     ASSERT_OK(sema_client_acquire(c, "r503-out", &o, &l, NULL));
     stop_redis();
+    wait_healthz(503);
     ASSERT_EQ(sema_client_release(c, l.id, &e), SEMA_EIO);
     ASSERT_EQ(e.http_status, 503);
     ASSERT_STREQ(e.problem, "store_unavailable");
     ASSERT_EQ(releases_answered_503(), 3); /* the first try and both retries */
     /* it did not happen: the lease holds its unit until its ttl */
     start_redis();
-    wait_healthy();
+    wait_healthz(200);
     sema_lease_t still;
     ASSERT_OK(sema_client_lease_get(c, l.id, &still, NULL));
     ASSERT_OK(sema_client_release(c, l.id, NULL));

@@ -63,6 +63,10 @@ test("a release whose retryMs runs out while Redis stays away resolves, and the 
     const sem = await client.semaphore("r503-out", { capacity: 1 });
     const p = await sem.acquire({ ttlMs: 120000 });
     await redis.kill();
+    // until semad has seen the connection close: the release is then answered "Redis is
+    // unreachable" and never sent (sent before, its outcome is unknown and semad sends it again
+    // once Redis is back, when it happens)
+    await until(async () => (await http(semad.url, "GET", "/healthz")).status === 503, 10000, "semad to see Redis gone");
     const t0 = Date.now();
     await p.release(); // never rejects
     assert.ok(Date.now() - t0 >= 1000, `sent again after ${Date.now() - t0} ms, before its Retry-After`);
