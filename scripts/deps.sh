@@ -18,7 +18,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 
 build_pkgs="build-essential cmake pkg-config libuv1-dev node-llhttp libjansson-dev
             libsqlite3-dev libhiredis-dev libcurl4-openssl-dev libssl-dev"
-test_pkgs="python3 sqlite3 redis-server redis-sentinel procps util-linux nodejs npm openssl curl jq chromium
+test_pkgs="python3 sqlite3 redis-server redis-sentinel procps util-linux iproute2 nodejs npm openssl curl jq chromium
            python3-pytest mypy python3-venv python3-pip python3-setuptools python3-wheel"
 bench_pkgs="wrk python3-redis"
 fuzz_pkgs="clang libclang-rt-14-dev"

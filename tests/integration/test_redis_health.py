@@ -11,9 +11,12 @@ skips when semad has no Redis back end. The bound is docs/redis.md's: /healthz s
 while Redis answered the instance within the last CONTACT_MAX_S."""
 import os
 import re
+import shutil
 import signal
 import socket
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -298,6 +301,73 @@ def test_count_of_leases_survives_a_library_reload():
         assert st == 200 and body["leases"] == want - 2, body
         fx.wait_until(lambda: r.cli("HGET", "sema:epoch", "leases").strip() == str(want - 2),
                       CONTACT_MAX_S + 2, "the heartbeat writing the count")
+
+
+SILENT_DNS_TIMEOUT_S = 2  # resolv.conf's `timeout` for the name server that never answers
+
+
+def in_silent_dns_namespace():
+    """Inside the test's own user, mount and network namespace (SEMA_TEST_SILENT_DNS set): the
+    loopback up, /etc/resolv.conf naming a name server on 127.0.0.1 that never answers, one
+    attempt of SILENT_DNS_TIMEOUT_S. Returns its UDP socket: bound, never read."""
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    conf = os.path.join(os.environ["SEMA_TEST_SILENT_DNS"], "resolv.conf")
+    with open(conf, "w") as f:
+        f.write("nameserver 127.0.0.1\noptions timeout:%d attempts:1\n" % SILENT_DNS_TIMEOUT_S)
+    subprocess.run(["mount", "--bind", conf, "/etc/resolv.conf"], check=True)
+    dns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    dns.bind(("127.0.0.1", 53))
+    return dns
+
+
+def test_a_name_server_that_never_answers_stalls_nothing():
+    """A Redis host name (redis://, and a cluster's seed) whose name server never answers:
+    semad's loop goes on meanwhile (/healthz answers 503 "starting" before the resolution has
+    given up, which the log would say first were the name resolved on the loop), then it warns
+    that it cannot resolve the name, naming it, and stops cleanly with another resolution under
+    way. The name server is a UDP socket the test binds and never reads, in a network namespace
+    of its own (an unprivileged user namespace: `unshare -rmn`), where /etc/resolv.conf is
+    bound over with one naming it; skipped where user namespaces are not allowed."""
+    rf.need_redis_engine()
+    if "SEMA_TEST_SILENT_DNS" not in os.environ:
+        unshare = shutil.which("unshare")
+        if unshare is None or shutil.which("ip") is None or \
+                subprocess.run([unshare, "-rmn", "true"], capture_output=True).returncode != 0:
+            raise fx.Skip("no unprivileged user, mount and network namespaces here")
+        with tempfile.TemporaryDirectory() as d:
+            p = subprocess.run(rf.wrap() + [unshare, "-rmn", sys.executable,
+                                            os.path.abspath(__file__),
+                                            "a_name_server_that_never_answers_stalls_nothing"],
+                               env=dict(os.environ, SEMA_TEST_SILENT_DNS=d),
+                               capture_output=True, text=True, timeout=60 * SLOW)
+        print(p.stdout + p.stderr)
+        assert p.returncode == 0, "the case in its namespace failed (above)"
+        return
+    dns = in_silent_dns_namespace()
+    name = "redis.sema-test-silent-dns"
+    engines = (("redis://%s:6390?timeout=500" % name,
+                "redis: cannot connect to %s:6390: cannot resolve it" % name),
+               ("redis+cluster://%s:7390?timeout=500" % name,
+                "redis cluster: cannot connect to %s:7390: cannot resolve it" % name))
+    started = []
+    try:
+        for engine, said in engines:
+            s = fx.Semad("--engine", engine, healthy=False, wrap=rf.wrap())
+            started.append(s)
+            st, body = health(s)
+            assert st == 503 and body["status"] == "starting", (st, body)
+            assert not lines_with(s, "cannot connect to"), \
+                ("the resolution gave up before /healthz was answered", s.log())
+        for s, (engine, said) in zip(started, engines):
+            fx.wait_until(lambda: lines_with(s, said), SILENT_DNS_TIMEOUT_S * 3 + 5,
+                          "the warning that the name cannot be resolved")
+            assert health(s)[0] == 503
+        for s in started:  # (another resolution may be under way: it is waited for)
+            assert s.stop() == 0, s.log()
+    finally:
+        for s in started:
+            s.close()
+        dns.close()
 
 
 if __name__ == "__main__":

@@ -305,7 +305,7 @@ void rs__cluster_refresh(rs_cluster_t *cl)
     }
     elist_push_back(&l->queued, &cl->refresh.link);
     cl->nqueued++;
-    if (l->state == RS_CL_DOWN)
+    if (l->state == RS_CL_DOWN && rs__cluster_now(cl) >= l->retry_at) /* (else: the tick's) */
         rs__cluster_link_connect(l);
 }
 
@@ -479,7 +479,7 @@ void rs__cluster_close(rs_cluster_t *cl)
     for (elist_t *e = cl->links.next; e != &cl->links; e = e->next) {
         rs_link_t *l = ECONTAINER(e, rs_link_t, all);
         if (l->state == RS_CL_RESOLVING)
-            uv_cancel((uv_req_t *)&l->gai);
+            rs__resolve_cancel(&l->rv);
         rs__cluster_link_drop(l, "closing");
         expire_list(cl, &l->queued, RS_CL_UNSENT, UINT64_MAX);
     }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backends/redis/redis_cluster.h"
+#include "backends/redis/redis_resolve.h"
 
 #define RS_CL_TICK_MS 25  /* deadlines, retries and reconnects are looked at this often */
 #define RS_CL_RETRY_MS 50 /* TRYAGAIN, CLUSTERDOWN: sent again this much later */
@@ -27,8 +28,7 @@ typedef struct rs_link {
     int gen;   /* connection attempts: a late callback of an earlier one is ignored */
     uv_tcp_t tcp;
     uv_connect_t creq;
-    uv_getaddrinfo_t gai;
-    char ip[64]; /* the address its host's last resolution gave (text; "" before one) */
+    rs_resolve_t rv; /* its host's resolution (rv.addr: the last one's address; "" before) */
     redisReader *rd;
     elist_t queued;   /* rs_ccmd_t waiting for the connection */
     elist_t inflight; /* rs_ccmd_t written, in order */

@@ -289,49 +289,57 @@ static void on_connect(uv_connect_t *req, int status)
     rs__cluster_link_flush(l);
 }
 
-static void on_resolved(uv_getaddrinfo_t *g, int status, struct addrinfo *res)
+/* Connect to the node at ip (its address, as text). */
+static void connect_to(rs_link_t *l, const char *ip)
 {
-    rs_link_t *l = g->data;
+    struct sockaddr_storage sa;
+    int rc;
+
+    if ((uv_ip4_addr(ip, l->addr.port, (struct sockaddr_in *)&sa) != 0 &&
+         uv_ip6_addr(ip, l->addr.port, (struct sockaddr_in6 *)&sa) != 0) ||
+        uv_tcp_init(l->cl->loop, &l->tcp) != 0) {
+        log_warn("redis cluster: cannot connect to %s:%d: no socket for %s", l->addr.host,
+                 l->addr.port, ip);
+        l->state = RS_CL_DOWN;
+        rs__cluster_link_drop(l, "no socket");
+        return;
+    }
+    l->cl->handles++;
+    l->tcp.data = l;
+    l->creq.data = l;
+    l->state = RS_CL_CONNECTING;
+    if ((rc = uv_tcp_connect(&l->creq, &l->tcp, (const struct sockaddr *)&sa, on_connect)) != 0)
+        rs__cluster_link_drop(l, uv_strerror(rc));
+}
+
+static void on_resolved(rs_resolve_t *v)
+{
+    rs_link_t *l = v->data;
 
     l->cl->handles--;
     if (l->state != RS_CL_RESOLVING || l->cl->closing) {
-        uv_freeaddrinfo(res);
         if (l->state == RS_CL_RESOLVING)
             l->state = RS_CL_DOWN;
         return;
     }
-    if (status < 0 || uv_tcp_init(l->cl->loop, &l->tcp) != 0) {
-        uv_freeaddrinfo(res);
-        log_warn("redis cluster: cannot resolve %s: %s", l->addr.host,
-                 status < 0 ? uv_strerror(status) : "no socket");
+    if (v->failed) {
+        log_warn("redis cluster: cannot connect to %s:%d: %s", l->addr.host, l->addr.port, v->why);
         l->state = RS_CL_DOWN;
         rs__cluster_link_drop(l, "cannot resolve");
         return;
     }
-    l->cl->handles++;
-    if (uv_ip_name(res->ai_addr, l->ip, sizeof l->ip) != 0)
-        l->ip[0] = '\0';
-    l->tcp.data = l;
-    l->creq.data = l;
-    l->state = RS_CL_CONNECTING;
-    status = uv_tcp_connect(&l->creq, &l->tcp, res->ai_addr, on_connect);
-    uv_freeaddrinfo(res);
-    if (status != 0)
-        rs__cluster_link_drop(l, uv_strerror(status));
+    connect_to(l, v->addr);
 }
 
 void rs__cluster_link_connect(rs_link_t *l)
 {
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM};
-    char port[8];
-
     if (l->state != RS_CL_DOWN || l->cl->closing)
         return;
-    snprintf(port, sizeof port, "%d", l->addr.port);
     l->gen++;
-    l->gai.data = l;
-    l->state = RS_CL_RESOLVING;
-    if (uv_getaddrinfo(l->cl->loop, &l->gai, on_resolved, l->addr.host, port, &hints) != 0) {
+    l->state = RS_CL_RESOLVING; /* (an address too: its connect then starts from the loop) */
+    if (rs__resolve_start(&l->rv, l->cl->loop, l->addr.host, on_resolved, l) != 0) {
+        log_warn("redis cluster: cannot connect to %s:%d: %s", l->addr.host, l->addr.port,
+                 l->rv.why);
         l->state = RS_CL_DOWN;
         rs__cluster_link_drop(l, "cannot resolve");
         return;
@@ -391,11 +399,10 @@ void rs__cluster_link_drop(rs_link_t *l, const char *why)
 
 const char *rs__cluster_address(rs_cluster_t *cl, const rs_slot_addr_t *a)
 {
-    unsigned char bin[sizeof(struct in6_addr)];
     rs_link_t *l;
 
-    if (uv_inet_pton(AF_INET, a->host, bin) == 0 || uv_inet_pton(AF_INET6, a->host, bin) == 0)
+    if (rs__resolve_is_address(a->host))
         return a->host;
     l = rs__cluster_link_find(cl, a, 0, 0);
-    return l != NULL && l->ip[0] != '\0' ? l->ip : NULL;
+    return l != NULL && l->rv.addr[0] != '\0' ? l->rv.addr : NULL;
 }

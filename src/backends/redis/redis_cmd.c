@@ -148,13 +148,13 @@ static int pk_num(const char *s, size_t len, double *out)
     return 0;
 }
 
-/* The head and the arguments of c (v, l: as sent, with today's epoch and a plain flag) packed
- * into b; b->p is NULL when they do not pack. */
-static void cmd_pack(const rs_cmd_t *c, const char **v, const size_t *l, pk_buf_t *b)
+/* The head and the arguments of c (v, l: as sent, with the epoch and a plain flag) packed
+ * into b, its flag byte plus 2 on Redis Cluster; b->p is NULL when they do not pack. */
+static void cmd_pack(const rs_cmd_t *c, const char **v, const size_t *l, int cluster, pk_buf_t *b)
 {
     const char **h = v + RS_FCALL_HEAD, **a = h + RS_HEAD_LEN;
     const size_t *hl = l + RS_FCALL_HEAD, *al = hl + RS_HEAD_LEN;
-    const unsigned char op[2] = {c->pk, (unsigned char)h[RS_H_FLAGS][0]};
+    const unsigned char op[2] = {c->pk, (unsigned char)(h[RS_H_FLAGS][0] + (cluster ? 2 : 0))};
     double epoch, w, ttl;
 
     if (pk_num(h[RS_H_EPOCH], hl[RS_H_EPOCH], &epoch) != 0) {
@@ -185,23 +185,39 @@ static void cmd_pack(const rs_cmd_t *c, const char **v, const size_t *l, pk_buf_
     pk_str(b, a[RS_AQ_LIMITS], al[RS_AQ_LIMITS]);
 }
 
+size_t rs__cmd_pack_cap(const rs_cmd_t *c)
+{
+    size_t cap = 64;
+
+    for (int i = RS_FCALL_HEAD; i < c->argc; i++)
+        cap += c->lens[i] + 2;
+    return cap;
+}
+
+int rs__cmd_pack(const rs_cmd_t *c, const char **v, const size_t *l, int cluster, char *buf,
+                 size_t cap)
+{
+    pk_buf_t b = {buf, buf + cap};
+
+    if (c->pk == 0)
+        return -1;
+    cmd_pack(c, v, l, cluster, &b);
+    return b.p != NULL ? (int)(b.p - buf) : -1;
+}
+
 /* FCALL sema 1 KEY and c's head and arguments packed (v, l as sent): the command's length,
  * or -1 when they do not pack or out of memory (then it goes as it is). */
 static int cmd_format_packed(const rs_cmd_t *c, const char **v, const size_t *l, char **out)
 {
     char stack[512], *buf = stack;
-    size_t cap = 64;
-    int n = -1;
+    size_t cap = rs__cmd_pack_cap(c);
+    int n = -1, len;
 
-    for (int i = RS_FCALL_HEAD; i < c->argc; i++)
-        cap += l[i] + 2;
     if (cap > sizeof stack && (buf = sema__malloc(cap)) == NULL)
         return -1;
-    pk_buf_t b = {buf, buf + cap};
-    cmd_pack(c, v, l, &b);
-    if (b.p != NULL) {
+    if ((len = rs__cmd_pack(c, v, l, 0, buf, cap)) >= 0) {
         const char *pv[RS_FCALL_HEAD + 1] = {v[0], v[1], v[2], v[3], buf};
-        size_t pl[RS_FCALL_HEAD + 1] = {l[0], l[1], l[2], l[3], (size_t)(b.p - buf)};
+        size_t pl[RS_FCALL_HEAD + 1] = {l[0], l[1], l[2], l[3], (size_t)len};
         n = redisFormatCommandArgv(out, RS_FCALL_HEAD + 1, pv, pl);
     }
     if (buf != stack)

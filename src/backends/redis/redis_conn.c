@@ -266,13 +266,51 @@ void rs__async_auth(const rs_t *r, redisAsyncContext *ac, redisCallbackFn *fn, v
         redisAsyncCommand(ac, fn, priv, "AUTH %s", r->pass);
 }
 
+/* The resolution of a connection's host name (r->rv) answered. */
+static void on_resolved(rs_resolve_t *v)
+{
+    rs_t *r = v->data;
+
+    r->rv_done = 1;
+    if (!r->closing && r->rv_again != NULL)
+        r->rv_again(r);
+    rs__handle_done(r);
+}
+
+/* The address to connect to for host: host itself when it is an address, else what its
+ * resolution (r->rv, one at a time) found. NULL while it is resolved (then again(r) runs, once
+ * it has: it asks again), or when it could not be (*why says why). */
+static const char *address_for(rs_t *r, const char *host, void (*again)(rs_t *r), const char **why)
+{
+    rs_resolve_t *v = &r->rv;
+
+    *why = NULL;
+    if (rs__resolve_is_address(host))
+        return host;
+    r->rv_again = again;
+    if (v->busy)
+        return NULL;
+    if (r->rv_done && strcmp(v->host, host) == 0) {
+        r->rv_done = 0;
+        *why = v->failed ? v->why : NULL;
+        return v->failed ? NULL : v->addr;
+    }
+    r->rv_done = 0;
+    if (rs__resolve_start(v, r->loop, host, on_resolved, r) != 0) {
+        *why = v->why;
+        return NULL;
+    }
+    r->handles_open++; /* (r is freed after its answer) */
+    return NULL;
+}
+
 /* A connection to host:port (its name resolved first: NULL and *resolving, and `again` runs
  * later), or NULL when it cannot be made (said at warn). */
 static redisAsyncContext *open_ctx(rs_t *r, rs_conn_t *c, const char *host, int port,
                                    void (*again)(rs_t *r), int *resolving)
 {
     char why[128];
-    const char *gai_why, *addr = rs__address_for(r, host, again, &gai_why);
+    const char *gai_why, *addr = address_for(r, host, again, &gai_why);
     redisAsyncContext *ac = NULL;
 
     *resolving = addr == NULL && gai_why == NULL;
@@ -946,8 +984,7 @@ void rs__conns_close(rs_t *r)
     rs_conn_t *cs[] = {&r->cmd, &r->sub, &r->sent};
 
     r->closing = 1;
-    if (r->rv.busy)
-        uv_cancel((uv_req_t *)&r->rv.gai); /* (its answer still comes, and frees r if last) */
+    rs__resolve_cancel(&r->rv); /* (its answer still comes, and frees r if last) */
     rs__sh_close(r);
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         redisAsyncContext *ac = cs[i]->ac;

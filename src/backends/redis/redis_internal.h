@@ -15,6 +15,7 @@
 #include "common/table.h"
 #include "backends/redis/redis_cluster.h"
 #include "backends/redis/redis_proto.h"
+#include "backends/redis/redis_resolve.h"
 #include "engine/backend.h"
 
 #define RS_HEARTBEAT_MS 2000    /* a parked waiter's instance renews it this often */
@@ -126,18 +127,6 @@ typedef struct rs_conn {
 
 typedef struct rs_shards rs_shards_t;
 
-/* The resolution of a host name before a connection (redis_conn.c): one at a time. */
-typedef struct {
-    uv_getaddrinfo_t gai;
-    uint8_t busy;   /* uv_getaddrinfo is out */
-    uint8_t done;   /* it answered, and the connection it was for has not read it */
-    uint8_t failed; /* ...without an address (why) */
-    char host[256]; /* the name */
-    char addr[64];  /* its address (text) */
-    char why[96];
-    void (*again)(struct rs *r); /* runs once it has answered */
-} rs_resolve_t;
-
 typedef struct rs {
     uv_loop_t *loop;
     engine_t *front;
@@ -180,8 +169,10 @@ typedef struct rs {
     int ans_conn;
     uint64_t seq;
     /* connections */
-    rs_conn_t cmd, sub, sent; /* commands; pub/sub; Sentinel */
-    rs_resolve_t rv;          /* the host name of the connection being made */
+    rs_conn_t cmd, sub, sent;       /* commands; pub/sub; Sentinel */
+    rs_resolve_t rv;                /* the host name of the connection being made, one at a time */
+    uint8_t rv_done;                /* ...answered, and the connection it was for has not read it */
+    void (*rv_again)(struct rs *r); /* ...which runs once it has answered */
     uv_timer_t reconnect_timer, tick_timer, hb_timer, due_timer;
     uv_check_t check;
     uint64_t backoff_ms, down_since;
@@ -250,12 +241,6 @@ redisAsyncContext *rs__async_open(uv_loop_t *loop, const char *host, int port, c
 void rs__async_auth(const rs_t *r, redisAsyncContext *ac, redisCallbackFn *fn, void *priv);
 extern const char rs__lua[]; /* sema.lua with its constants (generated: redis_lua.c) */
 
-/* ---- redis_resolve.c: a connection's host name, resolved off the loop ---- */
-/* The address to connect to for host: host itself when it is an address, else what its
- * resolution (r->rv, one at a time) found. NULL while it is resolved (then again(r) runs,
- * once it has: it asks again), or when it could not be (*why says why). */
-const char *rs__address_for(rs_t *r, const char *host, void (*again)(rs_t *r), const char **why);
-
 /* ---- redis_cmd.c: commands, sending, replies, retries ---- */
 typedef struct {
     const char **v;
@@ -276,6 +261,13 @@ void rs__args_head(rs_t *r, rs_args_t *a, const char *key, size_t keylen, const 
 rs_cmd_t *rs__cmd_new(rs_t *r, int kind, int argc, const char **argv, const size_t *argvlen);
 rs_cmd_t *rs__cmd_build(rs_t *r, int kind, rs_args_t *a); /* frees a; NULL when out of memory */
 void rs__cmd_free(rs_cmd_t *c);
+/* A plain acquire or release (c->pk) in one argument (redis_proto.h: RS_PK_*): its head and
+ * arguments as sent (v, l: the epoch and the plain flag they go with) packed into buf, at least
+ * rs__cmd_pack_cap(c) bytes; cluster: for Redis Cluster (its flag byte says so). The packed
+ * argument's length, or -1 when the command does not pack (it then goes as it is). */
+size_t rs__cmd_pack_cap(const rs_cmd_t *c);
+int rs__cmd_pack(const rs_cmd_t *c, const char **v, const size_t *l, int cluster, char *buf,
+                 size_t cap);
 void rs__cmd_fail(rs_t *r, rs_cmd_t *c, be_msg_t why); /* its request fails; c is freed */
 void rs__cmd_cb(redisAsyncContext *ac, void *reply, void *priv);
 void rs__cmd_reply(rs_t *r, rs_cmd_t *c, redisReply *reply); /* its answer came */

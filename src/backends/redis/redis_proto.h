@@ -95,9 +95,10 @@ enum {
 #define RS_LIM_MAP(X) X(WHICH) X(TENANT_MAX) X(RATE) X(BURST)
 
 /* An acquire or a release sent plain (flags "0" or "1": not sent again, no pause, no tenant;
- * an acquire with no Idempotency-Key; on one Redis, not a cluster) carries its head and its
+ * an acquire with no Idempotency-Key; on one Redis or a cluster) carries its head and its
  * arguments in one argument after KEY, packed as struct packs them (little-endian): the op
- * (RS_PK_ACQUIRE or RS_PK_RELEASE) and the flag (its '0' or '1'), one byte each; the epoch, a
+ * (RS_PK_ACQUIRE or RS_PK_RELEASE) and the flag (its '0' or '1'; on Redis Cluster '2' or '3',
+ * for the flags "0c" and "1c": KEY then ends with '!'), one byte each; the epoch, a
  * double; an acquire's weight and ttl, doubles, and its wait ('0' or '1'), a byte; then
  * strings, each a 2-byte length and its bytes: an acquire's lease id, owner, principal,
  * instance, request id and limits; a release's principal, request id and instance. Redis

@@ -1,58 +1,65 @@
 /* SPDX-License-Identifier: MIT */
-/* redis_resolve.c - the host name of a Redis connection (redis://, a Sentinel), resolved off
- * the loop. hiredis resolves a name inside redisAsyncConnect, with getaddrinfo on the loop's
- * thread, where a slow DNS server would stall every request: the name is resolved first with
- * uv_getaddrinfo (on libuv's threads), anew for each connection, and hiredis is given the
- * address; the logs keep the name. (A cluster's links do the same: redis_cluster_link.c.) */
-#include "backends/redis/redis_internal.h"
+/* redis_resolve.c - a Redis host name resolved off the loop with uv_getaddrinfo: the one
+ * resolver of a Redis or Sentinel connection and of a cluster's links (redis_resolve.h). */
+#include "backends/redis/redis_resolve.h"
 
 #include <stdio.h>
 #include <string.h>
 
-static void on_resolved(uv_getaddrinfo_t *g, int status, struct addrinfo *res)
+int rs__resolve_is_address(const char *host)
 {
-    rs_t *r = g->data;
-    rs_resolve_t *v = &r->rv;
+    unsigned char bin[sizeof(struct in6_addr)];
 
-    v->busy = 0;
-    v->done = 1;
-    v->failed = status != 0 || res == NULL || uv_ip_name(res->ai_addr, v->addr, sizeof v->addr);
-    if (v->failed)
-        snprintf(v->why, sizeof v->why, "cannot resolve it: %s",
-                 status != 0 ? uv_strerror(status) : "no address");
-    uv_freeaddrinfo(res);
-    if (!r->closing && v->again != NULL)
-        v->again(r);
-    rs__handle_done(r);
+    return uv_inet_pton(AF_INET, host, bin) == 0 || uv_inet_pton(AF_INET6, host, bin) == 0;
 }
 
-const char *rs__address_for(rs_t *r, const char *host, void (*again)(rs_t *r), const char **why)
+static void fail(rs_resolve_t *v, const char *why)
 {
-    rs_resolve_t *v = &r->rv;
+    v->failed = 1;
+    snprintf(v->why, sizeof v->why, "cannot resolve it: %s", why);
+}
+
+static void on_resolved(uv_getaddrinfo_t *g, int status, struct addrinfo *res)
+{
+    rs_resolve_t *v = g->data;
+    char addr[RS_RESOLVE_ADDR_MAX];
+
+    v->busy = 0;
+    v->failed = 0;
+    if (status != 0)
+        fail(v, uv_strerror(status));
+    else if (res == NULL || uv_ip_name(res->ai_addr, addr, sizeof addr) != 0)
+        fail(v, "no address");
+    else
+        memcpy(v->addr, addr, sizeof addr);
+    uv_freeaddrinfo(res);
+    v->cb(v);
+}
+
+int rs__resolve_start(rs_resolve_t *v, uv_loop_t *loop, const char *host,
+                      void (*cb)(rs_resolve_t *v), void *data)
+{
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM};
-    unsigned char bin[sizeof(struct in6_addr)];
     int rc;
 
-    *why = NULL;
-    if (uv_inet_pton(AF_INET, host, bin) == 0 || uv_inet_pton(AF_INET6, host, bin) == 0)
-        return host;
-    v->again = again;
-    if (v->busy)
-        return NULL;
-    if (v->done && strcmp(v->host, host) == 0) {
-        v->done = 0;
-        *why = v->failed ? v->why : NULL;
-        return v->failed ? NULL : v->addr;
+    if (v->busy || strlen(host) >= sizeof v->host) {
+        fail(v, v->busy ? "another resolution is under way" : "name too long");
+        return -1;
     }
-    snprintf(v->host, sizeof v->host, "%s", host);
-    v->done = 0;
-    v->gai.data = r;
-    if ((rc = uv_getaddrinfo(r->loop, &v->gai, on_resolved, v->host, NULL, &hints)) != 0) {
-        snprintf(v->why, sizeof v->why, "cannot resolve it: %s", uv_strerror(rc));
-        *why = v->why;
-        return NULL;
+    memcpy(v->host, host, strlen(host) + 1);
+    v->cb = cb;
+    v->data = data;
+    v->gai.data = v;
+    if ((rc = uv_getaddrinfo(loop, &v->gai, on_resolved, v->host, NULL, &hints)) != 0) {
+        fail(v, uv_strerror(rc));
+        return -1;
     }
     v->busy = 1;
-    r->handles_open++; /* (r is freed after its answer) */
-    return NULL;
+    return 0;
+}
+
+void rs__resolve_cancel(rs_resolve_t *v)
+{
+    if (v->busy)
+        uv_cancel((uv_req_t *)&v->gai);
 }

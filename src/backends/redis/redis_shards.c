@@ -258,6 +258,20 @@ static int owner_changed(const rs_shards_t *sh, const rs_slot_t *sl, unsigned sl
     return a->port != was->port || strcmp(a->host, was->host) != 0;
 }
 
+/* A plain acquire or release (c->pk; v, l: as it goes) in one argument, packed into buf (cap
+ * bytes) and put in place of its head: how many arguments it has now (as many as before when
+ * it does not pack). */
+static int pack(const rs_cmd_t *c, const char **v, size_t *l, char *buf, size_t cap)
+{
+    int n = cap > 0 ? rs__cmd_pack(c, v, l, 1, buf, cap) : -1;
+
+    if (n < 0)
+        return c->argc;
+    v[RS_FCALL_HEAD] = buf;
+    l[RS_FCALL_HEAD] = (size_t)n;
+    return RS_FCALL_HEAD + 1;
+}
+
 void rs__sh_send(rs_t *r, rs_cmd_t *c)
 {
     rs_shards_t *sh = r->sh;
@@ -266,6 +280,7 @@ void rs__sh_send(rs_t *r, rs_cmd_t *c)
     rs_slot_t *sl;
     rs_out_t *o;
     size_t *l;
+    int argc = c->argc;
 
     c->slot = rs__slot_of(key, klen);
     sl = &sh->slot[c->slot];
@@ -278,8 +293,9 @@ void rs__sh_send(rs_t *r, rs_cmd_t *c)
     }
     if (c->script && !sl->changed && owner_changed(sh, sl, c->slot))
         return primary_changed(r, c);
-    o = sema__calloc(1,
-                     sizeof(*o) + (size_t)c->argc * (sizeof(char *) + sizeof(size_t)) + klen + 1);
+    size_t pk_cap = c->pk != 0 ? rs__cmd_pack_cap(c) : 0;
+    o = sema__calloc(1, sizeof(*o) + (size_t)c->argc * (sizeof(char *) + sizeof(size_t)) + klen +
+                            1 + pk_cap);
     if (o == NULL)
         return rs__cmd_fail(r, c, BE_MSG_NOMEM);
     l = (size_t *)(o->v + c->argc);
@@ -311,6 +327,8 @@ void rs__sh_send(rs_t *r, rs_cmd_t *c)
         l[ep] = strlen(o->epoch);
         o->v[fl] = o->flags;
         l[fl] = n;
+        if (n == 2) /* plain ('c' only): an acquire or a release goes packed, as on one Redis */
+            argc = pack(c, o->v, l, phantom + klen + 1, pk_cap);
         if (sl->node != 0 && !sl->changed) { /* run only where its hello was answered */
             o->cc.pinned = 1;
             o->cc.pin = sh->nodes[sl->node - 1];
@@ -318,7 +336,7 @@ void rs__sh_send(rs_t *r, rs_cmd_t *c)
     }
     o->r = r;
     o->c = c;
-    o->cc.argc = c->argc;
+    o->cc.argc = argc;
     o->cc.argv = o->v;
     o->cc.lens = l;
     o->cc.key = key;

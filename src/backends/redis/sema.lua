@@ -1490,12 +1490,21 @@ local function release_at_once(k)
 end
 
 -- A call of an acquire or a release packed in one argument s (redis_proto.h: RS_PK_*), on
--- the stem or the lease id's key k: the short path's answer, or nil when it does not take it,
--- with the head and the arguments read back into ARGV and Redis's clock read (SP.clock) for
--- the general path.
-SP.flag = {[48] = '0', [49] = '1'}
-function SP.packed(k, s)
-  H, PUB, RETRY = 'sema:', 'PUBLISH', false
+-- the stem or the lease id's key keys[1]: the short path's answer, or nil when it does not
+-- take it, with the head and the arguments read back into ARGV and Redis's clock read
+-- (SP.clock) for the general path. Its flag byte is '0' or '1' (the principal is an admin) on
+-- one Redis, '2' or '3' on Redis Cluster (then keys[1] ends with '!', as SP.head's 'c' says).
+SP.flag = {[48] = '0', [49] = '1', [50] = '0', [51] = '1'}
+function SP.packed(keys, s)
+  local k = keys[1]
+  if sbyte(s, 2) < 50 then
+    H, PUB = 'sema:', 'PUBLISH'
+  else
+    k = string.sub(k, 1, -2)
+    keys[1] = k
+    H, PUB = match(k, '^sema:{[^}]*}') or 'sema:', 'SPUBLISH'
+  end
+  RETRY = false
   if sbyte(s, 1) == P.PK_RELEASE then
     local _, fl, ep, princ, rid, inst = sunpack('<BBdHc0Hc0Hc0', s)
     ADMIN, PRINC, RID = SP.flag[fl], princ, rid
@@ -4486,8 +4495,9 @@ function SP.head(keys)
   else
     ADMIN, RETRY = string.sub(fl, 1, 1), string.find(fl, 'r', 2, true) ~= nil
   end
-  -- (a release here is not packed: its short path answers an integer, which semad reads
-  -- as a release's only for a packed call, so it takes the general path)
+  -- (a plain release here is one semad did not pack, strict durability's sent again: its
+  -- short path answers an integer, which semad reads as a release's only for a packed call,
+  -- so it takes the general path)
   SP.clock()
   if plain and OP == 'acquire' and ARGV[A + 5] == '' then
     local sw, sttl = ARGV[A], ARGV[A + 2]
@@ -4519,7 +4529,7 @@ local function main(keys, args)
   end
   local r
   if #args == 1 then -- (an acquire or a release in one argument: RS_PK_*)
-    r = SP.packed(keys[1], args[1])
+    r = SP.packed(keys, args[1])
   else
     r = SP.head(keys)
   end
