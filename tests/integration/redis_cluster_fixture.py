@@ -275,9 +275,10 @@ class Cluster:
             out[n.port] = float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
         return out
 
-    def calls(self, command="fcall"):
-        """{port: calls of `command`} on every live primary (INFO commandstats)."""
-        return {n.port: n.commandstats().get(command, 0) for n in self.primaries()}
+    def calls(self, command="fcall", field="calls"):
+        """{port: calls of `command`} on every live primary (INFO commandstats; field
+        "failed_calls": those that answered an error)."""
+        return {n.port: n.commandstats(field).get(command, 0) for n in self.primaries()}
 
     # ---- waiting ----
 

@@ -202,12 +202,13 @@ class RedisServer:
     def info(self, section="all"):
         return parse_info(self.cli("INFO", section))
 
-    def commandstats(self):
-        """{command: calls} from INFO commandstats."""
+    def commandstats(self, field="calls"):
+        """{command: field} from INFO commandstats (calls, or failed_calls: calls that answered
+        an error)."""
         out = {}
         for k, v in self.info("commandstats").items():
             if k.startswith("cmdstat_"):
-                m = re.search(r"calls=(\d+)", v)
+                m = re.search(r"(?:^|,)%s=(\d+)" % field, v)
                 out[k[len("cmdstat_"):]] = int(m.group(1)) if m else 0
         return out
 
