@@ -15,7 +15,7 @@ Resp, a small RESP2 client on a socket; one-line commands through redis-cli.
   DEBUG allowed from loopback (DEBUG SLEEP makes a node busy on purpose).
   seeds() is "host:port,..." of the primaries; primaries(), replicas(), owner(slot),
   keyslot(key) (asked of a node: Redis's own answer), slot_map(); for figures, cpu_seconds()
-  and calls(command) per primary.
+  and counts((command, field), ...) per primary (INFO commandstats, of one moment).
 - Faults: kill_primary(node) (kill -9; returns the replica once promoted), failover(replica)
   (CLUSTER FAILOVER; returns once it is the primary), reshard(slots, to) or Migration
   (the SETSLOT IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE steps one by one, so traffic can
@@ -275,10 +275,17 @@ class Cluster:
             out[n.port] = float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
         return out
 
-    def calls(self, command="fcall", field="calls"):
-        """{port: calls of `command`} on every live primary (INFO commandstats; field
-        "failed_calls": those that answered an error)."""
-        return {n.port: n.commandstats(field).get(command, 0) for n in self.primaries()}
+    def counts(self, *stats):
+        """{port: [count, ...]} on every live primary, one count per (command, field) of
+        stats, INFO commandstats' (field calls, or failed_calls: calls that answered an error),
+        all from one INFO reply of the primary: counts of one moment. (Read one after the
+        other, a call that runs between the reads is in one and not the other: semad's own
+        calls run meanwhile, its hellos, heartbeats and sweeps.)"""
+        out = {}
+        for n in self.primaries():
+            info = n.info("commandstats")
+            out[n.port] = [rf.commandstat(info, cmd, field) for cmd, field in stats]
+        return out
 
     # ---- waiting ----
 

@@ -122,6 +122,13 @@ def parse_info(text):
     return out
 
 
+def commandstat(info, command, field="calls"):
+    """field (calls, or failed_calls: calls that answered an error) of command in INFO
+    commandstats as parse_info reads it; 0 when the command has not run."""
+    m = re.search(r"(?:^|,)%s=(\d+)" % field, info.get("cmdstat_" + command, ""))
+    return int(m.group(1)) if m else 0
+
+
 def wait_until(pred, timeout, what):
     deadline = time.monotonic() + timeout * SLOW
     while True:
@@ -205,12 +212,9 @@ class RedisServer:
     def commandstats(self, field="calls"):
         """{command: field} from INFO commandstats (calls, or failed_calls: calls that answered
         an error)."""
-        out = {}
-        for k, v in self.info("commandstats").items():
-            if k.startswith("cmdstat_"):
-                m = re.search(r"(?:^|,)%s=(\d+)" % field, v)
-                out[k[len("cmdstat_"):]] = int(m.group(1)) if m else 0
-        return out
+        info = self.info("commandstats")
+        return {k[len("cmdstat_"):]: commandstat(info, k[len("cmdstat_"):], field)
+                for k in info if k.startswith("cmdstat_")}
 
     def pause(self, ms, mode="ALL"):
         """CLIENT PAUSE: Redis answers no client for ms milliseconds (WRITE: no writes)."""

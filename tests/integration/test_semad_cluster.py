@@ -82,7 +82,9 @@ def test_semaphores_spread_over_every_primary_and_instances_share_them():
         names = ["s%d" % i for i in range(30)]
         trouble = ("semad_redis_command_timeouts_total", "semad_redis_reconnects_total")
         upset = [fx.metric(s, m) or 0 for s in (a, b) for m in trouble]
-        before, clock, failed = c.calls(), c.calls("time"), c.calls(field="failed_calls")
+        # (FCALLs, Redis's clock read, FCALLs that failed) of each primary, of one moment
+        stats = (("fcall", "calls"), ("time", "calls"), ("fcall", "failed_calls"))
+        before = c.counts(*stats)
         for n in names:
             put(a, n, 1)
             st, l = acquire(b, n)
@@ -90,23 +92,24 @@ def test_semaphores_spread_over_every_primary_and_instances_share_them():
             assert a.json("GET", "/v1/leases/" + l["lease"])[0] == 200  # found by its id
             assert release(a, l["lease"]) == 204
         spread = where(c, names)
-        after, clock_after = c.calls(), c.calls("time")
-        failed_after = c.calls(field="failed_calls")
+        after = c.counts(*stats)
         assert len(set(spread.values())) == 3, spread
         for port in after:  # every primary ran scripts
-            assert after[port] - before.get(port, 0) >= 10, (before, after)
+            assert after[port][0] - before.get(port, [0])[0] >= 10, (before, after)
         # a release nobody waits for (the lease found by its id) takes the short path, packed
         # as on one Redis: the one call that reads no clock (every other call reads Redis's
-        # TIME once, the heartbeats' and hellos' too; a primary's first hello fails, and reads
-        # no clock, before semad loads the library there). Every one of them on a quiet
-        # machine; on a loaded one a few took the general path in some runs (26 to 28 of 30
-        # beside CPU hogs, with no command timeout or reconnect). Unpacked, none would.
-        short = sum(after[p] - before.get(p, 0) - (clock_after[p] - clock.get(p, 0))
-                    - (failed_after[p] - failed.get(p, 0)) for p in after)
+        # TIME once, semad's own hellos, heartbeats and sweeps meanwhile too; a primary's first
+        # hello fails, and reads no clock, before semad loads the library there). Every one of
+        # them, on a loaded machine too, unless a command timed out (sent again, a release
+        # takes the general path). Unpacked, none would.
+        def no_clock(fcalls, clock, failed):
+            return fcalls - clock - failed
+
+        short = sum(no_clock(*after[p]) - no_clock(*before.get(p, [0, 0, 0])) for p in after)
         upset = [fx.metric(s, m) - u for (s, m), u in
                  zip([(s, m) for s in (a, b) for m in trouble], upset)]
-        why = (short, upset, before, after, clock, clock_after, failed_after)
-        assert len(names) // 2 <= short <= len(names), why
+        why = (short, upset, before, after)
+        assert short == len(names) or (any(upset) and short >= len(names) // 2), why
         # a waiter on one instance, granted by a release on the other (SPUBLISH on its slot)
         st, l = acquire(a, "s7", ttl_ms=30000)
         assert st == 200, l
