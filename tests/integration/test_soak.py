@@ -49,7 +49,7 @@ def check_run(r, stdout, own):
         assert row["rss_kib"] > 0 and row["fds"] > 0, row
         # a sanitizer's allocator has no statistics of glibc's: the heap reads 0 there
         assert row["heap_in_use_kib"] > 0 or os.environ.get("SEMA_SANITIZE"), row
-        assert row["errors"] == 0 and row["semad_http_connections"] >= 1, row
+        assert row["errors"] == 0 and row["semad_http_connections"] >= 1, (row, stdout[-2000:])
         # the rate asked for, 200/s, with the starts owed while `sema bench` itself did not
         # run (missed_stalled, in the sample's 5 s: the machine's, not semad's)
         assert 150 <= row["ops_per_s"] + row["missed_stalled"] / 5 <= 250, row
@@ -74,7 +74,10 @@ def test_embedded_run_samples_and_computes_slopes():
 def test_redis_run_samples_and_computes_slopes():
     rf.need_redis_engine()
     tmp = fx.temp_dir("soak-test-")
-    r, out = soak(tmp, "--engine", "redis")
+    # (a Redis command timeout past a loaded machine's stalls: at the default 2 s, one run beside
+    # two CPU hogs failed 42 requests in a sample whose p99 was 2.9 s and whose load generator
+    # ran 1.7 s late, a stall as long as the timeout; what is checked here is the machinery)
+    r, out = soak(tmp, "--engine", "redis", "--redis-query", "?timeout=10000")
     check_run(r, out, ("redis_used_kib", "redis_persistent_keys"))
     assert {"redis_used_kib", "redis_persistent_keys"} <= {c["what"] for c in r["checks"]}
     assert "data_kib" not in r["samples"][0]
