@@ -556,8 +556,8 @@ static void note_grant_time(engine_req_t *r)
     treq_t *t = (treq_t *)r;
 
     if (t->status == 0 && ngrants < 64)
-        grant_at[ngrants++] = fx_on_redis() ? (uint64_t)r->res.lease.acquired_at_ms
-                                            : uv_now((uv_loop_t *)r->data);
+        grant_at[ngrants++] =
+            fx_on_redis() ? (uint64_t)r->res.lease.acquired_at_ms : uv_now((uv_loop_t *)r->data);
 }
 
 static int cmp_i64(const void *a, const void *b)
