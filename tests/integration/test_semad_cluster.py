@@ -80,8 +80,11 @@ def test_semaphores_spread_over_every_primary_and_instances_share_them():
     try:
         a, b = f[0], f[1]
         names = ["s%d" % i for i in range(30)]
-        trouble = ("semad_redis_command_timeouts_total", "semad_redis_reconnects_total")
-        upset = [fx.metric(s, m) or 0 for s in (a, b) for m in trouble]
+        def trouble():  # each instance's commands timed out and connections made again
+            return [fx.metric(s, m) or 0 for s in (a, b)
+                    for m in ("semad_redis_command_timeouts_total", "semad_redis_reconnects_total")]
+
+        trouble_before = trouble()
         # (FCALLs, Redis's clock read, FCALLs that failed) of each primary, of one moment
         stats = (("fcall", "calls"), ("time", "calls"), ("fcall", "failed_calls"))
         before = c.counts(*stats)
@@ -106,8 +109,7 @@ def test_semaphores_spread_over_every_primary_and_instances_share_them():
             return fcalls - clock - failed
 
         short = sum(no_clock(*after[p]) - no_clock(*before.get(p, [0, 0, 0])) for p in after)
-        upset = [fx.metric(s, m) - u for (s, m), u in
-                 zip([(s, m) for s in (a, b) for m in trouble], upset)]
+        upset = [x - y for x, y in zip(trouble(), trouble_before)]
         why = (short, upset, before, after)
         assert short == len(names) or (any(upset) and short >= len(names) // 2), why
         # a waiter on one instance, granted by a release on the other (SPUBLISH on its slot)

@@ -1496,14 +1496,12 @@ end
 -- one Redis, '2' or '3' on Redis Cluster (then keys[1] ends with '!', as SP.head's 'c' says).
 SP.flag = {[48] = '0', [49] = '1', [50] = '0', [51] = '1'}
 function SP.packed(keys, s)
-  local k = keys[1]
   if sbyte(s, 2) < 50 then
     H, PUB = 'sema:', 'PUBLISH'
   else
-    k = string.sub(k, 1, -2)
-    keys[1] = k
-    H, PUB = match(k, '^sema:{[^}]*}') or 'sema:', 'SPUBLISH'
+    SP.on_cluster(keys)
   end
+  local k = keys[1]
   RETRY = false
   if sbyte(s, 1) == P.PK_RELEASE then
     local _, fl, ep, princ, rid, inst = sunpack('<BBdHc0Hc0Hc0', s)
@@ -4466,6 +4464,15 @@ follow = function(k)
   return {N(new), redis.call('HGET', KS, 'log'), m and '1' or '0'}
 end
 
+-- A call on Redis Cluster: KEYS[1] is the key followed by '!', a key that never exists (while
+-- the slot migrates, Redis sends the call elsewhere rather than run it with part of the slot's
+-- keys moved): the key itself, its slot's hash tag for the keys that are not one semaphore's
+-- (H), and SPUBLISH on that slot.
+function SP.on_cluster(keys)
+  keys[1] = string.sub(keys[1], 1, -2)
+  H, PUB = match(keys[1], '^sema:{[^}]*}') or 'sema:', 'SPUBLISH'
+end
+
 -- Redis's clock (TIME), once per call.
 function SP.clock()
   local t = rcall('TIME')
@@ -4482,10 +4489,8 @@ function SP.head(keys)
   local fl = ARGV[3] -- '0' or '1', then 't' (a tenant), 'r' (sent again) and 'p' (a pause), if
   -- so; 'c' last
   if #fl > 1 and string.byte(fl, -1) == 99 then -- 'c': on Redis Cluster
-    -- (KEYS[1] is the key followed by '!', a key that never exists: while the slot migrates,
-    -- Redis sends the call elsewhere rather than run it with part of the slot's keys moved)
-    keys[1] = string.sub(keys[1], 1, -2)
-    H, PUB, fl = match(keys[1], '^sema:{[^}]*}') or 'sema:', 'SPUBLISH', string.sub(fl, 1, -2)
+    SP.on_cluster(keys)
+    fl = string.sub(fl, 1, -2)
   else
     H, PUB = 'sema:', 'PUBLISH'
   end
