@@ -1447,8 +1447,10 @@ local function acquire_at_once(k, wt, ttl, epoch, lid, owner, packed)
     rcall('SETRANGE', km, ROW_AT.avail, spack('<dddddddddd', avail - wt, held + wt,
                                                         fence, nq, due, nt, ev, ep, pa, hz))
   end
-  if packed and fence == NOWUS then
-    return fence -- (an integer reply, to a packed call only: Redis's clock is in it)
+  if packed and fence < NOW * 1000 + 1000 then
+    -- (an integer reply, to a packed call only: in Redis's millisecond, Redis's clock is in
+    -- it; the grants after the first of a microsecond, or of a batch, answer so too)
+    return fence
   end
   return spack('<Bdd', 71, fence, NOW) -- 'G' (the rest of the lease is the request's)
 end
@@ -1490,18 +1492,20 @@ local function release_at_once(k)
 end
 
 -- A call of an acquire or a release packed in one argument s (redis_proto.h: RS_PK_*), on
--- the stem or the lease id's key keys[1]: the short path's answer, or nil when it does not
--- take it, with the head and the arguments read back into ARGV and Redis's clock read
--- (SP.clock) for the general path. Its flag byte is '0' or '1' (the principal is an admin) on
--- one Redis, '2' or '3' on Redis Cluster (then keys[1] ends with '!', as SP.head's 'c' says).
+-- the stem or the lease id's key keys[i] (the call's i-th: one alone, or one of a batch,
+-- SP.batch): the short path's answer, or nil when it does not take it (then it wrote nothing),
+-- with the head and the arguments read back into ARGV and Redis's clock read (SP.clock;
+-- already read when `clocked`) for the general path. Its flag byte is '0' or '1' (the
+-- principal is an admin) on one Redis, '2' or '3' on Redis Cluster (then keys[i] ends with
+-- '!', as SP.head's 'c' says, and loses it here: a cluster's packed call is always alone).
 SP.flag = {[48] = '0', [49] = '1', [50] = '0', [51] = '1'}
-function SP.packed(keys, s)
-  local k = keys[1]
+function SP.packed(keys, i, s, clocked)
+  local k = keys[i]
   if sbyte(s, 2) < 50 then
     H, PUB = 'sema:', 'PUBLISH'
   else
     k = string.sub(k, 1, -2)
-    keys[1] = k
+    keys[i] = k
     H, PUB = match(k, '^sema:{[^}]*}') or 'sema:', 'SPUBLISH'
   end
   RETRY = false
@@ -1514,12 +1518,16 @@ function SP.packed(keys, s)
     end
     OP, EPOCH, INST = 'lease_release', N(ep), inst
     ARGV = {OP, EPOCH, ADMIN, INST, RID, PRINC}
-    SP.clock()
+    if not clocked then
+      SP.clock()
+    end
     return nil
   end
   local _, fl, ep, wt, ttl, wait, lid, owner, princ, at = sunpack('<BBdddBHc0Hc0Hc0', s)
   ADMIN, PRINC = SP.flag[fl], princ
-  SP.clock()
+  if not clocked then
+    SP.clock()
+  end
   local r = acquire_at_once(k, wt, ttl, ep, lid, owner, true)
   if r then
     return r
@@ -1528,6 +1536,23 @@ function SP.packed(keys, s)
   OP, EPOCH, INST, RID = 'acquire', N(ep), inst, rid
   ARGV = {OP, EPOCH, ADMIN, INST, RID, PRINC, N(wt), SP.flag[wait], N(ttl), lid, owner, '', lims}
   return nil
+end
+
+-- Several packed calls in one (redis_batch.c; KEYS[i] and ARGV[i] each one's, in the order
+-- the instance got them), one clock for all: the short paths' answers of the first ones, up
+-- to the first that does not take its short path (it wrote nothing): that one and those after
+-- it did not run, and the instance sends each again by itself.
+function SP.batch(keys, args)
+  local out = {}
+  SP.clock()
+  for i = 1, #keys do
+    local r = SP.packed(keys, i, args[i], true)
+    if not r then
+      break
+    end
+    out[i] = r
+  end
+  return out
 end
 
 -- ---- an instance's own waiters ----
@@ -4529,7 +4554,9 @@ local function main(keys, args)
   end
   local r
   if #args == 1 then -- (an acquire or a release in one argument: RS_PK_*)
-    r = SP.packed(keys, args[1])
+    r = SP.packed(keys, 1, args[1])
+  elseif #keys > 1 then -- (several of them: SP.batch)
+    return SP.batch(keys, args)
   else
     r = SP.head(keys)
   end
