@@ -32,6 +32,8 @@ static int batch_format(rs_t *r, rs_cmd_t *b, size_t n, char *buf, size_t cap, c
         if (m->argc > (int)(sizeof ml / sizeof ml[0]))
             goto done;
         rs__cmd_argv(r, m, mv, ml, flags);
+        if (ml[RS_FCALL_HEAD + RS_H_FLAGS] != 1) /* (a pause learnt since: not plain) */
+            goto done;
         rs__cmd_pack(m, mv, ml, 0, &pb);
         if (pb.p == NULL)
             goto done;
@@ -75,10 +77,9 @@ static void batch_send(rs_t *r, rs_cmd_t *b, size_t n)
         r->commands--;
     }
     redisFreeCommand(bytes);
-    while (!elist_empty(&b->members)) {
+    while (!elist_empty(&b->members)) { /* (in their order, nothing sent between) */
         rs_cmd_t *m = ECONTAINER(b->members.next, rs_cmd_t, link);
         elist_remove(&m->link);
-        m->alone = 1;
         rs__send_one(r, m);
     }
     rs__cmd_free(b);
@@ -113,10 +114,12 @@ void rs__prep_cb(uv_prepare_t *h)
     rs__batch_flush(h->data);
 }
 
-/* A batch that failed whole: its connection lost, or an error. Redis refused it unrun (the
- * library or the epoch to load again; a primary that is no longer one): each member goes
- * again as a refused command does. Else what each did is unknown: each goes again by itself
- * with its request id, as after a lost connection. */
+/* A batch that failed whole: its connection lost (rep NULL), or an error before it ran
+ * (pcall in the script answers any error of a member in that member's place). Redis refused
+ * it unrun for the library or the epoch to load again, or as a primary that is no longer one:
+ * each member goes again, in order, as a refused command does. Any other error fails each
+ * member as it fails a command alone; after a lost connection each goes again with its
+ * request id, in order, as every command does. */
 static void batch_failed(rs_t *r, rs_cmd_t *b, const redisReply *rep)
 {
     int reload = rep != NULL &&
@@ -125,21 +128,17 @@ static void batch_failed(rs_t *r, rs_cmd_t *b, const redisReply *rep)
                                rs__reply_is(rep, "MASTERDOWN"));
 
     if (rep != NULL && !reload && !drop)
-        log_warn("redis: a call of several operations failed, each goes again by itself: %s",
+        log_warn("redis: a call of several operations failed: %s",
                  rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
     while (!elist_empty(&b->members)) {
         rs_cmd_t *m = ECONTAINER(b->members.next, rs_cmd_t, link);
         elist_remove(&m->link);
-        m->alone = 1;
-        if (rep == NULL) {
+        if (rep == NULL)
             rs__cmd_lost(r, m);
-        } else if (reload || drop) {
+        else if (reload || drop)
             elist_push_back(&r->retry, &m->link);
-        } else {
-            r->unknown_outcomes++;
-            m->unknown = 1;
-            rs__send_one(r, m);
-        }
+        else
+            rs__cmd_fail(r, m, BE_MSG_REDIS_REFUSED);
     }
     if (drop)
         rs__conn_drop(r, rep->str);
@@ -147,13 +146,12 @@ static void batch_failed(rs_t *r, rs_cmd_t *b, const redisReply *rep)
         rs__resync(r); /* (the retries go once it is done) */
 }
 
-/* A batch's answer: its first members' short answers, in order. The first member without one
- * did not take its short path (and wrote nothing), nor did those after it run: they go again
- * by themselves, as first attempts. */
+/* A batch's answer: every member's, in order, each read as its answer alone would be (a short
+ * path's, a general path's array, or an error). None goes again from here: each ran in its
+ * place. */
 void rs__batch_reply(rs_t *r, rs_cmd_t *b, redisReply *rep)
 {
     size_t i = 0;
-    int ran = 1;
 
     if (rep != NULL) {
         r->replies++;
@@ -161,26 +159,22 @@ void rs__batch_reply(rs_t *r, rs_cmd_t *b, redisReply *rep)
     }
     if (rep == NULL || rep->type != REDIS_REPLY_ARRAY) {
         batch_failed(r, b, rep);
-    } else {
-        while (!elist_empty(&b->members)) {
-            rs_cmd_t *m = ECONTAINER(b->members.next, rs_cmd_t, link);
-            const redisReply *e = i < rep->elements ? rep->element[i++] : NULL;
-            elist_remove(&m->link);
-            ran = ran && e != NULL && rs__reply_short(m, e);
-            r->pk_missed = !ran;
-            if (ran) {
-                rs__op_short(r, m, e);
-                rs__cmd_free(m);
-                continue;
-            }
-            m->alone = 1;
-            if (e != NULL) { /* (not a short path's answer: what it did is unknown) */
-                r->unknown_outcomes++;
-                m->unknown = 1;
-            } else {
-                m->sent_mono = 0; /* (it did not run: a first attempt) */
-            }
-            rs__send_one(r, m);
+        rs__cmd_free(b);
+        rs__drain(r);
+        return;
+    }
+    while (!elist_empty(&b->members)) {
+        rs_cmd_t *m = ECONTAINER(b->members.next, rs_cmd_t, link);
+        redisReply *e = i < rep->elements ? rep->element[i++] : NULL;
+        elist_remove(&m->link);
+        if (e != NULL && rs__reply_short(m, e)) {
+            rs__op_short(r, m, e);
+            rs__cmd_free(m);
+        } else if (e != NULL) { /* the general path's answer, or its error */
+            rs__cmd_reply(r, m, e);
+        } else { /* (the script answers every member: cannot happen) */
+            log_warn("redis: a call of several operations answered %zu of them", rep->elements);
+            rs__cmd_fail(r, m, BE_MSG_REDIS_REFUSED);
         }
     }
     rs__cmd_free(b);

@@ -344,7 +344,7 @@ void rs__send_one(rs_t *r, rs_cmd_t *c)
  * packed, plain (no pause), on one Redis (on a cluster, calls go by slot). */
 static int batchable(const rs_t *r, const rs_cmd_t *c)
 {
-    return c->pk != 0 && !c->alone && c->sent_mono == 0 && r->sh == NULL && !r->pk_missed &&
+    return c->pk != 0 && c->sent_mono == 0 && r->sh == NULL &&
            c->lens[RS_FCALL_HEAD + RS_H_FLAGS] == 1 && !rs__paused(r);
 }
 
@@ -567,8 +567,6 @@ static void on_reply(rs_t *r, rs_cmd_t *c, redisReply *rep)
         rs__conn_drop(r, rep->str);
         return;
     }
-    if (c->pk != 0)
-        r->pk_missed = !rs__reply_short(c, rep);
     if (c->kind == RS_CMD_OP && rs__reply_short(c, rep)) {
         rs__op_short(r, c, rep); /* an uncontended acquire or release */
         rs__cmd_free(c);

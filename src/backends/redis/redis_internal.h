@@ -108,7 +108,6 @@ typedef struct rs_cmd {
     uint8_t kind, writes;
     uint8_t timed;   /* RS_CMD_CANCEL of a timeout (its outcome is the request's answer) */
     uint8_t pk;      /* RS_PK_ACQUIRE or RS_PK_RELEASE: sent packed when plain (0: never) */
-    uint8_t alone;   /* a batch stopped before it (it takes the general path): sent by itself */
     elist_t members; /* RS_CMD_BATCH: its commands, in the order they run */
     rs_req_t *rq;    /* RS_CMD_OP */
     rs_sem_t *sem;   /* RS_CMD_COLLECT, RS_CMD_READ */
@@ -181,8 +180,6 @@ typedef struct rs {
     uv_prepare_t prep; /* before the loop waits: the turn's batch goes (rs__batch_flush) */
     elist_t batch;     /* the turn's packed acquires and releases, not sent yet */
     size_t nbatch;
-    int pk_missed; /* the last packed call's answer was not a short path's: none are batched
-                      until one is again (a semaphore with waiters would stop each batch) */
     uint64_t backoff_ms, down_since;
     uint64_t contact_mono; /* when Redis last answered a command (loop ms; 0: never) */
     int conn_once;         /* the command connection was up before */
@@ -297,8 +294,8 @@ int rs__reply_short(const rs_cmd_t *c, const redisReply *rep);
 
 /* ---- redis_batch.c: the plain acquires and releases of a turn in one call ---- */
 /* Send the acquires and releases rs__send kept back this turn: one FCALL for two or more, in
- * their order (the script runs them until one does not take its short path: that one and
- * those after it go again by themselves). */
+ * their order (the script runs each one's short path, or else its general path, in its place:
+ * none goes again by itself, so nothing sent after the batch runs before any of them). */
 void rs__batch_flush(rs_t *r);
 void rs__prep_cb(uv_prepare_t *h); /* rs__batch_flush before the loop waits */
 /* A batch's answer (NULL: its connection went); the batch is freed. */

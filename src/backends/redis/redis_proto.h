@@ -117,10 +117,10 @@ enum { RS_PK_ACQUIRE = 'A', RS_PK_RELEASE = 'R' };
 enum { RS_SHORT_GRANT = 'G' };
 
 /* Several plain acquires and releases of one turn in one call (FCALL sema N, each one's KEY,
- * then each one's packed argument, in order) answer with an array: the answers of the first
- * ones, each as it would be alone, up to the first that does not take its short path (that
- * one and those after it did not run). At most RS_BATCH_MAX in one call; on one Redis only
- * (on Redis Cluster each goes by itself, to its slot's primary). */
+ * then each one's packed argument, in order) answer with an array: every one's answer, in
+ * order, as it would be alone (a short path's, the general path's RS_REPLY_MAP run in its
+ * place, or an error). At most RS_BATCH_MAX in one call; on one Redis only (on Redis Cluster
+ * each goes by itself, to its slot's primary). */
 enum { RS_BATCH_MAX = 64 };
 
 /* What a script did, in order (an act's first field): X(ID, number, event type or NULL).

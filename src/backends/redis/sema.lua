@@ -1538,23 +1538,6 @@ function SP.packed(keys, i, s, clocked)
   return nil
 end
 
--- Several packed calls in one (redis_batch.c; KEYS[i] and ARGV[i] each one's, in the order
--- the instance got them), one clock for all: the short paths' answers of the first ones, up
--- to the first that does not take its short path (it wrote nothing): that one and those after
--- it did not run, and the instance sends each again by itself.
-function SP.batch(keys, args)
-  local out = {}
-  SP.clock()
-  for i = 1, #keys do
-    local r = SP.packed(keys, i, args[i], true)
-    if not r then
-      break
-    end
-    out[i] = r
-  end
-  return out
-end
-
 -- ---- an instance's own waiters ----
 
 -- A grant made for this instance's waiter wid, under the lease id lid it was to get, by a
@@ -4547,6 +4530,73 @@ function SP.init(keys, args)
   SP.avail = ROW_AT.avail + 1 -- (where AVAIL starts)
 end
 
+-- The general path of a call whose short path was not taken (its head read: OP, EPOCH,
+-- INST, RID, ADMIN, RETRY, PRINC; ARGV; Redis's clock; KEYS): its answer. Every call starts
+-- from the same state here, alone or one of a batch's.
+function SP.general(keys)
+  if OP == 'follow' then
+    return follow(keys[1])
+  end
+  if MU.used then -- (the short paths use none of it)
+    MU.wc, MU.afc, MU.htc, MU.used = {}, {}, {}, false -- (a call's own)
+  end
+  ACTS, WAKE, GRANTED = NONE, NONE, NONE
+  LIM, LH.self_wid, LH.self_lease = nil, nil, nil
+  S, M, LID, LEASE, SAFE_AT, MORE, LOCK_NEW = nil, nil, nil, nil, 0, false, false
+  DUE0, OWN, REBUILT, LOG, MU.cx = -2, false, false, nil, nil
+  if RID ~= '' and RETRY then
+    local c = redis.call('GET', H .. 'r:' .. RID)
+    if c then
+      return cmsgpack.unpack(c)
+    end
+  end
+  local r = publish(run())
+  -- The answer to a write is kept for a retry, unless a retry can work it out again from
+  -- what the write left (a grant made at once: its lease; a release: its tombstone) and
+  -- nothing in it completes a parked request of this instance.
+  if RID ~= '' and r[1] ~= P.ST_EPOCH_S and not (REBUILT and r[1] == '0' and not OWN) then
+    redis.call('SET', H .. 'r:' .. RID, cmsgpack.pack(r), 'PX', P.RESULT_TTL_MS_S)
+  end
+  return r
+end
+
+-- The batch's members from the i-th on, their answers into out (out[j], the j-th's): its
+-- short path's, or else its general path's, run here, in its place: Redis runs every member
+-- where the instance put it, and nothing sent after the batch can come before any of them.
+-- (Each member's key alone is KEYS for its general path: on one Redis, where batches go, a
+-- call may touch keys it does not name, as the general path's every call does.)
+function SP.members(keys, args, out, i)
+  for j = i, #keys do
+    local r = SP.packed(keys, j, args[j], true)
+    if not r then
+      KEYS = {keys[j]}
+      r = SP.general(KEYS)
+    end
+    out[j] = r
+  end
+end
+
+-- Several packed calls in one (redis_batch.c; KEYS[i] and ARGV[i] each one's, in the order
+-- the instance got them), one clock for all: every member's answer, in order, as it would be
+-- alone. A member whose run raises an error answers with that error, as a call alone would,
+-- and those after it still run (the loop is protected once, and taken up again after one).
+function SP.batch(keys, args)
+  local out, i = {}, 1
+  SP.clock()
+  while true do
+    local ok, e = pcall(SP.members, keys, args, out, i)
+    if ok then
+      return out
+    end
+    i = #out + 1
+    out[i] = type(e) == 'table' and e.err and e or {err = tostring(e)}
+    i = i + 1
+    if i > #keys then
+      return out
+    end
+  end
+end
+
 local function main(keys, args)
   KEYS, ARGV = keys, args
   if not fmt then
@@ -4563,30 +4613,7 @@ local function main(keys, args)
   if r then
     return r
   end
-  if OP == 'follow' then
-    return follow(keys[1])
-  end
-  if MU.used then -- (the short paths above use none of it)
-    MU.wc, MU.afc, MU.htc, MU.used = {}, {}, {}, false -- (a call's own)
-  end
-  ACTS, WAKE, GRANTED = NONE, NONE, NONE
-  LIM, LH.self_wid, LH.self_lease = nil, nil, nil
-  S, M, LID, LEASE, SAFE_AT, MORE, LOCK_NEW = nil, nil, nil, nil, 0, false, false
-  DUE0, OWN, REBUILT, LOG, MU.cx = -2, false, false, nil, nil
-  if RID ~= '' and RETRY then
-    local c = redis.call('GET', H .. 'r:' .. RID)
-    if c then
-      return cmsgpack.unpack(c)
-    end
-  end
-  r = publish(run())
-  -- The answer to a write is kept for a retry, unless a retry can work it out again from
-  -- what the write left (a grant made at once: its lease; a release: its tombstone) and
-  -- nothing in it completes a parked request of this instance.
-  if RID ~= '' and r[1] ~= P.ST_EPOCH_S and not (REBUILT and r[1] == '0' and not OWN) then
-    redis.call('SET', H .. 'r:' .. RID, cmsgpack.pack(r), 'PX', P.RESULT_TTL_MS_S)
-  end
-  return r
+  return SP.general(keys)
 end
 
 redis.register_function('sema', main)
