@@ -102,6 +102,16 @@ static long long wakeups(fx_t *f)
     return n;
 }
 
+/* A first acquire+release pair on `name`: the due time and the lease horizon are written
+ * once, then left, so the pairs after it may take the short paths. */
+static void first_pair(fx_t *f, const char *name)
+{
+    treq_t *a = fx_acquire(f, name, 1, -1);
+
+    ASSERT_OK(fx_lease_op(f, ENGINE_LEASE_RELEASE, lease_id(a)));
+    treq_free(a);
+}
+
 TEST(release_on_b_wakes_a_waiter_on_a_by_message)
 {
     redisContext *rc = redis_sync();
@@ -379,10 +389,7 @@ TEST(an_acquire_release_pair_is_two_redis_commands)
 
     fx_init(&f);
     fx_put(&f, "c", 1);
-    /* a first pair: the due time and the lease horizon are written once, then left */
-    treq_t *a0 = fx_acquire(&f, "c", 1, -1);
-    ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(a0)));
-    treq_free(a0);
+    first_pair(&f, "c");
     freeReplyObject(redisCommand(rc, "CONFIG RESETSTAT"));
     (void)redis_int(rc, "DBSIZE"); /* (a round trip, so the reset is done) */
     for (int i = 0; i < n; i++) {
@@ -647,10 +654,7 @@ TEST(the_acquires_and_releases_of_one_turn_are_one_redis_call)
     fx_init(&f);
     fx_put(&f, "u", 4);
     fx_put(&f, "w", 2);
-    /* a first pair: the due time and the lease horizon are written once, then left */
-    a[0] = fx_acquire(&f, "u", 1, -1);
-    ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(a[0])));
-    treq_free(a[0]);
+    first_pair(&f, "u");
     before = fcalls(rc);
     for (int i = 0; i < 4; i++) {
         a[i] = treq_new(ENGINE_ACQUIRE, "u");
@@ -731,13 +735,8 @@ TEST(a_member_that_misses_its_short_path_keeps_its_place)
     fx_init(&f);
     fx_put(&f, "q", 1);
     fx_put(&f, "o", 4);
-    /* a first pair on each: the due time and the lease horizon are written once, then left */
-    h = fx_acquire(&f, "q", 1, -1);
-    ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(h)));
-    treq_free(h);
-    h = fx_acquire(&f, "o", 1, -1);
-    ASSERT_OK(fx_lease_op(&f, ENGINE_LEASE_RELEASE, lease_id(h)));
-    treq_free(h);
+    first_pair(&f, "q");
+    first_pair(&f, "o");
     h = fx_acquire(&f, "q", 1, -1); /* the holder, granted on the short path */
     ASSERT_EQ(h->status, 0);
     before = fcalls(rc);
