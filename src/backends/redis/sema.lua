@@ -1447,8 +1447,10 @@ local function acquire_at_once(k, wt, ttl, epoch, lid, owner, packed)
     rcall('SETRANGE', km, ROW_AT.avail, spack('<dddddddddd', avail - wt, held + wt,
                                                         fence, nq, due, nt, ev, ep, pa, hz))
   end
-  if packed and fence == NOWUS then
-    return fence -- (an integer reply, to a packed call only: Redis's clock is in it)
+  if packed and fence < NOW * 1000 + 1000 then
+    -- (an integer reply, to a packed call only: in Redis's millisecond, Redis's clock is in
+    -- it; the grants after the first of a microsecond, or of a batch, answer so too)
+    return fence
   end
   return spack('<Bdd', 71, fence, NOW) -- 'G' (the rest of the lease is the request's)
 end
@@ -1490,18 +1492,20 @@ local function release_at_once(k)
 end
 
 -- A call of an acquire or a release packed in one argument s (redis_proto.h: RS_PK_*), on
--- the stem or the lease id's key keys[1]: the short path's answer, or nil when it does not
--- take it, with the head and the arguments read back into ARGV and Redis's clock read
--- (SP.clock) for the general path. Its flag byte is '0' or '1' (the principal is an admin) on
--- one Redis, '2' or '3' on Redis Cluster (then keys[1] ends with '!', as SP.head's 'c' says).
+-- the stem or the lease id's key keys[i] (the call's i-th: one alone, or one of a batch,
+-- SP.batch): the short path's answer, or nil when it does not take it (then it wrote nothing),
+-- with the head and the arguments read back into ARGV and Redis's clock read (SP.clock;
+-- already read when `clocked`) for the general path. Its flag byte is '0' or '1' (the
+-- principal is an admin) on one Redis, '2' or '3' on Redis Cluster (then keys[i] ends with
+-- '!', as SP.head's 'c' says, and loses it here: a cluster's packed call is always alone).
 SP.flag = {[48] = '0', [49] = '1', [50] = '0', [51] = '1'}
-function SP.packed(keys, s)
-  local k = keys[1]
+function SP.packed(keys, i, s, clocked)
+  local k = keys[i]
   if sbyte(s, 2) < 50 then
     H, PUB = 'sema:', 'PUBLISH'
   else
     k = string.sub(k, 1, -2)
-    keys[1] = k
+    keys[i] = k
     H, PUB = match(k, '^sema:{[^}]*}') or 'sema:', 'SPUBLISH'
   end
   RETRY = false
@@ -1514,12 +1518,16 @@ function SP.packed(keys, s)
     end
     OP, EPOCH, INST = 'lease_release', N(ep), inst
     ARGV = {OP, EPOCH, ADMIN, INST, RID, PRINC}
-    SP.clock()
+    if not clocked then
+      SP.clock()
+    end
     return nil
   end
   local _, fl, ep, wt, ttl, wait, lid, owner, princ, at = sunpack('<BBdddBHc0Hc0Hc0', s)
   ADMIN, PRINC = SP.flag[fl], princ
-  SP.clock()
+  if not clocked then
+    SP.clock()
+  end
   local r = acquire_at_once(k, wt, ttl, ep, lid, owner, true)
   if r then
     return r
@@ -4522,24 +4530,14 @@ function SP.init(keys, args)
   SP.avail = ROW_AT.avail + 1 -- (where AVAIL starts)
 end
 
-local function main(keys, args)
-  KEYS, ARGV = keys, args
-  if not fmt then
-    SP.init(keys, args)
-  end
-  local r
-  if #args == 1 then -- (an acquire or a release in one argument: RS_PK_*)
-    r = SP.packed(keys, args[1])
-  else
-    r = SP.head(keys)
-  end
-  if r then
-    return r
-  end
+-- The general path of a call whose short path was not taken (its head read: OP, EPOCH,
+-- INST, RID, ADMIN, RETRY, PRINC; ARGV; Redis's clock; KEYS): its answer. Every call starts
+-- from the same state here, alone or one of a batch's.
+function SP.general(keys)
   if OP == 'follow' then
     return follow(keys[1])
   end
-  if MU.used then -- (the short paths above use none of it)
+  if MU.used then -- (the short paths use none of it)
     MU.wc, MU.afc, MU.htc, MU.used = {}, {}, {}, false -- (a call's own)
   end
   ACTS, WAKE, GRANTED = NONE, NONE, NONE
@@ -4552,7 +4550,7 @@ local function main(keys, args)
       return cmsgpack.unpack(c)
     end
   end
-  r = publish(run())
+  local r = publish(run())
   -- The answer to a write is kept for a retry, unless a retry can work it out again from
   -- what the write left (a grant made at once: its lease; a release: its tombstone) and
   -- nothing in it completes a parked request of this instance.
@@ -4560,6 +4558,62 @@ local function main(keys, args)
     redis.call('SET', H .. 'r:' .. RID, cmsgpack.pack(r), 'PX', P.RESULT_TTL_MS_S)
   end
   return r
+end
+
+-- The batch's members from the i-th on, their answers into out (out[j], the j-th's): its
+-- short path's, or else its general path's, run here, in its place: Redis runs every member
+-- where the instance put it, and nothing sent after the batch can come before any of them.
+-- (Each member's key alone is KEYS for its general path: on one Redis, where batches go, a
+-- call may touch keys it does not name, as the general path's every call does.)
+function SP.members(keys, args, out, i)
+  for j = i, #keys do
+    local r = SP.packed(keys, j, args[j], true)
+    if not r then
+      KEYS = {keys[j]}
+      r = SP.general(KEYS)
+    end
+    out[j] = r
+  end
+end
+
+-- Several packed calls in one (redis_batch.c; KEYS[i] and ARGV[i] each one's, in the order
+-- the instance got them), one clock for all: every member's answer, in order, as it would be
+-- alone. A member whose run raises an error answers with that error, as a call alone would,
+-- and those after it still run (the loop is protected once, and taken up again after one).
+function SP.batch(keys, args)
+  local out, i = {}, 1
+  SP.clock()
+  while true do
+    local ok, e = pcall(SP.members, keys, args, out, i)
+    if ok then
+      return out
+    end
+    i = #out + 1
+    out[i] = type(e) == 'table' and e.err and e or {err = tostring(e)}
+    i = i + 1
+    if i > #keys then
+      return out
+    end
+  end
+end
+
+local function main(keys, args)
+  KEYS, ARGV = keys, args
+  if not fmt then
+    SP.init(keys, args)
+  end
+  local r
+  if #args == 1 then -- (an acquire or a release in one argument: RS_PK_*)
+    r = SP.packed(keys, 1, args[1])
+  elseif #keys > 1 then -- (several of them: SP.batch)
+    return SP.batch(keys, args)
+  else
+    r = SP.head(keys)
+  end
+  if r then
+    return r
+  end
+  return SP.general(keys)
 end
 
 redis.register_function('sema', main)
