@@ -61,7 +61,8 @@ void rs__args_head(rs_t *r, rs_args_t *a, const char *key, size_t keylen, const 
     rs__arg(a, key, keylen);
     rs__arg_str(a, op);
     rs__arg_str(a, r->epoch);
-    /* (then 't' for a request naming a tenant: not a plain call, so no short path) */
+    /* (then 't' for a request naming a tenant: not packed; its acquire may still take the
+     * short path of a semaphore with limits, sema.lua's SP.head) */
     if (req != NULL && req->tenant != NULL)
         rs__arg_str(a, req->principal_admin ? "1t" : "0t");
     else

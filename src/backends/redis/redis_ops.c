@@ -454,6 +454,7 @@ void rs__op_short(rs_t *r, rs_cmd_t *c, const redisReply *rep)
         l->name = req->name;
         l->name_len = req->name_len;
         l->owner = req->owner != NULL && req->owner[0] != '\0' ? req->owner : NULL;
+        l->tenant = req->tenant; /* (a semaphore with limits has a short path too) */
         l->weight = req->weight;
         l->fence = fence;
         l->ttl_ms = req->ttl_ms;

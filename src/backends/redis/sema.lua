@@ -918,7 +918,7 @@ local function answer(st, msg, res)
   end
   if S and (not M or M.ev ~= 0) then
     LOG = redis.call('HGET', KS, 'log')
-    if M and not LOG and not M.lim then
+    if M and not LOG then
       M.ev = 0 -- nobody follows its events: the calls after this one need not look
     end
   end
@@ -1398,9 +1398,12 @@ end
 -- epoch's hash: the row says what they need of it (ep, pa, hz: the row's fields above), and
 -- the instance sends a plain flag only while it knows of no pause. Nil for any other call,
 -- which takes the general path.
--- (k: the stem; the weight, ttl and epoch as numbers; the lease id and owner. An acquire
--- naming an Idempotency-Key takes the general path.)
-local function acquire_at_once(k, wt, ttl, epoch, lid, owner, packed)
+-- (k: the stem; the weight, ttl and epoch as numbers; the lease id and owner; the tenant it
+-- names, or nil. An acquire naming an Idempotency-Key takes the general path.)
+-- On a semaphore with limits (its row one number longer), the tenant's room and the bucket
+-- are looked at too (LH.short_fits) and then taken (LH.short_take); an acquire naming a
+-- tenant on a semaphore without limits takes the general path, which gives it some.
+local function acquire_at_once(k, wt, ttl, epoch, lid, owner, packed, tenant)
   local kind, km, kx = SP.keys(k)
   if kind ~= 's' then
     return nil
@@ -1415,6 +1418,14 @@ local function acquire_at_once(k, wt, ttl, epoch, lid, owner, packed)
   -- come, events to log: the general path's)
   if ep ~= epoch or pa ~= 0 or nq ~= 0 or nt ~= 0 or ev ~= 0 or
      due == 0 or due <= NOW or exp < due or wt < 1 or wt > cap or wt > avail then
+    return nil
+  end
+  local lim = #v ~= SP.rowlen
+  if lim then
+    if not LH.short_fits(k, wt, tenant) then
+      return nil
+    end
+  elseif tenant then
     return nil
   end
   -- (the row's copy of the horizon is as old as the last call that looked, a second ahead
@@ -1439,6 +1450,9 @@ local function acquire_at_once(k, wt, ttl, epoch, lid, owner, packed)
   end
   rcall('SET', H .. 'id:' .. lid, lrecord(wt, fence, ttl, NOW, exp, 0, owner, '', PRINC))
   rcall('ZADD', kx, fmt('%d', exp), lid)
+  if lim then
+    LH.short_take(k, lid, wt, tenant)
+  end
   granted()
   ls.d = ls.d + 1
   if hz == hz0 then
@@ -1477,10 +1491,17 @@ local function release_at_once(k)
   end
   local avail, held, fence, nq, due, nt, ev = sunpack(SP.avail_to_ev, r, SP.avail)
   local ls = LQ.by[H]
-  if nq ~= 0 or nt ~= 0 or ev ~= 0 or not ls or not (ls.dirty or LQ.mark(ls)) then
+  if nq ~= 0 or nt ~= 0 or ev ~= 0 or not ls then
     return nil
   end
   local lid = string.sub(k, #H + 4)
+  local lim = #r ~= SP.rowlen -- (limits: the tenant's hold goes too, LH.short_free)
+  if (lim and not LH.short_free(stem, lid, w)) or not (ls.dirty or LQ.mark(ls)) then
+    return nil
+  end
+  if lim then
+    LH.short_give(stem, lid)
+  end
   rcall('ZREM', kx, lid)
   rcall('SET', k, 'TR' .. RID, 'PX', P.TOMB_TTL_MS_S)
   if idem ~= '' and rcall('HGET', ki, idem) == 'L' .. lid then
@@ -2518,10 +2539,11 @@ end
 
 -- ---- limits: tenants served in turn and a rate (docs/semantics.md) ----
 -- A semaphore has limits while it has a tenant_max or a rate, or while a request naming a
--- tenant holds or waits there; then its row is one number longer (ROW_LIM: the short paths
--- read only the numbers before it) and says someone may follow its events (ev = 1), so the
--- short acquire and release never run on it: every call takes the general path, which keeps
--- the limits. The state, under the semaphore's hash tag:
+-- tenant holds or waits there; then its row is one number longer (the short paths read only
+-- the numbers before it, and tell a row with limits by its length). An uncontended acquire
+-- and its release keep the limits in short (LH.short_*: the tenant's record, the bucket, the
+-- lease's tenant); anything else takes the general path. The state, under the semaphore's
+-- hash tag:
 --   :L   tm, rate, burst (0: none); tok and tms (the bucket: millionths of a unit at Redis's
 --        ms tms); ring (the tenants with waiters in turn order) and last, turn (the round
 --        robin: the tenant served last, and whether its turn goes on); nidle (wait-idles);
@@ -3259,6 +3281,104 @@ LH.view = function()
     end
   end
   return r
+end
+
+-- ---- the short paths' part (acquire_at_once, release_at_once) ----
+-- LH.ls: what LH.short_fits and LH.short_free read, for LH.short_take and LH.short_give.
+LH.ls = {}
+
+-- May weight wt of `tenant` (nil: none) be granted on stem k, whose row has limits and
+-- nobody waiting? What LH.at_once asks (a tenant at its tenant_max, no room for another
+-- tenant, tokens short: no), from :L's numbers and the tenant's record alone. Reads only.
+LH.short_fits = function(k, wt, tenant)
+  local x = rcall('HMGET', k .. ':L', 'tm', 'rate', 'burst', 'tok', 'tms', 'ntn')
+  local tm, rate, ntn = tonumber(x[1]) or 0, tonumber(x[2]) or 0, tonumber(x[6]) or 0
+  local name = tenant_of(tenant)
+  local v = rcall('HGET', k .. ':tn', name)
+  local s = LH.ls
+  if v then
+    s.t = tn_parse(v)
+  elseif ntn >= P.TENANTS_MAX then
+    return false
+  else
+    s.t, ntn = {held = 0, nw = 0, ww = 0, def = 0}, ntn + 1
+  end
+  if tm ~= 0 and s.t.held + wt > tm then
+    return false
+  end
+  if rate ~= 0 then -- (refill and tokens_at's sums)
+    local tok, tms = tonumber(x[4]) or 0, tonumber(x[5]) or NOW
+    if NOW > tms then
+      local cap = (tonumber(x[3]) or 0) * MICRO
+      tok = tok + (NOW - tms) * rate * 1000
+      if tok >= cap then
+        tok = cap
+      end
+    end
+    if tok < wt * MICRO then
+      return false
+    end
+    s.tok = tok - wt * MICRO
+  end
+  s.name, s.new, s.ntn, s.rate = name, not v, ntn, rate
+  return true
+end
+
+-- The grant's part (after LH.short_fits): what LH.hold and the bucket's take write.
+LH.short_take = function(k, lid, wt, tenant)
+  local s = LH.ls
+  local t = s.t
+  rcall('HSET', k .. ':tn', s.name, fmt('%d %d %d %d', t.held + wt, t.nw, t.ww, t.def))
+  if s.rate ~= 0 and s.new then
+    rcall('HSET', k .. ':L', 'tok', N(s.tok), 'tms', N(NOW), 'ntn', N(s.ntn))
+  elseif s.rate ~= 0 then
+    rcall('HSET', k .. ':L', 'tok', N(s.tok), 'tms', N(NOW))
+  elseif s.new then
+    rcall('HSET', k .. ':L', 'ntn', N(s.ntn))
+  end
+  if tenant then
+    rcall('HSET', k .. ':lt', lid, tenant)
+  end
+end
+
+-- May the lease lid (weight w) of stem k, whose row has limits and nobody waiting, end in
+-- short? Yes unless its tenant's record is missing or the limits would go idle (LH.save then
+-- makes the row plain again: the general path's). Reads only.
+LH.short_free = function(k, lid, w)
+  local s = LH.ls
+  s.tn = rcall('HGET', k .. ':lt', lid)
+  s.name = tenant_of(s.tn or '')
+  local v = rcall('HGET', k .. ':tn', s.name)
+  if not v then
+    return false
+  end
+  local t = tn_parse(v)
+  t.held = t.held - w
+  s.t, s.free = t, t.nw == 0 and t.held <= 0
+  if s.free then
+    local x = rcall('HMGET', k .. ':L', 'tm', 'rate', 'ntn', 'nidle')
+    s.ntn = (tonumber(x[3]) or 0) - 1
+    if (tonumber(x[1]) or 0) == 0 and (tonumber(x[2]) or 0) == 0 and s.ntn <= 0 and
+       (tonumber(x[4]) or 0) == 0 then
+      return false
+    end
+  end
+  return true
+end
+
+-- The release's part (after LH.short_free): what LH.unhold writes.
+LH.short_give = function(k, lid)
+  local s = LH.ls
+  if s.tn then
+    rcall('HDEL', k .. ':lt', lid)
+  end
+  if s.free then
+    rcall('HDEL', k .. ':tn', s.name)
+    rcall('HSET', k .. ':L', 'ntn', N(s.ntn))
+  else
+    local t = s.t
+    rcall('HSET', k .. ':tn', s.name, fmt('%d %d %d %d', t.held, t.nw, t.ww, t.def))
+  end
 end
 
 end -- (the section "limits")
@@ -4507,10 +4627,13 @@ function SP.head(keys)
   -- short path answers an integer, which semad reads as a release's only for a packed call,
   -- so it takes the general path)
   SP.clock()
-  if plain and OP == 'acquire' and ARGV[A + 5] == '' then
-    local sw, sttl = ARGV[A], ARGV[A + 2]
+  -- (an acquire naming a tenant is sent with 't' after the flag: plain besides, it may take
+  -- the short path of a semaphore with limits)
+  if (plain or fl == ADMIN .. 't') and OP == 'acquire' and ARGV[A + 5] == '' then
+    local sw, sttl, tn = ARGV[A], ARGV[A + 2], ARGV[A + 7]
     return acquire_at_once(keys[1], SP.nums[sw] or SP.num(sw), SP.nums[sttl] or SP.num(sttl),
-                           SP.nums[EPOCH] or SP.num(EPOCH), ARGV[A + 3], ARGV[A + 4], false)
+                           SP.nums[EPOCH] or SP.num(EPOCH), ARGV[A + 3], ARGV[A + 4], false,
+                           tn ~= '' and tn or nil)
   end
   return nil
 end
@@ -4528,6 +4651,7 @@ function SP.init(keys, args)
   SP.to_hz = '<' .. string.rep('d', ROW_AT.hz / 8 + 1)
   SP.avail_to_ev = '<' .. string.rep('d', (ROW_AT.ev - ROW_AT.avail) / 8 + 1)
   SP.avail = ROW_AT.avail + 1 -- (where AVAIL starts)
+  SP.rowlen = #ROW * 8 -- (a row with limits is one number longer)
 end
 
 -- The general path of a call whose short path was not taken (its head read: OP, EPOCH,
