@@ -510,6 +510,46 @@ TEST(uncontended_pairs_with_limits_reach_a_subscriber)
     fx_free(&f);
 }
 
+/* Acquires naming no tenant, sent in one turn of the loop (on Redis: one call, each member
+ * taking its short path or else its general path in its place), keep the tenant_max of the
+ * tenant they share: two granted, two waiting in their order, each granted as a unit returns. */
+TEST(one_turn_of_acquires_keeps_tenant_max_and_order)
+{
+    fx_t f;
+    treq_t *a[4];
+
+    fx_init(&f);
+    put_lim(&f, "turn", 4, 2, 0, 0);
+    for (int i = 0; i < 4; i++) {
+        a[i] = treq_new(ENGINE_ACQUIRE, "turn");
+        a[i]->r.weight = 1;
+        ASSERT_OK(engine_submit(f.e, &a[i]->r));
+    }
+    ASSERT(fx_run_until(&f, &a[0]->done, 5000));
+    ASSERT(fx_run_until(&f, &a[1]->done, 5000));
+    ASSERT_OK(a[0]->status);
+    ASSERT_OK(a[1]->status);
+    for (int k = 0; k < 250 && fx_state(&f, "turn", "waiting") < 2; k++) { /* (bounded: 5 s) */
+        int never = 0;
+        fx_run_until(&f, &never, 20);
+    }
+    ASSERT_EQ(fx_state(&f, "turn", "waiting"), 2);
+    ASSERT(!a[2]->done && !a[3]->done);
+    release(&f, a[0]);
+    ASSERT(fx_run_until(&f, &a[2]->done, 5000));
+    ASSERT_OK(a[2]->status);
+    ASSERT(!a[3]->done);
+    release(&f, a[1]);
+    ASSERT(fx_run_until(&f, &a[3]->done, 5000));
+    ASSERT_OK(a[3]->status);
+    for (int i = 2; i < 4; i++)
+        release(&f, a[i]);
+    ASSERT_EQ(fx_state(&f, "turn", "held"), 0);
+    for (int i = 0; i < 4; i++)
+        treq_free(a[i]);
+    fx_free(&f);
+}
+
 /* ---- rates ---- */
 
 TEST(rate_grants_the_burst_then_one_per_refill_by_a_timer)
