@@ -460,6 +460,96 @@ TEST(uncontended_pairs_keep_each_tenants_hold_exact)
     fx_free(&f);
 }
 
+/* The grants and releases a subscriber was told of, and how many of them named acme. */
+typedef struct {
+    int granted, released, acme;
+} told_t;
+
+static void count_told(void *arg, const char *id, const char *type, const char *data, size_t len)
+{
+    told_t *n = arg;
+    json_t *j = json_loadb(data, len, 0, NULL);
+    const char *tn = json_string_value(json_object_get(j, "tenant"));
+
+    (void)id;
+    if (strcmp(type, "granted") == 0 || strcmp(type, "released") == 0) {
+        n->granted += type[0] == 'g';
+        n->released += type[0] == 'r';
+        n->acme += tn != NULL && strcmp(tn, "acme") == 0;
+    }
+    json_decref(j);
+}
+
+/* Whoever follows a semaphore with limits is told of every uncontended grant and release (on
+ * Redis their short paths run only while the row says nobody follows; the pairs before the
+ * subscription leave it saying so, and the subscription must say otherwise). */
+TEST(uncontended_pairs_with_limits_reach_a_subscriber)
+{
+    told_t n = {0, 0, 0};
+    engine_sub_t *sub;
+    fx_t f;
+
+    fx_init(&f);
+    put_lim(&f, "told", 10, 2, 1000000, 0); /* a tenant_max and a rate that never bind */
+    for (int i = 0; i < 7; i++) {
+        if (i == 2) /* (the second pair takes both short paths on Redis) */
+            ASSERT_OK(fx_subscribe(&f, "told", count_told, &n, &sub));
+        treq_t *t = acq_tenant(&f, "told", 1, "acme", -1);
+        ASSERT_OK(t->status);
+        release(&f, t);
+        treq_free(t);
+    }
+    for (int k = 0; k < 300 && n.released < 5; k++) { /* (bounded: 3 s) */
+        int never = 0;
+        fx_run_until(&f, &never, 10);
+    }
+    ASSERT_EQ(n.granted, 5);
+    ASSERT_EQ(n.released, 5);
+    ASSERT_EQ(n.acme, 10);
+    engine_unsubscribe(f.e, sub);
+    fx_free(&f);
+}
+
+/* Acquires naming no tenant, sent in one turn of the loop (on Redis: one call, each member
+ * taking its short path or else its general path in its place), keep the tenant_max of the
+ * tenant they share: two granted, two waiting in their order, each granted as a unit returns. */
+TEST(one_turn_of_acquires_keeps_tenant_max_and_order)
+{
+    fx_t f;
+    treq_t *a[4];
+
+    fx_init(&f);
+    put_lim(&f, "turn", 4, 2, 0, 0);
+    for (int i = 0; i < 4; i++) {
+        a[i] = treq_new(ENGINE_ACQUIRE, "turn");
+        a[i]->r.weight = 1;
+        ASSERT_OK(engine_submit(f.e, &a[i]->r));
+    }
+    ASSERT(fx_run_until(&f, &a[0]->done, 5000));
+    ASSERT(fx_run_until(&f, &a[1]->done, 5000));
+    ASSERT_OK(a[0]->status);
+    ASSERT_OK(a[1]->status);
+    for (int k = 0; k < 250 && fx_state(&f, "turn", "waiting") < 2; k++) { /* (bounded: 5 s) */
+        int never = 0;
+        fx_run_until(&f, &never, 20);
+    }
+    ASSERT_EQ(fx_state(&f, "turn", "waiting"), 2);
+    ASSERT(!a[2]->done && !a[3]->done);
+    release(&f, a[0]);
+    ASSERT(fx_run_until(&f, &a[2]->done, 5000));
+    ASSERT_OK(a[2]->status);
+    ASSERT(!a[3]->done);
+    release(&f, a[1]);
+    ASSERT(fx_run_until(&f, &a[3]->done, 5000));
+    ASSERT_OK(a[3]->status);
+    for (int i = 2; i < 4; i++)
+        release(&f, a[i]);
+    ASSERT_EQ(fx_state(&f, "turn", "held"), 0);
+    for (int i = 0; i < 4; i++)
+        treq_free(a[i]);
+    fx_free(&f);
+}
+
 /* ---- rates ---- */
 
 TEST(rate_grants_the_burst_then_one_per_refill_by_a_timer)

@@ -392,32 +392,13 @@ static void skip_without_multi(void)
                                : "this back end does not serve requests on several semaphores");
 }
 
-/* The engine. On Redis a loaded machine can hold a script's answer past the 2 s command
- * timeout (the connection is then dropped and an outcome unknown: EIO): the checks here are
- * about admission, so the back end waits up to 10 s for an answer. */
-static void init_engine(void)
-{
-    static char url[256];
-    const char *e = getenv("SEMA_TEST_ENGINE");
-    engine_config_t cfg;
-
-    if (!fx_on_redis() || strchr(e, '?') != NULL) {
-        fx_init(&F);
-        return;
-    }
-    engine_config_default(&cfg);
-    snprintf(url, sizeof url, "%s?timeout=10000", e);
-    cfg.backend = url;
-    fx_init_cfg(&F, &cfg);
-}
-
 static void run(int tenants, long steps)
 {
     uint64_t grants = 0;
 
     with_tenants = tenants;
     nseen = 0;
-    init_engine();
+    fx_init_patient(&F); /* (the checks here are about admission) */
     for (int i = 0; i < NSEM; i++)
         create_sem(i, i == 3 ? 8 : 1 + rnd(6));
     skip_without_multi();

@@ -264,6 +264,7 @@ static void close_all(rs_t *r)
     uv_timer_t *ts[] = {&r->reconnect_timer, &r->tick_timer, &r->hb_timer, &r->due_timer,
                         &r->tk_timer};
 
+    rs__batch_flush(r); /* (sent, then lost with the connections) */
     rs__conns_close(r); /* in-flight commands come back lost: their requests fail */
     fail_sem_cmds(r);
     etab_each(&r->sems, sem_free_each, r);
@@ -273,6 +274,8 @@ static void close_all(rs_t *r)
     }
     uv_check_stop(&r->check);
     uv_close((uv_handle_t *)&r->check, handle_closed);
+    uv_prepare_stop(&r->prep);
+    uv_close((uv_handle_t *)&r->prep, handle_closed);
 }
 
 /* Shutdown waits for what is in flight (the cancels of parked requests among it), bounded by
@@ -352,6 +355,7 @@ static int rs_open(void **out, engine_t *front, uv_loop_t *loop, const engine_co
     r->cmd.r = r->sub.r = r->sent.r = r;
     r->sub.is_sub = 1;
     elist_init(&r->inflight);
+    elist_init(&r->batch);
     elist_init(&r->retry);
     elist_init(&r->pending);
     elist_init(&r->ready);
@@ -379,13 +383,15 @@ static int rs_open(void **out, engine_t *front, uv_loop_t *loop, const engine_co
     uv_timer_init(loop, &r->due_timer);
     uv_timer_init(loop, &r->tk_timer);
     uv_check_init(loop, &r->check);
+    uv_prepare_init(loop, &r->prep);
     r->reconnect_timer.data = r->tick_timer.data = r->hb_timer.data = r->due_timer.data = r;
     r->tk_timer.data = r;
-    r->check.data = r;
-    r->handles_open = 6;
+    r->check.data = r->prep.data = r;
+    r->handles_open = 7;
     uv_timer_start(&r->tick_timer, rs__tick_cb, 100, 100);
     uv_timer_start(&r->hb_timer, rs__hb_cb, RS_HEARTBEAT_MS, 0);
     uv_check_start(&r->check, rs__check_cb);
+    uv_prepare_start(&r->prep, rs__prep_cb);
     uv_unref((uv_handle_t *)&r->tick_timer);
     uv_unref((uv_handle_t *)&r->hb_timer);
     if (r->sh != NULL) { /* (commands wait in the cluster's queue for its slot map) */

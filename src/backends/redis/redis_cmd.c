@@ -61,7 +61,8 @@ void rs__args_head(rs_t *r, rs_args_t *a, const char *key, size_t keylen, const 
     rs__arg(a, key, keylen);
     rs__arg_str(a, op);
     rs__arg_str(a, r->epoch);
-    /* (then 't' for a request naming a tenant: not a plain call, so no short path) */
+    /* (then 't' for a request naming a tenant: not packed; its acquire may still take the
+     * short path of a semaphore with limits, sema.lua's SP.head) */
     if (req != NULL && req->tenant != NULL)
         rs__arg_str(a, req->principal_admin ? "1t" : "0t");
     else
@@ -92,11 +93,7 @@ static uint8_t pk_kind(int argc, const char **v, const size_t *l)
     return 0;
 }
 
-typedef struct {
-    char *p, *end; /* p NULL once something did not fit */
-} pk_buf_t;
-
-static void pk_bytes(pk_buf_t *b, const void *s, size_t n)
+static void pk_bytes(rs_pk_buf_t *b, const void *s, size_t n)
 {
     if (b->p == NULL || (size_t)(b->end - b->p) < n) {
         b->p = NULL;
@@ -106,7 +103,7 @@ static void pk_bytes(pk_buf_t *b, const void *s, size_t n)
     b->p += n;
 }
 
-static void pk_double(pk_buf_t *b, double d)
+static void pk_double(rs_pk_buf_t *b, double d)
 {
     unsigned char o[8];
     uint64_t u;
@@ -117,7 +114,7 @@ static void pk_double(pk_buf_t *b, double d)
     pk_bytes(b, o, sizeof o);
 }
 
-static void pk_str(pk_buf_t *b, const char *s, size_t len)
+static void pk_str(rs_pk_buf_t *b, const char *s, size_t len)
 {
     unsigned char h[2] = {(unsigned char)(len & 0xff), (unsigned char)(len >> 8)};
 
@@ -148,16 +145,14 @@ static int pk_num(const char *s, size_t len, double *out)
     return 0;
 }
 
-/* The head and the arguments of c (v, l: as sent, with the epoch and a plain flag) packed
- * into b, its flag byte plus 2 on Redis Cluster; b->p is NULL when they do not pack. */
-static void cmd_pack(const rs_cmd_t *c, const char **v, const size_t *l, int cluster, pk_buf_t *b)
+void rs__cmd_pack(const rs_cmd_t *c, const char **v, const size_t *l, int cluster, rs_pk_buf_t *b)
 {
     const char **h = v + RS_FCALL_HEAD, **a = h + RS_HEAD_LEN;
     const size_t *hl = l + RS_FCALL_HEAD, *al = hl + RS_HEAD_LEN;
     const unsigned char op[2] = {c->pk, (unsigned char)(h[RS_H_FLAGS][0] + (cluster ? 2 : 0))};
     double epoch, w, ttl;
 
-    if (pk_num(h[RS_H_EPOCH], hl[RS_H_EPOCH], &epoch) != 0) {
+    if (c->pk == 0 || pk_num(h[RS_H_EPOCH], hl[RS_H_EPOCH], &epoch) != 0) {
         b->p = NULL;
         return;
     }
@@ -194,30 +189,21 @@ size_t rs__cmd_pack_cap(const rs_cmd_t *c)
     return cap;
 }
 
-int rs__cmd_pack(const rs_cmd_t *c, const char **v, const size_t *l, int cluster, char *buf,
-                 size_t cap)
-{
-    pk_buf_t b = {buf, buf + cap};
-
-    if (c->pk == 0)
-        return -1;
-    cmd_pack(c, v, l, cluster, &b);
-    return b.p != NULL ? (int)(b.p - buf) : -1;
-}
-
 /* FCALL sema 1 KEY and c's head and arguments packed (v, l as sent): the command's length,
  * or -1 when they do not pack or out of memory (then it goes as it is). */
 static int cmd_format_packed(const rs_cmd_t *c, const char **v, const size_t *l, char **out)
 {
     char stack[512], *buf = stack;
     size_t cap = rs__cmd_pack_cap(c);
-    int n = -1, len;
+    int n = -1;
 
     if (cap > sizeof stack && (buf = sema__malloc(cap)) == NULL)
         return -1;
-    if ((len = rs__cmd_pack(c, v, l, 0, buf, cap)) >= 0) {
+    rs_pk_buf_t b = {buf, buf + cap};
+    rs__cmd_pack(c, v, l, 0, &b);
+    if (b.p != NULL) {
         const char *pv[RS_FCALL_HEAD + 1] = {v[0], v[1], v[2], v[3], buf};
-        size_t pl[RS_FCALL_HEAD + 1] = {l[0], l[1], l[2], l[3], (size_t)len};
+        size_t pl[RS_FCALL_HEAD + 1] = {l[0], l[1], l[2], l[3], (size_t)(b.p - buf)};
         n = redisFormatCommandArgv(out, RS_FCALL_HEAD + 1, pv, pl);
     }
     if (buf != stack)
@@ -267,6 +253,33 @@ int rs__paused(const rs_t *r)
     return r->safe_at_ms > 0 && (int64_t)uv_now(r->loop) + r->clock_off < r->safe_at_ms;
 }
 
+void rs__cmd_argv(rs_t *r, const rs_cmd_t *c, const char **v, size_t *l, char *flags)
+{
+    const char *p = (const char *)(c->lens + c->argc);
+
+    for (int i = 0; i < c->argc; i++) {
+        v[i] = p;
+        l[i] = c->lens[i];
+        p += c->lens[i];
+    }
+    if (c->script && c->argc > RS_FCALL_HEAD + RS_HEAD_LEN - 1) {
+        const size_t ep = RS_FCALL_HEAD + RS_H_EPOCH, fl = RS_FCALL_HEAD + RS_H_FLAGS;
+        v[ep] = r->epoch;
+        l[ep] = strlen(r->epoch);
+        flags[0] = v[fl][0]; /* '0' or '1': the principal is an admin */
+        l[fl] = 1;
+        if (c->lens[fl] > 1 && v[fl][1] == 't') /* (a request naming a tenant) */
+            flags[l[fl]++] = 't';
+        /* Sent before: the script looks for the answer it may have given (a first
+         * attempt cannot have one, and skips that look-up). */
+        if (c->sent_mono != 0)
+            flags[l[fl]++] = 'r';
+        if (rs__paused(r))
+            flags[l[fl]++] = 'p';
+        v[fl] = flags;
+    }
+}
+
 /* The command's bytes as Redis reads them, with today's epoch and flags. -1 when out of
  * memory. */
 static int cmd_format(rs_t *r, const rs_cmd_t *c, char **out)
@@ -274,34 +287,13 @@ static int cmd_format(rs_t *r, const rs_cmd_t *c, char **out)
     const char *stackv[64],
         **v = c->argc <= 64 ? stackv : sema__malloc((size_t)c->argc * sizeof(*v));
     size_t stackl[64], *l = c->argc <= 64 ? stackl : sema__malloc((size_t)c->argc * sizeof(*l));
-    const char *p = (const char *)(c->lens + c->argc);
     char flags[8];
     int n = -1;
 
     if (v != NULL && l != NULL) {
-        for (int i = 0; i < c->argc; i++) {
-            v[i] = p;
-            l[i] = c->lens[i];
-            p += c->lens[i];
-        }
-        if (c->script && c->argc > RS_FCALL_HEAD + RS_HEAD_LEN - 1) {
-            const size_t ep = RS_FCALL_HEAD + RS_H_EPOCH, fl = RS_FCALL_HEAD + RS_H_FLAGS;
-            v[ep] = r->epoch;
-            l[ep] = strlen(r->epoch);
-            flags[0] = v[fl][0]; /* '0' or '1': the principal is an admin */
-            l[fl] = 1;
-            if (c->lens[fl] > 1 && v[fl][1] == 't') /* (a request naming a tenant) */
-                flags[l[fl]++] = 't';
-            /* Sent before: the script looks for the answer it may have given (a first
-             * attempt cannot have one, and skips that look-up). */
-            if (c->sent_mono != 0)
-                flags[l[fl]++] = 'r';
-            if (rs__paused(r))
-                flags[l[fl]++] = 'p';
-            v[fl] = flags;
-            if (c->pk != 0 && l[fl] == 1)
-                n = cmd_format_packed(c, v, l, out);
-        }
+        rs__cmd_argv(r, c, v, l, flags);
+        if (c->pk != 0 && l[RS_FCALL_HEAD + RS_H_FLAGS] == 1)
+            n = cmd_format_packed(c, v, l, out);
         if (n < 0)
             n = redisFormatCommandArgv(out, c->argc, v, l);
     }
@@ -320,10 +312,8 @@ void rs__next_id(rs_t *r, char *buf, size_t cap)
 
 /* ---- sending ---- */
 
-void rs__send(rs_t *r, rs_cmd_t *c)
+void rs__send_one(rs_t *r, rs_cmd_t *c)
 {
-    if (r->sh != NULL)
-        return rs__sh_send(r, c);
     if (r->cmd.state != RS_CONN_READY || r->resyncing || r->cmd.ac == NULL) {
         elist_push_back(&r->pending, &c->link);
         r->npending++;
@@ -349,6 +339,28 @@ void rs__send(rs_t *r, rs_cmd_t *c)
         r->npending++;
     }
     redisFreeCommand(bytes);
+}
+
+/* An acquire or a release that may share an FCALL with others of the turn: a first attempt,
+ * packed, plain (no pause), on one Redis (on a cluster, calls go by slot). */
+static int batchable(const rs_t *r, const rs_cmd_t *c)
+{
+    return c->pk != 0 && c->sent_mono == 0 && r->sh == NULL &&
+           c->lens[RS_FCALL_HEAD + RS_H_FLAGS] == 1 && !rs__paused(r);
+}
+
+void rs__send(rs_t *r, rs_cmd_t *c)
+{
+    if (r->sh != NULL)
+        return rs__sh_send(r, c);
+    if (batchable(r, c)) { /* (sent before the loop waits again: rs__prep_cb) */
+        elist_push_back(&r->batch, &c->link);
+        if (++r->nbatch >= RS_BATCH_MAX)
+            rs__batch_flush(r);
+        return;
+    }
+    rs__batch_flush(r); /* (what came first goes first) */
+    rs__send_one(r, c);
 }
 
 /* A script sends its acts and its counts as one string each, their fields NUL-separated:
@@ -460,7 +472,7 @@ void rs__send_plain(rs_t *r, rs_args_t *a)
         rs__send(r, c);
 }
 
-static int reply_is(const redisReply *rep, const char *prefix)
+int rs__reply_is(const redisReply *rep, const char *prefix)
 {
     return rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, prefix, strlen(prefix)) == 0;
 }
@@ -536,22 +548,27 @@ static void collect_done(rs_t *r, rs_cmd_t *c, redisReply *rep)
     rs__due_rearm(r);
 }
 
+int rs__reply_short(const rs_cmd_t *c, const redisReply *rep)
+{
+    return (rep->type == REDIS_REPLY_STRING && rep->len == 17 && rep->str[0] == RS_SHORT_GRANT) ||
+           (rep->type == REDIS_REPLY_INTEGER && c->pk != 0);
+}
+
 static void on_reply(rs_t *r, rs_cmd_t *c, redisReply *rep)
 {
-    if (reply_is(rep, "NOSCRIPT") || reply_is(rep, "ERR Function not found") ||
+    if (rs__reply_is(rep, "NOSCRIPT") || rs__reply_is(rep, "ERR Function not found") ||
         (rep->type == REDIS_REPLY_ARRAY && rs__el_i64(rep, RS_R_STATUS) == RS_ST_EPOCH)) {
         /* the library or the epoch changed: the resync's hello tells what */
         return retry_after_resync(r, c);
     }
-    if (reply_is(rep, "READONLY") || reply_is(rep, "LOADING") || reply_is(rep, "MASTERDOWN")) {
+    if (rs__reply_is(rep, "READONLY") || rs__reply_is(rep, "LOADING") ||
+        rs__reply_is(rep, "MASTERDOWN")) {
         /* a demoted primary, or one that is starting: ask again (Sentinel) and retry */
         elist_push_back(&r->retry, &c->link);
         rs__conn_drop(r, rep->str);
         return;
     }
-    if (c->kind == RS_CMD_OP &&
-        ((rep->type == REDIS_REPLY_STRING && rep->len == 17 && rep->str[0] == RS_SHORT_GRANT) ||
-         (rep->type == REDIS_REPLY_INTEGER && c->pk != 0))) {
+    if (c->kind == RS_CMD_OP && rs__reply_short(c, rep)) {
         rs__op_short(r, c, rep); /* an uncontended acquire or release */
         rs__cmd_free(c);
         return;
@@ -624,6 +641,8 @@ void rs__cmd_cb(redisAsyncContext *ac, void *reply, void *priv)
     rs_cmd_t *c = priv;
 
     elist_remove(&c->link);
+    if (c->kind == RS_CMD_BATCH)
+        return rs__batch_reply(r, c, reply);
     if (reply == NULL) {
         rs__cmd_lost(r, c);
         return;

@@ -89,7 +89,8 @@ enum {
     RS_CMD_PLAIN,
     RS_CMD_MARK,
     RS_CMD_HELLO, /* Redis Cluster: a slot's hello (redis_shards.c) */
-    RS_CMD_READ   /* a read whose answer goes to its `done` (redis_events.c) */
+    RS_CMD_READ,  /* a read whose answer goes to its `done` (redis_events.c) */
+    RS_CMD_BATCH  /* several packed acquires and releases in one FCALL (redis_cmd.c) */
 };
 
 /* One command: its arguments are kept, so a retry after a lost connection sends the same
@@ -97,7 +98,7 @@ enum {
  * formatted when sent, with the epoch known then. */
 struct rs;
 typedef struct rs_cmd {
-    elist_t link; /* r->inflight, r->retry or r->pending */
+    elist_t link; /* r->inflight, r->retry, r->pending, r->batch or a batch's members */
     int argc;
     int script;   /* FCALL: argv[5] is the epoch */
     size_t *lens; /* argc lengths, then the bytes of every argument (one allocation) */
@@ -105,10 +106,11 @@ typedef struct rs_cmd {
     uint64_t gen;    /* r->epoch_changes when last sent */
     uint8_t unknown; /* an answer of it was lost: it may have run */
     uint8_t kind, writes;
-    uint8_t timed; /* RS_CMD_CANCEL of a timeout (its outcome is the request's answer) */
-    uint8_t pk;    /* RS_PK_ACQUIRE or RS_PK_RELEASE: sent packed when plain (0: never) */
-    rs_req_t *rq;  /* RS_CMD_OP */
-    rs_sem_t *sem; /* RS_CMD_COLLECT, RS_CMD_READ */
+    uint8_t timed;   /* RS_CMD_CANCEL of a timeout (its outcome is the request's answer) */
+    uint8_t pk;      /* RS_PK_ACQUIRE or RS_PK_RELEASE: sent packed when plain (0: never) */
+    elist_t members; /* RS_CMD_BATCH: its commands, in the order they run */
+    rs_req_t *rq;    /* RS_CMD_OP */
+    rs_sem_t *sem;   /* RS_CMD_COLLECT, RS_CMD_READ */
     /* RS_CMD_READ: its answer (NULL: none, it failed), once; c is freed after it */
     void (*done)(struct rs *r, struct rs_cmd *c, const redisReply *rep);
     unsigned slot;  /* Redis Cluster: its key's slot, as last sent */
@@ -175,6 +177,9 @@ typedef struct rs {
     void (*rv_again)(struct rs *r); /* ...which runs once it has answered */
     uv_timer_t reconnect_timer, tick_timer, hb_timer, due_timer;
     uv_check_t check;
+    uv_prepare_t prep; /* before the loop waits: the turn's batch goes (rs__batch_flush) */
+    elist_t batch;     /* the turn's packed acquires and releases, not sent yet */
+    size_t nbatch;
     uint64_t backoff_ms, down_since;
     uint64_t contact_mono; /* when Redis last answered a command (loop ms; 0: never) */
     int conn_once;         /* the command connection was up before */
@@ -261,19 +266,41 @@ void rs__args_head(rs_t *r, rs_args_t *a, const char *key, size_t keylen, const 
 rs_cmd_t *rs__cmd_new(rs_t *r, int kind, int argc, const char **argv, const size_t *argvlen);
 rs_cmd_t *rs__cmd_build(rs_t *r, int kind, rs_args_t *a); /* frees a; NULL when out of memory */
 void rs__cmd_free(rs_cmd_t *c);
-/* A plain acquire or release (c->pk) in one argument (redis_proto.h: RS_PK_*): its head and
- * arguments as sent (v, l: the epoch and the plain flag they go with) packed into buf, at least
- * rs__cmd_pack_cap(c) bytes; cluster: for Redis Cluster (its flag byte says so). The packed
- * argument's length, or -1 when the command does not pack (it then goes as it is). */
-size_t rs__cmd_pack_cap(const rs_cmd_t *c);
-int rs__cmd_pack(const rs_cmd_t *c, const char **v, const size_t *l, int cluster, char *buf,
-                 size_t cap);
 void rs__cmd_fail(rs_t *r, rs_cmd_t *c, be_msg_t why); /* its request fails; c is freed */
 void rs__cmd_cb(redisAsyncContext *ac, void *reply, void *priv);
 void rs__cmd_reply(rs_t *r, rs_cmd_t *c, redisReply *reply); /* its answer came */
 void rs__cmd_lost(rs_t *r, rs_cmd_t *c);
+/* Send c, or queue it until the connection is ready; a plain acquire or release waits for
+ * the turn's end to go in one call with the turn's others (redis_batch.c). */
 void rs__send(rs_t *r, rs_cmd_t *c);
-void rs__send_plain(rs_t *r, rs_args_t *a);       /* a command whose answer nobody reads */
+void rs__send_one(rs_t *r, rs_cmd_t *c);    /* rs__send, never in a batch */
+void rs__send_plain(rs_t *r, rs_args_t *a); /* a command whose answer nobody reads */
+/* c's arguments as sent now (v and l: c->argc each), with today's epoch and the flags,
+ * written in `flags` (8 bytes). */
+void rs__cmd_argv(rs_t *r, const rs_cmd_t *c, const char **v, size_t *l, char *flags);
+typedef struct {
+    char *p, *end; /* p NULL once something did not fit */
+} rs_pk_buf_t;
+/* A plain acquire or release (c->pk) in one argument (redis_proto.h: RS_PK_*): its head and
+ * arguments as sent (v, l: as rs__cmd_argv gives them, or on Redis Cluster as redis_shards.c
+ * does, with the epoch and the plain flag they go with) appended to b; cluster: for Redis
+ * Cluster (its flag byte says so). b->p is NULL when they do not pack (c goes as it is); at
+ * most rs__cmd_pack_cap(c) bytes are written. */
+void rs__cmd_pack(const rs_cmd_t *c, const char **v, const size_t *l, int cluster, rs_pk_buf_t *b);
+size_t rs__cmd_pack_cap(const rs_cmd_t *c);
+int rs__reply_is(const redisReply *rep, const char *prefix); /* an error starting so */
+/* A short path's answer (redis_proto.h: RS_SHORT_GRANT, or an integer to a packed call). */
+int rs__reply_short(const rs_cmd_t *c, const redisReply *rep);
+
+/* ---- redis_batch.c: the plain acquires and releases of a turn in one call ---- */
+/* Send the acquires and releases rs__send kept back this turn: one FCALL for two or more, in
+ * their order (the script runs each one's short path, or else its general path, in its place:
+ * none goes again by itself, so nothing sent after the batch runs before any of them). */
+void rs__batch_flush(rs_t *r);
+void rs__prep_cb(uv_prepare_t *h); /* rs__batch_flush before the loop waits */
+/* A batch's answer (NULL: its connection went); the batch is freed. */
+void rs__batch_reply(rs_t *r, rs_cmd_t *b, redisReply *rep);
+
 void rs__next_id(rs_t *r, char *buf, size_t cap); /* a request (and waiter) id */
 /* A pause in grants after lost data has not ended, by Redis's clock as this instance reckons
  * it: commands say so ("p"), so the script takes no short path. */

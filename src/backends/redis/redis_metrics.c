@@ -25,7 +25,7 @@ void rs__stats(void *be, engine_stats_t *out)
     out->locks = r->nlocks;
     out->parked = r->nparked;
     /* A request whose command is in flight: tests and shutdown wait for them. */
-    out->writes_pending = !elist_empty(&r->inflight) || !elist_empty(&r->held) ||
+    out->writes_pending = !elist_empty(&r->inflight) || !elist_empty(&r->held) || r->nbatch > 0 ||
                           (!elist_empty(&r->pending) && r->cmd.state != RS_CONN_DOWN) ||
                           r->cmd.state == RS_CONN_CONNECTING;
 }

@@ -436,7 +436,7 @@ void rs__op_short(rs_t *r, rs_cmd_t *c, const redisReply *rep)
         if (rep->type == REDIS_REPLY_STRING) { /* RS_SHORT_GRANT */
             fence = (uint64_t)le_double(rep->str + 1);
             now = (int64_t)le_double(rep->str + 9);
-        } else { /* the fence is Redis's clock in microseconds */
+        } else { /* the fence is in Redis's millisecond, in microseconds */
             fence = (uint64_t)rep->integer;
             now = rep->integer / 1000;
         }
@@ -454,6 +454,7 @@ void rs__op_short(rs_t *r, rs_cmd_t *c, const redisReply *rep)
         l->name = req->name;
         l->name_len = req->name_len;
         l->owner = req->owner != NULL && req->owner[0] != '\0' ? req->owner : NULL;
+        l->tenant = req->tenant; /* (a semaphore with limits has a short path too) */
         l->weight = req->weight;
         l->fence = fence;
         l->ttl_ms = req->ttl_ms;

@@ -109,11 +109,19 @@ enum {
 enum { RS_PK_ACQUIRE = 'A', RS_PK_RELEASE = 'R' };
 
 /* An acquire granted at once answers (the general path answers with the array of
- * RS_REPLY_MAP) with the fence, an integer, when it is Redis's clock in microseconds (the
- * clock in ms is the fence / 1000); else with one short string: RS_SHORT_GRANT, then the fence
- * and Redis's clock (ms) as two little-endian doubles. The rest of the lease is the request's.
- * A release nobody waits for answers with an integer: the lease's acquired time (ms). */
+ * RS_REPLY_MAP) with the fence, an integer, when it falls in Redis's current millisecond
+ * counted in microseconds (the clock in ms is the fence / 1000); else with one short string:
+ * RS_SHORT_GRANT, then the fence and Redis's clock (ms) as two little-endian doubles. The rest of
+ * the lease is the request's. A release nobody waits for answers with an integer: the lease's
+ * acquired time (ms). */
 enum { RS_SHORT_GRANT = 'G' };
+
+/* Several plain acquires and releases of one turn in one call (FCALL sema N, each one's KEY,
+ * then each one's packed argument, in order) answer with an array: every one's answer, in
+ * order, as it would be alone (a short path's, the general path's RS_REPLY_MAP run in its
+ * place, or an error). At most RS_BATCH_MAX in one call; on one Redis only (on Redis Cluster
+ * each goes by itself, to its slot's primary). */
+enum { RS_BATCH_MAX = 64 };
 
 /* What a script did, in order (an act's first field): X(ID, number, event type or NULL).
  * The first six, QUEUED and LEFT are the public events (rs_act_public); an outcome collected

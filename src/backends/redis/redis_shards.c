@@ -263,12 +263,13 @@ static int owner_changed(const rs_shards_t *sh, const rs_slot_t *sl, unsigned sl
  * it does not pack). */
 static int pack(const rs_cmd_t *c, const char **v, size_t *l, char *buf, size_t cap)
 {
-    int n = cap > 0 ? rs__cmd_pack(c, v, l, 1, buf, cap) : -1;
+    rs_pk_buf_t b = {buf, buf + cap};
 
-    if (n < 0)
+    rs__cmd_pack(c, v, l, 1, &b);
+    if (b.p == NULL)
         return c->argc;
     v[RS_FCALL_HEAD] = buf;
-    l[RS_FCALL_HEAD] = (size_t)n;
+    l[RS_FCALL_HEAD] = (size_t)(b.p - buf);
     return RS_FCALL_HEAD + 1;
 }
 

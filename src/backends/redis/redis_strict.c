@@ -205,6 +205,7 @@ void rs__check_cb(uv_check_t *h)
     rs_t *r = h->data;
     char n[24], to[24];
 
+    rs__batch_flush(r); /* (a WAIT confirms what went before it) */
     if (r->sh != NULL && r->strict && r->replicas > 0)
         return rs__sh_strict_check(r);
     if (!r->strict || r->wait_inflight || (elist_empty(&r->held) && elist_empty(&r->unconfirmed)) ||

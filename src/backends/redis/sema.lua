@@ -918,7 +918,7 @@ local function answer(st, msg, res)
   end
   if S and (not M or M.ev ~= 0) then
     LOG = redis.call('HGET', KS, 'log')
-    if M and not LOG and not M.lim then
+    if M and not LOG then
       M.ev = 0 -- nobody follows its events: the calls after this one need not look
     end
   end
@@ -1398,9 +1398,12 @@ end
 -- epoch's hash: the row says what they need of it (ep, pa, hz: the row's fields above), and
 -- the instance sends a plain flag only while it knows of no pause. Nil for any other call,
 -- which takes the general path.
--- (k: the stem; the weight, ttl and epoch as numbers; the lease id and owner. An acquire
--- naming an Idempotency-Key takes the general path.)
-local function acquire_at_once(k, wt, ttl, epoch, lid, owner, packed)
+-- (k: the stem; the weight, ttl and epoch as numbers; the lease id and owner; the tenant it
+-- names, or nil. An acquire naming an Idempotency-Key takes the general path.)
+-- On a semaphore with limits (its row one number longer), the tenant's room and the bucket
+-- are looked at too (LH.short_fits) and then taken (LH.short_take); an acquire naming a
+-- tenant on a semaphore without limits takes the general path, which gives it some.
+local function acquire_at_once(k, wt, ttl, epoch, lid, owner, packed, tenant)
   local kind, km, kx = SP.keys(k)
   if kind ~= 's' then
     return nil
@@ -1415,6 +1418,14 @@ local function acquire_at_once(k, wt, ttl, epoch, lid, owner, packed)
   -- come, events to log: the general path's)
   if ep ~= epoch or pa ~= 0 or nq ~= 0 or nt ~= 0 or ev ~= 0 or
      due == 0 or due <= NOW or exp < due or wt < 1 or wt > cap or wt > avail then
+    return nil
+  end
+  local lim = #v ~= SP.rowlen
+  if lim then
+    if not LH.short_fits(k, wt, tenant) then
+      return nil
+    end
+  elseif tenant then
     return nil
   end
   -- (the row's copy of the horizon is as old as the last call that looked, a second ahead
@@ -1439,6 +1450,9 @@ local function acquire_at_once(k, wt, ttl, epoch, lid, owner, packed)
   end
   rcall('SET', H .. 'id:' .. lid, lrecord(wt, fence, ttl, NOW, exp, 0, owner, '', PRINC))
   rcall('ZADD', kx, fmt('%d', exp), lid)
+  if lim then
+    LH.short_take(k, lid, wt, tenant)
+  end
   granted()
   ls.d = ls.d + 1
   if hz == hz0 then
@@ -1447,8 +1461,10 @@ local function acquire_at_once(k, wt, ttl, epoch, lid, owner, packed)
     rcall('SETRANGE', km, ROW_AT.avail, spack('<dddddddddd', avail - wt, held + wt,
                                                         fence, nq, due, nt, ev, ep, pa, hz))
   end
-  if packed and fence == NOWUS then
-    return fence -- (an integer reply, to a packed call only: Redis's clock is in it)
+  if packed and fence < NOW * 1000 + 1000 then
+    -- (an integer reply, to a packed call only: in Redis's millisecond, Redis's clock is in
+    -- it; the grants after the first of a microsecond, or of a batch, answer so too)
+    return fence
   end
   return spack('<Bdd', 71, fence, NOW) -- 'G' (the rest of the lease is the request's)
 end
@@ -1475,10 +1491,17 @@ local function release_at_once(k)
   end
   local avail, held, fence, nq, due, nt, ev = sunpack(SP.avail_to_ev, r, SP.avail)
   local ls = LQ.by[H]
-  if nq ~= 0 or nt ~= 0 or ev ~= 0 or not ls or not (ls.dirty or LQ.mark(ls)) then
+  if nq ~= 0 or nt ~= 0 or ev ~= 0 or not ls then
     return nil
   end
   local lid = string.sub(k, #H + 4)
+  local lim = #r ~= SP.rowlen -- (limits: the tenant's hold goes too, LH.short_free)
+  if (lim and not LH.short_free(stem, lid, w)) or not (ls.dirty or LQ.mark(ls)) then
+    return nil
+  end
+  if lim then
+    LH.short_give(stem, lid)
+  end
   rcall('ZREM', kx, lid)
   rcall('SET', k, 'TR' .. RID, 'PX', P.TOMB_TTL_MS_S)
   if idem ~= '' and rcall('HGET', ki, idem) == 'L' .. lid then
@@ -1490,18 +1513,20 @@ local function release_at_once(k)
 end
 
 -- A call of an acquire or a release packed in one argument s (redis_proto.h: RS_PK_*), on
--- the stem or the lease id's key keys[1]: the short path's answer, or nil when it does not
--- take it, with the head and the arguments read back into ARGV and Redis's clock read
--- (SP.clock) for the general path. Its flag byte is '0' or '1' (the principal is an admin) on
--- one Redis, '2' or '3' on Redis Cluster (then keys[1] ends with '!', as SP.head's 'c' says).
+-- the stem or the lease id's key keys[i] (the call's i-th: one alone, or one of a batch,
+-- SP.batch): the short path's answer, or nil when it does not take it (then it wrote nothing),
+-- with the head and the arguments read back into ARGV and Redis's clock read (SP.clock;
+-- already read when `clocked`) for the general path. Its flag byte is '0' or '1' (the
+-- principal is an admin) on one Redis, '2' or '3' on Redis Cluster (then keys[i] ends with
+-- '!', as SP.head's 'c' says, and loses it here: a cluster's packed call is always alone).
 SP.flag = {[48] = '0', [49] = '1', [50] = '0', [51] = '1'}
-function SP.packed(keys, s)
+function SP.packed(keys, i, s, clocked)
   if sbyte(s, 2) < 50 then
     H, PUB = 'sema:', 'PUBLISH'
   else
-    SP.on_cluster(keys)
+    SP.on_cluster(keys, i)
   end
-  local k = keys[1]
+  local k = keys[i]
   RETRY = false
   if sbyte(s, 1) == P.PK_RELEASE then
     local _, fl, ep, princ, rid, inst = sunpack('<BBdHc0Hc0Hc0', s)
@@ -1512,12 +1537,16 @@ function SP.packed(keys, s)
     end
     OP, EPOCH, INST = 'lease_release', N(ep), inst
     ARGV = {OP, EPOCH, ADMIN, INST, RID, PRINC}
-    SP.clock()
+    if not clocked then
+      SP.clock()
+    end
     return nil
   end
   local _, fl, ep, wt, ttl, wait, lid, owner, princ, at = sunpack('<BBdddBHc0Hc0Hc0', s)
   ADMIN, PRINC = SP.flag[fl], princ
-  SP.clock()
+  if not clocked then
+    SP.clock()
+  end
   local r = acquire_at_once(k, wt, ttl, ep, lid, owner, true)
   if r then
     return r
@@ -2508,10 +2537,11 @@ end
 
 -- ---- limits: tenants served in turn and a rate (docs/semantics.md) ----
 -- A semaphore has limits while it has a tenant_max or a rate, or while a request naming a
--- tenant holds or waits there; then its row is one number longer (ROW_LIM: the short paths
--- read only the numbers before it) and says someone may follow its events (ev = 1), so the
--- short acquire and release never run on it: every call takes the general path, which keeps
--- the limits. The state, under the semaphore's hash tag:
+-- tenant holds or waits there; then its row is one number longer (the short paths read only
+-- the numbers before it, and tell a row with limits by its length). An uncontended acquire
+-- and its release keep the limits in short (LH.short_*: the tenant's record, the bucket, the
+-- lease's tenant); anything else takes the general path. The state, under the semaphore's
+-- hash tag:
 --   :L   tm, rate, burst (0: none); tok and tms (the bucket: millionths of a unit at Redis's
 --        ms tms); ring (the tenants with waiters in turn order) and last, turn (the round
 --        robin: the tenant served last, and whether its turn goes on); nidle (wait-idles);
@@ -3249,6 +3279,104 @@ LH.view = function()
     end
   end
   return r
+end
+
+-- ---- the short paths' part (acquire_at_once, release_at_once) ----
+-- LH.ls: what LH.short_fits and LH.short_free read, for LH.short_take and LH.short_give.
+LH.ls = {}
+
+-- May weight wt of `tenant` (nil: none) be granted on stem k, whose row has limits and
+-- nobody waiting? What LH.at_once asks (a tenant at its tenant_max, no room for another
+-- tenant, tokens short: no), from :L's numbers and the tenant's record alone. Reads only.
+LH.short_fits = function(k, wt, tenant)
+  local x = rcall('HMGET', k .. ':L', 'tm', 'rate', 'burst', 'tok', 'tms', 'ntn')
+  local tm, rate, ntn = tonumber(x[1]) or 0, tonumber(x[2]) or 0, tonumber(x[6]) or 0
+  local name = tenant_of(tenant)
+  local v = rcall('HGET', k .. ':tn', name)
+  local s = LH.ls
+  if v then
+    s.t = tn_parse(v)
+  elseif ntn >= P.TENANTS_MAX then
+    return false
+  else
+    s.t, ntn = {held = 0, nw = 0, ww = 0, def = 0}, ntn + 1
+  end
+  if tm ~= 0 and s.t.held + wt > tm then
+    return false
+  end
+  if rate ~= 0 then -- (refill and tokens_at's sums)
+    local tok, tms = tonumber(x[4]) or 0, tonumber(x[5]) or NOW
+    if NOW > tms then
+      local cap = (tonumber(x[3]) or 0) * MICRO
+      tok = tok + (NOW - tms) * rate * 1000
+      if tok >= cap then
+        tok = cap
+      end
+    end
+    if tok < wt * MICRO then
+      return false
+    end
+    s.tok = tok - wt * MICRO
+  end
+  s.name, s.new, s.ntn, s.rate = name, not v, ntn, rate
+  return true
+end
+
+-- The grant's part (after LH.short_fits): what LH.hold and the bucket's take write.
+LH.short_take = function(k, lid, wt, tenant)
+  local s = LH.ls
+  local t = s.t
+  rcall('HSET', k .. ':tn', s.name, fmt('%d %d %d %d', t.held + wt, t.nw, t.ww, t.def))
+  if s.rate ~= 0 and s.new then
+    rcall('HSET', k .. ':L', 'tok', N(s.tok), 'tms', N(NOW), 'ntn', N(s.ntn))
+  elseif s.rate ~= 0 then
+    rcall('HSET', k .. ':L', 'tok', N(s.tok), 'tms', N(NOW))
+  elseif s.new then
+    rcall('HSET', k .. ':L', 'ntn', N(s.ntn))
+  end
+  if tenant then
+    rcall('HSET', k .. ':lt', lid, tenant)
+  end
+end
+
+-- May the lease lid (weight w) of stem k, whose row has limits and nobody waiting, end in
+-- short? Yes unless its tenant's record is missing or the limits would go idle (LH.save then
+-- makes the row plain again: the general path's). Reads only.
+LH.short_free = function(k, lid, w)
+  local s = LH.ls
+  s.tn = rcall('HGET', k .. ':lt', lid)
+  s.name = tenant_of(s.tn or '')
+  local v = rcall('HGET', k .. ':tn', s.name)
+  if not v then
+    return false
+  end
+  local t = tn_parse(v)
+  t.held = t.held - w
+  s.t, s.free = t, t.nw == 0 and t.held <= 0
+  if s.free then
+    local x = rcall('HMGET', k .. ':L', 'tm', 'rate', 'ntn', 'nidle')
+    s.ntn = (tonumber(x[3]) or 0) - 1
+    if (tonumber(x[1]) or 0) == 0 and (tonumber(x[2]) or 0) == 0 and s.ntn <= 0 and
+       (tonumber(x[4]) or 0) == 0 then
+      return false
+    end
+  end
+  return true
+end
+
+-- The release's part (after LH.short_free): what LH.unhold writes.
+LH.short_give = function(k, lid)
+  local s = LH.ls
+  if s.tn then
+    rcall('HDEL', k .. ':lt', lid)
+  end
+  if s.free then
+    rcall('HDEL', k .. ':tn', s.name)
+    rcall('HSET', k .. ':L', 'ntn', N(s.ntn))
+  else
+    local t = s.t
+    rcall('HSET', k .. ':tn', s.name, fmt('%d %d %d %d', t.held, t.nw, t.ww, t.def))
+  end
 end
 
 end -- (the section "limits")
@@ -4468,9 +4596,10 @@ end
 -- the slot migrates, Redis sends the call elsewhere rather than run it with part of the slot's
 -- keys moved): the key itself, its slot's hash tag for the keys that are not one semaphore's
 -- (H), and SPUBLISH on that slot.
-function SP.on_cluster(keys)
-  keys[1] = string.sub(keys[1], 1, -2)
-  H, PUB = match(keys[1], '^sema:{[^}]*}') or 'sema:', 'SPUBLISH'
+function SP.on_cluster(keys, i)
+  i = i or 1
+  keys[i] = string.sub(keys[i], 1, -2)
+  H, PUB = match(keys[i], '^sema:{[^}]*}') or 'sema:', 'SPUBLISH'
 end
 
 -- Redis's clock (TIME), once per call.
@@ -4504,10 +4633,13 @@ function SP.head(keys)
   -- short path answers an integer, which semad reads as a release's only for a packed call,
   -- so it takes the general path)
   SP.clock()
-  if plain and OP == 'acquire' and ARGV[A + 5] == '' then
-    local sw, sttl = ARGV[A], ARGV[A + 2]
+  -- (an acquire naming a tenant is sent with 't' after the flag: plain besides, it may take
+  -- the short path of a semaphore with limits)
+  if (plain or fl == ADMIN .. 't') and OP == 'acquire' and ARGV[A + 5] == '' then
+    local sw, sttl, tn = ARGV[A], ARGV[A + 2], ARGV[A + 7]
     return acquire_at_once(keys[1], SP.nums[sw] or SP.num(sw), SP.nums[sttl] or SP.num(sttl),
-                           SP.nums[EPOCH] or SP.num(EPOCH), ARGV[A + 3], ARGV[A + 4], false)
+                           SP.nums[EPOCH] or SP.num(EPOCH), ARGV[A + 3], ARGV[A + 4], false,
+                           tn ~= '' and tn or nil)
   end
   return nil
 end
@@ -4525,26 +4657,17 @@ function SP.init(keys, args)
   SP.to_hz = '<' .. string.rep('d', ROW_AT.hz / 8 + 1)
   SP.avail_to_ev = '<' .. string.rep('d', (ROW_AT.ev - ROW_AT.avail) / 8 + 1)
   SP.avail = ROW_AT.avail + 1 -- (where AVAIL starts)
+  SP.rowlen = #ROW * 8 -- (a row with limits is one number longer)
 end
 
-local function main(keys, args)
-  KEYS, ARGV = keys, args
-  if not fmt then
-    SP.init(keys, args)
-  end
-  local r
-  if #args == 1 then -- (an acquire or a release in one argument: RS_PK_*)
-    r = SP.packed(keys, args[1])
-  else
-    r = SP.head(keys)
-  end
-  if r then
-    return r
-  end
+-- The general path of a call whose short path was not taken (its head read: OP, EPOCH,
+-- INST, RID, ADMIN, RETRY, PRINC; ARGV; Redis's clock; KEYS): its answer. Every call starts
+-- from the same state here, alone or one of a batch's.
+function SP.general(keys)
   if OP == 'follow' then
     return follow(keys[1])
   end
-  if MU.used then -- (the short paths above use none of it)
+  if MU.used then -- (the short paths use none of it)
     MU.wc, MU.afc, MU.htc, MU.used = {}, {}, {}, false -- (a call's own)
   end
   ACTS, WAKE, GRANTED = NONE, NONE, NONE
@@ -4557,7 +4680,7 @@ local function main(keys, args)
       return cmsgpack.unpack(c)
     end
   end
-  r = publish(run())
+  local r = publish(run())
   -- The answer to a write is kept for a retry, unless a retry can work it out again from
   -- what the write left (a grant made at once: its lease; a release: its tombstone) and
   -- nothing in it completes a parked request of this instance.
@@ -4565,6 +4688,62 @@ local function main(keys, args)
     redis.call('SET', H .. 'r:' .. RID, cmsgpack.pack(r), 'PX', P.RESULT_TTL_MS_S)
   end
   return r
+end
+
+-- The batch's members from the i-th on, their answers into out (out[j], the j-th's): its
+-- short path's, or else its general path's, run here, in its place: Redis runs every member
+-- where the instance put it, and nothing sent after the batch can come before any of them.
+-- (Each member's key alone is KEYS for its general path: on one Redis, where batches go, a
+-- call may touch keys it does not name, as the general path's every call does.)
+function SP.members(keys, args, out, i)
+  for j = i, #keys do
+    local r = SP.packed(keys, j, args[j], true)
+    if not r then
+      KEYS = {keys[j]}
+      r = SP.general(KEYS)
+    end
+    out[j] = r
+  end
+end
+
+-- Several packed calls in one (redis_batch.c; KEYS[i] and ARGV[i] each one's, in the order
+-- the instance got them), one clock for all: every member's answer, in order, as it would be
+-- alone. A member whose run raises an error answers with that error, as a call alone would,
+-- and those after it still run (the loop is protected once, and taken up again after one).
+function SP.batch(keys, args)
+  local out, i = {}, 1
+  SP.clock()
+  while true do
+    local ok, e = pcall(SP.members, keys, args, out, i)
+    if ok then
+      return out
+    end
+    i = #out + 1
+    out[i] = type(e) == 'table' and e.err and e or {err = tostring(e)}
+    i = i + 1
+    if i > #keys then
+      return out
+    end
+  end
+end
+
+local function main(keys, args)
+  KEYS, ARGV = keys, args
+  if not fmt then
+    SP.init(keys, args)
+  end
+  local r
+  if #args == 1 then -- (an acquire or a release in one argument: RS_PK_*)
+    r = SP.packed(keys, 1, args[1])
+  elseif #keys > 1 then -- (several of them: SP.batch)
+    return SP.batch(keys, args)
+  else
+    r = SP.head(keys)
+  end
+  if r then
+    return r
+  end
+  return SP.general(keys)
 end
 
 redis.register_function('sema', main)
