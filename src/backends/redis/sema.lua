@@ -4592,10 +4592,10 @@ follow = function(k)
   return {N(new), redis.call('HGET', KS, 'log'), m and '1' or '0'}
 end
 
--- A call on Redis Cluster: KEYS[1] is the key followed by '!', a key that never exists (while
--- the slot migrates, Redis sends the call elsewhere rather than run it with part of the slot's
--- keys moved): the key itself, its slot's hash tag for the keys that are not one semaphore's
--- (H), and SPUBLISH on that slot.
+-- A call on Redis Cluster: keys[i] (KEYS[1] unless told) is the key followed by '!', a key
+-- that never exists (while the slot migrates, Redis sends the call elsewhere rather than run
+-- it with part of the slot's keys moved): the key itself, its slot's hash tag for the keys
+-- that are not one semaphore's (H), and SPUBLISH on that slot.
 function SP.on_cluster(keys, i)
   i = i or 1
   keys[i] = string.sub(keys[i], 1, -2)
