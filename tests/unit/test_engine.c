@@ -615,6 +615,35 @@ TEST(lease_renew_keeps_it_past_its_first_ttl)
     fx_free(&f);
 }
 
+/* pitfall: a lease that ends before the expires_at it was told lets its holder work on past
+ * the moment the engine handed its units on. Its deadline must be counted from when it was
+ * granted, not from when the event loop last read its clock: the loop does not run during
+ * the pause below, as during one long turn of a busy server. */
+TEST(a_lease_ends_no_sooner_than_the_expires_at_it_told)
+{
+    fx_t f;
+    treq_t *a, *w;
+    struct timespec pause = {0, 300 * 1000000L}, ts;
+    int64_t expires_at;
+
+    fx_init(&f);
+    fx_put(&f, "s", 1);
+    nanosleep(&pause, NULL);
+    a = treq_new(ENGINE_ACQUIRE, "s");
+    a->r.weight = 1;
+    a->r.ttl_ms = 500;
+    ASSERT_OK(fx_do(&f, a));
+    expires_at = jint(a->res, "expires_at");
+    w = fx_acquire(&f, "s", 1, -1);
+    ASSERT(fx_run_until(&f, &w->done, FX_DO_MS));
+    ASSERT_EQ(w->status, 0);
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ASSERT_GE((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000, expires_at);
+    treq_free(a);
+    treq_free(w);
+    fx_free(&f);
+}
+
 /* ---- keyed locks ---- */
 
 static treq_t *lock_acquire(fx_t *f, const char *key, int mode, int64_t timeout_ms)

@@ -22,6 +22,11 @@ int64_t emb__wall_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+uint64_t emb__lease_deadline(int64_t ttl_ms)
+{
+    return uv_hrtime() / 1000000 + (uint64_t)ttl_ms + 1;
+}
+
 int64_t emb__wall_of(emb_t *eb, uint64_t mono)
 {
     int64_t off = emb__wall_ms() - (int64_t)emb__now(eb);

@@ -300,6 +300,12 @@ struct emb {
 /* emb.c */
 uint64_t emb__now(emb_t *eb); /* monotonic ms */
 int64_t emb__wall_ms(void);   /* Unix epoch ms */
+/* The deadline on the loop's monotonic clock of a lease told it ends at wall + ttl_ms, the
+ * wall clock just read: from the monotonic clock read now, not the loop's time (as old as
+ * its turn), and one millisecond for what the clocks' truncation to milliseconds can lose,
+ * so the lease never ends before the expires_at it was told. The loop's time itself is not
+ * moved: every other rule of the turn (the rate's bucket) keeps one clock. */
+uint64_t emb__lease_deadline(int64_t ttl_ms);
 /* The wall clock time (Unix epoch ms) of monotonic time `mono`, by an offset kept until the
  * wall clock moves more than a second against the monotonic one: every view of one instant
  * (a waiter's `since` in a view, in a list item, in an event) says the same millisecond. */

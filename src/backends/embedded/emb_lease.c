@@ -145,7 +145,7 @@ static emb_lease_t *lease_make(emb_t *eb, emb_sem_t *s, const engine_req_t *req,
                                const char *tenant, const char *idem_key)
 {
     emb_lease_t *l = sema__calloc(1, sizeof(*l));
-    uint64_t now = emb__now(eb);
+    int64_t wall = emb__wall_ms();
     int64_t ttl_ms = req->ttl_ms;
 
     if (l == NULL)
@@ -163,7 +163,7 @@ static emb_lease_t *lease_make(emb_t *eb, emb_sem_t *s, const engine_req_t *req,
         ttl_ms = eb->cfg.default_ttl_ms;
     l->hi.kind = EITEM_LEASE;
     l->hi.idx = EHEAP_NONE;
-    l->hi.deadline = now + (uint64_t)ttl_ms;
+    l->hi.deadline = emb__lease_deadline(ttl_ms);
     l->weight = weight;
     if (eheap_push(&eb->heap, &l->hi) != 0) {
         lease_free_raw(l);
@@ -179,9 +179,9 @@ static emb_lease_t *lease_make(emb_t *eb, emb_sem_t *s, const engine_req_t *req,
     etab_insert(&eb->leases, &l->node);
     l->mode = emb__req_mode(req);
     l->ttl_ms = ttl_ms;
-    l->acquired_at_ms = emb__wall_ms();
-    l->expires_at_ms = l->acquired_at_ms + ttl_ms;
-    l->acquired_mono = now;
+    l->acquired_at_ms = wall;
+    l->expires_at_ms = wall + ttl_ms;
+    l->acquired_mono = emb__now(eb);
     if (idem_key != NULL && idem_key[0] != '\0') {
         emb_idem_t *d = emb__idem_new(eb, req->op == ENGINE_ACQUIRE_MULTI ? NULL : s, idem_key,
                                       strlen(idem_key));
@@ -452,7 +452,7 @@ int emb__lease_load(emb_t *eb, emb_sem_t *s, const store_lease_t *rec)
     l->acquired_mono = emb__now(eb);
     l->hi.kind = EITEM_LEASE;
     l->hi.idx = EHEAP_NONE;
-    l->hi.deadline = emb__now(eb) + (uint64_t)(l->expires_at_ms - wall);
+    l->hi.deadline = emb__lease_deadline(l->expires_at_ms - wall);
     if (eheap_push(&eb->heap, &l->hi) != 0) {
         lease_free_raw(l);
         return SEMA_ENOMEM;

@@ -547,11 +547,12 @@ static void op_lease_renew(emb_t *eb, emb_req_t *er)
         return;
     l->ttl_ms = ttl;
     l->expires_at_ms = emb__wall_ms() + ttl;
+    /* the wall clock first, then the deadline (emb__lease_deadline) */
     for (emb_lease_t *p = emb__lease_next(l); p != NULL; p = emb__lease_next(p)) {
         p->ttl_ms = l->ttl_ms;
         p->expires_at_ms = l->expires_at_ms;
     }
-    eheap_update(&eb->heap, &l->hi, emb__now(eb) + (uint64_t)ttl);
+    eheap_update(&eb->heap, &l->hi, emb__lease_deadline(ttl));
     emb__timer_rearm(eb);
     emb__store_lease(eb, l, 0);
     er->durable = eb->strict; /* relaxed: rides the next commit, the reply does not wait */
