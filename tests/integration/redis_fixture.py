@@ -704,9 +704,17 @@ class Fleet:
         return False
 
 
+# The HTTP suites on Redis check semad's semantics, not what it does when Redis answers
+# late: their instances give Redis the longest command timeout (docs/redis.md, `?timeout`),
+# so that a busy machine starving redis-server for over the default 2 s is not answered 503
+# midway through a case (test_redis_faults.py checks that answer).
+SUITE_QUERY = "?timeout=10000"
+
+
 class SuiteFleet(Fleet):
     """semad_fixture.Semad under SEMA_TEST_REDIS=N: a fresh redis-server and N semad
-    instances on it for every Semad() the HTTP suites make; same constructor."""
+    instances on it for every Semad() the HTTP suites make (SUITE_QUERY); same
+    constructor."""
 
     instances_per_redis = 1
 
@@ -717,8 +725,8 @@ class SuiteFleet(Fleet):
                           "is in Redis")
         self.redis = RedisServer()
         try:
-            Fleet.__init__(self, self.redis.url(), self.instances_per_redis, *args,
-                           durability=durability, env=env)
+            Fleet.__init__(self, self.redis.url() + SUITE_QUERY, self.instances_per_redis,
+                           *args, durability=durability, env=env)
         except BaseException:
             self.redis.close()
             raise
@@ -749,7 +757,7 @@ def _close_cluster():
 class ClusterSuiteFleet(Fleet):
     """semad_fixture.Semad under SEMA_TEST_CLUSTER=N: N semad instances on a Redis Cluster of
     three primaries and their replicas (redis_cluster_fixture.py), with
-    --engine redis+cluster://; same constructor. The cluster is made once per test process
+    --engine redis+cluster://...SUITE_QUERY; same constructor. The cluster is made once per test process
     and emptied (FLUSHALL on every primary) for every Semad()."""
 
     instances_per_redis = 1
@@ -768,8 +776,8 @@ class ClusterSuiteFleet(Fleet):
             _cluster_ports[:] = [n.port for n in _cluster.primaries()]
         for port in _cluster_ports:
             cf.command(port, "FLUSHALL")
-        Fleet.__init__(self, "redis+cluster://" + _cluster.seeds(), self.instances_per_redis,
-                       *args, durability=durability, env=env)
+        Fleet.__init__(self, "redis+cluster://" + _cluster.seeds() + SUITE_QUERY,
+                       self.instances_per_redis, *args, durability=durability, env=env)
 
 
 def cluster_suite_fleet(n):

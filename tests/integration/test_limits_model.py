@@ -88,7 +88,7 @@ def test_tenants_and_caps_under_random_load():
 
 # A stall longer than the checker's slack for an answer past its timeout (3 s), midway
 # through the tenants' load: on the embedded engine (on Redis, a pause past the command
-# timeout of 2 s is a Redis that did not answer, and requests are answered 503: see
+# timeout is a Redis that did not answer, and requests are answered 503: see
 # test_redis_faults.py), and not in the sanitizer builds (their slack is 12 s).
 PAUSE_S = 3.5
 STALL = not FLEET and fx.SCALE >= 1

@@ -5,7 +5,12 @@
  * - no semaphore above its capacity and no tenant above its tenant_max at any grant;
  * - a request on several semaphores granted only all at once (a "granted" event on each of
  *   its semaphores, with its lease id, before its completion, and none before all fit);
- * - FIFO within each tenant on each semaphore (plain FIFO in the phase without tenants);
+ * - FIFO within each tenant on each semaphore (plain FIFO in the phase without tenants),
+ *   judged on each semaphore's own events: a request is in its line from its "queued" there
+ *   to its "granted" or "left" there (each request's owner names it), and nobody of its
+ *   tenant who arrived after it is granted there meanwhile. (Completions do not tell it: on
+ *   Redis the grants a call makes on a semaphore other than its own come by a message of
+ *   their own, which may overtake the reply that tells an earlier request's grant or timeout);
  * - no deadlock: at the end nobody new comes, holders give back what they get, and every
  *   request that waits forever is granted (bounded wait);
  * - a rate: no grant without its tokens, by a model of the bucket on the loop's clock.
@@ -24,8 +29,8 @@ typedef struct {
     engine_part_t parts[NSEM];
     char names[NSEM][4];
     size_t nparts;
-    int tenant; /* -1: none */
-    uint64_t seq;
+    int tenant;     /* -1: none */
+    char owner[24]; /* "r<its request's number>" */
     int pending;
     int holding;
     char lease[40];
@@ -46,7 +51,7 @@ typedef struct {
 static fx_t F;
 static client_t C[NCLIENT];
 static semck_t S[NSEM];
-static uint64_t rng = 0x51ed27e5ull, arrivals;
+static uint64_t rng = 0x51ed27e5ull;
 static int with_tenants;
 static const char *const TENANT[NTENANT] = {"t0", "t1", "t2"};
 
@@ -59,6 +64,15 @@ static struct {
     unsigned sems;
 } seen[NSEEN], done[NCLIENT * 4];
 static size_t nseen, ndone;
+
+/* Every request of a case by its number, in arrival order (the order of engine_submit: one
+ * loop, and on Redis one connection, keeps it): its tenant and the lines it is in now. */
+typedef struct {
+    int tenant;
+    unsigned in_line; /* bit i: it waits in s<i>'s line ("queued" there, no "granted"/"left") */
+} reqck_t;
+static reqck_t *R;
+static size_t nreq, req_cap, nqueued;
 
 static uint64_t rnd(uint64_t n)
 {
@@ -126,6 +140,30 @@ static void rate_take(semck_t *s, uint64_t w, uint64_t now)
     s->tokens_n -= w * 1000000000ull;
 }
 
+/* The request an event's owner names ("r<number>"), or NULL (the probe's, or none). */
+static reqck_t *req_of(const char *owner)
+{
+    char *end;
+    unsigned long n;
+
+    if (owner == NULL || owner[0] != 'r')
+        return NULL;
+    n = strtoul(owner + 1, &end, 10);
+    return *end == '\0' && n < nreq ? &R[n] : NULL;
+}
+
+/* Request q is granted on s<si>: whoever of its tenant arrived before it and still waits in
+ * that line was overtaken, which FIFO forbids. It is out of that line now. */
+static void check_fifo(int si, reqck_t *q)
+{
+    for (reqck_t *o = R; o < q; o++)
+        if (o->tenant == q->tenant && (o->in_line & (1u << si)))
+            TEST_FAIL_("request %zu granted on %s before %zu (arrived before it, still waiting "
+                       "there)",
+                       (size_t)(q - R), sem_name(si), (size_t)(o - R));
+    q->in_line &= ~(1u << si);
+}
+
 static void on_event(void *arg, const char *id, const char *type, const char *data, size_t len)
 {
     semck_t *s = arg;
@@ -134,9 +172,17 @@ static void on_event(void *arg, const char *id, const char *type, const char *da
     uint64_t w = (uint64_t)json_integer_value(json_object_get(j, "weight"));
     int t = tenant_of(json_string_value(json_object_get(j, "tenant")));
     const char *lease = json_string_value(json_object_get(j, "lease"));
+    reqck_t *q = req_of(json_string_value(json_object_get(j, "owner")));
 
     (void)id;
-    if (strcmp(type, "granted") == 0) {
+    if (strcmp(type, "queued") == 0 && q != NULL) {
+        q->in_line |= 1u << si;
+        nqueued++;
+    } else if (strcmp(type, "left") == 0 && q != NULL) {
+        q->in_line &= ~(1u << si);
+    } else if (strcmp(type, "granted") == 0) {
+        if (q != NULL)
+            check_fifo(si, q);
         if (s->held + w > s->capacity)
             TEST_FAIL_("%s: a grant of %llu with %llu held over capacity %llu", sem_name(si),
                        (unsigned long long)w, (unsigned long long)s->held,
@@ -206,22 +252,6 @@ static void create_sem(int i, uint64_t cap)
     ASSERT_OK(fx_subscribe(&F, sem_name(i), on_event, &S[i], &S[i].sub));
 }
 
-/* Whoever of the same tenant waits on one of c's semaphores since before c: FIFO says none. */
-static void check_fifo(const client_t *c)
-{
-    for (int i = 0; i < NCLIENT; i++) {
-        const client_t *o = &C[i];
-        if (!o->pending || o->seq == 0 || o->seq >= c->seq || o->tenant != c->tenant)
-            continue;
-        for (size_t a = 0; a < c->nparts; a++)
-            for (size_t b = 0; b < o->nparts; b++)
-                if (strcmp(c->names[a], o->names[b]) == 0)
-                    TEST_FAIL_("client %d (arrival %llu) granted on %s before %d (arrival %llu)",
-                               (int)(c - C), (unsigned long long)c->seq, c->names[a], i,
-                               (unsigned long long)o->seq);
-    }
-}
-
 static void client_cb(engine_req_t *r)
 {
     client_t *c = r->data;
@@ -229,8 +259,6 @@ static void client_cb(engine_req_t *r)
     c->pending = 0;
     if (r->status != 0)
         return;
-    if (c->seq != 0)
-        check_fifo(c);
     unsigned want = 0;
     for (size_t i = 0; i < c->nparts; i++)
         want |= 1u << (c->names[i][1] - '0');
@@ -263,7 +291,15 @@ static void start(client_t *c, int64_t timeout_ms)
         c->parts[i] = (engine_part_t){c->names[i], 2, w, 0};
     }
     c->tenant = with_tenants && rnd(4) != 0 ? (int)rnd(NTENANT) : -1;
+    if (nreq == req_cap) {
+        req_cap = req_cap ? 2 * req_cap : 1024;
+        R = realloc(R, req_cap * sizeof(*R));
+        ASSERT(R != NULL);
+    }
+    R[nreq] = (reqck_t){c->tenant < 0 ? NTENANT : c->tenant, 0};
+    snprintf(c->owner, sizeof c->owner, "r%zu", nreq++);
     t->r.op = ENGINE_ACQUIRE_MULTI;
+    t->r.owner = c->owner;
     t->r.parts = c->parts;
     t->r.nparts = c->nparts;
     t->r.tenant = c->tenant >= 0 ? TENANT[c->tenant] : NULL;
@@ -274,10 +310,7 @@ static void start(client_t *c, int64_t timeout_ms)
     if (c->tenant < 0)
         c->tenant = NTENANT;
     c->pending = 1;
-    c->seq = 0;
     ASSERT_OK(engine_submit(F.e, &t->r));
-    if (c->pending)
-        c->seq = ++arrivals;
 }
 
 /* Each grant completed is on all of its semaphores, none missing, none more. (On Redis the
@@ -398,6 +431,7 @@ static void run(int tenants, long steps)
 
     with_tenants = tenants;
     nseen = 0;
+    nreq = nqueued = 0;
     fx_init_patient(&F); /* (the checks here are about admission) */
     for (int i = 0; i < NSEM; i++)
         create_sem(i, i == 3 ? 8 : 1 + rnd(6));
@@ -415,10 +449,14 @@ static void run(int tenants, long steps)
         grants += S[i].grants;
         engine_unsubscribe(F.e, S[i].sub);
     }
-    fprintf(stderr, "limits stress (%s tenants): %ld steps, %llu grants\n", tenants ? "with" : "no",
-            steps, (unsigned long long)grants);
+    fprintf(stderr, "limits stress (%s tenants): %ld steps, %llu grants, %zu waits in a line\n",
+            tenants ? "with" : "no", steps, (unsigned long long)grants, nqueued);
     ASSERT_GT(grants, (uint64_t)steps / 50); /* (about one step in ten grants) */
+    ASSERT_GT(nqueued, (size_t)steps / 50);  /* (the FIFO check has lines to judge) */
     fx_free(&F);
+    free(R);
+    R = NULL;
+    req_cap = 0;
     for (int i = 0; i < NCLIENT; i++) {
         treq_free(C[i].t);
         memset(&C[i], 0, sizeof C[i]);
