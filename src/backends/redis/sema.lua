@@ -2542,11 +2542,14 @@ end
 -- and its release keep the limits in short (LH.short_*: the tenant's record, the bucket, the
 -- lease's tenant); anything else takes the general path. The state, under the semaphore's
 -- hash tag:
---   :L   tm, rate, burst (0: none); tok and tms (the bucket: millionths of a unit at Redis's
---        ms tms); ring (the tenants with waiters in turn order) and last, turn (the round
---        robin: the tenant served last, and whether its turn goes on); nidle (wait-idles);
---        res (the request on several semaphores that holds the turn here: its waiter id)
---   :tn  tenant -> "held waiting waiting_weight deficit" (while it holds or waits)
+--   :L   n: its numbers packed with struct (LNUM: read and written whole, one field, none
+--        parsed or formatted): tm, rate, burst (0: none); tok and tms (the bucket:
+--        millionths of a unit at Redis's ms tms); turn (whether the turn of the tenant
+--        served last goes on); nidle (wait-idles); ntn (tenants). Then ring (the tenants
+--        with waiters in turn order), last (the tenant served last) and res (the request on
+--        several semaphores that holds the turn here: its waiter id), as text
+--   :tn  tenant -> held, waiting, waiting weight, deficit, packed (TNUM) (while it holds
+--        or waits)
 --   :tq<tenant>  its waiters by place (FIFO within a tenant)
 --   :lt  lease id -> tenant, for the leases of a named tenant
 -- A tenant is named '=' .. its name inside ('=' alone: the requests naming none), so no name
@@ -2555,6 +2558,7 @@ do -- (its helpers are local to the section: the library's main chunk has room f
 local MICRO = 1000000 -- the bucket counts millionths of a unit (exact: burst <= 10^9)
 local DEFICIT_MAX = 2 ^ 52
 local KL, KTN, KLT
+local LNUM, TNUM = '<dddddddd', '<dddd'
 local TN, TDIRTY, HEADS, IDLE_SEQ -- the tenants, those changed, their first waiters, the
 -- place of the first wait-idle (false: not known yet), this call's
 
@@ -2562,10 +2566,13 @@ local function lim_keys()
   KL, KTN, KLT = S .. ':L', S .. ':tn', S .. ':lt'
 end
 
--- A tenant: its units held, waiters, units waiting, deficit ("held nw ww def" in :tn).
+-- A tenant: its units held, waiters, units waiting, deficit (packed in :tn: TNUM).
 local function tn_parse(v)
-  local a = {match(v, '^(%S+) (%S+) (%S+) (%S+)$')}
-  return {held = tonumber(a[1]), nw = tonumber(a[2]), ww = tonumber(a[3]), def = tonumber(a[4])}
+  local held, nw, ww, def = struct.unpack(TNUM, v)
+  return {held = held, nw = nw, ww = ww, def = def}
+end
+local function tn_pack(held, nw, ww, def)
+  return struct.pack(TNUM, held, nw, ww, def)
 end
 -- TN reads a tenant from :tn when first named in a call; one that went this call is false.
 local TN_LOAD = {__index = function(tn, name)
@@ -2594,10 +2601,10 @@ LH.load = function()
     L.was[k] = v
     if k == 'ring' then
       L.ring = v ~= '' and fields(v) or {}
+    elseif k == 'n' then
+      L.tm, L.rate, L.burst, L.tok, L.tms, L.turn, L.nidle, L.ntn = struct.unpack(LNUM, v)
     elseif k == 'last' or k == 'res' then
       L[k] = v
-    else
-      L[k] = tonumber(v)
     end
   end
   LIM, TN, TDIRTY, HEADS, IDLE_SEQ = L, setmetatable({}, TN_LOAD), {}, {}, false
@@ -2609,9 +2616,8 @@ end
 
 -- The fields of :L, as strings (what changed since the load is written).
 local function lim_fields(L)
-  return {tm = N(L.tm), rate = N(L.rate), burst = N(L.burst), tok = N(L.tok), tms = N(L.tms),
-          turn = N(L.turn), nidle = N(L.nidle), ntn = N(L.ntn), ring = concat(L.ring, '\0'),
-          last = L.last, res = L.res}
+  return {n = struct.pack(LNUM, L.tm, L.rate, L.burst, L.tok, L.tms, L.turn, L.nidle, L.ntn),
+          ring = concat(L.ring, '\0'), last = L.last, res = L.res}
 end
 
 -- Written back with the row (msave); a semaphore whose limits are idle goes back to plain.
@@ -2619,7 +2625,7 @@ LH.save = function()
   for name, _ in pairs(TDIRTY) do
     local t = TN[name]
     if t then
-      redis.call('HSET', KTN, name, fmt('%d %d %d %d', t.held, t.nw, t.ww, t.def))
+      redis.call('HSET', KTN, name, tn_pack(t.held, t.nw, t.ww, t.def))
     else
       redis.call('HDEL', KTN, name)
     end
@@ -3289,8 +3295,11 @@ LH.ls = {}
 -- nobody waiting? What LH.at_once asks (a tenant at its tenant_max, no room for another
 -- tenant, tokens short: no), from :L's numbers and the tenant's record alone. Reads only.
 LH.short_fits = function(k, wt, tenant)
-  local x = rcall('HMGET', k .. ':L', 'tm', 'rate', 'burst', 'tok', 'tms', 'ntn')
-  local tm, rate, ntn = tonumber(x[1]) or 0, tonumber(x[2]) or 0, tonumber(x[6]) or 0
+  local n = rcall('HGET', k .. ':L', 'n')
+  if not n then
+    return false
+  end
+  local tm, rate, burst, tok, tms, turn, nidle, ntn = sunpack(LNUM, n)
   local name = tenant_of(tenant)
   local v = rcall('HGET', k .. ':tn', name)
   local s = LH.ls
@@ -3305,34 +3314,36 @@ LH.short_fits = function(k, wt, tenant)
     return false
   end
   if rate ~= 0 then -- (refill and tokens_at's sums)
-    local tok, tms = tonumber(x[4]) or 0, tonumber(x[5]) or NOW
     if NOW > tms then
-      local cap = (tonumber(x[3]) or 0) * MICRO
+      local cap = burst * MICRO
       tok = tok + (NOW - tms) * rate * 1000
       if tok >= cap then
         tok = cap
       end
     end
+    tms = NOW
     if tok < wt * MICRO then
       return false
     end
-    s.tok = tok - wt * MICRO
+    tok = tok - wt * MICRO
   end
-  s.name, s.new, s.ntn, s.rate = name, not v, ntn, rate
+  s.name, s.new, s.rate = name, not v, rate
+  s.n = {tm, rate, burst, tok, tms, turn, nidle, ntn}
   return true
+end
+
+-- :L's numbers as LH.short_fits or LH.short_free left them.
+local function short_lnum(k, x)
+  rcall('HSET', k .. ':L', 'n', spack(LNUM, x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8]))
 end
 
 -- The grant's part (after LH.short_fits): what LH.hold and the bucket's take write.
 LH.short_take = function(k, lid, wt, tenant)
   local s = LH.ls
   local t = s.t
-  rcall('HSET', k .. ':tn', s.name, fmt('%d %d %d %d', t.held + wt, t.nw, t.ww, t.def))
-  if s.rate ~= 0 and s.new then
-    rcall('HSET', k .. ':L', 'tok', N(s.tok), 'tms', N(NOW), 'ntn', N(s.ntn))
-  elseif s.rate ~= 0 then
-    rcall('HSET', k .. ':L', 'tok', N(s.tok), 'tms', N(NOW))
-  elseif s.new then
-    rcall('HSET', k .. ':L', 'ntn', N(s.ntn))
+  rcall('HSET', k .. ':tn', s.name, tn_pack(t.held + wt, t.nw, t.ww, t.def))
+  if s.rate ~= 0 or s.new then
+    short_lnum(k, s.n)
   end
   if tenant then
     rcall('HSET', k .. ':lt', lid, tenant)
@@ -3354,12 +3365,16 @@ LH.short_free = function(k, lid, w)
   t.held = t.held - w
   s.t, s.free = t, t.nw == 0 and t.held <= 0
   if s.free then
-    local x = rcall('HMGET', k .. ':L', 'tm', 'rate', 'ntn', 'nidle')
-    s.ntn = (tonumber(x[3]) or 0) - 1
-    if (tonumber(x[1]) or 0) == 0 and (tonumber(x[2]) or 0) == 0 and s.ntn <= 0 and
-       (tonumber(x[4]) or 0) == 0 then
+    local n = rcall('HGET', k .. ':L', 'n')
+    if not n then
       return false
     end
+    local x = {sunpack(LNUM, n)}
+    x[8] = x[8] - 1
+    if x[1] == 0 and x[2] == 0 and x[8] <= 0 and x[7] == 0 then
+      return false
+    end
+    s.n = x
   end
   return true
 end
@@ -3372,10 +3387,10 @@ LH.short_give = function(k, lid)
   end
   if s.free then
     rcall('HDEL', k .. ':tn', s.name)
-    rcall('HSET', k .. ':L', 'ntn', N(s.ntn))
+    short_lnum(k, s.n)
   else
     local t = s.t
-    rcall('HSET', k .. ':tn', s.name, fmt('%d %d %d %d', t.held, t.nw, t.ww, t.def))
+    rcall('HSET', k .. ':tn', s.name, tn_pack(t.held, t.nw, t.ww, t.def))
   end
 end
 
