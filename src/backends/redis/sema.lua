@@ -2549,21 +2549,22 @@ end
 --        with waiters in turn order), last (the tenant served last) and res (the request on
 --        several semaphores that holds the turn here: its waiter id), as text
 --   :tn  tenant -> held, waiting, waiting weight, deficit, packed (TNUM) (while it holds
---        or waits)
+--        or waits); and lease id -> tenant, for the leases of a named tenant (a tenant's
+--        field starts with '=', a lease id never does: one hash, so a grant writes both in
+--        one HSET, and a release reads both, or ends both, in one command)
 --   :tq<tenant>  its waiters by place (FIFO within a tenant)
---   :lt  lease id -> tenant, for the leases of a named tenant
 -- A tenant is named '=' .. its name inside ('=' alone: the requests naming none), so no name
 -- is empty. Admission (LH.admit) is the embedded back end's (emb_limits.c) step for step.
 do -- (its helpers are local to the section: the library's main chunk has room for 200)
 local MICRO = 1000000 -- the bucket counts millionths of a unit (exact: burst <= 10^9)
 local DEFICIT_MAX = 2 ^ 52
-local KL, KTN, KLT
+local KL, KTN
 local LNUM, TNUM = '<dddddddd', '<dddd'
 local TN, TDIRTY, HEADS, IDLE_SEQ -- the tenants, those changed, their first waiters, the
 -- place of the first wait-idle (false: not known yet), this call's
 
 local function lim_keys()
-  KL, KTN, KLT = S .. ':L', S .. ':tn', S .. ':lt'
+  KL, KTN = S .. ':L', S .. ':tn'
 end
 
 -- A tenant: its units held, waiters, units waiting, deficit (packed in :tn: TNUM).
@@ -2585,10 +2586,10 @@ end}
 -- The section's state of the current semaphore, kept aside while a call works on another of a
 -- request's semaphores (MU.go), and put back.
 LH.ctx = function()
-  return {TN, TDIRTY, HEADS, IDLE_SEQ, KL, KTN, KLT}
+  return {TN, TDIRTY, HEADS, IDLE_SEQ, KL, KTN}
 end
 LH.setctx = function(c)
-  TN, TDIRTY, HEADS, IDLE_SEQ, KL, KTN, KLT = c[1], c[2], c[3], c[4], c[5], c[6], c[7]
+  TN, TDIRTY, HEADS, IDLE_SEQ, KL, KTN = c[1], c[2], c[3], c[4], c[5], c[6]
 end
 
 LH.load = function()
@@ -2632,7 +2633,7 @@ LH.save = function()
   end
   TDIRTY = {}
   if lim_idle() then
-    redis.call('DEL', KL, KTN, KLT)
+    redis.call('DEL', KL, KTN)
     M.lim, LIM = false, nil
     return
   end
@@ -2655,11 +2656,11 @@ LH.save = function()
   end
 end
 
--- Every tenant, read from Redis (those not read yet this call).
+-- Every tenant, read from Redis (those not read yet this call; not the leases' fields).
 local function tn_all()
   local t = redis.call('HGETALL', KTN)
   for i = 1, #t, 2 do
-    if rawget(TN, t[i]) == nil then
+    if sbyte(t[i], 1) == 61 and rawget(TN, t[i]) == nil then -- ('=')
       rawset(TN, t[i], tn_parse(t[i + 1]))
     end
   end
@@ -2671,7 +2672,7 @@ LH.drop = function()
   for name, _ in pairs(TN) do
     redis.call('DEL', S .. ':tq' .. name)
   end
-  redis.call('DEL', KL, KTN, KLT)
+  redis.call('DEL', KL, KTN)
   LIM = nil
 end
 
@@ -2799,14 +2800,14 @@ LH.hold = function(name, lid, w)
     t.held = t.held + w
   end
   if name and name ~= '' then
-    redis.call('HSET', KLT, lid, name)
+    redis.call('HSET', KTN, lid, name)
   end
 end
 
 LH.unhold = function(lid, w)
-  local tn = redis.call('HGET', KLT, lid)
+  local tn = redis.call('HGET', KTN, lid)
   if tn then
-    redis.call('HDEL', KLT, lid)
+    redis.call('HDEL', KTN, lid)
   end
   local name = tenant_of(tn or '')
   local t = TN[name]
@@ -2820,7 +2821,7 @@ end
 
 -- The tenant of a lease of this semaphore ('' for none).
 LH.lease_tenant = function(lid)
-  return LIM and redis.call('HGET', KLT, lid) or ''
+  return LIM and redis.call('HGET', KTN, lid) or ''
 end
 
 -- The semaphore gets limits: what holds and waits so far is the default tenant's.
@@ -3341,12 +3342,14 @@ end
 LH.short_take = function(k, lid, wt, tenant)
   local s = LH.ls
   local t = s.t
-  rcall('HSET', k .. ':tn', s.name, tn_pack(t.held + wt, t.nw, t.ww, t.def))
+  local rec = tn_pack(t.held + wt, t.nw, t.ww, t.def)
+  if tenant then
+    rcall('HSET', k .. ':tn', s.name, rec, lid, tenant)
+  else
+    rcall('HSET', k .. ':tn', s.name, rec)
+  end
   if s.rate ~= 0 or s.new then
     short_lnum(k, s.n)
-  end
-  if tenant then
-    rcall('HSET', k .. ':lt', lid, tenant)
   end
 end
 
@@ -3355,9 +3358,13 @@ end
 -- makes the row plain again: the general path's). Reads only.
 LH.short_free = function(k, lid, w)
   local s = LH.ls
-  s.tn = rcall('HGET', k .. ':lt', lid)
+  local x = rcall('HMGET', k .. ':tn', lid, '=') -- (its tenant, and the default's record)
+  s.tn = x[1]
   s.name = tenant_of(s.tn or '')
-  local v = rcall('HGET', k .. ':tn', s.name)
+  local v = x[2]
+  if s.tn then
+    v = rcall('HGET', k .. ':tn', s.name)
+  end
   if not v then
     return false
   end
@@ -3382,14 +3389,18 @@ end
 -- The release's part (after LH.short_free): what LH.unhold writes.
 LH.short_give = function(k, lid)
   local s = LH.ls
-  if s.tn then
-    rcall('HDEL', k .. ':lt', lid)
-  end
   if s.free then
-    rcall('HDEL', k .. ':tn', s.name)
+    if s.tn then
+      rcall('HDEL', k .. ':tn', s.name, lid)
+    else
+      rcall('HDEL', k .. ':tn', s.name)
+    end
     short_lnum(k, s.n)
   else
     local t = s.t
+    if s.tn then
+      rcall('HDEL', k .. ':tn', lid)
+    end
     rcall('HSET', k .. ':tn', s.name, tn_pack(t.held, t.nw, t.ww, t.def))
   end
 end
