@@ -466,7 +466,7 @@ local function mload()
   m.lim = #v > #ROW * 8
   M = m
   if m.lim then
-    LH.load()
+    LH.load(v)
   else
     LIM = nil -- (a listing loads one row after another)
   end
@@ -476,16 +476,12 @@ local function msave()
   M.ep = EPOCH + 0
   M.pa = NOW < SAFE_AT and SAFE_AT or 0
   M.hz = HORIZON or HORIZON_S + 0
-  if M.lim then
-    LH.save()
-  end
+  local tail = M.lim and LH.save() or '' -- (a row with limits: the limits' numbers follow)
   local t = {}
   for i = 1, #ROW do
     t[i] = M[ROW[i]]
   end
-  -- (a row with limits is one number longer: 1, a little-endian double)
-  redis.call('SET', KM, struct.pack(ROW_FMT, unpack(t)) ..
-                        (M.lim and '\0\0\0\0\0\0\240\63' or ''))
+  redis.call('SET', KM, struct.pack(ROW_FMT, unpack(t)) .. tail)
 end
 -- A new row goes on from the fence its name handed out last (kept after a delete).
 local function mnew(cap, legacy)
@@ -1400,7 +1396,7 @@ end
 -- which takes the general path.
 -- (k: the stem; the weight, ttl and epoch as numbers; the lease id and owner; the tenant it
 -- names, or nil. An acquire naming an Idempotency-Key takes the general path.)
--- On a semaphore with limits (its row one number longer), the tenant's room and the bucket
+-- On a semaphore with limits (its row longer), the tenant's room and the bucket
 -- are looked at too (LH.short_fits) and then taken (LH.short_take); an acquire naming a
 -- tenant on a semaphore without limits takes the general path, which gives it some.
 local function acquire_at_once(k, wt, ttl, epoch, lid, owner, packed, tenant)
@@ -1422,7 +1418,7 @@ local function acquire_at_once(k, wt, ttl, epoch, lid, owner, packed, tenant)
   end
   local lim = #v ~= SP.rowlen
   if lim then
-    if not LH.short_fits(k, wt, tenant) then
+    if not LH.short_fits(k, wt, tenant, v) then
       return nil
     end
   elseif tenant then
@@ -1451,7 +1447,7 @@ local function acquire_at_once(k, wt, ttl, epoch, lid, owner, packed, tenant)
   rcall('SET', H .. 'id:' .. lid, lrecord(wt, fence, ttl, NOW, exp, 0, owner, '', PRINC))
   rcall('ZADD', kx, fmt('%d', exp), lid)
   if lim then
-    LH.short_take(k, lid, wt, tenant)
+    LH.short_take(k, km, lid, wt, tenant)
   end
   granted()
   ls.d = ls.d + 1
@@ -1496,11 +1492,11 @@ local function release_at_once(k)
   end
   local lid = string.sub(k, #H + 4)
   local lim = #r ~= SP.rowlen -- (limits: the tenant's hold goes too, LH.short_free)
-  if (lim and not LH.short_free(stem, lid, w)) or not (ls.dirty or LQ.mark(ls)) then
+  if (lim and not LH.short_free(stem, lid, w, r)) or not (ls.dirty or LQ.mark(ls)) then
     return nil
   end
   if lim then
-    LH.short_give(stem, lid)
+    LH.short_give(stem, km, lid)
   end
   rcall('ZREM', kx, lid)
   rcall('SET', k, 'TR' .. RID, 'PX', P.TOMB_TTL_MS_S)
@@ -2537,17 +2533,18 @@ end
 
 -- ---- limits: tenants served in turn and a rate (docs/semantics.md) ----
 -- A semaphore has limits while it has a tenant_max or a rate, or while a request naming a
--- tenant holds or waits there; then its row is one number longer (the short paths read only
--- the numbers before it, and tell a row with limits by its length). An uncontended acquire
+-- tenant holds or waits there; then its row is longer, the limits' numbers following its
+-- own (the plain short paths read only its own, and tell a row with limits by its length,
+-- the limits' short paths read the rest with it). An uncontended acquire
 -- and its release keep the limits in short (LH.short_*: the tenant's record, the bucket, the
 -- lease's tenant); anything else takes the general path. The state, under the semaphore's
 -- hash tag:
---   :L   n: its numbers packed with struct (LNUM: read and written whole, one field, none
---        parsed or formatted): tm, rate, burst (0: none); tok and tms (the bucket:
---        millionths of a unit at Redis's ms tms); turn (whether the turn of the tenant
---        served last goes on); nidle (wait-idles); ntn (tenants). Then ring (the tenants
---        with waiters in turn order), last (the tenant served last) and res (the request on
---        several semaphores that holds the turn here: its waiter id), as text
+--   the row (:m), after its own numbers: the limits' numbers packed with struct (LNUM:
+--        read with the row, none parsed or formatted): tm, rate, burst (0: none); tok and
+--        tms (the bucket: millionths of a unit at Redis's ms tms); turn (whether the turn of
+--        the tenant served last goes on); nidle (wait-idles); ntn (tenants)
+--   :L   ring (the tenants with waiters in turn order), last (the tenant served last) and
+--        res (the request on several semaphores that holds the turn here: its waiter id)
 --   :tn  tenant -> held, waiting, waiting weight, deficit, packed (TNUM) (while it holds
 --        or waits); and lease id -> tenant, for the leases of a named tenant (a tenant's
 --        field starts with '=', a lease id never does: one hash, so a grant writes both in
@@ -2560,6 +2557,7 @@ local MICRO = 1000000 -- the bucket counts millionths of a unit (exact: burst <=
 local DEFICIT_MAX = 2 ^ 52
 local KL, KTN
 local LNUM, TNUM = '<dddddddd', '<dddd'
+local LNUM_LEN = 64
 local TN, TDIRTY, HEADS, IDLE_SEQ -- the tenants, those changed, their first waiters, the
 -- place of the first wait-idle (false: not known yet), this call's
 
@@ -2592,18 +2590,21 @@ LH.setctx = function(c)
   TN, TDIRTY, HEADS, IDLE_SEQ, KL, KTN = c[1], c[2], c[3], c[4], c[5], c[6]
 end
 
-LH.load = function()
+-- (v: the row)
+LH.load = function(v)
   lim_keys()
   local h = redis.call('HGETALL', KL)
   local L = {tm = 0, rate = 0, burst = 0, tok = 0, tms = NOW, turn = 0, nidle = 0, ntn = 0,
              ring = {}, rdue = 0, was = {}}
+  if #v >= #ROW * 8 + LNUM_LEN then
+    L.tm, L.rate, L.burst, L.tok, L.tms, L.turn, L.nidle, L.ntn =
+      struct.unpack(LNUM, v, #ROW * 8 + 1)
+  end
   for i = 1, #h, 2 do
     local k, v = h[i], h[i + 1]
     L.was[k] = v
     if k == 'ring' then
       L.ring = v ~= '' and fields(v) or {}
-    elseif k == 'n' then
-      L.tm, L.rate, L.burst, L.tok, L.tms, L.turn, L.nidle, L.ntn = struct.unpack(LNUM, v)
     elseif k == 'last' or k == 'res' then
       L[k] = v
     end
@@ -2617,11 +2618,11 @@ end
 
 -- The fields of :L, as strings (what changed since the load is written).
 local function lim_fields(L)
-  return {n = struct.pack(LNUM, L.tm, L.rate, L.burst, L.tok, L.tms, L.turn, L.nidle, L.ntn),
-          ring = concat(L.ring, '\0'), last = L.last, res = L.res}
+  return {ring = concat(L.ring, '\0'), last = L.last, res = L.res}
 end
 
--- Written back with the row (msave); a semaphore whose limits are idle goes back to plain.
+-- Written back with the row (msave), which ends with what it returns: the limits' numbers
+-- (nil: a semaphore whose limits are idle goes back to plain).
 LH.save = function()
   for name, _ in pairs(TDIRTY) do
     local t = TN[name]
@@ -2635,7 +2636,7 @@ LH.save = function()
   if lim_idle() then
     redis.call('DEL', KL, KTN)
     M.lim, LIM = false, nil
-    return
+    return nil
   end
   local was, set = LIM.was, {}
   for k, v in pairs(lim_fields(LIM)) do
@@ -2654,6 +2655,8 @@ LH.save = function()
       was[k] = nil
     end
   end
+  return struct.pack(LNUM, LIM.tm, LIM.rate, LIM.burst, LIM.tok, LIM.tms, LIM.turn, LIM.nidle,
+                     LIM.ntn)
 end
 
 -- Every tenant, read from Redis (those not read yet this call; not the leases' fields).
@@ -3294,13 +3297,13 @@ LH.ls = {}
 
 -- May weight wt of `tenant` (nil: none) be granted on stem k, whose row has limits and
 -- nobody waiting? What LH.at_once asks (a tenant at its tenant_max, no room for another
--- tenant, tokens short: no), from :L's numbers and the tenant's record alone. Reads only.
-LH.short_fits = function(k, wt, tenant)
-  local n = rcall('HGET', k .. ':L', 'n')
-  if not n then
+-- tenant, tokens short: no), from the row (its limits' numbers) and the tenant's record alone.
+-- Reads only.
+LH.short_fits = function(k, wt, tenant, row)
+  if #row < SP.rowlen + LNUM_LEN then
     return false
   end
-  local tm, rate, burst, tok, tms, turn, nidle, ntn = sunpack(LNUM, n)
+  local tm, rate, burst, tok, tms, turn, nidle, ntn = sunpack(LNUM, row, SP.rowlen + 1)
   local name = tenant_of(tenant)
   local v = rcall('HGET', k .. ':tn', name)
   local s = LH.ls
@@ -3333,13 +3336,13 @@ LH.short_fits = function(k, wt, tenant)
   return true
 end
 
--- :L's numbers as LH.short_fits or LH.short_free left them.
-local function short_lnum(k, x)
-  rcall('HSET', k .. ':L', 'n', spack(LNUM, x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8]))
+-- The limits' numbers as LH.short_fits or LH.short_free left them, in the row (km) in place.
+local function short_lnum(km, x)
+  rcall('SETRANGE', km, SP.rowlen, spack(LNUM, x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8]))
 end
 
 -- The grant's part (after LH.short_fits): what LH.hold and the bucket's take write.
-LH.short_take = function(k, lid, wt, tenant)
+LH.short_take = function(k, km, lid, wt, tenant)
   local s = LH.ls
   local t = s.t
   local rec = tn_pack(t.held + wt, t.nw, t.ww, t.def)
@@ -3349,14 +3352,14 @@ LH.short_take = function(k, lid, wt, tenant)
     rcall('HSET', k .. ':tn', s.name, rec)
   end
   if s.rate ~= 0 or s.new then
-    short_lnum(k, s.n)
+    short_lnum(km, s.n)
   end
 end
 
 -- May the lease lid (weight w) of stem k, whose row has limits and nobody waiting, end in
 -- short? Yes unless its tenant's record is missing or the limits would go idle (LH.save then
 -- makes the row plain again: the general path's). Reads only.
-LH.short_free = function(k, lid, w)
+LH.short_free = function(k, lid, w, row)
   local s = LH.ls
   local x = rcall('HMGET', k .. ':tn', lid, '=') -- (its tenant, and the default's record)
   s.tn = x[1]
@@ -3372,11 +3375,10 @@ LH.short_free = function(k, lid, w)
   t.held = t.held - w
   s.t, s.free = t, t.nw == 0 and t.held <= 0
   if s.free then
-    local n = rcall('HGET', k .. ':L', 'n')
-    if not n then
+    if #row < SP.rowlen + LNUM_LEN then
       return false
     end
-    local x = {sunpack(LNUM, n)}
+    local x = {sunpack(LNUM, row, SP.rowlen + 1)}
     x[8] = x[8] - 1
     if x[1] == 0 and x[2] == 0 and x[8] <= 0 and x[7] == 0 then
       return false
@@ -3387,7 +3389,7 @@ LH.short_free = function(k, lid, w)
 end
 
 -- The release's part (after LH.short_free): what LH.unhold writes.
-LH.short_give = function(k, lid)
+LH.short_give = function(k, km, lid)
   local s = LH.ls
   if s.free then
     if s.tn then
@@ -3395,7 +3397,7 @@ LH.short_give = function(k, lid)
     else
       rcall('HDEL', k .. ':tn', s.name)
     end
-    short_lnum(k, s.n)
+    short_lnum(km, s.n)
   else
     local t = s.t
     if s.tn then
@@ -4683,7 +4685,7 @@ function SP.init(keys, args)
   SP.to_hz = '<' .. string.rep('d', ROW_AT.hz / 8 + 1)
   SP.avail_to_ev = '<' .. string.rep('d', (ROW_AT.ev - ROW_AT.avail) / 8 + 1)
   SP.avail = ROW_AT.avail + 1 -- (where AVAIL starts)
-  SP.rowlen = #ROW * 8 -- (a row with limits is one number longer)
+  SP.rowlen = #ROW * 8 -- (a row with limits is longer: its limits' numbers follow)
 end
 
 -- The general path of a call whose short path was not taken (its head read: OP, EPOCH,
