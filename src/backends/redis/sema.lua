@@ -1543,13 +1543,20 @@ function SP.packed(keys, i, s, clocked)
   if not clocked then
     SP.clock()
   end
-  local r = acquire_at_once(k, wt, ttl, ep, lid, owner, true)
+  local inst, rid, lims, tenant
+  if sbyte(s, 1) == P.PK_ACQUIRE_T then -- (its tenant last)
+    inst, rid, lims, tenant = sunpack('<Hc0Hc0Hc0Hc0', s, at)
+  end
+  local r = acquire_at_once(k, wt, ttl, ep, lid, owner, true, tenant)
   if r then
     return r
   end
-  local inst, rid, lims = sunpack('<Hc0Hc0Hc0', s, at)
+  if not tenant then
+    inst, rid, lims = sunpack('<Hc0Hc0Hc0', s, at)
+  end
   OP, EPOCH, INST, RID = 'acquire', N(ep), inst, rid
-  ARGV = {OP, EPOCH, ADMIN, INST, RID, PRINC, N(wt), SP.flag[wait], N(ttl), lid, owner, '', lims}
+  ARGV = {OP, EPOCH, ADMIN, INST, RID, PRINC, N(wt), SP.flag[wait], N(ttl), lid, owner, '', lims,
+          tenant}
   return nil
 end
 
