@@ -265,8 +265,8 @@ class RedisServer:
 
 
 # An acquire or a release sent plain comes packed in one argument, its first byte saying
-# which (redis_proto.h: RS_PK_*), then the flag '0' or '1'.
-PACKED_OPS = {"A": "acquire", "R": "lease_release"}
+# which (redis_proto.h: RS_PK_*; "T": an acquire naming a tenant), then the flag '0' or '1'.
+PACKED_OPS = {"A": "acquire", "T": "acquire", "R": "lease_release"}
 
 
 def fcall_op(line, packed=False):

@@ -26,13 +26,13 @@ static int batch_format(rs_t *r, rs_cmd_t *b, size_t n, char *buf, size_t cap, c
     v[2] = num, l[2] = (size_t)snprintf(num, sizeof num, "%zu", n);
     for (elist_t *x = b->members.next; x != &b->members; x = x->next, k++) {
         const rs_cmd_t *m = ECONTAINER(x, rs_cmd_t, link);
-        const char *mv[RS_FCALL_HEAD + RS_HEAD_LEN + RS_AQ_TENANT];
-        size_t ml[RS_FCALL_HEAD + RS_HEAD_LEN + RS_AQ_TENANT];
+        const char *mv[RS_FCALL_HEAD + RS_HEAD_LEN + RS_ACQ_LEN];
+        size_t ml[RS_FCALL_HEAD + RS_HEAD_LEN + RS_ACQ_LEN];
         char flags[8], *at = pb.p;
         if (m->argc > (int)(sizeof ml / sizeof ml[0]))
             goto done;
         rs__cmd_argv(r, m, mv, ml, flags);
-        if (ml[RS_FCALL_HEAD + RS_H_FLAGS] != 1) /* (a pause learnt since: not plain) */
+        if (!rs__cmd_plain(m, ml[RS_FCALL_HEAD + RS_H_FLAGS])) /* (a pause learnt since) */
             goto done;
         rs__cmd_pack(m, mv, ml, 0, &pb);
         if (pb.p == NULL)

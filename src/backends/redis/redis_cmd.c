@@ -79,15 +79,16 @@ static int arg_is(const char *s, size_t len, const char *lit)
     return len == strlen(lit) && memcmp(s, lit, len) == 0;
 }
 
-/* RS_PK_ACQUIRE for an acquire naming no tenant and no Idempotency-Key, RS_PK_RELEASE for a
- * release, 0 for any other command. */
+/* RS_PK_ACQUIRE for an acquire naming no tenant and no Idempotency-Key (RS_PK_ACQUIRE_T: one
+ * naming a tenant), RS_PK_RELEASE for a release, 0 for any other command. */
 static uint8_t pk_kind(int argc, const char **v, const size_t *l)
 {
     const int op = RS_FCALL_HEAD + RS_H_OP, at = RS_FCALL_HEAD + RS_HEAD_LEN;
 
-    if (argc == at + RS_AQ_TENANT && arg_is(v[op], l[op], rs__op_name(RS_OP_ACQUIRE)) &&
-        l[at + RS_AQ_IDEM] == 0 && l[at + RS_AQ_WAIT] == 1)
-        return RS_PK_ACQUIRE;
+    if ((argc == at + RS_AQ_TENANT || argc == at + RS_ACQ_LEN) &&
+        arg_is(v[op], l[op], rs__op_name(RS_OP_ACQUIRE)) && l[at + RS_AQ_IDEM] == 0 &&
+        l[at + RS_AQ_WAIT] == 1)
+        return argc == at + RS_AQ_TENANT ? RS_PK_ACQUIRE : RS_PK_ACQUIRE_T;
     if (argc == at && arg_is(v[op], l[op], rs__op_name(RS_OP_LEASE_RELEASE)))
         return RS_PK_RELEASE;
     return 0;
@@ -178,6 +179,13 @@ void rs__cmd_pack(const rs_cmd_t *c, const char **v, const size_t *l, int cluste
     pk_str(b, h[RS_H_INST], hl[RS_H_INST]);
     pk_str(b, h[RS_H_RID], hl[RS_H_RID]);
     pk_str(b, a[RS_AQ_LIMITS], al[RS_AQ_LIMITS]);
+    if (c->pk == RS_PK_ACQUIRE_T)
+        pk_str(b, a[RS_AQ_TENANT], al[RS_AQ_TENANT]);
+}
+
+int rs__cmd_plain(const rs_cmd_t *c, size_t flags_len)
+{
+    return flags_len == (c->pk == RS_PK_ACQUIRE_T ? 2u : 1u);
 }
 
 size_t rs__cmd_pack_cap(const rs_cmd_t *c)
@@ -292,7 +300,7 @@ static int cmd_format(rs_t *r, const rs_cmd_t *c, char **out)
 
     if (v != NULL && l != NULL) {
         rs__cmd_argv(r, c, v, l, flags);
-        if (c->pk != 0 && l[RS_FCALL_HEAD + RS_H_FLAGS] == 1)
+        if (c->pk != 0 && rs__cmd_plain(c, l[RS_FCALL_HEAD + RS_H_FLAGS]))
             n = cmd_format_packed(c, v, l, out);
         if (n < 0)
             n = redisFormatCommandArgv(out, c->argc, v, l);
@@ -346,7 +354,7 @@ void rs__send_one(rs_t *r, rs_cmd_t *c)
 static int batchable(const rs_t *r, const rs_cmd_t *c)
 {
     return c->pk != 0 && c->sent_mono == 0 && r->sh == NULL &&
-           c->lens[RS_FCALL_HEAD + RS_H_FLAGS] == 1 && !rs__paused(r);
+           rs__cmd_plain(c, c->lens[RS_FCALL_HEAD + RS_H_FLAGS]) && !rs__paused(r);
 }
 
 void rs__send(rs_t *r, rs_cmd_t *c)

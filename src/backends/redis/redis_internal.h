@@ -288,6 +288,9 @@ typedef struct {
  * most rs__cmd_pack_cap(c) bytes are written. */
 void rs__cmd_pack(const rs_cmd_t *c, const char **v, const size_t *l, int cluster, rs_pk_buf_t *b);
 size_t rs__cmd_pack_cap(const rs_cmd_t *c);
+/* Are an acquire's or a release's flags (flags_len bytes: '0' or '1', then 't' for one naming a
+ * tenant, 'r', 'p') those of a call that goes packed (sent once, no pause)? */
+int rs__cmd_plain(const rs_cmd_t *c, size_t flags_len);
 int rs__reply_is(const redisReply *rep, const char *prefix); /* an error starting so */
 /* A short path's answer (redis_proto.h: RS_SHORT_GRANT, or an integer to a packed call). */
 int rs__reply_short(const rs_cmd_t *c, const redisReply *rep);

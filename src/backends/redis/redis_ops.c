@@ -431,7 +431,7 @@ void rs__op_short(rs_t *r, rs_cmd_t *c, const redisReply *rep)
     engine_req_t *req = rq->req;
     int64_t now = (int64_t)rs__now(r) + r->clock_off;
 
-    if (rep->type == REDIS_REPLY_STRING || c->pk == RS_PK_ACQUIRE) {
+    if (rep->type == REDIS_REPLY_STRING || c->pk == RS_PK_ACQUIRE || c->pk == RS_PK_ACQUIRE_T) {
         uint64_t fence;
         if (rep->type == REDIS_REPLY_STRING) { /* RS_SHORT_GRANT */
             fence = (uint64_t)le_double(rep->str + 1);

@@ -94,19 +94,19 @@ enum {
  * tenant_max, rate_per_s and rate_burst (those it does not name: 0). */
 #define RS_LIM_MAP(X) X(WHICH) X(TENANT_MAX) X(RATE) X(BURST)
 
-/* An acquire or a release sent plain (flags "0" or "1": not sent again, no pause, no tenant;
- * an acquire with no Idempotency-Key; on one Redis or a cluster) carries its head and its
- * arguments in one argument after KEY, packed as struct packs them (little-endian): the op
- * (RS_PK_ACQUIRE or RS_PK_RELEASE) and the flag (its '0' or '1'; on Redis Cluster '2' or '3',
- * for the flags "0c" and "1c": KEY then ends with '!'), one byte each; the epoch, a
- * double; an acquire's weight and ttl, doubles, and its wait ('0' or '1'), a byte; then
- * strings, each a 2-byte length and its bytes: an acquire's lease id, owner, principal,
- * instance, request id and limits; a release's principal, request id and instance. Redis
- * makes a Lua string of every argument and a table of them all: the short paths read what
- * they need of one string, and a call they do not take has the rest read back into the head
- * and the arguments above. Numbers are packed only when exact (below 2^53, written as %llu
- * writes them); a command with any other is sent as above. */
-enum { RS_PK_ACQUIRE = 'A', RS_PK_RELEASE = 'R' };
+/* An acquire or a release sent plain (flags "0" or "1": not sent again, no pause; "0t" or
+ * "1t" for an acquire naming a tenant, on one Redis; an acquire with no Idempotency-Key; on
+ * one Redis or a cluster) carries its head and its arguments in one argument after KEY, packed as
+ * struct packs them (little-endian): the op (RS_PK_ACQUIRE or RS_PK_RELEASE) and the flag (its '0'
+ * or '1'; on Redis Cluster '2' or '3', for the flags "0c" and "1c": KEY then ends with '!'), one
+ * byte each; the epoch, a double; an acquire's weight and ttl, doubles, and its wait ('0' or '1'),
+ * a byte; then strings, each a 2-byte length and its bytes: an acquire's lease id, owner,
+ * principal, instance, request id and limits (RS_PK_ACQUIRE_T: then its tenant); a release's
+ * principal, request id and instance. Redis makes a Lua string of every argument and a table of
+ * them all: the short paths read what they need of one string, and a call they do not take has the
+ * rest read back into the head and the arguments above. Numbers are packed only when exact (below
+ * 2^53, written as %llu writes them); a command with any other is sent as above. */
+enum { RS_PK_ACQUIRE = 'A', RS_PK_ACQUIRE_T = 'T', RS_PK_RELEASE = 'R' };
 
 /* An acquire granted at once answers (the general path answers with the array of
  * RS_REPLY_MAP) with the fence, an integer, when it falls in Redis's current millisecond
@@ -327,6 +327,7 @@ enum {
     X(ACT_PUBLIC_MAX, RS_ACT_PUBLIC_MAX)                                                           \
     X(A, RS_HEAD_LEN + 1) /* ARGV[A]: the operation's first argument */                            \
     X(PK_ACQUIRE, RS_PK_ACQUIRE)                                                                   \
+    X(PK_ACQUIRE_T, RS_PK_ACQUIRE_T)                                                               \
     X(PK_RELEASE, RS_PK_RELEASE)                                                                   \
     X(LAYOUT, RS_LAYOUT)
 #define RS_DOUBLE_MAP(X) X(EST_ALPHA, BE_EST_ALPHA)

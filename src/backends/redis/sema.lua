@@ -466,7 +466,7 @@ local function mload()
   m.lim = #v > #ROW * 8
   M = m
   if m.lim then
-    LH.load()
+    LH.load(v)
   else
     LIM = nil -- (a listing loads one row after another)
   end
@@ -476,16 +476,12 @@ local function msave()
   M.ep = EPOCH + 0
   M.pa = NOW < SAFE_AT and SAFE_AT or 0
   M.hz = HORIZON or HORIZON_S + 0
-  if M.lim then
-    LH.save()
-  end
+  local tail = M.lim and LH.save() or '' -- (a row with limits: the limits' numbers follow)
   local t = {}
   for i = 1, #ROW do
     t[i] = M[ROW[i]]
   end
-  -- (a row with limits is one number longer: 1, a little-endian double)
-  redis.call('SET', KM, struct.pack(ROW_FMT, unpack(t)) ..
-                        (M.lim and '\0\0\0\0\0\0\240\63' or ''))
+  redis.call('SET', KM, struct.pack(ROW_FMT, unpack(t)) .. tail)
 end
 -- A new row goes on from the fence its name handed out last (kept after a delete).
 local function mnew(cap, legacy)
@@ -1400,7 +1396,7 @@ end
 -- which takes the general path.
 -- (k: the stem; the weight, ttl and epoch as numbers; the lease id and owner; the tenant it
 -- names, or nil. An acquire naming an Idempotency-Key takes the general path.)
--- On a semaphore with limits (its row one number longer), the tenant's room and the bucket
+-- On a semaphore with limits (its row longer), the tenant's room and the bucket
 -- are looked at too (LH.short_fits) and then taken (LH.short_take); an acquire naming a
 -- tenant on a semaphore without limits takes the general path, which gives it some.
 local function acquire_at_once(k, wt, ttl, epoch, lid, owner, packed, tenant)
@@ -1422,7 +1418,7 @@ local function acquire_at_once(k, wt, ttl, epoch, lid, owner, packed, tenant)
   end
   local lim = #v ~= SP.rowlen
   if lim then
-    if not LH.short_fits(k, wt, tenant) then
+    if not LH.short_fits(k, wt, tenant, v) then
       return nil
     end
   elseif tenant then
@@ -1451,7 +1447,7 @@ local function acquire_at_once(k, wt, ttl, epoch, lid, owner, packed, tenant)
   rcall('SET', H .. 'id:' .. lid, lrecord(wt, fence, ttl, NOW, exp, 0, owner, '', PRINC))
   rcall('ZADD', kx, fmt('%d', exp), lid)
   if lim then
-    LH.short_take(k, lid, wt, tenant)
+    LH.short_take(k, km, lid, wt, tenant)
   end
   granted()
   ls.d = ls.d + 1
@@ -1496,11 +1492,11 @@ local function release_at_once(k)
   end
   local lid = string.sub(k, #H + 4)
   local lim = #r ~= SP.rowlen -- (limits: the tenant's hold goes too, LH.short_free)
-  if (lim and not LH.short_free(stem, lid, w)) or not (ls.dirty or LQ.mark(ls)) then
+  if (lim and not LH.short_free(stem, lid, w, r)) or not (ls.dirty or LQ.mark(ls)) then
     return nil
   end
   if lim then
-    LH.short_give(stem, lid)
+    LH.short_give(stem, km, lid)
   end
   rcall('ZREM', kx, lid)
   rcall('SET', k, 'TR' .. RID, 'PX', P.TOMB_TTL_MS_S)
@@ -1547,13 +1543,20 @@ function SP.packed(keys, i, s, clocked)
   if not clocked then
     SP.clock()
   end
-  local r = acquire_at_once(k, wt, ttl, ep, lid, owner, true)
+  local inst, rid, lims, tenant
+  if sbyte(s, 1) == P.PK_ACQUIRE_T then -- (its tenant last)
+    inst, rid, lims, tenant = sunpack('<Hc0Hc0Hc0Hc0', s, at)
+  end
+  local r = acquire_at_once(k, wt, ttl, ep, lid, owner, true, tenant)
   if r then
     return r
   end
-  local inst, rid, lims = sunpack('<Hc0Hc0Hc0', s, at)
+  if not tenant then
+    inst, rid, lims = sunpack('<Hc0Hc0Hc0', s, at)
+  end
   OP, EPOCH, INST, RID = 'acquire', N(ep), inst, rid
-  ARGV = {OP, EPOCH, ADMIN, INST, RID, PRINC, N(wt), SP.flag[wait], N(ttl), lid, owner, '', lims}
+  ARGV = {OP, EPOCH, ADMIN, INST, RID, PRINC, N(wt), SP.flag[wait], N(ttl), lid, owner, '', lims,
+          tenant}
   return nil
 end
 
@@ -2537,35 +2540,45 @@ end
 
 -- ---- limits: tenants served in turn and a rate (docs/semantics.md) ----
 -- A semaphore has limits while it has a tenant_max or a rate, or while a request naming a
--- tenant holds or waits there; then its row is one number longer (the short paths read only
--- the numbers before it, and tell a row with limits by its length). An uncontended acquire
+-- tenant holds or waits there; then its row is longer, the limits' numbers following its
+-- own (the plain short paths read only its own, and tell a row with limits by its length,
+-- the limits' short paths read the rest with it). An uncontended acquire
 -- and its release keep the limits in short (LH.short_*: the tenant's record, the bucket, the
 -- lease's tenant); anything else takes the general path. The state, under the semaphore's
 -- hash tag:
---   :L   tm, rate, burst (0: none); tok and tms (the bucket: millionths of a unit at Redis's
---        ms tms); ring (the tenants with waiters in turn order) and last, turn (the round
---        robin: the tenant served last, and whether its turn goes on); nidle (wait-idles);
+--   the row (:m), after its own numbers: the limits' numbers packed with struct (LNUM:
+--        read with the row, none parsed or formatted): tm, rate, burst (0: none); tok and
+--        tms (the bucket: millionths of a unit at Redis's ms tms); turn (whether the turn of
+--        the tenant served last goes on); nidle (wait-idles); ntn (tenants)
+--   :L   ring (the tenants with waiters in turn order), last (the tenant served last) and
 --        res (the request on several semaphores that holds the turn here: its waiter id)
---   :tn  tenant -> "held waiting waiting_weight deficit" (while it holds or waits)
+--   :tn  tenant -> held, waiting, waiting weight, deficit, packed (TNUM) (while it holds
+--        or waits); and lease id -> tenant, for the leases of a named tenant (a tenant's
+--        field starts with '=', a lease id never does: one hash, so a grant writes both in
+--        one HSET, and a release reads both, or ends both, in one command)
 --   :tq<tenant>  its waiters by place (FIFO within a tenant)
---   :lt  lease id -> tenant, for the leases of a named tenant
 -- A tenant is named '=' .. its name inside ('=' alone: the requests naming none), so no name
 -- is empty. Admission (LH.admit) is the embedded back end's (emb_limits.c) step for step.
 do -- (its helpers are local to the section: the library's main chunk has room for 200)
 local MICRO = 1000000 -- the bucket counts millionths of a unit (exact: burst <= 10^9)
 local DEFICIT_MAX = 2 ^ 52
-local KL, KTN, KLT
+local KL, KTN
+local LNUM, TNUM = '<dddddddd', '<dddd'
+local LNUM_LEN = 64
 local TN, TDIRTY, HEADS, IDLE_SEQ -- the tenants, those changed, their first waiters, the
 -- place of the first wait-idle (false: not known yet), this call's
 
 local function lim_keys()
-  KL, KTN, KLT = S .. ':L', S .. ':tn', S .. ':lt'
+  KL, KTN = S .. ':L', S .. ':tn'
 end
 
--- A tenant: its units held, waiters, units waiting, deficit ("held nw ww def" in :tn).
+-- A tenant: its units held, waiters, units waiting, deficit (packed in :tn: TNUM).
 local function tn_parse(v)
-  local a = {match(v, '^(%S+) (%S+) (%S+) (%S+)$')}
-  return {held = tonumber(a[1]), nw = tonumber(a[2]), ww = tonumber(a[3]), def = tonumber(a[4])}
+  local held, nw, ww, def = struct.unpack(TNUM, v)
+  return {held = held, nw = nw, ww = ww, def = def}
+end
+local function tn_pack(held, nw, ww, def)
+  return struct.pack(TNUM, held, nw, ww, def)
 end
 -- TN reads a tenant from :tn when first named in a call; one that went this call is false.
 local TN_LOAD = {__index = function(tn, name)
@@ -2578,17 +2591,22 @@ end}
 -- The section's state of the current semaphore, kept aside while a call works on another of a
 -- request's semaphores (MU.go), and put back.
 LH.ctx = function()
-  return {TN, TDIRTY, HEADS, IDLE_SEQ, KL, KTN, KLT}
+  return {TN, TDIRTY, HEADS, IDLE_SEQ, KL, KTN}
 end
 LH.setctx = function(c)
-  TN, TDIRTY, HEADS, IDLE_SEQ, KL, KTN, KLT = c[1], c[2], c[3], c[4], c[5], c[6], c[7]
+  TN, TDIRTY, HEADS, IDLE_SEQ, KL, KTN = c[1], c[2], c[3], c[4], c[5], c[6]
 end
 
-LH.load = function()
+-- (v: the row)
+LH.load = function(v)
   lim_keys()
   local h = redis.call('HGETALL', KL)
   local L = {tm = 0, rate = 0, burst = 0, tok = 0, tms = NOW, turn = 0, nidle = 0, ntn = 0,
              ring = {}, rdue = 0, was = {}}
+  if #v >= #ROW * 8 + LNUM_LEN then
+    L.tm, L.rate, L.burst, L.tok, L.tms, L.turn, L.nidle, L.ntn =
+      struct.unpack(LNUM, v, #ROW * 8 + 1)
+  end
   for i = 1, #h, 2 do
     local k, v = h[i], h[i + 1]
     L.was[k] = v
@@ -2596,8 +2614,6 @@ LH.load = function()
       L.ring = v ~= '' and fields(v) or {}
     elseif k == 'last' or k == 'res' then
       L[k] = v
-    else
-      L[k] = tonumber(v)
     end
   end
   LIM, TN, TDIRTY, HEADS, IDLE_SEQ = L, setmetatable({}, TN_LOAD), {}, {}, false
@@ -2609,26 +2625,25 @@ end
 
 -- The fields of :L, as strings (what changed since the load is written).
 local function lim_fields(L)
-  return {tm = N(L.tm), rate = N(L.rate), burst = N(L.burst), tok = N(L.tok), tms = N(L.tms),
-          turn = N(L.turn), nidle = N(L.nidle), ntn = N(L.ntn), ring = concat(L.ring, '\0'),
-          last = L.last, res = L.res}
+  return {ring = concat(L.ring, '\0'), last = L.last, res = L.res}
 end
 
--- Written back with the row (msave); a semaphore whose limits are idle goes back to plain.
+-- Written back with the row (msave), which ends with what it returns: the limits' numbers
+-- (nil: a semaphore whose limits are idle goes back to plain).
 LH.save = function()
   for name, _ in pairs(TDIRTY) do
     local t = TN[name]
     if t then
-      redis.call('HSET', KTN, name, fmt('%d %d %d %d', t.held, t.nw, t.ww, t.def))
+      redis.call('HSET', KTN, name, tn_pack(t.held, t.nw, t.ww, t.def))
     else
       redis.call('HDEL', KTN, name)
     end
   end
   TDIRTY = {}
   if lim_idle() then
-    redis.call('DEL', KL, KTN, KLT)
+    redis.call('DEL', KL, KTN)
     M.lim, LIM = false, nil
-    return
+    return nil
   end
   local was, set = LIM.was, {}
   for k, v in pairs(lim_fields(LIM)) do
@@ -2647,13 +2662,15 @@ LH.save = function()
       was[k] = nil
     end
   end
+  return struct.pack(LNUM, LIM.tm, LIM.rate, LIM.burst, LIM.tok, LIM.tms, LIM.turn, LIM.nidle,
+                     LIM.ntn)
 end
 
--- Every tenant, read from Redis (those not read yet this call).
+-- Every tenant, read from Redis (those not read yet this call; not the leases' fields).
 local function tn_all()
   local t = redis.call('HGETALL', KTN)
   for i = 1, #t, 2 do
-    if rawget(TN, t[i]) == nil then
+    if sbyte(t[i], 1) == 61 and rawget(TN, t[i]) == nil then -- ('=')
       rawset(TN, t[i], tn_parse(t[i + 1]))
     end
   end
@@ -2665,7 +2682,7 @@ LH.drop = function()
   for name, _ in pairs(TN) do
     redis.call('DEL', S .. ':tq' .. name)
   end
-  redis.call('DEL', KL, KTN, KLT)
+  redis.call('DEL', KL, KTN)
   LIM = nil
 end
 
@@ -2793,14 +2810,14 @@ LH.hold = function(name, lid, w)
     t.held = t.held + w
   end
   if name and name ~= '' then
-    redis.call('HSET', KLT, lid, name)
+    redis.call('HSET', KTN, lid, name)
   end
 end
 
 LH.unhold = function(lid, w)
-  local tn = redis.call('HGET', KLT, lid)
+  local tn = redis.call('HGET', KTN, lid)
   if tn then
-    redis.call('HDEL', KLT, lid)
+    redis.call('HDEL', KTN, lid)
   end
   local name = tenant_of(tn or '')
   local t = TN[name]
@@ -2814,7 +2831,7 @@ end
 
 -- The tenant of a lease of this semaphore ('' for none).
 LH.lease_tenant = function(lid)
-  return LIM and redis.call('HGET', KLT, lid) or ''
+  return LIM and redis.call('HGET', KTN, lid) or ''
 end
 
 -- The semaphore gets limits: what holds and waits so far is the default tenant's.
@@ -3287,10 +3304,13 @@ LH.ls = {}
 
 -- May weight wt of `tenant` (nil: none) be granted on stem k, whose row has limits and
 -- nobody waiting? What LH.at_once asks (a tenant at its tenant_max, no room for another
--- tenant, tokens short: no), from :L's numbers and the tenant's record alone. Reads only.
-LH.short_fits = function(k, wt, tenant)
-  local x = rcall('HMGET', k .. ':L', 'tm', 'rate', 'burst', 'tok', 'tms', 'ntn')
-  local tm, rate, ntn = tonumber(x[1]) or 0, tonumber(x[2]) or 0, tonumber(x[6]) or 0
+-- tenant, tokens short: no), from the row (its limits' numbers) and the tenant's record alone.
+-- Reads only.
+LH.short_fits = function(k, wt, tenant, row)
+  if #row < SP.rowlen + LNUM_LEN then
+    return false
+  end
+  local tm, rate, burst, tok, tms, turn, nidle, ntn = sunpack(LNUM, row, SP.rowlen + 1)
   local name = tenant_of(tenant)
   local v = rcall('HGET', k .. ':tn', name)
   local s = LH.ls
@@ -3305,48 +3325,56 @@ LH.short_fits = function(k, wt, tenant)
     return false
   end
   if rate ~= 0 then -- (refill and tokens_at's sums)
-    local tok, tms = tonumber(x[4]) or 0, tonumber(x[5]) or NOW
     if NOW > tms then
-      local cap = (tonumber(x[3]) or 0) * MICRO
+      local cap = burst * MICRO
       tok = tok + (NOW - tms) * rate * 1000
       if tok >= cap then
         tok = cap
       end
     end
+    tms = NOW
     if tok < wt * MICRO then
       return false
     end
-    s.tok = tok - wt * MICRO
+    tok = tok - wt * MICRO
   end
-  s.name, s.new, s.ntn, s.rate = name, not v, ntn, rate
+  s.name, s.new, s.rate = name, not v, rate
+  s.n = {tm, rate, burst, tok, tms, turn, nidle, ntn}
   return true
 end
 
+-- The limits' numbers as LH.short_fits or LH.short_free left them, in the row (km) in place.
+local function short_lnum(km, x)
+  rcall('SETRANGE', km, SP.rowlen, spack(LNUM, x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8]))
+end
+
 -- The grant's part (after LH.short_fits): what LH.hold and the bucket's take write.
-LH.short_take = function(k, lid, wt, tenant)
+LH.short_take = function(k, km, lid, wt, tenant)
   local s = LH.ls
   local t = s.t
-  rcall('HSET', k .. ':tn', s.name, fmt('%d %d %d %d', t.held + wt, t.nw, t.ww, t.def))
-  if s.rate ~= 0 and s.new then
-    rcall('HSET', k .. ':L', 'tok', N(s.tok), 'tms', N(NOW), 'ntn', N(s.ntn))
-  elseif s.rate ~= 0 then
-    rcall('HSET', k .. ':L', 'tok', N(s.tok), 'tms', N(NOW))
-  elseif s.new then
-    rcall('HSET', k .. ':L', 'ntn', N(s.ntn))
-  end
+  local rec = tn_pack(t.held + wt, t.nw, t.ww, t.def)
   if tenant then
-    rcall('HSET', k .. ':lt', lid, tenant)
+    rcall('HSET', k .. ':tn', s.name, rec, lid, tenant)
+  else
+    rcall('HSET', k .. ':tn', s.name, rec)
+  end
+  if s.rate ~= 0 or s.new then
+    short_lnum(km, s.n)
   end
 end
 
 -- May the lease lid (weight w) of stem k, whose row has limits and nobody waiting, end in
 -- short? Yes unless its tenant's record is missing or the limits would go idle (LH.save then
 -- makes the row plain again: the general path's). Reads only.
-LH.short_free = function(k, lid, w)
+LH.short_free = function(k, lid, w, row)
   local s = LH.ls
-  s.tn = rcall('HGET', k .. ':lt', lid)
+  local x = rcall('HMGET', k .. ':tn', lid, '=') -- (its tenant, and the default's record)
+  s.tn = x[1]
   s.name = tenant_of(s.tn or '')
-  local v = rcall('HGET', k .. ':tn', s.name)
+  local v = x[2]
+  if s.tn then
+    v = rcall('HGET', k .. ':tn', s.name)
+  end
   if not v then
     return false
   end
@@ -3354,28 +3382,35 @@ LH.short_free = function(k, lid, w)
   t.held = t.held - w
   s.t, s.free = t, t.nw == 0 and t.held <= 0
   if s.free then
-    local x = rcall('HMGET', k .. ':L', 'tm', 'rate', 'ntn', 'nidle')
-    s.ntn = (tonumber(x[3]) or 0) - 1
-    if (tonumber(x[1]) or 0) == 0 and (tonumber(x[2]) or 0) == 0 and s.ntn <= 0 and
-       (tonumber(x[4]) or 0) == 0 then
+    if #row < SP.rowlen + LNUM_LEN then
       return false
     end
+    local x = {sunpack(LNUM, row, SP.rowlen + 1)}
+    x[8] = x[8] - 1
+    if x[1] == 0 and x[2] == 0 and x[8] <= 0 and x[7] == 0 then
+      return false
+    end
+    s.n = x
   end
   return true
 end
 
 -- The release's part (after LH.short_free): what LH.unhold writes.
-LH.short_give = function(k, lid)
+LH.short_give = function(k, km, lid)
   local s = LH.ls
-  if s.tn then
-    rcall('HDEL', k .. ':lt', lid)
-  end
   if s.free then
-    rcall('HDEL', k .. ':tn', s.name)
-    rcall('HSET', k .. ':L', 'ntn', N(s.ntn))
+    if s.tn then
+      rcall('HDEL', k .. ':tn', s.name, lid)
+    else
+      rcall('HDEL', k .. ':tn', s.name)
+    end
+    short_lnum(km, s.n)
   else
     local t = s.t
-    rcall('HSET', k .. ':tn', s.name, fmt('%d %d %d %d', t.held, t.nw, t.ww, t.def))
+    if s.tn then
+      rcall('HDEL', k .. ':tn', lid)
+    end
+    rcall('HSET', k .. ':tn', s.name, tn_pack(t.held, t.nw, t.ww, t.def))
   end
 end
 
@@ -4657,7 +4692,7 @@ function SP.init(keys, args)
   SP.to_hz = '<' .. string.rep('d', ROW_AT.hz / 8 + 1)
   SP.avail_to_ev = '<' .. string.rep('d', (ROW_AT.ev - ROW_AT.avail) / 8 + 1)
   SP.avail = ROW_AT.avail + 1 -- (where AVAIL starts)
-  SP.rowlen = #ROW * 8 -- (a row with limits is one number longer)
+  SP.rowlen = #ROW * 8 -- (a row with limits is longer: its limits' numbers follow)
 end
 
 -- The general path of a call whose short path was not taken (its head read: OP, EPOCH,
