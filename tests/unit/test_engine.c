@@ -992,9 +992,11 @@ static void on_event(void *arg, const char *id, const char *type, const char *da
  * starved machine, Redis's answer may come after fx_settle's bound). */
 static treq_t *acquire_free(fx_t *f, const char *name)
 {
-    treq_t *t = fx_acquire(f, name, 1, -1);
+    treq_t *t = treq_new(ENGINE_ACQUIRE, name);
 
-    ASSERT(fx_run_until(f, &t->done, FX_DO_MS));
+    t->r.weight = 1;
+    t->r.timeout_ms = -1;
+    ASSERT_OK(fx_do(f, t));
     return t;
 }
 
